@@ -1,0 +1,33 @@
+"""Device, dtype and memory handling shared by every numerical kernel.
+
+Everything here needs only numpy and torch, so the numerical core runs
+wherever torch runs.
+"""
+
+from connscale._compute.device import (
+    allow_tf32,
+    resolve_device,
+    resolve_dtype,
+    synchronize,
+)
+from connscale._compute.memory import (
+    MemoryPlan,
+    available_host_memory,
+    free_device_memory,
+    memory_budget,
+    parse_memory,
+)
+from connscale._compute.buffers import PinnedBufferPool
+
+__all__ = [
+    "MemoryPlan",
+    "PinnedBufferPool",
+    "allow_tf32",
+    "available_host_memory",
+    "free_device_memory",
+    "memory_budget",
+    "parse_memory",
+    "resolve_device",
+    "resolve_dtype",
+    "synchronize",
+]

@@ -1,0 +1,114 @@
+"""Resolve ``device`` and ``dtype`` arguments to torch objects."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+_DTYPES = {
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "single": torch.float32,
+    "double": torch.float64,
+}
+
+
+def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
+    """Turn a user's ``device`` argument into a :class:`torch.device`.
+
+    Parameters
+    ----------
+    device : {'auto', 'cpu', 'cuda', 'cuda:N'} or torch.device, default='auto'
+        ``'auto'`` (or None) picks the current CUDA device when one is present,
+        the CPU otherwise.
+
+    Returns
+    -------
+    torch.device
+    """
+    if device is None or (isinstance(device, str) and device.lower() == "auto"):
+        if torch.cuda.is_available():
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(
+            "'device' must be 'auto', 'cpu', 'cuda' or 'cuda:N'; "
+            f"got {device!r}."
+        ) from exc
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device={device!r} was requested but CUDA is not available "
+                "(no GPU, or a CPU-only build of torch). Use device='cpu' or "
+                "'auto'."
+            )
+        index = torch.cuda.current_device() if dev.index is None else dev.index
+        if index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device={device!r} was requested but only "
+                f"{torch.cuda.device_count()} CUDA device(s) exist."
+            )
+        return torch.device("cuda", index)
+    if dev.type != "cpu":
+        raise ValueError(
+            f"'device' must be 'auto', 'cpu' or a CUDA device; got {device!r}."
+        )
+    return dev
+
+
+def resolve_dtype(dtype: str | np.dtype | torch.dtype | type = "float32") -> torch.dtype:
+    """Turn a user's ``dtype`` argument into ``torch.float32`` or ``torch.float64``.
+
+    Parameters
+    ----------
+    dtype : {'float32', 'float64'}, numpy dtype or torch dtype, default='float32'
+
+    Returns
+    -------
+    torch.dtype
+    """
+    if isinstance(dtype, torch.dtype):
+        if dtype in (torch.float32, torch.float64):
+            return dtype
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = str(dtype)
+        if name in _DTYPES:
+            return _DTYPES[name]
+    raise ValueError(f"'dtype' must be 'float32' or 'float64'; got {dtype!r}.")
+
+
+def numpy_dtype(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype matching a torch floating dtype."""
+    return np.dtype("float64" if dtype == torch.float64 else "float32")
+
+
+@contextlib.contextmanager
+def allow_tf32(enabled: bool = False) -> Iterator[None]:
+    """Set TF32 matmuls on or off for the duration of a block.
+
+    connscale keeps TF32 off unless the user asks for it: TF32 rounds inputs
+    to 10 mantissa bits, which can flip values that sit near a threshold.
+    """
+    matmul = torch.backends.cuda.matmul
+    cudnn = torch.backends.cudnn
+    old = (matmul.allow_tf32, cudnn.allow_tf32)
+    matmul.allow_tf32 = enabled
+    cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        matmul.allow_tf32, cudnn.allow_tf32 = old
+
+
+def synchronize(device: torch.device) -> None:
+    """Wait for all work on ``device`` (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

@@ -1,0 +1,121 @@
+"""Input validation shared by every public function.
+
+Messages say what was expected and what arrived, as scikit-learn's do.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+import numpy as np
+
+
+def check_timeseries(
+    timeseries,
+    *,
+    name: str = "timeseries",
+    min_timepoints: int = 3,
+    dtype=None,
+) -> np.ndarray:
+    """Validate a (n_timepoints, n_series) array.
+
+    Parameters
+    ----------
+    timeseries : array-like of shape (n_timepoints, n_series)
+    name : str
+        Name used in error messages.
+    min_timepoints : int, default=3
+        Fewest time points accepted.
+    dtype : numpy dtype or None
+        Convert to this dtype; None keeps float32/float64 and converts
+        anything else to float64.
+
+    Returns
+    -------
+    ndarray of shape (n_timepoints, n_series)
+    """
+    try:
+        import torch
+
+        if isinstance(timeseries, torch.Tensor):
+            timeseries = timeseries.detach().cpu().numpy()
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        pass
+    array = np.asarray(timeseries)
+    if array.dtype == object:
+        raise ValueError(f"'{name}' must be a numeric array; got an object array.")
+    if array.ndim != 2:
+        raise ValueError(
+            f"'{name}' must be a 2-D array of shape (n_timepoints, n_series); "
+            f"got an array of shape {array.shape}."
+        )
+    if not np.issubdtype(array.dtype, np.number) and array.dtype != bool:
+        raise ValueError(f"'{name}' must be numeric; got dtype {array.dtype}.")
+    if dtype is not None:
+        array = array.astype(dtype, copy=False)
+    elif array.dtype not in (np.float32, np.float64):
+        array = array.astype(np.float64)
+    n_timepoints, n_series = array.shape
+    if n_timepoints < min_timepoints:
+        raise ValueError(
+            f"'{name}' must have at least {min_timepoints} time points (rows); got "
+            f"{n_timepoints} (shape {array.shape}). Arrays are (n_timepoints, "
+            "n_series): transpose yours if the axes are swapped."
+        )
+    if n_series < 1:
+        raise ValueError(f"'{name}' has no series (shape {array.shape}).")
+    finite = np.isfinite(array)
+    if not finite.all():
+        bad = np.flatnonzero(~finite.all(axis=0))
+        n_nan = int(np.isnan(array).sum())
+        n_inf = int((~finite).sum()) - n_nan
+        raise ValueError(
+            f"'{name}' contains {n_nan} NaN and {n_inf} infinite value(s) in "
+            f"{bad.size} series (first: column {bad[0]}). Clean or drop them first."
+        )
+    return array
+
+
+def check_int(value, name: str, *, minimum: int | None = None,
+              maximum: int | None = None) -> int:
+    """Check an integer parameter lies in [minimum, maximum]."""
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ValueError(f"'{name}' must be an integer; got {value!r}.")
+    value = int(value)
+    if minimum is not None and value < minimum:
+        raise ValueError(f"'{name}' must be >= {minimum}; got {value}.")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"'{name}' must be <= {maximum}; got {value}.")
+    return value
+
+
+def check_threshold(threshold, name: str = "threshold") -> float:
+    """Check a correlation threshold lies in [-1, 1]."""
+    if isinstance(threshold, bool) or not isinstance(threshold, Real):
+        raise ValueError(f"'{name}' must be a number in [-1, 1]; got {threshold!r}.")
+    threshold = float(threshold)
+    if not -1.0 <= threshold <= 1.0:
+        raise ValueError(f"'{name}' must lie in [-1, 1]; got {threshold}.")
+    return threshold
+
+
+def check_option(value, name: str, allowed) -> str:
+    """Check a string option is one of ``allowed``."""
+    if value not in allowed:
+        raise ValueError(
+            f"'{name}' must be one of {sorted(allowed)}; got {value!r}."
+        )
+    return value
+
+
+def check_random_state(seed) -> np.random.Generator:
+    """Turn None, an int or a Generator into a numpy Generator."""
+    if seed is None or isinstance(seed, (Integral, np.integer)):
+        return np.random.default_rng(seed)
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, np.random.RandomState):
+        return np.random.default_rng(seed.randint(0, 2**31 - 1))
+    raise ValueError(
+        f"'random_state' must be None, an int or a numpy Generator; got {seed!r}."
+    )
