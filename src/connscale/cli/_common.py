@@ -1,0 +1,109 @@
+"""What every sub-command shares: compute options, logging, the run record."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import platform
+import sys
+import time
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
+
+from connscale._version import __version__
+from connscale.io._atomic import write_json_atomic
+
+logger = logging.getLogger("connscale")
+
+
+def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
+    """--device, --dtype, --memory-limit, -v/--verbose and -q/--quiet."""
+    group = parser.add_argument_group("computation")
+    group.add_argument("--device", default="auto",
+                       help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
+    group.add_argument("--dtype", default="float32", choices=["float32", "float64"],
+                       help="Working precision.")
+    group.add_argument("--memory-limit", default=None, metavar="SIZE",
+                       help="Most memory to use, e.g. '8GB' (default: 80%% of free).")
+    group.add_argument("-v", "--verbose", action="count", default=1,
+                       help="More output (-vv: debug log and tracebacks).")
+    group.add_argument("-q", "--quiet", action="store_const", const=0, dest="verbose",
+                       help="No progress bars or messages.")
+
+
+def configure_logging(verbose: int) -> None:
+    """Log to stderr at INFO (verbose 1), DEBUG (2+) or WARNING (0)."""
+    level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logger.setLevel(level)
+
+
+class RunRecord:
+    """Parameters, timings, warnings and outputs of one sub-command run.
+
+    ``finish()`` writes them as ``<prefix>_log.json`` beside the outputs.
+
+    Parameters
+    ----------
+    command : str
+        Sub-command name.
+    out_dir : path
+        Output folder (created).
+    parameters : dict
+        The run's parameters, as given.
+    """
+
+    def __init__(self, command: str, out_dir, parameters: dict) -> None:
+        self.command = command
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.parameters = {k: (str(v) if isinstance(v, Path) else v) for k, v in parameters.items()}
+        self.timings: dict[str, float] = {}
+        self.warnings: list[str] = []
+        self.outputs: list[str] = []
+        self.figures: list[str] = []
+        self.results: dict = {}
+        self.device: str | None = None
+        self._start = time.perf_counter()
+        self.started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+    @contextmanager
+    def timer(self, name: str):
+        """Time a block into ``timings[name]`` (seconds); record its warnings."""
+        start = time.perf_counter()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            yield
+        self.timings[name] = round(time.perf_counter() - start, 6)
+        for w in caught:
+            message = f"{w.category.__name__}: {w.message}"
+            if message not in self.warnings:
+                self.warnings.append(message)
+                logger.warning("%s", message)
+
+    def add_output(self, path) -> None:
+        self.outputs.append(str(path))
+
+    def add_figure(self, path) -> None:
+        self.figures.append(str(path))
+
+    def as_dict(self) -> dict:
+        return {
+            "command": self.command,
+            "software": {"connscale": __version__, "python": platform.python_version()},
+            "started": self.started,
+            "device": self.device,
+            "parameters": self.parameters,
+            "timings_s": {**self.timings, "total": round(time.perf_counter() - self._start, 6)},
+            "results": self.results,
+            "warnings": self.warnings,
+            "outputs": self.outputs,
+            "figures": self.figures,
+        }
+
+    def finish(self, prefix: str) -> Path:
+        """Write ``<out_dir>/<prefix>_log.json``; return its path."""
+        path = self.out_dir / f"{prefix}_log.json"
+        write_json_atomic(path, self.as_dict())
+        return path
