@@ -279,7 +279,7 @@ def plot_network_maps(maps, out_path, *, max_networks: int = 6, title=None,
     maps : NIfTI image or path (4-D, one volume per network), or array-like
         of shape (n_networks, n_voxels) (dense or scipy.sparse, as the sparse V).
         Images are drawn with ``nilearn.plotting.plot_prob_atlas`` (all maps
-        overlaid; ``bg_img`` defaults to the MNI template, so pass the mean
+        overlaid on up to 6 axial slices; ``bg_img`` defaults to the MNI template, so pass the mean
         functional image for data in native space). Arrays give one strip
         plot per network of its non-zero loadings by voxel index.
     out_path : str or path
@@ -304,7 +304,12 @@ def plot_network_maps(maps, out_path, *, max_networks: int = 6, title=None,
                   "colorbar": False}
         if bg_img is not None:
             kwargs["bg_img"] = _load_img(bg_img)
-        plotting.plot_prob_atlas(img, view_type="filled_contours", **kwargs)
+        import warnings
+
+        with warnings.catch_warnings():  # nilearn's masked-array conversion notices
+            warnings.filterwarnings("ignore", message=".*converting a masked element")
+            plotting.plot_prob_atlas(img, view_type="filled_contours", display_mode="z",
+                                     cut_coords=min(6, img.shape[2]), **kwargs)
         return _save(fig, out_path)
     try:
         import scipy.sparse as sp

@@ -1,0 +1,93 @@
+"""report.html: valid, self-contained, every figure embedded; written by RunRecord."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _html_check import check_html, decoded_images  # noqa: E402
+
+from connscale.cli._common import RunRecord  # noqa: E402
+from connscale.report import plots, render_report, write_report  # noqa: E402
+
+
+def _record(tmp_path, n_figures=2):
+    record = RunRecord("fc", tmp_path, {"input": tmp_path / "sub-01_bold.nii.gz",
+                                        "window": 30, "note": "<b>&\"quoted\""})
+    record.device = "cpu"
+    with record.timer("compute"):
+        pass
+    record.timings["write"] = 0.25
+    record.results = {
+        "accuracy": {"mean": 0.8, "ci_low": 0.64, "ci_high": 0.91, "k": 32, "n": 40},
+        "sensitivity": {"mean": 0.75, "ci_low": 0.51, "ci_high": 0.91},
+        "n_edges": 4950, "scores": list(np.linspace(0, 1, 50)), "nested": {"a": [1, 2]},
+        "array": np.arange(3),
+    }
+    record.warnings.append("ConstantSeriesWarning: 2 constant series <excluded>")
+    rng = np.random.default_rng(0)
+    for k in range(n_figures):
+        record.add_figure(plots.plot_correlation_matrix(
+            np.corrcoef(rng.standard_normal((20, 5)), rowvar=False), tmp_path / f"fig{k}.png"))
+    out = tmp_path / "sub-01_relmat.tsv"
+    out.write_text("a\n")
+    record.add_output(out)
+    return record
+
+
+def test_report_is_valid_and_self_contained(tmp_path):
+    record = _record(tmp_path)
+    path = write_report(record, tmp_path)
+    assert path == tmp_path / "report.html"
+    text = path.read_text()
+    checker = check_html(text)
+    images = decoded_images(checker)
+    assert len(images) == 2
+    assert images[0] == (tmp_path / "fig0.png").read_bytes()
+    assert "connscale fc" in checker.title
+    for expected in ["Parameters", "Timings", "Results", "Figures", "Warnings (1)",
+                     "Outputs", "sub-01_relmat.tsv", "cpu", "[0.64, 0.91]", "32 / 40",
+                     "&lt;b&gt;&amp;&quot;quoted&quot;", "&lt;excluded&gt;", "4950",
+                     "50 values (mean 0.5"]:
+        assert expected in text, expected
+    assert "<b>&" not in text
+
+
+def test_report_from_log_dict_and_missing_figure(tmp_path):
+    record = _record(tmp_path, n_figures=1)
+    record.add_figure(tmp_path / "gone.png")
+    as_dict = json.loads(json.dumps(record.as_dict(), default=lambda v: v.tolist()))
+    with pytest.warns(RuntimeWarning, match="gone.png not embedded"):
+        text = render_report(as_dict, tmp_path)
+    checker = check_html(text)
+    assert len(decoded_images(checker)) == 1
+    assert "gone.png not embedded" in text and "Warnings (2)" in text
+    with pytest.raises(ValueError, match="Expected a RunRecord"):
+        render_report(["not", "a", "record"], tmp_path)
+
+
+def test_finish_writes_log_then_report(tmp_path):
+    record = _record(tmp_path)
+    log = record.finish("fc")
+    assert json.loads(log.read_text())["command"] == "fc"
+    assert record.report_path == tmp_path / "report.html"
+    checker = check_html(record.report_path.read_text())
+    assert len(decoded_images(checker)) == 2
+
+
+def test_report_failure_keeps_the_log_and_warns(tmp_path, monkeypatch):
+    import connscale.report.html as report_html
+
+    def broken(record, out_dir):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(report_html, "write_report", broken)
+    record = _record(tmp_path, n_figures=0)
+    with pytest.warns(RuntimeWarning, match="report.html could not be written.*disk full"):
+        log = record.finish("fc")
+    assert json.loads(log.read_text())["parameters"]["window"] == 30
+    assert record.report_path is None
+    assert not (tmp_path / "report.html").exists()
