@@ -1,5 +1,26 @@
-"""Bundled real data and simulators with known structure."""
+"""Bundled real data (offline) and simulators with known ground truth."""
 
+from connscale.datasets.bundled import (
+    compute_brain_mask,
+    load_nibabel_functional,
+    load_nitime_fmri,
+    load_nitime_roi,
+    nibabel_functional_path,
+    nitime_fmri_path,
+    nitime_roi_path,
+)
 from connscale.datasets.cohort import Cohort, simulate_cohort
+from connscale.datasets.simulate import simulate_timeseries
 
-__all__ = ["Cohort", "simulate_cohort"]
+__all__ = [
+    "Cohort",
+    "compute_brain_mask",
+    "load_nibabel_functional",
+    "load_nitime_fmri",
+    "load_nitime_roi",
+    "nibabel_functional_path",
+    "nitime_fmri_path",
+    "nitime_roi_path",
+    "simulate_cohort",
+    "simulate_timeseries",
+]
