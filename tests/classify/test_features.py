@@ -94,8 +94,11 @@ def test_read_relmat_bad_inputs(tmp_path, rng):
     (tmp_path / "text_relmat.tsv").write_text("A\tB\n1\tx\nx\t1\n")
     with pytest.raises(ValueError, match="non-numeric"):
         read_relmat(tmp_path / "text_relmat.tsv")
-    _write_h5(tmp_path / "kind_relmat.h5", np.zeros(10), "sparse")
-    with pytest.raises(ValueError, match="'triu' or 'dense'"):
+    _write_h5(tmp_path / "csr_relmat.h5", np.zeros(10), "sparse")
+    with pytest.raises(ValueError, match="needs a CSR group"):
+        read_relmat(tmp_path / "csr_relmat.h5")
+    _write_h5(tmp_path / "kind_relmat.h5", np.zeros(10), "lowrank")
+    with pytest.raises(ValueError, match="'triu', 'dense' or 'sparse'"):
         read_relmat(tmp_path / "kind_relmat.h5")
     _write_h5(tmp_path / "n_relmat.h5", np.zeros(10), "triu", n=6)
     with pytest.raises(ValueError, match="n=6 does not match"):
@@ -248,3 +251,34 @@ def test_participants_bad_inputs(tmp_path, rng):
         align_labels(features, path, label="group", classes=["a", "z"])
     with pytest.raises(FileNotFoundError, match="No such participants file"):
         read_participants(tmp_path / "none.tsv", label="group")
+
+
+def test_relmat_h5_written_by_connscale_io(tmp_path, rng):
+    """Stores written by connscale.io.hdf5 (triu, dense, sparse) read back."""
+    import scipy.sparse as sp
+
+    from connscale.io.hdf5 import RelmatWriter
+
+    matrix = _corr(rng)
+    expected = matrix[np.triu_indices(N, 1)]
+    for kind in ("triu", "dense", "sparse"):
+        path = tmp_path / f"sub-01_{kind}_relmat.h5"
+        with h5py.File(path, "w") as handle:
+            writer = RelmatWriter(handle, N, kind, np.float64)
+            if kind == "triu":
+                writer.write_triu(0, expected)
+            elif kind == "dense":
+                writer.write_rows(0, matrix)
+            else:
+                upper = sp.csr_array(np.triu(np.where(np.abs(matrix) >= 0.2, matrix, 0), 1))
+                writer.append_csr_rows(np.diff(upper.indptr), upper.indices, upper.data)
+            writer.close()
+        vector, _ = read_relmat(path)
+        if kind == "sparse":
+            np.testing.assert_allclose(vector, np.where(np.abs(expected) >= 0.2, expected, 0))
+        else:
+            np.testing.assert_allclose(vector, expected)
+    with h5py.File(tmp_path / "part_relmat.h5", "w") as handle:
+        RelmatWriter(handle, N, "triu", np.float64)  # never closed: incomplete
+    with pytest.raises(ValueError, match="incomplete"):
+        read_relmat(tmp_path / "part_relmat.h5")

@@ -7,8 +7,10 @@ Each subject is one file whose name carries its BIDS subject entity
   region-level LiFE connectomes): ``.npy`` (a square matrix or the 1-D
   strictly-upper-triangle vector in connscale's row-major order), BIDS
   ``_relmat.tsv`` (a square matrix with a header row of region labels) and
-  ``_relmat.h5`` (dataset ``"relmat"`` with attributes ``kind`` in
-  {``"triu"``, ``"dense"``} and ``n``; optional ``labels``). Each matrix
+  ``_relmat.h5`` (as :mod:`connscale.io.hdf5` writes it: dataset
+  ``"relmat"``, attributes ``kind`` in {``"triu"``, ``"dense"``,
+  ``"sparse"``} and ``N`` (or ``n``) on the root or the dataset, optional
+  ``labels``; a sparse store's unstored pairs read as 0). Each matrix
   contributes its strictly-upper triangle, one feature per region pair;
 - DFC pair summaries written by ``connscale pairs``: a TSV with columns
   ``i``, ``j``, ``label_i``, ``label_j`` and any of ``mean``, ``std``,
@@ -238,6 +240,16 @@ def _read_relmat_tsv(path: Path):
     return _square_to_vec(matrix, str(path)), header
 
 
+def _attr(attrs_list, *names):
+    """First attribute among ``names`` found in the attribute sets, decoded."""
+    for attrs in attrs_list:
+        for name in names:
+            if name in attrs:
+                value = attrs[name]
+                return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
 def _read_relmat_h5(path: Path):
     import h5py
 
@@ -246,13 +258,30 @@ def _read_relmat_h5(path: Path):
             raise ValueError(
                 f"{str(path)!r}: no dataset 'relmat'; found {sorted(handle.keys())}."
             )
-        dataset = handle["relmat"]
-        kind = dataset.attrs.get("kind", "dense" if dataset.ndim == 2 else "triu")
-        if isinstance(kind, bytes):
-            kind = kind.decode()
-        data = dataset[()]
-        labels = dataset.attrs.get("labels", handle.attrs.get("labels", None))
-        n_attr = dataset.attrs.get("n", None)
+        node = handle["relmat"]
+        # connscale.io.hdf5 keeps kind/N/complete on the root; accept them on
+        # the dataset too.
+        attrs = [node.attrs, handle.attrs]
+        if _attr(attrs, "complete") is not None and not bool(_attr(attrs, "complete")):
+            raise ValueError(f"{str(path)!r} is incomplete (the run that wrote it did not "
+                             "finish).")
+        default = "sparse" if isinstance(node, h5py.Group) else (
+            "dense" if node.ndim == 2 else "triu")
+        kind = _attr(attrs, "kind") or default
+        n_attr = _attr(attrs, "n", "N")
+        labels = _attr(attrs, "labels")
+        if kind == "sparse":
+            import scipy.sparse as sp
+
+            if not isinstance(node, h5py.Group):
+                raise ValueError(f"{str(path)!r}: kind 'sparse' needs a CSR group 'relmat'.")
+            shape = tuple(int(x) for x in node.attrs["shape"])
+            data = sp.csr_array((node["data"][()], node["indices"][()], node["indptr"][()]),
+                                shape=shape).toarray()
+        elif isinstance(node, h5py.Group):
+            raise ValueError(f"{str(path)!r}: 'relmat' is a group but kind is {kind!r}.")
+        else:
+            data = node[()]
     if labels is not None:
         labels = [lab.decode() if isinstance(lab, bytes) else str(lab) for lab in labels]
     if kind == "triu":
@@ -262,12 +291,14 @@ def _read_relmat_h5(path: Path):
             )
         n = _n_from_pairs(data.size, str(path))
         vector = data
-    elif kind == "dense":
+    elif kind in ("dense", "sparse"):
+        # sparse: pairs below the threshold were not stored and read as 0.
         vector = _square_to_vec(data, str(path))
         n = data.shape[0]
     else:
         raise ValueError(
-            f"{str(path)!r}: attribute 'kind' must be 'triu' or 'dense'; got {kind!r}."
+            f"{str(path)!r}: attribute 'kind' must be 'triu', 'dense' or 'sparse'; "
+            f"got {kind!r}."
         )
     if n_attr is not None and int(n_attr) != n:
         raise ValueError(
