@@ -1,6 +1,7 @@
 """connscale: fast, scalable brain connectivity on CPUs, GPUs and clusters."""
 
 from connscale._version import __version__
+from connscale.classify import cross_validate, load_features
 from connscale.fc import (
     ConstantSeriesWarning,
     correlation,
@@ -18,7 +19,9 @@ __all__ = [
     "ConstantSeriesWarning",
     "__version__",
     "correlation",
+    "cross_validate",
     "from_nilearn_vec",
+    "load_features",
     "load_relmat",
     "load_timeseries",
     "matrix_to_vec",

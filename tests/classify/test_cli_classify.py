@@ -2,17 +2,13 @@
 
 import csv
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from connscale.cli import main as cli_main
 from connscale.datasets import simulate_cohort
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "report"))
-from _html_check import check_html, decoded_images  # noqa: E402
+from tests.report._html_check import check_html, decoded_images
 
 
 @pytest.fixture

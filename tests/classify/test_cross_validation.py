@@ -166,7 +166,7 @@ def test_result_structure_and_counts(planted):
                             interval="predictions")
     assert pooled["accuracy"]["n"] == n * repeats
     assert pooled["accuracy"]["mean"] == pytest.approx(result["accuracy"]["mean"])
-    width = lambda m: m["ci_high"] - m["ci_low"]  # noqa: E731
+    width = lambda m: m["ci_high"] - m["ci_low"]
     assert width(pooled["accuracy"]) <= width(result["accuracy"])
 
 
@@ -225,3 +225,12 @@ def test_bad_inputs():
         cross_validate(X, y, folds=1)
     with pytest.raises(ValueError, match="'pos_label'"):
         cross_validate(X, y, pos_label=3)
+
+
+def test_bad_n_features_to_select():
+    X = np.random.default_rng(0).standard_normal((20, 4))
+    y = np.repeat([0, 1], 10)
+    with pytest.raises(ValueError, match="positive count"):
+        cross_validate(X, y, rfe=True, n_features_to_select=-1)
+    with pytest.raises(ValueError, match="'n_features_to_select' must be one of"):
+        cross_validate(X, y, rfe=True, n_features_to_select="auto")

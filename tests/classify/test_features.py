@@ -71,7 +71,7 @@ def test_read_relmat_formats_agree(tmp_path, rng):
     _write_h5(tmp_path / "d_relmat.h5", matrix, "dense")
     for name in ["sq.npy", "vec.npy", "a_relmat.tsv", "b_relmat.tsv", "t_relmat.h5",
                  "d_relmat.h5"]:
-        vector, labels = read_relmat(tmp_path / name)
+        vector, _ = read_relmat(tmp_path / name)
         np.testing.assert_allclose(vector, expected, rtol=0, atol=1e-15, err_msg=name)
     assert read_relmat(tmp_path / "a_relmat.tsv")[1] == LABELS
     assert read_relmat(tmp_path / "b_relmat.tsv")[1] == LABELS

@@ -1,17 +1,13 @@
 """report.html: valid, self-contained, every figure embedded; written by RunRecord."""
 
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
-from _html_check import check_html, decoded_images  # noqa: E402
-
-from connscale.cli._common import RunRecord  # noqa: E402
-from connscale.report import plots, render_report, write_report  # noqa: E402
+from connscale.cli._common import RunRecord
+from connscale.report import plots, render_report, write_report
+from tests.report._html_check import check_html, decoded_images
 
 
 def _record(tmp_path, n_figures=2):

@@ -24,12 +24,11 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from scipy import stats
 
 from connscale._docs import fill_doc
 from connscale._validation import check_int, check_option, check_random_state
 
-__all__ = ["clopper_pearson", "build_pipeline", "cross_validate", "METRICS"]
+__all__ = ["METRICS", "build_pipeline", "clopper_pearson", "cross_validate"]
 
 #: The metrics reported by :func:`cross_validate`, in order.
 METRICS = ("accuracy", "sensitivity", "specificity", "precision", "recall")
@@ -57,6 +56,8 @@ def clopper_pearson(k, n, *, confidence: float = 0.95) -> tuple[float, float]:
     -------
     (low, high) : tuple of float
     """
+    from scipy import stats
+
     k, n = float(k), float(n)
     if not n > 0:
         raise ValueError(f"'n' must be positive; got {n}.")
@@ -338,11 +339,12 @@ def cross_validate(
     permutation_test = check_int(permutation_test, "permutation_test", minimum=0)
     if n_features_to_select is not None and not rfe:
         raise ValueError("'n_features_to_select' needs rfe=True.")
-    if n_features_to_select is not None and not isinstance(n_features_to_select, str):
-        if isinstance(n_features_to_select, bool) or not isinstance(
-                n_features_to_select, (Integral, Real)) or n_features_to_select <= 0:
-            raise ValueError("'n_features_to_select' must be a positive count, a "
-                             f"fraction in (0, 1), 'cv' or None; got {n_features_to_select!r}.")
+    if n_features_to_select is not None and not isinstance(n_features_to_select, str) and (
+            isinstance(n_features_to_select, bool)
+            or not isinstance(n_features_to_select, (Integral, Real))
+            or n_features_to_select <= 0):
+        raise ValueError("'n_features_to_select' must be a positive count, a "
+                         f"fraction in (0, 1), 'cv' or None; got {n_features_to_select!r}.")
     X, y01, classes = _check_inputs(X, y, folds, pos_label)
     n_subjects, n_features = X.shape
 

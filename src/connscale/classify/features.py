@@ -33,15 +33,15 @@ from connscale.fc.triu import matrix_to_vec, n_pairs, triu_pairs
 
 __all__ = [
     "FeatureSet",
-    "subject_id_from_path",
-    "read_relmat",
-    "read_pair_summary",
+    "align_labels",
     "fisher_z",
     "load_connectome_features",
-    "load_pair_features",
     "load_features",
+    "load_pair_features",
+    "read_pair_summary",
     "read_participants",
-    "align_labels",
+    "read_relmat",
+    "subject_id_from_path",
 ]
 
 _SUBJECT = re.compile(r"(?:^|[_/\\])sub-([A-Za-z0-9]+)")
@@ -158,7 +158,7 @@ def _square_to_vec(matrix: np.ndarray, source: str) -> np.ndarray:
 
 
 def _n_from_pairs(n_values: int, source: str) -> int:
-    n = int(round((1 + np.sqrt(1 + 8 * n_values)) / 2))
+    n = round((1 + np.sqrt(1 + 8 * n_values)) / 2)
     if n_pairs(n) != n_values:
         raise ValueError(
             f"{source}: a 1-D upper-triangle vector must have n(n-1)/2 "
@@ -612,7 +612,7 @@ def read_participants(path, *, label: str) -> dict:
         pid = (row["participant_id"] or "").strip()
         if not pid:
             continue
-        pid = pid[4:] if pid.startswith("sub-") else pid
+        pid = pid.removeprefix("sub-")
         value = (row[label] or "").strip()
         if value in ("", "n/a", "NaN", "nan"):
             continue

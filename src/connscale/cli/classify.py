@@ -132,8 +132,8 @@ def run(args) -> int:
         if args.positive is not None:
             from connscale.classify.features import read_participants
 
-            values = sorted(set(read_participants(args.participants, label=args.label)
-                                .get(s) for s in features.subjects) - {None})
+            mapping = read_participants(args.participants, label=args.label)
+            values = sorted({mapping.get(s) for s in features.subjects} - {None})
             if args.positive not in values:
                 raise ValueError(f"--positive {args.positive!r} is not a value of column "
                                  f"{args.label!r}; found {values}.")

@@ -192,7 +192,7 @@ def simulate_cohort(
     rng = check_random_state(random_state)
     edges = _choose_edges(effect_edges, n_regions, rng)
 
-    n_patients = min(max(int(round(patient_fraction * n_subjects)), 2), n_subjects - 2)
+    n_patients = min(max(round(patient_fraction * n_subjects), 2), n_subjects - 2)
     y = np.zeros(n_subjects, dtype=np.int64)
     y[rng.permutation(n_subjects)[:n_patients]] = 1
     network = np.arange(n_regions) * n_networks // n_regions

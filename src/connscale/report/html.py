@@ -17,7 +17,7 @@ import warnings
 from numbers import Number
 from pathlib import Path
 
-__all__ = ["write_report", "render_report"]
+__all__ = ["render_report", "write_report"]
 
 _MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
          ".gif": "image/gif", ".svg": "image/svg+xml"}
@@ -154,7 +154,7 @@ def _render_timings(timings: dict) -> str:
     top = max(numbers.values(), default=0.0) or 1.0
     rows = ["<table><tr><th>step</th><th>seconds</th><th></th></tr>"]
     for key, value in numbers.items():
-        width = int(round(200 * value / top))
+        width = round(200 * value / top)
         rows.append(f"<tr><td>{_esc(key)}</td><td class=\"num\">{_esc(_fmt_number(value))}"
                     f"</td><td><span class=\"bar\" style=\"width: {width}px\"></span></td></tr>")
     rows.append("</table>")

@@ -13,17 +13,17 @@ from pathlib import Path
 import numpy as np
 
 __all__ = [
-    "plot_correlation_matrix",
+    "plot_confusion_matrix",
     "plot_connectome",
+    "plot_correlation_matrix",
     "plot_edge_timecourses",
-    "window_similarity",
-    "plot_window_similarity",
     "plot_network_maps",
     "plot_network_timecourses",
     "plot_rmse_map",
-    "plot_weight_histogram",
-    "plot_confusion_matrix",
     "plot_roc",
+    "plot_weight_histogram",
+    "plot_window_similarity",
+    "window_similarity",
 ]
 
 _DPI = 100
