@@ -87,3 +87,12 @@ def test_report_failure_keeps_the_log_and_warns(tmp_path, monkeypatch):
     assert json.loads(log.read_text())["parameters"]["window"] == 30
     assert record.report_path is None
     assert not (tmp_path / "report.html").exists()
+
+
+def test_nested_lists_render_as_tables(tmp_path):
+    record = {"command": "classify", "parameters": {"features": ["a.tsv", "b.tsv"] * 10},
+              "results": {"confusion": [[18, 2], [3, 17]]}, "figures": [], "outputs": []}
+    text = render_report(record, tmp_path)
+    check_html(text)
+    assert '<table><tr><td class="num">18</td><td class="num">2</td></tr>' in text
+    assert "20 values: a.tsv, b.tsv, a.tsv, ..." in text

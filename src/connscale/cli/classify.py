@@ -218,6 +218,9 @@ def run(args) -> int:
         "n_features": result["n_features"],
         "classes": f"{negative} (negative) vs {positive} (positive)",
         "metrics": summary,
+        "interval": ("Clopper-Pearson 95% on counts pooled over all test predictions"
+                     + (f", divided by the {args.repeats} repeats (one pass over the "
+                        "subjects)" if args.interval == "subjects" else "")),
         "auc": {"mean": result["auc"]["mean"], "std": result["auc"]["std"]},
         "confusion_matrix [[TN, FP], [FN, TP]]": result["confusion_matrix"],
         "top_features": [f"{row[2]} ({row[8]:.3g})" for row in rows[:10]],

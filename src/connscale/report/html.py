@@ -97,6 +97,9 @@ def _render_value(value, depth: int = 0) -> str:
         if flat and len(value) <= _MAX_LIST:
             return _esc(", ".join(_fmt_number(v) if isinstance(v, Number) else str(v)
                                   for v in value)) or '<span class="muted">empty</span>'
+        if flat and all(isinstance(v, str) for v in value):
+            head = ", ".join(str(v) for v in value[:3])
+            return _esc(f"{len(value)} values: {head}, ...")
         if flat:
             numbers = [float(v) for v in value if isinstance(v, Number)]
             text = f"{len(value)} values"
@@ -106,6 +109,14 @@ def _render_value(value, depth: int = 0) -> str:
                     text += f" (mean {_fmt_number(sum(finite) / len(finite))}, " \
                             f"min {_fmt_number(min(finite))}, max {_fmt_number(max(finite))})"
             return _esc(text)
+        rows = [_to_plain(v) for v in value]
+        if (rows and len(rows) <= _MAX_LIST and all(isinstance(r, list) for r in rows)
+                and len({len(r) for r in rows}) == 1 and len(rows[0]) <= _MAX_LIST
+                and all(isinstance(c, (Number, str)) for r in rows for c in r)):
+            cells = "".join(
+                "<tr>" + "".join(f'<td class="num">{_esc(_fmt_number(c) if isinstance(c, Number) else c)}</td>'
+                                 for c in r) + "</tr>" for r in rows)
+            return f"<table>{cells}</table>"
         return _esc(f"{len(value)} items")
     return _esc(value)
 
