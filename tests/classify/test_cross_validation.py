@@ -234,3 +234,30 @@ def test_bad_n_features_to_select():
         cross_validate(X, y, rfe=True, n_features_to_select=-1)
     with pytest.raises(ValueError, match="'n_features_to_select' must be one of"):
         cross_validate(X, y, rfe=True, n_features_to_select="auto")
+
+
+def test_linear_svm_equals_sklearn_svc_linear():
+    """The Gram-matrix SVM gives SVC(kernel='linear')'s solution."""
+    from sklearn.svm import SVC
+
+    from connscale.classify.cross_validation import _svc
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((30, 200))
+    y = np.repeat(["a", "b"], 15)
+    X[y == "b", :3] += 1.0
+    ours = _svc().fit(X, y)
+    reference = SVC(kernel="linear", C=1.0).fit(X, y)
+    np.testing.assert_allclose(ours.coef_, reference.coef_, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(ours.intercept_, reference.intercept_, rtol=1e-6, atol=1e-8)
+    test = rng.standard_normal((10, 200))
+    np.testing.assert_allclose(ours.decision_function(test),
+                               reference.decision_function(test), rtol=1e-6, atol=1e-8)
+    np.testing.assert_array_equal(ours.predict(test), reference.predict(test))
+
+
+def test_parallel_folds_match_serial(planted):
+    cohort, X = planted
+    serial = cross_validate(X, cohort.y, repeats=1, random_state=5)
+    parallel = cross_validate(X, cohort.y, repeats=1, random_state=5, n_jobs=2)
+    np.testing.assert_allclose(parallel["oof_scores"], serial["oof_scores"])
