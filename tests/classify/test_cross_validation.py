@@ -257,7 +257,26 @@ def test_linear_svm_equals_sklearn_svc_linear():
 
 
 def test_parallel_folds_match_serial(planted):
+    from joblib import parallel_config
+
     cohort, X = planted
     serial = cross_validate(X, cohort.y, repeats=1, random_state=5)
-    parallel = cross_validate(X, cohort.y, repeats=1, random_state=5, n_jobs=2)
+    with parallel_config(backend="threading"):  # the n_jobs path without process start-up
+        parallel = cross_validate(X, cohort.y, repeats=1, random_state=5, n_jobs=2)
     np.testing.assert_allclose(parallel["oof_scores"], serial["oof_scores"])
+
+
+def test_compare_features_uses_the_same_folds(planted):
+    from connscale.classify import compare_features
+
+    cohort, X = planted
+    noise = np.random.default_rng(0).standard_normal(X.shape)
+    results = compare_features({"actual": X, "copy": X.copy(), "noise": noise}, cohort.y,
+                               repeats=1, random_state=3)
+    assert list(results) == ["actual", "copy", "noise"]
+    np.testing.assert_array_equal(results["actual"]["oof_scores"], results["copy"]["oof_scores"])
+    assert results["actual"]["accuracy"]["mean"] > results["noise"]["accuracy"]["mean"] + 0.2
+    with pytest.raises(ValueError, match="must be an int"):
+        compare_features({"a": X}, cohort.y, random_state=None)
+    with pytest.raises(ValueError, match="same subjects"):
+        compare_features({"a": X, "b": X[:10]}, cohort.y)

@@ -109,3 +109,13 @@ def test_classification_plots(tmp_path):
         plots.plot_confusion_matrix([[1, 2], [3, 4]], tmp_path / "x.png", class_names=["a"])
     with pytest.raises(ValueError, match="40 columns"):
         plots.plot_roc(y, scores[:, :10], tmp_path / "x.png")
+
+
+def test_metric_comparison(tmp_path):
+    entry = {"mean": 0.62, "ci_low": 0.54, "ci_high": 0.69}
+    results = {"actual": {m: entry for m in ("accuracy", "sensitivity", "specificity")},
+               "reconstructed": {m: dict(entry, mean=0.6) for m in
+                                 ("accuracy", "sensitivity", "specificity")}}
+    _check_png(plots.plot_metric_comparison(results, tmp_path / "bars.png"))
+    with pytest.raises(ValueError, match="has no 'precision'"):
+        plots.plot_metric_comparison(results, tmp_path / "x.png", metrics=["precision"])

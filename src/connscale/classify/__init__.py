@@ -9,6 +9,7 @@ from connscale.classify.cross_validation import (
     METRICS,
     build_pipeline,
     clopper_pearson,
+    compare_features,
     cross_validate,
 )
 from connscale.classify.features import (
@@ -30,6 +31,7 @@ __all__ = [
     "align_labels",
     "build_pipeline",
     "clopper_pearson",
+    "compare_features",
     "cross_validate",
     "fisher_z",
     "load_connectome_features",

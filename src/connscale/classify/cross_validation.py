@@ -464,3 +464,38 @@ def cross_validate(
                                  "n_permutations": permutation_test,
                                  "null_scores": np.asarray(null_scores)}
     return result
+
+
+def compare_features(feature_sets: dict, y, *, random_state=0, **kwargs) -> dict:
+    """Cross-validate several feature matrices of the same subjects on the same folds.
+
+    For comparisons such as GPU-DFC Table IV (actual vs low-rank
+    reconstructed correlations): every matrix gets the same seed, hence the
+    same repeated stratified splits and the same model initialisation, so
+    the differences come from the features alone.
+
+    Parameters
+    ----------
+    feature_sets : dict of str -> array-like of shape (n_subjects, n_features_k)
+        Named feature matrices, rows in the same subject order.
+    y : array-like of shape (n_subjects,)
+    random_state : int, default=0
+        Shared seed (an int, so that every run draws the same splits).
+    **kwargs
+        Passed to :func:`cross_validate` (model, folds, repeats, rfe, ...).
+
+    Returns
+    -------
+    dict of str -> dict
+        The :func:`cross_validate` result of each feature set, in order.
+    """
+    if not feature_sets:
+        raise ValueError("'feature_sets' is empty; give at least one named matrix.")
+    if isinstance(random_state, bool) or not isinstance(random_state, (Integral, np.integer)):
+        raise ValueError("'random_state' must be an int so that every feature set gets the "
+                         f"same folds; got {random_state!r}.")
+    n_rows = {name: np.shape(X)[0] for name, X in feature_sets.items()}
+    if len(set(n_rows.values())) != 1:
+        raise ValueError(f"All feature sets must have the same subjects (rows); got {n_rows}.")
+    return {name: cross_validate(X, y, random_state=int(random_state), **kwargs)
+            for name, X in feature_sets.items()}

@@ -17,6 +17,7 @@ __all__ = [
     "plot_connectome",
     "plot_correlation_matrix",
     "plot_edge_timecourses",
+    "plot_metric_comparison",
     "plot_network_maps",
     "plot_network_timecourses",
     "plot_rmse_map",
@@ -526,4 +527,54 @@ def plot_roc(y_true, scores, out_path, *, title=None) -> Path:
                  + (f" ± {np.std(aucs):.3f} ({scores.shape[0]} repeats)"
                     if scores.shape[0] > 1 else ""))
     ax.set_aspect("equal")
+    return _save(fig, out_path)
+
+
+def plot_metric_comparison(results: dict, out_path, *,
+                           metrics=("accuracy", "sensitivity", "specificity"),
+                           chance: float | None = 0.5, title=None) -> Path:
+    """Grouped bars of cross-validated metrics with their 95% intervals.
+
+    Parameters
+    ----------
+    results : dict of str -> dict
+        Name -> :func:`connscale.classify.cross_validate` result (or any dict
+        holding ``{metric: {"mean", "ci_low", "ci_high"}}``), e.g. the output
+        of :func:`connscale.classify.compare_features`.
+    out_path : str or path
+    metrics : sequence of str, default=('accuracy', 'sensitivity', 'specificity')
+    chance : float or None, default=0.5
+        Dashed line at chance level; None for none.
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    if not results:
+        raise ValueError("'results' is empty.")
+    for name, result in results.items():
+        for metric in metrics:
+            entry = result.get(metric) if isinstance(result, dict) else None
+            if not isinstance(entry, dict) or not {"mean", "ci_low", "ci_high"} <= set(entry):
+                raise ValueError(f"results[{name!r}] has no {metric!r} with mean, ci_low, "
+                                 "ci_high.")
+    plt = _pyplot()
+    names = list(results)
+    width = 0.8 / len(names)
+    x = np.arange(len(metrics))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(metrics), 3.8))
+    for k, name in enumerate(names):
+        means = np.array([results[name][m]["mean"] for m in metrics])
+        low = means - np.array([results[name][m]["ci_low"] for m in metrics])
+        high = np.array([results[name][m]["ci_high"] for m in metrics]) - means
+        ax.bar(x + (k - (len(names) - 1) / 2) * width, means, width, yerr=[low, high],
+               capsize=3, label=name, color=f"C{k % 10}")
+    if chance is not None:
+        ax.axhline(chance, ls="--", color="0.5", lw=0.8)
+    ax.set_xticks(x, list(metrics))
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("proportion (95% Clopper-Pearson interval)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title or "Cross-validated classification")
     return _save(fig, out_path)
