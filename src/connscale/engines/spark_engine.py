@@ -125,6 +125,10 @@ class SparkEngine(Engine):
             .set("spark.ui.showConsoleProgress", "false")
             .set("spark.python.worker.reuse", "true")
         )
+        if master.startswith("local"):
+            # Forked Python workers inherit connscale and torch from the daemon.
+            conf.set("spark.python.use.daemon", "true")
+            conf.set("spark.python.daemon.module", "connscale.engines._spark_daemon")
         sc = pyspark.SparkContext(conf=conf)
         sc.setLogLevel("ERROR")
         self._own = True
