@@ -7,11 +7,15 @@ from connscale.fc import (
     from_nilearn_vec,
     matrix_to_vec,
     n_pairs,
+    pair_summary,
+    pairwise_dfc,
     to_nilearn_vec,
     triu_index,
     triu_pairs,
     vec_to_matrix,
 )
+from connscale.cohort import run_cohort
+from connscale.engines import get_engine
 from connscale.io import load_relmat, load_timeseries
 
 __all__ = [
@@ -19,10 +23,14 @@ __all__ = [
     "__version__",
     "correlation",
     "from_nilearn_vec",
+    "get_engine",
     "load_relmat",
     "load_timeseries",
     "matrix_to_vec",
     "n_pairs",
+    "pair_summary",
+    "pairwise_dfc",
+    "run_cohort",
     "to_nilearn_vec",
     "triu_index",
     "triu_pairs",

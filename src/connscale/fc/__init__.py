@@ -2,6 +2,7 @@
 index helpers."""
 
 from connscale.fc.normalize import ConstantSeriesWarning
+from connscale.fc.pairs import PairSummary, PairwiseDFC, pair_summary, pairwise_dfc
 from connscale.fc.static import correlation
 from connscale.fc.triu import (
     from_nilearn_vec,
@@ -15,10 +16,14 @@ from connscale.fc.triu import (
 
 __all__ = [
     "ConstantSeriesWarning",
+    "PairSummary",
+    "PairwiseDFC",
     "correlation",
     "from_nilearn_vec",
     "matrix_to_vec",
     "n_pairs",
+    "pair_summary",
+    "pairwise_dfc",
     "to_nilearn_vec",
     "triu_index",
     "triu_pairs",
