@@ -122,3 +122,26 @@ def test_local_engine_replaces_dead_workers(tmp_path):
         got = engine.sum_blocks(blocks, ef.block_gram_exit_once, str(tmp_path / "c"))
         expected = SerialEngine().sum_blocks(SerialEngine().load_blocks(ef.make_block, 3), ef.block_gram)
         assert_array_equal(got, expected)
+
+
+@pytest.mark.cluster
+def test_dask_engine_on_a_scheduler_address(dask_engine):
+    address = dask_engine.client.scheduler.address
+    with get_engine("dask", cluster=address) as engine:
+        assert engine.n_jobs == 2
+        assert engine.map(ef.item_stats, [np.ones(3)]) == [(3.0, 3)]
+    # Closing the second client leaves the cluster running.
+    assert dask_engine.map(ef.item_stats, [np.ones(2)]) == [(2.0, 2)]
+
+
+@pytest.mark.cluster
+def test_spark_engine_on_a_running_context(spark_engine):
+    from connscale.engines import SparkEngine
+
+    with SparkEngine(spark_engine.sc) as engine:
+        assert engine.n_jobs == 2
+        assert engine.map(ef.item_stats, [np.ones(3)]) == [(3.0, 3)]
+    assert spark_engine.sc is not None
+    assert spark_engine.map(ef.item_stats, [np.ones(2)]) == [(2.0, 2)]
+    with pytest.raises(ValueError, match="'cluster' must be None, a Spark master URL"):
+        SparkEngine(42)
