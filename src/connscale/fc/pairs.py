@@ -347,66 +347,105 @@ def _compute_group(scans, window_length: int, step: int,
                    onsets: np.ndarray, dev: torch.device, tdtype: torch.dtype,
                    per_item: int, budget: int, flat: torch.Tensor,
                    as_tensor: bool):
-    """Courses of scans of equal length: a (S, P, K) array or device tensor."""
-    n_scans = len(scans)
+    """Courses of scans of equal length: a (S, P, K) array or device tensor.
+
+    Scans are processed in blocks (window statistics, then the windows in
+    chunks), so device memory holds one block's data and one chunk's
+    temporaries whatever the cohort size.
+    """
+    host = scans if isinstance(scans, np.ndarray) else np.stack(scans)
+    host = np.ascontiguousarray(host)
+    n_scans, n_timepoints, n_regions = host.shape
     n_windows = onsets.size
     n_pair = flat.numel()
-    host = scans if isinstance(scans, np.ndarray) else np.stack(scans)
-    # Copy in the input's precision, widen on the device.
-    x64 = torch.from_numpy(np.ascontiguousarray(host)).to(dev).to(torch.float64)
-    onsets_t = torch.as_tensor(onsets, device=dev)
-    centred, mean, inv_norm, constant = _group_stats(x64, window_length, onsets_t)
-    n_constant = int(constant.sum())
-    xw = centred.to(tdtype)
-    del x64, centred
+    # Window statistics: ~8 float64 (S, K, N) temporaries, plus the scan itself.
+    per_item += 64 * n_regions + 32 * n_regions * n_timepoints // n_windows
     if dev.type == "cuda" and not as_tensor:
-        out_item = n_pair * xw.element_size()
+        out_item = n_pair * torch.tensor([], dtype=tdtype).element_size()
         budget = min(budget, per_item * max(1, _CUDA_CHUNK_OUT_BYTES // out_item))
     scans_per, windows_per = _plan_chunks(n_scans, n_windows, per_item, budget)
-    chunks = [(s0, min(s0 + scans_per, n_scans), k0, min(k0 + windows_per, n_windows))
-              for s0 in range(0, n_scans, scans_per)
-              for k0 in range(0, n_windows, windows_per)]
+    onsets_t = torch.as_tensor(onsets, device=dev)
 
     if as_tensor:
         out_t = torch.empty((n_scans, n_pair, n_windows), dtype=tdtype, device=dev)
-        for s0, s1, k0, k1 in chunks:
-            out_t[s0:s1, :, k0:k1] = _pairs_chunk(
-                xw[s0:s1], mean[s0:s1], inv_norm[s0:s1], window_length, step, k0, k1, flat)
-        return out_t, n_constant
+        sink = _TensorSink(out_t)
+        result = out_t
+    else:
+        result = np.empty((n_scans, n_pair, n_windows), dtype=numpy_dtype(tdtype))
+        out_t = torch.from_numpy(result)
+        if dev.type == "cuda":
+            largest = scans_per * windows_per * n_pair
+            sink = _PinnedSink(out_t, _pinned_pool(dev, tdtype, largest), dev)
+        else:
+            sink = _TensorSink(out_t)
 
-    out = np.empty((n_scans, n_pair, n_windows), dtype=numpy_dtype(tdtype))
-    out_t = torch.from_numpy(out)
-    if dev.type != "cuda":
-        for s0, s1, k0, k1 in chunks:
-            out_t[s0:s1, :, k0:k1] = _pairs_chunk(
-                xw[s0:s1], mean[s0:s1], inv_norm[s0:s1], window_length, step, k0, k1, flat)
-        return out, n_constant
+    n_constant = torch.zeros((), dtype=torch.int64, device=dev)
+    for s0 in range(0, n_scans, scans_per):
+        s1 = min(s0 + scans_per, n_scans)
+        # Copy in the input's precision, widen on the device.
+        x64 = torch.from_numpy(host[s0:s1]).to(dev).to(torch.float64)
+        centred, mean, inv_norm, constant = _group_stats(x64, window_length, onsets_t)
+        n_constant += constant.sum()
+        xw = centred.to(tdtype)
+        del x64, centred, constant
+        for k0 in range(0, n_windows, windows_per):
+            k1 = min(k0 + windows_per, n_windows)
+            sink.put(_pairs_chunk(xw, mean, inv_norm, window_length, step, k0, k1, flat),
+                     s0, s1, k0, k1)
+    sink.finish()
+    return result, int(n_constant)
 
-    # CUDA: results go through two reused pinned buffers on a copy stream,
-    # so the copy of chunk c overlaps the compute of chunk c + 1 and the
-    # host-side drain of chunk c - 1.
-    largest = max((s1 - s0) * (k1 - k0) for s0, s1, k0, k1 in chunks) * n_pair
-    pool = _pinned_pool(dev, tdtype, largest)
-    copy_stream = torch.cuda.Stream(dev)
-    compute_stream = torch.cuda.current_stream(dev)
-    pending = None
-    for s0, s1, k0, k1 in chunks:
-        vals = _pairs_chunk(xw[s0:s1], mean[s0:s1], inv_norm[s0:s1],
-                            window_length, step, k0, k1, flat).contiguous()
-        index, buffer = pool.acquire()
-        staged = buffer[: vals.numel()].view(vals.shape)
-        copy_stream.wait_stream(compute_stream)
-        with torch.cuda.stream(copy_stream):
-            staged.copy_(vals, non_blocking=True)
-            vals.record_stream(copy_stream)
-        pool.record(index, copy_stream)
-        if pending is not None:
-            _drain(pool, out_t, *pending)
-        pending = (index, staged, s0, s1, k0, k1)
-    if pending is not None:
-        _drain(pool, out_t, *pending)
-    synchronize(dev)
-    return out, n_constant
+
+class _TensorSink:
+    """Chunks copied straight into the output tensor (CPU, or on the device)."""
+
+    def __init__(self, out: torch.Tensor) -> None:
+        self.out = out
+
+    def put(self, values: torch.Tensor, s0: int, s1: int, k0: int, k1: int) -> None:
+        self.out[s0:s1, :, k0:k1] = values
+
+    def finish(self) -> None:
+        pass
+
+
+class _PinnedSink:
+    """CUDA chunks to a host tensor through two reused pinned buffers.
+
+    The device-to-host copy of chunk c runs on a copy stream while chunk
+    c + 1 is computed, and the host drains chunk c - 1 meanwhile.
+    """
+
+    def __init__(self, out: torch.Tensor, pool: PinnedBufferPool, dev: torch.device) -> None:
+        self.out = out
+        self.pool = pool
+        self.dev = dev
+        self.copy_stream = torch.cuda.Stream(dev)
+        self.pending = None
+
+    def put(self, values: torch.Tensor, s0: int, s1: int, k0: int, k1: int) -> None:
+        values = values.contiguous()
+        index, buffer = self.pool.acquire()
+        staged = buffer[: values.numel()].view(values.shape)
+        self.copy_stream.wait_stream(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(self.copy_stream):
+            staged.copy_(values, non_blocking=True)
+            if values.is_cuda:
+                values.record_stream(self.copy_stream)
+        self.pool.record(index, self.copy_stream)
+        self._drain()
+        self.pending = (index, staged, s0, s1, k0, k1)
+
+    def _drain(self) -> None:
+        if self.pending is not None:
+            index, staged, s0, s1, k0, k1 = self.pending
+            self.pool.wait(index)
+            self.out[s0:s1, :, k0:k1].copy_(staged)
+            self.pending = None
+
+    def finish(self) -> None:
+        self._drain()
+        synchronize(self.dev)
 
 
 def _pinned_pool(dev: torch.device, dtype: torch.dtype, n_elements: int) -> PinnedBufferPool:
@@ -417,12 +456,6 @@ def _pinned_pool(dev: torch.device, dtype: torch.dtype, n_elements: int) -> Pinn
         pool = PinnedBufferPool(2, n_elements, dtype, dev)
         _PINNED_POOLS[key] = pool
     return pool
-
-
-def _drain(pool: PinnedBufferPool, out_t: torch.Tensor, index: int, staged: torch.Tensor,
-           s0: int, s1: int, k0: int, k1: int) -> None:
-    pool.wait(index)
-    out_t[s0:s1, :, k0:k1].copy_(staged)
 
 
 def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:
