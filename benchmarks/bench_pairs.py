@@ -39,6 +39,7 @@ import itertools
 import json
 import os
 import time
+from functools import partial
 
 import numpy as np
 import torch
@@ -170,19 +171,19 @@ def main(argv=None) -> int:
         sub = x[: min(args.one_core_scans, n_scans)]
         torch.set_num_threads(1)
         try:
-            one = time_call(lambda: pairwise_dfc(sub, w, step, device="cpu"), "cpu",
-                            args.repeats)
+            one = time_call(partial(pairwise_dfc, sub, w, step, device="cpu"), "cpu",
+                            args.repeats if args.quick else 1)
         finally:
             torch.set_num_threads(threads)
         row["one_core_s"] = one * n_scans / sub.shape[0]
         if not args.skip_cpu:
-            row["cpu_s"] = time_call(lambda: pairwise_dfc(x, w, step, device="cpu"), "cpu",
+            row["cpu_s"] = time_call(partial(pairwise_dfc, x, w, step, device="cpu"), "cpu",
                                      1 if not args.quick else args.repeats)
         if device.startswith("cuda"):
-            row["cuda_s"] = time_call(lambda: pairwise_dfc(x, w, step, device=device),
+            row["cuda_s"] = time_call(partial(pairwise_dfc, x, w, step, device=device),
                                       device, args.repeats)
             row["cuda_on_device_s"] = time_call(
-                lambda: pairwise_dfc(x, w, step, device=device, as_tensor=True),
+                partial(pairwise_dfc, x, w, step, device=device, as_tensor=True),
                 device, args.repeats)
             row["floor_s"] = n_corr * 4 / d2h
         rows.append(row)

@@ -500,6 +500,15 @@ def run_cohort(
                         counts)
 
 
-__all__ = ["JOBS", "CohortItem", "CohortJob", "CohortReport", "find_inputs", "run_cohort",
-           "run_task", "check_job_params", "output_path"]
+__all__ = [
+    "JOBS",
+    "CohortItem",
+    "CohortJob",
+    "CohortReport",
+    "check_job_params",
+    "find_inputs",
+    "output_path",
+    "run_cohort",
+    "run_task",
+]
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import engine_funcs as ef
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-import engine_funcs as ef
 from connscale.engines import SerialEngine, get_engine, tree_sum
 from connscale.engines.spark_engine import _local_master
 
@@ -80,9 +80,9 @@ def test_task_error_raised_after_retries(engine):
 
 
 def test_local_engine_without_retries(tmp_path):
-    with get_engine("local", n_jobs=1, retries=0) as engine:
-        with pytest.raises(RuntimeError, match="planned failure"):
-            engine.map(ef.fail_once, [str(tmp_path / "marker")])
+    with get_engine("local", n_jobs=1, retries=0) as engine, \
+            pytest.raises(RuntimeError, match="planned failure"):
+        engine.map(ef.fail_once, [str(tmp_path / "marker")])
 
 
 def test_tree_sum_order():

@@ -9,7 +9,12 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging, logger
+from connscale.cli._common import (
+    RunRecord,
+    add_compute_arguments,
+    configure_logging,
+    logger,
+)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -99,9 +104,8 @@ def run(args) -> int:
                 record.add_output(target)
             else:
                 target = args.out / f"{name}_pairs-courses.npy"
-                with atomic_path(target) as tmp:
-                    with open(tmp, "wb") as fh:
-                        np.save(fh, courses)
+                with atomic_path(target) as tmp, open(tmp, "wb") as fh:
+                    np.save(fh, courses)
                 record.add_output(target)
                 record.add_output(write_text_atomic(
                     args.out / f"{name}_pairs.tsv",

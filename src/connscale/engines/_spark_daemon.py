@@ -6,9 +6,10 @@ here means every forked worker starts with torch already loaded instead of
 importing it itself (seconds per worker). Used for local masters.
 """
 
-import connscale  # noqa: F401  (preloaded for the forked workers)
-import connscale.engines.local  # noqa: F401
 from pyspark.daemon import manager
+
+import connscale
+import connscale.engines.local  # noqa: F401
 
 if __name__ == "__main__":
     manager()

@@ -174,7 +174,7 @@ def _group_stats(x64: torch.Tensor, window_length: int, onsets: torch.Tensor):
     mean, inv_norm : (S, K, N) float64
     constant : (S, K, N) bool
     """
-    s, t, n = x64.shape
+    s, _, n = x64.shape
     overall = x64.mean(dim=1, keepdim=True)
     centred = x64 - overall
     zeros = torch.zeros((s, 1, n), dtype=torch.float64, device=x64.device)
