@@ -1,0 +1,141 @@
+"""Compressed forms of a window's correlation matrix S = U Uᵀ.
+
+U is the (N, w) matrix of the window's normalised series (unit-norm, centred
+rows), so S has rank at most w − 1 and every product with S can go through
+U without forming the N×N matrix: S Ω = U (Uᵀ Ω) costs 2·N·w·l flops
+instead of 2·N²·l.
+
+* ``lowrank`` (GPU-DFC Algorithm 4, Halko et al.'s randomized range
+  finder): Ω Gaussian N×l, Y = S Ω, (optional power iterations
+  Y ← S (Sᵀ Q)), Q, R = qr(Y), B = Qᵀ S; stores Q (N×l) and B (l×N).
+  ``method="svd"`` stores the exact truncated eigendecomposition in the same
+  (Q, B) form.
+* ``factor``: stores F (N×l) with S ≈ F Fᵀ: F = U exactly (l = w), or
+  F = P_l Σ_l from the thin SVD U = P Σ Vᵀ — the optimal rank-l
+  approximation of S (Eckart–Young), in N·l numbers instead of 2·N·l.
+
+All functions work on batches (leading dimension B). Rows of constant series
+must be zeroed before the call; callers put NaN back into the stored form.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def randomized_qb(u: torch.Tensor, omega: torch.Tensor, *, power_iterations: int = 0
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Algorithm 4 on S = U Uᵀ for a batch of windows.
+
+    Parameters
+    ----------
+    u : torch.Tensor of shape (B, N, w)
+        Normalised windows (constant rows zeroed).
+    omega : torch.Tensor of shape (B, N, l)
+        Gaussian test matrices (one per window, from the caller's seeded
+        generators so that each window's draw does not depend on batching).
+    power_iterations : int, default=0
+        Subspace iterations (each re-orthonormalised), for slowly decaying
+        spectra.
+
+    Returns
+    -------
+    q : torch.Tensor of shape (B, N, l), orthonormal columns
+    b : torch.Tensor of shape (B, l, N), b = qᵀ S
+    """
+    ut = u.transpose(1, 2)
+    y = torch.bmm(u, torch.bmm(ut, omega))
+    for _ in range(power_iterations):
+        q, _ = torch.linalg.qr(y)
+        y = torch.bmm(u, torch.bmm(ut, q))
+    q, _ = torch.linalg.qr(y)
+    b = torch.bmm(torch.bmm(q.transpose(1, 2), u), ut)
+    return q, b
+
+
+def svd_qb(u: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact truncated form of S = U Uᵀ as (Q, B): Q = P_l, B = Σ_l² P_lᵀ.
+
+    Parameters
+    ----------
+    u : torch.Tensor of shape (B, N, w)
+    rank : int
+        l; columns beyond U's w singular vectors are zero.
+
+    Returns
+    -------
+    q : torch.Tensor of shape (B, N, l)
+    b : torch.Tensor of shape (B, l, N)
+    """
+    p, s, _ = torch.linalg.svd(u, full_matrices=False)
+    keep = min(rank, s.shape[-1])
+    q = u.new_zeros((u.shape[0], u.shape[1], rank))
+    q[:, :, :keep] = p[:, :, :keep]
+    b = (q * _pad(s[:, :keep] ** 2, rank).unsqueeze(1)).transpose(1, 2).contiguous()
+    return q, b
+
+
+def truncated_factor(u: torch.Tensor, rank: int | None) -> torch.Tensor:
+    """F with S ≈ F Fᵀ: U itself (rank None or >= w) or P_l Σ_l.
+
+    Parameters
+    ----------
+    u : torch.Tensor of shape (B, N, w)
+    rank : int or None
+
+    Returns
+    -------
+    torch.Tensor of shape (B, N, min(rank, w)) (or (B, N, w) for None)
+    """
+    if rank is None or rank >= u.shape[-1]:
+        return u.contiguous()
+    p, s, _ = torch.linalg.svd(u, full_matrices=False)
+    return (p[:, :, :rank] * s[:, None, :rank]).contiguous()
+
+
+def _pad(values: torch.Tensor, size: int) -> torch.Tensor:
+    if values.shape[-1] == size:
+        return values
+    out = values.new_zeros(values.shape[:-1] + (size,))
+    out[..., : values.shape[-1]] = values
+    return out
+
+
+def reconstruction_mae(u: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
+                       *, tile_rows: int) -> torch.Tensor:
+    """Mean absolute error of L·R against S = U Uᵀ over off-diagonal pairs.
+
+    Computed in row tiles (never N×N at once), accumulated in float64;
+    rows and columns of constant series (zero rows of ``u``; NaN in L or R)
+    are left out.
+
+    Parameters
+    ----------
+    u : torch.Tensor of shape (B, N, w)
+        Normalised windows (constant rows zeroed).
+    left : torch.Tensor of shape (B, N, l)
+    right : torch.Tensor of shape (B, l, N)
+    tile_rows : int
+
+    Returns
+    -------
+    torch.Tensor of shape (B,), float64
+    """
+    n_batch, n, _ = u.shape
+    valid = u.abs().sum(dim=2) > 0  # (B, N)
+    total = torch.zeros(n_batch, dtype=torch.float64, device=u.device)
+    left = torch.nan_to_num(left, nan=0.0)
+    right = torch.nan_to_num(right, nan=0.0)
+    ut = u.transpose(1, 2)
+    for r0 in range(0, n, tile_rows):
+        r1 = min(n, r0 + tile_rows)
+        exact = torch.bmm(u[:, r0:r1], ut)
+        approx = torch.bmm(left[:, r0:r1], right)
+        err = (approx - exact).abs_()
+        pair_ok = valid[:, r0:r1, None] & valid[:, None, :]
+        rows = torch.arange(r0, r1, device=u.device)
+        pair_ok[:, torch.arange(r1 - r0, device=u.device), rows] = False
+        total += torch.where(pair_ok, err, 0).sum(dim=(1, 2), dtype=torch.float64)
+    n_valid = valid.sum(dim=1).to(torch.float64)
+    count = n_valid * (n_valid - 1)
+    return torch.where(count > 0, total / count.clamp_min(1), torch.nan)
