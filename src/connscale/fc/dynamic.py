@@ -476,14 +476,15 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
         full_index = None
         if kind == "triu" and tile_rows >= n:
             full_index = _triu_gather_index(n, 0, n, device)
-        n_constant_windows = 0
+        # Counted on the device: no host synchronisation per batch.
+        n_constant_windows = torch.zeros((), dtype=torch.int64, device=device)
         constant_any = torch.zeros(n, dtype=torch.bool, device=device)
         progress = tqdm(total=len(todo), desc="windows", unit="win", disable=not verbose)
         try:
             for batch in _runs(todo, plan["batch"]):
                 u, constant = normalizer(batch)
                 constant_any |= constant.any(dim=0)
-                n_constant_windows += int(constant.any(dim=1).sum())
+                n_constant_windows += constant.any(dim=1).sum()
                 if kind == "triu":
                     _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index)
                 elif kind == "sparse":
@@ -496,6 +497,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
             copier.flush()
         finally:
             progress.close()
+    n_constant_windows = int(n_constant_windows)
     if n_constant_windows:
         constant_any = constant_any.cpu().numpy()
         first = np.flatnonzero(constant_any)[:5].tolist()

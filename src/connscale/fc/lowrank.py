@@ -11,7 +11,8 @@ instead of 2·N²·l.
   ``method="svd"`` stores the exact truncated eigendecomposition in the same
   (Q, B) form.
 * ``factor``: stores F (N×l) with S ≈ F Fᵀ: F = U exactly (l = w), or
-  F = P_l Σ_l from the thin SVD U = P Σ Vᵀ — the optimal rank-l
+  F = U V_l = P_l Σ_l from the thin SVD U = P Σ Vᵀ (V_l from the small
+  w × w Gram matrix) — the optimal rank-l
   approximation of S (Eckart–Young), in N·l numbers instead of 2·N·l.
 
 All functions work on batches (leading dimension B). Rows of constant series
@@ -53,30 +54,48 @@ def randomized_qb(u: torch.Tensor, omega: torch.Tensor, *, power_iterations: int
     return q, b
 
 
+def top_right_vectors(u: torch.Tensor, rank: int) -> torch.Tensor:
+    """The ``rank`` leading right singular vectors V_l of each U (B, N, w).
+
+    From the eigendecomposition of the small Gram matrix UᵀU (w × w),
+    accumulated in float64: far cheaper than an SVD of the tall U, and
+    U V_l = P_l Σ_l needs no division by small singular values.
+    """
+    u64 = u.to(torch.float64)
+    gram = torch.bmm(u64.transpose(1, 2), u64)
+    _, vectors = torch.linalg.eigh(gram)  # ascending eigenvalues
+    return vectors[:, :, -rank:].flip(-1).to(u.dtype)
+
+
 def svd_qb(u: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Exact truncated form of S = U Uᵀ as (Q, B): Q = P_l, B = Σ_l² P_lᵀ.
+    """Exact truncated form of S = U Uᵀ as (Q, B) with Q B = F_l F_lᵀ.
 
     Parameters
     ----------
     u : torch.Tensor of shape (B, N, w)
     rank : int
-        l; columns beyond U's w singular vectors are zero.
+        l; columns beyond w are zero (S has rank <= w − 1).
 
     Returns
     -------
-    q : torch.Tensor of shape (B, N, l)
+    q : torch.Tensor of shape (B, N, l), orthonormal columns (zero padding)
     b : torch.Tensor of shape (B, l, N)
     """
-    p, s, _ = torch.linalg.svd(u, full_matrices=False)
-    keep = min(rank, s.shape[-1])
+    keep = min(rank, u.shape[-1])
+    factor = truncated_factor(u, keep)
+    q_keep, _ = torch.linalg.qr(factor)
+    b_keep = torch.bmm(torch.bmm(q_keep.transpose(1, 2), factor), factor.transpose(1, 2))
+    if keep == rank:
+        return q_keep, b_keep
     q = u.new_zeros((u.shape[0], u.shape[1], rank))
-    q[:, :, :keep] = p[:, :, :keep]
-    b = (q * _pad(s[:, :keep] ** 2, rank).unsqueeze(1)).transpose(1, 2).contiguous()
+    b = u.new_zeros((u.shape[0], rank, u.shape[1]))
+    q[:, :, :keep] = q_keep
+    b[:, :keep] = b_keep
     return q, b
 
 
 def truncated_factor(u: torch.Tensor, rank: int | None) -> torch.Tensor:
-    """F with S ≈ F Fᵀ: U itself (rank None or >= w) or P_l Σ_l.
+    """F with S ≈ F Fᵀ: U itself (rank None or >= w) or U V_l = P_l Σ_l.
 
     Parameters
     ----------
@@ -89,16 +108,7 @@ def truncated_factor(u: torch.Tensor, rank: int | None) -> torch.Tensor:
     """
     if rank is None or rank >= u.shape[-1]:
         return u.contiguous()
-    p, s, _ = torch.linalg.svd(u, full_matrices=False)
-    return (p[:, :, :rank] * s[:, None, :rank]).contiguous()
-
-
-def _pad(values: torch.Tensor, size: int) -> torch.Tensor:
-    if values.shape[-1] == size:
-        return values
-    out = values.new_zeros(values.shape[:-1] + (size,))
-    out[..., : values.shape[-1]] = values
-    return out
+    return torch.bmm(u, top_right_vectors(u, rank))
 
 
 def reconstruction_mae(u: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
