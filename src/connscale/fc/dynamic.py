@@ -102,8 +102,9 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
             raise ValueError(
                 f"With absolute=True the threshold must be in (0, 1]; got {threshold}."
             )
-    elif threshold is not None:
-        raise ValueError(f"'threshold' applies to kind='sparse' only; got kind={kind!r}.")
+    elif threshold is not None or absolute:
+        name = "threshold" if threshold is not None else "absolute"
+        raise ValueError(f"'{name}' applies to kind='sparse' only; got kind={kind!r}.")
     if rank is not None:
         rank = check_int(rank, "rank", minimum=1)
         if rank >= n_series:

@@ -41,8 +41,11 @@ def keep_mask(tile: torch.Tensor, threshold: float, *, absolute: bool) -> torch.
         keep |= tile <= -threshold
     else:
         keep = tile >= threshold
-    # Local (a, c) is global (r0 + a, r0 + c): strictly upper <=> c > a.
-    return keep.triu_(1)
+    # Local (a, c) is global (r0 + a, r0 + c): strictly upper <=> c > a. Only
+    # the first R columns (the diagonal block) hold entries with c <= a.
+    n_rows = tile.shape[-2]
+    keep[..., :n_rows].triu_(1)
+    return keep
 
 
 def tile_to_csr_parts(tile: torch.Tensor, threshold: float, *, absolute: bool
@@ -66,8 +69,8 @@ def tile_to_csr_parts(tile: torch.Tensor, threshold: float, *, absolute: bool
         Kept entries per row.
     """
     keep = keep_mask(tile, threshold, absolute=absolute)
-    counts = keep.sum(dim=1)
     rows, cols = keep.nonzero(as_tuple=True)
+    counts = torch.bincount(rows, minlength=tile.shape[0])
     values = tile[rows, cols]
     return values, cols.to(torch.int32), counts
 
