@@ -43,6 +43,14 @@ PAPER_TABLE1 = {
     (3000, 50): 2.9, (3000, 100): 1.6, (3000, 150): 0.68,
     (5000, 50): 7.8, (5000, 100): 2.9, (5000, 150): 2.04,
 }
+# ... and its sequential CPU column (two Xeon E5-2620, one core).
+PAPER_TABLE1_CPU = {
+    (500, 50): 3.1, (500, 100): 4.07, (500, 150): 3.049,
+    (1000, 50): 12.8, (1000, 100): 16.3, (1000, 150): 12.21,
+    (2000, 50): 51.43, (2000, 100): 65.31, (2000, 150): 48.88,
+    (3000, 50): 115.06, (3000, 100): 147.06, (3000, 150): 110,
+    (5000, 50): 319.79, (5000, 100): 408.24, (5000, 150): 305.59,
+}
 PAPER_TABLE2 = {
     (50, 0.3): 148, (100, 0.3): 86.33, (150, 0.3): 53.561,
     (50, 0.5): 81.56, (100, 0.5): 53.19, (150, 0.5): 40.54,
@@ -157,7 +165,8 @@ def table1(args, device, d2h, rows_out):
                    "seconds": seconds, "out_GBps": out_bytes / seconds / 1e9,
                    "floor_s": floor, "ratio_to_floor": seconds / floor,
                    "gemm_TFLOPs": rate / 1e12, "batch": result.plan["batch"],
-                   "paper_K40_s": PAPER_TABLE1.get((n, w))}
+                   "paper_K40_s": PAPER_TABLE1.get((n, w)),
+                   "paper_cpu_s": PAPER_TABLE1_CPU.get((n, w))}
             peer = PEER_H100.get(("triu", n, w))
             if peer and cuda:
                 row["peer_H100_s"] = peer
@@ -169,12 +178,12 @@ def table1(args, device, d2h, rows_out):
             _print(json.dumps(row))
     del arena
     _print("\n| N | w | windows | output GB | time (s) | output GB/s | floor (s) | time / floor "
-           "| paper K40 (s) | GPU-DFC on H100 (s) | speed-up vs peer | out= HDF5 (s) |")
-    _print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+           "| paper CPU (s) | paper K40 (s) | GPU-DFC on H100 (s) | speed-up vs peer | out= HDF5 (s) |")
+    _print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         _print(f"| {r['N']:,} | {r['w']} | {r['windows']} | {r['out_GB']:.2f} | {r['seconds']:.3f} "
                f"| {r['out_GBps']:.1f} | {r['floor_s']:.3f} | {r['ratio_to_floor']:.2f} "
-               f"| {_fmt(r['paper_K40_s'])} | {_fmt(r.get('peer_H100_s'))} "
+               f"| {_fmt(r['paper_cpu_s'])} | {_fmt(r['paper_K40_s'])} | {_fmt(r.get('peer_H100_s'))} "
                f"| {_fmt(r.get('speedup_vs_peer'), 'x')} | {_fmt(r.get('out_h5_s'))} |")
     rows_out.extend(rows)
 

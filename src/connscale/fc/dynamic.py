@@ -171,11 +171,18 @@ class _WindowNormalizer:
         self.dtype = dtype
 
     def __call__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """U of shape (B, N, w) (NaN rows for constant series) and the (B, N) mask."""
-        idx = torch.as_tensor(indices, device=self.x.device)
-        times = self.starts[idx][:, None] + self.offsets[None, :]  # (B, w)
+        """U of shape (B, N, w) (NaN rows for constant series) and the (B, N) mask.
+
+        ``indices`` are consecutive window numbers: they are sliced, not
+        uploaded, so no host-device synchronisation happens here.
+        """
+        window = slice(indices[0], indices[-1] + 1)
+        if indices[-1] - indices[0] + 1 != len(indices):
+            raise ValueError("Window batches must be consecutive.")
+        times = self.starts[window][:, None] + self.offsets[None, :]  # (B, w)
         windows = self.x[times]  # (B, w, N)
-        centred = windows - self.means[idx][:, None, :]
+        means = self.means[window]
+        centred = windows - means[:, None, :]
         norm = torch.linalg.vector_norm(centred, dim=1)  # (B, N)
         scale = torch.linalg.vector_norm(windows, dim=1) + torch.finfo(torch.float64).tiny
         constant = norm <= _CONSTANT_RTOL * scale
