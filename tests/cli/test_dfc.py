@@ -49,7 +49,7 @@ def test_dfc_command_end_to_end(tmp_path, roi_tsv, capsys):
 
 
 def test_dfc_command_sparse_and_lowrank(tmp_path, roi_tsv):
-    path, x = roi_tsv
+    path, _x = roi_tsv
     out = tmp_path / "out"
     assert main(["dfc", str(path), "--window", "20", "--step", "5", "--threshold", "0.3",
                  "--absolute", "--out", str(out), "--device", "cpu", "-q"]) == 0

@@ -183,7 +183,7 @@ def test_lowrank_storage_and_compression_ratio():
 
 
 def test_lowrank_is_reproducible_with_random_state():
-    kwargs = dict(kind="lowrank", rank=4, device="cpu")
+    kwargs = {"kind": "lowrank", "rank": 4, "device": "cpu"}
     a = dynamic_correlation(X, 12, 6, random_state=7, **kwargs)
     b = dynamic_correlation(X, 12, 6, random_state=7, **kwargs)
     c = dynamic_correlation(X, 12, 6, random_state=8, **kwargs)

@@ -7,7 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging, logger
+from connscale.cli._common import (
+    RunRecord,
+    add_compute_arguments,
+    configure_logging,
+    logger,
+)
 from connscale.cli._inputs import add_input_arguments, load_input
 
 # Plots of windows and edge time courses are drawn for at most this many series.

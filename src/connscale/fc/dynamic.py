@@ -44,7 +44,13 @@ from connscale._compute import allow_tf32, memory_budget, resolve_device, resolv
 from connscale._compute.device import numpy_dtype
 from connscale._compute.memory import available_host_memory, parse_memory
 from connscale._docs import fill_doc
-from connscale._validation import check_int, check_option, check_random_state, check_threshold, check_timeseries
+from connscale._validation import (
+    check_int,
+    check_option,
+    check_random_state,
+    check_threshold,
+    check_timeseries,
+)
 from connscale.fc._transfer import HostCopier
 from connscale.fc.dynamic_result import (
     KINDS,
@@ -55,7 +61,12 @@ from connscale.fc.dynamic_result import (
     load_dynamic,
     partial_path,
 )
-from connscale.fc.lowrank import randomized_qb, reconstruction_mae, svd_qb, truncated_factor
+from connscale.fc.lowrank import (
+    randomized_qb,
+    reconstruction_mae,
+    svd_qb,
+    truncated_factor,
+)
 from connscale.fc.normalize import _CONSTANT_RTOL, ConstantSeriesWarning
 from connscale.fc.sparse import tile_to_csr_parts
 from connscale.fc.triu import n_pairs
@@ -93,7 +104,7 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
     step = check_int(step, "step", minimum=1)
     power_iterations = check_int(power_iterations, "power_iterations", minimum=0)
     if not isinstance(absolute, (bool, np.bool_)):
-        raise ValueError(f"'absolute' must be True or False; got {absolute!r}.")
+        raise ValueError(f"'absolute' must be True or False; got {absolute!r}.")  # noqa: TRY004
     if kind == "sparse":
         if threshold is None:
             raise ValueError("kind='sparse' needs a 'threshold' in [-1, 1]; got None.")

@@ -29,6 +29,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+from typing_extensions import Self
 
 from connscale.fc.sparse import csr_from_parts
 from connscale.fc.triu import n_pairs, vec_to_matrix
@@ -351,7 +352,7 @@ class DynamicConnectivity:
                 f"n_series={self.n_series}, window_length={self.window_length}, "
                 f"step={self.step}{where})")
 
-    def __enter__(self) -> DynamicConnectivity:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
