@@ -224,7 +224,8 @@ def _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident) -> di
         batch = max(1, min(k, _MAX_BATCH, free // max(per_window, 1) // 2))
         tile_rows = n
         if compute_error:
-            tile_rows = max(1, min(n, free // (4 * batch * n * itemsize)))
+            # reconstruction_mae: two (B, R, N) products and two boolean masks per tile
+            tile_rows = max(1, min(n, free // (2 * batch * n * (2 * itemsize + 2))))
         return {"batch": int(batch), "tile_rows": int(tile_rows)}
     full = n * n
     if kind == "triu":

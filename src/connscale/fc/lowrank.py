@@ -139,13 +139,15 @@ def reconstruction_mae(u: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
     ut = u.transpose(1, 2)
     for r0 in range(0, n, tile_rows):
         r1 = min(n, r0 + tile_rows)
-        exact = torch.bmm(u[:, r0:r1], ut)
-        approx = torch.bmm(left[:, r0:r1], right)
-        err = (approx - exact).abs_()
+        # approx - exact in one temporary: baddbmm(L_t R, U_t, Uᵀ, alpha=-1)
+        diff = torch.baddbmm(torch.bmm(left[:, r0:r1], right), u[:, r0:r1], ut, alpha=-1)
+        diff.abs_()
         pair_ok = valid[:, r0:r1, None] & valid[:, None, :]
-        rows = torch.arange(r0, r1, device=u.device)
-        pair_ok[:, torch.arange(r1 - r0, device=u.device), rows] = False
-        total += torch.where(pair_ok, err, 0).sum(dim=(1, 2), dtype=torch.float64)
+        local = torch.arange(r1 - r0, device=u.device)
+        pair_ok[:, local, local + r0] = False  # the diagonal
+        diff.masked_fill_(~pair_ok, 0)
+        total += diff.sum(dim=(1, 2), dtype=torch.float64)
+        del diff, pair_ok
     n_valid = valid.sum(dim=1).to(torch.float64)
     count = n_valid * (n_valid - 1)
     return torch.where(count > 0, total / count.clamp_min(1), torch.nan)
