@@ -111,7 +111,17 @@ def allocate_arena(nbytes, device):
     """One host buffer for every run (pinned on CUDA), touched once."""
     cuda = device.startswith("cuda")
     start = time.perf_counter()
-    arena = torch.empty(int(nbytes), dtype=torch.uint8, pin_memory=cuda)
+    nbytes = int(nbytes)
+    while True:
+        try:
+            arena = torch.empty(nbytes, dtype=torch.uint8, pin_memory=cuda)
+            break
+        except RuntimeError as exc:  # pinned allocations can be limited
+            if nbytes < (1 << 30):
+                raise
+            _print(f"# could not allocate {nbytes / 1e9:.1f} GB ({exc}); halving "
+                   "(windows that do not fit go to ordinary arrays)")
+            nbytes //= 2
     arena.zero_()
     _print(f"# host buffer: {nbytes / 1e9:.2f} GB {'pinned ' if cuda else ''}allocated in "
            f"{time.perf_counter() - start:.1f} s (excluded from the timings)")
