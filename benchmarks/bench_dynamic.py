@@ -232,6 +232,9 @@ def table2(args, device, d2h, rows_out):
                    "out_GB": out_bytes / 1e9, "seconds": seconds, "floor_s": floor,
                    "ratio_to_floor": seconds / floor, "gemm_TFLOPs": rate / 1e12,
                    "tile_rows": result.plan["tile_rows"],
+                   # False: the buffer was too small, later windows went to fresh arrays
+                   "all_in_host_buffer": bool(np.shares_memory(result._backend.sparse[-1][0],
+                                                               arena.numpy())),
                    "paper_K40_s": PAPER_TABLE2.get((w, theta)) if n == 30697 else None}
             peer = PEER_H100.get(("sparse", w, theta))
             if peer and cuda and n == 30697:
