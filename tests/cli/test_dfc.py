@@ -69,3 +69,26 @@ def test_dfc_command_bad_window(tmp_path, roi_tsv, capsys):
                  "--device", "cpu", "-q"])
     assert code == 2
     assert "'window_length' must be at most the number of time points" in capsys.readouterr().err
+
+
+def test_dfc_command_on_nifti_with_mask(tmp_path):
+    nib = pytest.importorskip("nibabel")
+    pytest.importorskip("nilearn")
+    rng = np.random.default_rng(2)
+    data = rng.standard_normal((4, 4, 3, 30)).astype(np.float32) + 100
+    affine = np.diag([3.0, 3.0, 3.0, 1.0])
+    image = tmp_path / "sub-02_bold.nii.gz"
+    nib.save(nib.Nifti1Image(data, affine), image)
+    mask = np.zeros((4, 4, 3), dtype=np.uint8)
+    mask[1:3, 1:3, :] = 1
+    mask_path = tmp_path / "mask.nii.gz"
+    nib.save(nib.Nifti1Image(mask, affine), mask_path)
+    out = tmp_path / "out"
+    assert main(["dfc", str(image), "--mask", str(mask_path), "--window", "10", "--step", "5",
+                 "--out", str(out), "--device", "cpu", "--dtype", "float64", "-q"]) == 0
+    with load_dynamic(out / "sub-02_kind-triu_window-10_step-5_dfc.h5") as result:
+        assert result.n_series == int(mask.sum())
+        assert len(result) == (30 - 10) // 5 + 1
+        series = data[mask.astype(bool)].T  # (T, voxels), nilearn's C order
+        reference = np.corrcoef(series[5:15].T)
+        assert_allclose(result.to_dense(1), reference, atol=1e-10)
