@@ -68,7 +68,7 @@ from connscale.fc.lowrank import (
     truncated_factor,
 )
 from connscale.fc.normalize import _CONSTANT_RTOL, ConstantSeriesWarning
-from connscale.fc.sparse import tile_to_csr_parts
+from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
 
 logger = logging.getLogger("connscale")
@@ -246,9 +246,9 @@ def _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident) -> di
                 "use kind='sparse', 'lowrank' or 'factor', or a larger memory_limit."
             )
         return {"batch": 1, "tile_rows": int(min(n, tile_rows))}
-    # sparse: tile (values, bool mask, nonzero indices) + U.
+    # sparse: two tiles in flight (values, bool mask) + nonzero indices, + U.
     tile_rows = n if n <= 2 * _SPARSE_TILE_ROWS else _SPARSE_TILE_ROWS
-    per_row = n * (itemsize + 1 + 8)
+    per_row = n * (2 * (itemsize + 1) + 4)
     batch = min(k, _MAX_BATCH, max(1, _BATCH_ELEMENTS // full))
     while batch > 1 and batch * (tile_rows * per_row + per_window_prep) > free:
         batch //= 2
@@ -574,17 +574,27 @@ def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, abs
     values: list[list[torch.Tensor]] = [[] for _ in batch]
     columns: list[list[torch.Tensor]] = [[] for _ in batch]
     counts: list[list[torch.Tensor]] = [[] for _ in batch]
-    for r0 in range(0, n, tile_rows):
-        r1 = min(n, r0 + tile_rows)
-        tile = torch.bmm(u[:, r0:r1], u[:, r0:].transpose(1, 2))
+
+    def compact(r0, tile, keep):
         for b in range(n_batch):
-            vals, cols, row_counts = tile_to_csr_parts(tile[b], threshold, absolute=absolute)
-            if r0:
-                cols += r0
+            vals, cols, row_counts = compact_tile(tile[b], keep[b], r0)
             values[b].append(vals)
             columns[b].append(cols)
             counts[b].append(row_counts)
-        del tile
+
+    # Software pipeline: tile t + 1's GEMM and mask are queued before tile t's
+    # compaction synchronises, so the device stays busy across that wait.
+    pending = None
+    for r0 in range(0, n, tile_rows):
+        r1 = min(n, r0 + tile_rows)
+        tile = torch.bmm(u[:, r0:r1], u[:, r0:].transpose(1, 2))
+        keep = keep_mask(tile, threshold, absolute=absolute)
+        if pending is not None:
+            compact(*pending)
+        pending = (r0, tile, keep)
+        del tile, keep
+    compact(*pending)
+    del pending
     for b, index in enumerate(batch):
         vals = torch.cat(values[b]) if len(values[b]) > 1 else values[b][0]
         cols = torch.cat(columns[b]) if len(columns[b]) > 1 else columns[b][0]

@@ -48,31 +48,41 @@ def keep_mask(tile: torch.Tensor, threshold: float, *, absolute: bool) -> torch.
     return keep
 
 
-def tile_to_csr_parts(tile: torch.Tensor, threshold: float, *, absolute: bool
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Kept values, global column indices and per-row counts of one row tile.
+def compact_tile(tile: torch.Tensor, keep: torch.Tensor, row_offset: int = 0
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Kept values, global int32 column indices and per-row counts of a tile.
 
     Parameters
     ----------
     tile : torch.Tensor of shape (R, N - r0)
-        See :func:`keep_mask`.
-    threshold, absolute
-        See :func:`keep_mask`.
+        Correlations of rows ``[r0, r0 + R)`` against columns ``[r0, N)``.
+    keep : torch.Tensor of bool, same shape
+        From :func:`keep_mask`.
+    row_offset : int
+        r0, added to the local column indices.
 
     Returns
     -------
     values : torch.Tensor of shape (nnz,)
         Kept correlations in row-major order.
     columns : torch.Tensor of shape (nnz,), int32
-        Their column indices, relative to ``r0`` (add ``r0`` for global ones).
+        Their global column indices.
     counts : torch.Tensor of shape (R,), int64
         Kept entries per row.
     """
-    keep = keep_mask(tile, threshold, absolute=absolute)
-    rows, cols = keep.nonzero(as_tuple=True)
+    rows, cols = keep.nonzero(as_tuple=True)  # synchronises: nnz sizes the outputs
     counts = torch.bincount(rows, minlength=tile.shape[0])
     values = tile[rows, cols]
-    return values, cols.to(torch.int32), counts
+    columns = cols.to(torch.int32)
+    if row_offset:
+        columns += row_offset
+    return values, columns, counts
+
+
+def tile_to_csr_parts(tile: torch.Tensor, threshold: float, *, absolute: bool,
+                      row_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`keep_mask` then :func:`compact_tile` for one tile."""
+    return compact_tile(tile, keep_mask(tile, threshold, absolute=absolute), row_offset)
 
 
 def csr_from_parts(values: np.ndarray, columns: np.ndarray, counts: np.ndarray,
