@@ -5,8 +5,18 @@ import pytest
 import torch
 from numpy.testing import assert_allclose, assert_array_equal
 
-from connscale.fc.lowrank import randomized_qb, svd_qb, top_right_vectors, truncated_factor
-from connscale.fc.sparse import compact_tile, csr_from_parts, dense_thresholded, keep_mask
+from connscale.fc.lowrank import (
+    randomized_qb,
+    svd_qb,
+    top_right_vectors,
+    truncated_factor,
+)
+from connscale.fc.sparse import (
+    compact_tile,
+    csr_from_parts,
+    dense_thresholded,
+    keep_mask,
+)
 
 rng = np.random.default_rng(0)
 
@@ -21,7 +31,7 @@ def _normalized(n, w, batch=2):
 @pytest.mark.parametrize("absolute", [False, True])
 @pytest.mark.parametrize("r0, r1", [(0, 9), (3, 7), (8, 9)])
 def test_tile_compaction_matches_thresholded_rows(absolute, r0, r1):
-    n, threshold = 9, 0.2
+    threshold = 0.2
     matrix = np.corrcoef(rng.standard_normal((9, 30)))
     tile = torch.from_numpy(matrix[r0:r1, r0:])
     keep = keep_mask(tile[None], threshold, absolute=absolute)[0]  # batched call
