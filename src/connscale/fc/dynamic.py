@@ -157,6 +157,14 @@ def _seed_of(random_state) -> int | None:
     return int(rng.integers(0, 2**62))
 
 
+def _recorded_seed(random_state):
+    """The seed as recorded in parameters: an int, None, or a description
+    (a Generator's draws cannot be replayed, so such runs never resume)."""
+    if random_state is None or isinstance(random_state, (int, np.integer)):
+        return None if random_state is None else int(random_state)
+    return f"{type(random_state).__name__}@{id(random_state):x}"
+
+
 def _window_generator(device: torch.device, base_seed: int, index: int) -> torch.Generator:
     generator = torch.Generator(device=device)
     generator.manual_seed((base_seed + 0x9E3779B97F4A7C15 * (index + 1)) % (2**63 - 1))
@@ -382,12 +390,9 @@ def dynamic_correlation(
         "threshold": checked["threshold"], "absolute": checked["absolute"], "rank": rank,
         "stored_width": width, "method": method if kind == "lowrank" else None,
         "power_iterations": checked["power_iterations"] if kind == "lowrank" else None,
-        "random_state": random_state if isinstance(random_state, (int, np.integer)) or random_state is None
-        else repr(random_state),
+        "random_state": _recorded_seed(random_state) if base_seed is not None else None,
         "dtype": np_dtype.name,
     }
-    if isinstance(meta["random_state"], np.integer):
-        meta["random_state"] = int(meta["random_state"])
 
     # Where the windows go.
     final_path = None
@@ -432,11 +437,13 @@ def dynamic_correlation(
     plan = None
     try:
         if todo:
-            plan = _compute(array, starts, todo, backend, kind=kind, w=w, width=width,
-                     threshold=checked["threshold"], absolute=checked["absolute"], method=method,
-                     power_iterations=checked["power_iterations"], base_seed=base_seed,
-                     device=torch_device, dtype=torch_dtype, memory_limit=memory_limit,
-                     compute_error=compute_error, verbose=verbose)
+            plan = _compute(
+                array, starts, todo, backend, kind=kind, w=w, width=width,
+                threshold=checked["threshold"], absolute=checked["absolute"], method=method,
+                power_iterations=checked["power_iterations"], base_seed=base_seed,
+                device=torch_device, dtype=torch_dtype, memory_limit=memory_limit,
+                compute_error=compute_error, verbose=verbose,
+            )
     except BaseException:
         if final_path is not None:
             backend.finish()  # close; the partial file keeps the finished windows
