@@ -1,5 +1,6 @@
 """Sliding-window correlation (GPU-DFC) against float64 numpy references."""
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -344,3 +345,58 @@ def test_no_warning_without_constant_series():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dynamic_correlation(X, 10, 3, kind="sparse", threshold=0.5, device="cpu")
+
+
+class _FakeStreamOrEvent:
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def wait_stream(self, *args):
+        pass
+
+    def record(self, *args):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+@pytest.mark.parametrize("kind, extra", [
+    ("triu", {}), ("sparse", {"threshold": 0.2}), ("lowrank", {"rank": 4, "random_state": 0}),
+    ("factor", {"rank": 3}),
+])
+@pytest.mark.parametrize("with_buffer", [False, True])
+def test_deferred_copy_path_gives_the_same_windows(monkeypatch, tmp_path, kind, extra,
+                                                   with_buffer):
+    """The CUDA branch of HostCopier (staging ring, callbacks two batches late,
+    copies straight into a pinned host buffer), with streams and events faked
+    so that it runs on the CPU."""
+    from connscale.fc import _transfer
+    from connscale.fc.dynamic_result import HostArena
+
+    reference = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", **extra)
+    original_init = _transfer.HostCopier.__init__
+    original_empty = torch.empty
+
+    def fake_init(self, device, depth=2):
+        original_init(self, device, depth)
+        self.cuda, self.stream = True, _FakeStreamOrEvent()
+
+    monkeypatch.setattr(_transfer.HostCopier, "__init__", fake_init)
+    monkeypatch.setattr(torch.cuda, "Stream", _FakeStreamOrEvent)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeStreamOrEvent)
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStreamOrEvent())
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: original_empty(*a, **k))
+    monkeypatch.setattr(HostArena, "pinned", property(lambda self: True))
+    monkeypatch.setattr(dynamic_module, "_MAX_BATCH", 4)  # several batches in flight
+    buffer = torch.zeros(1 << 20, dtype=torch.uint8) if with_buffer else None
+    result = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", host_buffer=buffer, **extra)
+    assert result.plan["batch"] == 4
+    on_disk = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", out=tmp_path / "a.h5",
+                                  **extra)
+    for i in range(len(reference)):
+        assert_allclose(result.to_dense(i), reference.to_dense(i), atol=1e-6)
+        assert_allclose(on_disk.to_dense(i), reference.to_dense(i), atol=1e-6)
+    on_disk.close()
