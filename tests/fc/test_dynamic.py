@@ -124,6 +124,16 @@ def test_constant_series_nan_in_triu_and_left_out_of_sparse():
     assert_allclose(kept, np.delete(np.delete(dense, 3, 0), 3, 1), atol=1e-12)
 
 
+def test_window_constant_at_the_global_mean_is_detected():
+    x = X[:40].copy()
+    x[:, 5] = np.where(np.arange(40) % 2, 1.0, -1.0)  # global mean exactly 0
+    x[10:20, 5] = 0.0  # ... and constant at 0 in window [10, 20)
+    with pytest.warns(ConstantSeriesWarning, match="1 of 14 series"):
+        result = dynamic_correlation(x, 10, 5, device="cpu", dtype="float64")
+    assert_array_equal(np.flatnonzero(result.constant.any(axis=1)), [2])
+    assert np.isnan(result.to_dense(2)[5]).all()
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_factor_is_exact(device, dtype):

@@ -201,12 +201,17 @@ class _WindowNormalizer:
         times = self.starts[window][:, None] + self.offsets[None, :]  # (B, w)
         windows = self.x[times]  # (B, w, N)
         means = self.means[window]
+        # Constant within the window: the range is exactly 0 (whatever rounding
+        # the running-sum mean carries), or negligible against the values.
+        high, low = windows.amax(dim=1), windows.amin(dim=1)
+        constant = (high - low) <= _CONSTANT_RTOL * torch.maximum(high.abs(), low.abs())
         centred = windows - means[:, None, :]
         norm = torch.linalg.vector_norm(centred, dim=1)  # (B, N)
-        scale = torch.linalg.vector_norm(windows, dim=1) + torch.finfo(torch.float64).tiny
-        constant = norm <= _CONSTANT_RTOL * scale
         norm = torch.where(constant, torch.full_like(norm, float("nan")), norm)
-        u = (centred / norm[:, None, :]).transpose(1, 2).contiguous().to(self.dtype)
+        centred /= norm[:, None, :]
+        u = torch.empty((centred.shape[0], centred.shape[2], centred.shape[1]), dtype=self.dtype,
+                        device=centred.device)
+        u.copy_(centred.transpose(1, 2))  # one pass: transpose and cast
         return u, constant
 
 
