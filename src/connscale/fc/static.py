@@ -26,6 +26,7 @@ from connscale._compute import (
     MemoryPlan,
     allow_tf32 as _allow_tf32,
     available_host_memory,
+    format_bytes,
     memory_budget,
     parse_memory,
     resolve_device,
@@ -172,19 +173,19 @@ def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=Fa
         raise ValueError(f"kind={kind!r} needs at least 2 series; got {n}.")
 
     sink = _make_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs)
-    with _allow_tf32(allow_tf32), torch.no_grad():
-        series = torch.from_numpy(np.ascontiguousarray(x)).to(dev)
-        normalized, constant = normalize_series(series, dtype=work_dtype)
-        del series
-        n_constant = warn_constant(constant, stacklevel=4)
+    try:
         plan, rounds = _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit,
                                     sink.in_memory)
         logger.debug("correlation plan: %s", plan)
-        try:
+        with _allow_tf32(allow_tf32), torch.no_grad():
+            series = torch.from_numpy(np.ascontiguousarray(x)).to(dev)
+            normalized, constant = normalize_series(series, dtype=work_dtype)
+            del series
+            n_constant = warn_constant(constant, stacklevel=4)
             _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose)
-        except BaseException:
-            sink.abort()
-            raise
+    except BaseException:
+        sink.abort()
+        raise
     return sink.finish(), (plan, n_constant)
 
 
@@ -218,7 +219,7 @@ def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory
             need = resident + per_element * n_cols
             raise ValueError(
                 f"Not enough memory for one row of the correlation matrix: need about "
-                f"{need / 1e6:.0f} MB on {dev}, the budget is {max(budget, 0) / 1e6:.0f} MB "
+                f"{format_bytes(need)} on {dev}, the budget is {format_bytes(max(budget, 0))} "
                 f"(memory_limit={memory_limit!r}). Raise 'memory_limit' or pass "
                 "out='file.h5' to keep the result out of memory."
             )
@@ -415,8 +416,8 @@ class _ArraySink:
             budget = _host_budget(memory_limit)
             if nbytes > budget:
                 raise ValueError(
-                    f"The {kind} result of {n} series takes {nbytes / 1e9:.1f} GB, more than "
-                    f"the {budget / 1e9:.1f} GB of host memory available"
+                    f"The {kind} result of {n} series takes {format_bytes(nbytes)}, more than "
+                    f"the {format_bytes(budget)} of host memory available"
                     f"{'' if memory_limit is None else f' under memory_limit={memory_limit!r}'}"
                     ". Pass out='result_relmat.h5' to stream it to disk."
                 )
