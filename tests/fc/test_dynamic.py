@@ -287,6 +287,14 @@ def test_host_buffer_receives_results():
         assert_array_equal(result[i], plain[i])
 
 
+def test_allow_tf32_is_recorded_and_harmless_on_cpu():
+    result = dynamic_correlation(X, 10, 3, device="cpu", allow_tf32=True)
+    plain = dynamic_correlation(X, 10, 3, device="cpu")
+    assert result.parameters["allow_tf32"] is True
+    assert_array_equal(result[4], plain[4])
+    assert not torch.backends.cuda.matmul.allow_tf32  # restored
+
+
 def test_to_teneto_layout():
     result = dynamic_correlation(X, 10, 6, device="cpu")
     stack = result.to_teneto()

@@ -50,6 +50,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="Random seed (lowrank).")
     parser.add_argument("--error", action="store_true",
                         help="lowrank/factor: record each window's MAE against the exact matrix.")
+    parser.add_argument("--allow-tf32", action="store_true",
+                        help="Allow TF32 matrix products on CUDA (faster, less exact).")
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     add_compute_arguments(parser)
     parser.set_defaults(func=run)
@@ -77,7 +79,8 @@ def run(args) -> int:
             absolute=args.absolute, rank=args.rank, method=args.method,
             power_iterations=args.power_iterations, random_state=args.seed,
             device=args.device, dtype=args.dtype, memory_limit=args.memory_limit,
-            out=path, compute_error=args.error, verbose=args.verbose,
+            out=path, compute_error=args.error, allow_tf32=args.allow_tf32,
+            verbose=args.verbose,
         )
     with result:
         record.add_output(path)

@@ -40,7 +40,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from connscale._compute import allow_tf32, memory_budget, resolve_device, resolve_dtype
+from connscale._compute import allow_tf32 as _allow_tf32
+from connscale._compute import memory_budget, resolve_device, resolve_dtype
 from connscale._compute.device import numpy_dtype
 from connscale._compute.memory import available_host_memory, parse_memory
 from connscale._docs import fill_doc
@@ -301,6 +302,7 @@ def dynamic_correlation(
     out: str | os.PathLike | None = None,
     host_buffer=None,
     compute_error: bool = False,
+    allow_tf32: bool = False,
     verbose: int = 0,
 ) -> DynamicConnectivity:
     """Sliding-window Pearson correlation of every pair of series (GPU-DFC).
@@ -350,6 +352,9 @@ def dynamic_correlation(
     compute_error : bool, default=False
         For ``'lowrank'`` and ``'factor'``: each window's mean absolute error
         against the exact matrix over off-diagonal pairs (``result.mae``).
+    allow_tf32 : bool, default=False
+        Allow TF32 matrix products on CUDA: faster, but inputs are rounded to
+        10 mantissa bits, which can flip values that sit near a threshold.
     %(verbose)s
 
     Returns
@@ -397,6 +402,7 @@ def dynamic_correlation(
         "power_iterations": checked["power_iterations"] if kind == "lowrank" else None,
         "random_state": _recorded_seed(random_state) if base_seed is not None else None,
         "dtype": np_dtype.name,
+        "allow_tf32": bool(allow_tf32),
     }
 
     # Where the windows go.
@@ -447,7 +453,7 @@ def dynamic_correlation(
                 threshold=checked["threshold"], absolute=checked["absolute"], method=method,
                 power_iterations=checked["power_iterations"], base_seed=base_seed,
                 device=torch_device, dtype=torch_dtype, memory_limit=memory_limit,
-                compute_error=compute_error, verbose=verbose,
+                compute_error=compute_error, allow_tf32=bool(allow_tf32), verbose=verbose,
             )
     except BaseException:
         if final_path is not None:
@@ -488,14 +494,14 @@ def _check_host_memory(kind, k, n, width, itemsize, memory_limit, host_buffer) -
 
 def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolute, method,
              power_iterations, base_seed, device, dtype, memory_limit, compute_error,
-             verbose) -> None:
+             allow_tf32, verbose) -> dict:
     from tqdm.auto import tqdm
 
     n = array.shape[1]
     k = starts.size
     itemsize = torch.empty((), dtype=dtype).element_size()
     budget = memory_budget(device, memory_limit)
-    with allow_tf32(False), torch.no_grad():
+    with _allow_tf32(allow_tf32), torch.no_grad():
         x = torch.as_tensor(array).to(device)
         normalizer = _WindowNormalizer(x, starts, w, dtype)
         del x
