@@ -44,7 +44,8 @@ def keep_mask(tile: torch.Tensor, threshold: float, *, absolute: bool) -> torch.
     # Local (a, c) is global (r0 + a, r0 + c): strictly upper <=> c > a. Only
     # the first R columns (the diagonal block) hold entries with c <= a.
     n_rows = tile.shape[-2]
-    keep[..., :n_rows].triu_(1)
+    upper = torch.ones((n_rows, n_rows), dtype=torch.bool, device=tile.device).triu_(1)
+    keep[..., :n_rows] &= upper  # an elementwise op on a strided view: any device
     return keep
 
 
