@@ -3,8 +3,11 @@
 from connscale._version import __version__
 from connscale.fc import (
     ConstantSeriesWarning,
+    DynamicConnectivity,
     correlation,
+    dynamic_correlation,
     from_nilearn_vec,
+    load_dynamic,
     matrix_to_vec,
     n_pairs,
     pair_summary,
@@ -20,10 +23,13 @@ from connscale.io import load_relmat, load_timeseries
 
 __all__ = [
     "ConstantSeriesWarning",
+    "DynamicConnectivity",
     "__version__",
     "correlation",
+    "dynamic_correlation",
     "from_nilearn_vec",
     "get_engine",
+    "load_dynamic",
     "load_relmat",
     "load_timeseries",
     "matrix_to_vec",
