@@ -23,6 +23,11 @@ Jobs (looked up lazily, so a job's dependencies load only when it runs):
     Static correlation (:func:`connscale.correlation`) into the BIDS-named
     ``<name>_meas-PearsonCorrelation_relmat.h5`` store of
     :mod:`connscale.io.hdf5`.
+``dfc``
+    Sliding-window correlation of all pairs
+    (:func:`connscale.dynamic_correlation`, stored as 'triu', 'sparse',
+    'lowrank' or 'factor') into ``<name>_dfc.h5``; an interrupted scan
+    resumes from its finished windows.
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ class CohortJob:
 JOBS = {
     "pairs": CohortJob("pairs", "connscale.cohort:_job_pairs", "_pairs.h5"),
     "fc": CohortJob("fc", "connscale.cohort:_job_fc", "_meas-PearsonCorrelation_relmat.h5"),
+    "dfc": CohortJob("dfc", "connscale.cohort:_job_dfc", "_dfc.h5"),
 }
 
 
@@ -225,6 +231,9 @@ def check_job_params(job: str, params: dict | None) -> dict:
     common = {"device": "cpu", "dtype": "float32", "atlas": None, "mask": None}
     if job == "pairs":
         allowed = {"window_length": None, "step": 1, "threshold": 0.5, **common}
+    elif job == "dfc":
+        allowed = {"window_length": None, "step": 1, "kind": "triu", "threshold": None,
+                   "absolute": False, "rank": None, "random_state": 0, **common}
     else:
         allowed = {"kind": "triu", **common}
     unknown = sorted(set(params) - set(allowed))
@@ -233,12 +242,22 @@ def check_job_params(job: str, params: dict | None) -> dict:
             f"Unknown parameter(s) {unknown} for job {job!r}; it takes {sorted(allowed)}."
         )
     merged = {**allowed, **params}
-    if job == "pairs":
+    if job in ("pairs", "dfc"):
         if merged["window_length"] is None:
-            raise ValueError("The 'pairs' job needs 'window_length' (e.g. 32).")
+            raise ValueError(f"The {job!r} job needs 'window_length' (e.g. 32).")
         merged["window_length"] = check_int(merged["window_length"], "window_length", minimum=2)
         merged["step"] = check_int(merged["step"], "step", minimum=1)
+    if job == "pairs":
         merged["threshold"] = check_threshold(merged["threshold"])
+    elif job == "dfc":
+        check_option(merged["kind"], "kind", {"triu", "sparse", "lowrank", "factor"})
+        if merged["threshold"] is not None:
+            merged["threshold"] = check_threshold(merged["threshold"])
+        if merged["kind"] == "sparse" and merged["threshold"] is None:
+            raise ValueError("The 'dfc' job with kind='sparse' needs a 'threshold'.")
+        if merged["kind"] == "lowrank" and merged["rank"] is None:
+            raise ValueError("The 'dfc' job with kind='lowrank' needs a 'rank'.")
+        merged["absolute"] = bool(merged["absolute"])
     else:
         check_option(merged["kind"], "kind", {"triu", "dense"})
     check_option(merged["dtype"], "dtype", {"float32", "float64"})
@@ -303,6 +322,26 @@ def _job_fc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict
     return {"n_series": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0])}
 
 
+def _job_dfc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
+    import h5py
+
+    from connscale.fc.dynamic import dynamic_correlation
+
+    result = dynamic_correlation(
+        timeseries, params["window_length"], params["step"], kind=params["kind"],
+        threshold=params["threshold"], absolute=params["absolute"], rank=params["rank"],
+        random_state=params["random_state"], device=params["device"], dtype=params["dtype"],
+        out=output)
+    n_windows = len(result)
+    result.close()
+    # dynamic_correlation wrote the file atomically; label it for resume. A
+    # crash before this leaves an unlabelled file, which is redone.
+    with h5py.File(output, "a") as h5:
+        h5.attrs.update(attrs)
+    return {"n_series": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
+            "n_windows": n_windows}
+
+
 def _job_function(job: str):
     module, name = JOBS[job].function.split(":")
     return getattr(importlib.import_module(module), name)
@@ -335,6 +374,9 @@ def run_task(task: CohortTask) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(task.threads)
     try:
+        # We get here only when the output is missing or was made otherwise:
+        # writers refuse to overwrite a different run, so clear it first.
+        task.output.unlink(missing_ok=True)
         timeseries, labels = _load_item(task.item.path, task.params)
         attrs = {"source": str(task.item.path), "cohort_job": task.key}
         details = _job_function(task.job)(timeseries, labels, task.params, task.output, attrs)
@@ -404,10 +446,13 @@ def run_cohort(
     inputs : str, path or list of them
         Files, folders, glob patterns or a BIDS derivatives tree (see
         :func:`find_inputs`).
-    job : {'pairs', 'fc'}
+    job : {'pairs', 'fc', 'dfc'}
         ``'pairs'``: region-pair DFC courses + summary features
         (``window_length`` required; ``step``, ``threshold``). ``'fc'``:
-        static correlation (``kind`` 'triu' or 'dense').
+        static correlation (``kind`` 'triu' or 'dense'). ``'dfc'``: dynamic
+        correlation of all pairs (``window_length`` required; ``step``,
+        ``kind`` 'triu'/'sparse'/'lowrank'/'factor', ``threshold``,
+        ``absolute``, ``rank``, ``random_state``).
     out_dir : str or path
         Output root: ``sub-<id>/<name><suffix>`` per scan, plus
         ``cohort_report.json`` and ``cohort_errors.tsv``.

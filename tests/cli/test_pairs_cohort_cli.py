@@ -108,12 +108,18 @@ def test_cohort_cli(tmp_path, capsys):
     assert main(["cohort", str(tmp_path / "deriv"), "--job", "fc", "--backend", "serial",
                  "--out", str(out), "-q"]) == 0
     assert (out / "sub-02" / "sub-02_task-rest_meas-PearsonCorrelation_relmat.h5").exists()
+    assert main(["cohort", str(tmp_path / "deriv"), "--job", "dfc", "--window", "8",
+                 "--step", "4", "--backend", "serial", "--out", str(out), "-q"]) == 0
+    assert (out / "sub-01" / "sub-01_task-rest_dfc.h5").exists()
 
 
 def test_cohort_cli_errors(tmp_path, capsys):
     assert main(["cohort", str(tmp_path), "--job", "pairs", "--out", str(tmp_path / "o"),
                  "--backend", "serial"]) == 2
     assert "--job pairs needs --window" in capsys.readouterr().err
+    assert main(["cohort", str(tmp_path), "--job", "fc", "--threshold", "0.3",
+                 "--out", str(tmp_path / "o"), "--backend", "serial"]) == 2
+    assert "--threshold applies to --job pairs and dfc" in capsys.readouterr().err
     assert main(["cohort", str(tmp_path / "nothing"), "--job", "fc",
                  "--out", str(tmp_path / "o"), "--backend", "serial"]) == 2
     assert "No input file" in capsys.readouterr().err

@@ -119,6 +119,33 @@ def test_fc_job(tmp_path):
     assert attrs["kind"] == "triu"
 
 
+def test_dfc_job(tmp_path):
+    from connscale import dynamic_correlation, load_dynamic
+
+    paths = make_bids(tmp_path / "deriv", subjects=("01", "02"))
+    params = {"window_length": 12, "step": 5, "kind": "sparse", "threshold": 0.3}
+    report = run_cohort(tmp_path / "deriv", "dfc", tmp_path / "out", params=params,
+                        engine="serial", verbose=0)
+    assert report.n_ok == 2
+    output = tmp_path / "out" / "sub-02" / "sub-02_task-rest_dfc.h5"
+    stored = load_dynamic(output)
+    expected = dynamic_correlation(np.loadtxt(paths["02"], skiprows=1), 12, 5, kind="sparse",
+                                   threshold=0.3, device="cpu")
+    assert len(stored) == len(expected) == (N_TIMEPOINTS - 12) // 5 + 1
+    for k in range(len(expected)):
+        assert_allclose(stored.to_dense(k), expected.to_dense(k), atol=1e-6)
+    stored.close()
+    again = run_cohort(tmp_path / "deriv", "dfc", tmp_path / "out", params=params,
+                       engine="serial", verbose=0)
+    assert again.n_skipped == 2
+    # Other parameters: redone (the old file is replaced, not refused).
+    other = run_cohort(tmp_path / "deriv", "dfc", tmp_path / "out",
+                       params={"window_length": 10}, engine="serial", verbose=0)
+    assert other.n_ok == 2
+    with pytest.raises(ValueError, match="needs a 'rank'"):
+        check_job_params("dfc", {"window_length": 10, "kind": "lowrank"})
+
+
 def test_corrupt_input_is_reported_and_others_kept(tmp_path):
     make_bids(tmp_path / "deriv", subjects=("01", "02", "03", "04"), corrupt="02")
     report = run_cohort(tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS,

@@ -14,7 +14,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
     parser = subparsers.add_parser(
         "cohort",
-        help="Run a per-scan job (fc, pairs) over a cohort: local, Dask or Spark.",
+        help="Run a per-scan job (fc, dfc, pairs) over a cohort: local, Dask or Spark.",
         description=(
             "Runs one job per input scan over files, folders, glob patterns or a BIDS "
             "derivatives tree (*_bold.nii.gz, *_timeseries.tsv under sub-*), one output "
@@ -31,12 +31,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     group = parser.add_argument_group("job options")
     group.add_argument("--window", type=int, default=None,
-                       help="pairs: window length in time points (required).")
-    group.add_argument("--step", type=int, default=1, help="pairs: window step.")
-    group.add_argument("--threshold", type=float, default=0.5,
-                       help="pairs: summary feature 'fraction of windows with r > THRESHOLD'.")
-    group.add_argument("--kind", choices=["triu", "dense"], default="triu",
-                       help="fc: store the upper triangle or the full matrix.")
+                       help="pairs, dfc: window length in time points (required).")
+    group.add_argument("--step", type=int, default=1, help="pairs, dfc: window step.")
+    group.add_argument("--threshold", type=float, default=None,
+                       help="pairs: summary feature 'fraction of windows with r > THRESHOLD' "
+                            "(default 0.5); dfc: keep r >= THRESHOLD (--kind sparse).")
+    group.add_argument("--kind", choices=["triu", "dense", "sparse", "lowrank", "factor"],
+                       default="triu",
+                       help="fc: 'triu' or 'dense'; dfc: 'triu', 'sparse', 'lowrank' or "
+                            "'factor'.")
+    group.add_argument("--absolute", action="store_true",
+                       help="dfc --kind sparse: keep |r| >= THRESHOLD.")
+    group.add_argument("--rank", type=int, default=None,
+                       help="dfc --kind lowrank (required) or factor: the rank.")
+    group.add_argument("--seed", type=int, default=0, help="dfc --kind lowrank: random seed.")
     group.add_argument("--atlas", type=Path, default=None,
                        help="Labels NIfTI for NIfTI inputs (region-mean series).")
     group.add_argument("--mask", type=Path, default=None,
@@ -63,11 +71,18 @@ def job_params(args) -> dict:
     """The job parameters named by the command-line options."""
     params = {"device": args.device, "dtype": args.dtype,
               "atlas": args.atlas, "mask": args.mask}
+    if args.job in ("pairs", "dfc") and args.window is None:
+        raise ValueError(f"--job {args.job} needs --window (window length in time points).")
     if args.job == "pairs":
-        if args.window is None:
-            raise ValueError("--job pairs needs --window (window length in time points).")
-        params.update(window_length=args.window, step=args.step, threshold=args.threshold)
-    elif args.job == "fc":
+        threshold = 0.5 if args.threshold is None else args.threshold
+        params.update(window_length=args.window, step=args.step, threshold=threshold)
+    elif args.job == "dfc":
+        params.update(window_length=args.window, step=args.step, kind=args.kind,
+                      threshold=args.threshold, absolute=args.absolute, rank=args.rank,
+                      random_state=args.seed)
+    else:
+        if args.threshold is not None:
+            raise ValueError("--threshold applies to --job pairs and dfc only.")
         params["kind"] = args.kind
     return params
 
