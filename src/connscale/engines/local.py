@@ -97,7 +97,7 @@ class LocalEngine(Engine):
         self._mp = multiprocessing.get_context(self.context)
         if self.context == "forkserver":
             # Imported once in the server, inherited by every worker it forks.
-            self._mp.set_forkserver_preload(["connscale.engines.local"])
+            self._mp.set_forkserver_preload(["__main__", "connscale.engines.local"])
         self._pool: ProcessPoolExecutor | None = None
         self._partitions: list[ProcessPoolExecutor | None] = [None] * self.n_jobs
         self._loaders: dict[int, tuple[Callable, int]] = {}
