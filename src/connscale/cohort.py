@@ -348,7 +348,10 @@ def _job_function(job: str):
 
 
 def _job_key(job: str, params: dict) -> str:
-    return json.dumps({"job": job, "params": params}, sort_keys=True)
+    """What makes an output reusable: the job and every parameter that changes
+    the result (not the device it was computed on)."""
+    kept = {k: v for k, v in params.items() if k != "device"}
+    return json.dumps({"job": job, "params": kept}, sort_keys=True)
 
 
 def _is_complete(output: Path, key: str) -> bool:

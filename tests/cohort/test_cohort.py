@@ -185,6 +185,10 @@ def test_resume_after_crash(tmp_path):
     resumed = run_cohort(tmp_path / "deriv", "pairs", out, params=PAIRS, engine="serial",
                          verbose=0)
     assert [r["status"] for r in resumed.records] == ["skipped", "ok", "ok"]
+    # The device does not change what is computed: still complete.
+    moved = run_cohort(tmp_path / "deriv", "pairs", out, params={**PAIRS, "device": "auto"},
+                       engine="serial", verbose=0)
+    assert moved.n_skipped == 3
     assert os.stat(outputs[0]).st_mtime_ns == stamp
     assert not partial.exists()
     for path, expected in zip(outputs, reference):
