@@ -135,10 +135,11 @@ class SparkEngine(Engine):
             # Forked Python workers inherit connscale and torch from the daemon.
             conf.set("spark.python.use.daemon", "true")
             conf.set("spark.python.daemon.module", "connscale.engines._spark_daemon")
-        with warnings.catch_warnings():
-            # pyspark warns about pandas versions it has not been tested with.
-            warnings.filterwarnings("ignore", category=FutureWarning, module="pyspark")
-            sc = pyspark.SparkContext(conf=conf)
+        # pyspark warns, at its first jobs, about pandas versions it has not
+        # been tested with; connscale does not use pyspark's pandas API.
+        warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas",
+                                category=FutureWarning)
+        sc = pyspark.SparkContext(conf=conf)
         sc.setLogLevel("ERROR")
         self._own = True
         return sc
