@@ -1,5 +1,30 @@
 """connscale: fast, scalable brain connectivity on CPUs, GPUs and clusters."""
 
 from connscale._version import __version__
+from connscale.fc import (
+    ConstantSeriesWarning,
+    correlation,
+    from_nilearn_vec,
+    matrix_to_vec,
+    n_pairs,
+    to_nilearn_vec,
+    triu_index,
+    triu_pairs,
+    vec_to_matrix,
+)
+from connscale.io import load_relmat, load_timeseries
 
-__all__ = ["__version__"]
+__all__ = [
+    "ConstantSeriesWarning",
+    "__version__",
+    "correlation",
+    "from_nilearn_vec",
+    "load_relmat",
+    "load_timeseries",
+    "matrix_to_vec",
+    "n_pairs",
+    "to_nilearn_vec",
+    "triu_index",
+    "triu_pairs",
+    "vec_to_matrix",
+]
