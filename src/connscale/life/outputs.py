@@ -5,12 +5,11 @@ atomically."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from connscale.io._atomic import atomic_path, write_json_atomic
+from connscale.io._atomic import atomic_path
 from connscale.life.streamlines import StreamlineArray
 
 _MEASURES = ("weight", "count", "evidence")
@@ -161,50 +160,54 @@ def connectome(streamlines: StreamlineArray, weights, labels, labels_affine, *, 
     return M, region_labels
 
 
-def write_relmat(matrix, region_labels, out_dir, prefix: str, *, measure: str, formats=("tsv", "h5"),
+def write_relmat(matrix, region_labels, out_dir, source: str, *, measure: str, formats=("tsv", "h5"),
                  metadata=None) -> list[Path]:
-    """Write ``<prefix>_meas-<measure>_relmat.{tsv,h5}`` plus a JSON sidecar.
+    """Write ``<source>_meas-<Measure>_relmat.{tsv,h5}`` and their JSON sidecars.
 
-    The TSV holds the matrix only (no header, as BIDS connectivity
-    relmat files); node labels go to the sidecar (``NodeLabels``).
+    The TSV has a header row of region labels (as ``connscale.io.relmat``);
+    the HDF5 store is a dense ``/relmat`` readable by
+    :func:`connscale.io.load_relmat`.
     """
-    out_dir = Path(out_dir)
-    stem = f"{prefix}_meas-{measure}_relmat"
-    written = []
+    from connscale._version import __version__
+    from connscale.io.relmat import relmat_path, write_relmat_tsv, write_sidecar
+
     matrix = np.asarray(matrix, dtype=np.float64)
+    names = {"weight": "LiFEWeightSum", "count": "LiFEStreamlineCount", "evidence": "LiFEStrengthOfEvidence"}
+    meas = names.get(measure, measure)
+    labels = [str(int(x)) for x in region_labels]
+    side = {
+        "Measure": meas,
+        "MeasureDescription": {
+            "weight": "Sum of LiFE weights of the streamlines joining each pair of regions",
+            "count": "Number of streamlines with LiFE weight > 0 joining each pair of regions",
+            "evidence": "Strength of evidence (virtual lesion) of each pair's streamlines",
+        }.get(measure, measure),
+        "Weighted": True,
+        "Directed": False,
+        "ValidDiagonal": True,
+        "StorageFormat": "Full",
+        "NumberOfNodes": len(labels),
+        "NodeLabels": labels,
+        "Code": f"connscale {__version__}",
+        **(metadata or {}),
+    }
+    written = []
     if "tsv" in formats:
-        path = out_dir / f"{stem}.tsv"
-        with atomic_path(path) as tmp:
-            np.savetxt(tmp, matrix, delimiter="\t", fmt="%.9g")
-        written.append(path)
+        path = relmat_path(out_dir, source, extension=".tsv", measure=meas)
+        written.append(write_relmat_tsv(path, matrix, labels))
+        written.append(write_sidecar(path, side))
     if "h5" in formats:
         import h5py
 
-        path = out_dir / f"{stem}.h5"
+        path = relmat_path(out_dir, source, extension=".h5", measure=meas)
         with atomic_path(path) as tmp:
             with h5py.File(tmp, "w") as fh:
                 fh.create_dataset("relmat", data=matrix)
                 fh.create_dataset("node_labels", data=np.asarray(region_labels, dtype=np.int64))
-                fh.attrs["RelationshipMeasure"] = measure
+                fh.attrs.update({"N": len(labels), "kind": "dense", "order": "full", "dtype": "float64",
+                                 "measure": meas, "software": f"connscale {__version__}"})
+                fh.attrs["complete"] = True
         written.append(path)
-    side = {
-        "RelationshipMeasure": measure,
-        "NodeLabels": [int(x) for x in region_labels],
-        "Directed": False,
-        "Software": "connscale life",
-        **(metadata or {}),
-    }
-    written.append(write_json_atomic(out_dir / f"{stem}.json", side))
+        if "tsv" not in formats:
+            written.append(write_sidecar(path, side))
     return written
-
-
-def bids_prefix(path) -> str:
-    """``sub-01_ses-1_dwi.nii.gz`` -> ``sub-01_ses-1``; other names keep their stem."""
-    name = os.path.basename(os.fspath(path))
-    for ext in (".nii.gz", ".nii", ".npy"):
-        if name.endswith(ext):
-            name = name[: -len(ext)]
-            break
-    if name.endswith("_dwi"):
-        name = name[: -len("_dwi")]
-    return name or "life"
