@@ -86,6 +86,8 @@ class StreamlineArray:
 
 def _from_array_sequence(seq) -> StreamlineArray:
     lengths = np.asarray(seq._lengths, dtype=np.int64)
+    if len(lengths) == 0:
+        raise ValueError("The tractogram holds no streamlines.")
     offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     data = np.asarray(seq._data)
