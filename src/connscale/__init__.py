@@ -13,6 +13,7 @@ from connscale.fc import (
     vec_to_matrix,
 )
 from connscale.io import load_relmat, load_timeseries
+from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 
 __all__ = [
     "ConstantSeriesWarning",
@@ -20,6 +21,7 @@ __all__ = [
     "correlation",
     "from_nilearn_vec",
     "load_relmat",
+    "life",
     "load_timeseries",
     "matrix_to_vec",
     "n_pairs",
