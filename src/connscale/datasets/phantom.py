@@ -220,7 +220,9 @@ def simulate_life_phantom(
 
     dwi, dwi_repeat = draw(), draw()
     # Streamlines to RAS+ mm.
-    flat = points.reshape(-1, 3).astype(np.float64) @ affine[:3, :3].T + affine[:3, 3]
+    flat = points.reshape(-1, 3)  # voxel -> RAS+ mm in place (diagonal affine)
+    flat *= np.float32(voxel_size)
+    flat += affine[:3, 3].astype(np.float32)
     offsets = np.arange(F + 1, dtype=np.int64) * K
     return LiFEPhantom(
         dwi=dwi,
@@ -228,7 +230,7 @@ def simulate_life_phantom(
         affine=affine,
         bvals=bvals,
         bvecs=bvecs,
-        streamlines=StreamlineArray(flat.astype(np.float32), offsets),
+        streamlines=StreamlineArray(flat, offsets),
         weights_true=weights,
         is_true=np.arange(F) < n_true,
     )
