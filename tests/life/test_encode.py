@@ -122,6 +122,14 @@ def test_bad_scans_are_rejected():
         build_model(data, bvals, bvecs, sl, affine=np.zeros((4, 4)), device="cpu")
     with pytest.raises(ValueError, match="'formulation' must be"):
         build_model(data, bvals, bvecs, sl, affine=AFFINE, formulation="x", device="cpu")
+    nan_b0 = bvecs.copy()
+    nan_b0[0] = np.nan  # some scanners write NaN b-vectors for b=0 volumes
+    assert build_model(data, bvals, bvecs, sl, affine=AFFINE, device="cpu").n_fibres == 1
+    assert build_model(data, bvals, nan_b0, sl, affine=AFFINE, device="cpu").n_fibres == 1
+    nan_dw = bvecs.copy()
+    nan_dw[5] = np.nan
+    with pytest.raises(ValueError, match="finite, non-zero 'bvecs'"):
+        build_model(data, bvals, nan_dw, sl, affine=AFFINE, device="cpu")
     far = StreamlineArray.from_list([np.array([[200.0, 2, 2], [201.0, 2, 2]])])
     with pytest.raises(ValueError, match="No streamline has a node inside the dMRI volume"):
         build_model(data, bvals, bvecs, far, affine=AFFINE, device="cpu")

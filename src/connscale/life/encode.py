@@ -318,8 +318,8 @@ def _check_gradients(bvals, bvecs, n_volumes: int):
         raise ValueError(
             f"'bvecs' must have shape ({n_volumes}, 3) or (3, {n_volumes}); got {bvecs.shape}."
         )
-    if not (np.all(np.isfinite(bvals)) and np.all(np.isfinite(bvecs))):
-        raise ValueError("'bvals' and 'bvecs' must be finite.")
+    if not np.all(np.isfinite(bvals)):
+        raise ValueError("'bvals' must be finite.")
     return bvals, bvecs
 
 
@@ -391,8 +391,8 @@ def build_model(
         raise ValueError("The scan has no diffusion-weighted volume (all b ≤ b0_threshold).")
     dw = ~is_b0
     norms = np.linalg.norm(bvecs[dw], axis=1)
-    if np.any(norms < 1e-6):
-        raise ValueError("Diffusion-weighted volumes need non-zero 'bvecs'.")
+    if not np.all(np.isfinite(norms)) or np.any(norms < 1e-6):
+        raise ValueError("Diffusion-weighted volumes need finite, non-zero 'bvecs'.")
     g = bvecs[dw] / norms[:, None]
     if mask is not None:
         mask = np.asarray(mask)
