@@ -18,7 +18,7 @@ PERFORMANCE.md) with our ratio to it.
     python benchmarks/bench_life.py --device cuda            # GPU run (< 6 min on an H100)
     python benchmarks/bench_life.py --device cpu --quick     # CPU, < 5 min on 2 cores
 
-``--quick``: sizes 0.04M and 0.1M only, 100 iterations instead of 500.
+``--quick``: sizes 0.04M and 0.1M only, 50 iterations instead of 500.
 """
 
 from __future__ import annotations
@@ -168,13 +168,16 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         help="cpu, cuda, or cpu,cuda for both")
-    parser.add_argument("--quick", action="store_true", help="0.04M and 0.1M fibres, 100 iterations")
+    parser.add_argument("--quick", action="store_true", help="0.04M and 0.1M fibres, 50 iterations")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--sizes", default=None, help="comma-separated fibre counts (overrides)")
     parser.add_argument("--iters", type=int, default=None)
     parser.add_argument("--no-dipy", action="store_true", help="skip the dipy peer")
     args = parser.parse_args(argv)
     devices = [d.strip() for d in args.device.split(",")]
-    n_iter = args.iters or (100 if args.quick else 500)
+    n_iter = args.iters or (50 if args.quick else 500)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.sizes:
         sizes = [int(float(s)) for s in args.sizes.split(",")]
     else:

@@ -2,9 +2,9 @@
 
 - ``matvec``: reduce Φ to (voxel, atom) weights ``W[v, a] = Σ_f Φ(a, v, f) x_f``
   (one scatter-add over the entries), then one sparse × dense product
-  ``Y = W · Dᵀ`` (CSR over voxels, cuSPARSE on CUDA). No atomics on Y.
+  ``Y = W · Dᵀ`` (CSR over voxels; cuSPARSE on CUDA, scipy on the CPU).
 - ``rmatvec``: ``dot[v, a] = ⟨D[:, a], Y[v, :]⟩`` for the distinct (voxel,
-  atom) pairs (gather-dot), then ``x_f = Σ Φ(a, v, f) · dot[v, a]``
+  atom) pairs (a sampled product, SDDMM, or a chunked gather-dot), then ``x_f = Σ Φ(a, v, f) · dot[v, a]``
   scattered into a float64 accumulator.
 
 Both run in chunks of entries / pairs so that temporaries stay bounded.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import torch
 
 from connscale.life.encode import LiFEModel
@@ -30,11 +31,31 @@ class LiFEOperator:
         preconditioned matrix of the SBB solver).
     dictionary : Tensor of shape (n_directions, n_atoms) or None
         Use this D instead of the model's (prediction on other directions).
-    chunk_size : int, default=2**23
-        Entries (and pairs) processed at once.
+    chunk_size : int or None
+        Elements of the temporaries of one chunk (entries, or pairs ×
+        directions); None: 2**22 on the CPU, 2**27 on CUDA.
+    pair_method : {'sddmm', 'gather'}, default='sddmm'
+        How ``rmatvec`` forms the (voxel, atom) dot products; 'sddmm' falls
+        back to 'gather' where torch lacks it.
+    spmm_method : {'auto', 'scipy', 'torch'}, default='auto'
+        The sparse × dense product of ``matvec``: scipy's CSR kernel on the
+        CPU (3–4× faster than torch's there), torch's (cuSPARSE) on CUDA.
     """
 
-    def __init__(self, model: LiFEModel, *, column_scale=None, dictionary=None, chunk_size: int = 1 << 23):
+    def __init__(self, model: LiFEModel, *, column_scale=None, dictionary=None, chunk_size: int | None = None,
+                 pair_method: str = "sddmm", spmm_method: str = "auto"):
+        if spmm_method == "auto":
+            spmm_method = "scipy" if model.device.type == "cpu" else "torch"
+        if spmm_method not in ("scipy", "torch"):
+            raise ValueError(f"'spmm_method' must be 'auto', 'scipy' or 'torch'; got {spmm_method!r}.")
+        self.spmm_method = spmm_method
+        self._np_csr = None
+        if pair_method not in ("sddmm", "gather"):
+            raise ValueError(f"'pair_method' must be 'sddmm' or 'gather'; got {pair_method!r}.")
+        self.pair_method = pair_method
+        self._pattern_csr = None
+        if chunk_size is None:
+            chunk_size = 1 << (27 if model.device.type == "cuda" else 22)
         self.model = model
         self.device = model.device
         self.dtype = model.dtype
@@ -55,6 +76,14 @@ class LiFEOperator:
         self.shape = (self.n_voxels * self.n_directions, self.n_fibres)
 
     def _spmm(self, W: torch.Tensor) -> torch.Tensor:
+        if self.spmm_method == "scipy":
+            import scipy.sparse as sp
+
+            if self._np_csr is None:
+                self._np_csr = (self._col.cpu().numpy(), self._crow.cpu().numpy(), self.Dt.cpu().numpy())
+            col, crow, Dt = self._np_csr
+            A = sp.csr_matrix((W.detach().cpu().numpy(), col, crow), shape=(self.n_voxels, Dt.shape[0]))
+            return torch.from_numpy(np.ascontiguousarray(A @ Dt)).to(self.device)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
             A = torch.sparse_csr_tensor(
@@ -79,8 +108,34 @@ class LiFEOperator:
         return self._spmm(self.pair_weights(x))
 
     def pair_dots(self, Y: torch.Tensor) -> torch.Tensor:
-        """⟨D[:, a], Y[v, :]⟩ for every (voxel, atom) pair (n_pairs,)."""
+        """⟨D[:, a], Y[v, :]⟩ for every (voxel, atom) pair (n_pairs,).
+
+        One sampled dense-dense product (SDDMM: ``Y · D`` evaluated only at
+        the (voxel, atom) pattern, cuSPARSE on CUDA) where torch supports it;
+        otherwise a chunked gather-dot.
+        """
         Y = Y.to(self.device, self.dtype).reshape(self.n_voxels, self.n_directions)
+        if self.pair_method == "sddmm":
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    out = torch.sparse.sampled_addmm(self._pattern(), Y, self.D, beta=0.0)
+                return out.values()
+            except (RuntimeError, NotImplementedError):
+                self.pair_method = "gather"  # unsupported here: the torch fallback
+        return self._pair_dots_gather(Y)
+
+    def _pattern(self) -> torch.Tensor:
+        if self._pattern_csr is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                self._pattern_csr = torch.sparse_csr_tensor(
+                    self._crow, self._col, torch.zeros(self.n_pairs, dtype=self.dtype, device=self.device),
+                    size=(self.n_voxels, self.Dt.shape[0]), check_invariants=False,
+                )
+        return self._pattern_csr
+
+    def _pair_dots_gather(self, Y: torch.Tensor) -> torch.Tensor:
         m = self.model
         dots = torch.empty(self.n_pairs, dtype=self.dtype, device=self.device)
         cs = max(1, self.chunk_size // max(self.n_directions, 1))
