@@ -15,7 +15,8 @@ over the run, sampled), final objective ½‖Mw − b‖², the model size, and 
 memory-traffic floor of the solve at 3.0 TB/s (H100 HBM; see
 PERFORMANCE.md) with our ratio to it.
 
-    python benchmarks/bench_life.py --device cuda            # GPU run (< 6 min on an H100)
+    python benchmarks/bench_life.py --device cpu,cuda        # GPU run (< 6 min on an H100;
+                                                             # CPU only up to --cpu-max fibres)
     python benchmarks/bench_life.py --device cpu --quick     # CPU, < 5 min on 2 cores
 
 ``--quick``: sizes 0.04M and 0.1M only, 50 iterations instead of 500.
@@ -170,6 +171,8 @@ def main(argv=None):
                         help="cpu, cuda, or cpu,cuda for both")
     parser.add_argument("--quick", action="store_true", help="0.04M and 0.1M fibres, 50 iterations")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--cpu-max", type=int, default=100_000,
+                        help="largest fibre count run on the CPU (500 iterations at 0.5M take many minutes)")
     parser.add_argument("--sizes", default=None, help="comma-separated fibre counts (overrides)")
     parser.add_argument("--iters", type=int, default=None)
     parser.add_argument("--no-dipy", action="store_true", help="skip the dipy peer")
@@ -215,8 +218,8 @@ def main(argv=None):
         formulation = "dipy" if gtab is not None else "encode"
         ref_obj = None
         for dev in devices:
-            if dev == "cpu" and n > 1_000_000 and not args.sizes:
-                log(f"  ours {dev}: skipped above 1M fibres (hours on a CPU)")
+            if dev == "cpu" and n > args.cpu_max:
+                log(f"  ours {dev}: skipped above --cpu-max {args.cpu_max:,} fibres")
                 continue
             try:
                 res = run_ours(data, bvals, bvecs, affine, sl, device=dev, n_iter=n_iter, formulation=formulation)
