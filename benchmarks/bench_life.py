@@ -121,7 +121,7 @@ def floor_seconds(model, n_iter):
     return 3.5 * n_iter * per_product / HBM_BYTES_PER_S
 
 
-def run_ours(data, bvals, bvecs, affine, sl, *, device, n_iter, formulation="encode"):
+def run_ours(data, bvals, bvecs, affine, sl, *, device, n_iter, formulation="encode", options=None):
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
@@ -133,7 +133,7 @@ def run_ours(data, bvals, bvecs, affine, sl, *, device, n_iter, formulation="enc
         LiFEOperator(model).column_norms_sq()  # the preconditioner (solve repeats it: cheap)
         sync(device)
         t1 = time.perf_counter()
-        fit = solve(model, n_iter=n_iter, tol=None)
+        fit = solve(model, n_iter=n_iter, tol=None, operator_options=options)
         sync(device)
         t2 = time.perf_counter()
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else mem.growth
@@ -176,6 +176,10 @@ def main(argv=None):
     parser.add_argument("--sizes", default=None, help="comma-separated fibre counts (overrides)")
     parser.add_argument("--iters", type=int, default=None)
     parser.add_argument("--no-dipy", action="store_true", help="skip the dipy peer")
+    parser.add_argument("--entry-method", choices=["auto", "spmv", "scatter"], default="auto",
+                        help="Φ-entry reduction kernel (auto: spmv on CUDA, scatter on the CPU)")
+    parser.add_argument("--pair-method", choices=["sddmm", "gather"], default="sddmm",
+                        help="(voxel, atom) dot products of Mᵀy")
     args = parser.parse_args(argv)
     devices = [d.strip() for d in args.device.split(",")]
     n_iter = args.iters or (50 if args.quick else 500)
@@ -195,7 +199,7 @@ def main(argv=None):
         f"sizes {sizes}{' (quick)' if args.quick else ''}")
     if torch.cuda.is_available():
         log(f"GPU: {torch.cuda.get_device_name()}")
-    log(f"CPU threads: {torch.get_num_threads()}")
+    log(f"CPU threads: {torch.get_num_threads()}; kernels: entry {args.entry_method}, pairs {args.pair_method}")
     rows = []
     for n in sizes:
         gen_dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -222,7 +226,8 @@ def main(argv=None):
                 log(f"  ours {dev}: skipped above --cpu-max {args.cpu_max:,} fibres")
                 continue
             try:
-                res = run_ours(data, bvals, bvecs, affine, sl, device=dev, n_iter=n_iter, formulation=formulation)
+                res = run_ours(data, bvals, bvecs, affine, sl, device=dev, n_iter=n_iter, formulation=formulation,
+                               options={"entry_method": args.entry_method, "pair_method": args.pair_method})
             except torch.OutOfMemoryError as exc:  # pragma: no cover - device dependent
                 log(f"  ours {dev}: out of memory ({exc})")
                 continue

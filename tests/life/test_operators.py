@@ -19,14 +19,15 @@ RTOL = {"float32": 2e-5, "float64": 1e-12}
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("chunk_size", [5, 1 << 20])
 @pytest.mark.parametrize("pair_method", ["sddmm", "gather"])
-@pytest.mark.parametrize("spmm_method", ["auto", "torch"])
-def test_products_match_dense(device, dtype, seed, chunk_size, pair_method, spmm_method):
+@pytest.mark.parametrize(("spmm_method", "entry_method"), [("auto", "scatter"), ("torch", "spmv")])
+def test_products_match_dense(device, dtype, seed, chunk_size, pair_method, spmm_method, entry_method):
     data, bvals, bvecs, sl = random_problem(seed)
     with pytest.warns(UserWarning, match="streamlines dropped"):
         model = build_model(data, bvals, bvecs, sl, affine=np.eye(4), sphere=40, device=device, dtype=dtype)
     M = model.to_dense()
     assert M.shape == (model.n_voxels * model.n_directions, model.n_fibres)
-    op = LiFEOperator(model, chunk_size=chunk_size, pair_method=pair_method, spmm_method=spmm_method)
+    op = LiFEOperator(model, chunk_size=chunk_size, pair_method=pair_method, spmm_method=spmm_method,
+                      entry_method=entry_method)
     rng = np.random.default_rng(seed)
     x = rng.uniform(0, 1, model.n_fibres)
     y = rng.normal(size=M.shape[0])
@@ -35,7 +36,8 @@ def test_products_match_dense(device, dtype, seed, chunk_size, pair_method, spmm
     assert_allclose(Mx, M @ x, rtol=RTOL[dtype], atol=RTOL[dtype] * scale)
     Mty = op.rmatvec(torch.as_tensor(y.reshape(model.n_voxels, -1), device=device))
     assert Mty.dtype == torch.float64
-    assert op.pair_method == pair_method  # the sampled product ran (no silent fallback here)
+    # The requested kernels ran (no silent fallback here).
+    assert op.pair_method == pair_method and op.entry_method == entry_method
     assert_allclose(Mty.cpu().numpy(), M.T @ y, rtol=RTOL[dtype],
                     atol=RTOL[dtype] * np.abs(M).max() * M.shape[0])
 
@@ -80,3 +82,5 @@ def test_bad_operator_options():
         LiFEOperator(model, pair_method="dense")
     with pytest.raises(ValueError, match="'spmm_method' must be"):
         LiFEOperator(model, spmm_method="mkl")
+    with pytest.raises(ValueError, match="'entry_method' must be"):
+        LiFEOperator(model, entry_method="atomic")

@@ -226,7 +226,7 @@ def lambda_max(model: LiFEModel) -> float:
 
 
 def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float | None = 1e-5,
-          x0=None, verbose: int = 0, callback=None) -> LiFEFit:
+          x0=None, verbose: int = 0, callback=None, operator_options: dict | None = None) -> LiFEFit:
     """Weights of a built model by preconditioned SBB-NNLS.
 
     The columns of M are divided by h_f = Σ val²‖D[:, a]‖² (the reference's
@@ -248,6 +248,9 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
     verbose : int, default=0
     callback : callable or None
         ``callback(k, x, objective)`` after each update.
+    operator_options : dict or None
+        Keyword arguments of :class:`~connscale.life.operators.LiFEOperator`
+        (kernel choices, chunk size).
 
     Returns
     -------
@@ -259,7 +262,7 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
     base = LiFEOperator(model)
     h = base.column_norms_sq()
     h = torch.where(h > 0, h, torch.ones_like(h))
-    op = LiFEOperator(model, column_scale=h)
+    op = LiFEOperator(model, column_scale=h, **(operator_options or {}))
     xp0 = None
     if x0 is not None:
         x0 = torch.as_tensor(np.asarray(x0) if not isinstance(x0, torch.Tensor) else x0)

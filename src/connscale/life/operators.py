@@ -40,16 +40,29 @@ class LiFEOperator:
     spmm_method : {'auto', 'scipy', 'torch'}, default='auto'
         The sparse × dense product of ``matvec``: scipy's CSR kernel on the
         CPU (3–4× faster than torch's there), torch's (cuSPARSE) on CUDA.
+    entry_method : {'auto', 'spmv', 'scatter'}, default='auto'
+        How the Φ entries are reduced: sparse matrix-vector products with
+        P (pairs × fibres) and Pᵀ (float64 values, so Mᵀy accumulates in
+        float64) — no atomics, default on CUDA — or chunked scatter-adds
+        (``index_add_``, float64 accumulator for Mᵀy), default on the CPU.
+        'spmv' falls back to 'scatter' where torch lacks it; it holds Pᵀ as
+        an extra copy of the entries (~16 bytes each).
     """
 
     def __init__(self, model: LiFEModel, *, column_scale=None, dictionary=None, chunk_size: int | None = None,
-                 pair_method: str = "sddmm", spmm_method: str = "auto"):
+                 pair_method: str = "sddmm", spmm_method: str = "auto", entry_method: str = "auto"):
         if spmm_method == "auto":
             spmm_method = "scipy" if model.device.type == "cpu" else "torch"
         if spmm_method not in ("scipy", "torch"):
             raise ValueError(f"'spmm_method' must be 'auto', 'scipy' or 'torch'; got {spmm_method!r}.")
         self.spmm_method = spmm_method
         self._np_csr = None
+        if entry_method == "auto":
+            entry_method = "spmv" if model.device.type == "cuda" else "scatter"
+        if entry_method not in ("spmv", "scatter"):
+            raise ValueError(f"'entry_method' must be 'auto', 'spmv' or 'scatter'; got {entry_method!r}.")
+        self.entry_method = entry_method
+        self._P = None
         if pair_method not in ("sddmm", "gather"):
             raise ValueError(f"'pair_method' must be 'sddmm' or 'gather'; got {pair_method!r}.")
         self.pair_method = pair_method
@@ -92,9 +105,34 @@ class LiFEOperator:
             )
             return A @ self.Dt
 
+    def _entry_matrices(self):
+        """P (pairs × fibres, working dtype) and Pᵀ (fibres × pairs, float64) as CSR."""
+        if self._P is None:
+            m = self.model
+            crow = torch.zeros(self.n_pairs + 1, dtype=torch.int64, device=self.device)
+            torch.cumsum(torch.bincount(m.entry_av, minlength=self.n_pairs), 0, out=crow[1:])
+            perm = torch.sort(m.entry_fibre, stable=True).indices
+            crow_t = torch.zeros(self.n_fibres + 1, dtype=torch.int64, device=self.device)
+            torch.cumsum(torch.bincount(m.entry_fibre, minlength=self.n_fibres), 0, out=crow_t[1:])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", UserWarning)
+                P = torch.sparse_csr_tensor(crow, m.entry_fibre, self.value, size=(self.n_pairs, self.n_fibres),
+                                            check_invariants=False)
+                Pt = torch.sparse_csr_tensor(crow_t, m.entry_av[perm], self.value[perm].double(),
+                                             size=(self.n_fibres, self.n_pairs), check_invariants=False)
+            self._P = (P, Pt)
+        return self._P
+
     def pair_weights(self, x: torch.Tensor) -> torch.Tensor:
         """W (n_pairs,): Σ_f Φ(a, v, f) x_f for every (voxel, atom) pair."""
         x = x.to(self.device, self.dtype)
+        if self.entry_method == "spmv":
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    return self._entry_matrices()[0] @ x
+            except (RuntimeError, NotImplementedError):
+                self.entry_method, self._P = "scatter", None
         m = self.model
         W = torch.zeros(self.n_pairs, dtype=self.dtype, device=self.device)
         cs = self.chunk_size
@@ -147,6 +185,13 @@ class LiFEOperator:
     def rmatvec(self, Y: torch.Tensor) -> torch.Tensor:
         """x = Mᵀ y (n_fibres,), accumulated in float64."""
         dots = self.pair_dots(Y)
+        if self.entry_method == "spmv":
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    return self._entry_matrices()[1] @ dots.double()
+            except (RuntimeError, NotImplementedError):
+                self.entry_method, self._P = "scatter", None
         m = self.model
         out = torch.zeros(self.n_fibres, dtype=torch.float64, device=self.device)
         cs = self.chunk_size
