@@ -35,10 +35,10 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "src"))
 
-from connscale.datasets.phantom import simulate_life_phantom  # noqa: E402
-from connscale.life import build_model, solve  # noqa: E402
-from connscale.life.operators import LiFEOperator  # noqa: E402
-from connscale.life.streamlines import StreamlineArray  # noqa: E402
+from connscale.datasets.phantom import simulate_life_phantom
+from connscale.life import build_model, solve
+from connscale.life.operators import LiFEOperator
+from connscale.life.streamlines import StreamlineArray
 
 HBM_BYTES_PER_S = 3.0e12
 SCALED_SHAPE = (64, 72, 60)

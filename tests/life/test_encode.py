@@ -28,7 +28,7 @@ def _scan(shape=(5, 5, 5), s0=500.0):
 
 
 def test_dictionary_is_de_medianed_per_shell():
-    data, bvals, bvecs = _scan()
+    _, bvals, bvecs = _scan()
     atoms = fibonacci_hemisphere(30)
     D = canonical_dictionary(bvals[2:], bvecs[2:], atoms)
     assert_allclose(np.median(D[:6], axis=0), 0, atol=1e-15)

@@ -5,8 +5,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import connscale.life as life
-from connscale.life.outputs import connectome, endpoint_labels, save_pruned_tractogram, save_weights, write_relmat
+from connscale import life
+from connscale.life.outputs import (
+    connectome,
+    endpoint_labels,
+    save_pruned_tractogram,
+    save_weights,
+    write_relmat,
+)
 from connscale.life.streamlines import StreamlineArray, load_streamlines
 
 nib = pytest.importorskip("nibabel")

@@ -1,10 +1,12 @@
 """The phantom with ground truth: ReAl-LiFE's λ keeps true streamlines and
 drops false ones; evaluation (cross-validation, evidence, sweep)."""
 
+from itertools import pairwise
+
 import numpy as np
 import pytest
 
-import connscale.life as life
+from connscale import life
 from connscale.datasets.phantom import simulate_life_phantom
 from connscale.life.encode import build_model
 from connscale.life.evaluate import lambda_sweep, split_rmse
@@ -48,8 +50,8 @@ def test_sweep_nonzero_count_falls(phantom, model):
     rows = lambda_sweep(model, [0, 0.02 * lam_max, 0.1 * lam_max, 0.3 * lam_max], data_repeat=phantom.dwi_repeat)
     nnz = [r["n_nonzero"] for r in rows]
     sums = [r["weight_sum"] for r in rows]
-    assert all(a > b for a, b in zip(nnz, nnz[1:]))
-    assert all(a > b for a, b in zip(sums, sums[1:]))
+    assert all(a > b for a, b in pairwise(nnz))
+    assert all(a > b for a, b in pairwise(sums))
     assert all(0 < r["cv_rmse_median"] < 100 for r in rows)
     rows2 = lambda_sweep(model, [0, 0.1 * lam_max], random_state=0)  # gradient-direction split
     assert rows2[1]["n_nonzero"] < rows2[0]["n_nonzero"]
@@ -103,7 +105,7 @@ def test_strength_of_evidence_true_bundle_beats_false(phantom, model):
 
 
 def test_fit_api_and_estimator(phantom):
-    kwargs = dict(affine=phantom.affine, device="cpu")
+    kwargs = {"affine": phantom.affine, "device": "cpu"}
     fit = life.fit(phantom.dwi, phantom.bvals, phantom.bvecs, list(phantom.streamlines), lam=0.01, **kwargs)
     est = life.LiFE(lam=0.01, device="cpu").fit(phantom.dwi, phantom.bvals, phantom.bvecs,
                                                   phantom.streamlines, affine=phantom.affine)

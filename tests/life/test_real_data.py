@@ -4,7 +4,7 @@ LiFE results dipy ships, and against dipy's FiberModel."""
 import numpy as np
 import pytest
 
-import connscale.life as life
+from connscale import life
 
 dpd = pytest.importorskip("dipy.data")
 

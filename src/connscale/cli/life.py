@@ -7,7 +7,12 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging, logger
+from connscale.cli._common import (
+    RunRecord,
+    add_compute_arguments,
+    configure_logging,
+    logger,
+)
 
 
 def _floats(text: str) -> list[float]:
@@ -66,7 +71,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def run(args) -> int:
-    import connscale.life as life
+    from connscale import life
     from connscale._compute import resolve_device
     from connscale.io.relmat import source_entities, write_dataset_description
     from connscale.life.api import check_space, load_dwi, load_gradients, load_volume

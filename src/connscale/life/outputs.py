@@ -26,8 +26,7 @@ def save_weights(weights, path) -> Path:
         elif path.suffix == ".tsv":
             with open(tmp, "w") as fh:
                 fh.write("streamline\tweight\n")
-                for i, w in enumerate(weights):
-                    fh.write(f"{i}\t{w:.9g}\n")
+                fh.writelines(f"{i}\t{w:.9g}\n" for i, w in enumerate(weights))
         else:
             raise ValueError(f"Weights are written as .npy or .tsv; got '{path.name}'.")
     return path
@@ -124,9 +123,8 @@ def connectome(streamlines: StreamlineArray, weights, labels, labels_affine, *, 
     labels = np.asarray(labels)
     if labels.ndim != 3:
         raise ValueError(f"'labels' must be a 3-D volume; got shape {labels.shape}.")
-    if not np.issubdtype(labels.dtype, np.integer):
-        if not np.allclose(labels, np.round(labels)):
-            raise ValueError("'labels' must hold integer region labels.")
+    if not np.issubdtype(labels.dtype, np.integer) and not np.allclose(labels, np.round(labels)):
+        raise ValueError("'labels' must hold integer region labels.")
     labels = np.round(labels).astype(np.int64)
     if region_labels is None:
         region_labels = np.unique(labels[labels != 0])
