@@ -94,6 +94,12 @@ def run(args) -> int:
     if sphere is not None and sphere.isdigit():
         sphere = int(sphere)
     tol = args.tol if args.tol > 0 else None
+    # --memory-limit bounds the chunks of the model build and of the products.
+    from connscale._compute import parse_memory
+
+    limit = parse_memory(args.memory_limit)
+    chunk_points = (1 << 23) if limit is None else max(1 << 12, limit // 256)
+    ops = None if limit is None else {"chunk_size": max(1 << 12, limit // 64)}
     record = RunRecord("life", args.out, vars(args))
     record.device = str(resolve_device(args.device))
     source = source_entities(args.dwi)
@@ -106,7 +112,8 @@ def run(args) -> int:
         repeat = load_dwi(args.repeat, affine=affine)[0] if args.repeat is not None else None
     with record.timer("build"):
         model = build_model(data, bvals, bvecs, streamlines, affine=affine, mask=mask, sphere=sphere,
-                            formulation=args.formulation, device=args.device, dtype=args.dtype)
+                            formulation=args.formulation, device=args.device, dtype=args.dtype,
+                            chunk_points=chunk_points)
     logger.info("Model: %d fibres (%d dropped), %d voxels, %d directions, %d atoms, %d Φ entries",
                 model.n_fibres, model.n_streamlines - model.n_fibres, model.n_voxels,
                 model.n_directions, model.n_atoms, model.n_entries)
@@ -120,7 +127,8 @@ def run(args) -> int:
     if args.lam_sweep:
         with record.timer("lambda_sweep"):
             sweep_rows = lambda_sweep(model, args.lam_sweep, data_repeat=repeat, n_iter=args.iters,
-                                      tol=tol, random_state=args.seed, verbose=args.verbose)
+                                      tol=tol, random_state=args.seed, verbose=args.verbose,
+                                      operator_options=ops)
         best = min(sweep_rows, key=lambda r: r["cv_rmse_median"])
         fit = best["fit"]
         record.results["lambda_sweep"] = [{k: v for k, v in r.items() if k != "fit"} for r in sweep_rows]
@@ -134,12 +142,14 @@ def run(args) -> int:
         record.add_output(write_text_atomic(path, "\n".join(lines) + "\n"))
     else:
         with record.timer("solve"):
-            fit = life.solve(model, lam=args.lam, n_iter=args.iters, tol=tol, verbose=args.verbose)
+            fit = life.solve(model, lam=args.lam, n_iter=args.iters, tol=tol, verbose=args.verbose,
+                             operator_options=ops)
         with record.timer("cross_validation"):
             if repeat is not None:
                 cv = cross_validated_rmse(model, fit.weights_kept, repeat)["rmse"]
             else:
-                cv = split_rmse(model, lam=args.lam, n_iter=args.iters, tol=tol, random_state=args.seed)
+                cv = split_rmse(model, lam=args.lam, n_iter=args.iters, tol=tol, random_state=args.seed,
+                                operator_options=ops)
         record.results["cv_rmse_median"] = float(np.median(cv))
     fit.streamlines = streamlines
     w = fit.weights

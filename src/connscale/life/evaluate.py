@@ -112,7 +112,7 @@ def submodel(model: LiFEModel, directions) -> LiFEModel:
 
 
 def split_rmse(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol=1e-5,
-               random_state=None) -> np.ndarray:
+               random_state=None, operator_options=None) -> np.ndarray:
     """Cross-validated per-voxel RMSE by a gradient-direction split.
 
     Fits on one half of the directions and predicts the other half (the
@@ -122,8 +122,8 @@ def split_rmse(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol=1e-
 
     da, db = split_directions(model, random_state=random_state)
     ma, mb = submodel(model, da), submodel(model, db)
-    fa = solve(ma, lam=lam, n_iter=n_iter, tol=tol)
-    op_b = LiFEOperator(mb)
+    fa = solve(ma, lam=lam, n_iter=n_iter, tol=tol, operator_options=operator_options)
+    op_b = LiFEOperator(mb, **(operator_options or {}))
     pred = op_b.matvec(fa.weights_kept)
     pred = pred - pred.mean(dim=1, keepdim=True)
     return (torch.sqrt(((mb.signal - pred).double() ** 2).mean(dim=1))
@@ -194,7 +194,7 @@ def strength_of_evidence(model: LiFEModel, weights_kept, fibres, *, n_boot: int 
 
 
 def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, n_iter: int = 500, tol=1e-5,
-                 random_state=None, verbose: int = 0) -> list[dict]:
+                 random_state=None, verbose: int = 0, operator_options=None) -> list[dict]:
     """Fit each λ (warm-started from the previous one) and report the
     weight sum, non-zero count, objective and cross-validated median RMSE.
 
@@ -209,16 +209,17 @@ def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, n_iter: int = 500,
     if data_repeat is None:
         da, db = split_directions(model, random_state=random_state)
         ma, mb = submodel(model, da), submodel(model, db)
-        op_b = LiFEOperator(mb)
+        op_b = LiFEOperator(mb, **(operator_options or {}))
     rows = []
     x0 = x0a = None
     for lam in lams:
-        fit = solve(model, lam=lam, n_iter=n_iter, tol=tol, x0=x0, verbose=verbose)
+        fit = solve(model, lam=lam, n_iter=n_iter, tol=tol, x0=x0, verbose=verbose,
+                    operator_options=operator_options)
         x0 = fit.weights_kept
         if data_repeat is not None:
             cv = cross_validated_rmse(model, fit.weights_kept, data_repeat)["rmse"]
         else:
-            fa = solve(ma, lam=lam, n_iter=n_iter, tol=tol, x0=x0a)
+            fa = solve(ma, lam=lam, n_iter=n_iter, tol=tol, x0=x0a, operator_options=operator_options)
             x0a = fa.weights_kept
             pred = op_b.matvec(fa.weights_kept)
             pred = pred - pred.mean(dim=1, keepdim=True)
