@@ -133,7 +133,13 @@ def run_ours(data, bvals, bvecs, affine, sl, *, device, n_iter, formulation="enc
         LiFEOperator(model).column_norms_sq()  # the preconditioner (solve repeats it: cheap)
         sync(device)
         t1 = time.perf_counter()
-        fit = solve(model, n_iter=n_iter, tol=None, operator_options=options)
+        start = time.perf_counter()
+
+        def progress(k, x, objective):
+            if k % 100 == 0:
+                log(f"    iteration {k}: objective {objective:.6g} ({time.perf_counter() - start:.1f} s)")
+
+        fit = solve(model, n_iter=n_iter, tol=None, operator_options=options, callback=progress)
         sync(device)
         t2 = time.perf_counter()
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else mem.growth
@@ -228,8 +234,10 @@ def main(argv=None):
             try:
                 res = run_ours(data, bvals, bvecs, affine, sl, device=dev, n_iter=n_iter, formulation=formulation,
                                options={"entry_method": args.entry_method, "pair_method": args.pair_method})
-            except torch.OutOfMemoryError as exc:  # pragma: no cover - device dependent
-                log(f"  ours {dev}: out of memory ({exc})")
+            except Exception as exc:  # noqa: BLE001 - report and go on with the next case
+                log(f"  ours {dev}: FAILED: {type(exc).__name__}: {str(exc)[:500]}")
+                if dev.startswith("cuda"):
+                    torch.cuda.empty_cache()
                 continue
             m = res["model"]
             ref_obj = res["objective"] if ref_obj is None else ref_obj

@@ -180,6 +180,7 @@ def simulate_life_phantom(
     strides = torch.tensor([shape[1] * shape[2], shape[2], 1], device=dev)
     chunk = max(1, (1 << 21) // K)
     points = np.empty((F, K, 3), dtype=np.float32)
+    w_dev = torch.as_tensor(weights, dtype=torch.float32, device=dev)
     for s in range(0, F, chunk):
         e = min(F, s + chunk)
         p0 = torch.as_tensor(P0[s:e], dtype=torch.float32, device=dev)
@@ -204,7 +205,7 @@ def simulate_life_phantom(
         if lin.numel() == 0:
             continue
         _, inv, cnt = torch.unique(lin * F + fib, return_inverse=True, return_counts=True)
-        w = torch.as_tensor(weights, dtype=torch.float32, device=dev)[fib] / cnt[inv].float()
+        w = w_dev[fib] / cnt[inv].float()
         cos2 = (tan @ g.T) ** 2
         zep = torch.exp(-bv * lam_perp - bv * (lam_par - lam_perp) * cos2)
         sig.index_add_(0, lin, (w[:, None] * zep).double())
