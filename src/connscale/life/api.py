@@ -336,6 +336,24 @@ def fit(
     Returns
     -------
     LiFEFit
+
+    Notes
+    -----
+    λ is ReAl-LiFE's: it weighs the L1 norm of the preconditioned weights,
+    i.e. Σ_f λ·h_f·w_f with h_f ≈ ‖M_f‖², which makes it independent of the
+    signal's units; :func:`lambda_max` gives the λ above which every weight
+    is 0. With ``tol=None`` the solver runs ``n_iter`` iterations (``n_iter
+    − 1`` updates, as the reference's ``maxit``).
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(random_state=0)
+    >>> result = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines,
+    ...                   affine=ph.affine, lam=0.01, device="cpu")
+    >>> result.weights.shape
+    (720,)
     """
     check_random_state(random_state)
     data, affine, _ = load_dwi(dwi, affine=affine)
