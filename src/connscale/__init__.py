@@ -3,8 +3,11 @@
 from connscale._version import __version__
 from connscale.fc import (
     ConstantSeriesWarning,
+    DynamicConnectivity,
     correlation,
+    dynamic_correlation,
     from_nilearn_vec,
+    load_dynamic,
     matrix_to_vec,
     n_pairs,
     to_nilearn_vec,
@@ -17,9 +20,12 @@ from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 
 __all__ = [
     "ConstantSeriesWarning",
+    "DynamicConnectivity",
     "__version__",
     "correlation",
+    "dynamic_correlation",
     "from_nilearn_vec",
+    "load_dynamic",
     "load_relmat",
     "life",
     "load_timeseries",

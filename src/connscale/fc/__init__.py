@@ -1,6 +1,8 @@
-"""Functional connectivity: static (Fast-GPU-PCC) correlation and edge-vector
-index helpers."""
+"""Functional connectivity: static (Fast-GPU-PCC) and dynamic (GPU-DFC)
+correlation and edge-vector index helpers."""
 
+from connscale.fc.dynamic import dynamic_correlation
+from connscale.fc.dynamic_result import DynamicConnectivity, load_dynamic
 from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.static import correlation
 from connscale.fc.triu import (
@@ -15,8 +17,11 @@ from connscale.fc.triu import (
 
 __all__ = [
     "ConstantSeriesWarning",
+    "DynamicConnectivity",
     "correlation",
+    "dynamic_correlation",
     "from_nilearn_vec",
+    "load_dynamic",
     "matrix_to_vec",
     "n_pairs",
     "to_nilearn_vec",
