@@ -83,3 +83,51 @@ def test_objective_stop_and_bad_arguments():
         sbb_nnls(DenseOperator(A), torch.as_tensor(b), max_iter=0)
     with pytest.raises(ValueError, match="'x0' must have shape"):
         sbb_nnls(DenseOperator(A), torch.as_tensor(b), x0=np.zeros(3))
+
+
+def _reference_sbb(A, b, lam, maxit, tolg=1e-5, tolo=1e-5):
+    """A literal NumPy transcription of bbnnls(_gpu).m's loop (LIFE.md §2)."""
+    x = np.zeros(A.shape[1])
+    r = A @ x - b
+    g = A.T @ r + lam
+    g_old = g.copy()
+    obj = {}
+    k = 0
+    while True:
+        k += 1
+        P = (x != 0) | (g < 0)
+        if (np.abs(g[P]).max() if P.any() else 0.0) < tolg:
+            break
+        if k > 2 and abs(obj[k - 1] - obj[k - 2]) < tolo:
+            break
+        if k >= maxit:
+            break
+        B = (x == 0) & (g > 0)
+        gh = g_old.copy()
+        gh[B] = 0
+        u = A @ gh
+        if k % 2 == 0:
+            alpha = (gh @ gh) / (u @ u)
+        else:
+            v = A.T @ u
+            v[B] = 0
+            alpha = (u @ u) / (v @ v)
+        g_old = g
+        x = np.maximum(0, x - alpha * g)
+        r = A @ x - b
+        obj[k] = 0.5 * r @ r
+        g = A.T @ r + lam
+    return x, [obj[j] for j in sorted(obj)], k
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.3])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_iterates_match_a_literal_transcription_of_the_reference(lam, seed):
+    rng = np.random.default_rng(seed)
+    A = np.abs(rng.normal(size=(40, 25)))
+    b = A @ np.maximum(rng.normal(size=25), 0) + 0.2 * rng.normal(size=40)
+    x_ref, obj_ref, k_ref = _reference_sbb(A, b, lam, maxit=300)
+    res = sbb_nnls(DenseOperator(A), torch.as_tensor(b), lam=lam, max_iter=300)
+    assert res.n_iter == k_ref
+    assert_allclose(res.data_term[1:], obj_ref, rtol=1e-9)
+    assert_allclose(res.x.numpy(), x_ref, rtol=1e-8, atol=1e-12)
