@@ -20,6 +20,7 @@ from connscale.fc import (
 from connscale.cohort import run_cohort
 from connscale.engines import get_engine
 from connscale.io import load_relmat, load_timeseries
+from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 
 __all__ = [
     "ConstantSeriesWarning",
@@ -30,6 +31,7 @@ __all__ = [
     "from_nilearn_vec",
     "get_engine",
     "load_dynamic",
+    "life",
     "load_relmat",
     "load_timeseries",
     "matrix_to_vec",

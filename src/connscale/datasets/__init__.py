@@ -9,9 +9,11 @@ from connscale.datasets.bundled import (
     nitime_fmri_path,
     nitime_roi_path,
 )
+from connscale.datasets.phantom import LiFEPhantom, simulate_life_phantom
 from connscale.datasets.simulate import simulate_timeseries
 
 __all__ = [
+    "LiFEPhantom",
     "compute_brain_mask",
     "load_nibabel_functional",
     "load_nitime_fmri",
@@ -19,5 +21,6 @@ __all__ = [
     "nibabel_functional_path",
     "nitime_fmri_path",
     "nitime_roi_path",
+    "simulate_life_phantom",
     "simulate_timeseries",
 ]

@@ -52,7 +52,9 @@ from connscale._validation import (
     check_threshold,
     check_timeseries,
 )
+from connscale.fc._sparse_cuda import SparseWindowsCUDA
 from connscale.fc._transfer import HostCopier
+from connscale.fc._triton_kernels import HAS_TRITON
 from connscale.fc.dynamic_result import (
     KINDS,
     DynamicConnectivity,
@@ -517,6 +519,10 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
         # Counted on the device: no host synchronisation per batch.
         n_constant_windows = torch.zeros((), dtype=torch.int64, device=device)
         constant_any = torch.zeros(n, dtype=torch.bool, device=device)
+        fused_sparse = None
+        if kind == "sparse" and device.type == "cuda" and HAS_TRITON:
+            fused_sparse = SparseWindowsCUDA(n, tile_rows, threshold, absolute,
+                                             _sparse_submitter(backend, copier))
         progress = tqdm(total=len(todo), desc="windows", unit="win", disable=not verbose)
         try:
             for batch in _runs(todo, plan["batch"]):
@@ -525,6 +531,9 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
                 n_constant_windows += constant.any(dim=1).sum()
                 if kind == "triu":
                     _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index)
+                elif kind == "sparse" and fused_sparse is not None:
+                    for b, index in enumerate(batch):
+                        fused_sparse.add(u[b], constant[b], index)
                 elif kind == "sparse":
                     _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold,
                                   absolute)
@@ -532,6 +541,8 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
                     _compressed_batch(u, constant, batch, backend, copier, kind, width, method,
                                       power_iterations, base_seed, compute_error, tile_rows)
                 progress.update(len(batch))
+            if fused_sparse is not None:
+                fused_sparse.flush()
             copier.flush()
         finally:
             progress.close()
@@ -629,6 +640,24 @@ def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, abs
                           constant_host, float("nan"))
 
         copier.submit([vals, cols, row_counts, constant[b]], callback, destination)
+
+
+def _sparse_submitter(backend, copier):
+    """Queue one sparse window's device arrays for the host (see _sparse_batch)."""
+    def submit(index, values, columns, row_counts, constant):
+        destination = [None, None, None, None]
+        if isinstance(backend, MemoryBackend):
+            taken = backend.sparse_destination(values.numel())
+            if taken is not None:
+                destination[:2] = [taken[0][1], taken[1][1]]
+
+        def callback(arrays):
+            data, indices, counts_host, constant_host = arrays
+            backend.write(index, {"data": data, "indices": indices, "counts": counts_host},
+                          constant_host, float("nan"))
+
+        copier.submit([values, columns, row_counts, constant], callback, destination)
+    return submit
 
 
 def _compressed_batch(u, constant, batch, backend, copier, kind, width, method,
