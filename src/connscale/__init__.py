@@ -4,28 +4,44 @@ from connscale._version import __version__
 from connscale.classify import cross_validate, load_features
 from connscale.fc import (
     ConstantSeriesWarning,
+    DynamicConnectivity,
     correlation,
+    dynamic_correlation,
     from_nilearn_vec,
+    load_dynamic,
     matrix_to_vec,
     n_pairs,
+    pair_summary,
+    pairwise_dfc,
     to_nilearn_vec,
     triu_index,
     triu_pairs,
     vec_to_matrix,
 )
+from connscale.cohort import run_cohort
+from connscale.engines import get_engine
 from connscale.io import load_relmat, load_timeseries
+from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 
 __all__ = [
     "ConstantSeriesWarning",
+    "DynamicConnectivity",
     "__version__",
     "correlation",
     "cross_validate",
+    "dynamic_correlation",
     "from_nilearn_vec",
+    "get_engine",
+    "life",
+    "load_dynamic",
     "load_features",
     "load_relmat",
     "load_timeseries",
     "matrix_to_vec",
     "n_pairs",
+    "pair_summary",
+    "pairwise_dfc",
+    "run_cohort",
     "to_nilearn_vec",
     "triu_index",
     "triu_pairs",

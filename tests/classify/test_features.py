@@ -282,3 +282,15 @@ def test_relmat_h5_written_by_connscale_io(tmp_path, rng):
         RelmatWriter(handle, N, "triu", np.float64)  # never closed: incomplete
     with pytest.raises(ValueError, match="incomplete"):
         read_relmat(tmp_path / "part_relmat.h5")
+
+
+def test_pair_summary_as_connscale_pairs_writes_it(tmp_path):
+    rows = ["pair\ti\tj\tlabel_i\tlabel_j\tmean\tstd\tfraction_above_0.5",
+            "0\t0\t1\tA\tB\t0.3\t0.1\t0.25", "1\t0\t2\tA\tC\t-0.1\t0.2\t0"]
+    path = tmp_path / "sub-07_pairs-summary.tsv"
+    path.write_text("\n".join(rows) + "\n")
+    features = load_features([path], statistics=["mean", "fraction_above"])
+    np.testing.assert_allclose(features.X, [[0.3, -0.1, 0.25, 0.0]])
+    assert features.subjects == ["07"]
+    assert features.feature_names == ["mean:A--B", "mean:A--C", "fraction_above:A--B",
+                                      "fraction_above:A--C"]

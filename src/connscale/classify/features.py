@@ -315,7 +315,9 @@ def read_pair_summary(path) -> dict:
     ----------
     path : str or path
         TSV with columns ``i``, ``j``, ``label_i``, ``label_j`` and at least
-        one of ``mean``, ``std``, ``fraction_above`` (one row per pair).
+        one of ``mean``, ``std``, ``fraction_above`` (or
+        ``fraction_above_<threshold>``, as ``connscale pairs`` writes it), one
+        row per pair; other columns (``pair``) are ignored.
 
     Returns
     -------
@@ -330,6 +332,17 @@ def read_pair_summary(path) -> dict:
         reader = csv.DictReader(handle, delimiter="\t")
         columns = reader.fieldnames or []
         rows = list(reader)
+    # ``connscale pairs`` names the last column after its threshold
+    # (``fraction_above_0.5``); read it as ``fraction_above``.
+    renamed = {c: "fraction_above" for c in columns
+               if c.startswith("fraction_above_") and "fraction_above" not in columns}
+    if len(renamed) > 1:
+        raise ValueError(f"{str(path)!r}: several fraction-above columns {sorted(renamed)}.")
+    if renamed:
+        (old, new), = renamed.items()
+        columns = [new if c == old else c for c in columns]
+        for row in rows:
+            row[new] = row.pop(old)
     missing = [c for c in ("i", "j", "label_i", "label_j") if c not in columns]
     stats = [c for c in _PAIR_STATISTICS if c in columns]
     if missing or not stats:

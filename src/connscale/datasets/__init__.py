@@ -10,10 +10,12 @@ from connscale.datasets.bundled import (
     nitime_roi_path,
 )
 from connscale.datasets.cohort import Cohort, simulate_cohort
+from connscale.datasets.phantom import LiFEPhantom, simulate_life_phantom
 from connscale.datasets.simulate import simulate_timeseries
 
 __all__ = [
     "Cohort",
+    "LiFEPhantom",
     "compute_brain_mask",
     "load_nibabel_functional",
     "load_nitime_fmri",
@@ -22,5 +24,6 @@ __all__ = [
     "nitime_fmri_path",
     "nitime_roi_path",
     "simulate_cohort",
+    "simulate_life_phantom",
     "simulate_timeseries",
 ]
