@@ -59,7 +59,10 @@ def _apply_deflation(y: torch.Tensor, deflation) -> None:
 
 
 def _prepare(columns: np.ndarray, device, dtype, standardize: bool) -> torch.Tensor:
-    block = torch.from_numpy(np.ascontiguousarray(columns)).to(device)
+    columns = np.ascontiguousarray(columns)
+    if not columns.flags.writeable:  # a read-only memory map: never hand torch a view
+        columns = columns.copy()
+    block = torch.from_numpy(columns).to(device)
     if standardize:
         return standardize_torch(block, dtype)
     return block.to(dtype)

@@ -124,7 +124,8 @@ def _check_params(n_atoms, tol, max_iter, selection):
 
 
 def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
-                 selection: str, rng: np.random.Generator, verbose: int = 0):
+                 selection: str, rng: np.random.Generator, n_init: int = 1,
+                 verbose: int = 0):
     """Learn ``n_atoms`` rank-1 atoms against block operator ``op``.
 
     Returns (U (T x K) tensor, list of index tensors, list of value tensors,
@@ -144,36 +145,42 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
     converged = np.zeros(n_atoms, dtype=bool)
 
     for k in tqdm(range(n_atoms), desc="r1DL atoms", unit="atom", disable=not verbose):
-        u0 = rng.standard_normal(n_timepoints)
-        u = torch.as_tensor(u0 / np.linalg.norm(u0), dtype=dtype, device=device)
-        idx = val = None
-        for it in range(1, max_iter + 1):
-            deflation = None
-            if k:
-                c = U[:, :k].T @ u
-                deflation = (all_idx, c[atom_of] * all_val)
-            idx, val = op.top_r(u, deflation, r, selection)
-            su = op.matvec(idx, val)
-            if k:
-                v_dense[idx] = val
-                vv = torch.zeros(k, dtype=dtype, device=device)
-                vv.index_add_(0, atom_of, all_val * v_dense[all_idx])
-                v_dense[idx] = 0
-                su = su - U[:, :k] @ vv
-            norm = torch.linalg.vector_norm(su)
-            u_new = su / norm
-            delta = torch.linalg.vector_norm(u_new - u)
-            norm_h, delta_h = torch.stack([norm, delta]).tolist()
-            n_iter[k] = it
-            if norm_h == 0 or not math.isfinite(norm_h):
-                # Residual is zero on the chosen voxels: nothing left to explain.
-                converged[k] = True
-                val = torch.zeros_like(val)
-                break
-            u = u_new
-            if delta_h < tol:
-                converged[k] = True
-                break
+        best = None
+        for _ in range(n_init):
+            u0 = rng.standard_normal(n_timepoints)
+            u = torch.as_tensor(u0 / np.linalg.norm(u0), dtype=dtype, device=device)
+            idx = val = None
+            done = False
+            for it in range(1, max_iter + 1):
+                deflation = None
+                if k:
+                    c = U[:, :k].T @ u
+                    deflation = (all_idx, c[atom_of] * all_val)
+                idx, val = op.top_r(u, deflation, r, selection)
+                su = op.matvec(idx, val)
+                if k:
+                    v_dense[idx] = val
+                    vv = torch.zeros(k, dtype=dtype, device=device)
+                    vv.index_add_(0, atom_of, all_val * v_dense[all_idx])
+                    v_dense[idx] = 0
+                    su = su - U[:, :k] @ vv
+                norm = torch.linalg.vector_norm(su)
+                u_new = su / norm
+                delta = torch.linalg.vector_norm(u_new - u)
+                stats = torch.stack([norm, delta, torch.linalg.vector_norm(val)])
+                norm_h, delta_h, score = stats.tolist()
+                if norm_h == 0 or not math.isfinite(norm_h):
+                    # Residual is zero on the chosen voxels: nothing left to explain.
+                    done, val, score = True, torch.zeros_like(val), 0.0
+                    break
+                u = u_new
+                if delta_h < tol:
+                    done = True
+                    break
+            # Keep the start whose atom explains most: ‖S - u vᵀ‖² = ‖S‖² - ‖v‖².
+            if best is None or score > best[0]:
+                best = (score, u, idx, val, it, done)
+        _, u, idx, val, n_iter[k], converged[k] = best
         # Fix the sign: the largest-magnitude loading is positive.
         if val.numel() and float(val[torch.argmax(val.abs())]) < 0:
             u, val = -u, -val
@@ -251,11 +258,11 @@ def _engine_result(engine, source, *, dtype, standardize, block_size, **kwargs):
 
 
 def _run_engine(engine, loader, shape, n_blocks, *, dtype, n_atoms, r, tol, max_iter,
-                selection, rng, verbose):
+                selection, rng, verbose, n_init=1):
     op = EngineOperator(engine, loader, shape, n_blocks, dtype=dtype)
     try:
         out = _learn_atoms(op, n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter,
-                           selection=selection, rng=rng, verbose=verbose)
+                           selection=selection, rng=rng, n_init=n_init, verbose=verbose)
     finally:
         op.close()
     return out, {"mode": op.mode, "n_blocks": n_blocks, "engine": getattr(engine, "name", "")}
@@ -276,6 +283,7 @@ def r1dl(
     max_iter: int = 100,
     selection: str = "magnitude",
     standardize: bool = True,
+    n_init: int = 1,
     backend="local",
     cluster=None,
     device="auto",
@@ -309,6 +317,10 @@ def r1dl(
     standardize : bool, default=True
         Make every voxel column zero-mean and unit-norm first (done per block
         on load; S itself is untouched). Constant columns become 0.
+    n_init : int, default=1
+        Random starts per atom; the atom explaining most (largest ‖v‖, i.e.
+        smallest ‖S - u vᵀ‖) is kept. 1 is the paper's algorithm; more make
+        the networks less dependent on the seed, at n_init times the cost.
     backend : {'local', 'dask', 'spark'} or Engine, default='local'
         ``'local'``: torch on ``device``, S resident on the device when it
         fits, otherwise streamed in column blocks. ``'dask'``/``'spark'``:
@@ -352,6 +364,7 @@ def r1dl(
     ((60, 3), (3, 500))
     """
     n_atoms, tol, max_iter = _check_params(n_atoms, tol, max_iter, selection)
+    n_init = check_int(n_init, "n_init", minimum=1)
     from connscale.engines.base import Engine
 
     if not isinstance(backend, Engine):
@@ -364,7 +377,7 @@ def r1dl(
     r = _resolve_sparsity(sparsity, n_voxels)
     rng = check_random_state(random_state)
     common = dict(n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter, selection=selection,
-                  rng=rng, verbose=verbose)
+                  rng=rng, n_init=n_init, verbose=verbose)
 
     if backend == "local":
         dev = resolve_device(device)
@@ -432,7 +445,7 @@ class R1DL:
     mask_img : Niimg-like, path or None, default=None
         Brain mask for NIfTI input; None computes one (``NiftiMasker``'s
         default strategy).
-    tol, max_iter, selection, standardize, backend, cluster, block_size
+    tol, max_iter, selection, standardize, n_init, backend, cluster, block_size
         As in :func:`r1dl`.
     %(device)s
     %(dtype)s
@@ -460,7 +473,8 @@ class R1DL:
 
     def __init__(self, n_components: int = 20, sparsity=0.07, *, mask_img=None,
                  tol: float = 0.01, max_iter: int = 100, selection: str = "magnitude",
-                 standardize: bool = True, backend="local", cluster=None, device="auto",
+                 standardize: bool = True, n_init: int = 1, backend="local",
+                 cluster=None, device="auto",
                  dtype="float32", random_state=None, block_size=None, memory_limit=None,
                  verbose: int = 0) -> None:
         self.n_components = n_components
@@ -470,6 +484,7 @@ class R1DL:
         self.max_iter = max_iter
         self.selection = selection
         self.standardize = standardize
+        self.n_init = n_init
         self.backend = backend
         self.cluster = cluster
         self.device = device
@@ -497,7 +512,8 @@ class R1DL:
         S = self._data(X, fitting=True)
         result = r1dl(
             S, self.n_components, self.sparsity, tol=self.tol, max_iter=self.max_iter,
-            selection=self.selection, standardize=self.standardize, backend=self.backend,
+            selection=self.selection, standardize=self.standardize, n_init=self.n_init,
+            backend=self.backend,
             cluster=self.cluster, device=self.device, dtype=self.dtype,
             random_state=self.random_state, block_size=self.block_size,
             memory_limit=self.memory_limit, verbose=self.verbose,
