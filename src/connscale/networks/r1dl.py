@@ -495,16 +495,20 @@ class R1DL:
         self.verbose = verbose
 
     def _data(self, X, *, fitting: bool):
-        if _is_image(X):
+        if not _is_image(X):
+            return X
+        with warnings.catch_warnings():
+            # nilearn >= 0.14 warns about its own boolean 'standardize' default.
+            warnings.simplefilter("ignore", FutureWarning)
             if fitting:
                 from nilearn.maskers import NiftiMasker
 
-                self.masker_ = NiftiMasker(mask_img=self.mask_img).fit(X)
+                masker = NiftiMasker(mask_img=self.mask_img)
+                self.masker_ = masker.fit() if self.mask_img is not None else masker.fit(X)
             elif not hasattr(self, "masker_"):
                 raise ValueError("This R1DL was fitted on an array, not a NIfTI image; "
                                  "transform arrays of shape (n_timepoints, n_voxels).")
             return self.masker_.transform(X)
-        return X
 
     def fit(self, X, y=None):
         """Learn the networks from X (T x P array, .npy/HDF5 path or 4-D NIfTI)."""
