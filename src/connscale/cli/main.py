@@ -9,7 +9,7 @@ import sys
 from connscale._version import __version__
 
 # Sub-command modules of connscale.cli; each defines add_parser(subparsers).
-_COMMANDS = ("fc", "demo")
+_COMMANDS = ("fc", "demo", "r1dl")
 
 
 def build_parser() -> argparse.ArgumentParser:
