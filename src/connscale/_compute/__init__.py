@@ -13,6 +13,7 @@ from connscale._compute.device import (
 from connscale._compute.memory import (
     MemoryPlan,
     available_host_memory,
+    format_bytes,
     free_device_memory,
     memory_budget,
     parse_memory,
@@ -24,6 +25,7 @@ __all__ = [
     "PinnedBufferPool",
     "allow_tf32",
     "available_host_memory",
+    "format_bytes",
     "free_device_memory",
     "memory_budget",
     "parse_memory",

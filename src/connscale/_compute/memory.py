@@ -65,6 +65,15 @@ def parse_memory(memory_limit: int | float | str | None) -> int | None:
     return value
 
 
+def format_bytes(n_bytes: float) -> str:
+    """Human-readable size in powers of 1000 ('1.5 GB')."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n_bytes) < 1000 or unit == "TB":
+            return f"{n_bytes:.0f} {unit}" if unit == "B" else f"{n_bytes:.1f} {unit}"
+        n_bytes /= 1000
+    return f"{n_bytes:.1f} TB"  # pragma: no cover
+
+
 def available_host_memory() -> int:
     """Bytes of host memory available to a new allocation (MemAvailable)."""
     try:

@@ -58,7 +58,8 @@ class RunRecord:
         self.command = command
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.parameters = {k: (str(v) if isinstance(v, Path) else v) for k, v in parameters.items()}
+        self.parameters = {k: (str(v) if isinstance(v, Path) else v)
+                           for k, v in parameters.items() if not callable(v)}
         self.timings: dict[str, float] = {}
         self.warnings: list[str] = []
         self.outputs: list[str] = []

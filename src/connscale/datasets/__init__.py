@@ -1,5 +1,25 @@
-"""Bundled real data and simulators with known structure."""
+"""Bundled real data (offline) and simulators with known ground truth."""
 
+from connscale.datasets.bundled import (
+    compute_brain_mask,
+    load_nibabel_functional,
+    load_nitime_fmri,
+    load_nitime_roi,
+    nibabel_functional_path,
+    nitime_fmri_path,
+    nitime_roi_path,
+)
 from connscale.datasets.networks import simulate_networks
+from connscale.datasets.simulate import simulate_timeseries
 
-__all__ = ["simulate_networks"]
+__all__ = [
+    "compute_brain_mask",
+    "load_nibabel_functional",
+    "load_nitime_fmri",
+    "load_nitime_roi",
+    "nibabel_functional_path",
+    "nitime_fmri_path",
+    "nitime_roi_path",
+    "simulate_networks",
+    "simulate_timeseries",
+]

@@ -1,0 +1,31 @@
+# connscale: `make demo` runs the main jobs on bundled data, `make test` the tests.
+# Both create .venv (seeing system packages, so a CUDA torch installed there is
+# used) and install the CPU build of torch only when no torch is importable.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_CPU ?= torch==2.13.0
+
+.PHONY: install demo test bench clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet $(TORCH_CPU)
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(VENV)/bin/connscale demo --out demo_output
+
+test: install
+	$(PY) -m pytest -q
+
+bench: install
+	$(PY) benchmarks/bench_static.py --device cpu --quick
+
+clean:
+	rm -rf $(VENV) demo_output .pytest_cache

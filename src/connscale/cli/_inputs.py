@@ -1,0 +1,49 @@
+"""Turn a command-line INPUT (NIfTI + mask/atlas, or ROI table) into series."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from connscale.io.timeseries import TIMESERIES_SUFFIXES, load_timeseries
+
+
+def add_input_arguments(parser) -> None:
+    """INPUT plus --mask/--atlas (mutually exclusive) and --t-r."""
+    parser.add_argument("input", type=Path,
+                        help="4-D fMRI NIfTI (.nii/.nii.gz) or ROI time series "
+                             "(.tsv/.csv/.npy, one column per region).")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--mask", type=Path, default=None,
+                       help="Brain mask NIfTI on the fMRI grid (voxel-level series). "
+                            "Default for NIfTI input: computed from the image.")
+    group.add_argument("--atlas", type=Path, default=None,
+                       help="Labels NIfTI (0 = background): region-mean series.")
+
+
+def load_input(args):
+    """Series, node labels and a description of what was loaded.
+
+    Returns
+    -------
+    timeseries : ndarray of shape (n_timepoints, n_series)
+    labels : list of str or None
+    nodes : {'voxels', 'regions', 'series'}
+    masker : nilearn masker or None
+    """
+    from connscale.io.nifti import is_nifti, load_masked, region_labels
+
+    path = args.input
+    if is_nifti(path):
+        timeseries, masker = load_masked(path, mask=args.mask, atlas=args.atlas)
+        if args.atlas is not None:
+            return timeseries, region_labels(masker) or None, "regions", masker
+        return timeseries, None, "voxels", masker
+    if path.suffix.lower() in TIMESERIES_SUFFIXES:
+        if args.mask is not None or args.atlas is not None:
+            raise ValueError("--mask and --atlas apply to NIfTI input only.")
+        timeseries, labels = load_timeseries(path)
+        return timeseries, labels, "series", None
+    raise ValueError(
+        f"INPUT must be a NIfTI (.nii, .nii.gz) or a time-series table "
+        f"({', '.join(TIMESERIES_SUFFIXES)}); got {path.name}."
+    )

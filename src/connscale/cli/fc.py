@@ -1,0 +1,134 @@
+"""``connscale fc``: static functional connectivity of one scan."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging, logger
+from connscale.cli._inputs import add_input_arguments, load_input
+
+# Region matrices up to this size are written as TSV, larger ones as HDF5.
+TSV_MAX_NODES = 1000
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "fc",
+        help="Static functional connectivity (all-pairs Pearson correlation).",
+        description=(
+            "Pearson correlation of every pair of voxels or regions, out of core when "
+            "needed. Writes a BIDS-named relmat (.tsv for small dense region matrices, "
+            "chunked .h5 otherwise) with a JSON sidecar, a JSON log and a report."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_input_arguments(parser)
+    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    parser.add_argument("--kind", choices=["dense", "triu", "sparse"], default=None,
+                        help="Output form (default: dense for up to "
+                             f"{TSV_MAX_NODES} series, triu above).")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="Keep r >= THRESHOLD (sparse output; implies --kind sparse).")
+    parser.add_argument("--absolute", action="store_true",
+                        help="With --threshold, keep |r| >= THRESHOLD.")
+    parser.add_argument("--allow-tf32", action="store_true",
+                        help="Allow TF32 matrix products on CUDA (faster, less exact).")
+    add_compute_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args) -> int:
+    from connscale.fc.static import compute_correlation
+    from connscale.io.hdf5 import load_relmat
+    from connscale.io.relmat import (
+        relmat_path,
+        sidecar,
+        source_entities,
+        write_dataset_description,
+        write_relmat_tsv,
+        write_sidecar,
+    )
+
+    configure_logging(args.verbose)
+    kind = args.kind or ("sparse" if args.threshold is not None else None)
+    record = RunRecord("fc", args.out, vars(args))
+    with record.timer("load"):
+        timeseries, labels, nodes, _ = load_input(args)
+    n_timepoints, n = timeseries.shape
+    if kind is None:
+        kind = "dense" if n <= TSV_MAX_NODES else "triu"
+    logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
+    source = source_entities(args.input)
+    seg = Path(str(args.atlas.name).split(".")[0]).name if args.atlas is not None else None
+    as_tsv = kind == "dense" and n <= TSV_MAX_NODES
+    path = relmat_path(args.out, source, seg=seg, extension=".tsv" if as_tsv else ".h5")
+    with record.timer("correlation"):
+        result, (plan, n_constant) = compute_correlation(
+            timeseries, kind=kind, threshold=args.threshold, absolute=args.absolute,
+            device=args.device, dtype=args.dtype, memory_limit=args.memory_limit,
+            out=None if as_tsv else path, allow_tf32=args.allow_tf32,
+            verbose=args.verbose, attrs={"source": str(args.input)},
+        )
+    if as_tsv:
+        with record.timer("write"):
+            write_relmat_tsv(path, result, labels)
+    record.add_output(path)
+    record.add_output(write_sidecar(path, sidecar(kind, n, threshold=args.threshold,
+                                                  absolute=args.absolute, source=args.input,
+                                                  dtype=args.dtype, nodes=nodes)))
+    write_dataset_description(args.out)
+    from connscale._compute import resolve_device
+
+    record.device = str(resolve_device(args.device))
+    record.results.update({"n_series": n, "n_timepoints": n_timepoints, "nodes": nodes,
+                           "kind": kind, "n_constant_series": n_constant, **plan.as_dict()})
+    seconds = record.timings["correlation"]
+    record.results["pairs_per_second"] = n * (n - 1) / 2 / max(seconds, 1e-9)
+    if n <= TSV_MAX_NODES:
+        matrix = result if as_tsv else _dense_from_store(load_relmat(path)[0], kind, n)
+        record.add_figure(_plot(matrix, labels, args.out / f"{source}_relmat.png"))
+    log = record.finish(f"{source}_fc")
+    print(f"connscale fc: {n} {nodes}, {n_timepoints} time points, kind={kind}, "
+          f"{plan.n_rounds} round(s) on {record.device} in {seconds:.3f} s")
+    print(f"  wrote {path}")
+    print(f"  log   {log}")
+    return 0
+
+
+def _dense_from_store(stored, kind, n):
+    from connscale.fc.triu import vec_to_matrix
+
+    if kind == "triu":
+        return vec_to_matrix(stored, n)
+    matrix = np.asarray(stored.toarray() if hasattr(stored, "toarray") else stored)
+    if kind == "sparse":
+        matrix = matrix + matrix.T
+        np.fill_diagonal(matrix, 1.0)
+    return matrix
+
+
+def _plot(matrix, labels, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = matrix.shape[0]
+    fig, ax = plt.subplots(figsize=(7, 6))
+    image = ax.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    fig.colorbar(image, ax=ax, label="Pearson r")
+    if labels and n <= 60:
+        ax.set_xticks(range(n), labels, rotation=90, fontsize=6)
+        ax.set_yticks(range(n), labels, fontsize=6)
+    ax.set_title(f"Correlation matrix ({n} nodes)")
+    fig.tight_layout()
+    from connscale.io._atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+    return path

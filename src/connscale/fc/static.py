@@ -1,0 +1,532 @@
+"""Static all-pairs Pearson correlation at voxel scale (Fast-GPU-PCC).
+
+Rows are normalised once on the device (Eq. 2) and the correlation matrix is
+U·Uᵀ by GEMM. When the result does not fit the device, it is computed in
+rounds: a block of B rows against the remaining N' rows (Alg. 2-3), B planned
+from free memory; each round's strictly-upper triangle is extracted on the
+device into one contiguous segment of the row-major edge vector and copied
+to the host while the next round computes. When the result does not fit host
+memory either, or ``out`` names a file, the rounds stream into a chunked
+HDF5 store instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from tqdm.auto import tqdm
+
+from connscale._compute import (
+    MemoryPlan,
+    allow_tf32 as _allow_tf32,
+    available_host_memory,
+    format_bytes,
+    memory_budget,
+    parse_memory,
+    resolve_device,
+    resolve_dtype,
+    synchronize,
+)
+from connscale._compute.device import numpy_dtype
+from connscale._docs import fill_doc
+from connscale._validation import check_option, check_threshold, check_timeseries
+from connscale.fc._triton_kernels import block_triu_size, extract_triu
+from connscale.fc.normalize import normalize_series, warn_constant
+from connscale.fc.triu import n_pairs, triu_row_offsets
+from connscale.io._atomic import atomic_path
+from connscale.io.hdf5 import RelmatWriter
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("dense", "triu", "sparse")
+# Rounds on CUDA hold at most this many output elements, so that copies of
+# round r overlap the compute of round r + 1 and progress is visible.
+_MAX_ROUND_ELEMENTS_CUDA = 1 << 28
+_MAX_ROUND_ELEMENTS_CPU = 1 << 26
+
+
+@dataclass(frozen=True)
+class _Round:
+    start: int  # first row
+    stop: int  # one past the last row
+    n_cols: int  # columns in this round's block (N' or N)
+
+    @property
+    def n_rows(self) -> int:
+        return self.stop - self.start
+
+
+@fill_doc
+def correlation(
+    timeseries,
+    *,
+    kind: str = "dense",
+    threshold: float | None = None,
+    absolute: bool = False,
+    device: str = "auto",
+    dtype: str = "float32",
+    memory_limit: int | str | None = None,
+    out=None,
+    allow_tf32: bool = False,
+    verbose: int = 0,
+):
+    """Pearson correlation of every pair of series.
+
+    Parameters
+    ----------
+    %(timeseries)s
+    kind : {'dense', 'triu', 'sparse'}, default='dense'
+        ``'dense'``: the (N, N) matrix. ``'triu'``: the strictly-upper
+        triangle as a vector of N(N-1)/2 values in row-major order, pair
+        (i, j), i < j, at ``k = i*N - i*(i+1)/2 + j - i - 1`` (see
+        :func:`connscale.triu_index`, :func:`connscale.triu_pairs`).
+        ``'sparse'``: a ``scipy.sparse.csr_array`` of the upper triangle
+        keeping r >= ``threshold``.
+    threshold : float in [-1, 1] or None
+        Required for ``kind='sparse'``, not used otherwise.
+    absolute : bool, default=False
+        With ``kind='sparse'``, keep |r| >= ``threshold`` (strong negative
+        edges too) instead of r >= ``threshold``.
+    %(device)s
+    %(dtype)s
+    %(memory_limit)s
+    out : str, path, ndarray, torch.Tensor or None, default=None
+        Where to put the result. A path (``.h5``): stream it into a chunked
+        HDF5 store (written atomically; read it back with
+        :func:`connscale.io.load_relmat`); needed when the result does not fit
+        host memory. An array or CPU tensor of the result's shape and dtype:
+        fill it in place (a pinned tensor gives the fastest copies from a
+        GPU). None: allocate the result.
+    allow_tf32 : bool, default=False
+        Let CUDA matrix products use TF32 (faster, ~3 decimal digits).
+    %(verbose)s
+
+    Returns
+    -------
+    ndarray, scipy.sparse.csr_array, torch.Tensor or pathlib.Path
+        The matrix, the triangle vector or the sparse matrix; ``out`` when it
+        is an array or tensor; the file's path when ``out`` is a path.
+
+    Notes
+    -----
+    This is plain Pearson correlation: it equals ``np.corrcoef(timeseries.T)``
+    and nilearn's ``ConnectivityMeasure(kind="correlation",
+    cov_estimator=EmpiricalCovariance())``; nilearn's default shrinks towards
+    zero (Ledoit-Wolf). Constant (zero-variance) series give NaN rows and
+    columns in dense and triangle output, are left out of sparse output, and
+    are counted in one :class:`~connscale.fc.normalize.ConstantSeriesWarning`.
+
+    Memory: the normalised series (N·T values) stay on the device; each round
+    holds a block of B×N' values (×3 with the extraction buffers on CUDA).
+    The in-memory result takes N(N-1)/2 values for ``'triu'`` (20 GB in
+    float32 for N = 100,000), N² for ``'dense'``.
+
+    References
+    ----------
+    Eslami T., Saeed F. (2018). Fast-GPU-PCC: a GPU-based technique to
+    compute pairwise Pearson's correlation coefficients for time series data
+    - fMRI study. High-Throughput 7(2):11.
+
+    Examples
+    --------
+    >>> import numpy as np, connscale
+    >>> x = np.random.default_rng(0).standard_normal((100, 5))
+    >>> r = connscale.correlation(x, kind="triu", device="cpu")
+    >>> r.shape
+    (10,)
+    """
+    result, _ = compute_correlation(
+        timeseries, kind=kind, threshold=threshold, absolute=absolute, device=device,
+        dtype=dtype, memory_limit=memory_limit, out=out, allow_tf32=allow_tf32,
+        verbose=verbose,
+    )
+    return result
+
+
+def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=False,
+                        device="auto", dtype="float32", memory_limit=None, out=None,
+                        allow_tf32=False, verbose=0, attrs=None):
+    """:func:`correlation`, also returning the :class:`MemoryPlan` it followed
+    and the number of constant series (for logs and reports)."""
+    check_option(kind, "kind", KINDS)
+    if kind == "sparse":
+        if threshold is None:
+            raise ValueError("kind='sparse' needs a 'threshold' (e.g. 0.5).")
+        threshold = check_threshold(threshold)
+    elif threshold is not None:
+        raise ValueError(
+            f"'threshold' applies to kind='sparse' only; got threshold={threshold} "
+            f"with kind={kind!r}."
+        )
+    x = check_timeseries(timeseries)
+    dev = resolve_device(device)
+    work_dtype = resolve_dtype(dtype)
+    np_dtype = numpy_dtype(work_dtype)
+    n_timepoints, n = x.shape
+    if n < 2 and kind != "dense":
+        raise ValueError(f"kind={kind!r} needs at least 2 series; got {n}.")
+
+    sink = _make_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs)
+    try:
+        plan, rounds = _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit,
+                                    sink.in_memory)
+        logger.debug("correlation plan: %s", plan)
+        with _allow_tf32(allow_tf32), torch.no_grad():
+            series = torch.from_numpy(np.ascontiguousarray(x)).to(dev)
+            normalized, constant = normalize_series(series, dtype=work_dtype)
+            del series
+            n_constant = warn_constant(constant, stacklevel=4)
+            _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose)
+    except BaseException:
+        sink.abort()
+        raise
+    return sink.finish(), (plan, n_constant)
+
+
+def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory):
+    """Split the rows into rounds that fit the memory budget (Alg. 3)."""
+    item = torch.finfo(work_dtype).bits // 8
+    budget = memory_budget(dev, memory_limit)
+    resident = n * n_timepoints * item
+    if dev.type == "cpu" and in_memory:
+        # The result lives in the same memory as the working blocks.
+        budget -= _result_bytes(n, kind, item)
+    available = budget - resident
+    # Bytes per element of a round's block: the GEMM output, plus two
+    # extraction buffers on CUDA or a staging buffer for files; the sparse
+    # path also needs a mask and up to 16 bytes of indices per kept value.
+    per_element = item
+    if kind == "sparse":
+        per_element += 1 + 16 + item + 4
+    elif dev.type == "cuda":
+        per_element += 2 * item
+    elif not in_memory:
+        per_element += item
+    max_elements = _MAX_ROUND_ELEMENTS_CUDA if dev.type == "cuda" else _MAX_ROUND_ELEMENTS_CPU
+    max_elements = min(max_elements, max(available // per_element, 0))
+    rounds: list[_Round] = []
+    start = 0
+    while start < n:
+        n_cols = n if kind == "dense" else n - start
+        rows = min(n - start, max_elements // max(n_cols, 1))
+        if rows < 1:
+            need = resident + per_element * n_cols
+            raise ValueError(
+                f"Not enough memory for one row of the correlation matrix: need about "
+                f"{format_bytes(need)} on {dev}, the budget is {format_bytes(max(budget, 0))} "
+                f"(memory_limit={memory_limit!r}). Raise 'memory_limit' or pass "
+                "out='file.h5' to keep the result out of memory."
+            )
+        rounds.append(_Round(start, start + rows, n_cols))
+        start += rows
+    plan = MemoryPlan(
+        device_budget=int(budget),
+        host_budget=int(_host_budget(memory_limit)),
+        block_rows=rounds[0].n_rows,
+        n_rounds=len(rounds),
+        out_of_core=not in_memory,
+    )
+    return plan, rounds
+
+
+def _result_bytes(n: int, kind: str, item: int) -> int:
+    if kind == "dense":
+        return n * n * item
+    if kind == "triu":
+        return n_pairs(n) * item
+    return 0  # sparse: unknown in advance, counted as it arrives
+
+
+def _host_budget(memory_limit) -> int:
+    budget = int(available_host_memory() * 0.9)
+    limit = parse_memory(memory_limit)
+    return budget if limit is None else min(budget, limit)
+
+
+def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose):
+    n = normalized.shape[0]
+    offsets = triu_row_offsets(n)
+    cuda = dev.type == "cuda"
+    max_elements = max(r.n_rows * r.n_cols for r in rounds)
+    workspace = torch.empty(max_elements, dtype=normalized.dtype, device=dev)
+    mover = _DeviceToHost(dev, normalized.dtype, max_elements, sink) if kind != "sparse" else None
+    progress = tqdm(total=n, unit="row", desc="correlation", disable=not verbose,
+                    leave=False)
+    for rnd in rounds:
+        block = workspace[: rnd.n_rows * rnd.n_cols].view(rnd.n_rows, rnd.n_cols)
+        rows = normalized[rnd.start:rnd.stop]
+        cols = normalized if kind == "dense" else normalized[rnd.start:]
+        torch.mm(rows, cols.T, out=block)
+        block.clamp_(-1.0, 1.0)
+        if kind == "dense":
+            diag = torch.arange(rnd.n_rows, device=dev)
+            finite = ~torch.isnan(block[diag, diag + rnd.start])
+            block[diag[finite], diag[finite] + rnd.start] = 1.0
+            mover.send(block.reshape(-1), ("rows", rnd.start, rnd.n_rows, rnd.n_cols))
+        elif kind == "triu":
+            mover.send_triu(block, ("triu", int(offsets[rnd.start]), None, None))
+        else:
+            sink.append_sparse(*_threshold_block(block, rnd.start, threshold, absolute))
+        progress.update(rnd.n_rows)
+    if mover is not None:
+        mover.flush()
+    synchronize(dev)
+    progress.close()
+    del workspace
+    if cuda:
+        torch.cuda.empty_cache()
+
+
+def _threshold_block(block, start, threshold, absolute):
+    """Keep upper-triangle entries of a block above threshold, on the device.
+
+    Returns per-row counts, global column indices (int32 where they fit) and
+    values, on the host.
+    """
+    n_rows, n_cols = block.shape
+    keep = (block.abs() if absolute else block) >= threshold  # NaN compares False
+    keep &= torch.ones(n_rows, n_cols, dtype=torch.bool, device=block.device).triu_(1)
+    counts = keep.sum(dim=1)
+    rows, cols = keep.nonzero(as_tuple=True)
+    values = block[rows, cols]
+    index_dtype = torch.int32 if start + n_cols < 2**31 else torch.int64
+    cols = (cols + start).to(index_dtype)
+    return counts.cpu().numpy(), cols.cpu().numpy(), values.cpu().numpy()
+
+
+class _DeviceToHost:
+    """Moves each round's result to the sink.
+
+    On CUDA the triangle is extracted into one of two device buffers, and a
+    copy stream moves it to the host (straight into a pinned result, or into
+    pinned staging buffers for files) while the compute stream runs the next
+    round. On the CPU the triangle is extracted straight into the result.
+    """
+
+    def __init__(self, dev, dtype, max_elements, sink):
+        self.dev = dev
+        self.sink = sink
+        self.cuda = dev.type == "cuda"
+        self.pending = None  # (event, staging, target) of the last round in flight
+        if self.cuda:
+            self.copy_stream = torch.cuda.Stream(dev)
+            self.device_buffers = [torch.empty(max_elements, dtype=dtype, device=dev)
+                                   for _ in range(2)]
+            self.buffer_free = [None, None]
+            self.slot = 0
+            if not sink.in_memory:
+                self.staging = [torch.empty(max_elements, dtype=dtype, pin_memory=True)
+                                for _ in range(2)]
+        elif not sink.in_memory:
+            self.staging = [torch.empty(max_elements, dtype=dtype)]
+
+    def send_triu(self, block, target):
+        size = block_triu_size(*block.shape)
+        if not self.cuda:
+            if self.sink.in_memory:
+                start = target[1]
+                extract_triu(block, self.sink.tensor[start:start + size])
+            else:
+                extract_triu(block, self.staging[0])
+                self.sink.write(target, self.staging[0][:size].numpy())
+            return
+        slot = self._next_slot()
+        extract_triu(block, self.device_buffers[slot])
+        self._copy(self.device_buffers[slot][:size], target, slot)
+
+    def send(self, flat, target):
+        if not self.cuda:
+            if self.sink.in_memory:
+                self.sink.place(target, flat)
+            else:
+                self.sink.write(target, flat.numpy())
+            return
+        slot = self._next_slot()
+        buffer = self.device_buffers[slot][: flat.numel()]
+        buffer.copy_(flat)
+        self._copy(buffer, target, slot)
+
+    def _next_slot(self):
+        slot = self.slot
+        self.slot ^= 1
+        event = self.buffer_free[slot]
+        if event is not None:  # the copy that last read this buffer
+            torch.cuda.current_stream(self.dev).wait_event(event)
+        return slot
+
+    def _copy(self, source, target, slot):
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(self.copy_stream):
+            self.copy_stream.wait_event(ready)
+            if self.sink.in_memory:
+                destination = self.sink.view(target, source.numel())
+                destination.copy_(source, non_blocking=True)
+                staging = None
+            else:
+                staging = self.staging[slot][: source.numel()]
+                staging.copy_(source, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record(self.copy_stream)
+        self.buffer_free[slot] = done
+        # Write the previous round to its file while this one copies.
+        self._drain()
+        if staging is not None:
+            self.pending = (done, staging, target)
+
+    def _drain(self):
+        if self.pending is not None:
+            event, staging, target = self.pending
+            event.synchronize()
+            self.sink.write(target, staging.numpy())
+            self.pending = None
+
+    def flush(self):
+        if self.cuda:
+            self._drain()
+            self.copy_stream.synchronize()
+
+
+def _make_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs):
+    if isinstance(out, (str, os.PathLike)):
+        return _FileSink(Path(out), kind, n, np_dtype, threshold, absolute, attrs)
+    if kind == "sparse":
+        if out is not None:
+            raise ValueError("kind='sparse' writes to a path or returns a new matrix; "
+                             f"'out' must be a path or None, got {type(out).__name__}.")
+        return _SparseSink(n)
+    return _ArraySink(out, kind, n, np_dtype, dev, memory_limit)
+
+
+class _ArraySink:
+    """Result in host memory: a new (pinned on CUDA) array or the caller's."""
+
+    in_memory = True
+
+    def __init__(self, out, kind, n, np_dtype, dev, memory_limit):
+        shape = (n, n) if kind == "dense" else (n_pairs(n),)
+        nbytes = int(np.prod(shape)) * np_dtype.itemsize
+        if out is None:
+            budget = _host_budget(memory_limit)
+            if nbytes > budget:
+                raise ValueError(
+                    f"The {kind} result of {n} series takes {format_bytes(nbytes)}, more than "
+                    f"the {format_bytes(budget)} of host memory available"
+                    f"{'' if memory_limit is None else f' under memory_limit={memory_limit!r}'}"
+                    ". Pass out='result_relmat.h5' to stream it to disk."
+                )
+            self.tensor = torch.empty(shape, dtype=_torch_dtype(np_dtype),
+                                      pin_memory=dev.type == "cuda")
+            self.result = self.tensor.numpy()
+        else:
+            if isinstance(out, np.ndarray):
+                self.tensor, self.result = torch.from_numpy(out), out
+            elif isinstance(out, torch.Tensor) and out.device.type == "cpu":
+                self.tensor, self.result = out, out
+            else:
+                raise ValueError(
+                    "'out' must be a path, a numpy array, a CPU torch tensor or None; "
+                    f"got {type(out).__name__}."
+                )
+            if tuple(self.tensor.shape) != shape or self.tensor.dtype != _torch_dtype(np_dtype):
+                raise ValueError(
+                    f"'out' must have shape {shape} and dtype {np_dtype}; got shape "
+                    f"{tuple(self.tensor.shape)} and dtype {self.tensor.dtype}."
+                )
+            if not self.tensor.is_contiguous():
+                raise ValueError("'out' must be C-contiguous.")
+        self.flat = self.tensor.view(-1)
+
+    def view(self, target, size):
+        _, start, n_rows, n_cols = target
+        first = start if target[0] == "triu" else start * n_cols
+        return self.flat[first:first + size]
+
+    def place(self, target, flat):
+        self.view(target, flat.numel()).copy_(flat)
+
+    def abort(self):
+        pass
+
+    def finish(self):
+        return self.result
+
+
+class _SparseSink:
+    """CSR matrix of the upper triangle, assembled from per-round pieces."""
+
+    in_memory = True
+
+    def __init__(self, n):
+        self.n = n
+        self.counts, self.indices, self.values = [], [], []
+
+    def append_sparse(self, counts, indices, values):
+        self.counts.append(counts)
+        self.indices.append(indices)
+        self.values.append(values)
+
+    def abort(self):
+        pass
+
+    def finish(self):
+        counts = np.concatenate(self.counts)
+        indptr = np.zeros(self.n + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        indices = np.concatenate(self.indices)
+        if indptr[-1] < 2**31 and indices.dtype != np.int32:
+            indices = indices.astype(np.int32)
+        if indptr[-1] < 2**31:
+            indptr = indptr.astype(np.int32)
+        return sp.csr_array((np.concatenate(self.values), indices, indptr),
+                            shape=(self.n, self.n))
+
+
+class _FileSink:
+    """Result streamed into a chunked HDF5 store, renamed into place at the end."""
+
+    in_memory = False
+
+    def __init__(self, path, kind, n, np_dtype, threshold, absolute, attrs):
+        import h5py
+
+        if path.suffix not in (".h5", ".hdf5"):
+            raise ValueError(f"'out' must name an HDF5 file ending in .h5; got {path}.")
+        self.path = path
+        self._atomic = atomic_path(path)
+        tmp = self._atomic.__enter__()
+        self.file = h5py.File(tmp, "w")
+        extra = {"threshold": "None" if threshold is None else threshold,
+                 "absolute": bool(absolute)}
+        extra.update(attrs or {})
+        self.writer = RelmatWriter(self.file, n, kind, np_dtype, extra)
+
+    def write(self, target, values):
+        what, start, n_rows, n_cols = target
+        if what == "triu":
+            self.writer.write_triu(start, values)
+        else:
+            self.writer.write_rows(start, values.reshape(n_rows, n_cols))
+
+    def append_sparse(self, counts, indices, values):
+        self.writer.append_csr_rows(counts, indices, values)
+
+    def abort(self):
+        self.file.close()
+        self._atomic.__exit__(RuntimeError, RuntimeError("aborted"), None)
+
+    def finish(self):
+        self.writer.close()
+        self.file.close()
+        self._atomic.__exit__(None, None, None)
+        return self.path
+
+
+def _torch_dtype(np_dtype):
+    return torch.float64 if np.dtype(np_dtype) == np.float64 else torch.float32
