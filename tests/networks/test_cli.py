@@ -92,3 +92,13 @@ def test_cli_errors(tmp_path):
               str(tmp_path / "o"), "-q"])
     with pytest.raises(SystemExit):
         _run(["r1dl", str(tmp_path / "S.npy"), "-k", "1", "-r", "x", "--out", "o"])
+
+
+def test_cli_main_exit_code(tmp_path, capsys):
+    from connscale.cli.main import main
+
+    (tmp_path / "x.json").write_text("{}")
+    rc = main(["r1dl", str(tmp_path / "x.json"), "-k", "2", "-r", "3", "--out",
+               str(tmp_path / "o"), "-q"])
+    assert rc == 2
+    assert "connscale r1dl: error: INPUT must be a 4-D NIfTI" in capsys.readouterr().err

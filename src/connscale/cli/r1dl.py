@@ -73,49 +73,26 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _is_nifti(path: Path) -> bool:
-    return path.name.lower().endswith((".nii", ".nii.gz"))
-
-
-def _read_table(path: Path) -> np.ndarray:
-    delimiter = "\t" if path.suffix.lower() in (".tsv", ".tab") else ","
-    with open(path) as fh:
-        first = fh.readline()
-    tokens = [t.strip().strip('"') for t in first.split(delimiter)]
-    try:
-        [float(t) for t in tokens if t]
-        skip = 0
-    except ValueError:
-        skip = 1
-    data = np.loadtxt(path, delimiter=delimiter, skiprows=skip, ndmin=2)
-    return data
-
-
 def _load_input(args):
-    """Return (S or path for r1dl, masker or None, mean image or None)."""
+    """Return (S or a .npy path for r1dl, masker or None, mean image or None)."""
+    from connscale.io.nifti import is_nifti, load_masked
+    from connscale.io.timeseries import load_timeseries
+
     path = args.input
     if not path.exists():
         raise FileNotFoundError(f"input not found: {path}")
-    if _is_nifti(path):
-        import warnings
-
+    if is_nifti(path):
         from nilearn.image import mean_img
-        from nilearn.maskers import NiftiMasker
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            masker = NiftiMasker(mask_img=str(args.mask) if args.mask else None)
-            masker = masker.fit() if args.mask else masker.fit(str(path))
-            S = masker.transform(str(path))
-            background = mean_img(str(path))
-        return S, masker, background
+        S, masker = load_masked(path, mask=args.mask)
+        return S, masker, mean_img(str(path))
     if args.mask is not None:
         raise ValueError(f"--mask applies to NIfTI input only; got {path.name}.")
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        return str(path), None, None
-    if suffix in (".tsv", ".csv", ".txt", ".tab"):
-        return _read_table(path), None, None
+        return str(path), None, None  # memory-mapped by r1dl, never loaded whole
+    if suffix in (".tsv", ".csv", ".txt"):
+        return load_timeseries(path)[0], None, None
     raise ValueError(
         f"INPUT must be a 4-D NIfTI (.nii/.nii.gz) or a T x P .npy, .tsv or .csv file; "
         f"got {path.name}."
