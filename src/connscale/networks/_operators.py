@@ -42,8 +42,14 @@ def select_top_r(y: torch.Tensor, r: int, selection: str):
     """Exact top-r of ``y`` (by magnitude or signed value): sorted indices, values."""
     if r < y.numel():
         score = y.abs() if selection == "magnitude" else y
-        _, idx = torch.topk(score, r, sorted=False)
-        idx, _ = torch.sort(idx)
+        if y.device.type == "cpu":
+            # introselect: several times faster than torch.topk on the CPU
+            part = np.argpartition(-score.numpy(), r - 1)[:r]
+            part.sort()
+            idx = torch.from_numpy(part)
+        else:
+            _, idx = torch.topk(score, r, sorted=False)
+            idx, _ = torch.sort(idx)
     else:
         idx = torch.arange(y.numel(), device=y.device)
     values = y[idx]
@@ -107,9 +113,28 @@ class ResidentOperator:
         self.St = None
 
 
+def column_stats(source: _blocks.ColumnSource, bounds, device: torch.device):
+    """Per-voxel mean and 1 / centred norm (0 for constant voxels), float64,
+    from one pass over S in column blocks."""
+    n_voxels = source.shape[1]
+    mean = torch.empty(n_voxels, dtype=torch.float64, device=device)
+    inv_norm = torch.empty(n_voxels, dtype=torch.float64, device=device)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        x = torch.from_numpy(np.array(source.read(a, b), dtype=np.float64)).to(device)
+        _check_finite(x, a)
+        m = x.mean(dim=0)
+        x -= m
+        norm = (x * x).sum(dim=0).sqrt_()
+        mean[a:b] = m
+        inv_norm[a:b] = torch.where(norm == 0, torch.zeros_like(norm), 1.0 / norm)
+    return mean, inv_norm
+
+
 class StreamedOperator:
     """Column blocks streamed from host memory or a memory-mapped file.
 
+    Standardisation uses per-voxel statistics computed once (float64) and is
+    applied in place to preallocated buffers, so a pass allocates nothing.
     On CUDA the next block is read into a pinned staging buffer and copied on
     a side stream while the current block is computed (double buffering);
     on the CPU blocks are read and computed in turn.
@@ -126,12 +151,17 @@ class StreamedOperator:
         self.standardize = standardize
         self.bounds = _blocks.block_bounds(n_voxels, block_size)
         self.n_blocks = len(self.bounds) - 1
+        width = int(np.diff(self.bounds).max())
+        n_elements = n_timepoints * width
         self._checked = source.kind == "array"
+        if standardize:
+            mean, inv_norm = column_stats(source, self.bounds, device)
+            self._mean, self._inv = mean.to(dtype), inv_norm.to(dtype)
+            self._checked = True
         self._y = torch.empty(n_voxels, dtype=dtype, device=device)
         self._bounds_t = torch.as_tensor(self.bounds, device=device)
+        self._work = torch.empty(n_elements, dtype=dtype, device=device)
         if device.type == "cuda":
-            width = int(np.diff(self.bounds).max())
-            n_elements = n_timepoints * width
             host_dtype = torch.float64 if source.dtype == np.float64 else torch.float32
             self._pool = PinnedBufferPool(2, n_elements, host_dtype, device)
             self._dev = [torch.empty(n_elements, dtype=host_dtype, device=device)
@@ -142,16 +172,28 @@ class StreamedOperator:
             self._used = [False, False]
 
     # -- block iteration ---------------------------------------------------
+    def _finish(self, raw: torch.Tensor, a: int, b: int) -> torch.Tensor:
+        """Standardise (in place, into a work buffer when the dtype differs)."""
+        if raw.dtype == self.dtype:
+            block = raw
+        else:
+            block = self._work[: raw.numel()].view(raw.shape)
+            block.copy_(raw)
+        if self.standardize:
+            block.sub_(self._mean[a:b]).mul_(self._inv[a:b])
+        elif not self._checked:
+            _check_finite(block, a)
+        return block
+
     def _blocks(self):
         if self.device.type == "cuda":
             yield from self._blocks_cuda()
-            return
-        for a, b in zip(self.bounds[:-1], self.bounds[1:]):
-            block = _prepare(self.source.read(int(a), int(b)), self.device, self.dtype,
-                             self.standardize)
-            if not self._checked:
-                _check_finite(block, int(a))
-            yield int(a), int(b), block
+        else:
+            n_timepoints = self.shape[0]
+            for a, b in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist()):
+                block = self._work[: n_timepoints * (b - a)].view(n_timepoints, b - a)
+                np.copyto(block.numpy(), self.source.read(a, b), casting="unsafe")
+                yield a, b, self._finish(block, a, b)
         self._checked = True
 
     def _stage(self, slot: int, a: int, b: int) -> None:
@@ -178,14 +220,10 @@ class StreamedOperator:
             slot = i % 2
             compute.wait_event(self._ready[slot])
             raw = self._dev[slot][: n_timepoints * (b - a)].view(n_timepoints, b - a)
-            block = standardize_torch(raw, self.dtype) if self.standardize else raw.to(self.dtype)
-            if not self._checked:
-                _check_finite(block, a)
-            yield a, b, block
+            yield a, b, self._finish(raw, a, b)
             self._done[slot].record(compute)
             if i + 1 < len(pairs):
                 self._stage((i + 1) % 2, *pairs[i + 1])
-        self._checked = True
 
     # -- the two passes ------------------------------------------------------
     def top_r(self, u, deflation, r, selection):
@@ -208,6 +246,7 @@ class StreamedOperator:
 
     def close(self) -> None:
         self._y = None
+        self._work = None
 
 
 class EngineOperator:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 import warnings
 from dataclasses import dataclass, field
 from numbers import Integral, Real
@@ -27,7 +28,12 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from connscale._compute.device import numpy_dtype, resolve_device, resolve_dtype
+from connscale._compute.device import (
+    numpy_dtype,
+    resolve_device,
+    resolve_dtype,
+    synchronize,
+)
 from connscale._compute.memory import memory_budget
 from connscale._docs import fill_doc
 from connscale._validation import check_int, check_option, check_random_state
@@ -65,7 +71,9 @@ class R1DLResult:
     sparsity : int
         r, the number of loadings kept per atom.
     info : dict
-        Backend, device, mode ('resident', 'streamed', 'engine') and blocks.
+        Backend, device, mode ('resident', 'streamed', 'engine'), number of
+        blocks, and seconds spent setting up (``setup_s``: loading S onto
+        the device or the workers) and learning (``learn_s``).
     """
 
     dictionary: np.ndarray
@@ -259,13 +267,17 @@ def _engine_result(engine, source, *, dtype, standardize, block_size, **kwargs):
 
 def _run_engine(engine, loader, shape, n_blocks, *, dtype, n_atoms, r, tol, max_iter,
                 selection, rng, verbose, n_init=1):
+    start = time.perf_counter()
     op = EngineOperator(engine, loader, shape, n_blocks, dtype=dtype)
+    setup = time.perf_counter()
     try:
         out = _learn_atoms(op, n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter,
                            selection=selection, rng=rng, n_init=n_init, verbose=verbose)
     finally:
         op.close()
-    return out, {"mode": op.mode, "n_blocks": n_blocks, "engine": getattr(engine, "name", "")}
+    end = time.perf_counter()
+    return out, {"mode": op.mode, "n_blocks": n_blocks, "engine": getattr(engine, "name", ""),
+                 "setup_s": setup - start, "learn_s": end - setup}
 
 
 # ---------------------------------------------------------------------------
@@ -381,14 +393,19 @@ def r1dl(
 
     if backend == "local":
         dev = resolve_device(device)
+        start = time.perf_counter()
         op = _local_operator(source, device=dev, dtype=torch_dtype, standardize=standardize,
                              block_size=block_size, memory_limit=memory_limit)
+        synchronize(dev)
+        setup = time.perf_counter()
         try:
             out = _learn_atoms(op, **common)
         finally:
             op.close()
+        synchronize(dev)
         info = {"backend": "local", "device": str(dev), "mode": op.mode,
-                "n_blocks": op.n_blocks}
+                "n_blocks": op.n_blocks, "setup_s": setup - start,
+                "learn_s": time.perf_counter() - setup}
     elif isinstance(backend, Engine):
         out, info = _engine_result(backend, source, dtype=torch_dtype, standardize=standardize,
                                    block_size=block_size, **common)
