@@ -152,6 +152,7 @@ def test_constant_series_nan_and_one_warning(rng):
 
 
 def test_nilearn_connectivity_measure_matches(rng):
+    pytest.importorskip("nilearn")
     from nilearn.connectome import ConnectivityMeasure
     from sklearn.covariance import EmpiricalCovariance
 

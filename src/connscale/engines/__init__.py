@@ -3,8 +3,92 @@
 Two kinds of work run through it: one task per item (the cohort runner: one
 subject per task) and map/reduce over blocks that workers load and keep
 (r1DL: voxel blocks of S). See :class:`connscale.engines.base.Engine`.
+
+Every engine returns the same results in the same order, and
+``sum_blocks`` adds per-block values in the fixed pairwise order of
+:func:`connscale.engines.base.tree_sum`, so sums are bitwise identical
+whatever the engine.
 """
 
-from connscale.engines.base import BlockSet, Engine, SerialEngine
+from __future__ import annotations
 
-__all__ = ["BlockSet", "Engine", "SerialEngine"]
+from connscale._validation import check_option
+from connscale.engines.base import BlockSet, Engine, SerialEngine, tree_sum
+from connscale.engines.local import LocalEngine
+
+ENGINES = ("serial", "local", "dask", "spark")
+
+
+def get_engine(name: str = "serial", *, cluster=None, n_jobs: int | None = None,
+               retries: int = 1) -> Engine:
+    """Start an execution engine by name.
+
+    Parameters
+    ----------
+    name : {'serial', 'local', 'dask', 'spark'}, default='serial'
+        ``'serial'`` runs everything in this process, in order; ``'local'``
+        a pool of ``n_jobs`` worker processes; ``'dask'`` a Dask
+        distributed cluster; ``'spark'`` Apache Spark.
+    cluster : str or None, default=None
+        Dask scheduler address (None: a LocalCluster of ``n_jobs`` worker
+        processes) or Spark master URL (None: ``local[n_jobs]``, or
+        ``local[*]``). Not used by 'serial' and 'local'.
+    n_jobs : int or None, default=None
+        Worker processes (local, Dask LocalCluster) or cores (Spark local);
+        None uses every core.
+    retries : int, default=1
+        Times a failed task is run again (not used by 'serial').
+
+    Returns
+    -------
+    Engine
+        Use it as a context manager, or call ``close()`` when done.
+
+    Raises
+    ------
+    ImportError
+        'dask' or 'spark' without the optional extra installed.
+    """
+    check_option(name, "engine", set(ENGINES))
+    if cluster is not None and name in ("serial", "local"):
+        raise ValueError(
+            f"'cluster' is only used by the 'dask' and 'spark' engines; got "
+            f"cluster={cluster!r} with engine {name!r}."
+        )
+    if name == "serial":
+        return SerialEngine()
+    if name == "local":
+        return LocalEngine(n_jobs, retries=retries)
+    if name == "dask":
+        from connscale.engines.dask_engine import DaskEngine
+
+        return DaskEngine(cluster, n_jobs=n_jobs, retries=retries)
+    from connscale.engines.spark_engine import SparkEngine
+
+    return SparkEngine(cluster, n_jobs=n_jobs, retries=retries)
+
+
+def __getattr__(name: str):
+    # DaskEngine/SparkEngine import their optional dependency only when used.
+    if name == "DaskEngine":
+        from connscale.engines.dask_engine import DaskEngine
+
+        return DaskEngine
+    if name == "SparkEngine":
+        from connscale.engines.spark_engine import SparkEngine
+
+        return SparkEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = [
+    "ENGINES",
+    "BlockSet",
+    "DaskEngine",
+    "Engine",
+    "LocalEngine",
+    "SerialEngine",
+    "SparkEngine",
+    "get_engine",
+    "tree_sum",
+]

@@ -1,0 +1,187 @@
+"""Apache Spark engine (pyspark): ``local[N]`` or any master URL.
+
+* ``map``: ``sc.parallelize(items, len(items)).map(func).collect()`` - one
+  partition, hence one task, per item; results in input order.
+* ``load_blocks``: ``sc.parallelize(range(n_blocks), n_blocks).map(loader)``,
+  cached and materialised with ``count()``: each executor builds and keeps
+  its own blocks (partition i holds block i); a lost partition is rebuilt
+  from the loader by Spark.
+* ``map_blocks``: ``args`` go out once as a broadcast variable,
+  ``rdd.map(lambda b: func(b, *bc.value)).collect()``, then
+  ``bc.unpersist()``.
+* ``sum_blocks``: a pairwise tree on the executors - per-block values keyed
+  by block index, then rounds of ``(i // 2) -> reduceByKey(add)`` until a
+  few values are left, which the driver adds in the same pairwise order.
+  This is exactly :func:`connscale.engines.base.tree_sum` (pairs are added
+  as a + b or b + a, which floating point gives bitwise alike), so the sum
+  equals the serial engine's bit for bit. ``RDD.treeReduce`` is not used:
+  its grouping depends on the partition count and its shuffles add values
+  in arrival order.
+* Failed tasks are retried: ``spark.task.maxFailures = retries + 1``; a
+  ``local[N]`` master becomes ``local[N, retries + 1]`` (plain ``local[N]``
+  never retries).
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+import os
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from connscale._validation import check_int
+from connscale.engines.base import BlockSet, Engine, tree_sum
+
+# Rounds of pairwise adds run on the executors until at most this many
+# values are left; the driver adds those.
+_DRIVER_SUM_SIZE = 4
+
+
+def _import_pyspark():
+    try:
+        import pyspark
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise ImportError(
+            "The 'spark' engine needs pyspark (and Java 17+): pip install connscale[spark]"
+        ) from exc
+    return pyspark
+
+
+def _local_master(master: str, retries: int) -> str:
+    """``local``/``local[N]``/``local[*]`` -> ``local[N, retries + 1]``."""
+    if retries == 0:
+        return master
+    if master == "local":
+        return f"local[1,{retries + 1}]"
+    match = re.fullmatch(r"local\[\s*(\*|\d+)\s*\]", master)
+    if match:
+        return f"local[{match.group(1)},{retries + 1}]"
+    return master
+
+
+class SparkEngine(Engine):
+    """Run tasks on Apache Spark.
+
+    Parameters
+    ----------
+    cluster : str, pyspark.SparkContext, pyspark.sql.SparkSession or None, default=None
+        Master URL (``'local[*]'``, ``'local[2]'``, ``'spark://host:7077'``)
+        or a running context/session (used as is, not stopped by
+        :meth:`close`). None means ``local[n_jobs]`` (``local[*]`` when
+        ``n_jobs`` is None).
+    n_jobs : int or None, default=None
+        Cores of the default local master.
+    retries : int, default=1
+        Spark re-runs a failed task this many times (``spark.task.maxFailures``).
+    driver_memory : str, default='1g'
+        ``spark.driver.memory`` of a context started here.
+    """
+
+    name = "spark"
+
+    def __init__(self, cluster=None, *, n_jobs: int | None = None, retries: int = 1,
+                 driver_memory: str = "1g") -> None:
+        pyspark = _import_pyspark()
+        self.retries = check_int(retries, "retries", minimum=0)
+        self._own = False
+        if isinstance(cluster, pyspark.SparkContext):
+            self.sc = cluster
+        elif cluster is not None and type(cluster).__name__ == "SparkSession":
+            self.sc = cluster.sparkContext
+        elif cluster is None or isinstance(cluster, str):
+            if cluster is None:
+                if n_jobs is None:
+                    cluster = "local[*]"
+                else:
+                    from connscale.engines.local import _resolve_n_jobs
+
+                    cluster = f"local[{_resolve_n_jobs(n_jobs)}]"
+            self.sc = self._start(pyspark, cluster, driver_memory)
+        else:
+            raise ValueError(
+                "'cluster' must be None, a Spark master URL such as 'local[*]' or "
+                f"'spark://host:7077', or a SparkContext; got {cluster!r}."
+            )
+        self.master = self.sc.master
+
+    def _start(self, pyspark, master: str, driver_memory: str):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        active = pyspark.SparkContext._active_spark_context
+        if active is not None:
+            # One context per process: reuse it (and leave it running).
+            return active
+        conf = (
+            pyspark.SparkConf()
+            .setMaster(_local_master(master, self.retries))
+            .setAppName("connscale")
+            .set("spark.task.maxFailures", str(self.retries + 1))
+            .set("spark.driver.memory", driver_memory)
+            .set("spark.ui.enabled", "false")
+            .set("spark.ui.showConsoleProgress", "false")
+            .set("spark.python.worker.reuse", "true")
+        )
+        sc = pyspark.SparkContext(conf=conf)
+        sc.setLogLevel("ERROR")
+        self._own = True
+        return sc
+
+    def map(self, func: Callable, items: Sequence) -> list:
+        items = list(items)
+        if not items:
+            return []
+        return self.sc.parallelize(items, len(items)).map(func).collect()
+
+    def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
+        n_blocks = check_int(n_blocks, "n_blocks", minimum=1)
+        rdd = self.sc.parallelize(range(n_blocks), n_blocks).map(loader).cache()
+        rdd.count()
+        return BlockSet(n_blocks, rdd)
+
+    def _check(self, blocks: BlockSet):
+        if blocks.handle is None:
+            raise ValueError("These blocks were released.")
+        return blocks.handle
+
+    def map_blocks(self, blocks: BlockSet, func: Callable, *args) -> list:
+        rdd = self._check(blocks)
+        bc = self.sc.broadcast(args)
+        try:
+            return rdd.map(lambda block: func(block, *bc.value)).collect()
+        finally:
+            bc.unpersist()
+
+    def sum_blocks(self, blocks: BlockSet, func: Callable, *args):
+        rdd = self._check(blocks)
+        bc = self.sc.broadcast(args)
+        try:
+            # Partition i holds block i: key each value by its block index.
+            keyed = rdd.mapPartitionsWithIndex(
+                lambda index, part: [(index, func(block, *bc.value)) for block in part]
+            )
+            n_values = blocks.n_blocks
+            while n_values > _DRIVER_SUM_SIZE:
+                n_values = math.ceil(n_values / 2)
+                keyed = keyed.map(lambda kv: (kv[0] // 2, kv[1])).reduceByKey(
+                    operator.add, numPartitions=n_values)
+            values = [value for _, value in sorted(keyed.collect(), key=operator.itemgetter(0))]
+            return tree_sum(values)
+        finally:
+            bc.unpersist()
+
+    def release(self, blocks: BlockSet) -> None:
+        if blocks.handle is not None:
+            blocks.handle.unpersist()
+            blocks.handle = None
+
+    def close(self) -> None:
+        if self._own and self.sc is not None:
+            self.sc.stop()
+        self.sc = None
+
+    def __repr__(self) -> str:
+        return f"SparkEngine(master={self.master!r}, retries={self.retries})"

@@ -1,0 +1,453 @@
+"""Multi-subject region-pair dynamic functional connectivity (Akgün et al.).
+
+For every scan and every pair of regions (i < j), the sliding-window Pearson
+correlation time course: window ``k`` covers time points
+``[k*step, k*step + window_length)``, ``k = 0 .. n_windows - 1`` with
+``n_windows = (n_timepoints - window_length) // step + 1``. The paper's
+sequential definition is a triple loop (scans, pairs, windows) with one
+correlation per iteration; here all windows of a batch of scans are
+normalised at once and multiplied in one batched GEMM (``torch.bmm``) per
+chunk: every (scan, window) is a small matrix ``U`` (regions × window) of
+centred, unit-norm rows, whose Gram matrix ``U Uᵀ`` holds all its pair
+correlations.
+
+Window means and norms come from cumulative sums accumulated in float64
+(after removing each series' overall mean, which keeps the sums small), so
+they cost O(n_timepoints) per series whatever the number of windows.
+Windows in which a series is constant give NaN for every pair that involves
+it (with one :class:`~connscale.fc.normalize.ConstantSeriesWarning`).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from connscale._compute import memory_budget, resolve_device, resolve_dtype, synchronize
+from connscale._compute.buffers import PinnedBufferPool
+from connscale._compute.device import numpy_dtype
+from connscale._docs import fill_doc
+from connscale._validation import check_int, check_threshold, check_timeseries
+from connscale.fc.normalize import ConstantSeriesWarning
+from connscale.fc.triu import n_pairs
+
+# A window whose centred norm is below this fraction of its raw norm is
+# treated as constant (as in connscale.fc.normalize).
+_CONSTANT_RTOL = 1e-10
+# On the CPU, bigger chunks only add memory traffic: cap the temporaries.
+_CPU_CHUNK_BYTES = 256 * 1024**2
+
+
+@dataclass
+class PairwiseDFC:
+    """Result of :func:`pairwise_dfc`.
+
+    Attributes
+    ----------
+    courses : ndarray of shape (n_scans, n_pairs, n_windows), list of ndarray or torch.Tensor
+        Windowed correlation time course of every pair of every scan. A list
+        of (n_pairs, n_windows_i) arrays when the scans differ in length.
+        A tensor on the compute device with ``as_tensor=True``.
+    pairs : ndarray of shape (n_pairs, 2), int64
+        Region indices (i, j), i < j, of each row, in the row-major
+        strictly-upper order of :mod:`connscale.fc.triu`.
+    window_onsets : ndarray of int64 or list of ndarray
+        First time point of each window (a list, one per scan, when the
+        scans differ in length).
+    window_length : int
+    step : int
+    n_constant : int
+        Number of (scan, window, region) series that were constant.
+    """
+
+    courses: object
+    pairs: np.ndarray
+    window_onsets: object
+    window_length: int
+    step: int
+    n_constant: int = 0
+
+    @property
+    def n_scans(self) -> int:
+        return len(self.courses)
+
+    @property
+    def n_pairs(self) -> int:
+        return int(self.pairs.shape[0])
+
+
+@dataclass
+class PairSummary:
+    """Per-pair summary features of windowed correlation courses.
+
+    Attributes
+    ----------
+    mean, std, fraction_above : ndarray of shape (n_scans, n_pairs)
+        Mean, standard deviation (ddof=0) and fraction of windows with
+        r > threshold, over each course's finite windows (NaN when a course
+        has none).
+    threshold : float
+    """
+
+    mean: np.ndarray
+    std: np.ndarray
+    fraction_above: np.ndarray
+    threshold: float
+
+    def features(self) -> np.ndarray:
+        """(n_scans, 3 * n_pairs) matrix: all means, then stds, then fractions."""
+        return np.concatenate([self.mean, self.std, self.fraction_above], axis=1)
+
+    def feature_names(self, pairs: np.ndarray) -> list[str]:
+        """Column names of :meth:`features` for the pair table ``pairs``."""
+        names = [f"{i}-{j}" for i, j in np.asarray(pairs)]
+        return ([f"mean_{n}" for n in names] + [f"std_{n}" for n in names]
+                + [f"frac_above_{n}" for n in names])
+
+
+def _window_count(n_timepoints: int, window_length: int, step: int) -> int:
+    return (n_timepoints - window_length) // step + 1
+
+
+def _check_scans(timeseries) -> list[np.ndarray]:
+    """List of validated (T_i, N) arrays."""
+    if isinstance(timeseries, torch.Tensor):
+        timeseries = timeseries.detach().cpu().numpy()
+    if isinstance(timeseries, np.ndarray):
+        if timeseries.ndim != 3:
+            raise ValueError(
+                "'timeseries' must be an array of shape (n_scans, n_timepoints, "
+                "n_regions) or a list of (n_timepoints, n_regions) arrays; got an "
+                f"array of shape {timeseries.shape}."
+            )
+        scans = [check_timeseries(timeseries[s], name=f"timeseries[{s}]")
+                 for s in range(timeseries.shape[0])]
+    elif isinstance(timeseries, (list, tuple)):
+        scans = [check_timeseries(x, name=f"timeseries[{s}]") for s, x in enumerate(timeseries)]
+    else:
+        raise ValueError(
+            "'timeseries' must be an array of shape (n_scans, n_timepoints, "
+            "n_regions) or a list of (n_timepoints, n_regions) arrays; got "
+            f"{type(timeseries).__name__}."
+        )
+    if not scans:
+        raise ValueError("'timeseries' holds no scans.")
+    n_regions = {x.shape[1] for x in scans}
+    if len(n_regions) > 1:
+        raise ValueError(
+            "All scans must have the same number of regions (columns); got "
+            f"{sorted(n_regions)}."
+        )
+    if scans[0].shape[1] < 2:
+        raise ValueError(
+            f"Region-pair DFC needs at least 2 regions; got {scans[0].shape[1]}."
+        )
+    return scans
+
+
+def _plan_chunks(n_scans: int, n_windows: int, per_item: int, budget: int) -> tuple[int, int]:
+    """(scans per chunk, windows per chunk) so a chunk's temporaries fit."""
+    items = max(1, budget // max(per_item, 1))
+    if items >= n_windows:
+        return max(1, min(n_scans, items // n_windows)), n_windows
+    return 1, items
+
+
+def _group_stats(x64: torch.Tensor, window_length: int, onsets: torch.Tensor):
+    """Window means, inverse norms and constant mask of (S, T, N) float64 data.
+
+    Returns
+    -------
+    centred : (S, T, N) float64, each series minus its overall mean
+    mean, inv_norm : (S, K, N) float64
+    constant : (S, K, N) bool
+    """
+    s, t, n = x64.shape
+    overall = x64.mean(dim=1, keepdim=True)
+    centred = x64 - overall
+    zeros = torch.zeros((s, 1, n), dtype=torch.float64, device=x64.device)
+    c1 = torch.cat([zeros, torch.cumsum(centred, dim=1)], dim=1)
+    c2 = torch.cat([zeros, torch.cumsum(centred * centred, dim=1)], dim=1)
+    ends = onsets + window_length
+    w = float(window_length)
+    sums = c1[:, ends] - c1[:, onsets]
+    squares = c2[:, ends] - c2[:, onsets]
+    mean = sums / w
+    norm2 = torch.clamp(squares - sums * mean, min=0.0)
+    # Raw (uncentred) norm: sum (c + g)^2 = squares + 2 g sums + w g^2.
+    raw2 = squares + 2.0 * overall * sums + w * overall * overall
+    # Exactly constant windows: no change between consecutive time points.
+    changes = torch.cat(
+        [zeros, torch.cumsum((x64[:, 1:] != x64[:, :-1]).to(torch.float64), dim=1)], dim=1)
+    n_changes = changes[:, ends - 1] - changes[:, onsets]
+    constant = (n_changes == 0) | (norm2 <= (_CONSTANT_RTOL ** 2) * raw2)
+    inv_norm = torch.where(constant, torch.full_like(norm2, float("nan")),
+                           torch.rsqrt(torch.where(constant, torch.ones_like(norm2), norm2)))
+    return centred, mean, inv_norm, constant
+
+
+def _pairs_chunk(xw: torch.Tensor, mean: torch.Tensor, inv_norm: torch.Tensor,
+                 window_length: int, step: int, k0: int, k1: int,
+                 flat: torch.Tensor) -> torch.Tensor:
+    """Pair correlations (S, P, k1 - k0) of windows k0..k1-1 of (S, T, N) data."""
+    s, _, n = xw.shape
+    start = k0 * step
+    stop = (k1 - 1) * step + window_length
+    # (S, K, N, w) view of the windows, then centred, unit-norm rows.
+    windows = xw[:, start:stop].unfold(1, window_length, step)
+    dtype = xw.dtype
+    u = (windows - mean[:, k0:k1, :, None].to(dtype)) * inv_norm[:, k0:k1, :, None].to(dtype)
+    u = u.reshape(s * (k1 - k0), n, window_length)
+    gram = torch.bmm(u, u.transpose(1, 2))  # (S*K, N, N)
+    vals = gram.reshape(s * (k1 - k0), n * n)[:, flat]  # (S*K, P)
+    return vals.reshape(s, k1 - k0, -1).transpose(1, 2)
+
+
+@fill_doc
+def pairwise_dfc(
+    timeseries,
+    window_length: int,
+    step: int = 1,
+    *,
+    device: str = "auto",
+    dtype: str = "float32",
+    memory_limit=None,
+    as_tensor: bool = False,
+) -> PairwiseDFC:
+    """Sliding-window correlation course of every region pair of every scan.
+
+    Parameters
+    ----------
+    timeseries : array-like of shape (n_scans, n_timepoints, n_regions) or list of arrays
+        Region time courses of each scan; a list of (n_timepoints_i,
+        n_regions) arrays may differ in length.
+    window_length : int
+        Window length w in time points (2 <= w <= the shortest scan).
+    step : int, default=1
+        Window step s: ``n_windows = (n_timepoints - w) // s + 1``.
+    %(device)s
+    %(dtype)s
+    %(memory_limit)s
+    as_tensor : bool, default=False
+        Keep the courses on the compute device as a torch tensor (for
+        :func:`pair_summary` or further GPU work) instead of copying them to
+        a numpy array. Only for scans of equal length.
+
+    Returns
+    -------
+    PairwiseDFC
+        ``courses`` (n_scans, n_pairs, n_windows) - a list of (n_pairs,
+        n_windows_i) arrays when the scans differ in length -, ``pairs``
+        (n_pairs, 2), ``window_onsets`` and the parameters.
+
+    Warns
+    -----
+    ConstantSeriesWarning
+        Once, when some series are constant within some windows; their pairs
+        are NaN in those windows.
+
+    See Also
+    --------
+    pair_summary : per-pair mean, std and fraction of windows above a threshold.
+
+    Notes
+    -----
+    Equal to the sequential definition ``np.corrcoef(x[k*s:k*s+w, i],
+    x[k*s:k*s+w, j])[0, 1]`` for every scan, pair (i, j) and window k, to
+    float tolerance.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> result = pairwise_dfc(rng.standard_normal((3, 40, 4)), 10, 5, device="cpu")
+    >>> result.courses.shape, result.pairs[:2].tolist()
+    ((3, 6, 7), [[0, 1], [0, 2]])
+    """
+    scans = _check_scans(timeseries)
+    n_regions = scans[0].shape[1]
+    shortest = min(x.shape[0] for x in scans)
+    window_length = check_int(window_length, "window_length", minimum=2)
+    if window_length > shortest:
+        raise ValueError(
+            f"'window_length' must be at most the number of time points of the "
+            f"shortest scan ({shortest}); got {window_length}."
+        )
+    step = check_int(step, "step", minimum=1)
+    dev = resolve_device(device)
+    tdtype = resolve_dtype(dtype)
+    np_dtype = numpy_dtype(tdtype)
+    itemsize = np_dtype.itemsize
+    ragged = len({x.shape[0] for x in scans}) > 1
+    if as_tensor and ragged:
+        raise ValueError("'as_tensor=True' needs scans of equal length; got ragged scans.")
+
+    n_pair = n_pairs(n_regions)
+    rows, cols = np.triu_indices(n_regions, 1)
+    pairs = np.stack([rows, cols], axis=1).astype(np.int64)
+    flat = torch.as_tensor(rows * n_regions + cols, device=dev)
+
+    # Temporaries per (scan, window): U, the Gram matrix, the gathered
+    # pairs and their transposed copy.
+    per_item = itemsize * (n_regions * window_length + n_regions * n_regions + 2 * n_pair)
+    budget = memory_budget(dev, memory_limit)
+    if dev.type == "cpu":
+        budget = min(budget, _CPU_CHUNK_BYTES)
+
+    # Scans of equal length are batched together.
+    groups: dict[int, list[int]] = {}
+    for index, x in enumerate(scans):
+        groups.setdefault(x.shape[0], []).append(index)
+
+    courses: list = [None] * len(scans)
+    onsets_of: dict[int, np.ndarray] = {}
+    n_constant = 0
+    for n_timepoints, members in groups.items():
+        n_windows = _window_count(n_timepoints, window_length, step)
+        onsets = np.arange(n_windows, dtype=np.int64) * step
+        onsets_of[n_timepoints] = onsets
+        group_out, n_const = _compute_group(
+            [scans[i] for i in members], window_length, step, onsets, dev, tdtype,
+            per_item, budget, flat, as_tensor)
+        n_constant += n_const
+        if not ragged:
+            courses = group_out  # (S, P, K): the one group holds every scan
+            break
+        for position, index in enumerate(members):
+            courses[index] = group_out[position]
+
+    if n_constant:
+        warnings.warn(
+            f"{n_constant} (scan, window, region) series are constant (zero "
+            "variance within the window); the correlations of their pairs are "
+            "undefined and set to NaN in those windows.",
+            ConstantSeriesWarning,
+            stacklevel=2,
+        )
+    if ragged:
+        window_onsets = [onsets_of[x.shape[0]] for x in scans]
+    else:
+        window_onsets = onsets_of[scans[0].shape[0]]
+    return PairwiseDFC(courses, pairs, window_onsets, window_length, step, n_constant)
+
+
+def _compute_group(scans: list[np.ndarray], window_length: int, step: int,
+                   onsets: np.ndarray, dev: torch.device, tdtype: torch.dtype,
+                   per_item: int, budget: int, flat: torch.Tensor,
+                   as_tensor: bool):
+    """Courses of scans of equal length: a (S, P, K) array or device tensor."""
+    n_scans = len(scans)
+    n_windows = onsets.size
+    n_pair = flat.numel()
+    x64 = torch.as_tensor(np.stack(scans), dtype=torch.float64).to(dev)
+    onsets_t = torch.as_tensor(onsets, device=dev)
+    centred, mean, inv_norm, constant = _group_stats(x64, window_length, onsets_t)
+    n_constant = int(constant.sum())
+    xw = centred.to(tdtype)
+    del x64, centred
+    scans_per, windows_per = _plan_chunks(n_scans, n_windows, per_item, budget)
+    chunks = [(s0, min(s0 + scans_per, n_scans), k0, min(k0 + windows_per, n_windows))
+              for s0 in range(0, n_scans, scans_per)
+              for k0 in range(0, n_windows, windows_per)]
+
+    if as_tensor:
+        out_t = torch.empty((n_scans, n_pair, n_windows), dtype=tdtype, device=dev)
+        for s0, s1, k0, k1 in chunks:
+            out_t[s0:s1, :, k0:k1] = _pairs_chunk(
+                xw[s0:s1], mean[s0:s1], inv_norm[s0:s1], window_length, step, k0, k1, flat)
+        return out_t, n_constant
+
+    out = np.empty((n_scans, n_pair, n_windows), dtype=numpy_dtype(tdtype))
+    out_t = torch.from_numpy(out)
+    if dev.type != "cuda":
+        for s0, s1, k0, k1 in chunks:
+            out_t[s0:s1, :, k0:k1] = _pairs_chunk(
+                xw[s0:s1], mean[s0:s1], inv_norm[s0:s1], window_length, step, k0, k1, flat)
+        return out, n_constant
+
+    # CUDA: results go through two reused pinned buffers on a copy stream,
+    # so the copy of chunk c overlaps the compute of chunk c + 1 and the
+    # host-side drain of chunk c - 1.
+    largest = max((s1 - s0) * (k1 - k0) for s0, s1, k0, k1 in chunks) * n_pair
+    pool = PinnedBufferPool(2, largest, tdtype, dev)
+    copy_stream = torch.cuda.Stream(dev)
+    compute_stream = torch.cuda.current_stream(dev)
+    pending = None
+    for s0, s1, k0, k1 in chunks:
+        vals = _pairs_chunk(xw[s0:s1], mean[s0:s1], inv_norm[s0:s1],
+                            window_length, step, k0, k1, flat).contiguous()
+        index, buffer = pool.acquire()
+        staged = buffer[: vals.numel()].view(vals.shape)
+        copy_stream.wait_stream(compute_stream)
+        with torch.cuda.stream(copy_stream):
+            staged.copy_(vals, non_blocking=True)
+            vals.record_stream(copy_stream)
+        pool.record(index, copy_stream)
+        if pending is not None:
+            _drain(pool, out_t, *pending)
+        pending = (index, staged, s0, s1, k0, k1)
+    if pending is not None:
+        _drain(pool, out_t, *pending)
+    synchronize(dev)
+    return out, n_constant
+
+
+def _drain(pool: PinnedBufferPool, out_t: torch.Tensor, index: int, staged: torch.Tensor,
+           s0: int, s1: int, k0: int, k1: int) -> None:
+    pool.wait(index)
+    out_t[s0:s1, :, k0:k1].copy_(staged)
+
+
+def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:
+    """Mean, standard deviation and fraction of windows above a threshold, per pair.
+
+    NaN windows (constant series) are left out of every statistic.
+
+    Parameters
+    ----------
+    courses : ndarray or torch.Tensor of shape (n_scans, n_pairs, n_windows), list of arrays, or PairwiseDFC
+        Correlation courses from :func:`pairwise_dfc`; a list of
+        (n_pairs, n_windows_i) arrays for scans of different lengths.
+    threshold : float, default=0.5
+        Correlation threshold in [-1, 1] for ``fraction_above`` (r > threshold).
+
+    Returns
+    -------
+    PairSummary
+        ``mean``, ``std``, ``fraction_above`` of shape (n_scans, n_pairs) and
+        :meth:`PairSummary.features` for classification.
+    """
+    threshold = check_threshold(threshold)
+    if isinstance(courses, PairwiseDFC):
+        courses = courses.courses
+    if isinstance(courses, (list, tuple)):
+        parts = [pair_summary(np.asarray(c)[None], threshold=threshold) for c in courses]
+        if not parts:
+            raise ValueError("'courses' holds no scans.")
+        return PairSummary(
+            np.concatenate([p.mean for p in parts]), np.concatenate([p.std for p in parts]),
+            np.concatenate([p.fraction_above for p in parts]), threshold)
+    if not isinstance(courses, torch.Tensor):
+        array = np.asarray(courses)
+        if array.dtype == object or not np.issubdtype(array.dtype, np.floating):
+            raise ValueError(f"'courses' must be a float array; got dtype {array.dtype}.")
+        courses = torch.from_numpy(np.ascontiguousarray(array))
+    if courses.ndim != 3:
+        raise ValueError(
+            "'courses' must have shape (n_scans, n_pairs, n_windows); got shape "
+            f"{tuple(courses.shape)}."
+        )
+    x = courses.to(torch.float64)
+    finite = torch.isfinite(x)
+    count = finite.sum(dim=2).to(torch.float64)
+    safe = torch.where(finite, x, torch.zeros_like(x))
+    mean = safe.sum(dim=2) / count  # torch gives NaN for 0/0, without a warning
+    dev = torch.where(finite, x - mean[..., None], torch.zeros_like(x))
+    std = torch.sqrt((dev * dev).sum(dim=2) / count)
+    frac = ((x > threshold) & finite).sum(dim=2).to(torch.float64) / count
+    return PairSummary(mean.cpu().numpy(), std.cpu().numpy(), frac.cpu().numpy(), threshold)
+
+
+__all__ = ["PairSummary", "PairwiseDFC", "pair_summary", "pairwise_dfc"]
