@@ -243,12 +243,10 @@ def _local_operator(source, *, device, dtype, standardize, block_size, memory_li
 
 
 def _make_engine(backend, cluster):
-    try:
-        from connscale.engines import get_engine
-    except ImportError as exc:  # pragma: no cover - until the engines are merged
-        raise ImportError(
-            f"backend={backend!r} needs the connscale engines (connscale.engines.get_engine)."
-        ) from exc
+    from connscale.engines import get_engine
+
+    if hasattr(cluster, "scheduler_address"):  # a dask LocalCluster / SpecCluster
+        cluster = cluster.scheduler_address
     return get_engine(backend, cluster=cluster)
 
 
