@@ -31,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -345,7 +346,8 @@ def main(argv=None):
             floors[(label, "streamed")] = 2 * t * p * 4 / h2d
         limit = "1GB" if cuda else "256MB"
         try:
-            for backend in backends if not cuda else ["local"]:
+            stream_backends = ["local"] if (cuda or args.quick) else backends
+            for backend in stream_backends:
                 row, _ = run_r1dl(path, maps, label=label, backend=backend, device=device,
                                   n_atoms=k_stream, memory_limit=limit if backend == "local"
                                   else None)
@@ -364,7 +366,9 @@ def main(argv=None):
         rows.append(row)
         for runner in (run_sklearn, run_nilearn):
             try:
-                rows.append(runner(S, maps, k, label))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    rows.append(runner(S, maps, k, label))
                 log(f"  {rows[-1]['backend']}: {rows[-1]['total_s']:.2f} s")
             except ImportError as exc:
                 log(f"  peer skipped ({exc})")
