@@ -179,12 +179,10 @@ def fmt_bytes(n):
 # ---------------------------------------------------------------------------
 
 
-def run_r1dl(S, maps, *, label, backend, device, n_atoms, memory_limit=None, cluster=None,
+def run_r1dl(S, maps, *, label, backend, device, n_atoms, memory_limit=None, engine=None,
              block_size=None):
-    kwargs = dict(random_state=0, backend=backend, device=device, memory_limit=memory_limit,
-                  block_size=block_size)
-    if backend != "local":
-        kwargs["cluster"] = cluster
+    kwargs = dict(random_state=0, backend=engine if engine is not None else backend,
+                  device=device, memory_limit=memory_limit, block_size=block_size)
     cuda = backend == "local" and str(device).startswith("cuda")
     if cuda:
         torch.cuda.synchronize()
@@ -202,6 +200,7 @@ def run_r1dl(S, maps, *, label, backend, device, n_atoms, memory_limit=None, clu
         "mode": res.info.get("mode"), "K": n_atoms,
         "update_ms": 1e3 * learn / n_updates, "atom_s": learn / n_atoms,
         "mean_iter": res.mean_iterations, "setup_s": res.info.get("setup_s", 0.0),
+        "n_updates": n_updates,
         "total_s": total, "peak_host": peak_host, "peak_dev": peak_dev,
         "quality": quality(res.loadings, maps) if n_atoms >= K_TRUE else None,
     }
@@ -309,6 +308,15 @@ def main(argv=None):
         f"K={n_atoms}, r=0.07 P, torch threads={torch.get_num_threads()}")
     floors, rows = {}, []
     gen_device = device if cuda else "cpu"
+    engines = {}
+    for name in backends:
+        if name != "local":
+            from connscale.engines import get_engine
+
+            start = time.perf_counter()
+            engines[name] = get_engine(name, n_jobs=torch.get_num_threads())
+            log(f"{name} engine started in {time.perf_counter() - start:.1f} s "
+                f"({engines[name]!r})")
 
     bandwidth = read_bandwidth(device) if cuda else None
     h2d = h2d_bandwidth(device) if cuda else None
@@ -324,9 +332,9 @@ def main(argv=None):
             floors[(label, "resident")] = 2 * S.nbytes / bandwidth
         for backend in backends:
             # Clusters on a small machine: fewer atoms, per-update figures.
-            k = n_atoms if backend == "local" else max(2, n_atoms // 10)
+            k = n_atoms if backend == "local" else max(1, n_atoms // (20 if args.quick else 10))
             row, _ = run_r1dl(S, maps, label=label, backend=backend, device=device,
-                              n_atoms=k)
+                              n_atoms=k, engine=engines.get(backend))
             rows.append(row)
             log(f"  {row['backend']}: {row['update_ms']:.2f} ms/update, "
                 f"{row['mean_iter']:.2f} updates/atom, setup {row['setup_s']:.2f} s")
@@ -349,8 +357,8 @@ def main(argv=None):
             stream_backends = ["local"] if (cuda or args.quick) else backends
             for backend in stream_backends:
                 row, _ = run_r1dl(path, maps, label=label, backend=backend, device=device,
-                                  n_atoms=k_stream, memory_limit=limit if backend == "local"
-                                  else None)
+                                  n_atoms=k_stream, engine=engines.get(backend),
+                                  memory_limit=limit if backend == "local" else None)
                 rows.append(row)
                 log(f"  {row['backend']}: {row['update_ms']:.2f} ms/update")
         finally:
@@ -373,6 +381,8 @@ def main(argv=None):
             except ImportError as exc:
                 log(f"  peer skipped ({exc})")
 
+    for engine in engines.values():
+        engine.close()
     log("")
     log(table(rows, floors))
     log("\nmatch to planted: mean spatial similarity of the 20 planted maps to their "

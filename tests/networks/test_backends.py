@@ -2,12 +2,11 @@
 
 import numpy as np
 import pytest
+import r1dl_funcs as rf
 from numpy.testing import assert_allclose
 
-import r1dl_funcs as rf
 from connscale.engines import SerialEngine
-from connscale.networks import r1dl, spatial_similarity
-from connscale.networks import _blocks
+from connscale.networks import _blocks, r1dl, spatial_similarity
 from connscale.networks.r1dl import _run_engine
 
 from .conftest import SIZE

@@ -102,7 +102,8 @@ def open_source(S, *, name: str = "S") -> ColumnSource:
 
             handle = h5py.File(path, "r")
             if dataset is None:
-                names = [k for k, v in handle.items() if isinstance(v, h5py.Dataset) and v.ndim == 2]
+                names = [k for k, v in handle.items()
+                         if isinstance(v, h5py.Dataset) and v.ndim == 2]
                 preferred = [k for k in ("S", "data") if k in names]
                 if preferred:
                     dataset = preferred[0]

@@ -50,7 +50,7 @@ def spatial_similarity(p1, p2):
     size2 = np.asarray(b.sum(axis=1)).ravel()
     with np.errstate(invalid="ignore", divide="ignore"):
         sim = np.where(size2 > 0, overlap / np.where(size2 > 0, size2, 1), 0.0)
-    one_d = (not sp.issparse(p1) and np.ndim(p1) == 1) and (not sp.issparse(p2) and np.ndim(p2) == 1)
+    one_d = all(not sp.issparse(p) and np.ndim(p) == 1 for p in (p1, p2))
     return float(sim[0, 0]) if one_d else sim
 
 
