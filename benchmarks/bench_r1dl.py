@@ -324,27 +324,39 @@ def main(argv=None):
         log(f"device read bandwidth {bandwidth / 1e9:.0f} GB/s, pinned H2D "
             f"{h2d / 1e9:.1f} GB/s")
 
-    for t in sizes:
+    workdir = args.workdir or tempfile.gettempdir()
+    for i, t in enumerate(sizes):
         label = f"T={t}, P={n_voxels:,}"
         log(f"## {label}: generating...")
         S, maps = planted(t, n_voxels, seed=t, device=gen_device)
         if cuda:
             floors[(label, "resident")] = 2 * S.nbytes / bandwidth
+        path = None
         for backend in backends:
+            if backend != "local" and args.quick and i > 0:
+                continue  # quick: clusters on the first size only
+            data = S
+            if backend != "local":
+                # Workers load their own blocks from a shared .npy.
+                if path is None:
+                    path = os.path.join(workdir, f"connscale_r1dl_bench_{os.getpid()}_{t}.npy")
+                    np.save(path, S)
+                data = path
             # Clusters on a small machine: fewer atoms, per-update figures.
             k = n_atoms if backend == "local" else max(1, n_atoms // (20 if args.quick else 10))
-            row, _ = run_r1dl(S, maps, label=label, backend=backend, device=device,
+            row, _ = run_r1dl(data, maps, label=label, backend=backend, device=device,
                               n_atoms=k, engine=engines.get(backend))
             rows.append(row)
             log(f"  {row['backend']}: {row['update_ms']:.2f} ms/update, "
                 f"{row['mean_iter']:.2f} updates/atom, setup {row['setup_s']:.2f} s")
+        if path is not None:
+            os.remove(path)
         del S
 
     if not args.no_stream:
         t, p = stream_shape
         label = f"T={t}, P={p:,} streamed from disk"
-        workdir = args.workdir or tempfile.gettempdir()
-        path = os.path.join(workdir, f"connscale_r1dl_bench_{t}x{p}.npy")
+        path = os.path.join(workdir, f"connscale_r1dl_bench_{os.getpid()}_{t}x{p}.npy")
         log(f"## {label}: writing {path} ({t * p * 4 / 1e9:.1f} GB)...")
         out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(t, p))
         _, maps = planted(t, p, seed=1, device=gen_device, out=out)

@@ -235,3 +235,18 @@ def test_top_level_exports():
     for name in ("r1dl", "R1DL", "spatial_similarity", "match_networks"):
         assert name in connscale.__all__
         assert getattr(connscale, name) is getattr(connscale.networks, name)
+
+
+@pytest.mark.parametrize("selection", ["magnitude", "signed"])
+def test_streamed_unstandardized_equals_reference(planted, tmp_path, selection):
+    S = planted[0][:, :700]
+    np.save(tmp_path / "S.npy", S)
+    U_ref, V_ref, it_ref = r1dl_reference(S, 3, 30, standardize=False, selection=selection,
+                                          random_state=8)
+    res = r1dl(tmp_path / "S.npy", 3, 30, standardize=False, selection=selection,
+               random_state=8, device="cpu", dtype="float64", memory_limit=50_000,
+               block_size=128)
+    assert res.info["mode"] == "streamed"
+    assert_allclose(res.dictionary, U_ref, atol=1e-10)
+    assert_allclose(res.loadings.toarray(), V_ref, atol=1e-10)
+    np.testing.assert_array_equal(res.n_iter, it_ref)
