@@ -85,7 +85,7 @@ def time_ours(x, device, out, repeats):
 def peak_memory_child(n, t, memory_limit, device):
     """Run one streamed correlation in a child process; return (s, peak RSS bytes)."""
     code = f"""
-import resource, time, tempfile, os, numpy as np, connscale
+import time, tempfile, os, numpy as np, connscale
 from connscale.datasets import simulate_timeseries
 x, _ = simulate_timeseries({t}, {n}, random_state=0)
 with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
@@ -93,7 +93,9 @@ with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
     connscale.correlation(x, kind="triu", device="{device}", out=os.path.join(d, "r_relmat.h5"),
                           memory_limit="{memory_limit}")
     seconds = time.perf_counter() - start
-print(seconds, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+# VmHWM: this process's own peak (ru_maxrss would include the forked parent's).
+peak = [int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM")][0]
+print(seconds, peak)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             check=True)

@@ -3,30 +3,46 @@
 from connscale._version import __version__
 from connscale.fc import (
     ConstantSeriesWarning,
+    DynamicConnectivity,
     correlation,
+    dynamic_correlation,
     from_nilearn_vec,
+    load_dynamic,
     matrix_to_vec,
     n_pairs,
+    pair_summary,
+    pairwise_dfc,
     to_nilearn_vec,
     triu_index,
     triu_pairs,
     vec_to_matrix,
 )
+from connscale.cohort import run_cohort
+from connscale.engines import get_engine
 from connscale.io import load_relmat, load_timeseries
 from connscale.networks import R1DL, match_networks, r1dl, spatial_similarity
+from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 
 __all__ = [
     "ConstantSeriesWarning",
+    "DynamicConnectivity",
     "R1DL",
     "__version__",
     "correlation",
+    "dynamic_correlation",
     "from_nilearn_vec",
+    "get_engine",
+    "load_dynamic",
+    "life",
     "load_relmat",
     "load_timeseries",
     "match_networks",
     "matrix_to_vec",
     "n_pairs",
+    "pair_summary",
+    "pairwise_dfc",
     "r1dl",
+    "run_cohort",
     "spatial_similarity",
     "to_nilearn_vec",
     "triu_index",

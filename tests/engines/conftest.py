@@ -43,3 +43,9 @@ def spark_engine():
 
     with get_engine("spark", cluster="local[2]", retries=1) as engine:
         yield engine
+
+
+def pytest_configure(config):
+    # pyspark's pandas-version notice (connscale does not use pyspark's pandas API).
+    config.addinivalue_line(
+        "filterwarnings", "ignore:.*PySpark does not yet fully support pandas:FutureWarning")

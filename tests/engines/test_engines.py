@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import engine_funcs as ef
 import numpy as np
 import pytest
 from numpy.testing import assert_array_equal
 
-import engine_funcs as ef
 from connscale.engines import SerialEngine, get_engine, tree_sum
 from connscale.engines.spark_engine import _local_master
 
@@ -47,15 +47,14 @@ def test_blocks_match_serial(engine):
         got2 = engine.map_blocks(blocks, ef.block_times, -vector, 2.0)
         assert_array_equal(np.concatenate(got2),
                            np.concatenate(serial.map_blocks(reference, ef.block_times, -vector, 2.0)))
-        # Sums: bitwise equal (same pairwise order everywhere).
-        assert_array_equal(engine.sum_blocks(blocks, ef.block_gram),
-                           serial.sum_blocks(reference, ef.block_gram))
+        # Sums: bitwise equal (same pairwise order everywhere) ...
+        total = engine.sum_blocks(blocks, ef.block_gram)
+        assert_array_equal(total, serial.sum_blocks(reference, ef.block_gram))
         assert_array_equal(engine.sum_blocks(blocks, ef.block_times, vector, 1.0),
                            serial.sum_blocks(reference, ef.block_times, vector, 1.0))
         # ... and equal to the plain sum up to rounding.
         np.testing.assert_allclose(
-            engine.sum_blocks(blocks, ef.block_gram),
-            sum(ef.block_gram(ef.make_block(i)) for i in range(N_BLOCKS)), rtol=1e-12)
+            total, sum(ef.block_gram(ef.make_block(i)) for i in range(N_BLOCKS)), rtol=1e-12)
     finally:
         engine.release(blocks)
     with pytest.raises(ValueError, match="released"):
@@ -81,9 +80,9 @@ def test_task_error_raised_after_retries(engine):
 
 
 def test_local_engine_without_retries(tmp_path):
-    with get_engine("local", n_jobs=1, retries=0) as engine:
-        with pytest.raises(RuntimeError, match="planned failure"):
-            engine.map(ef.fail_once, [str(tmp_path / "marker")])
+    with get_engine("local", n_jobs=1, retries=0) as engine, \
+            pytest.raises(RuntimeError, match="planned failure"):
+        engine.map(ef.fail_once, [str(tmp_path / "marker")])
 
 
 def test_tree_sum_order():
@@ -123,3 +122,26 @@ def test_local_engine_replaces_dead_workers(tmp_path):
         got = engine.sum_blocks(blocks, ef.block_gram_exit_once, str(tmp_path / "c"))
         expected = SerialEngine().sum_blocks(SerialEngine().load_blocks(ef.make_block, 3), ef.block_gram)
         assert_array_equal(got, expected)
+
+
+@pytest.mark.cluster
+def test_dask_engine_on_a_scheduler_address(dask_engine):
+    address = dask_engine.client.scheduler.address
+    with get_engine("dask", cluster=address) as engine:
+        assert engine.n_jobs == 2
+        assert engine.map(ef.item_stats, [np.ones(3)]) == [(3.0, 3)]
+    # Closing the second client leaves the cluster running.
+    assert dask_engine.map(ef.item_stats, [np.ones(2)]) == [(2.0, 2)]
+
+
+@pytest.mark.cluster
+def test_spark_engine_on_a_running_context(spark_engine):
+    from connscale.engines import SparkEngine
+
+    with SparkEngine(spark_engine.sc) as engine:
+        assert engine.n_jobs == 2
+        assert engine.map(ef.item_stats, [np.ones(3)]) == [(3.0, 3)]
+    assert spark_engine.sc is not None
+    assert spark_engine.map(ef.item_stats, [np.ones(2)]) == [(2.0, 2)]
+    with pytest.raises(ValueError, match="'cluster' must be None, a Spark master URL"):
+        SparkEngine(42)

@@ -77,12 +77,17 @@ def test_list_of_equal_scans_gives_array(rng):
     assert_allclose(result.courses, pairwise_dfc(np.stack(scans), 5, device="cpu").courses)
 
 
-def test_chunked_equals_one_chunk(rng):
+@pytest.mark.parametrize("memory_limit", [3000, 30_000, 90_000])
+def test_chunked_equals_one_chunk(rng, memory_limit):
     x = rng.standard_normal((4, 50, 6))
-    whole = pairwise_dfc(x, 10, 2, device="cpu", dtype="float64")
-    # A tiny memory limit forces chunks of a few windows of one scan.
-    tiny = pairwise_dfc(x, 10, 2, device="cpu", dtype="float64", memory_limit=3000)
+    x[2, 10:25, 4] = 1.0
+    with pytest.warns(ConstantSeriesWarning):
+        whole = pairwise_dfc(x, 10, 2, device="cpu", dtype="float64")
+    # Small memory limits force blocks of scans and chunks of windows.
+    with pytest.warns(ConstantSeriesWarning):
+        tiny = pairwise_dfc(x, 10, 2, device="cpu", dtype="float64", memory_limit=memory_limit)
     assert_allclose(tiny.courses, whole.courses, rtol=0, atol=1e-14)
+    assert tiny.n_constant == whole.n_constant == 3
 
 
 def test_as_tensor(rng):
@@ -174,3 +179,46 @@ def test_pair_summary_errors():
         pair_summary(np.zeros((2, 3)))
     with pytest.raises(ValueError, match="float array"):
         pair_summary(np.zeros((1, 2, 3), dtype=int))
+
+
+class _FakeStream:
+    def __init__(self, *args, **kwargs):
+        self.waited = 0
+
+    def wait_stream(self, other):
+        self.waited += 1
+
+
+class _FakeEvent:
+    recorded = 0
+
+    def record(self, stream):
+        _FakeEvent.recorded += 1
+
+    def synchronize(self):
+        pass
+
+
+def test_pinned_sink_order_with_faked_streams(monkeypatch, rng):
+    """The CUDA staging path (two reused buffers, deferred drains) on the CPU."""
+    import contextlib
+
+    from connscale.fc import pairs as module
+
+    monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    full = torch.from_numpy(rng.standard_normal((5, 7, 9)).astype(np.float32))
+    out = torch.full_like(full, float("nan"))
+    cpu = torch.device("cpu")
+    pool = module._pinned_pool(cpu, torch.float32, 2 * 7 * 4)
+    assert module._pinned_pool(cpu, torch.float32, 10) is pool  # reused between calls
+    sink = module._PinnedSink(out, pool, cpu)
+    for s0 in range(0, 5, 2):
+        for k0 in range(0, 9, 4):
+            s1, k1 = min(s0 + 2, 5), min(k0 + 4, 9)
+            sink.put(full[s0:s1, :, k0:k1].clone(), s0, s1, k0, k1)
+    sink.finish()
+    assert_array_equal(out.numpy(), full.numpy())
+    assert _FakeEvent.recorded == 9 and sink.copy_stream.waited == 9

@@ -10,9 +10,11 @@ from connscale.datasets.bundled import (
     nitime_roi_path,
 )
 from connscale.datasets.networks import simulate_networks
+from connscale.datasets.phantom import LiFEPhantom, simulate_life_phantom
 from connscale.datasets.simulate import simulate_timeseries
 
 __all__ = [
+    "LiFEPhantom",
     "compute_brain_mask",
     "load_nibabel_functional",
     "load_nitime_fmri",
@@ -20,6 +22,7 @@ __all__ = [
     "nibabel_functional_path",
     "nitime_fmri_path",
     "nitime_roi_path",
+    "simulate_life_phantom",
     "simulate_networks",
     "simulate_timeseries",
 ]

@@ -69,7 +69,7 @@ class Engine(abc.ABC):
     def close(self) -> None:
         """Release what the engine started (pools, clusters, contexts)."""
 
-    def __enter__(self) -> "Engine":
+    def __enter__(self) -> Engine:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -3,8 +3,11 @@
 Design
 ------
 * ``map`` runs one task per item on a shared
-  :class:`concurrent.futures.ProcessPoolExecutor` (``spawn`` context by
-  default, so CUDA and threads in the parent never leak into children).
+  :class:`concurrent.futures.ProcessPoolExecutor`. Workers start from a
+  ``forkserver`` that has imported connscale (numpy, torch) once, so a new
+  or replacement worker is a fork of a clean, single-threaded process: fast,
+  and CUDA or threads of the parent never leak into it (``spawn`` where
+  forkserver is not available, or on request).
 * Block work uses ``n_jobs`` long-lived *single-worker* executors, one per
   block partition. ``load_blocks`` asks partition ``p`` to call
   ``loader(i)`` for its blocks (``i % n_partitions == p``) and keep them in
@@ -75,19 +78,26 @@ class LocalEngine(Engine):
         Number of worker processes; None or -1 uses every core.
     retries : int, default=1
         How many times a failed task is run again before its error is raised.
-    context : {'spawn', 'forkserver'}, default='spawn'
-        How worker processes start (never ``fork``: unsafe with CUDA and
+    context : {'forkserver', 'spawn'} or None, default=None
+        How worker processes start; None picks 'forkserver' where the
+        platform has it, else 'spawn' (never ``fork``: unsafe with CUDA and
         threads).
     """
 
     name = "local"
 
     def __init__(self, n_jobs: int | None = None, *, retries: int = 1,
-                 context: str = "spawn") -> None:
+                 context: str | None = None) -> None:
         self.n_jobs = _resolve_n_jobs(n_jobs)
         self.retries = check_int(retries, "retries", minimum=0)
+        if context is None:
+            available = multiprocessing.get_all_start_methods()
+            context = "forkserver" if "forkserver" in available else "spawn"
         self.context = check_option(context, "context", {"spawn", "forkserver"})
         self._mp = multiprocessing.get_context(self.context)
+        if self.context == "forkserver":
+            # Imported once in the server, inherited by every worker it forks.
+            self._mp.set_forkserver_preload(["__main__", "connscale.engines.local"])
         self._pool: ProcessPoolExecutor | None = None
         self._partitions: list[ProcessPoolExecutor | None] = [None] * self.n_jobs
         self._loaders: dict[int, tuple[Callable, int]] = {}

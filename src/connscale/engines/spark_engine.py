@@ -29,6 +29,7 @@ import operator
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -107,6 +108,11 @@ class SparkEngine(Engine):
             )
         self.master = self.sc.master
 
+    @property
+    def n_jobs(self) -> int:
+        """Task slots Spark runs at once (``defaultParallelism``)."""
+        return int(self.sc.defaultParallelism)
+
     def _start(self, pyspark, master: str, driver_memory: str):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -125,6 +131,14 @@ class SparkEngine(Engine):
             .set("spark.ui.showConsoleProgress", "false")
             .set("spark.python.worker.reuse", "true")
         )
+        if master.startswith("local"):
+            # Forked Python workers inherit connscale and torch from the daemon.
+            conf.set("spark.python.use.daemon", "true")
+            conf.set("spark.python.daemon.module", "connscale.engines._spark_daemon")
+        # pyspark warns, at its first jobs, about pandas versions it has not
+        # been tested with; connscale does not use pyspark's pandas API.
+        warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas",
+                                category=FutureWarning)
         sc = pyspark.SparkContext(conf=conf)
         sc.setLogLevel("ERROR")
         self._own = True

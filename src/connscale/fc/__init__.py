@@ -1,7 +1,10 @@
-"""Functional connectivity: static (Fast-GPU-PCC) correlation and edge-vector
-index helpers."""
+"""Functional connectivity: static (Fast-GPU-PCC) and dynamic (GPU-DFC)
+correlation and edge-vector index helpers."""
 
+from connscale.fc.dynamic import dynamic_correlation
+from connscale.fc.dynamic_result import DynamicConnectivity, load_dynamic
 from connscale.fc.normalize import ConstantSeriesWarning
+from connscale.fc.pairs import PairSummary, PairwiseDFC, pair_summary, pairwise_dfc
 from connscale.fc.static import correlation
 from connscale.fc.triu import (
     from_nilearn_vec,
@@ -15,10 +18,17 @@ from connscale.fc.triu import (
 
 __all__ = [
     "ConstantSeriesWarning",
+    "DynamicConnectivity",
+    "PairSummary",
+    "PairwiseDFC",
     "correlation",
+    "dynamic_correlation",
     "from_nilearn_vec",
+    "load_dynamic",
     "matrix_to_vec",
     "n_pairs",
+    "pair_summary",
+    "pairwise_dfc",
     "to_nilearn_vec",
     "triu_index",
     "triu_pairs",

@@ -20,6 +20,7 @@ it (with one :class:`~connscale.fc.normalize.ConstantSeriesWarning`).
 
 from __future__ import annotations
 
+import threading
 import warnings
 from dataclasses import dataclass
 
@@ -38,7 +39,13 @@ from connscale.fc.triu import n_pairs
 # treated as constant (as in connscale.fc.normalize).
 _CONSTANT_RTOL = 1e-10
 # On the CPU, bigger chunks only add memory traffic: cap the temporaries.
-_CPU_CHUNK_BYTES = 256 * 1024**2
+_CPU_CHUNK_BYTES = 64 * 1024**2
+# On CUDA, results leave through reused pinned buffers of this size, so the
+# copy of one chunk overlaps the compute of the next and no large pinned
+# allocation (1.6-2.5 GB/s) is ever made per call.
+_CUDA_CHUNK_OUT_BYTES = 32 * 1024**2
+# Pinned staging pools kept between calls: {(device, dtype): pool}.
+_PINNED_POOLS: dict = {}
 
 
 @dataclass
@@ -112,8 +119,8 @@ def _window_count(n_timepoints: int, window_length: int, step: int) -> int:
     return (n_timepoints - window_length) // step + 1
 
 
-def _check_scans(timeseries) -> list[np.ndarray]:
-    """List of validated (T_i, N) arrays."""
+def _check_scans(timeseries) -> tuple[list[np.ndarray], np.ndarray | None]:
+    """List of validated (T_i, N) arrays, and the 3-D input array if one was given."""
     if isinstance(timeseries, torch.Tensor):
         timeseries = timeseries.detach().cpu().numpy()
     if isinstance(timeseries, np.ndarray):
@@ -125,8 +132,10 @@ def _check_scans(timeseries) -> list[np.ndarray]:
             )
         scans = [check_timeseries(timeseries[s], name=f"timeseries[{s}]")
                  for s in range(timeseries.shape[0])]
+        stacked = timeseries if timeseries.dtype in (np.float32, np.float64) else None
     elif isinstance(timeseries, (list, tuple)):
         scans = [check_timeseries(x, name=f"timeseries[{s}]") for s, x in enumerate(timeseries)]
+        stacked = None
     else:
         raise ValueError(
             "'timeseries' must be an array of shape (n_scans, n_timepoints, "
@@ -145,7 +154,7 @@ def _check_scans(timeseries) -> list[np.ndarray]:
         raise ValueError(
             f"Region-pair DFC needs at least 2 regions; got {scans[0].shape[1]}."
         )
-    return scans
+    return scans, stacked
 
 
 def _plan_chunks(n_scans: int, n_windows: int, per_item: int, budget: int) -> tuple[int, int]:
@@ -165,7 +174,7 @@ def _group_stats(x64: torch.Tensor, window_length: int, onsets: torch.Tensor):
     mean, inv_norm : (S, K, N) float64
     constant : (S, K, N) bool
     """
-    s, t, n = x64.shape
+    s, _, n = x64.shape
     overall = x64.mean(dim=1, keepdim=True)
     centred = x64 - overall
     zeros = torch.zeros((s, 1, n), dtype=torch.float64, device=x64.device)
@@ -266,7 +275,7 @@ def pairwise_dfc(
     >>> result.courses.shape, result.pairs[:2].tolist()
     ((3, 6, 7), [[0, 1], [0, 2]])
     """
-    scans = _check_scans(timeseries)
+    scans, stacked = _check_scans(timeseries)
     n_regions = scans[0].shape[1]
     shortest = min(x.shape[0] for x in scans)
     window_length = check_int(window_length, "window_length", minimum=2)
@@ -308,8 +317,9 @@ def pairwise_dfc(
         n_windows = _window_count(n_timepoints, window_length, step)
         onsets = np.arange(n_windows, dtype=np.int64) * step
         onsets_of[n_timepoints] = onsets
+        group_data = stacked if stacked is not None else [scans[i] for i in members]
         group_out, n_const = _compute_group(
-            [scans[i] for i in members], window_length, step, onsets, dev, tdtype,
+            group_data, window_length, step, onsets, dev, tdtype,
             per_item, budget, flat, as_tensor)
         n_constant += n_const
         if not ragged:
@@ -333,71 +343,119 @@ def pairwise_dfc(
     return PairwiseDFC(courses, pairs, window_onsets, window_length, step, n_constant)
 
 
-def _compute_group(scans: list[np.ndarray], window_length: int, step: int,
+def _compute_group(scans, window_length: int, step: int,
                    onsets: np.ndarray, dev: torch.device, tdtype: torch.dtype,
                    per_item: int, budget: int, flat: torch.Tensor,
                    as_tensor: bool):
-    """Courses of scans of equal length: a (S, P, K) array or device tensor."""
-    n_scans = len(scans)
+    """Courses of scans of equal length: a (S, P, K) array or device tensor.
+
+    Scans are processed in blocks (window statistics, then the windows in
+    chunks), so device memory holds one block's data and one chunk's
+    temporaries whatever the cohort size.
+    """
+    host = scans if isinstance(scans, np.ndarray) else np.stack(scans)
+    host = np.ascontiguousarray(host)
+    n_scans, n_timepoints, n_regions = host.shape
     n_windows = onsets.size
     n_pair = flat.numel()
-    x64 = torch.as_tensor(np.stack(scans), dtype=torch.float64).to(dev)
-    onsets_t = torch.as_tensor(onsets, device=dev)
-    centred, mean, inv_norm, constant = _group_stats(x64, window_length, onsets_t)
-    n_constant = int(constant.sum())
-    xw = centred.to(tdtype)
-    del x64, centred
+    # Window statistics: ~8 float64 (S, K, N) temporaries, plus the scan itself.
+    per_item += 64 * n_regions + 32 * n_regions * n_timepoints // n_windows
+    if dev.type == "cuda" and not as_tensor:
+        out_item = n_pair * torch.tensor([], dtype=tdtype).element_size()
+        budget = min(budget, per_item * max(1, _CUDA_CHUNK_OUT_BYTES // out_item))
     scans_per, windows_per = _plan_chunks(n_scans, n_windows, per_item, budget)
-    chunks = [(s0, min(s0 + scans_per, n_scans), k0, min(k0 + windows_per, n_windows))
-              for s0 in range(0, n_scans, scans_per)
-              for k0 in range(0, n_windows, windows_per)]
+    onsets_t = torch.as_tensor(onsets, device=dev)
 
     if as_tensor:
         out_t = torch.empty((n_scans, n_pair, n_windows), dtype=tdtype, device=dev)
-        for s0, s1, k0, k1 in chunks:
-            out_t[s0:s1, :, k0:k1] = _pairs_chunk(
-                xw[s0:s1], mean[s0:s1], inv_norm[s0:s1], window_length, step, k0, k1, flat)
-        return out_t, n_constant
+        sink = _TensorSink(out_t)
+        result = out_t
+    else:
+        result = np.empty((n_scans, n_pair, n_windows), dtype=numpy_dtype(tdtype))
+        out_t = torch.from_numpy(result)
+        if dev.type == "cuda":
+            largest = scans_per * windows_per * n_pair
+            sink = _PinnedSink(out_t, _pinned_pool(dev, tdtype, largest), dev)
+        else:
+            sink = _TensorSink(out_t)
 
-    out = np.empty((n_scans, n_pair, n_windows), dtype=numpy_dtype(tdtype))
-    out_t = torch.from_numpy(out)
-    if dev.type != "cuda":
-        for s0, s1, k0, k1 in chunks:
-            out_t[s0:s1, :, k0:k1] = _pairs_chunk(
-                xw[s0:s1], mean[s0:s1], inv_norm[s0:s1], window_length, step, k0, k1, flat)
-        return out, n_constant
-
-    # CUDA: results go through two reused pinned buffers on a copy stream,
-    # so the copy of chunk c overlaps the compute of chunk c + 1 and the
-    # host-side drain of chunk c - 1.
-    largest = max((s1 - s0) * (k1 - k0) for s0, s1, k0, k1 in chunks) * n_pair
-    pool = PinnedBufferPool(2, largest, tdtype, dev)
-    copy_stream = torch.cuda.Stream(dev)
-    compute_stream = torch.cuda.current_stream(dev)
-    pending = None
-    for s0, s1, k0, k1 in chunks:
-        vals = _pairs_chunk(xw[s0:s1], mean[s0:s1], inv_norm[s0:s1],
-                            window_length, step, k0, k1, flat).contiguous()
-        index, buffer = pool.acquire()
-        staged = buffer[: vals.numel()].view(vals.shape)
-        copy_stream.wait_stream(compute_stream)
-        with torch.cuda.stream(copy_stream):
-            staged.copy_(vals, non_blocking=True)
-            vals.record_stream(copy_stream)
-        pool.record(index, copy_stream)
-        if pending is not None:
-            _drain(pool, out_t, *pending)
-        pending = (index, staged, s0, s1, k0, k1)
-    if pending is not None:
-        _drain(pool, out_t, *pending)
-    synchronize(dev)
-    return out, n_constant
+    n_constant = torch.zeros((), dtype=torch.int64, device=dev)
+    for s0 in range(0, n_scans, scans_per):
+        s1 = min(s0 + scans_per, n_scans)
+        # Copy in the input's precision, widen on the device.
+        x64 = torch.from_numpy(host[s0:s1]).to(dev).to(torch.float64)
+        centred, mean, inv_norm, constant = _group_stats(x64, window_length, onsets_t)
+        n_constant += constant.sum()
+        xw = centred.to(tdtype)
+        del x64, centred, constant
+        for k0 in range(0, n_windows, windows_per):
+            k1 = min(k0 + windows_per, n_windows)
+            sink.put(_pairs_chunk(xw, mean, inv_norm, window_length, step, k0, k1, flat),
+                     s0, s1, k0, k1)
+    sink.finish()
+    return result, int(n_constant)
 
 
-def _drain(pool: PinnedBufferPool, out_t: torch.Tensor, index: int, staged: torch.Tensor,
-           s0: int, s1: int, k0: int, k1: int) -> None:
-    pool.wait(index)
-    out_t[s0:s1, :, k0:k1].copy_(staged)
+class _TensorSink:
+    """Chunks copied straight into the output tensor (CPU, or on the device)."""
+
+    def __init__(self, out: torch.Tensor) -> None:
+        self.out = out
+
+    def put(self, values: torch.Tensor, s0: int, s1: int, k0: int, k1: int) -> None:
+        self.out[s0:s1, :, k0:k1] = values
+
+    def finish(self) -> None:
+        pass
+
+
+class _PinnedSink:
+    """CUDA chunks to a host tensor through two reused pinned buffers.
+
+    The device-to-host copy of chunk c runs on a copy stream while chunk
+    c + 1 is computed, and the host drains chunk c - 1 meanwhile.
+    """
+
+    def __init__(self, out: torch.Tensor, pool: PinnedBufferPool, dev: torch.device) -> None:
+        self.out = out
+        self.pool = pool
+        self.dev = dev
+        self.copy_stream = torch.cuda.Stream(dev)
+        self.pending = None
+
+    def put(self, values: torch.Tensor, s0: int, s1: int, k0: int, k1: int) -> None:
+        values = values.contiguous()
+        index, buffer = self.pool.acquire()
+        staged = buffer[: values.numel()].view(values.shape)
+        self.copy_stream.wait_stream(torch.cuda.current_stream(self.dev))
+        with torch.cuda.stream(self.copy_stream):
+            staged.copy_(values, non_blocking=True)
+            if values.is_cuda:
+                values.record_stream(self.copy_stream)
+        self.pool.record(index, self.copy_stream)
+        self._drain()
+        self.pending = (index, staged, s0, s1, k0, k1)
+
+    def _drain(self) -> None:
+        if self.pending is not None:
+            index, staged, s0, s1, k0, k1 = self.pending
+            self.pool.wait(index)
+            self.out[s0:s1, :, k0:k1].copy_(staged)
+            self.pending = None
+
+    def finish(self) -> None:
+        self._drain()
+        synchronize(self.dev)
+
+
+def _pinned_pool(dev: torch.device, dtype: torch.dtype, n_elements: int) -> PinnedBufferPool:
+    """Two pinned staging buffers of at least ``n_elements``, reused between calls."""
+    key = (str(dev), dtype, threading.get_ident())
+    pool = _PINNED_POOLS.get(key)
+    if pool is None or pool.capacity < n_elements:
+        pool = PinnedBufferPool(2, n_elements, dtype, dev)
+        _PINNED_POOLS[key] = pool
+    return pool
 
 
 def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:

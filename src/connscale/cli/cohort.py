@@ -1,0 +1,117 @@
+"""``connscale cohort``: one per-scan job over a whole cohort, on any engine."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    from connscale.cohort import JOBS
+    from connscale.engines import ENGINES
+
+    parser = subparsers.add_parser(
+        "cohort",
+        help="Run a per-scan job (fc, dfc, pairs) over a cohort: local, Dask or Spark.",
+        description=(
+            "Runs one job per input scan over files, folders, glob patterns or a BIDS "
+            "derivatives tree (*_bold.nii.gz, *_timeseries.tsv under sub-*), one output "
+            "per scan (sub-<id>/<name>_<job>.h5), skipping scans already done with the "
+            "same parameters. Failures are reported in cohort_errors.tsv without "
+            "stopping the other scans (exit status 1 when any failed)."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("inputs", nargs="+", metavar="INPUT",
+                        help="Input files, folders, BIDS derivatives roots or quoted glob "
+                             "patterns.")
+    parser.add_argument("--job", required=True, choices=sorted(JOBS), help="Per-scan job.")
+    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    group = parser.add_argument_group("job options")
+    group.add_argument("--window", type=int, default=None,
+                       help="pairs, dfc: window length in time points (required).")
+    group.add_argument("--step", type=int, default=1, help="pairs, dfc: window step.")
+    group.add_argument("--threshold", type=float, default=None,
+                       help="pairs: summary feature 'fraction of windows with r > THRESHOLD' "
+                            "(default 0.5); dfc: keep r >= THRESHOLD (--kind sparse).")
+    group.add_argument("--kind", choices=["triu", "dense", "sparse", "lowrank", "factor"],
+                       default="triu",
+                       help="fc: 'triu' or 'dense'; dfc: 'triu', 'sparse', 'lowrank' or "
+                            "'factor'.")
+    group.add_argument("--absolute", action="store_true",
+                       help="dfc --kind sparse: keep |r| >= THRESHOLD.")
+    group.add_argument("--rank", type=int, default=None,
+                       help="dfc --kind lowrank (required) or factor: the rank.")
+    group.add_argument("--seed", type=int, default=0, help="dfc --kind lowrank: random seed.")
+    group.add_argument("--atlas", type=Path, default=None,
+                       help="Labels NIfTI for NIfTI inputs (region-mean series).")
+    group.add_argument("--mask", type=Path, default=None,
+                       help="Brain mask NIfTI for NIfTI inputs (voxel series).")
+    run_group = parser.add_argument_group("execution")
+    run_group.add_argument("--backend", choices=list(ENGINES), default="local",
+                           help="serial (this process), local (process pool), dask or spark.")
+    run_group.add_argument("--cluster", default=None, metavar="ADDR",
+                           help="Dask scheduler address (default: a LocalCluster) or Spark "
+                                "master URL (default: local[N]).")
+    run_group.add_argument("--n-jobs", type=int, default=None,
+                           help="Worker processes / cores (default: all).")
+    run_group.add_argument("--retries", type=int, default=1,
+                           help="Retries of a task whose worker failed.")
+    run_group.add_argument("--overwrite", action="store_true",
+                           help="Redo scans whose output already exists.")
+    add_compute_arguments(parser)
+    # Many workers share the machine: compute on the CPU unless told otherwise.
+    parser.set_defaults(func=run, device="cpu")
+    return parser
+
+
+def job_params(args) -> dict:
+    """The job parameters named by the command-line options."""
+    params = {"device": args.device, "dtype": args.dtype,
+              "atlas": args.atlas, "mask": args.mask}
+    if args.job in ("pairs", "dfc") and args.window is None:
+        raise ValueError(f"--job {args.job} needs --window (window length in time points).")
+    if args.job == "pairs":
+        threshold = 0.5 if args.threshold is None else args.threshold
+        params.update(window_length=args.window, step=args.step, threshold=threshold)
+    elif args.job == "dfc":
+        params.update(window_length=args.window, step=args.step, kind=args.kind,
+                      threshold=args.threshold, absolute=args.absolute, rank=args.rank,
+                      random_state=args.seed)
+    else:
+        if args.threshold is not None:
+            raise ValueError("--threshold applies to --job pairs and dfc only.")
+        params["kind"] = args.kind
+    return params
+
+
+def run(args) -> int:
+    from connscale.cohort import run_cohort
+
+    configure_logging(args.verbose)
+    record = RunRecord("cohort", args.out, vars(args))
+    params = job_params(args)
+    with record.timer("cohort"):
+        report = run_cohort(
+            [str(p) for p in args.inputs], args.job, args.out, params=params,
+            engine=args.backend, cluster=args.cluster, n_jobs=args.n_jobs,
+            retries=args.retries, overwrite=args.overwrite, verbose=args.verbose,
+        )
+    record.device = params["device"]
+    record.results.update({"engine": report.engine, **report.counts})
+    for r in report.records:
+        if r["status"] == "ok":
+            record.add_output(r["output"])
+    record.add_output(report.report_path)
+    record.add_output(report.errors_path)
+    log = record.finish("cohort")
+    print(f"connscale cohort: {len(report.records)} scans, job={args.job}, "
+          f"backend={args.backend}: {report.n_ok} done, {report.n_skipped} already "
+          f"complete, {report.n_failed} failed ({report.seconds:.2f} s)")
+    if report.n_failed:
+        print(f"  errors {report.errors_path}")
+    print(f"  report {report.report_path}")
+    print(f"  log    {log}")
+    return 1 if report.n_failed else 0

@@ -1,0 +1,175 @@
+"""``connscale dfc``: dynamic (sliding-window) functional connectivity."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from connscale.cli._common import (
+    RunRecord,
+    add_compute_arguments,
+    configure_logging,
+    logger,
+)
+from connscale.cli._inputs import add_input_arguments, load_input
+
+# Plots of windows and edge time courses are drawn for at most this many series.
+PLOT_MAX_NODES = 200
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "dfc",
+        help="Dynamic functional connectivity (sliding-window correlation, GPU-DFC).",
+        description=(
+            "Pearson correlation of every pair of voxels or regions in each sliding "
+            "window, stored as upper triangles, thresholded CSR, low-rank (Q, B) or "
+            "factored form in one resumable HDF5 file, with a JSON log and plots."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    add_input_arguments(parser)
+    parser.add_argument("--window", type=int, required=True, metavar="W",
+                        help="Window length in time points (3 <= W <= T).")
+    parser.add_argument("--step", type=int, default=1, metavar="S",
+                        help="Time points between window starts.")
+    parser.add_argument("--kind", choices=["triu", "sparse", "lowrank", "factor"], default=None,
+                        help="Stored form (default: sparse with --threshold, triu otherwise).")
+    parser.add_argument("--threshold", type=float, default=None,
+                        help="Keep r >= THRESHOLD (kind sparse).")
+    parser.add_argument("--absolute", action="store_true",
+                        help="With --threshold, keep |r| >= THRESHOLD.")
+    parser.add_argument("--rank", type=int, default=None,
+                        help="Rank l (lowrank: required; factor: default exact).")
+    parser.add_argument("--method", choices=["randomized", "svd"], default="randomized",
+                        help="lowrank: GPU-DFC's randomized range finder or exact SVD.")
+    parser.add_argument("--power-iterations", type=int, default=0,
+                        help="lowrank randomized: power iterations.")
+    parser.add_argument("--seed", type=int, default=0, help="Random seed (lowrank).")
+    parser.add_argument("--error", action="store_true",
+                        help="lowrank/factor: record each window's MAE against the exact matrix.")
+    parser.add_argument("--allow-tf32", action="store_true",
+                        help="Allow TF32 matrix products on CUDA (faster, less exact).")
+    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    add_compute_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def run(args) -> int:
+    from connscale._compute import resolve_device
+    from connscale.fc.dynamic import dynamic_correlation
+    from connscale.io.relmat import source_entities
+
+    configure_logging(args.verbose)
+    kind = args.kind or ("sparse" if args.threshold is not None else "triu")
+    record = RunRecord("dfc", args.out, vars(args))
+    with record.timer("load"):
+        timeseries, labels, nodes, _ = load_input(args)
+    n_timepoints, n = timeseries.shape
+    logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
+    source = source_entities(args.input)
+    path = Path(args.out) / f"{source}_kind-{kind}_window-{args.window}_step-{args.step}_dfc.h5"
+    record.device = str(resolve_device(args.device))
+    with record.timer("dynamic_correlation"):
+        result = dynamic_correlation(
+            timeseries, args.window, args.step, kind=kind, threshold=args.threshold,
+            absolute=args.absolute, rank=args.rank, method=args.method,
+            power_iterations=args.power_iterations, random_state=args.seed,
+            device=args.device, dtype=args.dtype, memory_limit=args.memory_limit,
+            out=path, compute_error=args.error, allow_tf32=args.allow_tf32,
+            verbose=args.verbose,
+        )
+    with result:
+        record.add_output(path)
+        seconds = record.timings["dynamic_correlation"]
+        record.results.update({
+            "n_series": n, "n_timepoints": n_timepoints, "nodes": nodes, "kind": kind,
+            "n_windows": len(result), "window_length": args.window, "step": args.step,
+            "nbytes": result.nbytes, "compression_ratio": result.compression_ratio,
+            "windows_with_constant_series": int(result.constant.any(axis=1).sum()),
+            "windows_per_second": len(result) / max(seconds, 1e-9),
+            "plan": result.plan,
+        })
+        if result.mae is not None:
+            record.results["mae_mean"] = float(np.nanmean(result.mae))
+            record.results["mae_max"] = float(np.nanmax(result.mae))
+        if n <= PLOT_MAX_NODES:
+            with record.timer("plots"):
+                record.add_figure(_plot_windows(result, labels, args.out / f"{source}_dfc_windows.png"))
+                record.add_figure(_plot_edges(result, labels, args.out / f"{source}_dfc_edges.png"))
+        log = record.finish(f"{source}_dfc")
+        print(f"connscale dfc: {n} {nodes}, {n_timepoints} time points, {len(result)} windows "
+              f"(w={args.window}, s={args.step}), kind={kind} on {record.device} in {seconds:.3f} s")
+        print(f"  stored {result.nbytes / 1e6:.2f} MB (compression ratio {result.compression_ratio:.1f})")
+        print(f"  wrote {path}")
+        print(f"  log   {log}")
+    return 0
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path):
+    from connscale.io._atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    return path
+
+
+def _plot_windows(result, labels, path):
+    """Up to four windows, evenly spread over the run."""
+    plt = _pyplot()
+    k = len(result)
+    chosen = sorted(set(np.linspace(0, k - 1, min(4, k)).round().astype(int).tolist()))
+    fig, axes = plt.subplots(1, len(chosen), figsize=(3.2 * len(chosen) + 1, 3.4), squeeze=False,
+                             layout="constrained")
+    image = None
+    for ax, i in zip(axes[0], chosen):
+        image = ax.imshow(result.to_dense(i), cmap="RdBu_r", vmin=-1, vmax=1,
+                          interpolation="nearest")
+        start = int(result.window_starts[i])
+        ax.set_title(f"window {i} (t {start}-{start + result.window_length - 1})", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(image, ax=axes[0].tolist(), label="Pearson r", shrink=0.8)
+    fig.suptitle(f"Sliding-window correlation ({result.kind})")
+    _save(fig, path)
+    plt.close(fig)
+    return path
+
+
+def _plot_edges(result, labels, path, n_edges: int = 6):
+    """Time courses of the edges whose correlation varies most across windows."""
+    plt = _pyplot()
+    stack = result.to_teneto()  # (N, N, k)
+    n = stack.shape[0]
+    rows, cols = np.triu_indices(n, 1)
+    courses = stack[rows, cols, :]  # (pairs, k)
+    with np.errstate(invalid="ignore"):
+        spread = np.nan_to_num(np.nanstd(courses, axis=1), nan=-1.0)
+    top = np.argsort(spread)[::-1][: min(n_edges, spread.size)]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    x = result.window_starts + (result.window_length - 1) / 2
+    for e in top:
+        i, j = rows[e], cols[e]
+        name = f"{labels[i]}-{labels[j]}" if labels else f"{i}-{j}"
+        ax.plot(x, courses[e], marker="o", markersize=2, linewidth=1, label=name)
+    ax.set_xlabel("window centre (time point)")
+    ax.set_ylabel("Pearson r")
+    ax.set_ylim(-1.05, 1.05)
+    ax.set_title("Edges with the most variable correlation")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,562 @@
+"""Run one per-scan connectivity job over a whole cohort, on any engine.
+
+Inputs come from files, folders, glob patterns or a BIDS derivatives tree
+(``*_bold.nii.gz`` / ``*_timeseries.tsv`` found under ``sub-*`` folders);
+each input file (one scan) is one task, named after its BIDS entities
+(``sub-01_task-rest_run-1``) with the subject id taken from ``sub-XX``.
+
+Each task loads its own input where it runs, computes the job, writes one
+output file atomically (temporary name, then rename) and returns a record;
+an exception is caught in the task and returned as an error record, so a
+bad input never stops the others. Outputs that exist and were made with the
+same job and parameters are skipped (resume after a crash); leftover
+temporary files of interrupted writes are removed. ``cohort_report.json``
+(every record) and ``cohort_errors.tsv`` (failures only) are rewritten
+after every batch of tasks.
+
+Jobs (looked up lazily, so a job's dependencies load only when it runs):
+
+``pairs``
+    :func:`connscale.fc.pairs.pairwise_dfc` of the scan's region series plus
+    :func:`~connscale.fc.pairs.pair_summary`, into ``<name>_pairs.h5``.
+``fc``
+    Static correlation (:func:`connscale.correlation`) into the BIDS-named
+    ``<name>_meas-PearsonCorrelation_relmat.h5`` store of
+    :mod:`connscale.io.hdf5`.
+``dfc``
+    Sliding-window correlation of all pairs
+    (:func:`connscale.dynamic_correlation`, stored as 'triu', 'sparse',
+    'lowrank' or 'factor') into ``<name>_dfc.h5``; an interrupted scan
+    resumes from its finished windows.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import importlib
+import io
+import json
+import logging
+import re
+import time
+import traceback
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from connscale._validation import check_int, check_option, check_threshold
+from connscale.engines import ENGINES, Engine, get_engine
+from connscale.io._atomic import write_json_atomic, write_text_atomic
+
+logger = logging.getLogger("connscale")
+
+# Files a folder or BIDS tree is searched for, most specific first.
+BIDS_PATTERNS = ("*_bold.nii.gz", "*_bold.nii", "*_timeseries.tsv")
+INPUT_SUFFIXES = (".nii.gz", ".nii", ".tsv", ".csv", ".npy")
+_SUBJECT = re.compile(r"sub-([A-Za-z0-9]+)")
+
+
+@dataclass(frozen=True)
+class CohortJob:
+    """A per-scan job: where its function lives and what it writes.
+
+    Attributes
+    ----------
+    name : str
+    function : str
+        ``'module:function'``, imported when the job runs.
+    suffix : str
+        Output file name after the scan's name.
+    """
+
+    name: str
+    function: str
+    suffix: str
+
+
+JOBS = {
+    "pairs": CohortJob("pairs", "connscale.cohort:_job_pairs", "_pairs.h5"),
+    "fc": CohortJob("fc", "connscale.cohort:_job_fc", "_meas-PearsonCorrelation_relmat.h5"),
+    "dfc": CohortJob("dfc", "connscale.cohort:_job_dfc", "_dfc.h5"),
+}
+
+
+@dataclass(frozen=True)
+class CohortItem:
+    """One input scan of the cohort."""
+
+    path: Path
+    name: str
+    subject: str | None
+
+
+@dataclass
+class CohortTask:
+    """Everything a worker needs to run one item (picklable)."""
+
+    item: CohortItem
+    job: str
+    params: dict
+    output: Path
+    key: str
+    threads: int
+
+
+@dataclass
+class CohortReport:
+    """What :func:`run_cohort` did.
+
+    Attributes
+    ----------
+    records : list of dict
+        One per input, in input order: ``name``, ``subject``, ``input``,
+        ``output``, ``status`` ('ok', 'skipped' or 'error'), ``seconds``,
+        and ``error`` / ``traceback`` for failures.
+    report_path, errors_path : Path
+        ``cohort_report.json`` and ``cohort_errors.tsv``.
+    """
+
+    records: list[dict]
+    report_path: Path
+    errors_path: Path
+    engine: str = ""
+    seconds: float = 0.0
+    counts: dict = field(default_factory=dict)
+
+    @property
+    def n_ok(self) -> int:
+        return self.counts.get("ok", 0)
+
+    @property
+    def n_skipped(self) -> int:
+        return self.counts.get("skipped", 0)
+
+    @property
+    def n_failed(self) -> int:
+        return self.counts.get("error", 0)
+
+
+# --------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------
+
+def _is_input(path: Path) -> bool:
+    return path.is_file() and path.name.lower().endswith(INPUT_SUFFIXES)
+
+
+def _scan_name(path: Path) -> str:
+    from connscale.io.relmat import source_entities
+
+    return source_entities(path)
+
+
+def _subject(path: Path) -> str | None:
+    for part in (path.name, *reversed(path.parent.parts)):
+        match = _SUBJECT.search(part)
+        if match:
+            return match.group(1)
+    return None
+
+
+def find_inputs(inputs: str | Path | Iterable[str | Path]) -> list[CohortItem]:
+    """Input scans from files, folders, glob patterns or a BIDS tree.
+
+    Parameters
+    ----------
+    inputs : str, path or list of them
+        A file is taken as is. A folder is searched recursively for BIDS
+        derivatives (``*_bold.nii.gz``, ``*_bold.nii``, ``*_timeseries.tsv``);
+        when it holds none, its own ``.nii.gz``/``.nii``/``.tsv``/``.csv``/
+        ``.npy`` files are used. A pattern with ``*``, ``?`` or ``[`` is
+        expanded (``**`` recursive).
+
+    Returns
+    -------
+    list of CohortItem
+        Sorted by path, each with its name (BIDS entities of the file name)
+        and subject id (from ``sub-XX``, or None).
+    """
+    if isinstance(inputs, (str, Path)):
+        inputs = [inputs]
+    paths: list[Path] = []
+    for entry in inputs:
+        text = str(entry)
+        if any(c in text for c in "*?["):
+            found = [Path(p) for p in sorted(glob.glob(text, recursive=True))]
+            found = [p for p in found if _is_input(p)]
+            if not found:
+                raise ValueError(f"The pattern {text!r} matches no input file "
+                                 f"({', '.join(INPUT_SUFFIXES)}).")
+        elif Path(text).is_dir():
+            root = Path(text)
+            found = sorted({p for pattern in BIDS_PATTERNS for p in root.rglob(pattern)
+                            if p.is_file()})
+            if not found:
+                found = sorted(p for p in root.iterdir() if _is_input(p))
+            if not found:
+                raise ValueError(
+                    f"The folder {root} holds no input: no BIDS derivatives "
+                    f"({', '.join(BIDS_PATTERNS)}) and no {', '.join(INPUT_SUFFIXES)} file."
+                )
+        elif Path(text).is_file():
+            found = [Path(text)]
+        else:
+            raise FileNotFoundError(f"No input file, folder or matching pattern: {text}")
+        paths.extend(found)
+    unique = sorted(dict.fromkeys(p.resolve() for p in paths))
+    if not unique:
+        raise ValueError("No input scans were given.")
+    items = [CohortItem(p, _scan_name(p), _subject(p)) for p in unique]
+    seen: dict[str, Path] = {}
+    for item in items:
+        if item.name in seen:
+            raise ValueError(
+                f"Two inputs have the same name {item.name!r} and would write the same "
+                f"output: {seen[item.name]} and {item.path}. Rename one or run them "
+                "separately."
+            )
+        seen[item.name] = item.path
+    return items
+
+
+# --------------------------------------------------------------------------
+# Jobs
+# --------------------------------------------------------------------------
+
+def check_job_params(job: str, params: dict | None) -> dict:
+    """Validate a job's parameters; return them with defaults filled in."""
+    check_option(job, "job", set(JOBS))
+    params = dict(params or {})
+    common = {"device": "cpu", "dtype": "float32", "atlas": None, "mask": None}
+    if job == "pairs":
+        allowed = {"window_length": None, "step": 1, "threshold": 0.5, **common}
+    elif job == "dfc":
+        allowed = {"window_length": None, "step": 1, "kind": "triu", "threshold": None,
+                   "absolute": False, "rank": None, "random_state": 0, **common}
+    else:
+        allowed = {"kind": "triu", **common}
+    unknown = sorted(set(params) - set(allowed))
+    if unknown:
+        raise ValueError(
+            f"Unknown parameter(s) {unknown} for job {job!r}; it takes {sorted(allowed)}."
+        )
+    merged = {**allowed, **params}
+    if job in ("pairs", "dfc"):
+        if merged["window_length"] is None:
+            raise ValueError(f"The {job!r} job needs 'window_length' (e.g. 32).")
+        merged["window_length"] = check_int(merged["window_length"], "window_length", minimum=2)
+        merged["step"] = check_int(merged["step"], "step", minimum=1)
+    if job == "pairs":
+        merged["threshold"] = check_threshold(merged["threshold"])
+    elif job == "dfc":
+        check_option(merged["kind"], "kind", {"triu", "sparse", "lowrank", "factor"})
+        if merged["threshold"] is not None:
+            merged["threshold"] = check_threshold(merged["threshold"])
+        if merged["kind"] == "sparse" and merged["threshold"] is None:
+            raise ValueError("The 'dfc' job with kind='sparse' needs a 'threshold'.")
+        if merged["kind"] == "lowrank" and merged["rank"] is None:
+            raise ValueError("The 'dfc' job with kind='lowrank' needs a 'rank'.")
+        merged["absolute"] = bool(merged["absolute"])
+    else:
+        check_option(merged["kind"], "kind", {"triu", "dense"})
+    check_option(merged["dtype"], "dtype", {"float32", "float64"})
+    for name in ("atlas", "mask"):
+        if merged[name] is not None:
+            merged[name] = str(Path(merged[name]).resolve())
+    return merged
+
+
+def _load_item(path: Path, params: dict):
+    """(timeseries, labels) of one input."""
+    from connscale.io.timeseries import TIMESERIES_SUFFIXES, load_timeseries
+
+    name = path.name.lower()
+    if name.endswith((".nii", ".nii.gz")):
+        from connscale.io.nifti import load_masked
+
+        if params.get("atlas") is None and params.get("mask") is None:
+            raise ValueError(
+                f"{path.name} is a NIfTI image: give an 'atlas' (region series) or a "
+                "'mask' (voxel series)."
+            )
+        timeseries, _ = load_masked(path, mask=params.get("mask"), atlas=params.get("atlas"))
+        return timeseries, None
+    if path.suffix.lower() in TIMESERIES_SUFFIXES:
+        return load_timeseries(path)
+    raise ValueError(f"Cannot read {path.name}: expected NIfTI or {TIMESERIES_SUFFIXES}.")
+
+
+def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
+    import h5py
+    import numpy as np
+
+    from connscale.fc.pairs import pair_summary, pairwise_dfc
+    from connscale.io._atomic import atomic_path
+
+    result = pairwise_dfc(timeseries[None], params["window_length"], params["step"],
+                          device=params["device"], dtype=params["dtype"])
+    summary = pair_summary(result.courses, threshold=params["threshold"])
+    with atomic_path(output) as tmp, h5py.File(tmp, "w", track_order=True) as h5:
+        h5.create_dataset("courses", data=result.courses[0], track_times=False)
+        h5.create_dataset("pairs", data=result.pairs, track_times=False)
+        h5.create_dataset("window_onsets", data=result.window_onsets, track_times=False)
+        for stat in ("mean", "std", "fraction_above"):
+            h5.create_dataset(f"summary/{stat}", data=getattr(summary, stat)[0],
+                              track_times=False)
+        if labels is not None:
+            h5.create_dataset("labels", data=np.asarray(labels, dtype=object),
+                              dtype=h5py.string_dtype(), track_times=False)
+        h5.attrs.update({"window_length": result.window_length, "step": result.step,
+                         "threshold": summary.threshold, "n_constant": result.n_constant,
+                         **attrs})
+    return {"n_regions": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
+            "n_windows": int(result.window_onsets.size)}
+
+
+def _job_fc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
+    from connscale.fc.static import compute_correlation
+
+    compute_correlation(timeseries, kind=params["kind"], device=params["device"],
+                        dtype=params["dtype"], out=output, attrs=attrs)
+    return {"n_series": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0])}
+
+
+def _job_dfc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
+    import h5py
+
+    from connscale.fc.dynamic import dynamic_correlation
+
+    result = dynamic_correlation(
+        timeseries, params["window_length"], params["step"], kind=params["kind"],
+        threshold=params["threshold"], absolute=params["absolute"], rank=params["rank"],
+        random_state=params["random_state"], device=params["device"], dtype=params["dtype"],
+        out=output)
+    n_windows = len(result)
+    result.close()
+    # dynamic_correlation wrote the file atomically; label it for resume. A
+    # crash before this leaves an unlabelled file, which is redone.
+    with h5py.File(output, "a") as h5:
+        h5.attrs.update(attrs)
+    return {"n_series": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
+            "n_windows": n_windows}
+
+
+def _job_function(job: str):
+    module, name = JOBS[job].function.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _job_key(job: str, params: dict) -> str:
+    """What makes an output reusable: the job and every parameter that changes
+    the result (not the device it was computed on)."""
+    kept = {k: v for k, v in params.items() if k != "device"}
+    return json.dumps({"job": job, "params": kept}, sort_keys=True)
+
+
+def _is_complete(output: Path, key: str) -> bool:
+    """The output exists, is readable and was made by the same job and parameters."""
+    if not output.exists():
+        return False
+    try:
+        import h5py
+
+        with h5py.File(output, "r") as h5:
+            return h5.attrs.get("cohort_job") == key and bool(h5.attrs.get("complete", True))
+    except (OSError, ValueError):
+        return False
+
+
+def run_task(task: CohortTask) -> dict:
+    """Run one cohort task; never raises (errors come back as a record)."""
+    import torch
+
+    record = {"name": task.item.name, "subject": task.item.subject,
+              "input": str(task.item.path), "output": str(task.output)}
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(task.threads)
+    try:
+        # We get here only when the output is missing or was made otherwise:
+        # writers refuse to overwrite a different run, so clear it first.
+        task.output.unlink(missing_ok=True)
+        timeseries, labels = _load_item(task.item.path, task.params)
+        attrs = {"source": str(task.item.path), "cohort_job": task.key}
+        details = _job_function(task.job)(timeseries, labels, task.params, task.output, attrs)
+        record.update(status="ok", **details)
+    except Exception as exc:  # noqa: BLE001 - reported per subject, not raised
+        record.update(status="error", error=f"{type(exc).__name__}: {exc}",
+                      traceback=traceback.format_exc())
+    finally:
+        torch.set_num_threads(threads)
+    record["seconds"] = round(time.perf_counter() - start, 6)
+    return record
+
+
+# --------------------------------------------------------------------------
+# Runner
+# --------------------------------------------------------------------------
+
+def output_path(out_dir: Path, item: CohortItem, job: str) -> Path:
+    """``<out_dir>/sub-<id>/<name><suffix>`` (no subject folder without an id)."""
+    folder = Path(out_dir) / f"sub-{item.subject}" if item.subject else Path(out_dir)
+    return folder / f"{item.name}{JOBS[job].suffix}"
+
+
+def _remove_stale_temporaries(output: Path) -> int:
+    removed = 0
+    if output.parent.exists():
+        for tmp in output.parent.glob(f".{output.name}.*.tmp"):
+            tmp.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def _write_reports(out_dir: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
+    counts = {s: sum(r.get("status") == s for r in records) for s in ("ok", "skipped", "error")}
+    report = write_json_atomic(out_dir / "cohort_report.json",
+                               {**meta, "counts": counts, "records": records})
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
+    writer.writerow(["subject", "name", "input", "error"])
+    for r in records:
+        if r.get("status") == "error":
+            writer.writerow([r["subject"] or "n/a", r["name"], r["input"],
+                             r["error"].replace("\t", " ").replace("\n", " ")])
+    errors = write_text_atomic(out_dir / "cohort_errors.tsv", buffer.getvalue())
+    return report, errors
+
+
+def run_cohort(
+    inputs,
+    job: str,
+    out_dir,
+    *,
+    params: dict | None = None,
+    engine: str | Engine = "local",
+    cluster=None,
+    n_jobs: int | None = None,
+    retries: int = 1,
+    threads_per_task: int = 1,
+    batch_size: int | None = None,
+    overwrite: bool = False,
+    verbose: int = 1,
+) -> CohortReport:
+    """Run a per-scan job over a cohort, one task per scan.
+
+    Parameters
+    ----------
+    inputs : str, path or list of them
+        Files, folders, glob patterns or a BIDS derivatives tree (see
+        :func:`find_inputs`).
+    job : {'pairs', 'fc', 'dfc'}
+        ``'pairs'``: region-pair DFC courses + summary features
+        (``window_length`` required; ``step``, ``threshold``). ``'fc'``:
+        static correlation (``kind`` 'triu' or 'dense'). ``'dfc'``: dynamic
+        correlation of all pairs (``window_length`` required; ``step``,
+        ``kind`` 'triu'/'sparse'/'lowrank'/'factor', ``threshold``,
+        ``absolute``, ``rank``, ``random_state``).
+    out_dir : str or path
+        Output root: ``sub-<id>/<name><suffix>`` per scan, plus
+        ``cohort_report.json`` and ``cohort_errors.tsv``.
+    params : dict or None
+        The job's parameters; also ``device`` (default 'cpu': many workers
+        share the machine), ``dtype``, and ``atlas`` / ``mask`` for NIfTI
+        inputs.
+    engine : {'serial', 'local', 'dask', 'spark'} or Engine, default='local'
+        Where tasks run. An Engine instance is used as is and left open.
+    cluster : str or None
+        Dask scheduler address or Spark master URL (see
+        :func:`connscale.engines.get_engine`).
+    n_jobs : int or None
+        Worker processes / cores (None: all).
+    retries : int, default=1
+        Retries of a task whose worker failed (errors inside a job are
+        reported, not retried).
+    threads_per_task : int, default=1
+        torch threads inside each task (also makes results independent of
+        the engine).
+    batch_size : int or None
+        Tasks handed to the engine at a time (progress and the report are
+        updated after each batch); None: 4 per worker.
+    overwrite : bool, default=False
+        Redo scans whose output already exists.
+    verbose : int, default=1
+        0 silent; 1 a progress bar over scans.
+
+    Returns
+    -------
+    CohortReport
+    """
+    from tqdm.auto import tqdm
+
+    params = check_job_params(job, params)
+    threads_per_task = check_int(threads_per_task, "threads_per_task", minimum=1)
+    items = find_inputs(inputs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    key = _job_key(job, params)
+
+    records: list[dict | None] = [None] * len(items)
+    todo: list[tuple[int, CohortTask]] = []
+    for index, item in enumerate(items):
+        output = output_path(out_dir, item, job)
+        _remove_stale_temporaries(output)
+        if not overwrite and _is_complete(output, key):
+            records[index] = {"name": item.name, "subject": item.subject,
+                              "input": str(item.path), "output": str(output),
+                              "status": "skipped", "seconds": 0.0}
+        else:
+            todo.append((index, CohortTask(item, job, params, output, key, threads_per_task)))
+    logger.info("cohort: %d scans, %d to run, %d complete", len(items), len(todo),
+                len(items) - len(todo))
+
+    own_engine = not isinstance(engine, Engine)
+    if own_engine:
+        check_option(engine, "engine", set(ENGINES))
+    start = time.perf_counter()
+    meta = {"job": job, "params": params, "engine": None, "n_inputs": len(items)}
+    active = None
+    try:
+        if todo:
+            active = get_engine(engine, cluster=cluster, n_jobs=n_jobs, retries=retries) \
+                if own_engine else engine
+            meta["engine"] = repr(active)
+            workers = getattr(active, "n_jobs", 1) or 1
+            size = batch_size or max(1, 4 * workers)
+            size = check_int(size, "batch_size", minimum=1)
+            with tqdm(total=len(items), initial=len(items) - len(todo), unit="scan",
+                      desc=f"cohort {job}", disable=not verbose) as bar:
+                for first in range(0, len(todo), size):
+                    batch = todo[first:first + size]
+                    for (index, _), record in zip(batch, active.map(run_task, [t for _, t in batch])):
+                        records[index] = record
+                        if record["status"] == "error":
+                            logger.warning("cohort: %s failed: %s", record["name"], record["error"])
+                    bar.update(len(batch))
+                    done = [r for r in records if r is not None]
+                    meta["seconds"] = round(time.perf_counter() - start, 6)
+                    _write_reports(out_dir, done, meta)
+    finally:
+        if own_engine and active is not None:
+            active.close()
+    meta["seconds"] = round(time.perf_counter() - start, 6)
+    final = [r for r in records if r is not None]
+    report_path, errors_path = _write_reports(out_dir, final, meta)
+    counts = {s: sum(r["status"] == s for r in final) for s in ("ok", "skipped", "error")}
+    return CohortReport(final, report_path, errors_path, meta["engine"] or "", meta["seconds"],
+                        counts)
+
+
+__all__ = [
+    "JOBS",
+    "CohortItem",
+    "CohortJob",
+    "CohortReport",
+    "check_job_params",
+    "find_inputs",
+    "output_path",
+    "run_cohort",
+    "run_task",
+]
+

@@ -1,0 +1,696 @@
+"""Dynamic functional connectivity: sliding-window correlation (GPU-DFC).
+
+Windows of length w slide by s over T time points: k = ⌊(T − w)/s⌋ + 1
+windows starting at 0, s, 2s, … For each window the Pearson correlation of
+every pair of the N series is computed, and stored in one of four forms
+(``kind``): the strictly-upper triangle, a thresholded CSR, GPU-DFC's
+randomized (Q, B) low-rank form, or the exact/truncated factor F with
+R ≈ F Fᵀ.
+
+How it runs (any device torch supports):
+
+1. The raw series go to the device once, in their own dtype. There they
+   are shifted by their global mean and summed cumulatively in float64; the
+   means of all k windows are differences of those running sums (one pass
+   over the data instead of one per window). Each window is centred with its
+   mean and scaled by its centred norm (computed from the centred window,
+   two-pass, so no cancellation), giving U (N × w) with R = U Uᵀ.
+2. Windows are processed in batches (one batched GEMM for several windows
+   when N is small, as small inner dimensions run far below the GEMM peak),
+   and, when a window's N × N does not fit the device, in tiles of rows
+   computed against the columns to their right only (the upper triangle).
+3. ``triu`` gathers the strict upper triangle on the device; ``sparse``
+   thresholds and compacts each tile on the device so that only the kept
+   values, their int32 column indices and per-row counts cross to the host;
+   ``lowrank`` and ``factor`` never form the N × N matrix at all (products
+   with R go through U).
+4. Results are copied to the host on a side stream (overlapping the next
+   batch's compute), into the caller's pinned ``host_buffer`` when given, or
+   streamed window by window into an HDF5 file (``out=``), resumable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from connscale._compute import allow_tf32 as _allow_tf32
+from connscale._compute import memory_budget, resolve_device, resolve_dtype
+from connscale._compute.device import numpy_dtype
+from connscale._compute.memory import available_host_memory, parse_memory
+from connscale._docs import fill_doc
+from connscale._validation import (
+    check_int,
+    check_option,
+    check_random_state,
+    check_threshold,
+    check_timeseries,
+)
+from connscale.fc._sparse_cuda import SparseWindowsCUDA
+from connscale.fc._transfer import HostCopier
+from connscale.fc._triton_kernels import HAS_TRITON
+from connscale.fc.dynamic_result import (
+    KINDS,
+    DynamicConnectivity,
+    HDF5Backend,
+    HostArena,
+    MemoryBackend,
+    load_dynamic,
+    partial_path,
+)
+from connscale.fc.lowrank import (
+    randomized_qb,
+    reconstruction_mae,
+    svd_qb,
+    truncated_factor,
+)
+from connscale.fc.normalize import _CONSTANT_RTOL, ConstantSeriesWarning
+from connscale.fc.sparse import compact_tile, keep_mask
+from connscale.fc.triu import n_pairs
+
+logger = logging.getLogger("connscale")
+
+METHODS = ("randomized", "svd")
+# Windows per batched GEMM: at most this many N×N elements in flight.
+_BATCH_ELEMENTS = 1 << 28
+_MAX_BATCH = 64
+# Default row-tile height for the thresholded (sparse) path.
+_SPARSE_TILE_ROWS = 4096
+
+
+def n_windows(n_timepoints: int, window_length: int, step: int = 1) -> int:
+    """Number of windows, ⌊(T − w)/s⌋ + 1."""
+    return (n_timepoints - window_length) // step + 1
+
+
+def window_starts(n_timepoints: int, window_length: int, step: int = 1) -> np.ndarray:
+    """First time point of every window."""
+    return np.arange(n_windows(n_timepoints, window_length, step), dtype=np.int64) * step
+
+
+def _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
+                      absolute, rank, method, power_iterations, compute_error) -> dict:
+    check_option(kind, "kind", KINDS)
+    check_option(method, "method", METHODS)
+    window_length = check_int(window_length, "window_length", minimum=3)
+    if window_length > n_timepoints:
+        raise ValueError(
+            f"'window_length' must be at most the number of time points "
+            f"({n_timepoints}); got {window_length}."
+        )
+    step = check_int(step, "step", minimum=1)
+    power_iterations = check_int(power_iterations, "power_iterations", minimum=0)
+    if not isinstance(absolute, (bool, np.bool_)):
+        raise ValueError(f"'absolute' must be True or False; got {absolute!r}.")  # noqa: TRY004
+    if kind == "sparse":
+        if threshold is None:
+            raise ValueError("kind='sparse' needs a 'threshold' in [-1, 1]; got None.")
+        threshold = check_threshold(threshold)
+        if absolute and threshold <= 0:
+            raise ValueError(
+                f"With absolute=True the threshold must be in (0, 1]; got {threshold}."
+            )
+    elif threshold is not None or absolute:
+        name = "threshold" if threshold is not None else "absolute"
+        raise ValueError(f"'{name}' applies to kind='sparse' only; got kind={kind!r}.")
+    if rank is not None:
+        rank = check_int(rank, "rank", minimum=1)
+        if rank >= n_series:
+            raise ValueError(
+                f"'rank' must be smaller than the number of series ({n_series}); "
+                f"got {rank}."
+            )
+    if kind == "lowrank" and rank is None:
+        raise ValueError("kind='lowrank' needs a 'rank' (1 <= rank < n_series); got None.")
+    if kind in ("triu", "sparse") and rank is not None:
+        raise ValueError(f"'rank' applies to kind='lowrank' or 'factor'; got kind={kind!r}.")
+    if compute_error and kind not in ("lowrank", "factor"):
+        raise ValueError(
+            f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
+        )
+    return {"window_length": window_length, "step": step, "threshold": threshold,
+            "rank": rank, "power_iterations": power_iterations, "absolute": bool(absolute)}
+
+
+def _stored_width(kind: str, rank: int | None, window_length: int) -> int | None:
+    if kind == "lowrank":
+        return rank
+    if kind == "factor":
+        return window_length if rank is None else min(rank, window_length)
+    return None
+
+
+def _fingerprint(array: np.ndarray) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    digest.update(f"{array.shape}{array.dtype}".encode())
+    digest.update(np.ascontiguousarray(array).view(np.uint8).reshape(-1).data)
+    return digest.hexdigest()
+
+
+def _seed_of(random_state) -> int | None:
+    """One base seed from which every window's Ω is drawn (window-wise, so a
+    resumed run draws the same Ω as an uninterrupted one)."""
+    rng = check_random_state(random_state)
+    return int(rng.integers(0, 2**62))
+
+
+def _recorded_seed(random_state):
+    """The seed as recorded in parameters: an int, None, or a description
+    (a Generator's draws cannot be replayed, so such runs never resume)."""
+    if random_state is None or isinstance(random_state, (int, np.integer)):
+        return None if random_state is None else int(random_state)
+    return f"{type(random_state).__name__}@{id(random_state):x}"
+
+
+def _window_generator(device: torch.device, base_seed: int, index: int) -> torch.Generator:
+    generator = torch.Generator(device=device)
+    generator.manual_seed((base_seed + 0x9E3779B97F4A7C15 * (index + 1)) % (2**63 - 1))
+    return generator
+
+
+class _WindowNormalizer:
+    """All windows' means from float64 running sums; U for a batch of windows."""
+
+    def __init__(self, x: torch.Tensor, starts: np.ndarray, window_length: int,
+                 dtype: torch.dtype) -> None:
+        x64 = x.to(torch.float64)
+        x64 = x64 - x64.mean(dim=0, keepdim=True)  # never in place: x may be the caller's array
+        self.x = x64
+        cumulative = torch.zeros((x64.shape[0] + 1, x64.shape[1]), dtype=torch.float64,
+                                 device=x64.device)
+        torch.cumsum(x64, dim=0, out=cumulative[1:])
+        starts_t = torch.as_tensor(starts, device=x64.device)
+        self.means = (cumulative[starts_t + window_length] - cumulative[starts_t]) / window_length
+        del cumulative
+        self.starts = starts_t
+        self.offsets = torch.arange(window_length, device=x64.device)
+        self.dtype = dtype
+
+    def __call__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """U of shape (B, N, w) (NaN rows for constant series) and the (B, N) mask.
+
+        ``indices`` are consecutive window numbers: they are sliced, not
+        uploaded, so no host-device synchronisation happens here.
+        """
+        window = slice(indices[0], indices[-1] + 1)
+        if indices[-1] - indices[0] + 1 != len(indices):
+            raise ValueError("Window batches must be consecutive.")
+        times = self.starts[window][:, None] + self.offsets[None, :]  # (B, w)
+        windows = self.x[times]  # (B, w, N)
+        means = self.means[window]
+        # Constant within the window: the range is exactly 0 (whatever rounding
+        # the running-sum mean carries), or negligible against the values.
+        high, low = windows.amax(dim=1), windows.amin(dim=1)
+        constant = (high - low) <= _CONSTANT_RTOL * torch.maximum(high.abs(), low.abs())
+        centred = windows - means[:, None, :]
+        norm = torch.linalg.vector_norm(centred, dim=1)  # (B, N)
+        norm = torch.where(constant, torch.full_like(norm, float("nan")), norm)
+        centred /= norm[:, None, :]
+        u = torch.empty((centred.shape[0], centred.shape[2], centred.shape[1]), dtype=self.dtype,
+                        device=centred.device)
+        u.copy_(centred.transpose(1, 2))  # one pass: transpose and cast
+        return u, constant
+
+
+def _triu_gather_index(n: int, r0: int, r1: int, device: torch.device) -> torch.Tensor:
+    """Flat positions, in an (r1 − r0) × (n − r0) tile, of its strictly-upper
+    entries in row-major order."""
+    width = n - r0
+    rows = torch.arange(r1 - r0, device=device)
+    counts = width - 1 - rows
+    local_row = torch.repeat_interleave(rows, counts)
+    starts = torch.cumsum(counts, 0) - counts
+    position = torch.arange(int(counts.sum()), device=device)
+    column = position - starts[local_row] + local_row + 1
+    return local_row * width + column
+
+
+def _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident) -> dict:
+    """Windows per batch and rows per tile that fit ``budget`` device bytes."""
+    free = budget - resident
+    per_window_prep = 4 * w * n * 8 + n * w * itemsize
+    if kind in ("lowrank", "factor"):
+        per_window = per_window_prep + 6 * n * (width or w) * itemsize
+        batch = max(1, min(k, _MAX_BATCH, free // max(per_window, 1) // 2))
+        tile_rows = n
+        if compute_error:
+            # reconstruction_mae: two (B, R, N) products and two boolean masks per tile
+            tile_rows = max(1, min(n, free // (2 * batch * n * (2 * itemsize + 2))))
+        return {"batch": int(batch), "tile_rows": int(tile_rows)}
+    full = n * n
+    if kind == "triu":
+        pairs = n_pairs(n)
+        # The device holds: gather index (int64), this batch's and the
+        # previous batch's triangles (copy in flight), U, the N×N products.
+        per_window = full * itemsize + 2 * pairs * itemsize + per_window_prep
+        if pairs * 8 + per_window <= free:
+            batch = min(k, _MAX_BATCH, max(1, _BATCH_ELEMENTS // full),
+                        (free - pairs * 8) // per_window)
+            return {"batch": int(max(1, batch)), "tile_rows": n}
+        rest = free - 2 * pairs * itemsize - per_window_prep
+        tile_rows = rest // (n * (itemsize + 16))
+        if tile_rows < 1:
+            raise ValueError(
+                f"One window's triangle ({pairs * itemsize / 1e9:.2f} GB, twice for "
+                f"overlapped copies) does not fit the device budget of {budget / 1e9:.2f} GB; "
+                "use kind='sparse', 'lowrank' or 'factor', or a larger memory_limit."
+            )
+        return {"batch": 1, "tile_rows": int(min(n, tile_rows))}
+    # sparse: two tiles in flight (values, bool mask) + nonzero indices, + U.
+    tile_rows = n if n <= 2 * _SPARSE_TILE_ROWS else _SPARSE_TILE_ROWS
+    per_row = n * (2 * (itemsize + 1) + 4)
+    batch = min(k, _MAX_BATCH, max(1, _BATCH_ELEMENTS // full))
+    while batch > 1 and batch * (tile_rows * per_row + per_window_prep) > free:
+        batch //= 2
+    tile_rows = int(min(tile_rows, max(1, (free - batch * per_window_prep) // (batch * per_row))))
+    if tile_rows < 1 or free <= 0:
+        raise ValueError(f"The device budget of {budget / 1e9:.3f} GB is too small for N={n}.")
+    return {"batch": int(batch), "tile_rows": tile_rows}
+
+
+def _runs(indices: list[int], size: int) -> list[list[int]]:
+    """Split sorted window indices into runs of consecutive ones, at most ``size`` long."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and runs[-1][-1] == i - 1 and len(runs[-1]) < size:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return runs
+
+
+@fill_doc
+def dynamic_correlation(
+    timeseries,
+    window_length: int,
+    step: int = 1,
+    *,
+    kind: str = "triu",
+    threshold: float | None = None,
+    absolute: bool = False,
+    rank: int | None = None,
+    method: str = "randomized",
+    power_iterations: int = 0,
+    random_state=None,
+    device: str = "auto",
+    dtype: str = "float32",
+    memory_limit: int | str | None = None,
+    out: str | os.PathLike | None = None,
+    host_buffer=None,
+    compute_error: bool = False,
+    allow_tf32: bool = False,
+    verbose: int = 0,
+) -> DynamicConnectivity:
+    """Sliding-window Pearson correlation of every pair of series (GPU-DFC).
+
+    Parameters
+    ----------
+    %(timeseries)s
+    window_length : int
+        w, time points per window (3 <= w <= n_timepoints).
+    step : int, default=1
+        s, time points between window starts; there are
+        ⌊(T − w)/s⌋ + 1 windows.
+    kind : {'triu', 'sparse', 'lowrank', 'factor'}, default='triu'
+        Stored form of each window: ``'triu'`` the strictly-upper triangle
+        (row-major order, as :mod:`connscale.fc.triu`); ``'sparse'`` a CSR
+        of the upper-triangle entries with r >= threshold (GPU-DFC Alg. 3);
+        ``'lowrank'`` Q (N×l) and B = QᵀR (l×N) (Alg. 4); ``'factor'`` F
+        (N×r) with R ≈ F Fᵀ: the normalised window itself (exact, r = w) or
+        its truncated SVD (the optimal rank-r approximation, N·r numbers).
+    threshold : float or None
+        For ``kind='sparse'``: keep r >= threshold (|r| >= threshold with
+        ``absolute``); in [-1, 1].
+    absolute : bool, default=False
+        Keep strong negative correlations too.
+    rank : int or None
+        l, for ``'lowrank'`` (required) and ``'factor'`` (None: exact);
+        1 <= rank < n_series. Ranks >= w are exact up to rounding (a window's
+        matrix has rank <= w − 1).
+    method : {'randomized', 'svd'}, default='randomized'
+        For ``'lowrank'``: Alg. 4's randomized range finder, or the exact
+        truncated eigendecomposition in the same (Q, B) form.
+    power_iterations : int, default=0
+        Power (subspace) iterations of the randomized range finder.
+    %(random_state)s
+    %(device)s
+    %(dtype)s
+    %(memory_limit)s
+    out : path or None
+        HDF5 file to write the windows into, one by one (resumable: a re-run
+        with the same input and parameters keeps finished windows; the file
+        appears under its name only when complete). None keeps the result in
+        memory.
+    host_buffer : uint8 torch.Tensor or ndarray, optional
+        Preallocated (ideally pinned) host memory to place in-memory results
+        in, so that no host memory is allocated during the run; results that
+        do not fit go to ordinary arrays.
+    compute_error : bool, default=False
+        For ``'lowrank'`` and ``'factor'``: each window's mean absolute error
+        against the exact matrix over off-diagonal pairs (``result.mae``).
+    allow_tf32 : bool, default=False
+        Allow TF32 matrix products on CUDA: faster, but inputs are rounded to
+        10 mantissa bits, which can flip values that sit near a threshold.
+    %(verbose)s
+
+    Returns
+    -------
+    DynamicConnectivity
+        ``len()`` windows, ``window_starts``, ``result[i]`` (stored form),
+        ``to_dense(i)``, ``nbytes``, ``compression_ratio``, ``mae``.
+
+    Notes
+    -----
+    Constant series within a window have undefined correlations: NaN in
+    ``triu`` and dense forms, absent from ``sparse``; one
+    :class:`~connscale.fc.normalize.ConstantSeriesWarning` names them.
+
+    References
+    ----------
+    M. Eslami et al., "GPU-DFC: A GPU-based parallel algorithm for computing
+    dynamic-functional connectivity of big fMRI data".
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).standard_normal((40, 6))
+    >>> dfc = dynamic_correlation(x, 10, 5, device="cpu")
+    >>> len(dfc), dfc[0].shape
+    (7, (15,))
+    """
+    array = check_timeseries(timeseries, min_timepoints=3)
+    n_timepoints, n_series = array.shape
+    checked = _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
+                                absolute, rank, method, power_iterations, compute_error)
+    w, s, rank = checked["window_length"], checked["step"], checked["rank"]
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype)
+    np_dtype = numpy_dtype(torch_dtype)
+    starts = window_starts(n_timepoints, w, s)
+    k = starts.size
+    width = _stored_width(kind, rank, w)
+    base_seed = _seed_of(random_state) if kind == "lowrank" and method == "randomized" else None
+    meta = {
+        "kind": kind, "n_series": n_series, "n_timepoints": n_timepoints,
+        "window_length": w, "step": s, "n_windows": int(k), "window_starts": starts.tolist(),
+        "threshold": checked["threshold"], "absolute": checked["absolute"], "rank": rank,
+        "stored_width": width, "method": method if kind == "lowrank" else None,
+        "power_iterations": checked["power_iterations"] if kind == "lowrank" else None,
+        "random_state": _recorded_seed(random_state) if base_seed is not None else None,
+        "dtype": np_dtype.name,
+        "allow_tf32": bool(allow_tf32),
+    }
+
+    # Where the windows go.
+    final_path = None
+    if out is not None:
+        final_path = Path(out)
+        fingerprint = _fingerprint(array)
+        if final_path.exists():
+            result = load_dynamic(final_path)
+            if result._backend.matches(meta, fingerprint) and result._backend.done.all():
+                logger.info("%s is complete for these parameters; reusing it.", final_path)
+                return result
+            result.close()
+            raise ValueError(
+                f"{final_path} exists and holds a different run (other input or "
+                "parameters); remove it or choose another 'out'."
+            )
+        tmp = partial_path(final_path)
+        backend = None
+        if tmp.exists():
+            try:
+                backend = HDF5Backend(tmp, "r+")
+                if not backend.matches(meta, fingerprint):
+                    backend.close()
+                    backend = None
+            except (OSError, ValueError, KeyError):
+                backend = None
+            if backend is None:
+                logger.info("Discarding %s (another run's partial output).", tmp)
+                tmp.unlink()
+        if backend is None:
+            tmp.parent.mkdir(parents=True, exist_ok=True)
+            backend = HDF5Backend.create(tmp, meta, fingerprint, width)
+        todo = [int(i) for i in np.flatnonzero(~backend.done)]
+        if len(todo) < k:
+            logger.info("Resuming %s: %d of %d windows already done.", tmp, k - len(todo), k)
+    else:
+        _check_host_memory(kind, k, n_series, width, np_dtype.itemsize, memory_limit, host_buffer)
+        arena = HostArena(host_buffer) if host_buffer is not None else None
+        backend = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
+        todo = list(range(k))
+
+    plan = None
+    try:
+        if todo:
+            plan = _compute(
+                array, starts, todo, backend, kind=kind, w=w, width=width,
+                threshold=checked["threshold"], absolute=checked["absolute"], method=method,
+                power_iterations=checked["power_iterations"], base_seed=base_seed,
+                device=torch_device, dtype=torch_dtype, memory_limit=memory_limit,
+                compute_error=compute_error, allow_tf32=bool(allow_tf32), verbose=verbose,
+            )
+    except BaseException:
+        if final_path is not None:
+            backend.finish()  # close; the partial file keeps the finished windows
+        raise
+    if final_path is None:
+        result = DynamicConnectivity(backend, meta)
+    else:
+        backend.finish()
+        os.replace(partial_path(final_path), final_path)
+        result = load_dynamic(final_path)
+    result.plan = plan
+    return result
+
+
+def _check_host_memory(kind, k, n, width, itemsize, memory_limit, host_buffer) -> None:
+    if kind == "triu":
+        needed = k * n_pairs(n) * itemsize
+    elif kind == "lowrank":
+        needed = k * 2 * n * width * itemsize
+    elif kind == "factor":
+        needed = k * n * width * itemsize
+    else:
+        return  # sparse: size unknown in advance
+    if host_buffer is not None:
+        size = host_buffer.numel() if isinstance(host_buffer, torch.Tensor) else np.asarray(host_buffer).nbytes
+        if needed <= size:
+            return
+    limit = parse_memory(memory_limit)
+    available = available_host_memory() if limit is None else min(limit, available_host_memory())
+    if needed > 0.9 * available:
+        raise ValueError(
+            f"Keeping all {k} windows in memory needs {needed / 1e9:.2f} GB but "
+            f"{available / 1e9:.2f} GB is available; pass out='file.h5' to stream "
+            "them to disk, or use kind='sparse', 'lowrank' or 'factor'."
+        )
+
+
+def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolute, method,
+             power_iterations, base_seed, device, dtype, memory_limit, compute_error,
+             allow_tf32, verbose) -> dict:
+    from tqdm.auto import tqdm
+
+    n = array.shape[1]
+    k = starts.size
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    budget = memory_budget(device, memory_limit)
+    with _allow_tf32(allow_tf32), torch.no_grad():
+        x = torch.as_tensor(array).to(device)
+        normalizer = _WindowNormalizer(x, starts, w, dtype)
+        del x
+        resident = normalizer.x.numel() * 8 + normalizer.means.numel() * 8
+        plan = _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident)
+        plan["device_budget"] = int(budget)
+        logger.debug("dynamic_correlation plan: %s", plan)
+        tile_rows = plan["tile_rows"]
+        copier = HostCopier(device, depth=2)
+        full_index = None
+        if kind == "triu" and tile_rows >= n:
+            full_index = _triu_gather_index(n, 0, n, device)
+        # Counted on the device: no host synchronisation per batch.
+        n_constant_windows = torch.zeros((), dtype=torch.int64, device=device)
+        constant_any = torch.zeros(n, dtype=torch.bool, device=device)
+        fused_sparse = None
+        if kind == "sparse" and device.type == "cuda" and HAS_TRITON:
+            fused_sparse = SparseWindowsCUDA(n, tile_rows, threshold, absolute,
+                                             _sparse_submitter(backend, copier))
+        progress = tqdm(total=len(todo), desc="windows", unit="win", disable=not verbose)
+        try:
+            for batch in _runs(todo, plan["batch"]):
+                u, constant = normalizer(batch)
+                constant_any |= constant.any(dim=0)
+                n_constant_windows += constant.any(dim=1).sum()
+                if kind == "triu":
+                    _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index)
+                elif kind == "sparse" and fused_sparse is not None:
+                    for b, index in enumerate(batch):
+                        fused_sparse.add(u[b], constant[b], index)
+                elif kind == "sparse":
+                    _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold,
+                                  absolute)
+                else:
+                    _compressed_batch(u, constant, batch, backend, copier, kind, width, method,
+                                      power_iterations, base_seed, compute_error, tile_rows)
+                progress.update(len(batch))
+            if fused_sparse is not None:
+                fused_sparse.flush()
+            copier.flush()
+        finally:
+            progress.close()
+    n_constant_windows = int(n_constant_windows)
+    if n_constant_windows:
+        constant_any = constant_any.cpu().numpy()
+        first = np.flatnonzero(constant_any)[:5].tolist()
+        warnings.warn(
+            f"{int(constant_any.sum())} of {n} series are constant (zero variance) in at "
+            f"least one window ({n_constant_windows} of {len(todo)} windows affected; first "
+            f"columns: {first}); their correlations there are undefined: NaN in dense and "
+            "triangle output, left out of sparse output.",
+            ConstantSeriesWarning,
+            stacklevel=3,
+        )
+    return plan
+
+
+def _write_batch(backend, batch, names):
+    """Host callback writing a batch's arrays (B leading) window by window."""
+    def callback(arrays):
+        *values, constant, mae = arrays
+        for b, index in enumerate(batch):
+            payload = {name: array[b] for name, array in zip(names, values)}
+            backend.write(index, payload, constant[b], float(mae[b]))
+    return callback
+
+
+def _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index):
+    n = u.shape[1]
+    n_batch = len(batch)
+    if full_index is not None:
+        products = torch.bmm(u, u.transpose(1, 2))
+        triangles = products.view(n_batch, -1).index_select(1, full_index)
+        del products
+    else:
+        triangles = torch.empty((n_batch, n_pairs(n)), dtype=u.dtype, device=u.device)
+        offset = 0
+        for r0 in range(0, n, tile_rows):
+            r1 = min(n, r0 + tile_rows)
+            tile = torch.bmm(u[:, r0:r1], u[:, r0:].transpose(1, 2))
+            index = _triu_gather_index(n, r0, r1, u.device)
+            size = index.numel()
+            triangles[:, offset:offset + size] = tile.reshape(n_batch, -1).index_select(1, index)
+            offset += size
+            del tile, index
+    mae = torch.full((n_batch,), float("nan"), dtype=torch.float64, device=u.device)
+    destination = None
+    if isinstance(backend, MemoryBackend):
+        destination = backend.destination("triu", batch[0], batch[-1] + 1)
+    copier.submit([triangles, constant, mae], _write_batch(backend, batch, ["triu"]),
+                  [destination, None, None])
+
+
+def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, absolute):
+    n = u.shape[1]
+    n_batch = len(batch)
+    values: list[list[torch.Tensor]] = [[] for _ in batch]
+    columns: list[list[torch.Tensor]] = [[] for _ in batch]
+    counts: list[list[torch.Tensor]] = [[] for _ in batch]
+
+    def compact(r0, tile, keep):
+        for b in range(n_batch):
+            vals, cols, row_counts = compact_tile(tile[b], keep[b], r0)
+            values[b].append(vals)
+            columns[b].append(cols)
+            counts[b].append(row_counts)
+
+    # Software pipeline: tile t + 1's GEMM and mask are queued before tile t's
+    # compaction synchronises, so the device stays busy across that wait.
+    pending = None
+    for r0 in range(0, n, tile_rows):
+        r1 = min(n, r0 + tile_rows)
+        tile = torch.bmm(u[:, r0:r1], u[:, r0:].transpose(1, 2))
+        keep = keep_mask(tile, threshold, absolute=absolute)
+        if pending is not None:
+            compact(*pending)
+        pending = (r0, tile, keep)
+        del tile, keep
+    compact(*pending)
+    del pending
+    for b, index in enumerate(batch):
+        vals = torch.cat(values[b]) if len(values[b]) > 1 else values[b][0]
+        cols = torch.cat(columns[b]) if len(columns[b]) > 1 else columns[b][0]
+        row_counts = torch.cat(counts[b]) if len(counts[b]) > 1 else counts[b][0]
+        destination = [None, None, None, None]
+        if isinstance(backend, MemoryBackend):
+            taken = backend.sparse_destination(vals.numel())
+            if taken is not None:
+                destination[:2] = [taken[0][1], taken[1][1]]
+
+        def callback(arrays, index=index):
+            data, indices, row_counts_host, constant_host = arrays
+            backend.write(index, {"data": data, "indices": indices, "counts": row_counts_host},
+                          constant_host, float("nan"))
+
+        copier.submit([vals, cols, row_counts, constant[b]], callback, destination)
+
+
+def _sparse_submitter(backend, copier):
+    """Queue one sparse window's device arrays for the host (see _sparse_batch)."""
+    def submit(index, values, columns, row_counts, constant):
+        destination = [None, None, None, None]
+        if isinstance(backend, MemoryBackend):
+            taken = backend.sparse_destination(values.numel())
+            if taken is not None:
+                destination[:2] = [taken[0][1], taken[1][1]]
+
+        def callback(arrays):
+            data, indices, counts_host, constant_host = arrays
+            backend.write(index, {"data": data, "indices": indices, "counts": counts_host},
+                          constant_host, float("nan"))
+
+        copier.submit([values, columns, row_counts, constant], callback, destination)
+    return submit
+
+
+def _compressed_batch(u, constant, batch, backend, copier, kind, width, method,
+                      power_iterations, base_seed, compute_error, tile_rows):
+    nan_rows = constant[:, :, None]
+    u0 = torch.where(nan_rows, torch.zeros((), dtype=u.dtype, device=u.device), u)
+    mae = torch.full((len(batch),), float("nan"), dtype=torch.float64, device=u.device)
+    if kind == "lowrank":
+        if method == "randomized":
+            omega = torch.stack([
+                torch.randn((u.shape[1], width), generator=_window_generator(u.device, base_seed, i),
+                            device=u.device, dtype=u.dtype)
+                for i in batch
+            ])
+            q, b = randomized_qb(u0, omega, power_iterations=power_iterations)
+        else:
+            q, b = svd_qb(u0, width)
+        if compute_error:
+            mae = reconstruction_mae(u0, q, b, tile_rows=tile_rows)
+        q = q.masked_fill(nan_rows, float("nan"))
+        b = b.masked_fill(constant[:, None, :], float("nan"))
+        tensors, names = [q, b], ["q", "b"]
+    else:
+        factor = truncated_factor(u0, width)
+        if compute_error:
+            mae = reconstruction_mae(u0, factor, factor.transpose(1, 2), tile_rows=tile_rows)
+        factor = factor.masked_fill(nan_rows, float("nan"))
+        tensors, names = [factor], ["factor"]
+    destinations = [None] * (len(tensors) + 2)
+    if isinstance(backend, MemoryBackend):
+        destinations[:len(tensors)] = [backend.destination(name, batch[0], batch[-1] + 1)
+                                       for name in names]
+    copier.submit(tensors + [constant, mae], _write_batch(backend, batch, names), destinations)
+
+
+__all__ = ["DynamicConnectivity", "dynamic_correlation", "load_dynamic", "n_windows", "window_starts"]

@@ -1,0 +1,566 @@
+"""The ENCODE model of LiFE: streamlines and a dMRI scan to the sparse
+tensor Φ (atom, voxel, fibre, value), the dictionary D of canonical stick
+signals, S₀ and the demeaned signal b (Caiafa & Pestilli 2017; encode's
+``feConnectomeEncoding``/``feBuildDictionaries``).
+
+M is never formed: ``M[(v, θ), f] = Σ_a Φ(a, v, f) · D[θ, a]``.
+
+The build runs in torch on the chosen device (CPU or CUDA), chunked over
+streamlines so memory stays bounded. Only numpy and torch are needed; a dipy
+sphere may be passed by name (dipy imported lazily then).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from connscale._compute import resolve_device, resolve_dtype
+from connscale.life.streamlines import StreamlineArray
+
+#: Default number of atom orientations (half-sphere Fibonacci lattice, ~2.6°).
+DEFAULT_N_ATOMS = 2000
+#: Stick diffusivity (mm²/s) of the canonical signal: exp(-b·d·(g·a)²).
+STICK_DIFFUSIVITY = 1e-3
+
+
+# --------------------------------------------------------------------------
+# Atoms (orientations) and the dictionary
+# --------------------------------------------------------------------------
+def fibonacci_hemisphere(n: int) -> np.ndarray:
+    """``n`` nearly uniform unit vectors on the half-sphere z ≥ 0.
+
+    Parameters
+    ----------
+    n : int
+        Number of directions (≥ 1).
+
+    Returns
+    -------
+    ndarray of shape (n, 3)
+    """
+    if int(n) < 1:
+        raise ValueError(f"The number of atoms must be at least 1; got {n}.")
+    n = int(n)
+    i = np.arange(n, dtype=np.float64)
+    z = 1.0 - (i + 0.5) / n  # (0, 1]: equal-area bands of the hemisphere
+    r = np.sqrt(np.clip(1.0 - z * z, 0.0, None))
+    phi = i * math.pi * (3.0 - math.sqrt(5.0))
+    return np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1)
+
+
+def resolve_sphere(sphere) -> np.ndarray:
+    """Atom orientations (n_atoms, 3), unit norm, from the user's ``sphere``.
+
+    Parameters
+    ----------
+    sphere : None, int, str, dipy Sphere or array of shape (n_atoms, 3)
+        None: :data:`DEFAULT_N_ATOMS` Fibonacci half-sphere directions; an int:
+        that many; a str: a dipy sphere by name (e.g. ``'repulsion724'``,
+        needs dipy); an object with ``vertices`` (dipy ``Sphere``); or the
+        directions themselves. Antipodal directions are the same stick.
+    """
+    if sphere is None:
+        return fibonacci_hemisphere(DEFAULT_N_ATOMS)
+    if isinstance(sphere, (int, np.integer)) and not isinstance(sphere, bool):
+        return fibonacci_hemisphere(int(sphere))
+    if isinstance(sphere, str):
+        try:
+            from dipy.data import get_sphere
+        except ImportError as exc:  # pragma: no cover - dipy present in tests
+            raise ImportError(
+                "A sphere given by name needs dipy: pip install connscale[data]"
+            ) from exc
+        try:
+            sphere = get_sphere(name=sphere)
+        except Exception as exc:
+            raise ValueError(f"Unknown dipy sphere {sphere!r}: {exc}") from None
+    vertices = getattr(sphere, "vertices", sphere)
+    atoms = np.asarray(vertices, dtype=np.float64)
+    if atoms.ndim != 2 or atoms.shape[1] != 3 or len(atoms) == 0:
+        raise ValueError(
+            "'sphere' directions must have shape (n_atoms, 3); got "
+            f"{atoms.shape}."
+        )
+    norms = np.linalg.norm(atoms, axis=1)
+    if not np.all(np.isfinite(norms)) or np.any(norms == 0):
+        raise ValueError("'sphere' directions must be finite and non-zero.")
+    return atoms / norms[:, None]
+
+
+def shell_labels(bvals: np.ndarray, *, rounding: float = 100.0) -> np.ndarray:
+    """Shell of each volume: b-values rounded to the nearest ``rounding``."""
+    return np.round(np.asarray(bvals, dtype=np.float64) / rounding).astype(np.int64)
+
+
+def canonical_dictionary(bvals, bvecs, atoms, *, diffusivity: float = STICK_DIFFUSIVITY,
+                         centre: str = "median") -> np.ndarray:
+    """D (n_directions, n_atoms): stick signals, minus their median per shell.
+
+    ``D[θ, a] = exp(-b_θ · d · (g_θ · atom_a)²)``, then for every shell and atom
+    the median over that shell's directions is subtracted (as encode's
+    ``feBuildDictionaries``), or with ``centre='mean'`` the mean over all
+    directions (as dipy's ``FiberModel``).
+
+    Parameters
+    ----------
+    bvals : array of shape (n_directions,)
+        Non-zero b-values (s/mm²).
+    bvecs : array of shape (n_directions, 3)
+        Unit gradient directions.
+    atoms : array of shape (n_atoms, 3)
+        Unit stick orientations.
+    diffusivity : float, default=1e-3
+        Axial diffusivity of the stick (mm²/s).
+    centre : {'median', 'mean'}, default='median'
+
+    Returns
+    -------
+    ndarray of shape (n_directions, n_atoms), float64
+    """
+    bvals = np.asarray(bvals, dtype=np.float64)
+    bvecs = np.asarray(bvecs, dtype=np.float64)
+    cos = bvecs @ np.asarray(atoms, dtype=np.float64).T
+    D = np.exp(-bvals[:, None] * diffusivity * cos * cos)
+    if centre == "mean":
+        return D - D.mean(axis=0, keepdims=True)
+    shells = shell_labels(bvals)
+    for s in np.unique(shells):
+        rows = shells == s
+        D[rows] -= np.median(D[rows], axis=0, keepdims=True)
+    return D
+
+
+class _SnapTable:
+    """Nearest-atom lookup on a fine (z, φ) grid of the half-sphere.
+
+    Snapping 10⁸ node tangents against 10³ atoms directly would cost 10¹¹
+    products; the table costs one per grid cell (once) and O(1) per node.
+    Cells are ≤ 0.35° × 0.7° (polar angle × azimuth), far below the atom
+    spacing, so the snapped atom is the nearest one except within a
+    fraction of a degree of a boundary between two atoms.
+    """
+
+    def __init__(self, atoms: np.ndarray, device: torch.device, n_theta: int = 256, n_phi: int = 512):
+        self.n_theta, self.n_phi = n_theta, n_phi
+        theta = (np.arange(n_theta) + 0.5) / n_theta * (np.pi / 2)
+        phi = (np.arange(n_phi) + 0.5) / n_phi * 2 * np.pi - np.pi
+        z, r = np.cos(theta), np.sin(theta)
+        centres = np.stack(
+            [np.outer(r, np.cos(phi)), np.outer(r, np.sin(phi)), np.repeat(z[:, None], n_phi, 1)],
+            axis=-1,
+        ).reshape(-1, 3)
+        from scipy.spatial import cKDTree
+
+        # Nearest stick = nearest of the atoms and their antipodes.
+        both = np.concatenate([atoms, -atoms])
+        _, nearest = cKDTree(both).query(centres)
+        table = torch.as_tensor(nearest % len(atoms), dtype=torch.int64, device=device)
+        self.table = table
+
+    def __call__(self, t: torch.Tensor) -> torch.Tensor:
+        """Atom index of each unit tangent row of ``t`` (n, 3)."""
+        flip = t[:, 2] < 0
+        t = torch.where(flip[:, None], -t, t)
+        theta = torch.acos(t[:, 2].clamp(-1.0, 1.0))
+        zi = (theta * (self.n_theta / (math.pi / 2))).long().clamp_(0, self.n_theta - 1)
+        phi = torch.atan2(t[:, 1], t[:, 0])
+        pi = ((phi + math.pi) * (self.n_phi / (2 * math.pi))).long().clamp_(0, self.n_phi - 1)
+        return self.table[zi * self.n_phi + pi]
+
+
+# --------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------
+@dataclass
+class LiFEModel:
+    """The ENCODE model: Φ, D, S₀, the demeaned signal and their indices.
+
+    Entries of Φ are sorted by (voxel, atom, fibre); ``av_*`` list the
+    distinct (voxel, atom) pairs in that order, ``crow`` their CSR row
+    pointer over voxels. Fibre indices are compact (kept fibres only);
+    ``fibre_index`` maps them to the input streamlines.
+
+    Attributes
+    ----------
+    entry_fibre, entry_av : Tensor of shape (n_entries,), int64
+        Fibre (compact) and (voxel, atom) pair of each Φ entry.
+    entry_value : Tensor of shape (n_entries,)
+        Φ value: share of the fibre's nodes in the voxel with that atom × S₀.
+    av_voxel, av_atom : Tensor of shape (n_pairs,), int64
+        Voxel (compact) and atom of each (voxel, atom) pair.
+    crow : Tensor of shape (n_voxels + 1,), int64
+        Start of each voxel's pairs.
+    dictionary : Tensor of shape (n_directions, n_atoms)
+        D, de-medianed per shell.
+    s0 : Tensor of shape (n_voxels,)
+        Mean b=0 signal per model voxel.
+    signal : Tensor of shape (n_voxels, n_directions)
+        Measured diffusion-weighted signal, demeaned per voxel (b).
+    signal_mean : Tensor of shape (n_voxels,)
+        The per-voxel mean removed from ``signal``.
+    signal_scale : Tensor of shape (n_voxels,)
+        ``signal`` is the measured signal divided by this (1 for 'encode',
+        S₀ for 'dipy'); RMSE and predictions are multiplied back.
+    formulation : str
+    voxels : ndarray of shape (n_voxels, 3), int64
+        Voxel indices (i, j, k) of the model voxels in the dMRI volume.
+    fibre_index : ndarray of shape (n_fibres,), int64
+        Input index of each kept fibre.
+    atoms : ndarray of shape (n_atoms, 3)
+    bvals, bvecs : ndarray
+        b-values and directions of the diffusion-weighted (non-b0) volumes.
+    volume_index : ndarray of int
+        Index of those volumes in the input scan.
+    n_streamlines : int
+        Number of input streamlines.
+    n_dropped_short, n_dropped_outside : int
+        Streamlines dropped for < 2 points, or with no node in the volume/mask.
+    shape : tuple of int
+        Spatial shape of the dMRI volume.
+    affine : ndarray of shape (4, 4)
+    """
+
+    entry_fibre: torch.Tensor
+    entry_av: torch.Tensor
+    entry_value: torch.Tensor
+    av_voxel: torch.Tensor
+    av_atom: torch.Tensor
+    crow: torch.Tensor
+    dictionary: torch.Tensor
+    s0: torch.Tensor
+    signal: torch.Tensor
+    signal_mean: torch.Tensor
+    signal_scale: torch.Tensor
+    formulation: str
+    voxels: np.ndarray
+    fibre_index: np.ndarray
+    atoms: np.ndarray
+    bvals: np.ndarray
+    bvecs: np.ndarray
+    volume_index: np.ndarray
+    n_streamlines: int
+    n_dropped_short: int
+    n_dropped_outside: int
+    shape: tuple
+    affine: np.ndarray
+
+    @property
+    def n_fibres(self) -> int:
+        return len(self.fibre_index)
+
+    @property
+    def n_voxels(self) -> int:
+        return len(self.voxels)
+
+    @property
+    def n_directions(self) -> int:
+        return int(self.dictionary.shape[0])
+
+    @property
+    def n_atoms(self) -> int:
+        return int(self.dictionary.shape[1])
+
+    @property
+    def n_entries(self) -> int:
+        return int(self.entry_value.numel())
+
+    @property
+    def device(self) -> torch.device:
+        return self.entry_value.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.entry_value.dtype
+
+    def entry_voxel(self) -> torch.Tensor:
+        """Voxel (compact) of each Φ entry."""
+        return self.av_voxel[self.entry_av]
+
+    def entry_atom(self) -> torch.Tensor:
+        """Atom of each Φ entry."""
+        return self.av_atom[self.entry_av]
+
+    def to_dense(self) -> np.ndarray:
+        """M as a dense float64 array (n_voxels·n_directions, n_fibres); tests only."""
+        n_dir = self.n_directions
+        M = np.zeros((self.n_voxels * n_dir, self.n_fibres))
+        D = self.dictionary.double().cpu().numpy()
+        v = self.entry_voxel().cpu().numpy()
+        a = self.entry_atom().cpu().numpy()
+        f = self.entry_fibre.cpu().numpy()
+        val = self.entry_value.double().cpu().numpy()
+        for vi, ai, fi, x in zip(v, a, f, val):
+            M[vi * n_dir:(vi + 1) * n_dir, fi] += x * D[:, ai]
+        return M
+
+    def dictionary_for(self, bvals, bvecs) -> torch.Tensor:
+        """D for other gradient directions with this model's atoms."""
+        D = canonical_dictionary(bvals, bvecs, self.atoms,
+                                 centre="median" if self.formulation == "encode" else "mean")
+        return torch.as_tensor(D, dtype=self.dtype, device=self.device)
+
+
+def _check_gradients(bvals, bvecs, n_volumes: int):
+    bvals = np.asarray(bvals, dtype=np.float64).ravel()
+    bvecs = np.asarray(bvecs, dtype=np.float64)
+    if bvecs.ndim == 2 and bvecs.shape[0] == 3 and bvecs.shape[1] != 3:
+        bvecs = bvecs.T
+    if bvals.shape != (n_volumes,):
+        raise ValueError(
+            f"'bvals' must hold one b-value per volume ({n_volumes}); got {bvals.size}."
+        )
+    if bvecs.shape != (n_volumes, 3):
+        raise ValueError(
+            f"'bvecs' must have shape ({n_volumes}, 3) or (3, {n_volumes}); got {bvecs.shape}."
+        )
+    if not np.all(np.isfinite(bvals)):
+        raise ValueError("'bvals' must be finite.")
+    return bvals, bvecs
+
+
+def build_model(
+    data,
+    bvals,
+    bvecs,
+    streamlines: StreamlineArray,
+    *,
+    affine,
+    mask=None,
+    sphere=None,
+    b0_threshold: float = 50.0,
+    formulation: str = "encode",
+    device="auto",
+    dtype="float32",
+    chunk_points: int = 1 << 23,
+) -> LiFEModel:
+    """Build the ENCODE model of a dMRI scan and a tractogram.
+
+    Parameters
+    ----------
+    data : array of shape (X, Y, Z, n_volumes)
+        Diffusion-weighted volumes.
+    bvals : array of shape (n_volumes,)
+    bvecs : array of shape (n_volumes, 3) or (3, n_volumes)
+    streamlines : StreamlineArray
+        Streamlines in RAS+ mm (see :func:`~connscale.life.streamlines.load_streamlines`).
+    affine : array of shape (4, 4)
+        Voxel-to-RAS+ mm affine of ``data``.
+    mask : array of shape (X, Y, Z) or None
+        Nodes outside the mask are ignored.
+    sphere : see :func:`resolve_sphere`
+    b0_threshold : float, default=50
+        Volumes with b ≤ this are b=0 volumes (S₀).
+    formulation : {'encode', 'dipy'}, default='encode'
+        ``'encode'``: Φ value = share of the fibre's nodes in the voxel with
+        that atom × S₀, D de-medianed per shell, b = signal demeaned per
+        voxel (encode / ReAl-LiFE). ``'dipy'``: node signals summed (Φ value
+        = number of nodes), D demeaned by its mean over all directions, b =
+        signal / S₀ demeaned per voxel (dipy's ``FiberModel`` and LiFE 1.0,
+        whose MATLAB results dipy ships), still stored as the compact Φ.
+        RMSE and predictions are in signal units either way.
+    device, dtype : see :func:`connscale.life.fit`
+    chunk_points : int
+        Points processed at once (memory bound of the build).
+
+    Returns
+    -------
+    LiFEModel
+    """
+    dev = resolve_device(device)
+    tdtype = resolve_dtype(dtype)
+    if formulation not in ("encode", "dipy"):
+        raise ValueError(f"'formulation' must be 'encode' or 'dipy'; got {formulation!r}.")
+    data = np.asarray(data)
+    if data.ndim != 4:
+        raise ValueError(f"'dwi' must be a 4-D volume (X, Y, Z, n_volumes); got shape {data.shape}.")
+    shape = tuple(int(s) for s in data.shape[:3])
+    n_vol = data.shape[3]
+    bvals, bvecs = _check_gradients(bvals, bvecs, n_vol)
+    affine = np.asarray(affine, dtype=np.float64)
+    if affine.shape != (4, 4) or not np.all(np.isfinite(affine)) or abs(np.linalg.det(affine[:3, :3])) < 1e-12:
+        raise ValueError(f"'affine' must be an invertible finite (4, 4) matrix; got shape {affine.shape}.")
+    is_b0 = bvals <= b0_threshold
+    if not is_b0.any():
+        raise ValueError(f"The scan has no b=0 volume (b ≤ {b0_threshold}); S₀ is needed.")
+    if is_b0.all():
+        raise ValueError("The scan has no diffusion-weighted volume (all b ≤ b0_threshold).")
+    dw = ~is_b0
+    norms = np.linalg.norm(bvecs[dw], axis=1)
+    if not np.all(np.isfinite(norms)) or np.any(norms < 1e-6):
+        raise ValueError("Diffusion-weighted volumes need finite, non-zero 'bvecs'.")
+    g = bvecs[dw] / norms[:, None]
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.shape != shape:
+            raise ValueError(f"'mask' must have the spatial shape of the dMRI {shape}; got {mask.shape}.")
+        mask = mask.astype(bool)
+
+    atoms = resolve_sphere(sphere)
+    n_atoms = len(atoms)
+    D = canonical_dictionary(bvals[dw], g, atoms, centre="median" if formulation == "encode" else "mean")
+
+    n_streamlines = len(streamlines)
+    lengths = streamlines.lengths
+    too_short = lengths < 2
+    n_vox_total = int(np.prod(shape))
+    F = n_streamlines
+    if n_vox_total * n_atoms * max(F, 1) >= 2**62:
+        raise ValueError(
+            f"Model too large for 64-bit keys: {n_vox_total} voxels × {n_atoms} atoms × {F} streamlines."
+        )
+
+    inv = torch.as_tensor(np.linalg.inv(affine), dtype=torch.float64)
+    R = inv[:3, :3].to(dev, torch.float32)
+    T = inv[:3, 3].to(dev, torch.float32)
+    dims = torch.tensor(shape, device=dev)
+    strides = torch.tensor([shape[1] * shape[2], shape[2], 1], device=dev)
+    mask_flat = torch.as_tensor(mask.ravel(), device=dev) if mask is not None else None
+    snap = _SnapTable(atoms, dev)
+
+    keys_list, counts_list = [], []
+    offsets = streamlines.offsets
+    # Chunk over whole streamlines (a streamline never spans two chunks).
+    bounds = [0]
+    while bounds[-1] < F:
+        start = bounds[-1]
+        stop = int(np.searchsorted(offsets, offsets[start] + chunk_points, side="right")) - 1
+        bounds.append(min(F, max(stop, start + 1)))
+    for c0, c1 in zip(bounds[:-1], bounds[1:]):
+        p0, p1 = int(offsets[c0]), int(offsets[c1])
+        if p1 == p0:
+            continue
+        pts = torch.as_tensor(streamlines.points[p0:p1], dtype=torch.float32).to(dev)
+        lens = torch.as_tensor(lengths[c0:c1], device=dev)
+        fib = torch.repeat_interleave(torch.arange(c0, c1, device=dev), lens)
+        vox = pts @ R.T + T
+        del pts
+        n = vox.shape[0]
+        local_off = torch.as_tensor(offsets[c0:c1 + 1] - p0, device=dev)
+        first = torch.zeros(n, dtype=torch.bool, device=dev)
+        last = torch.zeros(n, dtype=torch.bool, device=dev)
+        nonempty = lens > 0
+        first[local_off[:-1][nonempty]] = True
+        last[local_off[1:][nonempty] - 1] = True
+        nxt = torch.roll(vox, -1, 0)
+        prv = torch.roll(vox, 1, 0)
+        # numpy.gradient along each streamline: one-sided at the ends.
+        tang = torch.where(first[:, None], nxt - vox,
+                           torch.where(last[:, None], vox - prv, 0.5 * (nxt - prv)))
+        del nxt, prv
+        tnorm = torch.linalg.vector_norm(tang, dim=1)
+        ijk = torch.floor(vox + 0.5).long()
+        del vox
+        ok = (tnorm > 0) & torch.all((ijk >= 0) & (ijk < dims), dim=1)
+        ok &= ~torch.as_tensor(too_short[c0:c1], device=dev)[fib - c0]
+        lin = (ijk * strides).sum(1)
+        del ijk
+        if mask_flat is not None:
+            ok &= mask_flat[lin.clamp(0, n_vox_total - 1)]
+        idx = torch.nonzero(ok).squeeze(1)
+        if idx.numel() == 0:
+            continue
+        t = tang[idx] / tnorm[idx, None]
+        atom = snap(t)
+        key = (lin[idx] * n_atoms + atom) * F + fib[idx]
+        del tang, tnorm, lin, fib, t, atom, idx, ok
+        ukey, cnt = torch.unique(key, sorted=True, return_counts=True)
+        keys_list.append(ukey)
+        counts_list.append(cnt)
+        del key
+
+    if not keys_list:
+        raise ValueError(
+            "No streamline has a node inside the dMRI volume"
+            + (" and mask" if mask is not None else "")
+            + "; are the streamlines in RAS+ mm of this image (check the affine)?"
+        )
+    key = torch.cat(keys_list)
+    cnt = torch.cat(counts_list)
+    del keys_list, counts_list
+    key, order = torch.sort(key)
+    cnt = cnt[order]
+    del order
+    fib = key % F
+    va = key // F
+    del key
+    lin = va // n_atoms
+    if formulation == "encode":
+        # Nodes of each (voxel, fibre): value = share of those nodes with this atom.
+        vf = lin * F + fib
+        _, vf_inv = torch.unique(vf, return_inverse=True)
+        del vf
+        n_vf = torch.zeros(int(vf_inv.max()) + 1, dtype=torch.int64, device=dev).index_add_(0, vf_inv, cnt)
+        share = cnt.double() / n_vf[vf_inv].double()
+        del vf_inv, n_vf
+    else:  # 'count': node signals summed, as dipy and LiFE 1.0
+        share = cnt.double()
+    del cnt
+    av_key, entry_av = torch.unique_consecutive(va, return_inverse=True)
+    del va
+    av_atom = av_key % n_atoms
+    av_lin = av_key // n_atoms
+    voxel_lin, av_voxel, per_voxel = torch.unique_consecutive(av_lin, return_inverse=True, return_counts=True)
+    crow = torch.zeros(len(voxel_lin) + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(per_voxel, 0, out=crow[1:])
+    kept, entry_fibre = torch.unique(fib, return_inverse=True)
+    del fib
+
+    # Signal of the model voxels: S₀ from b=0 volumes, b demeaned per voxel.
+    voxel_lin_np = voxel_lin.cpu().numpy()
+    voxels = np.stack(np.unravel_index(voxel_lin_np, shape), axis=1).astype(np.int64)
+    vals = data[voxels[:, 0], voxels[:, 1], voxels[:, 2]].astype(np.float64)
+    s0 = vals[:, is_b0].mean(axis=1)
+    dwv = vals[:, dw]
+    if formulation == "encode":
+        scale = np.ones_like(s0)
+    else:
+        scale = np.where(s0 > 0, s0, 1.0)
+        dwv = dwv / scale[:, None]
+    mean = dwv.mean(axis=1)
+    b = dwv - mean[:, None]
+
+    s0_t = torch.as_tensor(s0, device=dev)
+    if formulation == "encode":
+        value = (share * s0_t[av_voxel[entry_av]]).to(tdtype)
+    else:
+        value = share.to(tdtype)
+    kept_np = kept.cpu().numpy()
+    n_short = int(too_short.sum())
+    n_outside = n_streamlines - n_short - len(kept_np)
+    if len(kept_np) < n_streamlines:
+        warnings.warn(
+            f"{n_streamlines - len(kept_np)} of {n_streamlines} streamlines dropped "
+            f"({n_short} with fewer than 2 points, {n_outside} with no node inside the "
+            "volume/mask); they get weight 0.",
+            stacklevel=2,
+        )
+    return LiFEModel(
+        entry_fibre=entry_fibre,
+        entry_av=entry_av,
+        entry_value=value,
+        av_voxel=av_voxel,
+        av_atom=av_atom,
+        crow=crow,
+        dictionary=torch.as_tensor(D, dtype=tdtype, device=dev),
+        s0=s0_t.to(tdtype),
+        signal=torch.as_tensor(b, dtype=tdtype, device=dev),
+        signal_mean=torch.as_tensor(mean, dtype=tdtype, device=dev),
+        signal_scale=torch.as_tensor(scale, dtype=tdtype, device=dev),
+        formulation=formulation,
+        voxels=voxels,
+        fibre_index=kept_np,
+        atoms=atoms,
+        bvals=bvals[dw],
+        bvecs=g,
+        volume_index=np.flatnonzero(dw),
+        n_streamlines=n_streamlines,
+        n_dropped_short=n_short,
+        n_dropped_outside=n_outside,
+        shape=shape,
+        affine=affine,
+    )

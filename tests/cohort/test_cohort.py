@@ -1,0 +1,212 @@
+"""Cohort runner: inputs, jobs, resume, per-subject errors (serial and local engines)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+
+import h5py
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose, assert_array_equal
+
+from connscale.cohort import check_job_params, find_inputs, run_cohort
+from connscale.fc.pairs import pair_summary, pairwise_dfc
+from connscale.io.timeseries import save_timeseries
+
+N_TIMEPOINTS, N_REGIONS = 40, 5
+PAIRS = {"window_length": 10, "step": 3, "threshold": 0.2}
+
+
+def make_bids(root, subjects=("01", "02", "03"), corrupt=None):
+    """derivatives/sub-XX/func/sub-XX_task-rest_timeseries.tsv (+ a corrupt one)."""
+    rng = np.random.default_rng(7)
+    paths = {}
+    for sub in subjects:
+        path = root / f"sub-{sub}" / "func" / f"sub-{sub}_task-rest_timeseries.tsv"
+        path.parent.mkdir(parents=True)
+        if sub == corrupt:
+            path.write_text("a\tb\n1\tnot-a-number\n")
+        else:
+            save_timeseries(path, rng.standard_normal((N_TIMEPOINTS, N_REGIONS)),
+                            [f"roi{i}" for i in range(N_REGIONS)])
+        paths[sub] = path
+    (root / "dataset_description.json").write_text("{}")
+    return paths
+
+
+def read_h5(path):
+    with h5py.File(path, "r") as h5:
+        data = {}
+        h5.visititems(lambda name, obj: data.__setitem__(name, obj[()])
+                      if isinstance(obj, h5py.Dataset) else None)
+        return data, dict(h5.attrs)
+
+
+def test_find_inputs(tmp_path):
+    paths = make_bids(tmp_path / "deriv")
+    items = find_inputs(tmp_path / "deriv")
+    assert [i.subject for i in items] == ["01", "02", "03"]
+    assert [i.name for i in items] == [f"sub-{s}_task-rest" for s in ("01", "02", "03")]
+    assert find_inputs(str(tmp_path / "deriv" / "sub-0[12]" / "func" / "*.tsv")) == items[:2]
+    assert find_inputs([paths["03"], paths["03"]]) == items[2:]
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    np.save(flat / "scanA.npy", np.zeros((5, 2)))
+    (flat / "notes.txt").write_text("x")
+    [item] = find_inputs(flat)
+    assert (item.name, item.subject) == ("scanA", None)
+
+
+def test_find_inputs_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No input file"):
+        find_inputs(tmp_path / "missing")
+    with pytest.raises(ValueError, match="holds no input"):
+        find_inputs(tmp_path)
+    with pytest.raises(ValueError, match="matches no input"):
+        find_inputs(str(tmp_path / "*.tsv"))
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        np.save(tmp_path / folder / "sub-01_bold.npy", np.zeros((5, 2)))
+    with pytest.raises(ValueError, match="same name"):
+        find_inputs([tmp_path / "a", tmp_path / "b"])
+
+
+def test_job_params():
+    assert check_job_params("pairs", {"window_length": 8})["step"] == 1
+    with pytest.raises(ValueError, match="'job' must be one of"):
+        check_job_params("voxels", {})
+    with pytest.raises(ValueError, match="needs 'window_length'"):
+        check_job_params("pairs", {})
+    with pytest.raises(ValueError, match="Unknown parameter"):
+        check_job_params("fc", {"window_length": 8})
+    with pytest.raises(ValueError, match="'threshold' must lie in"):
+        check_job_params("pairs", {"window_length": 8, "threshold": 3})
+
+
+def test_pairs_job_outputs(tmp_path):
+    paths = make_bids(tmp_path / "deriv")
+    report = run_cohort(tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS,
+                        engine="serial", verbose=0)
+    assert report.n_ok == 3 and report.n_failed == 0
+    for sub, path in paths.items():
+        data, attrs = read_h5(tmp_path / "out" / f"sub-{sub}" / f"sub-{sub}_task-rest_pairs.h5")
+        x = np.loadtxt(path, skiprows=1)
+        expected = pairwise_dfc(x[None], 10, 3, device="cpu")
+        assert_allclose(data["courses"], expected.courses[0], atol=1e-6)
+        assert_array_equal(data["pairs"], expected.pairs)
+        assert_array_equal(data["window_onsets"], expected.window_onsets)
+        summary = pair_summary(expected.courses, threshold=0.2)
+        assert_allclose(data["summary/mean"], summary.mean[0], atol=1e-6)
+        assert_allclose(data["summary/fraction_above"], summary.fraction_above[0])
+        assert list(data["labels"].astype(str)) == [f"roi{i}" for i in range(N_REGIONS)]
+        assert attrs["window_length"] == 10 and attrs["step"] == 3
+    saved = json.loads(report.report_path.read_text())
+    assert saved["counts"] == {"ok": 3, "skipped": 0, "error": 0}
+
+
+def test_fc_job(tmp_path):
+    from connscale.io.hdf5 import load_relmat
+
+    paths = make_bids(tmp_path / "deriv", subjects=("01",))
+    run_cohort(tmp_path / "deriv", "fc", tmp_path / "out", engine="serial",
+               params={"dtype": "float64"}, verbose=0)
+    relmat, attrs = load_relmat(tmp_path / "out" / "sub-01" /
+                                "sub-01_task-rest_meas-PearsonCorrelation_relmat.h5")
+    x = np.loadtxt(paths["01"], skiprows=1)
+    assert_allclose(relmat, np.corrcoef(x.T)[np.triu_indices(N_REGIONS, 1)], atol=1e-12)
+    assert attrs["kind"] == "triu"
+
+
+def test_dfc_job(tmp_path):
+    from connscale import dynamic_correlation, load_dynamic
+
+    paths = make_bids(tmp_path / "deriv", subjects=("01", "02"))
+    params = {"window_length": 12, "step": 5, "kind": "sparse", "threshold": 0.3}
+    report = run_cohort(tmp_path / "deriv", "dfc", tmp_path / "out", params=params,
+                        engine="serial", verbose=0)
+    assert report.n_ok == 2
+    output = tmp_path / "out" / "sub-02" / "sub-02_task-rest_dfc.h5"
+    stored = load_dynamic(output)
+    expected = dynamic_correlation(np.loadtxt(paths["02"], skiprows=1), 12, 5, kind="sparse",
+                                   threshold=0.3, device="cpu")
+    assert len(stored) == len(expected) == (N_TIMEPOINTS - 12) // 5 + 1
+    for k in range(len(expected)):
+        assert_allclose(stored.to_dense(k), expected.to_dense(k), atol=1e-6)
+    stored.close()
+    again = run_cohort(tmp_path / "deriv", "dfc", tmp_path / "out", params=params,
+                       engine="serial", verbose=0)
+    assert again.n_skipped == 2
+    # Other parameters: redone (the old file is replaced, not refused).
+    other = run_cohort(tmp_path / "deriv", "dfc", tmp_path / "out",
+                       params={"window_length": 10}, engine="serial", verbose=0)
+    assert other.n_ok == 2
+    with pytest.raises(ValueError, match="needs a 'rank'"):
+        check_job_params("dfc", {"window_length": 10, "kind": "lowrank"})
+
+
+def test_corrupt_input_is_reported_and_others_kept(tmp_path):
+    make_bids(tmp_path / "deriv", subjects=("01", "02", "03", "04"), corrupt="02")
+    report = run_cohort(tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS,
+                        engine="local", n_jobs=2, batch_size=2, verbose=0)
+    assert (report.n_ok, report.n_failed) == (3, 1)
+    failed = [r for r in report.records if r["status"] == "error"]
+    assert failed[0]["subject"] == "02" and "numeric" in failed[0]["error"]
+    with open(report.errors_path, newline="") as fh:
+        rows = list(csv.DictReader(fh, delimiter="\t"))
+    assert [(r["subject"], r["name"]) for r in rows] == [("02", "sub-02_task-rest")]
+    for sub in ("01", "03", "04"):
+        assert (tmp_path / "out" / f"sub-{sub}" / f"sub-{sub}_task-rest_pairs.h5").exists()
+    assert not (tmp_path / "out" / "sub-02" / "sub-02_task-rest_pairs.h5").exists()
+    # Fixing the input and re-running does only the failed scan.
+    make_bids(tmp_path / "fixed", subjects=("02",))
+    os.replace(tmp_path / "fixed" / "sub-02" / "func" / "sub-02_task-rest_timeseries.tsv",
+               tmp_path / "deriv" / "sub-02" / "func" / "sub-02_task-rest_timeseries.tsv")
+    again = run_cohort(tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS,
+                       engine="serial", verbose=0)
+    assert (again.n_ok, again.n_skipped, again.n_failed) == (1, 3, 0)
+    assert again.errors_path.read_text().splitlines() == ["subject\tname\tinput\terror"]
+
+
+def test_resume_after_crash(tmp_path):
+    make_bids(tmp_path / "deriv", subjects=("01", "02", "03"))
+    out = tmp_path / "out"
+    first = run_cohort(tmp_path / "deriv", "pairs", out, params=PAIRS, engine="serial", verbose=0)
+    outputs = [first.records[i]["output"] for i in range(3)]
+    reference = [read_h5(p)[0]["courses"] for p in outputs]
+    # Simulate a crash: scan 02's output never got renamed into place,
+    # a partial temporary file is left, scan 03 was never started.
+    os.remove(outputs[1])
+    os.remove(outputs[2])
+    partial = out / "sub-02" / ".sub-02_task-rest_pairs.h5.abc123.tmp"
+    partial.write_bytes(b"\x89HDF partial")
+    stamp = os.stat(outputs[0]).st_mtime_ns
+    resumed = run_cohort(tmp_path / "deriv", "pairs", out, params=PAIRS, engine="serial",
+                         verbose=0)
+    assert [r["status"] for r in resumed.records] == ["skipped", "ok", "ok"]
+    # The device does not change what is computed: still complete.
+    moved = run_cohort(tmp_path / "deriv", "pairs", out, params={**PAIRS, "device": "auto"},
+                       engine="serial", verbose=0)
+    assert moved.n_skipped == 3
+    assert os.stat(outputs[0]).st_mtime_ns == stamp
+    assert not partial.exists()
+    for path, expected in zip(outputs, reference):
+        assert_array_equal(read_h5(path)[0]["courses"], expected)
+    # Other parameters: the outputs are redone, not skipped.
+    changed = run_cohort(tmp_path / "deriv", "pairs", out, params={**PAIRS, "step": 2},
+                         engine="serial", verbose=0)
+    assert changed.n_ok == 3
+    assert read_h5(outputs[0])[0]["courses"].shape[1] == (N_TIMEPOINTS - 10) // 2 + 1
+
+
+def test_nifti_needs_atlas_or_mask(tmp_path):
+    nib = pytest.importorskip("nibabel")
+    img = nib.Nifti1Image(np.random.default_rng(0).standard_normal((3, 3, 3, 12)), np.eye(4))
+    path = tmp_path / "sub-05" / "func" / "sub-05_task-rest_bold.nii.gz"
+    path.parent.mkdir(parents=True)
+    img.to_filename(path)
+    report = run_cohort(tmp_path, "pairs", tmp_path / "out", params={"window_length": 4},
+                        engine="serial", verbose=0)
+    assert report.records[0]["subject"] == "05"
+    assert "give an 'atlas'" in report.records[0]["error"]
