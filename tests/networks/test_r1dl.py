@@ -182,6 +182,8 @@ def test_convergence_warning_and_iterations(planted):
     (dict(n_init=0), "'n_init' must be >= 1"),
     (dict(dtype="int8"), "'dtype' must be"),
     (dict(device="tpu"), "'device' must be"),
+    (dict(cluster="tcp://host:8786"), "'cluster' is only used by the 'dask' and 'spark'"),
+    (dict(block_size=0), "'block_size' must be >= 1"),
 ])
 def test_bad_parameters(planted, kwargs, match):
     args = dict(n_atoms=2, sparsity=10)

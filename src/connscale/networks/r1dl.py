@@ -379,6 +379,11 @@ def r1dl(
 
     if not isinstance(backend, Engine):
         check_option(backend, "backend", _BACKENDS)
+        if backend == "local" and cluster is not None:
+            raise ValueError(
+                "'cluster' is only used by the 'dask' and 'spark' backends; got "
+                f"cluster={cluster!r} with backend='local'."
+            )
     torch_dtype = resolve_dtype(dtype)
     if block_size is not None:
         block_size = check_int(block_size, "block_size", minimum=1)
