@@ -21,11 +21,13 @@ from connscale.fc import (
 from connscale.cohort import run_cohort
 from connscale.engines import get_engine
 from connscale.io import load_relmat, load_timeseries
+from connscale.networks import R1DL, match_networks, r1dl, spatial_similarity
 from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 
 __all__ = [
     "ConstantSeriesWarning",
     "DynamicConnectivity",
+    "R1DL",
     "__version__",
     "correlation",
     "cross_validate",
@@ -37,11 +39,14 @@ __all__ = [
     "load_features",
     "load_relmat",
     "load_timeseries",
+    "match_networks",
     "matrix_to_vec",
     "n_pairs",
     "pair_summary",
     "pairwise_dfc",
+    "r1dl",
     "run_cohort",
+    "spatial_similarity",
     "to_nilearn_vec",
     "triu_index",
     "triu_pairs",

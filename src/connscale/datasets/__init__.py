@@ -10,6 +10,7 @@ from connscale.datasets.bundled import (
     nitime_roi_path,
 )
 from connscale.datasets.cohort import Cohort, simulate_cohort
+from connscale.datasets.networks import simulate_networks
 from connscale.datasets.phantom import LiFEPhantom, simulate_life_phantom
 from connscale.datasets.simulate import simulate_timeseries
 
@@ -25,5 +26,6 @@ __all__ = [
     "nitime_roi_path",
     "simulate_cohort",
     "simulate_life_phantom",
+    "simulate_networks",
     "simulate_timeseries",
 ]

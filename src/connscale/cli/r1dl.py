@@ -1,0 +1,210 @@
+"""``connscale r1dl``: functional networks by rank-1 dictionary learning.
+
+Input: a 4-D NIfTI (with ``--mask``; without one nilearn computes a mask) or
+a T x P matrix as ``.npy`` (memory-mapped) or TSV/CSV. Outputs in ``--out``:
+
+* ``r1dl_maps.nii.gz`` (4-D, through the mask; NIfTI input only) and
+  ``r1dl_loadings.npz`` (scipy.sparse CSR, K x P) always;
+* ``r1dl_timecourses.tsv`` (T x K);
+* ``r1dl_iterations.tsv`` and ``r1dl_iterations.json`` (updates per atom);
+* ``r1dl_networks.png``, a figure of the first networks;
+* ``r1dl_log.json``, the run record.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging
+from connscale.io._atomic import atomic_path, write_json_atomic, write_text_atomic
+
+logger = logging.getLogger("connscale")
+
+_N_FIGURE = 4
+
+
+def _sparsity(text: str):
+    """'0.07' -> 0.07 (a fraction), '500' -> 500 (a count)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if value.is_integer() and not any(c in text for c in ".eE"):
+        return int(value)
+    return value
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "r1dl",
+        help="Functional networks by rank-1 dictionary learning (r1DL / D-r1DL).",
+        description=(
+            "Learn K sparse functional networks (spatial maps and time courses) "
+            "from a 4-D NIfTI through a mask, or from a T x P matrix (.npy, TSV, "
+            "CSV), locally (CPU/GPU, streamed from disk when S exceeds memory) "
+            "or on a Dask or Spark cluster."
+        ),
+    )
+    parser.add_argument("input", type=Path, help="4-D NIfTI, or T x P .npy / .tsv / .csv.")
+    parser.add_argument("--mask", type=Path, default=None, help="Brain mask NIfTI.")
+    parser.add_argument("--atoms", "-k", type=int, required=True, help="Number of networks K.")
+    parser.add_argument("--sparsity", "-r", type=_sparsity, required=True,
+                        help="Voxels per network: a count (e.g. 500) or a fraction (e.g. 0.07).")
+    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    parser.add_argument("--backend", default="local", choices=["local", "dask", "spark"])
+    parser.add_argument("--cluster", default=None, metavar="ADDRESS",
+                        help="Dask scheduler address or Spark master URL (default: local).")
+    parser.add_argument("--seed", type=int, default=None, help="Random seed.")
+    parser.add_argument("--tol", type=float, default=0.01, help="Convergence tolerance.")
+    parser.add_argument("--max-iter", type=int, default=100, help="Most updates per atom.")
+    parser.add_argument("--selection", default="magnitude", choices=["magnitude", "signed"])
+    parser.add_argument("--no-standardize", dest="standardize", action="store_false",
+                        help="Do not make voxel columns zero-mean, unit-norm.")
+    parser.add_argument("--n-init", type=int, default=1, help="Random starts per atom.")
+    parser.add_argument("--block-size", type=int, default=None,
+                        help="Voxels per streamed / cluster block.")
+    add_compute_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+def _load_input(args):
+    """Return (S or a .npy path for r1dl, masker or None, mean image or None)."""
+    from connscale.io.nifti import is_nifti, load_masked
+    from connscale.io.timeseries import load_timeseries
+
+    path = args.input
+    if not path.exists():
+        raise FileNotFoundError(f"input not found: {path}")
+    if is_nifti(path):
+        from nilearn.image import mean_img
+
+        S, masker = load_masked(path, mask=args.mask)
+        return S, masker, mean_img(str(path))
+    if args.mask is not None:
+        raise ValueError(f"--mask applies to NIfTI input only; got {path.name}.")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return str(path), None, None  # memory-mapped by r1dl, never loaded whole
+    if suffix in (".tsv", ".csv", ".txt"):
+        return load_timeseries(path)[0], None, None
+    raise ValueError(
+        f"INPUT must be a 4-D NIfTI (.nii/.nii.gz) or a T x P .npy, .tsv or .csv file; "
+        f"got {path.name}."
+    )
+
+
+def _write_outputs(args, record: RunRecord, result, masker) -> None:
+    import scipy.sparse as sp
+
+    out = args.out
+    K = result.dictionary.shape[1]
+    names = [f"network_{k:03d}" for k in range(K)]
+
+    npz = out / "r1dl_loadings.npz"
+    with atomic_path(npz) as tmp, open(tmp, "wb") as fh:
+        sp.save_npz(fh, result.loadings)
+    record.add_output(npz)
+
+    if masker is not None:
+        maps = masker.inverse_transform(result.loadings.toarray())
+        nii = out / "r1dl_maps.nii.gz"
+        with atomic_path(nii) as tmp:
+            tmp.write_bytes(gzip.compress(maps.to_bytes(), compresslevel=6))
+        record.add_output(nii)
+
+    buf = io.StringIO()
+    np.savetxt(buf, result.dictionary, delimiter="\t", header="\t".join(names),
+               comments="", fmt="%.8g")
+    tc = write_text_atomic(out / "r1dl_timecourses.tsv", buf.getvalue())
+    record.add_output(tc)
+
+    nnz = np.diff(result.loadings.indptr)
+    lines = ["network\tn_iter\tconverged\tn_voxels"]
+    lines += [f"{names[k]}\t{result.n_iter[k]}\t{str(bool(result.converged[k])).lower()}\t"
+              f"{nnz[k]}" for k in range(K)]
+    it_tsv = write_text_atomic(out / "r1dl_iterations.tsv", "\n".join(lines) + "\n")
+    summary = {
+        "n_atoms": K,
+        "sparsity": result.sparsity,
+        "mean_iterations": result.mean_iterations,
+        "n_iter": result.n_iter.tolist(),
+        "converged": result.converged.tolist(),
+        "info": result.info,
+    }
+    it_json = write_json_atomic(out / "r1dl_iterations.json", summary)
+    record.add_output(it_tsv)
+    record.add_output(it_json)
+    record.results.update({k: summary[k] for k in ("n_atoms", "sparsity", "mean_iterations")})
+    record.results["n_converged"] = int(result.converged.sum())
+    record.results.update({f"info_{k}": v for k, v in result.info.items()})
+
+
+def _figure(args, record: RunRecord, result, masker, background) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = min(_N_FIGURE, result.dictionary.shape[1])
+    fig, axes = plt.subplots(n, 2, figsize=(11, 2.4 * n), squeeze=False,
+                             gridspec_kw={"width_ratios": [1.4, 1]})
+    maps_img = None
+    if masker is not None:
+        maps_img = masker.inverse_transform(result.loadings[:n].toarray())
+    for k in range(n):
+        ax_t, ax_m = axes[k]
+        ax_t.plot(result.dictionary[:, k], lw=1)
+        ax_t.set_ylabel(f"network {k}")
+        ax_t.set_xlabel("time point" if k == n - 1 else "")
+        if maps_img is not None:
+            from nilearn import image, plotting
+
+            plotting.plot_stat_map(image.index_img(maps_img, k), bg_img=background,
+                                   axes=ax_m, display_mode="z", cut_coords=3,
+                                   colorbar=False, annotate=False, draw_cross=False)
+        else:
+            row = result.loadings[k]
+            ax_m.vlines(row.indices, 0, row.data, lw=0.6)
+            ax_m.set_xlim(0, result.loadings.shape[1])
+            ax_m.set_xlabel("voxel" if k == n - 1 else "")
+    axes[0][0].set_title("time course")
+    axes[0][1].set_title("spatial map")
+    fig.tight_layout()
+    path = args.out / "r1dl_networks.png"
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        fig.savefig(fh, format="png", dpi=90)
+    plt.close(fig)
+    record.add_figure(path)
+
+
+def run(args) -> int:
+    from connscale.networks.r1dl import r1dl
+
+    configure_logging(args.verbose)
+    parameters = {k: v for k, v in vars(args).items() if k != "func"}
+    record = RunRecord("r1dl", args.out, parameters)
+    with record.timer("load"):
+        S, masker, background = _load_input(args)
+    with record.timer("r1dl"):
+        result = r1dl(
+            S, args.atoms, args.sparsity, tol=args.tol, max_iter=args.max_iter,
+            selection=args.selection, standardize=args.standardize, n_init=args.n_init,
+            backend=args.backend, cluster=args.cluster, device=args.device, dtype=args.dtype,
+            random_state=args.seed, block_size=args.block_size,
+            memory_limit=args.memory_limit, verbose=args.verbose,
+        )
+    record.device = result.info.get("device", result.info.get("backend"))
+    with record.timer("write"):
+        _write_outputs(args, record, result, masker)
+    with record.timer("figure"):
+        _figure(args, record, result, masker, background)
+    log = record.finish("r1dl")
+    logger.info("r1dl: %d networks, mean %.2f updates per atom; outputs in %s (%s)",
+                result.dictionary.shape[1], result.mean_iterations, args.out, log.name)
+    return 0

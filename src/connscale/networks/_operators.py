@@ -1,0 +1,321 @@
+"""Block operators: the two passes over S that r1DL needs, per backend.
+
+Every operator answers two questions about the residual's source S (T x P),
+never modifying S:
+
+* ``top_r(u, deflation, r, selection)``: the exact global top-r of
+  ``y = Sᵀu - Vᵀ(Uᵀu)`` as (sorted voxel indices, values);
+* ``matvec(idx, values)``: ``Sv`` for that sparse v, a (T,) vector.
+
+The deflation term arrives as ``(voxel indices, weights)`` with repeated
+indices (one entry per stored loading of a previous atom, weighted by
+``Uᵀu``), O(K·r) in size.
+
+:class:`ResidentOperator` keeps Sᵀ (P x T, standardised) on the device: one
+GEMV per ``top_r`` and a gather of r rows per ``matvec``.
+:class:`StreamedOperator` streams column blocks from a memory-mapped file or
+host array, overlapping the next block's host-to-device copy with compute on
+CUDA. :class:`EngineOperator` runs the block functions of
+:mod:`connscale.networks._blocks` through a :class:`connscale.engines.Engine`.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from connscale._compute.buffers import PinnedBufferPool
+from connscale._compute.device import numpy_dtype
+from connscale.networks import _blocks
+
+
+def standardize_torch(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Columns of a (T, w) block zero-mean and unit-norm, in float64 (constant -> 0)."""
+    x = x.to(torch.float64)
+    x = x - x.mean(dim=0)
+    norm = torch.linalg.vector_norm(x, dim=0)
+    norm = torch.where(norm == 0, torch.ones_like(norm), norm)
+    return (x / norm).to(dtype)
+
+
+def select_top_r(y: torch.Tensor, r: int, selection: str):
+    """Exact top-r of ``y`` (by magnitude or signed value): sorted indices, values."""
+    if r < y.numel():
+        score = y.abs() if selection == "magnitude" else y
+        if y.device.type == "cpu":
+            # introselect: several times faster than torch.topk on the CPU
+            part = np.argpartition(-score.numpy(), r - 1)[:r]
+            part.sort()
+            idx = torch.from_numpy(part)
+        else:
+            _, idx = torch.topk(score, r, sorted=False)
+            idx, _ = torch.sort(idx)
+    else:
+        idx = torch.arange(y.numel(), device=y.device)
+    values = y[idx]
+    if selection == "signed":
+        values = values.clamp(min=0)
+    return idx, values
+
+
+def _apply_deflation(y: torch.Tensor, deflation) -> None:
+    if deflation is not None:
+        index, weight = deflation
+        y.index_add_(0, index, weight, alpha=-1)
+
+
+def _prepare(columns: np.ndarray, device, dtype, standardize: bool) -> torch.Tensor:
+    columns = np.ascontiguousarray(columns)
+    if not columns.flags.writeable:  # a read-only memory map: never hand torch a view
+        columns = columns.copy()
+    block = torch.from_numpy(columns).to(device)
+    if standardize:
+        return standardize_torch(block, dtype)
+    return block.to(dtype)
+
+
+def _check_finite(block: torch.Tensor, start: int) -> None:
+    if not bool(torch.isfinite(block).all()):
+        raise ValueError(
+            f"S contains NaN or infinite values in the voxel block starting at column "
+            f"{start}; clean them first."
+        )
+
+
+class ResidentOperator:
+    """Sᵀ (P x T, standardised) held on the device, built block by block."""
+
+    mode = "resident"
+
+    def __init__(self, source: _blocks.ColumnSource, *, device: torch.device,
+                 dtype: torch.dtype, standardize: bool, block_size: int) -> None:
+        n_timepoints, n_voxels = source.shape
+        self.shape = (n_timepoints, n_voxels)
+        self.device, self.dtype = device, dtype
+        self.St = torch.empty((n_voxels, n_timepoints), dtype=dtype, device=device)
+        bounds = _blocks.block_bounds(n_voxels, block_size)
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            block = _prepare(source.read(int(a), int(b)), device, dtype, standardize)
+            if source.kind != "array":
+                _check_finite(block, int(a))
+            self.St[a:b] = block.T
+        self.n_blocks = len(bounds) - 1
+
+    def top_r(self, u, deflation, r, selection):
+        y = torch.mv(self.St, u)
+        _apply_deflation(y, deflation)
+        return select_top_r(y, r, selection)
+
+    def matvec(self, idx, values):
+        return values @ self.St.index_select(0, idx)
+
+    def close(self) -> None:
+        self.St = None
+
+
+def column_stats(source: _blocks.ColumnSource, bounds, device: torch.device):
+    """Per-voxel mean and 1 / centred norm (0 for constant voxels), float64,
+    from one pass over S in column blocks."""
+    n_voxels = source.shape[1]
+    mean = torch.empty(n_voxels, dtype=torch.float64, device=device)
+    inv_norm = torch.empty(n_voxels, dtype=torch.float64, device=device)
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        x = torch.from_numpy(np.array(source.read(a, b), dtype=np.float64)).to(device)
+        _check_finite(x, a)
+        m = x.mean(dim=0)
+        x -= m
+        norm = (x * x).sum(dim=0).sqrt_()
+        mean[a:b] = m
+        inv_norm[a:b] = torch.where(norm == 0, torch.zeros_like(norm), 1.0 / norm)
+    return mean, inv_norm
+
+
+class StreamedOperator:
+    """Column blocks streamed from host memory or a memory-mapped file.
+
+    Standardisation uses per-voxel statistics computed once (float64) and is
+    applied in place to preallocated buffers, so a pass allocates nothing.
+    On CUDA the next block is read into a pinned staging buffer and copied on
+    a side stream while the current block is computed (double buffering);
+    on the CPU blocks are read and computed in turn.
+    """
+
+    mode = "streamed"
+
+    def __init__(self, source: _blocks.ColumnSource, *, device: torch.device,
+                 dtype: torch.dtype, standardize: bool, block_size: int) -> None:
+        n_timepoints, n_voxels = source.shape
+        self.source = source
+        self.shape = (n_timepoints, n_voxels)
+        self.device, self.dtype = device, dtype
+        self.standardize = standardize
+        self.bounds = _blocks.block_bounds(n_voxels, block_size)
+        self.n_blocks = len(self.bounds) - 1
+        width = int(np.diff(self.bounds).max())
+        n_elements = n_timepoints * width
+        self._checked = source.kind == "array"
+        if standardize:
+            mean, inv_norm = column_stats(source, self.bounds, device)
+            self._mean, self._inv = mean.to(dtype), inv_norm.to(dtype)
+            self._checked = True
+        self._y = torch.empty(n_voxels, dtype=dtype, device=device)
+        self._bounds_t = torch.as_tensor(self.bounds, device=device)
+        self._work = torch.empty(n_elements, dtype=dtype, device=device)
+        if device.type == "cuda":
+            host_dtype = torch.float64 if source.dtype == np.float64 else torch.float32
+            self._pool = PinnedBufferPool(2, n_elements, host_dtype, device)
+            self._dev = [torch.empty(n_elements, dtype=host_dtype, device=device)
+                         for _ in range(2)]
+            self._copy_stream = torch.cuda.Stream(device)
+            self._ready = [torch.cuda.Event() for _ in range(2)]
+            self._done = [torch.cuda.Event() for _ in range(2)]
+            self._used = [False, False]
+            # Reading the memory map into pinned memory is the slow step
+            # (page faults, one core ~5 GB/s): split it over threads (numpy
+            # releases the GIL while copying).
+            n_threads = min(8, os.cpu_count() or 1) if source.kind in ("npy", "array") else 1
+            self._row_chunks = np.array_split(np.arange(n_timepoints), n_threads)
+            self._executor = (ThreadPoolExecutor(n_threads, thread_name_prefix="r1dl-stage")
+                              if n_threads > 1 else None)
+
+    # -- block iteration ---------------------------------------------------
+    def _finish(self, raw: torch.Tensor, a: int, b: int) -> torch.Tensor:
+        """Standardise (in place, into a work buffer when the dtype differs)."""
+        if raw.dtype == self.dtype:
+            block = raw
+        else:
+            block = self._work[: raw.numel()].view(raw.shape)
+            block.copy_(raw)
+        if self.standardize:
+            block.sub_(self._mean[a:b]).mul_(self._inv[a:b])
+        elif not self._checked:
+            _check_finite(block, a)
+        return block
+
+    def _blocks(self):
+        if self.device.type == "cuda":
+            yield from self._blocks_cuda()
+        else:
+            n_timepoints = self.shape[0]
+            for a, b in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist()):
+                block = self._work[: n_timepoints * (b - a)].view(n_timepoints, b - a)
+                np.copyto(block.numpy(), self.source.read(a, b), casting="unsafe")
+                yield a, b, self._finish(block, a, b)
+        self._checked = True
+
+    def _stage(self, slot: int, a: int, b: int) -> None:
+        n_timepoints = self.shape[0]
+        width = b - a
+        index, host = self._pool.acquire()
+        host_view = host[: n_timepoints * width].view(n_timepoints, width)
+        dst, src = host_view.numpy(), self.source.read(a, b)
+        if self._executor is None:
+            np.copyto(dst, src, casting="unsafe")
+        else:
+            def copy_rows(rows):
+                if rows.size:
+                    np.copyto(dst[rows[0]:rows[-1] + 1], src[rows[0]:rows[-1] + 1],
+                              casting="unsafe")
+
+            list(self._executor.map(copy_rows, self._row_chunks))
+        with torch.cuda.stream(self._copy_stream):
+            if self._used[slot]:
+                self._copy_stream.wait_event(self._done[slot])
+            dev_view = self._dev[slot][: n_timepoints * width].view(n_timepoints, width)
+            dev_view.copy_(host_view, non_blocking=True)
+            self._ready[slot].record(self._copy_stream)
+        self._pool.record(index, self._copy_stream)
+        self._used[slot] = True
+
+    def _blocks_cuda(self):
+        n_timepoints = self.shape[0]
+        compute = torch.cuda.current_stream(self.device)
+        pairs = list(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist()))
+        self._stage(0, *pairs[0])
+        for i, (a, b) in enumerate(pairs):
+            slot = i % 2
+            compute.wait_event(self._ready[slot])
+            raw = self._dev[slot][: n_timepoints * (b - a)].view(n_timepoints, b - a)
+            yield a, b, self._finish(raw, a, b)
+            self._done[slot].record(compute)
+            if i + 1 < len(pairs):
+                self._stage((i + 1) % 2, *pairs[i + 1])
+
+    # -- the two passes ------------------------------------------------------
+    def top_r(self, u, deflation, r, selection):
+        y = self._y
+        for a, b, block in self._blocks():
+            torch.mv(block.T, u, out=y[a:b])
+        y = y.clone() if deflation is not None else y
+        _apply_deflation(y, deflation)
+        return select_top_r(y, r, selection)
+
+    def matvec(self, idx, values):
+        cuts = torch.searchsorted(idx, self._bounds_t).tolist()
+        acc = torch.zeros(self.shape[0], dtype=torch.float64, device=self.device)
+        for i, (a, _, block) in enumerate(self._blocks()):
+            lo, hi = cuts[i], cuts[i + 1]
+            if hi > lo:
+                cols = block.index_select(1, idx[lo:hi] - a)
+                acc += torch.mv(cols, values[lo:hi]).to(torch.float64)
+        return acc.to(self.dtype)
+
+    def close(self) -> None:
+        self._y = None
+        self._work = None
+        executor = getattr(self, "_executor", None)
+        if executor is not None:
+            executor.shutdown(wait=True)
+            self._executor = None
+
+
+class EngineOperator:
+    """Voxel blocks loaded and kept by an engine's workers.
+
+    The driver broadcasts u and the sparse deflation term, gathers each
+    block's top-r candidates and merges them exactly; Sv is a tree sum of
+    the blocks' parts. Driver vectors are CPU tensors.
+    """
+
+    mode = "engine"
+
+    def __init__(self, engine, loader, shape, n_blocks: int, *, dtype: torch.dtype) -> None:
+        self.engine = engine
+        self.shape = tuple(shape)
+        self.device = torch.device("cpu")
+        self.dtype = dtype
+        self.n_blocks = n_blocks
+        self.blocks = engine.load_blocks(loader, n_blocks)
+
+    def top_r(self, u, deflation, r, selection):
+        n_voxels = self.shape[1]
+        if deflation is None:
+            corr_idx = np.empty(0, dtype=np.int64)
+            corr_val = np.empty(0, dtype=np.float64)
+        else:
+            index, weight = deflation
+            dense = torch.zeros(n_voxels, dtype=torch.float64)
+            dense.index_add_(0, index, weight.to(torch.float64))
+            nz = torch.nonzero(dense).ravel()
+            corr_idx, corr_val = nz.numpy(), dense[nz].numpy()
+        u_np = u.detach().cpu().numpy()
+        parts = self.engine.map_blocks(self.blocks, _blocks.block_candidates, u_np,
+                                       corr_idx, corr_val, int(r), selection)
+        idx = np.concatenate([p[0] for p in parts])
+        values = np.concatenate([p[1] for p in parts])
+        idx, values = _blocks.merge_candidates(idx, values, int(r), selection)
+        return (torch.from_numpy(idx),
+                torch.from_numpy(np.ascontiguousarray(values, dtype=numpy_dtype(self.dtype))))
+
+    def matvec(self, idx, values):
+        su = self.engine.sum_blocks(self.blocks, _blocks.block_matvec, idx.numpy(),
+                                    values.numpy())
+        return torch.as_tensor(np.asarray(su), dtype=self.dtype)
+
+    def close(self) -> None:
+        if self.blocks is not None:
+            self.engine.release(self.blocks)
+            self.blocks = None

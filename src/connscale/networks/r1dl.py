@@ -1,0 +1,578 @@
+"""Rank-1 dictionary learning of functional networks (r1DL / D-r1DL).
+
+S (T x P; time points x voxels) is approximated as ``Σₖ uₖ vₖᵀ`` with
+``‖uₖ‖ = 1`` and ``‖vₖ‖₀ <= r`` (Li, Makkie et al., KDD 2016, Eq. 1-3). For
+each atom, from a seeded random unit u, alternate
+
+* ``v = top_r(Sᵀu - Vᵀ(Uᵀu))`` (the l0-constrained least-squares v),
+* ``u = (Sv - U(Vv)) / ‖Sv - U(Vv)‖``,
+
+until ``‖u_new - u‖ < tol`` or ``max_iter``. Deflation ``S <- S - u vᵀ`` is
+implicit (the ``U``, ``V`` terms, O(K·r) per step), so S is only read:
+it can sit on the GPU, in a memory-mapped file streamed block by block, or
+on the workers of a Dask or Spark cluster. Every backend runs the same
+driver (:func:`_learn_atoms`) against a block operator
+(:mod:`connscale.networks._operators`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+import warnings
+from dataclasses import dataclass, field
+from numbers import Integral, Real
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from connscale._compute.device import (
+    numpy_dtype,
+    resolve_device,
+    resolve_dtype,
+    synchronize,
+)
+from connscale._compute.memory import memory_budget
+from connscale._docs import fill_doc
+from connscale._validation import check_int, check_option, check_random_state
+from connscale.networks import _blocks
+from connscale.networks._operators import (
+    EngineOperator,
+    ResidentOperator,
+    StreamedOperator,
+)
+
+_BACKENDS = ("local", "dask", "spark")
+_SELECTIONS = ("magnitude", "signed")
+# Bytes per streamed or loaded block when block_size is not given.
+_BLOCK_BYTES = 64 * 1024**2
+
+
+class ConvergenceWarning(UserWarning):
+    """An atom reached ``max_iter`` before ``‖u_new - u‖ < tol``."""
+
+
+@dataclass
+class R1DLResult:
+    """What :func:`r1dl` returns.
+
+    Attributes
+    ----------
+    dictionary : ndarray of shape (n_timepoints, n_atoms)
+        Unit-norm time courses uₖ (columns).
+    loadings : scipy.sparse.csr_matrix of shape (n_atoms, n_voxels)
+        Sparse spatial maps vₖ (rows), at most r non-zeros each.
+    n_iter : ndarray of int, shape (n_atoms,)
+        Alternating updates per atom.
+    converged : ndarray of bool, shape (n_atoms,)
+        Whether ``‖u_new - u‖ < tol`` was reached.
+    sparsity : int
+        r, the number of loadings kept per atom.
+    info : dict
+        Backend, device, mode ('resident', 'streamed', 'engine'), number of
+        blocks, and seconds spent setting up (``setup_s``: loading S onto
+        the device or the workers) and learning (``learn_s``).
+    """
+
+    dictionary: np.ndarray
+    loadings: sp.csr_matrix
+    n_iter: np.ndarray
+    converged: np.ndarray
+    sparsity: int
+    info: dict = field(default_factory=dict)
+
+    @property
+    def mean_iterations(self) -> float:
+        """Mean number of updates per atom (the paper reports ~6)."""
+        return float(np.mean(self.n_iter)) if self.n_iter.size else 0.0
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def _resolve_sparsity(sparsity, n_voxels: int) -> int:
+    """r as a count: an int in [1, P], or a fraction in (0, 1] of P."""
+    if isinstance(sparsity, bool) or not isinstance(sparsity, (Integral, Real)):
+        raise ValueError(
+            "'sparsity' must be a number of voxels (int >= 1) or a fraction of "
+            f"the voxels in (0, 1]; got {sparsity!r}."
+        )
+    if isinstance(sparsity, (Integral, np.integer)):
+        r = int(sparsity)
+        if not 1 <= r <= n_voxels:
+            raise ValueError(
+                f"'sparsity' as a count must lie in [1, n_voxels={n_voxels}]; got {r}."
+            )
+        return r
+    fraction = float(sparsity)
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(
+            f"'sparsity' as a fraction must lie in (0, 1]; got {fraction}. Give an int "
+            "for a number of voxels."
+        )
+    return max(1, min(n_voxels, int(round(fraction * n_voxels))))
+
+
+def _check_params(n_atoms, tol, max_iter, selection):
+    n_atoms = check_int(n_atoms, "n_atoms", minimum=1)
+    if isinstance(tol, bool) or not isinstance(tol, Real) or not tol > 0:
+        raise ValueError(f"'tol' must be a positive number; got {tol!r}.")
+    max_iter = check_int(max_iter, "max_iter", minimum=1)
+    check_option(selection, "selection", _SELECTIONS)
+    return n_atoms, float(tol), max_iter
+
+
+# ---------------------------------------------------------------------------
+# The driver, shared by every backend
+# ---------------------------------------------------------------------------
+
+
+def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
+                 selection: str, rng: np.random.Generator, n_init: int = 1,
+                 verbose: int = 0):
+    """Learn ``n_atoms`` rank-1 atoms against block operator ``op``.
+
+    Returns (U (T x K) tensor, list of index tensors, list of value tensors,
+    n_iter, converged).
+    """
+    from tqdm.auto import tqdm
+
+    n_timepoints, n_voxels = op.shape
+    device, dtype = op.device, op.dtype
+    U = torch.zeros((n_timepoints, n_atoms), dtype=dtype, device=device)
+    all_idx = torch.empty(0, dtype=torch.long, device=device)
+    all_val = torch.empty(0, dtype=dtype, device=device)
+    atom_of = torch.empty(0, dtype=torch.long, device=device)
+    v_dense = torch.zeros(n_voxels, dtype=dtype, device=device)
+    indices, values = [], []
+    n_iter = np.zeros(n_atoms, dtype=np.int64)
+    converged = np.zeros(n_atoms, dtype=bool)
+
+    for k in tqdm(range(n_atoms), desc="r1DL atoms", unit="atom", disable=not verbose):
+        best = None
+        for _ in range(n_init):
+            u0 = rng.standard_normal(n_timepoints)
+            u = torch.as_tensor(u0 / np.linalg.norm(u0), dtype=dtype, device=device)
+            idx = val = None
+            done = False
+            for it in range(1, max_iter + 1):
+                deflation = None
+                if k:
+                    c = U[:, :k].T @ u
+                    deflation = (all_idx, c[atom_of] * all_val)
+                idx, val = op.top_r(u, deflation, r, selection)
+                su = op.matvec(idx, val)
+                if k:
+                    v_dense[idx] = val
+                    vv = torch.zeros(k, dtype=dtype, device=device)
+                    vv.index_add_(0, atom_of, all_val * v_dense[all_idx])
+                    v_dense[idx] = 0
+                    su = su - U[:, :k] @ vv
+                norm = torch.linalg.vector_norm(su)
+                u_new = su / norm
+                delta = torch.linalg.vector_norm(u_new - u)
+                stats = torch.stack([norm, delta, torch.linalg.vector_norm(val)])
+                norm_h, delta_h, score = stats.tolist()
+                if norm_h == 0 or not math.isfinite(norm_h):
+                    # Residual is zero on the chosen voxels: nothing left to explain.
+                    done, val, score = True, torch.zeros_like(val), 0.0
+                    break
+                u = u_new
+                if delta_h < tol:
+                    done = True
+                    break
+            # Keep the start whose atom explains most: ‖S - u vᵀ‖² = ‖S‖² - ‖v‖².
+            if best is None or score > best[0]:
+                best = (score, u, idx, val, it, done)
+        _, u, idx, val, n_iter[k], converged[k] = best
+        # Fix the sign: the largest-magnitude loading is positive.
+        if val.numel() and float(val[torch.argmax(val.abs())]) < 0:
+            u, val = -u, -val
+        U[:, k] = u
+        indices.append(idx)
+        values.append(val)
+        all_idx = torch.cat([all_idx, idx])
+        all_val = torch.cat([all_val, val])
+        atom_of = torch.cat([atom_of, torch.full_like(idx, k)])
+    return U, indices, values, n_iter, converged
+
+
+def _to_csr(indices, values, n_atoms: int, n_voxels: int, dtype) -> sp.csr_matrix:
+    idx = [i.detach().cpu().numpy().astype(np.int64) for i in indices]
+    val = [v.detach().cpu().numpy().astype(dtype) for v in values]
+    indptr = np.r_[0, np.cumsum([len(i) for i in idx])].astype(np.int64)
+    data = np.concatenate(val) if val else np.empty(0, dtype)
+    cols = np.concatenate(idx) if idx else np.empty(0, np.int64)
+    matrix = sp.csr_matrix((data, cols, indptr), shape=(n_atoms, n_voxels))
+    matrix.eliminate_zeros()
+    matrix.sort_indices()
+    return matrix
+
+
+# ---------------------------------------------------------------------------
+# Backends
+# ---------------------------------------------------------------------------
+
+
+def _default_block_size(n_timepoints: int, n_voxels: int, itemsize: int) -> int:
+    return max(1, min(n_voxels, _BLOCK_BYTES // max(1, n_timepoints * itemsize)))
+
+
+def _local_operator(source, *, device, dtype, standardize, block_size, memory_limit):
+    n_timepoints, n_voxels = source.shape
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    if block_size is None:
+        block_size = _default_block_size(n_timepoints, n_voxels, max(itemsize, 8))
+    # Resident: Sᵀ, a gathered (r x T) copy at most as big, the float64
+    # standardisation temporaries of one block, and P-vectors.
+    resident_bytes = 2 * n_timepoints * n_voxels * itemsize + 3 * 8 * n_timepoints * block_size
+    resident_bytes += 8 * 8 * n_voxels
+    budget = memory_budget(device, memory_limit)
+    if source.kind == "array" and device.type == "cpu" and memory_limit is None:
+        # S is already in host memory; a resident copy must fit beside it.
+        budget = memory_budget(device, None)
+    if resident_bytes <= budget:
+        return ResidentOperator(source, device=device, dtype=dtype, standardize=standardize,
+                                block_size=block_size)
+    return StreamedOperator(source, device=device, dtype=dtype, standardize=standardize,
+                            block_size=block_size)
+
+
+def _make_engine(backend, cluster):
+    from connscale.engines import get_engine
+
+    if hasattr(cluster, "scheduler_address"):  # a dask LocalCluster / SpecCluster
+        cluster = cluster.scheduler_address
+    return get_engine(backend, cluster=cluster)
+
+
+def _engine_result(engine, source, *, dtype, standardize, block_size, **kwargs):
+    n_timepoints, n_voxels = source.shape
+    if block_size is None:
+        block_size = _default_block_size(n_timepoints, n_voxels, 8)
+        # At least a few blocks so every worker has some.
+        block_size = min(block_size, max(1, math.ceil(n_voxels / 4)))
+    bounds = _blocks.block_bounds(n_voxels, block_size)
+    loader = source.loader(bounds, standardize=standardize,
+                           dtype=str(numpy_dtype(dtype)))
+    return _run_engine(engine, loader, (n_timepoints, n_voxels), len(bounds) - 1,
+                       dtype=dtype, **kwargs)
+
+
+def _run_engine(engine, loader, shape, n_blocks, *, dtype, n_atoms, r, tol, max_iter,
+                selection, rng, verbose, n_init=1):
+    start = time.perf_counter()
+    op = EngineOperator(engine, loader, shape, n_blocks, dtype=dtype)
+    setup = time.perf_counter()
+    try:
+        out = _learn_atoms(op, n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter,
+                           selection=selection, rng=rng, n_init=n_init, verbose=verbose)
+    finally:
+        op.close()
+    end = time.perf_counter()
+    return out, {"mode": op.mode, "n_blocks": n_blocks, "engine": getattr(engine, "name", ""),
+                 "setup_s": setup - start, "learn_s": end - setup}
+
+
+# ---------------------------------------------------------------------------
+# Public function
+# ---------------------------------------------------------------------------
+
+
+@fill_doc
+def r1dl(
+    S,
+    n_atoms: int,
+    sparsity,
+    *,
+    tol: float = 0.01,
+    max_iter: int = 100,
+    selection: str = "magnitude",
+    standardize: bool = True,
+    n_init: int = 1,
+    backend="local",
+    cluster=None,
+    device="auto",
+    dtype="float32",
+    random_state=None,
+    block_size: int | None = None,
+    memory_limit=None,
+    verbose: int = 0,
+) -> R1DLResult:
+    """Learn sparse functional networks by rank-1 dictionary learning.
+
+    Parameters
+    ----------
+    S : array-like of shape (n_timepoints, n_voxels), or path
+        The data matrix (masked fMRI: one column per voxel), or a path to a
+        ``.npy`` file (memory-mapped, never loaded whole) or an HDF5 file
+        (``'file.h5'`` or ``'file.h5:dataset'``). Never modified.
+    n_atoms : int
+        Number of networks K.
+    sparsity : int or float
+        r, non-zero loadings per network: a count, or a fraction of the
+        voxels in (0, 1] (the paper uses 0.07).
+    tol : float, default=0.01
+        Convergence threshold on ``‖u_new - u‖``.
+    max_iter : int, default=100
+        Most alternating updates per atom.
+    selection : {'magnitude', 'signed'}, default='magnitude'
+        Keep the r entries of ``Sᵀu`` largest in magnitude (the l0
+        least-squares solution) or the r largest values, negatives set to 0
+        (what the authors' code does).
+    standardize : bool, default=True
+        Make every voxel column zero-mean and unit-norm first (done per block
+        on load; S itself is untouched). Constant columns become 0.
+    n_init : int, default=1
+        Random starts per atom; the atom explaining most (largest ‖v‖, i.e.
+        smallest ‖S - u vᵀ‖) is kept. 1 is the paper's algorithm; more make
+        the networks less dependent on the seed, at n_init times the cost.
+    backend : {'local', 'dask', 'spark'} or Engine, default='local'
+        ``'local'``: torch on ``device``, S resident on the device when it
+        fits, otherwise streamed in column blocks. ``'dask'``/``'spark'``:
+        workers load and keep voxel blocks; an :class:`connscale.engines.Engine`
+        instance is used as given (and not closed).
+    cluster : str, object or None, default=None
+        Dask scheduler address / Client / LocalCluster, or Spark master URL;
+        None starts a local one.
+    %(device)s
+        Used by the local backend.
+    %(dtype)s
+    %(random_state)s
+    block_size : int or None, default=None
+        Voxels per column block (streaming and cluster blocks). None picks
+        ~64 MB blocks.
+    %(memory_limit)s
+    %(verbose)s
+
+    Returns
+    -------
+    R1DLResult
+        ``dictionary`` (T x K), ``loadings`` (K x P CSR), ``n_iter`` (K,).
+
+    Notes
+    -----
+    Each update reads S twice (``Sᵀu`` and ``Sv``); the resident local
+    backend stores Sᵀ so the second read touches only the r chosen voxels.
+    Every backend runs the same driver; they differ only in summation order.
+
+    References
+    ----------
+    Li, Makkie, et al. "Scalable Fast Rank-1 Dictionary Learning for fMRI Big
+    Data Analysis", KDD 2016.
+
+    Examples
+    --------
+    >>> from connscale.datasets import simulate_networks
+    >>> S, _, _ = simulate_networks(60, 500, 3, sparsity=0.05, noise=0.1, random_state=0)
+    >>> res = r1dl(S, 3, 25, random_state=0, device="cpu")
+    >>> res.dictionary.shape, res.loadings.shape
+    ((60, 3), (3, 500))
+    """
+    n_atoms, tol, max_iter = _check_params(n_atoms, tol, max_iter, selection)
+    n_init = check_int(n_init, "n_init", minimum=1)
+    from connscale.engines.base import Engine
+
+    if not isinstance(backend, Engine):
+        check_option(backend, "backend", _BACKENDS)
+        if backend == "local" and cluster is not None:
+            raise ValueError(
+                "'cluster' is only used by the 'dask' and 'spark' backends; got "
+                f"cluster={cluster!r} with backend='local'."
+            )
+    torch_dtype = resolve_dtype(dtype)
+    if block_size is not None:
+        block_size = check_int(block_size, "block_size", minimum=1)
+    source = _blocks.open_source(S, name="S")
+    n_timepoints, n_voxels = source.shape
+    r = _resolve_sparsity(sparsity, n_voxels)
+    rng = check_random_state(random_state)
+    common = dict(n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter, selection=selection,
+                  rng=rng, n_init=n_init, verbose=verbose)
+
+    if backend == "local":
+        dev = resolve_device(device)
+        start = time.perf_counter()
+        op = _local_operator(source, device=dev, dtype=torch_dtype, standardize=standardize,
+                             block_size=block_size, memory_limit=memory_limit)
+        synchronize(dev)
+        setup = time.perf_counter()
+        try:
+            out = _learn_atoms(op, **common)
+        finally:
+            op.close()
+        synchronize(dev)
+        info = {"backend": "local", "device": str(dev), "mode": op.mode,
+                "n_blocks": op.n_blocks, "setup_s": setup - start,
+                "learn_s": time.perf_counter() - setup}
+    elif isinstance(backend, Engine):
+        out, info = _engine_result(backend, source, dtype=torch_dtype, standardize=standardize,
+                                   block_size=block_size, **common)
+        info["backend"] = backend.name
+    else:
+        with _make_engine(backend, cluster) as engine:
+            out, info = _engine_result(engine, source, dtype=torch_dtype,
+                                       standardize=standardize, block_size=block_size,
+                                       **common)
+        info["backend"] = backend
+    U, indices, values, n_iter, converged = out
+    if not converged.all():
+        warnings.warn(
+            f"{int((~converged).sum())} of {n_atoms} atoms reached max_iter={max_iter} "
+            f"before ‖u_new - u‖ < tol={tol}.", ConvergenceWarning, stacklevel=2)
+    np_dtype = numpy_dtype(torch_dtype)
+    return R1DLResult(
+        dictionary=U.detach().cpu().numpy().astype(np_dtype, copy=False),
+        loadings=_to_csr(indices, values, n_atoms, n_voxels, np_dtype),
+        n_iter=n_iter,
+        converged=converged,
+        sparsity=r,
+        info=info,
+    )
+
+
+# ---------------------------------------------------------------------------
+# Estimator
+# ---------------------------------------------------------------------------
+
+
+def _is_image(X) -> bool:
+    if isinstance(X, (str, os.PathLike)):
+        return str(X).lower().endswith((".nii", ".nii.gz"))
+    return hasattr(X, "get_fdata") and hasattr(X, "affine")
+
+
+@fill_doc
+class R1DL:
+    """Rank-1 dictionary learning as a scikit-learn style estimator.
+
+    ``fit`` learns ``n_components`` sparse spatial maps (``components_``) and
+    their unit-norm time courses (``dictionary_``) from S (T x P), a ``.npy``
+    / HDF5 path, or a 4-D NIfTI image masked by ``mask_img`` (nilearn
+    ``NiftiMasker``). ``transform`` returns the least-squares time courses of
+    new data on the learned maps, as nilearn's ``DictLearning`` does.
+
+    Parameters
+    ----------
+    n_components : int
+        Number of networks K.
+    sparsity : int or float, default=0.07
+        Non-zero loadings per network: a count or a fraction of the voxels.
+    mask_img : Niimg-like, path or None, default=None
+        Brain mask for NIfTI input; None computes one (``NiftiMasker``'s
+        default strategy).
+    tol, max_iter, selection, standardize, n_init, backend, cluster, block_size
+        As in :func:`r1dl`.
+    %(device)s
+    %(dtype)s
+    %(random_state)s
+    %(memory_limit)s
+    %(verbose)s
+
+    Attributes
+    ----------
+    components_ : scipy.sparse.csr_matrix of shape (n_components, n_voxels)
+        Sparse spatial maps (rows).
+    dictionary_ : ndarray of shape (n_timepoints, n_components)
+        Unit-norm time courses learned on the training data.
+    n_iter_ : ndarray of shape (n_components,)
+        Updates per atom.
+    sparsity_ : int
+        r as a count.
+    masker_ : nilearn.maskers.NiftiMasker
+        Only for NIfTI input.
+    components_img_ : Nifti1Image
+        4-D image of the maps (only for NIfTI input).
+    n_features_in_ : int
+        Number of voxels P.
+    """
+
+    def __init__(self, n_components: int = 20, sparsity=0.07, *, mask_img=None,
+                 tol: float = 0.01, max_iter: int = 100, selection: str = "magnitude",
+                 standardize: bool = True, n_init: int = 1, backend="local",
+                 cluster=None, device="auto",
+                 dtype="float32", random_state=None, block_size=None, memory_limit=None,
+                 verbose: int = 0) -> None:
+        self.n_components = n_components
+        self.sparsity = sparsity
+        self.mask_img = mask_img
+        self.tol = tol
+        self.max_iter = max_iter
+        self.selection = selection
+        self.standardize = standardize
+        self.n_init = n_init
+        self.backend = backend
+        self.cluster = cluster
+        self.device = device
+        self.dtype = dtype
+        self.random_state = random_state
+        self.block_size = block_size
+        self.memory_limit = memory_limit
+        self.verbose = verbose
+
+    def _data(self, X, *, fitting: bool):
+        if not _is_image(X):
+            return X
+        with warnings.catch_warnings():
+            # nilearn >= 0.14 warns about its own boolean 'standardize' default.
+            warnings.simplefilter("ignore", FutureWarning)
+            if fitting:
+                from nilearn.maskers import NiftiMasker
+
+                masker = NiftiMasker(mask_img=self.mask_img)
+                self.masker_ = masker.fit() if self.mask_img is not None else masker.fit(X)
+            elif not hasattr(self, "masker_"):
+                raise ValueError("This R1DL was fitted on an array, not a NIfTI image; "
+                                 "transform arrays of shape (n_timepoints, n_voxels).")
+            return self.masker_.transform(X)
+
+    def fit(self, X, y=None):
+        """Learn the networks from X (T x P array, .npy/HDF5 path or 4-D NIfTI)."""
+        del y
+        S = self._data(X, fitting=True)
+        result = r1dl(
+            S, self.n_components, self.sparsity, tol=self.tol, max_iter=self.max_iter,
+            selection=self.selection, standardize=self.standardize, n_init=self.n_init,
+            backend=self.backend,
+            cluster=self.cluster, device=self.device, dtype=self.dtype,
+            random_state=self.random_state, block_size=self.block_size,
+            memory_limit=self.memory_limit, verbose=self.verbose,
+        )
+        self.components_ = result.loadings
+        self.dictionary_ = result.dictionary
+        self.n_iter_ = result.n_iter
+        self.sparsity_ = result.sparsity
+        self.result_ = result
+        self.n_features_in_ = result.loadings.shape[1]
+        if hasattr(self, "masker_") and _is_image(X):
+            self.components_img_ = self.masker_.inverse_transform(
+                self.components_.toarray())
+        return self
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "components_")
+
+    def transform(self, X):
+        """Least-squares time courses (T' x K) of X on the learned maps."""
+        if not hasattr(self, "components_"):
+            raise ValueError("This R1DL instance is not fitted yet; call 'fit' first.")
+        S = np.asarray(_blocks.open_source(self._data(X, fitting=False), name="X").data[()],
+                       dtype=np.float64)
+        if S.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {S.shape[1]} voxels; this R1DL was fitted on "
+                             f"{self.n_features_in_}.")
+        if self.standardize:
+            S = _blocks.standardize_np(S, np.float64)
+        V = self.components_.astype(np.float64)
+        gram = (V @ V.T).toarray()
+        proj = np.asarray(V @ S.T).T            # (T', K) = S Vᵀ
+        coef, *_ = np.linalg.lstsq(gram, proj.T, rcond=None)
+        return coef.T
+
+    def fit_transform(self, X, y=None):
+        """``fit(X).transform(X)``."""
+        return self.fit(X, y).transform(X)
