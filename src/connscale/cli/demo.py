@@ -110,7 +110,7 @@ def run(args) -> int:
 
     dwi, bvals, bvecs = (str(p) for p in get_fnames(name="small_25"))
     tractogram = str(get_fnames(name="small_25_streamlines"))
-    step("LiFE on dipy's small_25 scan and tractogram (500 iterations), ReAl-LiFE λ sweep",
+    step("LiFE on dipy's small_25 scan and tractogram, ReAl-LiFE λ sweep (cross-validated)",
          ["life", dwi, "--bvals", bvals, "--bvecs", bvecs, "--tractogram", tractogram,
           "--lambda-sweep", "0,0.001,0.01", "--seed", str(args.seed), *common], out / "life")
 
@@ -125,7 +125,7 @@ def run(args) -> int:
     step("Patients vs controls from the cohort's connectomes (linear SVM, 5-fold x 3)",
          ["classify", *relmats, "--participants", str(written["participants"]),
           "--label", "group", "--positive", "patient", "--repeats", "3", "--seed",
-          str(args.seed), "-q"], out / "classify")
+          str(args.seed)], out / "classify")
 
     print("\n== GPU-DFC Table IV: classification from actual vs low-rank reconstructed "
           "correlations", flush=True)
