@@ -1,6 +1,7 @@
 """connscale: fast, scalable brain connectivity on CPUs, GPUs and clusters."""
 
 from connscale._version import __version__
+from connscale.classify import cross_validate, load_features
 from connscale.fc import (
     ConstantSeriesWarning,
     DynamicConnectivity,
@@ -29,11 +30,13 @@ __all__ = [
     "R1DL",
     "__version__",
     "correlation",
+    "cross_validate",
     "dynamic_correlation",
     "from_nilearn_vec",
     "get_engine",
-    "load_dynamic",
     "life",
+    "load_dynamic",
+    "load_features",
     "load_relmat",
     "load_timeseries",
     "match_networks",

@@ -66,6 +66,18 @@ def test_atomic_path_keeps_target_on_failure(tmp_path):
     assert list(tmp_path.iterdir()) == [target]
 
 
+def test_atomic_files_get_default_permissions(tmp_path):
+    import os
+    import stat
+
+    with atomic_path(tmp_path / "a.txt") as tmp:
+        tmp.write_text("x")
+    plain = tmp_path / "b.txt"
+    plain.write_text("x")
+    mode = stat.S_IMODE(os.stat(tmp_path / "a.txt").st_mode)
+    assert mode == stat.S_IMODE(os.stat(plain).st_mode)
+
+
 def test_bids_names_and_sidecar(tmp_path):
     assert source_entities("sub-01_task-rest_bold.nii.gz") == "sub-01_task-rest"
     assert source_entities("fmri1.nii.gz") == "fmri1"

@@ -42,7 +42,8 @@ def configure_logging(verbose: int) -> None:
 class RunRecord:
     """Parameters, timings, warnings and outputs of one sub-command run.
 
-    ``finish()`` writes them as ``<prefix>_log.json`` beside the outputs.
+    ``finish()`` writes them as ``<prefix>_log.json`` beside the outputs,
+    then the self-contained ``report.html`` (figures embedded).
 
     Parameters
     ----------
@@ -66,6 +67,7 @@ class RunRecord:
         self.figures: list[str] = []
         self.results: dict = {}
         self.device: str | None = None
+        self.report_path: Path | None = None
         self._start = time.perf_counter()
         self.started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
@@ -104,7 +106,23 @@ class RunRecord:
         }
 
     def finish(self, prefix: str) -> Path:
-        """Write ``<out_dir>/<prefix>_log.json``; return its path."""
+        """Write ``<out_dir>/<prefix>_log.json``, then ``<out_dir>/report.html``.
+
+        The log is written first; a report that fails is warned about
+        (RuntimeWarning and the log) and never loses the log. Returns the
+        log's path; ``report_path`` holds the report's (None on failure).
+        """
         path = self.out_dir / f"{prefix}_log.json"
-        write_json_atomic(path, self.as_dict())
+        record = self.as_dict()
+        write_json_atomic(path, record)
+        self.report_path = None
+        try:
+            from connscale.report.html import write_report
+
+            self.report_path = write_report(record, self.out_dir)
+        except Exception as exc:  # noqa: BLE001 - the log is safe; say what failed
+            message = (f"report.html could not be written ({type(exc).__name__}: {exc}); "
+                       f"the run log is in {path}.")
+            logger.warning("%s", message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
         return path

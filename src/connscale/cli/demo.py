@@ -1,4 +1,14 @@
-"""``connscale demo``: the main jobs end to end on bundled, offline data."""
+"""``connscale demo``: the whole chain end to end on bundled, offline data.
+
+Static FC (nitime's ROI series and scans, nibabel's scan, a simulated
+voxel-scale scan out of core), dynamic FC (sparse and low-rank), region-pair
+DFC, r1DL networks, LiFE on dipy's bundled dMRI + tractogram pair, and a
+simulated cohort with a planted group difference: per-subject FC through the
+cohort runner, classification, and GPU-DFC's Table IV comparison of actual
+against low-rank reconstructed correlations. Every step writes its outputs,
+log and ``report.html`` in its own folder; the demo's own ``report.html``
+gathers the comparison and the timings.
+"""
 
 from __future__ import annotations
 
@@ -8,24 +18,32 @@ from pathlib import Path
 
 import numpy as np
 
+# Simulated cohort: GPU-DFC §V.C used 200 ROIs, T = 175 and rank l = 58;
+# this one is smaller so that the demo stays under five minutes on 2 cores.
+_COHORT = {"n_subjects": 40, "n_regions": 40, "n_timepoints": 175, "effect_edges": 6,
+           "effect_size": 0.5}
+_COHORT_RANK = 12
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "demo",
-        help="Run connscale end to end on bundled data (nitime, nibabel) and simulations.",
-        description="Runs the main jobs on data that installs offline and says where "
-                    "the results are.",
+        help="Run connscale end to end on bundled data (nitime, nibabel, dipy) and simulations.",
+        description="Runs every capability on data that installs offline and says where "
+                    "the results and reports are.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--out", type=Path, default=Path("demo_output"), help="Output folder.")
     parser.add_argument("--device", default="auto", help="'auto', 'cpu' or 'cuda'.")
     parser.add_argument("--n-voxels", type=int, default=20000,
                         help="Size of the simulated voxel-scale scan.")
+    parser.add_argument("--seed", type=int, default=0, help="Seed of every simulation.")
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args) -> int:
+    from connscale.cli._common import RunRecord
     from connscale.cli.main import main
     from connscale.datasets import (
         compute_brain_mask,
@@ -33,46 +51,123 @@ def run(args) -> int:
         nibabel_functional_path,
         nitime_fmri_path,
         nitime_roi_path,
+        simulate_cohort,
         simulate_timeseries,
     )
 
     out: Path = args.out
-    out.mkdir(parents=True, exist_ok=True)
-    device = ["--device", args.device, "-q"]
-    steps = []
+    inputs = out / "inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    record = RunRecord("demo", out, vars(args))
+    common = ["--device", args.device, "-q"]
+    steps: list[tuple[str, float, Path]] = []
 
-    def step(title, argv):
+    def step(title, argv, folder):
         print(f"\n== {title}", flush=True)
         start = time.perf_counter()
-        status = main(argv)
+        status = main([*argv, "--out", str(folder)])
         if status:
-            raise RuntimeError(f"demo step '{title}' failed with status {status}")
-        steps.append((title, time.perf_counter() - start))
+            raise RuntimeError(f"demo step '{title}' failed with exit status {status}")
+        seconds = time.perf_counter() - start
+        steps.append((title, seconds, folder))
+        record.timings[folder.name] = round(seconds, 3)
 
+    roi = str(nitime_roi_path())
     step("Static FC of nitime's 31 ROI series (250 time points)",
-         ["fc", str(nitime_roi_path()), "--out", str(out / "fc_roi"), *device])
+         ["fc", roi, *common], out / "fc_roi")
 
-    mask_path = out / "inputs" / "fmri1_brainmask.nii.gz"
-    mask_path.parent.mkdir(parents=True, exist_ok=True)
+    mask_path = inputs / "fmri1_brainmask.nii.gz"
     compute_brain_mask(load_nitime_fmri(1)).to_filename(mask_path)
-    step("Voxel-level FC of nitime's fmri1 scan, sparse |r| >= 0.5",
-         ["fc", str(nitime_fmri_path(1)), "--mask", str(mask_path), "--threshold", "0.5",
-          "--absolute", "--out", str(out / "fc_voxels"), *device])
+    fmri1 = str(nitime_fmri_path(1))
+    step("Voxel-level FC of nitime's fmri1 scan (1,800 voxels), sparse |r| >= 0.5",
+         ["fc", fmri1, "--mask", str(mask_path), "--threshold", "0.5", "--absolute",
+          *common], out / "fc_voxels")
     step("Voxel-level FC of nibabel's functional.nii (upper triangle, HDF5)",
-         ["fc", str(nibabel_functional_path()), "--kind", "triu",
-          "--out", str(out / "fc_nibabel"), *device])
+         ["fc", str(nibabel_functional_path()), "--kind", "triu", *common], out / "fc_nibabel")
 
-    n_voxels = args.n_voxels
-    simulated = out / "inputs" / f"sub-sim_desc-{n_voxels}voxels_timeseries.npy"
-    data, _ = simulate_timeseries(257, n_voxels, random_state=0)
+    simulated = inputs / f"sub-sim_desc-{args.n_voxels}voxels_timeseries.npy"
+    data, _ = simulate_timeseries(257, args.n_voxels, random_state=args.seed)
     np.save(simulated, data)
-    step(f"Voxel-scale FC of a simulated scan: {n_voxels} series x 257, out of core "
-         "(memory limit 1GB) into HDF5",
-         ["fc", str(simulated), "--kind", "triu", "--memory-limit", "1GB",
-          "--out", str(out / "fc_simulated"), *device])
+    step(f"Voxel-scale FC of a simulated scan ({args.n_voxels:,} series x 257), out of core "
+         "under a 1 GB memory limit into HDF5",
+         ["fc", str(simulated), "--kind", "triu", "--memory-limit", "1GB", *common],
+         out / "fc_simulated")
+
+    step("Dynamic FC of nitime's ROI series: windows of 40, step 5, sparse |r| >= 0.5",
+         ["dfc", roi, "--window", "40", "--step", "5", "--kind", "sparse", "--threshold", "0.5",
+          "--absolute", *common], out / "dfc_sparse")
+    step("Dynamic FC of nitime's fmri1 voxels: windows of 20, low-rank (rank 5) with errors",
+         ["dfc", fmri1, "--mask", str(mask_path), "--window", "20", "--step", "2",
+          "--kind", "lowrank", "--rank", "5", "--error", "--seed", str(args.seed), *common],
+         out / "dfc_lowrank")
+    step("Region-pair DFC time courses of nitime's ROI series (w = 32, s = 4)",
+         ["pairs", roi, "--window", "32", "--step", "4", *common], out / "pairs")
+    step("r1DL functional networks of nitime's fmri1 scan (8 atoms, 10% of voxels each)",
+         ["r1dl", fmri1, "--mask", str(mask_path), "--atoms", "8", "--sparsity", "0.1",
+          "--seed", str(args.seed), *common], out / "r1dl")
+
+    from dipy.data import get_fnames
+
+    dwi, bvals, bvecs = (str(p) for p in get_fnames(name="small_25"))
+    tractogram = str(get_fnames(name="small_25_streamlines"))
+    step("LiFE on dipy's small_25 scan and tractogram, ReAl-LiFE λ sweep (cross-validated)",
+         ["life", dwi, "--bvals", bvals, "--bvecs", bvecs, "--tractogram", tractogram,
+          "--lambda-sweep", "0,0.001,0.01", "--seed", str(args.seed), *common], out / "life")
+
+    cohort = simulate_cohort(**_COHORT, random_state=args.seed)
+    written = cohort.write(inputs / "cohort")
+    step(f"Cohort of {_COHORT['n_subjects']} simulated subjects (planted group difference in "
+         f"{_COHORT['effect_edges']} edges): per-subject FC with the cohort runner",
+         ["cohort", *map(str, written["timeseries"]), "--job", "fc", "--kind", "dense",
+          "--backend", "local", "--n-jobs", "2", "--device", args.device, "-q"],
+         out / "cohort_fc")
+    relmats = sorted(str(p) for p in (out / "cohort_fc").rglob("*_relmat.h5"))
+    step("Patients vs controls from the cohort's connectomes (linear SVM, 5-fold x 3)",
+         ["classify", *relmats, "--participants", str(written["participants"]),
+          "--label", "group", "--positive", "patient", "--repeats", "3", "--seed",
+          str(args.seed)], out / "classify")
+
+    print("\n== GPU-DFC Table IV: classification from actual vs low-rank reconstructed "
+          "correlations", flush=True)
+    with record.timer("table_iv"):
+        comparison = _table_iv(cohort, args, out / "table_iv")
+    record.results["table_iv"] = {
+        name: {metric: result[metric] for metric in ("accuracy", "sensitivity", "specificity")}
+        for name, result in comparison.items()}
+    record.results["steps"] = {folder.name: title for title, _, folder in steps}
+    from connscale.report.plots import plot_metric_comparison
+
+    record.add_figure(plot_metric_comparison(
+        comparison, out / "table_iv" / "table_iv_comparison.png",
+        title=f"Actual vs rank-{_COHORT_RANK} reconstructed correlations (MLP)"))
+    for name, result in comparison.items():
+        acc = result["accuracy"]
+        print(f"  {name:>13}: accuracy {acc['mean']:.2f} "
+              f"[{acc['ci_low']:.2f}, {acc['ci_high']:.2f}]")
+    record.device = args.device
+    record.finish("demo")
 
     print("\n== connscale demo finished")
-    for title, seconds in steps:
-        print(f"  {seconds:7.2f} s  {title}")
-    print(f"Results, logs and figures are in {out.resolve()}/")
+    for title, seconds, folder in steps:
+        print(f"  {seconds:7.2f} s  {folder.name:<14} {title}")
+    print(f"Results, logs and a report.html per step are in {out.resolve()}/<step>/")
+    print(f"Overview report: {(out / 'report.html').resolve()}")
     return 0
+
+
+def _table_iv(cohort, args, folder: Path) -> dict:
+    """Cross-validate an MLP on actual and on low-rank reconstructed correlations."""
+    from connscale.classify import compare_features
+    from connscale.fc import dynamic_correlation, matrix_to_vec
+
+    folder.mkdir(parents=True, exist_ok=True)
+    actual, reconstructed = [], []
+    for series in cohort.timeseries:
+        whole = dynamic_correlation(series, series.shape[0], kind="lowrank", rank=_COHORT_RANK,
+                                    random_state=args.seed, device=args.device)
+        actual.append(matrix_to_vec(np.corrcoef(series, rowvar=False)))
+        reconstructed.append(matrix_to_vec(whole.to_dense(0)))
+    features = {"actual": np.vstack(actual),
+                f"reconstructed (l={_COHORT_RANK})": np.vstack(reconstructed)}
+    return compare_features(features, cohort.y, model="mlp", folds=5, repeats=2,
+                            random_state=args.seed)

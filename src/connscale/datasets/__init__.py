@@ -9,11 +9,13 @@ from connscale.datasets.bundled import (
     nitime_fmri_path,
     nitime_roi_path,
 )
+from connscale.datasets.cohort import Cohort, simulate_cohort
 from connscale.datasets.networks import simulate_networks
 from connscale.datasets.phantom import LiFEPhantom, simulate_life_phantom
 from connscale.datasets.simulate import simulate_timeseries
 
 __all__ = [
+    "Cohort",
     "LiFEPhantom",
     "compute_brain_mask",
     "load_nibabel_functional",
@@ -22,6 +24,7 @@ __all__ = [
     "nibabel_functional_path",
     "nitime_fmri_path",
     "nitime_roi_path",
+    "simulate_cohort",
     "simulate_life_phantom",
     "simulate_networks",
     "simulate_timeseries",

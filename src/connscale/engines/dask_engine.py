@@ -68,7 +68,7 @@ class DaskEngine(Engine):
             self.n_jobs = _resolve_n_jobs(n_jobs)
             self._cluster = distributed.LocalCluster(
                 n_workers=self.n_jobs, threads_per_worker=1, processes=True,
-                dashboard_address=None, silence_logs=40,
+                dashboard_address=":0", silence_logs=40,  # any free port: no clash on 8787
             )
             self.client = distributed.Client(self._cluster)
         elif isinstance(cluster, distributed.Client):

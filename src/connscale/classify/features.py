@@ -1,0 +1,695 @@
+"""Feature matrices from the connectomes of a cohort, aligned with labels.
+
+Each subject is one file whose name carries its BIDS subject entity
+(``sub-<label>``). Supported files:
+
+- region-by-region matrices (static FC, reconstructed low-rank correlations,
+  region-level LiFE connectomes): ``.npy`` (a square matrix or the 1-D
+  strictly-upper-triangle vector in connscale's row-major order), BIDS
+  ``_relmat.tsv`` (a square matrix with a header row of region labels) and
+  ``_relmat.h5`` (as :mod:`connscale.io.hdf5` writes it: dataset
+  ``"relmat"``, attributes ``kind`` in {``"triu"``, ``"dense"``,
+  ``"sparse"``} and ``N`` (or ``n``) on the root or the dataset, optional
+  ``labels``; a sparse store's unstored pairs read as 0). Each matrix
+  contributes its strictly-upper triangle, one feature per region pair;
+- DFC pair summaries written by ``connscale pairs``: a TSV with columns
+  ``i``, ``j``, ``label_i``, ``label_j`` and any of ``mean``, ``std``,
+  ``fraction_above``; each (statistic, pair) is one feature.
+
+Labels come from a BIDS ``participants.tsv``: column ``participant_id``
+(with or without the ``sub-`` prefix) and a label column chosen by the user.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from connscale.fc.triu import matrix_to_vec, n_pairs, triu_pairs
+
+__all__ = [
+    "FeatureSet",
+    "align_labels",
+    "fisher_z",
+    "load_connectome_features",
+    "load_features",
+    "load_pair_features",
+    "read_pair_summary",
+    "read_participants",
+    "read_relmat",
+    "subject_id_from_path",
+]
+
+_SUBJECT = re.compile(r"(?:^|[_/\\])sub-([A-Za-z0-9]+)")
+_PAIR_STATISTICS = ("mean", "std", "fraction_above")
+#: Correlations are clipped to [-1 + eps, 1 - eps] before arctanh.
+FISHER_Z_EPS = 1e-7
+
+
+@dataclass
+class FeatureSet:
+    """Features of a cohort: one row per subject, one column per feature.
+
+    Attributes
+    ----------
+    X : ndarray of shape (n_subjects, n_features)
+    subjects : list of str
+        Subject labels (without ``sub-``), one per row.
+    pair_i, pair_j : ndarray of int64, shape (n_features,)
+        Region pair of each feature (``i < j``).
+    statistic : list of str
+        What each feature is: ``"edge"`` for matrix entries, or the DFC
+        summary statistic (``"mean"``, ``"std"``, ``"fraction_above"``).
+    region_labels : list of str
+        Names of the regions (``region_<k>`` when the files name none).
+    files : list of str
+        The file of each subject.
+    y : ndarray of shape (n_subjects,) or None
+        Labels once aligned (see :func:`align_labels`): 0 negative, 1 positive.
+    y_classes : list of str or None
+        ``[negative, positive]`` label values once aligned.
+    """
+
+    X: np.ndarray
+    subjects: list
+    pair_i: np.ndarray
+    pair_j: np.ndarray
+    statistic: list
+    region_labels: list
+    files: list = field(default_factory=list)
+    y: np.ndarray | None = None
+    y_classes: list | None = None
+
+    @property
+    def n_features(self) -> int:
+        return int(self.X.shape[1])
+
+    @property
+    def feature_names(self) -> list:
+        """``"<label_i>--<label_j>"`` (prefixed by the statistic for DFC summaries)."""
+        names = []
+        for stat, i, j in zip(self.statistic, self.pair_i, self.pair_j):
+            pair = f"{self.region_labels[i]}--{self.region_labels[j]}"
+            names.append(pair if stat == "edge" else f"{stat}:{pair}")
+        return names
+
+    def feature_table(self) -> list:
+        """One dict per feature: index, name, statistic, i, j, label_i, label_j."""
+        return [
+            {
+                "feature": k,
+                "name": name,
+                "statistic": stat,
+                "i": int(i),
+                "j": int(j),
+                "label_i": self.region_labels[i],
+                "label_j": self.region_labels[j],
+            }
+            for k, (name, stat, i, j) in enumerate(
+                zip(self.feature_names, self.statistic, self.pair_i, self.pair_j))
+        ]
+
+    def subset(self, rows) -> FeatureSet:
+        """The subjects at ``rows`` (an index array), same features."""
+        rows = np.asarray(rows, dtype=np.int64)
+        return FeatureSet(
+            X=self.X[rows],
+            subjects=[self.subjects[r] for r in rows],
+            pair_i=self.pair_i,
+            pair_j=self.pair_j,
+            statistic=self.statistic,
+            region_labels=self.region_labels,
+            files=[self.files[r] for r in rows] if self.files else [],
+            y=None if self.y is None else self.y[rows],
+            y_classes=self.y_classes,
+        )
+
+
+# --------------------------------------------------------------------------
+# Single files
+# --------------------------------------------------------------------------
+
+def subject_id_from_path(path) -> str:
+    """The subject label of a BIDS file name (``sub-01_...`` -> ``"01"``).
+
+    The last ``sub-<label>`` entity of the path is used, so a file inside
+    ``sub-01/func/`` named ``sub-01_..._relmat.tsv`` gives ``"01"``.
+    """
+    matches = _SUBJECT.findall(str(path))
+    if not matches:
+        raise ValueError(
+            f"Cannot find the subject of {str(path)!r}: expected a BIDS "
+            "'sub-<label>' entity in the file name (e.g. 'sub-01_relmat.tsv')."
+        )
+    return matches[-1]
+
+
+def _square_to_vec(matrix: np.ndarray, source: str) -> np.ndarray:
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(
+            f"{source}: expected a square matrix or a 1-D upper-triangle "
+            f"vector; got an array of shape {matrix.shape}."
+        )
+    return matrix_to_vec(matrix) if matrix.shape[0] > 1 else np.empty(0)
+
+
+def _n_from_pairs(n_values: int, source: str) -> int:
+    n = round((1 + np.sqrt(1 + 8 * n_values)) / 2)
+    if n_pairs(n) != n_values:
+        raise ValueError(
+            f"{source}: a 1-D upper-triangle vector must have n(n-1)/2 "
+            f"elements; got {n_values}, which is not a triangular number."
+        )
+    return n
+
+
+def read_relmat(path) -> tuple[np.ndarray, list | None]:
+    """Read one region-by-region matrix as its strictly-upper triangle.
+
+    Parameters
+    ----------
+    path : str or path
+        ``.npy`` (square or 1-D triu vector), ``.tsv`` (square, header row of
+        region labels) or ``.h5`` / ``.hdf5`` (dataset ``"relmat"``).
+
+    Returns
+    -------
+    vector : ndarray of shape (n * (n - 1) // 2,)
+        Row-major strictly-upper triangle, float64.
+    labels : list of str or None
+        Region labels when the file has them.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such connectome file: {str(path)!r}.")
+    name = path.name.lower()
+    labels = None
+    if name.endswith(".npy"):
+        array = np.load(path, allow_pickle=False)
+        if array.ndim == 1:
+            _n_from_pairs(array.size, str(path))
+            vector = array
+        else:
+            vector = _square_to_vec(array, str(path))
+    elif name.endswith((".tsv", ".tsv.gz")):
+        vector, labels = _read_relmat_tsv(path)
+    elif name.endswith((".h5", ".hdf5")):
+        vector, labels = _read_relmat_h5(path)
+    else:
+        raise ValueError(
+            f"{str(path)!r}: unsupported connectome file; expected .npy, "
+            "_relmat.tsv or _relmat.h5."
+        )
+    vector = np.asarray(vector)
+    if not np.issubdtype(vector.dtype, np.number):
+        raise ValueError(f"{str(path)!r}: expected numbers; got dtype {vector.dtype}.")
+    return vector.astype(np.float64, copy=False), labels
+
+
+def _read_relmat_tsv(path: Path):
+    import gzip
+
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rt", newline="") as handle:
+        rows = [row for row in csv.reader(handle, delimiter="\t") if row]
+    if not rows:
+        raise ValueError(f"{str(path)!r} is empty.")
+    header, body = rows[0], rows[1:]
+    # An optional first column of row names: the header then starts with an
+    # empty corner cell, or has one cell fewer than the rows.
+    if body and (header[0] == "" or len(body[0]) == len(header) + 1):
+        if header[0] == "":
+            header = header[1:]
+        body = [row[1:] for row in body]
+    n = len(header)
+    if len(body) != n or any(len(row) != n for row in body):
+        raise ValueError(
+            f"{str(path)!r}: expected a square matrix with a header of {n} region "
+            f"labels and {n} rows of {n} values; got {len(body)} rows of lengths "
+            f"{sorted({len(row) for row in body})}."
+        )
+    try:
+        matrix = np.array([[float(v) if v not in ("", "n/a") else np.nan for v in row]
+                           for row in body])
+    except ValueError as exc:
+        raise ValueError(f"{str(path)!r}: non-numeric matrix entry ({exc}).") from None
+    return _square_to_vec(matrix, str(path)), header
+
+
+def _attr(attrs_list, *names):
+    """First attribute among ``names`` found in the attribute sets, decoded."""
+    for attrs in attrs_list:
+        for name in names:
+            if name in attrs:
+                value = attrs[name]
+                return value.decode() if isinstance(value, bytes) else value
+    return None
+
+
+def _read_relmat_h5(path: Path):
+    import h5py
+
+    with h5py.File(path, "r") as handle:
+        if "relmat" not in handle:
+            raise ValueError(
+                f"{str(path)!r}: no dataset 'relmat'; found {sorted(handle.keys())}."
+            )
+        node = handle["relmat"]
+        # connscale.io.hdf5 keeps kind/N/complete on the root; accept them on
+        # the dataset too.
+        attrs = [node.attrs, handle.attrs]
+        if _attr(attrs, "complete") is not None and not bool(_attr(attrs, "complete")):
+            raise ValueError(f"{str(path)!r} is incomplete (the run that wrote it did not "
+                             "finish).")
+        default = "sparse" if isinstance(node, h5py.Group) else (
+            "dense" if node.ndim == 2 else "triu")
+        kind = _attr(attrs, "kind") or default
+        n_attr = _attr(attrs, "n", "N")
+        labels = _attr(attrs, "labels")
+        if kind == "sparse":
+            import scipy.sparse as sp
+
+            if not isinstance(node, h5py.Group):
+                raise ValueError(f"{str(path)!r}: kind 'sparse' needs a CSR group 'relmat'.")
+            shape = tuple(int(x) for x in node.attrs["shape"])
+            data = sp.csr_array((node["data"][()], node["indices"][()], node["indptr"][()]),
+                                shape=shape).toarray()
+        elif isinstance(node, h5py.Group):
+            raise ValueError(f"{str(path)!r}: 'relmat' is a group but kind is {kind!r}.")
+        else:
+            data = node[()]
+    if labels is not None:
+        labels = [lab.decode() if isinstance(lab, bytes) else str(lab) for lab in labels]
+    if kind == "triu":
+        if data.ndim != 1:
+            raise ValueError(
+                f"{str(path)!r}: kind 'triu' needs a 1-D dataset; got shape {data.shape}."
+            )
+        n = _n_from_pairs(data.size, str(path))
+        vector = data
+    elif kind in ("dense", "sparse"):
+        # sparse: pairs below the threshold were not stored and read as 0.
+        vector = _square_to_vec(data, str(path))
+        n = data.shape[0]
+    else:
+        raise ValueError(
+            f"{str(path)!r}: attribute 'kind' must be 'triu', 'dense' or 'sparse'; "
+            f"got {kind!r}."
+        )
+    if n_attr is not None and int(n_attr) != n:
+        raise ValueError(
+            f"{str(path)!r}: attribute n={int(n_attr)} does not match the data "
+            f"({n} regions)."
+        )
+    return vector, labels
+
+
+def read_pair_summary(path) -> dict:
+    """Read a ``connscale pairs`` summary TSV.
+
+    Parameters
+    ----------
+    path : str or path
+        TSV with columns ``i``, ``j``, ``label_i``, ``label_j`` and at least
+        one of ``mean``, ``std``, ``fraction_above`` (or
+        ``fraction_above_<threshold>``, as ``connscale pairs`` writes it), one
+        row per pair; other columns (``pair``) are ignored.
+
+    Returns
+    -------
+    dict
+        ``"i"``, ``"j"`` (int64 arrays), ``"label_i"``, ``"label_j"`` (lists)
+        and one float64 array per statistic present.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such pair-summary file: {str(path)!r}.")
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t")
+        columns = reader.fieldnames or []
+        rows = list(reader)
+    # ``connscale pairs`` names the last column after its threshold
+    # (``fraction_above_0.5``); read it as ``fraction_above``.
+    renamed = {c: "fraction_above" for c in columns
+               if c.startswith("fraction_above_") and "fraction_above" not in columns}
+    if len(renamed) > 1:
+        raise ValueError(f"{str(path)!r}: several fraction-above columns {sorted(renamed)}.")
+    if renamed:
+        (old, new), = renamed.items()
+        columns = [new if c == old else c for c in columns]
+        for row in rows:
+            row[new] = row.pop(old)
+    missing = [c for c in ("i", "j", "label_i", "label_j") if c not in columns]
+    stats = [c for c in _PAIR_STATISTICS if c in columns]
+    if missing or not stats:
+        raise ValueError(
+            f"{str(path)!r}: a pair summary needs columns i, j, label_i, label_j and "
+            f"any of {list(_PAIR_STATISTICS)}; got columns {columns}."
+        )
+    if not rows:
+        raise ValueError(f"{str(path)!r} has no pairs.")
+    try:
+        out = {
+            "i": np.array([int(r["i"]) for r in rows], dtype=np.int64),
+            "j": np.array([int(r["j"]) for r in rows], dtype=np.int64),
+            "label_i": [r["label_i"] for r in rows],
+            "label_j": [r["label_j"] for r in rows],
+        }
+        for stat in stats:
+            out[stat] = np.array([float(r[stat]) if r[stat] not in ("", "n/a") else np.nan
+                                  for r in rows])
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{str(path)!r}: malformed value ({exc}).") from None
+    if np.any(out["i"] >= out["j"]) or np.any(out["i"] < 0):
+        raise ValueError(f"{str(path)!r}: every pair must have 0 <= i < j.")
+    return out
+
+
+def fisher_z(r) -> np.ndarray:
+    """Fisher's z transform, ``arctanh(r)``, of correlations.
+
+    Values are clipped to ``[-1 + 1e-7, 1 - 1e-7]`` first so that perfect
+    correlations map to a large finite z (about ±8.4) rather than infinity.
+    NaN stays NaN. Values outside [-1, 1] are not correlations: ValueError.
+    """
+    r = np.asarray(r, dtype=np.float64)
+    finite = r[np.isfinite(r)]
+    if finite.size and (finite.max() > 1.0 + 1e-6 or finite.min() < -1.0 - 1e-6):
+        raise ValueError(
+            "Fisher z applies to correlations in [-1, 1]; got values in "
+            f"[{finite.min():.4g}, {finite.max():.4g}] (LiFE weights or other "
+            "non-correlation features should be used without --fisher-z)."
+        )
+    return np.arctanh(np.clip(r, -1.0 + FISHER_Z_EPS, 1.0 - FISHER_Z_EPS))
+
+
+# --------------------------------------------------------------------------
+# Cohorts
+# --------------------------------------------------------------------------
+
+def _check_paths(paths) -> list:
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("No feature files given.")
+    subjects = [subject_id_from_path(p.name) for p in paths]
+    seen = {}
+    for subject, path in zip(subjects, paths):
+        if subject in seen:
+            raise ValueError(
+                f"Subject 'sub-{subject}' appears twice: {str(seen[subject])!r} and "
+                f"{str(path)!r}. Give one feature file per subject."
+            )
+        seen[subject] = path
+    return paths, subjects
+
+
+def _check_finite(X: np.ndarray, subjects: list) -> None:
+    bad = ~np.isfinite(X)
+    if bad.any():
+        rows = np.flatnonzero(bad.any(axis=1))
+        listing = ", ".join(f"sub-{subjects[r]} ({int(bad[r].sum())})" for r in rows[:5])
+        raise ValueError(
+            f"{int(bad.sum())} feature value(s) are NaN or infinite, in subjects "
+            f"{listing}{' ...' if rows.size > 5 else ''}. Constant series give "
+            "undefined correlations: drop those regions or subjects first."
+        )
+
+
+def load_connectome_features(paths, *, fisher_z_transform: bool = False,
+                             region_labels=None) -> FeatureSet:
+    """Stack the upper triangles of one connectome file per subject.
+
+    Parameters
+    ----------
+    paths : sequence of str or path
+        One ``.npy`` / ``_relmat.tsv`` / ``_relmat.h5`` per subject; the
+        subject is parsed from ``sub-<label>`` in each file name.
+    fisher_z_transform : bool, default=False
+        Apply :func:`fisher_z` (for correlations only).
+    region_labels : sequence of str or None
+        Region names; by default those in the files, else ``region_<k>``.
+
+    Returns
+    -------
+    FeatureSet
+        One feature per region pair (``statistic == "edge"``).
+    """
+    paths, subjects = _check_paths(paths)
+    vectors, file_labels = [], None
+    for path in paths:
+        vector, labels = read_relmat(path)
+        if vectors and vector.size != vectors[0].size:
+            raise ValueError(
+                "All subjects must have the same number of regions; "
+                f"{str(paths[0])!r} has {_n_from_pairs(vectors[0].size, '')} and "
+                f"{str(path)!r} has {_n_from_pairs(vector.size, str(path))}."
+            )
+        if labels is not None:
+            if file_labels is None:
+                file_labels = labels
+            elif list(labels) != list(file_labels):
+                raise ValueError(
+                    f"{str(path)!r} has other region labels than the files before it; "
+                    "all subjects must use the same atlas in the same order."
+                )
+        vectors.append(vector)
+    X = np.vstack(vectors)
+    n = _n_from_pairs(X.shape[1], str(paths[0]))
+    if n < 2:
+        raise ValueError("Connectomes need at least 2 regions.")
+    labels = _region_labels(region_labels if region_labels is not None else file_labels, n)
+    if fisher_z_transform:
+        X = fisher_z(X)
+    _check_finite(X, subjects)
+    i, j = triu_pairs(np.arange(X.shape[1]), n)
+    return FeatureSet(X=X, subjects=subjects, pair_i=np.asarray(i), pair_j=np.asarray(j),
+                      statistic=["edge"] * X.shape[1], region_labels=labels,
+                      files=[str(p) for p in paths])
+
+
+def _region_labels(labels, n: int) -> list:
+    if labels is None:
+        return [f"region_{k}" for k in range(n)]
+    labels = [str(label) for label in labels]
+    if len(labels) != n:
+        raise ValueError(f"Expected {n} region labels; got {len(labels)}.")
+    return labels
+
+
+def load_pair_features(paths, *, statistics=("mean", "std"),
+                       fisher_z_transform: bool = False) -> FeatureSet:
+    """Stack the DFC pair summaries (``connscale pairs``) of many subjects.
+
+    Parameters
+    ----------
+    paths : sequence of str or path
+        One summary TSV per subject (see :func:`read_pair_summary`).
+    statistics : sequence of {'mean', 'std', 'fraction_above'}, default=('mean', 'std')
+        Which summaries become features (all must be in every file).
+    fisher_z_transform : bool, default=False
+        Apply :func:`fisher_z` to the ``mean`` column (the mean windowed
+        correlation); the other statistics are left as they are.
+
+    Returns
+    -------
+    FeatureSet
+        Features ordered statistic by statistic, pairs in file order.
+    """
+    paths, subjects = _check_paths(paths)
+    statistics = list(statistics)
+    for stat in statistics:
+        if stat not in _PAIR_STATISTICS:
+            raise ValueError(
+                f"'statistics' must be among {list(_PAIR_STATISTICS)}; got {stat!r}."
+            )
+    if not statistics:
+        raise ValueError("'statistics' must name at least one summary.")
+    reference, rows = None, []
+    for path in paths:
+        summary = read_pair_summary(path)
+        absent = [s for s in statistics if s not in summary]
+        if absent:
+            raise ValueError(f"{str(path)!r} has no column(s) {absent}.")
+        if reference is None:
+            reference = summary
+        elif (not np.array_equal(summary["i"], reference["i"])
+              or not np.array_equal(summary["j"], reference["j"])):
+            raise ValueError(
+                f"{str(path)!r} lists other region pairs than {str(paths[0])!r}; "
+                "all subjects must have the same pairs in the same order."
+            )
+        parts = []
+        for stat in statistics:
+            values = summary[stat]
+            if fisher_z_transform and stat == "mean":
+                values = fisher_z(values)
+            parts.append(values)
+        rows.append(np.concatenate(parts))
+    X = np.vstack(rows)
+    _check_finite(X, subjects)
+    n = int(max(reference["j"].max(), reference["i"].max())) + 1
+    labels = [f"region_{k}" for k in range(n)]
+    for i, j, li, lj in zip(reference["i"], reference["j"],
+                            reference["label_i"], reference["label_j"]):
+        labels[i], labels[j] = li, lj
+    n_p = reference["i"].size
+    return FeatureSet(
+        X=X, subjects=subjects,
+        pair_i=np.tile(reference["i"], len(statistics)),
+        pair_j=np.tile(reference["j"], len(statistics)),
+        statistic=[s for s in statistics for _ in range(n_p)],
+        region_labels=labels, files=[str(p) for p in paths],
+    )
+
+
+def _is_pair_summary(path: Path) -> bool:
+    if not path.name.lower().endswith(".tsv"):
+        return False
+    with open(path, newline="") as handle:
+        header = handle.readline().rstrip("\r\n").split("\t")
+    return {"i", "j", "label_i", "label_j"} <= set(header)
+
+
+def load_features(paths, *, fisher_z_transform: bool = False,
+                  statistics=("mean", "std")) -> FeatureSet:
+    """Load connectomes or DFC pair summaries, whichever the files are.
+
+    A ``.tsv`` whose header has ``i``, ``j``, ``label_i``, ``label_j`` is a
+    pair summary (:func:`load_pair_features`); anything else is a matrix
+    (:func:`load_connectome_features`). All files must be of one kind.
+    """
+    if isinstance(paths, (str, Path)):
+        paths = [paths]
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("No feature files given.")
+    for path in paths:
+        if not path.is_file():
+            raise FileNotFoundError(f"No such feature file: {str(path)!r}.")
+    kinds = {_is_pair_summary(p) for p in paths}
+    if len(kinds) > 1:
+        raise ValueError(
+            "The feature files mix DFC pair summaries and connectome matrices; "
+            "give files of one kind."
+        )
+    if kinds.pop():
+        return load_pair_features(paths, statistics=statistics,
+                                  fisher_z_transform=fisher_z_transform)
+    return load_connectome_features(paths, fisher_z_transform=fisher_z_transform)
+
+
+# --------------------------------------------------------------------------
+# Labels
+# --------------------------------------------------------------------------
+
+def read_participants(path, *, label: str) -> dict:
+    """Map subject label -> value of column ``label`` in a participants TSV.
+
+    Parameters
+    ----------
+    path : str or path
+        BIDS ``participants.tsv`` with a ``participant_id`` column
+        (``sub-01`` or ``01``).
+    label : str
+        Column holding the class of each participant.
+
+    Returns
+    -------
+    dict of str -> str
+        Subjects whose value is empty or ``n/a`` are left out.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such participants file: {str(path)!r}.")
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t")
+        columns = reader.fieldnames or []
+        rows = list(reader)
+    if "participant_id" not in columns:
+        raise ValueError(
+            f"{str(path)!r} has no 'participant_id' column; got columns {columns}."
+        )
+    if label not in columns:
+        others = [c for c in columns if c != "participant_id"]
+        raise ValueError(
+            f"{str(path)!r} has no column {label!r}; choose the label among {others}."
+        )
+    mapping = {}
+    for row in rows:
+        pid = (row["participant_id"] or "").strip()
+        if not pid:
+            continue
+        pid = pid.removeprefix("sub-")
+        value = (row[label] or "").strip()
+        if value in ("", "n/a", "NaN", "nan"):
+            continue
+        if pid in mapping and mapping[pid] != value:
+            raise ValueError(f"{str(path)!r}: participant 'sub-{pid}' is listed twice "
+                             "with different labels.")
+        mapping[pid] = value
+    return mapping
+
+
+def align_labels(features: FeatureSet, participants, *, label: str,
+                 classes=None) -> FeatureSet:
+    """Attach the labels of ``participants`` to ``features`` (in its row order).
+
+    Parameters
+    ----------
+    features : FeatureSet
+    participants : str, path or dict
+        A participants TSV (see :func:`read_participants`) or a ready
+        mapping subject -> label.
+    label : str
+        Column name (used for the TSV and in messages).
+    classes : sequence of two str or None
+        ``(negative, positive)`` label values; by default the two values
+        found, sorted (so ``"control" < "patient"`` makes patients positive).
+
+    Returns
+    -------
+    FeatureSet
+        A copy with ``y`` (int: 0 negative, 1 positive) and
+        ``y_classes == [negative, positive]``.
+    """
+    mapping = participants if isinstance(participants, dict) else read_participants(
+        participants, label=label)
+    missing = [s for s in features.subjects if s not in mapping]
+    if missing:
+        listing = ", ".join(f"sub-{s}" for s in missing[:10])
+        raise ValueError(
+            f"{len(missing)} subject(s) with features have no {label!r} value in the "
+            f"participants table: {listing}{' ...' if len(missing) > 10 else ''}."
+        )
+    values = [str(mapping[s]) for s in features.subjects]
+    found = sorted(set(values))
+    if classes is None:
+        if len(found) != 2:
+            raise ValueError(
+                f"Column {label!r} must have exactly two classes among the subjects "
+                f"with features; got {len(found)}: {found[:10]}."
+            )
+        classes = found
+    else:
+        classes = [str(c) for c in classes]
+        if len(classes) != 2:
+            raise ValueError(f"'classes' must name two values; got {classes}.")
+        extra = sorted(set(found) - set(classes))
+        if extra:
+            raise ValueError(f"Column {label!r} has values {extra} outside {classes}.")
+        if len(set(values)) != 2:
+            raise ValueError(
+                f"Column {label!r} must have both classes {classes} among the subjects "
+                f"with features; got only {found}."
+            )
+    y = np.array([classes.index(v) for v in values], dtype=np.int64)
+    out = features.subset(np.arange(len(features.subjects)))
+    out.y = y
+    out.y_classes = list(classes)
+    return out

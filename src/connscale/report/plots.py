@@ -1,0 +1,580 @@
+"""Figures of connscale results, saved as PNG files.
+
+Every function takes the data and an output path, writes the PNG atomically
+and returns its path. matplotlib (with the non-interactive Agg backend when
+pyplot is not yet loaded) and nilearn are imported inside the functions, so
+this module imports without them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+__all__ = [
+    "plot_confusion_matrix",
+    "plot_connectome",
+    "plot_correlation_matrix",
+    "plot_edge_timecourses",
+    "plot_metric_comparison",
+    "plot_network_maps",
+    "plot_network_timecourses",
+    "plot_rmse_map",
+    "plot_roc",
+    "plot_weight_histogram",
+    "plot_window_similarity",
+    "window_similarity",
+]
+
+_DPI = 100
+
+
+def _pyplot():
+    import sys
+
+    import matplotlib
+
+    if "matplotlib.pyplot" not in sys.modules:
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, out_path) -> Path:
+    from connscale.io._atomic import atomic_path
+
+    plt = _pyplot()
+    out_path = Path(out_path)
+    if out_path.suffix.lower() != ".png":
+        raise ValueError(f"Figures are saved as PNG; got the path {str(out_path)!r}.")
+    try:
+        with atomic_path(out_path) as tmp:
+            fig.savefig(tmp, format="png", dpi=_DPI, bbox_inches="tight")
+    finally:
+        plt.close(fig)
+    return out_path
+
+
+def _as_square(matrix) -> np.ndarray:
+    from connscale.fc.triu import vec_to_matrix
+
+    try:
+        import scipy.sparse as sp
+
+        if sp.issparse(matrix):
+            matrix = matrix.toarray()
+    except ImportError:  # pragma: no cover
+        pass
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if matrix.ndim == 1:
+        return vec_to_matrix(matrix)
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(
+            "Expected a square matrix or a 1-D upper-triangle vector; got an array of "
+            f"shape {matrix.shape}."
+        )
+    return matrix
+
+
+def plot_correlation_matrix(matrix, out_path, *, labels=None, title=None,
+                            vmin: float = -1.0, vmax: float = 1.0,
+                            cmap: str = "RdBu_r", reorder: bool = False) -> Path:
+    """Correlation matrix with region labels (``nilearn.plotting.plot_matrix``).
+
+    Parameters
+    ----------
+    matrix : array-like of shape (n, n) or (n(n-1)/2,)
+        Dense matrix or the row-major upper-triangle vector.
+    out_path : str or path
+        PNG to write.
+    labels : sequence of str or None
+        Region names (shown when there are at most 100 regions).
+    title : str or None
+    vmin, vmax : float, default=-1, 1
+    cmap : str, default="RdBu_r"
+        A diverging map for correlations; pass a sequential one (e.g.
+        ``"viridis"``) for non-negative values.
+    reorder : bool, default=False
+        Order the regions by hierarchical clustering (nilearn).
+
+    Returns
+    -------
+    Path
+    """
+    from nilearn import plotting
+
+    matrix = _as_square(matrix)
+    n = matrix.shape[0]
+    if labels is not None and len(labels) != n:
+        raise ValueError(f"Expected {n} labels for a {n}x{n} matrix; got {len(labels)}.")
+    show_labels = list(labels) if labels is not None and n <= 100 else None
+    plt = _pyplot()
+    size = 6 if show_labels is None else min(4 + 0.18 * n, 20)
+    fig = plt.figure(figsize=(size, size * 0.85))
+    plot_matrix_kwargs = {"labels": show_labels, "vmin": vmin, "vmax": vmax,
+                          "figure": fig, "title": title, "cmap": cmap, "reorder": reorder and
+                          show_labels is not None}
+    display = np.where(np.isfinite(matrix), matrix, 0.0)
+    plotting.plot_matrix(display, **plot_matrix_kwargs)
+    return _save(fig, out_path)
+
+
+def plot_connectome(matrix, coords, out_path, *, edge_threshold="95%", title=None,
+                    node_size: float = 20) -> Path:
+    """Edges on a glass brain (``nilearn.plotting.plot_connectome``).
+
+    Parameters
+    ----------
+    matrix : array-like or scipy.sparse matrix of shape (n, n), or a triu vector
+        Connectivity (sparse CSR output of connscale is accepted).
+    coords : array-like of shape (n, 3)
+        MNI coordinates of the regions.
+    out_path : str or path
+    edge_threshold : str or float, default="95%"
+        Edges shown: a percentile of |weight| or an absolute value.
+    title : str or None
+    node_size : float, default=20
+
+    Returns
+    -------
+    Path
+    """
+    from nilearn import plotting
+
+    matrix = _as_square(matrix)
+    coords = np.asarray(coords, dtype=np.float64)
+    if coords.shape != (matrix.shape[0], 3):
+        raise ValueError(
+            f"'coords' must have shape ({matrix.shape[0]}, 3), one MNI coordinate per "
+            f"region; got {coords.shape}."
+        )
+    matrix = np.where(np.isfinite(matrix), matrix, 0.0)
+    np.fill_diagonal(matrix, 0.0)
+    plt = _pyplot()
+    fig = plt.figure(figsize=(9, 3.5))
+    plotting.plot_connectome(matrix, coords, edge_threshold=edge_threshold, figure=fig,
+                             title=title, node_size=node_size, colorbar=True)
+    return _save(fig, out_path)
+
+
+def plot_edge_timecourses(timecourses, out_path, *, edge_labels=None, window_times=None,
+                          max_edges: int = 8, title=None) -> Path:
+    """Windowed-correlation time courses of a few edges (DFC).
+
+    Parameters
+    ----------
+    timecourses : array-like of shape (n_edges, n_windows)
+    out_path : str or path
+    edge_labels : sequence of str or None
+    window_times : array-like of shape (n_windows,) or None
+        x axis (e.g. window centre in seconds); default the window index.
+    max_edges : int, default=8
+        The edges with the largest variance over time are drawn.
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    courses = np.atleast_2d(np.asarray(timecourses, dtype=np.float64))
+    if courses.ndim != 2:
+        raise ValueError(f"'timecourses' must be (n_edges, n_windows); got {courses.shape}.")
+    n_edges, n_windows = courses.shape
+    x = np.arange(n_windows) if window_times is None else np.asarray(window_times)
+    if x.shape != (n_windows,):
+        raise ValueError(f"'window_times' must have {n_windows} values; got {x.shape}.")
+    if edge_labels is not None and len(edge_labels) != n_edges:
+        raise ValueError(f"Expected {n_edges} edge labels; got {len(edge_labels)}.")
+    order = np.argsort(-np.nan_to_num(np.nanvar(courses, axis=1)))[:max_edges]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for k in order:
+        name = edge_labels[k] if edge_labels is not None else f"edge {k}"
+        ax.plot(x, courses[k], lw=1.2, label=name)
+    ax.axhline(0.0, color="0.6", lw=0.8)
+    ax.set_xlabel("window" if window_times is None else "time (s)")
+    ax.set_ylabel("correlation")
+    ax.set_title(title or f"Edge time courses ({len(order)} of {n_edges}, most variable)")
+    ax.legend(fontsize=7, loc="upper right", ncol=2)
+    return _save(fig, out_path)
+
+
+def window_similarity(windows) -> np.ndarray:
+    """Pearson correlation between the edge vectors of every pair of windows.
+
+    Parameters
+    ----------
+    windows : array-like of shape (n_windows, n_edges)
+
+    Returns
+    -------
+    ndarray of shape (n_windows, n_windows)
+    """
+    windows = np.asarray(windows, dtype=np.float64)
+    if windows.ndim != 2 or windows.shape[0] < 2:
+        raise ValueError(
+            "'windows' must be (n_windows, n_edges) with at least 2 windows; got shape "
+            f"{windows.shape}."
+        )
+    windows = np.nan_to_num(windows)
+    centred = windows - windows.mean(axis=1, keepdims=True)
+    norms = np.linalg.norm(centred, axis=1)
+    norms[norms == 0] = np.nan
+    unit = centred / norms[:, None]
+    return unit @ unit.T
+
+
+def plot_window_similarity(windows, out_path, *, precomputed: bool = False,
+                           title=None) -> Path:
+    """Window-to-window similarity matrix of a DFC run.
+
+    Parameters
+    ----------
+    windows : array-like
+        (n_windows, n_edges) edge vectors, or with ``precomputed=True`` a
+        (n_windows, n_windows) similarity matrix.
+    out_path : str or path
+    precomputed : bool, default=False
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    similarity = np.asarray(windows, dtype=np.float64) if precomputed else \
+        window_similarity(windows)
+    if similarity.ndim != 2 or similarity.shape[0] != similarity.shape[1]:
+        raise ValueError(f"Expected a square similarity matrix; got {similarity.shape}.")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    image = ax.imshow(similarity, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
+    fig.colorbar(image, ax=ax, label="correlation of edge vectors")
+    ax.set_xlabel("window")
+    ax.set_ylabel("window")
+    ax.set_title(title or "Window-to-window similarity")
+    return _save(fig, out_path)
+
+
+def _load_img(img):
+    import nibabel as nib
+
+    if isinstance(img, (str, Path)):
+        return nib.load(str(img))
+    return img
+
+
+def _is_img(obj) -> bool:
+    if isinstance(obj, (str, Path)):
+        return str(obj).lower().endswith((".nii", ".nii.gz"))
+    return hasattr(obj, "get_fdata") and hasattr(obj, "affine")
+
+
+def plot_network_maps(maps, out_path, *, max_networks: int = 6, title=None,
+                      bg_img=None) -> Path:
+    """Spatial maps of r1DL networks.
+
+    Parameters
+    ----------
+    maps : NIfTI image or path (4-D, one volume per network), or array-like
+        of shape (n_networks, n_voxels) (dense or scipy.sparse, as the sparse V).
+        Images are drawn with ``nilearn.plotting.plot_prob_atlas`` (all maps
+        overlaid on up to 6 axial slices; ``bg_img`` defaults to the MNI template, so pass the mean
+        functional image for data in native space). Arrays give one strip
+        plot per network of its non-zero loadings by voxel index.
+    out_path : str or path
+    max_networks : int, default=6
+        Arrays: draw the first ``max_networks`` networks.
+    title : str or None
+    bg_img : NIfTI image, path or None
+
+    Returns
+    -------
+    Path
+    """
+    plt = _pyplot()
+    if _is_img(maps):
+        from nilearn import plotting
+
+        img = _load_img(maps)
+        if len(img.shape) != 4:
+            raise ValueError(f"Network maps must be a 4-D image; got shape {img.shape}.")
+        fig = plt.figure(figsize=(9, 3.5))
+        kwargs = {"figure": fig, "title": title or f"{img.shape[3]} networks",
+                  "colorbar": False}
+        if bg_img is not None:
+            kwargs["bg_img"] = _load_img(bg_img)
+        import warnings
+
+        with warnings.catch_warnings():  # nilearn's masked-array conversion notices
+            warnings.filterwarnings("ignore", message=".*converting a masked element")
+            plotting.plot_prob_atlas(img, view_type="filled_contours", display_mode="z",
+                                     cut_coords=min(6, img.shape[2]), **kwargs)
+        return _save(fig, out_path)
+    try:
+        import scipy.sparse as sp
+
+        if sp.issparse(maps):
+            maps = maps.toarray()
+    except ImportError:  # pragma: no cover
+        pass
+    maps = np.atleast_2d(np.asarray(maps, dtype=np.float64))
+    if maps.ndim != 2:
+        raise ValueError(f"'maps' must be (n_networks, n_voxels); got {maps.shape}.")
+    shown = maps[:max_networks]
+    fig, axes = plt.subplots(shown.shape[0], 1, figsize=(8, 1.3 * shown.shape[0] + 0.6),
+                             sharex=True, squeeze=False)
+    for k, ax in enumerate(axes[:, 0]):
+        nonzero = np.flatnonzero(shown[k])
+        ax.vlines(nonzero, 0, shown[k, nonzero], color="C0", lw=0.6)
+        ax.axhline(0, color="0.6", lw=0.6)
+        ax.set_ylabel(f"net {k}", fontsize=8)
+        ax.text(1.0, 1.0, f"{nonzero.size} voxels", transform=ax.transAxes, ha="right",
+                va="top", fontsize=7)
+    axes[-1, 0].set_xlabel("voxel")
+    axes[0, 0].set_title(title or f"Network maps ({shown.shape[0]} of {maps.shape[0]})")
+    return _save(fig, out_path)
+
+
+def plot_network_timecourses(timecourses, out_path, *, t_r=None, max_networks: int = 6,
+                             title=None) -> Path:
+    """Time courses of r1DL networks (columns of U).
+
+    Parameters
+    ----------
+    timecourses : array-like of shape (n_timepoints, n_networks)
+    out_path : str or path
+    t_r : float or None
+        Repetition time in seconds, for a time axis in seconds.
+    max_networks : int, default=6
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    courses = np.asarray(timecourses, dtype=np.float64)
+    if courses.ndim == 1:
+        courses = courses[:, None]
+    if courses.ndim != 2:
+        raise ValueError(f"'timecourses' must be (n_timepoints, n_networks); got "
+                         f"{courses.shape}.")
+    shown = courses[:, :max_networks]
+    x = np.arange(courses.shape[0]) * (t_r if t_r else 1.0)
+    plt = _pyplot()
+    fig, axes = plt.subplots(shown.shape[1], 1, figsize=(8, 1.2 * shown.shape[1] + 0.6),
+                             sharex=True, squeeze=False)
+    for k, ax in enumerate(axes[:, 0]):
+        ax.plot(x, shown[:, k], lw=1.0, color=f"C{k % 10}")
+        ax.set_ylabel(f"net {k}", fontsize=8)
+    axes[-1, 0].set_xlabel("time (s)" if t_r else "volume")
+    axes[0, 0].set_title(title or "Network time courses")
+    return _save(fig, out_path)
+
+
+def plot_rmse_map(rmse, out_path, *, n_slices: int = 8, title=None) -> Path:
+    """Axial slices of a voxel-wise RMSE map (LiFE).
+
+    Parameters
+    ----------
+    rmse : NIfTI image, path or array-like of shape (x, y, z)
+        NaN or 0 outside the voxels the model covers.
+    out_path : str or path
+    n_slices : int, default=8
+        Evenly spaced axial slices through the covered voxels.
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    data = _load_img(rmse).get_fdata() if _is_img(rmse) else np.asarray(rmse, float)
+    if data.ndim != 3:
+        raise ValueError(f"'rmse' must be a 3-D map; got shape {data.shape}.")
+    covered = np.isfinite(data) & (data != 0)
+    if not covered.any():
+        raise ValueError("The RMSE map has no finite non-zero voxel to show.")
+    zs = np.flatnonzero(covered.any(axis=(0, 1)))
+    picks = np.unique(np.linspace(zs.min(), zs.max(), min(n_slices, zs.size)).round()
+                      .astype(int))
+    vmax = float(np.nanpercentile(data[covered], 99))
+    plt = _pyplot()
+    cols = min(4, picks.size)
+    rows = int(np.ceil(picks.size / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(2.4 * cols + 1, 2.4 * rows + 0.5),
+                             squeeze=False)
+    masked = np.ma.masked_where(~covered, data)
+    image = None
+    for ax, z in zip(axes.ravel(), picks):
+        image = ax.imshow(masked[:, :, z].T, origin="lower", cmap="magma", vmin=0, vmax=vmax)
+        ax.set_title(f"z = {z}", fontsize=8)
+    for ax in axes.ravel():
+        ax.axis("off")
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="RMSE", shrink=0.8)
+    fig.suptitle(title or "Model RMSE")
+    return _save(fig, out_path)
+
+
+def plot_weight_histogram(weights, out_path, *, bins: int = 50, log: bool = True,
+                          title=None) -> Path:
+    """Histogram of fiber weights (LiFE), zeros counted apart.
+
+    Parameters
+    ----------
+    weights : array-like of shape (n_fibers,)
+    out_path : str or path
+    bins : int, default=50
+    log : bool, default=True
+        Logarithmic count axis.
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    weights = np.ravel(np.asarray(weights, dtype=np.float64))
+    if weights.size == 0:
+        raise ValueError("'weights' is empty.")
+    positive = weights[np.isfinite(weights) & (weights > 0)]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    if positive.size:
+        ax.hist(positive, bins=bins, color="C0", log=log)
+    ax.set_xlabel("weight")
+    ax.set_ylabel("fibers")
+    n_zero = int(np.sum(weights == 0))
+    ax.set_title(title or f"Fiber weights: {positive.size} > 0, {n_zero} pruned "
+                 f"({100.0 * n_zero / weights.size:.1f}%)")
+    return _save(fig, out_path)
+
+
+def plot_confusion_matrix(matrix, out_path, *, class_names=("negative", "positive"),
+                          normalize: bool = False, title=None) -> Path:
+    """Confusion matrix ``[[TN, FP], [FN, TP]]`` (rows: truth, columns: prediction).
+
+    Parameters
+    ----------
+    matrix : array-like of shape (n_classes, n_classes)
+    out_path : str or path
+    class_names : sequence of str
+    normalize : bool, default=False
+        Show row proportions instead of counts.
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"Expected a square confusion matrix; got shape {matrix.shape}.")
+    if len(class_names) != matrix.shape[0]:
+        raise ValueError(f"Expected {matrix.shape[0]} class names; got {len(class_names)}.")
+    shown = matrix / np.maximum(matrix.sum(axis=1, keepdims=True), 1) if normalize else matrix
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.2, 3.6))
+    image = ax.imshow(shown, cmap="Blues", vmin=0)
+    fig.colorbar(image, ax=ax)
+    for (r, c), value in np.ndenumerate(shown):
+        text = f"{value:.2f}" if normalize else f"{value:g}"
+        ax.text(c, r, text, ha="center", va="center",
+                color="white" if value > shown.max() / 2 else "black")
+    ax.set_xticks(range(len(class_names)), [str(c) for c in class_names])
+    ax.set_yticks(range(len(class_names)), [str(c) for c in class_names])
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title or "Confusion matrix")
+    return _save(fig, out_path)
+
+
+def plot_roc(y_true, scores, out_path, *, title=None) -> Path:
+    """ROC curves of out-of-fold scores, one per cross-validation repeat.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_subjects,)
+        0/1 labels (1 positive).
+    scores : array-like of shape (n_subjects,) or (n_repeats, n_subjects)
+        Decision values or positive-class probabilities.
+    out_path : str or path
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    from sklearn.metrics import roc_auc_score, roc_curve
+
+    y_true = np.asarray(y_true)
+    scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
+    if scores.shape[1] != y_true.shape[0]:
+        raise ValueError(f"'scores' must have {y_true.shape[0]} columns (one per subject); "
+                         f"got shape {scores.shape}.")
+    if np.unique(y_true).size != 2:
+        raise ValueError("'y_true' must contain both classes for a ROC curve.")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(4.5, 4.2))
+    aucs = []
+    for k, row in enumerate(scores):
+        fpr, tpr, _ = roc_curve(y_true, row)
+        aucs.append(roc_auc_score(y_true, row))
+        ax.plot(fpr, tpr, color="C0", alpha=max(0.15, 1.0 / scores.shape[0]), lw=1.2)
+    ax.plot([0, 1], [0, 1], ls="--", color="0.6", lw=0.8)
+    ax.set_xlabel("false positive rate (1 - specificity)")
+    ax.set_ylabel("true positive rate (sensitivity)")
+    ax.set_title(title or f"ROC, AUC = {np.mean(aucs):.3f}"
+                 + (f" ± {np.std(aucs):.3f} ({scores.shape[0]} repeats)"
+                    if scores.shape[0] > 1 else ""))
+    ax.set_aspect("equal")
+    return _save(fig, out_path)
+
+
+def plot_metric_comparison(results: dict, out_path, *,
+                           metrics=("accuracy", "sensitivity", "specificity"),
+                           chance: float | None = 0.5, title=None) -> Path:
+    """Grouped bars of cross-validated metrics with their 95% intervals.
+
+    Parameters
+    ----------
+    results : dict of str -> dict
+        Name -> :func:`connscale.classify.cross_validate` result (or any dict
+        holding ``{metric: {"mean", "ci_low", "ci_high"}}``), e.g. the output
+        of :func:`connscale.classify.compare_features`.
+    out_path : str or path
+    metrics : sequence of str, default=('accuracy', 'sensitivity', 'specificity')
+    chance : float or None, default=0.5
+        Dashed line at chance level; None for none.
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    if not results:
+        raise ValueError("'results' is empty.")
+    for name, result in results.items():
+        for metric in metrics:
+            entry = result.get(metric) if isinstance(result, dict) else None
+            if not isinstance(entry, dict) or not {"mean", "ci_low", "ci_high"} <= set(entry):
+                raise ValueError(f"results[{name!r}] has no {metric!r} with mean, ci_low, "
+                                 "ci_high.")
+    plt = _pyplot()
+    names = list(results)
+    width = 0.8 / len(names)
+    x = np.arange(len(metrics))
+    fig, ax = plt.subplots(figsize=(1.6 + 1.4 * len(metrics), 3.8))
+    for k, name in enumerate(names):
+        means = np.array([results[name][m]["mean"] for m in metrics])
+        low = means - np.array([results[name][m]["ci_low"] for m in metrics])
+        high = np.array([results[name][m]["ci_high"] for m in metrics]) - means
+        ax.bar(x + (k - (len(names) - 1) / 2) * width, means, width, yerr=[low, high],
+               capsize=3, label=name, color=f"C{k % 10}")
+    if chance is not None:
+        ax.axhline(chance, ls="--", color="0.5", lw=0.8)
+    ax.set_xticks(x, list(metrics))
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("proportion (95% Clopper-Pearson interval)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(title or "Cross-validated classification")
+    return _save(fig, out_path)
