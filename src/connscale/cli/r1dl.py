@@ -178,7 +178,7 @@ def _figure(args, record: RunRecord, result, masker, background) -> None:
             ax_m.set_xlabel("voxel" if k == n - 1 else "")
     axes[0][0].set_title("time course")
     axes[0][1].set_title("spatial map")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.93, bottom=0.08, hspace=0.35, wspace=0.12)
     path = args.out / "r1dl_networks.png"
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fig.savefig(fh, format="png", dpi=90)
