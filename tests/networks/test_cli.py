@@ -102,3 +102,18 @@ def test_cli_main_exit_code(tmp_path, capsys):
                str(tmp_path / "o"), "-q"])
     assert rc == 2
     assert "connscale r1dl: error: INPUT must be a 4-D NIfTI" in capsys.readouterr().err
+
+
+def test_cli_rerun_skips_complete_output(planted, tmp_path):
+    S = planted[0][:, :300]
+    np.save(tmp_path / "S.npy", S)
+    out = tmp_path / "out"
+    argv = ["r1dl", str(tmp_path / "S.npy"), "-k", "2", "-r", "20", "--seed", "0", "--out",
+            str(out), "--device", "cpu", "-q"]
+    assert _run(argv) == 0
+    stamp = (out / "r1dl_loadings.npz").stat().st_mtime_ns
+    assert _run(argv) == 0
+    assert (out / "r1dl_loadings.npz").stat().st_mtime_ns == stamp  # not redone
+    # Other parameters: computed again.
+    assert _run([a if a != "0" else "1" for a in argv]) == 0  # --seed 1
+    assert (out / "r1dl_loadings.npz").stat().st_mtime_ns != stamp

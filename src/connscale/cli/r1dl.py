@@ -9,6 +9,9 @@ a T x P matrix as ``.npy`` (memory-mapped) or TSV/CSV. Outputs in ``--out``:
 * ``r1dl_iterations.tsv`` and ``r1dl_iterations.json`` (updates per atom);
 * ``r1dl_networks.png``, a figure of the first networks;
 * ``r1dl_log.json``, the run record.
+
+A re-run with the same parameters and an unchanged input over a complete
+output folder does nothing.
 """
 
 from __future__ import annotations
@@ -175,7 +178,7 @@ def _figure(args, record: RunRecord, result, masker, background) -> None:
             ax_m.set_xlabel("voxel" if k == n - 1 else "")
     axes[0][0].set_title("time course")
     axes[0][1].set_title("spatial map")
-    fig.tight_layout()
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.93, bottom=0.08, hspace=0.35, wspace=0.12)
     path = args.out / "r1dl_networks.png"
     with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         fig.savefig(fh, format="png", dpi=90)
@@ -183,11 +186,41 @@ def _figure(args, record: RunRecord, result, masker, background) -> None:
     record.add_figure(path)
 
 
+def _input_stamp(path: Path) -> str:
+    stat = path.stat()
+    return f"{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def _already_complete(out: Path, parameters: dict) -> bool:
+    """True when ``out`` holds a finished run with these parameters and input."""
+    import json
+
+    log_path = out / "r1dl_log.json"
+    if not log_path.exists():
+        return False
+    try:
+        log = json.loads(log_path.read_text())
+    except (OSError, ValueError):
+        return False
+    ignore = {"verbose"}
+    old = {k: v for k, v in log.get("parameters", {}).items() if k not in ignore}
+    new = {k: (str(v) if isinstance(v, Path) else v) for k, v in parameters.items()
+           if k not in ignore}
+    outputs = log.get("outputs", []) + log.get("figures", [])
+    return old == new and bool(outputs) and all(Path(p).exists() for p in outputs)
+
+
 def run(args) -> int:
     from connscale.networks.r1dl import r1dl
 
     configure_logging(args.verbose)
     parameters = {k: v for k, v in vars(args).items() if k != "func"}
+    if args.input.exists():
+        parameters["input_stamp"] = _input_stamp(args.input)
+    if _already_complete(args.out, parameters):
+        logger.info("r1dl: %s already holds this run's complete output; nothing to do.",
+                    args.out)
+        return 0
     record = RunRecord("r1dl", args.out, parameters)
     with record.timer("load"):
         S, masker, background = _load_input(args)
