@@ -34,6 +34,7 @@ import connscale
 from connscale._compute import available_host_memory
 from connscale.datasets import simulate_timeseries
 from connscale.fc.triu import n_pairs
+from _measure import copy_bandwidth
 
 # GPU-DFC paper (Tesla K40), seconds: Table I (GPU-DFC column), Table II, Table V.
 PAPER_TABLE1 = {
@@ -92,19 +93,6 @@ def measure_gemm_rate(device, n, w, batch):
     _sync(device)
     return 2.0 * batch * rows * n * w * reps / (time.perf_counter() - start)
 
-
-def measure_d2h(device, nbytes=1 << 30):
-    if not device.startswith("cuda"):
-        return None
-    src = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    dst = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(3):
-        dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    return 3 * nbytes / (time.perf_counter() - start)
 
 
 def allocate_arena(nbytes, device):
@@ -363,7 +351,7 @@ def main(argv=None):
            f"({torch.cuda.get_device_name() if cuda else f'{os.cpu_count()} cores'}), float32, "
            f"TF32 off, torch {torch.__version__}{', quick sizes' if args.quick else ''}")
     connscale.dynamic_correlation(simulate(60, 300), 20, 5, device=device)  # warm up
-    d2h = measure_d2h(device)
+    d2h = (copy_bandwidth("d2h", device=device) if device.startswith("cuda") else None)
     if d2h:
         _print(f"# measured device->host into pinned memory: {d2h / 1e9:.1f} GB/s")
     rows: list[dict] = []

@@ -46,6 +46,7 @@ import torch
 
 from connscale.fc.pairs import pairwise_dfc
 from connscale.fc.triu import n_pairs
+from _measure import copy_bandwidth
 
 N_TIMEPOINTS = 316
 PAPER_RANGE = {32: "18.5-66x", 64: "28-139x (max 157x)"}
@@ -105,17 +106,6 @@ def time_call(fn, device: str, repeats: int) -> float:
     return float(np.median(times))
 
 
-def measure_d2h_bandwidth(nbytes: int = 1 << 30) -> float:
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
-    dst = torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=True)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(3):
-        dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    return 3 * nbytes / (time.perf_counter() - start)
-
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
@@ -153,7 +143,7 @@ def main(argv=None) -> int:
     per_call = {w: corrcoef_seconds_per_call(w, args.corrcoef_calls, rng) for w in windows_grid}
     for w, sec in per_call.items():
         print(f"# sequential loop: {sec * 1e6:.1f} us per np.corrcoef call (w={w})", flush=True)
-    d2h = measure_d2h_bandwidth() if device.startswith("cuda") else None
+    d2h = copy_bandwidth("d2h") if device.startswith("cuda") else None
     if d2h:
         print(f"# measured device->host into pinned memory: {d2h / 1e9:.1f} GB/s", flush=True)
 

@@ -38,6 +38,7 @@ import torch
 
 import connscale
 from connscale.networks import match_networks
+from _measure import copy_bandwidth
 
 K_TRUE = 20          # planted networks
 NET_FRACTION = 0.05  # voxels per planted network
@@ -152,17 +153,6 @@ def read_bandwidth(device, nbytes=1 << 31):
     torch.cuda.synchronize()
     return reps * nbytes / (time.perf_counter() - start)
 
-
-def h2d_bandwidth(device, nbytes=1 << 30):
-    src = torch.empty(nbytes // 4, pin_memory=True)
-    dst = torch.empty(nbytes // 4, device=device)
-    dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(3):
-        dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    return 3 * nbytes / (time.perf_counter() - start)
 
 
 def quality(loadings, maps):
@@ -319,7 +309,7 @@ def main(argv=None):
                 f"({engines[name]!r})")
 
     bandwidth = read_bandwidth(device) if cuda else None
-    h2d = h2d_bandwidth(device) if cuda else None
+    h2d = copy_bandwidth("h2d", device=device) if cuda else None
     if cuda:
         log(f"device read bandwidth {bandwidth / 1e9:.0f} GB/s, pinned H2D "
             f"{h2d / 1e9:.1f} GB/s")

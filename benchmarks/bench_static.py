@@ -32,6 +32,7 @@ import torch
 import connscale
 from connscale.datasets import simulate_timeseries
 from connscale.fc.triu import n_pairs
+from _measure import copy_bandwidth
 
 # Fast-GPU-PCC measured on the same H100 (shared/PERFORMANCE.md), seconds.
 PEER = {30000: 0.426, 90000: 3.12}
@@ -58,17 +59,6 @@ def measure_gemm_rate(device, n_cols, t, dtype=torch.float32):
     seconds = (time.perf_counter() - start) / reps
     return 2.0 * rows * n_cols * t / seconds
 
-
-def measure_d2h_bandwidth(nbytes=1 << 30):
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
-    dst = torch.empty(nbytes // 4, dtype=torch.float32, pin_memory=True)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(3):
-        dst.copy_(src, non_blocking=True)
-    torch.cuda.synchronize()
-    return 3 * nbytes / (time.perf_counter() - start)
 
 
 def time_ours(x, device, out, repeats):
@@ -126,7 +116,7 @@ def main(argv=None):
     # warm up (CUDA context, Triton compilation, BLAS threads)
     warm, _ = simulate_timeseries(t, 2000, random_state=1)
     connscale.correlation(warm, kind="triu", device=device)
-    d2h = measure_d2h_bandwidth() if cuda else None
+    d2h = copy_bandwidth("d2h") if cuda else None
     if cuda:
         print(f"# measured device->host into pinned memory: {d2h / 1e9:.1f} GB/s", flush=True)
     rows = []
