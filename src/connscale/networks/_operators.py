@@ -41,8 +41,12 @@ def standardize_torch(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (x / norm).to(dtype)
 
 
-def select_top_r(y: torch.Tensor, r: int, selection: str):
-    """Exact top-r of ``y`` (by magnitude or signed value): sorted indices, values."""
+def select_top_r(y: torch.Tensor, r: int, selection: str, *, sort: bool = True):
+    """Exact top-r of ``y`` (by magnitude or signed value): indices, values.
+
+    Indices come sorted unless ``sort=False`` (on CUDA the sort costs as much
+    as the selection; the r1DL loop sorts each atom's final indices once).
+    """
     if r < y.numel():
         score = y.abs() if selection == "magnitude" else y
         if y.device.type == "cpu":
@@ -52,7 +56,8 @@ def select_top_r(y: torch.Tensor, r: int, selection: str):
             idx = torch.from_numpy(part)
         else:
             _, idx = torch.topk(score, r, sorted=False)
-            idx, _ = torch.sort(idx)
+            if sort:
+                idx, _ = torch.sort(idx)
     else:
         idx = torch.arange(y.numel(), device=y.device)
     values = y[idx]
@@ -107,7 +112,7 @@ class ResidentOperator:
     def top_r(self, u, deflation, r, selection):
         y = torch.mv(self.St, u)
         _apply_deflation(y, deflation)
-        return select_top_r(y, r, selection)
+        return select_top_r(y, r, selection, sort=False)
 
     def matvec(self, idx, values):
         return values @ self.St.index_select(0, idx)

@@ -146,7 +146,6 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
     U = torch.zeros((n_timepoints, n_atoms), dtype=dtype, device=device)
     all_idx = torch.empty(0, dtype=torch.long, device=device)
     all_val = torch.empty(0, dtype=dtype, device=device)
-    atom_of = torch.empty(0, dtype=torch.long, device=device)
     v_dense = torch.zeros(n_voxels, dtype=dtype, device=device)
     indices, values = [], []
     n_iter = np.zeros(n_atoms, dtype=np.int64)
@@ -163,14 +162,18 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
                 deflation = None
                 if k:
                     c = U[:, :k].T @ u
-                    deflation = (all_idx, c[atom_of] * all_val)
+                    deflation = (all_idx, (c[:, None] * all_val.view(k, -1)).view(-1))
                 idx, val = op.top_r(u, deflation, r, selection)
                 su = op.matvec(idx, val)
                 if k:
-                    v_dense[idx] = val
-                    vv = torch.zeros(k, dtype=dtype, device=device)
-                    vv.index_add_(0, atom_of, all_val * v_dense[all_idx])
-                    v_dense[idx] = 0
+                    # V v, atom by atom: every atom holds the same number of
+                    # entries, so a reshape-and-sum replaces a scatter of K·r
+                    # values into K slots (atomics that serialise on a GPU).
+                    # index_copy_/index_fill_ do not synchronise, as
+                    # v_dense[idx] = ... does on CUDA.
+                    v_dense.index_copy_(0, idx, val)
+                    vv = (all_val * v_dense[all_idx]).view(k, -1).sum(dim=1)
+                    v_dense.index_fill_(0, idx, 0)
                     su = su - U[:, :k] @ vv
                 norm = torch.linalg.vector_norm(su)
                 u_new = su / norm
@@ -189,6 +192,8 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
             if best is None or score > best[0]:
                 best = (score, u, idx, val, it, done)
         _, u, idx, val, n_iter[k], converged[k] = best
+        order = torch.argsort(idx)  # the resident operator leaves them unsorted
+        idx, val = idx[order], val[order]
         # Fix the sign: the largest-magnitude loading is positive.
         if val.numel() and float(val[torch.argmax(val.abs())]) < 0:
             u, val = -u, -val
@@ -197,7 +202,6 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
         values.append(val)
         all_idx = torch.cat([all_idx, idx])
         all_val = torch.cat([all_val, val])
-        atom_of = torch.cat([atom_of, torch.full_like(idx, k)])
     return U, indices, values, n_iter, converged
 
 
