@@ -90,7 +90,11 @@ def run(args) -> int:
     record.results["pairs_per_second"] = n * (n - 1) / 2 / max(seconds, 1e-9)
     if n <= TSV_MAX_NODES:
         matrix = result if as_tsv else _dense_from_store(load_relmat(path)[0], kind, n)
-        record.add_figure(_plot(matrix, labels, args.out / f"{source}_relmat.png"))
+        from connscale.report.plots import plot_correlation_matrix
+
+        record.add_figure(plot_correlation_matrix(
+            matrix, args.out / f"{source}_relmat.png", labels=labels,
+            title=f"Pearson correlation, {n} {nodes}"))
     log = record.finish(f"{source}_fc")
     print(f"connscale fc: {n} {nodes}, {n_timepoints} time points, kind={kind}, "
           f"{plan.n_rounds} round(s) on {record.device} in {seconds:.3f} s")
@@ -109,26 +113,3 @@ def _dense_from_store(stored, kind, n):
         matrix = matrix + matrix.T
         np.fill_diagonal(matrix, 1.0)
     return matrix
-
-
-def _plot(matrix, labels, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = matrix.shape[0]
-    fig, ax = plt.subplots(figsize=(7, 6))
-    image = ax.imshow(matrix, cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest")
-    fig.colorbar(image, ax=ax, label="Pearson r")
-    if labels and n <= 60:
-        ax.set_xticks(range(n), labels, rotation=90, fontsize=6)
-        ax.set_yticks(range(n), labels, fontsize=6)
-    ax.set_title(f"Correlation matrix ({n} nodes)")
-    fig.tight_layout()
-    from connscale.io._atomic import atomic_path
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
-    return path
