@@ -70,6 +70,7 @@ def run(args) -> int:
             raise RuntimeError(f"demo step '{title}' failed with exit status {status}")
         seconds = time.perf_counter() - start
         steps.append((title, seconds, folder))
+        record.add_output(folder / "report.html")
         record.timings[folder.name] = round(seconds, 3)
 
     roi = str(nitime_roi_path())
@@ -144,7 +145,9 @@ def run(args) -> int:
         acc = result["accuracy"]
         print(f"  {name:>13}: accuracy {acc['mean']:.2f} "
               f"[{acc['ci_low']:.2f}, {acc['ci_high']:.2f}]")
-    record.device = args.device
+    from connscale._compute import resolve_device
+
+    record.device = str(resolve_device(args.device))
     record.finish("demo")
 
     print("\n== connscale demo finished")
