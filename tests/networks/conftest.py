@@ -1,22 +1,8 @@
-import os
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
 from connscale.datasets import simulate_networks
-
-# Cluster workers import r1dl_funcs (and connscale) by name.
-_HERE = str(Path(__file__).resolve().parent)
-_SRC = str(Path(__file__).resolve().parents[2] / "src")
-for _path in (_HERE, _SRC):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    [_HERE, _SRC] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-)
 
 DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="CUDA not available"))]

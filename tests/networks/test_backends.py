@@ -14,24 +14,6 @@ from .conftest import SIZE
 K = 2  # Spark runs each pass as a job (~0.1-1 s): keep them few
 
 
-@pytest.fixture(scope="module")
-def dask_engine():
-    pytest.importorskip("distributed")
-    from connscale.engines import get_engine
-
-    with get_engine("dask", n_jobs=2, retries=2) as engine:
-        yield engine
-
-
-@pytest.fixture(scope="module")
-def spark_engine():
-    pytest.importorskip("pyspark")
-    from connscale.engines import get_engine
-
-    with get_engine("spark", cluster="local[2]", retries=2) as engine:
-        yield engine
-
-
 ENGINES = [
     "serial_engine",
     pytest.param("dask_engine", marks=pytest.mark.cluster),
