@@ -308,6 +308,15 @@ def _read_relmat_h5(path: Path):
     return vector, labels
 
 
+def _read_tsv(path: Path, what: str) -> tuple[list, list]:
+    """Column names and rows (dicts) of a tab-separated table with a header."""
+    if not path.is_file():
+        raise FileNotFoundError(f"No such {what} file: {str(path)!r}.")
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t")
+        return list(reader.fieldnames or []), list(reader)
+
+
 def read_pair_summary(path) -> dict:
     """Read a ``connscale pairs`` summary TSV.
 
@@ -326,12 +335,7 @@ def read_pair_summary(path) -> dict:
         and one float64 array per statistic present.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No such pair-summary file: {str(path)!r}.")
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle, delimiter="\t")
-        columns = reader.fieldnames or []
-        rows = list(reader)
+    columns, rows = _read_tsv(path, "pair-summary")
     # ``connscale pairs`` names the last column after its threshold
     # (``fraction_above_0.5``); read it as ``fraction_above``.
     renamed = {c: "fraction_above" for c in columns
@@ -605,12 +609,7 @@ def read_participants(path, *, label: str) -> dict:
         Subjects whose value is empty or ``n/a`` are left out.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"No such participants file: {str(path)!r}.")
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle, delimiter="\t")
-        columns = reader.fieldnames or []
-        rows = list(reader)
+    columns, rows = _read_tsv(path, "participants")
     if "participant_id" not in columns:
         raise ValueError(
             f"{str(path)!r} has no 'participant_id' column; got columns {columns}."
