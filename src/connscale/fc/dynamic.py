@@ -624,26 +624,17 @@ def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, abs
         del tile, keep
     compact(*pending)
     del pending
+    submit = _sparse_submitter(backend, copier)
     for b, index in enumerate(batch):
         vals = torch.cat(values[b]) if len(values[b]) > 1 else values[b][0]
         cols = torch.cat(columns[b]) if len(columns[b]) > 1 else columns[b][0]
         row_counts = torch.cat(counts[b]) if len(counts[b]) > 1 else counts[b][0]
-        destination = [None, None, None, None]
-        if isinstance(backend, MemoryBackend):
-            taken = backend.sparse_destination(vals.numel())
-            if taken is not None:
-                destination[:2] = [taken[0][1], taken[1][1]]
-
-        def callback(arrays, index=index):
-            data, indices, row_counts_host, constant_host = arrays
-            backend.write(index, {"data": data, "indices": indices, "counts": row_counts_host},
-                          constant_host, float("nan"))
-
-        copier.submit([vals, cols, row_counts, constant[b]], callback, destination)
+        submit(index, vals, cols, row_counts, constant[b])
 
 
 def _sparse_submitter(backend, copier):
-    """Queue one sparse window's device arrays for the host (see _sparse_batch)."""
+    """Queue one sparse window's device arrays (values, int32 columns, row counts)
+    for the host: into the pinned result when it has room, else via staging."""
     def submit(index, values, columns, row_counts, constant):
         destination = [None, None, None, None]
         if isinstance(backend, MemoryBackend):
