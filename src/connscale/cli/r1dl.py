@@ -72,6 +72,11 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--n-init", type=int, default=1, help="Random starts per atom.")
     parser.add_argument("--block-size", type=int, default=None,
                         help="Voxels per streamed / cluster block.")
+    parser.add_argument("--storage", default="auto", choices=["auto", "device", "host", "file"],
+                        help="Where the local backend keeps S between passes: GPU memory "
+                             "('device'), pinned host memory read over PCIe ('host'), or "
+                             "re-read from the input every pass ('file'); 'auto' takes the "
+                             "first that fits.")
     add_compute_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -230,7 +235,7 @@ def run(args) -> int:
             selection=args.selection, standardize=args.standardize, n_init=args.n_init,
             backend=args.backend, cluster=args.cluster, device=args.device, dtype=args.dtype,
             random_state=args.seed, block_size=args.block_size,
-            memory_limit=args.memory_limit, verbose=args.verbose,
+            memory_limit=args.memory_limit, storage=args.storage, verbose=args.verbose,
         )
     record.device = result.info.get("device", result.info.get("backend"))
     with record.timer("write"):

@@ -1,7 +1,8 @@
 """Block operators: the two passes over S that r1DL needs, per backend.
 
-Every operator answers two questions about the residual's source S (T x P),
-never modifying S:
+The streamed and engine operators answer two questions about the residual's
+source S (T x P), never modifying S (:class:`connscale.networks._update.BlockUpdater`
+drives them):
 
 * ``top_r(u, deflation, r, selection)``: the exact global top-r of
   ``y = Sᵀu - Vᵀ(Uᵀu)`` as (sorted voxel indices, values);
@@ -11,8 +12,9 @@ The deflation term arrives as ``(voxel indices, weights)`` with repeated
 indices (one entry per stored loading of a previous atom, weighted by
 ``Uᵀu``), O(K·r) in size.
 
-:class:`ResidentOperator` keeps Sᵀ (P x T, standardised) on the device: one
-GEMV per ``top_r`` and a gather of r rows per ``matvec``.
+:class:`ResidentOperator` keeps Sᵀ (P x T, standardised) on the device and
+hands the whole update to :class:`connscale.networks._update.ResidentUpdater`
+(fused GEMV and deflation, radix top-r, gather of the r chosen rows).
 :class:`StreamedOperator` streams column blocks from a memory-mapped file or
 host array, overlapping the next block's host-to-device copy with compute on
 CUDA. :class:`EngineOperator` runs the block functions of
@@ -30,6 +32,8 @@ import torch
 from connscale._compute.buffers import PinnedBufferPool
 from connscale._compute.device import numpy_dtype
 from connscale.networks import _blocks
+from connscale.networks._select import top_r_sorted
+from connscale.networks._update import BlockUpdater, ResidentUpdater
 
 
 def standardize_torch(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -41,29 +45,17 @@ def standardize_torch(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (x / norm).to(dtype)
 
 
-def select_top_r(y: torch.Tensor, r: int, selection: str, *, sort: bool = True):
-    """Exact top-r of ``y`` (by magnitude or signed value): indices, values.
-
-    Indices come sorted unless ``sort=False`` (on CUDA the sort costs as much
-    as the selection; the r1DL loop sorts each atom's final indices once).
-    """
-    if r < y.numel():
+def select_top_r(y: torch.Tensor, r: int, selection: str):
+    """Exact top-r of ``y`` (by magnitude or signed value): sorted indices, values."""
+    if y.device.type == "cpu" and r < y.numel():
+        # introselect: several times faster than torch.topk on the CPU
         score = y.abs() if selection == "magnitude" else y
-        if y.device.type == "cpu":
-            # introselect: several times faster than torch.topk on the CPU
-            part = np.argpartition(-score.numpy(), r - 1)[:r]
-            part.sort()
-            idx = torch.from_numpy(part)
-        else:
-            _, idx = torch.topk(score, r, sorted=False)
-            if sort:
-                idx, _ = torch.sort(idx)
-    else:
-        idx = torch.arange(y.numel(), device=y.device)
-    values = y[idx]
-    if selection == "signed":
-        values = values.clamp(min=0)
-    return idx, values
+        part = np.argpartition(-score.numpy(), r - 1)[:r]
+        part.sort()
+        idx = torch.from_numpy(part)
+        values = y[idx]
+        return idx, values.clamp(min=0) if selection == "signed" else values
+    return top_r_sorted(y, r, selection)
 
 
 def _apply_deflation(y: torch.Tensor, deflation) -> None:
@@ -91,31 +83,41 @@ def _check_finite(block: torch.Tensor, start: int) -> None:
 
 
 class ResidentOperator:
-    """Sᵀ (P x T, standardised) held on the device, built block by block."""
-
-    mode = "resident"
+    """Sᵀ (P x T, standardised) built block by block and kept where the
+    update reads it: in device memory, or (``pinned_host=True``, CUDA with
+    Triton) in pinned host memory that the update's kernels read directly
+    over PCIe, with no staging copies (S larger than the GPU, smaller than
+    host memory)."""
 
     def __init__(self, source: _blocks.ColumnSource, *, device: torch.device,
-                 dtype: torch.dtype, standardize: bool, block_size: int) -> None:
+                 dtype: torch.dtype, standardize: bool, block_size: int,
+                 pinned_host: bool = False) -> None:
         n_timepoints, n_voxels = source.shape
         self.shape = (n_timepoints, n_voxels)
         self.device, self.dtype = device, dtype
-        self.St = torch.empty((n_voxels, n_timepoints), dtype=dtype, device=device)
+        self.mode = "host" if pinned_host else "resident"
+        # On CUDA, rows padded to 16 bytes so the GEMV kernel's loads vectorise.
+        width = n_timepoints
+        if device.type == "cuda":
+            per_16 = max(1, 16 // torch.tensor([], dtype=dtype).element_size())
+            width = -(-n_timepoints // per_16) * per_16
+        if pinned_host:
+            storage = torch.empty((n_voxels, width), dtype=dtype, pin_memory=True)
+        else:
+            storage = torch.empty((n_voxels, width), dtype=dtype, device=device)
+        self.St = storage[:, :n_timepoints]
         bounds = _blocks.block_bounds(n_voxels, block_size)
         for a, b in zip(bounds[:-1], bounds[1:]):
             block = _prepare(source.read(int(a), int(b)), device, dtype, standardize)
             if source.kind != "array":
                 _check_finite(block, int(a))
-            self.St[a:b] = block.T
+            self.St[a:b].copy_(block.T)
         self.n_blocks = len(bounds) - 1
 
-    def top_r(self, u, deflation, r, selection):
-        y = torch.mv(self.St, u)
-        _apply_deflation(y, deflation)
-        return select_top_r(y, r, selection, sort=False)
-
-    def matvec(self, idx, values):
-        return values @ self.St.index_select(0, idx)
+    def updater(self, *, n_atoms: int, r: int, selection: str) -> ResidentUpdater:
+        """The fused resident update (CUDA graphs and Triton kernels on CUDA)."""
+        return ResidentUpdater(self.St, n_atoms=n_atoms, r=r, selection=selection,
+                               device=self.device)
 
     def close(self) -> None:
         self.St = None
@@ -268,6 +270,9 @@ class StreamedOperator:
                 acc += torch.mv(cols, values[lo:hi]).to(torch.float64)
         return acc.to(self.dtype)
 
+    def updater(self, *, n_atoms: int, r: int, selection: str) -> BlockUpdater:
+        return BlockUpdater(self, n_atoms=n_atoms, r=r, selection=selection)
+
     def close(self) -> None:
         self._y = None
         self._work = None
@@ -319,6 +324,9 @@ class EngineOperator:
         su = self.engine.sum_blocks(self.blocks, _blocks.block_matvec, idx.numpy(),
                                     values.numpy())
         return torch.as_tensor(np.asarray(su), dtype=self.dtype)
+
+    def updater(self, *, n_atoms: int, r: int, selection: str) -> BlockUpdater:
+        return BlockUpdater(self, n_atoms=n_atoms, r=r, selection=selection)
 
     def close(self) -> None:
         if self.blocks is not None:

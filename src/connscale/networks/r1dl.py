@@ -34,10 +34,10 @@ from connscale._compute.device import (
     resolve_dtype,
     synchronize,
 )
-from connscale._compute.memory import memory_budget
+from connscale._compute.memory import available_host_memory, format_bytes, memory_budget
 from connscale._docs import fill_doc
 from connscale._validation import check_int, check_option, check_random_state
-from connscale.networks import _blocks
+from connscale.networks import _blocks, _triton_r1dl
 from connscale.networks._operators import (
     EngineOperator,
     ResidentOperator,
@@ -45,6 +45,9 @@ from connscale.networks._operators import (
 )
 
 _BACKENDS = ("local", "dask", "spark")
+_STORAGES = ("auto", "device", "host", "file")
+# Most of the available host memory that storage='auto' pins for Sᵀ.
+_HOST_FRACTION = 0.5
 _SELECTIONS = ("magnitude", "signed")
 # Bytes per streamed or loaded block when block_size is not given.
 _BLOCK_BYTES = 64 * 1024**2
@@ -141,12 +144,8 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
     """
     from tqdm.auto import tqdm
 
-    n_timepoints, n_voxels = op.shape
-    device, dtype = op.device, op.dtype
-    U = torch.zeros((n_timepoints, n_atoms), dtype=dtype, device=device)
-    all_idx = torch.empty(0, dtype=torch.long, device=device)
-    all_val = torch.empty(0, dtype=dtype, device=device)
-    v_dense = torch.zeros(n_voxels, dtype=dtype, device=device)
+    n_timepoints = op.shape[0]
+    updater = op.updater(n_atoms=n_atoms, r=r, selection=selection)
     indices, values = [], []
     n_iter = np.zeros(n_atoms, dtype=np.int64)
     converged = np.zeros(n_atoms, dtype=bool)
@@ -155,54 +154,35 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
         best = None
         for _ in range(n_init):
             u0 = rng.standard_normal(n_timepoints)
-            u = torch.as_tensor(u0 / np.linalg.norm(u0), dtype=dtype, device=device)
-            idx = val = None
-            done = False
+            updater.start(torch.as_tensor(u0 / np.linalg.norm(u0), dtype=op.dtype,
+                                          device=op.device))
+            done, zero = False, False
             for it in range(1, max_iter + 1):
-                deflation = None
-                if k:
-                    c = U[:, :k].T @ u
-                    deflation = (all_idx, (c[:, None] * all_val.view(k, -1)).view(-1))
-                idx, val = op.top_r(u, deflation, r, selection)
-                su = op.matvec(idx, val)
-                if k:
-                    # V v, atom by atom: every atom holds the same number of
-                    # entries, so a reshape-and-sum replaces a scatter of K·r
-                    # values into K slots (atomics that serialise on a GPU).
-                    # index_copy_/index_fill_ do not synchronise, as
-                    # v_dense[idx] = ... does on CUDA.
-                    v_dense.index_copy_(0, idx, val)
-                    vv = (all_val * v_dense[all_idx]).view(k, -1).sum(dim=1)
-                    v_dense.index_fill_(0, idx, 0)
-                    su = su - U[:, :k] @ vv
-                norm = torch.linalg.vector_norm(su)
-                u_new = su / norm
-                delta = torch.linalg.vector_norm(u_new - u)
-                stats = torch.stack([norm, delta, torch.linalg.vector_norm(val)])
-                norm_h, delta_h, score = stats.tolist()
-                if norm_h == 0 or not math.isfinite(norm_h):
+                norm, delta, score = updater.step()
+                if norm == 0 or not math.isfinite(norm):
                     # Residual is zero on the chosen voxels: nothing left to explain.
-                    done, val, score = True, torch.zeros_like(val), 0.0
+                    updater.revert()
+                    done, zero, score = True, True, 0.0
                     break
-                u = u_new
-                if delta_h < tol:
+                if delta < tol:
                     done = True
                     break
+            u, idx, val = updater.current()
+            if zero:
+                val = torch.zeros_like(val)
             # Keep the start whose atom explains most: ‖S - u vᵀ‖² = ‖S‖² - ‖v‖².
             if best is None or score > best[0]:
                 best = (score, u, idx, val, it, done)
         _, u, idx, val, n_iter[k], converged[k] = best
-        order = torch.argsort(idx)  # the resident operator leaves them unsorted
+        order = torch.argsort(idx)  # block operators may leave them unsorted
         idx, val = idx[order], val[order]
         # Fix the sign: the largest-magnitude loading is positive.
         if val.numel() and float(val[torch.argmax(val.abs())]) < 0:
             u, val = -u, -val
-        U[:, k] = u
+        updater.commit(u, idx, val)
         indices.append(idx)
         values.append(val)
-        all_idx = torch.cat([all_idx, idx])
-        all_val = torch.cat([all_val, val])
-    return U, indices, values, n_iter, converged
+    return updater.U, indices, values, n_iter, converged
 
 
 def _to_csr(indices, values, n_atoms: int, n_voxels: int, dtype) -> sp.csr_matrix:
@@ -226,22 +206,51 @@ def _default_block_size(n_timepoints: int, n_voxels: int, itemsize: int) -> int:
     return max(1, min(n_voxels, _BLOCK_BYTES // max(1, n_timepoints * itemsize)))
 
 
-def _local_operator(source, *, device, dtype, standardize, block_size, memory_limit):
+def _local_operator(source, *, device, dtype, standardize, block_size, memory_limit,
+                    storage="auto", state_bytes=0):
+    """Plan where S is kept between passes and build the operator.
+
+    'device': Sᵀ in device memory (with the update's state); 'host': Sᵀ in
+    pinned host memory read by the kernels over PCIe (CUDA with Triton,
+    float32; on the CPU it is the same as 'device'); 'file': column blocks
+    re-read from the source every pass, in memory bounded by the block size.
+    'auto' takes the first that fits.
+    """
     n_timepoints, n_voxels = source.shape
     itemsize = torch.tensor([], dtype=dtype).element_size()
     if block_size is None:
         block_size = _default_block_size(n_timepoints, n_voxels, max(itemsize, 8))
-    # Resident: Sᵀ, a gathered (r x T) copy at most as big, the float64
-    # standardisation temporaries of one block, and P-vectors.
-    resident_bytes = 2 * n_timepoints * n_voxels * itemsize + 3 * 8 * n_timepoints * block_size
-    resident_bytes += 8 * 8 * n_voxels
+    s_bytes = n_timepoints * n_voxels * itemsize
+    # Sᵀ (plus a gathered (r x T) copy at most as big on the torch path), the
+    # float64 standardisation temporaries of one block, P-vectors and the
+    # update's state (the atoms' loadings, twice).
+    work_bytes = 3 * 8 * n_timepoints * block_size + 8 * 8 * n_voxels + state_bytes
     budget = memory_budget(device, memory_limit)
     if source.kind == "array" and device.type == "cpu" and memory_limit is None:
         # S is already in host memory; a resident copy must fit beside it.
         budget = memory_budget(device, None)
-    if resident_bytes <= budget:
+    fits_device = 2 * s_bytes + work_bytes <= budget
+    host_capable = (device.type == "cuda" and dtype == torch.float32
+                    and _triton_r1dl.HAS_TRITON)
+    fits_host = (host_capable and work_bytes <= budget
+                 and s_bytes <= _HOST_FRACTION * available_host_memory())
+    if storage == "auto":
+        storage = "device" if fits_device else "host" if fits_host else "file"
+    elif storage == "device" and not fits_device:
+        raise ValueError(
+            f"storage='device' needs about {format_bytes(2 * s_bytes + work_bytes)} on "
+            f"{device}, but the budget is {format_bytes(budget)}; use storage='host' or "
+            "'file' (or 'auto'), or raise memory_limit."
+        )
+    elif storage == "host" and device.type == "cuda" and not host_capable:
+        raise ValueError("storage='host' needs triton and dtype='float32' on CUDA; use "
+                         "storage='file'.")
+    if storage == "device" or (storage == "host" and device.type == "cpu"):
         return ResidentOperator(source, device=device, dtype=dtype, standardize=standardize,
                                 block_size=block_size)
+    if storage == "host":
+        return ResidentOperator(source, device=device, dtype=dtype, standardize=standardize,
+                                block_size=block_size, pinned_host=True)
     return StreamedOperator(source, device=device, dtype=dtype, standardize=standardize,
                             block_size=block_size)
 
@@ -305,6 +314,7 @@ def r1dl(
     random_state=None,
     block_size: int | None = None,
     memory_limit=None,
+    storage: str = "auto",
     verbose: int = 0,
 ) -> R1DLResult:
     """Learn sparse functional networks by rank-1 dictionary learning.
@@ -351,6 +361,15 @@ def r1dl(
         Voxels per column block (streaming and cluster blocks). None picks
         ~64 MB blocks.
     %(memory_limit)s
+    storage : {'auto', 'device', 'host', 'file'}, default='auto'
+        Where the local backend keeps S between passes. ``'device'``: Sᵀ in
+        device memory (GPU memory on CUDA). ``'host'``: on CUDA, Sᵀ in pinned
+        host memory that the kernels read directly over PCIe (S larger than
+        the GPU but within host memory; needs triton and float32); on the CPU
+        the same as ``'device'``. ``'file'``: column blocks re-read from S
+        (an array, or a memory-mapped ``.npy`` / HDF5 file) every pass, in
+        memory bounded by ``block_size``. ``'auto'`` takes the first that
+        fits ``memory_limit`` (device) and half the available host memory.
     %(verbose)s
 
     Returns
@@ -360,9 +379,12 @@ def r1dl(
 
     Notes
     -----
-    Each update reads S twice (``Sᵀu`` and ``Sv``); the resident local
-    backend stores Sᵀ so the second read touches only the r chosen voxels.
-    Every backend runs the same driver; they differ only in summation order.
+    Each update reads S twice (``Sᵀu`` and ``Sv``); the 'device' and 'host'
+    storages keep Sᵀ, so the second read touches only the r chosen voxels.
+    On CUDA with triton an update is one CUDA graph (a fused GEMV, an exact
+    radix top-r, a gather of the r chosen rows) and one 12-byte read for
+    the convergence test. Every backend runs the same driver; they differ
+    only in summation order.
 
     References
     ----------
@@ -379,10 +401,16 @@ def r1dl(
     """
     n_atoms, tol, max_iter = _check_params(n_atoms, tol, max_iter, selection)
     n_init = check_int(n_init, "n_init", minimum=1)
+    check_option(storage, "storage", _STORAGES)
     from connscale.engines.base import Engine
 
     if not isinstance(backend, Engine):
         check_option(backend, "backend", _BACKENDS)
+        if backend != "local" and storage != "auto":
+            raise ValueError(
+                f"'storage' is only used by the 'local' backend; got storage={storage!r} "
+                f"with backend={backend!r} (workers keep their own blocks)."
+            )
         if backend == "local" and cluster is not None:
             raise ValueError(
                 "'cluster' is only used by the 'dask' and 'spark' backends; got "
@@ -392,7 +420,7 @@ def r1dl(
     if block_size is not None:
         block_size = check_int(block_size, "block_size", minimum=1)
     source = _blocks.open_source(S, name="S")
-    n_timepoints, n_voxels = source.shape
+    n_voxels = source.shape[1]
     r = _resolve_sparsity(sparsity, n_voxels)
     rng = check_random_state(random_state)
     common = dict(n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter, selection=selection,
@@ -401,8 +429,11 @@ def r1dl(
     if backend == "local":
         dev = resolve_device(device)
         start = time.perf_counter()
+        # The update's state: the atoms' loadings atom-major and voxel-major.
+        state_bytes = n_atoms * r * 40
         op = _local_operator(source, device=dev, dtype=torch_dtype, standardize=standardize,
-                             block_size=block_size, memory_limit=memory_limit)
+                             block_size=block_size, memory_limit=memory_limit,
+                             storage=storage, state_bytes=state_bytes)
         synchronize(dev)
         setup = time.perf_counter()
         try:
@@ -469,7 +500,7 @@ class R1DL:
     mask_img : Niimg-like, path or None, default=None
         Brain mask for NIfTI input; None computes one (``NiftiMasker``'s
         default strategy).
-    tol, max_iter, selection, standardize, n_init, backend, cluster, block_size
+    tol, max_iter, selection, standardize, n_init, backend, cluster, block_size, storage
         As in :func:`r1dl`.
     %(device)s
     %(dtype)s
@@ -500,7 +531,7 @@ class R1DL:
                  standardize: bool = True, n_init: int = 1, backend="local",
                  cluster=None, device="auto",
                  dtype="float32", random_state=None, block_size=None, memory_limit=None,
-                 verbose: int = 0) -> None:
+                 storage: str = "auto", verbose: int = 0) -> None:
         self.n_components = n_components
         self.sparsity = sparsity
         self.mask_img = mask_img
@@ -516,6 +547,7 @@ class R1DL:
         self.random_state = random_state
         self.block_size = block_size
         self.memory_limit = memory_limit
+        self.storage = storage
         self.verbose = verbose
 
     def _data(self, X, *, fitting: bool):
@@ -544,7 +576,7 @@ class R1DL:
             backend=self.backend,
             cluster=self.cluster, device=self.device, dtype=self.dtype,
             random_state=self.random_state, block_size=self.block_size,
-            memory_limit=self.memory_limit, verbose=self.verbose,
+            memory_limit=self.memory_limit, storage=self.storage, verbose=self.verbose,
         )
         self.components_ = result.loadings
         self.dictionary_ = result.dictionary

@@ -1,0 +1,273 @@
+"""One r1DL update, ``u -> v -> u_new``, against the learned atoms so far.
+
+The driver (:func:`connscale.networks.r1dl._learn_atoms`) owns the loop
+over atoms, starts and iterations; an *updater* owns the state of the
+implicit deflation (U, the atoms' loadings) and computes one update:
+
+* ``v = top_r(Sᵀu - Vᵀ(Uᵀu))``,
+* ``u_new = (Sv - U(Vv)) / ‖Sv - U(Vv)‖``,
+
+returning ``(‖Sv - U(Vv)‖, ‖u_new - u‖, ‖v‖)`` to the host (one small copy,
+the only synchronisation of an update).
+
+:class:`BlockUpdater` works with any block operator (streamed, engines):
+two calls per update. :class:`ResidentUpdater` is the resident path: Sᵀ on
+the device, the deflation held voxel-major (a CSR of the previous atoms'
+loadings per voxel) so ``Sᵀu - Vᵀ(Uᵀu)`` is one fused, deterministic pass,
+an exact radix top-r with no host synchronisation, and on CUDA the whole
+update captured as a CUDA graph (two per run: for the first atom and for
+the others): an update is then one graph launch and one 12-byte read.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from connscale.networks import _triton_r1dl
+from connscale.networks._select import top_r_sorted
+
+
+class BlockUpdater:
+    """Updates through a block operator's ``top_r`` and ``matvec``."""
+
+    def __init__(self, op, *, n_atoms: int, r: int, selection: str) -> None:
+        n_timepoints, n_voxels = op.shape
+        self.op, self.r, self.selection = op, r, selection
+        device, dtype = op.device, op.dtype
+        self.U = torch.zeros((n_timepoints, n_atoms), dtype=dtype, device=device)
+        self.all_idx = torch.empty(0, dtype=torch.long, device=device)
+        self.all_val = torch.empty(0, dtype=dtype, device=device)
+        self.v_dense = torch.zeros(n_voxels, dtype=dtype, device=device)
+        self.k = 0
+        self.u = self.idx = self.val = self._u_prev = None
+
+    def start(self, u: torch.Tensor) -> None:
+        """Set the current u (unit norm)."""
+        self.u = u.to(self.U.dtype).to(self.U.device)
+
+    def step(self) -> tuple[float, float, float]:
+        """One update; u advances to u_new (see :meth:`revert`)."""
+        k, u = self.k, self.u
+        deflation = None
+        if k:
+            c = self.U[:, :k].T @ u
+            deflation = (self.all_idx, (c[:, None] * self.all_val.view(k, -1)).view(-1))
+        idx, val = self.op.top_r(u, deflation, self.r, self.selection)
+        su = self.op.matvec(idx, val)
+        if k:
+            # V v, atom by atom: every atom holds r entries, so a reshape and
+            # sum replaces a scatter of K·r values into K slots (atomics
+            # that serialise on a GPU); index_copy_/index_fill_ do not
+            # synchronise, as v_dense[idx] = ... does on CUDA.
+            self.v_dense.index_copy_(0, idx, val)
+            vv = (self.all_val * self.v_dense[self.all_idx]).view(k, -1).sum(dim=1)
+            self.v_dense.index_fill_(0, idx, 0)
+            su = su - self.U[:, :k] @ vv
+        norm = torch.linalg.vector_norm(su)
+        u_new = su / norm
+        delta = torch.linalg.vector_norm(u_new - u)
+        stats = torch.stack([norm, delta, torch.linalg.vector_norm(val)]).tolist()
+        self.idx, self.val = idx, val
+        self._u_prev, self.u = u, u_new
+        return stats[0], stats[1], stats[2]
+
+    def revert(self) -> None:
+        """Undo the last step's move of u (its residual was zero)."""
+        self.u = self._u_prev
+
+    def current(self):
+        """(u, idx, val) of the last step, owned by the caller."""
+        return self.u.clone(), self.idx.clone(), self.val.clone()
+
+    def commit(self, u: torch.Tensor, idx: torch.Tensor, val: torch.Tensor) -> None:
+        """Record atom k = (u, its r loadings at sorted ``idx``)."""
+        self.U[:, self.k] = u
+        self.all_idx = torch.cat([self.all_idx, idx.to(self.all_idx.device)])
+        self.all_val = torch.cat([self.all_val, val.to(self.all_val.device)])
+        self.k += 1
+
+
+def _graph_atoms(k: int, n_atoms: int) -> int:
+    """Atoms a graph is built for: none for the first atom, all n_atoms after
+    (unlearned atoms are zero and add nothing; costs that grow with the
+    number of atoms are small next to a capture)."""
+    return 0 if k == 0 else n_atoms
+
+
+class ResidentUpdater:
+    """The resident fast path (module docstring).
+
+    Parameters
+    ----------
+    St : Tensor of shape (n_voxels, n_timepoints)
+        Standardised Sᵀ, row-major (rows may be padded), on ``device`` or,
+        for the Triton kernels, in pinned host memory they read over PCIe.
+    n_atoms, r, selection
+        As in :func:`connscale.r1dl`.
+    use_triton : bool or None
+        Use the Triton kernels (default: where they run, i.e. float32 on CUDA);
+        False runs the pure-torch equivalents.
+    use_graphs : bool or None
+        Capture updates as CUDA graphs (default: with the Triton kernels on
+        CUDA; the torch equivalents synchronise, so they run eagerly).
+    device : torch.device or None
+        Where the update runs (default: St's device).
+    """
+
+    def __init__(self, St: torch.Tensor, *, n_atoms: int, r: int, selection: str,
+                 use_triton: bool | None = None, use_graphs: bool | None = None,
+                 device: torch.device | None = None) -> None:
+        n_voxels, n_timepoints = St.shape
+        device = St.device if device is None else torch.device(device)
+        dtype = St.dtype
+        self.device = device
+        self.St, self.r, self.selection, self.n_atoms = St, r, selection, n_atoms
+        # The kernels select r < P entries; r = P (keep everything) is plain torch.
+        self.triton = (_triton_r1dl.usable(torch.empty(0, dtype=dtype, device=device))
+                       and r < n_voxels and use_triton is not False)
+        if use_triton and not self.triton:
+            raise ValueError("The Triton kernels need triton, a float32 CUDA tensor and r < P.")
+        if St.device.type != device.type and not self.triton:
+            raise ValueError("Sᵀ in host memory needs the Triton kernels on CUDA.")
+        if use_graphs is None:
+            use_graphs = self.triton and device.type == "cuda"
+        if use_graphs and not (self.triton and device.type == "cuda"):
+            raise ValueError("CUDA graphs need the Triton kernels on a CUDA device.")
+        self.use_graphs = bool(use_graphs)
+        zeros = dict(dtype=dtype, device=device)
+        self.U = torch.zeros((n_timepoints, n_atoms), **zeros)
+        # Atom-major loadings (for V v) and voxel-major CSR (for Vᵀc).
+        self.atom_idx = torch.zeros((n_atoms, r), dtype=torch.int64, device=device)
+        self.atom_val = torch.zeros((n_atoms, r), **zeros)
+        self.rowptr = torch.zeros(n_voxels + 1, dtype=torch.int64, device=device)
+        self.entry_atom = torch.zeros(n_atoms * r, dtype=torch.int32, device=device)
+        self.entry_voxel = torch.zeros(n_atoms * r, dtype=torch.int64, device=device)
+        self.entry_weight = torch.zeros(n_atoms * r, **zeros)
+        self.n_entries = 0
+        self.v_dense = torch.zeros(n_voxels, **zeros)
+        # Static inputs and outputs of an update (what a graph reads/writes).
+        self.u = torch.zeros(n_timepoints, **zeros)
+        self.u_prev = torch.zeros(n_timepoints, **zeros)
+        self.y = torch.empty(n_voxels, **zeros)
+        self.idx = torch.zeros(r, dtype=torch.int64, device=device)
+        self.val = torch.zeros(r, **zeros)
+        self.stats = torch.zeros(3, **zeros)
+        if self.triton:
+            self.workspace = _triton_r1dl.RadixWorkspace(n_voxels, device)
+            rows = _triton_r1dl.gather_block(n_timepoints)
+            self.partial = torch.empty(-(-r // rows) * n_timepoints, **zeros)
+            self.dots = torch.zeros((n_atoms, _triton_r1dl.DOT_SPLITS), **zeros)
+            self.su = torch.empty(n_timepoints, **zeros)
+            # Atoms learned so far, read by the kernels (graphs span atoms).
+            self.k_device = torch.zeros(1, dtype=torch.int32, device=device)
+        self.k = 0
+        self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+
+    # -- one update, written once for eager runs and graph capture --------
+    def _compute(self, kc: int) -> None:
+        if self.triton:
+            self._compute_triton(kc)
+        else:
+            self._compute_torch(kc)
+
+    def _compute_triton(self, kc: int) -> None:
+        u, kernels = self.u, _triton_r1dl
+        kernels.gemv(self.St, u, self.y)
+        if kc:
+            c = self.U[:, :kc].T @ u
+            kernels.csr_deflate(self.y, self.rowptr, self.entry_atom, self.entry_weight, c)
+        kernels.radix_top_r(self.y, self.r, self.selection, out=(self.idx, self.val),
+                            workspace=self.workspace, dense=self.v_dense if kc else None)
+        part = kernels.gather_gemv(self.St, self.idx, self.val, self.partial)
+        if kc:
+            kernels.atom_dots(self.v_dense, self.atom_idx[:kc], self.atom_val[:kc], self.dots,
+                              self.k_device)
+            self.v_dense.index_fill_(0, self.idx, 0)
+        kernels.finish(kernels.column_sum(part, self.su), self.U, kc, self.dots, u,
+                       self.u_prev, self.workspace, self.stats)
+
+    def _compute_torch(self, kc: int) -> None:
+        u = self.u
+        c = self.U[:, :kc].T @ u
+        torch.mv(self.St, u, out=self.y)
+        if kc:
+            m = self.n_entries
+            self.y.index_add_(0, self.entry_voxel[:m],
+                              c[self.entry_atom[:m].long()] * self.entry_weight[:m], alpha=-1)
+        top_r_sorted(self.y, self.r, self.selection, out=(self.idx, self.val))
+        su = self.val @ self.St.index_select(0, self.idx)
+        if kc:
+            self.v_dense.index_copy_(0, self.idx, self.val)
+            vv = (self.atom_val[:kc] * self.v_dense[self.atom_idx[:kc]]).sum(dim=1)
+            self.v_dense.index_fill_(0, self.idx, 0)
+            su = su - self.U[:, :kc] @ vv
+        norm = torch.linalg.vector_norm(su)
+        u_new = su / norm
+        self.stats[0] = norm
+        self.stats[1] = torch.linalg.vector_norm(u_new - u)
+        self.stats[2] = torch.linalg.vector_norm(self.val)
+        self.u_prev.copy_(u)
+        self.u.copy_(u_new)
+
+    def _graph(self, kc: int) -> torch.cuda.CUDAGraph:
+        graph = self._graphs.get(kc)
+        if graph is None:
+            saved = self.u.clone()
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):  # warm-up: compile kernels, settle the allocator
+                self._compute(kc)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._compute(kc)
+            self.u.copy_(saved)
+            self._graphs[kc] = graph
+        return graph
+
+    # -- the updater interface ----------------------------------------------
+    def start(self, u: torch.Tensor) -> None:
+        self.u.copy_(u)
+
+    def step(self) -> tuple[float, float, float]:
+        if self.use_graphs:
+            kc = _graph_atoms(self.k, self.n_atoms)
+            self._graph(kc).replay()
+        else:
+            self._compute(self.k)
+        stats = self.stats.tolist()
+        return stats[0], stats[1], stats[2]
+
+    def revert(self) -> None:
+        self.u.copy_(self.u_prev)
+
+    def current(self):
+        return self.u.clone(), self.idx.clone(), self.val.clone()
+
+    def commit(self, u: torch.Tensor, idx: torch.Tensor, val: torch.Tensor) -> None:
+        """Record atom k; ``idx`` sorted ascending (unique)."""
+        k, r = self.k, self.r
+        self.U[:, k] = u
+        self.atom_idx[k] = idx
+        self.atom_val[k] = val
+        # Merge atom k into the voxel-major CSR (entries by voxel, then atom):
+        # an old entry moves past the new ones of lower voxels; a new entry
+        # lands after every old entry of its voxel or lower. No sort, no sync.
+        m_old, m = self.n_entries, self.n_entries + r
+        device = idx.device
+        old_voxel = self.entry_voxel[:m_old]
+        pos_old = torch.arange(m_old, device=device) + torch.searchsorted(idx, old_voxel)
+        pos_new = torch.arange(r, device=device) + self.rowptr[idx + 1]
+        for buffer, new in ((self.entry_voxel, idx),
+                            (self.entry_atom, torch.full_like(self.entry_atom[:r], k)),
+                            (self.entry_weight, val)):
+            merged = torch.empty_like(buffer[:m])
+            merged.index_copy_(0, pos_old, buffer[:m_old])
+            merged.index_copy_(0, pos_new, new.to(buffer.dtype))
+            buffer[:m] = merged
+        self.rowptr += torch.searchsorted(
+            idx, torch.arange(self.rowptr.numel(), device=device))
+        self.n_entries = m
+        self.k = k + 1
+        if self.triton:
+            self.k_device.fill_(self.k)
