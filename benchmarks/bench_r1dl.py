@@ -11,7 +11,7 @@ S onto the device / workers), peak memory, and on CUDA the ratio of the
 update time to the floor = time to read S twice at the measured device
 memory read bandwidth (resident) or at the measured pinned host-to-device
 bandwidth (host: Sᵀ in pinned host memory read by the kernels over PCIe;
-streamed: the .npy re-read every pass). The resident and host storages keep
+streamed: the .npy read in full for Sᵀu, only the chosen columns for Sv). The storages keep
 Sᵀ, so the second read touches only the r chosen voxels: ratios below 1
 are possible.
 

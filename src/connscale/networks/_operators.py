@@ -143,11 +143,15 @@ def column_stats(source: _blocks.ColumnSource, bounds, device: torch.device):
 class StreamedOperator:
     """Column blocks streamed from host memory or a memory-mapped file.
 
-    Standardisation uses per-voxel statistics computed once (float64) and is
-    applied in place to preallocated buffers, so a pass allocates nothing.
-    On CUDA the next block is read into a pinned staging buffer and copied on
-    a side stream while the current block is computed (double buffering);
-    on the CPU blocks are read and computed in turn.
+    ``top_r`` reads all of S in column blocks; ``matvec`` reads only the r
+    chosen columns (gathered by rows from an array or ``.npy``, in chunks as
+    wide as a block), so an update costs about 1.07 reads of S. Reads are
+    split over threads by rows. Standardisation uses per-voxel statistics
+    computed once (float64) and is applied in place to preallocated
+    buffers, so a pass allocates nothing. On CUDA the next block is read
+    into a pinned staging buffer and copied on a side stream while the
+    current block is computed (double buffering); on the CPU blocks are read
+    and computed in turn. Memory: two blocks (pinned and on the device).
     """
 
     mode = "streamed"
@@ -162,12 +166,19 @@ class StreamedOperator:
         self.bounds = _blocks.block_bounds(n_voxels, block_size)
         self.n_blocks = len(self.bounds) - 1
         width = int(np.diff(self.bounds).max())
+        self._width = width
         n_elements = n_timepoints * width
         self._checked = source.kind == "array"
         if standardize:
             mean, inv_norm = column_stats(source, self.bounds, device)
             self._mean, self._inv = mean.to(dtype), inv_norm.to(dtype)
             self._checked = True
+        # Reading the memory map is the slow step (page faults, one core
+        # ~5 GB/s): split it over threads by rows.
+        n_threads = min(16, os.cpu_count() or 1) if source.kind in ("npy", "array") else 1
+        self._row_chunks = np.array_split(np.arange(n_timepoints), n_threads)
+        self._executor = (ThreadPoolExecutor(n_threads, thread_name_prefix="r1dl-read")
+                          if n_threads > 1 else None)
         self._y = torch.empty(n_voxels, dtype=dtype, device=device)
         self._bounds_t = torch.as_tensor(self.bounds, device=device)
         self._work = torch.empty(n_elements, dtype=dtype, device=device)
@@ -180,16 +191,45 @@ class StreamedOperator:
             self._ready = [torch.cuda.Event() for _ in range(2)]
             self._done = [torch.cuda.Event() for _ in range(2)]
             self._used = [False, False]
-            # Reading the memory map into pinned memory is the slow step
-            # (page faults, one core ~5 GB/s): split it over threads (numpy
-            # releases the GIL while copying).
-            n_threads = min(8, os.cpu_count() or 1) if source.kind in ("npy", "array") else 1
-            self._row_chunks = np.array_split(np.arange(n_timepoints), n_threads)
-            self._executor = (ThreadPoolExecutor(n_threads, thread_name_prefix="r1dl-stage")
-                              if n_threads > 1 else None)
 
     # -- block iteration ---------------------------------------------------
-    def _finish(self, raw: torch.Tensor, a: int, b: int) -> torch.Tensor:
+    # A block is "columns" of S: a range a:b (the full pass) or chosen voxel
+    # indices (the gathered pass); ``cols`` is a slice or an index tensor on
+    # the device, ``fill(dst)`` writes the raw (T, width) columns into dst.
+    def _range_fill(self, a: int, b: int):
+        data = self.source.data
+
+        def write(rows, out):
+            np.copyto(out, data[rows, a:b], casting="unsafe")
+
+        return lambda dst: self._copy_rows(dst, write)
+
+    def _gather_fill(self, index: np.ndarray):
+        data = self.source.data
+
+        def write(rows, out):
+            if out.dtype == data.dtype:  # mode='clip' does not buffer; indices are valid
+                np.take(data[rows], index, axis=1, out=out, mode="clip")
+            else:
+                np.copyto(out, np.take(data[rows], index, axis=1), casting="unsafe")
+
+        return lambda dst: self._copy_rows(dst, write)
+
+    def _copy_rows(self, dst: np.ndarray, write) -> None:
+        """``write(rows, dst[rows])`` over row chunks, split over threads
+        (numpy releases the GIL while copying; reading a memory map is the
+        slow step)."""
+        def copy(rows):
+            if rows.size:
+                part = slice(int(rows[0]), int(rows[-1]) + 1)
+                write(part, dst[part])
+
+        if self._executor is None:
+            copy(np.arange(self.shape[0]))
+        else:
+            list(self._executor.map(copy, self._row_chunks))
+
+    def _finish(self, raw: torch.Tensor, cols) -> torch.Tensor:
         """Standardise (in place, into a work buffer when the dtype differs)."""
         if raw.dtype == self.dtype:
             block = raw
@@ -197,37 +237,28 @@ class StreamedOperator:
             block = self._work[: raw.numel()].view(raw.shape)
             block.copy_(raw)
         if self.standardize:
-            block.sub_(self._mean[a:b]).mul_(self._inv[a:b])
+            block.sub_(self._mean[cols]).mul_(self._inv[cols])
         elif not self._checked:
-            _check_finite(block, a)
+            _check_finite(block, cols.start if isinstance(cols, slice) else 0)
         return block
 
-    def _blocks(self):
+    def _iterate(self, pieces):
+        """Yield (cols, block) for pieces = [(cols, width, fill)], overlapping
+        the next piece's read and copy with this one's compute on CUDA."""
         if self.device.type == "cuda":
-            yield from self._blocks_cuda()
-        else:
-            n_timepoints = self.shape[0]
-            for a, b in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist()):
-                block = self._work[: n_timepoints * (b - a)].view(n_timepoints, b - a)
-                np.copyto(block.numpy(), self.source.read(a, b), casting="unsafe")
-                yield a, b, self._finish(block, a, b)
-        self._checked = True
-
-    def _stage(self, slot: int, a: int, b: int) -> None:
+            yield from self._iterate_cuda(pieces)
+            return
         n_timepoints = self.shape[0]
-        width = b - a
+        for cols, width, fill in pieces:
+            block = self._work[: n_timepoints * width].view(n_timepoints, width)
+            fill(block.numpy())
+            yield cols, self._finish(block, cols)
+
+    def _stage(self, slot: int, width: int, fill) -> None:
+        n_timepoints = self.shape[0]
         index, host = self._pool.acquire()
         host_view = host[: n_timepoints * width].view(n_timepoints, width)
-        dst, src = host_view.numpy(), self.source.read(a, b)
-        if self._executor is None:
-            np.copyto(dst, src, casting="unsafe")
-        else:
-            def copy_rows(rows):
-                if rows.size:
-                    np.copyto(dst[rows[0]:rows[-1] + 1], src[rows[0]:rows[-1] + 1],
-                              casting="unsafe")
-
-            list(self._executor.map(copy_rows, self._row_chunks))
+        fill(host_view.numpy())
         with torch.cuda.stream(self._copy_stream):
             if self._used[slot]:
                 self._copy_stream.wait_event(self._done[slot])
@@ -237,37 +268,54 @@ class StreamedOperator:
         self._pool.record(index, self._copy_stream)
         self._used[slot] = True
 
-    def _blocks_cuda(self):
+    def _iterate_cuda(self, pieces):
         n_timepoints = self.shape[0]
         compute = torch.cuda.current_stream(self.device)
-        pairs = list(zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist()))
-        self._stage(0, *pairs[0])
-        for i, (a, b) in enumerate(pairs):
+        self._stage(0, *pieces[0][1:])
+        for i, (cols, width, _) in enumerate(pieces):
             slot = i % 2
             compute.wait_event(self._ready[slot])
-            raw = self._dev[slot][: n_timepoints * (b - a)].view(n_timepoints, b - a)
-            yield a, b, self._finish(raw, a, b)
+            raw = self._dev[slot][: n_timepoints * width].view(n_timepoints, width)
+            yield cols, self._finish(raw, cols)
             self._done[slot].record(compute)
-            if i + 1 < len(pairs):
-                self._stage((i + 1) % 2, *pairs[i + 1])
+            if i + 1 < len(pieces):
+                self._stage((i + 1) % 2, *pieces[i + 1][1:])
 
     # -- the two passes ------------------------------------------------------
     def top_r(self, u, deflation, r, selection):
+        """Full pass over S in column blocks: y = Sᵀu, deflated, exact top-r."""
         y = self._y
-        for a, b, block in self._blocks():
-            torch.mv(block.T, u, out=y[a:b])
+        pieces = [(slice(a, b), b - a, self._range_fill(a, b))
+                  for a, b in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())]
+        for cols, block in self._iterate(pieces):
+            torch.mv(block.T, u, out=y[cols])
+        self._checked = True
         y = y.clone() if deflation is not None else y
         _apply_deflation(y, deflation)
         return select_top_r(y, r, selection)
 
     def matvec(self, idx, values):
-        cuts = torch.searchsorted(idx, self._bounds_t).tolist()
+        """Sv reading only the r chosen columns (gathered from an array or
+        ``.npy`` in chunks of a block's width; HDF5 sources are read in full
+        column blocks, as fancy column reads there are slow)."""
         acc = torch.zeros(self.shape[0], dtype=torch.float64, device=self.device)
-        for i, (a, _, block) in enumerate(self._blocks()):
+        if self.source.kind in ("npy", "array"):
+            index = idx.cpu().numpy()
+            width = self._width
+            pieces = [(idx[lo:lo + width], min(width, index.size - lo),
+                       self._gather_fill(index[lo:lo + width]))
+                      for lo in range(0, index.size, width)]
+            for (cols, block), lo in zip(self._iterate(pieces), range(0, index.size, width)):
+                acc += torch.mv(block, values[lo:lo + block.shape[1]]).to(torch.float64)
+            return acc.to(self.dtype)
+        cuts = torch.searchsorted(idx, self._bounds_t).tolist()
+        pieces = [(slice(a, b), b - a, self._range_fill(a, b))
+                  for a, b in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())]
+        for i, (cols, block) in enumerate(self._iterate(pieces)):
             lo, hi = cuts[i], cuts[i + 1]
             if hi > lo:
-                cols = block.index_select(1, idx[lo:hi] - a)
-                acc += torch.mv(cols, values[lo:hi]).to(torch.float64)
+                chosen = block.index_select(1, idx[lo:hi] - cols.start)
+                acc += torch.mv(chosen, values[lo:hi]).to(torch.float64)
         return acc.to(self.dtype)
 
     def updater(self, *, n_atoms: int, r: int, selection: str) -> BlockUpdater:
