@@ -11,9 +11,9 @@ S onto the device / workers), peak memory, and on CUDA the ratio of the
 update time to the floor = time to read S twice at the measured device
 memory read bandwidth (resident) or at the measured pinned host-to-device
 bandwidth (host: Sᵀ in pinned host memory read by the kernels over PCIe;
-streamed: the .npy read in full for Sᵀu, only the chosen columns for Sv). The storages keep
-Sᵀ, so the second read touches only the r chosen voxels: ratios below 1
-are possible.
+streamed: the .npy read in full for Sᵀu, only the chosen columns for Sv).
+Every mode's second read touches only the r chosen voxels, so ratios below
+1 are possible.
 
 Peers (same planted data, reduced sizes because they would take far too
 long at 420k voxels, said in the table): scikit-learn
