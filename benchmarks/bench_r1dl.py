@@ -339,10 +339,10 @@ def main(argv=None):
             # Clusters on a small machine: fewer atoms, per-update figures.
             k = n_atoms if backend == "local" else max(1, n_atoms // (20 if args.quick else 10))
             if cuda and backend == "local":
-                # Compile the Triton kernels for this T (cached on disk afterwards)
-                # outside the timed run.
+                # Compile the Triton kernels for this T and P (cached on disk
+                # afterwards) outside the timed run.
                 start = time.perf_counter()
-                connscale.r1dl(S[:, :50_000], 2, 0.07, random_state=0, device=device)
+                connscale.r1dl(S, 2, 0.07, max_iter=3, random_state=0, device=device)
                 log(f"  warm-up (Triton JIT for T={t}) {time.perf_counter() - start:.2f} s")
             row, _ = run_r1dl(data, maps, label=label, backend=backend, device=device,
                               n_atoms=k, engine=engines.get(backend))

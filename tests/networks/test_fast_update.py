@@ -228,3 +228,38 @@ def test_cuda_host_storage_equals_device_storage(planted):
     # Deterministic: the same run twice gives the same bits.
     again = r1dl(S, 3, SIZE, random_state=2, device="cuda", storage="device")
     np.testing.assert_array_equal(again.dictionary, dev.dictionary)
+
+
+@cuda
+def test_cuda_pinned_rows_stream_in_chunks():
+    """Sᵀ in pinned host memory, streamed in many small chunks = Sᵀ on the GPU."""
+    pytest.importorskip("triton")
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    n_voxels, n_time, r = 20_000, 45, 1400
+    on_device = torch.empty(n_voxels, 48, device="cuda")[:, :n_time]
+    on_device.copy_(torch.nn.functional.normalize(
+        torch.randn(n_voxels, n_time, generator=gen, device="cuda"), dim=1))
+    on_host = torch.empty(n_voxels, 48, pin_memory=True)[:, :n_time]
+    on_host.copy_(on_device)
+    runs = []
+    for St, kwargs in ((on_device, {}), (on_host, {"chunk_bytes": 100_000})):
+        updater = ResidentUpdater(St, n_atoms=3, r=r, selection="magnitude",
+                                  device=torch.device("cuda"), **kwargs)
+        assert (updater.pinned is None) == (St is on_device)
+        if updater.pinned is not None:
+            assert len(updater.pinned.chunks) > 100
+        starts = torch.Generator(device="cuda").manual_seed(1)
+        out = []
+        for _ in range(3):
+            updater.start(torch.nn.functional.normalize(
+                torch.randn(n_time, generator=starts, device="cuda"), dim=0))
+            for _ in range(3):
+                stats = updater.step()
+            u, idx, val = updater.current()
+            updater.commit(u, idx, val)
+            out.append((u, idx, stats))
+        runs.append(out)
+    for a, b in zip(*runs):
+        assert torch.equal(a[1], b[1])
+        assert torch.equal(a[0], b[0])
+        assert a[2] == b[2]

@@ -74,7 +74,7 @@ def add_parser(subparsers) -> None:
                         help="Voxels per streamed / cluster block.")
     parser.add_argument("--storage", default="auto", choices=["auto", "device", "host", "file"],
                         help="Where the local backend keeps S between passes: GPU memory "
-                             "('device'), pinned host memory read over PCIe ('host'), or "
+                             "('device'), pinned host memory streamed over PCIe ('host'), or "
                              "re-read from the input every pass ('file'); 'auto' takes the "
                              "first that fits.")
     add_compute_arguments(parser)

@@ -85,8 +85,8 @@ def _check_finite(block: torch.Tensor, start: int) -> None:
 class ResidentOperator:
     """Sᵀ (P x T, standardised) built block by block and kept where the
     update reads it: in device memory, or (``pinned_host=True``, CUDA with
-    Triton) in pinned host memory that the update's kernels read directly
-    over PCIe, with no staging copies (S larger than the GPU, smaller than
+    Triton) in pinned host memory, streamed to the GPU by the copy engine
+    each pass with no staging copies (S larger than the GPU, smaller than
     host memory)."""
 
     def __init__(self, source: _blocks.ColumnSource, *, device: torch.device,

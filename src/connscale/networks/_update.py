@@ -16,7 +16,9 @@ the device, the deflation held voxel-major (a CSR of the previous atoms'
 loadings per voxel) so ``Sᵀu - Vᵀ(Uᵀu)`` is one fused, deterministic pass,
 an exact radix top-r with no host synchronisation, and on CUDA the whole
 update captured as a CUDA graph (two per run: for the first atom and for
-the others): an update is then one graph launch and one 12-byte read.
+the others): an update is then one graph launch and one 12-byte read. With
+Sᵀ in pinned host memory the same kernels run eagerly, Sᵀ streamed to
+them through the copy engine.
 """
 
 from __future__ import annotations
@@ -94,14 +96,56 @@ def _graph_atoms(k: int, n_atoms: int) -> int:
     return 0 if k == 0 else n_atoms
 
 
+class _PinnedRows:
+    """``y = Sᵀu`` for Sᵀ in pinned host memory: row chunks are copied by the
+    copy engine into two device buffers while the GEMV of the previous chunk
+    runs (the copy engine reaches the full PCIe bandwidth, which kernels
+    reading host memory directly do not on every machine)."""
+
+    def __init__(self, St: torch.Tensor, device: torch.device, chunk_bytes: int) -> None:
+        n_rows, self.n_cols = St.shape
+        self.St, self.width = St, St.stride(0)
+        self.rows = max(1, chunk_bytes // (self.width * St.element_size()))
+        self.chunks = [(a, min(n_rows, a + self.rows)) for a in range(0, n_rows, self.rows)]
+        self.buffers = [torch.empty((self.rows, self.width), dtype=St.dtype, device=device)
+                        for _ in range(2)]
+        self.device = device
+        self.stream = torch.cuda.Stream(device)
+        self.ready = [torch.cuda.Event() for _ in range(2)]
+        self.done = [torch.cuda.Event() for _ in range(2)]
+
+    def _issue(self, i: int) -> None:
+        a, b = self.chunks[i]
+        slot = i % 2
+        source = self.St.as_strided((b - a, self.width), (self.width, 1),
+                                    self.St.storage_offset() + a * self.width)
+        with torch.cuda.stream(self.stream):
+            self.stream.wait_event(self.done[slot])  # its last GEMV has read it
+            self.buffers[slot][: b - a].copy_(source, non_blocking=True)
+            self.ready[slot].record(self.stream)
+
+    def gemv(self, u: torch.Tensor, y: torch.Tensor) -> None:
+        compute = torch.cuda.current_stream(self.device)
+        self._issue(0)
+        for i, (a, b) in enumerate(self.chunks):
+            slot = i % 2
+            if i + 1 < len(self.chunks):
+                self._issue(i + 1)
+            compute.wait_event(self.ready[slot])
+            _triton_r1dl.gemv(self.buffers[slot][: b - a, : self.n_cols], u, y[a:b])
+            self.done[slot].record(compute)
+
+
 class ResidentUpdater:
     """The resident fast path (module docstring).
 
     Parameters
     ----------
     St : Tensor of shape (n_voxels, n_timepoints)
-        Standardised Sᵀ, row-major (rows may be padded), on ``device`` or,
-        for the Triton kernels, in pinned host memory they read over PCIe.
+        Standardised Sᵀ, row-major (rows may be padded), on ``device`` or in
+        pinned host memory (with the Triton kernels on CUDA): then ``Sᵀu``
+        streams Sᵀ through the copy engine in ``chunk_bytes`` pieces and the
+        gather of the r chosen rows reads host memory directly.
     n_atoms, r, selection
         As in :func:`connscale.r1dl`.
     use_triton : bool or None
@@ -112,11 +156,13 @@ class ResidentUpdater:
         CUDA; the torch equivalents synchronise, so they run eagerly).
     device : torch.device or None
         Where the update runs (default: St's device).
+    chunk_bytes : int
+        Size of the pieces of a host Sᵀ copied at a time.
     """
 
     def __init__(self, St: torch.Tensor, *, n_atoms: int, r: int, selection: str,
                  use_triton: bool | None = None, use_graphs: bool | None = None,
-                 device: torch.device | None = None) -> None:
+                 device: torch.device | None = None, chunk_bytes: int = 64 * 1024**2) -> None:
         n_voxels, n_timepoints = St.shape
         device = St.device if device is None else torch.device(device)
         dtype = St.dtype
@@ -127,12 +173,14 @@ class ResidentUpdater:
                        and r < n_voxels and use_triton is not False)
         if use_triton and not self.triton:
             raise ValueError("The Triton kernels need triton, a float32 CUDA tensor and r < P.")
-        if St.device.type != device.type and not self.triton:
+        on_host = St.device.type != device.type
+        if on_host and not self.triton:
             raise ValueError("Sᵀ in host memory needs the Triton kernels on CUDA.")
+        self.pinned = _PinnedRows(St, device, chunk_bytes) if on_host else None
         if use_graphs is None:
-            use_graphs = self.triton and device.type == "cuda"
-        if use_graphs and not (self.triton and device.type == "cuda"):
-            raise ValueError("CUDA graphs need the Triton kernels on a CUDA device.")
+            use_graphs = self.triton and device.type == "cuda" and not on_host
+        if use_graphs and not (self.triton and device.type == "cuda" and not on_host):
+            raise ValueError("CUDA graphs need the Triton kernels and Sᵀ on a CUDA device.")
         self.use_graphs = bool(use_graphs)
         zeros = dict(dtype=dtype, device=device)
         self.U = torch.zeros((n_timepoints, n_atoms), **zeros)
@@ -172,7 +220,10 @@ class ResidentUpdater:
 
     def _compute_triton(self, kc: int) -> None:
         u, kernels = self.u, _triton_r1dl
-        kernels.gemv(self.St, u, self.y)
+        if self.pinned is None:
+            kernels.gemv(self.St, u, self.y)
+        else:
+            self.pinned.gemv(u, self.y)
         if kc:
             c = self.U[:, :kc].T @ u
             kernels.csr_deflate(self.y, self.rowptr, self.entry_atom, self.entry_weight, c)

@@ -211,7 +211,7 @@ def _local_operator(source, *, device, dtype, standardize, block_size, memory_li
     """Plan where S is kept between passes and build the operator.
 
     'device': Sᵀ in device memory (with the update's state); 'host': Sᵀ in
-    pinned host memory read by the kernels over PCIe (CUDA with Triton,
+    pinned host memory streamed to the GPU every pass (CUDA with Triton,
     float32; on the CPU it is the same as 'device'); 'file': column blocks
     re-read from the source every pass, in memory bounded by the block size.
     'auto' takes the first that fits.
@@ -364,11 +364,13 @@ def r1dl(
     storage : {'auto', 'device', 'host', 'file'}, default='auto'
         Where the local backend keeps S between passes. ``'device'``: Sᵀ in
         device memory (GPU memory on CUDA). ``'host'``: on CUDA, Sᵀ in pinned
-        host memory that the kernels read directly over PCIe (S larger than
-        the GPU but within host memory; needs triton and float32); on the CPU
-        the same as ``'device'``. ``'file'``: column blocks re-read from S
-        (an array, or a memory-mapped ``.npy`` / HDF5 file) every pass, in
-        memory bounded by ``block_size``. ``'auto'`` takes the first that
+        host memory, streamed to the GPU by its copy engine for ``Sᵀu`` and
+        read directly for the r chosen rows (S larger than the GPU but within
+        host memory; needs triton and float32); on the CPU the same as
+        ``'device'``. ``'file'``: S re-read from its source (an array, or a
+        memory-mapped ``.npy`` / HDF5 file) every update, in full column
+        blocks for ``Sᵀu`` and only the chosen columns for ``Sv``, in memory
+        bounded by ``block_size``. ``'auto'`` takes the first that
         fits ``memory_limit`` (device) and half the available host memory.
     %(verbose)s
 
