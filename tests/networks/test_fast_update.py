@@ -247,7 +247,7 @@ def test_cuda_pinned_rows_stream_in_chunks():
                                   device=torch.device("cuda"), **kwargs)
         assert (updater.pinned is None) == (St is on_device)
         if updater.pinned is not None:
-            assert len(updater.pinned.chunks) > 100
+            assert len(updater.pinned.chunks) > 10
         starts = torch.Generator(device="cuda").manual_seed(1)
         out = []
         for _ in range(3):

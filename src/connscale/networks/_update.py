@@ -23,6 +23,8 @@ them through the copy engine.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from connscale.networks import _triton_r1dl
@@ -210,6 +212,7 @@ class ResidentUpdater:
             self.k_device = torch.zeros(1, dtype=torch.int32, device=device)
         self.k = 0
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.capture_s = 0.0  # seconds spent capturing graphs
 
     # -- one update, written once for eager runs and graph capture --------
     def _compute(self, kc: int) -> None:
@@ -263,17 +266,26 @@ class ResidentUpdater:
     def _graph(self, kc: int) -> torch.cuda.CUDAGraph:
         graph = self._graphs.get(kc)
         if graph is None:
+            start = time.perf_counter()
             saved = self.u.clone()
+            compute = torch.cuda.current_stream(self.device)
             side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):  # warm-up: compile kernels, settle the allocator
-                self._compute(kc)
-            torch.cuda.current_stream(self.device).wait_stream(side)
+            side.wait_stream(compute)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self._compute(kc)
+            with torch.cuda.stream(side):
+                self._compute(kc)  # warm-up: compile kernels, settle the allocator
+                # capture_begin/end rather than torch.cuda.graph(), which also
+                # runs gc.collect() and empties the allocator's cache each time.
+                graph.capture_begin()
+                try:
+                    self._compute(kc)
+                finally:
+                    graph.capture_end()
+            compute.wait_stream(side)
             self.u.copy_(saved)
             self._graphs[kc] = graph
+            torch.cuda.synchronize(self.device)
+            self.capture_s += time.perf_counter() - start
         return graph
 
     # -- the updater interface ----------------------------------------------

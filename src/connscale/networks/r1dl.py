@@ -74,9 +74,11 @@ class R1DLResult:
     sparsity : int
         r, the number of loadings kept per atom.
     info : dict
-        Backend, device, mode ('resident', 'streamed', 'engine'), number of
-        blocks, and seconds spent setting up (``setup_s``: loading S onto
-        the device or the workers) and learning (``learn_s``).
+        Backend, device, mode ('resident', 'host', 'streamed', 'engine'),
+        number of blocks, and seconds spent setting up (``setup_s``: loading
+        S onto the device or the workers) and learning (``learn_s``, which
+        includes ``graph_capture_s``, the one-off capture of the CUDA graphs
+        of an update, local CUDA backend).
     """
 
     dictionary: np.ndarray
@@ -182,6 +184,7 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
         updater.commit(u, idx, val)
         indices.append(idx)
         values.append(val)
+    op.capture_s = getattr(updater, "capture_s", 0.0)
     return updater.U, indices, values, n_iter, converged
 
 
@@ -445,7 +448,8 @@ def r1dl(
         synchronize(dev)
         info = {"backend": "local", "device": str(dev), "mode": op.mode,
                 "n_blocks": op.n_blocks, "setup_s": setup - start,
-                "learn_s": time.perf_counter() - setup}
+                "learn_s": time.perf_counter() - setup,
+                "graph_capture_s": getattr(op, "capture_s", 0.0)}
     elif isinstance(backend, Engine):
         out, info = _engine_result(backend, source, dtype=torch_dtype, standardize=standardize,
                                    block_size=block_size, **common)
