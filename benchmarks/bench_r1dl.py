@@ -93,16 +93,27 @@ def planted(n_timepoints, n_voxels, seed=0, device="cpu", out=None, chunk_rows=6
 
 
 class PeakRSS:
-    """Sampled peak resident memory of this process and its descendants (bytes)."""
+    """Sampled peak resident memory (bytes) of this process, and with
+    ``tree=True`` of its descendants too (cluster workers). Walking /proc for
+    the tree holds the GIL for milliseconds, which stalls a driver that
+    launches work from Python: use it only where workers exist."""
 
-    def __init__(self, interval=0.05):
+    def __init__(self, interval=0.05, tree=False):
         self.interval = interval
+        self.tree = tree
         self.peak = 0
         self._stop = threading.Event()
 
     @staticmethod
-    def _tree_rss():
-        page = os.sysconf("SC_PAGE_SIZE")
+    def _rss(pid):
+        try:
+            with open(f"/proc/{pid}/statm") as fh:
+                return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    @classmethod
+    def _tree_rss(cls):
         parents = {}
         for pid in os.listdir("/proc"):
             if pid.isdigit():
@@ -119,22 +130,18 @@ class PeakRSS:
                 if parent == p and child not in mine:
                     mine.add(child)
                     frontier.append(child)
-        total = 0
-        for pid in mine:
-            try:
-                with open(f"/proc/{pid}/statm") as fh:
-                    total += int(fh.read().split()[1]) * page
-            except (OSError, IndexError, ValueError):
-                pass
-        return total
+        return sum(cls._rss(pid) for pid in mine)
+
+    def _sample(self):
+        return self._tree_rss() if self.tree else self._rss(os.getpid())
 
     def _run(self):
         while not self._stop.is_set():
-            self.peak = max(self.peak, self._tree_rss())
+            self.peak = max(self.peak, self._sample())
             self._stop.wait(self.interval)
 
     def __enter__(self):
-        self.base = self._tree_rss()
+        self.base = self._sample()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         return self
@@ -182,7 +189,7 @@ def run_r1dl(S, maps, *, label, backend, device, n_atoms, memory_limit=None, eng
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    with PeakRSS() as rss:
+    with PeakRSS(tree=backend != "local") as rss:
         start = time.perf_counter()
         res = connscale.r1dl(S, n_atoms, 0.07, **kwargs)
         total = time.perf_counter() - start

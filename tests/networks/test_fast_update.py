@@ -261,5 +261,6 @@ def test_cuda_pinned_rows_stream_in_chunks():
         runs.append(out)
     for a, b in zip(*runs):
         assert torch.equal(a[1], b[1])
-        assert torch.equal(a[0], b[0])
-        assert a[2] == b[2]
+        # Same kernels, but compiled for other alignments: equal to rounding.
+        assert torch.allclose(a[0], b[0], atol=1e-6)
+        assert_allclose(a[2], b[2], rtol=1e-5)

@@ -101,8 +101,9 @@ class ResidentOperator:
         if device.type == "cuda":
             per_16 = max(1, 16 // torch.tensor([], dtype=dtype).element_size())
             width = -(-n_timepoints // per_16) * per_16
+        self._registered = None
         if pinned_host:
-            storage = torch.empty((n_voxels, width), dtype=dtype, pin_memory=True)
+            storage = self._page_locked((n_voxels, width), dtype)
         else:
             storage = torch.empty((n_voxels, width), dtype=dtype, device=device)
         self.St = storage[:, :n_timepoints]
@@ -114,6 +115,17 @@ class ResidentOperator:
             self.St[a:b].copy_(block.T)
         self.n_blocks = len(bounds) - 1
 
+    def _page_locked(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        """A host array of exactly ``shape``, page-locked by cudaHostRegister
+        (torch's pinned allocator rounds sizes up to a power of two: up to
+        twice the memory for Sᵀ)."""
+        array = np.empty(shape, dtype=numpy_dtype(dtype))
+        status = int(torch.cuda.cudart().cudaHostRegister(array.ctypes.data, array.nbytes, 0))
+        if status != 0:  # pragma: no cover - depends on the machine
+            return torch.empty(shape, dtype=dtype, pin_memory=True)
+        self._registered = array
+        return torch.from_numpy(array)
+
     def updater(self, *, n_atoms: int, r: int, selection: str) -> ResidentUpdater:
         """The fused resident update (CUDA graphs and Triton kernels on CUDA)."""
         return ResidentUpdater(self.St, n_atoms=n_atoms, r=r, selection=selection,
@@ -121,6 +133,10 @@ class ResidentOperator:
 
     def close(self) -> None:
         self.St = None
+        if self._registered is not None:
+            torch.cuda.synchronize(self.device)  # no copy may still read it
+            torch.cuda.cudart().cudaHostUnregister(self._registered.ctypes.data)
+            self._registered = None
 
 
 def column_stats(source: _blocks.ColumnSource, bounds, device: torch.device):
