@@ -18,6 +18,7 @@ from connscale.networks._operators import ResidentOperator, StreamedOperator
 from connscale.networks._select import order_keys, top_r_sorted, top_r_sorted_torch
 from connscale.networks._update import BlockUpdater, ResidentUpdater
 
+from ._triton_interpreted import assert_same_atoms, run_atoms
 from .conftest import SIZE
 
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available")
@@ -198,22 +199,8 @@ def test_cuda_graph_update_equals_torch_update(selection):
     for kwargs in ({}, {"use_triton": False}):
         updater = ResidentUpdater(St, n_atoms=6, r=r, selection=selection, **kwargs)
         assert updater.use_graphs == (not kwargs)
-        starts = torch.Generator(device="cuda").manual_seed(1)
-        out = []
-        for _ in range(6):
-            updater.start(torch.nn.functional.normalize(
-                torch.randn(n_time, generator=starts, device="cuda"), dim=0))
-            for _ in range(4):
-                stats = updater.step()
-            u, idx, val = updater.current()
-            updater.commit(u, idx, val)
-            out.append((u, idx, val, stats))
-        runs.append(out)
-    for fast, plain in zip(*runs):
-        assert torch.equal(fast[1], plain[1])
-        assert torch.allclose(fast[0], plain[0], atol=1e-5)
-        assert torch.allclose(fast[2], plain[2], atol=1e-5)
-        assert_allclose(fast[3], plain[3], rtol=1e-4)
+        runs.append(run_atoms(updater, 6, 4, n_time, device="cuda"))
+    assert_same_atoms(*runs)
 
 
 @cuda
@@ -248,19 +235,6 @@ def test_cuda_pinned_rows_stream_in_chunks():
         assert (updater.pinned is None) == (St is on_device)
         if updater.pinned is not None:
             assert len(updater.pinned.chunks) > 10
-        starts = torch.Generator(device="cuda").manual_seed(1)
-        out = []
-        for _ in range(3):
-            updater.start(torch.nn.functional.normalize(
-                torch.randn(n_time, generator=starts, device="cuda"), dim=0))
-            for _ in range(3):
-                stats = updater.step()
-            u, idx, val = updater.current()
-            updater.commit(u, idx, val)
-            out.append((u, idx, stats))
-        runs.append(out)
-    for a, b in zip(*runs):
-        assert torch.equal(a[1], b[1])
-        # Same kernels, but compiled for other alignments: equal to rounding.
-        assert torch.allclose(a[0], b[0], atol=1e-6)
-        assert_allclose(a[2], b[2], rtol=1e-5)
+        runs.append(run_atoms(updater, 3, 3, n_time, device="cuda"))
+    # Same kernels, but compiled for other alignments: equal to rounding.
+    assert_same_atoms(*runs, atol=1e-6, rtol_stats=1e-5)
