@@ -140,13 +140,38 @@ class PeakRSS:
             self.peak = max(self.peak, self._sample())
             self._stop.wait(self.interval)
 
+    @staticmethod
+    def _reset_high_water_mark():
+        """Reset this process's VmHWM (Linux >= 4.0); False where not possible."""
+        try:
+            with open("/proc/self/clear_refs", "w") as fh:
+                fh.write("5")
+            return True
+        except OSError:
+            return False
+
+    @staticmethod
+    def _high_water_mark():
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+        return 0
+
     def __enter__(self):
         self.base = self._sample()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        # One process: the kernel's own peak (no sampling thread, which takes
+        # the GIL from a driver that launches GPU work from Python).
+        self._thread = None
+        if self.tree or not self._reset_high_water_mark():
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, *exc):
+        if self._thread is None:
+            self.peak = self._high_water_mark()
+            return
         self._stop.set()
         self._thread.join()
 
@@ -379,6 +404,10 @@ def main(argv=None):
             from connscale.networks import _triton_r1dl
 
             _triton_r1dl.radix_top_r(torch.randn(p, device=device), int(0.07 * p), "magnitude")
+            # Pinned host->device bandwidth again, now: on these virtual machines
+            # it can differ later in a long process (where the host pages land).
+            h2d_now = copy_bandwidth("h2d", device=device)
+            log(f"  pinned H2D now {h2d_now / 1e9:.1f} GB/s (at start {h2d / 1e9:.1f})")
             for mode in ("streamed", "host"):
                 floors[(label, mode)] = 2 * t * p * 4 / h2d
         limit = "1GB" if cuda else "256MB"
