@@ -190,6 +190,14 @@ def read_bandwidth(device, nbytes=1 << 31):
 
 
 
+def warm_up(S, n_atoms, device, **kwargs):
+    """Compile the Triton kernels for this shape outside the timed runs (they
+    specialise on sizes, e.g. the number of atoms and P; cached on disk after)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        connscale.r1dl(S, n_atoms, 0.07, max_iter=1, random_state=0, device=device, **kwargs)
+
+
 def quality(loadings, maps):
     _, _, sim = match_networks(loadings, maps)
     return float(np.mean(sim))
@@ -375,10 +383,8 @@ def main(argv=None):
             # Clusters on a small machine: fewer atoms, per-update figures.
             k = n_atoms if backend == "local" else max(1, n_atoms // (20 if args.quick else 10))
             if cuda and backend == "local":
-                # Compile the Triton kernels for this T and P (cached on disk
-                # afterwards) outside the timed run.
                 start = time.perf_counter()
-                connscale.r1dl(S, 2, 0.07, max_iter=3, random_state=0, device=device)
+                warm_up(S, k, device)
                 log(f"  warm-up (Triton JIT for T={t}) {time.perf_counter() - start:.2f} s")
             row, _ = run_r1dl(data, maps, label=label, backend=backend, device=device,
                               n_atoms=k, engine=engines.get(backend))
@@ -400,10 +406,10 @@ def main(argv=None):
         out.flush()
         del out
         if cuda:
-            # The radix select's block size depends on P: compile it outside the timing.
-            from connscale.networks import _triton_r1dl
-
-            _triton_r1dl.radix_top_r(torch.randn(p, device=device), int(0.07 * p), "magnitude")
+            start = time.perf_counter()
+            for storage in ("host", "file"):
+                warm_up(path, k_stream, device, storage=storage, memory_limit="1GB")
+            log(f"  warm-up (Triton JIT for this shape) {time.perf_counter() - start:.2f} s")
             # Pinned host->device bandwidth again, now: on these virtual machines
             # it can differ later in a long process (where the host pages land).
             h2d_now = copy_bandwidth("h2d", device=device)
