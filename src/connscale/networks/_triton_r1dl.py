@@ -8,16 +8,20 @@
 * :func:`radix_top_r`: exact top-r of ``y`` by a four-pass radix select on
   the order keys of :mod:`connscale.networks._select` (8 bits a pass:
   per-program 256-bin histograms, summed by one program that picks the
-  digit), then a count and a write pass that compact the
-  kept entries in index order, ties to the lowest indices. No host
+  digit), then a count and a write pass that compact the kept entries in
+  index order, ties to the lowest indices. No host
   synchronisation anywhere, so the whole update can be captured in a CUDA
   graph;
-* :func:`gather_gemv`: ``Σⱼ vⱼ Sᵀ[idxⱼ]`` reading only the r chosen rows.
+* :func:`gather_gemv`: ``Σⱼ vⱼ Sᵀ[idxⱼ]`` reading only the r chosen rows
+  (per-program partial sums, added in a fixed order by :func:`column_sum`);
+* :func:`atom_dots` and :func:`finish`: ``V v`` for the learned atoms
+  (their number read from the device, so one graph serves every atom), then
+  ``Sv - U(Vv)``, its norm, the new u and the convergence statistics.
 
 Each has a pure-torch equivalent (``torch.mv`` + ``index_add_``,
 :func:`connscale.networks._select.top_r_sorted_torch`, ``index_select`` +
-``mv``) used on the CPU and checked against these kernels in the tests
-(on CUDA, and under ``TRITON_INTERPRET=1`` on the CPU).
+``mv``, a reshape-and-sum) used on the CPU and checked against these
+kernels in the tests (on CUDA, and under ``TRITON_INTERPRET=1`` on the CPU).
 """
 
 from __future__ import annotations
