@@ -89,6 +89,19 @@ def check_int(value, name: str, *, minimum: int | None = None,
     return value
 
 
+def check_window(window_length, step, n_timepoints: int, *, minimum: int,
+                 where: str = "the number of time points") -> tuple[int, int]:
+    """Validate a sliding window: ``minimum <= window_length <= n_timepoints``
+    and ``step >= 1``. ``where`` names what ``n_timepoints`` counts, for the
+    message. Returns (window_length, step) as ints."""
+    window_length = check_int(window_length, "window_length", minimum=minimum)
+    if window_length > n_timepoints:
+        raise ValueError(
+            f"'window_length' must be at most {where} ({n_timepoints}); got {window_length}."
+        )
+    return window_length, check_int(step, "step", minimum=1)
+
+
 def check_threshold(threshold, name: str = "threshold") -> float:
     """Check a correlation threshold lies in [-1, 1]."""
     if isinstance(threshold, bool) or not isinstance(threshold, Real):

@@ -51,6 +51,7 @@ from connscale._validation import (
     check_random_state,
     check_threshold,
     check_timeseries,
+    check_window,
 )
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
 from connscale.fc._transfer import HostCopier
@@ -98,13 +99,7 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
                       absolute, rank, method, power_iterations, compute_error) -> dict:
     check_option(kind, "kind", KINDS)
     check_option(method, "method", METHODS)
-    window_length = check_int(window_length, "window_length", minimum=3)
-    if window_length > n_timepoints:
-        raise ValueError(
-            f"'window_length' must be at most the number of time points "
-            f"({n_timepoints}); got {window_length}."
-        )
-    step = check_int(step, "step", minimum=1)
+    window_length, step = check_window(window_length, step, n_timepoints, minimum=3)
     power_iterations = check_int(power_iterations, "power_iterations", minimum=0)
     if not isinstance(absolute, (bool, np.bool_)):
         raise ValueError(f"'absolute' must be True or False; got {absolute!r}.")  # noqa: TRY004

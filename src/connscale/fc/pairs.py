@@ -31,7 +31,7 @@ from connscale._compute import memory_budget, resolve_device, resolve_dtype, syn
 from connscale._compute.buffers import PinnedBufferPool
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
-from connscale._validation import check_int, check_threshold, check_timeseries
+from connscale._validation import check_threshold, check_timeseries, check_window
 from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.triu import n_pairs
 
@@ -278,13 +278,9 @@ def pairwise_dfc(
     scans, stacked = _check_scans(timeseries)
     n_regions = scans[0].shape[1]
     shortest = min(x.shape[0] for x in scans)
-    window_length = check_int(window_length, "window_length", minimum=2)
-    if window_length > shortest:
-        raise ValueError(
-            f"'window_length' must be at most the number of time points of the "
-            f"shortest scan ({shortest}); got {window_length}."
-        )
-    step = check_int(step, "step", minimum=1)
+    window_length, step = check_window(
+        window_length, step, shortest, minimum=2,
+        where="the number of time points of the shortest scan")
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype)
     np_dtype = numpy_dtype(tdtype)
