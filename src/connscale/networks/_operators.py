@@ -45,19 +45,6 @@ def standardize_torch(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (x / norm).to(dtype)
 
 
-def select_top_r(y: torch.Tensor, r: int, selection: str):
-    """Exact top-r of ``y`` (by magnitude or signed value): sorted indices, values."""
-    if y.device.type == "cpu" and r < y.numel():
-        # introselect: several times faster than torch.topk on the CPU
-        score = y.abs() if selection == "magnitude" else y
-        part = np.argpartition(-score.numpy(), r - 1)[:r]
-        part.sort()
-        idx = torch.from_numpy(part)
-        values = y[idx]
-        return idx, values.clamp(min=0) if selection == "signed" else values
-    return top_r_sorted(y, r, selection)
-
-
 def _apply_deflation(y: torch.Tensor, deflation) -> None:
     if deflation is not None:
         index, weight = deflation
@@ -308,7 +295,7 @@ class StreamedOperator:
         self._checked = True
         y = y.clone() if deflation is not None else y
         _apply_deflation(y, deflation)
-        return select_top_r(y, r, selection)
+        return top_r_sorted(y, r, selection)
 
     def matvec(self, idx, values):
         """Sv reading only the r chosen columns (gathered from an array or

@@ -17,6 +17,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from connscale.networks import _triton_r1dl
+
 _INT_OF = {torch.float32: torch.int32, torch.float64: torch.int64}
 
 
@@ -68,8 +70,6 @@ def top_r_sorted(y: torch.Tensor, r: int, selection: str, *, out=None):
     radix select on the device with no host synchronisation, writing into
     ``out=(idx, values)`` when given (int64 (r,), y.dtype (r,)).
     """
-    from connscale.networks import _triton_r1dl
-
     if r < y.numel() and _triton_r1dl.usable(y):
         return _triton_r1dl.radix_top_r(y, r, selection, out=out)
     idx, values = top_r_sorted_torch(y, r, selection)

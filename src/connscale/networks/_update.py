@@ -31,64 +31,94 @@ from connscale.networks import _triton_r1dl
 from connscale.networks._select import top_r_sorted
 
 
-class BlockUpdater:
-    """Updates through a block operator's ``top_r`` and ``matvec``."""
+class _Updater:
+    """What every updater holds: U and the atoms' loadings (atom-major,
+    (K, r)), the current u and its predecessor, the last selection and its
+    statistics, all in preallocated tensors (a CUDA graph reads and writes
+    them in place)."""
 
-    def __init__(self, op, *, n_atoms: int, r: int, selection: str) -> None:
-        n_timepoints, n_voxels = op.shape
-        self.op, self.r, self.selection = op, r, selection
-        device, dtype = op.device, op.dtype
-        self.U = torch.zeros((n_timepoints, n_atoms), dtype=dtype, device=device)
-        self.all_idx = torch.empty(0, dtype=torch.long, device=device)
-        self.all_val = torch.empty(0, dtype=dtype, device=device)
-        self.v_dense = torch.zeros(n_voxels, dtype=dtype, device=device)
+    def __init__(self, n_timepoints: int, n_voxels: int, *, n_atoms: int, r: int,
+                 selection: str, device: torch.device, dtype: torch.dtype) -> None:
+        self.r, self.selection, self.n_atoms = r, selection, n_atoms
+        self.device = device
+        zeros = {"dtype": dtype, "device": device}
+        self.U = torch.zeros((n_timepoints, n_atoms), **zeros)
+        self.atom_idx = torch.zeros((n_atoms, r), dtype=torch.int64, device=device)
+        self.atom_val = torch.zeros((n_atoms, r), **zeros)
+        self.v_dense = torch.zeros(n_voxels, **zeros)
+        self.u = torch.zeros(n_timepoints, **zeros)
+        self.u_prev = torch.zeros(n_timepoints, **zeros)
+        self.idx = torch.zeros(r, dtype=torch.int64, device=device)
+        self.val = torch.zeros(r, **zeros)
+        self.stats = torch.zeros(3, **zeros)
         self.k = 0
-        self.u = self.idx = self.val = self._u_prev = None
 
-    def start(self, u: torch.Tensor) -> None:
-        """Set the current u (unit norm)."""
-        self.u = u.to(self.U.dtype).to(self.U.device)
-
-    def step(self) -> tuple[float, float, float]:
-        """One update; u advances to u_new (see :meth:`revert`)."""
-        k, u = self.k, self.u
-        deflation = None
-        if k:
-            c = self.U[:, :k].T @ u
-            deflation = (self.all_idx, (c[:, None] * self.all_val.view(k, -1)).view(-1))
-        idx, val = self.op.top_r(u, deflation, self.r, self.selection)
-        su = self.op.matvec(idx, val)
+    def _close(self, su: torch.Tensor, k: int) -> None:
+        """From ``Sv`` of the selection in idx/val: ``su - U(Vv)``, its norm,
+        ``u <- su / ‖su‖`` (the old u kept for :meth:`revert`) and the stats."""
         if k:
             # V v, atom by atom: every atom holds r entries, so a reshape and
-            # sum replaces a scatter of K·r values into K slots (atomics
-            # that serialise on a GPU); index_copy_/index_fill_ do not
-            # synchronise, as v_dense[idx] = ... does on CUDA.
-            self.v_dense.index_copy_(0, idx, val)
-            vv = (self.all_val * self.v_dense[self.all_idx]).view(k, -1).sum(dim=1)
-            self.v_dense.index_fill_(0, idx, 0)
+            # sum replaces a scatter of K·r values into K slots (atomics that
+            # serialise on a GPU); index_copy_/index_fill_ do not synchronise,
+            # as v_dense[idx] = ... does on CUDA.
+            self.v_dense.index_copy_(0, self.idx, self.val)
+            vv = (self.atom_val[:k] * self.v_dense[self.atom_idx[:k]]).sum(dim=1)
+            self.v_dense.index_fill_(0, self.idx, 0)
             su = su - self.U[:, :k] @ vv
         norm = torch.linalg.vector_norm(su)
         u_new = su / norm
-        delta = torch.linalg.vector_norm(u_new - u)
-        stats = torch.stack([norm, delta, torch.linalg.vector_norm(val)]).tolist()
-        self.idx, self.val = idx, val
-        self._u_prev, self.u = u, u_new
+        self.stats[0] = norm
+        self.stats[1] = torch.linalg.vector_norm(u_new - self.u)
+        self.stats[2] = torch.linalg.vector_norm(self.val)
+        self.u_prev.copy_(self.u)
+        self.u.copy_(u_new)
+
+    def start(self, u: torch.Tensor) -> None:
+        """Set the current u (unit norm)."""
+        self.u.copy_(u)
+
+    def step(self) -> tuple[float, float, float]:
+        """One update; u advances to u_new (see :meth:`revert`). Returns
+        ``(‖Sv - U(Vv)‖, ‖u_new - u‖, ‖v‖)``."""
+        self._update()
+        stats = self.stats.tolist()
         return stats[0], stats[1], stats[2]
 
     def revert(self) -> None:
         """Undo the last step's move of u (its residual was zero)."""
-        self.u = self._u_prev
+        self.u.copy_(self.u_prev)
 
     def current(self):
-        """(u, idx, val) of the last step, owned by the caller."""
+        """(u, idx ascending, val) of the last step, owned by the caller."""
         return self.u.clone(), self.idx.clone(), self.val.clone()
 
     def commit(self, u: torch.Tensor, idx: torch.Tensor, val: torch.Tensor) -> None:
-        """Record atom k = (u, its r loadings at sorted ``idx``)."""
+        """Record atom k = (u, its r loadings at ascending, unique ``idx``)."""
         self.U[:, self.k] = u
-        self.all_idx = torch.cat([self.all_idx, idx.to(self.all_idx.device)])
-        self.all_val = torch.cat([self.all_val, val.to(self.all_val.device)])
+        self.atom_idx[self.k] = idx
+        self.atom_val[self.k] = val
         self.k += 1
+
+
+class BlockUpdater(_Updater):
+    """Updates through a block operator's ``top_r`` and ``matvec``."""
+
+    def __init__(self, op, *, n_atoms: int, r: int, selection: str) -> None:
+        super().__init__(*op.shape, n_atoms=n_atoms, r=r, selection=selection,
+                         device=op.device, dtype=op.dtype)
+        self.op = op
+
+    def _update(self) -> None:
+        k, u = self.k, self.u
+        deflation = None
+        if k:
+            c = self.U[:, :k].T @ u
+            deflation = (self.atom_idx[:k].reshape(-1),
+                         (c[:, None] * self.atom_val[:k]).reshape(-1))
+        idx, val = self.op.top_r(u, deflation, self.r, self.selection)
+        self.idx.copy_(idx)
+        self.val.copy_(val)
+        self._close(self.op.matvec(self.idx, self.val), k)
 
 
 def _graph_atoms(k: int, n_atoms: int) -> int:
@@ -138,7 +168,7 @@ class _PinnedRows:
             self.done[slot].record(compute)
 
 
-class ResidentUpdater:
+class ResidentUpdater(_Updater):
     """The resident fast path (module docstring).
 
     Parameters
@@ -168,8 +198,9 @@ class ResidentUpdater:
         n_voxels, n_timepoints = St.shape
         device = St.device if device is None else torch.device(device)
         dtype = St.dtype
-        self.device = device
-        self.St, self.r, self.selection, self.n_atoms = St, r, selection, n_atoms
+        super().__init__(n_timepoints, n_voxels, n_atoms=n_atoms, r=r, selection=selection,
+                         device=device, dtype=dtype)
+        self.St = St
         # The kernels select r < P entries; r = P (keep everything) is plain torch.
         self.triton = (_triton_r1dl.usable(torch.empty(0, dtype=dtype, device=device))
                        and r < n_voxels and use_triton is not False)
@@ -184,24 +215,15 @@ class ResidentUpdater:
         if use_graphs and not (self.triton and device.type == "cuda" and not on_host):
             raise ValueError("CUDA graphs need the Triton kernels and Sᵀ on a CUDA device.")
         self.use_graphs = bool(use_graphs)
-        zeros = dict(dtype=dtype, device=device)
-        self.U = torch.zeros((n_timepoints, n_atoms), **zeros)
-        # Atom-major loadings (for V v) and voxel-major CSR (for Vᵀc).
-        self.atom_idx = torch.zeros((n_atoms, r), dtype=torch.int64, device=device)
-        self.atom_val = torch.zeros((n_atoms, r), **zeros)
+        zeros = {"dtype": dtype, "device": device}
+        # Voxel-major CSR of the atoms' loadings (for Vᵀc), beside the
+        # atom-major copy (for V v).
         self.rowptr = torch.zeros(n_voxels + 1, dtype=torch.int64, device=device)
         self.entry_atom = torch.zeros(n_atoms * r, dtype=torch.int32, device=device)
         self.entry_voxel = torch.zeros(n_atoms * r, dtype=torch.int64, device=device)
         self.entry_weight = torch.zeros(n_atoms * r, **zeros)
         self.n_entries = 0
-        self.v_dense = torch.zeros(n_voxels, **zeros)
-        # Static inputs and outputs of an update (what a graph reads/writes).
-        self.u = torch.zeros(n_timepoints, **zeros)
-        self.u_prev = torch.zeros(n_timepoints, **zeros)
         self.y = torch.empty(n_voxels, **zeros)
-        self.idx = torch.zeros(r, dtype=torch.int64, device=device)
-        self.val = torch.zeros(r, **zeros)
-        self.stats = torch.zeros(3, **zeros)
         if self.triton:
             self.workspace = _triton_r1dl.RadixWorkspace(n_voxels, device)
             rows = _triton_r1dl.gather_block(n_timepoints)
@@ -210,7 +232,6 @@ class ResidentUpdater:
             self.su = torch.empty(n_timepoints, **zeros)
             # Atoms learned so far, read by the kernels (graphs span atoms).
             self.k_device = torch.zeros(1, dtype=torch.int32, device=device)
-        self.k = 0
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.capture_s = 0.0  # seconds spent capturing graphs
 
@@ -249,19 +270,7 @@ class ResidentUpdater:
             self.y.index_add_(0, self.entry_voxel[:m],
                               c[self.entry_atom[:m].long()] * self.entry_weight[:m], alpha=-1)
         top_r_sorted(self.y, self.r, self.selection, out=(self.idx, self.val))
-        su = self.val @ self.St.index_select(0, self.idx)
-        if kc:
-            self.v_dense.index_copy_(0, self.idx, self.val)
-            vv = (self.atom_val[:kc] * self.v_dense[self.atom_idx[:kc]]).sum(dim=1)
-            self.v_dense.index_fill_(0, self.idx, 0)
-            su = su - self.U[:, :kc] @ vv
-        norm = torch.linalg.vector_norm(su)
-        u_new = su / norm
-        self.stats[0] = norm
-        self.stats[1] = torch.linalg.vector_norm(u_new - u)
-        self.stats[2] = torch.linalg.vector_norm(self.val)
-        self.u_prev.copy_(u)
-        self.u.copy_(u_new)
+        self._close(self.val @ self.St.index_select(0, self.idx), kc)
 
     def _graph(self, kc: int) -> torch.cuda.CUDAGraph:
         graph = self._graphs.get(kc)
@@ -288,31 +297,15 @@ class ResidentUpdater:
             self.capture_s += time.perf_counter() - start
         return graph
 
-    # -- the updater interface ----------------------------------------------
-    def start(self, u: torch.Tensor) -> None:
-        self.u.copy_(u)
-
-    def step(self) -> tuple[float, float, float]:
+    def _update(self) -> None:
         if self.use_graphs:
-            kc = _graph_atoms(self.k, self.n_atoms)
-            self._graph(kc).replay()
+            self._graph(_graph_atoms(self.k, self.n_atoms)).replay()
         else:
             self._compute(self.k)
-        stats = self.stats.tolist()
-        return stats[0], stats[1], stats[2]
-
-    def revert(self) -> None:
-        self.u.copy_(self.u_prev)
-
-    def current(self):
-        return self.u.clone(), self.idx.clone(), self.val.clone()
 
     def commit(self, u: torch.Tensor, idx: torch.Tensor, val: torch.Tensor) -> None:
-        """Record atom k; ``idx`` sorted ascending (unique)."""
         k, r = self.k, self.r
-        self.U[:, k] = u
-        self.atom_idx[k] = idx
-        self.atom_val[k] = val
+        super().commit(u, idx, val)
         # Merge atom k into the voxel-major CSR (entries by voxel, then atom):
         # an old entry moves past the new ones of lower voxels; a new entry
         # lands after every old entry of its voxel or lower. No sort, no sync.
@@ -331,6 +324,5 @@ class ResidentUpdater:
         self.rowptr += torch.searchsorted(
             idx, torch.arange(self.rowptr.numel(), device=device))
         self.n_entries = m
-        self.k = k + 1
         if self.triton:
             self.k_device.fill_(self.k)

@@ -144,16 +144,17 @@ def _check_params(n_atoms, tol, max_iter, selection):
 
 def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
                  selection: str, rng: np.random.Generator, n_init: int = 1,
-                 verbose: int = 0):
+                 verbose: int = 0, updater=None):
     """Learn ``n_atoms`` rank-1 atoms against block operator ``op``.
 
-    Returns (U (T x K) tensor, list of index tensors, list of value tensors,
-    n_iter, converged).
+    ``updater`` defaults to ``op.updater(...)``. Returns (U (T x K) tensor,
+    list of index tensors, list of value tensors, n_iter, converged).
     """
     from tqdm.auto import tqdm
 
     n_timepoints = op.shape[0]
-    updater = op.updater(n_atoms=n_atoms, r=r, selection=selection)
+    if updater is None:
+        updater = op.updater(n_atoms=n_atoms, r=r, selection=selection)
     indices, values = [], []
     n_iter = np.zeros(n_atoms, dtype=np.int64)
     converged = np.zeros(n_atoms, dtype=bool)
@@ -181,16 +182,13 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
             # Keep the start whose atom explains most: ‖S - u vᵀ‖² = ‖S‖² - ‖v‖².
             if best is None or score > best[0]:
                 best = (score, u, idx, val, it, done)
-        _, u, idx, val, n_iter[k], converged[k] = best
-        order = torch.argsort(idx)  # block operators may leave them unsorted
-        idx, val = idx[order], val[order]
+        _, u, idx, val, n_iter[k], converged[k] = best  # idx ascending
         # Fix the sign: the largest-magnitude loading is positive.
         if val.numel() and float(val[torch.argmax(val.abs())]) < 0:
             u, val = -u, -val
         updater.commit(u, idx, val)
         indices.append(idx)
         values.append(val)
-    op.capture_s = getattr(updater, "capture_s", 0.0)
     return updater.U, indices, values, n_iter, converged
 
 
@@ -453,15 +451,16 @@ def r1dl(
                              storage=storage, state_bytes=state_bytes)
         synchronize(dev)
         setup = time.perf_counter()
+        updater = op.updater(n_atoms=n_atoms, r=r, selection=selection)
         try:
-            out = _learn_atoms(op, **common)
+            out = _learn_atoms(op, updater=updater, **common)
         finally:
             op.close()
         synchronize(dev)
         info = {"backend": "local", "device": str(dev), "mode": op.mode,
                 "n_blocks": op.n_blocks, "setup_s": setup - start,
                 "learn_s": time.perf_counter() - setup,
-                "graph_capture_s": getattr(op, "capture_s", 0.0)}
+                "graph_capture_s": getattr(updater, "capture_s", 0.0)}
     elif isinstance(backend, Engine):
         out, info = _engine_result(backend, source, dtype=torch_dtype, standardize=standardize,
                                    block_size=block_size, **common)
