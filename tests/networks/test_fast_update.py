@@ -238,3 +238,24 @@ def test_cuda_pinned_rows_stream_in_chunks():
         runs.append(run_atoms(updater, 3, 3, n_time, device="cuda"))
     # Same kernels, but compiled for other alignments: equal to rounding.
     assert_same_atoms(*runs, atol=1e-6, rtol_stats=1e-5)
+
+
+@cuda
+def test_cuda_host_storage_larger_than_host_memory_is_refused(planted, monkeypatch):
+    pytest.importorskip("triton")
+    from connscale.networks import r1dl as r1dl_module
+
+    monkeypatch.setattr(r1dl_module, "available_host_memory", lambda: 1000)
+    with pytest.raises(ValueError, match="storage='host' needs .* of host memory"):
+        r1dl(planted[0], 1, SIZE, device="cuda", storage="host")
+
+
+def test_verbose_shows_progress_of_loading_s(planted, tmp_path, capsys):
+    S = planted[0]
+    r1dl(S, 1, SIZE, device="cpu", verbose=1, block_size=300, random_state=0)
+    assert "loading S" in capsys.readouterr().err
+    path = tmp_path / "S.npy"
+    np.save(path, S)
+    r1dl(str(path), 1, SIZE, device="cpu", verbose=1, block_size=300, storage="file",
+         random_state=0)
+    assert "voxel statistics" in capsys.readouterr().err

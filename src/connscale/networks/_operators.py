@@ -78,7 +78,7 @@ class ResidentOperator:
 
     def __init__(self, source: _blocks.ColumnSource, *, device: torch.device,
                  dtype: torch.dtype, standardize: bool, block_size: int,
-                 pinned_host: bool = False) -> None:
+                 pinned_host: bool = False, verbose: int = 0) -> None:
         n_timepoints, n_voxels = source.shape
         self.shape = (n_timepoints, n_voxels)
         self.device, self.dtype = device, dtype
@@ -95,7 +95,7 @@ class ResidentOperator:
             storage = torch.empty((n_voxels, width), dtype=dtype, device=device)
         self.St = storage[:, :n_timepoints]
         bounds = _blocks.block_bounds(n_voxels, block_size)
-        for a, b in zip(bounds[:-1], bounds[1:]):
+        for a, b in _progress(bounds, "loading S", verbose):
             block = _prepare(source.read(int(a), int(b)), device, dtype, standardize)
             if source.kind != "array":
                 _check_finite(block, int(a))
@@ -126,13 +126,22 @@ class ResidentOperator:
             self._registered = None
 
 
-def column_stats(source: _blocks.ColumnSource, bounds, device: torch.device):
+def _progress(bounds, desc: str, verbose: int):
+    """(start, stop) of each column block, with a progress bar when verbose."""
+    from tqdm.auto import tqdm
+
+    pairs = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
+    return tqdm(pairs, desc=desc, unit="block", disable=not verbose or len(pairs) < 2)
+
+
+def column_stats(source: _blocks.ColumnSource, bounds, device: torch.device,
+                 verbose: int = 0):
     """Per-voxel mean and 1 / centred norm (0 for constant voxels), float64,
     from one pass over S in column blocks."""
     n_voxels = source.shape[1]
     mean = torch.empty(n_voxels, dtype=torch.float64, device=device)
     inv_norm = torch.empty(n_voxels, dtype=torch.float64, device=device)
-    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+    for a, b in _progress(bounds, "voxel statistics", verbose):
         x = torch.from_numpy(np.array(source.read(a, b), dtype=np.float64)).to(device)
         _check_finite(x, a)
         m = x.mean(dim=0)
@@ -160,7 +169,8 @@ class StreamedOperator:
     mode = "streamed"
 
     def __init__(self, source: _blocks.ColumnSource, *, device: torch.device,
-                 dtype: torch.dtype, standardize: bool, block_size: int) -> None:
+                 dtype: torch.dtype, standardize: bool, block_size: int,
+                 verbose: int = 0) -> None:
         n_timepoints, n_voxels = source.shape
         self.source = source
         self.shape = (n_timepoints, n_voxels)
@@ -173,7 +183,7 @@ class StreamedOperator:
         n_elements = n_timepoints * width
         self._checked = source.kind == "array"
         if standardize:
-            mean, inv_norm = column_stats(source, self.bounds, device)
+            mean, inv_norm = column_stats(source, self.bounds, device, verbose)
             self._mean, self._inv = mean.to(dtype), inv_norm.to(dtype)
             self._checked = True
         # Reading the memory map is the slow step (page faults, one core

@@ -214,7 +214,7 @@ def _default_block_size(n_timepoints: int, n_voxels: int, itemsize: int) -> int:
 
 
 def _local_operator(source, *, device, dtype, standardize, block_size, memory_limit,
-                    storage="auto", state_bytes=0):
+                    storage="auto", state_bytes=0, verbose=0):
     """Plan where S is kept between passes and build the operator.
 
     'device': Sᵀ in device memory (with the update's state); 'host': Sᵀ in
@@ -250,21 +250,25 @@ def _local_operator(source, *, device, dtype, standardize, block_size, memory_li
             f"{device}, but the budget is {format_bytes(budget)}; use storage='host' or "
             "'file' (or 'auto'), or raise memory_limit."
         )
-    elif storage == "host" and device.type == "cuda" and not host_capable:
-        raise ValueError("storage='host' needs triton and dtype='float32' on CUDA; use "
-                         "storage='file'.")
+    elif storage == "host" and device.type == "cuda":
+        if not host_capable:
+            raise ValueError("storage='host' needs triton and dtype='float32' on CUDA; use "
+                             "storage='file'.")
+        if s_bytes > available_host_memory():
+            raise ValueError(
+                f"storage='host' needs {format_bytes(s_bytes)} of host memory for Sᵀ, but "
+                f"{format_bytes(available_host_memory())} is available; use storage='file'."
+            )
+    common = {"device": device, "dtype": dtype, "standardize": standardize, "verbose": verbose}
     if storage == "device" or (storage == "host" and device.type == "cpu"):
-        return ResidentOperator(source, device=device, dtype=dtype, standardize=standardize,
-                                block_size=block_size)
+        return ResidentOperator(source, block_size=block_size, **common)
     if storage == "host":
-        return ResidentOperator(source, device=device, dtype=dtype, standardize=standardize,
-                                block_size=block_size, pinned_host=True)
+        return ResidentOperator(source, block_size=block_size, pinned_host=True, **common)
     if given_block_size is None:
         low, high = _STREAM_BLOCK_BYTES
         block_bytes = min(high, max(low, budget // 6))
         block_size = max(1, min(n_voxels, block_bytes // (n_timepoints * max(itemsize, 4))))
-    return StreamedOperator(source, device=device, dtype=dtype, standardize=standardize,
-                            block_size=block_size)
+    return StreamedOperator(source, block_size=block_size, **common)
 
 
 def _make_engine(backend, cluster):
@@ -448,7 +452,7 @@ def r1dl(
         state_bytes = n_atoms * r * 40
         op = _local_operator(source, device=dev, dtype=torch_dtype, standardize=standardize,
                              block_size=block_size, memory_limit=memory_limit,
-                             storage=storage, state_bytes=state_bytes)
+                             storage=storage, state_bytes=state_bytes, verbose=verbose)
         synchronize(dev)
         setup = time.perf_counter()
         updater = op.updater(n_atoms=n_atoms, r=r, selection=selection)
