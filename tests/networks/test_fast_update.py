@@ -2,6 +2,7 @@
 against the block updater, the Triton kernels (interpreted on the CPU, on
 the GPU where there is one) and the storage plans."""
 
+import importlib
 import os
 import subprocess
 import sys
@@ -243,8 +244,8 @@ def test_cuda_pinned_rows_stream_in_chunks():
 @cuda
 def test_cuda_host_storage_larger_than_host_memory_is_refused(planted, monkeypatch):
     pytest.importorskip("triton")
-    from connscale.networks import r1dl as r1dl_module
-
+    # the module, not the function connscale.networks re-exports under its name
+    r1dl_module = importlib.import_module("connscale.networks.r1dl")
     monkeypatch.setattr(r1dl_module, "available_host_memory", lambda: 1000)
     with pytest.raises(ValueError, match="storage='host' needs .* of host memory"):
         r1dl(planted[0], 1, SIZE, device="cuda", storage="host")
