@@ -1,0 +1,253 @@
+"""Publish the files of one result together, with a manifest.
+
+A command that writes several files for one result (a matrix, its sidecar,
+its log, figures; r1DL's maps, loadings and time courses) writes them into a
+hidden staging folder ``<out>/.<prefix>.staging/`` under the output's lock
+(:class:`connscale.io._lock.OutputLock`). :meth:`OutputSet.commit` then
+
+1. flushes every file and records its size and SHA-256 in a manifest,
+2. removes the previous manifest of this prefix (so an old set is never
+   read as complete while it is being replaced),
+3. renames each file into ``<out>``, and the manifest
+   ``<out>/<prefix>_manifest.json`` last.
+
+A set is complete exactly when its manifest exists and every file it lists
+is there with its size (and, on request, its checksum): a crash, a full disk
+or a kill at any point leaves either the previous complete set, or files
+without a manifest that readers refuse and a re-run replaces. The staging
+folder survives a failed run, so resume state kept there (checkpoints) is
+found again; it is removed once the set is published.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from connscale._version import __version__
+from connscale.io._atomic import check_free_space, fsync_path, private_dir, write_json_atomic
+from connscale.io._lock import OutputLock
+
+__all__ = ["IncompleteOutputError", "OutputSet", "manifest_path", "read_manifest"]
+
+FORMAT = "connscale-manifest-1"
+_HASH_CHUNK = 8 * 1024**2
+
+
+class IncompleteOutputError(ValueError):
+    """An output set is missing its manifest or a file, or a file differs."""
+
+
+def manifest_path(out_dir: str | os.PathLike, prefix: str) -> Path:
+    """``<out_dir>/<prefix>_manifest.json``."""
+    return Path(out_dir) / f"{prefix}_manifest.json"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_manifest(out_dir: str | os.PathLike, prefix: str, *, verify: str = "size") -> dict:
+    """Read and check the manifest of a published set.
+
+    Parameters
+    ----------
+    out_dir : path
+        The output folder.
+    prefix : str
+        The set's prefix (its manifest is ``<prefix>_manifest.json``).
+    verify : {'size', 'full', 'none'}, default='size'
+        Check each listed file's size, its size and SHA-256, or nothing.
+
+    Returns
+    -------
+    dict
+        The manifest: ``format``, ``software``, ``command``, ``fingerprint``,
+        ``files`` ({name: {"bytes", "sha256"}}), ``published``.
+
+    Raises
+    ------
+    IncompleteOutputError
+        No manifest, or a listed file missing or different.
+    """
+    out_dir = Path(out_dir)
+    path = manifest_path(out_dir, prefix)
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise IncompleteOutputError(
+            f"{out_dir} holds no complete '{prefix}' result (no {path.name}).") from None
+    except (OSError, ValueError) as exc:
+        raise IncompleteOutputError(f"{path} cannot be read ({exc}).") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise IncompleteOutputError(f"{path} is not a connscale manifest.")
+    if verify not in ("size", "full", "none"):
+        raise ValueError(f"verify must be 'size', 'full' or 'none'; got {verify!r}.")
+    for name, entry in manifest.get("files", {}).items():
+        if verify == "none":
+            break
+        file = out_dir / name
+        try:
+            size = file.stat().st_size
+        except FileNotFoundError:
+            raise IncompleteOutputError(f"{file} listed in {path.name} is missing.") from None
+        if size != entry["bytes"] or (verify == "full" and _sha256(file) != entry["sha256"]):
+            raise IncompleteOutputError(
+                f"{file} differs from what {path.name} records (changed after it was written).")
+    return manifest
+
+
+class OutputSet:
+    """The files of one result, written in a staging folder and published together.
+
+    Parameters
+    ----------
+    out_dir : path
+        The output folder (created).
+    prefix : str
+        Common prefix of the set's file names; names the lock, the staging
+        folder and the manifest.
+    command : str
+        What wrote it (recorded in the manifest).
+    fingerprint : dict or None
+        :func:`connscale.io._fingerprint.run_fingerprint` of the run,
+        recorded in the manifest; :meth:`complete` compares against it.
+    wait : bool, default=False
+        Wait for another run holding this output instead of failing.
+
+    Examples
+    --------
+    >>> outputs = OutputSet(out, "sub-01_fc", command="fc", fingerprint=fp)  # doctest: +SKIP
+    >>> with outputs:
+    ...     if outputs.complete():
+    ...         return                              # same inputs and parameters: done
+    ...     np.save(outputs.path("sub-01_matrix.npy"), matrix)
+    ...     outputs.commit()
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, prefix: str, *, command: str,
+                 fingerprint: dict | None = None, wait: bool = False) -> None:
+        if not prefix or "/" in prefix or prefix.startswith("."):
+            raise ValueError(f"prefix must be a plain file-name prefix; got {prefix!r}.")
+        self.out_dir = Path(out_dir)
+        self.prefix = prefix
+        self.command = command
+        self.fingerprint = fingerprint
+        self.lock = OutputLock(self.out_dir / prefix, wait=wait)
+        self.staging = self.out_dir / f".{prefix}.staging"
+        self.published: list[Path] = []
+        self._names: list[str] = []
+
+    def __enter__(self) -> OutputSet:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.lock.acquire()
+        try:
+            private_dir(self.staging)
+        except BaseException:
+            self.lock.release()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()
+
+    def _require_lock(self) -> None:
+        if not self.lock.held:
+            raise RuntimeError("Use OutputSet as a context manager (it holds the output's lock).")
+
+    def path(self, name: str) -> Path:
+        """Where to write file ``name`` of the set (inside the staging folder)."""
+        self._require_lock()
+        if not name or "/" in name or name.startswith("."):
+            raise ValueError(f"file name must be a plain, visible name; got {name!r}.")
+        if name not in self._names:
+            self._names.append(name)
+        return self.staging / name
+
+    def check_space(self, nbytes: int, what: str = "the result") -> None:
+        """Fail up front when the output's file system cannot take ``nbytes``."""
+        check_free_space(self.out_dir, nbytes, what=what)
+
+    def complete(self) -> bool:
+        """True when a published set with the same fingerprint is already there."""
+        try:
+            manifest = read_manifest(self.out_dir, self.prefix)
+        except IncompleteOutputError:
+            return False
+        recorded = (manifest.get("fingerprint") or {}).get("digest")
+        return self.fingerprint is not None and recorded == self.fingerprint.get("digest")
+
+    def commit(self, extra: dict | None = None) -> Path:
+        """Publish the files named through :meth:`path`; return the manifest's path.
+
+        Other files in the staging folder (resume state, leftovers of an
+        earlier run) are not published and are removed with the folder.
+
+        Raises
+        ------
+        FileExistsError
+            When a file of the set would replace a file that no manifest of
+            this prefix lists (a foreign file): nothing is moved.
+        """
+        self._require_lock()
+        names = sorted(self._names)
+        if not names:
+            raise RuntimeError(f"Nothing to publish in {self.staging}.")
+        missing = [n for n in names if not (self.staging / n).is_file()
+                   or (self.staging / n).is_symlink()]
+        if missing:
+            raise RuntimeError(f"{self.staging / missing[0]} was never written.")
+        target = manifest_path(self.out_dir, self.prefix)
+        try:
+            previous = set(read_manifest(self.out_dir, self.prefix, verify="none")["files"])
+        except IncompleteOutputError:
+            previous = set()
+        journal = self.staging / ".publishing.json"
+        try:
+            interrupted = set(json.loads(journal.read_text()))
+        except (FileNotFoundError, ValueError):
+            interrupted = set()
+        foreign = [n for n in names if (self.out_dir / n).exists()
+                   and n not in previous and n not in interrupted]
+        if foreign:
+            raise FileExistsError(
+                f"{self.out_dir / foreign[0]} exists and is not part of a connscale '{self.prefix}' "
+                "result; remove it or choose another output folder."
+            )
+        files = {}
+        for name in names:
+            file = self.staging / name
+            fsync_path(file)
+            files[name] = {"bytes": file.stat().st_size, "sha256": _sha256(file)}
+        manifest = {
+            "format": FORMAT,
+            "software": f"connscale {__version__}",
+            "command": self.command,
+            "prefix": self.prefix,
+            "fingerprint": self.fingerprint,
+            "files": files,
+            "published": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **(extra or {}),
+        }
+        # A crash from here on leaves files without a manifest; the journal
+        # lets the next run recognise them as this set's, not foreign.
+        write_json_atomic(journal, sorted(interrupted | set(names)))
+        if target.exists():
+            target.unlink()
+            fsync_path(self.out_dir)
+        for name in names:
+            os.replace(self.staging / name, self.out_dir / name)
+        fsync_path(self.out_dir)
+        write_json_atomic(target, manifest)
+        shutil.rmtree(self.staging, ignore_errors=True)
+        self.published = [self.out_dir / n for n in names]
+        return target
+
