@@ -46,8 +46,11 @@ from connscale._compute.device import numpy_dtype
 from connscale._compute.memory import available_host_memory, parse_memory
 from connscale._docs import fill_doc
 from connscale._validation import (
+    MIN_WINDOW_LENGTH,
     check_int,
+    check_not_all_constant,
     check_option,
+    check_output_path,
     check_random_state,
     check_threshold,
     check_timeseries,
@@ -99,7 +102,7 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
                       absolute, rank, method, power_iterations, compute_error) -> dict:
     check_option(kind, "kind", KINDS)
     check_option(method, "method", METHODS)
-    window_length, step = check_window(window_length, step, n_timepoints, minimum=3)
+    window_length, step = check_window(window_length, step, n_timepoints)
     power_iterations = check_int(power_iterations, "power_iterations", minimum=0)
     if not isinstance(absolute, (bool, np.bool_)):
         raise ValueError(f"'absolute' must be True or False; got {absolute!r}.")  # noqa: TRY004
@@ -125,6 +128,15 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
         raise ValueError("kind='lowrank' needs a 'rank' (1 <= rank < n_series); got None.")
     if kind in ("triu", "sparse") and rank is not None:
         raise ValueError(f"'rank' applies to kind='lowrank' or 'factor'; got kind={kind!r}.")
+    if kind == "lowrank" and rank >= window_length:
+        warnings.warn(
+            f"'rank' ({rank}) >= 'window_length' ({window_length}): a window's correlation "
+            f"matrix has rank at most {window_length - 1}, so the extra columns store "
+            f"nothing ({2 * n_series * rank} numbers per window against "
+            f"{n_series * (n_series - 1) // 2} for kind='triu'). Use rank < window_length, "
+            "or kind='factor' (exact with window_length columns).",
+            UserWarning, stacklevel=3,
+        )
     if compute_error and kind not in ("lowrank", "factor"):
         raise ValueError(
             f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
@@ -379,7 +391,8 @@ def dynamic_correlation(
     >>> len(dfc), dfc[0].shape
     (7, (15,))
     """
-    array = check_timeseries(timeseries, min_timepoints=3)
+    array = check_timeseries(timeseries, min_timepoints=MIN_WINDOW_LENGTH)
+    check_not_all_constant(array)
     n_timepoints, n_series = array.shape
     checked = _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
                                 absolute, rank, method, power_iterations, compute_error)
@@ -405,7 +418,7 @@ def dynamic_correlation(
     # Where the windows go.
     final_path = None
     if out is not None:
-        final_path = Path(out)
+        final_path = check_output_path(out)
         fingerprint = _fingerprint(array)
         if final_path.exists():
             result = load_dynamic(final_path)

@@ -234,7 +234,8 @@ def pairwise_dfc(
         Region time courses of each scan; a list of (n_timepoints_i,
         n_regions) arrays may differ in length.
     window_length : int
-        Window length w in time points (2 <= w <= the shortest scan).
+        Window length w in time points (3 <= w <= the shortest scan; with 2
+        points every r is ±1).
     step : int, default=1
         Window step s: ``n_windows = (n_timepoints - w) // s + 1``.
     %(device)s
@@ -279,7 +280,7 @@ def pairwise_dfc(
     n_regions = scans[0].shape[1]
     shortest = min(x.shape[0] for x in scans)
     window_length, step = check_window(
-        window_length, step, shortest, minimum=2,
+        window_length, step, shortest,
         where="the number of time points of the shortest scan")
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype)
