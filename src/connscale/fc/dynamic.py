@@ -74,7 +74,7 @@ from connscale.fc.lowrank import (
     svd_qb,
     truncated_factor,
 )
-from connscale.fc.normalize import _CONSTANT_RTOL, ConstantSeriesWarning
+from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
 
@@ -186,14 +186,18 @@ class _WindowNormalizer:
 
     def __init__(self, x: torch.Tensor, starts: np.ndarray, window_length: int,
                  dtype: torch.dtype) -> None:
+        # The raw values are kept (never modified: x may be the caller's array) so
+        # each window is centred from them exactly; the running sums are taken
+        # of the values shifted by their global mean, for accuracy.
         x64 = x.to(torch.float64)
-        x64 = x64 - x64.mean(dim=0, keepdim=True)  # never in place: x may be the caller's array
-        self.x = x64
+        offset = x64.mean(dim=0)
         cumulative = torch.zeros((x64.shape[0] + 1, x64.shape[1]), dtype=torch.float64,
                                  device=x64.device)
-        torch.cumsum(x64, dim=0, out=cumulative[1:])
+        torch.cumsum(x64 - offset, dim=0, out=cumulative[1:])
+        self.x = x64
         starts_t = torch.as_tensor(starts, device=x64.device)
-        self.means = (cumulative[starts_t + window_length] - cumulative[starts_t]) / window_length
+        self.means = ((cumulative[starts_t + window_length] - cumulative[starts_t])
+                      / window_length + offset)
         del cumulative
         self.starts = starts_t
         self.offsets = torch.arange(window_length, device=x64.device)
@@ -211,12 +215,15 @@ class _WindowNormalizer:
         times = self.starts[window][:, None] + self.offsets[None, :]  # (B, w)
         windows = self.x[times]  # (B, w, N)
         means = self.means[window]
-        # Constant within the window: the range is exactly 0 (whatever rounding
-        # the running-sum mean carries), or negligible against the values.
-        high, low = windows.amax(dim=1), windows.amin(dim=1)
-        constant = (high - low) <= _CONSTANT_RTOL * torch.maximum(high.abs(), low.abs())
+        # Constant within the window: all its values are equal (whatever rounding
+        # the running-sum mean carries).
+        low, high = torch.aminmax(windows, dim=1)
         centred = windows - means[:, None, :]
+        # Second pass in float64: remove what rounding left of the window mean, so
+        # windows far from the series' mean keep their variation.
+        centred -= centred.mean(dim=1, keepdim=True)
         norm = torch.linalg.vector_norm(centred, dim=1)  # (B, N)
+        constant = (low == high) | (norm == 0)
         norm = torch.where(constant, torch.full_like(norm, float("nan")), norm)
         centred /= norm[:, None, :]
         u = torch.empty((centred.shape[0], centred.shape[2], centred.shape[1]), dtype=self.dtype,

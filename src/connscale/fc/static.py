@@ -172,7 +172,7 @@ def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=Fa
         )
     x = check_timeseries(timeseries)
     check_not_all_constant(x)
-    if out is not None:
+    if isinstance(out, (str, os.PathLike)):
         out = check_output_path(out)
     dev = resolve_device(device)
     work_dtype = resolve_dtype(dtype)
