@@ -8,6 +8,8 @@ the CLI runs in-process (``connscale.cli.main.main``) so the table stays fast.
 
 from __future__ import annotations
 
+import warnings
+
 import h5py
 import nibabel as nib
 import numpy as np
@@ -397,3 +399,85 @@ def test_bad_input_exits_2_with_one_line(build, tmp_path, capsys):
     assert len(lines) == 1, captured.err
     assert lines[0].startswith(f"connscale {command}: error: "), lines[0]
     assert _complete_outputs(out) == []
+
+
+# --------------------------------------------------------------------------
+# The same checks through the Python API, and the lossy-but-valid warnings
+# --------------------------------------------------------------------------
+
+def test_one_window_minimum_everywhere():
+    from connscale._validation import MIN_WINDOW_LENGTH
+    from connscale.cohort import check_job_params
+    from connscale.fc.dynamic import dynamic_correlation
+    from connscale.fc.pairs import pairwise_dfc
+
+    x = _series()
+    short = MIN_WINDOW_LENGTH - 1
+    message = f"'window_length' must be >= {MIN_WINDOW_LENGTH}; got {short}"
+    for call in (lambda: dynamic_correlation(x, short, device="cpu"),
+                 lambda: pairwise_dfc(x[None], short, device="cpu"),
+                 lambda: check_job_params("pairs", {"window_length": short}),
+                 lambda: check_job_params("dfc", {"window_length": short})):
+        with pytest.raises(ValueError, match=message):
+            call()
+    dynamic_correlation(x, MIN_WINDOW_LENGTH, device="cpu")
+    pairwise_dfc(x[None], MIN_WINDOW_LENGTH, device="cpu")
+
+
+def test_complex_input_refused_by_every_entry_point():
+    from connscale import correlation
+    from connscale.fc.dynamic import dynamic_correlation
+    from connscale.fc.pairs import pairwise_dfc
+    from connscale.networks.r1dl import r1dl
+
+    x = _series() * (1 + 1e-3j)
+    for call in (lambda: correlation(x, device="cpu"),
+                 lambda: dynamic_correlation(x, 8, device="cpu"),
+                 lambda: pairwise_dfc(x[None], 8, device="cpu"),
+                 lambda: r1dl(x, 1, 2, device="cpu")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no ComplexWarning on the way
+            with pytest.raises(ValueError, match="real numbers"):
+                call()
+
+
+def test_lowrank_rank_at_least_window_warns():
+    from connscale.fc.dynamic import dynamic_correlation
+
+    x = _series(n=12)
+    with pytest.warns(UserWarning, match=r"'rank' \(8\) >= 'window_length' \(8\)"):
+        dynamic_correlation(x, 8, 4, kind="lowrank", rank=8, device="cpu")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dynamic_correlation(x, 8, 4, kind="lowrank", rank=7, device="cpu")
+        dynamic_correlation(x, 8, 4, kind="factor", rank=9, device="cpu")
+
+
+def test_r1dl_all_zeros_warns_and_atoms_bounded_by_time_points():
+    from connscale.networks.r1dl import r1dl
+
+    with pytest.warns(UserWarning, match="2 of 2 atoms are empty"):
+        result = r1dl(np.zeros((T, 10)), 2, 3, random_state=0, device="cpu")
+    assert result.loadings.nnz == 0
+    with pytest.raises(ValueError, match=rf"at most the number of time points \({T}\)"):
+        r1dl(_series(n=10), T + 1, 3, device="cpu")
+
+
+def test_out_a_directory_is_refused_before_any_work(tmp_path):
+    from connscale import correlation
+    from connscale.fc.dynamic import dynamic_correlation
+
+    for call in (lambda: correlation(_series(), kind="triu", device="cpu", out=tmp_path),
+                 lambda: dynamic_correlation(_series(), 8, device="cpu", out=tmp_path)):
+        with pytest.raises(ValueError, match="which is a directory"):
+            call()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bvecs_close_to_unit_norm_accepted(tmp_path):
+    # Rounding in a text file (norm 1 +- 1e-3) is not an error; norm 3 is (above).
+    bvecs = BVECS.copy()
+    bvecs[1:] *= 1.001
+    status = main(["life", *life_files(tmp_path, bvecs=bvecs), "--iters", "2", "--sphere", "20",
+                   "--out", str(tmp_path / "out"), "--device", "cpu", "-q"])
+    assert status == 0
