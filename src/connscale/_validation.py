@@ -5,9 +5,16 @@ Messages say what was expected and what arrived, as scikit-learn's do.
 
 from __future__ import annotations
 
+import os
 from numbers import Integral, Real
+from pathlib import Path
 
 import numpy as np
+
+# Fewest time points in a sliding window, everywhere (dynamic_correlation,
+# pairwise_dfc, the cohort jobs): with 2 points every Pearson r is +-1 (or
+# undefined), so 3 is the shortest window whose correlation says anything.
+MIN_WINDOW_LENGTH = 3
 
 
 def check_timeseries(
@@ -44,6 +51,7 @@ def check_timeseries(
     array = np.asarray(timeseries)
     if array.dtype == object:
         raise ValueError(f"'{name}' must be a numeric array; got an object array.")
+    check_real(array, name)
     if array.ndim != 2:
         raise ValueError(
             f"'{name}' must be a 2-D array of shape (n_timepoints, n_series); "
@@ -76,6 +84,40 @@ def check_timeseries(
     return array
 
 
+def check_real(array, name: str) -> None:
+    """Refuse complex arrays: dropping the imaginary part would lose data."""
+    if np.iscomplexobj(array):
+        raise ValueError(
+            f"'{name}' must hold real numbers; got complex values (dtype {array.dtype}). "
+            "Pass the real part, magnitude or phase explicitly."
+        )
+
+
+def check_not_all_constant(array: np.ndarray, name: str = "timeseries") -> None:
+    """Raise when every series (column) of a finite 2-D array is constant:
+    every correlation would be undefined."""
+    if array.shape[0] and bool((array == array[:1]).all()):
+        raise ValueError(
+            f"Every series of '{name}' is constant (zero variance; shape {array.shape}); "
+            "their correlations are all undefined. Expected at least one varying series."
+        )
+
+
+def check_output_path(out, name: str = "out") -> Path:
+    """An output file path that is not a directory and whose parent is not a file."""
+    path = Path(os.fspath(out))
+    if path.is_dir():
+        raise ValueError(f"'{name}' must be a file path; got {path}, which is a directory.")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise ValueError(
+                    f"'{name}' cannot be created: {parent} is a file, not a directory."
+                )
+            break
+    return path
+
+
 def check_int(value, name: str, *, minimum: int | None = None,
               maximum: int | None = None) -> int:
     """Check an integer parameter lies in [minimum, maximum]."""
@@ -89,13 +131,14 @@ def check_int(value, name: str, *, minimum: int | None = None,
     return value
 
 
-def check_window(window_length, step, n_timepoints: int, *, minimum: int,
+def check_window(window_length, step, n_timepoints: int | None = None, *,
                  where: str = "the number of time points") -> tuple[int, int]:
-    """Validate a sliding window: ``minimum <= window_length <= n_timepoints``
-    and ``step >= 1``. ``where`` names what ``n_timepoints`` counts, for the
+    """Validate a sliding window: ``MIN_WINDOW_LENGTH <= window_length <=
+    n_timepoints`` (no upper bound when ``n_timepoints`` is None) and
+    ``step >= 1``. ``where`` names what ``n_timepoints`` counts, for the
     message. Returns (window_length, step) as ints."""
-    window_length = check_int(window_length, "window_length", minimum=minimum)
-    if window_length > n_timepoints:
+    window_length = check_int(window_length, "window_length", minimum=MIN_WINDOW_LENGTH)
+    if n_timepoints is not None and window_length > n_timepoints:
         raise ValueError(
             f"'window_length' must be at most {where} ({n_timepoints}); got {window_length}."
         )

@@ -45,7 +45,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from connscale._validation import check_int, check_option, check_threshold
+from connscale._validation import check_int, check_option, check_threshold, check_window
 from connscale.engines import ENGINES, Engine, get_engine
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 
@@ -245,8 +245,8 @@ def check_job_params(job: str, params: dict | None) -> dict:
     if job in ("pairs", "dfc"):
         if merged["window_length"] is None:
             raise ValueError(f"The {job!r} job needs 'window_length' (e.g. 32).")
-        merged["window_length"] = check_int(merged["window_length"], "window_length", minimum=2)
-        merged["step"] = check_int(merged["step"], "step", minimum=1)
+        merged["window_length"], merged["step"] = check_window(merged["window_length"],
+                                                               merged["step"])
     if job == "pairs":
         merged["threshold"] = check_threshold(merged["threshold"])
     elif job == "dfc":
@@ -492,6 +492,9 @@ def run_cohort(
 
     params = check_job_params(job, params)
     threads_per_task = check_int(threads_per_task, "threads_per_task", minimum=1)
+    if n_jobs is not None:
+        check_int(n_jobs, "n_jobs", minimum=1)
+    check_int(retries, "retries", minimum=0)
     items = find_inputs(inputs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -133,8 +133,8 @@ def test_bad_parameters(rng):
     x = rng.standard_normal((2, 10, 3))
     with pytest.raises(ValueError, match="at most the number of time points"):
         pairwise_dfc(x, 11, device="cpu")
-    with pytest.raises(ValueError, match="'window_length' must be >= 2"):
-        pairwise_dfc(x, 1, device="cpu")
+    with pytest.raises(ValueError, match="'window_length' must be >= 3"):
+        pairwise_dfc(x, 2, device="cpu")
     with pytest.raises(ValueError, match="'step' must be >= 1"):
         pairwise_dfc(x, 4, 0, device="cpu")
     with pytest.raises(ValueError, match="'dtype' must be"):

@@ -189,7 +189,10 @@ def read_relmat(path) -> tuple[np.ndarray, list | None]:
     name = path.name.lower()
     labels = None
     if name.endswith(".npy"):
-        array = np.load(path, allow_pickle=False)
+        try:
+            array = np.load(path, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise ValueError(f"Cannot read {str(path)!r} as a numeric .npy array: {exc}") from exc
         if array.ndim == 1:
             _n_from_pairs(array.size, str(path))
             vector = array

@@ -12,9 +12,19 @@ from connscale._version import __version__
 _COMMANDS = ("fc", "dfc", "pairs", "cohort", "r1dl", "life", "classify", "demo")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr (exit 2);
+    sub-command parsers inherit it."""
+
+    subcommands: dict[str, argparse.ArgumentParser]  # set by build_parser
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help').\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``connscale`` command."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="connscale",
         description=(
             "Fast, scalable brain connectivity: static and dynamic functional "
@@ -27,20 +37,28 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMANDS:
         importlib.import_module(f"connscale.cli.{name}").add_parser(subparsers)
+    parser.subcommands = subparsers.choices
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``connscale`` command; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:  # named by the sub-command's parser, whose --help lists the options
+            parser.subcommands[args.command].error(
+                f"unrecognized arguments: {' '.join(unknown)}")
+    except SystemExit as exc:  # --help, --version or a usage error (already printed)
+        return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, OSError) as exc:
-        # Bad input: a clear message, no traceback (use -vv for one).
+        # Bad input: a clear message on one line, no traceback (use -vv for one).
         if getattr(args, "verbose", 0) >= 2:
             raise
-        print(f"connscale {args.command}: error: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"connscale {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

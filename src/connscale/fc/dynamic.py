@@ -46,8 +46,11 @@ from connscale._compute.device import numpy_dtype
 from connscale._compute.memory import available_host_memory, parse_memory
 from connscale._docs import fill_doc
 from connscale._validation import (
+    MIN_WINDOW_LENGTH,
     check_int,
+    check_not_all_constant,
     check_option,
+    check_output_path,
     check_random_state,
     check_threshold,
     check_timeseries,
@@ -71,7 +74,7 @@ from connscale.fc.lowrank import (
     svd_qb,
     truncated_factor,
 )
-from connscale.fc.normalize import _CONSTANT_RTOL, ConstantSeriesWarning
+from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
 
@@ -99,7 +102,7 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
                       absolute, rank, method, power_iterations, compute_error) -> dict:
     check_option(kind, "kind", KINDS)
     check_option(method, "method", METHODS)
-    window_length, step = check_window(window_length, step, n_timepoints, minimum=3)
+    window_length, step = check_window(window_length, step, n_timepoints)
     power_iterations = check_int(power_iterations, "power_iterations", minimum=0)
     if not isinstance(absolute, (bool, np.bool_)):
         raise ValueError(f"'absolute' must be True or False; got {absolute!r}.")  # noqa: TRY004
@@ -125,6 +128,15 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
         raise ValueError("kind='lowrank' needs a 'rank' (1 <= rank < n_series); got None.")
     if kind in ("triu", "sparse") and rank is not None:
         raise ValueError(f"'rank' applies to kind='lowrank' or 'factor'; got kind={kind!r}.")
+    if kind == "lowrank" and rank >= window_length:
+        warnings.warn(
+            f"'rank' ({rank}) >= 'window_length' ({window_length}): a window's correlation "
+            f"matrix has rank at most {window_length - 1}, so the extra columns store "
+            f"nothing ({2 * n_series * rank} numbers per window against "
+            f"{n_series * (n_series - 1) // 2} for kind='triu'). Use rank < window_length, "
+            "or kind='factor' (exact with window_length columns).",
+            UserWarning, stacklevel=3,
+        )
     if compute_error and kind not in ("lowrank", "factor"):
         raise ValueError(
             f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
@@ -174,14 +186,18 @@ class _WindowNormalizer:
 
     def __init__(self, x: torch.Tensor, starts: np.ndarray, window_length: int,
                  dtype: torch.dtype) -> None:
+        # The raw values are kept (never modified: x may be the caller's array) so
+        # each window is centred from them exactly; the running sums are taken
+        # of the values shifted by their global mean, for accuracy.
         x64 = x.to(torch.float64)
-        x64 = x64 - x64.mean(dim=0, keepdim=True)  # never in place: x may be the caller's array
-        self.x = x64
+        offset = x64.mean(dim=0)
         cumulative = torch.zeros((x64.shape[0] + 1, x64.shape[1]), dtype=torch.float64,
                                  device=x64.device)
-        torch.cumsum(x64, dim=0, out=cumulative[1:])
+        torch.cumsum(x64 - offset, dim=0, out=cumulative[1:])
+        self.x = x64
         starts_t = torch.as_tensor(starts, device=x64.device)
-        self.means = (cumulative[starts_t + window_length] - cumulative[starts_t]) / window_length
+        self.means = ((cumulative[starts_t + window_length] - cumulative[starts_t])
+                      / window_length + offset)
         del cumulative
         self.starts = starts_t
         self.offsets = torch.arange(window_length, device=x64.device)
@@ -199,12 +215,15 @@ class _WindowNormalizer:
         times = self.starts[window][:, None] + self.offsets[None, :]  # (B, w)
         windows = self.x[times]  # (B, w, N)
         means = self.means[window]
-        # Constant within the window: the range is exactly 0 (whatever rounding
-        # the running-sum mean carries), or negligible against the values.
-        high, low = windows.amax(dim=1), windows.amin(dim=1)
-        constant = (high - low) <= _CONSTANT_RTOL * torch.maximum(high.abs(), low.abs())
+        # Constant within the window: all its values are equal (whatever rounding
+        # the running-sum mean carries).
+        low, high = torch.aminmax(windows, dim=1)
         centred = windows - means[:, None, :]
+        # Second pass in float64: remove what rounding left of the window mean, so
+        # windows far from the series' mean keep their variation.
+        centred -= centred.mean(dim=1, keepdim=True)
         norm = torch.linalg.vector_norm(centred, dim=1)  # (B, N)
+        constant = (low == high) | (norm == 0)
         norm = torch.where(constant, torch.full_like(norm, float("nan")), norm)
         centred /= norm[:, None, :]
         u = torch.empty((centred.shape[0], centred.shape[2], centred.shape[1]), dtype=self.dtype,
@@ -379,7 +398,8 @@ def dynamic_correlation(
     >>> len(dfc), dfc[0].shape
     (7, (15,))
     """
-    array = check_timeseries(timeseries, min_timepoints=3)
+    array = check_timeseries(timeseries, min_timepoints=MIN_WINDOW_LENGTH)
+    check_not_all_constant(array)
     n_timepoints, n_series = array.shape
     checked = _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
                                 absolute, rank, method, power_iterations, compute_error)
@@ -405,7 +425,7 @@ def dynamic_correlation(
     # Where the windows go.
     final_path = None
     if out is not None:
-        final_path = Path(out)
+        final_path = check_output_path(out)
         fingerprint = _fingerprint(array)
         if final_path.exists():
             result = load_dynamic(final_path)

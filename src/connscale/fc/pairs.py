@@ -11,11 +11,12 @@ chunk: every (scan, window) is a small matrix ``U`` (regions × window) of
 centred, unit-norm rows, whose Gram matrix ``U Uᵀ`` holds all its pair
 correlations.
 
-Window means and norms come from cumulative sums accumulated in float64
-(after removing each series' overall mean, which keeps the sums small), so
-they cost O(n_timepoints) per series whatever the number of windows.
-Windows in which a series is constant give NaN for every pair that involves
-it (with one :class:`~connscale.fc.normalize.ConstantSeriesWarning`).
+Each window is centred (two passes: its mean, then the mean of what is
+left) and scaled in float64 from the raw values before the GEMM in the
+working precision, so near-constant series (1e6 + 1e-5 noise) keep their
+variation and match ``np.corrcoef``. Windows in which a series is constant
+(all values equal) give NaN for every pair that involves it (with one
+:class:`~connscale.fc.normalize.ConstantSeriesWarning`).
 """
 
 from __future__ import annotations
@@ -35,9 +36,6 @@ from connscale._validation import check_threshold, check_timeseries, check_windo
 from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.triu import n_pairs
 
-# A window whose centred norm is below this fraction of its raw norm is
-# treated as constant (as in connscale.fc.normalize).
-_CONSTANT_RTOL = 1e-10
 # On the CPU, bigger chunks only add memory traffic: cap the temporaries.
 _CPU_CHUNK_BYTES = 64 * 1024**2
 # On CUDA, results leave through reused pinned buffers of this size, so the
@@ -165,52 +163,35 @@ def _plan_chunks(n_scans: int, n_windows: int, per_item: int, budget: int) -> tu
     return 1, items
 
 
-def _group_stats(x64: torch.Tensor, window_length: int, onsets: torch.Tensor):
-    """Window means, inverse norms and constant mask of (S, T, N) float64 data.
-
-    Returns
-    -------
-    centred : (S, T, N) float64, each series minus its overall mean
-    mean, inv_norm : (S, K, N) float64
-    constant : (S, K, N) bool
-    """
+def _constant_windows(x64: torch.Tensor, window_length: int,
+                      onsets: torch.Tensor) -> torch.Tensor:
+    """(S, K, N) bool: windows of (S, T, N) data whose values are all equal."""
     s, _, n = x64.shape
-    overall = x64.mean(dim=1, keepdim=True)
-    centred = x64 - overall
     zeros = torch.zeros((s, 1, n), dtype=torch.float64, device=x64.device)
-    c1 = torch.cat([zeros, torch.cumsum(centred, dim=1)], dim=1)
-    c2 = torch.cat([zeros, torch.cumsum(centred * centred, dim=1)], dim=1)
-    ends = onsets + window_length
-    w = float(window_length)
-    sums = c1[:, ends] - c1[:, onsets]
-    squares = c2[:, ends] - c2[:, onsets]
-    mean = sums / w
-    norm2 = torch.clamp(squares - sums * mean, min=0.0)
-    # Raw (uncentred) norm: sum (c + g)^2 = squares + 2 g sums + w g^2.
-    raw2 = squares + 2.0 * overall * sums + w * overall * overall
-    # Exactly constant windows: no change between consecutive time points.
+    # No change between consecutive time points.
     changes = torch.cat(
         [zeros, torch.cumsum((x64[:, 1:] != x64[:, :-1]).to(torch.float64), dim=1)], dim=1)
-    n_changes = changes[:, ends - 1] - changes[:, onsets]
-    constant = (n_changes == 0) | (norm2 <= (_CONSTANT_RTOL ** 2) * raw2)
-    inv_norm = torch.where(constant, torch.full_like(norm2, float("nan")),
-                           torch.rsqrt(torch.where(constant, torch.ones_like(norm2), norm2)))
-    return centred, mean, inv_norm, constant
+    return (changes[:, onsets + window_length - 1] - changes[:, onsets]) == 0
 
 
-def _pairs_chunk(xw: torch.Tensor, mean: torch.Tensor, inv_norm: torch.Tensor,
-                 window_length: int, step: int, k0: int, k1: int,
-                 flat: torch.Tensor) -> torch.Tensor:
-    """Pair correlations (S, P, k1 - k0) of windows k0..k1-1 of (S, T, N) data."""
-    s, _, n = xw.shape
+def _pairs_chunk(x64: torch.Tensor, constant: torch.Tensor, window_length: int, step: int,
+                 k0: int, k1: int, flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Pair correlations (S, P, k1 - k0) of windows k0..k1-1 of (S, T, N) float64
+    data: each window centred (two passes) and scaled in float64, then one
+    batched GEMM in ``dtype``."""
+    s, _, n = x64.shape
     start = k0 * step
     stop = (k1 - 1) * step + window_length
-    # (S, K, N, w) view of the windows, then centred, unit-norm rows.
-    windows = xw[:, start:stop].unfold(1, window_length, step)
-    dtype = xw.dtype
-    u = (windows - mean[:, k0:k1, :, None].to(dtype)) * inv_norm[:, k0:k1, :, None].to(dtype)
-    u = u.reshape(s * (k1 - k0), n, window_length)
-    gram = torch.bmm(u, u.transpose(1, 2))  # (S*K, N, N)
+    # (S, K, w, N) view of the windows (regions contiguous, so the reductions
+    # over time vectorise), then centred, unit-norm columns.
+    windows = x64[:, start:stop].unfold(1, window_length, step).transpose(-1, -2)
+    centred = windows - windows.mean(dim=-2, keepdim=True)
+    centred -= centred.mean(dim=-2, keepdim=True)  # what rounding left of the mean
+    norm = torch.linalg.vector_norm(centred, dim=-2, keepdim=True)
+    undefined = constant[:, k0:k1, None, :] | (norm == 0)
+    centred /= torch.where(undefined, torch.full_like(norm, float("nan")), norm)
+    u = centred.to(dtype).reshape(s * (k1 - k0), window_length, n)
+    gram = torch.bmm(u.transpose(1, 2), u)  # (S*K, N, N)
     vals = gram.reshape(s * (k1 - k0), n * n)[:, flat]  # (S*K, P)
     return vals.reshape(s, k1 - k0, -1).transpose(1, 2)
 
@@ -234,7 +215,8 @@ def pairwise_dfc(
         Region time courses of each scan; a list of (n_timepoints_i,
         n_regions) arrays may differ in length.
     window_length : int
-        Window length w in time points (2 <= w <= the shortest scan).
+        Window length w in time points (3 <= w <= the shortest scan; with 2
+        points every r is ±1).
     step : int, default=1
         Window step s: ``n_windows = (n_timepoints - w) // s + 1``.
     %(device)s
@@ -279,7 +261,7 @@ def pairwise_dfc(
     n_regions = scans[0].shape[1]
     shortest = min(x.shape[0] for x in scans)
     window_length, step = check_window(
-        window_length, step, shortest, minimum=2,
+        window_length, step, shortest,
         where="the number of time points of the shortest scan")
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype)
@@ -294,9 +276,10 @@ def pairwise_dfc(
     pairs = np.stack([rows, cols], axis=1).astype(np.int64)
     flat = torch.as_tensor(rows * n_regions + cols, device=dev)
 
-    # Temporaries per (scan, window): U, the Gram matrix, the gathered
-    # pairs and their transposed copy.
-    per_item = itemsize * (n_regions * window_length + n_regions * n_regions + 2 * n_pair)
+    # Temporaries per (scan, window): the float64 centred window, U, the Gram
+    # matrix, the gathered pairs and their transposed copy.
+    per_item = (8 * n_regions * window_length
+                + itemsize * (n_regions * window_length + n_regions * n_regions + 2 * n_pair))
     budget = memory_budget(dev, memory_limit)
     if dev.type == "cpu":
         budget = min(budget, _CPU_CHUNK_BYTES)
@@ -380,13 +363,11 @@ def _compute_group(scans, window_length: int, step: int,
         s1 = min(s0 + scans_per, n_scans)
         # Copy in the input's precision, widen on the device.
         x64 = torch.from_numpy(host[s0:s1]).to(dev).to(torch.float64)
-        centred, mean, inv_norm, constant = _group_stats(x64, window_length, onsets_t)
+        constant = _constant_windows(x64, window_length, onsets_t)
         n_constant += constant.sum()
-        xw = centred.to(tdtype)
-        del x64, centred, constant
         for k0 in range(0, n_windows, windows_per):
             k1 = min(k0 + windows_per, n_windows)
-            sink.put(_pairs_chunk(xw, mean, inv_norm, window_length, step, k0, k1, flat),
+            sink.put(_pairs_chunk(x64, constant, window_length, step, k0, k1, flat, tdtype),
                      s0, s1, k0, k1)
     sink.finish()
     return result, int(n_constant)

@@ -35,7 +35,13 @@ from connscale._compute import (
 )
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
-from connscale._validation import check_option, check_threshold, check_timeseries
+from connscale._validation import (
+    check_not_all_constant,
+    check_option,
+    check_output_path,
+    check_threshold,
+    check_timeseries,
+)
 from connscale.fc._triton_kernels import block_triu_size, extract_triu
 from connscale.fc.normalize import normalize_series, warn_constant
 from connscale.fc.triu import n_pairs, triu_row_offsets
@@ -165,6 +171,9 @@ def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=Fa
             f"with kind={kind!r}."
         )
     x = check_timeseries(timeseries)
+    check_not_all_constant(x)
+    if isinstance(out, (str, os.PathLike)):
+        out = check_output_path(out)
     dev = resolve_device(device)
     work_dtype = resolve_dtype(dtype)
     np_dtype = numpy_dtype(work_dtype)

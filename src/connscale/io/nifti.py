@@ -39,6 +39,22 @@ def load_image(img, *, name: str = "image"):
     raise ValueError(f"'{name}' must be a NIfTI path or a nibabel image; got {type(img).__name__}.")
 
 
+def read_data(image, *, name: str = "image") -> np.ndarray:
+    """The voxel array of a loaded image, with a one-line error when the file is
+    truncated or corrupt (nibabel reads lazily, so this is where it shows)."""
+    import zlib
+
+    try:
+        return np.asanyarray(image.dataobj)
+    except (EOFError, OSError, ValueError, zlib.error) as exc:
+        where = image.get_filename() or "(in memory)"
+        raise ValueError(
+            f"Cannot read the {name} data from {where}: the file is truncated or corrupt "
+            f"({type(exc).__name__}: {exc}). Expected {int(np.prod(image.shape))} voxel "
+            f"values of shape {image.shape}."
+        ) from exc
+
+
 def check_same_space(img, other, *, names=("image", "mask"), atol: float = 1e-3) -> None:
     """Raise unless two images share the 3-D grid (shape and affine)."""
     shape, other_shape = img.shape[:3], other.shape[:3]
@@ -49,8 +65,9 @@ def check_same_space(img, other, *, names=("image", "mask"), atol: float = 1e-3)
         )
     if not np.allclose(img.affine, other.affine, atol=atol):
         raise ValueError(
-            f"The {names[1]} affine does not match the {names[0]} affine:\n"
-            f"{names[0]}:\n{np.round(img.affine, 4)}\n{names[1]}:\n{np.round(other.affine, 4)}"
+            f"The {names[1]} affine does not match the {names[0]} affine: expected "
+            f"{np.round(img.affine, 4).tolist()}, got {np.round(other.affine, 4).tolist()}; "
+            f"resample the {names[1]} to the {names[0]} first."
         )
 
 
@@ -78,6 +95,14 @@ def load_masked(img, *, mask=None, atlas=None, t_r=None, standardize=None, detre
     timeseries : ndarray of shape (n_timepoints, n_voxels or n_regions)
     masker : fitted nilearn masker
         Use ``masker.inverse_transform`` to map values back to an image.
+
+    Raises
+    ------
+    ValueError
+        For a truncated or corrupt file, grids or affines that differ, an
+        empty mask or atlas, non-integer atlas labels, and NaN or infinite
+        values inside the mask or atlas (nilearn's maskers would silently
+        turn them into 0).
     """
     from nilearn.maskers import NiftiLabelsMasker, NiftiMasker
 
@@ -89,13 +114,20 @@ def load_masked(img, *, mask=None, atlas=None, t_r=None, standardize=None, detre
         raise ValueError(f"Expected a 4-D fMRI image; got {image.ndim}-D of shape {image.shape}.")
     if image.shape[3] < 3:
         raise ValueError(f"The fMRI image has {image.shape[3]} volumes; at least 3 are needed.")
+    # Read once here: a truncated file fails with a clear message, and the
+    # raw values inside the mask can be checked before the masker sees them.
+    image = _in_memory(image, read_data(image, name="fMRI image"))
     if atlas is not None:
         labels_img = load_image(atlas, name="atlas")
         if labels_img.ndim != 3:
             raise ValueError(f"The atlas must be a 3-D labels image; got shape {labels_img.shape}.")
         check_same_space(image, labels_img, names=("fMRI image", "atlas"))
+        labels = read_data(labels_img, name="atlas")
+        _check_labels(labels)
+        labels_img = _in_memory(labels_img, labels)
         masker = NiftiLabelsMasker(labels_img=labels_img, t_r=t_r, detrend=detrend,
-                                   resampling_target=None, **cleaning)
+                                   resampling_target=None, **cleaning).fit()
+        inside, where = labels != 0, "atlas regions"
     else:
         mask_img = None
         if mask is not None:
@@ -103,11 +135,63 @@ def load_masked(img, *, mask=None, atlas=None, t_r=None, standardize=None, detre
             if mask_img.ndim != 3:
                 raise ValueError(f"The mask must be a 3-D image; got shape {mask_img.shape}.")
             check_same_space(image, mask_img, names=("fMRI image", "mask"))
+            values = read_data(mask_img, name="mask")
+            if not np.any(values):
+                raise ValueError(
+                    f"The mask selects no voxel: expected at least one non-zero voxel; got "
+                    f"all {values.size} zero."
+                )
+            mask_img = _in_memory(mask_img, values)
         masker = NiftiMasker(mask_img=mask_img, t_r=t_r, detrend=detrend, **cleaning)
-    timeseries = masker.fit_transform(image, confounds=confounds)
+        # Without a mask, nilearn computes one from the image.
+        masker.fit(image if mask_img is None else None)
+        inside, where = np.asanyarray(masker.mask_img_.dataobj) != 0, "mask"
+    _check_finite_inside(image.dataobj, inside, where)
+    timeseries = masker.transform(image, confounds=confounds)
     if timeseries.shape[1] == 0:
         raise ValueError("The mask or atlas selects no voxel of the image.")
     return np.asarray(timeseries), masker
+
+
+def _in_memory(image, data: np.ndarray):
+    """``image`` with its voxels already read (no second read by the masker)."""
+    return image.__class__(data, image.affine, image.header)
+
+
+def _check_labels(labels: np.ndarray) -> None:
+    """Integer labels, at least one region."""
+    if labels.dtype.kind == "f":
+        bad = ~np.isfinite(labels) | (labels != np.round(labels))
+        if bad.any():
+            raise ValueError(
+                "The atlas must hold integer labels (0 = background); got "
+                f"{int(bad.sum())} non-integer value(s) such as {float(labels[bad][0])} "
+                f"(dtype {labels.dtype}). Threshold a probabilistic atlas into labels first."
+            )
+    elif labels.dtype.kind not in "biu":
+        raise ValueError(f"The atlas must hold integer labels; got dtype {labels.dtype}.")
+    if not np.any(labels):
+        raise ValueError("The atlas has no region: expected labels > 0; got only 0 "
+                         "(background).")
+
+
+def _check_finite_inside(data: np.ndarray, inside: np.ndarray, where: str) -> None:
+    """Raise when a voxel inside the mask has a NaN or infinite value in any
+    volume. Reads the volumes in slabs, so the check needs little memory."""
+    if data.dtype.kind not in "fc":
+        return  # integer data cannot hold NaN or inf
+    n_inside = int(inside.sum())
+    finite = np.ones(n_inside, dtype=bool)
+    step = max(1, (1 << 24) // max(1, n_inside))
+    for t0 in range(0, data.shape[3], step):
+        finite &= np.isfinite(data[..., t0:t0 + step][inside]).all(axis=1)
+    if not finite.all():
+        first = tuple(int(i) for i in np.argwhere(inside)[np.flatnonzero(~finite)[0]])
+        raise ValueError(
+            f"The fMRI image has NaN or infinite values in {int((~finite).sum())} voxel(s) "
+            f"inside the {where} (first at voxel {first}); expected finite values there. "
+            f"Fix the image, or leave those voxels out of the {where}."
+        )
 
 
 def _no_standardize():

@@ -28,15 +28,17 @@ def load_dwi(dwi, affine=None):
     """(data (X, Y, Z, n), affine, image or None) from a path, image or array."""
     image = None
     if _is_path(dwi):
-        import nibabel as nib
+        from connscale.io.nifti import load_image
 
         if not os.path.exists(dwi):
             raise FileNotFoundError(f"dMRI file not found: '{dwi}'.")
-        image = nib.load(os.fspath(dwi))
+        image = load_image(dwi, name="dMRI image")
     elif hasattr(dwi, "dataobj") and hasattr(dwi, "affine"):
         image = dwi
     if image is not None:
-        data = np.asarray(image.dataobj)
+        from connscale.io.nifti import read_data
+
+        data = np.asarray(read_data(image, name="dMRI image"))
         img_affine = np.asarray(image.affine, dtype=np.float64)
         if affine is not None and not np.allclose(affine, img_affine, atol=1e-4):
             raise ValueError("'affine' differs from the dMRI image's own affine; pass one or the other.")
@@ -55,14 +57,24 @@ def load_dwi(dwi, affine=None):
 def load_gradients(bvals, bvecs):
     """b-values (n,) and directions (n, 3) from FSL-style files or arrays."""
     if _is_path(bvals):
-        bvals = np.loadtxt(os.fspath(bvals), ndmin=1)
+        bvals = _read_table(bvals, "bvals", ndmin=1)
     if _is_path(bvecs):
-        bvecs = np.loadtxt(os.fspath(bvecs), ndmin=2)
+        bvecs = _read_table(bvecs, "bvecs", ndmin=2)
     bvals = np.asarray(bvals, dtype=np.float64).ravel()
     bvecs = np.asarray(bvecs, dtype=np.float64)
     if bvecs.ndim == 2 and bvecs.shape[0] == 3 and bvecs.shape[1] != 3:
         bvecs = bvecs.T
     return bvals, bvecs
+
+
+def _read_table(path, name: str, *, ndmin: int) -> np.ndarray:
+    """Numbers of an FSL-style text file, with a one-line error naming it."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{name} file not found: '{path}'.")
+    try:
+        return np.loadtxt(os.fspath(path), ndmin=ndmin)
+    except ValueError as exc:
+        raise ValueError(f"Cannot read '{name}' file {path} as numbers: {exc}") from exc
 
 
 def load_volume(img, name: str):
@@ -71,14 +83,16 @@ def load_volume(img, name: str):
         return None, None
     affine = None
     if _is_path(img):
-        import nibabel as nib
+        from connscale.io.nifti import load_image
 
         if not os.path.exists(img):
             raise FileNotFoundError(f"{name} file not found: '{img}'.")
-        img = nib.load(os.fspath(img))
+        img = load_image(img, name=name)
     if hasattr(img, "dataobj"):
+        from connscale.io.nifti import read_data
+
         affine = np.asarray(img.affine, dtype=np.float64)
-        img = np.asarray(img.dataobj)
+        img = np.asarray(read_data(img, name=name))
     data = np.asarray(img)
     if data.ndim == 4 and data.shape[3] == 1:
         data = data[..., 0]

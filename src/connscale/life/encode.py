@@ -26,6 +26,9 @@ from connscale.life.streamlines import StreamlineArray
 DEFAULT_N_ATOMS = 2000
 #: Stick diffusivity (mm²/s) of the canonical signal: exp(-b·d·(g·a)²).
 STICK_DIFFUSIVITY = 1e-3
+#: Largest |norm - 1| accepted for a diffusion-weighted b-vector (dipy's
+#: gradient_table uses the same 1e-2); rounding in text files stays far below it.
+BVEC_NORM_TOL = 1e-2
 
 
 # --------------------------------------------------------------------------
@@ -393,6 +396,15 @@ def build_model(
     norms = np.linalg.norm(bvecs[dw], axis=1)
     if not np.all(np.isfinite(norms)) or np.any(norms < 1e-6):
         raise ValueError("Diffusion-weighted volumes need finite, non-zero 'bvecs'.")
+    off = np.abs(norms - 1.0) > BVEC_NORM_TOL
+    if off.any():
+        first = int(np.flatnonzero(dw)[np.argmax(off)])
+        raise ValueError(
+            f"'bvecs' of diffusion-weighted volumes must be unit vectors (norm within "
+            f"{BVEC_NORM_TOL} of 1); got {int(off.sum())} that are not, e.g. volume {first} "
+            f"with norm {norms[np.argmax(off)]:.4g}. Check the file (a b-value scaled into "
+            "the vector is not supported)."
+        )
     g = bvecs[dw] / norms[:, None]
     if mask is not None:
         mask = np.asarray(mask)

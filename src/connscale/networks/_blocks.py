@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale._validation import check_real
+
 _SELECTIONS = ("magnitude", "signed")
 
 
@@ -95,7 +97,12 @@ def open_source(S, *, name: str = "S") -> ColumnSource:
         if not Path(path).exists():
             raise FileNotFoundError(f"'{name}' file not found: {path}")
         if path.lower().endswith(".npy"):
-            data = np.load(path, mmap_mode="r")
+            try:
+                data = np.load(path, mmap_mode="r")
+            except (ValueError, OSError, EOFError) as exc:
+                raise ValueError(
+                    f"Cannot read '{name}' file {path} as a numeric .npy array: {exc}"
+                ) from exc
             source = ColumnSource(data, "npy", path=os.path.abspath(path))
         elif path.lower().endswith((".h5", ".hdf5", ".hdf")):
             import h5py
@@ -142,6 +149,7 @@ def open_source(S, *, name: str = "S") -> ColumnSource:
         except ImportError:  # pragma: no cover
             pass
         array = np.asarray(S)
+        check_real(array, name)
         if array.dtype == object or not (np.issubdtype(array.dtype, np.number)):
             raise ValueError(f"'{name}' must be a numeric array; got dtype {array.dtype}.")
         if array.dtype not in (np.float32, np.float64):
@@ -151,6 +159,13 @@ def open_source(S, *, name: str = "S") -> ColumnSource:
 
 
 def _checked(source: ColumnSource, name: str) -> ColumnSource:
+    dtype = np.dtype(source.data.dtype)
+    if dtype.kind not in "biuf":
+        raise ValueError(
+            f"'{name}' must hold real numbers; got dtype {dtype}"
+            + (" (complex values: pass the real part or magnitude explicitly)."
+               if dtype.kind == "c" else ".")
+        )
     if len(source.data.shape) != 2:
         raise ValueError(
             f"'{name}' must be a 2-D matrix of shape (n_timepoints, n_voxels); got "

@@ -439,7 +439,12 @@ def r1dl(
     if block_size is not None:
         block_size = check_int(block_size, "block_size", minimum=1)
     source = _blocks.open_source(S, name="S")
-    n_voxels = source.shape[1]
+    n_timepoints, n_voxels = source.shape
+    if n_atoms > n_timepoints:
+        raise ValueError(
+            f"'n_atoms' must be at most the number of time points ({n_timepoints}): each "
+            f"atom is a time course of that length; got {n_atoms}."
+        )
     r = _resolve_sparsity(sparsity, n_voxels)
     rng = check_random_state(random_state)
     common = dict(n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter, selection=selection,
@@ -480,6 +485,13 @@ def r1dl(
         warnings.warn(
             f"{int((~converged).sum())} of {n_atoms} atoms reached max_iter={max_iter} "
             f"before ‖u_new - u‖ < tol={tol}.", ConvergenceWarning, stacklevel=2)
+    n_empty = sum(int(torch.count_nonzero(v)) == 0 for v in values)
+    if n_empty:
+        warnings.warn(
+            f"{n_empty} of {n_atoms} atoms are empty (all loadings 0): nothing was left to "
+            "explain. S is all zeros (or, with standardize=True, only constant columns), "
+            "or the earlier atoms explain it fully; ask for fewer atoms.",
+            UserWarning, stacklevel=2)
     np_dtype = numpy_dtype(torch_dtype)
     return R1DLResult(
         dictionary=U.detach().cpu().numpy().astype(np_dtype, copy=False),
