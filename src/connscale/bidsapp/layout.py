@@ -66,8 +66,12 @@ class BoldRun:
         return "_".join(f"{k}-{self.entities[k]}" for k in ENTITY_ORDER if k in self.entities)
 
 
-def load_layout(derivatives: str | os.PathLike):
-    """pybids ``BIDSLayout`` of a derivatives folder (not validated)."""
+def load_layout(derivatives: str | os.PathLike, *, database_path=None):
+    """pybids ``BIDSLayout`` of a derivatives folder (not validated).
+
+    ``database_path``: a folder where pybids keeps its index (rebuilt on
+    every call, so it never describes an older tree).
+    """
     root = Path(derivatives)
     if not root.is_dir():
         raise FileNotFoundError(f"No derivatives folder at {root}.")
@@ -79,7 +83,10 @@ def load_layout(derivatives: str | os.PathLike):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")    # a missing dataset_description.json is fine here
-        return BIDSLayout(root, validate=False, config=["bids", "derivatives"])
+        kwargs = {}
+        if database_path is not None:
+            kwargs = {"database_path": str(database_path), "reset_database": True}
+        return BIDSLayout(root, validate=False, config=["bids", "derivatives"], **kwargs)
 
 
 def _as_list(values) -> list | None:
@@ -124,7 +131,7 @@ def find_runs(derivatives, *, participant_label: Iterable[str] | str | None = No
               session_label: Iterable[str] | str | None = None,
               task: Iterable[str] | str | None = None, run: Iterable | str | None = None,
               space: Iterable[str] | str | None = None, strategy: str = "simple",
-              t_r: float | None = None, layout=None) -> list[BoldRun]:
+              t_r: float | None = None, layout=None, work_dir=None) -> list[BoldRun]:
     """The preprocessed runs of an fMRIPrep tree that match the filters.
 
     Parameters
@@ -142,6 +149,8 @@ def find_runs(derivatives, *, participant_label: Iterable[str] | str | None = No
         Repetition time to use when a run's sidecar has none.
     layout : bids.BIDSLayout or None
         An already indexed layout of ``derivatives``.
+    work_dir : path or None
+        Where pybids keeps its index (``<work_dir>/pybids``); None: in memory.
 
     Returns
     -------
@@ -156,7 +165,9 @@ def find_runs(derivatives, *, participant_label: Iterable[str] | str | None = No
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}.")
-    layout = load_layout(derivatives) if layout is None else layout
+    if layout is None:
+        database = None if work_dir is None else Path(work_dir) / "pybids"
+        layout = load_layout(derivatives, database_path=database)
     desc = "smoothAROMAnonaggr" if strategy == "ica_aroma" else "preproc"
     filters = {
         "subject": _strip(_as_list(participant_label), "sub-"),

@@ -60,7 +60,8 @@ def _check_label(key: str, value) -> str:
     return text
 
 
-def bids_name(entities: Mapping[str, object], *, suffix: str, extension: str) -> str:
+def bids_name(entities: Mapping[str, object], *, suffix: str, extension: str,
+              require_subject: bool = True) -> str:
     """``<key>-<value>_..._<suffix><extension>`` with keys in BIDS order.
 
     Parameters
@@ -73,6 +74,8 @@ def bids_name(entities: Mapping[str, object], *, suffix: str, extension: str) ->
         ``relmat``, ``timeseries``, ``report``...
     extension : str
         With its dot: ``.tsv``, ``.json``, ``.h5``.
+    require_subject : bool, default=True
+        False for group-level names (no ``sub``).
 
     Returns
     -------
@@ -81,7 +84,7 @@ def bids_name(entities: Mapping[str, object], *, suffix: str, extension: str) ->
     unknown = sorted(set(entities) - set(ENTITY_ORDER))
     if unknown:
         raise ValueError(f"Unknown BIDS entities {unknown}; known: {', '.join(ENTITY_ORDER)}.")
-    if "sub" not in entities or entities["sub"] is None:
+    if require_subject and entities.get("sub") is None:
         raise ValueError("A BIDS derivative name needs a subject ('sub').")
     if not _SUFFIX.match(suffix):
         raise ValueError(f"A BIDS suffix must be letters and digits; got {suffix!r}.")
@@ -137,14 +140,13 @@ def from_pybids(entities: Mapping[str, object]) -> dict:
     return {_PYBIDS[k]: str(v) for k, v in entities.items() if k in _PYBIDS and v is not None}
 
 
-def pybids_config():
-    """A pybids ``Config`` adding ``meas`` and ``stat`` (pybids knows the rest).
+def pybids_config() -> dict:
+    """A pybids configuration adding ``meas`` and ``stat`` (pybids knows the rest).
 
-    Use it with ``config=['bids', 'derivatives', pybids_config()]``.
+    Use it with ``config=['bids', 'derivatives', pybids_config()]`` in
+    ``BIDSLayout`` or ``bids.layout.parse_file_entities``.
     """
-    from bids.layout.models import Config
-
-    return Config("connscale", entities=[
+    return {"name": "connscale", "entities": [
         {"name": "meas", "pattern": "(?:^|_)meas-([a-zA-Z0-9+]+)"},
         {"name": "stat", "pattern": "(?:^|_)stat-([a-zA-Z0-9+]+)"},
-    ])
+    ]}
