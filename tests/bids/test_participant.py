@@ -159,3 +159,39 @@ def test_bad_arguments(tree, tmp_path, capsys):
     assert "found 7 BOLD file(s)" in capsys.readouterr().err
     assert main(["bids", str(root), str(tmp_path / "o"), "group"]) == 2
     assert "run the participant level first" in capsys.readouterr().err
+
+
+def _images(text):
+    import re
+
+    sources = re.findall(r'<img[^>]*src="([^"]+)"', text)
+    links = re.findall(r'(?:href|src)="([^"]+)"', text)
+    return sources, links
+
+
+def test_reports_are_self_contained(tree, tmp_path):
+    tmp, root = tree
+    out = tmp_path / "out"
+    report = run_participant(root, out, atlas=tmp / "atlas.nii.gz", atlas_name="Slab4",
+                             atlas_labels=tmp / "labels.tsv", strategy="scrubbing",
+                             strategy_params={"motion": "basic", "wm_csf": "basic",
+                                              "fd_threshold": 0.15, "scrub": 0},
+                             participant_label=["01", "02", "03", "04"], backend="serial")
+    assert report.counts["ok"] == 5
+    for record in report.records:
+        page = [p for p in record["outputs"] if p.endswith("_report.html")]
+        assert page == [record["outputs"][0].replace("_meas-PearsonCorrelation", "")
+                        .replace("_relmat.tsv", "_report.html")]
+        sources, links = _images(open(page[0]).read())
+        assert len(sources) == 5                    # atlas/mask, carpet, FD, connectome, FC hist
+        assert all(s.startswith("data:image/png;base64,") for s in sources)
+        assert not any(link.startswith(("http:", "https:", "//")) for link in links)
+        assert record["mean_fd"] > 0
+    assert not list(out.rglob("*.staging")) and not list(out.rglob("figures"))
+    result = run_group(out)
+    page = [p for p in result.outputs if p.name.endswith("_report.html")][0]
+    text = page.read_text()
+    sources, links = _images(text)
+    assert len(sources) == 2 and all(s.startswith("data:image/png") for s in sources)
+    run_links = [link for link in links if link.endswith("_report.html")]
+    assert len(run_links) == 5 and all((page.parent / link).is_file() for link in run_links)

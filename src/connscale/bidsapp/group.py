@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import csv
 import logging
+import os
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,7 @@ def run_group(output, *, atlas_name: str | None = None, strategy: str | None = N
         for sub, row in zip(subjects, features):
             fh.write(f"sub-{sub}\t" + "\t".join(f"{v:.8g}" for v in row) + "\n")
     outputs = [mean_path, mean_path.with_suffix(".json"), table]
+    outputs.append(_group_report(output, group, runs, z, iu, mean, common, ents))
     result = GroupResult(atlas_name, strategy, runs, common, mean, subjects, features, outputs)
     if target is not None:
         result.classification = _classify(result, Path(participants), target, folds=folds,
@@ -208,6 +210,37 @@ def run_group(output, *, atlas_name: str | None = None, strategy: str | None = N
         write_json_atomic(path, result.classification)
         outputs.append(path)
     return result
+
+
+def _group_report(output: Path, group: Path, runs: list[dict], z: np.ndarray, iu, mean,
+                  names, ents) -> Path:
+    import json
+
+    from connscale.bidsapp.report import qc_fc, write_group_report
+
+    rows, mean_fd = [], []
+    for r in runs:
+        meta = json.loads(r["path"].with_suffix(".json").read_text())
+        fd = meta.get("MeanFramewiseDisplacement")
+        mean_fd.append(np.nan if fd is None else float(fd))
+        ents_run = {k: v for k, v in r.items() if k not in ("path", "meas", "suffix",
+                                                            "extension")}
+        report = r["path"].parent / bids_name(ents_run, suffix="report", extension=".html")
+        rows.append({"name": r["path"].name.split("_seg-")[0],
+                     "report": os.path.relpath(report, group) if report.is_file() else None,
+                     "mean_fd": mean_fd[-1],
+                     "n_kept": int(meta["NumberOfVolumes"] - meta["NumberOfVolumesDiscarded"])})
+    mean_fd = np.asarray(mean_fd)
+    edges = np.tanh(z[:, iu[0], iu[1]])
+    qcfc = qc_fc(edges, mean_fd) if np.isfinite(mean_fd).all() and len(runs) > 2 else None
+    results = {"runs": len(runs), "regions": len(names)}
+    if qcfc is not None:
+        finite = qcfc[np.isfinite(qcfc)]
+        results["QC-FC median |r|"] = float(np.median(np.abs(finite))) if finite.size else None
+    path = group / bids_name(ents, suffix="report", extension=".html", require_subject=False)
+    return write_group_report(path, mean=mean, names=names, runs=rows, qcfc=qcfc,
+                              parameters={"atlas": ents["seg"], "strategy": ents["desc"],
+                                          "output": str(output)}, results=results)
 
 
 def _classify(result: GroupResult, participants: Path, target: str, *, folds: int,

@@ -12,6 +12,7 @@ manifest)::
 
     <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_relmat.tsv / .json
     <source>_seg-<atlas>_desc-<strategy>_timeseries.tsv / .json
+    <source>_seg-<atlas>_desc-<strategy>_report.html  (see connscale.bidsapp.report)
 
 A run whose set is already published with the same inputs and parameters is
 skipped; a failing run is recorded (``logs/participant_errors.tsv``) and the
@@ -32,6 +33,7 @@ import numpy as np
 
 from connscale._version import __version__
 from connscale.bidsapp.layout import BoldRun, find_runs
+from connscale.bidsapp.report import framewise_displacement
 from connscale.denoise import STRATEGIES
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io.bids import bids_name, derivative_path
@@ -67,11 +69,12 @@ class ParticipantConfig:
     dtype: str = "float32"
     threads: int = 1
     memory_limit: str | int | None = None
+    reports: bool = True
 
     def parameters(self) -> dict:
         """What changes a run's outputs (not where it ran)."""
         kept = asdict(self)
-        for key in ("derivatives", "output", "device", "threads", "memory_limit"):
+        for key in ("derivatives", "output", "device", "threads", "memory_limit", "reports"):
             kept.pop(key)
         return kept
 
@@ -191,7 +194,7 @@ def _load_run(run: BoldRun):
 
 
 def _sidecars(config: ParticipantConfig, run: BoldRun, names, confounds, sample_mask,
-              n_volumes: int) -> tuple[dict, dict]:
+              n_volumes: int, mean_fd: float | None) -> tuple[dict, dict]:
     root = Path(config.derivatives)
     sources = [_bids_uri(p, root) for p in (run.bold, run.mask, run.confounds) if p is not None]
     kept = np.arange(n_volumes) if sample_mask is None else np.asarray(sample_mask)
@@ -208,6 +211,7 @@ def _sidecars(config: ParticipantConfig, run: BoldRun, names, confounds, sample_
         "NumberOfVolumes": int(n_volumes),
         "NumberOfVolumesDiscarded": int(n_volumes - kept.size),
         "RepetitionTime": run.t_r,
+        "MeanFramewiseDisplacement": mean_fd,
         "SoftwareName": "connscale",
         "SoftwareVersion": __version__,
     }
@@ -309,8 +313,10 @@ def _process(config: ParticipantConfig, run: BoldRun) -> dict:
 
         tic = time.perf_counter()
         names = _region_names(config, regions)
+        fd = None if run.confounds is None else framewise_displacement(run.confounds)
+        mean_fd = None if fd is None else float(fd.mean())
         relmat_meta, series_meta = _sidecars(config, run, names, confounds, sample_mask,
-                                             data.shape[0])
+                                             data.shape[0], mean_fd)
         written = []
         if "fc" in config.measures:
             stem = bids_name({**entities, "seg": config.atlas_name, "meas": _MEASURE,
@@ -323,17 +329,53 @@ def _process(config: ParticipantConfig, run: BoldRun) -> dict:
             _write_table(out.path(stem), series, names, "%.8g")
             write_json_atomic(out.path(stem[:-4] + ".json"), series_meta)
             written += [stem, stem[:-4] + ".json"]
+        if config.reports:
+            name = bids_name({**entities, **seg}, suffix="report", extension=".html")
+            out.path(name)
+            _run_report(out.staging, name, config=config, run=run, img=img, mask=mask,
+                        atlas=atlas, data=data, labels=labels, regions=regions,
+                        operator=operator, fc=matrix, names=names, fd=fd, timings=timings)
+            written.append(name)
         out.commit(extra={"run": run.name})
         timings["write"] = time.perf_counter() - tic
     return {
         "status": "ok",
         "outputs": [str(folder / n) for n in written],
+        "mean_fd": mean_fd,
         "n_volumes": int(data.shape[0]),
         "n_kept": int(operator.volumes.size),
         "n_voxels": int(data.shape[1]),
         "n_regions": int(regions.size),
         "timings": {k: round(v, 6) for k, v in timings.items()},
     }
+
+
+def _run_report(staging: Path, name: str, *, config, run, img, mask, atlas, data, labels,
+                regions, operator, fc, names, fd, timings) -> Path:
+    from connscale.bidsapp.report import run_figures
+    from connscale.denoise import clean_signals, region_signals
+    from connscale.report import write_report
+
+    raw = region_signals(data, labels, regions=regions, device=config.device)
+    raw_fc = np.corrcoef(raw.T)
+    step = max(1, data.shape[1] // 2000)
+    voxels = clean_signals(data[:, ::step], operator, standardize=config.standardize,
+                           device=config.device)
+    if fc is None:
+        from connscale.fc.static import correlation
+
+        fc = correlation(clean_signals(raw, operator, device=config.device), device="cpu")
+    figures = run_figures(staging / "figures", img=img, mask=mask, atlas=atlas, data=data,
+                          cleaned_voxels=voxels, raw_fc=raw_fc, fc=fc, names=names, fd=fd,
+                          kept=operator.volumes)
+    results = {"volumes": int(data.shape[0]), "volumes kept": int(operator.volumes.size),
+               "voxels in mask": int(data.shape[1]), "regions": int(len(names)),
+               "mean FD (mm)": None if fd is None else float(fd.mean())}
+    record = {"command": f"bids participant: {run.name}", "parameters": {
+        "atlas": config.atlas_name, "strategy": config.strategy, "bold": str(run.bold),
+        "mask": str(run.mask), "confounds": str(run.confounds), "t_r": run.t_r},
+        "results": results, "timings_s": dict(timings), "figures": [str(f) for f in figures]}
+    return write_report(record, staging, filename=name)
 
 
 def _region_names(config: ParticipantConfig, regions: np.ndarray) -> list[str]:
@@ -370,7 +412,7 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
                     low_pass: float | None = None, high_pass: float | None = None,
                     backend: str = "local", n_jobs: int | None = None, device: str = "cpu",
                     dtype: str = "float32", threads_per_task: int = 1, memory_limit=None,
-                    work_dir=None, verbose: int = 1) -> ParticipantReport:
+                    work_dir=None, reports: bool = True, verbose: int = 1) -> ParticipantReport:
     """Denoised atlas connectivity of every matching fMRIPrep run, as BIDS derivatives.
 
     Parameters
@@ -409,6 +451,8 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
         Passed to :func:`connscale.correlation`.
     work_dir : path or None
         Scratch folder (the pybids index).
+    reports : bool, default=True
+        Write each run's HTML report.
     verbose : int, default=1
 
     Returns
@@ -443,7 +487,8 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
         atlas_name=atlas_name, atlas_labels=None if atlas_labels is None else str(atlas_labels),
         strategy=strategy, strategy_params=dict(strategy_params or {}), measures=measures,
         detrend=detrend, standardize=standardize, low_pass=low_pass, high_pass=high_pass,
-        device=device, dtype=dtype, threads=threads_per_task, memory_limit=memory_limit)
+        device=device, dtype=dtype, threads=threads_per_task, memory_limit=memory_limit,
+        reports=reports)
     output.mkdir(parents=True, exist_ok=True)
     write_dataset_description(output, derivatives)
     start = time.perf_counter()

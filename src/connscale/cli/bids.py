@@ -70,6 +70,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                            help="serial (this process), local (process pool), dask or spark.")
     execution.add_argument("--n-jobs", type=int, default=None,
                            help="Worker processes (default: every core).")
+    execution.add_argument("--no-reports", action="store_true",
+                           help="participant: skip the per-run HTML reports.")
     execution.add_argument("--work-dir", type=Path, default=None,
                            help="Scratch folder (the pybids index); default: none kept.")
     add_compute_arguments(parser)
@@ -100,7 +102,8 @@ def run(args) -> int:
         task=args.task, run=args.run, space=args.space, t_r=args.t_r,
         low_pass=args.low_pass, high_pass=args.high_pass, backend=args.backend,
         n_jobs=args.n_jobs, device=args.device, dtype=args.dtype,
-        memory_limit=args.memory_limit, work_dir=args.work_dir, verbose=args.verbose)
+        memory_limit=args.memory_limit, work_dir=args.work_dir, reports=not args.no_reports,
+        verbose=args.verbose)
     c = report.counts
     print(f"connscale bids participant: {len(report.records)} runs, backend={args.backend}: "
           f"{c['ok']} done, {c['skipped']} already complete, {c['error']} failed "
