@@ -1,0 +1,215 @@
+"""The runs of an fMRIPrep derivatives tree, found with pybids.
+
+Each run is its preprocessed BOLD, its own brain mask, its confounds TSV and
+JSON, and the repetition time from the BOLD's JSON sidecar. pybids indexes
+the tree (``BIDSLayout(root, validate=False, config=['bids',
+'derivatives'])``: the folder itself is the derivatives dataset, with or
+without a ``dataset_description.json``); no regular expression is applied to
+file names here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from connscale.denoise import STRATEGIES
+from connscale.io.bids import from_pybids
+
+__all__ = ["BoldRun", "find_runs", "load_layout"]
+
+logger = logging.getLogger("connscale")
+
+# Entities that tell runs apart (what a run's mask and confounds share with its BOLD).
+_RUN_ENTITIES = ("subject", "session", "task", "acquisition", "ceagent", "reconstruction",
+                 "direction", "run", "echo", "part")
+_SOURCE_ENTITIES = (*_RUN_ENTITIES, "space", "res", "den")
+_FILTERS = {"subject": "participant", "session": "session", "task": "task", "run": "run",
+            "space": "space"}
+
+
+@dataclass(frozen=True)
+class BoldRun:
+    """One preprocessed run and its companions.
+
+    Attributes
+    ----------
+    bold, mask, confounds, confounds_json : Path or None
+        The preprocessed BOLD, its brain mask (same space), its confounds
+        TSV and JSON sidecar.
+    t_r : float or None
+        Repetition time in seconds (``RepetitionTime`` of the BOLD sidecar).
+    entities : dict
+        The run's BIDS entities as BIDS keys (``sub``, ``ses``, ``task``,
+        ``run``, ``space``...), what output names are built from.
+    problem : str or None
+        Why the run cannot be processed (a missing companion file); such a
+        run is reported as failed, the others still run.
+    """
+
+    bold: Path
+    mask: Path | None
+    confounds: Path | None
+    confounds_json: Path | None
+    t_r: float | None
+    entities: dict = field(default_factory=dict)
+    problem: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The source entities joined, e.g. ``sub-01_task-rest_run-1_space-MNI``."""
+        from connscale.io.bids import ENTITY_ORDER
+
+        return "_".join(f"{k}-{self.entities[k]}" for k in ENTITY_ORDER if k in self.entities)
+
+
+def load_layout(derivatives: str | os.PathLike, *, database_path=None):
+    """pybids ``BIDSLayout`` of a derivatives folder (not validated).
+
+    ``database_path``: a folder where pybids keeps its index (rebuilt on
+    every call, so it never describes an older tree).
+    """
+    root = Path(derivatives)
+    if not root.is_dir():
+        raise FileNotFoundError(f"No derivatives folder at {root}.")
+    try:
+        from bids import BIDSLayout
+    except ImportError as exc:  # pragma: no cover - pybids is a dependency
+        raise ImportError("Reading BIDS derivatives needs pybids: pip install pybids") from exc
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")    # a missing dataset_description.json is fine here
+        kwargs = {}
+        if database_path is not None:
+            kwargs = {"database_path": str(database_path), "reset_database": True}
+        return BIDSLayout(root, validate=False, config=["bids", "derivatives"], **kwargs)
+
+
+def _as_list(values) -> list | None:
+    if values is None:
+        return None
+    if isinstance(values, (str, int)):
+        values = [values]
+    return [str(v) for v in values]
+
+
+def _strip(values: list | None, prefix: str) -> list | None:
+    if values is None:
+        return None
+    return [v[len(prefix):] if v.startswith(prefix) else v for v in values]
+
+
+def _found(layout, desc: str) -> str:
+    files = layout.get(suffix="bold", extension=[".nii.gz", ".nii"])
+    if not files:
+        return "no *_bold.nii[.gz] file at all"
+    seen: dict[str, set] = {}
+    for f in files:
+        ents = f.get_entities()
+        for key in ("subject", "session", "task", "run", "space", "desc"):
+            if key in ents:
+                seen.setdefault(key, set()).add(str(ents[key]))
+    listed = "; ".join(f"{k} {', '.join(sorted(v))}" for k, v in seen.items())
+    return f"{len(files)} BOLD file(s) with {listed} (runs need desc-{desc})"
+
+
+def _one(layout, what: str, bold_name: str, **query) -> tuple[Path | None, str | None]:
+    files = layout.get(**query)
+    if len(files) == 1:
+        return Path(files[0].path), None
+    if not files:
+        return None, f"no {what} for {bold_name}"
+    names = ", ".join(sorted(Path(f.path).name for f in files))
+    return None, f"several {what} files for {bold_name}: {names}"
+
+
+def find_runs(derivatives, *, participant_label: Iterable[str] | str | None = None,
+              session_label: Iterable[str] | str | None = None,
+              task: Iterable[str] | str | None = None, run: Iterable | str | None = None,
+              space: Iterable[str] | str | None = None, strategy: str = "simple",
+              t_r: float | None = None, layout=None, work_dir=None) -> list[BoldRun]:
+    """The preprocessed runs of an fMRIPrep tree that match the filters.
+
+    Parameters
+    ----------
+    derivatives : path
+        fMRIPrep's output folder.
+    participant_label, session_label : str or list of str or None
+        Subjects and sessions (with or without ``sub-`` / ``ses-``).
+    task, run, space : str or list or None
+        Other filters (None: all).
+    strategy : str, default='simple'
+        The denoising strategy: 'ica_aroma' reads the AROMA-denoised BOLD
+        (``desc-smoothAROMAnonaggr``), the others ``desc-preproc``.
+    t_r : float or None
+        Repetition time to use when a run's sidecar has none.
+    layout : bids.BIDSLayout or None
+        An already indexed layout of ``derivatives``.
+    work_dir : path or None
+        Where pybids keeps its index (``<work_dir>/pybids``); None: in memory.
+
+    Returns
+    -------
+    list of BoldRun
+        Sorted by BOLD path. A run missing its mask, confounds or TR is
+        returned with ``problem`` set.
+
+    Raises
+    ------
+    ValueError
+        Nothing matches; the message lists what the tree holds.
+    """
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}.")
+    if layout is None:
+        database = None if work_dir is None else Path(work_dir) / "pybids"
+        layout = load_layout(derivatives, database_path=database)
+    desc = "smoothAROMAnonaggr" if strategy == "ica_aroma" else "preproc"
+    filters = {
+        "subject": _strip(_as_list(participant_label), "sub-"),
+        "session": _strip(_as_list(session_label), "ses-"),
+        "task": _strip(_as_list(task), "task-"),
+        "run": None if run is None else [int(r) for r in _strip(_as_list(run), "run-")],
+        "space": _as_list(space),
+    }
+    query = {k: v for k, v in filters.items() if v is not None}
+    bolds = layout.get(suffix="bold", desc=desc, extension=[".nii.gz", ".nii"],
+                       datatype="func", **query)
+    if not bolds:
+        asked = ", ".join(f"{_FILTERS[k]}={v}" for k, v in query.items()) or "no filter"
+        raise ValueError(f"No preprocessed BOLD (desc-{desc}) in {derivatives} matches {asked}; "
+                         f"found {_found(layout, desc)}.")
+    runs = []
+    for bold in sorted(bolds, key=lambda f: f.path):
+        ents = bold.get_entities()
+        name = Path(bold.path).name
+        key = {k: ents[k] for k in _RUN_ENTITIES if k in ents}
+        absent = {k: None for k in _RUN_ENTITIES if k not in ents}   # must be absent too
+        problems = []
+        mask, why = _one(layout, "brain mask", name, suffix="mask", desc="brain",
+                         extension=[".nii.gz", ".nii"], space=ents.get("space"),
+                         res=ents.get("res"), **key, **absent)
+        problems += [why] if why else []
+        confounds, why = _one(layout, "confounds TSV", name, desc="confounds",
+                              suffix=["timeseries", "regressors"], extension=".tsv",
+                              space=None, **key, **absent)
+        problems += [why] if why else []
+        confounds_json = None
+        if confounds is not None:
+            sidecar = confounds.with_name(confounds.name[:-len(".tsv")] + ".json")
+            confounds_json = sidecar if sidecar.is_file() else None
+        meta = layout.get_metadata(bold.path)
+        run_t_r = meta.get("RepetitionTime", t_r)
+        if run_t_r is None:
+            problems.append(f"no RepetitionTime in the sidecar of {name} (give --t-r)")
+        source = from_pybids({k: ents[k] for k in _SOURCE_ENTITIES if k in ents})
+        runs.append(BoldRun(
+            bold=Path(bold.path), mask=mask, confounds=confounds, confounds_json=confounds_json,
+            t_r=None if run_t_r is None else float(run_t_r), entities=source,
+            problem="; ".join(problems) or None))
+    logger.info("bids: %d run(s) in %s", len(runs), derivatives)
+    return runs

@@ -1,0 +1,507 @@
+"""Participant level: each fMRIPrep run denoised and turned into BIDS connectivity derivatives.
+
+One task per run, on any :mod:`connscale.engines` engine. A task loads the
+run's BOLD and its own brain mask, takes the atlas onto the BOLD grid
+(nearest neighbour, as ``NiftiLabelsMasker(resampling_target='data')``),
+builds the run's cleaning operator from its confounds
+(:mod:`connscale.denoise`), extracts and cleans the region series on the
+device, computes their Pearson correlation, and publishes, under the run's
+folder ``sub-<s>/[ses-<t>/]func/``, the files of its set through
+:class:`connscale.io._publish.OutputSet` (a lock, a staging folder, a
+manifest)::
+
+    <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_relmat.tsv / .json
+    <source>_seg-<atlas>_desc-<strategy>_timeseries.tsv / .json
+    <source>_seg-<atlas>_desc-<strategy>_report.html  (see connscale.bidsapp.report)
+
+A run whose set is already published with the same inputs and parameters is
+skipped; a failing run is recorded (``logs/participant_errors.tsv``) and the
+others complete.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from connscale._version import __version__
+from connscale.bidsapp.layout import BoldRun, find_runs
+from connscale.bidsapp.report import framewise_displacement
+from connscale.denoise import STRATEGIES
+from connscale.io._atomic import write_json_atomic, write_text_atomic
+from connscale.io.bids import bids_name, derivative_path
+
+__all__ = ["MEASURES", "ParticipantConfig", "ParticipantReport", "read_atlas_labels",
+           "run_participant", "write_dataset_description"]
+
+logger = logging.getLogger("connscale")
+
+#: What the participant level can write per run.
+MEASURES = ("fc", "timeseries")
+_MEASURE = "PearsonCorrelation"
+DATASET_LINK = "preprocessed"
+
+
+@dataclass(frozen=True)
+class ParticipantConfig:
+    """What every run task needs (picklable; paths absolute)."""
+
+    derivatives: str
+    output: str
+    atlas: str
+    atlas_name: str
+    atlas_labels: str | None = None
+    strategy: str = "simple"
+    strategy_params: dict = field(default_factory=dict)
+    measures: tuple = ("fc", "timeseries")
+    detrend: bool = True
+    standardize: str | None = "zscore_sample"
+    low_pass: float | None = None
+    high_pass: float | None = None
+    device: str = "cpu"
+    dtype: str = "float32"
+    threads: int = 1
+    memory_limit: str | int | None = None
+    reports: bool = True
+
+    def parameters(self) -> dict:
+        """What changes a run's outputs (not where it ran)."""
+        kept = asdict(self)
+        for key in ("derivatives", "output", "device", "threads", "memory_limit", "reports"):
+            kept.pop(key)
+        return kept
+
+
+@dataclass
+class ParticipantReport:
+    """What :func:`run_participant` did: one record per run, in run order."""
+
+    records: list[dict]
+    report_path: Path
+    errors_path: Path
+    seconds: float = 0.0
+
+    @property
+    def counts(self) -> dict:
+        return {s: sum(r["status"] == s for r in self.records) for s in ("ok", "skipped", "error")}
+
+    @property
+    def n_failed(self) -> int:
+        return self.counts["error"]
+
+
+def read_atlas_labels(path) -> dict[int, str]:
+    """Region names of an atlas from a BIDS ``dseg.tsv`` (``index`` and ``name`` columns).
+
+    A headerless two-column file (index, name) is read too.
+    """
+    path = Path(path)
+    with open(path, newline="") as fh:
+        rows = [r for r in csv.reader(fh, delimiter="\t") if r and any(c.strip() for c in r)]
+    if not rows:
+        raise ValueError(f"{path.name} holds no atlas label.")
+    header = [c.strip().lower() for c in rows[0]]
+    if "index" in header and "name" in header:
+        i, n = header.index("index"), header.index("name")
+        rows = rows[1:]
+    else:
+        i, n = 0, 1
+    labels = {}
+    for row in rows:
+        try:
+            labels[int(float(row[i]))] = row[n].strip()
+        except (ValueError, IndexError):
+            raise ValueError(f"{path.name}: expected 'index<TAB>name' rows; got {row!r}.") from None
+    return labels
+
+
+def write_dataset_description(output: Path, derivatives: Path) -> Path:
+    """``dataset_description.json`` of the output, with ``GeneratedBy`` and the input's link.
+
+    Raises
+    ------
+    FileExistsError
+        The output folder is another tool's dataset.
+    """
+    import json
+
+    path = output / "dataset_description.json"
+    description = {
+        "Name": "connscale connectivity derivatives",
+        "BIDSVersion": "1.9.0",
+        "DatasetType": "derivative",
+        "GeneratedBy": [{"Name": "connscale", "Version": __version__,
+                         "CodeURL": "https://github.com/connscale/connscale"}],
+        "DatasetLinks": {DATASET_LINK: str(derivatives)},
+    }
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            old = {}
+        names = [g.get("Name") for g in old.get("GeneratedBy", []) if isinstance(g, dict)]
+        if "connscale" not in names:
+            raise FileExistsError(f"{output} is another tool's dataset ({path.name} names "
+                                  f"{names or 'no generator'}); choose an empty output folder.")
+    return write_json_atomic(path, description)
+
+
+def _bids_uri(path: Path, root: Path) -> str:
+    return f"bids:{DATASET_LINK}:{path.resolve().relative_to(root.resolve()).as_posix()}"
+
+
+def _atlas_on_grid(atlas_path: str, bold_img):
+    import nibabel as nib
+    from nilearn.image import resample_to_img
+
+    atlas = nib.load(atlas_path)
+    if atlas.ndim != 3:
+        raise ValueError(f"The atlas must be a 3-D labels image; {Path(atlas_path).name} has "
+                         f"{atlas.ndim} dimensions.")
+    if atlas.shape != bold_img.shape[:3] or not np.allclose(atlas.affine, bold_img.affine,
+                                                           atol=1e-3):
+        ref = nib.Nifti1Image(np.zeros(bold_img.shape[:3], np.int8), bold_img.affine)
+        atlas = resample_to_img(atlas, ref, interpolation="nearest", copy_header=True,
+                                force_resample=True)
+    data = np.asarray(atlas.dataobj)
+    if not np.allclose(data, np.round(data)):
+        raise ValueError(f"The atlas {Path(atlas_path).name} must hold integer labels.")
+    return np.round(data).astype(np.int64)
+
+
+def _load_run(run: BoldRun):
+    import nibabel as nib
+
+    img = nib.load(run.bold)
+    if img.ndim != 4:
+        raise ValueError(f"{run.bold.name} is not a 4-D BOLD series (shape {img.shape}).")
+    mask_img = nib.load(run.mask)
+    if mask_img.shape[:3] != img.shape[:3] or not np.allclose(mask_img.affine, img.affine,
+                                                             atol=1e-3):
+        raise ValueError(f"The mask {run.mask.name} is not on the grid of {run.bold.name}.")
+    mask = np.asarray(mask_img.dataobj) > 0
+    data = np.asarray(img.dataobj, dtype=np.float32)[mask].T     # (T, V), C-contiguous rows
+    if not np.isfinite(data).all():
+        raise ValueError(f"{run.bold.name} holds NaN or infinite values inside its mask.")
+    return img, mask, np.ascontiguousarray(data)
+
+
+def _sidecars(config: ParticipantConfig, run: BoldRun, names, confounds, sample_mask,
+              n_volumes: int, mean_fd: float | None) -> tuple[dict, dict]:
+    root = Path(config.derivatives)
+    sources = [_bids_uri(p, root) for p in (run.bold, run.mask, run.confounds) if p is not None]
+    kept = np.arange(n_volumes) if sample_mask is None else np.asarray(sample_mask)
+    common = {
+        "Sources": sources,
+        "Atlas": config.atlas_name,
+        "AtlasFile": str(config.atlas),
+        "AtlasLabelsFile": config.atlas_labels,
+        "DenoiseStrategy": config.strategy,
+        "DenoiseParameters": {**config.strategy_params, "detrend": config.detrend,
+                              "standardize": config.standardize, "low_pass": config.low_pass,
+                              "high_pass": config.high_pass},
+        "ConfoundRegressors": [] if confounds is None else list(map(str, confounds.columns)),
+        "NumberOfVolumes": int(n_volumes),
+        "NumberOfVolumesDiscarded": int(n_volumes - kept.size),
+        "RepetitionTime": run.t_r,
+        "MeanFramewiseDisplacement": mean_fd,
+        "SoftwareName": "connscale",
+        "SoftwareVersion": __version__,
+    }
+    relmat = {
+        "Measure": "Pearson correlation",
+        "MeasureDescription": "Pearson correlation of the denoised mean time series of each "
+                              "pair of atlas regions (no shrinkage)",
+        "Weighted": True,
+        "Directed": False,
+        "ValidDiagonal": True,
+        "StorageFormat": "Full",
+        "NonNegative": "",
+        "NodeNames": list(names),
+        "Code": f"connscale {__version__}",
+        **common,
+    }
+    timeseries = {
+        "SamplingFrequency": 1.0 / run.t_r,
+        "Columns": list(names),
+        "KeptVolumes": kept.tolist(),
+        **common,
+    }
+    return relmat, timeseries
+
+
+def _write_table(path: Path, array: np.ndarray, header: list[str], fmt: str) -> None:
+    with open(path, "w", newline="") as fh:
+        fh.write("\t".join(header) + "\n")
+        np.savetxt(fh, array, delimiter="\t", fmt=fmt)
+
+
+def run_one(task: tuple[ParticipantConfig, BoldRun]) -> dict:
+    """Process one run; never raises (a failure comes back as an ``error`` record)."""
+    import torch
+
+    config, run = task
+    record = {"name": run.name, "subject": run.entities.get("sub"),
+              "session": run.entities.get("ses"), "bold": str(run.bold), "outputs": []}
+    start = time.perf_counter()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(config.threads)
+    try:
+        if run.problem:
+            raise ValueError(run.problem)
+        record.update(_process(config, run))
+        record["status"] = record.get("status", "ok")
+    except Exception as exc:  # noqa: BLE001 - reported per run, never raised
+        record.update(status="error", error=f"{type(exc).__name__}: {exc}",
+                      traceback=traceback.format_exc())
+    finally:
+        torch.set_num_threads(threads)
+    record["seconds"] = round(time.perf_counter() - start, 6)
+    return record
+
+
+def _process(config: ParticipantConfig, run: BoldRun) -> dict:
+    from connscale.denoise import clean_regions, cleaning_operator, load_confounds
+    from connscale.fc.static import correlation
+    from connscale.io._fingerprint import run_fingerprint
+    from connscale.io._publish import OutputSet
+
+    entities = dict(run.entities)
+    seg = {"seg": config.atlas_name, "desc": config.strategy}
+    folder = derivative_path(config.output, entities, suffix="bold", extension=".tsv").parent
+    # The set's name: the outputs' common entities (its lock, staging folder and manifest).
+    prefix = bids_name({**entities, **seg}, suffix="bold", extension=".tsv")[:-len("_bold.tsv")]
+    inputs = [p for p in (run.bold, run.mask, run.confounds, run.confounds_json,
+                          config.atlas, config.atlas_labels) if p is not None]
+    fingerprint = run_fingerprint(inputs, {**config.parameters(), "t_r": run.t_r})
+    timings = {}
+    with OutputSet(folder, prefix, command="bids participant", fingerprint=fingerprint) as out:
+        if out.complete():
+            return {"status": "skipped", "outputs": []}
+        tic = time.perf_counter()
+        img, mask, data = _load_run(run)
+        atlas = _atlas_on_grid(config.atlas, img)
+        labels = atlas[mask]
+        regions = np.unique(labels[labels > 0])
+        if regions.size < 2:
+            raise ValueError(f"Fewer than 2 atlas regions inside the mask of {run.bold.name}.")
+        timings["decode"] = time.perf_counter() - tic
+
+        tic = time.perf_counter()
+        confounds, sample_mask = load_confounds(run.bold, config.strategy,
+                                                **config.strategy_params)
+        operator = cleaning_operator(
+            data.shape[0], confounds=None if confounds is None else confounds.to_numpy(),
+            sample_mask=sample_mask, detrend=config.detrend, low_pass=config.low_pass,
+            high_pass=config.high_pass, t_r=run.t_r)
+        series = clean_regions(data, labels, operator, regions=regions,
+                               standardize=config.standardize, device=config.device,
+                               dtype=config.dtype)
+        timings["clean"] = time.perf_counter() - tic
+
+        tic = time.perf_counter()
+        matrix = correlation(series, device=config.device, dtype=config.dtype,
+                             memory_limit=config.memory_limit) if "fc" in config.measures else None
+        timings["compute"] = time.perf_counter() - tic
+
+        tic = time.perf_counter()
+        names = _region_names(config, regions)
+        fd = None if run.confounds is None else framewise_displacement(run.confounds)
+        mean_fd = None if fd is None else float(fd.mean())
+        relmat_meta, series_meta = _sidecars(config, run, names, confounds, sample_mask,
+                                             data.shape[0], mean_fd)
+        written = []
+        if "fc" in config.measures:
+            stem = bids_name({**entities, "seg": config.atlas_name, "meas": _MEASURE,
+                              "desc": config.strategy}, suffix="relmat", extension=".tsv")
+            _write_table(out.path(stem), matrix, names, "%.8g")
+            write_json_atomic(out.path(stem[:-4] + ".json"), relmat_meta)
+            written += [stem, stem[:-4] + ".json"]
+        if "timeseries" in config.measures:
+            stem = bids_name({**entities, **seg}, suffix="timeseries", extension=".tsv")
+            _write_table(out.path(stem), series, names, "%.8g")
+            write_json_atomic(out.path(stem[:-4] + ".json"), series_meta)
+            written += [stem, stem[:-4] + ".json"]
+        if config.reports:
+            name = bids_name({**entities, **seg}, suffix="report", extension=".html")
+            out.path(name)
+            _run_report(out.staging, name, config=config, run=run, img=img, mask=mask,
+                        atlas=atlas, data=data, labels=labels, regions=regions,
+                        operator=operator, fc=matrix, names=names, fd=fd, timings=timings)
+            written.append(name)
+        out.commit(extra={"run": run.name})
+        timings["write"] = time.perf_counter() - tic
+    return {
+        "status": "ok",
+        "outputs": [str(folder / n) for n in written],
+        "mean_fd": mean_fd,
+        "n_volumes": int(data.shape[0]),
+        "n_kept": int(operator.volumes.size),
+        "n_voxels": int(data.shape[1]),
+        "n_regions": int(regions.size),
+        "timings": {k: round(v, 6) for k, v in timings.items()},
+    }
+
+
+def _run_report(staging: Path, name: str, *, config, run, img, mask, atlas, data, labels,
+                regions, operator, fc, names, fd, timings) -> Path:
+    from connscale.bidsapp.report import run_figures
+    from connscale.denoise import clean_signals, region_signals
+    from connscale.report import write_report
+
+    raw = region_signals(data, labels, regions=regions, device=config.device)
+    raw_fc = np.corrcoef(raw.T)
+    step = max(1, data.shape[1] // 2000)
+    voxels = clean_signals(data[:, ::step], operator, standardize=config.standardize,
+                           device=config.device)
+    if fc is None:
+        from connscale.fc.static import correlation
+
+        fc = correlation(clean_signals(raw, operator, device=config.device), device="cpu")
+    figures = run_figures(staging / "figures", img=img, mask=mask, atlas=atlas, data=data,
+                          cleaned_voxels=voxels, raw_fc=raw_fc, fc=fc, names=names, fd=fd,
+                          kept=operator.volumes)
+    results = {"volumes": int(data.shape[0]), "volumes kept": int(operator.volumes.size),
+               "voxels in mask": int(data.shape[1]), "regions": int(len(names)),
+               "mean FD (mm)": None if fd is None else float(fd.mean())}
+    record = {"command": f"bids participant: {run.name}", "parameters": {
+        "atlas": config.atlas_name, "strategy": config.strategy, "bold": str(run.bold),
+        "mask": str(run.mask), "confounds": str(run.confounds), "t_r": run.t_r},
+        "results": results, "timings_s": dict(timings), "figures": [str(f) for f in figures]}
+    return write_report(record, staging, filename=name)
+
+
+def _region_names(config: ParticipantConfig, regions: np.ndarray) -> list[str]:
+    if config.atlas_labels is None:
+        return [str(int(r)) for r in regions]
+    table = read_atlas_labels(config.atlas_labels)
+    missing = [int(r) for r in regions if int(r) not in table]
+    if missing:
+        raise ValueError(f"The atlas labels file names no region for label(s) {missing[:10]}.")
+    return [table[int(r)] for r in regions]
+
+
+def _write_logs(output: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
+    logs = output / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    counts = {s: sum(r["status"] == s for r in records) for s in ("ok", "skipped", "error")}
+    report = write_json_atomic(logs / "participant_report.json",
+                               {**meta, "counts": counts, "records": records})
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
+    writer.writerow(["name", "bold", "error"])
+    for r in records:
+        if r["status"] == "error":
+            writer.writerow([r["name"], r["bold"], r["error"].replace("\t", " ")
+                             .replace("\n", " ")])
+    return report, write_text_atomic(logs / "participant_errors.tsv", buffer.getvalue())
+
+
+def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels=None,
+                    strategy: str = "simple", strategy_params: dict | None = None,
+                    measures=("fc", "timeseries"), participant_label=None, session_label=None,
+                    task=None, run=None, space=None, t_r: float | None = None,
+                    detrend: bool = True, standardize: str | None = "zscore_sample",
+                    low_pass: float | None = None, high_pass: float | None = None,
+                    backend: str = "local", n_jobs: int | None = None, device: str = "cpu",
+                    dtype: str = "float32", threads_per_task: int = 1, memory_limit=None,
+                    work_dir=None, reports: bool = True, verbose: int = 1) -> ParticipantReport:
+    """Denoised atlas connectivity of every matching fMRIPrep run, as BIDS derivatives.
+
+    Parameters
+    ----------
+    derivatives : path
+        fMRIPrep's output folder.
+    output : path
+        The connscale derivatives folder (``dataset_description.json`` at
+        its root, ``sub-*/[ses-*/]func/`` per run, ``logs/``).
+    atlas : path
+        3-D integer labels image (0 = background), resampled to each run's
+        grid by nearest neighbour when needed.
+    atlas_name : str
+        The ``seg-`` entity of the outputs (letters and digits).
+    atlas_labels : path or None
+        Region names (BIDS ``dseg.tsv``: ``index``, ``name``), used as
+        headers; without it the headers are the label numbers.
+    strategy : {'simple', 'scrubbing', 'compcor', 'ica_aroma', 'none'}
+        The denoising strategy (the ``desc-`` entity).
+    strategy_params : dict or None
+        Extra parameters of ``load_confounds_strategy``.
+    measures : iterable of {'fc', 'timeseries'}
+    participant_label, session_label, task, run, space, t_r
+        Filters and TR fallback of :func:`connscale.bidsapp.find_runs`.
+    detrend, standardize, low_pass, high_pass
+        Cleaning as in :func:`nilearn.signal.clean` (``t_r`` from each run).
+    backend : {'serial', 'local', 'dask', 'spark'}, default='local'
+        Where the run tasks execute (:func:`connscale.engines.get_engine`).
+    n_jobs : int or None
+        Workers (None: every core).
+    device : str, default='cpu'
+        Device of each task's cleaning and correlation.
+    dtype : {'float32', 'float64'}
+    threads_per_task : int, default=1
+    memory_limit : int, str or None
+        Passed to :func:`connscale.correlation`.
+    work_dir : path or None
+        Scratch folder (the pybids index).
+    reports : bool, default=True
+        Write each run's HTML report.
+    verbose : int, default=1
+
+    Returns
+    -------
+    ParticipantReport
+    """
+    from connscale.engines import get_engine
+    from connscale.io.bids import bids_name as _check_name
+
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}.")
+    measures = tuple(dict.fromkeys(measures))
+    unknown = sorted(set(measures) - set(MEASURES))
+    if unknown or not measures:
+        raise ValueError(f"measures must be among {', '.join(MEASURES)}; got {list(measures)}.")
+    _check_name({"sub": "x", "seg": atlas_name}, suffix="relmat", extension=".tsv")
+    atlas = Path(atlas).resolve()
+    if not atlas.is_file():
+        raise FileNotFoundError(f"No atlas image at {atlas}.")
+    if atlas_labels is not None:
+        atlas_labels = Path(atlas_labels).resolve()
+        read_atlas_labels(atlas_labels)
+    derivatives = Path(derivatives).resolve()
+    output = Path(output).resolve()
+    if output == derivatives:
+        raise ValueError("The output folder must not be the derivatives folder itself.")
+    runs = find_runs(derivatives, participant_label=participant_label,
+                     session_label=session_label, task=task, run=run, space=space,
+                     strategy=strategy, t_r=t_r, work_dir=work_dir)
+    config = ParticipantConfig(
+        derivatives=str(derivatives), output=str(output), atlas=str(atlas),
+        atlas_name=atlas_name, atlas_labels=None if atlas_labels is None else str(atlas_labels),
+        strategy=strategy, strategy_params=dict(strategy_params or {}), measures=measures,
+        detrend=detrend, standardize=standardize, low_pass=low_pass, high_pass=high_pass,
+        device=device, dtype=dtype, threads=threads_per_task, memory_limit=memory_limit,
+        reports=reports)
+    output.mkdir(parents=True, exist_ok=True)
+    write_dataset_description(output, derivatives)
+    start = time.perf_counter()
+    with get_engine(backend, n_jobs=n_jobs) as engine:
+        records = engine.map(run_one, [(config, r) for r in runs])
+    seconds = time.perf_counter() - start
+    meta = {"command": "bids participant", "software": f"connscale {__version__}",
+            "derivatives": str(derivatives), "backend": backend,
+            "parameters": config.parameters(), "seconds": round(seconds, 3)}
+    report_path, errors_path = _write_logs(output, records, meta)
+    report = ParticipantReport(records, report_path, errors_path, seconds)
+    if verbose:
+        c = report.counts
+        logger.info("bids participant: %d ok, %d skipped, %d failed in %.1f s", c["ok"],
+                    c["skipped"], c["error"], seconds)
+    return report

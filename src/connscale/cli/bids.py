@@ -1,0 +1,131 @@
+"""``connscale bids``: a BIDS-App over fMRIPrep derivatives (participant and group levels)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from connscale.cli._common import add_compute_arguments, configure_logging
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    from connscale.bidsapp.participant import MEASURES
+    from connscale.denoise import STRATEGIES
+    from connscale.engines import ENGINES
+
+    parser = subparsers.add_parser(
+        "bids",
+        help="BIDS-App: denoised atlas connectivity from fMRIPrep derivatives.",
+        description=(
+            "participant: for every fMRIPrep run matching the filters, removes confounds as "
+            "nilearn does (load_confounds_strategy + signal.clean), extracts the atlas region "
+            "series and writes BIDS derivatives (sub-*/[ses-*/]func/<source>_seg-<NAME>_meas-"
+            "PearsonCorrelation_desc-<STRATEGY>_relmat.tsv, ..._timeseries.tsv, JSON "
+            "sidecars), one task per run; a failing run is reported in logs/participant_"
+            "errors.tsv and the others complete (exit status 1). group: reads those outputs "
+            "back, writes the group-average connectome and the feature table in group/, and "
+            "classifies participants when --participants and --target are given."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("derivatives", type=Path, metavar="DERIVATIVES",
+                        help="fMRIPrep output folder.")
+    parser.add_argument("output", type=Path, metavar="OUTPUT", help="Output folder.")
+    parser.add_argument("level", choices=["participant", "group"], help="Analysis level.")
+    atlas = parser.add_argument_group("atlas and denoising")
+    atlas.add_argument("--atlas", type=Path, default=None,
+                       help="participant: 3-D labels NIfTI (0 = background).")
+    atlas.add_argument("--atlas-name", default=None,
+                       help="The seg- entity of the outputs (letters and digits); group: "
+                            "which atlas to read.")
+    atlas.add_argument("--atlas-labels", type=Path, default=None,
+                       help="Region names, a BIDS dseg.tsv (index, name): matrix headers.")
+    atlas.add_argument("--denoise", choices=list(STRATEGIES), default=None,
+                       help="participant: denoising strategy (nilearn's presets, or none); "
+                            "group: which strategy to read.")
+    atlas.add_argument("--measures", default="fc,timeseries",
+                       help=f"Comma-separated, among {', '.join(MEASURES)}.")
+    atlas.add_argument("--low-pass", type=float, default=None, help="Low-pass cutoff (Hz).")
+    atlas.add_argument("--high-pass", type=float, default=None,
+                       help="High-pass cutoff (Hz), Butterworth (the presets already regress "
+                            "fMRIPrep's cosine drifts).")
+    atlas.add_argument("--fd-threshold", type=float, default=None,
+                       help="scrubbing: framewise displacement threshold (mm).")
+    atlas.add_argument("--t-r", type=float, default=None,
+                       help="Repetition time (s) for runs whose sidecar has none.")
+    filters = parser.add_argument_group("filters")
+    filters.add_argument("--participant-label", nargs="+", default=None, metavar="LABEL")
+    filters.add_argument("--session-label", nargs="+", default=None, metavar="LABEL")
+    filters.add_argument("--task", nargs="+", default=None)
+    filters.add_argument("--run", nargs="+", default=None)
+    filters.add_argument("--space", nargs="+", default=None)
+    group = parser.add_argument_group("group level")
+    group.add_argument("--participants", type=Path, default=None,
+                       help="participants.tsv (participant_id and the target column).")
+    group.add_argument("--target", default=None, help="Column of participants.tsv to classify.")
+    group.add_argument("--folds", type=int, default=5, help="Cross-validation folds.")
+    group.add_argument("--repeats", type=int, default=10, help="Cross-validation repeats.")
+    execution = parser.add_argument_group("execution")
+    execution.add_argument("--backend", choices=list(ENGINES), default="local",
+                           help="serial (this process), local (process pool), dask or spark.")
+    execution.add_argument("--n-jobs", type=int, default=None,
+                           help="Worker processes (default: every core).")
+    execution.add_argument("--no-reports", action="store_true",
+                           help="participant: skip the per-run HTML reports.")
+    execution.add_argument("--work-dir", type=Path, default=None,
+                           help="Scratch folder (the pybids index); default: none kept.")
+    add_compute_arguments(parser)
+    parser.set_defaults(func=run, device="cpu")
+    return parser
+
+
+def run(args) -> int:
+    configure_logging(args.verbose)
+    if args.level == "group":
+        return _group(args)
+    missing = [opt for opt, value in (("--atlas", args.atlas), ("--atlas-name", args.atlas_name),
+                                      ("--denoise", args.denoise)) if value is None]
+    if missing:
+        raise ValueError(f"The participant level needs {', '.join(missing)}.")
+    from connscale.bidsapp.participant import run_participant
+
+    params = {}
+    if args.fd_threshold is not None:
+        if args.denoise != "scrubbing":
+            raise ValueError("--fd-threshold applies to --denoise scrubbing only.")
+        params["fd_threshold"] = args.fd_threshold
+    report = run_participant(
+        args.derivatives, args.output, atlas=args.atlas, atlas_name=args.atlas_name,
+        atlas_labels=args.atlas_labels, strategy=args.denoise, strategy_params=params,
+        measures=[m.strip() for m in args.measures.split(",") if m.strip()],
+        participant_label=args.participant_label, session_label=args.session_label,
+        task=args.task, run=args.run, space=args.space, t_r=args.t_r,
+        low_pass=args.low_pass, high_pass=args.high_pass, backend=args.backend,
+        n_jobs=args.n_jobs, device=args.device, dtype=args.dtype,
+        memory_limit=args.memory_limit, work_dir=args.work_dir, reports=not args.no_reports,
+        verbose=args.verbose)
+    c = report.counts
+    print(f"connscale bids participant: {len(report.records)} runs, backend={args.backend}: "
+          f"{c['ok']} done, {c['skipped']} already complete, {c['error']} failed "
+          f"({report.seconds:.2f} s)")
+    if c["error"]:
+        print(f"  errors {report.errors_path}")
+    print(f"  report {report.report_path}")
+    return 1 if c["error"] else 0
+
+
+def _group(args) -> int:
+    from connscale.bidsapp.group import run_group
+
+    result = run_group(args.output, atlas_name=args.atlas_name, strategy=args.denoise,
+                       participants=args.participants, target=args.target, folds=args.folds,
+                       repeats=args.repeats)
+    print(f"connscale bids group: {len(result.runs)} runs of {len(result.subjects)} "
+          f"participants, seg-{result.atlas_name} desc-{result.strategy}, "
+          f"{len(result.labels)} regions")
+    if result.classification is not None:
+        acc = result.classification["accuracy"]
+        print(f"  accuracy {acc['mean']:.3f} [{acc['ci_low']:.3f}, {acc['ci_high']:.3f}]")
+    for path in result.outputs:
+        print(f"  {path}")
+    return 0

@@ -1,0 +1,152 @@
+"""BIDS derivative names: entities to a path, and a path back to entities.
+
+One function builds every connscale output name, in the BIDS entity order,
+with giga-connectome's spelling of the connectivity entities (BEP017)::
+
+    sub-01/ses-1/func/sub-01_ses-1_task-rest_run-1_space-MNI152NLin2009cAsym
+        _seg-Schaefer100_meas-PearsonCorrelation_desc-simple_relmat.tsv
+
+``seg`` (the atlas), ``meas`` (the measure) and ``stat`` come after the source
+entities and before ``desc``; nothing else is invented. :func:`parse_bids_name`
+reads a name back; :func:`pybids_config` gives pybids the two entities it does
+not know (``meas``, ``stat``), so ``BIDSLayout`` and ``parse_file_entities``
+read connscale outputs too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+__all__ = [
+    "ENTITY_ORDER",
+    "bids_name",
+    "derivative_path",
+    "from_pybids",
+    "parse_bids_name",
+    "pybids_config",
+]
+
+#: Entity keys in the order of the BIDS specification (derivatives included),
+#: with giga-connectome's ``meas`` and BEP017's ``stat`` before ``desc``.
+ENTITY_ORDER = (
+    "sub", "ses", "sample", "task", "tracksys", "acq", "nuc", "voi", "ce", "trc", "stain",
+    "rec", "dir", "run", "mod", "echo", "flip", "inv", "mt", "part", "proc", "hemi", "space",
+    "split", "recording", "chunk", "atlas", "roi", "seg", "res", "den", "label", "meas", "stat",
+    "desc",
+)
+
+# pybids entity names -> BIDS keys.
+_PYBIDS = {
+    "subject": "sub", "session": "ses", "sample": "sample", "task": "task",
+    "tracksys": "tracksys", "acquisition": "acq", "nucleus": "nuc", "volume": "voi",
+    "ceagent": "ce", "tracer": "trc", "staining": "stain", "reconstruction": "rec",
+    "direction": "dir", "run": "run", "modality": "mod", "echo": "echo", "flip": "flip",
+    "inv": "inv", "mt": "mt", "part": "part", "proc": "proc", "hemi": "hemi", "space": "space",
+    "split": "split", "recording": "recording", "chunk": "chunk", "atlas": "atlas", "roi": "roi",
+    "segmentation": "seg", "res": "res", "den": "den", "label": "label", "meas": "meas",
+    "stat": "stat", "desc": "desc",
+}
+_LABEL = re.compile(r"^[A-Za-z0-9+]+$")
+_SUFFIX = re.compile(r"^[A-Za-z0-9]+$")
+
+
+def _check_label(key: str, value) -> str:
+    text = str(value)
+    if not _LABEL.match(text):
+        raise ValueError(f"The BIDS entity {key}- must be letters, digits or '+'; got {text!r}.")
+    return text
+
+
+def bids_name(entities: Mapping[str, object], *, suffix: str, extension: str,
+              require_subject: bool = True) -> str:
+    """``<key>-<value>_..._<suffix><extension>`` with keys in BIDS order.
+
+    Parameters
+    ----------
+    entities : mapping
+        BIDS keys (``sub``, ``ses``, ``task``, ``run``, ``space``, ``seg``,
+        ``meas``, ``desc``...; see :data:`ENTITY_ORDER`) to values; None
+        values are left out.
+    suffix : str
+        ``relmat``, ``timeseries``, ``report``...
+    extension : str
+        With its dot: ``.tsv``, ``.json``, ``.h5``.
+    require_subject : bool, default=True
+        False for group-level names (no ``sub``).
+
+    Returns
+    -------
+    str
+    """
+    unknown = sorted(set(entities) - set(ENTITY_ORDER))
+    if unknown:
+        raise ValueError(f"Unknown BIDS entities {unknown}; known: {', '.join(ENTITY_ORDER)}.")
+    if require_subject and entities.get("sub") is None:
+        raise ValueError("A BIDS derivative name needs a subject ('sub').")
+    if not _SUFFIX.match(suffix):
+        raise ValueError(f"A BIDS suffix must be letters and digits; got {suffix!r}.")
+    if not extension.startswith("."):
+        raise ValueError(f"extension must start with a dot; got {extension!r}.")
+    parts = [f"{key}-{_check_label(key, entities[key])}" for key in ENTITY_ORDER
+             if entities.get(key) is not None]
+    return "_".join(parts) + f"_{suffix}{extension}"
+
+
+def derivative_path(root: str | os.PathLike, entities: Mapping[str, object], *, suffix: str,
+                    extension: str, datatype: str = "func") -> Path:
+    """``<root>/sub-<sub>/[ses-<ses>/]<datatype>/<bids_name(...)>``."""
+    name = bids_name(entities, suffix=suffix, extension=extension)
+    folder = Path(root) / f"sub-{entities['sub']}"
+    if entities.get("ses") is not None:
+        folder = folder / f"ses-{entities['ses']}"
+    return folder / datatype / name
+
+
+def parse_bids_name(path: str | os.PathLike) -> dict:
+    """Entities, ``suffix`` and ``extension`` of a BIDS file name.
+
+    Examples
+    --------
+    >>> parse_bids_name("sub-01_task-rest_seg-A_meas-PearsonCorrelation_relmat.tsv")
+    {'sub': '01', 'task': 'rest', 'seg': 'A', 'meas': 'PearsonCorrelation', \
+'suffix': 'relmat', 'extension': '.tsv'}
+    """
+    name = Path(path).name
+    stem, dot, rest = name.partition(".")
+    extension = dot + rest
+    parts = stem.split("_")
+    if len(parts) < 2 or "-" in parts[-1]:
+        raise ValueError(f"{name} is not a BIDS name (<key>-<value>_..._<suffix>.<ext>).")
+    out: dict = {}
+    for part in parts[:-1]:
+        key, sep, value = part.partition("-")
+        if not sep or key not in ENTITY_ORDER or not _LABEL.match(value) or key in out:
+            raise ValueError(f"{name}: {part!r} is not a known BIDS entity.")
+        out[key] = value
+    out["suffix"] = parts[-1]
+    out["extension"] = extension
+    return out
+
+
+def from_pybids(entities: Mapping[str, object]) -> dict:
+    """pybids entities (``subject``, ``session``, ``run``...) as BIDS keys.
+
+    Entities pybids adds that are not in a name (``datatype``, ``suffix``,
+    ``extension``) are dropped; a run keeps its zero padding.
+    """
+    return {_PYBIDS[k]: str(v) for k, v in entities.items() if k in _PYBIDS and v is not None}
+
+
+def pybids_config() -> dict:
+    """A pybids configuration adding ``meas`` and ``stat`` (pybids knows the rest).
+
+    Use it with ``config=['bids', 'derivatives', pybids_config()]`` in
+    ``BIDSLayout`` or ``bids.layout.parse_file_entities``.
+    """
+    return {"name": "connscale", "entities": [
+        {"name": "meas", "pattern": "(?:^|_)meas-([a-zA-Z0-9+]+)"},
+        {"name": "stat", "pattern": "(?:^|_)stat-([a-zA-Z0-9+]+)"},
+    ]}

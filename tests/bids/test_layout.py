@@ -1,0 +1,82 @@
+"""pybids input: each run's BOLD, mask, confounds and TR; filters; what was found."""
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from connscale.bidsapp import find_runs
+from tests.bids._fmriprep import make_fmriprep
+
+RUNS = [("01", "1", "rest", "1"), ("01", "1", "rest", "2"), ("01", "2", "nback", None),
+        ("02", None, "rest", None)]
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    return make_fmriprep(tmp_path_factory.mktemp("d") / "fmriprep", RUNS)
+
+
+def test_every_run_with_its_own_companions(tree):
+    runs = find_runs(tree)
+    assert [r.name for r in runs] == [
+        "sub-01_ses-1_task-rest_run-1_space-MNI152NLin2009cAsym",
+        "sub-01_ses-1_task-rest_run-2_space-MNI152NLin2009cAsym",
+        "sub-01_ses-2_task-nback_space-MNI152NLin2009cAsym",
+        "sub-02_task-rest_space-MNI152NLin2009cAsym",
+    ]
+    for r in runs:
+        stem = r.name.replace("_space-MNI152NLin2009cAsym", "")
+        assert r.problem is None and r.t_r == 2.0
+        assert r.mask.name == f"{r.name}_desc-brain_mask.nii.gz"
+        assert r.confounds.name == f"{stem}_desc-confounds_timeseries.tsv"
+        assert r.confounds_json.name == f"{stem}_desc-confounds_timeseries.json"
+        assert r.mask.parent == r.bold.parent
+
+
+@pytest.mark.parametrize("filters, expected", [
+    ({"participant_label": ["sub-01"]}, 3),
+    ({"participant_label": "02"}, 1),
+    ({"session_label": "1"}, 2),
+    ({"task": "nback"}, 1),
+    ({"run": [2]}, 1),
+    ({"space": "MNI152NLin2009cAsym", "task": "rest"}, 3),
+])
+def test_filters(tree, filters, expected):
+    assert len(find_runs(tree, **filters)) == expected
+
+
+def test_no_match_lists_what_was_found(tree):
+    with pytest.raises(ValueError, match=r"matches participant=\['03'\]; found 4 BOLD file\(s\) "
+                                         r"with subject 01, 02; session 1, 2; task nback, rest"):
+        find_runs(tree, participant_label="03")
+    with pytest.raises(ValueError, match="desc-smoothAROMAnonaggr"):
+        find_runs(tree, strategy="ica_aroma")
+
+
+def test_missing_companions_are_problems_not_failures(tmp_path):
+    root = make_fmriprep(tmp_path / "d", RUNS[:2])
+    next(root.rglob("*run-2_desc-confounds_timeseries.tsv")).unlink()
+    sidecar = next(root.rglob("*run-1_*_bold.json"))
+    sidecar.write_text(json.dumps({}))
+    runs = find_runs(root)
+    assert "no RepetitionTime" in runs[0].problem
+    assert find_runs(root, t_r=1.5)[0].t_r == 1.5
+    assert runs[1].problem.startswith("no confounds TSV for sub-01_ses-1_task-rest_run-2")
+
+
+def test_nilearn_fake_bids_dataset(tmp_path):
+    from nilearn._utils.data_gen import create_fake_bids_dataset
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        root = Path(create_fake_bids_dataset(base_dir=tmp_path, n_sub=2, n_ses=1,
+                                             tasks=["rest"], n_runs=[2]))
+    runs = find_runs(root / "derivatives", space="MNI", t_r=2.0)
+    assert len(runs) == 4
+    for r in runs:
+        assert r.problem is None and r.entities["space"] == "MNI"
+        assert r.mask.name == f"{r.name}_desc-brain_mask.nii.gz"    # not the T1w one
+        assert r.confounds.name.endswith("_desc-confounds_timeseries.tsv")
+    assert len(find_runs(root / "derivatives", space="T1w", participant_label="02")) == 2
