@@ -30,13 +30,18 @@ def test_triton_degree_kernel_interpreted_on_cpu():
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and _tiles.HAS_TRITON), reason="CUDA + Triton")
+@pytest.mark.parametrize("method", ["fused", "blocks"])
 @pytest.mark.parametrize("absolute", [False, True])
-def test_triton_degree_kernel_on_cuda(absolute):
+def test_triton_degree_kernels_on_cuda(absolute, method):
     x = simulated(n_timepoints=300, n_series=3000, seed=6)
     u, _ = normalize_series(torch.from_numpy(x).cuda(), dtype=torch.float32)
     thresholds = [0.2, 0.5]
-    counts, sums = _tiles.degree_triton(u, torch.tensor(thresholds), absolute=absolute,
-                                        weighted=True)
+    thr = torch.tensor(thresholds)
+    if method == "fused":
+        counts, sums = _tiles.degree_triton(u, thr, absolute=absolute, weighted=True)
+    else:
+        counts, sums = _tiles.degree_blocks_triton(u, thr, absolute=absolute, weighted=True,
+                                                   block_rows=1000)
     for i, theta in enumerate(thresholds):
         ref_counts, ref_sums, near = reference_degree(x, theta, absolute=absolute)
         check_counts(counts[i].cpu().numpy(), ref_counts, near)

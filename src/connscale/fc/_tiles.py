@@ -26,8 +26,10 @@ Two implementations of the degree epilogue:
 
 from __future__ import annotations
 
+import functools
 import math
 
+import numpy as np
 import torch
 
 try:  # pragma: no cover - exercised on GPU machines and by the interpreter test
@@ -43,6 +45,10 @@ _MAX_TILE_ELEMENTS = {"cpu": 1 << 24, "cuda": 1 << 28}
 # Bytes per tile element in the torch path: the tile, |tile| or the weighted
 # tile, and a boolean mask.
 _TORCH_BYTES_PER_ELEMENT = 3
+# How degree runs on CUDA in float32: "fused" (:func:`degree_triton`) or
+# "blocks" (:func:`degree_blocks_triton`), whichever bench_maps.py measured
+# faster on an H100.
+CUDA_METHOD = "fused"
 # Uniform bins of the sparsity histogram.
 HISTOGRAM_BINS = 1 << 16
 
@@ -186,18 +192,36 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         _degree_epilogue(acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr,
                          N_THRESH, ABSOLUTE, WEIGHTED)
 
+    @triton.jit
+    def _degree_block_kernel(tile_ptr, thr_ptr, count_ptr, sum_ptr, n, r0, r1, n_cols,
+                             N_THRESH: tl.constexpr, ABSOLUTE: tl.constexpr,
+                             WEIGHTED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+        # One BM×BN piece of a stored row block (rows [r0, r1), columns [r0, N)).
+        local_rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        local_cols = tl.program_id(1) * BN + tl.arange(0, BN)
+        rows = r0 + local_rows
+        cols = r0 + local_cols
+        inside = (rows[:, None] < r1) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
+        acc = tl.load(tile_ptr + local_rows.to(tl.int64)[:, None] * n_cols + local_cols[None, :],
+                      mask=inside, other=float("nan"))
+        row_ids = tl.where(rows < r1, rows, n)  # rows past the block: ignored as past N
+        _degree_epilogue(acc, row_ids, cols, n, thr_ptr, count_ptr, sum_ptr,
+                         N_THRESH, ABSOLUTE, WEIGHTED)
 
+
+@functools.lru_cache(maxsize=8)
 def tile_pairs(n_tiles: int, group: int = 8) -> torch.Tensor:
     """(bi, bj), bi <= bj, of the upper-triangle tiles as a flat int32 table,
     in groups of ``group`` row tiles swept along the columns (the group's row
     tiles and each column tile are reused from L2)."""
-    order = []
+    parts = []
     for g0 in range(0, n_tiles, group):
-        g1 = min(n_tiles, g0 + group)
-        for bj in range(g0, n_tiles):
-            for bi in range(g0, min(g1, bj + 1)):
-                order.append((bi, bj))
-    return torch.tensor(order, dtype=torch.int32).reshape(-1)
+        bi = np.arange(g0, min(n_tiles, g0 + group))
+        bj = np.arange(g0, n_tiles)
+        grid_j, grid_i = np.meshgrid(bj, bi, indexing="ij")  # column-major sweep
+        upper = grid_i <= grid_j
+        parts.append(np.stack([grid_i[upper], grid_j[upper]], axis=1))
+    return torch.from_numpy(np.concatenate(parts).astype(np.int32).reshape(-1))
 
 
 def degree_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, weighted: bool,
@@ -223,6 +247,37 @@ def degree_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, 
                          ABSOLUTE=bool(absolute), WEIGHTED=bool(weighted), BM=block,
                          BK=block_k, **options)
     return counts.to(torch.int64), (sums if weighted else None)
+
+
+def degree_blocks_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool,
+                         weighted: bool, block_rows: int, block: int = 64
+                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`degree_torch` with the GEMM of each row block by the BLAS
+    (cuBLAS) into device memory and the epilogue as one Triton kernel that
+    reads the block once (float32 ``u`` on CUDA)."""
+    n = u.shape[0]
+    k = thresholds.numel()
+    thr = thresholds.to(device=u.device, dtype=torch.float32).contiguous()
+    counts = torch.zeros((k, n), dtype=torch.int32, device=u.device)
+    sums = torch.zeros((k, n) if weighted else (1,), dtype=torch.float64, device=u.device)
+    for r0, r1 in _blocks(n, block_rows):
+        tile = u[r0:r1] @ u[r0:].T
+        grid = (triton.cdiv(r1 - r0, block), triton.cdiv(n - r0, block))
+        _degree_block_kernel[grid](tile, thr, counts, sums, n, r0, r1, n - r0, N_THRESH=k,
+                                   ABSOLUTE=bool(absolute), WEIGHTED=bool(weighted), BM=block,
+                                   BN=block)
+        del tile
+    return counts.to(torch.int64), (sums if weighted else None)
+
+
+def plan_block_rows_stored(n: int, resident: int, budget: int, *, item: int) -> int:
+    """Rows per block of :func:`degree_blocks_triton` (the block only)."""
+    available = budget - resident
+    if available < n * item:
+        raise ValueError(f"'memory_limit' is too small for {n} series: at least "
+                         f"{(resident + n * item) / 1e6:.1f} MB are needed; got "
+                         f"{budget / 1e6:.1f} MB.")
+    return int(max(1, min(n, available // (n * item), (1 << 30) // n)))
 
 
 # --- histogram and collect (the sparsity passes) ---------------------------

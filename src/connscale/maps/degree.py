@@ -157,14 +157,20 @@ def compute_degree(timeseries, threshold=0.25, *, weighted=False, absolute=False
         else:
             cut = thresholds
         cut_t = torch.tensor(cut, dtype=u.dtype)
-        if use_triton:
+        if use_triton and _tiles.CUDA_METHOD == "fused":
             counts, sums = _tiles.degree_triton(u, cut_t, absolute=absolute,
                                                 weighted=weighted or both)
+        elif use_triton:
+            block_rows = _tiles.plan_block_rows_stored(n, resident, budget, item=item)
+            counts, sums = _tiles.degree_blocks_triton(u, cut_t, absolute=absolute,
+                                                       weighted=weighted or both,
+                                                       block_rows=block_rows)
         else:
             counts, sums = _tiles.degree_torch(u, cut_t.to(u.device), absolute=absolute,
                                                weighted=weighted or both,
                                                block_rows=block_rows)
-    info = {"thresholds": thresholds, "method": "triton" if use_triton else "torch",
+    method = f"triton-{_tiles.CUDA_METHOD}" if use_triton else "torch"
+    info = {"thresholds": thresholds, "method": method,
             "block_rows": block_rows, "n_constant": int(constant.sum())}
     logger.debug("degree_centrality: %s", info)
     if both:

@@ -69,18 +69,29 @@ def eigenvector_centrality(
         m = z.shape[0]
         if m == 0:
             raise ValueError("eigenvector_centrality: every series is constant.")
-        x = torch.full((m,), 1.0 / np.sqrt(m), dtype=z.dtype, device=z.device)
-        for _ in range(max_iter):
-            y = z @ (z.T @ x) + x.sum()
-            y /= torch.linalg.vector_norm(y)
-            change = float(torch.linalg.vector_norm(y - x))
-            x = y
-            if change < tol:
-                break
-        else:
+        x, n_iter, change = power_iteration(z, tol, max_iter)
+        if change >= tol:
             warnings.warn(f"eigenvector_centrality did not converge in {max_iter} iterations "
                           f"(last change {change:.2e} > tol={tol:g}).", RuntimeWarning,
                           stacklevel=2)
         full = torch.zeros(u.shape[0], dtype=torch.float64, device=u.device)
         full[~constant] = x.double()
     return as_map(full, constant)
+
+
+def power_iteration(z: torch.Tensor, tol: float, max_iter: int) -> tuple[torch.Tensor, int, float]:
+    """Leading unit eigenvector of Z·Zᵀ + 1 by power iteration, matrix-free.
+
+    Returns the vector, the iterations run and the last change.
+    """
+    m = z.shape[0]
+    x = torch.full((m,), 1.0 / np.sqrt(m), dtype=z.dtype, device=z.device)
+    change = float("inf")
+    for n_iter in range(1, max_iter + 1):
+        y = z @ (z.T @ x) + x.sum()
+        y /= torch.linalg.vector_norm(y)
+        change = float(torch.linalg.vector_norm(y - x))
+        x = y
+        if change < tol:
+            break
+    return x, n_iter, change
