@@ -37,7 +37,7 @@ def main():
             check_counts(counts[i].numpy()[keep], torch_counts[i].numpy()[keep], near)
             assert np.allclose(sums[i].numpy(), torch_sums[i].numpy(), rtol=1e-4, atol=1.0)
         blocks_counts, blocks_sums = _tiles.degree_blocks_triton(
-            u, thr, absolute=absolute, weighted=True, block_rows=64, block=32)
+            u, thr, absolute=absolute, weighted=True, block_rows=64, block_m=32, block_n=16)
         assert torch.equal(blocks_counts, torch_counts)
         assert torch.allclose(blocks_sums, torch_sums, rtol=1e-5)
         binary, none = _tiles.degree_triton(u, thr, absolute=absolute, weighted=False,

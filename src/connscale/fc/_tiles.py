@@ -12,16 +12,21 @@ R itself is never stored. Epilogues:
 - histogram: counts of r in uniform bins, and collect: the values of one
   bin (the two passes that find a global sparsity threshold exactly).
 
-Two implementations of the degree epilogue:
+Three implementations of the degree epilogue:
 
 - :func:`degree_torch`: row blocks ``[r0, r1)`` against columns ``[r0, N)``
   by GEMM, thresholded with torch; any device and dtype. The block is held
   in memory, sized from the budget.
-- :func:`degree_triton` (CUDA, float32): one Triton kernel per pass. Each
-  program forms one BM×BN tile of the upper triangle in registers (fp32 FMA
+- :func:`degree_triton` (float32): one Triton kernel per pass. Each program
+  forms one BM×BN tile of the upper triangle in registers (fp32 FMA
   products, no TF32) and reduces it there with atomic adds into the
-  accumulators: nothing of R reaches device memory. Checked on the CPU through
-  Triton's interpreter (``TRITON_INTERPRET=1``).
+  accumulators: nothing of R reaches device memory.
+- :func:`degree_blocks_triton` (float32): row blocks by the BLAS (cuBLAS),
+  each reduced by one Triton kernel that reads it once, overlapped with the
+  next block's GEMM (see ``CUDA_METHOD`` for which one CUDA uses).
+
+The Triton kernels are checked on the CPU through Triton's interpreter
+(``TRITON_INTERPRET=1``).
 """
 
 from __future__ import annotations
@@ -46,9 +51,11 @@ _MAX_TILE_ELEMENTS = {"cpu": 1 << 24, "cuda": 1 << 28}
 # tile, and a boolean mask.
 _TORCH_BYTES_PER_ELEMENT = 3
 # How degree runs on CUDA in float32: "fused" (:func:`degree_triton`) or
-# "blocks" (:func:`degree_blocks_triton`), whichever bench_maps.py measured
-# faster on an H100.
-CUDA_METHOD = "fused"
+# "blocks" (:func:`degree_blocks_triton`). On an H100 (bench_maps.py,
+# P = 204,492, T = 1,200) Triton's fp32 FMA products ran at under half of
+# cuBLAS's rate (2.0 s against 0.95 s for the GEMM floor), so blocks by
+# cuBLAS with a one-read Triton epilogue are faster (1.17 s).
+CUDA_METHOD = "blocks"
 # Uniform bins of the sparsity histogram.
 HISTOGRAM_BINS = 1 << 16
 
@@ -250,34 +257,60 @@ def degree_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, 
 
 
 def degree_blocks_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool,
-                         weighted: bool, block_rows: int, block: int = 64
-                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                         weighted: bool, block_rows: int, block_m: int = 64, block_n: int = 64,
+                         num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`degree_torch` with the GEMM of each row block by the BLAS
     (cuBLAS) into device memory and the epilogue as one Triton kernel that
-    reads the block once (float32 ``u`` on CUDA)."""
+    reads the block once (float32 ``u``).
+
+    On CUDA two block buffers alternate: the epilogue of block k runs on a
+    second stream while the GEMM of block k + 1 runs on the current one.
+    """
     n = u.shape[0]
     k = thresholds.numel()
     thr = thresholds.to(device=u.device, dtype=torch.float32).contiguous()
     counts = torch.zeros((k, n), dtype=torch.int32, device=u.device)
     sums = torch.zeros((k, n) if weighted else (1,), dtype=torch.float64, device=u.device)
-    for r0, r1 in _blocks(n, block_rows):
-        tile = u[r0:r1] @ u[r0:].T
-        grid = (triton.cdiv(r1 - r0, block), triton.cdiv(n - r0, block))
-        _degree_block_kernel[grid](tile, thr, counts, sums, n, r0, r1, n - r0, N_THRESH=k,
-                                   ABSOLUTE=bool(absolute), WEIGHTED=bool(weighted), BM=block,
-                                   BN=block)
-        del tile
+    n_buffers = 2 if u.is_cuda else 1
+    buffers = [torch.empty(min(n, block_rows) * n, dtype=torch.float32, device=u.device)
+               for _ in range(n_buffers)]
+    options = {"num_warps": num_warps} if u.is_cuda else {}
+    main = torch.cuda.current_stream(u.device) if u.is_cuda else None
+    side = torch.cuda.Stream(u.device) if u.is_cuda else None
+    done = [None] * n_buffers
+    for index, (r0, r1) in enumerate(_blocks(n, block_rows)):
+        slot = index % n_buffers
+        if done[slot] is not None:
+            main.wait_event(done[slot])  # the epilogue that read this buffer is over
+        tile = buffers[slot][: (r1 - r0) * (n - r0)].view(r1 - r0, n - r0)
+        torch.mm(u[r0:r1], u[r0:].T, out=tile)
+        grid = (triton.cdiv(r1 - r0, block_m), triton.cdiv(n - r0, block_n))
+        launch = functools.partial(
+            _degree_block_kernel[grid], tile, thr, counts, sums, n, r0, r1, n - r0,
+            N_THRESH=k, ABSOLUTE=bool(absolute), WEIGHTED=bool(weighted), BM=block_m,
+            BN=block_n, **options)
+        if side is None:
+            launch()
+            continue
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            launch()
+            done[slot] = side.record_event()
+    if side is not None:
+        main.wait_stream(side)
+        for buffer in buffers:
+            buffer.record_stream(side)
     return counts.to(torch.int64), (sums if weighted else None)
 
 
 def plan_block_rows_stored(n: int, resident: int, budget: int, *, item: int) -> int:
-    """Rows per block of :func:`degree_blocks_triton` (the block only)."""
+    """Rows per block of :func:`degree_blocks_triton` (its two block buffers)."""
     available = budget - resident
-    if available < n * item:
+    if available < 2 * n * item:
         raise ValueError(f"'memory_limit' is too small for {n} series: at least "
-                         f"{(resident + n * item) / 1e6:.1f} MB are needed; got "
+                         f"{(resident + 2 * n * item) / 1e6:.1f} MB are needed; got "
                          f"{budget / 1e6:.1f} MB.")
-    return int(max(1, min(n, available // (n * item), (1 << 30) // n)))
+    return int(max(1, min(n, available // (2 * n * item), (1 << 30) // n)))
 
 
 # --- histogram and collect (the sparsity passes) ---------------------------
