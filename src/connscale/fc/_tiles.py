@@ -53,8 +53,8 @@ _TORCH_BYTES_PER_ELEMENT = 3
 # How degree runs on CUDA in float32: "fused" (:func:`degree_triton`) or
 # "blocks" (:func:`degree_blocks_triton`). On an H100 (bench_maps.py,
 # P = 204,492, T = 1,200) Triton's fp32 FMA products ran at under half of
-# cuBLAS's rate (2.0 s against 0.95 s for the GEMM floor), so blocks by
-# cuBLAS with a one-read Triton epilogue are faster (1.17 s).
+# cuBLAS's rate (2.0 s against 0.94 s for the GEMM floor), so blocks by
+# cuBLAS with a one-read Triton epilogue, overlapped, are faster (1.12 s).
 CUDA_METHOD = "blocks"
 # Uniform bins of the sparsity histogram.
 HISTOGRAM_BINS = 1 << 16
@@ -257,7 +257,7 @@ def degree_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, 
 
 
 def degree_blocks_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool,
-                         weighted: bool, block_rows: int, block_m: int = 64, block_n: int = 64,
+                         weighted: bool, block_rows: int, block_m: int = 64, block_n: int = 128,
                          num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`degree_torch` with the GEMM of each row block by the BLAS
     (cuBLAS) into device memory and the epilogue as one Triton kernel that
