@@ -21,6 +21,12 @@ from connscale.fc import (
 from connscale.cohort import run_cohort
 from connscale.engines import get_engine
 from connscale.io import load_relmat, load_timeseries
+from connscale.maps import (
+    degree_centrality,
+    eigenvector_centrality,
+    global_correlation,
+    seed_correlation,
+)
 from connscale.networks import R1DL, match_networks, r1dl, spatial_similarity
 from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 
@@ -31,9 +37,12 @@ __all__ = [
     "__version__",
     "correlation",
     "cross_validate",
+    "degree_centrality",
     "dynamic_correlation",
+    "eigenvector_centrality",
     "from_nilearn_vec",
     "get_engine",
+    "global_correlation",
     "life",
     "load_dynamic",
     "load_features",
@@ -46,6 +55,7 @@ __all__ = [
     "pairwise_dfc",
     "r1dl",
     "run_cohort",
+    "seed_correlation",
     "spatial_similarity",
     "to_nilearn_vec",
     "triu_index",

@@ -9,7 +9,7 @@ import sys
 from connscale._version import __version__
 
 # Sub-command modules of connscale.cli; each defines add_parser(subparsers).
-_COMMANDS = ("fc", "dfc", "pairs", "cohort", "bids", "r1dl", "life", "classify", "demo")
+_COMMANDS = ("fc", "dfc", "pairs", "cohort", "bids", "maps", "r1dl", "life", "classify", "demo")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -1,0 +1,380 @@
+"""Correlation tiles consumed where they are formed.
+
+The upper triangle of R = U·Uᵀ (U: N×T normalised series, one row per series)
+is visited tile by tile and each tile is reduced at once by an *epilogue*;
+R itself is never stored. Epilogues:
+
+- degree: for each of several thresholds θ, the entries r > θ (|r| > θ with
+  ``absolute``) of the strict upper triangle are counted, and optionally
+  summed, into per-row and per-column accumulators. A pair (i, j), i < j,
+  counts for both i and j, so every series gets its full degree from the
+  upper triangle alone.
+- histogram: counts of r in uniform bins, and collect: the values of one
+  bin (the two passes that find a global sparsity threshold exactly).
+
+Three implementations of the degree epilogue:
+
+- :func:`degree_torch`: row blocks ``[r0, r1)`` against columns ``[r0, N)``
+  by GEMM, thresholded with torch; any device and dtype. The block is held
+  in memory, sized from the budget.
+- :func:`degree_triton` (float32): one Triton kernel per pass. Each program
+  forms one BM×BN tile of the upper triangle in registers (fp32 FMA
+  products, no TF32) and reduces it there with atomic adds into the
+  accumulators: nothing of R reaches device memory.
+- :func:`degree_blocks_triton` (float32): row blocks by the BLAS (cuBLAS),
+  each reduced by one Triton kernel that reads it once, overlapped with the
+  next block's GEMM (see ``CUDA_METHOD`` for which one CUDA uses).
+
+The Triton kernels are checked on the CPU through Triton's interpreter
+(``TRITON_INTERPRET=1``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+
+try:  # pragma: no cover - exercised on GPU machines and by the interpreter test
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+except ImportError:  # pragma: no cover - CPU machines without triton
+    HAS_TRITON = False
+
+# Row blocks of the torch path hold at most this many tile elements.
+_MAX_TILE_ELEMENTS = {"cpu": 1 << 24, "cuda": 1 << 28}
+# Bytes per tile element in the torch path: the tile, |tile| or the weighted
+# tile, and a boolean mask.
+_TORCH_BYTES_PER_ELEMENT = 3
+# How degree runs on CUDA in float32: "fused" (:func:`degree_triton`) or
+# "blocks" (:func:`degree_blocks_triton`). On an H100 (bench_maps.py,
+# P = 204,492, T = 1,200) Triton's fp32 FMA products ran at under half of
+# cuBLAS's rate (2.0 s against 0.94 s for the GEMM floor), so blocks by
+# cuBLAS with a one-read Triton epilogue, overlapped, are faster (1.12 s).
+CUDA_METHOD = "blocks"
+# Uniform bins of the sparsity histogram.
+HISTOGRAM_BINS = 1 << 16
+
+
+def plan_block_rows(n: int, n_series_bytes: int, budget: int, *, item: int,
+                    device: torch.device) -> int:
+    """Rows per block of the torch path that fit ``budget`` bytes.
+
+    ``n_series_bytes`` is what stays resident (U and the accumulators). Raises
+    a ValueError naming the smallest budget when not even one row fits.
+    """
+    per_row = n * (_TORCH_BYTES_PER_ELEMENT * item + 1)
+    available = budget - n_series_bytes
+    if available < per_row:
+        raise ValueError(
+            f"'memory_limit' is too small for {n} series: at least "
+            f"{(n_series_bytes + per_row) / 1e6:.1f} MB are needed (the normalised series "
+            f"and one row of correlations); got {budget / 1e6:.1f} MB."
+        )
+    cap = _MAX_TILE_ELEMENTS.get(device.type, _MAX_TILE_ELEMENTS["cuda"])
+    return int(max(1, min(n, available // per_row, max(1, cap // n))))
+
+
+def _blocks(n: int, block_rows: int):
+    for r0 in range(0, n, block_rows):
+        yield r0, min(n, r0 + block_rows)
+
+
+def _upper_values(u: torch.Tensor, r0: int, r1: int, absolute: bool):
+    """Block of rows [r0, r1) against columns [r0, N) (|r| with ``absolute``)
+    and the mask of its strict upper triangle's diagonal square."""
+    tile = u[r0:r1] @ u[r0:].T
+    if absolute:
+        tile.abs_()
+    rows = r1 - r0
+    upper = torch.ones((rows, rows), dtype=torch.bool, device=u.device).triu_(1)
+    return tile, upper
+
+
+# --- degree -----------------------------------------------------------------
+
+def degree_torch(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, weighted: bool,
+                 block_rows: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Degree of every series at every threshold, by row blocks in torch.
+
+    Parameters
+    ----------
+    u : torch.Tensor of shape (N, T)
+        Normalised series (rows of constant series all NaN: never counted).
+    thresholds : torch.Tensor of shape (K,)
+        Count r > θ (|r| > θ with ``absolute``).
+    absolute, weighted : bool
+        ``weighted`` also sums the kept r (|r| with ``absolute``).
+    block_rows : int
+        Rows per block (see :func:`plan_block_rows`).
+
+    Returns
+    -------
+    counts : torch.Tensor of shape (K, N), int64
+    sums : torch.Tensor of shape (K, N), float64, or None
+    """
+    n = u.shape[0]
+    k = thresholds.numel()
+    counts = torch.zeros((k, n), dtype=torch.int64, device=u.device)
+    sums = torch.zeros((k, n), dtype=torch.float64, device=u.device) if weighted else None
+    for r0, r1 in _blocks(n, block_rows):
+        tile, upper = _upper_values(u, r0, r1, absolute)
+        for i, theta in enumerate(thresholds.tolist()):
+            keep = tile > theta
+            keep[:, : r1 - r0] &= upper
+            counts[i, r0:r1] += keep.sum(1)
+            counts[i, r0:] += keep.sum(0)
+            if weighted:
+                kept = torch.where(keep, tile, 0)
+                sums[i, r0:r1] += kept.sum(1, dtype=torch.float64)
+                sums[i, r0:] += kept.sum(0, dtype=torch.float64)
+                del kept
+            del keep
+        del tile
+    return counts, sums
+
+
+def triton_usable(u: torch.Tensor) -> bool:
+    """True when :func:`degree_triton` can run on ``u`` (float32 on CUDA, or
+    any float32 CPU tensor under Triton's interpreter)."""
+    if not HAS_TRITON or u.dtype != torch.float32:
+        return False
+    import os
+
+    return u.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
+
+
+if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
+
+    @triton.jit
+    def _degree_epilogue(acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr,
+                         N_THRESH: tl.constexpr, ABSOLUTE: tl.constexpr,
+                         WEIGHTED: tl.constexpr):
+        # Strict upper triangle, inside the matrix; NaN compares False.
+        valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
+        if ABSOLUTE:
+            value = tl.abs(acc)
+        else:
+            value = acc
+        row_ok = rows < n
+        col_ok = cols < n
+        for i in tl.static_range(N_THRESH):
+            theta = tl.load(thr_ptr + i)
+            keep = valid & (value > theta)
+            kept = keep.to(tl.int32)
+            tl.atomic_add(count_ptr + i * n + rows, tl.sum(kept, axis=1), mask=row_ok)
+            tl.atomic_add(count_ptr + i * n + cols, tl.sum(kept, axis=0), mask=col_ok)
+            if WEIGHTED:
+                w = tl.where(keep, value, 0.0)
+                tl.atomic_add(sum_ptr + i * n + rows, tl.sum(w, axis=1).to(tl.float64),
+                              mask=row_ok)
+                tl.atomic_add(sum_ptr + i * n + cols, tl.sum(w, axis=0).to(tl.float64),
+                              mask=col_ok)
+
+    @triton.jit
+    def _degree_kernel(u_ptr, pairs_ptr, thr_ptr, count_ptr, sum_ptr, n, k_padded,
+                       N_THRESH: tl.constexpr, ABSOLUTE: tl.constexpr,
+                       WEIGHTED: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+        pid = tl.program_id(0)
+        bi = tl.load(pairs_ptr + 2 * pid)
+        bj = tl.load(pairs_ptr + 2 * pid + 1)
+        rows = bi * BM + tl.arange(0, BM)
+        cols = bj * BM + tl.arange(0, BM)
+        ks = tl.arange(0, BK)
+        # U is padded with zero rows to a multiple of BM and zero columns to a
+        # multiple of BK: unmasked loads, the padding adds nothing.
+        a_ptrs = u_ptr + rows.to(tl.int64)[:, None] * k_padded + ks[None, :]
+        b_ptrs = u_ptr + cols.to(tl.int64)[:, None] * k_padded + ks[None, :]
+        acc = tl.zeros((BM, BM), dtype=tl.float32)
+        for _ in range(0, k_padded, BK):
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+            acc = tl.dot(a, tl.trans(b), acc, input_precision="ieee")
+            a_ptrs += BK
+            b_ptrs += BK
+        _degree_epilogue(acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr,
+                         N_THRESH, ABSOLUTE, WEIGHTED)
+
+    @triton.jit
+    def _degree_block_kernel(tile_ptr, thr_ptr, count_ptr, sum_ptr, n, r0, r1, n_cols,
+                             N_THRESH: tl.constexpr, ABSOLUTE: tl.constexpr,
+                             WEIGHTED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+        # One BM×BN piece of a stored row block (rows [r0, r1), columns [r0, N)).
+        local_rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        local_cols = tl.program_id(1) * BN + tl.arange(0, BN)
+        rows = r0 + local_rows
+        cols = r0 + local_cols
+        inside = (rows[:, None] < r1) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
+        acc = tl.load(tile_ptr + local_rows.to(tl.int64)[:, None] * n_cols + local_cols[None, :],
+                      mask=inside, other=float("nan"))
+        row_ids = tl.where(rows < r1, rows, n)  # rows past the block: ignored as past N
+        _degree_epilogue(acc, row_ids, cols, n, thr_ptr, count_ptr, sum_ptr,
+                         N_THRESH, ABSOLUTE, WEIGHTED)
+
+
+@functools.lru_cache(maxsize=8)
+def tile_pairs(n_tiles: int, group: int = 8) -> torch.Tensor:
+    """(bi, bj), bi <= bj, of the upper-triangle tiles as a flat int32 table,
+    in groups of ``group`` row tiles swept along the columns (the group's row
+    tiles and each column tile are reused from L2)."""
+    parts = []
+    for g0 in range(0, n_tiles, group):
+        bi = np.arange(g0, min(n_tiles, g0 + group))
+        bj = np.arange(g0, n_tiles)
+        grid_j, grid_i = np.meshgrid(bj, bi, indexing="ij")  # column-major sweep
+        upper = grid_i <= grid_j
+        parts.append(np.stack([grid_i[upper], grid_j[upper]], axis=1))
+    return torch.from_numpy(np.concatenate(parts).astype(np.int32).reshape(-1))
+
+
+def degree_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, weighted: bool,
+                  block: int = 128, block_k: int = 32, num_warps: int = 8,
+                  num_stages: int = 3) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`degree_torch` in one fused Triton kernel (float32 ``u``).
+
+    Only U (padded to whole tiles) and the (K, N) accumulators are allocated.
+    """
+    n, t = u.shape
+    n_tiles = triton.cdiv(n, block)
+    k_padded = triton.cdiv(t, block_k) * block_k
+    padded = torch.zeros((n_tiles * block, k_padded), dtype=torch.float32, device=u.device)
+    padded[:n, :t] = u
+    k = thresholds.numel()
+    thr = thresholds.to(device=u.device, dtype=torch.float32).contiguous()
+    counts = torch.zeros((k, n), dtype=torch.int32, device=u.device)
+    sums = torch.zeros((k, n) if weighted else (1,), dtype=torch.float64, device=u.device)
+    pairs = tile_pairs(n_tiles).to(u.device)
+    grid = (pairs.numel() // 2,)
+    options = {} if not u.is_cuda else {"num_warps": num_warps, "num_stages": num_stages}
+    _degree_kernel[grid](padded, pairs, thr, counts, sums, n, k_padded, N_THRESH=k,
+                         ABSOLUTE=bool(absolute), WEIGHTED=bool(weighted), BM=block,
+                         BK=block_k, **options)
+    return counts.to(torch.int64), (sums if weighted else None)
+
+
+def degree_blocks_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool,
+                         weighted: bool, block_rows: int, block_m: int = 64, block_n: int = 128,
+                         num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`degree_torch` with the GEMM of each row block by the BLAS
+    (cuBLAS) into device memory and the epilogue as one Triton kernel that
+    reads the block once (float32 ``u``).
+
+    On CUDA two block buffers alternate: the epilogue of block k runs on a
+    second stream while the GEMM of block k + 1 runs on the current one.
+    """
+    n = u.shape[0]
+    k = thresholds.numel()
+    thr = thresholds.to(device=u.device, dtype=torch.float32).contiguous()
+    counts = torch.zeros((k, n), dtype=torch.int32, device=u.device)
+    sums = torch.zeros((k, n) if weighted else (1,), dtype=torch.float64, device=u.device)
+    n_buffers = 2 if u.is_cuda else 1
+    buffers = [torch.empty(min(n, block_rows) * n, dtype=torch.float32, device=u.device)
+               for _ in range(n_buffers)]
+    options = {"num_warps": num_warps} if u.is_cuda else {}
+    main = torch.cuda.current_stream(u.device) if u.is_cuda else None
+    side = torch.cuda.Stream(u.device) if u.is_cuda else None
+    done = [None] * n_buffers
+    for index, (r0, r1) in enumerate(_blocks(n, block_rows)):
+        slot = index % n_buffers
+        if done[slot] is not None:
+            main.wait_event(done[slot])  # the epilogue that read this buffer is over
+        tile = buffers[slot][: (r1 - r0) * (n - r0)].view(r1 - r0, n - r0)
+        torch.mm(u[r0:r1], u[r0:].T, out=tile)
+        grid = (triton.cdiv(r1 - r0, block_m), triton.cdiv(n - r0, block_n))
+        launch = functools.partial(
+            _degree_block_kernel[grid], tile, thr, counts, sums, n, r0, r1, n - r0,
+            N_THRESH=k, ABSOLUTE=bool(absolute), WEIGHTED=bool(weighted), BM=block_m,
+            BN=block_n, **options)
+        if side is None:
+            launch()
+            continue
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            launch()
+            done[slot] = side.record_event()
+    if side is not None:
+        main.wait_stream(side)
+        for buffer in buffers:
+            buffer.record_stream(side)
+    return counts.to(torch.int64), (sums if weighted else None)
+
+
+def plan_block_rows_stored(n: int, resident: int, budget: int, *, item: int) -> int:
+    """Rows per block of :func:`degree_blocks_triton` (its two block buffers)."""
+    available = budget - resident
+    if available < 2 * n * item:
+        raise ValueError(f"'memory_limit' is too small for {n} series: at least "
+                         f"{(resident + 2 * n * item) / 1e6:.1f} MB are needed; got "
+                         f"{budget / 1e6:.1f} MB.")
+    return int(max(1, min(n, available // (2 * n * item), (1 << 30) // n)))
+
+
+# --- histogram and collect (the sparsity passes) ---------------------------
+
+def _bin_index(values: torch.Tensor, absolute: bool, n_bins: int) -> torch.Tensor:
+    """Uniform bins on [-1, 1] (on [0, 1] for |r|); out-of-range values clamp."""
+    low, width = (0.0, 1.0) if absolute else (-1.0, 2.0)
+    scaled = (values.double() - low) * (n_bins / width)
+    return scaled.floor_().clamp_(0, n_bins - 1).long()
+
+
+def histogram_torch(u: torch.Tensor, *, absolute: bool, block_rows: int,
+                    n_bins: int = HISTOGRAM_BINS) -> torch.Tensor:
+    """Counts of the upper-triangle r (|r|) in ``n_bins`` uniform bins (int64)."""
+    n = u.shape[0]
+    counts = torch.zeros(n_bins, dtype=torch.int64, device=u.device)
+    for r0, r1 in _blocks(n, block_rows):
+        tile, upper = _upper_values(u, r0, r1, absolute)
+        keep = tile == tile  # finite (not NaN)
+        keep[:, : r1 - r0] &= upper
+        counts += torch.bincount(_bin_index(tile[keep], absolute, n_bins), minlength=n_bins)
+        del tile, keep
+    return counts
+
+
+def collect_bin_torch(u: torch.Tensor, bin_index: int, *, absolute: bool, block_rows: int,
+                      n_bins: int = HISTOGRAM_BINS) -> torch.Tensor:
+    """The upper-triangle values that fall in bin ``bin_index`` (same binning
+    as :func:`histogram_torch`)."""
+    n = u.shape[0]
+    found = []
+    for r0, r1 in _blocks(n, block_rows):
+        tile, upper = _upper_values(u, r0, r1, absolute)
+        keep = tile == tile
+        keep[:, : r1 - r0] &= upper
+        values = tile[keep]
+        found.append(values[_bin_index(values, absolute, n_bins) == bin_index])
+        del tile, keep, values
+    return torch.cat(found)
+
+
+def top_threshold(u: torch.Tensor, n_kept: list[int], *, absolute: bool,
+                  block_rows: int) -> list[float]:
+    """For each k in ``n_kept``: the k-th largest upper-triangle r (|r|), exactly.
+
+    One histogram pass finds the bin of each k-th value; one more pass per
+    distinct bin collects that bin's values and selects in it.
+    """
+    hist = histogram_torch(u, absolute=absolute, block_rows=block_rows)
+    above = torch.flip(torch.cumsum(torch.flip(hist, [0]), 0), [0])  # count in bins >= b
+    found = {}
+    result = []
+    for k in n_kept:
+        b = int(torch.nonzero(above >= k).max())
+        higher = int(above[b + 1]) if b + 1 < hist.numel() else 0
+        if b not in found:
+            found[b] = torch.sort(collect_bin_torch(u, b, absolute=absolute,
+                                                    block_rows=block_rows),
+                                  descending=True).values
+        result.append(float(found[b][k - higher - 1]))
+    return result
+
+
+def below(value: float, dtype: torch.dtype) -> float:
+    """The largest ``dtype`` number below ``value``: r > below(θ) <=> r >= θ."""
+    t = torch.tensor(value, dtype=dtype)
+    return float(torch.nextafter(t, torch.tensor(-math.inf, dtype=dtype)))

@@ -1,0 +1,13 @@
+"""Voxel-wise connectivity maps computed without storing the correlation
+matrix: degree and eigenvector centrality, global and seed correlation."""
+
+from connscale.maps.correlation_maps import global_correlation, seed_correlation
+from connscale.maps.degree import degree_centrality
+from connscale.maps.ecm import eigenvector_centrality
+
+__all__ = [
+    "degree_centrality",
+    "eigenvector_centrality",
+    "global_correlation",
+    "seed_correlation",
+]

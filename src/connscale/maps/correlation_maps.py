@@ -1,0 +1,116 @@
+"""Matrix-free correlation maps: global correlation and seed correlation
+(AFNI's ``3dTcorrMap -Mean`` and ``3dTcorr1D``, nilearn's seed-based maps)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from connscale._docs import fill_doc
+from connscale._validation import check_timeseries
+from connscale.fc.normalize import normalize_series
+from connscale.maps._prepare import as_map, normalized_series
+
+
+@fill_doc
+def global_correlation(timeseries, *, device: str = "auto", dtype: str = "float32") -> np.ndarray:
+    """Each series' mean correlation with all other series, matrix-free.
+
+    With U the normalised series and s = Σⱼ uⱼ, the map is
+    (uᵢ·s − 1) / (N − 1): O(N·T), no N×N matrix.
+
+    Parameters
+    ----------
+    %(timeseries)s
+    %(device)s
+    %(dtype)s
+
+    Returns
+    -------
+    ndarray of shape (n_series,), float64
+        NaN for constant series, which are also left out of the others' means.
+
+    Examples
+    --------
+    >>> import numpy as np, connscale
+    >>> x = np.random.default_rng(0).standard_normal((100, 5))
+    >>> g = connscale.global_correlation(x, device="cpu")
+    >>> r = np.corrcoef(x.T)
+    >>> bool(np.allclose(g, (r.sum(1) - 1) / 4, atol=1e-6))
+    True
+    """
+    u, constant = normalized_series(timeseries, device=device, dtype=dtype)
+    with torch.no_grad():
+        z = torch.where(constant[:, None], torch.zeros((), dtype=u.dtype, device=u.device), u)
+        m = u.shape[0] - int(constant.sum())
+        if m < 2:
+            raise ValueError(f"global_correlation needs at least 2 non-constant series; got {m}.")
+        total = z.sum(0, dtype=torch.float64)
+        g = (z.double() @ total - 1.0) / (m - 1)
+    return as_map(g, constant)
+
+
+@fill_doc
+def seed_correlation(
+    timeseries,
+    seeds,
+    *,
+    img=None,
+    radius: float | None = None,
+    fisher_z: bool = False,
+    device: str = "auto",
+    dtype: str = "float32",
+) -> np.ndarray:
+    """Correlation of every series with one or several seeds.
+
+    Parameters
+    ----------
+    %(timeseries)s
+    seeds : array-like, or coordinates / mask image when ``img`` is given
+        Without ``img``: seed time series, of shape (n_timepoints,) or
+        (n_timepoints, n_seeds). With ``img`` (the 4-D image the series came
+        from): a list of (x, y, z) world coordinates in mm (a sphere of
+        ``radius`` around each, through ``nilearn.maskers.NiftiSpheresMasker``)
+        or a 3-D binary mask image (its mean series, through
+        ``NiftiMasker``), extracted without cleaning as
+        :func:`connscale.io.load_masked` does by default.
+    img : NIfTI image, path or None
+    radius : float or None
+        Sphere radius in mm for coordinate seeds (None: the single voxel).
+    fisher_z : bool, default=False
+        Return Fisher's z = arctanh(r) (infinite where r = ±1, e.g. a seed
+        voxel with itself).
+    %(device)s
+    %(dtype)s
+
+    Returns
+    -------
+    ndarray of shape (n_seeds, n_series), float64
+        NaN for constant series (and for every series if a seed is constant).
+
+    Examples
+    --------
+    >>> import numpy as np, connscale
+    >>> x = np.random.default_rng(0).standard_normal((100, 5))
+    >>> connscale.seed_correlation(x, x[:, 0], device="cpu").shape
+    (1, 5)
+    """
+    if img is not None:
+        from connscale.maps.seeds import seed_timeseries
+
+        seeds = seed_timeseries(img, seeds, radius=radius)
+    seed_array = np.asarray(seeds)
+    if seed_array.ndim == 1:
+        seed_array = seed_array[:, None]
+    seed_array = check_timeseries(seed_array, name="seeds")
+    u, constant = normalized_series(timeseries, device=device, dtype=dtype)
+    if seed_array.shape[0] != u.shape[1]:
+        raise ValueError(f"'seeds' must have one row per time point ({u.shape[1]}); got "
+                         f"{seed_array.shape[0]}.")
+    with torch.no_grad():
+        v, _ = normalize_series(torch.from_numpy(np.ascontiguousarray(seed_array)).to(u.device),
+                                dtype=u.dtype)
+        r = v @ u.T
+        if fisher_z:
+            r = torch.arctanh(r.double())
+    return as_map(r, constant)

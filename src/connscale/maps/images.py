@@ -1,0 +1,55 @@
+"""Maps as NIfTI images named after BIDS derivatives (XCP-D's
+``<source>_stat-<stat>_boldmap.nii.gz``), with JSON sidecars, written
+atomically. nibabel is imported here only."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from pathlib import Path
+
+from connscale._version import __version__
+from connscale.io._atomic import atomic_path, write_json_atomic
+
+
+def threshold_label(value: float, prefix: str = "r") -> str:
+    """A BIDS label for a threshold: 0.25 gives 'r025', 0.5 'r05', 0.01 'r001'."""
+    text = f"{value:.6g}".replace("-", "neg").replace(".", "")
+    return re.sub(r"[^A-Za-z0-9]", "", prefix + text)
+
+
+def map_path(out_dir, source: str, stat: str, *, desc: str | None = None,
+             seg: str | None = None) -> Path:
+    """``<out_dir>/<source>[_seg-<seg>]_stat-<stat>[_desc-<desc>]_boldmap.nii.gz``."""
+    stem = source if seg is None else f"{source}_seg-{seg}"
+    stem += f"_stat-{stat}"
+    if desc:
+        stem += f"_desc-{desc}"
+    return Path(out_dir) / f"{stem}_boldmap.nii.gz"
+
+
+def map_sidecar(measure: str, description: str, *, n_nodes: int, source=None,
+                **parameters) -> dict:
+    """The JSON sidecar of a map (keys after ECOSYSTEM.md's relmat sidecars)."""
+    return {
+        "Measure": measure,
+        "MeasureDescription": description,
+        **parameters,
+        "NumberOfNodes": int(n_nodes),
+        "Sources": [] if source is None else [str(source)],
+        "Code": f"connscale {__version__}",
+    }
+
+
+def write_map(path, img, metadata: dict) -> tuple[Path, Path]:
+    """Write ``img`` (gzipped NIfTI) and its sidecar beside it, atomically.
+
+    Returns the image's and the sidecar's paths.
+    """
+    path = Path(path)
+    if not path.name.endswith(".nii.gz"):
+        raise ValueError(f"Maps are written as .nii.gz; got {path.name}.")
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(gzip.compress(img.to_bytes(), compresslevel=6))
+    sidecar = path.with_name(path.name[: -len(".nii.gz")] + ".json")
+    return path, write_json_atomic(sidecar, metadata)
