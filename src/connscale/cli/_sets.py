@@ -20,8 +20,8 @@ from connscale.io._fingerprint import run_fingerprint
 logger = logging.getLogger("connscale")
 
 # Arguments that do not change a result: where it goes, how much is said,
-# whether to wait for another run.
-_NOT_PARAMETERS = ("func", "out", "verbose", "wait")
+# whether to wait for another run, how often to checkpoint.
+_NOT_PARAMETERS = ("func", "out", "verbose", "wait", "checkpoint_every")
 
 
 def add_wait_argument(parser: argparse.ArgumentParser) -> None:
