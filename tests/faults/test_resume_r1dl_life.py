@@ -74,7 +74,7 @@ def _one_thread():
 def _cli(argv, tmp_path, name):
     """Run ``python -m connscale argv`` to the end; return (rc, stderr)."""
     with open(tmp_path / f"{name}.err", "w+") as err:
-        rc = subprocess.run([sys.executable, "-m", "connscale", *argv], env=ENV,
+        rc = subprocess.run([sys.executable, "-m", "connscale", *argv], env=ENV, check=False,
                             stdout=subprocess.DEVNULL, stderr=err, timeout=300).returncode
         err.seek(0)
         return rc, err.read()
@@ -82,10 +82,9 @@ def _cli(argv, tmp_path, name):
 
 def _start_stopping(argv, stop_at: int, tmp_path, name) -> subprocess.Popen:
     """Start the CLI and return once it has stopped at its checkpoint."""
-    err = open(tmp_path / f"{name}.err", "w")
-    proc = subprocess.Popen([sys.executable, "-c", _STOPPING_CLI, str(stop_at), *argv], env=ENV,
-                            stdout=subprocess.DEVNULL, stderr=err)
-    err.close()
+    with open(tmp_path / f"{name}.err", "w") as err:
+        proc = subprocess.Popen([sys.executable, "-c", _STOPPING_CLI, str(stop_at), *argv],
+                                env=ENV, stdout=subprocess.DEVNULL, stderr=err)
     _, status = os.waitpid(proc.pid, os.WUNTRACED)
     if not os.WIFSTOPPED(status):
         proc.returncode = 0  # reaped above

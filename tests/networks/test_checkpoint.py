@@ -35,7 +35,7 @@ def test_resume_after_an_atom_gives_the_uninterrupted_result(planted, tmp_path, 
                                                               storage):
     S = planted[0][:, :600]
     np.save(tmp_path / "S.npy", S)
-    kw = dict(random_state=5, device="cpu", n_init=2, storage=storage, block_size=128)
+    kw = {"random_state": 5, "device": "cpu", "n_init": 2, "storage": storage, "block_size": 128}
     ref = r1dl_module.r1dl(str(tmp_path / "S.npy"), 5, 30, **kw)
     assert ref.info["resumed_atoms"] == 0
     save = _interrupt_after(monkeypatch, 3)

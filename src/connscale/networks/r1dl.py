@@ -37,7 +37,11 @@ from connscale._compute.device import (
 from connscale._compute.memory import available_host_memory, format_bytes, memory_budget
 from connscale._docs import fill_doc
 from connscale._validation import check_int, check_option, check_random_state
-from connscale.io._fingerprint import array_fingerprint, file_fingerprint, run_fingerprint
+from connscale.io._fingerprint import (
+    array_fingerprint,
+    file_fingerprint,
+    run_fingerprint,
+)
 from connscale.networks import _blocks, _triton_r1dl
 from connscale.networks._checkpoint import AtomCheckpoint
 from connscale.networks._operators import (
