@@ -5,7 +5,7 @@ A checkpoint is a folder with one small file per learned atom,
 (indices and values, exactly as the driver committed them), its update count
 and convergence flag, the random generator's state after it, and the run's
 key (the digest of the data's fingerprint and the parameters that shape the
-atoms). Each file is written whole under a temporary name, then renamed, so
+atoms; ``run.json`` beside them records that fingerprint in full). Each file is written whole under a temporary name, then renamed, so
 a kill leaves whole atoms only; a file that cannot be read back (a torn
 write after a power loss) ends the resumable prefix, and the atoms after it
 are learned again.
@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale.io._atomic import write_json_atomic
+
 __all__ = ["AtomCheckpoint"]
 
 logger = logging.getLogger("connscale")
@@ -43,14 +45,15 @@ class AtomCheckpoint:
     ----------
     folder : path
         Where the atom files live (created).
-    key : str
-        Digest of the run (data fingerprint and parameters); atom files with
-        another key are never resumed from.
+    fingerprint : dict
+        :func:`connscale.io._fingerprint.run_fingerprint` of the data and the
+        parameters; atom files of another ``digest`` are never resumed from.
     """
 
-    def __init__(self, folder: str | os.PathLike, key: str) -> None:
+    def __init__(self, folder: str | os.PathLike, fingerprint: dict) -> None:
         self.folder = Path(folder)
-        self.key = str(key)
+        self.fingerprint = fingerprint
+        self.key = str(fingerprint["digest"])
         self.resumed_atoms = 0
 
     def _file(self, k: int) -> Path:
@@ -104,6 +107,8 @@ class AtomCheckpoint:
         docstring); an fsync per atom would cost more than a fast atom.
         """
         self.folder.mkdir(parents=True, exist_ok=True)
+        if k == self.resumed_atoms:
+            write_json_atomic(self.folder / "run.json", self.fingerprint)
         file = self._file(k)
         fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".tmp", dir=self.folder)
         try:

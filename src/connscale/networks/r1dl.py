@@ -306,8 +306,8 @@ def _atom_checkpoint(folder, source, rng, random_state, **parameters) -> AtomChe
         data = {"array": array_fingerprint(np.asarray(source.data))}
     if not (random_state is None or isinstance(random_state, Integral)):
         random_state = {"generator_state": rng.bit_generator.state}  # its state at the start
-    key = run_fingerprint([data], {**parameters, "random_state": random_state})["digest"]
-    return AtomCheckpoint(folder, key)
+    return AtomCheckpoint(folder, run_fingerprint([data], {**parameters,
+                                                        "random_state": random_state}))
 
 
 def _make_engine(backend, cluster):
