@@ -1,4 +1,15 @@
-"""``connscale life``: LiFE / ReAl-LiFE streamline weights of a tractogram."""
+"""``connscale life``: LiFE / ReAl-LiFE streamline weights of a tractogram.
+
+The outputs of a run (weights, pruned tractogram, RMSE map, connectome, λ
+sweep table, figures, log) are published together with a manifest
+``<source>_life_manifest.json`` (:class:`connscale.io._publish.OutputSet`):
+written in the hidden ``.<source>_life.staging/`` folder under a lock on the
+output (a second run fails naming the first's pid, or waits with
+``--wait``), then moved into ``--out``. The solver's state is checkpointed
+there every ``--checkpoint-every`` iterations, so a killed run resumes; a
+re-run over a published set of the same input contents and parameters does
+nothing, and a changed input is computed again.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +24,7 @@ from connscale.cli._common import (
     configure_logging,
     logger,
 )
+from connscale.cli._sets import add_wait_argument, command_fingerprint, publish
 
 
 def _floats(text: str) -> list[float]:
@@ -64,16 +76,61 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--formulation", choices=["encode", "dipy"], default="encode",
                         help="ENCODE's model or dipy's / LiFE 1.0's.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the random steps.")
+    parser.add_argument("--checkpoint-every", type=int, default=50, metavar="N",
+                        help="Solver iterations between checkpoints of its state (kept in the "
+                             "output folder until the outputs are published; a killed run "
+                             "resumes from the last one).")
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    add_wait_argument(parser)
     add_compute_arguments(parser)
     parser.set_defaults(func=run)
     return parser
 
 
+_INPUTS = (("dwi", "dMRI"), ("bvals", "b-values"), ("bvecs", "b-vectors"),
+           ("tractogram", "Tractogram"), ("mask", "mask"), ("labels", "labels"),
+           ("repeat", "repeat dMRI"))
+
+
+def _check_arguments(args) -> list[Path]:
+    """Check the numbers and that every input file exists (before the output
+    is locked and the inputs fingerprinted); return the input files."""
+    if args.iters < 1:
+        raise ValueError(f"--iters must be at least 1; got {args.iters}.")
+    if args.lam < 0 or (args.lam_sweep and min(args.lam_sweep) < 0):
+        raise ValueError("λ must be ≥ 0.")
+    if args.checkpoint_every < 1:
+        raise ValueError(f"--checkpoint-every must be at least 1; got {args.checkpoint_every}.")
+    inputs = []
+    for name, what in _INPUTS:
+        path = getattr(args, name)
+        if path is not None:
+            if not path.is_file():
+                raise FileNotFoundError(f"{what} file not found: '{path}'.")
+            inputs.append(path)
+    return inputs
+
+
 def run(args) -> int:
+    from connscale.io._publish import OutputSet
+    from connscale.io.relmat import source_entities
+
+    configure_logging(args.verbose)
+    inputs = _check_arguments(args)
+    source = source_entities(args.dwi)
+    with OutputSet(args.out, f"{source}_life", command="life",
+                   fingerprint=command_fingerprint(args, inputs), wait=args.wait) as outputs:
+        if outputs.complete():
+            print(f"connscale life: {args.out} already holds this run's complete output (same "
+                  "input contents and parameters); nothing to do.")
+            return 0
+        return _run(args, outputs, source)
+
+
+def _run(args, outputs, source: str) -> int:
     from connscale import life
-    from connscale._compute import resolve_device
-    from connscale.io.relmat import source_entities, write_dataset_description
+    from connscale._compute import parse_memory, resolve_device
+    from connscale.io.relmat import write_dataset_description
     from connscale.life.api import check_space, load_dwi, load_gradients, load_volume
     from connscale.life.encode import build_model
     from connscale.life.evaluate import cross_validated_rmse, lambda_sweep, split_rmse
@@ -85,24 +142,24 @@ def run(args) -> int:
     )
     from connscale.life.streamlines import load_streamlines
 
-    configure_logging(args.verbose)
-    if args.iters < 1:
-        raise ValueError(f"--iters must be at least 1; got {args.iters}.")
-    if args.lam < 0 or (args.lam_sweep and min(args.lam_sweep) < 0):
-        raise ValueError("λ must be ≥ 0.")
     sphere = args.sphere
     if sphere is not None and sphere.isdigit():
         sphere = int(sphere)
     tol = args.tol if args.tol > 0 else None
     # --memory-limit bounds the chunks of the model build and of the products.
-    from connscale._compute import parse_memory
-
     limit = parse_memory(args.memory_limit)
     chunk_points = (1 << 23) if limit is None else max(1 << 12, limit // 256)
     ops = None if limit is None else {"chunk_size": max(1 << 12, limit // 64)}
+    # Every solve of the run keeps its state in the staging folder (one file per problem).
+    saving = {"checkpoint": outputs.staging / "life_checkpoint",
+              "checkpoint_every": args.checkpoint_every}
     record = RunRecord("life", args.out, vars(args))
     record.device = str(resolve_device(args.device))
-    source = source_entities(args.dwi)
+
+    def write(name: str) -> Path:
+        record.add_output(args.out / name)
+        return outputs.path(name)
+
     with record.timer("load"):
         data, affine, _ = load_dwi(args.dwi)
         bvals, bvecs = load_gradients(args.bvals, args.bvecs)
@@ -110,6 +167,9 @@ def run(args) -> int:
         streamlines = load_streamlines(args.tractogram)
         check_space(streamlines, data.shape[:3], affine)
         repeat = load_dwi(args.repeat, affine=affine)[0] if args.repeat is not None else None
+    # Weights (.npy and text), the pruned tractogram, the RMSE map, figures, logs.
+    outputs.check_space(40 * len(streamlines) + args.tractogram.stat().st_size
+                        + 4 * int(np.prod(data.shape[:3])) + 4 * 1024**2, what="the LiFE outputs")
     with record.timer("build"):
         model = build_model(data, bvals, bvecs, streamlines, affine=affine, mask=mask, sphere=sphere,
                             formulation=args.formulation, device=args.device, dtype=args.dtype,
@@ -128,69 +188,62 @@ def run(args) -> int:
         with record.timer("lambda_sweep"):
             sweep_rows = lambda_sweep(model, args.lam_sweep, data_repeat=repeat, n_iter=args.iters,
                                       tol=tol, random_state=args.seed, verbose=args.verbose,
-                                      operator_options=ops)
+                                      operator_options=ops, **saving)
         best = min(sweep_rows, key=lambda r: r["cv_rmse_median"])
         fit = best["fit"]
         record.results["lambda_sweep"] = [{k: v for k, v in r.items() if k != "fit"} for r in sweep_rows]
         record.results["lambda_selected"] = best["lam"]
-        path = args.out / f"{source}_desc-lambdasweep_table.tsv"
-        from connscale.io._atomic import write_text_atomic
-
         lines = ["lambda\tweight_sum\tn_nonzero\tcv_rmse_median\trmse_median\tobjective\tn_iter"]
         lines += [f"{r['lam']:.9g}\t{r['weight_sum']:.9g}\t{r['n_nonzero']}\t{r['cv_rmse_median']:.9g}\t"
                   f"{r['rmse_median']:.9g}\t{r['objective']:.9g}\t{r['n_iter']}" for r in sweep_rows]
-        record.add_output(write_text_atomic(path, "\n".join(lines) + "\n"))
+        write(f"{source}_desc-lambdasweep_table.tsv").write_text("\n".join(lines) + "\n")
     else:
         with record.timer("solve"):
             fit = life.solve(model, lam=args.lam, n_iter=args.iters, tol=tol, verbose=args.verbose,
-                             operator_options=ops)
+                             operator_options=ops, **saving)
         with record.timer("cross_validation"):
             if repeat is not None:
                 cv = cross_validated_rmse(model, fit.weights_kept, repeat)["rmse"]
             else:
                 cv = split_rmse(model, lam=args.lam, n_iter=args.iters, tol=tol, random_state=args.seed,
-                                operator_options=ops)
+                                operator_options=ops, **saving)
         record.results["cv_rmse_median"] = float(np.median(cv))
     fit.streamlines = streamlines
     w = fit.weights
     record.results.update({
         "lambda": fit.lam, "n_iter": fit.n_iter, "stop_reason": fit.stop_reason,
+        "resumed_from_iteration": fit.resumed_from,
         "objective_final": float(fit.objective[-1]), "objective_history": [float(x) for x in fit.objective],
         "weight_sum": float(w.sum()), "n_nonzero": int((w > 0).sum()),
         "rmse_median": float(np.median(fit.voxel_rmse)),
     })
 
     with record.timer("write"):
-        record.add_output(save_weights(w, args.out / f"{source}_desc-life_weights.npy"))
-        record.add_output(save_weights(w, args.out / f"{source}_desc-life_weights.tsv"))
+        save_weights(w, write(f"{source}_desc-life_weights.npy"))
+        save_weights(w, write(f"{source}_desc-life_weights.tsv"))
         ext = args.tractogram.suffix.lower()
-        record.add_output(save_pruned_tractogram(
-            streamlines, w, args.out / f"{source}_desc-pruned_tractogram{ext}",
-            reference_affine=affine, reference_shape=data.shape[:3]))
+        save_pruned_tractogram(streamlines, w, write(f"{source}_desc-pruned_tractogram{ext}"),
+                               reference_affine=affine, reference_shape=data.shape[:3])
         import gzip
 
-        from connscale.io._atomic import atomic_path
-
-        rmse_path = args.out / f"{source}_desc-life_rmse.nii.gz"
-        with atomic_path(rmse_path) as tmp:
-            tmp.write_bytes(gzip.compress(fit.rmse_image().to_bytes()))
-        record.add_output(rmse_path)
+        write(f"{source}_desc-life_rmse.nii.gz").write_bytes(gzip.compress(fit.rmse_image().to_bytes()))
         if args.labels is not None:
             labels, labels_affine = load_volume(args.labels, "labels")
             if labels_affine is None:
                 labels_affine = affine
             matrix, regions = connectome(streamlines, w, labels, labels_affine, measure=args.measure,
                                          fit=fit, random_state=args.seed)
-            for p in write_relmat(matrix, regions, args.out, source, measure=args.measure,
+            for p in write_relmat(matrix, regions, outputs.staging, source, measure=args.measure,
                                   metadata={"Sources": [str(args.dwi), str(args.tractogram)],
                                             "Lambda": fit.lam}):
-                record.add_output(p)
+                write(p.name)
             record.results["n_regions"] = len(regions)
         write_dataset_description(args.out)
     with record.timer("figures"):
-        for p in _figures(fit, args.out, source, sweep_rows):
-            record.add_figure(p)
-    log = record.finish(f"{source}_life")
+        for p in _figures(fit, outputs.staging, source, sweep_rows):
+            outputs.path(p.name)
+            record.add_figure(args.out / p.name)
+    log = publish(outputs, record, f"{source}_life")
     print(f"connscale life: {model.n_fibres}/{model.n_streamlines} streamlines in {model.n_voxels} voxels, "
           f"λ={fit.lam:g}, {fit.n_iter} iterations ({fit.stop_reason}) on {record.device}; "
           f"{int((w > 0).sum())} kept, median RMSE {np.median(fit.voxel_rmse):.4g}")

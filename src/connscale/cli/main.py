@@ -7,6 +7,7 @@ import importlib
 import sys
 
 from connscale._version import __version__
+from connscale.io._lock import OutputLockedError
 
 # Sub-command modules of connscale.cli; each defines add_parser(subparsers).
 _COMMANDS = ("fc", "dfc", "pairs", "cohort", "bids", "maps", "r1dl", "life", "classify", "demo")
@@ -53,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code if isinstance(exc.code, int) else 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, OSError) as exc:
-        # Bad input: a clear message on one line, no traceback (use -vv for one).
+    except (ValueError, FileNotFoundError, OSError, OutputLockedError) as exc:
+        # Bad input, or an output another run is writing: a clear message,
+        # no traceback (use -vv for one).
         if getattr(args, "verbose", 0) >= 2:
             raise
         message = " ".join(str(exc).split()) or type(exc).__name__

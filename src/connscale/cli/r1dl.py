@@ -8,10 +8,17 @@ a T x P matrix as ``.npy`` (memory-mapped) or TSV/CSV. Outputs in ``--out``:
 * ``r1dl_timecourses.tsv`` (T x K);
 * ``r1dl_iterations.tsv`` and ``r1dl_iterations.json`` (updates per atom);
 * ``r1dl_networks.png``, a figure of the first networks;
-* ``r1dl_log.json``, the run record.
+* ``r1dl_log.json``, the run record;
+* ``r1dl_manifest.json``, the set's manifest (each file's size and SHA-256,
+  the fingerprint of the input and the parameters), written last.
 
-A re-run with the same parameters and an unchanged input over a complete
-output folder does nothing.
+The files are published together (:class:`connscale.io._publish.OutputSet`):
+a run writes them in the hidden ``.r1dl.staging/`` folder under a lock on the
+output (a second run fails naming the first's pid, or waits with ``--wait``)
+and moves them into ``--out`` when all are written. Every learned atom is
+checkpointed there, so a killed run resumes from its last finished atom. A
+re-run over a published set of the same input content and parameters does
+nothing; a changed input is computed again.
 """
 
 from __future__ import annotations
@@ -19,17 +26,19 @@ from __future__ import annotations
 import argparse
 import gzip
 import io
+import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
 from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging
-from connscale.io._atomic import atomic_path, write_json_atomic, write_text_atomic
+from connscale.cli._sets import add_wait_argument, command_fingerprint, publish
 
 logger = logging.getLogger("connscale")
 
 _N_FIGURE = 4
+_TABLE_SUFFIXES = (".npy", ".tsv", ".csv", ".txt")
 
 
 def _sparsity(text: str):
@@ -77,6 +86,7 @@ def add_parser(subparsers) -> None:
                              "('device'), pinned host memory streamed over PCIe ('host'), or "
                              "re-read from the input every pass ('file'); 'auto' takes the "
                              "first that fits.")
+    add_wait_argument(parser)
     add_compute_arguments(parser)
     parser.set_defaults(func=run)
 
@@ -87,56 +97,43 @@ def _load_input(args):
     from connscale.io.timeseries import load_timeseries
 
     path = args.input
-    if not path.exists():
-        raise FileNotFoundError(f"input not found: {path}")
     if is_nifti(path):
         from nilearn.image import mean_img
 
         S, masker = load_masked(path, mask=args.mask)
         return S, masker, mean_img(str(path))
-    if args.mask is not None:
-        raise ValueError(f"--mask applies to NIfTI input only; got {path.name}.")
-    suffix = path.suffix.lower()
-    if suffix == ".npy":
+    if path.suffix.lower() == ".npy":
         return str(path), None, None  # memory-mapped by r1dl, never loaded whole
-    if suffix in (".tsv", ".csv", ".txt"):
-        return load_timeseries(path)[0], None, None
-    raise ValueError(
-        f"INPUT must be a 4-D NIfTI (.nii/.nii.gz) or a T x P .npy, .tsv or .csv file; "
-        f"got {path.name}."
-    )
+    return load_timeseries(path)[0], None, None  # .tsv, .csv, .txt (_check_inputs)
 
 
-def _write_outputs(args, record: RunRecord, result, masker) -> None:
+def _write_outputs(args, record: RunRecord, result, masker, outputs) -> None:
     import scipy.sparse as sp
 
-    out = args.out
+    def write(name: str) -> Path:
+        record.add_output(args.out / name)
+        return outputs.path(name)
+
     K = result.dictionary.shape[1]
     names = [f"network_{k:03d}" for k in range(K)]
 
-    npz = out / "r1dl_loadings.npz"
-    with atomic_path(npz) as tmp, open(tmp, "wb") as fh:
+    with open(write("r1dl_loadings.npz"), "wb") as fh:
         sp.save_npz(fh, result.loadings)
-    record.add_output(npz)
 
     if masker is not None:
         maps = masker.inverse_transform(result.loadings.toarray())
-        nii = out / "r1dl_maps.nii.gz"
-        with atomic_path(nii) as tmp:
-            tmp.write_bytes(gzip.compress(maps.to_bytes(), compresslevel=6))
-        record.add_output(nii)
+        write("r1dl_maps.nii.gz").write_bytes(gzip.compress(maps.to_bytes(), compresslevel=6))
 
     buf = io.StringIO()
     np.savetxt(buf, result.dictionary, delimiter="\t", header="\t".join(names),
                comments="", fmt="%.8g")
-    tc = write_text_atomic(out / "r1dl_timecourses.tsv", buf.getvalue())
-    record.add_output(tc)
+    write("r1dl_timecourses.tsv").write_text(buf.getvalue())
 
     nnz = np.diff(result.loadings.indptr)
     lines = ["network\tn_iter\tconverged\tn_voxels"]
     lines += [f"{names[k]}\t{result.n_iter[k]}\t{str(bool(result.converged[k])).lower()}\t"
               f"{nnz[k]}" for k in range(K)]
-    it_tsv = write_text_atomic(out / "r1dl_iterations.tsv", "\n".join(lines) + "\n")
+    write("r1dl_iterations.tsv").write_text("\n".join(lines) + "\n")
     summary = {
         "n_atoms": K,
         "sparsity": result.sparsity,
@@ -145,15 +142,13 @@ def _write_outputs(args, record: RunRecord, result, masker) -> None:
         "converged": result.converged.tolist(),
         "info": result.info,
     }
-    it_json = write_json_atomic(out / "r1dl_iterations.json", summary)
-    record.add_output(it_tsv)
-    record.add_output(it_json)
+    write("r1dl_iterations.json").write_text(json.dumps(summary, indent=2) + "\n")
     record.results.update({k: summary[k] for k in ("n_atoms", "sparsity", "mean_iterations")})
     record.results["n_converged"] = int(result.converged.sum())
     record.results.update({f"info_{k}": v for k, v in result.info.items()})
 
 
-def _figure(args, record: RunRecord, result, masker, background) -> None:
+def _figure(args, record: RunRecord, result, masker, background, outputs) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -184,65 +179,80 @@ def _figure(args, record: RunRecord, result, masker, background) -> None:
     axes[0][0].set_title("time course")
     axes[0][1].set_title("spatial map")
     fig.subplots_adjust(left=0.07, right=0.98, top=0.93, bottom=0.08, hspace=0.35, wspace=0.12)
-    path = args.out / "r1dl_networks.png"
-    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+    with open(outputs.path("r1dl_networks.png"), "wb") as fh:
         fig.savefig(fh, format="png", dpi=90)
     plt.close(fig)
-    record.add_figure(path)
+    record.add_figure(args.out / "r1dl_networks.png")
 
 
-def _input_stamp(path: Path) -> str:
-    stat = path.stat()
-    return f"{stat.st_size}:{stat.st_mtime_ns}"
+def _check_inputs(args) -> None:
+    """The input and mask exist and are of a kind r1dl reads (checked before
+    the output is locked and the inputs fingerprinted)."""
+    from connscale.io.nifti import is_nifti
+
+    if not args.input.exists():
+        raise FileNotFoundError(f"input not found: {args.input}")
+    if not is_nifti(args.input) and args.input.suffix.lower() not in _TABLE_SUFFIXES:
+        raise ValueError(
+            f"INPUT must be a 4-D NIfTI (.nii/.nii.gz) or a T x P .npy, .tsv or .csv file; "
+            f"got {args.input.name}."
+        )
+    if args.mask is not None:
+        if not is_nifti(args.input):
+            raise ValueError(f"--mask applies to NIfTI input only; got {args.input.name}.")
+        if not args.mask.exists():
+            raise FileNotFoundError(f"mask not found: {args.mask}")
 
 
-def _already_complete(out: Path, parameters: dict) -> bool:
-    """True when ``out`` holds a finished run with these parameters and input."""
-    import json
+def _check_space(args, outputs, S) -> None:
+    """Fail before learning when the output folder cannot take the result:
+    loadings (and their maps, mostly zeros once compressed), time courses as
+    text, a figure and the logs."""
+    from connscale.networks.r1dl import _resolve_sparsity
 
-    log_path = out / "r1dl_log.json"
-    if not log_path.exists():
-        return False
-    try:
-        log = json.loads(log_path.read_text())
-    except (OSError, ValueError):
-        return False
-    ignore = {"verbose"}
-    old = {k: v for k, v in log.get("parameters", {}).items() if k not in ignore}
-    new = {k: (str(v) if isinstance(v, Path) else v) for k, v in parameters.items()
-           if k not in ignore}
-    outputs = log.get("outputs", []) + log.get("figures", [])
-    return old == new and bool(outputs) and all(Path(p).exists() for p in outputs)
+    shape = np.load(S, mmap_mode="r").shape if isinstance(S, str) else np.shape(S)
+    if len(shape) != 2:
+        return  # r1dl says what is wrong with it
+    r = _resolve_sparsity(args.sparsity, shape[1])
+    nbytes = 2 * 12 * args.atoms * r + 16 * shape[0] * args.atoms + 4 * 1024**2
+    outputs.check_space(nbytes, what="the r1dl outputs")
 
 
 def run(args) -> int:
+    from connscale.io._publish import OutputSet
     from connscale.networks.r1dl import r1dl
 
     configure_logging(args.verbose)
-    parameters = {k: v for k, v in vars(args).items() if k != "func"}
-    if args.input.exists():
-        parameters["input_stamp"] = _input_stamp(args.input)
-    if _already_complete(args.out, parameters):
-        logger.info("r1dl: %s already holds this run's complete output; nothing to do.",
-                    args.out)
-        return 0
-    record = RunRecord("r1dl", args.out, parameters)
-    with record.timer("load"):
-        S, masker, background = _load_input(args)
-    with record.timer("r1dl"):
-        result = r1dl(
-            S, args.atoms, args.sparsity, tol=args.tol, max_iter=args.max_iter,
-            selection=args.selection, standardize=args.standardize, n_init=args.n_init,
-            backend=args.backend, cluster=args.cluster, device=args.device, dtype=args.dtype,
-            random_state=args.seed, block_size=args.block_size,
-            memory_limit=args.memory_limit, storage=args.storage, verbose=args.verbose,
-        )
-    record.device = result.info.get("device", result.info.get("backend"))
-    with record.timer("write"):
-        _write_outputs(args, record, result, masker)
-    with record.timer("figure"):
-        _figure(args, record, result, masker, background)
-    log = record.finish("r1dl")
+    _check_inputs(args)
+    inputs = [p for p in (args.input, args.mask) if p is not None]
+    fingerprint = command_fingerprint(args, inputs)
+    with OutputSet(args.out, "r1dl", command="r1dl", fingerprint=fingerprint,
+                   wait=args.wait) as outputs:
+        if outputs.complete():
+            logger.info("r1dl: %s already holds this run's complete output (same input "
+                        "content and parameters); nothing to do.", args.out)
+            return 0
+        parameters = {k: v for k, v in vars(args).items() if k != "func"}
+        record = RunRecord("r1dl", args.out, parameters)
+        with record.timer("load"):
+            S, masker, background = _load_input(args)
+        _check_space(args, outputs, S)
+        with record.timer("r1dl"):
+            result = r1dl(
+                S, args.atoms, args.sparsity, tol=args.tol, max_iter=args.max_iter,
+                selection=args.selection, standardize=args.standardize, n_init=args.n_init,
+                backend=args.backend, cluster=args.cluster, device=args.device, dtype=args.dtype,
+                random_state=args.seed, block_size=args.block_size,
+                memory_limit=args.memory_limit, storage=args.storage,
+                checkpoint=outputs.staging / "r1dl_checkpoint", verbose=args.verbose,
+            )
+        record.device = result.info.get("device", result.info.get("backend"))
+        record.results["resumed_atoms"] = result.info["resumed_atoms"]
+        with record.timer("write"):
+            _write_outputs(args, record, result, masker, outputs)
+        with record.timer("figure"):
+            _figure(args, record, result, masker, background, outputs)
+        log = publish(outputs, record, "r1dl")
     logger.info("r1dl: %d networks, mean %.2f updates per atom; outputs in %s (%s)",
                 result.dictionary.shape[1], result.mean_iterations, args.out, log.name)
     return 0

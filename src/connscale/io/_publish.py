@@ -157,6 +157,10 @@ class OutputSet:
         return self
 
     def __exit__(self, *exc) -> None:
+        try:
+            self.staging.rmdir()  # only when empty: nothing to resume from
+        except OSError:
+            pass
         self.lock.release()
 
     def _require_lock(self) -> None:

@@ -11,6 +11,7 @@ import torch
 
 from connscale._docs import fill_doc
 from connscale._validation import check_random_state
+from connscale.life._checkpoint import SolverCheckpoint, solver_key
 from connscale.life.encode import LiFEModel, build_model
 from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
@@ -144,6 +145,8 @@ class LiFEFit:
     stop_reason : str
     column_scale : Tensor of shape (n_fibres,)
         The preconditioner h_f.
+    resumed_from : int
+        The solver iteration it resumed from (0: solved from the start).
     """
 
     model: LiFEModel
@@ -155,6 +158,7 @@ class LiFEFit:
     stop_reason: str
     column_scale: torch.Tensor
     data_term: list = field(default_factory=list)
+    resumed_from: int = 0
     streamlines: StreamlineArray | None = None
     _rmse: np.ndarray | None = field(default=None, repr=False)
 
@@ -240,7 +244,8 @@ def lambda_max(model: LiFEModel) -> float:
 
 
 def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float | None = 1e-5,
-          x0=None, verbose: int = 0, callback=None, operator_options: dict | None = None) -> LiFEFit:
+          x0=None, verbose: int = 0, callback=None, operator_options: dict | None = None,
+          checkpoint=None, checkpoint_every: int = 50) -> LiFEFit:
     """Weights of a built model by preconditioned SBB-NNLS.
 
     The columns of M are divided by h_f = Σ val²‖D[:, a]‖² (the reference's
@@ -265,6 +270,16 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
     operator_options : dict or None
         Keyword arguments of :class:`~connscale.life.operators.LiFEOperator`
         (kernel choices, chunk size).
+    checkpoint : path or None, default=None
+        A folder where the solver's state (the weights, gradients and
+        objective history) is saved every ``checkpoint_every`` updates and
+        at the stop, in a file named after this problem's fingerprint (the
+        model's signal and column scales, ``lam``, ``n_iter``, ``tol``,
+        ``x0``). A solve of the same problem resumes from it, with the
+        iterates of an uninterrupted run; one that had finished returns at
+        once. Several solves can share a folder.
+    checkpoint_every : int, default=50
+        Updates between checkpoints.
 
     Returns
     -------
@@ -283,14 +298,22 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
         if x0.shape != (model.n_fibres,):
             raise ValueError(f"'x0' must have one weight per model fibre ({model.n_fibres}); got {tuple(x0.shape)}.")
         xp0 = x0.to(model.device, torch.float64) * h
+    state = saver = None
+    if checkpoint is not None:
+        if int(checkpoint_every) < 1:
+            raise ValueError(f"'checkpoint_every' must be at least 1; got {checkpoint_every}.")
+        saved = SolverCheckpoint(checkpoint, solver_key(
+            model.signal, h, x0=xp0, lam=lam, n_iter=int(n_iter), tol=tol))
+        state, saver = saved.load(), saved.save
     res = sbb_nnls(op, model.signal, lam=lam, max_iter=int(n_iter), tol_grad=tol, tol_obj=tol,
-                   x0=xp0, verbose=verbose, callback=callback)
+                   x0=xp0, verbose=verbose, callback=callback, state=state, save_state=saver,
+                   state_every=int(checkpoint_every))
     w_kept = res.x / h
     weights = np.zeros(model.n_streamlines, dtype=np.float64)
     weights[model.fibre_index] = w_kept.cpu().numpy()
     return LiFEFit(model=model, weights=weights, weights_kept=w_kept, objective=res.objective,
                    lam=lam, n_iter=res.n_iter, stop_reason=res.stop_reason, column_scale=h,
-                   data_term=res.data_term)
+                   data_term=res.data_term, resumed_from=0 if state is None else state["k"])
 
 
 @fill_doc
@@ -312,6 +335,8 @@ def fit(
     random_state=None,
     x0=None,
     verbose: int = 0,
+    checkpoint=None,
+    checkpoint_every: int = 50,
 ) -> LiFEFit:
     """Fit LiFE (λ = 0) or ReAl-LiFE (λ > 0) to a dMRI scan and a tractogram.
 
@@ -346,6 +371,11 @@ def fit(
     x0 : array of shape (n_streamlines,) or None
         Warm-start weights per input streamline.
     %(verbose)s
+    checkpoint : path or None, default=None
+        A folder for the solver's state, from which an interrupted fit
+        resumes (see :func:`solve`).
+    checkpoint_every : int, default=50
+        Updates between checkpoints.
 
     Returns
     -------
@@ -383,7 +413,8 @@ def fit(
         if x0.shape != (len(sl),):
             raise ValueError(f"'x0' must have one weight per streamline ({len(sl)}); got {x0.shape}.")
         x0k = x0[model.fibre_index]
-    result = solve(model, lam=lam, n_iter=n_iter, tol=tol, x0=x0k, verbose=verbose)
+    result = solve(model, lam=lam, n_iter=n_iter, tol=tol, x0=x0k, verbose=verbose,
+                   checkpoint=checkpoint, checkpoint_every=checkpoint_every)
     result.streamlines = sl
     return result
 
@@ -428,14 +459,18 @@ class LiFE:
             setattr(self, k, v)
         return self
 
-    def fit(self, dwi, bvals, bvecs, streamlines, *, affine=None, mask=None):
-        """Fit to a scan and a tractogram (see :func:`fit`); returns self."""
+    def fit(self, dwi, bvals, bvecs, streamlines, *, affine=None, mask=None, checkpoint=None):
+        """Fit to a scan and a tractogram (see :func:`fit`); returns self.
+
+        ``checkpoint`` is a folder for the solver's state, from which an
+        interrupted fit resumes."""
         if int(self.n_iter) < 1:
             raise ValueError(f"'n_iter' must be at least 1; got {self.n_iter}.")
         self.fit_ = fit(dwi, bvals, bvecs, streamlines, affine=affine, mask=mask, lam=self.lam,
                         n_iter=self.n_iter, tol=self.tol, sphere=self.sphere,
                         formulation=self.formulation, device=self.device,
-                        dtype=self.dtype, random_state=self.random_state, verbose=self.verbose)
+                        dtype=self.dtype, random_state=self.random_state, verbose=self.verbose,
+                        checkpoint=checkpoint)
         self.weights_ = self.fit_.weights
         self.objective_ = self.fit_.objective
         self.n_iter_ = self.fit_.n_iter

@@ -16,6 +16,11 @@ Minimises ``f(x) = ½‖Mx − b‖² + λ·1ᵀx`` over ``x ≥ 0``:
 
 No line search or safeguard (the reference has none); the only addition is
 a stop when a step is undefined (ĝ = 0 or Mĝ = 0: nothing left to move).
+
+The solver's state after an update (k, x, g, g_old and the objective
+histories) is all it needs to go on: ``save_state`` receives it every
+``state_every`` updates and at the stop, and ``state`` resumes from it, with
+the same iterates as a run that was never interrupted.
 """
 
 from __future__ import annotations
@@ -90,6 +95,9 @@ def sbb_nnls(
     x0=None,
     callback=None,
     verbose: int = 0,
+    state: dict | None = None,
+    save_state=None,
+    state_every: int = 0,
 ) -> SBBResult:
     """Solve ``min ½‖Mx − b‖² + λ·1ᵀx, x ≥ 0`` by SBB (see module docstring).
 
@@ -113,6 +121,18 @@ def sbb_nnls(
         ``callback(k, x, objective)`` after each update.
     verbose : int, default=0
         1 shows a tqdm progress bar with the objective.
+    state : dict or None
+        A state given to ``save_state`` by an earlier run of the same
+        problem: go on from it (``x0`` is then unused); a state saved at the
+        stop returns that run's result.
+    save_state : callable or None
+        ``save_state(state)`` every ``state_every`` updates and at the stop;
+        ``state`` is a dict of ``k``, ``x``, ``g``, ``g_old`` (tensors),
+        ``objective``, ``data_term`` (lists) and ``stop_reason`` ('' while
+        running), to be stored before the call returns (the tensors are
+        reused).
+    state_every : int, default=0
+        Updates between calls of ``save_state`` (0: only at the stop).
 
     Returns
     -------
@@ -131,16 +151,37 @@ def sbb_nnls(
         x = x.to(dev, torch.float64).clamp(min=0).clone()
         if x.shape != (n,):
             raise ValueError(f"'x0' must have shape ({n},); got {tuple(x.shape)}.")
-    r = op.matvec(x) - b
-    data = 0.5 * _sq(r)
-    g = op.rmatvec(r) + lam
-    g_old = g.clone()
-    res = SBBResult(x=x, objective=[data + lam * float(x.sum())], data_term=[data])
-    objs = {}  # obj_k of the reference, k ≥ 1
-    k = 0
+    if state is None:
+        r = op.matvec(x) - b
+        data = 0.5 * _sq(r)
+        g = op.rmatvec(r) + lam
+        g_old = g.clone()
+        res = SBBResult(x=x, objective=[data + lam * float(x.sum())], data_term=[data])
+        k = 0
+    else:
+        k = int(state["k"])
+        x, g, g_old = (torch.as_tensor(state[name]).to(dev, torch.float64).clone()
+                       for name in ("x", "g", "g_old"))
+        if x.shape != (n,):
+            raise ValueError(f"The saved solver state has {x.shape[0]} weights; the problem "
+                             f"has {n}.")
+        res = SBBResult(x=x, objective=list(state["objective"]),
+                        data_term=list(state["data_term"]))
+        res.n_updates = len(res.data_term) - 1
+        if state.get("stop_reason"):
+            res.n_iter, res.stop_reason = k, str(state["stop_reason"])
+            return res
+    # obj_k of the reference, k ≥ 1 (the update of iteration k appended data_term[k]).
+    objs = dict(enumerate(res.data_term[1:], start=1))
+
+    def saved(stop_reason: str = "") -> None:
+        save_state({"k": k, "x": x, "g": g, "g_old": g_old, "objective": res.objective,
+                    "data_term": res.data_term, "stop_reason": stop_reason})
+
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=max(int(max_iter) - 1, 0), disable=not verbose, desc="SBB-NNLS", unit="it")
+    bar = tqdm(total=max(int(max_iter) - 1, 0), initial=res.n_updates, disable=not verbose,
+               desc="SBB-NNLS", unit="it")
     try:
         while True:
             k += 1
@@ -183,8 +224,12 @@ def sbb_nnls(
                 bar.set_postfix(objective=f"{total:.6g}")
             if callback is not None:
                 callback(k, x, total)
+            if save_state is not None and state_every and res.n_updates % state_every == 0:
+                saved()
     finally:
         bar.close()
+    if save_state is not None:
+        saved(res.stop_reason)
     res.x = x
     res.n_iter = k
     return res

@@ -37,7 +37,13 @@ from connscale._compute.device import (
 from connscale._compute.memory import available_host_memory, format_bytes, memory_budget
 from connscale._docs import fill_doc
 from connscale._validation import check_int, check_option, check_random_state
+from connscale.io._fingerprint import (
+    array_fingerprint,
+    file_fingerprint,
+    run_fingerprint,
+)
 from connscale.networks import _blocks, _triton_r1dl
+from connscale.networks._checkpoint import AtomCheckpoint
 from connscale.networks._operators import (
     EngineOperator,
     ResidentOperator,
@@ -144,11 +150,14 @@ def _check_params(n_atoms, tol, max_iter, selection):
 
 def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
                  selection: str, rng: np.random.Generator, n_init: int = 1,
-                 verbose: int = 0, updater=None):
+                 verbose: int = 0, updater=None, checkpoint: AtomCheckpoint | None = None):
     """Learn ``n_atoms`` rank-1 atoms against block operator ``op``.
 
-    ``updater`` defaults to ``op.updater(...)``. Returns (U (T x K) tensor,
-    list of index tensors, list of value tensors, n_iter, converged).
+    ``updater`` defaults to ``op.updater(...)``. With ``checkpoint``, the
+    atoms it holds are committed again instead of learned (and ``rng`` set
+    to its state after them), and every new atom is saved to it. Returns
+    (U (T x K) tensor, list of index tensors, list of value tensors, n_iter,
+    converged).
     """
     from tqdm.auto import tqdm
 
@@ -159,7 +168,20 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
     n_iter = np.zeros(n_atoms, dtype=np.int64)
     converged = np.zeros(n_atoms, dtype=bool)
 
-    for k in tqdm(range(n_atoms), desc="r1DL atoms", unit="atom", disable=not verbose):
+    restored = checkpoint.load(n_atoms, n_timepoints, r) if checkpoint is not None else []
+    for k, atom in enumerate(restored):
+        u = torch.as_tensor(atom["u"], dtype=op.dtype, device=op.device)
+        idx = torch.as_tensor(atom["idx"], dtype=torch.int64, device=op.device)
+        val = torch.as_tensor(atom["val"], dtype=op.dtype, device=op.device)
+        updater.commit(u, idx, val)
+        indices.append(idx)
+        values.append(val)
+        n_iter[k], converged[k] = atom["n_iter"], atom["converged"]
+    if restored:
+        rng.bit_generator.state = restored[-1]["rng_state"]
+
+    for k in tqdm(range(len(restored), n_atoms), desc="r1DL atoms", unit="atom",
+                  initial=len(restored), total=n_atoms, disable=not verbose):
         best = None
         for _ in range(n_init):
             u0 = rng.standard_normal(n_timepoints)
@@ -189,6 +211,10 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
         updater.commit(u, idx, val)
         indices.append(idx)
         values.append(val)
+        if checkpoint is not None:
+            checkpoint.save(k, u=u.cpu().numpy(), idx=idx.cpu().numpy(), val=val.cpu().numpy(),
+                            n_iter=n_iter[k], converged=converged[k],
+                            rng_state=rng.bit_generator.state)
     return updater.U, indices, values, n_iter, converged
 
 
@@ -271,6 +297,19 @@ def _local_operator(source, *, device, dtype, standardize, block_size, memory_li
     return StreamedOperator(source, block_size=block_size, **common)
 
 
+def _atom_checkpoint(folder, source, rng, random_state, **parameters) -> AtomCheckpoint:
+    """The checkpoint of this run: keyed on S's fingerprint (its file's, or
+    its values') and the parameters that shape the atoms."""
+    if source.path is not None:
+        data = {**file_fingerprint(source.path), "dataset": source.dataset}
+    else:
+        data = {"array": array_fingerprint(np.asarray(source.data))}
+    if not (random_state is None or isinstance(random_state, Integral)):
+        random_state = {"generator_state": rng.bit_generator.state}  # its state at the start
+    return AtomCheckpoint(folder, run_fingerprint([data], {**parameters,
+                                                        "random_state": random_state}))
+
+
 def _make_engine(backend, cluster):
     from connscale.engines import get_engine
 
@@ -293,13 +332,14 @@ def _engine_result(engine, source, *, dtype, standardize, block_size, **kwargs):
 
 
 def _run_engine(engine, loader, shape, n_blocks, *, dtype, n_atoms, r, tol, max_iter,
-                selection, rng, verbose, n_init=1):
+                selection, rng, verbose, n_init=1, checkpoint=None):
     start = time.perf_counter()
     op = EngineOperator(engine, loader, shape, n_blocks, dtype=dtype)
     setup = time.perf_counter()
     try:
         out = _learn_atoms(op, n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter,
-                           selection=selection, rng=rng, n_init=n_init, verbose=verbose)
+                           selection=selection, rng=rng, n_init=n_init, verbose=verbose,
+                           checkpoint=checkpoint)
     finally:
         op.close()
     end = time.perf_counter()
@@ -331,6 +371,7 @@ def r1dl(
     block_size: int | None = None,
     memory_limit=None,
     storage: str = "auto",
+    checkpoint=None,
     verbose: int = 0,
 ) -> R1DLResult:
     """Learn sparse functional networks by rank-1 dictionary learning.
@@ -389,12 +430,24 @@ def r1dl(
         blocks for ``Sᵀu`` and only the chosen columns for ``Sv``, in memory
         bounded by ``block_size``. ``'auto'`` takes the first that
         fits ``memory_limit`` (device) and half the available host memory.
+    checkpoint : path or None, default=None
+        A folder where every learned atom is saved (u, its loadings, its
+        update count and the random generator's state, keyed on a
+        fingerprint of S and the parameters that shape the atoms). When it
+        holds atoms of the same run (same data, ``n_atoms``, ``sparsity``,
+        ``tol``, ``max_iter``, ``selection``, ``standardize``, ``n_init``,
+        ``dtype`` and ``random_state``), they are reused and learning goes
+        on from the next atom: a killed run resumes where it stopped, and
+        gives the dictionary of an uninterrupted run (bitwise on the same
+        backend, device and thread count). Atoms of another run are
+        replaced. The folder is kept after the run.
     %(verbose)s
 
     Returns
     -------
     R1DLResult
-        ``dictionary`` (T x K), ``loadings`` (K x P CSR), ``n_iter`` (K,).
+        ``dictionary`` (T x K), ``loadings`` (K x P CSR), ``n_iter`` (K,);
+        ``info["resumed_atoms"]`` counts the atoms taken from ``checkpoint``.
 
     Notes
     -----
@@ -447,8 +500,13 @@ def r1dl(
         )
     r = _resolve_sparsity(sparsity, n_voxels)
     rng = check_random_state(random_state)
+    if checkpoint is not None:
+        checkpoint = _atom_checkpoint(
+            checkpoint, source, rng, random_state, n_atoms=n_atoms, r=r, tol=tol,
+            max_iter=max_iter, selection=selection, standardize=bool(standardize),
+            n_init=n_init, dtype=str(torch_dtype))
     common = dict(n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter, selection=selection,
-                  rng=rng, n_init=n_init, verbose=verbose)
+                  rng=rng, n_init=n_init, verbose=verbose, checkpoint=checkpoint)
 
     if backend == "local":
         dev = resolve_device(device)
@@ -481,6 +539,7 @@ def r1dl(
                                        **common)
         info["backend"] = backend
     U, indices, values, n_iter, converged = out
+    info["resumed_atoms"] = checkpoint.resumed_atoms if checkpoint is not None else 0
     if not converged.all():
         warnings.warn(
             f"{int((~converged).sum())} of {n_atoms} atoms reached max_iter={max_iter} "
@@ -599,8 +658,12 @@ class R1DL:
                                  "transform arrays of shape (n_timepoints, n_voxels).")
             return self.masker_.transform(X)
 
-    def fit(self, X, y=None):
-        """Learn the networks from X (T x P array, .npy/HDF5 path or 4-D NIfTI)."""
+    def fit(self, X, y=None, *, checkpoint=None):
+        """Learn the networks from X (T x P array, .npy/HDF5 path or 4-D NIfTI).
+
+        ``checkpoint`` is a folder where each learned atom is saved, and from
+        which an interrupted fit resumes (see :func:`r1dl`).
+        """
         del y
         S = self._data(X, fitting=True)
         result = r1dl(
@@ -609,7 +672,8 @@ class R1DL:
             backend=self.backend,
             cluster=self.cluster, device=self.device, dtype=self.dtype,
             random_state=self.random_state, block_size=self.block_size,
-            memory_limit=self.memory_limit, storage=self.storage, verbose=self.verbose,
+            memory_limit=self.memory_limit, storage=self.storage, checkpoint=checkpoint,
+            verbose=self.verbose,
         )
         self.components_ = result.loadings
         self.dictionary_ = result.dictionary

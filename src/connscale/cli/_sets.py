@@ -1,0 +1,65 @@
+"""A command's outputs published as one set, keyed on the inputs' identity.
+
+Commands whose result is several files (``r1dl``, ``life``) write them into
+the hidden staging folder of a :class:`connscale.io._publish.OutputSet`,
+with their resume state beside them; :func:`publish` adds the run log to the
+set, publishes it with its manifest, then writes ``report.html`` (shared by
+every command writing to the folder, so not part of the set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import warnings
+from pathlib import Path
+
+from connscale.io._atomic import write_json_atomic
+from connscale.io._fingerprint import run_fingerprint
+
+logger = logging.getLogger("connscale")
+
+# Arguments that do not change a result: where it goes, how much is said,
+# whether to wait for another run, how often to checkpoint.
+_NOT_PARAMETERS = ("func", "out", "verbose", "wait", "checkpoint_every")
+
+
+def add_wait_argument(parser: argparse.ArgumentParser) -> None:
+    """``--wait``: wait for another run writing the same output instead of failing."""
+    parser.add_argument("--wait", action="store_true",
+                        help="If another connscale run is writing this output, wait for it "
+                             "to finish instead of failing.")
+
+
+def command_fingerprint(args: argparse.Namespace, inputs: list) -> dict:
+    """The fingerprint of a command's run: its input files' contents and the
+    arguments that shape its result (input paths enter through their files)."""
+    paths = {Path(p) for p in inputs}
+    parameters = {k: v for k, v in vars(args).items()
+                  if k not in _NOT_PARAMETERS and not (isinstance(v, Path) and v in paths)}
+    return run_fingerprint(inputs, parameters)
+
+
+def publish(outputs, record, prefix: str) -> Path:
+    """Write ``<prefix>_log.json`` into ``outputs``, publish the set, then
+    write ``report.html`` in the output folder.
+
+    A report that fails is warned about (RuntimeWarning and the log) and
+    never costs the published result. Returns the log's path.
+    """
+    name = f"{prefix}_log.json"
+    data = record.as_dict()
+    write_json_atomic(outputs.path(name), data)
+    outputs.commit()
+    log = outputs.out_dir / name
+    record.report_path = None
+    try:
+        from connscale.report.html import write_report
+
+        record.report_path = write_report(data, outputs.out_dir)
+    except Exception as exc:  # noqa: BLE001 - the result is published; say what failed
+        message = (f"report.html could not be written ({type(exc).__name__}: {exc}); "
+                   f"the run log is in {log}.")
+        logger.warning("%s", message)
+        warnings.warn(message, RuntimeWarning, stacklevel=2)
+    return log
