@@ -1,0 +1,184 @@
+"""Triton kernels of the k-means Lloyd iteration on CUDA.
+
+* :func:`assign`: one pass over the windows X (n × E, row-major) per
+  iteration. Each program takes a block of rows and, column chunk by column
+  chunk, accumulates their dot products with the k centres (or their L1
+  distances), then picks each row's nearest centre (ties to the lowest
+  index, as ``torch.argmin`` and scikit-learn) and its distance. With
+  ``update=True`` the centre sums follow the assignment in the same pass:
+  the rows whose label changed are read again (they are still in L2) and
+  added to their new centre's float64 sum and subtracted from their old
+  one's with atomics, so once few labels change an iteration reads X once.
+* :func:`centre_sums`: the per-centre float64 sums of the rows from scratch,
+  column-stationary (each program owns a column chunk and a slab of rows,
+  so no atomics), for the first iterations when most labels change.
+
+Their pure-torch equivalents (``connscale.states._kmeans``: chunked GEMM or
+``cdist`` + ``argmin``; ``index_add_`` in float64) run elsewhere and are
+checked against these kernels in the tests (on CUDA, and under
+``TRITON_INTERPRET=1`` on the CPU).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+try:  # pragma: no cover - depends on the machine
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+except ImportError:  # pragma: no cover - CPU machines without triton
+    HAS_TRITON = False
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+#: Most centres the kernels take (centres are unrolled at compile time).
+MAX_CENTRES = 32
+
+_BLOCK_M = 16
+_BLOCK_E = 128
+_SUM_BLOCK_M = 8
+_SUM_BLOCK_E = 64
+
+
+def usable(x: torch.Tensor, n_centres: int) -> bool:
+    """Whether the kernels run on ``x`` (CUDA or the interpreter, float32, contiguous)."""
+    return (HAS_TRITON and x.dtype == torch.float32 and (x.is_cuda or _INTERPRET)
+            and x.is_contiguous() and n_centres <= MAX_CENTRES)
+
+
+def _pad(k: int) -> int:
+    return max(2, 1 << (k - 1).bit_length())
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _assign_kernel(x_ptr, c_ptr, alpha_ptr, beta_ptr, row_ptr, old_ptr, labels_ptr,
+                       dist_ptr, sums_ptr, counts_ptr, changed_ptr, n_rows, n_cols, k,
+                       L1: tl.constexpr, UPDATE: tl.constexpr, K_PAD: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+        pid = tl.program_id(0)
+        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        base = rows.to(tl.int64) * n_cols
+        kk = tl.arange(0, K_PAD)
+        acc = tl.zeros((BLOCK_M, K_PAD), dtype=tl.float32)
+        for e0 in range(0, n_cols, BLOCK_E):
+            cols = e0 + tl.arange(0, BLOCK_E)
+            col_ok = cols < n_cols
+            x = tl.load(x_ptr + base[:, None] + cols[None, :],
+                        mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+            for j in tl.static_range(K_PAD):
+                c = tl.load(c_ptr + j * n_cols + cols, mask=col_ok, other=0.0)
+                if L1:
+                    part = tl.sum(tl.abs(x - c[None, :]), axis=1)
+                else:
+                    part = tl.sum(x * c[None, :], axis=1)
+                acc = tl.where(kk[None, :] == j, acc + part[:, None], acc)
+        # Score minimised: L1 distance, or beta + alpha * dot (the row's own
+        # term, constant across centres, is added to the distance only).
+        if L1:
+            score = acc
+        else:
+            alpha = tl.load(alpha_ptr + kk, mask=kk < k, other=0.0)
+            beta = tl.load(beta_ptr + kk, mask=kk < k, other=0.0)
+            score = beta[None, :] + alpha[None, :] * acc
+        score = tl.where(kk[None, :] < k, score, float("inf"))
+        best = tl.argmin(score, axis=1)
+        smin = tl.min(score, axis=1)
+        if not L1:
+            smin = smin + tl.load(row_ptr + rows, mask=row_ok, other=0.0)
+        tl.store(labels_ptr + rows, best.to(tl.int64), mask=row_ok)
+        tl.store(dist_ptr + rows, smin, mask=row_ok)
+        old = tl.load(old_ptr + rows, mask=row_ok, other=-1)
+        changed = (best.to(tl.int64) != old) & row_ok
+        n_changed = tl.sum(changed.to(tl.int32), axis=0)
+        tl.atomic_add(changed_ptr, n_changed)
+        if UPDATE:
+            if n_changed > 0:
+                gain = (changed[:, None] & (best[:, None] == kk[None, :])).to(tl.float64)
+                loss = (changed[:, None] & (old[:, None] == kk[None, :])).to(tl.float64)
+                move = gain - loss  # (BLOCK_M, K_PAD): +1 into the new centre, -1 out of the old
+                tl.atomic_add(counts_ptr + kk, tl.sum(move, axis=0).to(tl.int64), mask=kk < k)
+                for e0 in range(0, n_cols, BLOCK_E):
+                    cols = e0 + tl.arange(0, BLOCK_E)
+                    col_ok = cols < n_cols
+                    x = tl.load(x_ptr + base[:, None] + cols[None, :],
+                                mask=changed[:, None] & col_ok[None, :], other=0.0)
+                    x = x.to(tl.float64)
+                    for j in tl.static_range(K_PAD):
+                        weight = tl.sum(tl.where(kk[None, :] == j, move, 0.0), axis=1)
+                        if tl.sum(tl.abs(weight), axis=0) > 0:
+                            delta = tl.sum(x * weight[:, None], axis=0)
+                            tl.atomic_add(sums_ptr + j * n_cols + cols, delta, mask=col_ok)
+
+    @triton.jit
+    def _sums_kernel(x_ptr, labels_ptr, out_ptr, n_rows, n_cols, rows_per_slab,
+                     K_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+        pid_e = tl.program_id(0)
+        slab = tl.program_id(1)
+        cols = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
+        col_ok = cols < n_cols
+        kk = tl.arange(0, K_PAD)
+        start = slab * rows_per_slab
+        stop = tl.minimum(n_rows, start + rows_per_slab)
+        acc = tl.zeros((K_PAD, BLOCK_E), dtype=tl.float64)
+        for r0 in range(start, stop, BLOCK_M):
+            rows = r0 + tl.arange(0, BLOCK_M)
+            ok = rows < stop
+            x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :],
+                        mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float64)
+            lab = tl.load(labels_ptr + rows, mask=ok, other=-1)
+            onehot = (lab[:, None] == kk[None, :]).to(tl.float64)  # (BLOCK_M, K_PAD)
+            acc += tl.sum(onehot[:, :, None] * x[:, None, :], axis=0)
+        out = out_ptr + slab.to(tl.int64) * K_PAD * n_cols
+        tl.store(out + kk[:, None] * n_cols + cols[None, :], acc, mask=col_ok[None, :])
+
+
+def assign(x: torch.Tensor, centres: torch.Tensor, *, l1: bool, alpha: torch.Tensor | None,
+           beta: torch.Tensor | None, row_term: torch.Tensor | None, old: torch.Tensor,
+           labels: torch.Tensor, dist: torch.Tensor, changed: torch.Tensor,
+           sums: torch.Tensor | None = None, counts: torch.Tensor | None = None) -> None:
+    """Nearest centre of every row of ``x`` into ``labels`` (int64) and the
+    distance into ``dist`` (float32); the number of labels that differ from
+    ``old`` is added to ``changed`` (int32, one element). With ``sums``
+    (float64, k × E) and ``counts`` (int64, k), those follow the change.
+
+    For the dot-product metrics the score minimised is
+    ``beta[j] + alpha[j] * <x, c_j>`` and the distance adds ``row_term``.
+    ``centres`` are float32 (k × E).
+    """
+    n, e = x.shape
+    k = centres.shape[0]
+    padded = torch.zeros((_pad(k), e), dtype=torch.float32, device=x.device)
+    padded[:k] = centres
+    update = sums is not None
+    dummy = dist  # never read when not needed
+    grid = (triton.cdiv(n, _BLOCK_M),)
+    _assign_kernel[grid](
+        x, padded, dummy if l1 else alpha, dummy if l1 else beta, dummy if l1 else row_term,
+        old, labels, dist, sums if update else dummy, counts if update else labels, changed,
+        n, e, k, L1=l1, UPDATE=update, K_PAD=_pad(k), BLOCK_M=_BLOCK_M, BLOCK_E=_BLOCK_E,
+    )
+
+
+def centre_sums(x: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
+    """Per-centre float64 sums of the rows of ``x`` (k × E) for ``labels``."""
+    n, e = x.shape
+    k_pad = _pad(k)
+    col_blocks = triton.cdiv(e, _SUM_BLOCK_E)
+    if x.is_cuda:
+        programs = 4 * torch.cuda.get_device_properties(x.device).multi_processor_count
+    else:
+        programs = col_blocks
+    slabs = max(1, min(triton.cdiv(programs, col_blocks), triton.cdiv(n, 4 * _SUM_BLOCK_M)))
+    rows_per_slab = triton.cdiv(triton.cdiv(n, slabs), _SUM_BLOCK_M) * _SUM_BLOCK_M
+    slabs = triton.cdiv(n, rows_per_slab)
+    out = torch.empty((slabs, k_pad, e), dtype=torch.float64, device=x.device)
+    _sums_kernel[(col_blocks, slabs)](x, labels, out, n, e, rows_per_slab, K_PAD=k_pad,
+                                      BLOCK_M=_SUM_BLOCK_M, BLOCK_E=_SUM_BLOCK_E)
+    return out.sum(dim=0)[:k]

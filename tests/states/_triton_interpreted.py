@@ -1,0 +1,77 @@
+"""Run under TRITON_INTERPRET=1 by test_kmeans.py (and imported by its CUDA
+test): the fused k-means kernels, executed by Triton's interpreter on the
+CPU, against their pure-torch equivalents. Prints 'ok' when every check
+passes."""
+
+import torch
+
+from connscale.states import _kmeans as km
+from connscale.states import _triton_kmeans as kernels
+
+
+def clustered(n, e, k, seed=0, device="cpu"):
+    """Rows around k random centres, float32."""
+    gen = torch.Generator().manual_seed(seed)
+    centres = torch.randn(k, e, generator=gen)
+    labels = torch.randint(0, k, (n,), generator=gen)
+    return (centres[labels] + 1.5 * torch.randn(n, e, generator=gen)).to(device)
+
+
+def check_kernels(device="cpu"):
+    n, e, k = 301, 203, 5  # not multiples of the blocks
+    x = clustered(n, e, k, device=device)
+    gen = torch.Generator().manual_seed(1)
+    for metric in km.METRICS:
+        prepared = km.Prepared(x, metric)
+        centres = prepared.x[torch.randperm(n, generator=gen)[:k].to(device)].to(torch.float64)
+        ref_labels, ref_dist = km.assign_torch(prepared, centres)
+        state = km._FusedState(n, x.device)
+        old = torch.full((n,), -1, dtype=torch.int64, device=device)
+        labels, dist, changed = state.assign(prepared, centres, old, None, None)
+        assert torch.equal(labels, ref_labels), metric
+        assert torch.allclose(dist, ref_dist, rtol=1e-4, atol=1e-3), metric
+        assert int(changed) == n
+        # Incremental sums: start from other labels' sums; after the pass they
+        # are the sums of the new labels.
+        old = ref_labels.clone()
+        moved = torch.arange(0, n, 7, device=device)
+        old[moved] = (old[moved] + 1) % k
+        sums = km.sums_torch(prepared.x, old, k)
+        counts = torch.bincount(old, minlength=k)
+        labels, _, changed = state.assign(prepared, centres, old, sums, counts)
+        assert torch.equal(labels, ref_labels), metric
+        assert int(changed) == moved.numel()
+        assert torch.allclose(sums, km.sums_torch(prepared.x, labels, k), atol=1e-9)
+        assert torch.equal(counts, torch.bincount(labels, minlength=k))
+        assert torch.allclose(kernels.centre_sums(prepared.x, labels, k),
+                              km.sums_torch(prepared.x, labels, k), atol=1e-9)
+
+
+def check_lloyd(device="cpu"):
+    """Whole runs, fused and torch, from the same seeds: same labels and centres."""
+    x = clustered(400, 150, 4, seed=2, device=device)
+    saved = km._INCREMENTAL_FRACTION
+    km._INCREMENTAL_FRACTION = 1.0  # every iteration after the first incremental
+    try:
+        for metric in km.METRICS:
+            prepared = km.Prepared(x, metric)
+            seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
+            a = km.lloyd(prepared, seeds, max_iter=30, use_triton=False)
+            b = km.lloyd(prepared, seeds, max_iter=30, use_triton=True)
+            assert torch.equal(a.labels, b.labels), metric
+            assert torch.allclose(a.centres, b.centres, atol=1e-9), metric
+            assert abs(a.inertia - b.inertia) <= 1e-9 * abs(a.inertia), metric
+            assert a.n_iter == b.n_iter
+    finally:
+        km._INCREMENTAL_FRACTION = saved
+
+
+def main():
+    assert kernels.usable(torch.zeros(2, 2), 5), "the interpreter is not active"
+    check_kernels()
+    check_lloyd()
+    print("ok")
+
+
+if __name__ == "__main__":
+    main()
