@@ -66,9 +66,20 @@ def check_lloyd(device="cpu"):
         km._INCREMENTAL_FRACTION = saved
 
 
+def check_both_products(device="cpu"):
+    """The dot-product metrics through tl.dot and through per-centre sums."""
+    saved = kernels.USE_DOT
+    try:
+        for use_dot in (True, False):
+            kernels.USE_DOT = use_dot
+            check_kernels(device)
+    finally:
+        kernels.USE_DOT = saved
+
+
 def main():
     assert kernels.usable(torch.zeros(2, 2), 5), "the interpreter is not active"
-    check_kernels()
+    check_both_products()
     check_lloyd()
     print("ok")
 

@@ -181,10 +181,13 @@ def exact_distances(prepared: Prepared, centres64: torch.Tensor, labels: torch.T
 # --------------------------------------------------------------------------
 
 def sums_torch(x: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
-    """Per-centre float64 sums of the rows (k × E)."""
+    """Per-centre float64 sums of the rows (k × E): a one-hot (k × rows)
+    float64 product per block of rows (faster than ``index_add_`` on CPUs)."""
     sums = torch.zeros((k, x.shape[1]), dtype=torch.float64, device=x.device)
     for start, stop in _blocks(*x.shape):
-        sums.index_add_(0, labels[start:stop], x[start:stop].to(torch.float64))
+        onehot = torch.zeros((k, stop - start), dtype=torch.float64, device=x.device)
+        onehot[labels[start:stop], torch.arange(stop - start, device=x.device)] = 1.0
+        sums.addmm_(onehot, x[start:stop].to(torch.float64))
     return sums
 
 
@@ -216,7 +219,8 @@ def _relocate_empty(prepared: Prepared, sums, counts, dist, labels, centres):
     if not empty:
         return sums, counts, centres
     far = torch.topk(dist, len(empty)).indices.tolist()
-    sums, counts, centres = sums.clone(), counts.clone(), centres.clone()
+    sums = None if sums is None else sums.clone()
+    counts, centres = counts.clone(), centres.clone()
     for j, row in zip(empty, far):
         x = prepared.x[row].to(torch.float64)
         old = int(labels[row])

@@ -38,8 +38,14 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 #: Most centres the kernels take (centres are unrolled at compile time).
 MAX_CENTRES = 32
 
+#: Dot-product metrics through ``tl.dot`` (exact fp32 FMAs, no TF32) on
+#: (BLOCK_M × BLOCK_E) @ (BLOCK_E × 16) tiles; False: one broadcast product
+#: and row sum per centre, as for L1.
+USE_DOT = True
 _BLOCK_M = 16
 _BLOCK_E = 128
+_DOT_BLOCK_M = 64
+_DOT_BLOCK_E = 64
 _SUM_BLOCK_M = 8
 _SUM_BLOCK_E = 64
 
@@ -59,8 +65,8 @@ if HAS_TRITON:
     @triton.jit
     def _assign_kernel(x_ptr, c_ptr, alpha_ptr, beta_ptr, row_ptr, old_ptr, labels_ptr,
                        dist_ptr, sums_ptr, counts_ptr, changed_ptr, n_rows, n_cols, k,
-                       L1: tl.constexpr, UPDATE: tl.constexpr, K_PAD: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+                       L1: tl.constexpr, UPDATE: tl.constexpr, DOT: tl.constexpr,
+                       K_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
         pid = tl.program_id(0)
         rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
@@ -72,13 +78,18 @@ if HAS_TRITON:
             col_ok = cols < n_cols
             x = tl.load(x_ptr + base[:, None] + cols[None, :],
                         mask=row_ok[:, None] & col_ok[None, :], other=0.0)
-            for j in tl.static_range(K_PAD):
-                c = tl.load(c_ptr + j * n_cols + cols, mask=col_ok, other=0.0)
-                if L1:
-                    part = tl.sum(tl.abs(x - c[None, :]), axis=1)
-                else:
-                    part = tl.sum(x * c[None, :], axis=1)
-                acc = tl.where(kk[None, :] == j, acc + part[:, None], acc)
+            if DOT:
+                c = tl.load(c_ptr + kk[:, None] * n_cols + cols[None, :], mask=col_ok[None, :],
+                            other=0.0)
+                acc += tl.dot(x, tl.trans(c), input_precision="ieee")
+            else:
+                for j in tl.static_range(K_PAD):
+                    c = tl.load(c_ptr + j * n_cols + cols, mask=col_ok, other=0.0)
+                    if L1:
+                        part = tl.sum(tl.abs(x - c[None, :]), axis=1)
+                    else:
+                        part = tl.sum(x * c[None, :], axis=1)
+                    acc = tl.where(kk[None, :] == j, acc + part[:, None], acc)
         # Score minimised: L1 distance, or beta + alpha * dot (the row's own
         # term, constant across centres, is added to the distance only).
         if L1:
@@ -154,15 +165,18 @@ def assign(x: torch.Tensor, centres: torch.Tensor, *, l1: bool, alpha: torch.Ten
     """
     n, e = x.shape
     k = centres.shape[0]
-    padded = torch.zeros((_pad(k), e), dtype=torch.float32, device=x.device)
+    dot = USE_DOT and not l1
+    k_pad = max(16, _pad(k)) if dot else _pad(k)
+    block_m, block_e = (_DOT_BLOCK_M, _DOT_BLOCK_E) if dot else (_BLOCK_M, _BLOCK_E)
+    padded = torch.zeros((k_pad, e), dtype=torch.float32, device=x.device)
     padded[:k] = centres
     update = sums is not None
     dummy = dist  # never read when not needed
-    grid = (triton.cdiv(n, _BLOCK_M),)
+    grid = (triton.cdiv(n, block_m),)
     _assign_kernel[grid](
         x, padded, dummy if l1 else alpha, dummy if l1 else beta, dummy if l1 else row_term,
         old, labels, dist, sums if update else dummy, counts if update else labels, changed,
-        n, e, k, L1=l1, UPDATE=update, K_PAD=_pad(k), BLOCK_M=_BLOCK_M, BLOCK_E=_BLOCK_E,
+        n, e, k, L1=l1, UPDATE=update, DOT=dot, K_PAD=k_pad, BLOCK_M=block_m, BLOCK_E=block_e,
     )
 
 
