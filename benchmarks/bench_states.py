@@ -55,14 +55,76 @@ def windows(n_rows, n_edges, k, seed=0):
 
 
 def read_bandwidth(x):
-    """Bytes per second of one read of ``x`` (a float64 sum over it)."""
-    torch.sum(x, dtype=torch.float64)
-    synchronize(x.device)
+    """Bytes per second of one read of ``x`` (the best of an amax and a sum)."""
+    best = 0.0
+    for reduce in (torch.amax, torch.sum):
+        reduce(x)
+        synchronize(x.device)
+        start = time.perf_counter()
+        for _ in range(5):
+            reduce(x)
+        synchronize(x.device)
+        best = max(best, 5 * x.numel() * x.element_size() / (time.perf_counter() - start))
+    return best
+
+
+def timed(fn, repeats=5):
+    fn()
+    torch.cuda.synchronize()
     start = time.perf_counter()
-    for _ in range(5):
-        torch.sum(x, dtype=torch.float64)
-    synchronize(x.device)
-    return 5 * x.numel() * x.element_size() / (time.perf_counter() - start)
+    for _ in range(repeats):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / repeats
+
+
+def tune(prepared, centres, n_bytes):
+    """Time the fused pass and the centre sums over launch configurations;
+    keep the fastest in km.fused.CONFIG / USE_DOT."""
+    n = prepared.x.shape[0]
+    state = km._FusedState(n, prepared.x.device)
+    labels = state.assign(prepared, centres, torch.full((n,), -1, device=prepared.x.device))[0]
+    labels = labels.clone()
+    c32 = centres.to(torch.float32)
+    gemm = timed(lambda: prepared.x @ c32.T)
+    log(f"cuBLAS x @ C.T: {1e3 * gemm:.2f} ms = {n_bytes / gemm / 1e12:.2f} TB/s")
+    found = {}
+    for use_dot, key, configs in (
+            (True, "dot", [(bm, be, w, st) for bm in (32, 64, 128) for be in (32, 64, 128)
+                           for w in (4, 8) for st in (2, 4) if bm * be <= 8192]),
+            (False, "sums", [(bm, be, w, st) for bm in (8, 16, 32) for be in (64, 128, 256)
+                             for w in (4,) for st in (1, 3) if bm * be <= 4096])):
+        km.fused.USE_DOT = use_dot
+        for config in configs:
+            km.fused.CONFIG[key] = config
+            try:
+                seconds = timed(lambda: state.assign(prepared, centres, labels))
+            except Exception as exc:  # noqa: BLE001 - a configuration that does not compile
+                log(f"  {key} {config}: failed ({type(exc).__name__})")
+                continue
+            found[(use_dot, key, config)] = seconds
+    (use_dot, key, config), seconds = min(found.items(), key=lambda item: item[1])
+    for (d, kname, cfg), sec in sorted(found.items(), key=lambda item: item[1])[:8]:
+        log(f"  pass {kname} {cfg}: {1e3 * sec:.2f} ms = {n_bytes / sec / 1e12:.2f} TB/s")
+    km.fused.USE_DOT = use_dot
+    km.fused.CONFIG[key] = config
+    log(f"fused pass: best {key} {config}: {1e3 * seconds:.2f} ms = "
+        f"{n_bytes / seconds / 1e12:.2f} TB/s")
+    sums = {}
+    for config in [(bm, be, w, st) for bm in (4, 8, 16) for be in (32, 64, 128)
+                   for w in (4,) for st in (1, 2) if bm * be <= 1024]:
+        km.fused.CONFIG["centre_sums"] = config
+        try:
+            sums[config] = timed(lambda: km.fused.centre_sums(prepared.x, labels, 5), 3)
+        except Exception as exc:  # noqa: BLE001
+            log(f"  centre_sums {config}: failed ({type(exc).__name__})")
+    config = min(sums, key=sums.get)
+    km.fused.CONFIG["centre_sums"] = config
+    torch_sums = timed(lambda: km.sums_torch(prepared.x, labels, 5), 3)
+    log(f"centre sums: best {config}: {1e3 * sums[config]:.2f} ms "
+        f"({n_bytes / sums[config] / 1e12:.2f} TB/s); torch one-hot float64 GEMM "
+        f"{1e3 * torch_sums:.2f} ms")
+    log(f"CONFIG = {km.fused.CONFIG}, USE_DOT = {km.fused.USE_DOT}")
 
 
 def time_lloyd(prepared, init, iters, use_triton):
@@ -86,6 +148,8 @@ def main():
     parser.add_argument("--sklearn-iters", type=int, default=3)
     parser.add_argument("--l1-iters", type=int, default=5)
     parser.add_argument("--no-sklearn", action="store_true")
+    parser.add_argument("--tune", action="store_true",
+                        help="Time the fused kernels' launch configurations first; keep the best.")
     args = parser.parse_args()
 
     device = torch.device(args.device)
@@ -120,13 +184,8 @@ def main():
     variants = [("torch", False)]
     if km.fused.usable(prepared.x, k):
         variants.insert(0, ("fused", True))
-        # The other product of the fused pass (per-centre sums instead of tl.dot).
-        km.fused.USE_DOT = not km.fused.USE_DOT
-        seconds, result = time_lloyd(prepared, init_p, args.iters, True)
-        other = "fused-dot" if km.fused.USE_DOT else "fused-sums"
-        km.fused.USE_DOT = not km.fused.USE_DOT
-        rows.append((other, "euclidean", args.iters, seconds, seconds / args.iters, floor))
-        log(f"{other}: {args.iters} iterations in {seconds:.3f} s")
+        if args.tune:
+            tune(prepared, init_p, n * e * 4)
     results = {}
     for name, use_triton in variants:
         seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton)
@@ -136,13 +195,7 @@ def main():
             f"({1e3 * seconds / args.iters:.2f} ms each), inertia {result.inertia:.6e}")
         if use_triton:
             state = km._FusedState(n, device)
-            state.assign(prepared, result.centres, result.labels, None, None)
-            synchronize(device)
-            start = time.perf_counter()
-            for _ in range(10):
-                state.assign(prepared, result.centres, result.labels, None, None)
-            synchronize(device)
-            one = (time.perf_counter() - start) / 10
+            one = timed(lambda: state.assign(prepared, result.centres, result.labels), 10)
             log(f"one fused assignment pass: {1e3 * one:.2f} ms = "
                 f"{n * e * 4 / one / 1e12:.2f} TB/s")
     if len(results) == 2:
@@ -157,25 +210,26 @@ def main():
         m = args.sklearn_iters
         data = host.numpy()
         fits = {}
-        for iters in (1, m):
+        KMeans(k, init=init.numpy().astype(np.float32), n_init=1, max_iter=1).fit(data[:1000])
+        for iters in (1, 1 + m):
             start = time.perf_counter()
             sk = KMeans(k, init=init.numpy().astype(np.float32), n_init=1, max_iter=iters,
                         tol=0.0, algorithm="lloyd").fit(data)
             fits[iters] = (time.perf_counter() - start, sk.n_iter_)
-        sk_seconds = fits[m][0]
+        sk_seconds = fits[1 + m][0]
         # Per iteration: the difference of an m- and a 1-iteration fit (the
         # one-off validation, copy and centring of X cancel).
-        sk_per_iter = (fits[m][0] - fits[1][0]) / max(fits[m][1] - fits[1][1], 1)
-        log(f"sklearn: 1 iteration {fits[1][0]:.2f} s, {sk.n_iter_} iterations "
+        sk_per_iter = (fits[1 + m][0] - fits[1][0]) / max(fits[1 + m][1] - fits[1][1], 1)
+        log(f"sklearn: {fits[1][1]} iteration {fits[1][0]:.2f} s, {sk.n_iter_} iterations "
             f"{sk_seconds:.2f} s: {sk_per_iter:.3f} s per iteration on {os.cpu_count()} cores")
-        ours = km.lloyd(prepared, init_p, max_iter=m)  # same semantics as sklearn's loop
+        ours = km.lloyd(prepared, init_p, max_iter=1 + m)  # same semantics as sklearn's loop
         labels = ours.labels.cpu().numpy()
         centres = prepared.from_prepared(ours.centres).cpu().numpy()
-        log(f"vs sklearn after {m} iterations: labels identical {bool((labels == sk.labels_).all())} "
+        log(f"vs sklearn after {1 + m} iterations: labels identical {bool((labels == sk.labels_).all())} "
             f"({int((labels != sk.labels_).sum())} differ), inertia rel. diff "
             f"{abs(ours.inertia / sk.inertia_ - 1):.2e}, centres max abs diff "
             f"{np.abs(centres - sk.cluster_centers_).max():.2e}")
-        rows.append(("sklearn", "euclidean", m, sk_seconds, sk_per_iter, None))
+        rows.append(("sklearn", "euclidean", 1 + m, sk_seconds, sk_per_iter, None))
 
     del prepared, results
     prepared = km.Prepared(host.to(device, copy=True), "l1", owned=True)
@@ -186,8 +240,7 @@ def main():
         rows.append((name, "l1", args.l1_iters, seconds, seconds / args.l1_iters, floor_l1))
         log(f"l1 {name}: {args.l1_iters} iterations in {seconds:.3f} s")
         start = time.perf_counter()
-        labels, dist = (km._FusedState(n, device).assign(prepared, init_p, result.labels, None,
-                                                         None)[:2]
+        labels, dist = (km._FusedState(n, device).assign(prepared, init_p, result.labels)[:2]
                         if use_triton else km.assign_torch(prepared, init_p))
         synchronize(device)
         log(f"l1 {name}: one assignment pass {1e3 * (time.perf_counter() - start):.1f} ms "

@@ -124,7 +124,8 @@ def test_correlation_rejects_constant_windows():
 
 def test_triton_kernels_interpreted_on_cpu():
     """The Triton kernels themselves, run by Triton's interpreter, equal the torch path."""
-    pytest.importorskip("triton", minversion="3.2")
+    # Older interpreters (3.6) cannot take loop bounds given at run time.
+    pytest.importorskip("triton", minversion="3.9")
     script = Path(__file__).with_name("_triton_interpreted.py")
     env = dict(os.environ, TRITON_INTERPRET="1")
     src = str(Path(__file__).resolve().parents[2] / "src")

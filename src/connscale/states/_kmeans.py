@@ -69,7 +69,7 @@ class Prepared:
             work -= self.shift.to(work.dtype)
         elif metric == "correlation":
             normalise_rows_(work)
-        self.x = work.contiguous()
+        self.x = _aligned(work)
         self.row_term = None
         if metric == "euclidean":
             self.row_term = _row_sq_norms(self.x)
@@ -86,6 +86,18 @@ class Prepared:
     def from_prepared(self, centres: torch.Tensor) -> torch.Tensor:
         """Centres of the prepared space in input units (float64)."""
         return centres + self.shift if self.metric == "euclidean" else centres
+
+
+def _aligned(work: torch.Tensor) -> torch.Tensor:
+    """``work`` with rows starting on 64-byte boundaries where the Triton
+    kernels may run (so their loads vectorise): a view of a zero-padded copy
+    when the row length is not a multiple of 16."""
+    n, e = work.shape
+    if not fused.runs_here(work) or e % 16 == 0:
+        return work.contiguous()
+    buffer = torch.zeros((n, -(-e // 16) * 16), dtype=work.dtype, device=work.device)
+    buffer[:, :e] = work
+    return buffer[:, :e]
 
 
 def normalise_rows_(x: torch.Tensor) -> torch.Tensor:
@@ -299,27 +311,29 @@ def lloyd(prepared: Prepared, centres: torch.Tensor, *, max_iter: int = 300, tol
     centres = centres.to(torch.float64).clone()
     labels = torch.full((n,), -1, dtype=torch.int64, device=device)
     sums = counts = None
-    changed_count = n
     converged = False
     state = _FusedState(n, device) if use_triton else None
     n_iter = 0
     for n_iter in range(1, max_iter + 1):
         previous = labels
         if use_triton:
-            incremental = mean_metric and n_iter > 1 and changed_count <= n * _INCREMENTAL_FRACTION
-            labels, dist, changed = state.assign(prepared, centres, previous,
-                                                 sums if incremental else None,
-                                                 counts if incremental else None)
-            if mean_metric and not incremental:
+            labels, dist, changed = state.assign(prepared, centres, previous)
+            changed_count = int(changed)  # one synchronisation per iteration
+            if mean_metric and n_iter > 1 and changed_count <= n * _INCREMENTAL_FRACTION:
+                if changed_count:
+                    moved = torch.nonzero(labels != previous).squeeze(1)
+                    fused.move_rows(x, moved, labels, previous, sums)
+                    counts += torch.bincount(labels[moved], minlength=k)
+                    counts -= torch.bincount(previous[moved], minlength=k)
+            elif mean_metric:
                 sums = fused.centre_sums(x, labels, k)
                 counts = torch.bincount(labels, minlength=k)
         else:
             labels, dist = assign_torch(prepared, centres)
-            changed = (labels != previous).sum()
+            changed_count = int((labels != previous).sum())
             if mean_metric:
                 sums = sums_torch(x, labels, k)
                 counts = torch.bincount(labels, minlength=k)
-        changed_count = int(changed)  # one synchronisation per iteration
         if mean_metric:
             use_sums, use_counts, _ = _relocate_empty(prepared, sums, counts, dist, labels,
                                                       centres)
@@ -338,7 +352,7 @@ def lloyd(prepared: Prepared, centres: torch.Tensor, *, max_iter: int = 300, tol
                 break
     if not converged:
         if use_triton:
-            labels, dist, _ = state.assign(prepared, centres, labels, None, None)
+            labels, dist, _ = state.assign(prepared, centres, labels)
         else:
             labels, dist = assign_torch(prepared, centres)
     inertia = float(exact_distances(prepared, centres, labels).sum())
@@ -355,7 +369,7 @@ class _FusedState:
         self.changed = torch.zeros(1, dtype=torch.int32, device=device)
         self.turn = 0
 
-    def assign(self, prepared, centres64, previous, sums, counts):
+    def assign(self, prepared, centres64, previous):
         labels = self.labels[self.turn]
         if labels.data_ptr() == previous.data_ptr():
             self.turn ^= 1
@@ -370,7 +384,7 @@ class _FusedState:
             row_term = torch.zeros_like(self.dist)
         fused.assign(prepared.x, centres64.to(torch.float32).contiguous(), l1=l1, alpha=alpha,
                      beta=beta, row_term=row_term, old=previous, labels=labels, dist=self.dist,
-                     changed=self.changed, sums=sums, counts=counts)
+                     changed=self.changed)
         return labels, self.dist.to(torch.float64), self.changed[0]
 
 

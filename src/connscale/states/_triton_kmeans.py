@@ -4,11 +4,12 @@
   iteration. Each program takes a block of rows and, column chunk by column
   chunk, accumulates their dot products with the k centres (or their L1
   distances), then picks each row's nearest centre (ties to the lowest
-  index, as ``torch.argmin`` and scikit-learn) and its distance. With
-  ``update=True`` the centre sums follow the assignment in the same pass:
-  the rows whose label changed are read again (they are still in L2) and
-  added to their new centre's float64 sum and subtracted from their old
-  one's with atomics, so once few labels change an iteration reads X once.
+  index, as ``torch.argmin`` and scikit-learn) and its distance, and counts
+  the labels that changed.
+* :func:`move_rows`: once few labels change, the centre sums follow them:
+  only the rows whose label changed are read, added to their new centre's
+  float64 sum and subtracted from their old one's (atomics), so such an
+  iteration reads X once.
 * :func:`centre_sums`: the per-centre float64 sums of the rows from scratch,
   column-stationary (each program owns a column chunk and a slab of rows,
   so no atomics), for the first iterations when most labels change.
@@ -42,18 +43,21 @@ MAX_CENTRES = 32
 #: (BLOCK_M × BLOCK_E) @ (BLOCK_E × 16) tiles; False: one broadcast product
 #: and row sum per centre, as for L1.
 USE_DOT = True
-_BLOCK_M = 16
-_BLOCK_E = 128
-_DOT_BLOCK_M = 64
-_DOT_BLOCK_E = 64
-_SUM_BLOCK_M = 8
-_SUM_BLOCK_E = 64
+#: Launch configurations (BLOCK_M, BLOCK_E, num_warps, num_stages), measured
+#: on an H100 by benchmarks/bench_states.py.
+CONFIG = {"dot": (64, 64, 4, 3), "sums": (16, 128, 4, 3), "centre_sums": (8, 64, 4, 2),
+          "move": (16, 128, 4, 1)}
 
 
 def usable(x: torch.Tensor, n_centres: int) -> bool:
-    """Whether the kernels run on ``x`` (CUDA or the interpreter, float32, contiguous)."""
+    """Whether the kernels run on ``x`` (CUDA or the interpreter, float32, rows contiguous)."""
     return (HAS_TRITON and x.dtype == torch.float32 and (x.is_cuda or _INTERPRET)
-            and x.is_contiguous() and n_centres <= MAX_CENTRES)
+            and x.stride(1) == 1 and n_centres <= MAX_CENTRES)
+
+
+def runs_here(x: torch.Tensor) -> bool:
+    """Whether the kernels could run on ``x``'s device (CUDA or the interpreter)."""
+    return HAS_TRITON and (x.is_cuda or _INTERPRET)
 
 
 def _pad(k: int) -> int:
@@ -64,13 +68,13 @@ if HAS_TRITON:
 
     @triton.jit
     def _assign_kernel(x_ptr, c_ptr, alpha_ptr, beta_ptr, row_ptr, old_ptr, labels_ptr,
-                       dist_ptr, sums_ptr, counts_ptr, changed_ptr, n_rows, n_cols, k,
-                       L1: tl.constexpr, UPDATE: tl.constexpr, DOT: tl.constexpr,
-                       K_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+                       dist_ptr, changed_ptr, n_rows, n_cols, stride_x, k,
+                       L1: tl.constexpr, DOT: tl.constexpr, K_PAD: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
         pid = tl.program_id(0)
         rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
-        base = rows.to(tl.int64) * n_cols
+        base = rows.to(tl.int64) * stride_x
         kk = tl.arange(0, K_PAD)
         acc = tl.zeros((BLOCK_M, K_PAD), dtype=tl.float32)
         for e0 in range(0, n_cols, BLOCK_E):
@@ -79,12 +83,12 @@ if HAS_TRITON:
             x = tl.load(x_ptr + base[:, None] + cols[None, :],
                         mask=row_ok[:, None] & col_ok[None, :], other=0.0)
             if DOT:
-                c = tl.load(c_ptr + kk[:, None] * n_cols + cols[None, :], mask=col_ok[None, :],
-                            other=0.0)
+                c = tl.load(c_ptr + kk[:, None] * stride_x + cols[None, :],
+                            mask=col_ok[None, :], other=0.0)
                 acc += tl.dot(x, tl.trans(c), input_precision="ieee")
             else:
                 for j in tl.static_range(K_PAD):
-                    c = tl.load(c_ptr + j * n_cols + cols, mask=col_ok, other=0.0)
+                    c = tl.load(c_ptr + j * stride_x + cols, mask=col_ok, other=0.0)
                     if L1:
                         part = tl.sum(tl.abs(x - c[None, :]), axis=1)
                     else:
@@ -107,28 +111,29 @@ if HAS_TRITON:
         tl.store(dist_ptr + rows, smin, mask=row_ok)
         old = tl.load(old_ptr + rows, mask=row_ok, other=-1)
         changed = (best.to(tl.int64) != old) & row_ok
-        n_changed = tl.sum(changed.to(tl.int32), axis=0)
-        tl.atomic_add(changed_ptr, n_changed)
-        if UPDATE:
-            if n_changed > 0:
-                gain = (changed[:, None] & (best[:, None] == kk[None, :])).to(tl.float64)
-                loss = (changed[:, None] & (old[:, None] == kk[None, :])).to(tl.float64)
-                move = gain - loss  # (BLOCK_M, K_PAD): +1 into the new centre, -1 out of the old
-                tl.atomic_add(counts_ptr + kk, tl.sum(move, axis=0).to(tl.int64), mask=kk < k)
-                for e0 in range(0, n_cols, BLOCK_E):
-                    cols = e0 + tl.arange(0, BLOCK_E)
-                    col_ok = cols < n_cols
-                    x = tl.load(x_ptr + base[:, None] + cols[None, :],
-                                mask=changed[:, None] & col_ok[None, :], other=0.0)
-                    x = x.to(tl.float64)
-                    for j in tl.static_range(K_PAD):
-                        weight = tl.sum(tl.where(kk[None, :] == j, move, 0.0), axis=1)
-                        if tl.sum(tl.abs(weight), axis=0) > 0:
-                            delta = tl.sum(x * weight[:, None], axis=0)
-                            tl.atomic_add(sums_ptr + j * n_cols + cols, delta, mask=col_ok)
+        tl.atomic_add(changed_ptr, tl.sum(changed.to(tl.int32), axis=0))
 
     @triton.jit
-    def _sums_kernel(x_ptr, labels_ptr, out_ptr, n_rows, n_cols, rows_per_slab,
+    def _move_kernel(x_ptr, rows_ptr, new_ptr, old_ptr, sums_ptr, n_moved, n_cols, stride_x,
+                     K_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+        pid_m = tl.program_id(0)
+        pid_e = tl.program_id(1)
+        index = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        ok = index < n_moved
+        rows = tl.load(rows_ptr + index, mask=ok, other=0)
+        new = tl.load(new_ptr + rows, mask=ok, other=-1)
+        old = tl.load(old_ptr + rows, mask=ok, other=-1)
+        cols = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
+        col_ok = cols < n_cols
+        x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :],
+                    mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float64)
+        for j in tl.static_range(K_PAD):
+            weight = (new == j).to(tl.float64) - (old == j).to(tl.float64)
+            delta = tl.sum(x * weight[:, None], axis=0)
+            tl.atomic_add(sums_ptr + j * n_cols + cols, delta, mask=col_ok)
+
+    @triton.jit
+    def _sums_kernel(x_ptr, labels_ptr, out_ptr, n_rows, n_cols, stride_x, rows_per_slab,
                      K_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
         pid_e = tl.program_id(0)
         slab = tl.program_id(1)
@@ -141,7 +146,7 @@ if HAS_TRITON:
         for r0 in range(start, stop, BLOCK_M):
             rows = r0 + tl.arange(0, BLOCK_M)
             ok = rows < stop
-            x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * n_cols + cols[None, :],
+            x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :],
                         mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float64)
             lab = tl.load(labels_ptr + rows, mask=ok, other=-1)
             onehot = (lab[:, None] == kk[None, :]).to(tl.float64)  # (BLOCK_M, K_PAD)
@@ -152,12 +157,10 @@ if HAS_TRITON:
 
 def assign(x: torch.Tensor, centres: torch.Tensor, *, l1: bool, alpha: torch.Tensor | None,
            beta: torch.Tensor | None, row_term: torch.Tensor | None, old: torch.Tensor,
-           labels: torch.Tensor, dist: torch.Tensor, changed: torch.Tensor,
-           sums: torch.Tensor | None = None, counts: torch.Tensor | None = None) -> None:
+           labels: torch.Tensor, dist: torch.Tensor, changed: torch.Tensor) -> None:
     """Nearest centre of every row of ``x`` into ``labels`` (int64) and the
     distance into ``dist`` (float32); the number of labels that differ from
-    ``old`` is added to ``changed`` (int32, one element). With ``sums``
-    (float64, k × E) and ``counts`` (int64, k), those follow the change.
+    ``old`` is added to ``changed`` (int32, one element).
 
     For the dot-product metrics the score minimised is
     ``beta[j] + alpha[j] * <x, c_j>`` and the distance adds ``row_term``.
@@ -167,32 +170,48 @@ def assign(x: torch.Tensor, centres: torch.Tensor, *, l1: bool, alpha: torch.Ten
     k = centres.shape[0]
     dot = USE_DOT and not l1
     k_pad = max(16, _pad(k)) if dot else _pad(k)
-    block_m, block_e = (_DOT_BLOCK_M, _DOT_BLOCK_E) if dot else (_BLOCK_M, _BLOCK_E)
-    padded = torch.zeros((k_pad, e), dtype=torch.float32, device=x.device)
-    padded[:k] = centres
-    update = sums is not None
+    block_m, block_e, warps, stages = CONFIG["dot" if dot else "sums"]
+    padded = torch.zeros((k_pad, x.stride(0)), dtype=torch.float32, device=x.device)
+    padded[:k, :e] = centres
     dummy = dist  # never read when not needed
     grid = (triton.cdiv(n, block_m),)
     _assign_kernel[grid](
         x, padded, dummy if l1 else alpha, dummy if l1 else beta, dummy if l1 else row_term,
-        old, labels, dist, sums if update else dummy, counts if update else labels, changed,
-        n, e, k, L1=l1, UPDATE=update, DOT=dot, K_PAD=k_pad, BLOCK_M=block_m, BLOCK_E=block_e,
+        old, labels, dist, changed, n, e, x.stride(0), k, L1=l1, DOT=dot, K_PAD=k_pad,
+        BLOCK_M=block_m, BLOCK_E=block_e, num_warps=warps, num_stages=stages,
     )
+
+
+def move_rows(x: torch.Tensor, rows: torch.Tensor, new: torch.Tensor, old: torch.Tensor,
+              sums: torch.Tensor) -> None:
+    """``sums[new[r]] += x[r]`` and ``sums[old[r]] -= x[r]`` for every r in
+    ``rows`` (float64 sums, k × E, updated in place)."""
+    n_moved = rows.numel()
+    if n_moved == 0:
+        return
+    e = x.shape[1]
+    block_m, block_e, warps, stages = CONFIG["move"]
+    grid = (triton.cdiv(n_moved, block_m), triton.cdiv(e, block_e))
+    _move_kernel[grid](x, rows, new, old, sums, n_moved, e, x.stride(0),
+                       K_PAD=_pad(sums.shape[0]), BLOCK_M=block_m, BLOCK_E=block_e,
+                       num_warps=warps, num_stages=stages)
 
 
 def centre_sums(x: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
     """Per-centre float64 sums of the rows of ``x`` (k × E) for ``labels``."""
     n, e = x.shape
     k_pad = _pad(k)
-    col_blocks = triton.cdiv(e, _SUM_BLOCK_E)
+    block_m, block_e, warps, stages = CONFIG["centre_sums"]
+    col_blocks = triton.cdiv(e, block_e)
     if x.is_cuda:
         programs = 4 * torch.cuda.get_device_properties(x.device).multi_processor_count
     else:
         programs = col_blocks
-    slabs = max(1, min(triton.cdiv(programs, col_blocks), triton.cdiv(n, 4 * _SUM_BLOCK_M)))
-    rows_per_slab = triton.cdiv(triton.cdiv(n, slabs), _SUM_BLOCK_M) * _SUM_BLOCK_M
+    slabs = max(1, min(triton.cdiv(programs, col_blocks), triton.cdiv(n, 4 * block_m)))
+    rows_per_slab = triton.cdiv(triton.cdiv(n, slabs), block_m) * block_m
     slabs = triton.cdiv(n, rows_per_slab)
     out = torch.empty((slabs, k_pad, e), dtype=torch.float64, device=x.device)
-    _sums_kernel[(col_blocks, slabs)](x, labels, out, n, e, rows_per_slab, K_PAD=k_pad,
-                                      BLOCK_M=_SUM_BLOCK_M, BLOCK_E=_SUM_BLOCK_E)
+    _sums_kernel[(col_blocks, slabs)](x, labels, out, n, e, x.stride(0), rows_per_slab,
+                                      K_PAD=k_pad, BLOCK_M=block_m, BLOCK_E=block_e,
+                                      num_warps=warps, num_stages=stages)
     return out.sum(dim=0)[:k]
