@@ -40,12 +40,12 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 MAX_CENTRES = 32
 
 #: Dot-product metrics through ``tl.dot`` (exact fp32 FMAs, no TF32) on
-#: (BLOCK_M × BLOCK_E) @ (BLOCK_E × 16) tiles; False: one broadcast product
-#: and row sum per centre, as for L1.
-USE_DOT = True
+#: (BLOCK_M × BLOCK_E) @ (BLOCK_E × 16) tiles; False (faster on an H100,
+#: 2026-11-22): one broadcast product and row sum per centre, as for L1.
+USE_DOT = False
 #: Launch configurations (BLOCK_M, BLOCK_E, num_warps, num_stages), measured
 #: on an H100 by benchmarks/bench_states.py.
-CONFIG = {"dot": (64, 64, 4, 3), "sums": (16, 128, 4, 3), "centre_sums": (8, 64, 4, 2),
+CONFIG = {"dot": (128, 64, 8, 4), "sums": (32, 64, 4, 3), "centre_sums": (8, 128, 4, 1),
           "move": (16, 128, 4, 1)}
 
 
