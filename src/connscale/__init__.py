@@ -22,10 +22,12 @@ from connscale.cohort import run_cohort
 from connscale.engines import get_engine
 from connscale.io import load_relmat, load_timeseries
 from connscale.networks import R1DL, match_networks, r1dl, spatial_similarity
+from connscale.states import DFCStates
 from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 
 __all__ = [
     "ConstantSeriesWarning",
+    "DFCStates",
     "DynamicConnectivity",
     "R1DL",
     "__version__",

@@ -6,9 +6,9 @@ from __future__ import annotations
 from connscale._validation import check_window
 
 
-def add_window_arguments(parser) -> None:
+def add_window_arguments(parser, *, required: bool = True) -> None:
     """--window, --step, --t-r, --taper and --taper-sigma."""
-    parser.add_argument("--window", required=True, metavar="W",
+    parser.add_argument("--window", required=required, metavar="W",
                         help="Window length in time points (22) or seconds (44s; needs the "
                              "TR). For --taper gaussian, the rectangle's width.")
     parser.add_argument("--step", default="1", metavar="S",

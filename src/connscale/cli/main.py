@@ -9,7 +9,7 @@ import sys
 from connscale._version import __version__
 
 # Sub-command modules of connscale.cli; each defines add_parser(subparsers).
-_COMMANDS = ("fc", "dfc", "pairs", "cohort", "r1dl", "life", "classify", "demo")
+_COMMANDS = ("fc", "dfc", "dfc-states", "pairs", "cohort", "r1dl", "life", "classify", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"connscale {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMANDS:
-        importlib.import_module(f"connscale.cli.{name}").add_parser(subparsers)
+        importlib.import_module(f"connscale.cli.{name.replace('-', '_')}").add_parser(subparsers)
     return parser
 
 
