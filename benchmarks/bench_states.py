@@ -195,7 +195,7 @@ def main():
             f"({1e3 * seconds / args.iters:.2f} ms each), inertia {result.inertia:.6e}")
         if use_triton:
             state = km._FusedState(n, device)
-            one = timed(lambda: state.assign(prepared, result.centres, result.labels), 10)
+            one = timed(lambda s=state, r=result: s.assign(prepared, r.centres, r.labels), 10)
             log(f"one fused assignment pass: {1e3 * one:.2f} ms = "
                 f"{n * e * 4 / one / 1e12:.2f} TB/s")
     if len(results) == 2:
@@ -240,7 +240,7 @@ def main():
         rows.append((name, "l1", args.l1_iters, seconds, seconds / args.l1_iters, floor_l1))
         log(f"l1 {name}: {args.l1_iters} iterations in {seconds:.3f} s")
         start = time.perf_counter()
-        labels, dist = (km._FusedState(n, device).assign(prepared, init_p, result.labels)[:2]
+        _ = (km._FusedState(n, device).assign(prepared, init_p, result.labels)[:2]
                         if use_triton else km.assign_torch(prepared, init_p))
         synchronize(device)
         log(f"l1 {name}: one assignment pass {1e3 * (time.perf_counter() - start):.1f} ms "

@@ -154,8 +154,8 @@ def test_fused_lloyd_equals_sklearn_and_torch_on_cuda(metric):
     pytest.importorskip("triton")
     x, init = _clustered(seed=7)
     init = init + np.float32(0.3)
-    labels, centres, result = _lloyd(x, init, metric, "cuda", use_triton=True)
-    ref_labels, ref_centres, ref = _lloyd(x, init, metric, "cuda", use_triton=False)
+    labels, centres, _ = _lloyd(x, init, metric, "cuda", use_triton=True)
+    ref_labels, ref_centres, _ = _lloyd(x, init, metric, "cuda", use_triton=False)
     assert_array_equal(labels, ref_labels)
     assert_allclose(centres, ref_centres, atol=1e-6)
     if metric == "euclidean":

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging, logger
+from connscale.cli._common import (
+    RunRecord,
+    add_compute_arguments,
+    configure_logging,
+    logger,
+)
 from connscale.cli._windows import add_window_arguments, resolve_window
 
 #: States are written as TSV up to this many nodes, as HDF5 above.
@@ -152,7 +157,12 @@ def run(args) -> int:
 
 
 def _write_states(estimator, out: Path, labels, fractions, args) -> list[Path]:
-    from connscale.io.relmat import relmat_path, sidecar, write_relmat_tsv, write_sidecar
+    from connscale.io.relmat import (
+        relmat_path,
+        sidecar,
+        write_relmat_tsv,
+        write_sidecar,
+    )
 
     written = []
     centroid = {"l1": "component-wise median", "euclidean": "mean",

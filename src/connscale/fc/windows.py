@@ -16,7 +16,7 @@ TAPERS = ("rectangular", "gaussian")
 
 def taper_halfwidth(sigma: float) -> int:
     """Time points a Gaussian taper adds on each side of the rectangle, ⌈3σ⌉."""
-    return int(math.ceil(3.0 * check_positive(sigma, "taper_sigma")))
+    return math.ceil(3.0 * check_positive(sigma, "taper_sigma"))
 
 
 def window_support(window_length: int, taper: str = "rectangular", sigma: float = 3.0) -> int:

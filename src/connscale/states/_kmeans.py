@@ -302,7 +302,7 @@ def lloyd(prepared: Prepared, centres: torch.Tensor, *, max_iter: int = 300, tol
     re-assigned to the final centres. ``check_convergence=False`` runs all
     ``max_iter`` iterations (for timing)."""
     x = prepared.x
-    n, e = x.shape
+    n = x.shape[0]
     k = centres.shape[0]
     device = x.device
     if use_triton is None:

@@ -253,7 +253,8 @@ class DFCStates(BaseEstimator):
             raise ValueError(f"'tol' must be a number >= 0; got {self.tol!r}.")
         for name in ("exemplars", "fisher_z"):
             if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ValueError(f"'{name}' must be True or False; got {getattr(self, name)!r}.")
+                raise ValueError(  # noqa: TRY004 - scikit-learn raises ValueError for parameters
+                    f"'{name}' must be True or False; got {getattr(self, name)!r}.")
 
     def _windows(self, windows):
         arrays, single = _subject_windows(windows)
