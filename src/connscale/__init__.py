@@ -28,10 +28,12 @@ from connscale.maps import (
     seed_correlation,
 )
 from connscale.networks import R1DL, match_networks, r1dl, spatial_similarity
+from connscale.states import DFCStates
 from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 
 __all__ = [
     "ConstantSeriesWarning",
+    "DFCStates",
     "DynamicConnectivity",
     "R1DL",
     "__version__",

@@ -131,13 +131,58 @@ def check_int(value, name: str, *, minimum: int | None = None,
     return value
 
 
+def to_timepoints(value, name: str, *, t_r: float | None = None):
+    """A duration in time points: ints pass through; a string ending in ``s``
+    (``'44s'``) is seconds, divided by the repetition time ``t_r`` and
+    rounded to the nearest time point; other strings must be integers."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip().lower()
+    if text.endswith("s"):
+        try:
+            seconds = float(text[:-1])
+        except ValueError:
+            raise ValueError(
+                f"'{name}' must be a number of time points or of seconds ('44s'); got {value!r}."
+            ) from None
+        if t_r is None:
+            raise ValueError(
+                f"'{name}' is given in seconds ({value!r}) but the repetition time is unknown; "
+                "pass t_r (--t-r), or give it in time points."
+            )
+        t_r = check_positive(t_r, "t_r")
+        if not np.isfinite(seconds) or seconds <= 0:
+            raise ValueError(f"'{name}' must be a positive duration; got {value!r}.")
+        return int(np.floor(seconds / t_r + 0.5))
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(
+            f"'{name}' must be a number of time points or of seconds ('44s'); got {value!r}."
+        ) from None
+
+
+def check_positive(value, name: str) -> float:
+    """Check a number is finite and > 0."""
+    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value) \
+            or value <= 0:
+        raise ValueError(f"'{name}' must be a number > 0; got {value!r}.")
+    return float(value)
+
+
 def check_window(window_length, step, n_timepoints: int | None = None, *,
-                 where: str = "the number of time points") -> tuple[int, int]:
-    """Validate a sliding window: ``MIN_WINDOW_LENGTH <= window_length <=
-    n_timepoints`` (no upper bound when ``n_timepoints`` is None) and
-    ``step >= 1``. ``where`` names what ``n_timepoints`` counts, for the
-    message. Returns (window_length, step) as ints."""
-    window_length = check_int(window_length, "window_length", minimum=MIN_WINDOW_LENGTH)
+                 minimum: int = MIN_WINDOW_LENGTH, where: str = "the number of time points",
+                 t_r: float | None = None) -> tuple[int, int]:
+    """Validate a sliding window: ``minimum <= window_length <= n_timepoints``
+    (no upper bound when ``n_timepoints`` is None) and ``step >= 1``.
+    ``minimum`` defaults to :data:`MIN_WINDOW_LENGTH`, the one window minimum
+    of every correlation window. ``where`` names what ``n_timepoints``
+    counts, for the message. Either may be given in seconds (``'44s'``) with
+    the repetition time ``t_r`` (see :func:`to_timepoints`). Returns
+    (window_length, step) as ints, in time points."""
+    window_length = to_timepoints(window_length, "window_length", t_r=t_r)
+    step = to_timepoints(step, "step", t_r=t_r)
+    window_length = check_int(window_length, "window_length", minimum=minimum)
     if n_timepoints is not None and window_length > n_timepoints:
         raise ValueError(
             f"'window_length' must be at most {where} ({n_timepoints}); got {window_length}."

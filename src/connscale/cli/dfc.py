@@ -14,6 +14,7 @@ from connscale.cli._common import (
     logger,
 )
 from connscale.cli._inputs import add_input_arguments, load_input
+from connscale.cli._windows import add_window_arguments, resolve_window
 
 # Plots of windows and edge time courses are drawn for at most this many series.
 PLOT_MAX_NODES = 200
@@ -31,10 +32,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_input_arguments(parser)
-    parser.add_argument("--window", type=int, required=True, metavar="W",
-                        help="Window length in time points (3 <= W <= T).")
-    parser.add_argument("--step", type=int, default=1, metavar="S",
-                        help="Time points between window starts.")
+    add_window_arguments(parser)
     parser.add_argument("--kind", choices=["triu", "sparse", "lowrank", "factor"], default=None,
                         help="Stored form (default: sparse with --threshold, triu otherwise).")
     parser.add_argument("--threshold", type=float, default=None,
@@ -71,23 +69,26 @@ def run(args) -> int:
     n_timepoints, n = timeseries.shape
     logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
     source = source_entities(args.input)
-    path = Path(args.out) / f"{source}_kind-{kind}_window-{args.window}_step-{args.step}_dfc.h5"
+    window, step, t_r = resolve_window(args, args.input, n_timepoints)
+    taper = "" if args.taper == "rectangular" else f"_taper-{args.taper}"
+    path = Path(args.out) / f"{source}_kind-{kind}_window-{window}_step-{step}{taper}_dfc.h5"
     record.device = str(resolve_device(args.device))
     with record.timer("dynamic_correlation"):
         result = dynamic_correlation(
-            timeseries, args.window, args.step, kind=kind, threshold=args.threshold,
+            timeseries, window, step, kind=kind, threshold=args.threshold,
             absolute=args.absolute, rank=args.rank, method=args.method,
             power_iterations=args.power_iterations, random_state=args.seed,
             device=args.device, dtype=args.dtype, memory_limit=args.memory_limit,
             out=path, compute_error=args.error, allow_tf32=args.allow_tf32,
-            verbose=args.verbose,
+            taper=args.taper, taper_sigma=args.taper_sigma, verbose=args.verbose,
         )
     with result:
         record.add_output(path)
         seconds = record.timings["dynamic_correlation"]
         record.results.update({
             "n_series": n, "n_timepoints": n_timepoints, "nodes": nodes, "kind": kind,
-            "n_windows": len(result), "window_length": args.window, "step": args.step,
+            "n_windows": len(result), "window_length": window, "step": step,
+            "window_support": result.window_length, "t_r": t_r,
             "nbytes": result.nbytes, "compression_ratio": result.compression_ratio,
             "windows_with_constant_series": int(result.constant.any(axis=1).sum()),
             "windows_per_second": len(result) / max(seconds, 1e-9),
@@ -102,7 +103,7 @@ def run(args) -> int:
                 record.add_figure(_plot_edges(result, labels, args.out / f"{source}_dfc_edges.png"))
         log = record.finish(f"{source}_dfc")
         print(f"connscale dfc: {n} {nodes}, {n_timepoints} time points, {len(result)} windows "
-              f"(w={args.window}, s={args.step}), kind={kind} on {record.device} in {seconds:.3f} s")
+              f"(w={window}, s={step}), kind={kind} on {record.device} in {seconds:.3f} s")
         print(f"  stored {result.nbytes / 1e6:.2f} MB (compression ratio {result.compression_ratio:.1f})")
         print(f"  wrote {path}")
         print(f"  log   {log}")

@@ -10,7 +10,7 @@ from connscale._version import __version__
 from connscale.io._lock import OutputLockedError
 
 # Sub-command modules of connscale.cli; each defines add_parser(subparsers).
-_COMMANDS = ("fc", "dfc", "pairs", "cohort", "bids", "maps", "r1dl", "life", "classify", "demo")
+_COMMANDS = ("fc", "dfc", "dfc-states", "pairs", "cohort", "bids", "maps", "r1dl", "life", "classify", "demo")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"connscale {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in _COMMANDS:
-        importlib.import_module(f"connscale.cli.{name}").add_parser(subparsers)
+        importlib.import_module(f"connscale.cli.{name.replace('-', '_')}").add_parser(subparsers)
     parser.subcommands = subparsers.choices
     return parser
 

@@ -13,10 +13,12 @@ from connscale.datasets.cohort import Cohort, simulate_cohort
 from connscale.datasets.networks import simulate_networks
 from connscale.datasets.phantom import LiFEPhantom, simulate_life_phantom
 from connscale.datasets.simulate import simulate_timeseries
+from connscale.datasets.states import StateCohort, simulate_states
 
 __all__ = [
     "Cohort",
     "LiFEPhantom",
+    "StateCohort",
     "compute_brain_mask",
     "load_nibabel_functional",
     "load_nitime_fmri",
@@ -27,5 +29,6 @@ __all__ = [
     "simulate_cohort",
     "simulate_life_phantom",
     "simulate_networks",
+    "simulate_states",
     "simulate_timeseries",
 ]

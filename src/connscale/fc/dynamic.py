@@ -77,6 +77,7 @@ from connscale.fc.lowrank import (
 from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
+from connscale.fc.windows import taper_weights, window_support
 
 logger = logging.getLogger("connscale")
 
@@ -99,10 +100,17 @@ def window_starts(n_timepoints: int, window_length: int, step: int = 1) -> np.nd
 
 
 def _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
-                      absolute, rank, method, power_iterations, compute_error) -> dict:
+                      absolute, rank, method, power_iterations, compute_error, *,
+                      taper="rectangular", taper_sigma=3.0, t_r=None) -> dict:
     check_option(kind, "kind", KINDS)
     check_option(method, "method", METHODS)
-    window_length, step = check_window(window_length, step, n_timepoints)
+    window_length, step = check_window(window_length, step, n_timepoints, t_r=t_r)
+    support = window_support(window_length, taper, taper_sigma)
+    if support > n_timepoints:
+        raise ValueError(
+            f"A {taper} window of {window_length} time points spans {support} (the taper adds "
+            f"⌈3σ⌉ on each side) but the series have {n_timepoints}; use a shorter window."
+        )
     power_iterations = check_int(power_iterations, "power_iterations", minimum=0)
     if not isinstance(absolute, (bool, np.bool_)):
         raise ValueError(f"'absolute' must be True or False; got {absolute!r}.")  # noqa: TRY004
@@ -141,8 +149,8 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
         raise ValueError(
             f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
         )
-    return {"window_length": window_length, "step": step, "threshold": threshold,
-            "rank": rank, "power_iterations": power_iterations, "absolute": bool(absolute)}
+    return {"window_length": window_length, "step": step, "support": support,
+            "threshold": threshold, "rank": rank, "power_iterations": power_iterations, "absolute": bool(absolute)}
 
 
 def _stored_width(kind: str, rank: int | None, window_length: int) -> int | None:
@@ -185,7 +193,7 @@ class _WindowNormalizer:
     """All windows' means from float64 running sums; U for a batch of windows."""
 
     def __init__(self, x: torch.Tensor, starts: np.ndarray, window_length: int,
-                 dtype: torch.dtype) -> None:
+                 dtype: torch.dtype, weights: np.ndarray | None = None) -> None:
         # The raw values are kept (never modified: x may be the caller's array) so
         # each window is centred from them exactly; the running sums are taken
         # of the values shifted by their global mean, for accuracy.
@@ -202,6 +210,9 @@ class _WindowNormalizer:
         self.starts = starts_t
         self.offsets = torch.arange(window_length, device=x64.device)
         self.dtype = dtype
+        # Tapered windows: weighted Pearson, sqrt(weight)-scaled centred series.
+        self.weights = None if weights is None else torch.as_tensor(
+            weights, dtype=torch.float64, device=x64.device)
 
     def __call__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """U of shape (B, N, w) (NaN rows for constant series) and the (B, N) mask.
@@ -219,9 +230,15 @@ class _WindowNormalizer:
         # the running-sum mean carries).
         low, high = torch.aminmax(windows, dim=1)
         centred = windows - means[:, None, :]
-        # Second pass in float64: remove what rounding left of the window mean, so
-        # windows far from the series' mean keep their variation.
-        centred -= centred.mean(dim=1, keepdim=True)
+        # Second pass in float64: remove what rounding left of the window mean
+        # (the weighted mean for tapered windows), so windows far from the
+        # series' mean keep their variation.
+        if self.weights is None:
+            centred -= centred.mean(dim=1, keepdim=True)
+        else:
+            weights = self.weights[None, :, None]
+            centred -= (centred * weights).sum(dim=1, keepdim=True) / self.weights.sum()
+            centred *= weights.sqrt()  # weighted Pearson: sqrt(weight)-scaled series
         norm = torch.linalg.vector_norm(centred, dim=1)  # (B, N)
         constant = (low == high) | (norm == 0)
         norm = torch.where(constant, torch.full_like(norm, float("nan")), norm)
@@ -302,8 +319,8 @@ def _runs(indices: list[int], size: int) -> list[list[int]]:
 @fill_doc
 def dynamic_correlation(
     timeseries,
-    window_length: int,
-    step: int = 1,
+    window_length: int | str,
+    step: int | str = 1,
     *,
     kind: str = "triu",
     threshold: float | None = None,
@@ -319,6 +336,9 @@ def dynamic_correlation(
     host_buffer=None,
     compute_error: bool = False,
     allow_tf32: bool = False,
+    taper: str = "rectangular",
+    taper_sigma: float = 3.0,
+    t_r: float | None = None,
     verbose: int = 0,
 ) -> DynamicConnectivity:
     """Sliding-window Pearson correlation of every pair of series (GPU-DFC).
@@ -326,11 +346,12 @@ def dynamic_correlation(
     Parameters
     ----------
     %(timeseries)s
-    window_length : int
-        w, time points per window (3 <= w <= n_timepoints).
-    step : int, default=1
-        s, time points between window starts; there are
-        ⌊(T − w)/s⌋ + 1 windows.
+    window_length : int or str
+        w, time points per window (3 <= w <= n_timepoints), or seconds as
+        ``'44s'`` with ``t_r``. For the Gaussian taper, the rectangle's width.
+    step : int or str, default=1
+        s, time points (or ``'2s'``) between window starts; there are
+        ⌊(T − w)/s⌋ + 1 windows (w: the window's support).
     kind : {'triu', 'sparse', 'lowrank', 'factor'}, default='triu'
         Stored form of each window: ``'triu'`` the strictly-upper triangle
         (row-major order, as :mod:`connscale.fc.triu`); ``'sparse'`` a CSR
@@ -371,6 +392,17 @@ def dynamic_correlation(
     allow_tf32 : bool, default=False
         Allow TF32 matrix products on CUDA: faster, but inputs are rounded to
         10 mantissa bits, which can flip values that sit near a threshold.
+    taper : {'rectangular', 'gaussian'}, default='rectangular'
+        ``'gaussian'``: Allen et al. (2014)'s tapered window, the rectangle
+        of w time points convolved with a Gaussian of ``taper_sigma`` time
+        points (:func:`connscale.fc.windows.taper_weights`); each window
+        then covers w + 2⌈3σ⌉ time points (``result.window_length``) and its
+        correlations are weighted Pearson correlations.
+    taper_sigma : float, default=3.0
+        σ of the Gaussian taper, in time points.
+    t_r : float or None
+        Repetition time in seconds, to give ``window_length`` and ``step``
+        in seconds.
     %(verbose)s
 
     Returns
@@ -402,8 +434,12 @@ def dynamic_correlation(
     check_not_all_constant(array)
     n_timepoints, n_series = array.shape
     checked = _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
-                                absolute, rank, method, power_iterations, compute_error)
-    w, s, rank = checked["window_length"], checked["step"], checked["rank"]
+                                absolute, rank, method, power_iterations, compute_error,
+                                taper=taper, taper_sigma=taper_sigma, t_r=t_r)
+    w, s, rank = checked["support"], checked["step"], checked["rank"]
+    weights = None
+    if taper == "gaussian":
+        weights = taper_weights(checked["window_length"], taper_sigma)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype)
     np_dtype = numpy_dtype(torch_dtype)
@@ -421,6 +457,9 @@ def dynamic_correlation(
         "dtype": np_dtype.name,
         "allow_tf32": bool(allow_tf32),
     }
+    if weights is not None:
+        meta["taper"] = {"kind": taper, "width": checked["window_length"],
+                         "sigma": float(taper_sigma)}
 
     # Where the windows go.
     final_path = None
@@ -471,6 +510,7 @@ def dynamic_correlation(
                 power_iterations=checked["power_iterations"], base_seed=base_seed,
                 device=torch_device, dtype=torch_dtype, memory_limit=memory_limit,
                 compute_error=compute_error, allow_tf32=bool(allow_tf32), verbose=verbose,
+                weights=weights,
             )
     except BaseException:
         if final_path is not None:
@@ -511,7 +551,7 @@ def _check_host_memory(kind, k, n, width, itemsize, memory_limit, host_buffer) -
 
 def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolute, method,
              power_iterations, base_seed, device, dtype, memory_limit, compute_error,
-             allow_tf32, verbose) -> dict:
+             allow_tf32, verbose, weights=None) -> dict:
     from tqdm.auto import tqdm
 
     n = array.shape[1]
@@ -520,7 +560,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
     budget = memory_budget(device, memory_limit)
     with _allow_tf32(allow_tf32), torch.no_grad():
         x = torch.as_tensor(array).to(device)
-        normalizer = _WindowNormalizer(x, starts, w, dtype)
+        normalizer = _WindowNormalizer(x, starts, w, dtype, weights)
         del x
         resident = normalizer.x.numel() * 8 + normalizer.means.numel() * 8
         plan = _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident)

@@ -22,6 +22,9 @@ __all__ = [
     "plot_network_timecourses",
     "plot_rmse_map",
     "plot_roc",
+    "plot_state_matrices",
+    "plot_state_sequence",
+    "plot_transition_matrix",
     "plot_weight_histogram",
     "plot_window_similarity",
     "window_similarity",
@@ -577,4 +580,119 @@ def plot_metric_comparison(results: dict, out_path, *,
     ax.set_ylabel("proportion (95% Clopper-Pearson interval)")
     ax.legend(fontsize=8, loc="lower right")
     ax.set_title(title or "Cross-validated classification")
+    return _save(fig, out_path)
+
+
+def plot_state_matrices(states, out_path, *, fractions=None, title=None,
+                        vmin=None, vmax=None) -> Path:
+    """The connectivity states side by side (DFC states).
+
+    Parameters
+    ----------
+    states : array-like of shape (n_states, n, n) or (n_states, n(n-1)/2)
+        Matrices or row-major upper-triangle vectors.
+    out_path : str or path
+    fractions : array-like of shape (n_states,) or None
+        Share of the windows in each state, shown in the titles.
+    title : str or None
+    vmin, vmax : float or None
+        Colour range (default symmetric around 0, from the data).
+
+    Returns
+    -------
+    Path
+    """
+    matrices = [_as_square(s) for s in states]
+    k = len(matrices)
+    if fractions is not None and len(fractions) != k:
+        raise ValueError(f"Expected {k} fractions, one per state; got {len(fractions)}.")
+    finite = np.concatenate([m[np.isfinite(m)] for m in matrices])
+    bound = float(np.abs(finite).max()) if finite.size else 1.0
+    vmin = -bound if vmin is None else vmin
+    vmax = bound if vmax is None else vmax
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, k, figsize=(2.8 * k + 1, 3.2), squeeze=False)
+    image = None
+    for j, (ax, matrix) in enumerate(zip(axes[0], matrices)):
+        image = ax.imshow(np.where(np.isfinite(matrix), matrix, 0.0), cmap="RdBu_r",
+                          vmin=vmin, vmax=vmax, interpolation="nearest")
+        name = f"state {j + 1}"
+        if fractions is not None:
+            name += f" ({100 * float(fractions[j]):.0f}%)"
+        ax.set_title(name, fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(image, ax=axes[0].tolist(), shrink=0.8)
+    fig.suptitle(title or "Connectivity states")
+    return _save(fig, out_path)
+
+
+def plot_state_sequence(labels, out_path, *, n_states=None, window_times=None,
+                        title=None) -> Path:
+    """One subject's state at every window.
+
+    Parameters
+    ----------
+    labels : array-like of int, shape (n_windows,)
+        States numbered from 0 (shown from 1).
+    out_path : str or path
+    n_states : int or None
+        Number of states (default: the largest label + 1).
+    window_times : array-like of shape (n_windows,) or None
+        x axis (e.g. window centres in seconds); default the window index.
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    labels = np.asarray(labels)
+    if labels.ndim != 1:
+        raise ValueError(f"'labels' must be 1-D; got shape {labels.shape}.")
+    n_states = int(labels.max()) + 1 if n_states is None else int(n_states)
+    x = np.arange(labels.size) if window_times is None else np.asarray(window_times)
+    if x.shape != labels.shape:
+        raise ValueError(f"'window_times' must have {labels.size} values; got {x.shape}.")
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 2.6))
+    ax.step(x, labels + 1, where="mid", color="#1f3a5f", lw=1.4)
+    ax.set_yticks(np.arange(1, n_states + 1))
+    ax.set_ylim(0.5, n_states + 0.5)
+    ax.set_xlabel("window" if window_times is None else "time (s)")
+    ax.set_ylabel("state")
+    ax.set_title(title or "State sequence")
+    return _save(fig, out_path)
+
+
+def plot_transition_matrix(matrix, out_path, *, title=None) -> Path:
+    """Transition probabilities between states (rows: from, columns: to).
+
+    Parameters
+    ----------
+    matrix : array-like of shape (n_states, n_states)
+    out_path : str or path
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    matrix = np.asarray(matrix, dtype=np.float64)
+    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"Expected a square transition matrix; got shape {matrix.shape}.")
+    k = matrix.shape[0]
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(1.1 * k + 2.5, 1.0 * k + 1.8))
+    image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(1e-12, float(matrix.max())))
+    for i in range(k):
+        for j in range(k):
+            ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                    color="white" if matrix[i, j] < 0.5 * matrix.max() else "black")
+    ticks = np.arange(k)
+    ax.set_xticks(ticks, [str(t + 1) for t in ticks])
+    ax.set_yticks(ticks, [str(t + 1) for t in ticks])
+    ax.set_xlabel("to state")
+    ax.set_ylabel("from state")
+    fig.colorbar(image, ax=ax, label="probability")
+    ax.set_title(title or "State transitions")
     return _save(fig, out_path)

@@ -1,0 +1,228 @@
+"""``connscale dfc-states``: recurring DFC states of a cohort, with dwell
+times, fractions of time and transitions (Allen et al. 2014)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from connscale.cli._common import (
+    RunRecord,
+    add_compute_arguments,
+    configure_logging,
+    logger,
+)
+from connscale.cli._windows import add_window_arguments, resolve_window
+
+#: States are written as TSV up to this many nodes, as HDF5 above.
+TSV_MAX_NODES = 1000
+#: State matrices are plotted up to this many nodes.
+PLOT_MAX_NODES = 400
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "dfc-states",
+        help="Recurring DFC states of a cohort: k-means of the windows, dwell times, "
+             "transitions.",
+        description=(
+            "Sliding-window correlations of every input (or DFC files written by "
+            "'connscale dfc') are pooled and clustered into states; each subject's state "
+            "sequence and its features (fraction of time, mean dwell time, transitions) are "
+            "written as TSV, the states as relmat files with JSON sidecars, with a report."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    parser.add_argument("inputs", nargs="+", type=Path, metavar="INPUT",
+                        help="ROI time series (.tsv/.csv/.npy), 4-D NIfTI with --atlas, or "
+                             "_dfc.h5 files of kind triu from 'connscale dfc'.")
+    parser.add_argument("--atlas", type=Path, default=None,
+                        help="Labels NIfTI for NIfTI inputs (region-mean series).")
+    add_window_arguments(parser, required=False)
+    parser.add_argument("--states", type=int, default=5, help="Number of states k.")
+    parser.add_argument("--metric", choices=["l1", "correlation", "euclidean"], default="l1",
+                        help="Distance between windows (l1: medians, as Allen et al.).")
+    parser.add_argument("--no-exemplars", action="store_true",
+                        help="Cluster all windows from k-means++ seeds directly (default: "
+                             "first the windows at local maxima of FC variance).")
+    parser.add_argument("--n-init", type=int, default=10, help="k-means++ restarts.")
+    parser.add_argument("--max-iter", type=int, default=300, help="Most Lloyd iterations.")
+    parser.add_argument("--fisher-z", action="store_true",
+                        help="Cluster arctanh of the correlations.")
+    parser.add_argument("--seed", type=int, default=0, help="Random seed.")
+    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    add_compute_arguments(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def _load_windows(args):
+    """Per input: source name, (n_windows, n_edges) windows, window starts, labels, TR, w, s."""
+    from connscale.cli._inputs import load_input
+    from connscale.fc.dynamic import dynamic_correlation, load_dynamic
+    from connscale.io.relmat import source_entities
+    from connscale.states.estimator import _dfc_edges
+
+    loaded = []
+    for path in args.inputs:
+        if path.name.endswith("_dfc.h5") or path.suffix == ".h5":
+            with load_dynamic(path) as result:
+                edges = _dfc_edges(result)
+                loaded.append({"source": source_entities(path).removesuffix("_dfc"),
+                               "windows": edges, "starts": result.window_starts,
+                               "labels": None, "t_r": args.t_r,
+                               "window": result.window_length, "step": result.step,
+                               "n_series": result.n_series})
+            continue
+        if args.window is None:
+            raise ValueError(f"--window is needed for the time-series input {path.name}.")
+        one = argparse.Namespace(input=path, mask=None, atlas=args.atlas)
+        timeseries, labels, _, _ = load_input(one)
+        window, step, t_r = resolve_window(args, path, timeseries.shape[0])
+        result = dynamic_correlation(timeseries, window, step, device=args.device,
+                                     dtype=args.dtype, memory_limit=args.memory_limit,
+                                     taper=args.taper, taper_sigma=args.taper_sigma)
+        loaded.append({"source": source_entities(path), "windows": _dfc_edges(result),
+                       "starts": result.window_starts, "labels": labels, "t_r": t_r,
+                       "window": window, "step": step, "n_series": result.n_series})
+    sizes = {item["n_series"] for item in loaded}
+    if len(sizes) > 1:
+        raise ValueError(f"All inputs must have the same number of series; got {sorted(sizes)}.")
+    return loaded
+
+
+def run(args) -> int:
+    from connscale._compute import resolve_device
+    from connscale.states import DFCStates
+
+    configure_logging(args.verbose)
+    record = RunRecord("dfc-states", args.out, vars(args))
+    record.device = str(resolve_device(args.device))
+    with record.timer("windows"):
+        loaded = _load_windows(args)
+    n = loaded[0]["n_series"]
+    labels = loaded[0]["labels"] or [str(i) for i in range(n)]
+    estimator = DFCStates(args.states, metric=args.metric, exemplars=not args.no_exemplars,
+                          n_init=args.n_init, max_iter=args.max_iter, fisher_z=args.fisher_z,
+                          random_state=args.seed, device=args.device)
+    with record.timer("states"):
+        estimator.fit([item["windows"] for item in loaded])
+    sources = [item["source"] for item in loaded]
+    out = Path(args.out)
+    with record.timer("write"):
+        fractions = np.concatenate(estimator.labels_)
+        fractions = np.bincount(fractions, minlength=args.states) / fractions.size
+        for path in _write_states(estimator, out, labels, fractions, args):
+            record.add_output(path)
+        for item, sequence in zip(loaded, estimator.labels_):
+            record.add_output(_write_sequence(out, item, sequence))
+        record.add_output(_write_features(out, estimator.state_features(subjects=sources)))
+    with record.timer("plots"):
+        from connscale.report.plots import (
+            plot_state_matrices,
+            plot_state_sequence,
+            plot_transition_matrix,
+        )
+
+        if n <= PLOT_MAX_NODES:
+            record.add_figure(plot_state_matrices(estimator.state_matrices(),
+                                                  out / "dfcstates_states.png",
+                                                  fractions=fractions))
+        first = loaded[0]
+        times = None if first["t_r"] is None else first["starts"] * first["t_r"]
+        record.add_figure(plot_state_sequence(
+            estimator.labels_[0], out / f"{first['source']}_dfcstates_sequence.png",
+            n_states=args.states, window_times=times, title=f"{first['source']}: states"))
+        record.add_figure(plot_transition_matrix(
+            estimator.transition_matrix_.mean(axis=0), out / "dfcstates_transitions.png",
+            title="Transition probabilities (mean over subjects)"))
+    record.results.update({
+        "n_subjects": len(loaded), "n_series": n,
+        "n_windows": int(sum(item["windows"].shape[0] for item in loaded)),
+        "n_states": args.states, "metric": args.metric, "inertia": estimator.inertia_,
+        "n_iter": estimator.n_iter_, "fraction_of_windows": fractions.round(4).tolist(),
+        "mean_dwell_time_windows": estimator.mean_dwell_time_.mean(axis=0).round(3).tolist(),
+        "mean_transitions": float(estimator.n_transitions_.mean()),
+    })
+    log = record.finish("dfcstates")
+    seconds = record.timings["states"]
+    logger.info("states in %.3f s", seconds)
+    print(f"connscale dfc-states: {len(loaded)} subjects, {record.results['n_windows']} windows, "
+          f"{args.states} states ({args.metric}) on {record.device} in {seconds:.3f} s")
+    print(f"  fractions of windows: {', '.join(f'{f:.2f}' for f in fractions)}")
+    print(f"  log   {log}")
+    return 0
+
+
+def _write_states(estimator, out: Path, labels, fractions, args) -> list[Path]:
+    from connscale.io.relmat import (
+        relmat_path,
+        sidecar,
+        write_relmat_tsv,
+        write_sidecar,
+    )
+
+    written = []
+    centroid = {"l1": "component-wise median", "euclidean": "mean",
+                "correlation": "mean of the windows centred and scaled to unit norm"}
+    matrices = estimator.state_matrices()
+    n = matrices.shape[1]
+    for j, matrix in enumerate(matrices):
+        source = f"dfcstates_state-{j + 1:02d}"
+        if n <= TSV_MAX_NODES:
+            path = write_relmat_tsv(relmat_path(out, source, extension=".tsv"), matrix, labels)
+            kind = "dense"
+        else:
+            path = _write_state_h5(relmat_path(out, source, extension=".h5"),
+                                   estimator.cluster_centers_[j], n)
+            kind = "triu"
+        metadata = sidecar(kind, n, nodes="regions", dtype="float64")
+        metadata.update({
+            "ValidDiagonal": False,
+            "MeasureDescription": (
+                f"DFC state {j + 1} of {len(matrices)}: the {centroid[args.metric]} of the "
+                f"sliding-window {'Fisher z of the ' if args.fisher_z else ''}Pearson "
+                f"correlations assigned to it by k-means ({args.metric} distance)"),
+            "State": j + 1,
+            "FractionOfWindows": float(fractions[j]),
+            "Sources": [str(p) for p in args.inputs],
+        })
+        written += [path, write_sidecar(path, metadata)]
+    return written
+
+
+def _write_state_h5(path: Path, vector: np.ndarray, n: int) -> Path:
+    import h5py
+
+    from connscale.io._atomic import atomic_path
+    from connscale.io.hdf5 import RelmatWriter
+
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as fh:
+        writer = RelmatWriter(fh, n, "triu", np.float64)
+        writer.write_triu(0, np.asarray(vector, dtype=np.float64))
+        writer.close()
+    return path
+
+
+def _write_sequence(out: Path, item: dict, sequence: np.ndarray) -> Path:
+    from connscale.io._atomic import write_text_atomic
+
+    header = ["window", "onset"] + (["onset_s"] if item["t_r"] else []) + ["state"]
+    lines = ["\t".join(header)]
+    for i, (start, state) in enumerate(zip(item["starts"], sequence)):
+        row = [str(i), str(int(start))]
+        if item["t_r"]:
+            row.append(f"{start * item['t_r']:.6g}")
+        lines.append("\t".join(row + [str(int(state) + 1)]))
+    return write_text_atomic(out / f"{item['source']}_dfcstates.tsv", "\n".join(lines) + "\n")
+
+
+def _write_features(out: Path, features) -> Path:
+    from connscale.io._atomic import write_text_atomic
+
+    lines = ["\t".join(["subject"] + features.feature_names)]
+    for subject, row in zip(features.subjects, features.X):
+        lines.append("\t".join([subject] + [f"{v:.6g}" for v in row]))
+    return write_text_atomic(out / "dfcstates_features.tsv", "\n".join(lines) + "\n")

@@ -1,0 +1,395 @@
+"""k-means of windowed FC on the device: k-means++ seeding and Lloyd iterations.
+
+Three metrics, as MATLAB's ``kmeans`` (which GIFT's dFNC toolbox uses) defines
+them:
+
+* ``'euclidean'``: squared Euclidean distance, centres are means (the
+  columns are centred first, as scikit-learn does, so that the expanded
+  ``‖c‖² − 2⟨x, c⟩`` loses no precision);
+* ``'correlation'``: 1 − Pearson r; every window is centred and scaled to
+  unit norm once, centres are the means of those normalised windows;
+* ``'l1'`` (city block): sum of absolute differences, centres are
+  component-wise medians (k-medians).
+
+Distances for the first two are one GEMM per block of rows (the pure-torch
+path) or one fused Triton pass (CUDA): see :mod:`._triton_kmeans`. L1
+distances are computed block by block with ``torch.cdist(p=1)``. Centre sums
+are accumulated in float64. Empty clusters are re-seeded with the windows
+farthest from their centres, as scikit-learn does.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from connscale.states import _triton_kmeans as fused
+
+METRICS = ("l1", "correlation", "euclidean")
+# Rows per block of the torch path: at most this many elements of n_rows × E
+# (float64 copies of a block are made for the sums).
+_BLOCK_ELEMENTS = 1 << 25
+# An iteration updates the centre sums incrementally (rows whose label changed
+# only) when the previous one changed at most this fraction of the labels.
+_INCREMENTAL_FRACTION = 1 / 64
+
+
+@dataclass
+class LloydResult:
+    """Outcome of one k-means run on prepared data (device tensors)."""
+
+    centres: torch.Tensor  # (k, E) float64, in the prepared space
+    labels: torch.Tensor  # (n,) int64
+    inertia: float
+    n_iter: int
+    converged: bool
+
+
+class Prepared:
+    """Windows made ready for one metric: the working array on the device.
+
+    Parameters
+    ----------
+    x : torch.Tensor of shape (n, E)
+        The windows. Copied (never modified) unless ``owned``.
+    metric : {'l1', 'correlation', 'euclidean'}
+    owned : bool
+        ``x`` may be modified in place (it is a copy made for this purpose).
+    """
+
+    def __init__(self, x: torch.Tensor, metric: str, *, owned: bool = False) -> None:
+        self.metric = metric
+        work = x if owned else x.clone()
+        self.shift = None
+        if metric == "euclidean":
+            self.shift = work.to(torch.float64).mean(dim=0)
+            work -= self.shift.to(work.dtype)
+        elif metric == "correlation":
+            normalise_rows_(work)
+        self.x = _aligned(work)
+        self.row_term = None
+        if metric == "euclidean":
+            self.row_term = _row_sq_norms(self.x)
+
+    def to_prepared(self, centres: torch.Tensor) -> torch.Tensor:
+        """Centres given in input units, in the prepared space (float64)."""
+        centres = centres.to(torch.float64)
+        if self.metric == "euclidean":
+            return centres - self.shift
+        if self.metric == "correlation":
+            return normalise_rows_(centres.clone())
+        return centres
+
+    def from_prepared(self, centres: torch.Tensor) -> torch.Tensor:
+        """Centres of the prepared space in input units (float64)."""
+        return centres + self.shift if self.metric == "euclidean" else centres
+
+
+def _aligned(work: torch.Tensor) -> torch.Tensor:
+    """``work`` with rows starting on 64-byte boundaries where the Triton
+    kernels may run (so their loads vectorise): a view of a zero-padded copy
+    when the row length is not a multiple of 16."""
+    n, e = work.shape
+    if not fused.runs_here(work) or e % 16 == 0:
+        return work.contiguous()
+    buffer = torch.zeros((n, -(-e // 16) * 16), dtype=work.dtype, device=work.device)
+    buffer[:, :e] = work
+    return buffer[:, :e]
+
+
+def normalise_rows_(x: torch.Tensor) -> torch.Tensor:
+    """Centre each row and scale it to unit norm, in place (float64 statistics)."""
+    for start, stop in _blocks(x.shape[0], x.shape[1]):
+        block = x[start:stop].to(torch.float64)
+        block -= block.mean(dim=1, keepdim=True)
+        norm = torch.linalg.vector_norm(block, dim=1, keepdim=True)
+        if bool((norm == 0).any()):
+            raise ValueError(
+                "metric='correlation' needs windows that vary across edges; "
+                f"got {int((norm == 0).sum())} constant window(s)."
+            )
+        x[start:stop] = block / norm
+    return x
+
+
+def _blocks(n: int, width: int):
+    rows = max(1, _BLOCK_ELEMENTS // max(width, 1))
+    for start in range(0, n, rows):
+        yield start, min(n, start + rows)
+
+
+def _row_sq_norms(x: torch.Tensor) -> torch.Tensor:
+    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    for start, stop in _blocks(*x.shape):
+        out[start:stop] = torch.linalg.vector_norm(x[start:stop].to(torch.float64), dim=1) ** 2
+    return out
+
+
+# --------------------------------------------------------------------------
+# Distances
+# --------------------------------------------------------------------------
+
+def _score_terms(prepared: Prepared, centres64: torch.Tensor):
+    """(alpha, beta) of the score ``beta + alpha <x, c>`` that is minimised."""
+    k = centres64.shape[0]
+    if prepared.metric == "euclidean":
+        alpha = torch.full((k,), -2.0, dtype=torch.float64, device=centres64.device)
+        beta = (centres64 ** 2).sum(dim=1)
+    else:  # correlation: 1 - <x, c> / ‖c‖ (x and c have zero mean, ‖x‖ = 1)
+        norm = torch.linalg.vector_norm(centres64, dim=1)
+        alpha = -1.0 / torch.where(norm > 0, norm, torch.ones_like(norm))
+        beta = torch.ones(k, dtype=torch.float64, device=centres64.device)
+    return alpha, beta
+
+
+def distances(prepared: Prepared, centres64: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+    """Distances of rows ``start:stop`` to the centres, (rows, k), in the working dtype."""
+    x = prepared.x[start:stop]
+    c = centres64.to(x.dtype)
+    if prepared.metric == "l1":
+        return torch.cdist(x, c, p=1)
+    alpha, beta = _score_terms(prepared, centres64)
+    # scikit-learn's order for Euclidean: ‖c‖² − 2 x·c, without the row's ‖x‖².
+    return beta.to(x.dtype)[None, :] + alpha.to(x.dtype)[None, :] * (x @ c.T)
+
+
+def assign_torch(prepared: Prepared, centres64: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Nearest centre (int64) and distance to it (float64) of every row."""
+    n = prepared.x.shape[0]
+    labels = torch.empty(n, dtype=torch.int64, device=prepared.x.device)
+    dist = torch.empty(n, dtype=torch.float64, device=prepared.x.device)
+    for start, stop in _blocks(n, prepared.x.shape[1]):
+        d = distances(prepared, centres64, start, stop)
+        best, labels[start:stop] = torch.min(d, dim=1)
+        best = best.to(torch.float64)
+        if prepared.row_term is not None:
+            best = best + prepared.row_term[start:stop]
+        dist[start:stop] = best
+    return labels, dist
+
+
+def exact_distances(prepared: Prepared, centres64: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Each row's distance to its own centre, computed directly in float64."""
+    out = torch.empty(labels.shape[0], dtype=torch.float64, device=labels.device)
+    for start, stop in _blocks(*prepared.x.shape):
+        x = prepared.x[start:stop].to(torch.float64)
+        diff = x - centres64[labels[start:stop]]
+        if prepared.metric == "euclidean":
+            out[start:stop] = (diff ** 2).sum(dim=1)
+        elif prepared.metric == "l1":
+            out[start:stop] = diff.abs().sum(dim=1)
+        else:
+            c = centres64[labels[start:stop]]
+            norm = torch.linalg.vector_norm(c, dim=1)
+            out[start:stop] = 1.0 - (x * c).sum(dim=1) / norm
+    return out
+
+
+# --------------------------------------------------------------------------
+# Centres
+# --------------------------------------------------------------------------
+
+def sums_torch(x: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
+    """Per-centre float64 sums of the rows (k × E): a one-hot (k × rows)
+    float64 product per block of rows (faster than ``index_add_`` on CPUs)."""
+    sums = torch.zeros((k, x.shape[1]), dtype=torch.float64, device=x.device)
+    for start, stop in _blocks(*x.shape):
+        onehot = torch.zeros((k, stop - start), dtype=torch.float64, device=x.device)
+        onehot[labels[start:stop], torch.arange(stop - start, device=x.device)] = 1.0
+        sums.addmm_(onehot, x[start:stop].to(torch.float64))
+    return sums
+
+
+def medians(x: torch.Tensor, labels: torch.Tensor, k: int, previous: torch.Tensor) -> torch.Tensor:
+    """Component-wise median of each centre's rows (float64; the mean of the
+    two middle values for an even count). Empty centres keep ``previous``."""
+    out = previous.clone()
+    members = [torch.nonzero(labels == j).squeeze(1) for j in range(k)]
+    for j, rows in enumerate(members):
+        m = rows.numel()
+        if m == 0:
+            continue
+        width = max(1, _BLOCK_ELEMENTS // m)
+        for c0 in range(0, x.shape[1], width):
+            block = x[rows, c0:c0 + width]
+            low = torch.kthvalue(block, (m + 1) // 2, dim=0).values.to(torch.float64)
+            if m % 2:
+                out[j, c0:c0 + width] = low
+            else:
+                high = torch.kthvalue(block, m // 2 + 1, dim=0).values.to(torch.float64)
+                out[j, c0:c0 + width] = (low + high) / 2
+    return out
+
+
+def _relocate_empty(prepared: Prepared, sums, counts, dist, labels, centres):
+    """scikit-learn's rule: each empty centre takes the row farthest from its
+    own centre (farthest first); that row leaves its old centre's sum."""
+    empty = torch.nonzero(counts == 0).squeeze(1).tolist()
+    if not empty:
+        return sums, counts, centres
+    far = torch.topk(dist, len(empty)).indices.tolist()
+    sums = None if sums is None else sums.clone()
+    counts, centres = counts.clone(), centres.clone()
+    for j, row in zip(empty, far):
+        x = prepared.x[row].to(torch.float64)
+        old = int(labels[row])
+        if sums is not None:
+            sums[old] -= x
+            counts[old] -= 1
+            sums[j] = x
+        counts[j] = 1
+        centres[j] = x
+    return sums, counts, centres
+
+
+# --------------------------------------------------------------------------
+# Seeding
+# --------------------------------------------------------------------------
+
+def kmeans_plusplus(prepared: Prepared, k: int, generator: torch.Generator) -> torch.Tensor:
+    """Greedy k-means++ seeds (as scikit-learn: 2 + ⌊ln k⌋ candidates per
+    step, the one lowering the total distance most is kept), the distance
+    being the metric's own. Returns (k, E) float64 centres."""
+    x = prepared.x
+    n = x.shape[0]
+    device = x.device
+    trials = 2 + int(math.log(k))
+    first = int(torch.randint(n, (1,), generator=generator, device=device))
+    centres = torch.empty((k, x.shape[1]), dtype=torch.float64, device=device)
+    centres[0] = x[first].to(torch.float64)
+    closest = _point_distances(prepared, centres[:1])[:, 0]
+    potential = closest.sum()
+    for c in range(1, k):
+        draws = torch.rand(trials, generator=generator, device=device, dtype=torch.float64)
+        cumulative = torch.cumsum(closest, 0)
+        candidates = torch.searchsorted(cumulative, draws * potential)
+        candidates = candidates.clamp_(max=n - 1)
+        to_candidates = _point_distances(prepared, x[candidates].to(torch.float64))
+        to_candidates = torch.minimum(to_candidates, closest[:, None])
+        pots = to_candidates.sum(dim=0)
+        best = int(torch.argmin(pots))
+        closest = to_candidates[:, best]
+        potential = pots[best]
+        centres[c] = x[candidates[best]].to(torch.float64)
+    return centres
+
+
+def _point_distances(prepared: Prepared, points64: torch.Tensor) -> torch.Tensor:
+    """Non-negative metric distances (float64) of every row to ``points64``."""
+    n = prepared.x.shape[0]
+    out = torch.empty((n, points64.shape[0]), dtype=torch.float64, device=prepared.x.device)
+    for start, stop in _blocks(n, prepared.x.shape[1]):
+        d = distances(prepared, points64, start, stop).to(torch.float64)
+        if prepared.row_term is not None:
+            d = d + prepared.row_term[start:stop, None]
+        out[start:stop] = d.clamp_(min=0)
+    return out
+
+
+# --------------------------------------------------------------------------
+# Lloyd
+# --------------------------------------------------------------------------
+
+def lloyd(prepared: Prepared, centres: torch.Tensor, *, max_iter: int = 300, tol: float = 0.0,
+          use_triton: bool | None = None, check_convergence: bool = True) -> LloydResult:
+    """Lloyd iterations from ``centres`` (k × E, prepared space), as
+    scikit-learn's ``_kmeans_single_lloyd``: assign, update the centres,
+    stop when no label changed or the squared centre shift is at most
+    ``tol``; when stopped on ``tol`` or ``max_iter`` the labels are
+    re-assigned to the final centres. ``check_convergence=False`` runs all
+    ``max_iter`` iterations (for timing)."""
+    x = prepared.x
+    n = x.shape[0]
+    k = centres.shape[0]
+    device = x.device
+    if use_triton is None:
+        use_triton = fused.usable(x, k)
+    mean_metric = prepared.metric != "l1"
+    centres = centres.to(torch.float64).clone()
+    labels = torch.full((n,), -1, dtype=torch.int64, device=device)
+    sums = counts = None
+    converged = False
+    state = _FusedState(n, device) if use_triton else None
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):
+        previous = labels
+        if use_triton:
+            labels, dist, changed = state.assign(prepared, centres, previous)
+            changed_count = int(changed)  # one synchronisation per iteration
+            if mean_metric and n_iter > 1 and changed_count <= n * _INCREMENTAL_FRACTION:
+                if changed_count:
+                    moved = torch.nonzero(labels != previous).squeeze(1)
+                    fused.move_rows(x, moved, labels, previous, sums)
+                    counts += torch.bincount(labels[moved], minlength=k)
+                    counts -= torch.bincount(previous[moved], minlength=k)
+            elif mean_metric:
+                sums = fused.centre_sums(x, labels, k)
+                counts = torch.bincount(labels, minlength=k)
+        else:
+            labels, dist = assign_torch(prepared, centres)
+            changed_count = int((labels != previous).sum())
+            if mean_metric:
+                sums = sums_torch(x, labels, k)
+                counts = torch.bincount(labels, minlength=k)
+        if mean_metric:
+            use_sums, use_counts, _ = _relocate_empty(prepared, sums, counts, dist, labels,
+                                                      centres)
+            new = use_sums / use_counts[:, None].to(torch.float64)
+        else:
+            counts = torch.bincount(labels, minlength=k)
+            new = medians(x, labels, k, centres)
+            _, _, new = _relocate_empty(prepared, None, counts, dist, labels, new)
+        shift = float(((new - centres) ** 2).sum())
+        centres = new
+        if check_convergence:
+            if changed_count == 0:
+                converged = True
+                break
+            if shift <= tol:
+                break
+    if not converged:
+        if use_triton:
+            labels, dist, _ = state.assign(prepared, centres, labels)
+        else:
+            labels, dist = assign_torch(prepared, centres)
+    inertia = float(exact_distances(prepared, centres, labels).sum())
+    return LloydResult(centres=centres, labels=labels, inertia=inertia, n_iter=n_iter,
+                       converged=converged)
+
+
+class _FusedState:
+    """Buffers of the fused pass, reused across iterations."""
+
+    def __init__(self, n: int, device: torch.device) -> None:
+        self.labels = [torch.empty(n, dtype=torch.int64, device=device) for _ in range(2)]
+        self.dist = torch.empty(n, dtype=torch.float32, device=device)
+        self.changed = torch.zeros(1, dtype=torch.int32, device=device)
+        self.turn = 0
+
+    def assign(self, prepared, centres64, previous):
+        labels = self.labels[self.turn]
+        if labels.data_ptr() == previous.data_ptr():
+            self.turn ^= 1
+            labels = self.labels[self.turn]
+        self.changed.zero_()
+        l1 = prepared.metric == "l1"
+        alpha = beta = None
+        if not l1:
+            alpha, beta = (t.to(torch.float32) for t in _score_terms(prepared, centres64))
+        row_term = prepared.row_term
+        if row_term is None and not l1:
+            row_term = torch.zeros_like(self.dist)
+        fused.assign(prepared.x, centres64.to(torch.float32).contiguous(), l1=l1, alpha=alpha,
+                     beta=beta, row_term=row_term, old=previous, labels=labels, dist=self.dist,
+                     changed=self.changed)
+        return labels, self.dist.to(torch.float64), self.changed[0]
+
+
+def seed_generator(rng: np.random.Generator, device: torch.device) -> torch.Generator:
+    """A torch generator on ``device`` seeded from a numpy generator."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(int(rng.integers(0, 2**62)))
+    return generator

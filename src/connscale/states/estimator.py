@@ -1,0 +1,460 @@
+"""Recurring dynamic-FC states of a cohort (Allen et al. 2014) as an estimator.
+
+The windowed FC of every subject (one edge vector per window) is pooled and
+clustered into a few states with k-means on the device; each subject is
+then described by its sequence of states: fraction of time in each state,
+mean dwell time, number of transitions and transition matrix.
+
+With ``exemplars=True`` (Allen's two-stage scheme) the windows at local
+maxima of each subject's FC variance (variance across edges) are clustered
+first, ``n_init`` times from k-means++ seeds; the best of those centres
+initialise one clustering of all windows.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+import numpy as np
+import torch
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
+
+from connscale._compute import resolve_device
+from connscale._docs import fill_doc
+from connscale._validation import check_int, check_option, check_random_state
+from connscale.states import _kmeans as km
+from connscale.states._features import StateFeatures, state_features
+
+logger = logging.getLogger("connscale")
+
+__all__ = ["DFCStates", "elbow", "exemplar_windows"]
+
+#: Correlations are clipped to [-1 + eps, 1 - eps] before arctanh.
+_FISHER_EPS = 1e-7
+
+
+def _subject_windows(windows) -> tuple[list[np.ndarray], bool]:
+    """Per-subject (n_windows, n_edges) arrays, and whether one subject was given."""
+    from connscale.fc.dynamic_result import DynamicConnectivity
+
+    single = isinstance(windows, (np.ndarray, DynamicConnectivity, torch.Tensor))
+    items = [windows] if single else list(windows)
+    if not items:
+        raise ValueError("Expected windows of at least one subject; got an empty list.")
+    arrays = []
+    for i, item in enumerate(items):
+        if isinstance(item, DynamicConnectivity):
+            array = _dfc_edges(item)
+        else:
+            if isinstance(item, torch.Tensor):
+                item = item.detach().cpu().numpy()
+            array = np.asarray(item)
+        if array.ndim != 2:
+            raise ValueError(
+                f"Subject {i}: expected windows of shape (n_windows, n_edges); got an array "
+                f"of shape {array.shape}."
+            )
+        if not np.issubdtype(array.dtype, np.number):
+            raise ValueError(f"Subject {i}: windows must be numeric; got dtype {array.dtype}.")
+        if array.dtype not in (np.float32, np.float64):
+            array = array.astype(np.float64)
+        if not np.isfinite(array).all():
+            bad = int((~np.isfinite(array).all(axis=1)).sum())
+            raise ValueError(
+                f"Subject {i}: {bad} window(s) hold NaN or infinite values (constant series "
+                "in a window have undefined correlations); drop those series or windows first."
+            )
+        arrays.append(array)
+    widths = {a.shape[1] for a in arrays}
+    if len(widths) > 1:
+        raise ValueError(
+            f"All subjects must have the same number of edges; got {sorted(widths)}."
+        )
+    if len({a.dtype for a in arrays}) > 1:
+        arrays = [a.astype(np.float64) for a in arrays]
+    return arrays, single
+
+
+def _dfc_edges(result) -> np.ndarray:
+    """A DFC result's windows as (n_windows, n_pairs) edge vectors."""
+    from connscale.fc.triu import matrix_to_vec
+
+    if result.kind == "triu":
+        return np.stack([np.asarray(result[i]) for i in range(len(result))])
+    return np.stack([matrix_to_vec(result.to_dense(i)) for i in range(len(result))])
+
+
+def _fisher_z(array: np.ndarray) -> np.ndarray:
+    bound = 1.0 - _FISHER_EPS
+    return np.arctanh(np.clip(array, -bound, bound)).astype(array.dtype, copy=False)
+
+
+def exemplar_windows(windows: np.ndarray) -> np.ndarray:
+    """Windows at local maxima of the FC variance (variance across edges).
+
+    Parameters
+    ----------
+    windows : ndarray of shape (n_windows, n_edges)
+        One subject's windowed FC.
+
+    Returns
+    -------
+    ndarray of int
+        Indices of the exemplar windows (the window of largest variance when
+        the variance has no interior local maximum).
+    """
+    from scipy.signal import find_peaks
+
+    variance = np.asarray(windows, dtype=np.float64).var(axis=1)
+    peaks, _ = find_peaks(variance)
+    return peaks if peaks.size else np.array([int(np.argmax(variance))])
+
+
+def _device_copy(array: np.ndarray, device: torch.device) -> tuple[torch.Tensor, bool]:
+    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    if device.type == "cpu":
+        return tensor, False
+    return tensor.to(device), True
+
+
+def _best_of(prepared: km.Prepared, k: int, n_init: int, rng, *, max_iter: int,
+             tol: float) -> km.LloydResult:
+    best = None
+    for _ in range(n_init):
+        seeds = km.kmeans_plusplus(prepared, k, km.seed_generator(rng, prepared.x.device))
+        result = km.lloyd(prepared, seeds, max_iter=max_iter, tol=tol)
+        if best is None or result.inertia < best.inertia:
+            best = result
+    return best
+
+
+def _tolerance(x: torch.Tensor, tol: float) -> float:
+    """scikit-learn's absolute tolerance: tol times the mean variance of the columns."""
+    if tol == 0:
+        return 0.0
+    mean = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device)
+    for start, stop in km._blocks(*x.shape):
+        mean += x[start:stop].to(torch.float64).sum(dim=0)
+    mean /= x.shape[0]
+    total = 0.0
+    for start, stop in km._blocks(*x.shape):
+        total += float(((x[start:stop].to(torch.float64) - mean) ** 2).sum())
+    return total / x.numel() * tol
+
+
+def _cluster(x: torch.Tensor, owned: bool, offsets: np.ndarray, arrays, *, n_states: int,
+             metric: str, exemplars: bool, n_init: int, max_iter: int, tol: float, rng):
+    """k-means of all windows (optionally seeded from the exemplars'): the
+    result and the Prepared data it lives in."""
+    tol_abs = _tolerance(x, tol)
+    if exemplars:
+        chosen = np.concatenate([offsets[i] + exemplar_windows(a) for i, a in enumerate(arrays)])
+        if chosen.size < n_states:
+            warnings.warn(
+                f"Only {chosen.size} exemplar windows for {n_states} states; clustering all "
+                "windows from k-means++ seeds instead.", RuntimeWarning, stacklevel=3)
+            exemplars = False
+    if exemplars:
+        index = torch.as_tensor(chosen, device=x.device)
+        stage = km.Prepared(x[index], metric, owned=True)
+        first = _best_of(stage, n_states, n_init, rng, max_iter=max_iter, tol=tol_abs)
+        logger.info("exemplars: %d windows, inertia %.6g", chosen.size, first.inertia)
+        prepared = km.Prepared(x, metric, owned=owned)
+        init = prepared.to_prepared(stage.from_prepared(first.centres))
+        return km.lloyd(prepared, init, max_iter=max_iter, tol=tol_abs), prepared
+    prepared = km.Prepared(x, metric, owned=owned)
+    return _best_of(prepared, n_states, n_init, rng, max_iter=max_iter, tol=tol_abs), prepared
+
+
+@fill_doc
+class DFCStates(BaseEstimator):
+    """Recurring connectivity states of a cohort's windowed FC (Allen et al. 2014).
+
+    Parameters
+    ----------
+    n_states : int, default=5
+        k, the number of states.
+    metric : {'l1', 'correlation', 'euclidean'}, default='l1'
+        Distance between windows: city block (centres are medians, as
+        Allen's), 1 − Pearson r between edge vectors, or squared Euclidean
+        (centres are means; as :class:`sklearn.cluster.KMeans`).
+    exemplars : bool, default=True
+        Allen's two-stage scheme: cluster the windows at local maxima of
+        each subject's FC variance first, and start the clustering of all
+        windows from those centres.
+    n_init : int, default=10
+        k-means++ restarts (of the exemplar stage with ``exemplars``); the
+        run of lowest inertia is kept.
+    max_iter : int, default=300
+        Most Lloyd iterations per run.
+    tol : float, default=1e-4
+        Stop when the squared shift of the centres is at most ``tol`` times
+        the mean variance of the edges (as scikit-learn); iterations stop
+        anyway once no label changes.
+    fisher_z : bool, default=False
+        Cluster arctanh of the correlations (clipped to ±(1 − 1e-7)).
+    %(random_state)s
+    %(device)s
+
+    Attributes
+    ----------
+    cluster_centers_ : ndarray of shape (n_states, n_edges)
+        The states: for ``'euclidean'`` the mean window, for ``'l1'`` the
+        component-wise median, for ``'correlation'`` the mean of the windows
+        after each is centred and scaled to unit norm (MATLAB's convention).
+    state_means_ : ndarray of shape (n_states, n_edges)
+        Mean window of each state in the input's units, whatever the metric.
+    labels_ : list of ndarray of shape (n_windows,)
+        Each subject's state sequence.
+    inertia_ : float
+        Sum of the windows' distances to their state.
+    n_iter_ : int
+        Lloyd iterations of the final run.
+    fraction_time_, mean_dwell_time_ : ndarray of shape (n_subjects, n_states)
+        Dwell times in windows.
+    n_transitions_ : ndarray of shape (n_subjects,)
+    transition_matrix_ : ndarray of shape (n_subjects, n_states, n_states)
+        Transition probabilities (rows: from).
+    n_features_in_ : int
+        Edges per window.
+
+    Examples
+    --------
+    >>> from connscale.datasets import simulate_states
+    >>> from connscale import dynamic_correlation
+    >>> cohort = simulate_states(4, 8, 300, random_state=0)
+    >>> windows = [dynamic_correlation(ts, 30, 5, device="cpu") for ts in cohort.timeseries]
+    >>> states = DFCStates(3, metric="euclidean", random_state=0, device="cpu").fit(windows)
+    >>> states.cluster_centers_.shape, len(states.labels_)
+    ((3, 28), 4)
+    """
+
+    def __init__(self, n_states: int = 5, *, metric: str = "l1", exemplars: bool = True,
+                 n_init: int = 10, max_iter: int = 300, tol: float = 1e-4,
+                 fisher_z: bool = False, random_state=None, device: str = "auto") -> None:
+        self.n_states = n_states
+        self.metric = metric
+        self.exemplars = exemplars
+        self.n_init = n_init
+        self.max_iter = max_iter
+        self.tol = tol
+        self.fisher_z = fisher_z
+        self.random_state = random_state
+        self.device = device
+
+    def _check_params(self) -> None:
+        check_int(self.n_states, "n_states", minimum=1)
+        check_option(self.metric, "metric", km.METRICS)
+        check_int(self.n_init, "n_init", minimum=1)
+        check_int(self.max_iter, "max_iter", minimum=1)
+        if isinstance(self.tol, bool) or not isinstance(self.tol, (int, float)) or self.tol < 0:
+            raise ValueError(f"'tol' must be a number >= 0; got {self.tol!r}.")
+        for name in ("exemplars", "fisher_z"):
+            if not isinstance(getattr(self, name), (bool, np.bool_)):
+                raise ValueError(  # noqa: TRY004 - scikit-learn raises ValueError for parameters
+                    f"'{name}' must be True or False; got {getattr(self, name)!r}.")
+
+    def _windows(self, windows):
+        arrays, single = _subject_windows(windows)
+        if self.fisher_z:
+            arrays = [_fisher_z(a) for a in arrays]
+        return arrays, single
+
+    def fit(self, windows, y=None):
+        """Cluster the windows of every subject into ``n_states`` states.
+
+        Parameters
+        ----------
+        windows : list of DynamicConnectivity or array-like of shape (n_windows, n_edges)
+            One item per subject: a result of
+            :func:`connscale.dynamic_correlation` or its edge vectors. A
+            single 2-D array is one subject.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        self
+        """
+        del y
+        self._check_params()
+        arrays, _ = self._windows(windows)
+        sizes = np.array([a.shape[0] for a in arrays])
+        n_total = int(sizes.sum())
+        if n_total < self.n_states:
+            raise ValueError(
+                f"n_states={self.n_states} needs at least as many windows; got {n_total}."
+            )
+        device = resolve_device(self.device)
+        rng = check_random_state(self.random_state)
+        data = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+        x, owned = _device_copy(data, device)
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        with torch.no_grad():
+            result, prepared = _cluster(
+                x, owned, offsets, arrays, n_states=self.n_states, metric=self.metric,
+                exemplars=self.exemplars, n_init=self.n_init, max_iter=self.max_iter,
+                tol=float(self.tol), rng=rng)
+            centres = prepared.from_prepared(result.centres)
+        labels = result.labels.cpu().numpy()
+        self.cluster_centers_ = centres.cpu().numpy()
+        self.state_means_ = _state_means(data, labels, self.n_states)
+        self.labels_ = np.split(labels, np.cumsum(sizes)[:-1])
+        self.inertia_ = result.inertia
+        self.n_iter_ = result.n_iter
+        self.n_features_in_ = int(data.shape[1])
+        features = self.state_features()
+        k = self.n_states
+        self.fraction_time_ = features.X[:, :k]
+        self.mean_dwell_time_ = features.X[:, k:2 * k]
+        self.n_transitions_ = features.X[:, 2 * k].astype(np.int64)
+        self.transition_matrix_ = features.X[:, 2 * k + 1:].reshape(-1, k, k)
+        return self
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "cluster_centers_")
+
+    def predict(self, windows):
+        """The state of every window of new subjects (the nearest state).
+
+        Parameters
+        ----------
+        windows : list of DynamicConnectivity or array-like, or one of them
+            As for :meth:`fit`.
+
+        Returns
+        -------
+        list of ndarray of shape (n_windows,), or one such array when one
+        subject was given.
+        """
+        check_is_fitted(self)
+        arrays, single = self._windows(windows)
+        if arrays[0].shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"Windows must have {self.n_features_in_} edges as in fit; got "
+                f"{arrays[0].shape[1]}."
+            )
+        device = resolve_device(self.device)
+        sizes = np.array([a.shape[0] for a in arrays])
+        data = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
+        x, owned = _device_copy(data, device)
+        with torch.no_grad():
+            prepared = km.Prepared(x, self.metric, owned=owned)
+            centres = torch.as_tensor(self.cluster_centers_, device=device)
+            labels, _ = km.assign_torch(prepared, prepared.to_prepared(centres))
+        labels = labels.cpu().numpy()
+        out = np.split(labels, np.cumsum(sizes)[:-1])
+        return out[0] if single else out
+
+    def fit_predict(self, windows, y=None):
+        """:meth:`fit`, then the training subjects' ``labels_``."""
+        return self.fit(windows, y).labels_
+
+    def state_features(self, labels=None, *, subjects=None) -> StateFeatures:
+        """Fraction of time, mean dwell time, transitions of every subject.
+
+        Parameters
+        ----------
+        labels : list of ndarray or None
+            State sequences (e.g. from :meth:`predict`); None uses ``labels_``.
+        subjects : list of str or None
+            Row names.
+
+        Returns
+        -------
+        StateFeatures
+            ``X`` (n_subjects, n_features) and ``feature_names``, ready for
+            :func:`connscale.cross_validate`.
+        """
+        check_is_fitted(self)
+        sequences = self.labels_ if labels is None else labels
+        return state_features(sequences, self.n_states, subjects=subjects)
+
+    def state_matrices(self, *, which: str = "centers") -> np.ndarray:
+        """The states as (n_states, N, N) symmetric matrices (NaN diagonal).
+
+        Parameters
+        ----------
+        which : {'centers', 'means'}, default='centers'
+            ``cluster_centers_`` or ``state_means_``.
+        """
+        from connscale.fc.triu import vec_to_matrix
+
+        check_is_fitted(self)
+        check_option(which, "which", ("centers", "means"))
+        source = self.cluster_centers_ if which == "centers" else self.state_means_
+        return np.stack([vec_to_matrix(c, diagonal=np.nan) for c in source])
+
+
+def _state_means(data: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    means = np.zeros((k, data.shape[1]))
+    for j in range(k):
+        members = labels == j
+        if members.any():
+            means[j] = data[members].mean(axis=0, dtype=np.float64)
+    return means
+
+
+def elbow(windows, n_states=range(2, 11), *, metric: str = "l1", exemplars: bool = True,
+          n_init: int = 5, max_iter: int = 300, fisher_z: bool = False, random_state=None,
+          device: str = "auto") -> dict:
+    """The elbow criterion for the number of states (GIFT's dFNC toolbox).
+
+    For each k, k-means is run (on the exemplar windows with ``exemplars``,
+    as GIFT does) and the ratio of the mean within-cluster distance (window
+    to its centre) to the mean between-cluster distance (centre to centre)
+    is recorded; the elbow is the k whose point lies farthest from the
+    straight line joining the first and last points of that curve.
+
+    Parameters
+    ----------
+    windows : list of DynamicConnectivity or array-like
+        As for :meth:`DFCStates.fit`.
+    n_states : iterable of int, default=range(2, 11)
+        Values of k to try (at least 3, each >= 2).
+    metric, exemplars, n_init, max_iter, fisher_z, random_state, device
+        As for :class:`DFCStates`.
+
+    Returns
+    -------
+    dict
+        ``n_states``, ``within``, ``between``, ``ratio`` (arrays, one value
+        per k) and ``best`` (the elbow's k).
+    """
+    ks = [check_int(k, "n_states", minimum=2) for k in n_states]
+    if len(ks) < 3:
+        raise ValueError(f"'n_states' must hold at least 3 values of k; got {ks}.")
+    check_option(metric, "metric", km.METRICS)
+    arrays, _ = _subject_windows(windows)
+    if fisher_z:
+        arrays = [_fisher_z(a) for a in arrays]
+    if exemplars:
+        arrays = [a[exemplar_windows(a)] for a in arrays]
+    data = np.concatenate(arrays)
+    if data.shape[0] < max(ks):
+        raise ValueError(f"k={max(ks)} needs at least {max(ks)} windows; got {data.shape[0]}.")
+    device = resolve_device(device)
+    rng = check_random_state(random_state)
+    x, owned = _device_copy(data, device)
+    within, between = [], []
+    with torch.no_grad():
+        prepared = km.Prepared(x, metric, owned=owned)
+        tol_abs = _tolerance(prepared.x, 1e-4)
+        for k in ks:
+            result = _best_of(prepared, k, n_init, rng, max_iter=max_iter, tol=tol_abs)
+            within.append(result.inertia / data.shape[0])
+            centres = km.Prepared(result.centres, metric)
+            pair = km._point_distances(centres, centres.x)
+            between.append(float(pair.sum()) / (k * (k - 1)))
+    within, between = np.array(within), np.array(between)
+    ratio = within / between
+    span = np.array([ks[-1] - ks[0], ratio[-1] - ratio[0]], dtype=np.float64)
+    scale = np.array([ks[-1] - ks[0], max(abs(ratio[0] - ratio[-1]), 1e-12)])
+    points = np.column_stack([np.array(ks) - ks[0], ratio - ratio[0]]) / scale
+    direction = span / scale
+    direction /= np.linalg.norm(direction)
+    gap = np.abs(points[:, 0] * direction[1] - points[:, 1] * direction[0])
+    return {"n_states": np.array(ks), "within": within, "between": between, "ratio": ratio,
+            "best": int(ks[int(np.argmax(gap))])}

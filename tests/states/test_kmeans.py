@@ -1,0 +1,164 @@
+"""k-means on the device against scikit-learn (Euclidean) and numpy references
+(L1 with medians, correlation distance), the fused Triton kernels against the
+torch path (interpreted on the CPU, compiled on CUDA)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from numpy.testing import assert_allclose, assert_array_equal
+from sklearn.cluster import KMeans
+
+from connscale.states import _kmeans as km
+
+from ..conftest import DEVICES
+
+N_ROWS, N_EDGES, K = 600, 120, 4
+
+
+def _clustered(seed=0, dtype=np.float32):
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-0.5, 0.5, (K, N_EDGES))
+    labels = rng.integers(0, K, N_ROWS)
+    x = centres[labels] + 0.4 * rng.standard_normal((N_ROWS, N_EDGES))
+    return x.astype(dtype), x[rng.choice(N_ROWS, K, replace=False)].astype(dtype)
+
+
+def _lloyd(x, init, metric, device, max_iter=50, use_triton=False):
+    prepared = km.Prepared(torch.as_tensor(x, device=device), metric)
+    result = km.lloyd(prepared, prepared.to_prepared(torch.as_tensor(init, device=device)),
+                      max_iter=max_iter, use_triton=use_triton)
+    centres = prepared.from_prepared(result.centres).cpu().numpy()
+    return result.labels.cpu().numpy(), centres, result
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("max_iter", [1, 3, 50])
+def test_euclidean_equals_sklearn(device, dtype, max_iter):
+    x, init = _clustered(dtype=dtype)
+    # Start far from the solution so that labels change over several iterations.
+    init = init + np.float32(0.3)
+    sk = KMeans(K, init=init, n_init=1, max_iter=max_iter, tol=0.0, algorithm="lloyd").fit(x)
+    labels, centres, result = _lloyd(x, init, "euclidean", device, max_iter)
+    assert_array_equal(labels, sk.labels_)
+    assert_allclose(centres, sk.cluster_centers_, atol=1e-5)
+    assert result.inertia == pytest.approx(sk.inertia_, rel=1e-5)
+    assert result.n_iter == sk.n_iter_
+
+
+def _numpy_lloyd(x, init, metric, max_iter=50):
+    """MATLAB kmeans' definitions, in float64 numpy."""
+    x = x.astype(np.float64)
+    if metric == "correlation":
+        x = x - x.mean(axis=1, keepdims=True)
+        x /= np.linalg.norm(x, axis=1, keepdims=True)
+        centres = init - init.mean(axis=1, keepdims=True)
+        centres /= np.linalg.norm(centres, axis=1, keepdims=True)
+    else:
+        centres = init.astype(np.float64)
+    labels = None
+    for _ in range(max_iter):
+        if metric == "l1":
+            d = np.abs(x[:, None, :] - centres[None, :, :]).sum(axis=2)
+        else:
+            c = centres / np.linalg.norm(centres, axis=1, keepdims=True)
+            d = 1.0 - x @ c.T
+        new = d.argmin(axis=1)
+        if labels is not None and np.array_equal(new, labels):
+            break
+        labels = new
+        reduce = np.median if metric == "l1" else np.mean
+        centres = np.stack([reduce(x[labels == j], axis=0) for j in range(len(centres))])
+    return labels, centres
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("metric", ["l1", "correlation"])
+def test_other_metrics_equal_numpy(device, metric):
+    x, init = _clustered(seed=3, dtype=np.float64)
+    init = init + 0.3
+    ref_labels, ref_centres = _numpy_lloyd(x, init, metric)
+    labels, centres, _ = _lloyd(x, init, metric, device)
+    assert_array_equal(labels, ref_labels)
+    assert_allclose(centres, ref_centres, atol=1e-10)
+
+
+def test_even_counts_take_the_mean_of_the_middle_values():
+    x = torch.tensor([[0.0], [1.0], [5.0], [9.0]], dtype=torch.float64)
+    centres = km.medians(x, torch.zeros(4, dtype=torch.int64), 1, torch.zeros(1, 1))
+    assert float(centres[0, 0]) == 3.0
+
+
+def test_empty_cluster_takes_the_farthest_row():
+    x = np.array([[0.0], [0.1], [0.2], [10.0]])
+    init = np.array([[0.1], [10.0], [100.0]])  # the third centre gets no row
+    sk = KMeans(3, init=init, n_init=1, max_iter=5, tol=0.0, algorithm="lloyd").fit(x)
+    labels, centres, _ = _lloyd(x, init, "euclidean", "cpu", max_iter=5)
+    assert_array_equal(labels, sk.labels_)
+    assert_allclose(centres, sk.cluster_centers_, atol=1e-12)
+
+
+@pytest.mark.parametrize("metric", km.METRICS)
+def test_kmeans_plusplus_seeds_one_row_per_cluster(metric):
+    rng = np.random.default_rng(5)
+    centres = rng.uniform(-1, 1, (K, N_EDGES))
+    truth = rng.integers(0, K, N_ROWS)
+    x = centres[truth] + 0.1 * rng.standard_normal((N_ROWS, N_EDGES))
+    prepared = km.Prepared(torch.as_tensor(x), metric)
+    seeds = km.kmeans_plusplus(prepared, K, torch.Generator().manual_seed(0))
+    rows = prepared.x.to(torch.float64)
+    picked = [int(torch.nonzero((rows == s).all(dim=1))[0]) for s in seeds]
+    assert sorted(truth[picked].tolist()) == list(range(K))
+
+
+def test_correlation_rejects_constant_windows():
+    x = np.ones((5, 10))
+    with pytest.raises(ValueError, match="constant window"):
+        km.Prepared(torch.as_tensor(x), "correlation")
+
+
+def test_triton_kernels_interpreted_on_cpu():
+    """The Triton kernels themselves, run by Triton's interpreter, equal the torch path."""
+    # Older interpreters (3.6) cannot take loop bounds given at run time.
+    pytest.importorskip("triton", minversion="3.9")
+    script = Path(__file__).with_name("_triton_interpreted.py")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().endswith("ok")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_triton_kernels_on_cuda():
+    pytest.importorskip("triton")
+    sys.path.insert(0, str(Path(__file__).parent))
+    try:
+        import _triton_interpreted as checks
+    finally:
+        sys.path.pop(0)
+    checks.check_both_products("cuda")
+    checks.check_lloyd("cuda")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("metric", km.METRICS)
+def test_fused_lloyd_equals_sklearn_and_torch_on_cuda(metric):
+    pytest.importorskip("triton")
+    x, init = _clustered(seed=7)
+    init = init + np.float32(0.3)
+    labels, centres, _ = _lloyd(x, init, metric, "cuda", use_triton=True)
+    ref_labels, ref_centres, _ = _lloyd(x, init, metric, "cuda", use_triton=False)
+    assert_array_equal(labels, ref_labels)
+    assert_allclose(centres, ref_centres, atol=1e-6)
+    if metric == "euclidean":
+        sk = KMeans(K, init=init, n_init=1, max_iter=50, tol=0.0, algorithm="lloyd").fit(x)
+        assert_array_equal(labels, sk.labels_)
+        assert_allclose(centres, sk.cluster_centers_, atol=1e-5)
