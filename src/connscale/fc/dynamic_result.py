@@ -42,7 +42,7 @@ from connscale.io._h5 import (
     h5_errors,
     open_h5_resume,
 )
-from connscale.io._publish import IncompleteOutputError
+from connscale.io._publish import IncompleteOutputError, check_published
 
 FORMAT = "connscale-dfc-1"
 KINDS = ("triu", "sparse", "lowrank", "factor")
@@ -559,7 +559,8 @@ def load_dynamic(path: str | os.PathLike) -> DynamicConnectivity:
     ------
     IncompleteOutputError
         When some windows are not flagged done (an unfinished or damaged
-        file: its missing windows must never read as zeros).
+        file: its missing windows must never read as zeros), or the file
+        belongs to a file set whose publication did not finish.
     """
     path = Path(path)
     if not path.exists():
@@ -569,6 +570,7 @@ def load_dynamic(path: str | os.PathLike) -> DynamicConnectivity:
                     f"{partial_path(path).name}; re-run dynamic_correlation with the same "
                     "parameters to finish it.")
         raise FileNotFoundError(f"No dynamic-connectivity file at {path}.{hint}")
+    check_published(path)
     try:
         backend = HDF5Backend.open(path)
     except OSError as exc:

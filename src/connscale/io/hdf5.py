@@ -25,6 +25,7 @@ import numpy as np
 
 from connscale._version import __version__
 from connscale.io._h5 import early_dcpl
+from connscale.io._publish import check_published
 
 ORDER_TRIU = "row-major strictly-upper: pair (i, j), i < j, at k = i*N - i*(i+1)/2 + j - i - 1"
 _CHUNK_BYTES = 4 * 1024**2
@@ -134,6 +135,13 @@ def load_relmat(path: str | os.PathLike, *, mmap: bool = False):
     relmat : ndarray, scipy.sparse.csr_array or h5py.Dataset
     attrs : dict
         The root attributes.
+
+    Raises
+    ------
+    ValueError
+        When the store is not flagged complete, or belongs to a file set
+        whose publication did not finish
+        (:class:`~connscale.io._publish.IncompleteOutputError`).
     """
     import h5py
     import scipy.sparse as sp
@@ -141,6 +149,7 @@ def load_relmat(path: str | os.PathLike, *, mmap: bool = False):
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"No connectivity store at {path}.")
+    check_published(path)
     handle = h5py.File(path, "r")
     attrs = dict(handle.attrs)
     if not attrs.get("complete", False):
