@@ -34,6 +34,7 @@ __all__ = ["H5WriteError", "close_h5", "create_h5", "early_dcpl", "flush_h5", "h
            "open_h5_resume"]
 
 _ERRNO = re.compile(r"errno = (\d+)")
+_STORED_EOF = re.compile(r"truncated file: eof = \d+, .*stored_eof = (\d+)")
 
 
 class H5WriteError(OSError):
@@ -118,8 +119,20 @@ def open_h5_resume(path: str | os.PathLike):
 
     path = Path(path)
     before = _check_regular(path)
-    with h5_errors(path, "opening"):
+    try:
         fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR, fapl=_access_list())
+    except OSError as exc:
+        # A write past a file-size limit leaves the file shorter than the end
+        # its metadata records; the missing tail held data never flagged
+        # done, so the file is extended back (with zeros) and reopened.
+        match = _STORED_EOF.search(str(exc))
+        if match is None or int(match.group(1)) <= before.st_size:
+            code, reason = _one_line(exc)
+            raise H5WriteError(code, f"opening {path} failed: {reason}") from None
+        os.truncate(path, int(match.group(1)))
+        before = _check_regular(path)
+        with h5_errors(path, "opening"):
+            fid = h5py.h5f.open(os.fsencode(path), h5py.h5f.ACC_RDWR, fapl=_access_list())
     handle = h5py.File(fid)
     try:
         opened = os.fstat(handle.id.get_vfd_handle())

@@ -193,6 +193,11 @@ class OutputSet:
         return self
 
     def __exit__(self, *exc) -> None:
+        # A staging folder left empty (nothing to publish or resume) goes.
+        try:
+            self.staging.rmdir()
+        except OSError:
+            pass
         self.lock.release()
 
     def _require_lock(self) -> None:
