@@ -92,14 +92,15 @@ def _target(spec: str) -> dict:
 
 def run_cli(argv, *, preexec=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "connscale", *map(str, argv)], env=ENV,
-                          capture_output=True, text=True, timeout=120, preexec_fn=preexec)
+                          capture_output=True, text=True, timeout=120, preexec_fn=preexec,
+                          check=False)
 
 
 def run_killed(argv, spec: str, n: int) -> subprocess.CompletedProcess:
     """Run the CLI in a subprocess that kills itself at the nth call of ``spec``."""
     code = _BOOT.format(patch=_KILL.format(n=n, **_target(spec)), argv=list(map(str, argv)))
     return subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=120, check=False)
 
 
 def start_paused(argv, spec: str) -> subprocess.Popen:
@@ -168,7 +169,7 @@ class SmallDisk:
         if (os.geteuid() == 0 and shutil.which("mount")
                 and not os.environ.get("CONNSCALE_FAULTS_NO_TMPFS")):
             result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.SIZE}", "tmpfs",
-                                     str(path)], capture_output=True)
+                                     str(path)], capture_output=True, check=False)
             self.mounted = result.returncode == 0
         self.limited = not self.mounted
 
@@ -381,7 +382,7 @@ def test_killed_fc_leaves_nothing_and_reruns_to_the_same_result(tmp_path):
     out = tmp_path / "out"
     killed = subprocess.run(
         [sys.executable, "-c", _BOOT.format(patch=code, argv=[*map(str, argv), "--out", str(out)])],
-        env=ENV, capture_output=True, text=True, timeout=120)
+        env=ENV, capture_output=True, text=True, timeout=120, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert list(out.glob(".sub-01_fc.staging/.*.tmp"))  # killed mid-write
     assert not list(out.glob("*relmat.h5"))
@@ -439,7 +440,7 @@ def test_second_run_into_the_same_output_fails_naming_the_first(tmp_path, comman
     finally:
         code, _, err = finish(first)
     assert code == 0, err[-2000:]
-    out, err = waiting.communicate(timeout=120)
+    _, err = waiting.communicate(timeout=120)
     assert waiting.returncode == 0, err[-2000:]
     from connscale.io._publish import read_manifest
 

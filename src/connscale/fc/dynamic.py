@@ -66,10 +66,6 @@ from connscale.fc.dynamic_result import (
     load_dynamic,
     partial_path,
 )
-from connscale.io._atomic import check_free_space, fsync_path
-from connscale.io._h5 import H5WriteError
-from connscale.io._lock import OutputLock
-from connscale.io._publish import IncompleteOutputError
 from connscale.fc.lowrank import (
     randomized_qb,
     reconstruction_mae,
@@ -79,6 +75,10 @@ from connscale.fc.lowrank import (
 from connscale.fc.normalize import _CONSTANT_RTOL, ConstantSeriesWarning
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
+from connscale.io._atomic import check_free_space, fsync_path
+from connscale.io._h5 import H5WriteError
+from connscale.io._lock import OutputLock
+from connscale.io._publish import IncompleteOutputError
 
 logger = logging.getLogger("connscale")
 

@@ -122,6 +122,9 @@ def check_published(path: str | os.PathLike) -> None:
     path = Path(path)
     folder, name = path.parent, path.name
     for journal in folder.glob(".*.staging/.publishing.json"):
+        prefix = journal.parent.name[1:-len(".staging")]
+        if manifest_path(folder, prefix).exists():
+            continue  # published (the old set until its manifest goes, or the new one)
         try:
             names = json.loads(journal.read_text())
         except (OSError, ValueError):
