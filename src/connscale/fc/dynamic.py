@@ -348,7 +348,7 @@ def dynamic_correlation(
         with the same input and parameters keeps finished windows; the file
         appears under its name only when complete, after its windows are
         read back). One run writes a file at a time: another run on the same
-        ``out`` raises :class:`~connscale.io.OutputLockedError` naming its
+        ``out`` raises :class:`~connscale.io._lock.OutputLockedError` naming its
         pid. The space the windows need is checked up front (not for
         ``'sparse'``, whose size is known only as it grows); a failed write
         raises an ``OSError`` and keeps the finished windows for a re-run.
