@@ -38,6 +38,7 @@ import importlib
 import io
 import json
 import logging
+import os
 import re
 import time
 import traceback
@@ -48,6 +49,7 @@ from pathlib import Path
 from connscale._validation import check_int, check_option, check_threshold, check_window
 from connscale.engines import ENGINES, Engine, get_engine
 from connscale.io._atomic import write_json_atomic, write_text_atomic
+from connscale.io._lock import OutputLock, is_locked
 
 logger = logging.getLogger("connscale")
 
@@ -101,6 +103,7 @@ class CohortTask:
     output: Path
     key: str
     threads: int
+    fingerprint: str = ""
 
 
 @dataclass
@@ -292,24 +295,36 @@ def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> d
     import numpy as np
 
     from connscale.fc.pairs import pair_summary, pairwise_dfc
-    from connscale.io._atomic import atomic_path
+    from connscale.io._atomic import atomic_path, check_free_space
+    from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
 
     result = pairwise_dfc(timeseries[None], params["window_length"], params["step"],
                           device=params["device"], dtype=params["dtype"])
     summary = pair_summary(result.courses, threshold=params["threshold"])
-    with atomic_path(output) as tmp, h5py.File(tmp, "w", track_order=True) as h5:
-        h5.create_dataset("courses", data=result.courses[0], track_times=False)
-        h5.create_dataset("pairs", data=result.pairs, track_times=False)
-        h5.create_dataset("window_onsets", data=result.window_onsets, track_times=False)
-        for stat in ("mean", "std", "fraction_above"):
-            h5.create_dataset(f"summary/{stat}", data=getattr(summary, stat)[0],
-                              track_times=False)
-        if labels is not None:
-            h5.create_dataset("labels", data=np.asarray(labels, dtype=object),
-                              dtype=h5py.string_dtype(), track_times=False)
-        h5.attrs.update({"window_length": result.window_length, "step": result.step,
-                         "threshold": summary.threshold, "n_constant": result.n_constant,
-                         **attrs})
+    with OutputLock(output):
+        check_free_space(output.parent, result.courses.nbytes, what=output.name)
+        with atomic_path(output) as tmp:
+            h5 = create_h5(tmp, overwrite_own=True)
+            try:
+                with h5_errors(output):
+                    h5.create_dataset("courses", data=result.courses[0], track_times=False)
+                    h5.create_dataset("pairs", data=result.pairs, track_times=False)
+                    h5.create_dataset("window_onsets", data=result.window_onsets,
+                                      track_times=False)
+                    for stat in ("mean", "std", "fraction_above"):
+                        h5.create_dataset(f"summary/{stat}", data=getattr(summary, stat)[0],
+                                          track_times=False)
+                    if labels is not None:
+                        h5.create_dataset("labels", data=np.asarray(labels, dtype=object),
+                                          dtype=h5py.string_dtype(), track_times=False)
+                    h5.attrs.update({"window_length": result.window_length,
+                                     "step": result.step, "threshold": summary.threshold,
+                                     "n_constant": result.n_constant, **attrs})
+                flush_h5(h5, output)
+                with h5_errors(output):
+                    h5.attrs["complete"] = True  # last, once the data are written
+            finally:
+                close_h5(h5, output)
     return {"n_regions": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
             "n_windows": int(result.window_onsets.size)}
 
@@ -323,21 +338,17 @@ def _job_fc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict
 
 
 def _job_dfc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
-    import h5py
-
     from connscale.fc.dynamic import dynamic_correlation
 
+    # The labels (attrs) go in before the file gets its name: a file under
+    # the output's name is finished and labelled, or absent.
     result = dynamic_correlation(
         timeseries, params["window_length"], params["step"], kind=params["kind"],
         threshold=params["threshold"], absolute=params["absolute"], rank=params["rank"],
         random_state=params["random_state"], device=params["device"], dtype=params["dtype"],
-        out=output)
+        out=output, attrs=attrs)
     n_windows = len(result)
     result.close()
-    # dynamic_correlation wrote the file atomically; label it for resume. A
-    # crash before this leaves an unlabelled file, which is redone.
-    with h5py.File(output, "a") as h5:
-        h5.attrs.update(attrs)
     return {"n_series": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
             "n_windows": n_windows}
 
@@ -354,17 +365,53 @@ def _job_key(job: str, params: dict) -> str:
     return json.dumps({"job": job, "params": kept}, sort_keys=True)
 
 
-def _is_complete(output: Path, key: str) -> bool:
-    """The output exists, is readable and was made by the same job and parameters."""
-    if not output.exists():
-        return False
-    try:
-        import h5py
+def _task_fingerprint(item: CohortItem, job: str, params: dict) -> str:
+    """Digest of what a scan's output depends on: its input file (and the
+    atlas or mask), the job and the parameters that change the result, and
+    the connscale version."""
+    from connscale.io._fingerprint import run_fingerprint
 
-        with h5py.File(output, "r") as h5:
-            return h5.attrs.get("cohort_job") == key and bool(h5.attrs.get("complete", True))
-    except (OSError, ValueError):
+    inputs = [item.path] + [params[name] for name in ("atlas", "mask") if params.get(name)]
+    kept = {k: v for k, v in params.items() if k != "device"}
+    return run_fingerprint(inputs, {"job": job, "params": kept})["digest"]
+
+
+def _is_complete(output: Path, job: str, fingerprint: str) -> bool:
+    """True when ``output`` is finished and records ``fingerprint``.
+
+    False when it is missing, unfinished, or made from other input or
+    parameters (it is then redone).
+
+    Raises
+    ------
+    ValueError
+        When ``output`` exists but connscale's cohort runner did not write it
+        (no fingerprint: another tool's file, or a link); it is never replaced
+        without ``overwrite``.
+    """
+    if not os.path.lexists(output):
         return False
+    foreign = ValueError(
+        f"{output} exists and was not written by connscale cohort (it records no input "
+        "fingerprint); remove it, or re-run with --overwrite to replace it.")
+    if output.is_symlink() or not output.is_file():
+        raise foreign
+    import h5py
+
+    try:
+        with h5py.File(output, "r") as h5:
+            recorded = h5.attrs.get("cohort_fingerprint")
+            if recorded is None or "cohort_job" not in h5.attrs:
+                raise foreign
+            if recorded != fingerprint:
+                return False
+            if job == "dfc":
+                from connscale.fc.dynamic_result import FORMAT
+
+                return h5.attrs.get("format") == FORMAT and bool(h5["done"][...].all())
+            return bool(h5.attrs.get("complete", False))
+    except OSError:
+        raise foreign from None
 
 
 def run_task(task: CohortTask) -> dict:
@@ -381,7 +428,8 @@ def run_task(task: CohortTask) -> dict:
         # writers refuse to overwrite a different run, so clear it first.
         task.output.unlink(missing_ok=True)
         timeseries, labels = _load_item(task.item.path, task.params)
-        attrs = {"source": str(task.item.path), "cohort_job": task.key}
+        attrs = {"source": str(task.item.path), "cohort_job": task.key,
+                 "cohort_fingerprint": task.fingerprint}
         details = _job_function(task.job)(timeseries, labels, task.params, task.output, attrs)
         record.update(status="ok", **details)
     except Exception as exc:  # noqa: BLE001 - reported per subject, not raised
@@ -404,9 +452,11 @@ def output_path(out_dir: Path, item: CohortItem, job: str) -> Path:
 
 
 def _remove_stale_temporaries(output: Path) -> int:
+    """Remove the hidden ``.<name>.*.tmp`` that killed runs left beside
+    ``output``, unless a live run holds the output's lock (they are its own)."""
     removed = 0
-    if output.parent.exists():
-        for tmp in output.parent.glob(f".{output.name}.*.tmp"):
+    if output.parent.exists() and not is_locked(output):
+        for tmp in output.parent.glob(f".{glob.escape(output.name)}.*.tmp"):
             tmp.unlink(missing_ok=True)
             removed += 1
     return removed
@@ -440,6 +490,7 @@ def run_cohort(
     threads_per_task: int = 1,
     batch_size: int | None = None,
     overwrite: bool = False,
+    wait: bool = False,
     verbose: int = 1,
 ) -> CohortReport:
     """Run a per-scan job over a cohort, one task per scan.
@@ -480,14 +531,39 @@ def run_cohort(
         Tasks handed to the engine at a time (progress and the report are
         updated after each batch); None: 4 per worker.
     overwrite : bool, default=False
-        Redo scans whose output already exists.
+        Redo scans whose output already exists (replacing files that
+        connscale did not write, which are otherwise reported as errors).
+    wait : bool, default=False
+        When another run is writing into ``out_dir``, wait for it to finish
+        instead of raising :class:`~connscale.io.OutputLockedError`.
     verbose : int, default=1
         0 silent; 1 a progress bar over scans.
 
     Returns
     -------
     CohortReport
+
+    Notes
+    -----
+    One run writes into ``out_dir`` at a time (the lock
+    ``out_dir/.cohort_run.lock`` names its holder's pid). A scan is skipped
+    when its output is finished and records the same fingerprint: the input
+    file's (and atlas' or mask's) size, modification time and content hash,
+    the job, its parameters and the connscale version; an input overwritten
+    with other data is recomputed. An output without a fingerprint was not
+    written by connscale: that scan is reported as an error, not replaced.
     """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with OutputLock(out_dir / "cohort_run", wait=wait):
+        return _run_cohort(inputs, job, out_dir, params=params, engine=engine, cluster=cluster,
+                           n_jobs=n_jobs, retries=retries, threads_per_task=threads_per_task,
+                           batch_size=batch_size, overwrite=overwrite, verbose=verbose)
+
+
+def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_jobs, retries,
+                threads_per_task, batch_size, overwrite, verbose) -> CohortReport:
+    """:func:`run_cohort`, under the lock of ``out_dir``."""
     from tqdm.auto import tqdm
 
     params = check_job_params(job, params)
@@ -505,12 +581,20 @@ def run_cohort(
     for index, item in enumerate(items):
         output = output_path(out_dir, item, job)
         _remove_stale_temporaries(output)
-        if not overwrite and _is_complete(output, key):
-            records[index] = {"name": item.name, "subject": item.subject,
-                              "input": str(item.path), "output": str(output),
-                              "status": "skipped", "seconds": 0.0}
+        base = {"name": item.name, "subject": item.subject, "input": str(item.path),
+                "output": str(output)}
+        try:
+            fingerprint = _task_fingerprint(item, job, params)
+            complete = not overwrite and _is_complete(output, job, fingerprint)
+        except (OSError, ValueError) as exc:  # unreadable input, or a foreign output
+            records[index] = {**base, "status": "error", "seconds": 0.0,
+                              "error": f"{type(exc).__name__}: {exc}"}
+            continue
+        if complete:
+            records[index] = {**base, "status": "skipped", "seconds": 0.0}
         else:
-            todo.append((index, CohortTask(item, job, params, output, key, threads_per_task)))
+            todo.append((index, CohortTask(item, job, params, output, key, threads_per_task,
+                                           fingerprint)))
     logger.info("cohort: %d scans, %d to run, %d complete", len(items), len(todo),
                 len(items) - len(todo))
 

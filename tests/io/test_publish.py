@@ -238,3 +238,27 @@ def test_output_set_needs_its_lock(tmp_path):
         outputs.path("run_a.tsv")
     with pytest.raises(ValueError, match="prefix"):
         OutputSet(tmp_path, "../x", command="fc")
+
+
+def test_check_published_refuses_files_of_an_interrupted_publication(tmp_path):
+    from connscale.io._publish import check_published
+
+    with OutputSet(tmp_path, "run", command="test") as outputs:
+        outputs.path("a.txt").write_text("one")
+        outputs.commit()
+    check_published(tmp_path / "a.txt")
+    # A second run stopped after removing the manifest and moving a.txt in.
+    staging = tmp_path / ".run.staging"
+    staging.mkdir()
+    (staging / ".publishing.json").write_text(json.dumps(["a.txt"]))
+    (tmp_path / "run_manifest.json").rename(tmp_path / "old_manifest.json")
+    with pytest.raises(IncompleteOutputError, match="publication did not finish"):
+        check_published(tmp_path / "a.txt")
+    # Stopped after writing the new manifest, before removing its journal: published.
+    (tmp_path / "old_manifest.json").rename(tmp_path / "run_manifest.json")
+    check_published(tmp_path / "a.txt")
+    (tmp_path / "a.txt").write_text("changed")
+    with pytest.raises(IncompleteOutputError, match="differs from what run_manifest.json"):
+        check_published(tmp_path / "a.txt")
+    (tmp_path / "by_hand.txt").write_text("no set names it")
+    check_published(tmp_path / "by_hand.txt")

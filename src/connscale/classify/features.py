@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from connscale.fc.triu import matrix_to_vec, n_pairs, triu_pairs
+from connscale.io._publish import check_published
 
 __all__ = [
     "FeatureSet",
@@ -338,6 +339,8 @@ def read_pair_summary(path) -> dict:
         and one float64 array per statistic present.
     """
     path = Path(path)
+    if path.is_file():
+        check_published(path)  # not a file of a half-replaced 'connscale pairs' set
     columns, rows = _read_tsv(path, "pair-summary")
     # ``connscale pairs`` names the last column after its threshold
     # (``fraction_above_0.5``); read it as ``fraction_above``.

@@ -32,6 +32,20 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
                        help="No progress bars or messages.")
 
 
+def add_wait_argument(parser: argparse.ArgumentParser) -> None:
+    """--wait: wait for another run writing the same output instead of failing."""
+    parser.add_argument("--wait", action="store_true",
+                        help="When another connscale run is writing the same output, wait for "
+                             "it to finish instead of stopping with an error naming its pid.")
+
+
+def input_files(args) -> list[Path]:
+    """The input files a run reads (INPUT, and --mask / --atlas when given),
+    for the run's fingerprint."""
+    return [p for p in (args.input, getattr(args, "mask", None), getattr(args, "atlas", None))
+            if p is not None]
+
+
 def configure_logging(verbose: int) -> None:
     """Log to stderr at INFO (verbose 1), DEBUG (2+) or WARNING (0)."""
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
@@ -105,24 +119,55 @@ class RunRecord:
             "figures": self.figures,
         }
 
-    def finish(self, prefix: str) -> Path:
-        """Write ``<out_dir>/<prefix>_log.json``, then ``<out_dir>/report.html``.
+    def finish(self, prefix: str, outputs=None) -> Path:
+        """Write the run log ``<prefix>_log.json``, then the HTML report.
+
+        Without ``outputs`` both go to ``out_dir`` (``report.html``). With an
+        :class:`~connscale.io._publish.OutputSet`, they are written into its
+        staging folder as ``<prefix>_log.json`` and ``<prefix>_report.html``
+        and published with the set's other files (``outputs.commit()``);
+        recorded outputs and figures of the set are read from the staging
+        folder for the report, while the log names their final paths.
 
         The log is written first; a report that fails is warned about
         (RuntimeWarning and the log) and never loses the log. Returns the
-        log's path; ``report_path`` holds the report's (None on failure).
+        log's (final) path; ``report_path`` holds the report's (None on
+        failure).
         """
-        path = self.out_dir / f"{prefix}_log.json"
         record = self.as_dict()
-        write_json_atomic(path, record)
         self.report_path = None
+        if outputs is None:
+            path = self.out_dir / f"{prefix}_log.json"
+            write_json_atomic(path, record)
+            report_name = "report.html"
+        else:
+            path = outputs.out_dir / f"{prefix}_log.json"
+            write_json_atomic(outputs.path(path.name), record)
+            report_name = f"{prefix}_report.html"
+            outputs.path(report_name)
+            staged = {**record, **{key: [_staged(p, outputs) for p in record[key]]
+                                   for key in ("outputs", "figures")}}
         try:
             from connscale.report.html import write_report
 
-            self.report_path = write_report(record, self.out_dir)
+            if outputs is None:
+                self.report_path = write_report(record, self.out_dir)
+            else:
+                write_report(staged, outputs.staging, filename=report_name)
+                self.report_path = outputs.out_dir / report_name
         except Exception as exc:  # noqa: BLE001 - the log is safe; say what failed
-            message = (f"report.html could not be written ({type(exc).__name__}: {exc}); "
+            if outputs is not None:
+                outputs.discard(report_name)
+            message = (f"{report_name} could not be written ({type(exc).__name__}: {exc}); "
                        f"the run log is in {path}.")
             logger.warning("%s", message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
         return path
+
+
+def _staged(path: str, outputs) -> str:
+    """Where a recorded output of ``outputs`` lies until the set is published."""
+    path = Path(path)
+    if path.parent.resolve() == outputs.out_dir.resolve() and path.name in outputs.names:
+        return str(outputs.staging / path.name)
+    return str(path)

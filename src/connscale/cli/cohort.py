@@ -5,7 +5,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging
+from connscale.cli._common import (
+    RunRecord,
+    add_compute_arguments,
+    add_wait_argument,
+    configure_logging,
+)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -60,8 +65,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     run_group.add_argument("--retries", type=int, default=1,
                            help="Retries of a task whose worker failed.")
     run_group.add_argument("--overwrite", action="store_true",
-                           help="Redo scans whose output already exists.")
+                           help="Redo scans whose output already exists, replacing files "
+                                "connscale did not write.")
     add_compute_arguments(parser)
+    add_wait_argument(parser)
     # Many workers share the machine: compute on the CPU unless told otherwise.
     parser.set_defaults(func=run, device="cpu")
     return parser
@@ -89,6 +96,7 @@ def job_params(args) -> dict:
 
 def run(args) -> int:
     from connscale.cohort import run_cohort
+    from connscale.io._publish import OutputSet
 
     configure_logging(args.verbose)
     record = RunRecord("cohort", args.out, vars(args))
@@ -97,7 +105,8 @@ def run(args) -> int:
         report = run_cohort(
             [str(p) for p in args.inputs], args.job, args.out, params=params,
             engine=args.backend, cluster=args.cluster, n_jobs=args.n_jobs,
-            retries=args.retries, overwrite=args.overwrite, verbose=args.verbose,
+            retries=args.retries, overwrite=args.overwrite, wait=args.wait,
+            verbose=args.verbose,
         )
     record.device = params["device"]
     record.results.update({"engine": report.engine, **report.counts})
@@ -106,7 +115,10 @@ def run(args) -> int:
             record.add_output(r["output"])
     record.add_output(report.report_path)
     record.add_output(report.errors_path)
-    log = record.finish("cohort")
+    # The run's log and HTML report are published together.
+    with OutputSet(args.out, "cohort", command="cohort", wait=args.wait) as outputs:
+        log = record.finish("cohort", outputs)
+        outputs.commit()
     print(f"connscale cohort: {len(report.records)} scans, job={args.job}, "
           f"backend={args.backend}: {report.n_ok} done, {report.n_skipped} already "
           f"complete, {report.n_failed} failed ({report.seconds:.2f} s)")

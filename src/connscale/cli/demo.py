@@ -6,7 +6,7 @@ DFC, r1DL networks, LiFE on dipy's bundled dMRI + tractogram pair, and a
 simulated cohort with a planted group difference: per-subject FC through the
 cohort runner, classification, and GPU-DFC's Table IV comparison of actual
 against low-rank reconstructed correlations. Every step writes its outputs,
-log and ``report.html`` in its own folder; the demo's own ``report.html``
+log and report in its own folder; the demo's own ``report.html``
 gathers the comparison and the timings.
 """
 
@@ -70,7 +70,8 @@ def run(args) -> int:
             raise RuntimeError(f"demo step '{title}' failed with exit status {status}")
         seconds = time.perf_counter() - start
         steps.append((title, seconds, folder))
-        record.add_output(folder / "report.html")
+        for report in sorted(folder.glob("*report.html")):  # <prefix>_report.html or report.html
+            record.add_output(report)
         record.timings[folder.name] = round(seconds, 3)
 
     roi = str(nitime_roi_path())
@@ -153,7 +154,7 @@ def run(args) -> int:
     print("\n== connscale demo finished")
     for title, seconds, folder in steps:
         print(f"  {seconds:7.2f} s  {folder.name:<14} {title}")
-    print(f"Results, logs and a report.html per step are in {out.resolve()}/<step>/")
+    print(f"Results, logs and reports of each step are in {out.resolve()}/<step>/")
     print(f"Overview report: {(out / 'report.html').resolve()}")
     return 0
 

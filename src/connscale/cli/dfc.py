@@ -10,7 +10,9 @@ import numpy as np
 from connscale.cli._common import (
     RunRecord,
     add_compute_arguments,
+    add_wait_argument,
     configure_logging,
+    input_files,
     logger,
 )
 from connscale.cli._inputs import add_input_arguments, load_input
@@ -52,6 +54,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="Allow TF32 matrix products on CUDA (faster, less exact).")
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     add_compute_arguments(parser)
+    add_wait_argument(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -59,54 +62,77 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from connscale._compute import resolve_device
     from connscale.fc.dynamic import dynamic_correlation
+    from connscale.io._fingerprint import run_fingerprint
+    from connscale.io._publish import OutputSet
     from connscale.io.relmat import source_entities
 
     configure_logging(args.verbose)
     kind = args.kind or ("sparse" if args.threshold is not None else "triu")
-    record = RunRecord("dfc", args.out, vars(args))
-    with record.timer("load"):
-        timeseries, labels, nodes, _ = load_input(args)
-    n_timepoints, n = timeseries.shape
-    logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
     source = source_entities(args.input)
-    window, step, t_r = resolve_window(args, args.input, n_timepoints)
-    taper = "" if args.taper == "rectangular" else f"_taper-{args.taper}"
-    path = Path(args.out) / f"{source}_kind-{kind}_window-{window}_step-{step}{taper}_dfc.h5"
-    record.device = str(resolve_device(args.device))
-    with record.timer("dynamic_correlation"):
-        result = dynamic_correlation(
-            timeseries, window, step, kind=kind, threshold=args.threshold,
-            absolute=args.absolute, rank=args.rank, method=args.method,
-            power_iterations=args.power_iterations, random_state=args.seed,
-            device=args.device, dtype=args.dtype, memory_limit=args.memory_limit,
-            out=path, compute_error=args.error, allow_tf32=args.allow_tf32,
-            taper=args.taper, taper_sigma=args.taper_sigma, verbose=args.verbose,
-        )
-    with result:
-        record.add_output(path)
-        seconds = record.timings["dynamic_correlation"]
-        record.results.update({
-            "n_series": n, "n_timepoints": n_timepoints, "nodes": nodes, "kind": kind,
-            "n_windows": len(result), "window_length": window, "step": step,
-            "window_support": result.window_length, "t_r": t_r,
-            "nbytes": result.nbytes, "compression_ratio": result.compression_ratio,
-            "windows_with_constant_series": int(result.constant.any(axis=1).sum()),
-            "windows_per_second": len(result) / max(seconds, 1e-9),
-            "plan": result.plan,
-        })
-        if result.mae is not None:
-            record.results["mae_mean"] = float(np.nanmean(result.mae))
-            record.results["mae_max"] = float(np.nanmax(result.mae))
-        if n <= PLOT_MAX_NODES:
-            with record.timer("plots"):
-                record.add_figure(_plot_windows(result, labels, args.out / f"{source}_dfc_windows.png"))
-                record.add_figure(_plot_edges(result, labels, args.out / f"{source}_dfc_edges.png"))
-        log = record.finish(f"{source}_dfc")
-        print(f"connscale dfc: {n} {nodes}, {n_timepoints} time points, {len(result)} windows "
-              f"(w={window}, s={step}), kind={kind} on {record.device} in {seconds:.3f} s")
-        print(f"  stored {result.nbytes / 1e6:.2f} MB (compression ratio {result.compression_ratio:.1f})")
-        print(f"  wrote {path}")
-        print(f"  log   {log}")
+    fingerprint = run_fingerprint(input_files(args), {
+        "command": "dfc", "window": args.window, "step": args.step, "t_r": args.t_r,
+        "taper": args.taper, "taper_sigma": args.taper_sigma, "kind": kind,
+        "threshold": args.threshold, "absolute": args.absolute, "rank": args.rank,
+        "method": args.method, "power_iterations": args.power_iterations, "seed": args.seed,
+        "error": args.error, "dtype": args.dtype, "allow_tf32": args.allow_tf32})
+    record = RunRecord("dfc", args.out, vars(args))
+    # The windows file, plots, log and report are one set, written in a hidden
+    # staging folder under the set's lock (where an interrupted run's
+    # unfinished windows file waits to be resumed) and published together.
+    with OutputSet(args.out, f"{source}_dfc", command="dfc", fingerprint=fingerprint,
+                   wait=args.wait) as outputs:
+        if outputs.complete():
+            print(f"connscale dfc: {args.out} holds the complete {source}_dfc result for this "
+                  "input and these parameters; nothing to do")
+            return 0
+        with record.timer("load"):
+            timeseries, labels, nodes, _ = load_input(args)
+        n_timepoints, n = timeseries.shape
+        logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
+        window, step, t_r = resolve_window(args, args.input, n_timepoints)
+        taper = "" if args.taper == "rectangular" else f"_taper-{args.taper}"
+        name = f"{source}_kind-{kind}_window-{window}_step-{step}{taper}_dfc.h5"
+        path = Path(args.out) / name
+        record.device = str(resolve_device(args.device))
+        with record.timer("dynamic_correlation"):
+            result = dynamic_correlation(
+                timeseries, window, step, kind=kind, threshold=args.threshold,
+                absolute=args.absolute, rank=args.rank, method=args.method,
+                power_iterations=args.power_iterations, random_state=args.seed,
+                device=args.device, dtype=args.dtype, memory_limit=args.memory_limit,
+                out=outputs.path(name), compute_error=args.error, allow_tf32=args.allow_tf32,
+                taper=args.taper, taper_sigma=args.taper_sigma, verbose=args.verbose,
+                attrs={"source": str(args.input)},
+            )
+        with result:
+            record.add_output(path)
+            seconds = record.timings["dynamic_correlation"]
+            record.results.update({
+                "n_series": n, "n_timepoints": n_timepoints, "nodes": nodes, "kind": kind,
+                "n_windows": len(result), "window_length": window, "step": step,
+                "window_support": result.window_length, "t_r": t_r,
+                "nbytes": result.nbytes, "compression_ratio": result.compression_ratio,
+                "windows_with_constant_series": int(result.constant.any(axis=1).sum()),
+                "windows_per_second": len(result) / max(seconds, 1e-9),
+                "plan": result.plan,
+            })
+            if result.mae is not None:
+                record.results["mae_mean"] = float(np.nanmean(result.mae))
+                record.results["mae_max"] = float(np.nanmax(result.mae))
+            if n <= PLOT_MAX_NODES:
+                with record.timer("plots"):
+                    for figure, plot in ((f"{source}_dfc_windows.png", _plot_windows),
+                                         (f"{source}_dfc_edges.png", _plot_edges)):
+                        plot(result, labels, outputs.path(figure))
+                        record.add_figure(Path(args.out) / figure)
+            n_windows, nbytes, ratio = len(result), result.nbytes, result.compression_ratio
+        log = record.finish(f"{source}_dfc", outputs)
+        outputs.commit()
+    print(f"connscale dfc: {n} {nodes}, {n_timepoints} time points, {n_windows} windows "
+          f"(w={window}, s={step}), kind={kind} on {record.device} in {seconds:.3f} s")
+    print(f"  stored {nbytes / 1e6:.2f} MB (compression ratio {ratio:.1f})")
+    print(f"  wrote {path}")
+    print(f"  log   {log}")
     return 0
 
 

@@ -7,7 +7,14 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging, logger
+from connscale.cli._common import (
+    RunRecord,
+    add_compute_arguments,
+    add_wait_argument,
+    configure_logging,
+    input_files,
+    logger,
+)
 from connscale.cli._inputs import add_input_arguments, load_input
 
 # Region matrices up to this size are written as TSV, larger ones as HDF5.
@@ -37,12 +44,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--allow-tf32", action="store_true",
                         help="Allow TF32 matrix products on CUDA (faster, less exact).")
     add_compute_arguments(parser)
+    add_wait_argument(parser)
     parser.set_defaults(func=run)
     return parser
 
 
 def run(args) -> int:
     from connscale.fc.static import compute_correlation
+    from connscale.io._fingerprint import run_fingerprint
+    from connscale.io._publish import OutputSet
     from connscale.io.hdf5 import load_relmat
     from connscale.io.relmat import (
         relmat_path,
@@ -55,47 +65,62 @@ def run(args) -> int:
 
     configure_logging(args.verbose)
     kind = args.kind or ("sparse" if args.threshold is not None else None)
-    record = RunRecord("fc", args.out, vars(args))
-    with record.timer("load"):
-        timeseries, labels, nodes, _ = load_input(args)
-    n_timepoints, n = timeseries.shape
-    if kind is None:
-        kind = "dense" if n <= TSV_MAX_NODES else "triu"
-    logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
     source = source_entities(args.input)
     seg = Path(str(args.atlas.name).split(".")[0]).name if args.atlas is not None else None
-    as_tsv = kind == "dense" and n <= TSV_MAX_NODES
-    path = relmat_path(args.out, source, seg=seg, extension=".tsv" if as_tsv else ".h5")
-    with record.timer("correlation"):
-        result, (plan, n_constant) = compute_correlation(
-            timeseries, kind=kind, threshold=args.threshold, absolute=args.absolute,
-            device=args.device, dtype=args.dtype, memory_limit=args.memory_limit,
-            out=None if as_tsv else path, allow_tf32=args.allow_tf32,
-            verbose=args.verbose, attrs={"source": str(args.input)},
-        )
-    if as_tsv:
-        with record.timer("write"):
-            write_relmat_tsv(path, result, labels)
-    record.add_output(path)
-    record.add_output(write_sidecar(path, sidecar(kind, n, threshold=args.threshold,
-                                                  absolute=args.absolute, source=args.input,
-                                                  dtype=args.dtype, nodes=nodes)))
+    stem = source if seg is None else f"{source}_seg-{seg}"
+    fingerprint = run_fingerprint(
+        input_files(args),
+        {"command": "fc", "kind": args.kind, "threshold": args.threshold,
+         "absolute": args.absolute, "dtype": args.dtype, "allow_tf32": args.allow_tf32})
+    record = RunRecord("fc", args.out, vars(args))
+    # The matrix, its sidecar, figure, log and report are one set: written in
+    # a hidden staging folder under the set's lock, published together.
+    with OutputSet(args.out, f"{stem}_fc", command="fc", fingerprint=fingerprint,
+                   wait=args.wait) as outputs:
+        with record.timer("load"):
+            timeseries, labels, nodes, _ = load_input(args)
+        n_timepoints, n = timeseries.shape
+        if kind is None:
+            kind = "dense" if n <= TSV_MAX_NODES else "triu"
+        logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
+        as_tsv = kind == "dense" and n <= TSV_MAX_NODES
+        path = relmat_path(args.out, source, seg=seg, extension=".tsv" if as_tsv else ".h5")
+        staged = outputs.path(path.name)
+        with record.timer("correlation"):
+            result, (plan, n_constant) = compute_correlation(
+                timeseries, kind=kind, threshold=args.threshold, absolute=args.absolute,
+                device=args.device, dtype=args.dtype, memory_limit=args.memory_limit,
+                out=None if as_tsv else staged, allow_tf32=args.allow_tf32,
+                verbose=args.verbose, attrs={"source": str(args.input)},
+            )
+        if as_tsv:
+            with record.timer("write"):
+                write_relmat_tsv(staged, result, labels)
+        record.add_output(path)
+        side = write_sidecar(staged, sidecar(kind, n, threshold=args.threshold,
+                                             absolute=args.absolute, source=args.input,
+                                             dtype=args.dtype, nodes=nodes))
+        outputs.path(side.name)
+        record.add_output(args.out / side.name)
+        from connscale._compute import resolve_device
+
+        record.device = str(resolve_device(args.device))
+        record.results.update({"n_series": n, "n_timepoints": n_timepoints, "nodes": nodes,
+                               "kind": kind, "n_constant_series": n_constant,
+                               **plan.as_dict()})
+        seconds = record.timings["correlation"]
+        record.results["pairs_per_second"] = n * (n - 1) / 2 / max(seconds, 1e-9)
+        if n <= TSV_MAX_NODES:
+            matrix = result if as_tsv else _dense_from_store(load_relmat(staged)[0], kind, n)
+            from connscale.report.plots import plot_correlation_matrix
+
+            figure = f"{stem}_relmat.png"
+            plot_correlation_matrix(matrix, outputs.path(figure), labels=labels,
+                                    title=f"Pearson correlation, {n} {nodes}")
+            record.add_figure(args.out / figure)
+        log = record.finish(f"{stem}_fc", outputs)
+        outputs.commit()
     write_dataset_description(args.out)
-    from connscale._compute import resolve_device
-
-    record.device = str(resolve_device(args.device))
-    record.results.update({"n_series": n, "n_timepoints": n_timepoints, "nodes": nodes,
-                           "kind": kind, "n_constant_series": n_constant, **plan.as_dict()})
-    seconds = record.timings["correlation"]
-    record.results["pairs_per_second"] = n * (n - 1) / 2 / max(seconds, 1e-9)
-    if n <= TSV_MAX_NODES:
-        matrix = result if as_tsv else _dense_from_store(load_relmat(path)[0], kind, n)
-        from connscale.report.plots import plot_correlation_matrix
-
-        record.add_figure(plot_correlation_matrix(
-            matrix, args.out / f"{source}_relmat.png", labels=labels,
-            title=f"Pearson correlation, {n} {nodes}"))
-    log = record.finish(f"{source}_fc")
     print(f"connscale fc: {n} {nodes}, {n_timepoints} time points, kind={kind}, "
           f"{plan.n_rounds} round(s) on {record.device} in {seconds:.3f} s")
     print(f"  wrote {path}")

@@ -32,7 +32,12 @@ def build_parser() -> argparse.ArgumentParser:
             "connectivity, functional networks and structural connectome "
             "pruning, on the CPU, a CUDA GPU or a cluster."
         ),
-        epilog="Run 'connscale COMMAND --help' for the options of a command.",
+        epilog=(
+            "Run 'connscale COMMAND --help' for the options of a command. Exit status: 0 done; "
+            "1 some scans of a cohort failed; 2 stopped with a one-line error (bad input, "
+            "output being written by another run, disk full or another write error: "
+            "unfinished files are kept hidden, and a re-run resumes)."
+        ),
     )
     parser.add_argument("--version", action="version", version=f"connscale {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
@@ -55,8 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, OSError, OutputLockedError) as exc:
-        # Bad input, or an output another run is writing: a clear message,
-        # no traceback (use -vv for one).
+        # Bad input, a failed write or a locked output: a clear message, no
+        # traceback (use -vv for one).
         if getattr(args, "verbose", 0) >= 2:
             raise
         message = " ".join(str(exc).split()) or type(exc).__name__

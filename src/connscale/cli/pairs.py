@@ -12,6 +12,7 @@ import numpy as np
 from connscale.cli._common import (
     RunRecord,
     add_compute_arguments,
+    add_wait_argument,
     configure_logging,
     logger,
 )
@@ -41,6 +42,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="Courses as one HDF5 file, or NPY + TSV tables.")
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     add_compute_arguments(parser)
+    add_wait_argument(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -58,18 +60,37 @@ def _fmt(value: float) -> str:
 
 
 def run(args) -> int:
-    from connscale._compute import resolve_device
-    from connscale.fc.pairs import pair_summary, pairwise_dfc
-    from connscale.io._atomic import atomic_path, write_text_atomic
+    from connscale.io._fingerprint import run_fingerprint
+    from connscale.io._publish import OutputSet
     from connscale.io.relmat import source_entities
-    from connscale.io.timeseries import load_timeseries
 
     configure_logging(args.verbose)
-    record = RunRecord("pairs", args.out, vars(args))
     names = [source_entities(p) for p in args.inputs]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"Several inputs share the name(s) {duplicates}; outputs would collide.")
+    missing = [p for p in args.inputs if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"No time-series file at {missing[0]}.")
+    fingerprint = run_fingerprint(args.inputs, {
+        "command": "pairs", "window": args.window, "step": args.step,
+        "threshold": args.threshold, "format": args.format, "dtype": args.dtype})
+    # Every file of the run (courses, tables, features, log, report) is one
+    # set: written in a hidden staging folder under the set's lock, published
+    # together with a manifest.
+    with OutputSet(args.out, "pairs", command="pairs", fingerprint=fingerprint,
+                   wait=args.wait) as outputs:
+        return _run(args, names, outputs)
+
+
+def _run(args, names, outputs) -> int:
+    from connscale._compute import resolve_device
+    from connscale.fc.pairs import pair_summary, pairwise_dfc
+    from connscale.io._atomic import atomic_path, write_text_atomic
+    from connscale.io._h5 import close_h5, create_h5, h5_errors
+    from connscale.io.timeseries import load_timeseries
+
+    record = RunRecord("pairs", args.out, vars(args))
     with record.timer("load"):
         loaded = [load_timeseries(p) for p in args.inputs]
     scans = [x for x, _ in loaded]
@@ -84,6 +105,13 @@ def run(args) -> int:
     record.device = str(resolve_device(args.device))
 
     ragged = isinstance(result.window_onsets, list)
+    courses_bytes = sum(np.asarray(c).nbytes for c in result.courses)
+    outputs.check_space(courses_bytes, what="the pair courses")
+
+    def output(name: str) -> Path:
+        record.add_output(args.out / name)
+        return outputs.path(name)
+
     with record.timer("write"):
         for s, (path, name, (_, labels)) in enumerate(zip(args.inputs, names, loaded)):
             courses = result.courses[s]
@@ -92,40 +120,42 @@ def run(args) -> int:
             if args.format == "h5":
                 import h5py
 
-                target = args.out / f"{name}_pairs.h5"
-                with atomic_path(target) as tmp, h5py.File(tmp, "w") as h5:
-                    h5.create_dataset("courses", data=courses)
-                    h5.create_dataset("pairs", data=result.pairs)
-                    h5.create_dataset("window_onsets", data=onsets)
-                    h5.create_dataset("labels", data=np.asarray(labels, dtype=object),
-                                      dtype=h5py.string_dtype())
-                    h5.attrs.update({"window_length": args.window, "step": args.step,
-                                     "source": str(path), "order": "row-major strictly-upper"})
-                record.add_output(target)
+                target = output(f"{name}_pairs.h5")
+                target.unlink(missing_ok=True)  # left in the staging folder by a killed run
+                h5 = create_h5(target)
+                try:
+                    with h5_errors(target):
+                        h5.create_dataset("courses", data=courses)
+                        h5.create_dataset("pairs", data=result.pairs)
+                        h5.create_dataset("window_onsets", data=onsets)
+                        h5.create_dataset("labels", data=np.asarray(labels, dtype=object),
+                                          dtype=h5py.string_dtype())
+                        h5.attrs.update({"window_length": args.window, "step": args.step,
+                                         "source": str(path),
+                                         "order": "row-major strictly-upper"})
+                finally:
+                    close_h5(h5, target)
             else:
-                target = args.out / f"{name}_pairs-courses.npy"
-                with atomic_path(target) as tmp, open(tmp, "wb") as fh:
+                with atomic_path(output(f"{name}_pairs-courses.npy")) as tmp, \
+                        open(tmp, "wb") as fh:
                     np.save(fh, courses)
-                record.add_output(target)
-                record.add_output(write_text_atomic(
-                    args.out / f"{name}_pairs.tsv",
-                    _tsv(pair_rows, ["pair", "i", "j", "label_i", "label_j"])))
-                record.add_output(write_text_atomic(
-                    args.out / f"{name}_windows.tsv",
+                write_text_atomic(output(f"{name}_pairs.tsv"),
+                                  _tsv(pair_rows, ["pair", "i", "j", "label_i", "label_j"]))
+                write_text_atomic(
+                    output(f"{name}_windows.tsv"),
                     _tsv([[k, int(o), int(o) + args.window] for k, o in enumerate(onsets)],
-                         ["window", "onset", "end"])))
+                         ["window", "onset", "end"]))
             rows = [row + [_fmt(summary.mean[s, k]), _fmt(summary.std[s, k]),
                            _fmt(summary.fraction_above[s, k])]
                     for k, row in enumerate(pair_rows)]
-            record.add_output(write_text_atomic(
-                args.out / f"{name}_pairs-summary.tsv",
+            write_text_atomic(
+                output(f"{name}_pairs-summary.tsv"),
                 _tsv(rows, ["pair", "i", "j", "label_i", "label_j", "mean", "std",
-                            f"fraction_above_{args.threshold}"])))
+                            f"fraction_above_{args.threshold}"]))
         features = summary.features()
         feature_rows = [[name] + [_fmt(v) for v in row] for name, row in zip(names, features)]
-        record.add_output(write_text_atomic(
-            args.out / "pairs_features.tsv",
-            _tsv(feature_rows, ["scan"] + summary.feature_names(result.pairs))))
+        write_text_atomic(output("pairs_features.tsv"),
+                          _tsv(feature_rows, ["scan"] + summary.feature_names(result.pairs)))
 
     n_windows = [len(o) for o in result.window_onsets] if ragged else [len(result.window_onsets)]
     record.results.update({"n_scans": len(scans), "n_regions": int(scans[0].shape[1]),
@@ -135,7 +165,8 @@ def run(args) -> int:
     n_corr = result.n_pairs * sum(len(o) for o in (result.window_onsets if ragged
                                                    else [result.window_onsets] * len(scans)))
     record.results["correlations_per_second"] = n_corr / max(seconds, 1e-9)
-    log = record.finish("pairs")
+    log = record.finish("pairs", outputs)
+    outputs.commit()
     logger.info("pairs: %d correlations in %.3f s", n_corr, seconds)
     print(f"connscale pairs: {len(scans)} scan(s), {result.n_pairs} pairs, window "
           f"{args.window}, step {args.step}: {n_corr} correlations on {record.device} "

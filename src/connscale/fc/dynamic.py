@@ -31,6 +31,7 @@ How it runs (any device torch supports):
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -78,6 +79,10 @@ from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
 from connscale.fc.windows import taper_weights, window_support
+from connscale.io._atomic import check_free_space, fsync_path
+from connscale.io._h5 import H5WriteError
+from connscale.io._lock import OutputLock
+from connscale.io._publish import IncompleteOutputError
 
 logger = logging.getLogger("connscale")
 
@@ -340,6 +345,7 @@ def dynamic_correlation(
     taper_sigma: float = 3.0,
     t_r: float | None = None,
     verbose: int = 0,
+    attrs: dict | None = None,
 ) -> DynamicConnectivity:
     """Sliding-window Pearson correlation of every pair of series (GPU-DFC).
 
@@ -380,8 +386,13 @@ def dynamic_correlation(
     out : path or None
         HDF5 file to write the windows into, one by one (resumable: a re-run
         with the same input and parameters keeps finished windows; the file
-        appears under its name only when complete). None keeps the result in
-        memory.
+        appears under its name only when complete, after its windows are
+        read back). One run writes a file at a time: another run on the same
+        ``out`` raises :class:`~connscale.io._lock.OutputLockedError` naming its
+        pid. The space the windows need is checked up front (not for
+        ``'sparse'``, whose size is known only as it grows); a failed write
+        raises an ``OSError`` and keeps the finished windows for a re-run.
+        None keeps the result in memory.
     host_buffer : uint8 torch.Tensor or ndarray, optional
         Preallocated (ideally pinned) host memory to place in-memory results
         in, so that no host memory is allocated during the run; results that
@@ -404,6 +415,9 @@ def dynamic_correlation(
         Repetition time in seconds, to give ``window_length`` and ``step``
         in seconds.
     %(verbose)s
+    attrs : dict or None
+        Extra root attributes of the ``out`` file (provenance, e.g. the
+        source file), written before it gets its final name.
 
     Returns
     -------
@@ -463,39 +477,29 @@ def dynamic_correlation(
 
     # Where the windows go.
     final_path = None
+    lock = None
     if out is not None:
         final_path = check_output_path(out)
         fingerprint = _fingerprint(array)
-        if final_path.exists():
-            result = load_dynamic(final_path)
-            if result._backend.matches(meta, fingerprint) and result._backend.done.all():
-                logger.info("%s is complete for these parameters; reusing it.", final_path)
-                return result
-            result.close()
-            raise ValueError(
-                f"{final_path} exists and holds a different run (other input or "
-                "parameters); remove it or choose another 'out'."
-            )
-        tmp = partial_path(final_path)
-        backend = None
-        if tmp.exists():
-            try:
-                backend = HDF5Backend(tmp, "r+")
-                if not backend.matches(meta, fingerprint):
-                    backend.close()
-                    backend = None
-            except (OSError, ValueError, KeyError):
-                backend = None
-            if backend is None:
-                logger.info("Discarding %s (another run's partial output).", tmp)
-                tmp.unlink()
-        if backend is None:
-            tmp.parent.mkdir(parents=True, exist_ok=True)
-            backend = HDF5Backend.create(tmp, meta, fingerprint, width)
+        # One writer per output: a second run fails here, naming the first's pid.
+        lock = OutputLock(final_path).acquire()
+        try:
+            reused = _reuse_finished(final_path, meta, fingerprint)
+            if reused is None:
+                tmp = partial_path(final_path)
+                backend = _open_partial(tmp, meta, fingerprint, width)
+        except BaseException:
+            lock.release()
+            raise
+        if reused is not None:
+            lock.release()
+            return reused
         todo = [int(i) for i in np.flatnonzero(~backend.done)]
         if len(todo) < k:
             logger.info("Resuming %s: %d of %d windows already done.", tmp, k - len(todo), k)
     else:
+        if attrs:
+            raise ValueError("'attrs' are written into the 'out' file; got out=None.")
         _check_host_memory(kind, k, n_series, width, np_dtype.itemsize, memory_limit, host_buffer)
         arena = HostArena(host_buffer) if host_buffer is not None else None
         backend = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
@@ -512,18 +516,101 @@ def dynamic_correlation(
                 compute_error=compute_error, allow_tf32=bool(allow_tf32), verbose=verbose,
                 weights=weights,
             )
+        if final_path is not None:
+            if attrs:
+                backend.set_attrs(attrs)
+            backend.finish()
+            _publish_partial(tmp, final_path)
+    except OSError as exc:
+        if final_path is None:
+            raise
+        backend.close()  # the partial file keeps the windows flagged done
+        raise H5WriteError(exc.errno or errno.EIO,
+                           f"{exc.strerror or exc}; the finished windows are kept in {tmp.name} "
+                           "and a re-run resumes from them") from None
     except BaseException:
         if final_path is not None:
-            backend.finish()  # close; the partial file keeps the finished windows
+            backend.close()  # the partial file keeps the windows flagged done
         raise
+    finally:
+        if lock is not None:
+            lock.release()
     if final_path is None:
         result = DynamicConnectivity(backend, meta)
     else:
-        backend.finish()
-        os.replace(partial_path(final_path), final_path)
         result = load_dynamic(final_path)
     result.plan = plan
     return result
+
+
+def _reuse_finished(final_path: Path, meta: dict, fingerprint: str) -> DynamicConnectivity | None:
+    """The finished file of the same run, if ``final_path`` holds it."""
+    if not final_path.exists():
+        return None
+    try:
+        result = load_dynamic(final_path)
+    except IncompleteOutputError:
+        raise ValueError(
+            f"{final_path} exists but is not a finished dynamic-connectivity result; remove it "
+            "or choose another 'out'."
+        ) from None
+    if result._backend.matches(meta, fingerprint):
+        logger.info("%s is complete for these parameters; reusing it.", final_path)
+        return result
+    result.close()
+    raise ValueError(
+        f"{final_path} exists and holds a different run (other input or "
+        "parameters); remove it or choose another 'out'."
+    )
+
+
+def _open_partial(tmp: Path, meta: dict, fingerprint: str, width: int | None) -> HDF5Backend:
+    """Resume this run's partial file, or start a new one (the caller holds the lock)."""
+    backend = None
+    if os.path.lexists(tmp):
+        try:
+            backend = HDF5Backend.resume(tmp)  # refuses a link or another user's file
+        except PermissionError:
+            raise
+        except (OSError, ValueError, KeyError):
+            backend = None
+        if backend is not None and not backend.matches(meta, fingerprint):
+            backend.close()
+            backend = None
+        if backend is None:
+            logger.info("Discarding %s (an earlier run's partial output, other input or "
+                        "parameters, or unreadable).", tmp)
+            tmp.unlink()
+    todo = meta["n_windows"] if backend is None else int((~backend.done).sum())
+    needed = HDF5Backend.stored_nbytes(meta, meta["stored_width"])
+    if needed is not None and todo:
+        try:
+            check_free_space(tmp.parent, needed * todo // meta["n_windows"],
+                             what=f"the {todo} windows still to write")
+        except OSError:
+            if backend is not None:
+                backend.close()
+            raise
+    if backend is None:
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        backend = HDF5Backend.create(tmp, meta, fingerprint, width)
+    return backend
+
+
+def _publish_partial(tmp: Path, final_path: Path) -> None:
+    """Rename a closed partial file to its final name once every window reads back done."""
+    check = HDF5Backend.open(tmp)
+    try:
+        done = check.done
+    finally:
+        check.close()
+    if not done.all():
+        raise IncompleteOutputError(
+            f"{tmp} holds {int(done.sum())} of {done.size} windows after the run; it is kept "
+            "for a re-run to finish.")
+    fsync_path(tmp)
+    os.replace(tmp, final_path)
+    fsync_path(final_path.parent)
 
 
 def _check_host_memory(kind, k, n, width, itemsize, memory_limit, host_buffer) -> None:

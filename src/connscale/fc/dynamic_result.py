@@ -24,6 +24,7 @@ int32 column indices); ``q`` (k, N, l) and ``b`` (k, l, N); ``factor``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -33,6 +34,15 @@ from typing_extensions import Self
 
 from connscale.fc.sparse import csr_from_parts
 from connscale.fc.triu import n_pairs, vec_to_matrix
+from connscale.io._h5 import (
+    close_h5,
+    create_h5,
+    early_dcpl,
+    flush_h5,
+    h5_errors,
+    open_h5_resume,
+)
+from connscale.io._publish import IncompleteOutputError, check_published
 
 FORMAT = "connscale-dfc-1"
 KINDS = ("triu", "sparse", "lowrank", "factor")
@@ -189,13 +199,17 @@ class MemoryBackend:
 
 
 class HDF5Backend:
-    """Windows in an HDF5 file (see the module docstring for the layout)."""
+    """Windows in an HDF5 file (see the module docstring for the layout).
 
-    def __init__(self, path: str | os.PathLike, mode: str = "r") -> None:
-        import h5py
+    Files opened for writing (:meth:`create`, :meth:`resume`) have no chunk
+    cache or sieve buffer, so a failed write raises in :meth:`write` (an
+    ``OSError`` naming the file); the fixed-size arrays are allocated when
+    the file is created, so later writes never change its structure.
+    """
 
+    def __init__(self, handle, path: Path) -> None:
         self.path = Path(path)
-        self.file = h5py.File(self.path, mode)
+        self.file = handle
         attrs = self.file.attrs
         if attrs.get("format") != FORMAT:
             self.file.close()
@@ -207,34 +221,94 @@ class HDF5Backend:
         self.n_windows = int(attrs["n_windows"])
         self.n_series = int(attrs["n_series"])
         self.dtype = np.dtype(str(attrs["dtype"]))
+        # Held open while writing: a dataset closed between writes would be
+        # a new HDF5 object each time.
+        self._datasets: dict = {}
+
+    @classmethod
+    def open(cls, path: str | os.PathLike) -> HDF5Backend:
+        """Open a finished file for reading."""
+        import h5py
+
+        return cls(h5py.File(path, "r"), path)
+
+    @classmethod
+    def resume(cls, path: str | os.PathLike) -> HDF5Backend:
+        """Reopen an unfinished file of this user for writing (never through a link)."""
+        backend = cls(open_h5_resume(path), path)
+        if backend.kind == "sparse":
+            backend._unflag_broken_sparse_windows()
+        return backend
 
     @classmethod
     def create(cls, path: Path, meta: dict, fingerprint: str, width: int | None) -> HDF5Backend:
-        import h5py
-
+        """Create a new file (``O_EXCL``: never through a link) with every array allocated."""
         kind, k, n = meta["kind"], meta["n_windows"], meta["n_series"]
         dtype = np.dtype(meta["dtype"])
-        with h5py.File(path, "w") as fh:
-            fh.attrs["format"] = FORMAT
-            for key in ("kind", "n_series", "n_timepoints", "window_length", "step", "n_windows", "dtype"):
-                fh.attrs[key] = meta[key]
-            fh.attrs["parameters"] = json.dumps(meta, sort_keys=True)
-            fh.attrs["input_fingerprint"] = fingerprint
-            fh.create_dataset("window_starts", data=np.asarray(meta["window_starts"], dtype=np.int64))
-            fh.create_dataset("done", data=np.zeros(k, dtype=bool))
-            fh.create_dataset("constant", shape=(k, n), dtype=bool, chunks=(1, n))
-            fh.create_dataset("mae", data=np.full(k, np.nan))
-            fh.create_dataset("nbytes", data=np.zeros(k, dtype=np.int64))
-            for name, shape in stored_shapes(kind, n, width).items():
-                chunk = (1,) + shape
-                if int(np.prod(chunk)) * dtype.itemsize > (4 << 20):
-                    # chunks of at most ~4 MB along the last axis
-                    last = max(1, (4 << 20) // (dtype.itemsize * int(np.prod(shape[:-1]))))
-                    chunk = (1,) + shape[:-1] + (min(shape[-1], last),)
-                fh.create_dataset(name, shape=(k,) + shape, dtype=dtype, chunks=chunk)
-            if kind == "sparse":
-                fh.create_group("sparse")
-        return cls(path, mode="r+")
+        fh = create_h5(path)
+        try:
+            with h5_errors(path):
+                fh.attrs["format"] = FORMAT
+                for key in ("kind", "n_series", "n_timepoints", "window_length", "step",
+                            "n_windows", "dtype"):
+                    fh.attrs[key] = meta[key]
+                fh.attrs["parameters"] = json.dumps(meta, sort_keys=True)
+                fh.attrs["input_fingerprint"] = fingerprint
+                fh.create_dataset("window_starts",
+                                  data=np.asarray(meta["window_starts"], dtype=np.int64))
+                fh.create_dataset("done", data=np.zeros(k, dtype=bool))
+                fh.create_dataset("constant", shape=(k, n), dtype=bool, chunks=(1, n),
+                                  dcpl=early_dcpl())
+                fh.create_dataset("mae", data=np.full(k, np.nan))
+                fh.create_dataset("nbytes", data=np.zeros(k, dtype=np.int64))
+                for name, shape in stored_shapes(kind, n, width).items():
+                    chunk = (1,) + shape
+                    if int(np.prod(chunk)) * dtype.itemsize > (4 << 20):
+                        # chunks of at most ~4 MB along the last axis
+                        last = max(1, (4 << 20) // (dtype.itemsize * int(np.prod(shape[:-1]))))
+                        chunk = (1,) + shape[:-1] + (min(shape[-1], last),)
+                    fh.create_dataset(name, shape=(k,) + shape, dtype=dtype, chunks=chunk,
+                                      dcpl=early_dcpl())
+                if kind == "sparse":
+                    fh.create_group("sparse")
+            flush_h5(fh, path)
+        except BaseException:
+            fh.close()
+            raise
+        return cls(fh, path)
+
+    @staticmethod
+    def stored_nbytes(meta: dict, width: int | None) -> int | None:
+        """Bytes of a file's arrays (None for sparse: not known in advance)."""
+        if meta["kind"] == "sparse":
+            return None
+        k, n = meta["n_windows"], meta["n_series"]
+        item = np.dtype(meta["dtype"]).itemsize
+        per_window = sum(int(np.prod(shape)) * item
+                         for shape in stored_shapes(meta["kind"], n, width).values())
+        return k * (per_window + n + 8 + 8 + 8 + 1)
+
+    def _dataset(self, name: str):
+        dataset = self._datasets.get(name)
+        if dataset is None:
+            dataset = self._datasets[name] = self.file[name]
+        return dataset
+
+    def _unflag_broken_sparse_windows(self) -> None:
+        """A killed run may leave a sparse window flagged done whose group is
+        unreadable; such windows are recomputed."""
+        done = self.done
+        group = self.file["sparse"]
+        for index in np.flatnonzero(done):
+            try:
+                window = group[str(index)]
+                ok = int(window["indptr"][-1]) == window["data"].shape[0] == window["indices"].shape[0]
+            except (KeyError, OSError, RuntimeError, ValueError):
+                ok = False
+            if not ok:
+                with h5_errors(self.path):
+                    self._dataset("done")[index] = False
+        flush_h5(self.file, self.path)
 
     @property
     def done(self) -> np.ndarray:
@@ -258,34 +332,46 @@ class HDF5Backend:
                 and attrs.get("input_fingerprint") == fingerprint)
 
     def write(self, index: int, payload: dict, constant: np.ndarray, mae: float) -> None:
+        """Write window ``index``; flag it done only once its data are flushed."""
         fh = self.file
-        if self.kind == "sparse":
-            group = fh["sparse"]
-            name = str(index)
-            if name in group:  # left over from an interrupted write
-                del group[name]
-            window = group.create_group(name)
-            indptr = np.zeros(self.n_series + 1, dtype=np.int64)
-            np.cumsum(payload["counts"], out=indptr[1:])
-            window.create_dataset("data", data=payload["data"])
-            window.create_dataset("indices", data=payload["indices"].astype(np.int32, copy=False))
-            window.create_dataset("indptr", data=indptr)
-            nbytes = payload["data"].nbytes + payload["indices"].nbytes + indptr.nbytes
-        else:
-            nbytes = 0
-            for name, values in payload.items():
-                fh[name][index] = values
-                nbytes += values.nbytes
-        fh["constant"][index] = constant
-        fh["mae"][index] = mae
-        fh["nbytes"][index] = nbytes
-        fh.flush()
-        # The window counts as written only once its data are on disk.
-        fh["done"][index] = True
-        fh.flush()
+        with h5_errors(self.path):
+            if self.kind == "sparse":
+                group = fh["sparse"]
+                name = str(index)
+                if name in group:  # left over from an interrupted write
+                    del group[name]
+                window = group.create_group(name)
+                indptr = np.zeros(self.n_series + 1, dtype=np.int64)
+                np.cumsum(payload["counts"], out=indptr[1:])
+                window.create_dataset("data", data=payload["data"])
+                window.create_dataset("indices", data=payload["indices"].astype(np.int32, copy=False))
+                window.create_dataset("indptr", data=indptr)
+                nbytes = payload["data"].nbytes + payload["indices"].nbytes + indptr.nbytes
+            else:
+                nbytes = 0
+                for name, values in payload.items():
+                    self._dataset(name)[index] = values
+                    nbytes += values.nbytes
+            self._dataset("constant")[index] = constant
+            self._dataset("mae")[index] = mae
+            self._dataset("nbytes")[index] = nbytes
+        flush_h5(fh, self.path)
+        # The window counts as written only once its data are with the system.
+        with h5_errors(self.path):
+            self._dataset("done")[index] = True
+        flush_h5(fh, self.path)
+
+    def set_attrs(self, attrs: dict) -> None:
+        """Extra root attributes (provenance), written before the file is finished."""
+        with h5_errors(self.path):
+            for key, value in attrs.items():
+                self.file.attrs[key] = "None" if value is None else value
+        flush_h5(self.file, self.path)
 
     def finish(self) -> None:
-        self.file.close()
+        """Flush and close; errors raise (the file is closed either way)."""
+        self._datasets.clear()
+        close_h5(self.file, self.path)
 
     def read(self, index: int):
         fh = self.file
@@ -295,8 +381,11 @@ class HDF5Backend:
         return {name: fh[name][index] for name in stored_shapes(self.kind, self.n_series, 1)}
 
     def close(self) -> None:
+        """Release the file without reporting errors (after a failure, or reading)."""
+        self._datasets.clear()
         if self.file.id.valid:
-            self.file.close()
+            with contextlib.suppress(OSError, RuntimeError):
+                self.file.close()
 
 
 class DynamicConnectivity:
@@ -465,6 +554,13 @@ def load_dynamic(path: str | os.PathLike) -> DynamicConnectivity:
     DynamicConnectivity
         Backed by the file (read on access); call ``close()`` or use it as a
         context manager to release the file.
+
+    Raises
+    ------
+    IncompleteOutputError
+        When some windows are not flagged done (an unfinished or damaged
+        file: its missing windows must never read as zeros), or the file
+        belongs to a file set whose publication did not finish.
     """
     path = Path(path)
     if not path.exists():
@@ -474,7 +570,18 @@ def load_dynamic(path: str | os.PathLike) -> DynamicConnectivity:
                     f"{partial_path(path).name}; re-run dynamic_correlation with the same "
                     "parameters to finish it.")
         raise FileNotFoundError(f"No dynamic-connectivity file at {path}.{hint}")
-    backend = HDF5Backend(path, "r")
+    check_published(path)
+    try:
+        backend = HDF5Backend.open(path)
+    except OSError as exc:
+        raise IncompleteOutputError(
+            f"{path} cannot be read as HDF5 ({' '.join(str(exc).split('(')[0].split())}).") from None
+    done = backend.done
+    if not done.all():
+        backend.close()
+        raise IncompleteOutputError(
+            f"{path} is unfinished: {int(done.sum())} of {done.size} windows were written; "
+            "re-run dynamic_correlation with the same input and parameters."
+        )
     meta = json.loads(backend.file.attrs["parameters"])
     return DynamicConnectivity(backend, meta, path=path)
-

@@ -12,6 +12,9 @@ HDF5 store instead.
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import glob
 import logging
 import os
 from dataclasses import dataclass
@@ -45,7 +48,9 @@ from connscale._validation import (
 from connscale.fc._triton_kernels import block_triu_size, extract_triu
 from connscale.fc.normalize import normalize_series, warn_constant
 from connscale.fc.triu import n_pairs, triu_row_offsets
-from connscale.io._atomic import atomic_path
+from connscale.io._atomic import atomic_path, check_free_space
+from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
+from connscale.io._lock import OutputLock
 from connscale.io.hdf5 import RelmatWriter
 
 logger = logging.getLogger(__name__)
@@ -498,43 +503,93 @@ class _SparseSink:
 
 
 class _FileSink:
-    """Result streamed into a chunked HDF5 store, renamed into place at the end."""
+    """Result streamed into a chunked HDF5 store, renamed into place at the end.
+
+    The run holds the output's lock throughout (a second run fails naming its
+    pid), first removes what killed runs left (hidden ``.<name>.*.tmp``:
+    no live run owns them while the lock is held), checks the free space a
+    dense or triangle store needs, and writes through :mod:`connscale.io._h5`
+    so that a failed write raises at once; the store is renamed only after
+    it closed without error and its ``complete`` flag reads back.
+    """
 
     in_memory = False
 
     def __init__(self, path, kind, n, np_dtype, threshold, absolute, attrs):
-        import h5py
-
         if path.suffix not in (".h5", ".hdf5"):
             raise ValueError(f"'out' must name an HDF5 file ending in .h5; got {path}.")
+        if path.is_dir():
+            raise ValueError(f"'out' must name an HDF5 file; {path} is a folder.")
         self.path = path
-        self._atomic = atomic_path(path)
-        tmp = self._atomic.__enter__()
-        self.file = h5py.File(tmp, "w")
-        extra = {"threshold": "None" if threshold is None else threshold,
-                 "absolute": bool(absolute)}
-        extra.update(attrs or {})
-        self.writer = RelmatWriter(self.file, n, kind, np_dtype, extra)
+        self.file = None
+        self._atomic = None
+        self.lock = OutputLock(path).acquire()
+        try:
+            _remove_stale_temporaries(path)
+            size = _result_bytes(n, kind, np_dtype.itemsize)
+            if size:
+                check_free_space(path.parent, size, what=path.name)
+            self._atomic = atomic_path(path)
+            self.tmp = self._atomic.__enter__()
+            self.file = create_h5(self.tmp, overwrite_own=True)
+            extra = {"threshold": "None" if threshold is None else threshold,
+                     "absolute": bool(absolute)}
+            extra.update(attrs or {})
+            with h5_errors(path):
+                self.writer = RelmatWriter(self.file, n, kind, np_dtype, extra)
+            flush_h5(self.file, path)
+        except BaseException:
+            self.abort()
+            raise
 
     def write(self, target, values):
         what, start, n_rows, n_cols = target
-        if what == "triu":
-            self.writer.write_triu(start, values)
-        else:
-            self.writer.write_rows(start, values.reshape(n_rows, n_cols))
+        with h5_errors(self.path):
+            if what == "triu":
+                self.writer.write_triu(start, values)
+            else:
+                self.writer.write_rows(start, values.reshape(n_rows, n_cols))
 
     def append_sparse(self, counts, indices, values):
-        self.writer.append_csr_rows(counts, indices, values)
+        with h5_errors(self.path):
+            self.writer.append_csr_rows(counts, indices, values)
 
     def abort(self):
-        self.file.close()
-        self._atomic.__exit__(RuntimeError, RuntimeError("aborted"), None)
+        try:
+            if self.file is not None and self.file.id.valid:
+                with contextlib.suppress(OSError, RuntimeError):
+                    self.file.close()
+            if self._atomic is not None:
+                self._atomic.__exit__(RuntimeError, RuntimeError("aborted"), None)
+                self._atomic = None
+        finally:
+            self.lock.release()
 
     def finish(self):
-        self.writer.close()
-        self.file.close()
-        self._atomic.__exit__(None, None, None)
+        try:
+            flush_h5(self.file, self.path)  # the data, before the flag that says complete
+            with h5_errors(self.path):
+                self.writer.close()
+            close_h5(self.file, self.path)
+            import h5py
+
+            with h5py.File(self.tmp, "r") as check:
+                if not check.attrs.get("complete", False):
+                    raise OSError(errno.EIO, f"{self.tmp} did not read back complete.")
+            self._atomic.__exit__(None, None, None)
+            self._atomic = None
+        except BaseException:
+            self.abort()
+            raise
+        self.lock.release()
         return self.path
+
+
+def _remove_stale_temporaries(path: Path) -> None:
+    """Remove ``.<name>.*.tmp`` left beside ``path`` by killed runs (lock held)."""
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        logger.info("Removing %s, left by an interrupted run.", tmp)
+        tmp.unlink(missing_ok=True)
 
 
 def _torch_dtype(np_dtype):

@@ -32,7 +32,8 @@ from connscale._version import __version__
 from connscale.io._atomic import check_free_space, fsync_path, private_dir, write_json_atomic
 from connscale.io._lock import OutputLock
 
-__all__ = ["IncompleteOutputError", "OutputSet", "manifest_path", "read_manifest"]
+__all__ = ["IncompleteOutputError", "OutputSet", "check_published", "manifest_path",
+           "read_manifest"]
 
 FORMAT = "connscale-manifest-1"
 _HASH_CHUNK = 8 * 1024**2
@@ -105,6 +106,44 @@ def read_manifest(out_dir: str | os.PathLike, prefix: str, *, verify: str = "siz
     return manifest
 
 
+def check_published(path: str | os.PathLike) -> None:
+    """Refuse a file that a connscale file set has not finished publishing.
+
+    For readers of single files of a set: a file whose set was being
+    replaced by a run that stopped part-way (its staging folder still holds
+    the publication journal naming it), or that differs in size from what
+    its set's manifest records, raises. A file that no set names (written
+    by hand, or by another tool) is accepted.
+
+    Raises
+    ------
+    IncompleteOutputError
+    """
+    path = Path(path)
+    folder, name = path.parent, path.name
+    for journal in folder.glob(".*.staging/.publishing.json"):
+        prefix = journal.parent.name[1:-len(".staging")]
+        if manifest_path(folder, prefix).exists():
+            continue  # published (the old set until its manifest goes, or the new one)
+        try:
+            names = json.loads(journal.read_text())
+        except (OSError, ValueError):
+            continue
+        if name in names:
+            raise IncompleteOutputError(
+                f"{path} belongs to a result whose publication did not finish "
+                f"({journal.parent.name} is left); re-run the command that wrote it.")
+    for manifest in folder.glob("*_manifest.json"):
+        try:
+            entry = json.loads(manifest.read_text()).get("files", {}).get(name)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if entry is not None and path.stat().st_size != entry.get("bytes"):
+            raise IncompleteOutputError(
+                f"{path} differs from what {manifest.name} records (changed after it was "
+                "written, or replaced by a run that did not finish).")
+
+
 class OutputSet:
     """The files of one result, written in a staging folder and published together.
 
@@ -157,8 +196,9 @@ class OutputSet:
         return self
 
     def __exit__(self, *exc) -> None:
+        # A staging folder left empty (nothing to publish or resume) goes.
         try:
-            self.staging.rmdir()  # only when empty: nothing to resume from
+            self.staging.rmdir()
         except OSError:
             pass
         self.lock.release()
@@ -173,8 +213,39 @@ class OutputSet:
         if not name or "/" in name or name.startswith("."):
             raise ValueError(f"file name must be a plain, visible name; got {name!r}.")
         if name not in self._names:
+            self._refuse_foreign([name])  # before any work is done for it
             self._names.append(name)
         return self.staging / name
+
+    @property
+    def names(self) -> list[str]:
+        """Names of the files of the set so far."""
+        return list(self._names)
+
+    def discard(self, name: str) -> None:
+        """Leave file ``name`` out of the set (one that could not be written)."""
+        if name in self._names:
+            self._names.remove(name)
+            (self.staging / name).unlink(missing_ok=True)
+
+    def _refuse_foreign(self, names: list[str]) -> None:
+        """Raise FileExistsError when a name of the set is taken by a file that
+        no manifest of this prefix lists (nor an interrupted publication)."""
+        try:
+            previous = set(read_manifest(self.out_dir, self.prefix, verify="none")["files"])
+        except IncompleteOutputError:
+            previous = set()
+        try:
+            interrupted = set(json.loads((self.staging / ".publishing.json").read_text()))
+        except (FileNotFoundError, ValueError):
+            interrupted = set()
+        foreign = [n for n in names if os.path.lexists(self.out_dir / n)
+                   and n not in previous and n not in interrupted]
+        if foreign:
+            raise FileExistsError(
+                f"{self.out_dir / foreign[0]} exists and is not part of a connscale '{self.prefix}' "
+                "result; remove it or choose another output folder."
+            )
 
     def check_space(self, nbytes: int, what: str = "the result") -> None:
         """Fail up front when the output's file system cannot take ``nbytes``."""
@@ -210,22 +281,12 @@ class OutputSet:
         if missing:
             raise RuntimeError(f"{self.staging / missing[0]} was never written.")
         target = manifest_path(self.out_dir, self.prefix)
-        try:
-            previous = set(read_manifest(self.out_dir, self.prefix, verify="none")["files"])
-        except IncompleteOutputError:
-            previous = set()
+        self._refuse_foreign(names)
         journal = self.staging / ".publishing.json"
         try:
             interrupted = set(json.loads(journal.read_text()))
         except (FileNotFoundError, ValueError):
             interrupted = set()
-        foreign = [n for n in names if (self.out_dir / n).exists()
-                   and n not in previous and n not in interrupted]
-        if foreign:
-            raise FileExistsError(
-                f"{self.out_dir / foreign[0]} exists and is not part of a connscale '{self.prefix}' "
-                "result; remove it or choose another output folder."
-            )
         files = {}
         for name in names:
             file = self.staging / name

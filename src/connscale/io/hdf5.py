@@ -9,8 +9,11 @@ Layout (readable with h5py alone)::
 
 Root attributes: ``N``, ``kind``, ``order``, ``dtype``, ``threshold``,
 ``absolute``, ``measure``, ``source``, ``software``, ``complete``.
-``complete`` is set last, and the file is written under a temporary name and
-renamed, so an interrupted run never leaves a file that looks finished.
+``complete`` is set last, after the data are flushed, and the file is written
+under a temporary name and renamed once it closed without error, so an
+interrupted or failed run never leaves a file that looks finished. Dense and
+triangle stores are allocated when created (their size is known), so a full
+disk is found before the computation starts (see :mod:`connscale.io._h5`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from pathlib import Path
 import numpy as np
 
 from connscale._version import __version__
+from connscale.io._h5 import early_dcpl
+from connscale.io._publish import check_published
 
 ORDER_TRIU = "row-major strictly-upper: pair (i, j), i < j, at k = i*N - i*(i+1)/2 + j - i - 1"
 _CHUNK_BYTES = 4 * 1024**2
@@ -51,11 +56,12 @@ class RelmatWriter:
             length = self.n * (self.n - 1) // 2
             chunk = max(1, min(length, _CHUNK_BYTES // item))
             self.dataset = h5file.create_dataset("relmat", shape=(length,), dtype=self.dtype,
-                                                 chunks=(chunk,) if length else None)
+                                                 chunks=(chunk,) if length else None,
+                                                 dcpl=early_dcpl() if length else None)
         elif kind == "dense":
             rows = max(1, min(self.n, _CHUNK_BYTES // (item * max(self.n, 1))))
             self.dataset = h5file.create_dataset("relmat", shape=(self.n, self.n), dtype=self.dtype,
-                                                 chunks=(rows, self.n))
+                                                 chunks=(rows, self.n), dcpl=early_dcpl())
         elif kind == "sparse":
             group = h5file.create_group("relmat")
             group.attrs["format"] = "csr"
@@ -106,9 +112,10 @@ class RelmatWriter:
         self._row += len(counts)
 
     def close(self) -> None:
-        """Mark the store complete (the last write)."""
+        """Flush the data, then mark the store complete (the last write)."""
         if self.kind == "sparse" and self._row != self.n:
             raise RuntimeError(f"Only {self._row} of {self.n} CSR rows were written.")
+        self.file.flush()
         self.file.attrs["complete"] = True
 
 
@@ -128,6 +135,13 @@ def load_relmat(path: str | os.PathLike, *, mmap: bool = False):
     relmat : ndarray, scipy.sparse.csr_array or h5py.Dataset
     attrs : dict
         The root attributes.
+
+    Raises
+    ------
+    ValueError
+        When the store is not flagged complete, or belongs to a file set
+        whose publication did not finish
+        (:class:`~connscale.io._publish.IncompleteOutputError`).
     """
     import h5py
     import scipy.sparse as sp
@@ -135,6 +149,7 @@ def load_relmat(path: str | os.PathLike, *, mmap: bool = False):
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"No connectivity store at {path}.")
+    check_published(path)
     handle = h5py.File(path, "r")
     attrs = dict(handle.attrs)
     if not attrs.get("complete", False):
