@@ -74,7 +74,13 @@ def run(args) -> int:
     from connscale import life
     from connscale._compute import resolve_device
     from connscale.io.relmat import source_entities, write_dataset_description
-    from connscale.life.api import check_space, load_dwi, load_gradients, load_volume
+    from connscale.life.api import (
+        check_space,
+        load_dwi,
+        load_gradients,
+        load_volume,
+        plan_memory,
+    )
     from connscale.life.encode import build_model
     from connscale.life.evaluate import cross_validated_rmse, lambda_sweep, split_rmse
     from connscale.life.outputs import (
@@ -94,12 +100,9 @@ def run(args) -> int:
     if sphere is not None and sphere.isdigit():
         sphere = int(sphere)
     tol = args.tol if args.tol > 0 else None
-    # --memory-limit bounds the chunks of the model build and of the products.
     from connscale._compute import parse_memory
 
-    limit = parse_memory(args.memory_limit)
-    chunk_points = (1 << 23) if limit is None else max(1 << 12, limit // 256)
-    ops = None if limit is None else {"chunk_size": max(1 << 12, limit // 64)}
+    parse_memory(args.memory_limit)
     record = RunRecord("life", args.out, vars(args))
     record.device = str(resolve_device(args.device))
     source = source_entities(args.dwi)
@@ -110,10 +113,16 @@ def run(args) -> int:
         streamlines = load_streamlines(args.tractogram)
         check_space(streamlines, data.shape[:3], affine)
         repeat = load_dwi(args.repeat, affine=affine)[0] if args.repeat is not None else None
+    # --memory-limit covers the loaded volumes, the model build's chunks, the
+    # model and the products (checked up front and once the model is built).
+    loaded = data.nbytes + (repeat.nbytes if repeat is not None else 0)
+    chunk_points, ops = plan_memory(args.memory_limit, device=args.device,
+                                    n_points=int(streamlines.offsets[-1]), loaded_bytes=loaded)
     with record.timer("build"):
         model = build_model(data, bvals, bvecs, streamlines, affine=affine, mask=mask, sphere=sphere,
                             formulation=args.formulation, device=args.device, dtype=args.dtype,
-                            chunk_points=chunk_points)
+                            chunk_points=chunk_points, memory_limit=args.memory_limit,
+                            loaded_bytes=loaded)
     logger.info("Model: %d fibres (%d dropped), %d voxels, %d directions, %d atoms, %d Φ entries",
                 model.n_fibres, model.n_streamlines - model.n_fibres, model.n_voxels,
                 model.n_directions, model.n_atoms, model.n_entries)
