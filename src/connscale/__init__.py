@@ -1,6 +1,7 @@
 """connscale: fast, scalable brain connectivity on CPUs, GPUs and clusters."""
 
 from connscale._version import __version__
+from connscale._compute.memory import MemoryLimitError
 from connscale.classify import cross_validate, load_features
 from connscale.fc import (
     ConstantSeriesWarning,
@@ -35,6 +36,7 @@ __all__ = [
     "ConstantSeriesWarning",
     "DFCStates",
     "DynamicConnectivity",
+    "MemoryLimitError",
     "R1DL",
     "__version__",
     "correlation",

@@ -46,6 +46,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from connscale._compute.memory import limit_error, parse_memory
 from connscale._validation import check_int, check_option, check_threshold, check_window
 from connscale.engines import ENGINES, Engine, get_engine
 from connscale.io._atomic import write_json_atomic, write_text_atomic
@@ -231,7 +232,8 @@ def check_job_params(job: str, params: dict | None) -> dict:
     """Validate a job's parameters; return them with defaults filled in."""
     check_option(job, "job", set(JOBS))
     params = dict(params or {})
-    common = {"device": "cpu", "dtype": "float32", "atlas": None, "mask": None}
+    common = {"device": "cpu", "dtype": "float32", "atlas": None, "mask": None,
+              "memory_limit": None}
     if job == "pairs":
         allowed = {"window_length": None, "step": 1, "threshold": 0.5, **common}
     elif job == "dfc":
@@ -264,6 +266,7 @@ def check_job_params(job: str, params: dict | None) -> dict:
     else:
         check_option(merged["kind"], "kind", {"triu", "dense"})
     check_option(merged["dtype"], "dtype", {"float32", "float64"})
+    parse_memory(merged["memory_limit"])
     for name in ("atlas", "mask"):
         if merged[name] is not None:
             merged[name] = str(Path(merged[name]).resolve())
@@ -299,7 +302,8 @@ def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> d
     from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
 
     result = pairwise_dfc(timeseries[None], params["window_length"], params["step"],
-                          device=params["device"], dtype=params["dtype"])
+                          device=params["device"], dtype=params["dtype"],
+                          memory_limit=params["memory_limit"])
     summary = pair_summary(result.courses, threshold=params["threshold"])
     with OutputLock(output):
         check_free_space(output.parent, result.courses.nbytes, what=output.name)
@@ -333,7 +337,8 @@ def _job_fc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict
     from connscale.fc.static import compute_correlation
 
     compute_correlation(timeseries, kind=params["kind"], device=params["device"],
-                        dtype=params["dtype"], out=output, attrs=attrs)
+                        dtype=params["dtype"], memory_limit=params["memory_limit"], out=output,
+                        attrs=attrs)
     return {"n_series": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0])}
 
 
@@ -346,7 +351,7 @@ def _job_dfc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dic
         timeseries, params["window_length"], params["step"], kind=params["kind"],
         threshold=params["threshold"], absolute=params["absolute"], rank=params["rank"],
         random_state=params["random_state"], device=params["device"], dtype=params["dtype"],
-        out=output, attrs=attrs)
+        memory_limit=params["memory_limit"], out=output, attrs=attrs)
     n_windows = len(result)
     result.close()
     return {"n_series": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
@@ -360,8 +365,8 @@ def _job_function(job: str):
 
 def _job_key(job: str, params: dict) -> str:
     """What makes an output reusable: the job and every parameter that changes
-    the result (not the device it was computed on)."""
-    kept = {k: v for k, v in params.items() if k != "device"}
+    the result (not the device or memory limit it was computed under)."""
+    kept = {k: v for k, v in params.items() if k not in ("device", "memory_limit")}
     return json.dumps({"job": job, "params": kept}, sort_keys=True)
 
 
@@ -414,6 +419,20 @@ def _is_complete(output: Path, job: str, fingerprint: str) -> bool:
         raise foreign from None
 
 
+def _params_after_loading(params: dict, timeseries) -> dict:
+    """The job's parameters with what is left of ``memory_limit`` once the
+    scan is loaded (the limit covers the whole task)."""
+    limit = parse_memory(params.get("memory_limit"))
+    if limit is None:
+        return params
+    left = limit - timeseries.nbytes
+    if left <= 0:
+        raise limit_error(f"Loading the scan ({timeseries.shape[0]} x {timeseries.shape[1]})",
+                          timeseries.nbytes, limit, params["memory_limit"],
+                          "Raise --memory-limit.")
+    return {**params, "memory_limit": left}
+
+
 def run_task(task: CohortTask) -> dict:
     """Run one cohort task; never raises (errors come back as a record)."""
     import torch
@@ -430,7 +449,8 @@ def run_task(task: CohortTask) -> dict:
         timeseries, labels = _load_item(task.item.path, task.params)
         attrs = {"source": str(task.item.path), "cohort_job": task.key,
                  "cohort_fingerprint": task.fingerprint}
-        details = _job_function(task.job)(timeseries, labels, task.params, task.output, attrs)
+        params = _params_after_loading(task.params, timeseries)
+        details = _job_function(task.job)(timeseries, labels, params, task.output, attrs)
         record.update(status="ok", **details)
     except Exception as exc:  # noqa: BLE001 - reported per subject, not raised
         record.update(status="error", error=f"{type(exc).__name__}: {exc}",
@@ -512,8 +532,9 @@ def run_cohort(
         ``cohort_report.json`` and ``cohort_errors.tsv``.
     params : dict or None
         The job's parameters; also ``device`` (default 'cpu': many workers
-        share the machine), ``dtype``, and ``atlas`` / ``mask`` for NIfTI
-        inputs.
+        share the machine), ``dtype``, ``memory_limit`` (of each task, i.e.
+        per worker: a worker runs one scan at a time), and ``atlas`` /
+        ``mask`` for NIfTI inputs.
     engine : {'serial', 'local', 'dask', 'spark'} or Engine, default='local'
         Where tasks run. An Engine instance is used as is and left open.
     cluster : str or None

@@ -61,7 +61,7 @@ def test_cli_single_lambda(inputs, capsys):
 def test_cli_lambda_sweep(inputs):
     d, _ = inputs
     out = d / "out2"
-    rc = main(_args(d, "--lambda-sweep", "0,0.05,0.3", "--iters", "100", "--memory-limit", "1MB",
+    rc = main(_args(d, "--lambda-sweep", "0,0.05,0.3", "--iters", "100", "--memory-limit", "4MB",
                     "--out", str(out)))
     assert rc == 0
     table = np.loadtxt(out / "sub-01_desc-lambdasweep_table.tsv", skiprows=1)

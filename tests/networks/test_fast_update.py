@@ -180,7 +180,7 @@ def test_storage_is_validated(planted):
     with pytest.raises(ValueError, match="only used by the 'local' backend"):
         r1dl(S, 1, SIZE, backend="dask", storage="file")
     # auto under a small limit streams
-    res = r1dl(S, 1, SIZE, device="cpu", memory_limit=200_000, block_size=300,
+    res = r1dl(S, 1, SIZE, device="cpu", memory_limit=700_000, block_size=300,
                random_state=0)
     assert res.info["mode"] == "streamed"
 

@@ -11,22 +11,30 @@ from connscale._compute.device import (
     synchronize,
 )
 from connscale._compute.memory import (
+    MemoryLimitError,
+    MemoryMeter,
     MemoryPlan,
     available_host_memory,
     format_bytes,
     free_device_memory,
+    host_budget,
+    limit_error,
     memory_budget,
     parse_memory,
 )
 from connscale._compute.buffers import PinnedBufferPool
 
 __all__ = [
+    "MemoryLimitError",
+    "MemoryMeter",
     "MemoryPlan",
     "PinnedBufferPool",
     "allow_tf32",
     "available_host_memory",
     "format_bytes",
     "free_device_memory",
+    "host_budget",
+    "limit_error",
     "memory_budget",
     "parse_memory",
     "resolve_device",

@@ -117,6 +117,70 @@ def memory_budget(
     return budget
 
 
+def host_budget(memory_limit: int | str | None = None, *, fraction: float = 0.9) -> int:
+    """Bytes a computation may allocate in host memory: the smaller of
+    ``fraction`` of the available host memory and ``memory_limit``."""
+    budget = int(available_host_memory() * fraction)
+    limit = parse_memory(memory_limit)
+    return budget if limit is None else min(budget, limit)
+
+
+class MemoryLimitError(ValueError, MemoryError):
+    """A computation needs more memory than its budget allows.
+
+    Raised before the memory is allocated: up front when the size is known,
+    or as a result that grows (sparse) reaches the budget. It is both a
+    ``MemoryError`` and a ``ValueError`` (a bad combination of input and
+    ``memory_limit``).
+    """
+
+
+def limit_error(what: str, needed: int, budget: int, memory_limit, hint: str) -> MemoryLimitError:
+    """A :class:`MemoryLimitError` naming what needs ``needed`` bytes, the
+    budget, the ``memory_limit`` it comes from, and what to do (``hint``)."""
+    source = ("memory_limit=None: a share of the free memory" if memory_limit is None
+              else f"memory_limit={memory_limit!r}")
+    return MemoryLimitError(
+        f"{what} needs {format_bytes(needed)} ({int(needed)} bytes), more than the budget of "
+        f"{format_bytes(max(budget, 0))} ({source}). {hint}"
+    )
+
+
+class MemoryMeter:
+    """Counts the bytes of a result that grows as it is computed (sparse).
+
+    Parameters
+    ----------
+    budget : int
+        Bytes the result may reach.
+    memory_limit : int, str or None
+        The user's limit, for the message.
+    what : str
+        What grows, for the message ('The sparse result').
+    hint : str
+        What to do instead, for the message.
+    """
+
+    def __init__(self, budget: int, memory_limit, what: str, hint: str) -> None:
+        self.budget = int(budget)
+        self.memory_limit = memory_limit
+        self.what = what
+        self.hint = hint
+        self.used = 0
+
+    def fits(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more stay within the budget."""
+        return self.used + nbytes <= self.budget
+
+    def add(self, nbytes: int) -> None:
+        """Count ``nbytes`` more; raise :class:`MemoryLimitError` (before they
+        are kept) when the total would exceed the budget."""
+        if not self.fits(nbytes):
+            raise limit_error(f"{self.what} (so far)", self.used + nbytes, self.budget,
+                              self.memory_limit, self.hint)
+        self.used += int(nbytes)
+
+
 @dataclass(frozen=True)
 class MemoryPlan:
     """How a computation will be split, for logs and reports.

@@ -76,7 +76,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def job_params(args) -> dict:
     """The job parameters named by the command-line options."""
-    params = {"device": args.device, "dtype": args.dtype,
+    params = {"device": args.device, "dtype": args.dtype, "memory_limit": args.memory_limit,
               "atlas": args.atlas, "mask": args.mask}
     if args.job in ("pairs", "dfc") and args.window is None:
         raise ValueError(f"--job {args.job} needs --window (window length in time points).")

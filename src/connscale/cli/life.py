@@ -131,7 +131,13 @@ def _run(args, outputs, source: str) -> int:
     from connscale import life
     from connscale._compute import parse_memory, resolve_device
     from connscale.io.relmat import write_dataset_description
-    from connscale.life.api import check_space, load_dwi, load_gradients, load_volume
+    from connscale.life.api import (
+        check_space,
+        load_dwi,
+        load_gradients,
+        load_volume,
+        plan_memory,
+    )
     from connscale.life.encode import build_model
     from connscale.life.evaluate import cross_validated_rmse, lambda_sweep, split_rmse
     from connscale.life.outputs import (
@@ -146,10 +152,7 @@ def _run(args, outputs, source: str) -> int:
     if sphere is not None and sphere.isdigit():
         sphere = int(sphere)
     tol = args.tol if args.tol > 0 else None
-    # --memory-limit bounds the chunks of the model build and of the products.
-    limit = parse_memory(args.memory_limit)
-    chunk_points = (1 << 23) if limit is None else max(1 << 12, limit // 256)
-    ops = None if limit is None else {"chunk_size": max(1 << 12, limit // 64)}
+    parse_memory(args.memory_limit)  # a bad size fails before any loading
     # Every solve of the run keeps its state in the staging folder (one file per problem).
     saving = {"checkpoint": outputs.staging / "life_checkpoint",
               "checkpoint_every": args.checkpoint_every}
@@ -170,10 +173,16 @@ def _run(args, outputs, source: str) -> int:
     # Weights (.npy and text), the pruned tractogram, the RMSE map, figures, logs.
     outputs.check_space(40 * len(streamlines) + args.tractogram.stat().st_size
                         + 4 * int(np.prod(data.shape[:3])) + 4 * 1024**2, what="the LiFE outputs")
+    # --memory-limit covers the loaded volumes, the model build's chunks, the
+    # model and the products (checked up front and once the model is built).
+    loaded = data.nbytes + (repeat.nbytes if repeat is not None else 0)
+    chunk_points, ops = plan_memory(args.memory_limit, device=args.device,
+                                    n_points=int(streamlines.offsets[-1]), loaded_bytes=loaded)
     with record.timer("build"):
         model = build_model(data, bvals, bvecs, streamlines, affine=affine, mask=mask, sphere=sphere,
                             formulation=args.formulation, device=args.device, dtype=args.dtype,
-                            chunk_points=chunk_points)
+                            chunk_points=chunk_points, memory_limit=args.memory_limit,
+                            loaded_bytes=loaded)
     logger.info("Model: %d fibres (%d dropped), %d voxels, %d directions, %d atoms, %d Φ entries",
                 model.n_fibres, model.n_streamlines - model.n_fibres, model.n_voxels,
                 model.n_directions, model.n_atoms, model.n_entries)

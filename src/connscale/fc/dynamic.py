@@ -44,7 +44,7 @@ import torch
 from connscale._compute import allow_tf32 as _allow_tf32
 from connscale._compute import memory_budget, resolve_device, resolve_dtype
 from connscale._compute.device import numpy_dtype
-from connscale._compute.memory import available_host_memory, parse_memory
+from connscale._compute.memory import MemoryMeter, host_budget, limit_error
 from connscale._docs import fill_doc
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
@@ -267,7 +267,8 @@ def _triu_gather_index(n: int, r0: int, r1: int, device: torch.device) -> torch.
     return local_row * width + column
 
 
-def _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident) -> dict:
+def _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident,
+          memory_limit=None) -> dict:
     """Windows per batch and rows per tile that fit ``budget`` device bytes."""
     free = budget - resident
     per_window_prep = 4 * w * n * 8 + n * w * itemsize
@@ -292,21 +293,28 @@ def _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident) -> di
         rest = free - 2 * pairs * itemsize - per_window_prep
         tile_rows = rest // (n * (itemsize + 16))
         if tile_rows < 1:
-            raise ValueError(
-                f"One window's triangle ({pairs * itemsize / 1e9:.2f} GB, twice for "
-                f"overlapped copies) does not fit the device budget of {budget / 1e9:.2f} GB; "
-                "use kind='sparse', 'lowrank' or 'factor', or a larger memory_limit."
-            )
+            raise limit_error(
+                f"One window's triangle ({n} series, twice for overlapped copies) with one "
+                "row of products", resident + 2 * pairs * itemsize + per_window_prep
+                + n * (itemsize + 16), budget, memory_limit,
+                "Use kind='sparse', 'lowrank' or 'factor', or raise memory_limit.")
         return {"batch": 1, "tile_rows": int(min(n, tile_rows))}
-    # sparse: two tiles in flight (values, bool mask) + nonzero indices, + U.
+    # sparse: two tiles in flight (values, bool masks, nonzero indices), U,
+    # and a window's kept entries compacted and concatenated (at worst every
+    # pair: its value and int32 column, twice).
     tile_rows = n if n <= 2 * _SPARSE_TILE_ROWS else _SPARSE_TILE_ROWS
-    per_row = n * (2 * (itemsize + 1) + 4)
+    per_row = n * (2 * (itemsize + 2) + 16 + itemsize + 4)
+    per_window_kept = 2 * n_pairs(n) * (itemsize + 4) + 16 * n
+    per_window = per_window_prep + per_window_kept
     batch = min(k, _MAX_BATCH, max(1, _BATCH_ELEMENTS // full))
-    while batch > 1 and batch * (tile_rows * per_row + per_window_prep) > free:
+    while batch > 1 and batch * (tile_rows * per_row + per_window) > free:
         batch //= 2
-    tile_rows = int(min(tile_rows, max(1, (free - batch * per_window_prep) // (batch * per_row))))
-    if tile_rows < 1 or free <= 0:
-        raise ValueError(f"The device budget of {budget / 1e9:.3f} GB is too small for N={n}.")
+    tile_rows = int(min(tile_rows, (free - batch * per_window) // (batch * per_row)))
+    if tile_rows < 1:
+        raise limit_error(
+            f"One sparse window of {n} series (every pair kept, at worst) with one row of "
+            "products", resident + per_window + per_row, budget, memory_limit,
+            "Raise memory_limit, or use kind='lowrank' or 'factor'.")
     return {"batch": int(batch), "tile_rows": tile_rows}
 
 
@@ -500,7 +508,8 @@ def dynamic_correlation(
     else:
         if attrs:
             raise ValueError("'attrs' are written into the 'out' file; got out=None.")
-        _check_host_memory(kind, k, n_series, width, np_dtype.itemsize, memory_limit, host_buffer)
+        reserved = _check_host_memory(kind, k, n_series, width, np_dtype.itemsize, memory_limit,
+                                      host_buffer)
         arena = HostArena(host_buffer) if host_buffer is not None else None
         backend = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
         todo = list(range(k))
@@ -515,6 +524,7 @@ def dynamic_correlation(
                 device=torch_device, dtype=torch_dtype, memory_limit=memory_limit,
                 compute_error=compute_error, allow_tf32=bool(allow_tf32), verbose=verbose,
                 weights=weights,
+                reserved=0 if final_path is not None else reserved,
             )
         if final_path is not None:
             if attrs:
@@ -613,44 +623,80 @@ def _publish_partial(tmp: Path, final_path: Path) -> None:
     fsync_path(final_path.parent)
 
 
-def _check_host_memory(kind, k, n, width, itemsize, memory_limit, host_buffer) -> None:
+def _check_host_memory(kind, k, n, width, itemsize, memory_limit, host_buffer) -> int:
+    """Raise :class:`MemoryLimitError` when an in-memory result cannot fit the
+    host budget; return the bytes it will allocate (0 in ``host_buffer``, and
+    for sparse results, whose size is counted as they grow)."""
+    # Per window: the stored arrays, its constant flags, mae and nbytes.
+    needed = k * (n + 16)
     if kind == "triu":
-        needed = k * n_pairs(n) * itemsize
+        needed += k * n_pairs(n) * itemsize
     elif kind == "lowrank":
-        needed = k * 2 * n * width * itemsize
+        needed += k * 2 * n * width * itemsize
     elif kind == "factor":
-        needed = k * n * width * itemsize
+        needed += k * n * width * itemsize
     else:
-        return  # sparse: size unknown in advance
+        return needed
     if host_buffer is not None:
         size = host_buffer.numel() if isinstance(host_buffer, torch.Tensor) else np.asarray(host_buffer).nbytes
         if needed <= size:
-            return
-    limit = parse_memory(memory_limit)
-    available = available_host_memory() if limit is None else min(limit, available_host_memory())
-    if needed > 0.9 * available:
-        raise ValueError(
-            f"Keeping all {k} windows in memory needs {needed / 1e9:.2f} GB but "
-            f"{available / 1e9:.2f} GB is available; pass out='file.h5' to stream "
-            "them to disk, or use kind='sparse', 'lowrank' or 'factor'."
-        )
+            return k * (n + 16)
+    budget = host_budget(memory_limit)
+    if needed > budget:
+        raise limit_error(
+            f"Keeping all {k} windows ({kind}, {n} series) in memory", needed, budget,
+            memory_limit, "To keep them on disk pass out='file.h5'; or use kind='sparse', "
+            "'lowrank' or 'factor'.")
+    return needed
 
 
 def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolute, method,
              power_iterations, base_seed, device, dtype, memory_limit, compute_error,
-             allow_tf32, verbose, weights=None) -> dict:
+             allow_tf32, verbose, weights=None, reserved=0) -> dict:
+    """Compute windows ``todo`` into ``backend``.
+
+    ``memory_limit`` covers, on the CPU, the in-memory result (``reserved``
+    bytes, or a sparse result counted as it grows, which gets half of what
+    the series leave) beside the series in float64, their window means and
+    each batch's temporaries; on CUDA those are on the device and the result
+    in host memory, each within the limit.
+    """
     from tqdm.auto import tqdm
 
-    n = array.shape[1]
+    n_timepoints, n = array.shape
     k = starts.size
     itemsize = torch.empty((), dtype=dtype).element_size()
+    cpu = device.type == "cpu"
     budget = memory_budget(device, memory_limit)
+    if cpu:
+        budget -= reserved
+    # The series in float64 and the window means stay; while they are made,
+    # a second copy of the series and the running sums exist beside them.
+    resident = n_timepoints * n * 8 + k * n * 8
+    setup = 2 * resident + (0 if cpu else n_timepoints * n * array.dtype.itemsize)
+    if setup > budget:
+        raise limit_error(
+            f"Centring {n} series of {n_timepoints} time points in float64 (and the means of "
+            f"{k} windows)", setup + (reserved if cpu else 0), budget + (reserved if cpu else 0),
+            memory_limit, "Raise memory_limit, or pass out='file.h5' to keep the result out of "
+            "memory.")
+    plan_budget = budget
+    if kind == "sparse" and isinstance(backend, MemoryBackend):
+        if cpu:
+            plan_budget = resident + (budget - resident) // 2
+            result_budget = budget - plan_budget
+        else:
+            result_budget = host_budget(memory_limit)
+        backend.meter = MemoryMeter(
+            result_budget, memory_limit, f"Keeping the sparse windows of {n} series",
+            "Pass out='file.h5' to stream them to disk, raise the threshold or raise "
+            "memory_limit.")
+    plan = _plan(n, w, k, kind, itemsize, plan_budget, width, compute_error, resident,
+                 memory_limit)
     with _allow_tf32(allow_tf32), torch.no_grad():
         x = torch.as_tensor(array).to(device)
         normalizer = _WindowNormalizer(x, starts, w, dtype, weights)
         del x
-        resident = normalizer.x.numel() * 8 + normalizer.means.numel() * 8
-        plan = _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident)
         plan["device_budget"] = int(budget)
         logger.debug("dynamic_correlation plan: %s", plan)
         tile_rows = plan["tile_rows"]

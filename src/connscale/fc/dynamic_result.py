@@ -119,10 +119,15 @@ class HostArena:
 
 
 class MemoryBackend:
-    """Windows held in host memory."""
+    """Windows held in host memory.
+
+    ``meter`` (a :class:`connscale._compute.memory.MemoryMeter`, set by the
+    caller) counts sparse windows as they arrive, before they are kept.
+    """
 
     def __init__(self, kind: str, n_windows: int, n_series: int, dtype: np.dtype,
                  width: int | None, arena: HostArena | None = None) -> None:
+        self.meter = None
         self.kind = kind
         self.n_windows = n_windows
         self.n_series = n_series
@@ -166,6 +171,8 @@ class MemoryBackend:
             data = payload["data"]
             indices = payload["indices"]
             if self.arena is None or not np.may_share_memory(data, self.arena.tensor.numpy()):
+                if self.meter is not None:
+                    self.meter.add(data.nbytes + indices.nbytes + 8 * (self.n_series + 1))
                 data = np.array(data, copy=True)
                 indices = np.array(indices, copy=True)
             indptr = np.zeros(self.n_series + 1, dtype=np.int64)

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from connscale._compute import memory_budget, resolve_device, resolve_dtype, synchronize
+from connscale._compute.memory import host_budget, limit_error
 from connscale._compute.buffers import PinnedBufferPool
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
@@ -280,9 +281,23 @@ def pairwise_dfc(
     # matrix, the gathered pairs and their transposed copy.
     per_item = (8 * n_regions * window_length
                 + itemsize * (n_regions * window_length + n_regions * n_regions + 2 * n_pair))
+    # memory_limit also covers the result (on the device with as_tensor) and
+    # the stacked copy of a list of scans, both in host memory on the CPU.
+    result_bytes = itemsize * n_pair * sum(
+        _window_count(x.shape[0], window_length, step) for x in scans)
+    stack_bytes = 0 if stacked is not None else sum(x.nbytes for x in scans)
+    host_bytes = stack_bytes + (0 if as_tensor and dev.type != "cpu" else result_bytes)
+    hint = ("Pass fewer scans or regions at a time, a larger step, or raise memory_limit.")
+    host = host_budget(memory_limit)
+    if host_bytes > host:
+        raise limit_error(
+            f"The correlation courses of {len(scans)} scans x {n_pair} pairs (and a stacked "
+            "copy of list input)", host_bytes, host, memory_limit, hint)
     budget = memory_budget(dev, memory_limit)
     if dev.type == "cpu":
-        budget = min(budget, _CPU_CHUNK_BYTES)
+        budget = min(budget - host_bytes, _CPU_CHUNK_BYTES)
+    elif as_tensor:
+        budget -= result_bytes
 
     # Scans of equal length are batched together.
     groups: dict[int, list[int]] = {}
@@ -299,7 +314,8 @@ def pairwise_dfc(
         group_data = stacked if stacked is not None else [scans[i] for i in members]
         group_out, n_const = _compute_group(
             group_data, window_length, step, onsets, dev, tdtype,
-            per_item, budget, flat, as_tensor)
+            per_item, budget, flat, as_tensor, memory_limit,
+            host_bytes if dev.type == "cpu" else result_bytes if as_tensor else 0)
         n_constant += n_const
         if not ragged:
             courses = group_out  # (S, P, K): the one group holds every scan
@@ -325,12 +341,13 @@ def pairwise_dfc(
 def _compute_group(scans, window_length: int, step: int,
                    onsets: np.ndarray, dev: torch.device, tdtype: torch.dtype,
                    per_item: int, budget: int, flat: torch.Tensor,
-                   as_tensor: bool):
+                   as_tensor: bool, memory_limit=None, reserved: int = 0):
     """Courses of scans of equal length: a (S, P, K) array or device tensor.
 
     Scans are processed in blocks (window statistics, then the windows in
     chunks), so device memory holds one block's data and one chunk's
-    temporaries whatever the cohort size.
+    temporaries whatever the cohort size. ``reserved`` bytes of the
+    ``memory_limit`` are taken by the result (for the message).
     """
     host = scans if isinstance(scans, np.ndarray) else np.stack(scans)
     host = np.ascontiguousarray(host)
@@ -342,6 +359,10 @@ def _compute_group(scans, window_length: int, step: int,
     if dev.type == "cuda" and not as_tensor:
         out_item = n_pair * torch.tensor([], dtype=tdtype).element_size()
         budget = min(budget, per_item * max(1, _CUDA_CHUNK_OUT_BYTES // out_item))
+    if per_item > budget:
+        raise limit_error(
+            f"The result ({reserved} bytes) and one window of {n_regions} regions",
+            reserved + per_item, reserved + budget, memory_limit, "Raise memory_limit.")
     scans_per, windows_per = _plan_chunks(n_scans, n_windows, per_item, budget)
     onsets_t = torch.as_tensor(onsets, device=dev)
 

@@ -26,12 +26,12 @@ import torch
 from tqdm.auto import tqdm
 
 from connscale._compute import (
+    MemoryMeter,
     MemoryPlan,
     allow_tf32 as _allow_tf32,
-    available_host_memory,
-    format_bytes,
+    host_budget,
+    limit_error,
     memory_budget,
-    parse_memory,
     resolve_device,
     resolve_dtype,
     synchronize,
@@ -47,6 +47,7 @@ from connscale._validation import (
 )
 from connscale.fc._triton_kernels import block_triu_size, extract_triu
 from connscale.fc.normalize import normalize_series, warn_constant
+from connscale.fc.sparse import keep_mask
 from connscale.fc.triu import n_pairs, triu_row_offsets
 from connscale.io._atomic import atomic_path, check_free_space
 from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
@@ -188,13 +189,16 @@ def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=Fa
 
     sink = _make_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs)
     try:
-        plan, rounds = _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit,
-                                    sink.in_memory)
+        plan, rounds, columns = _plan_rounds(n, n_timepoints, kind, dev, work_dtype,
+                                             memory_limit, sink.in_memory, x.dtype.itemsize)
         logger.debug("correlation plan: %s", plan)
+        if kind == "sparse" and sink.in_memory:
+            sink.meter = MemoryMeter(
+                plan.host_budget, memory_limit, f"The sparse result of {n} series",
+                "Pass out='result_relmat.h5' to stream it to disk, raise the threshold or "
+                "raise memory_limit.")
         with _allow_tf32(allow_tf32), torch.no_grad():
-            series = torch.from_numpy(np.ascontiguousarray(x)).to(dev)
-            normalized, constant = normalize_series(series, dtype=work_dtype)
-            del series
+            normalized, constant = _normalize(x, dev, work_dtype, columns)
             n_constant = warn_constant(constant, stacklevel=4)
             _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose)
     except BaseException:
@@ -203,50 +207,98 @@ def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=Fa
     return sink.finish(), (plan, n_constant)
 
 
-def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory):
-    """Split the rows into rounds that fit the memory budget (Alg. 3)."""
+def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory, input_item):
+    """Split the rows into rounds that fit the memory budget (Alg. 3).
+
+    Counted against the budget: the normalised series, the float64
+    temporaries of normalising them (in column chunks), each round's block
+    and its extraction, staging or thresholding buffers, and the result
+    (in the same memory on the CPU; pinned host memory on CUDA). A sparse
+    result's size is known only as it grows: on the CPU the rounds get at
+    most a quarter of what is left and the result the rest (``host_budget`` of
+    the plan), checked as it grows.
+
+    Returns the plan, the rounds and the columns normalised at a time.
+    """
     item = torch.finfo(work_dtype).bits // 8
+    cpu = dev.type == "cpu"
     budget = memory_budget(dev, memory_limit)
+    host = host_budget(memory_limit)
     resident = n * n_timepoints * item
-    if dev.type == "cpu" and in_memory:
-        # The result lives in the same memory as the working blocks.
-        budget -= _result_bytes(n, kind, item)
-    available = budget - resident
+    result = _result_bytes(n, kind, item) if in_memory else 0
+    available = budget - resident - (result if cpu else 0)
+    hint = ("Raise memory_limit, or pass out='result_relmat.h5' to keep the result out of "
+            "memory." if in_memory else "Raise memory_limit.")
+    # Normalising a column: its raw copy, four float64 temporaries, the cast.
+    per_column = n_timepoints * (input_item + 4 * 8 + item)
+    columns = min(n, max(available, 0) // per_column)
+    if columns < 1:
+        raise limit_error(
+            f"Not enough memory for one row of the correlation matrix: normalising {n} "
+            f"series of {n_timepoints} time points on {dev}",
+            resident + (result if cpu else 0) + per_column, budget, memory_limit, hint)
     # Bytes per element of a round's block: the GEMM output, plus two
     # extraction buffers on CUDA or a staging buffer for files; the sparse
-    # path also needs a mask and up to 16 bytes of indices per kept value.
+    # path also needs its masks and, when every value is kept, 28 bytes of
+    # indices and a value per element.
     per_element = item
     if kind == "sparse":
-        per_element += 1 + 16 + item + 4
-    elif dev.type == "cuda":
+        per_element += 2 + 28 + item
+    elif not cpu:
         per_element += 2 * item
     elif not in_memory:
         per_element += item
-    max_elements = _MAX_ROUND_ELEMENTS_CUDA if dev.type == "cuda" else _MAX_ROUND_ELEMENTS_CPU
-    max_elements = min(max_elements, max(available // per_element, 0))
+    work = available
+    if kind == "sparse" and in_memory and cpu:
+        work = available // 4  # the rest is for the result
+    max_elements = _MAX_ROUND_ELEMENTS_CPU if cpu else _MAX_ROUND_ELEMENTS_CUDA
+    max_elements = min(max_elements, max(work // per_element, 0))
+    if not cpu and not in_memory and kind != "sparse":
+        max_elements = min(max_elements, host // (2 * item))  # two pinned staging buffers
     rounds: list[_Round] = []
     start = 0
     while start < n:
         n_cols = n if kind == "dense" else n - start
         rows = min(n - start, max_elements // max(n_cols, 1))
         if rows < 1:
-            need = resident + per_element * n_cols
-            raise ValueError(
-                f"Not enough memory for one row of the correlation matrix: need about "
-                f"{format_bytes(need)} on {dev}, the budget is {format_bytes(max(budget, 0))} "
-                f"(memory_limit={memory_limit!r}). Raise 'memory_limit' or pass "
-                "out='file.h5' to keep the result out of memory."
-            )
+            need = resident + (result if cpu else 0) + per_element * n_cols
+            if kind == "sparse" and in_memory and cpu:
+                need += 3 * per_element * n_cols
+            raise limit_error(
+                f"Not enough memory for one row of the correlation matrix: one row of {n} "
+                f"series on {dev}", need, budget, memory_limit, hint)
         rounds.append(_Round(start, start + rows, n_cols))
         start += rows
+    if kind == "sparse" and in_memory:
+        largest = max(r.n_rows * r.n_cols for r in rounds)
+        result_budget = available - largest * per_element if cpu else host
+    else:
+        result_budget = host
     plan = MemoryPlan(
         device_budget=int(budget),
-        host_budget=int(_host_budget(memory_limit)),
+        host_budget=int(result_budget),
         block_rows=rounds[0].n_rows,
         n_rounds=len(rounds),
         out_of_core=not in_memory,
     )
-    return plan, rounds
+    return plan, rounds, int(columns)
+
+
+def _normalize(x, dev, work_dtype, columns):
+    """:func:`normalize_series` of ``x`` (T, N) on ``dev``, ``columns`` series
+    at a time so that its float64 temporaries stay within the plan."""
+    n_timepoints, n = x.shape
+    if columns >= n:
+        return normalize_series(torch.from_numpy(np.ascontiguousarray(x)).to(dev),
+                                dtype=work_dtype)
+    normalized = torch.empty((n, n_timepoints), dtype=work_dtype, device=dev)
+    constant = torch.empty(n, dtype=torch.bool, device=dev)
+    for c0 in range(0, n, columns):
+        c1 = min(n, c0 + columns)
+        chunk = torch.from_numpy(np.ascontiguousarray(x[:, c0:c1])).to(dev)
+        normalized[c0:c1], constant[c0:c1] = normalize_series(chunk, dtype=work_dtype)
+        del chunk
+    return normalized, constant
 
 
 def _result_bytes(n: int, kind: str, item: int) -> int:
@@ -255,12 +307,6 @@ def _result_bytes(n: int, kind: str, item: int) -> int:
     if kind == "triu":
         return n_pairs(n) * item
     return 0  # sparse: unknown in advance, counted as it arrives
-
-
-def _host_budget(memory_limit) -> int:
-    budget = int(available_host_memory() * 0.9)
-    limit = parse_memory(memory_limit)
-    return budget if limit is None else min(budget, limit)
 
 
 def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose):
@@ -304,8 +350,7 @@ def _threshold_block(block, start, threshold, absolute):
     values, on the host.
     """
     n_rows, n_cols = block.shape
-    keep = (block.abs() if absolute else block) >= threshold  # NaN compares False
-    keep &= torch.ones(n_rows, n_cols, dtype=torch.bool, device=block.device).triu_(1)
+    keep = keep_mask(block, threshold, absolute=absolute)  # NaN compares False
     counts = keep.sum(dim=1)
     rows, cols = keep.nonzero(as_tuple=True)
     values = block[rows, cols]
@@ -427,14 +472,11 @@ class _ArraySink:
         shape = (n, n) if kind == "dense" else (n_pairs(n),)
         nbytes = int(np.prod(shape)) * np_dtype.itemsize
         if out is None:
-            budget = _host_budget(memory_limit)
+            budget = host_budget(memory_limit)
             if nbytes > budget:
-                raise ValueError(
-                    f"The {kind} result of {n} series takes {format_bytes(nbytes)}, more than "
-                    f"the {format_bytes(budget)} of host memory available"
-                    f"{'' if memory_limit is None else f' under memory_limit={memory_limit!r}'}"
-                    ". Pass out='result_relmat.h5' to stream it to disk."
-                )
+                raise limit_error(
+                    f"The {kind} result of {n} series", nbytes, budget, memory_limit,
+                    "Pass out='result_relmat.h5' to stream it to disk.")
             self.tensor = torch.empty(shape, dtype=_torch_dtype(np_dtype),
                                       pin_memory=dev.type == "cuda")
             self.result = self.tensor.numpy()
@@ -473,15 +515,24 @@ class _ArraySink:
 
 
 class _SparseSink:
-    """CSR matrix of the upper triangle, assembled from per-round pieces."""
+    """CSR matrix of the upper triangle, assembled from per-round pieces.
+
+    ``meter`` counts the pieces, and the one array that :meth:`finish`
+    builds beside them, against the plan's result budget.
+    """
 
     in_memory = True
 
     def __init__(self, n):
         self.n = n
         self.counts, self.indices, self.values = [], [], []
+        self.meter = None
 
     def append_sparse(self, counts, indices, values):
+        if self.meter is not None:
+            widest = max(indices.itemsize, values.itemsize)
+            self.meter.add(counts.nbytes + indices.nbytes + values.nbytes
+                           + widest * values.size + 8 * counts.size)
         self.counts.append(counts)
         self.indices.append(indices)
         self.values.append(values)
@@ -490,16 +541,21 @@ class _SparseSink:
         pass
 
     def finish(self):
+        # One array is built at a time and its pieces freed before the next.
         counts = np.concatenate(self.counts)
+        self.counts = []
         indptr = np.zeros(self.n + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
+        del counts
         indices = np.concatenate(self.indices)
+        self.indices = []
         if indptr[-1] < 2**31 and indices.dtype != np.int32:
             indices = indices.astype(np.int32)
         if indptr[-1] < 2**31:
             indptr = indptr.astype(np.int32)
-        return sp.csr_array((np.concatenate(self.values), indices, indptr),
-                            shape=(self.n, self.n))
+        values = np.concatenate(self.values)
+        self.values = []
+        return sp.csr_array((values, indices, indptr), shape=(self.n, self.n))
 
 
 class _FileSink:

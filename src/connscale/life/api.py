@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device
 from connscale._docs import fill_doc
 from connscale._validation import check_random_state
 from connscale.life._checkpoint import SolverCheckpoint, solver_key
@@ -121,6 +122,55 @@ def check_space(streamlines: StreamlineArray, shape, affine) -> None:
             f"{dims} and voxel-to-RAS affine\n{np.round(vox2ras, 4)}\nbut the dMRI has {tuple(shape)} and\n"
             f"{np.round(affine, 4)}.\nRegister the tractogram to the dMRI first."
         )
+
+
+# --------------------------------------------------------------------------
+# Memory
+# --------------------------------------------------------------------------
+# Bytes per streamline point of one build chunk's temporaries (~110 measured
+# on the CPU), and kept per point at worst (a 64-bit key and count per
+# (voxel, atom, fibre), twice while they are sorted).
+_BUILD_BYTES_PER_POINT = 160
+_KEY_BYTES_PER_POINT = 32
+# Bytes per element of a chunk of the operator's products.
+_OPERATOR_BYTES_PER_ELEMENT = 64
+
+
+def plan_memory(memory_limit, *, device, n_points: int, loaded_bytes: int = 0):
+    """Build chunk and operator options that keep LiFE within ``memory_limit``.
+
+    Parameters
+    ----------
+    memory_limit : int, str or None
+    device : str or torch.device
+    n_points : int
+        Streamline points (nodes) of the tractogram.
+    loaded_bytes : int, default=0
+        Bytes already taken by the inputs this run loaded (the dMRI volume).
+
+    Returns
+    -------
+    chunk_points : int
+        Points per build chunk (see :func:`connscale.life.encode.build_model`).
+    operator_options : dict or None
+        ``chunk_size`` of :class:`~connscale.life.operators.LiFEOperator`.
+
+    Raises
+    ------
+    MemoryLimitError
+        When the loaded inputs and the model's keys cannot fit, at worst.
+    """
+    if parse_memory(memory_limit) is None:
+        return 1 << 23, None
+    budget = memory_budget(resolve_device(device), memory_limit)
+    chunk_points = max(1 << 12, budget // (4 * _BUILD_BYTES_PER_POINT))
+    need = (loaded_bytes + _KEY_BYTES_PER_POINT * n_points
+            + _BUILD_BYTES_PER_POINT * min(chunk_points, n_points))
+    if need > budget:
+        raise limit_error(f"The LiFE model of {n_points} streamline points (at worst)", need,
+                          budget, memory_limit,
+                          "Raise memory_limit, or fit fewer streamlines or a smaller mask.")
+    return chunk_points, {"chunk_size": max(1 << 12, budget // (4 * _OPERATOR_BYTES_PER_ELEMENT))}
 
 
 # --------------------------------------------------------------------------
@@ -288,7 +338,7 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
     lam = float(lam)
     if not np.isfinite(lam) or lam < 0:
         raise ValueError(f"'lam' must be a finite number ≥ 0; got {lam}.")
-    base = LiFEOperator(model)
+    base = LiFEOperator(model, **(operator_options or {}))
     h = base.column_norms_sq()
     h = torch.where(h > 0, h, torch.ones_like(h))
     op = LiFEOperator(model, column_scale=h, **(operator_options or {}))
@@ -334,6 +384,7 @@ def fit(
     dtype="float32",
     random_state=None,
     x0=None,
+    memory_limit=None,
     verbose: int = 0,
     checkpoint=None,
     checkpoint_every: int = 50,
@@ -370,6 +421,11 @@ def fit(
         (Unused by the deterministic solver; kept for the evaluation steps.)
     x0 : array of shape (n_streamlines,) or None
         Warm-start weights per input streamline.
+    %(memory_limit)s
+        Covers the dMRI volume when it is read from a file here, the model
+        build's chunks, the model and the solver's copies; checked up front
+        (at worst, from the number of streamline points) and again once the
+        model's size is known, with a :class:`~connscale.MemoryLimitError`.
     %(verbose)s
     checkpoint : path or None, default=None
         A folder for the solver's state, from which an interrupted fit
@@ -400,13 +456,19 @@ def fit(
     (720,)
     """
     check_random_state(random_state)
-    data, affine, _ = load_dwi(dwi, affine=affine)
+    parse_memory(memory_limit)
+    data, affine, image = load_dwi(dwi, affine=affine)
     bvals, bvecs = load_gradients(bvals, bvecs)
     mask_data, _ = load_volume(mask, "mask")
     sl = load_streamlines(streamlines)
     check_space(sl, data.shape[:3], affine)
+    loaded = data.nbytes if image is not None else 0
+    chunk_points, ops = plan_memory(memory_limit, device=device, n_points=int(sl.offsets[-1]),
+                                    loaded_bytes=loaded)
     model = build_model(data, bvals, bvecs, sl, affine=affine, mask=mask_data, sphere=sphere,
-                        formulation=formulation, device=device, dtype=dtype)
+                        formulation=formulation, device=device, dtype=dtype,
+                        chunk_points=chunk_points, memory_limit=memory_limit,
+                        loaded_bytes=loaded)
     x0k = None
     if x0 is not None:
         x0 = np.asarray(x0, dtype=np.float64)
@@ -414,7 +476,8 @@ def fit(
             raise ValueError(f"'x0' must have one weight per streamline ({len(sl)}); got {x0.shape}.")
         x0k = x0[model.fibre_index]
     result = solve(model, lam=lam, n_iter=n_iter, tol=tol, x0=x0k, verbose=verbose,
-                   checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+                   operator_options=ops, checkpoint=checkpoint,
+                   checkpoint_every=checkpoint_every)
     result.streamlines = sl
     return result
 

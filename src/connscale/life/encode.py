@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from connscale._compute import resolve_device, resolve_dtype
+from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device, resolve_dtype
 from connscale.life.streamlines import StreamlineArray
 
 #: Default number of atom orientations (half-sphere Fibonacci lattice, ~2.6°).
@@ -326,6 +326,18 @@ def _check_gradients(bvals, bvecs, n_volumes: int):
     return bvals, bvecs
 
 
+def model_memory(n_entries: int, n_pairs: int, n_voxels: int, n_volumes: int, n_fibres: int,
+                 itemsize: int) -> int:
+    """Bytes of a model and of fitting it: Φ (two int64 indices and a value per
+    entry), the (voxel, atom) tables and the voxel signals, plus the larger of
+    the float64 signal copies made while it is built and the solver's copies
+    (scaled Φ values, signal-sized residuals, fibre vectors)."""
+    signal = n_voxels * n_volumes
+    model = n_entries * (16 + itemsize) + n_pairs * 24 + 3 * signal * itemsize
+    work = max(5 * signal * 8, n_entries * itemsize + 6 * signal * 8 + 16 * n_fibres * 8)
+    return model + work
+
+
 def build_model(
     data,
     bvals,
@@ -340,6 +352,8 @@ def build_model(
     device="auto",
     dtype="float32",
     chunk_points: int = 1 << 23,
+    memory_limit=None,
+    loaded_bytes: int = 0,
 ) -> LiFEModel:
     """Build the ENCODE model of a dMRI scan and a tractogram.
 
@@ -369,6 +383,12 @@ def build_model(
     device, dtype : see :func:`connscale.life.fit`
     chunk_points : int
         Points processed at once (memory bound of the build).
+    memory_limit : int, str or None
+        Once the model's size is known (before the voxel signals are read),
+        raise :class:`~connscale.MemoryLimitError` when it and fitting it
+        (:func:`model_memory`), with ``loaded_bytes``, exceed this limit.
+    loaded_bytes : int, default=0
+        Bytes the caller's run already holds (its loaded dMRI volumes).
 
     Returns
     -------
@@ -521,6 +541,16 @@ def build_model(
     torch.cumsum(per_voxel, 0, out=crow[1:])
     kept, entry_fibre = torch.unique(fib, return_inverse=True)
     del fib
+    if parse_memory(memory_limit) is not None:
+        need = loaded_bytes + model_memory(
+            entry_fibre.numel(), av_key.numel(), voxel_lin.numel(), n_vol, kept.numel(),
+            torch.empty((), dtype=tdtype).element_size())
+        budget = memory_budget(dev, memory_limit)
+        if need > budget:
+            raise limit_error(
+                f"The LiFE model ({entry_fibre.numel()} Φ entries, {voxel_lin.numel()} voxels x "
+                f"{n_vol} volumes) and its fit", need, budget, memory_limit,
+                "Raise memory_limit, or fit fewer streamlines or a smaller mask.")
 
     # Signal of the model voxels: S₀ from b=0 volumes, b demeaned per voxel.
     voxel_lin_np = voxel_lin.cpu().numpy()

@@ -149,6 +149,7 @@ def column_stats(source: _blocks.ColumnSource, bounds, device: torch.device,
         norm = (x * x).sum(dim=0).sqrt_()
         mean[a:b] = m
         inv_norm[a:b] = torch.where(norm == 0, torch.zeros_like(norm), 1.0 / norm)
+        del x, m, norm  # before the next block is read: one block's temporaries at a time
     return mean, inv_norm
 
 

@@ -34,7 +34,12 @@ from connscale._compute.device import (
     resolve_dtype,
     synchronize,
 )
-from connscale._compute.memory import available_host_memory, format_bytes, memory_budget
+from connscale._compute.memory import (
+    available_host_memory,
+    format_bytes,
+    limit_error,
+    memory_budget,
+)
 from connscale._docs import fill_doc
 from connscale._validation import check_int, check_option, check_random_state
 from connscale.io._fingerprint import (
@@ -294,6 +299,18 @@ def _local_operator(source, *, device, dtype, standardize, block_size, memory_li
         low, high = _STREAM_BLOCK_BYTES
         block_bytes = min(high, max(low, budget // 6))
         block_size = max(1, min(n_voxels, block_bytes // (n_timepoints * max(itemsize, 4))))
+    # The budget covers the P-vectors, the update's state and, per voxel of a
+    # block, the float64 temporaries of the voxel statistics (3 values per
+    # time point) or the work and staging buffers (at most 2 float64 + 1).
+    per_voxel = n_timepoints * max(3 * 8, 2 * 8 + itemsize)
+    fits = (budget - 8 * 8 * n_voxels - state_bytes) // per_voxel
+    if given_block_size is None:
+        block_size = min(block_size, fits)
+    if block_size < 1 or (memory_limit is not None and block_size > fits):
+        raise limit_error(
+            f"Streaming S ({n_timepoints} x {n_voxels}) in blocks of {max(block_size, 1)} voxels",
+            8 * 8 * n_voxels + state_bytes + per_voxel * max(block_size, 1), budget,
+            memory_limit, "Raise memory_limit, or give a smaller block_size (or fewer atoms).")
     return StreamedOperator(source, block_size=block_size, **common)
 
 

@@ -1,0 +1,185 @@
+"""``memory_limit`` holds for every public function and for ``connscale cohort``.
+
+Each call runs in a fresh interpreter on inputs sized to exceed its limit:
+after the imports, a warm-up call and the input are in place, the peak
+resident set (``VmHWM``) is reset (``/proc/self/clear_refs``), the call is
+made, and the peak's growth must stay under the limit plus a fixed margin
+(torch's and the allocator's own overhead) - or the call must stop with a
+:class:`connscale.MemoryLimitError` that names the limit and what to do.
+
+glibc's malloc moves its mmap threshold up to 32 MB as large blocks are
+freed, after which freed blocks stay in the heap and count as resident; the
+runs fix the threshold (``MALLOC_MMAP_THRESHOLD_``) so that what is measured
+is what connscale allocates.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status"),
+]
+
+MB = 1000**2
+# torch's thread pools, the allocator's bookkeeping and small temporaries
+# that no plan counts (e.g. input validation's finiteness mask).
+MARGIN = 32 * MB
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+_HARNESS = """
+import gc, json, sys
+import numpy as np
+
+def _status(field):
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+
+{setup}
+gc.collect()
+with open("/proc/self/clear_refs", "w") as fh:
+    fh.write("5")  # reset VmHWM to the current resident set
+_base = _status("VmRSS")
+_error = None
+try:
+{call}
+except MemoryError as exc:
+    _error = [type(exc).__name__, str(exc)]
+print(json.dumps({{"growth": _status("VmHWM") - _base, "error": _error}}))
+"""
+
+
+def _measure(setup: str, call: str, tmp_path: Path) -> dict:
+    code = _HARNESS.format(setup=textwrap.dedent(setup),
+                           call=textwrap.indent(textwrap.dedent(call), "    "))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+           "MALLOC_MMAP_THRESHOLD_": str(1 << 20), "OMP_NUM_THREADS": "2"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _check(result: dict, limit: int) -> None:
+    """Peak growth within the limit and margin, or a clear MemoryLimitError."""
+    if result["error"] is not None:
+        name, message = result["error"]
+        assert name == "MemoryLimitError", message
+        assert "memory_limit=" in message and "bytes" in message, message
+        assert "out=" in message or "raise" in message.lower(), message
+    assert result["growth"] <= limit + MARGIN, (
+        f"peak RSS grew by {result['growth'] / MB:.1f} MB under a {limit / MB:.0f} MB limit")
+
+
+WARM_UP = """
+import connscale
+rng = np.random.default_rng(0)
+small = rng.standard_normal((40, 30)).astype(np.float32)
+for kind in ("dense", "triu"):
+    connscale.correlation(small, kind=kind, device="cpu", memory_limit="50MB")
+connscale.correlation(small, kind="sparse", threshold=0.5, device="cpu", memory_limit="50MB")
+for kind, extra in (("triu", {}), ("sparse", {"threshold": 0.5}), ("lowrank", {"rank": 3}),
+                    ("factor", {"rank": 3})):
+    connscale.dynamic_correlation(small, 10, 5, kind=kind, device="cpu", memory_limit="50MB",
+                                  **extra)
+connscale.pairwise_dfc(small.reshape(2, 20, 30), 10, 5, device="cpu", memory_limit="50MB")
+"""
+
+
+@pytest.mark.parametrize("kind, shape, limit, extra", [
+    # 32 MB of series whose float64 normalisation temporaries alone exceed the limit
+    ("dense", (2000, 4000), 150 * MB, {}),
+    ("triu", (4000, 3000), 100 * MB, {}),
+    # every pair kept: a 256 MB sparse result under 100 MB
+    ("sparse", (20, 8000), 100 * MB, {"threshold": 0.0, "absolute": True}),
+])
+def test_correlation(tmp_path, kind, shape, limit, extra):
+    setup = WARM_UP + f"x = rng.standard_normal({shape}).astype(np.float32)\n"
+    call = (f"r = connscale.correlation(x, kind={kind!r}, device='cpu', memory_limit={limit},"
+            f" **{extra!r})")
+    _check(_measure(setup, call, tmp_path), limit)
+
+
+@pytest.mark.parametrize("kind, shape, window, step, limit, extra", [
+    # 33 windows' triangles: 264 MB of the 300 MB kept in memory
+    ("triu", (158, 2000), 30, 4, 300 * MB, {}),
+    # sparse windows that grow past the limit as they are computed
+    ("sparse", (200, 1500), 20, 5, 50 * MB, {"threshold": 0.2}),
+    # 110 windows of Q and B, 352 MB of the 400 MB kept in memory
+    ("lowrank", (159, 10000), 50, 1, 400 * MB, {"rank": 40, "random_state": 0}),
+    # 220 windows of F, 352 MB of the 400 MB
+    ("factor", (269, 10000), 50, 1, 400 * MB, {"rank": 40}),
+])
+def test_dynamic_correlation_in_memory(tmp_path, kind, shape, window, step, limit, extra):
+    setup = WARM_UP + f"x = rng.standard_normal({shape}).astype(np.float32)\n"
+    call = (f"r = connscale.dynamic_correlation(x, {window}, {step}, kind={kind!r}, device='cpu',"
+            f" memory_limit={limit}, **{extra!r})")
+    _check(_measure(setup, call, tmp_path), limit)
+
+
+def test_pairwise_dfc(tmp_path):
+    # 124 MB of courses under 100 MB
+    limit = 100 * MB
+    setup = WARM_UP + "x = rng.standard_normal((60, 300, 60)).astype(np.float32)\n"
+    call = f"r = connscale.pairwise_dfc(x, 10, 1, device='cpu', memory_limit={limit})"
+    _check(_measure(setup, call, tmp_path), limit)
+
+
+def test_r1dl(tmp_path):
+    # S of 120 MB (the caller's) under 50 MB: streamed in blocks
+    limit = 50 * MB
+    setup = """
+import connscale
+rng = np.random.default_rng(0)
+connscale.r1dl(rng.standard_normal((30, 200)).astype(np.float32), 2, 10, device="cpu",
+               random_state=0, memory_limit="50MB")
+S = rng.standard_normal((200, 150_000)).astype(np.float32)
+"""
+    call = (f"r = connscale.r1dl(S, 3, 500, device='cpu', random_state=0, max_iter=5,"
+            f" memory_limit={limit})")
+    _check(_measure(setup, call, tmp_path), limit)
+
+
+def test_life_fit(tmp_path):
+    # ~470k streamline points: the default build chunk alone takes more than the limit
+    limit = 40 * MB
+    setup = """
+from connscale import life
+from connscale.datasets import simulate_life_phantom
+small = simulate_life_phantom(n_true=30, n_false=30, random_state=0)
+life.fit(small.dwi, small.bvals, small.bvecs, small.streamlines, affine=small.affine,
+         device="cpu", n_iter=3, memory_limit="50MB")
+ph = simulate_life_phantom(n_true=600, n_false=600, shape=(30, 30, 30), step=0.1, random_state=0)
+"""
+    call = (f"fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,"
+            f" device='cpu', n_iter=10, memory_limit={limit})")
+    _check(_measure(setup, call, tmp_path), limit)
+
+
+def test_cohort_passes_the_limit_on(tmp_path):
+    # One 48 MB scan whose fc job needs far more than 100 MB without the limit.
+    limit = 100 * MB
+    setup = f"""
+from connscale.cli.main import main
+rng = np.random.default_rng(0)
+np.save("warm.npy", rng.standard_normal((40, 30)).astype(np.float32))
+assert main(["cohort", "warm.npy", "-q", "--job", "fc", "--backend", "serial",
+             "--memory-limit", "50MB", "--out", "warm"]) == 0
+np.save("sub-01_timeseries.npy", rng.standard_normal((4000, 3000)).astype(np.float32))
+"""
+    call = f"""
+rc = main(["cohort", "sub-01_timeseries.npy", "-q", "--job", "fc", "--kind", "triu",
+           "--backend", "serial", "--memory-limit", "{limit}", "--out", "out"])
+assert rc == 0, open("out/cohort_errors.tsv").read()
+"""
+    _check(_measure(setup, call, tmp_path), limit)
