@@ -1,9 +1,10 @@
 """Sparse windows on CUDA: fused threshold + compaction, one sync per window,
 deferred so that the device never waits for the host.
 
-Window k's tiles are multiplied and compacted (Triton, see
-:func:`connscale.fc._triton_kernels.compact_upper_tile`) into device buffers
-of a planned capacity; its entry count goes to pinned host memory behind an
+Window k's upper triangle is multiplied by row blocks (cuBLAS) and each block
+is thresholded and compacted in one read (Triton, see
+:func:`connscale.fc._tiles.compact_upper_triangle`) into device buffers of a
+planned capacity; its entry count goes to pinned host memory behind an
 event. Only after window k + 1 has been queued does the host wait for that
 event, read the count and hand window k's ``values[:nnz]``, ``columns[:nnz]``
 and row counts to the copy stream. A window that overflows its capacity is
@@ -16,10 +17,13 @@ from collections.abc import Callable
 
 import torch
 
-from connscale.fc._triton_kernels import compact_upper_tile
+from connscale.fc._tiles import COMPACT_BLOCK_M, compact_table_bytes, compact_upper_triangle
 
 # First capacity: this fraction of a window's pairs (grows on overflow).
 _INITIAL_FRACTION = 1 / 16
+# Rows per GEMM block at most: the diagonal blocks' lower halves are computed
+# for nothing (about block rows / N of the GEMM), fewer rows mean more launches.
+_BLOCK_ROWS = 2048
 
 
 class SparseWindowsCUDA:
@@ -30,7 +34,8 @@ class SparseWindowsCUDA:
     n : int
         Number of series.
     tile_rows : int
-        Rows per GEMM tile.
+        Rows per GEMM block at most (from the memory plan; capped at
+        ``_BLOCK_ROWS``).
     threshold, absolute
         Keep r >= threshold (|r| >= threshold when absolute).
     submit : callable
@@ -41,7 +46,10 @@ class SparseWindowsCUDA:
     def __init__(self, n: int, tile_rows: int, threshold: float, absolute: bool,
                  submit: Callable) -> None:
         self.n = n
-        self.tile_rows = tile_rows
+        # The plan gave tile_rows × N × 14 bytes (two tiles, masks and indices
+        # of the unfused path); here two float blocks and the tables use them.
+        planned = tile_rows * n * 14 - compact_table_bytes(n)
+        self.block_rows = max(COMPACT_BLOCK_M, min(tile_rows, _BLOCK_ROWS, planned // (8 * n)))
         self.threshold = threshold
         self.absolute = absolute
         self.submit = submit
@@ -49,6 +57,7 @@ class SparseWindowsCUDA:
         self.capacity = max(1 << 20, int(pairs * _INITIAL_FRACTION))
         self.capacity = min(self.capacity, max(pairs, 1))
         self.pending = None
+        self.staging = None  # work buffers of the compaction, reused by every window
 
     def add(self, u: torch.Tensor, constant: torch.Tensor, index: int) -> None:
         """Queue window ``index`` (``u``: N×w normalised, NaN rows if constant)."""
@@ -68,13 +77,14 @@ class SparseWindowsCUDA:
         values = torch.empty(capacity, dtype=u.dtype, device=device)
         columns = torch.empty(capacity, dtype=torch.int32, device=device)
         row_counts = torch.empty(self.n, dtype=torch.int64, device=device)
-        cursor = torch.zeros(1, dtype=torch.int64, device=device)
-        for r0 in range(0, self.n, self.tile_rows):
-            r1 = min(self.n, r0 + self.tile_rows)
-            tile = torch.mm(u[r0:r1], u[r0:].T)
-            compact_upper_tile(tile, r0, self.threshold, self.absolute, values, columns,
-                               row_counts[r0:r1], cursor)
-            del tile
+        if self.staging is None or self.staging[0].numel() < capacity:
+            self.staging = (torch.empty(capacity, dtype=u.dtype, device=device),
+                            torch.empty(capacity, dtype=torch.int32, device=device))
+        cursor = compact_upper_triangle(u, self.threshold, absolute=self.absolute,
+                                        block_rows=self.block_rows, values=values,
+                                        columns=columns, row_counts=row_counts,
+                                        staged_values=self.staging[0],
+                                        staged_columns=self.staging[1])
         nnz_host = torch.empty(1, dtype=torch.int64, pin_memory=True)
         nnz_host.copy_(cursor, non_blocking=True)
         ready = torch.cuda.Event()
