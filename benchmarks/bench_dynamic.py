@@ -219,7 +219,7 @@ def table2(args, device, d2h, rows_out):
                    "kept_fraction": float((out_bytes - k * (n + 1) * 8) / 8 / (k * n_pairs(n))),
                    "out_GB": out_bytes / 1e9, "seconds": seconds, "floor_s": floor,
                    "ratio_to_floor": seconds / floor, "gemm_TFLOPs": rate / 1e12,
-                   "tile_rows": result.plan["tile_rows"],
+                   "tile_rows": result.plan["tile_rows"], "sparse_method": _sparse_cuda.METHOD,
                    # False: the buffer was too small, later windows went to fresh arrays
                    "all_in_host_buffer": bool(np.shares_memory(result._backend.sparse[-1][0],
                                                                arena.numpy())),
@@ -352,14 +352,20 @@ def main(argv=None):
                         type=lambda s: [(int(c.split(":")[0]), float(c.split(":")[1]))
                                         for c in s.split(",")],
                         help="Table II cases as w:θ,... (e.g. 150:0.5); default all nine.")
+    parser.add_argument("--sparse-method", default=None, choices=("two-reads", "one-read"),
+                        help="Compaction of sparse windows on CUDA (default: "
+                             "connscale.fc._sparse_cuda.METHOD).")
     parser.add_argument("--sparse-block-rows", default=[],
                         type=lambda s: [int(v) for v in s.split(",")],
-                        help="Also time the w=150, θ=0.5 case with these GEMM block rows.")
+                        help="Also time the w=150, θ=0.5 case with these GEMM block rows "
+                             "(one-read method).")
     parser.add_argument("--skip-out", action="store_true", help="Skip the HDF5 out= timings.")
     parser.add_argument("--json", default=None, help="Also write every row as JSON here.")
     args = parser.parse_args(argv)
     device = args.device
     cuda = device.startswith("cuda")
+    if args.sparse_method:
+        _sparse_cuda.METHOD = args.sparse_method
     if args.repeats is None:
         args.repeats = 2 if cuda else 1
     start = time.perf_counter()

@@ -66,8 +66,10 @@ def test_compact_upper_triangle_on_cuda_equals_thresholded_corrcoef(threshold, a
 
 
 @CUDA
-def test_sparse_windows_on_cuda_overflow_and_equal_cpu(monkeypatch):
+@pytest.mark.parametrize("method", ["two-reads", "one-read"])
+def test_sparse_windows_on_cuda_overflow_and_equal_cpu(monkeypatch, method):
     """Windows that overflow the first capacity are redone: same CSR as the CPU."""
+    monkeypatch.setattr(_sparse_cuda, "METHOD", method)
     monkeypatch.setattr(_sparse_cuda, "_BLOCK_ROWS", 320)
     x = _series(n=1500, t=40, seed=1)
     cuda = dynamic_correlation(x, 30, 5, kind="sparse", threshold=-1.0, device="cuda")

@@ -256,39 +256,54 @@ def degree_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, 
     return counts.to(torch.int64), (sums if weighted else None)
 
 
-def walk_row_blocks(u: torch.Tensor, block_rows: int, epilogue) -> None:
+def block_buffers(n: int, block_rows: int, *, dtype: torch.dtype,
+                  device: torch.device) -> list[torch.Tensor]:
+    """The block buffers of :func:`walk_row_blocks` (two on CUDA, one else)."""
+    return [torch.empty(min(n, block_rows) * n, dtype=dtype, device=device)
+            for _ in range(2 if device.type == "cuda" else 1)]
+
+
+def walk_row_blocks(u: torch.Tensor, block_rows: int, epilogue, *,
+                    buffers: list[torch.Tensor] | None = None,
+                    side: torch.cuda.Stream | None = None) -> None:
     """Row blocks ``[r0, r1)`` × ``[r0, N)`` of U·Uᵀ by the BLAS (cuBLAS on
     CUDA) into device memory, each handed to ``epilogue(tile, r0, r1)``.
 
     On CUDA two block buffers alternate: the epilogue of block k runs on a
-    second stream while the GEMM of block k + 1 runs on the current one; on
-    return the current stream waits for every epilogue. ``tile`` is a
-    contiguous (r1 - r0, N - r0) view of a buffer.
+    second stream (``side``) while the GEMM of block k + 1 runs on the
+    current one; on return the current stream waits for every epilogue.
+    ``tile`` is a contiguous (r1 - r0, N - r0) view of a buffer. Callers that
+    walk many matrices (one per window) pass the same ``buffers`` (from
+    :func:`block_buffers`) and ``side`` every time: buffers freed behind a
+    second stream are not reusable until it has finished, so fresh ones per
+    walk would make the allocator go back to the driver.
     """
     n = u.shape[0]
-    n_buffers = 2 if u.is_cuda else 1
-    buffers = [torch.empty(min(n, block_rows) * n, dtype=u.dtype, device=u.device)
-               for _ in range(n_buffers)]
+    owned = buffers is None
+    if owned:
+        buffers = block_buffers(n, block_rows, dtype=u.dtype, device=u.device)
     main = torch.cuda.current_stream(u.device) if u.is_cuda else None
-    side = torch.cuda.Stream(u.device) if u.is_cuda else None
-    done = [None] * n_buffers
+    if u.is_cuda and side is None:
+        side = torch.cuda.Stream(u.device)
+    done = [None] * len(buffers)
     for index, (r0, r1) in enumerate(_blocks(n, block_rows)):
-        slot = index % n_buffers
+        slot = index % len(buffers)
         if done[slot] is not None:
             main.wait_event(done[slot])  # the epilogue that read this buffer is over
         tile = buffers[slot][: (r1 - r0) * (n - r0)].view(r1 - r0, n - r0)
         torch.mm(u[r0:r1], u[r0:].T, out=tile)
-        if side is None:
+        if not u.is_cuda:
             epilogue(tile, r0, r1)
             continue
         side.wait_stream(main)
         with torch.cuda.stream(side):
             epilogue(tile, r0, r1)
             done[slot] = side.record_event()
-    if side is not None:
+    if u.is_cuda:
         main.wait_stream(side)
-        for buffer in buffers:
-            buffer.record_stream(side)
+        if owned:
+            for buffer in buffers:
+                buffer.record_stream(side)
 
 
 def degree_blocks_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool,
@@ -431,6 +446,12 @@ COMPACT_BLOCK_M, COMPACT_BLOCK_N = 64, 128
 _PLACE_CHUNK = 16
 
 
+def aligned_block_rows(block_rows: int) -> int:
+    """Rows per block of :func:`compact_upper_triangle`: a multiple of its
+    row pieces (so that pieces are aligned on the whole matrix)."""
+    return max(COMPACT_BLOCK_M, block_rows // COMPACT_BLOCK_M * COMPACT_BLOCK_M)
+
+
 def compact_table_bytes(n: int) -> int:
     """Device bytes of :func:`compact_upper_triangle`'s tables for N series."""
     n_cb = -(-n // COMPACT_BLOCK_N)
@@ -440,7 +461,9 @@ def compact_table_bytes(n: int) -> int:
 def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
                            block_rows: int, values: torch.Tensor, columns: torch.Tensor,
                            row_counts: torch.Tensor, staged_values: torch.Tensor,
-                           staged_columns: torch.Tensor, num_warps: int = 4) -> torch.Tensor:
+                           staged_columns: torch.Tensor, buffers: list[torch.Tensor] | None = None,
+                           side: torch.cuda.Stream | None = None,
+                           num_warps: int = 4) -> torch.Tensor:
     """The strict upper triangle's r >= θ (|r| >= θ with ``absolute``) of
     U·Uᵀ as CSR parts, reading each stored row block once (float32 ``u``).
 
@@ -448,7 +471,9 @@ def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
     row-major order, the kept count of every row to ``row_counts`` (int64,
     length N); entries past the buffers' capacity (``values.numel()``) are
     dropped. ``staged_values`` and ``staged_columns`` are work buffers of at
-    least that capacity. Runs on the current stream without synchronising.
+    least that capacity. ``buffers`` and ``side``: see :func:`walk_row_blocks`
+    (their rows a multiple of ``COMPACT_BLOCK_M``, or N). Runs on the current
+    stream without synchronising.
 
     Returns
     -------
@@ -458,7 +483,7 @@ def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
     """
     n = u.shape[0]
     bm, bn = COMPACT_BLOCK_M, COMPACT_BLOCK_N
-    block_rows = max(bm, block_rows // bm * bm)  # row pieces aligned on the matrix
+    block_rows = aligned_block_rows(block_rows)
     n_cb = triton.cdiv(n, bn)
     capacity = values.numel()
     counts = torch.zeros((n, n_cb), dtype=torch.int32, device=u.device)
@@ -473,7 +498,7 @@ def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
                                     ABSOLUTE=bool(absolute), BY_BIN=False, N_BINS=HISTOGRAM_BINS,
                                     TABLES=True, BM=bm, BN=bn, **options)
 
-    walk_row_blocks(u, block_rows, epilogue)
+    walk_row_blocks(u, block_rows, epilogue, buffers=buffers, side=side)
     inclusive = torch.cumsum(counts, 1, dtype=torch.int32)
     row_counts.copy_(inclusive[:, -1])
     row_offsets = torch.cumsum(row_counts, 0)
