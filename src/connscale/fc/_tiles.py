@@ -45,8 +45,15 @@ try:  # pragma: no cover - exercised on GPU machines and by the interpreter test
 except ImportError:  # pragma: no cover - CPU machines without triton
     HAS_TRITON = False
 
-# Row blocks of the torch path hold at most this many tile elements.
-_MAX_TILE_ELEMENTS = {"cpu": 1 << 24, "cuda": 1 << 28}
+# Row blocks of the torch path hold at most this many tile elements, and at
+# least this many rows where the budget allows. On the CPU the tile and its
+# masks are read once per threshold: a block that stays in the caches (4 MB
+# of float32) is several times faster than one streamed from memory (P = 3,000,
+# T = 1,200, two thresholds, weighted, 2 cores: 0.08 s at 349 rows against
+# 0.18 s for the whole matrix at once), and fewer than ~128 rows make the
+# GEMM of each block inefficient.
+_MAX_TILE_ELEMENTS = {"cpu": 1 << 20, "cuda": 1 << 28}
+_MIN_BLOCK_ROWS = {"cpu": 128, "cuda": 1}
 # Bytes per tile element in the torch path: the tile, |tile| or the weighted
 # tile, and a boolean mask.
 _TORCH_BYTES_PER_ELEMENT = 3
@@ -76,7 +83,8 @@ def plan_block_rows(n: int, n_series_bytes: int, budget: int, *, item: int,
             f"and one row of correlations); got {budget / 1e6:.1f} MB."
         )
     cap = _MAX_TILE_ELEMENTS.get(device.type, _MAX_TILE_ELEMENTS["cuda"])
-    return int(max(1, min(n, available // per_row, max(1, cap // n))))
+    rows = max(_MIN_BLOCK_ROWS.get(device.type, 1), cap // n)
+    return int(max(1, min(n, available // per_row, rows)))
 
 
 def _blocks(n: int, block_rows: int):
