@@ -33,6 +33,7 @@ import torch
 import connscale
 from connscale._compute import available_host_memory
 from connscale.datasets import simulate_timeseries
+from connscale.fc import _sparse_cuda
 from connscale.fc.triu import n_pairs
 from _measure import copy_bandwidth
 
@@ -190,26 +191,25 @@ def table2(args, device, d2h, rows_out):
     cuda = device.startswith("cuda")
     n = args.voxels or (30697 if not args.quick else 1000)
     t = 257
-    windows = [50, 100, 150]
-    thresholds = [0.3, 0.5, 0.7]
+    cases = args.cases or [(w, theta) for w in (50, 100, 150) for theta in (0.3, 0.5, 0.7)]
+    windows = sorted({w for w, _ in cases})
     x = simulate(t, n)
     # Size the host buffer from one window per case (+20 % margin).
     needed = 0
     kept = {}
-    for w in windows:
-        for theta in thresholds:
-            probe = connscale.dynamic_correlation(x[:w], w, 1, kind="sparse", threshold=theta,
-                                                  device=device)
-            kept[(w, theta)] = probe[0].nnz / n_pairs(n)
-            k = t - w + 1
-            needed = max(needed, int(1.2 * k * (probe[0].nnz * 8 + 4096)))
+    for w, theta in cases:
+        probe = connscale.dynamic_correlation(x[:w], w, 1, kind="sparse", threshold=theta,
+                                              device=device)
+        kept[(w, theta)] = probe[0].nnz / n_pairs(n)
+        k = t - w + 1
+        needed = max(needed, int(1.2 * k * (probe[0].nnz * 8 + 4096)))
     arena = allocate_arena(min(needed, 0.45 * available_host_memory()), device)
     _print(f"\n## Table II: voxel DFC, N={n:,}, T={t}, s=1, kind='sparse' (r >= θ), device={device}")
     rows = []
     for w in windows:
         k = t - w + 1
         rate = measure_gemm_rate(device, n, w, batch=1)
-        for theta in thresholds:
+        for theta in [theta for case_w, theta in cases if case_w == w]:
             seconds, result = time_run(x, w, 1, device, args.repeats, kind="sparse",
                                        threshold=theta, host_buffer=arena)
             out_bytes = result.nbytes
@@ -219,7 +219,7 @@ def table2(args, device, d2h, rows_out):
                    "kept_fraction": float((out_bytes - k * (n + 1) * 8) / 8 / (k * n_pairs(n))),
                    "out_GB": out_bytes / 1e9, "seconds": seconds, "floor_s": floor,
                    "ratio_to_floor": seconds / floor, "gemm_TFLOPs": rate / 1e12,
-                   "tile_rows": result.plan["tile_rows"],
+                   "tile_rows": result.plan["tile_rows"], "sparse_method": _sparse_cuda.METHOD,
                    # False: the buffer was too small, later windows went to fresh arrays
                    "all_in_host_buffer": bool(np.shares_memory(result._backend.sparse[-1][0],
                                                                arena.numpy())),
@@ -232,6 +232,15 @@ def table2(args, device, d2h, rows_out):
                 if not args.skip_out:
                     row["out_h5_s"], _ = time_out_variant(x, w, 1, device, kind="sparse",
                                                           threshold=theta)
+                for block_rows in args.sparse_block_rows if cuda else ():
+                    default = _sparse_cuda._BLOCK_ROWS
+                    _sparse_cuda._BLOCK_ROWS = block_rows
+                    try:
+                        row[f"block_rows_{block_rows}_s"], _ = time_run(
+                            x, w, 1, device, args.repeats, kind="sparse", threshold=theta,
+                            host_buffer=arena)
+                    finally:
+                        _sparse_cuda._BLOCK_ROWS = default
                 if cuda:  # opt-in TF32 (can flip values next to the threshold)
                     tf32_s, tf32 = time_run(x, w, 1, device, args.repeats, kind="sparse",
                                             threshold=theta, host_buffer=arena, allow_tf32=True)
@@ -339,11 +348,24 @@ def main(argv=None):
     parser.add_argument("--regions", type=lambda s: [int(v) for v in s.split(",")], default=None)
     parser.add_argument("--voxels", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None)
+    parser.add_argument("--cases", default=None,
+                        type=lambda s: [(int(c.split(":")[0]), float(c.split(":")[1]))
+                                        for c in s.split(",")],
+                        help="Table II cases as w:θ,... (e.g. 150:0.5); default all nine.")
+    parser.add_argument("--sparse-method", default=None, choices=("two-reads", "one-read"),
+                        help="Compaction of sparse windows on CUDA (default: "
+                             "connscale.fc._sparse_cuda.METHOD).")
+    parser.add_argument("--sparse-block-rows", default=[],
+                        type=lambda s: [int(v) for v in s.split(",")],
+                        help="Also time the w=150, θ=0.5 case with these GEMM block rows "
+                             "(one-read method).")
     parser.add_argument("--skip-out", action="store_true", help="Skip the HDF5 out= timings.")
     parser.add_argument("--json", default=None, help="Also write every row as JSON here.")
     args = parser.parse_args(argv)
     device = args.device
     cuda = device.startswith("cuda")
+    if args.sparse_method:
+        _sparse_cuda.METHOD = args.sparse_method
     if args.repeats is None:
         args.repeats = 2 if cuda else 1
     start = time.perf_counter()

@@ -132,6 +132,11 @@ def main(argv=None):
                         help="P of the numpy reference (scaled by (P/p)²).")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="CPU sizes for a small machine.")
+    parser.add_argument("--configs", choices=("all", "default"), default="all",
+                        help="'default': only the default epilogue (no fused kernel, no other "
+                             "tile sizes).")
+    parser.add_argument("--sparsity", type=float, default=0.01,
+                        help="Time finding the exact threshold of this fraction of all pairs.")
     parser.add_argument("--json", default=None, help="Also write the rows as JSON here.")
     args = parser.parse_args(argv)
     if args.quick:
@@ -155,8 +160,11 @@ def main(argv=None):
         _print(f"  upper triangle by BLAS row blocks ({block_rows} rows), GEMM only: "
                f"{seconds:.3f} s ({seconds / floor:.2f}x floor)")
         reference = None
+        configs, block_configs = CONFIGS, BLOCK_CONFIGS
+        if args.configs == "default":
+            configs, block_configs = (), ((64, 128, 4),)
         if device.type == "cuda" and _tiles.HAS_TRITON:
-            for block, block_k, warps, stages in CONFIGS:
+            for block, block_k, warps, stages in configs:
                 seconds, (counts, sums) = timed(
                     lambda: _tiles.degree_triton(u, thr, absolute=False, weighted=True,
                                                  block=block, block_k=block_k,
@@ -169,7 +177,7 @@ def main(argv=None):
                        f"({seconds / floor:.2f}x floor); mean degree "
                        f"{counts.double().mean(1).tolist()}")
             stored_rows = _tiles.plan_block_rows_stored(args.n, 0, 12 << 30, item=4)
-            for block_m, block_n, warps in BLOCK_CONFIGS:
+            for block_m, block_n, warps in block_configs:
                 seconds, (counts, sums) = timed(
                     lambda: _tiles.degree_blocks_triton(u, thr, absolute=False, weighted=True,
                                                         block_rows=stored_rows, block_m=block_m,
@@ -177,18 +185,34 @@ def main(argv=None):
                     device, args.repeats)
                 key = f"blocks_{block_m}x{block_n}_w{warps}_s"
                 rows[key] = seconds
+                reference = counts if reference is None else reference
                 agree = float((counts - reference).abs().sum() / reference.sum().clamp(min=1))
                 _print(f"  BLAS blocks ({stored_rows} rows) + Triton epilogue {key[7:-2]}, "
                        f"overlapped: {seconds:.3f} s ({seconds / floor:.2f}x floor); relative "
-                       f"count difference to fused {agree:.1e}")
+                       f"count difference to the first method {agree:.1e}; mean degree "
+                       f"{counts.double().mean(1).tolist()}")
         torch_rows = _tiles.plan_block_rows(args.n, 0, 8 << 30, item=4, device=device)
         seconds, (counts, sums) = timed(
             lambda: _tiles.degree_torch(u, thr, absolute=False, weighted=True,
                                         block_rows=torch_rows),
-            device, 1, warmup=False)
+            device, 1, warmup=device.type == "cpu")  # one cold run on the GPU (2.4 s)
         rows["torch_blocks_s"] = seconds
         _print(f"  plain torch row blocks ({torch_rows} rows): {seconds:.3f} s "
                f"({seconds / floor:.2f}x floor)")
+        # sparsity=: the exact threshold of the top fraction (histogram + boundary passes).
+        kept = [max(1, round(args.sparsity * args.n * (args.n - 1) / 2))]
+        if device.type == "cuda" and _tiles.HAS_TRITON:
+            seconds, found = timed(lambda: _tiles.top_threshold(
+                u, kept, absolute=False, block_rows=stored_rows, use_triton=True),
+                device, args.repeats)
+            rows["sparsity_passes_triton_s"], rows["sparsity_threshold"] = seconds, found[0]
+            _print(f"  sparsity={args.sparsity}: exact threshold {found[0]:.6f} by BLAS blocks + "
+                   f"Triton histogram and collect: {seconds:.3f} s ({seconds / floor:.2f}x floor)")
+        seconds, found = timed(lambda: _tiles.top_threshold(
+            u, kept, absolute=False, block_rows=torch_rows), device, 1, warmup=False)
+        rows["sparsity_passes_torch_s"] = seconds
+        _print(f"  sparsity={args.sparsity}: exact threshold {found[0]:.6f} by torch row blocks: "
+               f"{seconds:.3f} s ({seconds / floor:.2f}x floor)")
         seconds, (ecm, n_iter, _) = timed(lambda: power_iteration(u, 1e-6, 1000), device,
                                        args.repeats)
         rows["ecm_s"], rows["ecm_iterations"] = seconds, n_iter

@@ -1,9 +1,9 @@
 """Sparse windows on CUDA: fused threshold + compaction, one sync per window,
 deferred so that the device never waits for the host.
 
-Window k's tiles are multiplied and compacted (Triton, see
-:func:`connscale.fc._triton_kernels.compact_upper_tile`) into device buffers
-of a planned capacity; its entry count goes to pinned host memory behind an
+Window k's upper triangle is multiplied by row blocks (cuBLAS) and each block
+is thresholded and compacted by Triton kernels (``METHOD``) into device
+buffers of a planned capacity; its entry count goes to pinned host memory behind an
 event. Only after window k + 1 has been queued does the host wait for that
 event, read the count and hand window k's ``values[:nnz]``, ``columns[:nnz]``
 and row counts to the copy stream. A window that overflows its capacity is
@@ -17,9 +17,27 @@ from collections.abc import Callable
 import torch
 
 from connscale.fc._triton_kernels import compact_upper_tile
+from connscale.fc._tiles import (
+    aligned_block_rows,
+    block_buffers,
+    compact_table_bytes,
+    compact_upper_triangle,
+)
 
 # First capacity: this fraction of a window's pairs (grows on overflow).
 _INITIAL_FRACTION = 1 / 16
+# How each row block is thresholded and compacted: "two-reads" (a count
+# kernel, a scan, a compaction kernel, on the GEMM's stream:
+# :func:`connscale.fc._triton_kernels.compact_upper_tile`) or "one-read"
+# (:func:`connscale.fc._tiles.compact_upper_triangle`: one read of each block
+# on a second stream, entries staged by an atomic cursor, then placed). On an
+# H100 (Table II, N = 30,697, w = 150, θ = 0.5; benchmarks/RESULTS.md §8) the
+# one-read kernel as it stands took 7.5 ms per window over a 4.1 ms GEMM
+# (1.27 s in all, against 0.82 s for two reads): not yet the default.
+METHOD = "two-reads"
+# Rows per GEMM block of the one-read method at most: the diagonal blocks'
+# lower halves are computed for nothing (about block rows / N of the GEMM).
+_BLOCK_ROWS = 2048
 
 
 class SparseWindowsCUDA:
@@ -30,7 +48,8 @@ class SparseWindowsCUDA:
     n : int
         Number of series.
     tile_rows : int
-        Rows per GEMM tile.
+        Rows per GEMM block (from the memory plan; at most ``_BLOCK_ROWS``
+        with the one-read method).
     threshold, absolute
         Keep r >= threshold (|r| >= threshold when absolute).
     submit : callable
@@ -42,6 +61,11 @@ class SparseWindowsCUDA:
                  submit: Callable) -> None:
         self.n = n
         self.tile_rows = tile_rows
+        # The plan gave tile_rows × N × 14 bytes (two tiles, masks and indices
+        # of the torch path); the one-read method uses them for two float
+        # blocks and its tables.
+        planned = tile_rows * n * 14 - compact_table_bytes(n)
+        self.block_rows = aligned_block_rows(min(tile_rows, _BLOCK_ROWS, planned // (8 * n)))
         self.threshold = threshold
         self.absolute = absolute
         self.submit = submit
@@ -49,6 +73,10 @@ class SparseWindowsCUDA:
         self.capacity = max(1 << 20, int(pairs * _INITIAL_FRACTION))
         self.capacity = min(self.capacity, max(pairs, 1))
         self.pending = None
+        # Work buffers of the compaction and the second stream, reused by every window.
+        self.staging = None
+        self.buffers = None
+        self.side = None
 
     def add(self, u: torch.Tensor, constant: torch.Tensor, index: int) -> None:
         """Queue window ``index`` (``u``: N×w normalised, NaN rows if constant)."""
@@ -68,18 +96,34 @@ class SparseWindowsCUDA:
         values = torch.empty(capacity, dtype=u.dtype, device=device)
         columns = torch.empty(capacity, dtype=torch.int32, device=device)
         row_counts = torch.empty(self.n, dtype=torch.int64, device=device)
-        cursor = torch.zeros(1, dtype=torch.int64, device=device)
-        for r0 in range(0, self.n, self.tile_rows):
-            r1 = min(self.n, r0 + self.tile_rows)
-            tile = torch.mm(u[r0:r1], u[r0:].T)
-            compact_upper_tile(tile, r0, self.threshold, self.absolute, values, columns,
-                               row_counts[r0:r1], cursor)
-            del tile
+        if METHOD == "two-reads":
+            cursor = torch.zeros(1, dtype=torch.int64, device=device)
+            for r0 in range(0, self.n, self.tile_rows):
+                r1 = min(self.n, r0 + self.tile_rows)
+                tile = torch.mm(u[r0:r1], u[r0:].T)
+                compact_upper_tile(tile, r0, self.threshold, self.absolute, values, columns,
+                                   row_counts[r0:r1], cursor)
+                del tile
+        else:
+            cursor = self._compact_one_read(u, values, columns, row_counts, capacity)
         nnz_host = torch.empty(1, dtype=torch.int64, pin_memory=True)
         nnz_host.copy_(cursor, non_blocking=True)
         ready = torch.cuda.Event()
         ready.record(torch.cuda.current_stream(device))
         return values, columns, row_counts, nnz_host, ready
+
+    def _compact_one_read(self, u, values, columns, row_counts, capacity):
+        if self.buffers is None:
+            self.buffers = block_buffers(self.n, self.block_rows, dtype=u.dtype, device=u.device)
+            self.side = torch.cuda.Stream(u.device)
+        if self.staging is None or self.staging[0].numel() < capacity:
+            self.staging = (torch.empty(capacity, dtype=u.dtype, device=u.device),
+                            torch.empty(capacity, dtype=torch.int32, device=u.device))
+        return compact_upper_triangle(u, self.threshold, absolute=self.absolute,
+                                      block_rows=self.block_rows, values=values, columns=columns,
+                                      row_counts=row_counts, staged_values=self.staging[0],
+                                      staged_columns=self.staging[1], buffers=self.buffers,
+                                      side=self.side)
 
     def _finish(self, index, u, constant, values, columns, row_counts, nnz_host, ready):
         ready.synchronize()

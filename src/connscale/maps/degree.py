@@ -143,15 +143,17 @@ def compute_degree(timeseries, threshold=0.25, *, weighted=False, absolute=False
     resident = n * t * item + n_maps * n * 16
     budget = memory_budget(u.device, memory_limit)
     use_triton = u.is_cuda and _tiles.triton_usable(u) and budget >= 2 * resident
-    block_rows = None
-    if sparsity is not None or not use_triton:
+    if use_triton:
+        block_rows = _tiles.plan_block_rows_stored(n, resident, budget, item=item)
+    else:
         block_rows = _tiles.plan_block_rows(n, resident, budget, item=item, device=u.device)
     with torch.no_grad():
         if sparsity is not None:
             m = n - int(constant.sum())
             pairs = m * (m - 1) // 2
             kept = [max(1, min(pairs, round(p * pairs))) for p in fractions]
-            exact = _tiles.top_threshold(u, kept, absolute=absolute, block_rows=block_rows)
+            exact = _tiles.top_threshold(u, kept, absolute=absolute, block_rows=block_rows,
+                                         use_triton=use_triton)
             thresholds = exact
             cut = [_tiles.below(v, u.dtype) for v in exact]  # r > cut <=> r >= exact
         else:
@@ -161,7 +163,6 @@ def compute_degree(timeseries, threshold=0.25, *, weighted=False, absolute=False
             counts, sums = _tiles.degree_triton(u, cut_t, absolute=absolute,
                                                 weighted=weighted or both)
         elif use_triton:
-            block_rows = _tiles.plan_block_rows_stored(n, resident, budget, item=item)
             counts, sums = _tiles.degree_blocks_triton(u, cut_t, absolute=absolute,
                                                        weighted=weighted or both,
                                                        block_rows=block_rows)
