@@ -44,7 +44,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="participant: denoising strategy (nilearn's presets, or none); "
                             "group: which strategy to read.")
     atlas.add_argument("--measures", default="fc,timeseries",
-                       help=f"Comma-separated, among {', '.join(MEASURES)}.")
+                       help=f"Comma-separated, among {', '.join(MEASURES)}: fc and timeseries "
+                            "(atlas level, TSV), dfc (sliding-window FC of all region pairs) "
+                            "and pairs (each region pair's windowed course and summaries), "
+                            "HDF5; voxelfc: the voxel level, every pair of in-mask voxels "
+                            "(_relmat.h5 with the mask and voxel coordinates).")
+    atlas.add_argument("--window-length", type=int, default=None,
+                       help="dfc, pairs: window length in (kept) volumes.")
+    atlas.add_argument("--step", type=int, default=1, help="dfc, pairs: window step (volumes).")
+    atlas.add_argument("--pairs-threshold", type=float, default=0.5,
+                       help="pairs: threshold of the fraction-of-windows-above summary.")
     atlas.add_argument("--low-pass", type=float, default=None, help="Low-pass cutoff (Hz).")
     atlas.add_argument("--high-pass", type=float, default=None,
                        help="High-pass cutoff (Hz), Butterworth (the presets already regress "
@@ -98,6 +107,8 @@ def run(args) -> int:
         args.derivatives, args.output, atlas=args.atlas, atlas_name=args.atlas_name,
         atlas_labels=args.atlas_labels, strategy=args.denoise, strategy_params=params,
         measures=[m.strip() for m in args.measures.split(",") if m.strip()],
+        window_length=args.window_length, step=args.step,
+        pairs_threshold=args.pairs_threshold,
         participant_label=args.participant_label, session_label=args.session_label,
         task=args.task, run=args.run, space=args.space, t_r=args.t_r,
         low_pass=args.low_pass, high_pass=args.high_pass, backend=args.backend,
