@@ -1,6 +1,7 @@
 """Voxel-level FC, DFC and region-pair outputs of the BIDS-App equal the direct API calls."""
 
 import json
+from pathlib import Path
 
 import h5py
 import nibabel as nib
@@ -96,12 +97,12 @@ def test_voxel_relmat_maps_every_value_to_voxels(outputs):
     r = np.corrcoef(clean_signals(bold[tuple(ijk[[i, j]].T)].T, operator, device="cpu",
                                   dtype="float64").T)[0, 1]
     assert abs(stored[k] - r) < 1e-5
-    meta = json.loads(open(path[:-3] + ".json").read())
+    meta = json.loads(Path(path[:-3] + ".json").read_text())
     assert meta["NumberOfVoxels"] == mask.sum() and "Atlas" not in meta
 
 
 def test_dfc_and_pairs_equal_the_api(outputs):
-    _, root, record = outputs
+    record = outputs[2]
     series, names = load_timeseries(_one(record, "_timeseries.tsv"))
     dfc = connscale.dynamic_correlation(series, WINDOW, STEP, device="cpu")
     with connscale.load_dynamic(_one(record, "_dfc.h5")) as stored:
@@ -119,14 +120,15 @@ def test_dfc_and_pairs_equal_the_api(outputs):
         np.testing.assert_array_equal(h5["window_onset_volumes"][()], kept[onsets])
         np.testing.assert_allclose(h5["window_onset_seconds"][()], kept[onsets] * T_R)
         assert kept.size == series.shape[0] < 30             # scrubbing censored volumes
-    meta = json.loads(open(_one(record, "_dfc.json")).read())
+    meta = json.loads(Path(_one(record, "_dfc.json")).read_text())
     assert meta["WindowLength"] == WINDOW and meta["NumberOfWindows"] == len(dfc)
 
 
 def test_second_atlas_reuses_the_voxel_set(outputs, tmp_path):
     tmp, root, _ = outputs
-    kwargs = dict(strategy="scrubbing", participant_label="01", backend="serial", reports=False,
-                  strategy_params={"motion": "basic", "fd_threshold": 0.15, "scrub": 0})
+    kwargs = {"strategy": "scrubbing", "participant_label": "01", "backend": "serial",
+              "reports": False,
+              "strategy_params": {"motion": "basic", "fd_threshold": 0.15, "scrub": 0}}
     again = run_participant(root, tmp / "out", atlas=tmp / "atlas.nii.gz", atlas_name="Slab4",
                             measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],
                             window_length=WINDOW, step=STEP, **kwargs)
