@@ -131,6 +131,7 @@ class ParticipantReport:
     report_path: Path
     errors_path: Path
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict:
@@ -706,6 +707,47 @@ def _write_logs(output: Path, records: list[dict], meta: dict) -> tuple[Path, Pa
     return report, write_text_atomic(logs / "participant_errors.tsv", buffer.getvalue())
 
 
+def _gpu_plan(gpus, backend: str, notes: list[str]) -> list[dict]:
+    """Worker environments for ``--gpus`` (empty: no GPU, a note says so)."""
+    if gpus is None:
+        return []
+    from connscale.bidsapp.gpus import available_gpus, parse_gpus, plan_gpu_workers
+
+    gpus = parse_gpus(gpus)
+    if backend == "spark":
+        raise ValueError("--gpus starts one Dask worker per GPU; it cannot pin GPUs to Spark "
+                         "executors (leave out --backend spark).")
+    environments = plan_gpu_workers(gpus, available_gpus())
+    if not environments:
+        note = (f"--gpus {gpus}: no GPU on this node (torch sees no CUDA device); running "
+                f"on the CPU with the {backend} backend instead.")
+        notes.append(note)
+        logger.warning(note)
+    return environments
+
+
+def run_serial(config: ParticipantConfig, runs: list[BoldRun]) -> list[dict]:
+    """The runs in order in this process, decoding the next run while this one computes.
+
+    One background thread decodes (:func:`decode_run`) at most one run ahead,
+    so at most two runs are in memory; a run whose outputs are all published
+    is not read at all.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def prefetch(run: BoldRun) -> DecodedRun | None:
+        return decode_run(run) if needs_decode(config, run) else None
+
+    records = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="connscale-decode") as pool:
+        ahead = pool.submit(prefetch, runs[0]) if runs else None
+        for index, run in enumerate(runs):
+            current, ahead = ahead, (pool.submit(prefetch, runs[index + 1])
+                                     if index + 1 < len(runs) else None)
+            records.append(run_one((config, run, current)))
+    return records
+
+
 def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels=None,
                     strategy: str = "simple", strategy_params: dict | None = None,
                     measures=("fc", "timeseries"), window_length: int | None = None,
@@ -716,7 +758,8 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
                     low_pass: float | None = None, high_pass: float | None = None,
                     backend: str = "local", n_jobs: int | None = None, device: str = "cpu",
                     dtype: str = "float32", threads_per_task: int = 1, memory_limit=None,
-                    work_dir=None, reports: bool = True, verbose: int = 1) -> ParticipantReport:
+                    gpus=None, work_dir=None, reports: bool = True,
+                    verbose: int = 1) -> ParticipantReport:
     """Denoised atlas connectivity of every matching fMRIPrep run, as BIDS derivatives.
 
     Parameters
@@ -755,6 +798,14 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
         Cleaning as in :func:`nilearn.signal.clean` (``t_r`` from each run).
     backend : {'serial', 'local', 'dask', 'spark'}, default='local'
         Where the run tasks execute (:func:`connscale.engines.get_engine`).
+        'serial' runs them in this process, decoding the next run's BOLD in
+        a background thread while this one computes (one run ahead).
+    gpus : 'all', int or None
+        Use every GPU of the node (or the first N): one Dask worker process
+        per GPU (:mod:`connscale.bidsapp.gpus`), ``device='cuda'`` in each;
+        ``backend`` and ``n_jobs`` are then not used. On a node without GPU
+        the report's ``notes`` say so and the runs go to ``backend`` on the
+        CPU.
     n_jobs : int or None
         Workers (None: every core).
     device : str, default='cpu'
@@ -799,6 +850,10 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
     output = Path(output).resolve()
     if output == derivatives:
         raise ValueError("The output folder must not be the derivatives folder itself.")
+    notes: list[str] = []
+    environments = _gpu_plan(gpus, backend, notes)
+    if environments:
+        device = "cuda"
     runs = find_runs(derivatives, participant_label=participant_label,
                      session_label=session_label, task=task, run=run, space=space,
                      strategy=strategy, t_r=t_r, work_dir=work_dir)
@@ -813,14 +868,24 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
     output.mkdir(parents=True, exist_ok=True)
     write_dataset_description(output, derivatives)
     start = time.perf_counter()
-    with get_engine(backend, n_jobs=n_jobs) as engine:
-        records = engine.map(run_one, [(config, r) for r in runs])
+    if environments:
+        from connscale.bidsapp.gpus import gpu_cluster
+
+        with gpu_cluster(environments) as client, get_engine("dask", cluster=client) as engine:
+            records = engine.map(run_one, [(config, r) for r in runs])
+        backend = f"dask ({len(environments)} GPU workers)"
+    elif backend == "serial":
+        records = run_serial(config, runs)
+    else:
+        with get_engine(backend, n_jobs=n_jobs) as engine:
+            records = engine.map(run_one, [(config, r) for r in runs])
     seconds = time.perf_counter() - start
     meta = {"command": "bids participant", "software": f"connscale {__version__}",
-            "derivatives": str(derivatives), "backend": backend,
+            "derivatives": str(derivatives), "backend": backend, "device": device,
+            "gpu_workers": environments, "notes": notes,
             "parameters": config.parameters(), "seconds": round(seconds, 3)}
     report_path, errors_path = _write_logs(output, records, meta)
-    report = ParticipantReport(records, report_path, errors_path, seconds)
+    report = ParticipantReport(records, report_path, errors_path, seconds, notes)
     if verbose:
         c = report.counts
         logger.info("bids participant: %d ok, %d skipped, %d failed in %.1f s", c["ok"],
