@@ -53,6 +53,7 @@ import numpy as np
 
 from connscale._validation import check_threshold, check_window
 from connscale._version import __version__
+from connscale.bidsapp.decode import load_masked_bold
 from connscale.bidsapp.layout import BoldRun, find_runs
 from connscale.bidsapp.report import framewise_displacement
 from connscale.denoise import STRATEGIES
@@ -232,10 +233,10 @@ def _load_run(run: BoldRun):
                                                              atol=1e-3):
         raise ValueError(f"The mask {run.mask.name} is not on the grid of {run.bold.name}.")
     mask = np.asarray(mask_img.dataobj) > 0
-    data = np.asarray(img.dataobj, dtype=np.float32)[mask].T     # (T, V), C-contiguous rows
+    _, data = load_masked_bold(run.bold, mask)                 # (T, V), C-contiguous rows
     if not np.isfinite(data).all():
         raise ValueError(f"{run.bold.name} holds NaN or infinite values inside its mask.")
-    return img, mask, np.ascontiguousarray(data)
+    return img, mask, data
 
 
 def _sidecars(config: ParticipantConfig, run: BoldRun, names, confounds, sample_mask,
