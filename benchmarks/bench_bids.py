@@ -62,7 +62,7 @@ def _atlas(mask: np.ndarray, blocks) -> np.ndarray:
     return dense.reshape(mask.shape).astype(np.int16)
 
 
-def _confounds(t: int, rng) -> "pd.DataFrame":  # noqa: F821
+def _confounds(t: int, rng) -> pd.DataFrame:  # noqa: F821
     import pandas as pd
 
     def walk(scale):
@@ -203,17 +203,16 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="Keep the synthetic tree.")
     parser.add_argument("--json", type=Path, default=None, help="Write the results here.")
     args = parser.parse_args()
-    import torch
-
     # Both pipelines start warm: the imports (nilearn, pybids, torch) are not timed.
     import bids  # noqa: F401
-    import nilearn.connectome  # noqa: F401
-    import nilearn.image  # noqa: F401
-    import nilearn.interfaces.fmriprep  # noqa: F401
-    import nilearn.maskers  # noqa: F401
+    import nilearn.connectome
+    import nilearn.image
+    import nilearn.interfaces.fmriprep
+    import nilearn.maskers
     import nilearn.signal  # noqa: F401
+    import torch
 
-    import connscale.bidsapp.participant  # noqa: F401
+    import connscale.bidsapp.participant
     import connscale.fc.static  # noqa: F401
 
     grid = dict(QUICK if args.quick else FULL)
