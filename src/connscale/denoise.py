@@ -313,11 +313,20 @@ def _region_parts(x: torch.Tensor, labels, regions):
         raise ValueError(f"Region(s) {regions[counts == 0].tolist()} have no voxel.")
     inside = torch.as_tensor(np.flatnonzero(index >= 0), device=dev)
     target = torch.as_tensor(index[index >= 0], device=dev)
-    mean = x.mean(dim=0, dtype=torch.float64).to(work)[inside]   # centre: accurate sums
+    # Centre each voxel before summing (accurate float32 sums): its deviations from
+    # its first volume are small, so their float32 mean is accurate, and the voxel
+    # mean is that first value plus the mean deviation (in float64). One copy of
+    # the in-mask series, no float64 pass over it.
+    centred = x[:, inside]
+    shift = centred[0].clone()
+    centred -= shift
+    deviation = centred.mean(dim=0)
+    centred -= deviation
     sums = torch.zeros((x.shape[0], regions.size), device=dev, dtype=work)
-    sums.index_add_(1, target, x[:, inside] - mean)
+    sums.index_add_(1, target, centred)
+    del centred
     base = torch.zeros(regions.size, device=dev, dtype=torch.float64)
-    base.index_add_(0, target, mean.to(torch.float64))
+    base.index_add_(0, target, shift.to(torch.float64) + deviation.to(torch.float64))
     size = torch.as_tensor(counts, device=dev, dtype=torch.float64)
     return sums / size.to(work), base / size
 

@@ -13,6 +13,26 @@ manifest)::
     <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_relmat.tsv / .json
     <source>_seg-<atlas>_desc-<strategy>_timeseries.tsv / .json
     <source>_seg-<atlas>_desc-<strategy>_report.html  (see connscale.bidsapp.report)
+    <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_dfc.h5 / .json    ('dfc')
+    <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_pairs.h5 / .json  ('pairs')
+
+and, with the measure ``voxelfc``, the voxel-level set of the run (it does
+not depend on the atlas, so a second atlas reuses it)::
+
+    <source>_meas-PearsonCorrelation_desc-<strategy>_relmat.h5 / .json
+
+``dfc`` is :func:`connscale.dynamic_correlation` of the cleaned region series
+(the HDF5 store of :mod:`connscale.fc.dynamic_result`), ``pairs`` is
+:func:`connscale.fc.pairwise_dfc` with :func:`connscale.fc.pair_summary`
+(the layout ``connscale cohort`` writes), ``voxelfc`` is
+:func:`connscale.correlation` of the cleaned voxel series streamed into the
+``relmat`` store of :mod:`connscale.io.hdf5` (strictly-upper triangle), with
+the run's brain mask (``/mask``), the affine (``/affine``) and each voxel's
+indices and scanner coordinates (``/voxels/ijk``, ``/voxels/xyz``; row ``v``
+of the series is voxel ``ijk[v]``, in the C order of ``numpy.nonzero(mask)``)
+so every value maps back to its pair of voxels. Every window-based store
+records its window onsets in the kept series, in source volumes and in
+seconds.
 
 A run whose set is already published with the same inputs and parameters is
 skipped; a failing run is recorded (``logs/participant_errors.tsv``) and the
@@ -31,7 +51,9 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale._validation import check_threshold, check_window
 from connscale._version import __version__
+from connscale.bidsapp.decode import load_masked_bold
 from connscale.bidsapp.layout import BoldRun, find_runs
 from connscale.bidsapp.report import framewise_displacement
 from connscale.denoise import STRATEGIES
@@ -43,9 +65,12 @@ __all__ = ["MEASURES", "ParticipantConfig", "ParticipantReport", "read_atlas_lab
 
 logger = logging.getLogger("connscale")
 
-#: What the participant level can write per run.
-MEASURES = ("fc", "timeseries")
+#: What the participant level can write per run: atlas-level measures, then voxel-level ones.
+REGION_MEASURES = ("fc", "timeseries", "dfc", "pairs")
+VOXEL_MEASURES = ("voxelfc",)
+MEASURES = REGION_MEASURES + VOXEL_MEASURES
 _MEASURE = "PearsonCorrelation"
+_WINDOWED = ("dfc", "pairs")
 DATASET_LINK = "preprocessed"
 
 
@@ -61,6 +86,9 @@ class ParticipantConfig:
     strategy: str = "simple"
     strategy_params: dict = field(default_factory=dict)
     measures: tuple = ("fc", "timeseries")
+    window_length: int | None = None
+    step: int = 1
+    pairs_threshold: float = 0.5
     detrend: bool = True
     standardize: str | None = "zscore_sample"
     low_pass: float | None = None
@@ -78,6 +106,23 @@ class ParticipantConfig:
             kept.pop(key)
         return kept
 
+    def region_parameters(self) -> dict:
+        """What changes the run's atlas-level set."""
+        kept = self.parameters()
+        kept["measures"] = [m for m in self.measures if m in REGION_MEASURES]
+        if not any(m in _WINDOWED for m in self.measures):
+            for key in ("window_length", "step", "pairs_threshold"):
+                kept.pop(key)
+        return kept
+
+    def voxel_parameters(self) -> dict:
+        """What changes the run's voxel-level set (not the atlas, not the windows)."""
+        kept = {k: v for k, v in self.parameters().items()
+                if k in ("strategy", "strategy_params", "detrend", "standardize", "low_pass",
+                         "high_pass", "dtype")}
+        kept["measures"] = [m for m in self.measures if m in VOXEL_MEASURES]
+        return kept
+
 
 @dataclass
 class ParticipantReport:
@@ -87,6 +132,7 @@ class ParticipantReport:
     report_path: Path
     errors_path: Path
     seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
 
     @property
     def counts(self) -> dict:
@@ -187,10 +233,10 @@ def _load_run(run: BoldRun):
                                                              atol=1e-3):
         raise ValueError(f"The mask {run.mask.name} is not on the grid of {run.bold.name}.")
     mask = np.asarray(mask_img.dataobj) > 0
-    data = np.asarray(img.dataobj, dtype=np.float32)[mask].T     # (T, V), C-contiguous rows
+    _, data = load_masked_bold(run.bold, mask)                 # (T, V), C-contiguous rows
     if not np.isfinite(data).all():
         raise ValueError(f"{run.bold.name} holds NaN or infinite values inside its mask.")
-    return img, mask, np.ascontiguousarray(data)
+    return img, mask, data
 
 
 def _sidecars(config: ParticipantConfig, run: BoldRun, names, confounds, sample_mask,
@@ -243,11 +289,17 @@ def _write_table(path: Path, array: np.ndarray, header: list[str], fmt: str) -> 
         np.savetxt(fh, array, delimiter="\t", fmt=fmt)
 
 
-def run_one(task: tuple[ParticipantConfig, BoldRun]) -> dict:
-    """Process one run; never raises (a failure comes back as an ``error`` record)."""
+def run_one(task: tuple) -> dict:
+    """Process one run; never raises (a failure comes back as an ``error`` record).
+
+    ``task`` is ``(config, run)``, or ``(config, run, decoded)`` where
+    ``decoded`` is a future of :func:`decode_run` started earlier (the
+    prefetch of :func:`run_serial`); its error is the run's error.
+    """
     import torch
 
-    config, run = task
+    config, run = task[:2]
+    prefetched = task[2] if len(task) > 2 else None
     record = {"name": run.name, "subject": run.entities.get("sub"),
               "session": run.entities.get("ses"), "bold": str(run.bold), "outputs": []}
     start = time.perf_counter()
@@ -256,7 +308,8 @@ def run_one(task: tuple[ParticipantConfig, BoldRun]) -> dict:
     try:
         if run.problem:
             raise ValueError(run.problem)
-        record.update(_process(config, run))
+        decoded = None if prefetched is None else prefetched.result()
+        record.update(_process(config, run, decoded))
         record["status"] = record.get("status", "ok")
     except Exception as exc:  # noqa: BLE001 - reported per run, never raised
         record.update(status="error", error=f"{type(exc).__name__}: {exc}",
@@ -267,32 +320,82 @@ def run_one(task: tuple[ParticipantConfig, BoldRun]) -> dict:
     return record
 
 
-def _process(config: ParticipantConfig, run: BoldRun) -> dict:
-    from connscale.denoise import clean_regions, cleaning_operator, load_confounds
-    from connscale.fc.static import correlation
+@dataclass
+class DecodedRun:
+    """A run's BOLD read into memory: what a task needs before any computation."""
+
+    img: object
+    mask: np.ndarray
+    data: np.ndarray          # (T, V) float32, the in-mask voxels in C order
+    seconds: float
+
+
+def decode_run(run: BoldRun) -> DecodedRun:
+    """Read a run's BOLD inside its own mask (timed, for the decode stage)."""
+    tic = time.perf_counter()
+    img, mask, data = _load_run(run)
+    return DecodedRun(img, mask, data, time.perf_counter() - tic)
+
+
+def _set_prefix(entities: dict, extra: dict) -> str:
+    """A set's name: its outputs' common entities (its lock, staging folder and manifest)."""
+    return bids_name({**entities, **extra}, suffix="bold", extension=".tsv")[:-len("_bold.tsv")]
+
+
+def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
+    """The run's output sets: ``{'region'|'voxel': (folder, prefix, fingerprint)}``."""
     from connscale.io._fingerprint import run_fingerprint
-    from connscale.io._publish import OutputSet
 
     entities = dict(run.entities)
-    seg = {"seg": config.atlas_name, "desc": config.strategy}
     folder = derivative_path(config.output, entities, suffix="bold", extension=".tsv").parent
-    # The set's name: the outputs' common entities (its lock, staging folder and manifest).
-    prefix = bids_name({**entities, **seg}, suffix="bold", extension=".tsv")[:-len("_bold.tsv")]
-    inputs = [p for p in (run.bold, run.mask, run.confounds, run.confounds_json,
-                          config.atlas, config.atlas_labels) if p is not None]
-    fingerprint = run_fingerprint(inputs, {**config.parameters(), "t_r": run.t_r})
-    timings = {}
-    with OutputSet(folder, prefix, command="bids participant", fingerprint=fingerprint) as out:
-        if out.complete():
+    bold_inputs = [p for p in (run.bold, run.mask, run.confounds, run.confounds_json)
+                   if p is not None]
+    sets = {}
+    if any(m in REGION_MEASURES for m in config.measures):
+        inputs = bold_inputs + [p for p in (config.atlas, config.atlas_labels) if p is not None]
+        sets["region"] = (folder, _set_prefix(entities, {"seg": config.atlas_name,
+                                                         "desc": config.strategy}),
+                          run_fingerprint(inputs, {**config.region_parameters(), "t_r": run.t_r}))
+    if any(m in VOXEL_MEASURES for m in config.measures):
+        sets["voxel"] = (folder, _set_prefix(entities, {"desc": config.strategy}),
+                         run_fingerprint(bold_inputs, {**config.voxel_parameters(),
+                                                       "t_r": run.t_r}))
+    return sets
+
+
+def needs_decode(config: ParticipantConfig, run: BoldRun) -> bool:
+    """False when every output set of the run is already published (nothing to read)."""
+    from connscale.io._publish import OutputSet
+
+    if run.problem:
+        return False
+    for folder, prefix, fingerprint in _output_sets(config, run).values():
+        probe = OutputSet(folder, prefix, command="bids participant", fingerprint=fingerprint)
+        if not probe.complete():
+            return True
+    return False
+
+
+def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None = None) -> dict:
+    from contextlib import ExitStack
+
+    from connscale.denoise import cleaning_operator, load_confounds
+    from connscale.io._publish import OutputSet
+
+    timings = {"decode": 0.0, "clean": 0.0, "compute": 0.0, "write": 0.0}
+    with ExitStack() as stack:
+        todo = {}
+        for kind, (folder, prefix, fingerprint) in _output_sets(config, run).items():
+            out = stack.enter_context(OutputSet(folder, prefix, command="bids participant",
+                                                fingerprint=fingerprint))
+            if not out.complete():
+                todo[kind] = out
+        if not todo:
             return {"status": "skipped", "outputs": []}
-        tic = time.perf_counter()
-        img, mask, data = _load_run(run)
-        atlas = _atlas_on_grid(config.atlas, img)
-        labels = atlas[mask]
-        regions = np.unique(labels[labels > 0])
-        if regions.size < 2:
-            raise ValueError(f"Fewer than 2 atlas regions inside the mask of {run.bold.name}.")
-        timings["decode"] = time.perf_counter() - tic
+        if decoded is None:
+            decoded = decode_run(run)
+        timings["decode"] = decoded.seconds
+        data = decoded.data
 
         tic = time.perf_counter()
         confounds, sample_mask = load_confounds(run.bold, config.strategy,
@@ -301,53 +404,252 @@ def _process(config: ParticipantConfig, run: BoldRun) -> dict:
             data.shape[0], confounds=None if confounds is None else confounds.to_numpy(),
             sample_mask=sample_mask, detrend=config.detrend, low_pass=config.low_pass,
             high_pass=config.high_pass, t_r=run.t_r)
-        series = clean_regions(data, labels, operator, regions=regions,
-                               standardize=config.standardize, device=config.device,
-                               dtype=config.dtype)
-        timings["clean"] = time.perf_counter() - tic
-
-        tic = time.perf_counter()
-        matrix = correlation(series, device=config.device, dtype=config.dtype,
-                             memory_limit=config.memory_limit) if "fc" in config.measures else None
-        timings["compute"] = time.perf_counter() - tic
-
-        tic = time.perf_counter()
-        names = _region_names(config, regions)
+        timings["clean"] += time.perf_counter() - tic
         fd = None if run.confounds is None else framewise_displacement(run.confounds)
         mean_fd = None if fd is None else float(fd.mean())
-        relmat_meta, series_meta = _sidecars(config, run, names, confounds, sample_mask,
-                                             data.shape[0], mean_fd)
-        written = []
-        if "fc" in config.measures:
-            stem = bids_name({**entities, "seg": config.atlas_name, "meas": _MEASURE,
-                              "desc": config.strategy}, suffix="relmat", extension=".tsv")
-            _write_table(out.path(stem), matrix, names, "%.8g")
-            write_json_atomic(out.path(stem[:-4] + ".json"), relmat_meta)
-            written += [stem, stem[:-4] + ".json"]
-        if "timeseries" in config.measures:
-            stem = bids_name({**entities, **seg}, suffix="timeseries", extension=".tsv")
-            _write_table(out.path(stem), series, names, "%.8g")
-            write_json_atomic(out.path(stem[:-4] + ".json"), series_meta)
-            written += [stem, stem[:-4] + ".json"]
-        if config.reports:
-            name = bids_name({**entities, **seg}, suffix="report", extension=".html")
-            out.path(name)
-            _run_report(out.staging, name, config=config, run=run, img=img, mask=mask,
-                        atlas=atlas, data=data, labels=labels, regions=regions,
-                        operator=operator, fc=matrix, names=names, fd=fd, timings=timings)
-            written.append(name)
-        out.commit(extra={"run": run.name})
-        timings["write"] = time.perf_counter() - tic
-    return {
-        "status": "ok",
-        "outputs": [str(folder / n) for n in written],
-        "mean_fd": mean_fd,
-        "n_volumes": int(data.shape[0]),
-        "n_kept": int(operator.volumes.size),
-        "n_voxels": int(data.shape[1]),
-        "n_regions": int(regions.size),
-        "timings": {k: round(v, 6) for k, v in timings.items()},
-    }
+        context = {"confounds": confounds, "sample_mask": sample_mask, "operator": operator,
+                   "fd": fd, "mean_fd": mean_fd}
+        record = {"status": "ok", "outputs": [], "mean_fd": mean_fd,
+                  "n_volumes": int(data.shape[0]), "n_kept": int(operator.volumes.size),
+                  "n_voxels": int(data.shape[1])}
+        if "region" in todo:
+            written, n_regions = _region_set(config, run, decoded, todo["region"], context,
+                                             timings)
+            record["n_regions"] = n_regions
+            record["outputs"] += [str(todo["region"].out_dir / n) for n in written]
+        if "voxel" in todo:
+            written = _voxel_set(config, run, decoded, todo["voxel"], context, timings)
+            record["outputs"] += [str(todo["voxel"].out_dir / n) for n in written]
+    record["timings"] = {k: round(v, 6) for k, v in timings.items()}
+    return record
+
+
+def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str], int]:
+    from connscale.denoise import clean_regions
+    from connscale.fc.static import correlation
+
+    entities = dict(run.entities)
+    seg = {"seg": config.atlas_name, "desc": config.strategy}
+    operator = context["operator"]
+    img, mask, data = decoded.img, decoded.mask, decoded.data
+    tic = time.perf_counter()
+    atlas = _atlas_on_grid(config.atlas, img)
+    labels = atlas[mask]
+    regions = np.unique(labels[labels > 0])
+    if regions.size < 2:
+        raise ValueError(f"Fewer than 2 atlas regions inside the mask of {run.bold.name}.")
+    timings["decode"] += time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    series = clean_regions(data, labels, operator, regions=regions,
+                           standardize=config.standardize, device=config.device,
+                           dtype=config.dtype)
+    timings["clean"] += time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    matrix = correlation(series, device=config.device, dtype=config.dtype,
+                         memory_limit=config.memory_limit) if "fc" in config.measures else None
+    timings["compute"] += time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    names = _region_names(config, regions)
+    relmat_meta, series_meta = _sidecars(config, run, names, context["confounds"],
+                                         context["sample_mask"], data.shape[0],
+                                         context["mean_fd"])
+    measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.strategy}
+    written = []
+    if "fc" in config.measures:
+        stem = bids_name(measured, suffix="relmat", extension=".tsv")
+        _write_table(out.path(stem), matrix, names, "%.8g")
+        write_json_atomic(out.path(stem[:-4] + ".json"), relmat_meta)
+        written += [stem, stem[:-4] + ".json"]
+    if "timeseries" in config.measures:
+        stem = bids_name({**entities, **seg}, suffix="timeseries", extension=".tsv")
+        _write_table(out.path(stem), series, names, "%.8g")
+        write_json_atomic(out.path(stem[:-4] + ".json"), series_meta)
+        written += [stem, stem[:-4] + ".json"]
+    timings["write"] += time.perf_counter() - tic
+    for measure in _WINDOWED:
+        if measure in config.measures:
+            name = bids_name(measured, suffix=measure, extension=".h5")
+            _windowed_store(measure, config, run, series, names, out.path(name),
+                            operator.volumes, timings)
+            write_json_atomic(out.path(name[:-3] + ".json"),
+                              _windowed_sidecar(measure, config, relmat_meta, series.shape[0]))
+            written += [name, name[:-3] + ".json"]
+    if config.reports:
+        tic = time.perf_counter()
+        name = bids_name({**entities, **seg}, suffix="report", extension=".html")
+        out.path(name)
+        _run_report(out.staging, name, config=config, run=run, img=img, mask=mask,
+                    atlas=atlas, data=data, labels=labels, regions=regions,
+                    operator=operator, fc=matrix, names=names, fd=context["fd"],
+                    timings=timings)
+        written.append(name)
+        timings["write"] += time.perf_counter() - tic
+    tic = time.perf_counter()
+    out.commit(extra={"run": run.name})
+    timings["write"] += time.perf_counter() - tic
+    return written, int(regions.size)
+
+
+def _window_onsets(n_kept: int, config, volumes: np.ndarray, t_r: float) -> dict:
+    from connscale.fc.dynamic import window_starts
+
+    starts = window_starts(n_kept, config.window_length, config.step)
+    return {"window_onsets": starts, "window_onset_volumes": volumes[starts],
+            "window_onset_seconds": volumes[starts] * float(t_r)}
+
+
+def _windowed_store(measure, config, run, series, names, path: Path, volumes, timings) -> None:
+    """Write ``dfc`` (connscale.dynamic_correlation) or ``pairs`` (pairwise_dfc) of a run."""
+    import h5py
+
+    from connscale.io._atomic import atomic_path
+
+    if series.shape[0] < config.window_length:
+        raise ValueError(f"--window-length {config.window_length} is longer than the "
+                         f"{series.shape[0]} volumes kept in {run.bold.name}.")
+    onsets = _window_onsets(series.shape[0], config, volumes, run.t_r)
+    extra = {"kept_volumes": volumes, **onsets,
+             "labels": np.asarray(names, dtype=object)}
+    attrs = {"measure": _MEASURE, "atlas": config.atlas_name, "strategy": config.strategy,
+             "source": _bids_uri(run.bold, Path(config.derivatives)),
+             "software": f"connscale {__version__}", "repetition_time": float(run.t_r)}
+    path.unlink(missing_ok=True)              # an unpublished leftover of a failed attempt
+    if measure == "dfc":
+        from connscale.fc.dynamic import dynamic_correlation
+
+        tic = time.perf_counter()
+        result = dynamic_correlation(series, config.window_length, config.step, kind="triu",
+                                     device=config.device, dtype=config.dtype,
+                                     memory_limit=config.memory_limit, out=path)
+        result.close()
+        timings["compute"] += time.perf_counter() - tic
+        tic = time.perf_counter()
+        with h5py.File(path, "a") as h5:
+            _put(h5, {k: v for k, v in extra.items() if k != "window_onsets"})
+            h5.attrs.update(attrs)
+        timings["write"] += time.perf_counter() - tic
+        return
+    from connscale.fc.pairs import pair_summary, pairwise_dfc
+
+    tic = time.perf_counter()
+    result = pairwise_dfc(series[None], config.window_length, config.step,
+                          device=config.device, dtype=config.dtype,
+                          memory_limit=config.memory_limit)
+    summary = pair_summary(result.courses, threshold=config.pairs_threshold)
+    timings["compute"] += time.perf_counter() - tic
+    tic = time.perf_counter()
+    with atomic_path(path) as tmp, h5py.File(tmp, "w", track_order=True) as h5:
+        h5.create_dataset("courses", data=result.courses[0], track_times=False)
+        h5.create_dataset("pairs", data=result.pairs, track_times=False)
+        for stat in ("mean", "std", "fraction_above"):
+            h5.create_dataset(f"summary/{stat}", data=getattr(summary, stat)[0],
+                              track_times=False)
+        _put(h5, extra)
+        h5.attrs.update({"window_length": result.window_length, "step": result.step,
+                         "threshold": summary.threshold, "n_constant": result.n_constant,
+                         **attrs})
+    timings["write"] += time.perf_counter() - tic
+
+
+def _put(h5, arrays: dict) -> None:
+    import h5py
+
+    for key, value in arrays.items():
+        if value.dtype == object:
+            h5.create_dataset(key, data=value, dtype=h5py.string_dtype(), track_times=False)
+        else:
+            h5.create_dataset(key, data=value, track_times=False)
+
+
+def _windowed_sidecar(measure: str, config, relmat_meta: dict, n_kept: int) -> dict:
+    meta = {k: v for k, v in relmat_meta.items() if k not in ("StorageFormat", "ValidDiagonal")}
+    meta.update({
+        "MeasureDescription": (
+            "Sliding-window Pearson correlation of every pair of denoised atlas region "
+            "series" + (", with each pair's mean, standard deviation and fraction of "
+                        f"windows above {config.pairs_threshold}" if measure == "pairs" else "")),
+        "WindowLength": config.window_length,
+        "WindowStep": config.step,
+        "NumberOfWindows": (n_kept - config.window_length) // config.step + 1,
+        "WindowsSpan": "the kept volumes, in order (with censoring a window may span a gap; "
+                       "window_onset_volumes and window_onset_seconds give each window's "
+                       "first source volume)",
+        "StorageFormat": ("HDF5 (connscale-dfc-1): triu (windows, pairs), row-major "
+                          "strictly-upper pairs" if measure == "dfc" else
+                          "HDF5: courses (pairs, windows), pairs (pairs, 2), summary/*"),
+    })
+    if measure == "pairs":
+        meta["Threshold"] = config.pairs_threshold
+    return meta
+
+
+def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
+    """Voxel-by-voxel correlation of the cleaned in-mask series, with the voxels' places."""
+    import h5py
+
+    from connscale.denoise import clean_signals
+    from connscale.fc.static import compute_correlation
+
+    entities = dict(run.entities)
+    operator = context["operator"]
+    mask, data = decoded.mask, decoded.data
+    n = data.shape[1]
+    if n < 2:
+        raise ValueError(f"The mask of {run.bold.name} holds fewer than 2 voxels.")
+    name = bids_name({**entities, "meas": _MEASURE, "desc": config.strategy},
+                     suffix="relmat", extension=".h5")
+    itemsize = 8 if config.dtype == "float64" else 4
+    out.check_space(itemsize * n * (n - 1) // 2 + 32 * n + mask.size,
+                    what=f"the voxel-level matrix of {run.bold.name} ({n} voxels)")
+    tic = time.perf_counter()
+    voxels = clean_signals(data, operator, standardize=config.standardize,
+                           device=config.device, dtype=config.dtype)
+    timings["clean"] += time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    path = out.path(name)
+    path.unlink(missing_ok=True)
+    source = _bids_uri(run.bold, Path(config.derivatives))
+    compute_correlation(voxels, kind="triu", device=config.device, dtype=config.dtype,
+                        memory_limit=config.memory_limit, out=path,
+                        attrs={"source": source, "strategy": config.strategy,
+                               "space": entities.get("space", "n/a")})
+    del voxels
+    timings["compute"] += time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    ijk = np.argwhere(mask).astype(np.int32)          # the C order of data's columns
+    affine = np.asarray(decoded.img.affine, dtype=np.float64)
+    with h5py.File(path, "a") as h5:
+        h5.create_dataset("mask", data=mask.astype(np.uint8), compression="gzip",
+                          track_times=False)
+        h5.create_dataset("affine", data=affine, track_times=False)
+        h5.create_dataset("voxels/ijk", data=ijk, track_times=False)
+        h5.create_dataset("voxels/xyz", data=ijk @ affine[:3, :3].T + affine[:3, 3],
+                          track_times=False)
+        h5.create_dataset("kept_volumes", data=operator.volumes, track_times=False)
+        h5.attrs["mask_source"] = _bids_uri(run.mask, Path(config.derivatives))
+    relmat_meta, _ = _sidecars(config, run, [], context["confounds"], context["sample_mask"],
+                               data.shape[0], context["mean_fd"])
+    relmat_meta.pop("NodeNames")
+    for key in ("Atlas", "AtlasFile", "AtlasLabelsFile"):
+        relmat_meta.pop(key)
+    relmat_meta.update({
+        "MeasureDescription": "Pearson correlation of the denoised series of each pair of "
+                              "voxels of the run's brain mask (no shrinkage)",
+        "ValidDiagonal": False,
+        "StorageFormat": "HDF5 relmat (connscale.io.hdf5): strictly-upper triangle, pair "
+                         "(i, j), i < j, at k = i*N - i*(i+1)/2 + j - i - 1; voxel i is "
+                         "voxels/ijk[i] (voxels/xyz[i] in mm) of /mask",
+        "NumberOfVoxels": int(n),
+    })
+    write_json_atomic(out.path(name[:-3] + ".json"), relmat_meta)
+    out.commit(extra={"run": run.name})
+    timings["write"] += time.perf_counter() - tic
+    return [name, name[:-3] + ".json"]
 
 
 def _run_report(staging: Path, name: str, *, config, run, img, mask, atlas, data, labels,
@@ -379,8 +681,10 @@ def _run_report(staging: Path, name: str, *, config, run, img, mask, atlas, data
 
 
 def _region_names(config: ParticipantConfig, regions: np.ndarray) -> list[str]:
+    """Region names from the labels file, else ``label-<value>`` (a header row of bare
+    numbers would read back as a row of data)."""
     if config.atlas_labels is None:
-        return [str(int(r)) for r in regions]
+        return [f"label-{int(r)}" for r in regions]
     table = read_atlas_labels(config.atlas_labels)
     missing = [int(r) for r in regions if int(r) not in table]
     if missing:
@@ -404,15 +708,59 @@ def _write_logs(output: Path, records: list[dict], meta: dict) -> tuple[Path, Pa
     return report, write_text_atomic(logs / "participant_errors.tsv", buffer.getvalue())
 
 
+def _gpu_plan(gpus, backend: str, notes: list[str]) -> list[dict]:
+    """Worker environments for ``--gpus`` (empty: no GPU, a note says so)."""
+    if gpus is None:
+        return []
+    from connscale.bidsapp.gpus import available_gpus, parse_gpus, plan_gpu_workers
+
+    gpus = parse_gpus(gpus)
+    if backend == "spark":
+        raise ValueError("--gpus starts one Dask worker per GPU; it cannot pin GPUs to Spark "
+                         "executors (leave out --backend spark).")
+    environments = plan_gpu_workers(gpus, available_gpus())
+    if not environments:
+        note = (f"--gpus {gpus}: no GPU on this node (torch sees no CUDA device); running "
+                f"on the CPU with the {backend} backend instead.")
+        notes.append(note)
+        logger.warning(note)
+    return environments
+
+
+def run_serial(config: ParticipantConfig, runs: list[BoldRun]) -> list[dict]:
+    """The runs in order in this process, decoding the next run while this one computes.
+
+    One background thread decodes (:func:`decode_run`) at most one run ahead,
+    so at most two runs are in memory; a run whose outputs are all published
+    is not read at all.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    def prefetch(run: BoldRun) -> DecodedRun | None:
+        return decode_run(run) if needs_decode(config, run) else None
+
+    records = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="connscale-decode") as pool:
+        ahead = pool.submit(prefetch, runs[0]) if runs else None
+        for index, run in enumerate(runs):
+            current, ahead = ahead, (pool.submit(prefetch, runs[index + 1])
+                                     if index + 1 < len(runs) else None)
+            records.append(run_one((config, run, current)))
+    return records
+
+
 def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels=None,
                     strategy: str = "simple", strategy_params: dict | None = None,
-                    measures=("fc", "timeseries"), participant_label=None, session_label=None,
+                    measures=("fc", "timeseries"), window_length: int | None = None,
+                    step: int = 1, pairs_threshold: float = 0.5,
+                    participant_label=None, session_label=None,
                     task=None, run=None, space=None, t_r: float | None = None,
                     detrend: bool = True, standardize: str | None = "zscore_sample",
                     low_pass: float | None = None, high_pass: float | None = None,
                     backend: str = "local", n_jobs: int | None = None, device: str = "cpu",
                     dtype: str = "float32", threads_per_task: int = 1, memory_limit=None,
-                    work_dir=None, reports: bool = True, verbose: int = 1) -> ParticipantReport:
+                    gpus=None, work_dir=None, reports: bool = True,
+                    verbose: int = 1) -> ParticipantReport:
     """Denoised atlas connectivity of every matching fMRIPrep run, as BIDS derivatives.
 
     Parameters
@@ -429,18 +777,36 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
         The ``seg-`` entity of the outputs (letters and digits).
     atlas_labels : path or None
         Region names (BIDS ``dseg.tsv``: ``index``, ``name``), used as
-        headers; without it the headers are the label numbers.
+        headers; without it the headers are ``label-<value>``.
     strategy : {'simple', 'scrubbing', 'compcor', 'ica_aroma', 'none'}
         The denoising strategy (the ``desc-`` entity).
     strategy_params : dict or None
         Extra parameters of ``load_confounds_strategy``.
-    measures : iterable of {'fc', 'timeseries'}
+    measures : iterable of {'fc', 'timeseries', 'dfc', 'pairs', 'voxelfc'}
+        Atlas level: ``fc`` (``_relmat.tsv``), ``timeseries``, ``dfc``
+        (sliding-window correlation of all region pairs, ``_dfc.h5``) and
+        ``pairs`` (each pair's windowed course and summaries, ``_pairs.h5``);
+        voxel level: ``voxelfc`` (every pair of in-mask voxels,
+        ``_relmat.h5`` with the mask and the voxel coordinates).
+    window_length, step : int
+        Sliding windows of ``dfc`` and ``pairs``, in kept volumes
+        (``window_length`` required for them).
+    pairs_threshold : float, default=0.5
+        ``pairs``: the threshold of the fraction-above summary.
     participant_label, session_label, task, run, space, t_r
         Filters and TR fallback of :func:`connscale.bidsapp.find_runs`.
     detrend, standardize, low_pass, high_pass
         Cleaning as in :func:`nilearn.signal.clean` (``t_r`` from each run).
     backend : {'serial', 'local', 'dask', 'spark'}, default='local'
         Where the run tasks execute (:func:`connscale.engines.get_engine`).
+        'serial' runs them in this process, decoding the next run's BOLD in
+        a background thread while this one computes (one run ahead).
+    gpus : 'all', int or None
+        Use every GPU of the node (or the first N): one Dask worker process
+        per GPU (:mod:`connscale.bidsapp.gpus`), ``device='cuda'`` in each;
+        ``backend`` and ``n_jobs`` are then not used. On a node without GPU
+        the report's ``notes`` say so and the runs go to ``backend`` on the
+        CPU.
     n_jobs : int or None
         Workers (None: every core).
     device : str, default='cpu'
@@ -468,6 +834,12 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
     unknown = sorted(set(measures) - set(MEASURES))
     if unknown or not measures:
         raise ValueError(f"measures must be among {', '.join(MEASURES)}; got {list(measures)}.")
+    if any(m in _WINDOWED for m in measures):
+        if window_length is None:
+            raise ValueError("The measures dfc and pairs need a window length "
+                             "(--window-length, in volumes).")
+        window_length, step = check_window(window_length, step)
+        pairs_threshold = check_threshold(pairs_threshold, "pairs_threshold")
     _check_name({"sub": "x", "seg": atlas_name}, suffix="relmat", extension=".tsv")
     atlas = Path(atlas).resolve()
     if not atlas.is_file():
@@ -479,6 +851,10 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
     output = Path(output).resolve()
     if output == derivatives:
         raise ValueError("The output folder must not be the derivatives folder itself.")
+    notes: list[str] = []
+    environments = _gpu_plan(gpus, backend, notes)
+    if environments:
+        device = "cuda"
     runs = find_runs(derivatives, participant_label=participant_label,
                      session_label=session_label, task=task, run=run, space=space,
                      strategy=strategy, t_r=t_r, work_dir=work_dir)
@@ -486,20 +862,31 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
         derivatives=str(derivatives), output=str(output), atlas=str(atlas),
         atlas_name=atlas_name, atlas_labels=None if atlas_labels is None else str(atlas_labels),
         strategy=strategy, strategy_params=dict(strategy_params or {}), measures=measures,
+        window_length=window_length, step=step, pairs_threshold=pairs_threshold,
         detrend=detrend, standardize=standardize, low_pass=low_pass, high_pass=high_pass,
         device=device, dtype=dtype, threads=threads_per_task, memory_limit=memory_limit,
         reports=reports)
     output.mkdir(parents=True, exist_ok=True)
     write_dataset_description(output, derivatives)
     start = time.perf_counter()
-    with get_engine(backend, n_jobs=n_jobs) as engine:
-        records = engine.map(run_one, [(config, r) for r in runs])
+    if environments:
+        from connscale.bidsapp.gpus import gpu_cluster
+
+        with gpu_cluster(environments) as client, get_engine("dask", cluster=client) as engine:
+            records = engine.map(run_one, [(config, r) for r in runs])
+        backend = f"dask ({len(environments)} GPU workers)"
+    elif backend == "serial":
+        records = run_serial(config, runs)
+    else:
+        with get_engine(backend, n_jobs=n_jobs) as engine:
+            records = engine.map(run_one, [(config, r) for r in runs])
     seconds = time.perf_counter() - start
     meta = {"command": "bids participant", "software": f"connscale {__version__}",
-            "derivatives": str(derivatives), "backend": backend,
+            "derivatives": str(derivatives), "backend": backend, "device": device,
+            "gpu_workers": environments, "notes": notes,
             "parameters": config.parameters(), "seconds": round(seconds, 3)}
     report_path, errors_path = _write_logs(output, records, meta)
-    report = ParticipantReport(records, report_path, errors_path, seconds)
+    report = ParticipantReport(records, report_path, errors_path, seconds, notes)
     if verbose:
         c = report.counts
         logger.info("bids participant: %d ok, %d skipped, %d failed in %.1f s", c["ok"],

@@ -14,7 +14,19 @@ Each subject is one file whose name carries its BIDS subject entity
   contributes its strictly-upper triangle, one feature per region pair;
 - DFC pair summaries written by ``connscale pairs``: a TSV with columns
   ``i``, ``j``, ``label_i``, ``label_j`` and any of ``mean``, ``std``,
-  ``fraction_above``; each (statistic, pair) is one feature.
+  ``fraction_above``; each (statistic, pair) is one feature;
+- region-pair DFC stores ``_pairs.h5`` (``connscale pairs``, ``connscale
+  cohort --job pairs``, ``connscale bids --measures pairs``: datasets
+  ``courses`` (pairs, windows), ``pairs``, optional ``summary/<stat>`` and
+  ``labels``) and sliding-window stores ``_dfc.h5`` (``connscale dfc``,
+  ``connscale cohort --job dfc``, ``connscale bids --measures dfc``: format
+  ``connscale-dfc-1``, any stored kind, read through
+  :func:`connscale.load_dynamic`): each pair's mean and standard deviation
+  over the windows (and the fraction of windows above the file's threshold
+  when it has one) are the pair-summary features.
+
+All connscale outputs of one cohort are recognised by their content, not
+their names; :func:`load_features` dispatches.
 
 Labels come from a BIDS ``participants.tsv``: column ``participant_id``
 (with or without the ``sub-`` prefix) and a label column chosen by the user.
@@ -35,10 +47,12 @@ from connscale.io._publish import check_published
 __all__ = [
     "FeatureSet",
     "align_labels",
+    "file_kind",
     "fisher_z",
     "load_connectome_features",
     "load_features",
     "load_pair_features",
+    "read_pair_file",
     "read_pair_summary",
     "read_participants",
     "read_relmat",
@@ -379,6 +393,154 @@ def read_pair_summary(path) -> dict:
     return out
 
 
+def _decoded(values) -> list:
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
+
+
+def _summary_of_courses(courses: np.ndarray, threshold) -> dict:
+    """Mean, std (and fraction above ``threshold``) of (pairs, windows) courses."""
+    from connscale.fc.pairs import pair_summary
+
+    summary = pair_summary(np.asarray(courses, dtype=np.float64)[None],
+                           threshold=0.5 if threshold is None else float(threshold))
+    out = {"mean": summary.mean[0], "std": summary.std[0]}
+    if threshold is not None:
+        out["fraction_above"] = summary.fraction_above[0]
+    return out
+
+
+def _threshold_attr(attrs):
+    value = attrs.get("threshold")
+    if isinstance(value, bytes):
+        value = value.decode()
+    if value is None or isinstance(value, str):
+        return None
+    value = float(value)
+    return None if not np.isfinite(value) else value
+
+
+def _pairs_table(path: Path, pairs: np.ndarray, labels, stats: dict) -> dict:
+    pairs = np.asarray(pairs, dtype=np.int64)
+    if pairs.ndim != 2 or pairs.shape[1] != 2 or not pairs.shape[0]:
+        raise ValueError(f"{str(path)!r}: 'pairs' must be an (n_pairs, 2) table; got shape "
+                         f"{pairs.shape}.")
+    n = int(pairs.max()) + 1
+    labels = _region_labels(labels, n) if labels is not None else [f"region_{k}"
+                                                                    for k in range(n)]
+    out = {"i": pairs[:, 0], "j": pairs[:, 1],
+           "label_i": [labels[i] for i in pairs[:, 0]],
+           "label_j": [labels[j] for j in pairs[:, 1]]}
+    for stat, values in stats.items():
+        values = np.asarray(values, dtype=np.float64)
+        if values.shape != (pairs.shape[0],):
+            raise ValueError(f"{str(path)!r}: summary {stat!r} has shape {values.shape}; "
+                             f"expected ({pairs.shape[0]},).")
+        out[stat] = values
+    return out
+
+
+def _read_pairs_h5(path: Path) -> dict:
+    import h5py
+
+    with h5py.File(path, "r") as h5:
+        missing = [k for k in ("courses", "pairs") if k not in h5]
+        if missing:
+            raise ValueError(f"{str(path)!r}: a _pairs.h5 store needs datasets 'courses' and "
+                             f"'pairs'; found {sorted(h5.keys())}.")
+        pairs = h5["pairs"][()]
+        labels = _decoded(h5["labels"][()]) if "labels" in h5 else None
+        if "summary" in h5:
+            stats = {s: h5["summary"][s][()] for s in _PAIR_STATISTICS if s in h5["summary"]}
+        else:
+            stats = _summary_of_courses(h5["courses"][()], _threshold_attr(h5.attrs))
+    return _pairs_table(path, pairs, labels, stats)
+
+
+def _read_dfc_h5(path: Path) -> dict:
+    import h5py
+
+    from connscale.fc.dynamic_result import load_dynamic
+    from connscale.fc.triu import matrix_to_vec
+
+    with h5py.File(path, "r") as h5:
+        import json
+
+        labels = _decoded(h5["labels"][()]) if "labels" in h5 else None
+        threshold = _threshold_attr(json.loads(h5.attrs.get("parameters", "{}")))
+        n = int(h5.attrs["n_series"])
+    if n < 2:
+        raise ValueError(f"{str(path)!r}: a DFC store needs at least 2 series; got {n}.")
+    with load_dynamic(path) as result:
+        if result.kind == "triu":
+            courses = np.stack([np.asarray(result[w]) for w in range(len(result))], axis=1)
+        else:   # sparse (unkept pairs read as 0), lowrank, factor: reconstructed windows
+            courses = np.stack([matrix_to_vec(result.to_dense(w)) for w in range(len(result))],
+                               axis=1)
+    i, j = np.triu_indices(n, 1)
+    return _pairs_table(path, np.stack([i, j], axis=1), labels,
+                        _summary_of_courses(courses, threshold))
+
+
+def _h5_kind(path: Path) -> str:
+    """'relmat', 'pairs' or 'dfc': what a connscale HDF5 output holds."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as h5:
+            if h5.attrs.get("format") in ("connscale-dfc-1", b"connscale-dfc-1"):
+                return "dfc"
+            if "courses" in h5 and "pairs" in h5:
+                return "pairs"
+            if "relmat" in h5:
+                return "relmat"
+            keys = sorted(h5.keys())
+    except OSError as exc:
+        raise ValueError(f"Cannot read {str(path)!r} as HDF5: {exc}") from None
+    raise ValueError(
+        f"{str(path)!r} is no connscale connectivity store: expected a 'relmat' dataset "
+        f"(_relmat.h5), 'courses' and 'pairs' (_pairs.h5) or a connscale-dfc-1 file "
+        f"(_dfc.h5); found {keys}.")
+
+
+def file_kind(path) -> str:
+    """What a feature file holds: 'relmat', 'pair_summary', 'pairs' or 'dfc'."""
+    path = Path(path)
+    name = path.name.lower()
+    if name.endswith((".h5", ".hdf5")):
+        return _h5_kind(path)
+    return "pair_summary" if _is_pair_summary(path) else "relmat"
+
+
+def read_pair_file(path) -> dict:
+    """Per-pair summaries of one scan from any connscale pair-level output.
+
+    Parameters
+    ----------
+    path : str or path
+        A pair-summary TSV (:func:`read_pair_summary`), a ``_pairs.h5`` store
+        (its ``summary/<stat>`` datasets, else computed from ``courses``) or
+        a ``_dfc.h5`` store (each pair's windowed correlations summarised).
+
+    Returns
+    -------
+    dict
+        As :func:`read_pair_summary`: ``i``, ``j``, ``label_i``, ``label_j``
+        and the statistics (``mean``, ``std``, and ``fraction_above`` when
+        the file has a threshold).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No such pair-summary file: {str(path)!r}.")
+    kind = file_kind(path)
+    if kind == "pairs":
+        return _read_pairs_h5(path)
+    if kind == "dfc":
+        return _read_dfc_h5(path)
+    if kind == "pair_summary":
+        return read_pair_summary(path)
+    raise ValueError(f"{str(path)!r} holds a connectivity matrix, not pair summaries.")
+
+
 def fisher_z(r) -> np.ndarray:
     """Fisher's z transform, ``arctanh(r)``, of correlations.
 
@@ -499,7 +661,9 @@ def load_pair_features(paths, *, statistics=("mean", "std"),
     Parameters
     ----------
     paths : sequence of str or path
-        One summary TSV per subject (see :func:`read_pair_summary`).
+        One pair-level file per subject: summary TSV, ``_pairs.h5`` or
+        ``_dfc.h5`` (see :func:`read_pair_file`); kinds may be mixed when
+        they list the same pairs.
     statistics : sequence of {'mean', 'std', 'fraction_above'}, default=('mean', 'std')
         Which summaries become features (all must be in every file).
     fisher_z_transform : bool, default=False
@@ -522,7 +686,7 @@ def load_pair_features(paths, *, statistics=("mean", "std"),
         raise ValueError("'statistics' must name at least one summary.")
     reference, rows = None, []
     for path in paths:
-        summary = read_pair_summary(path)
+        summary = read_pair_file(path)
         absent = [s for s in statistics if s not in summary]
         if absent:
             raise ValueError(f"{str(path)!r} has no column(s) {absent}.")
@@ -570,9 +734,11 @@ def load_features(paths, *, fisher_z_transform: bool = False,
                   statistics=("mean", "std")) -> FeatureSet:
     """Load connectomes or DFC pair summaries, whichever the files are.
 
-    A ``.tsv`` whose header has ``i``, ``j``, ``label_i``, ``label_j`` is a
-    pair summary (:func:`load_pair_features`); anything else is a matrix
-    (:func:`load_connectome_features`). All files must be of one kind.
+    A ``.tsv`` whose header has ``i``, ``j``, ``label_i``, ``label_j``, a
+    ``_pairs.h5`` and a ``_dfc.h5`` store are pair-level
+    (:func:`load_pair_features`); matrices (``.npy``, ``_relmat.tsv``,
+    ``_relmat.h5``) go to :func:`load_connectome_features`. All files must
+    be matrices, or all pair-level (see :func:`file_kind`).
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -582,7 +748,7 @@ def load_features(paths, *, fisher_z_transform: bool = False,
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"No such feature file: {str(path)!r}.")
-    kinds = {_is_pair_summary(p) for p in paths}
+    kinds = {file_kind(p) != "relmat" for p in paths}
     if len(kinds) > 1:
         raise ValueError(
             "The feature files mix DFC pair summaries and connectome matrices; "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from connscale.cli._common import add_compute_arguments, configure_logging
@@ -44,7 +45,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="participant: denoising strategy (nilearn's presets, or none); "
                             "group: which strategy to read.")
     atlas.add_argument("--measures", default="fc,timeseries",
-                       help=f"Comma-separated, among {', '.join(MEASURES)}.")
+                       help=f"Comma-separated, among {', '.join(MEASURES)}: fc and timeseries "
+                            "(atlas level, TSV), dfc (sliding-window FC of all region pairs) "
+                            "and pairs (each region pair's windowed course and summaries), "
+                            "HDF5; voxelfc: the voxel level, every pair of in-mask voxels "
+                            "(_relmat.h5 with the mask and voxel coordinates).")
+    atlas.add_argument("--window-length", type=int, default=None,
+                       help="dfc, pairs: window length in (kept) volumes.")
+    atlas.add_argument("--step", type=int, default=1, help="dfc, pairs: window step (volumes).")
+    atlas.add_argument("--pairs-threshold", type=float, default=0.5,
+                       help="pairs: threshold of the fraction-of-windows-above summary.")
     atlas.add_argument("--low-pass", type=float, default=None, help="Low-pass cutoff (Hz).")
     atlas.add_argument("--high-pass", type=float, default=None,
                        help="High-pass cutoff (Hz), Butterworth (the presets already regress "
@@ -70,6 +80,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                            help="serial (this process), local (process pool), dask or spark.")
     execution.add_argument("--n-jobs", type=int, default=None,
                            help="Worker processes (default: every core).")
+    execution.add_argument("--gpus", default=None, metavar="all|N",
+                           help="participant: every GPU of the node (or the first N), one Dask "
+                                "worker per GPU (CUDA_VISIBLE_DEVICES per worker); without a "
+                                "GPU the runs go to --backend on the CPU, with a note.")
     execution.add_argument("--no-reports", action="store_true",
                            help="participant: skip the per-run HTML reports.")
     execution.add_argument("--work-dir", type=Path, default=None,
@@ -98,13 +112,17 @@ def run(args) -> int:
         args.derivatives, args.output, atlas=args.atlas, atlas_name=args.atlas_name,
         atlas_labels=args.atlas_labels, strategy=args.denoise, strategy_params=params,
         measures=[m.strip() for m in args.measures.split(",") if m.strip()],
+        window_length=args.window_length, step=args.step,
+        pairs_threshold=args.pairs_threshold,
         participant_label=args.participant_label, session_label=args.session_label,
         task=args.task, run=args.run, space=args.space, t_r=args.t_r,
         low_pass=args.low_pass, high_pass=args.high_pass, backend=args.backend,
-        n_jobs=args.n_jobs, device=args.device, dtype=args.dtype,
+        n_jobs=args.n_jobs, gpus=args.gpus, device=args.device, dtype=args.dtype,
         memory_limit=args.memory_limit, work_dir=args.work_dir, reports=not args.no_reports,
         verbose=args.verbose)
     c = report.counts
+    for note in report.notes:
+        print(f"connscale bids: {note}", file=sys.stderr)
     print(f"connscale bids participant: {len(report.records)} runs, backend={args.backend}: "
           f"{c['ok']} done, {c['skipped']} already complete, {c['error']} failed "
           f"({report.seconds:.2f} s)")

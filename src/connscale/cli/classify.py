@@ -34,15 +34,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="Cross-validated classification of subjects from their connectomes.",
         description=(
             "Classify subjects (e.g. patients vs controls) from one connectome file per "
-            "subject (.npy, _relmat.tsv, _relmat.h5 or 'connscale pairs' summaries; the "
-            "subject is read from 'sub-<label>' in the file name) with a linear SVM or an "
+            "subject (.npy, _relmat.tsv, _relmat.h5, 'connscale pairs' summaries, or the "
+            "_pairs.h5 and _dfc.h5 stores of pairs, dfc, cohort and bids, summarised per "
+            "region pair; the subject is read from 'sub-<label>' in the file name) with a "
+            "linear SVM or an "
             "MLP, fitted inside repeated stratified k-fold cross-validation. Writes "
             "metrics with Clopper-Pearson 95%% intervals, the top features as region "
             "pairs, a confusion matrix, ROC curves, a JSON log and report.html."
         ),
     )
     parser.add_argument("features", nargs="+", type=Path, metavar="FEATURES",
-                        help="One connectome or pair-summary file per subject.")
+                        help="One connectome or pair-level file per subject.")
     parser.add_argument("--participants", required=True, type=Path,
                         help="BIDS participants.tsv with a participant_id column.")
     parser.add_argument("--label", required=True, metavar="COLUMN",
@@ -63,7 +65,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                         help="Fisher z-transform correlations (arctanh) first.")
     parser.add_argument("--statistics", nargs="+", default=["mean", "std"],
                         choices=["mean", "std", "fraction_above"],
-                        help="Summaries used from DFC pair-summary files.")
+                        help="Summaries used from pair-level files (pair summaries, "
+                             "_pairs.h5, _dfc.h5).")
     parser.add_argument("--permutations", type=int, default=0, metavar="N",
                         help="Label permutations for a p-value of the accuracy (0: none).")
     parser.add_argument("--interval", default="subjects", choices=["subjects", "predictions"],
