@@ -101,7 +101,7 @@ def dense_sums(prepared, labels, k):
 def tune(prepared, centres, n_bytes):
     """Time the fused pass and the centre sums over launch configurations;
     keep the fastest in km.fused.CONFIG."""
-    n, k = prepared.x.shape[0], centres.shape[0]
+    k = centres.shape[0]
     run = km._Run(prepared, centres, use_triton=True)
     labels = one_pass(run, centres)[0]
     c32 = centres.to(torch.float32)
@@ -221,8 +221,7 @@ def main():
             run = km._Run(prepared, result.centres, use_triton=True)
             one = timed(lambda r=run, c=result.centres: one_pass(r, c), 10)
             log(f"one fused assignment pass: {1e3 * one:.2f} ms = {n_bytes / one / 1e12:.2f} TB/s")
-            labels = result.labels
-            dense = timed(lambda: dense_sums(prepared, labels, k), 5)
+            dense = timed(lambda r=result: dense_sums(prepared, r.labels, k), 5)
             log(f"centre sums of all rows: {1e3 * dense:.2f} ms = "
                 f"{n_bytes / dense / 1e12:.2f} TB/s")
     if len(results) == 2:
