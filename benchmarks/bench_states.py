@@ -12,7 +12,7 @@ Rows of the table:
   ``min``, float64 ``index_add_``);
 * ``sklearn``: ``sklearn.cluster.KMeans(init=centres, n_init=1, tol=0,
   algorithm='lloyd')`` on the host's cores, fitted at the two
-  ``--sklearn-iters`` counts (2 and 6): the difference of the times over the
+  ``--sklearn-iters`` counts (2 and 32, the better of two fits each): the difference of the times over the
   difference of the iterations run (``n_iter_`` is checked to equal the
   count asked for). Planted states converge within a few iterations, where
   sklearn stops, so this is measured on unclustered windows (noise of the
@@ -147,16 +147,20 @@ def sklearn_per_iteration(data, init, counts, k):
     KMeans(k, init=init, n_init=1, max_iter=1).fit(data[:1000])  # imports, thread pool
     fits = {}
     for iters in counts:
-        start = time.perf_counter()
-        sk = KMeans(k, init=init, n_init=1, max_iter=iters, tol=0.0,
-                    algorithm="lloyd").fit(data)
-        fits[iters] = (time.perf_counter() - start, sk.n_iter_, sk)
+        best = None
+        for _ in range(2):  # the one-off work varies: the better of two fits
+            start = time.perf_counter()
+            sk = KMeans(k, init=init, n_init=1, max_iter=iters, tol=0.0,
+                        algorithm="lloyd").fit(data)
+            seconds = time.perf_counter() - start
+            best = seconds if best is None else min(best, seconds)
+        fits[iters] = (best, sk.n_iter_, sk)
         log(f"sklearn max_iter={iters}: {fits[iters][0]:.2f} s, n_iter_={sk.n_iter_}")
     (t0, n0, _), (t1, n1, sk) = fits[counts[0]], fits[counts[1]]
     honest = (n0, n1) == tuple(counts)
     if not honest:
-        log("WARNING: sklearn stopped early; its per-iteration time is not measured")
-    return (t1 - t0) / (n1 - n0) if honest else None, honest, sk
+        log("WARNING: sklearn stopped early: per iteration from the n_iter_ it ran")
+    return (t1 - t0) / (n1 - n0) if n1 - n0 >= 4 else None, honest, sk
 
 
 def main():
@@ -167,8 +171,8 @@ def main():
     parser.add_argument("--regions", type=int, default=200)
     parser.add_argument("--states", type=int, default=5)
     parser.add_argument("--iters", type=int, default=100)
-    parser.add_argument("--sklearn-iters", type=int, nargs=2, default=(2, 6),
-                        help="The two iteration counts of the sklearn fits (default 2 6).")
+    parser.add_argument("--sklearn-iters", type=int, nargs=2, default=(2, 32),
+                        help="The two iteration counts of the sklearn fits (default 2 32).")
     parser.add_argument("--l1-iters", type=int, default=3)
     parser.add_argument("--no-sklearn", action="store_true")
     parser.add_argument("--tune", action="store_true",
@@ -230,6 +234,16 @@ def main():
             f"rel. diff {abs(results['fused'].inertia / results['torch'].inertia - 1):.2e}")
     converged = km.lloyd(prepared, init_p, max_iter=args.iters)
     log(f"planted data: labels stop changing at iteration {converged.n_iter}")
+    if not args.no_sklearn:
+        from sklearn.cluster import KMeans
+
+        sk = KMeans(k, init=init.numpy().astype(np.float32), n_init=1, max_iter=args.iters,
+                    tol=0.0, algorithm="lloyd").fit(host.numpy())
+        centres = prepared.from_prepared(converged.centres).cpu().numpy()
+        log(f"planted data vs sklearn (n_iter {converged.n_iter} / {sk.n_iter_}): labels "
+            f"identical {bool((converged.labels.cpu().numpy() == sk.labels_).all())}, inertia "
+            f"rel. diff {abs(converged.inertia / sk.inertia_ - 1):.2e}, centres max abs diff "
+            f"{np.abs(centres - sk.cluster_centers_).max():.2e}")
     del prepared, results, x
 
     # Unclustered windows (noise): labels keep changing, so sklearn runs every
