@@ -123,3 +123,29 @@ def test_fit_api_and_estimator(phantom):
     assert warm.n_iter < fit.n_iter
     fixed = life.fit(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines, n_iter=30, tol=None, **kwargs)
     assert fixed.n_iter == 30 and len(fixed.objective) == 30
+
+
+def test_fit_cross_validates_with_random_state_and_sweeps(phantom, model):
+    args = (phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines)
+    kwargs = {"affine": phantom.affine, "device": "cpu", "n_iter": 60, "tol": None}
+    # random_state draws the gradient-direction split of the cross-validation.
+    fit = life.fit(*args, cross_validate=True, random_state=0, **kwargs)
+    np.testing.assert_allclose(fit.cv_rmse, split_rmse(model, n_iter=60, tol=None, random_state=0),
+                               rtol=1e-5)
+    other = life.fit(*args, cross_validate=True, random_state=1, **kwargs)
+    assert not np.allclose(other.cv_rmse, fit.cv_rmse)
+    assert life.fit(*args, **kwargs).cv_rmse is None
+    assert {"load", "build", "solve", "cross_validation"} <= set(fit.timings)
+    repeat = life.fit(*args, dwi_repeat=phantom.dwi_repeat, **kwargs)
+    np.testing.assert_allclose(repeat.cv_rmse, repeat.cross_validate(phantom.dwi_repeat)["rmse"],
+                               rtol=1e-6)
+    lam_max = life.lambda_max(model)
+    lams = [0.0, 0.05 * lam_max, 0.5 * lam_max]
+    swept = life.fit(*args, lambdas=lams, dwi_repeat=phantom.dwi_repeat, **kwargs)
+    rows = lambda_sweep(model, lams, data_repeat=phantom.dwi_repeat, n_iter=60, tol=None)
+    assert [r["lam"] for r in swept.lambda_sweep] == lams
+    best = min(rows, key=lambda r: r["cv_rmse_median"])
+    assert swept.lam == best["lam"]
+    np.testing.assert_allclose(swept.weights, best["fit"].weights, rtol=1e-5, atol=1e-9)
+    with pytest.raises(ValueError, match="'lambdas' replaces 'lam'"):
+        life.fit(*args, lam=0.1, lambdas=lams, **kwargs)

@@ -107,7 +107,8 @@ def _load_input(args):
     return load_timeseries(path)[0], None, None  # .tsv, .csv, .txt (_check_inputs)
 
 
-def _write_outputs(args, record: RunRecord, result, masker, outputs) -> None:
+def _write_outputs(args, record: RunRecord, result, masker, outputs):
+    """Write the outputs; return the 4-D maps image (None for matrix input)."""
     import scipy.sparse as sp
 
     def write(name: str) -> Path:
@@ -120,6 +121,7 @@ def _write_outputs(args, record: RunRecord, result, masker, outputs) -> None:
     with open(write("r1dl_loadings.npz"), "wb") as fh:
         sp.save_npz(fh, result.loadings)
 
+    maps = None
     if masker is not None:
         maps = masker.inverse_transform(result.loadings.toarray())
         write("r1dl_maps.nii.gz").write_bytes(gzip.compress(maps.to_bytes(), compresslevel=6))
@@ -146,42 +148,14 @@ def _write_outputs(args, record: RunRecord, result, masker, outputs) -> None:
     record.results.update({k: summary[k] for k in ("n_atoms", "sparsity", "mean_iterations")})
     record.results["n_converged"] = int(result.converged.sum())
     record.results.update({f"info_{k}": v for k, v in result.info.items()})
+    return maps
 
 
-def _figure(args, record: RunRecord, result, masker, background, outputs) -> None:
-    import matplotlib
+def _figure(args, record: RunRecord, result, maps, background, outputs) -> None:
+    from connscale.report.plots import plot_networks
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = min(_N_FIGURE, result.dictionary.shape[1])
-    fig, axes = plt.subplots(n, 2, figsize=(11, 2.4 * n), squeeze=False,
-                             gridspec_kw={"width_ratios": [1.4, 1]})
-    maps_img = None
-    if masker is not None:
-        maps_img = masker.inverse_transform(result.loadings[:n].toarray())
-    for k in range(n):
-        ax_t, ax_m = axes[k]
-        ax_t.plot(result.dictionary[:, k], lw=1)
-        ax_t.set_ylabel(f"network {k}")
-        ax_t.set_xlabel("time point" if k == n - 1 else "")
-        if maps_img is not None:
-            from nilearn import image, plotting
-
-            plotting.plot_stat_map(image.index_img(maps_img, k), bg_img=background,
-                                   axes=ax_m, display_mode="z", cut_coords=3,
-                                   colorbar=False, annotate=False, draw_cross=False)
-        else:
-            row = result.loadings[k]
-            ax_m.vlines(row.indices, 0, row.data, lw=0.6)
-            ax_m.set_xlim(0, result.loadings.shape[1])
-            ax_m.set_xlabel("voxel" if k == n - 1 else "")
-    axes[0][0].set_title("time course")
-    axes[0][1].set_title("spatial map")
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.93, bottom=0.08, hspace=0.35, wspace=0.12)
-    with open(outputs.path("r1dl_networks.png"), "wb") as fh:
-        fig.savefig(fh, format="png", dpi=90)
-    plt.close(fig)
+    plot_networks(result.dictionary, maps if maps is not None else result.loadings,
+                  outputs.path("r1dl_networks.png"), max_networks=_N_FIGURE, bg_img=background)
     record.add_figure(args.out / "r1dl_networks.png")
 
 
@@ -249,9 +223,9 @@ def run(args) -> int:
         record.device = result.info.get("device", result.info.get("backend"))
         record.results["resumed_atoms"] = result.info["resumed_atoms"]
         with record.timer("write"):
-            _write_outputs(args, record, result, masker, outputs)
+            maps = _write_outputs(args, record, result, masker, outputs)
         with record.timer("figure"):
-            _figure(args, record, result, masker, background, outputs)
+            _figure(args, record, result, maps, background, outputs)
         log = publish(outputs, record, "r1dl")
     logger.info("r1dl: %d networks, mean %.2f updates per atom; outputs in %s (%s)",
                 result.dictionary.shape[1], result.mean_iterations, args.out, log.name)

@@ -4,6 +4,7 @@ a tractogram to streamline weights (LiFE, or ReAl-LiFE with λ > 0)."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -197,6 +198,18 @@ class LiFEFit:
         The preconditioner h_f.
     resumed_from : int
         The solver iteration it resumed from (0: solved from the start).
+    streamlines : StreamlineArray or None
+        The input streamlines (set by :func:`fit`).
+    cv_rmse : ndarray of shape (n_voxels,) or None
+        Cross-validated RMSE per model voxel (set by :func:`fit` with
+        ``cross_validate=True`` or ``dwi_repeat``).
+    lambda_sweep : list of dict or None
+        One row per λ of :func:`fit`'s ``lambdas`` (``lam``, ``weight_sum``,
+        ``n_nonzero``, ``cv_rmse_median``, ``rmse_median``, ``objective``,
+        ``n_iter``); this fit is the row with the lowest ``cv_rmse_median``.
+    timings : dict
+        Seconds spent by :func:`fit` in each step (``load``, ``build``,
+        ``solve``, ``cross_validation`` or ``lambda_sweep``).
     """
 
     model: LiFEModel
@@ -210,6 +223,9 @@ class LiFEFit:
     data_term: list = field(default_factory=list)
     resumed_from: int = 0
     streamlines: StreamlineArray | None = None
+    cv_rmse: np.ndarray | None = None
+    lambda_sweep: list | None = None
+    timings: dict = field(default_factory=dict)
     _rmse: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -376,6 +392,9 @@ def fit(
     affine=None,
     mask=None,
     lam: float = 0.0,
+    lambdas=None,
+    dwi_repeat=None,
+    cross_validate: bool = False,
     n_iter: int = 500,
     tol: float | None = 1e-5,
     sphere=None,
@@ -405,6 +424,17 @@ def fit(
         Only nodes inside the mask enter the model.
     lam : float, default=0
         ReAl-LiFE's λ (on the preconditioned weights, see :func:`solve`).
+    lambdas : sequence of float or None, default=None
+        Fit each λ (warm-started from the previous one, see
+        :func:`connscale.life.lambda_sweep`) and return the fit with the
+        lowest cross-validated median RMSE, its table in ``lambda_sweep``.
+        Replaces ``lam`` (leave it at 0) and ``x0``.
+    dwi_repeat : path, nibabel image, array or None, default=None
+        A second acquisition on the same grid and volumes, against which the
+        fit is cross-validated (``cv_rmse``; the sweep's selection).
+        Without it cross-validation splits the gradient directions in two.
+    cross_validate : bool, default=False
+        Set ``cv_rmse`` (always done with ``dwi_repeat`` or ``lambdas``).
     n_iter : int, default=500
         Iterations (the reference's maxit).
     tol : float or None, default=1e-5
@@ -418,11 +448,12 @@ def fit(
     %(device)s
     %(dtype)s
     %(random_state)s
-        (Unused by the deterministic solver; kept for the evaluation steps.)
+        Draws the gradient-direction split of the cross-validation (the
+        solver itself is deterministic).
     x0 : array of shape (n_streamlines,) or None
         Warm-start weights per input streamline.
     %(memory_limit)s
-        Covers the dMRI volume when it is read from a file here, the model
+        Covers the dMRI volumes when they are read from a file here, the model
         build's chunks, the model and the solver's copies; checked up front
         (at worst, from the number of streamline points) and again once the
         model's size is known, with a :class:`~connscale.MemoryLimitError`.
@@ -457,18 +488,45 @@ def fit(
     """
     check_random_state(random_state)
     parse_memory(memory_limit)
+    if lambdas is not None:
+        if float(lam) != 0.0 or x0 is not None:
+            raise ValueError("'lambdas' replaces 'lam' and 'x0' (the sweep warm-starts each λ "
+                             f"from the previous one); got lam={lam} and x0 "
+                             f"{'given' if x0 is not None else 'None'}.")
+    timings = {}
+    start = time.perf_counter()
     data, affine, image = load_dwi(dwi, affine=affine)
     bvals, bvecs = load_gradients(bvals, bvecs)
     mask_data, _ = load_volume(mask, "mask")
     sl = load_streamlines(streamlines)
     check_space(sl, data.shape[:3], affine)
     loaded = data.nbytes if image is not None else 0
+    repeat = None
+    if dwi_repeat is not None:
+        repeat, _, repeat_image = load_dwi(dwi_repeat, affine=affine)
+        loaded += repeat.nbytes if repeat_image is not None else 0
+    timings["load"] = time.perf_counter() - start
     chunk_points, ops = plan_memory(memory_limit, device=device, n_points=int(sl.offsets[-1]),
                                     loaded_bytes=loaded)
+    start = time.perf_counter()
     model = build_model(data, bvals, bvecs, sl, affine=affine, mask=mask_data, sphere=sphere,
                         formulation=formulation, device=device, dtype=dtype,
                         chunk_points=chunk_points, memory_limit=memory_limit,
                         loaded_bytes=loaded)
+    timings["build"] = time.perf_counter() - start
+    start = time.perf_counter()
+    saving = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
+    if lambdas is not None:
+        from connscale.life.evaluate import lambda_sweep
+
+        rows = lambda_sweep(model, lambdas, data_repeat=repeat, n_iter=n_iter, tol=tol,
+                            random_state=random_state, verbose=verbose, operator_options=ops,
+                            **saving)
+        result = min(rows, key=lambda row: row["cv_rmse_median"])["fit"]
+        result.lambda_sweep = [{k: v for k, v in row.items() if k != "fit"} for row in rows]
+        result.streamlines = sl
+        result.timings = {**timings, "lambda_sweep": time.perf_counter() - start}
+        return result
     x0k = None
     if x0 is not None:
         x0 = np.asarray(x0, dtype=np.float64)
@@ -476,9 +534,22 @@ def fit(
             raise ValueError(f"'x0' must have one weight per streamline ({len(sl)}); got {x0.shape}.")
         x0k = x0[model.fibre_index]
     result = solve(model, lam=lam, n_iter=n_iter, tol=tol, x0=x0k, verbose=verbose,
-                   operator_options=ops, checkpoint=checkpoint,
-                   checkpoint_every=checkpoint_every)
+                   operator_options=ops, **saving)
     result.streamlines = sl
+    timings["solve"] = time.perf_counter() - start
+    start = time.perf_counter()
+    if repeat is not None:
+        from connscale.life.evaluate import cross_validated_rmse
+
+        result.cv_rmse = cross_validated_rmse(model, result.weights_kept, repeat)["rmse"]
+    elif cross_validate:
+        from connscale.life.evaluate import split_rmse
+
+        result.cv_rmse = split_rmse(model, lam=lam, n_iter=n_iter, tol=tol,
+                                    random_state=random_state, operator_options=ops, **saving)
+    if result.cv_rmse is not None:
+        timings["cross_validation"] = time.perf_counter() - start
+    result.timings = timings
     return result
 
 
