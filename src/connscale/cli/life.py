@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from connscale.cli._common import (
+    SEED_HELP,
+    DeprecatedAlias,
     RunRecord,
     add_compute_arguments,
     configure_logging,
@@ -68,14 +70,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=Path, default=None,
                         help="Second acquisition (same grid and volumes) for cross-validation; "
                              "default: a gradient-direction split.")
-    parser.add_argument("--iters", type=int, default=500, help="SBB iterations (reference maxit).")
+    iters = parser.add_mutually_exclusive_group()
+    iters.add_argument("--max-iter", type=int, default=500,
+                       help="Most SBB iterations (reference maxit).")
+    iters.add_argument("--iters", dest="max_iter", type=int, action=DeprecatedAlias,
+                       new="--max-iter")
     parser.add_argument("--tol", type=float, default=1e-5,
                         help="Stop thresholds (projected gradient, objective change); 0: run all iterations.")
     parser.add_argument("--sphere", default=None,
                         help="Atom orientations: a number of directions or a dipy sphere name.")
     parser.add_argument("--formulation", choices=["encode", "dipy"], default="encode",
                         help="ENCODE's model or dipy's / LiFE 1.0's.")
-    parser.add_argument("--seed", type=int, default=0, help="Seed of the random steps.")
+    parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     parser.add_argument("--checkpoint-every", type=int, default=50, metavar="N",
                         help="Solver iterations between checkpoints of its state (kept in the "
                              "output folder until the outputs are published; a killed run "
@@ -95,8 +101,8 @@ _INPUTS = (("dwi", "dMRI"), ("bvals", "b-values"), ("bvecs", "b-vectors"),
 def _check_arguments(args) -> list[Path]:
     """Check the numbers and that every input file exists (before the output
     is locked and the inputs fingerprinted); return the input files."""
-    if args.iters < 1:
-        raise ValueError(f"--iters must be at least 1; got {args.iters}.")
+    if args.max_iter < 1:
+        raise ValueError(f"--max-iter must be at least 1; got {args.max_iter}.")
     if args.lam < 0 or (args.lam_sweep and min(args.lam_sweep) < 0):
         raise ValueError("λ must be ≥ 0.")
     if args.checkpoint_every < 1:
@@ -160,7 +166,7 @@ def _run(args, outputs, source: str) -> int:
     with record.timer("fit"):  # split into fit's steps below
         fit = life.fit(args.dwi, args.bvals, args.bvecs, args.tractogram, mask=args.mask,
                        lam=args.lam, lambdas=args.lam_sweep, dwi_repeat=args.repeat,
-                       cross_validate=True, n_iter=args.iters,
+                       cross_validate=True, max_iter=args.max_iter,
                        tol=args.tol if args.tol > 0 else None, sphere=sphere,
                        formulation=args.formulation, device=args.device, dtype=args.dtype,
                        random_state=args.seed, memory_limit=args.memory_limit,

@@ -32,7 +32,13 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging
+from connscale.cli._common import (
+    SEED_HELP,
+    DeprecatedAlias,
+    RunRecord,
+    add_compute_arguments,
+    configure_logging,
+)
 from connscale.cli._sets import add_wait_argument, command_fingerprint, publish
 
 logger = logging.getLogger("connscale")
@@ -65,14 +71,17 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("input", type=Path, help="4-D NIfTI, or T x P .npy / .tsv / .csv.")
     parser.add_argument("--mask", type=Path, default=None, help="Brain mask NIfTI.")
-    parser.add_argument("--atoms", "-k", type=int, required=True, help="Number of networks K.")
+    components = parser.add_mutually_exclusive_group(required=True)
+    components.add_argument("--n-components", "-k", type=int, help="Number of networks K.")
+    components.add_argument("--atoms", dest="n_components", type=int, action=DeprecatedAlias,
+                            new="--n-components")
     parser.add_argument("--sparsity", "-r", type=_sparsity, required=True,
                         help="Voxels per network: a count (e.g. 500) or a fraction (e.g. 0.07).")
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     parser.add_argument("--backend", default="local", choices=["local", "dask", "spark"])
     parser.add_argument("--cluster", default=None, metavar="ADDRESS",
                         help="Dask scheduler address or Spark master URL (default: local).")
-    parser.add_argument("--seed", type=int, default=None, help="Random seed.")
+    parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     parser.add_argument("--tol", type=float, default=0.01, help="Convergence tolerance.")
     parser.add_argument("--max-iter", type=int, default=100, help="Most updates per atom.")
     parser.add_argument("--selection", default="magnitude", choices=["magnitude", "signed"])
@@ -188,7 +197,7 @@ def _check_space(args, outputs, S) -> None:
     if len(shape) != 2:
         return  # r1dl says what is wrong with it
     r = _resolve_sparsity(args.sparsity, shape[1])
-    nbytes = 2 * 12 * args.atoms * r + 16 * shape[0] * args.atoms + 4 * 1024**2
+    nbytes = 2 * 12 * args.n_components * r + 16 * shape[0] * args.n_components + 4 * 1024**2
     outputs.check_space(nbytes, what="the r1dl outputs")
 
 
@@ -213,7 +222,7 @@ def run(args) -> int:
         _check_space(args, outputs, S)
         with record.timer("r1dl"):
             result = r1dl(
-                S, args.atoms, args.sparsity, tol=args.tol, max_iter=args.max_iter,
+                S, args.n_components, args.sparsity, tol=args.tol, max_iter=args.max_iter,
                 selection=args.selection, standardize=args.standardize, n_init=args.n_init,
                 backend=args.backend, cluster=args.cluster, device=args.device, dtype=args.dtype,
                 random_state=args.seed, block_size=args.block_size,
