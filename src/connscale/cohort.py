@@ -313,7 +313,7 @@ def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> d
                 with h5_errors(output):
                     h5.create_dataset("courses", data=result.courses[0], track_times=False)
                     h5.create_dataset("pairs", data=result.pairs, track_times=False)
-                    h5.create_dataset("window_onsets", data=result.window_onsets,
+                    h5.create_dataset("window_onsets", data=result.window_starts,
                                       track_times=False)
                     for stat in ("mean", "std", "fraction_above"):
                         h5.create_dataset(f"summary/{stat}", data=getattr(summary, stat)[0],
@@ -330,7 +330,7 @@ def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> d
             finally:
                 close_h5(h5, output)
     return {"n_regions": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
-            "n_windows": int(result.window_onsets.size)}
+            "n_windows": int(result.window_starts.size)}
 
 
 def _job_fc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:

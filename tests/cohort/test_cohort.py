@@ -96,7 +96,7 @@ def test_pairs_job_outputs(tmp_path):
         expected = pairwise_dfc(x[None], 10, 3, device="cpu")
         assert_allclose(data["courses"], expected.courses[0], atol=1e-6)
         assert_array_equal(data["pairs"], expected.pairs)
-        assert_array_equal(data["window_onsets"], expected.window_onsets)
+        assert_array_equal(data["window_onsets"], expected.window_starts)
         summary = pair_summary(expected.courses, threshold=0.2)
         assert_allclose(data["summary/mean"], summary.mean[0], atol=1e-6)
         assert_allclose(data["summary/fraction_above"], summary.fraction_above[0])

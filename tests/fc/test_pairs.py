@@ -53,7 +53,7 @@ def test_equals_sequential_loop(rng, device, dtype, n_timepoints, window_length,
     assert result.courses.shape == (3, 10, n_windows)
     assert result.courses.dtype == np.dtype(dtype)
     assert_array_equal(result.pairs, np.stack(np.triu_indices(5, 1), axis=1))
-    assert_array_equal(result.window_onsets, np.arange(n_windows) * step)
+    assert_array_equal(result.window_starts, np.arange(n_windows) * step)
     for s in range(3):
         assert_allclose(result.courses[s], sequential_dfc(x[s], window_length, step),
                         atol=TOL[dtype], rtol=0)
@@ -64,7 +64,7 @@ def test_ragged_scans(rng, dtype):
     scans = [rng.standard_normal((t, 4)) for t in (30, 23, 30, 17)]
     result = pairwise_dfc(scans, 6, 4, device="cpu", dtype=dtype)
     assert isinstance(result.courses, list) and len(result.courses) == 4
-    for scan, course, onsets in zip(scans, result.courses, result.window_onsets):
+    for scan, course, onsets in zip(scans, result.courses, result.window_starts):
         expected = sequential_dfc(scan, 6, 4)
         assert course.shape == expected.shape
         assert_array_equal(onsets, np.arange(expected.shape[1]) * 4)
@@ -106,7 +106,7 @@ def test_constant_windows_are_nan_with_one_warning(rng):
         result = pairwise_dfc(x, 8, 2, device="cpu")
     assert len([w for w in record if issubclass(w.category, ConstantSeriesWarning)]) == 1
     pairs = [tuple(p) for p in result.pairs]
-    onsets = result.window_onsets
+    onsets = result.window_starts
     inside = (onsets >= 5) & (onsets + 8 <= 20)
     for p, (i, j) in enumerate(pairs):
         expected_nan = inside if 1 in (i, j) else np.zeros_like(inside)

@@ -104,7 +104,7 @@ def _run(args, names, outputs) -> int:
         summary = pair_summary(result.courses, threshold=args.threshold)
     record.device = str(resolve_device(args.device))
 
-    ragged = isinstance(result.window_onsets, list)
+    ragged = isinstance(result.window_starts, list)
     courses_bytes = sum(np.asarray(c).nbytes for c in result.courses)
     outputs.check_space(courses_bytes, what="the pair courses")
 
@@ -115,7 +115,7 @@ def _run(args, names, outputs) -> int:
     with record.timer("write"):
         for s, (path, name, (_, labels)) in enumerate(zip(args.inputs, names, loaded)):
             courses = result.courses[s]
-            onsets = result.window_onsets[s] if ragged else result.window_onsets
+            onsets = result.window_starts[s] if ragged else result.window_starts
             pair_rows = [[k, i, j, labels[i], labels[j]] for k, (i, j) in enumerate(result.pairs)]
             if args.format == "h5":
                 import h5py
@@ -157,13 +157,13 @@ def _run(args, names, outputs) -> int:
         write_text_atomic(output("pairs_features.tsv"),
                           _tsv(feature_rows, ["scan"] + summary.feature_names(result.pairs)))
 
-    n_windows = [len(o) for o in result.window_onsets] if ragged else [len(result.window_onsets)]
+    n_windows = [len(o) for o in result.window_starts] if ragged else [len(result.window_starts)]
     record.results.update({"n_scans": len(scans), "n_regions": int(scans[0].shape[1]),
                            "n_pairs": result.n_pairs, "n_windows": n_windows,
                            "n_constant_windows": result.n_constant})
     seconds = record.timings["pairwise_dfc"]
-    n_corr = result.n_pairs * sum(len(o) for o in (result.window_onsets if ragged
-                                                   else [result.window_onsets] * len(scans)))
+    n_corr = result.n_pairs * sum(len(o) for o in (result.window_starts if ragged
+                                                   else [result.window_starts] * len(scans)))
     record.results["correlations_per_second"] = n_corr / max(seconds, 1e-9)
     log = record.finish("pairs", outputs)
     outputs.commit()

@@ -60,9 +60,10 @@ class PairwiseDFC:
     pairs : ndarray of shape (n_pairs, 2), int64
         Region indices (i, j), i < j, of each row, in the row-major
         strictly-upper order of :mod:`connscale.fc.triu`.
-    window_onsets : ndarray of int64 or list of ndarray
+    window_starts : ndarray of int64 or list of ndarray
         First time point of each window (a list, one per scan, when the
-        scans differ in length).
+        scans differ in length), as :attr:`DynamicConnectivity.window_starts`.
+        ``window_onsets`` is its deprecated former name.
     window_length : int
     step : int
     n_constant : int
@@ -71,10 +72,18 @@ class PairwiseDFC:
 
     courses: object
     pairs: np.ndarray
-    window_onsets: object
+    window_starts: object
     window_length: int
     step: int
     n_constant: int = 0
+
+    @property
+    def window_onsets(self):
+        """Deprecated former name of ``window_starts`` (removed in 0.2)."""
+        warnings.warn("'window_onsets' was renamed 'window_starts'; 'window_onsets' will be "
+                      "removed in connscale 0.2. Use 'window_starts' instead.", FutureWarning,
+                      stacklevel=2)
+        return self.window_starts
 
     @property
     def n_scans(self) -> int:
@@ -233,7 +242,7 @@ def pairwise_dfc(
     PairwiseDFC
         ``courses`` (n_scans, n_pairs, n_windows) - a list of (n_pairs,
         n_windows_i) arrays when the scans differ in length -, ``pairs``
-        (n_pairs, 2), ``window_onsets`` and the parameters.
+        (n_pairs, 2), ``window_starts`` and the parameters.
 
     Warns
     -----
@@ -332,10 +341,10 @@ def pairwise_dfc(
             stacklevel=2,
         )
     if ragged:
-        window_onsets = [onsets_of[x.shape[0]] for x in scans]
+        window_starts = [onsets_of[x.shape[0]] for x in scans]
     else:
-        window_onsets = onsets_of[scans[0].shape[0]]
-    return PairwiseDFC(courses, pairs, window_onsets, window_length, step, n_constant)
+        window_starts = onsets_of[scans[0].shape[0]]
+    return PairwiseDFC(courses, pairs, window_starts, window_length, step, n_constant)
 
 
 def _compute_group(scans, window_length: int, step: int,

@@ -9,6 +9,7 @@ import dataclasses
 import numpy as np
 import torch
 
+from connscale._deprecation import DEPRECATED, renamed
 from connscale._validation import check_random_state
 from connscale.life.encode import LiFEModel, canonical_dictionary
 from connscale.life.operators import LiFEOperator
@@ -111,20 +112,22 @@ def submodel(model: LiFEModel, directions) -> LiFEModel:
     )
 
 
-def split_rmse(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol=1e-5,
+def split_rmse(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol=1e-5,
                random_state=None, operator_options=None, checkpoint=None,
-               checkpoint_every: int = 50) -> np.ndarray:
+               checkpoint_every: int = 50, n_iter=DEPRECATED) -> np.ndarray:
     """Cross-validated per-voxel RMSE by a gradient-direction split.
 
     Fits on one half of the directions and predicts the other half (the
     prediction demeaned per voxel, as the held-out signal is). ``checkpoint``
-    and ``checkpoint_every`` are passed to :func:`connscale.life.solve`.
+    and ``checkpoint_every`` are passed to :func:`connscale.life.solve`;
+    ``n_iter`` is the deprecated former name of ``max_iter``.
     """
     from connscale.life.api import solve
 
+    max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     da, db = split_directions(model, random_state=random_state)
     ma, mb = submodel(model, da), submodel(model, db)
-    fa = solve(ma, lam=lam, n_iter=n_iter, tol=tol, operator_options=operator_options,
+    fa = solve(ma, lam=lam, max_iter=max_iter, tol=tol, operator_options=operator_options,
                checkpoint=checkpoint, checkpoint_every=checkpoint_every)
     op_b = LiFEOperator(mb, **(operator_options or {}))
     pred = op_b.matvec(fa.weights_kept)
@@ -196,18 +199,20 @@ def strength_of_evidence(model: LiFEModel, weights_kept, fibres, *, n_boot: int 
             "rmse_nolesion": r_no, "n_voxels": n}
 
 
-def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, n_iter: int = 500, tol=1e-5,
+def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, max_iter: int = 500, tol=1e-5,
                  random_state=None, verbose: int = 0, operator_options=None, checkpoint=None,
-                 checkpoint_every: int = 50) -> list[dict]:
+                 checkpoint_every: int = 50, n_iter=DEPRECATED) -> list[dict]:
     """Fit each λ (warm-started from the previous one) and report the
     weight sum, non-zero count, objective and cross-validated median RMSE.
 
     Cross-validation uses ``data_repeat`` when given, otherwise a
     gradient-direction split (one split for all λ). ``checkpoint`` and
-    ``checkpoint_every`` are passed to every :func:`connscale.life.solve`.
+    ``checkpoint_every`` are passed to every :func:`connscale.life.solve`;
+    ``n_iter`` is the deprecated former name of ``max_iter``.
     """
     from connscale.life.api import solve
 
+    max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     lams = [float(x) for x in lams]
     if not lams or any(not np.isfinite(x) or x < 0 for x in lams):
         raise ValueError(f"'lams' must be a non-empty list of finite values ≥ 0; got {lams}.")
@@ -219,13 +224,13 @@ def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, n_iter: int = 500,
     rows = []
     x0 = x0a = None
     for lam in lams:
-        fit = solve(model, lam=lam, n_iter=n_iter, tol=tol, x0=x0, verbose=verbose,
+        fit = solve(model, lam=lam, max_iter=max_iter, tol=tol, x0=x0, verbose=verbose,
                     operator_options=operator_options, **saving)
         x0 = fit.weights_kept
         if data_repeat is not None:
             cv = cross_validated_rmse(model, fit.weights_kept, data_repeat)["rmse"]
         else:
-            fa = solve(ma, lam=lam, n_iter=n_iter, tol=tol, x0=x0a, operator_options=operator_options,
+            fa = solve(ma, lam=lam, max_iter=max_iter, tol=tol, x0=x0a, operator_options=operator_options,
                        **saving)
             x0a = fa.weights_kept
             pred = op_b.matvec(fa.weights_kept)

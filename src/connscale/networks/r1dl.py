@@ -41,6 +41,7 @@ from connscale._compute.memory import (
     memory_budget,
 )
 from connscale._docs import fill_doc
+from connscale._deprecation import DEPRECATED, renamed
 from connscale._validation import check_int, check_option, check_random_state
 from connscale.io._fingerprint import (
     array_fingerprint,
@@ -140,7 +141,7 @@ def _resolve_sparsity(sparsity, n_voxels: int) -> int:
 
 
 def _check_params(n_atoms, tol, max_iter, selection):
-    n_atoms = check_int(n_atoms, "n_atoms", minimum=1)
+    n_atoms = check_int(n_atoms, "n_components", minimum=1)
     if isinstance(tol, bool) or not isinstance(tol, Real) or not tol > 0:
         raise ValueError(f"'tol' must be a positive number; got {tol!r}.")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
@@ -372,8 +373,8 @@ def _run_engine(engine, loader, shape, n_blocks, *, dtype, n_atoms, r, tol, max_
 @fill_doc
 def r1dl(
     S,
-    n_atoms: int,
-    sparsity,
+    n_components: int = 20,
+    sparsity=0.07,
     *,
     tol: float = 0.01,
     max_iter: int = 100,
@@ -390,6 +391,7 @@ def r1dl(
     storage: str = "auto",
     checkpoint=None,
     verbose: int = 0,
+    n_atoms=DEPRECATED,
 ) -> R1DLResult:
     """Learn sparse functional networks by rank-1 dictionary learning.
 
@@ -399,9 +401,9 @@ def r1dl(
         The data matrix (masked fMRI: one column per voxel), or a path to a
         ``.npy`` file (memory-mapped, never loaded whole) or an HDF5 file
         (``'file.h5'`` or ``'file.h5:dataset'``). Never modified.
-    n_atoms : int
-        Number of networks K.
-    sparsity : int or float
+    n_components : int, default=20
+        Number of networks K (atoms of the dictionary).
+    sparsity : int or float, default=0.07
         r, non-zero loadings per network: a count, or a fraction of the
         voxels in (0, 1] (the paper uses 0.07).
     tol : float, default=0.01
@@ -451,7 +453,7 @@ def r1dl(
         A folder where every learned atom is saved (u, its loadings, its
         update count and the random generator's state, keyed on a
         fingerprint of S and the parameters that shape the atoms). When it
-        holds atoms of the same run (same data, ``n_atoms``, ``sparsity``,
+        holds atoms of the same run (same data, ``n_components``, ``sparsity``,
         ``tol``, ``max_iter``, ``selection``, ``standardize``, ``n_init``,
         ``dtype`` and ``random_state``), they are reused and learning goes
         on from the next atom: a killed run resumes where it stopped, and
@@ -459,6 +461,8 @@ def r1dl(
         backend, device and thread count). Atoms of another run are
         replaced. The folder is kept after the run.
     %(verbose)s
+    n_atoms : int
+        Former name of ``n_components``; deprecated, removed in 0.2.
 
     Returns
     -------
@@ -488,6 +492,7 @@ def r1dl(
     >>> res.dictionary.shape, res.loadings.shape
     ((60, 3), (3, 500))
     """
+    n_atoms = renamed(n_components, n_atoms, new="n_components", old="n_atoms", new_default=20)
     n_atoms, tol, max_iter = _check_params(n_atoms, tol, max_iter, selection)
     n_init = check_int(n_init, "n_init", minimum=1)
     check_option(storage, "storage", _STORAGES)
@@ -512,7 +517,7 @@ def r1dl(
     n_timepoints, n_voxels = source.shape
     if n_atoms > n_timepoints:
         raise ValueError(
-            f"'n_atoms' must be at most the number of time points ({n_timepoints}): each "
+            f"'n_components' must be at most the number of time points ({n_timepoints}): each "
             f"atom is a time course of that length; got {n_atoms}."
         )
     r = _resolve_sparsity(sparsity, n_voxels)
