@@ -22,19 +22,26 @@ from connscale.fc._tiles import (
     block_buffers,
     compact_table_bytes,
     compact_upper_triangle,
+    compact_upper_triangle_lookback,
+    walk_row_blocks,
 )
 
 # First capacity: this fraction of a window's pairs (grows on overflow).
 _INITIAL_FRACTION = 1 / 16
 # How each row block is thresholded and compacted: "two-reads" (a count
 # kernel, a scan, a compaction kernel, on the GEMM's stream:
-# :func:`connscale.fc._triton_kernels.compact_upper_tile`) or "one-read"
-# (:func:`connscale.fc._tiles.compact_upper_triangle`: one read of each block
-# on a second stream, entries staged by an atomic cursor, then placed). On an
+# :func:`connscale.fc._triton_kernels.compact_upper_tile`), "two-reads-side"
+# (the same kernels on a second stream, overlapping the next block's GEMM),
+# "one-read" (:func:`connscale.fc._tiles.compact_upper_triangle`: one read of
+# each block on a second stream, entries staged by an atomic cursor, then
+# placed) or "lookback" (:func:`connscale.fc._tiles.compact_upper_triangle_lookback`:
+# one read on a second stream, each entry written once at its place).
+# ``OPTIONS[method]``: keyword arguments of that method's function. On an
 # H100 (Table II, N = 30,697, w = 150, θ = 0.5; benchmarks/RESULTS.md §8) the
 # one-read kernel as it stands took 7.5 ms per window over a 4.1 ms GEMM
 # (1.27 s in all, against 0.82 s for two reads): not yet the default.
 METHOD = "two-reads"
+OPTIONS = {"one-read": {}, "lookback": {}}
 # Rows per GEMM block of the one-read method at most: the diagonal blocks'
 # lower halves are computed for nothing (about block rows / N of the GEMM).
 _BLOCK_ROWS = 2048
@@ -104,18 +111,37 @@ class SparseWindowsCUDA:
                 compact_upper_tile(tile, r0, self.threshold, self.absolute, values, columns,
                                    row_counts[r0:r1], cursor)
                 del tile
+        elif METHOD == "two-reads-side":
+            cursor = torch.zeros(1, dtype=torch.int64, device=device)
+            self._block_buffers(u)
+
+            def epilogue(tile, r0, r1):
+                compact_upper_tile(tile, r0, self.threshold, self.absolute, values, columns,
+                                   row_counts[r0:r1], cursor)
+
+            walk_row_blocks(u, self.block_rows, epilogue, buffers=self.buffers, side=self.side)
+        elif METHOD == "lookback":
+            self._block_buffers(u)
+            cursor = compact_upper_triangle_lookback(
+                u, self.threshold, absolute=self.absolute, block_rows=self.block_rows,
+                values=values, columns=columns, row_counts=row_counts, buffers=self.buffers,
+                side=self.side, **OPTIONS["lookback"])
         else:
             cursor = self._compact_one_read(u, values, columns, row_counts, capacity)
-        nnz_host = torch.empty(1, dtype=torch.int64, pin_memory=True)
-        nnz_host.copy_(cursor, non_blocking=True)
+        # The count, and for "lookback" a failure flag.
+        nnz_host = torch.zeros(2, dtype=torch.int64, pin_memory=True)
+        nnz_host[: cursor.numel()].copy_(cursor, non_blocking=True)
         ready = torch.cuda.Event()
         ready.record(torch.cuda.current_stream(device))
         return values, columns, row_counts, nnz_host, ready
 
-    def _compact_one_read(self, u, values, columns, row_counts, capacity):
+    def _block_buffers(self, u):
         if self.buffers is None:
             self.buffers = block_buffers(self.n, self.block_rows, dtype=u.dtype, device=u.device)
             self.side = torch.cuda.Stream(u.device)
+
+    def _compact_one_read(self, u, values, columns, row_counts, capacity):
+        self._block_buffers(u)
         if self.staging is None or self.staging[0].numel() < capacity:
             self.staging = (torch.empty(capacity, dtype=u.dtype, device=u.device),
                             torch.empty(capacity, dtype=torch.int32, device=u.device))
@@ -123,11 +149,14 @@ class SparseWindowsCUDA:
                                       block_rows=self.block_rows, values=values, columns=columns,
                                       row_counts=row_counts, staged_values=self.staging[0],
                                       staged_columns=self.staging[1], buffers=self.buffers,
-                                      side=self.side)
+                                      side=self.side, **OPTIONS["one-read"])
 
     def _finish(self, index, u, constant, values, columns, row_counts, nnz_host, ready):
         ready.synchronize()
         nnz = int(nnz_host[0])
+        if int(nnz_host[1]):
+            raise RuntimeError("the look-back compaction gave up waiting for earlier tiles; "
+                               "set connscale.fc._sparse_cuda.METHOD = 'two-reads'.")
         if nnz > values.numel():
             # Overflow: redo this window with room for it, grow the plan.
             self.capacity = max(self.capacity, int(nnz * 1.25))
