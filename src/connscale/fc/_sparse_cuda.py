@@ -18,6 +18,7 @@ import torch
 
 from connscale.fc._triton_kernels import compact_upper_tile
 from connscale.fc._tiles import (
+    COMPACT_BLOCK_M,
     aligned_block_rows,
     block_buffers,
     compact_table_bytes,
@@ -37,11 +38,13 @@ _INITIAL_FRACTION = 1 / 16
 # placed) or "lookback" (:func:`connscale.fc._tiles.compact_upper_triangle_lookback`:
 # one read on a second stream, each entry written once at its place).
 # ``OPTIONS[method]``: keyword arguments of that method's function. On an
-# H100 (Table II, N = 30,697, w = 150, θ = 0.5; benchmarks/RESULTS.md §8) the
-# one-read kernel as it stands took 7.5 ms per window over a 4.1 ms GEMM
-# (1.27 s in all, against 0.82 s for two reads): not yet the default.
-METHOD = "two-reads"
-OPTIONS = {"one-read": {}, "lookback": {}}
+# H100 (Table II, N = 30,697, w = 150, θ = 0.5; benchmarks/RESULTS.md §9,
+# benchmarks/sweep_sparse_dfc.py) per window over a 4.1 ms GEMM: one read
+# with 16×128 pieces 6.45 ms (0.738 s in all), two reads 7.2 ms (0.824 s),
+# on the side stream 7.06 ms (0.828 s), look-back 7.48 ms at best (0.846 s),
+# one read with 64×128 pieces 11.5 ms (1.276 s); the same CSR from each.
+METHOD = "one-read"
+OPTIONS = {"one-read": {"block_m": 16}, "lookback": {"chunk": 2048}}
 # Rows per GEMM block of the one-read method at most: the diagonal blocks'
 # lower halves are computed for nothing (about block rows / N of the GEMM).
 _BLOCK_ROWS = 2048
@@ -71,7 +74,8 @@ class SparseWindowsCUDA:
         # The plan gave tile_rows × N × 14 bytes (two tiles, masks and indices
         # of the torch path); the one-read method uses them for two float
         # blocks and its tables.
-        planned = tile_rows * n * 14 - compact_table_bytes(n)
+        planned = tile_rows * n * 14 - compact_table_bytes(
+            n, OPTIONS["one-read"].get("block_m", COMPACT_BLOCK_M))
         self.block_rows = aligned_block_rows(min(tile_rows, _BLOCK_ROWS, planned // (8 * n)))
         self.threshold = threshold
         self.absolute = absolute

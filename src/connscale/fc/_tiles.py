@@ -460,10 +460,11 @@ def aligned_block_rows(block_rows: int) -> int:
     return max(COMPACT_BLOCK_M, block_rows // COMPACT_BLOCK_M * COMPACT_BLOCK_M)
 
 
-def compact_table_bytes(n: int) -> int:
-    """Device bytes of :func:`compact_upper_triangle`'s tables for N series."""
+def compact_table_bytes(n: int, block_m: int = COMPACT_BLOCK_M) -> int:
+    """Device bytes of :func:`compact_upper_triangle`'s tables for N series
+    (pieces of ``block_m`` rows)."""
     n_cb = -(-n // COMPACT_BLOCK_N)
-    return n * n_cb * 8 + -(-n // COMPACT_BLOCK_M) * n_cb * 8 + n * 16
+    return n * n_cb * 8 + -(-n // block_m) * n_cb * 8 + n * 16
 
 
 def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
