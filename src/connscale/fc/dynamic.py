@@ -36,6 +36,7 @@ import hashlib
 import logging
 import os
 import warnings
+from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
@@ -48,14 +49,14 @@ from connscale._compute.memory import MemoryMeter, host_budget, limit_error
 from connscale._docs import fill_doc
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
-    check_int,
+    Interval,
+    StrOptions,
     check_not_all_constant,
-    check_option,
     check_output_path,
     check_random_state,
-    check_threshold,
     check_timeseries,
     check_window,
+    validate_params,
 )
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
 from connscale.fc._transfer import HostCopier
@@ -78,7 +79,7 @@ from connscale.fc.lowrank import (
 from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
-from connscale.fc.windows import taper_weights, window_support
+from connscale.fc.windows import TAPERS, taper_weights, window_support
 from connscale.io._atomic import check_free_space, fsync_path
 from connscale.io._h5 import H5WriteError
 from connscale.io._lock import OutputLock
@@ -107,8 +108,6 @@ def window_starts(n_timepoints: int, window_length: int, step: int = 1) -> np.nd
 def _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
                       absolute, rank, method, power_iterations, compute_error, *,
                       taper="rectangular", taper_sigma=3.0, t_r=None) -> dict:
-    check_option(kind, "kind", KINDS)
-    check_option(method, "method", METHODS)
     window_length, step = check_window(window_length, step, n_timepoints, t_r=t_r)
     support = window_support(window_length, taper, taper_sigma)
     if support > n_timepoints:
@@ -116,13 +115,10 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
             f"A {taper} window of {window_length} time points spans {support} (the taper adds "
             f"⌈3σ⌉ on each side) but the series have {n_timepoints}; use a shorter window."
         )
-    power_iterations = check_int(power_iterations, "power_iterations", minimum=0)
-    if not isinstance(absolute, (bool, np.bool_)):
-        raise ValueError(f"'absolute' must be True or False; got {absolute!r}.")  # noqa: TRY004
     if kind == "sparse":
         if threshold is None:
             raise ValueError("kind='sparse' needs a 'threshold' in [-1, 1]; got None.")
-        threshold = check_threshold(threshold)
+        threshold = float(threshold)
         if absolute and threshold <= 0:
             raise ValueError(
                 f"With absolute=True the threshold must be in (0, 1]; got {threshold}."
@@ -131,7 +127,7 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
         name = "threshold" if threshold is not None else "absolute"
         raise ValueError(f"'{name}' applies to kind='sparse' only; got kind={kind!r}.")
     if rank is not None:
-        rank = check_int(rank, "rank", minimum=1)
+        rank = int(rank)
         if rank >= n_series:
             raise ValueError(
                 f"'rank' must be smaller than the number of series ({n_series}); "
@@ -148,14 +144,15 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
             f"nothing ({2 * n_series * rank} numbers per window against "
             f"{n_series * (n_series - 1) // 2} for kind='triu'). Use rank < window_length, "
             "or kind='factor' (exact with window_length columns).",
-            UserWarning, stacklevel=3,
+            UserWarning, stacklevel=4,
         )
     if compute_error and kind not in ("lowrank", "factor"):
         raise ValueError(
             f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
         )
     return {"window_length": window_length, "step": step, "support": support,
-            "threshold": threshold, "rank": rank, "power_iterations": power_iterations, "absolute": bool(absolute)}
+            "threshold": threshold, "rank": rank, "power_iterations": int(power_iterations),
+            "absolute": bool(absolute)}
 
 
 def _stored_width(kind: str, rank: int | None, window_length: int) -> int | None:
@@ -330,6 +327,28 @@ def _runs(indices: list[int], size: int) -> list[list[int]]:
 
 
 @fill_doc
+@validate_params({
+    "timeseries": ["array-like"],
+    "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), str],
+    "step": [Interval(Integral, 1, None, closed="left"), str],
+    "kind": [StrOptions(KINDS)],
+    "threshold": [Interval(Real, -1, 1, closed="both"), None],
+    "absolute": ["boolean"],
+    "rank": [Interval(Integral, 1, None, closed="left"), None],
+    "method": [StrOptions(METHODS)],
+    "power_iterations": [Interval(Integral, 0, None, closed="left")],
+    "random_state": ["random_state"],
+    "device": ["device", None],
+    "dtype": ["dtype"],
+    "memory_limit": ["memory", None],
+    "compute_error": ["boolean"],
+    "allow_tf32": ["boolean"],
+    "taper": [StrOptions(TAPERS)],
+    "taper_sigma": [Interval(Real, 0, None, closed="neither")],
+    "t_r": [Interval(Real, 0, None, closed="neither"), None],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+    "attrs": [dict, None],
+})
 def dynamic_correlation(
     timeseries,
     window_length: int | str,
@@ -744,7 +763,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
             f"columns: {first}); their correlations there are undefined: NaN in dense and "
             "triangle output, left out of sparse output.",
             ConstantSeriesWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return plan
 
