@@ -105,6 +105,32 @@ def window_starts(n_timepoints: int, window_length: int, step: int = 1) -> np.nd
     return np.arange(n_windows(n_timepoints, window_length, step), dtype=np.int64) * step
 
 
+def check_kind_options(kind: str, threshold, absolute, rank, compute_error=False) -> None:
+    """The rules between ``kind`` and the parameters that apply to some kinds
+    only (they do not depend on the data, so the cohort checks them before its
+    first scan): ``'sparse'`` needs a ``threshold`` (in (0, 1] with
+    ``absolute``), ``'lowrank'`` a ``rank``; ``rank`` is for ``'lowrank'`` and
+    ``'factor'``, ``compute_error`` too."""
+    if kind == "sparse":
+        if threshold is None:
+            raise ValueError("kind='sparse' needs a 'threshold' in [-1, 1]; got None.")
+        if absolute and threshold <= 0:
+            raise ValueError(
+                f"With absolute=True the threshold must be in (0, 1]; got {threshold}."
+            )
+    elif threshold is not None or absolute:
+        name = "threshold" if threshold is not None else "absolute"
+        raise ValueError(f"'{name}' applies to kind='sparse' only; got kind={kind!r}.")
+    if kind == "lowrank" and rank is None:
+        raise ValueError("kind='lowrank' needs a 'rank' (1 <= rank < n_series); got None.")
+    if kind in ("triu", "sparse") and rank is not None:
+        raise ValueError(f"'rank' applies to kind='lowrank' or 'factor'; got kind={kind!r}.")
+    if compute_error and kind not in ("lowrank", "factor"):
+        raise ValueError(
+            f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
+        )
+
+
 def _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
                       absolute, rank, method, power_iterations, compute_error, *,
                       taper="rectangular", taper_sigma=3.0, t_r=None) -> dict:
@@ -115,17 +141,9 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
             f"A {taper} window of {window_length} time points spans {support} (the taper adds "
             f"⌈3σ⌉ on each side) but the series have {n_timepoints}; use a shorter window."
         )
-    if kind == "sparse":
-        if threshold is None:
-            raise ValueError("kind='sparse' needs a 'threshold' in [-1, 1]; got None.")
+    check_kind_options(kind, threshold, absolute, rank, compute_error)
+    if threshold is not None:
         threshold = float(threshold)
-        if absolute and threshold <= 0:
-            raise ValueError(
-                f"With absolute=True the threshold must be in (0, 1]; got {threshold}."
-            )
-    elif threshold is not None or absolute:
-        name = "threshold" if threshold is not None else "absolute"
-        raise ValueError(f"'{name}' applies to kind='sparse' only; got kind={kind!r}.")
     if rank is not None:
         rank = int(rank)
         if rank >= n_series:
@@ -133,10 +151,6 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
                 f"'rank' must be smaller than the number of series ({n_series}); "
                 f"got {rank}."
             )
-    if kind == "lowrank" and rank is None:
-        raise ValueError("kind='lowrank' needs a 'rank' (1 <= rank < n_series); got None.")
-    if kind in ("triu", "sparse") and rank is not None:
-        raise ValueError(f"'rank' applies to kind='lowrank' or 'factor'; got kind={kind!r}.")
     if kind == "lowrank" and rank >= window_length:
         warnings.warn(
             f"'rank' ({rank}) >= 'window_length' ({window_length}): a window's correlation "
@@ -145,10 +159,6 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
             f"{n_series * (n_series - 1) // 2} for kind='triu'). Use rank < window_length, "
             "or kind='factor' (exact with window_length columns).",
             UserWarning, stacklevel=4,
-        )
-    if compute_error and kind not in ("lowrank", "factor"):
-        raise ValueError(
-            f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
         )
     return {"window_length": window_length, "step": step, "support": support,
             "threshold": threshold, "rank": rank, "power_iterations": int(power_iterations),
