@@ -5,13 +5,20 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 
 from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device
 from connscale._docs import fill_doc
-from connscale._validation import check_random_state
+from connscale._validation import (
+    Interval,
+    StrOptions,
+    skip_nested_validation,
+    validate_estimator_params,
+    validate_params,
+)
 from connscale.life._checkpoint import SolverCheckpoint, solver_key
 from connscale.life.encode import LiFEModel, build_model
 from connscale.life.operators import LiFEOperator
@@ -293,6 +300,25 @@ def lambda_max(model: LiFEModel) -> float:
     return max(0.0, float(g.max()))
 
 
+# Declared once for fit, solve and the LiFE estimator.
+_PARAMETER_CONSTRAINTS = {
+    "lam": [Interval(Real, 0, None, closed="left")],
+    "n_iter": [Interval(Integral, 1, None, closed="left")],
+    "tol": [Interval(Real, 0, None, closed="left"), None],
+    "formulation": [StrOptions({"encode", "dipy"})],
+    "device": ["device", None],
+    "dtype": ["dtype"],
+    "random_state": ["random_state"],
+    "memory_limit": ["memory", None],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+    "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
+}
+_SOLVE_PARAMETERS = ("lam", "n_iter", "tol", "verbose", "checkpoint_every")
+_ESTIMATOR_PARAMETERS = ("lam", "n_iter", "tol", "formulation", "device", "dtype",
+                         "random_state", "verbose")
+
+
+@validate_params({k: _PARAMETER_CONSTRAINTS[k] for k in _SOLVE_PARAMETERS})
 def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float | None = 1e-5,
           x0=None, verbose: int = 0, callback=None, operator_options: dict | None = None,
           checkpoint=None, checkpoint_every: int = 50) -> LiFEFit:
@@ -336,8 +362,6 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
     LiFEFit
     """
     lam = float(lam)
-    if not np.isfinite(lam) or lam < 0:
-        raise ValueError(f"'lam' must be a finite number ≥ 0; got {lam}.")
     base = LiFEOperator(model, **(operator_options or {}))
     h = base.column_norms_sq()
     h = torch.where(h > 0, h, torch.ones_like(h))
@@ -350,8 +374,6 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
         xp0 = x0.to(model.device, torch.float64) * h
     state = saver = None
     if checkpoint is not None:
-        if int(checkpoint_every) < 1:
-            raise ValueError(f"'checkpoint_every' must be at least 1; got {checkpoint_every}.")
         saved = SolverCheckpoint(checkpoint, solver_key(
             model.signal, h, x0=xp0, lam=lam, n_iter=int(n_iter), tol=tol))
         state, saver = saved.load(), saved.save
@@ -367,6 +389,7 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
 
 
 @fill_doc
+@validate_params(_PARAMETER_CONSTRAINTS)
 def fit(
     dwi,
     bvals,
@@ -455,8 +478,6 @@ def fit(
     >>> result.weights.shape
     (720,)
     """
-    check_random_state(random_state)
-    parse_memory(memory_limit)
     data, affine, image = load_dwi(dwi, affine=affine)
     bvals, bvecs = load_gradients(bvals, bvecs)
     mask_data, _ = load_volume(mask, "mask")
@@ -499,6 +520,8 @@ class LiFE:
     voxel_rmse_ : ndarray of shape (n_voxels,)
     """
 
+    _parameter_constraints = {k: _PARAMETER_CONSTRAINTS[k] for k in _ESTIMATOR_PARAMETERS}
+
     def __init__(self, lam: float = 0.0, *, n_iter: int = 500, tol: float | None = 1e-5,
                  sphere=None, formulation="encode", device="auto", dtype="float32", random_state=None, verbose: int = 0):
         self.lam = lam
@@ -527,13 +550,13 @@ class LiFE:
 
         ``checkpoint`` is a folder for the solver's state, from which an
         interrupted fit resumes."""
-        if int(self.n_iter) < 1:
-            raise ValueError(f"'n_iter' must be at least 1; got {self.n_iter}.")
-        self.fit_ = fit(dwi, bvals, bvecs, streamlines, affine=affine, mask=mask, lam=self.lam,
-                        n_iter=self.n_iter, tol=self.tol, sphere=self.sphere,
-                        formulation=self.formulation, device=self.device,
-                        dtype=self.dtype, random_state=self.random_state, verbose=self.verbose,
-                        checkpoint=checkpoint)
+        validate_estimator_params(self)
+        with skip_nested_validation():
+            self.fit_ = fit(dwi, bvals, bvecs, streamlines, affine=affine, mask=mask,
+                            lam=self.lam, n_iter=self.n_iter, tol=self.tol, sphere=self.sphere,
+                            formulation=self.formulation, device=self.device,
+                            dtype=self.dtype, random_state=self.random_state,
+                            verbose=self.verbose, checkpoint=checkpoint)
         self.weights_ = self.fit_.weights
         self.objective_ = self.fit_.objective
         self.n_iter_ = self.fit_.n_iter
