@@ -413,7 +413,8 @@ def test_one_window_minimum_everywhere():
 
     x = _series()
     short = MIN_WINDOW_LENGTH - 1
-    message = f"'window_length' must be >= {MIN_WINDOW_LENGTH}; got {short}"
+    message = (rf"The 'window_length' parameter of .+ must be an int in the range "
+               rf"\[{MIN_WINDOW_LENGTH}, inf\) or a str. Got {short} instead.")
     for call in (lambda: dynamic_correlation(x, short, device="cpu"),
                  lambda: pairwise_dfc(x[None], short, device="cpu"),
                  lambda: check_job_params("pairs", {"window_length": short}),

@@ -134,11 +134,13 @@ def test_bad_parameters(rng):
     x = rng.standard_normal((2, 10, 3))
     with pytest.raises(ValueError, match="at most the number of time points"):
         pairwise_dfc(x, 11, device="cpu")
-    with pytest.raises(ValueError, match="'window_length' must be >= 3"):
+    with pytest.raises(ValueError, match=r"The 'window_length' parameter of pairwise_dfc must be an int in the range "
+                       r"\[3, inf\) or a str. Got 2 instead."):
         pairwise_dfc(x, 2, device="cpu")
-    with pytest.raises(ValueError, match="'step' must be >= 1"):
+    with pytest.raises(ValueError, match=r"The 'step' parameter of pairwise_dfc must be an int in the range \[1, inf\) "
+                       r"or a str. Got 0 instead."):
         pairwise_dfc(x, 4, 0, device="cpu")
-    with pytest.raises(ValueError, match="'dtype' must be"):
+    with pytest.raises(ValueError, match="'dtype' parameter of pairwise_dfc must be 'float32' or 'float64'"):
         pairwise_dfc(x, 4, device="cpu", dtype="int8")
     with pytest.raises(ValueError, match="ragged"):
         pairwise_dfc([x[0], x[1, :8]], 4, device="cpu", as_tensor=True)
@@ -174,7 +176,7 @@ def test_pair_summary(rng):
 
 
 def test_pair_summary_errors():
-    with pytest.raises(ValueError, match="in \\[-1, 1\\]"):
+    with pytest.raises(ValueError, match="in the range \\[-1, 1\\]"):
         pair_summary(np.zeros((1, 2, 3)), threshold=2)
     with pytest.raises(ValueError, match="shape \\(n_scans, n_pairs, n_windows\\)"):
         pair_summary(np.zeros((2, 3)))

@@ -187,13 +187,13 @@ def test_bad_input(bad, match):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"kind": "full"}, "'kind' must be one of"),
+        ({"kind": "full"}, "'kind' parameter of correlation must be a str among"),
         ({"kind": "sparse"}, "needs a 'threshold'"),
-        ({"kind": "sparse", "threshold": 1.5}, "lie in \\[-1, 1\\]"),
+        ({"kind": "sparse", "threshold": 1.5}, "in the range \\[-1, 1\\]"),
         ({"kind": "triu", "threshold": 0.5}, "applies to kind='sparse' only"),
-        ({"device": "tpu"}, "'device' must be"),
-        ({"dtype": "float16"}, "'dtype' must be"),
-        ({"memory_limit": "lots"}, "'memory_limit' must be"),
+        ({"device": "tpu"}, "'device' parameter of correlation must be"),
+        ({"dtype": "float16"}, "'dtype' parameter of correlation must be"),
+        ({"memory_limit": "lots"}, "'memory_limit' parameter of correlation must be"),
     ],
 )
 def test_bad_parameters(kwargs, match, rng):

@@ -114,7 +114,7 @@ def test_fit_api_and_estimator(phantom):
     assert est.get_params()["lam"] == 0.01
     with pytest.raises(ValueError, match="not fitted"):
         life.LiFE().predict()
-    with pytest.raises(ValueError, match="'max_iter' must be"):
+    with pytest.raises(ValueError, match=r"The 'max_iter' parameter of LiFE.fit must be an int in the range \[1, inf\)"):
         life.LiFE(max_iter=0).fit(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines,
                                 affine=phantom.affine)
     # Warm start from the solution converges at once; fixed iterations run them all.

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 import warnings
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import numpy as np
 import torch
@@ -33,7 +34,13 @@ from connscale._compute.memory import host_budget, limit_error
 from connscale._compute.buffers import PinnedBufferPool
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
-from connscale._validation import check_threshold, check_timeseries, check_window
+from connscale._validation import (
+    MIN_WINDOW_LENGTH,
+    Interval,
+    check_timeseries,
+    check_window,
+    validate_params,
+)
 from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.triu import n_pairs
 
@@ -207,6 +214,14 @@ def _pairs_chunk(x64: torch.Tensor, constant: torch.Tensor, window_length: int, 
 
 
 @fill_doc
+@validate_params({
+    "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), str],
+    "step": [Interval(Integral, 1, None, closed="left"), str],
+    "device": ["device", None],
+    "dtype": ["dtype"],
+    "memory_limit": ["memory", None],
+    "as_tensor": ["boolean"],
+})
 def pairwise_dfc(
     timeseries,
     window_length: int,
@@ -465,6 +480,7 @@ def _pinned_pool(dev: torch.device, dtype: torch.dtype, n_elements: int) -> Pinn
     return pool
 
 
+@validate_params({"threshold": [Interval(Real, -1, 1, closed="both")]})
 def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:
     """Mean, standard deviation and fraction of windows above a threshold, per pair.
 
@@ -484,7 +500,7 @@ def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:
         ``mean``, ``std``, ``fraction_above`` of shape (n_scans, n_pairs) and
         :meth:`PairSummary.features` for classification.
     """
-    threshold = check_threshold(threshold)
+    threshold = float(threshold)
     if isinstance(courses, PairwiseDFC):
         courses = courses.courses
     if isinstance(courses, (list, tuple)):

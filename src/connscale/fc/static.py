@@ -18,6 +18,7 @@ import glob
 import logging
 import os
 from dataclasses import dataclass
+from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
@@ -39,11 +40,12 @@ from connscale._compute import (
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
 from connscale._validation import (
+    Interval,
+    StrOptions,
     check_not_all_constant,
-    check_option,
     check_output_path,
-    check_threshold,
     check_timeseries,
+    validate_params,
 )
 from connscale.fc._triton_kernels import block_triu_size, extract_triu
 from connscale.fc.normalize import normalize_series, warn_constant
@@ -62,6 +64,20 @@ KINDS = ("dense", "triu", "sparse")
 _MAX_ROUND_ELEMENTS_CUDA = 1 << 28
 _MAX_ROUND_ELEMENTS_CPU = 1 << 26
 
+# Declared once for correlation and compute_correlation (the entry of the
+# CLI, the cohort and the BIDS pipeline).
+_PARAMETER_CONSTRAINTS = {
+    "timeseries": ["array-like"],
+    "kind": [StrOptions(KINDS)],
+    "threshold": [Interval(Real, -1, 1, closed="both"), None],
+    "absolute": ["boolean"],
+    "device": ["device", None],
+    "dtype": ["dtype"],
+    "memory_limit": ["memory", None],
+    "allow_tf32": ["boolean"],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+}
+
 
 @dataclass(frozen=True)
 class _Round:
@@ -75,6 +91,7 @@ class _Round:
 
 
 @fill_doc
+@validate_params(_PARAMETER_CONSTRAINTS)
 def correlation(
     timeseries,
     *,
@@ -161,16 +178,16 @@ def correlation(
     return result
 
 
+@validate_params(_PARAMETER_CONSTRAINTS)
 def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=False,
                         device="auto", dtype="float32", memory_limit=None, out=None,
                         allow_tf32=False, verbose=0, attrs=None):
     """:func:`correlation`, also returning the :class:`MemoryPlan` it followed
     and the number of constant series (for logs and reports)."""
-    check_option(kind, "kind", KINDS)
     if kind == "sparse":
         if threshold is None:
             raise ValueError("kind='sparse' needs a 'threshold' (e.g. 0.5).")
-        threshold = check_threshold(threshold)
+        threshold = float(threshold)
     elif threshold is not None:
         raise ValueError(
             f"'threshold' applies to kind='sparse' only; got threshold={threshold} "
@@ -199,7 +216,7 @@ def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=Fa
                 "raise memory_limit.")
         with _allow_tf32(allow_tf32), torch.no_grad():
             normalized, constant = _normalize(x, dev, work_dtype, columns)
-            n_constant = warn_constant(constant, stacklevel=4)
+            n_constant = warn_constant(constant, stacklevel=6)
             _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose)
     except BaseException:
         sink.abort()

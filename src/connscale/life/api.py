@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 
 import numpy as np
 import torch
@@ -15,7 +16,13 @@ from sklearn.utils.validation import check_is_fitted
 from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device
 from connscale._deprecation import DEPRECATED, renamed
 from connscale._docs import fill_doc
-from connscale._validation import check_random_state
+from connscale._validation import (
+    Interval,
+    StrOptions,
+    skip_nested_validation,
+    validate_estimator_params,
+    validate_params,
+)
 from connscale.life._checkpoint import SolverCheckpoint, solver_key
 from connscale.life.encode import LiFEModel, build_model
 from connscale.life.operators import LiFEOperator
@@ -312,6 +319,27 @@ def lambda_max(model: LiFEModel) -> float:
     return max(0.0, float(g.max()))
 
 
+# Declared once for fit, solve and the LiFE estimator.
+_PARAMETER_CONSTRAINTS = {
+    "lam": [Interval(Real, 0, None, closed="left")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "n_iter": [Interval(Integral, 1, None, closed="left"), StrOptions({DEPRECATED})],
+    "tol": [Interval(Real, 0, None, closed="left"), None],
+    "formulation": [StrOptions({"encode", "dipy"})],
+    "device": ["device", None],
+    "dtype": ["dtype"],
+    "cross_validate": ["boolean"],
+    "random_state": ["random_state"],
+    "memory_limit": ["memory", None],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+    "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
+}
+_SOLVE_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "verbose", "checkpoint_every")
+_ESTIMATOR_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "formulation", "device", "dtype",
+                         "cross_validate", "random_state", "verbose")
+
+
+@validate_params({k: _PARAMETER_CONSTRAINTS[k] for k in _SOLVE_PARAMETERS})
 def solve(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol: float | None = 1e-5,
           x0=None, verbose: int = 0, callback=None, operator_options: dict | None = None,
           checkpoint=None, checkpoint_every: int = 50, n_iter=DEPRECATED) -> LiFEFit:
@@ -358,8 +386,6 @@ def solve(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol: float
     """
     n_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     lam = float(lam)
-    if not np.isfinite(lam) or lam < 0:
-        raise ValueError(f"'lam' must be a finite number ≥ 0; got {lam}.")
     base = LiFEOperator(model, **(operator_options or {}))
     h = base.column_norms_sq()
     h = torch.where(h > 0, h, torch.ones_like(h))
@@ -372,8 +398,6 @@ def solve(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol: float
         xp0 = x0.to(model.device, torch.float64) * h
     state = saver = None
     if checkpoint is not None:
-        if int(checkpoint_every) < 1:
-            raise ValueError(f"'checkpoint_every' must be at least 1; got {checkpoint_every}.")
         saved = SolverCheckpoint(checkpoint, solver_key(
             model.signal, h, x0=xp0, lam=lam, n_iter=int(n_iter), tol=tol))
         state, saver = saved.load(), saved.save
@@ -389,6 +413,7 @@ def solve(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol: float
 
 
 @fill_doc
+@validate_params(_PARAMETER_CONSTRAINTS)
 def fit(
     dwi,
     bvals,
@@ -496,8 +521,6 @@ def fit(
     (720,)
     """
     n_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
-    check_random_state(random_state)
-    parse_memory(memory_limit)
     if lambdas is not None:
         if float(lam) != 0.0 or x0 is not None:
             raise ValueError("'lambdas' replaces 'lam' and 'x0' (the sweep warm-starts each λ "
@@ -594,6 +617,8 @@ class LiFE(BaseEstimator):
     state as scikit-learn's, but does not enter a ``Pipeline``.
     """
 
+    _parameter_constraints = {k: _PARAMETER_CONSTRAINTS[k] for k in _ESTIMATOR_PARAMETERS}
+
     def __init__(self, lam: float = 0.0, *, max_iter: int = 500, tol: float | None = 1e-5,
                  sphere=None, formulation="encode", device="auto", dtype="float32",
                  cross_validate: bool = False, random_state=None, verbose: int = 0,
@@ -615,18 +640,18 @@ class LiFE(BaseEstimator):
 
         ``checkpoint`` is a folder for the solver's state, from which an
         interrupted fit resumes."""
+        validate_estimator_params(self)
         max_iter = renamed(self.max_iter, self.n_iter, new="max_iter", old="n_iter",
                            new_default=500)
-        if int(max_iter) < 1:
-            raise ValueError(f"'max_iter' must be at least 1; got {max_iter}.")
         for name in ("fit_", "weights_", "objective_", "n_iter_", "voxel_rmse_", "cv_rmse_"):
             self.__dict__.pop(name, None)
-        self.fit_ = fit(dwi, bvals, bvecs, streamlines, affine=affine, mask=mask, lam=self.lam,
-                        max_iter=max_iter, tol=self.tol, sphere=self.sphere,
-                        formulation=self.formulation, device=self.device,
-                        dtype=self.dtype, cross_validate=self.cross_validate,
-                        random_state=self.random_state, verbose=self.verbose,
-                        checkpoint=checkpoint)
+        with skip_nested_validation():
+            self.fit_ = fit(dwi, bvals, bvecs, streamlines, affine=affine, mask=mask,
+                            lam=self.lam, max_iter=max_iter, tol=self.tol, sphere=self.sphere,
+                            formulation=self.formulation, device=self.device,
+                            dtype=self.dtype, cross_validate=self.cross_validate,
+                            random_state=self.random_state, verbose=self.verbose,
+                            checkpoint=checkpoint)
         self.weights_ = self.fit_.weights
         self.objective_ = self.fit_.objective
         self.n_iter_ = self.fit_.n_iter
