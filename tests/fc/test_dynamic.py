@@ -395,21 +395,21 @@ class _FakeStreamOrEvent:
 @pytest.mark.parametrize("with_buffer", [False, True])
 def test_deferred_copy_path_gives_the_same_windows(monkeypatch, tmp_path, kind, extra,
                                                    with_buffer):
-    """The CUDA branch of HostCopier (staging ring, callbacks two batches late,
+    """The CUDA branch of DeviceToHost (staging ring, callbacks two batches late,
     copies straight into a pinned host buffer), with streams and events faked
     so that it runs on the CPU."""
-    from connscale.fc import _transfer
+    from connscale._compute import transfer as _transfer
     from connscale.fc.dynamic_result import HostArena
 
     reference = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", **extra)
-    original_init = _transfer.HostCopier.__init__
+    original_init = _transfer.DeviceToHost.__init__
     original_empty = torch.empty
 
-    def fake_init(self, device, depth=2):
-        original_init(self, device, depth)
+    def fake_init(self, device, depth=2, **kwargs):
+        original_init(self, device, depth, **kwargs)
         self.cuda, self.stream = True, _FakeStreamOrEvent()
 
-    monkeypatch.setattr(_transfer.HostCopier, "__init__", fake_init)
+    monkeypatch.setattr(_transfer.DeviceToHost, "__init__", fake_init)
     monkeypatch.setattr(torch.cuda, "Stream", _FakeStreamOrEvent)
     monkeypatch.setattr(torch.cuda, "Event", _FakeStreamOrEvent)
     monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())

@@ -45,6 +45,7 @@ from connscale._compute import allow_tf32 as _allow_tf32
 from connscale._compute import memory_budget, resolve_device, resolve_dtype
 from connscale._compute.device import numpy_dtype
 from connscale._compute.memory import MemoryMeter, host_budget, limit_error
+from connscale._compute.transfer import DeviceToHost
 from connscale._docs import fill_doc
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
@@ -58,7 +59,6 @@ from connscale._validation import (
     check_window,
 )
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
-from connscale.fc._transfer import HostCopier
 from connscale.fc._triton_kernels import HAS_TRITON
 from connscale.fc.dynamic_result import (
     KINDS,
@@ -700,7 +700,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
         plan["device_budget"] = int(budget)
         logger.debug("dynamic_correlation plan: %s", plan)
         tile_rows = plan["tile_rows"]
-        copier = HostCopier(device, depth=2)
+        copier = DeviceToHost(device, depth=2)
         full_index = None
         if kind == "triu" and tile_rows >= n:
             full_index = _triu_gather_index(n, 0, n, device)

@@ -21,16 +21,15 @@ variation and match ``np.corrcoef``. Windows in which a series is constant
 
 from __future__ import annotations
 
-import threading
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 
-from connscale._compute import memory_budget, resolve_device, resolve_dtype, synchronize
+from connscale._compute import memory_budget, resolve_device, resolve_dtype
 from connscale._compute.memory import host_budget, limit_error
-from connscale._compute.buffers import PinnedBufferPool
+from connscale._compute.transfer import DeviceToHost
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
 from connscale._validation import check_threshold, check_timeseries, check_window
@@ -43,8 +42,6 @@ _CPU_CHUNK_BYTES = 64 * 1024**2
 # copy of one chunk overlaps the compute of the next and no large pinned
 # allocation (1.6-2.5 GB/s) is ever made per call.
 _CUDA_CHUNK_OUT_BYTES = 32 * 1024**2
-# Pinned staging pools kept between calls: {(device, dtype): pool}.
-_PINNED_POOLS: dict = {}
 
 
 @dataclass
@@ -367,17 +364,24 @@ def _compute_group(scans, window_length: int, step: int,
     onsets_t = torch.as_tensor(onsets, device=dev)
 
     if as_tensor:
-        out_t = torch.empty((n_scans, n_pair, n_windows), dtype=tdtype, device=dev)
-        sink = _TensorSink(out_t)
-        result = out_t
+        result = out = torch.empty((n_scans, n_pair, n_windows), dtype=tdtype, device=dev)
     else:
         result = np.empty((n_scans, n_pair, n_windows), dtype=numpy_dtype(tdtype))
-        out_t = torch.from_numpy(result)
-        if dev.type == "cuda":
-            largest = scans_per * windows_per * n_pair
-            sink = _PinnedSink(out_t, _pinned_pool(dev, tdtype, largest), dev)
-        else:
-            sink = _TensorSink(out_t)
+        out = torch.from_numpy(result)
+    # CUDA chunks to the host through the reused pinned staging ring: chunk
+    # c's copy runs while chunk c + 1 is computed, chunk c - 1 is drained.
+    copier = (DeviceToHost(dev, depth=2, keep_staging=True)
+              if dev.type == "cuda" and not as_tensor else None)
+
+    def put(values, s0, s1, k0, k1):
+        if copier is None:  # on the CPU, or kept on the device
+            out[s0:s1, :, k0:k1] = values
+            return
+
+        def drain(arrays):
+            result[s0:s1, :, k0:k1] = arrays[0]
+
+        copier.submit([values.contiguous()], drain)
 
     n_constant = torch.zeros((), dtype=torch.int64, device=dev)
     for s0 in range(0, n_scans, scans_per):
@@ -388,72 +392,11 @@ def _compute_group(scans, window_length: int, step: int,
         n_constant += constant.sum()
         for k0 in range(0, n_windows, windows_per):
             k1 = min(k0 + windows_per, n_windows)
-            sink.put(_pairs_chunk(x64, constant, window_length, step, k0, k1, flat, tdtype),
-                     s0, s1, k0, k1)
-    sink.finish()
+            put(_pairs_chunk(x64, constant, window_length, step, k0, k1, flat, tdtype),
+                s0, s1, k0, k1)
+    if copier is not None:
+        copier.flush()
     return result, int(n_constant)
-
-
-class _TensorSink:
-    """Chunks copied straight into the output tensor (CPU, or on the device)."""
-
-    def __init__(self, out: torch.Tensor) -> None:
-        self.out = out
-
-    def put(self, values: torch.Tensor, s0: int, s1: int, k0: int, k1: int) -> None:
-        self.out[s0:s1, :, k0:k1] = values
-
-    def finish(self) -> None:
-        pass
-
-
-class _PinnedSink:
-    """CUDA chunks to a host tensor through two reused pinned buffers.
-
-    The device-to-host copy of chunk c runs on a copy stream while chunk
-    c + 1 is computed, and the host drains chunk c - 1 meanwhile.
-    """
-
-    def __init__(self, out: torch.Tensor, pool: PinnedBufferPool, dev: torch.device) -> None:
-        self.out = out
-        self.pool = pool
-        self.dev = dev
-        self.copy_stream = torch.cuda.Stream(dev)
-        self.pending = None
-
-    def put(self, values: torch.Tensor, s0: int, s1: int, k0: int, k1: int) -> None:
-        values = values.contiguous()
-        index, buffer = self.pool.acquire()
-        staged = buffer[: values.numel()].view(values.shape)
-        self.copy_stream.wait_stream(torch.cuda.current_stream(self.dev))
-        with torch.cuda.stream(self.copy_stream):
-            staged.copy_(values, non_blocking=True)
-            if values.is_cuda:
-                values.record_stream(self.copy_stream)
-        self.pool.record(index, self.copy_stream)
-        self._drain()
-        self.pending = (index, staged, s0, s1, k0, k1)
-
-    def _drain(self) -> None:
-        if self.pending is not None:
-            index, staged, s0, s1, k0, k1 = self.pending
-            self.pool.wait(index)
-            self.out[s0:s1, :, k0:k1].copy_(staged)
-            self.pending = None
-
-    def finish(self) -> None:
-        self._drain()
-        synchronize(self.dev)
-
-
-def _pinned_pool(dev: torch.device, dtype: torch.dtype, n_elements: int) -> PinnedBufferPool:
-    """Two pinned staging buffers of at least ``n_elements``, reused between calls."""
-    key = (str(dev), dtype, threading.get_ident())
-    pool = _PINNED_POOLS.get(key)
-    if pool is None or pool.capacity < n_elements:
-        pool = PinnedBufferPool(2, n_elements, dtype, dev)
-        _PINNED_POOLS[key] = pool
-    return pool
 
 
 def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:
