@@ -75,7 +75,7 @@ from connscale.fc.lowrank import (
     svd_qb,
     truncated_factor,
 )
-from connscale.fc.normalize import ConstantSeriesWarning
+from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
 from connscale.fc.windows import taper_weights, window_support
@@ -230,24 +230,10 @@ class _WindowNormalizer:
             raise ValueError("Window batches must be consecutive.")
         times = self.starts[window][:, None] + self.offsets[None, :]  # (B, w)
         windows = self.x[times]  # (B, w, N)
-        means = self.means[window]
-        # Constant within the window: all its values are equal (whatever rounding
-        # the running-sum mean carries).
-        low, high = torch.aminmax(windows, dim=1)
-        centred = windows - means[:, None, :]
-        # Second pass in float64: remove what rounding left of the window mean
-        # (the weighted mean for tapered windows), so windows far from the
-        # series' mean keep their variation.
-        if self.weights is None:
-            centred -= centred.mean(dim=1, keepdim=True)
-        else:
-            weights = self.weights[None, :, None]
-            centred -= (centred * weights).sum(dim=1, keepdim=True) / self.weights.sum()
-            centred *= weights.sqrt()  # weighted Pearson: sqrt(weight)-scaled series
-        norm = torch.linalg.vector_norm(centred, dim=1)  # (B, N)
-        constant = (low == high) | (norm == 0)
-        norm = torch.where(constant, torch.full_like(norm, float("nan")), norm)
-        centred /= norm[:, None, :]
+        # Centred from the running-sum means, then the one rule of
+        # normalize_windows (second pass, constant series, tapered weights).
+        centred, constant = normalize_windows(windows, dim=1, means=self.means[window][:, None, :],
+                                              weights=self.weights)
         u = torch.empty((centred.shape[0], centred.shape[2], centred.shape[1]), dtype=self.dtype,
                         device=centred.device)
         u.copy_(centred.transpose(1, 2))  # one pass: transpose and cast

@@ -33,7 +33,7 @@ from connscale._compute.transfer import DeviceToHost
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
 from connscale._validation import check_threshold, check_timeseries, check_window
-from connscale.fc.normalize import ConstantSeriesWarning
+from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
 from connscale.fc.triu import n_pairs
 
 # On the CPU, bigger chunks only add memory traffic: cap the temporaries.
@@ -161,37 +161,22 @@ def _plan_chunks(n_scans: int, n_windows: int, per_item: int, budget: int) -> tu
     return 1, items
 
 
-def _constant_windows(x64: torch.Tensor, window_length: int,
-                      onsets: torch.Tensor) -> torch.Tensor:
-    """(S, K, N) bool: windows of (S, T, N) data whose values are all equal."""
-    s, _, n = x64.shape
-    zeros = torch.zeros((s, 1, n), dtype=torch.float64, device=x64.device)
-    # No change between consecutive time points.
-    changes = torch.cat(
-        [zeros, torch.cumsum((x64[:, 1:] != x64[:, :-1]).to(torch.float64), dim=1)], dim=1)
-    return (changes[:, onsets + window_length - 1] - changes[:, onsets]) == 0
-
-
-def _pairs_chunk(x64: torch.Tensor, constant: torch.Tensor, window_length: int, step: int,
-                 k0: int, k1: int, flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _pairs_chunk(x64: torch.Tensor, window_length: int, step: int, k0: int, k1: int,
+                 flat: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Pair correlations (S, P, k1 - k0) of windows k0..k1-1 of (S, T, N) float64
-    data: each window centred (two passes) and scaled in float64, then one
-    batched GEMM in ``dtype``."""
+    data, each window normalised in float64 (:func:`normalize_windows`), then
+    one batched GEMM in ``dtype``; and the (S, K, N) constant-series flags."""
     s, _, n = x64.shape
     start = k0 * step
     stop = (k1 - 1) * step + window_length
     # (S, K, w, N) view of the windows (regions contiguous, so the reductions
     # over time vectorise), then centred, unit-norm columns.
     windows = x64[:, start:stop].unfold(1, window_length, step).transpose(-1, -2)
-    centred = windows - windows.mean(dim=-2, keepdim=True)
-    centred -= centred.mean(dim=-2, keepdim=True)  # what rounding left of the mean
-    norm = torch.linalg.vector_norm(centred, dim=-2, keepdim=True)
-    undefined = constant[:, k0:k1, None, :] | (norm == 0)
-    centred /= torch.where(undefined, torch.full_like(norm, float("nan")), norm)
+    centred, constant = normalize_windows(windows, dim=-2)
     u = centred.to(dtype).reshape(s * (k1 - k0), window_length, n)
     gram = torch.bmm(u.transpose(1, 2), u)  # (S*K, N, N)
     vals = gram.reshape(s * (k1 - k0), n * n)[:, flat]  # (S*K, P)
-    return vals.reshape(s, k1 - k0, -1).transpose(1, 2)
+    return vals.reshape(s, k1 - k0, -1).transpose(1, 2), constant
 
 
 @fill_doc
@@ -361,7 +346,6 @@ def _compute_group(scans, window_length: int, step: int,
             f"The result ({reserved} bytes) and one window of {n_regions} regions",
             reserved + per_item, reserved + budget, memory_limit, "Raise memory_limit.")
     scans_per, windows_per = _plan_chunks(n_scans, n_windows, per_item, budget)
-    onsets_t = torch.as_tensor(onsets, device=dev)
 
     if as_tensor:
         result = out = torch.empty((n_scans, n_pair, n_windows), dtype=tdtype, device=dev)
@@ -388,12 +372,11 @@ def _compute_group(scans, window_length: int, step: int,
         s1 = min(s0 + scans_per, n_scans)
         # Copy in the input's precision, widen on the device.
         x64 = torch.from_numpy(host[s0:s1]).to(dev).to(torch.float64)
-        constant = _constant_windows(x64, window_length, onsets_t)
-        n_constant += constant.sum()
         for k0 in range(0, n_windows, windows_per):
             k1 = min(k0 + windows_per, n_windows)
-            put(_pairs_chunk(x64, constant, window_length, step, k0, k1, flat, tdtype),
-                s0, s1, k0, k1)
+            values, constant = _pairs_chunk(x64, window_length, step, k0, k1, flat, tdtype)
+            n_constant += constant.sum()
+            put(values, s0, s1, k0, k1)
     if copier is not None:
         copier.flush()
     return result, int(n_constant)
