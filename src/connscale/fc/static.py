@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
@@ -48,7 +47,7 @@ from connscale._validation import (
 )
 from connscale.fc._triton_kernels import block_triu_size, extract_triu
 from connscale.fc.normalize import normalize_series, warn_constant
-from connscale.fc.sparse import keep_mask
+from connscale.fc.sparse import csr_from_parts, tile_to_csr_parts
 from connscale.fc.triu import n_pairs, triu_row_offsets
 from connscale.io._atomic import atomic_path, check_free_space
 from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
@@ -345,19 +344,11 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
 
 
 def _threshold_block(block, start, threshold, absolute):
-    """Keep upper-triangle entries of a block above threshold, on the device.
-
-    Returns per-row counts, global column indices (int32 where they fit) and
-    values, on the host.
-    """
-    n_rows, n_cols = block.shape
-    keep = keep_mask(block, threshold, absolute=absolute)  # NaN compares False
-    counts = keep.sum(dim=1)
-    rows, cols = keep.nonzero(as_tuple=True)
-    values = block[rows, cols]
-    index_dtype = torch.int32 if start + n_cols < 2**31 else torch.int64
-    cols = (cols + start).to(index_dtype)
-    return counts.cpu().numpy(), cols.cpu().numpy(), values.cpu().numpy()
+    """Kept upper-triangle entries of a block (:func:`tile_to_csr_parts`, on
+    the device): per-row counts, global column indices and values, on the host."""
+    values, columns, counts = tile_to_csr_parts(block, threshold, absolute=absolute,
+                                                row_offset=start)  # NaN compares False
+    return counts.cpu().numpy(), columns.cpu().numpy(), values.cpu().numpy()
 
 
 class _RoundMover:
@@ -488,21 +479,7 @@ class _SparseSink:
         pass
 
     def finish(self):
-        # One array is built at a time and its pieces freed before the next.
-        counts = np.concatenate(self.counts)
-        self.counts = []
-        indptr = np.zeros(self.n + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        del counts
-        indices = np.concatenate(self.indices)
-        self.indices = []
-        if indptr[-1] < 2**31 and indices.dtype != np.int32:
-            indices = indices.astype(np.int32)
-        if indptr[-1] < 2**31:
-            indptr = indptr.astype(np.int32)
-        values = np.concatenate(self.values)
-        self.values = []
-        return sp.csr_array((values, indices, indptr), shape=(self.n, self.n))
+        return csr_from_parts(self.values, self.indices, self.counts, self.n)
 
 
 class _FileSink:
