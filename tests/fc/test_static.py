@@ -10,6 +10,7 @@ from connscale import ConstantSeriesWarning, correlation, load_relmat
 from connscale.fc.triu import n_pairs
 
 from ..conftest import ATOL, assert_thresholded_close
+from ._fake_cuda import fake_cuda_copies
 
 SHAPES = [(3, 2), (10, 7), (50, 64), (257, 130)]
 
@@ -229,47 +230,14 @@ def test_tf32_stays_off():
     assert not torch.backends.cuda.matmul.allow_tf32
 
 
-class _FakeStreamOrEvent:
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def wait_stream(self, *args):
-        pass
-
-    def wait_event(self, *args):
-        pass
-
-    def record(self, *args):
-        pass
-
-    def synchronize(self):
-        pass
-
-
 @pytest.mark.parametrize("kind", ["dense", "triu"])
 def test_overlapped_copy_path_gives_the_same_result(monkeypatch, tmp_path, kind, rng):
     """The CUDA branch of the round mover (device scratch buffers, copies into
     the result or through pinned staging to a file, writes two rounds late),
     with streams and events faked so that it runs on the CPU."""
-    import contextlib
-
-    from connscale._compute import transfer
-
     x = rng.standard_normal((30, 40))
     expected = correlation(x, kind=kind, device="cpu")
-    original_init = transfer.DeviceToHost.__init__
-    original_empty = torch.empty
-
-    def fake_init(self, device, depth=2, **kwargs):
-        original_init(self, device, depth, **kwargs)
-        self.cuda, self.stream = True, _FakeStreamOrEvent()
-
-    monkeypatch.setattr(transfer.DeviceToHost, "__init__", fake_init)
-    monkeypatch.setattr(torch.cuda, "Event", _FakeStreamOrEvent)
-    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStreamOrEvent())
-    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
-    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: original_empty(*a, **k))
+    fake_cuda_copies(monkeypatch)
     monkeypatch.setattr("connscale.fc.static._MAX_ROUND_ELEMENTS_CPU", 400)  # several rounds
     np.testing.assert_allclose(correlation(x, kind=kind, device="cpu"), expected, atol=1e-6)
     path = correlation(x, kind=kind, device="cpu", out=tmp_path / "r.h5")
