@@ -1,6 +1,5 @@
 """Sliding-window correlation (GPU-DFC) against float64 numpy references."""
 
-import contextlib
 import warnings
 
 import numpy as np
@@ -16,6 +15,7 @@ from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.sparse import dense_thresholded
 
 from ..conftest import assert_thresholded_close
+from ._fake_cuda import fake_cuda_copies
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = ["float32", "float64"]
@@ -374,20 +374,6 @@ def test_no_warning_without_constant_series():
         dynamic_correlation(X, 10, 3, kind="sparse", threshold=0.5, device="cpu")
 
 
-class _FakeStreamOrEvent:
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def wait_stream(self, *args):
-        pass
-
-    def record(self, *args):
-        pass
-
-    def synchronize(self):
-        pass
-
-
 @pytest.mark.parametrize("kind, extra", [
     ("triu", {}), ("sparse", {"threshold": 0.2}), ("lowrank", {"rank": 4, "random_state": 0}),
     ("factor", {"rank": 3}),
@@ -395,27 +381,13 @@ class _FakeStreamOrEvent:
 @pytest.mark.parametrize("with_buffer", [False, True])
 def test_deferred_copy_path_gives_the_same_windows(monkeypatch, tmp_path, kind, extra,
                                                    with_buffer):
-    """The CUDA branch of HostCopier (staging ring, callbacks two batches late,
+    """The CUDA branch of DeviceToHost (staging ring, callbacks two batches late,
     copies straight into a pinned host buffer), with streams and events faked
     so that it runs on the CPU."""
-    from connscale.fc import _transfer
     from connscale.fc.dynamic_result import HostArena
 
     reference = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", **extra)
-    original_init = _transfer.HostCopier.__init__
-    original_empty = torch.empty
-
-    def fake_init(self, device, depth=2):
-        original_init(self, device, depth)
-        self.cuda, self.stream = True, _FakeStreamOrEvent()
-
-    monkeypatch.setattr(_transfer.HostCopier, "__init__", fake_init)
-    monkeypatch.setattr(torch.cuda, "Stream", _FakeStreamOrEvent)
-    monkeypatch.setattr(torch.cuda, "Event", _FakeStreamOrEvent)
-    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStreamOrEvent())
-    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
-    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: original_empty(*a, **k))
+    fake_cuda_copies(monkeypatch)
     monkeypatch.setattr(HostArena, "pinned", property(lambda self: True))
     monkeypatch.setattr(dynamic_module, "_MAX_BATCH", 4)  # several batches in flight
     buffer = torch.zeros(1 << 20, dtype=torch.uint8) if with_buffer else None

@@ -206,22 +206,31 @@ def test_pinned_sink_order_with_faked_streams(monkeypatch, rng):
     """The CUDA staging path (two reused buffers, deferred drains) on the CPU."""
     import contextlib
 
-    from connscale.fc import pairs as module
+    from connscale._compute.transfer import DeviceToHost
 
     monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStream())
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
+    original_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: original_empty(*a, **k))
     full = torch.from_numpy(rng.standard_normal((5, 7, 9)).astype(np.float32))
     out = torch.full_like(full, float("nan"))
     cpu = torch.device("cpu")
-    pool = module._pinned_pool(cpu, torch.float32, 2 * 7 * 4)
-    assert module._pinned_pool(cpu, torch.float32, 10) is pool  # reused between calls
-    sink = module._PinnedSink(out, pool, cpu)
+    sink = DeviceToHost(cpu, keep_staging=True)
+    sink.cuda, sink.stream = True, _FakeStream()
+    assert DeviceToHost(cpu, keep_staging=True)._staging is sink._staging  # reused between calls
+
+    def drain(s0, s1, k0, k1):
+        def callback(arrays):
+            out[s0:s1, :, k0:k1] = torch.from_numpy(arrays[0])
+        return callback
+
     for s0 in range(0, 5, 2):
         for k0 in range(0, 9, 4):
             s1, k1 = min(s0 + 2, 5), min(k0 + 4, 9)
-            sink.put(full[s0:s1, :, k0:k1].clone(), s0, s1, k0, k1)
-    sink.finish()
+            sink.submit([full[s0:s1, :, k0:k1].clone()], drain(s0, s1, k0, k1))
+    sink.flush()
     assert_array_equal(out.numpy(), full.numpy())
-    assert _FakeEvent.recorded == 9 and sink.copy_stream.waited == 9
+    assert _FakeEvent.recorded == 9 and sink.stream.waited == 9

@@ -46,6 +46,7 @@ from connscale._compute import allow_tf32 as _allow_tf32
 from connscale._compute import memory_budget, resolve_device, resolve_dtype
 from connscale._compute.device import numpy_dtype
 from connscale._compute.memory import MemoryMeter, host_budget, limit_error
+from connscale._compute.transfer import DeviceToHost
 from connscale._docs import fill_doc
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
@@ -59,7 +60,6 @@ from connscale._validation import (
     validate_params,
 )
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
-from connscale.fc._transfer import HostCopier
 from connscale.fc._triton_kernels import HAS_TRITON
 from connscale.fc.dynamic_result import (
     KINDS,
@@ -76,7 +76,7 @@ from connscale.fc.lowrank import (
     svd_qb,
     truncated_factor,
 )
-from connscale.fc.normalize import ConstantSeriesWarning
+from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
 from connscale.fc.windows import TAPERS, taper_weights, window_support
@@ -237,24 +237,10 @@ class _WindowNormalizer:
             raise ValueError("Window batches must be consecutive.")
         times = self.starts[window][:, None] + self.offsets[None, :]  # (B, w)
         windows = self.x[times]  # (B, w, N)
-        means = self.means[window]
-        # Constant within the window: all its values are equal (whatever rounding
-        # the running-sum mean carries).
-        low, high = torch.aminmax(windows, dim=1)
-        centred = windows - means[:, None, :]
-        # Second pass in float64: remove what rounding left of the window mean
-        # (the weighted mean for tapered windows), so windows far from the
-        # series' mean keep their variation.
-        if self.weights is None:
-            centred -= centred.mean(dim=1, keepdim=True)
-        else:
-            weights = self.weights[None, :, None]
-            centred -= (centred * weights).sum(dim=1, keepdim=True) / self.weights.sum()
-            centred *= weights.sqrt()  # weighted Pearson: sqrt(weight)-scaled series
-        norm = torch.linalg.vector_norm(centred, dim=1)  # (B, N)
-        constant = (low == high) | (norm == 0)
-        norm = torch.where(constant, torch.full_like(norm, float("nan")), norm)
-        centred /= norm[:, None, :]
+        # Centred from the running-sum means, then the one rule of
+        # normalize_windows (second pass, constant series, tapered weights).
+        centred, constant = normalize_windows(windows, dim=1, means=self.means[window][:, None, :],
+                                              weights=self.weights)
         u = torch.empty((centred.shape[0], centred.shape[2], centred.shape[1]), dtype=self.dtype,
                         device=centred.device)
         u.copy_(centred.transpose(1, 2))  # one pass: transpose and cast
@@ -729,7 +715,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
         plan["device_budget"] = int(budget)
         logger.debug("dynamic_correlation plan: %s", plan)
         tile_rows = plan["tile_rows"]
-        copier = HostCopier(device, depth=2)
+        copier = DeviceToHost(device, depth=2)
         full_index = None
         if kind == "triu" and tile_rows >= n:
             full_index = _triu_gather_index(n, 0, n, device)
