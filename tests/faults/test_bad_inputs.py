@@ -429,7 +429,7 @@ def test_complex_input_refused_by_every_entry_point():
     from connscale import correlation
     from connscale.fc.dynamic import dynamic_correlation
     from connscale.fc.pairs import pairwise_dfc
-    from connscale.networks.r1dl import r1dl
+    from connscale.networks._r1dl import r1dl
 
     x = _series() * (1 + 1e-3j)
     for call in (lambda: correlation(x, device="cpu"),
@@ -455,7 +455,7 @@ def test_lowrank_rank_at_least_window_warns():
 
 
 def test_r1dl_all_zeros_warns_and_atoms_bounded_by_time_points():
-    from connscale.networks.r1dl import r1dl
+    from connscale.networks._r1dl import r1dl
 
     with pytest.warns(UserWarning, match="2 of 2 atoms are empty"):
         result = r1dl(np.zeros((T, 10)), 2, 3, random_state=0, device="cpu")

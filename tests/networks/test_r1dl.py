@@ -8,7 +8,7 @@ import connscale
 from connscale.engines import SerialEngine
 from connscale.networks import R1DL, match_networks, r1dl, spatial_similarity
 from connscale.networks._reference import r1dl_reference
-from connscale.networks.r1dl import ConvergenceWarning
+from connscale.networks._r1dl import ConvergenceWarning
 
 from .conftest import DEVICES, N_NETWORKS, N_VOXELS, SIZE
 

@@ -191,7 +191,7 @@ def _check_space(args, outputs, S) -> None:
     """Fail before learning when the output folder cannot take the result:
     loadings (and their maps, mostly zeros once compressed), time courses as
     text, a figure and the logs."""
-    from connscale.networks.r1dl import _resolve_sparsity
+    from connscale.networks._r1dl import _resolve_sparsity
 
     shape = np.load(S, mmap_mode="r").shape if isinstance(S, str) else np.shape(S)
     if len(shape) != 2:
@@ -203,7 +203,7 @@ def _check_space(args, outputs, S) -> None:
 
 def run(args) -> int:
     from connscale.io._publish import OutputSet
-    from connscale.networks.r1dl import r1dl
+    from connscale.networks._r1dl import r1dl
 
     configure_logging(args.verbose)
     _check_inputs(args)

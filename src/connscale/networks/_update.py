@@ -1,6 +1,6 @@
 """One r1DL update, ``u -> v -> u_new``, against the learned atoms so far.
 
-The driver (:func:`connscale.networks.r1dl._learn_atoms`) owns the loop
+The driver (:func:`connscale.networks._r1dl._learn_atoms`) owns the loop
 over atoms, starts and iterations; an *updater* owns the state of the
 implicit deflation (U, the atoms' loadings) and computes one update:
 
