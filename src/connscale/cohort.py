@@ -8,7 +8,10 @@ each input file (one scan) is one task, named after its BIDS entities
 Each task loads its own input where it runs, computes the job, writes one
 output file atomically (temporary name, then rename) and returns a record;
 an exception is caught in the task and returned as an error record, so a
-bad input never stops the others. Outputs that exist and were made with the
+bad input never stops the others. A scan whose task kills its worker
+process (a segfault, the out-of-memory killer, ``os._exit``) is tried
+``1 + retries`` times on every engine, then recorded as failed
+(``WorkerLost: ...``) while the other scans go on. Outputs that exist and were made with the
 same job and parameters are skipped (resume after a crash); leftover
 temporary files of interrupted writes are removed. ``cohort_report.json``
 (every record) and ``cohort_errors.tsv`` (failures only) are rewritten
@@ -46,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from connscale._validation import check_int, check_option, check_threshold
-from connscale.engines import ENGINES, Engine, get_engine
+from connscale.engines import ENGINES, Engine, TaskFailure, get_engine
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 
 logger = logging.getLogger("connscale")
@@ -93,7 +96,11 @@ class CohortItem:
 
 @dataclass
 class CohortTask:
-    """Everything a worker needs to run one item (picklable)."""
+    """Everything a worker needs to run one item (picklable).
+
+    ``function`` is the job's ``'module:function'``, resolved by the driver:
+    the worker imports it and does not consult its own :data:`JOBS`.
+    """
 
     item: CohortItem
     job: str
@@ -101,6 +108,7 @@ class CohortTask:
     output: Path
     key: str
     threads: int
+    function: str
 
 
 @dataclass
@@ -342,8 +350,8 @@ def _job_dfc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dic
             "n_windows": n_windows}
 
 
-def _job_function(job: str):
-    module, name = JOBS[job].function.split(":")
+def _job_function(function: str):
+    module, name = function.split(":")
     return getattr(importlib.import_module(module), name)
 
 
@@ -382,7 +390,7 @@ def run_task(task: CohortTask) -> dict:
         task.output.unlink(missing_ok=True)
         timeseries, labels = _load_item(task.item.path, task.params)
         attrs = {"source": str(task.item.path), "cohort_job": task.key}
-        details = _job_function(task.job)(timeseries, labels, task.params, task.output, attrs)
+        details = _job_function(task.function)(timeseries, labels, task.params, task.output, attrs)
         record.update(status="ok", **details)
     except Exception as exc:  # noqa: BLE001 - reported per subject, not raised
         record.update(status="error", error=f"{type(exc).__name__}: {exc}",
@@ -412,6 +420,15 @@ def _remove_stale_temporaries(output: Path) -> int:
     return removed
 
 
+def _lost_record(task: CohortTask, failure: TaskFailure) -> dict:
+    """The error record of a task that the engine gave up on (its worker died)."""
+    kind = "WorkerLost" if failure.worker_lost else "TaskFailed"
+    return {"name": task.item.name, "subject": task.item.subject,
+            "input": str(task.item.path), "output": str(task.output), "status": "error",
+            "error": f"{kind}: {failure.reason}", "traceback": "",
+            "attempts": failure.attempts, "seconds": None}
+
+
 def _write_reports(out_dir: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
     counts = {s: sum(r.get("status") == s for r in records) for s in ("ok", "skipped", "error")}
     report = write_json_atomic(out_dir / "cohort_report.json",
@@ -437,6 +454,7 @@ def run_cohort(
     cluster=None,
     n_jobs: int | None = None,
     retries: int = 1,
+    dashboard_address: str | None = None,
     threads_per_task: int = 1,
     batch_size: int | None = None,
     overwrite: bool = False,
@@ -471,8 +489,15 @@ def run_cohort(
     n_jobs : int or None
         Worker processes / cores (None: all).
     retries : int, default=1
-        Retries of a task whose worker failed (errors inside a job are
-        reported, not retried).
+        A scan whose worker process dies while running it (killed,
+        segfault, out of memory) is tried ``1 + retries`` times, then
+        recorded as failed (``WorkerLost: ...``) and the others go on. An
+        exception raised by the job itself (a bad input, an invalid
+        parameter) is recorded at once and not retried: it is
+        deterministic, so a retry would redo the work to fail the same way.
+    dashboard_address : str or None, default=None
+        ``engine='dask'`` without ``cluster``: where the LocalCluster's
+        dashboard listens (e.g. ``'127.0.0.1:8787'``); None starts none.
     threads_per_task : int, default=1
         torch threads inside each task (also makes results independent of
         the engine).
@@ -507,7 +532,8 @@ def run_cohort(
                               "input": str(item.path), "output": str(output),
                               "status": "skipped", "seconds": 0.0}
         else:
-            todo.append((index, CohortTask(item, job, params, output, key, threads_per_task)))
+            todo.append((index, CohortTask(item, job, params, output, key, threads_per_task,
+                                                JOBS[job].function)))
     logger.info("cohort: %d scans, %d to run, %d complete", len(items), len(todo),
                 len(items) - len(todo))
 
@@ -519,7 +545,8 @@ def run_cohort(
     active = None
     try:
         if todo:
-            active = get_engine(engine, cluster=cluster, n_jobs=n_jobs, retries=retries) \
+            active = get_engine(engine, cluster=cluster, n_jobs=n_jobs, retries=retries,
+                                dashboard_address=dashboard_address) \
                 if own_engine else engine
             meta["engine"] = repr(active)
             workers = getattr(active, "n_jobs", 1) or 1
@@ -529,7 +556,10 @@ def run_cohort(
                       desc=f"cohort {job}", disable=not verbose) as bar:
                 for first in range(0, len(todo), size):
                     batch = todo[first:first + size]
-                    for (index, _), record in zip(batch, active.map(run_task, [t for _, t in batch])):
+                    outcomes = active.map(run_task, [t for _, t in batch], errors="return")
+                    for (index, task), record in zip(batch, outcomes):
+                        if isinstance(record, TaskFailure):
+                            record = _lost_record(task, record)
                         records[index] = record
                         if record["status"] == "error":
                             logger.warning("cohort: %s failed: %s", record["name"], record["error"])
