@@ -20,6 +20,8 @@ from __future__ import annotations
 import csv
 import json
 import os
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import engine_funcs as ef
@@ -153,3 +155,19 @@ def test_r1dl_on_dask_survives_losing_every_worker(dask_engine, tmp_path):
     assert n_iter_ref.min() >= 2  # the kill came mid-run, not after it
     assert_allclose(U.numpy(), U_ref.numpy(), atol=1e-10)
     assert_array_equal(n_iter, n_iter_ref)
+
+
+@pytest.mark.cluster
+def test_dask_cluster_listens_on_localhost_only(dask_engine):
+    psutil = pytest.importorskip("psutil")
+    pids = [os.getpid(), *dask_engine.client.run(os.getpid).values()]
+    listening = [conn.laddr for pid in pids
+                 for conn in psutil.Process(pid).net_connections(kind="inet")
+                 if conn.status == psutil.CONN_LISTEN]
+    assert listening and {address.ip for address in listening} == {"127.0.0.1"}
+    # No dashboard unless asked: the scheduler's HTTP server answers /health only.
+    port = dask_engine.client.scheduler_info()["services"]["dashboard"]
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=30) as response:
+        assert response.status == 200
+    with pytest.raises(urllib.error.HTTPError, match="404"):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=30)

@@ -125,6 +125,10 @@ class DaskEngine(Engine):
                         n_workers=self.n_jobs, threads_per_worker=1, processes=True,
                         host=_LOCAL_HOST, dashboard_address=dashboard_address,
                         worker_dashboard_address=None, silence_logs=40,
+                        # Without a dashboard the scheduler still serves
+                        # /health and /metrics: on a free localhost port.
+                        scheduler_kwargs=None if dashboard_address else {
+                            "dashboard_address": f"{_LOCAL_HOST}:0"},
                     )
                 self.client = distributed.Client(self._cluster)
             except BaseException:
