@@ -155,6 +155,9 @@ def test_r1dl_on_dask_survives_losing_every_worker(dask_engine, tmp_path):
     assert n_iter_ref.min() >= 2  # the kill came mid-run, not after it
     assert_allclose(U.numpy(), U_ref.numpy(), atol=1e-10)
     assert_array_equal(n_iter, n_iter_ref)
+    for k in range(2):  # the same voxels, the same loadings
+        assert_array_equal(idx[k].numpy(), idx_ref[k].numpy())
+        assert_allclose(val[k].numpy(), val_ref[k].numpy(), atol=1e-10)
 
 
 @pytest.mark.cluster

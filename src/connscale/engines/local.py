@@ -35,8 +35,8 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
-from collections.abc import Callable, Sequence
 from collections import deque
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
@@ -172,8 +172,8 @@ class LocalEngine(Engine):
             raise failed[min(failed)]
         for i, error in failed.items():
             if isinstance(error, BrokenProcessPool):
-                reason = (f"the worker process died while running the task "
-                          f"(BrokenProcessPool: {one_line(error)})")
+                reason = (f"the worker process died while running the task, on each of "
+                          f"{attempts[i]} attempts (BrokenProcessPool)")
             else:
                 reason = one_line(f"{type(error).__name__}: {error}")
             results[i] = TaskFailure(reason, attempts[i], isinstance(error, BrokenProcessPool))

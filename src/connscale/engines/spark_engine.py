@@ -76,7 +76,7 @@ def _failure(error: BaseException, retries: int) -> TaskFailure:
         return TaskFailure(f"the worker process died while running the task, on each of "
                            f"{attempts} attempts ({_WORKER_DIED})", attempts, True)
     # A Python exception: its last 'SomeError: message' line of the traceback.
-    lines = re.findall(r"^(\w[\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", text, re.M)
+    lines = re.findall(r"^(\w[\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", text, re.MULTILINE)
     reason = lines[-1] if lines else f"{type(error).__name__}: {one_line(text)}"
     return TaskFailure(one_line(reason.split(" SQLSTATE:")[0]), attempts, False)
 
