@@ -8,7 +8,10 @@ each input file (one scan) is one task, named after its BIDS entities
 Each task loads its own input where it runs, computes the job, writes one
 output file atomically (temporary name, then rename) and returns a record;
 an exception is caught in the task and returned as an error record, so a
-bad input never stops the others. Outputs that exist and were made with the
+bad input never stops the others. A scan whose task kills its worker
+process (a segfault, the out-of-memory killer, ``os._exit``) is tried
+``1 + retries`` times on every engine, then recorded as failed
+(``WorkerLost: ...``) while the other scans go on. Outputs that exist and were made with the
 same job and parameters are skipped (resume after a crash); leftover
 temporary files of interrupted writes are removed. ``cohort_report.json``
 (every record) and ``cohort_errors.tsv`` (failures only) are rewritten
@@ -56,7 +59,7 @@ from connscale._validation import (
     validate_parameter_values,
     validate_params,
 )
-from connscale.engines import ENGINES, Engine, get_engine
+from connscale.engines import ENGINES, Engine, TaskFailure, get_engine
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io._lock import OutputLock, is_locked
 
@@ -104,7 +107,11 @@ class CohortItem:
 
 @dataclass
 class CohortTask:
-    """Everything a worker needs to run one item (picklable)."""
+    """Everything a worker needs to run one item (picklable).
+
+    ``function`` is the job's ``'module:function'``, resolved by the driver:
+    the worker imports it and does not consult its own :data:`JOBS`.
+    """
 
     item: CohortItem
     job: str
@@ -112,6 +119,7 @@ class CohortTask:
     output: Path
     key: str
     threads: int
+    function: str
     fingerprint: str = ""
 
 
@@ -388,8 +396,8 @@ def _job_dfc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dic
             "n_windows": n_windows}
 
 
-def _job_function(job: str):
-    module, name = JOBS[job].function.split(":")
+def _job_function(function: str):
+    module, name = function.split(":")
     return getattr(importlib.import_module(module), name)
 
 
@@ -480,7 +488,7 @@ def run_task(task: CohortTask) -> dict:
         attrs = {"source": str(task.item.path), "cohort_job": task.key,
                  "cohort_fingerprint": task.fingerprint}
         params = _params_after_loading(task.params, timeseries)
-        details = _job_function(task.job)(timeseries, labels, params, task.output, attrs)
+        details = _job_function(task.function)(timeseries, labels, params, task.output, attrs)
         record.update(status="ok", **details)
     except Exception as exc:  # noqa: BLE001 - reported per subject, not raised
         record.update(status="error", error=f"{type(exc).__name__}: {exc}",
@@ -510,6 +518,15 @@ def _remove_stale_temporaries(output: Path) -> int:
             tmp.unlink(missing_ok=True)
             removed += 1
     return removed
+
+
+def _lost_record(task: CohortTask, failure: TaskFailure) -> dict:
+    """The error record of a task that the engine gave up on (its worker died)."""
+    kind = "WorkerLost" if failure.worker_lost else "TaskFailed"
+    return {"name": task.item.name, "subject": task.item.subject,
+            "input": str(task.item.path), "output": str(task.output), "status": "error",
+            "error": f"{kind}: {failure.reason}", "traceback": "",
+            "attempts": failure.attempts, "seconds": None}
 
 
 def _write_reports(out_dir: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
@@ -549,6 +566,7 @@ def run_cohort(
     cluster=None,
     n_jobs: int | None = None,
     retries: int = 1,
+    dashboard_address: str | None = None,
     threads_per_task: int = 1,
     batch_size: int | None = None,
     overwrite: bool = False,
@@ -585,8 +603,15 @@ def run_cohort(
     n_jobs : int or None
         Worker processes / cores (None: all).
     retries : int, default=1
-        Retries of a task whose worker failed (errors inside a job are
-        reported, not retried).
+        A scan whose worker process dies while running it (killed,
+        segfault, out of memory) is tried ``1 + retries`` times, then
+        recorded as failed (``WorkerLost: ...``) and the others go on. An
+        exception raised by the job itself (a bad input, an invalid
+        parameter) is recorded at once and not retried: it is
+        deterministic, so a retry would redo the work to fail the same way.
+    dashboard_address : str or None, default=None
+        ``engine='dask'`` without ``cluster``: where the LocalCluster's
+        dashboard listens (e.g. ``'127.0.0.1:8787'``); None starts none.
     threads_per_task : int, default=1
         torch threads inside each task (also makes results independent of
         the engine).
@@ -621,12 +646,14 @@ def run_cohort(
     out_dir.mkdir(parents=True, exist_ok=True)
     with OutputLock(out_dir / "cohort_run", wait=wait):
         return _run_cohort(inputs, job, out_dir, params=params, engine=engine, cluster=cluster,
-                           n_jobs=n_jobs, retries=retries, threads_per_task=threads_per_task,
-                           batch_size=batch_size, overwrite=overwrite, verbose=verbose)
+                           n_jobs=n_jobs, retries=retries, dashboard_address=dashboard_address,
+                           threads_per_task=threads_per_task, batch_size=batch_size,
+                           overwrite=overwrite, verbose=verbose)
 
 
 def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_jobs, retries,
-                threads_per_task, batch_size, overwrite, verbose) -> CohortReport:
+                dashboard_address, threads_per_task, batch_size, overwrite,
+                verbose) -> CohortReport:
     """:func:`run_cohort`, under the lock of ``out_dir``."""
     from tqdm.auto import tqdm
 
@@ -653,7 +680,7 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
             records[index] = {**base, "status": "skipped", "seconds": 0.0}
         else:
             todo.append((index, CohortTask(item, job, params, output, key, threads_per_task,
-                                           fingerprint)))
+                                           JOBS[job].function, fingerprint)))
     logger.info("cohort: %d scans, %d to run, %d complete", len(items), len(todo),
                 len(items) - len(todo))
 
@@ -663,7 +690,8 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
     active = None
     try:
         if todo:
-            active = get_engine(engine, cluster=cluster, n_jobs=n_jobs, retries=retries) \
+            active = get_engine(engine, cluster=cluster, n_jobs=n_jobs, retries=retries,
+                                dashboard_address=dashboard_address) \
                 if own_engine else engine
             meta["engine"] = repr(active)
             workers = getattr(active, "n_jobs", 1) or 1
@@ -672,7 +700,10 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
                       desc=f"cohort {job}", disable=not verbose) as bar:
                 for first in range(0, len(todo), size):
                     batch = todo[first:first + size]
-                    for (index, _), record in zip(batch, active.map(run_task, [t for _, t in batch])):
+                    outcomes = active.map(run_task, [t for _, t in batch], errors="return")
+                    for (index, task), record in zip(batch, outcomes):
+                        if isinstance(record, TaskFailure):
+                            record = _lost_record(task, record)
                         records[index] = record
                         if record["status"] == "error":
                             logger.warning("cohort: %s failed: %s", record["name"], record["error"])
