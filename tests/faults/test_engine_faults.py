@@ -36,7 +36,7 @@ from connscale.cohort import JOBS, CohortJob
 from connscale.datasets import simulate_networks
 from connscale.engines import SerialEngine, TaskFailure
 from connscale.networks import _blocks
-from connscale.networks.r1dl import _run_engine
+from connscale.networks._r1dl import _run_engine
 
 from ..conftest import RETRIES
 
