@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.fc.triu import matrix_to_vec, n_pairs, triu_pairs
+from connscale._triu import matrix_to_vec, n_pairs, triu_pairs
 from connscale.io._publish import check_published
 
 __all__ = [
@@ -460,7 +460,7 @@ def _read_dfc_h5(path: Path) -> dict:
     import h5py
 
     from connscale.fc.dynamic_result import load_dynamic
-    from connscale.fc.triu import matrix_to_vec
+    from connscale._triu import matrix_to_vec
 
     with h5py.File(path, "r") as h5:
         import json
