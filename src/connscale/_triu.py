@@ -171,11 +171,29 @@ def from_nilearn_vec(vec, n: int | None = None) -> np.ndarray:
     return out
 
 
-def _infer_n(length: int) -> int:
+def n_from_pairs(length: int, *, source: str = "") -> int:
+    """Matrix size n of a strictly-upper-triangle vector of ``length`` elements.
+
+    Raises
+    ------
+    ValueError
+        When ``length`` is not n(n-1)/2 for an integer n (the message starts
+        with ``source``, the file or argument read).
+    """
     n = int(round((1 + np.sqrt(1 + 8 * length)) / 2))
     if n_pairs(n) != length:
         raise ValueError(
-            f"A vector of length {length} is not the strict triangle of any "
-            "square matrix (n(n-1)/2 for integer n)."
+            f"{source + ': ' if source else ''}a 1-D upper-triangle vector must have "
+            f"n(n-1)/2 elements; got {length}, which is not a triangular number."
         )
     return n
+
+
+def _infer_n(length: int) -> int:
+    try:
+        return n_from_pairs(length)
+    except ValueError:
+        raise ValueError(
+            f"A vector of length {length} is not the strict triangle of any "
+            "square matrix (n(n-1)/2 for integer n)."
+        ) from None

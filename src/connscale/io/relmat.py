@@ -86,14 +86,48 @@ def write_relmat_tsv(path, matrix: np.ndarray, labels: list[str] | None = None) 
 
 
 def read_relmat_tsv(path) -> tuple[np.ndarray, list[str]]:
-    """Read a square relmat TSV written by :func:`write_relmat_tsv`."""
+    """Read a square relmat TSV (:func:`write_relmat_tsv`, or another tool's).
+
+    Parameters
+    ----------
+    path : str or path
+        ``.tsv`` or ``.tsv.gz``: a header row of node names, then one row of
+        values per node; an optional first column of row names (the header
+        then starts with an empty corner cell, or has one cell fewer than the
+        rows); ``n/a`` and empty cells read as NaN.
+
+    Returns
+    -------
+    matrix : ndarray of shape (n, n), float64
+    labels : list of str
+    """
+    import csv
+    import gzip
+
     path = Path(path)
-    with open(path) as fh:
-        labels = fh.readline().rstrip("\n").split("\t")
-    matrix = np.loadtxt(path, delimiter="\t", skiprows=1, ndmin=2)
-    if matrix.shape != (len(labels), len(labels)):
-        raise ValueError(f"{path.name} is not a square matrix with one header row.")
-    return matrix, labels
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rt", newline="") as handle:
+        rows = [row for row in csv.reader(handle, delimiter="\t") if row]
+    if not rows:
+        raise ValueError(f"{str(path)!r} is empty.")
+    header, body = rows[0], rows[1:]
+    if body and (header[0] == "" or len(body[0]) == len(header) + 1):
+        if header[0] == "":
+            header = header[1:]
+        body = [row[1:] for row in body]
+    n = len(header)
+    if len(body) != n or any(len(row) != n for row in body):
+        raise ValueError(
+            f"{str(path)!r}: expected a square matrix with a header of {n} region "
+            f"labels and {n} rows of {n} values; got {len(body)} rows of lengths "
+            f"{sorted({len(row) for row in body})}."
+        )
+    try:
+        matrix = np.array([[float(v) if v not in ("", "n/a") else np.nan for v in row]
+                           for row in body], dtype=np.float64).reshape(n, n)
+    except ValueError as exc:
+        raise ValueError(f"{str(path)!r}: non-numeric matrix entry ({exc}).") from None
+    return matrix, header
 
 
 def write_sidecar(path, metadata: dict) -> Path:
