@@ -139,7 +139,8 @@ def _run(args, outputs, source: str) -> int:
         plan_memory,
     )
     from connscale.life.encode import build_model
-    from connscale.life.evaluate import cross_validated_rmse, lambda_sweep, split_rmse
+    from connscale.life.evaluate import cross_validated_rmse
+    from connscale.life.selection import lambda_sweep, split_rmse
     from connscale.life.outputs import (
         connectome,
         save_pruned_tractogram,

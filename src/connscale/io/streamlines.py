@@ -1,9 +1,9 @@
 """Streamlines as one flat array of points plus offsets (as nibabel's
-``ArraySequence``), and the readers that bring paths, nibabel tractograms
-and lists of arrays to that form.
+``ArraySequence``), the reader that brings paths, nibabel tractograms and
+lists of arrays to that form, and the .trk/.tck writer.
 
-Only numpy here; nibabel is imported inside :func:`load_streamlines` when a
-path or a nibabel object arrives.
+Only numpy here; nibabel is imported inside :func:`load_streamlines` and
+:func:`save_streamlines`.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from connscale.io._atomic import atomic_path
 
 _FORMATS = (".trk", ".tck")
 
@@ -174,3 +176,58 @@ def load_streamlines(streamlines) -> StreamlineArray:
         which = int(np.searchsorted(out.offsets, bad, side="right") - 1)
         raise ValueError(f"Streamline {which} holds NaN or infinite coordinates.")
     return out
+
+
+def save_streamlines(streamlines: StreamlineArray, path, *, weights=None, reference=None,
+                     reference_affine=None, reference_shape=None) -> Path:
+    """Write streamlines (RAS+ mm) as ``.trk`` or ``.tck``, atomically.
+
+    Parameters
+    ----------
+    streamlines : StreamlineArray
+    path : str or path
+        ``.trk`` or ``.tck`` (the suffix chooses the format).
+    weights : array of shape (n_streamlines,) or None
+        Stored as the per-streamline ``weight`` of a ``.trk`` (a ``.tck``
+        holds no per-streamline data).
+    reference : nibabel TractogramFile or None
+        A ``.trk`` reuses its header (the input file's, when there was one).
+    reference_affine, reference_shape : array or None
+        Otherwise, the voxel-to-RAS+ affine and grid of a ``.trk`` header.
+
+    Returns
+    -------
+    Path
+    """
+    import nibabel as nib
+
+    path = Path(path)
+    seq = nib.streamlines.ArraySequence([streamlines[i] for i in range(len(streamlines))])
+    tractogram = nib.streamlines.Tractogram(seq, affine_to_rasmm=np.eye(4))
+    suffix = path.suffix.lower()
+    header = None
+    if suffix == ".trk":
+        cls = nib.streamlines.TrkFile
+        if weights is not None:
+            tractogram.data_per_streamline["weight"] = \
+                np.asarray(weights).astype(np.float32)[:, None]
+        if isinstance(reference, cls):
+            header = dict(reference.header)
+        elif reference_affine is not None:
+            affine = np.asarray(reference_affine, dtype=np.float64)
+            header = {
+                nib.streamlines.Field.VOXEL_TO_RASMM: affine.astype(np.float32),
+                nib.streamlines.Field.DIMENSIONS: np.asarray(reference_shape, dtype=np.int16),
+                nib.streamlines.Field.VOXEL_SIZES:
+                    np.sqrt((affine[:3, :3] ** 2).sum(0)).astype(np.float32),
+                nib.streamlines.Field.VOXEL_ORDER: "".join(nib.aff2axcodes(affine)),
+            }
+    elif suffix == ".tck":
+        cls = nib.streamlines.TckFile  # .tck holds no per-streamline data
+    else:
+        raise ValueError(f"Pruned tractograms are written as .trk or .tck; got '{path.name}'.")
+    with atomic_path(path) as tmp:
+        tfile = cls(tractogram, header=header) if header else cls(tractogram)
+        with open(tmp, "wb") as fh:
+            tfile.save(fh)
+    return path

@@ -14,9 +14,10 @@ from connscale._docs import fill_doc
 from connscale._validation import check_random_state
 from connscale.life._checkpoint import SolverCheckpoint, solver_key
 from connscale.life.encode import LiFEModel, build_model
+from connscale.life.evaluate import cross_validated_rmse, strength_of_evidence, voxel_rmse
 from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
-from connscale.life.streamlines import StreamlineArray, load_streamlines
+from connscale.io.streamlines import StreamlineArray, load_streamlines
 
 
 # --------------------------------------------------------------------------
@@ -216,8 +217,6 @@ class LiFEFit:
     def voxel_rmse(self) -> np.ndarray:
         """RMSE per model voxel (signal units), shape (n_voxels,)."""
         if self._rmse is None:
-            from connscale.life.evaluate import voxel_rmse
-
             self._rmse = voxel_rmse(self.model, self.weights_kept)
         return self._rmse
 
@@ -268,16 +267,12 @@ class LiFEFit:
     def strength_of_evidence(self, fibres, *, n_boot: int = 5000, n_mc: int = 5, random_state=None) -> dict:
         """Strength of evidence of the fascicle ``fibres`` (input indices or mask);
         see :func:`connscale.life.evaluate.strength_of_evidence`."""
-        from connscale.life.evaluate import strength_of_evidence
-
         return strength_of_evidence(self.model, self.weights_kept, fibres, n_boot=n_boot,
                                     n_mc=n_mc, random_state=random_state)
 
     def cross_validate(self, dwi_repeat) -> dict:
         """Per-voxel RMSE against a second acquisition (array, image or path on
         the same grid); see :func:`connscale.life.evaluate.cross_validated_rmse`."""
-        from connscale.life.evaluate import cross_validated_rmse
-
         data, _, _ = load_dwi(dwi_repeat, affine=self.model.affine)
         return cross_validated_rmse(self.model, self.weights_kept, data)
 

@@ -111,28 +111,6 @@ def submodel(model: LiFEModel, directions) -> LiFEModel:
     )
 
 
-def split_rmse(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol=1e-5,
-               random_state=None, operator_options=None, checkpoint=None,
-               checkpoint_every: int = 50) -> np.ndarray:
-    """Cross-validated per-voxel RMSE by a gradient-direction split.
-
-    Fits on one half of the directions and predicts the other half (the
-    prediction demeaned per voxel, as the held-out signal is). ``checkpoint``
-    and ``checkpoint_every`` are passed to :func:`connscale.life.solve`.
-    """
-    from connscale.life.api import solve
-
-    da, db = split_directions(model, random_state=random_state)
-    ma, mb = submodel(model, da), submodel(model, db)
-    fa = solve(ma, lam=lam, n_iter=n_iter, tol=tol, operator_options=operator_options,
-               checkpoint=checkpoint, checkpoint_every=checkpoint_every)
-    op_b = LiFEOperator(mb, **(operator_options or {}))
-    pred = op_b.matvec(fa.weights_kept)
-    pred = pred - pred.mean(dim=1, keepdim=True)
-    return (torch.sqrt(((mb.signal - pred).double() ** 2).mean(dim=1))
-            * model.signal_scale.double()).cpu().numpy()
-
-
 def strength_of_evidence(model: LiFEModel, weights_kept, fibres, *, n_boot: int = 5000,
                          n_mc: int = 5, random_state=None) -> dict:
     """Strength of evidence of a fascicle by virtual lesion (encode's
@@ -194,53 +172,3 @@ def strength_of_evidence(model: LiFEModel, weights_kept, fibres, *, n_boot: int 
         strengths.append((means_le.mean() - means_no.mean()) / sd if sd > 0 else np.inf)
     return {"strength": float(np.mean(strengths)), "rmse_lesion": r_le,
             "rmse_nolesion": r_no, "n_voxels": n}
-
-
-def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, n_iter: int = 500, tol=1e-5,
-                 random_state=None, verbose: int = 0, operator_options=None, checkpoint=None,
-                 checkpoint_every: int = 50) -> list[dict]:
-    """Fit each λ (warm-started from the previous one) and report the
-    weight sum, non-zero count, objective and cross-validated median RMSE.
-
-    Cross-validation uses ``data_repeat`` when given, otherwise a
-    gradient-direction split (one split for all λ). ``checkpoint`` and
-    ``checkpoint_every`` are passed to every :func:`connscale.life.solve`.
-    """
-    from connscale.life.api import solve
-
-    lams = [float(x) for x in lams]
-    if not lams or any(not np.isfinite(x) or x < 0 for x in lams):
-        raise ValueError(f"'lams' must be a non-empty list of finite values ≥ 0; got {lams}.")
-    if data_repeat is None:
-        da, db = split_directions(model, random_state=random_state)
-        ma, mb = submodel(model, da), submodel(model, db)
-        op_b = LiFEOperator(mb, **(operator_options or {}))
-    saving = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
-    rows = []
-    x0 = x0a = None
-    for lam in lams:
-        fit = solve(model, lam=lam, n_iter=n_iter, tol=tol, x0=x0, verbose=verbose,
-                    operator_options=operator_options, **saving)
-        x0 = fit.weights_kept
-        if data_repeat is not None:
-            cv = cross_validated_rmse(model, fit.weights_kept, data_repeat)["rmse"]
-        else:
-            fa = solve(ma, lam=lam, n_iter=n_iter, tol=tol, x0=x0a, operator_options=operator_options,
-                       **saving)
-            x0a = fa.weights_kept
-            pred = op_b.matvec(fa.weights_kept)
-            pred = pred - pred.mean(dim=1, keepdim=True)
-            cv = (torch.sqrt(((mb.signal - pred).double() ** 2).mean(dim=1))
-                  * model.signal_scale.double()).cpu().numpy()
-        w = fit.weights
-        rows.append({
-            "lam": lam,
-            "weight_sum": float(w.sum()),
-            "n_nonzero": int((w > 0).sum()),
-            "cv_rmse_median": float(np.median(cv)),
-            "rmse_median": float(np.median(fit.voxel_rmse)),
-            "objective": float(fit.objective[-1]),
-            "n_iter": fit.n_iter,
-            "fit": fit,
-        })
-    return rows
