@@ -283,12 +283,6 @@ def _sidecars(config: ParticipantConfig, run: BoldRun, names, confounds, sample_
     return relmat, timeseries
 
 
-def _write_table(path: Path, array: np.ndarray, header: list[str], fmt: str) -> None:
-    with open(path, "w", newline="") as fh:
-        fh.write("\t".join(header) + "\n")
-        np.savetxt(fh, array, delimiter="\t", fmt=fmt)
-
-
 def run_one(task: tuple) -> dict:
     """Process one run; never raises (a failure comes back as an ``error`` record).
 
@@ -427,6 +421,8 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
 def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str], int]:
     from connscale.denoise import clean_regions
     from connscale.fc.static import correlation
+    from connscale.io.relmat import write_relmat_tsv
+    from connscale.io.timeseries import save_timeseries
 
     entities = dict(run.entities)
     seg = {"seg": config.atlas_name, "desc": config.strategy}
@@ -460,12 +456,12 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
     written = []
     if "fc" in config.measures:
         stem = bids_name(measured, suffix="relmat", extension=".tsv")
-        _write_table(out.path(stem), matrix, names, "%.8g")
+        write_relmat_tsv(out.path(stem), matrix, names, fmt="%.8g")
         write_json_atomic(out.path(stem[:-4] + ".json"), relmat_meta)
         written += [stem, stem[:-4] + ".json"]
     if "timeseries" in config.measures:
         stem = bids_name({**entities, **seg}, suffix="timeseries", extension=".tsv")
-        _write_table(out.path(stem), series, names, "%.8g")
+        save_timeseries(out.path(stem), series, names)
         write_json_atomic(out.path(stem[:-4] + ".json"), series_meta)
         written += [stem, stem[:-4] + ".json"]
     timings["write"] += time.perf_counter() - tic

@@ -125,22 +125,31 @@ class RelmatWriter:
 def write_relmat_h5(path: str | os.PathLike, matrix: np.ndarray, *,
                     attrs: Mapping[str, object] | None = None,
                     datasets: Mapping[str, np.ndarray] | None = None) -> Path:
-    """Write an in-memory square matrix as a dense ``_relmat.h5``, atomically.
+    """Write an in-memory connectivity matrix as a ``_relmat.h5``, atomically.
 
-    The layout of :class:`RelmatWriter` (kind 'dense'), with the root
-    attributes ``attrs`` (``measure``...) and the further ``datasets``
+    The layout of :class:`RelmatWriter`: kind 'dense' for a square
+    ``matrix``, 'triu' for a 1-D strictly-upper-triangle vector; with the
+    root attributes ``attrs`` (``measure``...) and the further ``datasets``
     (``node_labels``...).
     """
     matrix = np.asarray(matrix)
-    if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
-        raise ValueError(f"Expected a square matrix; got an array of shape {matrix.shape}.")
+    if matrix.ndim == 1:
+        kind, n = "triu", n_from_pairs(matrix.shape[0], source="'matrix'")
+    elif matrix.ndim == 2 and matrix.shape[0] == matrix.shape[1]:
+        kind, n = "dense", matrix.shape[0]
+    else:
+        raise ValueError("Expected a square matrix or a 1-D upper-triangle vector; got an "
+                         f"array of shape {matrix.shape}.")
     path = Path(path)
     with atomic_path(path) as tmp:
         h5 = create_h5(tmp, overwrite_own=True)
         try:
-            writer = RelmatWriter(h5, matrix.shape[0], "dense", matrix.dtype, attrs)
+            writer = RelmatWriter(h5, n, kind, matrix.dtype, attrs)
             with h5_errors(path):
-                writer.write_rows(0, matrix)
+                if kind == "triu":
+                    writer.write_triu(0, matrix)
+                else:
+                    writer.write_rows(0, matrix)
                 for key, value in (datasets or {}).items():
                     h5.create_dataset(key, data=value, track_times=False)
             flush_h5(h5, path)

@@ -73,15 +73,19 @@ def sidecar(kind: str, n: int, *, threshold=None, absolute=False, source=None,
     }
 
 
-def write_relmat_tsv(path, matrix: np.ndarray, labels: list[str] | None = None) -> Path:
-    """A square matrix as TSV with a header row of node names, atomically."""
+def write_relmat_tsv(path, matrix: np.ndarray, labels: list[str] | None = None, *,
+                     fmt: str = "%.7g") -> Path:
+    """A square matrix as TSV with a header row of node names, atomically.
+
+    ``fmt`` is the number format (``%.7g``, float32's precision, by default).
+    """
     matrix = np.asarray(matrix)
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"Expected a square matrix; got an array of shape {matrix.shape}.")
     labels = labels or [str(i) for i in range(matrix.shape[0])]
     with atomic_path(path) as tmp:
         np.savetxt(tmp, matrix, delimiter="\t", header="\t".join(labels), comments="",
-                   fmt="%.7g")
+                   fmt=fmt)
     return Path(path)
 
 
