@@ -26,7 +26,8 @@ Each subject is one file whose name carries its BIDS subject entity
   when it has one) are the pair-summary features.
 
 All connscale outputs of one cohort are recognised by their content, not
-their names; :func:`load_features` dispatches.
+their names; :func:`load_features` dispatches. Every file is read by its one
+reader in :mod:`connscale.io`.
 
 Labels come from a BIDS ``participants.tsv``: column ``participant_id``
 (with or without the ``sub-`` prefix) and a label column chosen by the user.
@@ -34,7 +35,6 @@ Labels come from a BIDS ``participants.tsv``: column ``participant_id``
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,10 +42,11 @@ from pathlib import Path
 import numpy as np
 
 from connscale._triu import matrix_to_vec, n_from_pairs, triu_pairs
-from connscale.io.dfc import is_dfc_store, read_dfc_info
-from connscale.io.hdf5 import load_relmat
+from connscale.io.bids import read_participants
+from connscale.io.dfc import read_dfc_info
+from connscale.io.hdf5 import load_relmat, store_kind
 from connscale.io.pairs import PAIR_STATISTICS, is_pair_summary, read_pair_summary, read_pairs_h5
-from connscale.io.relmat import read_relmat_tsv
+from connscale.io.relmat import read_relmat_npy, read_relmat_tsv
 
 __all__ = [
     "FeatureSet",
@@ -197,10 +198,7 @@ def read_relmat(path) -> tuple[np.ndarray, list | None]:
     name = path.name.lower()
     labels = None
     if name.endswith(".npy"):
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise ValueError(f"Cannot read {str(path)!r} as a numeric .npy array: {exc}") from exc
+        array = read_relmat_npy(path)
         if array.ndim == 1:
             n_from_pairs(array.size, source=str(path))
             vector = array
@@ -226,15 +224,6 @@ def read_relmat(path) -> tuple[np.ndarray, list | None]:
     if not np.issubdtype(vector.dtype, np.number):
         raise ValueError(f"{str(path)!r}: expected numbers; got dtype {vector.dtype}.")
     return vector.astype(np.float64, copy=False), labels
-
-
-def _read_tsv(path: Path, what: str) -> tuple[list, list]:
-    """Column names and rows (dicts) of a tab-separated table with a header."""
-    if not path.is_file():
-        raise FileNotFoundError(f"No such {what} file: {str(path)!r}.")
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle, delimiter="\t")
-        return list(reader.fieldnames or []), list(reader)
 
 
 def _summary_of_courses(courses: np.ndarray, threshold) -> dict:
@@ -306,33 +295,12 @@ def _read_dfc_h5(path: Path) -> dict:
                         _summary_of_courses(courses, _threshold_attr(info["parameters"])))
 
 
-def _h5_kind(path: Path) -> str:
-    """'relmat', 'pairs' or 'dfc': what a connscale HDF5 output holds."""
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as h5:
-            if is_dfc_store(h5.attrs):
-                return "dfc"
-            if "courses" in h5 and "pairs" in h5:
-                return "pairs"
-            if "relmat" in h5:
-                return "relmat"
-            keys = sorted(h5.keys())
-    except OSError as exc:
-        raise ValueError(f"Cannot read {str(path)!r} as HDF5: {exc}") from None
-    raise ValueError(
-        f"{str(path)!r} is no connscale connectivity store: expected a 'relmat' dataset "
-        f"(_relmat.h5), 'courses' and 'pairs' (_pairs.h5) or a connscale-dfc-1 file "
-        f"(_dfc.h5); found {keys}.")
-
-
 def file_kind(path) -> str:
     """What a feature file holds: 'relmat', 'pair_summary', 'pairs' or 'dfc'."""
     path = Path(path)
     name = path.name.lower()
     if name.endswith((".h5", ".hdf5")):
-        return _h5_kind(path)
+        return store_kind(path)
     return "pair_summary" if is_pair_summary(path) else "relmat"
 
 
@@ -580,49 +548,6 @@ def load_features(paths, *, fisher_z_transform: bool = False,
 # --------------------------------------------------------------------------
 # Labels
 # --------------------------------------------------------------------------
-
-def read_participants(path, *, label: str) -> dict:
-    """Map subject label -> value of column ``label`` in a participants TSV.
-
-    Parameters
-    ----------
-    path : str or path
-        BIDS ``participants.tsv`` with a ``participant_id`` column
-        (``sub-01`` or ``01``).
-    label : str
-        Column holding the class of each participant.
-
-    Returns
-    -------
-    dict of str -> str
-        Subjects whose value is empty or ``n/a`` are left out.
-    """
-    path = Path(path)
-    columns, rows = _read_tsv(path, "participants")
-    if "participant_id" not in columns:
-        raise ValueError(
-            f"{str(path)!r} has no 'participant_id' column; got columns {columns}."
-        )
-    if label not in columns:
-        others = [c for c in columns if c != "participant_id"]
-        raise ValueError(
-            f"{str(path)!r} has no column {label!r}; choose the label among {others}."
-        )
-    mapping = {}
-    for row in rows:
-        pid = (row["participant_id"] or "").strip()
-        if not pid:
-            continue
-        pid = pid.removeprefix("sub-")
-        value = (row[label] or "").strip()
-        if value in ("", "n/a", "NaN", "nan"):
-            continue
-        if pid in mapping and mapping[pid] != value:
-            raise ValueError(f"{str(path)!r}: participant 'sub-{pid}' is listed twice "
-                             "with different labels.")
-        mapping[pid] = value
-    return mapping
-
 
 def align_labels(features: FeatureSet, participants, *, label: str,
                  classes=None) -> FeatureSet:

@@ -15,6 +15,7 @@ read connscale outputs too.
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ __all__ = [
     "from_pybids",
     "parse_bids_name",
     "pybids_config",
+    "read_participants",
 ]
 
 #: Entity keys in the order of the BIDS specification (derivatives included),
@@ -150,3 +152,55 @@ def pybids_config() -> dict:
         {"name": "meas", "pattern": "(?:^|_)meas-([a-zA-Z0-9+]+)"},
         {"name": "stat", "pattern": "(?:^|_)stat-([a-zA-Z0-9+]+)"},
     ]}
+
+
+def _read_tsv(path: Path, what: str) -> tuple[list, list]:
+    """Column names and rows (dicts) of a tab-separated table with a header."""
+    if not path.is_file():
+        raise FileNotFoundError(f"No such {what} file: {str(path)!r}.")
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t")
+        return list(reader.fieldnames or []), list(reader)
+
+
+def read_participants(path, *, label: str) -> dict:
+    """Map subject label -> value of column ``label`` in a participants TSV.
+
+    Parameters
+    ----------
+    path : str or path
+        BIDS ``participants.tsv`` with a ``participant_id`` column
+        (``sub-01`` or ``01``).
+    label : str
+        Column holding the class of each participant.
+
+    Returns
+    -------
+    dict of str -> str
+        Subjects whose value is empty or ``n/a`` are left out.
+    """
+    path = Path(path)
+    columns, rows = _read_tsv(path, "participants")
+    if "participant_id" not in columns:
+        raise ValueError(
+            f"{str(path)!r} has no 'participant_id' column; got columns {columns}."
+        )
+    if label not in columns:
+        others = [c for c in columns if c != "participant_id"]
+        raise ValueError(
+            f"{str(path)!r} has no column {label!r}; choose the label among {others}."
+        )
+    mapping = {}
+    for row in rows:
+        pid = (row["participant_id"] or "").strip()
+        if not pid:
+            continue
+        pid = pid.removeprefix("sub-")
+        value = (row[label] or "").strip()
+        if value.lower() in ("", "n/a", "nan"):
+            continue
+        if pid in mapping and mapping[pid] != value:
+            raise ValueError(f"{str(path)!r}: participant 'sub-{pid}' is listed twice "
+                             "with different labels.")
+        mapping[pid] = value
+    return mapping

@@ -279,3 +279,31 @@ def add_datasets(path: str | os.PathLike, datasets: Mapping[str, np.ndarray], *,
                 options["dtype"] = h5py.string_dtype()
             h5.create_dataset(key, data=value, track_times=False, **options)
         h5.attrs.update(attrs or {})
+
+
+def store_kind(path: str | os.PathLike) -> str:
+    """'relmat', 'pairs' or 'dfc': what a connscale HDF5 output holds.
+
+    Recognised by content (the name is not read): a ``connscale-dfc-1``
+    file (:mod:`connscale.io.dfc`), ``courses`` and ``pairs`` datasets
+    (:mod:`connscale.io.pairs`) or a ``relmat`` dataset or group.
+    """
+    import h5py
+
+    from connscale.io.dfc import is_dfc_store
+
+    try:
+        with h5py.File(path, "r") as h5:
+            if is_dfc_store(h5.attrs):
+                return "dfc"
+            if "courses" in h5 and "pairs" in h5:
+                return "pairs"
+            if "relmat" in h5:
+                return "relmat"
+            keys = sorted(h5.keys())
+    except OSError as exc:
+        raise ValueError(f"Cannot read {str(path)!r} as HDF5: {exc}") from None
+    raise ValueError(
+        f"{str(path)!r} is no connscale connectivity store: expected a 'relmat' dataset "
+        f"(_relmat.h5), 'courses' and 'pairs' (_pairs.h5) or a connscale-dfc-1 file "
+        f"(_dfc.h5); found {keys}.")

@@ -89,6 +89,15 @@ def write_relmat_tsv(path, matrix: np.ndarray, labels: list[str] | None = None, 
     return Path(path)
 
 
+def read_relmat_npy(path) -> np.ndarray:
+    """Read a connectivity matrix saved with ``numpy.save``: a square matrix or
+    the 1-D row-major strictly-upper triangle (no pickles)."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"Cannot read {str(path)!r} as a numeric .npy array: {exc}") from exc
+
+
 def read_relmat_tsv(path) -> tuple[np.ndarray, list[str]]:
     """Read a square relmat TSV (:func:`write_relmat_tsv`, or another tool's).
 
