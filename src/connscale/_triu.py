@@ -15,6 +15,18 @@ from __future__ import annotations
 
 import numpy as np
 
+__all__ = [
+    "from_nilearn_vec",
+    "matrix_to_vec",
+    "n_from_pairs",
+    "n_pairs",
+    "to_nilearn_vec",
+    "triu_index",
+    "triu_pairs",
+    "triu_row_offsets",
+    "vec_to_matrix",
+]
+
 
 def n_pairs(n: int) -> int:
     """Number of strictly-upper-triangle pairs of an n×n matrix, n(n-1)/2."""

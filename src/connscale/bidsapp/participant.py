@@ -176,27 +176,10 @@ def write_dataset_description(output: Path, derivatives: Path) -> Path:
     FileExistsError
         The output folder is another tool's dataset.
     """
-    import json
+    from connscale.io.bids import write_dataset_description as write_description
 
-    path = output / "dataset_description.json"
-    description = {
-        "Name": "connscale connectivity derivatives",
-        "BIDSVersion": "1.9.0",
-        "DatasetType": "derivative",
-        "GeneratedBy": [{"Name": "connscale", "Version": __version__,
-                         "CodeURL": "https://github.com/connscale/connscale"}],
-        "DatasetLinks": {DATASET_LINK: str(derivatives)},
-    }
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except ValueError:
-            old = {}
-        names = [g.get("Name") for g in old.get("GeneratedBy", []) if isinstance(g, dict)]
-        if "connscale" not in names:
-            raise FileExistsError(f"{output} is another tool's dataset ({path.name} names "
-                                  f"{names or 'no generator'}); choose an empty output folder.")
-    return write_json_atomic(path, description)
+    return write_description(output, name="connscale connectivity derivatives",
+                             links={DATASET_LINK: str(derivatives)}, exclusive=True)
 
 
 def _bids_uri(path: Path, root: Path) -> str:

@@ -140,6 +140,8 @@ def _run(args, outputs, source: str) -> int:
     )
     from connscale.life.encode import build_model
     from connscale.life.evaluate import cross_validated_rmse
+    from connscale.io.life import write_lambda_sweep
+    from connscale.io.nifti import save_nifti_gz
     from connscale.life.selection import lambda_sweep, split_rmse
     from connscale.life.outputs import (
         connectome,
@@ -203,10 +205,7 @@ def _run(args, outputs, source: str) -> int:
         fit = best["fit"]
         record.results["lambda_sweep"] = [{k: v for k, v in r.items() if k != "fit"} for r in sweep_rows]
         record.results["lambda_selected"] = best["lam"]
-        lines = ["lambda\tweight_sum\tn_nonzero\tcv_rmse_median\trmse_median\tobjective\tn_iter"]
-        lines += [f"{r['lam']:.9g}\t{r['weight_sum']:.9g}\t{r['n_nonzero']}\t{r['cv_rmse_median']:.9g}\t"
-                  f"{r['rmse_median']:.9g}\t{r['objective']:.9g}\t{r['n_iter']}" for r in sweep_rows]
-        write(f"{source}_desc-lambdasweep_table.tsv").write_text("\n".join(lines) + "\n")
+        write_lambda_sweep(write(f"{source}_desc-lambdasweep_table.tsv"), sweep_rows)
     else:
         with record.timer("solve"):
             fit = life.solve(model, lam=args.lam, n_iter=args.iters, tol=tol, verbose=args.verbose,
@@ -234,9 +233,7 @@ def _run(args, outputs, source: str) -> int:
         ext = args.tractogram.suffix.lower()
         save_pruned_tractogram(streamlines, w, write(f"{source}_desc-pruned_tractogram{ext}"),
                                reference_affine=affine, reference_shape=data.shape[:3])
-        import gzip
-
-        write(f"{source}_desc-life_rmse.nii.gz").write_bytes(gzip.compress(fit.rmse_image().to_bytes()))
+        save_nifti_gz(write(f"{source}_desc-life_rmse.nii.gz"), fit.rmse_image())
         if args.labels is not None:
             labels, labels_affine = load_volume(args.labels, "labels")
             if labels_affine is None:

@@ -345,9 +345,8 @@ def load_dynamic(path: str | os.PathLike) -> DynamicConnectivity:
     Raises
     ------
     IncompleteOutputError
-        When some windows are not flagged done (an unfinished or damaged
-        file: its missing windows must never read as zeros), or the file
-        belongs to a file set whose publication did not finish.
+        As :func:`connscale.io.dfc.open_dfc`: an unfinished or damaged file,
+        or one of a file set whose publication did not finish.
     """
     backend, meta = open_dfc(path)
     return DynamicConnectivity(backend, meta, path=Path(path))

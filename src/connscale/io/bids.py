@@ -21,6 +21,9 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from connscale._version import __version__
+from connscale.io._atomic import write_json_atomic
+
 __all__ = [
     "ENTITY_ORDER",
     "bids_name",
@@ -29,6 +32,7 @@ __all__ = [
     "parse_bids_name",
     "pybids_config",
     "read_participants",
+    "write_dataset_description",
 ]
 
 #: Entity keys in the order of the BIDS specification (derivatives included),
@@ -204,3 +208,54 @@ def read_participants(path, *, label: str) -> dict:
                              "with different labels.")
         mapping[pid] = value
     return mapping
+
+
+def write_dataset_description(out_dir: str | os.PathLike, *,
+                              name: str = "connscale outputs",
+                              links: Mapping[str, str] | None = None,
+                              exclusive: bool = False) -> Path:
+    """``dataset_description.json`` of a BIDS derivatives folder written by connscale.
+
+    Parameters
+    ----------
+    out_dir : str or path
+    name : str, default="connscale outputs"
+    links : mapping or None
+        ``DatasetLinks`` (name -> location of the input dataset). Without
+        links, a description already in the folder is kept as it is.
+    exclusive : bool, default=False
+        Refuse a folder whose description names another generator.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    FileExistsError
+        With ``exclusive``, when the folder is another tool's dataset.
+    """
+    import json
+
+    path = Path(out_dir) / "dataset_description.json"
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            old = {}
+        names = [g.get("Name") for g in old.get("GeneratedBy", []) if isinstance(g, dict)]
+        if exclusive and "connscale" not in names:
+            raise FileExistsError(f"{out_dir} is another tool's dataset ({path.name} names "
+                                  f"{names or 'no generator'}); choose an empty output folder.")
+        if links is None:
+            return path
+    description = {
+        "Name": name,
+        "BIDSVersion": "1.9.0",
+        "DatasetType": "derivative",
+        "GeneratedBy": [{"Name": "connscale", "Version": __version__,
+                         "CodeURL": "https://github.com/connscale/connscale"}],
+    }
+    if links:
+        description["DatasetLinks"] = dict(links)
+    return write_json_atomic(path, description)

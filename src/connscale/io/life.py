@@ -1,5 +1,6 @@
-"""LiFE's streamline weights as files (the pruned tractogram is
-:func:`connscale.io.streamlines.save_streamlines`, the connectome a relmat)."""
+"""LiFE's files: streamline weights and the λ-sweep table (the pruned
+tractogram is :func:`connscale.io.streamlines.save_streamlines`, the RMSE map
+:func:`connscale.io.nifti.save_nifti_gz`, the connectome a relmat)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.io._atomic import atomic_path
+from connscale.io._atomic import atomic_path, write_text_atomic
 
-__all__ = ["save_weights"]
+__all__ = ["save_weights", "write_lambda_sweep"]
 
 
 def save_weights(weights, path) -> Path:
@@ -27,3 +28,16 @@ def save_weights(weights, path) -> Path:
         else:
             raise ValueError(f"Weights are written as .npy or .tsv; got '{path.name}'.")
     return path
+
+
+_SWEEP_COLUMNS = ("lambda", "weight_sum", "n_nonzero", "cv_rmse_median", "rmse_median",
+                  "objective", "n_iter")
+
+
+def write_lambda_sweep(path, rows) -> Path:
+    """The rows of :func:`connscale.life.lambda_sweep` as a TSV, atomically."""
+    lines = ["\t".join(_SWEEP_COLUMNS)]
+    lines += [f"{r['lam']:.9g}\t{r['weight_sum']:.9g}\t{r['n_nonzero']}\t"
+              f"{r['cv_rmse_median']:.9g}\t{r['rmse_median']:.9g}\t{r['objective']:.9g}\t"
+              f"{r['n_iter']}" for r in rows]
+    return write_text_atomic(path, "\n".join(lines) + "\n")

@@ -4,7 +4,7 @@ Names follow giga-connectome's spelling, ``<source>_meas-PearsonCorrelation
 _relmat.{tsv,h5}``: ``.tsv`` (a square matrix with a header of node names)
 for small region matrices, ``_relmat.h5`` (see :mod:`connscale.io.hdf5`) for
 large ones, each with a JSON sidecar, and ``dataset_description.json`` at the
-output root.
+output root (:func:`connscale.io.bids.write_dataset_description`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 
 from connscale._version import __version__
 from connscale.io._atomic import atomic_path, write_json_atomic
+from connscale.io.bids import write_dataset_description  # noqa: F401 (for the CLI)
 
 _STORAGE = {
     "dense": "Full",
@@ -151,16 +152,3 @@ def write_sidecar(path, metadata: dict) -> Path:
         if stem.endswith(ext):
             stem = stem[: -len(ext)]
     return write_json_atomic(path.with_name(stem + ".json"), metadata)
-
-
-def write_dataset_description(out_dir) -> Path:
-    """``dataset_description.json`` of a BIDS derivatives folder (kept if present)."""
-    path = Path(out_dir) / "dataset_description.json"
-    if path.exists():
-        return path
-    return write_json_atomic(path, {
-        "Name": "connscale outputs",
-        "BIDSVersion": "1.9.0",
-        "DatasetType": "derivative",
-        "GeneratedBy": [{"Name": "connscale", "Version": __version__}],
-    })
