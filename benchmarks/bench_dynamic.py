@@ -352,7 +352,8 @@ def main(argv=None):
                         type=lambda s: [(int(c.split(":")[0]), float(c.split(":")[1]))
                                         for c in s.split(",")],
                         help="Table II cases as w:θ,... (e.g. 150:0.5); default all nine.")
-    parser.add_argument("--sparse-method", default=None, choices=("two-reads", "one-read"),
+    parser.add_argument("--sparse-method", default=None,
+                        choices=("two-reads", "two-reads-side", "one-read", "lookback"),
                         help="Compaction of sparse windows on CUDA (default: "
                              "connscale.fc._sparse_cuda.METHOD).")
     parser.add_argument("--sparse-block-rows", default=[],

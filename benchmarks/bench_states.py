@@ -11,15 +11,19 @@ Rows of the table:
 * ``torch``: the same loop through the pure-torch path (GEMM distances,
   ``min``, float64 ``index_add_``);
 * ``sklearn``: ``sklearn.cluster.KMeans(init=centres, n_init=1, tol=0,
-  algorithm='lloyd')`` on the host's cores, timed at ``--sklearn-iters``
-  iterations and scaled per iteration.
+  algorithm='lloyd')`` on the host's cores, fitted at the two
+  ``--sklearn-iters`` counts (2 and 32, the better of two fits each): the difference of the times over the
+  difference of the iterations run (``n_iter_`` is checked to equal the
+  count asked for). Planted states converge within a few iterations, where
+  sklearn stops, so this is measured on unclustered windows (noise of the
+  same size), whose labels keep changing; our loop is timed on both.
 
 Floor: one read of the windows per iteration at the device's measured read
-bandwidth (a ``sum`` over the same array). Labels are compared with
-scikit-learn's after ``--sklearn-iters`` iterations from the same centres
-(identical labels and inertia within 1e-4 relative are required).
+bandwidth (an ``amax`` or ``sum`` over the same array). Labels are compared
+with scikit-learn's after the larger count of iterations from the same
+centres (identical labels and inertia within 1e-4 relative are required).
 
-    python benchmarks/bench_states.py --device cuda               # H100: ~1 min
+    python benchmarks/bench_states.py --device cuda --tune        # H100: ~2 min
     python benchmarks/bench_states.py --device cpu --subjects 20 --regions 60
 """
 
@@ -69,62 +73,59 @@ def read_bandwidth(x):
 
 
 def timed(fn, repeats=5):
+    cuda = torch.cuda.is_available()
     fn()
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     start = time.perf_counter()
     for _ in range(repeats):
         fn()
-    torch.cuda.synchronize()
+    if cuda:
+        torch.cuda.synchronize()
     return (time.perf_counter() - start) / repeats
+
+
+def one_pass(run, centres):
+    """One fused assignment pass (labels, scores, change count)."""
+    return run.assign(centres, torch.zeros(1, dtype=torch.int32, device=centres.device))
+
+
+def dense_sums(prepared, labels, k):
+    """The float64 centre sums of all rows through the moved-rows kernel."""
+    n = labels.shape[0]
+    index = torch.arange(n, dtype=torch.int32, device=labels.device)
+    count = torch.full((1,), n, dtype=torch.int32, device=labels.device)
+    return km.fused.moved_sums(prepared.x, index, count, labels, torch.full_like(labels, -1), k)
 
 
 def tune(prepared, centres, n_bytes):
     """Time the fused pass and the centre sums over launch configurations;
-    keep the fastest in km.fused.CONFIG / USE_DOT."""
-    n = prepared.x.shape[0]
-    state = km._FusedState(n, prepared.x.device)
-    labels = state.assign(prepared, centres, torch.full((n,), -1, device=prepared.x.device))[0]
-    labels = labels.clone()
+    keep the fastest in km.fused.CONFIG."""
+    k = centres.shape[0]
+    run = km._Run(prepared, centres, use_triton=True)
+    labels = one_pass(run, centres)[0]
     c32 = centres.to(torch.float32)
     gemm = timed(lambda: prepared.x @ c32.T)
     log(f"cuBLAS x @ C.T: {1e3 * gemm:.2f} ms = {n_bytes / gemm / 1e12:.2f} TB/s")
-    found = {}
-    for use_dot, key, configs in (
-            (True, "dot", [(bm, be, w, st) for bm in (32, 64, 128) for be in (32, 64, 128)
-                           for w in (4, 8) for st in (2, 4) if bm * be <= 8192]),
-            (False, "sums", [(bm, be, w, st) for bm in (8, 16, 32) for be in (64, 128, 256)
-                             for w in (4,) for st in (1, 3) if bm * be <= 4096])):
-        km.fused.USE_DOT = use_dot
+    for key, configs, fn in (
+            ("assign", [(8, 128, 4, 1), (16, 64, 4, 1), (16, 128, 4, 1), (16, 128, 4, 3),
+                        (32, 64, 4, 1), (32, 64, 4, 3), (32, 128, 8, 1), (16, 256, 8, 1),
+                        (64, 64, 8, 1)],
+             lambda: one_pass(run, centres)),
+            ("sums", [(4, 128, 4, 1), (8, 64, 4, 1), (8, 128, 4, 1), (16, 64, 4, 1),
+                      (8, 256, 8, 1), (16, 128, 8, 1)],
+             lambda: dense_sums(prepared, labels, k))):
+        found = {}
         for config in configs:
             km.fused.CONFIG[key] = config
             try:
-                seconds = timed(lambda: state.assign(prepared, centres, labels))
+                found[config] = timed(fn, 5)
             except Exception as exc:  # noqa: BLE001 - a configuration that does not compile
-                log(f"  {key} {config}: failed ({type(exc).__name__})")
-                continue
-            found[(use_dot, key, config)] = seconds
-    (use_dot, key, config), seconds = min(found.items(), key=lambda item: item[1])
-    for (d, kname, cfg), sec in sorted(found.items(), key=lambda item: item[1])[:8]:
-        log(f"  pass {kname} {cfg}: {1e3 * sec:.2f} ms = {n_bytes / sec / 1e12:.2f} TB/s")
-    km.fused.USE_DOT = use_dot
-    km.fused.CONFIG[key] = config
-    log(f"fused pass: best {key} {config}: {1e3 * seconds:.2f} ms = "
-        f"{n_bytes / seconds / 1e12:.2f} TB/s")
-    sums = {}
-    for config in [(bm, be, w, st) for bm in (4, 8, 16) for be in (32, 64, 128)
-                   for w in (4,) for st in (1, 2) if bm * be <= 1024]:
-        km.fused.CONFIG["centre_sums"] = config
-        try:
-            sums[config] = timed(lambda: km.fused.centre_sums(prepared.x, labels, 5), 3)
-        except Exception as exc:  # noqa: BLE001
-            log(f"  centre_sums {config}: failed ({type(exc).__name__})")
-    config = min(sums, key=sums.get)
-    km.fused.CONFIG["centre_sums"] = config
-    torch_sums = timed(lambda: km.sums_torch(prepared.x, labels, 5), 3)
-    log(f"centre sums: best {config}: {1e3 * sums[config]:.2f} ms "
-        f"({n_bytes / sums[config] / 1e12:.2f} TB/s); torch one-hot float64 GEMM "
-        f"{1e3 * torch_sums:.2f} ms")
-    log(f"CONFIG = {km.fused.CONFIG}, USE_DOT = {km.fused.USE_DOT}")
+                log(f"  {key} {config}: failed ({type(exc).__name__}: {exc})"[:300])
+        for config, sec in sorted(found.items(), key=lambda item: item[1]):
+            log(f"  {key} {config}: {1e3 * sec:.2f} ms = {n_bytes / sec / 1e12:.2f} TB/s")
+        km.fused.CONFIG[key] = min(found, key=found.get)
+    log(f"CONFIG = {km.fused.CONFIG}")
 
 
 def time_lloyd(prepared, init, iters, use_triton):
@@ -137,6 +138,31 @@ def time_lloyd(prepared, init, iters, use_triton):
     return time.perf_counter() - start, result
 
 
+def sklearn_per_iteration(data, init, counts, k):
+    """Seconds per Lloyd iteration of sklearn's KMeans: fits of ``counts``
+    (two) iterations from ``init``, the difference over the difference of
+    their ``n_iter_`` (the one-off validation, copy and centring cancel)."""
+    from sklearn.cluster import KMeans
+
+    KMeans(k, init=init, n_init=1, max_iter=1).fit(data[:1000])  # imports, thread pool
+    fits = {}
+    for iters in counts:
+        best = None
+        for _ in range(2):  # the one-off work varies: the better of two fits
+            start = time.perf_counter()
+            sk = KMeans(k, init=init, n_init=1, max_iter=iters, tol=0.0,
+                        algorithm="lloyd").fit(data)
+            seconds = time.perf_counter() - start
+            best = seconds if best is None else min(best, seconds)
+        fits[iters] = (best, sk.n_iter_, sk)
+        log(f"sklearn max_iter={iters}: {fits[iters][0]:.2f} s, n_iter_={sk.n_iter_}")
+    (t0, n0, _), (t1, n1, sk) = fits[counts[0]], fits[counts[1]]
+    honest = (n0, n1) == tuple(counts)
+    if not honest:
+        log("WARNING: sklearn stopped early: per iteration from the n_iter_ it ran")
+    return (t1 - t0) / (n1 - n0) if n1 - n0 >= 4 else None, honest, sk
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -145,8 +171,9 @@ def main():
     parser.add_argument("--regions", type=int, default=200)
     parser.add_argument("--states", type=int, default=5)
     parser.add_argument("--iters", type=int, default=100)
-    parser.add_argument("--sklearn-iters", type=int, default=3)
-    parser.add_argument("--l1-iters", type=int, default=5)
+    parser.add_argument("--sklearn-iters", type=int, nargs=2, default=(2, 32),
+                        help="The two iteration counts of the sklearn fits (default 2 32).")
+    parser.add_argument("--l1-iters", type=int, default=3)
     parser.add_argument("--no-sklearn", action="store_true")
     parser.add_argument("--tune", action="store_true",
                         help="Time the fused kernels' launch configurations first; keep the best.")
@@ -156,10 +183,11 @@ def main():
     n = args.subjects * args.windows
     e = args.regions * (args.regions - 1) // 2
     k = args.states
-    log(f"# {n:,} windows x {e:,} edges float32 ({n * e * 4 / 1e9:.2f} GB), k={k}, "
+    n_bytes = n * e * 4
+    log(f"# {n:,} windows x {e:,} edges float32 ({n_bytes / 1e9:.2f} GB), k={k}, "
         f"device={device}"
         + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-        + f", host threads {torch.get_num_threads()}")
+        + f", host threads {torch.get_num_threads()}, cpu_count {os.cpu_count()}")
     start = time.perf_counter()
     host = windows(n, e, k)
     log(f"data generated in {time.perf_counter() - start:.1f} s")
@@ -172,7 +200,7 @@ def main():
     synchronize(device)
     upload = time.perf_counter() - start
     bandwidth = read_bandwidth(x)
-    floor = args.iters * n * e * 4 / bandwidth
+    floor = args.iters * n_bytes / bandwidth
     log(f"upload {upload:.3f} s; read bandwidth {bandwidth / 1e12:.2f} TB/s; floor for "
         f"{args.iters} iterations {floor:.3f} s")
 
@@ -185,78 +213,99 @@ def main():
     if km.fused.usable(prepared.x, k):
         variants.insert(0, ("fused", True))
         if args.tune:
-            tune(prepared, init_p, n * e * 4)
+            tune(prepared, init_p, n_bytes)
     results = {}
     for name, use_triton in variants:
         seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton)
         results[name] = result
-        rows.append((name, "euclidean", args.iters, seconds, seconds / args.iters, floor))
+        rows.append(("planted", name, "euclidean", args.iters, seconds, floor))
         log(f"{name}: {args.iters} iterations in {seconds:.3f} s "
             f"({1e3 * seconds / args.iters:.2f} ms each), inertia {result.inertia:.6e}")
         if use_triton:
-            state = km._FusedState(n, device)
-            one = timed(lambda s=state, r=result: s.assign(prepared, r.centres, r.labels), 10)
-            log(f"one fused assignment pass: {1e3 * one:.2f} ms = "
-                f"{n * e * 4 / one / 1e12:.2f} TB/s")
+            run = km._Run(prepared, result.centres, use_triton=True)
+            one = timed(lambda r=run, c=result.centres: one_pass(r, c), 10)
+            log(f"one fused assignment pass: {1e3 * one:.2f} ms = {n_bytes / one / 1e12:.2f} TB/s")
+            dense = timed(lambda r=result: dense_sums(prepared, r.labels, k), 5)
+            log(f"centre sums of all rows: {1e3 * dense:.2f} ms = "
+                f"{n_bytes / dense / 1e12:.2f} TB/s")
     if len(results) == 2:
         same = torch.equal(results["fused"].labels, results["torch"].labels)
         log(f"fused vs torch after {args.iters} iterations: labels identical {same}, inertia "
             f"rel. diff {abs(results['fused'].inertia / results['torch'].inertia - 1):.2e}")
-
-    sk_per_iter = None
+    converged = km.lloyd(prepared, init_p, max_iter=args.iters)
+    log(f"planted data: labels stop changing at iteration {converged.n_iter}")
     if not args.no_sklearn:
         from sklearn.cluster import KMeans
 
-        m = args.sklearn_iters
-        data = host.numpy()
-        fits = {}
-        KMeans(k, init=init.numpy().astype(np.float32), n_init=1, max_iter=1).fit(data[:1000])
-        for iters in (1, 1 + m):
-            start = time.perf_counter()
-            sk = KMeans(k, init=init.numpy().astype(np.float32), n_init=1, max_iter=iters,
-                        tol=0.0, algorithm="lloyd").fit(data)
-            fits[iters] = (time.perf_counter() - start, sk.n_iter_)
-        sk_seconds = fits[1 + m][0]
-        # Per iteration: the difference of an m- and a 1-iteration fit (the
-        # one-off validation, copy and centring of X cancel).
-        sk_per_iter = (fits[1 + m][0] - fits[1][0]) / max(fits[1 + m][1] - fits[1][1], 1)
-        log(f"sklearn: {fits[1][1]} iteration {fits[1][0]:.2f} s, {sk.n_iter_} iterations "
-            f"{sk_seconds:.2f} s: {sk_per_iter:.3f} s per iteration on {os.cpu_count()} cores")
-        ours = km.lloyd(prepared, init_p, max_iter=1 + m)  # same semantics as sklearn's loop
+        sk = KMeans(k, init=init.numpy().astype(np.float32), n_init=1, max_iter=args.iters,
+                    tol=0.0, algorithm="lloyd").fit(host.numpy())
+        centres = prepared.from_prepared(converged.centres).cpu().numpy()
+        log(f"planted data vs sklearn (n_iter {converged.n_iter} / {sk.n_iter_}): labels "
+            f"identical {bool((converged.labels.cpu().numpy() == sk.labels_).all())}, inertia "
+            f"rel. diff {abs(converged.inertia / sk.inertia_ - 1):.2e}, centres max abs diff "
+            f"{np.abs(centres - sk.cluster_centers_).max():.2e}")
+    del prepared, results, x
+
+    # Unclustered windows (noise): labels keep changing, so sklearn runs every
+    # iteration asked for and our centre sums follow many moved rows.
+    gen = torch.Generator().manual_seed(2)
+    noise = torch.randn(n, e, generator=gen)
+    init_noise = noise[init_rows].to(torch.float64)
+    prepared = km.Prepared(noise.to(device, copy=True), "euclidean", owned=True)
+    init_p = prepared.to_prepared(init_noise.to(device))
+    for name, use_triton in variants:
+        seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton)
+        rows.append(("noise", name, "euclidean", args.iters, seconds, floor))
+        log(f"noise {name}: {args.iters} iterations in {seconds:.3f} s "
+            f"({1e3 * seconds / args.iters:.2f} ms each)")
+    sk_per_iter = None
+    if not args.no_sklearn:
+        counts = tuple(args.sklearn_iters)
+        sk_per_iter, honest, sk = sklearn_per_iteration(noise.numpy(), init_noise.numpy()
+                                                        .astype(np.float32), counts, k)
+        if sk_per_iter is not None:
+            log(f"sklearn: {sk_per_iter:.3f} s per iteration on {os.cpu_count()} cores "
+                f"(n_iter_ as asked: {honest})")
+        ours = km.lloyd(prepared, init_p, max_iter=counts[1])  # sklearn's loop semantics
         labels = ours.labels.cpu().numpy()
         centres = prepared.from_prepared(ours.centres).cpu().numpy()
-        log(f"vs sklearn after {1 + m} iterations: labels identical {bool((labels == sk.labels_).all())} "
+        log(f"vs sklearn after {counts[1]} iterations (n_iter {ours.n_iter} / {sk.n_iter_}): "
+            f"labels identical {bool((labels == sk.labels_).all())} "
             f"({int((labels != sk.labels_).sum())} differ), inertia rel. diff "
             f"{abs(ours.inertia / sk.inertia_ - 1):.2e}, centres max abs diff "
             f"{np.abs(centres - sk.cluster_centers_).max():.2e}")
-        rows.append(("sklearn", "euclidean", 1 + m, sk_seconds, sk_per_iter, None))
+        if sk_per_iter is not None:
+            rows.append(("noise", "sklearn", "euclidean", counts[1] - counts[0],
+                         sk_per_iter * (counts[1] - counts[0]), None))
+    del prepared, noise
 
-    del prepared, results
     prepared = km.Prepared(host.to(device, copy=True), "l1", owned=True)
     init_p = prepared.to_prepared(init.to(device))
-    floor_l1 = args.l1_iters * n * e * 4 / bandwidth
+    floor_l1 = args.l1_iters * n_bytes / bandwidth
     for name, use_triton in variants:
         seconds, result = time_lloyd(prepared, init_p, args.l1_iters, use_triton)
-        rows.append((name, "l1", args.l1_iters, seconds, seconds / args.l1_iters, floor_l1))
+        rows.append(("planted", name, "l1", args.l1_iters, seconds, floor_l1))
         log(f"l1 {name}: {args.l1_iters} iterations in {seconds:.3f} s")
-        start = time.perf_counter()
-        _ = (km._FusedState(n, device).assign(prepared, init_p, result.labels)[:2]
-                        if use_triton else km.assign_torch(prepared, init_p))
-        synchronize(device)
-        log(f"l1 {name}: one assignment pass {1e3 * (time.perf_counter() - start):.1f} ms "
-            f"(the rest of an iteration is the medians)")
+        run = km._Run(prepared, init_p, use_triton=use_triton)
+        one = timed(lambda r=run: one_pass(r, init_p), 3)
+        log(f"l1 {name}: one assignment pass {1e3 * one:.2f} ms")
+    labels = result.labels
+    medians = timed(lambda: km.medians(prepared.x, labels, k, init_p), 3)
+    log(f"l1: the medians of one iteration {1e3 * medians:.1f} ms")
 
     log("")
-    log("| n × E | k | metric | device | path | iterations | time (s) | per iteration (ms) "
+    log("| data | n × E | k | metric | device | path | iterations | time (s) | per iteration (ms) "
         "| floor (s) | time / floor | speed-up vs sklearn per iteration |")
-    log("|---|---|---|---|---|---|---|---|---|---|---|")
-    for name, metric, iters, seconds, per_iter, fl in rows:
+    log("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for data, name, metric, iters, seconds, fl in rows:
+        per_iter = seconds / iters
         ratio = f"{seconds / fl:.2f}" if fl else ""
-        speed = f"{sk_per_iter / per_iter:.0f}×" if sk_per_iter and name != "sklearn" and \
-            metric == "euclidean" else ""
+        speed = (f"{sk_per_iter / per_iter:.0f}×" if sk_per_iter and name != "sklearn"
+                 and metric == "euclidean" else "")
         where = "host" if name == "sklearn" else str(device.type)
-        log(f"| {n:,} × {e:,} | {k} | {metric} | {where} | {name} | {iters} | {seconds:.3f} | "
-            f"{1e3 * per_iter:.2f} | {fl if fl is None else round(fl, 3)} | {ratio} | {speed} |")
+        log(f"| {data} | {n:,} × {e:,} | {k} | {metric} | {where} | {name} | {iters} | "
+            f"{seconds:.3f} | {1e3 * per_iter:.2f} | {fl if fl is None else round(fl, 3)} | "
+            f"{ratio} | {speed} |")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,24 @@
 """Input validation shared by every public function.
 
 Messages say what was expected and what arrived, as scikit-learn's do.
+
+Parameters are validated once, at the public entry: each public function
+(or estimator) declares a constraint per parameter and :func:`validate_params`
+checks them before the body runs; functions it calls skip their own
+declared checks (see :func:`validate_params`). What depends on the data (a
+window no longer than the series, a rank below the number of series) is
+checked in the body, where the data is known.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
+import inspect
 import os
+import re
+from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 from pathlib import Path
 
@@ -220,3 +233,286 @@ def check_random_state(seed) -> np.random.Generator:
     raise ValueError(
         f"'random_state' must be None, an int or a numpy Generator; got {seed!r}."
     )
+
+
+
+# --------------------------------------------------------------------------
+# Declared parameter constraints (scikit-learn's validate_params style)
+# --------------------------------------------------------------------------
+
+class InvalidParameterError(ValueError, TypeError):
+    """A parameter of a public function or estimator breaks its declared
+    constraint. A ValueError (and a TypeError, as in scikit-learn), so the
+    CLI reports it in one line."""
+
+
+class _Constraint:
+    """One allowed form of a parameter."""
+
+    def is_satisfied_by(self, value) -> bool:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        raise NotImplementedError
+
+
+_TYPE_NAMES = {Integral: "int", Real: "float", str: "str", bool: "bool", dict: "dict",
+               list: "list", tuple: "tuple"}
+
+
+def _type_name(kind) -> str:
+    return _TYPE_NAMES.get(kind, getattr(kind, "__qualname__", str(kind)))
+
+
+class Interval(_Constraint):
+    """A number of type ``kind`` (``Integral`` or ``Real``) between ``left``
+    and ``right`` (None: unbounded); ``closed`` is ``'left'``, ``'right'``,
+    ``'both'`` or ``'neither'``. Booleans, NaN and infinities never match."""
+
+    def __init__(self, kind, left, right, *, closed: str):
+        if kind not in (Integral, Real):
+            raise TypeError(f"Interval needs Integral or Real; got {kind!r}.")
+        if closed not in ("left", "right", "both", "neither"):
+            raise ValueError(f"'closed' must be 'left', 'right', 'both' or 'neither'; got {closed!r}.")
+        self.kind, self.left, self.right, self.closed = kind, left, right, closed
+
+    def is_satisfied_by(self, value) -> bool:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (self.kind, np.number)):
+            return False
+        if self.kind is Integral and not isinstance(value, (Integral, np.integer)):
+            return False
+        if not np.isfinite(value):
+            return False
+        if self.left is not None:
+            if value < self.left or (value == self.left and self.closed in ("right", "neither")):
+                return False
+        if self.right is not None:
+            if value > self.right or (value == self.right and self.closed in ("left", "neither")):
+                return False
+        return True
+
+    def __str__(self) -> str:
+        what = "an int" if self.kind is Integral else "a float"
+        left = "-inf" if self.left is None else self.left
+        right = "inf" if self.right is None else self.right
+        opening = "[" if self.closed in ("left", "both") and self.left is not None else "("
+        closing = "]" if self.closed in ("right", "both") and self.right is not None else ")"
+        return f"{what} in the range {opening}{left}, {right}{closing}"
+
+
+class Options(_Constraint):
+    """One of a set of values of type ``kind``."""
+
+    def __init__(self, kind, options):
+        self.kind, self.options = kind, frozenset(options)
+
+    def is_satisfied_by(self, value) -> bool:
+        return isinstance(value, self.kind) and value in self.options
+
+    def __str__(self) -> str:
+        shown = ", ".join(repr(o) for o in sorted(self.options, key=repr))
+        return f"a {_type_name(self.kind)} among {{{shown}}}"
+
+
+class StrOptions(Options):
+    """One of a set of strings."""
+
+    def __init__(self, options):
+        super().__init__(str, options)
+
+
+class _InstanceOf(_Constraint):
+    def __init__(self, kind):
+        self.kind = kind
+
+    def is_satisfied_by(self, value) -> bool:
+        if self.kind in (Integral, Real) and isinstance(value, (bool, np.bool_)):
+            return False
+        return isinstance(value, self.kind)
+
+    def __str__(self) -> str:
+        name = _type_name(self.kind)
+        return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+class _NoneConstraint(_Constraint):
+    def is_satisfied_by(self, value) -> bool:
+        return value is None
+
+    def __str__(self) -> str:
+        return "None"
+
+
+class _Predicate(_Constraint):
+    def __init__(self, test: Callable[[object], bool], description: str):
+        self.test, self.description = test, description
+
+    def is_satisfied_by(self, value) -> bool:
+        try:
+            return bool(self.test(value))
+        except (TypeError, ValueError):
+            return False
+
+    def __str__(self) -> str:
+        return self.description
+
+
+def _is_array_like(value) -> bool:
+    if isinstance(value, (str, bytes, Mapping)) or value is None:
+        return False
+    return hasattr(value, "__array__") or hasattr(value, "__len__") and hasattr(value, "__getitem__")
+
+
+def _is_memory(value) -> bool:
+    from connscale._compute.memory import parse_memory
+
+    return value is not None and parse_memory(value) is not None
+
+
+_DEVICE_PATTERN = re.compile(r"(auto|cpu|cuda(:\d+)?)", re.IGNORECASE)
+
+
+def _is_device(value) -> bool:
+    import torch
+
+    if isinstance(value, torch.device):
+        return value.type in ("cpu", "cuda")
+    return isinstance(value, str) and _DEVICE_PATTERN.fullmatch(value.strip()) is not None
+
+
+def _is_dtype(value) -> bool:
+    from connscale._compute.device import resolve_dtype
+
+    resolve_dtype(value)
+    return True
+
+
+def _is_random_state(value) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return False
+    return value is None or isinstance(value, (Integral, np.random.Generator,
+                                               np.random.RandomState))
+
+
+_NAMED = {
+    "array-like": _Predicate(_is_array_like, "an array-like"),
+    "boolean": _Predicate(lambda v: isinstance(v, (bool, np.bool_)), "a bool"),
+    "random_state": _Predicate(_is_random_state,
+                               "an int, a numpy Generator, a RandomState or None"),
+    "memory": _Predicate(_is_memory, "a number of bytes or a size such as '512MB', '8GB' "
+                                     "or '2GiB'"),
+    "device": _Predicate(_is_device, "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device"),
+    "dtype": _Predicate(_is_dtype, "'float32' or 'float64' (or the numpy/torch dtype)"),
+    "path": _Predicate(lambda v: isinstance(v, (str, os.PathLike)), "a path"),
+    "callable": _Predicate(callable, "a callable"),
+}
+
+
+def make_constraint(spec) -> _Constraint:
+    """The constraint object of one declaration: a constraint, None, a type
+    or one of the names ``'array-like'``, ``'boolean'``, ``'random_state'``,
+    ``'memory'``, ``'device'``, ``'dtype'``, ``'path'``, ``'callable'``."""
+    if isinstance(spec, _Constraint):
+        return spec
+    if spec is None:
+        return _NoneConstraint()
+    if isinstance(spec, str):
+        try:
+            return _NAMED[spec]
+        except KeyError:
+            raise ValueError(f"Unknown constraint {spec!r}; expected one of {sorted(_NAMED)}.") \
+                from None
+    if isinstance(spec, type):
+        return _InstanceOf(spec)
+    raise TypeError(f"Cannot make a constraint of {spec!r}.")
+
+
+def _describe(constraints: list[_Constraint]) -> str:
+    words = [str(c) for c in constraints if not isinstance(c, _NoneConstraint)]
+    if any(isinstance(c, _NoneConstraint) for c in constraints):
+        words.append("None")
+    if len(words) == 1:
+        return words[0]
+    return f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def validate_parameter_values(constraints: Mapping[str, list], params: Mapping[str, object],
+                              caller: str) -> None:
+    """Check each parameter of ``params`` named in ``constraints`` against
+    its declared constraints (any one must hold).
+
+    Raises
+    ------
+    InvalidParameterError
+        ``"The 'x' parameter of caller must be an int in the range [1, inf).
+        Got 0 instead."``
+    """
+    for name, value in params.items():
+        if name not in constraints:
+            continue
+        checks = [make_constraint(spec) for spec in constraints[name]]
+        if any(check.is_satisfied_by(value) for check in checks):
+            continue
+        raise InvalidParameterError(
+            f"The {name!r} parameter of {caller} must be {_describe(checks)}. "
+            f"Got {value!r} instead."
+        )
+
+
+_SKIP_NESTED = contextvars.ContextVar("connscale_skip_nested_validation", default=False)
+
+
+def validate_params(constraints: Mapping[str, list], *,
+                    prefer_skip_nested_validation: bool = True):
+    """Decorate a public function with its declared parameter constraints.
+
+    The arguments of each call are checked before the body runs. With
+    ``prefer_skip_nested_validation`` (the default), public functions called
+    from the body skip their own declared checks: the outer entry already
+    validated what it passes on (validate once, at the entry). The
+    constraints stay readable as ``function.parameter_constraints`` (the
+    cohort checks its job's parameters against them).
+    """
+    def decorate(func):
+        signature = inspect.signature(func)
+        unknown = set(constraints) - set(signature.parameters)
+        if unknown:
+            raise ValueError(f"Constraints of {func.__qualname__} name no parameter: "
+                             f"{sorted(unknown)}.")
+
+        @functools.wraps(func)
+        def wrapper(*args, **kwargs):
+            if _SKIP_NESTED.get():
+                return func(*args, **kwargs)
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            validate_parameter_values(constraints, bound.arguments, func.__qualname__)
+            token = _SKIP_NESTED.set(prefer_skip_nested_validation)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                _SKIP_NESTED.reset(token)
+
+        wrapper.parameter_constraints = dict(constraints)
+        return wrapper
+
+    return decorate
+
+
+def validate_estimator_params(estimator, method: str = "fit") -> None:
+    """Check an estimator's constructor parameters against its class's
+    ``_parameter_constraints`` (call at the top of ``fit``)."""
+    constraints = type(estimator)._parameter_constraints
+    params = {name: getattr(estimator, name) for name in constraints}
+    validate_parameter_values(constraints, params, f"{type(estimator).__name__}.{method}")
+
+
+@contextlib.contextmanager
+def skip_nested_validation():
+    """Calls inside this block skip their declared checks (for an entry, such
+    as an estimator's ``fit``, that validated its parameters itself)."""
+    token = _SKIP_NESTED.set(True)
+    try:
+        yield
+    finally:
+        _SKIP_NESTED.reset(token)

@@ -44,10 +44,18 @@ import time
 import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from numbers import Integral
 from pathlib import Path
 
 from connscale._compute.memory import limit_error, parse_memory
-from connscale._validation import check_int, check_option, check_threshold, check_window
+from connscale._validation import (
+    Interval,
+    StrOptions,
+    check_option,
+    check_window,
+    validate_parameter_values,
+    validate_params,
+)
 from connscale.engines import ENGINES, Engine, get_engine
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io._lock import OutputLock, is_locked
@@ -228,8 +236,30 @@ def find_inputs(inputs: str | Path | Iterable[str | Path]) -> list[CohortItem]:
 # Jobs
 # --------------------------------------------------------------------------
 
+def _job_entries(job: str) -> list:
+    """The public functions a job calls, whose declared constraints its
+    parameters must meet."""
+    if job == "pairs":
+        from connscale.fc.pairs import pair_summary, pairwise_dfc
+
+        return [pairwise_dfc, pair_summary]
+    if job == "dfc":
+        from connscale.fc.dynamic import dynamic_correlation
+
+        return [dynamic_correlation]
+    from connscale.fc.static import compute_correlation
+
+    return [compute_correlation]
+
+
 def check_job_params(job: str, params: dict | None) -> dict:
-    """Validate a job's parameters; return them with defaults filled in."""
+    """Validate a job's parameters; return them with defaults filled in.
+
+    Every parameter is checked against the constraints declared by the
+    public function the job calls (:func:`~connscale.fc.pairwise_dfc`,
+    :func:`~connscale.fc.dynamic_correlation`, :func:`~connscale.correlation`),
+    so invalid parameters fail here, before the first scan.
+    """
     check_option(job, "job", set(JOBS))
     params = dict(params or {})
     common = {"device": "cpu", "dtype": "float32", "atlas": None, "mask": None,
@@ -247,26 +277,26 @@ def check_job_params(job: str, params: dict | None) -> dict:
             f"Unknown parameter(s) {unknown} for job {job!r}; it takes {sorted(allowed)}."
         )
     merged = {**allowed, **params}
+    if job in ("pairs", "dfc") and merged["window_length"] is None:
+        raise ValueError(f"The {job!r} job needs 'window_length' (e.g. 32).")
+    for entry in _job_entries(job):
+        validate_parameter_values(entry.parameter_constraints, merged,
+                                  f"the {job!r} job ({entry.__name__})")
     if job in ("pairs", "dfc"):
-        if merged["window_length"] is None:
-            raise ValueError(f"The {job!r} job needs 'window_length' (e.g. 32).")
         merged["window_length"], merged["step"] = check_window(merged["window_length"],
                                                                merged["step"])
-    if job == "pairs":
-        merged["threshold"] = check_threshold(merged["threshold"])
-    elif job == "dfc":
-        check_option(merged["kind"], "kind", {"triu", "sparse", "lowrank", "factor"})
-        if merged["threshold"] is not None:
-            merged["threshold"] = check_threshold(merged["threshold"])
-        if merged["kind"] == "sparse" and merged["threshold"] is None:
-            raise ValueError("The 'dfc' job with kind='sparse' needs a 'threshold'.")
-        if merged["kind"] == "lowrank" and merged["rank"] is None:
-            raise ValueError("The 'dfc' job with kind='lowrank' needs a 'rank'.")
+    if job == "dfc":
+        from connscale.fc.dynamic import check_kind_options
+
+        check_kind_options(merged["kind"], merged["threshold"], merged["absolute"],
+                           merged["rank"])
         merged["absolute"] = bool(merged["absolute"])
-    else:
+    elif job == "fc":
         check_option(merged["kind"], "kind", {"triu", "dense"})
+    if merged.get("threshold") is not None:
+        merged["threshold"] = float(merged["threshold"])
+    # Recorded in the report and the outputs' fingerprints: a name, not a dtype object.
     check_option(merged["dtype"], "dtype", {"float32", "float64"})
-    parse_memory(merged["memory_limit"])
     for name in ("atlas", "mask"):
         if merged[name] is not None:
             merged[name] = str(Path(merged[name]).resolve())
@@ -305,13 +335,13 @@ def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> d
     with OutputLock(output):
         check_free_space(output.parent, result.courses.nbytes, what=output.name)
         write_pairs_h5(output, courses=result.courses[0], pairs=result.pairs,
-                       window_onsets=result.window_onsets, window_length=result.window_length,
+                       window_onsets=result.window_starts, window_length=result.window_length,
                        step=result.step,
                        summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
                        threshold=summary.threshold, labels=labels,
                        n_constant=result.n_constant, attrs=attrs)
     return {"n_regions": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
-            "n_windows": int(result.window_onsets.size)}
+            "n_windows": int(result.window_starts.size)}
 
 
 def _job_fc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
@@ -478,6 +508,18 @@ def _write_reports(out_dir: Path, records: list[dict], meta: dict) -> tuple[Path
     return report, errors
 
 
+@validate_params({
+    "job": [StrOptions(JOBS)],
+    "params": [dict, None],
+    "engine": [StrOptions(ENGINES), Engine],
+    "n_jobs": [Interval(Integral, 1, None, closed="left"), None],
+    "retries": [Interval(Integral, 0, None, closed="left")],
+    "threads_per_task": [Interval(Integral, 1, None, closed="left")],
+    "batch_size": [Interval(Integral, 1, None, closed="left"), None],
+    "overwrite": ["boolean"],
+    "wait": ["boolean"],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+})
 def run_cohort(
     inputs,
     job: str,
@@ -555,6 +597,7 @@ def run_cohort(
     with other data is recomputed. An output without a fingerprint was not
     written by connscale: that scan is reported as an error, not replaced.
     """
+    params = check_job_params(job, params)  # before the first scan, and before any write
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with OutputLock(out_dir / "cohort_run", wait=wait):
@@ -568,11 +611,6 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
     """:func:`run_cohort`, under the lock of ``out_dir``."""
     from tqdm.auto import tqdm
 
-    params = check_job_params(job, params)
-    threads_per_task = check_int(threads_per_task, "threads_per_task", minimum=1)
-    if n_jobs is not None:
-        check_int(n_jobs, "n_jobs", minimum=1)
-    check_int(retries, "retries", minimum=0)
     items = find_inputs(inputs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -601,8 +639,6 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
                 len(items) - len(todo))
 
     own_engine = not isinstance(engine, Engine)
-    if own_engine:
-        check_option(engine, "engine", set(ENGINES))
     start = time.perf_counter()
     meta = {"job": job, "params": params, "engine": None, "n_inputs": len(items)}
     active = None
@@ -613,7 +649,6 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
             meta["engine"] = repr(active)
             workers = getattr(active, "n_jobs", 1) or 1
             size = batch_size or max(1, 4 * workers)
-            size = check_int(size, "batch_size", minimum=1)
             with tqdm(total=len(items), initial=len(items) - len(todo), unit="scan",
                       desc=f"cohort {job}", disable=not verbose) as bar:
                 for first in range(0, len(todo), size):

@@ -42,7 +42,7 @@ def test_pairs_cli_h5(roi_files, tmp_path, capsys):
     with h5py.File(out / "sub-01_task-rest_pairs.h5") as h5:
         assert_allclose(h5["courses"][()], expected.courses[0], atol=1e-6)
         assert_array_equal(h5["pairs"][()], expected.pairs)
-        assert_array_equal(h5["window_onsets"][()], expected.window_onsets)
+        assert_array_equal(h5["window_onsets"][()], expected.window_starts)
         assert list(h5["labels"].asstr()[()]) == ["DMN", "SMN", "VIS", "SAL"]
     with h5py.File(out / "sub-02_task-rest_pairs.h5") as h5:
         assert h5["courses"].shape == (6, (24 - 8) // 3 + 1)  # scans of different lengths

@@ -81,8 +81,54 @@ def test_job_params():
         check_job_params("pairs", {})
     with pytest.raises(ValueError, match="Unknown parameter"):
         check_job_params("fc", {"window_length": 8})
-    with pytest.raises(ValueError, match="'threshold' must lie in"):
+    with pytest.raises(ValueError, match=r"The 'threshold' parameter of the 'pairs' job \(pair_summary\) "
+                       r"must be a float in the range \[-1, 1\]. Got 3 instead."):
         check_job_params("pairs", {"window_length": 8, "threshold": 3})
+
+
+@pytest.mark.parametrize("job, params, message", [
+    # 'device', 'rank', 'random_state' and 'rank' with kind='triu' used to pass
+    # the cohort's own checks and fail in every subject's task; 'absolute' was
+    # coerced to a bool.
+    ("pairs", {**PAIRS, "device": "tpu"},
+     "The 'device' parameter of the 'pairs' job (pairwise_dfc) must be"),
+    ("pairs", {**PAIRS, "memory_limit": "lots"},
+     "The 'memory_limit' parameter of the 'pairs' job (pairwise_dfc) must be"),
+    ("dfc", {"window_length": 10, "kind": "lowrank", "rank": 0},
+     "The 'rank' parameter of the 'dfc' job (dynamic_correlation) must be an int in the "
+     "range [1, inf) or None. Got 0 instead."),
+    ("dfc", {"window_length": 10, "random_state": "seed"},
+     "The 'random_state' parameter of the 'dfc' job (dynamic_correlation) must be"),
+    ("dfc", {"window_length": 10, "kind": "sparse", "threshold": 0.5, "absolute": "yes"},
+     "The 'absolute' parameter of the 'dfc' job (dynamic_correlation) must be a bool."),
+    ("dfc", {"window_length": 10, "kind": "triu", "rank": 3},
+     "'rank' applies to kind='lowrank' or 'factor'"),
+    ("fc", {"device": "gpu0"}, "The 'device' parameter of the 'fc' job (compute_correlation)"),
+    ("pairs", {"window_length": 2}, "'window_length' parameter of the 'pairs' job"),
+])
+def test_invalid_parameters_fail_before_the_first_subject(tmp_path, job, params, message):
+    make_bids(tmp_path / "deriv")
+    out = tmp_path / "out"
+    with pytest.raises(ValueError) as info:
+        run_cohort(tmp_path / "deriv", job, out, params=params, engine="serial", verbose=0)
+    assert message in str(info.value)
+    assert not out.exists()  # nothing ran, nothing was written
+
+
+def test_invalid_runner_arguments_fail_before_the_first_subject(tmp_path):
+    make_bids(tmp_path / "deriv")
+    for kwargs, message in [
+        ({"engine": "threads"}, "The 'engine' parameter of run_cohort must be a str among"),
+        ({"retries": -1}, "The 'retries' parameter of run_cohort must be an int in the range "
+                          "[0, inf). Got -1 instead."),
+        ({"threads_per_task": 0}, "The 'threads_per_task' parameter of run_cohort"),
+        ({"batch_size": 0}, "The 'batch_size' parameter of run_cohort"),
+    ]:
+        with pytest.raises(ValueError) as info:
+            run_cohort(tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS, verbose=0,
+                       **{"engine": "serial", **kwargs})
+        assert message in str(info.value)
+        assert not (tmp_path / "out").exists()
 
 
 def test_pairs_job_outputs(tmp_path):
@@ -96,7 +142,7 @@ def test_pairs_job_outputs(tmp_path):
         expected = pairwise_dfc(x[None], 10, 3, device="cpu")
         assert_allclose(data["courses"], expected.courses[0], atol=1e-6)
         assert_array_equal(data["pairs"], expected.pairs)
-        assert_array_equal(data["window_onsets"], expected.window_onsets)
+        assert_array_equal(data["window_onsets"], expected.window_starts)
         summary = pair_summary(expected.courses, threshold=0.2)
         assert_allclose(data["summary/mean"], summary.mean[0], atol=1e-6)
         assert_allclose(data["summary/fraction_above"], summary.fraction_above[0])

@@ -276,37 +276,37 @@ CASES = [
     ("cohort-n-jobs-0", lambda d: ["cohort", tsv(d), "--job", "fc", "--n-jobs", "0"]),
     ("cohort-retries-negative", lambda d: ["cohort", tsv(d), "--job", "fc", "--retries", "-1"]),
     # ---- r1dl ----
-    ("r1dl-atoms-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--atoms", "0", "--sparsity", "5"]),
-    ("r1dl-atoms-above-T", lambda d: ["r1dl", npy(d, _series(n=30)), "--atoms", str(T + 1),
+    ("r1dl-atoms-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "0", "--sparsity", "5"]),
+    ("r1dl-atoms-above-T", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", str(T + 1),
                                       "--sparsity", "5"]),
-    ("r1dl-sparsity-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--atoms", "2",
+    ("r1dl-sparsity-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2",
                                    "--sparsity", "0"]),
-    ("r1dl-sparsity-1.5", lambda d: ["r1dl", npy(d, _series(n=30)), "--atoms", "2",
+    ("r1dl-sparsity-1.5", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2",
                                      "--sparsity", "1.5"]),
-    ("r1dl-sparsity-above-P", lambda d: ["r1dl", npy(d, _series(n=30)), "--atoms", "2",
+    ("r1dl-sparsity-above-P", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2",
                                          "--sparsity", "31"]),
-    ("r1dl-npy-complex", lambda d: ["r1dl", npy(d, _series(n=30) * (1 + 1j)), "--atoms", "2",
+    ("r1dl-npy-complex", lambda d: ["r1dl", npy(d, _series(n=30) * (1 + 1j)), "--n-components", "2",
                                     "--sparsity", "5"]),
     ("r1dl-npy-nan", lambda d: ["r1dl", npy(d, np.where(np.eye(T, 30) > 0, np.nan,
                                                         _series(n=30))),
-                                "--atoms", "2", "--sparsity", "5"]),
-    ("r1dl-tsv-nan", lambda d: ["r1dl", tsv(d, array=np.full((T, 6), np.nan)), "--atoms", "2",
+                                "--n-components", "2", "--sparsity", "5"]),
+    ("r1dl-tsv-nan", lambda d: ["r1dl", tsv(d, array=np.full((T, 6), np.nan)), "--n-components", "2",
                                 "--sparsity", "2"]),
-    ("r1dl-npy-random-bytes", lambda d: ["r1dl", random_bytes(d, "S.npy"), "--atoms", "2",
+    ("r1dl-npy-random-bytes", lambda d: ["r1dl", random_bytes(d, "S.npy"), "--n-components", "2",
                                          "--sparsity", "5"]),
-    ("r1dl-npy-1d", lambda d: ["r1dl", npy(d, np.arange(30.0)), "--atoms", "2",
+    ("r1dl-npy-1d", lambda d: ["r1dl", npy(d, np.arange(30.0)), "--n-components", "2",
                                "--sparsity", "5"]),
     ("r1dl-mask-for-npy", lambda d: ["r1dl", npy(d, _series(n=30)), "--mask", mask(d),
-                                     "--atoms", "2", "--sparsity", "5"]),
+                                     "--n-components", "2", "--sparsity", "5"]),
     ("r1dl-nii-truncated-gz", lambda d: ["r1dl", truncated_gz(d), "--mask", mask(d),
-                                         "--atoms", "2", "--sparsity", "3"]),
+                                         "--n-components", "2", "--sparsity", "3"]),
     ("r1dl-nii-nan-in-mask", lambda d: ["r1dl", bold_with_nan(d), "--mask", mask(d),
-                                        "--atoms", "2", "--sparsity", "3"]),
-    ("r1dl-tol-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--atoms", "2", "--sparsity", "5",
+                                        "--n-components", "2", "--sparsity", "3"]),
+    ("r1dl-tol-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2", "--sparsity", "5",
                               "--tol", "0"]),
-    ("r1dl-max-iter-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--atoms", "2",
+    ("r1dl-max-iter-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2",
                                    "--sparsity", "5", "--max-iter", "0"]),
-    ("r1dl-sparsity-text", lambda d: ["r1dl", npy(d, _series(n=30)), "--atoms", "2",
+    ("r1dl-sparsity-text", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2",
                                       "--sparsity", "many"]),
     # ---- life ----
     ("life-dwi-random-bytes", lambda d: life(d, dwi=random_bytes(d, "sub-01_dwi.nii.gz"))),
@@ -328,7 +328,7 @@ CASES = [
         "--tractogram", random_bytes(d, "junk.tck")]),
     ("life-tractogram-suffix", lambda d: life(d) + ["--tractogram", raw(d, "t.txt", b"1 2 3\n")]),
     ("life-mask-wrong-shape", lambda d: life(d, "--mask", mask(d, shape=(5, 4, 4)))),
-    ("life-iters-0", lambda d: life(d, "--iters", "0")),
+    ("life-iters-0", lambda d: life(d, "--max-iter", "0")),
     ("life-lambda-negative", lambda d: life(d, "--lambda", "-1")),
     # ---- classify ----
     ("classify-no-label-column", lambda d: classify(d, label="diagnosis")),
@@ -413,7 +413,8 @@ def test_one_window_minimum_everywhere():
 
     x = _series()
     short = MIN_WINDOW_LENGTH - 1
-    message = f"'window_length' must be >= {MIN_WINDOW_LENGTH}; got {short}"
+    message = (rf"The 'window_length' parameter of .+ must be an int in the range "
+               rf"\[{MIN_WINDOW_LENGTH}, inf\) or a str. Got {short} instead.")
     for call in (lambda: dynamic_correlation(x, short, device="cpu"),
                  lambda: pairwise_dfc(x[None], short, device="cpu"),
                  lambda: check_job_params("pairs", {"window_length": short}),
@@ -428,7 +429,7 @@ def test_complex_input_refused_by_every_entry_point():
     from connscale import correlation
     from connscale.fc.dynamic import dynamic_correlation
     from connscale.fc.pairs import pairwise_dfc
-    from connscale.networks.r1dl import r1dl
+    from connscale.networks._r1dl import r1dl
 
     x = _series() * (1 + 1e-3j)
     for call in (lambda: correlation(x, device="cpu"),
@@ -454,7 +455,7 @@ def test_lowrank_rank_at_least_window_warns():
 
 
 def test_r1dl_all_zeros_warns_and_atoms_bounded_by_time_points():
-    from connscale.networks.r1dl import r1dl
+    from connscale.networks._r1dl import r1dl
 
     with pytest.warns(UserWarning, match="2 of 2 atoms are empty"):
         result = r1dl(np.zeros((T, 10)), 2, 3, random_state=0, device="cpu")
@@ -478,6 +479,6 @@ def test_bvecs_close_to_unit_norm_accepted(tmp_path):
     # Rounding in a text file (norm 1 +- 1e-3) is not an error; norm 3 is (above).
     bvecs = BVECS.copy()
     bvecs[1:] *= 1.001
-    status = main(["life", *life_files(tmp_path, bvecs=bvecs), "--iters", "2", "--sphere", "20",
+    status = main(["life", *life_files(tmp_path, bvecs=bvecs), "--max-iter", "2", "--sphere", "20",
                    "--out", str(tmp_path / "out"), "--device", "cpu", "-q"])
     assert status == 0

@@ -158,11 +158,11 @@ from connscale import life
 from connscale.datasets import simulate_life_phantom
 small = simulate_life_phantom(n_true=30, n_false=30, random_state=0)
 life.fit(small.dwi, small.bvals, small.bvecs, small.streamlines, affine=small.affine,
-         device="cpu", n_iter=3, memory_limit="50MB")
+         device="cpu", max_iter=3, memory_limit="50MB")
 ph = simulate_life_phantom(n_true=600, n_false=600, shape=(30, 30, 30), step=0.1, random_state=0)
 """
     call = (f"fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,"
-            f" device='cpu', n_iter=10, memory_limit={limit})")
+            f" device='cpu', max_iter=10, memory_limit={limit})")
     _check(_measure(setup, call, tmp_path), limit)
 
 

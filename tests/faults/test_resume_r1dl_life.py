@@ -120,7 +120,7 @@ def r1dl_input(tmp_path_factory):
 
 
 def _r1dl_args(S, out, *extra):
-    return ["r1dl", str(S), "--atoms", str(K), "--sparsity", "20", "--seed", "3", "--out", str(out),
+    return ["r1dl", str(S), "--n-components", str(K), "--sparsity", "20", "--seed", "3", "--out", str(out),
             "--device", "cpu", "-q", *extra]
 
 
@@ -283,7 +283,7 @@ def life_inputs(tmp_path_factory):
 def _life_args(d, out, *extra):
     return ["life", str(d / "sub-01_dwi.nii.gz"), "--bvals", str(d / "sub-01_dwi.bval"),
             "--bvecs", str(d / "sub-01_dwi.bvec"), "--tractogram", str(d / "tracks.tck"),
-            "--iters", str(ITERS), "--tol", "0", "--checkpoint-every", str(EVERY),
+            "--max-iter", str(ITERS), "--tol", "0", "--checkpoint-every", str(EVERY),
             "--device", "cpu", "-q", "--out", str(out), *extra]
 
 

@@ -1,5 +1,6 @@
 """Run under TRITON_INTERPRET=1 by test_sparse_tiles.py: the one-read
-threshold + compaction to CSR parts and the sparsity passes (histogram,
+threshold + compaction to CSR parts (staged and placed, with several piece
+sizes, and by decoupled look-back) and the sparsity passes (histogram,
 collect), executed by Triton's interpreter on the CPU, against the torch
 tiles computed from the same row blocks. Prints 'ok' when every check passes."""
 
@@ -23,7 +24,7 @@ def torch_csr(u, threshold, absolute, block_rows):
     return torch.cat(values), torch.cat(columns), torch.cat(counts)
 
 
-def fused_csr(u, threshold, absolute, block_rows, capacity):
+def fused_csr(u, threshold, absolute, block_rows, capacity, block_m=64):
     n = u.shape[0]
     values = torch.full((capacity,), -9.0)
     columns = torch.full((capacity,), -1, dtype=torch.int32)
@@ -31,8 +32,21 @@ def fused_csr(u, threshold, absolute, block_rows, capacity):
     staged = (torch.empty(capacity), torch.empty(capacity, dtype=torch.int32))
     cursor = _tiles.compact_upper_triangle(u, threshold, absolute=absolute, block_rows=block_rows,
                                            values=values, columns=columns, row_counts=row_counts,
-                                           staged_values=staged[0], staged_columns=staged[1])
+                                           staged_values=staged[0], staged_columns=staged[1],
+                                           block_m=block_m)
     return int(cursor), values, columns, row_counts
+
+
+def lookback_csr(u, threshold, absolute, block_rows, capacity, chunk):
+    n = u.shape[0]
+    values = torch.full((capacity,), -9.0)
+    columns = torch.full((capacity,), -1, dtype=torch.int32)
+    row_counts = torch.full((n,), 5, dtype=torch.int64)  # overwritten
+    result = _tiles.compact_upper_triangle_lookback(
+        u, threshold, absolute=absolute, block_rows=block_rows, values=values, columns=columns,
+        row_counts=row_counts, chunk=chunk, look=8)
+    assert int(result[1]) == 0
+    return int(result[0]), values, columns, row_counts
 
 
 def main():
@@ -60,6 +74,22 @@ def main():
         # Too small a capacity: the count says so and nothing is written past it.
         got, values, columns, _ = fused_csr(u, threshold, absolute, block_rows, nnz // 3)
         assert got == nnz
+        # Smaller pieces, and the look-back kernel (its blocks need no alignment;
+        # the same GEMM shapes as the reference where block_rows is aligned).
+        for variant in ("pieces", "lookback"):
+            if variant == "pieces":
+                got, values, columns, row_counts = fused_csr(u, threshold, absolute, block_rows,
+                                                             pairs, block_m=16)
+            else:
+                got, values, columns, row_counts = lookback_csr(u, threshold, absolute, aligned,
+                                                                pairs, chunk=64)
+            assert got == nnz, (variant, got, nnz)
+            assert torch.equal(row_counts, ref_counts), variant
+            assert torch.equal(columns[:nnz], ref_columns), variant
+            assert torch.equal(values[:nnz], ref_values), variant
+            assert bool((values[nnz:] == -9.0).all()), variant
+        got, values, _, _ = lookback_csr(u, threshold, absolute, aligned, nnz // 3, chunk=32)
+        assert got == nnz and bool(torch.equal(values[: nnz // 3], ref_values[: nnz // 3]))
         # The sparsity passes: same histogram, same exact thresholds.
         hist = _tiles.histogram_triton(u, absolute=absolute, block_rows=block_rows)
         assert torch.equal(hist, _tiles.histogram_torch(u, absolute=absolute,

@@ -1,6 +1,7 @@
 """The building blocks of dynamic FC: tile thresholding and low-rank forms."""
 
 import numpy as np
+import scipy.sparse as sp
 import pytest
 import torch
 from numpy.testing import assert_allclose, assert_array_equal
@@ -49,6 +50,7 @@ def test_csr_from_parts_full_matrix():
     rows, cols = np.nonzero(matrix)
     csr = csr_from_parts(matrix[rows, cols], cols.astype(np.int32), np.bincount(rows, minlength=5), 5)
     assert_array_equal(csr.toarray(), matrix)
+    assert isinstance(csr, sp.csr_array)  # one result type: static and DFC windows
 
 
 def test_truncated_factor_is_the_optimal_rank_l_approximation():

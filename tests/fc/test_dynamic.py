@@ -1,6 +1,5 @@
 """Sliding-window correlation (GPU-DFC) against float64 numpy references."""
 
-import contextlib
 import warnings
 
 import numpy as np
@@ -17,6 +16,7 @@ from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.sparse import dense_thresholded
 
 from ..conftest import assert_thresholded_close
+from ._fake_cuda import fake_cuda_copies
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 DTYPES = ["float32", "float64"]
@@ -329,25 +329,25 @@ def test_public_exports():
 
 @pytest.mark.parametrize("kwargs, match", [
     ({"window_length": 65}, "'window_length' must be at most the number of time points"),
-    ({"window_length": 2}, "'window_length' must be >= 3"),
-    ({"window_length": 10.5}, "'window_length' must be an integer"),
-    ({"step": 0}, "'step' must be >= 1"),
-    ({"kind": "dense"}, "'kind' must be one of"),
-    ({"kind": "lowrank", "rank": 4, "method": "qr"}, "'method' must be one of"),
+    ({"window_length": 2}, r"'window_length' parameter of dynamic_correlation must be an int in the range \[3, inf\) or a str. Got 2 "),
+    ({"window_length": 10.5}, "'window_length' parameter of dynamic_correlation must be an int"),
+    ({"step": 0}, r"'step' parameter of dynamic_correlation must be an int in the range \[1, inf\)"),
+    ({"kind": "dense"}, "'kind' parameter of dynamic_correlation must be a str among"),
+    ({"kind": "lowrank", "rank": 4, "method": "qr"}, "'method' parameter of dynamic_correlation must be a str among"),
     ({"kind": "sparse"}, "needs a 'threshold'"),
-    ({"kind": "sparse", "threshold": 1.5}, r"'threshold' must lie in \[-1, 1\]"),
-    ({"kind": "sparse", "threshold": -1.2}, r"'threshold' must lie in \[-1, 1\]"),
+    ({"kind": "sparse", "threshold": 1.5}, r"'threshold' parameter of dynamic_correlation must be a float in the range \[-1, 1\]"),
+    ({"kind": "sparse", "threshold": -1.2}, r"'threshold' parameter of dynamic_correlation must be a float in the range \[-1, 1\]"),
     ({"kind": "sparse", "threshold": -0.2, "absolute": True}, "absolute=True"),
     ({"threshold": 0.5}, "'threshold' applies to kind='sparse' only"),
     ({"absolute": True}, "'absolute' applies to kind='sparse' only"),
     ({"kind": "lowrank"}, "needs a 'rank'"),
-    ({"kind": "lowrank", "rank": 0}, "'rank' must be >= 1"),
+    ({"kind": "lowrank", "rank": 0}, r"'rank' parameter of dynamic_correlation must be an int in the range \[1, inf\)"),
     ({"kind": "factor", "rank": 14}, "'rank' must be smaller than the number of series"),
     ({"kind": "triu", "rank": 3}, "'rank' applies to"),
-    ({"kind": "lowrank", "rank": 3, "power_iterations": -1}, "'power_iterations' must be >= 0"),
+    ({"kind": "lowrank", "rank": 3, "power_iterations": -1}, r"'power_iterations' parameter of dynamic_correlation must be an int in the range \[0, inf\)"),
     ({"compute_error": True}, "'compute_error' applies to"),
-    ({"dtype": "float16"}, "'dtype' must be 'float32' or 'float64'"),
-    ({"device": "tpu"}, "'device' must be"),
+    ({"dtype": "float16"}, "'dtype' parameter of dynamic_correlation must be 'float32' or 'float64'"),
+    ({"device": "tpu"}, "'device' parameter of dynamic_correlation must be"),
 ])
 def test_bad_parameters(kwargs, match):
     kwargs = {"window_length": 10, **kwargs}
@@ -375,20 +375,6 @@ def test_no_warning_without_constant_series():
         dynamic_correlation(X, 10, 3, kind="sparse", threshold=0.5, device="cpu")
 
 
-class _FakeStreamOrEvent:
-    def __init__(self, *args, **kwargs):
-        pass
-
-    def wait_stream(self, *args):
-        pass
-
-    def record(self, *args):
-        pass
-
-    def synchronize(self):
-        pass
-
-
 @pytest.mark.parametrize("kind, extra", [
     ("triu", {}), ("sparse", {"threshold": 0.2}), ("lowrank", {"rank": 4, "random_state": 0}),
     ("factor", {"rank": 3}),
@@ -396,27 +382,13 @@ class _FakeStreamOrEvent:
 @pytest.mark.parametrize("with_buffer", [False, True])
 def test_deferred_copy_path_gives_the_same_windows(monkeypatch, tmp_path, kind, extra,
                                                    with_buffer):
-    """The CUDA branch of HostCopier (staging ring, callbacks two batches late,
+    """The CUDA branch of DeviceToHost (staging ring, callbacks two batches late,
     copies straight into a pinned host buffer), with streams and events faked
     so that it runs on the CPU."""
-    from connscale.fc import _transfer
     from connscale.fc.dynamic_result import HostArena
 
     reference = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", **extra)
-    original_init = _transfer.HostCopier.__init__
-    original_empty = torch.empty
-
-    def fake_init(self, device, depth=2):
-        original_init(self, device, depth)
-        self.cuda, self.stream = True, _FakeStreamOrEvent()
-
-    monkeypatch.setattr(_transfer.HostCopier, "__init__", fake_init)
-    monkeypatch.setattr(torch.cuda, "Stream", _FakeStreamOrEvent)
-    monkeypatch.setattr(torch.cuda, "Event", _FakeStreamOrEvent)
-    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStreamOrEvent())
-    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
-    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: original_empty(*a, **k))
+    fake_cuda_copies(monkeypatch)
     monkeypatch.setattr(HostArena, "pinned", property(lambda self: True))
     monkeypatch.setattr(dynamic_module, "_MAX_BATCH", 4)  # several batches in flight
     buffer = torch.zeros(1 << 20, dtype=torch.uint8) if with_buffer else None

@@ -53,7 +53,7 @@ def test_equals_sequential_loop(rng, device, dtype, n_timepoints, window_length,
     assert result.courses.shape == (3, 10, n_windows)
     assert result.courses.dtype == np.dtype(dtype)
     assert_array_equal(result.pairs, np.stack(np.triu_indices(5, 1), axis=1))
-    assert_array_equal(result.window_onsets, np.arange(n_windows) * step)
+    assert_array_equal(result.window_starts, np.arange(n_windows) * step)
     for s in range(3):
         assert_allclose(result.courses[s], sequential_dfc(x[s], window_length, step),
                         atol=TOL[dtype], rtol=0)
@@ -64,7 +64,7 @@ def test_ragged_scans(rng, dtype):
     scans = [rng.standard_normal((t, 4)) for t in (30, 23, 30, 17)]
     result = pairwise_dfc(scans, 6, 4, device="cpu", dtype=dtype)
     assert isinstance(result.courses, list) and len(result.courses) == 4
-    for scan, course, onsets in zip(scans, result.courses, result.window_onsets):
+    for scan, course, onsets in zip(scans, result.courses, result.window_starts):
         expected = sequential_dfc(scan, 6, 4)
         assert course.shape == expected.shape
         assert_array_equal(onsets, np.arange(expected.shape[1]) * 4)
@@ -106,7 +106,7 @@ def test_constant_windows_are_nan_with_one_warning(rng):
         result = pairwise_dfc(x, 8, 2, device="cpu")
     assert len([w for w in record if issubclass(w.category, ConstantSeriesWarning)]) == 1
     pairs = [tuple(p) for p in result.pairs]
-    onsets = result.window_onsets
+    onsets = result.window_starts
     inside = (onsets >= 5) & (onsets + 8 <= 20)
     for p, (i, j) in enumerate(pairs):
         expected_nan = inside if 1 in (i, j) else np.zeros_like(inside)
@@ -134,11 +134,13 @@ def test_bad_parameters(rng):
     x = rng.standard_normal((2, 10, 3))
     with pytest.raises(ValueError, match="at most the number of time points"):
         pairwise_dfc(x, 11, device="cpu")
-    with pytest.raises(ValueError, match="'window_length' must be >= 3"):
+    with pytest.raises(ValueError, match=r"The 'window_length' parameter of pairwise_dfc must be an int in the range "
+                       r"\[3, inf\) or a str. Got 2 instead."):
         pairwise_dfc(x, 2, device="cpu")
-    with pytest.raises(ValueError, match="'step' must be >= 1"):
+    with pytest.raises(ValueError, match=r"The 'step' parameter of pairwise_dfc must be an int in the range \[1, inf\) "
+                       r"or a str. Got 0 instead."):
         pairwise_dfc(x, 4, 0, device="cpu")
-    with pytest.raises(ValueError, match="'dtype' must be"):
+    with pytest.raises(ValueError, match="'dtype' parameter of pairwise_dfc must be 'float32' or 'float64'"):
         pairwise_dfc(x, 4, device="cpu", dtype="int8")
     with pytest.raises(ValueError, match="ragged"):
         pairwise_dfc([x[0], x[1, :8]], 4, device="cpu", as_tensor=True)
@@ -174,7 +176,7 @@ def test_pair_summary(rng):
 
 
 def test_pair_summary_errors():
-    with pytest.raises(ValueError, match="in \\[-1, 1\\]"):
+    with pytest.raises(ValueError, match="in the range \\[-1, 1\\]"):
         pair_summary(np.zeros((1, 2, 3)), threshold=2)
     with pytest.raises(ValueError, match="shape \\(n_scans, n_pairs, n_windows\\)"):
         pair_summary(np.zeros((2, 3)))
@@ -204,22 +206,31 @@ def test_pinned_sink_order_with_faked_streams(monkeypatch, rng):
     """The CUDA staging path (two reused buffers, deferred drains) on the CPU."""
     import contextlib
 
-    from connscale.fc import pairs as module
+    from connscale._compute.transfer import DeviceToHost
 
     monkeypatch.setattr(torch.cuda, "Stream", _FakeStream)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: _FakeStream())
     monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(torch.Tensor, "record_stream", lambda self, stream: None)
+    original_empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda *a, pin_memory=False, **k: original_empty(*a, **k))
     full = torch.from_numpy(rng.standard_normal((5, 7, 9)).astype(np.float32))
     out = torch.full_like(full, float("nan"))
     cpu = torch.device("cpu")
-    pool = module._pinned_pool(cpu, torch.float32, 2 * 7 * 4)
-    assert module._pinned_pool(cpu, torch.float32, 10) is pool  # reused between calls
-    sink = module._PinnedSink(out, pool, cpu)
+    sink = DeviceToHost(cpu, keep_staging=True)
+    sink.cuda, sink.stream = True, _FakeStream()
+    assert DeviceToHost(cpu, keep_staging=True)._staging is sink._staging  # reused between calls
+
+    def drain(s0, s1, k0, k1):
+        def callback(arrays):
+            out[s0:s1, :, k0:k1] = torch.from_numpy(arrays[0])
+        return callback
+
     for s0 in range(0, 5, 2):
         for k0 in range(0, 9, 4):
             s1, k1 = min(s0 + 2, 5), min(k0 + 4, 9)
-            sink.put(full[s0:s1, :, k0:k1].clone(), s0, s1, k0, k1)
-    sink.finish()
+            sink.submit([full[s0:s1, :, k0:k1].clone()], drain(s0, s1, k0, k1))
+    sink.flush()
     assert_array_equal(out.numpy(), full.numpy())
-    assert _FakeEvent.recorded == 9 and sink.copy_stream.waited == 9
+    assert _FakeEvent.recorded == 9 and sink.stream.waited == 9

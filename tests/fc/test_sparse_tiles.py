@@ -66,7 +66,7 @@ def test_compact_upper_triangle_on_cuda_equals_thresholded_corrcoef(threshold, a
 
 
 @CUDA
-@pytest.mark.parametrize("method", ["two-reads", "one-read"])
+@pytest.mark.parametrize("method", ["two-reads", "two-reads-side", "one-read", "lookback"])
 def test_sparse_windows_on_cuda_overflow_and_equal_cpu(monkeypatch, method):
     """Windows that overflow the first capacity are redone: same CSR as the CPU."""
     monkeypatch.setattr(_sparse_cuda, "METHOD", method)
@@ -79,6 +79,41 @@ def test_sparse_windows_on_cuda_overflow_and_equal_cpu(monkeypatch, method):
         assert (cuda[i].indptr == cpu[i].indptr).all()
         assert (cuda[i].indices == cpu[i].indices).all()
         assert_allclose(cuda[i].data, cpu[i].data, atol=2e-6)
+
+
+@CUDA
+@pytest.mark.parametrize("chunk, num_warps, look", [(4096, 4, 32), (256, 8, 4), (64, 4, 2)])
+def test_lookback_compaction_on_cuda_equals_staged_compaction(chunk, num_warps, look):
+    """Many more tiles than the GPU runs at once: the look-back walks back over
+    tiles that have only published their own count."""
+    x = _series(n=3000, t=50, seed=4)
+    n = x.shape[1]
+    u, _ = normalize_series(torch.from_numpy(x).cuda(), dtype=torch.float32)
+    capacity = n * (n - 1) // 2
+    got, expected = [], []
+    for method in ("lookback", "staged"):
+        values = torch.full((capacity,), -9.0, device="cuda")
+        columns = torch.full((capacity,), -1, dtype=torch.int32, device="cuda")
+        row_counts = torch.empty(n, dtype=torch.int64, device="cuda")
+        if method == "lookback":
+            result = _tiles.compact_upper_triangle_lookback(
+                u, 0.1, absolute=True, block_rows=512, values=values, columns=columns,
+                row_counts=row_counts, chunk=chunk, look=look, num_warps=num_warps)
+            assert int(result[1]) == 0
+            nnz = int(result[0])
+        else:
+            staged = (torch.empty_like(values), torch.empty_like(columns))
+            nnz = int(_tiles.compact_upper_triangle(
+                u, 0.1, absolute=True, block_rows=512, values=values, columns=columns,
+                row_counts=row_counts, staged_values=staged[0], staged_columns=staged[1]))
+        (got if method == "lookback" else expected).append((nnz, values, columns, row_counts))
+    (nnz, values, columns, row_counts), (ref_nnz, ref_values, ref_columns, ref_counts) = \
+        got[0], expected[0]
+    assert nnz == ref_nnz and 0 < nnz < capacity
+    assert torch.equal(row_counts, ref_counts)
+    assert torch.equal(columns[:nnz], ref_columns[:nnz])
+    assert torch.equal(values[:nnz], ref_values[:nnz])
+    assert bool((values[nnz:] == -9.0).all())
 
 
 @CUDA

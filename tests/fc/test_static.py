@@ -10,6 +10,7 @@ from connscale import ConstantSeriesWarning, correlation, load_relmat
 from connscale.fc.triu import n_pairs
 
 from ..conftest import ATOL, assert_thresholded_close
+from ._fake_cuda import fake_cuda_copies
 
 SHAPES = [(3, 2), (10, 7), (50, 64), (257, 130)]
 
@@ -187,13 +188,13 @@ def test_bad_input(bad, match):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"kind": "full"}, "'kind' must be one of"),
+        ({"kind": "full"}, "'kind' parameter of correlation must be a str among"),
         ({"kind": "sparse"}, "needs a 'threshold'"),
-        ({"kind": "sparse", "threshold": 1.5}, "lie in \\[-1, 1\\]"),
+        ({"kind": "sparse", "threshold": 1.5}, "in the range \\[-1, 1\\]"),
         ({"kind": "triu", "threshold": 0.5}, "applies to kind='sparse' only"),
-        ({"device": "tpu"}, "'device' must be"),
-        ({"dtype": "float16"}, "'dtype' must be"),
-        ({"memory_limit": "lots"}, "'memory_limit' must be"),
+        ({"device": "tpu"}, "'device' parameter of correlation must be"),
+        ({"dtype": "float16"}, "'dtype' parameter of correlation must be"),
+        ({"memory_limit": "lots"}, "'memory_limit' parameter of correlation must be"),
     ],
 )
 def test_bad_parameters(kwargs, match, rng):
@@ -227,3 +228,17 @@ def test_tf32_stays_off():
         warnings.simplefilter("error")
         correlation(x, device="cpu")
     assert not torch.backends.cuda.matmul.allow_tf32
+
+
+@pytest.mark.parametrize("kind", ["dense", "triu"])
+def test_overlapped_copy_path_gives_the_same_result(monkeypatch, tmp_path, kind, rng):
+    """The CUDA branch of the round mover (device scratch buffers, copies into
+    the result or through pinned staging to a file, writes two rounds late),
+    with streams and events faked so that it runs on the CPU."""
+    x = rng.standard_normal((30, 40))
+    expected = correlation(x, kind=kind, device="cpu")
+    fake_cuda_copies(monkeypatch)
+    monkeypatch.setattr("connscale.fc.static._MAX_ROUND_ELEMENTS_CPU", 400)  # several rounds
+    np.testing.assert_allclose(correlation(x, kind=kind, device="cpu"), expected, atol=1e-6)
+    path = correlation(x, kind=kind, device="cpu", out=tmp_path / "r.h5")
+    np.testing.assert_allclose(load_relmat(path)[0], expected, atol=1e-6)

@@ -35,38 +35,38 @@ def _assert_same(got, want):
 
 @pytest.mark.parametrize(("lam", "tol"), [(0.0, None), (0.02, 1e-6)])
 def test_interrupted_solve_resumes_with_the_same_iterates(model, tmp_path, monkeypatch, lam, tol):
-    ref = api.solve(model, lam=lam, n_iter=80, tol=tol)
+    ref = api.solve(model, lam=lam, max_iter=80, tol=tol)
     save = _interrupt_at(monkeypatch, 15)
     with pytest.raises(KeyboardInterrupt):
-        api.solve(model, lam=lam, n_iter=80, tol=tol, checkpoint=tmp_path, checkpoint_every=5)
+        api.solve(model, lam=lam, max_iter=80, tol=tol, checkpoint=tmp_path, checkpoint_every=5)
     monkeypatch.setattr(_checkpoint.SolverCheckpoint, "save", save)
-    res = api.solve(model, lam=lam, n_iter=80, tol=tol, checkpoint=tmp_path, checkpoint_every=5)
+    res = api.solve(model, lam=lam, max_iter=80, tol=tol, checkpoint=tmp_path, checkpoint_every=5)
     assert res.resumed_from == 15
     _assert_same(res, ref)
     # Finished: the saved final state is returned without an update.
     updates = []
-    done = api.solve(model, lam=lam, n_iter=80, tol=tol, checkpoint=tmp_path, checkpoint_every=5,
+    done = api.solve(model, lam=lam, max_iter=80, tol=tol, checkpoint=tmp_path, checkpoint_every=5,
                      callback=lambda k, x, objective: updates.append(k))
     assert not updates and done.resumed_from == ref.n_iter
     _assert_same(done, ref)
 
 
 def test_other_problems_have_their_own_state(model, tmp_path):
-    a = api.solve(model, lam=0.0, n_iter=30, tol=None, checkpoint=tmp_path)
-    b = api.solve(model, lam=0.01, n_iter=30, tol=None, checkpoint=tmp_path)
-    c = api.solve(model, lam=0.0, n_iter=40, tol=None, checkpoint=tmp_path)
-    d = api.solve(model, lam=0.0, n_iter=30, tol=None, x0=a.weights_kept, checkpoint=tmp_path)
+    a = api.solve(model, lam=0.0, max_iter=30, tol=None, checkpoint=tmp_path)
+    b = api.solve(model, lam=0.01, max_iter=30, tol=None, checkpoint=tmp_path)
+    c = api.solve(model, lam=0.0, max_iter=40, tol=None, checkpoint=tmp_path)
+    d = api.solve(model, lam=0.0, max_iter=30, tol=None, x0=a.weights_kept, checkpoint=tmp_path)
     assert [f.resumed_from for f in (a, b, c, d)] == [0, 0, 0, 0]
     assert len(list(tmp_path.glob("sbb_*.npz"))) == 4
-    assert api.solve(model, lam=0.0, n_iter=30, tol=None,
+    assert api.solve(model, lam=0.0, max_iter=30, tol=None,
                      checkpoint=tmp_path).resumed_from == a.n_iter
 
 
 def test_unreadable_state_is_solved_again(model, tmp_path):
-    ref = api.solve(model, lam=0.0, n_iter=20, tol=None, checkpoint=tmp_path)
+    ref = api.solve(model, lam=0.0, max_iter=20, tol=None, checkpoint=tmp_path)
     (file,) = tmp_path.glob("sbb_*.npz")
     file.write_bytes(b"PK\x03\x04 torn")
-    res = api.solve(model, lam=0.0, n_iter=20, tol=None, checkpoint=tmp_path)
+    res = api.solve(model, lam=0.0, max_iter=20, tol=None, checkpoint=tmp_path)
     assert res.resumed_from == 0
     _assert_same(res, ref)
     with pytest.raises(ValueError, match="checkpoint_every"):

@@ -61,7 +61,7 @@ def test_cli_single_lambda(inputs, capsys):
 def test_cli_lambda_sweep(inputs):
     d, _ = inputs
     out = d / "out2"
-    rc = main(_args(d, "--lambda-sweep", "0,0.05,0.3", "--iters", "100", "--memory-limit", "4MB",
+    rc = main(_args(d, "--lambda-sweep", "0,0.05,0.3", "--max-iter", "100", "--memory-limit", "4MB",
                     "--out", str(out)))
     assert rc == 0
     table = np.loadtxt(out / "sub-01_desc-lambdasweep_table.tsv", skiprows=1)
@@ -74,9 +74,9 @@ def test_cli_lambda_sweep(inputs):
 
 def test_cli_bad_input_exit_code(inputs, capsys, tmp_path):
     d, _ = inputs
-    rc = main(_args(d, "--iters", "0", "--out", str(tmp_path / "o")))
+    rc = main(_args(d, "--max-iter", "0", "--out", str(tmp_path / "o")))
     assert rc == 2
-    assert "--iters must be at least 1" in capsys.readouterr().err
+    assert "--max-iter must be at least 1" in capsys.readouterr().err
     bad = tmp_path / "bad.tck"
     bad.write_bytes(b"mrtrix tracks\nbroken")
     rc = main(["life", str(d / "sub-01_dwi.nii.gz"), "--bvals", str(d / "sub-01_dwi.bval"),

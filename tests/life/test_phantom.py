@@ -9,7 +9,7 @@ import pytest
 from connscale import life
 from connscale.datasets.phantom import simulate_life_phantom
 from connscale.life.encode import build_model
-from connscale.life.selection import lambda_sweep, split_rmse
+from connscale.life import lambda_sweep, split_rmse
 
 
 @pytest.fixture(scope="module")
@@ -60,9 +60,9 @@ def test_sweep_nonzero_count_falls(phantom, model):
 
 
 def test_solver_kernels_agree(model):
-    ref = life.solve(model, n_iter=60, tol=None)
+    ref = life.solve(model, max_iter=60, tol=None)
     for options in ({"entry_method": "spmv", "spmm_method": "torch"}, {"pair_method": "gather"}):
-        other = life.solve(model, n_iter=60, tol=None, operator_options=options)
+        other = life.solve(model, max_iter=60, tol=None, operator_options=options)
         np.testing.assert_allclose(other.objective, ref.objective, rtol=1e-4)
         # float32 rounding differs between kernels and SBB's steps amplify it a little
         assert np.corrcoef(other.weights, ref.weights)[0, 1] > 0.99
@@ -114,12 +114,38 @@ def test_fit_api_and_estimator(phantom):
     assert est.get_params()["lam"] == 0.01
     with pytest.raises(ValueError, match="not fitted"):
         life.LiFE().predict()
-    with pytest.raises(ValueError, match="'n_iter' must be"):
-        life.LiFE(n_iter=0).fit(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines,
+    with pytest.raises(ValueError, match=r"The 'max_iter' parameter of LiFE.fit must be an int in the range \[1, inf\)"):
+        life.LiFE(max_iter=0).fit(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines,
                                 affine=phantom.affine)
     # Warm start from the solution converges at once; fixed iterations run them all.
     warm = life.fit(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines, lam=0.01,
                     x0=fit.weights, **kwargs)
     assert warm.n_iter < fit.n_iter
-    fixed = life.fit(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines, n_iter=30, tol=None, **kwargs)
+    fixed = life.fit(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines, max_iter=30, tol=None, **kwargs)
     assert fixed.n_iter == 30 and len(fixed.objective) == 30
+
+
+def test_fit_cross_validates_with_random_state_and_sweeps(phantom, model):
+    args = (phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines)
+    kwargs = {"affine": phantom.affine, "device": "cpu", "max_iter": 60, "tol": None}
+    # random_state draws the gradient-direction split of the cross-validation.
+    fit = life.fit(*args, cross_validate=True, random_state=0, **kwargs)
+    np.testing.assert_allclose(fit.cv_rmse, split_rmse(model, max_iter=60, tol=None, random_state=0),
+                               rtol=1e-5)
+    other = life.fit(*args, cross_validate=True, random_state=1, **kwargs)
+    assert not np.allclose(other.cv_rmse, fit.cv_rmse)
+    assert life.fit(*args, **kwargs).cv_rmse is None
+    assert {"load", "build", "solve", "cross_validation"} <= set(fit.timings)
+    repeat = life.fit(*args, dwi_repeat=phantom.dwi_repeat, **kwargs)
+    np.testing.assert_allclose(repeat.cv_rmse, repeat.cross_validate(phantom.dwi_repeat)["rmse"],
+                               rtol=1e-6)
+    lam_max = life.lambda_max(model)
+    lams = [0.0, 0.05 * lam_max, 0.5 * lam_max]
+    swept = life.fit(*args, lambdas=lams, dwi_repeat=phantom.dwi_repeat, **kwargs)
+    rows = lambda_sweep(model, lams, data_repeat=phantom.dwi_repeat, max_iter=60, tol=None)
+    assert [r["lam"] for r in swept.lambda_sweep] == lams
+    best = min(rows, key=lambda r: r["cv_rmse_median"])
+    assert swept.lam == best["lam"]
+    np.testing.assert_allclose(swept.weights, best["fit"].weights, rtol=1e-5, atol=1e-9)
+    with pytest.raises(ValueError, match="'lambdas' replaces 'lam'"):
+        life.fit(*args, lam=0.1, lambdas=lams, **kwargs)

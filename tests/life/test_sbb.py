@@ -77,9 +77,9 @@ def test_objective_stop_and_bad_arguments():
     assert res.stop_reason == "objective"
     d = res.data_term
     assert abs(d[-1] - d[-2]) < 1e-3
-    with pytest.raises(ValueError, match="'lam' must be"):
+    with pytest.raises(ValueError, match=r"The 'lam' parameter of sbb_nnls must be a float in the range \[0, inf\)"):
         sbb_nnls(DenseOperator(A), torch.as_tensor(b), lam=-1.0)
-    with pytest.raises(ValueError, match="'max_iter' must be"):
+    with pytest.raises(ValueError, match=r"The 'max_iter' parameter of sbb_nnls must be an int in the range \[1, inf\)"):
         sbb_nnls(DenseOperator(A), torch.as_tensor(b), max_iter=0)
     with pytest.raises(ValueError, match="'x0' must have shape"):
         sbb_nnls(DenseOperator(A), torch.as_tensor(b), x0=np.zeros(3))

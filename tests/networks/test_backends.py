@@ -7,7 +7,7 @@ from numpy.testing import assert_allclose
 
 from connscale.engines import SerialEngine
 from connscale.networks import _blocks, r1dl, spatial_similarity
-from connscale.networks.r1dl import _run_engine
+from connscale.networks._r1dl import _run_engine
 
 from .conftest import SIZE
 

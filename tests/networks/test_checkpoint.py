@@ -1,13 +1,10 @@
 """r1dl(checkpoint=...): a run interrupted after an atom resumes from it."""
 
-import importlib
-
 import numpy as np
 import pytest
 
 from connscale.networks import _checkpoint
-
-r1dl_module = importlib.import_module("connscale.networks.r1dl")
+from connscale.networks import _r1dl as r1dl_module
 
 
 def _interrupt_after(monkeypatch, n_atoms):

@@ -25,7 +25,7 @@ def test_cli_npy(planted, tmp_path):
     S = planted[0]
     np.save(tmp_path / "S.npy", S)
     out = tmp_path / "out"
-    rc = _run(["r1dl", str(tmp_path / "S.npy"), "--atoms", "3", "--sparsity", "60",
+    rc = _run(["r1dl", str(tmp_path / "S.npy"), "--n-components", "3", "--sparsity", "60",
                "--seed", "0", "--out", str(out), "--device", "cpu", "-q"])
     assert rc == 0
     loadings = sp.load_npz(out / "r1dl_loadings.npz")
@@ -69,7 +69,7 @@ def test_cli_nifti(planted, tmp_path):
     nib.save(nib.Nifti1Image(mask.astype(np.uint8), affine), tmp_path / "mask.nii.gz")
     out = tmp_path / "out"
     assert _run(["r1dl", str(tmp_path / "bold.nii.gz"), "--mask", str(tmp_path / "mask.nii.gz"),
-                 "--atoms", "2", "--sparsity", "15", "--out", str(out), "--device", "cpu",
+                 "--n-components", "2", "--sparsity", "15", "--out", str(out), "--device", "cpu",
                  "--dtype", "float64", "--seed", "0", "-q"]) == 0
     maps = nib.load(out / "r1dl_maps.nii.gz")
     assert maps.shape == shape + (2,)

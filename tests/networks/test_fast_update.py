@@ -2,7 +2,6 @@
 against the block updater, the Triton kernels (interpreted on the CPU, on
 the GPU where there is one) and the storage plans."""
 
-import importlib
 import os
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import pytest
 import torch
 from numpy.testing import assert_allclose
 
-from connscale.networks import r1dl
+from connscale.networks import _r1dl, r1dl
 from connscale.networks._blocks import open_source
 from connscale.networks._operators import ResidentOperator, StreamedOperator
 from connscale.networks._select import order_keys, top_r_sorted, top_r_sorted_torch
@@ -244,9 +243,7 @@ def test_cuda_pinned_rows_stream_in_chunks():
 @cuda
 def test_cuda_host_storage_larger_than_host_memory_is_refused(planted, monkeypatch):
     pytest.importorskip("triton")
-    # the module, not the function connscale.networks re-exports under its name
-    r1dl_module = importlib.import_module("connscale.networks.r1dl")
-    monkeypatch.setattr(r1dl_module, "available_host_memory", lambda: 1000)
+    monkeypatch.setattr(_r1dl, "available_host_memory", lambda: 1000)
     with pytest.raises(ValueError, match="storage='host' needs .* of host memory"):
         r1dl(planted[0], 1, SIZE, device="cuda", storage="host")
 

@@ -8,7 +8,7 @@ import connscale
 from connscale.engines import SerialEngine
 from connscale.networks import R1DL, match_networks, r1dl, spatial_similarity
 from connscale.networks._reference import r1dl_reference
-from connscale.networks.r1dl import ConvergenceWarning
+from connscale.networks._r1dl import ConvergenceWarning
 
 from .conftest import DEVICES, N_NETWORKS, N_VOXELS, SIZE
 
@@ -174,7 +174,7 @@ def test_convergence_warning_and_iterations(planted):
     (dict(sparsity=1.5), r"'sparsity' as a fraction must lie in \(0, 1\]"),
     (dict(sparsity=N_VOXELS + 1), "'sparsity' as a count must lie in"),
     (dict(sparsity="a"), "'sparsity' must be a number"),
-    (dict(n_atoms=0), "'n_atoms' must be >= 1"),
+    (dict(n_components=0), "'n_components' must be >= 1"),
     (dict(selection="abs"), "'selection' must be one of"),
     (dict(backend="mpi"), "'backend' must be one of"),
     (dict(tol=-1), "'tol' must be a positive number"),
@@ -186,11 +186,11 @@ def test_convergence_warning_and_iterations(planted):
     (dict(block_size=0), "'block_size' must be >= 1"),
 ])
 def test_bad_parameters(planted, kwargs, match):
-    args = dict(n_atoms=2, sparsity=10)
+    args = dict(n_components=2, sparsity=10)
     args.update(kwargs)
     S = planted[0]
     with pytest.raises(ValueError, match=match):
-        r1dl(S, args.pop("n_atoms"), args.pop("sparsity"), **args)
+        r1dl(S, args.pop("n_components"), args.pop("sparsity"), **args)
 
 
 def test_bad_inputs(tmp_path):

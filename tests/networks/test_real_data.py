@@ -72,3 +72,14 @@ def test_transform_of_image_needs_image_fit(masked_image):
     est = R1DL(2, 10, random_state=0, device="cpu").fit(S)
     with pytest.raises(ValueError, match="fitted on an array"):
         est.transform(img)
+
+
+def test_refit_on_an_array_drops_the_image_attributes(masked_image):
+    S, img, mask_img, _ = masked_image
+    est = R1DL(2, 10, mask_img=mask_img, random_state=0, device="cpu").fit(img)
+    assert hasattr(est, "masker_") and hasattr(est, "components_img_")
+    est.fit(S[:, :50])
+    assert not hasattr(est, "masker_") and not hasattr(est, "components_img_")
+    assert est.n_features_in_ == 50
+    with pytest.raises(ValueError, match="fitted on an array"):
+        est.transform(img)

@@ -119,3 +119,32 @@ def test_metric_comparison(tmp_path):
     _check_png(plots.plot_metric_comparison(results, tmp_path / "bars.png"))
     with pytest.raises(ValueError, match="has no 'precision'"):
         plots.plot_metric_comparison(results, tmp_path / "x.png", metrics=["precision"])
+
+
+def test_run_figures_dfc_result_networks_lambda_sweep(tmp_path):
+    import nibabel as nib
+
+    from connscale.fc.dynamic import dynamic_correlation
+
+    result = dynamic_correlation(rng.standard_normal((60, 6)), 20, 5, device="cpu")
+    _check_png(plots.plot_dfc_windows(result, tmp_path / "w.png"))
+    _check_png(plots.plot_edge_timecourses(result, tmp_path / "e.png", max_edges=6,
+                                           node_labels=list("abcdef")))
+    dictionary = rng.standard_normal((50, 3))
+    maps = np.zeros((3, 500))
+    for k in range(3):
+        maps[k, rng.choice(500, 30, replace=False)] = rng.standard_normal(30)
+    _check_png(plots.plot_networks(dictionary, sp.csr_matrix(maps), tmp_path / "n.png"))
+    data = np.zeros((12, 12, 12, 3), dtype=np.float32)
+    for k in range(3):
+        data[2 + 3 * k:5 + 3 * k, 2:8, 2:8, k] = 1.0 + k
+    img = nib.Nifti1Image(data, np.diag([4.0, 4.0, 4.0, 1.0]))
+    _check_png(plots.plot_networks(dictionary, img, tmp_path / "i.png",
+                                   bg_img=nib.Nifti1Image(data[..., 0] + 0.5, img.affine)))
+    with pytest.raises(ValueError, match="'timecourses' must be"):
+        plots.plot_networks(dictionary[:, 0], maps, tmp_path / "x.png")
+    rows = [{"lam": lam, "weight_sum": 10.0 / (1 + lam), "n_nonzero": int(100 / (1 + lam)),
+             "cv_rmse_median": 1.0 + lam} for lam in (0.01, 0.1, 1.0)]
+    _check_png(plots.plot_lambda_sweep(rows, tmp_path / "l.png"))
+    with pytest.raises(ValueError, match="no λ"):
+        plots.plot_lambda_sweep([], tmp_path / "x.png")

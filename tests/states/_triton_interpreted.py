@@ -26,58 +26,51 @@ def check_kernels(device="cpu"):
         prepared = km.Prepared(x, metric)
         centres = prepared.x[torch.randperm(n, generator=gen)[:k].to(device)].to(torch.float64)
         ref_labels, ref_dist = km.assign_torch(prepared, centres)
-        state = km._FusedState(n, x.device)
-        old = torch.full((n,), -1, dtype=torch.int64, device=device)
-        labels, dist, changed = state.assign(prepared, centres, old)
+        run = km._Run(prepared, centres, use_triton=True)
+        changed = torch.zeros(1, dtype=torch.int32, device=device)
+        labels, dist = run.assign(centres, changed)
         assert torch.equal(labels, ref_labels), metric
         assert torch.allclose(dist, ref_dist, rtol=1e-4, atol=1e-3), metric
         assert int(changed) == n
-        old = ref_labels.clone()
+        # The first move gives the sums; moving some rows on updates them.
+        run.move(labels)
+        assert torch.equal(run.counts, torch.bincount(labels, minlength=k))
+        if metric == "l1":
+            continue
+        assert torch.allclose(run.sums, km.sums_torch(prepared.x, labels, k), atol=1e-9)
         moved = torch.arange(0, n, 7, device=device)
-        old[moved] = (old[moved] + 1) % k
-        labels, _, changed = state.assign(prepared, centres, old)
-        assert int(changed) == moved.numel()
-        # The sums of the old labels, moved, are the sums of the new ones.
-        sums = km.sums_torch(prepared.x, old, k)
-        kernels.move_rows(prepared.x, moved, labels, old, sums)
-        assert torch.allclose(sums, km.sums_torch(prepared.x, labels, k), atol=1e-9)
-        assert torch.allclose(kernels.centre_sums(prepared.x, labels, k),
-                              km.sums_torch(prepared.x, labels, k), atol=1e-9)
+        relabelled = labels.clone()
+        relabelled[moved] = (relabelled[moved] + 1) % k
+        changed.zero_()
+        again, _ = run.assign(centres, changed)
+        assert torch.equal(again, labels) and int(changed) == 0
+        run.move(relabelled)
+        assert torch.allclose(run.sums, km.sums_torch(prepared.x, relabelled, k), atol=1e-9)
+        run.move(relabelled)  # nothing moves
+        assert torch.allclose(run.sums, km.sums_torch(prepared.x, relabelled, k), atol=1e-9)
 
 
 def check_lloyd(device="cpu"):
-    """Whole runs, fused and torch, from the same seeds: same labels and centres."""
+    """Whole runs, fused and torch, from the same seeds: same labels, centres and
+    inertia, stopped on unchanged labels, on tol and at max_iter."""
     x = clustered(400, 150, 4, seed=2, device=device)
-    saved = km._INCREMENTAL_FRACTION
-    km._INCREMENTAL_FRACTION = 1.0  # every iteration after the first incremental
-    try:
-        for metric in km.METRICS:
-            prepared = km.Prepared(x, metric)
-            seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
-            a = km.lloyd(prepared, seeds, max_iter=30, use_triton=False)
-            b = km.lloyd(prepared, seeds, max_iter=30, use_triton=True)
+    for metric in km.METRICS:
+        prepared = km.Prepared(x, metric)
+        seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
+        for max_iter, tol in ((30, 0.0), (3, 0.0), (30, 1e-3)):
+            a = km.lloyd(prepared, seeds, max_iter=max_iter, tol=tol, use_triton=False)
+            b = km.lloyd(prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True)
             assert torch.equal(a.labels, b.labels), metric
             assert torch.allclose(a.centres, b.centres, atol=1e-9), metric
             assert abs(a.inertia - b.inertia) <= 1e-9 * abs(a.inertia), metric
-            assert a.n_iter == b.n_iter
-    finally:
-        km._INCREMENTAL_FRACTION = saved
-
-
-def check_both_products(device="cpu"):
-    """The dot-product metrics through tl.dot and through per-centre sums."""
-    saved = kernels.USE_DOT
-    try:
-        for use_dot in (True, False):
-            kernels.USE_DOT = use_dot
-            check_kernels(device)
-    finally:
-        kernels.USE_DOT = saved
+            assert (a.n_iter, a.converged) == (b.n_iter, b.converged)
+            exact = float(km.exact_distances(prepared, b.centres, b.labels).sum())
+            assert abs(b.inertia - exact) <= 1e-9 * exact, metric
 
 
 def main():
     assert kernels.usable(torch.zeros(2, 2), 5), "the interpreter is not active"
-    check_both_products()
+    check_kernels()
     check_lloyd()
     print("ok")
 

@@ -1,7 +1,10 @@
 """DFCStates on subjects simulated to switch between 3 known states."""
 
+import warnings
+
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from numpy.testing import assert_allclose, assert_array_equal
 from sklearn.base import clone
 from sklearn.metrics import adjusted_rand_score
@@ -112,6 +115,8 @@ def test_elbow_finds_three_states(cohort):
     ({}, [np.full((3, 4), np.nan)], "NaN or infinite"),
     ({}, [np.zeros(4)], r"shape \(n_windows, n_edges\)"),
     ({"n_states": 10}, [np.random.default_rng(0).random((4, 3))], "at least as many windows"),
+    ({}, [np.ones((6, 4)) * (1 + 1j)], "real numbers; got complex values"),
+    ({}, [np.zeros((6, 0))], "at least one edge"),
 ])
 def test_bad_input(params, data, message):
     data = [np.random.default_rng(0).random((6, 4))] if data is None else data
@@ -124,3 +129,22 @@ def test_predict_before_fit():
 
     with pytest.raises(NotFittedError):
         DFCStates().predict(np.zeros((3, 3)))
+
+
+def test_sparse_windows_refused():
+    windows = sp.csr_array(np.random.default_rng(0).random((6, 4)))
+    with pytest.raises(TypeError, match="Subject 0: expected dense windows .* got a scipy.sparse"):
+        DFCStates(2, device="cpu").fit(windows)
+
+
+def test_read_only_windows_fit_without_warning(cohort):
+    _, dfc = cohort
+    windows = np.stack(list(dfc[0]))  # one subject: used as given, not concatenated
+    windows.flags.writeable = False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        states = DFCStates(3, metric="euclidean", n_init=2, random_state=0,
+                           device="cpu").fit(windows)
+    writable = DFCStates(3, metric="euclidean", n_init=2, random_state=0,
+                         device="cpu").fit(windows.copy())
+    assert_allclose(states.cluster_centers_, writable.cluster_centers_)

@@ -22,12 +22,14 @@ from connscale._compute.memory import (
     memory_budget,
     parse_memory,
 )
-from connscale._compute.buffers import PinnedBufferPool
+from connscale._compute.transfer import DeviceToHost, HostToDevice, PinnedBufferPool
 
 __all__ = [
     "MemoryLimitError",
     "MemoryMeter",
     "MemoryPlan",
+    "DeviceToHost",
+    "HostToDevice",
     "PinnedBufferPool",
     "allow_tf32",
     "available_host_memory",

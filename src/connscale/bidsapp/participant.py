@@ -519,7 +519,7 @@ def _windowed_store(measure, config, run, series, names, path: Path, volumes, ti
     timings["compute"] += time.perf_counter() - tic
     tic = time.perf_counter()
     write_pairs_h5(path, courses=result.courses[0], pairs=result.pairs,
-                   window_onsets=result.window_onsets, window_length=result.window_length,
+                   window_onsets=result.window_starts, window_length=result.window_length,
                    step=result.step,
                    summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
                    threshold=summary.threshold, labels=names, n_constant=result.n_constant,

@@ -39,6 +39,29 @@ def add_wait_argument(parser: argparse.ArgumentParser) -> None:
                              "it to finish instead of stopping with an error naming its pid.")
 
 
+class DeprecatedAlias(argparse.Action):
+    """A former option name, kept for one release: stores into the new
+    option's ``dest`` and warns (FutureWarning) naming the new one."""
+
+    def __init__(self, option_strings, dest, *, new: str, **kwargs) -> None:
+        self.new = new
+        kwargs.setdefault("help", argparse.SUPPRESS)
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        warnings.warn(f"{option_string} was renamed {self.new}; {option_string} will be "
+                      f"removed in connscale 0.2. Pass {self.new} instead.", FutureWarning,
+                      stacklevel=2)
+        setattr(namespace, self.dest, values)
+
+
+#: Help of every command's --seed. The CLI seeds 0 by default so that a
+#: command line, and the output set it publishes, is reproducible; the API's
+#: ``random_state`` defaults to None, as scikit-learn's.
+SEED_HELP = ("Seed of the random steps (the API's random_state); default 0, so the "
+             "same command gives the same output.")
+
+
 def input_files(args) -> list[Path]:
     """The input files a run reads (INPUT, and --mask / --atlas when given),
     for the run's fingerprint."""

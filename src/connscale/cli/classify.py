@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.cli._common import RunRecord, configure_logging
+from connscale.cli._common import SEED_HELP, RunRecord, configure_logging
 
 logger = logging.getLogger("connscale")
 
@@ -74,7 +74,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                              "subjects (default) or all repeated predictions.")
     parser.add_argument("--top", type=int, default=50,
                         help="Features listed in classify_features.tsv.")
-    parser.add_argument("--seed", type=int, default=None, help="Random seed.")
+    parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     parser.add_argument("--n-jobs", type=int, default=None, help="Folds fitted in parallel.")
     parser.add_argument("--out", required=True, type=Path, help="Output folder.")
     parser.add_argument("-v", "--verbose", action="count", default=1,

@@ -116,7 +116,7 @@ def run(args) -> int:
     step("Region-pair DFC time courses of nitime's ROI series (w = 32, s = 4)",
          ["pairs", roi, "--window", "32", "--step", "4", *common], out / "pairs")
     step("r1DL functional networks of nitime's fmri1 scan (8 atoms, 10% of voxels each)",
-         ["r1dl", fmri1, "--mask", str(mask_path), "--atoms", "8", "--sparsity", "0.1",
+         ["r1dl", fmri1, "--mask", str(mask_path), "--n-components", "8", "--sparsity", "0.1",
           "--seed", str(args.seed), *common], out / "r1dl")
 
     from dipy.data import get_fnames

@@ -120,10 +120,14 @@ def run(args) -> int:
                 record.results["mae_mean"] = float(np.nanmean(result.mae))
                 record.results["mae_max"] = float(np.nanmax(result.mae))
             if n <= PLOT_MAX_NODES:
+                from connscale.report.plots import plot_dfc_windows, plot_edge_timecourses
+
                 with record.timer("plots"):
-                    for figure, plot in ((f"{source}_dfc_windows.png", _plot_windows),
-                                         (f"{source}_dfc_edges.png", _plot_edges)):
-                        plot(result, labels, outputs.path(figure))
+                    plot_dfc_windows(result, outputs.path(f"{source}_dfc_windows.png"))
+                    plot_edge_timecourses(result, outputs.path(f"{source}_dfc_edges.png"),
+                                          node_labels=labels, max_edges=6,
+                                          title="Edges with the most variable correlation")
+                    for figure in (f"{source}_dfc_windows.png", f"{source}_dfc_edges.png"):
                         record.add_figure(Path(args.out) / figure)
             n_windows, nbytes, ratio = len(result), result.nbytes, result.compression_ratio
         log = record.finish(f"{source}_dfc", outputs)
@@ -134,69 +138,3 @@ def run(args) -> int:
     print(f"  wrote {path}")
     print(f"  log   {log}")
     return 0
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _save(fig, path):
-    from connscale.io._atomic import atomic_path
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    return path
-
-
-def _plot_windows(result, labels, path):
-    """Up to four windows, evenly spread over the run."""
-    plt = _pyplot()
-    k = len(result)
-    chosen = sorted(set(np.linspace(0, k - 1, min(4, k)).round().astype(int).tolist()))
-    fig, axes = plt.subplots(1, len(chosen), figsize=(3.2 * len(chosen) + 1, 3.4), squeeze=False,
-                             layout="constrained")
-    image = None
-    for ax, i in zip(axes[0], chosen):
-        image = ax.imshow(result.to_dense(i), cmap="RdBu_r", vmin=-1, vmax=1,
-                          interpolation="nearest")
-        start = int(result.window_starts[i])
-        ax.set_title(f"window {i} (t {start}-{start + result.window_length - 1})", fontsize=9)
-        ax.set_xticks([])
-        ax.set_yticks([])
-    fig.colorbar(image, ax=axes[0].tolist(), label="Pearson r", shrink=0.8)
-    fig.suptitle(f"Sliding-window correlation ({result.kind})")
-    _save(fig, path)
-    plt.close(fig)
-    return path
-
-
-def _plot_edges(result, labels, path, n_edges: int = 6):
-    """Time courses of the edges whose correlation varies most across windows."""
-    plt = _pyplot()
-    stack = result.to_teneto()  # (N, N, k)
-    n = stack.shape[0]
-    rows, cols = np.triu_indices(n, 1)
-    courses = stack[rows, cols, :]  # (pairs, k)
-    with np.errstate(invalid="ignore"):
-        spread = np.nan_to_num(np.nanstd(courses, axis=1), nan=-1.0)
-    top = np.argsort(spread)[::-1][: min(n_edges, spread.size)]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    x = result.window_starts + (result.window_length - 1) / 2
-    for e in top:
-        i, j = rows[e], cols[e]
-        name = f"{labels[i]}-{labels[j]}" if labels else f"{i}-{j}"
-        ax.plot(x, courses[e], marker="o", markersize=2, linewidth=1, label=name)
-    ax.set_xlabel("window centre (time point)")
-    ax.set_ylabel("Pearson r")
-    ax.set_ylim(-1.05, 1.05)
-    ax.set_title("Edges with the most variable correlation")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    _save(fig, path)
-    plt.close(fig)
-    return path

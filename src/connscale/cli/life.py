@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from connscale.cli._common import (
+    SEED_HELP,
+    DeprecatedAlias,
     RunRecord,
     add_compute_arguments,
     configure_logging,
@@ -68,14 +70,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--repeat", type=Path, default=None,
                         help="Second acquisition (same grid and volumes) for cross-validation; "
                              "default: a gradient-direction split.")
-    parser.add_argument("--iters", type=int, default=500, help="SBB iterations (reference maxit).")
+    iters = parser.add_mutually_exclusive_group()
+    iters.add_argument("--max-iter", type=int, default=500,
+                       help="Most SBB iterations (reference maxit).")
+    iters.add_argument("--iters", dest="max_iter", type=int, action=DeprecatedAlias,
+                       new="--max-iter")
     parser.add_argument("--tol", type=float, default=1e-5,
                         help="Stop thresholds (projected gradient, objective change); 0: run all iterations.")
     parser.add_argument("--sphere", default=None,
                         help="Atom orientations: a number of directions or a dipy sphere name.")
     parser.add_argument("--formulation", choices=["encode", "dipy"], default="encode",
                         help="ENCODE's model or dipy's / LiFE 1.0's.")
-    parser.add_argument("--seed", type=int, default=0, help="Seed of the random steps.")
+    parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     parser.add_argument("--checkpoint-every", type=int, default=50, metavar="N",
                         help="Solver iterations between checkpoints of its state (kept in the "
                              "output folder until the outputs are published; a killed run "
@@ -95,8 +101,8 @@ _INPUTS = (("dwi", "dMRI"), ("bvals", "b-values"), ("bvecs", "b-vectors"),
 def _check_arguments(args) -> list[Path]:
     """Check the numbers and that every input file exists (before the output
     is locked and the inputs fingerprinted); return the input files."""
-    if args.iters < 1:
-        raise ValueError(f"--iters must be at least 1; got {args.iters}.")
+    if args.max_iter < 1:
+        raise ValueError(f"--max-iter must be at least 1; got {args.max_iter}.")
     if args.lam < 0 or (args.lam_sweep and min(args.lam_sweep) < 0):
         raise ValueError("λ must be ≥ 0.")
     if args.checkpoint_every < 1:
@@ -131,34 +137,25 @@ def _run(args, outputs, source: str) -> int:
     from connscale import life
     from connscale._compute import parse_memory, resolve_device
     from connscale.io.relmat import write_dataset_description
-    from connscale.life.api import (
-        check_space,
-        load_dwi,
-        load_gradients,
-        load_volume,
-        plan_memory,
-    )
-    from connscale.life.encode import build_model
-    from connscale.life.evaluate import cross_validated_rmse
+    from connscale.life.api import load_volume
     from connscale.io.life import write_lambda_sweep
     from connscale.io.nifti import save_nifti_gz
-    from connscale.life.selection import lambda_sweep, split_rmse
     from connscale.life.outputs import (
         connectome,
         save_pruned_tractogram,
         save_weights,
         write_relmat,
     )
-    from connscale.life.streamlines import load_streamlines
+    from connscale.report.plots import (
+        plot_lambda_sweep,
+        plot_rmse_map,
+        plot_weight_histogram,
+    )
 
     sphere = args.sphere
     if sphere is not None and sphere.isdigit():
         sphere = int(sphere)
-    tol = args.tol if args.tol > 0 else None
     parse_memory(args.memory_limit)  # a bad size fails before any loading
-    # Every solve of the run keeps its state in the staging folder (one file per problem).
-    saving = {"checkpoint": outputs.staging / "life_checkpoint",
-              "checkpoint_every": args.checkpoint_every}
     record = RunRecord("life", args.out, vars(args))
     record.device = str(resolve_device(args.device))
 
@@ -166,26 +163,20 @@ def _run(args, outputs, source: str) -> int:
         record.add_output(args.out / name)
         return outputs.path(name)
 
-    with record.timer("load"):
-        data, affine, _ = load_dwi(args.dwi)
-        bvals, bvecs = load_gradients(args.bvals, args.bvecs)
-        mask, _ = load_volume(args.mask, "mask")
-        streamlines = load_streamlines(args.tractogram)
-        check_space(streamlines, data.shape[:3], affine)
-        repeat = load_dwi(args.repeat, affine=affine)[0] if args.repeat is not None else None
-    # Weights (.npy and text), the pruned tractogram, the RMSE map, figures, logs.
-    outputs.check_space(40 * len(streamlines) + args.tractogram.stat().st_size
-                        + 4 * int(np.prod(data.shape[:3])) + 4 * 1024**2, what="the LiFE outputs")
-    # --memory-limit covers the loaded volumes, the model build's chunks, the
-    # model and the products (checked up front and once the model is built).
-    loaded = data.nbytes + (repeat.nbytes if repeat is not None else 0)
-    chunk_points, ops = plan_memory(args.memory_limit, device=args.device,
-                                    n_points=int(streamlines.offsets[-1]), loaded_bytes=loaded)
-    with record.timer("build"):
-        model = build_model(data, bvals, bvecs, streamlines, affine=affine, mask=mask, sphere=sphere,
-                            formulation=args.formulation, device=args.device, dtype=args.dtype,
-                            chunk_points=chunk_points, memory_limit=args.memory_limit,
-                            loaded_bytes=loaded)
+    # Every solve of the run keeps its state in the staging folder (one file
+    # per problem), from which a killed run resumes.
+    with record.timer("fit"):  # split into fit's steps below
+        fit = life.fit(args.dwi, args.bvals, args.bvecs, args.tractogram, mask=args.mask,
+                       lam=args.lam, lambdas=args.lam_sweep, dwi_repeat=args.repeat,
+                       cross_validate=True, max_iter=args.max_iter,
+                       tol=args.tol if args.tol > 0 else None, sphere=sphere,
+                       formulation=args.formulation, device=args.device, dtype=args.dtype,
+                       random_state=args.seed, memory_limit=args.memory_limit,
+                       verbose=args.verbose, checkpoint=outputs.staging / "life_checkpoint",
+                       checkpoint_every=args.checkpoint_every)
+    del record.timings["fit"]
+    record.timings.update({k: round(v, 6) for k, v in fit.timings.items()})
+    model, streamlines, w = fit.model, fit.streamlines, fit.weights
     logger.info("Model: %d fibres (%d dropped), %d voxels, %d directions, %d atoms, %d Φ entries",
                 model.n_fibres, model.n_streamlines - model.n_fibres, model.n_voxels,
                 model.n_directions, model.n_atoms, model.n_entries)
@@ -195,30 +186,15 @@ def _run(args, outputs, source: str) -> int:
         "n_voxels": model.n_voxels, "n_directions": model.n_directions, "n_atoms": model.n_atoms,
         "n_entries": model.n_entries,
     })
-    sweep_rows = None
-    if args.lam_sweep:
-        with record.timer("lambda_sweep"):
-            sweep_rows = lambda_sweep(model, args.lam_sweep, data_repeat=repeat, n_iter=args.iters,
-                                      tol=tol, random_state=args.seed, verbose=args.verbose,
-                                      operator_options=ops, **saving)
-        best = min(sweep_rows, key=lambda r: r["cv_rmse_median"])
-        fit = best["fit"]
-        record.results["lambda_sweep"] = [{k: v for k, v in r.items() if k != "fit"} for r in sweep_rows]
-        record.results["lambda_selected"] = best["lam"]
-        write_lambda_sweep(write(f"{source}_desc-lambdasweep_table.tsv"), sweep_rows)
+    # Weights (.npy and text), the pruned tractogram, the RMSE map, figures, logs.
+    outputs.check_space(40 * len(streamlines) + args.tractogram.stat().st_size
+                        + 4 * int(np.prod(model.shape)) + 4 * 1024**2, what="the LiFE outputs")
+    if fit.lambda_sweep is not None:
+        record.results["lambda_sweep"] = fit.lambda_sweep
+        record.results["lambda_selected"] = fit.lam
+        write_lambda_sweep(write(f"{source}_desc-lambdasweep_table.tsv"), fit.lambda_sweep)
     else:
-        with record.timer("solve"):
-            fit = life.solve(model, lam=args.lam, n_iter=args.iters, tol=tol, verbose=args.verbose,
-                             operator_options=ops, **saving)
-        with record.timer("cross_validation"):
-            if repeat is not None:
-                cv = cross_validated_rmse(model, fit.weights_kept, repeat)["rmse"]
-            else:
-                cv = split_rmse(model, lam=args.lam, n_iter=args.iters, tol=tol, random_state=args.seed,
-                                operator_options=ops, **saving)
-        record.results["cv_rmse_median"] = float(np.median(cv))
-    fit.streamlines = streamlines
-    w = fit.weights
+        record.results["cv_rmse_median"] = float(np.median(fit.cv_rmse))
     record.results.update({
         "lambda": fit.lam, "n_iter": fit.n_iter, "stop_reason": fit.stop_reason,
         "resumed_from_iteration": fit.resumed_from,
@@ -232,12 +208,12 @@ def _run(args, outputs, source: str) -> int:
         save_weights(w, write(f"{source}_desc-life_weights.tsv"))
         ext = args.tractogram.suffix.lower()
         save_pruned_tractogram(streamlines, w, write(f"{source}_desc-pruned_tractogram{ext}"),
-                               reference_affine=affine, reference_shape=data.shape[:3])
+                               reference_affine=model.affine, reference_shape=model.shape)
         save_nifti_gz(write(f"{source}_desc-life_rmse.nii.gz"), fit.rmse_image())
         if args.labels is not None:
             labels, labels_affine = load_volume(args.labels, "labels")
             if labels_affine is None:
-                labels_affine = affine
+                labels_affine = model.affine
             matrix, regions = connectome(streamlines, w, labels, labels_affine, measure=args.measure,
                                          fit=fit, random_state=args.seed)
             for p in write_relmat(matrix, regions, outputs.staging, source, measure=args.measure,
@@ -247,63 +223,20 @@ def _run(args, outputs, source: str) -> int:
             record.results["n_regions"] = len(regions)
         write_dataset_description(args.out)
     with record.timer("figures"):
-        for p in _figures(fit, outputs.staging, source, sweep_rows):
-            outputs.path(p.name)
-            record.add_figure(args.out / p.name)
+        figures = [(f"{source}_desc-rmse_slice.png", plot_rmse_map, fit.rmse_volume(),
+                    {"title": "LiFE voxel RMSE"}),
+                   (f"{source}_desc-weights_hist.png", plot_weight_histogram, w,
+                    {"title": f"{int((w > 0).sum())} of {w.size} streamlines kept "
+                              f"(λ={fit.lam:g})"})]
+        if fit.lambda_sweep:
+            figures.append((f"{source}_desc-lambdasweep_plot.png", plot_lambda_sweep,
+                            fit.lambda_sweep, {}))
+        for name, plot, data, options in figures:
+            plot(data, outputs.path(name), **options)
+            record.add_figure(args.out / name)
     log = publish(outputs, record, f"{source}_life")
     print(f"connscale life: {model.n_fibres}/{model.n_streamlines} streamlines in {model.n_voxels} voxels, "
           f"λ={fit.lam:g}, {fit.n_iter} iterations ({fit.stop_reason}) on {record.device}; "
           f"{int((w > 0).sum())} kept, median RMSE {np.median(fit.voxel_rmse):.4g}")
     print(f"  log {log}")
     return 0
-
-
-def _save_png(fig, path):
-    from connscale.io._atomic import atomic_path
-
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    return path
-
-
-def _figures(fit, out: Path, source: str, sweep_rows) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    paths = []
-    vol = fit.rmse_volume()
-    counts = np.isfinite(vol).sum(axis=(0, 1))
-    z = int(np.argmax(counts))
-    fig, ax = plt.subplots(figsize=(5, 4.5))
-    im = ax.imshow(np.ma.masked_invalid(vol[:, :, z]).T, origin="lower", cmap="magma")
-    fig.colorbar(im, ax=ax, label="RMSE (signal units)")
-    ax.set_title(f"LiFE voxel RMSE, slice z={z}")
-    fig.tight_layout()
-    paths.append(_save_png(fig, out / f"{source}_desc-rmse_slice.png"))
-    plt.close(fig)
-    w = fit.weights
-    fig, ax = plt.subplots(figsize=(5, 3.5))
-    pos = w[w > 0]
-    ax.hist(pos if pos.size else [0.0], bins=50, color="tab:blue")
-    ax.set_xlabel("weight (w > 0)")
-    ax.set_ylabel("streamlines")
-    ax.set_title(f"{pos.size} of {w.size} streamlines kept (λ={fit.lam:g})")
-    fig.tight_layout()
-    paths.append(_save_png(fig, out / f"{source}_desc-weights_hist.png"))
-    plt.close(fig)
-    if sweep_rows:
-        lam = np.array([r["lam"] for r in sweep_rows])
-        fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
-        for ax, key, label in zip(axes, ["weight_sum", "n_nonzero", "cv_rmse_median"],
-                                  ["Σ weights", "non-zero weights", "cross-validated median RMSE"]):
-            ax.plot(lam, [r[key] for r in sweep_rows], "o-")
-            if np.all(lam > 0):
-                ax.set_xscale("log")
-            ax.set_xlabel("λ")
-            ax.set_title(label)
-        fig.tight_layout()
-        paths.append(_save_png(fig, out / f"{source}_desc-lambdasweep_plot.png"))
-        plt.close(fig)
-    return paths

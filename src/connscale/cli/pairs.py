@@ -95,7 +95,7 @@ def _run(args, names, outputs) -> int:
         summary = pair_summary(result.courses, threshold=args.threshold)
     record.device = str(resolve_device(args.device))
 
-    ragged = isinstance(result.window_onsets, list)
+    ragged = isinstance(result.window_starts, list)
     courses_bytes = sum(np.asarray(c).nbytes for c in result.courses)
     outputs.check_space(courses_bytes, what="the pair courses")
 
@@ -106,7 +106,7 @@ def _run(args, names, outputs) -> int:
     with record.timer("write"):
         for s, (path, name, (_, labels)) in enumerate(zip(args.inputs, names, loaded)):
             courses = result.courses[s]
-            onsets = result.window_onsets[s] if ragged else result.window_onsets
+            onsets = result.window_starts[s] if ragged else result.window_starts
             scan_summary = {stat: getattr(summary, stat)[s] for stat in PAIR_STATISTICS}
             if args.format == "h5":
                 write_pairs_h5(output(f"{name}_pairs.h5"), courses=courses, pairs=result.pairs,
@@ -125,13 +125,13 @@ def _run(args, names, outputs) -> int:
                             features=summary.features(),
                             names=summary.feature_names(result.pairs))
 
-    n_windows = [len(o) for o in result.window_onsets] if ragged else [len(result.window_onsets)]
+    n_windows = [len(o) for o in result.window_starts] if ragged else [len(result.window_starts)]
     record.results.update({"n_scans": len(scans), "n_regions": int(scans[0].shape[1]),
                            "n_pairs": result.n_pairs, "n_windows": n_windows,
                            "n_constant_windows": result.n_constant})
     seconds = record.timings["pairwise_dfc"]
-    n_corr = result.n_pairs * sum(len(o) for o in (result.window_onsets if ragged
-                                                   else [result.window_onsets] * len(scans)))
+    n_corr = result.n_pairs * sum(len(o) for o in (result.window_starts if ragged
+                                                   else [result.window_starts] * len(scans)))
     record.results["correlations_per_second"] = n_corr / max(seconds, 1e-9)
     log = record.finish("pairs", outputs)
     outputs.commit()

@@ -29,7 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging
+from connscale.cli._common import (
+    SEED_HELP,
+    DeprecatedAlias,
+    RunRecord,
+    add_compute_arguments,
+    configure_logging,
+)
 from connscale.cli._sets import add_wait_argument, command_fingerprint, publish
 
 logger = logging.getLogger("connscale")
@@ -62,14 +68,17 @@ def add_parser(subparsers) -> None:
     )
     parser.add_argument("input", type=Path, help="4-D NIfTI, or T x P .npy / .tsv / .csv.")
     parser.add_argument("--mask", type=Path, default=None, help="Brain mask NIfTI.")
-    parser.add_argument("--atoms", "-k", type=int, required=True, help="Number of networks K.")
+    components = parser.add_mutually_exclusive_group(required=True)
+    components.add_argument("--n-components", "-k", type=int, help="Number of networks K.")
+    components.add_argument("--atoms", dest="n_components", type=int, action=DeprecatedAlias,
+                            new="--n-components")
     parser.add_argument("--sparsity", "-r", type=_sparsity, required=True,
                         help="Voxels per network: a count (e.g. 500) or a fraction (e.g. 0.07).")
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     parser.add_argument("--backend", default="local", choices=["local", "dask", "spark"])
     parser.add_argument("--cluster", default=None, metavar="ADDRESS",
                         help="Dask scheduler address or Spark master URL (default: local).")
-    parser.add_argument("--seed", type=int, default=None, help="Random seed.")
+    parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     parser.add_argument("--tol", type=float, default=0.01, help="Convergence tolerance.")
     parser.add_argument("--max-iter", type=int, default=100, help="Most updates per atom.")
     parser.add_argument("--selection", default="magnitude", choices=["magnitude", "signed"])
@@ -104,7 +113,8 @@ def _load_input(args):
     return load_timeseries(path)[0], None, None  # .tsv, .csv, .txt (_check_inputs)
 
 
-def _write_outputs(args, record: RunRecord, result, masker, outputs) -> None:
+def _write_outputs(args, record: RunRecord, result, masker, outputs):
+    """Write the outputs; return the 4-D maps image (None for matrix input)."""
     from connscale.io.r1dl import write_r1dl
 
     def write(name: str) -> Path:
@@ -119,42 +129,14 @@ def _write_outputs(args, record: RunRecord, result, masker, outputs) -> None:
     record.results.update({k: summary[k] for k in ("n_atoms", "sparsity", "mean_iterations")})
     record.results["n_converged"] = int(result.converged.sum())
     record.results.update({f"info_{k}": v for k, v in result.info.items()})
+    return maps
 
 
-def _figure(args, record: RunRecord, result, masker, background, outputs) -> None:
-    import matplotlib
+def _figure(args, record: RunRecord, result, maps, background, outputs) -> None:
+    from connscale.report.plots import plot_networks
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    n = min(_N_FIGURE, result.dictionary.shape[1])
-    fig, axes = plt.subplots(n, 2, figsize=(11, 2.4 * n), squeeze=False,
-                             gridspec_kw={"width_ratios": [1.4, 1]})
-    maps_img = None
-    if masker is not None:
-        maps_img = masker.inverse_transform(result.loadings[:n].toarray())
-    for k in range(n):
-        ax_t, ax_m = axes[k]
-        ax_t.plot(result.dictionary[:, k], lw=1)
-        ax_t.set_ylabel(f"network {k}")
-        ax_t.set_xlabel("time point" if k == n - 1 else "")
-        if maps_img is not None:
-            from nilearn import image, plotting
-
-            plotting.plot_stat_map(image.index_img(maps_img, k), bg_img=background,
-                                   axes=ax_m, display_mode="z", cut_coords=3,
-                                   colorbar=False, annotate=False, draw_cross=False)
-        else:
-            row = result.loadings[k]
-            ax_m.vlines(row.indices, 0, row.data, lw=0.6)
-            ax_m.set_xlim(0, result.loadings.shape[1])
-            ax_m.set_xlabel("voxel" if k == n - 1 else "")
-    axes[0][0].set_title("time course")
-    axes[0][1].set_title("spatial map")
-    fig.subplots_adjust(left=0.07, right=0.98, top=0.93, bottom=0.08, hspace=0.35, wspace=0.12)
-    with open(outputs.path("r1dl_networks.png"), "wb") as fh:
-        fig.savefig(fh, format="png", dpi=90)
-    plt.close(fig)
+    plot_networks(result.dictionary, maps if maps is not None else result.loadings,
+                  outputs.path("r1dl_networks.png"), max_networks=_N_FIGURE, bg_img=background)
     record.add_figure(args.out / "r1dl_networks.png")
 
 
@@ -181,19 +163,19 @@ def _check_space(args, outputs, S) -> None:
     """Fail before learning when the output folder cannot take the result:
     loadings (and their maps, mostly zeros once compressed), time courses as
     text, a figure and the logs."""
-    from connscale.networks.r1dl import _resolve_sparsity
+    from connscale.networks._r1dl import _resolve_sparsity
 
     shape = np.load(S, mmap_mode="r").shape if isinstance(S, str) else np.shape(S)
     if len(shape) != 2:
         return  # r1dl says what is wrong with it
     r = _resolve_sparsity(args.sparsity, shape[1])
-    nbytes = 2 * 12 * args.atoms * r + 16 * shape[0] * args.atoms + 4 * 1024**2
+    nbytes = 2 * 12 * args.n_components * r + 16 * shape[0] * args.n_components + 4 * 1024**2
     outputs.check_space(nbytes, what="the r1dl outputs")
 
 
 def run(args) -> int:
     from connscale.io._publish import OutputSet
-    from connscale.networks.r1dl import r1dl
+    from connscale.networks._r1dl import r1dl
 
     configure_logging(args.verbose)
     _check_inputs(args)
@@ -212,7 +194,7 @@ def run(args) -> int:
         _check_space(args, outputs, S)
         with record.timer("r1dl"):
             result = r1dl(
-                S, args.atoms, args.sparsity, tol=args.tol, max_iter=args.max_iter,
+                S, args.n_components, args.sparsity, tol=args.tol, max_iter=args.max_iter,
                 selection=args.selection, standardize=args.standardize, n_init=args.n_init,
                 backend=args.backend, cluster=args.cluster, device=args.device, dtype=args.dtype,
                 random_state=args.seed, block_size=args.block_size,
@@ -222,9 +204,9 @@ def run(args) -> int:
         record.device = result.info.get("device", result.info.get("backend"))
         record.results["resumed_atoms"] = result.info["resumed_atoms"]
         with record.timer("write"):
-            _write_outputs(args, record, result, masker, outputs)
+            maps = _write_outputs(args, record, result, masker, outputs)
         with record.timer("figure"):
-            _figure(args, record, result, masker, background, outputs)
+            _figure(args, record, result, maps, background, outputs)
         log = publish(outputs, record, "r1dl")
     logger.info("r1dl: %d networks, mean %.2f updates per atom; outputs in %s (%s)",
                 result.dictionary.shape[1], result.mean_iterations, args.out, log.name)

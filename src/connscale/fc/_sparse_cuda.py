@@ -18,23 +18,33 @@ import torch
 
 from connscale.fc._triton_kernels import compact_upper_tile
 from connscale.fc._tiles import (
+    COMPACT_BLOCK_M,
     aligned_block_rows,
     block_buffers,
     compact_table_bytes,
     compact_upper_triangle,
+    compact_upper_triangle_lookback,
+    walk_row_blocks,
 )
 
 # First capacity: this fraction of a window's pairs (grows on overflow).
 _INITIAL_FRACTION = 1 / 16
 # How each row block is thresholded and compacted: "two-reads" (a count
 # kernel, a scan, a compaction kernel, on the GEMM's stream:
-# :func:`connscale.fc._triton_kernels.compact_upper_tile`) or "one-read"
-# (:func:`connscale.fc._tiles.compact_upper_triangle`: one read of each block
-# on a second stream, entries staged by an atomic cursor, then placed). On an
-# H100 (Table II, N = 30,697, w = 150, θ = 0.5; benchmarks/RESULTS.md §8) the
-# one-read kernel as it stands took 7.5 ms per window over a 4.1 ms GEMM
-# (1.27 s in all, against 0.82 s for two reads): not yet the default.
-METHOD = "two-reads"
+# :func:`connscale.fc._triton_kernels.compact_upper_tile`), "two-reads-side"
+# (the same kernels on a second stream, overlapping the next block's GEMM),
+# "one-read" (:func:`connscale.fc._tiles.compact_upper_triangle`: one read of
+# each block on a second stream, entries staged by an atomic cursor, then
+# placed) or "lookback" (:func:`connscale.fc._tiles.compact_upper_triangle_lookback`:
+# one read on a second stream, each entry written once at its place).
+# ``OPTIONS[method]``: keyword arguments of that method's function. On an
+# H100 (Table II, N = 30,697, w = 150, θ = 0.5; benchmarks/RESULTS.md §9,
+# benchmarks/sweep_sparse_dfc.py) per window over a 4.1 ms GEMM: one read
+# with 16×128 pieces 6.45 ms (0.738 s in all), two reads 7.2 ms (0.824 s),
+# on the side stream 7.06 ms (0.828 s), look-back 7.48 ms at best (0.846 s),
+# one read with 64×128 pieces 11.5 ms (1.276 s); the same CSR from each.
+METHOD = "one-read"
+OPTIONS = {"one-read": {"block_m": 16}, "lookback": {"chunk": 2048}}
 # Rows per GEMM block of the one-read method at most: the diagonal blocks'
 # lower halves are computed for nothing (about block rows / N of the GEMM).
 _BLOCK_ROWS = 2048
@@ -64,7 +74,8 @@ class SparseWindowsCUDA:
         # The plan gave tile_rows × N × 14 bytes (two tiles, masks and indices
         # of the torch path); the one-read method uses them for two float
         # blocks and its tables.
-        planned = tile_rows * n * 14 - compact_table_bytes(n)
+        planned = tile_rows * n * 14 - compact_table_bytes(
+            n, OPTIONS["one-read"].get("block_m", COMPACT_BLOCK_M))
         self.block_rows = aligned_block_rows(min(tile_rows, _BLOCK_ROWS, planned // (8 * n)))
         self.threshold = threshold
         self.absolute = absolute
@@ -104,18 +115,37 @@ class SparseWindowsCUDA:
                 compact_upper_tile(tile, r0, self.threshold, self.absolute, values, columns,
                                    row_counts[r0:r1], cursor)
                 del tile
+        elif METHOD == "two-reads-side":
+            cursor = torch.zeros(1, dtype=torch.int64, device=device)
+            self._block_buffers(u)
+
+            def epilogue(tile, r0, r1):
+                compact_upper_tile(tile, r0, self.threshold, self.absolute, values, columns,
+                                   row_counts[r0:r1], cursor)
+
+            walk_row_blocks(u, self.block_rows, epilogue, buffers=self.buffers, side=self.side)
+        elif METHOD == "lookback":
+            self._block_buffers(u)
+            cursor = compact_upper_triangle_lookback(
+                u, self.threshold, absolute=self.absolute, block_rows=self.block_rows,
+                values=values, columns=columns, row_counts=row_counts, buffers=self.buffers,
+                side=self.side, **OPTIONS["lookback"])
         else:
             cursor = self._compact_one_read(u, values, columns, row_counts, capacity)
-        nnz_host = torch.empty(1, dtype=torch.int64, pin_memory=True)
-        nnz_host.copy_(cursor, non_blocking=True)
+        # The count, and for "lookback" a failure flag.
+        nnz_host = torch.zeros(2, dtype=torch.int64, pin_memory=True)
+        nnz_host[: cursor.numel()].copy_(cursor, non_blocking=True)
         ready = torch.cuda.Event()
         ready.record(torch.cuda.current_stream(device))
         return values, columns, row_counts, nnz_host, ready
 
-    def _compact_one_read(self, u, values, columns, row_counts, capacity):
+    def _block_buffers(self, u):
         if self.buffers is None:
             self.buffers = block_buffers(self.n, self.block_rows, dtype=u.dtype, device=u.device)
             self.side = torch.cuda.Stream(u.device)
+
+    def _compact_one_read(self, u, values, columns, row_counts, capacity):
+        self._block_buffers(u)
         if self.staging is None or self.staging[0].numel() < capacity:
             self.staging = (torch.empty(capacity, dtype=u.dtype, device=u.device),
                             torch.empty(capacity, dtype=torch.int32, device=u.device))
@@ -123,11 +153,14 @@ class SparseWindowsCUDA:
                                       block_rows=self.block_rows, values=values, columns=columns,
                                       row_counts=row_counts, staged_values=self.staging[0],
                                       staged_columns=self.staging[1], buffers=self.buffers,
-                                      side=self.side)
+                                      side=self.side, **OPTIONS["one-read"])
 
     def _finish(self, index, u, constant, values, columns, row_counts, nnz_host, ready):
         ready.synchronize()
         nnz = int(nnz_host[0])
+        if int(nnz_host[1]):
+            raise RuntimeError("the look-back compaction gave up waiting for earlier tiles; "
+                               "set connscale.fc._sparse_cuda.METHOD = 'two-reads'.")
         if nnz > values.numel():
             # Overflow: redo this window with room for it, grow the plan.
             self.capacity = max(self.capacity, int(nnz * 1.25))

@@ -460,10 +460,11 @@ def aligned_block_rows(block_rows: int) -> int:
     return max(COMPACT_BLOCK_M, block_rows // COMPACT_BLOCK_M * COMPACT_BLOCK_M)
 
 
-def compact_table_bytes(n: int) -> int:
-    """Device bytes of :func:`compact_upper_triangle`'s tables for N series."""
+def compact_table_bytes(n: int, block_m: int = COMPACT_BLOCK_M) -> int:
+    """Device bytes of :func:`compact_upper_triangle`'s tables for N series
+    (pieces of ``block_m`` rows)."""
     n_cb = -(-n // COMPACT_BLOCK_N)
-    return n * n_cb * 8 + -(-n // COMPACT_BLOCK_M) * n_cb * 8 + n * 16
+    return n * n_cb * 8 + -(-n // block_m) * n_cb * 8 + n * 16
 
 
 def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
@@ -471,6 +472,7 @@ def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
                            row_counts: torch.Tensor, staged_values: torch.Tensor,
                            staged_columns: torch.Tensor, buffers: list[torch.Tensor] | None = None,
                            side: torch.cuda.Stream | None = None,
+                           block_m: int = COMPACT_BLOCK_M,
                            num_warps: int = 4) -> torch.Tensor:
     """The strict upper triangle's r >= θ (|r| >= θ with ``absolute``) of
     U·Uᵀ as CSR parts, reading each stored row block once (float32 ``u``).
@@ -480,7 +482,8 @@ def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
     length N); entries past the buffers' capacity (``values.numel()``) are
     dropped. ``staged_values`` and ``staged_columns`` are work buffers of at
     least that capacity. ``buffers`` and ``side``: see :func:`walk_row_blocks`
-    (their rows a multiple of ``COMPACT_BLOCK_M``, or N). Runs on the current
+    (their rows a multiple of ``COMPACT_BLOCK_M``, or N). ``block_m``: rows
+    of each piece (a divisor of ``COMPACT_BLOCK_M``). Runs on the current
     stream without synchronising.
 
     Returns
@@ -490,7 +493,9 @@ def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
         were dropped: redo with larger buffers).
     """
     n = u.shape[0]
-    bm, bn = COMPACT_BLOCK_M, COMPACT_BLOCK_N
+    if COMPACT_BLOCK_M % block_m:
+        raise ValueError(f"'block_m' must divide {COMPACT_BLOCK_M}; got {block_m}.")
+    bm, bn = block_m, COMPACT_BLOCK_N
     block_rows = aligned_block_rows(block_rows)
     n_cb = triton.cdiv(n, bn)
     capacity = values.numel()
@@ -515,6 +520,109 @@ def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
         counts, inclusive, row_offsets, bases, staged_values, staged_columns, values, columns,
         n, n_cb, capacity, BM=bm, CH=_PLACE_CHUNK, **options)
     return cursor
+
+
+# --- compact in one pass: decoupled look-back -------------------------------
+#
+# Each program takes the next tile (one row × CHUNK columns of a stored row
+# block, in row-major order over the whole matrix) from a ticket counter,
+# thresholds it, publishes its kept count, and adds up the counts published by
+# the tiles before it (LOOK statuses at a time, back to the nearest one that
+# already knows its own start: the single-pass scan of Merrill & Garland,
+# "Single-pass parallel prefix scan with decoupled look-back", 2016). It then
+# writes its kept entries at their final CSR places: one read of the block,
+# no staging, no table. Tickets make a tile wait only on tiles already
+# running, so it cannot deadlock; MAX_SPINS bounds the wait all the same and
+# reports a failure instead of hanging.
+
+if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
+
+    # Flags of a status (kept counts stay below 2**48): the tile's own count
+    # (AGGREGATE) or the count of every entry up to and including it (PREFIX).
+    _AGGREGATE = tl.constexpr(1 << 48)
+    _PREFIX = tl.constexpr(1 << 49)
+
+    @triton.jit
+    def _lookback_compact_kernel(tile_ptr, status_ptr, ticket_ptr, values_ptr, columns_ptr,
+                                 row_counts_ptr, result_ptr, n, r0, n_cols, n_chunks, tile_base,
+                                 last_tile, capacity, threshold, ABSOLUTE: tl.constexpr,
+                                 CHUNK: tl.constexpr, LOOK: tl.constexpr,
+                                 MAX_SPINS: tl.constexpr):
+        t = tl.atomic_add(ticket_ptr, 1).to(tl.int64)
+        local = t - tile_base
+        row_local = local // n_chunks
+        row = r0 + row_local
+        cols = r0 + (local % n_chunks) * CHUNK + tl.arange(0, CHUNK)
+        inside = (cols < n) & (cols > row)
+        values = tl.load(tile_ptr + row_local * n_cols + (cols - r0), mask=inside,
+                         other=float("nan"))
+        if ABSOLUTE:
+            keep = inside & (tl.abs(values) >= threshold)
+        else:
+            keep = inside & (values >= threshold)  # NaN compares False
+        kept = keep.to(tl.int32)
+        count = tl.sum(kept, axis=0).to(tl.int64)
+        tl.atomic_xchg(status_ptr + t, count + _AGGREGATE)
+        start = count * 0
+        j = t - 1
+        spins = 0
+        lanes = tl.arange(0, LOOK)
+        while (j >= 0) & (spins < MAX_SPINS):
+            index = j - (LOOK - 1) + lanes
+            status = tl.load(status_ptr + index, mask=index >= 0, other=_PREFIX, volatile=True)
+            nearest = tl.max(tl.where(status >= _PREFIX, lanes, -1), axis=0)
+            needed = lanes >= nearest  # from the nearest PREFIX on (all when none)
+            waiting = tl.sum((needed & (status == 0)).to(tl.int32), axis=0)
+            found = tl.sum(tl.where(needed, status & (_AGGREGATE - 1), 0), axis=0)
+            start += tl.where(waiting == 0, found, 0)
+            j = tl.where(waiting == 0, tl.where(nearest >= 0, -1, j - LOOK), j)
+            spins += 1
+        tl.atomic_xchg(status_ptr + t, start + count + _PREFIX)
+        position = start + (tl.cumsum(kept, axis=0) - kept).to(tl.int64)
+        ok = keep & (position < capacity)
+        tl.store(values_ptr + position, values, mask=ok)
+        tl.store(columns_ptr + position, cols.to(tl.int32), mask=ok)
+        tl.atomic_add(row_counts_ptr + row, count, mask=count > 0)
+        tl.store(result_ptr, start + count, mask=t == last_tile)
+        tl.atomic_max(result_ptr + 1, (j >= 0).to(tl.int64))  # 1: gave up waiting
+
+
+def compact_upper_triangle_lookback(u: torch.Tensor, threshold: float, *, absolute: bool,
+                                    block_rows: int, values: torch.Tensor,
+                                    columns: torch.Tensor, row_counts: torch.Tensor,
+                                    buffers: list[torch.Tensor] | None = None,
+                                    side: torch.cuda.Stream | None = None, chunk: int = 4096,
+                                    look: int = 32, num_warps: int = 4,
+                                    max_spins: int = 1 << 22) -> torch.Tensor:
+    """As :func:`compact_upper_triangle`, in one pass over each stored row
+    block: every tile of ``chunk`` columns of one row finds where its kept
+    entries go by a decoupled look-back and writes them there.
+
+    ``row_counts`` is overwritten. Returns a (2,) int64 device tensor: the
+    number of entries kept, and 1 where a tile gave up waiting for the tiles
+    before it (the entries are then wrong; never seen, see ``max_spins``).
+    """
+    n = u.shape[0]
+    capacity = values.numel()
+    blocks = list(_blocks(n, block_rows))
+    n_chunks = [triton.cdiv(n - r0, chunk) for r0, _ in blocks]
+    bases = np.concatenate([[0], np.cumsum([(r1 - r0) * k for (r0, r1), k
+                                            in zip(blocks, n_chunks)])]).tolist()
+    status = torch.zeros(bases[-1] + 1, dtype=torch.int64, device=u.device)
+    result = torch.zeros(2, dtype=torch.int64, device=u.device)
+    row_counts.zero_()
+    options = {"num_warps": num_warps} if u.is_cuda else {}
+    index = iter(range(len(blocks)))
+
+    def epilogue(tile, r0, r1):
+        b = next(index)
+        _lookback_compact_kernel[((r1 - r0) * n_chunks[b],)](
+            tile, status, status[-1:], values, columns, row_counts, result, n, r0, n - r0,
+            n_chunks[b], bases[b], bases[-1] - 1, capacity, float(threshold),
+            ABSOLUTE=bool(absolute), CHUNK=chunk, LOOK=look, MAX_SPINS=max_spins, **options)
+
+    walk_row_blocks(u, block_rows, epilogue, buffers=buffers, side=side)
+    return result
 
 
 def histogram_triton(u: torch.Tensor, *, absolute: bool, block_rows: int,

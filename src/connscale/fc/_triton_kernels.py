@@ -2,7 +2,9 @@
 contiguous array in one coalesced pass (Fast-GPU-PCC Alg. 1-2).
 
 Used only on CUDA when Triton imports; :func:`extract_triu_torch` is the
-pure-torch equivalent that the CPU tests check against.
+pure-torch equivalent that the CPU tests check against, and
+``tests/fc/test_triton_fc_kernels.py`` runs these kernels on the CPU through
+Triton's interpreter.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ import hashlib
 import logging
 import os
 import warnings
+from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
@@ -45,20 +46,20 @@ from connscale._compute import allow_tf32 as _allow_tf32
 from connscale._compute import memory_budget, resolve_device, resolve_dtype
 from connscale._compute.device import numpy_dtype
 from connscale._compute.memory import MemoryMeter, host_budget, limit_error
+from connscale._compute.transfer import DeviceToHost
 from connscale._docs import fill_doc
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
-    check_int,
+    Interval,
+    StrOptions,
     check_not_all_constant,
-    check_option,
     check_output_path,
     check_random_state,
-    check_threshold,
     check_timeseries,
     check_window,
+    validate_params,
 )
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
-from connscale.fc._transfer import HostCopier
 from connscale.fc._triton_kernels import HAS_TRITON
 from connscale.fc.dynamic_result import (
     KINDS,
@@ -75,10 +76,10 @@ from connscale.fc.lowrank import (
     svd_qb,
     truncated_factor,
 )
-from connscale.fc.normalize import ConstantSeriesWarning
+from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
-from connscale.fc.windows import taper_weights, window_support
+from connscale.fc.windows import TAPERS, taper_weights, window_support
 from connscale.io._atomic import check_free_space, fsync_path
 from connscale.io._h5 import H5WriteError
 from connscale.io._lock import OutputLock
@@ -104,25 +105,15 @@ def window_starts(n_timepoints: int, window_length: int, step: int = 1) -> np.nd
     return np.arange(n_windows(n_timepoints, window_length, step), dtype=np.int64) * step
 
 
-def _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
-                      absolute, rank, method, power_iterations, compute_error, *,
-                      taper="rectangular", taper_sigma=3.0, t_r=None) -> dict:
-    check_option(kind, "kind", KINDS)
-    check_option(method, "method", METHODS)
-    window_length, step = check_window(window_length, step, n_timepoints, t_r=t_r)
-    support = window_support(window_length, taper, taper_sigma)
-    if support > n_timepoints:
-        raise ValueError(
-            f"A {taper} window of {window_length} time points spans {support} (the taper adds "
-            f"⌈3σ⌉ on each side) but the series have {n_timepoints}; use a shorter window."
-        )
-    power_iterations = check_int(power_iterations, "power_iterations", minimum=0)
-    if not isinstance(absolute, (bool, np.bool_)):
-        raise ValueError(f"'absolute' must be True or False; got {absolute!r}.")  # noqa: TRY004
+def check_kind_options(kind: str, threshold, absolute, rank, compute_error=False) -> None:
+    """The rules between ``kind`` and the parameters that apply to some kinds
+    only (they do not depend on the data, so the cohort checks them before its
+    first scan): ``'sparse'`` needs a ``threshold`` (in (0, 1] with
+    ``absolute``), ``'lowrank'`` a ``rank``; ``rank`` is for ``'lowrank'`` and
+    ``'factor'``, ``compute_error`` too."""
     if kind == "sparse":
         if threshold is None:
             raise ValueError("kind='sparse' needs a 'threshold' in [-1, 1]; got None.")
-        threshold = check_threshold(threshold)
         if absolute and threshold <= 0:
             raise ValueError(
                 f"With absolute=True the threshold must be in (0, 1]; got {threshold}."
@@ -130,17 +121,36 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
     elif threshold is not None or absolute:
         name = "threshold" if threshold is not None else "absolute"
         raise ValueError(f"'{name}' applies to kind='sparse' only; got kind={kind!r}.")
+    if kind == "lowrank" and rank is None:
+        raise ValueError("kind='lowrank' needs a 'rank' (1 <= rank < n_series); got None.")
+    if kind in ("triu", "sparse") and rank is not None:
+        raise ValueError(f"'rank' applies to kind='lowrank' or 'factor'; got kind={kind!r}.")
+    if compute_error and kind not in ("lowrank", "factor"):
+        raise ValueError(
+            f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
+        )
+
+
+def _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
+                      absolute, rank, method, power_iterations, compute_error, *,
+                      taper="rectangular", taper_sigma=3.0, t_r=None) -> dict:
+    window_length, step = check_window(window_length, step, n_timepoints, t_r=t_r)
+    support = window_support(window_length, taper, taper_sigma)
+    if support > n_timepoints:
+        raise ValueError(
+            f"A {taper} window of {window_length} time points spans {support} (the taper adds "
+            f"⌈3σ⌉ on each side) but the series have {n_timepoints}; use a shorter window."
+        )
+    check_kind_options(kind, threshold, absolute, rank, compute_error)
+    if threshold is not None:
+        threshold = float(threshold)
     if rank is not None:
-        rank = check_int(rank, "rank", minimum=1)
+        rank = int(rank)
         if rank >= n_series:
             raise ValueError(
                 f"'rank' must be smaller than the number of series ({n_series}); "
                 f"got {rank}."
             )
-    if kind == "lowrank" and rank is None:
-        raise ValueError("kind='lowrank' needs a 'rank' (1 <= rank < n_series); got None.")
-    if kind in ("triu", "sparse") and rank is not None:
-        raise ValueError(f"'rank' applies to kind='lowrank' or 'factor'; got kind={kind!r}.")
     if kind == "lowrank" and rank >= window_length:
         warnings.warn(
             f"'rank' ({rank}) >= 'window_length' ({window_length}): a window's correlation "
@@ -148,14 +158,11 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
             f"nothing ({2 * n_series * rank} numbers per window against "
             f"{n_series * (n_series - 1) // 2} for kind='triu'). Use rank < window_length, "
             "or kind='factor' (exact with window_length columns).",
-            UserWarning, stacklevel=3,
-        )
-    if compute_error and kind not in ("lowrank", "factor"):
-        raise ValueError(
-            f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
+            UserWarning, stacklevel=4,
         )
     return {"window_length": window_length, "step": step, "support": support,
-            "threshold": threshold, "rank": rank, "power_iterations": power_iterations, "absolute": bool(absolute)}
+            "threshold": threshold, "rank": rank, "power_iterations": int(power_iterations),
+            "absolute": bool(absolute)}
 
 
 def _stored_width(kind: str, rank: int | None, window_length: int) -> int | None:
@@ -230,24 +237,10 @@ class _WindowNormalizer:
             raise ValueError("Window batches must be consecutive.")
         times = self.starts[window][:, None] + self.offsets[None, :]  # (B, w)
         windows = self.x[times]  # (B, w, N)
-        means = self.means[window]
-        # Constant within the window: all its values are equal (whatever rounding
-        # the running-sum mean carries).
-        low, high = torch.aminmax(windows, dim=1)
-        centred = windows - means[:, None, :]
-        # Second pass in float64: remove what rounding left of the window mean
-        # (the weighted mean for tapered windows), so windows far from the
-        # series' mean keep their variation.
-        if self.weights is None:
-            centred -= centred.mean(dim=1, keepdim=True)
-        else:
-            weights = self.weights[None, :, None]
-            centred -= (centred * weights).sum(dim=1, keepdim=True) / self.weights.sum()
-            centred *= weights.sqrt()  # weighted Pearson: sqrt(weight)-scaled series
-        norm = torch.linalg.vector_norm(centred, dim=1)  # (B, N)
-        constant = (low == high) | (norm == 0)
-        norm = torch.where(constant, torch.full_like(norm, float("nan")), norm)
-        centred /= norm[:, None, :]
+        # Centred from the running-sum means, then the one rule of
+        # normalize_windows (second pass, constant series, tapered weights).
+        centred, constant = normalize_windows(windows, dim=1, means=self.means[window][:, None, :],
+                                              weights=self.weights)
         u = torch.empty((centred.shape[0], centred.shape[2], centred.shape[1]), dtype=self.dtype,
                         device=centred.device)
         u.copy_(centred.transpose(1, 2))  # one pass: transpose and cast
@@ -330,6 +323,28 @@ def _runs(indices: list[int], size: int) -> list[list[int]]:
 
 
 @fill_doc
+@validate_params({
+    "timeseries": ["array-like"],
+    "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), str],
+    "step": [Interval(Integral, 1, None, closed="left"), str],
+    "kind": [StrOptions(KINDS)],
+    "threshold": [Interval(Real, -1, 1, closed="both"), None],
+    "absolute": ["boolean"],
+    "rank": [Interval(Integral, 1, None, closed="left"), None],
+    "method": [StrOptions(METHODS)],
+    "power_iterations": [Interval(Integral, 0, None, closed="left")],
+    "random_state": ["random_state"],
+    "device": ["device", None],
+    "dtype": ["dtype"],
+    "memory_limit": ["memory", None],
+    "compute_error": ["boolean"],
+    "allow_tf32": ["boolean"],
+    "taper": [StrOptions(TAPERS)],
+    "taper_sigma": [Interval(Real, 0, None, closed="neither")],
+    "t_r": [Interval(Real, 0, None, closed="neither"), None],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+    "attrs": [dict, None],
+})
 def dynamic_correlation(
     timeseries,
     window_length: int | str,
@@ -700,7 +715,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
         plan["device_budget"] = int(budget)
         logger.debug("dynamic_correlation plan: %s", plan)
         tile_rows = plan["tile_rows"]
-        copier = HostCopier(device, depth=2)
+        copier = DeviceToHost(device, depth=2)
         full_index = None
         if kind == "triu" and tile_rows >= n:
             full_index = _triu_gather_index(n, 0, n, device)
@@ -744,7 +759,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
             f"columns: {first}); their correlations there are undefined: NaN in dense and "
             "triangle output, left out of sparse output.",
             ConstantSeriesWarning,
-            stacklevel=3,
+            stacklevel=4,
         )
     return plan
 

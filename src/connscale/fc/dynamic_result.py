@@ -251,7 +251,7 @@ class DynamicConnectivity:
         """Window ``index`` in its stored form.
 
         ``triu``: the (n_pairs,) edge vector (row-major strictly upper order);
-        ``sparse``: a scipy CSR matrix holding the kept upper-triangle entries;
+        ``sparse``: a ``scipy.sparse.csr_array`` of the kept upper-triangle entries;
         ``lowrank``: the pair (Q (N, l), B (l, N)); ``factor``: F (N, r) with
         the correlation matrix ≈ F Fᵀ.
         """

@@ -17,14 +17,58 @@ class ConstantSeriesWarning(UserWarning):
     """Some series have zero variance; their correlations are undefined (NaN)."""
 
 
+def normalize_windows(windows: torch.Tensor, *, dim: int, means: torch.Tensor | None = None,
+                      weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Centre and scale float64 series to unit norm along ``dim``: the one rule.
+
+    Each series is centred in two passes (its mean, or ``means`` when given,
+    then the mean of what is left), so a series far from zero (1e6 + 1e-5
+    noise) keeps its variation. A series is constant when all its values are
+    equal (or its centred norm is zero); its values become NaN, so every
+    correlation that involves it is NaN.
+
+    Parameters
+    ----------
+    windows : torch.Tensor, float64
+        Series along ``dim`` (a whole series, or the windows of one).
+    dim : int
+        The time axis.
+    means : torch.Tensor or None
+        First-pass means with ``dim`` kept (e.g. from running sums).
+    weights : torch.Tensor or None
+        Tapered-window weights (length of ``dim``): weighted Pearson, the
+        centred series scaled by their square root.
+
+    Returns
+    -------
+    normalized : torch.Tensor, float64, shape of ``windows``
+    constant : torch.Tensor of bool, ``windows`` without ``dim``
+    """
+    low, high = torch.aminmax(windows, dim=dim)
+    first = windows.mean(dim=dim, keepdim=True) if means is None else means
+    centred = windows - first
+    if weights is None:
+        centred -= centred.mean(dim=dim, keepdim=True)  # what rounding left of the mean
+    else:
+        shape = [1] * windows.ndim
+        shape[dim] = -1
+        weights = weights.view(shape)
+        centred -= (centred * weights).sum(dim=dim, keepdim=True) / weights.sum()
+        centred *= weights.sqrt()
+    norm = torch.linalg.vector_norm(centred, dim=dim, keepdim=True)
+    constant = (low == high) | (norm.squeeze(dim) == 0)
+    centred /= torch.where(constant.unsqueeze(dim), torch.full_like(norm, float("nan")), norm)
+    return centred, constant
+
+
 def normalize_series(timeseries: torch.Tensor, *, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Centre and scale each column of a (T, N) tensor to unit norm.
 
-    Centring and norms are computed in float64 whatever the working dtype,
-    in two passes (the mean, then the mean of what is left), so a series far
-    from zero (1e6 + 1e-5 noise) keeps its variation: its correlations match
-    ``np.corrcoef`` in float64. A series is constant when all its values are
-    equal; its correlations are undefined.
+    Centring and norms are computed in float64 whatever the working dtype
+    (:func:`normalize_windows`), so a series far from zero (1e6 + 1e-5
+    noise) keeps its variation: its correlations match ``np.corrcoef`` in
+    float64. A series is constant when all its values are equal; its
+    correlations are undefined.
 
     Parameters
     ----------
@@ -41,14 +85,8 @@ def normalize_series(timeseries: torch.Tensor, *, dtype: torch.dtype | None = No
         Which series are constant.
     """
     dtype = dtype or timeseries.dtype
-    x = timeseries.to(torch.float64)
-    low, high = torch.aminmax(x, dim=0)
-    centred = x - x.mean(dim=0, keepdim=True)
-    centred -= centred.mean(dim=0, keepdim=True)  # what rounding left of the mean
-    norm = torch.linalg.vector_norm(centred, dim=0)
-    constant = (low == high) | (norm == 0)
-    norm = torch.where(constant, torch.full_like(norm, float("nan")), norm)
-    normalized = (centred / norm).T.contiguous().to(dtype)
+    centred, constant = normalize_windows(timeseries.to(torch.float64), dim=0)
+    normalized = centred.T.contiguous().to(dtype)
     return normalized, constant
 
 

@@ -21,20 +21,26 @@ variation and match ``np.corrcoef``. Windows in which a series is constant
 
 from __future__ import annotations
 
-import threading
 import warnings
 from dataclasses import dataclass
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 
-from connscale._compute import memory_budget, resolve_device, resolve_dtype, synchronize
+from connscale._compute import memory_budget, resolve_device, resolve_dtype
 from connscale._compute.memory import host_budget, limit_error
-from connscale._compute.buffers import PinnedBufferPool
+from connscale._compute.transfer import DeviceToHost
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
-from connscale._validation import check_threshold, check_timeseries, check_window
-from connscale.fc.normalize import ConstantSeriesWarning
+from connscale._validation import (
+    MIN_WINDOW_LENGTH,
+    Interval,
+    check_timeseries,
+    check_window,
+    validate_params,
+)
+from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
 from connscale.fc.triu import n_pairs
 
 # On the CPU, bigger chunks only add memory traffic: cap the temporaries.
@@ -43,8 +49,6 @@ _CPU_CHUNK_BYTES = 64 * 1024**2
 # copy of one chunk overlaps the compute of the next and no large pinned
 # allocation (1.6-2.5 GB/s) is ever made per call.
 _CUDA_CHUNK_OUT_BYTES = 32 * 1024**2
-# Pinned staging pools kept between calls: {(device, dtype): pool}.
-_PINNED_POOLS: dict = {}
 
 
 @dataclass
@@ -60,9 +64,10 @@ class PairwiseDFC:
     pairs : ndarray of shape (n_pairs, 2), int64
         Region indices (i, j), i < j, of each row, in the row-major
         strictly-upper order of :mod:`connscale.fc.triu`.
-    window_onsets : ndarray of int64 or list of ndarray
+    window_starts : ndarray of int64 or list of ndarray
         First time point of each window (a list, one per scan, when the
-        scans differ in length).
+        scans differ in length), as :attr:`DynamicConnectivity.window_starts`.
+        ``window_onsets`` is its deprecated former name.
     window_length : int
     step : int
     n_constant : int
@@ -71,10 +76,18 @@ class PairwiseDFC:
 
     courses: object
     pairs: np.ndarray
-    window_onsets: object
+    window_starts: object
     window_length: int
     step: int
     n_constant: int = 0
+
+    @property
+    def window_onsets(self):
+        """Deprecated former name of ``window_starts`` (removed in 0.2)."""
+        warnings.warn("'window_onsets' was renamed 'window_starts'; 'window_onsets' will be "
+                      "removed in connscale 0.2. Use 'window_starts' instead.", FutureWarning,
+                      stacklevel=2)
+        return self.window_starts
 
     @property
     def n_scans(self) -> int:
@@ -164,40 +177,33 @@ def _plan_chunks(n_scans: int, n_windows: int, per_item: int, budget: int) -> tu
     return 1, items
 
 
-def _constant_windows(x64: torch.Tensor, window_length: int,
-                      onsets: torch.Tensor) -> torch.Tensor:
-    """(S, K, N) bool: windows of (S, T, N) data whose values are all equal."""
-    s, _, n = x64.shape
-    zeros = torch.zeros((s, 1, n), dtype=torch.float64, device=x64.device)
-    # No change between consecutive time points.
-    changes = torch.cat(
-        [zeros, torch.cumsum((x64[:, 1:] != x64[:, :-1]).to(torch.float64), dim=1)], dim=1)
-    return (changes[:, onsets + window_length - 1] - changes[:, onsets]) == 0
-
-
-def _pairs_chunk(x64: torch.Tensor, constant: torch.Tensor, window_length: int, step: int,
-                 k0: int, k1: int, flat: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def _pairs_chunk(x64: torch.Tensor, window_length: int, step: int, k0: int, k1: int,
+                 flat: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """Pair correlations (S, P, k1 - k0) of windows k0..k1-1 of (S, T, N) float64
-    data: each window centred (two passes) and scaled in float64, then one
-    batched GEMM in ``dtype``."""
+    data, each window normalised in float64 (:func:`normalize_windows`), then
+    one batched GEMM in ``dtype``; and the (S, K, N) constant-series flags."""
     s, _, n = x64.shape
     start = k0 * step
     stop = (k1 - 1) * step + window_length
     # (S, K, w, N) view of the windows (regions contiguous, so the reductions
     # over time vectorise), then centred, unit-norm columns.
     windows = x64[:, start:stop].unfold(1, window_length, step).transpose(-1, -2)
-    centred = windows - windows.mean(dim=-2, keepdim=True)
-    centred -= centred.mean(dim=-2, keepdim=True)  # what rounding left of the mean
-    norm = torch.linalg.vector_norm(centred, dim=-2, keepdim=True)
-    undefined = constant[:, k0:k1, None, :] | (norm == 0)
-    centred /= torch.where(undefined, torch.full_like(norm, float("nan")), norm)
+    centred, constant = normalize_windows(windows, dim=-2)
     u = centred.to(dtype).reshape(s * (k1 - k0), window_length, n)
     gram = torch.bmm(u.transpose(1, 2), u)  # (S*K, N, N)
     vals = gram.reshape(s * (k1 - k0), n * n)[:, flat]  # (S*K, P)
-    return vals.reshape(s, k1 - k0, -1).transpose(1, 2)
+    return vals.reshape(s, k1 - k0, -1).transpose(1, 2), constant
 
 
 @fill_doc
+@validate_params({
+    "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), str],
+    "step": [Interval(Integral, 1, None, closed="left"), str],
+    "device": ["device", None],
+    "dtype": ["dtype"],
+    "memory_limit": ["memory", None],
+    "as_tensor": ["boolean"],
+})
 def pairwise_dfc(
     timeseries,
     window_length: int,
@@ -233,7 +239,7 @@ def pairwise_dfc(
     PairwiseDFC
         ``courses`` (n_scans, n_pairs, n_windows) - a list of (n_pairs,
         n_windows_i) arrays when the scans differ in length -, ``pairs``
-        (n_pairs, 2), ``window_onsets`` and the parameters.
+        (n_pairs, 2), ``window_starts`` and the parameters.
 
     Warns
     -----
@@ -332,10 +338,10 @@ def pairwise_dfc(
             stacklevel=2,
         )
     if ragged:
-        window_onsets = [onsets_of[x.shape[0]] for x in scans]
+        window_starts = [onsets_of[x.shape[0]] for x in scans]
     else:
-        window_onsets = onsets_of[scans[0].shape[0]]
-    return PairwiseDFC(courses, pairs, window_onsets, window_length, step, n_constant)
+        window_starts = onsets_of[scans[0].shape[0]]
+    return PairwiseDFC(courses, pairs, window_starts, window_length, step, n_constant)
 
 
 def _compute_group(scans, window_length: int, step: int,
@@ -364,98 +370,43 @@ def _compute_group(scans, window_length: int, step: int,
             f"The result ({reserved} bytes) and one window of {n_regions} regions",
             reserved + per_item, reserved + budget, memory_limit, "Raise memory_limit.")
     scans_per, windows_per = _plan_chunks(n_scans, n_windows, per_item, budget)
-    onsets_t = torch.as_tensor(onsets, device=dev)
 
     if as_tensor:
-        out_t = torch.empty((n_scans, n_pair, n_windows), dtype=tdtype, device=dev)
-        sink = _TensorSink(out_t)
-        result = out_t
+        result = out = torch.empty((n_scans, n_pair, n_windows), dtype=tdtype, device=dev)
     else:
         result = np.empty((n_scans, n_pair, n_windows), dtype=numpy_dtype(tdtype))
-        out_t = torch.from_numpy(result)
-        if dev.type == "cuda":
-            largest = scans_per * windows_per * n_pair
-            sink = _PinnedSink(out_t, _pinned_pool(dev, tdtype, largest), dev)
-        else:
-            sink = _TensorSink(out_t)
+        out = torch.from_numpy(result)
+    # CUDA chunks to the host through the reused pinned staging ring: chunk
+    # c's copy runs while chunk c + 1 is computed, chunk c - 1 is drained.
+    copier = (DeviceToHost(dev, depth=2, keep_staging=True)
+              if dev.type == "cuda" and not as_tensor else None)
+
+    def put(values, s0, s1, k0, k1):
+        if copier is None:  # on the CPU, or kept on the device
+            out[s0:s1, :, k0:k1] = values
+            return
+
+        def drain(arrays):
+            result[s0:s1, :, k0:k1] = arrays[0]
+
+        copier.submit([values.contiguous()], drain)
 
     n_constant = torch.zeros((), dtype=torch.int64, device=dev)
     for s0 in range(0, n_scans, scans_per):
         s1 = min(s0 + scans_per, n_scans)
         # Copy in the input's precision, widen on the device.
         x64 = torch.from_numpy(host[s0:s1]).to(dev).to(torch.float64)
-        constant = _constant_windows(x64, window_length, onsets_t)
-        n_constant += constant.sum()
         for k0 in range(0, n_windows, windows_per):
             k1 = min(k0 + windows_per, n_windows)
-            sink.put(_pairs_chunk(x64, constant, window_length, step, k0, k1, flat, tdtype),
-                     s0, s1, k0, k1)
-    sink.finish()
+            values, constant = _pairs_chunk(x64, window_length, step, k0, k1, flat, tdtype)
+            n_constant += constant.sum()
+            put(values, s0, s1, k0, k1)
+    if copier is not None:
+        copier.flush()
     return result, int(n_constant)
 
 
-class _TensorSink:
-    """Chunks copied straight into the output tensor (CPU, or on the device)."""
-
-    def __init__(self, out: torch.Tensor) -> None:
-        self.out = out
-
-    def put(self, values: torch.Tensor, s0: int, s1: int, k0: int, k1: int) -> None:
-        self.out[s0:s1, :, k0:k1] = values
-
-    def finish(self) -> None:
-        pass
-
-
-class _PinnedSink:
-    """CUDA chunks to a host tensor through two reused pinned buffers.
-
-    The device-to-host copy of chunk c runs on a copy stream while chunk
-    c + 1 is computed, and the host drains chunk c - 1 meanwhile.
-    """
-
-    def __init__(self, out: torch.Tensor, pool: PinnedBufferPool, dev: torch.device) -> None:
-        self.out = out
-        self.pool = pool
-        self.dev = dev
-        self.copy_stream = torch.cuda.Stream(dev)
-        self.pending = None
-
-    def put(self, values: torch.Tensor, s0: int, s1: int, k0: int, k1: int) -> None:
-        values = values.contiguous()
-        index, buffer = self.pool.acquire()
-        staged = buffer[: values.numel()].view(values.shape)
-        self.copy_stream.wait_stream(torch.cuda.current_stream(self.dev))
-        with torch.cuda.stream(self.copy_stream):
-            staged.copy_(values, non_blocking=True)
-            if values.is_cuda:
-                values.record_stream(self.copy_stream)
-        self.pool.record(index, self.copy_stream)
-        self._drain()
-        self.pending = (index, staged, s0, s1, k0, k1)
-
-    def _drain(self) -> None:
-        if self.pending is not None:
-            index, staged, s0, s1, k0, k1 = self.pending
-            self.pool.wait(index)
-            self.out[s0:s1, :, k0:k1].copy_(staged)
-            self.pending = None
-
-    def finish(self) -> None:
-        self._drain()
-        synchronize(self.dev)
-
-
-def _pinned_pool(dev: torch.device, dtype: torch.dtype, n_elements: int) -> PinnedBufferPool:
-    """Two pinned staging buffers of at least ``n_elements``, reused between calls."""
-    key = (str(dev), dtype, threading.get_ident())
-    pool = _PINNED_POOLS.get(key)
-    if pool is None or pool.capacity < n_elements:
-        pool = PinnedBufferPool(2, n_elements, dtype, dev)
-        _PINNED_POOLS[key] = pool
-    return pool
-
-
+@validate_params({"threshold": [Interval(Real, -1, 1, closed="both")]})
 def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:
     """Mean, standard deviation and fraction of windows above a threshold, per pair.
 
@@ -475,7 +426,7 @@ def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:
         ``mean``, ``std``, ``fraction_above`` of shape (n_scans, n_pairs) and
         :meth:`PairSummary.features` for classification.
     """
-    threshold = check_threshold(threshold)
+    threshold = float(threshold)
     if isinstance(courses, PairwiseDFC):
         courses = courses.courses
     if isinstance(courses, (list, tuple)):

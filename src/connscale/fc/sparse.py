@@ -51,7 +51,7 @@ def keep_mask(tile: torch.Tensor, threshold: float, *, absolute: bool) -> torch.
 
 def compact_tile(tile: torch.Tensor, keep: torch.Tensor, row_offset: int = 0
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Kept values, global int32 column indices and per-row counts of a tile.
+    """Kept values, global column indices and per-row counts of a tile.
 
     Parameters
     ----------
@@ -66,7 +66,7 @@ def compact_tile(tile: torch.Tensor, keep: torch.Tensor, row_offset: int = 0
     -------
     values : torch.Tensor of shape (nnz,)
         Kept correlations in row-major order.
-    columns : torch.Tensor of shape (nnz,), int32
+    columns : torch.Tensor of shape (nnz,), int32 (int64 past 2**31 columns)
         Their global column indices.
     counts : torch.Tensor of shape (R,), int64
         Kept entries per row.
@@ -74,7 +74,8 @@ def compact_tile(tile: torch.Tensor, keep: torch.Tensor, row_offset: int = 0
     rows, cols = keep.nonzero(as_tuple=True)  # synchronises: nnz sizes the outputs
     counts = torch.bincount(rows, minlength=tile.shape[0])
     values = tile[rows, cols]
-    columns = cols.to(torch.int32)
+    index_dtype = torch.int32 if row_offset + tile.shape[-1] < 2**31 else torch.int64
+    columns = cols.to(index_dtype)
     if row_offset:
         columns += row_offset
     return values, columns, counts
@@ -86,16 +87,31 @@ def tile_to_csr_parts(tile: torch.Tensor, threshold: float, *, absolute: bool,
     return compact_tile(tile, keep_mask(tile, threshold, absolute=absolute), row_offset)
 
 
-def csr_from_parts(values: np.ndarray, columns: np.ndarray, counts: np.ndarray,
-                   n: int) -> sp.csr_matrix:
-    """A scipy CSR matrix (n×n) from kept values, int32 columns and row counts."""
+def csr_from_parts(values, columns, counts, n: int) -> sp.csr_array:
+    """A ``scipy.sparse.csr_array`` (n×n) from kept values, columns and row counts.
+
+    Each argument is an array or a list of per-tile pieces; lists are
+    concatenated one at a time and emptied as they are (so at most one
+    array is built beside the pieces). Indices and the row pointer are
+    int32 while the entries fit, int64 past that.
+    """
+    counts = _joined(counts)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
-    index_dtype = np.int32 if indptr[-1] < np.iinfo(np.int32).max else np.int64
-    return sp.csr_matrix(
-        (values, columns.astype(index_dtype, copy=False), indptr.astype(index_dtype, copy=False)),
-        shape=(n, n),
-    )
+    del counts
+    index_dtype = np.int32 if indptr[-1] <= np.iinfo(np.int32).max else np.int64
+    indices = _joined(columns).astype(index_dtype, copy=False)
+    values = _joined(values)
+    return sp.csr_array((values, indices, indptr.astype(index_dtype, copy=False)),
+                        shape=(n, n))
+
+
+def _joined(parts) -> np.ndarray:
+    if not isinstance(parts, list):
+        return np.asarray(parts)
+    joined = np.concatenate(parts)
+    parts.clear()
+    return joined
 
 
 def dense_thresholded(matrix: np.ndarray, threshold: float, *, absolute: bool) -> np.ndarray:

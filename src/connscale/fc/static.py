@@ -18,10 +18,10 @@ import glob
 import logging
 import os
 from dataclasses import dataclass
+from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from tqdm.auto import tqdm
 
@@ -37,17 +37,19 @@ from connscale._compute import (
     synchronize,
 )
 from connscale._compute.device import numpy_dtype
+from connscale._compute.transfer import DeviceToHost
 from connscale._docs import fill_doc
 from connscale._validation import (
+    Interval,
+    StrOptions,
     check_not_all_constant,
-    check_option,
     check_output_path,
-    check_threshold,
     check_timeseries,
+    validate_params,
 )
 from connscale.fc._triton_kernels import block_triu_size, extract_triu
 from connscale.fc.normalize import normalize_series, warn_constant
-from connscale.fc.sparse import keep_mask
+from connscale.fc.sparse import csr_from_parts, tile_to_csr_parts
 from connscale.fc.triu import n_pairs, triu_row_offsets
 from connscale.io._atomic import atomic_path, check_free_space
 from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
@@ -62,6 +64,20 @@ KINDS = ("dense", "triu", "sparse")
 _MAX_ROUND_ELEMENTS_CUDA = 1 << 28
 _MAX_ROUND_ELEMENTS_CPU = 1 << 26
 
+# Declared once for correlation and compute_correlation (the entry of the
+# CLI, the cohort and the BIDS pipeline).
+_PARAMETER_CONSTRAINTS = {
+    "timeseries": ["array-like"],
+    "kind": [StrOptions(KINDS)],
+    "threshold": [Interval(Real, -1, 1, closed="both"), None],
+    "absolute": ["boolean"],
+    "device": ["device", None],
+    "dtype": ["dtype"],
+    "memory_limit": ["memory", None],
+    "allow_tf32": ["boolean"],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+}
+
 
 @dataclass(frozen=True)
 class _Round:
@@ -75,6 +91,7 @@ class _Round:
 
 
 @fill_doc
+@validate_params(_PARAMETER_CONSTRAINTS)
 def correlation(
     timeseries,
     *,
@@ -161,16 +178,16 @@ def correlation(
     return result
 
 
+@validate_params(_PARAMETER_CONSTRAINTS)
 def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=False,
                         device="auto", dtype="float32", memory_limit=None, out=None,
                         allow_tf32=False, verbose=0, attrs=None):
     """:func:`correlation`, also returning the :class:`MemoryPlan` it followed
     and the number of constant series (for logs and reports)."""
-    check_option(kind, "kind", KINDS)
     if kind == "sparse":
         if threshold is None:
             raise ValueError("kind='sparse' needs a 'threshold' (e.g. 0.5).")
-        threshold = check_threshold(threshold)
+        threshold = float(threshold)
     elif threshold is not None:
         raise ValueError(
             f"'threshold' applies to kind='sparse' only; got threshold={threshold} "
@@ -199,7 +216,7 @@ def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=Fa
                 "raise memory_limit.")
         with _allow_tf32(allow_tf32), torch.no_grad():
             normalized, constant = _normalize(x, dev, work_dtype, columns)
-            n_constant = warn_constant(constant, stacklevel=4)
+            n_constant = warn_constant(constant, stacklevel=6)
             _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose)
     except BaseException:
         sink.abort()
@@ -315,7 +332,7 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
     cuda = dev.type == "cuda"
     max_elements = max(r.n_rows * r.n_cols for r in rounds)
     workspace = torch.empty(max_elements, dtype=normalized.dtype, device=dev)
-    mover = _DeviceToHost(dev, normalized.dtype, max_elements, sink) if kind != "sparse" else None
+    mover = _RoundMover(dev, max_elements, sink) if kind != "sparse" else None
     progress = tqdm(total=n, unit="row", desc="correlation", disable=not verbose,
                     leave=False)
     for rnd in rounds:
@@ -344,112 +361,53 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
 
 
 def _threshold_block(block, start, threshold, absolute):
-    """Keep upper-triangle entries of a block above threshold, on the device.
-
-    Returns per-row counts, global column indices (int32 where they fit) and
-    values, on the host.
-    """
-    n_rows, n_cols = block.shape
-    keep = keep_mask(block, threshold, absolute=absolute)  # NaN compares False
-    counts = keep.sum(dim=1)
-    rows, cols = keep.nonzero(as_tuple=True)
-    values = block[rows, cols]
-    index_dtype = torch.int32 if start + n_cols < 2**31 else torch.int64
-    cols = (cols + start).to(index_dtype)
-    return counts.cpu().numpy(), cols.cpu().numpy(), values.cpu().numpy()
+    """Kept upper-triangle entries of a block (:func:`tile_to_csr_parts`, on
+    the device): per-row counts, global column indices and values, on the host."""
+    values, columns, counts = tile_to_csr_parts(block, threshold, absolute=absolute,
+                                                row_offset=start)  # NaN compares False
+    return counts.cpu().numpy(), columns.cpu().numpy(), values.cpu().numpy()
 
 
-class _DeviceToHost:
-    """Moves each round's result to the sink.
+class _RoundMover:
+    """Moves each round's result to the sink through a :class:`DeviceToHost`.
 
-    On CUDA the triangle is extracted into one of two device buffers, and a
-    copy stream moves it to the host (straight into a pinned result, or into
-    pinned staging buffers for files) while the compute stream runs the next
-    round. On the CPU the triangle is extracted straight into the result.
+    On CUDA the block (or its extracted triangle) is put into one of two
+    device scratch buffers and copied to the host on the copy stream
+    (straight into a pinned result, or into pinned staging for files) while
+    the compute stream runs the next round. On the CPU the triangle is
+    extracted straight into the result.
     """
 
-    def __init__(self, dev, dtype, max_elements, sink):
-        self.dev = dev
+    def __init__(self, dev, max_elements, sink):
         self.sink = sink
-        self.cuda = dev.type == "cuda"
-        self.pending = None  # (event, staging, target) of the last round in flight
-        if self.cuda:
-            self.copy_stream = torch.cuda.Stream(dev)
-            self.device_buffers = [torch.empty(max_elements, dtype=dtype, device=dev)
-                                   for _ in range(2)]
-            self.buffer_free = [None, None]
-            self.slot = 0
-            if not sink.in_memory:
-                self.staging = [torch.empty(max_elements, dtype=dtype, pin_memory=True)
-                                for _ in range(2)]
-        elif not sink.in_memory:
-            self.staging = [torch.empty(max_elements, dtype=dtype)]
+        self.max_elements = max_elements
+        self.copier = DeviceToHost(dev, depth=2)
+        self.cuda = self.copier.cuda
+
+    def _send(self, source, target):
+        destination = self.sink.view(target, source.numel()) if self.sink.in_memory else None
+        callback = None if self.sink.in_memory else (
+            lambda arrays: self.sink.write(target, arrays[0]))
+        self.copier.submit([source], callback, [destination])
 
     def send_triu(self, block, target):
         size = block_triu_size(*block.shape)
-        if not self.cuda:
-            if self.sink.in_memory:
-                start = target[1]
-                extract_triu(block, self.sink.tensor[start:start + size])
-            else:
-                extract_triu(block, self.staging[0])
-                self.sink.write(target, self.staging[0][:size].numpy())
+        if not self.cuda and self.sink.in_memory:
+            extract_triu(block, self.sink.view(target, size))
             return
-        slot = self._next_slot()
-        extract_triu(block, self.device_buffers[slot])
-        self._copy(self.device_buffers[slot][:size], target, slot)
+        buffer = self.copier.scratch(self.max_elements, block.dtype)
+        extract_triu(block, buffer)
+        self._send(buffer[:size], target)
 
     def send(self, flat, target):
-        if not self.cuda:
-            if self.sink.in_memory:
-                self.sink.place(target, flat)
-            else:
-                self.sink.write(target, flat.numpy())
-            return
-        slot = self._next_slot()
-        buffer = self.device_buffers[slot][: flat.numel()]
-        buffer.copy_(flat)
-        self._copy(buffer, target, slot)
-
-    def _next_slot(self):
-        slot = self.slot
-        self.slot ^= 1
-        event = self.buffer_free[slot]
-        if event is not None:  # the copy that last read this buffer
-            torch.cuda.current_stream(self.dev).wait_event(event)
-        return slot
-
-    def _copy(self, source, target, slot):
-        ready = torch.cuda.Event()
-        ready.record(torch.cuda.current_stream(self.dev))
-        with torch.cuda.stream(self.copy_stream):
-            self.copy_stream.wait_event(ready)
-            if self.sink.in_memory:
-                destination = self.sink.view(target, source.numel())
-                destination.copy_(source, non_blocking=True)
-                staging = None
-            else:
-                staging = self.staging[slot][: source.numel()]
-                staging.copy_(source, non_blocking=True)
-            done = torch.cuda.Event()
-            done.record(self.copy_stream)
-        self.buffer_free[slot] = done
-        # Write the previous round to its file while this one copies.
-        self._drain()
-        if staging is not None:
-            self.pending = (done, staging, target)
-
-    def _drain(self):
-        if self.pending is not None:
-            event, staging, target = self.pending
-            event.synchronize()
-            self.sink.write(target, staging.numpy())
-            self.pending = None
+        if self.cuda:
+            buffer = self.copier.scratch(self.max_elements, flat.dtype)[: flat.numel()]
+            buffer.copy_(flat)
+            flat = buffer
+        self._send(flat, target)
 
     def flush(self):
-        if self.cuda:
-            self._drain()
-            self.copy_stream.synchronize()
+        self.copier.flush()
 
 
 def _make_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs):
@@ -504,9 +462,6 @@ class _ArraySink:
         first = start if target[0] == "triu" else start * n_cols
         return self.flat[first:first + size]
 
-    def place(self, target, flat):
-        self.view(target, flat.numel()).copy_(flat)
-
     def abort(self):
         pass
 
@@ -541,21 +496,7 @@ class _SparseSink:
         pass
 
     def finish(self):
-        # One array is built at a time and its pieces freed before the next.
-        counts = np.concatenate(self.counts)
-        self.counts = []
-        indptr = np.zeros(self.n + 1, dtype=np.int64)
-        np.cumsum(counts, out=indptr[1:])
-        del counts
-        indices = np.concatenate(self.indices)
-        self.indices = []
-        if indptr[-1] < 2**31 and indices.dtype != np.int32:
-            indices = indices.astype(np.int32)
-        if indptr[-1] < 2**31:
-            indptr = indptr.astype(np.int32)
-        values = np.concatenate(self.values)
-        self.values = []
-        return sp.csr_array((values, indices, indptr), shape=(self.n, self.n))
+        return csr_from_parts(self.values, self.indices, self.counts, self.n)
 
 
 class _FileSink:

@@ -4,17 +4,34 @@ a tractogram to streamline weights (LiFE, or ReAl-LiFE with λ > 0)."""
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator
+from sklearn.utils.validation import check_is_fitted
 
 from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device
+from connscale._deprecation import DEPRECATED, renamed
 from connscale._docs import fill_doc
-from connscale._validation import check_random_state
+from connscale._validation import (
+    Interval,
+    StrOptions,
+    skip_nested_validation,
+    validate_estimator_params,
+    validate_params,
+)
 from connscale.life._checkpoint import SolverCheckpoint, solver_key
 from connscale.life.encode import LiFEModel, build_model
-from connscale.life.evaluate import cross_validated_rmse, strength_of_evidence, voxel_rmse
+from connscale.life.evaluate import (
+    cross_validated_rmse,
+    split_directions,
+    strength_of_evidence,
+    submodel,
+    voxel_rmse,
+)
 from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
 from connscale.io.streamlines import StreamlineArray, load_streamlines
@@ -198,6 +215,18 @@ class LiFEFit:
         The preconditioner h_f.
     resumed_from : int
         The solver iteration it resumed from (0: solved from the start).
+    streamlines : StreamlineArray or None
+        The input streamlines (set by :func:`fit`).
+    cv_rmse : ndarray of shape (n_voxels,) or None
+        Cross-validated RMSE per model voxel (set by :func:`fit` with
+        ``cross_validate=True`` or ``dwi_repeat``).
+    lambda_sweep : list of dict or None
+        One row per λ of :func:`fit`'s ``lambdas`` (``lam``, ``weight_sum``,
+        ``n_nonzero``, ``cv_rmse_median``, ``rmse_median``, ``objective``,
+        ``n_iter``); this fit is the row with the lowest ``cv_rmse_median``.
+    timings : dict
+        Seconds spent by :func:`fit` in each step (``load``, ``build``,
+        ``solve``, ``cross_validation`` or ``lambda_sweep``).
     """
 
     model: LiFEModel
@@ -211,6 +240,9 @@ class LiFEFit:
     data_term: list = field(default_factory=list)
     resumed_from: int = 0
     streamlines: StreamlineArray | None = None
+    cv_rmse: np.ndarray | None = None
+    lambda_sweep: list | None = None
+    timings: dict = field(default_factory=dict)
     _rmse: np.ndarray | None = field(default=None, repr=False)
 
     @property
@@ -288,9 +320,30 @@ def lambda_max(model: LiFEModel) -> float:
     return max(0.0, float(g.max()))
 
 
-def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float | None = 1e-5,
+# Declared once for fit, solve and the LiFE estimator.
+_PARAMETER_CONSTRAINTS = {
+    "lam": [Interval(Real, 0, None, closed="left")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "n_iter": [Interval(Integral, 1, None, closed="left"), StrOptions({DEPRECATED})],
+    "tol": [Interval(Real, 0, None, closed="left"), None],
+    "formulation": [StrOptions({"encode", "dipy"})],
+    "device": ["device", None],
+    "dtype": ["dtype"],
+    "cross_validate": ["boolean"],
+    "random_state": ["random_state"],
+    "memory_limit": ["memory", None],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+    "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
+}
+_SOLVE_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "verbose", "checkpoint_every")
+_ESTIMATOR_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "formulation", "device", "dtype",
+                         "cross_validate", "random_state", "verbose")
+
+
+@validate_params({k: _PARAMETER_CONSTRAINTS[k] for k in _SOLVE_PARAMETERS})
+def solve(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol: float | None = 1e-5,
           x0=None, verbose: int = 0, callback=None, operator_options: dict | None = None,
-          checkpoint=None, checkpoint_every: int = 50) -> LiFEFit:
+          checkpoint=None, checkpoint_every: int = 50, n_iter=DEPRECATED) -> LiFEFit:
     """Weights of a built model by preconditioned SBB-NNLS.
 
     The columns of M are divided by h_f = Σ val²‖D[:, a]‖² (the reference's
@@ -302,11 +355,11 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
     ----------
     model : LiFEModel
     lam : float, default=0
-    n_iter : int, default=500
-        The reference's ``maxit`` (``n_iter − 1`` updates at most).
+    max_iter : int, default=500
+        The reference's ``maxit`` (``max_iter − 1`` updates at most).
     tol : float or None, default=1e-5
         Projected-gradient and objective-change thresholds; None runs all
-        ``n_iter`` iterations.
+        ``max_iter`` iterations.
     x0 : array or Tensor of shape (n_fibres,) or None
         Warm start (weights of the model's fibres).
     verbose : int, default=0
@@ -319,20 +372,21 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
         A folder where the solver's state (the weights, gradients and
         objective history) is saved every ``checkpoint_every`` updates and
         at the stop, in a file named after this problem's fingerprint (the
-        model's signal and column scales, ``lam``, ``n_iter``, ``tol``,
+        model's signal and column scales, ``lam``, ``max_iter``, ``tol``,
         ``x0``). A solve of the same problem resumes from it, with the
         iterates of an uninterrupted run; one that had finished returns at
         once. Several solves can share a folder.
     checkpoint_every : int, default=50
         Updates between checkpoints.
+    n_iter : int
+        Former name of ``max_iter``; deprecated, removed in 0.2.
 
     Returns
     -------
     LiFEFit
     """
+    n_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     lam = float(lam)
-    if not np.isfinite(lam) or lam < 0:
-        raise ValueError(f"'lam' must be a finite number ≥ 0; got {lam}.")
     base = LiFEOperator(model, **(operator_options or {}))
     h = base.column_norms_sq()
     h = torch.where(h > 0, h, torch.ones_like(h))
@@ -345,8 +399,6 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
         xp0 = x0.to(model.device, torch.float64) * h
     state = saver = None
     if checkpoint is not None:
-        if int(checkpoint_every) < 1:
-            raise ValueError(f"'checkpoint_every' must be at least 1; got {checkpoint_every}.")
         saved = SolverCheckpoint(checkpoint, solver_key(
             model.signal, h, x0=xp0, lam=lam, n_iter=int(n_iter), tol=tol))
         state, saver = saved.load(), saved.save
@@ -361,7 +413,84 @@ def solve(model: LiFEModel, *, lam: float = 0.0, n_iter: int = 500, tol: float |
                    data_term=res.data_term, resumed_from=0 if state is None else state["k"])
 
 
+def _held_out_rmse(model: LiFEModel, op_b: LiFEOperator, mb: LiFEModel,
+                   weights_kept) -> np.ndarray:
+    """Per-voxel RMSE of the held-out half ``mb`` predicted from ``weights_kept``
+    (the prediction demeaned per voxel, as the held-out signal is)."""
+    pred = op_b.matvec(weights_kept)
+    pred = pred - pred.mean(dim=1, keepdim=True)
+    return (torch.sqrt(((mb.signal - pred).double() ** 2).mean(dim=1))
+            * model.signal_scale.double()).cpu().numpy()
+
+
+def split_rmse(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol=1e-5,
+               random_state=None, operator_options=None, checkpoint=None,
+               checkpoint_every: int = 50, n_iter=DEPRECATED) -> np.ndarray:
+    """Cross-validated per-voxel RMSE by a gradient-direction split.
+
+    Fits on one half of the directions and predicts the other half (the
+    prediction demeaned per voxel, as the held-out signal is). ``checkpoint``
+    and ``checkpoint_every`` are passed to :func:`connscale.life.solve`;
+    ``n_iter`` is the deprecated former name of ``max_iter``.
+    """
+    max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
+    da, db = split_directions(model, random_state=random_state)
+    ma, mb = submodel(model, da), submodel(model, db)
+    fa = solve(ma, lam=lam, max_iter=max_iter, tol=tol, operator_options=operator_options,
+               checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+    return _held_out_rmse(model, LiFEOperator(mb, **(operator_options or {})), mb,
+                          fa.weights_kept)
+
+
+def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, max_iter: int = 500, tol=1e-5,
+                 random_state=None, verbose: int = 0, operator_options=None, checkpoint=None,
+                 checkpoint_every: int = 50, n_iter=DEPRECATED) -> list[dict]:
+    """Fit each λ (warm-started from the previous one) and report the
+    weight sum, non-zero count, objective and cross-validated median RMSE.
+
+    Cross-validation uses ``data_repeat`` when given, otherwise a
+    gradient-direction split (one split for all λ). ``checkpoint`` and
+    ``checkpoint_every`` are passed to every :func:`connscale.life.solve`;
+    ``n_iter`` is the deprecated former name of ``max_iter``.
+    """
+    max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
+    lams = [float(x) for x in lams]
+    if not lams or any(not np.isfinite(x) or x < 0 for x in lams):
+        raise ValueError(f"'lams' must be a non-empty list of finite values ≥ 0; got {lams}.")
+    if data_repeat is None:
+        da, db = split_directions(model, random_state=random_state)
+        ma, mb = submodel(model, da), submodel(model, db)
+        op_b = LiFEOperator(mb, **(operator_options or {}))
+    saving = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
+    rows = []
+    x0 = x0a = None
+    for lam in lams:
+        fit = solve(model, lam=lam, max_iter=max_iter, tol=tol, x0=x0, verbose=verbose,
+                    operator_options=operator_options, **saving)
+        x0 = fit.weights_kept
+        if data_repeat is not None:
+            cv = cross_validated_rmse(model, fit.weights_kept, data_repeat)["rmse"]
+        else:
+            fa = solve(ma, lam=lam, max_iter=max_iter, tol=tol, x0=x0a, operator_options=operator_options,
+                       **saving)
+            x0a = fa.weights_kept
+            cv = _held_out_rmse(model, op_b, mb, fa.weights_kept)
+        w = fit.weights
+        rows.append({
+            "lam": lam,
+            "weight_sum": float(w.sum()),
+            "n_nonzero": int((w > 0).sum()),
+            "cv_rmse_median": float(np.median(cv)),
+            "rmse_median": float(np.median(fit.voxel_rmse)),
+            "objective": float(fit.objective[-1]),
+            "n_iter": fit.n_iter,
+            "fit": fit,
+        })
+    return rows
+
+
 @fill_doc
+@validate_params(_PARAMETER_CONSTRAINTS)
 def fit(
     dwi,
     bvals,
@@ -371,7 +500,10 @@ def fit(
     affine=None,
     mask=None,
     lam: float = 0.0,
-    n_iter: int = 500,
+    lambdas=None,
+    dwi_repeat=None,
+    cross_validate: bool = False,
+    max_iter: int = 500,
     tol: float | None = 1e-5,
     sphere=None,
     formulation: str = "encode",
@@ -383,6 +515,7 @@ def fit(
     verbose: int = 0,
     checkpoint=None,
     checkpoint_every: int = 50,
+    n_iter=DEPRECATED,
 ) -> LiFEFit:
     """Fit LiFE (λ = 0) or ReAl-LiFE (λ > 0) to a dMRI scan and a tractogram.
 
@@ -400,10 +533,21 @@ def fit(
         Only nodes inside the mask enter the model.
     lam : float, default=0
         ReAl-LiFE's λ (on the preconditioned weights, see :func:`solve`).
-    n_iter : int, default=500
-        Iterations (the reference's maxit).
+    lambdas : sequence of float or None, default=None
+        Fit each λ (warm-started from the previous one, see
+        :func:`connscale.life.lambda_sweep`) and return the fit with the
+        lowest cross-validated median RMSE, its table in ``lambda_sweep``.
+        Replaces ``lam`` (leave it at 0) and ``x0``.
+    dwi_repeat : path, nibabel image, array or None, default=None
+        A second acquisition on the same grid and volumes, against which the
+        fit is cross-validated (``cv_rmse``; the sweep's selection).
+        Without it cross-validation splits the gradient directions in two.
+    cross_validate : bool, default=False
+        Set ``cv_rmse`` (always done with ``dwi_repeat`` or ``lambdas``).
+    max_iter : int, default=500
+        Most iterations (the reference's maxit).
     tol : float or None, default=1e-5
-        Stop thresholds; None: exactly ``n_iter`` iterations.
+        Stop thresholds; None: exactly ``max_iter`` iterations.
     sphere : None, int, str, dipy Sphere or array, default=None
         Atom orientations (:func:`connscale.life.encode.resolve_sphere`).
     formulation : {'encode', 'dipy'}, default='encode'
@@ -413,11 +557,12 @@ def fit(
     %(device)s
     %(dtype)s
     %(random_state)s
-        (Unused by the deterministic solver; kept for the evaluation steps.)
+        Draws the gradient-direction split of the cross-validation (the
+        solver itself is deterministic).
     x0 : array of shape (n_streamlines,) or None
         Warm-start weights per input streamline.
     %(memory_limit)s
-        Covers the dMRI volume when it is read from a file here, the model
+        Covers the dMRI volumes when they are read from a file here, the model
         build's chunks, the model and the solver's copies; checked up front
         (at worst, from the number of streamline points) and again once the
         model's size is known, with a :class:`~connscale.MemoryLimitError`.
@@ -427,6 +572,8 @@ def fit(
         resumes (see :func:`solve`).
     checkpoint_every : int, default=50
         Updates between checkpoints.
+    n_iter : int
+        Former name of ``max_iter``; deprecated, removed in 0.2.
 
     Returns
     -------
@@ -437,8 +584,8 @@ def fit(
     λ is ReAl-LiFE's: it weighs the L1 norm of the preconditioned weights,
     i.e. Σ_f λ·h_f·w_f with h_f ≈ ‖M_f‖², which makes it independent of the
     signal's units; :func:`lambda_max` gives the λ above which every weight
-    is 0. With ``tol=None`` the solver runs ``n_iter`` iterations (``n_iter
-    − 1`` updates, as the reference's ``maxit``).
+    is 0. With ``tol=None`` the solver runs ``max_iter`` iterations
+    (``max_iter − 1`` updates, as the reference's ``maxit``).
 
     Examples
     --------
@@ -450,40 +597,79 @@ def fit(
     >>> result.weights.shape
     (720,)
     """
-    check_random_state(random_state)
-    parse_memory(memory_limit)
+    n_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
+    if lambdas is not None:
+        if float(lam) != 0.0 or x0 is not None:
+            raise ValueError("'lambdas' replaces 'lam' and 'x0' (the sweep warm-starts each λ "
+                             f"from the previous one); got lam={lam} and x0 "
+                             f"{'given' if x0 is not None else 'None'}.")
+    timings = {}
+    start = time.perf_counter()
     data, affine, image = load_dwi(dwi, affine=affine)
     bvals, bvecs = load_gradients(bvals, bvecs)
     mask_data, _ = load_volume(mask, "mask")
     sl = load_streamlines(streamlines)
     check_space(sl, data.shape[:3], affine)
     loaded = data.nbytes if image is not None else 0
+    repeat = None
+    if dwi_repeat is not None:
+        repeat, _, repeat_image = load_dwi(dwi_repeat, affine=affine)
+        loaded += repeat.nbytes if repeat_image is not None else 0
+    timings["load"] = time.perf_counter() - start
     chunk_points, ops = plan_memory(memory_limit, device=device, n_points=int(sl.offsets[-1]),
                                     loaded_bytes=loaded)
+    start = time.perf_counter()
     model = build_model(data, bvals, bvecs, sl, affine=affine, mask=mask_data, sphere=sphere,
                         formulation=formulation, device=device, dtype=dtype,
                         chunk_points=chunk_points, memory_limit=memory_limit,
                         loaded_bytes=loaded)
+    timings["build"] = time.perf_counter() - start
+    start = time.perf_counter()
+    saving = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
+    if lambdas is not None:
+        rows = lambda_sweep(model, lambdas, data_repeat=repeat, max_iter=n_iter, tol=tol,
+                            random_state=random_state, verbose=verbose, operator_options=ops,
+                            **saving)
+        result = min(rows, key=lambda row: row["cv_rmse_median"])["fit"]
+        result.lambda_sweep = [{k: v for k, v in row.items() if k != "fit"} for row in rows]
+        result.streamlines = sl
+        result.timings = {**timings, "lambda_sweep": time.perf_counter() - start}
+        return result
     x0k = None
     if x0 is not None:
         x0 = np.asarray(x0, dtype=np.float64)
         if x0.shape != (len(sl),):
             raise ValueError(f"'x0' must have one weight per streamline ({len(sl)}); got {x0.shape}.")
         x0k = x0[model.fibre_index]
-    result = solve(model, lam=lam, n_iter=n_iter, tol=tol, x0=x0k, verbose=verbose,
-                   operator_options=ops, checkpoint=checkpoint,
-                   checkpoint_every=checkpoint_every)
+    result = solve(model, lam=lam, max_iter=n_iter, tol=tol, x0=x0k, verbose=verbose,
+                   operator_options=ops, **saving)
     result.streamlines = sl
+    timings["solve"] = time.perf_counter() - start
+    start = time.perf_counter()
+    if repeat is not None:
+        result.cv_rmse = cross_validated_rmse(model, result.weights_kept, repeat)["rmse"]
+    elif cross_validate:
+        result.cv_rmse = split_rmse(model, lam=lam, max_iter=n_iter, tol=tol,
+                                    random_state=random_state, operator_options=ops, **saving)
+    if result.cv_rmse is not None:
+        timings["cross_validation"] = time.perf_counter() - start
+    result.timings = timings
     return result
 
 
-class LiFE:
-    """scikit-learn-style LiFE / ReAl-LiFE estimator.
+class LiFE(BaseEstimator):
+    """LiFE / ReAl-LiFE as a scikit-learn estimator.
 
     Parameters
     ----------
-    lam, n_iter, tol, sphere, formulation, device, dtype, random_state, verbose
+    lam, max_iter, tol, sphere, formulation, device, dtype, verbose
         As in :func:`fit`.
+    cross_validate : bool, default=False
+        Cross-validate the fit by a gradient-direction split (``cv_rmse_``).
+    random_state : int, Generator or None, default=None
+        Draws that split.
+    n_iter : int
+        Former name of ``max_iter``; deprecated, removed in 0.2.
 
     Attributes
     ----------
@@ -492,64 +678,67 @@ class LiFE:
     objective_ : list of float
     n_iter_ : int
     voxel_rmse_ : ndarray of shape (n_voxels,)
+    cv_rmse_ : ndarray of shape (n_voxels,)
+        Only with ``cross_validate=True``.
+
+    Notes
+    -----
+    ``fit`` takes a scan, its gradients and a tractogram, not scikit-learn's
+    ``(X, y)``: the estimator clones, sets parameters and reports fitted
+    state as scikit-learn's, but does not enter a ``Pipeline``.
     """
 
-    def __init__(self, lam: float = 0.0, *, n_iter: int = 500, tol: float | None = 1e-5,
-                 sphere=None, formulation="encode", device="auto", dtype="float32", random_state=None, verbose: int = 0):
+    _parameter_constraints = {k: _PARAMETER_CONSTRAINTS[k] for k in _ESTIMATOR_PARAMETERS}
+
+    def __init__(self, lam: float = 0.0, *, max_iter: int = 500, tol: float | None = 1e-5,
+                 sphere=None, formulation="encode", device="auto", dtype="float32",
+                 cross_validate: bool = False, random_state=None, verbose: int = 0,
+                 n_iter=DEPRECATED):
         self.lam = lam
-        self.n_iter = n_iter
+        self.max_iter = max_iter
         self.tol = tol
         self.sphere = sphere
         self.formulation = formulation
         self.device = device
         self.dtype = dtype
+        self.cross_validate = cross_validate
         self.random_state = random_state
         self.verbose = verbose
-
-    def get_params(self, deep: bool = True) -> dict:
-        return {k: getattr(self, k) for k in
-                ("lam", "n_iter", "tol", "sphere", "formulation", "device", "dtype", "random_state", "verbose")}
-
-    def set_params(self, **params):
-        for k, v in params.items():
-            if k not in self.get_params():
-                raise ValueError(f"Invalid parameter {k!r} for LiFE.")
-            setattr(self, k, v)
-        return self
+        self.n_iter = n_iter
 
     def fit(self, dwi, bvals, bvecs, streamlines, *, affine=None, mask=None, checkpoint=None):
         """Fit to a scan and a tractogram (see :func:`fit`); returns self.
 
         ``checkpoint`` is a folder for the solver's state, from which an
         interrupted fit resumes."""
-        if int(self.n_iter) < 1:
-            raise ValueError(f"'n_iter' must be at least 1; got {self.n_iter}.")
-        self.fit_ = fit(dwi, bvals, bvecs, streamlines, affine=affine, mask=mask, lam=self.lam,
-                        n_iter=self.n_iter, tol=self.tol, sphere=self.sphere,
-                        formulation=self.formulation, device=self.device,
-                        dtype=self.dtype, random_state=self.random_state, verbose=self.verbose,
-                        checkpoint=checkpoint)
+        validate_estimator_params(self)
+        max_iter = renamed(self.max_iter, self.n_iter, new="max_iter", old="n_iter",
+                           new_default=500)
+        for name in ("fit_", "weights_", "objective_", "n_iter_", "voxel_rmse_", "cv_rmse_"):
+            self.__dict__.pop(name, None)
+        with skip_nested_validation():
+            self.fit_ = fit(dwi, bvals, bvecs, streamlines, affine=affine, mask=mask,
+                            lam=self.lam, max_iter=max_iter, tol=self.tol, sphere=self.sphere,
+                            formulation=self.formulation, device=self.device,
+                            dtype=self.dtype, cross_validate=self.cross_validate,
+                            random_state=self.random_state, verbose=self.verbose,
+                            checkpoint=checkpoint)
         self.weights_ = self.fit_.weights
         self.objective_ = self.fit_.objective
         self.n_iter_ = self.fit_.n_iter
         self.voxel_rmse_ = self.fit_.voxel_rmse
+        if self.fit_.cv_rmse is not None:
+            self.cv_rmse_ = self.fit_.cv_rmse
         return self
-
-    def __sklearn_is_fitted__(self) -> bool:
-        return hasattr(self, "fit_")
-
-    def _check_fitted(self):
-        if not hasattr(self, "fit_"):
-            raise ValueError("This LiFE instance is not fitted yet; call fit first.")
 
     def predict(self, bvals=None, bvecs=None):
         """Predicted signal at the model voxels (see :meth:`LiFEFit.predict`)."""
-        self._check_fitted()
+        check_is_fitted(self, "fit_")
         return self.fit_.predict(bvals, bvecs)
 
     def score(self, dwi_repeat=None) -> float:
         """Minus the median voxel RMSE (against ``dwi_repeat`` when given)."""
-        self._check_fitted()
+        check_is_fitted(self, "fit_")
         if dwi_repeat is None:
             return -float(np.median(self.fit_.voxel_rmse))
         return -float(np.median(self.fit_.cross_validate(dwi_repeat)["rmse"]))

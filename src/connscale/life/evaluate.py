@@ -1,6 +1,7 @@
 """Evaluation of a LiFE fit: per-voxel RMSE, cross-validation against a
-second acquisition or a split of the gradient directions, strength of
-evidence by virtual lesion, and a λ sweep."""
+second acquisition, the gradient-direction split, and strength of evidence
+by virtual lesion (the split's RMSE and the λ sweep, which solve, are in
+:mod:`connscale.life.api`)."""
 
 from __future__ import annotations
 

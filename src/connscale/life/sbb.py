@@ -26,9 +26,12 @@ the same iterates as a run that was never interrupted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from numbers import Integral, Real
 
 import numpy as np
 import torch
+
+from connscale._validation import Interval, validate_params
 
 
 class DenseOperator:
@@ -84,6 +87,10 @@ def _sq(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t, dtype=torch.float64) ** 2)
 
 
+@validate_params({
+    "lam": [Interval(Real, 0, None, closed="left")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+})
 def sbb_nnls(
     op,
     b: torch.Tensor,
@@ -138,10 +145,6 @@ def sbb_nnls(
     -------
     SBBResult
     """
-    if lam < 0 or not np.isfinite(lam):
-        raise ValueError(f"'lam' must be a finite number ≥ 0; got {lam}.")
-    if int(max_iter) < 1:
-        raise ValueError(f"'max_iter' must be at least 1; got {max_iter}.")
     dev = op.device
     n = op.shape[1]
     if x0 is None:

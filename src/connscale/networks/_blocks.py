@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 
 from connscale._validation import check_real
 
@@ -148,6 +149,9 @@ def open_source(S, *, name: str = "S") -> ColumnSource:
                 S = S.detach().cpu().numpy()
         except ImportError:  # pragma: no cover
             pass
+        if sp.issparse(S):
+            raise TypeError(f"'{name}' must be a dense array of shape (n_timepoints, n_voxels); "
+                            f"got a scipy.sparse {type(S).__name__}. Pass {name}.toarray().")
         array = np.asarray(S)
         check_real(array, name)
         if array.dtype == object or not (np.issubdtype(array.dtype, np.number)):

@@ -29,7 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from connscale._compute.buffers import PinnedBufferPool
+from connscale._compute.transfer import HostToDevice
 from connscale._compute.device import numpy_dtype
 from connscale.networks import _blocks
 from connscale.networks._select import top_r_sorted
@@ -198,13 +198,7 @@ class StreamedOperator:
         self._work = torch.empty(n_elements, dtype=dtype, device=device)
         if device.type == "cuda":
             host_dtype = torch.float64 if source.dtype == np.float64 else torch.float32
-            self._pool = PinnedBufferPool(2, n_elements, host_dtype, device)
-            self._dev = [torch.empty(n_elements, dtype=host_dtype, device=device)
-                         for _ in range(2)]
-            self._copy_stream = torch.cuda.Stream(device)
-            self._ready = [torch.cuda.Event() for _ in range(2)]
-            self._done = [torch.cuda.Event() for _ in range(2)]
-            self._used = [False, False]
+            self._copier = HostToDevice(device, n_elements, host_dtype, staging=True)
 
     # -- block iteration ---------------------------------------------------
     # A block is "columns" of S: a range a:b (the full pass) or chosen voxel
@@ -268,32 +262,13 @@ class StreamedOperator:
             fill(block.numpy())
             yield cols, self._finish(block, cols)
 
-    def _stage(self, slot: int, width: int, fill) -> None:
-        n_timepoints = self.shape[0]
-        index, host = self._pool.acquire()
-        host_view = host[: n_timepoints * width].view(n_timepoints, width)
-        fill(host_view.numpy())
-        with torch.cuda.stream(self._copy_stream):
-            if self._used[slot]:
-                self._copy_stream.wait_event(self._done[slot])
-            dev_view = self._dev[slot][: n_timepoints * width].view(n_timepoints, width)
-            dev_view.copy_(host_view, non_blocking=True)
-            self._ready[slot].record(self._copy_stream)
-        self._pool.record(index, self._copy_stream)
-        self._used[slot] = True
-
     def _iterate_cuda(self, pieces):
         n_timepoints = self.shape[0]
-        compute = torch.cuda.current_stream(self.device)
-        self._stage(0, *pieces[0][1:])
-        for i, (cols, width, _) in enumerate(pieces):
-            slot = i % 2
-            compute.wait_event(self._ready[slot])
-            raw = self._dev[slot][: n_timepoints * width].view(n_timepoints, width)
+        blocks = self._copier.blocks([((n_timepoints, width), fill)
+                                      for _, width, fill in pieces])
+        for i, raw in enumerate(blocks):  # to its end: the last block's release is recorded
+            cols = pieces[i][0]
             yield cols, self._finish(raw, cols)
-            self._done[slot].record(compute)
-            if i + 1 < len(pieces):
-                self._stage((i + 1) % 2, *pieces[i + 1][1:])
 
     # -- the two passes ------------------------------------------------------
     def top_r(self, u, deflation, r, selection):

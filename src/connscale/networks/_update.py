@@ -1,6 +1,6 @@
 """One r1DL update, ``u -> v -> u_new``, against the learned atoms so far.
 
-The driver (:func:`connscale.networks.r1dl._learn_atoms`) owns the loop
+The driver (:func:`connscale.networks._r1dl._learn_atoms`) owns the loop
 over atoms, starts and iterations; an *updater* owns the state of the
 implicit deflation (U, the atoms' loadings) and computes one update:
 
@@ -27,6 +27,7 @@ import time
 
 import torch
 
+from connscale._compute.transfer import HostToDevice
 from connscale.networks import _triton_r1dl
 from connscale.networks._select import top_r_sorted
 
@@ -137,35 +138,18 @@ class _PinnedRows:
     def __init__(self, St: torch.Tensor, device: torch.device, chunk_bytes: int) -> None:
         n_rows, self.n_cols = St.shape
         self.St, self.width = St, St.stride(0)
-        self.rows = max(1, chunk_bytes // (self.width * St.element_size()))
-        self.chunks = [(a, min(n_rows, a + self.rows)) for a in range(0, n_rows, self.rows)]
-        self.buffers = [torch.empty((self.rows, self.width), dtype=St.dtype, device=device)
-                        for _ in range(2)]
-        self.device = device
-        self.stream = torch.cuda.Stream(device)
-        self.ready = [torch.cuda.Event() for _ in range(2)]
-        self.done = [torch.cuda.Event() for _ in range(2)]
-
-    def _issue(self, i: int) -> None:
-        a, b = self.chunks[i]
-        slot = i % 2
-        source = self.St.as_strided((b - a, self.width), (self.width, 1),
-                                    self.St.storage_offset() + a * self.width)
-        with torch.cuda.stream(self.stream):
-            self.stream.wait_event(self.done[slot])  # its last GEMV has read it
-            self.buffers[slot][: b - a].copy_(source, non_blocking=True)
-            self.ready[slot].record(self.stream)
+        rows = max(1, chunk_bytes // (self.width * St.element_size()))
+        self.chunks = [(a, min(n_rows, a + rows)) for a in range(0, n_rows, rows)]
+        self.copier = HostToDevice(device, rows * self.width, St.dtype)
 
     def gemv(self, u: torch.Tensor, y: torch.Tensor) -> None:
-        compute = torch.cuda.current_stream(self.device)
-        self._issue(0)
-        for i, (a, b) in enumerate(self.chunks):
-            slot = i % 2
-            if i + 1 < len(self.chunks):
-                self._issue(i + 1)
-            compute.wait_event(self.ready[slot])
-            _triton_r1dl.gemv(self.buffers[slot][: b - a, : self.n_cols], u, y[a:b])
-            self.done[slot].record(compute)
+        pieces = [((b - a, self.width),
+                   self.St.as_strided((b - a, self.width), (self.width, 1),
+                                      self.St.storage_offset() + a * self.width))
+                  for a, b in self.chunks]
+        for i, block in enumerate(self.copier.blocks(pieces)):  # to its end (releases)
+            a, b = self.chunks[i]
+            _triton_r1dl.gemv(block[:, : self.n_cols], u, y[a:b])
 
 
 class ResidentUpdater(_Updater):

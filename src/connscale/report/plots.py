@@ -16,10 +16,13 @@ __all__ = [
     "plot_confusion_matrix",
     "plot_connectome",
     "plot_correlation_matrix",
+    "plot_dfc_windows",
     "plot_edge_timecourses",
+    "plot_lambda_sweep",
     "plot_metric_comparison",
     "plot_network_maps",
     "plot_network_timecourses",
+    "plot_networks",
     "plot_rmse_map",
     "plot_roc",
     "plot_state_matrices",
@@ -163,16 +166,21 @@ def plot_connectome(matrix, coords, out_path, *, edge_threshold="95%", title=Non
 
 
 def plot_edge_timecourses(timecourses, out_path, *, edge_labels=None, window_times=None,
-                          max_edges: int = 8, title=None) -> Path:
+                          max_edges: int = 8, title=None, node_labels=None) -> Path:
     """Windowed-correlation time courses of a few edges (DFC).
 
     Parameters
     ----------
-    timecourses : array-like of shape (n_edges, n_windows)
+    timecourses : array-like of shape (n_edges, n_windows), or DynamicFCResult
+        A result of :func:`connscale.fc.dynamic_correlation` gives the
+        courses of its upper-triangle edges, drawn against the window
+        centres (time points).
     out_path : str or path
     edge_labels : sequence of str or None
     window_times : array-like of shape (n_windows,) or None
         x axis (e.g. window centre in seconds); default the window index.
+    node_labels : sequence of str or None
+        With a DynamicFCResult: series names, edges named ``"a-b"``.
     max_edges : int, default=8
         The edges with the largest variance over time are drawn.
     title : str or None
@@ -181,6 +189,18 @@ def plot_edge_timecourses(timecourses, out_path, *, edge_labels=None, window_tim
     -------
     Path
     """
+    x_label = "window" if window_times is None else "time (s)"
+    if hasattr(timecourses, "to_teneto"):  # a DynamicFCResult
+        result = timecourses
+        stack = result.to_teneto()  # (N, N, n_windows)
+        rows, cols = np.triu_indices(stack.shape[0], 1)
+        timecourses = stack[rows, cols, :]
+        if edge_labels is None:
+            edge_labels = [f"{node_labels[i]}-{node_labels[j]}" if node_labels else f"{i}-{j}"
+                           for i, j in zip(rows, cols)]
+        if window_times is None:
+            window_times = result.window_starts + (result.window_length - 1) / 2
+            x_label = "window centre (time point)"
     courses = np.atleast_2d(np.asarray(timecourses, dtype=np.float64))
     if courses.ndim != 2:
         raise ValueError(f"'timecourses' must be (n_edges, n_windows); got {courses.shape}.")
@@ -197,10 +217,46 @@ def plot_edge_timecourses(timecourses, out_path, *, edge_labels=None, window_tim
         name = edge_labels[k] if edge_labels is not None else f"edge {k}"
         ax.plot(x, courses[k], lw=1.2, label=name)
     ax.axhline(0.0, color="0.6", lw=0.8)
-    ax.set_xlabel("window" if window_times is None else "time (s)")
+    ax.set_xlabel(x_label)
     ax.set_ylabel("correlation")
     ax.set_title(title or f"Edge time courses ({len(order)} of {n_edges}, most variable)")
     ax.legend(fontsize=7, loc="upper right", ncol=2)
+    return _save(fig, out_path)
+
+
+def plot_dfc_windows(result, out_path, *, max_windows: int = 4, title=None) -> Path:
+    """Correlation matrices of a few windows of a DFC run, evenly spread over it.
+
+    Parameters
+    ----------
+    result : DynamicFCResult
+        A result of :func:`connscale.fc.dynamic_correlation`.
+    out_path : str or path
+    max_windows : int, default=4
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    n_windows = len(result)
+    if n_windows == 0:
+        raise ValueError("The DFC result has no window to show.")
+    chosen = sorted(set(np.linspace(0, n_windows - 1, min(max_windows, n_windows))
+                        .round().astype(int).tolist()))
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, len(chosen), figsize=(3.2 * len(chosen) + 1, 3.4),
+                             squeeze=False, layout="constrained")
+    image = None
+    for ax, i in zip(axes[0], chosen):
+        image = ax.imshow(result.to_dense(i), cmap="RdBu_r", vmin=-1, vmax=1,
+                          interpolation="nearest")
+        start = int(result.window_starts[i])
+        ax.set_title(f"window {i} (t {start}-{start + result.window_length - 1})", fontsize=9)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.colorbar(image, ax=axes[0].tolist(), label="Pearson r", shrink=0.8)
+    fig.suptitle(title or f"Sliding-window correlation ({result.kind})")
     return _save(fig, out_path)
 
 
@@ -376,6 +432,64 @@ def plot_network_timecourses(timecourses, out_path, *, t_r=None, max_networks: i
     return _save(fig, out_path)
 
 
+def plot_networks(timecourses, maps, out_path, *, max_networks: int = 4, bg_img=None,
+                  title=None) -> Path:
+    """Time course and spatial map of the first r1DL networks, one row each.
+
+    Parameters
+    ----------
+    timecourses : array-like of shape (n_timepoints, n_networks)
+        The dictionary U.
+    maps : NIfTI image or path (4-D, one volume per network), or array-like
+        of shape (n_networks, n_voxels) (dense or scipy.sparse). Images are
+        drawn as axial stat maps over ``bg_img``, arrays as the non-zero
+        loadings by voxel index.
+    out_path : str or path
+    max_networks : int, default=4
+    bg_img : NIfTI image, path or None
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    import scipy.sparse as sp
+
+    courses = np.asarray(timecourses, dtype=np.float64)
+    if courses.ndim != 2:
+        raise ValueError(f"'timecourses' must be (n_timepoints, n_networks); got "
+                         f"{courses.shape}.")
+    image = _load_img(maps) if _is_img(maps) else None
+    if image is None:
+        maps = sp.csr_matrix(maps)
+    n = min(max_networks, courses.shape[1])
+    plt = _pyplot()
+    fig, axes = plt.subplots(n, 2, figsize=(11, 2.4 * n), squeeze=False,
+                             gridspec_kw={"width_ratios": [1.4, 1]})
+    for k in range(n):
+        ax_t, ax_m = axes[k]
+        ax_t.plot(courses[:, k], lw=1)
+        ax_t.set_ylabel(f"network {k}")
+        ax_t.set_xlabel("time point" if k == n - 1 else "")
+        if image is not None:
+            from nilearn import image as nimage
+            from nilearn import plotting
+
+            plotting.plot_stat_map(nimage.index_img(image, k),
+                                   bg_img=_load_img(bg_img) if bg_img is not None else None,
+                                   axes=ax_m, display_mode="z", cut_coords=3, colorbar=False,
+                                   annotate=False, draw_cross=False)
+        else:
+            row = maps[k]
+            ax_m.vlines(row.indices, 0, row.data, lw=0.6)
+            ax_m.set_xlim(0, maps.shape[1])
+            ax_m.set_xlabel("voxel" if k == n - 1 else "")
+    axes[0][0].set_title(title or "time course")
+    axes[0][1].set_title("spatial map")
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.93, bottom=0.08, hspace=0.35, wspace=0.12)
+    return _save(fig, out_path)
+
+
 def plot_rmse_map(rmse, out_path, *, n_slices: int = 8, title=None) -> Path:
     """Axial slices of a voxel-wise RMSE map (LiFE).
 
@@ -449,6 +563,39 @@ def plot_weight_histogram(weights, out_path, *, bins: int = 50, log: bool = True
     n_zero = int(np.sum(weights == 0))
     ax.set_title(title or f"Fiber weights: {positive.size} > 0, {n_zero} pruned "
                  f"({100.0 * n_zero / weights.size:.1f}%)")
+    return _save(fig, out_path)
+
+
+def plot_lambda_sweep(rows, out_path, *, title=None) -> Path:
+    """Weight sum, non-zero weights and cross-validated median RMSE against λ
+    (a ReAl-LiFE λ sweep).
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        :attr:`connscale.life.LiFEFit.lambda_sweep`: ``lam``, ``weight_sum``,
+        ``n_nonzero`` and ``cv_rmse_median`` per λ.
+    out_path : str or path
+    title : str or None
+
+    Returns
+    -------
+    Path
+    """
+    if not rows:
+        raise ValueError("'rows' is empty: no λ to show.")
+    lam = np.array([row["lam"] for row in rows], dtype=np.float64)
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
+    for ax, key, label in zip(axes, ["weight_sum", "n_nonzero", "cv_rmse_median"],
+                              ["Σ weights", "non-zero weights", "cross-validated median RMSE"]):
+        ax.plot(lam, [row[key] for row in rows], "o-")
+        if np.all(lam > 0):
+            ax.set_xscale("log")
+        ax.set_xlabel("λ")
+        ax.set_title(label)
+    if title:
+        fig.suptitle(title)
     return _save(fig, out_path)
 
 

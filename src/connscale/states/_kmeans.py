@@ -14,8 +14,15 @@ them:
 Distances for the first two are one GEMM per block of rows (the pure-torch
 path) or one fused Triton pass (CUDA): see :mod:`._triton_kmeans`. L1
 distances are computed block by block with ``torch.cdist(p=1)``. Centre sums
-are accumulated in float64. Empty clusters are re-seeded with the windows
-farthest from their centres, as scikit-learn does.
+are accumulated in float64 (on CUDA, updated with the rows whose label
+changed only). Empty clusters are re-seeded with the windows farthest from
+their centres, as scikit-learn does.
+
+An iteration needs no host synchronisation: the number of changed labels,
+the centre shift and an empty-cluster flag stay on the device and are read
+every few iterations; iterations run past a stop are harmless (a fixed point)
+or undone (a stop on ``tol``, from the saved centres; an empty cluster, by
+running those iterations again one at a time with the host-side re-seeding).
 """
 
 from __future__ import annotations
@@ -32,9 +39,8 @@ METRICS = ("l1", "correlation", "euclidean")
 # Rows per block of the torch path: at most this many elements of n_rows × E
 # (float64 copies of a block are made for the sums).
 _BLOCK_ELEMENTS = 1 << 25
-# An iteration updates the centre sums incrementally (rows whose label changed
-# only) when the previous one changed at most this fraction of the labels.
-_INCREMENTAL_FRACTION = 1 / 64
+# Iterations between two reads of the stopping tests by the host.
+_CHECK_EVERY = 8
 
 
 @dataclass
@@ -122,7 +128,7 @@ def _blocks(n: int, width: int):
 
 
 def _row_sq_norms(x: torch.Tensor) -> torch.Tensor:
-    out = torch.empty(x.shape[0], dtype=torch.float32, device=x.device)
+    out = torch.empty(x.shape[0], dtype=torch.float64, device=x.device)
     for start, stop in _blocks(*x.shape):
         out[start:stop] = torch.linalg.vector_norm(x[start:stop].to(torch.float64), dim=1) ** 2
     return out
@@ -205,22 +211,33 @@ def sums_torch(x: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
 
 def medians(x: torch.Tensor, labels: torch.Tensor, k: int, previous: torch.Tensor) -> torch.Tensor:
     """Component-wise median of each centre's rows (float64; the mean of the
-    two middle values for an even count). Empty centres keep ``previous``."""
+    two middle values for an even count). Empty centres keep ``previous``.
+
+    Each centre's rows are gathered a block of columns at a time, transposed
+    so that every column is contiguous, and the lower middle value selected
+    with ``torch.kthvalue``; the upper one (even counts) is the lower one when
+    it occurs often enough, else the smallest value above it."""
     out = previous.clone()
-    members = [torch.nonzero(labels == j).squeeze(1) for j in range(k)]
-    for j, rows in enumerate(members):
-        m = rows.numel()
+    order = torch.argsort(labels, stable=True)
+    counts = torch.bincount(labels, minlength=k).tolist()
+    start = 0
+    for j, m in enumerate(counts):
+        rows = order[start:start + m]
+        start += m
         if m == 0:
             continue
         width = max(1, _BLOCK_ELEMENTS // m)
+        low_rank = (m + 1) // 2
         for c0 in range(0, x.shape[1], width):
-            block = x[rows, c0:c0 + width]
-            low = torch.kthvalue(block, (m + 1) // 2, dim=0).values.to(torch.float64)
+            block = x[rows, c0:c0 + width].T.contiguous()  # (columns, members)
+            low = torch.kthvalue(block, low_rank, dim=1).values
             if m % 2:
-                out[j, c0:c0 + width] = low
-            else:
-                high = torch.kthvalue(block, m // 2 + 1, dim=0).values.to(torch.float64)
-                out[j, c0:c0 + width] = (low + high) / 2
+                out[j, c0:c0 + width] = low.to(torch.float64)
+                continue
+            at_most = (block <= low[:, None]).sum(dim=1)
+            above = torch.where(block > low[:, None], block, torch.inf).amin(dim=1)
+            high = torch.where(at_most > low_rank, low, above)
+            out[j, c0:c0 + width] = (low.to(torch.float64) + high.to(torch.float64)) / 2
     return out
 
 
@@ -293,6 +310,110 @@ def _point_distances(prepared: Prepared, points64: torch.Tensor) -> torch.Tensor
 # Lloyd
 # --------------------------------------------------------------------------
 
+class _Run:
+    """A Lloyd run on the device: its state (centres, the labels the sums and
+    counts were made for) and one iteration, with no host synchronisation
+    unless empty clusters are re-seeded."""
+
+    def __init__(self, prepared: Prepared, centres: torch.Tensor, use_triton: bool) -> None:
+        x = prepared.x
+        n, k = x.shape[0], centres.shape[0]
+        device = x.device
+        self.prepared, self.k, self.use_triton = prepared, k, use_triton
+        self.mean = prepared.metric != "l1"
+        self.centres = centres
+        self.labels = torch.full((n,), -1, dtype=torch.int64, device=device)
+        self.sums = (torch.zeros((k, x.shape[1]), dtype=torch.float64, device=device)
+                     if self.mean else None)
+        self.counts = torch.zeros(k, dtype=torch.int64, device=device)
+        self.ones = torch.ones(n, dtype=torch.int64, device=device)
+        if use_triton:
+            self.score = torch.empty(n, dtype=torch.float32, device=device)
+            self.rows = torch.arange(n, dtype=torch.int32, device=device)
+            self.index = torch.empty(n + 1, dtype=torch.int32, device=device)
+
+    def snapshot(self) -> tuple:
+        # Iterations replace these tensors (never modify them in place).
+        return self.centres, self.labels, self.sums, self.counts
+
+    def restore(self, saved: tuple) -> None:
+        self.centres, self.labels, self.sums, self.counts = saved
+
+    def assign(self, centres: torch.Tensor, changed: torch.Tensor):
+        """Labels of every row for ``centres`` and their distances (float64);
+        adds the number of labels that differ from the current ones to
+        ``changed`` (int32, one element, on the device)."""
+        prepared = self.prepared
+        if not self.use_triton:
+            labels, dist = assign_torch(prepared, centres)
+            changed += (labels != self.labels).sum()
+            return labels, dist
+        l1 = prepared.metric == "l1"
+        alpha = beta = None
+        if not l1:
+            alpha, beta = (t.to(torch.float32) for t in _score_terms(prepared, centres))
+        labels = torch.empty_like(self.labels)
+        fused.assign(prepared.x, centres.to(torch.float32), l1=l1, alpha=alpha, beta=beta,
+                     old=self.labels, labels=labels, score=self.score, changed=changed)
+        dist = self.score.to(torch.float64)
+        if prepared.row_term is not None:
+            dist = dist + prepared.row_term
+        return labels, dist
+
+    def move(self, labels: torch.Tensor) -> None:
+        """Counts and sums follow the rows to ``labels``: on CUDA only the
+        rows whose label changed are read (listed on the device)."""
+        x, k = self.prepared.x, self.k
+        self.counts = torch.zeros_like(self.counts).index_add_(0, labels, self.ones)
+        if self.mean and self.use_triton:
+            moved = labels != self.labels
+            position = torch.cumsum(moved, 0, dtype=torch.int32)
+            target = torch.where(moved, position.to(torch.int64) - 1, labels.shape[0])
+            self.index.scatter_(0, target, self.rows)  # slot n takes the unmoved rows
+            self.sums = self.sums + fused.moved_sums(x, self.index, position[-1:], labels,
+                                                     self.labels, k)
+        elif self.mean:
+            self.sums = sums_torch(x, labels, k)
+        self.labels = labels
+
+    def step(self, changed, shift, empty, *, relocate: bool) -> None:
+        """One iteration; the number of changed labels, the squared centre
+        shift and whether a centre got no row go to the device tensors
+        ``changed``, ``shift`` and ``empty`` (one element each). With
+        ``relocate`` empty centres are re-seeded (host synchronisations)."""
+        labels, dist = self.assign(self.centres, changed)
+        self.move(labels)
+        if self.mean:
+            sums, counts = self.sums, self.counts
+            if relocate:
+                sums, counts, _ = _relocate_empty(self.prepared, sums, counts, dist, labels,
+                                                  self.centres)
+            new = sums / counts[:, None].to(torch.float64)
+        else:
+            new = medians(self.prepared.x, labels, self.k, self.centres)
+            if relocate:
+                _, _, new = _relocate_empty(self.prepared, None, self.counts, dist, labels, new)
+        if not relocate:
+            empty.copy_((self.counts == 0).any().reshape(1))
+        shift.copy_(((new - self.centres) ** 2).sum().reshape(1))
+        self.centres = new
+
+    def inertia(self) -> float:
+        """Sum of the rows' distances to their centres, in float64: from the
+        float64 sums for the mean metrics (exact identities), directly for L1."""
+        prepared, c = self.prepared, self.centres
+        if not self.mean:
+            return float(exact_distances(prepared, c, self.labels).sum())
+        dots = (c * self.sums).sum(dim=1)
+        if prepared.metric == "euclidean":
+            # sum over rows of |x|^2 - 2 <x, c> + |c|^2
+            return float(prepared.row_term.sum() - 2 * dots.sum()
+                         + (self.counts.to(torch.float64) * (c ** 2).sum(dim=1)).sum())
+        norm = torch.linalg.vector_norm(c, dim=1)
+        norm = torch.where(norm > 0, norm, torch.ones_like(norm))
+        return float((self.counts.to(torch.float64) - dots / norm).sum())
+
+
 def lloyd(prepared: Prepared, centres: torch.Tensor, *, max_iter: int = 300, tol: float = 0.0,
           use_triton: bool | None = None, check_convergence: bool = True) -> LloydResult:
     """Lloyd iterations from ``centres`` (k × E, prepared space), as
@@ -300,92 +421,52 @@ def lloyd(prepared: Prepared, centres: torch.Tensor, *, max_iter: int = 300, tol
     stop when no label changed or the squared centre shift is at most
     ``tol``; when stopped on ``tol`` or ``max_iter`` the labels are
     re-assigned to the final centres. ``check_convergence=False`` runs all
-    ``max_iter`` iterations (for timing)."""
+    ``max_iter`` iterations (for timing).
+
+    The stopping tests are read by the host every ``_CHECK_EVERY``
+    iterations (once at the end without ``check_convergence``): iterations
+    past a stop on unchanged labels repeat the same fixed point, a stop on
+    ``tol`` takes the centres saved at that iteration, and a run of
+    iterations in which a centre got no row is run again one iteration at a
+    time, re-seeding empty centres as scikit-learn does."""
     x = prepared.x
-    n = x.shape[0]
     k = centres.shape[0]
-    device = x.device
     if use_triton is None:
         use_triton = fused.usable(x, k)
-    mean_metric = prepared.metric != "l1"
-    centres = centres.to(torch.float64).clone()
-    labels = torch.full((n,), -1, dtype=torch.int64, device=device)
-    sums = counts = None
-    converged = False
-    state = _FusedState(n, device) if use_triton else None
-    n_iter = 0
-    for n_iter in range(1, max_iter + 1):
-        previous = labels
-        if use_triton:
-            labels, dist, changed = state.assign(prepared, centres, previous)
-            changed_count = int(changed)  # one synchronisation per iteration
-            if mean_metric and n_iter > 1 and changed_count <= n * _INCREMENTAL_FRACTION:
-                if changed_count:
-                    moved = torch.nonzero(labels != previous).squeeze(1)
-                    fused.move_rows(x, moved, labels, previous, sums)
-                    counts += torch.bincount(labels[moved], minlength=k)
-                    counts -= torch.bincount(previous[moved], minlength=k)
-            elif mean_metric:
-                sums = fused.centre_sums(x, labels, k)
-                counts = torch.bincount(labels, minlength=k)
-        else:
-            labels, dist = assign_torch(prepared, centres)
-            changed_count = int((labels != previous).sum())
-            if mean_metric:
-                sums = sums_torch(x, labels, k)
-                counts = torch.bincount(labels, minlength=k)
-        if mean_metric:
-            use_sums, use_counts, _ = _relocate_empty(prepared, sums, counts, dist, labels,
-                                                      centres)
-            new = use_sums / use_counts[:, None].to(torch.float64)
-        else:
-            counts = torch.bincount(labels, minlength=k)
-            new = medians(x, labels, k, centres)
-            _, _, new = _relocate_empty(prepared, None, counts, dist, labels, new)
-        shift = float(((new - centres) ** 2).sum())
-        centres = new
+    run = _Run(prepared, centres.to(torch.float64).clone(), use_triton)
+    changed = torch.zeros(max_iter, dtype=torch.int32, device=x.device)
+    shift = torch.zeros(max_iter, dtype=torch.float64, device=x.device)
+    empty = torch.zeros(max_iter, dtype=torch.bool, device=x.device)
+    done, careful, stop = 0, False, None
+    while done < max_iter and stop is None:
+        span = min(max_iter - done, 1 if careful else
+                   (_CHECK_EVERY if check_convergence else max_iter))
+        saved = run.snapshot()
+        history = []
+        for i in range(done, done + span):
+            run.step(changed[i:i + 1], shift[i:i + 1], empty[i:i + 1], relocate=careful)
+            if check_convergence:
+                history.append(run.centres)
+        counts = changed[done:done + span].tolist()  # the one synchronisation of the span
+        if not careful and bool(empty[done:done + span].any()):
+            run.restore(saved)
+            changed[done:done + span] = 0
+            careful = True
+            continue
         if check_convergence:
-            if changed_count == 0:
-                converged = True
-                break
-            if shift <= tol:
-                break
+            shifts = shift[done:done + span].tolist()
+            for j in range(span):
+                if counts[j] == 0 or shifts[j] <= tol:
+                    stop = (done + j + 1, counts[j] == 0)
+                    run.centres = history[j]
+                    break
+        done += span
+    n_iter, converged = stop if stop is not None else (max_iter, False)
     if not converged:
-        if use_triton:
-            labels, dist, _ = state.assign(prepared, centres, labels)
-        else:
-            labels, dist = assign_torch(prepared, centres)
-    inertia = float(exact_distances(prepared, centres, labels).sum())
-    return LloydResult(centres=centres, labels=labels, inertia=inertia, n_iter=n_iter,
-                       converged=converged)
-
-
-class _FusedState:
-    """Buffers of the fused pass, reused across iterations."""
-
-    def __init__(self, n: int, device: torch.device) -> None:
-        self.labels = [torch.empty(n, dtype=torch.int64, device=device) for _ in range(2)]
-        self.dist = torch.empty(n, dtype=torch.float32, device=device)
-        self.changed = torch.zeros(1, dtype=torch.int32, device=device)
-        self.turn = 0
-
-    def assign(self, prepared, centres64, previous):
-        labels = self.labels[self.turn]
-        if labels.data_ptr() == previous.data_ptr():
-            self.turn ^= 1
-            labels = self.labels[self.turn]
-        self.changed.zero_()
-        l1 = prepared.metric == "l1"
-        alpha = beta = None
-        if not l1:
-            alpha, beta = (t.to(torch.float32) for t in _score_terms(prepared, centres64))
-        row_term = prepared.row_term
-        if row_term is None and not l1:
-            row_term = torch.zeros_like(self.dist)
-        fused.assign(prepared.x, centres64.to(torch.float32).contiguous(), l1=l1, alpha=alpha,
-                     beta=beta, row_term=row_term, old=previous, labels=labels, dist=self.dist,
-                     changed=self.changed)
-        return labels, self.dist.to(torch.float64), self.changed[0]
+        labels, _ = run.assign(run.centres, torch.zeros(1, dtype=torch.int32, device=x.device))
+        run.move(labels)
+    return LloydResult(centres=run.centres, labels=run.labels, inertia=run.inertia(),
+                       n_iter=n_iter, converged=converged)
 
 
 def seed_generator(rng: np.random.Generator, device: torch.device) -> torch.Generator:

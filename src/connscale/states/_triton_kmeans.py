@@ -1,23 +1,27 @@
 """Triton kernels of the k-means Lloyd iteration on CUDA.
 
 * :func:`assign`: one pass over the windows X (n × E, row-major) per
-  iteration. Each program takes a block of rows and, column chunk by column
-  chunk, accumulates their dot products with the k centres (or their L1
-  distances), then picks each row's nearest centre (ties to the lowest
-  index, as ``torch.argmin`` and scikit-learn) and its distance, and counts
-  the labels that changed.
-* :func:`move_rows`: once few labels change, the centre sums follow them:
-  only the rows whose label changed are read, added to their new centre's
-  float64 sum and subtracted from their old one's (atomics), so such an
-  iteration reads X once.
-* :func:`centre_sums`: the per-centre float64 sums of the rows from scratch,
-  column-stationary (each program owns a column chunk and a slab of rows,
-  so no atomics), for the first iterations when most labels change.
+  iteration. Each program takes a block of rows and streams their columns in
+  chunks, keeping one (rows × chunk) accumulator per centre (products, or
+  absolute differences for L1) that is reduced over the columns only once,
+  at the end; it then picks each row's nearest centre (ties to the lowest
+  index, as ``torch.argmin`` and scikit-learn), its score, and counts the
+  labels that changed. The column bound is the row length rounded up to 16
+  (the rows of :class:`~connscale.states._kmeans.Prepared` are zero-padded
+  to a multiple of 16), so every load is a 16-byte vector.
+* :func:`moved_sums`: the change of the per-centre float64 sums when the
+  rows listed in an index (those whose label changed; all rows the first
+  time) leave their old centre for their new one. Only those rows are read.
+  The kernel is column-stationary: each program owns a column chunk and a
+  slab of the listed rows and writes its own float64 partial sums, and the
+  partials are added in a fixed order, so the result does not depend on
+  scheduling (no atomics).
 
-Their pure-torch equivalents (``connscale.states._kmeans``: chunked GEMM or
-``cdist`` + ``argmin``; ``index_add_`` in float64) run elsewhere and are
-checked against these kernels in the tests (on CUDA, and under
-``TRITON_INTERPRET=1`` on the CPU).
+The number of listed rows is read on the device, so an iteration needs no
+host synchronisation. The pure-torch equivalents (``connscale.states._kmeans``:
+chunked GEMM or ``cdist`` + ``min``; a float64 one-hot product for the sums)
+run elsewhere and are checked against these kernels in the tests (on CUDA,
+and under ``TRITON_INTERPRET=1`` on the CPU).
 """
 
 from __future__ import annotations
@@ -36,17 +40,11 @@ except ImportError:  # pragma: no cover - CPU machines without triton
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
-#: Most centres the kernels take (centres are unrolled at compile time).
-MAX_CENTRES = 32
-
-#: Dot-product metrics through ``tl.dot`` (exact fp32 FMAs, no TF32) on
-#: (BLOCK_M × BLOCK_E) @ (BLOCK_E × 16) tiles; False (faster on an H100,
-#: 2026-11-22): one broadcast product and row sum per centre, as for L1.
-USE_DOT = False
+#: Most centres the kernels take (one named accumulator each).
+MAX_CENTRES = 16
 #: Launch configurations (BLOCK_M, BLOCK_E, num_warps, num_stages), measured
-#: on an H100 by benchmarks/bench_states.py.
-CONFIG = {"dot": (128, 64, 8, 4), "sums": (32, 64, 4, 3), "centre_sums": (8, 128, 4, 1),
-          "move": (16, 128, 4, 1)}
+#: on an H100 by ``benchmarks/bench_states.py --tune`` (2026-11-22).
+CONFIG = {"assign": (32, 64, 4, 1), "sums": (16, 128, 8, 1)}
 
 
 def usable(x: torch.Tensor, n_centres: int) -> bool:
@@ -60,158 +58,243 @@ def runs_here(x: torch.Tensor) -> bool:
     return HAS_TRITON and (x.is_cuda or _INTERPRET)
 
 
-def _pad(k: int) -> int:
-    return max(2, 1 << (k - 1).bit_length())
+def read_width(x: torch.Tensor) -> int:
+    """Columns the kernels read per row: the row length rounded up to 16 when
+    the row stride leaves room (the padding must hold zeros, as Prepared's does)."""
+    e = x.shape[1]
+    rounded = -(-e // 16) * 16
+    return rounded if x.stride(0) >= rounded else e
 
 
 if HAS_TRITON:
 
     @triton.jit
-    def _assign_kernel(x_ptr, c_ptr, alpha_ptr, beta_ptr, row_ptr, old_ptr, labels_ptr,
-                       dist_ptr, changed_ptr, n_rows, n_cols, stride_x, k,
-                       L1: tl.constexpr, DOT: tl.constexpr, K_PAD: tl.constexpr,
+    def _acc_init(j: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr,
+                  BLOCK_E: tl.constexpr, DTYPE: tl.constexpr):
+        if j < K:
+            acc = tl.zeros((BLOCK_M, BLOCK_E), dtype=DTYPE)
+        else:  # an unused centre: a 1 × 1 placeholder the compiler drops
+            acc = tl.zeros((1, 1), dtype=DTYPE)
+        return acc
+
+    @triton.jit
+    def _acc_centre(acc, x, c_ptr, j: tl.constexpr, K: tl.constexpr, stride_c, cols, col_ok,
+                    L1: tl.constexpr):
+        if j < K:
+            c = tl.load(c_ptr + j * stride_c + cols, mask=col_ok, other=0.0)
+            if L1:
+                acc = acc + tl.abs(x - c[None, :])
+            else:
+                acc = acc + x * c[None, :]
+        return acc
+
+    @triton.jit
+    def _score_centre(score, acc, alpha_ptr, beta_ptr, kk, j: tl.constexpr, K: tl.constexpr,
+                      L1: tl.constexpr):
+        if j < K:
+            part = tl.sum(acc, axis=1)
+            if not L1:
+                part = tl.load(beta_ptr + j) + tl.load(alpha_ptr + j) * part
+            score = tl.where(kk[None, :] == j, part[:, None], score)
+        return score
+
+    @triton.jit
+    def _assign_kernel(x_ptr, c_ptr, alpha_ptr, beta_ptr, old_ptr, labels_ptr, score_ptr,
+                       changed_ptr, n_rows, width, stride_x, stride_c,
+                       K: tl.constexpr, K_PAD: tl.constexpr, L1: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
         pid = tl.program_id(0)
         rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
         base = rows.to(tl.int64) * stride_x
-        kk = tl.arange(0, K_PAD)
-        acc = tl.zeros((BLOCK_M, K_PAD), dtype=tl.float32)
-        for e0 in range(0, n_cols, BLOCK_E):
+        a0 = _acc_init(0, K, BLOCK_M, BLOCK_E, tl.float32)
+        a1 = _acc_init(1, K, BLOCK_M, BLOCK_E, tl.float32)
+        a2 = _acc_init(2, K, BLOCK_M, BLOCK_E, tl.float32)
+        a3 = _acc_init(3, K, BLOCK_M, BLOCK_E, tl.float32)
+        a4 = _acc_init(4, K, BLOCK_M, BLOCK_E, tl.float32)
+        a5 = _acc_init(5, K, BLOCK_M, BLOCK_E, tl.float32)
+        a6 = _acc_init(6, K, BLOCK_M, BLOCK_E, tl.float32)
+        a7 = _acc_init(7, K, BLOCK_M, BLOCK_E, tl.float32)
+        a8 = _acc_init(8, K, BLOCK_M, BLOCK_E, tl.float32)
+        a9 = _acc_init(9, K, BLOCK_M, BLOCK_E, tl.float32)
+        a10 = _acc_init(10, K, BLOCK_M, BLOCK_E, tl.float32)
+        a11 = _acc_init(11, K, BLOCK_M, BLOCK_E, tl.float32)
+        a12 = _acc_init(12, K, BLOCK_M, BLOCK_E, tl.float32)
+        a13 = _acc_init(13, K, BLOCK_M, BLOCK_E, tl.float32)
+        a14 = _acc_init(14, K, BLOCK_M, BLOCK_E, tl.float32)
+        a15 = _acc_init(15, K, BLOCK_M, BLOCK_E, tl.float32)
+        for e0 in range(0, width, BLOCK_E):
             cols = e0 + tl.arange(0, BLOCK_E)
-            col_ok = cols < n_cols
+            col_ok = cols < width
             x = tl.load(x_ptr + base[:, None] + cols[None, :],
                         mask=row_ok[:, None] & col_ok[None, :], other=0.0)
-            if DOT:
-                c = tl.load(c_ptr + kk[:, None] * stride_x + cols[None, :],
-                            mask=col_ok[None, :], other=0.0)
-                acc += tl.dot(x, tl.trans(c), input_precision="ieee")
-            else:
-                for j in tl.static_range(K_PAD):
-                    c = tl.load(c_ptr + j * stride_x + cols, mask=col_ok, other=0.0)
-                    if L1:
-                        part = tl.sum(tl.abs(x - c[None, :]), axis=1)
-                    else:
-                        part = tl.sum(x * c[None, :], axis=1)
-                    acc = tl.where(kk[None, :] == j, acc + part[:, None], acc)
-        # Score minimised: L1 distance, or beta + alpha * dot (the row's own
-        # term, constant across centres, is added to the distance only).
-        if L1:
-            score = acc
-        else:
-            alpha = tl.load(alpha_ptr + kk, mask=kk < k, other=0.0)
-            beta = tl.load(beta_ptr + kk, mask=kk < k, other=0.0)
-            score = beta[None, :] + alpha[None, :] * acc
-        score = tl.where(kk[None, :] < k, score, float("inf"))
-        best = tl.argmin(score, axis=1)
-        smin = tl.min(score, axis=1)
-        if not L1:
-            smin = smin + tl.load(row_ptr + rows, mask=row_ok, other=0.0)
-        tl.store(labels_ptr + rows, best.to(tl.int64), mask=row_ok)
-        tl.store(dist_ptr + rows, smin, mask=row_ok)
+            a0 = _acc_centre(a0, x, c_ptr, 0, K, stride_c, cols, col_ok, L1)
+            a1 = _acc_centre(a1, x, c_ptr, 1, K, stride_c, cols, col_ok, L1)
+            a2 = _acc_centre(a2, x, c_ptr, 2, K, stride_c, cols, col_ok, L1)
+            a3 = _acc_centre(a3, x, c_ptr, 3, K, stride_c, cols, col_ok, L1)
+            a4 = _acc_centre(a4, x, c_ptr, 4, K, stride_c, cols, col_ok, L1)
+            a5 = _acc_centre(a5, x, c_ptr, 5, K, stride_c, cols, col_ok, L1)
+            a6 = _acc_centre(a6, x, c_ptr, 6, K, stride_c, cols, col_ok, L1)
+            a7 = _acc_centre(a7, x, c_ptr, 7, K, stride_c, cols, col_ok, L1)
+            a8 = _acc_centre(a8, x, c_ptr, 8, K, stride_c, cols, col_ok, L1)
+            a9 = _acc_centre(a9, x, c_ptr, 9, K, stride_c, cols, col_ok, L1)
+            a10 = _acc_centre(a10, x, c_ptr, 10, K, stride_c, cols, col_ok, L1)
+            a11 = _acc_centre(a11, x, c_ptr, 11, K, stride_c, cols, col_ok, L1)
+            a12 = _acc_centre(a12, x, c_ptr, 12, K, stride_c, cols, col_ok, L1)
+            a13 = _acc_centre(a13, x, c_ptr, 13, K, stride_c, cols, col_ok, L1)
+            a14 = _acc_centre(a14, x, c_ptr, 14, K, stride_c, cols, col_ok, L1)
+            a15 = _acc_centre(a15, x, c_ptr, 15, K, stride_c, cols, col_ok, L1)
+        # Score minimised: the L1 distance, or beta + alpha * <x, c> (the
+        # row's own term, the same for every centre, is left out).
+        kk = tl.arange(0, K_PAD)
+        score = tl.full((BLOCK_M, K_PAD), float("inf"), dtype=tl.float32)
+        score = _score_centre(score, a0, alpha_ptr, beta_ptr, kk, 0, K, L1)
+        score = _score_centre(score, a1, alpha_ptr, beta_ptr, kk, 1, K, L1)
+        score = _score_centre(score, a2, alpha_ptr, beta_ptr, kk, 2, K, L1)
+        score = _score_centre(score, a3, alpha_ptr, beta_ptr, kk, 3, K, L1)
+        score = _score_centre(score, a4, alpha_ptr, beta_ptr, kk, 4, K, L1)
+        score = _score_centre(score, a5, alpha_ptr, beta_ptr, kk, 5, K, L1)
+        score = _score_centre(score, a6, alpha_ptr, beta_ptr, kk, 6, K, L1)
+        score = _score_centre(score, a7, alpha_ptr, beta_ptr, kk, 7, K, L1)
+        score = _score_centre(score, a8, alpha_ptr, beta_ptr, kk, 8, K, L1)
+        score = _score_centre(score, a9, alpha_ptr, beta_ptr, kk, 9, K, L1)
+        score = _score_centre(score, a10, alpha_ptr, beta_ptr, kk, 10, K, L1)
+        score = _score_centre(score, a11, alpha_ptr, beta_ptr, kk, 11, K, L1)
+        score = _score_centre(score, a12, alpha_ptr, beta_ptr, kk, 12, K, L1)
+        score = _score_centre(score, a13, alpha_ptr, beta_ptr, kk, 13, K, L1)
+        score = _score_centre(score, a14, alpha_ptr, beta_ptr, kk, 14, K, L1)
+        score = _score_centre(score, a15, alpha_ptr, beta_ptr, kk, 15, K, L1)
+        best = tl.argmin(score, axis=1).to(tl.int64)
+        tl.store(labels_ptr + rows, best, mask=row_ok)
+        tl.store(score_ptr + rows, tl.min(score, axis=1), mask=row_ok)
         old = tl.load(old_ptr + rows, mask=row_ok, other=-1)
-        changed = (best.to(tl.int64) != old) & row_ok
+        changed = (best != old) & row_ok
         tl.atomic_add(changed_ptr, tl.sum(changed.to(tl.int32), axis=0))
 
     @triton.jit
-    def _move_kernel(x_ptr, rows_ptr, new_ptr, old_ptr, sums_ptr, n_moved, n_cols, stride_x,
-                     K_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
-        pid_m = tl.program_id(0)
-        pid_e = tl.program_id(1)
-        index = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        ok = index < n_moved
-        rows = tl.load(rows_ptr + index, mask=ok, other=0)
-        new = tl.load(new_ptr + rows, mask=ok, other=-1)
-        old = tl.load(old_ptr + rows, mask=ok, other=-1)
-        cols = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
-        col_ok = cols < n_cols
-        x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :],
-                    mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float64)
-        for j in tl.static_range(K_PAD):
+    def _acc_moved(acc, x, new, old, j: tl.constexpr, K: tl.constexpr):
+        if j < K:
             weight = (new == j).to(tl.float64) - (old == j).to(tl.float64)
-            delta = tl.sum(x * weight[:, None], axis=0)
-            tl.atomic_add(sums_ptr + j * n_cols + cols, delta, mask=col_ok)
+            acc = acc + x * weight[:, None]
+        return acc
 
     @triton.jit
-    def _sums_kernel(x_ptr, labels_ptr, out_ptr, n_rows, n_cols, stride_x, rows_per_slab,
-                     K_PAD: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+    def _store_centre(out_ptr, acc, j: tl.constexpr, K: tl.constexpr, n_cols, cols, col_ok):
+        if j < K:
+            tl.store(out_ptr + j * n_cols + cols, tl.sum(acc, axis=0), mask=col_ok)
+
+    @triton.jit
+    def _moved_kernel(x_ptr, index_ptr, count_ptr, new_ptr, old_ptr, out_ptr, n_cols, width,
+                      stride_x, n_slabs, K: tl.constexpr, BLOCK_M: tl.constexpr,
+                      BLOCK_E: tl.constexpr):
         pid_e = tl.program_id(0)
         slab = tl.program_id(1)
         cols = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
-        col_ok = cols < n_cols
-        kk = tl.arange(0, K_PAD)
-        start = slab * rows_per_slab
-        stop = tl.minimum(n_rows, start + rows_per_slab)
-        acc = tl.zeros((K_PAD, BLOCK_E), dtype=tl.float64)
+        read_ok = cols < width
+        count = tl.load(count_ptr)
+        per_slab = tl.cdiv(tl.cdiv(count, n_slabs), BLOCK_M) * BLOCK_M
+        start = slab * per_slab
+        stop = tl.minimum(count, start + per_slab)
+        a0 = _acc_init(0, K, BLOCK_M, BLOCK_E, tl.float64)
+        a1 = _acc_init(1, K, BLOCK_M, BLOCK_E, tl.float64)
+        a2 = _acc_init(2, K, BLOCK_M, BLOCK_E, tl.float64)
+        a3 = _acc_init(3, K, BLOCK_M, BLOCK_E, tl.float64)
+        a4 = _acc_init(4, K, BLOCK_M, BLOCK_E, tl.float64)
+        a5 = _acc_init(5, K, BLOCK_M, BLOCK_E, tl.float64)
+        a6 = _acc_init(6, K, BLOCK_M, BLOCK_E, tl.float64)
+        a7 = _acc_init(7, K, BLOCK_M, BLOCK_E, tl.float64)
+        a8 = _acc_init(8, K, BLOCK_M, BLOCK_E, tl.float64)
+        a9 = _acc_init(9, K, BLOCK_M, BLOCK_E, tl.float64)
+        a10 = _acc_init(10, K, BLOCK_M, BLOCK_E, tl.float64)
+        a11 = _acc_init(11, K, BLOCK_M, BLOCK_E, tl.float64)
+        a12 = _acc_init(12, K, BLOCK_M, BLOCK_E, tl.float64)
+        a13 = _acc_init(13, K, BLOCK_M, BLOCK_E, tl.float64)
+        a14 = _acc_init(14, K, BLOCK_M, BLOCK_E, tl.float64)
+        a15 = _acc_init(15, K, BLOCK_M, BLOCK_E, tl.float64)
         for r0 in range(start, stop, BLOCK_M):
-            rows = r0 + tl.arange(0, BLOCK_M)
-            ok = rows < stop
+            i = r0 + tl.arange(0, BLOCK_M)
+            ok = i < stop
+            rows = tl.load(index_ptr + i, mask=ok, other=0)
+            new = tl.load(new_ptr + rows, mask=ok, other=-1)
+            old = tl.load(old_ptr + rows, mask=ok, other=-1)
             x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :],
-                        mask=ok[:, None] & col_ok[None, :], other=0.0).to(tl.float64)
-            lab = tl.load(labels_ptr + rows, mask=ok, other=-1)
-            onehot = (lab[:, None] == kk[None, :]).to(tl.float64)  # (BLOCK_M, K_PAD)
-            acc += tl.sum(onehot[:, :, None] * x[:, None, :], axis=0)
-        out = out_ptr + slab.to(tl.int64) * K_PAD * n_cols
-        tl.store(out + kk[:, None] * n_cols + cols[None, :], acc, mask=col_ok[None, :])
+                        mask=ok[:, None] & read_ok[None, :], other=0.0).to(tl.float64)
+            a0 = _acc_moved(a0, x, new, old, 0, K)
+            a1 = _acc_moved(a1, x, new, old, 1, K)
+            a2 = _acc_moved(a2, x, new, old, 2, K)
+            a3 = _acc_moved(a3, x, new, old, 3, K)
+            a4 = _acc_moved(a4, x, new, old, 4, K)
+            a5 = _acc_moved(a5, x, new, old, 5, K)
+            a6 = _acc_moved(a6, x, new, old, 6, K)
+            a7 = _acc_moved(a7, x, new, old, 7, K)
+            a8 = _acc_moved(a8, x, new, old, 8, K)
+            a9 = _acc_moved(a9, x, new, old, 9, K)
+            a10 = _acc_moved(a10, x, new, old, 10, K)
+            a11 = _acc_moved(a11, x, new, old, 11, K)
+            a12 = _acc_moved(a12, x, new, old, 12, K)
+            a13 = _acc_moved(a13, x, new, old, 13, K)
+            a14 = _acc_moved(a14, x, new, old, 14, K)
+            a15 = _acc_moved(a15, x, new, old, 15, K)
+        out = out_ptr + slab.to(tl.int64) * K * n_cols
+        col_ok = cols < n_cols
+        _store_centre(out, a0, 0, K, n_cols, cols, col_ok)
+        _store_centre(out, a1, 1, K, n_cols, cols, col_ok)
+        _store_centre(out, a2, 2, K, n_cols, cols, col_ok)
+        _store_centre(out, a3, 3, K, n_cols, cols, col_ok)
+        _store_centre(out, a4, 4, K, n_cols, cols, col_ok)
+        _store_centre(out, a5, 5, K, n_cols, cols, col_ok)
+        _store_centre(out, a6, 6, K, n_cols, cols, col_ok)
+        _store_centre(out, a7, 7, K, n_cols, cols, col_ok)
+        _store_centre(out, a8, 8, K, n_cols, cols, col_ok)
+        _store_centre(out, a9, 9, K, n_cols, cols, col_ok)
+        _store_centre(out, a10, 10, K, n_cols, cols, col_ok)
+        _store_centre(out, a11, 11, K, n_cols, cols, col_ok)
+        _store_centre(out, a12, 12, K, n_cols, cols, col_ok)
+        _store_centre(out, a13, 13, K, n_cols, cols, col_ok)
+        _store_centre(out, a14, 14, K, n_cols, cols, col_ok)
+        _store_centre(out, a15, 15, K, n_cols, cols, col_ok)
 
 
 def assign(x: torch.Tensor, centres: torch.Tensor, *, l1: bool, alpha: torch.Tensor | None,
-           beta: torch.Tensor | None, row_term: torch.Tensor | None, old: torch.Tensor,
-           labels: torch.Tensor, dist: torch.Tensor, changed: torch.Tensor) -> None:
-    """Nearest centre of every row of ``x`` into ``labels`` (int64) and the
-    distance into ``dist`` (float32); the number of labels that differ from
+           beta: torch.Tensor | None, old: torch.Tensor, labels: torch.Tensor,
+           score: torch.Tensor, changed: torch.Tensor) -> None:
+    """Nearest centre of every row of ``x`` into ``labels`` (int64) and its
+    score into ``score`` (float32); the number of labels that differ from
     ``old`` is added to ``changed`` (int32, one element).
 
-    For the dot-product metrics the score minimised is
-    ``beta[j] + alpha[j] * <x, c_j>`` and the distance adds ``row_term``.
-    ``centres`` are float32 (k × E).
+    The score is the L1 distance, or for the dot-product metrics
+    ``beta[j] + alpha[j] * <x, c_j>`` (float32 ``alpha``, ``beta``).
+    ``centres`` are float32 (k × E). Columns of ``x`` from E up to
+    :func:`read_width` are read and must be zero.
     """
     n, e = x.shape
     k = centres.shape[0]
-    dot = USE_DOT and not l1
-    k_pad = max(16, _pad(k)) if dot else _pad(k)
-    block_m, block_e, warps, stages = CONFIG["dot" if dot else "sums"]
-    padded = torch.zeros((k_pad, x.stride(0)), dtype=torch.float32, device=x.device)
-    padded[:k, :e] = centres
-    dummy = dist  # never read when not needed
+    width = read_width(x)
+    padded = torch.zeros((k, width), dtype=torch.float32, device=x.device)
+    padded[:, :e] = centres
+    block_m, block_e, warps, stages = CONFIG["assign"]
     grid = (triton.cdiv(n, block_m),)
     _assign_kernel[grid](
-        x, padded, dummy if l1 else alpha, dummy if l1 else beta, dummy if l1 else row_term,
-        old, labels, dist, changed, n, e, x.stride(0), k, L1=l1, DOT=dot, K_PAD=k_pad,
+        x, padded, score if l1 else alpha, score if l1 else beta, old, labels, score, changed,
+        n, width, x.stride(0), width, K=k, K_PAD=max(2, 1 << (k - 1).bit_length()), L1=l1,
         BLOCK_M=block_m, BLOCK_E=block_e, num_warps=warps, num_stages=stages,
     )
 
 
-def move_rows(x: torch.Tensor, rows: torch.Tensor, new: torch.Tensor, old: torch.Tensor,
-              sums: torch.Tensor) -> None:
-    """``sums[new[r]] += x[r]`` and ``sums[old[r]] -= x[r]`` for every r in
-    ``rows`` (float64 sums, k × E, updated in place)."""
-    n_moved = rows.numel()
-    if n_moved == 0:
-        return
+def moved_sums(x: torch.Tensor, index: torch.Tensor, count: torch.Tensor, new: torch.Tensor,
+               old: torch.Tensor, k: int) -> torch.Tensor:
+    """Change of the per-centre float64 sums (k × E) when the rows
+    ``index[:count]`` (int32, ``count`` a one-element int32 device tensor)
+    move from centre ``old[r]`` to ``new[r]`` (an old label of -1: no
+    centre, so the first call gives the sums themselves)."""
     e = x.shape[1]
-    block_m, block_e, warps, stages = CONFIG["move"]
-    grid = (triton.cdiv(n_moved, block_m), triton.cdiv(e, block_e))
-    _move_kernel[grid](x, rows, new, old, sums, n_moved, e, x.stride(0),
-                       K_PAD=_pad(sums.shape[0]), BLOCK_M=block_m, BLOCK_E=block_e,
-                       num_warps=warps, num_stages=stages)
-
-
-def centre_sums(x: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
-    """Per-centre float64 sums of the rows of ``x`` (k × E) for ``labels``."""
-    n, e = x.shape
-    k_pad = _pad(k)
-    block_m, block_e, warps, stages = CONFIG["centre_sums"]
+    block_m, block_e, warps, stages = CONFIG["sums"]
     col_blocks = triton.cdiv(e, block_e)
-    if x.is_cuda:
-        programs = 4 * torch.cuda.get_device_properties(x.device).multi_processor_count
-    else:
-        programs = col_blocks
-    slabs = max(1, min(triton.cdiv(programs, col_blocks), triton.cdiv(n, 4 * block_m)))
-    rows_per_slab = triton.cdiv(triton.cdiv(n, slabs), block_m) * block_m
-    slabs = triton.cdiv(n, rows_per_slab)
-    out = torch.empty((slabs, k_pad, e), dtype=torch.float64, device=x.device)
-    _sums_kernel[(col_blocks, slabs)](x, labels, out, n, e, x.stride(0), rows_per_slab,
-                                      K_PAD=k_pad, BLOCK_M=block_m, BLOCK_E=block_e,
-                                      num_warps=warps, num_stages=stages)
-    return out.sum(dim=0)[:k]
+    programs = (4 * torch.cuda.get_device_properties(x.device).multi_processor_count
+                if x.is_cuda else col_blocks)
+    slabs = max(1, triton.cdiv(programs, col_blocks))
+    out = torch.empty((slabs, k, e), dtype=torch.float64, device=x.device)
+    _moved_kernel[(col_blocks, slabs)](x, index, count, new, old, out, e, read_width(x),
+                                       x.stride(0), slabs, K=k, BLOCK_M=block_m,
+                                       BLOCK_E=block_e, num_warps=warps, num_stages=stages)
+    return out.sum(dim=0)

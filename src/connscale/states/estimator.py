@@ -17,6 +17,7 @@ import logging
 import warnings
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
@@ -39,12 +40,16 @@ def _subject_windows(windows) -> tuple[list[np.ndarray], bool]:
     """Per-subject (n_windows, n_edges) arrays, and whether one subject was given."""
     from connscale.fc.dynamic_result import DynamicConnectivity
 
-    single = isinstance(windows, (np.ndarray, DynamicConnectivity, torch.Tensor))
+    single = (isinstance(windows, (np.ndarray, DynamicConnectivity, torch.Tensor))
+              or sp.issparse(windows))
     items = [windows] if single else list(windows)
     if not items:
         raise ValueError("Expected windows of at least one subject; got an empty list.")
     arrays = []
     for i, item in enumerate(items):
+        if sp.issparse(item):
+            raise TypeError(f"Subject {i}: expected dense windows of shape (n_windows, n_edges); "
+                            f"got a scipy.sparse {type(item).__name__}. Pass .toarray().")
         if isinstance(item, DynamicConnectivity):
             array = _dfc_edges(item)
         else:
@@ -58,6 +63,12 @@ def _subject_windows(windows) -> tuple[list[np.ndarray], bool]:
             )
         if not np.issubdtype(array.dtype, np.number):
             raise ValueError(f"Subject {i}: windows must be numeric; got dtype {array.dtype}.")
+        if np.iscomplexobj(array):
+            raise ValueError(f"Subject {i}: windows must hold real numbers; got complex "
+                             f"values (dtype {array.dtype}).")
+        if array.shape[1] == 0:
+            raise ValueError(f"Subject {i}: windows must have at least one edge; got an "
+                             f"array of shape {array.shape}.")
         if array.dtype not in (np.float32, np.float64):
             array = array.astype(np.float64)
         if not np.isfinite(array).all():
@@ -113,7 +124,11 @@ def exemplar_windows(windows: np.ndarray) -> np.ndarray:
 
 
 def _device_copy(array: np.ndarray, device: torch.device) -> tuple[torch.Tensor, bool]:
-    tensor = torch.from_numpy(np.ascontiguousarray(array))
+    array = np.ascontiguousarray(array)
+    if not array.flags.writeable:
+        # torch warns on read-only memory (a memory-mapped file): copy it once, owned.
+        return torch.from_numpy(array.copy()).to(device), True
+    tensor = torch.from_numpy(array)
     if device.type == "cpu":
         return tensor, False
     return tensor.to(device), True

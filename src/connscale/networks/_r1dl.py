@@ -27,6 +27,8 @@ from numbers import Integral, Real
 import numpy as np
 import scipy.sparse as sp
 import torch
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.utils.validation import check_is_fitted
 
 from connscale._compute.device import (
     numpy_dtype,
@@ -41,6 +43,7 @@ from connscale._compute.memory import (
     memory_budget,
 )
 from connscale._docs import fill_doc
+from connscale._deprecation import DEPRECATED, renamed
 from connscale._validation import check_int, check_option, check_random_state
 from connscale.io._fingerprint import (
     array_fingerprint,
@@ -140,7 +143,7 @@ def _resolve_sparsity(sparsity, n_voxels: int) -> int:
 
 
 def _check_params(n_atoms, tol, max_iter, selection):
-    n_atoms = check_int(n_atoms, "n_atoms", minimum=1)
+    n_atoms = check_int(n_atoms, "n_components", minimum=1)
     if isinstance(tol, bool) or not isinstance(tol, Real) or not tol > 0:
         raise ValueError(f"'tol' must be a positive number; got {tol!r}.")
     max_iter = check_int(max_iter, "max_iter", minimum=1)
@@ -372,8 +375,8 @@ def _run_engine(engine, loader, shape, n_blocks, *, dtype, n_atoms, r, tol, max_
 @fill_doc
 def r1dl(
     S,
-    n_atoms: int,
-    sparsity,
+    n_components: int = 20,
+    sparsity=0.07,
     *,
     tol: float = 0.01,
     max_iter: int = 100,
@@ -390,6 +393,7 @@ def r1dl(
     storage: str = "auto",
     checkpoint=None,
     verbose: int = 0,
+    n_atoms=DEPRECATED,
 ) -> R1DLResult:
     """Learn sparse functional networks by rank-1 dictionary learning.
 
@@ -399,9 +403,9 @@ def r1dl(
         The data matrix (masked fMRI: one column per voxel), or a path to a
         ``.npy`` file (memory-mapped, never loaded whole) or an HDF5 file
         (``'file.h5'`` or ``'file.h5:dataset'``). Never modified.
-    n_atoms : int
-        Number of networks K.
-    sparsity : int or float
+    n_components : int, default=20
+        Number of networks K (atoms of the dictionary).
+    sparsity : int or float, default=0.07
         r, non-zero loadings per network: a count, or a fraction of the
         voxels in (0, 1] (the paper uses 0.07).
     tol : float, default=0.01
@@ -451,7 +455,7 @@ def r1dl(
         A folder where every learned atom is saved (u, its loadings, its
         update count and the random generator's state, keyed on a
         fingerprint of S and the parameters that shape the atoms). When it
-        holds atoms of the same run (same data, ``n_atoms``, ``sparsity``,
+        holds atoms of the same run (same data, ``n_components``, ``sparsity``,
         ``tol``, ``max_iter``, ``selection``, ``standardize``, ``n_init``,
         ``dtype`` and ``random_state``), they are reused and learning goes
         on from the next atom: a killed run resumes where it stopped, and
@@ -459,6 +463,8 @@ def r1dl(
         backend, device and thread count). Atoms of another run are
         replaced. The folder is kept after the run.
     %(verbose)s
+    n_atoms : int
+        Former name of ``n_components``; deprecated, removed in 0.2.
 
     Returns
     -------
@@ -488,6 +494,7 @@ def r1dl(
     >>> res.dictionary.shape, res.loadings.shape
     ((60, 3), (3, 500))
     """
+    n_atoms = renamed(n_components, n_atoms, new="n_components", old="n_atoms", new_default=20)
     n_atoms, tol, max_iter = _check_params(n_atoms, tol, max_iter, selection)
     n_init = check_int(n_init, "n_init", minimum=1)
     check_option(storage, "storage", _STORAGES)
@@ -512,7 +519,7 @@ def r1dl(
     n_timepoints, n_voxels = source.shape
     if n_atoms > n_timepoints:
         raise ValueError(
-            f"'n_atoms' must be at most the number of time points ({n_timepoints}): each "
+            f"'n_components' must be at most the number of time points ({n_timepoints}): each "
             f"atom is a time course of that length; got {n_atoms}."
         )
     r = _resolve_sparsity(sparsity, n_voxels)
@@ -591,18 +598,19 @@ def _is_image(X) -> bool:
 
 
 @fill_doc
-class R1DL:
-    """Rank-1 dictionary learning as a scikit-learn style estimator.
+class R1DL(TransformerMixin, BaseEstimator):
+    """Rank-1 dictionary learning as a scikit-learn estimator.
 
     ``fit`` learns ``n_components`` sparse spatial maps (``components_``) and
     their unit-norm time courses (``dictionary_``) from S (T x P), a ``.npy``
     / HDF5 path, or a 4-D NIfTI image masked by ``mask_img`` (nilearn
     ``NiftiMasker``). ``transform`` returns the least-squares time courses of
-    new data on the learned maps, as nilearn's ``DictLearning`` does.
+    new data on the learned maps, as nilearn's ``DictLearning`` does, and
+    ``inverse_transform`` the data those time courses give on the maps.
 
     Parameters
     ----------
-    n_components : int
+    n_components : int, default=20
         Number of networks K.
     sparsity : int or float, default=0.07
         Non-zero loadings per network: a count or a fraction of the voxels.
@@ -633,6 +641,14 @@ class R1DL:
         4-D image of the maps (only for NIfTI input).
     n_features_in_ : int
         Number of voxels P.
+    result_ : R1DLResult
+        What :func:`r1dl` returned (convergence, timings, backend).
+
+    Notes
+    -----
+    Every ``fit`` starts from an unfitted estimator: attributes of an
+    earlier fit (``masker_`` and ``components_img_`` of an image) do not
+    survive a fit on an array.
     """
 
     def __init__(self, n_components: int = 20, sparsity=0.07, *, mask_img=None,
@@ -659,30 +675,32 @@ class R1DL:
         self.storage = storage
         self.verbose = verbose
 
-    def _data(self, X, *, fitting: bool):
-        if not _is_image(X):
-            return X
-        with warnings.catch_warnings():
-            # nilearn >= 0.14 warns about its own boolean 'standardize' default.
-            warnings.simplefilter("ignore", FutureWarning)
-            if fitting:
-                from nilearn.maskers import NiftiMasker
-
-                masker = NiftiMasker(mask_img=self.mask_img)
-                self.masker_ = masker.fit() if self.mask_img is not None else masker.fit(X)
-            elif not hasattr(self, "masker_"):
-                raise ValueError("This R1DL was fitted on an array, not a NIfTI image; "
-                                 "transform arrays of shape (n_timepoints, n_voxels).")
-            return self.masker_.transform(X)
-
     def fit(self, X, y=None, *, checkpoint=None):
-        """Learn the networks from X (T x P array, .npy/HDF5 path or 4-D NIfTI).
+        """Learn the networks from X.
 
-        ``checkpoint`` is a folder where each learned atom is saved, and from
-        which an interrupted fit resumes (see :func:`r1dl`).
+        Parameters
+        ----------
+        X : array-like of shape (n_timepoints, n_voxels), path or Niimg-like
+            The data, a ``.npy`` / HDF5 path (see :func:`r1dl`), or a 4-D
+            NIfTI image (or its path) masked by ``mask_img``.
+        y : None
+            Ignored.
+        checkpoint : path or None, default=None
+            A folder where each learned atom is saved, and from which an
+            interrupted fit resumes (see :func:`r1dl`).
+
+        Returns
+        -------
+        self
         """
         del y
-        S = self._data(X, fitting=True)
+        for name in _FITTED_ATTRIBUTES:
+            self.__dict__.pop(name, None)
+        masker = None
+        S = X
+        if _is_image(X):
+            masker = self._fit_masker(X)
+            S = _apply_masker(masker, X)
         result = r1dl(
             S, self.n_components, self.sparsity, tol=self.tol, max_iter=self.max_iter,
             selection=self.selection, standardize=self.standardize, n_init=self.n_init,
@@ -698,20 +716,44 @@ class R1DL:
         self.sparsity_ = result.sparsity
         self.result_ = result
         self.n_features_in_ = result.loadings.shape[1]
-        if hasattr(self, "masker_") and _is_image(X):
-            self.components_img_ = self.masker_.inverse_transform(
-                self.components_.toarray())
+        if masker is not None:
+            self.masker_ = masker
+            self.components_img_ = masker.inverse_transform(self.components_.toarray())
         return self
+
+    def _fit_masker(self, X):
+        from nilearn.maskers import NiftiMasker
+
+        masker = NiftiMasker(mask_img=self.mask_img)
+        with warnings.catch_warnings():
+            # nilearn >= 0.14 warns about its own boolean 'standardize' default.
+            warnings.simplefilter("ignore", FutureWarning)
+            return masker.fit() if self.mask_img is not None else masker.fit(X)
 
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "components_")
 
     def transform(self, X):
-        """Least-squares time courses (T' x K) of X on the learned maps."""
-        if not hasattr(self, "components_"):
-            raise ValueError("This R1DL instance is not fitted yet; call 'fit' first.")
-        S = np.asarray(_blocks.open_source(self._data(X, fitting=False), name="X").data[()],
-                       dtype=np.float64)
+        """Least-squares time courses of X on the learned maps.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_timepoints, n_voxels), path or Niimg-like
+            As for :meth:`fit`; an image only when the fit was on one.
+
+        Returns
+        -------
+        ndarray of shape (n_timepoints, n_components)
+            ``argmin_C ‖X - C V‖`` for the maps V (``components_``), X
+            standardized first when ``standardize``.
+        """
+        check_is_fitted(self)
+        if _is_image(X):
+            if not hasattr(self, "masker_"):
+                raise ValueError("This R1DL was fitted on an array, not a NIfTI image; "
+                                 "transform arrays of shape (n_timepoints, n_voxels).")
+            X = _apply_masker(self.masker_, X)
+        S = np.asarray(_blocks.open_source(X, name="X").data[()], dtype=np.float64)
         if S.shape[1] != self.n_features_in_:
             raise ValueError(f"X has {S.shape[1]} voxels; this R1DL was fitted on "
                              f"{self.n_features_in_}.")
@@ -723,6 +765,36 @@ class R1DL:
         coef, *_ = np.linalg.lstsq(gram, proj.T, rcond=None)
         return coef.T
 
-    def fit_transform(self, X, y=None):
-        """``fit(X).transform(X)``."""
-        return self.fit(X, y).transform(X)
+    def inverse_transform(self, X):
+        """The data that time courses X give on the learned maps.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_timepoints, n_components)
+            Time courses, e.g. from :meth:`transform`.
+
+        Returns
+        -------
+        ndarray of shape (n_timepoints, n_voxels)
+            ``X V`` for the maps V (``components_``): standardized data when
+            ``standardize``. ``masker_.inverse_transform`` makes it an image.
+        """
+        check_is_fitted(self)
+        C = np.asarray(X, dtype=np.float64)
+        n_components = self.components_.shape[0]
+        if C.ndim != 2 or C.shape[1] != n_components:
+            raise ValueError(f"X must be time courses of shape (n_timepoints, {n_components}); "
+                             f"got shape {C.shape}.")
+        return np.asarray(self.components_.T.astype(np.float64) @ C.T).T
+
+
+# Everything fit sets: a refit removes them all first.
+_FITTED_ATTRIBUTES = ("components_", "dictionary_", "n_iter_", "sparsity_", "result_",
+                      "n_features_in_", "masker_", "components_img_")
+
+
+def _apply_masker(masker, X) -> np.ndarray:
+    with warnings.catch_warnings():
+        # nilearn >= 0.14 warns about its own boolean 'standardize' default.
+        warnings.simplefilter("ignore", FutureWarning)
+        return masker.transform(X)
