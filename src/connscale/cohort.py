@@ -332,12 +332,9 @@ def _load_item(path: Path, params: dict):
 
 
 def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
-    import h5py
-    import numpy as np
-
     from connscale.fc.pairs import pair_summary, pairwise_dfc
-    from connscale.io._atomic import atomic_path, check_free_space
-    from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
+    from connscale.io._atomic import check_free_space
+    from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
 
     result = pairwise_dfc(timeseries[None], params["window_length"], params["step"],
                           device=params["device"], dtype=params["dtype"],
@@ -345,28 +342,12 @@ def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> d
     summary = pair_summary(result.courses, threshold=params["threshold"])
     with OutputLock(output):
         check_free_space(output.parent, result.courses.nbytes, what=output.name)
-        with atomic_path(output) as tmp:
-            h5 = create_h5(tmp, overwrite_own=True)
-            try:
-                with h5_errors(output):
-                    h5.create_dataset("courses", data=result.courses[0], track_times=False)
-                    h5.create_dataset("pairs", data=result.pairs, track_times=False)
-                    h5.create_dataset("window_onsets", data=result.window_starts,
-                                      track_times=False)
-                    for stat in ("mean", "std", "fraction_above"):
-                        h5.create_dataset(f"summary/{stat}", data=getattr(summary, stat)[0],
-                                          track_times=False)
-                    if labels is not None:
-                        h5.create_dataset("labels", data=np.asarray(labels, dtype=object),
-                                          dtype=h5py.string_dtype(), track_times=False)
-                    h5.attrs.update({"window_length": result.window_length,
-                                     "step": result.step, "threshold": summary.threshold,
-                                     "n_constant": result.n_constant, **attrs})
-                flush_h5(h5, output)
-                with h5_errors(output):
-                    h5.attrs["complete"] = True  # last, once the data are written
-            finally:
-                close_h5(h5, output)
+        write_pairs_h5(output, courses=result.courses[0], pairs=result.pairs,
+                       window_onsets=result.window_starts, window_length=result.window_length,
+                       step=result.step,
+                       summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
+                       threshold=summary.threshold, labels=labels,
+                       n_constant=result.n_constant, attrs=attrs)
     return {"n_regions": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
             "n_windows": int(result.window_starts.size)}
 
@@ -449,9 +430,9 @@ def _is_complete(output: Path, job: str, fingerprint: str) -> bool:
             if recorded != fingerprint:
                 return False
             if job == "dfc":
-                from connscale.fc.dynamic_result import FORMAT
+                from connscale.io.dfc import is_dfc_store
 
-                return h5.attrs.get("format") == FORMAT and bool(h5["done"][...].all())
+                return is_dfc_store(h5.attrs) and bool(h5["done"][...].all())
             return bool(h5.attrs.get("complete", False))
     except OSError:
         raise foreign from None

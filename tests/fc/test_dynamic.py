@@ -10,7 +10,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 import connscale
 from connscale.fc import dynamic as dynamic_module
 from connscale.fc.dynamic import dynamic_correlation, n_windows, window_starts
-from connscale.fc.dynamic_result import HDF5Backend, load_dynamic, partial_path
+from connscale.fc.dynamic_result import load_dynamic
+from connscale.io.dfc import HDF5Backend, partial_path
 from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.sparse import dense_thresholded
 
