@@ -144,9 +144,11 @@ def compute_degree(timeseries, threshold=0.25, *, weighted=False, absolute=False
     budget = memory_budget(u.device, memory_limit)
     use_triton = u.is_cuda and _tiles.triton_usable(u) and budget >= 2 * resident
     if use_triton:
-        block_rows = _tiles.plan_block_rows_stored(n, resident, budget, item=item)
+        block_rows = _tiles.plan_block_rows_stored(n, resident, budget, item=item,
+                                                   device=u.device).block_rows
     else:
-        block_rows = _tiles.plan_block_rows(n, resident, budget, item=item, device=u.device)
+        block_rows = _tiles.plan_block_rows(n, resident, budget, item=item,
+                                            device=u.device).block_rows
     with torch.no_grad():
         if sparsity is not None:
             m = n - int(constant.sum())
