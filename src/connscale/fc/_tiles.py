@@ -39,13 +39,11 @@ import torch
 
 from connscale._compute.memory import MemoryLimitError, MemoryPlan, MemoryPlanner
 
-try:  # pragma: no cover - exercised on GPU machines and by the interpreter test
+from connscale._compute.device import HAS_TRITON
+
+if HAS_TRITON:  # pragma: no cover - exercised on GPU machines and by the interpreter test
     import triton
     import triton.language as tl
-
-    HAS_TRITON = True
-except ImportError:  # pragma: no cover - CPU machines without triton
-    HAS_TRITON = False
 
 # Row blocks of the torch path hold at most this many tile elements, and at
 # least this many rows where the budget allows. On the CPU the tile and its
@@ -158,16 +156,6 @@ def degree_torch(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, w
             del keep
         del tile
     return counts, sums
-
-
-def triton_usable(u: torch.Tensor) -> bool:
-    """True when :func:`degree_triton` can run on ``u`` (float32 on CUDA, or
-    any float32 CPU tensor under Triton's interpreter)."""
-    if not HAS_TRITON or u.dtype != torch.float32:
-        return False
-    import os
-
-    return u.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
@@ -721,7 +709,7 @@ def top_threshold(u: torch.Tensor, n_kept: list[int], *, absolute: bool,
 
     One histogram pass finds the bin of each k-th value; one more pass per
     distinct bin collects that bin's values and selects in it. With
-    ``use_triton`` (see :func:`triton_usable`) the passes are BLAS row blocks
+    ``use_triton`` (see :func:`connscale._compute.device.use_triton`) the passes are BLAS row blocks
     with Triton epilogues (``block_rows`` from :func:`plan_block_rows_stored`),
     else torch row blocks (from :func:`plan_block_rows`).
     """

@@ -44,7 +44,7 @@ import torch
 
 from connscale._compute import allow_tf32 as _allow_tf32
 from connscale._compute import resolve_device, resolve_dtype
-from connscale._compute.device import numpy_dtype
+from connscale._compute.device import numpy_dtype, use_triton
 from connscale._compute.memory import (
     MemoryMeter,
     MemoryPlan,
@@ -66,7 +66,6 @@ from connscale._validation import (
     validate_params,
 )
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
-from connscale.fc._triton_kernels import HAS_TRITON
 from connscale.fc.dynamic_result import (
     KINDS,
     DynamicConnectivity,
@@ -733,7 +732,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
         n_constant_windows = torch.zeros((), dtype=torch.int64, device=device)
         constant_any = torch.zeros(n, dtype=torch.bool, device=device)
         fused_sparse = None
-        if kind == "sparse" and device.type == "cuda" and HAS_TRITON:
+        if kind == "sparse" and use_triton(device, interpreted=False):
             fused_sparse = SparseWindowsCUDA(n, tile_rows, threshold, absolute,
                                              _sparse_submitter(backend, copier))
         progress = tqdm(total=len(todo), desc="windows", unit="win", disable=not verbose)

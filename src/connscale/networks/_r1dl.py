@@ -35,6 +35,7 @@ from connscale._compute.device import (
     resolve_device,
     resolve_dtype,
     synchronize,
+    use_triton,
 )
 from connscale._compute.memory import (
     MemoryPlan,
@@ -51,7 +52,7 @@ from connscale.io._fingerprint import (
     file_fingerprint,
     run_fingerprint,
 )
-from connscale.networks import _blocks, _triton_r1dl
+from connscale.networks import _blocks
 from connscale.networks._checkpoint import AtomCheckpoint
 from connscale.networks._operators import (
     EngineOperator,
@@ -293,8 +294,8 @@ def _plan_local_operator(source, *, device, dtype, block_size, memory_limit, sto
         planner = MemoryPlanner(device, memory_limit, hint=hint)
     budget = planner.device_budget
     fits_device = 2 * s_bytes + work_bytes <= budget
-    host_capable = (device.type == "cuda" and dtype == torch.float32
-                    and _triton_r1dl.HAS_TRITON)
+    host_capable = use_triton(torch.empty(0, dtype=dtype, device=device), float32=True,
+                              interpreted=False)
     fits_host = (host_capable and work_bytes <= budget
                  and s_bytes <= _HOST_FRACTION * available_host_memory())
     if storage == "auto":
