@@ -75,9 +75,9 @@ def test_tiled_and_batched_runs_agree(kind, extra, limit):
     n = 50
     x = np.random.default_rng(1).standard_normal((40, n))
     whole = dynamic_correlation(x, 12, 4, kind=kind, device="cpu", **extra)
-    assert whole.plan["batch"] > 1 and whole.plan["tile_rows"] == n
+    assert whole.plan.batch > 1 and whole.plan.block_rows == n
     tiled = dynamic_correlation(x, 12, 4, kind=kind, device="cpu", memory_limit=limit, **extra)
-    assert tiled.plan["tile_rows"] < n
+    assert tiled.plan.block_rows < n
     for i in range(len(whole)):
         assert_allclose(tiled.to_dense(i), whole.to_dense(i), atol=1e-6)
 
@@ -393,7 +393,7 @@ def test_deferred_copy_path_gives_the_same_windows(monkeypatch, tmp_path, kind, 
     monkeypatch.setattr(dynamic_module, "_MAX_BATCH", 4)  # several batches in flight
     buffer = torch.zeros(1 << 20, dtype=torch.uint8) if with_buffer else None
     result = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", host_buffer=buffer, **extra)
-    assert result.plan["batch"] == 4
+    assert result.plan.batch == 4
     on_disk = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", out=tmp_path / "a.h5",
                                   **extra)
     for i in range(len(reference)):
