@@ -333,7 +333,7 @@ def test_full_disk_cohort(tmp_path, small_disk):
             assert_allclose(h5["triu"][...], np.stack(list(reference)), atol=1e-6)
 
     for sub, x in data.items():
-        path = out / f"sub-{sub}" / f"sub-{sub}_dfc.h5"
+        path = out / f"sub-{sub}" / "func" / f"sub-{sub}_meas-PearsonCorrelation_dfc.h5"
         if path.exists():
             check(path, x)
     small_disk.grow()
@@ -341,7 +341,7 @@ def test_full_disk_cohort(tmp_path, small_disk):
     report = json.loads((out / "cohort_report.json").read_text())
     assert [r["status"] for r in report["records"]] == ["ok", "ok"]
     for sub, x in data.items():
-        check(out / f"sub-{sub}" / f"sub-{sub}_dfc.h5", x)
+        check(out / f"sub-{sub}" / "func" / f"sub-{sub}_meas-PearsonCorrelation_dfc.h5", x)
 
 
 # --------------------------------------------------------------------------
@@ -408,7 +408,7 @@ def test_killed_cohort_resumes_to_the_uninterrupted_result(tmp_path):
     assert main([*map(str, argv), "--out", str(tmp_path / "out")]) == 0
     assert main([*map(str, argv), "--out", str(tmp_path / "ref")]) == 0
     for sub in ("01", "02", "03"):
-        name = f"sub-{sub}/sub-{sub}_dfc.h5"
+        name = f"sub-{sub}/func/sub-{sub}_meas-PearsonCorrelation_dfc.h5"
         assert_same_h5(tmp_path / "out" / name, tmp_path / "ref" / name, atol=1e-12)
     assert not [p for p in hidden_leftovers(tmp_path / "out") if p.suffix != ".lock"]
 
@@ -470,7 +470,7 @@ def test_second_cohort_run_fails_and_sweeps_only_free_temporaries(tmp_path):
     from connscale.cohort import _remove_stale_temporaries
     from connscale.io._lock import OutputLock
 
-    output = tmp_path / "out" / "sub-01" / "sub-01_pairs.h5"
+    output = tmp_path / "out" / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_pairs.h5"
     in_flight = output.with_name(f".{output.name}.abc123.tmp")
     in_flight.write_bytes(b"being written")
     with OutputLock(output):  # a live writer of this output
@@ -505,7 +505,7 @@ def test_cohort_recomputes_a_scan_whose_input_changed(tmp_path):
     assert [r["status"] for r in again.records] == ["skipped", "ok"]
     from connscale.fc.pairs import pairwise_dfc
 
-    data, _ = h5_contents(tmp_path / "out" / "sub-02" / "sub-02_pairs.h5")
+    data, _ = h5_contents(tmp_path / "out" / "sub-02" / "func" / "sub-02_meas-PearsonCorrelation_pairs.h5")
     assert_allclose(data["courses"], pairwise_dfc(new[None], 6, 2, device="cpu").courses[0],
                     atol=1e-6)
 
@@ -519,7 +519,7 @@ def test_cohort_reports_a_foreign_file_and_replaces_it_only_when_asked(tmp_path)
     params = {"window_length": 6}
     out = tmp_path / "out"
     (out / "sub-01").mkdir(parents=True)
-    foreign = out / "sub-01" / "sub-01_pairs.h5"
+    foreign = out / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_pairs.h5"
     with h5py.File(foreign, "w") as h5:  # carries the job key, nothing else of a result
         h5.attrs["cohort_job"] = _job_key("pairs", check_job_params("pairs", params))
         h5.attrs["complete"] = True
@@ -595,7 +595,7 @@ def test_planted_links_are_refused_and_nothing_is_written_outside(tmp_path, caps
     shutil.copy(tmp_path / "sub-01_timeseries.npy", inputs)
     cohort_out = tmp_path / "cohort"
     (cohort_out / "sub-01").mkdir(parents=True)
-    os.symlink(outside / "victim2.h5", partial_path(cohort_out / "sub-01" / "sub-01_dfc.h5"))
+    os.symlink(outside / "victim2.h5", partial_path(cohort_out / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_dfc.h5"))
     report = run_cohort(inputs, "dfc", cohort_out, params={"window_length": 10},
                         engine="serial", verbose=0)
     assert report.records[0]["status"] == "error"
