@@ -62,6 +62,7 @@ from connscale._validation import (
 from connscale.engines import ENGINES, Engine, TaskFailure, get_engine
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io._lock import OutputLock, is_locked
+from connscale.io.bids import write_dataset_description
 
 logger = logging.getLogger("connscale")
 
@@ -81,7 +82,7 @@ class CohortJob:
     function : str
         ``'module:function'``, imported when the job runs.
     suffix : str
-        Output file name after the scan's name.
+        BIDS suffix of the output (``<entities>_meas-PearsonCorrelation_<suffix>.h5``).
     """
 
     name: str
@@ -90,9 +91,9 @@ class CohortJob:
 
 
 JOBS = {
-    "pairs": CohortJob("pairs", "connscale.cohort:_job_pairs", "_pairs.h5"),
-    "fc": CohortJob("fc", "connscale.cohort:_job_fc", "_meas-PearsonCorrelation_relmat.h5"),
-    "dfc": CohortJob("dfc", "connscale.cohort:_job_dfc", "_dfc.h5"),
+    "pairs": CohortJob("pairs", "connscale.cohort:_job_pairs", "pairs"),
+    "fc": CohortJob("fc", "connscale.cohort:_job_fc", "relmat"),
+    "dfc": CohortJob("dfc", "connscale.cohort:_job_dfc", "dfc"),
 }
 
 
@@ -165,10 +166,12 @@ def _is_input(path: Path) -> bool:
     return path.is_file() and path.name.lower().endswith(INPUT_SUFFIXES)
 
 
-def _scan_name(path: Path) -> str:
-    from connscale.io.relmat import source_entities
+def _scan_name(path: Path, subject: str | None) -> str:
+    """The source entities of a scan, joined (``sub-01_task-rest``): its outputs' stem."""
+    from connscale.io.bids import bids_name, source_entities
 
-    return source_entities(path)
+    return bids_name(source_entities(path, subject=subject), suffix="x",
+                     extension=".x")[: -len("_x.x")]
 
 
 def _subject(path: Path) -> str | None:
@@ -227,7 +230,7 @@ def find_inputs(inputs: str | Path | Iterable[str | Path]) -> list[CohortItem]:
     unique = sorted(dict.fromkeys(p.resolve() for p in paths))
     if not unique:
         raise ValueError("No input scans were given.")
-    items = [CohortItem(p, _scan_name(p), _subject(p)) for p in unique]
+    items = [CohortItem(p, _scan_name(p, _subject(p)), _subject(p)) for p in unique]
     seen: dict[str, Path] = {}
     for item in items:
         if item.name in seen:
@@ -270,8 +273,8 @@ def check_job_params(job: str, params: dict | None) -> dict:
     """
     check_option(job, "job", set(JOBS))
     params = dict(params or {})
-    common = {"device": "cpu", "dtype": "float32", "atlas": None, "mask": None,
-              "memory_limit": None}
+    common = {"device": "cpu", "dtype": "float32", "atlas": None, "atlas_name": None,
+              "mask": None, "memory_limit": None}
     if job == "pairs":
         allowed = {"window_length": None, "step": 1, "threshold": 0.5, **common}
     elif job == "dfc":
@@ -303,6 +306,10 @@ def check_job_params(job: str, params: dict | None) -> dict:
         check_option(merged["kind"], "kind", {"triu", "dense"})
     if merged.get("threshold") is not None:
         merged["threshold"] = float(merged["threshold"])
+    if merged["atlas_name"] is not None:
+        from connscale.io.bids import bids_name
+
+        bids_name({"sub": "x", "seg": merged["atlas_name"]}, suffix="x", extension=".x")
     # Recorded in the report and the outputs' fingerprints: a name, not a dtype object.
     check_option(merged["dtype"], "dtype", {"float32", "float64"})
     for name in ("atlas", "mask"):
@@ -484,10 +491,25 @@ def run_task(task: CohortTask) -> dict:
 # Runner
 # --------------------------------------------------------------------------
 
-def output_path(out_dir: Path, item: CohortItem, job: str) -> Path:
-    """``<out_dir>/sub-<id>/<name><suffix>`` (no subject folder without an id)."""
-    folder = Path(out_dir) / f"sub-{item.subject}" if item.subject else Path(out_dir)
-    return folder / f"{item.name}{JOBS[job].suffix}"
+def output_path(out_dir: Path, item: CohortItem, job: str, *, seg: str | None = None) -> Path:
+    """``<out_dir>/sub-<id>/[ses-<id>/]func/<entities>[_seg-<seg>]_meas-PearsonCorrelation
+    _<suffix>.h5``: the scan's source entities (:func:`connscale.io.bids.source_entities`)."""
+    from connscale.io.bids import derivative_path, source_entities
+
+    entities = source_entities(item.path, subject=item.subject)
+    if seg is not None:
+        entities["seg"] = seg
+    entities["meas"] = "PearsonCorrelation"
+    return derivative_path(out_dir, entities, suffix=JOBS[job].suffix, extension=".h5")
+
+
+def _seg(params: dict) -> str | None:
+    """The seg- label of the outputs: ``atlas_name``, else from the atlas file's name."""
+    from connscale.io.bids import seg_label
+
+    if params.get("atlas_name") is not None:
+        return params["atlas_name"]
+    return seg_label(params["atlas"]) if params.get("atlas") else None
 
 
 def _remove_stale_temporaries(output: Path) -> int:
@@ -569,13 +591,16 @@ def run_cohort(
         ``kind`` 'triu'/'sparse'/'lowrank'/'factor', ``threshold``,
         ``absolute``, ``rank``, ``random_state``).
     out_dir : str or path
-        Output root: ``sub-<id>/<name><suffix>`` per scan, plus
+        Output root, a BIDS derivatives folder: ``sub-<id>/[ses-<id>/]func/
+        <entities>[_seg-<atlas>]_meas-PearsonCorrelation_<relmat|pairs|dfc>.h5``
+        per scan (:func:`output_path`), ``dataset_description.json``,
         ``cohort_report.json`` and ``cohort_errors.tsv``.
     params : dict or None
         The job's parameters; also ``device`` (default 'cpu': many workers
         share the machine), ``dtype``, ``memory_limit`` (of each task, i.e.
-        per worker: a worker runs one scan at a time), and ``atlas`` /
-        ``mask`` for NIfTI inputs.
+        per worker: a worker runs one scan at a time), ``atlas`` /
+        ``mask`` for NIfTI inputs, and ``atlas_name`` (the outputs' ``seg-``
+        label; default from the atlas file's name).
     engine : {'serial', 'local', 'dask', 'spark'} or Engine, default='local'
         Where tasks run. An Engine instance is used as is and left open.
     cluster : str or None
@@ -646,7 +671,7 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
     records: list[dict | None] = [None] * len(items)
     todo: list[tuple[int, CohortTask]] = []
     for index, item in enumerate(items):
-        output = output_path(out_dir, item, job)
+        output = output_path(out_dir, item, job, seg=_seg(params))
         _remove_stale_temporaries(output)
         base = {"name": item.name, "subject": item.subject, "input": str(item.path),
                 "output": str(output)}
@@ -698,6 +723,7 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
     meta["seconds"] = round(time.perf_counter() - start, 6)
     final = [r for r in records if r is not None]
     report_path, errors_path = _write_reports(out_dir, final, meta)
+    write_dataset_description(out_dir)
     counts = {s: sum(r["status"] == s for r in final) for s in ("ok", "skipped", "error")}
     return CohortReport(final, report_path, errors_path, meta["engine"] or "", meta["seconds"],
                         counts)

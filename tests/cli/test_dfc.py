@@ -27,7 +27,8 @@ def test_dfc_command_end_to_end(tmp_path, roi_tsv, capsys):
     argv = ["dfc", str(path), "--window", "15", "--step", "4", "--out", str(out),
             "--device", "cpu", "--dtype", "float64", "-q"]
     assert main(argv) == 0
-    h5 = out / "sub-01_task-rest_kind-triu_window-15_step-4_dfc.h5"
+    func = out / "sub-01" / "func"
+    h5 = func / "sub-01_task-rest_meas-PearsonCorrelation_dfc.h5"
     assert h5.exists()
     assert "wrote" in capsys.readouterr().out
     reference = dynamic_correlation(x, 15, 4, device="cpu", dtype="float64")
@@ -35,8 +36,10 @@ def test_dfc_command_end_to_end(tmp_path, roi_tsv, capsys):
         assert len(result) == len(reference) == (N_TIMEPOINTS - 15) // 4 + 1
         for i in range(len(result)):
             assert_allclose(result[i], reference[i], atol=1e-12)
-    log = json.loads((out / "sub-01_task-rest_dfc_log.json").read_text())
+    log = json.loads((func / "sub-01_task-rest_meas-PearsonCorrelation_dfc_log.json").read_text())
     assert log["command"] == "dfc"
+    sidecar = json.loads(h5.with_suffix(".json").read_text())
+    assert (sidecar["WindowLength"], sidecar["WindowStep"], sidecar["Kind"]) == (15, 4, "triu")
     assert log["results"]["n_windows"] == len(reference)
     assert log["results"]["n_series"] == N_REGIONS
     assert "dynamic_correlation" in log["timings_s"]
@@ -53,12 +56,13 @@ def test_dfc_command_sparse_and_lowrank(tmp_path, roi_tsv):
     out = tmp_path / "out"
     assert main(["dfc", str(path), "--window", "20", "--step", "5", "--threshold", "0.3",
                  "--absolute", "--out", str(out), "--device", "cpu", "-q"]) == 0
-    with load_dynamic(out / "sub-01_task-rest_kind-sparse_window-20_step-5_dfc.h5") as result:
+    func = out / "sub-01" / "func"
+    with load_dynamic(func / "sub-01_task-rest_meas-PearsonCorrelation_dfc.h5") as result:
         assert result.kind == "sparse" and result.parameters["absolute"] is True
     assert main(["dfc", str(path), "--window", "20", "--step", "5", "--kind", "lowrank",
                  "--rank", "3", "--seed", "1", "--error", "--out", str(out), "--device", "cpu",
                  "-q"]) == 0
-    log = json.loads((out / "sub-01_task-rest_dfc_log.json").read_text())
+    log = json.loads((func / "sub-01_task-rest_meas-PearsonCorrelation_dfc_log.json").read_text())
     assert log["results"]["kind"] == "lowrank"
     assert 0 < log["results"]["mae_mean"] < 1
 
@@ -86,7 +90,7 @@ def test_dfc_command_on_nifti_with_mask(tmp_path):
     out = tmp_path / "out"
     assert main(["dfc", str(image), "--mask", str(mask_path), "--window", "10", "--step", "5",
                  "--out", str(out), "--device", "cpu", "--dtype", "float64", "-q"]) == 0
-    with load_dynamic(out / "sub-02_kind-triu_window-10_step-5_dfc.h5") as result:
+    with load_dynamic(out / "sub-02/func/sub-02_meas-PearsonCorrelation_dfc.h5") as result:
         assert result.n_series == int(mask.sum())
         assert len(result) == (30 - 10) // 5 + 1
         series = data[mask.astype(bool)].T  # (T, voxels), nilearn's C order

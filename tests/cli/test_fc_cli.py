@@ -34,7 +34,8 @@ def test_fc_nifti_mask_triu_end_to_end(tmp_path, fmri):
     out = tmp_path / "out"
     assert main(["fc", str(path), "--mask", str(mask_path), "--kind", "triu", "--out", str(out),
                  "--device", "cpu", "-q"]) == 0
-    h5 = out / "sub-01_task-rest_meas-PearsonCorrelation_relmat.h5"
+    func = out / "sub-01" / "func"
+    h5 = func / "sub-01_task-rest_meas-PearsonCorrelation_relmat.h5"
     stored, attrs = load_relmat(h5)
     series = data[mask].T
     expected = np.corrcoef(series.T)[np.triu_indices(mask.sum(), 1)]
@@ -42,9 +43,9 @@ def test_fc_nifti_mask_triu_end_to_end(tmp_path, fmri):
     with h5py.File(h5, "r") as fh:
         assert fh.attrs["kind"] == "triu" and fh.attrs["N"] == mask.sum()
         assert "sub-01_task-rest_bold.nii.gz" in fh.attrs["source"]
-    sidecar = json.loads((out / "sub-01_task-rest_meas-PearsonCorrelation_relmat.json").read_text())
+    sidecar = json.loads((func / "sub-01_task-rest_meas-PearsonCorrelation_relmat.json").read_text())
     assert sidecar["NumberOfNodes"] == int(mask.sum())
-    log = json.loads((out / "sub-01_task-rest_fc_log.json").read_text())
+    log = json.loads((func / "sub-01_task-rest_meas-PearsonCorrelation_relmat_log.json").read_text())
     assert log["parameters"]["kind"] == "triu" and "correlation" in log["timings_s"]
     assert log["device"] == "cpu"
     assert (out / "dataset_description.json").exists()
@@ -55,7 +56,7 @@ def test_fc_atlas_tsv(tmp_path, fmri):
     out = tmp_path / "out"
     assert main(["fc", str(path), "--atlas", str(atlas_path), "--out", str(out),
                  "--device", "cpu", "-q"]) == 0
-    tsvs = list(out.glob("*_seg-atlas_meas-PearsonCorrelation_relmat.tsv"))
+    tsvs = list(out.glob("sub-01/func/*_seg-atlas_meas-PearsonCorrelation_relmat.tsv"))
     assert len(tsvs) == 1
     matrix, _ = read_relmat_tsv(tsvs[0])
     means = np.stack([data[:2].reshape(-1, 30).mean(0), data[2:4].reshape(-1, 30).mean(0),
@@ -72,7 +73,7 @@ def test_fc_sparse_from_tsv(tmp_path, rng):
     out = tmp_path / "out"
     assert main(["fc", str(src), "--threshold", "0.5", "--absolute", "--out", str(out),
                  "--device", "cpu", "-q"]) == 0
-    stored, attrs = load_relmat(out / "sub-02_meas-PearsonCorrelation_relmat.h5")
+    stored, attrs = load_relmat(out / "sub-02/func/sub-02_meas-PearsonCorrelation_relmat.h5")
     assert attrs["kind"] == "sparse" and stored[0, 1] > 0.9
 
 

@@ -98,7 +98,7 @@ def test_cohort_cli(tmp_path, capsys):
     assert main(args) == 1  # one scan failed
     printed = capsys.readouterr().out
     assert "2 done, 0 already complete, 1 failed" in printed
-    assert (out / "sub-01" / "sub-01_task-rest_pairs.h5").exists()
+    assert (out / "sub-01" / "func" / "sub-01_task-rest_meas-PearsonCorrelation_pairs.h5").exists()
     assert "sub-03" in (out / "cohort_errors.tsv").read_text()
     log = json.loads((out / "cohort_log.json").read_text())
     assert log["results"]["ok"] == 2 and log["results"]["error"] == 1
@@ -107,10 +107,10 @@ def test_cohort_cli(tmp_path, capsys):
     assert "0 done, 2 already complete, 0 failed" in capsys.readouterr().out
     assert main(["cohort", str(tmp_path / "deriv"), "--job", "fc", "--backend", "serial",
                  "--out", str(out), "-q"]) == 0
-    assert (out / "sub-02" / "sub-02_task-rest_meas-PearsonCorrelation_relmat.h5").exists()
+    assert (out / "sub-02" / "func" / "sub-02_task-rest_meas-PearsonCorrelation_relmat.h5").exists()
     assert main(["cohort", str(tmp_path / "deriv"), "--job", "dfc", "--window", "8",
                  "--step", "4", "--backend", "serial", "--out", str(out), "-q"]) == 0
-    assert (out / "sub-01" / "sub-01_task-rest_dfc.h5").exists()
+    assert (out / "sub-01" / "func" / "sub-01_task-rest_meas-PearsonCorrelation_dfc.h5").exists()
 
 
 def test_cohort_cli_errors(tmp_path, capsys):

@@ -56,7 +56,7 @@ def test_find_inputs(tmp_path):
     np.save(flat / "scanA.npy", np.zeros((5, 2)))
     (flat / "notes.txt").write_text("x")
     [item] = find_inputs(flat)
-    assert (item.name, item.subject) == ("scanA", None)
+    assert (item.name, item.subject) == ("sub-scanA", None)  # its outputs: sub-scanA/func/
 
 
 def test_find_inputs_errors(tmp_path):
@@ -137,7 +137,7 @@ def test_pairs_job_outputs(tmp_path):
                         engine="serial", verbose=0)
     assert report.n_ok == 3 and report.n_failed == 0
     for sub, path in paths.items():
-        data, attrs = read_h5(tmp_path / "out" / f"sub-{sub}" / f"sub-{sub}_task-rest_pairs.h5")
+        data, attrs = read_h5(tmp_path / "out" / f"sub-{sub}" / "func" / f"sub-{sub}_task-rest_meas-PearsonCorrelation_pairs.h5")
         x = np.loadtxt(path, skiprows=1)
         expected = pairwise_dfc(x[None], 10, 3, device="cpu")
         assert_allclose(data["courses"], expected.courses[0], atol=1e-6)
@@ -158,7 +158,7 @@ def test_fc_job(tmp_path):
     paths = make_bids(tmp_path / "deriv", subjects=("01",))
     run_cohort(tmp_path / "deriv", "fc", tmp_path / "out", engine="serial",
                params={"dtype": "float64"}, verbose=0)
-    relmat, attrs = load_relmat(tmp_path / "out" / "sub-01" /
+    relmat, attrs = load_relmat(tmp_path / "out" / "sub-01" / "func" /
                                 "sub-01_task-rest_meas-PearsonCorrelation_relmat.h5")
     x = np.loadtxt(paths["01"], skiprows=1)
     assert_allclose(relmat, np.corrcoef(x.T)[np.triu_indices(N_REGIONS, 1)], atol=1e-12)
@@ -173,7 +173,8 @@ def test_dfc_job(tmp_path):
     report = run_cohort(tmp_path / "deriv", "dfc", tmp_path / "out", params=params,
                         engine="serial", verbose=0)
     assert report.n_ok == 2
-    output = tmp_path / "out" / "sub-02" / "sub-02_task-rest_dfc.h5"
+    output = (tmp_path / "out" / "sub-02" / "func" /
+              "sub-02_task-rest_meas-PearsonCorrelation_dfc.h5")
     stored = load_dynamic(output)
     expected = dynamic_correlation(np.loadtxt(paths["02"], skiprows=1), 12, 5, kind="sparse",
                                    threshold=0.3, device="cpu")
@@ -203,8 +204,8 @@ def test_corrupt_input_is_reported_and_others_kept(tmp_path):
         rows = list(csv.DictReader(fh, delimiter="\t"))
     assert [(r["subject"], r["name"]) for r in rows] == [("02", "sub-02_task-rest")]
     for sub in ("01", "03", "04"):
-        assert (tmp_path / "out" / f"sub-{sub}" / f"sub-{sub}_task-rest_pairs.h5").exists()
-    assert not (tmp_path / "out" / "sub-02" / "sub-02_task-rest_pairs.h5").exists()
+        assert (tmp_path / "out" / f"sub-{sub}" / "func" / f"sub-{sub}_task-rest_meas-PearsonCorrelation_pairs.h5").exists()
+    assert not (tmp_path / "out" / "sub-02" / "func" / "sub-02_task-rest_meas-PearsonCorrelation_pairs.h5").exists()
     # Fixing the input and re-running does only the failed scan.
     make_bids(tmp_path / "fixed", subjects=("02",))
     os.replace(tmp_path / "fixed" / "sub-02" / "func" / "sub-02_task-rest_timeseries.tsv",
@@ -225,7 +226,7 @@ def test_resume_after_crash(tmp_path):
     # a partial temporary file is left, scan 03 was never started.
     os.remove(outputs[1])
     os.remove(outputs[2])
-    partial = out / "sub-02" / ".sub-02_task-rest_pairs.h5.abc123.tmp"
+    partial = out / "sub-02" / "func" / ".sub-02_task-rest_meas-PearsonCorrelation_pairs.h5.abc123.tmp"
     partial.write_bytes(b"\x89HDF partial")
     stamp = os.stat(outputs[0]).st_mtime_ns
     resumed = run_cohort(tmp_path / "deriv", "pairs", out, params=PAIRS, engine="serial",

@@ -153,13 +153,14 @@ def classify(d, *extra, label="group", extra_features=(), **files):
 
 def dfc_out_is_directory(d):
     path = tsv(d)
-    (d / "out" / "sub-01_kind-triu_window-8_step-1_dfc.h5").mkdir(parents=True)
+    (d / "out" / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_dfc.h5").mkdir(parents=True)
     return ["dfc", path, "--window", "8"]
 
 
 def fc_out_is_directory(d):
     path = npy(d, _series(n=1200))
-    (d / "out" / "sub-01_meas-PearsonCorrelation_relmat.h5").mkdir(parents=True)
+    (d / "out" / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_relmat.h5").mkdir(
+        parents=True)
     return ["fc", path]
 
 

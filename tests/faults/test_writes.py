@@ -225,10 +225,10 @@ def test_full_disk_dfc_stops_cleanly_and_resumes(tmp_path, small_disk, caplog):
     no_segfault(failed)
     message = one_line_error(failed, "dfc")
     assert ".partial" in message and ("No space left" in message or "too large" in message)
-    name = "sub-01_kind-sparse_window-10_step-1_dfc.h5"
-    assert not (out / name).exists()
-    assert not (out / "sub-01_dfc_manifest.json").exists()
-    assert (out / ".sub-01_dfc.staging" / f".{name}.partial").is_file()
+    name, func = "sub-01_meas-PearsonCorrelation_dfc.h5", out / "sub-01" / "func"
+    assert not (func / name).exists()
+    assert not (func / "sub-01_meas-PearsonCorrelation_dfc_manifest.json").exists()
+    assert (func / ".sub-01_meas-PearsonCorrelation_dfc.staging" / f".{name}.partial").is_file()
 
     small_disk.grow()
     assert main([str(a) for a in argv[:-1]]) == 0  # INFO log on
@@ -237,7 +237,7 @@ def test_full_disk_dfc_stops_cleanly_and_resumes(tmp_path, small_disk, caplog):
     from connscale import dynamic_correlation, load_dynamic
 
     reference = dynamic_correlation(x, 10, 1, kind="sparse", threshold=-1.0, device="cpu")
-    with load_dynamic(out / name) as result:
+    with load_dynamic(func / name) as result:
         assert len(result) == len(reference) == 51
         for i in range(len(result)):
             assert_allclose(result.to_dense(i), reference.to_dense(i), atol=1e-6)
@@ -253,7 +253,7 @@ def test_full_disk_fc_stops_cleanly_then_completes(tmp_path, small_disk):
     failed = run_cli(argv, preexec=small_disk.preexec())
     no_segfault(failed)
     one_line_error(failed, "fc")
-    assert not list(out.glob("*relmat*")) and not (out / "sub-01_fc_manifest.json").exists()
+    assert not list(out.rglob("*relmat*"))
 
     small_disk.grow()
     assert main([str(a) for a in argv]) == 0
@@ -261,11 +261,12 @@ def test_full_disk_fc_stops_cleanly_then_completes(tmp_path, small_disk):
     from connscale.io import load_relmat
     from connscale.io._publish import read_manifest
 
-    stored, attrs = load_relmat(out / "sub-01_meas-PearsonCorrelation_relmat.h5")
+    func = out / "sub-01" / "func"
+    stored, attrs = load_relmat(func / "sub-01_meas-PearsonCorrelation_relmat.h5")
     expected = correlation(x, kind="sparse", threshold=-1.0, device="cpu")
     assert attrs["complete"] and stored.nnz == expected.nnz
     assert_allclose(stored.toarray(), expected.toarray(), atol=1e-6)
-    read_manifest(out, "sub-01_fc", verify="full")
+    read_manifest(func, "sub-01_meas-PearsonCorrelation_relmat", verify="full")
     assert hidden_leftovers(out) == []  # the killed run's staging folder and temporary
 
 
@@ -333,7 +334,7 @@ def test_full_disk_cohort(tmp_path, small_disk):
             assert_allclose(h5["triu"][...], np.stack(list(reference)), atol=1e-6)
 
     for sub, x in data.items():
-        path = out / f"sub-{sub}" / f"sub-{sub}_dfc.h5"
+        path = out / f"sub-{sub}" / "func" / f"sub-{sub}_meas-PearsonCorrelation_dfc.h5"
         if path.exists():
             check(path, x)
     small_disk.grow()
@@ -341,7 +342,7 @@ def test_full_disk_cohort(tmp_path, small_disk):
     report = json.loads((out / "cohort_report.json").read_text())
     assert [r["status"] for r in report["records"]] == ["ok", "ok"]
     for sub, x in data.items():
-        check(out / f"sub-{sub}" / f"sub-{sub}_dfc.h5", x)
+        check(out / f"sub-{sub}" / "func" / f"sub-{sub}_meas-PearsonCorrelation_dfc.h5", x)
 
 
 # --------------------------------------------------------------------------
@@ -361,9 +362,10 @@ def test_killed_dfc_resumes_to_the_uninterrupted_result(tmp_path, seed):
     killed = run_killed([*argv, "--out", tmp_path / "out"],
                         "connscale.io.dfc:flush_h5", kill_at)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    name = "sub-01_kind-triu_window-10_step-2_dfc.h5"
+    name = "sub-01/func/sub-01_meas-PearsonCorrelation_dfc.h5"
     assert not (tmp_path / "out" / name).exists()
-    assert (tmp_path / "out" / ".sub-01_dfc.staging" / f".{name}.partial").exists()
+    staging = tmp_path / "out" / "sub-01/func/.sub-01_meas-PearsonCorrelation_dfc.staging"
+    assert (staging / ".sub-01_meas-PearsonCorrelation_dfc.h5.partial").exists()
     assert main([*map(str, argv), "--out", str(tmp_path / "out")]) == 0
     assert main([*map(str, argv), "--out", str(tmp_path / "ref")]) == 0
     assert_same_h5(tmp_path / "out" / name, tmp_path / "ref" / name, atol=1e-12)
@@ -384,12 +386,13 @@ def test_killed_fc_leaves_nothing_and_reruns_to_the_same_result(tmp_path):
         [sys.executable, "-c", _BOOT.format(patch=code, argv=[*map(str, argv), "--out", str(out)])],
         env=ENV, capture_output=True, text=True, timeout=120, check=False)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    assert list(out.glob(".sub-01_fc.staging/.*.tmp"))  # killed mid-write
-    assert not list(out.glob("*relmat.h5"))
+    # killed mid-write
+    assert list(out.glob("sub-01/func/.sub-01_meas-PearsonCorrelation_relmat.staging/.*.tmp"))
+    assert not list(out.rglob("*relmat.h5"))
     assert main([*map(str, argv), "--out", str(out)]) == 0
     assert hidden_leftovers(out) == []
     assert main([*map(str, argv), "--out", str(tmp_path / "ref")]) == 0
-    name = "sub-01_meas-PearsonCorrelation_relmat.h5"
+    name = "sub-01/func/sub-01_meas-PearsonCorrelation_relmat.h5"
     assert_same_h5(out / name, tmp_path / "ref" / name, atol=1e-6)
 
 
@@ -408,7 +411,7 @@ def test_killed_cohort_resumes_to_the_uninterrupted_result(tmp_path):
     assert main([*map(str, argv), "--out", str(tmp_path / "out")]) == 0
     assert main([*map(str, argv), "--out", str(tmp_path / "ref")]) == 0
     for sub in ("01", "02", "03"):
-        name = f"sub-{sub}/sub-{sub}_dfc.h5"
+        name = f"sub-{sub}/func/sub-{sub}_meas-PearsonCorrelation_dfc.h5"
         assert_same_h5(tmp_path / "out" / name, tmp_path / "ref" / name, atol=1e-12)
     assert not [p for p in hidden_leftovers(tmp_path / "out") if p.suffix != ".lock"]
 
@@ -444,9 +447,10 @@ def test_second_run_into_the_same_output_fails_naming_the_first(tmp_path, comman
     assert waiting.returncode == 0, err[-2000:]
     from connscale.io._publish import read_manifest
 
-    prefix = "sub-01_dfc" if command == "dfc" else "sub-01_fc"
-    manifest = read_manifest(tmp_path / "out", prefix, verify="full")
-    log = json.loads((tmp_path / "out" / f"{prefix}_log.json").read_text())
+    prefix = "sub-01_meas-PearsonCorrelation_" + ("dfc" if command == "dfc" else "relmat")
+    func = tmp_path / "out" / "sub-01" / "func"
+    manifest = read_manifest(func, prefix, verify="full")
+    log = json.loads((func / f"{prefix}_log.json").read_text())
     assert sorted(Path(p).name for p in log["outputs"]) == sorted(
         n for n in manifest["files"] if n.endswith((".h5", ".json")) and "_log" not in n)
     assert hidden_leftovers(tmp_path / "out") == []
@@ -470,7 +474,7 @@ def test_second_cohort_run_fails_and_sweeps_only_free_temporaries(tmp_path):
     from connscale.cohort import _remove_stale_temporaries
     from connscale.io._lock import OutputLock
 
-    output = tmp_path / "out" / "sub-01" / "sub-01_pairs.h5"
+    output = tmp_path / "out" / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_pairs.h5"
     in_flight = output.with_name(f".{output.name}.abc123.tmp")
     in_flight.write_bytes(b"being written")
     with OutputLock(output):  # a live writer of this output
@@ -505,7 +509,8 @@ def test_cohort_recomputes_a_scan_whose_input_changed(tmp_path):
     assert [r["status"] for r in again.records] == ["skipped", "ok"]
     from connscale.fc.pairs import pairwise_dfc
 
-    data, _ = h5_contents(tmp_path / "out" / "sub-02" / "sub-02_pairs.h5")
+    data, _ = h5_contents(tmp_path / "out" / "sub-02" / "func" /
+                          "sub-02_meas-PearsonCorrelation_pairs.h5")
     assert_allclose(data["courses"], pairwise_dfc(new[None], 6, 2, device="cpu").courses[0],
                     atol=1e-6)
 
@@ -518,8 +523,8 @@ def test_cohort_reports_a_foreign_file_and_replaces_it_only_when_asked(tmp_path)
     series(inputs / "sub-01_timeseries.npy", 30, 5)
     params = {"window_length": 6}
     out = tmp_path / "out"
-    (out / "sub-01").mkdir(parents=True)
-    foreign = out / "sub-01" / "sub-01_pairs.h5"
+    (out / "sub-01" / "func").mkdir(parents=True)
+    foreign = out / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_pairs.h5"
     with h5py.File(foreign, "w") as h5:  # carries the job key, nothing else of a result
         h5.attrs["cohort_job"] = _job_key("pairs", check_job_params("pairs", params))
         h5.attrs["complete"] = True
@@ -537,8 +542,8 @@ def test_cohort_reports_a_foreign_file_and_replaces_it_only_when_asked(tmp_path)
 def test_fc_refuses_a_foreign_file_at_its_output_name(tmp_path, capsys):
     series(tmp_path / "sub-01_timeseries.npy", 30, 6)
     out = tmp_path / "out"
-    out.mkdir()
-    foreign = out / "sub-01_meas-PearsonCorrelation_relmat.tsv"
+    (out / "sub-01" / "func").mkdir(parents=True)
+    foreign = out / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_relmat.tsv"
     foreign.write_text("somebody else's matrix\n")
     assert main(["fc", str(tmp_path / "sub-01_timeseries.npy"), "--out", str(out), "-q"]) == 2
     assert "is not part of a connscale" in capsys.readouterr().err
@@ -585,7 +590,8 @@ def test_planted_links_are_refused_and_nothing_is_written_outside(tmp_path, caps
     with pytest.raises(PermissionError, match="symbolic link"):
         dynamic_correlation(x, 10, out=target, device="cpu")
     # the CLI's staging folder
-    os.symlink(outside, out / ".sub-01_dfc.staging")
+    (out / "sub-01" / "func").mkdir(parents=True)
+    os.symlink(outside, out / "sub-01" / "func" / ".sub-01_meas-PearsonCorrelation_dfc.staging")
     assert main(["dfc", str(tmp_path / "sub-01_timeseries.npy"), "--window", "10",
                  "--out", str(out), "--device", "cpu", "-q"]) == 2
     assert "symbolic link" in capsys.readouterr().err
@@ -594,8 +600,9 @@ def test_planted_links_are_refused_and_nothing_is_written_outside(tmp_path, caps
     inputs.mkdir()
     shutil.copy(tmp_path / "sub-01_timeseries.npy", inputs)
     cohort_out = tmp_path / "cohort"
-    (cohort_out / "sub-01").mkdir(parents=True)
-    os.symlink(outside / "victim2.h5", partial_path(cohort_out / "sub-01" / "sub-01_dfc.h5"))
+    (cohort_out / "sub-01" / "func").mkdir(parents=True)
+    os.symlink(outside / "victim2.h5",
+               partial_path(cohort_out / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_dfc.h5"))
     report = run_cohort(inputs, "dfc", cohort_out, params={"window_length": 10},
                         engine="serial", verbose=0)
     assert report.records[0]["status"] == "error"

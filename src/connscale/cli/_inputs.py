@@ -18,6 +18,30 @@ def add_input_arguments(parser) -> None:
                             "Default for NIfTI input: computed from the image.")
     group.add_argument("--atlas", type=Path, default=None,
                        help="Labels NIfTI (0 = background): region-mean series.")
+    add_atlas_name_argument(parser)
+
+
+def add_atlas_name_argument(parser) -> None:
+    """--atlas-name: the seg- entity of the outputs."""
+    parser.add_argument("--atlas-name", default=None, metavar="NAME",
+                        help="The atlas's name in output file names (seg-NAME; letters and "
+                             "digits). Default: the atlas file's atlas- entity, or the "
+                             "letters and digits of its stem; for a _timeseries input, its "
+                             "own seg- entity.")
+
+
+def output_entities(input_path, *, atlas=None, atlas_name: str | None = None) -> dict:
+    """The BIDS entities of the outputs made from ``input_path``: the source
+    entities of its name (:func:`connscale.io.bids.source_entities`) and
+    ``seg`` from ``atlas_name``, else from the ``atlas`` file's name."""
+    from connscale.io.bids import seg_label, source_entities
+
+    entities = source_entities(input_path)
+    if atlas_name is not None:
+        entities["seg"] = atlas_name
+    elif atlas is not None:
+        entities["seg"] = seg_label(atlas)
+    return entities
 
 
 def load_input(args):

@@ -11,6 +11,7 @@ from connscale.cli._common import (
     add_wait_argument,
     configure_logging,
 )
+from connscale.cli._inputs import add_atlas_name_argument
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -22,8 +23,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="Run a per-scan job (fc, dfc, pairs) over a cohort: local, Dask or Spark.",
         description=(
             "Runs one job per input scan over files, folders, glob patterns or a BIDS "
-            "derivatives tree (*_bold.nii.gz, *_timeseries.tsv under sub-*), one output "
-            "per scan (sub-<id>/<name>_<job>.h5), skipping scans already done with the "
+            "derivatives tree (*_bold.nii.gz, *_timeseries.tsv under sub-*), one BIDS-named "
+            "output per scan (sub-<id>/[ses-<id>/]func/<entities>[_seg-<atlas>]"
+            "_meas-PearsonCorrelation_<relmat|pairs|dfc>.h5), skipping scans already done "
+            "with the "
             "same parameters. Failures are reported in cohort_errors.tsv without "
             "stopping the other scans (exit status 1 when any failed)."
         ),
@@ -54,6 +57,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                        help="Labels NIfTI for NIfTI inputs (region-mean series).")
     group.add_argument("--mask", type=Path, default=None,
                        help="Brain mask NIfTI for NIfTI inputs (voxel series).")
+    add_atlas_name_argument(group)
     run_group = parser.add_argument_group("execution")
     run_group.add_argument("--backend", choices=list(ENGINES), default="local",
                            help="serial (this process), local (process pool), dask or spark.")
@@ -82,7 +86,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def job_params(args) -> dict:
     """The job parameters named by the command-line options."""
     params = {"device": args.device, "dtype": args.dtype, "memory_limit": args.memory_limit,
-              "atlas": args.atlas, "mask": args.mask}
+              "atlas": args.atlas, "atlas_name": args.atlas_name, "mask": args.mask}
     if args.job in ("pairs", "dfc") and args.window is None:
         raise ValueError(f"--job {args.job} needs --window (window length in time points).")
     if args.job == "pairs":

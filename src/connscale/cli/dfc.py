@@ -15,8 +15,9 @@ from connscale.cli._common import (
     input_files,
     logger,
 )
-from connscale.cli._inputs import add_input_arguments, load_input
+from connscale.cli._inputs import add_input_arguments, load_input, output_entities
 from connscale.cli._windows import add_window_arguments, resolve_window
+from connscale.io._atomic import write_json_atomic
 
 # Plots of windows and edge time courses are drawn for at most this many series.
 PLOT_MAX_NODES = 200
@@ -64,11 +65,16 @@ def run(args) -> int:
     from connscale.fc.dynamic import dynamic_correlation
     from connscale.io._fingerprint import run_fingerprint
     from connscale.io._publish import OutputSet
-    from connscale.io.relmat import source_entities
+    from connscale.io.bids import bids_name, derivative_path, write_dataset_description
 
     configure_logging(args.verbose)
     kind = args.kind or ("sparse" if args.threshold is not None else "triu")
-    source = source_entities(args.input)
+    # The window, step, taper and kind are in the sidecar, not the name: a
+    # re-run with other parameters replaces the set (its manifest says which).
+    entities = {**output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
+                "meas": "PearsonCorrelation"}
+    folder = derivative_path(args.out, entities, suffix="dfc", extension=".h5").parent
+    stem = bids_name(entities, suffix="dfc", extension=".h5")[: -len(".h5")]
     fingerprint = run_fingerprint(input_files(args), {
         "command": "dfc", "window": args.window, "step": args.step, "t_r": args.t_r,
         "taper": args.taper, "taper_sigma": args.taper_sigma, "kind": kind,
@@ -79,10 +85,10 @@ def run(args) -> int:
     # The windows file, plots, log and report are one set, written in a hidden
     # staging folder under the set's lock (where an interrupted run's
     # unfinished windows file waits to be resumed) and published together.
-    with OutputSet(args.out, f"{source}_dfc", command="dfc", fingerprint=fingerprint,
+    with OutputSet(folder, stem, command="dfc", fingerprint=fingerprint,
                    wait=args.wait) as outputs:
         if outputs.complete():
-            print(f"connscale dfc: {args.out} holds the complete {source}_dfc result for this "
+            print(f"connscale dfc: {folder} holds the complete {stem} result for this "
                   "input and these parameters; nothing to do")
             return 0
         with record.timer("load"):
@@ -90,9 +96,8 @@ def run(args) -> int:
         n_timepoints, n = timeseries.shape
         logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
         window, step, t_r = resolve_window(args, args.input, n_timepoints)
-        taper = "" if args.taper == "rectangular" else f"_taper-{args.taper}"
-        name = f"{source}_kind-{kind}_window-{window}_step-{step}{taper}_dfc.h5"
-        path = Path(args.out) / name
+        name = f"{stem}.h5"
+        path = folder / name
         record.device = str(resolve_device(args.device))
         with record.timer("dynamic_correlation"):
             result = dynamic_correlation(
@@ -125,18 +130,52 @@ def run(args) -> int:
                 from connscale.report.plots import plot_dfc_windows, plot_edge_timecourses
 
                 with record.timer("plots"):
-                    plot_dfc_windows(result, outputs.path(f"{source}_dfc_windows.png"))
-                    plot_edge_timecourses(result, outputs.path(f"{source}_dfc_edges.png"),
+                    plot_dfc_windows(result, outputs.path(f"{stem}_windows.png"))
+                    plot_edge_timecourses(result, outputs.path(f"{stem}_edges.png"),
                                           node_labels=labels, max_edges=6,
                                           title="Edges with the most variable correlation")
-                    for figure in (f"{source}_dfc_windows.png", f"{source}_dfc_edges.png"):
-                        record.add_figure(Path(args.out) / figure)
+                    for figure in (f"{stem}_windows.png", f"{stem}_edges.png"):
+                        record.add_figure(folder / figure)
             n_windows, nbytes, ratio = len(result), result.nbytes, result.compression_ratio
-        log = record.finish(f"{source}_dfc", outputs)
+            write_json_atomic(outputs.path(f"{stem}.json"), _sidecar(
+                args, kind=kind, n=n, nodes=nodes, window=window, step=step, t_r=t_r,
+                n_windows=n_windows, window_support=result.window_length))
+            record.add_output(folder / f"{stem}.json")
+        log = record.finish(stem, outputs)
         outputs.commit()
+    write_dataset_description(args.out)
     print(f"connscale dfc: {n} {nodes}, {n_timepoints} time points, {n_windows} windows "
           f"(w={window}, s={step}), kind={kind} on {record.device} in {seconds:.3f} s")
     print(f"  stored {nbytes / 1e6:.2f} MB (compression ratio {ratio:.1f})")
     print(f"  wrote {path}")
     print(f"  log   {log}")
     return 0
+
+
+def _sidecar(args, *, kind: str, n: int, nodes: str, window: int, step: int, t_r,
+             n_windows: int, window_support: int) -> dict:
+    """The JSON sidecar of a ``_dfc.h5`` store: the window parameters live here."""
+    from connscale._version import __version__
+
+    return {
+        "Measure": "Pearson correlation",
+        "MeasureDescription": f"Sliding-window Pearson correlation of every pair of {nodes}",
+        "Weighted": True,
+        "Directed": False,
+        "StorageFormat": f"HDF5 (connscale-dfc-1), kind {kind}",
+        "Kind": kind,
+        "Threshold": args.threshold,
+        "AbsoluteThreshold": bool(args.absolute),
+        "Rank": args.rank,
+        "WindowLength": int(window),
+        "WindowStep": int(step),
+        "WindowSupport": int(window_support),
+        "Taper": args.taper,
+        "TaperSigma": args.taper_sigma,
+        "NumberOfWindows": int(n_windows),
+        "RepetitionTime": t_r,
+        "NumberOfNodes": int(n),
+        "DataType": str(args.dtype),
+        "Sources": [str(args.input)],
+        "Code": f"connscale {__version__}",
+    }

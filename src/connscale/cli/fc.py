@@ -15,7 +15,7 @@ from connscale.cli._common import (
     input_files,
     logger,
 )
-from connscale.cli._inputs import add_input_arguments, load_input
+from connscale.cli._inputs import add_input_arguments, load_input, output_entities
 
 # Region matrices up to this size are written as TSV, larger ones as HDF5.
 TSV_MAX_NODES = 1000
@@ -54,20 +54,15 @@ def run(args) -> int:
     from connscale.io._fingerprint import run_fingerprint
     from connscale.io._publish import OutputSet
     from connscale.io.hdf5 import load_relmat
-    from connscale.io.relmat import (
-        relmat_path,
-        sidecar,
-        source_entities,
-        write_dataset_description,
-        write_relmat_tsv,
-        write_sidecar,
-    )
+    from connscale.io.bids import bids_name, derivative_path, write_dataset_description
+    from connscale.io.relmat import sidecar, write_relmat_tsv, write_sidecar
 
     configure_logging(args.verbose)
     kind = args.kind or ("sparse" if args.threshold is not None else None)
-    source = source_entities(args.input)
-    seg = Path(str(args.atlas.name).split(".")[0]).name if args.atlas is not None else None
-    stem = source if seg is None else f"{source}_seg-{seg}"
+    entities = {**output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
+                "meas": "PearsonCorrelation"}
+    folder = derivative_path(args.out, entities, suffix="relmat", extension=".tsv").parent
+    stem = bids_name(entities, suffix="relmat", extension=".tsv")[: -len(".tsv")]
     fingerprint = run_fingerprint(
         input_files(args),
         {"command": "fc", "kind": args.kind, "threshold": args.threshold,
@@ -75,7 +70,7 @@ def run(args) -> int:
     record = RunRecord("fc", args.out, vars(args))
     # The matrix, its sidecar, figure, log and report are one set: written in
     # a hidden staging folder under the set's lock, published together.
-    with OutputSet(args.out, f"{stem}_fc", command="fc", fingerprint=fingerprint,
+    with OutputSet(folder, stem, command="fc", fingerprint=fingerprint,
                    wait=args.wait) as outputs:
         with record.timer("load"):
             timeseries, labels, nodes, _ = load_input(args)
@@ -84,7 +79,7 @@ def run(args) -> int:
             kind = "dense" if n <= TSV_MAX_NODES else "triu"
         logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
         as_tsv = kind == "dense" and n <= TSV_MAX_NODES
-        path = relmat_path(args.out, source, seg=seg, extension=".tsv" if as_tsv else ".h5")
+        path = folder / f"{stem}{'.tsv' if as_tsv else '.h5'}"
         staged = outputs.path(path.name)
         with record.timer("correlation"):
             result, (plan, n_constant) = compute_correlation(
@@ -101,7 +96,7 @@ def run(args) -> int:
                                              absolute=args.absolute, source=args.input,
                                              dtype=args.dtype, nodes=nodes))
         outputs.path(side.name)
-        record.add_output(args.out / side.name)
+        record.add_output(folder / side.name)
         from connscale._compute import resolve_device
 
         record.device = str(resolve_device(args.device))
@@ -114,11 +109,11 @@ def run(args) -> int:
             matrix = result if as_tsv else _dense_from_store(load_relmat(staged)[0], kind, n)
             from connscale.report.plots import plot_correlation_matrix
 
-            figure = f"{stem}_relmat.png"
+            figure = f"{stem}.png"
             plot_correlation_matrix(matrix, outputs.path(figure), labels=labels,
                                     title=f"Pearson correlation, {n} {nodes}")
-            record.add_figure(args.out / figure)
-        log = record.finish(f"{stem}_fc", outputs)
+            record.add_figure(folder / figure)
+        log = record.finish(stem, outputs)
         outputs.commit()
     write_dataset_description(args.out)
     print(f"connscale fc: {n} {nodes}, {n_timepoints} time points, kind={kind}, "

@@ -32,6 +32,8 @@ __all__ = [
     "parse_bids_name",
     "pybids_config",
     "read_participants",
+    "seg_label",
+    "source_entities",
     "write_dataset_description",
 ]
 
@@ -99,6 +101,59 @@ def bids_name(entities: Mapping[str, object], *, suffix: str, extension: str,
     parts = [f"{key}-{_check_label(key, entities[key])}" for key in ENTITY_ORDER
              if entities.get(key) is not None]
     return "_".join(parts) + f"_{suffix}{extension}"
+
+
+#: Entities connscale sets on its outputs rather than copying them from an input.
+_DERIVED = ("meas", "stat", "desc")
+
+
+def source_entities(path: str | os.PathLike, *, subject: str | None = None) -> dict:
+    """The entities of an input's BIDS name that an output of it keeps.
+
+    Everything but ``meas``, ``stat`` and ``desc`` is kept; ``desc`` is kept
+    from a ``_timeseries`` input only (there it names the denoising strategy;
+    on a BOLD image it is fMRIPrep's ``desc-preproc``). A name that is not
+    BIDS (``fmri1.nii.gz``) gives ``{'sub': subject}``, or without
+    ``subject`` ``{'sub': 'fmri1'}``: the letters and digits of its stem.
+
+    Examples
+    --------
+    >>> source_entities("sub-01_task-rest_space-MNI_desc-preproc_bold.nii.gz")
+    {'sub': '01', 'task': 'rest', 'space': 'MNI'}
+    """
+    stem = Path(path).name.split(".")[0]
+    try:
+        # A name of entities only (sub-02.nii.gz) has no suffix: read it with one.
+        entities = parse_bids_name(stem + ("_x" if "-" in stem.split("_")[-1] else ""))
+    except ValueError:
+        entities = {}
+    if entities.get("sub") is None:
+        if subject is not None:
+            return {"sub": _check_label("sub", subject)}
+        label = re.sub(r"[^A-Za-z0-9]", "", stem)
+        if not label:
+            raise ValueError(f"Cannot name outputs after {Path(path).name!r}: it has neither a "
+                             "BIDS subject entity (sub-<label>) nor letters or digits.")
+        return {"sub": label}
+    suffix = entities.pop("suffix")
+    entities.pop("extension")
+    dropped = _DERIVED if suffix != "timeseries" else ("meas", "stat")
+    return {k: v for k, v in entities.items() if k not in dropped}
+
+
+def seg_label(atlas: str | os.PathLike) -> str:
+    """The ``seg-`` label of an atlas file: its BIDS ``atlas-`` value when it has
+    one (``tpl-MNI_atlas-Schaefer2018_desc-100Parcels_dseg.nii.gz`` gives
+    ``Schaefer2018``), else the letters and digits of its stem
+    (``Schaefer_100.nii.gz`` gives ``Schaefer100``)."""
+    match = re.search(r"(?:^|_)atlas-([A-Za-z0-9+]+)(?:_|\.|$)", Path(atlas).name)
+    label = match.group(1) if match else None
+    if label is None:
+        label = re.sub(r"[^A-Za-z0-9]", "", Path(atlas).name.split(".")[0])
+    if not label:
+        raise ValueError(f"Cannot derive a seg- label from the atlas file name "
+                         f"{Path(atlas).name!r}; pass --atlas-name.")
+    return label
 
 
 def derivative_path(root: str | os.PathLike, entities: Mapping[str, object], *, suffix: str,
