@@ -88,3 +88,21 @@ def test_cohort_names_parse_back(tmp_path, bold):
     assert (out / "dataset_description.json").is_file()
     assert main(["cohort", str(path), "--job", "fc", "--atlas", str(atlas), "--atlas-name",
                  "bad_name", "--backend", "serial", "--out", str(out), "-q"]) == 2
+
+
+def test_dfc_with_other_windows_never_replaces_a_result_silently(bold, tmp_path, capsys):
+    path, atlas = bold
+    out = tmp_path / "out"
+    base = ["dfc", str(path), "--atlas", str(atlas), "--out", str(out), "--device", "cpu", "-q"]
+    assert main([*base, "--window", "10"]) == 0
+    (store,) = out.rglob("*_dfc.h5")
+    first = store.read_bytes()
+    capsys.readouterr()
+    assert main([*base, "--window", "12"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "other parameters" in err and "--overwrite" in err
+    assert store.read_bytes() == first
+    assert main([*base, "--window", "12", "--overwrite"]) == 0
+    assert store.read_bytes() != first
+    (manifest,) = out.rglob("*_manifest.json")
+    assert json.loads(manifest.read_text())["fingerprint"]["parameters"]["window"] == "12"

@@ -61,7 +61,7 @@ def test_dfc_command_sparse_and_lowrank(tmp_path, roi_tsv):
         assert result.kind == "sparse" and result.parameters["absolute"] is True
     assert main(["dfc", str(path), "--window", "20", "--step", "5", "--kind", "lowrank",
                  "--rank", "3", "--seed", "1", "--error", "--out", str(out), "--device", "cpu",
-                 "-q"]) == 0
+                 "-q", "--overwrite"]) == 0  # same name, other parameters: replaced on request
     log = json.loads((func / "sub-01_task-rest_meas-PearsonCorrelation_dfc_log.json").read_text())
     assert log["results"]["kind"] == "lowrank"
     assert 0 < log["results"]["mae_mean"] < 1

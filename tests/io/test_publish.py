@@ -174,7 +174,8 @@ def test_output_set_publishes_with_a_manifest(tmp_path):
     outputs = OutputSet(tmp_path, "sub-01_fc", command="fc", fingerprint=fp)
     with outputs:
         assert outputs.complete()
-    other = OutputSet(tmp_path, "sub-01_fc", command="fc", fingerprint=run_fingerprint([], {"k": 2}))
+    other = OutputSet(tmp_path, "sub-01_fc", command="fc", overwrite=True,
+                      fingerprint=run_fingerprint([], {"k": 2}))
     with other:
         assert not other.complete()
 
@@ -262,3 +263,23 @@ def test_check_published_refuses_files_of_an_interrupted_publication(tmp_path):
         check_published(tmp_path / "a.txt")
     (tmp_path / "by_hand.txt").write_text("no set names it")
     check_published(tmp_path / "by_hand.txt")
+
+
+def test_a_set_made_with_other_parameters_is_never_replaced_silently(tmp_path):
+    source = tmp_path / "in.tsv"
+    source.write_text("1\n")
+    _publish(tmp_path, ["sub-01_fc_a.tsv"], run_fingerprint([source], {"window": 10}))
+    with pytest.raises(FileExistsError, match=r"other parameters \(window: 10 -> 12\).*--overwrite"):
+        _publish(tmp_path, ["sub-01_fc_a.tsv"], run_fingerprint([source], {"window": 12}), "v2")
+    assert (tmp_path / "sub-01_fc_a.tsv").read_text() == "v1 sub-01_fc_a.tsv"
+    # the same parameters on changed input: recomputed and replaced
+    source.write_text("2\n")
+    _publish(tmp_path, ["sub-01_fc_a.tsv"], run_fingerprint([source], {"window": 10}), "v3")
+    assert (tmp_path / "sub-01_fc_a.tsv").read_text() == "v3 sub-01_fc_a.tsv"
+    # other parameters with consent
+    outputs = OutputSet(tmp_path, "sub-01_fc", command="fc", overwrite=True,
+                        fingerprint=run_fingerprint([source], {"window": 12}))
+    with outputs:
+        outputs.path("sub-01_fc_a.tsv").write_text("v4")
+        outputs.commit()
+    assert read_manifest(tmp_path, "sub-01_fc")["fingerprint"]["parameters"] == {"window": 12}

@@ -32,11 +32,17 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
                        help="No progress bars or messages.")
 
 
-def add_wait_argument(parser: argparse.ArgumentParser) -> None:
-    """--wait: wait for another run writing the same output instead of failing."""
+def add_wait_argument(parser: argparse.ArgumentParser, *, overwrite: bool = True) -> None:
+    """--wait (wait for another run writing the same output instead of
+    failing) and, unless ``overwrite`` is False, --overwrite (replace a
+    result published with other parameters)."""
     parser.add_argument("--wait", action="store_true",
                         help="When another connscale run is writing the same output, wait for "
                              "it to finish instead of stopping with an error naming its pid.")
+    if overwrite:
+        parser.add_argument("--overwrite", action="store_true",
+                            help="Replace a result already in the output folder that was made "
+                                 "with other parameters (never done without this flag).")
 
 
 class DeprecatedAlias(argparse.Action):

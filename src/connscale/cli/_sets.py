@@ -20,15 +20,8 @@ from connscale.io._fingerprint import run_fingerprint
 logger = logging.getLogger("connscale")
 
 # Arguments that do not change a result: where it goes, how much is said,
-# whether to wait for another run, how often to checkpoint.
-_NOT_PARAMETERS = ("func", "out", "verbose", "wait", "checkpoint_every")
-
-
-def add_wait_argument(parser: argparse.ArgumentParser) -> None:
-    """``--wait``: wait for another run writing the same output instead of failing."""
-    parser.add_argument("--wait", action="store_true",
-                        help="If another connscale run is writing this output, wait for it "
-                             "to finish instead of failing.")
+# whether to wait for another run or replace its result, how often to checkpoint.
+_NOT_PARAMETERS = ("func", "out", "verbose", "wait", "overwrite", "checkpoint_every")
 
 
 def command_fingerprint(args: argparse.Namespace, inputs: list) -> dict:

@@ -77,7 +77,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
                            help="Redo scans whose output already exists, replacing files "
                                 "connscale did not write.")
     add_compute_arguments(parser)
-    add_wait_argument(parser)
+    add_wait_argument(parser, overwrite=False)  # cohort's own --overwrite is above
     # Many workers share the machine: compute on the CPU unless told otherwise.
     parser.set_defaults(func=run, device="cpu")
     return parser

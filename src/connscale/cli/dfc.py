@@ -86,7 +86,7 @@ def run(args) -> int:
     # staging folder under the set's lock (where an interrupted run's
     # unfinished windows file waits to be resumed) and published together.
     with OutputSet(folder, stem, command="dfc", fingerprint=fingerprint,
-                   wait=args.wait) as outputs:
+                   wait=args.wait, overwrite=args.overwrite) as outputs:
         if outputs.complete():
             print(f"connscale dfc: {folder} holds the complete {stem} result for this "
                   "input and these parameters; nothing to do")

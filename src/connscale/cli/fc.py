@@ -71,7 +71,7 @@ def run(args) -> int:
     # The matrix, its sidecar, figure, log and report are one set: written in
     # a hidden staging folder under the set's lock, published together.
     with OutputSet(folder, stem, command="fc", fingerprint=fingerprint,
-                   wait=args.wait) as outputs:
+                   wait=args.wait, overwrite=args.overwrite) as outputs:
         with record.timer("load"):
             timeseries, labels, nodes, _ = load_input(args)
         n_timepoints, n = timeseries.shape

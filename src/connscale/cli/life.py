@@ -26,7 +26,8 @@ from connscale.cli._common import (
     configure_logging,
     logger,
 )
-from connscale.cli._sets import add_wait_argument, command_fingerprint, publish
+from connscale.cli._common import add_wait_argument
+from connscale.cli._sets import command_fingerprint, publish
 
 
 def _floats(text: str) -> list[float]:
@@ -125,7 +126,7 @@ def run(args) -> int:
     inputs = _check_arguments(args)
     source = source_entities(args.dwi)
     with OutputSet(args.out, f"{source}_life", command="life",
-                   fingerprint=command_fingerprint(args, inputs), wait=args.wait) as outputs:
+                   fingerprint=command_fingerprint(args, inputs), wait=args.wait, overwrite=args.overwrite) as outputs:
         if outputs.complete():
             print(f"connscale life: {args.out} already holds this run's complete output (same "
                   "input contents and parameters); nothing to do.")

@@ -65,7 +65,7 @@ def run(args) -> int:
     # set: written in a hidden staging folder under the set's lock, published
     # together with a manifest.
     with OutputSet(args.out, "pairs", command="pairs", fingerprint=fingerprint,
-                   wait=args.wait) as outputs:
+                   wait=args.wait, overwrite=args.overwrite) as outputs:
         return _run(args, names, outputs)
 
 

@@ -36,7 +36,8 @@ from connscale.cli._common import (
     add_compute_arguments,
     configure_logging,
 )
-from connscale.cli._sets import add_wait_argument, command_fingerprint, publish
+from connscale.cli._common import add_wait_argument
+from connscale.cli._sets import command_fingerprint, publish
 
 logger = logging.getLogger("connscale")
 
@@ -182,7 +183,7 @@ def run(args) -> int:
     inputs = [p for p in (args.input, args.mask) if p is not None]
     fingerprint = command_fingerprint(args, inputs)
     with OutputSet(args.out, "r1dl", command="r1dl", fingerprint=fingerprint,
-                   wait=args.wait) as outputs:
+                   wait=args.wait, overwrite=args.overwrite) as outputs:
         if outputs.complete():
             logger.info("r1dl: %s already holds this run's complete output (same input "
                         "content and parameters); nothing to do.", args.out)

@@ -161,6 +161,12 @@ class OutputSet:
         recorded in the manifest; :meth:`complete` compares against it.
     wait : bool, default=False
         Wait for another run holding this output instead of failing.
+    overwrite : bool, default=False
+        Replace a published set that was made with other parameters. Without
+        it such a set is never replaced silently: entering raises
+        FileExistsError naming the parameters that differ. A set made with
+        the same parameters from inputs that have changed since is
+        recomputed and replaced (resume is keyed on the inputs' content).
 
     Examples
     --------
@@ -173,13 +179,15 @@ class OutputSet:
     """
 
     def __init__(self, out_dir: str | os.PathLike, prefix: str, *, command: str,
-                 fingerprint: dict | None = None, wait: bool = False) -> None:
+                 fingerprint: dict | None = None, wait: bool = False,
+                 overwrite: bool = False) -> None:
         if not prefix or "/" in prefix or prefix.startswith("."):
             raise ValueError(f"prefix must be a plain file-name prefix; got {prefix!r}.")
         self.out_dir = Path(out_dir)
         self.prefix = prefix
         self.command = command
         self.fingerprint = fingerprint
+        self.overwrite = bool(overwrite)
         self.lock = OutputLock(self.out_dir / prefix, wait=wait)
         self.staging = self.out_dir / f".{prefix}.staging"
         self.published: list[Path] = []
@@ -189,6 +197,7 @@ class OutputSet:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.lock.acquire()
         try:
+            self._refuse_other_parameters()
             private_dir(self.staging)
         except BaseException:
             self.lock.release()
@@ -202,6 +211,26 @@ class OutputSet:
         except OSError:
             pass
         self.lock.release()
+
+    def _refuse_other_parameters(self) -> None:
+        """Raise FileExistsError when a published set of this prefix was made
+        with other parameters (and ``overwrite`` was not given)."""
+        if self.overwrite or self.fingerprint is None:
+            return
+        try:
+            manifest = read_manifest(self.out_dir, self.prefix, verify="none")
+        except IncompleteOutputError:
+            return
+        recorded = (manifest.get("fingerprint") or {}).get("parameters")
+        wanted = self.fingerprint.get("parameters")
+        if recorded is None or wanted is None or recorded == wanted:
+            return
+        keys = sorted(k for k in set(recorded) | set(wanted) if recorded.get(k) != wanted.get(k))
+        shown = ", ".join(f"{k}: {recorded.get(k)!r} -> {wanted.get(k)!r}" for k in keys[:4])
+        raise FileExistsError(
+            f"{self.out_dir} holds a '{self.prefix}' result made with other parameters ({shown}"
+            f"{', ...' if len(keys) > 4 else ''}); pass --overwrite (overwrite=True) to replace "
+            "it, or choose another output folder or name.")
 
     def _require_lock(self) -> None:
         if not self.lock.held:
