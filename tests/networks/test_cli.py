@@ -115,7 +115,8 @@ def test_cli_rerun_skips_complete_output(planted, tmp_path):
     assert _run(argv) == 0
     assert (out / "r1dl_loadings.npz").stat().st_mtime_ns == stamp  # not redone
     # Other parameters: never replaced silently; computed again on request.
-    assert _run([a if a != "0" else "1" for a in argv]) == 2  # --seed 1
+    with pytest.raises(FileExistsError, match=r"other parameters \(seed: 0 -> 1\)"):
+        _run([a if a != "0" else "1" for a in argv])  # --seed 1
     assert (out / "r1dl_loadings.npz").stat().st_mtime_ns == stamp
     assert _run([a if a != "0" else "1" for a in argv] + ["--overwrite"]) == 0
     assert (out / "r1dl_loadings.npz").stat().st_mtime_ns != stamp
