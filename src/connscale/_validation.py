@@ -18,6 +18,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 from pathlib import Path
@@ -28,6 +29,21 @@ import numpy as np
 # pairwise_dfc, the cohort jobs): with 2 points every Pearson r is +-1 (or
 # undefined), so 3 is the shortest window whose correlation says anything.
 MIN_WINDOW_LENGTH = 3
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` of ``warnings.warn`` that names the first caller
+    outside connscale (pandas' ``find_stack_level``): a fixed level drifts
+    whenever a wrapper (:func:`validate_params`) or a helper adds a frame.
+    Call it in the argument list of ``warnings.warn``."""
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level if frame is not None else 1
 
 
 def check_timeseries(

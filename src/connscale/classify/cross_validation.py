@@ -27,7 +27,7 @@ from numbers import Integral, Real
 import numpy as np
 
 from connscale._docs import fill_doc
-from connscale._validation import check_int, check_option, check_random_state
+from connscale._validation import check_int, check_option, check_random_state, user_stacklevel
 
 __all__ = ["METRICS", "build_pipeline", "clopper_pearson", "cross_validate"]
 
@@ -451,7 +451,7 @@ def cross_validate(
         warnings.warn(
             f"The {model} did not converge in {result['n_not_converged']} of "
             f"{len(fits)} folds; raise max_iter through model_params.",
-            RuntimeWarning, stacklevel=2)
+            RuntimeWarning, stacklevel=user_stacklevel())
 
     if permutation_test:
         from sklearn.model_selection import StratifiedKFold, permutation_test_score

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from connscale._docs import fill_doc
-from connscale._validation import check_int
+from connscale._validation import check_int, user_stacklevel
 from connscale.maps._prepare import as_map, normalized_series
 
 
@@ -73,7 +73,7 @@ def eigenvector_centrality(
         if change >= tol:
             warnings.warn(f"eigenvector_centrality did not converge in {max_iter} iterations "
                           f"(last change {change:.2e} > tol={tol:g}).", RuntimeWarning,
-                          stacklevel=2)
+                          stacklevel=user_stacklevel())
         full = torch.zeros(u.shape[0], dtype=torch.float64, device=u.device)
         full[~constant] = x.double()
     return as_map(full, constant)

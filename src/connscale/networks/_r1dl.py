@@ -44,7 +44,7 @@ from connscale._compute.memory import (
 )
 from connscale._docs import fill_doc
 from connscale._deprecation import DEPRECATED, renamed
-from connscale._validation import check_int, check_option, check_random_state
+from connscale._validation import check_int, check_option, check_random_state, user_stacklevel
 from connscale.io._fingerprint import (
     array_fingerprint,
     file_fingerprint,
@@ -567,14 +567,14 @@ def r1dl(
     if not converged.all():
         warnings.warn(
             f"{int((~converged).sum())} of {n_atoms} atoms reached max_iter={max_iter} "
-            f"before ‖u_new - u‖ < tol={tol}.", ConvergenceWarning, stacklevel=2)
+            f"before ‖u_new - u‖ < tol={tol}.", ConvergenceWarning, stacklevel=user_stacklevel())
     n_empty = sum(int(torch.count_nonzero(v)) == 0 for v in values)
     if n_empty:
         warnings.warn(
             f"{n_empty} of {n_atoms} atoms are empty (all loadings 0): nothing was left to "
             "explain. S is all zeros (or, with standardize=True, only constant columns), "
             "or the earlier atoms explain it fully; ask for fewer atoms.",
-            UserWarning, stacklevel=2)
+            UserWarning, stacklevel=user_stacklevel())
     np_dtype = numpy_dtype(torch_dtype)
     return R1DLResult(
         dictionary=U.detach().cpu().numpy().astype(np_dtype, copy=False),

@@ -24,7 +24,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from connscale._compute import resolve_device
 from connscale._docs import fill_doc
-from connscale._validation import check_int, check_option, check_random_state
+from connscale._validation import check_int, check_option, check_random_state, user_stacklevel
 from connscale.states import _kmeans as km
 from connscale.states._features import StateFeatures, state_features
 
@@ -169,7 +169,7 @@ def _cluster(x: torch.Tensor, owned: bool, offsets: np.ndarray, arrays, *, n_sta
         if chosen.size < n_states:
             warnings.warn(
                 f"Only {chosen.size} exemplar windows for {n_states} states; clustering all "
-                "windows from k-means++ seeds instead.", RuntimeWarning, stacklevel=3)
+                "windows from k-means++ seeds instead.", RuntimeWarning, stacklevel=user_stacklevel())
             exemplars = False
     if exemplars:
         index = torch.as_tensor(chosen, device=x.device)
