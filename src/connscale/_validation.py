@@ -337,6 +337,22 @@ class StrOptions(Options):
         super().__init__(str, options)
 
 
+class SequenceOf(_Constraint):
+    """A non-empty list, tuple or 1-D array whose every item satisfies
+    ``item`` (e.g. several thresholds computed in one pass)."""
+
+    def __init__(self, item: _Constraint):
+        self.item = item
+
+    def is_satisfied_by(self, value) -> bool:
+        if not isinstance(value, (list, tuple, np.ndarray)) or np.ndim(value) != 1:
+            return False
+        return len(value) > 0 and all(self.item.is_satisfied_by(v) for v in value)
+
+    def __str__(self) -> str:
+        return f"a non-empty sequence, each {self.item}"
+
+
 class _InstanceOf(_Constraint):
     def __init__(self, kind):
         self.kind = kind
