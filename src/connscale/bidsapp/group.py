@@ -23,10 +23,12 @@ import logging
 import os
 from collections import defaultdict
 from dataclasses import dataclass
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
 
+from connscale._validation import Interval, validate_params
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic
 from connscale.io._publish import read_manifest
@@ -122,6 +124,16 @@ def _read_participants(path: Path, target: str) -> dict[str, str]:
     return out
 
 
+@validate_params({
+    "output": ["path"],
+    "atlas_name": [str, None],
+    "strategy": [str, None],
+    "participants": ["path", None],
+    "target": [str, None],
+    "folds": [Interval(Integral, 2, None, closed="left")],
+    "repeats": [Interval(Integral, 1, None, closed="left")],
+    "random_state": ["random_state"],
+})
 def run_group(output, *, atlas_name: str | None = None, strategy: str | None = None,
               participants=None, target: str | None = None, folds: int = 5,
               repeats: int = 10, random_state: int | None = 0) -> GroupResult:
