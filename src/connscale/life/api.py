@@ -18,6 +18,7 @@ from connscale._deprecation import DEPRECATED, renamed
 from connscale._docs import fill_doc
 from connscale._validation import (
     Interval,
+    SequenceOf,
     StrOptions,
     skip_nested_validation,
     validate_estimator_params,
@@ -333,6 +334,7 @@ _PARAMETER_CONSTRAINTS = {
     "memory_limit": ["memory", None],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
+    "lambdas": [SequenceOf(Interval(Real, 0, None, closed="left")), None],
 }
 _SOLVE_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "verbose", "checkpoint_every")
 _ESTIMATOR_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "formulation", "device", "dtype",

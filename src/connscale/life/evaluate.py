@@ -5,12 +5,13 @@ evidence by virtual lesion, and a λ sweep."""
 from __future__ import annotations
 
 import dataclasses
+from numbers import Real
 
 import numpy as np
 import torch
 
 from connscale._deprecation import DEPRECATED, renamed
-from connscale._validation import check_random_state
+from connscale._validation import Interval, SequenceOf, check_random_state, validate_params
 from connscale.life.encode import LiFEModel, canonical_dictionary
 from connscale.life.operators import LiFEOperator
 
@@ -199,6 +200,7 @@ def strength_of_evidence(model: LiFEModel, weights_kept, fibres, *, n_boot: int 
             "rmse_nolesion": r_no, "n_voxels": n}
 
 
+@validate_params({"lams": [SequenceOf(Interval(Real, 0, None, closed="left"))]})
 def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, max_iter: int = 500, tol=1e-5,
                  random_state=None, verbose: int = 0, operator_options=None, checkpoint=None,
                  checkpoint_every: int = 50, n_iter=DEPRECATED) -> list[dict]:
@@ -214,8 +216,6 @@ def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, max_iter: int = 50
 
     max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     lams = [float(x) for x in lams]
-    if not lams or any(not np.isfinite(x) or x < 0 for x in lams):
-        raise ValueError(f"'lams' must be a non-empty list of finite values ≥ 0; got {lams}.")
     if data_repeat is None:
         da, db = split_directions(model, random_state=random_state)
         ma, mb = submodel(model, da), submodel(model, db)
