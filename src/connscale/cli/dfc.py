@@ -89,7 +89,7 @@ def run(args) -> int:
             timeseries, labels, nodes, _ = load_input(args)
         n_timepoints, n = timeseries.shape
         logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
-        window, step, t_r = resolve_window(args, args.input, n_timepoints)
+        window, step, t_r = resolve_window(args, args.input)
         taper = "" if args.taper == "rectangular" else f"_taper-{args.taper}"
         name = f"{source}_kind-{kind}_window-{window}_step-{step}{taper}_dfc.h5"
         path = Path(args.out) / name
