@@ -163,7 +163,7 @@ def table1(args, device, d2h, rows_out):
             row = {"table": "I", "N": n, "T": t, "w": w, "windows": k, "out_GB": out_bytes / 1e9,
                    "seconds": seconds, "out_GBps": out_bytes / seconds / 1e9,
                    "floor_s": floor, "ratio_to_floor": seconds / floor,
-                   "gemm_TFLOPs": rate / 1e12, "batch": result.plan["batch"],
+                   "gemm_TFLOPs": rate / 1e12, "batch": result.plan.batch,
                    "paper_K40_s": PAPER_TABLE1.get((n, w)),
                    "paper_cpu_s": PAPER_TABLE1_CPU.get((n, w))}
             peer = PEER_H100.get(("triu", n, w))
@@ -219,7 +219,7 @@ def table2(args, device, d2h, rows_out):
                    "kept_fraction": float((out_bytes - k * (n + 1) * 8) / 8 / (k * n_pairs(n))),
                    "out_GB": out_bytes / 1e9, "seconds": seconds, "floor_s": floor,
                    "ratio_to_floor": seconds / floor, "gemm_TFLOPs": rate / 1e12,
-                   "tile_rows": result.plan["tile_rows"], "sparse_method": _sparse_cuda.METHOD,
+                   "tile_rows": result.plan.block_rows, "sparse_method": _sparse_cuda.METHOD,
                    # False: the buffer was too small, later windows went to fresh arrays
                    "all_in_host_buffer": bool(np.shares_memory(result._backend.sparse[-1][0],
                                                                arena.numpy())),

@@ -176,7 +176,7 @@ def main(argv=None):
                 _print(f"  fused Triton degree {key[6:-2]}: {seconds:.3f} s "
                        f"({seconds / floor:.2f}x floor); mean degree "
                        f"{counts.double().mean(1).tolist()}")
-            stored_rows = _tiles.plan_block_rows_stored(args.n, 0, 12 << 30, item=4)
+            stored_rows = _tiles.plan_block_rows_stored(args.n, 0, 12 << 30, item=4).block_rows
             for block_m, block_n, warps in block_configs:
                 seconds, (counts, sums) = timed(
                     lambda: _tiles.degree_blocks_triton(u, thr, absolute=False, weighted=True,
@@ -191,7 +191,7 @@ def main(argv=None):
                        f"overlapped: {seconds:.3f} s ({seconds / floor:.2f}x floor); relative "
                        f"count difference to the first method {agree:.1e}; mean degree "
                        f"{counts.double().mean(1).tolist()}")
-        torch_rows = _tiles.plan_block_rows(args.n, 0, 8 << 30, item=4, device=device)
+        torch_rows = _tiles.plan_block_rows(args.n, 0, 8 << 30, item=4, device=device).block_rows
         seconds, (counts, sums) = timed(
             lambda: _tiles.degree_torch(u, thr, absolute=False, weighted=True,
                                         block_rows=torch_rows),

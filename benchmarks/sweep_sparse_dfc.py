@@ -117,7 +117,7 @@ def main():
                           "floor_s": round(floor, 4), "ratio": round(seconds / floor, 3),
                           "gemm_TFLOPs": round(rate / 1e12, 2), "windows": k,
                           "nnz_last": result[k - 1].nnz,
-                          "tile_rows": result.plan["tile_rows"]}), flush=True)
+                          "tile_rows": result.plan.block_rows}), flush=True)
         del result
 
 

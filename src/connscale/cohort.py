@@ -8,7 +8,10 @@ each input file (one scan) is one task, named after its BIDS entities
 Each task loads its own input where it runs, computes the job, writes one
 output file atomically (temporary name, then rename) and returns a record;
 an exception is caught in the task and returned as an error record, so a
-bad input never stops the others. Outputs that exist and were made with the
+bad input never stops the others. A scan whose task kills its worker
+process (a segfault, the out-of-memory killer, ``os._exit``) is tried
+``1 + retries`` times on every engine, then recorded as failed
+(``WorkerLost: ...``) while the other scans go on. Outputs that exist and were made with the
 same job and parameters are skipped (resume after a crash); leftover
 temporary files of interrupted writes are removed. ``cohort_report.json``
 (every record) and ``cohort_errors.tsv`` (failures only) are rewritten
@@ -56,7 +59,7 @@ from connscale._validation import (
     validate_parameter_values,
     validate_params,
 )
-from connscale.engines import ENGINES, Engine, get_engine
+from connscale.engines import ENGINES, Engine, TaskFailure, get_engine
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io._lock import OutputLock, is_locked
 
@@ -104,7 +107,11 @@ class CohortItem:
 
 @dataclass
 class CohortTask:
-    """Everything a worker needs to run one item (picklable)."""
+    """Everything a worker needs to run one item (picklable).
+
+    ``function`` is the job's ``'module:function'``, resolved by the driver:
+    the worker imports it and does not consult its own :data:`JOBS`.
+    """
 
     item: CohortItem
     job: str
@@ -112,6 +119,7 @@ class CohortTask:
     output: Path
     key: str
     threads: int
+    function: str
     fingerprint: str = ""
 
 
@@ -324,12 +332,9 @@ def _load_item(path: Path, params: dict):
 
 
 def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
-    import h5py
-    import numpy as np
-
     from connscale.fc.pairs import pair_summary, pairwise_dfc
-    from connscale.io._atomic import atomic_path, check_free_space
-    from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
+    from connscale.io._atomic import check_free_space
+    from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
 
     result = pairwise_dfc(timeseries[None], params["window_length"], params["step"],
                           device=params["device"], dtype=params["dtype"],
@@ -337,28 +342,12 @@ def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> d
     summary = pair_summary(result.courses, threshold=params["threshold"])
     with OutputLock(output):
         check_free_space(output.parent, result.courses.nbytes, what=output.name)
-        with atomic_path(output) as tmp:
-            h5 = create_h5(tmp, overwrite_own=True)
-            try:
-                with h5_errors(output):
-                    h5.create_dataset("courses", data=result.courses[0], track_times=False)
-                    h5.create_dataset("pairs", data=result.pairs, track_times=False)
-                    h5.create_dataset("window_onsets", data=result.window_starts,
-                                      track_times=False)
-                    for stat in ("mean", "std", "fraction_above"):
-                        h5.create_dataset(f"summary/{stat}", data=getattr(summary, stat)[0],
-                                          track_times=False)
-                    if labels is not None:
-                        h5.create_dataset("labels", data=np.asarray(labels, dtype=object),
-                                          dtype=h5py.string_dtype(), track_times=False)
-                    h5.attrs.update({"window_length": result.window_length,
-                                     "step": result.step, "threshold": summary.threshold,
-                                     "n_constant": result.n_constant, **attrs})
-                flush_h5(h5, output)
-                with h5_errors(output):
-                    h5.attrs["complete"] = True  # last, once the data are written
-            finally:
-                close_h5(h5, output)
+        write_pairs_h5(output, courses=result.courses[0], pairs=result.pairs,
+                       window_onsets=result.window_starts, window_length=result.window_length,
+                       step=result.step,
+                       summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
+                       threshold=summary.threshold, labels=labels,
+                       n_constant=result.n_constant, attrs=attrs)
     return {"n_regions": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
             "n_windows": int(result.window_starts.size)}
 
@@ -388,8 +377,8 @@ def _job_dfc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dic
             "n_windows": n_windows}
 
 
-def _job_function(job: str):
-    module, name = JOBS[job].function.split(":")
+def _job_function(function: str):
+    module, name = function.split(":")
     return getattr(importlib.import_module(module), name)
 
 
@@ -441,9 +430,9 @@ def _is_complete(output: Path, job: str, fingerprint: str) -> bool:
             if recorded != fingerprint:
                 return False
             if job == "dfc":
-                from connscale.fc.dynamic_result import FORMAT
+                from connscale.io.dfc import is_dfc_store
 
-                return h5.attrs.get("format") == FORMAT and bool(h5["done"][...].all())
+                return is_dfc_store(h5.attrs) and bool(h5["done"][...].all())
             return bool(h5.attrs.get("complete", False))
     except OSError:
         raise foreign from None
@@ -480,7 +469,7 @@ def run_task(task: CohortTask) -> dict:
         attrs = {"source": str(task.item.path), "cohort_job": task.key,
                  "cohort_fingerprint": task.fingerprint}
         params = _params_after_loading(task.params, timeseries)
-        details = _job_function(task.job)(timeseries, labels, params, task.output, attrs)
+        details = _job_function(task.function)(timeseries, labels, params, task.output, attrs)
         record.update(status="ok", **details)
     except Exception as exc:  # noqa: BLE001 - reported per subject, not raised
         record.update(status="error", error=f"{type(exc).__name__}: {exc}",
@@ -510,6 +499,15 @@ def _remove_stale_temporaries(output: Path) -> int:
             tmp.unlink(missing_ok=True)
             removed += 1
     return removed
+
+
+def _lost_record(task: CohortTask, failure: TaskFailure) -> dict:
+    """The error record of a task that the engine gave up on (its worker died)."""
+    kind = "WorkerLost" if failure.worker_lost else "TaskFailed"
+    return {"name": task.item.name, "subject": task.item.subject,
+            "input": str(task.item.path), "output": str(task.output), "status": "error",
+            "error": f"{kind}: {failure.reason}", "traceback": "",
+            "attempts": failure.attempts, "seconds": None}
 
 
 def _write_reports(out_dir: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
@@ -549,6 +547,7 @@ def run_cohort(
     cluster=None,
     n_jobs: int | None = None,
     retries: int = 1,
+    dashboard_address: str | None = None,
     threads_per_task: int = 1,
     batch_size: int | None = None,
     overwrite: bool = False,
@@ -585,8 +584,15 @@ def run_cohort(
     n_jobs : int or None
         Worker processes / cores (None: all).
     retries : int, default=1
-        Retries of a task whose worker failed (errors inside a job are
-        reported, not retried).
+        A scan whose worker process dies while running it (killed,
+        segfault, out of memory) is tried ``1 + retries`` times, then
+        recorded as failed (``WorkerLost: ...``) and the others go on. An
+        exception raised by the job itself (a bad input, an invalid
+        parameter) is recorded at once and not retried: it is
+        deterministic, so a retry would redo the work to fail the same way.
+    dashboard_address : str or None, default=None
+        ``engine='dask'`` without ``cluster``: where the LocalCluster's
+        dashboard listens (e.g. ``'127.0.0.1:8787'``); None starts none.
     threads_per_task : int, default=1
         torch threads inside each task (also makes results independent of
         the engine).
@@ -621,12 +627,14 @@ def run_cohort(
     out_dir.mkdir(parents=True, exist_ok=True)
     with OutputLock(out_dir / "cohort_run", wait=wait):
         return _run_cohort(inputs, job, out_dir, params=params, engine=engine, cluster=cluster,
-                           n_jobs=n_jobs, retries=retries, threads_per_task=threads_per_task,
-                           batch_size=batch_size, overwrite=overwrite, verbose=verbose)
+                           n_jobs=n_jobs, retries=retries, dashboard_address=dashboard_address,
+                           threads_per_task=threads_per_task, batch_size=batch_size,
+                           overwrite=overwrite, verbose=verbose)
 
 
 def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_jobs, retries,
-                threads_per_task, batch_size, overwrite, verbose) -> CohortReport:
+                dashboard_address, threads_per_task, batch_size, overwrite,
+                verbose) -> CohortReport:
     """:func:`run_cohort`, under the lock of ``out_dir``."""
     from tqdm.auto import tqdm
 
@@ -653,7 +661,7 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
             records[index] = {**base, "status": "skipped", "seconds": 0.0}
         else:
             todo.append((index, CohortTask(item, job, params, output, key, threads_per_task,
-                                           fingerprint)))
+                                           JOBS[job].function, fingerprint)))
     logger.info("cohort: %d scans, %d to run, %d complete", len(items), len(todo),
                 len(items) - len(todo))
 
@@ -663,7 +671,8 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
     active = None
     try:
         if todo:
-            active = get_engine(engine, cluster=cluster, n_jobs=n_jobs, retries=retries) \
+            active = get_engine(engine, cluster=cluster, n_jobs=n_jobs, retries=retries,
+                                dashboard_address=dashboard_address) \
                 if own_engine else engine
             meta["engine"] = repr(active)
             workers = getattr(active, "n_jobs", 1) or 1
@@ -672,7 +681,10 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
                       desc=f"cohort {job}", disable=not verbose) as bar:
                 for first in range(0, len(todo), size):
                     batch = todo[first:first + size]
-                    for (index, _), record in zip(batch, active.map(run_task, [t for _, t in batch])):
+                    outcomes = active.map(run_task, [t for _, t in batch], errors="return")
+                    for (index, task), record in zip(batch, outcomes):
+                        if isinstance(record, TaskFailure):
+                            record = _lost_record(task, record)
                         records[index] = record
                         if record["status"] == "error":
                             logger.warning("cohort: %s failed: %s", record["name"], record["error"])

@@ -60,3 +60,49 @@ def exit_once(marker: str) -> str:
 def block_gram_exit_once(block: np.ndarray, marker: str) -> np.ndarray:
     exit_once(marker)
     return block_gram(block)
+
+
+def count_attempt(log: str) -> int:
+    """Append one line to ``log`` (a file); return how many it holds now."""
+    import os
+
+    with open(log, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    with open(log) as f:
+        return len(f.read().splitlines())
+
+
+def exit_if_bad(item: tuple[str, str]) -> str:
+    """``item = (name, attempts_log)``: count the attempt; 'bad...' kills its worker."""
+    import os
+
+    name, log = item
+    count_attempt(log)
+    if name.startswith("bad"):
+        os._exit(3)
+    return name
+
+
+def raise_if_bad(item: tuple[str, str]) -> str:
+    """``item = (name, attempts_log)``: count the attempt; 'bad...' raises."""
+    name, log = item
+    count_attempt(log)
+    if name.startswith("bad"):
+        raise ValueError(f"{name} is bad")
+    return name
+
+
+def fc_or_exit(timeseries, labels, params, output, attrs) -> dict:
+    """The cohort's 'fc' job, except that a scan named '*crash*' kills its worker.
+
+    Each attempt at a crashing scan appends a line to ``<input>.attempts``.
+    """
+    import os
+
+    from connscale.cohort import _job_fc
+
+    source = Path(attrs["source"])
+    if "crash" in source.name:
+        count_attempt(str(source.with_name(source.name + ".attempts")))
+        os._exit(3)
+    return _job_fc(timeseries, labels, params, output, attrs)

@@ -111,6 +111,10 @@ def test_get_engine_errors():
         get_engine("local", n_jobs=0)
     with pytest.raises(ValueError, match="'retries' must be >= 0"):
         get_engine("local", retries=-1)
+    with pytest.raises(ValueError, match="'dashboard_address' is only used by the 'dask'"):
+        get_engine("local", dashboard_address="127.0.0.1:8787")
+    with pytest.raises(ValueError, match="'errors' must be one of"):
+        SerialEngine().map(ef.item_stats, [], errors="ignore")
     assert isinstance(get_engine("serial"), SerialEngine)
 
 

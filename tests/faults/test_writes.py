@@ -359,7 +359,7 @@ def test_killed_dfc_resumes_to_the_uninterrupted_result(tmp_path, seed):
     # or between windows.
     kill_at = int(np.random.default_rng(seed).integers(2, 2 * n_windows))
     killed = run_killed([*argv, "--out", tmp_path / "out"],
-                        "connscale.fc.dynamic_result:flush_h5", kill_at)
+                        "connscale.io.dfc:flush_h5", kill_at)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     name = "sub-01_kind-triu_window-10_step-2_dfc.h5"
     assert not (tmp_path / "out" / name).exists()
@@ -403,7 +403,7 @@ def test_killed_cohort_resumes_to_the_uninterrupted_result(tmp_path):
     windows = 9 * 3  # per scan (40 - 8) // 4 + 1
     kill_at = int(np.random.default_rng(2).integers(2, windows))
     killed = run_killed([*argv, "--out", tmp_path / "out"],
-                        "connscale.fc.dynamic_result:HDF5Backend.write", kill_at)
+                        "connscale.io.dfc:HDF5Backend.write", kill_at)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert main([*map(str, argv), "--out", str(tmp_path / "out")]) == 0
     assert main([*map(str, argv), "--out", str(tmp_path / "ref")]) == 0
@@ -424,7 +424,7 @@ def test_second_run_into_the_same_output_fails_naming_the_first(tmp_path, comman
         series(path, 60, 250)
         argv = ["dfc", path, "--window", "10", "--step", "5", "--device", "cpu", "-q",
                 "--out", tmp_path / "out"]
-        spec = "connscale.fc.dynamic_result:HDF5Backend.write"
+        spec = "connscale.io.dfc:HDF5Backend.write"
     else:
         series(path, 30, 1100)
         argv = ["fc", path, "--kind", "triu", "--device", "cpu", "-q", "--out", tmp_path / "out"]
@@ -547,7 +547,7 @@ def test_fc_refuses_a_foreign_file_at_its_output_name(tmp_path, capsys):
 
 def test_load_dynamic_refuses_unfinished_windows(tmp_path, monkeypatch):
     from connscale import dynamic_correlation, load_dynamic
-    from connscale.fc.dynamic_result import HDF5Backend, partial_path
+    from connscale.io.dfc import HDF5Backend, partial_path
     from connscale.io._publish import IncompleteOutputError
 
     x = np.random.default_rng(0).standard_normal((40, 6))
@@ -572,7 +572,7 @@ def test_load_dynamic_refuses_unfinished_windows(tmp_path, monkeypatch):
 def test_planted_links_are_refused_and_nothing_is_written_outside(tmp_path, capsys):
     from connscale import dynamic_correlation
     from connscale.cohort import run_cohort
-    from connscale.fc.dynamic_result import partial_path
+    from connscale.io.dfc import partial_path
 
     outside = tmp_path / "outside"
     outside.mkdir()

@@ -7,6 +7,7 @@ tiles computed from the same row blocks. Prints 'ok' when every check passes."""
 import numpy as np
 import torch
 
+from connscale._compute.device import use_triton
 from connscale.fc import _tiles
 from connscale.fc.normalize import normalize_series
 from connscale.fc.sparse import keep_mask, compact_tile
@@ -55,7 +56,7 @@ def main():
         + rng.standard_normal((40, 200))
     x[:, 17] = 1.5  # a constant series: NaN row and column, never kept
     u, _ = normalize_series(torch.from_numpy(x), dtype=torch.float32)
-    assert _tiles.triton_usable(u), "the interpreter is not active"
+    assert use_triton(u, float32=True), "the interpreter is not active"
     pairs = 200 * 199 // 2
     for threshold, absolute, block_rows in ((0.3, False, 64), (0.3, True, 128),
                                             (-0.2, False, 200), (0.5, True, 64)):

@@ -10,7 +10,8 @@ from numpy.testing import assert_allclose, assert_array_equal
 import connscale
 from connscale.fc import dynamic as dynamic_module
 from connscale.fc.dynamic import dynamic_correlation, n_windows, window_starts
-from connscale.fc.dynamic_result import HDF5Backend, load_dynamic, partial_path
+from connscale.fc.dynamic_result import load_dynamic
+from connscale.io.dfc import HDF5Backend, partial_path
 from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.sparse import dense_thresholded
 
@@ -74,9 +75,9 @@ def test_tiled_and_batched_runs_agree(kind, extra, limit):
     n = 50
     x = np.random.default_rng(1).standard_normal((40, n))
     whole = dynamic_correlation(x, 12, 4, kind=kind, device="cpu", **extra)
-    assert whole.plan["batch"] > 1 and whole.plan["tile_rows"] == n
+    assert whole.plan.batch > 1 and whole.plan.block_rows == n
     tiled = dynamic_correlation(x, 12, 4, kind=kind, device="cpu", memory_limit=limit, **extra)
-    assert tiled.plan["tile_rows"] < n
+    assert tiled.plan.block_rows < n
     for i in range(len(whole)):
         assert_allclose(tiled.to_dense(i), whole.to_dense(i), atol=1e-6)
 
@@ -392,7 +393,7 @@ def test_deferred_copy_path_gives_the_same_windows(monkeypatch, tmp_path, kind, 
     monkeypatch.setattr(dynamic_module, "_MAX_BATCH", 4)  # several batches in flight
     buffer = torch.zeros(1 << 20, dtype=torch.uint8) if with_buffer else None
     result = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", host_buffer=buffer, **extra)
-    assert result.plan["batch"] == 4
+    assert result.plan.batch == 4
     on_disk = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", out=tmp_path / "a.h5",
                                   **extra)
     for i in range(len(reference)):

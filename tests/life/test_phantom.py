@@ -9,7 +9,7 @@ import pytest
 from connscale import life
 from connscale.datasets.phantom import simulate_life_phantom
 from connscale.life.encode import build_model
-from connscale.life.evaluate import lambda_sweep, split_rmse
+from connscale.life import lambda_sweep, split_rmse
 
 
 @pytest.fixture(scope="module")

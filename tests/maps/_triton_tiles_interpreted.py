@@ -5,6 +5,7 @@ float64 numpy reference. Prints 'ok' when every check passes."""
 import numpy as np
 import torch
 
+from connscale._compute.device import use_triton
 from connscale.fc import _tiles
 from connscale.fc.normalize import normalize_series
 
@@ -18,7 +19,7 @@ def main():
     x = simulated(n_timepoints=40, n_series=150, seed=5)
     x[:, 9] = 2.0  # a constant series: NaN row, never counted
     u, constant = normalize_series(torch.from_numpy(x), dtype=torch.float32)
-    assert _tiles.triton_usable(u), "the interpreter is not active"
+    assert use_triton(u, float32=True), "the interpreter is not active"
     keep = ~constant.numpy()
     for absolute in (False, True):
         thresholds = [0.1, 0.4] if absolute else [-0.2, 0.1, 0.4]

@@ -57,8 +57,9 @@ def test_tile_pairs_cover_the_upper_triangle_once():
 
 def test_plan_block_rows_follows_the_budget():
     cpu = torch.device("cpu")
-    assert _tiles.plan_block_rows(1000, 0, 10**9, item=4, device=cpu) == 1000
-    assert _tiles.plan_block_rows(1000, 10**5, 10**5 + 13_000 * 10, item=4, device=cpu) == 10
+    assert _tiles.plan_block_rows(1000, 0, 10**9, item=4, device=cpu).block_rows == 1000
+    plan = _tiles.plan_block_rows(1000, 10**5, 10**5 + 13_000 * 10, item=4, device=cpu)
+    assert plan.block_rows == 10
     with pytest.raises(ValueError, match="at least"):
         _tiles.plan_block_rows(1000, 10**5, 10**5 + 100, item=4, device=cpu)
 

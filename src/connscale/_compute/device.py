@@ -1,12 +1,54 @@
-"""Resolve ``device`` and ``dtype`` arguments to torch objects."""
+"""Resolve ``device`` and ``dtype`` arguments to torch objects, and choose
+between the Triton kernels and their pure-torch fallbacks (:func:`use_triton`)."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 import numpy as np
 import torch
+
+try:  # pragma: no cover - depends on the machine
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+
+    HAS_TRITON = True
+except ImportError:  # pragma: no cover - CPU machines without triton
+    HAS_TRITON = False
+
+
+def use_triton(where: torch.Tensor | torch.device, *, float32: bool = False,
+               interpreted: bool = True) -> bool:
+    """Whether a Triton kernel, rather than its pure-torch fallback, runs on
+    ``where``: the one place where connscale chooses.
+
+    Parameters
+    ----------
+    where : torch.Tensor or torch.device
+        The tensor (or device) the kernel would run on.
+    float32 : bool, default=False
+        The kernel takes float32 only (``where`` must then be a tensor).
+    interpreted : bool, default=True
+        The kernel may also run on the CPU under Triton's interpreter
+        (``TRITON_INTERPRET=1``, for the CPU tests of the kernels).
+
+    Returns
+    -------
+    bool
+        True when Triton imports and ``where`` is on CUDA (or on the CPU
+        under the interpreter), in float32 when asked.
+    """
+    if not HAS_TRITON:
+        return False
+    device = where if isinstance(where, torch.device) else where.device
+    if float32 and where.dtype != torch.float32:
+        return False
+    if device.type == "cuda":
+        return True
+    return interpreted and os.environ.get("TRITON_INTERPRET", "0") == "1"
+
 
 _DTYPES = {
     "float32": torch.float32,

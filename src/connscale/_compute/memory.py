@@ -125,6 +125,9 @@ def host_budget(memory_limit: int | str | None = None, *, fraction: float = 0.9)
     return budget if limit is None else min(budget, limit)
 
 
+_host_budget = host_budget  # MemoryPlanner's parameter of the same name shadows it
+
+
 class MemoryLimitError(ValueError, MemoryError):
     """A computation needs more memory than its budget allows.
 
@@ -183,7 +186,9 @@ class MemoryMeter:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """How a computation will be split, for logs and reports.
+    """How a computation will be split: the one plan type of every planner
+    (static rounds, dynamic window batches, pair chunks, r1DL's operator,
+    the maps' row blocks), for the run, logs and reports.
 
     Attributes
     ----------
@@ -192,11 +197,21 @@ class MemoryPlan:
     host_budget : int
         Bytes the result may use in host memory.
     block_rows : int
-        Rows per round (B in Fast-GPU-PCC).
+        Rows per round or tile (B in Fast-GPU-PCC; voxels per block for r1DL).
     n_rounds : int
-        Number of rounds.
+        Number of rounds (row blocks, or batches of windows or scans).
     out_of_core : bool
         True when the result is streamed to disk rather than kept in memory.
+    batch : int, default=1
+        Windows (dynamic) or scans (pairs) per batched GEMM.
+    windows_per_batch : int or None
+        Pairs: windows of each scan per batch.
+    storage : str or None
+        r1DL: where S is kept between passes ('device', 'host' or 'file').
+    device_bytes : int, default=0
+        Bytes counted as staying on the device (the normalised series, ...).
+    host_bytes : int, default=0
+        Bytes counted in host memory: the in-memory result, pinned buffers.
     """
 
     device_budget: int
@@ -204,12 +219,120 @@ class MemoryPlan:
     block_rows: int
     n_rounds: int
     out_of_core: bool
+    batch: int = 1
+    windows_per_batch: int | None = None
+    storage: str | None = None
+    device_bytes: int = 0
+    host_bytes: int = 0
 
     def as_dict(self) -> dict:
+        """The plan as JSON-ready values (the keys of the run logs)."""
         return {
             "device_budget_bytes": self.device_budget,
             "host_budget_bytes": self.host_budget,
             "block_rows": self.block_rows,
             "n_rounds": self.n_rounds,
             "out_of_core": self.out_of_core,
+            "batch": self.batch,
+            "windows_per_batch": self.windows_per_batch,
+            "storage": self.storage,
+            "device_bytes": self.device_bytes,
+            "host_bytes": self.host_bytes,
         }
+
+
+class MemoryPlanner:
+    """The one memory planner: counts what a computation will allocate -
+    on the device, in host memory (the result, pinned staging) - against
+    the budgets that ``memory_limit`` gives, before it is allocated, and
+    returns the :class:`MemoryPlan` it followed.
+
+    On the CPU the device *is* host memory: bytes counted on the host are
+    taken from the device budget too.
+
+    Parameters
+    ----------
+    device : torch.device
+    memory_limit : int, str or None
+        The user's limit (for both budgets and for messages).
+    hint : str
+        What to do when something does not fit (for messages).
+    device_budget, host_budget : int, optional
+        Budgets to use instead of :func:`memory_budget` and :func:`host_budget`.
+    """
+
+    def __init__(self, device, memory_limit=None, *, hint: str = "Raise memory_limit.",
+                 device_budget: int | None = None, host_budget: int | None = None) -> None:
+        self.device = device
+        self.memory_limit = memory_limit
+        self.hint = hint
+        self.device_budget = int(memory_budget(device, memory_limit) if device_budget is None
+                                 else device_budget)
+        self.host_budget = int(_host_budget(memory_limit) if host_budget is None
+                               else host_budget)
+        self.device_bytes = 0
+        self.host_bytes = 0
+
+    @property
+    def shared(self) -> bool:
+        """Whether device and host memory are the same (the CPU)."""
+        return self.device.type == "cpu"
+
+    @property
+    def device_left(self) -> int:
+        """Device bytes not yet counted."""
+        return self.device_budget - self.device_bytes
+
+    @property
+    def host_left(self) -> int:
+        """Host bytes not yet counted."""
+        return self.host_budget - self.host_bytes
+
+    def reserve_device(self, nbytes: int) -> None:
+        """Count ``nbytes`` that stay on the device (checked by :meth:`require`
+        and :meth:`fit`)."""
+        self.device_bytes += int(nbytes)
+
+    def reserve_host(self, nbytes: int) -> None:
+        """Count ``nbytes`` of host memory (the result, pinned buffers); on the
+        CPU they come out of the device budget as well."""
+        self.host_bytes += int(nbytes)
+        if self.shared:
+            self.device_bytes += int(nbytes)
+
+    def error(self, what: str, needed: int, *, budget: int | None = None,
+              hint: str | None = None) -> MemoryLimitError:
+        """A :class:`MemoryLimitError`: ``what`` needs ``needed`` bytes of the
+        device budget (or ``budget``)."""
+        return limit_error(what, needed, self.device_budget if budget is None else budget,
+                           self.memory_limit, self.hint if hint is None else hint)
+
+    def require(self, nbytes: int, what: str, *, on: str = "device") -> None:
+        """Raise :class:`MemoryLimitError` unless what is counted plus ``nbytes``
+        fits the device (``on='device'``) or host (``on='host'``) budget."""
+        used, budget = ((self.device_bytes, self.device_budget) if on == "device"
+                        else (self.host_bytes, self.host_budget))
+        if used + nbytes > budget:
+            raise self.error(what, used + nbytes, budget=budget)
+
+    def fit(self, per_item: int, what: str, *, at_most: int | None = None,
+            left: int | None = None) -> int:
+        """How many items of ``per_item`` bytes fit in what is left of the
+        device budget (or in ``left`` bytes), at most ``at_most``; raise
+        :class:`MemoryLimitError` naming ``what`` when not even one does."""
+        room = self.device_left if left is None else left
+        count = max(room, 0) // max(int(per_item), 1)
+        if at_most is not None:
+            count = min(count, at_most)
+        if count < 1:
+            raise self.error(what, self.device_bytes + per_item)
+        return int(count)
+
+    def plan(self, *, block_rows: int, n_rounds: int, out_of_core: bool = False,
+             host_budget: int | None = None, **fields) -> MemoryPlan:
+        """The :class:`MemoryPlan` of this planner's budgets and counts."""
+        return MemoryPlan(
+            device_budget=int(self.device_budget),
+            host_budget=int(self.host_budget if host_budget is None else host_budget),
+            block_rows=int(block_rows), n_rounds=int(n_rounds), out_of_core=bool(out_of_core),
+            device_bytes=int(self.device_bytes), host_bytes=int(self.host_bytes), **fields)

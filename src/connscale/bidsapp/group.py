@@ -18,7 +18,6 @@ participant, so runs of one participant never sit on both sides of a fold).
 
 from __future__ import annotations
 
-import csv
 import logging
 import os
 from collections import defaultdict
@@ -32,7 +31,7 @@ from connscale._validation import Interval, validate_params
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic
 from connscale.io._publish import read_manifest
-from connscale.io.bids import bids_name, parse_bids_name
+from connscale.io.bids import bids_name, parse_bids_name, read_participants
 
 __all__ = ["GroupResult", "find_participant_outputs", "run_group"]
 
@@ -104,24 +103,6 @@ def find_participant_outputs(output, *, atlas_name: str | None = None,
 
 def _fisher(r: np.ndarray) -> np.ndarray:
     return np.arctanh(np.clip(r, -1 + 1e-7, 1 - 1e-7))
-
-
-def _read_participants(path: Path, target: str) -> dict[str, str]:
-    with open(path, newline="") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
-    if not rows or "participant_id" not in rows[0]:
-        raise ValueError(f"{path.name} must be a TSV with a 'participant_id' column.")
-    if target not in rows[0]:
-        raise ValueError(f"{path.name} has no column {target!r}; columns: "
-                         f"{', '.join(rows[0])}.")
-    out = {}
-    for row in rows:
-        sub = row["participant_id"].strip()
-        sub = sub[4:] if sub.startswith("sub-") else sub
-        value = (row[target] or "").strip()
-        if value and value.lower() != "n/a":
-            out[sub] = value
-    return out
 
 
 @validate_params({
@@ -259,7 +240,7 @@ def _classify(result: GroupResult, participants: Path, target: str, *, folds: in
               repeats: int, random_state) -> dict:
     from connscale.classify import cross_validate
 
-    values = _read_participants(participants, target)
+    values = read_participants(participants, label=target)
     keep = [i for i, s in enumerate(result.subjects) if s in values]
     missing = sorted(set(result.subjects) - set(values))
     if missing:

@@ -184,27 +184,10 @@ def write_dataset_description(output: Path, derivatives: Path) -> Path:
     FileExistsError
         The output folder is another tool's dataset.
     """
-    import json
+    from connscale.io.bids import write_dataset_description as write_description
 
-    path = output / "dataset_description.json"
-    description = {
-        "Name": "connscale connectivity derivatives",
-        "BIDSVersion": "1.9.0",
-        "DatasetType": "derivative",
-        "GeneratedBy": [{"Name": "connscale", "Version": __version__,
-                         "CodeURL": "https://github.com/connscale/connscale"}],
-        "DatasetLinks": {DATASET_LINK: str(derivatives)},
-    }
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except ValueError:
-            old = {}
-        names = [g.get("Name") for g in old.get("GeneratedBy", []) if isinstance(g, dict)]
-        if "connscale" not in names:
-            raise FileExistsError(f"{output} is another tool's dataset ({path.name} names "
-                                  f"{names or 'no generator'}); choose an empty output folder.")
-    return write_json_atomic(path, description)
+    return write_description(output, name="connscale connectivity derivatives",
+                             links={DATASET_LINK: str(derivatives)}, exclusive=True)
 
 
 def _bids_uri(path: Path, root: Path) -> str:
@@ -289,12 +272,6 @@ def _sidecars(config: ParticipantConfig, run: BoldRun, names, confounds, sample_
         **common,
     }
     return relmat, timeseries
-
-
-def _write_table(path: Path, array: np.ndarray, header: list[str], fmt: str) -> None:
-    with open(path, "w", newline="") as fh:
-        fh.write("\t".join(header) + "\n")
-        np.savetxt(fh, array, delimiter="\t", fmt=fmt)
 
 
 def run_one(task: tuple) -> dict:
@@ -435,6 +412,8 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
 def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str], int]:
     from connscale.denoise import clean_regions
     from connscale.fc.static import correlation
+    from connscale.io.relmat import write_relmat_tsv
+    from connscale.io.timeseries import save_timeseries
 
     entities = dict(run.entities)
     seg = {"seg": config.atlas_name, "desc": config.strategy}
@@ -468,12 +447,12 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
     written = []
     if "fc" in config.measures:
         stem = bids_name(measured, suffix="relmat", extension=".tsv")
-        _write_table(out.path(stem), matrix, names, "%.8g")
+        write_relmat_tsv(out.path(stem), matrix, names, fmt="%.8g")
         write_json_atomic(out.path(stem[:-4] + ".json"), relmat_meta)
         written += [stem, stem[:-4] + ".json"]
     if "timeseries" in config.measures:
         stem = bids_name({**entities, **seg}, suffix="timeseries", extension=".tsv")
-        _write_table(out.path(stem), series, names, "%.8g")
+        save_timeseries(out.path(stem), series, names)
         write_json_atomic(out.path(stem[:-4] + ".json"), series_meta)
         written += [stem, stem[:-4] + ".json"]
     timings["write"] += time.perf_counter() - tic
@@ -511,9 +490,7 @@ def _window_onsets(n_kept: int, config, volumes: np.ndarray, t_r: float) -> dict
 
 def _windowed_store(measure, config, run, series, names, path: Path, volumes, timings) -> None:
     """Write ``dfc`` (connscale.dynamic_correlation) or ``pairs`` (pairwise_dfc) of a run."""
-    import h5py
-
-    from connscale.io._atomic import atomic_path
+    from connscale.io.hdf5 import add_datasets
 
     if series.shape[0] < config.window_length:
         raise ValueError(f"--window-length {config.window_length} is longer than the "
@@ -535,12 +512,12 @@ def _windowed_store(measure, config, run, series, names, path: Path, volumes, ti
         result.close()
         timings["compute"] += time.perf_counter() - tic
         tic = time.perf_counter()
-        with h5py.File(path, "a") as h5:
-            _put(h5, {k: v for k, v in extra.items() if k != "window_onsets"})
-            h5.attrs.update(attrs)
+        add_datasets(path, {k: v for k, v in extra.items() if k != "window_onsets"},
+                     attrs=attrs)
         timings["write"] += time.perf_counter() - tic
         return
     from connscale.fc.pairs import pair_summary, pairwise_dfc
+    from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
 
     tic = time.perf_counter()
     result = pairwise_dfc(series[None], config.window_length, config.step,
@@ -549,27 +526,15 @@ def _windowed_store(measure, config, run, series, names, path: Path, volumes, ti
     summary = pair_summary(result.courses, threshold=config.pairs_threshold)
     timings["compute"] += time.perf_counter() - tic
     tic = time.perf_counter()
-    with atomic_path(path) as tmp, h5py.File(tmp, "w", track_order=True) as h5:
-        h5.create_dataset("courses", data=result.courses[0], track_times=False)
-        h5.create_dataset("pairs", data=result.pairs, track_times=False)
-        for stat in ("mean", "std", "fraction_above"):
-            h5.create_dataset(f"summary/{stat}", data=getattr(summary, stat)[0],
-                              track_times=False)
-        _put(h5, extra)
-        h5.attrs.update({"window_length": result.window_length, "step": result.step,
-                         "threshold": summary.threshold, "n_constant": result.n_constant,
-                         **attrs})
+    write_pairs_h5(path, courses=result.courses[0], pairs=result.pairs,
+                   window_onsets=result.window_starts, window_length=result.window_length,
+                   step=result.step,
+                   summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
+                   threshold=summary.threshold, labels=names, n_constant=result.n_constant,
+                   datasets={k: v for k, v in extra.items()
+                             if k not in ("window_onsets", "labels")},
+                   attrs=attrs)
     timings["write"] += time.perf_counter() - tic
-
-
-def _put(h5, arrays: dict) -> None:
-    import h5py
-
-    for key, value in arrays.items():
-        if value.dtype == object:
-            h5.create_dataset(key, data=value, dtype=h5py.string_dtype(), track_times=False)
-        else:
-            h5.create_dataset(key, data=value, track_times=False)
 
 
 def _windowed_sidecar(measure: str, config, relmat_meta: dict, n_kept: int) -> dict:
@@ -596,10 +561,9 @@ def _windowed_sidecar(measure: str, config, relmat_meta: dict, n_kept: int) -> d
 
 def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
     """Voxel-by-voxel correlation of the cleaned in-mask series, with the voxels' places."""
-    import h5py
-
     from connscale.denoise import clean_signals
     from connscale.fc.static import compute_correlation
+    from connscale.io.hdf5 import add_datasets
 
     entities = dict(run.entities)
     operator = context["operator"]
@@ -631,15 +595,11 @@ def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
     tic = time.perf_counter()
     ijk = np.argwhere(mask).astype(np.int32)          # the C order of data's columns
     affine = np.asarray(decoded.img.affine, dtype=np.float64)
-    with h5py.File(path, "a") as h5:
-        h5.create_dataset("mask", data=mask.astype(np.uint8), compression="gzip",
-                          track_times=False)
-        h5.create_dataset("affine", data=affine, track_times=False)
-        h5.create_dataset("voxels/ijk", data=ijk, track_times=False)
-        h5.create_dataset("voxels/xyz", data=ijk @ affine[:3, :3].T + affine[:3, 3],
-                          track_times=False)
-        h5.create_dataset("kept_volumes", data=operator.volumes, track_times=False)
-        h5.attrs["mask_source"] = _bids_uri(run.mask, Path(config.derivatives))
+    add_datasets(path, {"mask": mask.astype(np.uint8), "affine": affine, "voxels/ijk": ijk,
+                        "voxels/xyz": ijk @ affine[:3, :3].T + affine[:3, 3],
+                        "kept_volumes": operator.volumes},
+                 attrs={"mask_source": _bids_uri(run.mask, Path(config.derivatives))},
+                 compress=("mask",))
     relmat_meta, _ = _sidecars(config, run, [], context["confounds"], context["sample_mask"],
                                data.shape[0], context["mean_fd"])
     relmat_meta.pop("NodeNames")

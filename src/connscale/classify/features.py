@@ -26,7 +26,8 @@ Each subject is one file whose name carries its BIDS subject entity
   when it has one) are the pair-summary features.
 
 All connscale outputs of one cohort are recognised by their content, not
-their names; :func:`load_features` dispatches.
+their names; :func:`load_features` dispatches. Every file is read by its one
+reader in :mod:`connscale.io`.
 
 Labels come from a BIDS ``participants.tsv``: column ``participant_id``
 (with or without the ``sub-`` prefix) and a label column chosen by the user.
@@ -34,15 +35,18 @@ Labels come from a BIDS ``participants.tsv``: column ``participant_id``
 
 from __future__ import annotations
 
-import csv
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from connscale.fc.triu import matrix_to_vec, n_pairs, triu_pairs
-from connscale.io._publish import check_published
+from connscale._triu import matrix_to_vec, n_from_pairs, triu_pairs
+from connscale.io.bids import read_participants
+from connscale.io.dfc import read_dfc_info
+from connscale.io.hdf5 import load_relmat, store_kind
+from connscale.io.pairs import PAIR_STATISTICS, is_pair_summary, read_pair_summary, read_pairs_h5
+from connscale.io.relmat import read_relmat_npy, read_relmat_tsv
 
 __all__ = [
     "FeatureSet",
@@ -60,7 +64,6 @@ __all__ = [
 ]
 
 _SUBJECT = re.compile(r"(?:^|[_/\\])sub-([A-Za-z0-9]+)")
-_PAIR_STATISTICS = ("mean", "std", "fraction_above")
 #: Correlations are clipped to [-1 + eps, 1 - eps] before arctanh.
 FISHER_Z_EPS = 1e-7
 
@@ -172,16 +175,6 @@ def _square_to_vec(matrix: np.ndarray, source: str) -> np.ndarray:
     return matrix_to_vec(matrix) if matrix.shape[0] > 1 else np.empty(0)
 
 
-def _n_from_pairs(n_values: int, source: str) -> int:
-    n = round((1 + np.sqrt(1 + 8 * n_values)) / 2)
-    if n_pairs(n) != n_values:
-        raise ValueError(
-            f"{source}: a 1-D upper-triangle vector must have n(n-1)/2 "
-            f"elements; got {n_values}, which is not a triangular number."
-        )
-    return n
-
-
 def read_relmat(path) -> tuple[np.ndarray, list | None]:
     """Read one region-by-region matrix as its strictly-upper triangle.
 
@@ -189,7 +182,8 @@ def read_relmat(path) -> tuple[np.ndarray, list | None]:
     ----------
     path : str or path
         ``.npy`` (square or 1-D triu vector), ``.tsv`` (square, header row of
-        region labels) or ``.h5`` / ``.hdf5`` (dataset ``"relmat"``).
+        region labels; read by :func:`connscale.io.read_relmat_tsv`) or
+        ``.h5`` / ``.hdf5`` (read by :func:`connscale.io.load_relmat`).
 
     Returns
     -------
@@ -204,19 +198,23 @@ def read_relmat(path) -> tuple[np.ndarray, list | None]:
     name = path.name.lower()
     labels = None
     if name.endswith(".npy"):
-        try:
-            array = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:
-            raise ValueError(f"Cannot read {str(path)!r} as a numeric .npy array: {exc}") from exc
+        array = read_relmat_npy(path)
         if array.ndim == 1:
-            _n_from_pairs(array.size, str(path))
+            n_from_pairs(array.size, source=str(path))
             vector = array
         else:
             vector = _square_to_vec(array, str(path))
     elif name.endswith((".tsv", ".tsv.gz")):
-        vector, labels = _read_relmat_tsv(path)
+        matrix, labels = read_relmat_tsv(path)
+        vector = _square_to_vec(matrix, str(path))
     elif name.endswith((".h5", ".hdf5")):
-        vector, labels = _read_relmat_h5(path)
+        stored, attrs = load_relmat(path)
+        labels = attrs.get("labels")
+        if attrs["kind"] == "triu":
+            vector = stored
+        else:  # dense, or sparse (pairs below the threshold were not stored: 0)
+            vector = _square_to_vec(stored.toarray() if attrs["kind"] == "sparse" else stored,
+                                    str(path))
     else:
         raise ValueError(
             f"{str(path)!r}: unsupported connectome file; expected .npy, "
@@ -226,175 +224,6 @@ def read_relmat(path) -> tuple[np.ndarray, list | None]:
     if not np.issubdtype(vector.dtype, np.number):
         raise ValueError(f"{str(path)!r}: expected numbers; got dtype {vector.dtype}.")
     return vector.astype(np.float64, copy=False), labels
-
-
-def _read_relmat_tsv(path: Path):
-    import gzip
-
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    with opener(path, "rt", newline="") as handle:
-        rows = [row for row in csv.reader(handle, delimiter="\t") if row]
-    if not rows:
-        raise ValueError(f"{str(path)!r} is empty.")
-    header, body = rows[0], rows[1:]
-    # An optional first column of row names: the header then starts with an
-    # empty corner cell, or has one cell fewer than the rows.
-    if body and (header[0] == "" or len(body[0]) == len(header) + 1):
-        if header[0] == "":
-            header = header[1:]
-        body = [row[1:] for row in body]
-    n = len(header)
-    if len(body) != n or any(len(row) != n for row in body):
-        raise ValueError(
-            f"{str(path)!r}: expected a square matrix with a header of {n} region "
-            f"labels and {n} rows of {n} values; got {len(body)} rows of lengths "
-            f"{sorted({len(row) for row in body})}."
-        )
-    try:
-        matrix = np.array([[float(v) if v not in ("", "n/a") else np.nan for v in row]
-                           for row in body])
-    except ValueError as exc:
-        raise ValueError(f"{str(path)!r}: non-numeric matrix entry ({exc}).") from None
-    return _square_to_vec(matrix, str(path)), header
-
-
-def _attr(attrs_list, *names):
-    """First attribute among ``names`` found in the attribute sets, decoded."""
-    for attrs in attrs_list:
-        for name in names:
-            if name in attrs:
-                value = attrs[name]
-                return value.decode() if isinstance(value, bytes) else value
-    return None
-
-
-def _read_relmat_h5(path: Path):
-    import h5py
-
-    with h5py.File(path, "r") as handle:
-        if "relmat" not in handle:
-            raise ValueError(
-                f"{str(path)!r}: no dataset 'relmat'; found {sorted(handle.keys())}."
-            )
-        node = handle["relmat"]
-        # connscale.io.hdf5 keeps kind/N/complete on the root; accept them on
-        # the dataset too.
-        attrs = [node.attrs, handle.attrs]
-        if _attr(attrs, "complete") is not None and not bool(_attr(attrs, "complete")):
-            raise ValueError(f"{str(path)!r} is incomplete (the run that wrote it did not "
-                             "finish).")
-        default = "sparse" if isinstance(node, h5py.Group) else (
-            "dense" if node.ndim == 2 else "triu")
-        kind = _attr(attrs, "kind") or default
-        n_attr = _attr(attrs, "n", "N")
-        labels = _attr(attrs, "labels")
-        if kind == "sparse":
-            import scipy.sparse as sp
-
-            if not isinstance(node, h5py.Group):
-                raise ValueError(f"{str(path)!r}: kind 'sparse' needs a CSR group 'relmat'.")
-            shape = tuple(int(x) for x in node.attrs["shape"])
-            data = sp.csr_array((node["data"][()], node["indices"][()], node["indptr"][()]),
-                                shape=shape).toarray()
-        elif isinstance(node, h5py.Group):
-            raise ValueError(f"{str(path)!r}: 'relmat' is a group but kind is {kind!r}.")
-        else:
-            data = node[()]
-    if labels is not None:
-        labels = [lab.decode() if isinstance(lab, bytes) else str(lab) for lab in labels]
-    if kind == "triu":
-        if data.ndim != 1:
-            raise ValueError(
-                f"{str(path)!r}: kind 'triu' needs a 1-D dataset; got shape {data.shape}."
-            )
-        n = _n_from_pairs(data.size, str(path))
-        vector = data
-    elif kind in ("dense", "sparse"):
-        # sparse: pairs below the threshold were not stored and read as 0.
-        vector = _square_to_vec(data, str(path))
-        n = data.shape[0]
-    else:
-        raise ValueError(
-            f"{str(path)!r}: attribute 'kind' must be 'triu', 'dense' or 'sparse'; "
-            f"got {kind!r}."
-        )
-    if n_attr is not None and int(n_attr) != n:
-        raise ValueError(
-            f"{str(path)!r}: attribute n={int(n_attr)} does not match the data "
-            f"({n} regions)."
-        )
-    return vector, labels
-
-
-def _read_tsv(path: Path, what: str) -> tuple[list, list]:
-    """Column names and rows (dicts) of a tab-separated table with a header."""
-    if not path.is_file():
-        raise FileNotFoundError(f"No such {what} file: {str(path)!r}.")
-    with open(path, newline="") as handle:
-        reader = csv.DictReader(handle, delimiter="\t")
-        return list(reader.fieldnames or []), list(reader)
-
-
-def read_pair_summary(path) -> dict:
-    """Read a ``connscale pairs`` summary TSV.
-
-    Parameters
-    ----------
-    path : str or path
-        TSV with columns ``i``, ``j``, ``label_i``, ``label_j`` and at least
-        one of ``mean``, ``std``, ``fraction_above`` (or
-        ``fraction_above_<threshold>``, as ``connscale pairs`` writes it), one
-        row per pair; other columns (``pair``) are ignored.
-
-    Returns
-    -------
-    dict
-        ``"i"``, ``"j"`` (int64 arrays), ``"label_i"``, ``"label_j"`` (lists)
-        and one float64 array per statistic present.
-    """
-    path = Path(path)
-    if path.is_file():
-        check_published(path)  # not a file of a half-replaced 'connscale pairs' set
-    columns, rows = _read_tsv(path, "pair-summary")
-    # ``connscale pairs`` names the last column after its threshold
-    # (``fraction_above_0.5``); read it as ``fraction_above``.
-    renamed = {c: "fraction_above" for c in columns
-               if c.startswith("fraction_above_") and "fraction_above" not in columns}
-    if len(renamed) > 1:
-        raise ValueError(f"{str(path)!r}: several fraction-above columns {sorted(renamed)}.")
-    if renamed:
-        (old, new), = renamed.items()
-        columns = [new if c == old else c for c in columns]
-        for row in rows:
-            row[new] = row.pop(old)
-    missing = [c for c in ("i", "j", "label_i", "label_j") if c not in columns]
-    stats = [c for c in _PAIR_STATISTICS if c in columns]
-    if missing or not stats:
-        raise ValueError(
-            f"{str(path)!r}: a pair summary needs columns i, j, label_i, label_j and "
-            f"any of {list(_PAIR_STATISTICS)}; got columns {columns}."
-        )
-    if not rows:
-        raise ValueError(f"{str(path)!r} has no pairs.")
-    try:
-        out = {
-            "i": np.array([int(r["i"]) for r in rows], dtype=np.int64),
-            "j": np.array([int(r["j"]) for r in rows], dtype=np.int64),
-            "label_i": [r["label_i"] for r in rows],
-            "label_j": [r["label_j"] for r in rows],
-        }
-        for stat in stats:
-            out[stat] = np.array([float(r[stat]) if r[stat] not in ("", "n/a") else np.nan
-                                  for r in rows])
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{str(path)!r}: malformed value ({exc}).") from None
-    if np.any(out["i"] >= out["j"]) or np.any(out["i"] < 0):
-        raise ValueError(f"{str(path)!r}: every pair must have 0 <= i < j.")
-    return out
-
-
-def _decoded(values) -> list:
-    return [v.decode() if isinstance(v, bytes) else str(v) for v in values]
 
 
 def _summary_of_courses(courses: np.ndarray, threshold) -> dict:
@@ -440,34 +269,19 @@ def _pairs_table(path: Path, pairs: np.ndarray, labels, stats: dict) -> dict:
 
 
 def _read_pairs_h5(path: Path) -> dict:
-    import h5py
-
-    with h5py.File(path, "r") as h5:
-        missing = [k for k in ("courses", "pairs") if k not in h5]
-        if missing:
-            raise ValueError(f"{str(path)!r}: a _pairs.h5 store needs datasets 'courses' and "
-                             f"'pairs'; found {sorted(h5.keys())}.")
-        pairs = h5["pairs"][()]
-        labels = _decoded(h5["labels"][()]) if "labels" in h5 else None
-        if "summary" in h5:
-            stats = {s: h5["summary"][s][()] for s in _PAIR_STATISTICS if s in h5["summary"]}
-        else:
-            stats = _summary_of_courses(h5["courses"][()], _threshold_attr(h5.attrs))
-    return _pairs_table(path, pairs, labels, stats)
+    store = read_pairs_h5(path, courses=False)
+    stats = store["summary"]
+    if not stats:  # a store written before summaries were stored
+        stats = _summary_of_courses(read_pairs_h5(path)["courses"],
+                                    _threshold_attr(store["attrs"]))
+    return _pairs_table(path, store["pairs"], store["labels"], stats)
 
 
 def _read_dfc_h5(path: Path) -> dict:
-    import h5py
-
     from connscale.fc.dynamic_result import load_dynamic
-    from connscale.fc.triu import matrix_to_vec
 
-    with h5py.File(path, "r") as h5:
-        import json
-
-        labels = _decoded(h5["labels"][()]) if "labels" in h5 else None
-        threshold = _threshold_attr(json.loads(h5.attrs.get("parameters", "{}")))
-        n = int(h5.attrs["n_series"])
+    info = read_dfc_info(path)
+    n = info["n_series"]
     if n < 2:
         raise ValueError(f"{str(path)!r}: a DFC store needs at least 2 series; got {n}.")
     with load_dynamic(path) as result:
@@ -477,29 +291,8 @@ def _read_dfc_h5(path: Path) -> dict:
             courses = np.stack([matrix_to_vec(result.to_dense(w)) for w in range(len(result))],
                                axis=1)
     i, j = np.triu_indices(n, 1)
-    return _pairs_table(path, np.stack([i, j], axis=1), labels,
-                        _summary_of_courses(courses, threshold))
-
-
-def _h5_kind(path: Path) -> str:
-    """'relmat', 'pairs' or 'dfc': what a connscale HDF5 output holds."""
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as h5:
-            if h5.attrs.get("format") in ("connscale-dfc-1", b"connscale-dfc-1"):
-                return "dfc"
-            if "courses" in h5 and "pairs" in h5:
-                return "pairs"
-            if "relmat" in h5:
-                return "relmat"
-            keys = sorted(h5.keys())
-    except OSError as exc:
-        raise ValueError(f"Cannot read {str(path)!r} as HDF5: {exc}") from None
-    raise ValueError(
-        f"{str(path)!r} is no connscale connectivity store: expected a 'relmat' dataset "
-        f"(_relmat.h5), 'courses' and 'pairs' (_pairs.h5) or a connscale-dfc-1 file "
-        f"(_dfc.h5); found {keys}.")
+    return _pairs_table(path, np.stack([i, j], axis=1), info["labels"],
+                        _summary_of_courses(courses, _threshold_attr(info["parameters"])))
 
 
 def file_kind(path) -> str:
@@ -507,8 +300,8 @@ def file_kind(path) -> str:
     path = Path(path)
     name = path.name.lower()
     if name.endswith((".h5", ".hdf5")):
-        return _h5_kind(path)
-    return "pair_summary" if _is_pair_summary(path) else "relmat"
+        return store_kind(path)
+    return "pair_summary" if is_pair_summary(path) else "relmat"
 
 
 def read_pair_file(path) -> dict:
@@ -619,8 +412,8 @@ def load_connectome_features(paths, *, fisher_z_transform: bool = False,
         if vectors and vector.size != vectors[0].size:
             raise ValueError(
                 "All subjects must have the same number of regions; "
-                f"{str(paths[0])!r} has {_n_from_pairs(vectors[0].size, '')} and "
-                f"{str(path)!r} has {_n_from_pairs(vector.size, str(path))}."
+                f"{str(paths[0])!r} has {n_from_pairs(vectors[0].size, source='')} and "
+                f"{str(path)!r} has {n_from_pairs(vector.size, source=str(path))}."
             )
         if labels is not None:
             if file_labels is None:
@@ -632,7 +425,7 @@ def load_connectome_features(paths, *, fisher_z_transform: bool = False,
                 )
         vectors.append(vector)
     X = np.vstack(vectors)
-    n = _n_from_pairs(X.shape[1], str(paths[0]))
+    n = n_from_pairs(X.shape[1], source=str(paths[0]))
     if n < 2:
         raise ValueError("Connectomes need at least 2 regions.")
     labels = _region_labels(region_labels if region_labels is not None else file_labels, n)
@@ -678,9 +471,9 @@ def load_pair_features(paths, *, statistics=("mean", "std"),
     paths, subjects = _check_paths(paths)
     statistics = list(statistics)
     for stat in statistics:
-        if stat not in _PAIR_STATISTICS:
+        if stat not in PAIR_STATISTICS:
             raise ValueError(
-                f"'statistics' must be among {list(_PAIR_STATISTICS)}; got {stat!r}."
+                f"'statistics' must be among {list(PAIR_STATISTICS)}; got {stat!r}."
             )
     if not statistics:
         raise ValueError("'statistics' must name at least one summary.")
@@ -722,14 +515,6 @@ def load_pair_features(paths, *, statistics=("mean", "std"),
     )
 
 
-def _is_pair_summary(path: Path) -> bool:
-    if not path.name.lower().endswith(".tsv"):
-        return False
-    with open(path, newline="") as handle:
-        header = handle.readline().rstrip("\r\n").split("\t")
-    return {"i", "j", "label_i", "label_j"} <= set(header)
-
-
 def load_features(paths, *, fisher_z_transform: bool = False,
                   statistics=("mean", "std")) -> FeatureSet:
     """Load connectomes or DFC pair summaries, whichever the files are.
@@ -763,49 +548,6 @@ def load_features(paths, *, fisher_z_transform: bool = False,
 # --------------------------------------------------------------------------
 # Labels
 # --------------------------------------------------------------------------
-
-def read_participants(path, *, label: str) -> dict:
-    """Map subject label -> value of column ``label`` in a participants TSV.
-
-    Parameters
-    ----------
-    path : str or path
-        BIDS ``participants.tsv`` with a ``participant_id`` column
-        (``sub-01`` or ``01``).
-    label : str
-        Column holding the class of each participant.
-
-    Returns
-    -------
-    dict of str -> str
-        Subjects whose value is empty or ``n/a`` are left out.
-    """
-    path = Path(path)
-    columns, rows = _read_tsv(path, "participants")
-    if "participant_id" not in columns:
-        raise ValueError(
-            f"{str(path)!r} has no 'participant_id' column; got columns {columns}."
-        )
-    if label not in columns:
-        others = [c for c in columns if c != "participant_id"]
-        raise ValueError(
-            f"{str(path)!r} has no column {label!r}; choose the label among {others}."
-        )
-    mapping = {}
-    for row in rows:
-        pid = (row["participant_id"] or "").strip()
-        if not pid:
-            continue
-        pid = pid.removeprefix("sub-")
-        value = (row[label] or "").strip()
-        if value in ("", "n/a", "NaN", "nan"):
-            continue
-        if pid in mapping and mapping[pid] != value:
-            raise ValueError(f"{str(path)!r}: participant 'sub-{pid}' is listed twice "
-                             "with different labels.")
-        mapping[pid] = value
-    return mapping
-
 
 def align_labels(features: FeatureSet, participants, *, label: str,
                  classes=None) -> FeatureSet:

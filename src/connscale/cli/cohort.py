@@ -63,7 +63,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     run_group.add_argument("--n-jobs", type=int, default=None,
                            help="Worker processes / cores (default: all).")
     run_group.add_argument("--retries", type=int, default=1,
-                           help="Retries of a task whose worker failed.")
+                           help="A scan whose worker process dies is tried 1 + RETRIES "
+                                "times, then reported as failed (errors raised by the job "
+                                "are reported at once).")
+    run_group.add_argument("--dashboard", default=None, metavar="ADDR",
+                           help="dask without --cluster: start the LocalCluster's dashboard "
+                                "at ADDR, e.g. 127.0.0.1:8787 (default: no dashboard).")
     run_group.add_argument("--overwrite", action="store_true",
                            help="Redo scans whose output already exists, replacing files "
                                 "connscale did not write.")
@@ -103,8 +108,8 @@ def run(args) -> int:
         report = run_cohort(
             [str(p) for p in args.inputs], args.job, args.out, params=params,
             engine=args.backend, cluster=args.cluster, n_jobs=args.n_jobs,
-            retries=args.retries, overwrite=args.overwrite, wait=args.wait,
-            verbose=args.verbose,
+            retries=args.retries, dashboard_address=args.dashboard, overwrite=args.overwrite,
+            wait=args.wait, verbose=args.verbose,
         )
     record.device = params["device"]
     record.results.update({"engine": report.engine, **report.counts})

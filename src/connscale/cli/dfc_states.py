@@ -95,6 +95,7 @@ def _load_windows(args):
 
 def run(args) -> int:
     from connscale._compute import resolve_device
+    from connscale.io.states import write_state_features, write_state_sequence
     from connscale.states import DFCStates
 
     configure_logging(args.verbose)
@@ -117,8 +118,13 @@ def run(args) -> int:
         for path in _write_states(estimator, out, labels, fractions, args):
             record.add_output(path)
         for item, sequence in zip(loaded, estimator.labels_):
-            record.add_output(_write_sequence(out, item, sequence))
-        record.add_output(_write_features(out, estimator.state_features(subjects=sources)))
+            record.add_output(write_state_sequence(out / f"{item['source']}_dfcstates.tsv",
+                                                   starts=item["starts"], states=sequence,
+                                                   t_r=item["t_r"]))
+        features = estimator.state_features(subjects=sources)
+        record.add_output(write_state_features(out / "dfcstates_features.tsv",
+                                               subjects=features.subjects, X=features.X,
+                                               names=features.feature_names))
     with record.timer("plots"):
         from connscale.report.plots import (
             plot_state_matrices,
@@ -157,6 +163,7 @@ def run(args) -> int:
 
 
 def _write_states(estimator, out: Path, labels, fractions, args) -> list[Path]:
+    from connscale.io.hdf5 import write_relmat_h5
     from connscale.io.relmat import (
         relmat_path,
         sidecar,
@@ -175,8 +182,8 @@ def _write_states(estimator, out: Path, labels, fractions, args) -> list[Path]:
             path = write_relmat_tsv(relmat_path(out, source, extension=".tsv"), matrix, labels)
             kind = "dense"
         else:
-            path = _write_state_h5(relmat_path(out, source, extension=".h5"),
-                                   estimator.cluster_centers_[j], n)
+            path = write_relmat_h5(relmat_path(out, source, extension=".h5"),
+                                   np.asarray(estimator.cluster_centers_[j], dtype=np.float64))
             kind = "triu"
         metadata = sidecar(kind, n, nodes="regions", dtype="float64")
         metadata.update({
@@ -191,38 +198,3 @@ def _write_states(estimator, out: Path, labels, fractions, args) -> list[Path]:
         })
         written += [path, write_sidecar(path, metadata)]
     return written
-
-
-def _write_state_h5(path: Path, vector: np.ndarray, n: int) -> Path:
-    import h5py
-
-    from connscale.io._atomic import atomic_path
-    from connscale.io.hdf5 import RelmatWriter
-
-    with atomic_path(path) as tmp, h5py.File(tmp, "w") as fh:
-        writer = RelmatWriter(fh, n, "triu", np.float64)
-        writer.write_triu(0, np.asarray(vector, dtype=np.float64))
-        writer.close()
-    return path
-
-
-def _write_sequence(out: Path, item: dict, sequence: np.ndarray) -> Path:
-    from connscale.io._atomic import write_text_atomic
-
-    header = ["window", "onset"] + (["onset_s"] if item["t_r"] else []) + ["state"]
-    lines = ["\t".join(header)]
-    for i, (start, state) in enumerate(zip(item["starts"], sequence)):
-        row = [str(i), str(int(start))]
-        if item["t_r"]:
-            row.append(f"{start * item['t_r']:.6g}")
-        lines.append("\t".join(row + [str(int(state) + 1)]))
-    return write_text_atomic(out / f"{item['source']}_dfcstates.tsv", "\n".join(lines) + "\n")
-
-
-def _write_features(out: Path, features) -> Path:
-    from connscale.io._atomic import write_text_atomic
-
-    lines = ["\t".join(["subject"] + features.feature_names)]
-    for subject, row in zip(features.subjects, features.X):
-        lines.append("\t".join([subject] + [f"{v:.6g}" for v in row]))
-    return write_text_atomic(out / "dfcstates_features.tsv", "\n".join(lines) + "\n")

@@ -133,6 +133,8 @@ def _run(args, outputs, source: str) -> int:
     from connscale._compute import resolve_device
     from connscale.io.relmat import write_dataset_description
     from connscale.life.api import load_volume
+    from connscale.io.life import write_lambda_sweep
+    from connscale.io.nifti import save_nifti_gz
     from connscale.life.outputs import (
         connectome,
         save_pruned_tractogram,
@@ -184,10 +186,7 @@ def _run(args, outputs, source: str) -> int:
     if fit.lambda_sweep is not None:
         record.results["lambda_sweep"] = fit.lambda_sweep
         record.results["lambda_selected"] = fit.lam
-        lines = ["lambda\tweight_sum\tn_nonzero\tcv_rmse_median\trmse_median\tobjective\tn_iter"]
-        lines += [f"{r['lam']:.9g}\t{r['weight_sum']:.9g}\t{r['n_nonzero']}\t{r['cv_rmse_median']:.9g}\t"
-                  f"{r['rmse_median']:.9g}\t{r['objective']:.9g}\t{r['n_iter']}" for r in fit.lambda_sweep]
-        write(f"{source}_desc-lambdasweep_table.tsv").write_text("\n".join(lines) + "\n")
+        write_lambda_sweep(write(f"{source}_desc-lambdasweep_table.tsv"), fit.lambda_sweep)
     else:
         record.results["cv_rmse_median"] = float(np.median(fit.cv_rmse))
     record.results.update({
@@ -204,9 +203,7 @@ def _run(args, outputs, source: str) -> int:
         ext = args.tractogram.suffix.lower()
         save_pruned_tractogram(streamlines, w, write(f"{source}_desc-pruned_tractogram{ext}"),
                                reference_affine=model.affine, reference_shape=model.shape)
-        import gzip
-
-        write(f"{source}_desc-life_rmse.nii.gz").write_bytes(gzip.compress(fit.rmse_image().to_bytes()))
+        save_nifti_gz(write(f"{source}_desc-life_rmse.nii.gz"), fit.rmse_image())
         if args.labels is not None:
             labels, labels_affine = load_volume(args.labels, "labels")
             if labels_affine is None:

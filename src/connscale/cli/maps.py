@@ -89,7 +89,7 @@ def run(args) -> int:
     common = {"n_nodes": n, "source": args.input, "DataType": args.dtype, "Nodes": nodes}
 
     def emit(values, stat, desc, measure, description, **parameters):
-        from connscale.maps.images import map_path, map_sidecar, write_map
+        from connscale.io.maps import map_path, map_sidecar, write_map
 
         path = map_path(args.out, source, stat, desc=desc, seg=seg)
         img = masker.inverse_transform(values)
@@ -104,7 +104,7 @@ def run(args) -> int:
         if not values:
             continue
         from connscale.maps.degree import compute_degree
-        from connscale.maps.images import threshold_label
+        from connscale.io.maps import threshold_label
 
         with record.timer(f"{option}"):
             (binary, weighted), info = compute_degree(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import io
 from pathlib import Path
 
 import numpy as np
@@ -47,18 +45,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def _tsv(rows: list[list], header: list[str]) -> str:
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
-    writer.writerow(header)
-    writer.writerows(rows)
-    return buffer.getvalue()
-
-
-def _fmt(value: float) -> str:
-    return "n/a" if not np.isfinite(value) else repr(float(value))
-
-
 def run(args) -> int:
     from connscale.io._fingerprint import run_fingerprint
     from connscale.io._publish import OutputSet
@@ -86,8 +72,13 @@ def run(args) -> int:
 def _run(args, names, outputs) -> int:
     from connscale._compute import resolve_device
     from connscale.fc.pairs import pair_summary, pairwise_dfc
-    from connscale.io._atomic import atomic_path, write_text_atomic
-    from connscale.io._h5 import close_h5, create_h5, h5_errors
+    from connscale.io.pairs import (
+        PAIR_STATISTICS,
+        write_pair_features,
+        write_pair_summary,
+        write_pairs_h5,
+        write_pairs_npy,
+    )
     from connscale.io.timeseries import load_timeseries
 
     record = RunRecord("pairs", args.out, vars(args))
@@ -116,46 +107,23 @@ def _run(args, names, outputs) -> int:
         for s, (path, name, (_, labels)) in enumerate(zip(args.inputs, names, loaded)):
             courses = result.courses[s]
             onsets = result.window_starts[s] if ragged else result.window_starts
-            pair_rows = [[k, i, j, labels[i], labels[j]] for k, (i, j) in enumerate(result.pairs)]
+            scan_summary = {stat: getattr(summary, stat)[s] for stat in PAIR_STATISTICS}
             if args.format == "h5":
-                import h5py
-
-                target = output(f"{name}_pairs.h5")
-                target.unlink(missing_ok=True)  # left in the staging folder by a killed run
-                h5 = create_h5(target)
-                try:
-                    with h5_errors(target):
-                        h5.create_dataset("courses", data=courses)
-                        h5.create_dataset("pairs", data=result.pairs)
-                        h5.create_dataset("window_onsets", data=onsets)
-                        h5.create_dataset("labels", data=np.asarray(labels, dtype=object),
-                                          dtype=h5py.string_dtype())
-                        h5.attrs.update({"window_length": args.window, "step": args.step,
-                                         "source": str(path),
-                                         "order": "row-major strictly-upper"})
-                finally:
-                    close_h5(h5, target)
+                write_pairs_h5(output(f"{name}_pairs.h5"), courses=courses, pairs=result.pairs,
+                               window_onsets=onsets, window_length=args.window, step=args.step,
+                               summary=scan_summary, threshold=args.threshold, labels=labels,
+                               n_constant=result.n_constant if len(scans) == 1 else None,
+                               attrs={"source": str(path)})
             else:
-                with atomic_path(output(f"{name}_pairs-courses.npy")) as tmp, \
-                        open(tmp, "wb") as fh:
-                    np.save(fh, courses)
-                write_text_atomic(output(f"{name}_pairs.tsv"),
-                                  _tsv(pair_rows, ["pair", "i", "j", "label_i", "label_j"]))
-                write_text_atomic(
-                    output(f"{name}_windows.tsv"),
-                    _tsv([[k, int(o), int(o) + args.window] for k, o in enumerate(onsets)],
-                         ["window", "onset", "end"]))
-            rows = [row + [_fmt(summary.mean[s, k]), _fmt(summary.std[s, k]),
-                           _fmt(summary.fraction_above[s, k])]
-                    for k, row in enumerate(pair_rows)]
-            write_text_atomic(
-                output(f"{name}_pairs-summary.tsv"),
-                _tsv(rows, ["pair", "i", "j", "label_i", "label_j", "mean", "std",
-                            f"fraction_above_{args.threshold}"]))
-        features = summary.features()
-        feature_rows = [[name] + [_fmt(v) for v in row] for name, row in zip(names, features)]
-        write_text_atomic(output("pairs_features.tsv"),
-                          _tsv(feature_rows, ["scan"] + summary.feature_names(result.pairs)))
+                write_pairs_npy(output(f"{name}_pairs-courses.npy"),
+                                output(f"{name}_pairs.tsv"), output(f"{name}_windows.tsv"),
+                                courses=courses, pairs=result.pairs, labels=labels,
+                                window_onsets=onsets, window_length=args.window)
+            write_pair_summary(output(f"{name}_pairs-summary.tsv"), pairs=result.pairs,
+                               labels=labels, summary=scan_summary, threshold=args.threshold)
+        write_pair_features(output("pairs_features.tsv"), scans=names,
+                            features=summary.features(),
+                            names=summary.feature_names(result.pairs))
 
     n_windows = [len(o) for o in result.window_starts] if ragged else [len(result.window_starts)]
     record.results.update({"n_scans": len(scans), "n_regions": int(scans[0].shape[1]),

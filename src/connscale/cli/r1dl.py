@@ -24,9 +24,6 @@ nothing; a changed input is computed again.
 from __future__ import annotations
 
 import argparse
-import gzip
-import io
-import json
 import logging
 from pathlib import Path
 
@@ -118,42 +115,17 @@ def _load_input(args):
 
 def _write_outputs(args, record: RunRecord, result, masker, outputs):
     """Write the outputs; return the 4-D maps image (None for matrix input)."""
-    import scipy.sparse as sp
+    from connscale.io.r1dl import write_r1dl
 
     def write(name: str) -> Path:
         record.add_output(args.out / name)
         return outputs.path(name)
 
-    K = result.dictionary.shape[1]
-    names = [f"network_{k:03d}" for k in range(K)]
-
-    with open(write("r1dl_loadings.npz"), "wb") as fh:
-        sp.save_npz(fh, result.loadings)
-
-    maps = None
-    if masker is not None:
-        maps = masker.inverse_transform(result.loadings.toarray())
-        write("r1dl_maps.nii.gz").write_bytes(gzip.compress(maps.to_bytes(), compresslevel=6))
-
-    buf = io.StringIO()
-    np.savetxt(buf, result.dictionary, delimiter="\t", header="\t".join(names),
-               comments="", fmt="%.8g")
-    write("r1dl_timecourses.tsv").write_text(buf.getvalue())
-
-    nnz = np.diff(result.loadings.indptr)
-    lines = ["network\tn_iter\tconverged\tn_voxels"]
-    lines += [f"{names[k]}\t{result.n_iter[k]}\t{str(bool(result.converged[k])).lower()}\t"
-              f"{nnz[k]}" for k in range(K)]
-    write("r1dl_iterations.tsv").write_text("\n".join(lines) + "\n")
-    summary = {
-        "n_atoms": K,
-        "sparsity": result.sparsity,
-        "mean_iterations": result.mean_iterations,
-        "n_iter": result.n_iter.tolist(),
-        "converged": result.converged.tolist(),
-        "info": result.info,
-    }
-    write("r1dl_iterations.json").write_text(json.dumps(summary, indent=2) + "\n")
+    maps = None if masker is None else masker.inverse_transform(result.loadings.toarray())
+    summary = write_r1dl(write, loadings=result.loadings, dictionary=result.dictionary,
+                         n_iter=result.n_iter, converged=result.converged,
+                         sparsity=result.sparsity, mean_iterations=result.mean_iterations,
+                         info=result.info, maps_img=maps)
     record.results.update({k: summary[k] for k in ("n_atoms", "sparsity", "mean_iterations")})
     record.results["n_converged"] = int(result.converged.sum())
     record.results.update({f"info_{k}": v for k, v in result.info.items()})

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from connscale._validation import check_int, check_random_state
-from connscale.fc.triu import matrix_to_vec, triu_index
+from connscale._triu import matrix_to_vec, triu_index
 
 __all__ = ["Cohort", "simulate_cohort"]
 

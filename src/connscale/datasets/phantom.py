@@ -132,7 +132,7 @@ def simulate_life_phantom(
     -------
     LiFEPhantom
     """
-    from connscale.life.streamlines import StreamlineArray
+    from connscale.io.streamlines import StreamlineArray
 
     if n_true < 1 or n_false < 0:
         raise ValueError(f"Need n_true ≥ 1 and n_false ≥ 0; got {n_true}, {n_false}.")

@@ -13,14 +13,14 @@ whatever the engine.
 from __future__ import annotations
 
 from connscale._validation import check_option
-from connscale.engines.base import BlockSet, Engine, SerialEngine, tree_sum
+from connscale.engines.base import BlockSet, Engine, SerialEngine, TaskFailure, tree_sum
 from connscale.engines.local import LocalEngine
 
 ENGINES = ("serial", "local", "dask", "spark")
 
 
 def get_engine(name: str = "serial", *, cluster=None, n_jobs: int | None = None,
-               retries: int = 1) -> Engine:
+               retries: int = 1, dashboard_address: str | None = None) -> Engine:
     """Start an execution engine by name.
 
     Parameters
@@ -37,7 +37,13 @@ def get_engine(name: str = "serial", *, cluster=None, n_jobs: int | None = None,
         Worker processes (local, Dask LocalCluster) or cores (Spark local);
         None uses every core.
     retries : int, default=1
-        Times a failed task is run again (not used by 'serial').
+        Times a failed task is run again, whether it raised or its worker
+        process died: every engine tries a task ``1 + retries`` times (not
+        used by 'serial'; an external Dask scheduler counts dead workers
+        with its own ``allowed-failures``).
+    dashboard_address : str or None, default=None
+        'dask' LocalCluster only: where its dashboard listens, e.g.
+        ``'127.0.0.1:8787'``; None starts no dashboard.
 
     Returns
     -------
@@ -50,6 +56,12 @@ def get_engine(name: str = "serial", *, cluster=None, n_jobs: int | None = None,
         'dask' or 'spark' without the optional extra installed.
     """
     check_option(name, "engine", set(ENGINES))
+    if dashboard_address is not None and (name != "dask" or cluster is not None):
+        raise ValueError(
+            f"'dashboard_address' is only used by the 'dask' engine's LocalCluster; got "
+            f"dashboard_address={dashboard_address!r} with engine {name!r}"
+            + (f" and cluster={cluster!r}." if cluster is not None else ".")
+        )
     if cluster is not None and name in ("serial", "local"):
         raise ValueError(
             f"'cluster' is only used by the 'dask' and 'spark' engines; got "
@@ -62,7 +74,8 @@ def get_engine(name: str = "serial", *, cluster=None, n_jobs: int | None = None,
     if name == "dask":
         from connscale.engines.dask_engine import DaskEngine
 
-        return DaskEngine(cluster, n_jobs=n_jobs, retries=retries)
+        return DaskEngine(cluster, n_jobs=n_jobs, retries=retries,
+                          dashboard_address=dashboard_address)
     from connscale.engines.spark_engine import SparkEngine
 
     return SparkEngine(cluster, n_jobs=n_jobs, retries=retries)
@@ -89,6 +102,7 @@ __all__ = [
     "LocalEngine",
     "SerialEngine",
     "SparkEngine",
+    "TaskFailure",
     "get_engine",
     "tree_sum",
 ]

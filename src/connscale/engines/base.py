@@ -4,6 +4,10 @@ An engine does two things and nothing more:
 
 * ``map(func, items)``: run ``func(item)`` once per item, one task each,
   and return the results in input order (cohort runs: one subject per task).
+  A task is tried at most ``1 + retries`` times, whether it raised or its
+  worker process died (killed, crashed, out of memory); with
+  ``errors='return'`` a task that failed every attempt gives a
+  :class:`TaskFailure` in its place and the other items still run.
 * block work: ``load_blocks(loader, n_blocks)`` makes every worker build and
   keep its own blocks (``loader(i)`` is called where block ``i`` lives, so the
   driver never ships the data); then ``map_blocks(blocks, func, *args)``
@@ -25,6 +29,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from connscale._validation import check_option
+
 
 @dataclass
 class BlockSet:
@@ -42,14 +48,55 @@ class BlockSet:
     handle: Any = field(repr=False)
 
 
+@dataclass(frozen=True)
+class TaskFailure:
+    """A ``map`` task that failed on every attempt (``errors='return'``).
+
+    Attributes
+    ----------
+    reason : str
+        One line: what went wrong on the last attempt.
+    attempts : int
+        How many times the task was tried (``1 + retries``).
+    worker_lost : bool
+        True when the worker process running it died (killed by a signal,
+        ``os._exit``, a segfault, the out-of-memory killer) instead of the
+        task raising an exception.
+    """
+
+    reason: str
+    attempts: int
+    worker_lost: bool
+
+
+_ERRORS = ("raise", "return")
+
+
+def check_errors(errors: str) -> str:
+    """Validate ``map``'s ``errors`` option."""
+    return check_option(errors, "errors", set(_ERRORS))
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """First non-empty line of ``text``, at most ``limit`` characters."""
+    line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
+    return line if len(line) <= limit else line[:limit - 3] + "..."
+
+
 class Engine(abc.ABC):
     """Abstract execution engine (see the module docstring)."""
 
     name: str = "engine"
 
     @abc.abstractmethod
-    def map(self, func: Callable, items: Sequence) -> list:
-        """Run ``func(item)`` for every item, one task each; results in order."""
+    def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+        """Run ``func(item)`` for every item, one task each; results in order.
+
+        A task is tried at most ``1 + retries`` times, whether it raised or
+        its worker died. ``errors='raise'`` raises the error of the first
+        task (in input order) that failed every attempt; ``errors='return'``
+        puts a :class:`TaskFailure` in that task's place and returns.
+        """
 
     @abc.abstractmethod
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
@@ -81,8 +128,18 @@ class SerialEngine(Engine):
 
     name = "serial"
 
-    def map(self, func: Callable, items: Sequence) -> list:
-        return [func(item) for item in items]
+    def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+        # No retries and no worker to lose: a task that kills its process
+        # kills this one.
+        if check_errors(errors) == "raise":
+            return [func(item) for item in items]
+        results = []
+        for item in items:
+            try:
+                results.append(func(item))
+            except Exception as exc:  # noqa: BLE001 - returned as a TaskFailure
+                results.append(TaskFailure(one_line(f"{type(exc).__name__}: {exc}"), 1, False))
+        return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
         return BlockSet(n_blocks, [loader(i) for i in range(n_blocks)])

@@ -1,27 +1,54 @@
 """Dask distributed engine: a LocalCluster or an existing scheduler.
 
-* ``map``: ``client.map(func, items)`` then ``client.gather`` (input order).
+* ``map``: one task per item (a ``dask.bag`` of one-item partitions,
+  computed with ``retries=retries``); results are fetched as tasks finish
+  and returned in input order. Bag partitions are data-producing tasks,
+  which the scheduler queues and hands out only to a worker with a free
+  thread (``worker-saturation``), so each single-threaded worker of the
+  LocalCluster holds just the task it runs: when a worker dies, Dask
+  charges the death (``allowed-failures``) to that task alone, not to
+  tasks that were waiting behind it.
 * ``load_blocks``: one ``loader(i)`` task per block; the futures stay on the
   workers that computed them, so blocks never pass through the driver (a
   lost block is recomputed from its loader by Dask).
-* ``map_blocks``/``sum_blocks``: ``args`` are scattered (broadcast) once per
-  call, one task ``func(block, *args)`` per block runs where the block
-  lives; the arguments' future is released after the call. ``sum_blocks``
-  adds the per-block futures pairwise on the workers, (0+1), (2+3), ...,
-  level by level: the order of :func:`connscale.engines.base.tree_sum`, so
-  the sum is bitwise the serial engine's.
+* ``map_blocks``/``sum_blocks``: ``args`` go out as one task that returns
+  them (``_args``), on which every block task ``func(block, *args)``
+  depends: each worker fetches them once, and a worker that dies takes no
+  data with it that Dask cannot rebuild (scattered data cannot be; a task
+  is recomputed from its arguments, which the scheduler keeps). The
+  futures are released after the call. ``sum_blocks`` adds the per-block
+  futures pairwise on the workers, (0+1), (2+3), ..., level by level: the
+  order of :func:`connscale.engines.base.tree_sum`, so the sum is bitwise
+  the serial engine's.
 * Every task is submitted with ``retries=retries`` and ``pure=False``
-  (tasks may have side effects, e.g. write a subject's output).
+  (tasks may have side effects, e.g. write a subject's output). On the
+  LocalCluster started here a task whose worker dies is tried again until
+  it has been tried ``1 + retries`` times (``allowed-failures = retries``),
+  the rule of the other engines. An external scheduler applies its own
+  ``distributed.scheduler.allowed-failures`` (default 3).
+* The LocalCluster listens on 127.0.0.1 only (scheduler, workers,
+  nannies) and starts no dashboard unless ``dashboard_address`` is given.
 """
 
 from __future__ import annotations
 
 import operator
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from connscale._validation import check_int
-from connscale.engines.base import BlockSet, Engine
+from connscale.engines.base import (
+    BlockSet,
+    Engine,
+    TaskFailure,
+    check_errors,
+    one_line,
+)
+
+# Every listener of a LocalCluster started here.
+_LOCAL_HOST = "127.0.0.1"
+_NEVER = "3650 days"
 
 
 def _import_distributed():
@@ -38,6 +65,14 @@ def _call_block(block, func: Callable, args: tuple):
     return func(block, *args)
 
 
+def _args(args: tuple) -> tuple:
+    return args
+
+
+def _run_partition(part: list, func: Callable) -> list:
+    return [func(item) for item in part]
+
+
 class DaskEngine(Engine):
     """Run tasks on a Dask distributed cluster.
 
@@ -51,26 +86,54 @@ class DaskEngine(Engine):
         Workers of the LocalCluster (None: every core); ignored with
         ``cluster``.
     retries : int, default=1
-        Dask re-runs a failed task this many times before raising its error.
+        A task that raised is run again this many times; on the LocalCluster
+        started here, so is a task whose worker died (``allowed-failures``).
+    dashboard_address : str or None, default=None
+        Address of the LocalCluster's dashboard, e.g. ``'127.0.0.1:8787'``
+        (it listens where told); None starts none. Ignored with ``cluster``.
     """
 
     name = "dask"
 
-    def __init__(self, cluster=None, *, n_jobs: int | None = None, retries: int = 1) -> None:
+    def __init__(self, cluster=None, *, n_jobs: int | None = None, retries: int = 1,
+                 dashboard_address: str | None = None) -> None:
         distributed = _import_distributed()
         self._distributed = distributed
         from connscale.engines.local import _resolve_n_jobs
 
         self.retries = check_int(retries, "retries", minimum=0)
+        self.client = None
         self._cluster = None
+        self._config = None
         self._own_client = True
         if cluster is None:
             self.n_jobs = _resolve_n_jobs(n_jobs)
-            self._cluster = distributed.LocalCluster(
-                n_workers=self.n_jobs, threads_per_worker=1, processes=True,
-                dashboard_address=":0", silence_logs=40,  # any free port: no clash on 8787
-            )
-            self.client = distributed.Client(self._cluster)
+            import dask
+
+            # While this engine runs: a worker that dies is restarted by its
+            # nanny, and the LocalCluster must not close that nanny for good
+            # when, ``lost-worker-timeout`` after an earlier death, it finds
+            # the worker down again (restarting after a later death): the
+            # cluster would be left without workers and every task waiting.
+            self._config = dask.config.set({"distributed.deploy.lost-worker-timeout":
+                                            _NEVER})
+            try:
+                # The scheduler runs in this process and reads these when it starts.
+                with dask.config.set({"distributed.scheduler.allowed-failures": self.retries,
+                                      "distributed.scheduler.worker-saturation": 1.0}):
+                    self._cluster = distributed.LocalCluster(
+                        n_workers=self.n_jobs, threads_per_worker=1, processes=True,
+                        host=_LOCAL_HOST, dashboard_address=dashboard_address,
+                        worker_dashboard_address=None, silence_logs=40,
+                        # Without a dashboard the scheduler still serves
+                        # /health and /metrics: on a free localhost port.
+                        scheduler_kwargs=None if dashboard_address else {
+                            "dashboard_address": f"{_LOCAL_HOST}:0"},
+                    )
+                self.client = distributed.Client(self._cluster)
+            except BaseException:
+                self.close()
+                raise
         elif isinstance(cluster, distributed.Client):
             self.client = cluster
             self._own_client = False
@@ -84,16 +147,51 @@ class DaskEngine(Engine):
                 f"such as 'tcp://host:8786' or a distributed.Client; got {cluster!r}."
             )
 
-    def map(self, func: Callable, items: Sequence) -> list:
+    def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+        """Run ``func(item)`` for every item on the workers, in input order.
+
+        A task that failed every attempt (``KilledWorker`` when its workers
+        died) raises with ``errors='raise'``, after the others are done, or
+        is a :class:`~connscale.engines.base.TaskFailure` with
+        ``errors='return'``.
+        """
+        import dask.bag
+
+        errors = check_errors(errors)
         items = list(items)
         if not items:
             return []
-        futures = self.client.map(func, items, pure=False, retries=self.retries)
+        bag = dask.bag.from_sequence(items, partition_size=1).map_partitions(
+            _run_partition, func, token=f"connscale-map-{uuid.uuid4().hex}")
+        futures = self.client.compute(bag.to_delayed(), retries=self.retries)
+        position = {future.key: i for i, future in enumerate(futures)}
+        results: list = [None] * len(items)
+        failed: dict[int, BaseException] = {}
         try:
-            return self.client.gather(futures)
+            # Fetched as they finish: a result left on a worker that dies
+            # later would be recomputed (its side effects done twice).
+            for future in self._distributed.as_completed(futures):
+                i = position[future.key]
+                if future.status == "error":
+                    failed[i] = future.exception()
+                else:
+                    results[i] = future.result()[0]
+                future.release()
         finally:
             for future in futures:
                 future.release()
+        if errors == "raise" and failed:
+            raise failed[min(failed)]
+        for i, error in failed.items():
+            if isinstance(error, self._distributed.KilledWorker):
+                attempts = getattr(error, "allowed_failures", self.retries) + 1
+                reason = (f"the worker process died while running the task, on each of "
+                          f"{attempts} attempts (KilledWorker)")
+                results[i] = TaskFailure(reason, attempts, True)
+            else:
+                results[i] = TaskFailure(one_line(f"{type(error).__name__}: {error}"),
+                                         self.retries + 1, False)
+        return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
         n_blocks = check_int(n_blocks, "n_blocks", minimum=1)
@@ -110,7 +208,7 @@ class DaskEngine(Engine):
     def _submit_blocks(self, blocks: BlockSet, func: Callable, args: tuple) -> tuple[list, Any]:
         if not blocks.handle:
             raise ValueError("These blocks were released.")
-        [args_future] = self.client.scatter([args], broadcast=True, hash=False)
+        args_future = self.client.submit(_args, args, pure=False, retries=self.retries)
         futures = [
             self.client.submit(_call_block, block, func, args_future,
                                pure=False, retries=self.retries)
@@ -154,13 +252,14 @@ class DaskEngine(Engine):
         blocks.handle = []
 
     def close(self) -> None:
-        if getattr(self, "client", None) is None:
-            return
-        if self._own_client:
+        if self._own_client and getattr(self, "client", None) is not None:
             self.client.close()
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
+        if self._config is not None:
+            self._config.__exit__(None, None, None)  # the user's setting again
+            self._config = None
         self.client = None
 
     def __repr__(self) -> str:

@@ -17,11 +17,17 @@ Design
 * ``sum_blocks`` gathers the per-block values and adds them with
   :func:`connscale.engines.base.tree_sum` in block order, so the result is
   bitwise the serial engine's.
-* A task that raises is retried up to ``retries`` times. A worker process
-  that dies is replaced: a partition worker's blocks are rebuilt from the
-  loader and its task retried within its budget; a dead ``map`` worker
-  breaks the whole pool, so the pool is restarted and the unfinished tasks
-  resubmitted, at most ``retries * len(items)`` times.
+* ``map`` runs on ``n_jobs`` *single-worker* executors too, one task at a
+  time each (the next item goes to the first executor that is free). A
+  worker that dies (``os._exit``, a signal, a segfault, the out-of-memory
+  killer) breaks only its own executor, so its death is charged to the one
+  task it was running: that executor is replaced, the task is tried again
+  and the others never notice. (A shared ``ProcessPoolExecutor`` fails
+  every pending task when one worker dies, with no way to tell which task
+  killed it.)
+* Every task is tried at most ``1 + retries`` times, whether it raised or
+  its worker died. A partition worker that dies is replaced and its blocks
+  rebuilt from the loader before its task is tried again.
 """
 
 from __future__ import annotations
@@ -29,13 +35,21 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from connscale._validation import check_int, check_option
-from connscale.engines.base import BlockSet, Engine, tree_sum
+from connscale.engines.base import (
+    BlockSet,
+    Engine,
+    TaskFailure,
+    check_errors,
+    one_line,
+    tree_sum,
+)
 
 # Blocks held by this (worker) process: {token: {block index: block}}.
 _STORE: dict[int, dict[int, Any]] = {}
@@ -77,7 +91,8 @@ class LocalEngine(Engine):
     n_jobs : int or None, default=None
         Number of worker processes; None or -1 uses every core.
     retries : int, default=1
-        How many times a failed task is run again before its error is raised.
+        How many times a failed task is run again (it raised, or its worker
+        process died) before it counts as failed: ``1 + retries`` attempts.
     context : {'forkserver', 'spawn'} or None, default=None
         How worker processes start; None picks 'forkserver' where the
         platform has it, else 'spawn' (never ``fork``: unsafe with CUDA and
@@ -98,44 +113,70 @@ class LocalEngine(Engine):
         if self.context == "forkserver":
             # Imported once in the server, inherited by every worker it forks.
             self._mp.set_forkserver_preload(["__main__", "connscale.engines.local"])
-        self._pool: ProcessPoolExecutor | None = None
+        self._slots: list[ProcessPoolExecutor | None] = [None] * self.n_jobs
         self._partitions: list[ProcessPoolExecutor | None] = [None] * self.n_jobs
         self._loaders: dict[int, tuple[Callable, int]] = {}
 
     # ---- one task per item ---------------------------------------------
-    def _get_pool(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            self._pool = ProcessPoolExecutor(self.n_jobs, mp_context=self._mp)
-        return self._pool
+    def _slot(self, s: int) -> ProcessPoolExecutor:
+        if self._slots[s] is None:
+            self._slots[s] = ProcessPoolExecutor(1, mp_context=self._mp)
+        return self._slots[s]
 
-    def map(self, func: Callable, items: Sequence) -> list:
+    def _replace_slot(self, s: int) -> None:
+        self._slots[s].shutdown(wait=False, cancel_futures=True)
+        self._slots[s] = None
+
+    def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+        """Run ``func(item)`` for every item on the worker processes.
+
+        Each task is tried at most ``1 + retries`` times, whether it raised
+        or its worker died; a dead worker is replaced. With
+        ``errors='raise'`` the first task (in input order) that failed every
+        attempt raises its last error (``BrokenProcessPool`` for a worker
+        that died) once the running tasks are done; with ``errors='return'``
+        it is a :class:`~connscale.engines.base.TaskFailure` in the results.
+        """
+        errors = check_errors(errors)
         items = list(items)
         results: list = [None] * len(items)
-        pending = {i: self.retries for i in range(len(items))}
-        # A dying worker breaks the whole pool and fails every unfinished
-        # task, so crashes are charged to a shared budget (as many as the
-        # tasks could have had between them), not to each task.
-        rebuilds = self.retries * len(items)
-        while pending:
-            pool = self._get_pool()
-            futures = {i: pool.submit(func, items[i]) for i in pending}
-            broken = None
-            for i, future in futures.items():
+        failed: dict[int, BaseException] = {}
+        attempts = [0] * len(items)
+        queue = deque(range(len(items)))
+        free = list(range(self.n_jobs))
+        running: dict = {}
+        while queue or running:
+            while queue and free and not (failed and errors == "raise"):
+                s, i = free.pop(0), queue.popleft()
+                attempts[i] += 1
+                running[self._slot(s).submit(func, items[i])] = (s, i)
+            if not running:
+                break
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                s, i = running.pop(future)
+                free.append(s)
                 try:
                     results[i] = future.result()
-                    del pending[i]
+                    continue
                 except BrokenProcessPool as exc:
-                    broken = exc
-                except Exception:
-                    if pending[i] == 0:
-                        raise
-                    pending[i] -= 1
-            if broken is not None:
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
-                if rebuilds == 0:
-                    raise broken
-                rebuilds -= 1
+                    self._replace_slot(s)
+                    error: BaseException = exc
+                except Exception as exc:  # noqa: BLE001 - retried, then reported
+                    error = exc
+                if attempts[i] <= self.retries:
+                    queue.appendleft(i)
+                else:
+                    failed[i] = error
+        if errors == "raise" and failed:
+            raise failed[min(failed)]
+        for i, error in failed.items():
+            if isinstance(error, BrokenProcessPool):
+                reason = (f"the worker process died while running the task, on each of "
+                          f"{attempts[i]} attempts (BrokenProcessPool)")
+            else:
+                reason = one_line(f"{type(error).__name__}: {error}")
+            results[i] = TaskFailure(reason, attempts[i], isinstance(error, BrokenProcessPool))
         return results
 
     # ---- blocks kept in long-lived partition workers ---------------------
@@ -237,9 +278,10 @@ class LocalEngine(Engine):
                     pass
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        for s, executor in enumerate(self._slots):
+            if executor is not None:
+                executor.shutdown(wait=True, cancel_futures=True)
+                self._slots[s] = None
         for p, executor in enumerate(self._partitions):
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)

@@ -1,7 +1,10 @@
 """Apache Spark engine (pyspark): ``local[N]`` or any master URL.
 
-* ``map``: ``sc.parallelize(items, len(items)).map(func).collect()`` - one
-  partition, hence one task, per item; results in input order.
+* ``map``: one Spark job per item (``sc.parallelize([item], 1).map(func)``),
+  submitted from ``n_jobs`` driver threads so that Spark runs them side by
+  side; results in input order. One job per item, not one job for all:
+  a job fails as a whole, so a task that fails every attempt (a worker that
+  dies each time) would lose the results of every other item.
 * ``load_blocks``: ``sc.parallelize(range(n_blocks), n_blocks).map(loader)``,
   cached and materialised with ``count()``: each executor builds and keeps
   its own blocks (partition i holds block i); a lost partition is rebuilt
@@ -19,7 +22,8 @@
   in arrival order.
 * Failed tasks are retried: ``spark.task.maxFailures = retries + 1``; a
   ``local[N]`` master becomes ``local[N, retries + 1]`` (plain ``local[N]``
-  never retries).
+  never retries). Spark counts an attempt whether the task raised or its
+  Python worker died, so a task is tried ``1 + retries`` times either way.
 """
 
 from __future__ import annotations
@@ -31,10 +35,18 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from connscale._validation import check_int
-from connscale.engines.base import BlockSet, Engine, tree_sum
+from connscale.engines.base import (
+    BlockSet,
+    Engine,
+    TaskFailure,
+    check_errors,
+    one_line,
+    tree_sum,
+)
 
 # Rounds of pairwise adds run on the executors until at most this many
 # values are left; the driver adds those.
@@ -49,6 +61,24 @@ def _import_pyspark():
             "The 'spark' engine needs pyspark (and Java 17+): pip install connscale[spark]"
         ) from exc
     return pyspark
+
+
+# What Spark reports when a task's Python worker process died.
+_WORKER_DIED = "Python worker exited unexpectedly"
+
+
+def _failure(error: BaseException, retries: int) -> TaskFailure:
+    """A one-line :class:`TaskFailure` from a failed job's error."""
+    text = str(error)
+    match = re.search(r"failed (\d+) times", text)
+    attempts = int(match.group(1)) if match else retries + 1
+    if _WORKER_DIED in text:
+        return TaskFailure(f"the worker process died while running the task, on each of "
+                           f"{attempts} attempts ({_WORKER_DIED})", attempts, True)
+    # A Python exception: its last 'SomeError: message' line of the traceback.
+    lines = re.findall(r"^(\w[\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", text, re.MULTILINE)
+    reason = lines[-1] if lines else f"{type(error).__name__}: {one_line(text)}"
+    return TaskFailure(one_line(reason.split(" SQLSTATE:")[0]), attempts, False)
 
 
 def _local_master(master: str, retries: int) -> str:
@@ -144,11 +174,33 @@ class SparkEngine(Engine):
         self._own = True
         return sc
 
-    def map(self, func: Callable, items: Sequence) -> list:
+    def _run_one(self, func: Callable, item):
+        return self.sc.parallelize([item], 1).map(func).collect()[0]
+
+    def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+        """Run ``func(item)`` for every item, one Spark job each; results in order.
+
+        A task that failed every attempt raises its job's error with
+        ``errors='raise'`` (after the other jobs are done), or is a
+        :class:`~connscale.engines.base.TaskFailure` with
+        ``errors='return'``.
+        """
+        errors = check_errors(errors)
         items = list(items)
         if not items:
             return []
-        return self.sc.parallelize(items, len(items)).map(func).collect()
+        with ThreadPoolExecutor(max(1, min(len(items), self.n_jobs))) as pool:
+            futures = [pool.submit(self._run_one, func, item) for item in items]
+        results: list = []
+        for future in futures:
+            error = future.exception()
+            if error is None:
+                results.append(future.result())
+            elif errors == "raise":
+                raise error
+            else:
+                results.append(_failure(error, self.retries))
+        return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
         n_blocks = check_int(n_blocks, "n_blocks", minimum=1)

@@ -37,13 +37,13 @@ import math
 import numpy as np
 import torch
 
-try:  # pragma: no cover - exercised on GPU machines and by the interpreter test
+from connscale._compute.memory import MemoryLimitError, MemoryPlan, MemoryPlanner
+
+from connscale._compute.device import HAS_TRITON
+
+if HAS_TRITON:  # pragma: no cover - exercised on GPU machines and by the interpreter test
     import triton
     import triton.language as tl
-
-    HAS_TRITON = True
-except ImportError:  # pragma: no cover - CPU machines without triton
-    HAS_TRITON = False
 
 # Row blocks of the torch path hold at most this many tile elements, and at
 # least this many rows where the budget allows. On the CPU the tile and its
@@ -67,24 +67,36 @@ CUDA_METHOD = "blocks"
 HISTOGRAM_BINS = 1 << 16
 
 
+def _block_plan(n: int, resident: int, budget: int, per_row: int, at_most: int,
+                device: torch.device, needed: str) -> MemoryPlan:
+    """The plan of row blocks of ``per_row`` bytes beside ``resident`` bytes
+    within ``budget``; a :class:`MemoryLimitError` naming the smallest budget
+    when not even one row fits."""
+    planner = MemoryPlanner(device, device_budget=budget, host_budget=0)
+    planner.reserve_device(resident)
+    if planner.device_left < per_row:
+        raise MemoryLimitError(
+            f"'memory_limit' is too small for {n} series: at least "
+            f"{(resident + per_row) / 1e6:.1f} MB are needed{needed}; got "
+            f"{budget / 1e6:.1f} MB.")
+    rows = int(max(1, min(n, planner.device_left // per_row, at_most)))
+    planner.reserve_device(rows * per_row)
+    return planner.plan(block_rows=rows, n_rounds=-(-n // rows))
+
+
 def plan_block_rows(n: int, n_series_bytes: int, budget: int, *, item: int,
-                    device: torch.device) -> int:
-    """Rows per block of the torch path that fit ``budget`` bytes.
+                    device: torch.device) -> MemoryPlan:
+    """Rows per block of the torch path that fit ``budget`` bytes (the
+    plan's ``block_rows``).
 
     ``n_series_bytes`` is what stays resident (U and the accumulators). Raises
     a ValueError naming the smallest budget when not even one row fits.
     """
     per_row = n * (_TORCH_BYTES_PER_ELEMENT * item + 1)
-    available = budget - n_series_bytes
-    if available < per_row:
-        raise ValueError(
-            f"'memory_limit' is too small for {n} series: at least "
-            f"{(n_series_bytes + per_row) / 1e6:.1f} MB are needed (the normalised series "
-            f"and one row of correlations); got {budget / 1e6:.1f} MB."
-        )
     cap = _MAX_TILE_ELEMENTS.get(device.type, _MAX_TILE_ELEMENTS["cuda"])
     rows = max(_MIN_BLOCK_ROWS.get(device.type, 1), cap // n)
-    return int(max(1, min(n, available // per_row, rows)))
+    return _block_plan(n, n_series_bytes, budget, per_row, rows, device,
+                       " (the normalised series and one row of correlations)")
 
 
 def _blocks(n: int, block_rows: int):
@@ -144,16 +156,6 @@ def degree_torch(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, w
             del keep
         del tile
     return counts, sums
-
-
-def triton_usable(u: torch.Tensor) -> bool:
-    """True when :func:`degree_triton` can run on ``u`` (float32 on CUDA, or
-    any float32 CPU tensor under Triton's interpreter)."""
-    if not HAS_TRITON or u.dtype != torch.float32:
-        return False
-    import os
-
-    return u.is_cuda or os.environ.get("TRITON_INTERPRET") == "1"
 
 
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
@@ -338,14 +340,12 @@ def degree_blocks_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute:
     return counts.to(torch.int64), (sums if weighted else None)
 
 
-def plan_block_rows_stored(n: int, resident: int, budget: int, *, item: int) -> int:
-    """Rows per block of :func:`degree_blocks_triton` (its two block buffers)."""
-    available = budget - resident
-    if available < 2 * n * item:
-        raise ValueError(f"'memory_limit' is too small for {n} series: at least "
-                         f"{(resident + 2 * n * item) / 1e6:.1f} MB are needed; got "
-                         f"{budget / 1e6:.1f} MB.")
-    return int(max(1, min(n, available // (2 * n * item), (1 << 30) // n)))
+def plan_block_rows_stored(n: int, resident: int, budget: int, *, item: int,
+                           device: torch.device | None = None) -> MemoryPlan:
+    """Rows per block of :func:`degree_blocks_triton` (its two block buffers;
+    the plan's ``block_rows``)."""
+    return _block_plan(n, resident, budget, 2 * n * item, (1 << 30) // n,
+                       torch.device("cuda") if device is None else device, "")
 
 
 # --- compact (sparse FC and DFC), histogram and collect on CUDA ------------
@@ -709,7 +709,7 @@ def top_threshold(u: torch.Tensor, n_kept: list[int], *, absolute: bool,
 
     One histogram pass finds the bin of each k-th value; one more pass per
     distinct bin collects that bin's values and selects in it. With
-    ``use_triton`` (see :func:`triton_usable`) the passes are BLAS row blocks
+    ``use_triton`` (see :func:`connscale._compute.device.use_triton`) the passes are BLAS row blocks
     with Triton epilogues (``block_rows`` from :func:`plan_block_rows_stored`),
     else torch row blocks (from :func:`plan_block_rows`).
     """

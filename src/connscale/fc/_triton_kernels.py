@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import torch
 
-try:  # pragma: no cover - exercised on GPU machines only
+from connscale._compute.device import HAS_TRITON, use_triton
+
+if HAS_TRITON:  # pragma: no cover - exercised on GPU machines only
     import triton
     import triton.language as tl
 
@@ -26,10 +28,6 @@ try:  # pragma: no cover - exercised on GPU machines only
         offset = row64 * n_cols - (row64 * (row64 + 1)) // 2
         values = tl.load(src_ptr + row64 * n_cols + cols, mask=keep)
         tl.store(dst_ptr + offset + cols - row - 1, values, mask=keep)
-
-    HAS_TRITON = True
-except ImportError:  # pragma: no cover - CPU machines without triton
-    HAS_TRITON = False
 
 
 def block_triu_size(n_rows: int, n_cols: int) -> int:
@@ -58,7 +56,7 @@ def extract_triu_torch(block: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 def extract_triu(block: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """As :func:`extract_triu_torch`, with the Triton kernel on CUDA."""
-    if block.is_cuda and HAS_TRITON:  # pragma: no cover - GPU only
+    if use_triton(block, interpreted=False):  # pragma: no cover - GPU only
         n_rows, n_cols = block.shape
         size = block_triu_size(n_rows, n_cols)
         block = block.contiguous()

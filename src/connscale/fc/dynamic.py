@@ -43,9 +43,15 @@ import numpy as np
 import torch
 
 from connscale._compute import allow_tf32 as _allow_tf32
-from connscale._compute import memory_budget, resolve_device, resolve_dtype
-from connscale._compute.device import numpy_dtype
-from connscale._compute.memory import MemoryMeter, host_budget, limit_error
+from connscale._compute import resolve_device, resolve_dtype
+from connscale._compute.device import numpy_dtype, use_triton
+from connscale._compute.memory import (
+    MemoryMeter,
+    MemoryPlan,
+    MemoryPlanner,
+    host_budget,
+    limit_error,
+)
 from connscale._compute.transfer import DeviceToHost
 from connscale._docs import fill_doc
 from connscale._validation import (
@@ -61,7 +67,6 @@ from connscale._validation import (
     validate_params,
 )
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
-from connscale.fc._triton_kernels import HAS_TRITON
 from connscale.fc.dynamic_result import (
     KINDS,
     DynamicConnectivity,
@@ -261,10 +266,17 @@ def _triu_gather_index(n: int, r0: int, r1: int, device: torch.device) -> torch.
     return local_row * width + column
 
 
-def _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident,
-          memory_limit=None) -> dict:
-    """Windows per batch and rows per tile that fit ``budget`` device bytes."""
+def _plan(planner, n, w, k, kind, itemsize, budget, width, compute_error, resident,
+          **fields) -> MemoryPlan:
+    """Windows per batch and rows per tile that fit ``budget`` device bytes
+    (``resident`` of them kept throughout), as the planner's plan."""
     free = budget - resident
+
+    def plan(batch, tile_rows):
+        planner.reserve_device(resident)
+        return planner.plan(batch=int(batch), block_rows=int(tile_rows),
+                            n_rounds=-(-k // int(batch)), **fields)
+
     per_window_prep = 4 * w * n * 8 + n * w * itemsize
     if kind in ("lowrank", "factor"):
         per_window = per_window_prep + 6 * n * (width or w) * itemsize
@@ -273,7 +285,7 @@ def _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident,
         if compute_error:
             # reconstruction_mae: two (B, R, N) products and two boolean masks per tile
             tile_rows = max(1, min(n, free // (2 * batch * n * (2 * itemsize + 2))))
-        return {"batch": int(batch), "tile_rows": int(tile_rows)}
+        return plan(batch, tile_rows)
     full = n * n
     if kind == "triu":
         pairs = n_pairs(n)
@@ -283,16 +295,16 @@ def _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident,
         if pairs * 8 + per_window <= free:
             batch = min(k, _MAX_BATCH, max(1, _BATCH_ELEMENTS // full),
                         (free - pairs * 8) // per_window)
-            return {"batch": int(max(1, batch)), "tile_rows": n}
+            return plan(max(1, batch), n)
         rest = free - 2 * pairs * itemsize - per_window_prep
         tile_rows = rest // (n * (itemsize + 16))
         if tile_rows < 1:
-            raise limit_error(
+            raise planner.error(
                 f"One window's triangle ({n} series, twice for overlapped copies) with one "
                 "row of products", resident + 2 * pairs * itemsize + per_window_prep
-                + n * (itemsize + 16), budget, memory_limit,
-                "Use kind='sparse', 'lowrank' or 'factor', or raise memory_limit.")
-        return {"batch": 1, "tile_rows": int(min(n, tile_rows))}
+                + n * (itemsize + 16), budget=budget,
+                hint="Use kind='sparse', 'lowrank' or 'factor', or raise memory_limit.")
+        return plan(1, min(n, tile_rows))
     # sparse: two tiles in flight (values, bool masks, nonzero indices), U,
     # and a window's kept entries compacted and concatenated (at worst every
     # pair: its value and int32 column, twice).
@@ -305,11 +317,11 @@ def _plan(n, w, k, kind, itemsize, budget, width, compute_error, resident,
         batch //= 2
     tile_rows = int(min(tile_rows, (free - batch * per_window) // (batch * per_row)))
     if tile_rows < 1:
-        raise limit_error(
+        raise planner.error(
             f"One sparse window of {n} series (every pair kept, at worst) with one row of "
-            "products", resident + per_window + per_row, budget, memory_limit,
-            "Raise memory_limit, or use kind='lowrank' or 'factor'.")
-    return {"batch": int(batch), "tile_rows": tile_rows}
+            "products", resident + per_window + per_row, budget=budget,
+            hint="Raise memory_limit, or use kind='lowrank' or 'factor'.")
+    return plan(batch, tile_rows)
 
 
 def _runs(indices: list[int], size: int) -> list[list[int]]:
@@ -668,7 +680,7 @@ def _check_host_memory(kind, k, n, width, itemsize, memory_limit, host_buffer) -
 
 def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolute, method,
              power_iterations, base_seed, device, dtype, memory_limit, compute_error,
-             allow_tf32, verbose, weights=None, reserved=0) -> dict:
+             allow_tf32, verbose, weights=None, reserved=0) -> MemoryPlan:
     """Compute windows ``todo`` into ``backend``.
 
     ``memory_limit`` covers, on the CPU, the in-memory result (``reserved``
@@ -683,39 +695,36 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
     k = starts.size
     itemsize = torch.empty((), dtype=dtype).element_size()
     cpu = device.type == "cpu"
-    budget = memory_budget(device, memory_limit)
-    if cpu:
-        budget -= reserved
+    in_memory = isinstance(backend, MemoryBackend)
+    planner = MemoryPlanner(device, memory_limit, hint=(
+        "Raise memory_limit, or pass out='file.h5' to keep the result out of memory."))
+    planner.reserve_host(reserved)  # the in-memory result (on the CPU, device memory too)
+    budget = planner.device_left
     # The series in float64 and the window means stay; while they are made,
     # a second copy of the series and the running sums exist beside them.
     resident = n_timepoints * n * 8 + k * n * 8
     setup = 2 * resident + (0 if cpu else n_timepoints * n * array.dtype.itemsize)
-    if setup > budget:
-        raise limit_error(
-            f"Centring {n} series of {n_timepoints} time points in float64 (and the means of "
-            f"{k} windows)", setup + (reserved if cpu else 0), budget + (reserved if cpu else 0),
-            memory_limit, "Raise memory_limit, or pass out='file.h5' to keep the result out of "
-            "memory.")
+    planner.require(setup, f"Centring {n} series of {n_timepoints} time points in float64 "
+                           f"(and the means of {k} windows)")
     plan_budget = budget
-    if kind == "sparse" and isinstance(backend, MemoryBackend):
+    if kind == "sparse" and in_memory:
         if cpu:
             plan_budget = resident + (budget - resident) // 2
             result_budget = budget - plan_budget
         else:
-            result_budget = host_budget(memory_limit)
+            result_budget = planner.host_budget
         backend.meter = MemoryMeter(
             result_budget, memory_limit, f"Keeping the sparse windows of {n} series",
             "Pass out='file.h5' to stream them to disk, raise the threshold or raise "
             "memory_limit.")
-    plan = _plan(n, w, k, kind, itemsize, plan_budget, width, compute_error, resident,
-                 memory_limit)
+    plan = _plan(planner, n, w, k, kind, itemsize, plan_budget, width, compute_error, resident,
+                 out_of_core=not in_memory)
     with _allow_tf32(allow_tf32), torch.no_grad():
         x = torch.as_tensor(array).to(device)
         normalizer = _WindowNormalizer(x, starts, w, dtype, weights)
         del x
-        plan["device_budget"] = int(budget)
         logger.debug("dynamic_correlation plan: %s", plan)
-        tile_rows = plan["tile_rows"]
+        tile_rows = plan.block_rows
         copier = DeviceToHost(device, depth=2)
         full_index = None
         if kind == "triu" and tile_rows >= n:
@@ -724,12 +733,12 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
         n_constant_windows = torch.zeros((), dtype=torch.int64, device=device)
         constant_any = torch.zeros(n, dtype=torch.bool, device=device)
         fused_sparse = None
-        if kind == "sparse" and device.type == "cuda" and HAS_TRITON:
+        if kind == "sparse" and use_triton(device, interpreted=False):
             fused_sparse = SparseWindowsCUDA(n, tile_rows, threshold, absolute,
                                              _sparse_submitter(backend, copier))
         progress = tqdm(total=len(todo), desc="windows", unit="win", disable=not verbose)
         try:
-            for batch in _runs(todo, plan["batch"]):
+            for batch in _runs(todo, plan.batch):
                 u, constant = normalizer(batch)
                 constant_any |= constant.any(dim=0)
                 n_constant_windows += constant.any(dim=1).sum()

@@ -12,20 +12,11 @@ returns. Its windows live in one of two backends:
   window is done the partial file is renamed to the target (atomic). A
   finished file with the same parameters and input is reused as it is.
 
-HDF5 layout (all kinds): attributes ``kind``, ``n_series``,
-``n_timepoints``, ``window_length``, ``step``, ``n_windows``, ``parameters``
-(JSON), ``input_fingerprint``, ``format``; datasets ``window_starts`` (k,),
-``done`` (k,) bool, ``constant`` (k, N) bool, ``mae`` (k,) float64 (NaN when
-not computed), ``nbytes`` (k,) int64. Per kind: ``triu`` (k, N(N−1)/2);
-``sparse/<i>/{data,indices,indptr}`` (CSR of window i's upper triangle,
-int32 column indices); ``q`` (k, N, l) and ``b`` (k, l, N); ``factor``
-(k, N, r).
+The HDF5 file layout, its writer and its reader are :mod:`connscale.io.dfc`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 from pathlib import Path
 
@@ -33,36 +24,15 @@ import numpy as np
 from typing_extensions import Self
 
 from connscale.fc.sparse import csr_from_parts
-from connscale.fc.triu import n_pairs, vec_to_matrix
-from connscale.io._h5 import (
-    close_h5,
-    create_h5,
-    early_dcpl,
-    flush_h5,
-    h5_errors,
-    open_h5_resume,
+from connscale._triu import vec_to_matrix
+from connscale.io.dfc import (  # noqa: F401 (FORMAT, KINDS, partial_path: for fc.dynamic)
+    FORMAT,
+    KINDS,
+    HDF5Backend,
+    open_dfc,
+    partial_path,
+    stored_shapes,
 )
-from connscale.io._publish import IncompleteOutputError, check_published
-
-FORMAT = "connscale-dfc-1"
-KINDS = ("triu", "sparse", "lowrank", "factor")
-
-
-def partial_path(path: str | os.PathLike) -> Path:
-    """The hidden file an HDF5 result is built in before its final rename."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.partial")
-
-
-def stored_shapes(kind: str, n: int, width: int | None) -> dict[str, tuple[int, ...]]:
-    """Per-window shapes of the fixed-size arrays of a kind (not sparse)."""
-    if kind == "triu":
-        return {"triu": (n_pairs(n),)}
-    if kind == "lowrank":
-        return {"q": (n, width), "b": (width, n)}
-    if kind == "factor":
-        return {"factor": (n, width)}
-    return {}
 
 
 class HostArena:
@@ -203,196 +173,6 @@ class MemoryBackend:
 
     def close(self) -> None:
         pass
-
-
-class HDF5Backend:
-    """Windows in an HDF5 file (see the module docstring for the layout).
-
-    Files opened for writing (:meth:`create`, :meth:`resume`) have no chunk
-    cache or sieve buffer, so a failed write raises in :meth:`write` (an
-    ``OSError`` naming the file); the fixed-size arrays are allocated when
-    the file is created, so later writes never change its structure.
-    """
-
-    def __init__(self, handle, path: Path) -> None:
-        self.path = Path(path)
-        self.file = handle
-        attrs = self.file.attrs
-        if attrs.get("format") != FORMAT:
-            self.file.close()
-            raise ValueError(
-                f"{self.path} is not a connscale dynamic-connectivity file "
-                f"(format attribute {attrs.get('format')!r}, expected {FORMAT!r})."
-            )
-        self.kind = str(attrs["kind"])
-        self.n_windows = int(attrs["n_windows"])
-        self.n_series = int(attrs["n_series"])
-        self.dtype = np.dtype(str(attrs["dtype"]))
-        # Held open while writing: a dataset closed between writes would be
-        # a new HDF5 object each time.
-        self._datasets: dict = {}
-
-    @classmethod
-    def open(cls, path: str | os.PathLike) -> HDF5Backend:
-        """Open a finished file for reading."""
-        import h5py
-
-        return cls(h5py.File(path, "r"), path)
-
-    @classmethod
-    def resume(cls, path: str | os.PathLike) -> HDF5Backend:
-        """Reopen an unfinished file of this user for writing (never through a link)."""
-        backend = cls(open_h5_resume(path), path)
-        if backend.kind == "sparse":
-            backend._unflag_broken_sparse_windows()
-        return backend
-
-    @classmethod
-    def create(cls, path: Path, meta: dict, fingerprint: str, width: int | None) -> HDF5Backend:
-        """Create a new file (``O_EXCL``: never through a link) with every array allocated."""
-        kind, k, n = meta["kind"], meta["n_windows"], meta["n_series"]
-        dtype = np.dtype(meta["dtype"])
-        fh = create_h5(path)
-        try:
-            with h5_errors(path):
-                fh.attrs["format"] = FORMAT
-                for key in ("kind", "n_series", "n_timepoints", "window_length", "step",
-                            "n_windows", "dtype"):
-                    fh.attrs[key] = meta[key]
-                fh.attrs["parameters"] = json.dumps(meta, sort_keys=True)
-                fh.attrs["input_fingerprint"] = fingerprint
-                fh.create_dataset("window_starts",
-                                  data=np.asarray(meta["window_starts"], dtype=np.int64))
-                fh.create_dataset("done", data=np.zeros(k, dtype=bool))
-                fh.create_dataset("constant", shape=(k, n), dtype=bool, chunks=(1, n),
-                                  dcpl=early_dcpl())
-                fh.create_dataset("mae", data=np.full(k, np.nan))
-                fh.create_dataset("nbytes", data=np.zeros(k, dtype=np.int64))
-                for name, shape in stored_shapes(kind, n, width).items():
-                    chunk = (1,) + shape
-                    if int(np.prod(chunk)) * dtype.itemsize > (4 << 20):
-                        # chunks of at most ~4 MB along the last axis
-                        last = max(1, (4 << 20) // (dtype.itemsize * int(np.prod(shape[:-1]))))
-                        chunk = (1,) + shape[:-1] + (min(shape[-1], last),)
-                    fh.create_dataset(name, shape=(k,) + shape, dtype=dtype, chunks=chunk,
-                                      dcpl=early_dcpl())
-                if kind == "sparse":
-                    fh.create_group("sparse")
-            flush_h5(fh, path)
-        except BaseException:
-            fh.close()
-            raise
-        return cls(fh, path)
-
-    @staticmethod
-    def stored_nbytes(meta: dict, width: int | None) -> int | None:
-        """Bytes of a file's arrays (None for sparse: not known in advance)."""
-        if meta["kind"] == "sparse":
-            return None
-        k, n = meta["n_windows"], meta["n_series"]
-        item = np.dtype(meta["dtype"]).itemsize
-        per_window = sum(int(np.prod(shape)) * item
-                         for shape in stored_shapes(meta["kind"], n, width).values())
-        return k * (per_window + n + 8 + 8 + 8 + 1)
-
-    def _dataset(self, name: str):
-        dataset = self._datasets.get(name)
-        if dataset is None:
-            dataset = self._datasets[name] = self.file[name]
-        return dataset
-
-    def _unflag_broken_sparse_windows(self) -> None:
-        """A killed run may leave a sparse window flagged done whose group is
-        unreadable; such windows are recomputed."""
-        done = self.done
-        group = self.file["sparse"]
-        for index in np.flatnonzero(done):
-            try:
-                window = group[str(index)]
-                ok = int(window["indptr"][-1]) == window["data"].shape[0] == window["indices"].shape[0]
-            except (KeyError, OSError, RuntimeError, ValueError):
-                ok = False
-            if not ok:
-                with h5_errors(self.path):
-                    self._dataset("done")[index] = False
-        flush_h5(self.file, self.path)
-
-    @property
-    def done(self) -> np.ndarray:
-        return self.file["done"][...]
-
-    @property
-    def constant(self) -> np.ndarray:
-        return self.file["constant"][...]
-
-    @property
-    def mae(self) -> np.ndarray:
-        return self.file["mae"][...]
-
-    @property
-    def nbytes(self) -> np.ndarray:
-        return self.file["nbytes"][...]
-
-    def matches(self, meta: dict, fingerprint: str) -> bool:
-        attrs = self.file.attrs
-        return (attrs.get("parameters") == json.dumps(meta, sort_keys=True)
-                and attrs.get("input_fingerprint") == fingerprint)
-
-    def write(self, index: int, payload: dict, constant: np.ndarray, mae: float) -> None:
-        """Write window ``index``; flag it done only once its data are flushed."""
-        fh = self.file
-        with h5_errors(self.path):
-            if self.kind == "sparse":
-                group = fh["sparse"]
-                name = str(index)
-                if name in group:  # left over from an interrupted write
-                    del group[name]
-                window = group.create_group(name)
-                indptr = np.zeros(self.n_series + 1, dtype=np.int64)
-                np.cumsum(payload["counts"], out=indptr[1:])
-                window.create_dataset("data", data=payload["data"])
-                window.create_dataset("indices", data=payload["indices"].astype(np.int32, copy=False))
-                window.create_dataset("indptr", data=indptr)
-                nbytes = payload["data"].nbytes + payload["indices"].nbytes + indptr.nbytes
-            else:
-                nbytes = 0
-                for name, values in payload.items():
-                    self._dataset(name)[index] = values
-                    nbytes += values.nbytes
-            self._dataset("constant")[index] = constant
-            self._dataset("mae")[index] = mae
-            self._dataset("nbytes")[index] = nbytes
-        flush_h5(fh, self.path)
-        # The window counts as written only once its data are with the system.
-        with h5_errors(self.path):
-            self._dataset("done")[index] = True
-        flush_h5(fh, self.path)
-
-    def set_attrs(self, attrs: dict) -> None:
-        """Extra root attributes (provenance), written before the file is finished."""
-        with h5_errors(self.path):
-            for key, value in attrs.items():
-                self.file.attrs[key] = "None" if value is None else value
-        flush_h5(self.file, self.path)
-
-    def finish(self) -> None:
-        """Flush and close; errors raise (the file is closed either way)."""
-        self._datasets.clear()
-        close_h5(self.file, self.path)
-
-    def read(self, index: int):
-        fh = self.file
-        if self.kind == "sparse":
-            window = fh["sparse"][str(index)]
-            return window["data"][...], window["indices"][...], window["indptr"][...]
-        return {name: fh[name][index] for name in stored_shapes(self.kind, self.n_series, 1)}
-
-    def close(self) -> None:
-        """Release the file without reporting errors (after a failure, or reading)."""
-        self._datasets.clear()
-        if self.file.id.valid:
-            with contextlib.suppress(OSError, RuntimeError):
-                self.file.close()
 
 
 class DynamicConnectivity:
@@ -565,30 +345,8 @@ def load_dynamic(path: str | os.PathLike) -> DynamicConnectivity:
     Raises
     ------
     IncompleteOutputError
-        When some windows are not flagged done (an unfinished or damaged
-        file: its missing windows must never read as zeros), or the file
-        belongs to a file set whose publication did not finish.
+        As :func:`connscale.io.dfc.open_dfc`: an unfinished or damaged file,
+        or one of a file set whose publication did not finish.
     """
-    path = Path(path)
-    if not path.exists():
-        hint = ""
-        if partial_path(path).exists():
-            hint = (" An unfinished run left "
-                    f"{partial_path(path).name}; re-run dynamic_correlation with the same "
-                    "parameters to finish it.")
-        raise FileNotFoundError(f"No dynamic-connectivity file at {path}.{hint}")
-    check_published(path)
-    try:
-        backend = HDF5Backend.open(path)
-    except OSError as exc:
-        raise IncompleteOutputError(
-            f"{path} cannot be read as HDF5 ({' '.join(str(exc).split('(')[0].split())}).") from None
-    done = backend.done
-    if not done.all():
-        backend.close()
-        raise IncompleteOutputError(
-            f"{path} is unfinished: {int(done.sum())} of {done.size} windows were written; "
-            "re-run dynamic_correlation with the same input and parameters."
-        )
-    meta = json.loads(backend.file.attrs["parameters"])
-    return DynamicConnectivity(backend, meta, path=path)
+    backend, meta = open_dfc(path)
+    return DynamicConnectivity(backend, meta, path=Path(path))

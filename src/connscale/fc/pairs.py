@@ -28,8 +28,8 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from connscale._compute import memory_budget, resolve_device, resolve_dtype
-from connscale._compute.memory import host_budget, limit_error
+from connscale._compute import resolve_device, resolve_dtype
+from connscale._compute.memory import MemoryPlan, MemoryPlanner
 from connscale._compute.transfer import DeviceToHost
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
@@ -170,12 +170,18 @@ def _check_scans(timeseries) -> tuple[list[np.ndarray], np.ndarray | None]:
     return scans, stacked
 
 
-def _plan_chunks(n_scans: int, n_windows: int, per_item: int, budget: int) -> tuple[int, int]:
-    """(scans per chunk, windows per chunk) so a chunk's temporaries fit."""
+def _plan_chunks(planner: MemoryPlanner, n_scans: int, n_windows: int, per_item: int,
+                 budget: int) -> MemoryPlan:
+    """Scans per chunk (``batch``) and windows per chunk (``windows_per_batch``)
+    so a chunk's temporaries (``per_item`` bytes a (scan, window)) fit ``budget``."""
     items = max(1, budget // max(per_item, 1))
     if items >= n_windows:
-        return max(1, min(n_scans, items // n_windows)), n_windows
-    return 1, items
+        scans_per, windows_per = max(1, min(n_scans, items // n_windows)), n_windows
+    else:
+        scans_per, windows_per = 1, items
+    n_rounds = -(-n_scans // scans_per) * -(-n_windows // windows_per)
+    return planner.plan(block_rows=windows_per, n_rounds=n_rounds, batch=scans_per,
+                        windows_per_batch=windows_per)
 
 
 def _pairs_chunk(x64: torch.Tensor, window_length: int, step: int, k0: int, k1: int,
@@ -294,17 +300,16 @@ def pairwise_dfc(
         _window_count(x.shape[0], window_length, step) for x in scans)
     stack_bytes = 0 if stacked is not None else sum(x.nbytes for x in scans)
     host_bytes = stack_bytes + (0 if as_tensor and dev.type != "cpu" else result_bytes)
-    hint = ("Pass fewer scans or regions at a time, a larger step, or raise memory_limit.")
-    host = host_budget(memory_limit)
-    if host_bytes > host:
-        raise limit_error(
-            f"The correlation courses of {len(scans)} scans x {n_pair} pairs (and a stacked "
-            "copy of list input)", host_bytes, host, memory_limit, hint)
-    budget = memory_budget(dev, memory_limit)
+    planner = MemoryPlanner(dev, memory_limit, hint=(
+        "Pass fewer scans or regions at a time, a larger step, or raise memory_limit."))
+    planner.reserve_host(host_bytes)
+    planner.require(0, f"The correlation courses of {len(scans)} scans x {n_pair} pairs (and "
+                       "a stacked copy of list input)", on="host")
+    if dev.type != "cpu" and as_tensor:
+        planner.reserve_device(result_bytes)
+    budget = planner.device_left
     if dev.type == "cpu":
-        budget = min(budget - host_bytes, _CPU_CHUNK_BYTES)
-    elif as_tensor:
-        budget -= result_bytes
+        budget = min(budget, _CPU_CHUNK_BYTES)
 
     # Scans of equal length are batched together.
     groups: dict[int, list[int]] = {}
@@ -321,8 +326,7 @@ def pairwise_dfc(
         group_data = stacked if stacked is not None else [scans[i] for i in members]
         group_out, n_const = _compute_group(
             group_data, window_length, step, onsets, dev, tdtype,
-            per_item, budget, flat, as_tensor, memory_limit,
-            host_bytes if dev.type == "cpu" else result_bytes if as_tensor else 0)
+            per_item, budget, flat, as_tensor, planner)
         n_constant += n_const
         if not ragged:
             courses = group_out  # (S, P, K): the one group holds every scan
@@ -348,13 +352,12 @@ def pairwise_dfc(
 def _compute_group(scans, window_length: int, step: int,
                    onsets: np.ndarray, dev: torch.device, tdtype: torch.dtype,
                    per_item: int, budget: int, flat: torch.Tensor,
-                   as_tensor: bool, memory_limit=None, reserved: int = 0):
+                   as_tensor: bool, planner: MemoryPlanner):
     """Courses of scans of equal length: a (S, P, K) array or device tensor.
 
     Scans are processed in blocks (window statistics, then the windows in
     chunks), so device memory holds one block's data and one chunk's
-    temporaries whatever the cohort size. ``reserved`` bytes of the
-    ``memory_limit`` are taken by the result (for the message).
+    temporaries whatever the cohort size; ``planner`` has counted the result.
     """
     host = scans if isinstance(scans, np.ndarray) else np.stack(scans)
     host = np.ascontiguousarray(host)
@@ -367,10 +370,12 @@ def _compute_group(scans, window_length: int, step: int,
         out_item = n_pair * torch.tensor([], dtype=tdtype).element_size()
         budget = min(budget, per_item * max(1, _CUDA_CHUNK_OUT_BYTES // out_item))
     if per_item > budget:
-        raise limit_error(
+        reserved = planner.device_bytes
+        raise planner.error(
             f"The result ({reserved} bytes) and one window of {n_regions} regions",
-            reserved + per_item, reserved + budget, memory_limit, "Raise memory_limit.")
-    scans_per, windows_per = _plan_chunks(n_scans, n_windows, per_item, budget)
+            reserved + per_item, budget=reserved + budget, hint="Raise memory_limit.")
+    plan = _plan_chunks(planner, n_scans, n_windows, per_item, budget)
+    scans_per, windows_per = plan.batch, plan.windows_per_batch
 
     if as_tensor:
         result = out = torch.empty((n_scans, n_pair, n_windows), dtype=tdtype, device=dev)

@@ -27,11 +27,10 @@ from tqdm.auto import tqdm
 
 from connscale._compute import (
     MemoryMeter,
-    MemoryPlan,
+    MemoryPlanner,
     allow_tf32 as _allow_tf32,
     host_budget,
     limit_error,
-    memory_budget,
     resolve_device,
     resolve_dtype,
     synchronize,
@@ -239,21 +238,18 @@ def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory
     """
     item = torch.finfo(work_dtype).bits // 8
     cpu = dev.type == "cpu"
-    budget = memory_budget(dev, memory_limit)
-    host = host_budget(memory_limit)
-    resident = n * n_timepoints * item
-    result = _result_bytes(n, kind, item) if in_memory else 0
-    available = budget - resident - (result if cpu else 0)
     hint = ("Raise memory_limit, or pass out='result_relmat.h5' to keep the result out of "
             "memory." if in_memory else "Raise memory_limit.")
+    planner = MemoryPlanner(dev, memory_limit, hint=hint)
+    planner.reserve_device(n * n_timepoints * item)  # the normalised series
+    if in_memory:
+        planner.reserve_host(_result_bytes(n, kind, item))  # pinned on CUDA
     # Normalising a column: its raw copy, four float64 temporaries, the cast.
     per_column = n_timepoints * (input_item + 4 * 8 + item)
-    columns = min(n, max(available, 0) // per_column)
-    if columns < 1:
-        raise limit_error(
-            f"Not enough memory for one row of the correlation matrix: normalising {n} "
-            f"series of {n_timepoints} time points on {dev}",
-            resident + (result if cpu else 0) + per_column, budget, memory_limit, hint)
+    columns = planner.fit(
+        per_column, f"Not enough memory for one row of the correlation matrix: normalising "
+        f"{n} series of {n_timepoints} time points on {dev}", at_most=n)
+    available = planner.device_left
     # Bytes per element of a round's block: the GEMM output, plus two
     # extraction buffers on CUDA or a staging buffer for files; the sparse
     # path also needs its masks and, when every value is kept, 28 bytes of
@@ -271,33 +267,30 @@ def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory
     max_elements = _MAX_ROUND_ELEMENTS_CPU if cpu else _MAX_ROUND_ELEMENTS_CUDA
     max_elements = min(max_elements, max(work // per_element, 0))
     if not cpu and not in_memory and kind != "sparse":
-        max_elements = min(max_elements, host // (2 * item))  # two pinned staging buffers
+        # two pinned staging buffers
+        max_elements = min(max_elements, planner.host_left // (2 * item))
     rounds: list[_Round] = []
     start = 0
     while start < n:
         n_cols = n if kind == "dense" else n - start
         rows = min(n - start, max_elements // max(n_cols, 1))
         if rows < 1:
-            need = resident + (result if cpu else 0) + per_element * n_cols
+            need = planner.device_bytes + per_element * n_cols
             if kind == "sparse" and in_memory and cpu:
                 need += 3 * per_element * n_cols
-            raise limit_error(
-                f"Not enough memory for one row of the correlation matrix: one row of {n} "
-                f"series on {dev}", need, budget, memory_limit, hint)
+            raise planner.error(f"Not enough memory for one row of the correlation matrix: "
+                                f"one row of {n} series on {dev}", need)
         rounds.append(_Round(start, start + rows, n_cols))
         start += rows
-    if kind == "sparse" and in_memory:
-        largest = max(r.n_rows * r.n_cols for r in rounds)
-        result_budget = available - largest * per_element if cpu else host
-    else:
-        result_budget = host
-    plan = MemoryPlan(
-        device_budget=int(budget),
-        host_budget=int(result_budget),
-        block_rows=rounds[0].n_rows,
-        n_rounds=len(rounds),
-        out_of_core=not in_memory,
-    )
+    largest = max(r.n_rows * r.n_cols for r in rounds)
+    planner.reserve_device(largest * per_element)
+    if not cpu and not in_memory and kind != "sparse":
+        planner.reserve_host(2 * item * largest)
+    result_budget = None
+    if kind == "sparse" and in_memory and cpu:
+        result_budget = available - largest * per_element
+    plan = planner.plan(host_budget=result_budget, block_rows=rounds[0].n_rows,
+                        n_rounds=len(rounds), out_of_core=not in_memory)
     return plan, rounds, int(columns)
 
 

@@ -15,10 +15,14 @@ read connscale outputs too.
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+
+from connscale._version import __version__
+from connscale.io._atomic import write_json_atomic
 
 __all__ = [
     "ENTITY_ORDER",
@@ -27,6 +31,8 @@ __all__ = [
     "from_pybids",
     "parse_bids_name",
     "pybids_config",
+    "read_participants",
+    "write_dataset_description",
 ]
 
 #: Entity keys in the order of the BIDS specification (derivatives included),
@@ -150,3 +156,106 @@ def pybids_config() -> dict:
         {"name": "meas", "pattern": "(?:^|_)meas-([a-zA-Z0-9+]+)"},
         {"name": "stat", "pattern": "(?:^|_)stat-([a-zA-Z0-9+]+)"},
     ]}
+
+
+def _read_tsv(path: Path, what: str) -> tuple[list, list]:
+    """Column names and rows (dicts) of a tab-separated table with a header."""
+    if not path.is_file():
+        raise FileNotFoundError(f"No such {what} file: {str(path)!r}.")
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle, delimiter="\t")
+        return list(reader.fieldnames or []), list(reader)
+
+
+def read_participants(path, *, label: str) -> dict:
+    """Map subject label -> value of column ``label`` in a participants TSV.
+
+    Parameters
+    ----------
+    path : str or path
+        BIDS ``participants.tsv`` with a ``participant_id`` column
+        (``sub-01`` or ``01``).
+    label : str
+        Column holding the class of each participant.
+
+    Returns
+    -------
+    dict of str -> str
+        Subjects whose value is empty or ``n/a`` are left out.
+    """
+    path = Path(path)
+    columns, rows = _read_tsv(path, "participants")
+    if "participant_id" not in columns:
+        raise ValueError(
+            f"{str(path)!r} has no 'participant_id' column; got columns {columns}."
+        )
+    if label not in columns:
+        others = [c for c in columns if c != "participant_id"]
+        raise ValueError(
+            f"{str(path)!r} has no column {label!r}; choose the label among {others}."
+        )
+    mapping = {}
+    for row in rows:
+        pid = (row["participant_id"] or "").strip()
+        if not pid:
+            continue
+        pid = pid.removeprefix("sub-")
+        value = (row[label] or "").strip()
+        if value.lower() in ("", "n/a", "nan"):
+            continue
+        if pid in mapping and mapping[pid] != value:
+            raise ValueError(f"{str(path)!r}: participant 'sub-{pid}' is listed twice "
+                             "with different labels.")
+        mapping[pid] = value
+    return mapping
+
+
+def write_dataset_description(out_dir: str | os.PathLike, *,
+                              name: str = "connscale outputs",
+                              links: Mapping[str, str] | None = None,
+                              exclusive: bool = False) -> Path:
+    """``dataset_description.json`` of a BIDS derivatives folder written by connscale.
+
+    Parameters
+    ----------
+    out_dir : str or path
+    name : str, default="connscale outputs"
+    links : mapping or None
+        ``DatasetLinks`` (name -> location of the input dataset). Without
+        links, a description already in the folder is kept as it is.
+    exclusive : bool, default=False
+        Refuse a folder whose description names another generator.
+
+    Returns
+    -------
+    Path
+
+    Raises
+    ------
+    FileExistsError
+        With ``exclusive``, when the folder is another tool's dataset.
+    """
+    import json
+
+    path = Path(out_dir) / "dataset_description.json"
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except ValueError:
+            old = {}
+        names = [g.get("Name") for g in old.get("GeneratedBy", []) if isinstance(g, dict)]
+        if exclusive and "connscale" not in names:
+            raise FileExistsError(f"{out_dir} is another tool's dataset ({path.name} names "
+                                  f"{names or 'no generator'}); choose an empty output folder.")
+        if links is None:
+            return path
+    description = {
+        "Name": name,
+        "BIDSVersion": "1.9.0",
+        "DatasetType": "derivative",
+        "GeneratedBy": [{"Name": "connscale", "Version": __version__,
+                         "CodeURL": "https://github.com/connscale/connscale"}],
+    }
+    if links:
+        description["DatasetLinks"] = dict(links)
+    return write_json_atomic(path, description)

@@ -19,12 +19,15 @@ disk is found before the computation starts (see :mod:`connscale.io._h5`).
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
 
+from connscale._triu import n_from_pairs
 from connscale._version import __version__
-from connscale.io._h5 import early_dcpl
+from connscale.io._atomic import atomic_path
+from connscale.io._h5 import close_h5, create_h5, early_dcpl, flush_h5, h5_errors
 from connscale.io._publish import check_published
 
 ORDER_TRIU = "row-major strictly-upper: pair (i, j), i < j, at k = i*N - i*(i+1)/2 + j - i - 1"
@@ -119,13 +122,56 @@ class RelmatWriter:
         self.file.attrs["complete"] = True
 
 
+def write_relmat_h5(path: str | os.PathLike, matrix: np.ndarray, *,
+                    attrs: Mapping[str, object] | None = None,
+                    datasets: Mapping[str, np.ndarray] | None = None) -> Path:
+    """Write an in-memory connectivity matrix as a ``_relmat.h5``, atomically.
+
+    The layout of :class:`RelmatWriter`: kind 'dense' for a square
+    ``matrix``, 'triu' for a 1-D strictly-upper-triangle vector; with the
+    root attributes ``attrs`` (``measure``...) and the further ``datasets``
+    (``node_labels``...).
+    """
+    matrix = np.asarray(matrix)
+    if matrix.ndim == 1:
+        kind, n = "triu", n_from_pairs(matrix.shape[0], source="'matrix'")
+    elif matrix.ndim == 2 and matrix.shape[0] == matrix.shape[1]:
+        kind, n = "dense", matrix.shape[0]
+    else:
+        raise ValueError("Expected a square matrix or a 1-D upper-triangle vector; got an "
+                         f"array of shape {matrix.shape}.")
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        h5 = create_h5(tmp, overwrite_own=True)
+        try:
+            writer = RelmatWriter(h5, n, kind, matrix.dtype, attrs)
+            with h5_errors(path):
+                if kind == "triu":
+                    writer.write_triu(0, matrix)
+                else:
+                    writer.write_rows(0, matrix)
+                for key, value in (datasets or {}).items():
+                    h5.create_dataset(key, data=value, track_times=False)
+            flush_h5(h5, path)
+            with h5_errors(path):
+                writer.close()
+        finally:
+            close_h5(h5, path)
+    return path
+
+
 def load_relmat(path: str | os.PathLike, *, mmap: bool = False):
-    """Read a connectivity store written by connscale.
+    """Read a connectivity store: one written by connscale, or by another tool.
 
     Parameters
     ----------
     path : str or path
-        A ``_relmat.h5`` file.
+        A ``_relmat.h5`` file: a dataset (``kind`` 'triu' or 'dense') or a
+        CSR group (``kind`` 'sparse') named ``"relmat"``. connscale keeps
+        ``kind``, ``N`` and ``complete`` on the root; a file of another tool
+        may keep ``kind`` and ``N`` (or ``n``), ``labels`` on the dataset,
+        and may leave ``kind`` out (then a group is 'sparse', a 2-D dataset
+        'dense', a 1-D one 'triu').
     mmap : bool, default=False
         Return the open ``h5py.Dataset`` (sliceable without reading it all)
         instead of an in-memory array; not for sparse stores.
@@ -133,15 +179,21 @@ def load_relmat(path: str | os.PathLike, *, mmap: bool = False):
     Returns
     -------
     relmat : ndarray, scipy.sparse.csr_array or h5py.Dataset
+        'triu': the 1-D row-major strictly-upper triangle; 'dense': the
+        square matrix; 'sparse': the CSR of the upper triangle (unstored
+        pairs are 0).
     attrs : dict
-        The root attributes.
+        The dataset's attributes, then the root's (which win), with ``kind``
+        set; ``labels`` decoded to a list of str when present.
 
     Raises
     ------
     ValueError
-        When the store is not flagged complete, or belongs to a file set
-        whose publication did not finish
-        (:class:`~connscale.io._publish.IncompleteOutputError`).
+        When the store is flagged incomplete (``complete`` False: the run
+        that wrote it did not finish), belongs to a file set whose
+        publication did not finish
+        (:class:`~connscale.io._publish.IncompleteOutputError`), or its
+        layout does not match its attributes.
     """
     import h5py
     import scipy.sparse as sp
@@ -151,20 +203,107 @@ def load_relmat(path: str | os.PathLike, *, mmap: bool = False):
         raise FileNotFoundError(f"No connectivity store at {path}.")
     check_published(path)
     handle = h5py.File(path, "r")
-    attrs = dict(handle.attrs)
-    if not attrs.get("complete", False):
-        handle.close()
-        raise ValueError(f"{path} is incomplete (the run that wrote it did not finish).")
-    kind = attrs["kind"]
-    if mmap and kind != "sparse":
-        return handle["relmat"], attrs
     try:
+        if "relmat" not in handle:
+            raise ValueError(f"{str(path)!r}: no dataset 'relmat'; found {sorted(handle.keys())}.")
+        node = handle["relmat"]
+        attrs = {k: _decoded(v) for k, v in node.attrs.items()
+                 if not isinstance(node, h5py.Group)}
+        attrs.update({k: _decoded(v) for k, v in handle.attrs.items()})
+        if not attrs.get("complete", True):
+            raise ValueError(f"{path} is incomplete (the run that wrote it did not finish).")
+        group = isinstance(node, h5py.Group)
+        kind = attrs.setdefault("kind", "sparse" if group else
+                                "dense" if node.ndim == 2 else "triu")
+        if kind not in ("triu", "dense", "sparse"):
+            raise ValueError(f"{str(path)!r}: attribute 'kind' must be 'triu', 'dense' or "
+                             f"'sparse'; got {kind!r}.")
+        if kind == "sparse" and not group:
+            raise ValueError(f"{str(path)!r}: kind 'sparse' needs a CSR group 'relmat'.")
+        if kind != "sparse" and group:
+            raise ValueError(f"{str(path)!r}: 'relmat' is a group but kind is {kind!r}.")
+        if kind == "triu" and node.ndim != 1:
+            raise ValueError(f"{str(path)!r}: kind 'triu' needs a 1-D dataset; got shape "
+                             f"{node.shape}.")
         if kind == "sparse":
-            group = handle["relmat"]
-            shape = tuple(int(x) for x in group.attrs["shape"])
-            matrix = sp.csr_array((group["data"][()], group["indices"][()], group["indptr"][()]),
+            n = int(node.attrs["shape"][0])
+        elif kind == "dense":
+            n = int(node.shape[0])
+        else:
+            n = n_from_pairs(int(node.shape[0]), source=repr(str(path)))
+        stated = attrs.get("N", attrs.get("n"))
+        if stated is not None and int(stated) != n:
+            raise ValueError(f"{str(path)!r}: attribute n={int(stated)} does not match the "
+                             f"data ({n} regions).")
+        if "labels" in attrs:
+            attrs["labels"] = [str(label) for label in attrs["labels"]]
+        if mmap and kind != "sparse":
+            handle = None  # the caller closes the file through the dataset
+            return node, attrs
+        if kind == "sparse":
+            shape = tuple(int(x) for x in node.attrs["shape"])
+            matrix = sp.csr_array((node["data"][()], node["indices"][()], node["indptr"][()]),
                                   shape=shape)
             return matrix, attrs
-        return handle["relmat"][()], attrs
+        return node[()], attrs
     finally:
-        handle.close()
+        if handle is not None:
+            handle.close()
+
+
+def _decoded(value):
+    """An HDF5 attribute with bytes (or arrays of bytes) decoded to str."""
+    if isinstance(value, bytes):
+        return value.decode()
+    if isinstance(value, np.ndarray) and value.dtype.kind in "OS":
+        return [v.decode() if isinstance(v, bytes) else v for v in value.tolist()]
+    return value
+
+
+def add_datasets(path: str | os.PathLike, datasets: Mapping[str, np.ndarray], *,
+                 attrs: Mapping[str, object] | None = None,
+                 compress: tuple[str, ...] = ()) -> None:
+    """Add datasets (and root attributes) to a finished HDF5 store.
+
+    For the unpublished store of an :class:`~connscale.io._publish.OutputSet`
+    (a relmat or DFC store), before the set is committed. Object arrays are
+    stored as strings; the datasets named in ``compress`` are gzip-compressed.
+    """
+    import h5py
+
+    with h5py.File(path, "a") as h5:
+        for key, value in datasets.items():
+            value = np.asarray(value)
+            options = {"compression": "gzip"} if key in compress else {}
+            if value.dtype == object:
+                options["dtype"] = h5py.string_dtype()
+            h5.create_dataset(key, data=value, track_times=False, **options)
+        h5.attrs.update(attrs or {})
+
+
+def store_kind(path: str | os.PathLike) -> str:
+    """'relmat', 'pairs' or 'dfc': what a connscale HDF5 output holds.
+
+    Recognised by content (the name is not read): a ``connscale-dfc-1``
+    file (:mod:`connscale.io.dfc`), ``courses`` and ``pairs`` datasets
+    (:mod:`connscale.io.pairs`) or a ``relmat`` dataset or group.
+    """
+    import h5py
+
+    from connscale.io.dfc import is_dfc_store
+
+    try:
+        with h5py.File(path, "r") as h5:
+            if is_dfc_store(h5.attrs):
+                return "dfc"
+            if "courses" in h5 and "pairs" in h5:
+                return "pairs"
+            if "relmat" in h5:
+                return "relmat"
+            keys = sorted(h5.keys())
+    except OSError as exc:
+        raise ValueError(f"Cannot read {str(path)!r} as HDF5: {exc}") from None
+    raise ValueError(
+        f"{str(path)!r} is no connscale connectivity store: expected a 'relmat' dataset "
+        f"(_relmat.h5), 'courses' and 'pairs' (_pairs.h5) or a connscale-dfc-1 file "
+        f"(_dfc.h5); found {keys}.")

@@ -214,3 +214,15 @@ def region_labels(masker) -> list[str]:
     if isinstance(labels, dict):
         return [str(v) for v in labels.values()]
     return []
+
+
+def save_nifti_gz(path: str | os.PathLike, img) -> Path:
+    """Write a nibabel image as gzipped NIfTI (``.nii.gz``), atomically."""
+    import gzip
+
+    from connscale.io._atomic import atomic_path
+
+    path = Path(path)
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(gzip.compress(img.to_bytes(), compresslevel=6))
+    return path

@@ -4,7 +4,7 @@ Names follow giga-connectome's spelling, ``<source>_meas-PearsonCorrelation
 _relmat.{tsv,h5}``: ``.tsv`` (a square matrix with a header of node names)
 for small region matrices, ``_relmat.h5`` (see :mod:`connscale.io.hdf5`) for
 large ones, each with a JSON sidecar, and ``dataset_description.json`` at the
-output root.
+output root (:func:`connscale.io.bids.write_dataset_description`).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import numpy as np
 
 from connscale._version import __version__
 from connscale.io._atomic import atomic_path, write_json_atomic
+from connscale.io.bids import write_dataset_description  # noqa: F401 (for the CLI)
 
 _STORAGE = {
     "dense": "Full",
@@ -73,27 +74,74 @@ def sidecar(kind: str, n: int, *, threshold=None, absolute=False, source=None,
     }
 
 
-def write_relmat_tsv(path, matrix: np.ndarray, labels: list[str] | None = None) -> Path:
-    """A square matrix as TSV with a header row of node names, atomically."""
+def write_relmat_tsv(path, matrix: np.ndarray, labels: list[str] | None = None, *,
+                     fmt: str = "%.7g") -> Path:
+    """A square matrix as TSV with a header row of node names, atomically.
+
+    ``fmt`` is the number format (``%.7g``, float32's precision, by default).
+    """
     matrix = np.asarray(matrix)
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"Expected a square matrix; got an array of shape {matrix.shape}.")
     labels = labels or [str(i) for i in range(matrix.shape[0])]
     with atomic_path(path) as tmp:
         np.savetxt(tmp, matrix, delimiter="\t", header="\t".join(labels), comments="",
-                   fmt="%.7g")
+                   fmt=fmt)
     return Path(path)
 
 
+def read_relmat_npy(path) -> np.ndarray:
+    """Read a connectivity matrix saved with ``numpy.save``: a square matrix or
+    the 1-D row-major strictly-upper triangle (no pickles)."""
+    try:
+        return np.load(path, allow_pickle=False)
+    except (ValueError, OSError, EOFError) as exc:
+        raise ValueError(f"Cannot read {str(path)!r} as a numeric .npy array: {exc}") from exc
+
+
 def read_relmat_tsv(path) -> tuple[np.ndarray, list[str]]:
-    """Read a square relmat TSV written by :func:`write_relmat_tsv`."""
+    """Read a square relmat TSV (:func:`write_relmat_tsv`, or another tool's).
+
+    Parameters
+    ----------
+    path : str or path
+        ``.tsv`` or ``.tsv.gz``: a header row of node names, then one row of
+        values per node; an optional first column of row names (the header
+        then starts with an empty corner cell, or has one cell fewer than the
+        rows); ``n/a`` and empty cells read as NaN.
+
+    Returns
+    -------
+    matrix : ndarray of shape (n, n), float64
+    labels : list of str
+    """
+    import csv
+    import gzip
+
     path = Path(path)
-    with open(path) as fh:
-        labels = fh.readline().rstrip("\n").split("\t")
-    matrix = np.loadtxt(path, delimiter="\t", skiprows=1, ndmin=2)
-    if matrix.shape != (len(labels), len(labels)):
-        raise ValueError(f"{path.name} is not a square matrix with one header row.")
-    return matrix, labels
+    opener = gzip.open if path.name.lower().endswith(".gz") else open
+    with opener(path, "rt", newline="") as handle:
+        rows = [row for row in csv.reader(handle, delimiter="\t") if row]
+    if not rows:
+        raise ValueError(f"{str(path)!r} is empty.")
+    header, body = rows[0], rows[1:]
+    if body and (header[0] == "" or len(body[0]) == len(header) + 1):
+        if header[0] == "":
+            header = header[1:]
+        body = [row[1:] for row in body]
+    n = len(header)
+    if len(body) != n or any(len(row) != n for row in body):
+        raise ValueError(
+            f"{str(path)!r}: expected a square matrix with a header of {n} region "
+            f"labels and {n} rows of {n} values; got {len(body)} rows of lengths "
+            f"{sorted({len(row) for row in body})}."
+        )
+    try:
+        matrix = np.array([[float(v) if v not in ("", "n/a") else np.nan for v in row]
+                           for row in body], dtype=np.float64).reshape(n, n)
+    except ValueError as exc:
+        raise ValueError(f"{str(path)!r}: non-numeric matrix entry ({exc}).") from None
+    return matrix, header
 
 
 def write_sidecar(path, metadata: dict) -> Path:
@@ -104,16 +152,3 @@ def write_sidecar(path, metadata: dict) -> Path:
         if stem.endswith(ext):
             stem = stem[: -len(ext)]
     return write_json_atomic(path.with_name(stem + ".json"), metadata)
-
-
-def write_dataset_description(out_dir) -> Path:
-    """``dataset_description.json`` of a BIDS derivatives folder (kept if present)."""
-    path = Path(out_dir) / "dataset_description.json"
-    if path.exists():
-        return path
-    return write_json_atomic(path, {
-        "Name": "connscale outputs",
-        "BIDSVersion": "1.9.0",
-        "DatasetType": "derivative",
-        "GeneratedBy": [{"Name": "connscale", "Version": __version__}],
-    })

@@ -1,17 +1,20 @@
 """LiFE and ReAl-LiFE: streamline weights that best explain the diffusion
 signal, on the CPU or a CUDA GPU (ENCODE model, SBB-NNLS solver)."""
 
-from connscale.life.api import LiFE, LiFEFit, fit, lambda_max, solve
-from connscale.life.encode import LiFEModel, build_model
-from connscale.life.evaluate import (
-    cross_validated_rmse,
+from connscale.life.api import (
+    LiFE,
+    LiFEFit,
+    fit,
+    lambda_max,
     lambda_sweep,
+    solve,
     split_rmse,
-    strength_of_evidence,
 )
+from connscale.life.encode import LiFEModel, build_model
+from connscale.life.evaluate import cross_validated_rmse, strength_of_evidence
 from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
-from connscale.life.streamlines import StreamlineArray, load_streamlines
+from connscale.io.streamlines import StreamlineArray, load_streamlines
 
 __all__ = [
     "LiFE",

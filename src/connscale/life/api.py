@@ -26,9 +26,16 @@ from connscale._validation import (
 )
 from connscale.life._checkpoint import SolverCheckpoint, solver_key
 from connscale.life.encode import LiFEModel, build_model
+from connscale.life.evaluate import (
+    cross_validated_rmse,
+    split_directions,
+    strength_of_evidence,
+    submodel,
+    voxel_rmse,
+)
 from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
-from connscale.life.streamlines import StreamlineArray, load_streamlines
+from connscale.io.streamlines import StreamlineArray, load_streamlines
 
 
 # --------------------------------------------------------------------------
@@ -243,8 +250,6 @@ class LiFEFit:
     def voxel_rmse(self) -> np.ndarray:
         """RMSE per model voxel (signal units), shape (n_voxels,)."""
         if self._rmse is None:
-            from connscale.life.evaluate import voxel_rmse
-
             self._rmse = voxel_rmse(self.model, self.weights_kept)
         return self._rmse
 
@@ -295,16 +300,12 @@ class LiFEFit:
     def strength_of_evidence(self, fibres, *, n_boot: int = 5000, n_mc: int = 5, random_state=None) -> dict:
         """Strength of evidence of the fascicle ``fibres`` (input indices or mask);
         see :func:`connscale.life.evaluate.strength_of_evidence`."""
-        from connscale.life.evaluate import strength_of_evidence
-
         return strength_of_evidence(self.model, self.weights_kept, fibres, n_boot=n_boot,
                                     n_mc=n_mc, random_state=random_state)
 
     def cross_validate(self, dwi_repeat) -> dict:
         """Per-voxel RMSE against a second acquisition (array, image or path on
         the same grid); see :func:`connscale.life.evaluate.cross_validated_rmse`."""
-        from connscale.life.evaluate import cross_validated_rmse
-
         data, _, _ = load_dwi(dwi_repeat, affine=self.model.affine)
         return cross_validated_rmse(self.model, self.weights_kept, data)
 
@@ -412,6 +413,81 @@ def solve(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol: float
     return LiFEFit(model=model, weights=weights, weights_kept=w_kept, objective=res.objective,
                    lam=lam, n_iter=res.n_iter, stop_reason=res.stop_reason, column_scale=h,
                    data_term=res.data_term, resumed_from=0 if state is None else state["k"])
+
+
+def _held_out_rmse(model: LiFEModel, op_b: LiFEOperator, mb: LiFEModel,
+                   weights_kept) -> np.ndarray:
+    """Per-voxel RMSE of the held-out half ``mb`` predicted from ``weights_kept``
+    (the prediction demeaned per voxel, as the held-out signal is)."""
+    pred = op_b.matvec(weights_kept)
+    pred = pred - pred.mean(dim=1, keepdim=True)
+    return (torch.sqrt(((mb.signal - pred).double() ** 2).mean(dim=1))
+            * model.signal_scale.double()).cpu().numpy()
+
+
+def split_rmse(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol=1e-5,
+               random_state=None, operator_options=None, checkpoint=None,
+               checkpoint_every: int = 50, n_iter=DEPRECATED) -> np.ndarray:
+    """Cross-validated per-voxel RMSE by a gradient-direction split.
+
+    Fits on one half of the directions and predicts the other half (the
+    prediction demeaned per voxel, as the held-out signal is). ``checkpoint``
+    and ``checkpoint_every`` are passed to :func:`connscale.life.solve`;
+    ``n_iter`` is the deprecated former name of ``max_iter``.
+    """
+    max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
+    da, db = split_directions(model, random_state=random_state)
+    ma, mb = submodel(model, da), submodel(model, db)
+    fa = solve(ma, lam=lam, max_iter=max_iter, tol=tol, operator_options=operator_options,
+               checkpoint=checkpoint, checkpoint_every=checkpoint_every)
+    return _held_out_rmse(model, LiFEOperator(mb, **(operator_options or {})), mb,
+                          fa.weights_kept)
+
+
+@validate_params({"lams": [_PARAMETER_CONSTRAINTS["lambdas"][0]]})
+def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, max_iter: int = 500, tol=1e-5,
+                 random_state=None, verbose: int = 0, operator_options=None, checkpoint=None,
+                 checkpoint_every: int = 50, n_iter=DEPRECATED) -> list[dict]:
+    """Fit each λ (warm-started from the previous one) and report the
+    weight sum, non-zero count, objective and cross-validated median RMSE.
+
+    Cross-validation uses ``data_repeat`` when given, otherwise a
+    gradient-direction split (one split for all λ). ``checkpoint`` and
+    ``checkpoint_every`` are passed to every :func:`connscale.life.solve`;
+    ``n_iter`` is the deprecated former name of ``max_iter``.
+    """
+    max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
+    lams = [float(x) for x in lams]
+    if data_repeat is None:
+        da, db = split_directions(model, random_state=random_state)
+        ma, mb = submodel(model, da), submodel(model, db)
+        op_b = LiFEOperator(mb, **(operator_options or {}))
+    saving = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
+    rows = []
+    x0 = x0a = None
+    for lam in lams:
+        fit = solve(model, lam=lam, max_iter=max_iter, tol=tol, x0=x0, verbose=verbose,
+                    operator_options=operator_options, **saving)
+        x0 = fit.weights_kept
+        if data_repeat is not None:
+            cv = cross_validated_rmse(model, fit.weights_kept, data_repeat)["rmse"]
+        else:
+            fa = solve(ma, lam=lam, max_iter=max_iter, tol=tol, x0=x0a, operator_options=operator_options,
+                       **saving)
+            x0a = fa.weights_kept
+            cv = _held_out_rmse(model, op_b, mb, fa.weights_kept)
+        w = fit.weights
+        rows.append({
+            "lam": lam,
+            "weight_sum": float(w.sum()),
+            "n_nonzero": int((w > 0).sum()),
+            "cv_rmse_median": float(np.median(cv)),
+            "rmse_median": float(np.median(fit.voxel_rmse)),
+            "objective": float(fit.objective[-1]),
+            "n_iter": fit.n_iter,
+            "fit": fit,
+        })
+    return rows
 
 
 @fill_doc
@@ -552,8 +628,6 @@ def fit(
     start = time.perf_counter()
     saving = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
     if lambdas is not None:
-        from connscale.life.evaluate import lambda_sweep
-
         rows = lambda_sweep(model, lambdas, data_repeat=repeat, max_iter=n_iter, tol=tol,
                             random_state=random_state, verbose=verbose, operator_options=ops,
                             **saving)
@@ -574,12 +648,8 @@ def fit(
     timings["solve"] = time.perf_counter() - start
     start = time.perf_counter()
     if repeat is not None:
-        from connscale.life.evaluate import cross_validated_rmse
-
         result.cv_rmse = cross_validated_rmse(model, result.weights_kept, repeat)["rmse"]
     elif cross_validate:
-        from connscale.life.evaluate import split_rmse
-
         result.cv_rmse = split_rmse(model, lam=lam, max_iter=n_iter, tol=tol,
                                     random_state=random_state, operator_options=ops, **saving)
     if result.cv_rmse is not None:

@@ -21,7 +21,7 @@ import torch
 
 from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device, resolve_dtype
 from connscale._validation import user_stacklevel
-from connscale.life.streamlines import StreamlineArray
+from connscale.io.streamlines import StreamlineArray
 
 #: Default number of atom orientations (half-sphere Fibonacci lattice, ~2.6°).
 DEFAULT_N_ATOMS = 2000

@@ -1,17 +1,16 @@
 """Evaluation of a LiFE fit: per-voxel RMSE, cross-validation against a
-second acquisition or a split of the gradient directions, strength of
-evidence by virtual lesion, and a λ sweep."""
+second acquisition, the gradient-direction split, and strength of evidence
+by virtual lesion (the split's RMSE and the λ sweep, which solve, are in
+:mod:`connscale.life.api`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from numbers import Real
 
 import numpy as np
 import torch
 
-from connscale._deprecation import DEPRECATED, renamed
-from connscale._validation import Interval, SequenceOf, check_random_state, validate_params
+from connscale._validation import check_random_state
 from connscale.life.encode import LiFEModel, canonical_dictionary
 from connscale.life.operators import LiFEOperator
 
@@ -113,30 +112,6 @@ def submodel(model: LiFEModel, directions) -> LiFEModel:
     )
 
 
-def split_rmse(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol=1e-5,
-               random_state=None, operator_options=None, checkpoint=None,
-               checkpoint_every: int = 50, n_iter=DEPRECATED) -> np.ndarray:
-    """Cross-validated per-voxel RMSE by a gradient-direction split.
-
-    Fits on one half of the directions and predicts the other half (the
-    prediction demeaned per voxel, as the held-out signal is). ``checkpoint``
-    and ``checkpoint_every`` are passed to :func:`connscale.life.solve`;
-    ``n_iter`` is the deprecated former name of ``max_iter``.
-    """
-    from connscale.life.api import solve
-
-    max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
-    da, db = split_directions(model, random_state=random_state)
-    ma, mb = submodel(model, da), submodel(model, db)
-    fa = solve(ma, lam=lam, max_iter=max_iter, tol=tol, operator_options=operator_options,
-               checkpoint=checkpoint, checkpoint_every=checkpoint_every)
-    op_b = LiFEOperator(mb, **(operator_options or {}))
-    pred = op_b.matvec(fa.weights_kept)
-    pred = pred - pred.mean(dim=1, keepdim=True)
-    return (torch.sqrt(((mb.signal - pred).double() ** 2).mean(dim=1))
-            * model.signal_scale.double()).cpu().numpy()
-
-
 def strength_of_evidence(model: LiFEModel, weights_kept, fibres, *, n_boot: int = 5000,
                          n_mc: int = 5, random_state=None) -> dict:
     """Strength of evidence of a fascicle by virtual lesion (encode's
@@ -198,54 +173,3 @@ def strength_of_evidence(model: LiFEModel, weights_kept, fibres, *, n_boot: int 
         strengths.append((means_le.mean() - means_no.mean()) / sd if sd > 0 else np.inf)
     return {"strength": float(np.mean(strengths)), "rmse_lesion": r_le,
             "rmse_nolesion": r_no, "n_voxels": n}
-
-
-@validate_params({"lams": [SequenceOf(Interval(Real, 0, None, closed="left"))]})
-def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, max_iter: int = 500, tol=1e-5,
-                 random_state=None, verbose: int = 0, operator_options=None, checkpoint=None,
-                 checkpoint_every: int = 50, n_iter=DEPRECATED) -> list[dict]:
-    """Fit each λ (warm-started from the previous one) and report the
-    weight sum, non-zero count, objective and cross-validated median RMSE.
-
-    Cross-validation uses ``data_repeat`` when given, otherwise a
-    gradient-direction split (one split for all λ). ``checkpoint`` and
-    ``checkpoint_every`` are passed to every :func:`connscale.life.solve`;
-    ``n_iter`` is the deprecated former name of ``max_iter``.
-    """
-    from connscale.life.api import solve
-
-    max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
-    lams = [float(x) for x in lams]
-    if data_repeat is None:
-        da, db = split_directions(model, random_state=random_state)
-        ma, mb = submodel(model, da), submodel(model, db)
-        op_b = LiFEOperator(mb, **(operator_options or {}))
-    saving = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
-    rows = []
-    x0 = x0a = None
-    for lam in lams:
-        fit = solve(model, lam=lam, max_iter=max_iter, tol=tol, x0=x0, verbose=verbose,
-                    operator_options=operator_options, **saving)
-        x0 = fit.weights_kept
-        if data_repeat is not None:
-            cv = cross_validated_rmse(model, fit.weights_kept, data_repeat)["rmse"]
-        else:
-            fa = solve(ma, lam=lam, max_iter=max_iter, tol=tol, x0=x0a, operator_options=operator_options,
-                       **saving)
-            x0a = fa.weights_kept
-            pred = op_b.matvec(fa.weights_kept)
-            pred = pred - pred.mean(dim=1, keepdim=True)
-            cv = (torch.sqrt(((mb.signal - pred).double() ** 2).mean(dim=1))
-                  * model.signal_scale.double()).cpu().numpy()
-        w = fit.weights
-        rows.append({
-            "lam": lam,
-            "weight_sum": float(w.sum()),
-            "n_nonzero": int((w > 0).sum()),
-            "cv_rmse_median": float(np.median(cv)),
-            "rmse_median": float(np.median(fit.voxel_rmse)),
-            "objective": float(fit.objective[-1]),
-            "n_iter": fit.n_iter,
-            "fit": fit,
-        })
-    return rows

@@ -9,27 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.io._atomic import atomic_path
-from connscale.life.streamlines import StreamlineArray
+from connscale.io.life import save_weights  # noqa: F401 (public here too)
+from connscale.io.streamlines import StreamlineArray, save_streamlines
 
 _MEASURES = ("weight", "count", "evidence")
-
-
-def save_weights(weights, path) -> Path:
-    """Write weights as ``.npy`` or as a ``.tsv`` (streamline index, weight)."""
-    path = Path(path)
-    weights = np.asarray(weights, dtype=np.float64)
-    with atomic_path(path) as tmp:
-        if path.suffix == ".npy":
-            with open(tmp, "wb") as fh:
-                np.save(fh, weights)
-        elif path.suffix == ".tsv":
-            with open(tmp, "w") as fh:
-                fh.write("streamline\tweight\n")
-                fh.writelines(f"{i}\t{w:.9g}\n" for i, w in enumerate(weights))
-        else:
-            raise ValueError(f"Weights are written as .npy or .tsv; got '{path.name}'.")
-    return path
 
 
 def save_pruned_tractogram(streamlines: StreamlineArray, weights, path, *, reference_affine=None,
@@ -41,41 +24,13 @@ def save_pruned_tractogram(streamlines: StreamlineArray, weights, path, *, refer
     -------
     Path
     """
-    import nibabel as nib
-
-    path = Path(path)
     weights = np.asarray(weights)
     if len(weights) != len(streamlines):
         raise ValueError(f"Need one weight per streamline ({len(streamlines)}); got {len(weights)}.")
     keep = np.flatnonzero(weights > 0)
-    sub = streamlines.subset(keep)
-    seq = nib.streamlines.ArraySequence([sub[i] for i in range(len(sub))])
-    tractogram = nib.streamlines.Tractogram(seq, affine_to_rasmm=np.eye(4))
-    suffix = path.suffix.lower()
-    src = streamlines.source
-    header = None
-    if suffix == ".trk":
-        cls = nib.streamlines.TrkFile
-        tractogram.data_per_streamline["weight"] = weights[keep].astype(np.float32)[:, None]
-        if isinstance(src, cls):
-            header = dict(src.header)
-        elif reference_affine is not None:
-            affine = np.asarray(reference_affine, dtype=np.float64)
-            header = {
-                nib.streamlines.Field.VOXEL_TO_RASMM: affine.astype(np.float32),
-                nib.streamlines.Field.DIMENSIONS: np.asarray(reference_shape, dtype=np.int16),
-                nib.streamlines.Field.VOXEL_SIZES: np.sqrt((affine[:3, :3] ** 2).sum(0)).astype(np.float32),
-                nib.streamlines.Field.VOXEL_ORDER: "".join(nib.aff2axcodes(affine)),
-            }
-    elif suffix == ".tck":
-        cls = nib.streamlines.TckFile  # .tck holds no per-streamline data
-    else:
-        raise ValueError(f"Pruned tractograms are written as .trk or .tck; got '{path.name}'.")
-    with atomic_path(path) as tmp:
-        tfile = cls(tractogram, header=header) if header else cls(tractogram)
-        with open(tmp, "wb") as fh:
-            tfile.save(fh)
-    return path
+    return save_streamlines(streamlines.subset(keep), path, weights=weights[keep],
+                            reference=streamlines.source, reference_affine=reference_affine,
+                            reference_shape=reference_shape)
 
 
 def endpoint_labels(streamlines: StreamlineArray, labels, labels_affine) -> np.ndarray:
@@ -167,6 +122,7 @@ def write_relmat(matrix, region_labels, out_dir, source: str, *, measure: str, f
     :func:`connscale.io.load_relmat`.
     """
     from connscale._version import __version__
+    from connscale.io.hdf5 import write_relmat_h5
     from connscale.io.relmat import relmat_path, write_relmat_tsv, write_sidecar
 
     matrix = np.asarray(matrix, dtype=np.float64)
@@ -195,16 +151,10 @@ def write_relmat(matrix, region_labels, out_dir, source: str, *, measure: str, f
         written.append(write_relmat_tsv(path, matrix, labels))
         written.append(write_sidecar(path, side))
     if "h5" in formats:
-        import h5py
-
-        path = relmat_path(out_dir, source, extension=".h5", measure=meas)
-        with atomic_path(path) as tmp:
-            with h5py.File(tmp, "w") as fh:
-                fh.create_dataset("relmat", data=matrix)
-                fh.create_dataset("node_labels", data=np.asarray(region_labels, dtype=np.int64))
-                fh.attrs.update({"N": len(labels), "kind": "dense", "order": "full", "dtype": "float64",
-                                 "measure": meas, "software": f"connscale {__version__}"})
-                fh.attrs["complete"] = True
+        path = write_relmat_h5(
+            relmat_path(out_dir, source, extension=".h5", measure=meas), matrix,
+            attrs={"measure": meas}, datasets={"node_labels": np.asarray(region_labels,
+                                                                         dtype=np.int64)})
         written.append(path)
         if "tsv" not in formats:
             written.append(write_sidecar(path, side))

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from connscale._compute import memory_budget
+from connscale._compute.device import use_triton as triton_runs
 from connscale._docs import fill_doc
 from connscale._validation import Interval, SequenceOf, validate_params
 from connscale.fc import _tiles
@@ -143,11 +144,14 @@ def compute_degree(timeseries, threshold=0.25, *, weighted=False, absolute=False
     n_maps = len(fractions) if sparsity is not None else len(thresholds)
     resident = n * t * item + n_maps * n * 16
     budget = memory_budget(u.device, memory_limit)
-    use_triton = u.is_cuda and _tiles.triton_usable(u) and budget >= 2 * resident
+    use_triton = (u.is_cuda and triton_runs(u, float32=True)
+                  and budget >= 2 * resident)
     if use_triton:
-        block_rows = _tiles.plan_block_rows_stored(n, resident, budget, item=item)
+        block_rows = _tiles.plan_block_rows_stored(n, resident, budget, item=item,
+                                                   device=u.device).block_rows
     else:
-        block_rows = _tiles.plan_block_rows(n, resident, budget, item=item, device=u.device)
+        block_rows = _tiles.plan_block_rows(n, resident, budget, item=item,
+                                            device=u.device).block_rows
     with torch.no_grad():
         if sparsity is not None:
             m = n - int(constant.sum())

@@ -35,11 +35,13 @@ from connscale._compute.device import (
     resolve_device,
     resolve_dtype,
     synchronize,
+    use_triton,
 )
 from connscale._compute.memory import (
+    MemoryPlan,
+    MemoryPlanner,
     available_host_memory,
     format_bytes,
-    limit_error,
     memory_budget,
 )
 from connscale._docs import fill_doc
@@ -60,7 +62,7 @@ from connscale.io._fingerprint import (
     file_fingerprint,
     run_fingerprint,
 )
-from connscale.networks import _blocks, _triton_r1dl
+from connscale.networks import _blocks
 from connscale.networks._checkpoint import AtomCheckpoint
 from connscale.networks._operators import (
     EngineOperator,
@@ -262,13 +264,29 @@ def _default_block_size(n_timepoints: int, n_voxels: int, itemsize: int) -> int:
 
 def _local_operator(source, *, device, dtype, standardize, block_size, memory_limit,
                     storage="auto", state_bytes=0, verbose=0):
-    """Plan where S is kept between passes and build the operator.
+    """The operator of :func:`_plan_local_operator`'s plan."""
+    plan = _plan_local_operator(source, device=device, dtype=dtype, block_size=block_size,
+                                memory_limit=memory_limit, storage=storage,
+                                state_bytes=state_bytes)
+    common = {"device": device, "dtype": dtype, "standardize": standardize, "verbose": verbose,
+              "block_size": plan.block_rows}
+    if plan.storage == "device" or (plan.storage == "host" and device.type == "cpu"):
+        return ResidentOperator(source, **common)
+    if plan.storage == "host":
+        return ResidentOperator(source, pinned_host=True, **common)
+    return StreamedOperator(source, **common)
+
+
+def _plan_local_operator(source, *, device, dtype, block_size, memory_limit, storage="auto",
+                         state_bytes=0) -> MemoryPlan:
+    """Plan where S is kept between passes, and its block size.
 
     'device': Sᵀ in device memory (with the update's state); 'host': Sᵀ in
     pinned host memory streamed to the GPU every pass (CUDA with Triton,
     float32; on the CPU it is the same as 'device'); 'file': column blocks
     re-read from the source every pass, in memory bounded by the block size.
-    'auto' takes the first that fits.
+    'auto' takes the first that fits. The plan's ``storage`` and
+    ``block_rows`` (voxels per block).
     """
     n_timepoints, n_voxels = source.shape
     itemsize = torch.tensor([], dtype=dtype).element_size()
@@ -280,13 +298,17 @@ def _local_operator(source, *, device, dtype, standardize, block_size, memory_li
     # float64 standardisation temporaries of one block, P-vectors and the
     # update's state (the atoms' loadings, twice).
     work_bytes = 3 * 8 * n_timepoints * block_size + 8 * 8 * n_voxels + state_bytes
-    budget = memory_budget(device, memory_limit)
+    hint = "Raise memory_limit, or give a smaller block_size (or fewer atoms)."
     if source.kind == "array" and device.type == "cpu" and memory_limit is None:
         # S is already in host memory; a resident copy must fit beside it.
-        budget = memory_budget(device, None)
+        planner = MemoryPlanner(device, memory_limit, hint=hint,
+                                device_budget=memory_budget(device, None))
+    else:
+        planner = MemoryPlanner(device, memory_limit, hint=hint)
+    budget = planner.device_budget
     fits_device = 2 * s_bytes + work_bytes <= budget
-    host_capable = (device.type == "cuda" and dtype == torch.float32
-                    and _triton_r1dl.HAS_TRITON)
+    host_capable = use_triton(torch.empty(0, dtype=dtype, device=device), float32=True,
+                              interpreted=False)
     fits_host = (host_capable and work_bytes <= budget
                  and s_bytes <= _HOST_FRACTION * available_host_memory())
     if storage == "auto":
@@ -306,11 +328,15 @@ def _local_operator(source, *, device, dtype, standardize, block_size, memory_li
                 f"storage='host' needs {format_bytes(s_bytes)} of host memory for Sᵀ, but "
                 f"{format_bytes(available_host_memory())} is available; use storage='file'."
             )
-    common = {"device": device, "dtype": dtype, "standardize": standardize, "verbose": verbose}
-    if storage == "device" or (storage == "host" and device.type == "cpu"):
-        return ResidentOperator(source, block_size=block_size, **common)
-    if storage == "host":
-        return ResidentOperator(source, block_size=block_size, pinned_host=True, **common)
+    resident = storage == "device" or (storage == "host" and device.type == "cpu")
+    if resident or storage == "host":
+        if resident:
+            planner.reserve_device(2 * s_bytes + work_bytes)
+        else:
+            planner.reserve_host(s_bytes)  # pinned
+            planner.reserve_device(work_bytes)
+        return planner.plan(block_rows=block_size, n_rounds=-(-n_voxels // block_size),
+                            storage=storage)
     if given_block_size is None:
         low, high = _STREAM_BLOCK_BYTES
         block_bytes = min(high, max(low, budget // 6))
@@ -319,15 +345,17 @@ def _local_operator(source, *, device, dtype, standardize, block_size, memory_li
     # block, the float64 temporaries of the voxel statistics (3 values per
     # time point) or the work and staging buffers (at most 2 float64 + 1).
     per_voxel = n_timepoints * max(3 * 8, 2 * 8 + itemsize)
-    fits = (budget - 8 * 8 * n_voxels - state_bytes) // per_voxel
+    planner.reserve_device(8 * 8 * n_voxels + state_bytes)
+    fits = planner.device_left // per_voxel
     if given_block_size is None:
         block_size = min(block_size, fits)
     if block_size < 1 or (memory_limit is not None and block_size > fits):
-        raise limit_error(
+        raise planner.error(
             f"Streaming S ({n_timepoints} x {n_voxels}) in blocks of {max(block_size, 1)} voxels",
-            8 * 8 * n_voxels + state_bytes + per_voxel * max(block_size, 1), budget,
-            memory_limit, "Raise memory_limit, or give a smaller block_size (or fewer atoms).")
-    return StreamedOperator(source, block_size=block_size, **common)
+            planner.device_bytes + per_voxel * max(block_size, 1))
+    planner.reserve_device(per_voxel * block_size)
+    return planner.plan(block_rows=block_size, n_rounds=-(-n_voxels // block_size),
+                        storage="file")
 
 
 def _atom_checkpoint(folder, source, rng, random_state, **parameters) -> AtomCheckpoint:

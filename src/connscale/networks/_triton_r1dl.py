@@ -26,26 +26,20 @@ kernels in the tests (on CUDA, and under ``TRITON_INTERPRET=1`` on the CPU).
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-try:  # pragma: no cover - depends on the machine
+from connscale._compute.device import HAS_TRITON, use_triton
+
+if HAS_TRITON:  # pragma: no cover - depends on the machine
     import triton
     import triton.language as tl
-
-    HAS_TRITON = True
-except ImportError:  # pragma: no cover - CPU machines without triton
-    HAS_TRITON = False
-
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 _MAX_PARTS = 128  # programs per counting pass (their partials are summed by one)
 
 
 def usable(y: torch.Tensor) -> bool:
     """Whether the Triton kernels run on ``y`` (CUDA or the interpreter, float32)."""
-    return HAS_TRITON and y.dtype == torch.float32 and (y.is_cuda or _INTERPRET)
+    return use_triton(y, float32=True)
 
 
 if HAS_TRITON:

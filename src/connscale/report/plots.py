@@ -64,7 +64,7 @@ def _save(fig, out_path) -> Path:
 
 
 def _as_square(matrix) -> np.ndarray:
-    from connscale.fc.triu import vec_to_matrix
+    from connscale._triu import vec_to_matrix
 
     try:
         import scipy.sparse as sp

@@ -26,19 +26,13 @@ and under ``TRITON_INTERPRET=1`` on the CPU).
 
 from __future__ import annotations
 
-import os
-
 import torch
 
-try:  # pragma: no cover - depends on the machine
+from connscale._compute.device import HAS_TRITON, use_triton
+
+if HAS_TRITON:  # pragma: no cover - depends on the machine
     import triton
     import triton.language as tl
-
-    HAS_TRITON = True
-except ImportError:  # pragma: no cover - CPU machines without triton
-    HAS_TRITON = False
-
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 #: Most centres the kernels take (one named accumulator each).
 MAX_CENTRES = 16
@@ -49,13 +43,12 @@ CONFIG = {"assign": (32, 64, 4, 1), "sums": (16, 128, 8, 1)}
 
 def usable(x: torch.Tensor, n_centres: int) -> bool:
     """Whether the kernels run on ``x`` (CUDA or the interpreter, float32, rows contiguous)."""
-    return (HAS_TRITON and x.dtype == torch.float32 and (x.is_cuda or _INTERPRET)
-            and x.stride(1) == 1 and n_centres <= MAX_CENTRES)
+    return use_triton(x, float32=True) and x.stride(1) == 1 and n_centres <= MAX_CENTRES
 
 
 def runs_here(x: torch.Tensor) -> bool:
     """Whether the kernels could run on ``x``'s device (CUDA or the interpreter)."""
-    return HAS_TRITON and (x.is_cuda or _INTERPRET)
+    return use_triton(x)
 
 
 def read_width(x: torch.Tensor) -> int:

@@ -114,7 +114,7 @@ def _subject_windows(windows) -> tuple[list[np.ndarray], bool]:
 
 def _dfc_edges(result) -> np.ndarray:
     """A DFC result's windows as (n_windows, n_pairs) edge vectors."""
-    from connscale.fc.triu import matrix_to_vec
+    from connscale._triu import matrix_to_vec
 
     if result.kind == "triu":
         return np.stack([np.asarray(result[i]) for i in range(len(result))])
@@ -411,7 +411,7 @@ class DFCStates(BaseEstimator):
         which : {'centers', 'means'}, default='centers'
             ``cluster_centers_`` or ``state_means_``.
         """
-        from connscale.fc.triu import vec_to_matrix
+        from connscale._triu import vec_to_matrix
 
         check_is_fitted(self)
         source = self.cluster_centers_ if which == "centers" else self.state_means_

@@ -1,15 +1,15 @@
 """Maps as NIfTI images named after BIDS derivatives (XCP-D's
 ``<source>_stat-<stat>_boldmap.nii.gz``), with JSON sidecars, written
-atomically. nibabel is imported here only."""
+atomically."""
 
 from __future__ import annotations
 
-import gzip
 import re
 from pathlib import Path
 
 from connscale._version import __version__
-from connscale.io._atomic import atomic_path, write_json_atomic
+from connscale.io._atomic import write_json_atomic
+from connscale.io.nifti import save_nifti_gz
 
 
 def threshold_label(value: float, prefix: str = "r") -> str:
@@ -49,7 +49,6 @@ def write_map(path, img, metadata: dict) -> tuple[Path, Path]:
     path = Path(path)
     if not path.name.endswith(".nii.gz"):
         raise ValueError(f"Maps are written as .nii.gz; got {path.name}.")
-    with atomic_path(path) as tmp:
-        tmp.write_bytes(gzip.compress(img.to_bytes(), compresslevel=6))
+    save_nifti_gz(path, img)
     sidecar = path.with_name(path.name[: -len(".nii.gz")] + ".json")
     return path, write_json_atomic(sidecar, metadata)
