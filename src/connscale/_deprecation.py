@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import warnings
 
+from connscale._validation import user_stacklevel
+
 #: Default of a renamed keyword: not passed.
 DEPRECATED = "deprecated"
 
@@ -33,5 +35,5 @@ def renamed(new_value, old_value, *, new: str, old: str, new_default, removed_in
     if new_value is not new_default and new_value != new_default:
         raise ValueError(f"'{old}' was renamed '{new}'; pass only '{new}' (got both).")
     warnings.warn(f"'{old}' was renamed '{new}'; '{old}' will be removed in connscale "
-                  f"{removed_in}. Pass '{new}' instead.", FutureWarning, stacklevel=3)
+                  f"{removed_in}. Pass '{new}' instead.", FutureWarning, stacklevel=user_stacklevel())
     return old_value

@@ -18,6 +18,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 from pathlib import Path
@@ -28,6 +29,21 @@ import numpy as np
 # pairwise_dfc, the cohort jobs): with 2 points every Pearson r is +-1 (or
 # undefined), so 3 is the shortest window whose correlation says anything.
 MIN_WINDOW_LENGTH = 3
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` of ``warnings.warn`` that names the first caller
+    outside connscale (pandas' ``find_stack_level``): a fixed level drifts
+    whenever a wrapper (:func:`validate_params`) or a helper adds a frame.
+    Call it in the argument list of ``warnings.warn``."""
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+        level += 1
+    return level if frame is not None else 1
 
 
 def check_timeseries(
@@ -319,6 +335,22 @@ class StrOptions(Options):
 
     def __init__(self, options):
         super().__init__(str, options)
+
+
+class SequenceOf(_Constraint):
+    """A non-empty list, tuple or 1-D array whose every item satisfies
+    ``item`` (e.g. several thresholds computed in one pass)."""
+
+    def __init__(self, item: _Constraint):
+        self.item = item
+
+    def is_satisfied_by(self, value) -> bool:
+        if not isinstance(value, (list, tuple, np.ndarray)) or np.ndim(value) != 1:
+            return False
+        return len(value) > 0 and all(self.item.is_satisfied_by(v) for v in value)
+
+    def __str__(self) -> str:
+        return f"a non-empty sequence, each {self.item}"
 
 
 class _InstanceOf(_Constraint):

@@ -80,3 +80,12 @@ def test_nilearn_fake_bids_dataset(tmp_path):
         assert r.mask.name == f"{r.name}_desc-brain_mask.nii.gz"    # not the T1w one
         assert r.confounds.name.endswith("_desc-confounds_timeseries.tsv")
     assert len(find_runs(root / "derivatives", space="T1w", participant_label="02")) == 2
+
+
+def test_find_runs_declares_its_constraints(tmp_path):
+    with pytest.raises(ValueError, match="The 'strategy' parameter of find_runs must be a str "
+                                         "among .* Got 'aggressive' instead."):
+        find_runs(tmp_path, strategy="aggressive")
+    with pytest.raises(ValueError, match=r"The 't_r' parameter of find_runs must be a float in "
+                                         r"the range \(0, inf\) or None. Got 0 instead."):
+        find_runs(tmp_path, t_r=0)

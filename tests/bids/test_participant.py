@@ -195,3 +195,37 @@ def test_reports_are_self_contained(tree, tmp_path):
     assert len(sources) == 2 and all(s.startswith("data:image/png") for s in sources)
     run_links = [link for link in links if link.endswith("_report.html")]
     assert len(run_links) == 5 and all((page.parent / link).is_file() for link in run_links)
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"strategy": "aggressive"}, "The 'strategy' parameter of run_participant must be a str "
+                                 "among"),
+    ({"measures": ["fc", "graph"]}, "The 'measures' parameter of run_participant must be a "
+                                    "non-empty sequence, each a str among"),
+    ({"measures": []}, "must be a non-empty sequence"),
+    ({"measures": ["dfc"], "window_length": 2},
+     r"The 'window_length' parameter of run_participant must be an int in the range "
+     r"\[3, inf\) or None. Got 2 instead."),
+    ({"pairs_threshold": 1.5}, r"'pairs_threshold' parameter of run_participant must be a "
+                               r"float in the range \[-1, 1\]"),
+    ({"dtype": "float16"}, "The 'dtype' parameter of run_participant must be a str among "
+                           "{'float32', 'float64'}"),
+    ({"memory_limit": "a lot"}, "The 'memory_limit' parameter of run_participant"),
+    ({"backend": "mpi"}, "The 'backend' parameter of run_participant"),
+])
+def test_participant_parameters_checked_before_the_first_run(tmp_path, params, message):
+    out = tmp_path / "out"
+    with pytest.raises(ValueError, match=message):
+        run_participant(tmp_path / "derivatives", out, atlas=tmp_path / "atlas.nii.gz",
+                        atlas_name="test", **params)
+    assert not out.exists()
+
+
+def test_group_parameters_checked_before_any_output(tmp_path):
+    with pytest.raises(ValueError, match=r"The 'folds' parameter of run_group must be an int "
+                                         r"in the range \[2, inf\). Got 1 instead."):
+        run_group(tmp_path, participants=tmp_path / "participants.tsv", target="group",
+                  folds=1)
+    with pytest.raises(ValueError, match="The 'repeats' parameter of run_group"):
+        run_group(tmp_path, repeats=0)
+    assert not (tmp_path / "group").exists()

@@ -215,13 +215,16 @@ def test_bad_inputs():
         cross_validate(X, np.zeros(20))
     with pytest.raises(ValueError, match="at least folds=5 subjects"):
         cross_validate(X, np.r_[np.zeros(17), np.ones(3)])
-    with pytest.raises(ValueError, match="'model' must be one of"):
+    with pytest.raises(ValueError, match="The 'model' parameter of cross_validate must be a str "
+                                         "among {'mlp', 'svm'}. Got 'forest' instead."):
         cross_validate(X, y, model="forest")
     with pytest.raises(ValueError, match="needs rfe=True"):
         cross_validate(X, y, n_features_to_select=2)
-    with pytest.raises(ValueError, match="'interval' must be one of"):
+    with pytest.raises(ValueError, match="The 'interval' parameter of cross_validate must be a "
+                                         "str among {'predictions', 'subjects'}"):
         cross_validate(X, y, interval="folds")
-    with pytest.raises(ValueError, match="'folds' must be >= 2"):
+    with pytest.raises(ValueError, match=r"The 'folds' parameter of cross_validate must be an "
+                                         r"int in the range \[2, inf\). Got 1 instead."):
         cross_validate(X, y, folds=1)
     with pytest.raises(ValueError, match="'pos_label'"):
         cross_validate(X, y, pos_label=3)
@@ -230,10 +233,31 @@ def test_bad_inputs():
 def test_bad_n_features_to_select():
     X = np.random.default_rng(0).standard_normal((20, 4))
     y = np.repeat([0, 1], 10)
-    with pytest.raises(ValueError, match="positive count"):
+    message = (r"The 'n_features_to_select' parameter of cross_validate must be an int in the "
+               r"range \[1, inf\), a float in the range \(0, 1\), a str among \{'cv'\} or None. "
+               "Got ")
+    with pytest.raises(ValueError, match=message + "-1 instead."):
         cross_validate(X, y, rfe=True, n_features_to_select=-1)
-    with pytest.raises(ValueError, match="'n_features_to_select' must be one of"):
+    with pytest.raises(ValueError, match=message + "'auto' instead."):
         cross_validate(X, y, rfe=True, n_features_to_select="auto")
+
+
+def test_parameters_checked_before_any_fold_once_per_call():
+    from connscale.classify import build_pipeline, clopper_pearson, compare_features
+
+    X = np.random.default_rng(0).standard_normal((20, 4))
+    y = np.repeat([0, 1], 10)
+    with pytest.raises(ValueError, match=r"The 'confidence' parameter of cross_validate must "
+                                         r"be a float in the range \(0, 1\). Got 1.5"):
+        cross_validate(X, y, confidence=1.5)
+    with pytest.raises(ValueError, match="The 'confidence' parameter of clopper_pearson"):
+        clopper_pearson(3, 5, confidence=0)
+    with pytest.raises(ValueError, match="The 'model' parameter of build_pipeline"):
+        build_pipeline("forest")
+    with pytest.raises(ValueError, match="The 'rfe' parameter of cross_validate must be a bool"):
+        cross_validate(X, y, rfe="yes")
+    with pytest.raises(ValueError, match="The 'folds' parameter of cross_validate"):
+        compare_features({"a": X}, y, folds=1)  # what compare_features passes on is checked
 
 
 def test_linear_svm_equals_sklearn_svc_linear():

@@ -116,7 +116,7 @@ def test_cohort_cli(tmp_path, capsys):
 def test_cohort_cli_errors(tmp_path, capsys):
     assert main(["cohort", str(tmp_path), "--job", "pairs", "--out", str(tmp_path / "o"),
                  "--backend", "serial"]) == 2
-    assert "--job pairs needs --window" in capsys.readouterr().err
+    assert "The 'pairs' job needs 'window_length'" in capsys.readouterr().err
     assert main(["cohort", str(tmp_path), "--job", "fc", "--threshold", "0.3",
                  "--out", str(tmp_path / "o"), "--backend", "serial"]) == 2
     assert "--threshold applies to --job pairs and dfc" in capsys.readouterr().err

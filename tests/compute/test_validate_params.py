@@ -99,3 +99,13 @@ def test_estimator_parameters():
                        match=r"The 'n_components' parameter of Estimator.fit must be an int "
                              r"in the range \[1, inf\). Got 0 instead."):
         validate_estimator_params(Estimator(0))
+
+
+def test_sequence_of_checks_every_item():
+    from connscale._validation import SequenceOf
+
+    fractions = SequenceOf(Interval(Real, 0, 1, closed="right"))
+    assert fractions.is_satisfied_by([0.1, 1]) and fractions.is_satisfied_by(np.array([0.5]))
+    for bad in ([], [0.1, 0.0], 0.5, "0.5", np.ones((2, 2)), [True], [0.1, None]):
+        assert not fractions.is_satisfied_by(bad), bad
+    assert str(fractions) == "a non-empty sequence, each a float in the range (0, 1]"

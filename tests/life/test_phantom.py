@@ -55,7 +55,9 @@ def test_sweep_nonzero_count_falls(phantom, model):
     assert all(0 < r["cv_rmse_median"] < 100 for r in rows)
     rows2 = lambda_sweep(model, [0, 0.1 * lam_max], random_state=0)  # gradient-direction split
     assert rows2[1]["n_nonzero"] < rows2[0]["n_nonzero"]
-    with pytest.raises(ValueError, match="'lams' must be"):
+    with pytest.raises(ValueError, match=r"The 'lams' parameter of lambda_sweep must be a "
+                                         r"non-empty sequence, each a float in the range "
+                                         r"\[0, inf\). Got \[-1.0\]"):
         lambda_sweep(model, [-1.0])
 
 
@@ -149,3 +151,11 @@ def test_fit_cross_validates_with_random_state_and_sweeps(phantom, model):
     np.testing.assert_allclose(swept.weights, best["fit"].weights, rtol=1e-5, atol=1e-9)
     with pytest.raises(ValueError, match="'lambdas' replaces 'lam'"):
         life.fit(*args, lam=0.1, lambdas=lams, **kwargs)
+
+
+def test_fit_checks_lambdas_before_loading_anything(tmp_path):
+    missing = tmp_path / "missing"
+    with pytest.raises(ValueError, match=r"The 'lambdas' parameter of fit must be a non-empty "
+                                         r"sequence, each a float in the range \[0, inf\) or "
+                                         r"None. Got \[0.1, -1.0\]"):
+        life.fit(missing, missing, missing, missing, lambdas=[0.1, -1.0])

@@ -77,3 +77,39 @@ def test_refit_replaces_every_fitted_attribute(planted):
     assert est.dictionary_.shape == (S.shape[0], 2)
     assert est.n_iter_.shape == (2,)
     assert est.n_features_in_ == N_VOXELS
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"n_components": 0},
+     r"The 'n_components' parameter of R1DL.fit must be an int in the range \[1, inf\). "
+     r"Got 0 instead."),
+    ({"sparsity": 1.5}, r"The 'sparsity' parameter of R1DL.fit must be an int in the range "
+                        r"\[1, inf\) or a float in the range \(0, 1\]. Got 1.5 instead."),
+    ({"storage": "disk"}, "The 'storage' parameter of R1DL.fit must be a str among"),
+    ({"standardize": "yes"}, "The 'standardize' parameter of R1DL.fit must be a bool"),
+])
+def test_fit_validates_its_parameters_once_before_any_work(params, message, monkeypatch):
+    import connscale.networks._r1dl as module
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the image was masked before the parameters were checked")
+
+    monkeypatch.setattr(R1DL, "_fit_masker", refuse)
+    with pytest.raises(ValueError, match=message):
+        R1DL(**{"n_components": 2, "sparsity": 3, **params}).fit("bold.nii.gz")
+    import connscale._validation as validation
+
+    calls = []
+    for owner in (validation, module):
+        monkeypatch.setattr(owner, "validate_parameter_values",
+                            lambda *args: calls.append(args[-1]))
+    R1DL(2, 3, max_iter=2, random_state=0, device="cpu").fit(
+        np.random.default_rng(0).standard_normal((20, 15)))
+    assert calls == ["R1DL.fit", "R1DL.fit"]  # its parameters and checkpoint; not r1dl's
+
+
+def test_r1dl_checks_the_deprecated_n_atoms_as_n_components():
+    from connscale.networks import r1dl
+
+    with pytest.raises(ValueError, match=r"The 'n_atoms' parameter of r1dl must be an int"):
+        r1dl(np.ones((10, 5)), n_atoms=0, sparsity=2)

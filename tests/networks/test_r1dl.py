@@ -169,21 +169,27 @@ def test_convergence_warning_and_iterations(planted):
     assert not res.converged.any()
 
 
+_SPARSITY = (r"'sparsity' parameter of r1dl must be an int in the range \[1, inf\) or a "
+             r"float in the range \(0, 1\]. Got ")
+
+
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(sparsity=0), "'sparsity' as a count must lie in"),
-    (dict(sparsity=1.5), r"'sparsity' as a fraction must lie in \(0, 1\]"),
+    (dict(sparsity=0), _SPARSITY + r"0 instead"),
+    (dict(sparsity=1.5), _SPARSITY + r"1.5 instead"),
     (dict(sparsity=N_VOXELS + 1), "'sparsity' as a count must lie in"),
-    (dict(sparsity="a"), "'sparsity' must be a number"),
-    (dict(n_components=0), "'n_components' must be >= 1"),
-    (dict(selection="abs"), "'selection' must be one of"),
-    (dict(backend="mpi"), "'backend' must be one of"),
-    (dict(tol=-1), "'tol' must be a positive number"),
-    (dict(max_iter=0), "'max_iter' must be >= 1"),
-    (dict(n_init=0), "'n_init' must be >= 1"),
-    (dict(dtype="int8"), "'dtype' must be"),
-    (dict(device="tpu"), "'device' must be"),
+    (dict(sparsity="a"), _SPARSITY + r"'a' instead"),
+    (dict(n_components=0),
+     r"'n_components' parameter of r1dl must be an int in the range \[1, inf\)"),
+    (dict(selection="abs"), "'selection' parameter of r1dl must be a str among"),
+    (dict(backend="mpi"), "'backend' parameter of r1dl must be a str among .* or an Engine"),
+    (dict(tol=-1), r"'tol' parameter of r1dl must be a float in the range \(0, inf\)"),
+    (dict(max_iter=0), r"'max_iter' parameter of r1dl must be an int in the range \[1, inf\)"),
+    (dict(n_init=0), r"'n_init' parameter of r1dl must be an int in the range \[1, inf\)"),
+    (dict(dtype="int8"), "'dtype' parameter of r1dl must be"),
+    (dict(device="tpu"), "'device' parameter of r1dl must be"),
     (dict(cluster="tcp://host:8786"), "'cluster' is only used by the 'dask' and 'spark'"),
-    (dict(block_size=0), "'block_size' must be >= 1"),
+    (dict(block_size=0),
+     r"'block_size' parameter of r1dl must be an int in the range \[1, inf\)"),
 ])
 def test_bad_parameters(planted, kwargs, match):
     args = dict(n_components=2, sparsity=10)

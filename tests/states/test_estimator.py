@@ -109,8 +109,15 @@ def test_elbow_finds_three_states(cohort):
 
 
 @pytest.mark.parametrize("params, data, message", [
-    ({"metric": "cosine"}, None, "'metric' must be one of"),
-    ({"n_states": 0}, None, "'n_states' must be >= 1"),
+    ({"metric": "cosine"}, None, "The 'metric' parameter of DFCStates.fit must be a str among "
+                                 r"\{'correlation', 'euclidean', 'l1'\}. Got 'cosine'"),
+    ({"n_states": 0}, None, r"The 'n_states' parameter of DFCStates.fit must be an int in the "
+                            r"range \[1, inf\). Got 0 instead."),
+    ({"tol": -1e-3}, None, r"'tol' parameter of DFCStates.fit must be a float in the range "
+                           r"\[0, inf\)"),
+    ({"exemplars": "yes"}, None, "'exemplars' parameter of DFCStates.fit must be a bool"),
+    ({"fisher_z": 1}, None, "'fisher_z' parameter of DFCStates.fit must be a bool"),
+    ({"n_init": 0}, None, r"'n_init' parameter of DFCStates.fit must be an int"),
     ({}, [np.zeros((3, 4)), np.zeros((3, 5))], "same number of edges"),
     ({}, [np.full((3, 4), np.nan)], "NaN or infinite"),
     ({}, [np.zeros(4)], r"shape \(n_windows, n_edges\)"),
@@ -148,3 +155,19 @@ def test_read_only_windows_fit_without_warning(cohort):
     writable = DFCStates(3, metric="euclidean", n_init=2, random_state=0,
                          device="cpu").fit(windows.copy())
     assert_allclose(states.cluster_centers_, writable.cluster_centers_)
+
+
+def test_other_public_entries_declare_their_constraints():
+    from connscale.states import elbow, fraction_time, state_features
+
+    windows = [np.random.default_rng(0).random((6, 4))]
+    states = DFCStates(2, exemplars=False, device="cpu", random_state=0).fit(windows)
+    with pytest.raises(ValueError, match="The 'which' parameter of DFCStates.state_matrices "
+                                         "must be a str among {'centers', 'means'}"):
+        states.state_matrices(which="medians")
+    with pytest.raises(ValueError, match="The 'metric' parameter of elbow must be a str"):
+        elbow(windows, metric="cosine")
+    for call in (lambda: fraction_time([0, 1], 0), lambda: state_features([[0, 1]], 0)):
+        with pytest.raises(ValueError, match=r"The 'n_states' parameter of \w+ must be an int "
+                                             r"in the range \[1, inf\). Got 0 instead."):
+            call()

@@ -22,10 +22,12 @@ import logging
 import os
 from collections import defaultdict
 from dataclasses import dataclass
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
 
+from connscale._validation import Interval, validate_params
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic
 from connscale.io._publish import read_manifest
@@ -103,6 +105,16 @@ def _fisher(r: np.ndarray) -> np.ndarray:
     return np.arctanh(np.clip(r, -1 + 1e-7, 1 - 1e-7))
 
 
+@validate_params({
+    "output": ["path"],
+    "atlas_name": [str, None],
+    "strategy": [str, None],
+    "participants": ["path", None],
+    "target": [str, None],
+    "folds": [Interval(Integral, 2, None, closed="left")],
+    "repeats": [Interval(Integral, 1, None, closed="left")],
+    "random_state": ["random_state"],
+})
 def run_group(output, *, atlas_name: str | None = None, strategy: str | None = None,
               participants=None, target: str | None = None, folds: int = 5,
               repeats: int = 10, random_state: int | None = 0) -> GroupResult:

@@ -14,8 +14,10 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from numbers import Real
 from pathlib import Path
 
+from connscale._validation import Interval, StrOptions, validate_params
 from connscale.denoise import STRATEGIES
 from connscale.io.bids import from_pybids
 
@@ -127,6 +129,12 @@ def _one(layout, what: str, bold_name: str, **query) -> tuple[Path | None, str |
     return None, f"several {what} files for {bold_name}: {names}"
 
 
+@validate_params({
+    "derivatives": ["path"],
+    "strategy": [StrOptions(STRATEGIES)],
+    "t_r": [Interval(Real, 0, None, closed="neither"), None],
+    "work_dir": ["path", None],
+})
 def find_runs(derivatives, *, participant_label: Iterable[str] | str | None = None,
               session_label: Iterable[str] | str | None = None,
               task: Iterable[str] | str | None = None, run: Iterable | str | None = None,
@@ -163,8 +171,6 @@ def find_runs(derivatives, *, participant_label: Iterable[str] | str | None = No
     ValueError
         Nothing matches; the message lists what the tree holds.
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}.")
     if layout is None:
         database = None if work_dir is None else Path(work_dir) / "pybids"
         layout = load_layout(derivatives, database_path=database)

@@ -47,16 +47,24 @@ import logging
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
+from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
 
-from connscale._validation import check_threshold, check_window
+from connscale._validation import (
+    MIN_WINDOW_LENGTH,
+    Interval,
+    SequenceOf,
+    StrOptions,
+    validate_params,
+)
 from connscale._version import __version__
 from connscale.bidsapp.decode import load_masked_bold
 from connscale.bidsapp.layout import BoldRun, find_runs
 from connscale.bidsapp.report import framewise_displacement
 from connscale.denoise import STRATEGIES
+from connscale.engines import ENGINES
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io.bids import bids_name, derivative_path
 
@@ -709,6 +717,35 @@ def run_serial(config: ParticipantConfig, runs: list[BoldRun]) -> list[dict]:
     return records
 
 
+_POSITIVE = [Interval(Real, 0, None, closed="neither"), None]
+
+
+@validate_params({
+    "derivatives": ["path"],
+    "output": ["path"],
+    "atlas": ["path"],
+    "atlas_name": [str],
+    "atlas_labels": ["path", None],
+    "strategy": [StrOptions(STRATEGIES)],
+    "strategy_params": [dict, None],
+    "measures": [SequenceOf(StrOptions(MEASURES))],
+    "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), None],
+    "step": [Interval(Integral, 1, None, closed="left")],
+    "pairs_threshold": [Interval(Real, -1, 1, closed="both")],
+    "t_r": _POSITIVE,
+    "detrend": ["boolean"],
+    "low_pass": _POSITIVE,
+    "high_pass": _POSITIVE,
+    "backend": [StrOptions(ENGINES)],
+    "n_jobs": [Integral, None],
+    "device": ["device"],
+    "dtype": [StrOptions({"float32", "float64"})],
+    "threads_per_task": [Interval(Integral, 1, None, closed="left")],
+    "memory_limit": ["memory", None],
+    "work_dir": ["path", None],
+    "reports": ["boolean"],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+})
 def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels=None,
                     strategy: str = "simple", strategy_params: dict | None = None,
                     measures=("fc", "timeseries"), window_length: int | None = None,
@@ -742,7 +779,7 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
         The denoising strategy (the ``desc-`` entity).
     strategy_params : dict or None
         Extra parameters of ``load_confounds_strategy``.
-    measures : iterable of {'fc', 'timeseries', 'dfc', 'pairs', 'voxelfc'}
+    measures : list or tuple of {'fc', 'timeseries', 'dfc', 'pairs', 'voxelfc'}
         Atlas level: ``fc`` (``_relmat.tsv``), ``timeseries``, ``dfc``
         (sliding-window correlation of all region pairs, ``_dfc.h5``) and
         ``pairs`` (each pair's windowed course and summaries, ``_pairs.h5``);
@@ -788,18 +825,12 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
     from connscale.engines import get_engine
     from connscale.io.bids import bids_name as _check_name
 
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}.")
     measures = tuple(dict.fromkeys(measures))
-    unknown = sorted(set(measures) - set(MEASURES))
-    if unknown or not measures:
-        raise ValueError(f"measures must be among {', '.join(MEASURES)}; got {list(measures)}.")
-    if any(m in _WINDOWED for m in measures):
-        if window_length is None:
-            raise ValueError("The measures dfc and pairs need a window length "
-                             "(--window-length, in volumes).")
-        window_length, step = check_window(window_length, step)
-        pairs_threshold = check_threshold(pairs_threshold, "pairs_threshold")
+    if any(m in _WINDOWED for m in measures) and window_length is None:
+        raise ValueError("The measures dfc and pairs need a window length "
+                         "(--window-length, in volumes).")
+    window_length = None if window_length is None else int(window_length)
+    step, pairs_threshold = int(step), float(pairs_threshold)
     _check_name({"sub": "x", "seg": atlas_name}, suffix="relmat", extension=".tsv")
     atlas = Path(atlas).resolve()
     if not atlas.is_file():

@@ -27,7 +27,13 @@ from numbers import Integral, Real
 import numpy as np
 
 from connscale._docs import fill_doc
-from connscale._validation import check_int, check_option, check_random_state
+from connscale._validation import (
+    Interval,
+    StrOptions,
+    check_random_state,
+    user_stacklevel,
+    validate_params,
+)
 
 __all__ = ["METRICS", "build_pipeline", "clopper_pearson", "cross_validate"]
 
@@ -35,6 +41,18 @@ __all__ = ["METRICS", "build_pipeline", "clopper_pearson", "cross_validate"]
 METRICS = ("accuracy", "sensitivity", "specificity", "precision", "recall")
 
 
+_CONFIDENCE = [Interval(Real, 0, 1, closed="neither")]
+# Declared once for build_pipeline and cross_validate.
+_MODEL_CONSTRAINTS = {
+    "model": [StrOptions({"svm", "mlp"})],
+    "rfe": ["boolean"],
+    "n_features_to_select": [Interval(Integral, 1, None, closed="left"),
+                             Interval(Real, 0, 1, closed="neither"), StrOptions({"cv"}), None],
+    "model_params": [dict, None],
+}
+
+
+@validate_params({"confidence": _CONFIDENCE})
 def clopper_pearson(k, n, *, confidence: float = 0.95) -> tuple[float, float]:
     """Clopper–Pearson ("exact") interval of a binomial proportion k/n.
 
@@ -64,8 +82,6 @@ def clopper_pearson(k, n, *, confidence: float = 0.95) -> tuple[float, float]:
         raise ValueError(f"'n' must be positive; got {n}.")
     if not 0.0 <= k <= n:
         raise ValueError(f"'k' must lie in [0, n={n}]; got {k}.")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"'confidence' must lie in (0, 1); got {confidence}.")
     alpha = 1.0 - confidence
     low = 0.0 if k == 0 else float(stats.beta.ppf(alpha / 2, k, n - k + 1))
     high = 1.0 if k == n else float(stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
@@ -123,6 +139,7 @@ def _svc(C: float = 1.0):
     return _linear_kernel_svc_class()(C=C)
 
 
+@validate_params(_MODEL_CONSTRAINTS)
 def build_pipeline(model: str = "svm", *, rfe: bool = False, n_features_to_select=None,
                    random_state: int | None = None, model_params: dict | None = None):
     """The unfitted pipeline :func:`cross_validate` fits in every fold.
@@ -158,7 +175,6 @@ def build_pipeline(model: str = "svm", *, rfe: bool = False, n_features_to_selec
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import StandardScaler
 
-    check_option(model, "model", {"svm", "mlp"})
     if model == "svm":
         estimator = _svc()
     else:
@@ -168,8 +184,7 @@ def build_pipeline(model: str = "svm", *, rfe: bool = False, n_features_to_selec
         estimator.set_params(**model_params)
     steps = [("scale", StandardScaler())]
     if rfe:
-        if isinstance(n_features_to_select, str):
-            check_option(n_features_to_select, "n_features_to_select", {"cv"})
+        if n_features_to_select == "cv":
             inner = StratifiedKFold(3, shuffle=True, random_state=random_state)
             steps.append(("rfe", RFECV(_svc(), step=0.1, cv=inner, scoring="accuracy")))
         else:
@@ -276,6 +291,18 @@ def _seed(rng: np.random.Generator) -> int:
 
 
 @fill_doc
+@validate_params({
+    "X": ["array-like"],
+    "y": ["array-like"],
+    **_MODEL_CONSTRAINTS,
+    "folds": [Interval(Integral, 2, None, closed="left")],
+    "repeats": [Interval(Integral, 1, None, closed="left")],
+    "permutation_test": [Interval(Integral, 0, None, closed="left")],
+    "interval": [StrOptions({"subjects", "predictions"})],
+    "confidence": _CONFIDENCE,
+    "random_state": ["random_state"],
+    "n_jobs": [Integral, None],
+})
 def cross_validate(
     X,
     y,
@@ -380,19 +407,9 @@ def cross_validate(
     from sklearn.metrics import roc_auc_score
     from sklearn.model_selection import RepeatedStratifiedKFold
 
-    check_option(model, "model", {"svm", "mlp"})
-    check_option(interval, "interval", {"subjects", "predictions"})
-    folds = check_int(folds, "folds", minimum=2)
-    repeats = check_int(repeats, "repeats", minimum=1)
-    permutation_test = check_int(permutation_test, "permutation_test", minimum=0)
+    folds, repeats, permutation_test = int(folds), int(repeats), int(permutation_test)
     if n_features_to_select is not None and not rfe:
         raise ValueError("'n_features_to_select' needs rfe=True.")
-    if n_features_to_select is not None and not isinstance(n_features_to_select, str) and (
-            isinstance(n_features_to_select, bool)
-            or not isinstance(n_features_to_select, (Integral, Real))
-            or n_features_to_select <= 0):
-        raise ValueError("'n_features_to_select' must be a positive count, a "
-                         f"fraction in (0, 1), 'cv' or None; got {n_features_to_select!r}.")
     X, y01, classes = _check_inputs(X, y, folds, pos_label)
     n_subjects, n_features = X.shape
 
@@ -451,7 +468,7 @@ def cross_validate(
         warnings.warn(
             f"The {model} did not converge in {result['n_not_converged']} of "
             f"{len(fits)} folds; raise max_iter through model_params.",
-            RuntimeWarning, stacklevel=2)
+            RuntimeWarning, stacklevel=user_stacklevel())
 
     if permutation_test:
         from sklearn.model_selection import StratifiedKFold, permutation_test_score
@@ -466,6 +483,9 @@ def cross_validate(
     return result
 
 
+# Not skipping nested validation: cross_validate checks the **kwargs passed on.
+@validate_params({"feature_sets": [dict], "random_state": [Integral]},
+                 prefer_skip_nested_validation=False)
 def compare_features(feature_sets: dict, y, *, random_state=0, **kwargs) -> dict:
     """Cross-validate several feature matrices of the same subjects on the same folds.
 
@@ -491,9 +511,6 @@ def compare_features(feature_sets: dict, y, *, random_state=0, **kwargs) -> dict
     """
     if not feature_sets:
         raise ValueError("'feature_sets' is empty; give at least one named matrix.")
-    if isinstance(random_state, bool) or not isinstance(random_state, (Integral, np.integer)):
-        raise ValueError("'random_state' must be an int so that every feature set gets the "
-                         f"same folds; got {random_state!r}.")
     n_rows = {name: np.shape(X)[0] for name, X in feature_sets.items()}
     if len(set(n_rows.values())) != 1:
         raise ValueError(f"All feature sets must have the same subjects (rows); got {n_rows}.")

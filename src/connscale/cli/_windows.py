@@ -3,7 +3,7 @@ in time points or seconds, the repetition time, and the taper."""
 
 from __future__ import annotations
 
-from connscale._validation import check_window
+from connscale._validation import to_timepoints
 
 
 def add_window_arguments(parser, *, required: bool = True) -> None:
@@ -22,10 +22,11 @@ def add_window_arguments(parser, *, required: bool = True) -> None:
                         help="Sigma of the Gaussian taper, in time points.")
 
 
-def resolve_window(args, path, n_timepoints: int) -> tuple[int, int, float | None]:
-    """(window, step) in time points and the repetition time used (or None)."""
+def resolve_window(args, path) -> tuple[int, int, float | None]:
+    """(window, step) in time points and the repetition time used (or None);
+    dynamic_correlation checks them."""
     from connscale.fc.windows import repetition_time
 
     t_r = args.t_r if args.t_r is not None else repetition_time(path)
-    window, step = check_window(args.window, args.step, n_timepoints, t_r=t_r)
-    return window, step, t_r
+    return (to_timepoints(args.window, "window_length", t_r=t_r),
+            to_timepoints(args.step, "step", t_r=t_r), t_r)

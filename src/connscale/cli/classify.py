@@ -23,8 +23,6 @@ def _n_features(value: str):
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected a count, a fraction in (0, 1) or 'cv'; got {value!r}") from None
-    if number <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive; got {value!r}")
     return int(number) if number >= 1 and number.is_integer() else number
 
 

@@ -87,8 +87,6 @@ def job_params(args) -> dict:
     """The job parameters named by the command-line options."""
     params = {"device": args.device, "dtype": args.dtype, "memory_limit": args.memory_limit,
               "atlas": args.atlas, "atlas_name": args.atlas_name, "mask": args.mask}
-    if args.job in ("pairs", "dfc") and args.window is None:
-        raise ValueError(f"--job {args.job} needs --window (window length in time points).")
     if args.job == "pairs":
         threshold = 0.5 if args.threshold is None else args.threshold
         params.update(window_length=args.window, step=args.step, threshold=threshold)

@@ -95,7 +95,7 @@ def run(args) -> int:
             timeseries, labels, nodes, _ = load_input(args)
         n_timepoints, n = timeseries.shape
         logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
-        window, step, t_r = resolve_window(args, args.input, n_timepoints)
+        window, step, t_r = resolve_window(args, args.input)
         name = f"{stem}.h5"
         path = folder / name
         record.device = str(resolve_device(args.device))

@@ -80,7 +80,7 @@ def _load_windows(args):
             raise ValueError(f"--window is needed for the time-series input {path.name}.")
         one = argparse.Namespace(input=path, mask=None, atlas=args.atlas)
         timeseries, labels, _, _ = load_input(one)
-        window, step, t_r = resolve_window(args, path, timeseries.shape[0])
+        window, step, t_r = resolve_window(args, path)
         result = dynamic_correlation(timeseries, window, step, device=args.device,
                                      dtype=args.dtype, memory_limit=args.memory_limit,
                                      taper=args.taper, taper_sigma=args.taper_sigma)

@@ -100,14 +100,9 @@ _INPUTS = (("dwi", "dMRI"), ("bvals", "b-values"), ("bvecs", "b-vectors"),
 
 
 def _check_arguments(args) -> list[Path]:
-    """Check the numbers and that every input file exists (before the output
-    is locked and the inputs fingerprinted); return the input files."""
-    if args.max_iter < 1:
-        raise ValueError(f"--max-iter must be at least 1; got {args.max_iter}.")
-    if args.lam < 0 or (args.lam_sweep and min(args.lam_sweep) < 0):
-        raise ValueError("λ must be ≥ 0.")
-    if args.checkpoint_every < 1:
-        raise ValueError(f"--checkpoint-every must be at least 1; got {args.checkpoint_every}.")
+    """Check that every input file exists (before the output is locked and
+    the inputs fingerprinted; life.fit checks the numbers); return the input
+    files."""
     inputs = []
     for name, what in _INPUTS:
         path = getattr(args, name)
@@ -136,7 +131,7 @@ def run(args) -> int:
 
 def _run(args, outputs, source: str) -> int:
     from connscale import life
-    from connscale._compute import parse_memory, resolve_device
+    from connscale._compute import resolve_device
     from connscale.io.relmat import write_dataset_description
     from connscale.life.api import load_volume
     from connscale.io.life import write_lambda_sweep
@@ -156,7 +151,6 @@ def _run(args, outputs, source: str) -> int:
     sphere = args.sphere
     if sphere is not None and sphere.isdigit():
         sphere = int(sphere)
-    parse_memory(args.memory_limit)  # a bad size fails before any loading
     record = RunRecord("life", args.out, vars(args))
     record.device = str(resolve_device(args.device))
 

@@ -63,6 +63,7 @@ from connscale._validation import (
     check_random_state,
     check_timeseries,
     check_window,
+    user_stacklevel,
     validate_params,
 )
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
@@ -163,7 +164,7 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
             f"nothing ({2 * n_series * rank} numbers per window against "
             f"{n_series * (n_series - 1) // 2} for kind='triu'). Use rank < window_length, "
             "or kind='factor' (exact with window_length columns).",
-            UserWarning, stacklevel=4,
+            UserWarning, stacklevel=user_stacklevel(),
         )
     return {"window_length": window_length, "step": step, "support": support,
             "threshold": threshold, "rank": rank, "power_iterations": int(power_iterations),
@@ -768,7 +769,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
             f"columns: {first}); their correlations there are undefined: NaN in dense and "
             "triangle output, left out of sparse output.",
             ConstantSeriesWarning,
-            stacklevel=4,
+            stacklevel=user_stacklevel(),
         )
     return plan
 

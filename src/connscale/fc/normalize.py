@@ -12,6 +12,8 @@ import warnings
 import numpy as np
 import torch
 
+from connscale._validation import user_stacklevel
+
 
 class ConstantSeriesWarning(UserWarning):
     """Some series have zero variance; their correlations are undefined (NaN)."""
@@ -90,8 +92,9 @@ def normalize_series(timeseries: torch.Tensor, *, dtype: torch.dtype | None = No
     return normalized, constant
 
 
-def warn_constant(constant: torch.Tensor | np.ndarray, *, stacklevel: int = 3) -> int:
-    """Emit one :class:`ConstantSeriesWarning` naming how many series are constant."""
+def warn_constant(constant: torch.Tensor | np.ndarray) -> int:
+    """Emit one :class:`ConstantSeriesWarning` naming how many series are constant
+    (pointing at the user's line)."""
     constant = np.asarray(constant.cpu() if isinstance(constant, torch.Tensor) else constant)
     n_constant = int(constant.sum())
     if n_constant:
@@ -101,6 +104,6 @@ def warn_constant(constant: torch.Tensor | np.ndarray, *, stacklevel: int = 3) -
             f"first columns: {first}); their correlations are undefined: NaN in "
             "dense and triangle output, left out of sparse output.",
             ConstantSeriesWarning,
-            stacklevel=stacklevel,
+            stacklevel=user_stacklevel(),
         )
     return n_constant

@@ -38,6 +38,7 @@ from connscale._validation import (
     Interval,
     check_timeseries,
     check_window,
+    user_stacklevel,
     validate_params,
 )
 from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
@@ -339,7 +340,7 @@ def pairwise_dfc(
             "variance within the window); the correlations of their pairs are "
             "undefined and set to NaN in those windows.",
             ConstantSeriesWarning,
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
     if ragged:
         window_starts = [onsets_of[x.shape[0]] for x in scans]

@@ -215,7 +215,7 @@ def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=Fa
                 "raise memory_limit.")
         with _allow_tf32(allow_tf32), torch.no_grad():
             normalized, constant = _normalize(x, dev, work_dtype, columns)
-            n_constant = warn_constant(constant, stacklevel=6)
+            n_constant = warn_constant(constant)
             _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose)
     except BaseException:
         sink.abort()

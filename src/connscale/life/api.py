@@ -18,6 +18,7 @@ from connscale._deprecation import DEPRECATED, renamed
 from connscale._docs import fill_doc
 from connscale._validation import (
     Interval,
+    SequenceOf,
     StrOptions,
     skip_nested_validation,
     validate_estimator_params,
@@ -334,6 +335,7 @@ _PARAMETER_CONSTRAINTS = {
     "memory_limit": ["memory", None],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
+    "lambdas": [SequenceOf(Interval(Real, 0, None, closed="left")), None],
 }
 _SOLVE_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "verbose", "checkpoint_every")
 _ESTIMATOR_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "formulation", "device", "dtype",
@@ -442,6 +444,7 @@ def split_rmse(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol=1
                           fa.weights_kept)
 
 
+@validate_params({"lams": [_PARAMETER_CONSTRAINTS["lambdas"][0]]})
 def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, max_iter: int = 500, tol=1e-5,
                  random_state=None, verbose: int = 0, operator_options=None, checkpoint=None,
                  checkpoint_every: int = 50, n_iter=DEPRECATED) -> list[dict]:
@@ -455,8 +458,6 @@ def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, max_iter: int = 50
     """
     max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     lams = [float(x) for x in lams]
-    if not lams or any(not np.isfinite(x) or x < 0 for x in lams):
-        raise ValueError(f"'lams' must be a non-empty list of finite values ≥ 0; got {lams}.")
     if data_repeat is None:
         da, db = split_directions(model, random_state=random_state)
         ma, mb = submodel(model, da), submodel(model, db)

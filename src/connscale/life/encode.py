@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device, resolve_dtype
+from connscale._validation import user_stacklevel
 from connscale.io.streamlines import StreamlineArray
 
 #: Default number of atom orientations (half-sphere Fibonacci lattice, ~2.6°).
@@ -579,7 +580,7 @@ def build_model(
             f"{n_streamlines - len(kept_np)} of {n_streamlines} streamlines dropped "
             f"({n_short} with fewer than 2 points, {n_outside} with no node inside the "
             "volume/mask); they get weight 0.",
-            stacklevel=2,
+            stacklevel=user_stacklevel(),
         )
     return LiFEModel(
         entry_fibre=entry_fibre,

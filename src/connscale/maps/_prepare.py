@@ -10,7 +10,7 @@ from connscale._validation import check_timeseries
 from connscale.fc.normalize import normalize_series, warn_constant
 
 
-def normalized_series(timeseries, *, device="auto", dtype="float32", stacklevel: int = 4):
+def normalized_series(timeseries, *, device="auto", dtype="float32"):
     """Validate ``timeseries`` (T, N) and normalise it on the device.
 
     Returns
@@ -25,7 +25,7 @@ def normalized_series(timeseries, *, device="auto", dtype="float32", stacklevel:
     with torch.no_grad():
         series = torch.from_numpy(np.ascontiguousarray(x)).to(dev)
         u, constant = normalize_series(series, dtype=work_dtype)
-    warn_constant(constant, stacklevel=stacklevel)
+    warn_constant(constant)
     return u, constant
 
 

@@ -3,16 +3,19 @@
 
 from __future__ import annotations
 
+from numbers import Real
+
 import numpy as np
 import torch
 
 from connscale._docs import fill_doc
-from connscale._validation import check_timeseries
+from connscale._validation import Interval, check_timeseries, validate_params
 from connscale.fc.normalize import normalize_series
 from connscale.maps._prepare import as_map, normalized_series
 
 
 @fill_doc
+@validate_params({"timeseries": ["array-like"], "device": ["device"], "dtype": ["dtype"]})
 def global_correlation(timeseries, *, device: str = "auto", dtype: str = "float32") -> np.ndarray:
     """Each series' mean correlation with all other series, matrix-free.
 
@@ -51,6 +54,13 @@ def global_correlation(timeseries, *, device: str = "auto", dtype: str = "float3
 
 
 @fill_doc
+@validate_params({
+    "timeseries": ["array-like"],
+    "radius": [Interval(Real, 0, None, closed="neither"), None],
+    "fisher_z": ["boolean"],
+    "device": ["device"],
+    "dtype": ["dtype"],
+})
 def seed_correlation(
     timeseries,
     seeds,

@@ -13,33 +13,37 @@ import torch
 from connscale._compute import memory_budget
 from connscale._compute.device import use_triton as triton_runs
 from connscale._docs import fill_doc
-from connscale._validation import check_threshold
+from connscale._validation import Interval, SequenceOf, validate_params
 from connscale.fc import _tiles
 from connscale.maps._prepare import as_map, normalized_series
 
 logger = logging.getLogger(__name__)
 
 
-def _as_list(value, name: str) -> tuple[list[float], bool]:
+def _as_list(value) -> tuple[list[float], bool]:
     """A number or a sequence of numbers as a list, and whether it was a number."""
-    if isinstance(value, Real) and not isinstance(value, bool):
+    if isinstance(value, Real):
         return [float(value)], True
-    if isinstance(value, (Sequence, np.ndarray)) and not isinstance(value, str) and len(value):
-        return [float(v) for v in value], False
-    raise ValueError(f"'{name}' must be a number or a non-empty sequence of numbers; "
-                     f"got {value!r}.")
+    return [float(v) for v in value], False
 
 
-def _check_sparsity(sparsity) -> tuple[list[float], bool]:
-    values, scalar = _as_list(sparsity, "sparsity")
-    for p in values:
-        if not 0.0 < p <= 1.0:
-            raise ValueError(f"'sparsity' must lie in (0, 1] (0.01 keeps the top 1% of "
-                             f"edges); got {p}.")
-    return values, scalar
+_CORRELATION = Interval(Real, -1, 1, closed="both")
+_FRACTION = Interval(Real, 0, 1, closed="right")
+# Declared once for degree_centrality and compute_degree (the CLI's entry).
+_PARAMETER_CONSTRAINTS = {
+    "timeseries": ["array-like"],
+    "threshold": [_CORRELATION, SequenceOf(_CORRELATION), None],
+    "weighted": ["boolean"],
+    "absolute": ["boolean"],
+    "sparsity": [_FRACTION, SequenceOf(_FRACTION), None],
+    "device": ["device"],
+    "dtype": ["dtype"],
+    "memory_limit": ["memory", None],
+}
 
 
 @fill_doc
+@validate_params(_PARAMETER_CONSTRAINTS)
 def degree_centrality(
     timeseries,
     threshold: float | Sequence[float] | None = 0.25,
@@ -111,6 +115,7 @@ def degree_centrality(
     return maps
 
 
+@validate_params({**_PARAMETER_CONSTRAINTS, "both": ["boolean"]})
 def compute_degree(timeseries, threshold=0.25, *, weighted=False, absolute=False,
                    sparsity=None, device="auto", dtype="float32", memory_limit=None,
                    both=False):
@@ -119,19 +124,15 @@ def compute_degree(timeseries, threshold=0.25, *, weighted=False, absolute=False
 
     With ``both``, the maps are a pair (binary, weighted) from the same pass.
     """
-    for name, flag in (("weighted", weighted), ("absolute", absolute)):
-        if not isinstance(flag, (bool, np.bool_)):
-            raise ValueError(f"'{name}' must be True or False; got {flag!r}.")
     if sparsity is not None:
         if threshold is not None:
             raise ValueError("Give a 'threshold' or a 'sparsity', not both (pass "
                              "threshold=None with sparsity).")
-        fractions, scalar = _check_sparsity(sparsity)
+        fractions, scalar = _as_list(sparsity)
     else:
         if threshold is None:
             raise ValueError("degree_centrality needs a 'threshold' or a 'sparsity'; got neither.")
-        thresholds, scalar = _as_list(threshold, "threshold")
-        thresholds = [check_threshold(t) for t in thresholds]
+        thresholds, scalar = _as_list(threshold)
         if absolute and min(thresholds) < 0:
             raise ValueError(f"With absolute=True the thresholds must be in [0, 1]; got "
                              f"{min(thresholds)}.")

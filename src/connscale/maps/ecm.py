@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 import torch
 
 from connscale._docs import fill_doc
-from connscale._validation import check_int
+from connscale._validation import Interval, user_stacklevel, validate_params
 from connscale.maps._prepare import as_map, normalized_series
 
 
 @fill_doc
+@validate_params({
+    "timeseries": ["array-like"],
+    "tol": [Interval(Real, 0, None, closed="neither")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "device": ["device"],
+    "dtype": ["dtype"],
+})
 def eigenvector_centrality(
     timeseries,
     *,
@@ -60,9 +68,6 @@ def eigenvector_centrality(
     >>> round(float(np.linalg.norm(ecm)), 6)
     1.0
     """
-    if not (isinstance(tol, (int, float)) and tol > 0):
-        raise ValueError(f"'tol' must be a positive number; got {tol!r}.")
-    max_iter = check_int(max_iter, "max_iter", minimum=1)
     u, constant = normalized_series(timeseries, device=device, dtype=dtype)
     with torch.no_grad():
         z = u[~constant]
@@ -73,7 +78,7 @@ def eigenvector_centrality(
         if change >= tol:
             warnings.warn(f"eigenvector_centrality did not converge in {max_iter} iterations "
                           f"(last change {change:.2e} > tol={tol:g}).", RuntimeWarning,
-                          stacklevel=2)
+                          stacklevel=user_stacklevel())
         full = torch.zeros(u.shape[0], dtype=torch.float64, device=u.device)
         full[~constant] = x.double()
     return as_map(full, constant)

@@ -46,7 +46,17 @@ from connscale._compute.memory import (
 )
 from connscale._docs import fill_doc
 from connscale._deprecation import DEPRECATED, renamed
-from connscale._validation import check_int, check_option, check_random_state
+from connscale._validation import (
+    Interval,
+    StrOptions,
+    check_random_state,
+    skip_nested_validation,
+    user_stacklevel,
+    validate_estimator_params,
+    validate_params,
+    validate_parameter_values,
+)
+from connscale.engines.base import Engine
 from connscale.io._fingerprint import (
     array_fingerprint,
     file_fingerprint,
@@ -121,36 +131,39 @@ class R1DLResult:
 # ---------------------------------------------------------------------------
 
 
+# Declared once for r1dl and the R1DL estimator (validated at the entry).
+_PARAMETER_CONSTRAINTS = {
+    "n_components": [Interval(Integral, 1, None, closed="left")],
+    "sparsity": [Interval(Integral, 1, None, closed="left"),
+                 Interval(Real, 0, 1, closed="right")],
+    "tol": [Interval(Real, 0, None, closed="neither")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "selection": [StrOptions(_SELECTIONS)],
+    "standardize": ["boolean"],
+    "n_init": [Interval(Integral, 1, None, closed="left")],
+    "backend": [StrOptions(_BACKENDS), Engine],
+    "device": ["device"],
+    "dtype": ["dtype"],
+    "random_state": ["random_state"],
+    "block_size": [Interval(Integral, 1, None, closed="left"), None],
+    "memory_limit": ["memory", None],
+    "storage": [StrOptions(_STORAGES)],
+    "checkpoint": ["path", None],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+}
+
+
 def _resolve_sparsity(sparsity, n_voxels: int) -> int:
-    """r as a count: an int in [1, P], or a fraction in (0, 1] of P."""
-    if isinstance(sparsity, bool) or not isinstance(sparsity, (Integral, Real)):
-        raise ValueError(
-            "'sparsity' must be a number of voxels (int >= 1) or a fraction of "
-            f"the voxels in (0, 1]; got {sparsity!r}."
-        )
+    """r as a count: an int in [1, P], or a fraction in (0, 1] of P (the
+    declared constraint); a count above P is refused here, where P is known."""
     if isinstance(sparsity, (Integral, np.integer)):
         r = int(sparsity)
-        if not 1 <= r <= n_voxels:
+        if r > n_voxels:
             raise ValueError(
                 f"'sparsity' as a count must lie in [1, n_voxels={n_voxels}]; got {r}."
             )
         return r
-    fraction = float(sparsity)
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(
-            f"'sparsity' as a fraction must lie in (0, 1]; got {fraction}. Give an int "
-            "for a number of voxels."
-        )
-    return max(1, min(n_voxels, int(round(fraction * n_voxels))))
-
-
-def _check_params(n_atoms, tol, max_iter, selection):
-    n_atoms = check_int(n_atoms, "n_components", minimum=1)
-    if isinstance(tol, bool) or not isinstance(tol, Real) or not tol > 0:
-        raise ValueError(f"'tol' must be a positive number; got {tol!r}.")
-    max_iter = check_int(max_iter, "max_iter", minimum=1)
-    check_option(selection, "selection", _SELECTIONS)
-    return n_atoms, float(tol), max_iter
+    return max(1, min(n_voxels, int(round(float(sparsity) * n_voxels))))
 
 
 # ---------------------------------------------------------------------------
@@ -401,6 +414,7 @@ def _run_engine(engine, loader, shape, n_blocks, *, dtype, n_atoms, r, tol, max_
 
 
 @fill_doc
+@validate_params(_PARAMETER_CONSTRAINTS)
 def r1dl(
     S,
     n_components: int = 20,
@@ -522,14 +536,13 @@ def r1dl(
     >>> res.dictionary.shape, res.loadings.shape
     ((60, 3), (3, 500))
     """
-    n_atoms = renamed(n_components, n_atoms, new="n_components", old="n_atoms", new_default=20)
-    n_atoms, tol, max_iter = _check_params(n_atoms, tol, max_iter, selection)
-    n_init = check_int(n_init, "n_init", minimum=1)
-    check_option(storage, "storage", _STORAGES)
-    from connscale.engines.base import Engine
-
+    if not (isinstance(n_atoms, str) and n_atoms == DEPRECATED):
+        validate_parameter_values({"n_atoms": _PARAMETER_CONSTRAINTS["n_components"]},
+                                  {"n_atoms": n_atoms}, "r1dl")
+    n_atoms = int(renamed(n_components, n_atoms, new="n_components", old="n_atoms",
+                          new_default=20))
+    tol, max_iter, n_init = float(tol), int(max_iter), int(n_init)
     if not isinstance(backend, Engine):
-        check_option(backend, "backend", _BACKENDS)
         if backend != "local" and storage != "auto":
             raise ValueError(
                 f"'storage' is only used by the 'local' backend; got storage={storage!r} "
@@ -542,7 +555,7 @@ def r1dl(
             )
     torch_dtype = resolve_dtype(dtype)
     if block_size is not None:
-        block_size = check_int(block_size, "block_size", minimum=1)
+        block_size = int(block_size)
     source = _blocks.open_source(S, name="S")
     n_timepoints, n_voxels = source.shape
     if n_atoms > n_timepoints:
@@ -595,14 +608,14 @@ def r1dl(
     if not converged.all():
         warnings.warn(
             f"{int((~converged).sum())} of {n_atoms} atoms reached max_iter={max_iter} "
-            f"before ‖u_new - u‖ < tol={tol}.", ConvergenceWarning, stacklevel=2)
+            f"before ‖u_new - u‖ < tol={tol}.", ConvergenceWarning, stacklevel=user_stacklevel())
     n_empty = sum(int(torch.count_nonzero(v)) == 0 for v in values)
     if n_empty:
         warnings.warn(
             f"{n_empty} of {n_atoms} atoms are empty (all loadings 0): nothing was left to "
             "explain. S is all zeros (or, with standardize=True, only constant columns), "
             "or the earlier atoms explain it fully; ask for fewer atoms.",
-            UserWarning, stacklevel=2)
+            UserWarning, stacklevel=user_stacklevel())
     np_dtype = numpy_dtype(torch_dtype)
     return R1DLResult(
         dictionary=U.detach().cpu().numpy().astype(np_dtype, copy=False),
@@ -679,6 +692,9 @@ class R1DL(TransformerMixin, BaseEstimator):
     survive a fit on an array.
     """
 
+    _parameter_constraints = {k: v for k, v in _PARAMETER_CONSTRAINTS.items()
+                              if k != "checkpoint"}
+
     def __init__(self, n_components: int = 20, sparsity=0.07, *, mask_img=None,
                  tol: float = 0.01, max_iter: int = 100, selection: str = "magnitude",
                  standardize: bool = True, n_init: int = 1, backend="local",
@@ -722,6 +738,9 @@ class R1DL(TransformerMixin, BaseEstimator):
         self
         """
         del y
+        validate_estimator_params(self)
+        validate_parameter_values({"checkpoint": _PARAMETER_CONSTRAINTS["checkpoint"]},
+                                  {"checkpoint": checkpoint}, "R1DL.fit")
         for name in _FITTED_ATTRIBUTES:
             self.__dict__.pop(name, None)
         masker = None
@@ -729,15 +748,16 @@ class R1DL(TransformerMixin, BaseEstimator):
         if _is_image(X):
             masker = self._fit_masker(X)
             S = _apply_masker(masker, X)
-        result = r1dl(
-            S, self.n_components, self.sparsity, tol=self.tol, max_iter=self.max_iter,
-            selection=self.selection, standardize=self.standardize, n_init=self.n_init,
-            backend=self.backend,
-            cluster=self.cluster, device=self.device, dtype=self.dtype,
-            random_state=self.random_state, block_size=self.block_size,
-            memory_limit=self.memory_limit, storage=self.storage, checkpoint=checkpoint,
-            verbose=self.verbose,
-        )
+        with skip_nested_validation():
+            result = r1dl(
+                S, self.n_components, self.sparsity, tol=self.tol, max_iter=self.max_iter,
+                selection=self.selection, standardize=self.standardize, n_init=self.n_init,
+                backend=self.backend,
+                cluster=self.cluster, device=self.device, dtype=self.dtype,
+                random_state=self.random_state, block_size=self.block_size,
+                memory_limit=self.memory_limit, storage=self.storage, checkpoint=checkpoint,
+                verbose=self.verbose,
+            )
         self.components_ = result.loadings
         self.dictionary_ = result.dictionary
         self.n_iter_ = result.n_iter

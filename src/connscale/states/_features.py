@@ -6,10 +6,11 @@ the matrix of transitions between states."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from numbers import Integral
 
 import numpy as np
 
-from connscale._validation import check_int
+from connscale._validation import Interval, validate_params
 
 __all__ = [
     "StateFeatures",
@@ -19,6 +20,10 @@ __all__ = [
     "state_features",
     "transition_matrix",
 ]
+
+
+# n_states of every public function here (validated once, at the outer call).
+_N_STATES = {"n_states": [Interval(Integral, 1, None, closed="left")]}
 
 
 def _check_sequence(labels, n_states: int) -> np.ndarray:
@@ -45,6 +50,7 @@ def _runs(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return labels[starts], lengths
 
 
+@validate_params(_N_STATES)
 def fraction_time(labels, n_states: int) -> np.ndarray:
     """Fraction of the windows spent in each state.
 
@@ -64,11 +70,11 @@ def fraction_time(labels, n_states: int) -> np.ndarray:
     >>> fraction_time([0, 0, 1, 1, 1, 0], 3)
     array([0.5, 0.5, 0. ])
     """
-    n_states = check_int(n_states, "n_states", minimum=1)
     labels = _check_sequence(labels, n_states)
     return np.bincount(labels, minlength=n_states) / labels.size
 
 
+@validate_params(_N_STATES)
 def mean_dwell_time(labels, n_states: int) -> np.ndarray:
     """Mean length, in windows, of the runs of consecutive windows in each state.
 
@@ -88,7 +94,6 @@ def mean_dwell_time(labels, n_states: int) -> np.ndarray:
     >>> mean_dwell_time([0, 0, 1, 1, 1, 0], 3)
     array([1.5, 3. , 0. ])
     """
-    n_states = check_int(n_states, "n_states", minimum=1)
     labels = _check_sequence(labels, n_states)
     states, lengths = _runs(labels)
     total = np.bincount(states, weights=lengths, minlength=n_states)
@@ -110,6 +115,7 @@ def n_transitions(labels) -> int:
     return int(np.count_nonzero(np.diff(labels)))
 
 
+@validate_params(_N_STATES)
 def transition_matrix(labels, n_states: int, *, normalize: bool = True) -> np.ndarray:
     """Transitions between consecutive windows, from state (row) to state (column).
 
@@ -132,7 +138,6 @@ def transition_matrix(labels, n_states: int, *, normalize: bool = True) -> np.nd
     array([[1., 1.],
            [1., 2.]])
     """
-    n_states = check_int(n_states, "n_states", minimum=1)
     labels = _check_sequence(labels, n_states)
     counts = np.zeros((n_states, n_states))
     np.add.at(counts, (labels[:-1], labels[1:]), 1.0)
@@ -170,6 +175,7 @@ class StateFeatures:
                 for s, row in zip(self.subjects, self.X)]
 
 
+@validate_params(_N_STATES)
 def state_features(sequences, n_states: int, *, subjects=None) -> StateFeatures:
     """Every state feature of every subject, as one table.
 
@@ -185,7 +191,6 @@ def state_features(sequences, n_states: int, *, subjects=None) -> StateFeatures:
     -------
     StateFeatures
     """
-    n_states = check_int(n_states, "n_states", minimum=1)
     sequences = list(sequences)
     subjects = [str(i) for i in range(len(sequences))] if subjects is None else list(subjects)
     if len(subjects) != len(sequences):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
@@ -24,7 +25,16 @@ from sklearn.utils.validation import check_is_fitted
 
 from connscale._compute import resolve_device
 from connscale._docs import fill_doc
-from connscale._validation import check_int, check_option, check_random_state
+from connscale._validation import (
+    Interval,
+    StrOptions,
+    check_int,
+    check_random_state,
+    skip_nested_validation,
+    user_stacklevel,
+    validate_estimator_params,
+    validate_params,
+)
 from connscale.states import _kmeans as km
 from connscale.states._features import StateFeatures, state_features
 
@@ -34,6 +44,20 @@ __all__ = ["DFCStates", "elbow", "exemplar_windows"]
 
 #: Correlations are clipped to [-1 + eps, 1 - eps] before arctanh.
 _FISHER_EPS = 1e-7
+
+
+# Declared once for DFCStates and elbow.
+_PARAMETER_CONSTRAINTS = {
+    "n_states": [Interval(Integral, 1, None, closed="left")],
+    "metric": [StrOptions(km.METRICS)],
+    "exemplars": ["boolean"],
+    "n_init": [Interval(Integral, 1, None, closed="left")],
+    "max_iter": [Interval(Integral, 1, None, closed="left")],
+    "tol": [Interval(Real, 0, None, closed="left")],
+    "fisher_z": ["boolean"],
+    "random_state": ["random_state"],
+    "device": ["device"],
+}
 
 
 def _subject_windows(windows) -> tuple[list[np.ndarray], bool]:
@@ -169,7 +193,7 @@ def _cluster(x: torch.Tensor, owned: bool, offsets: np.ndarray, arrays, *, n_sta
         if chosen.size < n_states:
             warnings.warn(
                 f"Only {chosen.size} exemplar windows for {n_states} states; clustering all "
-                "windows from k-means++ seeds instead.", RuntimeWarning, stacklevel=3)
+                "windows from k-means++ seeds instead.", RuntimeWarning, stacklevel=user_stacklevel())
             exemplars = False
     if exemplars:
         index = torch.as_tensor(chosen, device=x.device)
@@ -246,6 +270,8 @@ class DFCStates(BaseEstimator):
     ((3, 28), 4)
     """
 
+    _parameter_constraints = _PARAMETER_CONSTRAINTS
+
     def __init__(self, n_states: int = 5, *, metric: str = "l1", exemplars: bool = True,
                  n_init: int = 10, max_iter: int = 300, tol: float = 1e-4,
                  fisher_z: bool = False, random_state=None, device: str = "auto") -> None:
@@ -258,18 +284,6 @@ class DFCStates(BaseEstimator):
         self.fisher_z = fisher_z
         self.random_state = random_state
         self.device = device
-
-    def _check_params(self) -> None:
-        check_int(self.n_states, "n_states", minimum=1)
-        check_option(self.metric, "metric", km.METRICS)
-        check_int(self.n_init, "n_init", minimum=1)
-        check_int(self.max_iter, "max_iter", minimum=1)
-        if isinstance(self.tol, bool) or not isinstance(self.tol, (int, float)) or self.tol < 0:
-            raise ValueError(f"'tol' must be a number >= 0; got {self.tol!r}.")
-        for name in ("exemplars", "fisher_z"):
-            if not isinstance(getattr(self, name), (bool, np.bool_)):
-                raise ValueError(  # noqa: TRY004 - scikit-learn raises ValueError for parameters
-                    f"'{name}' must be True or False; got {getattr(self, name)!r}.")
 
     def _windows(self, windows):
         arrays, single = _subject_windows(windows)
@@ -294,7 +308,7 @@ class DFCStates(BaseEstimator):
         self
         """
         del y
-        self._check_params()
+        validate_estimator_params(self)
         arrays, _ = self._windows(windows)
         sizes = np.array([a.shape[0] for a in arrays])
         n_total = int(sizes.sum())
@@ -320,7 +334,8 @@ class DFCStates(BaseEstimator):
         self.inertia_ = result.inertia
         self.n_iter_ = result.n_iter
         self.n_features_in_ = int(data.shape[1])
-        features = self.state_features()
+        with skip_nested_validation():
+            features = self.state_features()
         k = self.n_states
         self.fraction_time_ = features.X[:, :k]
         self.mean_dwell_time_ = features.X[:, k:2 * k]
@@ -387,6 +402,7 @@ class DFCStates(BaseEstimator):
         sequences = self.labels_ if labels is None else labels
         return state_features(sequences, self.n_states, subjects=subjects)
 
+    @validate_params({"which": [StrOptions({"centers", "means"})]})
     def state_matrices(self, *, which: str = "centers") -> np.ndarray:
         """The states as (n_states, N, N) symmetric matrices (NaN diagonal).
 
@@ -398,7 +414,6 @@ class DFCStates(BaseEstimator):
         from connscale._triu import vec_to_matrix
 
         check_is_fitted(self)
-        check_option(which, "which", ("centers", "means"))
         source = self.cluster_centers_ if which == "centers" else self.state_means_
         return np.stack([vec_to_matrix(c, diagonal=np.nan) for c in source])
 
@@ -412,6 +427,10 @@ def _state_means(data: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
     return means
 
 
+@validate_params({
+    name: _PARAMETER_CONSTRAINTS[name]
+    for name in ("metric", "exemplars", "n_init", "max_iter", "fisher_z", "random_state", "device")
+})
 def elbow(windows, n_states=range(2, 11), *, metric: str = "l1", exemplars: bool = True,
           n_init: int = 5, max_iter: int = 300, fisher_z: bool = False, random_state=None,
           device: str = "auto") -> dict:
@@ -441,7 +460,6 @@ def elbow(windows, n_states=range(2, 11), *, metric: str = "l1", exemplars: bool
     ks = [check_int(k, "n_states", minimum=2) for k in n_states]
     if len(ks) < 3:
         raise ValueError(f"'n_states' must hold at least 3 values of k; got {ks}.")
-    check_option(metric, "metric", km.METRICS)
     arrays, _ = _subject_windows(windows)
     if fisher_z:
         arrays = [_fisher_z(a) for a in arrays]
