@@ -120,16 +120,23 @@ class ArraySink:
     memory_limit : int, str or None
     what : str
         What the result is, for the message when it does not fit.
+    hint : str
+        What to do when it does not fit, for the message.
+    check : bool, default=True
+        Check a new array's size against the host budget (False when the
+        caller's planner has counted it).
     """
 
     in_memory = True
 
     def __init__(self, out, shape, np_dtype, dev, memory_limit, *, what: str,
-                 hint: str = "Pass out='result_relmat.h5' to stream it to disk.") -> None:
+                 hint: str = "Pass out='result_relmat.h5' to stream it to disk.",
+                 check: bool = True) -> None:
         shape = tuple(shape)
         nbytes = int(np.prod(shape)) * np_dtype.itemsize
         if out is None:
-            MemoryPlanner(dev, memory_limit, hint=hint).require(nbytes, what, on="host")
+            if check:
+                MemoryPlanner(dev, memory_limit, hint=hint).require(nbytes, what, on="host")
             self.tensor = torch.empty(shape, dtype=torch_dtype(np_dtype),
                                       pin_memory=dev.type == "cuda")
             self.result = self.tensor.numpy()
