@@ -49,8 +49,6 @@ from connscale._compute.memory import (
     MemoryMeter,
     MemoryPlan,
     MemoryPlanner,
-    host_budget,
-    limit_error,
 )
 from connscale._compute.transfer import DeviceToHost
 from connscale._docs import fill_doc
@@ -510,6 +508,9 @@ def dynamic_correlation(
         meta["taper"] = {"kind": taper, "width": checked["window_length"],
                          "sigma": float(taper_sigma)}
 
+    # One planner counts the run: the in-memory result, then the device work.
+    planner = MemoryPlanner(torch_device, memory_limit, hint=(
+        "Raise memory_limit, or pass out='file.h5' to keep the result out of memory."))
     # Where the windows go.
     final_path = None
     lock = None
@@ -535,8 +536,12 @@ def dynamic_correlation(
     else:
         if attrs:
             raise ValueError("'attrs' are written into the 'out' file; got out=None.")
-        reserved = _check_host_memory(kind, k, n_series, width, np_dtype.itemsize, memory_limit,
-                                      host_buffer)
+        values, kept = MemoryBackend.result_nbytes(kind, k, n_series, width, np_dtype.itemsize)
+        planner.reserve_result(
+            values, f"Keeping all {k} windows ({kind}, {n_series} series) in memory", kept=kept,
+            preallocated=None if host_buffer is None else _buffer_nbytes(host_buffer),
+            hint="To keep them on disk pass out='file.h5'; or use kind='sparse', 'lowrank' "
+                 "or 'factor'.")
         arena = HostArena(host_buffer) if host_buffer is not None else None
         backend = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
         todo = list(range(k))
@@ -550,8 +555,7 @@ def dynamic_correlation(
                 power_iterations=checked["power_iterations"], base_seed=base_seed,
                 device=torch_device, dtype=torch_dtype, memory_limit=memory_limit,
                 compute_error=compute_error, allow_tf32=bool(allow_tf32), verbose=verbose,
-                weights=weights,
-                reserved=0 if final_path is not None else reserved,
+                weights=weights, planner=planner,
             )
         if final_path is not None:
             if attrs:
@@ -650,43 +654,23 @@ def _publish_partial(tmp: Path, final_path: Path) -> None:
     fsync_path(final_path.parent)
 
 
-def _check_host_memory(kind, k, n, width, itemsize, memory_limit, host_buffer) -> int:
-    """Raise :class:`MemoryLimitError` when an in-memory result cannot fit the
-    host budget; return the bytes it will allocate (0 in ``host_buffer``, and
-    for sparse results, whose size is counted as they grow)."""
-    # Per window: the stored arrays, its constant flags, mae and nbytes.
-    needed = k * (n + 16)
-    if kind == "triu":
-        needed += k * n_pairs(n) * itemsize
-    elif kind == "lowrank":
-        needed += k * 2 * n * width * itemsize
-    elif kind == "factor":
-        needed += k * n * width * itemsize
-    else:
-        return needed
-    if host_buffer is not None:
-        size = host_buffer.numel() if isinstance(host_buffer, torch.Tensor) else np.asarray(host_buffer).nbytes
-        if needed <= size:
-            return k * (n + 16)
-    budget = host_budget(memory_limit)
-    if needed > budget:
-        raise limit_error(
-            f"Keeping all {k} windows ({kind}, {n} series) in memory", needed, budget,
-            memory_limit, "To keep them on disk pass out='file.h5'; or use kind='sparse', "
-            "'lowrank' or 'factor'.")
-    return needed
+def _buffer_nbytes(host_buffer) -> int:
+    """Bytes of the caller's ``host_buffer``."""
+    if isinstance(host_buffer, torch.Tensor):
+        return host_buffer.numel()
+    return np.asarray(host_buffer).nbytes
 
 
 def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolute, method,
              power_iterations, base_seed, device, dtype, memory_limit, compute_error,
-             allow_tf32, verbose, weights=None, reserved=0) -> MemoryPlan:
+             allow_tf32, verbose, planner, weights=None) -> MemoryPlan:
     """Compute windows ``todo`` into ``backend``.
 
-    ``memory_limit`` covers, on the CPU, the in-memory result (``reserved``
-    bytes, or a sparse result counted as it grows, which gets half of what
-    the series leave) beside the series in float64, their window means and
-    each batch's temporaries; on CUDA those are on the device and the result
-    in host memory, each within the limit.
+    ``memory_limit`` covers, on the CPU, the in-memory result (counted by
+    ``planner`` already, or a sparse result counted as it grows, which gets
+    half of what the series leave) beside the series in float64, their
+    window means and each batch's temporaries; on CUDA those are on the
+    device and the result in host memory, each within the limit.
     """
     from tqdm.auto import tqdm
 
@@ -694,10 +678,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
     k = starts.size
     itemsize = torch.empty((), dtype=dtype).element_size()
     cpu = device.type == "cpu"
-    in_memory = isinstance(backend, MemoryBackend)
-    planner = MemoryPlanner(device, memory_limit, hint=(
-        "Raise memory_limit, or pass out='file.h5' to keep the result out of memory."))
-    planner.reserve_host(reserved)  # the in-memory result (on the CPU, device memory too)
+    in_memory = backend.in_memory
     budget = planner.device_left
     # The series in float64 and the window means stay; while they are made,
     # a second copy of the series and the running sums exist beside them.
@@ -779,7 +760,7 @@ def _write_batch(backend, batch, names):
         *values, constant, mae = arrays
         for b, index in enumerate(batch):
             payload = {name: array[b] for name, array in zip(names, values)}
-            backend.write(index, payload, constant[b], float(mae[b]))
+            backend.write(index, {**payload, "constant": constant[b], "mae": float(mae[b])})
     return callback
 
 
@@ -803,7 +784,7 @@ def _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index):
             del tile, index
     mae = torch.full((n_batch,), float("nan"), dtype=torch.float64, device=u.device)
     destination = None
-    if isinstance(backend, MemoryBackend):
+    if backend.in_memory:
         destination = backend.destination("triu", batch[0], batch[-1] + 1)
     copier.submit([triangles, constant, mae], _write_batch(backend, batch, ["triu"]),
                   [destination, None, None])
@@ -849,15 +830,15 @@ def _sparse_submitter(backend, copier):
     for the host: into the pinned result when it has room, else via staging."""
     def submit(index, values, columns, row_counts, constant):
         destination = [None, None, None, None]
-        if isinstance(backend, MemoryBackend):
+        if backend.in_memory:
             taken = backend.sparse_destination(values.numel())
             if taken is not None:
                 destination[:2] = [taken[0][1], taken[1][1]]
 
         def callback(arrays):
             data, indices, counts_host, constant_host = arrays
-            backend.write(index, {"data": data, "indices": indices, "counts": counts_host},
-                          constant_host, float("nan"))
+            backend.write(index, {"data": data, "indices": indices, "counts": counts_host,
+                                  "constant": constant_host, "mae": float("nan")})
 
         copier.submit([values, columns, row_counts, constant], callback, destination)
     return submit
@@ -890,7 +871,7 @@ def _compressed_batch(u, constant, batch, backend, copier, kind, width, method,
         factor = factor.masked_fill(nan_rows, float("nan"))
         tensors, names = [factor], ["factor"]
     destinations = [None] * (len(tensors) + 2)
-    if isinstance(backend, MemoryBackend):
+    if backend.in_memory:
         destinations[:len(tensors)] = [backend.destination(name, batch[0], batch[-1] + 1)
                                        for name in names]
     copier.submit(tensors + [constant, mae], _write_batch(backend, batch, names), destinations)
