@@ -15,10 +15,11 @@ with the shared double-buffered pinned copier
   :class:`connscale.io.hdf5.RelmatWriter` (locked, free space checked,
   renamed into place only once it reads back complete);
 * :class:`DeviceSink`: left on the device, as a tensor;
-* dynamic's window sinks, :class:`connscale.fc.dynamic_result.MemoryBackend`
-  (host arrays, or the caller's pinned ``host_buffer``) and
-  :class:`connscale.io.dfc.HDF5Backend` (window by window, resumable), whose
-  targets are window numbers.
+* dynamic's window sinks, whose targets are window numbers:
+  :class:`connscale.fc.dynamic_result.MemoryBackend` (host arrays, or the
+  caller's pinned ``host_buffer``) and :class:`WindowFileSink` (a ``_dfc.h5``
+  store through :class:`connscale.io.dfc.HDF5Backend`, window by window,
+  locked, resumable, published when complete).
 """
 
 from __future__ import annotations
@@ -38,11 +39,14 @@ import torch
 from connscale._compute.memory import MemoryPlanner
 from connscale._compute.transfer import DeviceToHost
 from connscale.fc._triton_kernels import block_triu_size, extract_triu
+from connscale.fc.dynamic_result import DynamicConnectivity, load_dynamic
 from connscale.fc.sparse import csr_from_parts
 from connscale.fc.triu import n_pairs
-from connscale.io._atomic import atomic_path, check_free_space
+from connscale.io._atomic import atomic_path, check_free_space, fsync_path
 from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
 from connscale.io._lock import OutputLock
+from connscale.io._publish import IncompleteOutputError
+from connscale.io.dfc import HDF5Backend, partial_path
 from connscale.io.hdf5 import RelmatWriter
 
 logger = logging.getLogger(__name__)
@@ -382,6 +386,137 @@ class Sender:
         """Wait for every queued copy and its write."""
         if self.copier is not None:
             self.copier.flush()
+
+
+class WindowFileSink:
+    """Windows written one by one into a ``_dfc.h5`` store, resumably.
+
+    The window sink of ``dynamic_correlation(..., out=path)``: holds the
+    output's lock from creation to :meth:`finish` or :meth:`abort` (a second
+    run fails naming the first's pid); reuses a finished file of the same
+    run (:attr:`reused`); else resumes this run's partial file or starts a
+    new one, after checking the free space the windows still to write need.
+    Windows go through :class:`connscale.io.dfc.HDF5Backend` (each flagged
+    done only after its data are flushed); :meth:`finish` renames the
+    partial file into place once every window reads back done.
+    """
+
+    in_memory = False
+
+    def __init__(self, final_path: Path, meta: dict, fingerprint: str,
+                 width: int | None) -> None:
+        self.final_path = final_path
+        self.tmp = partial_path(final_path)
+        self.backend = None
+        # One writer per output: a second run fails here, naming the first's pid.
+        self.lock = OutputLock(final_path).acquire()
+        try:
+            self.reused = _reuse_finished(final_path, meta, fingerprint)
+            if self.reused is None:
+                self.backend = _open_partial(self.tmp, meta, fingerprint, width)
+        except BaseException:
+            self.lock.release()
+            raise
+        if self.reused is not None:
+            self.lock.release()
+            return
+        k = meta["n_windows"]
+        self.todo = [int(i) for i in np.flatnonzero(~self.backend.done)]
+        if len(self.todo) < k:
+            logger.info("Resuming %s: %d of %d windows already done.", self.tmp,
+                        k - len(self.todo), k)
+
+    def write(self, index: int, arrays: dict) -> None:
+        self.backend.write(index, arrays)
+
+    def set_attrs(self, attrs: dict) -> None:
+        self.backend.set_attrs(attrs)
+
+    def finish(self):
+        """Close and publish the file; return it reopened for reading."""
+        self.backend.finish()
+        _publish_partial(self.tmp, self.final_path)
+        self.lock.release()
+        return load_dynamic(self.final_path)
+
+    def abort(self) -> None:
+        """Release the file (its windows flagged done stay, for a re-run) and the lock."""
+        try:
+            if self.backend is not None:
+                self.backend.close()
+        finally:
+            self.lock.release()
+
+
+def _reuse_finished(final_path: Path, meta: dict, fingerprint: str) -> DynamicConnectivity | None:
+    """The finished file of the same run, if ``final_path`` holds it."""
+    if not final_path.exists():
+        return None
+    try:
+        result = load_dynamic(final_path)
+    except IncompleteOutputError:
+        raise ValueError(
+            f"{final_path} exists but is not a finished dynamic-connectivity result; remove it "
+            "or choose another 'out'."
+        ) from None
+    if result._backend.matches(meta, fingerprint):
+        logger.info("%s is complete for these parameters; reusing it.", final_path)
+        return result
+    result.close()
+    raise ValueError(
+        f"{final_path} exists and holds a different run (other input or "
+        "parameters); remove it or choose another 'out'."
+    )
+
+
+def _open_partial(tmp: Path, meta: dict, fingerprint: str, width: int | None) -> HDF5Backend:
+    """Resume this run's partial file, or start a new one (the caller holds the lock)."""
+    backend = None
+    if os.path.lexists(tmp):
+        try:
+            backend = HDF5Backend.resume(tmp)  # refuses a link or another user's file
+        except PermissionError:
+            raise
+        except (OSError, ValueError, KeyError):
+            backend = None
+        if backend is not None and not backend.matches(meta, fingerprint):
+            backend.close()
+            backend = None
+        if backend is None:
+            logger.info("Discarding %s (an earlier run's partial output, other input or "
+                        "parameters, or unreadable).", tmp)
+            tmp.unlink()
+    todo = meta["n_windows"] if backend is None else int((~backend.done).sum())
+    needed = HDF5Backend.stored_nbytes(meta, meta["stored_width"])
+    if needed is not None and todo:
+        try:
+            check_free_space(tmp.parent, needed * todo // meta["n_windows"],
+                             what=f"the {todo} windows still to write")
+        except OSError:
+            if backend is not None:
+                backend.close()
+            raise
+    if backend is None:
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        backend = HDF5Backend.create(tmp, meta, fingerprint, width)
+    return backend
+
+
+def _publish_partial(tmp: Path, final_path: Path) -> None:
+    """Rename a closed partial file to its final name once every window reads back done."""
+    check = HDF5Backend.open(tmp)
+    try:
+        done = check.done
+    finally:
+        check.close()
+    if not done.all():
+        raise IncompleteOutputError(
+            f"{tmp} holds {int(done.sum())} of {done.size} windows after the run; it is kept "
+            "for a re-run to finish.")
+    fsync_path(tmp)
+    os.replace(tmp, final_path)
+    fsync_path(final_path.parent)
+
 
 
 def relmat_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs,

@@ -37,7 +37,6 @@ import logging
 import os
 import warnings
 from numbers import Integral, Real
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -63,15 +62,14 @@ from connscale._validation import (
     check_window,
     validate_params,
 )
+from connscale.fc._sinks import WindowFileSink
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
 from connscale.fc.dynamic_result import (
     KINDS,
     DynamicConnectivity,
-    HDF5Backend,
     HostArena,
     MemoryBackend,
     load_dynamic,
-    partial_path,
 )
 from connscale.fc.lowrank import (
     randomized_qb,
@@ -83,10 +81,7 @@ from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
 from connscale.fc.windows import TAPERS, taper_weights, window_support
-from connscale.io._atomic import check_free_space, fsync_path
 from connscale.io._h5 import H5WriteError
-from connscale.io._lock import OutputLock
-from connscale.io._publish import IncompleteOutputError
 
 logger = logging.getLogger("connscale")
 
@@ -513,26 +508,12 @@ def dynamic_correlation(
         "Raise memory_limit, or pass out='file.h5' to keep the result out of memory."))
     # Where the windows go.
     final_path = None
-    lock = None
     if out is not None:
         final_path = check_output_path(out)
-        fingerprint = _fingerprint(array)
-        # One writer per output: a second run fails here, naming the first's pid.
-        lock = OutputLock(final_path).acquire()
-        try:
-            reused = _reuse_finished(final_path, meta, fingerprint)
-            if reused is None:
-                tmp = partial_path(final_path)
-                backend = _open_partial(tmp, meta, fingerprint, width)
-        except BaseException:
-            lock.release()
-            raise
-        if reused is not None:
-            lock.release()
-            return reused
-        todo = [int(i) for i in np.flatnonzero(~backend.done)]
-        if len(todo) < k:
-            logger.info("Resuming %s: %d of %d windows already done.", tmp, k - len(todo), k)
+        sink = WindowFileSink(final_path, meta, _fingerprint(array), width)
+        if sink.reused is not None:
+            return sink.reused
+        todo = sink.todo
     else:
         if attrs:
             raise ValueError("'attrs' are written into the 'out' file; got out=None.")
@@ -543,14 +524,14 @@ def dynamic_correlation(
             hint="To keep them on disk pass out='file.h5'; or use kind='sparse', 'lowrank' "
                  "or 'factor'.")
         arena = HostArena(host_buffer) if host_buffer is not None else None
-        backend = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
+        sink = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
         todo = list(range(k))
 
     plan = None
     try:
         if todo:
             plan = _compute(
-                array, starts, todo, backend, kind=kind, w=w, width=width,
+                array, starts, todo, sink, kind=kind, w=w, width=width,
                 threshold=checked["threshold"], absolute=checked["absolute"], method=method,
                 power_iterations=checked["power_iterations"], base_seed=base_seed,
                 device=torch_device, dtype=torch_dtype, memory_limit=memory_limit,
@@ -559,99 +540,22 @@ def dynamic_correlation(
             )
         if final_path is not None:
             if attrs:
-                backend.set_attrs(attrs)
-            backend.finish()
-            _publish_partial(tmp, final_path)
+                sink.set_attrs(attrs)
+            result = sink.finish()
+        else:
+            result = DynamicConnectivity(sink, meta)
     except OSError as exc:
+        sink.abort()
         if final_path is None:
             raise
-        backend.close()  # the partial file keeps the windows flagged done
         raise H5WriteError(exc.errno or errno.EIO,
-                           f"{exc.strerror or exc}; the finished windows are kept in {tmp.name} "
-                           "and a re-run resumes from them") from None
+                           f"{exc.strerror or exc}; the finished windows are kept in "
+                           f"{sink.tmp.name} and a re-run resumes from them") from None
     except BaseException:
-        if final_path is not None:
-            backend.close()  # the partial file keeps the windows flagged done
+        sink.abort()
         raise
-    finally:
-        if lock is not None:
-            lock.release()
-    if final_path is None:
-        result = DynamicConnectivity(backend, meta)
-    else:
-        result = load_dynamic(final_path)
     result.plan = plan
     return result
-
-
-def _reuse_finished(final_path: Path, meta: dict, fingerprint: str) -> DynamicConnectivity | None:
-    """The finished file of the same run, if ``final_path`` holds it."""
-    if not final_path.exists():
-        return None
-    try:
-        result = load_dynamic(final_path)
-    except IncompleteOutputError:
-        raise ValueError(
-            f"{final_path} exists but is not a finished dynamic-connectivity result; remove it "
-            "or choose another 'out'."
-        ) from None
-    if result._backend.matches(meta, fingerprint):
-        logger.info("%s is complete for these parameters; reusing it.", final_path)
-        return result
-    result.close()
-    raise ValueError(
-        f"{final_path} exists and holds a different run (other input or "
-        "parameters); remove it or choose another 'out'."
-    )
-
-
-def _open_partial(tmp: Path, meta: dict, fingerprint: str, width: int | None) -> HDF5Backend:
-    """Resume this run's partial file, or start a new one (the caller holds the lock)."""
-    backend = None
-    if os.path.lexists(tmp):
-        try:
-            backend = HDF5Backend.resume(tmp)  # refuses a link or another user's file
-        except PermissionError:
-            raise
-        except (OSError, ValueError, KeyError):
-            backend = None
-        if backend is not None and not backend.matches(meta, fingerprint):
-            backend.close()
-            backend = None
-        if backend is None:
-            logger.info("Discarding %s (an earlier run's partial output, other input or "
-                        "parameters, or unreadable).", tmp)
-            tmp.unlink()
-    todo = meta["n_windows"] if backend is None else int((~backend.done).sum())
-    needed = HDF5Backend.stored_nbytes(meta, meta["stored_width"])
-    if needed is not None and todo:
-        try:
-            check_free_space(tmp.parent, needed * todo // meta["n_windows"],
-                             what=f"the {todo} windows still to write")
-        except OSError:
-            if backend is not None:
-                backend.close()
-            raise
-    if backend is None:
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        backend = HDF5Backend.create(tmp, meta, fingerprint, width)
-    return backend
-
-
-def _publish_partial(tmp: Path, final_path: Path) -> None:
-    """Rename a closed partial file to its final name once every window reads back done."""
-    check = HDF5Backend.open(tmp)
-    try:
-        done = check.done
-    finally:
-        check.close()
-    if not done.all():
-        raise IncompleteOutputError(
-            f"{tmp} holds {int(done.sum())} of {done.size} windows after the run; it is kept "
-            "for a re-run to finish.")
-    fsync_path(tmp)
-    os.replace(tmp, final_path)
-    fsync_path(final_path.parent)
 
 
 def _buffer_nbytes(host_buffer) -> int:
