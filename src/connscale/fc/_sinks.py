@@ -109,7 +109,23 @@ class Region:
     index: tuple
 
 
-class ArraySink:
+class _DenseSink:
+    """A dense result (``self.result``) filled in place, region by region."""
+
+    def write(self, target, values):
+        self.result[target.index] = values
+
+    def append_sparse(self, counts, indices, values):
+        raise TypeError(f"A {type(self).__name__} holds dense values; use a SparseSink.")
+
+    def abort(self):
+        pass
+
+    def finish(self):
+        return self.result
+
+
+class ArraySink(_DenseSink):
     """Result in host memory: a new (pinned on CUDA) array or the caller's.
 
     Parameters
@@ -169,20 +185,8 @@ class ArraySink:
         first = target.flat_start
         return self.flat[first:first + size]
 
-    def write(self, target, values):
-        self.result[target.index] = values
 
-    def append_sparse(self, counts, indices, values):
-        raise TypeError("An ArraySink holds dense values; use a SparseSink.")
-
-    def abort(self):
-        pass
-
-    def finish(self):
-        return self.result
-
-
-class DeviceSink:
+class DeviceSink(_DenseSink):
     """Result left on the compute device, as a tensor of ``shape``."""
 
     in_memory = False
@@ -193,18 +197,6 @@ class DeviceSink:
 
     def destination(self, target, size):
         return None
-
-    def write(self, target, values):
-        self.result[target.index] = values
-
-    def append_sparse(self, counts, indices, values):
-        raise TypeError("A DeviceSink holds dense values.")
-
-    def abort(self):
-        pass
-
-    def finish(self):
-        return self.result
 
 
 class SparseSink:
