@@ -34,6 +34,25 @@ def test_memory_budget_respects_limit():
     assert 0 < memory_budget(cpu) < memory_budget(cpu, None, fraction=1.0) + 1
 
 
+def test_planner_reserve_result():
+    from connscale._compute.memory import MemoryLimitError, MemoryPlanner
+
+    cpu = torch.device("cpu")
+    planner = MemoryPlanner(cpu, "1MB", hint="Pass out=.")
+    # too large for the host budget: refused before anything is counted
+    with pytest.raises(MemoryLimitError, match=r"The result needs 1.1 MB .*Use a file\."):
+        planner.reserve_result(1_000_000, "The result", kept=100_000, hint="Use a file.")
+    assert planner.host_bytes == 0
+    # in the caller's buffer: only the bookkeeping beside it is counted
+    assert planner.reserve_result(900_000, "r", kept=1000, preallocated=901_000) == 1000
+    # a result that grows is counted as it grows; only its bookkeeping here
+    assert planner.reserve_result(None, "r", kept=500) == 500
+    assert planner.reserve_result(600_000, "r", kept=10) == 600_010
+    assert planner.host_bytes == planner.device_bytes == 601_510  # on the CPU, one memory
+    with pytest.raises(MemoryLimitError, match="Pass out="):
+        planner.reserve_result(398_491, "r")
+
+
 def test_resolve_device_and_dtype():
     assert resolve_device("cpu").type == "cpu"
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")

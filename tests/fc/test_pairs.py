@@ -202,6 +202,19 @@ class _FakeEvent:
         pass
 
 
+def test_staged_copies_with_faked_streams(monkeypatch, rng):
+    """pairwise_dfc's CUDA copy path (chunks staged, written into the result
+    by the sink two chunks late) on the CPU, chunk by chunk."""
+    from ._fake_cuda import fake_cuda_copies
+
+    x = rng.standard_normal((5, 40, 6))
+    expected = pairwise_dfc(x, 8, 2, device="cpu", memory_limit="60KB").courses
+    fake_cuda_copies(monkeypatch)
+    result = pairwise_dfc(x, 8, 2, device="cpu", memory_limit="60KB")
+    assert_array_equal(result.courses, expected)
+    assert_allclose(result.courses[4], sequential_dfc(x[4], 8, 2), atol=TOL["float32"], rtol=0)
+
+
 def test_pinned_sink_order_with_faked_streams(monkeypatch, rng):
     """The CUDA staging path (two reused buffers, deferred drains) on the CPU."""
     import contextlib

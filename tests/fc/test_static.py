@@ -104,11 +104,11 @@ def test_hdf5_stream_equals_in_memory(kind, tmp_path, rng):
 
 
 def test_failed_run_leaves_no_file(tmp_path, rng, monkeypatch):
-    from connscale.fc import static
+    from connscale.fc import _sinks
 
     x = rng.standard_normal((30, 100))
     calls = {"n": 0}
-    original = static.extract_triu
+    original = _sinks.extract_triu
 
     def failing(block, out):
         calls["n"] += 1
@@ -116,7 +116,7 @@ def test_failed_run_leaves_no_file(tmp_path, rng, monkeypatch):
             raise RuntimeError("simulated crash")
         return original(block, out)
 
-    monkeypatch.setattr(static, "extract_triu", failing)
+    monkeypatch.setattr(_sinks, "extract_triu", failing)
     target = tmp_path / "x_relmat.h5"
     with pytest.raises(RuntimeError, match="simulated crash"):
         correlation(x, kind="triu", out=target, memory_limit=40_000, device="cpu")

@@ -315,6 +315,31 @@ class MemoryPlanner:
         if used + nbytes > budget:
             raise self.error(what, used + nbytes, budget=budget)
 
+    def reserve_result(self, nbytes: int | None, what: str, *, kept: int = 0,
+                       preallocated: int | None = None, hint: str | None = None) -> int:
+        """Count an in-memory result in host memory and return the bytes counted.
+
+        ``nbytes`` are its values (None: not known in advance, a result that
+        grows, counted by a :class:`MemoryMeter` instead) and ``kept`` the
+        bookkeeping stored beside them. Raise :class:`MemoryLimitError`
+        (naming ``what``, with ``hint``) when the whole does not fit the host
+        budget, unless it fits the ``preallocated`` bytes the caller gave
+        (then only ``kept`` is counted).
+        """
+        if nbytes is None:
+            counted = kept
+        else:
+            needed = nbytes + kept
+            if preallocated is not None and needed <= preallocated:
+                counted = kept
+            else:
+                if self.host_bytes + needed > self.host_budget:
+                    raise self.error(what, self.host_bytes + needed, budget=self.host_budget,
+                                     hint=hint)
+                counted = needed
+        self.reserve_host(counted)
+        return counted
+
     def fit(self, per_item: int, what: str, *, at_most: int | None = None,
             left: int | None = None) -> int:
         """How many items of ``per_item`` bytes fit in what is left of the

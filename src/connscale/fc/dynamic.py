@@ -37,7 +37,6 @@ import logging
 import os
 import warnings
 from numbers import Integral, Real
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -49,8 +48,6 @@ from connscale._compute.memory import (
     MemoryMeter,
     MemoryPlan,
     MemoryPlanner,
-    host_budget,
-    limit_error,
 )
 from connscale._compute.transfer import DeviceToHost
 from connscale._docs import fill_doc
@@ -66,15 +63,14 @@ from connscale._validation import (
     user_stacklevel,
     validate_params,
 )
+from connscale.fc._sinks import WindowFileSink
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
 from connscale.fc.dynamic_result import (
     KINDS,
     DynamicConnectivity,
-    HDF5Backend,
     HostArena,
     MemoryBackend,
     load_dynamic,
-    partial_path,
 )
 from connscale.fc.lowrank import (
     randomized_qb,
@@ -86,10 +82,7 @@ from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
 from connscale.fc.windows import TAPERS, taper_weights, window_support
-from connscale.io._atomic import check_free_space, fsync_path
 from connscale.io._h5 import H5WriteError
-from connscale.io._lock import OutputLock
-from connscale.io._publish import IncompleteOutputError
 
 logger = logging.getLogger("connscale")
 
@@ -511,183 +504,78 @@ def dynamic_correlation(
         meta["taper"] = {"kind": taper, "width": checked["window_length"],
                          "sigma": float(taper_sigma)}
 
+    # One planner counts the run: the in-memory result, then the device work.
+    planner = MemoryPlanner(torch_device, memory_limit, hint=(
+        "Raise memory_limit, or pass out='file.h5' to keep the result out of memory."))
     # Where the windows go.
     final_path = None
-    lock = None
     if out is not None:
         final_path = check_output_path(out)
-        fingerprint = _fingerprint(array)
-        # One writer per output: a second run fails here, naming the first's pid.
-        lock = OutputLock(final_path).acquire()
-        try:
-            reused = _reuse_finished(final_path, meta, fingerprint)
-            if reused is None:
-                tmp = partial_path(final_path)
-                backend = _open_partial(tmp, meta, fingerprint, width)
-        except BaseException:
-            lock.release()
-            raise
-        if reused is not None:
-            lock.release()
-            return reused
-        todo = [int(i) for i in np.flatnonzero(~backend.done)]
-        if len(todo) < k:
-            logger.info("Resuming %s: %d of %d windows already done.", tmp, k - len(todo), k)
+        sink = WindowFileSink(final_path, meta, _fingerprint(array), width)
+        if sink.reused is not None:
+            return sink.reused
+        todo = sink.todo
     else:
         if attrs:
             raise ValueError("'attrs' are written into the 'out' file; got out=None.")
-        reserved = _check_host_memory(kind, k, n_series, width, np_dtype.itemsize, memory_limit,
-                                      host_buffer)
+        values, kept = MemoryBackend.result_nbytes(kind, k, n_series, width, np_dtype.itemsize)
+        planner.reserve_result(
+            values, f"Keeping all {k} windows ({kind}, {n_series} series) in memory", kept=kept,
+            preallocated=None if host_buffer is None else _buffer_nbytes(host_buffer),
+            hint="To keep them on disk pass out='file.h5'; or use kind='sparse', 'lowrank' "
+                 "or 'factor'.")
         arena = HostArena(host_buffer) if host_buffer is not None else None
-        backend = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
+        sink = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
         todo = list(range(k))
 
     plan = None
     try:
         if todo:
             plan = _compute(
-                array, starts, todo, backend, kind=kind, w=w, width=width,
+                array, starts, todo, sink, kind=kind, w=w, width=width,
                 threshold=checked["threshold"], absolute=checked["absolute"], method=method,
                 power_iterations=checked["power_iterations"], base_seed=base_seed,
                 device=torch_device, dtype=torch_dtype, memory_limit=memory_limit,
                 compute_error=compute_error, allow_tf32=bool(allow_tf32), verbose=verbose,
-                weights=weights,
-                reserved=0 if final_path is not None else reserved,
+                weights=weights, planner=planner,
             )
         if final_path is not None:
             if attrs:
-                backend.set_attrs(attrs)
-            backend.finish()
-            _publish_partial(tmp, final_path)
+                sink.set_attrs(attrs)
+            result = sink.finish()
+        else:
+            result = DynamicConnectivity(sink, meta)
     except OSError as exc:
+        sink.abort()
         if final_path is None:
             raise
-        backend.close()  # the partial file keeps the windows flagged done
         raise H5WriteError(exc.errno or errno.EIO,
-                           f"{exc.strerror or exc}; the finished windows are kept in {tmp.name} "
-                           "and a re-run resumes from them") from None
+                           f"{exc.strerror or exc}; the finished windows are kept in "
+                           f"{sink.tmp.name} and a re-run resumes from them") from None
     except BaseException:
-        if final_path is not None:
-            backend.close()  # the partial file keeps the windows flagged done
+        sink.abort()
         raise
-    finally:
-        if lock is not None:
-            lock.release()
-    if final_path is None:
-        result = DynamicConnectivity(backend, meta)
-    else:
-        result = load_dynamic(final_path)
     result.plan = plan
     return result
 
 
-def _reuse_finished(final_path: Path, meta: dict, fingerprint: str) -> DynamicConnectivity | None:
-    """The finished file of the same run, if ``final_path`` holds it."""
-    if not final_path.exists():
-        return None
-    try:
-        result = load_dynamic(final_path)
-    except IncompleteOutputError:
-        raise ValueError(
-            f"{final_path} exists but is not a finished dynamic-connectivity result; remove it "
-            "or choose another 'out'."
-        ) from None
-    if result._backend.matches(meta, fingerprint):
-        logger.info("%s is complete for these parameters; reusing it.", final_path)
-        return result
-    result.close()
-    raise ValueError(
-        f"{final_path} exists and holds a different run (other input or "
-        "parameters); remove it or choose another 'out'."
-    )
-
-
-def _open_partial(tmp: Path, meta: dict, fingerprint: str, width: int | None) -> HDF5Backend:
-    """Resume this run's partial file, or start a new one (the caller holds the lock)."""
-    backend = None
-    if os.path.lexists(tmp):
-        try:
-            backend = HDF5Backend.resume(tmp)  # refuses a link or another user's file
-        except PermissionError:
-            raise
-        except (OSError, ValueError, KeyError):
-            backend = None
-        if backend is not None and not backend.matches(meta, fingerprint):
-            backend.close()
-            backend = None
-        if backend is None:
-            logger.info("Discarding %s (an earlier run's partial output, other input or "
-                        "parameters, or unreadable).", tmp)
-            tmp.unlink()
-    todo = meta["n_windows"] if backend is None else int((~backend.done).sum())
-    needed = HDF5Backend.stored_nbytes(meta, meta["stored_width"])
-    if needed is not None and todo:
-        try:
-            check_free_space(tmp.parent, needed * todo // meta["n_windows"],
-                             what=f"the {todo} windows still to write")
-        except OSError:
-            if backend is not None:
-                backend.close()
-            raise
-    if backend is None:
-        tmp.parent.mkdir(parents=True, exist_ok=True)
-        backend = HDF5Backend.create(tmp, meta, fingerprint, width)
-    return backend
-
-
-def _publish_partial(tmp: Path, final_path: Path) -> None:
-    """Rename a closed partial file to its final name once every window reads back done."""
-    check = HDF5Backend.open(tmp)
-    try:
-        done = check.done
-    finally:
-        check.close()
-    if not done.all():
-        raise IncompleteOutputError(
-            f"{tmp} holds {int(done.sum())} of {done.size} windows after the run; it is kept "
-            "for a re-run to finish.")
-    fsync_path(tmp)
-    os.replace(tmp, final_path)
-    fsync_path(final_path.parent)
-
-
-def _check_host_memory(kind, k, n, width, itemsize, memory_limit, host_buffer) -> int:
-    """Raise :class:`MemoryLimitError` when an in-memory result cannot fit the
-    host budget; return the bytes it will allocate (0 in ``host_buffer``, and
-    for sparse results, whose size is counted as they grow)."""
-    # Per window: the stored arrays, its constant flags, mae and nbytes.
-    needed = k * (n + 16)
-    if kind == "triu":
-        needed += k * n_pairs(n) * itemsize
-    elif kind == "lowrank":
-        needed += k * 2 * n * width * itemsize
-    elif kind == "factor":
-        needed += k * n * width * itemsize
-    else:
-        return needed
-    if host_buffer is not None:
-        size = host_buffer.numel() if isinstance(host_buffer, torch.Tensor) else np.asarray(host_buffer).nbytes
-        if needed <= size:
-            return k * (n + 16)
-    budget = host_budget(memory_limit)
-    if needed > budget:
-        raise limit_error(
-            f"Keeping all {k} windows ({kind}, {n} series) in memory", needed, budget,
-            memory_limit, "To keep them on disk pass out='file.h5'; or use kind='sparse', "
-            "'lowrank' or 'factor'.")
-    return needed
+def _buffer_nbytes(host_buffer) -> int:
+    """Bytes of the caller's ``host_buffer``."""
+    if isinstance(host_buffer, torch.Tensor):
+        return host_buffer.numel()
+    return np.asarray(host_buffer).nbytes
 
 
 def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolute, method,
              power_iterations, base_seed, device, dtype, memory_limit, compute_error,
-             allow_tf32, verbose, weights=None, reserved=0) -> MemoryPlan:
+             allow_tf32, verbose, planner, weights=None) -> MemoryPlan:
     """Compute windows ``todo`` into ``backend``.
 
-    ``memory_limit`` covers, on the CPU, the in-memory result (``reserved``
-    bytes, or a sparse result counted as it grows, which gets half of what
-    the series leave) beside the series in float64, their window means and
-    each batch's temporaries; on CUDA those are on the device and the result
-    in host memory, each within the limit.
+    ``memory_limit`` covers, on the CPU, the in-memory result (counted by
+    ``planner`` already, or a sparse result counted as it grows, which gets
+    half of what the series leave) beside the series in float64, their
+    window means and each batch's temporaries; on CUDA those are on the
+    device and the result in host memory, each within the limit.
     """
     from tqdm.auto import tqdm
 
@@ -695,10 +583,7 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
     k = starts.size
     itemsize = torch.empty((), dtype=dtype).element_size()
     cpu = device.type == "cpu"
-    in_memory = isinstance(backend, MemoryBackend)
-    planner = MemoryPlanner(device, memory_limit, hint=(
-        "Raise memory_limit, or pass out='file.h5' to keep the result out of memory."))
-    planner.reserve_host(reserved)  # the in-memory result (on the CPU, device memory too)
+    in_memory = backend.in_memory
     budget = planner.device_left
     # The series in float64 and the window means stay; while they are made,
     # a second copy of the series and the running sums exist beside them.
@@ -780,7 +665,7 @@ def _write_batch(backend, batch, names):
         *values, constant, mae = arrays
         for b, index in enumerate(batch):
             payload = {name: array[b] for name, array in zip(names, values)}
-            backend.write(index, payload, constant[b], float(mae[b]))
+            backend.write(index, {**payload, "constant": constant[b], "mae": float(mae[b])})
     return callback
 
 
@@ -804,7 +689,7 @@ def _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index):
             del tile, index
     mae = torch.full((n_batch,), float("nan"), dtype=torch.float64, device=u.device)
     destination = None
-    if isinstance(backend, MemoryBackend):
+    if backend.in_memory:
         destination = backend.destination("triu", batch[0], batch[-1] + 1)
     copier.submit([triangles, constant, mae], _write_batch(backend, batch, ["triu"]),
                   [destination, None, None])
@@ -850,15 +735,15 @@ def _sparse_submitter(backend, copier):
     for the host: into the pinned result when it has room, else via staging."""
     def submit(index, values, columns, row_counts, constant):
         destination = [None, None, None, None]
-        if isinstance(backend, MemoryBackend):
+        if backend.in_memory:
             taken = backend.sparse_destination(values.numel())
             if taken is not None:
                 destination[:2] = [taken[0][1], taken[1][1]]
 
         def callback(arrays):
             data, indices, counts_host, constant_host = arrays
-            backend.write(index, {"data": data, "indices": indices, "counts": counts_host},
-                          constant_host, float("nan"))
+            backend.write(index, {"data": data, "indices": indices, "counts": counts_host,
+                                  "constant": constant_host, "mae": float("nan")})
 
         copier.submit([values, columns, row_counts, constant], callback, destination)
     return submit
@@ -891,7 +776,7 @@ def _compressed_batch(u, constant, batch, backend, copier, kind, width, method,
         factor = factor.masked_fill(nan_rows, float("nan"))
         tensors, names = [factor], ["factor"]
     destinations = [None] * (len(tensors) + 2)
-    if isinstance(backend, MemoryBackend):
+    if backend.in_memory:
         destinations[:len(tensors)] = [backend.destination(name, batch[0], batch[-1] + 1)
                                        for name in names]
     copier.submit(tensors + [constant, mae], _write_batch(backend, batch, names), destinations)

@@ -89,11 +89,28 @@ class HostArena:
 
 
 class MemoryBackend:
-    """Windows held in host memory.
+    """Windows held in host memory: a window sink of :mod:`connscale.fc._sinks`
+    (targets are window numbers; :meth:`destination` gives pinned views of a
+    named array when the caller's ``host_buffer`` holds it).
 
     ``meter`` (a :class:`connscale._compute.memory.MemoryMeter`, set by the
     caller) counts sparse windows as they arrive, before they are kept.
     """
+
+    in_memory = True
+
+    @staticmethod
+    def result_nbytes(kind: str, n_windows: int, n_series: int, width: int | None,
+                      itemsize: int) -> tuple[int | None, int]:
+        """Bytes of the stored windows (None for sparse: counted as they
+        grow) and of the per-window flags kept beside them (constant, mae,
+        nbytes)."""
+        kept = n_windows * (n_series + 16)
+        if kind == "sparse":
+            return None, kept
+        per_window = sum(int(np.prod(shape)) for shape in
+                         stored_shapes(kind, n_series, width).values())
+        return n_windows * per_window * itemsize, kept
 
     def __init__(self, kind: str, n_windows: int, n_series: int, dtype: np.dtype,
                  width: int | None, arena: HostArena | None = None) -> None:
@@ -136,7 +153,10 @@ class MemoryBackend:
             return None
         return values, columns
 
-    def write(self, index: int, payload: dict, constant: np.ndarray, mae: float) -> None:
+    def write(self, index: int, arrays: dict) -> None:
+        """Keep window ``index``: its stored arrays, ``constant`` and ``mae``."""
+        payload = dict(arrays)
+        constant, mae = payload.pop("constant"), payload.pop("mae")
         if self.kind == "sparse":
             data = payload["data"]
             indices = payload["indices"]
@@ -162,6 +182,9 @@ class MemoryBackend:
         self.done[index] = True
 
     def finish(self) -> None:
+        pass
+
+    def abort(self) -> None:
         pass
 
     # reading

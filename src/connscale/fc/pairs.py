@@ -30,7 +30,6 @@ import torch
 
 from connscale._compute import resolve_device, resolve_dtype
 from connscale._compute.memory import MemoryPlan, MemoryPlanner
-from connscale._compute.transfer import DeviceToHost
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
 from connscale._validation import (
@@ -41,6 +40,7 @@ from connscale._validation import (
     user_stacklevel,
     validate_params,
 )
+from connscale.fc._sinks import ArraySink, DeviceSink, Region, Sender
 from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
 from connscale.fc.triu import n_pairs
 
@@ -377,25 +377,15 @@ def _compute_group(scans, window_length: int, step: int,
     plan = _plan_chunks(planner, n_scans, n_windows, per_item, budget)
     scans_per, windows_per = plan.batch, plan.windows_per_batch
 
+    shape = (n_scans, n_pair, n_windows)
     if as_tensor:
-        result = out = torch.empty((n_scans, n_pair, n_windows), dtype=tdtype, device=dev)
-    else:
-        result = np.empty((n_scans, n_pair, n_windows), dtype=numpy_dtype(tdtype))
-        out = torch.from_numpy(result)
+        sink = DeviceSink(shape, tdtype, dev)
+    else:  # counted by ``planner`` above
+        sink = ArraySink(None, shape, numpy_dtype(tdtype), torch.device("cpu"), None,
+                         what="The correlation courses", check=False)
     # CUDA chunks to the host through the reused pinned staging ring: chunk
     # c's copy runs while chunk c + 1 is computed, chunk c - 1 is drained.
-    copier = (DeviceToHost(dev, depth=2, keep_staging=True)
-              if dev.type == "cuda" and not as_tensor else None)
-
-    def put(values, s0, s1, k0, k1):
-        if copier is None:  # on the CPU, or kept on the device
-            out[s0:s1, :, k0:k1] = values
-            return
-
-        def drain(arrays):
-            result[s0:s1, :, k0:k1] = arrays[0]
-
-        copier.submit([values.contiguous()], drain)
+    sender = Sender(sink, dev, keep_staging=True)
 
     n_constant = torch.zeros((), dtype=torch.int64, device=dev)
     for s0 in range(0, n_scans, scans_per):
@@ -406,9 +396,10 @@ def _compute_group(scans, window_length: int, step: int,
             k1 = min(k0 + windows_per, n_windows)
             values, constant = _pairs_chunk(x64, window_length, step, k0, k1, flat, tdtype)
             n_constant += constant.sum()
-            put(values, s0, s1, k0, k1)
-    if copier is not None:
-        copier.flush()
+            region = Region((slice(s0, s1), slice(None), slice(k0, k1)))
+            sender.send(values.contiguous() if sender.cuda else values, region)
+    sender.flush()
+    result = sink.finish()
     return result, int(n_constant)
 
 

@@ -12,14 +12,10 @@ HDF5 store instead.
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import glob
 import logging
 import os
 from dataclasses import dataclass
 from numbers import Integral, Real
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -29,14 +25,11 @@ from connscale._compute import (
     MemoryMeter,
     MemoryPlanner,
     allow_tf32 as _allow_tf32,
-    host_budget,
-    limit_error,
     resolve_device,
     resolve_dtype,
     synchronize,
 )
 from connscale._compute.device import numpy_dtype
-from connscale._compute.transfer import DeviceToHost
 from connscale._docs import fill_doc
 from connscale._validation import (
     Interval,
@@ -46,14 +39,10 @@ from connscale._validation import (
     check_timeseries,
     validate_params,
 )
-from connscale.fc._triton_kernels import block_triu_size, extract_triu
+from connscale.fc._sinks import Rows, Sender, Triangle, relmat_sink
 from connscale.fc.normalize import normalize_series, warn_constant
-from connscale.fc.sparse import csr_from_parts, tile_to_csr_parts
+from connscale.fc.sparse import tile_to_csr_parts
 from connscale.fc.triu import n_pairs, triu_row_offsets
-from connscale.io._atomic import atomic_path, check_free_space
-from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
-from connscale.io._lock import OutputLock
-from connscale.io.hdf5 import RelmatWriter
 
 logger = logging.getLogger(__name__)
 
@@ -203,7 +192,8 @@ def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=Fa
     if n < 2 and kind != "dense":
         raise ValueError(f"kind={kind!r} needs at least 2 series; got {n}.")
 
-    sink = _make_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs)
+    sink = relmat_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs,
+                       result_bytes=_result_bytes(n, kind, np_dtype.itemsize))
     try:
         plan, rounds, columns = _plan_rounds(n, n_timepoints, kind, dev, work_dtype,
                                              memory_limit, sink.in_memory, x.dtype.itemsize)
@@ -325,7 +315,7 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
     cuda = dev.type == "cuda"
     max_elements = max(r.n_rows * r.n_cols for r in rounds)
     workspace = torch.empty(max_elements, dtype=normalized.dtype, device=dev)
-    mover = _RoundMover(dev, max_elements, sink) if kind != "sparse" else None
+    sender = Sender(sink, dev, max_elements) if kind != "sparse" else None
     progress = tqdm(total=n, unit="row", desc="correlation", disable=not verbose,
                     leave=False)
     for rnd in rounds:
@@ -338,14 +328,14 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
             diag = torch.arange(rnd.n_rows, device=dev)
             finite = ~torch.isnan(block[diag, diag + rnd.start])
             block[diag[finite], diag[finite] + rnd.start] = 1.0
-            mover.send(block.reshape(-1), ("rows", rnd.start, rnd.n_rows, rnd.n_cols))
+            sender.send_block(block.reshape(-1), Rows(rnd.start, rnd.n_rows, rnd.n_cols))
         elif kind == "triu":
-            mover.send_triu(block, ("triu", int(offsets[rnd.start]), None, None))
+            sender.send_triu(block, Triangle(int(offsets[rnd.start])))
         else:
             sink.append_sparse(*_threshold_block(block, rnd.start, threshold, absolute))
         progress.update(rnd.n_rows)
-    if mover is not None:
-        mover.flush()
+    if sender is not None:
+        sender.flush()
     synchronize(dev)
     progress.close()
     del workspace
@@ -359,228 +349,3 @@ def _threshold_block(block, start, threshold, absolute):
     values, columns, counts = tile_to_csr_parts(block, threshold, absolute=absolute,
                                                 row_offset=start)  # NaN compares False
     return counts.cpu().numpy(), columns.cpu().numpy(), values.cpu().numpy()
-
-
-class _RoundMover:
-    """Moves each round's result to the sink through a :class:`DeviceToHost`.
-
-    On CUDA the block (or its extracted triangle) is put into one of two
-    device scratch buffers and copied to the host on the copy stream
-    (straight into a pinned result, or into pinned staging for files) while
-    the compute stream runs the next round. On the CPU the triangle is
-    extracted straight into the result.
-    """
-
-    def __init__(self, dev, max_elements, sink):
-        self.sink = sink
-        self.max_elements = max_elements
-        self.copier = DeviceToHost(dev, depth=2)
-        self.cuda = self.copier.cuda
-
-    def _send(self, source, target):
-        destination = self.sink.view(target, source.numel()) if self.sink.in_memory else None
-        callback = None if self.sink.in_memory else (
-            lambda arrays: self.sink.write(target, arrays[0]))
-        self.copier.submit([source], callback, [destination])
-
-    def send_triu(self, block, target):
-        size = block_triu_size(*block.shape)
-        if not self.cuda and self.sink.in_memory:
-            extract_triu(block, self.sink.view(target, size))
-            return
-        buffer = self.copier.scratch(self.max_elements, block.dtype)
-        extract_triu(block, buffer)
-        self._send(buffer[:size], target)
-
-    def send(self, flat, target):
-        if self.cuda:
-            buffer = self.copier.scratch(self.max_elements, flat.dtype)[: flat.numel()]
-            buffer.copy_(flat)
-            flat = buffer
-        self._send(flat, target)
-
-    def flush(self):
-        self.copier.flush()
-
-
-def _make_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs):
-    if isinstance(out, (str, os.PathLike)):
-        return _FileSink(Path(out), kind, n, np_dtype, threshold, absolute, attrs)
-    if kind == "sparse":
-        if out is not None:
-            raise ValueError("kind='sparse' writes to a path or returns a new matrix; "
-                             f"'out' must be a path or None, got {type(out).__name__}.")
-        return _SparseSink(n)
-    return _ArraySink(out, kind, n, np_dtype, dev, memory_limit)
-
-
-class _ArraySink:
-    """Result in host memory: a new (pinned on CUDA) array or the caller's."""
-
-    in_memory = True
-
-    def __init__(self, out, kind, n, np_dtype, dev, memory_limit):
-        shape = (n, n) if kind == "dense" else (n_pairs(n),)
-        nbytes = int(np.prod(shape)) * np_dtype.itemsize
-        if out is None:
-            budget = host_budget(memory_limit)
-            if nbytes > budget:
-                raise limit_error(
-                    f"The {kind} result of {n} series", nbytes, budget, memory_limit,
-                    "Pass out='result_relmat.h5' to stream it to disk.")
-            self.tensor = torch.empty(shape, dtype=_torch_dtype(np_dtype),
-                                      pin_memory=dev.type == "cuda")
-            self.result = self.tensor.numpy()
-        else:
-            if isinstance(out, np.ndarray):
-                self.tensor, self.result = torch.from_numpy(out), out
-            elif isinstance(out, torch.Tensor) and out.device.type == "cpu":
-                self.tensor, self.result = out, out
-            else:
-                raise ValueError(
-                    "'out' must be a path, a numpy array, a CPU torch tensor or None; "
-                    f"got {type(out).__name__}."
-                )
-            if tuple(self.tensor.shape) != shape or self.tensor.dtype != _torch_dtype(np_dtype):
-                raise ValueError(
-                    f"'out' must have shape {shape} and dtype {np_dtype}; got shape "
-                    f"{tuple(self.tensor.shape)} and dtype {self.tensor.dtype}."
-                )
-            if not self.tensor.is_contiguous():
-                raise ValueError("'out' must be C-contiguous.")
-        self.flat = self.tensor.view(-1)
-
-    def view(self, target, size):
-        _, start, n_rows, n_cols = target
-        first = start if target[0] == "triu" else start * n_cols
-        return self.flat[first:first + size]
-
-    def abort(self):
-        pass
-
-    def finish(self):
-        return self.result
-
-
-class _SparseSink:
-    """CSR matrix of the upper triangle, assembled from per-round pieces.
-
-    ``meter`` counts the pieces, and the one array that :meth:`finish`
-    builds beside them, against the plan's result budget.
-    """
-
-    in_memory = True
-
-    def __init__(self, n):
-        self.n = n
-        self.counts, self.indices, self.values = [], [], []
-        self.meter = None
-
-    def append_sparse(self, counts, indices, values):
-        if self.meter is not None:
-            widest = max(indices.itemsize, values.itemsize)
-            self.meter.add(counts.nbytes + indices.nbytes + values.nbytes
-                           + widest * values.size + 8 * counts.size)
-        self.counts.append(counts)
-        self.indices.append(indices)
-        self.values.append(values)
-
-    def abort(self):
-        pass
-
-    def finish(self):
-        return csr_from_parts(self.values, self.indices, self.counts, self.n)
-
-
-class _FileSink:
-    """Result streamed into a chunked HDF5 store, renamed into place at the end.
-
-    The run holds the output's lock throughout (a second run fails naming its
-    pid), first removes what killed runs left (hidden ``.<name>.*.tmp``:
-    no live run owns them while the lock is held), checks the free space a
-    dense or triangle store needs, and writes through :mod:`connscale.io._h5`
-    so that a failed write raises at once; the store is renamed only after
-    it closed without error and its ``complete`` flag reads back.
-    """
-
-    in_memory = False
-
-    def __init__(self, path, kind, n, np_dtype, threshold, absolute, attrs):
-        if path.suffix not in (".h5", ".hdf5"):
-            raise ValueError(f"'out' must name an HDF5 file ending in .h5; got {path}.")
-        if path.is_dir():
-            raise ValueError(f"'out' must name an HDF5 file; {path} is a folder.")
-        self.path = path
-        self.file = None
-        self._atomic = None
-        self.lock = OutputLock(path).acquire()
-        try:
-            _remove_stale_temporaries(path)
-            size = _result_bytes(n, kind, np_dtype.itemsize)
-            if size:
-                check_free_space(path.parent, size, what=path.name)
-            self._atomic = atomic_path(path)
-            self.tmp = self._atomic.__enter__()
-            self.file = create_h5(self.tmp, overwrite_own=True)
-            extra = {"threshold": "None" if threshold is None else threshold,
-                     "absolute": bool(absolute)}
-            extra.update(attrs or {})
-            with h5_errors(path):
-                self.writer = RelmatWriter(self.file, n, kind, np_dtype, extra)
-            flush_h5(self.file, path)
-        except BaseException:
-            self.abort()
-            raise
-
-    def write(self, target, values):
-        what, start, n_rows, n_cols = target
-        with h5_errors(self.path):
-            if what == "triu":
-                self.writer.write_triu(start, values)
-            else:
-                self.writer.write_rows(start, values.reshape(n_rows, n_cols))
-
-    def append_sparse(self, counts, indices, values):
-        with h5_errors(self.path):
-            self.writer.append_csr_rows(counts, indices, values)
-
-    def abort(self):
-        try:
-            if self.file is not None and self.file.id.valid:
-                with contextlib.suppress(OSError, RuntimeError):
-                    self.file.close()
-            if self._atomic is not None:
-                self._atomic.__exit__(RuntimeError, RuntimeError("aborted"), None)
-                self._atomic = None
-        finally:
-            self.lock.release()
-
-    def finish(self):
-        try:
-            flush_h5(self.file, self.path)  # the data, before the flag that says complete
-            with h5_errors(self.path):
-                self.writer.close()
-            close_h5(self.file, self.path)
-            import h5py
-
-            with h5py.File(self.tmp, "r") as check:
-                if not check.attrs.get("complete", False):
-                    raise OSError(errno.EIO, f"{self.tmp} did not read back complete.")
-            self._atomic.__exit__(None, None, None)
-            self._atomic = None
-        except BaseException:
-            self.abort()
-            raise
-        self.lock.release()
-        return self.path
-
-
-def _remove_stale_temporaries(path: Path) -> None:
-    """Remove ``.<name>.*.tmp`` left beside ``path`` by killed runs (lock held)."""
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
-        logger.info("Removing %s, left by an interrupted run.", tmp)
-        tmp.unlink(missing_ok=True)
-
-
-def _torch_dtype(np_dtype):
-    return torch.float64 if np.dtype(np_dtype) == np.float64 else torch.float32

@@ -70,8 +70,11 @@ class HDF5Backend:
     Files opened for writing (:meth:`create`, :meth:`resume`) have no chunk
     cache or sieve buffer, so a failed write raises in :meth:`write` (an
     ``OSError`` naming the file); the fixed-size arrays are allocated when
-    the file is created, so later writes never change its structure.
+    the file is created, so later writes never change its structure. A
+    window sink of :mod:`connscale.fc._sinks` (targets are window numbers).
     """
+
+    in_memory = False
 
     def __init__(self, handle, path: Path) -> None:
         self.path = Path(path)
@@ -197,8 +200,11 @@ class HDF5Backend:
         return (attrs.get("parameters") == json.dumps(meta, sort_keys=True)
                 and attrs.get("input_fingerprint") == fingerprint)
 
-    def write(self, index: int, payload: dict, constant: np.ndarray, mae: float) -> None:
-        """Write window ``index``; flag it done only once its data are flushed."""
+    def write(self, index: int, arrays: dict) -> None:
+        """Write window ``index`` (its stored arrays, ``constant`` and ``mae``);
+        flag it done only once its data are flushed."""
+        payload = dict(arrays)
+        constant, mae = payload.pop("constant"), payload.pop("mae")
         fh = self.file
         with h5_errors(self.path):
             if self.kind == "sparse":
@@ -245,6 +251,10 @@ class HDF5Backend:
             window = fh["sparse"][str(index)]
             return window["data"][...], window["indices"][...], window["indptr"][...]
         return {name: fh[name][index] for name in stored_shapes(self.kind, self.n_series, 1)}
+
+    def abort(self) -> None:
+        """After a failure: release the file; the windows flagged done stay."""
+        self.close()
 
     def close(self) -> None:
         """Release the file without reporting errors (after a failure, or reading)."""
