@@ -5,9 +5,11 @@ the matrix of transitions between states."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale._validation import check_int
 
@@ -21,7 +23,7 @@ __all__ = [
 ]
 
 
-def _check_sequence(labels, n_states: int) -> np.ndarray:
+def _check_sequence(labels: npt.ArrayLike, n_states: int) -> np.ndarray:
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0:
         raise ValueError(
@@ -45,7 +47,7 @@ def _runs(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return labels[starts], lengths
 
 
-def fraction_time(labels, n_states: int) -> np.ndarray:
+def fraction_time(labels: npt.ArrayLike, n_states: int) -> np.ndarray:
     """Fraction of the windows spent in each state.
 
     Parameters
@@ -69,7 +71,7 @@ def fraction_time(labels, n_states: int) -> np.ndarray:
     return np.bincount(labels, minlength=n_states) / labels.size
 
 
-def mean_dwell_time(labels, n_states: int) -> np.ndarray:
+def mean_dwell_time(labels: npt.ArrayLike, n_states: int) -> np.ndarray:
     """Mean length, in windows, of the runs of consecutive windows in each state.
 
     Parameters
@@ -96,7 +98,7 @@ def mean_dwell_time(labels, n_states: int) -> np.ndarray:
     return np.divide(total, count, out=np.zeros(n_states), where=count > 0)
 
 
-def n_transitions(labels) -> int:
+def n_transitions(labels: npt.ArrayLike) -> int:
     """Number of changes of state between consecutive windows.
 
     Examples
@@ -110,7 +112,7 @@ def n_transitions(labels) -> int:
     return int(np.count_nonzero(np.diff(labels)))
 
 
-def transition_matrix(labels, n_states: int, *, normalize: bool = True) -> np.ndarray:
+def transition_matrix(labels: npt.ArrayLike, n_states: int, *, normalize: bool = True) -> np.ndarray:
     """Transitions between consecutive windows, from state (row) to state (column).
 
     Parameters
@@ -170,7 +172,8 @@ class StateFeatures:
                 for s, row in zip(self.subjects, self.X)]
 
 
-def state_features(sequences, n_states: int, *, subjects=None) -> StateFeatures:
+def state_features(sequences: Sequence[npt.ArrayLike], n_states: int, *,
+                   subjects: Sequence[str] | None = None) -> StateFeatures:
     """Every state feature of every subject, as one table.
 
     Parameters
