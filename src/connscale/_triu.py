@@ -14,6 +14,7 @@ nilearn's ``sym_matrix_to_vec(discard_diagonal=True)`` stacks the strictly
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "from_nilearn_vec",
@@ -36,7 +37,7 @@ def n_pairs(n: int) -> int:
     return n * (n - 1) // 2
 
 
-def triu_index(i, j, n: int):
+def triu_index(i: npt.ArrayLike, j: npt.ArrayLike, n: int) -> int | np.ndarray:
     """Position of pair (i, j), i < j, in the row-major strictly-upper order.
 
     Parameters
@@ -64,7 +65,7 @@ def triu_index(i, j, n: int):
     return int(k) if scalar else k
 
 
-def triu_pairs(k, n: int):
+def triu_pairs(k: npt.ArrayLike, n: int) -> tuple[int, int] | tuple[np.ndarray, np.ndarray]:
     """Pair (i, j) at position k of the row-major strictly-upper order.
 
     The inverse of :func:`triu_index` (vectorised, exact in int64 for any
@@ -120,7 +121,7 @@ def triu_row_offsets(n: int) -> np.ndarray:
     return offsets
 
 
-def vec_to_matrix(vec, n: int | None = None, *, diagonal: float = 1.0) -> np.ndarray:
+def vec_to_matrix(vec: npt.ArrayLike, n: int | None = None, *, diagonal: float = 1.0) -> np.ndarray:
     """Symmetric n×n matrix from a row-major strictly-upper vector.
 
     Parameters
@@ -147,7 +148,7 @@ def vec_to_matrix(vec, n: int | None = None, *, diagonal: float = 1.0) -> np.nda
     return out
 
 
-def matrix_to_vec(matrix) -> np.ndarray:
+def matrix_to_vec(matrix: npt.ArrayLike) -> np.ndarray:
     """Row-major strictly-upper vector of a square matrix."""
     matrix = np.asarray(matrix)
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
@@ -163,7 +164,7 @@ def _nilearn_permutation(n: int) -> np.ndarray:
     return triu_index(cols, rows, n) if n > 1 else np.zeros(0, dtype=np.int64)
 
 
-def to_nilearn_vec(vec, n: int | None = None) -> np.ndarray:
+def to_nilearn_vec(vec: npt.ArrayLike, n: int | None = None) -> np.ndarray:
     """Reorder a connscale edge vector (…, n_pairs) to nilearn's order.
 
     The result equals ``nilearn.connectome.sym_matrix_to_vec(matrix,
@@ -174,7 +175,7 @@ def to_nilearn_vec(vec, n: int | None = None) -> np.ndarray:
     return vec[..., _nilearn_permutation(n)]
 
 
-def from_nilearn_vec(vec, n: int | None = None) -> np.ndarray:
+def from_nilearn_vec(vec: npt.ArrayLike, n: int | None = None) -> np.ndarray:
     """Reorder a nilearn ``discard_diagonal=True`` vector (…, n_pairs) to ours."""
     vec = np.asarray(vec)
     n = _infer_n(vec.shape[-1]) if n is None else n

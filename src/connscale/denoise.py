@@ -31,11 +31,16 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from connscale._compute.device import resolve_device, resolve_dtype
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "STRATEGIES",
@@ -54,7 +59,8 @@ _STANDARDIZE = ("zscore_sample", None)
 _EPS64 = np.finfo(np.float64).eps
 
 
-def load_confounds(bold: str | os.PathLike, strategy: str, **kwargs):
+def load_confounds(bold: str | os.PathLike, strategy: str,
+                   **kwargs) -> tuple[pd.DataFrame | None, np.ndarray | None]:
     """Confounds and sample mask of one fMRIPrep run for a denoising strategy.
 
     Parameters
@@ -117,7 +123,7 @@ class CleaningOperator:
         return self.matrix.shape[1]
 
 
-def _sample_indices(sample_mask, n_timepoints: int) -> np.ndarray | None:
+def _sample_indices(sample_mask: npt.ArrayLike | None, n_timepoints: int) -> np.ndarray | None:
     if sample_mask is None:
         return None
     mask = np.asarray(sample_mask)
@@ -135,7 +141,8 @@ def _sample_indices(sample_mask, n_timepoints: int) -> np.ndarray | None:
     return mask
 
 
-def cleaning_operator(n_timepoints: int, *, confounds=None, sample_mask=None,
+def cleaning_operator(n_timepoints: int, *, confounds: npt.ArrayLike | pd.DataFrame | None = None,
+                      sample_mask: npt.ArrayLike | None = None,
                       detrend: bool = True, standardize_confounds: bool = True,
                       filter: str | bool = "butterworth", low_pass: float | None = None,
                       high_pass: float | None = None, t_r: float | None = None,
@@ -191,15 +198,17 @@ def cleaning_operator(n_timepoints: int, *, confounds=None, sample_mask=None,
     return CleaningOperator(matrix=matrix, offset=matrix.sum(axis=1), volumes=volumes)
 
 
-def _as_tensor(signals, dev, dtype) -> torch.Tensor:
+def _as_tensor(signals: npt.ArrayLike | torch.Tensor, dev: torch.device,
+               dtype: torch.dtype) -> torch.Tensor:
     if isinstance(signals, torch.Tensor):
         return signals.to(device=dev, dtype=dtype)
     return torch.as_tensor(np.asarray(signals), device=dev).to(dtype)
 
 
-def clean_signals(signals, operator: CleaningOperator, *,
+def clean_signals(signals: npt.ArrayLike | torch.Tensor, operator: CleaningOperator, *,
                   standardize: str | None = "zscore_sample", device: str = "auto",
-                  dtype: str = "float32", return_tensor: bool = False):
+                  dtype: str = "float32", return_tensor: bool = False
+                  ) -> np.ndarray | torch.Tensor:
     """Clean (T, V) series with a run's operator: one projection on the device.
 
     Parameters
@@ -236,9 +245,11 @@ def clean_signals(signals, operator: CleaningOperator, *,
     return out if return_tensor else out.cpu().numpy()
 
 
-def clean_regions(signals, labels, operator: CleaningOperator, *, regions=None,
+def clean_regions(signals: npt.ArrayLike | torch.Tensor, labels: npt.ArrayLike,
+                  operator: CleaningOperator, *, regions: npt.ArrayLike | None = None,
                   standardize: str | None = "zscore_sample", device: str = "auto",
-                  dtype: str = "float32", return_tensor: bool = False):
+                  dtype: str = "float32", return_tensor: bool = False
+                  ) -> np.ndarray | torch.Tensor:
     """Region means of voxel series, cleaned: nilearn's ``NiftiLabelsMasker``.
 
     Equals ``clean_signals(region_signals(signals, labels), operator)`` but
@@ -270,13 +281,13 @@ def clean_regions(signals, labels, operator: CleaningOperator, *, regions=None,
     return out if return_tensor else out.cpu().numpy()
 
 
-def _check_standardize(standardize) -> None:
+def _check_standardize(standardize: str | None) -> None:
     if standardize not in _STANDARDIZE:
         raise ValueError(f"standardize must be 'zscore_sample' or None; got {standardize!r}.")
 
 
 def _project(centred: torch.Tensor, mean: torch.Tensor, operator: CleaningOperator,
-             standardize) -> torch.Tensor:
+             standardize: str | None) -> torch.Tensor:
     """``M @ (centred + 1 mean)``, then z-scored; ``mean`` is float64."""
     dev, work = centred.device, centred.dtype
     matrix = torch.as_tensor(operator.matrix, device=dev, dtype=work)
@@ -293,7 +304,8 @@ def _project(centred: torch.Tensor, mean: torch.Tensor, operator: CleaningOperat
     return out
 
 
-def _region_parts(x: torch.Tensor, labels, regions):
+def _region_parts(x: torch.Tensor, labels: npt.ArrayLike,
+                  regions: npt.ArrayLike | None) -> tuple[torch.Tensor, torch.Tensor]:
     """Centred region means (work dtype) and the region means (float64)."""
     dev, work = x.device, x.dtype
     labels = np.asarray(labels).ravel()
@@ -331,8 +343,10 @@ def _region_parts(x: torch.Tensor, labels, regions):
     return sums / size.to(work), base / size
 
 
-def region_signals(signals, labels, *, regions=None, device: str = "auto",
-                   dtype: str = "float32", return_tensor: bool = False):
+def region_signals(signals: npt.ArrayLike | torch.Tensor, labels: npt.ArrayLike, *,
+                   regions: npt.ArrayLike | None = None, device: str = "auto",
+                   dtype: str = "float32", return_tensor: bool = False
+                   ) -> np.ndarray | torch.Tensor:
     """Mean series of each region: what nilearn's ``NiftiLabelsMasker`` extracts.
 
     Parameters

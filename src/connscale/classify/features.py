@@ -35,11 +35,14 @@ Labels come from a BIDS ``participants.tsv``: column ``participant_id``
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale._triu import matrix_to_vec, n_from_pairs, triu_pairs
 from connscale.io.bids import read_participants
@@ -131,7 +134,7 @@ class FeatureSet:
                 zip(self.feature_names, self.statistic, self.pair_i, self.pair_j))
         ]
 
-    def subset(self, rows) -> FeatureSet:
+    def subset(self, rows: npt.ArrayLike) -> FeatureSet:
         """The subjects at ``rows`` (an index array), same features."""
         rows = np.asarray(rows, dtype=np.int64)
         return FeatureSet(
@@ -151,7 +154,7 @@ class FeatureSet:
 # Single files
 # --------------------------------------------------------------------------
 
-def subject_id_from_path(path) -> str:
+def subject_id_from_path(path: str | os.PathLike) -> str:
     """The subject label of a BIDS file name (``sub-01_...`` -> ``"01"``).
 
     The last ``sub-<label>`` entity of the path is used, so a file inside
@@ -175,7 +178,7 @@ def _square_to_vec(matrix: np.ndarray, source: str) -> np.ndarray:
     return matrix_to_vec(matrix) if matrix.shape[0] > 1 else np.empty(0)
 
 
-def read_relmat(path) -> tuple[np.ndarray, list | None]:
+def read_relmat(path: str | os.PathLike) -> tuple[np.ndarray, list | None]:
     """Read one region-by-region matrix as its strictly-upper triangle.
 
     Parameters
@@ -226,7 +229,7 @@ def read_relmat(path) -> tuple[np.ndarray, list | None]:
     return vector.astype(np.float64, copy=False), labels
 
 
-def _summary_of_courses(courses: np.ndarray, threshold) -> dict:
+def _summary_of_courses(courses: np.ndarray, threshold: float | None) -> dict:
     """Mean, std (and fraction above ``threshold``) of (pairs, windows) courses."""
     from connscale.fc.pairs import pair_summary
 
@@ -238,7 +241,7 @@ def _summary_of_courses(courses: np.ndarray, threshold) -> dict:
     return out
 
 
-def _threshold_attr(attrs):
+def _threshold_attr(attrs: Mapping) -> float | None:
     value = attrs.get("threshold")
     if isinstance(value, bytes):
         value = value.decode()
@@ -248,7 +251,7 @@ def _threshold_attr(attrs):
     return None if not np.isfinite(value) else value
 
 
-def _pairs_table(path: Path, pairs: np.ndarray, labels, stats: dict) -> dict:
+def _pairs_table(path: Path, pairs: np.ndarray, labels: Sequence | None, stats: dict) -> dict:
     pairs = np.asarray(pairs, dtype=np.int64)
     if pairs.ndim != 2 or pairs.shape[1] != 2 or not pairs.shape[0]:
         raise ValueError(f"{str(path)!r}: 'pairs' must be an (n_pairs, 2) table; got shape "
@@ -295,7 +298,7 @@ def _read_dfc_h5(path: Path) -> dict:
                         _summary_of_courses(courses, _threshold_attr(info["parameters"])))
 
 
-def file_kind(path) -> str:
+def file_kind(path: str | os.PathLike) -> str:
     """What a feature file holds: 'relmat', 'pair_summary', 'pairs' or 'dfc'."""
     path = Path(path)
     name = path.name.lower()
@@ -304,7 +307,7 @@ def file_kind(path) -> str:
     return "pair_summary" if is_pair_summary(path) else "relmat"
 
 
-def read_pair_file(path) -> dict:
+def read_pair_file(path: str | os.PathLike) -> dict:
     """Per-pair summaries of one scan from any connscale pair-level output.
 
     Parameters
@@ -334,7 +337,7 @@ def read_pair_file(path) -> dict:
     raise ValueError(f"{str(path)!r} holds a connectivity matrix, not pair summaries.")
 
 
-def fisher_z(r) -> np.ndarray:
+def fisher_z(r: npt.ArrayLike) -> np.ndarray:
     """Fisher's z transform, ``arctanh(r)``, of correlations.
 
     Values are clipped to ``[-1 + 1e-7, 1 - 1e-7]`` first so that perfect
@@ -356,7 +359,8 @@ def fisher_z(r) -> np.ndarray:
 # Cohorts
 # --------------------------------------------------------------------------
 
-def _check_paths(paths) -> list:
+def _check_paths(paths: str | Path | Iterable[str | os.PathLike]
+                 ) -> tuple[list[Path], list[str]]:
     if isinstance(paths, (str, Path)):
         paths = [paths]
     paths = [Path(p) for p in paths]
@@ -386,8 +390,9 @@ def _check_finite(X: np.ndarray, subjects: list) -> None:
         )
 
 
-def load_connectome_features(paths, *, fisher_z_transform: bool = False,
-                             region_labels=None) -> FeatureSet:
+def load_connectome_features(paths: str | Path | Iterable[str | os.PathLike], *,
+                             fisher_z_transform: bool = False,
+                             region_labels: Sequence[str] | None = None) -> FeatureSet:
     """Stack the upper triangles of one connectome file per subject.
 
     Parameters
@@ -438,7 +443,7 @@ def load_connectome_features(paths, *, fisher_z_transform: bool = False,
                       files=[str(p) for p in paths])
 
 
-def _region_labels(labels, n: int) -> list:
+def _region_labels(labels: Sequence | None, n: int) -> list:
     if labels is None:
         return [f"region_{k}" for k in range(n)]
     labels = [str(label) for label in labels]
@@ -447,7 +452,8 @@ def _region_labels(labels, n: int) -> list:
     return labels
 
 
-def load_pair_features(paths, *, statistics=("mean", "std"),
+def load_pair_features(paths: str | Path | Iterable[str | os.PathLike], *,
+                       statistics: Sequence[str] = ("mean", "std"),
                        fisher_z_transform: bool = False) -> FeatureSet:
     """Stack the DFC pair summaries (``connscale pairs``) of many subjects.
 
@@ -515,8 +521,9 @@ def load_pair_features(paths, *, statistics=("mean", "std"),
     )
 
 
-def load_features(paths, *, fisher_z_transform: bool = False,
-                  statistics=("mean", "std")) -> FeatureSet:
+def load_features(paths: str | Path | Iterable[str | os.PathLike], *,
+                  fisher_z_transform: bool = False,
+                  statistics: Sequence[str] = ("mean", "std")) -> FeatureSet:
     """Load connectomes or DFC pair summaries, whichever the files are.
 
     A ``.tsv`` whose header has ``i``, ``j``, ``label_i``, ``label_j``, a
@@ -549,8 +556,8 @@ def load_features(paths, *, fisher_z_transform: bool = False,
 # Labels
 # --------------------------------------------------------------------------
 
-def align_labels(features: FeatureSet, participants, *, label: str,
-                 classes=None) -> FeatureSet:
+def align_labels(features: FeatureSet, participants: str | os.PathLike | dict, *,
+                 label: str, classes: Sequence[str] | None = None) -> FeatureSet:
     """Attach the labels of ``participants`` to ``features`` (in its row order).
 
     Parameters

@@ -10,9 +10,17 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
 
 from connscale.io.timeseries import load_timeseries
+
+if TYPE_CHECKING:
+    from nibabel.nifti1 import Nifti1Image
+    from nibabel.spatialimages import SpatialImage
 
 
 def _package_file(package: str, *parts: str, extra: str) -> Path:
@@ -33,7 +41,7 @@ def nitime_roi_path() -> Path:
     return _package_file("nitime", "data", "fmri_timeseries.csv", extra="data")
 
 
-def load_nitime_roi():
+def load_nitime_roi() -> tuple[np.ndarray, list[str]]:
     """nitime's 250 × 31 ROI time series (TR 1.89 s).
 
     Returns
@@ -52,7 +60,7 @@ def nitime_fmri_path(run: int = 1) -> Path:
     return _package_file("nitime", "data", f"fmri{run}.nii.gz", extra="data")
 
 
-def load_nitime_fmri(run: int = 1):
+def load_nitime_fmri(run: int = 1) -> SpatialImage:
     """nitime's 4-D scan (10×10×18×40, TR 1.35 s) as a nibabel image."""
     import nibabel as nib
 
@@ -64,14 +72,14 @@ def nibabel_functional_path() -> Path:
     return _package_file("nibabel", "tests", "data", "functional.nii", extra="data")
 
 
-def load_nibabel_functional():
+def load_nibabel_functional() -> SpatialImage:
     """nibabel's small 4-D test scan (17×21×3×20, TR 2 s)."""
     import nibabel as nib
 
     return nib.load(nibabel_functional_path())
 
 
-def compute_brain_mask(img):
+def compute_brain_mask(img: str | os.PathLike | SpatialImage) -> Nifti1Image:
     """A mask of a 4-D image's non-background voxels.
 
     nilearn's ``compute_background_mask``: the bundled scans are crops of the

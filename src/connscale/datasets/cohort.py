@@ -19,10 +19,12 @@ must find them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import os
 from numbers import Integral
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale._validation import check_int, check_random_state
 from connscale._triu import matrix_to_vec, triu_index
@@ -73,7 +75,7 @@ class Cohort:
         return np.vstack([matrix_to_vec(np.corrcoef(ts, rowvar=False))
                           for ts in self.timeseries])
 
-    def write(self, out_dir) -> dict:
+    def write(self, out_dir: str | os.PathLike) -> dict:
         """Write ``participants.tsv`` and ``sub-<label>_timeseries.tsv`` files.
 
         Returns
@@ -97,7 +99,7 @@ class Cohort:
         return {"participants": participants, "timeseries": paths}
 
 
-def _ar1(rng: np.random.Generator, shape, phi: float, burn_in: int = 50) -> np.ndarray:
+def _ar1(rng: np.random.Generator, shape: tuple[int, ...], phi: float, burn_in: int = 50) -> np.ndarray:
     """Unit-variance AR(1) noise along axis 0."""
     from scipy.signal import lfilter
 
@@ -106,7 +108,7 @@ def _ar1(rng: np.random.Generator, shape, phi: float, burn_in: int = 50) -> np.n
     return series[burn_in:]
 
 
-def _choose_edges(effect_edges, n_regions: int, rng: np.random.Generator) -> np.ndarray:
+def _choose_edges(effect_edges: int | npt.ArrayLike, n_regions: int, rng: np.random.Generator) -> np.ndarray:
     if isinstance(effect_edges, Integral) and not isinstance(effect_edges, bool):
         k = check_int(effect_edges, "effect_edges", minimum=0,
                       maximum=n_regions * (n_regions - 1) // 2)
@@ -135,12 +137,12 @@ def simulate_cohort(
     n_regions: int,
     n_timepoints: int,
     *,
-    effect_edges=3,
+    effect_edges: int | npt.ArrayLike = 3,
     effect_size: float = 0.5,
     patient_fraction: float = 0.5,
     n_networks: int | None = None,
     autocorrelation: float = 0.5,
-    random_state=None,
+    random_state: int | np.random.Generator | None = None,
 ) -> Cohort:
     """Simulate ROI time series of patients and controls differing in a few edges.
 

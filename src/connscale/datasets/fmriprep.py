@@ -12,6 +12,7 @@ mask and a BOLD sidecar with the repetition time. For demos and examples:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,7 @@ class SyntheticFMRIPrep:
     participants: Path
 
 
-def _confounds_files():
+def _confounds_files() -> tuple[Path, Path]:
     from nilearn.interfaces import fmriprep
 
     data = Path(fmriprep.__file__).parent / "data"
@@ -52,8 +53,9 @@ def _confounds_files():
             data / "test_desc-confounds_regressors.json")
 
 
-def make_fmriprep_tree(root, *, n_subjects: int = 6, t_r: float = 2.0,
-                       random_state=0) -> SyntheticFMRIPrep:
+def make_fmriprep_tree(root: str | os.PathLike, *, n_subjects: int = 6, t_r: float = 2.0,
+                       random_state: int | np.random.Generator | None = 0
+                       ) -> SyntheticFMRIPrep:
     """Write a tiny fMRIPrep tree (one resting-state run per subject) under ``root``.
 
     Parameters

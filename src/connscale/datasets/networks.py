@@ -5,11 +5,12 @@ from __future__ import annotations
 from numbers import Real
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale._validation import check_int, check_random_state
 
 
-def _check_fraction(value, name: str, *, upper: float = 1.0) -> float:
+def _check_fraction(value: object, name: str, *, upper: float = 1.0) -> float:
     if isinstance(value, bool) or not isinstance(value, Real) or not 0 < value <= upper:
         raise ValueError(f"'{name}' must be a number in (0, {upper}]; got {value!r}.")
     return float(value)
@@ -22,9 +23,9 @@ def simulate_networks(
     *,
     sparsity: float = 0.05,
     noise: float = 0.5,
-    random_state=None,
-    dtype="float64",
-):
+    random_state: int | np.random.Generator | None = None,
+    dtype: npt.DTypeLike = "float64",
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Simulate S = time courses x sparse maps + noise.
 
     Each network has a smooth random time course (zero-mean, unit variance;

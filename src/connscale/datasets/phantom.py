@@ -61,7 +61,8 @@ def _gradient_directions(n: int) -> np.ndarray:
     return np.stack([r * np.cos(phi), r * np.sin(phi), z], 1)
 
 
-def _bundle_templates(shape, n_bundles, rng):
+def _bundle_templates(shape: tuple[int, int, int], n_bundles: int, rng: np.random.Generator
+                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(p0, p1, bulge) of each bundle's centre curve, in voxel units."""
     X, Y, Z = (s - 1 for s in shape)
     c = np.array([X, Y, Z]) / 2.0
@@ -88,7 +89,7 @@ def simulate_life_phantom(
     n_true: int = 360,
     n_false: int = 360,
     *,
-    shape=(20, 20, 20),
+    shape: tuple[int, int, int] = (20, 20, 20),
     voxel_size: float = 2.0,
     n_bundles: int = 3,
     bundle_radius: float = 2.0,
@@ -97,8 +98,8 @@ def simulate_life_phantom(
     bvalue: float = 1000.0,
     n_b0: int = 1,
     snr: float = 25.0,
-    random_state=None,
-    device="cpu",
+    random_state: int | np.random.Generator | None = None,
+    device: str | torch.device = "cpu",
 ) -> LiFEPhantom:
     """Simulate the LiFE phantom (see the module docstring).
 
@@ -214,7 +215,7 @@ def simulate_life_phantom(
     clean = S0 * (base[None, :] + 0.02 * sig.cpu().numpy())
     sigma = S0 / snr
 
-    def draw():
+    def draw() -> np.ndarray:
         n1 = rng.normal(size=clean.shape) * sigma
         n2 = rng.normal(size=clean.shape) * sigma
         return np.sqrt((clean + n1) ** 2 + n2 ** 2).astype(np.float32).reshape(shape + (n_vol,))

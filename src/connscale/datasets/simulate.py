@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale._validation import check_int, check_random_state
 
@@ -14,9 +15,9 @@ def simulate_timeseries(
     n_blocks: int = 20,
     block_correlation: float = 0.6,
     fraction_in_blocks: float = 0.5,
-    dtype="float32",
-    random_state=None,
-):
+    dtype: npt.DTypeLike = "float32",
+    random_state: int | np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Series whose correlation matrix has planted blocks.
 
     Each of ``n_blocks`` networks has a shared signal; a series in a network

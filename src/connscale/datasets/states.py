@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale._validation import check_int, check_random_state, check_window
 
@@ -95,8 +96,8 @@ def simulate_states(
     correlation: float = 0.6,
     min_dwell: int = 40,
     max_dwell: int = 80,
-    dtype="float32",
-    random_state=None,
+    dtype: npt.DTypeLike = "float32",
+    random_state: int | np.random.Generator | None = None,
 ) -> StateCohort:
     """Simulate subjects switching between ``n_states`` known correlation states.
 

@@ -12,14 +12,23 @@ whatever the engine.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from connscale._validation import check_option
 from connscale.engines.base import BlockSet, Engine, SerialEngine, TaskFailure, tree_sum
 from connscale.engines.local import LocalEngine
 
+if TYPE_CHECKING:
+    import distributed
+    import pyspark
+    import pyspark.sql
+
 ENGINES = ("serial", "local", "dask", "spark")
 
 
-def get_engine(name: str = "serial", *, cluster=None, n_jobs: int | None = None,
+def get_engine(name: str = "serial", *,
+               cluster: str | distributed.Client | pyspark.SparkContext
+               | pyspark.sql.SparkSession | None = None, n_jobs: int | None = None,
                retries: int = 1, dashboard_address: str | None = None) -> Engine:
     """Start an execution engine by name.
 
@@ -81,7 +90,7 @@ def get_engine(name: str = "serial", *, cluster=None, n_jobs: int | None = None,
     return SparkEngine(cluster, n_jobs=n_jobs, retries=retries)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type[Engine]:
     # DaskEngine/SparkEngine import their optional dependency only when used.
     if name == "DaskEngine":
         from connscale.engines.dask_engine import DaskEngine

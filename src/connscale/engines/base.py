@@ -107,7 +107,7 @@ class Engine(abc.ABC):
         """``[func(block, *args) for block in blocks]``, in block order."""
 
     @abc.abstractmethod
-    def sum_blocks(self, blocks: BlockSet, func: Callable, *args):
+    def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
         """``sum(func(block, *args) for block in blocks)``, by tree reduction."""
 
     def release(self, blocks: BlockSet) -> None:
@@ -147,14 +147,14 @@ class SerialEngine(Engine):
     def map_blocks(self, blocks: BlockSet, func: Callable, *args) -> list:
         return [func(block, *args) for block in blocks.handle]
 
-    def sum_blocks(self, blocks: BlockSet, func: Callable, *args):
+    def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
         return tree_sum([func(block, *args) for block in blocks.handle])
 
     def release(self, blocks: BlockSet) -> None:
         blocks.handle = []
 
 
-def tree_sum(values: list):
+def tree_sum(values: list) -> Any:
     """Pairwise (tree) sum of a list, the order Spark's treeReduce uses."""
     if not values:
         raise ValueError("Cannot sum an empty list of blocks.")

@@ -35,7 +35,8 @@ from __future__ import annotations
 import operator
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from connscale._validation import check_int
 from connscale.engines.base import (
@@ -51,7 +52,11 @@ _LOCAL_HOST = "127.0.0.1"
 _NEVER = "3650 days"
 
 
-def _import_distributed():
+if TYPE_CHECKING:
+    import distributed
+
+
+def _import_distributed() -> ModuleType:
     try:
         import distributed
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -61,7 +66,7 @@ def _import_distributed():
     return distributed
 
 
-def _call_block(block, func: Callable, args: tuple):
+def _call_block(block: Any, func: Callable, args: tuple) -> Any:
     return func(block, *args)
 
 
@@ -95,7 +100,7 @@ class DaskEngine(Engine):
 
     name = "dask"
 
-    def __init__(self, cluster=None, *, n_jobs: int | None = None, retries: int = 1,
+    def __init__(self, cluster: str | distributed.Client | None = None, *, n_jobs: int | None = None, retries: int = 1,
                  dashboard_address: str | None = None) -> None:
         distributed = _import_distributed()
         self._distributed = distributed
@@ -225,7 +230,7 @@ class DaskEngine(Engine):
                 future.release()
             args_future.release()
 
-    def sum_blocks(self, blocks: BlockSet, func: Callable, *args):
+    def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
         futures, args_future = self._submit_blocks(blocks, func, args)
         level = futures
         made = list(futures)

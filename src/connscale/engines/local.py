@@ -263,7 +263,7 @@ class LocalEngine(Engine):
     def map_blocks(self, blocks: BlockSet, func: Callable, *args) -> list:
         return self._block_results(blocks, func, args)
 
-    def sum_blocks(self, blocks: BlockSet, func: Callable, *args):
+    def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
         return tree_sum(self._block_results(blocks, func, args))
 
     def release(self, blocks: BlockSet) -> None:

@@ -36,7 +36,8 @@ import sys
 import warnings
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from connscale._validation import check_int
 from connscale.engines.base import (
@@ -53,7 +54,12 @@ from connscale.engines.base import (
 _DRIVER_SUM_SIZE = 4
 
 
-def _import_pyspark():
+if TYPE_CHECKING:
+    import pyspark
+    import pyspark.sql
+
+
+def _import_pyspark() -> ModuleType:
     try:
         import pyspark
     except ImportError as exc:  # pragma: no cover - depends on the install
@@ -113,7 +119,8 @@ class SparkEngine(Engine):
 
     name = "spark"
 
-    def __init__(self, cluster=None, *, n_jobs: int | None = None, retries: int = 1,
+    def __init__(self, cluster: str | pyspark.SparkContext | pyspark.sql.SparkSession
+                 | None = None, *, n_jobs: int | None = None, retries: int = 1,
                  driver_memory: str = "1g") -> None:
         pyspark = _import_pyspark()
         self.retries = check_int(retries, "retries", minimum=0)
@@ -143,7 +150,8 @@ class SparkEngine(Engine):
         """Task slots Spark runs at once (``defaultParallelism``)."""
         return int(self.sc.defaultParallelism)
 
-    def _start(self, pyspark, master: str, driver_memory: str):
+    def _start(self, pyspark: ModuleType, master: str,
+               driver_memory: str) -> pyspark.SparkContext:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -174,7 +182,7 @@ class SparkEngine(Engine):
         self._own = True
         return sc
 
-    def _run_one(self, func: Callable, item):
+    def _run_one(self, func: Callable, item: Any) -> Any:
         return self.sc.parallelize([item], 1).map(func).collect()[0]
 
     def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
@@ -208,7 +216,7 @@ class SparkEngine(Engine):
         rdd.count()
         return BlockSet(n_blocks, rdd)
 
-    def _check(self, blocks: BlockSet):
+    def _check(self, blocks: BlockSet) -> pyspark.RDD:
         if blocks.handle is None:
             raise ValueError("These blocks were released.")
         return blocks.handle
@@ -221,7 +229,7 @@ class SparkEngine(Engine):
         finally:
             bc.unpersist()
 
-    def sum_blocks(self, blocks: BlockSet, func: Callable, *args):
+    def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
         rdd = self._check(blocks)
         bc = self.sc.broadcast(args)
         try:

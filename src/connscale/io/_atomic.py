@@ -19,6 +19,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 
 @contextlib.contextmanager
@@ -134,7 +135,7 @@ def private_dir(path: str | os.PathLike) -> Path:
     return path
 
 
-def open_new(path: str | os.PathLike, mode: str = "wb"):
+def open_new(path: str | os.PathLike, mode: str = "wb") -> IO:
     """Open a new file for writing with ``O_CREAT | O_EXCL | O_NOFOLLOW``.
 
     Fails (FileExistsError) when anything, a symbolic link included, is at
@@ -172,7 +173,7 @@ def write_json_atomic(path: str | os.PathLike, data: dict) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
 
 
-def _jsonable(value):
+def _jsonable(value: object) -> object:
     import numpy as np
 
     if isinstance(value, np.generic):

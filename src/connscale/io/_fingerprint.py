@@ -97,7 +97,7 @@ def run_fingerprint(inputs: Iterable[str | os.PathLike | dict | np.ndarray],
     return record
 
 
-def _jsonable(value):
+def _jsonable(value: object) -> object:
     """Parameters as plain JSON values (paths and numpy scalars as text/numbers)."""
     if isinstance(value, Mapping):
         return {str(k): _jsonable(v) for k, v in value.items()}

@@ -29,6 +29,10 @@ import re
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import h5py
 
 __all__ = ["H5WriteError", "close_h5", "create_h5", "early_dcpl", "flush_h5", "h5_errors",
            "open_h5_resume"]
@@ -41,7 +45,7 @@ class H5WriteError(OSError):
     """Writing, flushing or closing an HDF5 file failed (disk full, I/O error)."""
 
 
-def _access_list():
+def _access_list() -> h5py.h5p.PropFAID:
     import h5py
 
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
@@ -79,7 +83,7 @@ def h5_errors(path: str | os.PathLike, what: str = "writing") -> Iterator[None]:
         raise H5WriteError(code, f"{what} {path} failed: {reason}") from None
 
 
-def create_h5(path: str | os.PathLike, *, overwrite_own: bool = False):
+def create_h5(path: str | os.PathLike, *, overwrite_own: bool = False) -> h5py.File:
     """Create a new HDF5 file for writing, never through a symbolic link.
 
     Parameters
@@ -106,7 +110,7 @@ def create_h5(path: str | os.PathLike, *, overwrite_own: bool = False):
     return h5py.File(fid)
 
 
-def open_h5_resume(path: str | os.PathLike):
+def open_h5_resume(path: str | os.PathLike) -> h5py.File:
     """Reopen an unfinished HDF5 file of this user for writing.
 
     Raises
@@ -157,7 +161,7 @@ def _check_regular(path: Path) -> os.stat_result:
     return info
 
 
-def early_dcpl():
+def early_dcpl() -> h5py.h5p.PropDCID:
     """Dataset creation list: space allocated at creation, nothing filled."""
     import h5py
 
@@ -167,13 +171,13 @@ def early_dcpl():
     return dcpl
 
 
-def flush_h5(handle, path: str | os.PathLike) -> None:
+def flush_h5(handle: h5py.File, path: str | os.PathLike) -> None:
     """Flush an open file's metadata to the operating system; errors raise."""
     with h5_errors(path, "writing"):
         handle.flush()
 
 
-def close_h5(handle, path: str | os.PathLike) -> None:
+def close_h5(handle: h5py.File, path: str | os.PathLike) -> None:
     """Flush and close an open file; errors raise (the file is closed anyway)."""
     if not handle.id.valid:
         return

@@ -61,7 +61,7 @@ _LABEL = re.compile(r"^[A-Za-z0-9+]+$")
 _SUFFIX = re.compile(r"^[A-Za-z0-9]+$")
 
 
-def _check_label(key: str, value) -> str:
+def _check_label(key: str, value: object) -> str:
     text = str(value)
     if not _LABEL.match(text):
         raise ValueError(f"The BIDS entity {key}- must be letters, digits or '+'; got {text!r}.")
@@ -222,7 +222,7 @@ def _read_tsv(path: Path, what: str) -> tuple[list, list]:
         return list(reader.fieldnames or []), list(reader)
 
 
-def read_participants(path, *, label: str) -> dict:
+def read_participants(path: str | os.PathLike, *, label: str) -> dict:
     """Map subject label -> value of column ``label`` in a participants TSV.
 
     Parameters

@@ -21,14 +21,20 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale._triu import n_from_pairs
 from connscale._version import __version__
 from connscale.io._atomic import atomic_path
 from connscale.io._h5 import close_h5, create_h5, early_dcpl, flush_h5, h5_errors
 from connscale.io._publish import check_published
+
+if TYPE_CHECKING:
+    import h5py
+    import scipy.sparse as sp
 
 ORDER_TRIU = "row-major strictly-upper: pair (i, j), i < j, at k = i*N - i*(i+1)/2 + j - i - 1"
 _CHUNK_BYTES = 4 * 1024**2
@@ -49,7 +55,7 @@ class RelmatWriter:
         Extra root attributes (threshold, source, ...).
     """
 
-    def __init__(self, h5file, n: int, kind: str, dtype, attrs: dict | None = None) -> None:
+    def __init__(self, h5file: h5py.File, n: int, kind: str, dtype: npt.DTypeLike, attrs: dict | None = None) -> None:
         self.file = h5file
         self.n = int(n)
         self.kind = kind
@@ -160,7 +166,8 @@ def write_relmat_h5(path: str | os.PathLike, matrix: np.ndarray, *,
     return path
 
 
-def load_relmat(path: str | os.PathLike, *, mmap: bool = False):
+def load_relmat(path: str | os.PathLike, *, mmap: bool = False
+                ) -> tuple[np.ndarray | sp.csr_array | h5py.Dataset, dict]:
     """Read a connectivity store: one written by connscale, or by another tool.
 
     Parameters
@@ -251,7 +258,7 @@ def load_relmat(path: str | os.PathLike, *, mmap: bool = False):
             handle.close()
 
 
-def _decoded(value):
+def _decoded(value: object) -> object:
     """An HDF5 attribute with bytes (or arrays of bytes) decoded to str."""
     if isinstance(value, bytes):
         return value.decode()

@@ -4,16 +4,19 @@ tractogram is :func:`connscale.io.streamlines.save_streamlines`, the RMSE map
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale.io._atomic import atomic_path, write_text_atomic
 
 __all__ = ["save_weights", "write_lambda_sweep"]
 
 
-def save_weights(weights, path) -> Path:
+def save_weights(weights: npt.ArrayLike, path: str | os.PathLike) -> Path:
     """Write weights as ``.npy`` or as a ``.tsv`` (streamline index, weight)."""
     path = Path(path)
     weights = np.asarray(weights, dtype=np.float64)
@@ -34,7 +37,7 @@ _SWEEP_COLUMNS = ("lambda", "weight_sum", "n_nonzero", "cv_rmse_median", "rmse_m
                   "objective", "n_iter")
 
 
-def write_lambda_sweep(path, rows) -> Path:
+def write_lambda_sweep(path: str | os.PathLike, rows: Iterable[Mapping]) -> Path:
     """The rows of :func:`connscale.life.lambda_sweep` as a TSV, atomically."""
     lines = ["\t".join(_SWEEP_COLUMNS)]
     lines += [f"{r['lam']:.9g}\t{r['weight_sum']:.9g}\t{r['n_nonzero']}\t"

@@ -4,12 +4,17 @@ atomically."""
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic
 from connscale.io.nifti import save_nifti_gz
+
+if TYPE_CHECKING:
+    from nibabel.spatialimages import SpatialImage
 
 
 def threshold_label(value: float, prefix: str = "r") -> str:
@@ -18,7 +23,7 @@ def threshold_label(value: float, prefix: str = "r") -> str:
     return re.sub(r"[^A-Za-z0-9]", "", prefix + text)
 
 
-def map_path(out_dir, source: str, stat: str, *, desc: str | None = None,
+def map_path(out_dir: str | os.PathLike, source: str, stat: str, *, desc: str | None = None,
              seg: str | None = None) -> Path:
     """``<out_dir>/<source>[_seg-<seg>]_stat-<stat>[_desc-<desc>]_boldmap.nii.gz``."""
     stem = source if seg is None else f"{source}_seg-{seg}"
@@ -28,7 +33,8 @@ def map_path(out_dir, source: str, stat: str, *, desc: str | None = None,
     return Path(out_dir) / f"{stem}_boldmap.nii.gz"
 
 
-def map_sidecar(measure: str, description: str, *, n_nodes: int, source=None,
+def map_sidecar(measure: str, description: str, *, n_nodes: int,
+                source: str | os.PathLike | None = None,
                 **parameters) -> dict:
     """The JSON sidecar of a map (keys after ECOSYSTEM.md's relmat sidecars)."""
     return {
@@ -41,7 +47,7 @@ def map_sidecar(measure: str, description: str, *, n_nodes: int, source=None,
     }
 
 
-def write_map(path, img, metadata: dict) -> tuple[Path, Path]:
+def write_map(path: str | os.PathLike, img: SpatialImage, metadata: dict) -> tuple[Path, Path]:
     """Write ``img`` (gzipped NIfTI) and its sidecar beside it, atomically.
 
     Returns the image's and the sidecar's paths.

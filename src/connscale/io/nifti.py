@@ -10,19 +10,26 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from nibabel.spatialimages import SpatialImage
+    from nilearn.maskers import NiftiLabelsMasker, NiftiMasker
 
 NIFTI_SUFFIXES = (".nii", ".nii.gz")
 
 
-def is_nifti(path) -> bool:
+def is_nifti(path: str | os.PathLike) -> bool:
     """True when ``path`` names a NIfTI file (``.nii`` or ``.nii.gz``)."""
     name = str(path).lower()
     return name.endswith(NIFTI_SUFFIXES)
 
 
-def load_image(img, *, name: str = "image"):
+def load_image(img: str | os.PathLike | SpatialImage, *, name: str = "image") -> SpatialImage:
     """Load a Niimg-like object (path or nibabel image), with a clear error."""
     import nibabel as nib
 
@@ -39,7 +46,7 @@ def load_image(img, *, name: str = "image"):
     raise ValueError(f"'{name}' must be a NIfTI path or a nibabel image; got {type(img).__name__}.")
 
 
-def read_data(image, *, name: str = "image") -> np.ndarray:
+def read_data(image: SpatialImage, *, name: str = "image") -> np.ndarray:
     """The voxel array of a loaded image, with a one-line error when the file is
     truncated or corrupt (nibabel reads lazily, so this is where it shows)."""
     import zlib
@@ -55,7 +62,8 @@ def read_data(image, *, name: str = "image") -> np.ndarray:
         ) from exc
 
 
-def check_same_space(img, other, *, names=("image", "mask"), atol: float = 1e-3) -> None:
+def check_same_space(img: SpatialImage, other: SpatialImage, *,
+                     names: tuple[str, str] = ("image", "mask"), atol: float = 1e-3) -> None:
     """Raise unless two images share the 3-D grid (shape and affine)."""
     shape, other_shape = img.shape[:3], other.shape[:3]
     if shape != other_shape:
@@ -71,8 +79,13 @@ def check_same_space(img, other, *, names=("image", "mask"), atol: float = 1e-3)
         )
 
 
-def load_masked(img, *, mask=None, atlas=None, t_r=None, standardize=None, detrend=False,
-                confounds=None):
+def load_masked(img: str | os.PathLike | SpatialImage, *,
+                mask: str | os.PathLike | SpatialImage | None = None,
+                atlas: str | os.PathLike | SpatialImage | None = None,
+                t_r: float | None = None, standardize: str | bool | None = None,
+                detrend: bool = False,
+                confounds: str | os.PathLike | npt.ArrayLike | pd.DataFrame | None = None
+                ) -> tuple[np.ndarray, NiftiMasker | NiftiLabelsMasker]:
     """Time series of a 4-D image inside a mask, or averaged over atlas regions.
 
     Parameters
@@ -153,7 +166,7 @@ def load_masked(img, *, mask=None, atlas=None, t_r=None, standardize=None, detre
     return np.asarray(timeseries), masker
 
 
-def _in_memory(image, data: np.ndarray):
+def _in_memory(image: SpatialImage, data: np.ndarray) -> SpatialImage:
     """``image`` with its voxels already read (no second read by the masker)."""
     return image.__class__(data, image.affine, image.header)
 
@@ -194,7 +207,7 @@ def _check_finite_inside(data: np.ndarray, inside: np.ndarray, where: str) -> No
         )
 
 
-def _no_standardize():
+def _no_standardize() -> bool | None:
     """nilearn's spelling of 'no standardisation': None from 0.14 (where the
     boolean False is deprecated), False before."""
     import nilearn
@@ -203,7 +216,7 @@ def _no_standardize():
     return None if (major, minor) >= (0, 14) else False
 
 
-def region_labels(masker) -> list[str]:
+def region_labels(masker: NiftiMasker | NiftiLabelsMasker) -> list[str]:
     """Names of the columns a fitted masker returns."""
     labels = getattr(masker, "region_names_", None) or getattr(masker, "labels_", None)
     if labels is not None and not isinstance(labels, dict):
@@ -216,7 +229,7 @@ def region_labels(masker) -> list[str]:
     return []
 
 
-def save_nifti_gz(path: str | os.PathLike, img) -> Path:
+def save_nifti_gz(path: str | os.PathLike, img: SpatialImage) -> Path:
     """Write a nibabel image as gzipped NIfTI (``.nii.gz``), atomically."""
     import gzip
 

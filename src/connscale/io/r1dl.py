@@ -14,11 +14,16 @@ import io
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from connscale.io._atomic import atomic_path, write_text_atomic
 from connscale.io.nifti import save_nifti_gz
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+    from nibabel.spatialimages import SpatialImage
 
 __all__ = ["network_names", "write_r1dl"]
 
@@ -28,9 +33,10 @@ def network_names(n_atoms: int) -> list[str]:
     return [f"network_{k:03d}" for k in range(n_atoms)]
 
 
-def write_r1dl(path_of: Callable[[str], Path], *, loadings, dictionary: np.ndarray,
-               n_iter: np.ndarray, converged: np.ndarray, sparsity, mean_iterations: float,
-               info: dict, maps_img=None) -> dict:
+def write_r1dl(path_of: Callable[[str], Path], *, loadings: sp.spmatrix | sp.sparray,
+               dictionary: np.ndarray, n_iter: np.ndarray, converged: np.ndarray,
+               sparsity: int, mean_iterations: float, info: dict,
+               maps_img: SpatialImage | None = None) -> dict:
     """Write the files of an r1DL run (see the module docstring).
 
     Parameters

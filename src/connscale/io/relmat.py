@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale._version import __version__
 from connscale.io._atomic import atomic_path, write_json_atomic
@@ -43,15 +44,16 @@ def source_entities(path: str | os.PathLike) -> str:
     return re.sub(r"[^A-Za-z0-9_\-]", "", "_".join(parts)) or "connscale"
 
 
-def relmat_path(out_dir, source: str, *, extension: str, seg: str | None = None,
+def relmat_path(out_dir: str | os.PathLike, source: str, *, extension: str, seg: str | None = None,
                 measure: str = "PearsonCorrelation") -> Path:
     """``<out_dir>/<source>[_seg-<seg>]_meas-<measure>_relmat<extension>``."""
     stem = source if seg is None else f"{source}_seg-{seg}"
     return Path(out_dir) / f"{stem}_meas-{measure}_relmat{extension}"
 
 
-def sidecar(kind: str, n: int, *, threshold=None, absolute=False, source=None,
-            dtype="float32", nodes: str = "voxels") -> dict:
+def sidecar(kind: str, n: int, *, threshold: float | None = None, absolute: bool = False,
+            source: str | os.PathLike | None = None, dtype: npt.DTypeLike = "float32",
+            nodes: str = "voxels") -> dict:
     """The JSON sidecar of a relmat file."""
     description = "Pearson correlation of the time series of each pair of " + nodes
     if kind == "sparse":
@@ -74,7 +76,7 @@ def sidecar(kind: str, n: int, *, threshold=None, absolute=False, source=None,
     }
 
 
-def write_relmat_tsv(path, matrix: np.ndarray, labels: list[str] | None = None, *,
+def write_relmat_tsv(path: str | os.PathLike, matrix: np.ndarray, labels: list[str] | None = None, *,
                      fmt: str = "%.7g") -> Path:
     """A square matrix as TSV with a header row of node names, atomically.
 
@@ -90,7 +92,7 @@ def write_relmat_tsv(path, matrix: np.ndarray, labels: list[str] | None = None, 
     return Path(path)
 
 
-def read_relmat_npy(path) -> np.ndarray:
+def read_relmat_npy(path: str | os.PathLike) -> np.ndarray:
     """Read a connectivity matrix saved with ``numpy.save``: a square matrix or
     the 1-D row-major strictly-upper triangle (no pickles)."""
     try:
@@ -99,7 +101,7 @@ def read_relmat_npy(path) -> np.ndarray:
         raise ValueError(f"Cannot read {str(path)!r} as a numeric .npy array: {exc}") from exc
 
 
-def read_relmat_tsv(path) -> tuple[np.ndarray, list[str]]:
+def read_relmat_tsv(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
     """Read a square relmat TSV (:func:`write_relmat_tsv`, or another tool's).
 
     Parameters
@@ -144,7 +146,7 @@ def read_relmat_tsv(path) -> tuple[np.ndarray, list[str]]:
     return matrix, header
 
 
-def write_sidecar(path, metadata: dict) -> Path:
+def write_sidecar(path: str | os.PathLike, metadata: dict) -> Path:
     """Write the JSON sidecar beside a relmat file (same stem, ``.json``)."""
     path = Path(path)
     stem = path.name

@@ -9,10 +9,18 @@ Only numpy here; nibabel is imported inside :func:`load_streamlines` and
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    from nibabel.streamlines.array_sequence import ArraySequence
+    from nibabel.streamlines.tractogram import Tractogram
+    from nibabel.streamlines.tractogram_file import TractogramFile
 
 from connscale.io._atomic import atomic_path
 
@@ -38,7 +46,7 @@ class StreamlineArray:
     def __getitem__(self, index: int) -> np.ndarray:
         return self.points[self.offsets[index]:self.offsets[index + 1]]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(len(self)):
             yield self[i]
 
@@ -47,7 +55,7 @@ class StreamlineArray:
         """Number of points of each streamline."""
         return np.diff(self.offsets)
 
-    def subset(self, index) -> StreamlineArray:
+    def subset(self, index: npt.ArrayLike) -> StreamlineArray:
         """The streamlines at ``index`` (integer indices or a boolean mask)."""
         index = np.asarray(index)
         if index.dtype == bool:
@@ -62,7 +70,7 @@ class StreamlineArray:
         return StreamlineArray(self.points[take], offsets)
 
     @classmethod
-    def from_list(cls, streamlines) -> StreamlineArray:
+    def from_list(cls, streamlines: Iterable[npt.ArrayLike]) -> StreamlineArray:
         """Concatenate a sequence of (n_points, 3) arrays, validating each."""
         arrays = []
         for i, s in enumerate(streamlines):
@@ -86,7 +94,7 @@ class StreamlineArray:
         return cls(points, offsets)
 
 
-def _from_array_sequence(seq) -> StreamlineArray:
+def _from_array_sequence(seq: ArraySequence) -> StreamlineArray:
     lengths = np.asarray(seq._lengths, dtype=np.int64)
     if len(lengths) == 0:
         raise ValueError("The tractogram holds no streamlines.")
@@ -106,7 +114,9 @@ def _from_array_sequence(seq) -> StreamlineArray:
     return StreamlineArray(points, offsets)
 
 
-def load_streamlines(streamlines) -> StreamlineArray:
+def load_streamlines(streamlines: str | os.PathLike | StreamlineArray | TractogramFile
+                     | Tractogram | ArraySequence | Iterable[npt.ArrayLike]
+                     ) -> StreamlineArray:
     """Bring streamlines to a :class:`StreamlineArray` in RAS+ mm.
 
     Parameters
@@ -178,8 +188,11 @@ def load_streamlines(streamlines) -> StreamlineArray:
     return out
 
 
-def save_streamlines(streamlines: StreamlineArray, path, *, weights=None, reference=None,
-                     reference_affine=None, reference_shape=None) -> Path:
+def save_streamlines(streamlines: StreamlineArray, path: str | os.PathLike, *,
+                     weights: npt.ArrayLike | None = None,
+                     reference: TractogramFile | None = None,
+                     reference_affine: npt.ArrayLike | None = None,
+                     reference_shape: npt.ArrayLike | None = None) -> Path:
     """Write streamlines (RAS+ mm) as ``.trk`` or ``.tck``, atomically.
 
     Parameters

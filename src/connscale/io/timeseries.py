@@ -57,7 +57,7 @@ def load_timeseries(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
     return data, labels
 
 
-def _read_text(path: Path, delimiter: str | None):
+def _read_text(path: Path, delimiter: str | None) -> tuple[np.ndarray, list[str] | None]:
     with open(path, newline="") as fh:
         first = fh.readline()
     if delimiter is None:

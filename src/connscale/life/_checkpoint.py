@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from connscale.io._atomic import atomic_path
@@ -29,11 +30,12 @@ logger = logging.getLogger("connscale")
 _FORMAT = "connscale-sbb-state-1"
 
 
-def _numpy(t) -> np.ndarray:
+def _numpy(t: torch.Tensor | npt.ArrayLike) -> np.ndarray:
     return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
 
 
-def solver_key(signal, column_scale, *, x0, **parameters) -> str:
+def solver_key(signal: torch.Tensor | npt.ArrayLike, column_scale: torch.Tensor | npt.ArrayLike, *,
+               x0: torch.Tensor | npt.ArrayLike | None, **parameters) -> str:
     """Digest identifying one SBB problem (see the module docstring)."""
     inputs = [{"signal": array_fingerprint(_numpy(signal))},
               {"column_scale": array_fingerprint(_numpy(column_scale))}]

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from numbers import Integral, Real
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
@@ -37,15 +40,25 @@ from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
 from connscale.io.streamlines import StreamlineArray, load_streamlines
 
+if TYPE_CHECKING:
+    from dipy.core.sphere import Sphere
+    from nibabel.nifti1 import Nifti1Image
+    from nibabel.spatialimages import SpatialImage
+    from nibabel.streamlines.array_sequence import ArraySequence
+    from nibabel.streamlines.tractogram import Tractogram
+    from nibabel.streamlines.tractogram_file import TractogramFile
+
 
 # --------------------------------------------------------------------------
 # Inputs
 # --------------------------------------------------------------------------
-def _is_path(x) -> bool:
+def _is_path(x: object) -> bool:
     return isinstance(x, (str, os.PathLike))
 
 
-def load_dwi(dwi, affine=None):
+def load_dwi(dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
+             affine: npt.ArrayLike | None = None
+             ) -> tuple[np.ndarray, np.ndarray, SpatialImage | None]:
     """(data (X, Y, Z, n), affine, image or None) from a path, image or array."""
     image = None
     if _is_path(dwi):
@@ -75,7 +88,8 @@ def load_dwi(dwi, affine=None):
     return data, np.asarray(affine, dtype=np.float64), image
 
 
-def load_gradients(bvals, bvecs):
+def load_gradients(bvals: str | os.PathLike | npt.ArrayLike,
+                   bvecs: str | os.PathLike | npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """b-values (n,) and directions (n, 3) from FSL-style files or arrays."""
     if _is_path(bvals):
         bvals = _read_table(bvals, "bvals", ndmin=1)
@@ -88,7 +102,7 @@ def load_gradients(bvals, bvecs):
     return bvals, bvecs
 
 
-def _read_table(path, name: str, *, ndmin: int) -> np.ndarray:
+def _read_table(path: str | os.PathLike, name: str, *, ndmin: int) -> np.ndarray:
     """Numbers of an FSL-style text file, with a one-line error naming it."""
     if not os.path.exists(path):
         raise FileNotFoundError(f"{name} file not found: '{path}'.")
@@ -98,7 +112,8 @@ def _read_table(path, name: str, *, ndmin: int) -> np.ndarray:
         raise ValueError(f"Cannot read '{name}' file {path} as numbers: {exc}") from exc
 
 
-def load_volume(img, name: str):
+def load_volume(img: str | os.PathLike | SpatialImage | npt.ArrayLike | None,
+                name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
     """A 3-D array from a path, image or array (mask, labels)."""
     if img is None:
         return None, None
@@ -122,7 +137,8 @@ def load_volume(img, name: str):
     return data, affine
 
 
-def check_space(streamlines: StreamlineArray, shape, affine) -> None:
+def check_space(streamlines: StreamlineArray, shape: tuple[int, ...],
+                affine: npt.ArrayLike) -> None:
     """Raise when a .trk header's space differs from the dMRI's."""
     src = streamlines.source
     header = getattr(src, "header", None)
@@ -155,7 +171,8 @@ _KEY_BYTES_PER_POINT = 32
 _OPERATOR_BYTES_PER_ELEMENT = 64
 
 
-def plan_memory(memory_limit, *, device, n_points: int, loaded_bytes: int = 0):
+def plan_memory(memory_limit: int | str | None, *, device: str | torch.device, n_points: int,
+                loaded_bytes: int = 0) -> tuple[int, dict | None]:
     """Build chunk and operator options that keep LiFE within ``memory_limit``.
 
     Parameters
@@ -260,13 +277,15 @@ class LiFEFit:
         vol[v[:, 0], v[:, 1], v[:, 2]] = self.voxel_rmse
         return vol
 
-    def rmse_image(self):
+    def rmse_image(self) -> Nifti1Image:
         """The voxel RMSE map as a nibabel NIfTI image."""
         import nibabel as nib
 
         return nib.Nifti1Image(self.rmse_volume(), self.model.affine)
 
-    def predict(self, bvals=None, bvecs=None, *, demeaned: bool = False) -> np.ndarray:
+    def predict(self, bvals: str | os.PathLike | npt.ArrayLike | None = None,
+                bvecs: str | os.PathLike | npt.ArrayLike | None = None, *,
+                demeaned: bool = False) -> np.ndarray:
         """Predicted diffusion signal at the model voxels.
 
         Parameters
@@ -297,13 +316,15 @@ class LiFEFit:
         pred = pred * self.model.signal_scale[:, None]
         return pred.double().cpu().numpy()
 
-    def strength_of_evidence(self, fibres, *, n_boot: int = 5000, n_mc: int = 5, random_state=None) -> dict:
+    def strength_of_evidence(self, fibres: npt.ArrayLike, *, n_boot: int = 5000, n_mc: int = 5,
+                             random_state: int | np.random.Generator | None = None) -> dict:
         """Strength of evidence of the fascicle ``fibres`` (input indices or mask);
         see :func:`connscale.life.evaluate.strength_of_evidence`."""
         return strength_of_evidence(self.model, self.weights_kept, fibres, n_boot=n_boot,
                                     n_mc=n_mc, random_state=random_state)
 
-    def cross_validate(self, dwi_repeat) -> dict:
+    def cross_validate(self, dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike
+                       ) -> dict:
         """Per-voxel RMSE against a second acquisition (array, image or path on
         the same grid); see :func:`connscale.life.evaluate.cross_validated_rmse`."""
         data, _, _ = load_dwi(dwi_repeat, affine=self.model.affine)
@@ -344,8 +365,10 @@ _ESTIMATOR_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "formulation", "dev
 
 @validate_params({k: _PARAMETER_CONSTRAINTS[k] for k in _SOLVE_PARAMETERS})
 def solve(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol: float | None = 1e-5,
-          x0=None, verbose: int = 0, callback=None, operator_options: dict | None = None,
-          checkpoint=None, checkpoint_every: int = 50, n_iter=DEPRECATED) -> LiFEFit:
+          x0: npt.ArrayLike | torch.Tensor | None = None, verbose: int = 0,
+          callback: Callable[[int, torch.Tensor, float], object] | None = None,
+          operator_options: dict | None = None, checkpoint: str | os.PathLike | None = None,
+          checkpoint_every: int = 50, n_iter: int | str = DEPRECATED) -> LiFEFit:
     """Weights of a built model by preconditioned SBB-NNLS.
 
     The columns of M are divided by h_f = Σ val²‖D[:, a]‖² (the reference's
@@ -416,7 +439,7 @@ def solve(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol: float
 
 
 def _held_out_rmse(model: LiFEModel, op_b: LiFEOperator, mb: LiFEModel,
-                   weights_kept) -> np.ndarray:
+                   weights_kept: torch.Tensor) -> np.ndarray:
     """Per-voxel RMSE of the held-out half ``mb`` predicted from ``weights_kept``
     (the prediction demeaned per voxel, as the held-out signal is)."""
     pred = op_b.matvec(weights_kept)
@@ -425,9 +448,12 @@ def _held_out_rmse(model: LiFEModel, op_b: LiFEOperator, mb: LiFEModel,
             * model.signal_scale.double()).cpu().numpy()
 
 
-def split_rmse(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol=1e-5,
-               random_state=None, operator_options=None, checkpoint=None,
-               checkpoint_every: int = 50, n_iter=DEPRECATED) -> np.ndarray:
+def split_rmse(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500,
+               tol: float | None = 1e-5,
+               random_state: int | np.random.Generator | None = None,
+               operator_options: dict | None = None,
+               checkpoint: str | os.PathLike | None = None,
+               checkpoint_every: int = 50, n_iter: int | str = DEPRECATED) -> np.ndarray:
     """Cross-validated per-voxel RMSE by a gradient-direction split.
 
     Fits on one half of the directions and predicts the other half (the
@@ -445,9 +471,13 @@ def split_rmse(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol=1
 
 
 @validate_params({"lams": [_PARAMETER_CONSTRAINTS["lambdas"][0]]})
-def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, max_iter: int = 500, tol=1e-5,
-                 random_state=None, verbose: int = 0, operator_options=None, checkpoint=None,
-                 checkpoint_every: int = 50, n_iter=DEPRECATED) -> list[dict]:
+def lambda_sweep(model: LiFEModel, lams: Iterable[float], *,
+                 data_repeat: npt.ArrayLike | None = None, max_iter: int = 500,
+                 tol: float | None = 1e-5,
+                 random_state: int | np.random.Generator | None = None, verbose: int = 0,
+                 operator_options: dict | None = None,
+                 checkpoint: str | os.PathLike | None = None,
+                 checkpoint_every: int = 50, n_iter: int | str = DEPRECATED) -> list[dict]:
     """Fit each λ (warm-started from the previous one) and report the
     weight sum, non-zero count, objective and cross-validated median RMSE.
 
@@ -493,30 +523,31 @@ def lambda_sweep(model: LiFEModel, lams, *, data_repeat=None, max_iter: int = 50
 @fill_doc
 @validate_params(_PARAMETER_CONSTRAINTS)
 def fit(
-    dwi,
-    bvals,
-    bvecs,
-    streamlines,
+    dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
+    bvals: str | os.PathLike | npt.ArrayLike,
+    bvecs: str | os.PathLike | npt.ArrayLike,
+    streamlines: str | os.PathLike | StreamlineArray | TractogramFile | Tractogram
+    | ArraySequence | Iterable[npt.ArrayLike],
     *,
-    affine=None,
-    mask=None,
+    affine: npt.ArrayLike | None = None,
+    mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
     lam: float = 0.0,
-    lambdas=None,
-    dwi_repeat=None,
+    lambdas: Iterable[float] | None = None,
+    dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
     cross_validate: bool = False,
     max_iter: int = 500,
     tol: float | None = 1e-5,
-    sphere=None,
+    sphere: int | str | Sphere | npt.ArrayLike | None = None,
     formulation: str = "encode",
-    device="auto",
-    dtype="float32",
-    random_state=None,
-    x0=None,
-    memory_limit=None,
+    device: str | torch.device | None = "auto",
+    dtype: str | np.dtype | torch.dtype | type = "float32",
+    random_state: int | np.random.Generator | None = None,
+    x0: npt.ArrayLike | torch.Tensor | None = None,
+    memory_limit: int | str | None = None,
     verbose: int = 0,
-    checkpoint=None,
+    checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 50,
-    n_iter=DEPRECATED,
+    n_iter: int | str = DEPRECATED,
 ) -> LiFEFit:
     """Fit LiFE (λ = 0) or ReAl-LiFE (λ > 0) to a dMRI scan and a tractogram.
 
@@ -692,9 +723,12 @@ class LiFE(BaseEstimator):
     _parameter_constraints = {k: _PARAMETER_CONSTRAINTS[k] for k in _ESTIMATOR_PARAMETERS}
 
     def __init__(self, lam: float = 0.0, *, max_iter: int = 500, tol: float | None = 1e-5,
-                 sphere=None, formulation="encode", device="auto", dtype="float32",
-                 cross_validate: bool = False, random_state=None, verbose: int = 0,
-                 n_iter=DEPRECATED):
+                 sphere: int | str | Sphere | npt.ArrayLike | None = None,
+                 formulation: str = "encode", device: str | torch.device | None = "auto",
+                 dtype: str | np.dtype | torch.dtype | type = "float32",
+                 cross_validate: bool = False,
+                 random_state: int | np.random.Generator | None = None, verbose: int = 0,
+                 n_iter: int | str = DEPRECATED) -> None:
         self.lam = lam
         self.max_iter = max_iter
         self.tol = tol
@@ -707,7 +741,14 @@ class LiFE(BaseEstimator):
         self.verbose = verbose
         self.n_iter = n_iter
 
-    def fit(self, dwi, bvals, bvecs, streamlines, *, affine=None, mask=None, checkpoint=None):
+    def fit(self, dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
+            bvals: str | os.PathLike | npt.ArrayLike,
+            bvecs: str | os.PathLike | npt.ArrayLike,
+            streamlines: str | os.PathLike | StreamlineArray | TractogramFile | Tractogram
+            | ArraySequence | Iterable[npt.ArrayLike], *,
+            affine: npt.ArrayLike | None = None,
+            mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+            checkpoint: str | os.PathLike | None = None) -> LiFE:
         """Fit to a scan and a tractogram (see :func:`fit`); returns self.
 
         ``checkpoint`` is a folder for the solver's state, from which an
@@ -732,12 +773,14 @@ class LiFE(BaseEstimator):
             self.cv_rmse_ = self.fit_.cv_rmse
         return self
 
-    def predict(self, bvals=None, bvecs=None):
+    def predict(self, bvals: str | os.PathLike | npt.ArrayLike | None = None,
+                bvecs: str | os.PathLike | npt.ArrayLike | None = None) -> np.ndarray:
         """Predicted signal at the model voxels (see :meth:`LiFEFit.predict`)."""
         check_is_fitted(self, "fit_")
         return self.fit_.predict(bvals, bvecs)
 
-    def score(self, dwi_repeat=None) -> float:
+    def score(self, dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None
+              ) -> float:
         """Minus the median voxel RMSE (against ``dwi_repeat`` when given)."""
         check_is_fitted(self, "fit_")
         if dwi_repeat is None:

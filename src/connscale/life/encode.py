@@ -15,13 +15,18 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device, resolve_dtype
 from connscale._validation import user_stacklevel
 from connscale.io.streamlines import StreamlineArray
+
+if TYPE_CHECKING:
+    from dipy.core.sphere import Sphere
 
 #: Default number of atom orientations (half-sphere Fibonacci lattice, ~2.6°).
 DEFAULT_N_ATOMS = 2000
@@ -57,7 +62,7 @@ def fibonacci_hemisphere(n: int) -> np.ndarray:
     return np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1)
 
 
-def resolve_sphere(sphere) -> np.ndarray:
+def resolve_sphere(sphere: int | str | Sphere | npt.ArrayLike | None) -> np.ndarray:
     """Atom orientations (n_atoms, 3), unit norm, from the user's ``sphere``.
 
     Parameters
@@ -101,7 +106,8 @@ def shell_labels(bvals: np.ndarray, *, rounding: float = 100.0) -> np.ndarray:
     return np.round(np.asarray(bvals, dtype=np.float64) / rounding).astype(np.int64)
 
 
-def canonical_dictionary(bvals, bvecs, atoms, *, diffusivity: float = STICK_DIFFUSIVITY,
+def canonical_dictionary(bvals: npt.ArrayLike, bvecs: npt.ArrayLike, atoms: npt.ArrayLike, *,
+                         diffusivity: float = STICK_DIFFUSIVITY,
                          centre: str = "median") -> np.ndarray:
     """D (n_directions, n_atoms): stick signals, minus their median per shell.
 
@@ -149,7 +155,8 @@ class _SnapTable:
     fraction of a degree of a boundary between two atoms.
     """
 
-    def __init__(self, atoms: np.ndarray, device: torch.device, n_theta: int = 256, n_phi: int = 512):
+    def __init__(self, atoms: np.ndarray, device: torch.device, n_theta: int = 256,
+                 n_phi: int = 512) -> None:
         self.n_theta, self.n_phi = n_theta, n_phi
         theta = (np.arange(n_theta) + 0.5) / n_theta * (np.pi / 2)
         phi = (np.arange(n_phi) + 0.5) / n_phi * 2 * np.pi - np.pi
@@ -302,14 +309,15 @@ class LiFEModel:
             M[vi * n_dir:(vi + 1) * n_dir, fi] += x * D[:, ai]
         return M
 
-    def dictionary_for(self, bvals, bvecs) -> torch.Tensor:
+    def dictionary_for(self, bvals: npt.ArrayLike, bvecs: npt.ArrayLike) -> torch.Tensor:
         """D for other gradient directions with this model's atoms."""
         D = canonical_dictionary(bvals, bvecs, self.atoms,
                                  centre="median" if self.formulation == "encode" else "mean")
         return torch.as_tensor(D, dtype=self.dtype, device=self.device)
 
 
-def _check_gradients(bvals, bvecs, n_volumes: int):
+def _check_gradients(bvals: npt.ArrayLike, bvecs: npt.ArrayLike,
+                     n_volumes: int) -> tuple[np.ndarray, np.ndarray]:
     bvals = np.asarray(bvals, dtype=np.float64).ravel()
     bvecs = np.asarray(bvecs, dtype=np.float64)
     if bvecs.ndim == 2 and bvecs.shape[0] == 3 and bvecs.shape[1] != 3:
@@ -340,20 +348,20 @@ def model_memory(n_entries: int, n_pairs: int, n_voxels: int, n_volumes: int, n_
 
 
 def build_model(
-    data,
-    bvals,
-    bvecs,
+    data: npt.ArrayLike,
+    bvals: npt.ArrayLike,
+    bvecs: npt.ArrayLike,
     streamlines: StreamlineArray,
     *,
-    affine,
-    mask=None,
-    sphere=None,
+    affine: npt.ArrayLike,
+    mask: npt.ArrayLike | None = None,
+    sphere: int | str | Sphere | npt.ArrayLike | None = None,
     b0_threshold: float = 50.0,
     formulation: str = "encode",
-    device="auto",
-    dtype="float32",
+    device: str | torch.device | None = "auto",
+    dtype: str | np.dtype | torch.dtype | type = "float32",
     chunk_points: int = 1 << 23,
-    memory_limit=None,
+    memory_limit: int | str | None = None,
     loaded_bytes: int = 0,
 ) -> LiFEModel:
     """Build the ENCODE model of a dMRI scan and a tractogram.

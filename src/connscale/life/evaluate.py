@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from connscale._validation import check_random_state
@@ -15,7 +16,9 @@ from connscale.life.encode import LiFEModel, canonical_dictionary
 from connscale.life.operators import LiFEOperator
 
 
-def voxel_rmse(model: LiFEModel, weights_kept, *, signal=None, operator=None) -> np.ndarray:
+def voxel_rmse(model: LiFEModel, weights_kept: npt.ArrayLike | torch.Tensor, *,
+               signal: torch.Tensor | None = None,
+               operator: LiFEOperator | None = None) -> np.ndarray:
     """sqrt(mean over directions of (b − M w)²) per model voxel (signal units).
 
     Parameters
@@ -36,7 +39,7 @@ def voxel_rmse(model: LiFEModel, weights_kept, *, signal=None, operator=None) ->
     return rmse.cpu().numpy()
 
 
-def repeat_signal(model: LiFEModel, data) -> torch.Tensor:
+def repeat_signal(model: LiFEModel, data: npt.ArrayLike) -> torch.Tensor:
     """A second acquisition's signal at the model voxels and directions, demeaned.
 
     ``data`` (X, Y, Z, n_volumes) must be on the model's grid with the same
@@ -60,7 +63,8 @@ def repeat_signal(model: LiFEModel, data) -> torch.Tensor:
     return torch.as_tensor(vals, dtype=model.dtype, device=model.device)
 
 
-def cross_validated_rmse(model: LiFEModel, weights_kept, data_repeat) -> dict:
+def cross_validated_rmse(model: LiFEModel, weights_kept: npt.ArrayLike | torch.Tensor,
+                         data_repeat: npt.ArrayLike) -> dict:
     """Per-voxel RMSE of the fit against a second acquisition.
 
     Returns
@@ -78,7 +82,8 @@ def cross_validated_rmse(model: LiFEModel, weights_kept, data_repeat) -> dict:
     return {"rmse": rmse, "rmse_data": rmse_data, "rrmse": rrmse}
 
 
-def split_directions(model: LiFEModel, *, random_state=None):
+def split_directions(model: LiFEModel, *, random_state: int | np.random.Generator | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """Two halves of the diffusion directions (random, balanced per shell)."""
     rng = check_random_state(random_state)
     shells = np.round(model.bvals / 100).astype(int)
@@ -93,7 +98,7 @@ def split_directions(model: LiFEModel, *, random_state=None):
     return a, b
 
 
-def submodel(model: LiFEModel, directions) -> LiFEModel:
+def submodel(model: LiFEModel, directions: npt.ArrayLike) -> LiFEModel:
     """The model restricted to some directions (D rebuilt and de-medianed on them)."""
     directions = np.asarray(directions, dtype=np.int64)
     D = canonical_dictionary(model.bvals[directions], model.bvecs[directions], model.atoms,
@@ -112,8 +117,9 @@ def submodel(model: LiFEModel, directions) -> LiFEModel:
     )
 
 
-def strength_of_evidence(model: LiFEModel, weights_kept, fibres, *, n_boot: int = 5000,
-                         n_mc: int = 5, random_state=None) -> dict:
+def strength_of_evidence(model: LiFEModel, weights_kept: npt.ArrayLike | torch.Tensor,
+                         fibres: npt.ArrayLike, *, n_boot: int = 5000, n_mc: int = 5,
+                         random_state: int | np.random.Generator | None = None) -> dict:
     """Strength of evidence of a fascicle by virtual lesion (encode's
     ``feComputeVirtualLesion`` + ``feComputeEvidence``).
 

@@ -49,8 +49,10 @@ class LiFEOperator:
         an extra copy of the entries (~16 bytes each).
     """
 
-    def __init__(self, model: LiFEModel, *, column_scale=None, dictionary=None, chunk_size: int | None = None,
-                 pair_method: str = "sddmm", spmm_method: str = "auto", entry_method: str = "auto"):
+    def __init__(self, model: LiFEModel, *, column_scale: torch.Tensor | None = None,
+                 dictionary: torch.Tensor | None = None, chunk_size: int | None = None,
+                 pair_method: str = "sddmm", spmm_method: str = "auto",
+                 entry_method: str = "auto") -> None:
         if spmm_method == "auto":
             spmm_method = "scipy" if model.device.type == "cpu" else "torch"
         if spmm_method not in ("scipy", "torch"):
@@ -105,7 +107,7 @@ class LiFEOperator:
             )
             return A @ self.Dt
 
-    def _entry_matrices(self):
+    def _entry_matrices(self) -> tuple[torch.Tensor, torch.Tensor]:
         """P (pairs × fibres, working dtype) and Pᵀ (fibres × pairs, float64) as CSR."""
         if self._P is None:
             m = self.model

@@ -5,18 +5,27 @@ atomically."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale.io.life import save_weights  # noqa: F401 (public here too)
 from connscale.io.streamlines import StreamlineArray, save_streamlines
 
+if TYPE_CHECKING:
+    from connscale.life.api import LiFEFit
+
 _MEASURES = ("weight", "count", "evidence")
 
 
-def save_pruned_tractogram(streamlines: StreamlineArray, weights, path, *, reference_affine=None,
-                           reference_shape=None) -> Path:
+def save_pruned_tractogram(streamlines: StreamlineArray, weights: npt.ArrayLike,
+                           path: str | os.PathLike, *,
+                           reference_affine: npt.ArrayLike | None = None,
+                           reference_shape: npt.ArrayLike | None = None) -> Path:
     """Write the streamlines with weight > 0, in the format of ``path``'s suffix
     (.trk or .tck), reusing the input file's header when there was one.
 
@@ -33,7 +42,8 @@ def save_pruned_tractogram(streamlines: StreamlineArray, weights, path, *, refer
                             reference_shape=reference_shape)
 
 
-def endpoint_labels(streamlines: StreamlineArray, labels, labels_affine) -> np.ndarray:
+def endpoint_labels(streamlines: StreamlineArray, labels: npt.ArrayLike,
+                    labels_affine: npt.ArrayLike) -> np.ndarray:
     """(n_streamlines, 2) labels of each streamline's two end points (0: none)."""
     labels = np.asarray(labels)
     starts = streamlines.offsets[:-1]
@@ -49,8 +59,11 @@ def endpoint_labels(streamlines: StreamlineArray, labels, labels_affine) -> np.n
     return np.where(inside, out, 0)
 
 
-def connectome(streamlines: StreamlineArray, weights, labels, labels_affine, *, measure: str = "weight",
-               fit=None, region_labels=None, random_state=None):
+def connectome(streamlines: StreamlineArray, weights: npt.ArrayLike, labels: npt.ArrayLike,
+               labels_affine: npt.ArrayLike, *, measure: str = "weight",
+               fit: LiFEFit | None = None, region_labels: npt.ArrayLike | None = None,
+               random_state: int | np.random.Generator | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """Region × region structural connectome of the surviving streamlines.
 
     Parameters
@@ -113,8 +126,9 @@ def connectome(streamlines: StreamlineArray, weights, labels, labels_affine, *, 
     return M, region_labels
 
 
-def write_relmat(matrix, region_labels, out_dir, source: str, *, measure: str, formats=("tsv", "h5"),
-                 metadata=None) -> list[Path]:
+def write_relmat(matrix: npt.ArrayLike, region_labels: npt.ArrayLike, out_dir: str | os.PathLike,
+                 source: str, *, measure: str, formats: Collection[str] = ("tsv", "h5"),
+                 metadata: Mapping | None = None) -> list[Path]:
     """Write ``<source>_meas-<Measure>_relmat.{tsv,h5}`` and their JSON sidecars.
 
     The TSV has a header row of region labels (as ``connscale.io.relmat``);

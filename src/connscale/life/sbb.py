@@ -25,13 +25,19 @@ the same iterates as a run that was never interrupted.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from numbers import Integral, Real
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from connscale._validation import Interval, validate_params
+
+if TYPE_CHECKING:
+    from connscale.life.operators import LiFEOperator
 
 
 class DenseOperator:
@@ -43,16 +49,17 @@ class DenseOperator:
     device, dtype : torch device and dtype
     """
 
-    def __init__(self, M, *, device="cpu", dtype=torch.float64):
+    def __init__(self, M: npt.ArrayLike, *, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float64) -> None:
         self.M = torch.as_tensor(np.asarray(M), dtype=dtype, device=device)
         self.device = self.M.device
         self.dtype = dtype
         self.shape = tuple(self.M.shape)
 
-    def matvec(self, x):
+    def matvec(self, x: torch.Tensor) -> torch.Tensor:
         return self.M @ x.to(self.device, self.dtype)
 
-    def rmatvec(self, y):
+    def rmatvec(self, y: torch.Tensor) -> torch.Tensor:
         return (self.M.T.double() @ y.to(self.device).double().reshape(-1))
 
 
@@ -92,18 +99,18 @@ def _sq(t: torch.Tensor) -> float:
     "max_iter": [Interval(Integral, 1, None, closed="left")],
 })
 def sbb_nnls(
-    op,
+    op: LiFEOperator | DenseOperator,
     b: torch.Tensor,
     *,
     lam: float = 0.0,
     max_iter: int = 500,
     tol_grad: float | None = 1e-5,
     tol_obj: float | None = 1e-5,
-    x0=None,
-    callback=None,
+    x0: npt.ArrayLike | torch.Tensor | None = None,
+    callback: Callable[[int, torch.Tensor, float], object] | None = None,
     verbose: int = 0,
     state: dict | None = None,
-    save_state=None,
+    save_state: Callable[[dict], object] | None = None,
     state_every: int = 0,
 ) -> SBBResult:
     """Solve ``min ½‖Mx − b‖² + λ·1ᵀx, x ≥ 0`` by SBB (see module docstring).

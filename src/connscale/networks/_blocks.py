@@ -19,13 +19,20 @@ float64 on load, so it is the same whatever the block boundaries.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 from connscale._validation import check_real
+
+if TYPE_CHECKING:
+    import h5py
+    import torch
 
 _SELECTIONS = ("magnitude", "signed")
 
@@ -50,7 +57,7 @@ class ColumnSource:
         The HDF5 dataset name.
     """
 
-    def __init__(self, data, kind: str, path: str | None = None,
+    def __init__(self, data: np.ndarray | h5py.Dataset, kind: str, path: str | None = None,
                  dataset: str | None = None) -> None:
         self.data = data
         self.kind = kind
@@ -69,7 +76,8 @@ class ColumnSource:
         """Columns ``start:stop`` as a (T, stop - start) array (a view or a copy)."""
         return self.data[:, start:stop]
 
-    def loader(self, bounds, *, standardize: bool, dtype: str):
+    def loader(self, bounds: Sequence[int] | np.ndarray, *, standardize: bool,
+               dtype: str) -> FileBlockLoader | ArrayBlockLoader:
         """A picklable loader of block ``i`` = columns ``bounds[i]:bounds[i+1]``."""
         if self.kind in ("npy", "h5"):
             return FileBlockLoader(self.path, bounds, standardize=standardize,
@@ -79,7 +87,7 @@ class ColumnSource:
         return ArrayBlockLoader(pieces, bounds, standardize=standardize, dtype=dtype)
 
 
-def open_source(S, *, name: str = "S") -> ColumnSource:
+def open_source(S: str | os.PathLike | npt.ArrayLike | h5py.Dataset | torch.Tensor, *, name: str = "S") -> ColumnSource:
     """Open S given as an array, a ``.npy`` path or an HDF5 path.
 
     HDF5 files are given as ``'file.h5'`` (one 2-D dataset, or one named
@@ -197,7 +205,7 @@ def block_bounds(n_voxels: int, block_size: int) -> np.ndarray:
 # ---------------------------------------------------------------------------
 
 
-def standardize_np(block: np.ndarray, dtype) -> np.ndarray:
+def standardize_np(block: np.ndarray, dtype: npt.DTypeLike) -> np.ndarray:
     """Columns zero-mean and unit-norm, computed in float64 (constant -> 0)."""
     x = np.array(block, dtype=np.float64)
     x -= x.mean(axis=0)
@@ -235,7 +243,7 @@ class FileBlockLoader:
     driver never ships S.
     """
 
-    def __init__(self, path: str, bounds, *, standardize: bool, dtype: str,
+    def __init__(self, path: str, bounds: Sequence[int] | np.ndarray, *, standardize: bool, dtype: str,
                  dataset: str | None = None) -> None:
         self.path = path
         self.bounds = np.asarray(bounds, dtype=np.int64)
@@ -262,7 +270,8 @@ class ArrayBlockLoader:
     larger than the driver's memory give a path on a shared file system.
     """
 
-    def __init__(self, pieces, bounds, *, standardize: bool, dtype: str) -> None:
+    def __init__(self, pieces: list[np.ndarray], bounds: Sequence[int] | np.ndarray, *,
+                 standardize: bool, dtype: str) -> None:
         self.pieces = pieces
         self.bounds = np.asarray(bounds, dtype=np.int64)
         self.standardize = standardize
@@ -283,7 +292,8 @@ def selection_scores(values: np.ndarray, selection: str) -> np.ndarray:
 
 
 def block_candidates(block: Block, u: np.ndarray, corr_idx: np.ndarray,
-                     corr_val: np.ndarray, r: int, selection: str):
+                     corr_val: np.ndarray, r: int, selection: str
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """A block's top-r candidates of ``Sᵀu - Vᵀ(Uᵀu)``.
 
     Parameters
@@ -327,7 +337,8 @@ def block_matvec(block: Block, v_idx: np.ndarray, v_val: np.ndarray) -> np.ndarr
     return (v_val[lo:hi].astype(rows.dtype) @ rows).astype(np.float64)
 
 
-def merge_candidates(idx: np.ndarray, values: np.ndarray, r: int, selection: str):
+def merge_candidates(idx: np.ndarray, values: np.ndarray, r: int,
+                     selection: str) -> tuple[np.ndarray, np.ndarray]:
     """Exact global top-r from the concatenated per-block candidates.
 
     Returns indices sorted ascending and their values. With ``'signed'`` the

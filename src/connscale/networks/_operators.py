@@ -24,7 +24,9 @@ CUDA. :class:`EngineOperator` runs the block functions of
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -34,6 +36,9 @@ from connscale._compute.device import numpy_dtype
 from connscale.networks import _blocks
 from connscale.networks._select import top_r_sorted
 from connscale.networks._update import BlockUpdater, ResidentUpdater
+
+if TYPE_CHECKING:
+    from connscale.engines.base import Engine
 
 
 def standardize_torch(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -45,13 +50,15 @@ def standardize_torch(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (x / norm).to(dtype)
 
 
-def _apply_deflation(y: torch.Tensor, deflation) -> None:
+def _apply_deflation(y: torch.Tensor,
+                     deflation: tuple[torch.Tensor, torch.Tensor] | None) -> None:
     if deflation is not None:
         index, weight = deflation
         y.index_add_(0, index, weight, alpha=-1)
 
 
-def _prepare(columns: np.ndarray, device, dtype, standardize: bool) -> torch.Tensor:
+def _prepare(columns: np.ndarray, device: torch.device, dtype: torch.dtype,
+             standardize: bool) -> torch.Tensor:
     columns = np.ascontiguousarray(columns)
     if not columns.flags.writeable:  # a read-only memory map: never hand torch a view
         columns = columns.copy()
@@ -102,7 +109,7 @@ class ResidentOperator:
             self.St[a:b].copy_(block.T)
         self.n_blocks = len(bounds) - 1
 
-    def _page_locked(self, shape, dtype: torch.dtype) -> torch.Tensor:
+    def _page_locked(self, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
         """A host array of exactly ``shape``, page-locked by cudaHostRegister
         (torch's pinned allocator rounds sizes up to a power of two: up to
         twice the memory for Sᵀ)."""
@@ -126,7 +133,7 @@ class ResidentOperator:
             self._registered = None
 
 
-def _progress(bounds, desc: str, verbose: int):
+def _progress(bounds: np.ndarray, desc: str, verbose: int) -> Iterable[tuple[int, int]]:
     """(start, stop) of each column block, with a progress bar when verbose."""
     from tqdm.auto import tqdm
 
@@ -134,8 +141,8 @@ def _progress(bounds, desc: str, verbose: int):
     return tqdm(pairs, desc=desc, unit="block", disable=not verbose or len(pairs) < 2)
 
 
-def column_stats(source: _blocks.ColumnSource, bounds, device: torch.device,
-                 verbose: int = 0):
+def column_stats(source: _blocks.ColumnSource, bounds: np.ndarray, device: torch.device,
+                 verbose: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-voxel mean and 1 / centred norm (0 for constant voxels), float64,
     from one pass over S in column blocks."""
     n_voxels = source.shape[1]
@@ -204,18 +211,18 @@ class StreamedOperator:
     # A block is "columns" of S: a range a:b (the full pass) or chosen voxel
     # indices (the gathered pass); ``cols`` is a slice or an index tensor on
     # the device, ``fill(dst)`` writes the raw (T, width) columns into dst.
-    def _range_fill(self, a: int, b: int):
+    def _range_fill(self, a: int, b: int) -> Callable[[np.ndarray], None]:
         data = self.source.data
 
-        def write(rows, out):
+        def write(rows: slice, out: np.ndarray) -> None:
             np.copyto(out, data[rows, a:b], casting="unsafe")
 
         return lambda dst: self._copy_rows(dst, write)
 
-    def _gather_fill(self, index: np.ndarray):
+    def _gather_fill(self, index: np.ndarray) -> Callable[[np.ndarray], None]:
         data = self.source.data
 
-        def write(rows, out):
+        def write(rows: slice, out: np.ndarray) -> None:
             if out.dtype == data.dtype:  # mode='clip' does not buffer; indices are valid
                 np.take(data[rows], index, axis=1, out=out, mode="clip")
             else:
@@ -223,11 +230,11 @@ class StreamedOperator:
 
         return lambda dst: self._copy_rows(dst, write)
 
-    def _copy_rows(self, dst: np.ndarray, write) -> None:
+    def _copy_rows(self, dst: np.ndarray, write: Callable[[slice, np.ndarray], None]) -> None:
         """``write(rows, dst[rows])`` over row chunks, split over threads
         (numpy releases the GIL while copying; reading a memory map is the
         slow step)."""
-        def copy(rows):
+        def copy(rows: np.ndarray) -> None:
             if rows.size:
                 part = slice(int(rows[0]), int(rows[-1]) + 1)
                 write(part, dst[part])
@@ -237,7 +244,7 @@ class StreamedOperator:
         else:
             list(self._executor.map(copy, self._row_chunks))
 
-    def _finish(self, raw: torch.Tensor, cols) -> torch.Tensor:
+    def _finish(self, raw: torch.Tensor, cols: slice | torch.Tensor) -> torch.Tensor:
         """Standardise (in place, into a work buffer when the dtype differs)."""
         if raw.dtype == self.dtype:
             block = raw
@@ -250,7 +257,9 @@ class StreamedOperator:
             _check_finite(block, cols.start if isinstance(cols, slice) else 0)
         return block
 
-    def _iterate(self, pieces):
+    def _iterate(self, pieces: Sequence[tuple[slice | torch.Tensor, int,
+                                              Callable[[np.ndarray], None]]]
+                 ) -> Iterator[tuple[slice | torch.Tensor, torch.Tensor]]:
         """Yield (cols, block) for pieces = [(cols, width, fill)], overlapping
         the next piece's read and copy with this one's compute on CUDA."""
         if self.device.type == "cuda":
@@ -262,7 +271,9 @@ class StreamedOperator:
             fill(block.numpy())
             yield cols, self._finish(block, cols)
 
-    def _iterate_cuda(self, pieces):
+    def _iterate_cuda(self, pieces: Sequence[tuple[slice | torch.Tensor, int,
+                                                   Callable[[np.ndarray], None]]]
+                      ) -> Iterator[tuple[slice | torch.Tensor, torch.Tensor]]:
         n_timepoints = self.shape[0]
         blocks = self._copier.blocks([((n_timepoints, width), fill)
                                       for _, width, fill in pieces])
@@ -271,7 +282,8 @@ class StreamedOperator:
             yield cols, self._finish(raw, cols)
 
     # -- the two passes ------------------------------------------------------
-    def top_r(self, u, deflation, r, selection):
+    def top_r(self, u: torch.Tensor, deflation: tuple[torch.Tensor, torch.Tensor] | None,
+              r: int, selection: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Full pass over S in column blocks: y = Sᵀu, deflated, exact top-r."""
         y = self._y
         pieces = [(slice(a, b), b - a, self._range_fill(a, b))
@@ -283,7 +295,7 @@ class StreamedOperator:
         _apply_deflation(y, deflation)
         return top_r_sorted(y, r, selection)
 
-    def matvec(self, idx, values):
+    def matvec(self, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """Sv reading only the r chosen columns (gathered from an array or
         ``.npy`` in chunks of a block's width; HDF5 sources are read in full
         column blocks, as fancy column reads there are slow)."""
@@ -329,7 +341,9 @@ class EngineOperator:
 
     mode = "engine"
 
-    def __init__(self, engine, loader, shape, n_blocks: int, *, dtype: torch.dtype) -> None:
+    def __init__(self, engine: Engine,
+                 loader: _blocks.FileBlockLoader | _blocks.ArrayBlockLoader,
+                 shape: Sequence[int], n_blocks: int, *, dtype: torch.dtype) -> None:
         self.engine = engine
         self.shape = tuple(shape)
         self.device = torch.device("cpu")
@@ -337,7 +351,8 @@ class EngineOperator:
         self.n_blocks = n_blocks
         self.blocks = engine.load_blocks(loader, n_blocks)
 
-    def top_r(self, u, deflation, r, selection):
+    def top_r(self, u: torch.Tensor, deflation: tuple[torch.Tensor, torch.Tensor] | None,
+              r: int, selection: str) -> tuple[torch.Tensor, torch.Tensor]:
         n_voxels = self.shape[1]
         if deflation is None:
             corr_idx = np.empty(0, dtype=np.int64)
@@ -357,7 +372,7 @@ class EngineOperator:
         return (torch.from_numpy(idx),
                 torch.from_numpy(np.ascontiguousarray(values, dtype=numpy_dtype(self.dtype))))
 
-    def matvec(self, idx, values):
+    def matvec(self, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         su = self.engine.sum_blocks(self.blocks, _blocks.block_matvec, idx.numpy(),
                                     values.numpy())
         return torch.as_tensor(np.asarray(su), dtype=self.dtype)

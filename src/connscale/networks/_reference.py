@@ -4,14 +4,16 @@ the reference the backends are tested against. Not for large data."""
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale._validation import check_random_state
 from connscale.networks._blocks import standardize_np
 
 
-def r1dl_reference(S, n_atoms: int, r: int, *, tol: float = 0.01, max_iter: int = 100,
-                   selection: str = "magnitude", standardize: bool = True,
-                   n_init: int = 1, random_state=None):
+def r1dl_reference(S: npt.ArrayLike, n_atoms: int, r: int, *, tol: float = 0.01,
+                   max_iter: int = 100, selection: str = "magnitude", standardize: bool = True,
+                   n_init: int = 1, random_state: int | np.random.Generator | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return (dictionary (T, K), loadings (K, P) dense, n_iter (K,))."""
     R = np.array(S, dtype=np.float64)
     if standardize:
@@ -36,7 +38,8 @@ def r1dl_reference(S, n_atoms: int, r: int, *, tol: float = 0.01, max_iter: int 
     return U, V, n_iter
 
 
-def _one_start(R, rng, r, tol, max_iter, selection):
+def _one_start(R: np.ndarray, rng: np.random.Generator, r: int, tol: float, max_iter: int,
+               selection: str) -> tuple[np.ndarray, np.ndarray, int]:
     n_timepoints, n_voxels = R.shape
     u = rng.standard_normal(n_timepoints)
     u /= np.linalg.norm(u)

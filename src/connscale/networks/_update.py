@@ -24,12 +24,16 @@ them through the copy engine.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import torch
 
 from connscale._compute.transfer import HostToDevice
 from connscale.networks import _triton_r1dl
 from connscale.networks._select import top_r_sorted
+
+if TYPE_CHECKING:
+    from connscale.networks._operators import EngineOperator, StreamedOperator
 
 
 class _Updater:
@@ -89,7 +93,7 @@ class _Updater:
         """Undo the last step's move of u (its residual was zero)."""
         self.u.copy_(self.u_prev)
 
-    def current(self):
+    def current(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(u, idx ascending, val) of the last step, owned by the caller."""
         return self.u.clone(), self.idx.clone(), self.val.clone()
 
@@ -104,7 +108,7 @@ class _Updater:
 class BlockUpdater(_Updater):
     """Updates through a block operator's ``top_r`` and ``matvec``."""
 
-    def __init__(self, op, *, n_atoms: int, r: int, selection: str) -> None:
+    def __init__(self, op: StreamedOperator | EngineOperator, *, n_atoms: int, r: int, selection: str) -> None:
         super().__init__(*op.shape, n_atoms=n_atoms, r=r, selection=selection,
                          device=op.device, dtype=op.dtype)
         self.op = op

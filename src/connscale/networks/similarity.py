@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 import scipy.sparse as sp
 
 
-def _support(maps, name: str) -> sp.csr_matrix:
+def _support(maps: npt.ArrayLike | sp.spmatrix | sp.sparray, name: str) -> sp.csr_matrix:
     """Boolean support (non-zero voxels) of one map or a stack of maps, as CSR."""
     if sp.issparse(maps):
         m = sp.csr_matrix(maps)
@@ -23,7 +24,8 @@ def _support(maps, name: str) -> sp.csr_matrix:
     return sp.csr_matrix(out)
 
 
-def spatial_similarity(p1, p2):
+def spatial_similarity(p1: npt.ArrayLike | sp.spmatrix | sp.sparray,
+                       p2: npt.ArrayLike | sp.spmatrix | sp.sparray) -> float | np.ndarray:
     """R(P₁, P₂) = |P₁ ∩ P₂| / |P₂|, counting non-zero voxels.
 
     Parameters
@@ -54,7 +56,9 @@ def spatial_similarity(p1, p2):
     return float(sim[0, 0]) if one_d else sim
 
 
-def match_networks(maps, templates):
+def match_networks(maps: npt.ArrayLike | sp.spmatrix | sp.sparray,
+                   templates: npt.ArrayLike | sp.spmatrix | sp.sparray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pair each template with a distinct map maximising spatial similarity.
 
     Hungarian assignment (:func:`scipy.optimize.linear_sum_assignment`) on

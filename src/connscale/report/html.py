@@ -16,6 +16,10 @@ import os
 import warnings
 from numbers import Number
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from connscale.cli._common import RunRecord
 
 __all__ = ["render_report", "write_report"]
 
@@ -51,11 +55,11 @@ figcaption { font-size: 0.85em; color: #4a5568; }
 """
 
 
-def _esc(value) -> str:
+def _esc(value: object) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _fmt_number(value) -> str:
+def _fmt_number(value: float) -> str:
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, int):
@@ -68,7 +72,7 @@ def _fmt_number(value) -> str:
     return f"{value:.3e}"
 
 
-def _to_plain(value):
+def _to_plain(value: object) -> object:
     """numpy scalars/arrays to Python objects, leaving the rest."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
         try:
@@ -78,7 +82,7 @@ def _to_plain(value):
     return value
 
 
-def _render_value(value, depth: int = 0) -> str:
+def _render_value(value: object, depth: int = 0) -> str:
     value = _to_plain(value)
     if value is None:
         return '<span class="muted">none</span>'
@@ -172,12 +176,12 @@ def _render_timings(timings: dict) -> str:
     return "".join(rows)
 
 
-def _resolve(path, out_dir: Path) -> Path:
+def _resolve(path: str | os.PathLike, out_dir: Path) -> Path:
     path = Path(path)
     return path if path.is_absolute() or path.exists() else out_dir / path
 
 
-def _embed_figure(path, out_dir: Path, problems: list) -> str:
+def _embed_figure(path: str | os.PathLike, out_dir: Path, problems: list) -> str:
     resolved = _resolve(path, out_dir)
     mime = _MIME.get(resolved.suffix.lower())
     if mime is None:
@@ -197,7 +201,7 @@ def _embed_figure(path, out_dir: Path, problems: list) -> str:
             f"<figcaption>{_esc(name)}</figcaption></figure>")
 
 
-def _display_path(path, out_dir: Path) -> str:
+def _display_path(path: str | os.PathLike, out_dir: Path) -> str:
     resolved = _resolve(path, out_dir)
     try:
         return str(resolved.resolve().relative_to(out_dir.resolve()))
@@ -205,7 +209,7 @@ def _display_path(path, out_dir: Path) -> str:
         return str(path)
 
 
-def render_report(record, out_dir) -> str:
+def render_report(record: RunRecord | dict, out_dir: str | os.PathLike) -> str:
     """The HTML text of the report of ``record`` (see :func:`write_report`)."""
     if hasattr(record, "as_dict"):
         record = record.as_dict()
@@ -261,7 +265,7 @@ def render_report(record, out_dir) -> str:
     )
 
 
-def write_report(record, out_dir, *, filename: str = "report.html") -> Path:
+def write_report(record: RunRecord | dict, out_dir: str | os.PathLike, *, filename: str = "report.html") -> Path:
     """Write the self-contained HTML report of a run.
 
     Parameters

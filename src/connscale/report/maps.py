@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from connscale.report.plots import _load_img, _pyplot, _save
 
+if TYPE_CHECKING:
+    from nibabel.spatialimages import SpatialImage
 
-def plot_stat_map(img, out_path, *, bg_img=None, title=None) -> Path:
+
+def plot_stat_map(img: str | Path | SpatialImage, out_path: str | os.PathLike, *,
+                  bg_img: str | Path | SpatialImage | None = None,
+                  title: str | None = None) -> Path:
     """One 3-D map over a background image, in three orthogonal cuts.
 
     Parameters

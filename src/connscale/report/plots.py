@@ -8,9 +8,21 @@ this module imports without them.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
+import numpy.typing as npt
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp
+    from matplotlib.figure import Figure
+    from nibabel.spatialimages import SpatialImage
+
+    from connscale.fc.dynamic_result import DynamicConnectivity
 
 __all__ = [
     "plot_confusion_matrix",
@@ -36,7 +48,7 @@ __all__ = [
 _DPI = 100
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
     import sys
 
     import matplotlib
@@ -48,7 +60,7 @@ def _pyplot():
     return plt
 
 
-def _save(fig, out_path) -> Path:
+def _save(fig: Figure, out_path: str | os.PathLike) -> Path:
     from connscale.io._atomic import atomic_path
 
     plt = _pyplot()
@@ -63,7 +75,7 @@ def _save(fig, out_path) -> Path:
     return out_path
 
 
-def _as_square(matrix) -> np.ndarray:
+def _as_square(matrix: npt.ArrayLike | sp.spmatrix | sp.sparray) -> np.ndarray:
     from connscale._triu import vec_to_matrix
 
     try:
@@ -84,7 +96,8 @@ def _as_square(matrix) -> np.ndarray:
     return matrix
 
 
-def plot_correlation_matrix(matrix, out_path, *, labels=None, title=None,
+def plot_correlation_matrix(matrix: npt.ArrayLike, out_path: str | os.PathLike, *,
+                            labels: Sequence[str] | None = None, title: str | None = None,
                             vmin: float = -1.0, vmax: float = 1.0,
                             cmap: str = "RdBu_r", reorder: bool = False) -> Path:
     """Correlation matrix with region labels (``nilearn.plotting.plot_matrix``).
@@ -127,7 +140,9 @@ def plot_correlation_matrix(matrix, out_path, *, labels=None, title=None,
     return _save(fig, out_path)
 
 
-def plot_connectome(matrix, coords, out_path, *, edge_threshold="95%", title=None,
+def plot_connectome(matrix: npt.ArrayLike | sp.spmatrix | sp.sparray, coords: npt.ArrayLike,
+                    out_path: str | os.PathLike, *, edge_threshold: str | float = "95%",
+                    title: str | None = None,
                     node_size: float = 20) -> Path:
     """Edges on a glass brain (``nilearn.plotting.plot_connectome``).
 
@@ -165,8 +180,12 @@ def plot_connectome(matrix, coords, out_path, *, edge_threshold="95%", title=Non
     return _save(fig, out_path)
 
 
-def plot_edge_timecourses(timecourses, out_path, *, edge_labels=None, window_times=None,
-                          max_edges: int = 8, title=None, node_labels=None) -> Path:
+def plot_edge_timecourses(timecourses: npt.ArrayLike | DynamicConnectivity,
+                          out_path: str | os.PathLike, *,
+                          edge_labels: Sequence[str] | None = None,
+                          window_times: npt.ArrayLike | None = None,
+                          max_edges: int = 8, title: str | None = None,
+                          node_labels: Sequence[str] | None = None) -> Path:
     """Windowed-correlation time courses of a few edges (DFC).
 
     Parameters
@@ -224,7 +243,8 @@ def plot_edge_timecourses(timecourses, out_path, *, edge_labels=None, window_tim
     return _save(fig, out_path)
 
 
-def plot_dfc_windows(result, out_path, *, max_windows: int = 4, title=None) -> Path:
+def plot_dfc_windows(result: DynamicConnectivity, out_path: str | os.PathLike, *,
+                     max_windows: int = 4, title: str | None = None) -> Path:
     """Correlation matrices of a few windows of a DFC run, evenly spread over it.
 
     Parameters
@@ -260,7 +280,7 @@ def plot_dfc_windows(result, out_path, *, max_windows: int = 4, title=None) -> P
     return _save(fig, out_path)
 
 
-def window_similarity(windows) -> np.ndarray:
+def window_similarity(windows: npt.ArrayLike) -> np.ndarray:
     """Pearson correlation between the edge vectors of every pair of windows.
 
     Parameters
@@ -285,8 +305,8 @@ def window_similarity(windows) -> np.ndarray:
     return unit @ unit.T
 
 
-def plot_window_similarity(windows, out_path, *, precomputed: bool = False,
-                           title=None) -> Path:
+def plot_window_similarity(windows: npt.ArrayLike, out_path: str | os.PathLike, *,
+                           precomputed: bool = False, title: str | None = None) -> Path:
     """Window-to-window similarity matrix of a DFC run.
 
     Parameters
@@ -316,7 +336,7 @@ def plot_window_similarity(windows, out_path, *, precomputed: bool = False,
     return _save(fig, out_path)
 
 
-def _load_img(img):
+def _load_img(img: str | Path | SpatialImage) -> SpatialImage:
     import nibabel as nib
 
     if isinstance(img, (str, Path)):
@@ -324,14 +344,16 @@ def _load_img(img):
     return img
 
 
-def _is_img(obj) -> bool:
+def _is_img(obj: object) -> bool:
     if isinstance(obj, (str, Path)):
         return str(obj).lower().endswith((".nii", ".nii.gz"))
     return hasattr(obj, "get_fdata") and hasattr(obj, "affine")
 
 
-def plot_network_maps(maps, out_path, *, max_networks: int = 6, title=None,
-                      bg_img=None) -> Path:
+def plot_network_maps(maps: str | Path | SpatialImage | npt.ArrayLike | sp.spmatrix | sp.sparray,
+                      out_path: str | os.PathLike, *, max_networks: int = 6,
+                      title: str | None = None,
+                      bg_img: str | Path | SpatialImage | None = None) -> Path:
     """Spatial maps of r1DL networks.
 
     Parameters
@@ -396,8 +418,9 @@ def plot_network_maps(maps, out_path, *, max_networks: int = 6, title=None,
     return _save(fig, out_path)
 
 
-def plot_network_timecourses(timecourses, out_path, *, t_r=None, max_networks: int = 6,
-                             title=None) -> Path:
+def plot_network_timecourses(timecourses: npt.ArrayLike, out_path: str | os.PathLike, *,
+                             t_r: float | None = None, max_networks: int = 6,
+                             title: str | None = None) -> Path:
     """Time courses of r1DL networks (columns of U).
 
     Parameters
@@ -432,8 +455,11 @@ def plot_network_timecourses(timecourses, out_path, *, t_r=None, max_networks: i
     return _save(fig, out_path)
 
 
-def plot_networks(timecourses, maps, out_path, *, max_networks: int = 4, bg_img=None,
-                  title=None) -> Path:
+def plot_networks(timecourses: npt.ArrayLike,
+                  maps: str | Path | SpatialImage | npt.ArrayLike | sp.spmatrix | sp.sparray,
+                  out_path: str | os.PathLike, *, max_networks: int = 4,
+                  bg_img: str | Path | SpatialImage | None = None,
+                  title: str | None = None) -> Path:
     """Time course and spatial map of the first r1DL networks, one row each.
 
     Parameters
@@ -490,7 +516,8 @@ def plot_networks(timecourses, maps, out_path, *, max_networks: int = 4, bg_img=
     return _save(fig, out_path)
 
 
-def plot_rmse_map(rmse, out_path, *, n_slices: int = 8, title=None) -> Path:
+def plot_rmse_map(rmse: str | Path | SpatialImage | npt.ArrayLike, out_path: str | os.PathLike,
+                  *, n_slices: int = 8, title: str | None = None) -> Path:
     """Axial slices of a voxel-wise RMSE map (LiFE).
 
     Parameters
@@ -533,8 +560,9 @@ def plot_rmse_map(rmse, out_path, *, n_slices: int = 8, title=None) -> Path:
     return _save(fig, out_path)
 
 
-def plot_weight_histogram(weights, out_path, *, bins: int = 50, log: bool = True,
-                          title=None) -> Path:
+def plot_weight_histogram(weights: npt.ArrayLike, out_path: str | os.PathLike, *,
+                          bins: int = 50, log: bool = True,
+                          title: str | None = None) -> Path:
     """Histogram of fiber weights (LiFE), zeros counted apart.
 
     Parameters
@@ -566,7 +594,8 @@ def plot_weight_histogram(weights, out_path, *, bins: int = 50, log: bool = True
     return _save(fig, out_path)
 
 
-def plot_lambda_sweep(rows, out_path, *, title=None) -> Path:
+def plot_lambda_sweep(rows: Sequence[Mapping], out_path: str | os.PathLike, *,
+                      title: str | None = None) -> Path:
     """Weight sum, non-zero weights and cross-validated median RMSE against λ
     (a ReAl-LiFE λ sweep).
 
@@ -599,8 +628,9 @@ def plot_lambda_sweep(rows, out_path, *, title=None) -> Path:
     return _save(fig, out_path)
 
 
-def plot_confusion_matrix(matrix, out_path, *, class_names=("negative", "positive"),
-                          normalize: bool = False, title=None) -> Path:
+def plot_confusion_matrix(matrix: npt.ArrayLike, out_path: str | os.PathLike, *,
+                          class_names: Sequence[str] = ("negative", "positive"),
+                          normalize: bool = False, title: str | None = None) -> Path:
     """Confusion matrix ``[[TN, FP], [FN, TP]]`` (rows: truth, columns: prediction).
 
     Parameters
@@ -638,7 +668,8 @@ def plot_confusion_matrix(matrix, out_path, *, class_names=("negative", "positiv
     return _save(fig, out_path)
 
 
-def plot_roc(y_true, scores, out_path, *, title=None) -> Path:
+def plot_roc(y_true: npt.ArrayLike, scores: npt.ArrayLike, out_path: str | os.PathLike, *,
+             title: str | None = None) -> Path:
     """ROC curves of out-of-fold scores, one per cross-validation repeat.
 
     Parameters
@@ -680,9 +711,9 @@ def plot_roc(y_true, scores, out_path, *, title=None) -> Path:
     return _save(fig, out_path)
 
 
-def plot_metric_comparison(results: dict, out_path, *,
-                           metrics=("accuracy", "sensitivity", "specificity"),
-                           chance: float | None = 0.5, title=None) -> Path:
+def plot_metric_comparison(results: dict, out_path: str | os.PathLike, *,
+                           metrics: Sequence[str] = ("accuracy", "sensitivity", "specificity"),
+                           chance: float | None = 0.5, title: str | None = None) -> Path:
     """Grouped bars of cross-validated metrics with their 95% intervals.
 
     Parameters
@@ -730,8 +761,9 @@ def plot_metric_comparison(results: dict, out_path, *,
     return _save(fig, out_path)
 
 
-def plot_state_matrices(states, out_path, *, fractions=None, title=None,
-                        vmin=None, vmax=None) -> Path:
+def plot_state_matrices(states: npt.ArrayLike, out_path: str | os.PathLike, *,
+                        fractions: npt.ArrayLike | None = None, title: str | None = None,
+                        vmin: float | None = None, vmax: float | None = None) -> Path:
     """The connectivity states side by side (DFC states).
 
     Parameters
@@ -774,8 +806,10 @@ def plot_state_matrices(states, out_path, *, fractions=None, title=None,
     return _save(fig, out_path)
 
 
-def plot_state_sequence(labels, out_path, *, n_states=None, window_times=None,
-                        title=None) -> Path:
+def plot_state_sequence(labels: npt.ArrayLike, out_path: str | os.PathLike, *,
+                        n_states: int | None = None,
+                        window_times: npt.ArrayLike | None = None,
+                        title: str | None = None) -> Path:
     """One subject's state at every window.
 
     Parameters
@@ -811,7 +845,8 @@ def plot_state_sequence(labels, out_path, *, n_states=None, window_times=None,
     return _save(fig, out_path)
 
 
-def plot_transition_matrix(matrix, out_path, *, title=None) -> Path:
+def plot_transition_matrix(matrix: npt.ArrayLike, out_path: str | os.PathLike, *,
+                           title: str | None = None) -> Path:
     """Transition probabilities between states (rows: from, columns: to).
 
     Parameters

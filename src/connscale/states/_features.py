@@ -5,10 +5,12 @@ the matrix of transitions between states."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from numbers import Integral
 
 import numpy as np
+import numpy.typing as npt
 
 from connscale._validation import Interval, validate_params
 
@@ -26,7 +28,7 @@ __all__ = [
 _N_STATES = {"n_states": [Interval(Integral, 1, None, closed="left")]}
 
 
-def _check_sequence(labels, n_states: int) -> np.ndarray:
+def _check_sequence(labels: npt.ArrayLike, n_states: int) -> np.ndarray:
     labels = np.asarray(labels)
     if labels.ndim != 1 or labels.size == 0:
         raise ValueError(
@@ -51,7 +53,7 @@ def _runs(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @validate_params(_N_STATES)
-def fraction_time(labels, n_states: int) -> np.ndarray:
+def fraction_time(labels: npt.ArrayLike, n_states: int) -> np.ndarray:
     """Fraction of the windows spent in each state.
 
     Parameters
@@ -75,7 +77,7 @@ def fraction_time(labels, n_states: int) -> np.ndarray:
 
 
 @validate_params(_N_STATES)
-def mean_dwell_time(labels, n_states: int) -> np.ndarray:
+def mean_dwell_time(labels: npt.ArrayLike, n_states: int) -> np.ndarray:
     """Mean length, in windows, of the runs of consecutive windows in each state.
 
     Parameters
@@ -101,7 +103,7 @@ def mean_dwell_time(labels, n_states: int) -> np.ndarray:
     return np.divide(total, count, out=np.zeros(n_states), where=count > 0)
 
 
-def n_transitions(labels) -> int:
+def n_transitions(labels: npt.ArrayLike) -> int:
     """Number of changes of state between consecutive windows.
 
     Examples
@@ -116,7 +118,7 @@ def n_transitions(labels) -> int:
 
 
 @validate_params(_N_STATES)
-def transition_matrix(labels, n_states: int, *, normalize: bool = True) -> np.ndarray:
+def transition_matrix(labels: npt.ArrayLike, n_states: int, *, normalize: bool = True) -> np.ndarray:
     """Transitions between consecutive windows, from state (row) to state (column).
 
     Parameters
@@ -176,7 +178,8 @@ class StateFeatures:
 
 
 @validate_params(_N_STATES)
-def state_features(sequences, n_states: int, *, subjects=None) -> StateFeatures:
+def state_features(sequences: Sequence[npt.ArrayLike], n_states: int, *,
+                   subjects: Sequence[str] | None = None) -> StateFeatures:
     """Every state feature of every subject, as one table.
 
     Parameters

@@ -28,6 +28,7 @@ running those iterations again one at a time with the host-side re-seeding).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,7 +122,7 @@ def normalise_rows_(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def _blocks(n: int, width: int):
+def _blocks(n: int, width: int) -> Iterator[tuple[int, int]]:
     rows = max(1, _BLOCK_ELEMENTS // max(width, 1))
     for start in range(0, n, rows):
         yield start, min(n, start + rows)
@@ -138,7 +139,8 @@ def _row_sq_norms(x: torch.Tensor) -> torch.Tensor:
 # Distances
 # --------------------------------------------------------------------------
 
-def _score_terms(prepared: Prepared, centres64: torch.Tensor):
+def _score_terms(prepared: Prepared,
+                 centres64: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(alpha, beta) of the score ``beta + alpha <x, c>`` that is minimised."""
     k = centres64.shape[0]
     if prepared.metric == "euclidean":
@@ -241,7 +243,9 @@ def medians(x: torch.Tensor, labels: torch.Tensor, k: int, previous: torch.Tenso
     return out
 
 
-def _relocate_empty(prepared: Prepared, sums, counts, dist, labels, centres):
+def _relocate_empty(prepared: Prepared, sums: torch.Tensor | None, counts: torch.Tensor,
+                    dist: torch.Tensor, labels: torch.Tensor, centres: torch.Tensor
+                    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """scikit-learn's rule: each empty centre takes the row farthest from its
     own centre (farthest first); that row leaves its old centre's sum."""
     empty = torch.nonzero(counts == 0).squeeze(1).tolist()
@@ -339,7 +343,8 @@ class _Run:
     def restore(self, saved: tuple) -> None:
         self.centres, self.labels, self.sums, self.counts = saved
 
-    def assign(self, centres: torch.Tensor, changed: torch.Tensor):
+    def assign(self, centres: torch.Tensor,
+               changed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Labels of every row for ``centres`` and their distances (float64);
         adds the number of labels that differ from the current ones to
         ``changed`` (int32, one element, on the device)."""
@@ -376,7 +381,7 @@ class _Run:
             self.sums = sums_torch(x, labels, k)
         self.labels = labels
 
-    def step(self, changed, shift, empty, *, relocate: bool) -> None:
+    def step(self, changed: torch.Tensor, shift: torch.Tensor, empty: torch.Tensor, *, relocate: bool) -> None:
         """One iteration; the number of changed labels, the squared centre
         shift and whether a centre got no row go to the device tensors
         ``changed``, ``shift`` and ``empty`` (one element each). With
