@@ -7,13 +7,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet $(TORCH_CPU)
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[test,lint]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -23,6 +23,13 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+# ruff (rules and formatting in pyproject.toml) and the import-layer contract
+# (import-linter, also in pyproject.toml; ARCHITECTURE.md explains the layers).
+lint: install
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/lint-imports
 
 bench: install
 	$(PY) benchmarks/bench_static.py --device cpu --quick

@@ -20,8 +20,12 @@ from connscale.datasets import simulate_cohort
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
-                        help="Ignored: scikit-learn computes on the CPU.")
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="Ignored: scikit-learn computes on the CPU.",
+    )
     parser.add_argument("--quick", action="store_true", help="Small sizes (CI).")
     parser.add_argument("--n-jobs", type=int, default=None)
     args = parser.parse_args(argv)
@@ -29,23 +33,36 @@ def main(argv=None) -> int:
         cases = [(60, 50, 120, 5, 2)]
     else:
         cases = [(60, 50, 120, 5, 2), (173, 200, 175, 5, 10)]
-    print("| subjects | regions | features | model | folds x repeats | fits | time (s) "
-          "| s / fit | accuracy [95% CI] |")
+    print(
+        "| subjects | regions | features | model | folds x repeats | fits | time (s) "
+        "| s / fit | accuracy [95% CI] |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |", flush=True)
     for n_subjects, n_regions, n_timepoints, folds, repeats in cases:
-        cohort = simulate_cohort(n_subjects, n_regions, n_timepoints, effect_edges=5,
-                                 effect_size=0.3, random_state=0)
+        cohort = simulate_cohort(
+            n_subjects, n_regions, n_timepoints, effect_edges=5, effect_size=0.3, random_state=0
+        )
         X = cohort.features()
         for model in ("svm", "mlp"):
             start = time.perf_counter()
-            result = cross_validate(X, cohort.y, model=model, folds=folds, repeats=repeats,
-                                    random_state=0, n_jobs=args.n_jobs)
+            result = cross_validate(
+                X,
+                cohort.y,
+                model=model,
+                folds=folds,
+                repeats=repeats,
+                random_state=0,
+                n_jobs=args.n_jobs,
+            )
             elapsed = time.perf_counter() - start
             fits = folds * repeats
             acc = result["accuracy"]
-            print(f"| {n_subjects} | {n_regions} | {X.shape[1]} | {model} | {folds} x {repeats} "
-                  f"| {fits} | {elapsed:.2f} | {elapsed / fits:.3f} | {acc['mean']:.3f} "
-                  f"[{acc['ci_low']:.3f}, {acc['ci_high']:.3f}] |", flush=True)
+            print(
+                f"| {n_subjects} | {n_regions} | {X.shape[1]} | {model} | {folds} x {repeats} "
+                f"| {fits} | {elapsed:.2f} | {elapsed / fits:.3f} | {acc['mean']:.3f} "
+                f"[{acc['ci_low']:.3f}, {acc['ci_high']:.3f}] |",
+                flush=True,
+            )
     return 0
 
 

@@ -29,34 +29,60 @@ import time
 
 import numpy as np
 import torch
+from _measure import copy_bandwidth
 
 import connscale
 from connscale._compute import available_host_memory
 from connscale.datasets import simulate_timeseries
 from connscale.fc import _sparse_cuda
 from connscale.fc.triu import n_pairs
-from _measure import copy_bandwidth
 
 # GPU-DFC paper (Tesla K40), seconds: Table I (GPU-DFC column), Table II, Table V.
 PAPER_TABLE1 = {
-    (500, 50): 0.34, (500, 100): 0.31, (500, 150): 0.25,
-    (1000, 50): 0.54, (1000, 100): 0.47, (1000, 150): 0.28,
-    (2000, 50): 1.44, (2000, 100): 1.09, (2000, 150): 0.36,
-    (3000, 50): 2.9, (3000, 100): 1.6, (3000, 150): 0.68,
-    (5000, 50): 7.8, (5000, 100): 2.9, (5000, 150): 2.04,
+    (500, 50): 0.34,
+    (500, 100): 0.31,
+    (500, 150): 0.25,
+    (1000, 50): 0.54,
+    (1000, 100): 0.47,
+    (1000, 150): 0.28,
+    (2000, 50): 1.44,
+    (2000, 100): 1.09,
+    (2000, 150): 0.36,
+    (3000, 50): 2.9,
+    (3000, 100): 1.6,
+    (3000, 150): 0.68,
+    (5000, 50): 7.8,
+    (5000, 100): 2.9,
+    (5000, 150): 2.04,
 }
 # ... and its sequential CPU column (two Xeon E5-2620, one core).
 PAPER_TABLE1_CPU = {
-    (500, 50): 3.1, (500, 100): 4.07, (500, 150): 3.049,
-    (1000, 50): 12.8, (1000, 100): 16.3, (1000, 150): 12.21,
-    (2000, 50): 51.43, (2000, 100): 65.31, (2000, 150): 48.88,
-    (3000, 50): 115.06, (3000, 100): 147.06, (3000, 150): 110,
-    (5000, 50): 319.79, (5000, 100): 408.24, (5000, 150): 305.59,
+    (500, 50): 3.1,
+    (500, 100): 4.07,
+    (500, 150): 3.049,
+    (1000, 50): 12.8,
+    (1000, 100): 16.3,
+    (1000, 150): 12.21,
+    (2000, 50): 51.43,
+    (2000, 100): 65.31,
+    (2000, 150): 48.88,
+    (3000, 50): 115.06,
+    (3000, 100): 147.06,
+    (3000, 150): 110,
+    (5000, 50): 319.79,
+    (5000, 100): 408.24,
+    (5000, 150): 305.59,
 }
 PAPER_TABLE2 = {
-    (50, 0.3): 148, (100, 0.3): 86.33, (150, 0.3): 53.561,
-    (50, 0.5): 81.56, (100, 0.5): 53.19, (150, 0.5): 40.54,
-    (50, 0.7): 63.46, (100, 0.7): 51.76, (150, 0.7): 38.92,
+    (50, 0.3): 148,
+    (100, 0.3): 86.33,
+    (150, 0.3): 53.561,
+    (50, 0.5): 81.56,
+    (100, 0.5): 53.19,
+    (150, 0.5): 40.54,
+    (50, 0.7): 63.46,
+    (100, 0.7): 51.76,
+    (150, 0.7): 38.92,
 }
 PAPER_TABLE3 = {64: (0.002, 239), 85: (1.3e-7, 180), 128: (5.8e-8, 119), 257: (3.77e-8, 59)}
 PAPER_TABLE5 = {50: 125.8, 75: 137.16, 100: 142.2}
@@ -74,8 +100,9 @@ def _print(*args):
 
 
 def simulate(t, n, seed=0):
-    x, _ = simulate_timeseries(t, n, n_blocks=20, block_correlation=0.6,
-                               fraction_in_blocks=0.76, random_state=seed)
+    x, _ = simulate_timeseries(
+        t, n, n_blocks=20, block_correlation=0.6, fraction_in_blocks=0.76, random_state=seed
+    )
     return x
 
 
@@ -95,7 +122,6 @@ def measure_gemm_rate(device, n, w, batch):
     return 2.0 * batch * rows * n * w * reps / (time.perf_counter() - start)
 
 
-
 def allocate_arena(nbytes, device):
     """One host buffer for every run (pinned on CUDA), touched once."""
     cuda = device.startswith("cuda")
@@ -108,12 +134,16 @@ def allocate_arena(nbytes, device):
         except RuntimeError as exc:  # pinned allocations can be limited
             if nbytes < (1 << 30):
                 raise
-            _print(f"# could not allocate {nbytes / 1e9:.1f} GB ({exc}); halving "
-                   "(windows that do not fit go to ordinary arrays)")
+            _print(
+                f"# could not allocate {nbytes / 1e9:.1f} GB ({exc}); halving "
+                "(windows that do not fit go to ordinary arrays)"
+            )
             nbytes //= 2
     arena.zero_()
-    _print(f"# host buffer: {nbytes / 1e9:.2f} GB {'pinned ' if cuda else ''}allocated in "
-           f"{time.perf_counter() - start:.1f} s (excluded from the timings)")
+    _print(
+        f"# host buffer: {nbytes / 1e9:.2f} GB {'pinned ' if cuda else ''}allocated in "
+        f"{time.perf_counter() - start:.1f} s (excluded from the timings)"
+    )
     return arena
 
 
@@ -159,13 +189,25 @@ def table1(args, device, d2h, rows_out):
             rate = measure_gemm_rate(device, n, w, batch=k)
             gemm_s = k * 2.0 * n * n * w / rate
             floor = max(gemm_s, out_bytes / d2h) if cuda else gemm_s
-            seconds, result = time_run(x, w, 1, device, args.repeats, kind="triu", host_buffer=arena)
-            row = {"table": "I", "N": n, "T": t, "w": w, "windows": k, "out_GB": out_bytes / 1e9,
-                   "seconds": seconds, "out_GBps": out_bytes / seconds / 1e9,
-                   "floor_s": floor, "ratio_to_floor": seconds / floor,
-                   "gemm_TFLOPs": rate / 1e12, "batch": result.plan.batch,
-                   "paper_K40_s": PAPER_TABLE1.get((n, w)),
-                   "paper_cpu_s": PAPER_TABLE1_CPU.get((n, w))}
+            seconds, result = time_run(
+                x, w, 1, device, args.repeats, kind="triu", host_buffer=arena
+            )
+            row = {
+                "table": "I",
+                "N": n,
+                "T": t,
+                "w": w,
+                "windows": k,
+                "out_GB": out_bytes / 1e9,
+                "seconds": seconds,
+                "out_GBps": out_bytes / seconds / 1e9,
+                "floor_s": floor,
+                "ratio_to_floor": seconds / floor,
+                "gemm_TFLOPs": rate / 1e12,
+                "batch": result.plan.batch,
+                "paper_K40_s": PAPER_TABLE1.get((n, w)),
+                "paper_cpu_s": PAPER_TABLE1_CPU.get((n, w)),
+            }
             peer = PEER_H100.get(("triu", n, w))
             if peer and cuda:
                 row["peer_H100_s"] = peer
@@ -176,14 +218,18 @@ def table1(args, device, d2h, rows_out):
             rows.append(row)
             _print(json.dumps(row))
     del arena
-    _print("\n| N | w | windows | output GB | time (s) | output GB/s | floor (s) | time / floor "
-           "| paper CPU (s) | paper K40 (s) | GPU-DFC on H100 (s) | speed-up vs peer | out= HDF5 (s) |")
+    _print(
+        "\n| N | w | windows | output GB | time (s) | output GB/s | floor (s) | time / floor "
+        "| paper CPU (s) | paper K40 (s) | GPU-DFC on H100 (s) | speed-up vs peer | out= HDF5 (s) |"
+    )
     _print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        _print(f"| {r['N']:,} | {r['w']} | {r['windows']} | {r['out_GB']:.2f} | {r['seconds']:.3f} "
-               f"| {r['out_GBps']:.1f} | {r['floor_s']:.3f} | {r['ratio_to_floor']:.2f} "
-               f"| {_fmt(r['paper_cpu_s'])} | {_fmt(r['paper_K40_s'])} | {_fmt(r.get('peer_H100_s'))} "
-               f"| {_fmt(r.get('speedup_vs_peer'), 'x')} | {_fmt(r.get('out_h5_s'))} |")
+        _print(
+            f"| {r['N']:,} | {r['w']} | {r['windows']} | {r['out_GB']:.2f} | {r['seconds']:.3f} "
+            f"| {r['out_GBps']:.1f} | {r['floor_s']:.3f} | {r['ratio_to_floor']:.2f} "
+            f"| {_fmt(r['paper_cpu_s'])} | {_fmt(r['paper_K40_s'])} | {_fmt(r.get('peer_H100_s'))} "
+            f"| {_fmt(r.get('speedup_vs_peer'), 'x')} | {_fmt(r.get('out_h5_s'))} |"
+        )
     rows_out.extend(rows)
 
 
@@ -198,68 +244,105 @@ def table2(args, device, d2h, rows_out):
     needed = 0
     kept = {}
     for w, theta in cases:
-        probe = connscale.dynamic_correlation(x[:w], w, 1, kind="sparse", threshold=theta,
-                                              device=device)
+        probe = connscale.dynamic_correlation(
+            x[:w], w, 1, kind="sparse", threshold=theta, device=device
+        )
         kept[(w, theta)] = probe[0].nnz / n_pairs(n)
         k = t - w + 1
         needed = max(needed, int(1.2 * k * (probe[0].nnz * 8 + 4096)))
     arena = allocate_arena(min(needed, 0.45 * available_host_memory()), device)
-    _print(f"\n## Table II: voxel DFC, N={n:,}, T={t}, s=1, kind='sparse' (r >= θ), device={device}")
+    _print(
+        f"\n## Table II: voxel DFC, N={n:,}, T={t}, s=1, kind='sparse' (r >= θ), device={device}"
+    )
     rows = []
     for w in windows:
         k = t - w + 1
         rate = measure_gemm_rate(device, n, w, batch=1)
         for theta in [theta for case_w, theta in cases if case_w == w]:
-            seconds, result = time_run(x, w, 1, device, args.repeats, kind="sparse",
-                                       threshold=theta, host_buffer=arena)
+            seconds, result = time_run(
+                x, w, 1, device, args.repeats, kind="sparse", threshold=theta, host_buffer=arena
+            )
             out_bytes = result.nbytes
             gemm_s = k * n * n * w / rate  # upper triangle: half of 2·N²·w
             floor = max(gemm_s, out_bytes / d2h) if cuda else gemm_s
-            row = {"table": "II", "N": n, "T": t, "w": w, "theta": theta, "windows": k,
-                   "kept_fraction": float((out_bytes - k * (n + 1) * 8) / 8 / (k * n_pairs(n))),
-                   "out_GB": out_bytes / 1e9, "seconds": seconds, "floor_s": floor,
-                   "ratio_to_floor": seconds / floor, "gemm_TFLOPs": rate / 1e12,
-                   "tile_rows": result.plan.block_rows, "sparse_method": _sparse_cuda.METHOD,
-                   # False: the buffer was too small, later windows went to fresh arrays
-                   "all_in_host_buffer": bool(np.shares_memory(result._backend.sparse[-1][0],
-                                                               arena.numpy())),
-                   "paper_K40_s": PAPER_TABLE2.get((w, theta)) if n == 30697 else None}
+            row = {
+                "table": "II",
+                "N": n,
+                "T": t,
+                "w": w,
+                "theta": theta,
+                "windows": k,
+                "kept_fraction": float((out_bytes - k * (n + 1) * 8) / 8 / (k * n_pairs(n))),
+                "out_GB": out_bytes / 1e9,
+                "seconds": seconds,
+                "floor_s": floor,
+                "ratio_to_floor": seconds / floor,
+                "gemm_TFLOPs": rate / 1e12,
+                "tile_rows": result.plan.block_rows,
+                "sparse_method": _sparse_cuda.METHOD,
+                # False: the buffer was too small, later windows went to fresh arrays
+                "all_in_host_buffer": bool(
+                    np.shares_memory(result._backend.sparse[-1][0], arena.numpy())
+                ),
+                "paper_K40_s": PAPER_TABLE2.get((w, theta)) if n == 30697 else None,
+            }
             peer = PEER_H100.get(("sparse", w, theta))
             if peer and cuda and n == 30697:
                 row["peer_H100_s"] = peer
                 row["speedup_vs_peer"] = peer / seconds
             if w == 150 and theta == 0.5:
                 if not args.skip_out:
-                    row["out_h5_s"], _ = time_out_variant(x, w, 1, device, kind="sparse",
-                                                          threshold=theta)
+                    row["out_h5_s"], _ = time_out_variant(
+                        x, w, 1, device, kind="sparse", threshold=theta
+                    )
                 for block_rows in args.sparse_block_rows if cuda else ():
                     default = _sparse_cuda._BLOCK_ROWS
                     _sparse_cuda._BLOCK_ROWS = block_rows
                     try:
                         row[f"block_rows_{block_rows}_s"], _ = time_run(
-                            x, w, 1, device, args.repeats, kind="sparse", threshold=theta,
-                            host_buffer=arena)
+                            x,
+                            w,
+                            1,
+                            device,
+                            args.repeats,
+                            kind="sparse",
+                            threshold=theta,
+                            host_buffer=arena,
+                        )
                     finally:
                         _sparse_cuda._BLOCK_ROWS = default
                 if cuda:  # opt-in TF32 (can flip values next to the threshold)
-                    tf32_s, tf32 = time_run(x, w, 1, device, args.repeats, kind="sparse",
-                                            threshold=theta, host_buffer=arena, allow_tf32=True)
+                    tf32_s, tf32 = time_run(
+                        x,
+                        w,
+                        1,
+                        device,
+                        args.repeats,
+                        kind="sparse",
+                        threshold=theta,
+                        host_buffer=arena,
+                        allow_tf32=True,
+                    )
                     row["tf32_s"] = tf32_s
                     del tf32
             del result
             rows.append(row)
             _print(json.dumps(row))
     del arena
-    _print("\n| w | θ | windows | kept % | output GB | time (s) | floor (s) | time / floor "
-           "| paper K40 (s) | GPU-DFC on H100 (s) | speed-up vs peer | out= HDF5 (s) "
-           "| TF32 opt-in (s) |")
+    _print(
+        "\n| w | θ | windows | kept % | output GB | time (s) | floor (s) | time / floor "
+        "| paper K40 (s) | GPU-DFC on H100 (s) | speed-up vs peer | out= HDF5 (s) "
+        "| TF32 opt-in (s) |"
+    )
     _print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        _print(f"| {r['w']} | {r['theta']} | {r['windows']} | {100 * r['kept_fraction']:.2f} "
-               f"| {r['out_GB']:.2f} | {r['seconds']:.3f} | {r['floor_s']:.3f} "
-               f"| {r['ratio_to_floor']:.2f} | {_fmt(r['paper_K40_s'])} "
-               f"| {_fmt(r.get('peer_H100_s'))} | {_fmt(r.get('speedup_vs_peer'), 'x')} "
-               f"| {_fmt(r.get('out_h5_s'))} | {_fmt(r.get('tf32_s'))} |")
+        _print(
+            f"| {r['w']} | {r['theta']} | {r['windows']} | {100 * r['kept_fraction']:.2f} "
+            f"| {r['out_GB']:.2f} | {r['seconds']:.3f} | {r['floor_s']:.3f} "
+            f"| {r['ratio_to_floor']:.2f} | {_fmt(r['paper_K40_s'])} "
+            f"| {_fmt(r.get('peer_H100_s'))} | {_fmt(r.get('speedup_vs_peer'), 'x')} "
+            f"| {_fmt(r.get('out_h5_s'))} | {_fmt(r.get('tf32_s'))} |"
+        )
     rows_out.extend(rows)
 
 
@@ -269,35 +352,59 @@ def table3_and_5(args, device, d2h, rows_out):
     t = 257
     ranks = [50, 64, 75, 85, 100, 128]
     x = simulate(t, n)
-    variants = [("lowrank", {"method": "randomized", "random_state": 0}, "Alg. 4 (randomized)"),
-                ("lowrank", {"method": "randomized", "random_state": 0, "power_iterations": 2},
-                 "Alg. 4 + 2 power it."),
-                ("factor", {}, "factor (truncated SVD)")]
+    variants = [
+        ("lowrank", {"method": "randomized", "random_state": 0}, "Alg. 4 (randomized)"),
+        (
+            "lowrank",
+            {"method": "randomized", "random_state": 0, "power_iterations": 2},
+            "Alg. 4 + 2 power it.",
+        ),
+        ("factor", {}, "factor (truncated SVD)"),
+    ]
     _print(f"\n## Table III: MAE and compression ratio vs rank, N={n:,}, device={device}")
-    _print("Static: the whole series (w = T = 257), as the paper's Table III; dynamic: w=150, "
-           "windows every 27 points (4 windows), MAE over off-diagonal pairs.")
+    _print(
+        "Static: the whole series (w = T = 257), as the paper's Table III; dynamic: w=150, "
+        "windows every 27 points (4 windows), MAE over off-diagonal pairs."
+    )
     rows = []
     for rank in ranks:
         for kind, extra, label in variants:
-            static = connscale.dynamic_correlation(x, t, 1, kind=kind, rank=rank, device=device,
-                                                   compute_error=True, **extra)
-            dynamic = connscale.dynamic_correlation(x, 150, 27, kind=kind, rank=rank,
-                                                    device=device, compute_error=True, **extra)
-            paper = PAPER_TABLE3.get(rank, (None, None)) if kind == "lowrank" and "power_iterations" not in extra else (None, None)
-            row = {"table": "III", "N": n, "rank": rank, "variant": label,
-                   "mae_static": float(static.mae[0]), "cr_static": static.compression_ratio,
-                   "mae_w150": float(np.mean(dynamic.mae)), "cr_w150": dynamic.compression_ratio,
-                   "bytes_per_window": int(dynamic.nbytes_per_window[0]),
-                   "paper_mae": paper[0] if n == 30697 else None,
-                   "paper_cr": paper[1] if n == 30697 else None}
+            static = connscale.dynamic_correlation(
+                x, t, 1, kind=kind, rank=rank, device=device, compute_error=True, **extra
+            )
+            dynamic = connscale.dynamic_correlation(
+                x, 150, 27, kind=kind, rank=rank, device=device, compute_error=True, **extra
+            )
+            paper = (
+                PAPER_TABLE3.get(rank, (None, None))
+                if kind == "lowrank" and "power_iterations" not in extra
+                else (None, None)
+            )
+            row = {
+                "table": "III",
+                "N": n,
+                "rank": rank,
+                "variant": label,
+                "mae_static": float(static.mae[0]),
+                "cr_static": static.compression_ratio,
+                "mae_w150": float(np.mean(dynamic.mae)),
+                "cr_w150": dynamic.compression_ratio,
+                "bytes_per_window": int(dynamic.nbytes_per_window[0]),
+                "paper_mae": paper[0] if n == 30697 else None,
+                "paper_cr": paper[1] if n == 30697 else None,
+            }
             rows.append(row)
             _print(json.dumps(row))
-    _print("\n| l | form | bytes / window | MAE static (w=T) | CR | MAE w=150 | paper MAE | paper CR |")
+    _print(
+        "\n| l | form | bytes / window | MAE static (w=T) | CR | MAE w=150 | paper MAE | paper CR |"
+    )
     _print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        _print(f"| {r['rank']} | {r['variant']} | {r['bytes_per_window'] / 1e6:.1f} MB "
-               f"| {r['mae_static']:.3g} | {r['cr_static']:.0f} | {r['mae_w150']:.3g} "
-               f"| {_fmt(r['paper_mae'], fmt='.2g')} | {_fmt(r['paper_cr'], fmt='.0f')} |")
+        _print(
+            f"| {r['rank']} | {r['variant']} | {r['bytes_per_window'] / 1e6:.1f} MB "
+            f"| {r['mae_static']:.3g} | {r['cr_static']:.0f} | {r['mae_w150']:.3g} "
+            f"| {_fmt(r['paper_mae'], fmt='.2g')} | {_fmt(r['paper_cr'], fmt='.0f')} |"
+        )
     rows_out.extend(rows)
 
     # Table V: time of the whole DFC (w = 150, s = 1) with compressed storage.
@@ -309,16 +416,25 @@ def table3_and_5(args, device, d2h, rows_out):
     rows5 = []
     for rank in [50, 75, 100, 128]:
         for kind, extra, label in variants[:1] + variants[2:]:
-            seconds, result = time_run(x, w, 1, device, args.repeats, kind=kind, rank=rank,
-                                       host_buffer=arena, **extra)
+            seconds, result = time_run(
+                x, w, 1, device, args.repeats, kind=kind, rank=rank, host_buffer=arena, **extra
+            )
             out_bytes = result.nbytes
             # Alg. 4 through U: Y = U(UᵀΩ) and B = (QᵀU)Uᵀ, 8·N·w·l flops; factor: U·V_l.
             flops = k * (8.0 * n * w * rank if kind == "lowrank" else 2.0 * n * w * (w + rank))
             floor = max(flops / rate, out_bytes / d2h) if cuda else flops / rate
-            row = {"table": "V", "N": n, "w": w, "rank": rank, "variant": label,
-                   "seconds": seconds, "out_GB": out_bytes / 1e9, "floor_s": floor,
-                   "ratio_to_floor": seconds / floor,
-                   "paper_K40_s": PAPER_TABLE5.get(rank) if kind == "lowrank" and n == 30697 else None}
+            row = {
+                "table": "V",
+                "N": n,
+                "w": w,
+                "rank": rank,
+                "variant": label,
+                "seconds": seconds,
+                "out_GB": out_bytes / 1e9,
+                "floor_s": floor,
+                "ratio_to_floor": seconds / floor,
+                "paper_K40_s": PAPER_TABLE5.get(rank) if kind == "lowrank" and n == 30697 else None,
+            }
             del result
             rows5.append(row)
             _print(json.dumps(row))
@@ -326,8 +442,10 @@ def table3_and_5(args, device, d2h, rows_out):
     _print("\n| l | form | output GB | time (s) | floor (s) | time / floor | paper K40 (s) |")
     _print("|---|---|---|---|---|---|---|")
     for r in rows5:
-        _print(f"| {r['rank']} | {r['variant']} | {r['out_GB']:.2f} | {r['seconds']:.3f} "
-               f"| {r['floor_s']:.3f} | {r['ratio_to_floor']:.2f} | {_fmt(r['paper_K40_s'])} |")
+        _print(
+            f"| {r['rank']} | {r['variant']} | {r['out_GB']:.2f} | {r['seconds']:.3f} "
+            f"| {r['floor_s']:.3f} | {r['ratio_to_floor']:.2f} | {_fmt(r['paper_K40_s'])} |"
+        )
     rows_out.extend(rows5)
 
 
@@ -340,26 +458,33 @@ def _fmt(value, suffix="", fmt=".3f"):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="Reduced sizes for a small CPU.")
     parser.add_argument("--tables", default="1,2,3", help="Which of 1 (I), 2 (II), 3 (III+V).")
     parser.add_argument("--regions", type=lambda s: [int(v) for v in s.split(",")], default=None)
     parser.add_argument("--voxels", type=int, default=None)
     parser.add_argument("--repeats", type=int, default=None)
-    parser.add_argument("--cases", default=None,
-                        type=lambda s: [(int(c.split(":")[0]), float(c.split(":")[1]))
-                                        for c in s.split(",")],
-                        help="Table II cases as w:θ,... (e.g. 150:0.5); default all nine.")
-    parser.add_argument("--sparse-method", default=None,
-                        choices=("two-reads", "two-reads-side", "one-read", "lookback"),
-                        help="Compaction of sparse windows on CUDA (default: "
-                             "connscale.fc._sparse_cuda.METHOD).")
-    parser.add_argument("--sparse-block-rows", default=[],
-                        type=lambda s: [int(v) for v in s.split(",")],
-                        help="Also time the w=150, θ=0.5 case with these GEMM block rows "
-                             "(one-read method).")
+    parser.add_argument(
+        "--cases",
+        default=None,
+        type=lambda s: [(int(c.split(":")[0]), float(c.split(":")[1])) for c in s.split(",")],
+        help="Table II cases as w:θ,... (e.g. 150:0.5); default all nine.",
+    )
+    parser.add_argument(
+        "--sparse-method",
+        default=None,
+        choices=("two-reads", "two-reads-side", "one-read", "lookback"),
+        help="Compaction of sparse windows on CUDA (default: connscale.fc._sparse_cuda.METHOD).",
+    )
+    parser.add_argument(
+        "--sparse-block-rows",
+        default=[],
+        type=lambda s: [int(v) for v in s.split(",")],
+        help="Also time the w=150, θ=0.5 case with these GEMM block rows (one-read method).",
+    )
     parser.add_argument("--skip-out", action="store_true", help="Skip the HDF5 out= timings.")
     parser.add_argument("--json", default=None, help="Also write every row as JSON here.")
     args = parser.parse_args(argv)
@@ -370,11 +495,13 @@ def main(argv=None):
     if args.repeats is None:
         args.repeats = 2 if cuda else 1
     start = time.perf_counter()
-    _print(f"# dynamic FC benchmark: device={device} "
-           f"({torch.cuda.get_device_name() if cuda else f'{os.cpu_count()} cores'}), float32, "
-           f"TF32 off, torch {torch.__version__}{', quick sizes' if args.quick else ''}")
+    _print(
+        f"# dynamic FC benchmark: device={device} "
+        f"({torch.cuda.get_device_name() if cuda else f'{os.cpu_count()} cores'}), float32, "
+        f"TF32 off, torch {torch.__version__}{', quick sizes' if args.quick else ''}"
+    )
     connscale.dynamic_correlation(simulate(60, 300), 20, 5, device=device)  # warm up
-    d2h = (copy_bandwidth("d2h", device=device) if device.startswith("cuda") else None)
+    d2h = copy_bandwidth("d2h", device=device) if device.startswith("cuda") else None
     if d2h:
         _print(f"# measured device->host into pinned memory: {d2h / 1e9:.1f} GB/s")
     rows: list[dict] = []

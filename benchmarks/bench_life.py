@@ -106,10 +106,18 @@ def real_small64d(n_max=40_000):
     gtab = gradient_table(bvals, bvecs=bvecs)
     tm = TensorModel(gtab)
     fa = tm.fit(data).fa
-    peaks = peaks_from_model(tm, data, default_sphere, relative_peak_threshold=0.5,
-                             min_separation_angle=25, mask=fa > 0.1)
+    peaks = peaks_from_model(
+        tm,
+        data,
+        default_sphere,
+        relative_peak_threshold=0.5,
+        min_separation_angle=25,
+        mask=fa > 0.1,
+    )
     seeds = utils.seeds_from_mask(fa > 0.15, img.affine, density=4)
-    sl = Streamlines(LocalTracking(peaks, ThresholdStoppingCriterion(fa, 0.1), seeds, img.affine, step_size=0.5))
+    sl = Streamlines(
+        LocalTracking(peaks, ThresholdStoppingCriterion(fa, 0.1), seeds, img.affine, step_size=0.5)
+    )
     sl = [s for s in sl if len(s) >= 2][:n_max]
     return data, bvals, bvecs, img.affine, StreamlineArray.from_list(sl), gtab
 
@@ -128,8 +136,16 @@ def run_ours(data, bvals, bvecs, affine, sl, *, device, n_iter, formulation="enc
     with PeakRSS() as mem:
         sync(device)
         t0 = time.perf_counter()
-        model = build_model(data, bvals, bvecs, sl, affine=affine, sphere=None, device=device,
-                            formulation=formulation)
+        model = build_model(
+            data,
+            bvals,
+            bvecs,
+            sl,
+            affine=affine,
+            sphere=None,
+            device=device,
+            formulation=formulation,
+        )
         LiFEOperator(model).column_norms_sq()  # the preconditioner (solve repeats it: cheap)
         sync(device)
         t1 = time.perf_counter()
@@ -137,15 +153,24 @@ def run_ours(data, bvals, bvecs, affine, sl, *, device, n_iter, formulation="enc
 
         def progress(k, x, objective):
             if k % 100 == 0:
-                log(f"    iteration {k}: objective {objective:.6g} ({time.perf_counter() - start:.1f} s)")
+                log(
+                    f"    iteration {k}: objective {objective:.6g} "
+                    f"({time.perf_counter() - start:.1f} s)"
+                )
 
         fit = solve(model, n_iter=n_iter, tol=None, operator_options=options, callback=progress)
         sync(device)
         t2 = time.perf_counter()
     peak = torch.cuda.max_memory_allocated() if device.startswith("cuda") else mem.growth
     return {
-        "setup": t1 - t0, "solve": t2 - t1, "peak": peak, "objective": fit.data_term[-1],
-        "n_iter": fit.n_iter, "model": model, "fit": fit, "floor": floor_seconds(model, n_iter),
+        "setup": t1 - t0,
+        "solve": t2 - t1,
+        "peak": peak,
+        "objective": fit.data_term[-1],
+        "n_iter": fit.n_iter,
+        "model": model,
+        "fit": fit,
+        "floor": floor_seconds(model, n_iter),
     }
 
 
@@ -172,20 +197,37 @@ def fmt_bytes(n):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu, cuda, or cpu,cuda for both")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="cpu, cuda, or cpu,cuda for both",
+    )
     parser.add_argument("--quick", action="store_true", help="0.04M and 0.1M fibres, 50 iterations")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--cpu-max", type=int, default=100_000,
-                        help="largest fibre count run on the CPU (500 iterations at 0.5M take many minutes)")
+    parser.add_argument(
+        "--cpu-max",
+        type=int,
+        default=100_000,
+        help="largest fibre count run on the CPU (500 iterations at 0.5M take many minutes)",
+    )
     parser.add_argument("--sizes", default=None, help="comma-separated fibre counts (overrides)")
     parser.add_argument("--iters", type=int, default=None)
     parser.add_argument("--no-dipy", action="store_true", help="skip the dipy peer")
-    parser.add_argument("--entry-method", choices=["auto", "spmv", "scatter"], default="auto",
-                        help="Φ-entry reduction kernel (auto: spmv on CUDA, scatter on the CPU)")
-    parser.add_argument("--pair-method", choices=["sddmm", "gather"], default="sddmm",
-                        help="(voxel, atom) dot products of Mᵀy")
+    parser.add_argument(
+        "--entry-method",
+        choices=["auto", "spmv", "scatter"],
+        default="auto",
+        help="Φ-entry reduction kernel (auto: spmv on CUDA, scatter on the CPU)",
+    )
+    parser.add_argument(
+        "--pair-method",
+        choices=["sddmm", "gather"],
+        default="sddmm",
+        help="(voxel, atom) dot products of Mᵀy",
+    )
     args = parser.parse_args(argv)
     devices = [d.strip() for d in args.device.split(",")]
     n_iter = args.iters or (50 if args.quick else 500)
@@ -201,11 +243,16 @@ def main(argv=None):
         have_dipy = not args.no_dipy
     except ImportError:
         have_dipy = False
-    log(f"# LiFE benchmark: devices {devices}, {n_iter} iterations (maxit; {n_iter - 1} updates), "
-        f"sizes {sizes}{' (quick)' if args.quick else ''}")
+    log(
+        f"# LiFE benchmark: devices {devices}, {n_iter} iterations (maxit; {n_iter - 1} updates), "
+        f"sizes {sizes}{' (quick)' if args.quick else ''}"
+    )
     if torch.cuda.is_available():
         log(f"GPU: {torch.cuda.get_device_name()}")
-    log(f"CPU threads: {torch.get_num_threads()}; kernels: entry {args.entry_method}, pairs {args.pair_method}")
+    log(
+        f"CPU threads: {torch.get_num_threads()}; kernels: entry {args.entry_method}, "
+        f"pairs {args.pair_method}"
+    )
     rows = []
     for n in sizes:
         gen_dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -218,13 +265,21 @@ def main(argv=None):
             n_true = n // 2
             small = n <= 40_000
             ph = simulate_life_phantom(
-                n_true, n - n_true, shape=(20, 20, 20) if small else SCALED_SHAPE,
-                n_bundles=3 if small else 60, bundle_radius=2.0 if small else 5.0,
-                step=0.25 if small else 0.5, random_state=0, device=gen_dev)
+                n_true,
+                n - n_true,
+                shape=(20, 20, 20) if small else SCALED_SHAPE,
+                n_bundles=3 if small else 60,
+                bundle_radius=2.0 if small else 5.0,
+                step=0.25 if small else 0.5,
+                random_state=0,
+                device=gen_dev,
+            )
             data, bvals, bvecs, affine, sl = ph.dwi, ph.bvals, ph.bvecs, ph.affine, ph.streamlines
             source = f"phantom {'20³' if small else '×'.join(map(str, SCALED_SHAPE))}"
-        log(f"\n## {n:,} fibres — {source}: data ready in {time.perf_counter() - t:.1f} s "
-            f"({len(sl.points):,} nodes)")
+        log(
+            f"\n## {n:,} fibres — {source}: data ready in {time.perf_counter() - t:.1f} s "
+            f"({len(sl.points):,} nodes)"
+        )
         formulation = "dipy" if gtab is not None else "encode"
         ref_obj = None
         for dev in devices:
@@ -232,8 +287,17 @@ def main(argv=None):
                 log(f"  ours {dev}: skipped above --cpu-max {args.cpu_max:,} fibres")
                 continue
             try:
-                res = run_ours(data, bvals, bvecs, affine, sl, device=dev, n_iter=n_iter, formulation=formulation,
-                               options={"entry_method": args.entry_method, "pair_method": args.pair_method})
+                res = run_ours(
+                    data,
+                    bvals,
+                    bvecs,
+                    affine,
+                    sl,
+                    device=dev,
+                    n_iter=n_iter,
+                    formulation=formulation,
+                    options={"entry_method": args.entry_method, "pair_method": args.pair_method},
+                )
             except Exception as exc:  # noqa: BLE001 - report and go on with the next case
                 log(f"  ours {dev}: FAILED: {type(exc).__name__}: {str(exc)[:500]}")
                 if dev.startswith("cuda"):
@@ -241,49 +305,98 @@ def main(argv=None):
                 continue
             m = res["model"]
             ref_obj = res["objective"] if ref_obj is None else ref_obj
-            log(f"  ours {dev}: set-up {res['setup']:.2f} s, solve {res['solve']:.2f} s "
-                f"({1e3 * res['solve'] / max(n_iter - 1, 1):.2f} ms/it), peak {fmt_bytes(res['peak'])}, "
+            log(
+                f"  ours {dev}: set-up {res['setup']:.2f} s, solve {res['solve']:.2f} s "
+                f"({1e3 * res['solve'] / max(n_iter - 1, 1):.2f} ms/it), peak "
+                f"{fmt_bytes(res['peak'])}, "
                 f"objective {res['objective']:.6g}; {m.n_fibres:,} fibres, {m.n_voxels:,} voxels, "
-                f"{m.n_entries:,} Φ entries, {int(m.av_atom.numel()):,} (voxel, atom) pairs")
-            rows.append({"n": n, "source": source, "who": f"connscale {dev}", **res,
-                         "entries": m.n_entries, "voxels": m.n_voxels})
+                f"{m.n_entries:,} Φ entries, {int(m.av_atom.numel()):,} (voxel, atom) pairs"
+            )
+            rows.append(
+                {
+                    "n": n,
+                    "source": source,
+                    "who": f"connscale {dev}",
+                    **res,
+                    "entries": m.n_entries,
+                    "voxels": m.n_voxels,
+                }
+            )
             del res, m
         if gtab is not None and have_dipy:
-            model = rows[-1]["model"] if rows and rows[-1]["n"] == n else build_model(
-                data, bvals, bvecs, sl, affine=affine, device="cpu", formulation="dipy")
+            model = (
+                rows[-1]["model"]
+                if rows and rows[-1]["n"] == n
+                else build_model(
+                    data, bvals, bvecs, sl, affine=affine, device="cpu", formulation="dipy"
+                )
+            )
             log("  dipy FiberModel: running (its own solver and stopping rule) ...")
             peer = run_dipy(data, gtab, affine, sl, model)
-            log(f"  dipy: {peer['total']:.2f} s (set-up + solve), peak {fmt_bytes(peer['peak'])}, "
-                f"objective {peer['objective']:.6g}")
-            rows.append({"n": n, "source": source, "who": "dipy FiberModel", "setup": float("nan"),
-                         "solve": float("nan"), "total": peer["total"], "peak": peer["peak"],
-                         "objective": peer["objective"], "n_iter": None, "floor": float("nan"),
-                         "entries": None, "voxels": None})
+            log(
+                f"  dipy: {peer['total']:.2f} s (set-up + solve), peak {fmt_bytes(peer['peak'])}, "
+                f"objective {peer['objective']:.6g}"
+            )
+            rows.append(
+                {
+                    "n": n,
+                    "source": source,
+                    "who": "dipy FiberModel",
+                    "setup": float("nan"),
+                    "solve": float("nan"),
+                    "total": peer["total"],
+                    "peak": peer["peak"],
+                    "objective": peer["objective"],
+                    "n_iter": None,
+                    "floor": float("nan"),
+                    "entries": None,
+                    "voxels": None,
+                }
+            )
         for r in rows:
             r.pop("model", None)
             r.pop("fit", None)
 
-    log("\n| fibres | data | who | set-up (s) | solve (s) | total (s) | iterations | peak memory | "
-        "final objective | Φ entries | solve floor @3 TB/s (s) | solve / floor |")
+    log(
+        "\n| fibres | data | who | set-up (s) | solve (s) | total (s) | iterations | peak memory | "
+        "final objective | Φ entries | solve floor @3 TB/s (s) | solve / floor |"
+    )
     log("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         total = r.get("total", r["setup"] + r["solve"])
-        ratio = r["solve"] / r["floor"] if r["floor"] == r["floor"] and r["floor"] > 0 else float("nan")
+        ratio = (
+            r["solve"] / r["floor"] if r["floor"] == r["floor"] and r["floor"] > 0 else float("nan")
+        )
         it = "own stop" if r["n_iter"] is None else f"{r['n_iter']}"
-        log(f"| {r['n']:,} | {r['source']} | {r['who']} | {r['setup']:.2f} | {r['solve']:.2f} | {total:.2f} | "
+        log(
+            f"| {r['n']:,} | {r['source']} | {r['who']} | {r['setup']:.2f} | "
+            f"{r['solve']:.2f} | {total:.2f} | "
             f"{it} | {fmt_bytes(r['peak'])} | {r['objective']:.6g} | "
-            f"{'' if r['entries'] is None else format(r['entries'], ',')} | {r['floor']:.3f} | {ratio:.0f}× |")
+            f"{'' if r['entries'] is None else format(r['entries'], ',')} | "
+            f"{r['floor']:.3f} | {ratio:.0f}× |"
+        )
     by = {(r["n"], r["who"]): r for r in rows}
     for n in sizes:
-        cpu, gpu, peer = by.get((n, "connscale cpu")), by.get((n, "connscale cuda")), by.get((n, "dipy FiberModel"))
+        cpu, gpu, peer = (
+            by.get((n, "connscale cpu")),
+            by.get((n, "connscale cuda")),
+            by.get((n, "dipy FiberModel")),
+        )
         if cpu and gpu:
-            log(f"- {n:,} fibres: CUDA vs CPU total {(cpu['setup'] + cpu['solve']) / (gpu['setup'] + gpu['solve']):.1f}×")
+            log(
+                f"- {n:,} fibres: CUDA vs CPU total "
+                f"{(cpu['setup'] + cpu['solve']) / (gpu['setup'] + gpu['solve']):.1f}×"
+            )
         if peer and (gpu or cpu):
             ours = gpu or cpu
-            log(f"- {n:,} fibres: dipy {peer['total']:.1f} s vs ours ({ours['who']}) "
-                f"{ours['setup'] + ours['solve']:.1f} s for {n_iter} iterations")
-    log("Reference points: ReAl-LiFE 50–100× over 1-core CPU LiFE (98× at 2M fibres, GTX 1080 Ti); "
-        "encode 131 min and 10–12 GB for 500k streamlines.")
+            log(
+                f"- {n:,} fibres: dipy {peer['total']:.1f} s vs ours ({ours['who']}) "
+                f"{ours['setup'] + ours['solve']:.1f} s for {n_iter} iterations"
+            )
+    log(
+        "Reference points: ReAl-LiFE 50–100× over 1-core CPU LiFE (98× at 2M fibres, GTX 1080 Ti); "
+        "encode 131 min and 10–12 GB for 500k streamlines."
+    )
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ def upper_blocks_gemm(u, block_rows):
     """The upper triangle by row blocks, GEMM only (results dropped)."""
     n = u.shape[0]
     for r0 in range(0, n, block_rows):
-        tile = u[r0:r0 + block_rows] @ u[r0:].T
+        tile = u[r0 : r0 + block_rows] @ u[r0:].T
         del tile
 
 
@@ -100,19 +100,19 @@ def numpy_blocked_degree(z, thresholds, block_rows=1024):
     counts = np.zeros((len(thresholds), n), dtype=np.int64)
     sums = np.zeros((len(thresholds), n))
     for r0 in range(0, n, block_rows):
-        r = z[r0:r0 + block_rows] @ z.T
+        r = z[r0 : r0 + block_rows] @ z.T
         r[np.arange(r.shape[0]), np.arange(r0, r0 + r.shape[0])] = 0.0  # no self pairs
         for i, theta in enumerate(thresholds):
             keep = r > theta
-            counts[i, r0:r0 + r.shape[0]] = keep.sum(1)
-            sums[i, r0:r0 + r.shape[0]] = np.where(keep, r, 0).sum(1)
+            counts[i, r0 : r0 + r.shape[0]] = keep.sum(1)
+            sums[i, r0 : r0 + r.shape[0]] = np.where(keep, r, 0).sum(1)
     return counts, sums
 
 
 def numpy_ecm(z, tol=1e-6, max_iter=1000):
     """fastECM's power iteration in numpy (C-PAC's 'fast' eigenvector centrality)."""
     x = np.full(z.shape[0], 1 / np.sqrt(z.shape[0]), dtype=z.dtype)
-    for i in range(max_iter):
+    for i in range(max_iter):  # noqa: B007 - the count is returned
         y = z @ (z.T @ x) + x.sum()
         y /= np.linalg.norm(y)
         done = np.linalg.norm(y - x) < tol
@@ -123,28 +123,42 @@ def numpy_ecm(z, tol=1e-6, max_iter=1000):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--n", type=int, default=204_492)
     parser.add_argument("--t", type=int, default=1200)
-    parser.add_argument("--cpu-n", type=int, default=20_000,
-                        help="P of the numpy reference (scaled by (P/p)²).")
+    parser.add_argument(
+        "--cpu-n", type=int, default=20_000, help="P of the numpy reference (scaled by (P/p)²)."
+    )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="CPU sizes for a small machine.")
-    parser.add_argument("--configs", choices=("all", "default"), default="all",
-                        help="'default': only the default epilogue (no fused kernel, no other "
-                             "tile sizes).")
-    parser.add_argument("--sparsity", type=float, default=0.01,
-                        help="Time finding the exact threshold of this fraction of all pairs.")
+    parser.add_argument(
+        "--configs",
+        choices=("all", "default"),
+        default="all",
+        help="'default': only the default epilogue (no fused kernel, no other tile sizes).",
+    )
+    parser.add_argument(
+        "--sparsity",
+        type=float,
+        default=0.01,
+        help="Time finding the exact threshold of this fraction of all pairs.",
+    )
     parser.add_argument("--json", default=None, help="Also write the rows as JSON here.")
     args = parser.parse_args(argv)
     if args.quick:
         args.n, args.t, args.cpu_n = 3000, 300, 3000
     device = torch.device(args.device)
-    rows = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-            "n": args.n, "t": args.t, "cpu_threads": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "thresholds": THRESHOLDS}
+    rows = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "n": args.n,
+        "t": args.t,
+        "cpu_threads": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "thresholds": THRESHOLDS,
+    }
     thr = torch.tensor(THRESHOLDS)
     with allow_tf32(False), torch.no_grad():
         u = simulate(args.n, args.t, device)
@@ -152,13 +166,17 @@ def main(argv=None):
         floor = args.n**2 * args.t / rate
         rows["gemm_tflops"] = rate / 1e12
         rows["floor_s"] = floor
-        _print(f"{rows['device']}: P={args.n} T={args.t}; fp32 GEMM {rate / 1e12:.1f} TFLOP/s; "
-               f"upper-triangle floor {floor:.3f} s")
+        _print(
+            f"{rows['device']}: P={args.n} T={args.t}; fp32 GEMM {rate / 1e12:.1f} TFLOP/s; "
+            f"upper-triangle floor {floor:.3f} s"
+        )
         block_rows = max(1, min(args.n, (1 << 30) // args.n))
         seconds, _ = timed(lambda: upper_blocks_gemm(u, block_rows), device, args.repeats)
         rows["cublas_upper_blocks_s"] = seconds
-        _print(f"  upper triangle by BLAS row blocks ({block_rows} rows), GEMM only: "
-               f"{seconds:.3f} s ({seconds / floor:.2f}x floor)")
+        _print(
+            f"  upper triangle by BLAS row blocks ({block_rows} rows), GEMM only: "
+            f"{seconds:.3f} s ({seconds / floor:.2f}x floor)"
+        )
         reference = None
         configs, block_configs = CONFIGS, BLOCK_CONFIGS
         if args.configs == "default":
@@ -166,55 +184,100 @@ def main(argv=None):
         if device.type == "cuda" and _tiles.HAS_TRITON:
             for block, block_k, warps, stages in configs:
                 seconds, (counts, sums) = timed(
-                    lambda: _tiles.degree_triton(u, thr, absolute=False, weighted=True,
-                                                 block=block, block_k=block_k,
-                                                 num_warps=warps, num_stages=stages),
-                    device, args.repeats)
+                    lambda block=block, block_k=block_k, warps=warps, stages=stages: (
+                        _tiles.degree_triton(
+                            u,
+                            thr,
+                            absolute=False,
+                            weighted=True,
+                            block=block,
+                            block_k=block_k,
+                            num_warps=warps,
+                            num_stages=stages,
+                        )
+                    ),
+                    device,
+                    args.repeats,
+                )
                 key = f"fused_{block}x{block_k}_w{warps}_s{stages}_s"
                 rows[key] = seconds
                 reference = counts if reference is None else reference
-                _print(f"  fused Triton degree {key[6:-2]}: {seconds:.3f} s "
-                       f"({seconds / floor:.2f}x floor); mean degree "
-                       f"{counts.double().mean(1).tolist()}")
+                _print(
+                    f"  fused Triton degree {key[6:-2]}: {seconds:.3f} s "
+                    f"({seconds / floor:.2f}x floor); mean degree "
+                    f"{counts.double().mean(1).tolist()}"
+                )
             stored_rows = _tiles.plan_block_rows_stored(args.n, 0, 12 << 30, item=4).block_rows
             for block_m, block_n, warps in block_configs:
                 seconds, (counts, sums) = timed(
-                    lambda: _tiles.degree_blocks_triton(u, thr, absolute=False, weighted=True,
-                                                        block_rows=stored_rows, block_m=block_m,
-                                                        block_n=block_n, num_warps=warps),
-                    device, args.repeats)
+                    lambda block_m=block_m, block_n=block_n, warps=warps: (
+                        _tiles.degree_blocks_triton(
+                            u,
+                            thr,
+                            absolute=False,
+                            weighted=True,
+                            block_rows=stored_rows,
+                            block_m=block_m,
+                            block_n=block_n,
+                            num_warps=warps,
+                        )
+                    ),
+                    device,
+                    args.repeats,
+                )
                 key = f"blocks_{block_m}x{block_n}_w{warps}_s"
                 rows[key] = seconds
                 reference = counts if reference is None else reference
                 agree = float((counts - reference).abs().sum() / reference.sum().clamp(min=1))
-                _print(f"  BLAS blocks ({stored_rows} rows) + Triton epilogue {key[7:-2]}, "
-                       f"overlapped: {seconds:.3f} s ({seconds / floor:.2f}x floor); relative "
-                       f"count difference to the first method {agree:.1e}; mean degree "
-                       f"{counts.double().mean(1).tolist()}")
+                _print(
+                    f"  BLAS blocks ({stored_rows} rows) + Triton epilogue {key[7:-2]}, "
+                    f"overlapped: {seconds:.3f} s ({seconds / floor:.2f}x floor); relative "
+                    f"count difference to the first method {agree:.1e}; mean degree "
+                    f"{counts.double().mean(1).tolist()}"
+                )
         torch_rows = _tiles.plan_block_rows(args.n, 0, 8 << 30, item=4, device=device).block_rows
         seconds, (counts, sums) = timed(
-            lambda: _tiles.degree_torch(u, thr, absolute=False, weighted=True,
-                                        block_rows=torch_rows),
-            device, 1, warmup=device.type == "cpu")  # one cold run on the GPU (2.4 s)
+            lambda: _tiles.degree_torch(
+                u, thr, absolute=False, weighted=True, block_rows=torch_rows
+            ),
+            device,
+            1,
+            warmup=device.type == "cpu",
+        )  # one cold run on the GPU (2.4 s)
         rows["torch_blocks_s"] = seconds
-        _print(f"  plain torch row blocks ({torch_rows} rows): {seconds:.3f} s "
-               f"({seconds / floor:.2f}x floor)")
+        _print(
+            f"  plain torch row blocks ({torch_rows} rows): {seconds:.3f} s "
+            f"({seconds / floor:.2f}x floor)"
+        )
         # sparsity=: the exact threshold of the top fraction (histogram + boundary passes).
         kept = [max(1, round(args.sparsity * args.n * (args.n - 1) / 2))]
         if device.type == "cuda" and _tiles.HAS_TRITON:
-            seconds, found = timed(lambda: _tiles.top_threshold(
-                u, kept, absolute=False, block_rows=stored_rows, use_triton=True),
-                device, args.repeats)
+            seconds, found = timed(
+                lambda: _tiles.top_threshold(
+                    u, kept, absolute=False, block_rows=stored_rows, use_triton=True
+                ),
+                device,
+                args.repeats,
+            )
             rows["sparsity_passes_triton_s"], rows["sparsity_threshold"] = seconds, found[0]
-            _print(f"  sparsity={args.sparsity}: exact threshold {found[0]:.6f} by BLAS blocks + "
-                   f"Triton histogram and collect: {seconds:.3f} s ({seconds / floor:.2f}x floor)")
-        seconds, found = timed(lambda: _tiles.top_threshold(
-            u, kept, absolute=False, block_rows=torch_rows), device, 1, warmup=False)
+            _print(
+                f"  sparsity={args.sparsity}: exact threshold {found[0]:.6f} by BLAS blocks + "
+                f"Triton histogram and collect: {seconds:.3f} s ({seconds / floor:.2f}x floor)"
+            )
+        seconds, found = timed(
+            lambda: _tiles.top_threshold(u, kept, absolute=False, block_rows=torch_rows),
+            device,
+            1,
+            warmup=False,
+        )
         rows["sparsity_passes_torch_s"] = seconds
-        _print(f"  sparsity={args.sparsity}: exact threshold {found[0]:.6f} by torch row blocks: "
-               f"{seconds:.3f} s ({seconds / floor:.2f}x floor)")
-        seconds, (ecm, n_iter, _) = timed(lambda: power_iteration(u, 1e-6, 1000), device,
-                                       args.repeats)
+        _print(
+            f"  sparsity={args.sparsity}: exact threshold {found[0]:.6f} by torch row blocks: "
+            f"{seconds:.3f} s ({seconds / floor:.2f}x floor)"
+        )
+        seconds, (ecm, n_iter, _) = timed(
+            lambda: power_iteration(u, 1e-6, 1000), device, args.repeats
+        )
         rows["ecm_s"], rows["ecm_iterations"] = seconds, n_iter
         _print(f"  ECM (fastECM power iteration): {seconds * 1e3:.1f} ms, {n_iter} iterations")
 
@@ -232,12 +295,15 @@ def main(argv=None):
         _, cpu_iter = numpy_ecm(z_full)
         rows["numpy_ecm_s"] = time.perf_counter() - start
         rows["numpy_ecm_iterations"] = cpu_iter
-        best = min(v for k, v in rows.items() if k.startswith(("fused_", "blocks_",
-                                                                "torch_blocks")))
-        _print(f"  numpy blocked degree, {os.cpu_count()} cores: {cpu_degree:.2f} s at P={p}, "
-               f"scaled to P={args.n}: {scaled:.1f} s ({scaled / best:.1f}x our best); "
-               f"numpy ECM at P={args.n}: {rows['numpy_ecm_s']:.2f} s ({cpu_iter} iterations, "
-               f"{rows['numpy_ecm_s'] / rows['ecm_s']:.1f}x)")
+        best = min(
+            v for k, v in rows.items() if k.startswith(("fused_", "blocks_", "torch_blocks"))
+        )
+        _print(
+            f"  numpy blocked degree, {os.cpu_count()} cores: {cpu_degree:.2f} s at P={p}, "
+            f"scaled to P={args.n}: {scaled:.1f} s ({scaled / best:.1f}x our best); "
+            f"numpy ECM at P={args.n}: {rows['numpy_ecm_s']:.2f} s ({cpu_iter} iterations, "
+            f"{rows['numpy_ecm_s'] / rows['ecm_s']:.1f}x)"
+        )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=2)

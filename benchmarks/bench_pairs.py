@@ -43,10 +43,10 @@ from functools import partial
 
 import numpy as np
 import torch
+from _measure import copy_bandwidth
 
 from connscale.fc.pairs import pairwise_dfc
 from connscale.fc.triu import n_pairs
-from _measure import copy_bandwidth
 
 N_TIMEPOINTS = 316
 PAPER_RANGE = {32: "18.5-66x", 64: "28-139x (max 157x)"}
@@ -70,7 +70,7 @@ def corrcoef_seconds_per_call(w: int, n_calls: int, rng) -> float:
     while calls < n_calls:
         for i, j in pairs:
             for onset in range(0, N_TIMEPOINTS - w + 1, 1):
-                np.corrcoef(x[onset:onset + w, i], x[onset:onset + w, j])[0, 1]
+                np.corrcoef(x[onset : onset + w, i], x[onset : onset + w, j])[0, 1]
                 calls += 1
                 if calls >= n_calls:
                     break
@@ -87,8 +87,10 @@ def check_against_sequential(rng) -> float:
     for s in range(2):
         for p, (i, j) in enumerate(itertools.combinations(range(6), 2)):
             for k, onset in enumerate(range(0, N_TIMEPOINTS - 32 + 1, 4)):
-                ref = np.corrcoef(x[s, onset:onset + 32, i].astype(np.float64),
-                                  x[s, onset:onset + 32, j].astype(np.float64))[0, 1]
+                ref = np.corrcoef(
+                    x[s, onset : onset + 32, i].astype(np.float64),
+                    x[s, onset : onset + 32, j].astype(np.float64),
+                )[0, 1]
                 worst = max(worst, abs(float(ours[s, p, k]) - ref))
     return worst
 
@@ -106,22 +108,36 @@ def time_call(fn, device: str, repeats: int) -> float:
     return float(np.median(times))
 
 
-
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="'cpu' or 'cuda' (the CPU columns are measured either way).")
-    parser.add_argument("--quick", action="store_true",
-                        help="A corner of the grid (234 scans, 30 regions, s in {1, 8}) "
-                             "for a small CPU machine.")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="'cpu' or 'cuda' (the CPU columns are measured either way).",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="A corner of the grid (234 scans, 30 regions, s in {1, 8}) for a small CPU machine.",
+    )
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--one-core-scans", type=int, default=24,
-                        help="Scans timed on one core (then extrapolated).")
-    parser.add_argument("--corrcoef-calls", type=int, default=4000,
-                        help="np.corrcoef calls timed per window length.")
-    parser.add_argument("--skip-cpu", action="store_true",
-                        help="Skip the all-core CPU column (faster GPU runs).")
+    parser.add_argument(
+        "--one-core-scans",
+        type=int,
+        default=24,
+        help="Scans timed on one core (then extrapolated).",
+    )
+    parser.add_argument(
+        "--corrcoef-calls",
+        type=int,
+        default=4000,
+        help="np.corrcoef calls timed per window length.",
+    )
+    parser.add_argument(
+        "--skip-cpu", action="store_true", help="Skip the all-core CPU column (faster GPU runs)."
+    )
     parser.add_argument("--json", default=None, help="Also write the rows as JSON here.")
     args = parser.parse_args(argv)
     device = args.device
@@ -135,11 +151,16 @@ def main(argv=None) -> int:
     steps_grid = [1, 8] if args.quick else [1, 2, 4, 8]
     threads = torch.get_num_threads()
     gpu = torch.cuda.get_device_name() if device.startswith("cuda") else None
-    print(f"# region-pair DFC benchmark: device={device}{f' ({gpu})' if gpu else ''}, "
-          f"T={N_TIMEPOINTS}, float32, CPU threads={threads} (os.cpu_count={os.cpu_count()})",
-          flush=True)
-    print(f"# max |ours - sequential np.corrcoef loop| (2 scans, 6 regions, w=32, s=4): "
-          f"{check_against_sequential(rng):.2e}", flush=True)
+    print(
+        f"# region-pair DFC benchmark: device={device}{f' ({gpu})' if gpu else ''}, "
+        f"T={N_TIMEPOINTS}, float32, CPU threads={threads} (os.cpu_count={os.cpu_count()})",
+        flush=True,
+    )
+    print(
+        f"# max |ours - sequential np.corrcoef loop| (2 scans, 6 regions, w=32, s=4): "
+        f"{check_against_sequential(rng):.2e}",
+        flush=True,
+    )
     per_call = {w: corrcoef_seconds_per_call(w, args.corrcoef_calls, rng) for w in windows_grid}
     for w, sec in per_call.items():
         print(f"# sequential loop: {sec * 1e6:.1f} us per np.corrcoef call (w={w})", flush=True)
@@ -147,34 +168,54 @@ def main(argv=None) -> int:
     if d2h:
         print(f"# measured device->host into pinned memory: {d2h / 1e9:.1f} GB/s", flush=True)
 
-    data = {(s, n): rng.standard_normal((s, N_TIMEPOINTS, n)).astype(np.float32)
-            for s in scans_grid for n in regions_grid}
+    data = {
+        (s, n): rng.standard_normal((s, N_TIMEPOINTS, n)).astype(np.float32)
+        for s in scans_grid
+        for n in regions_grid
+    }
     rows = []
-    for n_scans, n_regions, w, step in itertools.product(scans_grid, regions_grid,
-                                                         windows_grid, steps_grid):
+    for n_scans, n_regions, w, step in itertools.product(
+        scans_grid, regions_grid, windows_grid, steps_grid
+    ):
         x = data[(n_scans, n_regions)]
         k = n_windows(N_TIMEPOINTS, w, step)
         n_corr = n_scans * n_pairs(n_regions) * k
-        row = {"scans": n_scans, "regions": n_regions, "w": w, "s": step, "windows": k,
-               "correlations": n_corr, "sequential_s": n_corr * per_call[w]}
+        row = {
+            "scans": n_scans,
+            "regions": n_regions,
+            "w": w,
+            "s": step,
+            "windows": k,
+            "correlations": n_corr,
+            "sequential_s": n_corr * per_call[w],
+        }
         # One core, on the first scans, extrapolated in scans.
         sub = x[: min(args.one_core_scans, n_scans)]
         torch.set_num_threads(1)
         try:
-            one = time_call(partial(pairwise_dfc, sub, w, step, device="cpu"), "cpu",
-                            args.repeats if args.quick else 1)
+            one = time_call(
+                partial(pairwise_dfc, sub, w, step, device="cpu"),
+                "cpu",
+                args.repeats if args.quick else 1,
+            )
         finally:
             torch.set_num_threads(threads)
         row["one_core_s"] = one * n_scans / sub.shape[0]
         if not args.skip_cpu:
-            row["cpu_s"] = time_call(partial(pairwise_dfc, x, w, step, device="cpu"), "cpu",
-                                     1 if not args.quick else args.repeats)
+            row["cpu_s"] = time_call(
+                partial(pairwise_dfc, x, w, step, device="cpu"),
+                "cpu",
+                1 if not args.quick else args.repeats,
+            )
         if device.startswith("cuda"):
-            row["cuda_s"] = time_call(partial(pairwise_dfc, x, w, step, device=device),
-                                      device, args.repeats)
+            row["cuda_s"] = time_call(
+                partial(pairwise_dfc, x, w, step, device=device), device, args.repeats
+            )
             row["cuda_on_device_s"] = time_call(
                 partial(pairwise_dfc, x, w, step, device=device, as_tensor=True),
-                device, args.repeats)
+                device,
+                args.repeats,
+            )
             row["floor_s"] = n_corr * 4 / d2h
         rows.append(row)
         print(json.dumps(row), flush=True)
@@ -182,30 +223,40 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
 
     print()
-    head = ("| scans | regions | w | s | windows | correlations | sequential loop, 1 core "
-            "(extrap.) (s) | ours, 1 core (s) |")
+    head = (
+        "| scans | regions | w | s | windows | correlations | sequential loop, 1 core "
+        "(extrap.) (s) | ours, 1 core (s) |"
+    )
     sep = "|---|---|---|---|---|---|---|---|"
     if not args.skip_cpu:
         head += " ours, CPU all cores (s) | CPU vs loop | CPU vs ours 1 core |"
         sep += "---|---|---|"
     if device.startswith("cuda"):
-        head += (" ours, CUDA host->host (s) | CUDA on-device (s) | floor (s) | CUDA vs loop "
-                 "| CUDA vs ours 1 core |")
+        head += (
+            " ours, CUDA host->host (s) | CUDA on-device (s) | floor (s) | CUDA vs loop "
+            "| CUDA vs ours 1 core |"
+        )
         sep += "---|---|---|---|---|"
     head += " paper GPU speed-up (range for this w) |"
     sep += "---|"
     print(head)
     print(sep)
     for r in rows:
-        line = (f"| {r['scans']} | {r['regions']} | {r['w']} | {r['s']} | {r['windows']} | "
-                f"{r['correlations']:,} | {r['sequential_s']:.1f} | {r['one_core_s']:.3f} |")
+        line = (
+            f"| {r['scans']} | {r['regions']} | {r['w']} | {r['s']} | {r['windows']} | "
+            f"{r['correlations']:,} | {r['sequential_s']:.1f} | {r['one_core_s']:.3f} |"
+        )
         if "cpu_s" in r:
-            line += (f" {r['cpu_s']:.3f} | {r['sequential_s'] / r['cpu_s']:,.0f}x | "
-                     f"{r['one_core_s'] / r['cpu_s']:.1f}x |")
+            line += (
+                f" {r['cpu_s']:.3f} | {r['sequential_s'] / r['cpu_s']:,.0f}x | "
+                f"{r['one_core_s'] / r['cpu_s']:.1f}x |"
+            )
         if "cuda_s" in r:
-            line += (f" {r['cuda_s']:.4f} | {r['cuda_on_device_s']:.4f} | {r['floor_s']:.4f} | "
-                     f"{r['sequential_s'] / r['cuda_s']:,.0f}x | "
-                     f"{r['one_core_s'] / r['cuda_s']:,.0f}x |")
+            line += (
+                f" {r['cuda_s']:.4f} | {r['cuda_on_device_s']:.4f} | {r['floor_s']:.4f} | "
+                f"{r['sequential_s'] / r['cuda_s']:,.0f}x | "
+                f"{r['one_core_s'] / r['cuda_s']:,.0f}x |"
+            )
         line += f" {PAPER_RANGE[r['w']]} |"
         print(line)
     if args.json:

@@ -38,12 +38,12 @@ import warnings
 
 import numpy as np
 import torch
+from _measure import copy_bandwidth
 
 import connscale
 from connscale.networks import match_networks
-from _measure import copy_bandwidth
 
-K_TRUE = 20          # planted networks
+K_TRUE = 20  # planted networks
 NET_FRACTION = 0.05  # voxels per planted network
 NOISE = 1.0
 
@@ -72,12 +72,14 @@ def planted(n_timepoints, n_voxels, seed=0, device="cpu", out=None, chunk_rows=6
     size = int(NET_FRACTION * n_voxels)
     order = rng.permutation(n_voxels)[: size * K_TRUE].reshape(K_TRUE, size)
     weights = rng.uniform(0.5, 1.5, (K_TRUE, size)).astype(np.float32)
-    maps = sp.csr_matrix((weights.ravel(), order.ravel(), np.arange(0, size * K_TRUE + 1, size)),
-                         shape=(K_TRUE, n_voxels))
+    maps = sp.csr_matrix(
+        (weights.ravel(), order.ravel(), np.arange(0, size * K_TRUE + 1, size)),
+        shape=(K_TRUE, n_voxels),
+    )
     dense_maps = torch.zeros(K_TRUE, n_voxels, device=device)
-    dense_maps[torch.arange(K_TRUE).repeat_interleave(size),
-               torch.as_tensor(order.ravel(), device=device)] = torch.as_tensor(
-        weights.ravel(), device=device)
+    dense_maps[
+        torch.arange(K_TRUE).repeat_interleave(size), torch.as_tensor(order.ravel(), device=device)
+    ] = torch.as_tensor(weights.ravel(), device=device)
     S = np.empty((n_timepoints, n_voxels), dtype=np.float32) if out is None else out
     for a in range(0, n_timepoints, chunk_rows):
         b = min(n_timepoints, a + chunk_rows)
@@ -189,7 +191,6 @@ def read_bandwidth(device, nbytes=1 << 31):
     return reps * nbytes / (time.perf_counter() - start)
 
 
-
 def warm_up(S, n_atoms, device, **kwargs):
     """Compile the Triton kernels for this shape outside the timed runs (they
     specialise on sizes, e.g. the number of atoms and P; cached on disk after)."""
@@ -212,10 +213,26 @@ def fmt_bytes(n):
 # ---------------------------------------------------------------------------
 
 
-def run_r1dl(S, maps, *, label, backend, device, n_atoms, memory_limit=None, engine=None,
-             block_size=None, storage="auto"):
-    kwargs = dict(random_state=0, backend=engine if engine is not None else backend,
-                  device=device, memory_limit=memory_limit, block_size=block_size)
+def run_r1dl(
+    S,
+    maps,
+    *,
+    label,
+    backend,
+    device,
+    n_atoms,
+    memory_limit=None,
+    engine=None,
+    block_size=None,
+    storage="auto",
+):
+    kwargs = dict(
+        random_state=0,
+        backend=engine if engine is not None else backend,
+        device=device,
+        memory_limit=memory_limit,
+        block_size=block_size,
+    )
     if backend == "local":
         kwargs["storage"] = storage
     cuda = backend == "local" and str(device).startswith("cuda")
@@ -233,13 +250,19 @@ def run_r1dl(S, maps, *, label, backend, device, n_atoms, memory_limit=None, eng
     capture = res.info.get("graph_capture_s", 0.0)
     learn = res.info.get("learn_s", total) - capture
     row = {
-        "case": label, "backend": backend if backend != "local" else f"local {device}",
-        "mode": res.info.get("mode"), "K": n_atoms,
-        "update_ms": 1e3 * learn / n_updates, "atom_s": learn / n_atoms,
+        "case": label,
+        "backend": backend if backend != "local" else f"local {device}",
+        "mode": res.info.get("mode"),
+        "K": n_atoms,
+        "update_ms": 1e3 * learn / n_updates,
+        "atom_s": learn / n_atoms,
         "mean_iter": res.mean_iterations,
-        "setup_s": res.info.get("setup_s", 0.0) + capture, "capture_s": capture,
+        "setup_s": res.info.get("setup_s", 0.0) + capture,
+        "capture_s": capture,
         "n_updates": n_updates,
-        "total_s": total, "peak_host": peak_host, "peak_dev": peak_dev,
+        "total_s": total,
+        "peak_host": peak_host,
+        "peak_dev": peak_dev,
         "quality": quality(res.loadings, maps) if n_atoms >= K_TRUE else None,
     }
     return row, res
@@ -249,17 +272,27 @@ def run_sklearn(S, maps, n_atoms, label):
     from sklearn.decomposition import MiniBatchDictionaryLearning
 
     X = connscale.networks._blocks.standardize_np(S, np.float32).T  # voxels as samples
-    est = MiniBatchDictionaryLearning(n_components=n_atoms, alpha=0.1, batch_size=1024,
-                                      max_iter=1, random_state=0, n_jobs=1)
+    est = MiniBatchDictionaryLearning(
+        n_components=n_atoms, alpha=0.1, batch_size=1024, max_iter=1, random_state=0, n_jobs=1
+    )
     with PeakRSS() as rss:
         start = time.perf_counter()
         code = est.fit_transform(X)
         total = time.perf_counter() - start
-    return {"case": label, "backend": "sklearn MiniBatchDictionaryLearning (1 epoch)",
-            "mode": "peer", "K": n_atoms, "update_ms": None, "atom_s": total / n_atoms,
-            "mean_iter": None, "setup_s": 0.0, "total_s": total,
-            "peak_host": max(0, rss.peak - rss.base), "peak_dev": None,
-            "quality": quality(code.T, maps) if n_atoms >= K_TRUE else None}
+    return {
+        "case": label,
+        "backend": "sklearn MiniBatchDictionaryLearning (1 epoch)",
+        "mode": "peer",
+        "K": n_atoms,
+        "update_ms": None,
+        "atom_s": total / n_atoms,
+        "mean_iter": None,
+        "setup_s": 0.0,
+        "total_s": total,
+        "peak_host": max(0, rss.peak - rss.base),
+        "peak_dev": None,
+        "quality": quality(code.T, maps) if n_atoms >= K_TRUE else None,
+    }
 
 
 def run_nilearn(S, maps, n_atoms, label):
@@ -275,35 +308,58 @@ def run_nilearn(S, maps, n_atoms, label):
     affine = np.eye(4)
     img = nib.Nifti1Image(data, affine)
     mask_img = nib.Nifti1Image(mask.astype(np.uint8), affine)
-    est = DictLearning(n_components=n_atoms, mask=mask_img, n_epochs=1, random_state=0,
-                       standardize="zscore_sample", memory_level=0, verbose=0)
+    est = DictLearning(
+        n_components=n_atoms,
+        mask=mask_img,
+        n_epochs=1,
+        random_state=0,
+        standardize="zscore_sample",
+        memory_level=0,
+        verbose=0,
+    )
     with PeakRSS() as rss:
         start = time.perf_counter()
         est.fit(img)
         total = time.perf_counter() - start
     comps = est.masker_.transform(est.components_img_)
-    return {"case": label, "backend": "nilearn DictLearning (1 epoch)", "mode": "peer",
-            "K": n_atoms, "update_ms": None, "atom_s": total / n_atoms, "mean_iter": None,
-            "setup_s": 0.0, "total_s": total, "peak_host": max(0, rss.peak - rss.base),
-            "peak_dev": None,
-            "quality": quality(np.where(np.abs(comps) > 1e-6, comps, 0), maps)
-            if n_atoms >= K_TRUE else None}
+    return {
+        "case": label,
+        "backend": "nilearn DictLearning (1 epoch)",
+        "mode": "peer",
+        "K": n_atoms,
+        "update_ms": None,
+        "atom_s": total / n_atoms,
+        "mean_iter": None,
+        "setup_s": 0.0,
+        "total_s": total,
+        "peak_host": max(0, rss.peak - rss.base),
+        "peak_dev": None,
+        "quality": quality(np.where(np.abs(comps) > 1e-6, comps, 0), maps)
+        if n_atoms >= K_TRUE
+        else None,
+    }
 
 
 def table(rows, floors):
-    head = ("| case | backend | mode | K | ms / update | s / atom | updates / atom | setup s "
-            "| peak host | peak device | match to planted | update / floor |")
+    head = (
+        "| case | backend | mode | K | ms / update | s / atom | updates / atom | setup s "
+        "| peak host | peak device | match to planted | update / floor |"
+    )
     lines = [head, "|" + " --- |" * 12]
     for r in rows:
         floor = floors.get((r["case"], r["mode"])) if r["update_ms"] is not None else None
         ratio = f"{r['update_ms'] / 1e3 / floor:.2f}" if floor else "-"
         lines.append(
             f"| {r['case']} | {r['backend']} | {r['mode']} | {r['K']} | "
-            + (f"{r['update_ms']:.2f}" if r["update_ms"] is not None else "-") + " | "
+            + (f"{r['update_ms']:.2f}" if r["update_ms"] is not None else "-")
+            + " | "
             + f"{r['atom_s']:.3f} | "
-            + (f"{r['mean_iter']:.2f}" if r["mean_iter"] is not None else "-") + " | "
+            + (f"{r['mean_iter']:.2f}" if r["mean_iter"] is not None else "-")
+            + " | "
             + f"{r['setup_s']:.2f} | {fmt_bytes(r['peak_host'])} | {fmt_bytes(r['peak_dev'])} | "
-            + (f"{r['quality']:.2f}" if r["quality"] is not None else "-") + f" | {ratio} |")
+            + (f"{r['quality']:.2f}" if r["quality"] is not None else "-")
+            + f" | {ratio} |"
+        )
     return "\n".join(lines)
 
 
@@ -311,11 +367,18 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="Reduced sizes (CPU smoke run).")
-    parser.add_argument("--backends", default=None,
-                        help="Comma list of local,dask,spark (default: local, plus dask and "
-                             "spark on the CPU when installed).")
-    parser.add_argument("--atoms", type=int, default=None,
-                        help="K for the timed runs (default 80; fewer in quick / streamed).")
+    parser.add_argument(
+        "--backends",
+        default=None,
+        help="Comma list of local,dask,spark (default: local, plus dask and "
+        "spark on the CPU when installed).",
+    )
+    parser.add_argument(
+        "--atoms",
+        type=int,
+        default=None,
+        help="K for the timed runs (default 80; fewer in quick / streamed).",
+    )
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--no-stream", action="store_true")
     parser.add_argument("--workdir", default=None, help="Where the streamed .npy is written.")
@@ -342,8 +405,10 @@ def main(argv=None):
                     backends.append(name)
                 except ImportError:
                     pass
-    log(f"# r1DL benchmark: device={device}, quick={args.quick}, backends={backends}, "
-        f"K={n_atoms}, r=0.07 P, torch threads={torch.get_num_threads()}")
+    log(
+        f"# r1DL benchmark: device={device}, quick={args.quick}, backends={backends}, "
+        f"K={n_atoms}, r=0.07 P, torch threads={torch.get_num_threads()}"
+    )
     floors, rows = {}, []
     gen_device = device if cuda else "cpu"
     engines = {}
@@ -353,14 +418,12 @@ def main(argv=None):
 
             start = time.perf_counter()
             engines[name] = get_engine(name, n_jobs=torch.get_num_threads())
-            log(f"{name} engine started in {time.perf_counter() - start:.1f} s "
-                f"({engines[name]!r})")
+            log(f"{name} engine started in {time.perf_counter() - start:.1f} s ({engines[name]!r})")
 
     bandwidth = read_bandwidth(device) if cuda else None
     h2d = copy_bandwidth("h2d", device=device) if cuda else None
     if cuda:
-        log(f"device read bandwidth {bandwidth / 1e9:.0f} GB/s, pinned H2D "
-            f"{h2d / 1e9:.1f} GB/s")
+        log(f"device read bandwidth {bandwidth / 1e9:.0f} GB/s, pinned H2D {h2d / 1e9:.1f} GB/s")
 
     workdir = args.workdir or tempfile.gettempdir()
     for i, t in enumerate(sizes):
@@ -386,12 +449,21 @@ def main(argv=None):
                 start = time.perf_counter()
                 warm_up(S, k, device)
                 log(f"  warm-up (Triton JIT for T={t}) {time.perf_counter() - start:.2f} s")
-            row, _ = run_r1dl(data, maps, label=label, backend=backend, device=device,
-                              n_atoms=k, engine=engines.get(backend))
+            row, _ = run_r1dl(
+                data,
+                maps,
+                label=label,
+                backend=backend,
+                device=device,
+                n_atoms=k,
+                engine=engines.get(backend),
+            )
             rows.append(row)
-            log(f"  {row['backend']}: {row['update_ms']:.2f} ms/update, "
+            log(
+                f"  {row['backend']}: {row['update_ms']:.2f} ms/update, "
                 f"{row['mean_iter']:.2f} updates/atom, setup {row['setup_s']:.2f} s "
-                f"(graph capture {row['capture_s']:.3f} s)")
+                f"(graph capture {row['capture_s']:.3f} s)"
+            )
         if path is not None:
             os.remove(path)
         del S
@@ -426,13 +498,22 @@ def main(argv=None):
                 # re-reads the memory-mapped .npy every pass.
                 runs.insert(0, ("local", "auto"))
             for backend, storage in runs:
-                row, _ = run_r1dl(path, maps, label=label, backend=backend, device=device,
-                                  n_atoms=k_stream, engine=engines.get(backend),
-                                  memory_limit=limit if backend == "local" else None,
-                                  storage=storage if backend == "local" else "auto")
+                row, _ = run_r1dl(
+                    path,
+                    maps,
+                    label=label,
+                    backend=backend,
+                    device=device,
+                    n_atoms=k_stream,
+                    engine=engines.get(backend),
+                    memory_limit=limit if backend == "local" else None,
+                    storage=storage if backend == "local" else "auto",
+                )
                 rows.append(row)
-                log(f"  {row['backend']} ({row['mode']}): {row['update_ms']:.2f} ms/update, "
-                    f"setup {row['setup_s']:.2f} s")
+                log(
+                    f"  {row['backend']} ({row['mode']}): {row['update_ms']:.2f} ms/update, "
+                    f"setup {row['setup_s']:.2f} s"
+                )
         finally:
             os.remove(path)
 
@@ -457,10 +538,12 @@ def main(argv=None):
         engine.close()
     log("")
     log(table(rows, floors))
-    log("\nmatch to planted: mean spatial similarity of the 20 planted maps to their "
+    log(
+        "\nmatch to planted: mean spatial similarity of the 20 planted maps to their "
         "Hungarian-matched learned maps (only when K >= 20). update / floor: CUDA only; "
         "floor = 2 reads of S at the measured device read bandwidth (resident) or pinned "
-        "H2D bandwidth (host, streamed).")
+        "H2D bandwidth (host, streamed)."
+    )
     return 0
 
 

@@ -12,7 +12,8 @@ Rows of the table:
   ``min``, float64 ``index_add_``);
 * ``sklearn``: ``sklearn.cluster.KMeans(init=centres, n_init=1, tol=0,
   algorithm='lloyd')`` on the host's cores, fitted at the two
-  ``--sklearn-iters`` counts (2 and 32, the better of two fits each): the difference of the times over the
+  ``--sklearn-iters`` counts (2 and 32, the better of two fits each): the
+  difference of the times over the
   difference of the iterations run (``n_iter_`` is checked to equal the
   count asked for). Planted states converge within a few iterations, where
   sklearn stops, so this is measured on unclustered windows (noise of the
@@ -108,13 +109,34 @@ def tune(prepared, centres, n_bytes):
     gemm = timed(lambda: prepared.x @ c32.T)
     log(f"cuBLAS x @ C.T: {1e3 * gemm:.2f} ms = {n_bytes / gemm / 1e12:.2f} TB/s")
     for key, configs, fn in (
-            ("assign", [(8, 128, 4, 1), (16, 64, 4, 1), (16, 128, 4, 1), (16, 128, 4, 3),
-                        (32, 64, 4, 1), (32, 64, 4, 3), (32, 128, 8, 1), (16, 256, 8, 1),
-                        (64, 64, 8, 1)],
-             lambda: one_pass(run, centres)),
-            ("sums", [(4, 128, 4, 1), (8, 64, 4, 1), (8, 128, 4, 1), (16, 64, 4, 1),
-                      (8, 256, 8, 1), (16, 128, 8, 1)],
-             lambda: dense_sums(prepared, labels, k))):
+        (
+            "assign",
+            [
+                (8, 128, 4, 1),
+                (16, 64, 4, 1),
+                (16, 128, 4, 1),
+                (16, 128, 4, 3),
+                (32, 64, 4, 1),
+                (32, 64, 4, 3),
+                (32, 128, 8, 1),
+                (16, 256, 8, 1),
+                (64, 64, 8, 1),
+            ],
+            lambda: one_pass(run, centres),
+        ),
+        (
+            "sums",
+            [
+                (4, 128, 4, 1),
+                (8, 64, 4, 1),
+                (8, 128, 4, 1),
+                (16, 64, 4, 1),
+                (8, 256, 8, 1),
+                (16, 128, 8, 1),
+            ],
+            lambda: dense_sums(prepared, labels, k),
+        ),
+    ):
         found = {}
         for config in configs:
             km.fused.CONFIG[key] = config
@@ -132,8 +154,9 @@ def time_lloyd(prepared, init, iters, use_triton):
     km.lloyd(prepared, init, max_iter=2, use_triton=use_triton, check_convergence=False)  # warm
     synchronize(prepared.x.device)
     start = time.perf_counter()
-    result = km.lloyd(prepared, init, max_iter=iters, use_triton=use_triton,
-                      check_convergence=False)
+    result = km.lloyd(
+        prepared, init, max_iter=iters, use_triton=use_triton, check_convergence=False
+    )
     synchronize(prepared.x.device)
     return time.perf_counter() - start, result
 
@@ -150,8 +173,9 @@ def sklearn_per_iteration(data, init, counts, k):
         best = None
         for _ in range(2):  # the one-off work varies: the better of two fits
             start = time.perf_counter()
-            sk = KMeans(k, init=init, n_init=1, max_iter=iters, tol=0.0,
-                        algorithm="lloyd").fit(data)
+            sk = KMeans(k, init=init, n_init=1, max_iter=iters, tol=0.0, algorithm="lloyd").fit(
+                data
+            )
             seconds = time.perf_counter() - start
             best = seconds if best is None else min(best, seconds)
         fits[iters] = (best, sk.n_iter_, sk)
@@ -171,12 +195,20 @@ def main():
     parser.add_argument("--regions", type=int, default=200)
     parser.add_argument("--states", type=int, default=5)
     parser.add_argument("--iters", type=int, default=100)
-    parser.add_argument("--sklearn-iters", type=int, nargs=2, default=(2, 32),
-                        help="The two iteration counts of the sklearn fits (default 2 32).")
+    parser.add_argument(
+        "--sklearn-iters",
+        type=int,
+        nargs=2,
+        default=(2, 32),
+        help="The two iteration counts of the sklearn fits (default 2 32).",
+    )
     parser.add_argument("--l1-iters", type=int, default=3)
     parser.add_argument("--no-sklearn", action="store_true")
-    parser.add_argument("--tune", action="store_true",
-                        help="Time the fused kernels' launch configurations first; keep the best.")
+    parser.add_argument(
+        "--tune",
+        action="store_true",
+        help="Time the fused kernels' launch configurations first; keep the best.",
+    )
     args = parser.parse_args()
 
     device = torch.device(args.device)
@@ -184,10 +216,12 @@ def main():
     e = args.regions * (args.regions - 1) // 2
     k = args.states
     n_bytes = n * e * 4
-    log(f"# {n:,} windows x {e:,} edges float32 ({n_bytes / 1e9:.2f} GB), k={k}, "
+    log(
+        f"# {n:,} windows x {e:,} edges float32 ({n_bytes / 1e9:.2f} GB), k={k}, "
         f"device={device}"
         + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-        + f", host threads {torch.get_num_threads()}, cpu_count {os.cpu_count()}")
+        + f", host threads {torch.get_num_threads()}, cpu_count {os.cpu_count()}"
+    )
     start = time.perf_counter()
     host = windows(n, e, k)
     log(f"data generated in {time.perf_counter() - start:.1f} s")
@@ -201,8 +235,10 @@ def main():
     upload = time.perf_counter() - start
     bandwidth = read_bandwidth(x)
     floor = args.iters * n_bytes / bandwidth
-    log(f"upload {upload:.3f} s; read bandwidth {bandwidth / 1e12:.2f} TB/s; floor for "
-        f"{args.iters} iterations {floor:.3f} s")
+    log(
+        f"upload {upload:.3f} s; read bandwidth {bandwidth / 1e12:.2f} TB/s; floor for "
+        f"{args.iters} iterations {floor:.3f} s"
+    )
 
     start = time.perf_counter()
     prepared = km.Prepared(x, "euclidean", owned=True)
@@ -219,31 +255,44 @@ def main():
         seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton)
         results[name] = result
         rows.append(("planted", name, "euclidean", args.iters, seconds, floor))
-        log(f"{name}: {args.iters} iterations in {seconds:.3f} s "
-            f"({1e3 * seconds / args.iters:.2f} ms each), inertia {result.inertia:.6e}")
+        log(
+            f"{name}: {args.iters} iterations in {seconds:.3f} s "
+            f"({1e3 * seconds / args.iters:.2f} ms each), inertia {result.inertia:.6e}"
+        )
         if use_triton:
             run = km._Run(prepared, result.centres, use_triton=True)
             one = timed(lambda r=run, c=result.centres: one_pass(r, c), 10)
             log(f"one fused assignment pass: {1e3 * one:.2f} ms = {n_bytes / one / 1e12:.2f} TB/s")
             dense = timed(lambda r=result: dense_sums(prepared, r.labels, k), 5)
-            log(f"centre sums of all rows: {1e3 * dense:.2f} ms = "
-                f"{n_bytes / dense / 1e12:.2f} TB/s")
+            log(
+                f"centre sums of all rows: {1e3 * dense:.2f} ms = {n_bytes / dense / 1e12:.2f} TB/s"
+            )
     if len(results) == 2:
         same = torch.equal(results["fused"].labels, results["torch"].labels)
-        log(f"fused vs torch after {args.iters} iterations: labels identical {same}, inertia "
-            f"rel. diff {abs(results['fused'].inertia / results['torch'].inertia - 1):.2e}")
+        log(
+            f"fused vs torch after {args.iters} iterations: labels identical {same}, inertia "
+            f"rel. diff {abs(results['fused'].inertia / results['torch'].inertia - 1):.2e}"
+        )
     converged = km.lloyd(prepared, init_p, max_iter=args.iters)
     log(f"planted data: labels stop changing at iteration {converged.n_iter}")
     if not args.no_sklearn:
         from sklearn.cluster import KMeans
 
-        sk = KMeans(k, init=init.numpy().astype(np.float32), n_init=1, max_iter=args.iters,
-                    tol=0.0, algorithm="lloyd").fit(host.numpy())
+        sk = KMeans(
+            k,
+            init=init.numpy().astype(np.float32),
+            n_init=1,
+            max_iter=args.iters,
+            tol=0.0,
+            algorithm="lloyd",
+        ).fit(host.numpy())
         centres = prepared.from_prepared(converged.centres).cpu().numpy()
-        log(f"planted data vs sklearn (n_iter {converged.n_iter} / {sk.n_iter_}): labels "
+        log(
+            f"planted data vs sklearn (n_iter {converged.n_iter} / {sk.n_iter_}): labels "
             f"identical {bool((converged.labels.cpu().numpy() == sk.labels_).all())}, inertia "
             f"rel. diff {abs(converged.inertia / sk.inertia_ - 1):.2e}, centres max abs diff "
-            f"{np.abs(centres - sk.cluster_centers_).max():.2e}")
+            f"{np.abs(centres - sk.cluster_centers_).max():.2e}"
+        )
     del prepared, results, x
 
     # Unclustered windows (noise): labels keep changing, so sklearn runs every
@@ -256,27 +305,42 @@ def main():
     for name, use_triton in variants:
         seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton)
         rows.append(("noise", name, "euclidean", args.iters, seconds, floor))
-        log(f"noise {name}: {args.iters} iterations in {seconds:.3f} s "
-            f"({1e3 * seconds / args.iters:.2f} ms each)")
+        log(
+            f"noise {name}: {args.iters} iterations in {seconds:.3f} s "
+            f"({1e3 * seconds / args.iters:.2f} ms each)"
+        )
     sk_per_iter = None
     if not args.no_sklearn:
         counts = tuple(args.sklearn_iters)
-        sk_per_iter, honest, sk = sklearn_per_iteration(noise.numpy(), init_noise.numpy()
-                                                        .astype(np.float32), counts, k)
+        sk_per_iter, honest, sk = sklearn_per_iteration(
+            noise.numpy(), init_noise.numpy().astype(np.float32), counts, k
+        )
         if sk_per_iter is not None:
-            log(f"sklearn: {sk_per_iter:.3f} s per iteration on {os.cpu_count()} cores "
-                f"(n_iter_ as asked: {honest})")
+            log(
+                f"sklearn: {sk_per_iter:.3f} s per iteration on {os.cpu_count()} cores "
+                f"(n_iter_ as asked: {honest})"
+            )
         ours = km.lloyd(prepared, init_p, max_iter=counts[1])  # sklearn's loop semantics
         labels = ours.labels.cpu().numpy()
         centres = prepared.from_prepared(ours.centres).cpu().numpy()
-        log(f"vs sklearn after {counts[1]} iterations (n_iter {ours.n_iter} / {sk.n_iter_}): "
+        log(
+            f"vs sklearn after {counts[1]} iterations (n_iter {ours.n_iter} / {sk.n_iter_}): "
             f"labels identical {bool((labels == sk.labels_).all())} "
             f"({int((labels != sk.labels_).sum())} differ), inertia rel. diff "
             f"{abs(ours.inertia / sk.inertia_ - 1):.2e}, centres max abs diff "
-            f"{np.abs(centres - sk.cluster_centers_).max():.2e}")
+            f"{np.abs(centres - sk.cluster_centers_).max():.2e}"
+        )
         if sk_per_iter is not None:
-            rows.append(("noise", "sklearn", "euclidean", counts[1] - counts[0],
-                         sk_per_iter * (counts[1] - counts[0]), None))
+            rows.append(
+                (
+                    "noise",
+                    "sklearn",
+                    "euclidean",
+                    counts[1] - counts[0],
+                    sk_per_iter * (counts[1] - counts[0]),
+                    None,
+                )
+            )
     del prepared, noise
 
     prepared = km.Prepared(host.to(device, copy=True), "l1", owned=True)
@@ -294,18 +358,25 @@ def main():
     log(f"l1: the medians of one iteration {1e3 * medians:.1f} ms")
 
     log("")
-    log("| data | n × E | k | metric | device | path | iterations | time (s) | per iteration (ms) "
-        "| floor (s) | time / floor | speed-up vs sklearn per iteration |")
+    log(
+        "| data | n × E | k | metric | device | path | iterations | time (s) | per iteration (ms) "
+        "| floor (s) | time / floor | speed-up vs sklearn per iteration |"
+    )
     log("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for data, name, metric, iters, seconds, fl in rows:
         per_iter = seconds / iters
         ratio = f"{seconds / fl:.2f}" if fl else ""
-        speed = (f"{sk_per_iter / per_iter:.0f}×" if sk_per_iter and name != "sklearn"
-                 and metric == "euclidean" else "")
+        speed = (
+            f"{sk_per_iter / per_iter:.0f}×"
+            if sk_per_iter and name != "sklearn" and metric == "euclidean"
+            else ""
+        )
         where = "host" if name == "sklearn" else str(device.type)
-        log(f"| {data} | {n:,} × {e:,} | {k} | {metric} | {where} | {name} | {iters} | "
+        log(
+            f"| {data} | {n:,} × {e:,} | {k} | {metric} | {where} | {name} | {iters} | "
             f"{seconds:.3f} | {1e3 * per_iter:.2f} | {fl if fl is None else round(fl, 3)} | "
-            f"{ratio} | {speed} |")
+            f"{ratio} | {speed} |"
+        )
 
 
 if __name__ == "__main__":

@@ -18,12 +18,21 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 import bench_dynamic  # noqa: E402
+
 from connscale.fc import _sparse_cuda, _tiles  # noqa: E402
 from connscale.fc.normalize import normalize_series  # noqa: E402
 
-DEFAULT = ["two-reads", "two-reads-side", "one-read:64:4", "one-read:16:4", "one-read:32:8",
-           "lookback:4096:4:32", "lookback:2048:4:32", "lookback:8192:8:32",
-           "lookback:4096:8:32"]
+DEFAULT = [
+    "two-reads",
+    "two-reads-side",
+    "one-read:64:4",
+    "one-read:16:4",
+    "one-read:32:8",
+    "lookback:4096:4:32",
+    "lookback:2048:4:32",
+    "lookback:8192:8:32",
+    "lookback:4096:8:32",
+]
 
 
 def select(variant, max_spins):
@@ -32,14 +41,17 @@ def select(variant, max_spins):
     if name == "one-read":
         _sparse_cuda.OPTIONS["one-read"] = {"block_m": int(args[0]), "num_warps": int(args[1])}
     elif name == "lookback":
-        _sparse_cuda.OPTIONS["lookback"] = {"chunk": int(args[0]), "num_warps": int(args[1]),
-                                            "look": int(args[2]), "max_spins": max_spins}
+        _sparse_cuda.OPTIONS["lookback"] = {
+            "chunk": int(args[0]),
+            "num_warps": int(args[1]),
+            "look": int(args[2]),
+            "max_spins": max_spins,
+        }
 
 
 def one_window(u, variant, tile_rows, threshold, reps, max_spins):
     select(variant, max_spins)
-    windows = _sparse_cuda.SparseWindowsCUDA(u.shape[0], tile_rows, threshold, False,
-                                             submit=None)
+    windows = _sparse_cuda.SparseWindowsCUDA(u.shape[0], tile_rows, threshold, False, submit=None)
     capacity = u.shape[0] * (u.shape[0] - 1) // 2 // 8
     for _ in range(2):  # compile, warm up
         out = windows._queue(u, capacity)
@@ -53,8 +65,11 @@ def one_window(u, variant, tile_rows, threshold, reps, max_spins):
     values, columns, row_counts, nnz_host, _ = out
     nnz = int(nnz_host[0])
     assert int(nnz_host[1]) == 0, "look-back gave up"
-    return start.elapsed_time(end) / reps, (values[:nnz].clone(), columns[:nnz].clone(),
-                                            row_counts.clone())
+    return start.elapsed_time(end) / reps, (
+        values[:nnz].clone(),
+        columns[:nnz].clone(),
+        row_counts.clone(),
+    )
 
 
 def gemm_only(u, block_rows, reps):
@@ -85,8 +100,15 @@ def main():
     x = bench_dynamic.simulate(t, n)
     u, _ = normalize_series(torch.from_numpy(x[:w]).cuda(), dtype=torch.float32)
     tile_rows = 4096
-    print(json.dumps({"gemm_only_ms_2048": gemm_only(u, 2048, args.reps),
-                      "gemm_only_ms_4096": gemm_only(u, 4096, args.reps)}), flush=True)
+    print(
+        json.dumps(
+            {
+                "gemm_only_ms_2048": gemm_only(u, 2048, args.reps),
+                "gemm_only_ms_4096": gemm_only(u, 4096, args.reps),
+            }
+        ),
+        flush=True,
+    )
     reference = None
     for variant in args.methods:
         try:
@@ -97,8 +119,17 @@ def main():
         if reference is None:
             reference = csr
         same = all(torch.equal(a, b) for a, b in zip(csr, reference))
-        print(json.dumps({"variant": variant, "window_ms": round(ms, 3), "nnz": csr[0].numel(),
-                          "same_csr_as_first": same}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "variant": variant,
+                    "window_ms": round(ms, 3),
+                    "nnz": csr[0].numel(),
+                    "same_csr_as_first": same,
+                }
+            ),
+            flush=True,
+        )
     if not args.full:
         return
     rate = bench_dynamic.measure_gemm_rate("cuda", n, w, batch=1)
@@ -108,16 +139,27 @@ def main():
     for variant in args.methods:
         select(variant, args.max_spins)
         try:
-            seconds, result = bench_dynamic.time_run(x, w, 1, "cuda", 1, kind="sparse",
-                                                     threshold=theta, host_buffer=arena)
+            seconds, result = bench_dynamic.time_run(
+                x, w, 1, "cuda", 1, kind="sparse", threshold=theta, host_buffer=arena
+            )
         except Exception as exc:
             print(json.dumps({"variant": variant, "error": repr(exc)[:300]}), flush=True)
             continue
-        print(json.dumps({"variant": variant, "seconds": round(seconds, 4),
-                          "floor_s": round(floor, 4), "ratio": round(seconds / floor, 3),
-                          "gemm_TFLOPs": round(rate / 1e12, 2), "windows": k,
-                          "nnz_last": result[k - 1].nnz,
-                          "tile_rows": result.plan.block_rows}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "variant": variant,
+                    "seconds": round(seconds, 4),
+                    "floor_s": round(floor, 4),
+                    "ratio": round(seconds / floor, 3),
+                    "gemm_TFLOPs": round(rate / 1e12, 2),
+                    "windows": k,
+                    "nnz_last": result[k - 1].nnz,
+                    "tile_rows": result.plan.block_rows,
+                }
+            ),
+            flush=True,
+        )
         del result
 
 

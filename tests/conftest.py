@@ -49,7 +49,8 @@ RETRIES = 2
 def pytest_configure(config):
     # pyspark's pandas-version notice (connscale does not use pyspark's pandas API).
     config.addinivalue_line(
-        "filterwarnings", "ignore:.*PySpark does not yet fully support pandas:FutureWarning")
+        "filterwarnings", "ignore:.*PySpark does not yet fully support pandas:FutureWarning"
+    )
 
 
 @pytest.fixture

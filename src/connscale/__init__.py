@@ -1,8 +1,11 @@
 """connscale: fast, scalable brain connectivity on CPUs, GPUs and clusters."""
 
-from connscale._version import __version__
+from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 from connscale._compute.memory import MemoryLimitError
+from connscale._version import __version__
 from connscale.classify import cross_validate, load_features
+from connscale.cohort import run_cohort
+from connscale.engines import get_engine
 from connscale.fc import (
     ConstantSeriesWarning,
     DynamicConnectivity,
@@ -19,8 +22,6 @@ from connscale.fc import (
     triu_pairs,
     vec_to_matrix,
 )
-from connscale.cohort import run_cohort
-from connscale.engines import get_engine
 from connscale.io import load_relmat, load_timeseries
 from connscale.maps import (
     degree_centrality,
@@ -30,7 +31,6 @@ from connscale.maps import (
 )
 from connscale.networks import R1DL, match_networks, r1dl, spatial_similarity
 from connscale.states import DFCStates
-from connscale import life  # noqa: E402  (LiFE / ReAl-LiFE subpackage)
 
 __all__ = [
     "ConstantSeriesWarning",

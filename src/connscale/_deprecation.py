@@ -34,6 +34,10 @@ def renamed(new_value, old_value, *, new: str, old: str, new_default, removed_in
         return new_value
     if new_value is not new_default and new_value != new_default:
         raise ValueError(f"'{old}' was renamed '{new}'; pass only '{new}' (got both).")
-    warnings.warn(f"'{old}' was renamed '{new}'; '{old}' will be removed in connscale "
-                  f"{removed_in}. Pass '{new}' instead.", FutureWarning, stacklevel=user_stacklevel())
+    warnings.warn(
+        f"'{old}' was renamed '{new}'; '{old}' will be removed in connscale "
+        f"{removed_in}. Pass '{new}' instead.",
+        FutureWarning,
+        stacklevel=user_stacklevel(),
+    )
     return old_value

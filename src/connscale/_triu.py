@@ -137,8 +137,7 @@ def vec_to_matrix(vec: npt.ArrayLike, n: int | None = None, *, diagonal: float =
         n = int(round((1 + np.sqrt(1 + 8 * vec.size)) / 2))
     if vec.shape != (n_pairs(n),):
         raise ValueError(
-            f"Expected a vector of n(n-1)/2 = {n_pairs(n)} values for n={n}; "
-            f"got shape {vec.shape}."
+            f"Expected a vector of n(n-1)/2 = {n_pairs(n)} values for n={n}; got shape {vec.shape}."
         )
     out = np.empty((n, n), dtype=vec.dtype if vec.dtype.kind == "f" else np.float64)
     rows, cols = np.triu_indices(n, 1)

@@ -147,8 +147,7 @@ def check_output_path(out, name: str = "out") -> Path:
     return path
 
 
-def check_int(value, name: str, *, minimum: int | None = None,
-              maximum: int | None = None) -> int:
+def check_int(value, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
     """Check an integer parameter lies in [minimum, maximum]."""
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ValueError(f"'{name}' must be an integer; got {value!r}.")
@@ -193,15 +192,25 @@ def to_timepoints(value, name: str, *, t_r: float | None = None):
 
 def check_positive(value, name: str) -> float:
     """Check a number is finite and > 0."""
-    if isinstance(value, bool) or not isinstance(value, Real) or not np.isfinite(value) \
-            or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, Real)
+        or not np.isfinite(value)
+        or value <= 0
+    ):
         raise ValueError(f"'{name}' must be a number > 0; got {value!r}.")
     return float(value)
 
 
-def check_window(window_length, step, n_timepoints: int | None = None, *,
-                 minimum: int = MIN_WINDOW_LENGTH, where: str = "the number of time points",
-                 t_r: float | None = None) -> tuple[int, int]:
+def check_window(
+    window_length,
+    step,
+    n_timepoints: int | None = None,
+    *,
+    minimum: int = MIN_WINDOW_LENGTH,
+    where: str = "the number of time points",
+    t_r: float | None = None,
+) -> tuple[int, int]:
     """Validate a sliding window: ``minimum <= window_length <= n_timepoints``
     (no upper bound when ``n_timepoints`` is None) and ``step >= 1``.
     ``minimum`` defaults to :data:`MIN_WINDOW_LENGTH`, the one window minimum
@@ -232,9 +241,7 @@ def check_threshold(threshold, name: str = "threshold") -> float:
 def check_option(value, name: str, allowed) -> str:
     """Check a string option is one of ``allowed``."""
     if value not in allowed:
-        raise ValueError(
-            f"'{name}' must be one of {sorted(allowed)}; got {value!r}."
-        )
+        raise ValueError(f"'{name}' must be one of {sorted(allowed)}; got {value!r}.")
     return value
 
 
@@ -246,15 +253,13 @@ def check_random_state(seed) -> np.random.Generator:
         return seed
     if isinstance(seed, np.random.RandomState):
         return np.random.default_rng(seed.randint(0, 2**31 - 1))
-    raise ValueError(
-        f"'random_state' must be None, an int or a numpy Generator; got {seed!r}."
-    )
-
+    raise ValueError(f"'random_state' must be None, an int or a numpy Generator; got {seed!r}.")
 
 
 # --------------------------------------------------------------------------
 # Declared parameter constraints (scikit-learn's validate_params style)
 # --------------------------------------------------------------------------
+
 
 class InvalidParameterError(ValueError, TypeError):
     """A parameter of a public function or estimator breaks its declared
@@ -272,8 +277,15 @@ class _Constraint:
         raise NotImplementedError
 
 
-_TYPE_NAMES = {Integral: "int", Real: "float", str: "str", bool: "bool", dict: "dict",
-               list: "list", tuple: "tuple"}
+_TYPE_NAMES = {
+    Integral: "int",
+    Real: "float",
+    str: "str",
+    bool: "bool",
+    dict: "dict",
+    list: "list",
+    tuple: "tuple",
+}
 
 
 def _type_name(kind) -> str:
@@ -289,7 +301,9 @@ class Interval(_Constraint):
         if kind not in (Integral, Real):
             raise TypeError(f"Interval needs Integral or Real; got {kind!r}.")
         if closed not in ("left", "right", "both", "neither"):
-            raise ValueError(f"'closed' must be 'left', 'right', 'both' or 'neither'; got {closed!r}.")
+            raise ValueError(
+                f"'closed' must be 'left', 'right', 'both' or 'neither'; got {closed!r}."
+            )
         self.kind, self.left, self.right, self.closed = kind, left, right, closed
 
     def is_satisfied_by(self, value) -> bool:
@@ -392,7 +406,9 @@ class _Predicate(_Constraint):
 def _is_array_like(value) -> bool:
     if isinstance(value, (str, bytes, Mapping)) or value is None:
         return False
-    return hasattr(value, "__array__") or hasattr(value, "__len__") and hasattr(value, "__getitem__")
+    return (
+        hasattr(value, "__array__") or hasattr(value, "__len__") and hasattr(value, "__getitem__")
+    )
 
 
 def _is_memory(value) -> bool:
@@ -422,17 +438,20 @@ def _is_dtype(value) -> bool:
 def _is_random_state(value) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return False
-    return value is None or isinstance(value, (Integral, np.random.Generator,
-                                               np.random.RandomState))
+    return value is None or isinstance(
+        value, (Integral, np.random.Generator, np.random.RandomState)
+    )
 
 
 _NAMED = {
     "array-like": _Predicate(_is_array_like, "an array-like"),
     "boolean": _Predicate(lambda v: isinstance(v, (bool, np.bool_)), "a bool"),
-    "random_state": _Predicate(_is_random_state,
-                               "an int, a numpy Generator, a RandomState or None"),
-    "memory": _Predicate(_is_memory, "a number of bytes or a size such as '512MB', '8GB' "
-                                     "or '2GiB'"),
+    "random_state": _Predicate(
+        _is_random_state, "an int, a numpy Generator, a RandomState or None"
+    ),
+    "memory": _Predicate(
+        _is_memory, "a number of bytes or a size such as '512MB', '8GB' or '2GiB'"
+    ),
     "device": _Predicate(_is_device, "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device"),
     "dtype": _Predicate(_is_dtype, "'float32' or 'float64' (or the numpy/torch dtype)"),
     "path": _Predicate(lambda v: isinstance(v, (str, os.PathLike)), "a path"),
@@ -452,8 +471,9 @@ def make_constraint(spec) -> _Constraint:
         try:
             return _NAMED[spec]
         except KeyError:
-            raise ValueError(f"Unknown constraint {spec!r}; expected one of {sorted(_NAMED)}.") \
-                from None
+            raise ValueError(
+                f"Unknown constraint {spec!r}; expected one of {sorted(_NAMED)}."
+            ) from None
     if isinstance(spec, type):
         return _InstanceOf(spec)
     raise TypeError(f"Cannot make a constraint of {spec!r}.")
@@ -468,8 +488,9 @@ def _describe(constraints: list[_Constraint]) -> str:
     return f"{', '.join(words[:-1])} or {words[-1]}"
 
 
-def validate_parameter_values(constraints: Mapping[str, list], params: Mapping[str, object],
-                              caller: str) -> None:
+def validate_parameter_values(
+    constraints: Mapping[str, list], params: Mapping[str, object], caller: str
+) -> None:
     """Check each parameter of ``params`` named in ``constraints`` against
     its declared constraints (any one must hold).
 
@@ -494,8 +515,7 @@ def validate_parameter_values(constraints: Mapping[str, list], params: Mapping[s
 _SKIP_NESTED = contextvars.ContextVar("connscale_skip_nested_validation", default=False)
 
 
-def validate_params(constraints: Mapping[str, list], *,
-                    prefer_skip_nested_validation: bool = True):
+def validate_params(constraints: Mapping[str, list], *, prefer_skip_nested_validation: bool = True):
     """Decorate a public function with its declared parameter constraints.
 
     The arguments of each call are checked before the body runs. With
@@ -505,12 +525,14 @@ def validate_params(constraints: Mapping[str, list], *,
     constraints stay readable as ``function.parameter_constraints`` (the
     cohort checks its job's parameters against them).
     """
+
     def decorate(func):
         signature = inspect.signature(func)
         unknown = set(constraints) - set(signature.parameters)
         if unknown:
-            raise ValueError(f"Constraints of {func.__qualname__} name no parameter: "
-                             f"{sorted(unknown)}.")
+            raise ValueError(
+                f"Constraints of {func.__qualname__} name no parameter: {sorted(unknown)}."
+            )
 
         @functools.wraps(func)
         def wrapper(*args, **kwargs):

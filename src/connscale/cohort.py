@@ -162,6 +162,7 @@ class CohortReport:
 # Inputs
 # --------------------------------------------------------------------------
 
+
 def _is_input(path: Path) -> bool:
     return path.is_file() and path.name.lower().endswith(INPUT_SUFFIXES)
 
@@ -170,8 +171,9 @@ def _scan_name(path: Path, subject: str | None) -> str:
     """The source entities of a scan, joined (``sub-01_task-rest``): its outputs' stem."""
     from connscale.io.bids import bids_name, source_entities
 
-    return bids_name(source_entities(path, subject=subject), suffix="x",
-                     extension=".x")[: -len("_x.x")]
+    return bids_name(source_entities(path, subject=subject), suffix="x", extension=".x")[
+        : -len("_x.x")
+    ]
 
 
 def _subject(path: Path) -> str | None:
@@ -209,12 +211,14 @@ def find_inputs(inputs: str | Path | Iterable[str | Path]) -> list[CohortItem]:
             found = [Path(p) for p in sorted(glob.glob(text, recursive=True))]
             found = [p for p in found if _is_input(p)]
             if not found:
-                raise ValueError(f"The pattern {text!r} matches no input file "
-                                 f"({', '.join(INPUT_SUFFIXES)}).")
+                raise ValueError(
+                    f"The pattern {text!r} matches no input file ({', '.join(INPUT_SUFFIXES)})."
+                )
         elif Path(text).is_dir():
             root = Path(text)
-            found = sorted({p for pattern in BIDS_PATTERNS for p in root.rglob(pattern)
-                            if p.is_file()})
+            found = sorted(
+                {p for pattern in BIDS_PATTERNS for p in root.rglob(pattern) if p.is_file()}
+            )
             if not found:
                 found = sorted(p for p in root.iterdir() if _is_input(p))
             if not found:
@@ -247,6 +251,7 @@ def find_inputs(inputs: str | Path | Iterable[str | Path]) -> list[CohortItem]:
 # Jobs
 # --------------------------------------------------------------------------
 
+
 def _job_entries(job: str) -> list:
     """The public functions a job calls, whose declared constraints its
     parameters must meet."""
@@ -273,13 +278,27 @@ def check_job_params(job: str, params: dict | None) -> dict:
     """
     check_option(job, "job", set(JOBS))
     params = dict(params or {})
-    common = {"device": "cpu", "dtype": "float32", "atlas": None, "atlas_name": None,
-              "mask": None, "memory_limit": None}
+    common = {
+        "device": "cpu",
+        "dtype": "float32",
+        "atlas": None,
+        "atlas_name": None,
+        "mask": None,
+        "memory_limit": None,
+    }
     if job == "pairs":
         allowed = {"window_length": None, "step": 1, "threshold": 0.5, **common}
     elif job == "dfc":
-        allowed = {"window_length": None, "step": 1, "kind": "triu", "threshold": None,
-                   "absolute": False, "rank": None, "random_state": 0, **common}
+        allowed = {
+            "window_length": None,
+            "step": 1,
+            "kind": "triu",
+            "threshold": None,
+            "absolute": False,
+            "rank": None,
+            "random_state": 0,
+            **common,
+        }
     else:
         allowed = {"kind": "triu", **common}
     unknown = sorted(set(params) - set(allowed))
@@ -291,16 +310,17 @@ def check_job_params(job: str, params: dict | None) -> dict:
     if job in ("pairs", "dfc") and merged["window_length"] is None:
         raise ValueError(f"The {job!r} job needs 'window_length' (e.g. 32).")
     for entry in _job_entries(job):
-        validate_parameter_values(entry.parameter_constraints, merged,
-                                  f"the {job!r} job ({entry.__name__})")
+        validate_parameter_values(
+            entry.parameter_constraints, merged, f"the {job!r} job ({entry.__name__})"
+        )
     if job in ("pairs", "dfc"):
-        merged["window_length"], merged["step"] = check_window(merged["window_length"],
-                                                               merged["step"])
+        merged["window_length"], merged["step"] = check_window(
+            merged["window_length"], merged["step"]
+        )
     if job == "dfc":
         from connscale.fc.dynamic import check_kind_options
 
-        check_kind_options(merged["kind"], merged["threshold"], merged["absolute"],
-                           merged["rank"])
+        check_kind_options(merged["kind"], merged["threshold"], merged["absolute"], merged["rank"])
         merged["absolute"] = bool(merged["absolute"])
     elif job == "fc":
         check_option(merged["kind"], "kind", {"triu", "dense"})
@@ -343,28 +363,49 @@ def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> d
     from connscale.io._atomic import check_free_space
     from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
 
-    result = pairwise_dfc(timeseries[None], params["window_length"], params["step"],
-                          device=params["device"], dtype=params["dtype"],
-                          memory_limit=params["memory_limit"])
+    result = pairwise_dfc(
+        timeseries[None],
+        params["window_length"],
+        params["step"],
+        device=params["device"],
+        dtype=params["dtype"],
+        memory_limit=params["memory_limit"],
+    )
     summary = pair_summary(result.courses, threshold=params["threshold"])
     with OutputLock(output):
         check_free_space(output.parent, result.courses.nbytes, what=output.name)
-        write_pairs_h5(output, courses=result.courses[0], pairs=result.pairs,
-                       window_onsets=result.window_starts, window_length=result.window_length,
-                       step=result.step,
-                       summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
-                       threshold=summary.threshold, labels=labels,
-                       n_constant=result.n_constant, attrs=attrs)
-    return {"n_regions": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
-            "n_windows": int(result.window_starts.size)}
+        write_pairs_h5(
+            output,
+            courses=result.courses[0],
+            pairs=result.pairs,
+            window_onsets=result.window_starts,
+            window_length=result.window_length,
+            step=result.step,
+            summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
+            threshold=summary.threshold,
+            labels=labels,
+            n_constant=result.n_constant,
+            attrs=attrs,
+        )
+    return {
+        "n_regions": int(timeseries.shape[1]),
+        "n_timepoints": int(timeseries.shape[0]),
+        "n_windows": int(result.window_starts.size),
+    }
 
 
 def _job_fc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
     from connscale.fc.static import compute_correlation
 
-    compute_correlation(timeseries, kind=params["kind"], device=params["device"],
-                        dtype=params["dtype"], memory_limit=params["memory_limit"], out=output,
-                        attrs=attrs)
+    compute_correlation(
+        timeseries,
+        kind=params["kind"],
+        device=params["device"],
+        dtype=params["dtype"],
+        memory_limit=params["memory_limit"],
+        out=output,
+        attrs=attrs,
+    )
     return {"n_series": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0])}
 
 
@@ -374,14 +415,27 @@ def _job_dfc(timeseries, labels, params: dict, output: Path, attrs: dict) -> dic
     # The labels (attrs) go in before the file gets its name: a file under
     # the output's name is finished and labelled, or absent.
     result = dynamic_correlation(
-        timeseries, params["window_length"], params["step"], kind=params["kind"],
-        threshold=params["threshold"], absolute=params["absolute"], rank=params["rank"],
-        random_state=params["random_state"], device=params["device"], dtype=params["dtype"],
-        memory_limit=params["memory_limit"], out=output, attrs=attrs)
+        timeseries,
+        params["window_length"],
+        params["step"],
+        kind=params["kind"],
+        threshold=params["threshold"],
+        absolute=params["absolute"],
+        rank=params["rank"],
+        random_state=params["random_state"],
+        device=params["device"],
+        dtype=params["dtype"],
+        memory_limit=params["memory_limit"],
+        out=output,
+        attrs=attrs,
+    )
     n_windows = len(result)
     result.close()
-    return {"n_series": int(timeseries.shape[1]), "n_timepoints": int(timeseries.shape[0]),
-            "n_windows": n_windows}
+    return {
+        "n_series": int(timeseries.shape[1]),
+        "n_timepoints": int(timeseries.shape[0]),
+        "n_windows": n_windows,
+    }
 
 
 def _job_function(function: str):
@@ -424,7 +478,8 @@ def _is_complete(output: Path, job: str, fingerprint: str) -> bool:
         return False
     foreign = ValueError(
         f"{output} exists and was not written by connscale cohort (it records no input "
-        "fingerprint); remove it, or re-run with --overwrite to replace it.")
+        "fingerprint); remove it, or re-run with --overwrite to replace it."
+    )
     if output.is_symlink() or not output.is_file():
         raise foreign
     import h5py
@@ -453,9 +508,13 @@ def _params_after_loading(params: dict, timeseries) -> dict:
         return params
     left = limit - timeseries.nbytes
     if left <= 0:
-        raise limit_error(f"Loading the scan ({timeseries.shape[0]} x {timeseries.shape[1]})",
-                          timeseries.nbytes, limit, params["memory_limit"],
-                          "Raise --memory-limit.")
+        raise limit_error(
+            f"Loading the scan ({timeseries.shape[0]} x {timeseries.shape[1]})",
+            timeseries.nbytes,
+            limit,
+            params["memory_limit"],
+            "Raise --memory-limit.",
+        )
     return {**params, "memory_limit": left}
 
 
@@ -463,8 +522,12 @@ def run_task(task: CohortTask) -> dict:
     """Run one cohort task; never raises (errors come back as a record)."""
     import torch
 
-    record = {"name": task.item.name, "subject": task.item.subject,
-              "input": str(task.item.path), "output": str(task.output)}
+    record = {
+        "name": task.item.name,
+        "subject": task.item.subject,
+        "input": str(task.item.path),
+        "output": str(task.output),
+    }
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(task.threads)
@@ -473,14 +536,18 @@ def run_task(task: CohortTask) -> dict:
         # writers refuse to overwrite a different run, so clear it first.
         task.output.unlink(missing_ok=True)
         timeseries, labels = _load_item(task.item.path, task.params)
-        attrs = {"source": str(task.item.path), "cohort_job": task.key,
-                 "cohort_fingerprint": task.fingerprint}
+        attrs = {
+            "source": str(task.item.path),
+            "cohort_job": task.key,
+            "cohort_fingerprint": task.fingerprint,
+        }
         params = _params_after_loading(task.params, timeseries)
         details = _job_function(task.function)(timeseries, labels, params, task.output, attrs)
         record.update(status="ok", **details)
     except Exception as exc:  # noqa: BLE001 - reported per subject, not raised
-        record.update(status="error", error=f"{type(exc).__name__}: {exc}",
-                      traceback=traceback.format_exc())
+        record.update(
+            status="error", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
+        )
     finally:
         torch.set_num_threads(threads)
     record["seconds"] = round(time.perf_counter() - start, 6)
@@ -490,6 +557,7 @@ def run_task(task: CohortTask) -> dict:
 # --------------------------------------------------------------------------
 # Runner
 # --------------------------------------------------------------------------
+
 
 def output_path(out_dir: Path, item: CohortItem, job: str, *, seg: str | None = None) -> Path:
     """``<out_dir>/sub-<id>/[ses-<id>/]func/<entities>[_seg-<seg>]_meas-PearsonCorrelation
@@ -526,39 +594,55 @@ def _remove_stale_temporaries(output: Path) -> int:
 def _lost_record(task: CohortTask, failure: TaskFailure) -> dict:
     """The error record of a task that the engine gave up on (its worker died)."""
     kind = "WorkerLost" if failure.worker_lost else "TaskFailed"
-    return {"name": task.item.name, "subject": task.item.subject,
-            "input": str(task.item.path), "output": str(task.output), "status": "error",
-            "error": f"{kind}: {failure.reason}", "traceback": "",
-            "attempts": failure.attempts, "seconds": None}
+    return {
+        "name": task.item.name,
+        "subject": task.item.subject,
+        "input": str(task.item.path),
+        "output": str(task.output),
+        "status": "error",
+        "error": f"{kind}: {failure.reason}",
+        "traceback": "",
+        "attempts": failure.attempts,
+        "seconds": None,
+    }
 
 
 def _write_reports(out_dir: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
     counts = {s: sum(r.get("status") == s for r in records) for s in ("ok", "skipped", "error")}
-    report = write_json_atomic(out_dir / "cohort_report.json",
-                               {**meta, "counts": counts, "records": records})
+    report = write_json_atomic(
+        out_dir / "cohort_report.json", {**meta, "counts": counts, "records": records}
+    )
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
     writer.writerow(["subject", "name", "input", "error"])
     for r in records:
         if r.get("status") == "error":
-            writer.writerow([r["subject"] or "n/a", r["name"], r["input"],
-                             r["error"].replace("\t", " ").replace("\n", " ")])
+            writer.writerow(
+                [
+                    r["subject"] or "n/a",
+                    r["name"],
+                    r["input"],
+                    r["error"].replace("\t", " ").replace("\n", " "),
+                ]
+            )
     errors = write_text_atomic(out_dir / "cohort_errors.tsv", buffer.getvalue())
     return report, errors
 
 
-@validate_params({
-    "job": [StrOptions(JOBS)],
-    "params": [dict, None],
-    "engine": [StrOptions(ENGINES), Engine],
-    "n_jobs": [Interval(Integral, 1, None, closed="left"), None],
-    "retries": [Interval(Integral, 0, None, closed="left")],
-    "threads_per_task": [Interval(Integral, 1, None, closed="left")],
-    "batch_size": [Interval(Integral, 1, None, closed="left"), None],
-    "overwrite": ["boolean"],
-    "wait": ["boolean"],
-    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
-})
+@validate_params(
+    {
+        "job": [StrOptions(JOBS)],
+        "params": [dict, None],
+        "engine": [StrOptions(ENGINES), Engine],
+        "n_jobs": [Interval(Integral, 1, None, closed="left"), None],
+        "retries": [Interval(Integral, 0, None, closed="left")],
+        "threads_per_task": [Interval(Integral, 1, None, closed="left")],
+        "batch_size": [Interval(Integral, 1, None, closed="left"), None],
+        "overwrite": ["boolean"],
+        "wait": ["boolean"],
+        "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+    }
+)
 def run_cohort(
     inputs,
     job: str,
@@ -651,15 +735,39 @@ def run_cohort(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     with OutputLock(out_dir / "cohort_run", wait=wait):
-        return _run_cohort(inputs, job, out_dir, params=params, engine=engine, cluster=cluster,
-                           n_jobs=n_jobs, retries=retries, dashboard_address=dashboard_address,
-                           threads_per_task=threads_per_task, batch_size=batch_size,
-                           overwrite=overwrite, verbose=verbose)
+        return _run_cohort(
+            inputs,
+            job,
+            out_dir,
+            params=params,
+            engine=engine,
+            cluster=cluster,
+            n_jobs=n_jobs,
+            retries=retries,
+            dashboard_address=dashboard_address,
+            threads_per_task=threads_per_task,
+            batch_size=batch_size,
+            overwrite=overwrite,
+            verbose=verbose,
+        )
 
 
-def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_jobs, retries,
-                dashboard_address, threads_per_task, batch_size, overwrite,
-                verbose) -> CohortReport:
+def _run_cohort(
+    inputs,
+    job: str,
+    out_dir: Path,
+    *,
+    params,
+    engine,
+    cluster,
+    n_jobs,
+    retries,
+    dashboard_address,
+    threads_per_task,
+    batch_size,
+    overwrite,
+    verbose,
+) -> CohortReport:
     """:func:`run_cohort`, under the lock of ``out_dir``."""
     from tqdm.auto import tqdm
 
@@ -673,22 +781,44 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
     for index, item in enumerate(items):
         output = output_path(out_dir, item, job, seg=_seg(params))
         _remove_stale_temporaries(output)
-        base = {"name": item.name, "subject": item.subject, "input": str(item.path),
-                "output": str(output)}
+        base = {
+            "name": item.name,
+            "subject": item.subject,
+            "input": str(item.path),
+            "output": str(output),
+        }
         try:
             fingerprint = _task_fingerprint(item, job, params)
             complete = not overwrite and _is_complete(output, job, fingerprint)
         except (OSError, ValueError) as exc:  # unreadable input, or a foreign output
-            records[index] = {**base, "status": "error", "seconds": 0.0,
-                              "error": f"{type(exc).__name__}: {exc}"}
+            records[index] = {
+                **base,
+                "status": "error",
+                "seconds": 0.0,
+                "error": f"{type(exc).__name__}: {exc}",
+            }
             continue
         if complete:
             records[index] = {**base, "status": "skipped", "seconds": 0.0}
         else:
-            todo.append((index, CohortTask(item, job, params, output, key, threads_per_task,
-                                           JOBS[job].function, fingerprint)))
-    logger.info("cohort: %d scans, %d to run, %d complete", len(items), len(todo),
-                len(items) - len(todo))
+            todo.append(
+                (
+                    index,
+                    CohortTask(
+                        item,
+                        job,
+                        params,
+                        output,
+                        key,
+                        threads_per_task,
+                        JOBS[job].function,
+                        fingerprint,
+                    ),
+                )
+            )
+    logger.info(
+        "cohort: %d scans, %d to run, %d complete", len(items), len(todo), len(items) - len(todo)
+    )
 
     own_engine = not isinstance(engine, Engine)
     start = time.perf_counter()
@@ -696,16 +826,29 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
     active = None
     try:
         if todo:
-            active = get_engine(engine, cluster=cluster, n_jobs=n_jobs, retries=retries,
-                                dashboard_address=dashboard_address) \
-                if own_engine else engine
+            active = (
+                get_engine(
+                    engine,
+                    cluster=cluster,
+                    n_jobs=n_jobs,
+                    retries=retries,
+                    dashboard_address=dashboard_address,
+                )
+                if own_engine
+                else engine
+            )
             meta["engine"] = repr(active)
             workers = getattr(active, "n_jobs", 1) or 1
             size = batch_size or max(1, 4 * workers)
-            with tqdm(total=len(items), initial=len(items) - len(todo), unit="scan",
-                      desc=f"cohort {job}", disable=not verbose) as bar:
+            with tqdm(
+                total=len(items),
+                initial=len(items) - len(todo),
+                unit="scan",
+                desc=f"cohort {job}",
+                disable=not verbose,
+            ) as bar:
                 for first in range(0, len(todo), size):
-                    batch = todo[first:first + size]
+                    batch = todo[first : first + size]
                     outcomes = active.map(run_task, [t for _, t in batch], errors="return")
                     for (index, task), record in zip(batch, outcomes):
                         if isinstance(record, TaskFailure):
@@ -725,8 +868,9 @@ def _run_cohort(inputs, job: str, out_dir: Path, *, params, engine, cluster, n_j
     report_path, errors_path = _write_reports(out_dir, final, meta)
     write_dataset_description(out_dir)
     counts = {s: sum(r["status"] == s for r in final) for s in ("ok", "skipped", "error")}
-    return CohortReport(final, report_path, errors_path, meta["engine"] or "", meta["seconds"],
-                        counts)
+    return CohortReport(
+        final, report_path, errors_path, meta["engine"] or "", meta["seconds"], counts
+    )
 
 
 __all__ = [
@@ -740,4 +884,3 @@ __all__ = [
     "run_cohort",
     "run_task",
 ]
-

@@ -59,8 +59,9 @@ _STANDARDIZE = ("zscore_sample", None)
 _EPS64 = np.finfo(np.float64).eps
 
 
-def load_confounds(bold: str | os.PathLike, strategy: str,
-                   **kwargs) -> tuple[pd.DataFrame | None, np.ndarray | None]:
+def load_confounds(
+    bold: str | os.PathLike, strategy: str, **kwargs
+) -> tuple[pd.DataFrame | None, np.ndarray | None]:
     """Confounds and sample mask of one fMRIPrep run for a denoising strategy.
 
     Parameters
@@ -92,8 +93,7 @@ def load_confounds(bold: str | os.PathLike, strategy: str,
         return None, None
     from nilearn.interfaces.fmriprep import load_confounds_strategy
 
-    confounds, sample_mask = load_confounds_strategy(
-        str(bold), denoise_strategy=strategy, **kwargs)
+    confounds, sample_mask = load_confounds_strategy(str(bold), denoise_strategy=strategy, **kwargs)
     if confounds is not None and confounds.shape[1] == 0:
         confounds = None
     return confounds, sample_mask
@@ -129,24 +129,33 @@ def _sample_indices(sample_mask: npt.ArrayLike | None, n_timepoints: int) -> np.
     mask = np.asarray(sample_mask)
     if mask.dtype == bool:
         if mask.shape != (n_timepoints,):
-            raise ValueError(f"A boolean sample_mask must have {n_timepoints} values; "
-                             f"got shape {mask.shape}.")
+            raise ValueError(
+                f"A boolean sample_mask must have {n_timepoints} values; got shape {mask.shape}."
+            )
         return np.flatnonzero(mask)
     mask = mask.astype(np.int64).ravel()
     if mask.size and (mask.min() < 0 or mask.max() >= n_timepoints):
-        raise ValueError(f"sample_mask indices must lie in [0, {n_timepoints}); "
-                         f"got {mask.min()}..{mask.max()}.")
+        raise ValueError(
+            f"sample_mask indices must lie in [0, {n_timepoints}); got {mask.min()}..{mask.max()}."
+        )
     if mask.size == 0:
         raise ValueError("sample_mask removes every volume.")
     return mask
 
 
-def cleaning_operator(n_timepoints: int, *, confounds: npt.ArrayLike | pd.DataFrame | None = None,
-                      sample_mask: npt.ArrayLike | None = None,
-                      detrend: bool = True, standardize_confounds: bool = True,
-                      filter: str | bool = "butterworth", low_pass: float | None = None,
-                      high_pass: float | None = None, t_r: float | None = None,
-                      extrapolate: bool = False) -> CleaningOperator:
+def cleaning_operator(
+    n_timepoints: int,
+    *,
+    confounds: npt.ArrayLike | pd.DataFrame | None = None,
+    sample_mask: npt.ArrayLike | None = None,
+    detrend: bool = True,
+    standardize_confounds: bool = True,
+    filter: str | bool = "butterworth",
+    low_pass: float | None = None,
+    high_pass: float | None = None,
+    t_r: float | None = None,
+    extrapolate: bool = False,
+) -> CleaningOperator:
     """The (T', T) matrix of :func:`nilearn.signal.clean` without standardisation.
 
     Parameters
@@ -178,8 +187,10 @@ def cleaning_operator(n_timepoints: int, *, confounds: npt.ArrayLike | pd.DataFr
         if confounds.ndim == 1:
             confounds = confounds[:, None]
         if confounds.shape[0] != n_timepoints:
-            raise ValueError(f"The confounds have {confounds.shape[0]} rows but the run has "
-                             f"{n_timepoints} volumes.")
+            raise ValueError(
+                f"The confounds have {confounds.shape[0]} rows but the run has "
+                f"{n_timepoints} volumes."
+            )
         if not np.isfinite(confounds).all():
             raise ValueError("The confounds hold NaN or infinite values.")
     indices = _sample_indices(sample_mask, n_timepoints)
@@ -187,28 +198,43 @@ def cleaning_operator(n_timepoints: int, *, confounds: npt.ArrayLike | pd.DataFr
         # Identity input: nilearn's per-signal warnings (e.g. on 1-D input) do not apply.
         warnings.simplefilter("ignore", category=UserWarning)
         matrix = clean(
-            np.eye(n_timepoints), detrend=detrend, standardize=None,
-            sample_mask=None if indices is None else indices.copy(), confounds=confounds,
-            standardize_confounds=standardize_confounds, filter=filter,
-            low_pass=low_pass, high_pass=high_pass, t_r=t_r, extrapolate=extrapolate)
+            np.eye(n_timepoints),
+            detrend=detrend,
+            standardize=None,
+            sample_mask=None if indices is None else indices.copy(),
+            confounds=confounds,
+            standardize_confounds=standardize_confounds,
+            filter=filter,
+            low_pass=low_pass,
+            high_pass=high_pass,
+            t_r=t_r,
+            extrapolate=extrapolate,
+        )
     volumes = np.arange(n_timepoints) if indices is None else indices
     if matrix.shape[0] != volumes.size:
-        raise RuntimeError(f"nilearn returned {matrix.shape[0]} volumes for {volumes.size} "
-                           "kept ones.")
+        raise RuntimeError(
+            f"nilearn returned {matrix.shape[0]} volumes for {volumes.size} kept ones."
+        )
     return CleaningOperator(matrix=matrix, offset=matrix.sum(axis=1), volumes=volumes)
 
 
-def _as_tensor(signals: npt.ArrayLike | torch.Tensor, dev: torch.device,
-               dtype: torch.dtype) -> torch.Tensor:
+def _as_tensor(
+    signals: npt.ArrayLike | torch.Tensor, dev: torch.device, dtype: torch.dtype
+) -> torch.Tensor:
     if isinstance(signals, torch.Tensor):
         return signals.to(device=dev, dtype=dtype)
     return torch.as_tensor(np.asarray(signals), device=dev).to(dtype)
 
 
-def clean_signals(signals: npt.ArrayLike | torch.Tensor, operator: CleaningOperator, *,
-                  standardize: str | None = "zscore_sample", device: str = "auto",
-                  dtype: str = "float32", return_tensor: bool = False
-                  ) -> np.ndarray | torch.Tensor:
+def clean_signals(
+    signals: npt.ArrayLike | torch.Tensor,
+    operator: CleaningOperator,
+    *,
+    standardize: str | None = "zscore_sample",
+    device: str = "auto",
+    dtype: str = "float32",
+    return_tensor: bool = False,
+) -> np.ndarray | torch.Tensor:
     """Clean (T, V) series with a run's operator: one projection on the device.
 
     Parameters
@@ -238,18 +264,25 @@ def clean_signals(signals: npt.ArrayLike | torch.Tensor, operator: CleaningOpera
     work = resolve_dtype(dtype)
     x = _as_tensor(signals, dev, work)
     if x.ndim != 2 or x.shape[0] != operator.n_timepoints:
-        raise ValueError(f"Expected series of shape ({operator.n_timepoints}, n_series); got "
-                         f"{tuple(x.shape)}.")
+        raise ValueError(
+            f"Expected series of shape ({operator.n_timepoints}, n_series); got {tuple(x.shape)}."
+        )
     mean = x.mean(dim=0, dtype=torch.float64).to(work)
     out = _project(x - mean, mean.to(torch.float64), operator, standardize)
     return out if return_tensor else out.cpu().numpy()
 
 
-def clean_regions(signals: npt.ArrayLike | torch.Tensor, labels: npt.ArrayLike,
-                  operator: CleaningOperator, *, regions: npt.ArrayLike | None = None,
-                  standardize: str | None = "zscore_sample", device: str = "auto",
-                  dtype: str = "float32", return_tensor: bool = False
-                  ) -> np.ndarray | torch.Tensor:
+def clean_regions(
+    signals: npt.ArrayLike | torch.Tensor,
+    labels: npt.ArrayLike,
+    operator: CleaningOperator,
+    *,
+    regions: npt.ArrayLike | None = None,
+    standardize: str | None = "zscore_sample",
+    device: str = "auto",
+    dtype: str = "float32",
+    return_tensor: bool = False,
+) -> np.ndarray | torch.Tensor:
     """Region means of voxel series, cleaned: nilearn's ``NiftiLabelsMasker``.
 
     Equals ``clean_signals(region_signals(signals, labels), operator)`` but
@@ -274,8 +307,9 @@ def clean_regions(signals: npt.ArrayLike | torch.Tensor, labels: npt.ArrayLike,
     work = resolve_dtype(dtype)
     x = _as_tensor(signals, dev, work)
     if x.ndim != 2 or x.shape[0] != operator.n_timepoints:
-        raise ValueError(f"Expected series of shape ({operator.n_timepoints}, n_voxels); got "
-                         f"{tuple(x.shape)}.")
+        raise ValueError(
+            f"Expected series of shape ({operator.n_timepoints}, n_voxels); got {tuple(x.shape)}."
+        )
     centred, mean = _region_parts(x, labels, regions)
     out = _project(centred, mean, operator, standardize)
     return out if return_tensor else out.cpu().numpy()
@@ -286,15 +320,16 @@ def _check_standardize(standardize: str | None) -> None:
         raise ValueError(f"standardize must be 'zscore_sample' or None; got {standardize!r}.")
 
 
-def _project(centred: torch.Tensor, mean: torch.Tensor, operator: CleaningOperator,
-             standardize: str | None) -> torch.Tensor:
+def _project(
+    centred: torch.Tensor, mean: torch.Tensor, operator: CleaningOperator, standardize: str | None
+) -> torch.Tensor:
     """``M @ (centred + 1 mean)``, then z-scored; ``mean`` is float64."""
     dev, work = centred.device, centred.dtype
     matrix = torch.as_tensor(operator.matrix, device=dev, dtype=work)
     out = matrix @ centred
     offset = torch.as_tensor(operator.offset, device=dev)
     if standardize is not None:
-        offset = offset - offset.mean()                      # the column mean is removed below
+        offset = offset - offset.mean()  # the column mean is removed below
     out += (offset[:, None] * mean[None, :]).to(work)
     if standardize == "zscore_sample" and out.shape[0] > 1:
         out -= out.mean(dim=0)
@@ -304,14 +339,16 @@ def _project(centred: torch.Tensor, mean: torch.Tensor, operator: CleaningOperat
     return out
 
 
-def _region_parts(x: torch.Tensor, labels: npt.ArrayLike,
-                  regions: npt.ArrayLike | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _region_parts(
+    x: torch.Tensor, labels: npt.ArrayLike, regions: npt.ArrayLike | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Centred region means (work dtype) and the region means (float64)."""
     dev, work = x.device, x.dtype
     labels = np.asarray(labels).ravel()
     if x.ndim != 2 or x.shape[1] != labels.size:
-        raise ValueError(f"Expected series of shape (n_timepoints, {labels.size}); got "
-                         f"{tuple(x.shape)}.")
+        raise ValueError(
+            f"Expected series of shape (n_timepoints, {labels.size}); got {tuple(x.shape)}."
+        )
     if regions is None:
         regions = np.unique(labels[labels != 0])
     regions = np.asarray(regions)
@@ -343,10 +380,15 @@ def _region_parts(x: torch.Tensor, labels: npt.ArrayLike,
     return sums / size.to(work), base / size
 
 
-def region_signals(signals: npt.ArrayLike | torch.Tensor, labels: npt.ArrayLike, *,
-                   regions: npt.ArrayLike | None = None, device: str = "auto",
-                   dtype: str = "float32", return_tensor: bool = False
-                   ) -> np.ndarray | torch.Tensor:
+def region_signals(
+    signals: npt.ArrayLike | torch.Tensor,
+    labels: npt.ArrayLike,
+    *,
+    regions: npt.ArrayLike | None = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    return_tensor: bool = False,
+) -> np.ndarray | torch.Tensor:
     """Mean series of each region: what nilearn's ``NiftiLabelsMasker`` extracts.
 
     Parameters

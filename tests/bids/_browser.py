@@ -7,8 +7,9 @@ import shutil
 import subprocess
 from pathlib import Path
 
-CHROMIUM = next((p for p in map(shutil.which, ("chromium", "chromium-browser",
-                                                "google-chrome")) if p), None)
+CHROMIUM = next(
+    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome")) if p), None
+)
 
 # Run after the page has loaded: every <img> gets data-rendered="yes|no".
 _MARKER = """<script>
@@ -26,20 +27,36 @@ def render(page: Path, scratch: Path) -> str:
     """The DOM of ``page`` after Chromium loaded it with no network (``--dump-dom``)."""
     text = page.read_text()
     marked = scratch / page.name
-    marked.write_text(text.replace("</body>", _MARKER + "</body>")
-                      if "</body>" in text else text + _MARKER)
-    for other in page.parent.iterdir():          # relative links resolve as beside the page
+    marked.write_text(
+        text.replace("</body>", _MARKER + "</body>") if "</body>" in text else text + _MARKER
+    )
+    for other in page.parent.iterdir():  # relative links resolve as beside the page
         if other.name != page.name and not (scratch / other.name).exists():
             (scratch / other.name).symlink_to(other.resolve())
     result = subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-         "--no-first-run", "--host-resolver-rules=MAP * ~NOTFOUND",  # no network at all
-         f"--user-data-dir={scratch / '.profile'}", "--virtual-time-budget=10000",
-         "--dump-dom", marked.resolve().as_uri()],
-        capture_output=True, text=True, timeout=120, check=False)
+        [
+            CHROMIUM,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--no-first-run",
+            "--host-resolver-rules=MAP * ~NOTFOUND",  # no network at all
+            f"--user-data-dir={scratch / '.profile'}",
+            "--virtual-time-budget=10000",
+            "--dump-dom",
+            marked.resolve().as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     if result.returncode != 0 or 'data-checked="yes"' not in result.stdout:
-        raise RuntimeError(f"chromium did not render {page.name} (exit {result.returncode}): "
-                           f"{result.stderr[-2000:]}")
+        raise RuntimeError(
+            f"chromium did not render {page.name} (exit {result.returncode}): "
+            f"{result.stderr[-2000:]}"
+        )
     return result.stdout
 
 

@@ -33,8 +33,16 @@ def atlas_img(n_regions: int = 4) -> nib.Nifti1Image:
     return nib.Nifti1Image(labels, AFFINE)
 
 
-def write_run(func: Path, entities: str, *, seed: int, space: str = "MNI152NLin2009cAsym",
-              desc: str = "preproc", n_volumes: int | None = None, t_r: float = T_R) -> Path:
+def write_run(
+    func: Path,
+    entities: str,
+    *,
+    seed: int,
+    space: str = "MNI152NLin2009cAsym",
+    desc: str = "preproc",
+    n_volumes: int | None = None,
+    t_r: float = T_R,
+) -> Path:
     """Write one run's BOLD, mask, sidecar and confounds; return the BOLD path."""
     func.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
@@ -47,30 +55,46 @@ def write_run(func: Path, entities: str, *, seed: int, space: str = "MNI152NLin2
     regions = rng.standard_normal((n, 4))
     data = np.empty((*SHAPE, n), dtype=np.float32)
     for idx in np.ndindex(SHAPE):
-        data[idx] = (1000 + 50 * idx[0] + 10 * regions[:, min(idx[0], 3)]
-                     + motion @ rng.uniform(-5, 5, 4) + rng.standard_normal(n))
+        data[idx] = (
+            1000
+            + 50 * idx[0]
+            + 10 * regions[:, min(idx[0], 3)]
+            + motion @ rng.uniform(-5, 5, 4)
+            + rng.standard_normal(n)
+        )
     mask = np.zeros(SHAPE, dtype=np.uint8)
     mask[1:-1, 1:-1, 1:] = 1
-    mask[1 + seed % 3, 1, 1] = 0                       # each run its own mask
+    mask[1 + seed % 3, 1, 1] = 0  # each run its own mask
     bold = func / f"{entities}_space-{space}_desc-{desc}_bold.nii.gz"
     nib.save(nib.Nifti1Image(data, AFFINE), bold)
-    nib.save(nib.Nifti1Image(mask, AFFINE),
-             func / f"{entities}_space-{space}_desc-brain_mask.nii.gz")
+    nib.save(
+        nib.Nifti1Image(mask, AFFINE), func / f"{entities}_space-{space}_desc-brain_mask.nii.gz"
+    )
     (func / f"{entities}_space-{space}_desc-{desc}_bold.json").write_text(
-        json.dumps({"RepetitionTime": t_r, "SkullStripped": False}))
-    confounds.to_csv(func / f"{entities}_desc-confounds_timeseries.tsv", sep="\t", index=False,
-                     na_rep="n/a")
+        json.dumps({"RepetitionTime": t_r, "SkullStripped": False})
+    )
+    confounds.to_csv(
+        func / f"{entities}_desc-confounds_timeseries.tsv", sep="\t", index=False, na_rep="n/a"
+    )
     shutil.copy(CONFOUNDS_JSON, func / f"{entities}_desc-confounds_timeseries.json")
     return bold
 
 
-def make_fmriprep(root: Path, runs: list[tuple[str, str | None, str, str | None]],
-                  **kwargs) -> Path:
+def make_fmriprep(
+    root: Path, runs: list[tuple[str, str | None, str, str | None]], **kwargs
+) -> Path:
     """A derivatives tree: one run per (subject, session, task, run) tuple."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "dataset_description.json").write_text(json.dumps({
-        "Name": "fake fMRIPrep", "BIDSVersion": "1.9.0", "DatasetType": "derivative",
-        "GeneratedBy": [{"Name": "fMRIPrep", "Version": "20.2.7"}]}))
+    (root / "dataset_description.json").write_text(
+        json.dumps(
+            {
+                "Name": "fake fMRIPrep",
+                "BIDSVersion": "1.9.0",
+                "DatasetType": "derivative",
+                "GeneratedBy": [{"Name": "fMRIPrep", "Version": "20.2.7"}],
+            }
+        )
+    )
     for i, (sub, ses, task, run) in enumerate(runs):
         func = root / f"sub-{sub}"
         entities = f"sub-{sub}"

@@ -24,9 +24,15 @@ def _bold(tmp_path, dtype, *, name="bold.nii.gz", slope=None, big_endian=False):
     return path, mask
 
 
-@pytest.mark.parametrize("dtype, slope, big_endian", [
-    (np.float32, None, False), (np.int16, (0.5, 10.0), False), (np.float32, None, True),
-    (np.float64, None, False)])
+@pytest.mark.parametrize(
+    "dtype, slope, big_endian",
+    [
+        (np.float32, None, False),
+        (np.int16, (0.5, 10.0), False),
+        (np.float32, None, True),
+        (np.float64, None, False),
+    ],
+)
 @pytest.mark.parametrize("use_isal", [True, False])
 def test_masked_bold_equals_nibabel(tmp_path, dtype, slope, big_endian, use_isal):
     if use_isal and not decode.HAVE_ISAL:
@@ -60,8 +66,10 @@ def test_serial_runner_decodes_one_run_ahead(monkeypatch):
     """Run i's compute waits until run i+1's decode has started (they overlap), and run
     i+2's decode never starts before run i is done (at most two runs in memory)."""
     names = [f"r{i}" for i in range(4)]
-    runs = [participant.BoldRun(bold=n, mask=None, confounds=None, confounds_json=None,
-                                t_r=2.0) for n in names]
+    runs = [
+        participant.BoldRun(bold=n, mask=None, confounds=None, confounds_json=None, t_r=2.0)
+        for n in names
+    ]
     log, started = [], {n: threading.Event() for n in names}
     lock = threading.Lock()
 

@@ -14,8 +14,10 @@ def test_synthetic_tree_is_read_by_pybids(tmp_path):
     runs = find_runs(tree.derivatives)
     assert [r.entities["sub"] for r in runs] == ["01", "02", "03", "04"]
     assert all(r.problem is None and r.t_r == 2.0 for r in runs)
-    assert tree.participants.read_text().splitlines()[1:3] == ["sub-01\tcontrol",
-                                                               "sub-02\tpatient"]
+    assert tree.participants.read_text().splitlines()[1:3] == [
+        "sub-01\tcontrol",
+        "sub-02\tpatient",
+    ]
     with pytest.raises(ValueError, match="at least 2"):
         make_fmriprep_tree(tmp_path / "x", n_subjects=1)
 

@@ -37,14 +37,18 @@ FILTERS = [(None, None), (0.2, None)]  # a 30-volume run is too short for a band
 def runs(tmp_path_factory):
     func = tmp_path_factory.mktemp("fmriprep") / "sub-01" / "func"
     bold = write_run(func, "sub-01_task-rest", seed=3)
-    aroma = write_run(func, "sub-01_task-aroma", seed=4, space="MNI152NLin6Asym",
-                      desc="smoothAROMAnonaggr")
+    aroma = write_run(
+        func, "sub-01_task-aroma", seed=4, space="MNI152NLin6Asym", desc="smoothAROMAnonaggr"
+    )
     return {s: (aroma if s == "ica_aroma" else bold) for s in STRATEGIES}
 
 
 def _masked(bold):
-    mask_path = str(bold).replace("desc-preproc_bold", "desc-brain_mask").replace(
-        "desc-smoothAROMAnonaggr_bold", "desc-brain_mask")
+    mask_path = (
+        str(bold)
+        .replace("desc-preproc_bold", "desc-brain_mask")
+        .replace("desc-smoothAROMAnonaggr_bold", "desc-brain_mask")
+    )
     mask = np.asarray(nib.load(mask_path).dataobj).astype(bool)
     data = np.asarray(nib.load(bold).dataobj, dtype=np.float32)
     return data[mask].T, mask, mask_path
@@ -57,15 +61,26 @@ def test_voxel_cleaning_equals_signal_clean(runs, strategy, low_pass, high_pass)
     if strategy == "scrubbing":
         assert sample_mask is not None and sample_mask.size < 25  # volumes really censored
     series, _, _ = _masked(runs[strategy])
-    op = cleaning_operator(series.shape[0], confounds=confounds, sample_mask=sample_mask,
-                           low_pass=low_pass, high_pass=high_pass, t_r=T_R)
+    op = cleaning_operator(
+        series.shape[0],
+        confounds=confounds,
+        sample_mask=sample_mask,
+        low_pass=low_pass,
+        high_pass=high_pass,
+        t_r=T_R,
+    )
     ours = clean_signals(series, op, device="cpu", dtype="float64")
     ours32 = clean_signals(series, op, device="cpu", dtype="float32")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = clean(series.astype(np.float64), confounds=confounds,
-                    sample_mask=None if sample_mask is None else sample_mask.copy(),
-                    low_pass=low_pass, high_pass=high_pass, t_r=T_R)
+        ref = clean(
+            series.astype(np.float64),
+            confounds=confounds,
+            sample_mask=None if sample_mask is None else sample_mask.copy(),
+            low_pass=low_pass,
+            high_pass=high_pass,
+            t_r=T_R,
+        )
     assert ours.shape == ref.shape
     np.testing.assert_allclose(ours, ref, atol=1e-9)
     np.testing.assert_allclose(ours32, ref, atol=2e-5)
@@ -80,12 +95,25 @@ def test_region_series_and_fc_equal_masker(runs, strategy, low_pass, high_pass):
     series, mask, mask_path = _masked(bold)
     atlas = atlas_img()
     labels = np.asarray(atlas.dataobj)[mask]
-    op = cleaning_operator(series.shape[0], confounds=confounds, sample_mask=sample_mask,
-                           low_pass=low_pass, high_pass=high_pass, t_r=T_R)
+    op = cleaning_operator(
+        series.shape[0],
+        confounds=confounds,
+        sample_mask=sample_mask,
+        low_pass=low_pass,
+        high_pass=high_pass,
+        t_r=T_R,
+    )
     ours = clean_regions(series, labels, op, device="cpu")
     ours64 = clean_regions(series, labels, op, device="cpu", dtype="float64")
-    masker = NiftiLabelsMasker(labels_img=atlas, mask_img=mask_path, standardize="zscore_sample",
-                               detrend=True, low_pass=low_pass, high_pass=high_pass, t_r=T_R)
+    masker = NiftiLabelsMasker(
+        labels_img=atlas,
+        mask_img=mask_path,
+        standardize="zscore_sample",
+        detrend=True,
+        low_pass=low_pass,
+        high_pass=high_pass,
+        t_r=T_R,
+    )
     # The same BOLD values as float64, so that nilearn cleans in float64: on the float32
     # image its own float32 arithmetic is up to ~1.1e-5 from the exact series here.
     img = nib.load(bold)
@@ -95,10 +123,10 @@ def test_region_series_and_fc_equal_masker(runs, strategy, low_pass, high_pass):
         ref = masker.fit_transform(img64, confounds=confounds, sample_mask=sample_mask)
     np.testing.assert_allclose(ours, ref, atol=1e-5)
     np.testing.assert_allclose(ours64, ref, atol=1e-9)
-    fc_ref = ConnectivityMeasure(kind="correlation", cov_estimator=EmpiricalCovariance(),
-                                 standardize="zscore_sample").fit_transform([ref])[0]
-    np.testing.assert_allclose(correlation(ours, device="cpu", dtype="float64"), fc_ref,
-                               atol=1e-5)
+    fc_ref = ConnectivityMeasure(
+        kind="correlation", cov_estimator=EmpiricalCovariance(), standardize="zscore_sample"
+    ).fit_transform([ref])[0]
+    np.testing.assert_allclose(correlation(ours, device="cpu", dtype="float64"), fc_ref, atol=1e-5)
 
 
 def test_region_signals_are_label_means():

@@ -9,8 +9,12 @@ import pytest
 from connscale.bidsapp import find_runs
 from tests.bids._fmriprep import make_fmriprep
 
-RUNS = [("01", "1", "rest", "1"), ("01", "1", "rest", "2"), ("01", "2", "nback", None),
-        ("02", None, "rest", None)]
+RUNS = [
+    ("01", "1", "rest", "1"),
+    ("01", "1", "rest", "2"),
+    ("01", "2", "nback", None),
+    ("02", None, "rest", None),
+]
 
 
 @pytest.fixture(scope="module")
@@ -35,21 +39,27 @@ def test_every_run_with_its_own_companions(tree):
         assert r.mask.parent == r.bold.parent
 
 
-@pytest.mark.parametrize("filters, expected", [
-    ({"participant_label": ["sub-01"]}, 3),
-    ({"participant_label": "02"}, 1),
-    ({"session_label": "1"}, 2),
-    ({"task": "nback"}, 1),
-    ({"run": [2]}, 1),
-    ({"space": "MNI152NLin2009cAsym", "task": "rest"}, 3),
-])
+@pytest.mark.parametrize(
+    "filters, expected",
+    [
+        ({"participant_label": ["sub-01"]}, 3),
+        ({"participant_label": "02"}, 1),
+        ({"session_label": "1"}, 2),
+        ({"task": "nback"}, 1),
+        ({"run": [2]}, 1),
+        ({"space": "MNI152NLin2009cAsym", "task": "rest"}, 3),
+    ],
+)
 def test_filters(tree, filters, expected):
     assert len(find_runs(tree, **filters)) == expected
 
 
 def test_no_match_lists_what_was_found(tree):
-    with pytest.raises(ValueError, match=r"matches participant=\['03'\]; found 4 BOLD file\(s\) "
-                                         r"with subject 01, 02; session 1, 2; task nback, rest"):
+    with pytest.raises(
+        ValueError,
+        match=r"matches participant=\['03'\]; found 4 BOLD file\(s\) "
+        r"with subject 01, 02; session 1, 2; task nback, rest",
+    ):
         find_runs(tree, participant_label="03")
     with pytest.raises(ValueError, match="desc-smoothAROMAnonaggr"):
         find_runs(tree, strategy="ica_aroma")
@@ -71,21 +81,30 @@ def test_nilearn_fake_bids_dataset(tmp_path):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        root = Path(create_fake_bids_dataset(base_dir=tmp_path, n_sub=2, n_ses=1,
-                                             tasks=["rest"], n_runs=[2]))
+        root = Path(
+            create_fake_bids_dataset(
+                base_dir=tmp_path, n_sub=2, n_ses=1, tasks=["rest"], n_runs=[2]
+            )
+        )
     runs = find_runs(root / "derivatives", space="MNI", t_r=2.0)
     assert len(runs) == 4
     for r in runs:
         assert r.problem is None and r.entities["space"] == "MNI"
-        assert r.mask.name == f"{r.name}_desc-brain_mask.nii.gz"    # not the T1w one
+        assert r.mask.name == f"{r.name}_desc-brain_mask.nii.gz"  # not the T1w one
         assert r.confounds.name.endswith("_desc-confounds_timeseries.tsv")
     assert len(find_runs(root / "derivatives", space="T1w", participant_label="02")) == 2
 
 
 def test_find_runs_declares_its_constraints(tmp_path):
-    with pytest.raises(ValueError, match="The 'strategy' parameter of find_runs must be a str "
-                                         "among .* Got 'aggressive' instead."):
+    with pytest.raises(
+        ValueError,
+        match="The 'strategy' parameter of find_runs must be a str "
+        "among .* Got 'aggressive' instead.",
+    ):
         find_runs(tmp_path, strategy="aggressive")
-    with pytest.raises(ValueError, match=r"The 't_r' parameter of find_runs must be a float in "
-                                         r"the range \(0, inf\) or None. Got 0 instead."):
+    with pytest.raises(
+        ValueError,
+        match=r"The 't_r' parameter of find_runs must be a float in "
+        r"the range \(0, inf\) or None. Got 0 instead.",
+    ):
         find_runs(tmp_path, t_r=0)

@@ -24,13 +24,20 @@ def outputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("measures")
     root = make_fmriprep(tmp / "fmriprep", [("01", "1", "rest", "1"), ("02", None, "rest", None)])
     nib.save(atlas_img(), tmp / "atlas.nii.gz")
-    report = run_participant(root, tmp / "out", atlas=tmp / "atlas.nii.gz", atlas_name="Slab4",
-                             strategy="scrubbing",
-                             strategy_params={"motion": "basic", "fd_threshold": 0.15,
-                                              "scrub": 0},
-                             measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],
-                             window_length=WINDOW, step=STEP, participant_label="01",
-                             backend="serial", reports=False)
+    report = run_participant(
+        root,
+        tmp / "out",
+        atlas=tmp / "atlas.nii.gz",
+        atlas_name="Slab4",
+        strategy="scrubbing",
+        strategy_params={"motion": "basic", "fd_threshold": 0.15, "scrub": 0},
+        measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],
+        window_length=WINDOW,
+        step=STEP,
+        participant_label="01",
+        backend="serial",
+        reports=False,
+    )
     assert report.counts == {"ok": 1, "skipped": 0, "error": 0}
     return tmp, root, report.records[0]
 
@@ -46,12 +53,14 @@ def test_names_parse_back_with_pybids(outputs):
 
     tmp, _, record = outputs
     assert len(record["outputs"]) == 10
-    layout = BIDSLayout(tmp / "out", validate=False,
-                        config=["bids", "derivatives", pybids_config()])
+    layout = BIDSLayout(
+        tmp / "out", validate=False, config=["bids", "derivatives", pybids_config()]
+    )
     suffixes = set()
     for path in record["outputs"]:
-        expected = {k: v for k, v in parse_bids_name(path).items()
-                    if k not in ("suffix", "extension")}
+        expected = {
+            k: v for k, v in parse_bids_name(path).items() if k not in ("suffix", "extension")
+        }
         assert from_pybids(layout.get_file(path).get_entities()) == expected
         assert expected["desc"] == "scrubbing"
         assert set(expected) <= {"sub", "ses", "task", "run", "space", "seg", "meas", "desc"}
@@ -64,13 +73,16 @@ def test_names_parse_back_with_pybids(outputs):
 def _cleaned_voxels(root):
     bold = next(root.glob("sub-01/ses-1/func/*_desc-preproc_bold.nii.gz"))
     img = nib.load(bold)
-    mask = np.asarray(nib.load(str(bold).replace("desc-preproc_bold",
-                                                 "desc-brain_mask")).dataobj) > 0
+    mask = (
+        np.asarray(nib.load(str(bold).replace("desc-preproc_bold", "desc-brain_mask")).dataobj) > 0
+    )
     data = np.asarray(img.dataobj, dtype=np.float32)[mask].T
-    confounds, sample_mask = load_confounds(bold, "scrubbing", motion="basic",
-                                            fd_threshold=0.15, scrub=0)
-    operator = cleaning_operator(data.shape[0], confounds=confounds.to_numpy(),
-                                 sample_mask=sample_mask, t_r=T_R)
+    confounds, sample_mask = load_confounds(
+        bold, "scrubbing", motion="basic", fd_threshold=0.15, scrub=0
+    )
+    operator = cleaning_operator(
+        data.shape[0], confounds=confounds.to_numpy(), sample_mask=sample_mask, t_r=T_R
+    )
     return img, mask, data, operator
 
 
@@ -86,16 +98,16 @@ def test_voxel_relmat_maps_every_value_to_voxels(outputs):
     with h5py.File(path, "r") as h5:
         np.testing.assert_array_equal(h5["mask"][()], mask)
         ijk = h5["voxels/ijk"][()]
-        np.testing.assert_allclose(h5["voxels/xyz"][()],
-                                   nib.affines.apply_affine(img.affine, ijk))
+        np.testing.assert_allclose(h5["voxels/xyz"][()], nib.affines.apply_affine(img.affine, ijk))
         np.testing.assert_array_equal(h5["kept_volumes"][()], operator.volumes)
     # Row v of the series is the BOLD of voxel ijk[v]: pair (i, j) of the store is that pair.
     bold = np.asarray(img.dataobj, dtype=np.float32)
     i, j = 3, 17
     np.testing.assert_array_equal(data[:, i], bold[tuple(ijk[i])])
     k = connscale.triu_index(i, j, ijk.shape[0])
-    r = np.corrcoef(clean_signals(bold[tuple(ijk[[i, j]].T)].T, operator, device="cpu",
-                                  dtype="float64").T)[0, 1]
+    r = np.corrcoef(
+        clean_signals(bold[tuple(ijk[[i, j]].T)].T, operator, device="cpu", dtype="float64").T
+    )[0, 1]
     assert abs(stored[k] - r) < 1e-5
     meta = json.loads(Path(path[:-3] + ".json").read_text())
     assert meta["NumberOfVoxels"] == mask.sum() and "Atlas" not in meta
@@ -119,26 +131,51 @@ def test_dfc_and_pairs_equal_the_api(outputs):
         np.testing.assert_array_equal(onsets, pairs.window_onsets)
         np.testing.assert_array_equal(h5["window_onset_volumes"][()], kept[onsets])
         np.testing.assert_allclose(h5["window_onset_seconds"][()], kept[onsets] * T_R)
-        assert kept.size == series.shape[0] < 30             # scrubbing censored volumes
+        assert kept.size == series.shape[0] < 30  # scrubbing censored volumes
     meta = json.loads(Path(_one(record, "_dfc.json")).read_text())
     assert meta["WindowLength"] == WINDOW and meta["NumberOfWindows"] == len(dfc)
 
 
 def test_second_atlas_reuses_the_voxel_set(outputs, tmp_path):
     tmp, root, _ = outputs
-    kwargs = {"strategy": "scrubbing", "participant_label": "01", "backend": "serial",
-              "reports": False,
-              "strategy_params": {"motion": "basic", "fd_threshold": 0.15, "scrub": 0}}
-    again = run_participant(root, tmp / "out", atlas=tmp / "atlas.nii.gz", atlas_name="Slab4",
-                            measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],
-                            window_length=WINDOW, step=STEP, **kwargs)
+    kwargs = {
+        "strategy": "scrubbing",
+        "participant_label": "01",
+        "backend": "serial",
+        "reports": False,
+        "strategy_params": {"motion": "basic", "fd_threshold": 0.15, "scrub": 0},
+    }
+    again = run_participant(
+        root,
+        tmp / "out",
+        atlas=tmp / "atlas.nii.gz",
+        atlas_name="Slab4",
+        measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],
+        window_length=WINDOW,
+        step=STEP,
+        **kwargs,
+    )
     assert again.counts["skipped"] == 1
     nib.save(atlas_img(3), tmp_path / "atlas3.nii.gz")
-    other = run_participant(root, tmp / "out", atlas=tmp_path / "atlas3.nii.gz",
-                            atlas_name="Slab3", measures=["fc", "voxelfc"], **kwargs)
+    other = run_participant(
+        root,
+        tmp / "out",
+        atlas=tmp_path / "atlas3.nii.gz",
+        atlas_name="Slab3",
+        measures=["fc", "voxelfc"],
+        **kwargs,
+    )
     assert other.counts["ok"] == 1
     assert [parse_bids_name(p)["suffix"] for p in other.records[0]["outputs"]] == [
-        "relmat", "relmat"]                       # only the new atlas's relmat and sidecar
+        "relmat",
+        "relmat",
+    ]  # only the new atlas's relmat and sidecar
     with pytest.raises(ValueError, match="need a window length"):
-        run_participant(root, tmp / "out", atlas=tmp / "atlas.nii.gz", atlas_name="Slab4",
-                        measures=["dfc"], **kwargs)
+        run_participant(
+            root,
+            tmp / "out",
+            atlas=tmp / "atlas.nii.gz",
+            atlas_name="Slab4",
+            measures=["dfc"],
+            **kwargs,
+        )

@@ -10,19 +10,29 @@ from connscale.io.bids import (
     pybids_config,
 )
 
-ENTITIES = {"sub": "01", "ses": "2", "task": "rest", "run": "03",
-            "space": "MNI152NLin2009cAsym", "seg": "Schaefer100",
-            "meas": "PearsonCorrelation", "desc": "scrubbing"}
+ENTITIES = {
+    "sub": "01",
+    "ses": "2",
+    "task": "rest",
+    "run": "03",
+    "space": "MNI152NLin2009cAsym",
+    "seg": "Schaefer100",
+    "meas": "PearsonCorrelation",
+    "desc": "scrubbing",
+}
 
 
 def test_order_and_folder(tmp_path):
-    path = derivative_path(tmp_path, dict(reversed(ENTITIES.items())), suffix="relmat",
-                           extension=".tsv")
+    path = derivative_path(
+        tmp_path, dict(reversed(ENTITIES.items())), suffix="relmat", extension=".tsv"
+    )
     assert path == tmp_path / "sub-01" / "ses-2" / "func" / (
         "sub-01_ses-2_task-rest_run-03_space-MNI152NLin2009cAsym_seg-Schaefer100"
-        "_meas-PearsonCorrelation_desc-scrubbing_relmat.tsv")
-    no_ses = derivative_path(tmp_path, {"sub": "01", "task": "rest"}, suffix="timeseries",
-                             extension=".json")
+        "_meas-PearsonCorrelation_desc-scrubbing_relmat.tsv"
+    )
+    no_ses = derivative_path(
+        tmp_path, {"sub": "01", "task": "rest"}, suffix="timeseries", extension=".json"
+    )
     assert no_ses == tmp_path / "sub-01" / "func" / "sub-01_task-rest_timeseries.json"
 
 
@@ -37,11 +47,14 @@ def test_parse_back_and_with_pybids(tmp_path):
     assert by_pybids["suffix"] == "relmat" and by_pybids["extension"] == ".tsv"
 
 
-@pytest.mark.parametrize("entities, match", [
-    ({"task": "rest"}, "needs a subject"),
-    ({"sub": "01", "atlas_name": "x"}, "Unknown BIDS entities"),
-    ({"sub": "01", "seg": "Schaefer_100"}, "seg- must be letters"),
-])
+@pytest.mark.parametrize(
+    "entities, match",
+    [
+        ({"task": "rest"}, "needs a subject"),
+        ({"sub": "01", "atlas_name": "x"}, "Unknown BIDS entities"),
+        ({"sub": "01", "seg": "Schaefer_100"}, "seg- must be letters"),
+    ],
+)
 def test_bad_entities(entities, match):
     with pytest.raises(ValueError, match=match):
         bids_name(entities, suffix="relmat", extension=".tsv")

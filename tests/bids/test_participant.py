@@ -40,10 +40,17 @@ def _bold(root, sub):
 
 def test_region_series_and_fc_equal_nilearn(tree, tmp_path):
     tmp, root = tree
-    report = run_participant(root, tmp_path / "out", atlas=tmp / "atlas.nii.gz",
-                             atlas_name="Slab4", atlas_labels=tmp / "labels.tsv",
-                             strategy="simple", strategy_params={"motion": "basic"},
-                             participant_label="02", backend="serial")
+    report = run_participant(
+        root,
+        tmp_path / "out",
+        atlas=tmp / "atlas.nii.gz",
+        atlas_name="Slab4",
+        atlas_labels=tmp / "labels.tsv",
+        strategy="simple",
+        strategy_params={"motion": "basic"},
+        participant_label="02",
+        backend="serial",
+    )
     assert report.counts == {"ok": 1, "skipped": 0, "error": 0}
     relmat, series_path = report.records[0]["outputs"][0], report.records[0]["outputs"][2]
     matrix, names = read_relmat_tsv(relmat)
@@ -53,21 +60,26 @@ def test_region_series_and_fc_equal_nilearn(tree, tmp_path):
     confounds, sample_mask = load_confounds(bold, "simple", motion="basic")
     img = nib.load(bold)
     img64 = nib.Nifti1Image(np.asarray(img.dataobj, dtype=np.float64), img.affine)
-    masker = NiftiLabelsMasker(labels_img=atlas_img(), standardize="zscore_sample", detrend=True,
-                               t_r=T_R, mask_img=str(bold).replace("desc-preproc_bold",
-                                                                   "desc-brain_mask"))
+    masker = NiftiLabelsMasker(
+        labels_img=atlas_img(),
+        standardize="zscore_sample",
+        detrend=True,
+        t_r=T_R,
+        mask_img=str(bold).replace("desc-preproc_bold", "desc-brain_mask"),
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ref = masker.fit_transform(img64, confounds=confounds, sample_mask=sample_mask)
-    fc = ConnectivityMeasure(kind="correlation", cov_estimator=EmpiricalCovariance(),
-                             standardize="zscore_sample").fit_transform([ref])[0]
+    fc = ConnectivityMeasure(
+        kind="correlation", cov_estimator=EmpiricalCovariance(), standardize="zscore_sample"
+    ).fit_transform([ref])[0]
     np.testing.assert_allclose(series, ref, atol=1e-5)
     np.testing.assert_allclose(matrix, fc, atol=1e-5)
     meta = json.loads(open(relmat.replace(".tsv", ".json")).read())
     assert meta["Sources"][0] == f"bids:preprocessed:sub-02/func/{bold.name}"
     assert meta["DenoiseStrategy"] == "simple" and meta["Atlas"] == "Slab4"
     assert meta["NodeNames"] == names and meta["StorageFormat"] == "Full"
-    assert meta["NumberOfVolumesDiscarded"] == 1          # fMRIPrep's non-steady-state volume
+    assert meta["NumberOfVolumesDiscarded"] == 1  # fMRIPrep's non-steady-state volume
     description = json.loads((tmp_path / "out" / "dataset_description.json").read_text())
     assert description["GeneratedBy"][0]["Name"] == "connscale"
     assert description["DatasetLinks"]["preprocessed"] == str(root)
@@ -81,9 +93,23 @@ def test_cli_broken_run_names_resume_and_group(tree, tmp_path, capsys):
     shutil.copytree(root, broken)
     _bold(broken, "03").write_bytes(b"not a nifti")
     out = tmp_path / "out"
-    args = ["bids", str(broken), str(out), "participant", "--atlas", str(tmp / "atlas.nii.gz"),
-            "--atlas-name", "Slab4", "--atlas-labels", str(tmp / "labels.tsv"),
-            "--denoise", "none", "--backend", "serial", "-q"]
+    args = [
+        "bids",
+        str(broken),
+        str(out),
+        "participant",
+        "--atlas",
+        str(tmp / "atlas.nii.gz"),
+        "--atlas-name",
+        "Slab4",
+        "--atlas-labels",
+        str(tmp / "labels.tsv"),
+        "--denoise",
+        "none",
+        "--backend",
+        "serial",
+        "-q",
+    ]
     assert main(args) == 1
     errors = (out / "logs" / "participant_errors.tsv").read_text().splitlines()
     assert len(errors) == 2 and errors[1].startswith("sub-03_task-rest_space-")
@@ -98,8 +124,9 @@ def test_cli_broken_run_names_resume_and_group(tree, tmp_path, capsys):
     assert len(relmats) == 6
     for record in report["records"]:
         for path in record["outputs"]:
-            expected = {k: v for k, v in parse_bids_name(path).items()
-                        if k not in ("suffix", "extension")}
+            expected = {
+                k: v for k, v in parse_bids_name(path).items() if k not in ("suffix", "extension")
+            }
             entities = layout.get_file(path).get_entities()
             assert from_pybids(entities) == expected
             assert expected["seg"] == "Slab4" and expected["desc"] == "none"
@@ -110,8 +137,13 @@ def test_cli_broken_run_names_resume_and_group(tree, tmp_path, capsys):
     report = json.loads((out / "logs" / "participant_report.json").read_text())
     assert report["counts"] == {"ok": 0, "skipped": 6, "error": 1}
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*desc-none_relmat.tsv")}
-    assert main(args[:-4] + ["compcor", "--backend", "serial", "-q",
-                             "--participant-label", "01", "02", "04"]) == 0
+    assert (
+        main(
+            args[:-4]
+            + ["compcor", "--backend", "serial", "-q", "--participant-label", "01", "02", "04"]
+        )
+        == 0
+    )
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*desc-none_relmat.tsv")} == before
     assert len(list(out.rglob("*desc-compcor_relmat.tsv"))) == 4
 
@@ -119,16 +151,37 @@ def test_cli_broken_run_names_resume_and_group(tree, tmp_path, capsys):
     with pytest.raises(ValueError, match="several atlases or strategies"):
         run_group(out)
     participants = tmp_path / "participants.tsv"
-    participants.write_text("participant_id\tdx\n" + "".join(
-        f"sub-{s}\t{'patient' if i % 2 else 'control'}\n" for i, s in enumerate(SUBJECTS)))
+    participants.write_text(
+        "participant_id\tdx\n"
+        + "".join(f"sub-{s}\t{'patient' if i % 2 else 'control'}\n" for i, s in enumerate(SUBJECTS))
+    )
     capsys.readouterr()
-    assert main(["bids", str(broken), str(out), "group", "--denoise", "none", "--participants",
-                 str(participants), "--target", "dx", "--repeats", "2", "-q"]) == 0
+    assert (
+        main(
+            [
+                "bids",
+                str(broken),
+                str(out),
+                "group",
+                "--denoise",
+                "none",
+                "--participants",
+                str(participants),
+                "--target",
+                "dx",
+                "--repeats",
+                "2",
+                "-q",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "6 runs of 5 participants" in printed and "accuracy" in printed
     group = out / "group"
-    mean, names = read_relmat_tsv(group / "seg-Slab4_meas-PearsonCorrelation_stat-mean_desc-none"
-                                          "_relmat.tsv")
+    mean, names = read_relmat_tsv(
+        group / "seg-Slab4_meas-PearsonCorrelation_stat-mean_desc-none_relmat.tsv"
+    )
     assert names == ["Visual", "Motor", "Default", "Limbic"]
     runs = [read_relmat_tsv(p)[0] for p in sorted(out.glob("sub-*/func/*desc-none_relmat.tsv"))]
     z = np.arctanh(np.clip(np.stack(runs), -1 + 1e-7, 1 - 1e-7))
@@ -136,26 +189,75 @@ def test_cli_broken_run_names_resume_and_group(tree, tmp_path, capsys):
     table = (group / "seg-Slab4_meas-PearsonCorrelation_desc-none_features.tsv").read_text()
     rows = table.splitlines()
     assert rows[0].split("\t")[:3] == ["participant_id", "Visual|Motor", "Visual|Default"]
-    assert [r.split("\t")[0] for r in rows[1:]] == ["sub-01", "sub-02", "sub-04", "sub-05",
-                                                    "sub-06"]
-    result = json.loads((group / "seg-Slab4_meas-PearsonCorrelation_desc-none_classification"
-                                 ".json").read_text())
+    assert [r.split("\t")[0] for r in rows[1:]] == [
+        "sub-01",
+        "sub-02",
+        "sub-04",
+        "sub-05",
+        "sub-06",
+    ]
+    result = json.loads(
+        (group / "seg-Slab4_meas-PearsonCorrelation_desc-none_classification.json").read_text()
+    )
     assert result["n_subjects"] == 5 and result["folds"] == 2
     assert result["classes"] == ["control", "patient"]
 
 
 def test_bad_arguments(tree, tmp_path, capsys):
     tmp, root = tree
-    assert main(["bids", str(root), str(tmp_path / "o"), "participant", "--atlas-name", "A",
-                 "--denoise", "simple"]) == 2
+    assert (
+        main(
+            [
+                "bids",
+                str(root),
+                str(tmp_path / "o"),
+                "participant",
+                "--atlas-name",
+                "A",
+                "--denoise",
+                "simple",
+            ]
+        )
+        == 2
+    )
     assert "needs --atlas" in capsys.readouterr().err
-    assert main(["bids", str(root), str(tmp_path / "o"), "participant", "--atlas",
-                 str(tmp / "atlas.nii.gz"), "--atlas-name", "my_atlas", "--denoise",
-                 "simple"]) == 2
+    assert (
+        main(
+            [
+                "bids",
+                str(root),
+                str(tmp_path / "o"),
+                "participant",
+                "--atlas",
+                str(tmp / "atlas.nii.gz"),
+                "--atlas-name",
+                "my_atlas",
+                "--denoise",
+                "simple",
+            ]
+        )
+        == 2
+    )
     assert "seg- must be letters" in capsys.readouterr().err
-    assert main(["bids", str(root), str(tmp_path / "o"), "participant", "--atlas",
-                 str(tmp / "atlas.nii.gz"), "--atlas-name", "A", "--denoise", "simple",
-                 "--task", "nback"]) == 2
+    assert (
+        main(
+            [
+                "bids",
+                str(root),
+                str(tmp_path / "o"),
+                "participant",
+                "--atlas",
+                str(tmp / "atlas.nii.gz"),
+                "--atlas-name",
+                "A",
+                "--denoise",
+                "simple",
+                "--task",
+                "nback",
+            ]
+        )
+        == 2
+    )
     assert "found 7 BOLD file(s)" in capsys.readouterr().err
     assert main(["bids", str(root), str(tmp_path / "o"), "group"]) == 2
     assert "run the participant level first" in capsys.readouterr().err
@@ -172,18 +274,27 @@ def _images(text):
 def test_reports_are_self_contained(tree, tmp_path):
     tmp, root = tree
     out = tmp_path / "out"
-    report = run_participant(root, out, atlas=tmp / "atlas.nii.gz", atlas_name="Slab4",
-                             atlas_labels=tmp / "labels.tsv", strategy="scrubbing",
-                             strategy_params={"motion": "basic", "wm_csf": "basic",
-                                              "fd_threshold": 0.15, "scrub": 0},
-                             participant_label=["01", "02", "03", "04"], backend="serial")
+    report = run_participant(
+        root,
+        out,
+        atlas=tmp / "atlas.nii.gz",
+        atlas_name="Slab4",
+        atlas_labels=tmp / "labels.tsv",
+        strategy="scrubbing",
+        strategy_params={"motion": "basic", "wm_csf": "basic", "fd_threshold": 0.15, "scrub": 0},
+        participant_label=["01", "02", "03", "04"],
+        backend="serial",
+    )
     assert report.counts["ok"] == 5
     for record in report.records:
         page = [p for p in record["outputs"] if p.endswith("_report.html")]
-        assert page == [record["outputs"][0].replace("_meas-PearsonCorrelation", "")
-                        .replace("_relmat.tsv", "_report.html")]
+        assert page == [
+            record["outputs"][0]
+            .replace("_meas-PearsonCorrelation", "")
+            .replace("_relmat.tsv", "_report.html")
+        ]
         sources, links = _images(open(page[0]).read())
-        assert len(sources) == 5                    # atlas/mask, carpet, FD, connectome, FC hist
+        assert len(sources) == 5  # atlas/mask, carpet, FD, connectome, FC hist
         assert all(s.startswith("data:image/png;base64,") for s in sources)
         assert not any(link.startswith(("http:", "https:", "//")) for link in links)
         assert record["mean_fd"] > 0
@@ -197,35 +308,57 @@ def test_reports_are_self_contained(tree, tmp_path):
     assert len(run_links) == 5 and all((page.parent / link).is_file() for link in run_links)
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"strategy": "aggressive"}, "The 'strategy' parameter of run_participant must be a str "
-                                 "among"),
-    ({"measures": ["fc", "graph"]}, "The 'measures' parameter of run_participant must be a "
-                                    "non-empty sequence, each a str among"),
-    ({"measures": []}, "must be a non-empty sequence"),
-    ({"measures": ["dfc"], "window_length": 2},
-     r"The 'window_length' parameter of run_participant must be an int in the range "
-     r"\[3, inf\) or None. Got 2 instead."),
-    ({"pairs_threshold": 1.5}, r"'pairs_threshold' parameter of run_participant must be a "
-                               r"float in the range \[-1, 1\]"),
-    ({"dtype": "float16"}, "The 'dtype' parameter of run_participant must be a str among "
-                           "{'float32', 'float64'}"),
-    ({"memory_limit": "a lot"}, "The 'memory_limit' parameter of run_participant"),
-    ({"backend": "mpi"}, "The 'backend' parameter of run_participant"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (
+            {"strategy": "aggressive"},
+            "The 'strategy' parameter of run_participant must be a str among",
+        ),
+        (
+            {"measures": ["fc", "graph"]},
+            "The 'measures' parameter of run_participant must be a "
+            "non-empty sequence, each a str among",
+        ),
+        ({"measures": []}, "must be a non-empty sequence"),
+        (
+            {"measures": ["dfc"], "window_length": 2},
+            r"The 'window_length' parameter of run_participant must be an int in the range "
+            r"\[3, inf\) or None. Got 2 instead.",
+        ),
+        (
+            {"pairs_threshold": 1.5},
+            r"'pairs_threshold' parameter of run_participant must be a "
+            r"float in the range \[-1, 1\]",
+        ),
+        (
+            {"dtype": "float16"},
+            "The 'dtype' parameter of run_participant must be a str among {'float32', 'float64'}",
+        ),
+        ({"memory_limit": "a lot"}, "The 'memory_limit' parameter of run_participant"),
+        ({"backend": "mpi"}, "The 'backend' parameter of run_participant"),
+    ],
+)
 def test_participant_parameters_checked_before_the_first_run(tmp_path, params, message):
     out = tmp_path / "out"
     with pytest.raises(ValueError, match=message):
-        run_participant(tmp_path / "derivatives", out, atlas=tmp_path / "atlas.nii.gz",
-                        atlas_name="test", **params)
+        run_participant(
+            tmp_path / "derivatives",
+            out,
+            atlas=tmp_path / "atlas.nii.gz",
+            atlas_name="test",
+            **params,
+        )
     assert not out.exists()
 
 
 def test_group_parameters_checked_before_any_output(tmp_path):
-    with pytest.raises(ValueError, match=r"The 'folds' parameter of run_group must be an int "
-                                         r"in the range \[2, inf\). Got 1 instead."):
-        run_group(tmp_path, participants=tmp_path / "participants.tsv", target="group",
-                  folds=1)
+    with pytest.raises(
+        ValueError,
+        match=r"The 'folds' parameter of run_group must be an int "
+        r"in the range \[2, inf\). Got 1 instead.",
+    ):
+        run_group(tmp_path, participants=tmp_path / "participants.tsv", target="group", folds=1)
     with pytest.raises(ValueError, match="The 'repeats' parameter of run_group"):
         run_group(tmp_path, repeats=0)
     assert not (tmp_path / "group").exists()

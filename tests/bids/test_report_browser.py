@@ -14,15 +14,22 @@ pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed"
 
 
 def test_reports_render_in_chromium(tmp_path):
-    root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", "1"),
-                                                 ("02", None, "rest", None)])
+    root = make_fmriprep(
+        tmp_path / "fmriprep", [("01", None, "rest", "1"), ("02", None, "rest", None)]
+    )
     nib.save(atlas_img(), tmp_path / "atlas.nii.gz")
     (tmp_path / "labels.tsv").write_text("index\tname\n1\tV\n2\tM\n3\tD\n4\tL\n")
     out = tmp_path / "out"
-    report = run_participant(root, out, atlas=tmp_path / "atlas.nii.gz", atlas_name="Slab4",
-                             atlas_labels=tmp_path / "labels.tsv", strategy="scrubbing",
-                             strategy_params={"motion": "basic", "fd_threshold": 0.15,
-                                              "scrub": 0}, backend="serial")
+    report = run_participant(
+        root,
+        out,
+        atlas=tmp_path / "atlas.nii.gz",
+        atlas_name="Slab4",
+        atlas_labels=tmp_path / "labels.tsv",
+        strategy="scrubbing",
+        strategy_params={"motion": "basic", "fd_threshold": 0.15, "scrub": 0},
+        backend="serial",
+    )
     pages = [p for r in report.records for p in r["outputs"] if p.endswith("_report.html")]
     pages += [str(p) for p in run_group(out).outputs if p.name.endswith("_report.html")]
     assert len(pages) == 3
@@ -38,8 +45,10 @@ def test_reports_render_in_chromium(tmp_path):
 
 def test_the_check_sees_a_broken_image(tmp_path):
     page = tmp_path / "page.html"
-    page.write_text('<html><body><img src="data:image/png;base64,AAAA">'
-                    '<img src="https://example.org/x.png"></body></html>')
+    page.write_text(
+        '<html><body><img src="data:image/png;base64,AAAA">'
+        '<img src="https://example.org/x.png"></body></html>'
+    )
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     dom = render(page, scratch)

@@ -33,9 +33,26 @@ def cohort_dir(tmp_path, monkeypatch):
 
 def test_classify_writes_everything(cohort_dir):
     cohort, paths, participants, out = cohort_dir
-    status = cli_main.main(["classify", *paths, "--participants", participants, "--label",
-                            "group", "--repeats", "2", "--seed", "0", "--fisher-z",
-                            "--top", "5", "--out", str(out), "-q"])
+    status = cli_main.main(
+        [
+            "classify",
+            *paths,
+            "--participants",
+            participants,
+            "--label",
+            "group",
+            "--repeats",
+            "2",
+            "--seed",
+            "0",
+            "--fisher-z",
+            "--top",
+            "5",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
     assert status == 0
     metrics = json.loads((out / "classify_metrics.json").read_text())
     assert metrics["classes"] == {"negative": "control", "positive": "patient"}
@@ -50,8 +67,12 @@ def test_classify_writes_everything(cohort_dir):
     folds = (out / "classify_folds.tsv").read_text().splitlines()
     assert len(folds) == 1 + 5 * 2
     predictions = (out / "classify_predictions.tsv").read_text().splitlines()
-    assert predictions[0].split("\t") == ["participant_id", "group", "mean_score",
-                                          "fraction_correct"]
+    assert predictions[0].split("\t") == [
+        "participant_id",
+        "group",
+        "mean_score",
+        "fraction_correct",
+    ]
     log = json.loads((out / "classify_log.json").read_text())
     assert log["command"] == "classify" and len(log["figures"]) == 3
     checker = check_html((out / "report.html").read_text())
@@ -60,11 +81,35 @@ def test_classify_writes_everything(cohort_dir):
 
 def test_classify_bad_label_is_a_clean_error(cohort_dir, capsys):
     _, paths, participants, out = cohort_dir
-    status = cli_main.main(["classify", *paths, "--participants", participants, "--label",
-                            "diagnosis", "--out", str(out), "-q"])
+    status = cli_main.main(
+        [
+            "classify",
+            *paths,
+            "--participants",
+            participants,
+            "--label",
+            "diagnosis",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
     assert status == 2
     assert "no column 'diagnosis'" in capsys.readouterr().err
-    status = cli_main.main(["classify", *paths, "--participants", participants, "--label",
-                            "group", "--positive", "sick", "--out", str(out), "-q"])
+    status = cli_main.main(
+        [
+            "classify",
+            *paths,
+            "--participants",
+            participants,
+            "--label",
+            "group",
+            "--positive",
+            "sick",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
     assert status == 2
     assert "--positive 'sick' is not a value" in capsys.readouterr().err

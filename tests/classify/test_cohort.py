@@ -7,8 +7,9 @@ from connscale.datasets import simulate_cohort
 
 
 def test_planted_difference_matches_effect_size():
-    cohort = simulate_cohort(60, 12, 400, effect_edges=3, effect_size=0.5, n_networks=12,
-                             random_state=0)
+    cohort = simulate_cohort(
+        60, 12, 400, effect_edges=3, effect_size=0.5, n_networks=12, random_state=0
+    )
     X = cohort.features()
     difference = X[cohort.y == 1].mean(axis=0) - X[cohort.y == 0].mean(axis=0)
     planted = cohort.effect_features
@@ -20,10 +21,12 @@ def test_planted_difference_matches_effect_size():
 
 
 def test_explicit_edges_negative_effect_and_reproducible():
-    a = simulate_cohort(20, 6, 300, effect_edges=[(4, 1)], effect_size=-0.6, n_networks=6,
-                        random_state=3)
-    b = simulate_cohort(20, 6, 300, effect_edges=[(4, 1)], effect_size=-0.6, n_networks=6,
-                        random_state=3)
+    a = simulate_cohort(
+        20, 6, 300, effect_edges=[(4, 1)], effect_size=-0.6, n_networks=6, random_state=3
+    )
+    b = simulate_cohort(
+        20, 6, 300, effect_edges=[(4, 1)], effect_size=-0.6, n_networks=6, random_state=3
+    )
     assert a.effect_edges.tolist() == [[1, 4]]
     np.testing.assert_array_equal(a.timeseries[5], b.timeseries[5])
     X = a.features()

@@ -15,14 +15,14 @@ def planted():
 
 
 @pytest.mark.parametrize(
-    ("k", "n"), [(0, 10), (1, 10), (5, 10), (10, 10), (17, 40), (37, 40), (0, 1), (1, 1),
-                 (123, 600)])
+    ("k", "n"),
+    [(0, 10), (1, 10), (5, 10), (10, 10), (17, 40), (37, 40), (0, 1), (1, 1), (123, 600)],
+)
 @pytest.mark.parametrize("confidence", [0.95, 0.9])
 def test_clopper_pearson_matches_binomtest(k, n, confidence):
     expected = binomtest(k, n).proportion_ci(confidence_level=confidence, method="exact")
     low, high = clopper_pearson(k, n, confidence=confidence)
-    np.testing.assert_allclose([low, high], [expected.low, expected.high], rtol=1e-10,
-                               atol=1e-12)
+    np.testing.assert_allclose([low, high], [expected.low, expected.high], rtol=1e-10, atol=1e-12)
 
 
 def test_clopper_pearson_non_integer_k_between_neighbours():
@@ -49,7 +49,7 @@ def test_planted_edges_found(planted, model):
     assert result["accuracy"]["ci_low"] > 0.6  # well above chance
     assert result["auc"]["mean"] > 0.9
     importance = result["feature_weights"]["importance"]
-    top = set(np.argsort(importance)[::-1][:3 if model == "svm" else 5].tolist())
+    top = set(np.argsort(importance)[::-1][: 3 if model == "svm" else 5].tolist())
     assert set(cohort.effect_features.tolist()) <= top
     if model == "svm":  # patients have higher correlation on the planted edges
         assert (result["feature_weights"]["coef_mean"][cohort.effect_features] > 0).all()
@@ -57,8 +57,9 @@ def test_planted_edges_found(planted, model):
 
 def test_planted_edges_with_rfe(planted):
     cohort, X = planted
-    result = cross_validate(X, cohort.y, rfe=True, n_features_to_select=5, repeats=1,
-                            random_state=0)
+    result = cross_validate(
+        X, cohort.y, rfe=True, n_features_to_select=5, repeats=1, random_state=0
+    )
     assert result["accuracy"]["mean"] > 0.85
     frequency = result["feature_weights"]["selected_frequency"]
     np.testing.assert_allclose(frequency[cohort.effect_features], 1.0)
@@ -68,18 +69,17 @@ def test_planted_edges_with_rfe(planted):
 
 def test_rfecv_inside_folds(planted):
     cohort, X = planted
-    result = cross_validate(X, cohort.y, rfe=True, n_features_to_select="cv", folds=4,
-                            repeats=1, random_state=0)
+    result = cross_validate(
+        X, cohort.y, rfe=True, n_features_to_select="cv", folds=4, repeats=1, random_state=0
+    )
     assert result["accuracy"]["mean"] > 0.8
 
 
 def test_no_difference_is_at_chance():
     inside, accuracies = 0, []
     for seed in range(5):
-        cohort = simulate_cohort(60, 10, 150, effect_edges=3, effect_size=0.0,
-                                 random_state=seed)
-        acc = cross_validate(cohort.features(), cohort.y, repeats=2, random_state=seed)[
-            "accuracy"]
+        cohort = simulate_cohort(60, 10, 150, effect_edges=3, effect_size=0.0, random_state=seed)
+        acc = cross_validate(cohort.features(), cohort.y, repeats=2, random_state=seed)["accuracy"]
         accuracies.append(acc["mean"])
         inside += acc["ci_low"] <= 0.5 <= acc["ci_high"]
     assert inside >= 4  # 95% intervals: at most one miss in five
@@ -107,7 +107,7 @@ def test_scaler_is_fitted_on_training_rows_only(planted, monkeypatch):
     all_rows = {row.tobytes(): index for index, row in enumerate(X)}
     for r in range(repeats):
         left_out = []
-        for fitted in seen[r * folds:(r + 1) * folds]:
+        for fitted in seen[r * folds : (r + 1) * folds]:
             rows = {all_rows[row.tobytes()] for row in fitted}
             assert len(rows) == fitted.shape[0] < X.shape[0]
             left_out.append(set(range(X.shape[0])) - rows)
@@ -129,11 +129,19 @@ def test_feature_selection_does_not_leak():
         X = np.random.default_rng(seed).standard_normal((40, 1000))
         scaled = StandardScaler().fit_transform(X)
         selected = RFE(SVC(kernel="linear"), n_features_to_select=10, step=0.1).fit(scaled, y)
-        leaky.append(cross_val_score(
-            SVC(kernel="linear"), scaled[:, selected.support_], y,
-            cv=StratifiedKFold(5, shuffle=True, random_state=0)).mean())
-        honest.append(cross_validate(X, y, rfe=True, n_features_to_select=10, repeats=1,
-                                     random_state=0)["accuracy"]["mean"])
+        leaky.append(
+            cross_val_score(
+                SVC(kernel="linear"),
+                scaled[:, selected.support_],
+                y,
+                cv=StratifiedKFold(5, shuffle=True, random_state=0),
+            ).mean()
+        )
+        honest.append(
+            cross_validate(X, y, rfe=True, n_features_to_select=10, repeats=1, random_state=0)[
+                "accuracy"
+            ]["mean"]
+        )
     assert np.mean(leaky) > 0.75  # the leak this test guards against is real
     assert np.mean(honest) < 0.62
 
@@ -152,8 +160,7 @@ def test_result_structure_and_counts(planted):
         assert len(result["fold_scores"][name]) == folds * repeats
     (tn, fp), (fn, tp) = result["confusion_matrix"]
     assert tn + fp + fn + tp == n * repeats
-    assert result["accuracy"]["n"] == n and np.isclose(result["accuracy"]["k"],
-                                                       (tn + tp) / repeats)
+    assert result["accuracy"]["n"] == n and np.isclose(result["accuracy"]["k"], (tn + tp) / repeats)
     assert result["sensitivity"] == result["recall"]
     assert result["specificity"]["mean"] == pytest.approx(tn / (tn + fp))
     oof = result["oof_scores"]
@@ -162,11 +169,15 @@ def test_result_structure_and_counts(planted):
     predicted = (oof.ravel() > 0).astype(int)
     assert result["precision"]["mean"] == pytest.approx(precision_score(y_rep, predicted))
     assert result["recall"]["mean"] == pytest.approx(recall_score(y_rep, predicted))
-    pooled = cross_validate(X, cohort.y, folds=folds, repeats=repeats, random_state=0,
-                            interval="predictions")
+    pooled = cross_validate(
+        X, cohort.y, folds=folds, repeats=repeats, random_state=0, interval="predictions"
+    )
     assert pooled["accuracy"]["n"] == n * repeats
     assert pooled["accuracy"]["mean"] == pytest.approx(result["accuracy"]["mean"])
-    width = lambda m: m["ci_high"] - m["ci_low"]
+
+    def width(m):
+        return m["ci_high"] - m["ci_low"]
+
     assert width(pooled["accuracy"]) <= width(result["accuracy"])
 
 
@@ -189,8 +200,9 @@ def test_permutation_test(planted):
     assert result["permutation"]["p_value"] == pytest.approx(1 / 20)
     assert result["permutation"]["null_scores"].shape == (19,)
     null = simulate_cohort(40, 10, 150, effect_size=0.0, random_state=2)
-    p = cross_validate(null.features(), null.y, repeats=1, permutation_test=19,
-                       random_state=0)["permutation"]["p_value"]
+    p = cross_validate(null.features(), null.y, repeats=1, permutation_test=19, random_state=0)[
+        "permutation"
+    ]["p_value"]
     assert p > 0.05
 
 
@@ -215,16 +227,25 @@ def test_bad_inputs():
         cross_validate(X, np.zeros(20))
     with pytest.raises(ValueError, match="at least folds=5 subjects"):
         cross_validate(X, np.r_[np.zeros(17), np.ones(3)])
-    with pytest.raises(ValueError, match="The 'model' parameter of cross_validate must be a str "
-                                         "among {'mlp', 'svm'}. Got 'forest' instead."):
+    with pytest.raises(
+        ValueError,
+        match="The 'model' parameter of cross_validate must be a str "
+        "among {'mlp', 'svm'}. Got 'forest' instead.",
+    ):
         cross_validate(X, y, model="forest")
     with pytest.raises(ValueError, match="needs rfe=True"):
         cross_validate(X, y, n_features_to_select=2)
-    with pytest.raises(ValueError, match="The 'interval' parameter of cross_validate must be a "
-                                         "str among {'predictions', 'subjects'}"):
+    with pytest.raises(
+        ValueError,
+        match="The 'interval' parameter of cross_validate must be a "
+        "str among {'predictions', 'subjects'}",
+    ):
         cross_validate(X, y, interval="folds")
-    with pytest.raises(ValueError, match=r"The 'folds' parameter of cross_validate must be an "
-                                         r"int in the range \[2, inf\). Got 1 instead."):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'folds' parameter of cross_validate must be an "
+        r"int in the range \[2, inf\). Got 1 instead.",
+    ):
         cross_validate(X, y, folds=1)
     with pytest.raises(ValueError, match="'pos_label'"):
         cross_validate(X, y, pos_label=3)
@@ -233,9 +254,11 @@ def test_bad_inputs():
 def test_bad_n_features_to_select():
     X = np.random.default_rng(0).standard_normal((20, 4))
     y = np.repeat([0, 1], 10)
-    message = (r"The 'n_features_to_select' parameter of cross_validate must be an int in the "
-               r"range \[1, inf\), a float in the range \(0, 1\), a str among \{'cv'\} or None. "
-               "Got ")
+    message = (
+        r"The 'n_features_to_select' parameter of cross_validate must be an int in the "
+        r"range \[1, inf\), a float in the range \(0, 1\), a str among \{'cv'\} or None. "
+        "Got "
+    )
     with pytest.raises(ValueError, match=message + "-1 instead."):
         cross_validate(X, y, rfe=True, n_features_to_select=-1)
     with pytest.raises(ValueError, match=message + "'auto' instead."):
@@ -247,8 +270,11 @@ def test_parameters_checked_before_any_fold_once_per_call():
 
     X = np.random.default_rng(0).standard_normal((20, 4))
     y = np.repeat([0, 1], 10)
-    with pytest.raises(ValueError, match=r"The 'confidence' parameter of cross_validate must "
-                                         r"be a float in the range \(0, 1\). Got 1.5"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'confidence' parameter of cross_validate must "
+        r"be a float in the range \(0, 1\). Got 1.5",
+    ):
         cross_validate(X, y, confidence=1.5)
     with pytest.raises(ValueError, match="The 'confidence' parameter of clopper_pearson"):
         clopper_pearson(3, 5, confidence=0)
@@ -275,8 +301,9 @@ def test_linear_svm_equals_sklearn_svc_linear():
     np.testing.assert_allclose(ours.coef_, reference.coef_, rtol=1e-6, atol=1e-8)
     np.testing.assert_allclose(ours.intercept_, reference.intercept_, rtol=1e-6, atol=1e-8)
     test = rng.standard_normal((10, 200))
-    np.testing.assert_allclose(ours.decision_function(test),
-                               reference.decision_function(test), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        ours.decision_function(test), reference.decision_function(test), rtol=1e-6, atol=1e-8
+    )
     np.testing.assert_array_equal(ours.predict(test), reference.predict(test))
 
 
@@ -295,8 +322,9 @@ def test_compare_features_uses_the_same_folds(planted):
 
     cohort, X = planted
     noise = np.random.default_rng(0).standard_normal(X.shape)
-    results = compare_features({"actual": X, "copy": X.copy(), "noise": noise}, cohort.y,
-                               repeats=1, random_state=3)
+    results = compare_features(
+        {"actual": X, "copy": X.copy(), "noise": noise}, cohort.y, repeats=1, random_state=3
+    )
     assert list(results) == ["actual", "copy", "noise"]
     np.testing.assert_array_equal(results["actual"]["oof_scores"], results["copy"]["oof_scores"])
     assert results["actual"]["accuracy"]["mean"] > results["noise"]["accuracy"]["mean"] + 0.2

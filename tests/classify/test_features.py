@@ -69,8 +69,14 @@ def test_read_relmat_formats_agree(tmp_path, rng):
     _write_tsv(tmp_path / "b_relmat.tsv", matrix, row_names=True)
     _write_h5(tmp_path / "t_relmat.h5", expected, "triu", labels=LABELS)
     _write_h5(tmp_path / "d_relmat.h5", matrix, "dense")
-    for name in ["sq.npy", "vec.npy", "a_relmat.tsv", "b_relmat.tsv", "t_relmat.h5",
-                 "d_relmat.h5"]:
+    for name in [
+        "sq.npy",
+        "vec.npy",
+        "a_relmat.tsv",
+        "b_relmat.tsv",
+        "t_relmat.h5",
+        "d_relmat.h5",
+    ]:
         vector, _ = read_relmat(tmp_path / name)
         np.testing.assert_allclose(vector, expected, rtol=0, atol=1e-15, err_msg=name)
     assert read_relmat(tmp_path / "a_relmat.tsv")[1] == LABELS
@@ -122,8 +128,15 @@ def test_load_connectome_features_stacks_and_maps_pairs(tmp_path, rng):
     np.testing.assert_array_equal(features.pair_i, i)
     np.testing.assert_array_equal(features.pair_j, j)
     table = features.feature_table()
-    assert table[3] == {"feature": 3, "name": "R0--R4", "statistic": "edge", "i": 0, "j": 4,
-                        "label_i": "R0", "label_j": "R4"}
+    assert table[3] == {
+        "feature": 3,
+        "name": "R0--R4",
+        "statistic": "edge",
+        "i": 0,
+        "j": 4,
+        "label_i": "R0",
+        "label_j": "R4",
+    }
     z = load_connectome_features(paths, fisher_z_transform=True)
     np.testing.assert_allclose(z.X, np.arctanh(features.X))
 
@@ -175,8 +188,9 @@ def test_pair_features(tmp_path):
     np.testing.assert_array_equal(summary["j"], [1, 2, 2])
     np.testing.assert_allclose(summary["fraction_above"], 0.25)
     features = load_pair_features([a, b])
-    np.testing.assert_allclose(features.X, [[0.1, 0.2, 0.3, 0.01, 0.02, 0.03],
-                                            [0.4, 0.5, 0.6, 0.04, 0.05, 0.06]])
+    np.testing.assert_allclose(
+        features.X, [[0.1, 0.2, 0.3, 0.01, 0.02, 0.03], [0.4, 0.5, 0.6, 0.04, 0.05, 0.06]]
+    )
     assert features.feature_names[4] == "std:L0--L2"
     assert features.statistic == ["mean"] * 3 + ["std"] * 3
     z = load_pair_features([a, b], statistics=["mean"], fisher_z_transform=True)
@@ -187,8 +201,9 @@ def test_pair_features(tmp_path):
 
 def test_pair_features_bad_inputs(tmp_path, rng):
     a = _pair_summary(tmp_path / "sub-01_pairs.tsv", [0.1, 0.2, 0.3], [0.0] * 3)
-    b = _pair_summary(tmp_path / "sub-02_pairs.tsv", [0.1, 0.2, 0.3], [0.0] * 3,
-                      pairs=((0, 1), (0, 3), (1, 2)))
+    b = _pair_summary(
+        tmp_path / "sub-02_pairs.tsv", [0.1, 0.2, 0.3], [0.0] * 3, pairs=((0, 1), (0, 3), (1, 2))
+    )
     with pytest.raises(ValueError, match="other region pairs"):
         load_pair_features([a, b])
     with pytest.raises(ValueError, match="'statistics' must be among"):
@@ -215,16 +230,21 @@ def test_participants_alignment(tmp_path, rng):
     features = _features(tmp_path, rng)
     participants = _write_participants(
         tmp_path / "participants.tsv",
-        [("sub-04", "patient"), ("02", "control"), ("sub-01", "control"), ("03", "patient"),
-         ("sub-99", "n/a")])
+        [
+            ("sub-04", "patient"),
+            ("02", "control"),
+            ("sub-01", "control"),
+            ("03", "patient"),
+            ("sub-99", "n/a"),
+        ],
+    )
     assert read_participants(participants, label="group")["04"] == "patient"
     assert "99" not in read_participants(participants, label="group")
     aligned = align_labels(features, participants, label="group")
     np.testing.assert_array_equal(aligned.y, [0, 0, 1, 1])
     assert aligned.y_classes == ["control", "patient"]
     np.testing.assert_array_equal(aligned.X, features.X)
-    flipped = align_labels(features, participants, label="group",
-                           classes=["patient", "control"])
+    flipped = align_labels(features, participants, label="group", classes=["patient", "control"])
     np.testing.assert_array_equal(flipped.y, [1, 1, 0, 0])
 
 
@@ -235,12 +255,15 @@ def test_participants_bad_inputs(tmp_path, rng):
     with pytest.raises(ValueError, match="no column 'diagnosis'; choose the label among"):
         align_labels(features, path, label="diagnosis")
     with pytest.raises(ValueError, match="no 'participant_id' column"):
-        read_participants(_write_participants(tmp_path / "q.tsv", good, ("id", "group")),
-                          label="group")
-    with pytest.raises(ValueError, match=r"1 subject\(s\) with features have no 'group' "
-                                         r"value.*sub-04"):
-        align_labels(features, _write_participants(tmp_path / "r.tsv", good[:3]),
-                     label="group")
+        read_participants(
+            _write_participants(tmp_path / "q.tsv", good, ("id", "group")), label="group"
+        )
+    with pytest.raises(
+        ValueError,
+        match=r"1 subject\(s\) with features have no 'group' "
+        r"value.*sub-04",
+    ):
+        align_labels(features, _write_participants(tmp_path / "r.tsv", good[:3]), label="group")
     one = [(s, "a") for s, _ in good]
     with pytest.raises(ValueError, match="exactly two classes.*got 1"):
         align_labels(features, _write_participants(tmp_path / "s.tsv", one), label="group")
@@ -285,12 +308,19 @@ def test_relmat_h5_written_by_connscale_io(tmp_path, rng):
 
 
 def test_pair_summary_as_connscale_pairs_writes_it(tmp_path):
-    rows = ["pair\ti\tj\tlabel_i\tlabel_j\tmean\tstd\tfraction_above_0.5",
-            "0\t0\t1\tA\tB\t0.3\t0.1\t0.25", "1\t0\t2\tA\tC\t-0.1\t0.2\t0"]
+    rows = [
+        "pair\ti\tj\tlabel_i\tlabel_j\tmean\tstd\tfraction_above_0.5",
+        "0\t0\t1\tA\tB\t0.3\t0.1\t0.25",
+        "1\t0\t2\tA\tC\t-0.1\t0.2\t0",
+    ]
     path = tmp_path / "sub-07_pairs-summary.tsv"
     path.write_text("\n".join(rows) + "\n")
     features = load_features([path], statistics=["mean", "fraction_above"])
     np.testing.assert_allclose(features.X, [[0.3, -0.1, 0.25, 0.0]])
     assert features.subjects == ["07"]
-    assert features.feature_names == ["mean:A--B", "mean:A--C", "fraction_above:A--B",
-                                      "fraction_above:A--C"]
+    assert features.feature_names == [
+        "mean:A--B",
+        "mean:A--C",
+        "fraction_above:A--B",
+        "fraction_above:A--C",
+    ]

@@ -24,12 +24,22 @@ def cohort(tmp_path_factory):
     sim = simulate_cohort(12, 5, 120, effect_edges=2, effect_size=0.9, random_state=1)
     written = sim.write(tmp / "data")
     outputs = {}
-    for job, params in (("pairs", {"window_length": WINDOW, "step": STEP, "threshold": 0.3}),
-                        ("dfc", {"window_length": WINDOW, "step": STEP}),
-                        ("dfc-sparse", {"window_length": WINDOW, "step": STEP, "kind": "sparse",
-                                        "threshold": 0.2})):
-        report = run_cohort(written["timeseries"], job.split("-")[0], tmp / job, params=params,
-                            engine="serial", verbose=0)
+    for job, params in (
+        ("pairs", {"window_length": WINDOW, "step": STEP, "threshold": 0.3}),
+        ("dfc", {"window_length": WINDOW, "step": STEP}),
+        (
+            "dfc-sparse",
+            {"window_length": WINDOW, "step": STEP, "kind": "sparse", "threshold": 0.2},
+        ),
+    ):
+        report = run_cohort(
+            written["timeseries"],
+            job.split("-")[0],
+            tmp / job,
+            params=params,
+            engine="serial",
+            verbose=0,
+        )
         assert report.n_failed == 0
         outputs[job] = sorted(str(p) for p in (tmp / job).rglob("*.h5"))
         assert len(outputs[job]) == 12
@@ -47,7 +57,9 @@ def test_cohort_pairs_h5(cohort):
     assert {file_kind(p) for p in outputs["pairs"]} == {"pairs"}
     features = load_features(outputs["pairs"], statistics=("mean", "std", "fraction_above"))
     assert features.X.shape == (12, 3 * 10)
-    assert features.statistic[:10] == ["mean"] * 10 and features.region_labels == [f"region_{k:02d}" for k in range(5)]
+    assert features.statistic[:10] == ["mean"] * 10 and features.region_labels == [
+        f"region_{k:02d}" for k in range(5)
+    ]
     by_subject = dict(zip(features.subjects, features.X))
     for path in written["timeseries"][:3]:
         ref = _reference(path, 0.3)
@@ -60,8 +72,7 @@ def test_cohort_dfc_h5_every_kind(cohort):
     assert {file_kind(p) for p in outputs["dfc"]} == {"dfc"}
     features = load_features(outputs["dfc"])
     ref = _reference(written["timeseries"][0], 0.5)
-    np.testing.assert_allclose(features.X[0], np.concatenate([ref.mean[0], ref.std[0]]),
-                               atol=1e-5)
+    np.testing.assert_allclose(features.X[0], np.concatenate([ref.mean[0], ref.std[0]]), atol=1e-5)
     pairs = load_features(outputs["pairs"])
     np.testing.assert_allclose(features.X, pairs.X, atol=1e-5)
     # Sparse windows: the unkept pairs read as 0; the kept ones as stored.
@@ -81,10 +92,25 @@ def test_cli_classify_on_cohort_pairs_and_dfc(cohort, tmp_path, monkeypatch):
     _, written, outputs = cohort
     for job in ("pairs", "dfc"):
         out = tmp_path / job
-        status = cli_main.main(["classify", *outputs[job], "--participants",
-                                str(written["participants"]), "--label", "group",
-                                "--repeats", "1", "--folds", "3", "--seed", "0",
-                                "--out", str(out), "-q"])
+        status = cli_main.main(
+            [
+                "classify",
+                *outputs[job],
+                "--participants",
+                str(written["participants"]),
+                "--label",
+                "group",
+                "--repeats",
+                "1",
+                "--folds",
+                "3",
+                "--seed",
+                "0",
+                "--out",
+                str(out),
+                "-q",
+            ]
+        )
         assert status == 0
         metrics = json.loads((out / "classify_metrics.json").read_text())
         assert metrics["n_subjects"] == 12 and metrics["n_features"] == 20
@@ -104,13 +130,22 @@ def test_bids_app_outputs(tmp_path):
     from connscale.bidsapp.participant import run_participant
     from tests.bids._fmriprep import atlas_img, make_fmriprep
 
-    root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", None),
-                                                 ("02", None, "rest", None)])
+    root = make_fmriprep(
+        tmp_path / "fmriprep", [("01", None, "rest", None), ("02", None, "rest", None)]
+    )
     nib.save(atlas_img(), tmp_path / "atlas.nii.gz")
-    report = run_participant(root, tmp_path / "out", atlas=tmp_path / "atlas.nii.gz",
-                             atlas_name="Slab4", strategy="simple",
-                             measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],
-                             window_length=8, step=4, backend="serial", reports=False)
+    report = run_participant(
+        root,
+        tmp_path / "out",
+        atlas=tmp_path / "atlas.nii.gz",
+        atlas_name="Slab4",
+        strategy="simple",
+        measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],
+        window_length=8,
+        step=4,
+        backend="serial",
+        reports=False,
+    )
     assert report.counts["ok"] == 2
     out = tmp_path / "out"
 

@@ -26,8 +26,9 @@ def bold(tmp_path):
     img = nib.Nifti1Image(data, np.diag([3.0, 3.0, 3.0, 1.0]))
     img.header.set_xyzt_units("mm", "sec")
     img.header["pixdim"][4] = 2.0
-    path = tmp_path / ("sub-01_ses-2_task-rest_run-1_space-MNI152NLin2009cAsym_desc-preproc"
-                       "_bold.nii.gz")
+    path = tmp_path / (
+        "sub-01_ses-2_task-rest_run-1_space-MNI152NLin2009cAsym_desc-preproc_bold.nii.gz"
+    )
     img.to_filename(path)
     atlas = np.zeros((4, 4, 3), np.int16)
     atlas[:2], atlas[2:] = 1, 2
@@ -39,9 +40,15 @@ def bold(tmp_path):
 
 def test_source_entities_and_seg_label():
     assert source_entities("sub-01_task-rest_desc-preproc_bold.nii.gz") == {
-        "sub": "01", "task": "rest"}
+        "sub": "01",
+        "task": "rest",
+    }
     assert source_entities("sub-01_task-rest_seg-A_desc-simple_timeseries.tsv") == {
-        "sub": "01", "task": "rest", "seg": "A", "desc": "simple"}
+        "sub": "01",
+        "task": "rest",
+        "seg": "A",
+        "desc": "simple",
+    }
     assert source_entities("scan_1.nii.gz") == {"sub": "scan1"}
     assert source_entities("scan_1.npy", subject="07") == {"sub": "07"}
     assert seg_label("tpl-MNI_atlas-Schaefer2018_desc-100Parcels_dseg.nii.gz") == "Schaefer2018"
@@ -54,24 +61,35 @@ def test_fc_and_dfc_names_parse_back(tmp_path, bold):
     common = ["--out", str(out), "--device", "cpu", "-q"]
     assert main(["fc", str(path), "--atlas", str(atlas), *common]) == 0
     assert main(["fc", str(path), "--atlas", str(atlas), "--atlas-name", "Other", *common]) == 0
-    assert main(["dfc", str(path), "--atlas", str(atlas), "--window", "10", "--step", "5",
-                 *common]) == 0
+    assert (
+        main(["dfc", str(path), "--atlas", str(atlas), "--window", "10", "--step", "5", *common])
+        == 0
+    )
     func = out / "sub-01" / "ses-2" / "func"
-    names = sorted(p.name for p in func.iterdir()
-                   if p.suffix in (".tsv", ".h5") or p.name.endswith("relmat.json"))
+    names = sorted(
+        p.name
+        for p in func.iterdir()
+        if p.suffix in (".tsv", ".h5") or p.name.endswith("relmat.json")
+    )
     stem = "sub-01_ses-2_task-rest_run-1_space-MNI152NLin2009cAsym"
-    assert names == [f"{stem}_seg-Other_meas-PearsonCorrelation_relmat.json",
-                     f"{stem}_seg-Other_meas-PearsonCorrelation_relmat.tsv",
-                     f"{stem}_seg-Toy4_meas-PearsonCorrelation_dfc.h5",
-                     f"{stem}_seg-Toy4_meas-PearsonCorrelation_relmat.json",
-                     f"{stem}_seg-Toy4_meas-PearsonCorrelation_relmat.tsv"]
-    for name, seg, suffix, ext in [(names[1], "Other", "relmat", ".tsv"),
-                                   (names[2], "Toy4", "dfc", ".h5"),
-                                   (names[3], "Toy4", "relmat", ".json")]:
+    assert names == [
+        f"{stem}_seg-Other_meas-PearsonCorrelation_relmat.json",
+        f"{stem}_seg-Other_meas-PearsonCorrelation_relmat.tsv",
+        f"{stem}_seg-Toy4_meas-PearsonCorrelation_dfc.h5",
+        f"{stem}_seg-Toy4_meas-PearsonCorrelation_relmat.json",
+        f"{stem}_seg-Toy4_meas-PearsonCorrelation_relmat.tsv",
+    ]
+    for name, seg, suffix, ext in [
+        (names[1], "Other", "relmat", ".tsv"),
+        (names[2], "Toy4", "dfc", ".h5"),
+        (names[3], "Toy4", "relmat", ".json"),
+    ]:
         assert _pybids(func / name) == (
-            {**SOURCE, "seg": seg, "meas": "PearsonCorrelation"}, suffix, ext)
-    sidecar = json.loads((func / f"{stem}_seg-Toy4_meas-PearsonCorrelation_dfc.json")
-                         .read_text())
+            {**SOURCE, "seg": seg, "meas": "PearsonCorrelation"},
+            suffix,
+            ext,
+        )
+    sidecar = json.loads((func / f"{stem}_seg-Toy4_meas-PearsonCorrelation_dfc.json").read_text())
     assert (sidecar["WindowLength"], sidecar["WindowStep"]) == (10, 5)
     description = json.loads((out / "dataset_description.json").read_text())
     assert description["GeneratedBy"][0]["Name"] == "connscale"
@@ -80,14 +98,53 @@ def test_fc_and_dfc_names_parse_back(tmp_path, bold):
 def test_cohort_names_parse_back(tmp_path, bold):
     path, atlas = bold
     out = tmp_path / "cohort"
-    assert main(["cohort", str(path), "--job", "fc", "--atlas", str(atlas), "--atlas-name",
-                 "Toy", "--backend", "serial", "--out", str(out), "-q"]) == 0
+    assert (
+        main(
+            [
+                "cohort",
+                str(path),
+                "--job",
+                "fc",
+                "--atlas",
+                str(atlas),
+                "--atlas-name",
+                "Toy",
+                "--backend",
+                "serial",
+                "--out",
+                str(out),
+                "-q",
+            ]
+        )
+        == 0
+    )
     [output] = (out / "sub-01" / "ses-2" / "func").glob("*.h5")
-    assert _pybids(output) == ({**SOURCE, "seg": "Toy", "meas": "PearsonCorrelation"},
-                               "relmat", ".h5")
+    assert _pybids(output) == (
+        {**SOURCE, "seg": "Toy", "meas": "PearsonCorrelation"},
+        "relmat",
+        ".h5",
+    )
     assert (out / "dataset_description.json").is_file()
-    assert main(["cohort", str(path), "--job", "fc", "--atlas", str(atlas), "--atlas-name",
-                 "bad_name", "--backend", "serial", "--out", str(out), "-q"]) == 2
+    assert (
+        main(
+            [
+                "cohort",
+                str(path),
+                "--job",
+                "fc",
+                "--atlas",
+                str(atlas),
+                "--atlas-name",
+                "bad_name",
+                "--backend",
+                "serial",
+                "--out",
+                str(out),
+                "-q",
+            ]
+        )
+        == 2
+    )
 
 
 def test_dfc_with_other_windows_never_replaces_a_result_silently(bold, tmp_path, capsys):

@@ -24,8 +24,21 @@ def roi_tsv(tmp_path):
 def test_dfc_command_end_to_end(tmp_path, roi_tsv, capsys):
     path, x = roi_tsv
     out = tmp_path / "out"
-    argv = ["dfc", str(path), "--window", "15", "--step", "4", "--out", str(out),
-            "--device", "cpu", "--dtype", "float64", "-q"]
+    argv = [
+        "dfc",
+        str(path),
+        "--window",
+        "15",
+        "--step",
+        "4",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--dtype",
+        "float64",
+        "-q",
+    ]
     assert main(argv) == 0
     func = out / "sub-01" / "func"
     h5 = func / "sub-01_task-rest_meas-PearsonCorrelation_dfc.h5"
@@ -54,14 +67,56 @@ def test_dfc_command_end_to_end(tmp_path, roi_tsv, capsys):
 def test_dfc_command_sparse_and_lowrank(tmp_path, roi_tsv):
     path, _x = roi_tsv
     out = tmp_path / "out"
-    assert main(["dfc", str(path), "--window", "20", "--step", "5", "--threshold", "0.3",
-                 "--absolute", "--out", str(out), "--device", "cpu", "-q"]) == 0
+    assert (
+        main(
+            [
+                "dfc",
+                str(path),
+                "--window",
+                "20",
+                "--step",
+                "5",
+                "--threshold",
+                "0.3",
+                "--absolute",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 0
+    )
     func = out / "sub-01" / "func"
     with load_dynamic(func / "sub-01_task-rest_meas-PearsonCorrelation_dfc.h5") as result:
         assert result.kind == "sparse" and result.parameters["absolute"] is True
-    assert main(["dfc", str(path), "--window", "20", "--step", "5", "--kind", "lowrank",
-                 "--rank", "3", "--seed", "1", "--error", "--out", str(out), "--device", "cpu",
-                 "-q", "--overwrite"]) == 0  # same name, other parameters: replaced on request
+    assert (
+        main(
+            [
+                "dfc",
+                str(path),
+                "--window",
+                "20",
+                "--step",
+                "5",
+                "--kind",
+                "lowrank",
+                "--rank",
+                "3",
+                "--seed",
+                "1",
+                "--error",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "-q",
+                "--overwrite",
+            ]
+        )
+        == 0
+    )  # same name, other parameters: replaced on request
     log = json.loads((func / "sub-01_task-rest_meas-PearsonCorrelation_dfc_log.json").read_text())
     assert log["results"]["kind"] == "lowrank"
     assert 0 < log["results"]["mae_mean"] < 1
@@ -69,8 +124,19 @@ def test_dfc_command_sparse_and_lowrank(tmp_path, roi_tsv):
 
 def test_dfc_command_bad_window(tmp_path, roi_tsv, capsys):
     path, _ = roi_tsv
-    code = main(["dfc", str(path), "--window", "100", "--out", str(tmp_path / "o"),
-                 "--device", "cpu", "-q"])
+    code = main(
+        [
+            "dfc",
+            str(path),
+            "--window",
+            "100",
+            "--out",
+            str(tmp_path / "o"),
+            "--device",
+            "cpu",
+            "-q",
+        ]
+    )
     assert code == 2
     assert "'window_length' must be at most the number of time points" in capsys.readouterr().err
 
@@ -88,8 +154,28 @@ def test_dfc_command_on_nifti_with_mask(tmp_path):
     mask_path = tmp_path / "mask.nii.gz"
     nib.save(nib.Nifti1Image(mask, affine), mask_path)
     out = tmp_path / "out"
-    assert main(["dfc", str(image), "--mask", str(mask_path), "--window", "10", "--step", "5",
-                 "--out", str(out), "--device", "cpu", "--dtype", "float64", "-q"]) == 0
+    assert (
+        main(
+            [
+                "dfc",
+                str(image),
+                "--mask",
+                str(mask_path),
+                "--window",
+                "10",
+                "--step",
+                "5",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "--dtype",
+                "float64",
+                "-q",
+            ]
+        )
+        == 0
+    )
     with load_dynamic(out / "sub-02/func/sub-02_meas-PearsonCorrelation_dfc.h5") as result:
         assert result.n_series == int(mask.sum())
         assert len(result) == (30 - 10) // 5 + 1

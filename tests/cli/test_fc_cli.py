@@ -32,8 +32,24 @@ def fmri(tmp_path, rng):
 def test_fc_nifti_mask_triu_end_to_end(tmp_path, fmri):
     path, mask_path, _, data, mask = fmri
     out = tmp_path / "out"
-    assert main(["fc", str(path), "--mask", str(mask_path), "--kind", "triu", "--out", str(out),
-                 "--device", "cpu", "-q"]) == 0
+    assert (
+        main(
+            [
+                "fc",
+                str(path),
+                "--mask",
+                str(mask_path),
+                "--kind",
+                "triu",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 0
+    )
     func = out / "sub-01" / "func"
     h5 = func / "sub-01_task-rest_meas-PearsonCorrelation_relmat.h5"
     stored, attrs = load_relmat(h5)
@@ -43,9 +59,13 @@ def test_fc_nifti_mask_triu_end_to_end(tmp_path, fmri):
     with h5py.File(h5, "r") as fh:
         assert fh.attrs["kind"] == "triu" and fh.attrs["N"] == mask.sum()
         assert "sub-01_task-rest_bold.nii.gz" in fh.attrs["source"]
-    sidecar = json.loads((func / "sub-01_task-rest_meas-PearsonCorrelation_relmat.json").read_text())
+    sidecar = json.loads(
+        (func / "sub-01_task-rest_meas-PearsonCorrelation_relmat.json").read_text()
+    )
     assert sidecar["NumberOfNodes"] == int(mask.sum())
-    log = json.loads((func / "sub-01_task-rest_meas-PearsonCorrelation_relmat_log.json").read_text())
+    log = json.loads(
+        (func / "sub-01_task-rest_meas-PearsonCorrelation_relmat_log.json").read_text()
+    )
     assert log["parameters"]["kind"] == "triu" and "correlation" in log["timings_s"]
     assert log["device"] == "cpu"
     assert (out / "dataset_description.json").exists()
@@ -54,25 +74,61 @@ def test_fc_nifti_mask_triu_end_to_end(tmp_path, fmri):
 def test_fc_atlas_tsv(tmp_path, fmri):
     path, _, atlas_path, data, _ = fmri
     out = tmp_path / "out"
-    assert main(["fc", str(path), "--atlas", str(atlas_path), "--out", str(out),
-                 "--device", "cpu", "-q"]) == 0
+    assert (
+        main(
+            [
+                "fc",
+                str(path),
+                "--atlas",
+                str(atlas_path),
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 0
+    )
     tsvs = list(out.glob("sub-01/func/*_seg-atlas_meas-PearsonCorrelation_relmat.tsv"))
     assert len(tsvs) == 1
     matrix, _ = read_relmat_tsv(tsvs[0])
-    means = np.stack([data[:2].reshape(-1, 30).mean(0), data[2:4].reshape(-1, 30).mean(0),
-                      data[4:].reshape(-1, 30).mean(0)], axis=1)
-    np.testing.assert_allclose(matrix, np.corrcoef(means.T), atol=1e-4)  # float32 means at offset 100
+    means = np.stack(
+        [
+            data[:2].reshape(-1, 30).mean(0),
+            data[2:4].reshape(-1, 30).mean(0),
+            data[4:].reshape(-1, 30).mean(0),
+        ],
+        axis=1,
+    )
+    np.testing.assert_allclose(
+        matrix, np.corrcoef(means.T), atol=1e-4
+    )  # float32 means at offset 100
 
 
 def test_fc_sparse_from_tsv(tmp_path, rng):
     x = rng.standard_normal((40, 8))
     x[:, 1] = x[:, 0] + 0.1 * rng.standard_normal(40)
     src = tmp_path / "sub-02_timeseries.tsv"
-    np.savetxt(src, x, delimiter="\t", header="\t".join(f"r{i}" for i in range(8)),
-               comments="")
+    np.savetxt(src, x, delimiter="\t", header="\t".join(f"r{i}" for i in range(8)), comments="")
     out = tmp_path / "out"
-    assert main(["fc", str(src), "--threshold", "0.5", "--absolute", "--out", str(out),
-                 "--device", "cpu", "-q"]) == 0
+    assert (
+        main(
+            [
+                "fc",
+                str(src),
+                "--threshold",
+                "0.5",
+                "--absolute",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 0
+    )
     stored, attrs = load_relmat(out / "sub-02/func/sub-02_meas-PearsonCorrelation_relmat.h5")
     assert attrs["kind"] == "sparse" and stored[0, 1] > 0.9
 
@@ -81,8 +137,22 @@ def test_fc_bad_input_clean_error(tmp_path, capsys, fmri):
     path, _, _, _, _ = fmri
     wrong = tmp_path / "wrong_mask.nii.gz"
     nib.Nifti1Image(np.ones((5, 6, 3), np.uint8), np.eye(4)).to_filename(wrong)
-    assert main(["fc", str(path), "--mask", str(wrong), "--out", str(tmp_path / "o"),
-                 "--device", "cpu", "-q"]) == 2
+    assert (
+        main(
+            [
+                "fc",
+                str(path),
+                "--mask",
+                str(wrong),
+                "--out",
+                str(tmp_path / "o"),
+                "--device",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 2
+    )
     assert "does not match" in capsys.readouterr().err
     assert main(["fc", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "o"), "-q"]) == 2
     capsys.readouterr()
@@ -92,9 +162,17 @@ def test_fc_bad_input_clean_error(tmp_path, capsys, fmri):
 
 
 def test_version_and_help():
-    result = subprocess.run([sys.executable, "-m", "connscale", "--version"],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "connscale", "--version"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert result.stdout.startswith("connscale ")
-    result = subprocess.run([sys.executable, "-m", "connscale", "fc", "--help"],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "connscale", "fc", "--help"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "--memory-limit" in result.stdout and "--threshold" in result.stdout

@@ -34,8 +34,27 @@ def _read_tsv(path):
 def test_pairs_cli_h5(roi_files, tmp_path, capsys):
     a, b = roi_files
     out = tmp_path / "out"
-    assert main(["pairs", str(a), str(b), "--window", "8", "--step", "3",
-                 "--threshold", "0.1", "--out", str(out), "--device", "cpu", "-q"]) == 0
+    assert (
+        main(
+            [
+                "pairs",
+                str(a),
+                str(b),
+                "--window",
+                "8",
+                "--step",
+                "3",
+                "--threshold",
+                "0.1",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert "2 scan(s), 6 pairs" in capsys.readouterr().out
     x = np.loadtxt(a, skiprows=1)
     expected = pairwise_dfc(x[None], 8, 3, device="cpu")
@@ -61,8 +80,24 @@ def test_pairs_cli_h5(roi_files, tmp_path, capsys):
 def test_pairs_cli_npy(roi_files, tmp_path):
     a, _ = roi_files
     out = tmp_path / "out"
-    assert main(["pairs", str(a), "--window", "10", "--format", "npy", "--out", str(out),
-                 "--device", "cpu", "-q"]) == 0
+    assert (
+        main(
+            [
+                "pairs",
+                str(a),
+                "--window",
+                "10",
+                "--format",
+                "npy",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 0
+    )
     courses = np.load(out / "sub-01_task-rest_pairs-courses.npy")
     assert courses.shape == (6, 21)
     pairs = _read_tsv(out / "sub-01_task-rest_pairs.tsv")
@@ -73,13 +108,29 @@ def test_pairs_cli_npy(roi_files, tmp_path):
 
 def test_pairs_cli_errors(roi_files, tmp_path, capsys):
     a, _ = roi_files
-    assert main(["pairs", str(a), "--window", "99", "--out", str(tmp_path / "o"),
-                 "--device", "cpu"]) == 2
+    assert (
+        main(["pairs", str(a), "--window", "99", "--out", str(tmp_path / "o"), "--device", "cpu"])
+        == 2
+    )
     assert "at most the number of time points" in capsys.readouterr().err
     other = tmp_path / "three.npy"
     np.save(other, np.zeros((30, 3)) + np.arange(30)[:, None] * [1, 2, -1])
-    assert main(["pairs", str(a), str(other), "--window", "5", "--out", str(tmp_path / "o"),
-                 "--device", "cpu"]) == 2
+    assert (
+        main(
+            [
+                "pairs",
+                str(a),
+                str(other),
+                "--window",
+                "5",
+                "--out",
+                str(tmp_path / "o"),
+                "--device",
+                "cpu",
+            ]
+        )
+        == 2
+    )
     assert "same number of regions" in capsys.readouterr().err
 
 
@@ -93,8 +144,19 @@ def test_cohort_cli(tmp_path, capsys):
     broken.parent.mkdir(parents=True)
     broken.write_text("a\tb\n")
     out = tmp_path / "out"
-    args = ["cohort", str(tmp_path / "deriv"), "--job", "pairs", "--window", "6",
-            "--backend", "serial", "--out", str(out), "-q"]
+    args = [
+        "cohort",
+        str(tmp_path / "deriv"),
+        "--job",
+        "pairs",
+        "--window",
+        "6",
+        "--backend",
+        "serial",
+        "--out",
+        str(out),
+        "-q",
+    ]
     assert main(args) == 1  # one scan failed
     printed = capsys.readouterr().out
     assert "2 done, 0 already complete, 1 failed" in printed
@@ -105,21 +167,94 @@ def test_cohort_cli(tmp_path, capsys):
     broken.unlink()
     assert main(args) == 0
     assert "0 done, 2 already complete, 0 failed" in capsys.readouterr().out
-    assert main(["cohort", str(tmp_path / "deriv"), "--job", "fc", "--backend", "serial",
-                 "--out", str(out), "-q"]) == 0
+    assert (
+        main(
+            [
+                "cohort",
+                str(tmp_path / "deriv"),
+                "--job",
+                "fc",
+                "--backend",
+                "serial",
+                "--out",
+                str(out),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert (out / "sub-02" / "func" / "sub-02_task-rest_meas-PearsonCorrelation_relmat.h5").exists()
-    assert main(["cohort", str(tmp_path / "deriv"), "--job", "dfc", "--window", "8",
-                 "--step", "4", "--backend", "serial", "--out", str(out), "-q"]) == 0
+    assert (
+        main(
+            [
+                "cohort",
+                str(tmp_path / "deriv"),
+                "--job",
+                "dfc",
+                "--window",
+                "8",
+                "--step",
+                "4",
+                "--backend",
+                "serial",
+                "--out",
+                str(out),
+                "-q",
+            ]
+        )
+        == 0
+    )
     assert (out / "sub-01" / "func" / "sub-01_task-rest_meas-PearsonCorrelation_dfc.h5").exists()
 
 
 def test_cohort_cli_errors(tmp_path, capsys):
-    assert main(["cohort", str(tmp_path), "--job", "pairs", "--out", str(tmp_path / "o"),
-                 "--backend", "serial"]) == 2
+    assert (
+        main(
+            [
+                "cohort",
+                str(tmp_path),
+                "--job",
+                "pairs",
+                "--out",
+                str(tmp_path / "o"),
+                "--backend",
+                "serial",
+            ]
+        )
+        == 2
+    )
     assert "The 'pairs' job needs 'window_length'" in capsys.readouterr().err
-    assert main(["cohort", str(tmp_path), "--job", "fc", "--threshold", "0.3",
-                 "--out", str(tmp_path / "o"), "--backend", "serial"]) == 2
+    assert (
+        main(
+            [
+                "cohort",
+                str(tmp_path),
+                "--job",
+                "fc",
+                "--threshold",
+                "0.3",
+                "--out",
+                str(tmp_path / "o"),
+                "--backend",
+                "serial",
+            ]
+        )
+        == 2
+    )
     assert "--threshold applies to --job pairs and dfc" in capsys.readouterr().err
-    assert main(["cohort", str(tmp_path / "nothing"), "--job", "fc",
-                 "--out", str(tmp_path / "o"), "--backend", "serial"]) == 2
+    assert (
+        main(
+            [
+                "cohort",
+                str(tmp_path / "nothing"),
+                "--job",
+                "fc",
+                "--out",
+                str(tmp_path / "o"),
+                "--backend",
+                "serial",
+            ]
+        )
+        == 2
+    )
     assert "No input file" in capsys.readouterr().err

@@ -34,23 +34,26 @@ def test_life_n_iter_is_max_iter():
     with pytest.warns(FutureWarning, match="'n_iter' was renamed"):
         assert life.solve(new.model, n_iter=7, tol=None).n_iter == 7
     with pytest.warns(FutureWarning, match="'n_iter' was renamed"):
-        est = life.LiFE(n_iter=7, tol=None, device="cpu").fit(data, bvals, bvecs, sl,
-                                                               affine=np.eye(4))
+        est = life.LiFE(n_iter=7, tol=None, device="cpu").fit(
+            data, bvals, bvecs, sl, affine=np.eye(4)
+        )
     assert est.n_iter_ == 7
 
 
 def test_pairs_window_onsets_is_window_starts():
-    result = pairwise_dfc(np.random.default_rng(0).standard_normal((1, 30, 4)), 10, 5,
-                          device="cpu")
+    result = pairwise_dfc(np.random.default_rng(0).standard_normal((1, 30, 4)), 10, 5, device="cpu")
     np.testing.assert_array_equal(result.window_starts, [0, 5, 10, 15, 20])
     with pytest.warns(FutureWarning, match="'window_onsets' was renamed 'window_starts'"):
         np.testing.assert_array_equal(result.window_onsets, result.window_starts)
 
 
-@pytest.mark.parametrize("command, old, new, dest, value", [
-    ("r1dl", "--atoms", "--n-components", "n_components", 3),
-    ("life", "--iters", "--max-iter", "max_iter", 40),
-])
+@pytest.mark.parametrize(
+    "command, old, new, dest, value",
+    [
+        ("r1dl", "--atoms", "--n-components", "n_components", 3),
+        ("life", "--iters", "--max-iter", "max_iter", 40),
+    ],
+)
 def test_cli_former_flags(command, old, new, dest, value):
     from connscale.cli import life as life_cli
     from connscale.cli import r1dl as r1dl_cli
@@ -58,9 +61,10 @@ def test_cli_former_flags(command, old, new, dest, value):
     parser = argparse.ArgumentParser(prog="connscale")
     sub = parser.add_subparsers(dest="command")
     {"r1dl": r1dl_cli, "life": life_cli}[command].add_parser(sub)
-    required = {"r1dl": ["x.npy", "--sparsity", "5", "--out", "o"],
-                "life": ["dwi.nii", "--bvals", "b", "--bvecs", "v", "--tractogram", "t.trk",
-                         "--out", "o"]}[command]
+    required = {
+        "r1dl": ["x.npy", "--sparsity", "5", "--out", "o"],
+        "life": ["dwi.nii", "--bvals", "b", "--bvecs", "v", "--tractogram", "t.trk", "--out", "o"],
+    }[command]
     args = parser.parse_args([command, *required, new, str(value)])
     assert getattr(args, dest) == value and args.seed == 0
     with pytest.warns(FutureWarning, match=f"{old} was renamed {new}"):

@@ -29,8 +29,11 @@ def make_bids(root, subjects=("01", "02", "03"), corrupt=None):
         if sub == corrupt:
             path.write_text("a\tb\n1\tnot-a-number\n")
         else:
-            save_timeseries(path, rng.standard_normal((N_TIMEPOINTS, N_REGIONS)),
-                            [f"roi{i}" for i in range(N_REGIONS)])
+            save_timeseries(
+                path,
+                rng.standard_normal((N_TIMEPOINTS, N_REGIONS)),
+                [f"roi{i}" for i in range(N_REGIONS)],
+            )
         paths[sub] = path
     (root / "dataset_description.json").write_text("{}")
     return paths
@@ -39,8 +42,11 @@ def make_bids(root, subjects=("01", "02", "03"), corrupt=None):
 def read_h5(path):
     with h5py.File(path, "r") as h5:
         data = {}
-        h5.visititems(lambda name, obj: data.__setitem__(name, obj[()])
-                      if isinstance(obj, h5py.Dataset) else None)
+        h5.visititems(
+            lambda name, obj: (
+                data.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
         return data, dict(h5.attrs)
 
 
@@ -81,31 +87,55 @@ def test_job_params():
         check_job_params("pairs", {})
     with pytest.raises(ValueError, match="Unknown parameter"):
         check_job_params("fc", {"window_length": 8})
-    with pytest.raises(ValueError, match=r"The 'threshold' parameter of the 'pairs' job \(pair_summary\) "
-                       r"must be a float in the range \[-1, 1\]. Got 3 instead."):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'threshold' parameter of the 'pairs' job \(pair_summary\) "
+        r"must be a float in the range \[-1, 1\]. Got 3 instead.",
+    ):
         check_job_params("pairs", {"window_length": 8, "threshold": 3})
 
 
-@pytest.mark.parametrize("job, params, message", [
-    # 'device', 'rank', 'random_state' and 'rank' with kind='triu' used to pass
-    # the cohort's own checks and fail in every subject's task; 'absolute' was
-    # coerced to a bool.
-    ("pairs", {**PAIRS, "device": "tpu"},
-     "The 'device' parameter of the 'pairs' job (pairwise_dfc) must be"),
-    ("pairs", {**PAIRS, "memory_limit": "lots"},
-     "The 'memory_limit' parameter of the 'pairs' job (pairwise_dfc) must be"),
-    ("dfc", {"window_length": 10, "kind": "lowrank", "rank": 0},
-     "The 'rank' parameter of the 'dfc' job (dynamic_correlation) must be an int in the "
-     "range [1, inf) or None. Got 0 instead."),
-    ("dfc", {"window_length": 10, "random_state": "seed"},
-     "The 'random_state' parameter of the 'dfc' job (dynamic_correlation) must be"),
-    ("dfc", {"window_length": 10, "kind": "sparse", "threshold": 0.5, "absolute": "yes"},
-     "The 'absolute' parameter of the 'dfc' job (dynamic_correlation) must be a bool."),
-    ("dfc", {"window_length": 10, "kind": "triu", "rank": 3},
-     "'rank' applies to kind='lowrank' or 'factor'"),
-    ("fc", {"device": "gpu0"}, "The 'device' parameter of the 'fc' job (compute_correlation)"),
-    ("pairs", {"window_length": 2}, "'window_length' parameter of the 'pairs' job"),
-])
+@pytest.mark.parametrize(
+    "job, params, message",
+    [
+        # 'device', 'rank', 'random_state' and 'rank' with kind='triu' used to pass
+        # the cohort's own checks and fail in every subject's task; 'absolute' was
+        # coerced to a bool.
+        (
+            "pairs",
+            {**PAIRS, "device": "tpu"},
+            "The 'device' parameter of the 'pairs' job (pairwise_dfc) must be",
+        ),
+        (
+            "pairs",
+            {**PAIRS, "memory_limit": "lots"},
+            "The 'memory_limit' parameter of the 'pairs' job (pairwise_dfc) must be",
+        ),
+        (
+            "dfc",
+            {"window_length": 10, "kind": "lowrank", "rank": 0},
+            "The 'rank' parameter of the 'dfc' job (dynamic_correlation) must be an int in the "
+            "range [1, inf) or None. Got 0 instead.",
+        ),
+        (
+            "dfc",
+            {"window_length": 10, "random_state": "seed"},
+            "The 'random_state' parameter of the 'dfc' job (dynamic_correlation) must be",
+        ),
+        (
+            "dfc",
+            {"window_length": 10, "kind": "sparse", "threshold": 0.5, "absolute": "yes"},
+            "The 'absolute' parameter of the 'dfc' job (dynamic_correlation) must be a bool.",
+        ),
+        (
+            "dfc",
+            {"window_length": 10, "kind": "triu", "rank": 3},
+            "'rank' applies to kind='lowrank' or 'factor'",
+        ),
+        ("fc", {"device": "gpu0"}, "The 'device' parameter of the 'fc' job (compute_correlation)"),
+        ("pairs", {"window_length": 2}, "'window_length' parameter of the 'pairs' job"),
+    ],
+)
 def test_invalid_parameters_fail_before_the_first_subject(tmp_path, job, params, message):
     make_bids(tmp_path / "deriv")
     out = tmp_path / "out"
@@ -119,25 +149,41 @@ def test_invalid_runner_arguments_fail_before_the_first_subject(tmp_path):
     make_bids(tmp_path / "deriv")
     for kwargs, message in [
         ({"engine": "threads"}, "The 'engine' parameter of run_cohort must be a str among"),
-        ({"retries": -1}, "The 'retries' parameter of run_cohort must be an int in the range "
-                          "[0, inf). Got -1 instead."),
+        (
+            {"retries": -1},
+            "The 'retries' parameter of run_cohort must be an int in the range "
+            "[0, inf). Got -1 instead.",
+        ),
         ({"threads_per_task": 0}, "The 'threads_per_task' parameter of run_cohort"),
         ({"batch_size": 0}, "The 'batch_size' parameter of run_cohort"),
     ]:
         with pytest.raises(ValueError) as info:
-            run_cohort(tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS, verbose=0,
-                       **{"engine": "serial", **kwargs})
+            run_cohort(
+                tmp_path / "deriv",
+                "pairs",
+                tmp_path / "out",
+                params=PAIRS,
+                verbose=0,
+                **{"engine": "serial", **kwargs},
+            )
         assert message in str(info.value)
         assert not (tmp_path / "out").exists()
 
 
 def test_pairs_job_outputs(tmp_path):
     paths = make_bids(tmp_path / "deriv")
-    report = run_cohort(tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS,
-                        engine="serial", verbose=0)
+    report = run_cohort(
+        tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS, engine="serial", verbose=0
+    )
     assert report.n_ok == 3 and report.n_failed == 0
     for sub, path in paths.items():
-        data, attrs = read_h5(tmp_path / "out" / f"sub-{sub}" / "func" / f"sub-{sub}_task-rest_meas-PearsonCorrelation_pairs.h5")
+        data, attrs = read_h5(
+            tmp_path
+            / "out"
+            / f"sub-{sub}"
+            / "func"
+            / f"sub-{sub}_task-rest_meas-PearsonCorrelation_pairs.h5"
+        )
         x = np.loadtxt(path, skiprows=1)
         expected = pairwise_dfc(x[None], 10, 3, device="cpu")
         assert_allclose(data["courses"], expected.courses[0], atol=1e-6)
@@ -156,10 +202,17 @@ def test_fc_job(tmp_path):
     from connscale.io.hdf5 import load_relmat
 
     paths = make_bids(tmp_path / "deriv", subjects=("01",))
-    run_cohort(tmp_path / "deriv", "fc", tmp_path / "out", engine="serial",
-               params={"dtype": "float64"}, verbose=0)
-    relmat, attrs = load_relmat(tmp_path / "out" / "sub-01" / "func" /
-                                "sub-01_task-rest_meas-PearsonCorrelation_relmat.h5")
+    run_cohort(
+        tmp_path / "deriv",
+        "fc",
+        tmp_path / "out",
+        engine="serial",
+        params={"dtype": "float64"},
+        verbose=0,
+    )
+    relmat, attrs = load_relmat(
+        tmp_path / "out" / "sub-01" / "func" / "sub-01_task-rest_meas-PearsonCorrelation_relmat.h5"
+    )
     x = np.loadtxt(paths["01"], skiprows=1)
     assert_allclose(relmat, np.corrcoef(x.T)[np.triu_indices(N_REGIONS, 1)], atol=1e-12)
     assert attrs["kind"] == "triu"
@@ -170,24 +223,34 @@ def test_dfc_job(tmp_path):
 
     paths = make_bids(tmp_path / "deriv", subjects=("01", "02"))
     params = {"window_length": 12, "step": 5, "kind": "sparse", "threshold": 0.3}
-    report = run_cohort(tmp_path / "deriv", "dfc", tmp_path / "out", params=params,
-                        engine="serial", verbose=0)
+    report = run_cohort(
+        tmp_path / "deriv", "dfc", tmp_path / "out", params=params, engine="serial", verbose=0
+    )
     assert report.n_ok == 2
-    output = (tmp_path / "out" / "sub-02" / "func" /
-              "sub-02_task-rest_meas-PearsonCorrelation_dfc.h5")
+    output = (
+        tmp_path / "out" / "sub-02" / "func" / "sub-02_task-rest_meas-PearsonCorrelation_dfc.h5"
+    )
     stored = load_dynamic(output)
-    expected = dynamic_correlation(np.loadtxt(paths["02"], skiprows=1), 12, 5, kind="sparse",
-                                   threshold=0.3, device="cpu")
+    expected = dynamic_correlation(
+        np.loadtxt(paths["02"], skiprows=1), 12, 5, kind="sparse", threshold=0.3, device="cpu"
+    )
     assert len(stored) == len(expected) == (N_TIMEPOINTS - 12) // 5 + 1
     for k in range(len(expected)):
         assert_allclose(stored.to_dense(k), expected.to_dense(k), atol=1e-6)
     stored.close()
-    again = run_cohort(tmp_path / "deriv", "dfc", tmp_path / "out", params=params,
-                       engine="serial", verbose=0)
+    again = run_cohort(
+        tmp_path / "deriv", "dfc", tmp_path / "out", params=params, engine="serial", verbose=0
+    )
     assert again.n_skipped == 2
     # Other parameters: redone (the old file is replaced, not refused).
-    other = run_cohort(tmp_path / "deriv", "dfc", tmp_path / "out",
-                       params={"window_length": 10}, engine="serial", verbose=0)
+    other = run_cohort(
+        tmp_path / "deriv",
+        "dfc",
+        tmp_path / "out",
+        params={"window_length": 10},
+        engine="serial",
+        verbose=0,
+    )
     assert other.n_ok == 2
     with pytest.raises(ValueError, match="needs a 'rank'"):
         check_job_params("dfc", {"window_length": 10, "kind": "lowrank"})
@@ -195,8 +258,16 @@ def test_dfc_job(tmp_path):
 
 def test_corrupt_input_is_reported_and_others_kept(tmp_path):
     make_bids(tmp_path / "deriv", subjects=("01", "02", "03", "04"), corrupt="02")
-    report = run_cohort(tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS,
-                        engine="local", n_jobs=2, batch_size=2, verbose=0)
+    report = run_cohort(
+        tmp_path / "deriv",
+        "pairs",
+        tmp_path / "out",
+        params=PAIRS,
+        engine="local",
+        n_jobs=2,
+        batch_size=2,
+        verbose=0,
+    )
     assert (report.n_ok, report.n_failed) == (3, 1)
     failed = [r for r in report.records if r["status"] == "error"]
     assert failed[0]["subject"] == "02" and "numeric" in failed[0]["error"]
@@ -204,14 +275,25 @@ def test_corrupt_input_is_reported_and_others_kept(tmp_path):
         rows = list(csv.DictReader(fh, delimiter="\t"))
     assert [(r["subject"], r["name"]) for r in rows] == [("02", "sub-02_task-rest")]
     for sub in ("01", "03", "04"):
-        assert (tmp_path / "out" / f"sub-{sub}" / "func" / f"sub-{sub}_task-rest_meas-PearsonCorrelation_pairs.h5").exists()
-    assert not (tmp_path / "out" / "sub-02" / "func" / "sub-02_task-rest_meas-PearsonCorrelation_pairs.h5").exists()
+        assert (
+            tmp_path
+            / "out"
+            / f"sub-{sub}"
+            / "func"
+            / f"sub-{sub}_task-rest_meas-PearsonCorrelation_pairs.h5"
+        ).exists()
+    assert not (
+        tmp_path / "out" / "sub-02" / "func" / "sub-02_task-rest_meas-PearsonCorrelation_pairs.h5"
+    ).exists()
     # Fixing the input and re-running does only the failed scan.
     make_bids(tmp_path / "fixed", subjects=("02",))
-    os.replace(tmp_path / "fixed" / "sub-02" / "func" / "sub-02_task-rest_timeseries.tsv",
-               tmp_path / "deriv" / "sub-02" / "func" / "sub-02_task-rest_timeseries.tsv")
-    again = run_cohort(tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS,
-                       engine="serial", verbose=0)
+    os.replace(
+        tmp_path / "fixed" / "sub-02" / "func" / "sub-02_task-rest_timeseries.tsv",
+        tmp_path / "deriv" / "sub-02" / "func" / "sub-02_task-rest_timeseries.tsv",
+    )
+    again = run_cohort(
+        tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS, engine="serial", verbose=0
+    )
     assert (again.n_ok, again.n_skipped, again.n_failed) == (1, 3, 0)
     assert again.errors_path.read_text().splitlines() == ["subject\tname\tinput\terror"]
 
@@ -226,23 +308,31 @@ def test_resume_after_crash(tmp_path):
     # a partial temporary file is left, scan 03 was never started.
     os.remove(outputs[1])
     os.remove(outputs[2])
-    partial = out / "sub-02" / "func" / ".sub-02_task-rest_meas-PearsonCorrelation_pairs.h5.abc123.tmp"
+    partial = (
+        out / "sub-02" / "func" / ".sub-02_task-rest_meas-PearsonCorrelation_pairs.h5.abc123.tmp"
+    )
     partial.write_bytes(b"\x89HDF partial")
     stamp = os.stat(outputs[0]).st_mtime_ns
-    resumed = run_cohort(tmp_path / "deriv", "pairs", out, params=PAIRS, engine="serial",
-                         verbose=0)
+    resumed = run_cohort(tmp_path / "deriv", "pairs", out, params=PAIRS, engine="serial", verbose=0)
     assert [r["status"] for r in resumed.records] == ["skipped", "ok", "ok"]
     # The device does not change what is computed: still complete.
-    moved = run_cohort(tmp_path / "deriv", "pairs", out, params={**PAIRS, "device": "auto"},
-                       engine="serial", verbose=0)
+    moved = run_cohort(
+        tmp_path / "deriv",
+        "pairs",
+        out,
+        params={**PAIRS, "device": "auto"},
+        engine="serial",
+        verbose=0,
+    )
     assert moved.n_skipped == 3
     assert os.stat(outputs[0]).st_mtime_ns == stamp
     assert not partial.exists()
     for path, expected in zip(outputs, reference):
         assert_array_equal(read_h5(path)[0]["courses"], expected)
     # Other parameters: the outputs are redone, not skipped.
-    changed = run_cohort(tmp_path / "deriv", "pairs", out, params={**PAIRS, "step": 2},
-                         engine="serial", verbose=0)
+    changed = run_cohort(
+        tmp_path / "deriv", "pairs", out, params={**PAIRS, "step": 2}, engine="serial", verbose=0
+    )
     assert changed.n_ok == 3
     assert read_h5(outputs[0])[0]["courses"].shape[1] == (N_TIMEPOINTS - 10) // 2 + 1
 
@@ -253,7 +343,13 @@ def test_nifti_needs_atlas_or_mask(tmp_path):
     path = tmp_path / "sub-05" / "func" / "sub-05_task-rest_bold.nii.gz"
     path.parent.mkdir(parents=True)
     img.to_filename(path)
-    report = run_cohort(tmp_path, "pairs", tmp_path / "out", params={"window_length": 4},
-                        engine="serial", verbose=0)
+    report = run_cohort(
+        tmp_path,
+        "pairs",
+        tmp_path / "out",
+        params={"window_length": 4},
+        engine="serial",
+        verbose=0,
+    )
     assert report.records[0]["subject"] == "05"
     assert "give an 'atlas'" in report.records[0]["error"]

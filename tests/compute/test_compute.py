@@ -15,8 +15,15 @@ from connscale._compute import (
 
 @pytest.mark.parametrize(
     "text, expected",
-    [("8GB", 8 * 10**9), ("512MB", 512 * 10**6), ("2GiB", 2 * 1024**3), ("1.5 gb", 1.5e9),
-     (1000, 1000), (None, None), ("100", 100)],
+    [
+        ("8GB", 8 * 10**9),
+        ("512MB", 512 * 10**6),
+        ("2GiB", 2 * 1024**3),
+        ("1.5 gb", 1.5e9),
+        (1000, 1000),
+        (None, None),
+        ("100", 100),
+    ],
 )
 def test_parse_memory(text, expected):
     assert parse_memory(text) == expected

@@ -14,37 +14,48 @@ from connscale._validation import (
 )
 
 
-@validate_params({
-    "x": ["array-like"],
-    "n": [Interval(Integral, 1, None, closed="left")],
-    "r": [Interval(Real, -1, 1, closed="both"), None],
-    "kind": [StrOptions({"a", "b"})],
-    "memory_limit": ["memory", None],
-    "device": ["device"],
-    "random_state": ["random_state"],
-    "flag": ["boolean"],
-})
-def f(x, n=1, *, r=None, kind="a", memory_limit=None, device="auto", random_state=None,
-      flag=False):
+@validate_params(
+    {
+        "x": ["array-like"],
+        "n": [Interval(Integral, 1, None, closed="left")],
+        "r": [Interval(Real, -1, 1, closed="both"), None],
+        "kind": [StrOptions({"a", "b"})],
+        "memory_limit": ["memory", None],
+        "device": ["device"],
+        "random_state": ["random_state"],
+        "flag": ["boolean"],
+    }
+)
+def f(x, n=1, *, r=None, kind="a", memory_limit=None, device="auto", random_state=None, flag=False):
     return n
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"n": 0}, "The 'n' parameter of f must be an int in the range [1, inf). Got 0 instead."),
-    ({"n": True}, "must be an int in the range [1, inf). Got True instead."),
-    ({"n": 2.0}, "must be an int in the range [1, inf). Got 2.0 instead."),
-    ({"r": 1.5}, "The 'r' parameter of f must be a float in the range [-1, 1] or None. "
-                 "Got 1.5 instead."),
-    ({"r": float("nan")}, "'r' parameter of f must be a float in the range [-1, 1]"),
-    ({"kind": "c"}, "The 'kind' parameter of f must be a str among {'a', 'b'}. Got 'c' "
-                    "instead."),
-    ({"memory_limit": "8XB"}, "'memory_limit' parameter of f must be a number of bytes"),
-    ({"memory_limit": 0}, "'memory_limit' parameter of f must be a number of bytes"),
-    ({"device": "tpu"}, "'device' parameter of f must be 'auto', 'cpu', 'cuda', 'cuda:N'"),
-    ({"random_state": "seed"}, "'random_state' parameter of f must be an int, a numpy "
-                               "Generator, a RandomState or None. Got 'seed' instead."),
-    ({"flag": 1}, "The 'flag' parameter of f must be a bool. Got 1 instead."),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"n": 0}, "The 'n' parameter of f must be an int in the range [1, inf). Got 0 instead."),
+        ({"n": True}, "must be an int in the range [1, inf). Got True instead."),
+        ({"n": 2.0}, "must be an int in the range [1, inf). Got 2.0 instead."),
+        (
+            {"r": 1.5},
+            "The 'r' parameter of f must be a float in the range [-1, 1] or None. Got 1.5 instead.",
+        ),
+        ({"r": float("nan")}, "'r' parameter of f must be a float in the range [-1, 1]"),
+        (
+            {"kind": "c"},
+            "The 'kind' parameter of f must be a str among {'a', 'b'}. Got 'c' instead.",
+        ),
+        ({"memory_limit": "8XB"}, "'memory_limit' parameter of f must be a number of bytes"),
+        ({"memory_limit": 0}, "'memory_limit' parameter of f must be a number of bytes"),
+        ({"device": "tpu"}, "'device' parameter of f must be 'auto', 'cpu', 'cuda', 'cuda:N'"),
+        (
+            {"random_state": "seed"},
+            "'random_state' parameter of f must be an int, a numpy "
+            "Generator, a RandomState or None. Got 'seed' instead.",
+        ),
+        ({"flag": 1}, "The 'flag' parameter of f must be a bool. Got 1 instead."),
+    ],
+)
 def test_invalid_parameter_names_expected_and_got(kwargs, message):
     with pytest.raises(InvalidParameterError) as info:
         f([1.0, 2.0], **kwargs)
@@ -53,8 +64,19 @@ def test_invalid_parameter_names_expected_and_got(kwargs, message):
 
 
 def test_valid_parameters_pass():
-    assert f(np.zeros(3), np.int64(4), r=np.float32(0.5), kind="b", memory_limit="8GB",
-             device="cuda:1", random_state=np.random.default_rng(0), flag=np.True_) == 4
+    assert (
+        f(
+            np.zeros(3),
+            np.int64(4),
+            r=np.float32(0.5),
+            kind="b",
+            memory_limit="8GB",
+            device="cuda:1",
+            random_state=np.random.default_rng(0),
+            flag=np.True_,
+        )
+        == 4
+    )
 
 
 def test_array_like_refuses_strings():
@@ -95,9 +117,11 @@ def test_estimator_parameters():
             self.n_components = n_components
 
     validate_estimator_params(Estimator())
-    with pytest.raises(InvalidParameterError,
-                       match=r"The 'n_components' parameter of Estimator.fit must be an int "
-                             r"in the range \[1, inf\). Got 0 instead."):
+    with pytest.raises(
+        InvalidParameterError,
+        match=r"The 'n_components' parameter of Estimator.fit must be an int "
+        r"in the range \[1, inf\). Got 0 instead.",
+    ):
         validate_estimator_params(Estimator(0))
 
 

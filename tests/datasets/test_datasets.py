@@ -17,8 +17,9 @@ def test_bundled_images():
 
 
 def test_simulated_blocks_have_planted_correlation():
-    x, labels = simulate_timeseries(2000, 60, n_blocks=3, block_correlation=0.6,
-                                    fraction_in_blocks=0.5, random_state=0)
+    x, labels = simulate_timeseries(
+        2000, 60, n_blocks=3, block_correlation=0.6, fraction_in_blocks=0.5, random_state=0
+    )
     assert x.shape == (2000, 60) and x.dtype == np.float32
     r = np.corrcoef(x.T)
     same = (labels[:, None] == labels[None, :]) & (labels[:, None] >= 0)
@@ -31,8 +32,10 @@ def test_simulated_blocks_have_planted_correlation():
     np.testing.assert_array_equal(x, x2)
 
 
-@pytest.mark.parametrize("kwargs, match", [({"block_correlation": 1.0}, "block_correlation"),
-                                           ({"n_blocks": 0}, "n_blocks")])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [({"block_correlation": 1.0}, "block_correlation"), ({"n_blocks": 0}, "n_blocks")],
+)
 def test_simulator_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         simulate_timeseries(10, 10, **kwargs)

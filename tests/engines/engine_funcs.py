@@ -30,7 +30,7 @@ def block_gram(block: np.ndarray) -> np.ndarray:
 
 
 def item_stats(item: np.ndarray) -> tuple[float, int]:
-    return float(np.sum(item ** 2)), int(item.size)
+    return float(np.sum(item**2)), int(item.size)
 
 
 def fail_once(marker: str) -> str:

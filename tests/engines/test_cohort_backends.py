@@ -20,42 +20,50 @@ def cohort(tmp_path_factory):
         folder = root / f"sub-{sub}" / "func"
         folder.mkdir(parents=True)
         n_timepoints = 30 if sub != "04" else 26  # scans of different lengths
-        np.save(folder / f"sub-{sub}_task-rest_timeseries.npy",
-                rng.standard_normal((n_timepoints, 6)))
+        np.save(
+            folder / f"sub-{sub}_task-rest_timeseries.npy", rng.standard_normal((n_timepoints, 6))
+        )
     # A BIDS tree is searched for *_timeseries.tsv: give it one, plus an unreadable one.
     tsv = root / "sub-06" / "func" / "sub-06_task-rest_timeseries.tsv"
     tsv.parent.mkdir(parents=True)
-    tsv.write_text("\n".join("\t".join(str(v) for v in row)
-                             for row in rng.standard_normal((30, 6))) + "\n")
+    tsv.write_text(
+        "\n".join("\t".join(str(v) for v in row) for row in rng.standard_normal((30, 6))) + "\n"
+    )
     bad = root / "sub-07" / "func" / "sub-07_task-rest_timeseries.tsv"
     bad.parent.mkdir(parents=True)
     bad.write_text("1\t2\n3\n")
     inputs = [str(root / "sub-*" / "func" / "*_timeseries.npy"), str(root)]
-    reference = run_cohort(inputs, "pairs", root / "serial", params=PAIRS, engine="serial",
-                           verbose=0)
+    reference = run_cohort(
+        inputs, "pairs", root / "serial", params=PAIRS, engine="serial", verbose=0
+    )
     return inputs, root, reference
 
 
 def _contents(path):
     out = {}
     with h5py.File(path, "r") as h5:
-        h5.visititems(lambda name, obj: out.__setitem__(name, obj[()])
-                      if isinstance(obj, h5py.Dataset) else None)
+        h5.visititems(
+            lambda name, obj: (
+                out.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
         out["attrs"] = {k: v for k, v in h5.attrs.items()}
     return out
 
 
-@pytest.mark.parametrize("engine_fixture", [
-    "local_engine",
-    pytest.param("dask_engine", marks=pytest.mark.cluster),
-    pytest.param("spark_engine", marks=pytest.mark.cluster),
-])
+@pytest.mark.parametrize(
+    "engine_fixture",
+    [
+        "local_engine",
+        pytest.param("dask_engine", marks=pytest.mark.cluster),
+        pytest.param("spark_engine", marks=pytest.mark.cluster),
+    ],
+)
 def test_same_files_whatever_the_engine(cohort, engine_fixture, request):
     inputs, root, reference = cohort
     engine = request.getfixturevalue(engine_fixture)
     out = root / engine.name
-    report = run_cohort(inputs, "pairs", out, params=PAIRS, engine=engine, batch_size=3,
-                        verbose=0)
+    report = run_cohort(inputs, "pairs", out, params=PAIRS, engine=engine, batch_size=3, verbose=0)
     assert [r["name"] for r in report.records] == [r["name"] for r in reference.records]
     assert [r["status"] for r in report.records] == ["ok"] * 6 + ["error"]
     assert report.records[-1]["subject"] == "07"

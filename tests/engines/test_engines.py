@@ -45,16 +45,21 @@ def test_blocks_match_serial(engine):
             assert_array_equal(g, e)
         # Blocks are kept: a second call with other arguments works on them.
         got2 = engine.map_blocks(blocks, ef.block_times, -vector, 2.0)
-        assert_array_equal(np.concatenate(got2),
-                           np.concatenate(serial.map_blocks(reference, ef.block_times, -vector, 2.0)))
+        assert_array_equal(
+            np.concatenate(got2),
+            np.concatenate(serial.map_blocks(reference, ef.block_times, -vector, 2.0)),
+        )
         # Sums: bitwise equal (same pairwise order everywhere) ...
         total = engine.sum_blocks(blocks, ef.block_gram)
         assert_array_equal(total, serial.sum_blocks(reference, ef.block_gram))
-        assert_array_equal(engine.sum_blocks(blocks, ef.block_times, vector, 1.0),
-                           serial.sum_blocks(reference, ef.block_times, vector, 1.0))
+        assert_array_equal(
+            engine.sum_blocks(blocks, ef.block_times, vector, 1.0),
+            serial.sum_blocks(reference, ef.block_times, vector, 1.0),
+        )
         # ... and equal to the plain sum up to rounding.
         np.testing.assert_allclose(
-            total, sum(ef.block_gram(ef.make_block(i)) for i in range(N_BLOCKS)), rtol=1e-12)
+            total, sum(ef.block_gram(ef.make_block(i)) for i in range(N_BLOCKS)), rtol=1e-12
+        )
     finally:
         engine.release(blocks)
     with pytest.raises(ValueError, match="released"):
@@ -64,7 +69,9 @@ def test_blocks_match_serial(engine):
 def test_single_block(engine):
     blocks = engine.load_blocks(ef.make_block, 1)
     try:
-        assert_array_equal(engine.sum_blocks(blocks, ef.block_gram), ef.block_gram(ef.make_block(0)))
+        assert_array_equal(
+            engine.sum_blocks(blocks, ef.block_gram), ef.block_gram(ef.make_block(0))
+        )
     finally:
         engine.release(blocks)
 
@@ -80,8 +87,10 @@ def test_task_error_raised_after_retries(engine):
 
 
 def test_local_engine_without_retries(tmp_path):
-    with get_engine("local", n_jobs=1, retries=0) as engine, \
-            pytest.raises(RuntimeError, match="planned failure"):
+    with (
+        get_engine("local", n_jobs=1, retries=0) as engine,
+        pytest.raises(RuntimeError, match="planned failure"),
+    ):
         engine.map(ef.fail_once, [str(tmp_path / "marker")])
 
 
@@ -93,10 +102,15 @@ def test_tree_sum_order():
         tree_sum([])
 
 
-@pytest.mark.parametrize("master, expected", [
-    ("local[2]", "local[2,2]"), ("local[*]", "local[*,2]"), ("local", "local[1,2]"),
-    ("spark://host:7077", "spark://host:7077"),
-])
+@pytest.mark.parametrize(
+    "master, expected",
+    [
+        ("local[2]", "local[2,2]"),
+        ("local[*]", "local[*,2]"),
+        ("local", "local[1,2]"),
+        ("spark://host:7077", "spark://host:7077"),
+    ],
+)
 def test_spark_local_master_allows_retries(master, expected):
     assert _local_master(master, 1) == expected
     assert _local_master(master, 0) == master
@@ -124,7 +138,9 @@ def test_local_engine_replaces_dead_workers(tmp_path):
         blocks = engine.load_blocks(ef.make_block, 3)
         # The partition whose worker died gets its blocks rebuilt from the loader.
         got = engine.sum_blocks(blocks, ef.block_gram_exit_once, str(tmp_path / "c"))
-        expected = SerialEngine().sum_blocks(SerialEngine().load_blocks(ef.make_block, 3), ef.block_gram)
+        expected = SerialEngine().sum_blocks(
+            SerialEngine().load_blocks(ef.make_block, 3), ef.block_gram
+        )
         assert_array_equal(got, expected)
 
 

@@ -28,6 +28,7 @@ AFFINE = np.diag([2.0, 2.0, 2.0, 1.0])
 # Tiny inputs
 # --------------------------------------------------------------------------
 
+
 def _series(seed=0, t=T, n=N):
     return np.random.default_rng(seed).standard_normal((t, n))
 
@@ -113,21 +114,30 @@ BVECS = np.r_[[[0, 0, 0]], np.eye(3), np.eye(3)[::-1]].astype(float)
 BVALS = np.r_[0.0, [1000.0] * 6]
 
 
-def life_files(d, *, bvals=BVALS, bvecs=BVECS, streamlines=None, dwi=None,
-               tract_name="tracks.tck"):
+def life_files(d, *, bvals=BVALS, bvecs=BVECS, streamlines=None, dwi=None, tract_name="tracks.tck"):
     dwi = dwi_image(d) if dwi is None else dwi
     np.savetxt(d / "dwi.bval", np.atleast_2d(bvals))
     np.savetxt(d / "dwi.bvec", np.asarray(bvecs).T)
     if streamlines is None:
-        streamlines = [np.array([[0.5, 0.5, 0.5], [1.5, 1.5, 1.5], [2.5, 2.5, 2.5]]),
-                       np.array([[0.5, 2.5, 1.0], [2.5, 0.5, 1.0]]),
-                       np.array([[1.0, 1.0, 0.2], [1.0, 1.0, 2.8]])]
+        streamlines = [
+            np.array([[0.5, 0.5, 0.5], [1.5, 1.5, 1.5], [2.5, 2.5, 2.5]]),
+            np.array([[0.5, 2.5, 1.0], [2.5, 0.5, 1.0]]),
+            np.array([[1.0, 1.0, 0.2], [1.0, 1.0, 2.8]]),
+        ]
     tract = d / tract_name
     if tract_name.endswith((".tck", ".trk")):
-        nib.streamlines.save(nib.streamlines.Tractogram(streamlines, affine_to_rasmm=np.eye(4)),
-                             str(tract))
-    return [dwi, "--bvals", str(d / "dwi.bval"), "--bvecs", str(d / "dwi.bvec"),
-            "--tractogram", str(tract)]
+        nib.streamlines.save(
+            nib.streamlines.Tractogram(streamlines, affine_to_rasmm=np.eye(4)), str(tract)
+        )
+    return [
+        dwi,
+        "--bvals",
+        str(d / "dwi.bval"),
+        "--bvecs",
+        str(d / "dwi.bvec"),
+        "--tractogram",
+        str(tract),
+    ]
 
 
 def life(d, *extra, **files):
@@ -135,9 +145,18 @@ def life(d, *extra, **files):
 
 
 # classify: six subjects' 4 x 4 connectomes and a participants table.
-def classify_files(d, *, participants="participant_id\tgroup\n" + "".join(
-        f"sub-{i:02d}\t{'patient' if i % 2 else 'control'}\n" for i in range(1, 7)),
-        n_subjects=6, matrix=None):
+PARTICIPANTS = "participant_id\tgroup\n" + "".join(
+    f"sub-{i:02d}\t{'patient' if i % 2 else 'control'}\n" for i in range(1, 7)
+)
+
+
+def classify_files(
+    d,
+    *,
+    participants=PARTICIPANTS,
+    n_subjects=6,
+    matrix=None,
+):
     paths = []
     for i in range(1, n_subjects + 1):
         m = np.corrcoef(_series(seed=i).T) if matrix is None else matrix(i)
@@ -147,8 +166,18 @@ def classify_files(d, *, participants="participant_id\tgroup\n" + "".join(
 
 
 def classify(d, *extra, label="group", extra_features=(), **files):
-    return ["classify", *extra_features, *classify_files(d, **files), "--label", label,
-            "--repeats", "1", "--folds", "2", *extra]
+    return [
+        "classify",
+        *extra_features,
+        *classify_files(d, **files),
+        "--label",
+        label,
+        "--repeats",
+        "1",
+        "--folds",
+        "2",
+        *extra,
+    ]
 
 
 def dfc_out_is_directory(d):
@@ -159,8 +188,7 @@ def dfc_out_is_directory(d):
 
 def fc_out_is_directory(d):
     path = npy(d, _series(n=1200))
-    (d / "out" / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_relmat.h5").mkdir(
-        parents=True)
+    (d / "out" / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_relmat.h5").mkdir(parents=True)
     return ["fc", path]
 
 
@@ -185,8 +213,10 @@ CASES = [
     ("fc-tsv-two-rows", lambda d: ["fc", tsv(d, array=_series(t=2))]),
     ("fc-tsv-text-body", lambda d: ["fc", raw(d, "sub-01_timeseries.tsv", b"a\tb\n1\tx\n2\ty\n")]),
     ("fc-tsv-empty", lambda d: ["fc", raw(d, "sub-01_timeseries.tsv", b"")]),
-    ("fc-tsv-ragged", lambda d: ["fc", raw(d, "sub-01_timeseries.tsv",
-                                           b"1\t2\t3\n4\t5\n6\t7\t8\n")]),
+    (
+        "fc-tsv-ragged",
+        lambda d: ["fc", raw(d, "sub-01_timeseries.tsv", b"1\t2\t3\n4\t5\n6\t7\t8\n")],
+    ),
     ("fc-npy-random-bytes", lambda d: ["fc", random_bytes(d, "sub-01_timeseries.npy")]),
     ("fc-all-constant", lambda d: ["fc", tsv(d, array=np.ones((T, N)))]),
     ("fc-missing-input", lambda d: ["fc", str(d / "absent.tsv")]),
@@ -204,24 +234,42 @@ CASES = [
     ("fc-nii-truncated-gz", lambda d: ["fc", truncated_gz(d), "--mask", mask(d)]),
     ("fc-nii-random-bytes", lambda d: ["fc", random_bytes(d, "sub-01_bold.nii.gz")]),
     ("fc-nii-3d", lambda d: ["fc", nii(d, np.ones(SHAPE, np.float32)), "--mask", mask(d)]),
-    ("fc-nii-two-volumes", lambda d: ["fc", nii(d, np.random.default_rng(0).random(SHAPE + (2,)))]),
+    (
+        "fc-nii-two-volumes",
+        lambda d: ["fc", nii(d, np.random.default_rng(0).random(SHAPE + (2,)))],
+    ),
     ("fc-nii-nan-in-mask", lambda d: ["fc", bold_with_nan(d), "--mask", mask(d)]),
     ("fc-nii-nan-in-atlas", lambda d: ["fc", bold_with_nan(d), "--atlas", atlas(d)]),
     ("fc-nii-nan-default-mask", lambda d: ["fc", brain_with_nan(d)]),
     ("fc-mask-wrong-grid", lambda d: ["fc", bold(d), "--mask", mask(d, shape=(3, 3, 3))]),
-    ("fc-mask-wrong-affine", lambda d: ["fc", bold(d), "--mask",
-                                        mask(d, affine=_shift(AFFINE, 5.0))]),
+    (
+        "fc-mask-wrong-affine",
+        lambda d: ["fc", bold(d), "--mask", mask(d, affine=_shift(AFFINE, 5.0))],
+    ),
     ("fc-mask-empty", lambda d: ["fc", bold(d), "--mask", mask(d, np.zeros(SHAPE, np.uint8))]),
-    ("fc-mask-truncated", lambda d: ["fc", bold(d), "--mask",
-                                     truncated_gz(d, "mask.nii.gz", make=mask)]),
-    ("fc-atlas-float-labels", lambda d: ["fc", bold(d), "--atlas",
-                                         atlas(d, dtype=np.float32, offset=0.5)]),
+    (
+        "fc-mask-truncated",
+        lambda d: ["fc", bold(d), "--mask", truncated_gz(d, "mask.nii.gz", make=mask)],
+    ),
+    (
+        "fc-atlas-float-labels",
+        lambda d: ["fc", bold(d), "--atlas", atlas(d, dtype=np.float32, offset=0.5)],
+    ),
     ("fc-atlas-wrong-grid", lambda d: ["fc", bold(d), "--atlas", atlas(d, shape=(3, 3, 3))]),
-    ("fc-atlas-wrong-affine", lambda d: ["fc", bold(d), "--atlas",
-                                         atlas(d, affine=_shift(AFFINE, -3.0))]),
+    (
+        "fc-atlas-wrong-affine",
+        lambda d: ["fc", bold(d), "--atlas", atlas(d, affine=_shift(AFFINE, -3.0))],
+    ),
     ("fc-atlas-4d", lambda d: ["fc", bold(d), "--atlas", atlas(d, ndim=4)]),
-    ("fc-atlas-empty", lambda d: ["fc", bold(d), "--atlas", nii(d, np.zeros(SHAPE, np.int16),
-                                                                name="atlas.nii.gz")]),
+    (
+        "fc-atlas-empty",
+        lambda d: [
+            "fc",
+            bold(d),
+            "--atlas",
+            nii(d, np.zeros(SHAPE, np.int16), name="atlas.nii.gz"),
+        ],
+    ),
     # ---- dfc ----
     ("dfc-window-0", lambda d: ["dfc", tsv(d), "--window", "0"]),
     ("dfc-window-negative", lambda d: ["dfc", tsv(d), "--window", "-5"]),
@@ -232,16 +280,20 @@ CASES = [
     ("dfc-step-negative", lambda d: ["dfc", tsv(d), "--window", "8", "--step", "-1"]),
     ("dfc-lowrank-no-rank", lambda d: ["dfc", tsv(d), "--window", "8", "--kind", "lowrank"]),
     ("dfc-rank-0", lambda d: ["dfc", tsv(d), "--window", "8", "--kind", "factor", "--rank", "0"]),
-    ("dfc-rank-at-n-series", lambda d: ["dfc", tsv(d), "--window", "8", "--kind", "lowrank",
-                                        "--rank", str(N)]),
+    (
+        "dfc-rank-at-n-series",
+        lambda d: ["dfc", tsv(d), "--window", "8", "--kind", "lowrank", "--rank", str(N)],
+    ),
     ("dfc-rank-with-triu", lambda d: ["dfc", tsv(d), "--window", "8", "--rank", "2"]),
     ("dfc-sparse-no-threshold", lambda d: ["dfc", tsv(d), "--window", "8", "--kind", "sparse"]),
     ("dfc-threshold-2", lambda d: ["dfc", tsv(d), "--window", "8", "--threshold", "2"]),
     ("dfc-too-short", lambda d: ["dfc", tsv(d, array=_series(t=2)), "--window", "2"]),
     ("dfc-all-constant", lambda d: ["dfc", tsv(d, array=np.full((T, N), 3.0)), "--window", "8"]),
     ("dfc-npy-complex", lambda d: ["dfc", npy(d, _series() * 1j), "--window", "8"]),
-    ("dfc-nii-nan-in-mask", lambda d: ["dfc", bold_with_nan(d), "--mask", mask(d),
-                                       "--window", "8"]),
+    (
+        "dfc-nii-nan-in-mask",
+        lambda d: ["dfc", bold_with_nan(d), "--mask", mask(d), "--window", "8"],
+    ),
     ("dfc-nii-truncated-gz", lambda d: ["dfc", truncated_gz(d), "--window", "8"]),
     ("dfc-out-is-directory", dfc_out_is_directory),
     ("dfc-missing-window", lambda d: ["dfc", tsv(d)]),
@@ -252,9 +304,16 @@ CASES = [
     ("pairs-step-0", lambda d: ["pairs", tsv(d), "--window", "8", "--step", "0"]),
     ("pairs-threshold-1.5", lambda d: ["pairs", tsv(d), "--window", "8", "--threshold", "1.5"]),
     ("pairs-one-region", lambda d: ["pairs", tsv(d, array=_series(n=1)), "--window", "8"]),
-    ("pairs-region-counts-differ", lambda d: [
-        "pairs", tsv(d), tsv(d, name="sub-02_timeseries.tsv", array=_series(n=N + 1)),
-        "--window", "8"]),
+    (
+        "pairs-region-counts-differ",
+        lambda d: [
+            "pairs",
+            tsv(d),
+            tsv(d, name="sub-02_timeseries.tsv", array=_series(n=N + 1)),
+            "--window",
+            "8",
+        ],
+    ),
     ("pairs-same-name-twice", lambda d: ["pairs", tsv(d), tsv(d), "--window", "8"]),
     ("pairs-nan", lambda d: ["pairs", tsv(d, array=np.full((T, N), np.nan)), "--window", "8"]),
     ("pairs-npy-complex", lambda d: ["pairs", npy(d, _series() + 0j), "--window", "8"]),
@@ -264,90 +323,224 @@ CASES = [
     ("cohort-dfc-no-window", lambda d: ["cohort", tsv(d), "--job", "dfc"]),
     ("cohort-window-0", lambda d: ["cohort", tsv(d), "--job", "pairs", "--window", "0"]),
     ("cohort-window-2", lambda d: ["cohort", tsv(d), "--job", "dfc", "--window", "2"]),
-    ("cohort-step-0", lambda d: ["cohort", tsv(d), "--job", "pairs", "--window", "8",
-                                 "--step", "0"]),
-    ("cohort-threshold-3", lambda d: ["cohort", tsv(d), "--job", "pairs", "--window", "8",
-                                      "--threshold", "3"]),
+    (
+        "cohort-step-0",
+        lambda d: ["cohort", tsv(d), "--job", "pairs", "--window", "8", "--step", "0"],
+    ),
+    (
+        "cohort-threshold-3",
+        lambda d: ["cohort", tsv(d), "--job", "pairs", "--window", "8", "--threshold", "3"],
+    ),
     ("cohort-fc-threshold", lambda d: ["cohort", tsv(d), "--job", "fc", "--threshold", "0.5"]),
     ("cohort-fc-kind-sparse", lambda d: ["cohort", tsv(d), "--job", "fc", "--kind", "sparse"]),
-    ("cohort-lowrank-no-rank", lambda d: ["cohort", tsv(d), "--job", "dfc", "--window", "8",
-                                          "--kind", "lowrank"]),
+    (
+        "cohort-lowrank-no-rank",
+        lambda d: ["cohort", tsv(d), "--job", "dfc", "--window", "8", "--kind", "lowrank"],
+    ),
     ("cohort-no-input-found", lambda d: ["cohort", str(d / "nothing-*.tsv"), "--job", "fc"]),
     ("cohort-unknown-job", lambda d: ["cohort", tsv(d), "--job", "r1dl"]),
     ("cohort-n-jobs-0", lambda d: ["cohort", tsv(d), "--job", "fc", "--n-jobs", "0"]),
     ("cohort-retries-negative", lambda d: ["cohort", tsv(d), "--job", "fc", "--retries", "-1"]),
     # ---- r1dl ----
-    ("r1dl-atoms-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "0", "--sparsity", "5"]),
-    ("r1dl-atoms-above-T", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", str(T + 1),
-                                      "--sparsity", "5"]),
-    ("r1dl-sparsity-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2",
-                                   "--sparsity", "0"]),
-    ("r1dl-sparsity-1.5", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2",
-                                     "--sparsity", "1.5"]),
-    ("r1dl-sparsity-above-P", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2",
-                                         "--sparsity", "31"]),
-    ("r1dl-npy-complex", lambda d: ["r1dl", npy(d, _series(n=30) * (1 + 1j)), "--n-components", "2",
-                                    "--sparsity", "5"]),
-    ("r1dl-npy-nan", lambda d: ["r1dl", npy(d, np.where(np.eye(T, 30) > 0, np.nan,
-                                                        _series(n=30))),
-                                "--n-components", "2", "--sparsity", "5"]),
-    ("r1dl-tsv-nan", lambda d: ["r1dl", tsv(d, array=np.full((T, 6), np.nan)), "--n-components", "2",
-                                "--sparsity", "2"]),
-    ("r1dl-npy-random-bytes", lambda d: ["r1dl", random_bytes(d, "S.npy"), "--n-components", "2",
-                                         "--sparsity", "5"]),
-    ("r1dl-npy-1d", lambda d: ["r1dl", npy(d, np.arange(30.0)), "--n-components", "2",
-                               "--sparsity", "5"]),
-    ("r1dl-mask-for-npy", lambda d: ["r1dl", npy(d, _series(n=30)), "--mask", mask(d),
-                                     "--n-components", "2", "--sparsity", "5"]),
-    ("r1dl-nii-truncated-gz", lambda d: ["r1dl", truncated_gz(d), "--mask", mask(d),
-                                         "--n-components", "2", "--sparsity", "3"]),
-    ("r1dl-nii-nan-in-mask", lambda d: ["r1dl", bold_with_nan(d), "--mask", mask(d),
-                                        "--n-components", "2", "--sparsity", "3"]),
-    ("r1dl-tol-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2", "--sparsity", "5",
-                              "--tol", "0"]),
-    ("r1dl-max-iter-0", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2",
-                                   "--sparsity", "5", "--max-iter", "0"]),
-    ("r1dl-sparsity-text", lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2",
-                                      "--sparsity", "many"]),
+    (
+        "r1dl-atoms-0",
+        lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "0", "--sparsity", "5"],
+    ),
+    (
+        "r1dl-atoms-above-T",
+        lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", str(T + 1), "--sparsity", "5"],
+    ),
+    (
+        "r1dl-sparsity-0",
+        lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2", "--sparsity", "0"],
+    ),
+    (
+        "r1dl-sparsity-1.5",
+        lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2", "--sparsity", "1.5"],
+    ),
+    (
+        "r1dl-sparsity-above-P",
+        lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2", "--sparsity", "31"],
+    ),
+    (
+        "r1dl-npy-complex",
+        lambda d: [
+            "r1dl",
+            npy(d, _series(n=30) * (1 + 1j)),
+            "--n-components",
+            "2",
+            "--sparsity",
+            "5",
+        ],
+    ),
+    (
+        "r1dl-npy-nan",
+        lambda d: [
+            "r1dl",
+            npy(d, np.where(np.eye(T, 30) > 0, np.nan, _series(n=30))),
+            "--n-components",
+            "2",
+            "--sparsity",
+            "5",
+        ],
+    ),
+    (
+        "r1dl-tsv-nan",
+        lambda d: [
+            "r1dl",
+            tsv(d, array=np.full((T, 6), np.nan)),
+            "--n-components",
+            "2",
+            "--sparsity",
+            "2",
+        ],
+    ),
+    (
+        "r1dl-npy-random-bytes",
+        lambda d: ["r1dl", random_bytes(d, "S.npy"), "--n-components", "2", "--sparsity", "5"],
+    ),
+    (
+        "r1dl-npy-1d",
+        lambda d: ["r1dl", npy(d, np.arange(30.0)), "--n-components", "2", "--sparsity", "5"],
+    ),
+    (
+        "r1dl-mask-for-npy",
+        lambda d: [
+            "r1dl",
+            npy(d, _series(n=30)),
+            "--mask",
+            mask(d),
+            "--n-components",
+            "2",
+            "--sparsity",
+            "5",
+        ],
+    ),
+    (
+        "r1dl-nii-truncated-gz",
+        lambda d: [
+            "r1dl",
+            truncated_gz(d),
+            "--mask",
+            mask(d),
+            "--n-components",
+            "2",
+            "--sparsity",
+            "3",
+        ],
+    ),
+    (
+        "r1dl-nii-nan-in-mask",
+        lambda d: [
+            "r1dl",
+            bold_with_nan(d),
+            "--mask",
+            mask(d),
+            "--n-components",
+            "2",
+            "--sparsity",
+            "3",
+        ],
+    ),
+    (
+        "r1dl-tol-0",
+        lambda d: [
+            "r1dl",
+            npy(d, _series(n=30)),
+            "--n-components",
+            "2",
+            "--sparsity",
+            "5",
+            "--tol",
+            "0",
+        ],
+    ),
+    (
+        "r1dl-max-iter-0",
+        lambda d: [
+            "r1dl",
+            npy(d, _series(n=30)),
+            "--n-components",
+            "2",
+            "--sparsity",
+            "5",
+            "--max-iter",
+            "0",
+        ],
+    ),
+    (
+        "r1dl-sparsity-text",
+        lambda d: ["r1dl", npy(d, _series(n=30)), "--n-components", "2", "--sparsity", "many"],
+    ),
     # ---- life ----
     ("life-dwi-random-bytes", lambda d: life(d, dwi=random_bytes(d, "sub-01_dwi.nii.gz"))),
-    ("life-dwi-truncated-gz", lambda d: life(d, dwi=truncated_gz(d, "sub-01_dwi.nii.gz",
-                                                                 make=dwi_image))),
-    ("life-dwi-3d", lambda d: life(d, dwi=nii(d, np.ones(DWI_SHAPE, np.float32),
-                                              name="sub-01_dwi.nii.gz"))),
+    (
+        "life-dwi-truncated-gz",
+        lambda d: life(d, dwi=truncated_gz(d, "sub-01_dwi.nii.gz", make=dwi_image)),
+    ),
+    (
+        "life-dwi-3d",
+        lambda d: life(d, dwi=nii(d, np.ones(DWI_SHAPE, np.float32), name="sub-01_dwi.nii.gz")),
+    ),
     ("life-bvals-count", lambda d: life(d, bvals=BVALS[:-1])),
     ("life-bvecs-count", lambda d: life(d, bvecs=BVECS[:-1])),
     ("life-bvecs-norm-3", lambda d: life(d, bvecs=BVECS * 3)),
     ("life-bvals-text", lambda d: life(d) + ["--bvals", raw(d, "bad.bval", b"zero one two\n")]),
-    ("life-no-b0", lambda d: life(d, bvals=np.full(7, 1000.0),
-                                  bvecs=np.r_[[[1, 0, 0]], BVECS[1:]])),
+    (
+        "life-no-b0",
+        lambda d: life(d, bvals=np.full(7, 1000.0), bvecs=np.r_[[[1, 0, 0]], BVECS[1:]]),
+    ),
     ("life-tractogram-empty", lambda d: life(d, streamlines=[])),
-    ("life-tractogram-outside", lambda d: life(d, streamlines=[
-        np.array([[50.0, 50.0, 50.0], [60.0, 60.0, 60.0]]),
-        np.array([[-40.0, 0.0, 0.0], [-30.0, 1.0, 1.0]])])),
-    ("life-tractogram-random-bytes", lambda d: life(d, tract_name="tracks.tck") + [
-        "--tractogram", random_bytes(d, "junk.tck")]),
+    (
+        "life-tractogram-outside",
+        lambda d: life(
+            d,
+            streamlines=[
+                np.array([[50.0, 50.0, 50.0], [60.0, 60.0, 60.0]]),
+                np.array([[-40.0, 0.0, 0.0], [-30.0, 1.0, 1.0]]),
+            ],
+        ),
+    ),
+    (
+        "life-tractogram-random-bytes",
+        lambda d: life(d, tract_name="tracks.tck") + ["--tractogram", random_bytes(d, "junk.tck")],
+    ),
     ("life-tractogram-suffix", lambda d: life(d) + ["--tractogram", raw(d, "t.txt", b"1 2 3\n")]),
     ("life-mask-wrong-shape", lambda d: life(d, "--mask", mask(d, shape=(5, 4, 4)))),
     ("life-iters-0", lambda d: life(d, "--max-iter", "0")),
     ("life-lambda-negative", lambda d: life(d, "--lambda", "-1")),
     # ---- classify ----
     ("classify-no-label-column", lambda d: classify(d, label="diagnosis")),
-    ("classify-no-participant-id", lambda d: classify(
-        d, participants="subject\tgroup\n" + "".join(
-            f"sub-{i:02d}\t{'a' if i % 2 else 'b'}\n" for i in range(1, 7)))),
-    ("classify-one-class", lambda d: classify(
-        d, participants="participant_id\tgroup\n" + "".join(
-            f"sub-{i:02d}\tcontrol\n" for i in range(1, 7)))),
-    ("classify-subject-missing", lambda d: classify(
-        d, participants="participant_id\tgroup\nsub-01\ta\nsub-02\tb\n")),
+    (
+        "classify-no-participant-id",
+        lambda d: classify(
+            d,
+            participants="subject\tgroup\n"
+            + "".join(f"sub-{i:02d}\t{'a' if i % 2 else 'b'}\n" for i in range(1, 7)),
+        ),
+    ),
+    (
+        "classify-one-class",
+        lambda d: classify(
+            d,
+            participants="participant_id\tgroup\n"
+            + "".join(f"sub-{i:02d}\tcontrol\n" for i in range(1, 7)),
+        ),
+    ),
+    (
+        "classify-subject-missing",
+        lambda d: classify(d, participants="participant_id\tgroup\nsub-01\ta\nsub-02\tb\n"),
+    ),
     ("classify-folds-1", lambda d: classify(d, "--folds", "1")),
-    ("classify-feature-random-bytes", lambda d: classify(
-        d, extra_features=[random_bytes(d, "sub-07_relmat.npy")])),
-    ("classify-feature-sizes-differ", lambda d: classify(
-        d, matrix=lambda i: np.corrcoef(_series(seed=i, n=4 + (i == 3)).T))),
-    ("classify-feature-nan", lambda d: classify(
-        d, matrix=lambda i: np.full((4, 4), np.nan))),
+    (
+        "classify-feature-random-bytes",
+        lambda d: classify(d, extra_features=[random_bytes(d, "sub-07_relmat.npy")]),
+    ),
+    (
+        "classify-feature-sizes-differ",
+        lambda d: classify(d, matrix=lambda i: np.corrcoef(_series(seed=i, n=4 + (i == 3)).T)),
+    ),
+    ("classify-feature-nan", lambda d: classify(d, matrix=lambda i: np.full((4, 4), np.nan))),
     ("classify-top-0", lambda d: classify(d, "--top", "0")),
     ("classify-positive-unknown", lambda d: classify(d, "--positive", "martian")),
 ]
@@ -406,6 +599,7 @@ def test_bad_input_exits_2_with_one_line(build, tmp_path, capsys):
 # The same checks through the Python API, and the lossy-but-valid warnings
 # --------------------------------------------------------------------------
 
+
 def test_one_window_minimum_everywhere():
     from connscale._validation import MIN_WINDOW_LENGTH
     from connscale.cohort import check_job_params
@@ -414,12 +608,16 @@ def test_one_window_minimum_everywhere():
 
     x = _series()
     short = MIN_WINDOW_LENGTH - 1
-    message = (rf"The 'window_length' parameter of .+ must be an int in the range "
-               rf"\[{MIN_WINDOW_LENGTH}, inf\) or a str. Got {short} instead.")
-    for call in (lambda: dynamic_correlation(x, short, device="cpu"),
-                 lambda: pairwise_dfc(x[None], short, device="cpu"),
-                 lambda: check_job_params("pairs", {"window_length": short}),
-                 lambda: check_job_params("dfc", {"window_length": short})):
+    message = (
+        rf"The 'window_length' parameter of .+ must be an int in the range "
+        rf"\[{MIN_WINDOW_LENGTH}, inf\) or a str. Got {short} instead."
+    )
+    for call in (
+        lambda: dynamic_correlation(x, short, device="cpu"),
+        lambda: pairwise_dfc(x[None], short, device="cpu"),
+        lambda: check_job_params("pairs", {"window_length": short}),
+        lambda: check_job_params("dfc", {"window_length": short}),
+    ):
         with pytest.raises(ValueError, match=message):
             call()
     dynamic_correlation(x, MIN_WINDOW_LENGTH, device="cpu")
@@ -433,10 +631,12 @@ def test_complex_input_refused_by_every_entry_point():
     from connscale.networks._r1dl import r1dl
 
     x = _series() * (1 + 1e-3j)
-    for call in (lambda: correlation(x, device="cpu"),
-                 lambda: dynamic_correlation(x, 8, device="cpu"),
-                 lambda: pairwise_dfc(x[None], 8, device="cpu"),
-                 lambda: r1dl(x, 1, 2, device="cpu")):
+    for call in (
+        lambda: correlation(x, device="cpu"),
+        lambda: dynamic_correlation(x, 8, device="cpu"),
+        lambda: pairwise_dfc(x[None], 8, device="cpu"),
+        lambda: r1dl(x, 1, 2, device="cpu"),
+    ):
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no ComplexWarning on the way
             with pytest.raises(ValueError, match="real numbers"):
@@ -469,8 +669,10 @@ def test_out_a_directory_is_refused_before_any_work(tmp_path):
     from connscale import correlation
     from connscale.fc.dynamic import dynamic_correlation
 
-    for call in (lambda: correlation(_series(), kind="triu", device="cpu", out=tmp_path),
-                 lambda: dynamic_correlation(_series(), 8, device="cpu", out=tmp_path)):
+    for call in (
+        lambda: correlation(_series(), kind="triu", device="cpu", out=tmp_path),
+        lambda: dynamic_correlation(_series(), 8, device="cpu", out=tmp_path),
+    ):
         with pytest.raises(ValueError, match="which is a directory"):
             call()
     assert list(tmp_path.iterdir()) == []
@@ -480,6 +682,19 @@ def test_bvecs_close_to_unit_norm_accepted(tmp_path):
     # Rounding in a text file (norm 1 +- 1e-3) is not an error; norm 3 is (above).
     bvecs = BVECS.copy()
     bvecs[1:] *= 1.001
-    status = main(["life", *life_files(tmp_path, bvecs=bvecs), "--max-iter", "2", "--sphere", "20",
-                   "--out", str(tmp_path / "out"), "--device", "cpu", "-q"])
+    status = main(
+        [
+            "life",
+            *life_files(tmp_path, bvecs=bvecs),
+            "--max-iter",
+            "2",
+            "--sphere",
+            "20",
+            "--out",
+            str(tmp_path / "out"),
+            "--device",
+            "cpu",
+            "-q",
+        ]
+    )
     assert status == 0

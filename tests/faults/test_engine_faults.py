@@ -58,12 +58,14 @@ def _lines(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-@pytest.mark.parametrize("func, worker_lost, reason", [
-    (ef.exit_if_bad, True, "worker process died"),
-    (ef.raise_if_bad, False, "ValueError: bad is bad"),
-])
-def test_failing_task_is_tried_1_plus_retries_times(engine, tmp_path, func, worker_lost,
-                                                     reason):
+@pytest.mark.parametrize(
+    "func, worker_lost, reason",
+    [
+        (ef.exit_if_bad, True, "worker process died"),
+        (ef.raise_if_bad, False, "ValueError: bad is bad"),
+    ],
+)
+def test_failing_task_is_tried_1_plus_retries_times(engine, tmp_path, func, worker_lost, reason):
     # The bad item first: on Dask, tasks queued behind it on its worker must
     # not be charged with its worker's deaths.
     names = ["bad", "good1", "good2", "good3"]
@@ -89,8 +91,7 @@ def _cohort_inputs(root: Path) -> Path:
     folder.mkdir()
     rng = np.random.default_rng(5)
     for sub, task in (("01", "rest"), ("02", "crash"), ("03", "rest"), ("04", "rest")):
-        np.save(folder / f"sub-{sub}_task-{task}_timeseries.npy",
-                rng.standard_normal((20, 4)))
+        np.save(folder / f"sub-{sub}_task-{task}_timeseries.npy", rng.standard_normal((20, 4)))
     return folder
 
 
@@ -105,12 +106,23 @@ def _cli_engine_args(engine) -> list[str]:
 def test_cohort_scan_that_kills_its_worker(engine, tmp_path, monkeypatch, capsys):
     # The 'fc' job, except that the '*crash*' scan kills its worker (the
     # task carries the job's function to the worker).
-    monkeypatch.setitem(JOBS, "fc", CohortJob("fc", "engine_funcs:fc_or_exit",
-                                              JOBS["fc"].suffix))
+    monkeypatch.setitem(JOBS, "fc", CohortJob("fc", "engine_funcs:fc_or_exit", JOBS["fc"].suffix))
     inputs = _cohort_inputs(tmp_path)
     out = tmp_path / "out"
-    status = main(["cohort", str(inputs), "--job", "fc", "--out", str(out),
-                   "--retries", str(RETRIES), "--quiet", *_cli_engine_args(engine)])
+    status = main(
+        [
+            "cohort",
+            str(inputs),
+            "--job",
+            "fc",
+            "--out",
+            str(out),
+            "--retries",
+            str(RETRIES),
+            "--quiet",
+            *_cli_engine_args(engine),
+        ]
+    )
     assert status == 1
     assert "3 done" in capsys.readouterr().out
     attempts = inputs / "sub-02_task-crash_timeseries.npy.attempts"
@@ -134,8 +146,9 @@ def test_r1dl_on_dask_survives_losing_every_worker(dask_engine, tmp_path):
     S = simulate_networks(60, 1200, 3, sparsity=0.04, noise=0.5, random_state=2)[0]
     np.save(tmp_path / "S.npy", S)
     bounds = _blocks.block_bounds(S.shape[1], 300)
-    inner = _blocks.open_source(tmp_path / "S.npy").loader(bounds, standardize=True,
-                                                           dtype="float64")
+    inner = _blocks.open_source(tmp_path / "S.npy").loader(
+        bounds, standardize=True, dtype="float64"
+    )
     pids = sorted(dask_engine.client.run(os.getpid).values())
     marker = tmp_path / "killed"
     # Block 1's 6th use of its data is in the middle of the first atom's
@@ -143,9 +156,20 @@ def test_r1dl_on_dask_survives_losing_every_worker(dask_engine, tmp_path):
     loader = rf.KillAllOnceLoader(inner, str(marker), pids, block=1, after=6)
 
     def run(engine, loader):
-        out, _ = _run_engine(engine, loader, S.shape, len(bounds) - 1, dtype=torch.float64,
-                             n_atoms=2, r=40, tol=0.01, max_iter=100, selection="magnitude",
-                             rng=np.random.default_rng(3), verbose=0)
+        out, _ = _run_engine(
+            engine,
+            loader,
+            S.shape,
+            len(bounds) - 1,
+            dtype=torch.float64,
+            n_atoms=2,
+            r=40,
+            tol=0.01,
+            max_iter=100,
+            selection="magnitude",
+            rng=np.random.default_rng(3),
+            verbose=0,
+        )
         return out
 
     U, idx, val, n_iter, _ = run(dask_engine, loader)
@@ -164,9 +188,12 @@ def test_r1dl_on_dask_survives_losing_every_worker(dask_engine, tmp_path):
 def test_dask_cluster_listens_on_localhost_only(dask_engine):
     psutil = pytest.importorskip("psutil")
     pids = [os.getpid(), *dask_engine.client.run(os.getpid).values()]
-    listening = [conn.laddr for pid in pids
-                 for conn in psutil.Process(pid).net_connections(kind="inet")
-                 if conn.status == psutil.CONN_LISTEN]
+    listening = [
+        conn.laddr
+        for pid in pids
+        for conn in psutil.Process(pid).net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN
+    ]
     assert listening and {address.ip for address in listening} == {"127.0.0.1"}
     # No dashboard unless asked: the scheduler's HTTP server answers /health only.
     port = dask_engine.client.scheduler_info()["services"]["dashboard"]

@@ -60,12 +60,23 @@ print(json.dumps({{"growth": _status("VmHWM") - _base, "error": _error}}))
 
 
 def _measure(setup: str, call: str, tmp_path: Path) -> dict:
-    code = _HARNESS.format(setup=textwrap.dedent(setup),
-                           call=textwrap.indent(textwrap.dedent(call), "    "))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
-           "MALLOC_MMAP_THRESHOLD_": str(1 << 20), "OMP_NUM_THREADS": "2"}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300)
+    code = _HARNESS.format(
+        setup=textwrap.dedent(setup), call=textwrap.indent(textwrap.dedent(call), "    ")
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+        "MALLOC_MMAP_THRESHOLD_": str(1 << 20),
+        "OMP_NUM_THREADS": "2",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -78,7 +89,8 @@ def _check(result: dict, limit: int) -> None:
         assert "memory_limit=" in message and "bytes" in message, message
         assert "out=" in message or "raise" in message.lower(), message
     assert result["growth"] <= limit + MARGIN, (
-        f"peak RSS grew by {result['growth'] / MB:.1f} MB under a {limit / MB:.0f} MB limit")
+        f"peak RSS grew by {result['growth'] / MB:.1f} MB under a {limit / MB:.0f} MB limit"
+    )
 
 
 WARM_UP = """
@@ -96,34 +108,44 @@ connscale.pairwise_dfc(small.reshape(2, 20, 30), 10, 5, device="cpu", memory_lim
 """
 
 
-@pytest.mark.parametrize("kind, shape, limit, extra", [
-    # 32 MB of series whose float64 normalisation temporaries alone exceed the limit
-    ("dense", (2000, 4000), 150 * MB, {}),
-    ("triu", (4000, 3000), 100 * MB, {}),
-    # every pair kept: a 256 MB sparse result under 100 MB
-    ("sparse", (20, 8000), 100 * MB, {"threshold": 0.0, "absolute": True}),
-])
+@pytest.mark.parametrize(
+    "kind, shape, limit, extra",
+    [
+        # 32 MB of series whose float64 normalisation temporaries alone exceed the limit
+        ("dense", (2000, 4000), 150 * MB, {}),
+        ("triu", (4000, 3000), 100 * MB, {}),
+        # every pair kept: a 256 MB sparse result under 100 MB
+        ("sparse", (20, 8000), 100 * MB, {"threshold": 0.0, "absolute": True}),
+    ],
+)
 def test_correlation(tmp_path, kind, shape, limit, extra):
     setup = WARM_UP + f"x = rng.standard_normal({shape}).astype(np.float32)\n"
-    call = (f"r = connscale.correlation(x, kind={kind!r}, device='cpu', memory_limit={limit},"
-            f" **{extra!r})")
+    call = (
+        f"r = connscale.correlation(x, kind={kind!r}, device='cpu', memory_limit={limit},"
+        f" **{extra!r})"
+    )
     _check(_measure(setup, call, tmp_path), limit)
 
 
-@pytest.mark.parametrize("kind, shape, window, step, limit, extra", [
-    # 33 windows' triangles: 264 MB of the 300 MB kept in memory
-    ("triu", (158, 2000), 30, 4, 300 * MB, {}),
-    # sparse windows that grow past the limit as they are computed
-    ("sparse", (200, 1500), 20, 5, 50 * MB, {"threshold": 0.2}),
-    # 110 windows of Q and B, 352 MB of the 400 MB kept in memory
-    ("lowrank", (159, 10000), 50, 1, 400 * MB, {"rank": 40, "random_state": 0}),
-    # 220 windows of F, 352 MB of the 400 MB
-    ("factor", (269, 10000), 50, 1, 400 * MB, {"rank": 40}),
-])
+@pytest.mark.parametrize(
+    "kind, shape, window, step, limit, extra",
+    [
+        # 33 windows' triangles: 264 MB of the 300 MB kept in memory
+        ("triu", (158, 2000), 30, 4, 300 * MB, {}),
+        # sparse windows that grow past the limit as they are computed
+        ("sparse", (200, 1500), 20, 5, 50 * MB, {"threshold": 0.2}),
+        # 110 windows of Q and B, 352 MB of the 400 MB kept in memory
+        ("lowrank", (159, 10000), 50, 1, 400 * MB, {"rank": 40, "random_state": 0}),
+        # 220 windows of F, 352 MB of the 400 MB
+        ("factor", (269, 10000), 50, 1, 400 * MB, {"rank": 40}),
+    ],
+)
 def test_dynamic_correlation_in_memory(tmp_path, kind, shape, window, step, limit, extra):
     setup = WARM_UP + f"x = rng.standard_normal({shape}).astype(np.float32)\n"
-    call = (f"r = connscale.dynamic_correlation(x, {window}, {step}, kind={kind!r}, device='cpu',"
-            f" memory_limit={limit}, **{extra!r})")
+    call = (
+        f"r = connscale.dynamic_correlation(x, {window}, {step}, kind={kind!r}, device='cpu',"
+        f" memory_limit={limit}, **{extra!r})"
+    )
     _check(_measure(setup, call, tmp_path), limit)
 
 
@@ -145,8 +167,10 @@ connscale.r1dl(rng.standard_normal((30, 200)).astype(np.float32), 2, 10, device=
                random_state=0, memory_limit="50MB")
 S = rng.standard_normal((200, 150_000)).astype(np.float32)
 """
-    call = (f"r = connscale.r1dl(S, 3, 500, device='cpu', random_state=0, max_iter=5,"
-            f" memory_limit={limit})")
+    call = (
+        f"r = connscale.r1dl(S, 3, 500, device='cpu', random_state=0, max_iter=5,"
+        f" memory_limit={limit})"
+    )
     _check(_measure(setup, call, tmp_path), limit)
 
 
@@ -161,15 +185,17 @@ life.fit(small.dwi, small.bvals, small.bvecs, small.streamlines, affine=small.af
          device="cpu", max_iter=3, memory_limit="50MB")
 ph = simulate_life_phantom(n_true=600, n_false=600, shape=(30, 30, 30), step=0.1, random_state=0)
 """
-    call = (f"fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,"
-            f" device='cpu', max_iter=10, memory_limit={limit})")
+    call = (
+        f"fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,"
+        f" device='cpu', max_iter=10, memory_limit={limit})"
+    )
     _check(_measure(setup, call, tmp_path), limit)
 
 
 def test_cohort_passes_the_limit_on(tmp_path):
     # One 48 MB scan whose fc job needs far more than 100 MB without the limit.
     limit = 100 * MB
-    setup = f"""
+    setup = """
 from connscale.cli.main import main
 rng = np.random.default_rng(0)
 np.save("warm.npy", rng.standard_normal((40, 30)).astype(np.float32))

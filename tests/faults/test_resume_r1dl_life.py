@@ -30,8 +30,12 @@ from connscale.cli.main import main
 pytestmark = pytest.mark.faults
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
-       "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]),
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
 SEED = 20240611
 
 # `python -m connscale ARGS`, stopped (SIGSTOP) right after the checkpoint
@@ -74,8 +78,14 @@ def _one_thread():
 def _cli(argv, tmp_path, name):
     """Run ``python -m connscale argv`` to the end; return (rc, stderr)."""
     with open(tmp_path / f"{name}.err", "w+") as err:
-        rc = subprocess.run([sys.executable, "-m", "connscale", *argv], env=ENV, check=False,
-                            stdout=subprocess.DEVNULL, stderr=err, timeout=300).returncode
+        rc = subprocess.run(
+            [sys.executable, "-m", "connscale", *argv],
+            env=ENV,
+            check=False,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            timeout=300,
+        ).returncode
         err.seek(0)
         return rc, err.read()
 
@@ -83,13 +93,19 @@ def _cli(argv, tmp_path, name):
 def _start_stopping(argv, stop_at: int, tmp_path, name) -> subprocess.Popen:
     """Start the CLI and return once it has stopped at its checkpoint."""
     with open(tmp_path / f"{name}.err", "w") as err:
-        proc = subprocess.Popen([sys.executable, "-c", _STOPPING_CLI, str(stop_at), *argv],
-                                env=ENV, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _STOPPING_CLI, str(stop_at), *argv],
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     _, status = os.waitpid(proc.pid, os.WUNTRACED)
     if not os.WIFSTOPPED(status):
         proc.returncode = 0  # reaped above
-        pytest.fail(f"the run ended before its checkpoint {stop_at}: "
-                    f"{(tmp_path / f'{name}.err').read_text()}")
+        pytest.fail(
+            f"the run ended before its checkpoint {stop_at}: "
+            f"{(tmp_path / f'{name}.err').read_text()}"
+        )
     return proc
 
 
@@ -120,15 +136,33 @@ def r1dl_input(tmp_path_factory):
 
 
 def _r1dl_args(S, out, *extra):
-    return ["r1dl", str(S), "--n-components", str(K), "--sparsity", "20", "--seed", "3", "--out", str(out),
-            "--device", "cpu", "-q", *extra]
+    return [
+        "r1dl",
+        str(S),
+        "--n-components",
+        str(K),
+        "--sparsity",
+        "20",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "-q",
+        *extra,
+    ]
 
 
 def _r1dl_outputs(out: Path) -> dict:
     loadings = sp.load_npz(out / "r1dl_loadings.npz")
-    return {"indptr": loadings.indptr, "indices": loadings.indices, "data": loadings.data,
-            "timecourses": (out / "r1dl_timecourses.tsv").read_text(),
-            "iterations": (out / "r1dl_iterations.tsv").read_text()}
+    return {
+        "indptr": loadings.indptr,
+        "indices": loadings.indices,
+        "data": loadings.data,
+        "timecourses": (out / "r1dl_timecourses.tsv").read_text(),
+        "iterations": (out / "r1dl_iterations.tsv").read_text(),
+    }
 
 
 def _assert_same_r1dl(out: Path, ref: Path) -> None:
@@ -164,8 +198,10 @@ def test_r1dl_changed_input_recomputes_complete_output_does_nothing(tmp_path, mo
     from connscale.datasets import simulate_networks
     from connscale.networks import _checkpoint
 
-    data_a, data_b = (simulate_networks(60, 300, 3, noise=0.3, random_state=seed)[0]
-                      .astype(np.float32) for seed in (1, 2))
+    data_a, data_b = (
+        simulate_networks(60, 300, 3, noise=0.3, random_state=seed)[0].astype(np.float32)
+        for seed in (1, 2)
+    )
     S = tmp_path / "S.npy"
     np.save(S, data_a)
     mtime = S.stat().st_mtime_ns
@@ -246,7 +282,8 @@ def test_r1dl_wait_for_the_other_run(r1dl_input, tmp_path):
     try:
         result = {}
         second = threading.Thread(
-            target=lambda: result.update(rc=main(_r1dl_args(r1dl_input, out, "--wait"))))
+            target=lambda: result.update(rc=main(_r1dl_args(r1dl_input, out, "--wait")))
+        )
         second.start()
         assert waiting.wait(timeout=120)  # blocked on the first run's lock
         os.kill(first.pid, signal.SIGCONT)
@@ -281,10 +318,28 @@ def life_inputs(tmp_path_factory):
 
 
 def _life_args(d, out, *extra):
-    return ["life", str(d / "sub-01_dwi.nii.gz"), "--bvals", str(d / "sub-01_dwi.bval"),
-            "--bvecs", str(d / "sub-01_dwi.bvec"), "--tractogram", str(d / "tracks.tck"),
-            "--max-iter", str(ITERS), "--tol", "0", "--checkpoint-every", str(EVERY),
-            "--device", "cpu", "-q", "--out", str(out), *extra]
+    return [
+        "life",
+        str(d / "sub-01_dwi.nii.gz"),
+        "--bvals",
+        str(d / "sub-01_dwi.bval"),
+        "--bvecs",
+        str(d / "sub-01_dwi.bvec"),
+        "--tractogram",
+        str(d / "tracks.tck"),
+        "--max-iter",
+        str(ITERS),
+        "--tol",
+        "0",
+        "--checkpoint-every",
+        str(EVERY),
+        "--device",
+        "cpu",
+        "-q",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 def _assert_same_life(out: Path, ref: Path) -> None:
@@ -322,8 +377,7 @@ def test_life_kill_resumes_the_solver(life_inputs, tmp_path, capsys):
     assert not (out / ".sub-01_life.staging").exists()
 
 
-def test_life_complete_output_does_nothing_changed_input_recomputes(life_inputs, tmp_path,
-                                                                    capsys):
+def test_life_complete_output_does_nothing_changed_input_recomputes(life_inputs, tmp_path, capsys):
     import nibabel as nib
 
     src, ph = life_inputs

@@ -34,8 +34,11 @@ from connscale.cli.main import main
 pytestmark = pytest.mark.faults
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
-       "OMP_NUM_THREADS": "1"}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": os.pathsep.join([SRC, os.environ.get("PYTHONPATH", "")]),
+    "OMP_NUM_THREADS": "1",
+}
 
 _BOOT = textwrap.dedent("""
     import os, signal, sys
@@ -91,23 +94,41 @@ def _target(spec: str) -> dict:
 
 
 def run_cli(argv, *, preexec=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "connscale", *map(str, argv)], env=ENV,
-                          capture_output=True, text=True, timeout=120, preexec_fn=preexec,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "connscale", *map(str, argv)],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=preexec,
+        check=False,
+    )
 
 
 def run_killed(argv, spec: str, n: int) -> subprocess.CompletedProcess:
     """Run the CLI in a subprocess that kills itself at the nth call of ``spec``."""
     code = _BOOT.format(patch=_KILL.format(n=n, **_target(spec)), argv=list(map(str, argv)))
-    return subprocess.run([sys.executable, "-c", code], env=ENV, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def start_paused(argv, spec: str) -> subprocess.Popen:
     """Start the CLI in a subprocess paused at the first call of ``spec``."""
     code = _BOOT.format(patch=_PAUSE.format(**_target(spec)), argv=list(map(str, argv)))
-    proc = subprocess.Popen([sys.executable, "-c", code], env=ENV, stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=ENV,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     if line.strip() != "paused":
         proc.kill()
@@ -131,8 +152,11 @@ def one_line_error(result, command: str) -> str:
 def h5_contents(path) -> tuple[dict, dict]:
     data = {}
     with h5py.File(path, "r") as h5:
-        h5.visititems(lambda name, obj: data.__setitem__(name, obj[()])
-                      if isinstance(obj, h5py.Dataset) else None)
+        h5.visititems(
+            lambda name, obj: (
+                data.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None
+            )
+        )
         return data, dict(h5.attrs)
 
 
@@ -166,10 +190,16 @@ class SmallDisk:
         path.mkdir()
         self.path = path
         self.mounted = False
-        if (os.geteuid() == 0 and shutil.which("mount")
-                and not os.environ.get("CONNSCALE_FAULTS_NO_TMPFS")):
-            result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={self.SIZE}", "tmpfs",
-                                     str(path)], capture_output=True, check=False)
+        if (
+            os.geteuid() == 0
+            and shutil.which("mount")
+            and not os.environ.get("CONNSCALE_FAULTS_NO_TMPFS")
+        ):
+            result = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", f"size={self.SIZE}", "tmpfs", str(path)],
+                capture_output=True,
+                check=False,
+            )
             self.mounted = result.returncode == 0
         self.limited = not self.mounted
 
@@ -181,6 +211,7 @@ class SmallDisk:
         def limit():
             signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
             resource.setrlimit(resource.RLIMIT_FSIZE, (self.LIMIT, self.LIMIT))
+
         return limit
 
     def grow(self) -> None:
@@ -215,12 +246,26 @@ def no_segfault(result) -> None:
 # Full disk
 # --------------------------------------------------------------------------
 
+
 def test_full_disk_dfc_stops_cleanly_and_resumes(tmp_path, small_disk, caplog):
     x = series(tmp_path / "sub-01_timeseries.npy", 60, 300)
     out = small_disk.path / "out"
     # sparse, keeping every pair: 51 windows of ~360 kB, more than the disk holds
-    argv = ["dfc", tmp_path / "sub-01_timeseries.npy", "--window", "10", "--step", "1",
-            "--threshold", "-1", "--out", out, "--device", "cpu", "-q"]
+    argv = [
+        "dfc",
+        tmp_path / "sub-01_timeseries.npy",
+        "--window",
+        "10",
+        "--step",
+        "1",
+        "--threshold",
+        "-1",
+        "--out",
+        out,
+        "--device",
+        "cpu",
+        "-q",
+    ]
     failed = run_cli(argv, preexec=small_disk.preexec())
     no_segfault(failed)
     message = one_line_error(failed, "dfc")
@@ -248,8 +293,17 @@ def test_full_disk_fc_stops_cleanly_then_completes(tmp_path, small_disk):
     x = series(tmp_path / "sub-01_timeseries.npy", 30, 1500)
     out = small_disk.path / "out"
     # sparse |r| >= 0 ... every pair kept: ~9 MB, more than the disk holds
-    argv = ["fc", tmp_path / "sub-01_timeseries.npy", "--threshold", "-1", "--out", out,
-            "--device", "cpu", "-q"]
+    argv = [
+        "fc",
+        tmp_path / "sub-01_timeseries.npy",
+        "--threshold",
+        "-1",
+        "--out",
+        out,
+        "--device",
+        "cpu",
+        "-q",
+    ]
     failed = run_cli(argv, preexec=small_disk.preexec())
     no_segfault(failed)
     one_line_error(failed, "fc")
@@ -273,8 +327,17 @@ def test_full_disk_fc_stops_cleanly_then_completes(tmp_path, small_disk):
 def test_full_disk_pairs(tmp_path, small_disk):
     series(tmp_path / "sub-01_timeseries.npy", 400, 100)
     out = small_disk.path / "out"
-    argv = ["pairs", tmp_path / "sub-01_timeseries.npy", "--window", "10", "--out", out,
-            "--device", "cpu", "-q"]  # courses: 4950 pairs x 391 windows, 7.7 MB
+    argv = [
+        "pairs",
+        tmp_path / "sub-01_timeseries.npy",
+        "--window",
+        "10",
+        "--out",
+        out,
+        "--device",
+        "cpu",
+        "-q",
+    ]  # courses: 4950 pairs x 391 windows, 7.7 MB
     failed = run_cli(argv, preexec=small_disk.preexec())
     no_segfault(failed)
     message = one_line_error(failed, "pairs")
@@ -296,13 +359,14 @@ def test_free_space_is_checked_up_front(tmp_path, monkeypatch):
     from connscale.io._atomic import InsufficientSpaceError
 
     usage = shutil_module.disk_usage(tmp_path)
-    monkeypatch.setattr("connscale.io._atomic.shutil.disk_usage",
-                        lambda path: usage._replace(free=1000))
+    monkeypatch.setattr(
+        "connscale.io._atomic.shutil.disk_usage", lambda path: usage._replace(free=1000)
+    )
     x = np.random.default_rng(0).standard_normal((30, 50))
-    for call, path in ((lambda p: dynamic_correlation(x, 10, out=p, device="cpu"),
-                        tmp_path / "dfc.h5"),
-                       (lambda p: correlation(x, kind="triu", out=p, device="cpu"),
-                        tmp_path / "fc.h5")):
+    for call, path in (
+        (lambda p: dynamic_correlation(x, 10, out=p, device="cpu"), tmp_path / "dfc.h5"),
+        (lambda p: correlation(x, kind="triu", out=p, device="cpu"), tmp_path / "fc.h5"),
+    ):
         with pytest.raises(InsufficientSpaceError, match=r"needed, 1000 B available") as info:
             call(path)
         assert str(tmp_path) in str(info.value)
@@ -312,12 +376,25 @@ def test_free_space_is_checked_up_front(tmp_path, monkeypatch):
 def test_full_disk_cohort(tmp_path, small_disk):
     inputs = tmp_path / "inputs"
     inputs.mkdir()
-    data = {f"0{seed}": series(inputs / f"sub-0{seed}_timeseries.npy", 60, 300, seed=seed)
-            for seed in (1, 2)}
+    data = {
+        f"0{seed}": series(inputs / f"sub-0{seed}_timeseries.npy", 60, 300, seed=seed)
+        for seed in (1, 2)
+    }
     out = small_disk.path / "out"
     # 51 windows of 44,850 pairs: 9 MB per scan, more than the disk holds
-    argv = ["cohort", inputs, "--job", "dfc", "--window", "10", "--backend", "serial",
-            "--out", out, "-q"]
+    argv = [
+        "cohort",
+        inputs,
+        "--job",
+        "dfc",
+        "--window",
+        "10",
+        "--backend",
+        "serial",
+        "--out",
+        out,
+        "-q",
+    ]
     failed = run_cli(argv, preexec=small_disk.preexec())
     no_segfault(failed)
     assert failed.returncode == 1, failed.stderr[-2000:]  # scans failed, the cohort did not
@@ -349,18 +426,29 @@ def test_full_disk_cohort(tmp_path, small_disk):
 # kill -9 at a random point, then resume
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", [0])
 def test_killed_dfc_resumes_to_the_uninterrupted_result(tmp_path, seed):
     series(tmp_path / "sub-01_timeseries.npy", 80, 250)
-    argv = ["dfc", tmp_path / "sub-01_timeseries.npy", "--window", "10", "--step", "2",
-            "--device", "cpu", "--dtype", "float64", "-q"]
+    argv = [
+        "dfc",
+        tmp_path / "sub-01_timeseries.npy",
+        "--window",
+        "10",
+        "--step",
+        "2",
+        "--device",
+        "cpu",
+        "--dtype",
+        "float64",
+        "-q",
+    ]
     n_windows = 36
     # flush_h5 runs once at creation, then twice per window (data, done flag):
     # killing at its nth call stops before a flush, between data and flag,
     # or between windows.
     kill_at = int(np.random.default_rng(seed).integers(2, 2 * n_windows))
-    killed = run_killed([*argv, "--out", tmp_path / "out"],
-                        "connscale.io.dfc:flush_h5", kill_at)
+    killed = run_killed([*argv, "--out", tmp_path / "out"], "connscale.io.dfc:flush_h5", kill_at)
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     name = "sub-01/func/sub-01_meas-PearsonCorrelation_dfc.h5"
     assert not (tmp_path / "out" / name).exists()
@@ -374,17 +462,36 @@ def test_killed_dfc_resumes_to_the_uninterrupted_result(tmp_path, seed):
 
 def test_killed_fc_leaves_nothing_and_reruns_to_the_same_result(tmp_path):
     series(tmp_path / "sub-01_timeseries.npy", 30, 1100)
-    argv = ["fc", tmp_path / "sub-01_timeseries.npy", "--kind", "triu", "--memory-limit",
-            "2MB", "--device", "cpu", "-q"]
+    argv = [
+        "fc",
+        tmp_path / "sub-01_timeseries.npy",
+        "--kind",
+        "triu",
+        "--memory-limit",
+        "2MB",
+        "--device",
+        "cpu",
+        "-q",
+    ]
     # Killed while writing its blocks: at the nth block, or before the
     # store is flagged complete when it has fewer.
     kill_at = int(np.random.default_rng(1).integers(1, 4))
-    code = _KILL.format(n=kill_at, **_target("connscale.io.hdf5:RelmatWriter.write_triu")) + \
-        _KILL.format(n=1, **_target("connscale.io.hdf5:RelmatWriter.close"))
+    code = _KILL.format(
+        n=kill_at, **_target("connscale.io.hdf5:RelmatWriter.write_triu")
+    ) + _KILL.format(n=1, **_target("connscale.io.hdf5:RelmatWriter.close"))
     out = tmp_path / "out"
     killed = subprocess.run(
-        [sys.executable, "-c", _BOOT.format(patch=code, argv=[*map(str, argv), "--out", str(out)])],
-        env=ENV, capture_output=True, text=True, timeout=120, check=False)
+        [
+            sys.executable,
+            "-c",
+            _BOOT.format(patch=code, argv=[*map(str, argv), "--out", str(out)]),
+        ],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     # killed mid-write
     assert list(out.glob("sub-01/func/.sub-01_meas-PearsonCorrelation_relmat.staging/.*.tmp"))
@@ -401,12 +508,26 @@ def test_killed_cohort_resumes_to_the_uninterrupted_result(tmp_path):
     inputs.mkdir()
     for seed in (1, 2, 3):
         series(inputs / f"sub-0{seed}_timeseries.npy", 40, 220, seed=seed)
-    argv = ["cohort", inputs, "--job", "dfc", "--window", "8", "--step", "4",
-            "--backend", "serial", "--dtype", "float64", "-q"]
+    argv = [
+        "cohort",
+        inputs,
+        "--job",
+        "dfc",
+        "--window",
+        "8",
+        "--step",
+        "4",
+        "--backend",
+        "serial",
+        "--dtype",
+        "float64",
+        "-q",
+    ]
     windows = 9 * 3  # per scan (40 - 8) // 4 + 1
     kill_at = int(np.random.default_rng(2).integers(2, windows))
-    killed = run_killed([*argv, "--out", tmp_path / "out"],
-                        "connscale.io.dfc:HDF5Backend.write", kill_at)
+    killed = run_killed(
+        [*argv, "--out", tmp_path / "out"], "connscale.io.dfc:HDF5Backend.write", kill_at
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     assert main([*map(str, argv), "--out", str(tmp_path / "out")]) == 0
     assert main([*map(str, argv), "--out", str(tmp_path / "ref")]) == 0
@@ -420,13 +541,25 @@ def test_killed_cohort_resumes_to_the_uninterrupted_result(tmp_path):
 # Two runs into one output
 # --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("command", ["dfc", "fc"])
 def test_second_run_into_the_same_output_fails_naming_the_first(tmp_path, command):
     path = tmp_path / "sub-01_timeseries.npy"
     if command == "dfc":
         series(path, 60, 250)
-        argv = ["dfc", path, "--window", "10", "--step", "5", "--device", "cpu", "-q",
-                "--out", tmp_path / "out"]
+        argv = [
+            "dfc",
+            path,
+            "--window",
+            "10",
+            "--step",
+            "5",
+            "--device",
+            "cpu",
+            "-q",
+            "--out",
+            tmp_path / "out",
+        ]
         spec = "connscale.io.dfc:HDF5Backend.write"
     else:
         series(path, 30, 1100)
@@ -437,9 +570,13 @@ def test_second_run_into_the_same_output_fails_naming_the_first(tmp_path, comman
         second = run_cli(argv)
         message = one_line_error(second, command)
         assert f"pid {first.pid}" in message and "--wait" in message
-        waiting = subprocess.Popen([sys.executable, "-m", "connscale", *map(str, argv), "--wait"],
-                                   env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                   text=True)
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "connscale", *map(str, argv), "--wait"],
+            env=ENV,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     finally:
         code, _, err = finish(first)
     assert code == 0, err[-2000:]
@@ -452,7 +589,8 @@ def test_second_run_into_the_same_output_fails_naming_the_first(tmp_path, comman
     manifest = read_manifest(func, prefix, verify="full")
     log = json.loads((func / f"{prefix}_log.json").read_text())
     assert sorted(Path(p).name for p in log["outputs"]) == sorted(
-        n for n in manifest["files"] if n.endswith((".h5", ".json")) and "_log" not in n)
+        n for n in manifest["files"] if n.endswith((".h5", ".json")) and "_log" not in n
+    )
     assert hidden_leftovers(tmp_path / "out") == []
 
 
@@ -461,8 +599,19 @@ def test_second_cohort_run_fails_and_sweeps_only_free_temporaries(tmp_path):
     inputs.mkdir()
     for seed in (1, 2):
         series(inputs / f"sub-0{seed}_timeseries.npy", 30, 5, seed=seed)
-    argv = ["cohort", inputs, "--job", "pairs", "--window", "6", "--backend", "serial", "-q",
-            "--out", tmp_path / "out"]
+    argv = [
+        "cohort",
+        inputs,
+        "--job",
+        "pairs",
+        "--window",
+        "6",
+        "--backend",
+        "serial",
+        "-q",
+        "--out",
+        tmp_path / "out",
+    ]
     first = start_paused(argv, "connscale.cohort:_job_pairs")
     try:
         message = one_line_error(run_cli(argv), "cohort")
@@ -488,6 +637,7 @@ def test_second_cohort_run_fails_and_sweeps_only_free_temporaries(tmp_path):
 # Changed input, foreign files, unfinished files, planted links
 # --------------------------------------------------------------------------
 
+
 def test_cohort_recomputes_a_scan_whose_input_changed(tmp_path):
     from connscale.cohort import run_cohort
 
@@ -497,22 +647,22 @@ def test_cohort_recomputes_a_scan_whose_input_changed(tmp_path):
     for seed, path in enumerate(paths):
         series(path, 30, 5, seed=seed)
     params = {"window_length": 6, "step": 2}
-    first = run_cohort(inputs, "pairs", tmp_path / "out", params=params, engine="serial",
-                       verbose=0)
+    first = run_cohort(inputs, "pairs", tmp_path / "out", params=params, engine="serial", verbose=0)
     assert first.n_ok == 2
     # Same size and modification time, other data.
     info = os.stat(paths[1])
     new = series(paths[1], 30, 5, seed=9)
     os.utime(paths[1], ns=(info.st_atime_ns, info.st_mtime_ns))
-    again = run_cohort(inputs, "pairs", tmp_path / "out", params=params, engine="serial",
-                       verbose=0)
+    again = run_cohort(inputs, "pairs", tmp_path / "out", params=params, engine="serial", verbose=0)
     assert [r["status"] for r in again.records] == ["skipped", "ok"]
     from connscale.fc.pairs import pairwise_dfc
 
-    data, _ = h5_contents(tmp_path / "out" / "sub-02" / "func" /
-                          "sub-02_meas-PearsonCorrelation_pairs.h5")
-    assert_allclose(data["courses"], pairwise_dfc(new[None], 6, 2, device="cpu").courses[0],
-                    atol=1e-6)
+    data, _ = h5_contents(
+        tmp_path / "out" / "sub-02" / "func" / "sub-02_meas-PearsonCorrelation_pairs.h5"
+    )
+    assert_allclose(
+        data["courses"], pairwise_dfc(new[None], 6, 2, device="cpu").courses[0], atol=1e-6
+    )
 
 
 def test_cohort_reports_a_foreign_file_and_replaces_it_only_when_asked(tmp_path):
@@ -533,8 +683,9 @@ def test_cohort_reports_a_foreign_file_and_replaces_it_only_when_asked(tmp_path)
     [record] = report.records
     assert record["status"] == "error" and "not written by connscale" in record["error"]
     assert foreign.read_bytes() == before
-    replaced = run_cohort(inputs, "pairs", out, params=params, engine="serial", overwrite=True,
-                          verbose=0)
+    replaced = run_cohort(
+        inputs, "pairs", out, params=params, engine="serial", overwrite=True, verbose=0
+    )
     assert replaced.n_ok == 1
     assert "courses" in h5_contents(foreign)[0]
 
@@ -552,8 +703,8 @@ def test_fc_refuses_a_foreign_file_at_its_output_name(tmp_path, capsys):
 
 def test_load_dynamic_refuses_unfinished_windows(tmp_path, monkeypatch):
     from connscale import dynamic_correlation, load_dynamic
-    from connscale.io.dfc import HDF5Backend, partial_path
     from connscale.io._publish import IncompleteOutputError
+    from connscale.io.dfc import HDF5Backend, partial_path
 
     x = np.random.default_rng(0).standard_normal((40, 6))
     path = tmp_path / "dfc.h5"
@@ -592,8 +743,22 @@ def test_planted_links_are_refused_and_nothing_is_written_outside(tmp_path, caps
     # the CLI's staging folder
     (out / "sub-01" / "func").mkdir(parents=True)
     os.symlink(outside, out / "sub-01" / "func" / ".sub-01_meas-PearsonCorrelation_dfc.staging")
-    assert main(["dfc", str(tmp_path / "sub-01_timeseries.npy"), "--window", "10",
-                 "--out", str(out), "--device", "cpu", "-q"]) == 2
+    assert (
+        main(
+            [
+                "dfc",
+                str(tmp_path / "sub-01_timeseries.npy"),
+                "--window",
+                "10",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 2
+    )
     assert "symbolic link" in capsys.readouterr().err
     # the cohort's partial file beside a scan's output
     inputs = tmp_path / "inputs"
@@ -601,10 +766,13 @@ def test_planted_links_are_refused_and_nothing_is_written_outside(tmp_path, caps
     shutil.copy(tmp_path / "sub-01_timeseries.npy", inputs)
     cohort_out = tmp_path / "cohort"
     (cohort_out / "sub-01" / "func").mkdir(parents=True)
-    os.symlink(outside / "victim2.h5",
-               partial_path(cohort_out / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_dfc.h5"))
-    report = run_cohort(inputs, "dfc", cohort_out, params={"window_length": 10},
-                        engine="serial", verbose=0)
+    os.symlink(
+        outside / "victim2.h5",
+        partial_path(cohort_out / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_dfc.h5"),
+    )
+    report = run_cohort(
+        inputs, "dfc", cohort_out, params={"window_length": 10}, engine="serial", verbose=0
+    )
     assert report.records[0]["status"] == "error"
     assert "symbolic link" in report.records[0]["error"]
     assert list(outside.iterdir()) == []

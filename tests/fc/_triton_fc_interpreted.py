@@ -24,16 +24,22 @@ def check_triu_extraction(rng):
 
 
 def check_sparse_compaction(rng):
-    x = rng.standard_normal((30, 4)) @ rng.standard_normal((4, 1300)) \
-        + rng.standard_normal((30, 1300))
+    x = rng.standard_normal((30, 4)) @ rng.standard_normal((4, 1300)) + rng.standard_normal(
+        (30, 1300)
+    )
     x[:, 11] = 2.0  # a constant series: NaN row and column, never kept
     u, _ = normalize_series(torch.from_numpy(x), dtype=torch.float32)
     n = u.shape[0]
-    for threshold, absolute, r0, rows in ((0.3, False, 0, 50), (0.3, True, 40, 64),
-                                          (-0.1, False, 1200, 100), (0.45, True, 5, 1)):
-        tile = (u[r0:r0 + rows] @ u[r0:].T).contiguous()
+    for threshold, absolute, r0, rows in (
+        (0.3, False, 0, 50),
+        (0.3, True, 40, 64),
+        (-0.1, False, 1200, 100),
+        (0.45, True, 5, 1),
+    ):
+        tile = (u[r0 : r0 + rows] @ u[r0:].T).contiguous()
         ref_values, ref_columns, ref_counts = compact_tile(
-            tile, keep_mask(tile, threshold, absolute=absolute), r0)
+            tile, keep_mask(tile, threshold, absolute=absolute), r0
+        )
         nnz = ref_values.numel()
         assert nnz > 0
         for start, capacity in ((0, nnz + 5), (9, nnz + 9), (0, max(nnz // 2, 1))):
@@ -41,13 +47,14 @@ def check_sparse_compaction(rng):
             columns = torch.full((capacity,), -1, dtype=torch.int32)
             row_counts = torch.empty(tile.shape[0], dtype=torch.int64)
             cursor = torch.tensor([start], dtype=torch.int64)
-            kernels.compact_upper_tile(tile, r0, threshold, absolute, values, columns,
-                                       row_counts, cursor)
+            kernels.compact_upper_tile(
+                tile, r0, threshold, absolute, values, columns, row_counts, cursor
+            )
             assert int(cursor) == start + nnz  # counted even past the capacity
             assert torch.equal(row_counts, ref_counts)
             stop = min(start + nnz, capacity)
-            assert torch.equal(values[start:stop], ref_values[:stop - start])
-            assert torch.equal(columns[start:stop], ref_columns[:stop - start])
+            assert torch.equal(values[start:stop], ref_values[: stop - start])
+            assert torch.equal(columns[start:stop], ref_columns[: stop - start])
             assert bool((values[:start] == -9.0).all()) and bool((values[stop:] == -9.0).all())
         assert not bool((ref_columns == 11).any()) or r0 > 11
     del n

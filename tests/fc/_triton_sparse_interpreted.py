@@ -10,14 +10,14 @@ import torch
 from connscale._compute.device import use_triton
 from connscale.fc import _tiles
 from connscale.fc.normalize import normalize_series
-from connscale.fc.sparse import keep_mask, compact_tile
+from connscale.fc.sparse import compact_tile, keep_mask
 
 
 def torch_csr(u, threshold, absolute, block_rows):
     """Today's unfused path over the same row blocks (same GEMM shapes)."""
     values, columns, counts = [], [], []
     for r0 in range(0, u.shape[0], block_rows):
-        tile = u[r0:r0 + block_rows] @ u[r0:].T
+        tile = u[r0 : r0 + block_rows] @ u[r0:].T
         v, c, k = compact_tile(tile, keep_mask(tile, threshold, absolute=absolute), r0)
         values.append(v)
         columns.append(c)
@@ -31,10 +31,18 @@ def fused_csr(u, threshold, absolute, block_rows, capacity, block_m=64):
     columns = torch.full((capacity,), -1, dtype=torch.int32)
     row_counts = torch.empty(n, dtype=torch.int64)
     staged = (torch.empty(capacity), torch.empty(capacity, dtype=torch.int32))
-    cursor = _tiles.compact_upper_triangle(u, threshold, absolute=absolute, block_rows=block_rows,
-                                           values=values, columns=columns, row_counts=row_counts,
-                                           staged_values=staged[0], staged_columns=staged[1],
-                                           block_m=block_m)
+    cursor = _tiles.compact_upper_triangle(
+        u,
+        threshold,
+        absolute=absolute,
+        block_rows=block_rows,
+        values=values,
+        columns=columns,
+        row_counts=row_counts,
+        staged_values=staged[0],
+        staged_columns=staged[1],
+        block_m=block_m,
+    )
     return int(cursor), values, columns, row_counts
 
 
@@ -44,22 +52,35 @@ def lookback_csr(u, threshold, absolute, block_rows, capacity, chunk):
     columns = torch.full((capacity,), -1, dtype=torch.int32)
     row_counts = torch.full((n,), 5, dtype=torch.int64)  # overwritten
     result = _tiles.compact_upper_triangle_lookback(
-        u, threshold, absolute=absolute, block_rows=block_rows, values=values, columns=columns,
-        row_counts=row_counts, chunk=chunk, look=8)
+        u,
+        threshold,
+        absolute=absolute,
+        block_rows=block_rows,
+        values=values,
+        columns=columns,
+        row_counts=row_counts,
+        chunk=chunk,
+        look=8,
+    )
     assert int(result[1]) == 0
     return int(result[0]), values, columns, row_counts
 
 
 def main():
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((40, 6)) @ rng.standard_normal((6, 200)) \
-        + rng.standard_normal((40, 200))
+    x = rng.standard_normal((40, 6)) @ rng.standard_normal((6, 200)) + rng.standard_normal(
+        (40, 200)
+    )
     x[:, 17] = 1.5  # a constant series: NaN row and column, never kept
     u, _ = normalize_series(torch.from_numpy(x), dtype=torch.float32)
     assert use_triton(u, float32=True), "the interpreter is not active"
     pairs = 200 * 199 // 2
-    for threshold, absolute, block_rows in ((0.3, False, 64), (0.3, True, 128),
-                                            (-0.2, False, 200), (0.5, True, 64)):
+    for threshold, absolute, block_rows in (
+        (0.3, False, 64),
+        (0.3, True, 128),
+        (-0.2, False, 200),
+        (0.5, True, 64),
+    ):
         # The compaction aligns its row blocks on its 64-row pieces (200 -> 192).
         aligned = block_rows // _tiles.COMPACT_BLOCK_M * _tiles.COMPACT_BLOCK_M
         ref_values, ref_columns, ref_counts = torch_csr(u, threshold, absolute, aligned)
@@ -79,11 +100,13 @@ def main():
         # the same GEMM shapes as the reference where block_rows is aligned).
         for variant in ("pieces", "lookback"):
             if variant == "pieces":
-                got, values, columns, row_counts = fused_csr(u, threshold, absolute, block_rows,
-                                                             pairs, block_m=16)
+                got, values, columns, row_counts = fused_csr(
+                    u, threshold, absolute, block_rows, pairs, block_m=16
+                )
             else:
-                got, values, columns, row_counts = lookback_csr(u, threshold, absolute, aligned,
-                                                                pairs, chunk=64)
+                got, values, columns, row_counts = lookback_csr(
+                    u, threshold, absolute, aligned, pairs, chunk=64
+                )
             assert got == nnz, (variant, got, nnz)
             assert torch.equal(row_counts, ref_counts), variant
             assert torch.equal(columns[:nnz], ref_columns), variant
@@ -93,17 +116,23 @@ def main():
         assert got == nnz and bool(torch.equal(values[: nnz // 3], ref_values[: nnz // 3]))
         # The sparsity passes: same histogram, same exact thresholds.
         hist = _tiles.histogram_triton(u, absolute=absolute, block_rows=block_rows)
-        assert torch.equal(hist, _tiles.histogram_torch(u, absolute=absolute,
-                                                        block_rows=block_rows))
+        assert torch.equal(
+            hist, _tiles.histogram_torch(u, absolute=absolute, block_rows=block_rows)
+        )
         b = int(torch.argmax(hist))
-        collected = torch.sort(_tiles.collect_bin_triton(u, b, int(hist[b]), absolute=absolute,
-                                                         block_rows=block_rows)).values
-        assert torch.equal(collected, torch.sort(_tiles.collect_bin_torch(
-            u, b, absolute=absolute, block_rows=block_rows)).values)
+        collected = torch.sort(
+            _tiles.collect_bin_triton(u, b, int(hist[b]), absolute=absolute, block_rows=block_rows)
+        ).values
+        assert torch.equal(
+            collected,
+            torch.sort(
+                _tiles.collect_bin_torch(u, b, absolute=absolute, block_rows=block_rows)
+            ).values,
+        )
         kept = [1, 37, pairs // 3, 199 * 198 // 2]
-        assert _tiles.top_threshold(u, kept, absolute=absolute, block_rows=block_rows,
-                                    use_triton=True) == \
-            _tiles.top_threshold(u, kept, absolute=absolute, block_rows=block_rows)
+        assert _tiles.top_threshold(
+            u, kept, absolute=absolute, block_rows=block_rows, use_triton=True
+        ) == _tiles.top_threshold(u, kept, absolute=absolute, block_rows=block_rows)
     print("ok")
 
 

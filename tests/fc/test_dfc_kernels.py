@@ -1,8 +1,8 @@
 """The building blocks of dynamic FC: tile thresholding and low-rank forms."""
 
 import numpy as np
-import scipy.sparse as sp
 import pytest
+import scipy.sparse as sp
 import torch
 from numpy.testing import assert_allclose, assert_array_equal
 
@@ -48,7 +48,9 @@ def test_tile_compaction_matches_thresholded_rows(absolute, r0, r1):
 def test_csr_from_parts_full_matrix():
     matrix = np.triu(rng.standard_normal((5, 5)), 1)
     rows, cols = np.nonzero(matrix)
-    csr = csr_from_parts(matrix[rows, cols], cols.astype(np.int32), np.bincount(rows, minlength=5), 5)
+    csr = csr_from_parts(
+        matrix[rows, cols], cols.astype(np.int32), np.bincount(rows, minlength=5), 5
+    )
     assert_array_equal(csr.toarray(), matrix)
     assert isinstance(csr, sp.csr_array)  # one result type: static and DFC windows
 
@@ -87,7 +89,8 @@ def test_randomized_qb_power_iterations_reduce_error():
     errors = []
     for power in (0, 2):
         q, b = randomized_qb(u, omega, power_iterations=power)
-        assert_allclose((q.transpose(1, 2) @ q).numpy(), np.broadcast_to(np.eye(6), (2, 6, 6)),
-                        atol=1e-12)
+        assert_allclose(
+            (q.transpose(1, 2) @ q).numpy(), np.broadcast_to(np.eye(6), (2, 6, 6)), atol=1e-12
+        )
         errors.append(float((q @ b - s).abs().mean()))
     assert errors[1] < errors[0]

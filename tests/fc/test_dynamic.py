@@ -11,9 +11,9 @@ import connscale
 from connscale.fc import dynamic as dynamic_module
 from connscale.fc.dynamic import dynamic_correlation, n_windows, window_starts
 from connscale.fc.dynamic_result import load_dynamic
-from connscale.io.dfc import HDF5Backend, partial_path
 from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.sparse import dense_thresholded
+from connscale.io.dfc import HDF5Backend, partial_path
 
 from ..conftest import assert_thresholded_close
 from ._fake_cuda import fake_cuda_copies
@@ -29,14 +29,21 @@ X = rng_global.standard_normal((64, 14)) + _SIGNAL[:, np.arange(14) % 3]
 
 
 def _reference(x, w, s):
-    return [np.corrcoef(x[t:t + w].T) for t in range(0, x.shape[0] - w + 1, s)]
+    return [np.corrcoef(x[t : t + w].T) for t in range(0, x.shape[0] - w + 1, s)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n_timepoints, window_length, step", [
-    (40, 10, 1), (53, 12, 5), (30, 30, 1), (47, 3, 4), (64, 20, 7),
-])
+@pytest.mark.parametrize(
+    "n_timepoints, window_length, step",
+    [
+        (40, 10, 1),
+        (53, 12, 5),
+        (30, 30, 1),
+        (47, 3, 4),
+        (64, 20, 7),
+    ],
+)
 def test_every_window_equals_corrcoef(device, dtype, n_timepoints, window_length, step):
     x = X[:n_timepoints]
     result = dynamic_correlation(x, window_length, step, device=device, dtype=dtype)
@@ -69,8 +76,9 @@ def test_input_is_not_modified():
 
 
 # Limits that leave room for tiles of a few rows beside the in-memory result.
-@pytest.mark.parametrize("kind, extra, limit", [("triu", {}, 100_000),
-                                                ("sparse", {"threshold": 0.2}, 150_000)])
+@pytest.mark.parametrize(
+    "kind, extra, limit", [("triu", {}, 100_000), ("sparse", {"threshold": 0.2}, 150_000)]
+)
 def test_tiled_and_batched_runs_agree(kind, extra, limit):
     n = 50
     x = np.random.default_rng(1).standard_normal((40, n))
@@ -84,10 +92,13 @@ def test_tiled_and_batched_runs_agree(kind, extra, limit):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("threshold, absolute", [(0.3, False), (-0.1, False), (0.3, True), (0.6, True)])
+@pytest.mark.parametrize(
+    "threshold, absolute", [(0.3, False), (-0.1, False), (0.3, True), (0.6, True)]
+)
 def test_sparse_equals_dense_thresholded(device, dtype, threshold, absolute):
-    result = dynamic_correlation(X, 16, 6, kind="sparse", threshold=threshold, absolute=absolute,
-                                 device=device, dtype=dtype)
+    result = dynamic_correlation(
+        X, 16, 6, kind="sparse", threshold=threshold, absolute=absolute, device=device, dtype=dtype
+    )
     n = X.shape[1]
     for i, ref in enumerate(_reference(X, 16, 6)):
         csr = result[i]
@@ -101,8 +112,9 @@ def test_sparse_equals_dense_thresholded(device, dtype, threshold, absolute):
         assert not np.any(np.tril(upper) != 0)
         assert_allclose(result.to_dense(i)[~near], (expected + expected.T)[~near], atol=ATOL[dtype])
     itemsize = np.dtype(dtype).itemsize
-    assert result.nbytes == sum(result[i].nnz * (itemsize + 4) + (n + 1) * 8
-                                for i in range(len(result)))
+    assert result.nbytes == sum(
+        result[i].nnz * (itemsize + 4) + (n + 1) * 8 for i in range(len(result))
+    )
 
 
 def test_constant_series_nan_in_triu_and_left_out_of_sparse():
@@ -142,8 +154,9 @@ def test_window_constant_at_the_global_mean_is_detected():
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_factor_is_exact(device, dtype):
-    result = dynamic_correlation(X, 12, 5, kind="factor", device=device, dtype=dtype,
-                                 compute_error=True)
+    result = dynamic_correlation(
+        X, 12, 5, kind="factor", device=device, dtype=dtype, compute_error=True
+    )
     for i, ref in enumerate(_reference(X, 12, 5)):
         assert result[i].shape == (X.shape[1], 12)
         assert_allclose(result.to_dense(i), ref, atol=10 * ATOL[dtype])
@@ -159,15 +172,26 @@ def _mae(result, x, w, s):
     return np.array(errors)
 
 
-@pytest.mark.parametrize("kind, method", [("factor", None), ("lowrank", "svd"), ("lowrank", "randomized")])
+@pytest.mark.parametrize(
+    "kind, method", [("factor", None), ("lowrank", "svd"), ("lowrank", "randomized")]
+)
 def test_error_falls_with_rank_and_vanishes_at_window_length(kind, method):
     x = np.random.default_rng(3).standard_normal((48, 40))
     w, s = 12, 9
     extra = {} if method is None else {"method": method, "random_state": 0, "power_iterations": 1}
     mean_errors = []
     for rank in (1, 3, 6, 9, 12, 20):
-        result = dynamic_correlation(x, w, s, kind=kind, rank=rank, device="cpu",
-                                     dtype="float64", compute_error=True, **extra)
+        result = dynamic_correlation(
+            x,
+            w,
+            s,
+            kind=kind,
+            rank=rank,
+            device="cpu",
+            dtype="float64",
+            compute_error=True,
+            **extra,
+        )
         # The recorded MAE is the error of the stored form against corrcoef.
         assert_allclose(result.mae, _mae(result, x, w, s), rtol=1e-8, atol=1e-12)
         mean_errors.append(result.mae.mean())
@@ -181,8 +205,9 @@ def test_error_falls_with_rank_and_vanishes_at_window_length(kind, method):
 def test_truncated_factor_beats_randomized_lowrank_at_equal_rank():
     x = np.random.default_rng(4).standard_normal((60, 50))
     factor = dynamic_correlation(x, 30, 15, kind="factor", rank=8, device="cpu", compute_error=True)
-    lowrank = dynamic_correlation(x, 30, 15, kind="lowrank", rank=8, random_state=0,
-                                  device="cpu", compute_error=True)
+    lowrank = dynamic_correlation(
+        x, 30, 15, kind="lowrank", rank=8, random_state=0, device="cpu", compute_error=True
+    )
     assert np.all(factor.mae <= lowrank.mae + 1e-7)
     # ... in half the bytes
     assert factor.nbytes * 2 == lowrank.nbytes
@@ -207,10 +232,15 @@ def test_lowrank_is_reproducible_with_random_state():
     assert not np.allclose(a[2][0], c[2][0])
 
 
-@pytest.mark.parametrize("kind, extra", [
-    ("triu", {}), ("sparse", {"threshold": 0.25, "absolute": True}),
-    ("lowrank", {"rank": 4, "random_state": 0}), ("factor", {"rank": 3}),
-])
+@pytest.mark.parametrize(
+    "kind, extra",
+    [
+        ("triu", {}),
+        ("sparse", {"threshold": 0.25, "absolute": True}),
+        ("lowrank", {"rank": 4, "random_state": 0}),
+        ("factor", {"rank": 3}),
+    ],
+)
 def test_out_file_reopened_equals_in_memory(tmp_path, kind, extra):
     path = tmp_path / "sub-01_dfc.h5"
     memory = dynamic_correlation(X, 15, 4, kind=kind, device="cpu", **extra)
@@ -223,9 +253,11 @@ def test_out_file_reopened_equals_in_memory(tmp_path, kind, extra):
         assert reopened.nbytes == memory.nbytes
         for i in range(len(memory)):
             assert_allclose(reopened.to_dense(i), memory.to_dense(i), atol=1e-6)
+
     # A re-run over the finished file reuses it without computing.
     def fail(*args, **kwargs):
         raise AssertionError("recomputed a finished file")
+
     original = dynamic_module._compute
     dynamic_module._compute = fail
     try:
@@ -236,12 +268,15 @@ def test_out_file_reopened_equals_in_memory(tmp_path, kind, extra):
         dynamic_module._compute = original
 
 
-@pytest.mark.parametrize("kind, extra", [("triu", {}), ("sparse", {"threshold": 0.3}),
-                                         ("lowrank", {"rank": 4, "random_state": 3})])
+@pytest.mark.parametrize(
+    "kind, extra",
+    [("triu", {}), ("sparse", {"threshold": 0.3}), ("lowrank", {"rank": 4, "random_state": 3})],
+)
 def test_interrupted_run_resumes_to_identical_content(tmp_path, monkeypatch, kind, extra):
     path = tmp_path / "run.h5"
-    reference = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", out=tmp_path / "ref.h5",
-                                    **extra)
+    reference = dynamic_correlation(
+        X, 10, 3, kind=kind, device="cpu", out=tmp_path / "ref.h5", **extra
+    )
     original_write = HDF5Backend.write
     written = []
 
@@ -271,8 +306,9 @@ def test_interrupted_run_resumes_to_identical_content(tmp_path, monkeypatch, kin
     # Resumed windows are batched otherwise than in one run: float32 rounding.
     for i in range(len(reference)):
         if kind == "sparse":
-            assert_thresholded_close(result.to_dense(i), reference.to_dense(i),
-                                     extra["threshold"], atol=ATOL["float32"])
+            assert_thresholded_close(
+                result.to_dense(i), reference.to_dense(i), extra["threshold"], atol=ATOL["float32"]
+            )
         else:
             assert_allclose(result.to_dense(i), reference.to_dense(i), atol=ATOL["float32"])
     result.close()
@@ -327,28 +363,60 @@ def test_public_exports():
     assert connscale.fc.DynamicConnectivity is connscale.DynamicConnectivity
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"window_length": 65}, "'window_length' must be at most the number of time points"),
-    ({"window_length": 2}, r"'window_length' parameter of dynamic_correlation must be an int in the range \[3, inf\) or a str. Got 2 "),
-    ({"window_length": 10.5}, "'window_length' parameter of dynamic_correlation must be an int"),
-    ({"step": 0}, r"'step' parameter of dynamic_correlation must be an int in the range \[1, inf\)"),
-    ({"kind": "dense"}, "'kind' parameter of dynamic_correlation must be a str among"),
-    ({"kind": "lowrank", "rank": 4, "method": "qr"}, "'method' parameter of dynamic_correlation must be a str among"),
-    ({"kind": "sparse"}, "needs a 'threshold'"),
-    ({"kind": "sparse", "threshold": 1.5}, r"'threshold' parameter of dynamic_correlation must be a float in the range \[-1, 1\]"),
-    ({"kind": "sparse", "threshold": -1.2}, r"'threshold' parameter of dynamic_correlation must be a float in the range \[-1, 1\]"),
-    ({"kind": "sparse", "threshold": -0.2, "absolute": True}, "absolute=True"),
-    ({"threshold": 0.5}, "'threshold' applies to kind='sparse' only"),
-    ({"absolute": True}, "'absolute' applies to kind='sparse' only"),
-    ({"kind": "lowrank"}, "needs a 'rank'"),
-    ({"kind": "lowrank", "rank": 0}, r"'rank' parameter of dynamic_correlation must be an int in the range \[1, inf\)"),
-    ({"kind": "factor", "rank": 14}, "'rank' must be smaller than the number of series"),
-    ({"kind": "triu", "rank": 3}, "'rank' applies to"),
-    ({"kind": "lowrank", "rank": 3, "power_iterations": -1}, r"'power_iterations' parameter of dynamic_correlation must be an int in the range \[0, inf\)"),
-    ({"compute_error": True}, "'compute_error' applies to"),
-    ({"dtype": "float16"}, "'dtype' parameter of dynamic_correlation must be 'float32' or 'float64'"),
-    ({"device": "tpu"}, "'device' parameter of dynamic_correlation must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"window_length": 65}, "'window_length' must be at most the number of time points"),
+        (
+            {"window_length": 2},
+            r"'window_length' parameter of dynamic_correlation must be an int in the "
+            r"range \[3, inf\) or a str. Got 2 ",
+        ),
+        (
+            {"window_length": 10.5},
+            "'window_length' parameter of dynamic_correlation must be an int",
+        ),
+        (
+            {"step": 0},
+            r"'step' parameter of dynamic_correlation must be an int in the range \[1, inf\)",
+        ),
+        ({"kind": "dense"}, "'kind' parameter of dynamic_correlation must be a str among"),
+        (
+            {"kind": "lowrank", "rank": 4, "method": "qr"},
+            "'method' parameter of dynamic_correlation must be a str among",
+        ),
+        ({"kind": "sparse"}, "needs a 'threshold'"),
+        (
+            {"kind": "sparse", "threshold": 1.5},
+            r"'threshold' parameter of dynamic_correlation must be a float in the range \[-1, 1\]",
+        ),
+        (
+            {"kind": "sparse", "threshold": -1.2},
+            r"'threshold' parameter of dynamic_correlation must be a float in the range \[-1, 1\]",
+        ),
+        ({"kind": "sparse", "threshold": -0.2, "absolute": True}, "absolute=True"),
+        ({"threshold": 0.5}, "'threshold' applies to kind='sparse' only"),
+        ({"absolute": True}, "'absolute' applies to kind='sparse' only"),
+        ({"kind": "lowrank"}, "needs a 'rank'"),
+        (
+            {"kind": "lowrank", "rank": 0},
+            r"'rank' parameter of dynamic_correlation must be an int in the range \[1, inf\)",
+        ),
+        ({"kind": "factor", "rank": 14}, "'rank' must be smaller than the number of series"),
+        ({"kind": "triu", "rank": 3}, "'rank' applies to"),
+        (
+            {"kind": "lowrank", "rank": 3, "power_iterations": -1},
+            r"'power_iterations' parameter of dynamic_correlation must be an int in "
+            r"the range \[0, inf\)",
+        ),
+        ({"compute_error": True}, "'compute_error' applies to"),
+        (
+            {"dtype": "float16"},
+            "'dtype' parameter of dynamic_correlation must be 'float32' or 'float64'",
+        ),
+        ({"device": "tpu"}, "'device' parameter of dynamic_correlation must be"),
+    ],
+)
 def test_bad_parameters(kwargs, match):
     kwargs = {"window_length": 10, **kwargs}
     with pytest.raises(ValueError, match=match):
@@ -375,13 +443,17 @@ def test_no_warning_without_constant_series():
         dynamic_correlation(X, 10, 3, kind="sparse", threshold=0.5, device="cpu")
 
 
-@pytest.mark.parametrize("kind, extra", [
-    ("triu", {}), ("sparse", {"threshold": 0.2}), ("lowrank", {"rank": 4, "random_state": 0}),
-    ("factor", {"rank": 3}),
-])
+@pytest.mark.parametrize(
+    "kind, extra",
+    [
+        ("triu", {}),
+        ("sparse", {"threshold": 0.2}),
+        ("lowrank", {"rank": 4, "random_state": 0}),
+        ("factor", {"rank": 3}),
+    ],
+)
 @pytest.mark.parametrize("with_buffer", [False, True])
-def test_deferred_copy_path_gives_the_same_windows(monkeypatch, tmp_path, kind, extra,
-                                                   with_buffer):
+def test_deferred_copy_path_gives_the_same_windows(monkeypatch, tmp_path, kind, extra, with_buffer):
     """The CUDA branch of DeviceToHost (staging ring, callbacks two batches late,
     copies straight into a pinned host buffer), with streams and events faked
     so that it runs on the CPU."""
@@ -394,8 +466,7 @@ def test_deferred_copy_path_gives_the_same_windows(monkeypatch, tmp_path, kind, 
     buffer = torch.zeros(1 << 20, dtype=torch.uint8) if with_buffer else None
     result = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", host_buffer=buffer, **extra)
     assert result.plan.batch == 4
-    on_disk = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", out=tmp_path / "a.h5",
-                                  **extra)
+    on_disk = dynamic_correlation(X, 10, 3, kind=kind, device="cpu", out=tmp_path / "a.h5", **extra)
     for i in range(len(reference)):
         assert_allclose(result.to_dense(i), reference.to_dense(i), atol=1e-6)
         assert_allclose(on_disk.to_dense(i), reference.to_dense(i), atol=1e-6)

@@ -29,8 +29,9 @@ def _windows_reference(x):
     rows, cols = np.triu_indices(x.shape[1], 1)
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        return np.array([np.corrcoef(x[s:s + W].T)[rows, cols]
-                         for s in range(0, x.shape[0] - W + 1, STEP)])
+        return np.array(
+            [np.corrcoef(x[s : s + W].T)[rows, cols] for s in range(0, x.shape[0] - W + 1, STEP)]
+        )
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -54,8 +55,9 @@ def test_dynamic_near_constant_matches_corrcoef(near_constant, dtype):
 def test_pairs_near_constant_matches_corrcoef(near_constant, dtype):
     with pytest.warns(ConstantSeriesWarning):
         result = pairwise_dfc(near_constant[None], W, STEP, device="cpu", dtype=dtype)
-    assert_allclose(result.courses[0].T, _windows_reference(near_constant),
-                    atol=ATOL[dtype], rtol=0)
+    assert_allclose(
+        result.courses[0].T, _windows_reference(near_constant), atol=ATOL[dtype], rtol=0
+    )
     assert result.n_constant == len(result.window_starts)  # series 4, every window
 
 

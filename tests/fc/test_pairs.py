@@ -10,8 +10,12 @@ from numpy.testing import assert_allclose, assert_array_equal
 from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.pairs import PairwiseDFC, pair_summary, pairwise_dfc
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="no CUDA device"))]
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+    ),
+]
 DTYPES = ["float32", "float64"]
 TOL = {"float32": 2e-5, "float64": 1e-10}
 
@@ -25,8 +29,8 @@ def sequential_dfc(scan: np.ndarray, window_length: int, step: int) -> np.ndarra
             course = []
             start = 0
             while start + window_length <= n_timepoints:
-                a = scan[start:start + window_length, i]
-                b = scan[start:start + window_length, j]
+                a = scan[start : start + window_length, i]
+                b = scan[start : start + window_length, j]
                 with np.errstate(invalid="ignore", divide="ignore"):
                     course.append(np.corrcoef(a, b)[0, 1])
                 start += step
@@ -41,9 +45,16 @@ def rng():
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n_timepoints, window_length, step", [
-    (40, 8, 1), (41, 10, 3), (37, 12, 5), (30, 30, 2), (25, 4, 30),
-])
+@pytest.mark.parametrize(
+    "n_timepoints, window_length, step",
+    [
+        (40, 8, 1),
+        (41, 10, 3),
+        (37, 12, 5),
+        (30, 30, 2),
+        (25, 4, 30),
+    ],
+)
 def test_equals_sequential_loop(rng, device, dtype, n_timepoints, window_length, step):
     # An offset and per-region scales, as in real BOLD signals.
     x = rng.standard_normal((3, n_timepoints, 5)) * rng.uniform(0.5, 20, 5) + 800.0
@@ -55,8 +66,9 @@ def test_equals_sequential_loop(rng, device, dtype, n_timepoints, window_length,
     assert_array_equal(result.pairs, np.stack(np.triu_indices(5, 1), axis=1))
     assert_array_equal(result.window_starts, np.arange(n_windows) * step)
     for s in range(3):
-        assert_allclose(result.courses[s], sequential_dfc(x[s], window_length, step),
-                        atol=TOL[dtype], rtol=0)
+        assert_allclose(
+            result.courses[s], sequential_dfc(x[s], window_length, step), atol=TOL[dtype], rtol=0
+        )
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -100,8 +112,8 @@ def test_as_tensor(rng):
 
 def test_constant_windows_are_nan_with_one_warning(rng):
     x = rng.standard_normal((2, 30, 4))
-    x[0, 5:20, 1] = 3.0          # region 1 of scan 0 constant over t = 5..19
-    x[1, :, 3] = 0.0             # region 3 of scan 1 constant throughout
+    x[0, 5:20, 1] = 3.0  # region 1 of scan 0 constant over t = 5..19
+    x[1, :, 3] = 0.0  # region 3 of scan 1 constant throughout
     with pytest.warns(ConstantSeriesWarning, match="constant") as record:
         result = pairwise_dfc(x, 8, 2, device="cpu")
     assert len([w for w in record if issubclass(w.category, ConstantSeriesWarning)]) == 1
@@ -117,14 +129,17 @@ def test_constant_windows_are_nan_with_one_warning(rng):
     assert_allclose(result.courses[0, 0][finite], sequential_dfc(x[0], 8, 2)[0][finite], atol=2e-5)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (np.zeros((10, 3)), "shape \\(n_scans, n_timepoints, n_regions\\)"),
-    ("abc", "got str"),
-    ([], "no scans"),
-    ([np.zeros((10, 3)), np.zeros((10, 4))], "same number of regions"),
-    (np.zeros((2, 10, 1)), "at least 2 regions"),
-    (np.full((2, 10, 3), np.nan), "NaN"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (np.zeros((10, 3)), "shape \\(n_scans, n_timepoints, n_regions\\)"),
+        ("abc", "got str"),
+        ([], "no scans"),
+        ([np.zeros((10, 3)), np.zeros((10, 4))], "same number of regions"),
+        (np.zeros((2, 10, 1)), "at least 2 regions"),
+        (np.full((2, 10, 3), np.nan), "NaN"),
+    ],
+)
 def test_bad_timeseries(bad, match):
     with pytest.raises(ValueError, match=match):
         pairwise_dfc(bad, 4, device="cpu")
@@ -134,13 +149,21 @@ def test_bad_parameters(rng):
     x = rng.standard_normal((2, 10, 3))
     with pytest.raises(ValueError, match="at most the number of time points"):
         pairwise_dfc(x, 11, device="cpu")
-    with pytest.raises(ValueError, match=r"The 'window_length' parameter of pairwise_dfc must be an int in the range "
-                       r"\[3, inf\) or a str. Got 2 instead."):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'window_length' parameter of pairwise_dfc must be an int in the range "
+        r"\[3, inf\) or a str. Got 2 instead.",
+    ):
         pairwise_dfc(x, 2, device="cpu")
-    with pytest.raises(ValueError, match=r"The 'step' parameter of pairwise_dfc must be an int in the range \[1, inf\) "
-                       r"or a str. Got 0 instead."):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'step' parameter of pairwise_dfc must be an int in the range \[1, inf\) "
+        r"or a str. Got 0 instead.",
+    ):
         pairwise_dfc(x, 4, 0, device="cpu")
-    with pytest.raises(ValueError, match="'dtype' parameter of pairwise_dfc must be 'float32' or 'float64'"):
+    with pytest.raises(
+        ValueError, match="'dtype' parameter of pairwise_dfc must be 'float32' or 'float64'"
+    ):
         pairwise_dfc(x, 4, device="cpu", dtype="int8")
     with pytest.raises(ValueError, match="ragged"):
         pairwise_dfc([x[0], x[1, :8]], 4, device="cpu", as_tensor=True)
@@ -238,6 +261,7 @@ def test_pinned_sink_order_with_faked_streams(monkeypatch, rng):
     def drain(s0, s1, k0, k1):
         def callback(arrays):
             out[s0:s1, :, k0:k1] = torch.from_numpy(arrays[0])
+
         return callback
 
     for s0 in range(0, 5, 2):

@@ -16,8 +16,9 @@ from connscale.fc.dynamic import dynamic_correlation
 from connscale.fc.normalize import normalize_series
 from connscale.fc.sparse import csr_from_parts, dense_thresholded
 
-CUDA = pytest.mark.skipif(not (torch.cuda.is_available() and _tiles.HAS_TRITON),
-                          reason="CUDA + Triton")
+CUDA = pytest.mark.skipif(
+    not (torch.cuda.is_available() and _tiles.HAS_TRITON), reason="CUDA + Triton"
+)
 
 
 def test_triton_compaction_and_sparsity_passes_interpreted_on_cpu():
@@ -28,8 +29,14 @@ def test_triton_compaction_and_sparsity_passes_interpreted_on_cpu():
     env = dict(os.environ, TRITON_INTERPRET="1")
     src = str(Path(__file__).resolve().parents[2] / "src")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok")
 
@@ -52,11 +59,22 @@ def test_compact_upper_triangle_on_cuda_equals_thresholded_corrcoef(threshold, a
     columns = torch.empty(capacity, dtype=torch.int32, device="cuda")
     row_counts = torch.empty(n, dtype=torch.int64, device="cuda")
     staged = (torch.empty_like(values), torch.empty_like(columns))
-    nnz = int(_tiles.compact_upper_triangle(
-        u, threshold, absolute=absolute, block_rows=256, values=values, columns=columns,
-        row_counts=row_counts, staged_values=staged[0], staged_columns=staged[1]))
-    csr = csr_from_parts(values[:nnz].cpu().numpy(), columns[:nnz].cpu().numpy(),
-                         row_counts.cpu().numpy(), n)
+    nnz = int(
+        _tiles.compact_upper_triangle(
+            u,
+            threshold,
+            absolute=absolute,
+            block_rows=256,
+            values=values,
+            columns=columns,
+            row_counts=row_counts,
+            staged_values=staged[0],
+            staged_columns=staged[1],
+        )
+    )
+    csr = csr_from_parts(
+        values[:nnz].cpu().numpy(), columns[:nnz].cpu().numpy(), row_counts.cpu().numpy(), n
+    )
     assert csr.has_sorted_indices and csr.nnz == nnz
     with np.errstate(invalid="ignore"):
         ref = np.corrcoef(x.T)
@@ -97,18 +115,39 @@ def test_lookback_compaction_on_cuda_equals_staged_compaction(chunk, num_warps, 
         row_counts = torch.empty(n, dtype=torch.int64, device="cuda")
         if method == "lookback":
             result = _tiles.compact_upper_triangle_lookback(
-                u, 0.1, absolute=True, block_rows=512, values=values, columns=columns,
-                row_counts=row_counts, chunk=chunk, look=look, num_warps=num_warps)
+                u,
+                0.1,
+                absolute=True,
+                block_rows=512,
+                values=values,
+                columns=columns,
+                row_counts=row_counts,
+                chunk=chunk,
+                look=look,
+                num_warps=num_warps,
+            )
             assert int(result[1]) == 0
             nnz = int(result[0])
         else:
             staged = (torch.empty_like(values), torch.empty_like(columns))
-            nnz = int(_tiles.compact_upper_triangle(
-                u, 0.1, absolute=True, block_rows=512, values=values, columns=columns,
-                row_counts=row_counts, staged_values=staged[0], staged_columns=staged[1]))
+            nnz = int(
+                _tiles.compact_upper_triangle(
+                    u,
+                    0.1,
+                    absolute=True,
+                    block_rows=512,
+                    values=values,
+                    columns=columns,
+                    row_counts=row_counts,
+                    staged_values=staged[0],
+                    staged_columns=staged[1],
+                )
+            )
         (got if method == "lookback" else expected).append((nnz, values, columns, row_counts))
-    (nnz, values, columns, row_counts), (ref_nnz, ref_values, ref_columns, ref_counts) = \
-        got[0], expected[0]
+    (nnz, values, columns, row_counts), (ref_nnz, ref_values, ref_columns, ref_counts) = (
+        got[0],
+        expected[0],
+    )
     assert nnz == ref_nnz and 0 < nnz < capacity
     assert torch.equal(row_counts, ref_counts)
     assert torch.equal(columns[:nnz], ref_columns[:nnz])

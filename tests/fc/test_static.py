@@ -35,16 +35,18 @@ def test_triu_matches_corrcoef(shape, device, dtype, rng):
     r = correlation(x, kind="triu", device=device, dtype=dtype)
     n = shape[1]
     assert r.shape == (n_pairs(n),)
-    np.testing.assert_allclose(r, reference(x)[np.triu_indices(n, 1)], atol=ATOL[dtype] * 10,
-                               rtol=0)
+    np.testing.assert_allclose(
+        r, reference(x)[np.triu_indices(n, 1)], atol=ATOL[dtype] * 10, rtol=0
+    )
 
 
 @pytest.mark.parametrize("absolute", [False, True])
 @pytest.mark.parametrize("threshold", [-0.2, 0.0, 0.3])
 def test_sparse_equals_dense_thresholded(threshold, absolute, device, dtype, rng):
     x = rng.standard_normal((20, 40))
-    s = correlation(x, kind="sparse", threshold=threshold, absolute=absolute, device=device,
-                    dtype=dtype)
+    s = correlation(
+        x, kind="sparse", threshold=threshold, absolute=absolute, device=device, dtype=dtype
+    )
     assert sp.issparse(s) and s.format == "csr"
     assert s.indices.dtype == np.int32
     ref = reference(x)
@@ -63,8 +65,9 @@ def test_blocked_rounds_equal_in_memory(rng):
     blocked = correlation(x, kind="triu", device="cpu", memory_limit=48_000 + 179_400 + 12_000)
     np.testing.assert_allclose(blocked, whole, atol=ATOL["float32"], rtol=0)
     dense = correlation(x, kind="dense", device="cpu", memory_limit=48_000 + 360_000 + 12_000)
-    np.testing.assert_allclose(dense, correlation(x, kind="dense", device="cpu"),
-                               atol=ATOL["float32"], rtol=0)
+    np.testing.assert_allclose(
+        dense, correlation(x, kind="dense", device="cpu"), atol=ATOL["float32"], rtol=0
+    )
     sparse = correlation(x, kind="sparse", threshold=0.2, device="cpu", memory_limit=148_000)
     full = correlation(x, kind="sparse", threshold=0.2, device="cpu")
     assert_thresholded_close(sparse, full, 0.2, atol=ATOL["float32"])
@@ -83,9 +86,14 @@ def test_hdf5_stream_equals_in_memory(kind, tmp_path, rng):
     x = rng.standard_normal((30, 120))
     threshold = 0.1 if kind == "sparse" else None
     expected = correlation(x, kind=kind, threshold=threshold, device="cpu")
-    path = correlation(x, kind=kind, threshold=threshold, device="cpu",
-                       out=tmp_path / "sub-01_meas-PearsonCorrelation_relmat.h5",
-                       memory_limit=60_000)
+    path = correlation(
+        x,
+        kind=kind,
+        threshold=threshold,
+        device="cpu",
+        out=tmp_path / "sub-01_meas-PearsonCorrelation_relmat.h5",
+        memory_limit=60_000,
+    )
     assert path.exists()
     assert not list(tmp_path.glob(".*.tmp"))
     loaded, attrs = load_relmat(path)
@@ -163,8 +171,12 @@ def test_nilearn_connectivity_measure_matches(rng):
     from connscale import from_nilearn_vec
 
     x = rng.standard_normal((80, 15))
-    measure = ConnectivityMeasure(kind="correlation", cov_estimator=EmpiricalCovariance(),
-                                  vectorize=True, discard_diagonal=True)
+    measure = ConnectivityMeasure(
+        kind="correlation",
+        cov_estimator=EmpiricalCovariance(),
+        vectorize=True,
+        discard_diagonal=True,
+    )
     theirs = measure.fit_transform([x])[0]
     ours = correlation(x, kind="triu", device="cpu", dtype="float64")
     np.testing.assert_allclose(from_nilearn_vec(theirs), ours, atol=1e-12)

@@ -18,8 +18,11 @@ from connscale.io.relmat import read_relmat_tsv, write_relmat_tsv
 
 def _pairs(rng, n_pairs=6, n_windows=5):
     courses = rng.uniform(-1, 1, (n_pairs, n_windows))
-    summary = {"mean": courses.mean(1), "std": courses.std(1),
-               "fraction_above": (courses > 0.5).mean(1)}
+    summary = {
+        "mean": courses.mean(1),
+        "std": courses.std(1),
+        "fraction_above": (courses > 0.5).mean(1),
+    }
     summary["std"][2] = np.nan  # an undefined value
     i, j = np.triu_indices(4, 1)
     return courses, np.stack([i, j], axis=1), summary
@@ -27,11 +30,20 @@ def _pairs(rng, n_pairs=6, n_windows=5):
 
 def test_pairs_store_round_trip(tmp_path, rng):
     courses, pairs, summary = _pairs(rng)
-    path = write_pairs_h5(tmp_path / "sub-01_pairs.h5", courses=courses, pairs=pairs,
-                          window_onsets=np.arange(5) * 2, window_length=4, step=2,
-                          summary=summary, threshold=0.5, labels=["A", "B", "C", "D"],
-                          n_constant=3, datasets={"kept_volumes": np.arange(12)},
-                          attrs={"source": "x.tsv"})
+    path = write_pairs_h5(
+        tmp_path / "sub-01_pairs.h5",
+        courses=courses,
+        pairs=pairs,
+        window_onsets=np.arange(5) * 2,
+        window_length=4,
+        step=2,
+        summary=summary,
+        threshold=0.5,
+        labels=["A", "B", "C", "D"],
+        n_constant=3,
+        datasets={"kept_volumes": np.arange(12)},
+        attrs={"source": "x.tsv"},
+    )
     assert [p.name for p in tmp_path.iterdir()] == ["sub-01_pairs.h5"]  # no temporary left
     store = read_pairs_h5(path)
     np.testing.assert_array_equal(store["courses"], courses)
@@ -51,9 +63,16 @@ def test_pairs_store_round_trip(tmp_path, rng):
 def test_pairs_store_refuses_unfinished_and_foreign_files(tmp_path, rng):
     courses, pairs, summary = _pairs(rng)
     with pytest.raises(ValueError, match="needs"):
-        write_pairs_h5(tmp_path / "a_pairs.h5", courses=courses, pairs=pairs,
-                       window_onsets=np.arange(5), window_length=4, step=1,
-                       summary={"mean": summary["mean"]}, threshold=0.5)
+        write_pairs_h5(
+            tmp_path / "a_pairs.h5",
+            courses=courses,
+            pairs=pairs,
+            window_onsets=np.arange(5),
+            window_length=4,
+            step=1,
+            summary={"mean": summary["mean"]},
+            threshold=0.5,
+        )
     assert not list(tmp_path.iterdir())
     with h5py.File(tmp_path / "b_pairs.h5", "w") as h5:
         h5["courses"], h5["pairs"] = courses, pairs
@@ -68,8 +87,13 @@ def test_pairs_store_refuses_unfinished_and_foreign_files(tmp_path, rng):
 
 def test_pair_summary_round_trip(tmp_path, rng):
     _, pairs, summary = _pairs(rng)
-    path = write_pair_summary(tmp_path / "sub-01_pairs-summary.tsv", pairs=pairs,
-                              labels=["A", "B", "C", "D"], summary=summary, threshold=0.5)
+    path = write_pair_summary(
+        tmp_path / "sub-01_pairs-summary.tsv",
+        pairs=pairs,
+        labels=["A", "B", "C", "D"],
+        summary=summary,
+        threshold=0.5,
+    )
     assert is_pair_summary(path)
     assert path.read_text().splitlines()[0].endswith("\tfraction_above_0.5")
     table = read_pair_summary(path)
@@ -83,8 +107,12 @@ def test_pair_summary_round_trip(tmp_path, rng):
 @pytest.mark.parametrize("shape", [(5, 5), (10,)])
 def test_relmat_h5_round_trip(tmp_path, rng, shape):
     matrix = rng.standard_normal(shape)
-    path = write_relmat_h5(tmp_path / "x_relmat.h5", matrix, attrs={"measure": "Test"},
-                           datasets={"node_labels": np.arange(5)})
+    path = write_relmat_h5(
+        tmp_path / "x_relmat.h5",
+        matrix,
+        attrs={"measure": "Test"},
+        datasets={"node_labels": np.arange(5)},
+    )
     stored, attrs = load_relmat(path)
     np.testing.assert_array_equal(stored, matrix)
     assert attrs["kind"] == ("dense" if len(shape) == 2 else "triu")

@@ -34,8 +34,9 @@ _HOLD = textwrap.dedent("""
 
 
 def _holder(target, seconds):
-    proc = subprocess.Popen([sys.executable, "-c", _HOLD, str(target), str(seconds)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(target), str(seconds)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -114,7 +115,9 @@ def test_open_new_refuses_links_and_existing_files(tmp_path):
 
 def test_free_space_check_names_path_and_bytes(tmp_path):
     check_free_space(tmp_path, 1024)
-    with pytest.raises(InsufficientSpaceError, match=r"not enough free space in .* needed, .* available"):
+    with pytest.raises(
+        InsufficientSpaceError, match=r"not enough free space in .* needed, .* available"
+    ):
         check_free_space(tmp_path / "not" / "yet", 1 << 62, what="the DFC store")
 
 
@@ -174,8 +177,13 @@ def test_output_set_publishes_with_a_manifest(tmp_path):
     outputs = OutputSet(tmp_path, "sub-01_fc", command="fc", fingerprint=fp)
     with outputs:
         assert outputs.complete()
-    other = OutputSet(tmp_path, "sub-01_fc", command="fc", overwrite=True,
-                      fingerprint=run_fingerprint([], {"k": 2}))
+    other = OutputSet(
+        tmp_path,
+        "sub-01_fc",
+        command="fc",
+        overwrite=True,
+        fingerprint=run_fingerprint([], {"k": 2}),
+    )
     with other:
         assert not other.complete()
 
@@ -269,7 +277,9 @@ def test_a_set_made_with_other_parameters_is_never_replaced_silently(tmp_path):
     source = tmp_path / "in.tsv"
     source.write_text("1\n")
     _publish(tmp_path, ["sub-01_fc_a.tsv"], run_fingerprint([source], {"window": 10}))
-    with pytest.raises(FileExistsError, match=r"other parameters \(window: 10 -> 12\).*--overwrite"):
+    with pytest.raises(
+        FileExistsError, match=r"other parameters \(window: 10 -> 12\).*--overwrite"
+    ):
         _publish(tmp_path, ["sub-01_fc_a.tsv"], run_fingerprint([source], {"window": 12}), "v2")
     assert (tmp_path / "sub-01_fc_a.tsv").read_text() == "v1 sub-01_fc_a.tsv"
     # the same parameters on changed input: recomputed and replaced
@@ -277,8 +287,13 @@ def test_a_set_made_with_other_parameters_is_never_replaced_silently(tmp_path):
     _publish(tmp_path, ["sub-01_fc_a.tsv"], run_fingerprint([source], {"window": 10}), "v3")
     assert (tmp_path / "sub-01_fc_a.tsv").read_text() == "v3 sub-01_fc_a.tsv"
     # other parameters with consent
-    outputs = OutputSet(tmp_path, "sub-01_fc", command="fc", overwrite=True,
-                        fingerprint=run_fingerprint([source], {"window": 12}))
+    outputs = OutputSet(
+        tmp_path,
+        "sub-01_fc",
+        command="fc",
+        overwrite=True,
+        fingerprint=run_fingerprint([source], {"window": 12}),
+    )
     with outputs:
         outputs.path("sub-01_fc_a.tsv").write_text("v4")
         outputs.commit()

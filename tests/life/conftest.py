@@ -25,8 +25,10 @@ def random_problem(seed, *, shape=(6, 5, 4), n_dirs=12, n_streamlines=30, two_sh
     bvecs = rng.normal(size=(n, 3))
     bvecs /= np.linalg.norm(bvecs, axis=1, keepdims=True)
     data = rng.uniform(100, 200, size=shape + (n,))
-    sl = [np.cumsum(rng.normal(size=(rng.integers(1, 9), 3)), 0) + rng.uniform(0, 5, 3)
-          for _ in range(n_streamlines)]
+    sl = [
+        np.cumsum(rng.normal(size=(rng.integers(1, 9), 3)), 0) + rng.uniform(0, 5, 3)
+        for _ in range(n_streamlines)
+    ]
     return data, bvals, bvecs, StreamlineArray.from_list(sl)
 
 

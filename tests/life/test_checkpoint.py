@@ -10,8 +10,15 @@ from connscale.life.encode import build_model
 
 @pytest.fixture(scope="module")
 def model(phantom):
-    return build_model(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines,
-                       affine=phantom.affine, device="cpu", dtype="float64")
+    return build_model(
+        phantom.dwi,
+        phantom.bvals,
+        phantom.bvecs,
+        phantom.streamlines,
+        affine=phantom.affine,
+        device="cpu",
+        dtype="float64",
+    )
 
 
 def _interrupt_at(monkeypatch, k_stop):
@@ -45,8 +52,15 @@ def test_interrupted_solve_resumes_with_the_same_iterates(model, tmp_path, monke
     _assert_same(res, ref)
     # Finished: the saved final state is returned without an update.
     updates = []
-    done = api.solve(model, lam=lam, max_iter=80, tol=tol, checkpoint=tmp_path, checkpoint_every=5,
-                     callback=lambda k, x, objective: updates.append(k))
+    done = api.solve(
+        model,
+        lam=lam,
+        max_iter=80,
+        tol=tol,
+        checkpoint=tmp_path,
+        checkpoint_every=5,
+        callback=lambda k, x, objective: updates.append(k),
+    )
     assert not updates and done.resumed_from == ref.n_iter
     _assert_same(done, ref)
 
@@ -58,8 +72,10 @@ def test_other_problems_have_their_own_state(model, tmp_path):
     d = api.solve(model, lam=0.0, max_iter=30, tol=None, x0=a.weights_kept, checkpoint=tmp_path)
     assert [f.resumed_from for f in (a, b, c, d)] == [0, 0, 0, 0]
     assert len(list(tmp_path.glob("sbb_*.npz"))) == 4
-    assert api.solve(model, lam=0.0, max_iter=30, tol=None,
-                     checkpoint=tmp_path).resumed_from == a.n_iter
+    assert (
+        api.solve(model, lam=0.0, max_iter=30, tol=None, checkpoint=tmp_path).resumed_from
+        == a.n_iter
+    )
 
 
 def test_unreadable_state_is_solved_again(model, tmp_path):
@@ -79,12 +95,24 @@ def test_sbb_state_round_trip():
     b = torch.as_tensor(rng.normal(size=30))
     ref = sbb.sbb_nnls(op, b, max_iter=40, tol_grad=None, tol_obj=None)
     states = []
-    sbb.sbb_nnls(op, b, max_iter=40, tol_grad=None, tol_obj=None, state_every=7,
-                 save_state=lambda s: states.append({**s, "x": s["x"].clone(),
-                                                     "g": s["g"].clone(),
-                                                     "g_old": s["g_old"].clone(),
-                                                     "objective": list(s["objective"]),
-                                                     "data_term": list(s["data_term"])}))
+    sbb.sbb_nnls(
+        op,
+        b,
+        max_iter=40,
+        tol_grad=None,
+        tol_obj=None,
+        state_every=7,
+        save_state=lambda s: states.append(
+            {
+                **s,
+                "x": s["x"].clone(),
+                "g": s["g"].clone(),
+                "g_old": s["g_old"].clone(),
+                "objective": list(s["objective"]),
+                "data_term": list(s["data_term"]),
+            }
+        ),
+    )
     assert [s["k"] for s in states] == [7, 14, 21, 28, 35, 40]
     assert states[-1]["stop_reason"] == "max_iter"
     res = sbb.sbb_nnls(op, b, max_iter=40, tol_grad=None, tol_obj=None, state=states[2])

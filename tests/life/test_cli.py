@@ -28,16 +28,40 @@ def inputs(tmp_path_factory):
 
 
 def _args(d, *extra):
-    return ["life", str(d / "sub-01_dwi.nii.gz"), "--bvals", str(d / "sub-01_dwi.bval"),
-            "--bvecs", str(d / "sub-01_dwi.bvec"), "--tractogram", str(d / "tracks.tck"),
-            "--device", "cpu", "-q", *extra]
+    return [
+        "life",
+        str(d / "sub-01_dwi.nii.gz"),
+        "--bvals",
+        str(d / "sub-01_dwi.bval"),
+        "--bvecs",
+        str(d / "sub-01_dwi.bvec"),
+        "--tractogram",
+        str(d / "tracks.tck"),
+        "--device",
+        "cpu",
+        "-q",
+        *extra,
+    ]
 
 
 def test_cli_single_lambda(inputs, capsys):
     d, ph = inputs
     out = d / "out1"
-    rc = main(_args(d, "--lambda", "0.02", "--labels", str(d / "labels.nii.gz"), "--measure", "count",
-                    "--repeat", str(d / "sub-01_run-2_dwi.nii.gz"), "--out", str(out)))
+    rc = main(
+        _args(
+            d,
+            "--lambda",
+            "0.02",
+            "--labels",
+            str(d / "labels.nii.gz"),
+            "--measure",
+            "count",
+            "--repeat",
+            str(d / "sub-01_run-2_dwi.nii.gz"),
+            "--out",
+            str(out),
+        )
+    )
     assert rc == 0
     assert "connscale life:" in capsys.readouterr().out
     w = np.load(out / "sub-01_desc-life_weights.npy")
@@ -53,7 +77,9 @@ def test_cli_single_lambda(inputs, capsys):
     assert res["objective_history"][-1] <= res["objective_history"][0]
     assert 0 < res["cv_rmse_median"]
     assert {"load", "build", "solve", "write"} <= set(log["timings_s"])
-    assert len(log["figures"]) == 2 and all((out / p.split("/")[-1]).exists() for p in log["figures"])
+    assert len(log["figures"]) == 2 and all(
+        (out / p.split("/")[-1]).exists() for p in log["figures"]
+    )
     counts = np.loadtxt(out / "sub-01_meas-LiFEStreamlineCount_relmat.tsv", skiprows=1)
     assert counts.shape == (4, 4) and np.allclose(counts, counts.T)
 
@@ -61,8 +87,19 @@ def test_cli_single_lambda(inputs, capsys):
 def test_cli_lambda_sweep(inputs):
     d, _ = inputs
     out = d / "out2"
-    rc = main(_args(d, "--lambda-sweep", "0,0.05,0.3", "--max-iter", "100", "--memory-limit", "4MB",
-                    "--out", str(out)))
+    rc = main(
+        _args(
+            d,
+            "--lambda-sweep",
+            "0,0.05,0.3",
+            "--max-iter",
+            "100",
+            "--memory-limit",
+            "4MB",
+            "--out",
+            str(out),
+        )
+    )
     assert rc == 0
     table = np.loadtxt(out / "sub-01_desc-lambdasweep_table.tsv", skiprows=1)
     assert table.shape == (3, 7)
@@ -76,12 +113,28 @@ def test_cli_bad_input_exit_code(inputs, capsys, tmp_path):
     d, _ = inputs
     rc = main(_args(d, "--max-iter", "0", "--out", str(tmp_path / "o")))
     assert rc == 2
-    assert ("The 'max_iter' parameter of fit must be an int in the range [1, inf). Got 0 "
-            "instead." in capsys.readouterr().err)
+    assert (
+        "The 'max_iter' parameter of fit must be an int in the range [1, inf). Got 0 "
+        "instead." in capsys.readouterr().err
+    )
     bad = tmp_path / "bad.tck"
     bad.write_bytes(b"mrtrix tracks\nbroken")
-    rc = main(["life", str(d / "sub-01_dwi.nii.gz"), "--bvals", str(d / "sub-01_dwi.bval"),
-               "--bvecs", str(d / "sub-01_dwi.bvec"), "--tractogram", str(bad), "--out", str(tmp_path / "o"),
-               "--device", "cpu", "-q"])
+    rc = main(
+        [
+            "life",
+            str(d / "sub-01_dwi.nii.gz"),
+            "--bvals",
+            str(d / "sub-01_dwi.bval"),
+            "--bvecs",
+            str(d / "sub-01_dwi.bvec"),
+            "--tractogram",
+            str(bad),
+            "--out",
+            str(tmp_path / "o"),
+            "--device",
+            "cpu",
+            "-q",
+        ]
+    )
     assert rc == 2
     assert "Could not read tractogram" in capsys.readouterr().err

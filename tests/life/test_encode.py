@@ -48,16 +48,28 @@ def test_phi_values_drop_counts_s0_and_signal():
         np.array([[40.0, 40.0, 40.0], [41.0, 40.0, 40.0]]),
     ]
     with pytest.warns(UserWarning, match="2 of 4 streamlines dropped"):
-        m = build_model(data, bvals, bvecs, StreamlineArray.from_list(sl), affine=AFFINE,
-                        sphere=np.eye(3), device="cpu", dtype="float64")
+        m = build_model(
+            data,
+            bvals,
+            bvecs,
+            StreamlineArray.from_list(sl),
+            affine=AFFINE,
+            sphere=np.eye(3),
+            device="cpu",
+            dtype="float64",
+        )
     assert m.n_dropped_short == 1 and m.n_dropped_outside == 1
     assert list(m.fibre_index) == [0, 1]
     assert m.n_directions == 12 and m.n_atoms == 3
     # Fibre 0: all nodes in voxel (1,1,1) with atom x -> value = 1 × S0.
     voxels = [tuple(v) for v in m.voxels]
     assert voxels == [(1, 1, 1), (2, 1, 2), (2, 2, 2), (2, 3, 2)]
-    f, a, v, val = (m.entry_fibre.numpy(), m.entry_atom().numpy(), m.entry_voxel().numpy(),
-                    m.entry_value.numpy())
+    f, a, v, val = (
+        m.entry_fibre.numpy(),
+        m.entry_atom().numpy(),
+        m.entry_voxel().numpy(),
+        m.entry_value.numpy(),
+    )
     assert f[v == 0].tolist() == [0] and a[v == 0].tolist() == [0]
     assert_allclose(val, 500.0)  # every (voxel, fibre) has one atom: share 1 × S0
     assert set(a[f == 1].tolist()) == {1}
@@ -70,9 +82,16 @@ def test_share_is_split_between_atoms():
     data, bvals, bvecs = _scan()
     # A bend inside one voxel (4 nodes): one entry per atom met.
     sl = [np.array([[1.5, 1.5, 2.0], [2.0, 1.5, 2.0], [2.0, 2.0, 2.0], [2.0, 2.4, 2.0]])]
-    m = build_model(data, bvals, bvecs, StreamlineArray.from_list(sl), affine=AFFINE,
-                    sphere=np.array([[1.0, 0, 0], [0, 1.0, 0], [0.0, 0, 1.0], [0.7071, 0.7071, 0]]),
-                    device="cpu", dtype="float64")
+    m = build_model(
+        data,
+        bvals,
+        bvecs,
+        StreamlineArray.from_list(sl),
+        affine=AFFINE,
+        sphere=np.array([[1.0, 0, 0], [0, 1.0, 0], [0.0, 0, 1.0], [0.7071, 0.7071, 0]]),
+        device="cpu",
+        dtype="float64",
+    )
     # node tangents snap to x, diagonal, y, y: shares 1/4, 1/4, 1/2 of S0 = 500
     assert m.n_entries == 3
     assert_allclose(sorted(m.entry_value.numpy()), [125.0, 125.0, 250.0])
@@ -88,7 +107,10 @@ def test_snap_table_matches_brute_force():
     best = dots.max(axis=1)
     # The table's atom is the nearest or within a cell (< 0.8°) of it.
     chosen = dots[np.arange(len(t)), got]
-    assert np.all(np.degrees(np.arccos(np.clip(chosen, -1, 1))) - np.degrees(np.arccos(np.clip(best, -1, 1))) < 0.8)
+    assert np.all(
+        np.degrees(np.arccos(np.clip(chosen, -1, 1))) - np.degrees(np.arccos(np.clip(best, -1, 1)))
+        < 0.8
+    )
     assert np.mean(got == dots.argmax(axis=1)) > 0.97
 
 

@@ -21,10 +21,17 @@ NIB_DATA = Path(nib.__file__).parent / "tests" / "data"
 
 def _trk(path, streamlines, affine, shape):
     F = nib.streamlines.Field
-    header = {F.VOXEL_TO_RASMM: affine.astype(np.float32), F.DIMENSIONS: np.array(shape, np.int16),
-              F.VOXEL_SIZES: np.sqrt((affine[:3, :3] ** 2).sum(0)).astype(np.float32), F.VOXEL_ORDER: "RAS"}
-    nib.streamlines.save(nib.streamlines.Tractogram(list(streamlines), affine_to_rasmm=np.eye(4)),
-                         str(path), header=header)
+    header = {
+        F.VOXEL_TO_RASMM: affine.astype(np.float32),
+        F.DIMENSIONS: np.array(shape, np.int16),
+        F.VOXEL_SIZES: np.sqrt((affine[:3, :3] ** 2).sum(0)).astype(np.float32),
+        F.VOXEL_ORDER: "RAS",
+    }
+    nib.streamlines.save(
+        nib.streamlines.Tractogram(list(streamlines), affine_to_rasmm=np.eye(4)),
+        str(path),
+        header=header,
+    )
     return path
 
 
@@ -92,7 +99,9 @@ def test_outputs_round_trip(tmp_path, small):
     back = nib.streamlines.load(str(out))
     assert len(back.streamlines) == int((w > 0).sum())
     np.testing.assert_allclose(back.streamlines[0], sub[int(np.flatnonzero(w > 0)[0])], atol=1e-4)
-    np.testing.assert_allclose(back.tractogram.data_per_streamline["weight"][:, 0], w[w > 0], rtol=1e-6)
+    np.testing.assert_allclose(
+        back.tractogram.data_per_streamline["weight"][:, 0], w[w > 0], rtol=1e-6
+    )
     tck = save_pruned_tractogram(fit.streamlines, w, tmp_path / "pruned.tck")
     assert len(nib.streamlines.load(str(tck)).streamlines) == int((w > 0).sum())
     np.testing.assert_array_equal(np.load(save_weights(w, tmp_path / "w.npy")), w)
@@ -108,13 +117,15 @@ def test_connectome_counts_endpoints():
     labels[:3] = 1
     labels[7:] = 2
     labels[4:6, :2] = 5
-    sl = StreamlineArray.from_list([
-        np.array([[1.0, 1, 1], [5, 1, 1], [8, 1, 1]]),   # 1 - 2
-        np.array([[8.0, 2, 2], [1, 2, 2]]),              # 2 - 1
-        np.array([[1.0, 1, 1], [4, 1, 1]]),              # 1 - 5
-        np.array([[1.0, 1, 1], [4, 3, 3]]),              # 1 - background: not counted
-        np.array([[8.0, 1, 1], [9, 1, 1]]),              # 2 - 2
-    ])
+    sl = StreamlineArray.from_list(
+        [
+            np.array([[1.0, 1, 1], [5, 1, 1], [8, 1, 1]]),  # 1 - 2
+            np.array([[8.0, 2, 2], [1, 2, 2]]),  # 2 - 1
+            np.array([[1.0, 1, 1], [4, 1, 1]]),  # 1 - 5
+            np.array([[1.0, 1, 1], [4, 3, 3]]),  # 1 - background: not counted
+            np.array([[8.0, 1, 1], [9, 1, 1]]),  # 2 - 2
+        ]
+    )
     w = np.array([1.0, 0.5, 2.0, 3.0, 0.0])
     np.testing.assert_array_equal(endpoint_labels(sl, labels, affine)[3], [1, 0])
     M, regions = connectome(sl, w, labels, affine, measure="weight")
@@ -137,8 +148,11 @@ def test_relmat_files(tmp_path):
     M = np.array([[0, 1.5], [1.5, 0]])
     paths = write_relmat(M, [3, 7], tmp_path, "sub-01", measure="weight")
     names = sorted(p.name for p in paths)
-    assert names == ["sub-01_meas-LiFEWeightSum_relmat.h5", "sub-01_meas-LiFEWeightSum_relmat.json",
-                     "sub-01_meas-LiFEWeightSum_relmat.tsv"]
+    assert names == [
+        "sub-01_meas-LiFEWeightSum_relmat.h5",
+        "sub-01_meas-LiFEWeightSum_relmat.json",
+        "sub-01_meas-LiFEWeightSum_relmat.tsv",
+    ]
     got, labels = read_relmat_tsv(tmp_path / "sub-01_meas-LiFEWeightSum_relmat.tsv")
     np.testing.assert_allclose(got, M)
     assert labels == ["3", "7"]

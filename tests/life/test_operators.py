@@ -20,14 +20,23 @@ RTOL = {"float32": 2e-5, "float64": 1e-12}
 @pytest.mark.parametrize("chunk_size", [5, 1 << 20])
 @pytest.mark.parametrize("pair_method", ["sddmm", "gather"])
 @pytest.mark.parametrize(("spmm_method", "entry_method"), [("auto", "scatter"), ("torch", "spmv")])
-def test_products_match_dense(device, dtype, seed, chunk_size, pair_method, spmm_method, entry_method):
+def test_products_match_dense(
+    device, dtype, seed, chunk_size, pair_method, spmm_method, entry_method
+):
     data, bvals, bvecs, sl = random_problem(seed)
     with pytest.warns(UserWarning, match="streamlines dropped"):
-        model = build_model(data, bvals, bvecs, sl, affine=np.eye(4), sphere=40, device=device, dtype=dtype)
+        model = build_model(
+            data, bvals, bvecs, sl, affine=np.eye(4), sphere=40, device=device, dtype=dtype
+        )
     M = model.to_dense()
     assert M.shape == (model.n_voxels * model.n_directions, model.n_fibres)
-    op = LiFEOperator(model, chunk_size=chunk_size, pair_method=pair_method, spmm_method=spmm_method,
-                      entry_method=entry_method)
+    op = LiFEOperator(
+        model,
+        chunk_size=chunk_size,
+        pair_method=pair_method,
+        spmm_method=spmm_method,
+        entry_method=entry_method,
+    )
     rng = np.random.default_rng(seed)
     x = rng.uniform(0, 1, model.n_fibres)
     y = rng.normal(size=M.shape[0])
@@ -38,28 +47,39 @@ def test_products_match_dense(device, dtype, seed, chunk_size, pair_method, spmm
     assert Mty.dtype == torch.float64
     # The requested kernels ran (no silent fallback here).
     assert op.pair_method == pair_method and op.entry_method == entry_method
-    assert_allclose(Mty.cpu().numpy(), M.T @ y, rtol=RTOL[dtype],
-                    atol=RTOL[dtype] * np.abs(M).max() * M.shape[0])
+    assert_allclose(
+        Mty.cpu().numpy(),
+        M.T @ y,
+        rtol=RTOL[dtype],
+        atol=RTOL[dtype] * np.abs(M).max() * M.shape[0],
+    )
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_column_scale_and_norms(device):
     data, bvals, bvecs, sl = random_problem(3)
     with pytest.warns(UserWarning):
-        model = build_model(data, bvals, bvecs, sl, affine=np.eye(4), sphere=40, device=device, dtype="float64")
+        model = build_model(
+            data, bvals, bvecs, sl, affine=np.eye(4), sphere=40, device=device, dtype="float64"
+        )
     M = model.to_dense()
     op = LiFEOperator(model)
     h = op.column_norms_sq()
     # h_f = Σ val²‖D_a‖²: the squared column norm when a fibre has one atom per voxel.
     D = model.dictionary.cpu().numpy()
     ref = np.zeros(model.n_fibres)
-    for f, a, v in zip(model.entry_fibre.cpu().numpy(), model.entry_atom().cpu().numpy(),
-                       model.entry_value.cpu().numpy()):
+    for f, a, v in zip(
+        model.entry_fibre.cpu().numpy(),
+        model.entry_atom().cpu().numpy(),
+        model.entry_value.cpu().numpy(),
+    ):
         ref[f] += v * v * (D[:, a] @ D[:, a])
     assert_allclose(h.cpu().numpy(), ref, rtol=1e-12)
     scaled = LiFEOperator(model, column_scale=h)
     x = torch.rand(model.n_fibres, dtype=torch.float64, device=device)
-    assert_allclose(scaled.matvec(x).cpu().numpy().ravel(), (M / ref) @ x.cpu().numpy(), rtol=1e-10, atol=1e-8)
+    assert_allclose(
+        scaled.matvec(x).cpu().numpy().ravel(), (M / ref) @ x.cpu().numpy(), rtol=1e-10, atol=1e-8
+    )
 
 
 def test_phi_is_sorted_by_voxel_and_csr_consistent():
@@ -71,7 +91,9 @@ def test_phi_is_sorted_by_voxel_and_csr_consistent():
     assert np.all(np.diff(model.entry_av.numpy()) >= 0)
     crow = model.crow.numpy()
     assert crow[0] == 0 and crow[-1] == model.av_atom.numel()
-    assert np.array_equal(np.repeat(np.arange(model.n_voxels), np.diff(crow)), model.av_voxel.numpy())
+    assert np.array_equal(
+        np.repeat(np.arange(model.n_voxels), np.diff(crow)), model.av_voxel.numpy()
+    )
 
 
 def test_bad_operator_options():

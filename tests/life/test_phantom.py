@@ -8,14 +8,20 @@ import pytest
 
 from connscale import life
 from connscale.datasets.phantom import simulate_life_phantom
-from connscale.life.encode import build_model
 from connscale.life import lambda_sweep, split_rmse
+from connscale.life.encode import build_model
 
 
 @pytest.fixture(scope="module")
 def model(phantom):
-    return build_model(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines,
-                       affine=phantom.affine, device="cpu")
+    return build_model(
+        phantom.dwi,
+        phantom.bvals,
+        phantom.bvecs,
+        phantom.streamlines,
+        affine=phantom.affine,
+        device="cpu",
+    )
 
 
 def test_phantom_is_reproducible_and_shaped():
@@ -47,7 +53,9 @@ def test_lambda_keeps_true_drops_false(phantom, model):
 
 def test_sweep_nonzero_count_falls(phantom, model):
     lam_max = life.lambda_max(model)
-    rows = lambda_sweep(model, [0, 0.02 * lam_max, 0.1 * lam_max, 0.3 * lam_max], data_repeat=phantom.dwi_repeat)
+    rows = lambda_sweep(
+        model, [0, 0.02 * lam_max, 0.1 * lam_max, 0.3 * lam_max], data_repeat=phantom.dwi_repeat
+    )
     nnz = [r["n_nonzero"] for r in rows]
     sums = [r["weight_sum"] for r in rows]
     assert all(a > b for a, b in pairwise(nnz))
@@ -55,9 +63,12 @@ def test_sweep_nonzero_count_falls(phantom, model):
     assert all(0 < r["cv_rmse_median"] < 100 for r in rows)
     rows2 = lambda_sweep(model, [0, 0.1 * lam_max], random_state=0)  # gradient-direction split
     assert rows2[1]["n_nonzero"] < rows2[0]["n_nonzero"]
-    with pytest.raises(ValueError, match=r"The 'lams' parameter of lambda_sweep must be a "
-                                         r"non-empty sequence, each a float in the range "
-                                         r"\[0, inf\). Got \[-1.0\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'lams' parameter of lambda_sweep must be a "
+        r"non-empty sequence, each a float in the range "
+        r"\[0, inf\). Got \[-1.0\]",
+    ):
         lambda_sweep(model, [-1.0])
 
 
@@ -108,22 +119,44 @@ def test_strength_of_evidence_true_bundle_beats_false(phantom, model):
 
 def test_fit_api_and_estimator(phantom):
     kwargs = {"affine": phantom.affine, "device": "cpu"}
-    fit = life.fit(phantom.dwi, phantom.bvals, phantom.bvecs, list(phantom.streamlines), lam=0.01, **kwargs)
-    est = life.LiFE(lam=0.01, device="cpu").fit(phantom.dwi, phantom.bvals, phantom.bvecs,
-                                                  phantom.streamlines, affine=phantom.affine)
+    fit = life.fit(
+        phantom.dwi, phantom.bvals, phantom.bvecs, list(phantom.streamlines), lam=0.01, **kwargs
+    )
+    est = life.LiFE(lam=0.01, device="cpu").fit(
+        phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines, affine=phantom.affine
+    )
     np.testing.assert_allclose(est.weights_, fit.weights, rtol=1e-5, atol=1e-9)
     assert est.n_iter_ == fit.n_iter and est.score() < 0 and est.score(phantom.dwi_repeat) < 0
     assert est.get_params()["lam"] == 0.01
     with pytest.raises(ValueError, match="not fitted"):
         life.LiFE().predict()
-    with pytest.raises(ValueError, match=r"The 'max_iter' parameter of LiFE.fit must be an int in the range \[1, inf\)"):
-        life.LiFE(max_iter=0).fit(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines,
-                                affine=phantom.affine)
+    with pytest.raises(
+        ValueError,
+        match=r"The 'max_iter' parameter of LiFE.fit must be an int in the range \[1, inf\)",
+    ):
+        life.LiFE(max_iter=0).fit(
+            phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines, affine=phantom.affine
+        )
     # Warm start from the solution converges at once; fixed iterations run them all.
-    warm = life.fit(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines, lam=0.01,
-                    x0=fit.weights, **kwargs)
+    warm = life.fit(
+        phantom.dwi,
+        phantom.bvals,
+        phantom.bvecs,
+        phantom.streamlines,
+        lam=0.01,
+        x0=fit.weights,
+        **kwargs,
+    )
     assert warm.n_iter < fit.n_iter
-    fixed = life.fit(phantom.dwi, phantom.bvals, phantom.bvecs, phantom.streamlines, max_iter=30, tol=None, **kwargs)
+    fixed = life.fit(
+        phantom.dwi,
+        phantom.bvals,
+        phantom.bvecs,
+        phantom.streamlines,
+        max_iter=30,
+        tol=None,
+        **kwargs,
+    )
     assert fixed.n_iter == 30 and len(fixed.objective) == 30
 
 
@@ -132,15 +165,17 @@ def test_fit_cross_validates_with_random_state_and_sweeps(phantom, model):
     kwargs = {"affine": phantom.affine, "device": "cpu", "max_iter": 60, "tol": None}
     # random_state draws the gradient-direction split of the cross-validation.
     fit = life.fit(*args, cross_validate=True, random_state=0, **kwargs)
-    np.testing.assert_allclose(fit.cv_rmse, split_rmse(model, max_iter=60, tol=None, random_state=0),
-                               rtol=1e-5)
+    np.testing.assert_allclose(
+        fit.cv_rmse, split_rmse(model, max_iter=60, tol=None, random_state=0), rtol=1e-5
+    )
     other = life.fit(*args, cross_validate=True, random_state=1, **kwargs)
     assert not np.allclose(other.cv_rmse, fit.cv_rmse)
     assert life.fit(*args, **kwargs).cv_rmse is None
     assert {"load", "build", "solve", "cross_validation"} <= set(fit.timings)
     repeat = life.fit(*args, dwi_repeat=phantom.dwi_repeat, **kwargs)
-    np.testing.assert_allclose(repeat.cv_rmse, repeat.cross_validate(phantom.dwi_repeat)["rmse"],
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        repeat.cv_rmse, repeat.cross_validate(phantom.dwi_repeat)["rmse"], rtol=1e-6
+    )
     lam_max = life.lambda_max(model)
     lams = [0.0, 0.05 * lam_max, 0.5 * lam_max]
     swept = life.fit(*args, lambdas=lams, dwi_repeat=phantom.dwi_repeat, **kwargs)
@@ -155,7 +190,10 @@ def test_fit_cross_validates_with_random_state_and_sweeps(phantom, model):
 
 def test_fit_checks_lambdas_before_loading_anything(tmp_path):
     missing = tmp_path / "missing"
-    with pytest.raises(ValueError, match=r"The 'lambdas' parameter of fit must be a non-empty "
-                                         r"sequence, each a float in the range \[0, inf\) or "
-                                         r"None. Got \[0.1, -1.0\]"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'lambdas' parameter of fit must be a non-empty "
+        r"sequence, each a float in the range \[0, inf\) or "
+        r"None. Got \[0.1, -1.0\]",
+    ):
         life.fit(missing, missing, missing, missing, lambdas=[0.1, -1.0])

@@ -36,7 +36,9 @@ def test_encode_formulation_agrees_with_dipy_fibermodel(small_25):
     img = nib.load(fdata)
     sft = StatefulTractogram(nib.streamlines.load(ftrk).streamlines, img, Space.RASMM)
     sft.to_vox()
-    peer = FiberModel(gradient_table(fbval, bvecs=fbvec)).fit(np.asarray(img.dataobj), sft.streamlines, np.eye(4))
+    peer = FiberModel(gradient_table(fbval, bvecs=fbvec)).fit(
+        np.asarray(img.dataobj), sft.streamlines, np.eye(4)
+    )
     ours = life.fit(*small_25, device="cpu")
     assert ours.model.n_voxels == len(peer.vox_coords)
     assert np.corrcoef(ours.weights, peer.beta)[0, 1] > 0.85

@@ -17,7 +17,9 @@ def test_lambda_zero_reaches_scipy_nnls(seed, shape):
     A = rng.normal(size=shape)
     b = rng.normal(size=shape[0]) + A @ np.maximum(rng.normal(size=shape[1]), 0)
     x_ref, _ = nnls(A, b)
-    res = sbb_nnls(DenseOperator(A), torch.as_tensor(b), max_iter=5000, tol_grad=1e-10, tol_obj=None)
+    res = sbb_nnls(
+        DenseOperator(A), torch.as_tensor(b), max_iter=5000, tol_grad=1e-10, tol_obj=None
+    )
     assert res.stop_reason == "gradient"
     f_ref = 0.5 * np.sum((A @ x_ref - b) ** 2)
     assert res.objective[-1] <= f_ref * (1 + 1e-10) + 1e-10
@@ -30,7 +32,9 @@ def test_lambda_positive_satisfies_kkt(seed):
     A = np.abs(rng.normal(size=(50, 20)))
     b = A @ np.abs(rng.normal(size=20)) + 0.1 * rng.normal(size=50)
     lam = 0.5
-    res = sbb_nnls(DenseOperator(A), torch.as_tensor(b), lam=lam, max_iter=20000, tol_grad=1e-9, tol_obj=None)
+    res = sbb_nnls(
+        DenseOperator(A), torch.as_tensor(b), lam=lam, max_iter=20000, tol_grad=1e-9, tol_obj=None
+    )
     x = res.x.numpy()
     g = A.T @ (A @ x - b) + lam
     assert np.all(x >= 0)
@@ -39,7 +43,9 @@ def test_lambda_positive_satisfies_kkt(seed):
     # The L1 term shrinks the sum of the weights.
     x0, _ = nnls(A, b)
     assert x.sum() < x0.sum()
-    assert res.objective[-1] == pytest.approx(0.5 * np.sum((A @ x - b) ** 2) + lam * x.sum(), rel=1e-12)
+    assert res.objective[-1] == pytest.approx(
+        0.5 * np.sum((A @ x - b) ** 2) + lam * x.sum(), rel=1e-12
+    )
 
 
 def test_first_update_is_the_short_step_and_iterations_count():
@@ -73,13 +79,21 @@ def test_objective_stop_and_bad_arguments():
     rng = np.random.default_rng(9)
     A = rng.normal(size=(30, 10))
     b = rng.normal(size=30)
-    res = sbb_nnls(DenseOperator(A), torch.as_tensor(b), tol_grad=None, tol_obj=1e-3, max_iter=10000)
+    res = sbb_nnls(
+        DenseOperator(A), torch.as_tensor(b), tol_grad=None, tol_obj=1e-3, max_iter=10000
+    )
     assert res.stop_reason == "objective"
     d = res.data_term
     assert abs(d[-1] - d[-2]) < 1e-3
-    with pytest.raises(ValueError, match=r"The 'lam' parameter of sbb_nnls must be a float in the range \[0, inf\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'lam' parameter of sbb_nnls must be a float in the range \[0, inf\)",
+    ):
         sbb_nnls(DenseOperator(A), torch.as_tensor(b), lam=-1.0)
-    with pytest.raises(ValueError, match=r"The 'max_iter' parameter of sbb_nnls must be an int in the range \[1, inf\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"The 'max_iter' parameter of sbb_nnls must be an int in the range \[1, inf\)",
+    ):
         sbb_nnls(DenseOperator(A), torch.as_tensor(b), max_iter=0)
     with pytest.raises(ValueError, match="'x0' must have shape"):
         sbb_nnls(DenseOperator(A), torch.as_tensor(b), x0=np.zeros(3))

@@ -24,10 +24,12 @@ def main():
     for absolute in (False, True):
         thresholds = [0.1, 0.4] if absolute else [-0.2, 0.1, 0.4]
         thr = torch.tensor(thresholds)
-        counts, sums = _tiles.degree_triton(u, thr, absolute=absolute, weighted=True,
-                                            block=32, block_k=16)
-        torch_counts, torch_sums = _tiles.degree_torch(u, thr, absolute=absolute,
-                                                       weighted=True, block_rows=64)
+        counts, sums = _tiles.degree_triton(
+            u, thr, absolute=absolute, weighted=True, block=32, block_k=16
+        )
+        torch_counts, torch_sums = _tiles.degree_torch(
+            u, thr, absolute=absolute, weighted=True, block_rows=64
+        )
         assert counts.shape == (len(thresholds), 150) and counts.dtype == torch.int64
         assert int(counts[:, 9].abs().sum()) == 0 and float(sums[:, 9].abs().sum()) == 0
         for i, theta in enumerate(thresholds):
@@ -38,11 +40,13 @@ def main():
             check_counts(counts[i].numpy()[keep], torch_counts[i].numpy()[keep], near)
             assert np.allclose(sums[i].numpy(), torch_sums[i].numpy(), rtol=1e-4, atol=1.0)
         blocks_counts, blocks_sums = _tiles.degree_blocks_triton(
-            u, thr, absolute=absolute, weighted=True, block_rows=64, block_m=32, block_n=16)
+            u, thr, absolute=absolute, weighted=True, block_rows=64, block_m=32, block_n=16
+        )
         assert torch.equal(blocks_counts, torch_counts)
         assert torch.allclose(blocks_sums, torch_sums, rtol=1e-5)
-        binary, none = _tiles.degree_triton(u, thr, absolute=absolute, weighted=False,
-                                            block=32, block_k=16)
+        binary, none = _tiles.degree_triton(
+            u, thr, absolute=absolute, weighted=False, block=32, block_k=16
+        )
         assert none is None and torch.equal(binary, counts)
     print("ok")
 

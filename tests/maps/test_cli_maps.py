@@ -59,14 +59,32 @@ def test_maps_cli_on_nitime_fmri1(tmp_path):
 
     fmri = nitime_fmri_path(1)
     out = tmp_path / "out"
-    assert main(["maps", str(fmri), "--degree", "0.25,0.5", "--weighted", "--ecm", "--gcor",
-                 "--out", str(out), "--device", "cpu", "-q"]) == 0
+    assert (
+        main(
+            [
+                "maps",
+                str(fmri),
+                "--degree",
+                "0.25,0.5",
+                "--weighted",
+                "--ecm",
+                "--gcor",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 0
+    )
     series, masker = _series(fmri)
     expected = {
         "fmri1_stat-degree_desc-r025": connscale.degree_centrality(series, 0.25, device="cpu"),
         "fmri1_stat-degree_desc-r05": connscale.degree_centrality(series, 0.5, device="cpu"),
         "fmri1_stat-weighteddegree_desc-r025": connscale.degree_centrality(
-            series, 0.25, weighted=True, device="cpu"),
+            series, 0.25, weighted=True, device="cpu"
+        ),
         "fmri1_stat-ecm": connscale.eigenvector_centrality(series, device="cpu"),
         "fmri1_stat-gcor": connscale.global_correlation(series, device="cpu"),
     }
@@ -80,8 +98,10 @@ def test_maps_cli_on_nitime_fmri1(tmp_path):
         assert sidecar["NumberOfNodes"] == series.shape[1]
         assert sidecar["Sources"] == [str(fmri)]
         assert (out / f"{stem}_boldmap.png").stat().st_size > 0
-    assert json.loads((out / "fmri1_stat-degree_desc-r05_boldmap.json").read_text())[
-        "Threshold"] == 0.5
+    assert (
+        json.loads((out / "fmri1_stat-degree_desc-r05_boldmap.json").read_text())["Threshold"]
+        == 0.5
+    )
     log = json.loads((out / "fmri1_maps_log.json").read_text())
     assert len(log["figures"]) == 6 and "degree" in log["timings_s"]
     assert (out / "report.html").exists() and (out / "dataset_description.json").exists()
@@ -91,21 +111,42 @@ def test_maps_cli_on_an_mni_grid_scan(tmp_path, mni_scan):
     path, mask_path = mni_scan
     out = tmp_path / "out"
     seed = (-10.0, -20.0, 2.0)
-    assert main(["maps", str(path), "--mask", str(mask_path), "--degree", "0.3", "--absolute",
-                 "--sparsity", "0.05", "--seed=" + ",".join(map(str, seed)), "--fisher-z",
-                 "--out", str(out), "--device", "cpu", "-q"]) == 0
+    assert (
+        main(
+            [
+                "maps",
+                str(path),
+                "--mask",
+                str(mask_path),
+                "--degree",
+                "0.3",
+                "--absolute",
+                "--sparsity",
+                "0.05",
+                "--seed=" + ",".join(map(str, seed)),
+                "--fisher-z",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "-q",
+            ]
+        )
+        == 0
+    )
     series, masker = _series(path, mask_path)
     stem = "sub-02_task-rest_space-MNI152NLin2009cAsym"
     degree = _load(out / f"{stem}_stat-degree_desc-absr03_boldmap.nii.gz")
     np.testing.assert_allclose(degree.affine, nib.load(path).affine)
     assert degree.shape == (16, 18, 14)
-    np.testing.assert_array_equal(_values(masker, degree), connscale.degree_centrality(
-        series, 0.3, absolute=True, device="cpu"))
+    np.testing.assert_array_equal(
+        _values(masker, degree),
+        connscale.degree_centrality(series, 0.3, absolute=True, device="cpu"),
+    )
     assert np.all(np.asarray(degree.dataobj)[np.asarray(nib.load(mask_path).dataobj) == 0] == 0)
     sparse = _load(out / f"{stem}_stat-degree_desc-abssparsity005_boldmap.nii.gz")
     n = series.shape[1]
-    assert _values(masker, sparse).sum() == pytest.approx(2 * round(0.05 * n * (n - 1) / 2),
-                                                              abs=4)
+    assert _values(masker, sparse).sum() == pytest.approx(2 * round(0.05 * n * (n - 1) / 2), abs=4)
     meta = json.loads((out / f"{stem}_stat-degree_desc-abssparsity005_boldmap.json").read_text())
     assert meta["Sparsity"] == 0.05 and 0 < meta["Threshold"] < 1
     seed_img = _load(out / f"{stem}_stat-seedz_desc-seed1_boldmap.nii.gz")
@@ -115,9 +156,9 @@ def test_maps_cli_on_an_mni_grid_scan(tmp_path, mni_scan):
     at_seed = np.zeros((16, 18, 14), dtype=np.float32)
     at_seed[tuple(voxel)] = 1
     seed_series = series[:, _values(masker, nib.Nifti1Image(at_seed, seed_img.affine)) == 1][:, 0]
-    np.testing.assert_allclose(np.tanh(z), connscale.seed_correlation(series, seed_series,
-                                                                      device="cpu")[0],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.tanh(z), connscale.seed_correlation(series, seed_series, device="cpu")[0], atol=1e-5
+    )
 
 
 def test_maps_cli_errors(tmp_path, mni_scan, capsys):

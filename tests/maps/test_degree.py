@@ -16,12 +16,15 @@ THRESHOLDS = [-0.1, 0.2, 0.5]
 def test_degree_matches_reference(device, dtype, absolute):
     x = simulated()
     thresholds = [abs(t) for t in THRESHOLDS] if absolute else THRESHOLDS
-    counts, sums = compute_degree(x, thresholds, absolute=absolute, device=device, dtype=dtype,
-                                  both=True)[0]
-    binary = connscale.degree_centrality(x, thresholds, absolute=absolute, device=device,
-                                         dtype=dtype)
-    weighted = connscale.degree_centrality(x, thresholds, absolute=absolute, weighted=True,
-                                           device=device, dtype=dtype)
+    counts, sums = compute_degree(
+        x, thresholds, absolute=absolute, device=device, dtype=dtype, both=True
+    )[0]
+    binary = connscale.degree_centrality(
+        x, thresholds, absolute=absolute, device=device, dtype=dtype
+    )
+    weighted = connscale.degree_centrality(
+        x, thresholds, absolute=absolute, weighted=True, device=device, dtype=dtype
+    )
     np.testing.assert_array_equal(binary, counts)
     np.testing.assert_array_equal(weighted, sums)
     assert binary.shape == (3, x.shape[1])
@@ -43,10 +46,10 @@ def test_several_thresholds_equal_separate_passes(device):
 
 def test_small_memory_limit_equals_one_shot(device):
     x = simulated(seed=2)
-    one_shot, info = compute_degree(x, THRESHOLDS, weighted=True, device=device,
-                                    dtype="float64")
-    tiled, tiled_info = compute_degree(x, THRESHOLDS, weighted=True, device=device,
-                                       dtype="float64", memory_limit=200_000)
+    one_shot, info = compute_degree(x, THRESHOLDS, weighted=True, device=device, dtype="float64")
+    tiled, tiled_info = compute_degree(
+        x, THRESHOLDS, weighted=True, device=device, dtype="float64", memory_limit=200_000
+    )
     if info["method"] == "torch":
         assert tiled_info["block_rows"] < 20 < info["block_rows"]
     np.testing.assert_allclose(tiled, one_shot, rtol=1e-10, atol=1e-10)
@@ -85,15 +88,23 @@ def test_constant_series_are_nan_and_left_out(device):
     check_sums(maps[keep], ref_sums, near, 0.2)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"threshold": 2.0}, "threshold"),
-    ({"threshold": None}, "needs a 'threshold' or a 'sparsity'"),
-    ({"threshold": 0.2, "sparsity": 0.1}, "not both"),
-    ({"threshold": None, "sparsity": 0.0}, "sparsity"),
-    ({"threshold": -0.2, "absolute": True}, "absolute"),
-    ({"threshold": [], }, "non-empty"),
-    ({"weighted": "yes"}, "weighted"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"threshold": 2.0}, "threshold"),
+        ({"threshold": None}, "needs a 'threshold' or a 'sparsity'"),
+        ({"threshold": 0.2, "sparsity": 0.1}, "not both"),
+        ({"threshold": None, "sparsity": 0.0}, "sparsity"),
+        ({"threshold": -0.2, "absolute": True}, "absolute"),
+        (
+            {
+                "threshold": [],
+            },
+            "non-empty",
+        ),
+        ({"weighted": "yes"}, "weighted"),
+    ],
+)
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         connscale.degree_centrality(simulated(n_series=10), device="cpu", **kwargs)

@@ -13,8 +13,9 @@ def test_ecm_is_the_leading_eigenvector_of_r_plus_one(device, dtype):
     x = simulated(n_series=200)
     values, vectors = np.linalg.eigh(np.corrcoef(x.T) + 1.0)
     expected = np.abs(vectors[:, -1])
-    ecm = connscale.eigenvector_centrality(x, device=device, dtype=dtype, tol=1e-9
-                                           if dtype == "float64" else 1e-6)
+    ecm = connscale.eigenvector_centrality(
+        x, device=device, dtype=dtype, tol=1e-9 if dtype == "float64" else 1e-6
+    )
     np.testing.assert_allclose(ecm, expected, atol=1e-5)
     assert np.linalg.norm(ecm) == pytest.approx(1.0)
 
@@ -40,16 +41,18 @@ def test_global_correlation_equals_corrcoef(device, dtype):
     x = simulated(n_series=120)
     r = np.corrcoef(x.T)
     expected = (r.sum(1) - 1) / (x.shape[1] - 1)
-    np.testing.assert_allclose(connscale.global_correlation(x, device=device, dtype=dtype),
-                               expected, atol=1e-6 if dtype == "float32" else 1e-12)
+    np.testing.assert_allclose(
+        connscale.global_correlation(x, device=device, dtype=dtype),
+        expected,
+        atol=1e-6 if dtype == "float32" else 1e-12,
+    )
 
 
 @pytest.mark.parametrize("fisher_z", [False, True])
 def test_seed_correlation_equals_corrcoef(device, fisher_z):
     x = simulated(n_series=80)
     seeds = np.stack([x[:, :5].mean(1), np.sin(np.arange(x.shape[0]) / 3.0)], axis=1)
-    maps = connscale.seed_correlation(x, seeds, fisher_z=fisher_z, device=device,
-                                      dtype="float64")
+    maps = connscale.seed_correlation(x, seeds, fisher_z=fisher_z, device=device, dtype="float64")
     expected = np.corrcoef(seeds.T, x.T)[:2, 2:]
     if fisher_z:
         expected = np.arctanh(expected)
@@ -60,5 +63,6 @@ def test_seed_correlation_equals_corrcoef(device, fisher_z):
 
 def test_seed_correlation_wrong_length():
     with pytest.raises(ValueError, match="one row per time point"):
-        connscale.seed_correlation(simulated(n_series=10), np.ones((7, 1)) + np.arange(7)[:, None],
-                                   device="cpu")
+        connscale.seed_correlation(
+            simulated(n_series=10), np.ones((7, 1)) + np.arange(7)[:, None], device="cpu"
+        )

@@ -23,8 +23,14 @@ def test_triton_degree_kernel_interpreted_on_cpu():
     env = dict(os.environ, TRITON_INTERPRET="1")
     src = str(Path(__file__).resolve().parents[2] / "src")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok")
 
@@ -40,8 +46,9 @@ def test_triton_degree_kernels_on_cuda(absolute, method):
     if method == "fused":
         counts, sums = _tiles.degree_triton(u, thr, absolute=absolute, weighted=True)
     else:
-        counts, sums = _tiles.degree_blocks_triton(u, thr, absolute=absolute, weighted=True,
-                                                   block_rows=1000)
+        counts, sums = _tiles.degree_blocks_triton(
+            u, thr, absolute=absolute, weighted=True, block_rows=1000
+        )
     for i, theta in enumerate(thresholds):
         ref_counts, ref_sums, near = reference_degree(x, theta, absolute=absolute)
         check_counts(counts[i].cpu().numpy(), ref_counts, near)
@@ -71,5 +78,6 @@ def test_exact_top_threshold_and_below():
     found = _tiles.top_threshold(u, [1, 50, r.size], absolute=False, block_rows=16)
     np.testing.assert_allclose(found, [r[0], r[49], r[-1]], atol=1e-12)
     assert _tiles.below(0.5, torch.float32) < 0.5
-    assert np.float32(_tiles.below(0.5, torch.float32)) == np.nextafter(np.float32(0.5),
-                                                                        np.float32(-1))
+    assert np.float32(_tiles.below(0.5, torch.float32)) == np.nextafter(
+        np.float32(0.5), np.float32(-1)
+    )

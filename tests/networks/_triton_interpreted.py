@@ -17,8 +17,11 @@ def run_atoms(updater, n_atoms, n_steps, n_time, device="cpu", seed=1):
     starts = torch.Generator(device=device).manual_seed(seed)
     out = []
     for _ in range(n_atoms):
-        updater.start(torch.nn.functional.normalize(
-            torch.randn(n_time, generator=starts, device=device), dim=0))
+        updater.start(
+            torch.nn.functional.normalize(
+                torch.randn(n_time, generator=starts, device=device), dim=0
+            )
+        )
         for _ in range(n_steps):
             stats = updater.step()
         u, idx, val = updater.current()
@@ -81,8 +84,9 @@ def main():
     atom_idx = torch.sort(torch.randint(0, n_voxels, (n_atoms, 300), generator=gen), dim=1).values
     atom_val = torch.randn(n_atoms, 300, generator=gen)
     count = torch.tensor([2], dtype=torch.int32)  # the third atom is not learned yet
-    dots = kernels.atom_dots(dense, atom_idx, atom_val, torch.empty(n_atoms, kernels.DOT_SPLITS),
-                             count).sum(1)
+    dots = kernels.atom_dots(
+        dense, atom_idx, atom_val, torch.empty(n_atoms, kernels.DOT_SPLITS), count
+    ).sum(1)
     expected = (atom_val * dense[atom_idx]).sum(1)
     expected[2] = 0
     assert torch.allclose(dots, expected, atol=1e-4)
@@ -94,9 +98,22 @@ def main():
     St = torch.randn(n_voxels, n_time, generator=gen)
     St /= St.norm(dim=1, keepdim=True)
     for selection in ("magnitude", "signed"):
-        runs = [run_atoms(ResidentUpdater(St, n_atoms=4, r=r, selection=selection,
-                                          use_triton=use_triton, use_graphs=False), 4, 3, n_time)
-                for use_triton in (True, False)]
+        runs = [
+            run_atoms(
+                ResidentUpdater(
+                    St,
+                    n_atoms=4,
+                    r=r,
+                    selection=selection,
+                    use_triton=use_triton,
+                    use_graphs=False,
+                ),
+                4,
+                3,
+                n_time,
+            )
+            for use_triton in (True, False)
+        ]
         assert_same_atoms(*runs)
     print("ok")
 

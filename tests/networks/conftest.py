@@ -4,8 +4,13 @@ import torch
 
 from connscale.datasets import simulate_networks
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="CUDA not available"))]
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda",
+        marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA not available"),
+    ),
+]
 
 N_TIMEPOINTS, N_VOXELS, N_NETWORKS = 80, 1500, 4
 SIZE = 60  # voxels per planted network (4%)
@@ -14,8 +19,9 @@ SIZE = 60  # voxels per planted network (4%)
 @pytest.fixture(scope="session")
 def planted():
     """(S, time courses, maps) with 4 planted networks."""
-    return simulate_networks(N_TIMEPOINTS, N_VOXELS, N_NETWORKS, sparsity=SIZE / N_VOXELS,
-                             noise=0.5, random_state=0)
+    return simulate_networks(
+        N_TIMEPOINTS, N_VOXELS, N_NETWORKS, sparsity=SIZE / N_VOXELS, noise=0.5, random_state=0
+    )
 
 
 @pytest.fixture

@@ -90,8 +90,7 @@ class KillAllOnceBlock(Block):
 class KillAllOnceLoader:
     """Block ``block`` kills every worker once, at the ``after``-th use of its data."""
 
-    def __init__(self, inner, marker: str, pids: list[int], block: int = 0,
-                 after: int = 1) -> None:
+    def __init__(self, inner, marker: str, pids: list[int], block: int = 0, after: int = 1) -> None:
         self.inner = inner
         self.marker = marker
         self.pids = list(pids)
@@ -101,6 +100,5 @@ class KillAllOnceLoader:
     def __call__(self, i: int):
         block = self.inner(i)
         if i == self.block:
-            return KillAllOnceBlock(block.start, block.data_t, self.marker, self.pids,
-                                    self.after)
+            return KillAllOnceBlock(block.start, block.data_t, self.marker, self.pids, self.after)
         return block

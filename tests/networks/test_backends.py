@@ -34,8 +34,10 @@ def engine(request):
 @pytest.fixture(scope="module")
 def local_results(planted):
     S = planted[0]
-    return {dtype: r1dl(S, K, SIZE, random_state=11, device="cpu", dtype=dtype)
-            for dtype in ("float32", "float64")}
+    return {
+        dtype: r1dl(S, K, SIZE, random_state=11, device="cpu", dtype=dtype)
+        for dtype in ("float32", "float64")
+    }
 
 
 def _diag_similarity(a, b):
@@ -57,8 +59,15 @@ def test_engine_file_blocks_float64(engine, planted, local_results, tmp_path):
     # Spark's float64 file path is exercised by the failure tests below.
     S = planted[0]
     np.save(tmp_path / "S.npy", S)
-    res64 = r1dl(tmp_path / "S.npy", K, SIZE, random_state=11, backend=engine,
-                 dtype="float64", block_size=500)
+    res64 = r1dl(
+        tmp_path / "S.npy",
+        K,
+        SIZE,
+        random_state=11,
+        backend=engine,
+        dtype="float64",
+        block_size=500,
+    )
     ref = local_results["float64"]
     assert_allclose(res64.dictionary, ref.dictionary, atol=1e-10)
     assert_allclose(res64.loadings.toarray(), ref.loadings.toarray(), atol=1e-10)
@@ -72,9 +81,20 @@ def _loader(S, bounds, tmp_path):
 
 
 def _run(engine, loader, S, n_blocks):
-    out, _ = _run_engine(engine, loader, S.shape, n_blocks, dtype=__import__("torch").float64,
-                         n_atoms=K, r=SIZE, tol=0.01, max_iter=100, selection="magnitude",
-                         rng=np.random.default_rng(11), verbose=0)
+    out, _ = _run_engine(
+        engine,
+        loader,
+        S.shape,
+        n_blocks,
+        dtype=__import__("torch").float64,
+        n_atoms=K,
+        r=SIZE,
+        tol=0.01,
+        max_iter=100,
+        selection="magnitude",
+        rng=np.random.default_rng(11),
+        verbose=0,
+    )
     return out
 
 
@@ -112,7 +132,15 @@ def test_worker_lost_mid_run_is_recomputed(request, name, planted, local_results
 def test_backend_name_and_address(dask_engine, planted, local_results):
     S = planted[0]
     address = dask_engine.client.scheduler.address
-    res = r1dl(S, K, SIZE, random_state=11, backend="dask", cluster=address, dtype="float64",
-               block_size=500)
+    res = r1dl(
+        S,
+        K,
+        SIZE,
+        random_state=11,
+        backend="dask",
+        cluster=address,
+        dtype="float64",
+        block_size=500,
+    )
     assert res.info["backend"] == "dask" and res.info["engine"] == "dask"
     assert_allclose(res.dictionary, local_results["float64"].dictionary, atol=1e-10)

@@ -28,8 +28,9 @@ def _assert_same(got, want):
 
 
 @pytest.mark.parametrize("storage", ["device", "file"])
-def test_resume_after_an_atom_gives_the_uninterrupted_result(planted, tmp_path, monkeypatch,
-                                                              storage):
+def test_resume_after_an_atom_gives_the_uninterrupted_result(
+    planted, tmp_path, monkeypatch, storage
+):
     S = planted[0][:, :600]
     np.save(tmp_path / "S.npy", S)
     kw = {"random_state": 5, "device": "cpu", "n_init": 2, "storage": storage, "block_size": 128}
@@ -55,10 +56,18 @@ def test_checkpoint_of_other_data_or_parameters_is_not_used(planted, tmp_path):
     r1dl_module.r1dl(S, 3, 20, random_state=0, device="cpu", checkpoint=ck)
     other = S.copy()
     other[0, 0] += 1.0
-    assert r1dl_module.r1dl(other, 3, 20, random_state=0, device="cpu",
-                            checkpoint=ck).info["resumed_atoms"] == 0
-    for change in ({"random_state": 1}, {"tol": 0.02}, {"selection": "signed"},
-                   {"random_state": np.random.default_rng(0)}):
+    assert (
+        r1dl_module.r1dl(other, 3, 20, random_state=0, device="cpu", checkpoint=ck).info[
+            "resumed_atoms"
+        ]
+        == 0
+    )
+    for change in (
+        {"random_state": 1},
+        {"tol": 0.02},
+        {"selection": "signed"},
+        {"random_state": np.random.default_rng(0)},
+    ):
         kw = {"random_state": 0, "device": "cpu", **change}
         res = r1dl_module.r1dl(S, 3, 20, checkpoint=ck, **kw)
         assert res.info["resumed_atoms"] == 0, change
@@ -77,9 +86,11 @@ def test_estimator_fit_resumes(planted, tmp_path, monkeypatch):
     save = _interrupt_after(monkeypatch, 2)
     with pytest.raises(KeyboardInterrupt):
         r1dl_module.R1DL(4, 25, random_state=2, device="cpu", dtype="float64").fit(
-            S, checkpoint=tmp_path)
+            S, checkpoint=tmp_path
+        )
     monkeypatch.setattr(_checkpoint.AtomCheckpoint, "save", save)
     est = r1dl_module.R1DL(4, 25, random_state=2, device="cpu", dtype="float64").fit(
-        S, checkpoint=tmp_path)
+        S, checkpoint=tmp_path
+    )
     assert est.result_.info["resumed_atoms"] == 2
     _assert_same(est.result_, ref)

@@ -25,8 +25,23 @@ def test_cli_npy(planted, tmp_path):
     S = planted[0]
     np.save(tmp_path / "S.npy", S)
     out = tmp_path / "out"
-    rc = _run(["r1dl", str(tmp_path / "S.npy"), "--n-components", "3", "--sparsity", "60",
-               "--seed", "0", "--out", str(out), "--device", "cpu", "-q"])
+    rc = _run(
+        [
+            "r1dl",
+            str(tmp_path / "S.npy"),
+            "--n-components",
+            "3",
+            "--sparsity",
+            "60",
+            "--seed",
+            "0",
+            "--out",
+            str(out),
+            "--device",
+            "cpu",
+            "-q",
+        ]
+    )
     assert rc == 0
     loadings = sp.load_npz(out / "r1dl_loadings.npz")
     ref = r1dl(S, 3, 60, random_state=0, device="cpu")
@@ -48,11 +63,32 @@ def test_cli_tsv_fraction(planted, tmp_path):
     header = "\t".join(f"v{i}" for i in range(S.shape[1]))
     np.savetxt(tmp_path / "S.tsv", S, delimiter="\t", header=header, comments="")
     out = tmp_path / "out"
-    assert _run(["r1dl", str(tmp_path / "S.tsv"), "-k", "2", "-r", "0.1", "--out", str(out),
-                 "--device", "cpu", "--dtype", "float64", "--seed", "1", "-q"]) == 0
+    assert (
+        _run(
+            [
+                "r1dl",
+                str(tmp_path / "S.tsv"),
+                "-k",
+                "2",
+                "-r",
+                "0.1",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "--dtype",
+                "float64",
+                "--seed",
+                "1",
+                "-q",
+            ]
+        )
+        == 0
+    )
     ref = r1dl(S, 2, 0.1, random_state=1, device="cpu", dtype="float64")
-    assert_allclose(sp.load_npz(out / "r1dl_loadings.npz").toarray(), ref.loadings.toarray(),
-                    atol=1e-7)
+    assert_allclose(
+        sp.load_npz(out / "r1dl_loadings.npz").toarray(), ref.loadings.toarray(), atol=1e-7
+    )
 
 
 def test_cli_nifti(planted, tmp_path):
@@ -68,9 +104,30 @@ def test_cli_nifti(planted, tmp_path):
     nib.save(nib.Nifti1Image(data, affine), tmp_path / "bold.nii.gz")
     nib.save(nib.Nifti1Image(mask.astype(np.uint8), affine), tmp_path / "mask.nii.gz")
     out = tmp_path / "out"
-    assert _run(["r1dl", str(tmp_path / "bold.nii.gz"), "--mask", str(tmp_path / "mask.nii.gz"),
-                 "--n-components", "2", "--sparsity", "15", "--out", str(out), "--device", "cpu",
-                 "--dtype", "float64", "--seed", "0", "-q"]) == 0
+    assert (
+        _run(
+            [
+                "r1dl",
+                str(tmp_path / "bold.nii.gz"),
+                "--mask",
+                str(tmp_path / "mask.nii.gz"),
+                "--n-components",
+                "2",
+                "--sparsity",
+                "15",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "--dtype",
+                "float64",
+                "--seed",
+                "0",
+                "-q",
+            ]
+        )
+        == 0
+    )
     maps = nib.load(out / "r1dl_maps.nii.gz")
     assert maps.shape == shape + (2,)
     ref = r1dl(S, 2, 15, random_state=0, device="cpu", dtype="float64")
@@ -81,15 +138,50 @@ def test_cli_nifti(planted, tmp_path):
 def test_cli_errors(tmp_path):
     (tmp_path / "x.json").write_text("{}")
     with pytest.raises(ValueError, match="INPUT must be a 4-D NIfTI"):
-        _run(["r1dl", str(tmp_path / "x.json"), "-k", "2", "-r", "3", "--out",
-              str(tmp_path / "o"), "-q"])
+        _run(
+            [
+                "r1dl",
+                str(tmp_path / "x.json"),
+                "-k",
+                "2",
+                "-r",
+                "3",
+                "--out",
+                str(tmp_path / "o"),
+                "-q",
+            ]
+        )
     np.save(tmp_path / "S.npy", np.ones((5, 5)))
     with pytest.raises(ValueError, match="--mask applies to NIfTI input only"):
-        _run(["r1dl", str(tmp_path / "S.npy"), "--mask", str(tmp_path / "m.nii"), "-k", "1",
-              "-r", "2", "--out", str(tmp_path / "o"), "-q"])
+        _run(
+            [
+                "r1dl",
+                str(tmp_path / "S.npy"),
+                "--mask",
+                str(tmp_path / "m.nii"),
+                "-k",
+                "1",
+                "-r",
+                "2",
+                "--out",
+                str(tmp_path / "o"),
+                "-q",
+            ]
+        )
     with pytest.raises(FileNotFoundError, match="input not found"):
-        _run(["r1dl", str(tmp_path / "nope.npy"), "-k", "1", "-r", "2", "--out",
-              str(tmp_path / "o"), "-q"])
+        _run(
+            [
+                "r1dl",
+                str(tmp_path / "nope.npy"),
+                "-k",
+                "1",
+                "-r",
+                "2",
+                "--out",
+                str(tmp_path / "o"),
+                "-q",
+            ]
+        )
     with pytest.raises(SystemExit):
         _run(["r1dl", str(tmp_path / "S.npy"), "-k", "1", "-r", "x", "--out", "o"])
 
@@ -98,8 +190,19 @@ def test_cli_main_exit_code(tmp_path, capsys):
     from connscale.cli.main import main
 
     (tmp_path / "x.json").write_text("{}")
-    rc = main(["r1dl", str(tmp_path / "x.json"), "-k", "2", "-r", "3", "--out",
-               str(tmp_path / "o"), "-q"])
+    rc = main(
+        [
+            "r1dl",
+            str(tmp_path / "x.json"),
+            "-k",
+            "2",
+            "-r",
+            "3",
+            "--out",
+            str(tmp_path / "o"),
+            "-q",
+        ]
+    )
     assert rc == 2
     assert "connscale r1dl: error: INPUT must be a 4-D NIfTI" in capsys.readouterr().err
 
@@ -108,8 +211,21 @@ def test_cli_rerun_skips_complete_output(planted, tmp_path):
     S = planted[0][:, :300]
     np.save(tmp_path / "S.npy", S)
     out = tmp_path / "out"
-    argv = ["r1dl", str(tmp_path / "S.npy"), "-k", "2", "-r", "20", "--seed", "0", "--out",
-            str(out), "--device", "cpu", "-q"]
+    argv = [
+        "r1dl",
+        str(tmp_path / "S.npy"),
+        "-k",
+        "2",
+        "-r",
+        "20",
+        "--seed",
+        "0",
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "-q",
+    ]
     assert _run(argv) == 0
     stamp = (out / "r1dl_loadings.npz").stat().st_mtime_ns
     assert _run(argv) == 0

@@ -41,14 +41,17 @@ def test_grid_search_picks_and_refits(planted):
     S = planted[0]
     search = GridSearchCV(
         R1DL(N_NETWORKS, random_state=0, device="cpu", dtype="float64"),
-        {"sparsity": [5, SIZE]}, scoring=_reconstruction_score, cv=KFold(2),
+        {"sparsity": [5, SIZE]},
+        scoring=_reconstruction_score,
+        cv=KFold(2),
     ).fit(S)
     assert search.cv_results_["mean_test_score"].shape == (2,)
     # More loadings per network explain more of the held-out time points.
     assert search.best_params_ == {"sparsity": SIZE}
     direct = R1DL(N_NETWORKS, SIZE, random_state=0, device="cpu", dtype="float64").fit(S)
-    assert_allclose(search.best_estimator_.components_.toarray(),
-                    direct.components_.toarray(), atol=1e-10)
+    assert_allclose(
+        search.best_estimator_.components_.toarray(), direct.components_.toarray(), atol=1e-10
+    )
 
 
 def test_inverse_transform_is_the_projection_on_the_maps(planted):
@@ -79,15 +82,23 @@ def test_refit_replaces_every_fitted_attribute(planted):
     assert est.n_features_in_ == N_VOXELS
 
 
-@pytest.mark.parametrize("params, message", [
-    ({"n_components": 0},
-     r"The 'n_components' parameter of R1DL.fit must be an int in the range \[1, inf\). "
-     r"Got 0 instead."),
-    ({"sparsity": 1.5}, r"The 'sparsity' parameter of R1DL.fit must be an int in the range "
-                        r"\[1, inf\) or a float in the range \(0, 1\]. Got 1.5 instead."),
-    ({"storage": "disk"}, "The 'storage' parameter of R1DL.fit must be a str among"),
-    ({"standardize": "yes"}, "The 'standardize' parameter of R1DL.fit must be a bool"),
-])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        (
+            {"n_components": 0},
+            r"The 'n_components' parameter of R1DL.fit must be an int in the range \[1, inf\). "
+            r"Got 0 instead.",
+        ),
+        (
+            {"sparsity": 1.5},
+            r"The 'sparsity' parameter of R1DL.fit must be an int in the range "
+            r"\[1, inf\) or a float in the range \(0, 1\]. Got 1.5 instead.",
+        ),
+        ({"storage": "disk"}, "The 'storage' parameter of R1DL.fit must be a str among"),
+        ({"standardize": "yes"}, "The 'standardize' parameter of R1DL.fit must be a bool"),
+    ],
+)
 def test_fit_validates_its_parameters_once_before_any_work(params, message, monkeypatch):
     import connscale.networks._r1dl as module
 
@@ -101,10 +112,12 @@ def test_fit_validates_its_parameters_once_before_any_work(params, message, monk
 
     calls = []
     for owner in (validation, module):
-        monkeypatch.setattr(owner, "validate_parameter_values",
-                            lambda *args: calls.append(args[-1]))
+        monkeypatch.setattr(
+            owner, "validate_parameter_values", lambda *args: calls.append(args[-1])
+        )
     R1DL(2, 3, max_iter=2, random_state=0, device="cpu").fit(
-        np.random.default_rng(0).standard_normal((20, 15)))
+        np.random.default_rng(0).standard_normal((20, 15))
+    )
     assert calls == ["R1DL.fit", "R1DL.fit"]  # its parameters and checkpoint; not r1dl's
 
 

@@ -94,8 +94,7 @@ def test_resident_updater_equals_block_updater(planted, selection):
     """Fused update (CSR deflation, threshold top-r, one pass) = two-pass block update."""
     S = planted[0]
     source = open_source(S)
-    kwargs = dict(device=torch.device("cpu"), dtype=torch.float64, standardize=True,
-                  block_size=400)
+    kwargs = dict(device=torch.device("cpu"), dtype=torch.float64, standardize=True, block_size=400)
     resident = ResidentOperator(source, **kwargs)
     streamed = StreamedOperator(source, **kwargs)
     fast = resident.updater(n_atoms=4, r=SIZE, selection=selection)
@@ -146,8 +145,14 @@ def test_triton_kernels_interpreted_on_cpu():
     env = dict(os.environ, TRITON_INTERPRET="1")
     src = str(Path(__file__).resolve().parents[2] / "src")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok")
 
@@ -162,8 +167,16 @@ def test_storages_give_the_same_networks(planted, tmp_path):
     ref = r1dl(S, 3, SIZE, random_state=2, device="cpu", dtype="float64")
     assert ref.info["mode"] == "resident"
     for storage, mode in (("device", "resident"), ("host", "resident"), ("file", "streamed")):
-        res = r1dl(str(path), 3, SIZE, random_state=2, device="cpu", dtype="float64",
-                   storage=storage, block_size=256)
+        res = r1dl(
+            str(path),
+            3,
+            SIZE,
+            random_state=2,
+            device="cpu",
+            dtype="float64",
+            storage=storage,
+            block_size=256,
+        )
         assert res.info["mode"] == mode
         assert_allclose(res.dictionary, ref.dictionary, atol=1e-10)
         assert_allclose(res.loadings.toarray(), ref.loadings.toarray(), atol=1e-10)
@@ -179,8 +192,7 @@ def test_storage_is_validated(planted):
     with pytest.raises(ValueError, match="only used by the 'local' backend"):
         r1dl(S, 1, SIZE, backend="dask", storage="file")
     # auto under a small limit streams
-    res = r1dl(S, 1, SIZE, device="cpu", memory_limit=700_000, block_size=300,
-               random_state=0)
+    res = r1dl(S, 1, SIZE, device="cpu", memory_limit=700_000, block_size=300, random_state=0)
     assert res.info["mode"] == "streamed"
 
 
@@ -224,14 +236,18 @@ def test_cuda_pinned_rows_stream_in_chunks():
     gen = torch.Generator(device="cuda").manual_seed(3)
     n_voxels, n_time, r = 20_000, 45, 1400
     on_device = torch.empty(n_voxels, 48, device="cuda")[:, :n_time]
-    on_device.copy_(torch.nn.functional.normalize(
-        torch.randn(n_voxels, n_time, generator=gen, device="cuda"), dim=1))
+    on_device.copy_(
+        torch.nn.functional.normalize(
+            torch.randn(n_voxels, n_time, generator=gen, device="cuda"), dim=1
+        )
+    )
     on_host = torch.empty(n_voxels, 48, pin_memory=True)[:, :n_time]
     on_host.copy_(on_device)
     runs = []
     for St, kwargs in ((on_device, {}), (on_host, {"chunk_bytes": 100_000})):
-        updater = ResidentUpdater(St, n_atoms=3, r=r, selection="magnitude",
-                                  device=torch.device("cuda"), **kwargs)
+        updater = ResidentUpdater(
+            St, n_atoms=3, r=r, selection="magnitude", device=torch.device("cuda"), **kwargs
+        )
         assert (updater.pinned is None) == (St is on_device)
         if updater.pinned is not None:
             assert len(updater.pinned.chunks) > 10
@@ -254,6 +270,7 @@ def test_verbose_shows_progress_of_loading_s(planted, tmp_path, capsys):
     assert "loading S" in capsys.readouterr().err
     path = tmp_path / "S.npy"
     np.save(path, S)
-    r1dl(str(path), 1, SIZE, device="cpu", verbose=1, block_size=300, storage="file",
-         random_state=0)
+    r1dl(
+        str(path), 1, SIZE, device="cpu", verbose=1, block_size=300, storage="file", random_state=0
+    )
     assert "voxel statistics" in capsys.readouterr().err

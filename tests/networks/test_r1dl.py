@@ -1,4 +1,3 @@
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -7,8 +6,8 @@ from numpy.testing import assert_allclose
 import connscale
 from connscale.engines import SerialEngine
 from connscale.networks import R1DL, match_networks, r1dl, spatial_similarity
-from connscale.networks._reference import r1dl_reference
 from connscale.networks._r1dl import ConvergenceWarning
+from connscale.networks._reference import r1dl_reference
 
 from .conftest import DEVICES, N_NETWORKS, N_VOXELS, SIZE
 
@@ -42,10 +41,19 @@ def test_planted_networks_recovered(planted, device, dtype):
 @pytest.mark.parametrize("standardize", [True, False])
 def test_float64_equals_numpy_reference(planted, selection, standardize):
     S = planted[0][:, :600]
-    U_ref, V_ref, it_ref = r1dl_reference(S, 5, 40, selection=selection,
-                                          standardize=standardize, random_state=3)
-    res = r1dl(S, 5, 40, selection=selection, standardize=standardize, random_state=3,
-               device="cpu", dtype="float64")
+    U_ref, V_ref, it_ref = r1dl_reference(
+        S, 5, 40, selection=selection, standardize=standardize, random_state=3
+    )
+    res = r1dl(
+        S,
+        5,
+        40,
+        selection=selection,
+        standardize=standardize,
+        random_state=3,
+        device="cpu",
+        dtype="float64",
+    )
     assert_allclose(res.dictionary, U_ref, atol=1e-10)
     assert_allclose(res.loadings.toarray(), V_ref, atol=1e-10)
     np.testing.assert_array_equal(res.n_iter, it_ref)
@@ -99,16 +107,25 @@ def test_mmap_streamed_equals_in_memory(planted, tmp_path):
     path = tmp_path / "S.npy"
     np.save(path, S)
     mem = r1dl(S, 3, SIZE, random_state=2, device="cpu", dtype="float64")
-    streamed = r1dl(str(path), 3, SIZE, random_state=2, device="cpu", dtype="float64",
-                    memory_limit=700_000, block_size=256)
+    streamed = r1dl(
+        str(path),
+        3,
+        SIZE,
+        random_state=2,
+        device="cpu",
+        dtype="float64",
+        memory_limit=700_000,
+        block_size=256,
+    )
     assert mem.info["mode"] == "resident"
     assert streamed.info["mode"] == "streamed" and streamed.info["n_blocks"] == 6
     assert_allclose(streamed.dictionary, mem.dictionary, atol=1e-10)
     assert_allclose(streamed.loadings.toarray(), mem.loadings.toarray(), atol=1e-10)
     # float32 streamed vs resident: same networks.
     mem32 = r1dl(str(path), 3, SIZE, random_state=2, device="cpu")
-    st32 = r1dl(str(path), 3, SIZE, random_state=2, device="cpu", memory_limit=700_000,
-                block_size=256)
+    st32 = r1dl(
+        str(path), 3, SIZE, random_state=2, device="cpu", memory_limit=700_000, block_size=256
+    )
     assert _support_similarity(st32.loadings, mem32.loadings).min() >= 0.99
 
 
@@ -121,8 +138,16 @@ def test_hdf5_input(planted, tmp_path):
     ref = r1dl(S, 2, SIZE, random_state=0, device="cpu", dtype="float64")
     res = r1dl(f"{path}:bold", 2, SIZE, random_state=0, device="cpu", dtype="float64")
     assert_allclose(res.dictionary, ref.dictionary, atol=1e-12)
-    res = r1dl(path, 2, SIZE, random_state=0, device="cpu", dtype="float64",
-               memory_limit=1_100_000, block_size=500)
+    res = r1dl(
+        path,
+        2,
+        SIZE,
+        random_state=0,
+        device="cpu",
+        dtype="float64",
+        memory_limit=1_100_000,
+        block_size=500,
+    )
     assert res.info["mode"] == "streamed"
     assert_allclose(res.dictionary, ref.dictionary, atol=1e-10)
 
@@ -131,8 +156,7 @@ def test_serial_engine_equals_local(planted):
     S = planted[0]
     local = r1dl(S, 3, SIZE, random_state=4, device="cpu", dtype="float64")
     with SerialEngine() as engine:
-        res = r1dl(S, 3, SIZE, random_state=4, backend=engine, dtype="float64",
-                   block_size=200)
+        res = r1dl(S, 3, SIZE, random_state=4, backend=engine, dtype="float64", block_size=200)
     assert res.info["mode"] == "engine" and res.info["n_blocks"] == 8
     assert_allclose(res.dictionary, local.dictionary, atol=1e-10)
     assert_allclose(res.loadings.toarray(), local.loadings.toarray(), atol=1e-10)
@@ -143,8 +167,15 @@ def test_serial_engine_file_blocks(planted, tmp_path):
     S = planted[0]
     np.save(tmp_path / "S.npy", S)
     local = r1dl(S, 2, SIZE, random_state=4, device="cpu", dtype="float64")
-    res = r1dl(tmp_path / "S.npy", 2, SIZE, random_state=4, backend=SerialEngine(),
-               dtype="float64", block_size=333)
+    res = r1dl(
+        tmp_path / "S.npy",
+        2,
+        SIZE,
+        random_state=4,
+        backend=SerialEngine(),
+        dtype="float64",
+        block_size=333,
+    )
     assert_allclose(res.dictionary, local.dictionary, atol=1e-10)
 
 
@@ -157,8 +188,9 @@ def test_constant_voxels_and_zero_residual():
     # Rank-1 data: the first atom is the data's u.
     u = rng.standard_normal(20)
     v = rng.standard_normal(8)
-    res = r1dl(np.outer(u, v), 1, 8, standardize=False, random_state=0, device="cpu",
-               dtype="float64")
+    res = r1dl(
+        np.outer(u, v), 1, 8, standardize=False, random_state=0, device="cpu", dtype="float64"
+    )
     assert_allclose(abs(res.dictionary[:, 0] @ u) / np.linalg.norm(u), 1, atol=1e-8)
 
 
@@ -169,28 +201,37 @@ def test_convergence_warning_and_iterations(planted):
     assert not res.converged.any()
 
 
-_SPARSITY = (r"'sparsity' parameter of r1dl must be an int in the range \[1, inf\) or a "
-             r"float in the range \(0, 1\]. Got ")
+_SPARSITY = (
+    r"'sparsity' parameter of r1dl must be an int in the range \[1, inf\) or a "
+    r"float in the range \(0, 1\]. Got "
+)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(sparsity=0), _SPARSITY + r"0 instead"),
-    (dict(sparsity=1.5), _SPARSITY + r"1.5 instead"),
-    (dict(sparsity=N_VOXELS + 1), "'sparsity' as a count must lie in"),
-    (dict(sparsity="a"), _SPARSITY + r"'a' instead"),
-    (dict(n_components=0),
-     r"'n_components' parameter of r1dl must be an int in the range \[1, inf\)"),
-    (dict(selection="abs"), "'selection' parameter of r1dl must be a str among"),
-    (dict(backend="mpi"), "'backend' parameter of r1dl must be a str among .* or an Engine"),
-    (dict(tol=-1), r"'tol' parameter of r1dl must be a float in the range \(0, inf\)"),
-    (dict(max_iter=0), r"'max_iter' parameter of r1dl must be an int in the range \[1, inf\)"),
-    (dict(n_init=0), r"'n_init' parameter of r1dl must be an int in the range \[1, inf\)"),
-    (dict(dtype="int8"), "'dtype' parameter of r1dl must be"),
-    (dict(device="tpu"), "'device' parameter of r1dl must be"),
-    (dict(cluster="tcp://host:8786"), "'cluster' is only used by the 'dask' and 'spark'"),
-    (dict(block_size=0),
-     r"'block_size' parameter of r1dl must be an int in the range \[1, inf\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(sparsity=0), _SPARSITY + r"0 instead"),
+        (dict(sparsity=1.5), _SPARSITY + r"1.5 instead"),
+        (dict(sparsity=N_VOXELS + 1), "'sparsity' as a count must lie in"),
+        (dict(sparsity="a"), _SPARSITY + r"'a' instead"),
+        (
+            dict(n_components=0),
+            r"'n_components' parameter of r1dl must be an int in the range \[1, inf\)",
+        ),
+        (dict(selection="abs"), "'selection' parameter of r1dl must be a str among"),
+        (dict(backend="mpi"), "'backend' parameter of r1dl must be a str among .* or an Engine"),
+        (dict(tol=-1), r"'tol' parameter of r1dl must be a float in the range \(0, inf\)"),
+        (dict(max_iter=0), r"'max_iter' parameter of r1dl must be an int in the range \[1, inf\)"),
+        (dict(n_init=0), r"'n_init' parameter of r1dl must be an int in the range \[1, inf\)"),
+        (dict(dtype="int8"), "'dtype' parameter of r1dl must be"),
+        (dict(device="tpu"), "'device' parameter of r1dl must be"),
+        (dict(cluster="tcp://host:8786"), "'cluster' is only used by the 'dask' and 'spark'"),
+        (
+            dict(block_size=0),
+            r"'block_size' parameter of r1dl must be an int in the range \[1, inf\)",
+        ),
+    ],
+)
 def test_bad_parameters(planted, kwargs, match):
     args = dict(n_components=2, sparsity=10)
     args.update(kwargs)
@@ -249,11 +290,21 @@ def test_top_level_exports():
 def test_streamed_unstandardized_equals_reference(planted, tmp_path, selection):
     S = planted[0][:, :700]
     np.save(tmp_path / "S.npy", S)
-    U_ref, V_ref, it_ref = r1dl_reference(S, 3, 30, standardize=False, selection=selection,
-                                          random_state=8)
-    res = r1dl(tmp_path / "S.npy", 3, 30, standardize=False, selection=selection,
-               random_state=8, device="cpu", dtype="float64", memory_limit=300_000,
-               block_size=128)
+    U_ref, V_ref, it_ref = r1dl_reference(
+        S, 3, 30, standardize=False, selection=selection, random_state=8
+    )
+    res = r1dl(
+        tmp_path / "S.npy",
+        3,
+        30,
+        standardize=False,
+        selection=selection,
+        random_state=8,
+        device="cpu",
+        dtype="float64",
+        memory_limit=300_000,
+        block_size=128,
+    )
     assert res.info["mode"] == "streamed"
     assert_allclose(res.dictionary, U_ref, atol=1e-10)
     assert_allclose(res.loadings.toarray(), V_ref, atol=1e-10)

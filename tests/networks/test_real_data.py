@@ -23,8 +23,10 @@ def test_nitime_first_networks_stable_across_seeds(nitime_roi):
     # Several local optima exist at this sparsity (singular values 2.30, 2.14,
     # 1.90 of the standardised data): one start per atom lands on different
     # ones for different seeds; the best of 20 starts does not.
-    runs = [r1dl(S, 3, 16, n_init=20, random_state=seed, device="cpu", dtype="float64")
-            for seed in range(4)]
+    runs = [
+        r1dl(S, 3, 16, n_init=20, random_state=seed, device="cpu", dtype="float64")
+        for seed in range(4)
+    ]
     first = runs[0].loadings[:2]
     for run in runs[1:]:
         assert np.diag(spatial_similarity(run.loadings[:2], first)).min() >= 0.9

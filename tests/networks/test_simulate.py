@@ -24,18 +24,22 @@ def test_simulate_networks_structure():
 
 
 def test_simulate_networks_overlapping_and_dtype():
-    S, _, maps = simulate_networks(20, 30, 5, sparsity=0.5, noise=0.0, random_state=0,
-                                   dtype="float32")
+    S, _, maps = simulate_networks(
+        20, 30, 5, sparsity=0.5, noise=0.0, random_state=0, dtype="float32"
+    )
     assert S.dtype == np.float32
     assert ((maps != 0).sum(axis=1) == 15).all()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(sparsity=0), "'sparsity' must be a number in"),
-    (dict(sparsity=2.0), "'sparsity' must be a number in"),
-    (dict(noise=-1), "'noise' must be a number >= 0"),
-    (dict(dtype="int32"), "'dtype' must be"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(sparsity=0), "'sparsity' must be a number in"),
+        (dict(sparsity=2.0), "'sparsity' must be a number in"),
+        (dict(noise=-1), "'noise' must be a number >= 0"),
+        (dict(dtype="int32"), "'dtype' must be"),
+    ],
+)
 def test_simulate_networks_bad_inputs(kwargs, match):
     with pytest.raises(ValueError, match=match):
         simulate_networks(20, 30, 2, **kwargs)

@@ -11,8 +11,11 @@ from tests.report._html_check import check_html, decoded_images
 
 
 def _record(tmp_path, n_figures=2):
-    record = RunRecord("fc", tmp_path, {"input": tmp_path / "sub-01_bold.nii.gz",
-                                        "window": 30, "note": "<b>&\"quoted\""})
+    record = RunRecord(
+        "fc",
+        tmp_path,
+        {"input": tmp_path / "sub-01_bold.nii.gz", "window": 30, "note": '<b>&"quoted"'},
+    )
     record.device = "cpu"
     with record.timer("compute"):
         pass
@@ -20,14 +23,19 @@ def _record(tmp_path, n_figures=2):
     record.results = {
         "accuracy": {"mean": 0.8, "ci_low": 0.64, "ci_high": 0.91, "k": 32, "n": 40},
         "sensitivity": {"mean": 0.75, "ci_low": 0.51, "ci_high": 0.91},
-        "n_edges": 4950, "scores": list(np.linspace(0, 1, 50)), "nested": {"a": [1, 2]},
+        "n_edges": 4950,
+        "scores": list(np.linspace(0, 1, 50)),
+        "nested": {"a": [1, 2]},
         "array": np.arange(3),
     }
     record.warnings.append("ConstantSeriesWarning: 2 constant series <excluded>")
     rng = np.random.default_rng(0)
     for k in range(n_figures):
-        record.add_figure(plots.plot_correlation_matrix(
-            np.corrcoef(rng.standard_normal((20, 5)), rowvar=False), tmp_path / f"fig{k}.png"))
+        record.add_figure(
+            plots.plot_correlation_matrix(
+                np.corrcoef(rng.standard_normal((20, 5)), rowvar=False), tmp_path / f"fig{k}.png"
+            )
+        )
     out = tmp_path / "sub-01_relmat.tsv"
     out.write_text("a\n")
     record.add_output(out)
@@ -44,10 +52,22 @@ def test_report_is_valid_and_self_contained(tmp_path):
     assert len(images) == 2
     assert images[0] == (tmp_path / "fig0.png").read_bytes()
     assert "connscale fc" in checker.title
-    for expected in ["Parameters", "Timings", "Results", "Figures", "Warnings (1)",
-                     "Outputs", "sub-01_relmat.tsv", "cpu", "[0.64, 0.91]", "32 / 40",
-                     "&lt;b&gt;&amp;&quot;quoted&quot;", "&lt;excluded&gt;", "4950",
-                     "50 values (mean 0.5"]:
+    for expected in [
+        "Parameters",
+        "Timings",
+        "Results",
+        "Figures",
+        "Warnings (1)",
+        "Outputs",
+        "sub-01_relmat.tsv",
+        "cpu",
+        "[0.64, 0.91]",
+        "32 / 40",
+        "&lt;b&gt;&amp;&quot;quoted&quot;",
+        "&lt;excluded&gt;",
+        "4950",
+        "50 values (mean 0.5",
+    ]:
         assert expected in text, expected
     assert "<b>&" not in text
 
@@ -90,8 +110,13 @@ def test_report_failure_keeps_the_log_and_warns(tmp_path, monkeypatch):
 
 
 def test_nested_lists_render_as_tables(tmp_path):
-    record = {"command": "classify", "parameters": {"features": ["a.tsv", "b.tsv"] * 10},
-              "results": {"confusion": [[18, 2], [3, 17]]}, "figures": [], "outputs": []}
+    record = {
+        "command": "classify",
+        "parameters": {"features": ["a.tsv", "b.tsv"] * 10},
+        "results": {"confusion": [[18, 2], [3, 17]]},
+        "figures": [],
+        "outputs": [],
+    }
     text = render_report(record, tmp_path)
     check_html(text)
     assert '<table><tr><td class="num">18</td><td class="num">2</td></tr>' in text

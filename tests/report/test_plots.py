@@ -26,8 +26,9 @@ def _corr(n=8, t=40):
 
 def test_correlation_matrix(tmp_path):
     labels = [f"R{k}" for k in range(8)]
-    _check_png(plots.plot_correlation_matrix(_corr(), tmp_path / "m.png", labels=labels,
-                                             title="FC"))
+    _check_png(
+        plots.plot_correlation_matrix(_corr(), tmp_path / "m.png", labels=labels, title="FC")
+    )
     vec = _corr()[np.triu_indices(8, 1)]
     _check_png(plots.plot_correlation_matrix(vec, tmp_path / "v.png"))
     with pytest.raises(ValueError, match="Expected 8 labels"):
@@ -51,8 +52,11 @@ def test_connectome_dense_and_sparse(tmp_path):
 
 def test_dfc_plots(tmp_path):
     windows = rng.standard_normal((30, 45))
-    _check_png(plots.plot_edge_timecourses(windows.T, tmp_path / "e.png",
-                                           edge_labels=[f"e{k}" for k in range(45)]))
+    _check_png(
+        plots.plot_edge_timecourses(
+            windows.T, tmp_path / "e.png", edge_labels=[f"e{k}" for k in range(45)]
+        )
+    )
     similarity = plots.window_similarity(windows)
     np.testing.assert_allclose(similarity, np.corrcoef(windows), atol=1e-12)
     _check_png(plots.plot_window_similarity(windows, tmp_path / "w.png"))
@@ -79,8 +83,9 @@ def test_network_plots_arrays_and_nifti(tmp_path):
     img = nib.Nifti1Image(data, affine)
     background = nib.Nifti1Image(rng.uniform(0, 1, (12, 12, 12)).astype(np.float32), affine)
     _check_png(plots.plot_network_maps(img, tmp_path / "n.png", bg_img=background))
-    _check_png(plots.plot_network_timecourses(rng.standard_normal((50, 3)), tmp_path / "t.png",
-                                              t_r=2.0))
+    _check_png(
+        plots.plot_network_timecourses(rng.standard_normal((50, 3)), tmp_path / "t.png", t_r=2.0)
+    )
     with pytest.raises(ValueError, match="4-D image"):
         plots.plot_network_maps(nib.Nifti1Image(data[..., 0], affine), tmp_path / "x.png")
 
@@ -98,10 +103,12 @@ def test_life_plots(tmp_path):
 
 
 def test_classification_plots(tmp_path):
-    _check_png(plots.plot_confusion_matrix([[18, 2], [3, 17]], tmp_path / "c.png",
-                                           class_names=("control", "patient")))
-    _check_png(plots.plot_confusion_matrix([[18, 2], [3, 17]], tmp_path / "n.png",
-                                           normalize=True))
+    _check_png(
+        plots.plot_confusion_matrix(
+            [[18, 2], [3, 17]], tmp_path / "c.png", class_names=("control", "patient")
+        )
+    )
+    _check_png(plots.plot_confusion_matrix([[18, 2], [3, 17]], tmp_path / "n.png", normalize=True))
     y = np.repeat([0, 1], 20)
     scores = y + rng.standard_normal((3, 40))
     _check_png(plots.plot_roc(y, scores, tmp_path / "roc.png"))
@@ -113,9 +120,12 @@ def test_classification_plots(tmp_path):
 
 def test_metric_comparison(tmp_path):
     entry = {"mean": 0.62, "ci_low": 0.54, "ci_high": 0.69}
-    results = {"actual": {m: entry for m in ("accuracy", "sensitivity", "specificity")},
-               "reconstructed": {m: dict(entry, mean=0.6) for m in
-                                 ("accuracy", "sensitivity", "specificity")}}
+    results = {
+        "actual": {m: entry for m in ("accuracy", "sensitivity", "specificity")},
+        "reconstructed": {
+            m: dict(entry, mean=0.6) for m in ("accuracy", "sensitivity", "specificity")
+        },
+    }
     _check_png(plots.plot_metric_comparison(results, tmp_path / "bars.png"))
     with pytest.raises(ValueError, match="has no 'precision'"):
         plots.plot_metric_comparison(results, tmp_path / "x.png", metrics=["precision"])
@@ -128,8 +138,11 @@ def test_run_figures_dfc_result_networks_lambda_sweep(tmp_path):
 
     result = dynamic_correlation(rng.standard_normal((60, 6)), 20, 5, device="cpu")
     _check_png(plots.plot_dfc_windows(result, tmp_path / "w.png"))
-    _check_png(plots.plot_edge_timecourses(result, tmp_path / "e.png", max_edges=6,
-                                           node_labels=list("abcdef")))
+    _check_png(
+        plots.plot_edge_timecourses(
+            result, tmp_path / "e.png", max_edges=6, node_labels=list("abcdef")
+        )
+    )
     dictionary = rng.standard_normal((50, 3))
     maps = np.zeros((3, 500))
     for k in range(3):
@@ -137,14 +150,27 @@ def test_run_figures_dfc_result_networks_lambda_sweep(tmp_path):
     _check_png(plots.plot_networks(dictionary, sp.csr_matrix(maps), tmp_path / "n.png"))
     data = np.zeros((12, 12, 12, 3), dtype=np.float32)
     for k in range(3):
-        data[2 + 3 * k:5 + 3 * k, 2:8, 2:8, k] = 1.0 + k
+        data[2 + 3 * k : 5 + 3 * k, 2:8, 2:8, k] = 1.0 + k
     img = nib.Nifti1Image(data, np.diag([4.0, 4.0, 4.0, 1.0]))
-    _check_png(plots.plot_networks(dictionary, img, tmp_path / "i.png",
-                                   bg_img=nib.Nifti1Image(data[..., 0] + 0.5, img.affine)))
+    _check_png(
+        plots.plot_networks(
+            dictionary,
+            img,
+            tmp_path / "i.png",
+            bg_img=nib.Nifti1Image(data[..., 0] + 0.5, img.affine),
+        )
+    )
     with pytest.raises(ValueError, match="'timecourses' must be"):
         plots.plot_networks(dictionary[:, 0], maps, tmp_path / "x.png")
-    rows = [{"lam": lam, "weight_sum": 10.0 / (1 + lam), "n_nonzero": int(100 / (1 + lam)),
-             "cv_rmse_median": 1.0 + lam} for lam in (0.01, 0.1, 1.0)]
+    rows = [
+        {
+            "lam": lam,
+            "weight_sum": 10.0 / (1 + lam),
+            "n_nonzero": int(100 / (1 + lam)),
+            "cv_rmse_median": 1.0 + lam,
+        }
+        for lam in (0.01, 0.1, 1.0)
+    ]
     _check_png(plots.plot_lambda_sweep(rows, tmp_path / "l.png"))
     with pytest.raises(ValueError, match="no λ"):
         plots.plot_lambda_sweep([], tmp_path / "x.png")

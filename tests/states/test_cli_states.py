@@ -22,16 +22,38 @@ def test_dfc_states_command(tmp_path):
         np.save(path, series)
         inputs.append(str(path))
     out = tmp_path / "out"
-    status = main(["dfc-states", *inputs, "--window", "40s", "--step", "4s", "--t-r", "2",
-                   "--states", "3", "--metric", "correlation", "--seed", "0",
-                   "--device", "cpu", "--out", str(out), "-q"])
+    status = main(
+        [
+            "dfc-states",
+            *inputs,
+            "--window",
+            "40s",
+            "--step",
+            "4s",
+            "--t-r",
+            "2",
+            "--states",
+            "3",
+            "--metric",
+            "correlation",
+            "--seed",
+            "0",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+            "-q",
+        ]
+    )
     assert status == 0
     for j in (1, 2, 3):
-        matrix, labels = read_relmat_tsv(out / f"dfcstates_state-0{j}_meas-PearsonCorrelation"
-                                              "_relmat.tsv")
+        matrix, labels = read_relmat_tsv(
+            out / f"dfcstates_state-0{j}_meas-PearsonCorrelation_relmat.tsv"
+        )
         assert matrix.shape == (8, 8) and len(labels) == 8
-        meta = json.loads((out / f"dfcstates_state-0{j}_meas-PearsonCorrelation_relmat.json")
-                          .read_text())
+        meta = json.loads(
+            (out / f"dfcstates_state-0{j}_meas-PearsonCorrelation_relmat.json").read_text()
+        )
         assert meta["State"] == j and meta["NumberOfNodes"] == 8
     found, truth = [], []
     for subject, true in zip(cohort.subjects, cohort.window_states(20, 2)):
@@ -56,8 +78,21 @@ def test_dfc_states_from_dfc_files(tmp_path):
         path = tmp_path / f"sub-{subject}_dfc.h5"
         dynamic_correlation(series, 20, 2, device="cpu", out=path).close()
         inputs.append(str(path))
-    status = main(["dfc-states", *inputs, "--states", "3", "--metric", "euclidean",
-                   "--device", "cpu", "--out", str(tmp_path / "out"), "-q"])
+    status = main(
+        [
+            "dfc-states",
+            *inputs,
+            "--states",
+            "3",
+            "--metric",
+            "euclidean",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "out"),
+            "-q",
+        ]
+    )
     assert status == 0
     assert (tmp_path / "out" / "sub-01_dfcstates.tsv").exists()
 
@@ -98,7 +133,8 @@ def test_exports_say_what_is_missing(monkeypatch):
     from connscale.fc.export import to_xarray
 
     monkeypatch.setitem(sys.modules, "xarray", None)
-    result = dynamic_correlation(np.random.default_rng(0).standard_normal((20, 3)), 10,
-                                 device="cpu")
+    result = dynamic_correlation(
+        np.random.default_rng(0).standard_normal((20, 3)), 10, device="cpu"
+    )
     with pytest.raises(ImportError, match="pip install xarray"):
         to_xarray(result)

@@ -48,8 +48,11 @@ def test_states_are_recovered(cohort, device, metric):
         half = WINDOW / (2 * STEP)
         changes = np.flatnonzero(np.diff(relabelled))
         assert np.abs(changes - np.flatnonzero(np.diff(true))).max() <= half
-        assert_allclose(fraction_time(relabelled, 3), fraction_time(true, 3),
-                        atol=changes.size * half / true.size)
+        assert_allclose(
+            fraction_time(relabelled, 3),
+            fraction_time(true, 3),
+            atol=changes.size * half / true.size,
+        )
         assert_allclose(mean_dwell_time(relabelled, 3), mean_dwell_time(true, 3), atol=half)
     # The states are the planted correlation matrices (up to window noise).
     means = states.state_matrices(which="means")
@@ -67,8 +70,9 @@ def test_states_are_recovered(cohort, device, metric):
 def test_fitted_attributes_and_features(cohort):
     _, windows = cohort
     arrays = [np.stack(list(w)) for w in windows[:4]]
-    states = DFCStates(3, metric="euclidean", exemplars=False, n_init=2,
-                       random_state=1, device="cpu").fit(arrays)
+    states = DFCStates(
+        3, metric="euclidean", exemplars=False, n_init=2, random_state=1, device="cpu"
+    ).fit(arrays)
     assert states.cluster_centers_.shape == (3, 66)
     assert_allclose(states.cluster_centers_, states.state_means_, atol=1e-6)
     assert states.fraction_time_.shape == (4, 3)
@@ -78,12 +82,14 @@ def test_fitted_attributes_and_features(cohort):
         assert_allclose(matrix.sum(axis=1), left.astype(float))
     table = states.state_features()
     assert table.X.shape == (4, 3 + 3 + 1 + 9)
-    inertia = sum(((a - states.cluster_centers_[lab]) ** 2).sum()
-                  for a, lab in zip(arrays, states.labels_))
+    inertia = sum(
+        ((a - states.cluster_centers_[lab]) ** 2).sum() for a, lab in zip(arrays, states.labels_)
+    )
     assert states.inertia_ == pytest.approx(inertia, rel=1e-6)
     assert clone(states).get_params()["n_states"] == 3
-    again = DFCStates(3, metric="euclidean", exemplars=False, n_init=2, random_state=1,
-                      device="cpu").fit(arrays)
+    again = DFCStates(
+        3, metric="euclidean", exemplars=False, n_init=2, random_state=1, device="cpu"
+    ).fit(arrays)
     assert_array_equal(np.concatenate(again.labels_), np.concatenate(states.labels_))
 
 
@@ -102,29 +108,43 @@ def test_fisher_z_and_exemplars(cohort):
 
 def test_elbow_finds_three_states(cohort):
     _, windows = cohort
-    curve = elbow(windows, range(2, 8), metric="euclidean", n_init=2, random_state=0,
-                  device="cpu")
+    curve = elbow(windows, range(2, 8), metric="euclidean", n_init=2, random_state=0, device="cpu")
     assert curve["best"] == 3
     assert curve["ratio"].shape == (6,)
 
 
-@pytest.mark.parametrize("params, data, message", [
-    ({"metric": "cosine"}, None, "The 'metric' parameter of DFCStates.fit must be a str among "
-                                 r"\{'correlation', 'euclidean', 'l1'\}. Got 'cosine'"),
-    ({"n_states": 0}, None, r"The 'n_states' parameter of DFCStates.fit must be an int in the "
-                            r"range \[1, inf\). Got 0 instead."),
-    ({"tol": -1e-3}, None, r"'tol' parameter of DFCStates.fit must be a float in the range "
-                           r"\[0, inf\)"),
-    ({"exemplars": "yes"}, None, "'exemplars' parameter of DFCStates.fit must be a bool"),
-    ({"fisher_z": 1}, None, "'fisher_z' parameter of DFCStates.fit must be a bool"),
-    ({"n_init": 0}, None, r"'n_init' parameter of DFCStates.fit must be an int"),
-    ({}, [np.zeros((3, 4)), np.zeros((3, 5))], "same number of edges"),
-    ({}, [np.full((3, 4), np.nan)], "NaN or infinite"),
-    ({}, [np.zeros(4)], r"shape \(n_windows, n_edges\)"),
-    ({"n_states": 10}, [np.random.default_rng(0).random((4, 3))], "at least as many windows"),
-    ({}, [np.ones((6, 4)) * (1 + 1j)], "real numbers; got complex values"),
-    ({}, [np.zeros((6, 0))], "at least one edge"),
-])
+@pytest.mark.parametrize(
+    "params, data, message",
+    [
+        (
+            {"metric": "cosine"},
+            None,
+            "The 'metric' parameter of DFCStates.fit must be a str among "
+            r"\{'correlation', 'euclidean', 'l1'\}. Got 'cosine'",
+        ),
+        (
+            {"n_states": 0},
+            None,
+            r"The 'n_states' parameter of DFCStates.fit must be an int in the "
+            r"range \[1, inf\). Got 0 instead.",
+        ),
+        (
+            {"tol": -1e-3},
+            None,
+            r"'tol' parameter of DFCStates.fit must be a float in the range "
+            r"\[0, inf\)",
+        ),
+        ({"exemplars": "yes"}, None, "'exemplars' parameter of DFCStates.fit must be a bool"),
+        ({"fisher_z": 1}, None, "'fisher_z' parameter of DFCStates.fit must be a bool"),
+        ({"n_init": 0}, None, r"'n_init' parameter of DFCStates.fit must be an int"),
+        ({}, [np.zeros((3, 4)), np.zeros((3, 5))], "same number of edges"),
+        ({}, [np.full((3, 4), np.nan)], "NaN or infinite"),
+        ({}, [np.zeros(4)], r"shape \(n_windows, n_edges\)"),
+        ({"n_states": 10}, [np.random.default_rng(0).random((4, 3))], "at least as many windows"),
+        ({}, [np.ones((6, 4)) * (1 + 1j)], "real numbers; got complex values"),
+        ({}, [np.zeros((6, 0))], "at least one edge"),
+    ],
+)
 def test_bad_input(params, data, message):
     data = [np.random.default_rng(0).random((6, 4))] if data is None else data
     with pytest.raises(ValueError, match=message):
@@ -150,10 +170,12 @@ def test_read_only_windows_fit_without_warning(cohort):
     windows.flags.writeable = False
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        states = DFCStates(3, metric="euclidean", n_init=2, random_state=0,
-                           device="cpu").fit(windows)
-    writable = DFCStates(3, metric="euclidean", n_init=2, random_state=0,
-                         device="cpu").fit(windows.copy())
+        states = DFCStates(3, metric="euclidean", n_init=2, random_state=0, device="cpu").fit(
+            windows
+        )
+    writable = DFCStates(3, metric="euclidean", n_init=2, random_state=0, device="cpu").fit(
+        windows.copy()
+    )
     assert_allclose(states.cluster_centers_, writable.cluster_centers_)
 
 
@@ -162,12 +184,18 @@ def test_other_public_entries_declare_their_constraints():
 
     windows = [np.random.default_rng(0).random((6, 4))]
     states = DFCStates(2, exemplars=False, device="cpu", random_state=0).fit(windows)
-    with pytest.raises(ValueError, match="The 'which' parameter of DFCStates.state_matrices "
-                                         "must be a str among {'centers', 'means'}"):
+    with pytest.raises(
+        ValueError,
+        match="The 'which' parameter of DFCStates.state_matrices "
+        "must be a str among {'centers', 'means'}",
+    ):
         states.state_matrices(which="medians")
     with pytest.raises(ValueError, match="The 'metric' parameter of elbow must be a str"):
         elbow(windows, metric="cosine")
     for call in (lambda: fraction_time([0, 1], 0), lambda: state_features([[0, 1]], 0)):
-        with pytest.raises(ValueError, match=r"The 'n_states' parameter of \w+ must be an int "
-                                             r"in the range \[1, inf\). Got 0 instead."):
+        with pytest.raises(
+            ValueError,
+            match=r"The 'n_states' parameter of \w+ must be an int "
+            r"in the range \[1, inf\). Got 0 instead.",
+        ):
             call()

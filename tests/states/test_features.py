@@ -35,9 +35,15 @@ def test_state_features_table():
     assert table.rows()[0]["subject"] == "a"
 
 
-@pytest.mark.parametrize("labels, message", [
-    ([0, 3], r"\[0, 3\)"), ([[0, 1]], "1-D"), ([0.5, 1.0], "integers"), ([], "non-empty"),
-])
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        ([0, 3], r"\[0, 3\)"),
+        ([[0, 1]], "1-D"),
+        ([0.5, 1.0], "integers"),
+        ([], "non-empty"),
+    ],
+)
 def test_bad_sequences(labels, message):
     with pytest.raises(ValueError, match=message):
         fraction_time(np.asarray(labels), 3)

@@ -30,8 +30,12 @@ def _clustered(seed=0, dtype=np.float32):
 
 def _lloyd(x, init, metric, device, max_iter=50, use_triton=False):
     prepared = km.Prepared(torch.as_tensor(x, device=device), metric)
-    result = km.lloyd(prepared, prepared.to_prepared(torch.as_tensor(init, device=device)),
-                      max_iter=max_iter, use_triton=use_triton)
+    result = km.lloyd(
+        prepared,
+        prepared.to_prepared(torch.as_tensor(init, device=device)),
+        max_iter=max_iter,
+        use_triton=use_triton,
+    )
     centres = prepared.from_prepared(result.centres).cpu().numpy()
     return result.labels.cpu().numpy(), centres, result
 
@@ -59,12 +63,14 @@ def test_stop_on_tol_equals_sklearn(device):
     sk = KMeans(K, init=init, n_init=1, max_iter=50, tol=0.3, algorithm="lloyd").fit(x)
     tol = float(np.mean(np.var(x.astype(np.float64), axis=0))) * 0.3
     prepared = km.Prepared(torch.as_tensor(x, device=device), "euclidean")
-    result = km.lloyd(prepared, prepared.to_prepared(torch.as_tensor(init, device=device)),
-                      max_iter=50, tol=tol)
+    result = km.lloyd(
+        prepared, prepared.to_prepared(torch.as_tensor(init, device=device)), max_iter=50, tol=tol
+    )
     assert not result.converged and 1 < result.n_iter == sk.n_iter_ < km._CHECK_EVERY
     assert_array_equal(result.labels.cpu().numpy(), sk.labels_)
-    assert_allclose(prepared.from_prepared(result.centres).cpu().numpy(), sk.cluster_centers_,
-                    atol=1e-5)
+    assert_allclose(
+        prepared.from_prepared(result.centres).cpu().numpy(), sk.cluster_centers_, atol=1e-5
+    )
     assert result.inertia == pytest.approx(sk.inertia_, rel=1e-5)
 
 
@@ -147,8 +153,14 @@ def test_triton_kernels_interpreted_on_cpu():
     env = dict(os.environ, TRITON_INTERPRET="1")
     src = str(Path(__file__).resolve().parents[2] / "src")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.strip().endswith("ok")
 

@@ -33,13 +33,14 @@ def test_taper_is_a_rectangle_convolved_with_a_gaussian():
 @pytest.mark.parametrize("dtype, atol", [("float64", 1e-12), ("float32", 2e-6)])
 def test_tapered_windows_equal_weighted_pearson(dtype, atol):
     x = np.random.default_rng(0).standard_normal((90, 6))
-    result = dynamic_correlation(x, 12, 5, taper="gaussian", taper_sigma=2.0, device="cpu",
-                                 dtype=dtype)
+    result = dynamic_correlation(
+        x, 12, 5, taper="gaussian", taper_sigma=2.0, device="cpu", dtype=dtype
+    )
     weights = taper_weights(12, 2.0)
     assert result.window_length == weights.size == 24
     assert len(result) == (90 - 24) // 5 + 1
     for i, start in enumerate(result.window_starts):
-        reference = _weighted_pearson(x[start:start + weights.size], weights)
+        reference = _weighted_pearson(x[start : start + weights.size], weights)
         assert_allclose(result[i], matrix_to_vec(reference), atol=atol)
 
 
@@ -54,12 +55,15 @@ def test_windows_in_seconds():
     assert_allclose(np.stack(list(seconds)), np.stack(list(points)))
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"value": "44s"}, "repetition time is unknown"),
-    ({"value": "44 seconds"}, "time points or of seconds"),
-    ({"value": "-4s", "t_r": 2.0}, "positive duration"),
-    ({"value": "4s", "t_r": 0.0}, "'t_r' must be a number > 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"value": "44s"}, "repetition time is unknown"),
+        ({"value": "44 seconds"}, "time points or of seconds"),
+        ({"value": "-4s", "t_r": 2.0}, "positive duration"),
+        ({"value": "4s", "t_r": 0.0}, "'t_r' must be a number > 0"),
+    ],
+)
 def test_bad_durations(kwargs, message):
     with pytest.raises(ValueError, match=message):
         to_timepoints(kwargs.pop("value"), "window_length", **kwargs)
@@ -67,8 +71,9 @@ def test_bad_durations(kwargs, message):
 
 def test_tapered_window_longer_than_the_series():
     with pytest.raises(ValueError, match="spans 40"):
-        dynamic_correlation(np.random.default_rng(0).standard_normal((30, 3)), 22,
-                            taper="gaussian", device="cpu")
+        dynamic_correlation(
+            np.random.default_rng(0).standard_normal((30, 3)), 22, taper="gaussian", device="cpu"
+        )
 
 
 def test_simulated_states_have_the_planted_correlations():

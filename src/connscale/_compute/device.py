@@ -19,8 +19,9 @@ except ImportError:  # pragma: no cover - CPU machines without triton
     HAS_TRITON = False
 
 
-def use_triton(where: torch.Tensor | torch.device, *, float32: bool = False,
-               interpreted: bool = True) -> bool:
+def use_triton(
+    where: torch.Tensor | torch.device, *, float32: bool = False, interpreted: bool = True
+) -> bool:
     """Whether a Triton kernel, rather than its pure-torch fallback, runs on
     ``where``: the one place where connscale chooses.
 
@@ -79,8 +80,7 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as exc:
         raise ValueError(
-            "'device' must be 'auto', 'cpu', 'cuda' or 'cuda:N'; "
-            f"got {device!r}."
+            f"'device' must be 'auto', 'cpu', 'cuda' or 'cuda:N'; got {device!r}."
         ) from exc
     if dev.type == "cuda":
         if not torch.cuda.is_available():
@@ -97,9 +97,7 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
             )
         return torch.device("cuda", index)
     if dev.type != "cpu":
-        raise ValueError(
-            f"'device' must be 'auto', 'cpu' or a CUDA device; got {device!r}."
-        )
+        raise ValueError(f"'device' must be 'auto', 'cpu' or a CUDA device; got {device!r}.")
     return dev
 
 

@@ -49,7 +49,9 @@ def parse_memory(memory_limit: int | float | str | None) -> int | None:
     if memory_limit is None:
         return None
     if isinstance(memory_limit, bool):
-        raise ValueError(f"'memory_limit' must be bytes or a size like '8GB'; got {memory_limit!r}.")
+        raise ValueError(
+            f"'memory_limit' must be bytes or a size like '8GB'; got {memory_limit!r}."
+        )
     if isinstance(memory_limit, (int, float)):
         value = int(memory_limit)
     else:
@@ -141,8 +143,11 @@ class MemoryLimitError(ValueError, MemoryError):
 def limit_error(what: str, needed: int, budget: int, memory_limit, hint: str) -> MemoryLimitError:
     """A :class:`MemoryLimitError` naming what needs ``needed`` bytes, the
     budget, the ``memory_limit`` it comes from, and what to do (``hint``)."""
-    source = ("memory_limit=None: a share of the free memory" if memory_limit is None
-              else f"memory_limit={memory_limit!r}")
+    source = (
+        "memory_limit=None: a share of the free memory"
+        if memory_limit is None
+        else f"memory_limit={memory_limit!r}"
+    )
     return MemoryLimitError(
         f"{what} needs {format_bytes(needed)} ({int(needed)} bytes), more than the budget of "
         f"{format_bytes(max(budget, 0))} ({source}). {hint}"
@@ -179,8 +184,13 @@ class MemoryMeter:
         """Count ``nbytes`` more; raise :class:`MemoryLimitError` (before they
         are kept) when the total would exceed the budget."""
         if not self.fits(nbytes):
-            raise limit_error(f"{self.what} (so far)", self.used + nbytes, self.budget,
-                              self.memory_limit, self.hint)
+            raise limit_error(
+                f"{self.what} (so far)",
+                self.used + nbytes,
+                self.budget,
+                self.memory_limit,
+                self.hint,
+            )
         self.used += int(nbytes)
 
 
@@ -261,15 +271,22 @@ class MemoryPlanner:
         Budgets to use instead of :func:`memory_budget` and :func:`host_budget`.
     """
 
-    def __init__(self, device, memory_limit=None, *, hint: str = "Raise memory_limit.",
-                 device_budget: int | None = None, host_budget: int | None = None) -> None:
+    def __init__(
+        self,
+        device,
+        memory_limit=None,
+        *,
+        hint: str = "Raise memory_limit.",
+        device_budget: int | None = None,
+        host_budget: int | None = None,
+    ) -> None:
         self.device = device
         self.memory_limit = memory_limit
         self.hint = hint
-        self.device_budget = int(memory_budget(device, memory_limit) if device_budget is None
-                                 else device_budget)
-        self.host_budget = int(_host_budget(memory_limit) if host_budget is None
-                               else host_budget)
+        self.device_budget = int(
+            memory_budget(device, memory_limit) if device_budget is None else device_budget
+        )
+        self.host_budget = int(_host_budget(memory_limit) if host_budget is None else host_budget)
         self.device_bytes = 0
         self.host_bytes = 0
 
@@ -300,23 +317,39 @@ class MemoryPlanner:
         if self.shared:
             self.device_bytes += int(nbytes)
 
-    def error(self, what: str, needed: int, *, budget: int | None = None,
-              hint: str | None = None) -> MemoryLimitError:
+    def error(
+        self, what: str, needed: int, *, budget: int | None = None, hint: str | None = None
+    ) -> MemoryLimitError:
         """A :class:`MemoryLimitError`: ``what`` needs ``needed`` bytes of the
         device budget (or ``budget``)."""
-        return limit_error(what, needed, self.device_budget if budget is None else budget,
-                           self.memory_limit, self.hint if hint is None else hint)
+        return limit_error(
+            what,
+            needed,
+            self.device_budget if budget is None else budget,
+            self.memory_limit,
+            self.hint if hint is None else hint,
+        )
 
     def require(self, nbytes: int, what: str, *, on: str = "device") -> None:
         """Raise :class:`MemoryLimitError` unless what is counted plus ``nbytes``
         fits the device (``on='device'``) or host (``on='host'``) budget."""
-        used, budget = ((self.device_bytes, self.device_budget) if on == "device"
-                        else (self.host_bytes, self.host_budget))
+        used, budget = (
+            (self.device_bytes, self.device_budget)
+            if on == "device"
+            else (self.host_bytes, self.host_budget)
+        )
         if used + nbytes > budget:
             raise self.error(what, used + nbytes, budget=budget)
 
-    def reserve_result(self, nbytes: int | None, what: str, *, kept: int = 0,
-                       preallocated: int | None = None, hint: str | None = None) -> int:
+    def reserve_result(
+        self,
+        nbytes: int | None,
+        what: str,
+        *,
+        kept: int = 0,
+        preallocated: int | None = None,
+        hint: str | None = None,
+    ) -> int:
         """Count an in-memory result in host memory and return the bytes counted.
 
         ``nbytes`` are its values (None: not known in advance, a result that
@@ -334,14 +367,16 @@ class MemoryPlanner:
                 counted = kept
             else:
                 if self.host_bytes + needed > self.host_budget:
-                    raise self.error(what, self.host_bytes + needed, budget=self.host_budget,
-                                     hint=hint)
+                    raise self.error(
+                        what, self.host_bytes + needed, budget=self.host_budget, hint=hint
+                    )
                 counted = needed
         self.reserve_host(counted)
         return counted
 
-    def fit(self, per_item: int, what: str, *, at_most: int | None = None,
-            left: int | None = None) -> int:
+    def fit(
+        self, per_item: int, what: str, *, at_most: int | None = None, left: int | None = None
+    ) -> int:
         """How many items of ``per_item`` bytes fit in what is left of the
         device budget (or in ``left`` bytes), at most ``at_most``; raise
         :class:`MemoryLimitError` naming ``what`` when not even one does."""
@@ -353,11 +388,23 @@ class MemoryPlanner:
             raise self.error(what, self.device_bytes + per_item)
         return int(count)
 
-    def plan(self, *, block_rows: int, n_rounds: int, out_of_core: bool = False,
-             host_budget: int | None = None, **fields) -> MemoryPlan:
+    def plan(
+        self,
+        *,
+        block_rows: int,
+        n_rounds: int,
+        out_of_core: bool = False,
+        host_budget: int | None = None,
+        **fields,
+    ) -> MemoryPlan:
         """The :class:`MemoryPlan` of this planner's budgets and counts."""
         return MemoryPlan(
             device_budget=int(self.device_budget),
             host_budget=int(self.host_budget if host_budget is None else host_budget),
-            block_rows=int(block_rows), n_rounds=int(n_rounds), out_of_core=bool(out_of_core),
-            device_bytes=int(self.device_bytes), host_bytes=int(self.host_bytes), **fields)
+            block_rows=int(block_rows),
+            n_rounds=int(n_rounds),
+            out_of_core=bool(out_of_core),
+            device_bytes=int(self.device_bytes),
+            host_bytes=int(self.host_bytes),
+            **fields,
+        )

@@ -52,8 +52,9 @@ class PinnedBufferPool:
         for CUDA.
     """
 
-    def __init__(self, n_buffers: int, n_elements: int, dtype: torch.dtype,
-                 device: torch.device) -> None:
+    def __init__(
+        self, n_buffers: int, n_elements: int, dtype: torch.dtype, device: torch.device
+    ) -> None:
         pin = device.type == "cuda"
         self._buffers = [
             torch.empty(n_elements, dtype=dtype, pin_memory=pin) for _ in range(n_buffers)
@@ -103,8 +104,7 @@ class DeviceToHost:
         copier).
     """
 
-    def __init__(self, device: torch.device, depth: int = 2, *,
-                 keep_staging: bool = False) -> None:
+    def __init__(self, device: torch.device, depth: int = 2, *, keep_staging: bool = False) -> None:
         self.device = device
         self.cuda = device.type == "cuda"
         self.depth = max(1, depth)
@@ -135,9 +135,12 @@ class DeviceToHost:
             torch.cuda.current_stream(self.device).wait_event(event)
         return buffer
 
-    def submit(self, tensors: Sequence[torch.Tensor],
-               callback: Callable[[list[np.ndarray]], None] | None = None,
-               destinations: Sequence[torch.Tensor | None] | None = None) -> None:
+    def submit(
+        self,
+        tensors: Sequence[torch.Tensor],
+        callback: Callable[[list[np.ndarray]], None] | None = None,
+        destinations: Sequence[torch.Tensor | None] | None = None,
+    ) -> None:
         """Copy ``tensors`` to the host, then call ``callback(arrays)``.
 
         ``destinations`` may give, per tensor, a host tensor of the same shape
@@ -160,8 +163,11 @@ class DeviceToHost:
             self._finish_one()
         slot = self._slot
         self._slot = (slot + 1) % self.depth
-        staging_bytes = sum(_aligned(t.numel() * t.element_size())
-                            for t, d in zip(tensors, destinations) if d is None)
+        staging_bytes = sum(
+            _aligned(t.numel() * t.element_size())
+            for t, d in zip(tensors, destinations)
+            if d is None
+        )
         buffer = self._staging[slot]
         if staging_bytes and (buffer is None or buffer.numel() < staging_bytes):
             size = max(staging_bytes, int(1.5 * buffer.numel()) if buffer is not None else 0)
@@ -174,7 +180,7 @@ class DeviceToHost:
             for tensor, dest in zip(tensors, destinations):
                 if dest is None:
                     nbytes = tensor.numel() * tensor.element_size()
-                    dest = buffer[offset:offset + nbytes].view(tensor.dtype).view(tensor.shape)
+                    dest = buffer[offset : offset + nbytes].view(tensor.dtype).view(tensor.shape)
                     offset += _aligned(nbytes)
                 dest.copy_(tensor, non_blocking=True)
                 tensor.record_stream(self.stream)
@@ -211,8 +217,9 @@ class HostToDevice:
         that fills host memory (pieces given as pinned tensors need none).
     """
 
-    def __init__(self, device: torch.device, n_elements: int, dtype: torch.dtype, *,
-                 staging: bool = False) -> None:
+    def __init__(
+        self, device: torch.device, n_elements: int, dtype: torch.dtype, *, staging: bool = False
+    ) -> None:
         self.device = device
         self._buffers = [torch.empty(n_elements, dtype=dtype, device=device) for _ in range(2)]
         self._pool = PinnedBufferPool(2, n_elements, dtype, device) if staging else None
@@ -221,8 +228,12 @@ class HostToDevice:
         self._done = [torch.cuda.Event() for _ in range(2)]
         self._used = [False, False]
 
-    def _issue(self, slot: int, shape: tuple[int, int],
-               source: torch.Tensor | Callable[[np.ndarray], None]) -> None:
+    def _issue(
+        self,
+        slot: int,
+        shape: tuple[int, int],
+        source: torch.Tensor | Callable[[np.ndarray], None],
+    ) -> None:
         size = shape[0] * shape[1]
         index = None
         if callable(source):

@@ -19,6 +19,7 @@ __all__ = ["HAVE_ISAL", "load_masked_bold", "read_nifti_data"]
 
 try:
     from isal import igzip as _igzip
+
     HAVE_ISAL = True
 except ImportError:  # pragma: no cover - depends on the install
     _igzip = None
@@ -50,32 +51,35 @@ def read_nifti_data(img, path: str | os.PathLike, *, use_isal: bool | None = Non
         return np.asanyarray(img.dataobj.get_unscaled())
     if not HAVE_ISAL:
         raise ImportError("Decoding with ISA-L needs the 'isal' package: pip install isal")
-    proxy = img.dataobj                # the file's own offset, dtype and order
+    proxy = img.dataobj  # the file's own offset, dtype and order
     shape = tuple(int(n) for n in proxy.shape)
     offset = int(proxy.offset)
     out = np.empty(shape, dtype=proxy.dtype, order=proxy.order)
     view = memoryview(out.reshape(-1, order="A").view(np.uint8))
     with _igzip.open(path, "rb") as fh:
         skipped = 0
-        while skipped < offset:                       # the header and extensions
+        while skipped < offset:  # the header and extensions
             chunk = fh.read(offset - skipped)
             if not chunk:
                 break
             skipped += len(chunk)
         filled = 0
         while filled < view.nbytes:
-            n = fh.readinto(view[filled:filled + _READ_BYTES])
+            n = fh.readinto(view[filled : filled + _READ_BYTES])
             if not n:
                 break
             filled += n
     if skipped < offset or filled < view.nbytes:
-        raise ValueError(f"{path.name} is truncated: {skipped + filled} bytes of "
-                         f"{offset + view.nbytes} after decompression.")
+        raise ValueError(
+            f"{path.name} is truncated: {skipped + filled} bytes of "
+            f"{offset + view.nbytes} after decompression."
+        )
     return out
 
 
-def load_masked_bold(path: str | os.PathLike, mask: np.ndarray, *,
-                     use_isal: bool | None = None) -> tuple[object, np.ndarray]:
+def load_masked_bold(
+    path: str | os.PathLike, mask: np.ndarray, *, use_isal: bool | None = None
+) -> tuple[object, np.ndarray]:
     """A 4-D BOLD's in-mask voxel series as (T, V) float32, time along axis 0.
 
     Parameters
@@ -100,8 +104,7 @@ def load_masked_bold(path: str | os.PathLike, mask: np.ndarray, *,
     if img.ndim != 4:
         raise ValueError(f"{Path(path).name} is not a 4-D BOLD series (shape {img.shape}).")
     if mask.shape != img.shape[:3]:
-        raise ValueError(f"The mask has shape {mask.shape}; {Path(path).name} has "
-                         f"{img.shape[:3]}.")
+        raise ValueError(f"The mask has shape {mask.shape}; {Path(path).name} has {img.shape[:3]}.")
     raw = read_nifti_data(img, path, use_isal=use_isal)
     slope, inter = float(img.dataobj.slope), float(img.dataobj.inter)
     # Volume by volume: each volume is contiguous in the file's (Fortran) order,

@@ -95,22 +95,32 @@ def plan_gpu_workers(gpus, available: list[str]) -> list[dict[str, str]]:
     if not available:
         return []
     if gpus != "all" and gpus > len(available):
-        raise ValueError(f"--gpus {gpus} asks for more GPUs than this node has "
-                         f"({len(available)}: {', '.join(available)}).")
+        raise ValueError(
+            f"--gpus {gpus} asks for more GPUs than this node has "
+            f"({len(available)}: {', '.join(available)})."
+        )
     chosen = available if gpus == "all" else available[:gpus]
     return [{"CUDA_VISIBLE_DEVICES": gpu} for gpu in chosen]
 
 
-def worker_spec(environments: list[dict[str, str]], *,
-                threads: int = THREADS_PER_GPU_WORKER) -> dict:
+def worker_spec(
+    environments: list[dict[str, str]], *, threads: int = THREADS_PER_GPU_WORKER
+) -> dict:
     """The ``SpecCluster`` worker specification: one ``Nanny`` per environment."""
     from distributed import Nanny
 
-    return {f"gpu-{env['CUDA_VISIBLE_DEVICES']}": {
-        "cls": Nanny,
-        "options": {"nthreads": threads, "env": dict(env), "memory_limit": 0,
-                    "silence_logs": logging.ERROR},
-    } for env in environments}
+    return {
+        f"gpu-{env['CUDA_VISIBLE_DEVICES']}": {
+            "cls": Nanny,
+            "options": {
+                "nthreads": threads,
+                "env": dict(env),
+                "memory_limit": 0,
+                "silence_logs": logging.ERROR,
+            },
+        }
+        for env in environments
+    }
 
 
 @contextmanager
@@ -125,12 +135,17 @@ def gpu_cluster(environments: list[dict[str, str]], *, threads: int = THREADS_PE
     from distributed import Client, Scheduler, SpecCluster
 
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}
-    cluster = SpecCluster(workers=worker_spec(environments, threads=threads),
-                          scheduler=scheduler, silence_logs=logging.ERROR)
+    cluster = SpecCluster(
+        workers=worker_spec(environments, threads=threads),
+        scheduler=scheduler,
+        silence_logs=logging.ERROR,
+    )
     client = Client(cluster)
     try:
-        logger.info("bids: one Dask worker per GPU (%s)",
-                    ", ".join(e["CUDA_VISIBLE_DEVICES"] for e in environments))
+        logger.info(
+            "bids: one Dask worker per GPU (%s)",
+            ", ".join(e["CUDA_VISIBLE_DEVICES"] for e in environments),
+        )
         yield client
     finally:
         client.close()

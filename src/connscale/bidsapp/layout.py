@@ -26,11 +26,26 @@ __all__ = ["BoldRun", "find_runs", "load_layout"]
 logger = logging.getLogger("connscale")
 
 # Entities that tell runs apart (what a run's mask and confounds share with its BOLD).
-_RUN_ENTITIES = ("subject", "session", "task", "acquisition", "ceagent", "reconstruction",
-                 "direction", "run", "echo", "part")
+_RUN_ENTITIES = (
+    "subject",
+    "session",
+    "task",
+    "acquisition",
+    "ceagent",
+    "reconstruction",
+    "direction",
+    "run",
+    "echo",
+    "part",
+)
 _SOURCE_ENTITIES = (*_RUN_ENTITIES, "space", "res", "den")
-_FILTERS = {"subject": "participant", "session": "session", "task": "task", "run": "run",
-            "space": "space"}
+_FILTERS = {
+    "subject": "participant",
+    "session": "session",
+    "task": "task",
+    "run": "run",
+    "space": "space",
+}
 
 
 @dataclass(frozen=True)
@@ -84,7 +99,7 @@ def load_layout(derivatives: str | os.PathLike, *, database_path=None):
     import warnings
 
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")    # a missing dataset_description.json is fine here
+        warnings.simplefilter("ignore")  # a missing dataset_description.json is fine here
         kwargs = {}
         if database_path is not None:
             kwargs = {"database_path": str(database_path), "reset_database": True}
@@ -102,7 +117,7 @@ def _as_list(values) -> list | None:
 def _strip(values: list | None, prefix: str) -> list | None:
     if values is None:
         return None
-    return [v[len(prefix):] if v.startswith(prefix) else v for v in values]
+    return [v[len(prefix) :] if v.startswith(prefix) else v for v in values]
 
 
 def _found(layout, desc: str) -> str:
@@ -129,17 +144,27 @@ def _one(layout, what: str, bold_name: str, **query) -> tuple[Path | None, str |
     return None, f"several {what} files for {bold_name}: {names}"
 
 
-@validate_params({
-    "derivatives": ["path"],
-    "strategy": [StrOptions(STRATEGIES)],
-    "t_r": [Interval(Real, 0, None, closed="neither"), None],
-    "work_dir": ["path", None],
-})
-def find_runs(derivatives, *, participant_label: Iterable[str] | str | None = None,
-              session_label: Iterable[str] | str | None = None,
-              task: Iterable[str] | str | None = None, run: Iterable | str | None = None,
-              space: Iterable[str] | str | None = None, strategy: str = "simple",
-              t_r: float | None = None, layout=None, work_dir=None) -> list[BoldRun]:
+@validate_params(
+    {
+        "derivatives": ["path"],
+        "strategy": [StrOptions(STRATEGIES)],
+        "t_r": [Interval(Real, 0, None, closed="neither"), None],
+        "work_dir": ["path", None],
+    }
+)
+def find_runs(
+    derivatives,
+    *,
+    participant_label: Iterable[str] | str | None = None,
+    session_label: Iterable[str] | str | None = None,
+    task: Iterable[str] | str | None = None,
+    run: Iterable | str | None = None,
+    space: Iterable[str] | str | None = None,
+    strategy: str = "simple",
+    t_r: float | None = None,
+    layout=None,
+    work_dir=None,
+) -> list[BoldRun]:
     """The preprocessed runs of an fMRIPrep tree that match the filters.
 
     Parameters
@@ -183,39 +208,66 @@ def find_runs(derivatives, *, participant_label: Iterable[str] | str | None = No
         "space": _as_list(space),
     }
     query = {k: v for k, v in filters.items() if v is not None}
-    bolds = layout.get(suffix="bold", desc=desc, extension=[".nii.gz", ".nii"],
-                       datatype="func", **query)
+    bolds = layout.get(
+        suffix="bold", desc=desc, extension=[".nii.gz", ".nii"], datatype="func", **query
+    )
     if not bolds:
         asked = ", ".join(f"{_FILTERS[k]}={v}" for k, v in query.items()) or "no filter"
-        raise ValueError(f"No preprocessed BOLD (desc-{desc}) in {derivatives} matches {asked}; "
-                         f"found {_found(layout, desc)}.")
+        raise ValueError(
+            f"No preprocessed BOLD (desc-{desc}) in {derivatives} matches {asked}; "
+            f"found {_found(layout, desc)}."
+        )
     runs = []
     for bold in sorted(bolds, key=lambda f: f.path):
         ents = bold.get_entities()
         name = Path(bold.path).name
         key = {k: ents[k] for k in _RUN_ENTITIES if k in ents}
-        absent = {k: None for k in _RUN_ENTITIES if k not in ents}   # must be absent too
+        absent = {k: None for k in _RUN_ENTITIES if k not in ents}  # must be absent too
         problems = []
-        mask, why = _one(layout, "brain mask", name, suffix="mask", desc="brain",
-                         extension=[".nii.gz", ".nii"], space=ents.get("space"),
-                         res=ents.get("res"), **key, **absent)
+        mask, why = _one(
+            layout,
+            "brain mask",
+            name,
+            suffix="mask",
+            desc="brain",
+            extension=[".nii.gz", ".nii"],
+            space=ents.get("space"),
+            res=ents.get("res"),
+            **key,
+            **absent,
+        )
         problems += [why] if why else []
-        confounds, why = _one(layout, "confounds TSV", name, desc="confounds",
-                              suffix=["timeseries", "regressors"], extension=".tsv",
-                              space=None, **key, **absent)
+        confounds, why = _one(
+            layout,
+            "confounds TSV",
+            name,
+            desc="confounds",
+            suffix=["timeseries", "regressors"],
+            extension=".tsv",
+            space=None,
+            **key,
+            **absent,
+        )
         problems += [why] if why else []
         confounds_json = None
         if confounds is not None:
-            sidecar = confounds.with_name(confounds.name[:-len(".tsv")] + ".json")
+            sidecar = confounds.with_name(confounds.name[: -len(".tsv")] + ".json")
             confounds_json = sidecar if sidecar.is_file() else None
         meta = layout.get_metadata(bold.path)
         run_t_r = meta.get("RepetitionTime", t_r)
         if run_t_r is None:
             problems.append(f"no RepetitionTime in the sidecar of {name} (give --t-r)")
         source = from_pybids({k: ents[k] for k in _SOURCE_ENTITIES if k in ents})
-        runs.append(BoldRun(
-            bold=Path(bold.path), mask=mask, confounds=confounds, confounds_json=confounds_json,
-            t_r=None if run_t_r is None else float(run_t_r), entities=source,
-            problem="; ".join(problems) or None))
+        runs.append(
+            BoldRun(
+                bold=Path(bold.path),
+                mask=mask,
+                confounds=confounds,
+                confounds_json=confounds_json,
+                t_r=None if run_t_r is None else float(run_t_r),
+                entities=source,
+                problem="; ".join(problems) or None,
+            )
+        )
     logger.info("bids: %d run(s) in %s", len(runs), derivatives)
     return runs

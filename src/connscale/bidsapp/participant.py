@@ -68,8 +68,14 @@ from connscale.engines import ENGINES
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io.bids import bids_name, derivative_path
 
-__all__ = ["MEASURES", "ParticipantConfig", "ParticipantReport", "read_atlas_labels",
-           "run_participant", "write_dataset_description"]
+__all__ = [
+    "MEASURES",
+    "ParticipantConfig",
+    "ParticipantReport",
+    "read_atlas_labels",
+    "run_participant",
+    "write_dataset_description",
+]
 
 logger = logging.getLogger("connscale")
 
@@ -125,9 +131,20 @@ class ParticipantConfig:
 
     def voxel_parameters(self) -> dict:
         """What changes the run's voxel-level set (not the atlas, not the windows)."""
-        kept = {k: v for k, v in self.parameters().items()
-                if k in ("strategy", "strategy_params", "detrend", "standardize", "low_pass",
-                         "high_pass", "dtype")}
+        kept = {
+            k: v
+            for k, v in self.parameters().items()
+            if k
+            in (
+                "strategy",
+                "strategy_params",
+                "detrend",
+                "standardize",
+                "low_pass",
+                "high_pass",
+                "dtype",
+            )
+        }
         kept["measures"] = [m for m in self.measures if m in VOXEL_MEASURES]
         return kept
 
@@ -186,8 +203,12 @@ def write_dataset_description(output: Path, derivatives: Path) -> Path:
     """
     from connscale.io.bids import write_dataset_description as write_description
 
-    return write_description(output, name="connscale connectivity derivatives",
-                             links={DATASET_LINK: str(derivatives)}, exclusive=True)
+    return write_description(
+        output,
+        name="connscale connectivity derivatives",
+        links={DATASET_LINK: str(derivatives)},
+        exclusive=True,
+    )
 
 
 def _bids_uri(path: Path, root: Path) -> str:
@@ -200,13 +221,17 @@ def _atlas_on_grid(atlas_path: str, bold_img):
 
     atlas = nib.load(atlas_path)
     if atlas.ndim != 3:
-        raise ValueError(f"The atlas must be a 3-D labels image; {Path(atlas_path).name} has "
-                         f"{atlas.ndim} dimensions.")
-    if atlas.shape != bold_img.shape[:3] or not np.allclose(atlas.affine, bold_img.affine,
-                                                           atol=1e-3):
+        raise ValueError(
+            f"The atlas must be a 3-D labels image; {Path(atlas_path).name} has "
+            f"{atlas.ndim} dimensions."
+        )
+    if atlas.shape != bold_img.shape[:3] or not np.allclose(
+        atlas.affine, bold_img.affine, atol=1e-3
+    ):
         ref = nib.Nifti1Image(np.zeros(bold_img.shape[:3], np.int8), bold_img.affine)
-        atlas = resample_to_img(atlas, ref, interpolation="nearest", copy_header=True,
-                                force_resample=True)
+        atlas = resample_to_img(
+            atlas, ref, interpolation="nearest", copy_header=True, force_resample=True
+        )
     data = np.asarray(atlas.dataobj)
     if not np.allclose(data, np.round(data)):
         raise ValueError(f"The atlas {Path(atlas_path).name} must hold integer labels.")
@@ -220,18 +245,26 @@ def _load_run(run: BoldRun):
     if img.ndim != 4:
         raise ValueError(f"{run.bold.name} is not a 4-D BOLD series (shape {img.shape}).")
     mask_img = nib.load(run.mask)
-    if mask_img.shape[:3] != img.shape[:3] or not np.allclose(mask_img.affine, img.affine,
-                                                             atol=1e-3):
+    if mask_img.shape[:3] != img.shape[:3] or not np.allclose(
+        mask_img.affine, img.affine, atol=1e-3
+    ):
         raise ValueError(f"The mask {run.mask.name} is not on the grid of {run.bold.name}.")
     mask = np.asarray(mask_img.dataobj) > 0
-    _, data = load_masked_bold(run.bold, mask)                 # (T, V), C-contiguous rows
+    _, data = load_masked_bold(run.bold, mask)  # (T, V), C-contiguous rows
     if not np.isfinite(data).all():
         raise ValueError(f"{run.bold.name} holds NaN or infinite values inside its mask.")
     return img, mask, data
 
 
-def _sidecars(config: ParticipantConfig, run: BoldRun, names, confounds, sample_mask,
-              n_volumes: int, mean_fd: float | None) -> tuple[dict, dict]:
+def _sidecars(
+    config: ParticipantConfig,
+    run: BoldRun,
+    names,
+    confounds,
+    sample_mask,
+    n_volumes: int,
+    mean_fd: float | None,
+) -> tuple[dict, dict]:
     root = Path(config.derivatives)
     sources = [_bids_uri(p, root) for p in (run.bold, run.mask, run.confounds) if p is not None]
     kept = np.arange(n_volumes) if sample_mask is None else np.asarray(sample_mask)
@@ -241,9 +274,13 @@ def _sidecars(config: ParticipantConfig, run: BoldRun, names, confounds, sample_
         "AtlasFile": str(config.atlas),
         "AtlasLabelsFile": config.atlas_labels,
         "DenoiseStrategy": config.strategy,
-        "DenoiseParameters": {**config.strategy_params, "detrend": config.detrend,
-                              "standardize": config.standardize, "low_pass": config.low_pass,
-                              "high_pass": config.high_pass},
+        "DenoiseParameters": {
+            **config.strategy_params,
+            "detrend": config.detrend,
+            "standardize": config.standardize,
+            "low_pass": config.low_pass,
+            "high_pass": config.high_pass,
+        },
         "ConfoundRegressors": [] if confounds is None else list(map(str, confounds.columns)),
         "NumberOfVolumes": int(n_volumes),
         "NumberOfVolumesDiscarded": int(n_volumes - kept.size),
@@ -255,7 +292,7 @@ def _sidecars(config: ParticipantConfig, run: BoldRun, names, confounds, sample_
     relmat = {
         "Measure": "Pearson correlation",
         "MeasureDescription": "Pearson correlation of the denoised mean time series of each "
-                              "pair of atlas regions (no shrinkage)",
+        "pair of atlas regions (no shrinkage)",
         "Weighted": True,
         "Directed": False,
         "ValidDiagonal": True,
@@ -285,8 +322,13 @@ def run_one(task: tuple) -> dict:
 
     config, run = task[:2]
     prefetched = task[2] if len(task) > 2 else None
-    record = {"name": run.name, "subject": run.entities.get("sub"),
-              "session": run.entities.get("ses"), "bold": str(run.bold), "outputs": []}
+    record = {
+        "name": run.name,
+        "subject": run.entities.get("sub"),
+        "session": run.entities.get("ses"),
+        "bold": str(run.bold),
+        "outputs": [],
+    }
     start = time.perf_counter()
     threads = torch.get_num_threads()
     torch.set_num_threads(config.threads)
@@ -297,8 +339,9 @@ def run_one(task: tuple) -> dict:
         record.update(_process(config, run, decoded))
         record["status"] = record.get("status", "ok")
     except Exception as exc:  # noqa: BLE001 - reported per run, never raised
-        record.update(status="error", error=f"{type(exc).__name__}: {exc}",
-                      traceback=traceback.format_exc())
+        record.update(
+            status="error", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
+        )
     finally:
         torch.set_num_threads(threads)
     record["seconds"] = round(time.perf_counter() - start, 6)
@@ -311,7 +354,7 @@ class DecodedRun:
 
     img: object
     mask: np.ndarray
-    data: np.ndarray          # (T, V) float32, the in-mask voxels in C order
+    data: np.ndarray  # (T, V) float32, the in-mask voxels in C order
     seconds: float
 
 
@@ -324,7 +367,7 @@ def decode_run(run: BoldRun) -> DecodedRun:
 
 def _set_prefix(entities: dict, extra: dict) -> str:
     """A set's name: its outputs' common entities (its lock, staging folder and manifest)."""
-    return bids_name({**entities, **extra}, suffix="bold", extension=".tsv")[:-len("_bold.tsv")]
+    return bids_name({**entities, **extra}, suffix="bold", extension=".tsv")[: -len("_bold.tsv")]
 
 
 def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
@@ -333,18 +376,23 @@ def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
 
     entities = dict(run.entities)
     folder = derivative_path(config.output, entities, suffix="bold", extension=".tsv").parent
-    bold_inputs = [p for p in (run.bold, run.mask, run.confounds, run.confounds_json)
-                   if p is not None]
+    bold_inputs = [
+        p for p in (run.bold, run.mask, run.confounds, run.confounds_json) if p is not None
+    ]
     sets = {}
     if any(m in REGION_MEASURES for m in config.measures):
         inputs = bold_inputs + [p for p in (config.atlas, config.atlas_labels) if p is not None]
-        sets["region"] = (folder, _set_prefix(entities, {"seg": config.atlas_name,
-                                                         "desc": config.strategy}),
-                          run_fingerprint(inputs, {**config.region_parameters(), "t_r": run.t_r}))
+        sets["region"] = (
+            folder,
+            _set_prefix(entities, {"seg": config.atlas_name, "desc": config.strategy}),
+            run_fingerprint(inputs, {**config.region_parameters(), "t_r": run.t_r}),
+        )
     if any(m in VOXEL_MEASURES for m in config.measures):
-        sets["voxel"] = (folder, _set_prefix(entities, {"desc": config.strategy}),
-                         run_fingerprint(bold_inputs, {**config.voxel_parameters(),
-                                                       "t_r": run.t_r}))
+        sets["voxel"] = (
+            folder,
+            _set_prefix(entities, {"desc": config.strategy}),
+            run_fingerprint(bold_inputs, {**config.voxel_parameters(), "t_r": run.t_r}),
+        )
     return sets
 
 
@@ -371,8 +419,9 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
     with ExitStack() as stack:
         todo = {}
         for kind, (folder, prefix, fingerprint) in _output_sets(config, run).items():
-            out = stack.enter_context(OutputSet(folder, prefix, command="bids participant",
-                                                fingerprint=fingerprint))
+            out = stack.enter_context(
+                OutputSet(folder, prefix, command="bids participant", fingerprint=fingerprint)
+            )
             if not out.complete():
                 todo[kind] = out
         if not todo:
@@ -383,23 +432,36 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
         data = decoded.data
 
         tic = time.perf_counter()
-        confounds, sample_mask = load_confounds(run.bold, config.strategy,
-                                                **config.strategy_params)
+        confounds, sample_mask = load_confounds(run.bold, config.strategy, **config.strategy_params)
         operator = cleaning_operator(
-            data.shape[0], confounds=None if confounds is None else confounds.to_numpy(),
-            sample_mask=sample_mask, detrend=config.detrend, low_pass=config.low_pass,
-            high_pass=config.high_pass, t_r=run.t_r)
+            data.shape[0],
+            confounds=None if confounds is None else confounds.to_numpy(),
+            sample_mask=sample_mask,
+            detrend=config.detrend,
+            low_pass=config.low_pass,
+            high_pass=config.high_pass,
+            t_r=run.t_r,
+        )
         timings["clean"] += time.perf_counter() - tic
         fd = None if run.confounds is None else framewise_displacement(run.confounds)
         mean_fd = None if fd is None else float(fd.mean())
-        context = {"confounds": confounds, "sample_mask": sample_mask, "operator": operator,
-                   "fd": fd, "mean_fd": mean_fd}
-        record = {"status": "ok", "outputs": [], "mean_fd": mean_fd,
-                  "n_volumes": int(data.shape[0]), "n_kept": int(operator.volumes.size),
-                  "n_voxels": int(data.shape[1])}
+        context = {
+            "confounds": confounds,
+            "sample_mask": sample_mask,
+            "operator": operator,
+            "fd": fd,
+            "mean_fd": mean_fd,
+        }
+        record = {
+            "status": "ok",
+            "outputs": [],
+            "mean_fd": mean_fd,
+            "n_volumes": int(data.shape[0]),
+            "n_kept": int(operator.volumes.size),
+            "n_voxels": int(data.shape[1]),
+        }
         if "region" in todo:
-            written, n_regions = _region_set(config, run, decoded, todo["region"], context,
-                                             timings)
+            written, n_regions = _region_set(config, run, decoded, todo["region"], context, timings)
             record["n_regions"] = n_regions
             record["outputs"] += [str(todo["region"].out_dir / n) for n in written]
         if "voxel" in todo:
@@ -428,21 +490,38 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
     timings["decode"] += time.perf_counter() - tic
 
     tic = time.perf_counter()
-    series = clean_regions(data, labels, operator, regions=regions,
-                           standardize=config.standardize, device=config.device,
-                           dtype=config.dtype)
+    series = clean_regions(
+        data,
+        labels,
+        operator,
+        regions=regions,
+        standardize=config.standardize,
+        device=config.device,
+        dtype=config.dtype,
+    )
     timings["clean"] += time.perf_counter() - tic
 
     tic = time.perf_counter()
-    matrix = correlation(series, device=config.device, dtype=config.dtype,
-                         memory_limit=config.memory_limit) if "fc" in config.measures else None
+    matrix = (
+        correlation(
+            series, device=config.device, dtype=config.dtype, memory_limit=config.memory_limit
+        )
+        if "fc" in config.measures
+        else None
+    )
     timings["compute"] += time.perf_counter() - tic
 
     tic = time.perf_counter()
     names = _region_names(config, regions)
-    relmat_meta, series_meta = _sidecars(config, run, names, context["confounds"],
-                                         context["sample_mask"], data.shape[0],
-                                         context["mean_fd"])
+    relmat_meta, series_meta = _sidecars(
+        config,
+        run,
+        names,
+        context["confounds"],
+        context["sample_mask"],
+        data.shape[0],
+        context["mean_fd"],
+    )
     measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.strategy}
     written = []
     if "fc" in config.measures:
@@ -459,19 +538,35 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
     for measure in _WINDOWED:
         if measure in config.measures:
             name = bids_name(measured, suffix=measure, extension=".h5")
-            _windowed_store(measure, config, run, series, names, out.path(name),
-                            operator.volumes, timings)
-            write_json_atomic(out.path(name[:-3] + ".json"),
-                              _windowed_sidecar(measure, config, relmat_meta, series.shape[0]))
+            _windowed_store(
+                measure, config, run, series, names, out.path(name), operator.volumes, timings
+            )
+            write_json_atomic(
+                out.path(name[:-3] + ".json"),
+                _windowed_sidecar(measure, config, relmat_meta, series.shape[0]),
+            )
             written += [name, name[:-3] + ".json"]
     if config.reports:
         tic = time.perf_counter()
         name = bids_name({**entities, **seg}, suffix="report", extension=".html")
         out.path(name)
-        _run_report(out.staging, name, config=config, run=run, img=img, mask=mask,
-                    atlas=atlas, data=data, labels=labels, regions=regions,
-                    operator=operator, fc=matrix, names=names, fd=context["fd"],
-                    timings=timings)
+        _run_report(
+            out.staging,
+            name,
+            config=config,
+            run=run,
+            img=img,
+            mask=mask,
+            atlas=atlas,
+            data=data,
+            labels=labels,
+            regions=regions,
+            operator=operator,
+            fc=matrix,
+            names=names,
+            fd=context["fd"],
+            timings=timings,
+        )
         written.append(name)
         timings["write"] += time.perf_counter() - tic
     tic = time.perf_counter()
@@ -484,8 +579,11 @@ def _window_onsets(n_kept: int, config, volumes: np.ndarray, t_r: float) -> dict
     from connscale.fc.dynamic import window_starts
 
     starts = window_starts(n_kept, config.window_length, config.step)
-    return {"window_onsets": starts, "window_onset_volumes": volumes[starts],
-            "window_onset_seconds": volumes[starts] * float(t_r)}
+    return {
+        "window_onsets": starts,
+        "window_onset_volumes": volumes[starts],
+        "window_onset_seconds": volumes[starts] * float(t_r),
+    }
 
 
 def _windowed_store(measure, config, run, series, names, path: Path, volumes, timings) -> None:
@@ -493,67 +591,100 @@ def _windowed_store(measure, config, run, series, names, path: Path, volumes, ti
     from connscale.io.hdf5 import add_datasets
 
     if series.shape[0] < config.window_length:
-        raise ValueError(f"--window-length {config.window_length} is longer than the "
-                         f"{series.shape[0]} volumes kept in {run.bold.name}.")
+        raise ValueError(
+            f"--window-length {config.window_length} is longer than the "
+            f"{series.shape[0]} volumes kept in {run.bold.name}."
+        )
     onsets = _window_onsets(series.shape[0], config, volumes, run.t_r)
-    extra = {"kept_volumes": volumes, **onsets,
-             "labels": np.asarray(names, dtype=object)}
-    attrs = {"measure": _MEASURE, "atlas": config.atlas_name, "strategy": config.strategy,
-             "source": _bids_uri(run.bold, Path(config.derivatives)),
-             "software": f"connscale {__version__}", "repetition_time": float(run.t_r)}
-    path.unlink(missing_ok=True)              # an unpublished leftover of a failed attempt
+    extra = {"kept_volumes": volumes, **onsets, "labels": np.asarray(names, dtype=object)}
+    attrs = {
+        "measure": _MEASURE,
+        "atlas": config.atlas_name,
+        "strategy": config.strategy,
+        "source": _bids_uri(run.bold, Path(config.derivatives)),
+        "software": f"connscale {__version__}",
+        "repetition_time": float(run.t_r),
+    }
+    path.unlink(missing_ok=True)  # an unpublished leftover of a failed attempt
     if measure == "dfc":
         from connscale.fc.dynamic import dynamic_correlation
 
         tic = time.perf_counter()
-        result = dynamic_correlation(series, config.window_length, config.step, kind="triu",
-                                     device=config.device, dtype=config.dtype,
-                                     memory_limit=config.memory_limit, out=path)
+        result = dynamic_correlation(
+            series,
+            config.window_length,
+            config.step,
+            kind="triu",
+            device=config.device,
+            dtype=config.dtype,
+            memory_limit=config.memory_limit,
+            out=path,
+        )
         result.close()
         timings["compute"] += time.perf_counter() - tic
         tic = time.perf_counter()
-        add_datasets(path, {k: v for k, v in extra.items() if k != "window_onsets"},
-                     attrs=attrs)
+        add_datasets(path, {k: v for k, v in extra.items() if k != "window_onsets"}, attrs=attrs)
         timings["write"] += time.perf_counter() - tic
         return
     from connscale.fc.pairs import pair_summary, pairwise_dfc
     from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
 
     tic = time.perf_counter()
-    result = pairwise_dfc(series[None], config.window_length, config.step,
-                          device=config.device, dtype=config.dtype,
-                          memory_limit=config.memory_limit)
+    result = pairwise_dfc(
+        series[None],
+        config.window_length,
+        config.step,
+        device=config.device,
+        dtype=config.dtype,
+        memory_limit=config.memory_limit,
+    )
     summary = pair_summary(result.courses, threshold=config.pairs_threshold)
     timings["compute"] += time.perf_counter() - tic
     tic = time.perf_counter()
-    write_pairs_h5(path, courses=result.courses[0], pairs=result.pairs,
-                   window_onsets=result.window_starts, window_length=result.window_length,
-                   step=result.step,
-                   summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
-                   threshold=summary.threshold, labels=names, n_constant=result.n_constant,
-                   datasets={k: v for k, v in extra.items()
-                             if k not in ("window_onsets", "labels")},
-                   attrs=attrs)
+    write_pairs_h5(
+        path,
+        courses=result.courses[0],
+        pairs=result.pairs,
+        window_onsets=result.window_starts,
+        window_length=result.window_length,
+        step=result.step,
+        summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
+        threshold=summary.threshold,
+        labels=names,
+        n_constant=result.n_constant,
+        datasets={k: v for k, v in extra.items() if k not in ("window_onsets", "labels")},
+        attrs=attrs,
+    )
     timings["write"] += time.perf_counter() - tic
 
 
 def _windowed_sidecar(measure: str, config, relmat_meta: dict, n_kept: int) -> dict:
     meta = {k: v for k, v in relmat_meta.items() if k not in ("StorageFormat", "ValidDiagonal")}
-    meta.update({
-        "MeasureDescription": (
-            "Sliding-window Pearson correlation of every pair of denoised atlas region "
-            "series" + (", with each pair's mean, standard deviation and fraction of "
-                        f"windows above {config.pairs_threshold}" if measure == "pairs" else "")),
-        "WindowLength": config.window_length,
-        "WindowStep": config.step,
-        "NumberOfWindows": (n_kept - config.window_length) // config.step + 1,
-        "WindowsSpan": "the kept volumes, in order (with censoring a window may span a gap; "
-                       "window_onset_volumes and window_onset_seconds give each window's "
-                       "first source volume)",
-        "StorageFormat": ("HDF5 (connscale-dfc-1): triu (windows, pairs), row-major "
-                          "strictly-upper pairs" if measure == "dfc" else
-                          "HDF5: courses (pairs, windows), pairs (pairs, 2), summary/*"),
-    })
+    meta.update(
+        {
+            "MeasureDescription": (
+                "Sliding-window Pearson correlation of every pair of denoised atlas region "
+                "series"
+                + (
+                    ", with each pair's mean, standard deviation and fraction of "
+                    f"windows above {config.pairs_threshold}"
+                    if measure == "pairs"
+                    else ""
+                )
+            ),
+            "WindowLength": config.window_length,
+            "WindowStep": config.step,
+            "NumberOfWindows": (n_kept - config.window_length) // config.step + 1,
+            "WindowsSpan": "the kept volumes, in order (with censoring a window may span a gap; "
+            "window_onset_volumes and window_onset_seconds give each window's "
+            "first source volume)",
+            "StorageFormat": (
+                "HDF5 (connscale-dfc-1): triu (windows, pairs), row-major strictly-upper pairs"
+                if measure == "dfc"
+                else "HDF5: courses (pairs, windows), pairs (pairs, 2), summary/*"
+            ),
+        }
+    )
     if measure == "pairs":
         meta["Threshold"] = config.pairs_threshold
     return meta
@@ -571,57 +702,102 @@ def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
     n = data.shape[1]
     if n < 2:
         raise ValueError(f"The mask of {run.bold.name} holds fewer than 2 voxels.")
-    name = bids_name({**entities, "meas": _MEASURE, "desc": config.strategy},
-                     suffix="relmat", extension=".h5")
+    name = bids_name(
+        {**entities, "meas": _MEASURE, "desc": config.strategy}, suffix="relmat", extension=".h5"
+    )
     itemsize = 8 if config.dtype == "float64" else 4
-    out.check_space(itemsize * n * (n - 1) // 2 + 32 * n + mask.size,
-                    what=f"the voxel-level matrix of {run.bold.name} ({n} voxels)")
+    out.check_space(
+        itemsize * n * (n - 1) // 2 + 32 * n + mask.size,
+        what=f"the voxel-level matrix of {run.bold.name} ({n} voxels)",
+    )
     tic = time.perf_counter()
-    voxels = clean_signals(data, operator, standardize=config.standardize,
-                           device=config.device, dtype=config.dtype)
+    voxels = clean_signals(
+        data, operator, standardize=config.standardize, device=config.device, dtype=config.dtype
+    )
     timings["clean"] += time.perf_counter() - tic
 
     tic = time.perf_counter()
     path = out.path(name)
     path.unlink(missing_ok=True)
     source = _bids_uri(run.bold, Path(config.derivatives))
-    compute_correlation(voxels, kind="triu", device=config.device, dtype=config.dtype,
-                        memory_limit=config.memory_limit, out=path,
-                        attrs={"source": source, "strategy": config.strategy,
-                               "space": entities.get("space", "n/a")})
+    compute_correlation(
+        voxels,
+        kind="triu",
+        device=config.device,
+        dtype=config.dtype,
+        memory_limit=config.memory_limit,
+        out=path,
+        attrs={
+            "source": source,
+            "strategy": config.strategy,
+            "space": entities.get("space", "n/a"),
+        },
+    )
     del voxels
     timings["compute"] += time.perf_counter() - tic
 
     tic = time.perf_counter()
-    ijk = np.argwhere(mask).astype(np.int32)          # the C order of data's columns
+    ijk = np.argwhere(mask).astype(np.int32)  # the C order of data's columns
     affine = np.asarray(decoded.img.affine, dtype=np.float64)
-    add_datasets(path, {"mask": mask.astype(np.uint8), "affine": affine, "voxels/ijk": ijk,
-                        "voxels/xyz": ijk @ affine[:3, :3].T + affine[:3, 3],
-                        "kept_volumes": operator.volumes},
-                 attrs={"mask_source": _bids_uri(run.mask, Path(config.derivatives))},
-                 compress=("mask",))
-    relmat_meta, _ = _sidecars(config, run, [], context["confounds"], context["sample_mask"],
-                               data.shape[0], context["mean_fd"])
+    add_datasets(
+        path,
+        {
+            "mask": mask.astype(np.uint8),
+            "affine": affine,
+            "voxels/ijk": ijk,
+            "voxels/xyz": ijk @ affine[:3, :3].T + affine[:3, 3],
+            "kept_volumes": operator.volumes,
+        },
+        attrs={"mask_source": _bids_uri(run.mask, Path(config.derivatives))},
+        compress=("mask",),
+    )
+    relmat_meta, _ = _sidecars(
+        config,
+        run,
+        [],
+        context["confounds"],
+        context["sample_mask"],
+        data.shape[0],
+        context["mean_fd"],
+    )
     relmat_meta.pop("NodeNames")
     for key in ("Atlas", "AtlasFile", "AtlasLabelsFile"):
         relmat_meta.pop(key)
-    relmat_meta.update({
-        "MeasureDescription": "Pearson correlation of the denoised series of each pair of "
-                              "voxels of the run's brain mask (no shrinkage)",
-        "ValidDiagonal": False,
-        "StorageFormat": "HDF5 relmat (connscale.io.hdf5): strictly-upper triangle, pair "
-                         "(i, j), i < j, at k = i*N - i*(i+1)/2 + j - i - 1; voxel i is "
-                         "voxels/ijk[i] (voxels/xyz[i] in mm) of /mask",
-        "NumberOfVoxels": int(n),
-    })
+    relmat_meta.update(
+        {
+            "MeasureDescription": "Pearson correlation of the denoised series of each pair of "
+            "voxels of the run's brain mask (no shrinkage)",
+            "ValidDiagonal": False,
+            "StorageFormat": "HDF5 relmat (connscale.io.hdf5): strictly-upper triangle, pair "
+            "(i, j), i < j, at k = i*N - i*(i+1)/2 + j - i - 1; voxel i is "
+            "voxels/ijk[i] (voxels/xyz[i] in mm) of /mask",
+            "NumberOfVoxels": int(n),
+        }
+    )
     write_json_atomic(out.path(name[:-3] + ".json"), relmat_meta)
     out.commit(extra={"run": run.name})
     timings["write"] += time.perf_counter() - tic
     return [name, name[:-3] + ".json"]
 
 
-def _run_report(staging: Path, name: str, *, config, run, img, mask, atlas, data, labels,
-                regions, operator, fc, names, fd, timings) -> Path:
+def _run_report(
+    staging: Path,
+    name: str,
+    *,
+    config,
+    run,
+    img,
+    mask,
+    atlas,
+    data,
+    labels,
+    regions,
+    operator,
+    fc,
+    names,
+    fd,
+    timings,
+) -> Path:
     from connscale.bidsapp.report import run_figures
     from connscale.denoise import clean_signals, region_signals
     from connscale.report import write_report
@@ -629,22 +805,47 @@ def _run_report(staging: Path, name: str, *, config, run, img, mask, atlas, data
     raw = region_signals(data, labels, regions=regions, device=config.device)
     raw_fc = np.corrcoef(raw.T)
     step = max(1, data.shape[1] // 2000)
-    voxels = clean_signals(data[:, ::step], operator, standardize=config.standardize,
-                           device=config.device)
+    voxels = clean_signals(
+        data[:, ::step], operator, standardize=config.standardize, device=config.device
+    )
     if fc is None:
         from connscale.fc.static import correlation
 
         fc = correlation(clean_signals(raw, operator, device=config.device), device="cpu")
-    figures = run_figures(staging / "figures", img=img, mask=mask, atlas=atlas, data=data,
-                          cleaned_voxels=voxels, raw_fc=raw_fc, fc=fc, names=names, fd=fd,
-                          kept=operator.volumes)
-    results = {"volumes": int(data.shape[0]), "volumes kept": int(operator.volumes.size),
-               "voxels in mask": int(data.shape[1]), "regions": int(len(names)),
-               "mean FD (mm)": None if fd is None else float(fd.mean())}
-    record = {"command": f"bids participant: {run.name}", "parameters": {
-        "atlas": config.atlas_name, "strategy": config.strategy, "bold": str(run.bold),
-        "mask": str(run.mask), "confounds": str(run.confounds), "t_r": run.t_r},
-        "results": results, "timings_s": dict(timings), "figures": [str(f) for f in figures]}
+    figures = run_figures(
+        staging / "figures",
+        img=img,
+        mask=mask,
+        atlas=atlas,
+        data=data,
+        cleaned_voxels=voxels,
+        raw_fc=raw_fc,
+        fc=fc,
+        names=names,
+        fd=fd,
+        kept=operator.volumes,
+    )
+    results = {
+        "volumes": int(data.shape[0]),
+        "volumes kept": int(operator.volumes.size),
+        "voxels in mask": int(data.shape[1]),
+        "regions": int(len(names)),
+        "mean FD (mm)": None if fd is None else float(fd.mean()),
+    }
+    record = {
+        "command": f"bids participant: {run.name}",
+        "parameters": {
+            "atlas": config.atlas_name,
+            "strategy": config.strategy,
+            "bold": str(run.bold),
+            "mask": str(run.mask),
+            "confounds": str(run.confounds),
+            "t_r": run.t_r,
+        },
+        "results": results,
+        "timings_s": dict(timings),
+        "figures": [str(f) for f in figures],
+    }
     return write_report(record, staging, filename=name)
 
 
@@ -664,15 +865,17 @@ def _write_logs(output: Path, records: list[dict], meta: dict) -> tuple[Path, Pa
     logs = output / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     counts = {s: sum(r["status"] == s for r in records) for s in ("ok", "skipped", "error")}
-    report = write_json_atomic(logs / "participant_report.json",
-                               {**meta, "counts": counts, "records": records})
+    report = write_json_atomic(
+        logs / "participant_report.json", {**meta, "counts": counts, "records": records}
+    )
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
     writer.writerow(["name", "bold", "error"])
     for r in records:
         if r["status"] == "error":
-            writer.writerow([r["name"], r["bold"], r["error"].replace("\t", " ")
-                             .replace("\n", " ")])
+            writer.writerow(
+                [r["name"], r["bold"], r["error"].replace("\t", " ").replace("\n", " ")]
+            )
     return report, write_text_atomic(logs / "participant_errors.tsv", buffer.getvalue())
 
 
@@ -684,12 +887,16 @@ def _gpu_plan(gpus, backend: str, notes: list[str]) -> list[dict]:
 
     gpus = parse_gpus(gpus)
     if backend == "spark":
-        raise ValueError("--gpus starts one Dask worker per GPU; it cannot pin GPUs to Spark "
-                         "executors (leave out --backend spark).")
+        raise ValueError(
+            "--gpus starts one Dask worker per GPU; it cannot pin GPUs to Spark "
+            "executors (leave out --backend spark)."
+        )
     environments = plan_gpu_workers(gpus, available_gpus())
     if not environments:
-        note = (f"--gpus {gpus}: no GPU on this node (torch sees no CUDA device); running "
-                f"on the CPU with the {backend} backend instead.")
+        note = (
+            f"--gpus {gpus}: no GPU on this node (torch sees no CUDA device); running "
+            f"on the CPU with the {backend} backend instead."
+        )
         notes.append(note)
         logger.warning(note)
     return environments
@@ -711,8 +918,10 @@ def run_serial(config: ParticipantConfig, runs: list[BoldRun]) -> list[dict]:
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="connscale-decode") as pool:
         ahead = pool.submit(prefetch, runs[0]) if runs else None
         for index, run in enumerate(runs):
-            current, ahead = ahead, (pool.submit(prefetch, runs[index + 1])
-                                     if index + 1 < len(runs) else None)
+            current, ahead = (
+                ahead,
+                (pool.submit(prefetch, runs[index + 1]) if index + 1 < len(runs) else None),
+            )
             records.append(run_one((config, run, current)))
     return records
 
@@ -720,44 +929,68 @@ def run_serial(config: ParticipantConfig, runs: list[BoldRun]) -> list[dict]:
 _POSITIVE = [Interval(Real, 0, None, closed="neither"), None]
 
 
-@validate_params({
-    "derivatives": ["path"],
-    "output": ["path"],
-    "atlas": ["path"],
-    "atlas_name": [str],
-    "atlas_labels": ["path", None],
-    "strategy": [StrOptions(STRATEGIES)],
-    "strategy_params": [dict, None],
-    "measures": [SequenceOf(StrOptions(MEASURES))],
-    "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), None],
-    "step": [Interval(Integral, 1, None, closed="left")],
-    "pairs_threshold": [Interval(Real, -1, 1, closed="both")],
-    "t_r": _POSITIVE,
-    "detrend": ["boolean"],
-    "low_pass": _POSITIVE,
-    "high_pass": _POSITIVE,
-    "backend": [StrOptions(ENGINES)],
-    "n_jobs": [Integral, None],
-    "device": ["device"],
-    "dtype": [StrOptions({"float32", "float64"})],
-    "threads_per_task": [Interval(Integral, 1, None, closed="left")],
-    "memory_limit": ["memory", None],
-    "work_dir": ["path", None],
-    "reports": ["boolean"],
-    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
-})
-def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels=None,
-                    strategy: str = "simple", strategy_params: dict | None = None,
-                    measures=("fc", "timeseries"), window_length: int | None = None,
-                    step: int = 1, pairs_threshold: float = 0.5,
-                    participant_label=None, session_label=None,
-                    task=None, run=None, space=None, t_r: float | None = None,
-                    detrend: bool = True, standardize: str | None = "zscore_sample",
-                    low_pass: float | None = None, high_pass: float | None = None,
-                    backend: str = "local", n_jobs: int | None = None, device: str = "cpu",
-                    dtype: str = "float32", threads_per_task: int = 1, memory_limit=None,
-                    gpus=None, work_dir=None, reports: bool = True,
-                    verbose: int = 1) -> ParticipantReport:
+@validate_params(
+    {
+        "derivatives": ["path"],
+        "output": ["path"],
+        "atlas": ["path"],
+        "atlas_name": [str],
+        "atlas_labels": ["path", None],
+        "strategy": [StrOptions(STRATEGIES)],
+        "strategy_params": [dict, None],
+        "measures": [SequenceOf(StrOptions(MEASURES))],
+        "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), None],
+        "step": [Interval(Integral, 1, None, closed="left")],
+        "pairs_threshold": [Interval(Real, -1, 1, closed="both")],
+        "t_r": _POSITIVE,
+        "detrend": ["boolean"],
+        "low_pass": _POSITIVE,
+        "high_pass": _POSITIVE,
+        "backend": [StrOptions(ENGINES)],
+        "n_jobs": [Integral, None],
+        "device": ["device"],
+        "dtype": [StrOptions({"float32", "float64"})],
+        "threads_per_task": [Interval(Integral, 1, None, closed="left")],
+        "memory_limit": ["memory", None],
+        "work_dir": ["path", None],
+        "reports": ["boolean"],
+        "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+    }
+)
+def run_participant(
+    derivatives,
+    output,
+    *,
+    atlas,
+    atlas_name: str,
+    atlas_labels=None,
+    strategy: str = "simple",
+    strategy_params: dict | None = None,
+    measures=("fc", "timeseries"),
+    window_length: int | None = None,
+    step: int = 1,
+    pairs_threshold: float = 0.5,
+    participant_label=None,
+    session_label=None,
+    task=None,
+    run=None,
+    space=None,
+    t_r: float | None = None,
+    detrend: bool = True,
+    standardize: str | None = "zscore_sample",
+    low_pass: float | None = None,
+    high_pass: float | None = None,
+    backend: str = "local",
+    n_jobs: int | None = None,
+    device: str = "cpu",
+    dtype: str = "float32",
+    threads_per_task: int = 1,
+    memory_limit=None,
+    gpus=None,
+    work_dir=None,
+    reports: bool = True,
+    verbose: int = 1,
+) -> ParticipantReport:
     """Denoised atlas connectivity of every matching fMRIPrep run, as BIDS derivatives.
 
     Parameters
@@ -827,8 +1060,9 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
 
     measures = tuple(dict.fromkeys(measures))
     if any(m in _WINDOWED for m in measures) and window_length is None:
-        raise ValueError("The measures dfc and pairs need a window length "
-                         "(--window-length, in volumes).")
+        raise ValueError(
+            "The measures dfc and pairs need a window length (--window-length, in volumes)."
+        )
     window_length = None if window_length is None else int(window_length)
     step, pairs_threshold = int(step), float(pairs_threshold)
     _check_name({"sub": "x", "seg": atlas_name}, suffix="relmat", extension=".tsv")
@@ -846,17 +1080,39 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
     environments = _gpu_plan(gpus, backend, notes)
     if environments:
         device = "cuda"
-    runs = find_runs(derivatives, participant_label=participant_label,
-                     session_label=session_label, task=task, run=run, space=space,
-                     strategy=strategy, t_r=t_r, work_dir=work_dir)
+    runs = find_runs(
+        derivatives,
+        participant_label=participant_label,
+        session_label=session_label,
+        task=task,
+        run=run,
+        space=space,
+        strategy=strategy,
+        t_r=t_r,
+        work_dir=work_dir,
+    )
     config = ParticipantConfig(
-        derivatives=str(derivatives), output=str(output), atlas=str(atlas),
-        atlas_name=atlas_name, atlas_labels=None if atlas_labels is None else str(atlas_labels),
-        strategy=strategy, strategy_params=dict(strategy_params or {}), measures=measures,
-        window_length=window_length, step=step, pairs_threshold=pairs_threshold,
-        detrend=detrend, standardize=standardize, low_pass=low_pass, high_pass=high_pass,
-        device=device, dtype=dtype, threads=threads_per_task, memory_limit=memory_limit,
-        reports=reports)
+        derivatives=str(derivatives),
+        output=str(output),
+        atlas=str(atlas),
+        atlas_name=atlas_name,
+        atlas_labels=None if atlas_labels is None else str(atlas_labels),
+        strategy=strategy,
+        strategy_params=dict(strategy_params or {}),
+        measures=measures,
+        window_length=window_length,
+        step=step,
+        pairs_threshold=pairs_threshold,
+        detrend=detrend,
+        standardize=standardize,
+        low_pass=low_pass,
+        high_pass=high_pass,
+        device=device,
+        dtype=dtype,
+        threads=threads_per_task,
+        memory_limit=memory_limit,
+        reports=reports,
+    )
     output.mkdir(parents=True, exist_ok=True)
     write_dataset_description(output, derivatives)
     start = time.perf_counter()
@@ -872,14 +1128,26 @@ def run_participant(derivatives, output, *, atlas, atlas_name: str, atlas_labels
         with get_engine(backend, n_jobs=n_jobs) as engine:
             records = engine.map(run_one, [(config, r) for r in runs])
     seconds = time.perf_counter() - start
-    meta = {"command": "bids participant", "software": f"connscale {__version__}",
-            "derivatives": str(derivatives), "backend": backend, "device": device,
-            "gpu_workers": environments, "notes": notes,
-            "parameters": config.parameters(), "seconds": round(seconds, 3)}
+    meta = {
+        "command": "bids participant",
+        "software": f"connscale {__version__}",
+        "derivatives": str(derivatives),
+        "backend": backend,
+        "device": device,
+        "gpu_workers": environments,
+        "notes": notes,
+        "parameters": config.parameters(),
+        "seconds": round(seconds, 3),
+    }
     report_path, errors_path = _write_logs(output, records, meta)
     report = ParticipantReport(records, report_path, errors_path, seconds, notes)
     if verbose:
         c = report.counts
-        logger.info("bids participant: %d ok, %d skipped, %d failed in %.1f s", c["ok"],
-                    c["skipped"], c["error"], seconds)
+        logger.info(
+            "bids participant: %d ok, %d skipped, %d failed in %.1f s",
+            c["ok"],
+            c["skipped"],
+            c["error"],
+            seconds,
+        )
     return report

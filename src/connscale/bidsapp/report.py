@@ -46,9 +46,20 @@ def framewise_displacement(confounds_tsv) -> np.ndarray | None:
     return table["framewise_displacement"].fillna(0.0).to_numpy(dtype=float)
 
 
-def run_figures(folder: Path, *, img, mask: np.ndarray, atlas: np.ndarray, data: np.ndarray,
-                cleaned_voxels: np.ndarray, raw_fc: np.ndarray, fc: np.ndarray,
-                names: list[str], fd: np.ndarray | None, kept: np.ndarray) -> list[Path]:
+def run_figures(
+    folder: Path,
+    *,
+    img,
+    mask: np.ndarray,
+    atlas: np.ndarray,
+    data: np.ndarray,
+    cleaned_voxels: np.ndarray,
+    raw_fc: np.ndarray,
+    fc: np.ndarray,
+    names: list[str],
+    fd: np.ndarray | None,
+    kept: np.ndarray,
+) -> list[Path]:
     """Write the PNG figures of one run into ``folder``; return their paths."""
     import nibabel as nib
     from nilearn import plotting
@@ -62,24 +73,37 @@ def run_figures(folder: Path, *, img, mask: np.ndarray, atlas: np.ndarray, data:
     mean[mask] = data.mean(axis=0)
     mean_img = nib.Nifti1Image(mean, img.affine)
     fig = plt.figure(figsize=(9, 3))
-    display = plotting.plot_roi(nib.Nifti1Image(np.where(mask, atlas, 0).astype(np.int32),
-                                                img.affine), bg_img=mean_img, figure=fig,
-                                alpha=0.5, cmap="tab20", title="atlas and brain mask over the "
-                                "mean image", draw_cross=False)
-    display.add_contours(nib.Nifti1Image(mask.astype(np.int8), img.affine), levels=[0.5],
-                         colors="r")
+    display = plotting.plot_roi(
+        nib.Nifti1Image(np.where(mask, atlas, 0).astype(np.int32), img.affine),
+        bg_img=mean_img,
+        figure=fig,
+        alpha=0.5,
+        cmap="tab20",
+        title="atlas and brain mask over the mean image",
+        draw_cross=False,
+    )
+    display.add_contours(
+        nib.Nifti1Image(mask.astype(np.int8), img.affine), levels=[0.5], colors="r"
+    )
     figures.append(_save(fig, folder / "atlas_mask.png"))
 
     step = max(1, data.shape[1] // _MAX_CARPET_VOXELS)
     raw = data[:, ::step] - data[:, ::step].mean(axis=0)
     raw /= np.where(raw.std(axis=0) > 0, raw.std(axis=0), 1.0)
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
-    for ax, values, title, times in ((axes[0], raw, "before denoising (z-scored)",
-                                      np.arange(data.shape[0])),
-                                     (axes[1], cleaned_voxels[:, ::step], "after denoising",
-                                      kept)):
-        ax.imshow(values.T, aspect="auto", cmap="gray", vmin=-2, vmax=2, interpolation="none",
-                  extent=(times[0] - 0.5, times[-1] + 0.5, values.shape[1], 0))
+    for ax, values, title, times in (
+        (axes[0], raw, "before denoising (z-scored)", np.arange(data.shape[0])),
+        (axes[1], cleaned_voxels[:, ::step], "after denoising", kept),
+    ):
+        ax.imshow(
+            values.T,
+            aspect="auto",
+            cmap="gray",
+            vmin=-2,
+            vmax=2,
+            interpolation="none",
+            extent=(times[0] - 0.5, times[-1] + 0.5, values.shape[1], 0),
+        )
         ax.set_title(title)
         ax.set_xlabel("volume")
     axes[0].set_ylabel(f"voxels (1 in {step})")
@@ -89,16 +113,20 @@ def run_figures(folder: Path, *, img, mask: np.ndarray, atlas: np.ndarray, data:
         fig, ax = plt.subplots(figsize=(10, 2.5))
         ax.plot(np.arange(fd.size), fd, color="#1f3a5f", lw=1)
         censored = np.setdiff1d(np.arange(fd.size), kept)
-        ax.scatter(censored, fd[censored], color="#d62728", zorder=3,
-                   label=f"censored ({censored.size})")
+        ax.scatter(
+            censored, fd[censored], color="#d62728", zorder=3, label=f"censored ({censored.size})"
+        )
         ax.set_xlabel("volume")
         ax.set_ylabel("FD (mm)")
         ax.set_title(f"framewise displacement, mean {fd.mean():.3f} mm")
         ax.legend(loc="upper right")
         figures.append(_save(fig, folder / "framewise_displacement.png"))
 
-    figures.append(plot_correlation_matrix(fc, folder / "connectome.png", labels=names,
-                                           title="denoised connectome (Pearson r)"))
+    figures.append(
+        plot_correlation_matrix(
+            fc, folder / "connectome.png", labels=names, title="denoised connectome (Pearson r)"
+        )
+    )
     iu = np.triu_indices(fc.shape[0], 1)
     fig, ax = plt.subplots(figsize=(6, 3))
     bins = np.linspace(-1, 1, 41)
@@ -126,13 +154,21 @@ def qc_fc(edges: np.ndarray, mean_fd: np.ndarray) -> np.ndarray:
     """
     e = edges - edges.mean(axis=0)
     f = mean_fd - mean_fd.mean()
-    denom = np.sqrt((e ** 2).sum(axis=0) * (f ** 2).sum())
+    denom = np.sqrt((e**2).sum(axis=0) * (f**2).sum())
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(denom > 0, (f @ e) / denom, np.nan)
 
 
-def write_group_report(path: Path, *, mean: np.ndarray, names: list[str], runs: list[dict],
-                       qcfc: np.ndarray | None, parameters: dict, results: dict) -> Path:
+def write_group_report(
+    path: Path,
+    *,
+    mean: np.ndarray,
+    names: list[str],
+    runs: list[dict],
+    qcfc: np.ndarray | None,
+    parameters: dict,
+    results: dict,
+) -> Path:
     """The group page: average connectome, QC-FC and every run linked."""
     from connscale.report import write_report
     from connscale.report.plots import plot_correlation_matrix
@@ -140,30 +176,45 @@ def write_group_report(path: Path, *, mean: np.ndarray, names: list[str], runs: 
     plt = _plt()
     figures_dir = path.parent / f".{path.stem}_figures"
     figures_dir.mkdir(parents=True, exist_ok=True)
-    figures = [plot_correlation_matrix(mean, figures_dir / "group_connectome.png", labels=names,
-                                       title="group-average connectome")]
+    figures = [
+        plot_correlation_matrix(
+            mean,
+            figures_dir / "group_connectome.png",
+            labels=names,
+            title="group-average connectome",
+        )
+    ]
     if qcfc is not None and np.isfinite(qcfc).any():
         fig, ax = plt.subplots(figsize=(6, 3))
         ax.hist(qcfc[np.isfinite(qcfc)], bins=np.linspace(-1, 1, 41), color="#4c78a8")
         ax.set_xlabel("QC-FC: correlation of edge with mean FD across runs")
         ax.set_ylabel("edges")
         figures.append(_save(fig, figures_dir / "qc_fc.png"))
-    record = {"command": "bids group", "parameters": parameters, "results": results,
-              "figures": [str(f) for f in figures],
-              "outputs": [r["report"] for r in runs if r.get("report")]}
+    record = {
+        "command": "bids group",
+        "parameters": parameters,
+        "results": results,
+        "figures": [str(f) for f in figures],
+        "outputs": [r["report"] for r in runs if r.get("report")],
+    }
     report = write_report(record, path.parent, filename=path.name)
     for figure in figures:
         figure.unlink(missing_ok=True)
     figures_dir.rmdir()
     rows = "".join(
-        f"<tr><td><a href=\"{html.escape(r['report'])}\">{html.escape(r['name'])}</a></td>"
-        f"<td class=\"num\">{r.get('mean_fd', float('nan')):.3f}</td>"
-        f"<td class=\"num\">{r.get('n_kept', '')}</td></tr>" if r.get("report") else
-        f"<tr><td>{html.escape(r['name'])}</td><td class=\"num\">"
-        f"{r.get('mean_fd', float('nan')):.3f}</td><td class=\"num\">{r.get('n_kept', '')}"
-        "</td></tr>" for r in runs)
-    table = ('<section id="runs"><h2>Runs</h2><table><tr><th>run (report)</th>'
-             f"<th>mean FD (mm)</th><th>volumes kept</th></tr>{rows}</table></section>")
+        f'<tr><td><a href="{html.escape(r["report"])}">{html.escape(r["name"])}</a></td>'
+        f'<td class="num">{r.get("mean_fd", float("nan")):.3f}</td>'
+        f'<td class="num">{r.get("n_kept", "")}</td></tr>'
+        if r.get("report")
+        else f'<tr><td>{html.escape(r["name"])}</td><td class="num">'
+        f'{r.get("mean_fd", float("nan")):.3f}</td><td class="num">{r.get("n_kept", "")}'
+        "</td></tr>"
+        for r in runs
+    )
+    table = (
+        '<section id="runs"><h2>Runs</h2><table><tr><th>run (report)</th>'
+        f"<th>mean FD (mm)</th><th>volumes kept</th></tr>{rows}</table></section>"
+    )
     text = report.read_text().replace("</main>", table + "</main>", 1)
     from connscale.io._atomic import write_text_atomic
 

@@ -46,8 +46,12 @@ _CONFIDENCE = [Interval(Real, 0, 1, closed="neither")]
 _MODEL_CONSTRAINTS = {
     "model": [StrOptions({"svm", "mlp"})],
     "rfe": ["boolean"],
-    "n_features_to_select": [Interval(Integral, 1, None, closed="left"),
-                             Interval(Real, 0, 1, closed="neither"), StrOptions({"cv"}), None],
+    "n_features_to_select": [
+        Interval(Integral, 1, None, closed="left"),
+        Interval(Real, 0, 1, closed="neither"),
+        StrOptions({"cv"}),
+        None,
+    ],
     "model_params": [dict, None],
 }
 
@@ -140,8 +144,14 @@ def _svc(C: float = 1.0):
 
 
 @validate_params(_MODEL_CONSTRAINTS)
-def build_pipeline(model: str = "svm", *, rfe: bool = False, n_features_to_select=None,
-                   random_state: int | None = None, model_params: dict | None = None):
+def build_pipeline(
+    model: str = "svm",
+    *,
+    rfe: bool = False,
+    n_features_to_select=None,
+    random_state: int | None = None,
+    model_params: dict | None = None,
+):
     """The unfitted pipeline :func:`cross_validate` fits in every fold.
 
     Parameters
@@ -178,8 +188,13 @@ def build_pipeline(model: str = "svm", *, rfe: bool = False, n_features_to_selec
     if model == "svm":
         estimator = _svc()
     else:
-        estimator = MLPClassifier(hidden_layer_sizes=(64,), alpha=1e-2, solver="lbfgs",
-                                  max_iter=1000, random_state=random_state)
+        estimator = MLPClassifier(
+            hidden_layer_sizes=(64,),
+            alpha=1e-2,
+            solver="lbfgs",
+            max_iter=1000,
+            random_state=random_state,
+        )
     if model_params:
         estimator.set_params(**model_params)
     steps = [("scale", StandardScaler())]
@@ -188,8 +203,7 @@ def build_pipeline(model: str = "svm", *, rfe: bool = False, n_features_to_selec
             inner = StratifiedKFold(3, shuffle=True, random_state=random_state)
             steps.append(("rfe", RFECV(_svc(), step=0.1, cv=inner, scoring="accuracy")))
         else:
-            steps.append(("rfe", RFE(_svc(), n_features_to_select=n_features_to_select,
-                                     step=0.1)))
+            steps.append(("rfe", RFE(_svc(), n_features_to_select=n_features_to_select, step=0.1)))
     steps.append(("model", estimator))
     return Pipeline(steps)
 
@@ -202,22 +216,23 @@ def _check_inputs(X, y, folds: int, pos_label):
         raise ValueError(f"'X' must be numeric; got dtype {X.dtype}.")
     X = X.astype(np.float64, copy=False)
     if not np.isfinite(X).all():
-        raise ValueError(f"'X' contains {int((~np.isfinite(X)).sum())} NaN or infinite "
-                         "value(s); the classifiers need finite features.")
+        raise ValueError(
+            f"'X' contains {int((~np.isfinite(X)).sum())} NaN or infinite "
+            "value(s); the classifiers need finite features."
+        )
     y = np.asarray(y)
     if y.ndim != 1 or y.shape[0] != X.shape[0]:
         raise ValueError(
-            f"'y' must be 1-D with one label per row of X ({X.shape[0]}); got shape "
-            f"{y.shape}."
+            f"'y' must be 1-D with one label per row of X ({X.shape[0]}); got shape {y.shape}."
         )
     classes = np.unique(y)
     if classes.size != 2:
-        raise ValueError(f"'y' must have exactly two classes; got {classes.size}: "
-                         f"{classes.tolist()[:10]}.")
+        raise ValueError(
+            f"'y' must have exactly two classes; got {classes.size}: {classes.tolist()[:10]}."
+        )
     if pos_label is not None:
         if pos_label not in classes:
-            raise ValueError(f"'pos_label' {pos_label!r} is not a class of y "
-                             f"{classes.tolist()}.")
+            raise ValueError(f"'pos_label' {pos_label!r} is not a class of y {classes.tolist()}.")
         classes = np.array([c for c in classes if c != pos_label] + [pos_label])
     y01 = (y == classes[1]).astype(np.int64)
     counts = np.bincount(y01, minlength=2)
@@ -258,8 +273,15 @@ def _fit_fold(pipeline, X, y, train, test, model: str):
         importance = np.abs(coef)
     else:
         importance[support] = np.abs(estimator.coefs_[0]).mean(axis=1)
-    return {"test": test, "predicted": predicted, "score": score, "coef": coef,
-            "importance": importance, "support": support, "converged": converged}
+    return {
+        "test": test,
+        "predicted": predicted,
+        "score": score,
+        "coef": coef,
+        "importance": importance,
+        "support": support,
+        "converged": converged,
+    }
 
 
 def _counts(y_true, y_pred) -> np.ndarray:
@@ -291,18 +313,20 @@ def _seed(rng: np.random.Generator) -> int:
 
 
 @fill_doc
-@validate_params({
-    "X": ["array-like"],
-    "y": ["array-like"],
-    **_MODEL_CONSTRAINTS,
-    "folds": [Interval(Integral, 2, None, closed="left")],
-    "repeats": [Interval(Integral, 1, None, closed="left")],
-    "permutation_test": [Interval(Integral, 0, None, closed="left")],
-    "interval": [StrOptions({"subjects", "predictions"})],
-    "confidence": _CONFIDENCE,
-    "random_state": ["random_state"],
-    "n_jobs": [Integral, None],
-})
+@validate_params(
+    {
+        "X": ["array-like"],
+        "y": ["array-like"],
+        **_MODEL_CONSTRAINTS,
+        "folds": [Interval(Integral, 2, None, closed="left")],
+        "repeats": [Interval(Integral, 1, None, closed="left")],
+        "permutation_test": [Interval(Integral, 0, None, closed="left")],
+        "interval": [StrOptions({"subjects", "predictions"})],
+        "confidence": _CONFIDENCE,
+        "random_state": ["random_state"],
+        "n_jobs": [Integral, None],
+    }
+)
 def cross_validate(
     X,
     y,
@@ -415,13 +439,18 @@ def cross_validate(
 
     rng = check_random_state(random_state)
     cv_seed, model_seed, perm_seed = _seed(rng), _seed(rng), _seed(rng)
-    pipeline = build_pipeline(model, rfe=rfe, n_features_to_select=n_features_to_select,
-                              random_state=model_seed, model_params=model_params)
-    splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats,
-                                       random_state=cv_seed)
+    pipeline = build_pipeline(
+        model,
+        rfe=rfe,
+        n_features_to_select=n_features_to_select,
+        random_state=model_seed,
+        model_params=model_params,
+    )
+    splitter = RepeatedStratifiedKFold(n_splits=folds, n_repeats=repeats, random_state=cv_seed)
     splits = list(splitter.split(X, y01))
     fits = Parallel(n_jobs=n_jobs)(
-        delayed(_fit_fold)(pipeline, X, y01, train, test, model) for train, test in splits)
+        delayed(_fit_fold)(pipeline, X, y01, train, test, model) for train, test in splits
+    )
 
     fold_counts = np.array([_counts(y01[f["test"]], f["predicted"]) for f in fits])
     fold_scores = {name: [] for name in METRICS}
@@ -430,20 +459,30 @@ def cross_validate(
             fold_scores[name].append(_ratio(k, n))
     tn, fp, fn, tp = fold_counts.sum(axis=0)
     result: dict = {
-        "model": model, "folds": folds, "repeats": repeats, "rfe": bool(rfe),
-        "n_subjects": int(n_subjects), "n_features": int(n_features),
-        "classes": classes.tolist(), "interval": interval, "confidence": confidence,
+        "model": model,
+        "folds": folds,
+        "repeats": repeats,
+        "rfe": bool(rfe),
+        "n_subjects": int(n_subjects),
+        "n_features": int(n_features),
+        "classes": classes.tolist(),
+        "interval": interval,
+        "confidence": confidence,
     }
     divisor = repeats if interval == "subjects" else 1
     for name, (k_all, n_all) in _metric_counts(tn, fp, fn, tp).items():
         k, n = k_all / divisor, n_all / divisor
         values = np.asarray(fold_scores[name], dtype=float)
         finite = values[np.isfinite(values)]
-        low, high = clopper_pearson(k, n, confidence=confidence) if n > 0 else (
-            float("nan"), float("nan"))
+        low, high = (
+            clopper_pearson(k, n, confidence=confidence) if n > 0 else (float("nan"), float("nan"))
+        )
         result[name] = {
-            "mean": _ratio(k, n), "ci_low": low, "ci_high": high,
-            "k": float(k), "n": float(n),
+            "mean": _ratio(k, n),
+            "ci_low": low,
+            "ci_high": high,
+            "k": float(k),
+            "n": float(n),
             "fold_mean": float(finite.mean()) if finite.size else float("nan"),
             "fold_std": float(finite.std()) if finite.size else float("nan"),
         }
@@ -452,8 +491,11 @@ def cross_validate(
     for index, fit in enumerate(fits):
         oof[index // folds, fit["test"]] = fit["score"]
     aucs = np.array([roc_auc_score(y01, row) for row in oof])
-    result["auc"] = {"mean": float(aucs.mean()), "std": float(aucs.std()),
-                     "per_repeat": aucs.tolist()}
+    result["auc"] = {
+        "mean": float(aucs.mean()),
+        "std": float(aucs.std()),
+        "per_repeat": aucs.tolist(),
+    }
     result["fold_scores"] = {name: [float(v) for v in fold_scores[name]] for name in METRICS}
     result["confusion_matrix"] = [[int(tn), int(fp)], [int(fn), int(tp)]]
     result["oof_scores"] = oof
@@ -468,24 +510,36 @@ def cross_validate(
         warnings.warn(
             f"The {model} did not converge in {result['n_not_converged']} of "
             f"{len(fits)} folds; raise max_iter through model_params.",
-            RuntimeWarning, stacklevel=user_stacklevel())
+            RuntimeWarning,
+            stacklevel=user_stacklevel(),
+        )
 
     if permutation_test:
         from sklearn.model_selection import StratifiedKFold, permutation_test_score
 
         score, null_scores, p_value = permutation_test_score(
-            pipeline, X, y01, cv=StratifiedKFold(folds, shuffle=True, random_state=cv_seed),
-            n_permutations=permutation_test, random_state=perm_seed, n_jobs=n_jobs,
-            scoring="accuracy")
-        result["permutation"] = {"score": float(score), "p_value": float(p_value),
-                                 "n_permutations": permutation_test,
-                                 "null_scores": np.asarray(null_scores)}
+            pipeline,
+            X,
+            y01,
+            cv=StratifiedKFold(folds, shuffle=True, random_state=cv_seed),
+            n_permutations=permutation_test,
+            random_state=perm_seed,
+            n_jobs=n_jobs,
+            scoring="accuracy",
+        )
+        result["permutation"] = {
+            "score": float(score),
+            "p_value": float(p_value),
+            "n_permutations": permutation_test,
+            "null_scores": np.asarray(null_scores),
+        }
     return result
 
 
 # Not skipping nested validation: cross_validate checks the **kwargs passed on.
-@validate_params({"feature_sets": [dict], "random_state": [Integral]},
-                 prefer_skip_nested_validation=False)
+@validate_params(
+    {"feature_sets": [dict], "random_state": [Integral]}, prefer_skip_nested_validation=False
+)
 def compare_features(feature_sets: dict, y, *, random_state=0, **kwargs) -> dict:
     """Cross-validate several feature matrices of the same subjects on the same folds.
 
@@ -514,5 +568,7 @@ def compare_features(feature_sets: dict, y, *, random_state=0, **kwargs) -> dict
     n_rows = {name: np.shape(X)[0] for name, X in feature_sets.items()}
     if len(set(n_rows.values())) != 1:
         raise ValueError(f"All feature sets must have the same subjects (rows); got {n_rows}.")
-    return {name: cross_validate(X, y, random_state=int(random_state), **kwargs)
-            for name, X in feature_sets.items()}
+    return {
+        name: cross_validate(X, y, random_state=int(random_state), **kwargs)
+        for name, X in feature_sets.items()
+    }

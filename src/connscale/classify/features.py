@@ -131,7 +131,8 @@ class FeatureSet:
                 "label_j": self.region_labels[j],
             }
             for k, (name, stat, i, j) in enumerate(
-                zip(self.feature_names, self.statistic, self.pair_i, self.pair_j))
+                zip(self.feature_names, self.statistic, self.pair_i, self.pair_j)
+            )
         ]
 
     def subset(self, rows: npt.ArrayLike) -> FeatureSet:
@@ -153,6 +154,7 @@ class FeatureSet:
 # --------------------------------------------------------------------------
 # Single files
 # --------------------------------------------------------------------------
+
 
 def subject_id_from_path(path: str | os.PathLike) -> str:
     """The subject label of a BIDS file name (``sub-01_...`` -> ``"01"``).
@@ -216,12 +218,12 @@ def read_relmat(path: str | os.PathLike) -> tuple[np.ndarray, list | None]:
         if attrs["kind"] == "triu":
             vector = stored
         else:  # dense, or sparse (pairs below the threshold were not stored: 0)
-            vector = _square_to_vec(stored.toarray() if attrs["kind"] == "sparse" else stored,
-                                    str(path))
+            vector = _square_to_vec(
+                stored.toarray() if attrs["kind"] == "sparse" else stored, str(path)
+            )
     else:
         raise ValueError(
-            f"{str(path)!r}: unsupported connectome file; expected .npy, "
-            "_relmat.tsv or _relmat.h5."
+            f"{str(path)!r}: unsupported connectome file; expected .npy, _relmat.tsv or _relmat.h5."
         )
     vector = np.asarray(vector)
     if not np.issubdtype(vector.dtype, np.number):
@@ -233,8 +235,10 @@ def _summary_of_courses(courses: np.ndarray, threshold: float | None) -> dict:
     """Mean, std (and fraction above ``threshold``) of (pairs, windows) courses."""
     from connscale.fc.pairs import pair_summary
 
-    summary = pair_summary(np.asarray(courses, dtype=np.float64)[None],
-                           threshold=0.5 if threshold is None else float(threshold))
+    summary = pair_summary(
+        np.asarray(courses, dtype=np.float64)[None],
+        threshold=0.5 if threshold is None else float(threshold),
+    )
     out = {"mean": summary.mean[0], "std": summary.std[0]}
     if threshold is not None:
         out["fraction_above"] = summary.fraction_above[0]
@@ -254,19 +258,24 @@ def _threshold_attr(attrs: Mapping) -> float | None:
 def _pairs_table(path: Path, pairs: np.ndarray, labels: Sequence | None, stats: dict) -> dict:
     pairs = np.asarray(pairs, dtype=np.int64)
     if pairs.ndim != 2 or pairs.shape[1] != 2 or not pairs.shape[0]:
-        raise ValueError(f"{str(path)!r}: 'pairs' must be an (n_pairs, 2) table; got shape "
-                         f"{pairs.shape}.")
+        raise ValueError(
+            f"{str(path)!r}: 'pairs' must be an (n_pairs, 2) table; got shape {pairs.shape}."
+        )
     n = int(pairs.max()) + 1
-    labels = _region_labels(labels, n) if labels is not None else [f"region_{k}"
-                                                                    for k in range(n)]
-    out = {"i": pairs[:, 0], "j": pairs[:, 1],
-           "label_i": [labels[i] for i in pairs[:, 0]],
-           "label_j": [labels[j] for j in pairs[:, 1]]}
+    labels = _region_labels(labels, n) if labels is not None else [f"region_{k}" for k in range(n)]
+    out = {
+        "i": pairs[:, 0],
+        "j": pairs[:, 1],
+        "label_i": [labels[i] for i in pairs[:, 0]],
+        "label_j": [labels[j] for j in pairs[:, 1]],
+    }
     for stat, values in stats.items():
         values = np.asarray(values, dtype=np.float64)
         if values.shape != (pairs.shape[0],):
-            raise ValueError(f"{str(path)!r}: summary {stat!r} has shape {values.shape}; "
-                             f"expected ({pairs.shape[0]},).")
+            raise ValueError(
+                f"{str(path)!r}: summary {stat!r} has shape {values.shape}; "
+                f"expected ({pairs.shape[0]},)."
+            )
         out[stat] = values
     return out
 
@@ -275,8 +284,7 @@ def _read_pairs_h5(path: Path) -> dict:
     store = read_pairs_h5(path, courses=False)
     stats = store["summary"]
     if not stats:  # a store written before summaries were stored
-        stats = _summary_of_courses(read_pairs_h5(path)["courses"],
-                                    _threshold_attr(store["attrs"]))
+        stats = _summary_of_courses(read_pairs_h5(path)["courses"], _threshold_attr(store["attrs"]))
     return _pairs_table(path, store["pairs"], store["labels"], stats)
 
 
@@ -290,12 +298,17 @@ def _read_dfc_h5(path: Path) -> dict:
     with load_dynamic(path) as result:
         if result.kind == "triu":
             courses = np.stack([np.asarray(result[w]) for w in range(len(result))], axis=1)
-        else:   # sparse (unkept pairs read as 0), lowrank, factor: reconstructed windows
-            courses = np.stack([matrix_to_vec(result.to_dense(w)) for w in range(len(result))],
-                               axis=1)
+        else:  # sparse (unkept pairs read as 0), lowrank, factor: reconstructed windows
+            courses = np.stack(
+                [matrix_to_vec(result.to_dense(w)) for w in range(len(result))], axis=1
+            )
     i, j = np.triu_indices(n, 1)
-    return _pairs_table(path, np.stack([i, j], axis=1), info["labels"],
-                        _summary_of_courses(courses, _threshold_attr(info["parameters"])))
+    return _pairs_table(
+        path,
+        np.stack([i, j], axis=1),
+        info["labels"],
+        _summary_of_courses(courses, _threshold_attr(info["parameters"])),
+    )
 
 
 def file_kind(path: str | os.PathLike) -> str:
@@ -359,8 +372,8 @@ def fisher_z(r: npt.ArrayLike) -> np.ndarray:
 # Cohorts
 # --------------------------------------------------------------------------
 
-def _check_paths(paths: str | Path | Iterable[str | os.PathLike]
-                 ) -> tuple[list[Path], list[str]]:
+
+def _check_paths(paths: str | Path | Iterable[str | os.PathLike]) -> tuple[list[Path], list[str]]:
     if isinstance(paths, (str, Path)):
         paths = [paths]
     paths = [Path(p) for p in paths]
@@ -390,9 +403,12 @@ def _check_finite(X: np.ndarray, subjects: list) -> None:
         )
 
 
-def load_connectome_features(paths: str | Path | Iterable[str | os.PathLike], *,
-                             fisher_z_transform: bool = False,
-                             region_labels: Sequence[str] | None = None) -> FeatureSet:
+def load_connectome_features(
+    paths: str | Path | Iterable[str | os.PathLike],
+    *,
+    fisher_z_transform: bool = False,
+    region_labels: Sequence[str] | None = None,
+) -> FeatureSet:
     """Stack the upper triangles of one connectome file per subject.
 
     Parameters
@@ -438,9 +454,15 @@ def load_connectome_features(paths: str | Path | Iterable[str | os.PathLike], *,
         X = fisher_z(X)
     _check_finite(X, subjects)
     i, j = triu_pairs(np.arange(X.shape[1]), n)
-    return FeatureSet(X=X, subjects=subjects, pair_i=np.asarray(i), pair_j=np.asarray(j),
-                      statistic=["edge"] * X.shape[1], region_labels=labels,
-                      files=[str(p) for p in paths])
+    return FeatureSet(
+        X=X,
+        subjects=subjects,
+        pair_i=np.asarray(i),
+        pair_j=np.asarray(j),
+        statistic=["edge"] * X.shape[1],
+        region_labels=labels,
+        files=[str(p) for p in paths],
+    )
 
 
 def _region_labels(labels: Sequence | None, n: int) -> list:
@@ -452,9 +474,12 @@ def _region_labels(labels: Sequence | None, n: int) -> list:
     return labels
 
 
-def load_pair_features(paths: str | Path | Iterable[str | os.PathLike], *,
-                       statistics: Sequence[str] = ("mean", "std"),
-                       fisher_z_transform: bool = False) -> FeatureSet:
+def load_pair_features(
+    paths: str | Path | Iterable[str | os.PathLike],
+    *,
+    statistics: Sequence[str] = ("mean", "std"),
+    fisher_z_transform: bool = False,
+) -> FeatureSet:
     """Stack the DFC pair summaries (``connscale pairs``) of many subjects.
 
     Parameters
@@ -478,9 +503,7 @@ def load_pair_features(paths: str | Path | Iterable[str | os.PathLike], *,
     statistics = list(statistics)
     for stat in statistics:
         if stat not in PAIR_STATISTICS:
-            raise ValueError(
-                f"'statistics' must be among {list(PAIR_STATISTICS)}; got {stat!r}."
-            )
+            raise ValueError(f"'statistics' must be among {list(PAIR_STATISTICS)}; got {stat!r}.")
     if not statistics:
         raise ValueError("'statistics' must name at least one summary.")
     reference, rows = None, []
@@ -491,8 +514,9 @@ def load_pair_features(paths: str | Path | Iterable[str | os.PathLike], *,
             raise ValueError(f"{str(path)!r} has no column(s) {absent}.")
         if reference is None:
             reference = summary
-        elif (not np.array_equal(summary["i"], reference["i"])
-              or not np.array_equal(summary["j"], reference["j"])):
+        elif not np.array_equal(summary["i"], reference["i"]) or not np.array_equal(
+            summary["j"], reference["j"]
+        ):
             raise ValueError(
                 f"{str(path)!r} lists other region pairs than {str(paths[0])!r}; "
                 "all subjects must have the same pairs in the same order."
@@ -508,22 +532,28 @@ def load_pair_features(paths: str | Path | Iterable[str | os.PathLike], *,
     _check_finite(X, subjects)
     n = int(max(reference["j"].max(), reference["i"].max())) + 1
     labels = [f"region_{k}" for k in range(n)]
-    for i, j, li, lj in zip(reference["i"], reference["j"],
-                            reference["label_i"], reference["label_j"]):
+    for i, j, li, lj in zip(
+        reference["i"], reference["j"], reference["label_i"], reference["label_j"]
+    ):
         labels[i], labels[j] = li, lj
     n_p = reference["i"].size
     return FeatureSet(
-        X=X, subjects=subjects,
+        X=X,
+        subjects=subjects,
         pair_i=np.tile(reference["i"], len(statistics)),
         pair_j=np.tile(reference["j"], len(statistics)),
         statistic=[s for s in statistics for _ in range(n_p)],
-        region_labels=labels, files=[str(p) for p in paths],
+        region_labels=labels,
+        files=[str(p) for p in paths],
     )
 
 
-def load_features(paths: str | Path | Iterable[str | os.PathLike], *,
-                  fisher_z_transform: bool = False,
-                  statistics: Sequence[str] = ("mean", "std")) -> FeatureSet:
+def load_features(
+    paths: str | Path | Iterable[str | os.PathLike],
+    *,
+    fisher_z_transform: bool = False,
+    statistics: Sequence[str] = ("mean", "std"),
+) -> FeatureSet:
     """Load connectomes or DFC pair summaries, whichever the files are.
 
     A ``.tsv`` whose header has ``i``, ``j``, ``label_i``, ``label_j``, a
@@ -547,8 +577,9 @@ def load_features(paths: str | Path | Iterable[str | os.PathLike], *,
             "give files of one kind."
         )
     if kinds.pop():
-        return load_pair_features(paths, statistics=statistics,
-                                  fisher_z_transform=fisher_z_transform)
+        return load_pair_features(
+            paths, statistics=statistics, fisher_z_transform=fisher_z_transform
+        )
     return load_connectome_features(paths, fisher_z_transform=fisher_z_transform)
 
 
@@ -556,8 +587,14 @@ def load_features(paths: str | Path | Iterable[str | os.PathLike], *,
 # Labels
 # --------------------------------------------------------------------------
 
-def align_labels(features: FeatureSet, participants: str | os.PathLike | dict, *,
-                 label: str, classes: Sequence[str] | None = None) -> FeatureSet:
+
+def align_labels(
+    features: FeatureSet,
+    participants: str | os.PathLike | dict,
+    *,
+    label: str,
+    classes: Sequence[str] | None = None,
+) -> FeatureSet:
     """Attach the labels of ``participants`` to ``features`` (in its row order).
 
     Parameters
@@ -578,8 +615,11 @@ def align_labels(features: FeatureSet, participants: str | os.PathLike | dict, *
         A copy with ``y`` (int: 0 negative, 1 positive) and
         ``y_classes == [negative, positive]``.
     """
-    mapping = participants if isinstance(participants, dict) else read_participants(
-        participants, label=label)
+    mapping = (
+        participants
+        if isinstance(participants, dict)
+        else read_participants(participants, label=label)
+    )
     missing = [s for s in features.subjects if s not in mapping]
     if missing:
         listing = ", ".join(f"sub-{s}" for s in missing[:10])

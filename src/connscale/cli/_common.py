@@ -20,29 +20,52 @@ logger = logging.getLogger("connscale")
 def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     """--device, --dtype, --memory-limit, -v/--verbose and -q/--quiet."""
     group = parser.add_argument_group("computation")
-    group.add_argument("--device", default="auto",
-                       help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.")
-    group.add_argument("--dtype", default="float32", choices=["float32", "float64"],
-                       help="Working precision.")
-    group.add_argument("--memory-limit", default=None, metavar="SIZE",
-                       help="Most memory to use, e.g. '8GB' (default: 80%% of free).")
-    group.add_argument("-v", "--verbose", action="count", default=1,
-                       help="More output (-vv: debug log and tracebacks).")
-    group.add_argument("-q", "--quiet", action="store_const", const=0, dest="verbose",
-                       help="No progress bars or messages.")
+    group.add_argument(
+        "--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."
+    )
+    group.add_argument(
+        "--dtype", default="float32", choices=["float32", "float64"], help="Working precision."
+    )
+    group.add_argument(
+        "--memory-limit",
+        default=None,
+        metavar="SIZE",
+        help="Most memory to use, e.g. '8GB' (default: 80%% of free).",
+    )
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=1,
+        help="More output (-vv: debug log and tracebacks).",
+    )
+    group.add_argument(
+        "-q",
+        "--quiet",
+        action="store_const",
+        const=0,
+        dest="verbose",
+        help="No progress bars or messages.",
+    )
 
 
 def add_wait_argument(parser: argparse.ArgumentParser, *, overwrite: bool = True) -> None:
     """--wait (wait for another run writing the same output instead of
     failing) and, unless ``overwrite`` is False, --overwrite (replace a
     result published with other parameters)."""
-    parser.add_argument("--wait", action="store_true",
-                        help="When another connscale run is writing the same output, wait for "
-                             "it to finish instead of stopping with an error naming its pid.")
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="When another connscale run is writing the same output, wait for "
+        "it to finish instead of stopping with an error naming its pid.",
+    )
     if overwrite:
-        parser.add_argument("--overwrite", action="store_true",
-                            help="Replace a result already in the output folder that was made "
-                                 "with other parameters (never done without this flag).")
+        parser.add_argument(
+            "--overwrite",
+            action="store_true",
+            help="Replace a result already in the output folder that was made "
+            "with other parameters (never done without this flag).",
+        )
 
 
 class DeprecatedAlias(argparse.Action):
@@ -55,30 +78,40 @@ class DeprecatedAlias(argparse.Action):
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
-        warnings.warn(f"{option_string} was renamed {self.new}; {option_string} will be "
-                      f"removed in connscale 0.2. Pass {self.new} instead.", FutureWarning,
-                      stacklevel=2)
+        warnings.warn(
+            f"{option_string} was renamed {self.new}; {option_string} will be "
+            f"removed in connscale 0.2. Pass {self.new} instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
         setattr(namespace, self.dest, values)
 
 
 #: Help of every command's --seed. The CLI seeds 0 by default so that a
 #: command line, and the output set it publishes, is reproducible; the API's
 #: ``random_state`` defaults to None, as scikit-learn's.
-SEED_HELP = ("Seed of the random steps (the API's random_state); default 0, so the "
-             "same command gives the same output.")
+SEED_HELP = (
+    "Seed of the random steps (the API's random_state); default 0, so the "
+    "same command gives the same output."
+)
 
 
 def input_files(args) -> list[Path]:
     """The input files a run reads (INPUT, and --mask / --atlas when given),
     for the run's fingerprint."""
-    return [p for p in (args.input, getattr(args, "mask", None), getattr(args, "atlas", None))
-            if p is not None]
+    return [
+        p
+        for p in (args.input, getattr(args, "mask", None), getattr(args, "atlas", None))
+        if p is not None
+    ]
 
 
 def configure_logging(verbose: int) -> None:
     """Log to stderr at INFO (verbose 1), DEBUG (2+) or WARNING (0)."""
     level = logging.WARNING if verbose <= 0 else logging.INFO if verbose == 1 else logging.DEBUG
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    logging.basicConfig(
+        level=level, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     logger.setLevel(level)
 
 
@@ -102,8 +135,11 @@ class RunRecord:
         self.command = command
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        self.parameters = {k: (str(v) if isinstance(v, Path) else v)
-                           for k, v in parameters.items() if not callable(v)}
+        self.parameters = {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in parameters.items()
+            if not callable(v)
+        }
         self.timings: dict[str, float] = {}
         self.warnings: list[str] = []
         self.outputs: list[str] = []
@@ -174,8 +210,13 @@ class RunRecord:
             write_json_atomic(outputs.path(path.name), record)
             report_name = f"{prefix}_report.html"
             outputs.path(report_name)
-            staged = {**record, **{key: [_staged(p, outputs) for p in record[key]]
-                                   for key in ("outputs", "figures")}}
+            staged = {
+                **record,
+                **{
+                    key: [_staged(p, outputs) for p in record[key]]
+                    for key in ("outputs", "figures")
+                },
+            }
         try:
             from connscale.report.html import write_report
 
@@ -187,8 +228,10 @@ class RunRecord:
         except Exception as exc:  # noqa: BLE001 - the log is safe; say what failed
             if outputs is not None:
                 outputs.discard(report_name)
-            message = (f"{report_name} could not be written ({type(exc).__name__}: {exc}); "
-                       f"the run log is in {path}.")
+            message = (
+                f"{report_name} could not be written ({type(exc).__name__}: {exc}); "
+                f"the run log is in {path}."
+            )
             logger.warning("%s", message)
             warnings.warn(message, RuntimeWarning, stacklevel=2)
         return path

@@ -28,8 +28,11 @@ def command_fingerprint(args: argparse.Namespace, inputs: list) -> dict:
     """The fingerprint of a command's run: its input files' contents and the
     arguments that shape its result (input paths enter through their files)."""
     paths = {Path(p) for p in inputs}
-    parameters = {k: v for k, v in vars(args).items()
-                  if k not in _NOT_PARAMETERS and not (isinstance(v, Path) and v in paths)}
+    parameters = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in _NOT_PARAMETERS and not (isinstance(v, Path) and v in paths)
+    }
     return run_fingerprint(inputs, parameters)
 
 
@@ -51,8 +54,10 @@ def publish(outputs, record, prefix: str) -> Path:
 
         record.report_path = write_report(data, outputs.out_dir)
     except Exception as exc:  # noqa: BLE001 - the result is published; say what failed
-        message = (f"report.html could not be written ({type(exc).__name__}: {exc}); "
-                   f"the run log is in {log}.")
+        message = (
+            f"report.html could not be written ({type(exc).__name__}: {exc}); "
+            f"the run log is in {log}."
+        )
         logger.warning("%s", message)
         warnings.warn(message, RuntimeWarning, stacklevel=2)
     return log

@@ -29,40 +29,75 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("derivatives", type=Path, metavar="DERIVATIVES",
-                        help="fMRIPrep output folder.")
+    parser.add_argument(
+        "derivatives", type=Path, metavar="DERIVATIVES", help="fMRIPrep output folder."
+    )
     parser.add_argument("output", type=Path, metavar="OUTPUT", help="Output folder.")
     parser.add_argument("level", choices=["participant", "group"], help="Analysis level.")
     atlas = parser.add_argument_group("atlas and denoising")
-    atlas.add_argument("--atlas", type=Path, default=None,
-                       help="participant: 3-D labels NIfTI (0 = background).")
-    atlas.add_argument("--atlas-name", default=None,
-                       help="The seg- entity of the outputs (letters and digits); group: "
-                            "which atlas to read.")
-    atlas.add_argument("--atlas-labels", type=Path, default=None,
-                       help="Region names, a BIDS dseg.tsv (index, name): matrix headers.")
-    atlas.add_argument("--denoise", choices=list(STRATEGIES), default=None,
-                       help="participant: denoising strategy (nilearn's presets, or none); "
-                            "group: which strategy to read.")
-    atlas.add_argument("--measures", default="fc,timeseries",
-                       help=f"Comma-separated, among {', '.join(MEASURES)}: fc and timeseries "
-                            "(atlas level, TSV), dfc (sliding-window FC of all region pairs) "
-                            "and pairs (each region pair's windowed course and summaries), "
-                            "HDF5; voxelfc: the voxel level, every pair of in-mask voxels "
-                            "(_relmat.h5 with the mask and voxel coordinates).")
-    atlas.add_argument("--window-length", type=int, default=None,
-                       help="dfc, pairs: window length in (kept) volumes.")
+    atlas.add_argument(
+        "--atlas", type=Path, default=None, help="participant: 3-D labels NIfTI (0 = background)."
+    )
+    atlas.add_argument(
+        "--atlas-name",
+        default=None,
+        help="The seg- entity of the outputs (letters and digits); group: which atlas to read.",
+    )
+    atlas.add_argument(
+        "--atlas-labels",
+        type=Path,
+        default=None,
+        help="Region names, a BIDS dseg.tsv (index, name): matrix headers.",
+    )
+    atlas.add_argument(
+        "--denoise",
+        choices=list(STRATEGIES),
+        default=None,
+        help="participant: denoising strategy (nilearn's presets, or none); "
+        "group: which strategy to read.",
+    )
+    atlas.add_argument(
+        "--measures",
+        default="fc,timeseries",
+        help=f"Comma-separated, among {', '.join(MEASURES)}: fc and timeseries "
+        "(atlas level, TSV), dfc (sliding-window FC of all region pairs) "
+        "and pairs (each region pair's windowed course and summaries), "
+        "HDF5; voxelfc: the voxel level, every pair of in-mask voxels "
+        "(_relmat.h5 with the mask and voxel coordinates).",
+    )
+    atlas.add_argument(
+        "--window-length",
+        type=int,
+        default=None,
+        help="dfc, pairs: window length in (kept) volumes.",
+    )
     atlas.add_argument("--step", type=int, default=1, help="dfc, pairs: window step (volumes).")
-    atlas.add_argument("--pairs-threshold", type=float, default=0.5,
-                       help="pairs: threshold of the fraction-of-windows-above summary.")
+    atlas.add_argument(
+        "--pairs-threshold",
+        type=float,
+        default=0.5,
+        help="pairs: threshold of the fraction-of-windows-above summary.",
+    )
     atlas.add_argument("--low-pass", type=float, default=None, help="Low-pass cutoff (Hz).")
-    atlas.add_argument("--high-pass", type=float, default=None,
-                       help="High-pass cutoff (Hz), Butterworth (the presets already regress "
-                            "fMRIPrep's cosine drifts).")
-    atlas.add_argument("--fd-threshold", type=float, default=None,
-                       help="scrubbing: framewise displacement threshold (mm).")
-    atlas.add_argument("--t-r", type=float, default=None,
-                       help="Repetition time (s) for runs whose sidecar has none.")
+    atlas.add_argument(
+        "--high-pass",
+        type=float,
+        default=None,
+        help="High-pass cutoff (Hz), Butterworth (the presets already regress "
+        "fMRIPrep's cosine drifts).",
+    )
+    atlas.add_argument(
+        "--fd-threshold",
+        type=float,
+        default=None,
+        help="scrubbing: framewise displacement threshold (mm).",
+    )
+    atlas.add_argument(
+        "--t-r",
+        type=float,
+        default=None,
+        help="Repetition time (s) for runs whose sidecar has none.",
+    )
     filters = parser.add_argument_group("filters")
     filters.add_argument("--participant-label", nargs="+", default=None, metavar="LABEL")
     filters.add_argument("--session-label", nargs="+", default=None, metavar="LABEL")
@@ -70,24 +105,42 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     filters.add_argument("--run", nargs="+", default=None)
     filters.add_argument("--space", nargs="+", default=None)
     group = parser.add_argument_group("group level")
-    group.add_argument("--participants", type=Path, default=None,
-                       help="participants.tsv (participant_id and the target column).")
+    group.add_argument(
+        "--participants",
+        type=Path,
+        default=None,
+        help="participants.tsv (participant_id and the target column).",
+    )
     group.add_argument("--target", default=None, help="Column of participants.tsv to classify.")
     group.add_argument("--folds", type=int, default=5, help="Cross-validation folds.")
     group.add_argument("--repeats", type=int, default=10, help="Cross-validation repeats.")
     execution = parser.add_argument_group("execution")
-    execution.add_argument("--backend", choices=list(ENGINES), default="local",
-                           help="serial (this process), local (process pool), dask or spark.")
-    execution.add_argument("--n-jobs", type=int, default=None,
-                           help="Worker processes (default: every core).")
-    execution.add_argument("--gpus", default=None, metavar="all|N",
-                           help="participant: every GPU of the node (or the first N), one Dask "
-                                "worker per GPU (CUDA_VISIBLE_DEVICES per worker); without a "
-                                "GPU the runs go to --backend on the CPU, with a note.")
-    execution.add_argument("--no-reports", action="store_true",
-                           help="participant: skip the per-run HTML reports.")
-    execution.add_argument("--work-dir", type=Path, default=None,
-                           help="Scratch folder (the pybids index); default: none kept.")
+    execution.add_argument(
+        "--backend",
+        choices=list(ENGINES),
+        default="local",
+        help="serial (this process), local (process pool), dask or spark.",
+    )
+    execution.add_argument(
+        "--n-jobs", type=int, default=None, help="Worker processes (default: every core)."
+    )
+    execution.add_argument(
+        "--gpus",
+        default=None,
+        metavar="all|N",
+        help="participant: every GPU of the node (or the first N), one Dask "
+        "worker per GPU (CUDA_VISIBLE_DEVICES per worker); without a "
+        "GPU the runs go to --backend on the CPU, with a note.",
+    )
+    execution.add_argument(
+        "--no-reports", action="store_true", help="participant: skip the per-run HTML reports."
+    )
+    execution.add_argument(
+        "--work-dir",
+        type=Path,
+        default=None,
+        help="Scratch folder (the pybids index); default: none kept.",
+    )
     add_compute_arguments(parser)
     parser.set_defaults(func=run, device="cpu")
     return parser
@@ -97,8 +150,15 @@ def run(args) -> int:
     configure_logging(args.verbose)
     if args.level == "group":
         return _group(args)
-    missing = [opt for opt, value in (("--atlas", args.atlas), ("--atlas-name", args.atlas_name),
-                                      ("--denoise", args.denoise)) if value is None]
+    missing = [
+        opt
+        for opt, value in (
+            ("--atlas", args.atlas),
+            ("--atlas-name", args.atlas_name),
+            ("--denoise", args.denoise),
+        )
+        if value is None
+    ]
     if missing:
         raise ValueError(f"The participant level needs {', '.join(missing)}.")
     from connscale.bidsapp.participant import run_participant
@@ -109,23 +169,43 @@ def run(args) -> int:
             raise ValueError("--fd-threshold applies to --denoise scrubbing only.")
         params["fd_threshold"] = args.fd_threshold
     report = run_participant(
-        args.derivatives, args.output, atlas=args.atlas, atlas_name=args.atlas_name,
-        atlas_labels=args.atlas_labels, strategy=args.denoise, strategy_params=params,
+        args.derivatives,
+        args.output,
+        atlas=args.atlas,
+        atlas_name=args.atlas_name,
+        atlas_labels=args.atlas_labels,
+        strategy=args.denoise,
+        strategy_params=params,
         measures=[m.strip() for m in args.measures.split(",") if m.strip()],
-        window_length=args.window_length, step=args.step,
+        window_length=args.window_length,
+        step=args.step,
         pairs_threshold=args.pairs_threshold,
-        participant_label=args.participant_label, session_label=args.session_label,
-        task=args.task, run=args.run, space=args.space, t_r=args.t_r,
-        low_pass=args.low_pass, high_pass=args.high_pass, backend=args.backend,
-        n_jobs=args.n_jobs, gpus=args.gpus, device=args.device, dtype=args.dtype,
-        memory_limit=args.memory_limit, work_dir=args.work_dir, reports=not args.no_reports,
-        verbose=args.verbose)
+        participant_label=args.participant_label,
+        session_label=args.session_label,
+        task=args.task,
+        run=args.run,
+        space=args.space,
+        t_r=args.t_r,
+        low_pass=args.low_pass,
+        high_pass=args.high_pass,
+        backend=args.backend,
+        n_jobs=args.n_jobs,
+        gpus=args.gpus,
+        device=args.device,
+        dtype=args.dtype,
+        memory_limit=args.memory_limit,
+        work_dir=args.work_dir,
+        reports=not args.no_reports,
+        verbose=args.verbose,
+    )
     c = report.counts
     for note in report.notes:
         print(f"connscale bids: {note}", file=sys.stderr)
-    print(f"connscale bids participant: {len(report.records)} runs, backend={args.backend}: "
-          f"{c['ok']} done, {c['skipped']} already complete, {c['error']} failed "
-          f"({report.seconds:.2f} s)")
+    print(
+        f"connscale bids participant: {len(report.records)} runs, backend={args.backend}: "
+        f"{c['ok']} done, {c['skipped']} already complete, {c['error']} failed "
+        f"({report.seconds:.2f} s)"
+    )
     if c["error"]:
         print(f"  errors {report.errors_path}")
     print(f"  report {report.report_path}")
@@ -135,12 +215,20 @@ def run(args) -> int:
 def _group(args) -> int:
     from connscale.bidsapp.group import run_group
 
-    result = run_group(args.output, atlas_name=args.atlas_name, strategy=args.denoise,
-                       participants=args.participants, target=args.target, folds=args.folds,
-                       repeats=args.repeats)
-    print(f"connscale bids group: {len(result.runs)} runs of {len(result.subjects)} "
-          f"participants, seg-{result.atlas_name} desc-{result.strategy}, "
-          f"{len(result.labels)} regions")
+    result = run_group(
+        args.output,
+        atlas_name=args.atlas_name,
+        strategy=args.denoise,
+        participants=args.participants,
+        target=args.target,
+        folds=args.folds,
+        repeats=args.repeats,
+    )
+    print(
+        f"connscale bids group: {len(result.runs)} runs of {len(result.subjects)} "
+        f"participants, seg-{result.atlas_name} desc-{result.strategy}, "
+        f"{len(result.labels)} regions"
+    )
     if result.classification is not None:
         acc = result.classification["accuracy"]
         print(f"  accuracy {acc['mean']:.3f} [{acc['ci_low']:.3f}, {acc['ci_high']:.3f}]")

@@ -22,7 +22,8 @@ def _n_features(value: str):
         number = float(value)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a count, a fraction in (0, 1) or 'cv'; got {value!r}") from None
+            f"expected a count, a fraction in (0, 1) or 'cv'; got {value!r}"
+        ) from None
     return int(number) if number >= 1 and number.is_integer() else number
 
 
@@ -41,44 +42,91 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "pairs, a confusion matrix, ROC curves, a JSON log and report.html."
         ),
     )
-    parser.add_argument("features", nargs="+", type=Path, metavar="FEATURES",
-                        help="One connectome or pair-level file per subject.")
-    parser.add_argument("--participants", required=True, type=Path,
-                        help="BIDS participants.tsv with a participant_id column.")
-    parser.add_argument("--label", required=True, metavar="COLUMN",
-                        help="Column of the participants table holding the two classes.")
-    parser.add_argument("--positive", default=None, metavar="VALUE",
-                        help="Label value of the positive class (patients); default: the "
-                             "larger of the two values in sorted order.")
-    parser.add_argument("--model", default="svm", choices=["svm", "mlp"],
-                        help="Linear SVM (C=1) or multi-layer perceptron.")
+    parser.add_argument(
+        "features",
+        nargs="+",
+        type=Path,
+        metavar="FEATURES",
+        help="One connectome or pair-level file per subject.",
+    )
+    parser.add_argument(
+        "--participants",
+        required=True,
+        type=Path,
+        help="BIDS participants.tsv with a participant_id column.",
+    )
+    parser.add_argument(
+        "--label",
+        required=True,
+        metavar="COLUMN",
+        help="Column of the participants table holding the two classes.",
+    )
+    parser.add_argument(
+        "--positive",
+        default=None,
+        metavar="VALUE",
+        help="Label value of the positive class (patients); default: the "
+        "larger of the two values in sorted order.",
+    )
+    parser.add_argument(
+        "--model",
+        default="svm",
+        choices=["svm", "mlp"],
+        help="Linear SVM (C=1) or multi-layer perceptron.",
+    )
     parser.add_argument("--folds", type=int, default=5, help="Folds per repeat.")
     parser.add_argument("--repeats", type=int, default=10, help="Repeats of the k-fold split.")
-    parser.add_argument("--rfe", action="store_true",
-                        help="Recursive feature elimination inside each fold.")
-    parser.add_argument("--n-features", type=_n_features, default=None, metavar="K",
-                        help="Features kept by RFE: a count, a fraction, or 'cv' (inner "
-                             "cross-validation); default half.")
-    parser.add_argument("--fisher-z", action="store_true",
-                        help="Fisher z-transform correlations (arctanh) first.")
-    parser.add_argument("--statistics", nargs="+", default=["mean", "std"],
-                        choices=["mean", "std", "fraction_above"],
-                        help="Summaries used from pair-level files (pair summaries, "
-                             "_pairs.h5, _dfc.h5).")
-    parser.add_argument("--permutations", type=int, default=0, metavar="N",
-                        help="Label permutations for a p-value of the accuracy (0: none).")
-    parser.add_argument("--interval", default="subjects", choices=["subjects", "predictions"],
-                        help="Counts of the Clopper-Pearson interval: one pass over the "
-                             "subjects (default) or all repeated predictions.")
-    parser.add_argument("--top", type=int, default=50,
-                        help="Features listed in classify_features.tsv.")
+    parser.add_argument(
+        "--rfe", action="store_true", help="Recursive feature elimination inside each fold."
+    )
+    parser.add_argument(
+        "--n-features",
+        type=_n_features,
+        default=None,
+        metavar="K",
+        help="Features kept by RFE: a count, a fraction, or 'cv' (inner "
+        "cross-validation); default half.",
+    )
+    parser.add_argument(
+        "--fisher-z", action="store_true", help="Fisher z-transform correlations (arctanh) first."
+    )
+    parser.add_argument(
+        "--statistics",
+        nargs="+",
+        default=["mean", "std"],
+        choices=["mean", "std", "fraction_above"],
+        help="Summaries used from pair-level files (pair summaries, _pairs.h5, _dfc.h5).",
+    )
+    parser.add_argument(
+        "--permutations",
+        type=int,
+        default=0,
+        metavar="N",
+        help="Label permutations for a p-value of the accuracy (0: none).",
+    )
+    parser.add_argument(
+        "--interval",
+        default="subjects",
+        choices=["subjects", "predictions"],
+        help="Counts of the Clopper-Pearson interval: one pass over the "
+        "subjects (default) or all repeated predictions.",
+    )
+    parser.add_argument(
+        "--top", type=int, default=50, help="Features listed in classify_features.tsv."
+    )
     parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     parser.add_argument("--n-jobs", type=int, default=None, help="Folds fitted in parallel.")
     parser.add_argument("--out", required=True, type=Path, help="Output folder.")
-    parser.add_argument("-v", "--verbose", action="count", default=1,
-                        help="More output (-vv: debug log and tracebacks).")
-    parser.add_argument("-q", "--quiet", action="store_const", const=0, dest="verbose",
-                        help="No messages.")
+    parser.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=1,
+        help="More output (-vv: debug log and tracebacks).",
+    )
+    parser.add_argument(
+        "-q", "--quiet", action="store_const", const=0, dest="verbose", help="No messages."
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -105,10 +153,21 @@ def _feature_rows(features, result, top: int) -> list:
     rows = []
     for rank, k in enumerate(order, start=1):
         entry = table[k]
-        rows.append([rank, entry["feature"], entry["name"], entry["statistic"], entry["i"],
-                     entry["j"], entry["label_i"], entry["label_j"], float(importance[k]),
-                     float(coef[k]) if coef is not None else float("nan"),
-                     float(frequency[k])])
+        rows.append(
+            [
+                rank,
+                entry["feature"],
+                entry["name"],
+                entry["statistic"],
+                entry["i"],
+                entry["j"],
+                entry["label_i"],
+                entry["label_j"],
+                float(importance[k]),
+                float(coef[k]) if coef is not None else float("nan"),
+                float(frequency[k]),
+            ]
+        )
     return rows
 
 
@@ -127,8 +186,9 @@ def run(args) -> int:
     out = record.out_dir
 
     with record.timer("load"):
-        features = load_features(args.features, fisher_z_transform=args.fisher_z,
-                                 statistics=args.statistics)
+        features = load_features(
+            args.features, fisher_z_transform=args.fisher_z, statistics=args.statistics
+        )
         classes = None
         if args.positive is not None:
             from connscale.classify.features import read_participants
@@ -136,33 +196,57 @@ def run(args) -> int:
             mapping = read_participants(args.participants, label=args.label)
             values = sorted({mapping.get(s) for s in features.subjects} - {None})
             if args.positive not in values:
-                raise ValueError(f"--positive {args.positive!r} is not a value of column "
-                                 f"{args.label!r}; found {values}.")
+                raise ValueError(
+                    f"--positive {args.positive!r} is not a value of column "
+                    f"{args.label!r}; found {values}."
+                )
             classes = [v for v in values if v != args.positive] + [args.positive]
-        features = align_labels(features, args.participants, label=args.label,
-                                classes=classes)
+        features = align_labels(features, args.participants, label=args.label, classes=classes)
     negative, positive = features.y_classes
-    logger.info("%d subjects (%d %s, %d %s), %d features", len(features.subjects),
-                int((features.y == 0).sum()), negative, int((features.y == 1).sum()), positive,
-                features.n_features)
+    logger.info(
+        "%d subjects (%d %s, %d %s), %d features",
+        len(features.subjects),
+        int((features.y == 0).sum()),
+        negative,
+        int((features.y == 1).sum()),
+        positive,
+        features.n_features,
+    )
 
     with record.timer("cross_validate"):
         result = cross_validate(
-            features.X, features.y, model=args.model, folds=args.folds,
-            repeats=args.repeats, rfe=args.rfe, n_features_to_select=args.n_features,
-            permutation_test=args.permutations, interval=args.interval,
-            random_state=args.seed, n_jobs=args.n_jobs)
+            features.X,
+            features.y,
+            model=args.model,
+            folds=args.folds,
+            repeats=args.repeats,
+            rfe=args.rfe,
+            n_features_to_select=args.n_features,
+            permutation_test=args.permutations,
+            interval=args.interval,
+            random_state=args.seed,
+            n_jobs=args.n_jobs,
+        )
 
     with record.timer("write"):
-        summary = {name: {k: result[name][k] for k in
-                          ("mean", "ci_low", "ci_high", "k", "n", "fold_mean", "fold_std")}
-                   for name in METRICS}
+        summary = {
+            name: {
+                k: result[name][k]
+                for k in ("mean", "ci_low", "ci_high", "k", "n", "fold_mean", "fold_std")
+            }
+            for name in METRICS
+        }
         metrics = {
             "classes": {"negative": negative, "positive": positive},
-            "n_subjects": result["n_subjects"], "n_features": result["n_features"],
-            "model": args.model, "folds": args.folds, "repeats": args.repeats,
-            "interval": args.interval, **summary,
-            "auc": result["auc"], "confusion_matrix": result["confusion_matrix"],
+            "n_subjects": result["n_subjects"],
+            "n_features": result["n_features"],
+            "model": args.model,
+            "folds": args.folds,
+            "repeats": args.repeats,
+            "interval": args.interval,
+            **summary,
+            "auc": result["auc"],
+            "confusion_matrix": result["confusion_matrix"],
             "n_not_converged": result["n_not_converged"],
             "fold_scores": result["fold_scores"],
         }
@@ -171,36 +255,79 @@ def run(args) -> int:
         from connscale.io._atomic import write_json_atomic
 
         record.add_output(write_json_atomic(out / f"{_PREFIX}_metrics.json", metrics))
-        record.add_output(_write_tsv(
-            out / f"{_PREFIX}_metrics.tsv",
-            ["metric", "mean", "ci_low", "ci_high", "k", "n", "fold_mean", "fold_std"],
-            [[name] + [summary[name][k] for k in ("mean", "ci_low", "ci_high", "k", "n",
-                                                   "fold_mean", "fold_std")]
-             for name in METRICS]))
-        record.add_output(_write_tsv(
-            out / f"{_PREFIX}_folds.tsv", ["repeat", "fold", *METRICS],
-            [[index // args.folds, index % args.folds]
-             + [result["fold_scores"][name][index] for name in METRICS]
-             for index in range(args.folds * args.repeats)]))
+        record.add_output(
+            _write_tsv(
+                out / f"{_PREFIX}_metrics.tsv",
+                ["metric", "mean", "ci_low", "ci_high", "k", "n", "fold_mean", "fold_std"],
+                [
+                    [name]
+                    + [
+                        summary[name][k]
+                        for k in ("mean", "ci_low", "ci_high", "k", "n", "fold_mean", "fold_std")
+                    ]
+                    for name in METRICS
+                ],
+            )
+        )
+        record.add_output(
+            _write_tsv(
+                out / f"{_PREFIX}_folds.tsv",
+                ["repeat", "fold", *METRICS],
+                [
+                    [index // args.folds, index % args.folds]
+                    + [result["fold_scores"][name][index] for name in METRICS]
+                    for index in range(args.folds * args.repeats)
+                ],
+            )
+        )
         oof = np.asarray(result["oof_scores"])
         predicted_positive = (oof > 0) if args.model == "svm" else (oof > 0.5)
         correct = (predicted_positive == features.y[None, :].astype(bool)).mean(axis=0)
-        record.add_output(_write_tsv(
-            out / f"{_PREFIX}_predictions.tsv",
-            ["participant_id", args.label, "mean_score", "fraction_correct"],
-            [[f"sub-{s}", features.y_classes[features.y[r]], float(oof[:, r].mean()),
-              float(correct[r])] for r, s in enumerate(features.subjects)]))
+        record.add_output(
+            _write_tsv(
+                out / f"{_PREFIX}_predictions.tsv",
+                ["participant_id", args.label, "mean_score", "fraction_correct"],
+                [
+                    [
+                        f"sub-{s}",
+                        features.y_classes[features.y[r]],
+                        float(oof[:, r].mean()),
+                        float(correct[r]),
+                    ]
+                    for r, s in enumerate(features.subjects)
+                ],
+            )
+        )
         rows = _feature_rows(features, result, args.top)
-        record.add_output(_write_tsv(
-            out / f"{_PREFIX}_features.tsv",
-            ["rank", "feature", "name", "statistic", "i", "j", "label_i", "label_j",
-             "importance", "coef_mean", "selected_frequency"], rows))
+        record.add_output(
+            _write_tsv(
+                out / f"{_PREFIX}_features.tsv",
+                [
+                    "rank",
+                    "feature",
+                    "name",
+                    "statistic",
+                    "i",
+                    "j",
+                    "label_i",
+                    "label_j",
+                    "importance",
+                    "coef_mean",
+                    "selected_frequency",
+                ],
+                rows,
+            )
+        )
 
     with record.timer("figures"):
-        record.add_figure(plots.plot_confusion_matrix(
-            result["confusion_matrix"], out / f"{_PREFIX}_confusion.png",
-            class_names=(negative, positive),
-            title=f"Confusion matrix ({args.repeats} repeats pooled)"))
+        record.add_figure(
+            plots.plot_confusion_matrix(
+                result["confusion_matrix"],
+                out / f"{_PREFIX}_confusion.png",
+                class_names=(negative, positive),
+                title=f"Confusion matrix ({args.repeats} repeats pooled)",
+            )
+        )
         record.add_figure(plots.plot_roc(features.y, oof, out / f"{_PREFIX}_roc.png"))
         edges = [k for k, s in enumerate(features.statistic) if s == "edge"]
         if edges and len(features.region_labels) <= 400:
@@ -209,19 +336,31 @@ def run(args) -> int:
             importance = np.asarray(result["feature_weights"]["importance"])
             matrix[features.pair_i[edges], features.pair_j[edges]] = importance[edges]
             matrix = matrix + matrix.T
-            record.add_figure(plots.plot_correlation_matrix(
-                matrix, out / f"{_PREFIX}_feature_importance.png",
-                labels=features.region_labels, vmin=0.0, vmax=float(matrix.max() or 1.0), cmap="viridis",
-                title=f"Feature importance ({args.model})"))
+            record.add_figure(
+                plots.plot_correlation_matrix(
+                    matrix,
+                    out / f"{_PREFIX}_feature_importance.png",
+                    labels=features.region_labels,
+                    vmin=0.0,
+                    vmax=float(matrix.max() or 1.0),
+                    cmap="viridis",
+                    title=f"Feature importance ({args.model})",
+                )
+            )
 
     record.results = {
         "n_subjects": result["n_subjects"],
         "n_features": result["n_features"],
         "classes": f"{negative} (negative) vs {positive} (positive)",
         "metrics": summary,
-        "interval": ("Clopper-Pearson 95% on counts pooled over all test predictions"
-                     + (f", divided by the {args.repeats} repeats (one pass over the "
-                        "subjects)" if args.interval == "subjects" else "")),
+        "interval": (
+            "Clopper-Pearson 95% on counts pooled over all test predictions"
+            + (
+                f", divided by the {args.repeats} repeats (one pass over the subjects)"
+                if args.interval == "subjects"
+                else ""
+            )
+        ),
         "auc": {"mean": result["auc"]["mean"], "std": result["auc"]["std"]},
         "confusion_matrix [[TN, FP], [FN, TP]]": result["confusion_matrix"],
         "top_features": [f"{row[2]} ({row[8]:.3g})" for row in rows[:10]],
@@ -230,6 +369,12 @@ def run(args) -> int:
         record.results["permutation_p_value"] = result["permutation"]["p_value"]
     log = record.finish(_PREFIX)
     accuracy = summary["accuracy"]
-    logger.info("accuracy %.3f [%.3f, %.3f]; log %s; report %s", accuracy["mean"],
-                accuracy["ci_low"], accuracy["ci_high"], log, record.report_path)
+    logger.info(
+        "accuracy %.3f [%.3f, %.3f]; log %s; report %s",
+        accuracy["mean"],
+        accuracy["ci_low"],
+        accuracy["ci_high"],
+        log,
+        record.report_path,
+    )
     return 0

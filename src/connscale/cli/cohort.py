@@ -32,50 +32,89 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("inputs", nargs="+", metavar="INPUT",
-                        help="Input files, folders, BIDS derivatives roots or quoted glob "
-                             "patterns.")
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="INPUT",
+        help="Input files, folders, BIDS derivatives roots or quoted glob patterns.",
+    )
     parser.add_argument("--job", required=True, choices=sorted(JOBS), help="Per-scan job.")
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     group = parser.add_argument_group("job options")
-    group.add_argument("--window", type=int, default=None,
-                       help="pairs, dfc: window length in time points (required).")
+    group.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="pairs, dfc: window length in time points (required).",
+    )
     group.add_argument("--step", type=int, default=1, help="pairs, dfc: window step.")
-    group.add_argument("--threshold", type=float, default=None,
-                       help="pairs: summary feature 'fraction of windows with r > THRESHOLD' "
-                            "(default 0.5); dfc: keep r >= THRESHOLD (--kind sparse).")
-    group.add_argument("--kind", choices=["triu", "dense", "sparse", "lowrank", "factor"],
-                       default="triu",
-                       help="fc: 'triu' or 'dense'; dfc: 'triu', 'sparse', 'lowrank' or "
-                            "'factor'.")
-    group.add_argument("--absolute", action="store_true",
-                       help="dfc --kind sparse: keep |r| >= THRESHOLD.")
-    group.add_argument("--rank", type=int, default=None,
-                       help="dfc --kind lowrank (required) or factor: the rank.")
+    group.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="pairs: summary feature 'fraction of windows with r > THRESHOLD' "
+        "(default 0.5); dfc: keep r >= THRESHOLD (--kind sparse).",
+    )
+    group.add_argument(
+        "--kind",
+        choices=["triu", "dense", "sparse", "lowrank", "factor"],
+        default="triu",
+        help="fc: 'triu' or 'dense'; dfc: 'triu', 'sparse', 'lowrank' or 'factor'.",
+    )
+    group.add_argument(
+        "--absolute", action="store_true", help="dfc --kind sparse: keep |r| >= THRESHOLD."
+    )
+    group.add_argument(
+        "--rank", type=int, default=None, help="dfc --kind lowrank (required) or factor: the rank."
+    )
     group.add_argument("--seed", type=int, default=0, help="dfc --kind lowrank: random seed.")
-    group.add_argument("--atlas", type=Path, default=None,
-                       help="Labels NIfTI for NIfTI inputs (region-mean series).")
-    group.add_argument("--mask", type=Path, default=None,
-                       help="Brain mask NIfTI for NIfTI inputs (voxel series).")
+    group.add_argument(
+        "--atlas",
+        type=Path,
+        default=None,
+        help="Labels NIfTI for NIfTI inputs (region-mean series).",
+    )
+    group.add_argument(
+        "--mask", type=Path, default=None, help="Brain mask NIfTI for NIfTI inputs (voxel series)."
+    )
     add_atlas_name_argument(group)
     run_group = parser.add_argument_group("execution")
-    run_group.add_argument("--backend", choices=list(ENGINES), default="local",
-                           help="serial (this process), local (process pool), dask or spark.")
-    run_group.add_argument("--cluster", default=None, metavar="ADDR",
-                           help="Dask scheduler address (default: a LocalCluster) or Spark "
-                                "master URL (default: local[N]).")
-    run_group.add_argument("--n-jobs", type=int, default=None,
-                           help="Worker processes / cores (default: all).")
-    run_group.add_argument("--retries", type=int, default=1,
-                           help="A scan whose worker process dies is tried 1 + RETRIES "
-                                "times, then reported as failed (errors raised by the job "
-                                "are reported at once).")
-    run_group.add_argument("--dashboard", default=None, metavar="ADDR",
-                           help="dask without --cluster: start the LocalCluster's dashboard "
-                                "at ADDR, e.g. 127.0.0.1:8787 (default: no dashboard).")
-    run_group.add_argument("--overwrite", action="store_true",
-                           help="Redo scans whose output already exists, replacing files "
-                                "connscale did not write.")
+    run_group.add_argument(
+        "--backend",
+        choices=list(ENGINES),
+        default="local",
+        help="serial (this process), local (process pool), dask or spark.",
+    )
+    run_group.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDR",
+        help="Dask scheduler address (default: a LocalCluster) or Spark "
+        "master URL (default: local[N]).",
+    )
+    run_group.add_argument(
+        "--n-jobs", type=int, default=None, help="Worker processes / cores (default: all)."
+    )
+    run_group.add_argument(
+        "--retries",
+        type=int,
+        default=1,
+        help="A scan whose worker process dies is tried 1 + RETRIES "
+        "times, then reported as failed (errors raised by the job "
+        "are reported at once).",
+    )
+    run_group.add_argument(
+        "--dashboard",
+        default=None,
+        metavar="ADDR",
+        help="dask without --cluster: start the LocalCluster's dashboard "
+        "at ADDR, e.g. 127.0.0.1:8787 (default: no dashboard).",
+    )
+    run_group.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Redo scans whose output already exists, replacing files connscale did not write.",
+    )
     add_compute_arguments(parser)
     add_wait_argument(parser, overwrite=False)  # cohort's own --overwrite is above
     # Many workers share the machine: compute on the CPU unless told otherwise.
@@ -85,15 +124,27 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def job_params(args) -> dict:
     """The job parameters named by the command-line options."""
-    params = {"device": args.device, "dtype": args.dtype, "memory_limit": args.memory_limit,
-              "atlas": args.atlas, "atlas_name": args.atlas_name, "mask": args.mask}
+    params = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "memory_limit": args.memory_limit,
+        "atlas": args.atlas,
+        "atlas_name": args.atlas_name,
+        "mask": args.mask,
+    }
     if args.job == "pairs":
         threshold = 0.5 if args.threshold is None else args.threshold
         params.update(window_length=args.window, step=args.step, threshold=threshold)
     elif args.job == "dfc":
-        params.update(window_length=args.window, step=args.step, kind=args.kind,
-                      threshold=args.threshold, absolute=args.absolute, rank=args.rank,
-                      random_state=args.seed)
+        params.update(
+            window_length=args.window,
+            step=args.step,
+            kind=args.kind,
+            threshold=args.threshold,
+            absolute=args.absolute,
+            rank=args.rank,
+            random_state=args.seed,
+        )
     else:
         if args.threshold is not None:
             raise ValueError("--threshold applies to --job pairs and dfc only.")
@@ -110,10 +161,18 @@ def run(args) -> int:
     params = job_params(args)
     with record.timer("cohort"):
         report = run_cohort(
-            [str(p) for p in args.inputs], args.job, args.out, params=params,
-            engine=args.backend, cluster=args.cluster, n_jobs=args.n_jobs,
-            retries=args.retries, dashboard_address=args.dashboard, overwrite=args.overwrite,
-            wait=args.wait, verbose=args.verbose,
+            [str(p) for p in args.inputs],
+            args.job,
+            args.out,
+            params=params,
+            engine=args.backend,
+            cluster=args.cluster,
+            n_jobs=args.n_jobs,
+            retries=args.retries,
+            dashboard_address=args.dashboard,
+            overwrite=args.overwrite,
+            wait=args.wait,
+            verbose=args.verbose,
         )
     record.device = params["device"]
     record.results.update({"engine": report.engine, **report.counts})
@@ -126,9 +185,11 @@ def run(args) -> int:
     with OutputSet(args.out, "cohort", command="cohort", wait=args.wait) as outputs:
         log = record.finish("cohort", outputs)
         outputs.commit()
-    print(f"connscale cohort: {len(report.records)} scans, job={args.job}, "
-          f"backend={args.backend}: {report.n_ok} done, {report.n_skipped} already "
-          f"complete, {report.n_failed} failed ({report.seconds:.2f} s)")
+    print(
+        f"connscale cohort: {len(report.records)} scans, job={args.job}, "
+        f"backend={args.backend}: {report.n_ok} done, {report.n_skipped} already "
+        f"complete, {report.n_failed} failed ({report.seconds:.2f} s)"
+    )
     if report.n_failed:
         print(f"  errors {report.errors_path}")
     print(f"  report {report.report_path}")

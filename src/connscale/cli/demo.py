@@ -21,8 +21,13 @@ import numpy as np
 
 # Simulated cohort: GPU-DFC §V.C used 200 ROIs, T = 175 and rank l = 58;
 # this one is smaller so that the demo stays under five minutes on 2 cores.
-_COHORT = {"n_subjects": 40, "n_regions": 40, "n_timepoints": 175, "effect_edges": 6,
-           "effect_size": 0.5}
+_COHORT = {
+    "n_subjects": 40,
+    "n_regions": 40,
+    "n_timepoints": 175,
+    "effect_edges": 6,
+    "effect_size": 0.5,
+}
 _COHORT_RANK = 12
 
 
@@ -31,13 +36,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "demo",
         help="Run connscale end to end on bundled data (nitime, nibabel, dipy) and simulations.",
         description="Runs every capability on data that installs offline and says where "
-                    "the results and reports are.",
+        "the results and reports are.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument("--out", type=Path, default=Path("demo_output"), help="Output folder.")
     parser.add_argument("--device", default="auto", help="'auto', 'cpu' or 'cuda'.")
-    parser.add_argument("--n-voxels", type=int, default=20000,
-                        help="Size of the simulated voxel-scale scan.")
+    parser.add_argument(
+        "--n-voxels", type=int, default=20000, help="Size of the simulated voxel-scale scan."
+    )
     parser.add_argument("--seed", type=int, default=0, help="Seed of every simulation.")
     parser.set_defaults(func=run)
     return parser
@@ -75,88 +81,209 @@ def run(args) -> int:
             record.add_output(report)
         record.timings[folder.name] = round(seconds, 3)
 
-    print("\n== BIDS-App on a synthetic fMRIPrep tree (6 subjects, nilearn's real confounds): "
-          "denoised atlas FC, DFC and region pairs per run, then the group level", flush=True)
+    print(
+        "\n== BIDS-App on a synthetic fMRIPrep tree (6 subjects, nilearn's real confounds): "
+        "denoised atlas FC, DFC and region pairs per run, then the group level",
+        flush=True,
+    )
     start = time.perf_counter()
     bids_report = _bids_app(out / "bids", args)
-    steps.append(("BIDS-App: fMRIPrep -> denoised connectivity, group report",
-                  time.perf_counter() - start, out / "bids"))
+    steps.append(
+        (
+            "BIDS-App: fMRIPrep -> denoised connectivity, group report",
+            time.perf_counter() - start,
+            out / "bids",
+        )
+    )
     record.add_output(bids_report)
     record.timings["bids"] = round(steps[-1][1], 3)
     print(f"BIDS-App report: {bids_report.resolve()}", flush=True)
 
     roi = str(nitime_roi_path())
-    step("Static FC of nitime's 31 ROI series (250 time points)",
-         ["fc", roi, *common], out / "fc_roi")
+    step(
+        "Static FC of nitime's 31 ROI series (250 time points)",
+        ["fc", roi, *common],
+        out / "fc_roi",
+    )
 
     mask_path = inputs / "fmri1_brainmask.nii.gz"
     compute_brain_mask(load_nitime_fmri(1)).to_filename(mask_path)
     fmri1 = str(nitime_fmri_path(1))
-    step("Voxel-level FC of nitime's fmri1 scan (1,800 voxels), sparse |r| >= 0.5",
-         ["fc", fmri1, "--mask", str(mask_path), "--threshold", "0.5", "--absolute",
-          *common], out / "fc_voxels")
-    step("Voxel-level FC of nibabel's functional.nii (upper triangle, HDF5)",
-         ["fc", str(nibabel_functional_path()), "--kind", "triu", *common], out / "fc_nibabel")
+    step(
+        "Voxel-level FC of nitime's fmri1 scan (1,800 voxels), sparse |r| >= 0.5",
+        ["fc", fmri1, "--mask", str(mask_path), "--threshold", "0.5", "--absolute", *common],
+        out / "fc_voxels",
+    )
+    step(
+        "Voxel-level FC of nibabel's functional.nii (upper triangle, HDF5)",
+        ["fc", str(nibabel_functional_path()), "--kind", "triu", *common],
+        out / "fc_nibabel",
+    )
 
     simulated = inputs / f"sub-sim_desc-{args.n_voxels}voxels_timeseries.npy"
     data, _ = simulate_timeseries(257, args.n_voxels, random_state=args.seed)
     np.save(simulated, data)
-    step(f"Voxel-scale FC of a simulated scan ({args.n_voxels:,} series x 257), out of core "
-         "under a 1 GB memory limit into HDF5",
-         ["fc", str(simulated), "--kind", "triu", "--memory-limit", "1GB", *common],
-         out / "fc_simulated")
+    step(
+        f"Voxel-scale FC of a simulated scan ({args.n_voxels:,} series x 257), out of core "
+        "under a 1 GB memory limit into HDF5",
+        ["fc", str(simulated), "--kind", "triu", "--memory-limit", "1GB", *common],
+        out / "fc_simulated",
+    )
 
-    step("Dynamic FC of nitime's ROI series: windows of 40, step 5, sparse |r| >= 0.5",
-         ["dfc", roi, "--window", "40", "--step", "5", "--kind", "sparse", "--threshold", "0.5",
-          "--absolute", *common], out / "dfc_sparse")
-    step("Dynamic FC of nitime's fmri1 voxels: windows of 20, low-rank (rank 5) with errors",
-         ["dfc", fmri1, "--mask", str(mask_path), "--window", "20", "--step", "2",
-          "--kind", "lowrank", "--rank", "5", "--error", "--seed", str(args.seed), *common],
-         out / "dfc_lowrank")
-    step("Region-pair DFC time courses of nitime's ROI series (w = 32, s = 4)",
-         ["pairs", roi, "--window", "32", "--step", "4", *common], out / "pairs")
-    step("r1DL functional networks of nitime's fmri1 scan (8 atoms, 10% of voxels each)",
-         ["r1dl", fmri1, "--mask", str(mask_path), "--n-components", "8", "--sparsity", "0.1",
-          "--seed", str(args.seed), *common], out / "r1dl")
+    step(
+        "Dynamic FC of nitime's ROI series: windows of 40, step 5, sparse |r| >= 0.5",
+        [
+            "dfc",
+            roi,
+            "--window",
+            "40",
+            "--step",
+            "5",
+            "--kind",
+            "sparse",
+            "--threshold",
+            "0.5",
+            "--absolute",
+            *common,
+        ],
+        out / "dfc_sparse",
+    )
+    step(
+        "Dynamic FC of nitime's fmri1 voxels: windows of 20, low-rank (rank 5) with errors",
+        [
+            "dfc",
+            fmri1,
+            "--mask",
+            str(mask_path),
+            "--window",
+            "20",
+            "--step",
+            "2",
+            "--kind",
+            "lowrank",
+            "--rank",
+            "5",
+            "--error",
+            "--seed",
+            str(args.seed),
+            *common,
+        ],
+        out / "dfc_lowrank",
+    )
+    step(
+        "Region-pair DFC time courses of nitime's ROI series (w = 32, s = 4)",
+        ["pairs", roi, "--window", "32", "--step", "4", *common],
+        out / "pairs",
+    )
+    step(
+        "r1DL functional networks of nitime's fmri1 scan (8 atoms, 10% of voxels each)",
+        [
+            "r1dl",
+            fmri1,
+            "--mask",
+            str(mask_path),
+            "--n-components",
+            "8",
+            "--sparsity",
+            "0.1",
+            "--seed",
+            str(args.seed),
+            *common,
+        ],
+        out / "r1dl",
+    )
 
     from dipy.data import get_fnames
 
     dwi, bvals, bvecs = (str(p) for p in get_fnames(name="small_25"))
     tractogram = str(get_fnames(name="small_25_streamlines"))
-    step("LiFE on dipy's small_25 scan and tractogram, ReAl-LiFE λ sweep (cross-validated)",
-         ["life", dwi, "--bvals", bvals, "--bvecs", bvecs, "--tractogram", tractogram,
-          "--lambda-sweep", "0,0.001,0.01", "--seed", str(args.seed), *common], out / "life")
+    step(
+        "LiFE on dipy's small_25 scan and tractogram, ReAl-LiFE λ sweep (cross-validated)",
+        [
+            "life",
+            dwi,
+            "--bvals",
+            bvals,
+            "--bvecs",
+            bvecs,
+            "--tractogram",
+            tractogram,
+            "--lambda-sweep",
+            "0,0.001,0.01",
+            "--seed",
+            str(args.seed),
+            *common,
+        ],
+        out / "life",
+    )
 
     cohort = simulate_cohort(**_COHORT, random_state=args.seed)
     written = cohort.write(inputs / "cohort")
-    step(f"Cohort of {_COHORT['n_subjects']} simulated subjects (planted group difference in "
-         f"{_COHORT['effect_edges']} edges): per-subject FC with the cohort runner",
-         ["cohort", *map(str, written["timeseries"]), "--job", "fc", "--kind", "dense",
-          "--backend", "local", "--n-jobs", "2", "--device", args.device, "-q"],
-         out / "cohort_fc")
+    step(
+        f"Cohort of {_COHORT['n_subjects']} simulated subjects (planted group difference in "
+        f"{_COHORT['effect_edges']} edges): per-subject FC with the cohort runner",
+        [
+            "cohort",
+            *map(str, written["timeseries"]),
+            "--job",
+            "fc",
+            "--kind",
+            "dense",
+            "--backend",
+            "local",
+            "--n-jobs",
+            "2",
+            "--device",
+            args.device,
+            "-q",
+        ],
+        out / "cohort_fc",
+    )
     relmats = sorted(str(p) for p in (out / "cohort_fc").rglob("*_relmat.h5"))
-    step("Patients vs controls from the cohort's connectomes (linear SVM, 5-fold x 3)",
-         ["classify", *relmats, "--participants", str(written["participants"]),
-          "--label", "group", "--positive", "patient", "--repeats", "3", "--seed",
-          str(args.seed)], out / "classify")
+    step(
+        "Patients vs controls from the cohort's connectomes (linear SVM, 5-fold x 3)",
+        [
+            "classify",
+            *relmats,
+            "--participants",
+            str(written["participants"]),
+            "--label",
+            "group",
+            "--positive",
+            "patient",
+            "--repeats",
+            "3",
+            "--seed",
+            str(args.seed),
+        ],
+        out / "classify",
+    )
 
-    print("\n== GPU-DFC Table IV: classification from actual vs low-rank reconstructed "
-          "correlations", flush=True)
+    print(
+        "\n== GPU-DFC Table IV: classification from actual vs low-rank reconstructed correlations",
+        flush=True,
+    )
     with record.timer("table_iv"):
         comparison = _table_iv(cohort, args, out / "table_iv")
     record.results["table_iv"] = {
         name: {metric: result[metric] for metric in ("accuracy", "sensitivity", "specificity")}
-        for name, result in comparison.items()}
+        for name, result in comparison.items()
+    }
     record.results["steps"] = {folder.name: title for title, _, folder in steps}
     from connscale.report.plots import plot_metric_comparison
 
-    record.add_figure(plot_metric_comparison(
-        comparison, out / "table_iv" / "table_iv_comparison.png",
-        title=f"Actual vs rank-{_COHORT_RANK} reconstructed correlations (MLP)"))
+    record.add_figure(
+        plot_metric_comparison(
+            comparison,
+            out / "table_iv" / "table_iv_comparison.png",
+            title=f"Actual vs rank-{_COHORT_RANK} reconstructed correlations (MLP)",
+        )
+    )
     for name, result in comparison.items():
         acc = result["accuracy"]
-        print(f"  {name:>13}: accuracy {acc['mean']:.2f} "
-              f"[{acc['ci_low']:.2f}, {acc['ci_high']:.2f}]")
+        print(
+            f"  {name:>13}: accuracy {acc['mean']:.2f} [{acc['ci_low']:.2f}, {acc['ci_high']:.2f}]"
+        )
     from connscale._compute import resolve_device
 
     record.device = str(resolve_device(args.device))
@@ -178,16 +305,52 @@ def _bids_app(folder: Path, args) -> Path:
 
     tree = make_fmriprep_tree(folder / "inputs", n_subjects=6, random_state=args.seed)
     output = folder / "connscale"
-    status = main(["bids", str(tree.derivatives), str(output), "participant", "--atlas",
-                   str(tree.atlas), "--atlas-name", "Slab4", "--atlas-labels",
-                   str(tree.atlas_labels), "--denoise", "simple", "--measures",
-                   "fc,timeseries,dfc,pairs", "--window-length", "10", "--step", "5",
-                   "--backend", "serial", "--device", args.device, "-q"])
+    status = main(
+        [
+            "bids",
+            str(tree.derivatives),
+            str(output),
+            "participant",
+            "--atlas",
+            str(tree.atlas),
+            "--atlas-name",
+            "Slab4",
+            "--atlas-labels",
+            str(tree.atlas_labels),
+            "--denoise",
+            "simple",
+            "--measures",
+            "fc,timeseries,dfc,pairs",
+            "--window-length",
+            "10",
+            "--step",
+            "5",
+            "--backend",
+            "serial",
+            "--device",
+            args.device,
+            "-q",
+        ]
+    )
     if status:
         raise RuntimeError(f"demo step 'bids participant' failed with exit status {status}")
-    status = main(["bids", str(tree.derivatives), str(output), "group", "--participants",
-                   str(tree.participants), "--target", "group", "--folds", "3", "--repeats",
-                   "2", "-q"])
+    status = main(
+        [
+            "bids",
+            str(tree.derivatives),
+            str(output),
+            "group",
+            "--participants",
+            str(tree.participants),
+            "--target",
+            "group",
+            "--folds",
+            "3",
+            "--repeats",
+            "2",
+            "-q",
+        ]
+    )
     if status:
         raise RuntimeError(f"demo step 'bids group' failed with exit status {status}")
     return next((output / "group").glob("*_report.html"))
@@ -201,11 +364,20 @@ def _table_iv(cohort, args, folder: Path) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     actual, reconstructed = [], []
     for series in cohort.timeseries:
-        whole = dynamic_correlation(series, series.shape[0], kind="lowrank", rank=_COHORT_RANK,
-                                    random_state=args.seed, device=args.device)
+        whole = dynamic_correlation(
+            series,
+            series.shape[0],
+            kind="lowrank",
+            rank=_COHORT_RANK,
+            random_state=args.seed,
+            device=args.device,
+        )
         actual.append(matrix_to_vec(np.corrcoef(series, rowvar=False)))
         reconstructed.append(matrix_to_vec(whole.to_dense(0)))
-    features = {"actual": np.vstack(actual),
-                f"reconstructed (l={_COHORT_RANK})": np.vstack(reconstructed)}
-    return compare_features(features, cohort.y, model="mlp", folds=5, repeats=2,
-                            random_state=args.seed)
+    features = {
+        "actual": np.vstack(actual),
+        f"reconstructed (l={_COHORT_RANK})": np.vstack(reconstructed),
+    }
+    return compare_features(
+        features, cohort.y, model="mlp", folds=5, repeats=2, random_state=args.seed
+    )

@@ -36,23 +36,41 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     add_input_arguments(parser)
     add_window_arguments(parser)
-    parser.add_argument("--kind", choices=["triu", "sparse", "lowrank", "factor"], default=None,
-                        help="Stored form (default: sparse with --threshold, triu otherwise).")
-    parser.add_argument("--threshold", type=float, default=None,
-                        help="Keep r >= THRESHOLD (kind sparse).")
-    parser.add_argument("--absolute", action="store_true",
-                        help="With --threshold, keep |r| >= THRESHOLD.")
-    parser.add_argument("--rank", type=int, default=None,
-                        help="Rank l (lowrank: required; factor: default exact).")
-    parser.add_argument("--method", choices=["randomized", "svd"], default="randomized",
-                        help="lowrank: GPU-DFC's randomized range finder or exact SVD.")
-    parser.add_argument("--power-iterations", type=int, default=0,
-                        help="lowrank randomized: power iterations.")
+    parser.add_argument(
+        "--kind",
+        choices=["triu", "sparse", "lowrank", "factor"],
+        default=None,
+        help="Stored form (default: sparse with --threshold, triu otherwise).",
+    )
+    parser.add_argument(
+        "--threshold", type=float, default=None, help="Keep r >= THRESHOLD (kind sparse)."
+    )
+    parser.add_argument(
+        "--absolute", action="store_true", help="With --threshold, keep |r| >= THRESHOLD."
+    )
+    parser.add_argument(
+        "--rank", type=int, default=None, help="Rank l (lowrank: required; factor: default exact)."
+    )
+    parser.add_argument(
+        "--method",
+        choices=["randomized", "svd"],
+        default="randomized",
+        help="lowrank: GPU-DFC's randomized range finder or exact SVD.",
+    )
+    parser.add_argument(
+        "--power-iterations", type=int, default=0, help="lowrank randomized: power iterations."
+    )
     parser.add_argument("--seed", type=int, default=0, help="Random seed (lowrank).")
-    parser.add_argument("--error", action="store_true",
-                        help="lowrank/factor: record each window's MAE against the exact matrix.")
-    parser.add_argument("--allow-tf32", action="store_true",
-                        help="Allow TF32 matrix products on CUDA (faster, less exact).")
+    parser.add_argument(
+        "--error",
+        action="store_true",
+        help="lowrank/factor: record each window's MAE against the exact matrix.",
+    )
+    parser.add_argument(
+        "--allow-tf32",
+        action="store_true",
+        help="Allow TF32 matrix products on CUDA (faster, less exact).",
+    )
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     add_compute_arguments(parser)
     add_wait_argument(parser)
@@ -71,25 +89,50 @@ def run(args) -> int:
     kind = args.kind or ("sparse" if args.threshold is not None else "triu")
     # The window, step, taper and kind are in the sidecar, not the name: a
     # re-run with other parameters replaces the set (its manifest says which).
-    entities = {**output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
-                "meas": "PearsonCorrelation"}
+    entities = {
+        **output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
+        "meas": "PearsonCorrelation",
+    }
     folder = derivative_path(args.out, entities, suffix="dfc", extension=".h5").parent
     stem = bids_name(entities, suffix="dfc", extension=".h5")[: -len(".h5")]
-    fingerprint = run_fingerprint(input_files(args), {
-        "command": "dfc", "window": args.window, "step": args.step, "t_r": args.t_r,
-        "taper": args.taper, "taper_sigma": args.taper_sigma, "kind": kind,
-        "threshold": args.threshold, "absolute": args.absolute, "rank": args.rank,
-        "method": args.method, "power_iterations": args.power_iterations, "seed": args.seed,
-        "error": args.error, "dtype": args.dtype, "allow_tf32": args.allow_tf32})
+    fingerprint = run_fingerprint(
+        input_files(args),
+        {
+            "command": "dfc",
+            "window": args.window,
+            "step": args.step,
+            "t_r": args.t_r,
+            "taper": args.taper,
+            "taper_sigma": args.taper_sigma,
+            "kind": kind,
+            "threshold": args.threshold,
+            "absolute": args.absolute,
+            "rank": args.rank,
+            "method": args.method,
+            "power_iterations": args.power_iterations,
+            "seed": args.seed,
+            "error": args.error,
+            "dtype": args.dtype,
+            "allow_tf32": args.allow_tf32,
+        },
+    )
     record = RunRecord("dfc", args.out, vars(args))
     # The windows file, plots, log and report are one set, written in a hidden
     # staging folder under the set's lock (where an interrupted run's
     # unfinished windows file waits to be resumed) and published together.
-    with OutputSet(folder, stem, command="dfc", fingerprint=fingerprint,
-                   wait=args.wait, overwrite=args.overwrite) as outputs:
+    with OutputSet(
+        folder,
+        stem,
+        command="dfc",
+        fingerprint=fingerprint,
+        wait=args.wait,
+        overwrite=args.overwrite,
+    ) as outputs:
         if outputs.complete():
-            print(f"connscale dfc: {folder} holds the complete {stem} result for this "
-                  "input and these parameters; nothing to do")
+            print(
+                f"connscale dfc: {folder} holds the complete {stem} result for this "
+                "input and these parameters; nothing to do"
+            )
             return 0
         with record.timer("load"):
             timeseries, labels, nodes, _ = load_input(args)
@@ -101,28 +144,54 @@ def run(args) -> int:
         record.device = str(resolve_device(args.device))
         with record.timer("dynamic_correlation"):
             result = dynamic_correlation(
-                timeseries, window, step, kind=kind, threshold=args.threshold,
-                absolute=args.absolute, rank=args.rank, method=args.method,
-                power_iterations=args.power_iterations, random_state=args.seed,
-                device=args.device, dtype=args.dtype, memory_limit=args.memory_limit,
-                out=outputs.path(name), compute_error=args.error, allow_tf32=args.allow_tf32,
-                taper=args.taper, taper_sigma=args.taper_sigma, verbose=args.verbose,
+                timeseries,
+                window,
+                step,
+                kind=kind,
+                threshold=args.threshold,
+                absolute=args.absolute,
+                rank=args.rank,
+                method=args.method,
+                power_iterations=args.power_iterations,
+                random_state=args.seed,
+                device=args.device,
+                dtype=args.dtype,
+                memory_limit=args.memory_limit,
+                out=outputs.path(name),
+                compute_error=args.error,
+                allow_tf32=args.allow_tf32,
+                taper=args.taper,
+                taper_sigma=args.taper_sigma,
+                verbose=args.verbose,
                 attrs={"source": str(args.input)},
             )
         with result:
             record.add_output(path)
             seconds = record.timings["dynamic_correlation"]
-            record.results.update({
-                "n_series": n, "n_timepoints": n_timepoints, "nodes": nodes, "kind": kind,
-                "n_windows": len(result), "window_length": window, "step": step,
-                "window_support": result.window_length, "t_r": t_r,
-                "nbytes": result.nbytes, "compression_ratio": result.compression_ratio,
-                "windows_with_constant_series": int(result.constant.any(axis=1).sum()),
-                "windows_per_second": len(result) / max(seconds, 1e-9),
-                "plan": None if result.plan is None else {  # the keys of earlier logs
-                    "batch": result.plan.batch, "tile_rows": result.plan.block_rows,
-                    "device_budget": result.plan.device_budget},
-            })
+            record.results.update(
+                {
+                    "n_series": n,
+                    "n_timepoints": n_timepoints,
+                    "nodes": nodes,
+                    "kind": kind,
+                    "n_windows": len(result),
+                    "window_length": window,
+                    "step": step,
+                    "window_support": result.window_length,
+                    "t_r": t_r,
+                    "nbytes": result.nbytes,
+                    "compression_ratio": result.compression_ratio,
+                    "windows_with_constant_series": int(result.constant.any(axis=1).sum()),
+                    "windows_per_second": len(result) / max(seconds, 1e-9),
+                    "plan": None
+                    if result.plan is None
+                    else {  # the keys of earlier logs
+                        "batch": result.plan.batch,
+                        "tile_rows": result.plan.block_rows,
+                        "device_budget": result.plan.device_budget,
+                    },
+                }
+            )
             if result.mae is not None:
                 record.results["mae_mean"] = float(np.nanmean(result.mae))
                 record.results["mae_max"] = float(np.nanmax(result.mae))
@@ -131,29 +200,56 @@ def run(args) -> int:
 
                 with record.timer("plots"):
                     plot_dfc_windows(result, outputs.path(f"{stem}_windows.png"))
-                    plot_edge_timecourses(result, outputs.path(f"{stem}_edges.png"),
-                                          node_labels=labels, max_edges=6,
-                                          title="Edges with the most variable correlation")
+                    plot_edge_timecourses(
+                        result,
+                        outputs.path(f"{stem}_edges.png"),
+                        node_labels=labels,
+                        max_edges=6,
+                        title="Edges with the most variable correlation",
+                    )
                     for figure in (f"{stem}_windows.png", f"{stem}_edges.png"):
                         record.add_figure(folder / figure)
             n_windows, nbytes, ratio = len(result), result.nbytes, result.compression_ratio
-            write_json_atomic(outputs.path(f"{stem}.json"), _sidecar(
-                args, kind=kind, n=n, nodes=nodes, window=window, step=step, t_r=t_r,
-                n_windows=n_windows, window_support=result.window_length))
+            write_json_atomic(
+                outputs.path(f"{stem}.json"),
+                _sidecar(
+                    args,
+                    kind=kind,
+                    n=n,
+                    nodes=nodes,
+                    window=window,
+                    step=step,
+                    t_r=t_r,
+                    n_windows=n_windows,
+                    window_support=result.window_length,
+                ),
+            )
             record.add_output(folder / f"{stem}.json")
         log = record.finish(stem, outputs)
         outputs.commit()
     write_dataset_description(args.out)
-    print(f"connscale dfc: {n} {nodes}, {n_timepoints} time points, {n_windows} windows "
-          f"(w={window}, s={step}), kind={kind} on {record.device} in {seconds:.3f} s")
+    print(
+        f"connscale dfc: {n} {nodes}, {n_timepoints} time points, {n_windows} windows "
+        f"(w={window}, s={step}), kind={kind} on {record.device} in {seconds:.3f} s"
+    )
     print(f"  stored {nbytes / 1e6:.2f} MB (compression ratio {ratio:.1f})")
     print(f"  wrote {path}")
     print(f"  log   {log}")
     return 0
 
 
-def _sidecar(args, *, kind: str, n: int, nodes: str, window: int, step: int, t_r,
-             n_windows: int, window_support: int) -> dict:
+def _sidecar(
+    args,
+    *,
+    kind: str,
+    n: int,
+    nodes: str,
+    window: int,
+    step: int,
+    t_r,
+    n_windows: int,
+    window_support: int,
+) -> dict:
     """The JSON sidecar of a ``_dfc.h5`` store: the window parameters live here."""
     from connscale._version import __version__
 

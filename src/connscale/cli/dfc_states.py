@@ -25,8 +25,7 @@ PLOT_MAX_NODES = 400
 def add_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         "dfc-states",
-        help="Recurring DFC states of a cohort: k-means of the windows, dwell times, "
-             "transitions.",
+        help="Recurring DFC states of a cohort: k-means of the windows, dwell times, transitions.",
         description=(
             "Sliding-window correlations of every input (or DFC files written by "
             "'connscale dfc') are pooled and clustered into states; each subject's state "
@@ -35,22 +34,39 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("inputs", nargs="+", type=Path, metavar="INPUT",
-                        help="ROI time series (.tsv/.csv/.npy), 4-D NIfTI with --atlas, or "
-                             "_dfc.h5 files of kind triu from 'connscale dfc'.")
-    parser.add_argument("--atlas", type=Path, default=None,
-                        help="Labels NIfTI for NIfTI inputs (region-mean series).")
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        type=Path,
+        metavar="INPUT",
+        help="ROI time series (.tsv/.csv/.npy), 4-D NIfTI with --atlas, or "
+        "_dfc.h5 files of kind triu from 'connscale dfc'.",
+    )
+    parser.add_argument(
+        "--atlas",
+        type=Path,
+        default=None,
+        help="Labels NIfTI for NIfTI inputs (region-mean series).",
+    )
     add_window_arguments(parser, required=False)
     parser.add_argument("--states", type=int, default=5, help="Number of states k.")
-    parser.add_argument("--metric", choices=["l1", "correlation", "euclidean"], default="l1",
-                        help="Distance between windows (l1: medians, as Allen et al.).")
-    parser.add_argument("--no-exemplars", action="store_true",
-                        help="Cluster all windows from k-means++ seeds directly (default: "
-                             "first the windows at local maxima of FC variance).")
+    parser.add_argument(
+        "--metric",
+        choices=["l1", "correlation", "euclidean"],
+        default="l1",
+        help="Distance between windows (l1: medians, as Allen et al.).",
+    )
+    parser.add_argument(
+        "--no-exemplars",
+        action="store_true",
+        help="Cluster all windows from k-means++ seeds directly (default: "
+        "first the windows at local maxima of FC variance).",
+    )
     parser.add_argument("--n-init", type=int, default=10, help="k-means++ restarts.")
     parser.add_argument("--max-iter", type=int, default=300, help="Most Lloyd iterations.")
-    parser.add_argument("--fisher-z", action="store_true",
-                        help="Cluster arctanh of the correlations.")
+    parser.add_argument(
+        "--fisher-z", action="store_true", help="Cluster arctanh of the correlations."
+    )
     parser.add_argument("--seed", type=int, default=0, help="Random seed.")
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     add_compute_arguments(parser)
@@ -70,23 +86,46 @@ def _load_windows(args):
         if path.name.endswith("_dfc.h5") or path.suffix == ".h5":
             with load_dynamic(path) as result:
                 edges = _dfc_edges(result)
-                loaded.append({"source": source_entities(path).removesuffix("_dfc"),
-                               "windows": edges, "starts": result.window_starts,
-                               "labels": None, "t_r": args.t_r,
-                               "window": result.window_length, "step": result.step,
-                               "n_series": result.n_series})
+                loaded.append(
+                    {
+                        "source": source_entities(path).removesuffix("_dfc"),
+                        "windows": edges,
+                        "starts": result.window_starts,
+                        "labels": None,
+                        "t_r": args.t_r,
+                        "window": result.window_length,
+                        "step": result.step,
+                        "n_series": result.n_series,
+                    }
+                )
             continue
         if args.window is None:
             raise ValueError(f"--window is needed for the time-series input {path.name}.")
         one = argparse.Namespace(input=path, mask=None, atlas=args.atlas)
         timeseries, labels, _, _ = load_input(one)
         window, step, t_r = resolve_window(args, path)
-        result = dynamic_correlation(timeseries, window, step, device=args.device,
-                                     dtype=args.dtype, memory_limit=args.memory_limit,
-                                     taper=args.taper, taper_sigma=args.taper_sigma)
-        loaded.append({"source": source_entities(path), "windows": _dfc_edges(result),
-                       "starts": result.window_starts, "labels": labels, "t_r": t_r,
-                       "window": window, "step": step, "n_series": result.n_series})
+        result = dynamic_correlation(
+            timeseries,
+            window,
+            step,
+            device=args.device,
+            dtype=args.dtype,
+            memory_limit=args.memory_limit,
+            taper=args.taper,
+            taper_sigma=args.taper_sigma,
+        )
+        loaded.append(
+            {
+                "source": source_entities(path),
+                "windows": _dfc_edges(result),
+                "starts": result.window_starts,
+                "labels": labels,
+                "t_r": t_r,
+                "window": window,
+                "step": step,
+                "n_series": result.n_series,
+            }
+        )
     sizes = {item["n_series"] for item in loaded}
     if len(sizes) > 1:
         raise ValueError(f"All inputs must have the same number of series; got {sorted(sizes)}.")
@@ -105,9 +144,16 @@ def run(args) -> int:
         loaded = _load_windows(args)
     n = loaded[0]["n_series"]
     labels = loaded[0]["labels"] or [str(i) for i in range(n)]
-    estimator = DFCStates(args.states, metric=args.metric, exemplars=not args.no_exemplars,
-                          n_init=args.n_init, max_iter=args.max_iter, fisher_z=args.fisher_z,
-                          random_state=args.seed, device=args.device)
+    estimator = DFCStates(
+        args.states,
+        metric=args.metric,
+        exemplars=not args.no_exemplars,
+        n_init=args.n_init,
+        max_iter=args.max_iter,
+        fisher_z=args.fisher_z,
+        random_state=args.seed,
+        device=args.device,
+    )
     with record.timer("states"):
         estimator.fit([item["windows"] for item in loaded])
     sources = [item["source"] for item in loaded]
@@ -118,13 +164,23 @@ def run(args) -> int:
         for path in _write_states(estimator, out, labels, fractions, args):
             record.add_output(path)
         for item, sequence in zip(loaded, estimator.labels_):
-            record.add_output(write_state_sequence(out / f"{item['source']}_dfcstates.tsv",
-                                                   starts=item["starts"], states=sequence,
-                                                   t_r=item["t_r"]))
+            record.add_output(
+                write_state_sequence(
+                    out / f"{item['source']}_dfcstates.tsv",
+                    starts=item["starts"],
+                    states=sequence,
+                    t_r=item["t_r"],
+                )
+            )
         features = estimator.state_features(subjects=sources)
-        record.add_output(write_state_features(out / "dfcstates_features.tsv",
-                                               subjects=features.subjects, X=features.X,
-                                               names=features.feature_names))
+        record.add_output(
+            write_state_features(
+                out / "dfcstates_features.tsv",
+                subjects=features.subjects,
+                X=features.X,
+                names=features.feature_names,
+            )
+        )
     with record.timer("plots"):
         from connscale.report.plots import (
             plot_state_matrices,
@@ -133,30 +189,50 @@ def run(args) -> int:
         )
 
         if n <= PLOT_MAX_NODES:
-            record.add_figure(plot_state_matrices(estimator.state_matrices(),
-                                                  out / "dfcstates_states.png",
-                                                  fractions=fractions))
+            record.add_figure(
+                plot_state_matrices(
+                    estimator.state_matrices(), out / "dfcstates_states.png", fractions=fractions
+                )
+            )
         first = loaded[0]
         times = None if first["t_r"] is None else first["starts"] * first["t_r"]
-        record.add_figure(plot_state_sequence(
-            estimator.labels_[0], out / f"{first['source']}_dfcstates_sequence.png",
-            n_states=args.states, window_times=times, title=f"{first['source']}: states"))
-        record.add_figure(plot_transition_matrix(
-            estimator.transition_matrix_.mean(axis=0), out / "dfcstates_transitions.png",
-            title="Transition probabilities (mean over subjects)"))
-    record.results.update({
-        "n_subjects": len(loaded), "n_series": n,
-        "n_windows": int(sum(item["windows"].shape[0] for item in loaded)),
-        "n_states": args.states, "metric": args.metric, "inertia": estimator.inertia_,
-        "n_iter": estimator.n_iter_, "fraction_of_windows": fractions.round(4).tolist(),
-        "mean_dwell_time_windows": estimator.mean_dwell_time_.mean(axis=0).round(3).tolist(),
-        "mean_transitions": float(estimator.n_transitions_.mean()),
-    })
+        record.add_figure(
+            plot_state_sequence(
+                estimator.labels_[0],
+                out / f"{first['source']}_dfcstates_sequence.png",
+                n_states=args.states,
+                window_times=times,
+                title=f"{first['source']}: states",
+            )
+        )
+        record.add_figure(
+            plot_transition_matrix(
+                estimator.transition_matrix_.mean(axis=0),
+                out / "dfcstates_transitions.png",
+                title="Transition probabilities (mean over subjects)",
+            )
+        )
+    record.results.update(
+        {
+            "n_subjects": len(loaded),
+            "n_series": n,
+            "n_windows": int(sum(item["windows"].shape[0] for item in loaded)),
+            "n_states": args.states,
+            "metric": args.metric,
+            "inertia": estimator.inertia_,
+            "n_iter": estimator.n_iter_,
+            "fraction_of_windows": fractions.round(4).tolist(),
+            "mean_dwell_time_windows": estimator.mean_dwell_time_.mean(axis=0).round(3).tolist(),
+            "mean_transitions": float(estimator.n_transitions_.mean()),
+        }
+    )
     log = record.finish("dfcstates")
     seconds = record.timings["states"]
     logger.info("states in %.3f s", seconds)
-    print(f"connscale dfc-states: {len(loaded)} subjects, {record.results['n_windows']} windows, "
-          f"{args.states} states ({args.metric}) on {record.device} in {seconds:.3f} s")
+    print(
+        f"connscale dfc-states: {len(loaded)} subjects, {record.results['n_windows']} windows, "
+        f"{args.states} states ({args.metric}) on {record.device} in {seconds:.3f} s"
+    )
     print(f"  fractions of windows: {', '.join(f'{f:.2f}' for f in fractions)}")
     print(f"  log   {log}")
     return 0
@@ -172,8 +248,11 @@ def _write_states(estimator, out: Path, labels, fractions, args) -> list[Path]:
     )
 
     written = []
-    centroid = {"l1": "component-wise median", "euclidean": "mean",
-                "correlation": "mean of the windows centred and scaled to unit norm"}
+    centroid = {
+        "l1": "component-wise median",
+        "euclidean": "mean",
+        "correlation": "mean of the windows centred and scaled to unit norm",
+    }
     matrices = estimator.state_matrices()
     n = matrices.shape[1]
     for j, matrix in enumerate(matrices):
@@ -182,19 +261,24 @@ def _write_states(estimator, out: Path, labels, fractions, args) -> list[Path]:
             path = write_relmat_tsv(relmat_path(out, source, extension=".tsv"), matrix, labels)
             kind = "dense"
         else:
-            path = write_relmat_h5(relmat_path(out, source, extension=".h5"),
-                                   np.asarray(estimator.cluster_centers_[j], dtype=np.float64))
+            path = write_relmat_h5(
+                relmat_path(out, source, extension=".h5"),
+                np.asarray(estimator.cluster_centers_[j], dtype=np.float64),
+            )
             kind = "triu"
         metadata = sidecar(kind, n, nodes="regions", dtype="float64")
-        metadata.update({
-            "ValidDiagonal": False,
-            "MeasureDescription": (
-                f"DFC state {j + 1} of {len(matrices)}: the {centroid[args.metric]} of the "
-                f"sliding-window {'Fisher z of the ' if args.fisher_z else ''}Pearson "
-                f"correlations assigned to it by k-means ({args.metric} distance)"),
-            "State": j + 1,
-            "FractionOfWindows": float(fractions[j]),
-            "Sources": [str(p) for p in args.inputs],
-        })
+        metadata.update(
+            {
+                "ValidDiagonal": False,
+                "MeasureDescription": (
+                    f"DFC state {j + 1} of {len(matrices)}: the {centroid[args.metric]} of the "
+                    f"sliding-window {'Fisher z of the ' if args.fisher_z else ''}Pearson "
+                    f"correlations assigned to it by k-means ({args.metric} distance)"
+                ),
+                "State": j + 1,
+                "FractionOfWindows": float(fractions[j]),
+                "Sources": [str(p) for p in args.inputs],
+            }
+        )
         written += [path, write_sidecar(path, metadata)]
     return written

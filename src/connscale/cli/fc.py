@@ -34,15 +34,26 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     add_input_arguments(parser)
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
-    parser.add_argument("--kind", choices=["dense", "triu", "sparse"], default=None,
-                        help="Output form (default: dense for up to "
-                             f"{TSV_MAX_NODES} series, triu above).")
-    parser.add_argument("--threshold", type=float, default=None,
-                        help="Keep r >= THRESHOLD (sparse output; implies --kind sparse).")
-    parser.add_argument("--absolute", action="store_true",
-                        help="With --threshold, keep |r| >= THRESHOLD.")
-    parser.add_argument("--allow-tf32", action="store_true",
-                        help="Allow TF32 matrix products on CUDA (faster, less exact).")
+    parser.add_argument(
+        "--kind",
+        choices=["dense", "triu", "sparse"],
+        default=None,
+        help=f"Output form (default: dense for up to {TSV_MAX_NODES} series, triu above).",
+    )
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=None,
+        help="Keep r >= THRESHOLD (sparse output; implies --kind sparse).",
+    )
+    parser.add_argument(
+        "--absolute", action="store_true", help="With --threshold, keep |r| >= THRESHOLD."
+    )
+    parser.add_argument(
+        "--allow-tf32",
+        action="store_true",
+        help="Allow TF32 matrix products on CUDA (faster, less exact).",
+    )
     add_compute_arguments(parser)
     add_wait_argument(parser)
     parser.set_defaults(func=run)
@@ -53,25 +64,40 @@ def run(args) -> int:
     from connscale.fc.static import compute_correlation
     from connscale.io._fingerprint import run_fingerprint
     from connscale.io._publish import OutputSet
-    from connscale.io.hdf5 import load_relmat
     from connscale.io.bids import bids_name, derivative_path, write_dataset_description
+    from connscale.io.hdf5 import load_relmat
     from connscale.io.relmat import sidecar, write_relmat_tsv, write_sidecar
 
     configure_logging(args.verbose)
     kind = args.kind or ("sparse" if args.threshold is not None else None)
-    entities = {**output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
-                "meas": "PearsonCorrelation"}
+    entities = {
+        **output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
+        "meas": "PearsonCorrelation",
+    }
     folder = derivative_path(args.out, entities, suffix="relmat", extension=".tsv").parent
     stem = bids_name(entities, suffix="relmat", extension=".tsv")[: -len(".tsv")]
     fingerprint = run_fingerprint(
         input_files(args),
-        {"command": "fc", "kind": args.kind, "threshold": args.threshold,
-         "absolute": args.absolute, "dtype": args.dtype, "allow_tf32": args.allow_tf32})
+        {
+            "command": "fc",
+            "kind": args.kind,
+            "threshold": args.threshold,
+            "absolute": args.absolute,
+            "dtype": args.dtype,
+            "allow_tf32": args.allow_tf32,
+        },
+    )
     record = RunRecord("fc", args.out, vars(args))
     # The matrix, its sidecar, figure, log and report are one set: written in
     # a hidden staging folder under the set's lock, published together.
-    with OutputSet(folder, stem, command="fc", fingerprint=fingerprint,
-                   wait=args.wait, overwrite=args.overwrite) as outputs:
+    with OutputSet(
+        folder,
+        stem,
+        command="fc",
+        fingerprint=fingerprint,
+        wait=args.wait,
+        overwrite=args.overwrite,
+    ) as outputs:
         with record.timer("load"):
             timeseries, labels, nodes, _ = load_input(args)
         n_timepoints, n = timeseries.shape
@@ -83,26 +109,49 @@ def run(args) -> int:
         staged = outputs.path(path.name)
         with record.timer("correlation"):
             result, (plan, n_constant) = compute_correlation(
-                timeseries, kind=kind, threshold=args.threshold, absolute=args.absolute,
-                device=args.device, dtype=args.dtype, memory_limit=args.memory_limit,
-                out=None if as_tsv else staged, allow_tf32=args.allow_tf32,
-                verbose=args.verbose, attrs={"source": str(args.input)},
+                timeseries,
+                kind=kind,
+                threshold=args.threshold,
+                absolute=args.absolute,
+                device=args.device,
+                dtype=args.dtype,
+                memory_limit=args.memory_limit,
+                out=None if as_tsv else staged,
+                allow_tf32=args.allow_tf32,
+                verbose=args.verbose,
+                attrs={"source": str(args.input)},
             )
         if as_tsv:
             with record.timer("write"):
                 write_relmat_tsv(staged, result, labels)
         record.add_output(path)
-        side = write_sidecar(staged, sidecar(kind, n, threshold=args.threshold,
-                                             absolute=args.absolute, source=args.input,
-                                             dtype=args.dtype, nodes=nodes))
+        side = write_sidecar(
+            staged,
+            sidecar(
+                kind,
+                n,
+                threshold=args.threshold,
+                absolute=args.absolute,
+                source=args.input,
+                dtype=args.dtype,
+                nodes=nodes,
+            ),
+        )
         outputs.path(side.name)
         record.add_output(folder / side.name)
         from connscale._compute import resolve_device
 
         record.device = str(resolve_device(args.device))
-        record.results.update({"n_series": n, "n_timepoints": n_timepoints, "nodes": nodes,
-                               "kind": kind, "n_constant_series": n_constant,
-                               **plan.as_dict()})
+        record.results.update(
+            {
+                "n_series": n,
+                "n_timepoints": n_timepoints,
+                "nodes": nodes,
+                "kind": kind,
+                "n_constant_series": n_constant,
+                **plan.as_dict(),
+            }
+        )
         seconds = record.timings["correlation"]
         record.results["pairs_per_second"] = n * (n - 1) / 2 / max(seconds, 1e-9)
         if n <= TSV_MAX_NODES:
@@ -110,14 +159,20 @@ def run(args) -> int:
             from connscale.report.plots import plot_correlation_matrix
 
             figure = f"{stem}.png"
-            plot_correlation_matrix(matrix, outputs.path(figure), labels=labels,
-                                    title=f"Pearson correlation, {n} {nodes}")
+            plot_correlation_matrix(
+                matrix,
+                outputs.path(figure),
+                labels=labels,
+                title=f"Pearson correlation, {n} {nodes}",
+            )
             record.add_figure(folder / figure)
         log = record.finish(stem, outputs)
         outputs.commit()
     write_dataset_description(args.out)
-    print(f"connscale fc: {n} {nodes}, {n_timepoints} time points, kind={kind}, "
-          f"{plan.n_rounds} round(s) on {record.device} in {seconds:.3f} s")
+    print(
+        f"connscale fc: {n} {nodes}, {n_timepoints} time points, kind={kind}, "
+        f"{plan.n_rounds} round(s) on {record.device} in {seconds:.3f} s"
+    )
     print(f"  wrote {path}")
     print(f"  log   {log}")
     return 0

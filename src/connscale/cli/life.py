@@ -23,10 +23,10 @@ from connscale.cli._common import (
     DeprecatedAlias,
     RunRecord,
     add_compute_arguments,
+    add_wait_argument,
     configure_logging,
     logger,
 )
-from connscale.cli._common import add_wait_argument
 from connscale.cli._sets import command_fingerprint, publish
 
 
@@ -34,7 +34,9 @@ def _floats(text: str) -> list[float]:
     try:
         values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}"
+        ) from None
     if not values:
         raise argparse.ArgumentTypeError("expected at least one value")
     return values
@@ -55,38 +57,77 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("dwi", type=Path, help="4-D diffusion NIfTI.")
     parser.add_argument("--bvals", type=Path, required=True, help="FSL b-values file.")
     parser.add_argument("--bvecs", type=Path, required=True, help="FSL b-vectors file.")
-    parser.add_argument("--tractogram", type=Path, required=True, help=".trk or .tck in the dMRI's space.")
+    parser.add_argument(
+        "--tractogram", type=Path, required=True, help=".trk or .tck in the dMRI's space."
+    )
     parser.add_argument("--mask", type=Path, default=None, help="Brain / white-matter mask NIfTI.")
-    parser.add_argument("--labels", type=Path, default=None,
-                        help="Region labels NIfTI: write a region x region connectome.")
-    parser.add_argument("--measure", choices=["weight", "count", "evidence"], default="weight",
-                        help="Connectome edge value: weight sum, surviving streamline count, "
-                             "or strength of evidence.")
+    parser.add_argument(
+        "--labels",
+        type=Path,
+        default=None,
+        help="Region labels NIfTI: write a region x region connectome.",
+    )
+    parser.add_argument(
+        "--measure",
+        choices=["weight", "count", "evidence"],
+        default="weight",
+        help="Connectome edge value: weight sum, surviving streamline count, "
+        "or strength of evidence.",
+    )
     lam = parser.add_mutually_exclusive_group()
-    lam.add_argument("--lambda", dest="lam", type=float, default=0.0,
-                     help="ReAl-LiFE L1 weight (0: LiFE).")
-    lam.add_argument("--lambda-sweep", dest="lam_sweep", type=_floats, default=None, metavar="L1,L2,...",
-                     help="Fit each λ; report weight sum, non-zero count and cross-validated "
-                          "RMSE; outputs use the λ with the lowest cross-validated RMSE.")
-    parser.add_argument("--repeat", type=Path, default=None,
-                        help="Second acquisition (same grid and volumes) for cross-validation; "
-                             "default: a gradient-direction split.")
+    lam.add_argument(
+        "--lambda", dest="lam", type=float, default=0.0, help="ReAl-LiFE L1 weight (0: LiFE)."
+    )
+    lam.add_argument(
+        "--lambda-sweep",
+        dest="lam_sweep",
+        type=_floats,
+        default=None,
+        metavar="L1,L2,...",
+        help="Fit each λ; report weight sum, non-zero count and cross-validated "
+        "RMSE; outputs use the λ with the lowest cross-validated RMSE.",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=Path,
+        default=None,
+        help="Second acquisition (same grid and volumes) for cross-validation; "
+        "default: a gradient-direction split.",
+    )
     iters = parser.add_mutually_exclusive_group()
-    iters.add_argument("--max-iter", type=int, default=500,
-                       help="Most SBB iterations (reference maxit).")
-    iters.add_argument("--iters", dest="max_iter", type=int, action=DeprecatedAlias,
-                       new="--max-iter")
-    parser.add_argument("--tol", type=float, default=1e-5,
-                        help="Stop thresholds (projected gradient, objective change); 0: run all iterations.")
-    parser.add_argument("--sphere", default=None,
-                        help="Atom orientations: a number of directions or a dipy sphere name.")
-    parser.add_argument("--formulation", choices=["encode", "dipy"], default="encode",
-                        help="ENCODE's model or dipy's / LiFE 1.0's.")
+    iters.add_argument(
+        "--max-iter", type=int, default=500, help="Most SBB iterations (reference maxit)."
+    )
+    iters.add_argument(
+        "--iters", dest="max_iter", type=int, action=DeprecatedAlias, new="--max-iter"
+    )
+    parser.add_argument(
+        "--tol",
+        type=float,
+        default=1e-5,
+        help="Stop thresholds (projected gradient, objective change); 0: run all iterations.",
+    )
+    parser.add_argument(
+        "--sphere",
+        default=None,
+        help="Atom orientations: a number of directions or a dipy sphere name.",
+    )
+    parser.add_argument(
+        "--formulation",
+        choices=["encode", "dipy"],
+        default="encode",
+        help="ENCODE's model or dipy's / LiFE 1.0's.",
+    )
     parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
-    parser.add_argument("--checkpoint-every", type=int, default=50, metavar="N",
-                        help="Solver iterations between checkpoints of its state (kept in the "
-                             "output folder until the outputs are published; a killed run "
-                             "resumes from the last one).")
+    parser.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=50,
+        metavar="N",
+        help="Solver iterations between checkpoints of its state (kept in the "
+        "output folder until the outputs are published; a killed run "
+        "resumes from the last one).",
+    )
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     add_wait_argument(parser)
     add_compute_arguments(parser)
@@ -94,9 +135,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-_INPUTS = (("dwi", "dMRI"), ("bvals", "b-values"), ("bvecs", "b-vectors"),
-           ("tractogram", "Tractogram"), ("mask", "mask"), ("labels", "labels"),
-           ("repeat", "repeat dMRI"))
+_INPUTS = (
+    ("dwi", "dMRI"),
+    ("bvals", "b-values"),
+    ("bvecs", "b-vectors"),
+    ("tractogram", "Tractogram"),
+    ("mask", "mask"),
+    ("labels", "labels"),
+    ("repeat", "repeat dMRI"),
+)
 
 
 def _check_arguments(args) -> list[Path]:
@@ -120,11 +167,19 @@ def run(args) -> int:
     configure_logging(args.verbose)
     inputs = _check_arguments(args)
     source = source_entities(args.dwi)
-    with OutputSet(args.out, f"{source}_life", command="life",
-                   fingerprint=command_fingerprint(args, inputs), wait=args.wait, overwrite=args.overwrite) as outputs:
+    with OutputSet(
+        args.out,
+        f"{source}_life",
+        command="life",
+        fingerprint=command_fingerprint(args, inputs),
+        wait=args.wait,
+        overwrite=args.overwrite,
+    ) as outputs:
         if outputs.complete():
-            print(f"connscale life: {args.out} already holds this run's complete output (same "
-                  "input contents and parameters); nothing to do.")
+            print(
+                f"connscale life: {args.out} already holds this run's complete output (same "
+                "input contents and parameters); nothing to do."
+            )
             return 0
         return _run(args, outputs, source)
 
@@ -132,10 +187,10 @@ def run(args) -> int:
 def _run(args, outputs, source: str) -> int:
     from connscale import life
     from connscale._compute import resolve_device
-    from connscale.io.relmat import write_dataset_description
-    from connscale.life.api import load_volume
     from connscale.io.life import write_lambda_sweep
     from connscale.io.nifti import save_nifti_gz
+    from connscale.io.relmat import write_dataset_description
+    from connscale.life.api import load_volume
     from connscale.life.outputs import (
         connectome,
         save_pruned_tractogram,
@@ -161,77 +216,144 @@ def _run(args, outputs, source: str) -> int:
     # Every solve of the run keeps its state in the staging folder (one file
     # per problem), from which a killed run resumes.
     with record.timer("fit"):  # split into fit's steps below
-        fit = life.fit(args.dwi, args.bvals, args.bvecs, args.tractogram, mask=args.mask,
-                       lam=args.lam, lambdas=args.lam_sweep, dwi_repeat=args.repeat,
-                       cross_validate=True, max_iter=args.max_iter,
-                       tol=args.tol if args.tol > 0 else None, sphere=sphere,
-                       formulation=args.formulation, device=args.device, dtype=args.dtype,
-                       random_state=args.seed, memory_limit=args.memory_limit,
-                       verbose=args.verbose, checkpoint=outputs.staging / "life_checkpoint",
-                       checkpoint_every=args.checkpoint_every)
+        fit = life.fit(
+            args.dwi,
+            args.bvals,
+            args.bvecs,
+            args.tractogram,
+            mask=args.mask,
+            lam=args.lam,
+            lambdas=args.lam_sweep,
+            dwi_repeat=args.repeat,
+            cross_validate=True,
+            max_iter=args.max_iter,
+            tol=args.tol if args.tol > 0 else None,
+            sphere=sphere,
+            formulation=args.formulation,
+            device=args.device,
+            dtype=args.dtype,
+            random_state=args.seed,
+            memory_limit=args.memory_limit,
+            verbose=args.verbose,
+            checkpoint=outputs.staging / "life_checkpoint",
+            checkpoint_every=args.checkpoint_every,
+        )
     del record.timings["fit"]
     record.timings.update({k: round(v, 6) for k, v in fit.timings.items()})
     model, streamlines, w = fit.model, fit.streamlines, fit.weights
-    logger.info("Model: %d fibres (%d dropped), %d voxels, %d directions, %d atoms, %d Φ entries",
-                model.n_fibres, model.n_streamlines - model.n_fibres, model.n_voxels,
-                model.n_directions, model.n_atoms, model.n_entries)
-    record.results.update({
-        "n_streamlines": model.n_streamlines, "n_fibres": model.n_fibres,
-        "n_dropped_short": model.n_dropped_short, "n_dropped_outside": model.n_dropped_outside,
-        "n_voxels": model.n_voxels, "n_directions": model.n_directions, "n_atoms": model.n_atoms,
-        "n_entries": model.n_entries,
-    })
+    logger.info(
+        "Model: %d fibres (%d dropped), %d voxels, %d directions, %d atoms, %d Φ entries",
+        model.n_fibres,
+        model.n_streamlines - model.n_fibres,
+        model.n_voxels,
+        model.n_directions,
+        model.n_atoms,
+        model.n_entries,
+    )
+    record.results.update(
+        {
+            "n_streamlines": model.n_streamlines,
+            "n_fibres": model.n_fibres,
+            "n_dropped_short": model.n_dropped_short,
+            "n_dropped_outside": model.n_dropped_outside,
+            "n_voxels": model.n_voxels,
+            "n_directions": model.n_directions,
+            "n_atoms": model.n_atoms,
+            "n_entries": model.n_entries,
+        }
+    )
     # Weights (.npy and text), the pruned tractogram, the RMSE map, figures, logs.
-    outputs.check_space(40 * len(streamlines) + args.tractogram.stat().st_size
-                        + 4 * int(np.prod(model.shape)) + 4 * 1024**2, what="the LiFE outputs")
+    outputs.check_space(
+        40 * len(streamlines)
+        + args.tractogram.stat().st_size
+        + 4 * int(np.prod(model.shape))
+        + 4 * 1024**2,
+        what="the LiFE outputs",
+    )
     if fit.lambda_sweep is not None:
         record.results["lambda_sweep"] = fit.lambda_sweep
         record.results["lambda_selected"] = fit.lam
         write_lambda_sweep(write(f"{source}_desc-lambdasweep_table.tsv"), fit.lambda_sweep)
     else:
         record.results["cv_rmse_median"] = float(np.median(fit.cv_rmse))
-    record.results.update({
-        "lambda": fit.lam, "n_iter": fit.n_iter, "stop_reason": fit.stop_reason,
-        "resumed_from_iteration": fit.resumed_from,
-        "objective_final": float(fit.objective[-1]), "objective_history": [float(x) for x in fit.objective],
-        "weight_sum": float(w.sum()), "n_nonzero": int((w > 0).sum()),
-        "rmse_median": float(np.median(fit.voxel_rmse)),
-    })
+    record.results.update(
+        {
+            "lambda": fit.lam,
+            "n_iter": fit.n_iter,
+            "stop_reason": fit.stop_reason,
+            "resumed_from_iteration": fit.resumed_from,
+            "objective_final": float(fit.objective[-1]),
+            "objective_history": [float(x) for x in fit.objective],
+            "weight_sum": float(w.sum()),
+            "n_nonzero": int((w > 0).sum()),
+            "rmse_median": float(np.median(fit.voxel_rmse)),
+        }
+    )
 
     with record.timer("write"):
         save_weights(w, write(f"{source}_desc-life_weights.npy"))
         save_weights(w, write(f"{source}_desc-life_weights.tsv"))
         ext = args.tractogram.suffix.lower()
-        save_pruned_tractogram(streamlines, w, write(f"{source}_desc-pruned_tractogram{ext}"),
-                               reference_affine=model.affine, reference_shape=model.shape)
+        save_pruned_tractogram(
+            streamlines,
+            w,
+            write(f"{source}_desc-pruned_tractogram{ext}"),
+            reference_affine=model.affine,
+            reference_shape=model.shape,
+        )
         save_nifti_gz(write(f"{source}_desc-life_rmse.nii.gz"), fit.rmse_image())
         if args.labels is not None:
             labels, labels_affine = load_volume(args.labels, "labels")
             if labels_affine is None:
                 labels_affine = model.affine
-            matrix, regions = connectome(streamlines, w, labels, labels_affine, measure=args.measure,
-                                         fit=fit, random_state=args.seed)
-            for p in write_relmat(matrix, regions, outputs.staging, source, measure=args.measure,
-                                  metadata={"Sources": [str(args.dwi), str(args.tractogram)],
-                                            "Lambda": fit.lam}):
+            matrix, regions = connectome(
+                streamlines,
+                w,
+                labels,
+                labels_affine,
+                measure=args.measure,
+                fit=fit,
+                random_state=args.seed,
+            )
+            for p in write_relmat(
+                matrix,
+                regions,
+                outputs.staging,
+                source,
+                measure=args.measure,
+                metadata={"Sources": [str(args.dwi), str(args.tractogram)], "Lambda": fit.lam},
+            ):
                 write(p.name)
             record.results["n_regions"] = len(regions)
         write_dataset_description(args.out)
     with record.timer("figures"):
-        figures = [(f"{source}_desc-rmse_slice.png", plot_rmse_map, fit.rmse_volume(),
-                    {"title": "LiFE voxel RMSE"}),
-                   (f"{source}_desc-weights_hist.png", plot_weight_histogram, w,
-                    {"title": f"{int((w > 0).sum())} of {w.size} streamlines kept "
-                              f"(λ={fit.lam:g})"})]
+        figures = [
+            (
+                f"{source}_desc-rmse_slice.png",
+                plot_rmse_map,
+                fit.rmse_volume(),
+                {"title": "LiFE voxel RMSE"},
+            ),
+            (
+                f"{source}_desc-weights_hist.png",
+                plot_weight_histogram,
+                w,
+                {"title": f"{int((w > 0).sum())} of {w.size} streamlines kept (λ={fit.lam:g})"},
+            ),
+        ]
         if fit.lambda_sweep:
-            figures.append((f"{source}_desc-lambdasweep_plot.png", plot_lambda_sweep,
-                            fit.lambda_sweep, {}))
+            figures.append(
+                (f"{source}_desc-lambdasweep_plot.png", plot_lambda_sweep, fit.lambda_sweep, {})
+            )
         for name, plot, data, options in figures:
             plot(data, outputs.path(name), **options)
             record.add_figure(args.out / name)
     log = publish(outputs, record, f"{source}_life")
-    print(f"connscale life: {model.n_fibres}/{model.n_streamlines} streamlines in {model.n_voxels} voxels, "
-          f"λ={fit.lam:g}, {fit.n_iter} iterations ({fit.stop_reason}) on {record.device}; "
-          f"{int((w > 0).sum())} kept, median RMSE {np.median(fit.voxel_rmse):.4g}")
+    print(
+        f"connscale life: {model.n_fibres}/{model.n_streamlines} streamlines in "
+        f"{model.n_voxels} voxels, "
+        f"λ={fit.lam:g}, {fit.n_iter} iterations ({fit.stop_reason}) on {record.device}; "
+        f"{int((w > 0).sum())} kept, median RMSE {np.median(fit.voxel_rmse):.4g}"
+    )
     print(f"  log {log}")
     return 0

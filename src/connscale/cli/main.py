@@ -10,7 +10,19 @@ from connscale._version import __version__
 from connscale.io._lock import OutputLockedError
 
 # Sub-command modules of connscale.cli; each defines add_parser(subparsers).
-_COMMANDS = ("fc", "dfc", "dfc-states", "pairs", "cohort", "bids", "maps", "r1dl", "life", "classify", "demo")
+_COMMANDS = (
+    "fc",
+    "dfc",
+    "dfc-states",
+    "pairs",
+    "cohort",
+    "bids",
+    "maps",
+    "r1dl",
+    "life",
+    "classify",
+    "demo",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args, unknown = parser.parse_known_args(argv)
         if unknown:  # named by the sub-command's parser, whose --help lists the options
-            parser.subcommands[args.command].error(
-                f"unrecognized arguments: {' '.join(unknown)}")
+            parser.subcommands[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     except SystemExit as exc:  # --help, --version or a usage error (already printed)
         return exc.code if isinstance(exc.code, int) else 2
     try:

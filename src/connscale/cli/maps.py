@@ -13,8 +13,9 @@ def _numbers(text: str) -> list[float]:
     try:
         return [float(v) for v in text.split(",") if v.strip()]
     except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected numbers separated by commas; got {text!r}") \
-            from exc
+        raise argparse.ArgumentTypeError(
+            f"expected numbers separated by commas; got {text!r}"
+        ) from exc
 
 
 def _coordinate(text: str) -> tuple[float, float, float]:
@@ -38,28 +39,58 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_input_arguments(parser)
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     maps = parser.add_argument_group("maps (at least one)")
-    maps.add_argument("--degree", type=_numbers, default=None, metavar="R[,R...]",
-                      help="Degree centrality at these thresholds: count r > R (one pass).")
-    maps.add_argument("--sparsity", type=_numbers, default=None, metavar="P[,P...]",
-                      help="Degree centrality keeping the top fraction P of all edges "
-                           "(0.01 = 1%%), at the exact global threshold.")
-    maps.add_argument("--weighted", action="store_true",
-                      help="Also write weighted degree (the sum of the kept r; same pass).")
-    maps.add_argument("--absolute", action="store_true",
-                      help="Threshold |r| instead of r (degree and sparsity).")
+    maps.add_argument(
+        "--degree",
+        type=_numbers,
+        default=None,
+        metavar="R[,R...]",
+        help="Degree centrality at these thresholds: count r > R (one pass).",
+    )
+    maps.add_argument(
+        "--sparsity",
+        type=_numbers,
+        default=None,
+        metavar="P[,P...]",
+        help="Degree centrality keeping the top fraction P of all edges "
+        "(0.01 = 1%%), at the exact global threshold.",
+    )
+    maps.add_argument(
+        "--weighted",
+        action="store_true",
+        help="Also write weighted degree (the sum of the kept r; same pass).",
+    )
+    maps.add_argument(
+        "--absolute", action="store_true", help="Threshold |r| instead of r (degree and sparsity)."
+    )
     maps.add_argument("--ecm", action="store_true", help="Eigenvector centrality (fastECM).")
-    maps.add_argument("--gcor", action="store_true",
-                      help="Global correlation: each voxel's mean r to all others.")
+    maps.add_argument(
+        "--gcor",
+        action="store_true",
+        help="Global correlation: each voxel's mean r to all others.",
+    )
     seeds = maps.add_mutually_exclusive_group()
-    seeds.add_argument("--seed", type=_coordinate, action="append", default=None,
-                       metavar="X,Y,Z", help="Seed at world coordinates in mm (repeatable; write "
-                            "--seed=-10,20,4 when X is negative).")
-    seeds.add_argument("--seed-mask", type=Path, default=None,
-                       help="Seed region: a binary mask NIfTI on the fMRI grid.")
-    maps.add_argument("--seed-radius", type=float, default=None,
-                      help="Sphere radius in mm around --seed coordinates (default: one voxel).")
-    maps.add_argument("--fisher-z", action="store_true",
-                      help="Seed maps as Fisher z = arctanh(r).")
+    seeds.add_argument(
+        "--seed",
+        type=_coordinate,
+        action="append",
+        default=None,
+        metavar="X,Y,Z",
+        help="Seed at world coordinates in mm (repeatable; write "
+        "--seed=-10,20,4 when X is negative).",
+    )
+    seeds.add_argument(
+        "--seed-mask",
+        type=Path,
+        default=None,
+        help="Seed region: a binary mask NIfTI on the fMRI grid.",
+    )
+    maps.add_argument(
+        "--seed-radius",
+        type=float,
+        default=None,
+        help="Sphere radius in mm around --seed coordinates (default: one voxel).",
+    )
+    maps.add_argument("--fisher-z", action="store_true", help="Seed maps as Fisher z = arctanh(r).")
     add_compute_arguments(parser)
     parser.set_defaults(func=run)
     return parser
@@ -69,13 +100,14 @@ def run(args) -> int:
     from connscale.io.nifti import is_nifti
     from connscale.io.relmat import source_entities, write_dataset_description
 
-    if not (args.degree or args.sparsity or args.ecm or args.gcor or args.seed
-            or args.seed_mask):
-        raise ValueError("Ask for at least one map: --degree, --sparsity, --ecm, --gcor, "
-                         "--seed or --seed-mask.")
+    if not (args.degree or args.sparsity or args.ecm or args.gcor or args.seed or args.seed_mask):
+        raise ValueError(
+            "Ask for at least one map: --degree, --sparsity, --ecm, --gcor, --seed or --seed-mask."
+        )
     if not is_nifti(args.input):
-        raise ValueError(f"connscale maps needs a 4-D NIfTI INPUT (maps are images); got "
-                         f"{args.input.name}.")
+        raise ValueError(
+            f"connscale maps needs a 4-D NIfTI INPUT (maps are images); got {args.input.name}."
+        )
     configure_logging(args.verbose)
     record = RunRecord("maps", args.out, vars(args))
     with record.timer("load"):
@@ -94,7 +126,8 @@ def run(args) -> int:
         path = map_path(args.out, source, stat, desc=desc, seg=seg)
         img = masker.inverse_transform(values)
         image_path, sidecar_path = write_map(
-            path, img, map_sidecar(measure, description, **parameters, **common))
+            path, img, map_sidecar(measure, description, **parameters, **common)
+        )
         record.add_output(image_path)
         record.add_output(sidecar_path)
         written.append((image_path, f"{measure} {desc or ''}".strip()))
@@ -103,36 +136,64 @@ def run(args) -> int:
     for option, values in (("degree", args.degree), ("sparsity", args.sparsity)):
         if not values:
             continue
-        from connscale.maps.degree import compute_degree
         from connscale.io.maps import threshold_label
+        from connscale.maps.degree import compute_degree
 
         with record.timer(f"{option}"):
             (binary, weighted), info = compute_degree(
-                timeseries, values if option == "degree" else None,
-                sparsity=values if option == "sparsity" else None, absolute=args.absolute,
-                memory_limit=args.memory_limit, both=True, **compute)
+                timeseries,
+                values if option == "degree" else None,
+                sparsity=values if option == "sparsity" else None,
+                absolute=args.absolute,
+                memory_limit=args.memory_limit,
+                both=True,
+                **compute,
+            )
         record.results[f"{option}_method"] = info["method"]
         for i, value in enumerate(values):
             theta = info["thresholds"][i]
             kept = f"{rule} >= {theta:.6g}" if option == "sparsity" else f"{rule} > {theta:.6g}"
-            label = (("abs" if args.absolute else "")
-                     + (threshold_label(value, "sparsity") if option == "sparsity"
-                        else threshold_label(value)))
-            params = {"Threshold": theta, "AbsoluteThreshold": args.absolute,
-                      "Sparsity": value if option == "sparsity" else None}
-            emit(binary[i], "degree", label, "Degree centrality",
-                 f"Number of other {nodes} with {kept}", Weighted=False, **params)
+            label = ("abs" if args.absolute else "") + (
+                threshold_label(value, "sparsity")
+                if option == "sparsity"
+                else threshold_label(value)
+            )
+            params = {
+                "Threshold": theta,
+                "AbsoluteThreshold": args.absolute,
+                "Sparsity": value if option == "sparsity" else None,
+            }
+            emit(
+                binary[i],
+                "degree",
+                label,
+                "Degree centrality",
+                f"Number of other {nodes} with {kept}",
+                Weighted=False,
+                **params,
+            )
             if args.weighted:
-                emit(weighted[i], "weighteddegree", label, "Weighted degree centrality",
-                     f"Sum of {rule} over the other {nodes} with {kept}", Weighted=True,
-                     **params)
+                emit(
+                    weighted[i],
+                    "weighteddegree",
+                    label,
+                    "Weighted degree centrality",
+                    f"Sum of {rule} over the other {nodes} with {kept}",
+                    Weighted=True,
+                    **params,
+                )
     if args.ecm:
         from connscale.maps import eigenvector_centrality
 
         with record.timer("ecm"):
             ecm = eigenvector_centrality(timeseries, **compute)
-        emit(ecm, "ecm", None, "Eigenvector centrality",
-             "Leading eigenvector of R + 1 (fastECM, Wink et al. 2012), unit norm")
+        emit(
+            ecm,
+            "ecm",
+            None,
+            "Eigenvector centrality",
+            "Leading eigenvector of R + 1 (fastECM, Wink et al. 2012), unit norm",
+        )
     if args.gcor:
         from connscale.maps import global_correlation
 
@@ -144,27 +205,48 @@ def run(args) -> int:
 
         seeds = args.seed if args.seed else args.seed_mask
         with record.timer("seed"):
-            maps = seed_correlation(timeseries, seeds, img=args.input, radius=args.seed_radius,
-                                    fisher_z=args.fisher_z, **compute)
-        names = ([f"seed{i + 1}" for i in range(len(args.seed))] if args.seed
-                 else ["seedmask"])
+            maps = seed_correlation(
+                timeseries,
+                seeds,
+                img=args.input,
+                radius=args.seed_radius,
+                fisher_z=args.fisher_z,
+                **compute,
+            )
+        names = [f"seed{i + 1}" for i in range(len(args.seed))] if args.seed else ["seedmask"]
         for i, name in enumerate(names):
-            where = (f"the sphere at {args.seed[i]} mm (radius {args.seed_radius} mm)"
-                     if args.seed else f"the mean of {args.seed_mask}")
-            emit(maps[i], "seedz" if args.fisher_z else "seedcorr", name,
-                 "Seed correlation", ("Fisher z of " if args.fisher_z else "")
-                 + f"r with {where}", FisherZ=args.fisher_z)
+            where = (
+                f"the sphere at {args.seed[i]} mm (radius {args.seed_radius} mm)"
+                if args.seed
+                else f"the mean of {args.seed_mask}"
+            )
+            emit(
+                maps[i],
+                "seedz" if args.fisher_z else "seedcorr",
+                name,
+                "Seed correlation",
+                ("Fisher z of " if args.fisher_z else "") + f"r with {where}",
+                FisherZ=args.fisher_z,
+            )
     write_dataset_description(args.out)
     from connscale._compute import resolve_device
 
     record.device = str(resolve_device(args.device))
-    record.results.update({"n_series": n, "n_timepoints": n_timepoints, "nodes": nodes,
-                           "maps": [str(p) for p, _ in written]})
+    record.results.update(
+        {
+            "n_series": n,
+            "n_timepoints": n_timepoints,
+            "nodes": nodes,
+            "maps": [str(p) for p, _ in written],
+        }
+    )
     with record.timer("figures"):
         _figures(record, written, args)
     log = record.finish(f"{source}_maps")
-    print(f"connscale maps: {n} {nodes}, {n_timepoints} time points, {len(written)} map(s) "
-          f"on {record.device}")
+    print(
+        f"connscale maps: {n} {nodes}, {n_timepoints} time points, {len(written)} map(s) "
+        f"on {record.device}"
+    )
     for path, _ in written:
         print(f"  wrote {path}")
     print(f"  log   {log}")
@@ -188,5 +270,8 @@ def _figures(record, written, args) -> None:
         try:
             record.add_figure(plot_stat_map(path, png, bg_img=background, title=title))
         except Exception as exc:  # noqa: BLE001 - maps are written; say which figure failed
-            warnings.warn(f"The figure of {path.name} could not be drawn "
-                          f"({type(exc).__name__}: {exc}).", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"The figure of {path.name} could not be drawn ({type(exc).__name__}: {exc}).",
+                RuntimeWarning,
+                stacklevel=2,
+            )

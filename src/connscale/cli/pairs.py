@@ -30,14 +30,27 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("inputs", nargs="+", type=Path, metavar="INPUT",
-                        help="ROI time-series files (.tsv/.csv/.npy), (n_timepoints, n_regions).")
+    parser.add_argument(
+        "inputs",
+        nargs="+",
+        type=Path,
+        metavar="INPUT",
+        help="ROI time-series files (.tsv/.csv/.npy), (n_timepoints, n_regions).",
+    )
     parser.add_argument("--window", type=int, required=True, help="Window length (time points).")
     parser.add_argument("--step", type=int, default=1, help="Window step (time points).")
-    parser.add_argument("--threshold", type=float, default=0.5,
-                        help="Summary feature: fraction of windows with r > THRESHOLD.")
-    parser.add_argument("--format", choices=["h5", "npy"], default="h5",
-                        help="Courses as one HDF5 file, or NPY + TSV tables.")
+    parser.add_argument(
+        "--threshold",
+        type=float,
+        default=0.5,
+        help="Summary feature: fraction of windows with r > THRESHOLD.",
+    )
+    parser.add_argument(
+        "--format",
+        choices=["h5", "npy"],
+        default="h5",
+        help="Courses as one HDF5 file, or NPY + TSV tables.",
+    )
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     add_compute_arguments(parser)
     add_wait_argument(parser)
@@ -58,14 +71,28 @@ def run(args) -> int:
     missing = [p for p in args.inputs if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"No time-series file at {missing[0]}.")
-    fingerprint = run_fingerprint(args.inputs, {
-        "command": "pairs", "window": args.window, "step": args.step,
-        "threshold": args.threshold, "format": args.format, "dtype": args.dtype})
+    fingerprint = run_fingerprint(
+        args.inputs,
+        {
+            "command": "pairs",
+            "window": args.window,
+            "step": args.step,
+            "threshold": args.threshold,
+            "format": args.format,
+            "dtype": args.dtype,
+        },
+    )
     # Every file of the run (courses, tables, features, log, report) is one
     # set: written in a hidden staging folder under the set's lock, published
     # together with a manifest.
-    with OutputSet(args.out, "pairs", command="pairs", fingerprint=fingerprint,
-                   wait=args.wait, overwrite=args.overwrite) as outputs:
+    with OutputSet(
+        args.out,
+        "pairs",
+        command="pairs",
+        fingerprint=fingerprint,
+        wait=args.wait,
+        overwrite=args.overwrite,
+    ) as outputs:
         return _run(args, names, outputs)
 
 
@@ -87,10 +114,18 @@ def _run(args, names, outputs) -> int:
     scans = [x for x, _ in loaded]
     n_regions = {x.shape[1] for x in scans}
     if len(n_regions) > 1:
-        raise ValueError(f"All inputs must have the same number of regions; got {sorted(n_regions)}.")
+        raise ValueError(
+            f"All inputs must have the same number of regions; got {sorted(n_regions)}."
+        )
     with record.timer("pairwise_dfc"):
-        result = pairwise_dfc(scans, args.window, args.step, device=args.device,
-                              dtype=args.dtype, memory_limit=args.memory_limit)
+        result = pairwise_dfc(
+            scans,
+            args.window,
+            args.step,
+            device=args.device,
+            dtype=args.dtype,
+            memory_limit=args.memory_limit,
+        )
     with record.timer("summary"):
         summary = pair_summary(result.courses, threshold=args.threshold)
     record.device = str(resolve_device(args.device))
@@ -109,36 +144,67 @@ def _run(args, names, outputs) -> int:
             onsets = result.window_starts[s] if ragged else result.window_starts
             scan_summary = {stat: getattr(summary, stat)[s] for stat in PAIR_STATISTICS}
             if args.format == "h5":
-                write_pairs_h5(output(f"{name}_pairs.h5"), courses=courses, pairs=result.pairs,
-                               window_onsets=onsets, window_length=args.window, step=args.step,
-                               summary=scan_summary, threshold=args.threshold, labels=labels,
-                               n_constant=result.n_constant if len(scans) == 1 else None,
-                               attrs={"source": str(path)})
+                write_pairs_h5(
+                    output(f"{name}_pairs.h5"),
+                    courses=courses,
+                    pairs=result.pairs,
+                    window_onsets=onsets,
+                    window_length=args.window,
+                    step=args.step,
+                    summary=scan_summary,
+                    threshold=args.threshold,
+                    labels=labels,
+                    n_constant=result.n_constant if len(scans) == 1 else None,
+                    attrs={"source": str(path)},
+                )
             else:
-                write_pairs_npy(output(f"{name}_pairs-courses.npy"),
-                                output(f"{name}_pairs.tsv"), output(f"{name}_windows.tsv"),
-                                courses=courses, pairs=result.pairs, labels=labels,
-                                window_onsets=onsets, window_length=args.window)
-            write_pair_summary(output(f"{name}_pairs-summary.tsv"), pairs=result.pairs,
-                               labels=labels, summary=scan_summary, threshold=args.threshold)
-        write_pair_features(output("pairs_features.tsv"), scans=names,
-                            features=summary.features(),
-                            names=summary.feature_names(result.pairs))
+                write_pairs_npy(
+                    output(f"{name}_pairs-courses.npy"),
+                    output(f"{name}_pairs.tsv"),
+                    output(f"{name}_windows.tsv"),
+                    courses=courses,
+                    pairs=result.pairs,
+                    labels=labels,
+                    window_onsets=onsets,
+                    window_length=args.window,
+                )
+            write_pair_summary(
+                output(f"{name}_pairs-summary.tsv"),
+                pairs=result.pairs,
+                labels=labels,
+                summary=scan_summary,
+                threshold=args.threshold,
+            )
+        write_pair_features(
+            output("pairs_features.tsv"),
+            scans=names,
+            features=summary.features(),
+            names=summary.feature_names(result.pairs),
+        )
 
     n_windows = [len(o) for o in result.window_starts] if ragged else [len(result.window_starts)]
-    record.results.update({"n_scans": len(scans), "n_regions": int(scans[0].shape[1]),
-                           "n_pairs": result.n_pairs, "n_windows": n_windows,
-                           "n_constant_windows": result.n_constant})
+    record.results.update(
+        {
+            "n_scans": len(scans),
+            "n_regions": int(scans[0].shape[1]),
+            "n_pairs": result.n_pairs,
+            "n_windows": n_windows,
+            "n_constant_windows": result.n_constant,
+        }
+    )
     seconds = record.timings["pairwise_dfc"]
-    n_corr = result.n_pairs * sum(len(o) for o in (result.window_starts if ragged
-                                                   else [result.window_starts] * len(scans)))
+    n_corr = result.n_pairs * sum(
+        len(o) for o in (result.window_starts if ragged else [result.window_starts] * len(scans))
+    )
     record.results["correlations_per_second"] = n_corr / max(seconds, 1e-9)
     log = record.finish("pairs", outputs)
     outputs.commit()
     logger.info("pairs: %d correlations in %.3f s", n_corr, seconds)
-    print(f"connscale pairs: {len(scans)} scan(s), {result.n_pairs} pairs, window "
-          f"{args.window}, step {args.step}: {n_corr} correlations on {record.device} "
-          f"in {seconds:.3f} s")
+    print(
+        f"connscale pairs: {len(scans)} scan(s), {result.n_pairs} pairs, window "
+        f"{args.window}, step {args.step}: {n_corr} correlations on {record.device} "
+        f"in {seconds:.3f} s"
+    )
     print(f"  wrote {args.out}")
     print(f"  log   {log}")
     return 0

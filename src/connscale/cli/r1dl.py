@@ -34,9 +34,9 @@ from connscale.cli._common import (
     DeprecatedAlias,
     RunRecord,
     add_compute_arguments,
+    add_wait_argument,
     configure_logging,
 )
-from connscale.cli._common import add_wait_argument
 from connscale.cli._sets import command_fingerprint, publish
 
 logger = logging.getLogger("connscale")
@@ -71,28 +71,47 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--mask", type=Path, default=None, help="Brain mask NIfTI.")
     components = parser.add_mutually_exclusive_group(required=True)
     components.add_argument("--n-components", "-k", type=int, help="Number of networks K.")
-    components.add_argument("--atoms", dest="n_components", type=int, action=DeprecatedAlias,
-                            new="--n-components")
-    parser.add_argument("--sparsity", "-r", type=_sparsity, required=True,
-                        help="Voxels per network: a count (e.g. 500) or a fraction (e.g. 0.07).")
+    components.add_argument(
+        "--atoms", dest="n_components", type=int, action=DeprecatedAlias, new="--n-components"
+    )
+    parser.add_argument(
+        "--sparsity",
+        "-r",
+        type=_sparsity,
+        required=True,
+        help="Voxels per network: a count (e.g. 500) or a fraction (e.g. 0.07).",
+    )
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     parser.add_argument("--backend", default="local", choices=["local", "dask", "spark"])
-    parser.add_argument("--cluster", default=None, metavar="ADDRESS",
-                        help="Dask scheduler address or Spark master URL (default: local).")
+    parser.add_argument(
+        "--cluster",
+        default=None,
+        metavar="ADDRESS",
+        help="Dask scheduler address or Spark master URL (default: local).",
+    )
     parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
     parser.add_argument("--tol", type=float, default=0.01, help="Convergence tolerance.")
     parser.add_argument("--max-iter", type=int, default=100, help="Most updates per atom.")
     parser.add_argument("--selection", default="magnitude", choices=["magnitude", "signed"])
-    parser.add_argument("--no-standardize", dest="standardize", action="store_false",
-                        help="Do not make voxel columns zero-mean, unit-norm.")
+    parser.add_argument(
+        "--no-standardize",
+        dest="standardize",
+        action="store_false",
+        help="Do not make voxel columns zero-mean, unit-norm.",
+    )
     parser.add_argument("--n-init", type=int, default=1, help="Random starts per atom.")
-    parser.add_argument("--block-size", type=int, default=None,
-                        help="Voxels per streamed / cluster block.")
-    parser.add_argument("--storage", default="auto", choices=["auto", "device", "host", "file"],
-                        help="Where the local backend keeps S between passes: GPU memory "
-                             "('device'), pinned host memory streamed over PCIe ('host'), or "
-                             "re-read from the input every pass ('file'); 'auto' takes the "
-                             "first that fits.")
+    parser.add_argument(
+        "--block-size", type=int, default=None, help="Voxels per streamed / cluster block."
+    )
+    parser.add_argument(
+        "--storage",
+        default="auto",
+        choices=["auto", "device", "host", "file"],
+        help="Where the local backend keeps S between passes: GPU memory "
+        "('device'), pinned host memory streamed over PCIe ('host'), or "
+        "re-read from the input every pass ('file'); 'auto' takes the "
+        "first that fits.",
+    )
     add_wait_argument(parser)
     add_compute_arguments(parser)
     parser.set_defaults(func=run)
@@ -123,10 +142,17 @@ def _write_outputs(args, record: RunRecord, result, masker, outputs):
         return outputs.path(name)
 
     maps = None if masker is None else masker.inverse_transform(result.loadings.toarray())
-    summary = write_r1dl(write, loadings=result.loadings, dictionary=result.dictionary,
-                         n_iter=result.n_iter, converged=result.converged,
-                         sparsity=result.sparsity, mean_iterations=result.mean_iterations,
-                         info=result.info, maps_img=maps)
+    summary = write_r1dl(
+        write,
+        loadings=result.loadings,
+        dictionary=result.dictionary,
+        n_iter=result.n_iter,
+        converged=result.converged,
+        sparsity=result.sparsity,
+        mean_iterations=result.mean_iterations,
+        info=result.info,
+        maps_img=maps,
+    )
     record.results.update({k: summary[k] for k in ("n_atoms", "sparsity", "mean_iterations")})
     record.results["n_converged"] = int(result.converged.sum())
     record.results.update({f"info_{k}": v for k, v in result.info.items()})
@@ -136,8 +162,13 @@ def _write_outputs(args, record: RunRecord, result, masker, outputs):
 def _figure(args, record: RunRecord, result, maps, background, outputs) -> None:
     from connscale.report.plots import plot_networks
 
-    plot_networks(result.dictionary, maps if maps is not None else result.loadings,
-                  outputs.path("r1dl_networks.png"), max_networks=_N_FIGURE, bg_img=background)
+    plot_networks(
+        result.dictionary,
+        maps if maps is not None else result.loadings,
+        outputs.path("r1dl_networks.png"),
+        max_networks=_N_FIGURE,
+        bg_img=background,
+    )
     record.add_figure(args.out / "r1dl_networks.png")
 
 
@@ -182,11 +213,20 @@ def run(args) -> int:
     _check_inputs(args)
     inputs = [p for p in (args.input, args.mask) if p is not None]
     fingerprint = command_fingerprint(args, inputs)
-    with OutputSet(args.out, "r1dl", command="r1dl", fingerprint=fingerprint,
-                   wait=args.wait, overwrite=args.overwrite) as outputs:
+    with OutputSet(
+        args.out,
+        "r1dl",
+        command="r1dl",
+        fingerprint=fingerprint,
+        wait=args.wait,
+        overwrite=args.overwrite,
+    ) as outputs:
         if outputs.complete():
-            logger.info("r1dl: %s already holds this run's complete output (same input "
-                        "content and parameters); nothing to do.", args.out)
+            logger.info(
+                "r1dl: %s already holds this run's complete output (same input "
+                "content and parameters); nothing to do.",
+                args.out,
+            )
             return 0
         parameters = {k: v for k, v in vars(args).items() if k != "func"}
         record = RunRecord("r1dl", args.out, parameters)
@@ -195,12 +235,24 @@ def run(args) -> int:
         _check_space(args, outputs, S)
         with record.timer("r1dl"):
             result = r1dl(
-                S, args.n_components, args.sparsity, tol=args.tol, max_iter=args.max_iter,
-                selection=args.selection, standardize=args.standardize, n_init=args.n_init,
-                backend=args.backend, cluster=args.cluster, device=args.device, dtype=args.dtype,
-                random_state=args.seed, block_size=args.block_size,
-                memory_limit=args.memory_limit, storage=args.storage,
-                checkpoint=outputs.staging / "r1dl_checkpoint", verbose=args.verbose,
+                S,
+                args.n_components,
+                args.sparsity,
+                tol=args.tol,
+                max_iter=args.max_iter,
+                selection=args.selection,
+                standardize=args.standardize,
+                n_init=args.n_init,
+                backend=args.backend,
+                cluster=args.cluster,
+                device=args.device,
+                dtype=args.dtype,
+                random_state=args.seed,
+                block_size=args.block_size,
+                memory_limit=args.memory_limit,
+                storage=args.storage,
+                checkpoint=outputs.staging / "r1dl_checkpoint",
+                verbose=args.verbose,
             )
         record.device = result.info.get("device", result.info.get("backend"))
         record.results["resumed_atoms"] = result.info["resumed_atoms"]
@@ -209,6 +261,11 @@ def run(args) -> int:
         with record.timer("figure"):
             _figure(args, record, result, maps, background, outputs)
         log = publish(outputs, record, "r1dl")
-    logger.info("r1dl: %d networks, mean %.2f updates per atom; outputs in %s (%s)",
-                result.dictionary.shape[1], result.mean_iterations, args.out, log.name)
+    logger.info(
+        "r1dl: %d networks, mean %.2f updates per atom; outputs in %s (%s)",
+        result.dictionary.shape[1],
+        result.mean_iterations,
+        args.out,
+        log.name,
+    )
     return 0

@@ -18,16 +18,16 @@ must find them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import os
+from dataclasses import dataclass
 from numbers import Integral
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from connscale._validation import check_int, check_random_state
 from connscale._triu import matrix_to_vec, triu_index
+from connscale._validation import check_int, check_random_state
 
 __all__ = ["Cohort", "simulate_cohort"]
 
@@ -67,13 +67,13 @@ class Cohort:
 
     def participants(self) -> list:
         """Rows of a BIDS participants table (``participant_id``, ``group``)."""
-        return [{"participant_id": f"sub-{s}", "group": g}
-                for s, g in zip(self.subjects, self.groups)]
+        return [
+            {"participant_id": f"sub-{s}", "group": g} for s, g in zip(self.subjects, self.groups)
+        ]
 
     def features(self) -> np.ndarray:
         """Pearson correlations of every subject, (n_subjects, n_pairs), row-major triu."""
-        return np.vstack([matrix_to_vec(np.corrcoef(ts, rowvar=False))
-                          for ts in self.timeseries])
+        return np.vstack([matrix_to_vec(np.corrcoef(ts, rowvar=False)) for ts in self.timeseries])
 
     def write(self, out_dir: str | os.PathLike) -> dict:
         """Write ``participants.tsv`` and ``sub-<label>_timeseries.tsv`` files.
@@ -87,19 +87,25 @@ class Cohort:
 
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
-        rows = ["participant_id\tgroup"] + [f"{r['participant_id']}\t{r['group']}"
-                                            for r in self.participants()]
+        rows = ["participant_id\tgroup"] + [
+            f"{r['participant_id']}\t{r['group']}" for r in self.participants()
+        ]
         participants = write_text_atomic(out_dir / "participants.tsv", "\n".join(rows) + "\n")
         paths = []
         header = "\t".join(self.region_labels)
         for subject, ts in zip(self.subjects, self.timeseries):
             lines = [header] + ["\t".join(f"{v:.7g}" for v in row) for row in ts]
-            paths.append(write_text_atomic(out_dir / f"sub-{subject}_timeseries.tsv",
-                                           "\n".join(lines) + "\n"))
+            paths.append(
+                write_text_atomic(
+                    out_dir / f"sub-{subject}_timeseries.tsv", "\n".join(lines) + "\n"
+                )
+            )
         return {"participants": participants, "timeseries": paths}
 
 
-def _ar1(rng: np.random.Generator, shape: tuple[int, ...], phi: float, burn_in: int = 50) -> np.ndarray:
+def _ar1(
+    rng: np.random.Generator, shape: tuple[int, ...], phi: float, burn_in: int = 50
+) -> np.ndarray:
     """Unit-variance AR(1) noise along axis 0."""
     from scipy.signal import lfilter
 
@@ -108,10 +114,13 @@ def _ar1(rng: np.random.Generator, shape: tuple[int, ...], phi: float, burn_in: 
     return series[burn_in:]
 
 
-def _choose_edges(effect_edges: int | npt.ArrayLike, n_regions: int, rng: np.random.Generator) -> np.ndarray:
+def _choose_edges(
+    effect_edges: int | npt.ArrayLike, n_regions: int, rng: np.random.Generator
+) -> np.ndarray:
     if isinstance(effect_edges, Integral) and not isinstance(effect_edges, bool):
-        k = check_int(effect_edges, "effect_edges", minimum=0,
-                      maximum=n_regions * (n_regions - 1) // 2)
+        k = check_int(
+            effect_edges, "effect_edges", minimum=0, maximum=n_regions * (n_regions - 1) // 2
+        )
         if 2 * k <= n_regions:  # disjoint pairs: each edge's effect is exact
             order = rng.permutation(n_regions)[: 2 * k].reshape(k, 2)
         else:
@@ -122,8 +131,11 @@ def _choose_edges(effect_edges: int | npt.ArrayLike, n_regions: int, rng: np.ran
     else:
         edges = np.asarray(effect_edges, dtype=np.int64).reshape(-1, 2)
         edges = np.sort(edges, axis=1)
-        if np.any(edges[:, 0] == edges[:, 1]) or edges.min(initial=0) < 0 or \
-                edges.max(initial=0) >= n_regions:
+        if (
+            np.any(edges[:, 0] == edges[:, 1])
+            or edges.min(initial=0) < 0
+            or edges.max(initial=0) >= n_regions
+        ):
             raise ValueError(
                 f"'effect_edges' must be region pairs (i, j), i != j, in [0, {n_regions}); "
                 f"got {edges.tolist()}."
@@ -189,8 +201,11 @@ def simulate_cohort(
         raise ValueError(f"'patient_fraction' must lie in (0, 1); got {patient_fraction}.")
     if not 0.0 <= autocorrelation < 1.0:
         raise ValueError(f"'autocorrelation' must lie in [0, 1); got {autocorrelation}.")
-    n_networks = max(1, n_regions // 5) if n_networks is None else check_int(
-        n_networks, "n_networks", minimum=1, maximum=n_regions)
+    n_networks = (
+        max(1, n_regions // 5)
+        if n_networks is None
+        else check_int(n_networks, "n_networks", minimum=1, maximum=n_regions)
+    )
     rng = check_random_state(random_state)
     edges = _choose_edges(effect_edges, n_regions, rng)
 
@@ -208,8 +223,7 @@ def simulate_cohort(
         shared = _ar1(rng, (n_timepoints, n_networks), autocorrelation)
         x = np.sqrt(1.0 - lam) * private + np.sqrt(lam) * shared[:, network]
         if y[subject] == 1 and edges.shape[0] and effect_size != 0.0:
-            planted = np.sqrt(extra) * _ar1(rng, (n_timepoints, edges.shape[0]),
-                                            autocorrelation)
+            planted = np.sqrt(extra) * _ar1(rng, (n_timepoints, edges.shape[0]), autocorrelation)
             for e, (i, j) in enumerate(edges):
                 x[:, i] += planted[:, e]
                 x[:, j] += sign * planted[:, e]

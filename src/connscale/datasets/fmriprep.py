@@ -49,13 +49,19 @@ def _confounds_files() -> tuple[Path, Path]:
     from nilearn.interfaces import fmriprep
 
     data = Path(fmriprep.__file__).parent / "data"
-    return (data / "test_desc-confounds_regressors.tsv",
-            data / "test_desc-confounds_regressors.json")
+    return (
+        data / "test_desc-confounds_regressors.tsv",
+        data / "test_desc-confounds_regressors.json",
+    )
 
 
-def make_fmriprep_tree(root: str | os.PathLike, *, n_subjects: int = 6, t_r: float = 2.0,
-                       random_state: int | np.random.Generator | None = 0
-                       ) -> SyntheticFMRIPrep:
+def make_fmriprep_tree(
+    root: str | os.PathLike,
+    *,
+    n_subjects: int = 6,
+    t_r: float = 2.0,
+    random_state: int | np.random.Generator | None = 0,
+) -> SyntheticFMRIPrep:
     """Write a tiny fMRIPrep tree (one resting-state run per subject) under ``root``.
 
     Parameters
@@ -82,17 +88,25 @@ def make_fmriprep_tree(root: str | os.PathLike, *, n_subjects: int = 6, t_r: flo
     derivatives = root / "fmriprep"
     derivatives.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(random_state)
-    (derivatives / "dataset_description.json").write_text(json.dumps({
-        "Name": "synthetic fMRIPrep", "BIDSVersion": "1.9.0", "DatasetType": "derivative",
-        "GeneratedBy": [{"Name": "fMRIPrep", "Version": "20.2.7"}]}))
+    (derivatives / "dataset_description.json").write_text(
+        json.dumps(
+            {
+                "Name": "synthetic fMRIPrep",
+                "BIDSVersion": "1.9.0",
+                "DatasetType": "derivative",
+                "GeneratedBy": [{"Name": "fMRIPrep", "Version": "20.2.7"}],
+            }
+        )
+    )
     labels = np.zeros(_SHAPE, dtype=np.int16)
     for x in range(1, _SHAPE[0] - 1):
         labels[x, 1:-1, 1:-1] = 1 + (x - 1) * len(_REGIONS) // (_SHAPE[0] - 2)
     atlas = root / "atlas.nii.gz"
     nib.save(nib.Nifti1Image(labels, _AFFINE), atlas)
     dseg = root / "atlas_dseg.tsv"
-    dseg.write_text("index\tname\n" + "".join(f"{i}\t{n}\n"
-                                              for i, n in enumerate(_REGIONS, start=1)))
+    dseg.write_text(
+        "index\tname\n" + "".join(f"{i}\t{n}\n" for i, n in enumerate(_REGIONS, start=1))
+    )
     tsv, sidecar = _confounds_files()
     confounds = pd.read_csv(tsv, sep="\t")
     n = len(confounds)
@@ -110,20 +124,25 @@ def make_fmriprep_tree(root: str | os.PathLike, *, n_subjects: int = 6, t_r: flo
             signals[:, 1] = 0.6 * signals[:, 0] + 0.8 * signals[:, 1]
         region_of = np.clip(labels - 1, 0, len(_REGIONS) - 1)
         weights = rng.uniform(-5, 5, (*_SHAPE, motion.shape[1]))
-        data = (1000.0 + 10.0 * signals[:, region_of].transpose(1, 2, 3, 0)
-                + np.einsum("xyzk,tk->xyzt", weights, motion)
-                + rng.standard_normal((*_SHAPE, n))).astype(np.float32)
+        data = (
+            1000.0
+            + 10.0 * signals[:, region_of].transpose(1, 2, 3, 0)
+            + np.einsum("xyzk,tk->xyzt", weights, motion)
+            + rng.standard_normal((*_SHAPE, n))
+        ).astype(np.float32)
         mask = np.zeros(_SHAPE, dtype=np.uint8)
         mask[1:-1, 1:-1, 1:] = 1
-        mask[1 + s % 3, 1, 1] = 0                         # each run its own mask
+        mask[1 + s % 3, 1, 1] = 0  # each run its own mask
         stem = f"sub-{subject}_task-rest"
         space = "space-MNI152NLin2009cAsym"
         nib.save(nib.Nifti1Image(data, _AFFINE), func / f"{stem}_{space}_desc-preproc_bold.nii.gz")
         nib.save(nib.Nifti1Image(mask, _AFFINE), func / f"{stem}_{space}_desc-brain_mask.nii.gz")
         (func / f"{stem}_{space}_desc-preproc_bold.json").write_text(
-            json.dumps({"RepetitionTime": t_r, "SkullStripped": False}))
-        confounds.to_csv(func / f"{stem}_desc-confounds_timeseries.tsv", sep="\t",
-                         index=False, na_rep="n/a")
+            json.dumps({"RepetitionTime": t_r, "SkullStripped": False})
+        )
+        confounds.to_csv(
+            func / f"{stem}_desc-confounds_timeseries.tsv", sep="\t", index=False, na_rep="n/a"
+        )
         shutil.copy(sidecar, func / f"{stem}_desc-confounds_timeseries.json")
     participants = root / "participants.tsv"
     participants.write_text("\n".join(rows) + "\n")

@@ -79,8 +79,10 @@ def simulate_networks(
     t = np.arange(12, dtype=np.float64)
     kernel = t**5 * np.exp(-t) / 120.0
     raw = rng.standard_normal((n_timepoints + kernel.size, n_networks))
-    tc = np.stack([np.convolve(raw[:, k], kernel, mode="valid")[:n_timepoints]
-                   for k in range(n_networks)], axis=1)
+    tc = np.stack(
+        [np.convolve(raw[:, k], kernel, mode="valid")[:n_timepoints] for k in range(n_networks)],
+        axis=1,
+    )
     tc -= tc.mean(axis=0)
     if n_networks < n_timepoints:
         # Orthogonal (uncorrelated) time courses: each network identifiable.
@@ -92,8 +94,11 @@ def simulate_networks(
     order = rng.permutation(n_voxels)
     disjoint = size * n_networks <= n_voxels
     for k in range(n_networks):
-        support = (order[k * size:(k + 1) * size] if disjoint
-                   else rng.choice(n_voxels, size, replace=False))
+        support = (
+            order[k * size : (k + 1) * size]
+            if disjoint
+            else rng.choice(n_voxels, size, replace=False)
+        )
         maps[k, support] = rng.uniform(0.5, 1.5, size)
 
     S = tc @ maps + noise * rng.standard_normal((n_timepoints, n_voxels))

@@ -61,16 +61,24 @@ def _gradient_directions(n: int) -> np.ndarray:
     return np.stack([r * np.cos(phi), r * np.sin(phi), z], 1)
 
 
-def _bundle_templates(shape: tuple[int, int, int], n_bundles: int, rng: np.random.Generator
-                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _bundle_templates(
+    shape: tuple[int, int, int], n_bundles: int, rng: np.random.Generator
+) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(p0, p1, bulge) of each bundle's centre curve, in voxel units."""
     X, Y, Z = (s - 1 for s in shape)
     c = np.array([X, Y, Z]) / 2.0
     canonical = [
         (np.array([0.0, 0.4 * Y, c[2]]), np.array([X, 0.4 * Y, c[2]]), np.zeros(3)),  # along x
-        (np.array([c[0], 0.0, c[2]]), np.array([c[0], Y, c[2]]), np.zeros(3)),  # along y, crossing it
-        (np.array([0.1 * X, 0.7 * Y, 0.15 * Z]), np.array([0.9 * X, 0.7 * Y, 0.15 * Z]),
-         np.array([0.0, 0.0, 0.6 * Z])),  # arc in x-z
+        (
+            np.array([c[0], 0.0, c[2]]),
+            np.array([c[0], Y, c[2]]),
+            np.zeros(3),
+        ),  # along y, crossing it
+        (
+            np.array([0.1 * X, 0.7 * Y, 0.15 * Z]),
+            np.array([0.9 * X, 0.7 * Y, 0.15 * Z]),
+            np.array([0.0, 0.0, 0.6 * Z]),
+        ),  # arc in x-z
     ]
     out = canonical[:n_bundles]
     for _ in range(max(0, n_bundles - 3)):
@@ -151,7 +159,9 @@ def simulate_life_phantom(
     P1 = np.stack([t[1] for t in templates])[bundle]
     H = np.stack([t[2] for t in templates])[bundle]
     off = rng.normal(size=(n_true, 3))
-    off *= (bundle_radius * rng.uniform(0, 1, (n_true, 1)) ** (1 / 3)) / np.linalg.norm(off, axis=1, keepdims=True)
+    off *= (bundle_radius * rng.uniform(0, 1, (n_true, 1)) ** (1 / 3)) / np.linalg.norm(
+        off, axis=1, keepdims=True
+    )
     # False fibres: random straight segments inside the volume.
     lf = rng.uniform(0.3, 0.8, (n_false, 1)) * dims.min()
     d = rng.normal(size=(n_false, 3))
@@ -188,8 +198,11 @@ def simulate_life_phantom(
         p1 = torch.as_tensor(P1[s:e], dtype=torch.float32, device=dev)
         h = torch.as_tensor(H[s:e], dtype=torch.float32, device=dev)
         # c(t) = p0 + t (p1 - p0) + 4 t (1 - t) h ; c'(t) = (p1 - p0) + 4 (1 - 2t) h
-        pts = (p0[:, None] + tt[None, :, None] * (p1 - p0)[:, None]
-               + (4 * tt * (1 - tt))[None, :, None] * h[:, None])
+        pts = (
+            p0[:, None]
+            + tt[None, :, None] * (p1 - p0)[:, None]
+            + (4 * tt * (1 - tt))[None, :, None] * h[:, None]
+        )
         points[s:e] = pts.cpu().numpy()
         if s >= n_true:
             continue
@@ -218,7 +231,7 @@ def simulate_life_phantom(
     def draw() -> np.ndarray:
         n1 = rng.normal(size=clean.shape) * sigma
         n2 = rng.normal(size=clean.shape) * sigma
-        return np.sqrt((clean + n1) ** 2 + n2 ** 2).astype(np.float32).reshape(shape + (n_vol,))
+        return np.sqrt((clean + n1) ** 2 + n2**2).astype(np.float32).reshape(shape + (n_vol,))
 
     dwi, dwi_repeat = draw(), draw()
     # Streamlines to RAS+ mm.
@@ -236,4 +249,3 @@ def simulate_life_phantom(
         weights_true=weights,
         is_true=np.arange(F) < n_true,
     )
-

@@ -77,8 +77,9 @@ class StateCohort:
         return out
 
 
-def _state_correlation(n_regions: int, n_networks: int, correlation: float,
-                       rng: np.random.Generator) -> np.ndarray:
+def _state_correlation(
+    n_regions: int, n_networks: int, correlation: float, rng: np.random.Generator
+) -> np.ndarray:
     network = rng.permutation(np.arange(n_regions) * n_networks // n_regions)
     same = network[:, None] == network[None, :]
     matrix = np.where(same, correlation, 0.0)
@@ -139,8 +140,9 @@ def simulate_states(
     if not 0.0 <= correlation < 1.0:
         raise ValueError(f"'correlation' must lie in [0, 1); got {correlation}.")
     rng = check_random_state(random_state)
-    matrices = np.stack([_state_correlation(n_regions, n_networks, correlation, rng)
-                         for _ in range(n_states)])
+    matrices = np.stack(
+        [_state_correlation(n_regions, n_networks, correlation, rng) for _ in range(n_states)]
+    )
     factors = np.linalg.cholesky(matrices)  # block equicorrelation: positive definite
     timeseries, sequences = [], []
     for _ in range(n_subjects):
@@ -148,7 +150,7 @@ def simulate_states(
         t, state = 0, int(rng.integers(n_states))
         while t < n_timepoints:
             length = int(rng.integers(min_dwell, max_dwell + 1))
-            states[t:t + length] = state
+            states[t : t + length] = state
             t += length
             state = int((state + rng.integers(1, n_states)) % n_states)
         noise = rng.standard_normal((n_timepoints, n_regions))

@@ -26,10 +26,18 @@ if TYPE_CHECKING:
 ENGINES = ("serial", "local", "dask", "spark")
 
 
-def get_engine(name: str = "serial", *,
-               cluster: str | distributed.Client | pyspark.SparkContext
-               | pyspark.sql.SparkSession | None = None, n_jobs: int | None = None,
-               retries: int = 1, dashboard_address: str | None = None) -> Engine:
+def get_engine(
+    name: str = "serial",
+    *,
+    cluster: str
+    | distributed.Client
+    | pyspark.SparkContext
+    | pyspark.sql.SparkSession
+    | None = None,
+    n_jobs: int | None = None,
+    retries: int = 1,
+    dashboard_address: str | None = None,
+) -> Engine:
     """Start an execution engine by name.
 
     Parameters
@@ -83,8 +91,9 @@ def get_engine(name: str = "serial", *,
     if name == "dask":
         from connscale.engines.dask_engine import DaskEngine
 
-        return DaskEngine(cluster, n_jobs=n_jobs, retries=retries,
-                          dashboard_address=dashboard_address)
+        return DaskEngine(
+            cluster, n_jobs=n_jobs, retries=retries, dashboard_address=dashboard_address
+        )
     from connscale.engines.spark_engine import SparkEngine
 
     return SparkEngine(cluster, n_jobs=n_jobs, retries=retries)

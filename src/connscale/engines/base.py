@@ -80,7 +80,7 @@ def check_errors(errors: str) -> str:
 def one_line(text: str, limit: int = 300) -> str:
     """First non-empty line of ``text``, at most ``limit`` characters."""
     line = next((part.strip() for part in str(text).splitlines() if part.strip()), "")
-    return line if len(line) <= limit else line[:limit - 3] + "..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 class Engine(abc.ABC):
@@ -110,10 +110,10 @@ class Engine(abc.ABC):
     def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
         """``sum(func(block, *args) for block in blocks)``, by tree reduction."""
 
-    def release(self, blocks: BlockSet) -> None:
-        """Free the blocks held for ``blocks``."""
+    def release(self, blocks: BlockSet) -> None:  # noqa: B027 - optional hook
+        """Free the blocks held for ``blocks`` (nothing, where none are held)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional hook
         """Release what the engine started (pools, clusters, contexts)."""
 
     def __enter__(self) -> Engine:

@@ -100,8 +100,14 @@ class DaskEngine(Engine):
 
     name = "dask"
 
-    def __init__(self, cluster: str | distributed.Client | None = None, *, n_jobs: int | None = None, retries: int = 1,
-                 dashboard_address: str | None = None) -> None:
+    def __init__(
+        self,
+        cluster: str | distributed.Client | None = None,
+        *,
+        n_jobs: int | None = None,
+        retries: int = 1,
+        dashboard_address: str | None = None,
+    ) -> None:
         distributed = _import_distributed()
         self._distributed = distributed
         from connscale.engines.local import _resolve_n_jobs
@@ -120,20 +126,28 @@ class DaskEngine(Engine):
             # when, ``lost-worker-timeout`` after an earlier death, it finds
             # the worker down again (restarting after a later death): the
             # cluster would be left without workers and every task waiting.
-            self._config = dask.config.set({"distributed.deploy.lost-worker-timeout":
-                                            _NEVER})
+            self._config = dask.config.set({"distributed.deploy.lost-worker-timeout": _NEVER})
             try:
                 # The scheduler runs in this process and reads these when it starts.
-                with dask.config.set({"distributed.scheduler.allowed-failures": self.retries,
-                                      "distributed.scheduler.worker-saturation": 1.0}):
+                with dask.config.set(
+                    {
+                        "distributed.scheduler.allowed-failures": self.retries,
+                        "distributed.scheduler.worker-saturation": 1.0,
+                    }
+                ):
                     self._cluster = distributed.LocalCluster(
-                        n_workers=self.n_jobs, threads_per_worker=1, processes=True,
-                        host=_LOCAL_HOST, dashboard_address=dashboard_address,
-                        worker_dashboard_address=None, silence_logs=40,
+                        n_workers=self.n_jobs,
+                        threads_per_worker=1,
+                        processes=True,
+                        host=_LOCAL_HOST,
+                        dashboard_address=dashboard_address,
+                        worker_dashboard_address=None,
+                        silence_logs=40,
                         # Without a dashboard the scheduler still serves
                         # /health and /metrics: on a free localhost port.
-                        scheduler_kwargs=None if dashboard_address else {
-                            "dashboard_address": f"{_LOCAL_HOST}:0"},
+                        scheduler_kwargs=None
+                        if dashboard_address
+                        else {"dashboard_address": f"{_LOCAL_HOST}:0"},
                     )
                 self.client = distributed.Client(self._cluster)
             except BaseException:
@@ -167,7 +181,8 @@ class DaskEngine(Engine):
         if not items:
             return []
         bag = dask.bag.from_sequence(items, partition_size=1).map_partitions(
-            _run_partition, func, token=f"connscale-map-{uuid.uuid4().hex}")
+            _run_partition, func, token=f"connscale-map-{uuid.uuid4().hex}"
+        )
         futures = self.client.compute(bag.to_delayed(), retries=self.retries)
         position = {future.key: i for i, future in enumerate(futures)}
         results: list = [None] * len(items)
@@ -190,12 +205,15 @@ class DaskEngine(Engine):
         for i, error in failed.items():
             if isinstance(error, self._distributed.KilledWorker):
                 attempts = getattr(error, "allowed_failures", self.retries) + 1
-                reason = (f"the worker process died while running the task, on each of "
-                          f"{attempts} attempts (KilledWorker)")
+                reason = (
+                    f"the worker process died while running the task, on each of "
+                    f"{attempts} attempts (KilledWorker)"
+                )
                 results[i] = TaskFailure(reason, attempts, True)
             else:
-                results[i] = TaskFailure(one_line(f"{type(error).__name__}: {error}"),
-                                         self.retries + 1, False)
+                results[i] = TaskFailure(
+                    one_line(f"{type(error).__name__}: {error}"), self.retries + 1, False
+                )
         return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
@@ -215,8 +233,9 @@ class DaskEngine(Engine):
             raise ValueError("These blocks were released.")
         args_future = self.client.submit(_args, args, pure=False, retries=self.retries)
         futures = [
-            self.client.submit(_call_block, block, func, args_future,
-                               pure=False, retries=self.retries)
+            self.client.submit(
+                _call_block, block, func, args_future, pure=False, retries=self.retries
+            )
             for block in blocks.handle
         ]
         return futures, args_future
@@ -237,8 +256,9 @@ class DaskEngine(Engine):
         try:
             while len(level) > 1:
                 paired = [
-                    self.client.submit(operator.add, level[i], level[i + 1],
-                                       pure=False, retries=self.retries)
+                    self.client.submit(
+                        operator.add, level[i], level[i + 1], pure=False, retries=self.retries
+                    )
                     for i in range(0, len(level) - 1, 2)
                 ]
                 if len(level) % 2:

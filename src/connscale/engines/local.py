@@ -101,8 +101,9 @@ class LocalEngine(Engine):
 
     name = "local"
 
-    def __init__(self, n_jobs: int | None = None, *, retries: int = 1,
-                 context: str | None = None) -> None:
+    def __init__(
+        self, n_jobs: int | None = None, *, retries: int = 1, context: str | None = None
+    ) -> None:
         self.n_jobs = _resolve_n_jobs(n_jobs)
         self.retries = check_int(retries, "retries", minimum=0)
         if context is None:
@@ -172,8 +173,10 @@ class LocalEngine(Engine):
             raise failed[min(failed)]
         for i, error in failed.items():
             if isinstance(error, BrokenProcessPool):
-                reason = (f"the worker process died while running the task, on each of "
-                          f"{attempts[i]} attempts (BrokenProcessPool)")
+                reason = (
+                    f"the worker process died while running the task, on each of "
+                    f"{attempts[i]} attempts (BrokenProcessPool)"
+                )
             else:
                 reason = one_line(f"{type(error).__name__}: {error}")
             results[i] = TaskFailure(reason, attempts[i], isinstance(error, BrokenProcessPool))
@@ -233,7 +236,8 @@ class LocalEngine(Engine):
         while todo:
             futures = {
                 p: self._partition(p).submit(
-                    _store_blocks, token, loader, list(range(p, n_blocks, n_part)))
+                    _store_blocks, token, loader, list(range(p, n_blocks, n_part))
+                )
                 for p in todo
             }
             todo = []
@@ -289,4 +293,6 @@ class LocalEngine(Engine):
         self._loaders.clear()
 
     def __repr__(self) -> str:
-        return f"LocalEngine(n_jobs={self.n_jobs}, retries={self.retries}, context={self.context!r})"
+        return (
+            f"LocalEngine(n_jobs={self.n_jobs}, retries={self.retries}, context={self.context!r})"
+        )

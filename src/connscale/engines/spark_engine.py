@@ -79,8 +79,12 @@ def _failure(error: BaseException, retries: int) -> TaskFailure:
     match = re.search(r"failed (\d+) times", text)
     attempts = int(match.group(1)) if match else retries + 1
     if _WORKER_DIED in text:
-        return TaskFailure(f"the worker process died while running the task, on each of "
-                           f"{attempts} attempts ({_WORKER_DIED})", attempts, True)
+        return TaskFailure(
+            f"the worker process died while running the task, on each of "
+            f"{attempts} attempts ({_WORKER_DIED})",
+            attempts,
+            True,
+        )
     # A Python exception: its last 'SomeError: message' line of the traceback.
     lines = re.findall(r"^(\w[\w.]*(?:Error|Exception|Exit|Interrupt)\b.*)$", text, re.MULTILINE)
     reason = lines[-1] if lines else f"{type(error).__name__}: {one_line(text)}"
@@ -119,9 +123,14 @@ class SparkEngine(Engine):
 
     name = "spark"
 
-    def __init__(self, cluster: str | pyspark.SparkContext | pyspark.sql.SparkSession
-                 | None = None, *, n_jobs: int | None = None, retries: int = 1,
-                 driver_memory: str = "1g") -> None:
+    def __init__(
+        self,
+        cluster: str | pyspark.SparkContext | pyspark.sql.SparkSession | None = None,
+        *,
+        n_jobs: int | None = None,
+        retries: int = 1,
+        driver_memory: str = "1g",
+    ) -> None:
         pyspark = _import_pyspark()
         self.retries = check_int(retries, "retries", minimum=0)
         self._own = False
@@ -150,8 +159,7 @@ class SparkEngine(Engine):
         """Task slots Spark runs at once (``defaultParallelism``)."""
         return int(self.sc.defaultParallelism)
 
-    def _start(self, pyspark: ModuleType, master: str,
-               driver_memory: str) -> pyspark.SparkContext:
+    def _start(self, pyspark: ModuleType, master: str, driver_memory: str) -> pyspark.SparkContext:
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -175,8 +183,9 @@ class SparkEngine(Engine):
             conf.set("spark.python.daemon.module", "connscale.engines._spark_daemon")
         # pyspark warns, at its first jobs, about pandas versions it has not
         # been tested with; connscale does not use pyspark's pandas API.
-        warnings.filterwarnings("ignore", message=".*PySpark does not yet fully support pandas",
-                                category=FutureWarning)
+        warnings.filterwarnings(
+            "ignore", message=".*PySpark does not yet fully support pandas", category=FutureWarning
+        )
         sc = pyspark.SparkContext(conf=conf)
         sc.setLogLevel("ERROR")
         self._own = True
@@ -241,7 +250,8 @@ class SparkEngine(Engine):
             while n_values > _DRIVER_SUM_SIZE:
                 n_values = math.ceil(n_values / 2)
                 keyed = keyed.map(lambda kv: (kv[0] // 2, kv[1])).reduceByKey(
-                    operator.add, numPartitions=n_values)
+                    operator.add, numPartitions=n_values
+                )
             values = [value for _, value in sorted(keyed.collect(), key=operator.itemgetter(0))]
             return tree_sum(values)
         finally:

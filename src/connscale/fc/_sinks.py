@@ -70,8 +70,9 @@ class Sink(Protocol):
 
     def write(self, target, values) -> None: ...
 
-    def append_sparse(self, counts: np.ndarray, indices: np.ndarray,
-                      values: np.ndarray) -> None: ...
+    def append_sparse(
+        self, counts: np.ndarray, indices: np.ndarray, values: np.ndarray
+    ) -> None: ...
 
     def finish(self): ...
 
@@ -149,16 +150,26 @@ class ArraySink(_DenseSink):
 
     in_memory = True
 
-    def __init__(self, out, shape, np_dtype, dev, memory_limit, *, what: str,
-                 hint: str = "Pass out='result_relmat.h5' to stream it to disk.",
-                 check: bool = True) -> None:
+    def __init__(
+        self,
+        out,
+        shape,
+        np_dtype,
+        dev,
+        memory_limit,
+        *,
+        what: str,
+        hint: str = "Pass out='result_relmat.h5' to stream it to disk.",
+        check: bool = True,
+    ) -> None:
         shape = tuple(shape)
         nbytes = int(np.prod(shape)) * np_dtype.itemsize
         if out is None:
             if check:
                 MemoryPlanner(dev, memory_limit, hint=hint).require(nbytes, what, on="host")
-            self.tensor = torch.empty(shape, dtype=torch_dtype(np_dtype),
-                                      pin_memory=dev.type == "cuda")
+            self.tensor = torch.empty(
+                shape, dtype=torch_dtype(np_dtype), pin_memory=dev.type == "cuda"
+            )
             self.result = self.tensor.numpy()
         else:
             if isinstance(out, np.ndarray):
@@ -183,7 +194,7 @@ class ArraySink(_DenseSink):
         if isinstance(target, Region):
             return None  # not contiguous: written from staging
         first = target.flat_start
-        return self.flat[first:first + size]
+        return self.flat[first : first + size]
 
 
 class DeviceSink(_DenseSink):
@@ -222,8 +233,13 @@ class SparseSink:
     def append_sparse(self, counts, indices, values):
         if self.meter is not None:
             widest = max(indices.itemsize, values.itemsize)
-            self.meter.add(counts.nbytes + indices.nbytes + values.nbytes
-                           + widest * values.size + 8 * counts.size)
+            self.meter.add(
+                counts.nbytes
+                + indices.nbytes
+                + values.nbytes
+                + widest * values.size
+                + 8 * counts.size
+            )
         self.counts.append(counts)
         self.indices.append(indices)
         self.values.append(values)
@@ -341,8 +357,9 @@ class Sender:
         self.sink = sink
         self.max_elements = max_elements
         self.on_device = getattr(sink, "on_device", False)
-        self.copier = (None if self.on_device
-                       else DeviceToHost(dev, depth=2, keep_staging=keep_staging))
+        self.copier = (
+            None if self.on_device else DeviceToHost(dev, depth=2, keep_staging=keep_staging)
+        )
         self.cuda = self.copier is not None and self.copier.cuda
 
     def send(self, source, target):
@@ -351,8 +368,9 @@ class Sender:
             self.sink.write(target, source)
             return
         destination = self.sink.destination(target, source.numel())
-        callback = None if destination is not None else (
-            lambda arrays: self.sink.write(target, arrays[0]))
+        callback = (
+            None if destination is not None else (lambda arrays: self.sink.write(target, arrays[0]))
+        )
         self.copier.submit([source], callback, [destination])
 
     def send_block(self, flat, target):
@@ -395,8 +413,7 @@ class WindowFileSink:
 
     in_memory = False
 
-    def __init__(self, final_path: Path, meta: dict, fingerprint: str,
-                 width: int | None) -> None:
+    def __init__(self, final_path: Path, meta: dict, fingerprint: str, width: int | None) -> None:
         self.final_path = final_path
         self.tmp = partial_path(final_path)
         self.backend = None
@@ -415,8 +432,9 @@ class WindowFileSink:
         k = meta["n_windows"]
         self.todo = [int(i) for i in np.flatnonzero(~self.backend.done)]
         if len(self.todo) < k:
-            logger.info("Resuming %s: %d of %d windows already done.", self.tmp,
-                        k - len(self.todo), k)
+            logger.info(
+                "Resuming %s: %d of %d windows already done.", self.tmp, k - len(self.todo), k
+            )
 
     def write(self, index: int, arrays: dict) -> None:
         self.backend.write(index, arrays)
@@ -475,15 +493,21 @@ def _open_partial(tmp: Path, meta: dict, fingerprint: str, width: int | None) ->
             backend.close()
             backend = None
         if backend is None:
-            logger.info("Discarding %s (an earlier run's partial output, other input or "
-                        "parameters, or unreadable).", tmp)
+            logger.info(
+                "Discarding %s (an earlier run's partial output, other input or "
+                "parameters, or unreadable).",
+                tmp,
+            )
             tmp.unlink()
     todo = meta["n_windows"] if backend is None else int((~backend.done).sum())
     needed = HDF5Backend.stored_nbytes(meta, meta["stored_width"])
     if needed is not None and todo:
         try:
-            check_free_space(tmp.parent, needed * todo // meta["n_windows"],
-                             what=f"the {todo} windows still to write")
+            check_free_space(
+                tmp.parent,
+                needed * todo // meta["n_windows"],
+                what=f"the {todo} windows still to write",
+            )
         except OSError:
             if backend is not None:
                 backend.close()
@@ -504,30 +528,36 @@ def _publish_partial(tmp: Path, final_path: Path) -> None:
     if not done.all():
         raise IncompleteOutputError(
             f"{tmp} holds {int(done.sum())} of {done.size} windows after the run; it is kept "
-            "for a re-run to finish.")
+            "for a re-run to finish."
+        )
     fsync_path(tmp)
     os.replace(tmp, final_path)
     fsync_path(final_path.parent)
 
 
-
-def relmat_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs,
-                *, result_bytes):
+def relmat_sink(
+    out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs, *, result_bytes
+):
     """The sink of :func:`connscale.correlation`'s ``out``: a relmat file for a
     path, a CSR for ``kind='sparse'``, else a host array (new or the caller's)."""
     if isinstance(out, (str, os.PathLike)):
-        extra = {"threshold": "None" if threshold is None else threshold,
-                 "absolute": bool(absolute)}
+        extra = {
+            "threshold": "None" if threshold is None else threshold,
+            "absolute": bool(absolute),
+        }
         extra.update(attrs or {})
         return RelmatFileSink(Path(out), kind, n, np_dtype, result_bytes, extra)
     if kind == "sparse":
         if out is not None:
-            raise ValueError("kind='sparse' writes to a path or returns a new matrix; "
-                             f"'out' must be a path or None, got {type(out).__name__}.")
+            raise ValueError(
+                "kind='sparse' writes to a path or returns a new matrix; "
+                f"'out' must be a path or None, got {type(out).__name__}."
+            )
         return SparseSink(n)
     shape = (n, n) if kind == "dense" else (n_pairs(n),)
-    return ArraySink(out, shape, np_dtype, dev, memory_limit,
-                     what=f"The {kind} result of {n} series")
+    return ArraySink(
+        out, shape, np_dtype, dev, memory_limit, what=f"The {kind} result of {n} series"
+    )
 
 
 def _remove_stale_temporaries(path: Path) -> None:

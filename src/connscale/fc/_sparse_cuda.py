@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 import torch
 
-from connscale.fc._triton_kernels import compact_upper_tile
 from connscale.fc._tiles import (
     COMPACT_BLOCK_M,
     aligned_block_rows,
@@ -26,6 +25,7 @@ from connscale.fc._tiles import (
     compact_upper_triangle_lookback,
     walk_row_blocks,
 )
+from connscale.fc._triton_kernels import compact_upper_tile
 
 # First capacity: this fraction of a window's pairs (grows on overflow).
 _INITIAL_FRACTION = 1 / 16
@@ -67,15 +67,17 @@ class SparseWindowsCUDA:
         tensors sized to the window's entries; it queues the host copy.
     """
 
-    def __init__(self, n: int, tile_rows: int, threshold: float, absolute: bool,
-                 submit: Callable) -> None:
+    def __init__(
+        self, n: int, tile_rows: int, threshold: float, absolute: bool, submit: Callable
+    ) -> None:
         self.n = n
         self.tile_rows = tile_rows
         # The plan gave tile_rows × N × 14 bytes (two tiles, masks and indices
         # of the torch path); the one-read method uses them for two float
         # blocks and its tables.
         planned = tile_rows * n * 14 - compact_table_bytes(
-            n, OPTIONS["one-read"].get("block_m", COMPACT_BLOCK_M))
+            n, OPTIONS["one-read"].get("block_m", COMPACT_BLOCK_M)
+        )
         self.block_rows = aligned_block_rows(min(tile_rows, _BLOCK_ROWS, planned // (8 * n)))
         self.threshold = threshold
         self.absolute = absolute
@@ -112,24 +114,48 @@ class SparseWindowsCUDA:
             for r0 in range(0, self.n, self.tile_rows):
                 r1 = min(self.n, r0 + self.tile_rows)
                 tile = torch.mm(u[r0:r1], u[r0:].T)
-                compact_upper_tile(tile, r0, self.threshold, self.absolute, values, columns,
-                                   row_counts[r0:r1], cursor)
+                compact_upper_tile(
+                    tile,
+                    r0,
+                    self.threshold,
+                    self.absolute,
+                    values,
+                    columns,
+                    row_counts[r0:r1],
+                    cursor,
+                )
                 del tile
         elif METHOD == "two-reads-side":
             cursor = torch.zeros(1, dtype=torch.int64, device=device)
             self._block_buffers(u)
 
             def epilogue(tile, r0, r1):
-                compact_upper_tile(tile, r0, self.threshold, self.absolute, values, columns,
-                                   row_counts[r0:r1], cursor)
+                compact_upper_tile(
+                    tile,
+                    r0,
+                    self.threshold,
+                    self.absolute,
+                    values,
+                    columns,
+                    row_counts[r0:r1],
+                    cursor,
+                )
 
             walk_row_blocks(u, self.block_rows, epilogue, buffers=self.buffers, side=self.side)
         elif METHOD == "lookback":
             self._block_buffers(u)
             cursor = compact_upper_triangle_lookback(
-                u, self.threshold, absolute=self.absolute, block_rows=self.block_rows,
-                values=values, columns=columns, row_counts=row_counts, buffers=self.buffers,
-                side=self.side, **OPTIONS["lookback"])
+                u,
+                self.threshold,
+                absolute=self.absolute,
+                block_rows=self.block_rows,
+                values=values,
+                columns=columns,
+                row_counts=row_counts,
+                buffers=self.buffers,
+                side=self.side,
+                **OPTIONS["lookback"],
+            )
         else:
             cursor = self._compact_one_read(u, values, columns, row_counts, capacity)
         # The count, and for "lookback" a failure flag.
@@ -147,20 +173,33 @@ class SparseWindowsCUDA:
     def _compact_one_read(self, u, values, columns, row_counts, capacity):
         self._block_buffers(u)
         if self.staging is None or self.staging[0].numel() < capacity:
-            self.staging = (torch.empty(capacity, dtype=u.dtype, device=u.device),
-                            torch.empty(capacity, dtype=torch.int32, device=u.device))
-        return compact_upper_triangle(u, self.threshold, absolute=self.absolute,
-                                      block_rows=self.block_rows, values=values, columns=columns,
-                                      row_counts=row_counts, staged_values=self.staging[0],
-                                      staged_columns=self.staging[1], buffers=self.buffers,
-                                      side=self.side, **OPTIONS["one-read"])
+            self.staging = (
+                torch.empty(capacity, dtype=u.dtype, device=u.device),
+                torch.empty(capacity, dtype=torch.int32, device=u.device),
+            )
+        return compact_upper_triangle(
+            u,
+            self.threshold,
+            absolute=self.absolute,
+            block_rows=self.block_rows,
+            values=values,
+            columns=columns,
+            row_counts=row_counts,
+            staged_values=self.staging[0],
+            staged_columns=self.staging[1],
+            buffers=self.buffers,
+            side=self.side,
+            **OPTIONS["one-read"],
+        )
 
     def _finish(self, index, u, constant, values, columns, row_counts, nnz_host, ready):
         ready.synchronize()
         nnz = int(nnz_host[0])
         if int(nnz_host[1]):
-            raise RuntimeError("the look-back compaction gave up waiting for earlier tiles; "
-                               "set connscale.fc._sparse_cuda.METHOD = 'two-reads'.")
+            raise RuntimeError(
+                "the look-back compaction gave up waiting for earlier tiles; "
+                "set connscale.fc._sparse_cuda.METHOD = 'two-reads'."
+            )
         if nnz > values.numel():
             # Overflow: redo this window with room for it, grow the plan.
             self.capacity = max(self.capacity, int(nnz * 1.25))

@@ -37,9 +37,8 @@ import math
 import numpy as np
 import torch
 
-from connscale._compute.memory import MemoryLimitError, MemoryPlan, MemoryPlanner
-
 from connscale._compute.device import HAS_TRITON
+from connscale._compute.memory import MemoryLimitError, MemoryPlan, MemoryPlanner
 
 if HAS_TRITON:  # pragma: no cover - exercised on GPU machines and by the interpreter test
     import triton
@@ -67,8 +66,15 @@ CUDA_METHOD = "blocks"
 HISTOGRAM_BINS = 1 << 16
 
 
-def _block_plan(n: int, resident: int, budget: int, per_row: int, at_most: int,
-                device: torch.device, needed: str) -> MemoryPlan:
+def _block_plan(
+    n: int,
+    resident: int,
+    budget: int,
+    per_row: int,
+    at_most: int,
+    device: torch.device,
+    needed: str,
+) -> MemoryPlan:
     """The plan of row blocks of ``per_row`` bytes beside ``resident`` bytes
     within ``budget``; a :class:`MemoryLimitError` naming the smallest budget
     when not even one row fits."""
@@ -78,14 +84,16 @@ def _block_plan(n: int, resident: int, budget: int, per_row: int, at_most: int,
         raise MemoryLimitError(
             f"'memory_limit' is too small for {n} series: at least "
             f"{(resident + per_row) / 1e6:.1f} MB are needed{needed}; got "
-            f"{budget / 1e6:.1f} MB.")
+            f"{budget / 1e6:.1f} MB."
+        )
     rows = int(max(1, min(n, planner.device_left // per_row, at_most)))
     planner.reserve_device(rows * per_row)
     return planner.plan(block_rows=rows, n_rounds=-(-n // rows))
 
 
-def plan_block_rows(n: int, n_series_bytes: int, budget: int, *, item: int,
-                    device: torch.device) -> MemoryPlan:
+def plan_block_rows(
+    n: int, n_series_bytes: int, budget: int, *, item: int, device: torch.device
+) -> MemoryPlan:
     """Rows per block of the torch path that fit ``budget`` bytes (the
     plan's ``block_rows``).
 
@@ -95,8 +103,15 @@ def plan_block_rows(n: int, n_series_bytes: int, budget: int, *, item: int,
     per_row = n * (_TORCH_BYTES_PER_ELEMENT * item + 1)
     cap = _MAX_TILE_ELEMENTS.get(device.type, _MAX_TILE_ELEMENTS["cuda"])
     rows = max(_MIN_BLOCK_ROWS.get(device.type, 1), cap // n)
-    return _block_plan(n, n_series_bytes, budget, per_row, rows, device,
-                       " (the normalised series and one row of correlations)")
+    return _block_plan(
+        n,
+        n_series_bytes,
+        budget,
+        per_row,
+        rows,
+        device,
+        " (the normalised series and one row of correlations)",
+    )
 
 
 def _blocks(n: int, block_rows: int):
@@ -117,8 +132,10 @@ def _upper_values(u: torch.Tensor, r0: int, r1: int, absolute: bool):
 
 # --- degree -----------------------------------------------------------------
 
-def degree_torch(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, weighted: bool,
-                 block_rows: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+
+def degree_torch(
+    u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, weighted: bool, block_rows: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Degree of every series at every threshold, by row blocks in torch.
 
     Parameters
@@ -161,9 +178,18 @@ def degree_torch(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, w
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
 
     @triton.jit
-    def _degree_epilogue(acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr,
-                         N_THRESH: tl.constexpr, ABSOLUTE: tl.constexpr,
-                         WEIGHTED: tl.constexpr):
+    def _degree_epilogue(
+        acc,
+        rows,
+        cols,
+        n,
+        thr_ptr,
+        count_ptr,
+        sum_ptr,
+        N_THRESH: tl.constexpr,
+        ABSOLUTE: tl.constexpr,
+        WEIGHTED: tl.constexpr,
+    ):
         # Strict upper triangle, inside the matrix; NaN compares False.
         valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
         if ABSOLUTE:
@@ -180,15 +206,24 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             tl.atomic_add(count_ptr + i * n + cols, tl.sum(kept, axis=0), mask=col_ok)
             if WEIGHTED:
                 w = tl.where(keep, value, 0.0)
-                tl.atomic_add(sum_ptr + i * n + rows, tl.sum(w, axis=1).to(tl.float64),
-                              mask=row_ok)
-                tl.atomic_add(sum_ptr + i * n + cols, tl.sum(w, axis=0).to(tl.float64),
-                              mask=col_ok)
+                tl.atomic_add(sum_ptr + i * n + rows, tl.sum(w, axis=1).to(tl.float64), mask=row_ok)
+                tl.atomic_add(sum_ptr + i * n + cols, tl.sum(w, axis=0).to(tl.float64), mask=col_ok)
 
     @triton.jit
-    def _degree_kernel(u_ptr, pairs_ptr, thr_ptr, count_ptr, sum_ptr, n, k_padded,
-                       N_THRESH: tl.constexpr, ABSOLUTE: tl.constexpr,
-                       WEIGHTED: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr):
+    def _degree_kernel(
+        u_ptr,
+        pairs_ptr,
+        thr_ptr,
+        count_ptr,
+        sum_ptr,
+        n,
+        k_padded,
+        N_THRESH: tl.constexpr,
+        ABSOLUTE: tl.constexpr,
+        WEIGHTED: tl.constexpr,
+        BM: tl.constexpr,
+        BK: tl.constexpr,
+    ):
         pid = tl.program_id(0)
         bi = tl.load(pairs_ptr + 2 * pid)
         bj = tl.load(pairs_ptr + 2 * pid + 1)
@@ -206,24 +241,41 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             acc = tl.dot(a, tl.trans(b), acc, input_precision="ieee")
             a_ptrs += BK
             b_ptrs += BK
-        _degree_epilogue(acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr,
-                         N_THRESH, ABSOLUTE, WEIGHTED)
+        _degree_epilogue(
+            acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr, N_THRESH, ABSOLUTE, WEIGHTED
+        )
 
     @triton.jit
-    def _degree_block_kernel(tile_ptr, thr_ptr, count_ptr, sum_ptr, n, r0, r1, n_cols,
-                             N_THRESH: tl.constexpr, ABSOLUTE: tl.constexpr,
-                             WEIGHTED: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr):
+    def _degree_block_kernel(
+        tile_ptr,
+        thr_ptr,
+        count_ptr,
+        sum_ptr,
+        n,
+        r0,
+        r1,
+        n_cols,
+        N_THRESH: tl.constexpr,
+        ABSOLUTE: tl.constexpr,
+        WEIGHTED: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+    ):
         # One BM×BN piece of a stored row block (rows [r0, r1), columns [r0, N)).
         local_rows = tl.program_id(0) * BM + tl.arange(0, BM)
         local_cols = tl.program_id(1) * BN + tl.arange(0, BN)
         rows = r0 + local_rows
         cols = r0 + local_cols
         inside = (rows[:, None] < r1) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
-        acc = tl.load(tile_ptr + local_rows.to(tl.int64)[:, None] * n_cols + local_cols[None, :],
-                      mask=inside, other=float("nan"))
+        acc = tl.load(
+            tile_ptr + local_rows.to(tl.int64)[:, None] * n_cols + local_cols[None, :],
+            mask=inside,
+            other=float("nan"),
+        )
         row_ids = tl.where(rows < r1, rows, n)  # rows past the block: ignored as past N
-        _degree_epilogue(acc, row_ids, cols, n, thr_ptr, count_ptr, sum_ptr,
-                         N_THRESH, ABSOLUTE, WEIGHTED)
+        _degree_epilogue(
+            acc, row_ids, cols, n, thr_ptr, count_ptr, sum_ptr, N_THRESH, ABSOLUTE, WEIGHTED
+        )
 
 
 @functools.lru_cache(maxsize=8)
@@ -241,9 +293,17 @@ def tile_pairs(n_tiles: int, group: int = 8) -> torch.Tensor:
     return torch.from_numpy(np.concatenate(parts).astype(np.int32).reshape(-1))
 
 
-def degree_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, weighted: bool,
-                  block: int = 128, block_k: int = 32, num_warps: int = 8,
-                  num_stages: int = 3) -> tuple[torch.Tensor, torch.Tensor | None]:
+def degree_triton(
+    u: torch.Tensor,
+    thresholds: torch.Tensor,
+    *,
+    absolute: bool,
+    weighted: bool,
+    block: int = 128,
+    block_k: int = 32,
+    num_warps: int = 8,
+    num_stages: int = 3,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`degree_torch` in one fused Triton kernel (float32 ``u``).
 
     Only U (padded to whole tiles) and the (K, N) accumulators are allocated.
@@ -260,22 +320,42 @@ def degree_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, 
     pairs = tile_pairs(n_tiles).to(u.device)
     grid = (pairs.numel() // 2,)
     options = {} if not u.is_cuda else {"num_warps": num_warps, "num_stages": num_stages}
-    _degree_kernel[grid](padded, pairs, thr, counts, sums, n, k_padded, N_THRESH=k,
-                         ABSOLUTE=bool(absolute), WEIGHTED=bool(weighted), BM=block,
-                         BK=block_k, **options)
+    _degree_kernel[grid](
+        padded,
+        pairs,
+        thr,
+        counts,
+        sums,
+        n,
+        k_padded,
+        N_THRESH=k,
+        ABSOLUTE=bool(absolute),
+        WEIGHTED=bool(weighted),
+        BM=block,
+        BK=block_k,
+        **options,
+    )
     return counts.to(torch.int64), (sums if weighted else None)
 
 
-def block_buffers(n: int, block_rows: int, *, dtype: torch.dtype,
-                  device: torch.device) -> list[torch.Tensor]:
+def block_buffers(
+    n: int, block_rows: int, *, dtype: torch.dtype, device: torch.device
+) -> list[torch.Tensor]:
     """The block buffers of :func:`walk_row_blocks` (two on CUDA, one else)."""
-    return [torch.empty(min(n, block_rows) * n, dtype=dtype, device=device)
-            for _ in range(2 if device.type == "cuda" else 1)]
+    return [
+        torch.empty(min(n, block_rows) * n, dtype=dtype, device=device)
+        for _ in range(2 if device.type == "cuda" else 1)
+    ]
 
 
-def walk_row_blocks(u: torch.Tensor, block_rows: int, epilogue, *,
-                    buffers: list[torch.Tensor] | None = None,
-                    side: torch.cuda.Stream | None = None) -> None:
+def walk_row_blocks(
+    u: torch.Tensor,
+    block_rows: int,
+    epilogue,
+    *,
+    buffers: list[torch.Tensor] | None = None,
+    side: torch.cuda.Stream | None = None,
+) -> None:
     """Row blocks ``[r0, r1)`` × ``[r0, N)`` of U·Uᵀ by the BLAS (cuBLAS on
     CUDA) into device memory, each handed to ``epilogue(tile, r0, r1)``.
 
@@ -316,9 +396,17 @@ def walk_row_blocks(u: torch.Tensor, block_rows: int, epilogue, *,
                 buffer.record_stream(side)
 
 
-def degree_blocks_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool,
-                         weighted: bool, block_rows: int, block_m: int = 64, block_n: int = 128,
-                         num_warps: int = 4) -> tuple[torch.Tensor, torch.Tensor | None]:
+def degree_blocks_triton(
+    u: torch.Tensor,
+    thresholds: torch.Tensor,
+    *,
+    absolute: bool,
+    weighted: bool,
+    block_rows: int,
+    block_m: int = 64,
+    block_n: int = 128,
+    num_warps: int = 4,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`degree_torch` with the GEMM of each row block by the BLAS
     (cuBLAS) into device memory and the epilogue as one Triton kernel that
     reads the block once (float32 ``u``), overlapped (:func:`walk_row_blocks`).
@@ -332,20 +420,41 @@ def degree_blocks_triton(u: torch.Tensor, thresholds: torch.Tensor, *, absolute:
 
     def epilogue(tile, r0, r1):
         grid = (triton.cdiv(r1 - r0, block_m), triton.cdiv(n - r0, block_n))
-        _degree_block_kernel[grid](tile, thr, counts, sums, n, r0, r1, n - r0, N_THRESH=k,
-                                   ABSOLUTE=bool(absolute), WEIGHTED=bool(weighted),
-                                   BM=block_m, BN=block_n, **options)
+        _degree_block_kernel[grid](
+            tile,
+            thr,
+            counts,
+            sums,
+            n,
+            r0,
+            r1,
+            n - r0,
+            N_THRESH=k,
+            ABSOLUTE=bool(absolute),
+            WEIGHTED=bool(weighted),
+            BM=block_m,
+            BN=block_n,
+            **options,
+        )
 
     walk_row_blocks(u, block_rows, epilogue)
     return counts.to(torch.int64), (sums if weighted else None)
 
 
-def plan_block_rows_stored(n: int, resident: int, budget: int, *, item: int,
-                           device: torch.device | None = None) -> MemoryPlan:
+def plan_block_rows_stored(
+    n: int, resident: int, budget: int, *, item: int, device: torch.device | None = None
+) -> MemoryPlan:
     """Rows per block of :func:`degree_blocks_triton` (its two block buffers;
     the plan's ``block_rows``)."""
-    return _block_plan(n, resident, budget, 2 * n * item, (1 << 30) // n,
-                       torch.device("cuda") if device is None else device, "")
+    return _block_plan(
+        n,
+        resident,
+        budget,
+        2 * n * item,
+        (1 << 30) // n,
+        torch.device("cuda") if device is None else device,
+        "",
+    )
 
 
 # --- compact (sparse FC and DFC), histogram and collect on CUDA ------------
@@ -371,12 +480,28 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         return tl.minimum(tl.maximum(scaled, 0.0), N_BINS - 1.0).to(tl.int32)
 
     @triton.jit
-    def _compact_block_kernel(tile_ptr, counts_ptr, bases_ptr, staged_values_ptr,
-                              staged_columns_ptr, cursor_ptr, n, r0, r1, n_cols, n_cb,
-                              capacity, threshold, target_bin,
-                              ABSOLUTE: tl.constexpr, BY_BIN: tl.constexpr,
-                              N_BINS: tl.constexpr, TABLES: tl.constexpr,
-                              BM: tl.constexpr, BN: tl.constexpr):
+    def _compact_block_kernel(
+        tile_ptr,
+        counts_ptr,
+        bases_ptr,
+        staged_values_ptr,
+        staged_columns_ptr,
+        cursor_ptr,
+        n,
+        r0,
+        r1,
+        n_cols,
+        n_cb,
+        capacity,
+        threshold,
+        target_bin,
+        ABSOLUTE: tl.constexpr,
+        BY_BIN: tl.constexpr,
+        N_BINS: tl.constexpr,
+        TABLES: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+    ):
         # Rows r0 + [pid0·BM, +BM), global columns [cb·BN, +BN) with
         # cb = r0 // BN + pid1 (column blocks aligned on the whole matrix).
         rows = r0 + tl.program_id(0) * BM + tl.arange(0, BM)
@@ -403,15 +528,28 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         ok = keep & (position < capacity)
         tl.store(staged_values_ptr + position, values, mask=ok)
         if TABLES:
-            tl.store(staged_columns_ptr + position, tl.broadcast_to(cols[None, :], (BM, BN)),
-                     mask=ok)
+            tl.store(
+                staged_columns_ptr + position, tl.broadcast_to(cols[None, :], (BM, BN)), mask=ok
+            )
             tl.store(counts_ptr + rows.to(tl.int64) * n_cb + cb, row_counts, mask=rows < r1)
             tl.store(bases_ptr + (r0 // BM + tl.program_id(0)).to(tl.int64) * n_cb + cb, base)
 
     @triton.jit
-    def _place_kernel(counts_ptr, inclusive_ptr, row_offsets_ptr, bases_ptr, staged_values_ptr,
-                      staged_columns_ptr, values_ptr, columns_ptr, n, n_cb, capacity,
-                      BM: tl.constexpr, CH: tl.constexpr):
+    def _place_kernel(
+        counts_ptr,
+        inclusive_ptr,
+        row_offsets_ptr,
+        bases_ptr,
+        staged_values_ptr,
+        staged_columns_ptr,
+        values_ptr,
+        columns_ptr,
+        n,
+        n_cb,
+        capacity,
+        BM: tl.constexpr,
+        CH: tl.constexpr,
+    ):
         # The staged entries of piece (rows [pid0·BM, +BM), column block pid1)
         # to their CSR places: row offset + entries of the row's earlier blocks.
         rows = tl.program_id(0) * BM + tl.arange(0, BM)
@@ -433,16 +571,28 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             tl.store(columns_ptr + dst, tl.load(staged_columns_ptr + src, mask=move), mask=move)
 
     @triton.jit
-    def _histogram_block_kernel(tile_ptr, hist_ptr, n, r0, r1, n_cols,
-                                ABSOLUTE: tl.constexpr, N_BINS: tl.constexpr,
-                                BM: tl.constexpr, BN: tl.constexpr):
+    def _histogram_block_kernel(
+        tile_ptr,
+        hist_ptr,
+        n,
+        r0,
+        r1,
+        n_cols,
+        ABSOLUTE: tl.constexpr,
+        N_BINS: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+    ):
         local_rows = tl.program_id(0) * BM + tl.arange(0, BM)
         local_cols = tl.program_id(1) * BN + tl.arange(0, BN)
         rows = r0 + local_rows
         cols = r0 + local_cols
         inside = (rows[:, None] < r1) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
-        values = tl.load(tile_ptr + local_rows.to(tl.int64)[:, None] * n_cols
-                         + local_cols[None, :], mask=inside, other=float("nan"))
+        values = tl.load(
+            tile_ptr + local_rows.to(tl.int64)[:, None] * n_cols + local_cols[None, :],
+            mask=inside,
+            other=float("nan"),
+        )
         valid = inside & (values == values)
         bins = _bin_of(values, ABSOLUTE, N_BINS)
         tl.atomic_add(hist_ptr + bins, tl.full((BM, BN), 1, tl.int64), mask=valid)
@@ -467,13 +617,22 @@ def compact_table_bytes(n: int, block_m: int = COMPACT_BLOCK_M) -> int:
     return n * n_cb * 8 + -(-n // block_m) * n_cb * 8 + n * 16
 
 
-def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
-                           block_rows: int, values: torch.Tensor, columns: torch.Tensor,
-                           row_counts: torch.Tensor, staged_values: torch.Tensor,
-                           staged_columns: torch.Tensor, buffers: list[torch.Tensor] | None = None,
-                           side: torch.cuda.Stream | None = None,
-                           block_m: int = COMPACT_BLOCK_M,
-                           num_warps: int = 4) -> torch.Tensor:
+def compact_upper_triangle(
+    u: torch.Tensor,
+    threshold: float,
+    *,
+    absolute: bool,
+    block_rows: int,
+    values: torch.Tensor,
+    columns: torch.Tensor,
+    row_counts: torch.Tensor,
+    staged_values: torch.Tensor,
+    staged_columns: torch.Tensor,
+    buffers: list[torch.Tensor] | None = None,
+    side: torch.cuda.Stream | None = None,
+    block_m: int = COMPACT_BLOCK_M,
+    num_warps: int = 4,
+) -> torch.Tensor:
     """The strict upper triangle's r >= θ (|r| >= θ with ``absolute``) of
     U·Uᵀ as CSR parts, reading each stored row block once (float32 ``u``).
 
@@ -506,10 +665,29 @@ def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
 
     def epilogue(tile, r0, r1):
         grid = (triton.cdiv(r1 - r0, bm), n_cb - r0 // bn)
-        _compact_block_kernel[grid](tile, counts, bases, staged_values, staged_columns, cursor,
-                                    n, r0, r1, n - r0, n_cb, capacity, float(threshold), 0,
-                                    ABSOLUTE=bool(absolute), BY_BIN=False, N_BINS=HISTOGRAM_BINS,
-                                    TABLES=True, BM=bm, BN=bn, **options)
+        _compact_block_kernel[grid](
+            tile,
+            counts,
+            bases,
+            staged_values,
+            staged_columns,
+            cursor,
+            n,
+            r0,
+            r1,
+            n - r0,
+            n_cb,
+            capacity,
+            float(threshold),
+            0,
+            ABSOLUTE=bool(absolute),
+            BY_BIN=False,
+            N_BINS=HISTOGRAM_BINS,
+            TABLES=True,
+            BM=bm,
+            BN=bn,
+            **options,
+        )
 
     walk_row_blocks(u, block_rows, epilogue, buffers=buffers, side=side)
     inclusive = torch.cumsum(counts, 1, dtype=torch.int32)
@@ -517,8 +695,21 @@ def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
     row_offsets = torch.cumsum(row_counts, 0)
     row_offsets -= row_counts
     _place_kernel[(triton.cdiv(n, bm), n_cb)](
-        counts, inclusive, row_offsets, bases, staged_values, staged_columns, values, columns,
-        n, n_cb, capacity, BM=bm, CH=_PLACE_CHUNK, **options)
+        counts,
+        inclusive,
+        row_offsets,
+        bases,
+        staged_values,
+        staged_columns,
+        values,
+        columns,
+        n,
+        n_cb,
+        capacity,
+        BM=bm,
+        CH=_PLACE_CHUNK,
+        **options,
+    )
     return cursor
 
 
@@ -536,26 +727,42 @@ def compact_upper_triangle(u: torch.Tensor, threshold: float, *, absolute: bool,
 # reports a failure instead of hanging.
 
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
-
     # Flags of a status (kept counts stay below 2**48): the tile's own count
     # (AGGREGATE) or the count of every entry up to and including it (PREFIX).
     _AGGREGATE = tl.constexpr(1 << 48)
     _PREFIX = tl.constexpr(1 << 49)
 
     @triton.jit
-    def _lookback_compact_kernel(tile_ptr, status_ptr, ticket_ptr, values_ptr, columns_ptr,
-                                 row_counts_ptr, result_ptr, n, r0, n_cols, n_chunks, tile_base,
-                                 last_tile, capacity, threshold, ABSOLUTE: tl.constexpr,
-                                 CHUNK: tl.constexpr, LOOK: tl.constexpr,
-                                 MAX_SPINS: tl.constexpr):
+    def _lookback_compact_kernel(
+        tile_ptr,
+        status_ptr,
+        ticket_ptr,
+        values_ptr,
+        columns_ptr,
+        row_counts_ptr,
+        result_ptr,
+        n,
+        r0,
+        n_cols,
+        n_chunks,
+        tile_base,
+        last_tile,
+        capacity,
+        threshold,
+        ABSOLUTE: tl.constexpr,
+        CHUNK: tl.constexpr,
+        LOOK: tl.constexpr,
+        MAX_SPINS: tl.constexpr,
+    ):
         t = tl.atomic_add(ticket_ptr, 1).to(tl.int64)
         local = t - tile_base
         row_local = local // n_chunks
         row = r0 + row_local
         cols = r0 + (local % n_chunks) * CHUNK + tl.arange(0, CHUNK)
         inside = (cols < n) & (cols > row)
-        values = tl.load(tile_ptr + row_local * n_cols + (cols - r0), mask=inside,
-                         other=float("nan"))
+        values = tl.load(
+            tile_ptr + row_local * n_cols + (cols - r0), mask=inside, other=float("nan")
+        )
         if ABSOLUTE:
             keep = inside & (tl.abs(values) >= threshold)
         else:
@@ -587,13 +794,22 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         tl.atomic_max(result_ptr + 1, (j >= 0).to(tl.int64))  # 1: gave up waiting
 
 
-def compact_upper_triangle_lookback(u: torch.Tensor, threshold: float, *, absolute: bool,
-                                    block_rows: int, values: torch.Tensor,
-                                    columns: torch.Tensor, row_counts: torch.Tensor,
-                                    buffers: list[torch.Tensor] | None = None,
-                                    side: torch.cuda.Stream | None = None, chunk: int = 4096,
-                                    look: int = 32, num_warps: int = 4,
-                                    max_spins: int = 1 << 22) -> torch.Tensor:
+def compact_upper_triangle_lookback(
+    u: torch.Tensor,
+    threshold: float,
+    *,
+    absolute: bool,
+    block_rows: int,
+    values: torch.Tensor,
+    columns: torch.Tensor,
+    row_counts: torch.Tensor,
+    buffers: list[torch.Tensor] | None = None,
+    side: torch.cuda.Stream | None = None,
+    chunk: int = 4096,
+    look: int = 32,
+    num_warps: int = 4,
+    max_spins: int = 1 << 22,
+) -> torch.Tensor:
     """As :func:`compact_upper_triangle`, in one pass over each stored row
     block: every tile of ``chunk`` columns of one row finds where its kept
     entries go by a decoupled look-back and writes them there.
@@ -606,8 +822,9 @@ def compact_upper_triangle_lookback(u: torch.Tensor, threshold: float, *, absolu
     capacity = values.numel()
     blocks = list(_blocks(n, block_rows))
     n_chunks = [triton.cdiv(n - r0, chunk) for r0, _ in blocks]
-    bases = np.concatenate([[0], np.cumsum([(r1 - r0) * k for (r0, r1), k
-                                            in zip(blocks, n_chunks)])]).tolist()
+    bases = np.concatenate(
+        [[0], np.cumsum([(r1 - r0) * k for (r0, r1), k in zip(blocks, n_chunks)])]
+    ).tolist()
     status = torch.zeros(bases[-1] + 1, dtype=torch.int64, device=u.device)
     result = torch.zeros(2, dtype=torch.int64, device=u.device)
     row_counts.zero_()
@@ -617,16 +834,35 @@ def compact_upper_triangle_lookback(u: torch.Tensor, threshold: float, *, absolu
     def epilogue(tile, r0, r1):
         b = next(index)
         _lookback_compact_kernel[((r1 - r0) * n_chunks[b],)](
-            tile, status, status[-1:], values, columns, row_counts, result, n, r0, n - r0,
-            n_chunks[b], bases[b], bases[-1] - 1, capacity, float(threshold),
-            ABSOLUTE=bool(absolute), CHUNK=chunk, LOOK=look, MAX_SPINS=max_spins, **options)
+            tile,
+            status,
+            status[-1:],
+            values,
+            columns,
+            row_counts,
+            result,
+            n,
+            r0,
+            n - r0,
+            n_chunks[b],
+            bases[b],
+            bases[-1] - 1,
+            capacity,
+            float(threshold),
+            ABSOLUTE=bool(absolute),
+            CHUNK=chunk,
+            LOOK=look,
+            MAX_SPINS=max_spins,
+            **options,
+        )
 
     walk_row_blocks(u, block_rows, epilogue, buffers=buffers, side=side)
     return result
 
 
-def histogram_triton(u: torch.Tensor, *, absolute: bool, block_rows: int,
-                     n_bins: int = HISTOGRAM_BINS) -> torch.Tensor:
+def histogram_triton(
+    u: torch.Tensor, *, absolute: bool, block_rows: int, n_bins: int = HISTOGRAM_BINS
+) -> torch.Tensor:
     """:func:`histogram_torch` by BLAS row blocks and a Triton epilogue."""
     n = u.shape[0]
     counts = torch.zeros(n_bins, dtype=torch.int64, device=u.device)
@@ -635,15 +871,33 @@ def histogram_triton(u: torch.Tensor, *, absolute: bool, block_rows: int,
 
     def epilogue(tile, r0, r1):
         grid = (triton.cdiv(r1 - r0, bm), triton.cdiv(n - r0, bn))
-        _histogram_block_kernel[grid](tile, counts, n, r0, r1, n - r0, ABSOLUTE=bool(absolute),
-                                      N_BINS=n_bins, BM=bm, BN=bn, **options)
+        _histogram_block_kernel[grid](
+            tile,
+            counts,
+            n,
+            r0,
+            r1,
+            n - r0,
+            ABSOLUTE=bool(absolute),
+            N_BINS=n_bins,
+            BM=bm,
+            BN=bn,
+            **options,
+        )
 
     walk_row_blocks(u, block_rows, epilogue)
     return counts
 
 
-def collect_bin_triton(u: torch.Tensor, bin_index: int, size: int, *, absolute: bool,
-                       block_rows: int, n_bins: int = HISTOGRAM_BINS) -> torch.Tensor:
+def collect_bin_triton(
+    u: torch.Tensor,
+    bin_index: int,
+    size: int,
+    *,
+    absolute: bool,
+    block_rows: int,
+    n_bins: int = HISTOGRAM_BINS,
+) -> torch.Tensor:
     """:func:`collect_bin_torch` by BLAS row blocks and a Triton epilogue
     (``size``: the bin's count, from the histogram; the values in any order)."""
     n = u.shape[0]
@@ -655,16 +909,36 @@ def collect_bin_triton(u: torch.Tensor, bin_index: int, size: int, *, absolute: 
 
     def epilogue(tile, r0, r1):
         grid = (triton.cdiv(r1 - r0, bm), triton.cdiv(n, bn) - r0 // bn)
-        _compact_block_kernel[grid](tile, unused, unused, found, unused, cursor, n, r0, r1,
-                                    n - r0, 1, size, 0.0, int(bin_index),
-                                    ABSOLUTE=bool(absolute), BY_BIN=True, N_BINS=n_bins,
-                                    TABLES=False, BM=bm, BN=bn, **options)
+        _compact_block_kernel[grid](
+            tile,
+            unused,
+            unused,
+            found,
+            unused,
+            cursor,
+            n,
+            r0,
+            r1,
+            n - r0,
+            1,
+            size,
+            0.0,
+            int(bin_index),
+            ABSOLUTE=bool(absolute),
+            BY_BIN=True,
+            N_BINS=n_bins,
+            TABLES=False,
+            BM=bm,
+            BN=bn,
+            **options,
+        )
 
     walk_row_blocks(u, block_rows, epilogue)
     return found[: min(size, int(cursor))]
 
 
 # --- histogram and collect (the sparsity passes) ---------------------------
+
 
 def _bin_index(values: torch.Tensor, absolute: bool, n_bins: int) -> torch.Tensor:
     """Uniform bins on [-1, 1] (on [0, 1] for |r|); out-of-range values clamp."""
@@ -673,8 +947,9 @@ def _bin_index(values: torch.Tensor, absolute: bool, n_bins: int) -> torch.Tenso
     return scaled.floor_().clamp_(0, n_bins - 1).long()
 
 
-def histogram_torch(u: torch.Tensor, *, absolute: bool, block_rows: int,
-                    n_bins: int = HISTOGRAM_BINS) -> torch.Tensor:
+def histogram_torch(
+    u: torch.Tensor, *, absolute: bool, block_rows: int, n_bins: int = HISTOGRAM_BINS
+) -> torch.Tensor:
     """Counts of the upper-triangle r (|r|) in ``n_bins`` uniform bins (int64)."""
     n = u.shape[0]
     counts = torch.zeros(n_bins, dtype=torch.int64, device=u.device)
@@ -687,8 +962,14 @@ def histogram_torch(u: torch.Tensor, *, absolute: bool, block_rows: int,
     return counts
 
 
-def collect_bin_torch(u: torch.Tensor, bin_index: int, *, absolute: bool, block_rows: int,
-                      n_bins: int = HISTOGRAM_BINS) -> torch.Tensor:
+def collect_bin_torch(
+    u: torch.Tensor,
+    bin_index: int,
+    *,
+    absolute: bool,
+    block_rows: int,
+    n_bins: int = HISTOGRAM_BINS,
+) -> torch.Tensor:
     """The upper-triangle values that fall in bin ``bin_index`` (same binning
     as :func:`histogram_torch`)."""
     n = u.shape[0]
@@ -703,8 +984,14 @@ def collect_bin_torch(u: torch.Tensor, bin_index: int, *, absolute: bool, block_
     return torch.cat(found)
 
 
-def top_threshold(u: torch.Tensor, n_kept: list[int], *, absolute: bool,
-                  block_rows: int, use_triton: bool = False) -> list[float]:
+def top_threshold(
+    u: torch.Tensor,
+    n_kept: list[int],
+    *,
+    absolute: bool,
+    block_rows: int,
+    use_triton: bool = False,
+) -> list[float]:
     """For each k in ``n_kept``: the k-th largest upper-triangle r (|r|), exactly.
 
     One histogram pass finds the bin of each k-th value; one more pass per
@@ -725,8 +1012,9 @@ def top_threshold(u: torch.Tensor, n_kept: list[int], *, absolute: bool,
         higher = int(above[b + 1]) if b + 1 < hist.numel() else 0
         if b not in found:
             if use_triton:
-                values = collect_bin_triton(u, b, int(hist[b]), absolute=absolute,
-                                            block_rows=block_rows)
+                values = collect_bin_triton(
+                    u, b, int(hist[b]), absolute=absolute, block_rows=block_rows
+                )
             else:
                 values = collect_bin_torch(u, b, absolute=absolute, block_rows=block_rows)
             found[b] = torch.sort(values, descending=True).values

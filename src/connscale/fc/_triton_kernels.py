@@ -46,7 +46,7 @@ def extract_triu_torch(block: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         pos = 0
         for b in range(n_rows):
             length = n_cols - b - 1
-            dst[pos:pos + length] = src[b, b + 1:]
+            dst[pos : pos + length] = src[b, b + 1 :]
             pos += length
         return out[:size]
     mask = torch.ones(n_rows, n_cols, dtype=torch.bool, device=block.device).triu_(1)
@@ -86,26 +86,50 @@ if HAS_TRITON:  # pragma: no cover - GPU only
         return keep & inside  # NaN compares False: constant series drop out
 
     @triton.jit
-    def _sparse_count_kernel(tile_ptr, counts_ptr, n_cols, n_blocks, threshold,
-                             ABSOLUTE: tl.constexpr, BLOCK: tl.constexpr):
+    def _sparse_count_kernel(
+        tile_ptr,
+        counts_ptr,
+        n_cols,
+        n_blocks,
+        threshold,
+        ABSOLUTE: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         row = tl.program_id(0)
         block = tl.program_id(1)
         cols = block * BLOCK + tl.arange(0, BLOCK)
-        values = tl.load(tile_ptr + row.to(tl.int64) * n_cols + cols,
-                         mask=(cols < n_cols) & (cols > row), other=0.0)
+        values = tl.load(
+            tile_ptr + row.to(tl.int64) * n_cols + cols,
+            mask=(cols < n_cols) & (cols > row),
+            other=0.0,
+        )
         keep = _keep(values, cols, row, n_cols, threshold, ABSOLUTE)
-        tl.store(counts_ptr + row.to(tl.int64) * n_blocks + block,
-                 tl.sum(keep.to(tl.int64), axis=0))
+        tl.store(
+            counts_ptr + row.to(tl.int64) * n_blocks + block, tl.sum(keep.to(tl.int64), axis=0)
+        )
 
     @triton.jit
-    def _sparse_compact_kernel(tile_ptr, offsets_ptr, values_ptr, columns_ptr, n_cols,
-                               n_blocks, column_offset, capacity, threshold,
-                               ABSOLUTE: tl.constexpr, BLOCK: tl.constexpr):
+    def _sparse_compact_kernel(
+        tile_ptr,
+        offsets_ptr,
+        values_ptr,
+        columns_ptr,
+        n_cols,
+        n_blocks,
+        column_offset,
+        capacity,
+        threshold,
+        ABSOLUTE: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         row = tl.program_id(0)
         block = tl.program_id(1)
         cols = block * BLOCK + tl.arange(0, BLOCK)
-        values = tl.load(tile_ptr + row.to(tl.int64) * n_cols + cols,
-                         mask=(cols < n_cols) & (cols > row), other=0.0)
+        values = tl.load(
+            tile_ptr + row.to(tl.int64) * n_cols + cols,
+            mask=(cols < n_cols) & (cols > row),
+            other=0.0,
+        )
         keep = _keep(values, cols, row, n_cols, threshold, ABSOLUTE)
         position = tl.cumsum(keep.to(tl.int64), axis=0) - 1
         start = tl.load(offsets_ptr + row.to(tl.int64) * n_blocks + block)
@@ -115,9 +139,16 @@ if HAS_TRITON:  # pragma: no cover - GPU only
         tl.store(columns_ptr + destination, (cols + column_offset).to(tl.int32), mask=ok)
 
 
-def compact_upper_tile(tile: torch.Tensor, row_offset: int, threshold: float, absolute: bool,
-                       values: torch.Tensor, columns: torch.Tensor, row_counts: torch.Tensor,
-                       cursor: torch.Tensor) -> None:  # pragma: no cover - GPU only
+def compact_upper_tile(
+    tile: torch.Tensor,
+    row_offset: int,
+    threshold: float,
+    absolute: bool,
+    values: torch.Tensor,
+    columns: torch.Tensor,
+    row_counts: torch.Tensor,
+    cursor: torch.Tensor,
+) -> None:  # pragma: no cover - GPU only
     """Append a tile's kept upper-triangle entries to a window's CSR buffers.
 
     ``tile`` holds rows ``[row_offset, row_offset + R)`` against columns
@@ -134,14 +165,25 @@ def compact_upper_tile(tile: torch.Tensor, row_offset: int, threshold: float, ab
     n_blocks = triton.cdiv(n_cols, block)
     counts = torch.empty((n_rows, n_blocks), dtype=torch.int64, device=tile.device)
     grid = (n_rows, n_blocks)
-    _sparse_count_kernel[grid](tile, counts, n_cols, n_blocks, float(threshold),
-                               ABSOLUTE=bool(absolute), BLOCK=block)
+    _sparse_count_kernel[grid](
+        tile, counts, n_cols, n_blocks, float(threshold), ABSOLUTE=bool(absolute), BLOCK=block
+    )
     flat = counts.view(-1)
     offsets = torch.cumsum(flat, 0)
     offsets -= flat
     offsets += cursor
-    _sparse_compact_kernel[grid](tile, offsets, values, columns, n_cols, n_blocks,
-                                 int(row_offset), values.numel(), float(threshold),
-                                 ABSOLUTE=bool(absolute), BLOCK=block)
+    _sparse_compact_kernel[grid](
+        tile,
+        offsets,
+        values,
+        columns,
+        n_cols,
+        n_blocks,
+        int(row_offset),
+        values.numel(),
+        float(threshold),
+        ABSOLUTE=bool(absolute),
+        BLOCK=block,
+    )
     torch.sum(counts, dim=1, out=row_counts)
     cursor += flat.sum()

@@ -130,9 +130,23 @@ def check_kind_options(kind: str, threshold, absolute, rank, compute_error=False
         )
 
 
-def _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
-                      absolute, rank, method, power_iterations, compute_error, *,
-                      taper="rectangular", taper_sigma=3.0, t_r=None) -> dict:
+def _check_parameters(
+    n_timepoints,
+    n_series,
+    window_length,
+    step,
+    kind,
+    threshold,
+    absolute,
+    rank,
+    method,
+    power_iterations,
+    compute_error,
+    *,
+    taper="rectangular",
+    taper_sigma=3.0,
+    t_r=None,
+) -> dict:
     window_length, step = check_window(window_length, step, n_timepoints, t_r=t_r)
     support = window_support(window_length, taper, taper_sigma)
     if support > n_timepoints:
@@ -147,8 +161,7 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
         rank = int(rank)
         if rank >= n_series:
             raise ValueError(
-                f"'rank' must be smaller than the number of series ({n_series}); "
-                f"got {rank}."
+                f"'rank' must be smaller than the number of series ({n_series}); got {rank}."
             )
     if kind == "lowrank" and rank >= window_length:
         warnings.warn(
@@ -157,11 +170,18 @@ def _check_parameters(n_timepoints, n_series, window_length, step, kind, thresho
             f"nothing ({2 * n_series * rank} numbers per window against "
             f"{n_series * (n_series - 1) // 2} for kind='triu'). Use rank < window_length, "
             "or kind='factor' (exact with window_length columns).",
-            UserWarning, stacklevel=user_stacklevel(),
+            UserWarning,
+            stacklevel=user_stacklevel(),
         )
-    return {"window_length": window_length, "step": step, "support": support,
-            "threshold": threshold, "rank": rank, "power_iterations": int(power_iterations),
-            "absolute": bool(absolute)}
+    return {
+        "window_length": window_length,
+        "step": step,
+        "support": support,
+        "threshold": threshold,
+        "rank": rank,
+        "power_iterations": int(power_iterations),
+        "absolute": bool(absolute),
+    }
 
 
 def _stored_width(kind: str, rank: int | None, window_length: int) -> int | None:
@@ -203,27 +223,38 @@ def _window_generator(device: torch.device, base_seed: int, index: int) -> torch
 class _WindowNormalizer:
     """All windows' means from float64 running sums; U for a batch of windows."""
 
-    def __init__(self, x: torch.Tensor, starts: np.ndarray, window_length: int,
-                 dtype: torch.dtype, weights: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        x: torch.Tensor,
+        starts: np.ndarray,
+        window_length: int,
+        dtype: torch.dtype,
+        weights: np.ndarray | None = None,
+    ) -> None:
         # The raw values are kept (never modified: x may be the caller's array) so
         # each window is centred from them exactly; the running sums are taken
         # of the values shifted by their global mean, for accuracy.
         x64 = x.to(torch.float64)
         offset = x64.mean(dim=0)
-        cumulative = torch.zeros((x64.shape[0] + 1, x64.shape[1]), dtype=torch.float64,
-                                 device=x64.device)
+        cumulative = torch.zeros(
+            (x64.shape[0] + 1, x64.shape[1]), dtype=torch.float64, device=x64.device
+        )
         torch.cumsum(x64 - offset, dim=0, out=cumulative[1:])
         self.x = x64
         starts_t = torch.as_tensor(starts, device=x64.device)
-        self.means = ((cumulative[starts_t + window_length] - cumulative[starts_t])
-                      / window_length + offset)
+        self.means = (
+            cumulative[starts_t + window_length] - cumulative[starts_t]
+        ) / window_length + offset
         del cumulative
         self.starts = starts_t
         self.offsets = torch.arange(window_length, device=x64.device)
         self.dtype = dtype
         # Tapered windows: weighted Pearson, sqrt(weight)-scaled centred series.
-        self.weights = None if weights is None else torch.as_tensor(
-            weights, dtype=torch.float64, device=x64.device)
+        self.weights = (
+            None
+            if weights is None
+            else torch.as_tensor(weights, dtype=torch.float64, device=x64.device)
+        )
 
     def __call__(self, indices: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """U of shape (B, N, w) (NaN rows for constant series) and the (B, N) mask.
@@ -238,10 +269,14 @@ class _WindowNormalizer:
         windows = self.x[times]  # (B, w, N)
         # Centred from the running-sum means, then the one rule of
         # normalize_windows (second pass, constant series, tapered weights).
-        centred, constant = normalize_windows(windows, dim=1, means=self.means[window][:, None, :],
-                                              weights=self.weights)
-        u = torch.empty((centred.shape[0], centred.shape[2], centred.shape[1]), dtype=self.dtype,
-                        device=centred.device)
+        centred, constant = normalize_windows(
+            windows, dim=1, means=self.means[window][:, None, :], weights=self.weights
+        )
+        u = torch.empty(
+            (centred.shape[0], centred.shape[2], centred.shape[1]),
+            dtype=self.dtype,
+            device=centred.device,
+        )
         u.copy_(centred.transpose(1, 2))  # one pass: transpose and cast
         return u, constant
 
@@ -259,16 +294,18 @@ def _triu_gather_index(n: int, r0: int, r1: int, device: torch.device) -> torch.
     return local_row * width + column
 
 
-def _plan(planner, n, w, k, kind, itemsize, budget, width, compute_error, resident,
-          **fields) -> MemoryPlan:
+def _plan(
+    planner, n, w, k, kind, itemsize, budget, width, compute_error, resident, **fields
+) -> MemoryPlan:
     """Windows per batch and rows per tile that fit ``budget`` device bytes
     (``resident`` of them kept throughout), as the planner's plan."""
     free = budget - resident
 
     def plan(batch, tile_rows):
         planner.reserve_device(resident)
-        return planner.plan(batch=int(batch), block_rows=int(tile_rows),
-                            n_rounds=-(-k // int(batch)), **fields)
+        return planner.plan(
+            batch=int(batch), block_rows=int(tile_rows), n_rounds=-(-k // int(batch)), **fields
+        )
 
     per_window_prep = 4 * w * n * 8 + n * w * itemsize
     if kind in ("lowrank", "factor"):
@@ -286,17 +323,20 @@ def _plan(planner, n, w, k, kind, itemsize, budget, width, compute_error, reside
         # previous batch's triangles (copy in flight), U, the N×N products.
         per_window = full * itemsize + 2 * pairs * itemsize + per_window_prep
         if pairs * 8 + per_window <= free:
-            batch = min(k, _MAX_BATCH, max(1, _BATCH_ELEMENTS // full),
-                        (free - pairs * 8) // per_window)
+            batch = min(
+                k, _MAX_BATCH, max(1, _BATCH_ELEMENTS // full), (free - pairs * 8) // per_window
+            )
             return plan(max(1, batch), n)
         rest = free - 2 * pairs * itemsize - per_window_prep
         tile_rows = rest // (n * (itemsize + 16))
         if tile_rows < 1:
             raise planner.error(
                 f"One window's triangle ({n} series, twice for overlapped copies) with one "
-                "row of products", resident + 2 * pairs * itemsize + per_window_prep
-                + n * (itemsize + 16), budget=budget,
-                hint="Use kind='sparse', 'lowrank' or 'factor', or raise memory_limit.")
+                "row of products",
+                resident + 2 * pairs * itemsize + per_window_prep + n * (itemsize + 16),
+                budget=budget,
+                hint="Use kind='sparse', 'lowrank' or 'factor', or raise memory_limit.",
+            )
         return plan(1, min(n, tile_rows))
     # sparse: two tiles in flight (values, bool masks, nonzero indices), U,
     # and a window's kept entries compacted and concatenated (at worst every
@@ -311,9 +351,11 @@ def _plan(planner, n, w, k, kind, itemsize, budget, width, compute_error, reside
     tile_rows = int(min(tile_rows, (free - batch * per_window) // (batch * per_row)))
     if tile_rows < 1:
         raise planner.error(
-            f"One sparse window of {n} series (every pair kept, at worst) with one row of "
-            "products", resident + per_window + per_row, budget=budget,
-            hint="Raise memory_limit, or use kind='lowrank' or 'factor'.")
+            f"One sparse window of {n} series (every pair kept, at worst) with one row of products",
+            resident + per_window + per_row,
+            budget=budget,
+            hint="Raise memory_limit, or use kind='lowrank' or 'factor'.",
+        )
     return plan(batch, tile_rows)
 
 
@@ -329,28 +371,30 @@ def _runs(indices: list[int], size: int) -> list[list[int]]:
 
 
 @fill_doc
-@validate_params({
-    "timeseries": ["array-like"],
-    "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), str],
-    "step": [Interval(Integral, 1, None, closed="left"), str],
-    "kind": [StrOptions(KINDS)],
-    "threshold": [Interval(Real, -1, 1, closed="both"), None],
-    "absolute": ["boolean"],
-    "rank": [Interval(Integral, 1, None, closed="left"), None],
-    "method": [StrOptions(METHODS)],
-    "power_iterations": [Interval(Integral, 0, None, closed="left")],
-    "random_state": ["random_state"],
-    "device": ["device", None],
-    "dtype": ["dtype"],
-    "memory_limit": ["memory", None],
-    "compute_error": ["boolean"],
-    "allow_tf32": ["boolean"],
-    "taper": [StrOptions(TAPERS)],
-    "taper_sigma": [Interval(Real, 0, None, closed="neither")],
-    "t_r": [Interval(Real, 0, None, closed="neither"), None],
-    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
-    "attrs": [dict, None],
-})
+@validate_params(
+    {
+        "timeseries": ["array-like"],
+        "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), str],
+        "step": [Interval(Integral, 1, None, closed="left"), str],
+        "kind": [StrOptions(KINDS)],
+        "threshold": [Interval(Real, -1, 1, closed="both"), None],
+        "absolute": ["boolean"],
+        "rank": [Interval(Integral, 1, None, closed="left"), None],
+        "method": [StrOptions(METHODS)],
+        "power_iterations": [Interval(Integral, 0, None, closed="left")],
+        "random_state": ["random_state"],
+        "device": ["device", None],
+        "dtype": ["dtype"],
+        "memory_limit": ["memory", None],
+        "compute_error": ["boolean"],
+        "allow_tf32": ["boolean"],
+        "taper": [StrOptions(TAPERS)],
+        "taper_sigma": [Interval(Real, 0, None, closed="neither")],
+        "t_r": [Interval(Real, 0, None, closed="neither"), None],
+        "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+        "attrs": [dict, None],
+    }
+)
 def dynamic_correlation(
     timeseries,
     window_length: int | str,
@@ -476,9 +520,22 @@ def dynamic_correlation(
     array = check_timeseries(timeseries, min_timepoints=MIN_WINDOW_LENGTH)
     check_not_all_constant(array)
     n_timepoints, n_series = array.shape
-    checked = _check_parameters(n_timepoints, n_series, window_length, step, kind, threshold,
-                                absolute, rank, method, power_iterations, compute_error,
-                                taper=taper, taper_sigma=taper_sigma, t_r=t_r)
+    checked = _check_parameters(
+        n_timepoints,
+        n_series,
+        window_length,
+        step,
+        kind,
+        threshold,
+        absolute,
+        rank,
+        method,
+        power_iterations,
+        compute_error,
+        taper=taper,
+        taper_sigma=taper_sigma,
+        t_r=t_r,
+    )
     w, s, rank = checked["support"], checked["step"], checked["rank"]
     weights = None
     if taper == "gaussian":
@@ -491,22 +548,36 @@ def dynamic_correlation(
     width = _stored_width(kind, rank, w)
     base_seed = _seed_of(random_state) if kind == "lowrank" and method == "randomized" else None
     meta = {
-        "kind": kind, "n_series": n_series, "n_timepoints": n_timepoints,
-        "window_length": w, "step": s, "n_windows": int(k), "window_starts": starts.tolist(),
-        "threshold": checked["threshold"], "absolute": checked["absolute"], "rank": rank,
-        "stored_width": width, "method": method if kind == "lowrank" else None,
+        "kind": kind,
+        "n_series": n_series,
+        "n_timepoints": n_timepoints,
+        "window_length": w,
+        "step": s,
+        "n_windows": int(k),
+        "window_starts": starts.tolist(),
+        "threshold": checked["threshold"],
+        "absolute": checked["absolute"],
+        "rank": rank,
+        "stored_width": width,
+        "method": method if kind == "lowrank" else None,
         "power_iterations": checked["power_iterations"] if kind == "lowrank" else None,
         "random_state": _recorded_seed(random_state) if base_seed is not None else None,
         "dtype": np_dtype.name,
         "allow_tf32": bool(allow_tf32),
     }
     if weights is not None:
-        meta["taper"] = {"kind": taper, "width": checked["window_length"],
-                         "sigma": float(taper_sigma)}
+        meta["taper"] = {
+            "kind": taper,
+            "width": checked["window_length"],
+            "sigma": float(taper_sigma),
+        }
 
     # One planner counts the run: the in-memory result, then the device work.
-    planner = MemoryPlanner(torch_device, memory_limit, hint=(
-        "Raise memory_limit, or pass out='file.h5' to keep the result out of memory."))
+    planner = MemoryPlanner(
+        torch_device,
+        memory_limit,
+        hint=("Raise memory_limit, or pass out='file.h5' to keep the result out of memory."),
+    )
     # Where the windows go.
     final_path = None
     if out is not None:
@@ -520,10 +591,13 @@ def dynamic_correlation(
             raise ValueError("'attrs' are written into the 'out' file; got out=None.")
         values, kept = MemoryBackend.result_nbytes(kind, k, n_series, width, np_dtype.itemsize)
         planner.reserve_result(
-            values, f"Keeping all {k} windows ({kind}, {n_series} series) in memory", kept=kept,
+            values,
+            f"Keeping all {k} windows ({kind}, {n_series} series) in memory",
+            kept=kept,
             preallocated=None if host_buffer is None else _buffer_nbytes(host_buffer),
             hint="To keep them on disk pass out='file.h5'; or use kind='sparse', 'lowrank' "
-                 "or 'factor'.")
+            "or 'factor'.",
+        )
         arena = HostArena(host_buffer) if host_buffer is not None else None
         sink = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
         todo = list(range(k))
@@ -532,12 +606,26 @@ def dynamic_correlation(
     try:
         if todo:
             plan = _compute(
-                array, starts, todo, sink, kind=kind, w=w, width=width,
-                threshold=checked["threshold"], absolute=checked["absolute"], method=method,
-                power_iterations=checked["power_iterations"], base_seed=base_seed,
-                device=torch_device, dtype=torch_dtype, memory_limit=memory_limit,
-                compute_error=compute_error, allow_tf32=bool(allow_tf32), verbose=verbose,
-                weights=weights, planner=planner,
+                array,
+                starts,
+                todo,
+                sink,
+                kind=kind,
+                w=w,
+                width=width,
+                threshold=checked["threshold"],
+                absolute=checked["absolute"],
+                method=method,
+                power_iterations=checked["power_iterations"],
+                base_seed=base_seed,
+                device=torch_device,
+                dtype=torch_dtype,
+                memory_limit=memory_limit,
+                compute_error=compute_error,
+                allow_tf32=bool(allow_tf32),
+                verbose=verbose,
+                weights=weights,
+                planner=planner,
             )
         if final_path is not None:
             if attrs:
@@ -549,9 +637,11 @@ def dynamic_correlation(
         sink.abort()
         if final_path is None:
             raise
-        raise H5WriteError(exc.errno or errno.EIO,
-                           f"{exc.strerror or exc}; the finished windows are kept in "
-                           f"{sink.tmp.name} and a re-run resumes from them") from None
+        raise H5WriteError(
+            exc.errno or errno.EIO,
+            f"{exc.strerror or exc}; the finished windows are kept in "
+            f"{sink.tmp.name} and a re-run resumes from them",
+        ) from None
     except BaseException:
         sink.abort()
         raise
@@ -566,9 +656,29 @@ def _buffer_nbytes(host_buffer) -> int:
     return np.asarray(host_buffer).nbytes
 
 
-def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolute, method,
-             power_iterations, base_seed, device, dtype, memory_limit, compute_error,
-             allow_tf32, verbose, planner, weights=None) -> MemoryPlan:
+def _compute(
+    array,
+    starts,
+    todo,
+    backend,
+    *,
+    kind,
+    w,
+    width,
+    threshold,
+    absolute,
+    method,
+    power_iterations,
+    base_seed,
+    device,
+    dtype,
+    memory_limit,
+    compute_error,
+    allow_tf32,
+    verbose,
+    planner,
+    weights=None,
+) -> MemoryPlan:
     """Compute windows ``todo`` into ``backend``.
 
     ``memory_limit`` covers, on the CPU, the in-memory result (counted by
@@ -589,8 +699,11 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
     # a second copy of the series and the running sums exist beside them.
     resident = n_timepoints * n * 8 + k * n * 8
     setup = 2 * resident + (0 if cpu else n_timepoints * n * array.dtype.itemsize)
-    planner.require(setup, f"Centring {n} series of {n_timepoints} time points in float64 "
-                           f"(and the means of {k} windows)")
+    planner.require(
+        setup,
+        f"Centring {n} series of {n_timepoints} time points in float64 "
+        f"(and the means of {k} windows)",
+    )
     plan_budget = budget
     if kind == "sparse" and in_memory:
         if cpu:
@@ -599,11 +712,24 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
         else:
             result_budget = planner.host_budget
         backend.meter = MemoryMeter(
-            result_budget, memory_limit, f"Keeping the sparse windows of {n} series",
-            "Pass out='file.h5' to stream them to disk, raise the threshold or raise "
-            "memory_limit.")
-    plan = _plan(planner, n, w, k, kind, itemsize, plan_budget, width, compute_error, resident,
-                 out_of_core=not in_memory)
+            result_budget,
+            memory_limit,
+            f"Keeping the sparse windows of {n} series",
+            "Pass out='file.h5' to stream them to disk, raise the threshold or raise memory_limit.",
+        )
+    plan = _plan(
+        planner,
+        n,
+        w,
+        k,
+        kind,
+        itemsize,
+        plan_budget,
+        width,
+        compute_error,
+        resident,
+        out_of_core=not in_memory,
+    )
     with _allow_tf32(allow_tf32), torch.no_grad():
         x = torch.as_tensor(array).to(device)
         normalizer = _WindowNormalizer(x, starts, w, dtype, weights)
@@ -619,8 +745,9 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
         constant_any = torch.zeros(n, dtype=torch.bool, device=device)
         fused_sparse = None
         if kind == "sparse" and use_triton(device, interpreted=False):
-            fused_sparse = SparseWindowsCUDA(n, tile_rows, threshold, absolute,
-                                             _sparse_submitter(backend, copier))
+            fused_sparse = SparseWindowsCUDA(
+                n, tile_rows, threshold, absolute, _sparse_submitter(backend, copier)
+            )
         progress = tqdm(total=len(todo), desc="windows", unit="win", disable=not verbose)
         try:
             for batch in _runs(todo, plan.batch):
@@ -633,11 +760,24 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
                     for b, index in enumerate(batch):
                         fused_sparse.add(u[b], constant[b], index)
                 elif kind == "sparse":
-                    _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold,
-                                  absolute)
+                    _sparse_batch(
+                        u, constant, batch, backend, copier, tile_rows, threshold, absolute
+                    )
                 else:
-                    _compressed_batch(u, constant, batch, backend, copier, kind, width, method,
-                                      power_iterations, base_seed, compute_error, tile_rows)
+                    _compressed_batch(
+                        u,
+                        constant,
+                        batch,
+                        backend,
+                        copier,
+                        kind,
+                        width,
+                        method,
+                        power_iterations,
+                        base_seed,
+                        compute_error,
+                        tile_rows,
+                    )
                 progress.update(len(batch))
             if fused_sparse is not None:
                 fused_sparse.flush()
@@ -661,11 +801,13 @@ def _compute(array, starts, todo, backend, *, kind, w, width, threshold, absolut
 
 def _write_batch(backend, batch, names):
     """Host callback writing a batch's arrays (B leading) window by window."""
+
     def callback(arrays):
         *values, constant, mae = arrays
         for b, index in enumerate(batch):
             payload = {name: array[b] for name, array in zip(names, values)}
             backend.write(index, {**payload, "constant": constant[b], "mae": float(mae[b])})
+
     return callback
 
 
@@ -684,15 +826,18 @@ def _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index):
             tile = torch.bmm(u[:, r0:r1], u[:, r0:].transpose(1, 2))
             index = _triu_gather_index(n, r0, r1, u.device)
             size = index.numel()
-            triangles[:, offset:offset + size] = tile.reshape(n_batch, -1).index_select(1, index)
+            triangles[:, offset : offset + size] = tile.reshape(n_batch, -1).index_select(1, index)
             offset += size
             del tile, index
     mae = torch.full((n_batch,), float("nan"), dtype=torch.float64, device=u.device)
     destination = None
     if backend.in_memory:
         destination = backend.destination("triu", batch[0], batch[-1] + 1)
-    copier.submit([triangles, constant, mae], _write_batch(backend, batch, ["triu"]),
-                  [destination, None, None])
+    copier.submit(
+        [triangles, constant, mae],
+        _write_batch(backend, batch, ["triu"]),
+        [destination, None, None],
+    )
 
 
 def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, absolute):
@@ -733,6 +878,7 @@ def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, abs
 def _sparse_submitter(backend, copier):
     """Queue one sparse window's device arrays (values, int32 columns, row counts)
     for the host: into the pinned result when it has room, else via staging."""
+
     def submit(index, values, columns, row_counts, constant):
         destination = [None, None, None, None]
         if backend.in_memory:
@@ -742,25 +888,52 @@ def _sparse_submitter(backend, copier):
 
         def callback(arrays):
             data, indices, counts_host, constant_host = arrays
-            backend.write(index, {"data": data, "indices": indices, "counts": counts_host,
-                                  "constant": constant_host, "mae": float("nan")})
+            backend.write(
+                index,
+                {
+                    "data": data,
+                    "indices": indices,
+                    "counts": counts_host,
+                    "constant": constant_host,
+                    "mae": float("nan"),
+                },
+            )
 
         copier.submit([values, columns, row_counts, constant], callback, destination)
+
     return submit
 
 
-def _compressed_batch(u, constant, batch, backend, copier, kind, width, method,
-                      power_iterations, base_seed, compute_error, tile_rows):
+def _compressed_batch(
+    u,
+    constant,
+    batch,
+    backend,
+    copier,
+    kind,
+    width,
+    method,
+    power_iterations,
+    base_seed,
+    compute_error,
+    tile_rows,
+):
     nan_rows = constant[:, :, None]
     u0 = torch.where(nan_rows, torch.zeros((), dtype=u.dtype, device=u.device), u)
     mae = torch.full((len(batch),), float("nan"), dtype=torch.float64, device=u.device)
     if kind == "lowrank":
         if method == "randomized":
-            omega = torch.stack([
-                torch.randn((u.shape[1], width), generator=_window_generator(u.device, base_seed, i),
-                            device=u.device, dtype=u.dtype)
-                for i in batch
-            ])
+            omega = torch.stack(
+                [
+                    torch.randn(
+                        (u.shape[1], width),
+                        generator=_window_generator(u.device, base_seed, i),
+                        device=u.device,
+                        dtype=u.dtype,
+                    )
+                    for i in batch
+                ]
+            )
             q, b = randomized_qb(u0, omega, power_iterations=power_iterations)
         else:
             q, b = svd_qb(u0, width)
@@ -777,9 +950,16 @@ def _compressed_batch(u, constant, batch, backend, copier, kind, width, method,
         tensors, names = [factor], ["factor"]
     destinations = [None] * (len(tensors) + 2)
     if backend.in_memory:
-        destinations[:len(tensors)] = [backend.destination(name, batch[0], batch[-1] + 1)
-                                       for name in names]
+        destinations[: len(tensors)] = [
+            backend.destination(name, batch[0], batch[-1] + 1) for name in names
+        ]
     copier.submit(tensors + [constant, mae], _write_batch(backend, batch, names), destinations)
 
 
-__all__ = ["DynamicConnectivity", "dynamic_correlation", "load_dynamic", "n_windows", "window_starts"]
+__all__ = [
+    "DynamicConnectivity",
+    "dynamic_correlation",
+    "load_dynamic",
+    "n_windows",
+    "window_starts",
+]

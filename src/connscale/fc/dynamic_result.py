@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 from typing_extensions import Self
 
-from connscale.fc.sparse import csr_from_parts
 from connscale._triu import vec_to_matrix
+from connscale.fc.sparse import csr_from_parts
 from connscale.io.dfc import (  # noqa: F401 (FORMAT, KINDS, partial_path: for fc.dynamic)
     FORMAT,
     KINDS,
@@ -81,10 +81,14 @@ class HostArena:
         if start + nbytes > self.tensor.numel():
             return None
         self.offset = start + nbytes
-        torch_dtype = {np.dtype("float32"): torch.float32, np.dtype("float64"): torch.float64,
-                       np.dtype("int32"): torch.int32, np.dtype("int64"): torch.int64,
-                       np.dtype("bool"): torch.bool}[dtype]
-        view = self.tensor[start:start + nbytes].view(torch_dtype).view(shape)
+        torch_dtype = {
+            np.dtype("float32"): torch.float32,
+            np.dtype("float64"): torch.float64,
+            np.dtype("int32"): torch.int32,
+            np.dtype("int64"): torch.int64,
+            np.dtype("bool"): torch.bool,
+        }[dtype]
+        view = self.tensor[start : start + nbytes].view(torch_dtype).view(shape)
         return view.numpy(), view
 
 
@@ -100,20 +104,29 @@ class MemoryBackend:
     in_memory = True
 
     @staticmethod
-    def result_nbytes(kind: str, n_windows: int, n_series: int, width: int | None,
-                      itemsize: int) -> tuple[int | None, int]:
+    def result_nbytes(
+        kind: str, n_windows: int, n_series: int, width: int | None, itemsize: int
+    ) -> tuple[int | None, int]:
         """Bytes of the stored windows (None for sparse: counted as they
         grow) and of the per-window flags kept beside them (constant, mae,
         nbytes)."""
         kept = n_windows * (n_series + 16)
         if kind == "sparse":
             return None, kept
-        per_window = sum(int(np.prod(shape)) for shape in
-                         stored_shapes(kind, n_series, width).values())
+        per_window = sum(
+            int(np.prod(shape)) for shape in stored_shapes(kind, n_series, width).values()
+        )
         return n_windows * per_window * itemsize, kept
 
-    def __init__(self, kind: str, n_windows: int, n_series: int, dtype: np.dtype,
-                 width: int | None, arena: HostArena | None = None) -> None:
+    def __init__(
+        self,
+        kind: str,
+        n_windows: int,
+        n_series: int,
+        dtype: np.dtype,
+        width: int | None,
+        arena: HostArena | None = None,
+    ) -> None:
         self.meter = None
         self.kind = kind
         self.n_windows = n_windows
@@ -247,9 +260,11 @@ class DynamicConnectivity:
 
     def __repr__(self) -> str:
         where = f", path='{self.path}'" if self.path else ""
-        return (f"DynamicConnectivity(kind='{self.kind}', n_windows={len(self)}, "
-                f"n_series={self.n_series}, window_length={self.window_length}, "
-                f"step={self.step}{where})")
+        return (
+            f"DynamicConnectivity(kind='{self.kind}', n_windows={len(self)}, "
+            f"n_series={self.n_series}, window_length={self.window_length}, "
+            f"step={self.step}{where})"
+        )
 
     def __enter__(self) -> Self:
         return self

@@ -43,14 +43,24 @@ def to_xarray(result, *, t_r: float | None = None, labels=None):
     nodes = labels if labels is not None else [str(i) for i in range(result.n_series)]
     if len(nodes) != result.n_series:
         raise ValueError(f"Expected {result.n_series} node labels; got {len(nodes)}.")
-    coords = {"window": np.arange(len(result)), "onset": ("window", result.window_starts),
-              "node_i": list(nodes), "node_j": list(nodes)}
+    coords = {
+        "window": np.arange(len(result)),
+        "onset": ("window", result.window_starts),
+        "node_i": list(nodes),
+        "node_j": list(nodes),
+    }
     if t_r is not None:
         coords["onset_s"] = ("window", result.window_starts * float(t_r))
     return xr.DataArray(
-        stack, dims=("window", "node_i", "node_j"), coords=coords,
-        attrs={"window_length": result.window_length, "step": result.step,
-               "kind": result.kind, "measure": "Pearson correlation"},
+        stack,
+        dims=("window", "node_i", "node_j"),
+        coords=coords,
+        attrs={
+            "window_length": result.window_length,
+            "step": result.step,
+            "kind": result.kind,
+            "measure": "Pearson correlation",
+        },
     )
 
 

@@ -24,8 +24,9 @@ from __future__ import annotations
 import torch
 
 
-def randomized_qb(u: torch.Tensor, omega: torch.Tensor, *, power_iterations: int = 0
-                  ) -> tuple[torch.Tensor, torch.Tensor]:
+def randomized_qb(
+    u: torch.Tensor, omega: torch.Tensor, *, power_iterations: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Algorithm 4 on S = U Uᵀ for a batch of windows.
 
     Parameters
@@ -111,8 +112,9 @@ def truncated_factor(u: torch.Tensor, rank: int | None) -> torch.Tensor:
     return torch.bmm(u, top_right_vectors(u, rank))
 
 
-def reconstruction_mae(u: torch.Tensor, left: torch.Tensor, right: torch.Tensor,
-                       *, tile_rows: int) -> torch.Tensor:
+def reconstruction_mae(
+    u: torch.Tensor, left: torch.Tensor, right: torch.Tensor, *, tile_rows: int
+) -> torch.Tensor:
     """Mean absolute error of L·R against S = U Uᵀ over off-diagonal pairs.
 
     Computed in row tiles (never N×N at once), accumulated in float64;

@@ -19,8 +19,13 @@ class ConstantSeriesWarning(UserWarning):
     """Some series have zero variance; their correlations are undefined (NaN)."""
 
 
-def normalize_windows(windows: torch.Tensor, *, dim: int, means: torch.Tensor | None = None,
-                      weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def normalize_windows(
+    windows: torch.Tensor,
+    *,
+    dim: int,
+    means: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Centre and scale float64 series to unit norm along ``dim``: the one rule.
 
     Each series is centred in two passes (its mean, or ``means`` when given,
@@ -63,7 +68,9 @@ def normalize_windows(windows: torch.Tensor, *, dim: int, means: torch.Tensor | 
     return centred, constant
 
 
-def normalize_series(timeseries: torch.Tensor, *, dtype: torch.dtype | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def normalize_series(
+    timeseries: torch.Tensor, *, dtype: torch.dtype | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Centre and scale each column of a (T, N) tensor to unit norm.
 
     Centring and norms are computed in float64 whatever the working dtype

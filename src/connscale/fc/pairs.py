@@ -29,8 +29,8 @@ import numpy as np
 import torch
 
 from connscale._compute import resolve_device, resolve_dtype
-from connscale._compute.memory import MemoryPlan, MemoryPlanner
 from connscale._compute.device import numpy_dtype
+from connscale._compute.memory import MemoryPlan, MemoryPlanner
 from connscale._docs import fill_doc
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
@@ -85,9 +85,12 @@ class PairwiseDFC:
     @property
     def window_onsets(self):
         """Deprecated former name of ``window_starts`` (removed in 0.2)."""
-        warnings.warn("'window_onsets' was renamed 'window_starts'; 'window_onsets' will be "
-                      "removed in connscale 0.2. Use 'window_starts' instead.", FutureWarning,
-                      stacklevel=2)
+        warnings.warn(
+            "'window_onsets' was renamed 'window_starts'; 'window_onsets' will be "
+            "removed in connscale 0.2. Use 'window_starts' instead.",
+            FutureWarning,
+            stacklevel=2,
+        )
         return self.window_starts
 
     @property
@@ -124,8 +127,11 @@ class PairSummary:
     def feature_names(self, pairs: np.ndarray) -> list[str]:
         """Column names of :meth:`features` for the pair table ``pairs``."""
         names = [f"{i}-{j}" for i, j in np.asarray(pairs)]
-        return ([f"mean_{n}" for n in names] + [f"std_{n}" for n in names]
-                + [f"frac_above_{n}" for n in names])
+        return (
+            [f"mean_{n}" for n in names]
+            + [f"std_{n}" for n in names]
+            + [f"frac_above_{n}" for n in names]
+        )
 
 
 def _window_count(n_timepoints: int, window_length: int, step: int) -> int:
@@ -143,8 +149,10 @@ def _check_scans(timeseries) -> tuple[list[np.ndarray], np.ndarray | None]:
                 "n_regions) or a list of (n_timepoints, n_regions) arrays; got an "
                 f"array of shape {timeseries.shape}."
             )
-        scans = [check_timeseries(timeseries[s], name=f"timeseries[{s}]")
-                 for s in range(timeseries.shape[0])]
+        scans = [
+            check_timeseries(timeseries[s], name=f"timeseries[{s}]")
+            for s in range(timeseries.shape[0])
+        ]
         stacked = timeseries if timeseries.dtype in (np.float32, np.float64) else None
     elif isinstance(timeseries, (list, tuple)):
         scans = [check_timeseries(x, name=f"timeseries[{s}]") for s, x in enumerate(timeseries)]
@@ -160,18 +168,16 @@ def _check_scans(timeseries) -> tuple[list[np.ndarray], np.ndarray | None]:
     n_regions = {x.shape[1] for x in scans}
     if len(n_regions) > 1:
         raise ValueError(
-            "All scans must have the same number of regions (columns); got "
-            f"{sorted(n_regions)}."
+            f"All scans must have the same number of regions (columns); got {sorted(n_regions)}."
         )
     if scans[0].shape[1] < 2:
-        raise ValueError(
-            f"Region-pair DFC needs at least 2 regions; got {scans[0].shape[1]}."
-        )
+        raise ValueError(f"Region-pair DFC needs at least 2 regions; got {scans[0].shape[1]}.")
     return scans, stacked
 
 
-def _plan_chunks(planner: MemoryPlanner, n_scans: int, n_windows: int, per_item: int,
-                 budget: int) -> MemoryPlan:
+def _plan_chunks(
+    planner: MemoryPlanner, n_scans: int, n_windows: int, per_item: int, budget: int
+) -> MemoryPlan:
     """Scans per chunk (``batch``) and windows per chunk (``windows_per_batch``)
     so a chunk's temporaries (``per_item`` bytes a (scan, window)) fit ``budget``."""
     items = max(1, budget // max(per_item, 1))
@@ -180,12 +186,20 @@ def _plan_chunks(planner: MemoryPlanner, n_scans: int, n_windows: int, per_item:
     else:
         scans_per, windows_per = 1, items
     n_rounds = -(-n_scans // scans_per) * -(-n_windows // windows_per)
-    return planner.plan(block_rows=windows_per, n_rounds=n_rounds, batch=scans_per,
-                        windows_per_batch=windows_per)
+    return planner.plan(
+        block_rows=windows_per, n_rounds=n_rounds, batch=scans_per, windows_per_batch=windows_per
+    )
 
 
-def _pairs_chunk(x64: torch.Tensor, window_length: int, step: int, k0: int, k1: int,
-                 flat: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _pairs_chunk(
+    x64: torch.Tensor,
+    window_length: int,
+    step: int,
+    k0: int,
+    k1: int,
+    flat: torch.Tensor,
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Pair correlations (S, P, k1 - k0) of windows k0..k1-1 of (S, T, N) float64
     data, each window normalised in float64 (:func:`normalize_windows`), then
     one batched GEMM in ``dtype``; and the (S, K, N) constant-series flags."""
@@ -203,14 +217,16 @@ def _pairs_chunk(x64: torch.Tensor, window_length: int, step: int, k0: int, k1: 
 
 
 @fill_doc
-@validate_params({
-    "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), str],
-    "step": [Interval(Integral, 1, None, closed="left"), str],
-    "device": ["device", None],
-    "dtype": ["dtype"],
-    "memory_limit": ["memory", None],
-    "as_tensor": ["boolean"],
-})
+@validate_params(
+    {
+        "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), str],
+        "step": [Interval(Integral, 1, None, closed="left"), str],
+        "device": ["device", None],
+        "dtype": ["dtype"],
+        "memory_limit": ["memory", None],
+        "as_tensor": ["boolean"],
+    }
+)
 def pairwise_dfc(
     timeseries,
     window_length: int,
@@ -275,8 +291,8 @@ def pairwise_dfc(
     n_regions = scans[0].shape[1]
     shortest = min(x.shape[0] for x in scans)
     window_length, step = check_window(
-        window_length, step, shortest,
-        where="the number of time points of the shortest scan")
+        window_length, step, shortest, where="the number of time points of the shortest scan"
+    )
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype)
     np_dtype = numpy_dtype(tdtype)
@@ -292,19 +308,28 @@ def pairwise_dfc(
 
     # Temporaries per (scan, window): the float64 centred window, U, the Gram
     # matrix, the gathered pairs and their transposed copy.
-    per_item = (8 * n_regions * window_length
-                + itemsize * (n_regions * window_length + n_regions * n_regions + 2 * n_pair))
+    per_item = 8 * n_regions * window_length + itemsize * (
+        n_regions * window_length + n_regions * n_regions + 2 * n_pair
+    )
     # memory_limit also covers the result (on the device with as_tensor) and
     # the stacked copy of a list of scans, both in host memory on the CPU.
-    result_bytes = itemsize * n_pair * sum(
-        _window_count(x.shape[0], window_length, step) for x in scans)
+    result_bytes = (
+        itemsize * n_pair * sum(_window_count(x.shape[0], window_length, step) for x in scans)
+    )
     stack_bytes = 0 if stacked is not None else sum(x.nbytes for x in scans)
     host_bytes = stack_bytes + (0 if as_tensor and dev.type != "cpu" else result_bytes)
-    planner = MemoryPlanner(dev, memory_limit, hint=(
-        "Pass fewer scans or regions at a time, a larger step, or raise memory_limit."))
+    planner = MemoryPlanner(
+        dev,
+        memory_limit,
+        hint=("Pass fewer scans or regions at a time, a larger step, or raise memory_limit."),
+    )
     planner.reserve_host(host_bytes)
-    planner.require(0, f"The correlation courses of {len(scans)} scans x {n_pair} pairs (and "
-                       "a stacked copy of list input)", on="host")
+    planner.require(
+        0,
+        f"The correlation courses of {len(scans)} scans x {n_pair} pairs (and "
+        "a stacked copy of list input)",
+        on="host",
+    )
     if dev.type != "cpu" and as_tensor:
         planner.reserve_device(result_bytes)
     budget = planner.device_left
@@ -325,8 +350,18 @@ def pairwise_dfc(
         onsets_of[n_timepoints] = onsets
         group_data = stacked if stacked is not None else [scans[i] for i in members]
         group_out, n_const = _compute_group(
-            group_data, window_length, step, onsets, dev, tdtype,
-            per_item, budget, flat, as_tensor, planner)
+            group_data,
+            window_length,
+            step,
+            onsets,
+            dev,
+            tdtype,
+            per_item,
+            budget,
+            flat,
+            as_tensor,
+            planner,
+        )
         n_constant += n_const
         if not ragged:
             courses = group_out  # (S, P, K): the one group holds every scan
@@ -349,10 +384,19 @@ def pairwise_dfc(
     return PairwiseDFC(courses, pairs, window_starts, window_length, step, n_constant)
 
 
-def _compute_group(scans, window_length: int, step: int,
-                   onsets: np.ndarray, dev: torch.device, tdtype: torch.dtype,
-                   per_item: int, budget: int, flat: torch.Tensor,
-                   as_tensor: bool, planner: MemoryPlanner):
+def _compute_group(
+    scans,
+    window_length: int,
+    step: int,
+    onsets: np.ndarray,
+    dev: torch.device,
+    tdtype: torch.dtype,
+    per_item: int,
+    budget: int,
+    flat: torch.Tensor,
+    as_tensor: bool,
+    planner: MemoryPlanner,
+):
     """Courses of scans of equal length: a (S, P, K) array or device tensor.
 
     Scans are processed in blocks (window statistics, then the windows in
@@ -373,7 +417,10 @@ def _compute_group(scans, window_length: int, step: int,
         reserved = planner.device_bytes
         raise planner.error(
             f"The result ({reserved} bytes) and one window of {n_regions} regions",
-            reserved + per_item, budget=reserved + budget, hint="Raise memory_limit.")
+            reserved + per_item,
+            budget=reserved + budget,
+            hint="Raise memory_limit.",
+        )
     plan = _plan_chunks(planner, n_scans, n_windows, per_item, budget)
     scans_per, windows_per = plan.batch, plan.windows_per_batch
 
@@ -381,8 +428,15 @@ def _compute_group(scans, window_length: int, step: int,
     if as_tensor:
         sink = DeviceSink(shape, tdtype, dev)
     else:  # counted by ``planner`` above
-        sink = ArraySink(None, shape, numpy_dtype(tdtype), torch.device("cpu"), None,
-                         what="The correlation courses", check=False)
+        sink = ArraySink(
+            None,
+            shape,
+            numpy_dtype(tdtype),
+            torch.device("cpu"),
+            None,
+            what="The correlation courses",
+            check=False,
+        )
     # CUDA chunks to the host through the reused pinned staging ring: chunk
     # c's copy runs while chunk c + 1 is computed, chunk c - 1 is drained.
     sender = Sender(sink, dev, keep_staging=True)
@@ -411,7 +465,8 @@ def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:
 
     Parameters
     ----------
-    courses : ndarray or torch.Tensor of shape (n_scans, n_pairs, n_windows), list of arrays, or PairwiseDFC
+    courses : ndarray, torch.Tensor, list of arrays or PairwiseDFC
+        Of shape (n_scans, n_pairs, n_windows) (a list when scans differ in length).
         Correlation courses from :func:`pairwise_dfc`; a list of
         (n_pairs, n_windows_i) arrays for scans of different lengths.
     threshold : float, default=0.5
@@ -431,8 +486,11 @@ def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:
         if not parts:
             raise ValueError("'courses' holds no scans.")
         return PairSummary(
-            np.concatenate([p.mean for p in parts]), np.concatenate([p.std for p in parts]),
-            np.concatenate([p.fraction_above for p in parts]), threshold)
+            np.concatenate([p.mean for p in parts]),
+            np.concatenate([p.std for p in parts]),
+            np.concatenate([p.fraction_above for p in parts]),
+            threshold,
+        )
     if not isinstance(courses, torch.Tensor):
         array = np.asarray(courses)
         if array.dtype == object or not np.issubdtype(array.dtype, np.floating):

@@ -49,8 +49,9 @@ def keep_mask(tile: torch.Tensor, threshold: float, *, absolute: bool) -> torch.
     return keep
 
 
-def compact_tile(tile: torch.Tensor, keep: torch.Tensor, row_offset: int = 0
-                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def compact_tile(
+    tile: torch.Tensor, keep: torch.Tensor, row_offset: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Kept values, global column indices and per-row counts of a tile.
 
     Parameters
@@ -81,8 +82,9 @@ def compact_tile(tile: torch.Tensor, keep: torch.Tensor, row_offset: int = 0
     return values, columns, counts
 
 
-def tile_to_csr_parts(tile: torch.Tensor, threshold: float, *, absolute: bool,
-                      row_offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def tile_to_csr_parts(
+    tile: torch.Tensor, threshold: float, *, absolute: bool, row_offset: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """:func:`keep_mask` then :func:`compact_tile` for one tile."""
     return compact_tile(tile, keep_mask(tile, threshold, absolute=absolute), row_offset)
 
@@ -102,8 +104,7 @@ def csr_from_parts(values, columns, counts, n: int) -> sp.csr_array:
     index_dtype = np.int32 if indptr[-1] <= np.iinfo(np.int32).max else np.int64
     indices = _joined(columns).astype(index_dtype, copy=False)
     values = _joined(values)
-    return sp.csr_array((values, indices, indptr.astype(index_dtype, copy=False)),
-                        shape=(n, n))
+    return sp.csr_array((values, indices, indptr.astype(index_dtype, copy=False)), shape=(n, n))
 
 
 def _joined(parts) -> np.ndarray:

@@ -24,10 +24,12 @@ from tqdm.auto import tqdm
 from connscale._compute import (
     MemoryMeter,
     MemoryPlanner,
-    allow_tf32 as _allow_tf32,
     resolve_device,
     resolve_dtype,
     synchronize,
+)
+from connscale._compute import (
+    allow_tf32 as _allow_tf32,
 )
 from connscale._compute.device import numpy_dtype
 from connscale._docs import fill_doc
@@ -159,17 +161,35 @@ def correlation(
     (10,)
     """
     result, _ = compute_correlation(
-        timeseries, kind=kind, threshold=threshold, absolute=absolute, device=device,
-        dtype=dtype, memory_limit=memory_limit, out=out, allow_tf32=allow_tf32,
+        timeseries,
+        kind=kind,
+        threshold=threshold,
+        absolute=absolute,
+        device=device,
+        dtype=dtype,
+        memory_limit=memory_limit,
+        out=out,
+        allow_tf32=allow_tf32,
         verbose=verbose,
     )
     return result
 
 
 @validate_params(_PARAMETER_CONSTRAINTS)
-def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=False,
-                        device="auto", dtype="float32", memory_limit=None, out=None,
-                        allow_tf32=False, verbose=0, attrs=None):
+def compute_correlation(
+    timeseries,
+    *,
+    kind="dense",
+    threshold=None,
+    absolute=False,
+    device="auto",
+    dtype="float32",
+    memory_limit=None,
+    out=None,
+    allow_tf32=False,
+    verbose=0,
+    attrs=None,
+):
     """:func:`correlation`, also returning the :class:`MemoryPlan` it followed
     and the number of constant series (for logs and reports)."""
     if kind == "sparse":
@@ -192,17 +212,31 @@ def compute_correlation(timeseries, *, kind="dense", threshold=None, absolute=Fa
     if n < 2 and kind != "dense":
         raise ValueError(f"kind={kind!r} needs at least 2 series; got {n}.")
 
-    sink = relmat_sink(out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs,
-                       result_bytes=_result_bytes(n, kind, np_dtype.itemsize))
+    sink = relmat_sink(
+        out,
+        kind,
+        n,
+        np_dtype,
+        dev,
+        memory_limit,
+        threshold,
+        absolute,
+        attrs,
+        result_bytes=_result_bytes(n, kind, np_dtype.itemsize),
+    )
     try:
-        plan, rounds, columns = _plan_rounds(n, n_timepoints, kind, dev, work_dtype,
-                                             memory_limit, sink.in_memory, x.dtype.itemsize)
+        plan, rounds, columns = _plan_rounds(
+            n, n_timepoints, kind, dev, work_dtype, memory_limit, sink.in_memory, x.dtype.itemsize
+        )
         logger.debug("correlation plan: %s", plan)
         if kind == "sparse" and sink.in_memory:
             sink.meter = MemoryMeter(
-                plan.host_budget, memory_limit, f"The sparse result of {n} series",
+                plan.host_budget,
+                memory_limit,
+                f"The sparse result of {n} series",
                 "Pass out='result_relmat.h5' to stream it to disk, raise the threshold or "
-                "raise memory_limit.")
+                "raise memory_limit.",
+            )
         with _allow_tf32(allow_tf32), torch.no_grad():
             normalized, constant = _normalize(x, dev, work_dtype, columns)
             n_constant = warn_constant(constant)
@@ -228,8 +262,11 @@ def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory
     """
     item = torch.finfo(work_dtype).bits // 8
     cpu = dev.type == "cpu"
-    hint = ("Raise memory_limit, or pass out='result_relmat.h5' to keep the result out of "
-            "memory." if in_memory else "Raise memory_limit.")
+    hint = (
+        "Raise memory_limit, or pass out='result_relmat.h5' to keep the result out of memory."
+        if in_memory
+        else "Raise memory_limit."
+    )
     planner = MemoryPlanner(dev, memory_limit, hint=hint)
     planner.reserve_device(n * n_timepoints * item)  # the normalised series
     if in_memory:
@@ -237,8 +274,11 @@ def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory
     # Normalising a column: its raw copy, four float64 temporaries, the cast.
     per_column = n_timepoints * (input_item + 4 * 8 + item)
     columns = planner.fit(
-        per_column, f"Not enough memory for one row of the correlation matrix: normalising "
-        f"{n} series of {n_timepoints} time points on {dev}", at_most=n)
+        per_column,
+        f"Not enough memory for one row of the correlation matrix: normalising "
+        f"{n} series of {n_timepoints} time points on {dev}",
+        at_most=n,
+    )
     available = planner.device_left
     # Bytes per element of a round's block: the GEMM output, plus two
     # extraction buffers on CUDA or a staging buffer for files; the sparse
@@ -268,8 +308,11 @@ def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory
             need = planner.device_bytes + per_element * n_cols
             if kind == "sparse" and in_memory and cpu:
                 need += 3 * per_element * n_cols
-            raise planner.error(f"Not enough memory for one row of the correlation matrix: "
-                                f"one row of {n} series on {dev}", need)
+            raise planner.error(
+                f"Not enough memory for one row of the correlation matrix: "
+                f"one row of {n} series on {dev}",
+                need,
+            )
         rounds.append(_Round(start, start + rows, n_cols))
         start += rows
     largest = max(r.n_rows * r.n_cols for r in rounds)
@@ -279,8 +322,12 @@ def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory
     result_budget = None
     if kind == "sparse" and in_memory and cpu:
         result_budget = available - largest * per_element
-    plan = planner.plan(host_budget=result_budget, block_rows=rounds[0].n_rows,
-                        n_rounds=len(rounds), out_of_core=not in_memory)
+    plan = planner.plan(
+        host_budget=result_budget,
+        block_rows=rounds[0].n_rows,
+        n_rounds=len(rounds),
+        out_of_core=not in_memory,
+    )
     return plan, rounds, int(columns)
 
 
@@ -289,8 +336,7 @@ def _normalize(x, dev, work_dtype, columns):
     at a time so that its float64 temporaries stay within the plan."""
     n_timepoints, n = x.shape
     if columns >= n:
-        return normalize_series(torch.from_numpy(np.ascontiguousarray(x)).to(dev),
-                                dtype=work_dtype)
+        return normalize_series(torch.from_numpy(np.ascontiguousarray(x)).to(dev), dtype=work_dtype)
     normalized = torch.empty((n, n_timepoints), dtype=work_dtype, device=dev)
     constant = torch.empty(n, dtype=torch.bool, device=dev)
     for c0 in range(0, n, columns):
@@ -316,12 +362,11 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
     max_elements = max(r.n_rows * r.n_cols for r in rounds)
     workspace = torch.empty(max_elements, dtype=normalized.dtype, device=dev)
     sender = Sender(sink, dev, max_elements) if kind != "sparse" else None
-    progress = tqdm(total=n, unit="row", desc="correlation", disable=not verbose,
-                    leave=False)
+    progress = tqdm(total=n, unit="row", desc="correlation", disable=not verbose, leave=False)
     for rnd in rounds:
         block = workspace[: rnd.n_rows * rnd.n_cols].view(rnd.n_rows, rnd.n_cols)
-        rows = normalized[rnd.start:rnd.stop]
-        cols = normalized if kind == "dense" else normalized[rnd.start:]
+        rows = normalized[rnd.start : rnd.stop]
+        cols = normalized if kind == "dense" else normalized[rnd.start :]
         torch.mm(rows, cols.T, out=block)
         block.clamp_(-1.0, 1.0)
         if kind == "dense":
@@ -346,6 +391,7 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
 def _threshold_block(block, start, threshold, absolute):
     """Kept upper-triangle entries of a block (:func:`tile_to_csr_parts`, on
     the device): per-row counts, global column indices and values, on the host."""
-    values, columns, counts = tile_to_csr_parts(block, threshold, absolute=absolute,
-                                                row_offset=start)  # NaN compares False
+    values, columns, counts = tile_to_csr_parts(
+        block, threshold, absolute=absolute, row_offset=start
+    )  # NaN compares False
     return counts.cpu().numpy(), columns.cpu().numpy(), values.cpu().numpy()

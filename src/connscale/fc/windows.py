@@ -53,7 +53,7 @@ def taper_weights(window_length: int, sigma: float = 3.0) -> np.ndarray:
     window_length = check_int(window_length, "window_length", minimum=1)
     half = taper_halfwidth(sigma)
     rectangle = np.zeros(window_length + 2 * half)
-    rectangle[half:half + window_length] = 1.0
+    rectangle[half : half + window_length] = 1.0
     offsets = np.arange(-half, half + 1)
     gaussian = np.exp(-0.5 * (offsets / sigma) ** 2)
     weights = np.convolve(rectangle, gaussian, mode="same")

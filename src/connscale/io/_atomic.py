@@ -50,8 +50,9 @@ class InsufficientSpaceError(OSError):
     """The output's file system has less free space than the result needs."""
 
 
-def check_free_space(folder: str | os.PathLike, nbytes: int, *, what: str = "the output",
-                     margin: int = 16 * 1024**2) -> None:
+def check_free_space(
+    folder: str | os.PathLike, nbytes: int, *, what: str = "the output", margin: int = 16 * 1024**2
+) -> None:
     """Raise when ``folder``'s file system cannot take ``nbytes`` more.
 
     Parameters
@@ -126,8 +127,11 @@ def private_dir(path: str | os.PathLike) -> Path:
     except FileExistsError:
         info = os.lstat(path)
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else (
-                "not a folder" if not stat.S_ISDIR(info.st_mode) else "owned by another user")
+            kind = (
+                "a symbolic link"
+                if stat.S_ISLNK(info.st_mode)
+                else ("not a folder" if not stat.S_ISDIR(info.st_mode) else "owned by another user")
+            )
             raise PermissionError(
                 f"{path} is {kind}; connscale keeps its working files there and does not "
                 "follow links or write into others' folders. Remove it and run again."
@@ -141,8 +145,13 @@ def open_new(path: str | os.PathLike, mode: str = "wb") -> IO:
     Fails (FileExistsError) when anything, a symbolic link included, is at
     ``path``.
     """
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(
-        os, "O_CLOEXEC", 0)
+    flags = (
+        os.O_WRONLY
+        | os.O_CREAT
+        | os.O_EXCL
+        | getattr(os, "O_NOFOLLOW", 0)
+        | getattr(os, "O_CLOEXEC", 0)
+    )
     fd = os.open(path, flags, 0o666)
     return os.fdopen(fd, mode)
 
@@ -170,7 +179,9 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 def write_json_atomic(path: str | os.PathLike, data: dict) -> Path:
     """Write ``data`` as indented JSON to ``path`` atomically."""
-    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n")
+    return write_text_atomic(
+        path, json.dumps(data, indent=2, sort_keys=False, default=_jsonable) + "\n"
+    )
 
 
 def _jsonable(value: object) -> object:

@@ -52,8 +52,13 @@ def file_fingerprint(path: str | os.PathLike) -> dict:
             fh.seek(-_EDGE, os.SEEK_END)
             digest.update(fh.read(_EDGE))
             hashed = "ends"
-    return {"name": path.name, "bytes": int(stat.st_size), "mtime_ns": int(stat.st_mtime_ns),
-            "sha256": digest.hexdigest(), "hashed": hashed}
+    return {
+        "name": path.name,
+        "bytes": int(stat.st_size),
+        "mtime_ns": int(stat.st_mtime_ns),
+        "sha256": digest.hexdigest(),
+        "hashed": hashed,
+    }
 
 
 def array_fingerprint(array: np.ndarray) -> str:
@@ -64,8 +69,9 @@ def array_fingerprint(array: np.ndarray) -> str:
     return digest.hexdigest()
 
 
-def run_fingerprint(inputs: Iterable[str | os.PathLike | dict | np.ndarray],
-                    parameters: Mapping) -> dict:
+def run_fingerprint(
+    inputs: Iterable[str | os.PathLike | dict | np.ndarray], parameters: Mapping
+) -> dict:
     """The fingerprint of a run: its inputs, parameters and connscale version.
 
     Parameters
@@ -90,8 +96,11 @@ def run_fingerprint(inputs: Iterable[str | os.PathLike | dict | np.ndarray],
             items.append({"array": array_fingerprint(item)})
         else:
             items.append(file_fingerprint(item))
-    record = {"inputs": items, "parameters": _jsonable(dict(parameters)),
-              "software": f"connscale {__version__}"}
+    record = {
+        "inputs": items,
+        "parameters": _jsonable(dict(parameters)),
+        "software": f"connscale {__version__}",
+    }
     text = json.dumps(record, sort_keys=True)
     record["digest"] = hashlib.sha256(text.encode()).hexdigest()
     return record

@@ -34,8 +34,15 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import h5py
 
-__all__ = ["H5WriteError", "close_h5", "create_h5", "early_dcpl", "flush_h5", "h5_errors",
-           "open_h5_resume"]
+__all__ = [
+    "H5WriteError",
+    "close_h5",
+    "create_h5",
+    "early_dcpl",
+    "flush_h5",
+    "h5_errors",
+    "open_h5_resume",
+]
 
 _ERRNO = re.compile(r"errno = (\d+)")
 _STORED_EOF = re.compile(r"truncated file: eof = \d+, .*stored_eof = (\d+)")
@@ -151,9 +158,13 @@ def open_h5_resume(path: str | os.PathLike) -> h5py.File:
 def _check_regular(path: Path) -> os.stat_result:
     info = os.lstat(path)
     if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
-        kind = ("a symbolic link" if stat.S_ISLNK(info.st_mode) else
-                "not a regular file" if not stat.S_ISREG(info.st_mode) else
-                "owned by another user")
+        kind = (
+            "a symbolic link"
+            if stat.S_ISLNK(info.st_mode)
+            else "not a regular file"
+            if not stat.S_ISREG(info.st_mode)
+            else "owned by another user"
+        )
         raise PermissionError(
             f"{path} is {kind}; connscale does not write through links or into others' "
             "files. Remove it and run again."

@@ -78,8 +78,9 @@ class OutputLock:
     ...     write_the_output()
     """
 
-    def __init__(self, target: str | os.PathLike, *, wait: bool = False,
-                 timeout: float | None = None) -> None:
+    def __init__(
+        self, target: str | os.PathLike, *, wait: bool = False, timeout: float | None = None
+    ) -> None:
         self.target = Path(target)
         self.path = lock_path(self.target)
         self.wait = bool(wait)

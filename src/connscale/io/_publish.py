@@ -32,8 +32,13 @@ from connscale._version import __version__
 from connscale.io._atomic import check_free_space, fsync_path, private_dir, write_json_atomic
 from connscale.io._lock import OutputLock
 
-__all__ = ["IncompleteOutputError", "OutputSet", "check_published", "manifest_path",
-           "read_manifest"]
+__all__ = [
+    "IncompleteOutputError",
+    "OutputSet",
+    "check_published",
+    "manifest_path",
+    "read_manifest",
+]
 
 FORMAT = "connscale-manifest-1"
 _HASH_CHUNK = 8 * 1024**2
@@ -85,7 +90,8 @@ def read_manifest(out_dir: str | os.PathLike, prefix: str, *, verify: str = "siz
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
         raise IncompleteOutputError(
-            f"{out_dir} holds no complete '{prefix}' result (no {path.name}).") from None
+            f"{out_dir} holds no complete '{prefix}' result (no {path.name})."
+        ) from None
     except (OSError, ValueError) as exc:
         raise IncompleteOutputError(f"{path} cannot be read ({exc}).") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
@@ -102,7 +108,8 @@ def read_manifest(out_dir: str | os.PathLike, prefix: str, *, verify: str = "siz
             raise IncompleteOutputError(f"{file} listed in {path.name} is missing.") from None
         if size != entry["bytes"] or (verify == "full" and _sha256(file) != entry["sha256"]):
             raise IncompleteOutputError(
-                f"{file} differs from what {path.name} records (changed after it was written).")
+                f"{file} differs from what {path.name} records (changed after it was written)."
+            )
     return manifest
 
 
@@ -122,7 +129,7 @@ def check_published(path: str | os.PathLike) -> None:
     path = Path(path)
     folder, name = path.parent, path.name
     for journal in folder.glob(".*.staging/.publishing.json"):
-        prefix = journal.parent.name[1:-len(".staging")]
+        prefix = journal.parent.name[1 : -len(".staging")]
         if manifest_path(folder, prefix).exists():
             continue  # published (the old set until its manifest goes, or the new one)
         try:
@@ -132,7 +139,8 @@ def check_published(path: str | os.PathLike) -> None:
         if name in names:
             raise IncompleteOutputError(
                 f"{path} belongs to a result whose publication did not finish "
-                f"({journal.parent.name} is left); re-run the command that wrote it.")
+                f"({journal.parent.name} is left); re-run the command that wrote it."
+            )
     for manifest in folder.glob("*_manifest.json"):
         try:
             entry = json.loads(manifest.read_text()).get("files", {}).get(name)
@@ -141,7 +149,8 @@ def check_published(path: str | os.PathLike) -> None:
         if entry is not None and path.stat().st_size != entry.get("bytes"):
             raise IncompleteOutputError(
                 f"{path} differs from what {manifest.name} records (changed after it was "
-                "written, or replaced by a run that did not finish).")
+                "written, or replaced by a run that did not finish)."
+            )
 
 
 class OutputSet:
@@ -178,9 +187,16 @@ class OutputSet:
     ...     outputs.commit()
     """
 
-    def __init__(self, out_dir: str | os.PathLike, prefix: str, *, command: str,
-                 fingerprint: dict | None = None, wait: bool = False,
-                 overwrite: bool = False) -> None:
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        prefix: str,
+        *,
+        command: str,
+        fingerprint: dict | None = None,
+        wait: bool = False,
+        overwrite: bool = False,
+    ) -> None:
         if not prefix or "/" in prefix or prefix.startswith("."):
             raise ValueError(f"prefix must be a plain file-name prefix; got {prefix!r}.")
         self.out_dir = Path(out_dir)
@@ -230,7 +246,8 @@ class OutputSet:
         raise FileExistsError(
             f"{self.out_dir} holds a '{self.prefix}' result made with other parameters ({shown}"
             f"{', ...' if len(keys) > 4 else ''}); pass --overwrite (overwrite=True) to replace "
-            "it, or choose another output folder or name.")
+            "it, or choose another output folder or name."
+        )
 
     def _require_lock(self) -> None:
         if not self.lock.held:
@@ -268,11 +285,15 @@ class OutputSet:
             interrupted = set(json.loads((self.staging / ".publishing.json").read_text()))
         except (FileNotFoundError, ValueError):
             interrupted = set()
-        foreign = [n for n in names if os.path.lexists(self.out_dir / n)
-                   and n not in previous and n not in interrupted]
+        foreign = [
+            n
+            for n in names
+            if os.path.lexists(self.out_dir / n) and n not in previous and n not in interrupted
+        ]
         if foreign:
             raise FileExistsError(
-                f"{self.out_dir / foreign[0]} exists and is not part of a connscale '{self.prefix}' "
+                f"{self.out_dir / foreign[0]} exists and is not part of a connscale "
+                f"'{self.prefix}' "
                 "result; remove it or choose another output folder."
             )
 
@@ -305,8 +326,9 @@ class OutputSet:
         names = sorted(self._names)
         if not names:
             raise RuntimeError(f"Nothing to publish in {self.staging}.")
-        missing = [n for n in names if not (self.staging / n).is_file()
-                   or (self.staging / n).is_symlink()]
+        missing = [
+            n for n in names if not (self.staging / n).is_file() or (self.staging / n).is_symlink()
+        ]
         if missing:
             raise RuntimeError(f"{self.staging / missing[0]} was never written.")
         target = manifest_path(self.out_dir, self.prefix)
@@ -344,4 +366,3 @@ class OutputSet:
         shutil.rmtree(self.staging, ignore_errors=True)
         self.published = [self.out_dir / n for n in names]
         return target
-

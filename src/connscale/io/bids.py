@@ -40,22 +40,80 @@ __all__ = [
 #: Entity keys in the order of the BIDS specification (derivatives included),
 #: with giga-connectome's ``meas`` and BEP017's ``stat`` before ``desc``.
 ENTITY_ORDER = (
-    "sub", "ses", "sample", "task", "tracksys", "acq", "nuc", "voi", "ce", "trc", "stain",
-    "rec", "dir", "run", "mod", "echo", "flip", "inv", "mt", "part", "proc", "hemi", "space",
-    "split", "recording", "chunk", "atlas", "roi", "seg", "res", "den", "label", "meas", "stat",
+    "sub",
+    "ses",
+    "sample",
+    "task",
+    "tracksys",
+    "acq",
+    "nuc",
+    "voi",
+    "ce",
+    "trc",
+    "stain",
+    "rec",
+    "dir",
+    "run",
+    "mod",
+    "echo",
+    "flip",
+    "inv",
+    "mt",
+    "part",
+    "proc",
+    "hemi",
+    "space",
+    "split",
+    "recording",
+    "chunk",
+    "atlas",
+    "roi",
+    "seg",
+    "res",
+    "den",
+    "label",
+    "meas",
+    "stat",
     "desc",
 )
 
 # pybids entity names -> BIDS keys.
 _PYBIDS = {
-    "subject": "sub", "session": "ses", "sample": "sample", "task": "task",
-    "tracksys": "tracksys", "acquisition": "acq", "nucleus": "nuc", "volume": "voi",
-    "ceagent": "ce", "tracer": "trc", "staining": "stain", "reconstruction": "rec",
-    "direction": "dir", "run": "run", "modality": "mod", "echo": "echo", "flip": "flip",
-    "inv": "inv", "mt": "mt", "part": "part", "proc": "proc", "hemi": "hemi", "space": "space",
-    "split": "split", "recording": "recording", "chunk": "chunk", "atlas": "atlas", "roi": "roi",
-    "segmentation": "seg", "res": "res", "den": "den", "label": "label", "meas": "meas",
-    "stat": "stat", "desc": "desc",
+    "subject": "sub",
+    "session": "ses",
+    "sample": "sample",
+    "task": "task",
+    "tracksys": "tracksys",
+    "acquisition": "acq",
+    "nucleus": "nuc",
+    "volume": "voi",
+    "ceagent": "ce",
+    "tracer": "trc",
+    "staining": "stain",
+    "reconstruction": "rec",
+    "direction": "dir",
+    "run": "run",
+    "modality": "mod",
+    "echo": "echo",
+    "flip": "flip",
+    "inv": "inv",
+    "mt": "mt",
+    "part": "part",
+    "proc": "proc",
+    "hemi": "hemi",
+    "space": "space",
+    "split": "split",
+    "recording": "recording",
+    "chunk": "chunk",
+    "atlas": "atlas",
+    "roi": "roi",
+    "segmentation": "seg",
+    "res": "res",
+    "den": "den",
+    "label": "label",
+    "meas": "meas",
+    "stat": "stat",
+    "desc": "desc",
 }
 _LABEL = re.compile(r"^[A-Za-z0-9+]+$")
 _SUFFIX = re.compile(r"^[A-Za-z0-9]+$")
@@ -68,8 +126,9 @@ def _check_label(key: str, value: object) -> str:
     return text
 
 
-def bids_name(entities: Mapping[str, object], *, suffix: str, extension: str,
-              require_subject: bool = True) -> str:
+def bids_name(
+    entities: Mapping[str, object], *, suffix: str, extension: str, require_subject: bool = True
+) -> str:
     """``<key>-<value>_..._<suffix><extension>`` with keys in BIDS order.
 
     Parameters
@@ -98,8 +157,11 @@ def bids_name(entities: Mapping[str, object], *, suffix: str, extension: str,
         raise ValueError(f"A BIDS suffix must be letters and digits; got {suffix!r}.")
     if not extension.startswith("."):
         raise ValueError(f"extension must start with a dot; got {extension!r}.")
-    parts = [f"{key}-{_check_label(key, entities[key])}" for key in ENTITY_ORDER
-             if entities.get(key) is not None]
+    parts = [
+        f"{key}-{_check_label(key, entities[key])}"
+        for key in ENTITY_ORDER
+        if entities.get(key) is not None
+    ]
     return "_".join(parts) + f"_{suffix}{extension}"
 
 
@@ -132,8 +194,10 @@ def source_entities(path: str | os.PathLike, *, subject: str | None = None) -> d
             return {"sub": _check_label("sub", subject)}
         label = re.sub(r"[^A-Za-z0-9]", "", stem)
         if not label:
-            raise ValueError(f"Cannot name outputs after {Path(path).name!r}: it has neither a "
-                             "BIDS subject entity (sub-<label>) nor letters or digits.")
+            raise ValueError(
+                f"Cannot name outputs after {Path(path).name!r}: it has neither a "
+                "BIDS subject entity (sub-<label>) nor letters or digits."
+            )
         return {"sub": label}
     suffix = entities.pop("suffix")
     entities.pop("extension")
@@ -151,13 +215,21 @@ def seg_label(atlas: str | os.PathLike) -> str:
     if label is None:
         label = re.sub(r"[^A-Za-z0-9]", "", Path(atlas).name.split(".")[0])
     if not label:
-        raise ValueError(f"Cannot derive a seg- label from the atlas file name "
-                         f"{Path(atlas).name!r}; pass --atlas-name.")
+        raise ValueError(
+            f"Cannot derive a seg- label from the atlas file name "
+            f"{Path(atlas).name!r}; pass --atlas-name."
+        )
     return label
 
 
-def derivative_path(root: str | os.PathLike, entities: Mapping[str, object], *, suffix: str,
-                    extension: str, datatype: str = "func") -> Path:
+def derivative_path(
+    root: str | os.PathLike,
+    entities: Mapping[str, object],
+    *,
+    suffix: str,
+    extension: str,
+    datatype: str = "func",
+) -> Path:
     """``<root>/sub-<sub>/[ses-<ses>/]<datatype>/<bids_name(...)>``."""
     name = bids_name(entities, suffix=suffix, extension=extension)
     folder = Path(root) / f"sub-{entities['sub']}"
@@ -207,10 +279,13 @@ def pybids_config() -> dict:
     Use it with ``config=['bids', 'derivatives', pybids_config()]`` in
     ``BIDSLayout`` or ``bids.layout.parse_file_entities``.
     """
-    return {"name": "connscale", "entities": [
-        {"name": "meas", "pattern": "(?:^|_)meas-([a-zA-Z0-9+]+)"},
-        {"name": "stat", "pattern": "(?:^|_)stat-([a-zA-Z0-9+]+)"},
-    ]}
+    return {
+        "name": "connscale",
+        "entities": [
+            {"name": "meas", "pattern": "(?:^|_)meas-([a-zA-Z0-9+]+)"},
+            {"name": "stat", "pattern": "(?:^|_)stat-([a-zA-Z0-9+]+)"},
+        ],
+    }
 
 
 def _read_tsv(path: Path, what: str) -> tuple[list, list]:
@@ -241,14 +316,10 @@ def read_participants(path: str | os.PathLike, *, label: str) -> dict:
     path = Path(path)
     columns, rows = _read_tsv(path, "participants")
     if "participant_id" not in columns:
-        raise ValueError(
-            f"{str(path)!r} has no 'participant_id' column; got columns {columns}."
-        )
+        raise ValueError(f"{str(path)!r} has no 'participant_id' column; got columns {columns}.")
     if label not in columns:
         others = [c for c in columns if c != "participant_id"]
-        raise ValueError(
-            f"{str(path)!r} has no column {label!r}; choose the label among {others}."
-        )
+        raise ValueError(f"{str(path)!r} has no column {label!r}; choose the label among {others}.")
     mapping = {}
     for row in rows:
         pid = (row["participant_id"] or "").strip()
@@ -259,16 +330,20 @@ def read_participants(path: str | os.PathLike, *, label: str) -> dict:
         if value.lower() in ("", "n/a", "nan"):
             continue
         if pid in mapping and mapping[pid] != value:
-            raise ValueError(f"{str(path)!r}: participant 'sub-{pid}' is listed twice "
-                             "with different labels.")
+            raise ValueError(
+                f"{str(path)!r}: participant 'sub-{pid}' is listed twice with different labels."
+            )
         mapping[pid] = value
     return mapping
 
 
-def write_dataset_description(out_dir: str | os.PathLike, *,
-                              name: str = "connscale outputs",
-                              links: Mapping[str, str] | None = None,
-                              exclusive: bool = False) -> Path:
+def write_dataset_description(
+    out_dir: str | os.PathLike,
+    *,
+    name: str = "connscale outputs",
+    links: Mapping[str, str] | None = None,
+    exclusive: bool = False,
+) -> Path:
     """``dataset_description.json`` of a BIDS derivatives folder written by connscale.
 
     Parameters
@@ -300,16 +375,23 @@ def write_dataset_description(out_dir: str | os.PathLike, *,
             old = {}
         names = [g.get("Name") for g in old.get("GeneratedBy", []) if isinstance(g, dict)]
         if exclusive and "connscale" not in names:
-            raise FileExistsError(f"{out_dir} is another tool's dataset ({path.name} names "
-                                  f"{names or 'no generator'}); choose an empty output folder.")
+            raise FileExistsError(
+                f"{out_dir} is another tool's dataset ({path.name} names "
+                f"{names or 'no generator'}); choose an empty output folder."
+            )
         if links is None:
             return path
     description = {
         "Name": name,
         "BIDSVersion": "1.9.0",
         "DatasetType": "derivative",
-        "GeneratedBy": [{"Name": "connscale", "Version": __version__,
-                         "CodeURL": "https://github.com/connscale/connscale"}],
+        "GeneratedBy": [
+            {
+                "Name": "connscale",
+                "Version": __version__,
+                "CodeURL": "https://github.com/connscale/connscale",
+            }
+        ],
     }
     if links:
         description["DatasetLinks"] = dict(links)

@@ -40,8 +40,16 @@ from connscale.io._h5 import (
 )
 from connscale.io._publish import IncompleteOutputError, check_published
 
-__all__ = ["FORMAT", "KINDS", "HDF5Backend", "is_dfc_store", "open_dfc", "partial_path",
-           "read_dfc_info", "stored_shapes"]
+__all__ = [
+    "FORMAT",
+    "KINDS",
+    "HDF5Backend",
+    "is_dfc_store",
+    "open_dfc",
+    "partial_path",
+    "read_dfc_info",
+    "stored_shapes",
+]
 
 FORMAT = "connscale-dfc-1"
 KINDS = ("triu", "sparse", "lowrank", "factor")
@@ -118,16 +126,25 @@ class HDF5Backend:
         try:
             with h5_errors(path):
                 fh.attrs["format"] = FORMAT
-                for key in ("kind", "n_series", "n_timepoints", "window_length", "step",
-                            "n_windows", "dtype"):
+                for key in (
+                    "kind",
+                    "n_series",
+                    "n_timepoints",
+                    "window_length",
+                    "step",
+                    "n_windows",
+                    "dtype",
+                ):
                     fh.attrs[key] = meta[key]
                 fh.attrs["parameters"] = json.dumps(meta, sort_keys=True)
                 fh.attrs["input_fingerprint"] = fingerprint
-                fh.create_dataset("window_starts",
-                                  data=np.asarray(meta["window_starts"], dtype=np.int64))
+                fh.create_dataset(
+                    "window_starts", data=np.asarray(meta["window_starts"], dtype=np.int64)
+                )
                 fh.create_dataset("done", data=np.zeros(k, dtype=bool))
-                fh.create_dataset("constant", shape=(k, n), dtype=bool, chunks=(1, n),
-                                  dcpl=early_dcpl())
+                fh.create_dataset(
+                    "constant", shape=(k, n), dtype=bool, chunks=(1, n), dcpl=early_dcpl()
+                )
                 fh.create_dataset("mae", data=np.full(k, np.nan))
                 fh.create_dataset("nbytes", data=np.zeros(k, dtype=np.int64))
                 for name, shape in stored_shapes(kind, n, width).items():
@@ -136,8 +153,9 @@ class HDF5Backend:
                         # chunks of at most ~4 MB along the last axis
                         last = max(1, (4 << 20) // (dtype.itemsize * int(np.prod(shape[:-1]))))
                         chunk = (1,) + shape[:-1] + (min(shape[-1], last),)
-                    fh.create_dataset(name, shape=(k,) + shape, dtype=dtype, chunks=chunk,
-                                      dcpl=early_dcpl())
+                    fh.create_dataset(
+                        name, shape=(k,) + shape, dtype=dtype, chunks=chunk, dcpl=early_dcpl()
+                    )
                 if kind == "sparse":
                     fh.create_group("sparse")
             flush_h5(fh, path)
@@ -153,8 +171,9 @@ class HDF5Backend:
             return None
         k, n = meta["n_windows"], meta["n_series"]
         item = np.dtype(meta["dtype"]).itemsize
-        per_window = sum(int(np.prod(shape)) * item
-                         for shape in stored_shapes(meta["kind"], n, width).values())
+        per_window = sum(
+            int(np.prod(shape)) * item for shape in stored_shapes(meta["kind"], n, width).values()
+        )
         return k * (per_window + n + 8 + 8 + 8 + 1)
 
     def _dataset(self, name: str):
@@ -171,7 +190,11 @@ class HDF5Backend:
         for index in np.flatnonzero(done):
             try:
                 window = group[str(index)]
-                ok = int(window["indptr"][-1]) == window["data"].shape[0] == window["indices"].shape[0]
+                ok = (
+                    int(window["indptr"][-1])
+                    == window["data"].shape[0]
+                    == window["indices"].shape[0]
+                )
             except (KeyError, OSError, RuntimeError, ValueError):
                 ok = False
             if not ok:
@@ -197,8 +220,10 @@ class HDF5Backend:
 
     def matches(self, meta: dict, fingerprint: str) -> bool:
         attrs = self.file.attrs
-        return (attrs.get("parameters") == json.dumps(meta, sort_keys=True)
-                and attrs.get("input_fingerprint") == fingerprint)
+        return (
+            attrs.get("parameters") == json.dumps(meta, sort_keys=True)
+            and attrs.get("input_fingerprint") == fingerprint
+        )
 
     def write(self, index: int, arrays: dict) -> None:
         """Write window ``index`` (its stored arrays, ``constant`` and ``mae``);
@@ -216,7 +241,9 @@ class HDF5Backend:
                 indptr = np.zeros(self.n_series + 1, dtype=np.int64)
                 np.cumsum(payload["counts"], out=indptr[1:])
                 window.create_dataset("data", data=payload["data"])
-                window.create_dataset("indices", data=payload["indices"].astype(np.int32, copy=False))
+                window.create_dataset(
+                    "indices", data=payload["indices"].astype(np.int32, copy=False)
+                )
                 window.create_dataset("indptr", data=indptr)
                 nbytes = payload["data"].nbytes + payload["indices"].nbytes + indptr.nbytes
             else:
@@ -289,16 +316,19 @@ def open_dfc(path: str | os.PathLike) -> tuple[HDF5Backend, dict]:
     if not path.exists():
         hint = ""
         if partial_path(path).exists():
-            hint = (" An unfinished run left "
-                    f"{partial_path(path).name}; re-run dynamic_correlation with the same "
-                    "parameters to finish it.")
+            hint = (
+                " An unfinished run left "
+                f"{partial_path(path).name}; re-run dynamic_correlation with the same "
+                "parameters to finish it."
+            )
         raise FileNotFoundError(f"No dynamic-connectivity file at {path}.{hint}")
     check_published(path)
     try:
         backend = HDF5Backend.open(path)
     except OSError as exc:
         raise IncompleteOutputError(
-            f"{path} cannot be read as HDF5 ({' '.join(str(exc).split('(')[0].split())}).") from None
+            f"{path} cannot be read as HDF5 ({' '.join(str(exc).split('(')[0].split())})."
+        ) from None
     done = backend.done
     if not done.all():
         backend.close()
@@ -327,8 +357,12 @@ def read_dfc_info(path: str | os.PathLike) -> dict:
 
     with h5py.File(path, "r") as h5:
         if not is_dfc_store(h5.attrs):
-            raise ValueError(f"{path} is not a connscale dynamic-connectivity file "
-                             f"(format attribute {h5.attrs.get('format')!r}).")
-        return {"n_series": int(h5.attrs["n_series"]),
-                "parameters": json.loads(h5.attrs.get("parameters", "{}")),
-                "labels": list(h5["labels"].asstr()[()]) if "labels" in h5 else None}
+            raise ValueError(
+                f"{path} is not a connscale dynamic-connectivity file "
+                f"(format attribute {h5.attrs.get('format')!r})."
+            )
+        return {
+            "n_series": int(h5.attrs["n_series"]),
+            "parameters": json.loads(h5.attrs.get("parameters", "{}")),
+            "labels": list(h5["labels"].asstr()[()]) if "labels" in h5 else None,
+        }

@@ -55,7 +55,9 @@ class RelmatWriter:
         Extra root attributes (threshold, source, ...).
     """
 
-    def __init__(self, h5file: h5py.File, n: int, kind: str, dtype: npt.DTypeLike, attrs: dict | None = None) -> None:
+    def __init__(
+        self, h5file: h5py.File, n: int, kind: str, dtype: npt.DTypeLike, attrs: dict | None = None
+    ) -> None:
         self.file = h5file
         self.n = int(n)
         self.kind = kind
@@ -64,48 +66,64 @@ class RelmatWriter:
         if kind == "triu":
             length = self.n * (self.n - 1) // 2
             chunk = max(1, min(length, _CHUNK_BYTES // item))
-            self.dataset = h5file.create_dataset("relmat", shape=(length,), dtype=self.dtype,
-                                                 chunks=(chunk,) if length else None,
-                                                 dcpl=early_dcpl() if length else None)
+            self.dataset = h5file.create_dataset(
+                "relmat",
+                shape=(length,),
+                dtype=self.dtype,
+                chunks=(chunk,) if length else None,
+                dcpl=early_dcpl() if length else None,
+            )
         elif kind == "dense":
             rows = max(1, min(self.n, _CHUNK_BYTES // (item * max(self.n, 1))))
-            self.dataset = h5file.create_dataset("relmat", shape=(self.n, self.n), dtype=self.dtype,
-                                                 chunks=(rows, self.n), dcpl=early_dcpl())
+            self.dataset = h5file.create_dataset(
+                "relmat",
+                shape=(self.n, self.n),
+                dtype=self.dtype,
+                chunks=(rows, self.n),
+                dcpl=early_dcpl(),
+            )
         elif kind == "sparse":
             group = h5file.create_group("relmat")
             group.attrs["format"] = "csr"
             group.attrs["shape"] = (self.n, self.n)
             chunk = _CHUNK_BYTES // 4
-            self.data = group.create_dataset("data", shape=(0,), maxshape=(None,), dtype=self.dtype,
-                                             chunks=(chunk,))
-            self.indices = group.create_dataset("indices", shape=(0,), maxshape=(None,),
-                                                dtype=np.int32 if self.n < 2**31 else np.int64,
-                                                chunks=(chunk,))
+            self.data = group.create_dataset(
+                "data", shape=(0,), maxshape=(None,), dtype=self.dtype, chunks=(chunk,)
+            )
+            self.indices = group.create_dataset(
+                "indices",
+                shape=(0,),
+                maxshape=(None,),
+                dtype=np.int32 if self.n < 2**31 else np.int64,
+                chunks=(chunk,),
+            )
             self.indptr = group.create_dataset("indptr", shape=(self.n + 1,), dtype=np.int64)
             self._nnz = 0
             self._row = 0
             self.indptr[0] = 0
         else:
             raise ValueError(f"kind must be 'triu', 'dense' or 'sparse'; got {kind!r}.")
-        h5file.attrs.update({
-            "N": self.n,
-            "kind": kind,
-            "order": ORDER_TRIU if kind != "dense" else "full symmetric matrix",
-            "dtype": self.dtype.name,
-            "measure": "PearsonCorrelation",
-            "software": f"connscale {__version__}",
-            "complete": False,
-        })
+        h5file.attrs.update(
+            {
+                "N": self.n,
+                "kind": kind,
+                "order": ORDER_TRIU if kind != "dense" else "full symmetric matrix",
+                "dtype": self.dtype.name,
+                "measure": "PearsonCorrelation",
+                "software": f"connscale {__version__}",
+                "complete": False,
+            }
+        )
         for key, value in (attrs or {}).items():
             h5file.attrs[key] = "None" if value is None else value
 
     def write_triu(self, start: int, values: np.ndarray) -> None:
         """Write ``values`` at positions ``start:start+len(values)``."""
-        self.dataset[start:start + values.shape[0]] = values
+        self.dataset[start : start + values.shape[0]] = values
 
     def write_rows(self, row: int, values: np.ndarray) -> None:
         """Write dense rows ``row:row+len(values)``."""
-        self.dataset[row:row + values.shape[0]] = values
+        self.dataset[row : row + values.shape[0]] = values
 
     def append_csr_rows(self, counts: np.ndarray, indices: np.ndarray, data: np.ndarray) -> None:
         """Append the next ``len(counts)`` rows of the CSR matrix."""
@@ -113,10 +131,10 @@ class RelmatWriter:
         if nnz:
             self.data.resize((self._nnz + nnz,))
             self.indices.resize((self._nnz + nnz,))
-            self.data[self._nnz:] = data
-            self.indices[self._nnz:] = indices
+            self.data[self._nnz :] = data
+            self.indices[self._nnz :] = indices
         ends = self._nnz + np.cumsum(counts, dtype=np.int64)
-        self.indptr[self._row + 1:self._row + 1 + len(counts)] = ends
+        self.indptr[self._row + 1 : self._row + 1 + len(counts)] = ends
         self._nnz += nnz
         self._row += len(counts)
 
@@ -128,9 +146,13 @@ class RelmatWriter:
         self.file.attrs["complete"] = True
 
 
-def write_relmat_h5(path: str | os.PathLike, matrix: np.ndarray, *,
-                    attrs: Mapping[str, object] | None = None,
-                    datasets: Mapping[str, np.ndarray] | None = None) -> Path:
+def write_relmat_h5(
+    path: str | os.PathLike,
+    matrix: np.ndarray,
+    *,
+    attrs: Mapping[str, object] | None = None,
+    datasets: Mapping[str, np.ndarray] | None = None,
+) -> Path:
     """Write an in-memory connectivity matrix as a ``_relmat.h5``, atomically.
 
     The layout of :class:`RelmatWriter`: kind 'dense' for a square
@@ -144,8 +166,10 @@ def write_relmat_h5(path: str | os.PathLike, matrix: np.ndarray, *,
     elif matrix.ndim == 2 and matrix.shape[0] == matrix.shape[1]:
         kind, n = "dense", matrix.shape[0]
     else:
-        raise ValueError("Expected a square matrix or a 1-D upper-triangle vector; got an "
-                         f"array of shape {matrix.shape}.")
+        raise ValueError(
+            "Expected a square matrix or a 1-D upper-triangle vector; got an "
+            f"array of shape {matrix.shape}."
+        )
     path = Path(path)
     with atomic_path(path) as tmp:
         h5 = create_h5(tmp, overwrite_own=True)
@@ -166,8 +190,9 @@ def write_relmat_h5(path: str | os.PathLike, matrix: np.ndarray, *,
     return path
 
 
-def load_relmat(path: str | os.PathLike, *, mmap: bool = False
-                ) -> tuple[np.ndarray | sp.csr_array | h5py.Dataset, dict]:
+def load_relmat(
+    path: str | os.PathLike, *, mmap: bool = False
+) -> tuple[np.ndarray | sp.csr_array | h5py.Dataset, dict]:
     """Read a connectivity store: one written by connscale, or by another tool.
 
     Parameters
@@ -214,24 +239,27 @@ def load_relmat(path: str | os.PathLike, *, mmap: bool = False
         if "relmat" not in handle:
             raise ValueError(f"{str(path)!r}: no dataset 'relmat'; found {sorted(handle.keys())}.")
         node = handle["relmat"]
-        attrs = {k: _decoded(v) for k, v in node.attrs.items()
-                 if not isinstance(node, h5py.Group)}
+        attrs = {k: _decoded(v) for k, v in node.attrs.items() if not isinstance(node, h5py.Group)}
         attrs.update({k: _decoded(v) for k, v in handle.attrs.items()})
         if not attrs.get("complete", True):
             raise ValueError(f"{path} is incomplete (the run that wrote it did not finish).")
         group = isinstance(node, h5py.Group)
-        kind = attrs.setdefault("kind", "sparse" if group else
-                                "dense" if node.ndim == 2 else "triu")
+        kind = attrs.setdefault(
+            "kind", "sparse" if group else "dense" if node.ndim == 2 else "triu"
+        )
         if kind not in ("triu", "dense", "sparse"):
-            raise ValueError(f"{str(path)!r}: attribute 'kind' must be 'triu', 'dense' or "
-                             f"'sparse'; got {kind!r}.")
+            raise ValueError(
+                f"{str(path)!r}: attribute 'kind' must be 'triu', 'dense' or "
+                f"'sparse'; got {kind!r}."
+            )
         if kind == "sparse" and not group:
             raise ValueError(f"{str(path)!r}: kind 'sparse' needs a CSR group 'relmat'.")
         if kind != "sparse" and group:
             raise ValueError(f"{str(path)!r}: 'relmat' is a group but kind is {kind!r}.")
         if kind == "triu" and node.ndim != 1:
-            raise ValueError(f"{str(path)!r}: kind 'triu' needs a 1-D dataset; got shape "
-                             f"{node.shape}.")
+            raise ValueError(
+                f"{str(path)!r}: kind 'triu' needs a 1-D dataset; got shape {node.shape}."
+            )
         if kind == "sparse":
             n = int(node.attrs["shape"][0])
         elif kind == "dense":
@@ -240,8 +268,9 @@ def load_relmat(path: str | os.PathLike, *, mmap: bool = False
             n = n_from_pairs(int(node.shape[0]), source=repr(str(path)))
         stated = attrs.get("N", attrs.get("n"))
         if stated is not None and int(stated) != n:
-            raise ValueError(f"{str(path)!r}: attribute n={int(stated)} does not match the "
-                             f"data ({n} regions).")
+            raise ValueError(
+                f"{str(path)!r}: attribute n={int(stated)} does not match the data ({n} regions)."
+            )
         if "labels" in attrs:
             attrs["labels"] = [str(label) for label in attrs["labels"]]
         if mmap and kind != "sparse":
@@ -249,8 +278,9 @@ def load_relmat(path: str | os.PathLike, *, mmap: bool = False
             return node, attrs
         if kind == "sparse":
             shape = tuple(int(x) for x in node.attrs["shape"])
-            matrix = sp.csr_array((node["data"][()], node["indices"][()], node["indptr"][()]),
-                                  shape=shape)
+            matrix = sp.csr_array(
+                (node["data"][()], node["indices"][()], node["indptr"][()]), shape=shape
+            )
             return matrix, attrs
         return node[()], attrs
     finally:
@@ -267,9 +297,13 @@ def _decoded(value: object) -> object:
     return value
 
 
-def add_datasets(path: str | os.PathLike, datasets: Mapping[str, np.ndarray], *,
-                 attrs: Mapping[str, object] | None = None,
-                 compress: tuple[str, ...] = ()) -> None:
+def add_datasets(
+    path: str | os.PathLike,
+    datasets: Mapping[str, np.ndarray],
+    *,
+    attrs: Mapping[str, object] | None = None,
+    compress: tuple[str, ...] = (),
+) -> None:
     """Add datasets (and root attributes) to a finished HDF5 store.
 
     For the unpublished store of an :class:`~connscale.io._publish.OutputSet`
@@ -313,4 +347,5 @@ def store_kind(path: str | os.PathLike) -> str:
     raise ValueError(
         f"{str(path)!r} is no connscale connectivity store: expected a 'relmat' dataset "
         f"(_relmat.h5), 'courses' and 'pairs' (_pairs.h5) or a connscale-dfc-1 file "
-        f"(_dfc.h5); found {keys}.")
+        f"(_dfc.h5); found {keys}."
+    )

@@ -33,14 +33,24 @@ def save_weights(weights: npt.ArrayLike, path: str | os.PathLike) -> Path:
     return path
 
 
-_SWEEP_COLUMNS = ("lambda", "weight_sum", "n_nonzero", "cv_rmse_median", "rmse_median",
-                  "objective", "n_iter")
+_SWEEP_COLUMNS = (
+    "lambda",
+    "weight_sum",
+    "n_nonzero",
+    "cv_rmse_median",
+    "rmse_median",
+    "objective",
+    "n_iter",
+)
 
 
 def write_lambda_sweep(path: str | os.PathLike, rows: Iterable[Mapping]) -> Path:
     """The rows of :func:`connscale.life.lambda_sweep` as a TSV, atomically."""
     lines = ["\t".join(_SWEEP_COLUMNS)]
-    lines += [f"{r['lam']:.9g}\t{r['weight_sum']:.9g}\t{r['n_nonzero']}\t"
-              f"{r['cv_rmse_median']:.9g}\t{r['rmse_median']:.9g}\t{r['objective']:.9g}\t"
-              f"{r['n_iter']}" for r in rows]
+    lines += [
+        f"{r['lam']:.9g}\t{r['weight_sum']:.9g}\t{r['n_nonzero']}\t"
+        f"{r['cv_rmse_median']:.9g}\t{r['rmse_median']:.9g}\t{r['objective']:.9g}\t"
+        f"{r['n_iter']}"
+        for r in rows
+    ]
     return write_text_atomic(path, "\n".join(lines) + "\n")

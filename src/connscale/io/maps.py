@@ -23,8 +23,14 @@ def threshold_label(value: float, prefix: str = "r") -> str:
     return re.sub(r"[^A-Za-z0-9]", "", prefix + text)
 
 
-def map_path(out_dir: str | os.PathLike, source: str, stat: str, *, desc: str | None = None,
-             seg: str | None = None) -> Path:
+def map_path(
+    out_dir: str | os.PathLike,
+    source: str,
+    stat: str,
+    *,
+    desc: str | None = None,
+    seg: str | None = None,
+) -> Path:
     """``<out_dir>/<source>[_seg-<seg>]_stat-<stat>[_desc-<desc>]_boldmap.nii.gz``."""
     stem = source if seg is None else f"{source}_seg-{seg}"
     stem += f"_stat-{stat}"
@@ -33,9 +39,14 @@ def map_path(out_dir: str | os.PathLike, source: str, stat: str, *, desc: str | 
     return Path(out_dir) / f"{stem}_boldmap.nii.gz"
 
 
-def map_sidecar(measure: str, description: str, *, n_nodes: int,
-                source: str | os.PathLike | None = None,
-                **parameters) -> dict:
+def map_sidecar(
+    measure: str,
+    description: str,
+    *,
+    n_nodes: int,
+    source: str | os.PathLike | None = None,
+    **parameters,
+) -> dict:
     """The JSON sidecar of a map (keys after ECOSYSTEM.md's relmat sidecars)."""
     return {
         "Measure": measure,

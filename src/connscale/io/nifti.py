@@ -62,8 +62,13 @@ def read_data(image: SpatialImage, *, name: str = "image") -> np.ndarray:
         ) from exc
 
 
-def check_same_space(img: SpatialImage, other: SpatialImage, *,
-                     names: tuple[str, str] = ("image", "mask"), atol: float = 1e-3) -> None:
+def check_same_space(
+    img: SpatialImage,
+    other: SpatialImage,
+    *,
+    names: tuple[str, str] = ("image", "mask"),
+    atol: float = 1e-3,
+) -> None:
     """Raise unless two images share the 3-D grid (shape and affine)."""
     shape, other_shape = img.shape[:3], other.shape[:3]
     if shape != other_shape:
@@ -79,13 +84,16 @@ def check_same_space(img: SpatialImage, other: SpatialImage, *,
         )
 
 
-def load_masked(img: str | os.PathLike | SpatialImage, *,
-                mask: str | os.PathLike | SpatialImage | None = None,
-                atlas: str | os.PathLike | SpatialImage | None = None,
-                t_r: float | None = None, standardize: str | bool | None = None,
-                detrend: bool = False,
-                confounds: str | os.PathLike | npt.ArrayLike | pd.DataFrame | None = None
-                ) -> tuple[np.ndarray, NiftiMasker | NiftiLabelsMasker]:
+def load_masked(
+    img: str | os.PathLike | SpatialImage,
+    *,
+    mask: str | os.PathLike | SpatialImage | None = None,
+    atlas: str | os.PathLike | SpatialImage | None = None,
+    t_r: float | None = None,
+    standardize: str | bool | None = None,
+    detrend: bool = False,
+    confounds: str | os.PathLike | npt.ArrayLike | pd.DataFrame | None = None,
+) -> tuple[np.ndarray, NiftiMasker | NiftiLabelsMasker]:
     """Time series of a 4-D image inside a mask, or averaged over atlas regions.
 
     Parameters
@@ -138,8 +146,9 @@ def load_masked(img: str | os.PathLike | SpatialImage, *,
         labels = read_data(labels_img, name="atlas")
         _check_labels(labels)
         labels_img = _in_memory(labels_img, labels)
-        masker = NiftiLabelsMasker(labels_img=labels_img, t_r=t_r, detrend=detrend,
-                                   resampling_target=None, **cleaning).fit()
+        masker = NiftiLabelsMasker(
+            labels_img=labels_img, t_r=t_r, detrend=detrend, resampling_target=None, **cleaning
+        ).fit()
         inside, where = labels != 0, "atlas regions"
     else:
         mask_img = None
@@ -184,8 +193,7 @@ def _check_labels(labels: np.ndarray) -> None:
     elif labels.dtype.kind not in "biu":
         raise ValueError(f"The atlas must hold integer labels; got dtype {labels.dtype}.")
     if not np.any(labels):
-        raise ValueError("The atlas has no region: expected labels > 0; got only 0 "
-                         "(background).")
+        raise ValueError("The atlas has no region: expected labels > 0; got only 0 (background).")
 
 
 def _check_finite_inside(data: np.ndarray, inside: np.ndarray, where: str) -> None:
@@ -197,7 +205,7 @@ def _check_finite_inside(data: np.ndarray, inside: np.ndarray, where: str) -> No
     finite = np.ones(n_inside, dtype=bool)
     step = max(1, (1 << 24) // max(1, n_inside))
     for t0 in range(0, data.shape[3], step):
-        finite &= np.isfinite(data[..., t0:t0 + step][inside]).all(axis=1)
+        finite &= np.isfinite(data[..., t0 : t0 + step][inside]).all(axis=1)
     if not finite.all():
         first = tuple(int(i) for i in np.argwhere(inside)[np.flatnonzero(~finite)[0]])
         raise ValueError(

@@ -52,12 +52,21 @@ PAIR_STATISTICS = ("mean", "std", "fraction_above")
 _ORDER = "row-major strictly-upper"
 
 
-def write_pairs_h5(path: str | os.PathLike, *, courses: np.ndarray, pairs: np.ndarray,
-                   window_onsets: np.ndarray, window_length: int, step: int,
-                   summary: Mapping[str, np.ndarray], threshold: float,
-                   labels: Sequence[str] | None = None, n_constant: int | None = None,
-                   datasets: Mapping[str, np.ndarray] | None = None,
-                   attrs: Mapping[str, object] | None = None) -> Path:
+def write_pairs_h5(
+    path: str | os.PathLike,
+    *,
+    courses: np.ndarray,
+    pairs: np.ndarray,
+    window_onsets: np.ndarray,
+    window_length: int,
+    step: int,
+    summary: Mapping[str, np.ndarray],
+    threshold: float,
+    labels: Sequence[str] | None = None,
+    n_constant: int | None = None,
+    datasets: Mapping[str, np.ndarray] | None = None,
+    attrs: Mapping[str, object] | None = None,
+) -> Path:
     """Write one scan's ``_pairs.h5`` store, atomically.
 
     Parameters
@@ -90,13 +99,21 @@ def write_pairs_h5(path: str | os.PathLike, *, courses: np.ndarray, pairs: np.nd
     missing = [s for s in PAIR_STATISTICS if s not in summary]
     if missing:
         raise ValueError(f"A _pairs.h5 summary needs {list(PAIR_STATISTICS)}; missing {missing}.")
-    arrays = {"courses": courses, "pairs": pairs, "window_onsets": window_onsets,
-              **{f"summary/{s}": summary[s] for s in PAIR_STATISTICS}}
+    arrays = {
+        "courses": courses,
+        "pairs": pairs,
+        "window_onsets": window_onsets,
+        **{f"summary/{s}": summary[s] for s in PAIR_STATISTICS},
+    }
     if labels is not None:
         arrays["labels"] = np.asarray(labels, dtype=object)
     arrays.update(datasets or {})
-    root = {"window_length": int(window_length), "step": int(step),
-            "threshold": float(threshold), "order": _ORDER}
+    root = {
+        "window_length": int(window_length),
+        "step": int(step),
+        "threshold": float(threshold),
+        "order": _ORDER,
+    }
     if n_constant is not None:
         root["n_constant"] = int(n_constant)
     root.update(attrs or {})
@@ -149,8 +166,10 @@ def read_pairs_h5(path: str | os.PathLike, *, courses: bool = True) -> dict:
     with h5py.File(path, "r") as h5:
         missing = [k for k in ("courses", "pairs") if k not in h5]
         if missing:
-            raise ValueError(f"{str(path)!r}: a _pairs.h5 store needs datasets 'courses' and "
-                             f"'pairs'; found {sorted(h5.keys())}.")
+            raise ValueError(
+                f"{str(path)!r}: a _pairs.h5 store needs datasets 'courses' and "
+                f"'pairs'; found {sorted(h5.keys())}."
+            )
         attrs = dict(h5.attrs)
         if not attrs.get("complete", True):
             raise ValueError(f"{path} is incomplete (the run that wrote it did not finish).")
@@ -158,8 +177,11 @@ def read_pairs_h5(path: str | os.PathLike, *, courses: bool = True) -> dict:
             "pairs": h5["pairs"][()],
             "window_onsets": h5["window_onsets"][()] if "window_onsets" in h5 else None,
             "labels": list(h5["labels"].asstr()[()]) if "labels" in h5 else None,
-            "summary": {s: h5["summary"][s][()] for s in PAIR_STATISTICS
-                        if "summary" in h5 and s in h5["summary"]},
+            "summary": {
+                s: h5["summary"][s][()]
+                for s in PAIR_STATISTICS
+                if "summary" in h5 and s in h5["summary"]
+            },
             "attrs": attrs,
         }
         if courses:
@@ -183,10 +205,17 @@ def _pair_rows(pairs: np.ndarray, labels: Sequence[str]) -> list[list]:
     return [[k, int(i), int(j), labels[i], labels[j]] for k, (i, j) in enumerate(pairs)]
 
 
-def write_pairs_npy(courses_path: str | os.PathLike, pairs_path: str | os.PathLike,
-                    windows_path: str | os.PathLike, *, courses: np.ndarray,
-                    pairs: np.ndarray, labels: Sequence[str], window_onsets: np.ndarray,
-                    window_length: int) -> None:
+def write_pairs_npy(
+    courses_path: str | os.PathLike,
+    pairs_path: str | os.PathLike,
+    windows_path: str | os.PathLike,
+    *,
+    courses: np.ndarray,
+    pairs: np.ndarray,
+    labels: Sequence[str],
+    window_onsets: np.ndarray,
+    window_length: int,
+) -> None:
     """The NPY + TSV variant of a ``_pairs.h5`` store, each file atomically.
 
     ``courses_path`` gets the (n_pairs, n_windows) courses (``.npy``),
@@ -196,24 +225,43 @@ def write_pairs_npy(courses_path: str | os.PathLike, pairs_path: str | os.PathLi
     """
     with atomic_path(courses_path) as tmp, open(tmp, "wb") as fh:
         np.save(fh, courses)
-    write_text_atomic(pairs_path, _tsv(_pair_rows(pairs, labels),
-                                       ["pair", "i", "j", "label_i", "label_j"]))
-    write_text_atomic(windows_path, _tsv(
-        [[k, int(o), int(o) + window_length] for k, o in enumerate(window_onsets)],
-        ["window", "onset", "end"]))
+    write_text_atomic(
+        pairs_path, _tsv(_pair_rows(pairs, labels), ["pair", "i", "j", "label_i", "label_j"])
+    )
+    write_text_atomic(
+        windows_path,
+        _tsv(
+            [[k, int(o), int(o) + window_length] for k, o in enumerate(window_onsets)],
+            ["window", "onset", "end"],
+        ),
+    )
 
 
-def write_pair_summary(path: str | os.PathLike, *, pairs: np.ndarray, labels: Sequence[str],
-                       summary: Mapping[str, np.ndarray], threshold: float) -> Path:
+def write_pair_summary(
+    path: str | os.PathLike,
+    *,
+    pairs: np.ndarray,
+    labels: Sequence[str],
+    summary: Mapping[str, np.ndarray],
+    threshold: float,
+) -> Path:
     """One scan's pair-summary TSV (see the module docstring), atomically."""
-    rows = [row + [_fmt(summary[s][k]) for s in PAIR_STATISTICS]
-            for k, row in enumerate(_pair_rows(pairs, labels))]
-    return write_text_atomic(path, _tsv(rows, ["pair", "i", "j", "label_i", "label_j", "mean",
-                                               "std", f"fraction_above_{threshold}"]))
+    rows = [
+        row + [_fmt(summary[s][k]) for s in PAIR_STATISTICS]
+        for k, row in enumerate(_pair_rows(pairs, labels))
+    ]
+    return write_text_atomic(
+        path,
+        _tsv(
+            rows,
+            ["pair", "i", "j", "label_i", "label_j", "mean", "std", f"fraction_above_{threshold}"],
+        ),
+    )
 
 
-def write_pair_features(path: str | os.PathLike, *, scans: Sequence[str],
-                        features: np.ndarray, names: Sequence[str]) -> Path:
+def write_pair_features(
+    path: str | os.PathLike, *, scans: Sequence[str], features: np.ndarray, names: Sequence[str]
+) -> Path:
     """The feature table of many scans: column ``scan``, then one column per feature."""
     rows = [[scan] + [_fmt(v) for v in row] for scan, row in zip(scans, features)]
     return write_text_atomic(path, _tsv(rows, ["scan", *names]))
@@ -255,12 +303,15 @@ def read_pair_summary(path: str | os.PathLike) -> dict:
         columns, rows = list(reader.fieldnames or []), list(reader)
     # The fraction-above column is named after its threshold; read it as
     # ``fraction_above``.
-    renamed = {c: "fraction_above" for c in columns
-               if c.startswith("fraction_above_") and "fraction_above" not in columns}
+    renamed = {
+        c: "fraction_above"
+        for c in columns
+        if c.startswith("fraction_above_") and "fraction_above" not in columns
+    }
     if len(renamed) > 1:
         raise ValueError(f"{str(path)!r}: several fraction-above columns {sorted(renamed)}.")
     if renamed:
-        (old, new), = renamed.items()
+        ((old, new),) = renamed.items()
         columns = [new if c == old else c for c in columns]
         for row in rows:
             row[new] = row.pop(old)
@@ -281,8 +332,9 @@ def read_pair_summary(path: str | os.PathLike) -> dict:
             "label_j": [r["label_j"] for r in rows],
         }
         for stat in stats:
-            out[stat] = np.array([float(r[stat]) if r[stat] not in ("", "n/a") else np.nan
-                                  for r in rows])
+            out[stat] = np.array(
+                [float(r[stat]) if r[stat] not in ("", "n/a") else np.nan for r in rows]
+            )
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{str(path)!r}: malformed value ({exc}).") from None
     if np.any(out["i"] >= out["j"]) or np.any(out["i"] < 0):

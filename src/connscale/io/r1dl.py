@@ -1,11 +1,11 @@
 """The files of an r1DL run (``connscale r1dl``), each written atomically::
 
-    r1dl_loadings.npz       sparse (n_atoms, n_voxels) loadings (scipy.sparse)
-    r1dl_maps.nii.gz        the loadings as a 4-D image (image inputs only)
-    r1dl_timecourses.tsv    the (n_timepoints, n_atoms) dictionary, one column
-                            per network (network_000, ...)
-    r1dl_iterations.tsv     per network: updates, convergence, non-zero voxels
-    r1dl_iterations.json    the run's summary (n_atoms, sparsity, iterations, info)
+r1dl_loadings.npz       sparse (n_atoms, n_voxels) loadings (scipy.sparse)
+r1dl_maps.nii.gz        the loadings as a 4-D image (image inputs only)
+r1dl_timecourses.tsv    the (n_timepoints, n_atoms) dictionary, one column
+                        per network (network_000, ...)
+r1dl_iterations.tsv     per network: updates, convergence, non-zero voxels
+r1dl_iterations.json    the run's summary (n_atoms, sparsity, iterations, info)
 """
 
 from __future__ import annotations
@@ -33,10 +33,18 @@ def network_names(n_atoms: int) -> list[str]:
     return [f"network_{k:03d}" for k in range(n_atoms)]
 
 
-def write_r1dl(path_of: Callable[[str], Path], *, loadings: sp.spmatrix | sp.sparray,
-               dictionary: np.ndarray, n_iter: np.ndarray, converged: np.ndarray,
-               sparsity: int, mean_iterations: float, info: dict,
-               maps_img: SpatialImage | None = None) -> dict:
+def write_r1dl(
+    path_of: Callable[[str], Path],
+    *,
+    loadings: sp.spmatrix | sp.sparray,
+    dictionary: np.ndarray,
+    n_iter: np.ndarray,
+    converged: np.ndarray,
+    sparsity: int,
+    mean_iterations: float,
+    info: dict,
+    maps_img: SpatialImage | None = None,
+) -> dict:
     """Write the files of an r1DL run (see the module docstring).
 
     Parameters
@@ -65,13 +73,14 @@ def write_r1dl(path_of: Callable[[str], Path], *, loadings: sp.spmatrix | sp.spa
     if maps_img is not None:
         save_nifti_gz(path_of("r1dl_maps.nii.gz"), maps_img)
     buf = io.StringIO()
-    np.savetxt(buf, dictionary, delimiter="\t", header="\t".join(names), comments="",
-               fmt="%.8g")
+    np.savetxt(buf, dictionary, delimiter="\t", header="\t".join(names), comments="", fmt="%.8g")
     write_text_atomic(path_of("r1dl_timecourses.tsv"), buf.getvalue())
     nnz = np.diff(loadings.indptr)
     lines = ["network\tn_iter\tconverged\tn_voxels"]
-    lines += [f"{names[k]}\t{n_iter[k]}\t{str(bool(converged[k])).lower()}\t{nnz[k]}"
-              for k in range(n_atoms)]
+    lines += [
+        f"{names[k]}\t{n_iter[k]}\t{str(bool(converged[k])).lower()}\t{nnz[k]}"
+        for k in range(n_atoms)
+    ]
     write_text_atomic(path_of("r1dl_iterations.tsv"), "\n".join(lines) + "\n")
     summary = {
         "n_atoms": n_atoms,

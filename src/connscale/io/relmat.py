@@ -44,16 +44,29 @@ def source_entities(path: str | os.PathLike) -> str:
     return re.sub(r"[^A-Za-z0-9_\-]", "", "_".join(parts)) or "connscale"
 
 
-def relmat_path(out_dir: str | os.PathLike, source: str, *, extension: str, seg: str | None = None,
-                measure: str = "PearsonCorrelation") -> Path:
+def relmat_path(
+    out_dir: str | os.PathLike,
+    source: str,
+    *,
+    extension: str,
+    seg: str | None = None,
+    measure: str = "PearsonCorrelation",
+) -> Path:
     """``<out_dir>/<source>[_seg-<seg>]_meas-<measure>_relmat<extension>``."""
     stem = source if seg is None else f"{source}_seg-{seg}"
     return Path(out_dir) / f"{stem}_meas-{measure}_relmat{extension}"
 
 
-def sidecar(kind: str, n: int, *, threshold: float | None = None, absolute: bool = False,
-            source: str | os.PathLike | None = None, dtype: npt.DTypeLike = "float32",
-            nodes: str = "voxels") -> dict:
+def sidecar(
+    kind: str,
+    n: int,
+    *,
+    threshold: float | None = None,
+    absolute: bool = False,
+    source: str | os.PathLike | None = None,
+    dtype: npt.DTypeLike = "float32",
+    nodes: str = "voxels",
+) -> dict:
     """The JSON sidecar of a relmat file."""
     description = "Pearson correlation of the time series of each pair of " + nodes
     if kind == "sparse":
@@ -76,8 +89,13 @@ def sidecar(kind: str, n: int, *, threshold: float | None = None, absolute: bool
     }
 
 
-def write_relmat_tsv(path: str | os.PathLike, matrix: np.ndarray, labels: list[str] | None = None, *,
-                     fmt: str = "%.7g") -> Path:
+def write_relmat_tsv(
+    path: str | os.PathLike,
+    matrix: np.ndarray,
+    labels: list[str] | None = None,
+    *,
+    fmt: str = "%.7g",
+) -> Path:
     """A square matrix as TSV with a header row of node names, atomically.
 
     ``fmt`` is the number format (``%.7g``, float32's precision, by default).
@@ -87,8 +105,7 @@ def write_relmat_tsv(path: str | os.PathLike, matrix: np.ndarray, labels: list[s
         raise ValueError(f"Expected a square matrix; got an array of shape {matrix.shape}.")
     labels = labels or [str(i) for i in range(matrix.shape[0])]
     with atomic_path(path) as tmp:
-        np.savetxt(tmp, matrix, delimiter="\t", header="\t".join(labels), comments="",
-                   fmt=fmt)
+        np.savetxt(tmp, matrix, delimiter="\t", header="\t".join(labels), comments="", fmt=fmt)
     return Path(path)
 
 
@@ -139,8 +156,10 @@ def read_relmat_tsv(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
             f"{sorted({len(row) for row in body})}."
         )
     try:
-        matrix = np.array([[float(v) if v not in ("", "n/a") else np.nan for v in row]
-                           for row in body], dtype=np.float64).reshape(n, n)
+        matrix = np.array(
+            [[float(v) if v not in ("", "n/a") else np.nan for v in row] for row in body],
+            dtype=np.float64,
+        ).reshape(n, n)
     except ValueError as exc:
         raise ValueError(f"{str(path)!r}: non-numeric matrix entry ({exc}).") from None
     return matrix, header

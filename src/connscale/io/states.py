@@ -20,8 +20,9 @@ from connscale.io._atomic import write_text_atomic
 __all__ = ["write_state_features", "write_state_sequence"]
 
 
-def write_state_sequence(path: str | os.PathLike, *, starts: np.ndarray, states: np.ndarray,
-                         t_r: float | None = None) -> Path:
+def write_state_sequence(
+    path: str | os.PathLike, *, starts: np.ndarray, states: np.ndarray, t_r: float | None = None
+) -> Path:
     """The state of each window of one run (``states`` counted from 0)."""
     header = ["window", "onset"] + (["onset_s"] if t_r else []) + ["state"]
     lines = ["\t".join(header)]
@@ -33,8 +34,9 @@ def write_state_sequence(path: str | os.PathLike, *, starts: np.ndarray, states:
     return write_text_atomic(path, "\n".join(lines) + "\n")
 
 
-def write_state_features(path: str | os.PathLike, *, subjects: Sequence[str], X: np.ndarray,
-                         names: Sequence[str]) -> Path:
+def write_state_features(
+    path: str | os.PathLike, *, subjects: Sequence[str], X: np.ndarray, names: Sequence[str]
+) -> Path:
     """The state features of each subject (fractions, dwell times...)."""
     lines = ["\t".join(["subject", *names])]
     for subject, row in zip(subjects, X):

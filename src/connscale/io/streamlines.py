@@ -44,7 +44,7 @@ class StreamlineArray:
         return len(self.offsets) - 1
 
     def __getitem__(self, index: int) -> np.ndarray:
-        return self.points[self.offsets[index]:self.offsets[index + 1]]
+        return self.points[self.offsets[index] : self.offsets[index + 1]]
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(len(self)):
@@ -89,8 +89,9 @@ class StreamlineArray:
         lengths = np.array([len(a) for a in arrays], dtype=np.int64)
         offsets = np.zeros(len(arrays) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        points = (np.concatenate(arrays).astype(np.float32) if arrays
-                  else np.zeros((0, 3), np.float32))
+        points = (
+            np.concatenate(arrays).astype(np.float32) if arrays else np.zeros((0, 3), np.float32)
+        )
         return cls(points, offsets)
 
 
@@ -106,17 +107,29 @@ def _from_array_sequence(seq: ArraySequence) -> StreamlineArray:
             "Streamline points must have 3 coordinates; the tractogram holds "
             f"points of shape {data.shape[1:]}."
         )
-    if np.array_equal(np.asarray(seq._offsets, dtype=np.int64), offsets[:-1]) and len(data) == offsets[-1]:
+    if (
+        np.array_equal(np.asarray(seq._offsets, dtype=np.int64), offsets[:-1])
+        and len(data) == offsets[-1]
+    ):
         points = data.astype(np.float32, copy=False)
     else:
-        points = (np.concatenate([np.asarray(s) for s in seq]).astype(np.float32)
-                  if len(lengths) else np.zeros((0, 3), np.float32))
+        points = (
+            np.concatenate([np.asarray(s) for s in seq]).astype(np.float32)
+            if len(lengths)
+            else np.zeros((0, 3), np.float32)
+        )
     return StreamlineArray(points, offsets)
 
 
-def load_streamlines(streamlines: str | os.PathLike | StreamlineArray | TractogramFile
-                     | Tractogram | ArraySequence | Iterable[npt.ArrayLike]
-                     ) -> StreamlineArray:
+def load_streamlines(
+    streamlines: str
+    | os.PathLike
+    | StreamlineArray
+    | TractogramFile
+    | Tractogram
+    | ArraySequence
+    | Iterable[npt.ArrayLike],
+) -> StreamlineArray:
     """Bring streamlines to a :class:`StreamlineArray` in RAS+ mm.
 
     Parameters
@@ -136,9 +149,7 @@ def load_streamlines(streamlines: str | os.PathLike | StreamlineArray | Tractogr
     elif isinstance(streamlines, (str, os.PathLike)):
         path = Path(streamlines)
         if path.suffix.lower() not in _FORMATS:
-            raise ValueError(
-                f"Tractogram files must be .trk or .tck; got '{path.name}'."
-            )
+            raise ValueError(f"Tractogram files must be .trk or .tck; got '{path.name}'.")
         if not path.exists():
             raise FileNotFoundError(f"Tractogram file not found: '{path}'.")
         import nibabel as nib
@@ -188,11 +199,15 @@ def load_streamlines(streamlines: str | os.PathLike | StreamlineArray | Tractogr
     return out
 
 
-def save_streamlines(streamlines: StreamlineArray, path: str | os.PathLike, *,
-                     weights: npt.ArrayLike | None = None,
-                     reference: TractogramFile | None = None,
-                     reference_affine: npt.ArrayLike | None = None,
-                     reference_shape: npt.ArrayLike | None = None) -> Path:
+def save_streamlines(
+    streamlines: StreamlineArray,
+    path: str | os.PathLike,
+    *,
+    weights: npt.ArrayLike | None = None,
+    reference: TractogramFile | None = None,
+    reference_affine: npt.ArrayLike | None = None,
+    reference_shape: npt.ArrayLike | None = None,
+) -> Path:
     """Write streamlines (RAS+ mm) as ``.trk`` or ``.tck``, atomically.
 
     Parameters
@@ -222,8 +237,9 @@ def save_streamlines(streamlines: StreamlineArray, path: str | os.PathLike, *,
     if suffix == ".trk":
         cls = nib.streamlines.TrkFile
         if weights is not None:
-            tractogram.data_per_streamline["weight"] = \
-                np.asarray(weights).astype(np.float32)[:, None]
+            tractogram.data_per_streamline["weight"] = np.asarray(weights).astype(np.float32)[
+                :, None
+            ]
         if isinstance(reference, cls):
             header = dict(reference.header)
         elif reference_affine is not None:
@@ -231,8 +247,9 @@ def save_streamlines(streamlines: StreamlineArray, path: str | os.PathLike, *,
             header = {
                 nib.streamlines.Field.VOXEL_TO_RASMM: affine.astype(np.float32),
                 nib.streamlines.Field.DIMENSIONS: np.asarray(reference_shape, dtype=np.int16),
-                nib.streamlines.Field.VOXEL_SIZES:
-                    np.sqrt((affine[:3, :3] ** 2).sum(0)).astype(np.float32),
+                nib.streamlines.Field.VOXEL_SIZES: np.sqrt((affine[:3, :3] ** 2).sum(0)).astype(
+                    np.float32
+                ),
                 nib.streamlines.Field.VOXEL_ORDER: "".join(nib.aff2axcodes(affine)),
             }
     elif suffix == ".tck":

@@ -66,8 +66,9 @@ def _read_text(path: Path, delimiter: str | None) -> tuple[np.ndarray, list[str]
     fields = [f for f in fields if f != ""]
     has_header = not all(_is_number(f) for f in fields)
     try:
-        data = np.loadtxt(path, delimiter=delimiter, skiprows=1 if has_header else 0,
-                          ndmin=2, dtype=np.float64)
+        data = np.loadtxt(
+            path, delimiter=delimiter, skiprows=1 if has_header else 0, ndmin=2, dtype=np.float64
+        )
     except ValueError as exc:
         raise ValueError(f"Cannot read {path.name} as a numeric table: {exc}") from exc
     return data, (fields if has_header else None)
@@ -81,14 +82,16 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def save_timeseries(path: str | os.PathLike, timeseries: np.ndarray,
-                    labels: list[str] | None = None) -> Path:
+def save_timeseries(
+    path: str | os.PathLike, timeseries: np.ndarray, labels: list[str] | None = None
+) -> Path:
     """Write (n_timepoints, n_regions) series as a TSV with a header, atomically."""
     from connscale.io._atomic import atomic_path
 
     timeseries = np.asarray(timeseries)
     labels = labels or [str(i) for i in range(timeseries.shape[1])]
     with atomic_path(path) as tmp:
-        np.savetxt(tmp, timeseries, delimiter="\t", header="\t".join(labels), comments="",
-                   fmt="%.8g")
+        np.savetxt(
+            tmp, timeseries, delimiter="\t", header="\t".join(labels), comments="", fmt="%.8g"
+        )
     return Path(path)

@@ -1,6 +1,7 @@
 """LiFE and ReAl-LiFE: streamline weights that best explain the diffusion
 signal, on the CPU or a CUDA GPU (ENCODE model, SBB-NNLS solver)."""
 
+from connscale.io.streamlines import StreamlineArray, load_streamlines
 from connscale.life.api import (
     LiFE,
     LiFEFit,
@@ -14,7 +15,6 @@ from connscale.life.encode import LiFEModel, build_model
 from connscale.life.evaluate import cross_validated_rmse, strength_of_evidence
 from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
-from connscale.io.streamlines import StreamlineArray, load_streamlines
 
 __all__ = [
     "LiFE",

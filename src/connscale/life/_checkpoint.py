@@ -34,11 +34,18 @@ def _numpy(t: torch.Tensor | npt.ArrayLike) -> np.ndarray:
     return t.detach().cpu().numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
 
 
-def solver_key(signal: torch.Tensor | npt.ArrayLike, column_scale: torch.Tensor | npt.ArrayLike, *,
-               x0: torch.Tensor | npt.ArrayLike | None, **parameters) -> str:
+def solver_key(
+    signal: torch.Tensor | npt.ArrayLike,
+    column_scale: torch.Tensor | npt.ArrayLike,
+    *,
+    x0: torch.Tensor | npt.ArrayLike | None,
+    **parameters,
+) -> str:
     """Digest identifying one SBB problem (see the module docstring)."""
-    inputs = [{"signal": array_fingerprint(_numpy(signal))},
-              {"column_scale": array_fingerprint(_numpy(column_scale))}]
+    inputs = [
+        {"signal": array_fingerprint(_numpy(signal))},
+        {"column_scale": array_fingerprint(_numpy(column_scale))},
+    ]
     x0 = None if x0 is None else array_fingerprint(_numpy(x0))
     return run_fingerprint(inputs, {**parameters, "x0": x0})["digest"]
 
@@ -82,9 +89,13 @@ class SolverCheckpoint:
         """Write the state given by the solver (whole, flushed, renamed)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         with atomic_path(self.path) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, format=np.array(_FORMAT), key=np.array(self.key),
-                     k=np.int64(state["k"]),
-                     **{name: _numpy(state[name]) for name in ("x", "g", "g_old")},
-                     objective=np.asarray(state["objective"], dtype=np.float64),
-                     data_term=np.asarray(state["data_term"], dtype=np.float64),
-                     stop_reason=np.array(state["stop_reason"]))
+            np.savez(
+                fh,
+                format=np.array(_FORMAT),
+                key=np.array(self.key),
+                k=np.int64(state["k"]),
+                **{name: _numpy(state[name]) for name in ("x", "g", "g_old")},
+                objective=np.asarray(state["objective"], dtype=np.float64),
+                data_term=np.asarray(state["data_term"], dtype=np.float64),
+                stop_reason=np.array(state["stop_reason"]),
+            )

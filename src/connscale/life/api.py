@@ -27,6 +27,7 @@ from connscale._validation import (
     validate_estimator_params,
     validate_params,
 )
+from connscale.io.streamlines import StreamlineArray, load_streamlines
 from connscale.life._checkpoint import SolverCheckpoint, solver_key
 from connscale.life.encode import LiFEModel, build_model
 from connscale.life.evaluate import (
@@ -38,7 +39,6 @@ from connscale.life.evaluate import (
 )
 from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
-from connscale.io.streamlines import StreamlineArray, load_streamlines
 
 if TYPE_CHECKING:
     from dipy.core.sphere import Sphere
@@ -56,9 +56,9 @@ def _is_path(x: object) -> bool:
     return isinstance(x, (str, os.PathLike))
 
 
-def load_dwi(dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
-             affine: npt.ArrayLike | None = None
-             ) -> tuple[np.ndarray, np.ndarray, SpatialImage | None]:
+def load_dwi(
+    dwi: str | os.PathLike | SpatialImage | npt.ArrayLike, affine: npt.ArrayLike | None = None
+) -> tuple[np.ndarray, np.ndarray, SpatialImage | None]:
     """(data (X, Y, Z, n), affine, image or None) from a path, image or array."""
     image = None
     if _is_path(dwi):
@@ -75,21 +75,26 @@ def load_dwi(dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
         data = np.asarray(read_data(image, name="dMRI image"))
         img_affine = np.asarray(image.affine, dtype=np.float64)
         if affine is not None and not np.allclose(affine, img_affine, atol=1e-4):
-            raise ValueError("'affine' differs from the dMRI image's own affine; pass one or the other.")
+            raise ValueError(
+                "'affine' differs from the dMRI image's own affine; pass one or the other."
+            )
         affine = img_affine
     else:
         data = np.asarray(dwi)
         if affine is None:
             raise ValueError("'affine' (voxel to RAS+ mm, 4 × 4) is needed when 'dwi' is an array.")
     if data.ndim != 4:
-        raise ValueError(f"'dwi' must be a 4-D volume (X, Y, Z, n_volumes); got shape {data.shape}.")
+        raise ValueError(
+            f"'dwi' must be a 4-D volume (X, Y, Z, n_volumes); got shape {data.shape}."
+        )
     if not np.issubdtype(data.dtype, np.number):
         raise ValueError(f"'dwi' must hold numbers; got dtype {data.dtype}.")
     return data, np.asarray(affine, dtype=np.float64), image
 
 
-def load_gradients(bvals: str | os.PathLike | npt.ArrayLike,
-                   bvecs: str | os.PathLike | npt.ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def load_gradients(
+    bvals: str | os.PathLike | npt.ArrayLike, bvecs: str | os.PathLike | npt.ArrayLike
+) -> tuple[np.ndarray, np.ndarray]:
     """b-values (n,) and directions (n, 3) from FSL-style files or arrays."""
     if _is_path(bvals):
         bvals = _read_table(bvals, "bvals", ndmin=1)
@@ -112,8 +117,9 @@ def _read_table(path: str | os.PathLike, name: str, *, ndmin: int) -> np.ndarray
         raise ValueError(f"Cannot read '{name}' file {path} as numbers: {exc}") from exc
 
 
-def load_volume(img: str | os.PathLike | SpatialImage | npt.ArrayLike | None,
-                name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
+def load_volume(
+    img: str | os.PathLike | SpatialImage | npt.ArrayLike | None, name: str
+) -> tuple[np.ndarray | None, np.ndarray | None]:
     """A 3-D array from a path, image or array (mask, labels)."""
     if img is None:
         return None, None
@@ -137,8 +143,9 @@ def load_volume(img: str | os.PathLike | SpatialImage | npt.ArrayLike | None,
     return data, affine
 
 
-def check_space(streamlines: StreamlineArray, shape: tuple[int, ...],
-                affine: npt.ArrayLike) -> None:
+def check_space(
+    streamlines: StreamlineArray, shape: tuple[int, ...], affine: npt.ArrayLike
+) -> None:
     """Raise when a .trk header's space differs from the dMRI's."""
     src = streamlines.source
     header = getattr(src, "header", None)
@@ -154,7 +161,8 @@ def check_space(streamlines: StreamlineArray, shape: tuple[int, ...],
     if dims != tuple(shape) or not np.allclose(vox2ras, affine, atol=1e-3):
         raise ValueError(
             "The tractogram's space does not match the dMRI: .trk header has dimensions "
-            f"{dims} and voxel-to-RAS affine\n{np.round(vox2ras, 4)}\nbut the dMRI has {tuple(shape)} and\n"
+            f"{dims} and voxel-to-RAS affine\n{np.round(vox2ras, 4)}\nbut the dMRI "
+            f"has {tuple(shape)} and\n"
             f"{np.round(affine, 4)}.\nRegister the tractogram to the dMRI first."
         )
 
@@ -171,8 +179,13 @@ _KEY_BYTES_PER_POINT = 32
 _OPERATOR_BYTES_PER_ELEMENT = 64
 
 
-def plan_memory(memory_limit: int | str | None, *, device: str | torch.device, n_points: int,
-                loaded_bytes: int = 0) -> tuple[int, dict | None]:
+def plan_memory(
+    memory_limit: int | str | None,
+    *,
+    device: str | torch.device,
+    n_points: int,
+    loaded_bytes: int = 0,
+) -> tuple[int, dict | None]:
     """Build chunk and operator options that keep LiFE within ``memory_limit``.
 
     Parameters
@@ -200,12 +213,19 @@ def plan_memory(memory_limit: int | str | None, *, device: str | torch.device, n
         return 1 << 23, None
     budget = memory_budget(resolve_device(device), memory_limit)
     chunk_points = max(1 << 12, budget // (4 * _BUILD_BYTES_PER_POINT))
-    need = (loaded_bytes + _KEY_BYTES_PER_POINT * n_points
-            + _BUILD_BYTES_PER_POINT * min(chunk_points, n_points))
+    need = (
+        loaded_bytes
+        + _KEY_BYTES_PER_POINT * n_points
+        + _BUILD_BYTES_PER_POINT * min(chunk_points, n_points)
+    )
     if need > budget:
-        raise limit_error(f"The LiFE model of {n_points} streamline points (at worst)", need,
-                          budget, memory_limit,
-                          "Raise memory_limit, or fit fewer streamlines or a smaller mask.")
+        raise limit_error(
+            f"The LiFE model of {n_points} streamline points (at worst)",
+            need,
+            budget,
+            memory_limit,
+            "Raise memory_limit, or fit fewer streamlines or a smaller mask.",
+        )
     return chunk_points, {"chunk_size": max(1 << 12, budget // (4 * _OPERATOR_BYTES_PER_ELEMENT))}
 
 
@@ -283,9 +303,13 @@ class LiFEFit:
 
         return nib.Nifti1Image(self.rmse_volume(), self.model.affine)
 
-    def predict(self, bvals: str | os.PathLike | npt.ArrayLike | None = None,
-                bvecs: str | os.PathLike | npt.ArrayLike | None = None, *,
-                demeaned: bool = False) -> np.ndarray:
+    def predict(
+        self,
+        bvals: str | os.PathLike | npt.ArrayLike | None = None,
+        bvecs: str | os.PathLike | npt.ArrayLike | None = None,
+        *,
+        demeaned: bool = False,
+    ) -> np.ndarray:
         """Predicted diffusion signal at the model voxels.
 
         Parameters
@@ -308,7 +332,9 @@ class LiFEFit:
             bvals, bvecs = load_gradients(bvals, bvecs)
             if bvecs.shape != (len(bvals), 3):
                 raise ValueError(f"'bvecs' must have shape ({len(bvals)}, 3); got {bvecs.shape}.")
-            D = self.model.dictionary_for(bvals, bvecs / np.linalg.norm(bvecs, axis=1, keepdims=True))
+            D = self.model.dictionary_for(
+                bvals, bvecs / np.linalg.norm(bvecs, axis=1, keepdims=True)
+            )
         op = LiFEOperator(self.model, dictionary=D)
         pred = op.matvec(self.weights_kept)
         if not demeaned:
@@ -316,15 +342,26 @@ class LiFEFit:
         pred = pred * self.model.signal_scale[:, None]
         return pred.double().cpu().numpy()
 
-    def strength_of_evidence(self, fibres: npt.ArrayLike, *, n_boot: int = 5000, n_mc: int = 5,
-                             random_state: int | np.random.Generator | None = None) -> dict:
+    def strength_of_evidence(
+        self,
+        fibres: npt.ArrayLike,
+        *,
+        n_boot: int = 5000,
+        n_mc: int = 5,
+        random_state: int | np.random.Generator | None = None,
+    ) -> dict:
         """Strength of evidence of the fascicle ``fibres`` (input indices or mask);
         see :func:`connscale.life.evaluate.strength_of_evidence`."""
-        return strength_of_evidence(self.model, self.weights_kept, fibres, n_boot=n_boot,
-                                    n_mc=n_mc, random_state=random_state)
+        return strength_of_evidence(
+            self.model,
+            self.weights_kept,
+            fibres,
+            n_boot=n_boot,
+            n_mc=n_mc,
+            random_state=random_state,
+        )
 
-    def cross_validate(self, dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike
-                       ) -> dict:
+    def cross_validate(self, dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike) -> dict:
         """Per-voxel RMSE against a second acquisition (array, image or path on
         the same grid); see :func:`connscale.life.evaluate.cross_validated_rmse`."""
         data, _, _ = load_dwi(dwi_repeat, affine=self.model.affine)
@@ -359,16 +396,35 @@ _PARAMETER_CONSTRAINTS = {
     "lambdas": [SequenceOf(Interval(Real, 0, None, closed="left")), None],
 }
 _SOLVE_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "verbose", "checkpoint_every")
-_ESTIMATOR_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "formulation", "device", "dtype",
-                         "cross_validate", "random_state", "verbose")
+_ESTIMATOR_PARAMETERS = (
+    "lam",
+    "max_iter",
+    "n_iter",
+    "tol",
+    "formulation",
+    "device",
+    "dtype",
+    "cross_validate",
+    "random_state",
+    "verbose",
+)
 
 
 @validate_params({k: _PARAMETER_CONSTRAINTS[k] for k in _SOLVE_PARAMETERS})
-def solve(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol: float | None = 1e-5,
-          x0: npt.ArrayLike | torch.Tensor | None = None, verbose: int = 0,
-          callback: Callable[[int, torch.Tensor, float], object] | None = None,
-          operator_options: dict | None = None, checkpoint: str | os.PathLike | None = None,
-          checkpoint_every: int = 50, n_iter: int | str = DEPRECATED) -> LiFEFit:
+def solve(
+    model: LiFEModel,
+    *,
+    lam: float = 0.0,
+    max_iter: int = 500,
+    tol: float | None = 1e-5,
+    x0: npt.ArrayLike | torch.Tensor | None = None,
+    verbose: int = 0,
+    callback: Callable[[int, torch.Tensor, float], object] | None = None,
+    operator_options: dict | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 50,
+    n_iter: int | str = DEPRECATED,
+) -> LiFEFit:
     """Weights of a built model by preconditioned SBB-NNLS.
 
     The columns of M are divided by h_f = Σ val²‖D[:, a]‖² (the reference's
@@ -420,40 +476,74 @@ def solve(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500, tol: float
     if x0 is not None:
         x0 = torch.as_tensor(np.asarray(x0) if not isinstance(x0, torch.Tensor) else x0)
         if x0.shape != (model.n_fibres,):
-            raise ValueError(f"'x0' must have one weight per model fibre ({model.n_fibres}); got {tuple(x0.shape)}.")
+            raise ValueError(
+                f"'x0' must have one weight per model fibre ({model.n_fibres}); got "
+                f"{tuple(x0.shape)}."
+            )
         xp0 = x0.to(model.device, torch.float64) * h
     state = saver = None
     if checkpoint is not None:
-        saved = SolverCheckpoint(checkpoint, solver_key(
-            model.signal, h, x0=xp0, lam=lam, n_iter=int(n_iter), tol=tol))
+        saved = SolverCheckpoint(
+            checkpoint, solver_key(model.signal, h, x0=xp0, lam=lam, n_iter=int(n_iter), tol=tol)
+        )
         state, saver = saved.load(), saved.save
-    res = sbb_nnls(op, model.signal, lam=lam, max_iter=int(n_iter), tol_grad=tol, tol_obj=tol,
-                   x0=xp0, verbose=verbose, callback=callback, state=state, save_state=saver,
-                   state_every=int(checkpoint_every))
+    res = sbb_nnls(
+        op,
+        model.signal,
+        lam=lam,
+        max_iter=int(n_iter),
+        tol_grad=tol,
+        tol_obj=tol,
+        x0=xp0,
+        verbose=verbose,
+        callback=callback,
+        state=state,
+        save_state=saver,
+        state_every=int(checkpoint_every),
+    )
     w_kept = res.x / h
     weights = np.zeros(model.n_streamlines, dtype=np.float64)
     weights[model.fibre_index] = w_kept.cpu().numpy()
-    return LiFEFit(model=model, weights=weights, weights_kept=w_kept, objective=res.objective,
-                   lam=lam, n_iter=res.n_iter, stop_reason=res.stop_reason, column_scale=h,
-                   data_term=res.data_term, resumed_from=0 if state is None else state["k"])
+    return LiFEFit(
+        model=model,
+        weights=weights,
+        weights_kept=w_kept,
+        objective=res.objective,
+        lam=lam,
+        n_iter=res.n_iter,
+        stop_reason=res.stop_reason,
+        column_scale=h,
+        data_term=res.data_term,
+        resumed_from=0 if state is None else state["k"],
+    )
 
 
-def _held_out_rmse(model: LiFEModel, op_b: LiFEOperator, mb: LiFEModel,
-                   weights_kept: torch.Tensor) -> np.ndarray:
+def _held_out_rmse(
+    model: LiFEModel, op_b: LiFEOperator, mb: LiFEModel, weights_kept: torch.Tensor
+) -> np.ndarray:
     """Per-voxel RMSE of the held-out half ``mb`` predicted from ``weights_kept``
     (the prediction demeaned per voxel, as the held-out signal is)."""
     pred = op_b.matvec(weights_kept)
     pred = pred - pred.mean(dim=1, keepdim=True)
-    return (torch.sqrt(((mb.signal - pred).double() ** 2).mean(dim=1))
-            * model.signal_scale.double()).cpu().numpy()
+    return (
+        (torch.sqrt(((mb.signal - pred).double() ** 2).mean(dim=1)) * model.signal_scale.double())
+        .cpu()
+        .numpy()
+    )
 
 
-def split_rmse(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500,
-               tol: float | None = 1e-5,
-               random_state: int | np.random.Generator | None = None,
-               operator_options: dict | None = None,
-               checkpoint: str | os.PathLike | None = None,
-               checkpoint_every: int = 50, n_iter: int | str = DEPRECATED) -> np.ndarray:
+def split_rmse(
+    model: LiFEModel,
+    *,
+    lam: float = 0.0,
+    max_iter: int = 500,
+    tol: float | None = 1e-5,
+    random_state: int | np.random.Generator | None = None,
+    operator_options: dict | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 50,
+    n_iter: int | str = DEPRECATED,
+) -> np.ndarray:
     """Cross-validated per-voxel RMSE by a gradient-direction split.
 
     Fits on one half of the directions and predicts the other half (the
@@ -464,20 +554,33 @@ def split_rmse(model: LiFEModel, *, lam: float = 0.0, max_iter: int = 500,
     max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     da, db = split_directions(model, random_state=random_state)
     ma, mb = submodel(model, da), submodel(model, db)
-    fa = solve(ma, lam=lam, max_iter=max_iter, tol=tol, operator_options=operator_options,
-               checkpoint=checkpoint, checkpoint_every=checkpoint_every)
-    return _held_out_rmse(model, LiFEOperator(mb, **(operator_options or {})), mb,
-                          fa.weights_kept)
+    fa = solve(
+        ma,
+        lam=lam,
+        max_iter=max_iter,
+        tol=tol,
+        operator_options=operator_options,
+        checkpoint=checkpoint,
+        checkpoint_every=checkpoint_every,
+    )
+    return _held_out_rmse(model, LiFEOperator(mb, **(operator_options or {})), mb, fa.weights_kept)
 
 
 @validate_params({"lams": [_PARAMETER_CONSTRAINTS["lambdas"][0]]})
-def lambda_sweep(model: LiFEModel, lams: Iterable[float], *,
-                 data_repeat: npt.ArrayLike | None = None, max_iter: int = 500,
-                 tol: float | None = 1e-5,
-                 random_state: int | np.random.Generator | None = None, verbose: int = 0,
-                 operator_options: dict | None = None,
-                 checkpoint: str | os.PathLike | None = None,
-                 checkpoint_every: int = 50, n_iter: int | str = DEPRECATED) -> list[dict]:
+def lambda_sweep(
+    model: LiFEModel,
+    lams: Iterable[float],
+    *,
+    data_repeat: npt.ArrayLike | None = None,
+    max_iter: int = 500,
+    tol: float | None = 1e-5,
+    random_state: int | np.random.Generator | None = None,
+    verbose: int = 0,
+    operator_options: dict | None = None,
+    checkpoint: str | os.PathLike | None = None,
+    checkpoint_every: int = 50,
+    n_iter: int | str = DEPRECATED,
+) -> list[dict]:
     """Fit each λ (warm-started from the previous one) and report the
     weight sum, non-zero count, objective and cross-validated median RMSE.
 
@@ -496,27 +599,44 @@ def lambda_sweep(model: LiFEModel, lams: Iterable[float], *,
     rows = []
     x0 = x0a = None
     for lam in lams:
-        fit = solve(model, lam=lam, max_iter=max_iter, tol=tol, x0=x0, verbose=verbose,
-                    operator_options=operator_options, **saving)
+        fit = solve(
+            model,
+            lam=lam,
+            max_iter=max_iter,
+            tol=tol,
+            x0=x0,
+            verbose=verbose,
+            operator_options=operator_options,
+            **saving,
+        )
         x0 = fit.weights_kept
         if data_repeat is not None:
             cv = cross_validated_rmse(model, fit.weights_kept, data_repeat)["rmse"]
         else:
-            fa = solve(ma, lam=lam, max_iter=max_iter, tol=tol, x0=x0a, operator_options=operator_options,
-                       **saving)
+            fa = solve(
+                ma,
+                lam=lam,
+                max_iter=max_iter,
+                tol=tol,
+                x0=x0a,
+                operator_options=operator_options,
+                **saving,
+            )
             x0a = fa.weights_kept
             cv = _held_out_rmse(model, op_b, mb, fa.weights_kept)
         w = fit.weights
-        rows.append({
-            "lam": lam,
-            "weight_sum": float(w.sum()),
-            "n_nonzero": int((w > 0).sum()),
-            "cv_rmse_median": float(np.median(cv)),
-            "rmse_median": float(np.median(fit.voxel_rmse)),
-            "objective": float(fit.objective[-1]),
-            "n_iter": fit.n_iter,
-            "fit": fit,
-        })
+        rows.append(
+            {
+                "lam": lam,
+                "weight_sum": float(w.sum()),
+                "n_nonzero": int((w > 0).sum()),
+                "cv_rmse_median": float(np.median(cv)),
+                "rmse_median": float(np.median(fit.voxel_rmse)),
+                "objective": float(fit.objective[-1]),
+                "n_iter": fit.n_iter,
+                "fit": fit,
+            }
+        )
     return rows
 
 
@@ -526,8 +646,13 @@ def fit(
     dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
     bvals: str | os.PathLike | npt.ArrayLike,
     bvecs: str | os.PathLike | npt.ArrayLike,
-    streamlines: str | os.PathLike | StreamlineArray | TractogramFile | Tractogram
-    | ArraySequence | Iterable[npt.ArrayLike],
+    streamlines: str
+    | os.PathLike
+    | StreamlineArray
+    | TractogramFile
+    | Tractogram
+    | ArraySequence
+    | Iterable[npt.ArrayLike],
     *,
     affine: npt.ArrayLike | None = None,
     mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
@@ -632,9 +757,11 @@ def fit(
     n_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     if lambdas is not None:
         if float(lam) != 0.0 or x0 is not None:
-            raise ValueError("'lambdas' replaces 'lam' and 'x0' (the sweep warm-starts each λ "
-                             f"from the previous one); got lam={lam} and x0 "
-                             f"{'given' if x0 is not None else 'None'}.")
+            raise ValueError(
+                "'lambdas' replaces 'lam' and 'x0' (the sweep warm-starts each λ "
+                f"from the previous one); got lam={lam} and x0 "
+                f"{'given' if x0 is not None else 'None'}."
+            )
     timings = {}
     start = time.perf_counter()
     data, affine, image = load_dwi(dwi, affine=affine)
@@ -648,20 +775,40 @@ def fit(
         repeat, _, repeat_image = load_dwi(dwi_repeat, affine=affine)
         loaded += repeat.nbytes if repeat_image is not None else 0
     timings["load"] = time.perf_counter() - start
-    chunk_points, ops = plan_memory(memory_limit, device=device, n_points=int(sl.offsets[-1]),
-                                    loaded_bytes=loaded)
+    chunk_points, ops = plan_memory(
+        memory_limit, device=device, n_points=int(sl.offsets[-1]), loaded_bytes=loaded
+    )
     start = time.perf_counter()
-    model = build_model(data, bvals, bvecs, sl, affine=affine, mask=mask_data, sphere=sphere,
-                        formulation=formulation, device=device, dtype=dtype,
-                        chunk_points=chunk_points, memory_limit=memory_limit,
-                        loaded_bytes=loaded)
+    model = build_model(
+        data,
+        bvals,
+        bvecs,
+        sl,
+        affine=affine,
+        mask=mask_data,
+        sphere=sphere,
+        formulation=formulation,
+        device=device,
+        dtype=dtype,
+        chunk_points=chunk_points,
+        memory_limit=memory_limit,
+        loaded_bytes=loaded,
+    )
     timings["build"] = time.perf_counter() - start
     start = time.perf_counter()
     saving = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
     if lambdas is not None:
-        rows = lambda_sweep(model, lambdas, data_repeat=repeat, max_iter=n_iter, tol=tol,
-                            random_state=random_state, verbose=verbose, operator_options=ops,
-                            **saving)
+        rows = lambda_sweep(
+            model,
+            lambdas,
+            data_repeat=repeat,
+            max_iter=n_iter,
+            tol=tol,
+            random_state=random_state,
+            verbose=verbose,
+            operator_options=ops,
+            **saving,
+        )
         result = min(rows, key=lambda row: row["cv_rmse_median"])["fit"]
         result.lambda_sweep = [{k: v for k, v in row.items() if k != "fit"} for row in rows]
         result.streamlines = sl
@@ -671,18 +818,35 @@ def fit(
     if x0 is not None:
         x0 = np.asarray(x0, dtype=np.float64)
         if x0.shape != (len(sl),):
-            raise ValueError(f"'x0' must have one weight per streamline ({len(sl)}); got {x0.shape}.")
+            raise ValueError(
+                f"'x0' must have one weight per streamline ({len(sl)}); got {x0.shape}."
+            )
         x0k = x0[model.fibre_index]
-    result = solve(model, lam=lam, max_iter=n_iter, tol=tol, x0=x0k, verbose=verbose,
-                   operator_options=ops, **saving)
+    result = solve(
+        model,
+        lam=lam,
+        max_iter=n_iter,
+        tol=tol,
+        x0=x0k,
+        verbose=verbose,
+        operator_options=ops,
+        **saving,
+    )
     result.streamlines = sl
     timings["solve"] = time.perf_counter() - start
     start = time.perf_counter()
     if repeat is not None:
         result.cv_rmse = cross_validated_rmse(model, result.weights_kept, repeat)["rmse"]
     elif cross_validate:
-        result.cv_rmse = split_rmse(model, lam=lam, max_iter=n_iter, tol=tol,
-                                    random_state=random_state, operator_options=ops, **saving)
+        result.cv_rmse = split_rmse(
+            model,
+            lam=lam,
+            max_iter=n_iter,
+            tol=tol,
+            random_state=random_state,
+            operator_options=ops,
+            **saving,
+        )
     if result.cv_rmse is not None:
         timings["cross_validation"] = time.perf_counter() - start
     result.timings = timings
@@ -722,13 +886,21 @@ class LiFE(BaseEstimator):
 
     _parameter_constraints = {k: _PARAMETER_CONSTRAINTS[k] for k in _ESTIMATOR_PARAMETERS}
 
-    def __init__(self, lam: float = 0.0, *, max_iter: int = 500, tol: float | None = 1e-5,
-                 sphere: int | str | Sphere | npt.ArrayLike | None = None,
-                 formulation: str = "encode", device: str | torch.device | None = "auto",
-                 dtype: str | np.dtype | torch.dtype | type = "float32",
-                 cross_validate: bool = False,
-                 random_state: int | np.random.Generator | None = None, verbose: int = 0,
-                 n_iter: int | str = DEPRECATED) -> None:
+    def __init__(
+        self,
+        lam: float = 0.0,
+        *,
+        max_iter: int = 500,
+        tol: float | None = 1e-5,
+        sphere: int | str | Sphere | npt.ArrayLike | None = None,
+        formulation: str = "encode",
+        device: str | torch.device | None = "auto",
+        dtype: str | np.dtype | torch.dtype | type = "float32",
+        cross_validate: bool = False,
+        random_state: int | np.random.Generator | None = None,
+        verbose: int = 0,
+        n_iter: int | str = DEPRECATED,
+    ) -> None:
         self.lam = lam
         self.max_iter = max_iter
         self.tol = tol
@@ -741,30 +913,53 @@ class LiFE(BaseEstimator):
         self.verbose = verbose
         self.n_iter = n_iter
 
-    def fit(self, dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
-            bvals: str | os.PathLike | npt.ArrayLike,
-            bvecs: str | os.PathLike | npt.ArrayLike,
-            streamlines: str | os.PathLike | StreamlineArray | TractogramFile | Tractogram
-            | ArraySequence | Iterable[npt.ArrayLike], *,
-            affine: npt.ArrayLike | None = None,
-            mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
-            checkpoint: str | os.PathLike | None = None) -> LiFE:
+    def fit(
+        self,
+        dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
+        bvals: str | os.PathLike | npt.ArrayLike,
+        bvecs: str | os.PathLike | npt.ArrayLike,
+        streamlines: str
+        | os.PathLike
+        | StreamlineArray
+        | TractogramFile
+        | Tractogram
+        | ArraySequence
+        | Iterable[npt.ArrayLike],
+        *,
+        affine: npt.ArrayLike | None = None,
+        mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+        checkpoint: str | os.PathLike | None = None,
+    ) -> LiFE:
         """Fit to a scan and a tractogram (see :func:`fit`); returns self.
 
         ``checkpoint`` is a folder for the solver's state, from which an
         interrupted fit resumes."""
         validate_estimator_params(self)
-        max_iter = renamed(self.max_iter, self.n_iter, new="max_iter", old="n_iter",
-                           new_default=500)
+        max_iter = renamed(
+            self.max_iter, self.n_iter, new="max_iter", old="n_iter", new_default=500
+        )
         for name in ("fit_", "weights_", "objective_", "n_iter_", "voxel_rmse_", "cv_rmse_"):
             self.__dict__.pop(name, None)
         with skip_nested_validation():
-            self.fit_ = fit(dwi, bvals, bvecs, streamlines, affine=affine, mask=mask,
-                            lam=self.lam, max_iter=max_iter, tol=self.tol, sphere=self.sphere,
-                            formulation=self.formulation, device=self.device,
-                            dtype=self.dtype, cross_validate=self.cross_validate,
-                            random_state=self.random_state, verbose=self.verbose,
-                            checkpoint=checkpoint)
+            self.fit_ = fit(
+                dwi,
+                bvals,
+                bvecs,
+                streamlines,
+                affine=affine,
+                mask=mask,
+                lam=self.lam,
+                max_iter=max_iter,
+                tol=self.tol,
+                sphere=self.sphere,
+                formulation=self.formulation,
+                device=self.device,
+                dtype=self.dtype,
+                cross_validate=self.cross_validate,
+                random_state=self.random_state,
+                verbose=self.verbose,
+                checkpoint=checkpoint,
+            )
         self.weights_ = self.fit_.weights
         self.objective_ = self.fit_.objective
         self.n_iter_ = self.fit_.n_iter
@@ -773,14 +968,18 @@ class LiFE(BaseEstimator):
             self.cv_rmse_ = self.fit_.cv_rmse
         return self
 
-    def predict(self, bvals: str | os.PathLike | npt.ArrayLike | None = None,
-                bvecs: str | os.PathLike | npt.ArrayLike | None = None) -> np.ndarray:
+    def predict(
+        self,
+        bvals: str | os.PathLike | npt.ArrayLike | None = None,
+        bvecs: str | os.PathLike | npt.ArrayLike | None = None,
+    ) -> np.ndarray:
         """Predicted signal at the model voxels (see :meth:`LiFEFit.predict`)."""
         check_is_fitted(self, "fit_")
         return self.fit_.predict(bvals, bvecs)
 
-    def score(self, dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None
-              ) -> float:
+    def score(
+        self, dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None
+    ) -> float:
         """Minus the median voxel RMSE (against ``dwi_repeat`` when given)."""
         check_is_fitted(self, "fit_")
         if dwi_repeat is None:

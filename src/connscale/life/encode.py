@@ -21,7 +21,13 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device, resolve_dtype
+from connscale._compute import (
+    limit_error,
+    memory_budget,
+    parse_memory,
+    resolve_device,
+    resolve_dtype,
+)
 from connscale._validation import user_stacklevel
 from connscale.io.streamlines import StreamlineArray
 
@@ -91,10 +97,7 @@ def resolve_sphere(sphere: int | str | Sphere | npt.ArrayLike | None) -> np.ndar
     vertices = getattr(sphere, "vertices", sphere)
     atoms = np.asarray(vertices, dtype=np.float64)
     if atoms.ndim != 2 or atoms.shape[1] != 3 or len(atoms) == 0:
-        raise ValueError(
-            "'sphere' directions must have shape (n_atoms, 3); got "
-            f"{atoms.shape}."
-        )
+        raise ValueError(f"'sphere' directions must have shape (n_atoms, 3); got {atoms.shape}.")
     norms = np.linalg.norm(atoms, axis=1)
     if not np.all(np.isfinite(norms)) or np.any(norms == 0):
         raise ValueError("'sphere' directions must be finite and non-zero.")
@@ -106,9 +109,14 @@ def shell_labels(bvals: np.ndarray, *, rounding: float = 100.0) -> np.ndarray:
     return np.round(np.asarray(bvals, dtype=np.float64) / rounding).astype(np.int64)
 
 
-def canonical_dictionary(bvals: npt.ArrayLike, bvecs: npt.ArrayLike, atoms: npt.ArrayLike, *,
-                         diffusivity: float = STICK_DIFFUSIVITY,
-                         centre: str = "median") -> np.ndarray:
+def canonical_dictionary(
+    bvals: npt.ArrayLike,
+    bvecs: npt.ArrayLike,
+    atoms: npt.ArrayLike,
+    *,
+    diffusivity: float = STICK_DIFFUSIVITY,
+    centre: str = "median",
+) -> np.ndarray:
     """D (n_directions, n_atoms): stick signals, minus their median per shell.
 
     ``D[θ, a] = exp(-b_θ · d · (g_θ · atom_a)²)``, then for every shell and atom
@@ -155,8 +163,9 @@ class _SnapTable:
     fraction of a degree of a boundary between two atoms.
     """
 
-    def __init__(self, atoms: np.ndarray, device: torch.device, n_theta: int = 256,
-                 n_phi: int = 512) -> None:
+    def __init__(
+        self, atoms: np.ndarray, device: torch.device, n_theta: int = 256, n_phi: int = 512
+    ) -> None:
         self.n_theta, self.n_phi = n_theta, n_phi
         theta = (np.arange(n_theta) + 0.5) / n_theta * (np.pi / 2)
         phi = (np.arange(n_phi) + 0.5) / n_phi * 2 * np.pi - np.pi
@@ -306,18 +315,20 @@ class LiFEModel:
         f = self.entry_fibre.cpu().numpy()
         val = self.entry_value.double().cpu().numpy()
         for vi, ai, fi, x in zip(v, a, f, val):
-            M[vi * n_dir:(vi + 1) * n_dir, fi] += x * D[:, ai]
+            M[vi * n_dir : (vi + 1) * n_dir, fi] += x * D[:, ai]
         return M
 
     def dictionary_for(self, bvals: npt.ArrayLike, bvecs: npt.ArrayLike) -> torch.Tensor:
         """D for other gradient directions with this model's atoms."""
-        D = canonical_dictionary(bvals, bvecs, self.atoms,
-                                 centre="median" if self.formulation == "encode" else "mean")
+        D = canonical_dictionary(
+            bvals, bvecs, self.atoms, centre="median" if self.formulation == "encode" else "mean"
+        )
         return torch.as_tensor(D, dtype=self.dtype, device=self.device)
 
 
-def _check_gradients(bvals: npt.ArrayLike, bvecs: npt.ArrayLike,
-                     n_volumes: int) -> tuple[np.ndarray, np.ndarray]:
+def _check_gradients(
+    bvals: npt.ArrayLike, bvecs: npt.ArrayLike, n_volumes: int
+) -> tuple[np.ndarray, np.ndarray]:
     bvals = np.asarray(bvals, dtype=np.float64).ravel()
     bvecs = np.asarray(bvecs, dtype=np.float64)
     if bvecs.ndim == 2 and bvecs.shape[0] == 3 and bvecs.shape[1] != 3:
@@ -335,8 +346,9 @@ def _check_gradients(bvals: npt.ArrayLike, bvecs: npt.ArrayLike,
     return bvals, bvecs
 
 
-def model_memory(n_entries: int, n_pairs: int, n_voxels: int, n_volumes: int, n_fibres: int,
-                 itemsize: int) -> int:
+def model_memory(
+    n_entries: int, n_pairs: int, n_voxels: int, n_volumes: int, n_fibres: int, itemsize: int
+) -> int:
     """Bytes of a model and of fitting it: Φ (two int64 indices and a value per
     entry), the (voxel, atom) tables and the voxel signals, plus the larger of
     the float64 signal copies made while it is built and the solver's copies
@@ -409,13 +421,21 @@ def build_model(
         raise ValueError(f"'formulation' must be 'encode' or 'dipy'; got {formulation!r}.")
     data = np.asarray(data)
     if data.ndim != 4:
-        raise ValueError(f"'dwi' must be a 4-D volume (X, Y, Z, n_volumes); got shape {data.shape}.")
+        raise ValueError(
+            f"'dwi' must be a 4-D volume (X, Y, Z, n_volumes); got shape {data.shape}."
+        )
     shape = tuple(int(s) for s in data.shape[:3])
     n_vol = data.shape[3]
     bvals, bvecs = _check_gradients(bvals, bvecs, n_vol)
     affine = np.asarray(affine, dtype=np.float64)
-    if affine.shape != (4, 4) or not np.all(np.isfinite(affine)) or abs(np.linalg.det(affine[:3, :3])) < 1e-12:
-        raise ValueError(f"'affine' must be an invertible finite (4, 4) matrix; got shape {affine.shape}.")
+    if (
+        affine.shape != (4, 4)
+        or not np.all(np.isfinite(affine))
+        or abs(np.linalg.det(affine[:3, :3])) < 1e-12
+    ):
+        raise ValueError(
+            f"'affine' must be an invertible finite (4, 4) matrix; got shape {affine.shape}."
+        )
     is_b0 = bvals <= b0_threshold
     if not is_b0.any():
         raise ValueError(f"The scan has no b=0 volume (b ≤ {b0_threshold}); S₀ is needed.")
@@ -438,12 +458,16 @@ def build_model(
     if mask is not None:
         mask = np.asarray(mask)
         if mask.shape != shape:
-            raise ValueError(f"'mask' must have the spatial shape of the dMRI {shape}; got {mask.shape}.")
+            raise ValueError(
+                f"'mask' must have the spatial shape of the dMRI {shape}; got {mask.shape}."
+            )
         mask = mask.astype(bool)
 
     atoms = resolve_sphere(sphere)
     n_atoms = len(atoms)
-    D = canonical_dictionary(bvals[dw], g, atoms, centre="median" if formulation == "encode" else "mean")
+    D = canonical_dictionary(
+        bvals[dw], g, atoms, centre="median" if formulation == "encode" else "mean"
+    )
 
     n_streamlines = len(streamlines)
     lengths = streamlines.lengths
@@ -452,7 +476,8 @@ def build_model(
     F = n_streamlines
     if n_vox_total * n_atoms * max(F, 1) >= 2**62:
         raise ValueError(
-            f"Model too large for 64-bit keys: {n_vox_total} voxels × {n_atoms} atoms × {F} streamlines."
+            f"Model too large for 64-bit keys: {n_vox_total} voxels × {n_atoms} atoms "
+            f"× {F} streamlines."
         )
 
     inv = torch.as_tensor(np.linalg.inv(affine), dtype=torch.float64)
@@ -481,7 +506,7 @@ def build_model(
         vox = pts @ R.T + T
         del pts
         n = vox.shape[0]
-        local_off = torch.as_tensor(offsets[c0:c1 + 1] - p0, device=dev)
+        local_off = torch.as_tensor(offsets[c0 : c1 + 1] - p0, device=dev)
         first = torch.zeros(n, dtype=torch.bool, device=dev)
         last = torch.zeros(n, dtype=torch.bool, device=dev)
         nonempty = lens > 0
@@ -490,8 +515,9 @@ def build_model(
         nxt = torch.roll(vox, -1, 0)
         prv = torch.roll(vox, 1, 0)
         # numpy.gradient along each streamline: one-sided at the ends.
-        tang = torch.where(first[:, None], nxt - vox,
-                           torch.where(last[:, None], vox - prv, 0.5 * (nxt - prv)))
+        tang = torch.where(
+            first[:, None], nxt - vox, torch.where(last[:, None], vox - prv, 0.5 * (nxt - prv))
+        )
         del nxt, prv
         tnorm = torch.linalg.vector_norm(tang, dim=1)
         ijk = torch.floor(vox + 0.5).long()
@@ -535,7 +561,9 @@ def build_model(
         vf = lin * F + fib
         _, vf_inv = torch.unique(vf, return_inverse=True)
         del vf
-        n_vf = torch.zeros(int(vf_inv.max()) + 1, dtype=torch.int64, device=dev).index_add_(0, vf_inv, cnt)
+        n_vf = torch.zeros(int(vf_inv.max()) + 1, dtype=torch.int64, device=dev).index_add_(
+            0, vf_inv, cnt
+        )
         share = cnt.double() / n_vf[vf_inv].double()
         del vf_inv, n_vf
     else:  # 'count': node signals summed, as dipy and LiFE 1.0
@@ -545,21 +573,32 @@ def build_model(
     del va
     av_atom = av_key % n_atoms
     av_lin = av_key // n_atoms
-    voxel_lin, av_voxel, per_voxel = torch.unique_consecutive(av_lin, return_inverse=True, return_counts=True)
+    voxel_lin, av_voxel, per_voxel = torch.unique_consecutive(
+        av_lin, return_inverse=True, return_counts=True
+    )
     crow = torch.zeros(len(voxel_lin) + 1, dtype=torch.int64, device=dev)
     torch.cumsum(per_voxel, 0, out=crow[1:])
     kept, entry_fibre = torch.unique(fib, return_inverse=True)
     del fib
     if parse_memory(memory_limit) is not None:
         need = loaded_bytes + model_memory(
-            entry_fibre.numel(), av_key.numel(), voxel_lin.numel(), n_vol, kept.numel(),
-            torch.empty((), dtype=tdtype).element_size())
+            entry_fibre.numel(),
+            av_key.numel(),
+            voxel_lin.numel(),
+            n_vol,
+            kept.numel(),
+            torch.empty((), dtype=tdtype).element_size(),
+        )
         budget = memory_budget(dev, memory_limit)
         if need > budget:
             raise limit_error(
                 f"The LiFE model ({entry_fibre.numel()} Φ entries, {voxel_lin.numel()} voxels x "
-                f"{n_vol} volumes) and its fit", need, budget, memory_limit,
-                "Raise memory_limit, or fit fewer streamlines or a smaller mask.")
+                f"{n_vol} volumes) and its fit",
+                need,
+                budget,
+                memory_limit,
+                "Raise memory_limit, or fit fewer streamlines or a smaller mask.",
+            )
 
     # Signal of the model voxels: S₀ from b=0 volumes, b demeaned per voxel.
     voxel_lin_np = voxel_lin.cpu().numpy()

@@ -16,9 +16,13 @@ from connscale.life.encode import LiFEModel, canonical_dictionary
 from connscale.life.operators import LiFEOperator
 
 
-def voxel_rmse(model: LiFEModel, weights_kept: npt.ArrayLike | torch.Tensor, *,
-               signal: torch.Tensor | None = None,
-               operator: LiFEOperator | None = None) -> np.ndarray:
+def voxel_rmse(
+    model: LiFEModel,
+    weights_kept: npt.ArrayLike | torch.Tensor,
+    *,
+    signal: torch.Tensor | None = None,
+    operator: LiFEOperator | None = None,
+) -> np.ndarray:
     """sqrt(mean over directions of (b − M w)²) per model voxel (signal units).
 
     Parameters
@@ -31,8 +35,9 @@ def voxel_rmse(model: LiFEModel, weights_kept: npt.ArrayLike | torch.Tensor, *,
     operator : LiFEOperator or None
     """
     op = operator or LiFEOperator(model)
-    w = torch.as_tensor(np.asarray(weights_kept) if not isinstance(weights_kept, torch.Tensor)
-                        else weights_kept)
+    w = torch.as_tensor(
+        np.asarray(weights_kept) if not isinstance(weights_kept, torch.Tensor) else weights_kept
+    )
     pred = op.matvec(w.to(model.device))
     b = model.signal if signal is None else signal.to(model.device, model.dtype)
     rmse = torch.sqrt(((b - pred).double() ** 2).mean(dim=1)) * model.signal_scale.double()
@@ -63,8 +68,9 @@ def repeat_signal(model: LiFEModel, data: npt.ArrayLike) -> torch.Tensor:
     return torch.as_tensor(vals, dtype=model.dtype, device=model.device)
 
 
-def cross_validated_rmse(model: LiFEModel, weights_kept: npt.ArrayLike | torch.Tensor,
-                         data_repeat: npt.ArrayLike) -> dict:
+def cross_validated_rmse(
+    model: LiFEModel, weights_kept: npt.ArrayLike | torch.Tensor, data_repeat: npt.ArrayLike
+) -> dict:
     """Per-voxel RMSE of the fit against a second acquisition.
 
     Returns
@@ -75,15 +81,19 @@ def cross_validated_rmse(model: LiFEModel, weights_kept: npt.ArrayLike | torch.T
     """
     b2 = repeat_signal(model, data_repeat)
     rmse = voxel_rmse(model, weights_kept, signal=b2)
-    rmse_data = (torch.sqrt(((model.signal - b2).double() ** 2).mean(dim=1))
-                 * model.signal_scale.double()).cpu().numpy()
+    rmse_data = (
+        (torch.sqrt(((model.signal - b2).double() ** 2).mean(dim=1)) * model.signal_scale.double())
+        .cpu()
+        .numpy()
+    )
     with np.errstate(divide="ignore", invalid="ignore"):
         rrmse = rmse / rmse_data
     return {"rmse": rmse, "rmse_data": rmse_data, "rrmse": rrmse}
 
 
-def split_directions(model: LiFEModel, *, random_state: int | np.random.Generator | None = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def split_directions(
+    model: LiFEModel, *, random_state: int | np.random.Generator | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Two halves of the diffusion directions (random, balanced per shell)."""
     rng = check_random_state(random_state)
     shells = np.round(model.bvals / 100).astype(int)
@@ -101,8 +111,12 @@ def split_directions(model: LiFEModel, *, random_state: int | np.random.Generato
 def submodel(model: LiFEModel, directions: npt.ArrayLike) -> LiFEModel:
     """The model restricted to some directions (D rebuilt and de-medianed on them)."""
     directions = np.asarray(directions, dtype=np.int64)
-    D = canonical_dictionary(model.bvals[directions], model.bvecs[directions], model.atoms,
-                             centre="median" if model.formulation == "encode" else "mean")
+    D = canonical_dictionary(
+        model.bvals[directions],
+        model.bvecs[directions],
+        model.atoms,
+        centre="median" if model.formulation == "encode" else "mean",
+    )
     idx = torch.as_tensor(directions, device=model.device)
     raw = model.signal.index_select(1, idx).double() + model.signal_mean.double()[:, None]
     mean = raw.mean(dim=1)
@@ -117,9 +131,15 @@ def submodel(model: LiFEModel, directions: npt.ArrayLike) -> LiFEModel:
     )
 
 
-def strength_of_evidence(model: LiFEModel, weights_kept: npt.ArrayLike | torch.Tensor,
-                         fibres: npt.ArrayLike, *, n_boot: int = 5000, n_mc: int = 5,
-                         random_state: int | np.random.Generator | None = None) -> dict:
+def strength_of_evidence(
+    model: LiFEModel,
+    weights_kept: npt.ArrayLike | torch.Tensor,
+    fibres: npt.ArrayLike,
+    *,
+    n_boot: int = 5000,
+    n_mc: int = 5,
+    random_state: int | np.random.Generator | None = None,
+) -> dict:
     """Strength of evidence of a fascicle by virtual lesion (encode's
     ``feComputeVirtualLesion`` + ``feComputeEvidence``).
 
@@ -146,21 +166,25 @@ def strength_of_evidence(model: LiFEModel, weights_kept: npt.ArrayLike | torch.T
     if fibres.dtype == bool:
         if fibres.shape != (model.n_streamlines,):
             raise ValueError(
-                f"A boolean 'fibres' mask must have {model.n_streamlines} entries; got {fibres.shape}."
+                f"A boolean 'fibres' mask must have {model.n_streamlines} entries; "
+                f"got {fibres.shape}."
             )
         fibres = np.flatnonzero(fibres)
     if fibres.size and (fibres.min() < 0 or fibres.max() >= model.n_streamlines):
         raise ValueError(f"'fibres' indices must lie in [0, {model.n_streamlines}).")
     in_tract = np.isin(model.fibre_index, fibres)
-    w = torch.as_tensor(np.asarray(weights_kept) if not isinstance(weights_kept, torch.Tensor)
-                        else weights_kept).to(model.device, torch.float64)
+    w = torch.as_tensor(
+        np.asarray(weights_kept) if not isinstance(weights_kept, torch.Tensor) else weights_kept
+    ).to(model.device, torch.float64)
     lesion = w.clone()
     mask_t = torch.as_tensor(in_tract, device=model.device)
     lesion[mask_t] = 0
-    touched = (mask_t[model.entry_fibre] & (w[model.entry_fibre] > 0))
+    touched = mask_t[model.entry_fibre] & (w[model.entry_fibre] > 0)
     vox = torch.unique(model.entry_voxel()[touched]).cpu().numpy()
     if vox.size == 0:
-        raise ValueError("The fascicle has no kept, non-zero-weight fibre in the model; no evidence to compute.")
+        raise ValueError(
+            "The fascicle has no kept, non-zero-weight fibre in the model; no evidence to compute."
+        )
     op = LiFEOperator(model)
     r_no = voxel_rmse(model, w, operator=op)[vox]
     r_le = voxel_rmse(model, lesion, operator=op)[vox]
@@ -177,5 +201,9 @@ def strength_of_evidence(model: LiFEModel, weights_kept: npt.ArrayLike | torch.T
             means_le[s:e] = r_le[idx].mean(axis=1)
         sd = np.sqrt(means_no.std() ** 2 + means_le.std() ** 2)
         strengths.append((means_le.mean() - means_no.mean()) / sd if sd > 0 else np.inf)
-    return {"strength": float(np.mean(strengths)), "rmse_lesion": r_le,
-            "rmse_nolesion": r_no, "n_voxels": n}
+    return {
+        "strength": float(np.mean(strengths)),
+        "rmse_lesion": r_le,
+        "rmse_nolesion": r_no,
+        "n_voxels": n,
+    }

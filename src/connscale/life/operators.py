@@ -4,7 +4,8 @@
   (one scatter-add over the entries), then one sparse × dense product
   ``Y = W · Dᵀ`` (CSR over voxels; cuSPARSE on CUDA, scipy on the CPU).
 - ``rmatvec``: ``dot[v, a] = ⟨D[:, a], Y[v, :]⟩`` for the distinct (voxel,
-  atom) pairs (a sampled product, SDDMM, or a chunked gather-dot), then ``x_f = Σ Φ(a, v, f) · dot[v, a]``
+  atom) pairs (a sampled product, SDDMM, or a chunked gather-dot), then
+  ``x_f = Σ Φ(a, v, f) · dot[v, a]``
   scattered into a float64 accumulator.
 
 Both run in chunks of entries / pairs so that temporaries stay bounded.
@@ -49,20 +50,31 @@ class LiFEOperator:
         an extra copy of the entries (~16 bytes each).
     """
 
-    def __init__(self, model: LiFEModel, *, column_scale: torch.Tensor | None = None,
-                 dictionary: torch.Tensor | None = None, chunk_size: int | None = None,
-                 pair_method: str = "sddmm", spmm_method: str = "auto",
-                 entry_method: str = "auto") -> None:
+    def __init__(
+        self,
+        model: LiFEModel,
+        *,
+        column_scale: torch.Tensor | None = None,
+        dictionary: torch.Tensor | None = None,
+        chunk_size: int | None = None,
+        pair_method: str = "sddmm",
+        spmm_method: str = "auto",
+        entry_method: str = "auto",
+    ) -> None:
         if spmm_method == "auto":
             spmm_method = "scipy" if model.device.type == "cpu" else "torch"
         if spmm_method not in ("scipy", "torch"):
-            raise ValueError(f"'spmm_method' must be 'auto', 'scipy' or 'torch'; got {spmm_method!r}.")
+            raise ValueError(
+                f"'spmm_method' must be 'auto', 'scipy' or 'torch'; got {spmm_method!r}."
+            )
         self.spmm_method = spmm_method
         self._np_csr = None
         if entry_method == "auto":
             entry_method = "spmv" if model.device.type == "cuda" else "scatter"
         if entry_method not in ("spmv", "scatter"):
-            raise ValueError(f"'entry_method' must be 'auto', 'spmv' or 'scatter'; got {entry_method!r}.")
+            raise ValueError(
+                f"'entry_method' must be 'auto', 'spmv' or 'scatter'; got {entry_method!r}."
+            )
         self.entry_method = entry_method
         self._P = None
         if pair_method not in ("sddmm", "gather"):
@@ -83,7 +95,9 @@ class LiFEOperator:
         self.n_pairs = int(model.av_atom.numel())
         value = model.entry_value
         if column_scale is not None:
-            value = (value.double() / column_scale.to(self.device, torch.float64)[model.entry_fibre]).to(self.dtype)
+            value = (
+                value.double() / column_scale.to(self.device, torch.float64)[model.entry_fibre]
+            ).to(self.dtype)
         self.value = value
         self.chunk_size = int(chunk_size)
         self._crow = model.crow
@@ -95,15 +109,26 @@ class LiFEOperator:
             import scipy.sparse as sp
 
             if self._np_csr is None:
-                self._np_csr = (self._col.cpu().numpy(), self._crow.cpu().numpy(), self.Dt.cpu().numpy())
+                self._np_csr = (
+                    self._col.cpu().numpy(),
+                    self._crow.cpu().numpy(),
+                    self.Dt.cpu().numpy(),
+                )
             col, crow, Dt = self._np_csr
-            A = sp.csr_matrix((W.detach().cpu().numpy(), col, crow), shape=(self.n_voxels, Dt.shape[0]))
+            A = sp.csr_matrix(
+                (W.detach().cpu().numpy(), col, crow), shape=(self.n_voxels, Dt.shape[0])
+            )
             return torch.from_numpy(np.ascontiguousarray(A @ Dt)).to(self.device)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)  # "sparse CSR support is in beta"
             A = torch.sparse_csr_tensor(
-                self._crow, self._col, W, size=(self.n_voxels, self.Dt.shape[0]),
-                dtype=self.dtype, device=self.device, check_invariants=False,
+                self._crow,
+                self._col,
+                W,
+                size=(self.n_voxels, self.Dt.shape[0]),
+                dtype=self.dtype,
+                device=self.device,
+                check_invariants=False,
             )
             return A @ self.Dt
 
@@ -118,10 +143,20 @@ class LiFEOperator:
             torch.cumsum(torch.bincount(m.entry_fibre, minlength=self.n_fibres), 0, out=crow_t[1:])
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
-                P = torch.sparse_csr_tensor(crow, m.entry_fibre, self.value, size=(self.n_pairs, self.n_fibres),
-                                            check_invariants=False)
-                Pt = torch.sparse_csr_tensor(crow_t, m.entry_av[perm], self.value[perm].double(),
-                                             size=(self.n_fibres, self.n_pairs), check_invariants=False)
+                P = torch.sparse_csr_tensor(
+                    crow,
+                    m.entry_fibre,
+                    self.value,
+                    size=(self.n_pairs, self.n_fibres),
+                    check_invariants=False,
+                )
+                Pt = torch.sparse_csr_tensor(
+                    crow_t,
+                    m.entry_av[perm],
+                    self.value[perm].double(),
+                    size=(self.n_fibres, self.n_pairs),
+                    check_invariants=False,
+                )
             self._P = (P, Pt)
         return self._P
 
@@ -170,8 +205,11 @@ class LiFEOperator:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)
                 self._pattern_csr = torch.sparse_csr_tensor(
-                    self._crow, self._col, torch.zeros(self.n_pairs, dtype=self.dtype, device=self.device),
-                    size=(self.n_voxels, self.Dt.shape[0]), check_invariants=False,
+                    self._crow,
+                    self._col,
+                    torch.zeros(self.n_pairs, dtype=self.dtype, device=self.device),
+                    size=(self.n_voxels, self.Dt.shape[0]),
+                    check_invariants=False,
                 )
         return self._pattern_csr
 
@@ -181,7 +219,9 @@ class LiFEOperator:
         cs = max(1, self.chunk_size // max(self.n_directions, 1))
         for s in range(0, self.n_pairs, cs):
             p = slice(s, s + cs)
-            dots[p] = (self.Dt.index_select(0, m.av_atom[p]) * Y.index_select(0, m.av_voxel[p])).sum(dim=1)
+            dots[p] = (
+                self.Dt.index_select(0, m.av_atom[p]) * Y.index_select(0, m.av_voxel[p])
+            ).sum(dim=1)
         return dots
 
     def rmatvec(self, Y: torch.Tensor) -> torch.Tensor:
@@ -199,7 +239,9 @@ class LiFEOperator:
         cs = self.chunk_size
         for s in range(0, self.value.numel(), cs):
             e = slice(s, s + cs)
-            out.index_add_(0, m.entry_fibre[e], (self.value[e] * dots.index_select(0, m.entry_av[e])).double())
+            out.index_add_(
+                0, m.entry_fibre[e], (self.value[e] * dots.index_select(0, m.entry_av[e])).double()
+            )
         return out
 
     def column_norms_sq(self) -> torch.Tensor:
@@ -210,5 +252,7 @@ class LiFEOperator:
         cs = self.chunk_size
         for s in range(0, self.value.numel(), cs):
             e = slice(s, s + cs)
-            out.index_add_(0, m.entry_fibre[e], self.value[e].double() ** 2 * dnorm[m.av_atom[m.entry_av[e]]])
+            out.index_add_(
+                0, m.entry_fibre[e], self.value[e].double() ** 2 * dnorm[m.av_atom[m.entry_av[e]]]
+            )
         return out

@@ -22,10 +22,14 @@ if TYPE_CHECKING:
 _MEASURES = ("weight", "count", "evidence")
 
 
-def save_pruned_tractogram(streamlines: StreamlineArray, weights: npt.ArrayLike,
-                           path: str | os.PathLike, *,
-                           reference_affine: npt.ArrayLike | None = None,
-                           reference_shape: npt.ArrayLike | None = None) -> Path:
+def save_pruned_tractogram(
+    streamlines: StreamlineArray,
+    weights: npt.ArrayLike,
+    path: str | os.PathLike,
+    *,
+    reference_affine: npt.ArrayLike | None = None,
+    reference_shape: npt.ArrayLike | None = None,
+) -> Path:
     """Write the streamlines with weight > 0, in the format of ``path``'s suffix
     (.trk or .tck), reusing the input file's header when there was one.
 
@@ -35,22 +39,32 @@ def save_pruned_tractogram(streamlines: StreamlineArray, weights: npt.ArrayLike,
     """
     weights = np.asarray(weights)
     if len(weights) != len(streamlines):
-        raise ValueError(f"Need one weight per streamline ({len(streamlines)}); got {len(weights)}.")
+        raise ValueError(
+            f"Need one weight per streamline ({len(streamlines)}); got {len(weights)}."
+        )
     keep = np.flatnonzero(weights > 0)
-    return save_streamlines(streamlines.subset(keep), path, weights=weights[keep],
-                            reference=streamlines.source, reference_affine=reference_affine,
-                            reference_shape=reference_shape)
+    return save_streamlines(
+        streamlines.subset(keep),
+        path,
+        weights=weights[keep],
+        reference=streamlines.source,
+        reference_affine=reference_affine,
+        reference_shape=reference_shape,
+    )
 
 
-def endpoint_labels(streamlines: StreamlineArray, labels: npt.ArrayLike,
-                    labels_affine: npt.ArrayLike) -> np.ndarray:
+def endpoint_labels(
+    streamlines: StreamlineArray, labels: npt.ArrayLike, labels_affine: npt.ArrayLike
+) -> np.ndarray:
     """(n_streamlines, 2) labels of each streamline's two end points (0: none)."""
     labels = np.asarray(labels)
     starts = streamlines.offsets[:-1]
     ends = streamlines.offsets[1:] - 1
     ok = streamlines.lengths > 0
-    pts = np.stack([streamlines.points[np.where(ok, starts, 0)],
-                    streamlines.points[np.where(ok, ends, 0)]], axis=1).astype(np.float64)
+    pts = np.stack(
+        [streamlines.points[np.where(ok, starts, 0)], streamlines.points[np.where(ok, ends, 0)]],
+        axis=1,
+    ).astype(np.float64)
     inv = np.linalg.inv(np.asarray(labels_affine, dtype=np.float64))
     ijk = np.floor(pts @ inv[:3, :3].T + inv[:3, 3] + 0.5).astype(np.int64)
     inside = np.all((ijk >= 0) & (ijk < np.array(labels.shape)), axis=2) & ok[:, None]
@@ -59,11 +73,17 @@ def endpoint_labels(streamlines: StreamlineArray, labels: npt.ArrayLike,
     return np.where(inside, out, 0)
 
 
-def connectome(streamlines: StreamlineArray, weights: npt.ArrayLike, labels: npt.ArrayLike,
-               labels_affine: npt.ArrayLike, *, measure: str = "weight",
-               fit: LiFEFit | None = None, region_labels: npt.ArrayLike | None = None,
-               random_state: int | np.random.Generator | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+def connectome(
+    streamlines: StreamlineArray,
+    weights: npt.ArrayLike,
+    labels: npt.ArrayLike,
+    labels_affine: npt.ArrayLike,
+    *,
+    measure: str = "weight",
+    fit: LiFEFit | None = None,
+    region_labels: npt.ArrayLike | None = None,
+    random_state: int | np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Region × region structural connectome of the surviving streamlines.
 
     Parameters
@@ -119,16 +139,24 @@ def connectome(streamlines: StreamlineArray, weights: npt.ArrayLike, labels: npt
         lo, hi = np.minimum(i, j), np.maximum(i, j)
         for a, b in sorted(set(zip(lo.tolist(), hi.tolist()))):
             members = idx[(lo == a) & (hi == b)]
-            M[a, b] = fit.strength_of_evidence(members, n_boot=1000, n_mc=5,
-                                               random_state=random_state)["strength"]
+            M[a, b] = fit.strength_of_evidence(
+                members, n_boot=1000, n_mc=5, random_state=random_state
+            )["strength"]
         return M + np.triu(M, 1).T, region_labels
     M = M + M.T - np.diag(np.diag(M))
     return M, region_labels
 
 
-def write_relmat(matrix: npt.ArrayLike, region_labels: npt.ArrayLike, out_dir: str | os.PathLike,
-                 source: str, *, measure: str, formats: Collection[str] = ("tsv", "h5"),
-                 metadata: Mapping | None = None) -> list[Path]:
+def write_relmat(
+    matrix: npt.ArrayLike,
+    region_labels: npt.ArrayLike,
+    out_dir: str | os.PathLike,
+    source: str,
+    *,
+    measure: str,
+    formats: Collection[str] = ("tsv", "h5"),
+    metadata: Mapping | None = None,
+) -> list[Path]:
     """Write ``<source>_meas-<Measure>_relmat.{tsv,h5}`` and their JSON sidecars.
 
     The TSV has a header row of region labels (as ``connscale.io.relmat``);
@@ -140,7 +168,11 @@ def write_relmat(matrix: npt.ArrayLike, region_labels: npt.ArrayLike, out_dir: s
     from connscale.io.relmat import relmat_path, write_relmat_tsv, write_sidecar
 
     matrix = np.asarray(matrix, dtype=np.float64)
-    names = {"weight": "LiFEWeightSum", "count": "LiFEStreamlineCount", "evidence": "LiFEStrengthOfEvidence"}
+    names = {
+        "weight": "LiFEWeightSum",
+        "count": "LiFEStreamlineCount",
+        "evidence": "LiFEStrengthOfEvidence",
+    }
     meas = names.get(measure, measure)
     labels = [str(int(x)) for x in region_labels]
     side = {
@@ -166,9 +198,11 @@ def write_relmat(matrix: npt.ArrayLike, region_labels: npt.ArrayLike, out_dir: s
         written.append(write_sidecar(path, side))
     if "h5" in formats:
         path = write_relmat_h5(
-            relmat_path(out_dir, source, extension=".h5", measure=meas), matrix,
-            attrs={"measure": meas}, datasets={"node_labels": np.asarray(region_labels,
-                                                                         dtype=np.int64)})
+            relmat_path(out_dir, source, extension=".h5", measure=meas),
+            matrix,
+            attrs={"measure": meas},
+            datasets={"node_labels": np.asarray(region_labels, dtype=np.int64)},
+        )
         written.append(path)
         if "tsv" not in formats:
             written.append(write_sidecar(path, side))

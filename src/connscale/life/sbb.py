@@ -49,8 +49,13 @@ class DenseOperator:
     device, dtype : torch device and dtype
     """
 
-    def __init__(self, M: npt.ArrayLike, *, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float64) -> None:
+    def __init__(
+        self,
+        M: npt.ArrayLike,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float64,
+    ) -> None:
         self.M = torch.as_tensor(np.asarray(M), dtype=dtype, device=device)
         self.device = self.M.device
         self.dtype = dtype
@@ -60,7 +65,7 @@ class DenseOperator:
         return self.M @ x.to(self.device, self.dtype)
 
     def rmatvec(self, y: torch.Tensor) -> torch.Tensor:
-        return (self.M.T.double() @ y.to(self.device).double().reshape(-1))
+        return self.M.T.double() @ y.to(self.device).double().reshape(-1)
 
 
 @dataclass
@@ -94,10 +99,12 @@ def _sq(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t, dtype=torch.float64) ** 2)
 
 
-@validate_params({
-    "lam": [Interval(Real, 0, None, closed="left")],
-    "max_iter": [Interval(Integral, 1, None, closed="left")],
-})
+@validate_params(
+    {
+        "lam": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+    }
+)
 def sbb_nnls(
     op: LiFEOperator | DenseOperator,
     b: torch.Tensor,
@@ -170,13 +177,15 @@ def sbb_nnls(
         k = 0
     else:
         k = int(state["k"])
-        x, g, g_old = (torch.as_tensor(state[name]).to(dev, torch.float64).clone()
-                       for name in ("x", "g", "g_old"))
+        x, g, g_old = (
+            torch.as_tensor(state[name]).to(dev, torch.float64).clone()
+            for name in ("x", "g", "g_old")
+        )
         if x.shape != (n,):
-            raise ValueError(f"The saved solver state has {x.shape[0]} weights; the problem "
-                             f"has {n}.")
-        res = SBBResult(x=x, objective=list(state["objective"]),
-                        data_term=list(state["data_term"]))
+            raise ValueError(
+                f"The saved solver state has {x.shape[0]} weights; the problem has {n}."
+            )
+        res = SBBResult(x=x, objective=list(state["objective"]), data_term=list(state["data_term"]))
         res.n_updates = len(res.data_term) - 1
         if state.get("stop_reason"):
             res.n_iter, res.stop_reason = k, str(state["stop_reason"])
@@ -185,13 +194,27 @@ def sbb_nnls(
     objs = dict(enumerate(res.data_term[1:], start=1))
 
     def saved(stop_reason: str = "") -> None:
-        save_state({"k": k, "x": x, "g": g, "g_old": g_old, "objective": res.objective,
-                    "data_term": res.data_term, "stop_reason": stop_reason})
+        save_state(
+            {
+                "k": k,
+                "x": x,
+                "g": g,
+                "g_old": g_old,
+                "objective": res.objective,
+                "data_term": res.data_term,
+                "stop_reason": stop_reason,
+            }
+        )
 
     from tqdm.auto import tqdm
 
-    bar = tqdm(total=max(int(max_iter) - 1, 0), initial=res.n_updates, disable=not verbose,
-               desc="SBB-NNLS", unit="it")
+    bar = tqdm(
+        total=max(int(max_iter) - 1, 0),
+        initial=res.n_updates,
+        disable=not verbose,
+        desc="SBB-NNLS",
+        unit="it",
+    )
     try:
         while True:
             k += 1

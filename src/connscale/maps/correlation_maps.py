@@ -54,13 +54,15 @@ def global_correlation(timeseries, *, device: str = "auto", dtype: str = "float3
 
 
 @fill_doc
-@validate_params({
-    "timeseries": ["array-like"],
-    "radius": [Interval(Real, 0, None, closed="neither"), None],
-    "fisher_z": ["boolean"],
-    "device": ["device"],
-    "dtype": ["dtype"],
-})
+@validate_params(
+    {
+        "timeseries": ["array-like"],
+        "radius": [Interval(Real, 0, None, closed="neither"), None],
+        "fisher_z": ["boolean"],
+        "device": ["device"],
+        "dtype": ["dtype"],
+    }
+)
 def seed_correlation(
     timeseries,
     seeds,
@@ -115,11 +117,13 @@ def seed_correlation(
     seed_array = check_timeseries(seed_array, name="seeds")
     u, constant = normalized_series(timeseries, device=device, dtype=dtype)
     if seed_array.shape[0] != u.shape[1]:
-        raise ValueError(f"'seeds' must have one row per time point ({u.shape[1]}); got "
-                         f"{seed_array.shape[0]}.")
+        raise ValueError(
+            f"'seeds' must have one row per time point ({u.shape[1]}); got {seed_array.shape[0]}."
+        )
     with torch.no_grad():
-        v, _ = normalize_series(torch.from_numpy(np.ascontiguousarray(seed_array)).to(u.device),
-                                dtype=u.dtype)
+        v, _ = normalize_series(
+            torch.from_numpy(np.ascontiguousarray(seed_array)).to(u.device), dtype=u.dtype
+        )
         r = v @ u.T
         if fisher_z:
             r = torch.arctanh(r.double())

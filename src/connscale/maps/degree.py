@@ -109,16 +109,32 @@ def degree_centrality(
     >>> connscale.degree_centrality(x, [0.1, 0.2], device="cpu").shape
     (2, 50)
     """
-    maps, _ = compute_degree(timeseries, threshold, weighted=weighted, absolute=absolute,
-                             sparsity=sparsity, device=device, dtype=dtype,
-                             memory_limit=memory_limit)
+    maps, _ = compute_degree(
+        timeseries,
+        threshold,
+        weighted=weighted,
+        absolute=absolute,
+        sparsity=sparsity,
+        device=device,
+        dtype=dtype,
+        memory_limit=memory_limit,
+    )
     return maps
 
 
 @validate_params({**_PARAMETER_CONSTRAINTS, "both": ["boolean"]})
-def compute_degree(timeseries, threshold=0.25, *, weighted=False, absolute=False,
-                   sparsity=None, device="auto", dtype="float32", memory_limit=None,
-                   both=False):
+def compute_degree(
+    timeseries,
+    threshold=0.25,
+    *,
+    weighted=False,
+    absolute=False,
+    sparsity=None,
+    device="auto",
+    dtype="float32",
+    memory_limit=None,
+    both=False,
+):
     """:func:`degree_centrality`, also returning a dict with the thresholds
     used (those found for ``sparsity``), the method and the block size.
 
@@ -126,16 +142,18 @@ def compute_degree(timeseries, threshold=0.25, *, weighted=False, absolute=False
     """
     if sparsity is not None:
         if threshold is not None:
-            raise ValueError("Give a 'threshold' or a 'sparsity', not both (pass "
-                             "threshold=None with sparsity).")
+            raise ValueError(
+                "Give a 'threshold' or a 'sparsity', not both (pass threshold=None with sparsity)."
+            )
         fractions, scalar = _as_list(sparsity)
     else:
         if threshold is None:
             raise ValueError("degree_centrality needs a 'threshold' or a 'sparsity'; got neither.")
         thresholds, scalar = _as_list(threshold)
         if absolute and min(thresholds) < 0:
-            raise ValueError(f"With absolute=True the thresholds must be in [0, 1]; got "
-                             f"{min(thresholds)}.")
+            raise ValueError(
+                f"With absolute=True the thresholds must be in [0, 1]; got {min(thresholds)}."
+            )
     u, constant = normalized_series(timeseries, device=device, dtype=dtype)
     n, t = u.shape
     if n < 2:
@@ -144,40 +162,51 @@ def compute_degree(timeseries, threshold=0.25, *, weighted=False, absolute=False
     n_maps = len(fractions) if sparsity is not None else len(thresholds)
     resident = n * t * item + n_maps * n * 16
     budget = memory_budget(u.device, memory_limit)
-    use_triton = (u.is_cuda and triton_runs(u, float32=True)
-                  and budget >= 2 * resident)
+    use_triton = u.is_cuda and triton_runs(u, float32=True) and budget >= 2 * resident
     if use_triton:
-        block_rows = _tiles.plan_block_rows_stored(n, resident, budget, item=item,
-                                                   device=u.device).block_rows
+        block_rows = _tiles.plan_block_rows_stored(
+            n, resident, budget, item=item, device=u.device
+        ).block_rows
     else:
-        block_rows = _tiles.plan_block_rows(n, resident, budget, item=item,
-                                            device=u.device).block_rows
+        block_rows = _tiles.plan_block_rows(
+            n, resident, budget, item=item, device=u.device
+        ).block_rows
     with torch.no_grad():
         if sparsity is not None:
             m = n - int(constant.sum())
             pairs = m * (m - 1) // 2
             kept = [max(1, min(pairs, round(p * pairs))) for p in fractions]
-            exact = _tiles.top_threshold(u, kept, absolute=absolute, block_rows=block_rows,
-                                         use_triton=use_triton)
+            exact = _tiles.top_threshold(
+                u, kept, absolute=absolute, block_rows=block_rows, use_triton=use_triton
+            )
             thresholds = exact
             cut = [_tiles.below(v, u.dtype) for v in exact]  # r > cut <=> r >= exact
         else:
             cut = thresholds
         cut_t = torch.tensor(cut, dtype=u.dtype)
         if use_triton and _tiles.CUDA_METHOD == "fused":
-            counts, sums = _tiles.degree_triton(u, cut_t, absolute=absolute,
-                                                weighted=weighted or both)
+            counts, sums = _tiles.degree_triton(
+                u, cut_t, absolute=absolute, weighted=weighted or both
+            )
         elif use_triton:
-            counts, sums = _tiles.degree_blocks_triton(u, cut_t, absolute=absolute,
-                                                       weighted=weighted or both,
-                                                       block_rows=block_rows)
+            counts, sums = _tiles.degree_blocks_triton(
+                u, cut_t, absolute=absolute, weighted=weighted or both, block_rows=block_rows
+            )
         else:
-            counts, sums = _tiles.degree_torch(u, cut_t.to(u.device), absolute=absolute,
-                                               weighted=weighted or both,
-                                               block_rows=block_rows)
+            counts, sums = _tiles.degree_torch(
+                u,
+                cut_t.to(u.device),
+                absolute=absolute,
+                weighted=weighted or both,
+                block_rows=block_rows,
+            )
     method = f"triton-{_tiles.CUDA_METHOD}" if use_triton else "torch"
-    info = {"thresholds": thresholds, "method": method,
-            "block_rows": block_rows, "n_constant": int(constant.sum())}
+    info = {
+        "thresholds": thresholds,
+        "method": method,
+        "block_rows": block_rows,
+        "n_constant": int(constant.sum()),
+    }
     logger.debug("degree_centrality: %s", info)
     if both:
         maps = (as_map(counts, constant), as_map(sums, constant))

@@ -14,13 +14,15 @@ from connscale.maps._prepare import as_map, normalized_series
 
 
 @fill_doc
-@validate_params({
-    "timeseries": ["array-like"],
-    "tol": [Interval(Real, 0, None, closed="neither")],
-    "max_iter": [Interval(Integral, 1, None, closed="left")],
-    "device": ["device"],
-    "dtype": ["dtype"],
-})
+@validate_params(
+    {
+        "timeseries": ["array-like"],
+        "tol": [Interval(Real, 0, None, closed="neither")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "device": ["device"],
+        "dtype": ["dtype"],
+    }
+)
 def eigenvector_centrality(
     timeseries,
     *,
@@ -76,9 +78,12 @@ def eigenvector_centrality(
             raise ValueError("eigenvector_centrality: every series is constant.")
         x, n_iter, change = power_iteration(z, tol, max_iter)
         if change >= tol:
-            warnings.warn(f"eigenvector_centrality did not converge in {max_iter} iterations "
-                          f"(last change {change:.2e} > tol={tol:g}).", RuntimeWarning,
-                          stacklevel=user_stacklevel())
+            warnings.warn(
+                f"eigenvector_centrality did not converge in {max_iter} iterations "
+                f"(last change {change:.2e} > tol={tol:g}).",
+                RuntimeWarning,
+                stacklevel=user_stacklevel(),
+            )
         full = torch.zeros(u.shape[0], dtype=torch.float64, device=u.device)
         full[~constant] = x.double()
     return as_map(full, constant)
@@ -92,7 +97,7 @@ def power_iteration(z: torch.Tensor, tol: float, max_iter: int) -> tuple[torch.T
     m = z.shape[0]
     x = torch.full((m,), 1.0 / np.sqrt(m), dtype=z.dtype, device=z.device)
     change = float("inf")
-    for n_iter in range(1, max_iter + 1):
+    for n_iter in range(1, max_iter + 1):  # noqa: B007 - the count is returned
         y = z @ (z.T @ x) + x.sum()
         y /= torch.linalg.vector_norm(y)
         change = float(torch.linalg.vector_norm(y - x))

@@ -43,8 +43,10 @@ def seed_timeseries(img, seeds, *, radius: float | None = None) -> np.ndarray:
     if coords.ndim == 1:
         coords = coords[None, :]
     if coords.ndim != 2 or coords.shape[1] != 3:
-        raise ValueError(f"Seed coordinates must be (x, y, z) triples; got an array of shape "
-                         f"{coords.shape}.")
-    masker = NiftiSpheresMasker([tuple(c) for c in coords], radius=radius,
-                                standardize=_no_standardize())
+        raise ValueError(
+            f"Seed coordinates must be (x, y, z) triples; got an array of shape {coords.shape}."
+        )
+    masker = NiftiSpheresMasker(
+        [tuple(c) for c in coords], radius=radius, standardize=_no_standardize()
+    )
     return np.asarray(masker.fit_transform(image))

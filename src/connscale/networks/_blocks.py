@@ -57,8 +57,13 @@ class ColumnSource:
         The HDF5 dataset name.
     """
 
-    def __init__(self, data: np.ndarray | h5py.Dataset, kind: str, path: str | None = None,
-                 dataset: str | None = None) -> None:
+    def __init__(
+        self,
+        data: np.ndarray | h5py.Dataset,
+        kind: str,
+        path: str | None = None,
+        dataset: str | None = None,
+    ) -> None:
         self.data = data
         self.kind = kind
         self.path = path
@@ -76,18 +81,23 @@ class ColumnSource:
         """Columns ``start:stop`` as a (T, stop - start) array (a view or a copy)."""
         return self.data[:, start:stop]
 
-    def loader(self, bounds: Sequence[int] | np.ndarray, *, standardize: bool,
-               dtype: str) -> FileBlockLoader | ArrayBlockLoader:
+    def loader(
+        self, bounds: Sequence[int] | np.ndarray, *, standardize: bool, dtype: str
+    ) -> FileBlockLoader | ArrayBlockLoader:
         """A picklable loader of block ``i`` = columns ``bounds[i]:bounds[i+1]``."""
         if self.kind in ("npy", "h5"):
-            return FileBlockLoader(self.path, bounds, standardize=standardize,
-                                   dtype=dtype, dataset=self.dataset)
-        pieces = [np.asarray(self.data[:, bounds[i]:bounds[i + 1]])
-                  for i in range(len(bounds) - 1)]
+            return FileBlockLoader(
+                self.path, bounds, standardize=standardize, dtype=dtype, dataset=self.dataset
+            )
+        pieces = [
+            np.asarray(self.data[:, bounds[i] : bounds[i + 1]]) for i in range(len(bounds) - 1)
+        ]
         return ArrayBlockLoader(pieces, bounds, standardize=standardize, dtype=dtype)
 
 
-def open_source(S: str | os.PathLike | npt.ArrayLike | h5py.Dataset | torch.Tensor, *, name: str = "S") -> ColumnSource:
+def open_source(
+    S: str | os.PathLike | npt.ArrayLike | h5py.Dataset | torch.Tensor, *, name: str = "S"
+) -> ColumnSource:
     """Open S given as an array, a ``.npy`` path or an HDF5 path.
 
     HDF5 files are given as ``'file.h5'`` (one 2-D dataset, or one named
@@ -101,7 +111,7 @@ def open_source(S: str | os.PathLike | npt.ArrayLike | h5py.Dataset | torch.Tens
         for ext in (".h5", ".hdf5", ".hdf"):
             if ext + ":" in lower:
                 cut = lower.index(ext + ":") + len(ext)
-                path, dataset = text[:cut], text[cut + 1:]
+                path, dataset = text[:cut], text[cut + 1 :]
                 break
         if not Path(path).exists():
             raise FileNotFoundError(f"'{name}' file not found: {path}")
@@ -118,8 +128,9 @@ def open_source(S: str | os.PathLike | npt.ArrayLike | h5py.Dataset | torch.Tens
 
             handle = h5py.File(path, "r")
             if dataset is None:
-                names = [k for k, v in handle.items()
-                         if isinstance(v, h5py.Dataset) and v.ndim == 2]
+                names = [
+                    k for k, v in handle.items() if isinstance(v, h5py.Dataset) and v.ndim == 2
+                ]
                 preferred = [k for k in ("S", "data") if k in names]
                 if preferred:
                     dataset = preferred[0]
@@ -131,22 +142,24 @@ def open_source(S: str | os.PathLike | npt.ArrayLike | h5py.Dataset | torch.Tens
                         f"datasets {names}. Give it as 'file.h5:dataset'."
                     )
             if dataset not in handle:
-                raise ValueError(f"'{name}': dataset {dataset!r} not in {path}; "
-                                 f"it holds {list(handle.keys())}.")
-            source = ColumnSource(handle[dataset], "h5", path=os.path.abspath(path),
-                                  dataset=dataset)
+                raise ValueError(
+                    f"'{name}': dataset {dataset!r} not in {path}; it holds {list(handle.keys())}."
+                )
+            source = ColumnSource(
+                handle[dataset], "h5", path=os.path.abspath(path), dataset=dataset
+            )
         else:
             raise ValueError(
-                f"'{name}' must be an array or a path to a .npy or HDF5 (.h5) file; "
-                f"got {text!r}."
+                f"'{name}' must be an array or a path to a .npy or HDF5 (.h5) file; got {text!r}."
             )
     else:
         try:
             import h5py
 
             if isinstance(S, h5py.Dataset):
-                source = ColumnSource(S, "h5", path=os.path.abspath(S.file.filename),
-                                      dataset=S.name)
+                source = ColumnSource(
+                    S, "h5", path=os.path.abspath(S.file.filename), dataset=S.name
+                )
                 return _checked(source, name)
         except ImportError:  # pragma: no cover - h5py is a hard dependency
             pass
@@ -158,8 +171,10 @@ def open_source(S: str | os.PathLike | npt.ArrayLike | h5py.Dataset | torch.Tens
         except ImportError:  # pragma: no cover
             pass
         if sp.issparse(S):
-            raise TypeError(f"'{name}' must be a dense array of shape (n_timepoints, n_voxels); "
-                            f"got a scipy.sparse {type(S).__name__}. Pass {name}.toarray().")
+            raise TypeError(
+                f"'{name}' must be a dense array of shape (n_timepoints, n_voxels); "
+                f"got a scipy.sparse {type(S).__name__}. Pass {name}.toarray()."
+            )
         array = np.asarray(S)
         check_real(array, name)
         if array.dtype == object or not (np.issubdtype(array.dtype, np.number)):
@@ -175,8 +190,11 @@ def _checked(source: ColumnSource, name: str) -> ColumnSource:
     if dtype.kind not in "biuf":
         raise ValueError(
             f"'{name}' must hold real numbers; got dtype {dtype}"
-            + (" (complex values: pass the real part or magnitude explicitly)."
-               if dtype.kind == "c" else ".")
+            + (
+                " (complex values: pass the real part or magnitude explicitly)."
+                if dtype.kind == "c"
+                else "."
+            )
         )
     if len(source.data.shape) != 2:
         raise ValueError(
@@ -243,8 +261,15 @@ class FileBlockLoader:
     driver never ships S.
     """
 
-    def __init__(self, path: str, bounds: Sequence[int] | np.ndarray, *, standardize: bool, dtype: str,
-                 dataset: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        bounds: Sequence[int] | np.ndarray,
+        *,
+        standardize: bool,
+        dtype: str,
+        dataset: str | None = None,
+    ) -> None:
         self.path = path
         self.bounds = np.asarray(bounds, dtype=np.int64)
         self.standardize = standardize
@@ -270,8 +295,14 @@ class ArrayBlockLoader:
     larger than the driver's memory give a path on a shared file system.
     """
 
-    def __init__(self, pieces: list[np.ndarray], bounds: Sequence[int] | np.ndarray, *,
-                 standardize: bool, dtype: str) -> None:
+    def __init__(
+        self,
+        pieces: list[np.ndarray],
+        bounds: Sequence[int] | np.ndarray,
+        *,
+        standardize: bool,
+        dtype: str,
+    ) -> None:
         self.pieces = pieces
         self.bounds = np.asarray(bounds, dtype=np.int64)
         self.standardize = standardize
@@ -291,9 +322,9 @@ def selection_scores(values: np.ndarray, selection: str) -> np.ndarray:
     return np.abs(values) if selection == "magnitude" else values
 
 
-def block_candidates(block: Block, u: np.ndarray, corr_idx: np.ndarray,
-                     corr_val: np.ndarray, r: int, selection: str
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def block_candidates(
+    block: Block, u: np.ndarray, corr_idx: np.ndarray, corr_val: np.ndarray, r: int, selection: str
+) -> tuple[np.ndarray, np.ndarray]:
     """A block's top-r candidates of ``Sᵀu - Vᵀ(Uᵀu)``.
 
     Parameters
@@ -337,8 +368,9 @@ def block_matvec(block: Block, v_idx: np.ndarray, v_val: np.ndarray) -> np.ndarr
     return (v_val[lo:hi].astype(rows.dtype) @ rows).astype(np.float64)
 
 
-def merge_candidates(idx: np.ndarray, values: np.ndarray, r: int,
-                     selection: str) -> tuple[np.ndarray, np.ndarray]:
+def merge_candidates(
+    idx: np.ndarray, values: np.ndarray, r: int, selection: str
+) -> tuple[np.ndarray, np.ndarray]:
     """Exact global top-r from the concatenated per-block candidates.
 
     Returns indices sorted ascending and their values. With ``'signed'`` the

@@ -5,7 +5,8 @@ A checkpoint is a folder with one small file per learned atom,
 (indices and values, exactly as the driver committed them), its update count
 and convergence flag, the random generator's state after it, and the run's
 key (the digest of the data's fingerprint and the parameters that shape the
-atoms; ``run.json`` beside them records that fingerprint in full). Each file is written whole under a temporary name, then renamed, so
+atoms; ``run.json`` beside them records that fingerprint in full). Each file
+is written whole under a temporary name, then renamed, so
 a kill leaves whole atoms only; a file that cannot be read back (a torn
 write after a power loss) ends the resumable prefix, and the atoms after it
 are learned again.
@@ -72,14 +73,22 @@ class AtomCheckpoint:
                 break
             atom = self._read(file, n_timepoints, r)
             if atom is None:
-                logger.info("r1dl: %s belongs to another run or cannot be read; atoms from %d "
-                            "on are learned again.", file, k)
+                logger.info(
+                    "r1dl: %s belongs to another run or cannot be read; atoms from %d "
+                    "on are learned again.",
+                    file,
+                    k,
+                )
                 break
             atoms.append(atom)
         self.resumed_atoms = len(atoms)
         if atoms:
-            logger.info("r1dl: resuming from checkpoint %s after atom %d of %d.",
-                        self.folder, len(atoms), n_atoms)
+            logger.info(
+                "r1dl: resuming from checkpoint %s after atom %d of %d.",
+                self.folder,
+                len(atoms),
+                n_atoms,
+            )
         return atoms
 
     def _read(self, file: Path, n_timepoints: int, r: int) -> dict | None:
@@ -93,13 +102,25 @@ class AtomCheckpoint:
                 atom["rng_state"] = json.loads(str(data["rng_state"]))
         except (OSError, KeyError, ValueError, zipfile.BadZipFile, EOFError):
             return None
-        if atom["u"].shape != (n_timepoints,) or atom["idx"].shape != (r,) \
-                or atom["val"].shape != (r,):
+        if (
+            atom["u"].shape != (n_timepoints,)
+            or atom["idx"].shape != (r,)
+            or atom["val"].shape != (r,)
+        ):
             return None
         return atom
 
-    def save(self, k: int, *, u: np.ndarray, idx: np.ndarray, val: np.ndarray, n_iter: int,
-             converged: bool, rng_state: dict) -> Path:
+    def save(
+        self,
+        k: int,
+        *,
+        u: np.ndarray,
+        idx: np.ndarray,
+        val: np.ndarray,
+        n_iter: int,
+        converged: bool,
+        rng_state: dict,
+    ) -> Path:
         """Write atom ``k`` (whole, then renamed into place).
 
         Not fsynced: a checkpoint outlives a killed process as it is, and one
@@ -113,9 +134,17 @@ class AtomCheckpoint:
         fd, tmp = tempfile.mkstemp(prefix=f".{file.name}.", suffix=".tmp", dir=self.folder)
         try:
             with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, format=np.array(_FORMAT), key=np.array(self.key), u=u, idx=idx,
-                         val=val, n_iter=np.int64(n_iter), converged=np.bool_(converged),
-                         rng_state=np.array(json.dumps(rng_state)))
+                np.savez(
+                    fh,
+                    format=np.array(_FORMAT),
+                    key=np.array(self.key),
+                    u=u,
+                    idx=idx,
+                    val=val,
+                    n_iter=np.int64(n_iter),
+                    converged=np.bool_(converged),
+                    rng_state=np.array(json.dumps(rng_state)),
+                )
             os.replace(tmp, file)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):

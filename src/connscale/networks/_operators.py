@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from connscale._compute.transfer import HostToDevice
 from connscale._compute.device import numpy_dtype
+from connscale._compute.transfer import HostToDevice
 from connscale.networks import _blocks
 from connscale.networks._select import top_r_sorted
 from connscale.networks._update import BlockUpdater, ResidentUpdater
@@ -50,15 +50,15 @@ def standardize_torch(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return (x / norm).to(dtype)
 
 
-def _apply_deflation(y: torch.Tensor,
-                     deflation: tuple[torch.Tensor, torch.Tensor] | None) -> None:
+def _apply_deflation(y: torch.Tensor, deflation: tuple[torch.Tensor, torch.Tensor] | None) -> None:
     if deflation is not None:
         index, weight = deflation
         y.index_add_(0, index, weight, alpha=-1)
 
 
-def _prepare(columns: np.ndarray, device: torch.device, dtype: torch.dtype,
-             standardize: bool) -> torch.Tensor:
+def _prepare(
+    columns: np.ndarray, device: torch.device, dtype: torch.dtype, standardize: bool
+) -> torch.Tensor:
     columns = np.ascontiguousarray(columns)
     if not columns.flags.writeable:  # a read-only memory map: never hand torch a view
         columns = columns.copy()
@@ -83,9 +83,17 @@ class ResidentOperator:
     each pass with no staging copies (S larger than the GPU, smaller than
     host memory)."""
 
-    def __init__(self, source: _blocks.ColumnSource, *, device: torch.device,
-                 dtype: torch.dtype, standardize: bool, block_size: int,
-                 pinned_host: bool = False, verbose: int = 0) -> None:
+    def __init__(
+        self,
+        source: _blocks.ColumnSource,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
+        standardize: bool,
+        block_size: int,
+        pinned_host: bool = False,
+        verbose: int = 0,
+    ) -> None:
         n_timepoints, n_voxels = source.shape
         self.shape = (n_timepoints, n_voxels)
         self.device, self.dtype = device, dtype
@@ -122,8 +130,9 @@ class ResidentOperator:
 
     def updater(self, *, n_atoms: int, r: int, selection: str) -> ResidentUpdater:
         """The fused resident update (CUDA graphs and Triton kernels on CUDA)."""
-        return ResidentUpdater(self.St, n_atoms=n_atoms, r=r, selection=selection,
-                               device=self.device)
+        return ResidentUpdater(
+            self.St, n_atoms=n_atoms, r=r, selection=selection, device=self.device
+        )
 
     def close(self) -> None:
         self.St = None
@@ -141,8 +150,9 @@ def _progress(bounds: np.ndarray, desc: str, verbose: int) -> Iterable[tuple[int
     return tqdm(pairs, desc=desc, unit="block", disable=not verbose or len(pairs) < 2)
 
 
-def column_stats(source: _blocks.ColumnSource, bounds: np.ndarray, device: torch.device,
-                 verbose: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def column_stats(
+    source: _blocks.ColumnSource, bounds: np.ndarray, device: torch.device, verbose: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-voxel mean and 1 / centred norm (0 for constant voxels), float64,
     from one pass over S in column blocks."""
     n_voxels = source.shape[1]
@@ -176,9 +186,16 @@ class StreamedOperator:
 
     mode = "streamed"
 
-    def __init__(self, source: _blocks.ColumnSource, *, device: torch.device,
-                 dtype: torch.dtype, standardize: bool, block_size: int,
-                 verbose: int = 0) -> None:
+    def __init__(
+        self,
+        source: _blocks.ColumnSource,
+        *,
+        device: torch.device,
+        dtype: torch.dtype,
+        standardize: bool,
+        block_size: int,
+        verbose: int = 0,
+    ) -> None:
         n_timepoints, n_voxels = source.shape
         self.source = source
         self.shape = (n_timepoints, n_voxels)
@@ -198,8 +215,9 @@ class StreamedOperator:
         # ~5 GB/s): split it over threads by rows.
         n_threads = min(16, os.cpu_count() or 1) if source.kind in ("npy", "array") else 1
         self._row_chunks = np.array_split(np.arange(n_timepoints), n_threads)
-        self._executor = (ThreadPoolExecutor(n_threads, thread_name_prefix="r1dl-read")
-                          if n_threads > 1 else None)
+        self._executor = (
+            ThreadPoolExecutor(n_threads, thread_name_prefix="r1dl-read") if n_threads > 1 else None
+        )
         self._y = torch.empty(n_voxels, dtype=dtype, device=device)
         self._bounds_t = torch.as_tensor(self.bounds, device=device)
         self._work = torch.empty(n_elements, dtype=dtype, device=device)
@@ -234,6 +252,7 @@ class StreamedOperator:
         """``write(rows, dst[rows])`` over row chunks, split over threads
         (numpy releases the GIL while copying; reading a memory map is the
         slow step)."""
+
         def copy(rows: np.ndarray) -> None:
             if rows.size:
                 part = slice(int(rows[0]), int(rows[-1]) + 1)
@@ -257,9 +276,9 @@ class StreamedOperator:
             _check_finite(block, cols.start if isinstance(cols, slice) else 0)
         return block
 
-    def _iterate(self, pieces: Sequence[tuple[slice | torch.Tensor, int,
-                                              Callable[[np.ndarray], None]]]
-                 ) -> Iterator[tuple[slice | torch.Tensor, torch.Tensor]]:
+    def _iterate(
+        self, pieces: Sequence[tuple[slice | torch.Tensor, int, Callable[[np.ndarray], None]]]
+    ) -> Iterator[tuple[slice | torch.Tensor, torch.Tensor]]:
         """Yield (cols, block) for pieces = [(cols, width, fill)], overlapping
         the next piece's read and copy with this one's compute on CUDA."""
         if self.device.type == "cuda":
@@ -271,23 +290,29 @@ class StreamedOperator:
             fill(block.numpy())
             yield cols, self._finish(block, cols)
 
-    def _iterate_cuda(self, pieces: Sequence[tuple[slice | torch.Tensor, int,
-                                                   Callable[[np.ndarray], None]]]
-                      ) -> Iterator[tuple[slice | torch.Tensor, torch.Tensor]]:
+    def _iterate_cuda(
+        self, pieces: Sequence[tuple[slice | torch.Tensor, int, Callable[[np.ndarray], None]]]
+    ) -> Iterator[tuple[slice | torch.Tensor, torch.Tensor]]:
         n_timepoints = self.shape[0]
-        blocks = self._copier.blocks([((n_timepoints, width), fill)
-                                      for _, width, fill in pieces])
+        blocks = self._copier.blocks([((n_timepoints, width), fill) for _, width, fill in pieces])
         for i, raw in enumerate(blocks):  # to its end: the last block's release is recorded
             cols = pieces[i][0]
             yield cols, self._finish(raw, cols)
 
     # -- the two passes ------------------------------------------------------
-    def top_r(self, u: torch.Tensor, deflation: tuple[torch.Tensor, torch.Tensor] | None,
-              r: int, selection: str) -> tuple[torch.Tensor, torch.Tensor]:
+    def top_r(
+        self,
+        u: torch.Tensor,
+        deflation: tuple[torch.Tensor, torch.Tensor] | None,
+        r: int,
+        selection: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Full pass over S in column blocks: y = Sᵀu, deflated, exact top-r."""
         y = self._y
-        pieces = [(slice(a, b), b - a, self._range_fill(a, b))
-                  for a, b in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())]
+        pieces = [
+            (slice(a, b), b - a, self._range_fill(a, b))
+            for a, b in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())
+        ]
         for cols, block in self._iterate(pieces):
             torch.mv(block.T, u, out=y[cols])
         self._checked = True
@@ -303,15 +328,22 @@ class StreamedOperator:
         if self.source.kind in ("npy", "array"):
             index = idx.cpu().numpy()
             width = self._width
-            pieces = [(idx[lo:lo + width], min(width, index.size - lo),
-                       self._gather_fill(index[lo:lo + width]))
-                      for lo in range(0, index.size, width)]
-            for (cols, block), lo in zip(self._iterate(pieces), range(0, index.size, width)):
-                acc += torch.mv(block, values[lo:lo + block.shape[1]]).to(torch.float64)
+            pieces = [
+                (
+                    idx[lo : lo + width],
+                    min(width, index.size - lo),
+                    self._gather_fill(index[lo : lo + width]),
+                )
+                for lo in range(0, index.size, width)
+            ]
+            for (_cols, block), lo in zip(self._iterate(pieces), range(0, index.size, width)):
+                acc += torch.mv(block, values[lo : lo + block.shape[1]]).to(torch.float64)
             return acc.to(self.dtype)
         cuts = torch.searchsorted(idx, self._bounds_t).tolist()
-        pieces = [(slice(a, b), b - a, self._range_fill(a, b))
-                  for a, b in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())]
+        pieces = [
+            (slice(a, b), b - a, self._range_fill(a, b))
+            for a, b in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())
+        ]
         for i, (cols, block) in enumerate(self._iterate(pieces)):
             lo, hi = cuts[i], cuts[i + 1]
             if hi > lo:
@@ -341,9 +373,15 @@ class EngineOperator:
 
     mode = "engine"
 
-    def __init__(self, engine: Engine,
-                 loader: _blocks.FileBlockLoader | _blocks.ArrayBlockLoader,
-                 shape: Sequence[int], n_blocks: int, *, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        loader: _blocks.FileBlockLoader | _blocks.ArrayBlockLoader,
+        shape: Sequence[int],
+        n_blocks: int,
+        *,
+        dtype: torch.dtype,
+    ) -> None:
         self.engine = engine
         self.shape = tuple(shape)
         self.device = torch.device("cpu")
@@ -351,8 +389,13 @@ class EngineOperator:
         self.n_blocks = n_blocks
         self.blocks = engine.load_blocks(loader, n_blocks)
 
-    def top_r(self, u: torch.Tensor, deflation: tuple[torch.Tensor, torch.Tensor] | None,
-              r: int, selection: str) -> tuple[torch.Tensor, torch.Tensor]:
+    def top_r(
+        self,
+        u: torch.Tensor,
+        deflation: tuple[torch.Tensor, torch.Tensor] | None,
+        r: int,
+        selection: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         n_voxels = self.shape[1]
         if deflation is None:
             corr_idx = np.empty(0, dtype=np.int64)
@@ -364,17 +407,19 @@ class EngineOperator:
             nz = torch.nonzero(dense).ravel()
             corr_idx, corr_val = nz.numpy(), dense[nz].numpy()
         u_np = u.detach().cpu().numpy()
-        parts = self.engine.map_blocks(self.blocks, _blocks.block_candidates, u_np,
-                                       corr_idx, corr_val, int(r), selection)
+        parts = self.engine.map_blocks(
+            self.blocks, _blocks.block_candidates, u_np, corr_idx, corr_val, int(r), selection
+        )
         idx = np.concatenate([p[0] for p in parts])
         values = np.concatenate([p[1] for p in parts])
         idx, values = _blocks.merge_candidates(idx, values, int(r), selection)
-        return (torch.from_numpy(idx),
-                torch.from_numpy(np.ascontiguousarray(values, dtype=numpy_dtype(self.dtype))))
+        return (
+            torch.from_numpy(idx),
+            torch.from_numpy(np.ascontiguousarray(values, dtype=numpy_dtype(self.dtype))),
+        )
 
     def matvec(self, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        su = self.engine.sum_blocks(self.blocks, _blocks.block_matvec, idx.numpy(),
-                                    values.numpy())
+        su = self.engine.sum_blocks(self.blocks, _blocks.block_matvec, idx.numpy(), values.numpy())
         return torch.as_tensor(np.asarray(su), dtype=self.dtype)
 
     def updater(self, *, n_atoms: int, r: int, selection: str) -> BlockUpdater:

@@ -44,8 +44,8 @@ from connscale._compute.memory import (
     format_bytes,
     memory_budget,
 )
-from connscale._docs import fill_doc
 from connscale._deprecation import DEPRECATED, renamed
+from connscale._docs import fill_doc
 from connscale._validation import (
     Interval,
     StrOptions,
@@ -53,8 +53,8 @@ from connscale._validation import (
     skip_nested_validation,
     user_stacklevel,
     validate_estimator_params,
-    validate_params,
     validate_parameter_values,
+    validate_params,
 )
 from connscale.engines.base import Engine
 from connscale.io._fingerprint import (
@@ -134,8 +134,7 @@ class R1DLResult:
 # Declared once for r1dl and the R1DL estimator (validated at the entry).
 _PARAMETER_CONSTRAINTS = {
     "n_components": [Interval(Integral, 1, None, closed="left")],
-    "sparsity": [Interval(Integral, 1, None, closed="left"),
-                 Interval(Real, 0, 1, closed="right")],
+    "sparsity": [Interval(Integral, 1, None, closed="left"), Interval(Real, 0, 1, closed="right")],
     "tol": [Interval(Real, 0, None, closed="neither")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
     "selection": [StrOptions(_SELECTIONS)],
@@ -171,9 +170,20 @@ def _resolve_sparsity(sparsity, n_voxels: int) -> int:
 # ---------------------------------------------------------------------------
 
 
-def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
-                 selection: str, rng: np.random.Generator, n_init: int = 1,
-                 verbose: int = 0, updater=None, checkpoint: AtomCheckpoint | None = None):
+def _learn_atoms(
+    op,
+    *,
+    n_atoms: int,
+    r: int,
+    tol: float,
+    max_iter: int,
+    selection: str,
+    rng: np.random.Generator,
+    n_init: int = 1,
+    verbose: int = 0,
+    updater=None,
+    checkpoint: AtomCheckpoint | None = None,
+):
     """Learn ``n_atoms`` rank-1 atoms against block operator ``op``.
 
     ``updater`` defaults to ``op.updater(...)``. With ``checkpoint``, the
@@ -203,15 +213,22 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
     if restored:
         rng.bit_generator.state = restored[-1]["rng_state"]
 
-    for k in tqdm(range(len(restored), n_atoms), desc="r1DL atoms", unit="atom",
-                  initial=len(restored), total=n_atoms, disable=not verbose):
+    for k in tqdm(
+        range(len(restored), n_atoms),
+        desc="r1DL atoms",
+        unit="atom",
+        initial=len(restored),
+        total=n_atoms,
+        disable=not verbose,
+    ):
         best = None
         for _ in range(n_init):
             u0 = rng.standard_normal(n_timepoints)
-            updater.start(torch.as_tensor(u0 / np.linalg.norm(u0), dtype=op.dtype,
-                                          device=op.device))
+            updater.start(
+                torch.as_tensor(u0 / np.linalg.norm(u0), dtype=op.dtype, device=op.device)
+            )
             done, zero = False, False
-            for it in range(1, max_iter + 1):
+            for it in range(1, max_iter + 1):  # noqa: B007 - kept with the best start
                 norm, delta, score = updater.step()
                 if norm == 0 or not math.isfinite(norm):
                     # Residual is zero on the chosen voxels: nothing left to explain.
@@ -235,9 +252,15 @@ def _learn_atoms(op, *, n_atoms: int, r: int, tol: float, max_iter: int,
         indices.append(idx)
         values.append(val)
         if checkpoint is not None:
-            checkpoint.save(k, u=u.cpu().numpy(), idx=idx.cpu().numpy(), val=val.cpu().numpy(),
-                            n_iter=n_iter[k], converged=converged[k],
-                            rng_state=rng.bit_generator.state)
+            checkpoint.save(
+                k,
+                u=u.cpu().numpy(),
+                idx=idx.cpu().numpy(),
+                val=val.cpu().numpy(),
+                n_iter=n_iter[k],
+                converged=converged[k],
+                rng_state=rng.bit_generator.state,
+            )
     return updater.U, indices, values, n_iter, converged
 
 
@@ -262,14 +285,35 @@ def _default_block_size(n_timepoints: int, n_voxels: int, itemsize: int) -> int:
     return max(1, min(n_voxels, _BLOCK_BYTES // max(1, n_timepoints * itemsize)))
 
 
-def _local_operator(source, *, device, dtype, standardize, block_size, memory_limit,
-                    storage="auto", state_bytes=0, verbose=0):
+def _local_operator(
+    source,
+    *,
+    device,
+    dtype,
+    standardize,
+    block_size,
+    memory_limit,
+    storage="auto",
+    state_bytes=0,
+    verbose=0,
+):
     """The operator of :func:`_plan_local_operator`'s plan."""
-    plan = _plan_local_operator(source, device=device, dtype=dtype, block_size=block_size,
-                                memory_limit=memory_limit, storage=storage,
-                                state_bytes=state_bytes)
-    common = {"device": device, "dtype": dtype, "standardize": standardize, "verbose": verbose,
-              "block_size": plan.block_rows}
+    plan = _plan_local_operator(
+        source,
+        device=device,
+        dtype=dtype,
+        block_size=block_size,
+        memory_limit=memory_limit,
+        storage=storage,
+        state_bytes=state_bytes,
+    )
+    common = {
+        "device": device,
+        "dtype": dtype,
+        "standardize": standardize,
+        "verbose": verbose,
+        "block_size": plan.block_rows,
+    }
     if plan.storage == "device" or (plan.storage == "host" and device.type == "cpu"):
         return ResidentOperator(source, **common)
     if plan.storage == "host":
@@ -277,8 +321,9 @@ def _local_operator(source, *, device, dtype, standardize, block_size, memory_li
     return StreamedOperator(source, **common)
 
 
-def _plan_local_operator(source, *, device, dtype, block_size, memory_limit, storage="auto",
-                         state_bytes=0) -> MemoryPlan:
+def _plan_local_operator(
+    source, *, device, dtype, block_size, memory_limit, storage="auto", state_bytes=0
+) -> MemoryPlan:
     """Plan where S is kept between passes, and its block size.
 
     'device': Sᵀ in device memory (with the update's state); 'host': Sᵀ in
@@ -301,16 +346,21 @@ def _plan_local_operator(source, *, device, dtype, block_size, memory_limit, sto
     hint = "Raise memory_limit, or give a smaller block_size (or fewer atoms)."
     if source.kind == "array" and device.type == "cpu" and memory_limit is None:
         # S is already in host memory; a resident copy must fit beside it.
-        planner = MemoryPlanner(device, memory_limit, hint=hint,
-                                device_budget=memory_budget(device, None))
+        planner = MemoryPlanner(
+            device, memory_limit, hint=hint, device_budget=memory_budget(device, None)
+        )
     else:
         planner = MemoryPlanner(device, memory_limit, hint=hint)
     budget = planner.device_budget
     fits_device = 2 * s_bytes + work_bytes <= budget
-    host_capable = use_triton(torch.empty(0, dtype=dtype, device=device), float32=True,
-                              interpreted=False)
-    fits_host = (host_capable and work_bytes <= budget
-                 and s_bytes <= _HOST_FRACTION * available_host_memory())
+    host_capable = use_triton(
+        torch.empty(0, dtype=dtype, device=device), float32=True, interpreted=False
+    )
+    fits_host = (
+        host_capable
+        and work_bytes <= budget
+        and s_bytes <= _HOST_FRACTION * available_host_memory()
+    )
     if storage == "auto":
         storage = "device" if fits_device else "host" if fits_host else "file"
     elif storage == "device" and not fits_device:
@@ -321,8 +371,9 @@ def _plan_local_operator(source, *, device, dtype, block_size, memory_limit, sto
         )
     elif storage == "host" and device.type == "cuda":
         if not host_capable:
-            raise ValueError("storage='host' needs triton and dtype='float32' on CUDA; use "
-                             "storage='file'.")
+            raise ValueError(
+                "storage='host' needs triton and dtype='float32' on CUDA; use storage='file'."
+            )
         if s_bytes > available_host_memory():
             raise ValueError(
                 f"storage='host' needs {format_bytes(s_bytes)} of host memory for Sᵀ, but "
@@ -335,8 +386,9 @@ def _plan_local_operator(source, *, device, dtype, block_size, memory_limit, sto
         else:
             planner.reserve_host(s_bytes)  # pinned
             planner.reserve_device(work_bytes)
-        return planner.plan(block_rows=block_size, n_rounds=-(-n_voxels // block_size),
-                            storage=storage)
+        return planner.plan(
+            block_rows=block_size, n_rounds=-(-n_voxels // block_size), storage=storage
+        )
     if given_block_size is None:
         low, high = _STREAM_BLOCK_BYTES
         block_bytes = min(high, max(low, budget // 6))
@@ -352,10 +404,10 @@ def _plan_local_operator(source, *, device, dtype, block_size, memory_limit, sto
     if block_size < 1 or (memory_limit is not None and block_size > fits):
         raise planner.error(
             f"Streaming S ({n_timepoints} x {n_voxels}) in blocks of {max(block_size, 1)} voxels",
-            planner.device_bytes + per_voxel * max(block_size, 1))
+            planner.device_bytes + per_voxel * max(block_size, 1),
+        )
     planner.reserve_device(per_voxel * block_size)
-    return planner.plan(block_rows=block_size, n_rounds=-(-n_voxels // block_size),
-                        storage="file")
+    return planner.plan(block_rows=block_size, n_rounds=-(-n_voxels // block_size), storage="file")
 
 
 def _atom_checkpoint(folder, source, rng, random_state, **parameters) -> AtomCheckpoint:
@@ -367,8 +419,9 @@ def _atom_checkpoint(folder, source, rng, random_state, **parameters) -> AtomChe
         data = {"array": array_fingerprint(np.asarray(source.data))}
     if not (random_state is None or isinstance(random_state, Integral)):
         random_state = {"generator_state": rng.bit_generator.state}  # its state at the start
-    return AtomCheckpoint(folder, run_fingerprint([data], {**parameters,
-                                                        "random_state": random_state}))
+    return AtomCheckpoint(
+        folder, run_fingerprint([data], {**parameters, "random_state": random_state})
+    )
 
 
 def _make_engine(backend, cluster):
@@ -386,26 +439,55 @@ def _engine_result(engine, source, *, dtype, standardize, block_size, **kwargs):
         # At least a few blocks so every worker has some.
         block_size = min(block_size, max(1, math.ceil(n_voxels / 4)))
     bounds = _blocks.block_bounds(n_voxels, block_size)
-    loader = source.loader(bounds, standardize=standardize,
-                           dtype=str(numpy_dtype(dtype)))
-    return _run_engine(engine, loader, (n_timepoints, n_voxels), len(bounds) - 1,
-                       dtype=dtype, **kwargs)
+    loader = source.loader(bounds, standardize=standardize, dtype=str(numpy_dtype(dtype)))
+    return _run_engine(
+        engine, loader, (n_timepoints, n_voxels), len(bounds) - 1, dtype=dtype, **kwargs
+    )
 
 
-def _run_engine(engine, loader, shape, n_blocks, *, dtype, n_atoms, r, tol, max_iter,
-                selection, rng, verbose, n_init=1, checkpoint=None):
+def _run_engine(
+    engine,
+    loader,
+    shape,
+    n_blocks,
+    *,
+    dtype,
+    n_atoms,
+    r,
+    tol,
+    max_iter,
+    selection,
+    rng,
+    verbose,
+    n_init=1,
+    checkpoint=None,
+):
     start = time.perf_counter()
     op = EngineOperator(engine, loader, shape, n_blocks, dtype=dtype)
     setup = time.perf_counter()
     try:
-        out = _learn_atoms(op, n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter,
-                           selection=selection, rng=rng, n_init=n_init, verbose=verbose,
-                           checkpoint=checkpoint)
+        out = _learn_atoms(
+            op,
+            n_atoms=n_atoms,
+            r=r,
+            tol=tol,
+            max_iter=max_iter,
+            selection=selection,
+            rng=rng,
+            n_init=n_init,
+            verbose=verbose,
+            checkpoint=checkpoint,
+        )
     finally:
         op.close()
     end = time.perf_counter()
-    return out, {"mode": op.mode, "n_blocks": n_blocks, "engine": getattr(engine, "name", ""),
-                 "setup_s": setup - start, "learn_s": end - setup}
+    return out, {
+        "mode": op.mode,
+        "n_blocks": n_blocks,
+        "engine": getattr(engine, "name", ""),
+        "setup_s": setup - start,
+        "learn_s": end - setup,
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -537,10 +619,10 @@ def r1dl(
     ((60, 3), (3, 500))
     """
     if not (isinstance(n_atoms, str) and n_atoms == DEPRECATED):
-        validate_parameter_values({"n_atoms": _PARAMETER_CONSTRAINTS["n_components"]},
-                                  {"n_atoms": n_atoms}, "r1dl")
-    n_atoms = int(renamed(n_components, n_atoms, new="n_components", old="n_atoms",
-                          new_default=20))
+        validate_parameter_values(
+            {"n_atoms": _PARAMETER_CONSTRAINTS["n_components"]}, {"n_atoms": n_atoms}, "r1dl"
+        )
+    n_atoms = int(renamed(n_components, n_atoms, new="n_components", old="n_atoms", new_default=20))
     tol, max_iter, n_init = float(tol), int(max_iter), int(n_init)
     if not isinstance(backend, Engine):
         if backend != "local" and storage != "auto":
@@ -567,20 +649,47 @@ def r1dl(
     rng = check_random_state(random_state)
     if checkpoint is not None:
         checkpoint = _atom_checkpoint(
-            checkpoint, source, rng, random_state, n_atoms=n_atoms, r=r, tol=tol,
-            max_iter=max_iter, selection=selection, standardize=bool(standardize),
-            n_init=n_init, dtype=str(torch_dtype))
-    common = dict(n_atoms=n_atoms, r=r, tol=tol, max_iter=max_iter, selection=selection,
-                  rng=rng, n_init=n_init, verbose=verbose, checkpoint=checkpoint)
+            checkpoint,
+            source,
+            rng,
+            random_state,
+            n_atoms=n_atoms,
+            r=r,
+            tol=tol,
+            max_iter=max_iter,
+            selection=selection,
+            standardize=bool(standardize),
+            n_init=n_init,
+            dtype=str(torch_dtype),
+        )
+    common = dict(
+        n_atoms=n_atoms,
+        r=r,
+        tol=tol,
+        max_iter=max_iter,
+        selection=selection,
+        rng=rng,
+        n_init=n_init,
+        verbose=verbose,
+        checkpoint=checkpoint,
+    )
 
     if backend == "local":
         dev = resolve_device(device)
         start = time.perf_counter()
         # The update's state: the atoms' loadings atom-major and voxel-major.
         state_bytes = n_atoms * r * 40
-        op = _local_operator(source, device=dev, dtype=torch_dtype, standardize=standardize,
-                             block_size=block_size, memory_limit=memory_limit,
-                             storage=storage, state_bytes=state_bytes, verbose=verbose)
+        op = _local_operator(
+            source,
+            device=dev,
+            dtype=torch_dtype,
+            standardize=standardize,
+            block_size=block_size,
+            memory_limit=memory_limit,
+            storage=storage,
+            state_bytes=state_bytes,
+            verbose=verbose,
+        )
         synchronize(dev)
         setup = time.perf_counter()
         updater = op.updater(n_atoms=n_atoms, r=r, selection=selection)
@@ -589,33 +698,54 @@ def r1dl(
         finally:
             op.close()
         synchronize(dev)
-        info = {"backend": "local", "device": str(dev), "mode": op.mode,
-                "n_blocks": op.n_blocks, "setup_s": setup - start,
-                "learn_s": time.perf_counter() - setup,
-                "graph_capture_s": getattr(updater, "capture_s", 0.0)}
+        info = {
+            "backend": "local",
+            "device": str(dev),
+            "mode": op.mode,
+            "n_blocks": op.n_blocks,
+            "setup_s": setup - start,
+            "learn_s": time.perf_counter() - setup,
+            "graph_capture_s": getattr(updater, "capture_s", 0.0),
+        }
     elif isinstance(backend, Engine):
-        out, info = _engine_result(backend, source, dtype=torch_dtype, standardize=standardize,
-                                   block_size=block_size, **common)
+        out, info = _engine_result(
+            backend,
+            source,
+            dtype=torch_dtype,
+            standardize=standardize,
+            block_size=block_size,
+            **common,
+        )
         info["backend"] = backend.name
     else:
         with _make_engine(backend, cluster) as engine:
-            out, info = _engine_result(engine, source, dtype=torch_dtype,
-                                       standardize=standardize, block_size=block_size,
-                                       **common)
+            out, info = _engine_result(
+                engine,
+                source,
+                dtype=torch_dtype,
+                standardize=standardize,
+                block_size=block_size,
+                **common,
+            )
         info["backend"] = backend
     U, indices, values, n_iter, converged = out
     info["resumed_atoms"] = checkpoint.resumed_atoms if checkpoint is not None else 0
     if not converged.all():
         warnings.warn(
             f"{int((~converged).sum())} of {n_atoms} atoms reached max_iter={max_iter} "
-            f"before ‖u_new - u‖ < tol={tol}.", ConvergenceWarning, stacklevel=user_stacklevel())
+            f"before ‖u_new - u‖ < tol={tol}.",
+            ConvergenceWarning,
+            stacklevel=user_stacklevel(),
+        )
     n_empty = sum(int(torch.count_nonzero(v)) == 0 for v in values)
     if n_empty:
         warnings.warn(
             f"{n_empty} of {n_atoms} atoms are empty (all loadings 0): nothing was left to "
             "explain. S is all zeros (or, with standardize=True, only constant columns), "
             "or the earlier atoms explain it fully; ask for fewer atoms.",
-            UserWarning, stacklevel=user_stacklevel())
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
     np_dtype = numpy_dtype(torch_dtype)
     return R1DLResult(
         dictionary=U.detach().cpu().numpy().astype(np_dtype, copy=False),
@@ -692,15 +822,29 @@ class R1DL(TransformerMixin, BaseEstimator):
     survive a fit on an array.
     """
 
-    _parameter_constraints = {k: v for k, v in _PARAMETER_CONSTRAINTS.items()
-                              if k != "checkpoint"}
+    _parameter_constraints = {k: v for k, v in _PARAMETER_CONSTRAINTS.items() if k != "checkpoint"}
 
-    def __init__(self, n_components: int = 20, sparsity=0.07, *, mask_img=None,
-                 tol: float = 0.01, max_iter: int = 100, selection: str = "magnitude",
-                 standardize: bool = True, n_init: int = 1, backend="local",
-                 cluster=None, device="auto",
-                 dtype="float32", random_state=None, block_size=None, memory_limit=None,
-                 storage: str = "auto", verbose: int = 0) -> None:
+    def __init__(
+        self,
+        n_components: int = 20,
+        sparsity=0.07,
+        *,
+        mask_img=None,
+        tol: float = 0.01,
+        max_iter: int = 100,
+        selection: str = "magnitude",
+        standardize: bool = True,
+        n_init: int = 1,
+        backend="local",
+        cluster=None,
+        device="auto",
+        dtype="float32",
+        random_state=None,
+        block_size=None,
+        memory_limit=None,
+        storage: str = "auto",
+        verbose: int = 0,
+    ) -> None:
         self.n_components = n_components
         self.sparsity = sparsity
         self.mask_img = mask_img
@@ -739,8 +883,11 @@ class R1DL(TransformerMixin, BaseEstimator):
         """
         del y
         validate_estimator_params(self)
-        validate_parameter_values({"checkpoint": _PARAMETER_CONSTRAINTS["checkpoint"]},
-                                  {"checkpoint": checkpoint}, "R1DL.fit")
+        validate_parameter_values(
+            {"checkpoint": _PARAMETER_CONSTRAINTS["checkpoint"]},
+            {"checkpoint": checkpoint},
+            "R1DL.fit",
+        )
         for name in _FITTED_ATTRIBUTES:
             self.__dict__.pop(name, None)
         masker = None
@@ -750,12 +897,23 @@ class R1DL(TransformerMixin, BaseEstimator):
             S = _apply_masker(masker, X)
         with skip_nested_validation():
             result = r1dl(
-                S, self.n_components, self.sparsity, tol=self.tol, max_iter=self.max_iter,
-                selection=self.selection, standardize=self.standardize, n_init=self.n_init,
+                S,
+                self.n_components,
+                self.sparsity,
+                tol=self.tol,
+                max_iter=self.max_iter,
+                selection=self.selection,
+                standardize=self.standardize,
+                n_init=self.n_init,
                 backend=self.backend,
-                cluster=self.cluster, device=self.device, dtype=self.dtype,
-                random_state=self.random_state, block_size=self.block_size,
-                memory_limit=self.memory_limit, storage=self.storage, checkpoint=checkpoint,
+                cluster=self.cluster,
+                device=self.device,
+                dtype=self.dtype,
+                random_state=self.random_state,
+                block_size=self.block_size,
+                memory_limit=self.memory_limit,
+                storage=self.storage,
+                checkpoint=checkpoint,
                 verbose=self.verbose,
             )
         self.components_ = result.loadings
@@ -798,18 +956,21 @@ class R1DL(TransformerMixin, BaseEstimator):
         check_is_fitted(self)
         if _is_image(X):
             if not hasattr(self, "masker_"):
-                raise ValueError("This R1DL was fitted on an array, not a NIfTI image; "
-                                 "transform arrays of shape (n_timepoints, n_voxels).")
+                raise ValueError(
+                    "This R1DL was fitted on an array, not a NIfTI image; "
+                    "transform arrays of shape (n_timepoints, n_voxels)."
+                )
             X = _apply_masker(self.masker_, X)
         S = np.asarray(_blocks.open_source(X, name="X").data[()], dtype=np.float64)
         if S.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {S.shape[1]} voxels; this R1DL was fitted on "
-                             f"{self.n_features_in_}.")
+            raise ValueError(
+                f"X has {S.shape[1]} voxels; this R1DL was fitted on {self.n_features_in_}."
+            )
         if self.standardize:
             S = _blocks.standardize_np(S, np.float64)
         V = self.components_.astype(np.float64)
         gram = (V @ V.T).toarray()
-        proj = np.asarray(V @ S.T).T            # (T', K) = S Vᵀ
+        proj = np.asarray(V @ S.T).T  # (T', K) = S Vᵀ
         coef, *_ = np.linalg.lstsq(gram, proj.T, rcond=None)
         return coef.T
 
@@ -831,14 +992,24 @@ class R1DL(TransformerMixin, BaseEstimator):
         C = np.asarray(X, dtype=np.float64)
         n_components = self.components_.shape[0]
         if C.ndim != 2 or C.shape[1] != n_components:
-            raise ValueError(f"X must be time courses of shape (n_timepoints, {n_components}); "
-                             f"got shape {C.shape}.")
+            raise ValueError(
+                f"X must be time courses of shape (n_timepoints, {n_components}); "
+                f"got shape {C.shape}."
+            )
         return np.asarray(self.components_.T.astype(np.float64) @ C.T).T
 
 
 # Everything fit sets: a refit removes them all first.
-_FITTED_ATTRIBUTES = ("components_", "dictionary_", "n_iter_", "sparsity_", "result_",
-                      "n_features_in_", "masker_", "components_img_")
+_FITTED_ATTRIBUTES = (
+    "components_",
+    "dictionary_",
+    "n_iter_",
+    "sparsity_",
+    "result_",
+    "n_features_in_",
+    "masker_",
+    "components_img_",
+)
 
 
 def _apply_masker(masker, X) -> np.ndarray:

@@ -10,10 +10,18 @@ from connscale._validation import check_random_state
 from connscale.networks._blocks import standardize_np
 
 
-def r1dl_reference(S: npt.ArrayLike, n_atoms: int, r: int, *, tol: float = 0.01,
-                   max_iter: int = 100, selection: str = "magnitude", standardize: bool = True,
-                   n_init: int = 1, random_state: int | np.random.Generator | None = None
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def r1dl_reference(
+    S: npt.ArrayLike,
+    n_atoms: int,
+    r: int,
+    *,
+    tol: float = 0.01,
+    max_iter: int = 100,
+    selection: str = "magnitude",
+    standardize: bool = True,
+    n_init: int = 1,
+    random_state: int | np.random.Generator | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Return (dictionary (T, K), loadings (K, P) dense, n_iter (K,))."""
     R = np.array(S, dtype=np.float64)
     if standardize:
@@ -38,13 +46,14 @@ def r1dl_reference(S: npt.ArrayLike, n_atoms: int, r: int, *, tol: float = 0.01,
     return U, V, n_iter
 
 
-def _one_start(R: np.ndarray, rng: np.random.Generator, r: int, tol: float, max_iter: int,
-               selection: str) -> tuple[np.ndarray, np.ndarray, int]:
+def _one_start(
+    R: np.ndarray, rng: np.random.Generator, r: int, tol: float, max_iter: int, selection: str
+) -> tuple[np.ndarray, np.ndarray, int]:
     n_timepoints, n_voxels = R.shape
     u = rng.standard_normal(n_timepoints)
     u /= np.linalg.norm(u)
     v = np.zeros(n_voxels)
-    for it in range(1, max_iter + 1):
+    for it in range(1, max_iter + 1):  # noqa: B007 - the count is returned
         y = R.T @ u
         score = np.abs(y) if selection == "magnitude" else y
         keep = np.argsort(-score, kind="stable")[:r]

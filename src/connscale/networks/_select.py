@@ -37,8 +37,9 @@ def order_keys(y: torch.Tensor, selection: str) -> torch.Tensor:
     return bits ^ ((bits >> (bits.element_size() * 8 - 1)) & low)
 
 
-def top_r_sorted_torch(y: torch.Tensor, r: int,
-                       selection: str) -> tuple[torch.Tensor, torch.Tensor]:
+def top_r_sorted_torch(
+    y: torch.Tensor, r: int, selection: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-r (see the module docstring) in plain torch: indices, values."""
     n = y.numel()
     if r >= n:
@@ -64,9 +65,13 @@ def top_r_sorted_torch(y: torch.Tensor, r: int,
     return idx, values
 
 
-def top_r_sorted(y: torch.Tensor, r: int, selection: str, *,
-                 out: tuple[torch.Tensor, torch.Tensor] | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+def top_r_sorted(
+    y: torch.Tensor,
+    r: int,
+    selection: str,
+    *,
+    out: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact top-r of ``y``: (indices ascending, values).
 
     On CUDA with float32 and Triton available the selection runs as a

@@ -52,8 +52,9 @@ if HAS_TRITON:
         return bits & 0x7FFFFFFF
 
     @triton.jit
-    def _gemv_kernel(st_ptr, u_ptr, y_ptr, n_rows, n_cols, stride,
-                     BLOCK_P: tl.constexpr, BLOCK_T: tl.constexpr):
+    def _gemv_kernel(
+        st_ptr, u_ptr, y_ptr, n_rows, n_cols, stride, BLOCK_P: tl.constexpr, BLOCK_T: tl.constexpr
+    ):
         pid = tl.program_id(0)
         rows = pid * BLOCK_P + tl.arange(0, BLOCK_P)
         row_ok = rows < n_rows
@@ -62,15 +63,19 @@ if HAS_TRITON:
         for t0 in range(0, n_cols, BLOCK_T):
             cols = t0 + tl.arange(0, BLOCK_T)
             col_ok = cols < n_cols
-            tile = tl.load(st_ptr + base[:, None] + cols[None, :],
-                           mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+            tile = tl.load(
+                st_ptr + base[:, None] + cols[None, :],
+                mask=row_ok[:, None] & col_ok[None, :],
+                other=0.0,
+            )
             u = tl.load(u_ptr + cols, mask=col_ok, other=0.0)
             acc += tile * u[None, :]
         tl.store(y_ptr + rows, tl.sum(acc, axis=1), mask=row_ok)
 
     @triton.jit
-    def _csr_deflate_kernel(y_ptr, rowptr_ptr, atom_ptr, weight_ptr, c_ptr, n_rows,
-                            BLOCK: tl.constexpr):
+    def _csr_deflate_kernel(
+        y_ptr, rowptr_ptr, atom_ptr, weight_ptr, c_ptr, n_rows, BLOCK: tl.constexpr
+    ):
         pid = tl.program_id(0)
         rows = pid * BLOCK + tl.arange(0, BLOCK)
         row_ok = rows < n_rows
@@ -87,8 +92,15 @@ if HAS_TRITON:
         tl.store(y_ptr + rows, y, mask=row_ok)
 
     @triton.jit
-    def _radix_count_kernel(y_ptr, state_ptr, partial_ptr, n, PASS: tl.constexpr,
-                            SIGNED: tl.constexpr, BLOCK: tl.constexpr):
+    def _radix_count_kernel(
+        y_ptr,
+        state_ptr,
+        partial_ptr,
+        n,
+        PASS: tl.constexpr,
+        SIGNED: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         # partial[pid, d] = how many keys of this block, among those whose
         # higher digits equal the prefix found so far, have next digit d.
         pid = tl.program_id(0)
@@ -104,12 +116,16 @@ if HAS_TRITON:
         tl.store(partial_ptr + pid * 256 + tl.arange(0, 256), tl.histogram(digit, 256, mask=ok))
 
     @triton.jit
-    def _radix_find_kernel(partial_ptr, state_ptr, n_parts, r, PASS: tl.constexpr,
-                           MAX_PARTS: tl.constexpr):
+    def _radix_find_kernel(
+        partial_ptr, state_ptr, n_parts, r, PASS: tl.constexpr, MAX_PARTS: tl.constexpr
+    ):
         digits = tl.arange(0, 256)
         parts = tl.arange(0, MAX_PARTS)
-        tile = tl.load(partial_ptr + parts[:, None] * 256 + digits[None, :],
-                       mask=(parts < n_parts)[:, None], other=0)
+        tile = tl.load(
+            partial_ptr + parts[:, None] * 256 + digits[None, :],
+            mask=(parts < n_parts)[:, None],
+            other=0,
+        )
         hist = tl.sum(tile, axis=0)
         count_ge = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
         if PASS == 0:
@@ -130,21 +146,33 @@ if HAS_TRITON:
         tl.store(state_ptr + 1, need - above)
 
     @triton.jit
-    def _select_count_kernel(y_ptr, state_ptr, counts_ptr, n, SIGNED: tl.constexpr,
-                             BLOCK: tl.constexpr):
+    def _select_count_kernel(
+        y_ptr, state_ptr, counts_ptr, n, SIGNED: tl.constexpr, BLOCK: tl.constexpr
+    ):
         pid = tl.program_id(0)
         offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
         ok = offs < n
         key = _order_key(tl.load(y_ptr + offs, mask=ok, other=0.0), SIGNED)
         threshold = tl.load(state_ptr)
         tl.store(counts_ptr + 2 * pid, tl.sum((ok & (key > threshold)).to(tl.int32), axis=0))
-        tl.store(counts_ptr + 2 * pid + 1,
-                 tl.sum((ok & (key == threshold)).to(tl.int32), axis=0))
+        tl.store(counts_ptr + 2 * pid + 1, tl.sum((ok & (key == threshold)).to(tl.int32), axis=0))
 
     @triton.jit
-    def _select_write_kernel(y_ptr, state_ptr, counts_ptr, idx_ptr, val_ptr, dense_ptr,
-                             squares_ptr, n, n_blocks, SIGNED: tl.constexpr,
-                             DENSE: tl.constexpr, BLOCK: tl.constexpr, NBLK: tl.constexpr):
+    def _select_write_kernel(
+        y_ptr,
+        state_ptr,
+        counts_ptr,
+        idx_ptr,
+        val_ptr,
+        dense_ptr,
+        squares_ptr,
+        n,
+        n_blocks,
+        SIGNED: tl.constexpr,
+        DENSE: tl.constexpr,
+        BLOCK: tl.constexpr,
+        NBLK: tl.constexpr,
+    ):
         pid = tl.program_id(0)
         threshold = tl.load(state_ptr)
         need_ties = tl.load(state_ptr + 1)
@@ -171,8 +199,17 @@ if HAS_TRITON:
             tl.store(dense_ptr + offs, y, mask=take)
 
     @triton.jit
-    def _gather_gemv_kernel(st_ptr, idx_ptr, val_ptr, partial_ptr, n_sel, n_cols, stride,
-                            BLOCK_J: tl.constexpr, BLOCK_T: tl.constexpr):
+    def _gather_gemv_kernel(
+        st_ptr,
+        idx_ptr,
+        val_ptr,
+        partial_ptr,
+        n_sel,
+        n_cols,
+        stride,
+        BLOCK_J: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+    ):
         pid = tl.program_id(0)
         j = pid * BLOCK_J + tl.arange(0, BLOCK_J)
         j_ok = j < n_sel
@@ -181,15 +218,26 @@ if HAS_TRITON:
         for t0 in range(0, n_cols, BLOCK_T):
             cols = t0 + tl.arange(0, BLOCK_T)
             col_ok = cols < n_cols
-            tile = tl.load(st_ptr + base[:, None] + cols[None, :],
-                           mask=j_ok[:, None] & col_ok[None, :], other=0.0)
-            tl.store(partial_ptr + pid * n_cols + cols, tl.sum(tile * w[:, None], axis=0),
-                     mask=col_ok)
-
+            tile = tl.load(
+                st_ptr + base[:, None] + cols[None, :],
+                mask=j_ok[:, None] & col_ok[None, :],
+                other=0.0,
+            )
+            tl.store(
+                partial_ptr + pid * n_cols + cols, tl.sum(tile * w[:, None], axis=0), mask=col_ok
+            )
 
     @triton.jit
-    def _atom_dot_kernel(dense_ptr, idx_ptr, val_ptr, partial_ptr, count_ptr, r,
-                         SPLITS: tl.constexpr, BLOCK: tl.constexpr):
+    def _atom_dot_kernel(
+        dense_ptr,
+        idx_ptr,
+        val_ptr,
+        partial_ptr,
+        count_ptr,
+        r,
+        SPLITS: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
         # partial[k, s] = Σ val[k, j] * dense[idx[k, j]] over split s of atom k,
         # for the atoms learned so far (count_ptr: how many; a graph is
         # captured once for all of them, later atoms read as 0).
@@ -205,26 +253,44 @@ if HAS_TRITON:
             ok = j < stop
             vox = tl.load(idx_ptr + row + j, mask=ok, other=0)
             acc += tl.load(val_ptr + row + j, mask=ok, other=0.0) * tl.load(
-                dense_ptr + vox, mask=ok, other=0.0)
+                dense_ptr + vox, mask=ok, other=0.0
+            )
         tl.store(partial_ptr + k * SPLITS + split, tl.sum(acc, axis=0))
 
     @triton.jit
-    def _column_sum_kernel(partial_ptr, out_ptr, n_rows, n_cols,
-                           BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    def _column_sum_kernel(
+        partial_ptr, out_ptr, n_rows, n_cols, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr
+    ):
         cols = tl.program_id(0) * BLOCK_C + tl.arange(0, BLOCK_C)
         col_ok = cols < n_cols
         acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
         for r0 in range(0, n_rows, BLOCK_R):
             rows = r0 + tl.arange(0, BLOCK_R)
-            acc += tl.load(partial_ptr + rows[:, None] * n_cols + cols[None, :],
-                           mask=(rows < n_rows)[:, None] & col_ok[None, :], other=0.0)
+            acc += tl.load(
+                partial_ptr + rows[:, None] * n_cols + cols[None, :],
+                mask=(rows < n_rows)[:, None] & col_ok[None, :],
+                other=0.0,
+            )
         tl.store(out_ptr + cols, tl.sum(acc, axis=0), mask=col_ok)
 
     @triton.jit
-    def _finish_kernel(su_ptr, u_mat_ptr, ld_u, dots_ptr, n_atoms, u_ptr, u_prev_ptr,
-                       squares_ptr, n_squares, stats_ptr, n_cols,
-                       SPLITS: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr,
-                       BLOCK_S: tl.constexpr):
+    def _finish_kernel(
+        su_ptr,
+        u_mat_ptr,
+        ld_u,
+        dots_ptr,
+        n_atoms,
+        u_ptr,
+        u_prev_ptr,
+        squares_ptr,
+        n_squares,
+        stats_ptr,
+        n_cols,
+        SPLITS: tl.constexpr,
+        BLOCK_T: tl.constexpr,
+        BLOCK_K: tl.constexpr,
+        BLOCK_S: tl.constexpr,
+    ):
         # su -= U[:, :k] (V v); u <- su / ‖su‖; stats = (‖su‖, ‖u_new - u‖, ‖v‖).
         t = tl.arange(0, BLOCK_T)
         t_ok = t < n_cols
@@ -233,10 +299,19 @@ if HAS_TRITON:
         for k0 in range(0, n_atoms, BLOCK_K):
             ks = k0 + tl.arange(0, BLOCK_K)
             k_ok = ks < n_atoms
-            vv = tl.sum(tl.load(dots_ptr + ks[:, None] * SPLITS + splits[None, :],
-                                mask=k_ok[:, None], other=0.0), axis=1)
-            u_tile = tl.load(u_mat_ptr + t[:, None] * ld_u + ks[None, :],
-                             mask=t_ok[:, None] & k_ok[None, :], other=0.0)
+            vv = tl.sum(
+                tl.load(
+                    dots_ptr + ks[:, None] * SPLITS + splits[None, :],
+                    mask=k_ok[:, None],
+                    other=0.0,
+                ),
+                axis=1,
+            )
+            u_tile = tl.load(
+                u_mat_ptr + t[:, None] * ld_u + ks[None, :],
+                mask=t_ok[:, None] & k_ok[None, :],
+                other=0.0,
+            )
             su -= tl.sum(u_tile * vv[None, :], axis=1)
         norm = tl.sqrt(tl.sum(su * su, axis=0))
         u_new = su / norm
@@ -262,8 +337,8 @@ def gemv(St, u, y):
     block_t = min(64 if n_cols <= 256 else 128, _next_pow2(n_cols))
     block_p = 32 if n_cols <= 256 else 16
     _gemv_kernel[(triton.cdiv(n_rows, block_p),)](
-        St, u, y, n_rows, n_cols, St.stride(0), BLOCK_P=block_p, BLOCK_T=block_t,
-        num_warps=4)
+        St, u, y, n_rows, n_cols, St.stride(0), BLOCK_P=block_p, BLOCK_T=block_t, num_warps=4
+    )
     return y
 
 
@@ -271,8 +346,9 @@ def csr_deflate(y, rowptr, atoms, weights, c):
     """``y[p] -= Σ c[atom] * weight`` over row p's entries, in entry order."""
     n_rows = y.numel()
     block = 256
-    _csr_deflate_kernel[(triton.cdiv(n_rows, block),)](y, rowptr, atoms, weights, c, n_rows,
-                                                       BLOCK=block, num_warps=4)
+    _csr_deflate_kernel[(triton.cdiv(n_rows, block),)](
+        y, rowptr, atoms, weights, c, n_rows, BLOCK=block, num_warps=4
+    )
     return y
 
 
@@ -290,8 +366,9 @@ class RadixWorkspace:
         self.squares = torch.empty(self.n_parts, dtype=torch.float32, device=device)
 
 
-def radix_top_r(y, r: int, selection: str, *, out=None, workspace: RadixWorkspace | None = None,
-                dense=None):
+def radix_top_r(
+    y, r: int, selection: str, *, out=None, workspace: RadixWorkspace | None = None, dense=None
+):
     """Exact top-r of float32 ``y`` on the device: (indices ascending, values).
 
     ``dense``, when given, receives the kept values at their indices (the
@@ -307,22 +384,38 @@ def radix_top_r(y, r: int, selection: str, *, out=None, workspace: RadixWorkspac
     if workspace is None or workspace.n != n:
         workspace = RadixWorkspace(n, y.device)
     if out is None:
-        out = (torch.empty(r, dtype=torch.int64, device=y.device),
-               torch.empty(r, dtype=y.dtype, device=y.device))
+        out = (
+            torch.empty(r, dtype=torch.int64, device=y.device),
+            torch.empty(r, dtype=y.dtype, device=y.device),
+        )
     ws = workspace
     grid = (ws.n_parts,)
     for pass_ in range(4):
-        _radix_count_kernel[grid](y, ws.state, ws.partial, n, PASS=pass_, SIGNED=signed,
-                                  BLOCK=ws.block, num_warps=8)
-        _radix_find_kernel[(1,)](ws.partial, ws.state, ws.n_parts, r, PASS=pass_,
-                                 MAX_PARTS=_MAX_PARTS, num_warps=8)
-    _select_count_kernel[grid](y, ws.state, ws.counts, n, SIGNED=signed, BLOCK=ws.block,
-                               num_warps=8)
-    _select_write_kernel[grid](y, ws.state, ws.counts, out[0], out[1],
-                               y if dense is None else dense, ws.squares, n, ws.n_parts,
-                               SIGNED=signed,
-                               DENSE=dense is not None, BLOCK=ws.block,
-                               NBLK=_next_pow2(ws.n_parts), num_warps=8)
+        _radix_count_kernel[grid](
+            y, ws.state, ws.partial, n, PASS=pass_, SIGNED=signed, BLOCK=ws.block, num_warps=8
+        )
+        _radix_find_kernel[(1,)](
+            ws.partial, ws.state, ws.n_parts, r, PASS=pass_, MAX_PARTS=_MAX_PARTS, num_warps=8
+        )
+    _select_count_kernel[grid](
+        y, ws.state, ws.counts, n, SIGNED=signed, BLOCK=ws.block, num_warps=8
+    )
+    _select_write_kernel[grid](
+        y,
+        ws.state,
+        ws.counts,
+        out[0],
+        out[1],
+        y if dense is None else dense,
+        ws.squares,
+        n,
+        ws.n_parts,
+        SIGNED=signed,
+        DENSE=dense is not None,
+        BLOCK=ws.block,
+        NBLK=_next_pow2(ws.n_parts),
+        num_warps=8,
+    )
     return out
 
 
@@ -340,9 +433,18 @@ def gather_gemv(St, idx, values, partial, block_j: int | None = None):
     block_j = gather_block(n_cols) if block_j is None else block_j
     n_j = triton.cdiv(n_sel, block_j)
     part = partial[: n_j * n_cols].view(n_j, n_cols)
-    _gather_gemv_kernel[(n_j,)](St, idx, values, part, n_sel, n_cols, St.stride(0),
-                                BLOCK_J=block_j, BLOCK_T=min(64, _next_pow2(n_cols)),
-                                num_warps=4)
+    _gather_gemv_kernel[(n_j,)](
+        St,
+        idx,
+        values,
+        part,
+        n_sel,
+        n_cols,
+        St.stride(0),
+        BLOCK_J=block_j,
+        BLOCK_T=min(64, _next_pow2(n_cols)),
+        num_warps=4,
+    )
     return part
 
 
@@ -354,16 +456,18 @@ def atom_dots(dense, atom_idx, atom_val, partial, count):
     for the rows k < ``count`` (a one-element int32 device tensor) of
     ``atom_idx`` ((K, r)); 0 for the others. Sum over s for V v."""
     n_atoms, r = atom_idx.shape
-    _atom_dot_kernel[(n_atoms, DOT_SPLITS)](dense, atom_idx, atom_val, partial, count, r,
-                                            SPLITS=DOT_SPLITS, BLOCK=1024, num_warps=4)
+    _atom_dot_kernel[(n_atoms, DOT_SPLITS)](
+        dense, atom_idx, atom_val, partial, count, r, SPLITS=DOT_SPLITS, BLOCK=1024, num_warps=4
+    )
     return partial
 
 
 def column_sum(partial, out):
     """``out = partial.sum(dim=0)`` for a (rows, T) float32 tensor, in a fixed order."""
     n_rows, n_cols = partial.shape
-    _column_sum_kernel[(triton.cdiv(n_cols, 16),)](partial, out, n_rows, n_cols, BLOCK_R=64,
-                                                   BLOCK_C=16, num_warps=4)
+    _column_sum_kernel[(triton.cdiv(n_cols, 16),)](
+        partial, out, n_rows, n_cols, BLOCK_R=64, BLOCK_C=16, num_warps=4
+    )
     return out
 
 
@@ -374,7 +478,21 @@ def finish(su, U, n_atoms, dots, u, u_prev, workspace, stats):
     :func:`radix_top_r` on ``workspace``)."""
     n_cols = u.numel()
     block_t = _next_pow2(n_cols)
-    _finish_kernel[(1,)](su, U, U.stride(0), dots, n_atoms, u, u_prev, workspace.squares,
-                         workspace.n_parts, stats, n_cols, SPLITS=DOT_SPLITS, BLOCK_T=block_t,
-                         BLOCK_K=max(4, min(32, 8192 // block_t)),
-                         BLOCK_S=_next_pow2(workspace.n_parts), num_warps=8)
+    _finish_kernel[(1,)](
+        su,
+        U,
+        U.stride(0),
+        dots,
+        n_atoms,
+        u,
+        u_prev,
+        workspace.squares,
+        workspace.n_parts,
+        stats,
+        n_cols,
+        SPLITS=DOT_SPLITS,
+        BLOCK_T=block_t,
+        BLOCK_K=max(4, min(32, 8192 // block_t)),
+        BLOCK_S=_next_pow2(workspace.n_parts),
+        num_warps=8,
+    )

@@ -42,8 +42,17 @@ class _Updater:
     statistics, all in preallocated tensors (a CUDA graph reads and writes
     them in place)."""
 
-    def __init__(self, n_timepoints: int, n_voxels: int, *, n_atoms: int, r: int,
-                 selection: str, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        n_timepoints: int,
+        n_voxels: int,
+        *,
+        n_atoms: int,
+        r: int,
+        selection: str,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> None:
         self.r, self.selection, self.n_atoms = r, selection, n_atoms
         self.device = device
         zeros = {"dtype": dtype, "device": device}
@@ -108,9 +117,12 @@ class _Updater:
 class BlockUpdater(_Updater):
     """Updates through a block operator's ``top_r`` and ``matvec``."""
 
-    def __init__(self, op: StreamedOperator | EngineOperator, *, n_atoms: int, r: int, selection: str) -> None:
-        super().__init__(*op.shape, n_atoms=n_atoms, r=r, selection=selection,
-                         device=op.device, dtype=op.dtype)
+    def __init__(
+        self, op: StreamedOperator | EngineOperator, *, n_atoms: int, r: int, selection: str
+    ) -> None:
+        super().__init__(
+            *op.shape, n_atoms=n_atoms, r=r, selection=selection, device=op.device, dtype=op.dtype
+        )
         self.op = op
 
     def _update(self) -> None:
@@ -118,8 +130,10 @@ class BlockUpdater(_Updater):
         deflation = None
         if k:
             c = self.U[:, :k].T @ u
-            deflation = (self.atom_idx[:k].reshape(-1),
-                         (c[:, None] * self.atom_val[:k]).reshape(-1))
+            deflation = (
+                self.atom_idx[:k].reshape(-1),
+                (c[:, None] * self.atom_val[:k]).reshape(-1),
+            )
         idx, val = self.op.top_r(u, deflation, self.r, self.selection)
         self.idx.copy_(idx)
         self.val.copy_(val)
@@ -147,10 +161,15 @@ class _PinnedRows:
         self.copier = HostToDevice(device, rows * self.width, St.dtype)
 
     def gemv(self, u: torch.Tensor, y: torch.Tensor) -> None:
-        pieces = [((b - a, self.width),
-                   self.St.as_strided((b - a, self.width), (self.width, 1),
-                                      self.St.storage_offset() + a * self.width))
-                  for a, b in self.chunks]
+        pieces = [
+            (
+                (b - a, self.width),
+                self.St.as_strided(
+                    (b - a, self.width), (self.width, 1), self.St.storage_offset() + a * self.width
+                ),
+            )
+            for a, b in self.chunks
+        ]
         for i, block in enumerate(self.copier.blocks(pieces)):  # to its end (releases)
             a, b = self.chunks[i]
             _triton_r1dl.gemv(block[:, : self.n_cols], u, y[a:b])
@@ -180,18 +199,37 @@ class ResidentUpdater(_Updater):
         Size of the pieces of a host Sᵀ copied at a time.
     """
 
-    def __init__(self, St: torch.Tensor, *, n_atoms: int, r: int, selection: str,
-                 use_triton: bool | None = None, use_graphs: bool | None = None,
-                 device: torch.device | None = None, chunk_bytes: int = 64 * 1024**2) -> None:
+    def __init__(
+        self,
+        St: torch.Tensor,
+        *,
+        n_atoms: int,
+        r: int,
+        selection: str,
+        use_triton: bool | None = None,
+        use_graphs: bool | None = None,
+        device: torch.device | None = None,
+        chunk_bytes: int = 64 * 1024**2,
+    ) -> None:
         n_voxels, n_timepoints = St.shape
         device = St.device if device is None else torch.device(device)
         dtype = St.dtype
-        super().__init__(n_timepoints, n_voxels, n_atoms=n_atoms, r=r, selection=selection,
-                         device=device, dtype=dtype)
+        super().__init__(
+            n_timepoints,
+            n_voxels,
+            n_atoms=n_atoms,
+            r=r,
+            selection=selection,
+            device=device,
+            dtype=dtype,
+        )
         self.St = St
         # The kernels select r < P entries; r = P (keep everything) is plain torch.
-        self.triton = (_triton_r1dl.usable(torch.empty(0, dtype=dtype, device=device))
-                       and r < n_voxels and use_triton is not False)
+        self.triton = (
+            _triton_r1dl.usable(torch.empty(0, dtype=dtype, device=device))
+            and r < n_voxels
+            and use_triton is not False
+        )
         if use_triton and not self.triton:
             raise ValueError("The Triton kernels need triton, a float32 CUDA tensor and r < P.")
         on_host = St.device.type != device.type
@@ -239,15 +277,30 @@ class ResidentUpdater(_Updater):
         if kc:
             c = self.U[:, :kc].T @ u
             kernels.csr_deflate(self.y, self.rowptr, self.entry_atom, self.entry_weight, c)
-        kernels.radix_top_r(self.y, self.r, self.selection, out=(self.idx, self.val),
-                            workspace=self.workspace, dense=self.v_dense if kc else None)
+        kernels.radix_top_r(
+            self.y,
+            self.r,
+            self.selection,
+            out=(self.idx, self.val),
+            workspace=self.workspace,
+            dense=self.v_dense if kc else None,
+        )
         part = kernels.gather_gemv(self.St, self.idx, self.val, self.partial)
         if kc:
-            kernels.atom_dots(self.v_dense, self.atom_idx[:kc], self.atom_val[:kc], self.dots,
-                              self.k_device)
+            kernels.atom_dots(
+                self.v_dense, self.atom_idx[:kc], self.atom_val[:kc], self.dots, self.k_device
+            )
             self.v_dense.index_fill_(0, self.idx, 0)
-        kernels.finish(kernels.column_sum(part, self.su), self.U, kc, self.dots, u,
-                       self.u_prev, self.workspace, self.stats)
+        kernels.finish(
+            kernels.column_sum(part, self.su),
+            self.U,
+            kc,
+            self.dots,
+            u,
+            self.u_prev,
+            self.workspace,
+            self.stats,
+        )
 
     def _compute_torch(self, kc: int) -> None:
         u = self.u
@@ -255,8 +308,12 @@ class ResidentUpdater(_Updater):
         torch.mv(self.St, u, out=self.y)
         if kc:
             m = self.n_entries
-            self.y.index_add_(0, self.entry_voxel[:m],
-                              c[self.entry_atom[:m].long()] * self.entry_weight[:m], alpha=-1)
+            self.y.index_add_(
+                0,
+                self.entry_voxel[:m],
+                c[self.entry_atom[:m].long()] * self.entry_weight[:m],
+                alpha=-1,
+            )
         top_r_sorted(self.y, self.r, self.selection, out=(self.idx, self.val))
         self._close(self.val @ self.St.index_select(0, self.idx), kc)
 
@@ -302,15 +359,16 @@ class ResidentUpdater(_Updater):
         old_voxel = self.entry_voxel[:m_old]
         pos_old = torch.arange(m_old, device=device) + torch.searchsorted(idx, old_voxel)
         pos_new = torch.arange(r, device=device) + self.rowptr[idx + 1]
-        for buffer, new in ((self.entry_voxel, idx),
-                            (self.entry_atom, torch.full_like(self.entry_atom[:r], k)),
-                            (self.entry_weight, val)):
+        for buffer, new in (
+            (self.entry_voxel, idx),
+            (self.entry_atom, torch.full_like(self.entry_atom[:r], k)),
+            (self.entry_weight, val),
+        ):
             merged = torch.empty_like(buffer[:m])
             merged.index_copy_(0, pos_old, buffer[:m_old])
             merged.index_copy_(0, pos_new, new.to(buffer.dtype))
             buffer[:m] = merged
-        self.rowptr += torch.searchsorted(
-            idx, torch.arange(self.rowptr.numel(), device=device))
+        self.rowptr += torch.searchsorted(idx, torch.arange(self.rowptr.numel(), device=device))
         self.n_entries = m
         if self.triton:
             self.k_device.fill_(self.k)

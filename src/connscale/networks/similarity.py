@@ -17,15 +17,18 @@ def _support(maps: npt.ArrayLike | sp.spmatrix | sp.sparray, name: str) -> sp.cs
         if arr.ndim == 1:
             arr = arr[None, :]
         if arr.ndim != 2:
-            raise ValueError(f"'{name}' must be a map (n_voxels,) or maps (n_maps, n_voxels); "
-                             f"got an array of shape {arr.shape}.")
+            raise ValueError(
+                f"'{name}' must be a map (n_voxels,) or maps (n_maps, n_voxels); "
+                f"got an array of shape {arr.shape}."
+            )
         m = sp.csr_matrix(arr != 0)
     out = m.astype(bool).astype(np.float64)
     return sp.csr_matrix(out)
 
 
-def spatial_similarity(p1: npt.ArrayLike | sp.spmatrix | sp.sparray,
-                       p2: npt.ArrayLike | sp.spmatrix | sp.sparray) -> float | np.ndarray:
+def spatial_similarity(
+    p1: npt.ArrayLike | sp.spmatrix | sp.sparray, p2: npt.ArrayLike | sp.spmatrix | sp.sparray
+) -> float | np.ndarray:
     """R(P₁, P₂) = |P₁ ∩ P₂| / |P₂|, counting non-zero voxels.
 
     Parameters
@@ -46,8 +49,9 @@ def spatial_similarity(p1: npt.ArrayLike | sp.spmatrix | sp.sparray,
     """
     a, b = _support(p1, "p1"), _support(p2, "p2")
     if a.shape[1] != b.shape[1]:
-        raise ValueError(f"'p1' and 'p2' must have the same number of voxels; got "
-                         f"{a.shape[1]} and {b.shape[1]}.")
+        raise ValueError(
+            f"'p1' and 'p2' must have the same number of voxels; got {a.shape[1]} and {b.shape[1]}."
+        )
     overlap = (a @ b.T).toarray()
     size2 = np.asarray(b.sum(axis=1)).ravel()
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -56,9 +60,10 @@ def spatial_similarity(p1: npt.ArrayLike | sp.spmatrix | sp.sparray,
     return float(sim[0, 0]) if one_d else sim
 
 
-def match_networks(maps: npt.ArrayLike | sp.spmatrix | sp.sparray,
-                   templates: npt.ArrayLike | sp.spmatrix | sp.sparray
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def match_networks(
+    maps: npt.ArrayLike | sp.spmatrix | sp.sparray,
+    templates: npt.ArrayLike | sp.spmatrix | sp.sparray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Pair each template with a distinct map maximising spatial similarity.
 
     Hungarian assignment (:func:`scipy.optimize.linear_sum_assignment`) on
@@ -86,8 +91,10 @@ def match_networks(maps: npt.ArrayLike | sp.spmatrix | sp.sparray,
     """
     from scipy.optimize import linear_sum_assignment
 
-    sim = spatial_similarity(np.atleast_2d(maps) if not sp.issparse(maps) else maps,
-                             np.atleast_2d(templates) if not sp.issparse(templates) else templates)
+    sim = spatial_similarity(
+        np.atleast_2d(maps) if not sp.issparse(maps) else maps,
+        np.atleast_2d(templates) if not sp.issparse(templates) else templates,
+    )
     rows, cols = linear_sum_assignment(sim, maximize=True)
     order = np.argsort(rows)
     rows, cols = rows[order], cols[order]

@@ -23,8 +23,13 @@ if TYPE_CHECKING:
 
 __all__ = ["render_report", "write_report"]
 
-_MIME = {".png": "image/png", ".jpg": "image/jpeg", ".jpeg": "image/jpeg",
-         ".gif": "image/gif", ".svg": "image/svg+xml"}
+_MIME = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".svg": "image/svg+xml",
+}
 _MAX_LIST = 12
 _INTERVAL_KEYS = {"mean", "ci_low", "ci_high"}
 
@@ -99,8 +104,10 @@ def _render_value(value: object, depth: int = 0) -> str:
     if isinstance(value, (list, tuple)):
         flat = all(isinstance(_to_plain(v), (Number, str)) or v is None for v in value)
         if flat and len(value) <= _MAX_LIST:
-            return _esc(", ".join(_fmt_number(v) if isinstance(v, Number) else str(v)
-                                  for v in value)) or '<span class="muted">empty</span>'
+            return (
+                _esc(", ".join(_fmt_number(v) if isinstance(v, Number) else str(v) for v in value))
+                or '<span class="muted">empty</span>'
+            )
         if flat and all(isinstance(v, str) for v in value):
             head = ", ".join(str(v) for v in value[:3])
             return _esc(f"{len(value)} values: {head}, ...")
@@ -110,24 +117,39 @@ def _render_value(value: object, depth: int = 0) -> str:
             if numbers:
                 finite = [v for v in numbers if math.isfinite(v)]
                 if finite:
-                    text += f" (mean {_fmt_number(sum(finite) / len(finite))}, " \
-                            f"min {_fmt_number(min(finite))}, max {_fmt_number(max(finite))})"
+                    text += (
+                        f" (mean {_fmt_number(sum(finite) / len(finite))}, "
+                        f"min {_fmt_number(min(finite))}, max {_fmt_number(max(finite))})"
+                    )
             return _esc(text)
         rows = [_to_plain(v) for v in value]
-        if (rows and len(rows) <= _MAX_LIST and all(isinstance(r, list) for r in rows)
-                and len({len(r) for r in rows}) == 1 and len(rows[0]) <= _MAX_LIST
-                and all(isinstance(c, (Number, str)) for r in rows for c in r)):
+        if (
+            rows
+            and len(rows) <= _MAX_LIST
+            and all(isinstance(r, list) for r in rows)
+            and len({len(r) for r in rows}) == 1
+            and len(rows[0]) <= _MAX_LIST
+            and all(isinstance(c, (Number, str)) for r in rows for c in r)
+        ):
             cells = "".join(
-                "<tr>" + "".join(f'<td class="num">{_esc(_fmt_number(c) if isinstance(c, Number) else c)}</td>'
-                                 for c in r) + "</tr>" for r in rows)
+                "<tr>"
+                + "".join(
+                    f'<td class="num">{_esc(_fmt_number(c) if isinstance(c, Number) else c)}</td>'
+                    for c in r
+                )
+                + "</tr>"
+                for r in rows
+            )
             return f"<table>{cells}</table>"
         return _esc(f"{len(value)} items")
     return _esc(value)
 
 
 def _interval_text(value: dict) -> str:
-    text = f"{_fmt_number(value['mean'])} [{_fmt_number(value['ci_low'])}, " \
-           f"{_fmt_number(value['ci_high'])}]"
+    text = (
+        f"{_fmt_number(value['mean'])} [{_fmt_number(value['ci_low'])}, "
+        f"{_fmt_number(value['ci_high'])}]"
+    )
     if "k" in value and "n" in value:
         text += f" (k = {_fmt_number(value['k'])}, n = {_fmt_number(value['n'])})"
     return text
@@ -137,19 +159,25 @@ def _render_table(mapping: dict, depth: int = 0) -> str:
     if not mapping:
         return '<p class="muted">none</p>'
     rows = []
-    intervals = {k: v for k, v in mapping.items()
-                 if isinstance(v, dict) and _INTERVAL_KEYS <= set(v)}
+    intervals = {
+        k: v for k, v in mapping.items() if isinstance(v, dict) and _INTERVAL_KEYS <= set(v)
+    }
     if len(intervals) >= 2:  # a metrics block: one row per metric
-        rows.append("<table><tr><th>metric</th><th>estimate</th><th>95% interval</th>"
-                    "<th>k / n</th></tr>")
+        rows.append(
+            "<table><tr><th>metric</th><th>estimate</th><th>95% interval</th><th>k / n</th></tr>"
+        )
         for name, value in intervals.items():
-            kn = (f"{_fmt_number(value['k'])} / {_fmt_number(value['n'])}"
-                  if "k" in value and "n" in value else "")
+            kn = (
+                f"{_fmt_number(value['k'])} / {_fmt_number(value['n'])}"
+                if "k" in value and "n" in value
+                else ""
+            )
             rows.append(
-                f"<tr><td>{_esc(name)}</td><td class=\"num\">{_esc(_fmt_number(value['mean']))}"
-                f"</td><td class=\"num\">[{_esc(_fmt_number(value['ci_low']))}, "
-                f"{_esc(_fmt_number(value['ci_high']))}]</td><td class=\"num\">{_esc(kn)}</td>"
-                "</tr>")
+                f'<tr><td>{_esc(name)}</td><td class="num">{_esc(_fmt_number(value["mean"]))}'
+                f'</td><td class="num">[{_esc(_fmt_number(value["ci_low"]))}, '
+                f'{_esc(_fmt_number(value["ci_high"]))}]</td><td class="num">{_esc(kn)}</td>'
+                "</tr>"
+            )
         rows.append("</table>")
         rest = {k: v for k, v in mapping.items() if k not in intervals}
         if rest:
@@ -170,8 +198,10 @@ def _render_timings(timings: dict) -> str:
     rows = ["<table><tr><th>step</th><th>seconds</th><th></th></tr>"]
     for key, value in numbers.items():
         width = round(200 * value / top)
-        rows.append(f"<tr><td>{_esc(key)}</td><td class=\"num\">{_esc(_fmt_number(value))}"
-                    f"</td><td><span class=\"bar\" style=\"width: {width}px\"></span></td></tr>")
+        rows.append(
+            f'<tr><td>{_esc(key)}</td><td class="num">{_esc(_fmt_number(value))}'
+            f'</td><td><span class="bar" style="width: {width}px"></span></td></tr>'
+        )
     rows.append("</table>")
     return "".join(rows)
 
@@ -197,8 +227,10 @@ def _embed_figure(path: str | os.PathLike, out_dir: Path, problems: list) -> str
         return ""
     encoded = base64.b64encode(data).decode("ascii")
     name = resolved.name
-    return (f'<figure><img src="data:{mime};base64,{encoded}" alt="{_esc(name)}">'
-            f"<figcaption>{_esc(name)}</figcaption></figure>")
+    return (
+        f'<figure><img src="data:{mime};base64,{encoded}" alt="{_esc(name)}">'
+        f"<figcaption>{_esc(name)}</figcaption></figure>"
+    )
 
 
 def _display_path(path: str | os.PathLike, out_dir: Path) -> str:
@@ -229,28 +261,41 @@ def render_report(record: RunRecord | dict, out_dir: str | os.PathLike) -> str:
     for path in record.get("outputs") or []:
         resolved = _resolve(path, out_dir)
         size = f"{resolved.stat().st_size:,} bytes" if resolved.is_file() else "missing"
-        outputs.append(f"<li><code>{_esc(_display_path(path, out_dir))}</code> "
-                       f'<span class="muted">{_esc(size)}</span></li>')
+        outputs.append(
+            f"<li><code>{_esc(_display_path(path, out_dir))}</code> "
+            f'<span class="muted">{_esc(size)}</span></li>'
+        )
 
-    subtitle = " · ".join(_esc(x) for x in [
-        f"started {record.get('started', '?')}",
-        f"device {record.get('device') or 'n/a'}",
-        f"connscale {software.get('connscale', '?')}",
-        f"python {software.get('python', '?')}",
-    ])
-    warnings_html = ("<ul>" + "".join(f'<li class="warn">{_esc(w)}</li>' for w in run_warnings)
-                     + "</ul>") if run_warnings else '<p class="muted">none</p>'
+    subtitle = " · ".join(
+        _esc(x)
+        for x in [
+            f"started {record.get('started', '?')}",
+            f"device {record.get('device') or 'n/a'}",
+            f"connscale {software.get('connscale', '?')}",
+            f"python {software.get('python', '?')}",
+        ]
+    )
+    warnings_html = (
+        ("<ul>" + "".join(f'<li class="warn">{_esc(w)}</li>' for w in run_warnings) + "</ul>")
+        if run_warnings
+        else '<p class="muted">none</p>'
+    )
     sections = [
         ("parameters", "Parameters", _render_table(record.get("parameters") or {})),
         ("timings", "Timings", _render_timings(record.get("timings_s") or {})),
         ("results", "Results", _render_table(record.get("results") or {})),
         ("figures", "Figures", "".join(figures) or '<p class="muted">none</p>'),
         ("warnings", f"Warnings ({len(run_warnings)})", warnings_html),
-        ("outputs", "Outputs", ("<ul>" + "".join(outputs) + "</ul>") if outputs
-         else '<p class="muted">none</p>'),
+        (
+            "outputs",
+            "Outputs",
+            ("<ul>" + "".join(outputs) + "</ul>") if outputs else '<p class="muted">none</p>',
+        ),
     ]
-    body = "".join(f'<section id="{sid}"><h2>{_esc(title)}</h2>{content}</section>'
-                   for sid, title, content in sections)
+    body = "".join(
+        f'<section id="{sid}"><h2>{_esc(title)}</h2>{content}</section>'
+        for sid, title, content in sections
+    )
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
@@ -265,7 +310,9 @@ def render_report(record: RunRecord | dict, out_dir: str | os.PathLike) -> str:
     )
 
 
-def write_report(record: RunRecord | dict, out_dir: str | os.PathLike, *, filename: str = "report.html") -> Path:
+def write_report(
+    record: RunRecord | dict, out_dir: str | os.PathLike, *, filename: str = "report.html"
+) -> Path:
     """Write the self-contained HTML report of a run.
 
     Parameters

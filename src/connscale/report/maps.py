@@ -12,9 +12,13 @@ if TYPE_CHECKING:
     from nibabel.spatialimages import SpatialImage
 
 
-def plot_stat_map(img: str | Path | SpatialImage, out_path: str | os.PathLike, *,
-                  bg_img: str | Path | SpatialImage | None = None,
-                  title: str | None = None) -> Path:
+def plot_stat_map(
+    img: str | Path | SpatialImage,
+    out_path: str | os.PathLike,
+    *,
+    bg_img: str | Path | SpatialImage | None = None,
+    title: str | None = None,
+) -> Path:
     """One 3-D map over a background image, in three orthogonal cuts.
 
     Parameters

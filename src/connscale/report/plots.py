@@ -96,10 +96,17 @@ def _as_square(matrix: npt.ArrayLike | sp.spmatrix | sp.sparray) -> np.ndarray:
     return matrix
 
 
-def plot_correlation_matrix(matrix: npt.ArrayLike, out_path: str | os.PathLike, *,
-                            labels: Sequence[str] | None = None, title: str | None = None,
-                            vmin: float = -1.0, vmax: float = 1.0,
-                            cmap: str = "RdBu_r", reorder: bool = False) -> Path:
+def plot_correlation_matrix(
+    matrix: npt.ArrayLike,
+    out_path: str | os.PathLike,
+    *,
+    labels: Sequence[str] | None = None,
+    title: str | None = None,
+    vmin: float = -1.0,
+    vmax: float = 1.0,
+    cmap: str = "RdBu_r",
+    reorder: bool = False,
+) -> Path:
     """Correlation matrix with region labels (``nilearn.plotting.plot_matrix``).
 
     Parameters
@@ -132,18 +139,29 @@ def plot_correlation_matrix(matrix: npt.ArrayLike, out_path: str | os.PathLike, 
     plt = _pyplot()
     size = 6 if show_labels is None else min(4 + 0.18 * n, 20)
     fig = plt.figure(figsize=(size, size * 0.85))
-    plot_matrix_kwargs = {"labels": show_labels, "vmin": vmin, "vmax": vmax,
-                          "figure": fig, "title": title, "cmap": cmap, "reorder": reorder and
-                          show_labels is not None}
+    plot_matrix_kwargs = {
+        "labels": show_labels,
+        "vmin": vmin,
+        "vmax": vmax,
+        "figure": fig,
+        "title": title,
+        "cmap": cmap,
+        "reorder": reorder and show_labels is not None,
+    }
     display = np.where(np.isfinite(matrix), matrix, 0.0)
     plotting.plot_matrix(display, **plot_matrix_kwargs)
     return _save(fig, out_path)
 
 
-def plot_connectome(matrix: npt.ArrayLike | sp.spmatrix | sp.sparray, coords: npt.ArrayLike,
-                    out_path: str | os.PathLike, *, edge_threshold: str | float = "95%",
-                    title: str | None = None,
-                    node_size: float = 20) -> Path:
+def plot_connectome(
+    matrix: npt.ArrayLike | sp.spmatrix | sp.sparray,
+    coords: npt.ArrayLike,
+    out_path: str | os.PathLike,
+    *,
+    edge_threshold: str | float = "95%",
+    title: str | None = None,
+    node_size: float = 20,
+) -> Path:
     """Edges on a glass brain (``nilearn.plotting.plot_connectome``).
 
     Parameters
@@ -175,17 +193,28 @@ def plot_connectome(matrix: npt.ArrayLike | sp.spmatrix | sp.sparray, coords: np
     np.fill_diagonal(matrix, 0.0)
     plt = _pyplot()
     fig = plt.figure(figsize=(9, 3.5))
-    plotting.plot_connectome(matrix, coords, edge_threshold=edge_threshold, figure=fig,
-                             title=title, node_size=node_size, colorbar=True)
+    plotting.plot_connectome(
+        matrix,
+        coords,
+        edge_threshold=edge_threshold,
+        figure=fig,
+        title=title,
+        node_size=node_size,
+        colorbar=True,
+    )
     return _save(fig, out_path)
 
 
-def plot_edge_timecourses(timecourses: npt.ArrayLike | DynamicConnectivity,
-                          out_path: str | os.PathLike, *,
-                          edge_labels: Sequence[str] | None = None,
-                          window_times: npt.ArrayLike | None = None,
-                          max_edges: int = 8, title: str | None = None,
-                          node_labels: Sequence[str] | None = None) -> Path:
+def plot_edge_timecourses(
+    timecourses: npt.ArrayLike | DynamicConnectivity,
+    out_path: str | os.PathLike,
+    *,
+    edge_labels: Sequence[str] | None = None,
+    window_times: npt.ArrayLike | None = None,
+    max_edges: int = 8,
+    title: str | None = None,
+    node_labels: Sequence[str] | None = None,
+) -> Path:
     """Windowed-correlation time courses of a few edges (DFC).
 
     Parameters
@@ -215,8 +244,10 @@ def plot_edge_timecourses(timecourses: npt.ArrayLike | DynamicConnectivity,
         rows, cols = np.triu_indices(stack.shape[0], 1)
         timecourses = stack[rows, cols, :]
         if edge_labels is None:
-            edge_labels = [f"{node_labels[i]}-{node_labels[j]}" if node_labels else f"{i}-{j}"
-                           for i, j in zip(rows, cols)]
+            edge_labels = [
+                f"{node_labels[i]}-{node_labels[j]}" if node_labels else f"{i}-{j}"
+                for i, j in zip(rows, cols)
+            ]
         if window_times is None:
             window_times = result.window_starts + (result.window_length - 1) / 2
             x_label = "window centre (time point)"
@@ -243,8 +274,13 @@ def plot_edge_timecourses(timecourses: npt.ArrayLike | DynamicConnectivity,
     return _save(fig, out_path)
 
 
-def plot_dfc_windows(result: DynamicConnectivity, out_path: str | os.PathLike, *,
-                     max_windows: int = 4, title: str | None = None) -> Path:
+def plot_dfc_windows(
+    result: DynamicConnectivity,
+    out_path: str | os.PathLike,
+    *,
+    max_windows: int = 4,
+    title: str | None = None,
+) -> Path:
     """Correlation matrices of a few windows of a DFC run, evenly spread over it.
 
     Parameters
@@ -262,15 +298,18 @@ def plot_dfc_windows(result: DynamicConnectivity, out_path: str | os.PathLike, *
     n_windows = len(result)
     if n_windows == 0:
         raise ValueError("The DFC result has no window to show.")
-    chosen = sorted(set(np.linspace(0, n_windows - 1, min(max_windows, n_windows))
-                        .round().astype(int).tolist()))
+    chosen = sorted(
+        set(np.linspace(0, n_windows - 1, min(max_windows, n_windows)).round().astype(int).tolist())
+    )
     plt = _pyplot()
-    fig, axes = plt.subplots(1, len(chosen), figsize=(3.2 * len(chosen) + 1, 3.4),
-                             squeeze=False, layout="constrained")
+    fig, axes = plt.subplots(
+        1, len(chosen), figsize=(3.2 * len(chosen) + 1, 3.4), squeeze=False, layout="constrained"
+    )
     image = None
     for ax, i in zip(axes[0], chosen):
-        image = ax.imshow(result.to_dense(i), cmap="RdBu_r", vmin=-1, vmax=1,
-                          interpolation="nearest")
+        image = ax.imshow(
+            result.to_dense(i), cmap="RdBu_r", vmin=-1, vmax=1, interpolation="nearest"
+        )
         start = int(result.window_starts[i])
         ax.set_title(f"window {i} (t {start}-{start + result.window_length - 1})", fontsize=9)
         ax.set_xticks([])
@@ -305,8 +344,13 @@ def window_similarity(windows: npt.ArrayLike) -> np.ndarray:
     return unit @ unit.T
 
 
-def plot_window_similarity(windows: npt.ArrayLike, out_path: str | os.PathLike, *,
-                           precomputed: bool = False, title: str | None = None) -> Path:
+def plot_window_similarity(
+    windows: npt.ArrayLike,
+    out_path: str | os.PathLike,
+    *,
+    precomputed: bool = False,
+    title: str | None = None,
+) -> Path:
     """Window-to-window similarity matrix of a DFC run.
 
     Parameters
@@ -322,8 +366,9 @@ def plot_window_similarity(windows: npt.ArrayLike, out_path: str | os.PathLike, 
     -------
     Path
     """
-    similarity = np.asarray(windows, dtype=np.float64) if precomputed else \
-        window_similarity(windows)
+    similarity = (
+        np.asarray(windows, dtype=np.float64) if precomputed else window_similarity(windows)
+    )
     if similarity.ndim != 2 or similarity.shape[0] != similarity.shape[1]:
         raise ValueError(f"Expected a square similarity matrix; got {similarity.shape}.")
     plt = _pyplot()
@@ -350,10 +395,14 @@ def _is_img(obj: object) -> bool:
     return hasattr(obj, "get_fdata") and hasattr(obj, "affine")
 
 
-def plot_network_maps(maps: str | Path | SpatialImage | npt.ArrayLike | sp.spmatrix | sp.sparray,
-                      out_path: str | os.PathLike, *, max_networks: int = 6,
-                      title: str | None = None,
-                      bg_img: str | Path | SpatialImage | None = None) -> Path:
+def plot_network_maps(
+    maps: str | Path | SpatialImage | npt.ArrayLike | sp.spmatrix | sp.sparray,
+    out_path: str | os.PathLike,
+    *,
+    max_networks: int = 6,
+    title: str | None = None,
+    bg_img: str | Path | SpatialImage | None = None,
+) -> Path:
     """Spatial maps of r1DL networks.
 
     Parameters
@@ -382,16 +431,20 @@ def plot_network_maps(maps: str | Path | SpatialImage | npt.ArrayLike | sp.spmat
         if len(img.shape) != 4:
             raise ValueError(f"Network maps must be a 4-D image; got shape {img.shape}.")
         fig = plt.figure(figsize=(9, 3.5))
-        kwargs = {"figure": fig, "title": title or f"{img.shape[3]} networks",
-                  "colorbar": False}
+        kwargs = {"figure": fig, "title": title or f"{img.shape[3]} networks", "colorbar": False}
         if bg_img is not None:
             kwargs["bg_img"] = _load_img(bg_img)
         import warnings
 
         with warnings.catch_warnings():  # nilearn's masked-array conversion notices
             warnings.filterwarnings("ignore", message=".*converting a masked element")
-            plotting.plot_prob_atlas(img, view_type="filled_contours", display_mode="z",
-                                     cut_coords=min(6, img.shape[2]), **kwargs)
+            plotting.plot_prob_atlas(
+                img,
+                view_type="filled_contours",
+                display_mode="z",
+                cut_coords=min(6, img.shape[2]),
+                **kwargs,
+            )
         return _save(fig, out_path)
     try:
         import scipy.sparse as sp
@@ -404,23 +457,36 @@ def plot_network_maps(maps: str | Path | SpatialImage | npt.ArrayLike | sp.spmat
     if maps.ndim != 2:
         raise ValueError(f"'maps' must be (n_networks, n_voxels); got {maps.shape}.")
     shown = maps[:max_networks]
-    fig, axes = plt.subplots(shown.shape[0], 1, figsize=(8, 1.3 * shown.shape[0] + 0.6),
-                             sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        shown.shape[0], 1, figsize=(8, 1.3 * shown.shape[0] + 0.6), sharex=True, squeeze=False
+    )
     for k, ax in enumerate(axes[:, 0]):
         nonzero = np.flatnonzero(shown[k])
         ax.vlines(nonzero, 0, shown[k, nonzero], color="C0", lw=0.6)
         ax.axhline(0, color="0.6", lw=0.6)
         ax.set_ylabel(f"net {k}", fontsize=8)
-        ax.text(1.0, 1.0, f"{nonzero.size} voxels", transform=ax.transAxes, ha="right",
-                va="top", fontsize=7)
+        ax.text(
+            1.0,
+            1.0,
+            f"{nonzero.size} voxels",
+            transform=ax.transAxes,
+            ha="right",
+            va="top",
+            fontsize=7,
+        )
     axes[-1, 0].set_xlabel("voxel")
     axes[0, 0].set_title(title or f"Network maps ({shown.shape[0]} of {maps.shape[0]})")
     return _save(fig, out_path)
 
 
-def plot_network_timecourses(timecourses: npt.ArrayLike, out_path: str | os.PathLike, *,
-                             t_r: float | None = None, max_networks: int = 6,
-                             title: str | None = None) -> Path:
+def plot_network_timecourses(
+    timecourses: npt.ArrayLike,
+    out_path: str | os.PathLike,
+    *,
+    t_r: float | None = None,
+    max_networks: int = 6,
+    title: str | None = None,
+) -> Path:
     """Time courses of r1DL networks (columns of U).
 
     Parameters
@@ -440,13 +506,13 @@ def plot_network_timecourses(timecourses: npt.ArrayLike, out_path: str | os.Path
     if courses.ndim == 1:
         courses = courses[:, None]
     if courses.ndim != 2:
-        raise ValueError(f"'timecourses' must be (n_timepoints, n_networks); got "
-                         f"{courses.shape}.")
+        raise ValueError(f"'timecourses' must be (n_timepoints, n_networks); got {courses.shape}.")
     shown = courses[:, :max_networks]
     x = np.arange(courses.shape[0]) * (t_r if t_r else 1.0)
     plt = _pyplot()
-    fig, axes = plt.subplots(shown.shape[1], 1, figsize=(8, 1.2 * shown.shape[1] + 0.6),
-                             sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        shown.shape[1], 1, figsize=(8, 1.2 * shown.shape[1] + 0.6), sharex=True, squeeze=False
+    )
     for k, ax in enumerate(axes[:, 0]):
         ax.plot(x, shown[:, k], lw=1.0, color=f"C{k % 10}")
         ax.set_ylabel(f"net {k}", fontsize=8)
@@ -455,11 +521,15 @@ def plot_network_timecourses(timecourses: npt.ArrayLike, out_path: str | os.Path
     return _save(fig, out_path)
 
 
-def plot_networks(timecourses: npt.ArrayLike,
-                  maps: str | Path | SpatialImage | npt.ArrayLike | sp.spmatrix | sp.sparray,
-                  out_path: str | os.PathLike, *, max_networks: int = 4,
-                  bg_img: str | Path | SpatialImage | None = None,
-                  title: str | None = None) -> Path:
+def plot_networks(
+    timecourses: npt.ArrayLike,
+    maps: str | Path | SpatialImage | npt.ArrayLike | sp.spmatrix | sp.sparray,
+    out_path: str | os.PathLike,
+    *,
+    max_networks: int = 4,
+    bg_img: str | Path | SpatialImage | None = None,
+    title: str | None = None,
+) -> Path:
     """Time course and spatial map of the first r1DL networks, one row each.
 
     Parameters
@@ -483,15 +553,15 @@ def plot_networks(timecourses: npt.ArrayLike,
 
     courses = np.asarray(timecourses, dtype=np.float64)
     if courses.ndim != 2:
-        raise ValueError(f"'timecourses' must be (n_timepoints, n_networks); got "
-                         f"{courses.shape}.")
+        raise ValueError(f"'timecourses' must be (n_timepoints, n_networks); got {courses.shape}.")
     image = _load_img(maps) if _is_img(maps) else None
     if image is None:
         maps = sp.csr_matrix(maps)
     n = min(max_networks, courses.shape[1])
     plt = _pyplot()
-    fig, axes = plt.subplots(n, 2, figsize=(11, 2.4 * n), squeeze=False,
-                             gridspec_kw={"width_ratios": [1.4, 1]})
+    fig, axes = plt.subplots(
+        n, 2, figsize=(11, 2.4 * n), squeeze=False, gridspec_kw={"width_ratios": [1.4, 1]}
+    )
     for k in range(n):
         ax_t, ax_m = axes[k]
         ax_t.plot(courses[:, k], lw=1)
@@ -501,10 +571,16 @@ def plot_networks(timecourses: npt.ArrayLike,
             from nilearn import image as nimage
             from nilearn import plotting
 
-            plotting.plot_stat_map(nimage.index_img(image, k),
-                                   bg_img=_load_img(bg_img) if bg_img is not None else None,
-                                   axes=ax_m, display_mode="z", cut_coords=3, colorbar=False,
-                                   annotate=False, draw_cross=False)
+            plotting.plot_stat_map(
+                nimage.index_img(image, k),
+                bg_img=_load_img(bg_img) if bg_img is not None else None,
+                axes=ax_m,
+                display_mode="z",
+                cut_coords=3,
+                colorbar=False,
+                annotate=False,
+                draw_cross=False,
+            )
         else:
             row = maps[k]
             ax_m.vlines(row.indices, 0, row.data, lw=0.6)
@@ -516,8 +592,13 @@ def plot_networks(timecourses: npt.ArrayLike,
     return _save(fig, out_path)
 
 
-def plot_rmse_map(rmse: str | Path | SpatialImage | npt.ArrayLike, out_path: str | os.PathLike,
-                  *, n_slices: int = 8, title: str | None = None) -> Path:
+def plot_rmse_map(
+    rmse: str | Path | SpatialImage | npt.ArrayLike,
+    out_path: str | os.PathLike,
+    *,
+    n_slices: int = 8,
+    title: str | None = None,
+) -> Path:
     """Axial slices of a voxel-wise RMSE map (LiFE).
 
     Parameters
@@ -540,14 +621,12 @@ def plot_rmse_map(rmse: str | Path | SpatialImage | npt.ArrayLike, out_path: str
     if not covered.any():
         raise ValueError("The RMSE map has no finite non-zero voxel to show.")
     zs = np.flatnonzero(covered.any(axis=(0, 1)))
-    picks = np.unique(np.linspace(zs.min(), zs.max(), min(n_slices, zs.size)).round()
-                      .astype(int))
+    picks = np.unique(np.linspace(zs.min(), zs.max(), min(n_slices, zs.size)).round().astype(int))
     vmax = float(np.nanpercentile(data[covered], 99))
     plt = _pyplot()
     cols = min(4, picks.size)
     rows = int(np.ceil(picks.size / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(2.4 * cols + 1, 2.4 * rows + 0.5),
-                             squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(2.4 * cols + 1, 2.4 * rows + 0.5), squeeze=False)
     masked = np.ma.masked_where(~covered, data)
     image = None
     for ax, z in zip(axes.ravel(), picks):
@@ -560,9 +639,14 @@ def plot_rmse_map(rmse: str | Path | SpatialImage | npt.ArrayLike, out_path: str
     return _save(fig, out_path)
 
 
-def plot_weight_histogram(weights: npt.ArrayLike, out_path: str | os.PathLike, *,
-                          bins: int = 50, log: bool = True,
-                          title: str | None = None) -> Path:
+def plot_weight_histogram(
+    weights: npt.ArrayLike,
+    out_path: str | os.PathLike,
+    *,
+    bins: int = 50,
+    log: bool = True,
+    title: str | None = None,
+) -> Path:
     """Histogram of fiber weights (LiFE), zeros counted apart.
 
     Parameters
@@ -589,13 +673,17 @@ def plot_weight_histogram(weights: npt.ArrayLike, out_path: str | os.PathLike, *
     ax.set_xlabel("weight")
     ax.set_ylabel("fibers")
     n_zero = int(np.sum(weights == 0))
-    ax.set_title(title or f"Fiber weights: {positive.size} > 0, {n_zero} pruned "
-                 f"({100.0 * n_zero / weights.size:.1f}%)")
+    ax.set_title(
+        title
+        or f"Fiber weights: {positive.size} > 0, {n_zero} pruned "
+        f"({100.0 * n_zero / weights.size:.1f}%)"
+    )
     return _save(fig, out_path)
 
 
-def plot_lambda_sweep(rows: Sequence[Mapping], out_path: str | os.PathLike, *,
-                      title: str | None = None) -> Path:
+def plot_lambda_sweep(
+    rows: Sequence[Mapping], out_path: str | os.PathLike, *, title: str | None = None
+) -> Path:
     """Weight sum, non-zero weights and cross-validated median RMSE against λ
     (a ReAl-LiFE λ sweep).
 
@@ -616,8 +704,11 @@ def plot_lambda_sweep(rows: Sequence[Mapping], out_path: str | os.PathLike, *,
     lam = np.array([row["lam"] for row in rows], dtype=np.float64)
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(11, 3.2))
-    for ax, key, label in zip(axes, ["weight_sum", "n_nonzero", "cv_rmse_median"],
-                              ["Σ weights", "non-zero weights", "cross-validated median RMSE"]):
+    for ax, key, label in zip(
+        axes,
+        ["weight_sum", "n_nonzero", "cv_rmse_median"],
+        ["Σ weights", "non-zero weights", "cross-validated median RMSE"],
+    ):
         ax.plot(lam, [row[key] for row in rows], "o-")
         if np.all(lam > 0):
             ax.set_xscale("log")
@@ -628,9 +719,14 @@ def plot_lambda_sweep(rows: Sequence[Mapping], out_path: str | os.PathLike, *,
     return _save(fig, out_path)
 
 
-def plot_confusion_matrix(matrix: npt.ArrayLike, out_path: str | os.PathLike, *,
-                          class_names: Sequence[str] = ("negative", "positive"),
-                          normalize: bool = False, title: str | None = None) -> Path:
+def plot_confusion_matrix(
+    matrix: npt.ArrayLike,
+    out_path: str | os.PathLike,
+    *,
+    class_names: Sequence[str] = ("negative", "positive"),
+    normalize: bool = False,
+    title: str | None = None,
+) -> Path:
     """Confusion matrix ``[[TN, FP], [FN, TP]]`` (rows: truth, columns: prediction).
 
     Parameters
@@ -658,8 +754,14 @@ def plot_confusion_matrix(matrix: npt.ArrayLike, out_path: str | os.PathLike, *,
     fig.colorbar(image, ax=ax)
     for (r, c), value in np.ndenumerate(shown):
         text = f"{value:.2f}" if normalize else f"{value:g}"
-        ax.text(c, r, text, ha="center", va="center",
-                color="white" if value > shown.max() / 2 else "black")
+        ax.text(
+            c,
+            r,
+            text,
+            ha="center",
+            va="center",
+            color="white" if value > shown.max() / 2 else "black",
+        )
     ax.set_xticks(range(len(class_names)), [str(c) for c in class_names])
     ax.set_yticks(range(len(class_names)), [str(c) for c in class_names])
     ax.set_xlabel("predicted")
@@ -668,8 +770,13 @@ def plot_confusion_matrix(matrix: npt.ArrayLike, out_path: str | os.PathLike, *,
     return _save(fig, out_path)
 
 
-def plot_roc(y_true: npt.ArrayLike, scores: npt.ArrayLike, out_path: str | os.PathLike, *,
-             title: str | None = None) -> Path:
+def plot_roc(
+    y_true: npt.ArrayLike,
+    scores: npt.ArrayLike,
+    out_path: str | os.PathLike,
+    *,
+    title: str | None = None,
+) -> Path:
     """ROC curves of out-of-fold scores, one per cross-validation repeat.
 
     Parameters
@@ -690,30 +797,39 @@ def plot_roc(y_true: npt.ArrayLike, scores: npt.ArrayLike, out_path: str | os.Pa
     y_true = np.asarray(y_true)
     scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
     if scores.shape[1] != y_true.shape[0]:
-        raise ValueError(f"'scores' must have {y_true.shape[0]} columns (one per subject); "
-                         f"got shape {scores.shape}.")
+        raise ValueError(
+            f"'scores' must have {y_true.shape[0]} columns (one per subject); "
+            f"got shape {scores.shape}."
+        )
     if np.unique(y_true).size != 2:
         raise ValueError("'y_true' must contain both classes for a ROC curve.")
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(4.5, 4.2))
     aucs = []
-    for k, row in enumerate(scores):
+    for row in scores:
         fpr, tpr, _ = roc_curve(y_true, row)
         aucs.append(roc_auc_score(y_true, row))
         ax.plot(fpr, tpr, color="C0", alpha=max(0.15, 1.0 / scores.shape[0]), lw=1.2)
     ax.plot([0, 1], [0, 1], ls="--", color="0.6", lw=0.8)
     ax.set_xlabel("false positive rate (1 - specificity)")
     ax.set_ylabel("true positive rate (sensitivity)")
-    ax.set_title(title or f"ROC, AUC = {np.mean(aucs):.3f}"
-                 + (f" ± {np.std(aucs):.3f} ({scores.shape[0]} repeats)"
-                    if scores.shape[0] > 1 else ""))
+    ax.set_title(
+        title
+        or f"ROC, AUC = {np.mean(aucs):.3f}"
+        + (f" ± {np.std(aucs):.3f} ({scores.shape[0]} repeats)" if scores.shape[0] > 1 else "")
+    )
     ax.set_aspect("equal")
     return _save(fig, out_path)
 
 
-def plot_metric_comparison(results: dict, out_path: str | os.PathLike, *,
-                           metrics: Sequence[str] = ("accuracy", "sensitivity", "specificity"),
-                           chance: float | None = 0.5, title: str | None = None) -> Path:
+def plot_metric_comparison(
+    results: dict,
+    out_path: str | os.PathLike,
+    *,
+    metrics: Sequence[str] = ("accuracy", "sensitivity", "specificity"),
+    chance: float | None = 0.5,
+    title: str | None = None,
+) -> Path:
     """Grouped bars of cross-validated metrics with their 95% intervals.
 
     Parameters
@@ -738,8 +854,7 @@ def plot_metric_comparison(results: dict, out_path: str | os.PathLike, *,
         for metric in metrics:
             entry = result.get(metric) if isinstance(result, dict) else None
             if not isinstance(entry, dict) or not {"mean", "ci_low", "ci_high"} <= set(entry):
-                raise ValueError(f"results[{name!r}] has no {metric!r} with mean, ci_low, "
-                                 "ci_high.")
+                raise ValueError(f"results[{name!r}] has no {metric!r} with mean, ci_low, ci_high.")
     plt = _pyplot()
     names = list(results)
     width = 0.8 / len(names)
@@ -749,8 +864,15 @@ def plot_metric_comparison(results: dict, out_path: str | os.PathLike, *,
         means = np.array([results[name][m]["mean"] for m in metrics])
         low = means - np.array([results[name][m]["ci_low"] for m in metrics])
         high = np.array([results[name][m]["ci_high"] for m in metrics]) - means
-        ax.bar(x + (k - (len(names) - 1) / 2) * width, means, width, yerr=[low, high],
-               capsize=3, label=name, color=f"C{k % 10}")
+        ax.bar(
+            x + (k - (len(names) - 1) / 2) * width,
+            means,
+            width,
+            yerr=[low, high],
+            capsize=3,
+            label=name,
+            color=f"C{k % 10}",
+        )
     if chance is not None:
         ax.axhline(chance, ls="--", color="0.5", lw=0.8)
     ax.set_xticks(x, list(metrics))
@@ -761,9 +883,15 @@ def plot_metric_comparison(results: dict, out_path: str | os.PathLike, *,
     return _save(fig, out_path)
 
 
-def plot_state_matrices(states: npt.ArrayLike, out_path: str | os.PathLike, *,
-                        fractions: npt.ArrayLike | None = None, title: str | None = None,
-                        vmin: float | None = None, vmax: float | None = None) -> Path:
+def plot_state_matrices(
+    states: npt.ArrayLike,
+    out_path: str | os.PathLike,
+    *,
+    fractions: npt.ArrayLike | None = None,
+    title: str | None = None,
+    vmin: float | None = None,
+    vmax: float | None = None,
+) -> Path:
     """The connectivity states side by side (DFC states).
 
     Parameters
@@ -793,8 +921,13 @@ def plot_state_matrices(states: npt.ArrayLike, out_path: str | os.PathLike, *,
     fig, axes = plt.subplots(1, k, figsize=(2.8 * k + 1, 3.2), squeeze=False)
     image = None
     for j, (ax, matrix) in enumerate(zip(axes[0], matrices)):
-        image = ax.imshow(np.where(np.isfinite(matrix), matrix, 0.0), cmap="RdBu_r",
-                          vmin=vmin, vmax=vmax, interpolation="nearest")
+        image = ax.imshow(
+            np.where(np.isfinite(matrix), matrix, 0.0),
+            cmap="RdBu_r",
+            vmin=vmin,
+            vmax=vmax,
+            interpolation="nearest",
+        )
         name = f"state {j + 1}"
         if fractions is not None:
             name += f" ({100 * float(fractions[j]):.0f}%)"
@@ -806,10 +939,14 @@ def plot_state_matrices(states: npt.ArrayLike, out_path: str | os.PathLike, *,
     return _save(fig, out_path)
 
 
-def plot_state_sequence(labels: npt.ArrayLike, out_path: str | os.PathLike, *,
-                        n_states: int | None = None,
-                        window_times: npt.ArrayLike | None = None,
-                        title: str | None = None) -> Path:
+def plot_state_sequence(
+    labels: npt.ArrayLike,
+    out_path: str | os.PathLike,
+    *,
+    n_states: int | None = None,
+    window_times: npt.ArrayLike | None = None,
+    title: str | None = None,
+) -> Path:
     """One subject's state at every window.
 
     Parameters
@@ -845,8 +982,9 @@ def plot_state_sequence(labels: npt.ArrayLike, out_path: str | os.PathLike, *,
     return _save(fig, out_path)
 
 
-def plot_transition_matrix(matrix: npt.ArrayLike, out_path: str | os.PathLike, *,
-                           title: str | None = None) -> Path:
+def plot_transition_matrix(
+    matrix: npt.ArrayLike, out_path: str | os.PathLike, *, title: str | None = None
+) -> Path:
     """Transition probabilities between states (rows: from, columns: to).
 
     Parameters
@@ -868,8 +1006,15 @@ def plot_transition_matrix(matrix: npt.ArrayLike, out_path: str | os.PathLike, *
     image = ax.imshow(matrix, cmap="viridis", vmin=0.0, vmax=max(1e-12, float(matrix.max())))
     for i in range(k):
         for j in range(k):
-            ax.text(j, i, f"{matrix[i, j]:.2f}", ha="center", va="center", fontsize=8,
-                    color="white" if matrix[i, j] < 0.5 * matrix.max() else "black")
+            ax.text(
+                j,
+                i,
+                f"{matrix[i, j]:.2f}",
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white" if matrix[i, j] < 0.5 * matrix.max() else "black",
+            )
     ticks = np.arange(k)
     ax.set_xticks(ticks, [str(t + 1) for t in ticks])
     ax.set_yticks(ticks, [str(t + 1) for t in ticks])

@@ -118,7 +118,9 @@ def n_transitions(labels: npt.ArrayLike) -> int:
 
 
 @validate_params(_N_STATES)
-def transition_matrix(labels: npt.ArrayLike, n_states: int, *, normalize: bool = True) -> np.ndarray:
+def transition_matrix(
+    labels: npt.ArrayLike, n_states: int, *, normalize: bool = True
+) -> np.ndarray:
     """Transitions between consecutive windows, from state (row) to state (column).
 
     Parameters
@@ -173,13 +175,16 @@ class StateFeatures:
 
     def rows(self) -> list[dict]:
         """One dict per subject (``subject`` then every feature), for a TSV."""
-        return [{"subject": s, **dict(zip(self.feature_names, row.tolist()))}
-                for s, row in zip(self.subjects, self.X)]
+        return [
+            {"subject": s, **dict(zip(self.feature_names, row.tolist()))}
+            for s, row in zip(self.subjects, self.X)
+        ]
 
 
 @validate_params(_N_STATES)
-def state_features(sequences: Sequence[npt.ArrayLike], n_states: int, *,
-                   subjects: Sequence[str] | None = None) -> StateFeatures:
+def state_features(
+    sequences: Sequence[npt.ArrayLike], n_states: int, *, subjects: Sequence[str] | None = None
+) -> StateFeatures:
     """Every state feature of every subject, as one table.
 
     Parameters
@@ -201,11 +206,22 @@ def state_features(sequences: Sequence[npt.ArrayLike], n_states: int, *,
             f"Expected one subject name per sequence ({len(sequences)}); got {len(subjects)}."
         )
     states = [f"state-{j + 1}" for j in range(n_states)]
-    names = ([f"fraction_time_{s}" for s in states] + [f"mean_dwell_time_{s}" for s in states]
-             + ["n_transitions"] + [f"transition_{a}_to_{b}" for a in states for b in states])
-    rows = [np.concatenate([fraction_time(seq, n_states), mean_dwell_time(seq, n_states),
-                            [n_transitions(seq)],
-                            transition_matrix(seq, n_states).ravel()])
-            for seq in sequences]
+    names = (
+        [f"fraction_time_{s}" for s in states]
+        + [f"mean_dwell_time_{s}" for s in states]
+        + ["n_transitions"]
+        + [f"transition_{a}_to_{b}" for a in states for b in states]
+    )
+    rows = [
+        np.concatenate(
+            [
+                fraction_time(seq, n_states),
+                mean_dwell_time(seq, n_states),
+                [n_transitions(seq)],
+                transition_matrix(seq, n_states).ravel(),
+            ]
+        )
+        for seq in sequences
+    ]
     X = np.vstack(rows) if rows else np.empty((0, len(names)))
     return StateFeatures(X=X, feature_names=names, subjects=subjects)

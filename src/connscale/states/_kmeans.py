@@ -139,13 +139,13 @@ def _row_sq_norms(x: torch.Tensor) -> torch.Tensor:
 # Distances
 # --------------------------------------------------------------------------
 
-def _score_terms(prepared: Prepared,
-                 centres64: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+
+def _score_terms(prepared: Prepared, centres64: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(alpha, beta) of the score ``beta + alpha <x, c>`` that is minimised."""
     k = centres64.shape[0]
     if prepared.metric == "euclidean":
         alpha = torch.full((k,), -2.0, dtype=torch.float64, device=centres64.device)
-        beta = (centres64 ** 2).sum(dim=1)
+        beta = (centres64**2).sum(dim=1)
     else:  # correlation: 1 - <x, c> / ‖c‖ (x and c have zero mean, ‖x‖ = 1)
         norm = torch.linalg.vector_norm(centres64, dim=1)
         alpha = -1.0 / torch.where(norm > 0, norm, torch.ones_like(norm))
@@ -179,14 +179,16 @@ def assign_torch(prepared: Prepared, centres64: torch.Tensor) -> tuple[torch.Ten
     return labels, dist
 
 
-def exact_distances(prepared: Prepared, centres64: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+def exact_distances(
+    prepared: Prepared, centres64: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
     """Each row's distance to its own centre, computed directly in float64."""
     out = torch.empty(labels.shape[0], dtype=torch.float64, device=labels.device)
     for start, stop in _blocks(*prepared.x.shape):
         x = prepared.x[start:stop].to(torch.float64)
         diff = x - centres64[labels[start:stop]]
         if prepared.metric == "euclidean":
-            out[start:stop] = (diff ** 2).sum(dim=1)
+            out[start:stop] = (diff**2).sum(dim=1)
         elif prepared.metric == "l1":
             out[start:stop] = diff.abs().sum(dim=1)
         else:
@@ -199,6 +201,7 @@ def exact_distances(prepared: Prepared, centres64: torch.Tensor, labels: torch.T
 # --------------------------------------------------------------------------
 # Centres
 # --------------------------------------------------------------------------
+
 
 def sums_torch(x: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
     """Per-centre float64 sums of the rows (k × E): a one-hot (k × rows)
@@ -224,28 +227,33 @@ def medians(x: torch.Tensor, labels: torch.Tensor, k: int, previous: torch.Tenso
     counts = torch.bincount(labels, minlength=k).tolist()
     start = 0
     for j, m in enumerate(counts):
-        rows = order[start:start + m]
+        rows = order[start : start + m]
         start += m
         if m == 0:
             continue
         width = max(1, _BLOCK_ELEMENTS // m)
         low_rank = (m + 1) // 2
         for c0 in range(0, x.shape[1], width):
-            block = x[rows, c0:c0 + width].T.contiguous()  # (columns, members)
+            block = x[rows, c0 : c0 + width].T.contiguous()  # (columns, members)
             low = torch.kthvalue(block, low_rank, dim=1).values
             if m % 2:
-                out[j, c0:c0 + width] = low.to(torch.float64)
+                out[j, c0 : c0 + width] = low.to(torch.float64)
                 continue
             at_most = (block <= low[:, None]).sum(dim=1)
             above = torch.where(block > low[:, None], block, torch.inf).amin(dim=1)
             high = torch.where(at_most > low_rank, low, above)
-            out[j, c0:c0 + width] = (low.to(torch.float64) + high.to(torch.float64)) / 2
+            out[j, c0 : c0 + width] = (low.to(torch.float64) + high.to(torch.float64)) / 2
     return out
 
 
-def _relocate_empty(prepared: Prepared, sums: torch.Tensor | None, counts: torch.Tensor,
-                    dist: torch.Tensor, labels: torch.Tensor, centres: torch.Tensor
-                    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+def _relocate_empty(
+    prepared: Prepared,
+    sums: torch.Tensor | None,
+    counts: torch.Tensor,
+    dist: torch.Tensor,
+    labels: torch.Tensor,
+    centres: torch.Tensor,
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
     """scikit-learn's rule: each empty centre takes the row farthest from its
     own centre (farthest first); that row leaves its old centre's sum."""
     empty = torch.nonzero(counts == 0).squeeze(1).tolist()
@@ -269,6 +277,7 @@ def _relocate_empty(prepared: Prepared, sums: torch.Tensor | None, counts: torch
 # --------------------------------------------------------------------------
 # Seeding
 # --------------------------------------------------------------------------
+
 
 def kmeans_plusplus(prepared: Prepared, k: int, generator: torch.Generator) -> torch.Tensor:
     """Greedy k-means++ seeds (as scikit-learn: 2 + ⌊ln k⌋ candidates per
@@ -314,6 +323,7 @@ def _point_distances(prepared: Prepared, points64: torch.Tensor) -> torch.Tensor
 # Lloyd
 # --------------------------------------------------------------------------
 
+
 class _Run:
     """A Lloyd run on the device: its state (centres, the labels the sums and
     counts were made for) and one iteration, with no host synchronisation
@@ -327,8 +337,9 @@ class _Run:
         self.mean = prepared.metric != "l1"
         self.centres = centres
         self.labels = torch.full((n,), -1, dtype=torch.int64, device=device)
-        self.sums = (torch.zeros((k, x.shape[1]), dtype=torch.float64, device=device)
-                     if self.mean else None)
+        self.sums = (
+            torch.zeros((k, x.shape[1]), dtype=torch.float64, device=device) if self.mean else None
+        )
         self.counts = torch.zeros(k, dtype=torch.int64, device=device)
         self.ones = torch.ones(n, dtype=torch.int64, device=device)
         if use_triton:
@@ -343,8 +354,9 @@ class _Run:
     def restore(self, saved: tuple) -> None:
         self.centres, self.labels, self.sums, self.counts = saved
 
-    def assign(self, centres: torch.Tensor,
-               changed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def assign(
+        self, centres: torch.Tensor, changed: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Labels of every row for ``centres`` and their distances (float64);
         adds the number of labels that differ from the current ones to
         ``changed`` (int32, one element, on the device)."""
@@ -358,8 +370,17 @@ class _Run:
         if not l1:
             alpha, beta = (t.to(torch.float32) for t in _score_terms(prepared, centres))
         labels = torch.empty_like(self.labels)
-        fused.assign(prepared.x, centres.to(torch.float32), l1=l1, alpha=alpha, beta=beta,
-                     old=self.labels, labels=labels, score=self.score, changed=changed)
+        fused.assign(
+            prepared.x,
+            centres.to(torch.float32),
+            l1=l1,
+            alpha=alpha,
+            beta=beta,
+            old=self.labels,
+            labels=labels,
+            score=self.score,
+            changed=changed,
+        )
         dist = self.score.to(torch.float64)
         if prepared.row_term is not None:
             dist = dist + prepared.row_term
@@ -375,13 +396,16 @@ class _Run:
             position = torch.cumsum(moved, 0, dtype=torch.int32)
             target = torch.where(moved, position.to(torch.int64) - 1, labels.shape[0])
             self.index.scatter_(0, target, self.rows)  # slot n takes the unmoved rows
-            self.sums = self.sums + fused.moved_sums(x, self.index, position[-1:], labels,
-                                                     self.labels, k)
+            self.sums = self.sums + fused.moved_sums(
+                x, self.index, position[-1:], labels, self.labels, k
+            )
         elif self.mean:
             self.sums = sums_torch(x, labels, k)
         self.labels = labels
 
-    def step(self, changed: torch.Tensor, shift: torch.Tensor, empty: torch.Tensor, *, relocate: bool) -> None:
+    def step(
+        self, changed: torch.Tensor, shift: torch.Tensor, empty: torch.Tensor, *, relocate: bool
+    ) -> None:
         """One iteration; the number of changed labels, the squared centre
         shift and whether a centre got no row go to the device tensors
         ``changed``, ``shift`` and ``empty`` (one element each). With
@@ -391,8 +415,9 @@ class _Run:
         if self.mean:
             sums, counts = self.sums, self.counts
             if relocate:
-                sums, counts, _ = _relocate_empty(self.prepared, sums, counts, dist, labels,
-                                                  self.centres)
+                sums, counts, _ = _relocate_empty(
+                    self.prepared, sums, counts, dist, labels, self.centres
+                )
             new = sums / counts[:, None].to(torch.float64)
         else:
             new = medians(self.prepared.x, labels, self.k, self.centres)
@@ -412,15 +437,25 @@ class _Run:
         dots = (c * self.sums).sum(dim=1)
         if prepared.metric == "euclidean":
             # sum over rows of |x|^2 - 2 <x, c> + |c|^2
-            return float(prepared.row_term.sum() - 2 * dots.sum()
-                         + (self.counts.to(torch.float64) * (c ** 2).sum(dim=1)).sum())
+            return float(
+                prepared.row_term.sum()
+                - 2 * dots.sum()
+                + (self.counts.to(torch.float64) * (c**2).sum(dim=1)).sum()
+            )
         norm = torch.linalg.vector_norm(c, dim=1)
         norm = torch.where(norm > 0, norm, torch.ones_like(norm))
         return float((self.counts.to(torch.float64) - dots / norm).sum())
 
 
-def lloyd(prepared: Prepared, centres: torch.Tensor, *, max_iter: int = 300, tol: float = 0.0,
-          use_triton: bool | None = None, check_convergence: bool = True) -> LloydResult:
+def lloyd(
+    prepared: Prepared,
+    centres: torch.Tensor,
+    *,
+    max_iter: int = 300,
+    tol: float = 0.0,
+    use_triton: bool | None = None,
+    check_convergence: bool = True,
+) -> LloydResult:
     """Lloyd iterations from ``centres`` (k × E, prepared space), as
     scikit-learn's ``_kmeans_single_lloyd``: assign, update the centres,
     stop when no label changed or the squared centre shift is at most
@@ -444,22 +479,23 @@ def lloyd(prepared: Prepared, centres: torch.Tensor, *, max_iter: int = 300, tol
     empty = torch.zeros(max_iter, dtype=torch.bool, device=x.device)
     done, careful, stop = 0, False, None
     while done < max_iter and stop is None:
-        span = min(max_iter - done, 1 if careful else
-                   (_CHECK_EVERY if check_convergence else max_iter))
+        span = min(
+            max_iter - done, 1 if careful else (_CHECK_EVERY if check_convergence else max_iter)
+        )
         saved = run.snapshot()
         history = []
         for i in range(done, done + span):
-            run.step(changed[i:i + 1], shift[i:i + 1], empty[i:i + 1], relocate=careful)
+            run.step(changed[i : i + 1], shift[i : i + 1], empty[i : i + 1], relocate=careful)
             if check_convergence:
                 history.append(run.centres)
-        counts = changed[done:done + span].tolist()  # the one synchronisation of the span
-        if not careful and bool(empty[done:done + span].any()):
+        counts = changed[done : done + span].tolist()  # the one synchronisation of the span
+        if not careful and bool(empty[done : done + span].any()):
             run.restore(saved)
-            changed[done:done + span] = 0
+            changed[done : done + span] = 0
             careful = True
             continue
         if check_convergence:
-            shifts = shift[done:done + span].tolist()
+            shifts = shift[done : done + span].tolist()
             for j in range(span):
                 if counts[j] == 0 or shifts[j] <= tol:
                     stop = (done + j + 1, counts[j] == 0)
@@ -470,8 +506,13 @@ def lloyd(prepared: Prepared, centres: torch.Tensor, *, max_iter: int = 300, tol
     if not converged:
         labels, _ = run.assign(run.centres, torch.zeros(1, dtype=torch.int32, device=x.device))
         run.move(labels)
-    return LloydResult(centres=run.centres, labels=run.labels, inertia=run.inertia(),
-                       n_iter=n_iter, converged=converged)
+    return LloydResult(
+        centres=run.centres,
+        labels=run.labels,
+        inertia=run.inertia(),
+        n_iter=n_iter,
+        converged=converged,
+    )
 
 
 def seed_generator(rng: np.random.Generator, device: torch.device) -> torch.Generator:

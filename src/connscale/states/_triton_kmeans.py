@@ -62,8 +62,13 @@ def read_width(x: torch.Tensor) -> int:
 if HAS_TRITON:
 
     @triton.jit
-    def _acc_init(j: tl.constexpr, K: tl.constexpr, BLOCK_M: tl.constexpr,
-                  BLOCK_E: tl.constexpr, DTYPE: tl.constexpr):
+    def _acc_init(
+        j: tl.constexpr,
+        K: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_E: tl.constexpr,
+        DTYPE: tl.constexpr,
+    ):
         if j < K:
             acc = tl.zeros((BLOCK_M, BLOCK_E), dtype=DTYPE)
         else:  # an unused centre: a 1 × 1 placeholder the compiler drops
@@ -71,8 +76,9 @@ if HAS_TRITON:
         return acc
 
     @triton.jit
-    def _acc_centre(acc, x, c_ptr, j: tl.constexpr, K: tl.constexpr, stride_c, cols, col_ok,
-                    L1: tl.constexpr):
+    def _acc_centre(
+        acc, x, c_ptr, j: tl.constexpr, K: tl.constexpr, stride_c, cols, col_ok, L1: tl.constexpr
+    ):
         if j < K:
             c = tl.load(c_ptr + j * stride_c + cols, mask=col_ok, other=0.0)
             if L1:
@@ -82,8 +88,9 @@ if HAS_TRITON:
         return acc
 
     @triton.jit
-    def _score_centre(score, acc, alpha_ptr, beta_ptr, kk, j: tl.constexpr, K: tl.constexpr,
-                      L1: tl.constexpr):
+    def _score_centre(
+        score, acc, alpha_ptr, beta_ptr, kk, j: tl.constexpr, K: tl.constexpr, L1: tl.constexpr
+    ):
         if j < K:
             part = tl.sum(acc, axis=1)
             if not L1:
@@ -92,10 +99,25 @@ if HAS_TRITON:
         return score
 
     @triton.jit
-    def _assign_kernel(x_ptr, c_ptr, alpha_ptr, beta_ptr, old_ptr, labels_ptr, score_ptr,
-                       changed_ptr, n_rows, width, stride_x, stride_c,
-                       K: tl.constexpr, K_PAD: tl.constexpr, L1: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):
+    def _assign_kernel(
+        x_ptr,
+        c_ptr,
+        alpha_ptr,
+        beta_ptr,
+        old_ptr,
+        labels_ptr,
+        score_ptr,
+        changed_ptr,
+        n_rows,
+        width,
+        stride_x,
+        stride_c,
+        K: tl.constexpr,
+        K_PAD: tl.constexpr,
+        L1: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_E: tl.constexpr,
+    ):
         pid = tl.program_id(0)
         rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
         row_ok = rows < n_rows
@@ -119,8 +141,11 @@ if HAS_TRITON:
         for e0 in range(0, width, BLOCK_E):
             cols = e0 + tl.arange(0, BLOCK_E)
             col_ok = cols < width
-            x = tl.load(x_ptr + base[:, None] + cols[None, :],
-                        mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+            x = tl.load(
+                x_ptr + base[:, None] + cols[None, :],
+                mask=row_ok[:, None] & col_ok[None, :],
+                other=0.0,
+            )
             a0 = _acc_centre(a0, x, c_ptr, 0, K, stride_c, cols, col_ok, L1)
             a1 = _acc_centre(a1, x, c_ptr, 1, K, stride_c, cols, col_ok, L1)
             a2 = _acc_centre(a2, x, c_ptr, 2, K, stride_c, cols, col_ok, L1)
@@ -177,9 +202,21 @@ if HAS_TRITON:
             tl.store(out_ptr + j * n_cols + cols, tl.sum(acc, axis=0), mask=col_ok)
 
     @triton.jit
-    def _moved_kernel(x_ptr, index_ptr, count_ptr, new_ptr, old_ptr, out_ptr, n_cols, width,
-                      stride_x, n_slabs, K: tl.constexpr, BLOCK_M: tl.constexpr,
-                      BLOCK_E: tl.constexpr):
+    def _moved_kernel(
+        x_ptr,
+        index_ptr,
+        count_ptr,
+        new_ptr,
+        old_ptr,
+        out_ptr,
+        n_cols,
+        width,
+        stride_x,
+        n_slabs,
+        K: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_E: tl.constexpr,
+    ):
         pid_e = tl.program_id(0)
         slab = tl.program_id(1)
         cols = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
@@ -210,8 +247,11 @@ if HAS_TRITON:
             rows = tl.load(index_ptr + i, mask=ok, other=0)
             new = tl.load(new_ptr + rows, mask=ok, other=-1)
             old = tl.load(old_ptr + rows, mask=ok, other=-1)
-            x = tl.load(x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :],
-                        mask=ok[:, None] & read_ok[None, :], other=0.0).to(tl.float64)
+            x = tl.load(
+                x_ptr + rows.to(tl.int64)[:, None] * stride_x + cols[None, :],
+                mask=ok[:, None] & read_ok[None, :],
+                other=0.0,
+            ).to(tl.float64)
             a0 = _acc_moved(a0, x, new, old, 0, K)
             a1 = _acc_moved(a1, x, new, old, 1, K)
             a2 = _acc_moved(a2, x, new, old, 2, K)
@@ -248,9 +288,18 @@ if HAS_TRITON:
         _store_centre(out, a15, 15, K, n_cols, cols, col_ok)
 
 
-def assign(x: torch.Tensor, centres: torch.Tensor, *, l1: bool, alpha: torch.Tensor | None,
-           beta: torch.Tensor | None, old: torch.Tensor, labels: torch.Tensor,
-           score: torch.Tensor, changed: torch.Tensor) -> None:
+def assign(
+    x: torch.Tensor,
+    centres: torch.Tensor,
+    *,
+    l1: bool,
+    alpha: torch.Tensor | None,
+    beta: torch.Tensor | None,
+    old: torch.Tensor,
+    labels: torch.Tensor,
+    score: torch.Tensor,
+    changed: torch.Tensor,
+) -> None:
     """Nearest centre of every row of ``x`` into ``labels`` (int64) and its
     score into ``score`` (float32); the number of labels that differ from
     ``old`` is added to ``changed`` (int32, one element).
@@ -268,14 +317,36 @@ def assign(x: torch.Tensor, centres: torch.Tensor, *, l1: bool, alpha: torch.Ten
     block_m, block_e, warps, stages = CONFIG["assign"]
     grid = (triton.cdiv(n, block_m),)
     _assign_kernel[grid](
-        x, padded, score if l1 else alpha, score if l1 else beta, old, labels, score, changed,
-        n, width, x.stride(0), width, K=k, K_PAD=max(2, 1 << (k - 1).bit_length()), L1=l1,
-        BLOCK_M=block_m, BLOCK_E=block_e, num_warps=warps, num_stages=stages,
+        x,
+        padded,
+        score if l1 else alpha,
+        score if l1 else beta,
+        old,
+        labels,
+        score,
+        changed,
+        n,
+        width,
+        x.stride(0),
+        width,
+        K=k,
+        K_PAD=max(2, 1 << (k - 1).bit_length()),
+        L1=l1,
+        BLOCK_M=block_m,
+        BLOCK_E=block_e,
+        num_warps=warps,
+        num_stages=stages,
     )
 
 
-def moved_sums(x: torch.Tensor, index: torch.Tensor, count: torch.Tensor, new: torch.Tensor,
-               old: torch.Tensor, k: int) -> torch.Tensor:
+def moved_sums(
+    x: torch.Tensor,
+    index: torch.Tensor,
+    count: torch.Tensor,
+    new: torch.Tensor,
+    old: torch.Tensor,
+    k: int,
+) -> torch.Tensor:
     """Change of the per-centre float64 sums (k × E) when the rows
     ``index[:count]`` (int32, ``count`` a one-element int32 device tensor)
     move from centre ``old[r]`` to ``new[r]`` (an old label of -1: no
@@ -283,11 +354,28 @@ def moved_sums(x: torch.Tensor, index: torch.Tensor, count: torch.Tensor, new: t
     e = x.shape[1]
     block_m, block_e, warps, stages = CONFIG["sums"]
     col_blocks = triton.cdiv(e, block_e)
-    programs = (4 * torch.cuda.get_device_properties(x.device).multi_processor_count
-                if x.is_cuda else col_blocks)
+    programs = (
+        4 * torch.cuda.get_device_properties(x.device).multi_processor_count
+        if x.is_cuda
+        else col_blocks
+    )
     slabs = max(1, triton.cdiv(programs, col_blocks))
     out = torch.empty((slabs, k, e), dtype=torch.float64, device=x.device)
-    _moved_kernel[(col_blocks, slabs)](x, index, count, new, old, out, e, read_width(x),
-                                       x.stride(0), slabs, K=k, BLOCK_M=block_m,
-                                       BLOCK_E=block_e, num_warps=warps, num_stages=stages)
+    _moved_kernel[(col_blocks, slabs)](
+        x,
+        index,
+        count,
+        new,
+        old,
+        out,
+        e,
+        read_width(x),
+        x.stride(0),
+        slabs,
+        K=k,
+        BLOCK_M=block_m,
+        BLOCK_E=block_e,
+        num_warps=warps,
+        num_stages=stages,
+    )
     return out.sum(dim=0)

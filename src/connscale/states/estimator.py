@@ -64,16 +64,19 @@ def _subject_windows(windows) -> tuple[list[np.ndarray], bool]:
     """Per-subject (n_windows, n_edges) arrays, and whether one subject was given."""
     from connscale.fc.dynamic_result import DynamicConnectivity
 
-    single = (isinstance(windows, (np.ndarray, DynamicConnectivity, torch.Tensor))
-              or sp.issparse(windows))
+    single = isinstance(windows, (np.ndarray, DynamicConnectivity, torch.Tensor)) or sp.issparse(
+        windows
+    )
     items = [windows] if single else list(windows)
     if not items:
         raise ValueError("Expected windows of at least one subject; got an empty list.")
     arrays = []
     for i, item in enumerate(items):
         if sp.issparse(item):
-            raise TypeError(f"Subject {i}: expected dense windows of shape (n_windows, n_edges); "
-                            f"got a scipy.sparse {type(item).__name__}. Pass .toarray().")
+            raise TypeError(
+                f"Subject {i}: expected dense windows of shape (n_windows, n_edges); "
+                f"got a scipy.sparse {type(item).__name__}. Pass .toarray()."
+            )
         if isinstance(item, DynamicConnectivity):
             array = _dfc_edges(item)
         else:
@@ -88,11 +91,15 @@ def _subject_windows(windows) -> tuple[list[np.ndarray], bool]:
         if not np.issubdtype(array.dtype, np.number):
             raise ValueError(f"Subject {i}: windows must be numeric; got dtype {array.dtype}.")
         if np.iscomplexobj(array):
-            raise ValueError(f"Subject {i}: windows must hold real numbers; got complex "
-                             f"values (dtype {array.dtype}).")
+            raise ValueError(
+                f"Subject {i}: windows must hold real numbers; got complex "
+                f"values (dtype {array.dtype})."
+            )
         if array.shape[1] == 0:
-            raise ValueError(f"Subject {i}: windows must have at least one edge; got an "
-                             f"array of shape {array.shape}.")
+            raise ValueError(
+                f"Subject {i}: windows must have at least one edge; got an "
+                f"array of shape {array.shape}."
+            )
         if array.dtype not in (np.float32, np.float64):
             array = array.astype(np.float64)
         if not np.isfinite(array).all():
@@ -104,9 +111,7 @@ def _subject_windows(windows) -> tuple[list[np.ndarray], bool]:
         arrays.append(array)
     widths = {a.shape[1] for a in arrays}
     if len(widths) > 1:
-        raise ValueError(
-            f"All subjects must have the same number of edges; got {sorted(widths)}."
-        )
+        raise ValueError(f"All subjects must have the same number of edges; got {sorted(widths)}.")
     if len({a.dtype for a in arrays}) > 1:
         arrays = [a.astype(np.float64) for a in arrays]
     return arrays, single
@@ -158,8 +163,9 @@ def _device_copy(array: np.ndarray, device: torch.device) -> tuple[torch.Tensor,
     return tensor.to(device), True
 
 
-def _best_of(prepared: km.Prepared, k: int, n_init: int, rng, *, max_iter: int,
-             tol: float) -> km.LloydResult:
+def _best_of(
+    prepared: km.Prepared, k: int, n_init: int, rng, *, max_iter: int, tol: float
+) -> km.LloydResult:
     best = None
     for _ in range(n_init):
         seeds = km.kmeans_plusplus(prepared, k, km.seed_generator(rng, prepared.x.device))
@@ -183,8 +189,20 @@ def _tolerance(x: torch.Tensor, tol: float) -> float:
     return total / x.numel() * tol
 
 
-def _cluster(x: torch.Tensor, owned: bool, offsets: np.ndarray, arrays, *, n_states: int,
-             metric: str, exemplars: bool, n_init: int, max_iter: int, tol: float, rng):
+def _cluster(
+    x: torch.Tensor,
+    owned: bool,
+    offsets: np.ndarray,
+    arrays,
+    *,
+    n_states: int,
+    metric: str,
+    exemplars: bool,
+    n_init: int,
+    max_iter: int,
+    tol: float,
+    rng,
+):
     """k-means of all windows (optionally seeded from the exemplars'): the
     result and the Prepared data it lives in."""
     tol_abs = _tolerance(x, tol)
@@ -193,7 +211,10 @@ def _cluster(x: torch.Tensor, owned: bool, offsets: np.ndarray, arrays, *, n_sta
         if chosen.size < n_states:
             warnings.warn(
                 f"Only {chosen.size} exemplar windows for {n_states} states; clustering all "
-                "windows from k-means++ seeds instead.", RuntimeWarning, stacklevel=user_stacklevel())
+                "windows from k-means++ seeds instead.",
+                RuntimeWarning,
+                stacklevel=user_stacklevel(),
+            )
             exemplars = False
     if exemplars:
         index = torch.as_tensor(chosen, device=x.device)
@@ -272,9 +293,19 @@ class DFCStates(BaseEstimator):
 
     _parameter_constraints = _PARAMETER_CONSTRAINTS
 
-    def __init__(self, n_states: int = 5, *, metric: str = "l1", exemplars: bool = True,
-                 n_init: int = 10, max_iter: int = 300, tol: float = 1e-4,
-                 fisher_z: bool = False, random_state=None, device: str = "auto") -> None:
+    def __init__(
+        self,
+        n_states: int = 5,
+        *,
+        metric: str = "l1",
+        exemplars: bool = True,
+        n_init: int = 10,
+        max_iter: int = 300,
+        tol: float = 1e-4,
+        fisher_z: bool = False,
+        random_state=None,
+        device: str = "auto",
+    ) -> None:
         self.n_states = n_states
         self.metric = metric
         self.exemplars = exemplars
@@ -323,9 +354,18 @@ class DFCStates(BaseEstimator):
         offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
         with torch.no_grad():
             result, prepared = _cluster(
-                x, owned, offsets, arrays, n_states=self.n_states, metric=self.metric,
-                exemplars=self.exemplars, n_init=self.n_init, max_iter=self.max_iter,
-                tol=float(self.tol), rng=rng)
+                x,
+                owned,
+                offsets,
+                arrays,
+                n_states=self.n_states,
+                metric=self.metric,
+                exemplars=self.exemplars,
+                n_init=self.n_init,
+                max_iter=self.max_iter,
+                tol=float(self.tol),
+                rng=rng,
+            )
             centres = prepared.from_prepared(result.centres)
         labels = result.labels.cpu().numpy()
         self.cluster_centers_ = centres.cpu().numpy()
@@ -338,9 +378,9 @@ class DFCStates(BaseEstimator):
             features = self.state_features()
         k = self.n_states
         self.fraction_time_ = features.X[:, :k]
-        self.mean_dwell_time_ = features.X[:, k:2 * k]
+        self.mean_dwell_time_ = features.X[:, k : 2 * k]
         self.n_transitions_ = features.X[:, 2 * k].astype(np.int64)
-        self.transition_matrix_ = features.X[:, 2 * k + 1:].reshape(-1, k, k)
+        self.transition_matrix_ = features.X[:, 2 * k + 1 :].reshape(-1, k, k)
         return self
 
     def __sklearn_is_fitted__(self) -> bool:
@@ -427,13 +467,32 @@ def _state_means(data: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
     return means
 
 
-@validate_params({
-    name: _PARAMETER_CONSTRAINTS[name]
-    for name in ("metric", "exemplars", "n_init", "max_iter", "fisher_z", "random_state", "device")
-})
-def elbow(windows, n_states=range(2, 11), *, metric: str = "l1", exemplars: bool = True,
-          n_init: int = 5, max_iter: int = 300, fisher_z: bool = False, random_state=None,
-          device: str = "auto") -> dict:
+@validate_params(
+    {
+        name: _PARAMETER_CONSTRAINTS[name]
+        for name in (
+            "metric",
+            "exemplars",
+            "n_init",
+            "max_iter",
+            "fisher_z",
+            "random_state",
+            "device",
+        )
+    }
+)
+def elbow(
+    windows,
+    n_states=range(2, 11),
+    *,
+    metric: str = "l1",
+    exemplars: bool = True,
+    n_init: int = 5,
+    max_iter: int = 300,
+    fisher_z: bool = False,
+    random_state=None,
+    device: str = "auto",
+) -> dict:
     """The elbow criterion for the number of states (GIFT's dFNC toolbox).
 
     For each k, k-means is run (on the exemplar windows with ``exemplars``,
@@ -489,5 +548,10 @@ def elbow(windows, n_states=range(2, 11), *, metric: str = "l1", exemplars: bool
     direction = span / scale
     direction /= np.linalg.norm(direction)
     gap = np.abs(points[:, 0] * direction[1] - points[:, 1] * direction[0])
-    return {"n_states": np.array(ks), "within": within, "between": between, "ratio": ratio,
-            "best": int(ks[int(np.argmax(gap))])}
+    return {
+        "n_states": np.array(ks),
+        "within": within,
+        "between": between,
+        "ratio": ratio,
+        "best": int(ks[int(np.argmax(gap))]),
+    }
