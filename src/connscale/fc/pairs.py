@@ -223,7 +223,6 @@ def _pairs_chunk(
     k0: int,
     k1: int,
     flat: torch.Tensor,
-    pair_index: tuple[torch.Tensor, torch.Tensor],
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pair correlations (S, P, k1 - k0) of windows k0..k1-1 of (S, T, N) float64
@@ -248,8 +247,10 @@ def _pairs_chunk(
     squares = gram[:, :: n + 1]  # (S*K, N)
     flags = constant[:, k0:k1].reshape(s * k, n) | (squares == 0)
     inv = torch.where(flags, torch.full_like(squares, float("nan")), squares.rsqrt())
-    rows, cols = pair_index  # the regions of each pair
-    vals = gram[:, flat] * inv[:, rows] * inv[:, cols]  # (S*K, P)
+    scaled = gram.view(s * k, n, n)
+    scaled *= inv[:, :, None]
+    scaled *= inv[:, None, :]
+    vals = torch.index_select(gram, 1, flat)  # (S*K, P)
     return vals.reshape(s, k, -1).transpose(1, 2), flags.reshape(s, k, n)
 
 
@@ -344,9 +345,9 @@ def pairwise_dfc(
     flat = torch.as_tensor(rows * n_regions + cols, device=dev)
 
     # Temporaries per (scan, window): U, the Gram matrix, the inverse norms,
-    # the gathered pairs, their two scaled copies and the transposed copy.
+    # the gathered pairs and their transposed copy.
     per_item = itemsize * (
-        n_regions * window_length + n_regions * n_regions + 2 * n_regions + 4 * n_pair
+        n_regions * window_length + n_regions * n_regions + 2 * n_regions + 2 * n_pair
     )
     # memory_limit also covers the result (on the device with as_tensor) and
     # the stacked copy of a list of scans, both in host memory on the CPU.
@@ -480,7 +481,6 @@ def _compute_group(
 
     n_constant = torch.zeros((), dtype=torch.int64, device=dev)
     onsets_t = torch.as_tensor(onsets, device=dev)
-    pair_index = (flat // n_regions, flat % n_regions)
     for s0 in range(0, n_scans, scans_per):
         s1 = min(s0 + scans_per, n_scans)
         # Copy in the input's precision, widen on the device.
@@ -489,7 +489,7 @@ def _compute_group(
         for k0 in range(0, n_windows, windows_per):
             k1 = min(k0 + windows_per, n_windows)
             values, constant = _pairs_chunk(
-                x64, means, constant_of, window_length, step, k0, k1, flat, pair_index, tdtype
+                x64, means, constant_of, window_length, step, k0, k1, flat, tdtype
             )
             n_constant += constant.sum()
             region = Region((slice(s0, s1), slice(None), slice(k0, k1)))
