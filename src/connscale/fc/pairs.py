@@ -15,8 +15,9 @@ Each window is centred in float64 from the raw values by its float64 mean
 (from running sums of the values less the scan mean) and written once in
 the working precision; the GEMM of the centred windows holds the squared
 norms on its diagonal, which scale every pair. So near-constant series
-(1e6 + 1e-5 noise) keep their variation and match ``np.corrcoef``. Windows in which a series is constant
-(all values equal) give NaN for every pair that involves it (with one
+(1e6 + 1e-5 noise) keep their variation and match ``np.corrcoef``.
+Windows in which a series is constant (all values equal) give NaN for every
+pair that involves it (with one
 :class:`~connscale.fc.normalize.ConstantSeriesWarning`).
 """
 
