@@ -190,6 +190,11 @@ class ArraySink(_DenseSink):
                 raise ValueError("'out' must be C-contiguous.")
         self.flat = self.tensor.view(-1)
 
+    def write(self, target, values):
+        # A torch copy (threaded) rather than numpy's one-thread assignment: a
+        # new result's pages are first touched here.
+        self.tensor[target.index].copy_(torch.as_tensor(values))
+
     def destination(self, target, size):
         if isinstance(target, Region):
             return None  # not contiguous: written from staging

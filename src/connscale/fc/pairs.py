@@ -11,11 +11,13 @@ chunk: every (scan, window) is a small matrix ``U`` (regions × window) of
 centred, unit-norm rows, whose Gram matrix ``U Uᵀ`` holds all its pair
 correlations.
 
-Each window is centred (two passes: its mean, then the mean of what is
-left) and scaled in float64 from the raw values before the GEMM in the
-working precision, so near-constant series (1e6 + 1e-5 noise) keep their
-variation and match ``np.corrcoef``. Windows in which a series is constant
-(all values equal) give NaN for every pair that involves it (with one
+Each window is centred in float64 from the raw values by its float64 mean
+(from running sums of the values less the scan mean) and written once in
+the working precision; the GEMM of the centred windows holds the squared
+norms on its diagonal, which scale every pair. So near-constant series
+(1e6 + 1e-5 noise) keep their variation and match ``np.corrcoef``.
+Windows in which a series is constant (all values equal) give NaN for every
+pair that involves it (with one
 :class:`~connscale.fc.normalize.ConstantSeriesWarning`).
 """
 
@@ -41,7 +43,7 @@ from connscale._validation import (
     validate_params,
 )
 from connscale.fc._sinks import ArraySink, DeviceSink, Region, Sender
-from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
+from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.fc.triu import n_pairs
 
 # On the CPU, bigger chunks only add memory traffic: cap the temporaries.
@@ -191,8 +193,32 @@ def _plan_chunks(
     )
 
 
+def _window_stats(
+    x64: torch.Tensor, window_length: int, onsets: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Float64 window means (S, K, N) and constant flags (S, K, N) of (S, T, N)
+    float64 data, from running sums (O(T) per series, not O(K w)).
+
+    The running sums are of the values less their scan mean, so a series far
+    from zero keeps its digits. A window is constant when all its values are
+    equal: no change between consecutive time points (an exact count).
+    """
+    offset = x64.mean(dim=1, keepdim=True)
+    s, t, n = x64.shape
+    sums = torch.zeros((s, t + 1, n), dtype=torch.float64, device=x64.device)
+    torch.cumsum(x64 - offset, dim=1, out=sums[:, 1:])
+    ends = onsets + window_length
+    means = (sums[:, ends] - sums[:, onsets]) / window_length + offset
+    changes = torch.zeros((s, t, n), dtype=torch.int32, device=x64.device)
+    torch.cumsum(x64[:, 1:] != x64[:, :-1], dim=1, out=changes[:, 1:])
+    constant = changes[:, ends - 1] == changes[:, onsets]
+    return means, constant
+
+
 def _pairs_chunk(
     x64: torch.Tensor,
+    means: torch.Tensor,
+    constant: torch.Tensor,
     window_length: int,
     step: int,
     k0: int,
@@ -201,19 +227,32 @@ def _pairs_chunk(
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pair correlations (S, P, k1 - k0) of windows k0..k1-1 of (S, T, N) float64
-    data, each window normalised in float64 (:func:`normalize_windows`), then
-    one batched GEMM in ``dtype``; and the (S, K, N) constant-series flags."""
+    data and the (S, K, N) series that are constant or of zero centred norm.
+
+    Each window is centred in float64 from the raw values by its float64 mean
+    (:func:`_window_stats`), written once in ``dtype``; one batched GEMM gives
+    the centred cross products, whose diagonal holds the squared norms that
+    scale each pair (constant series give NaN, the rule of
+    :func:`~connscale.fc.normalize.normalize_windows`).
+    """
     s, _, n = x64.shape
+    k = k1 - k0
     start = k0 * step
     stop = (k1 - 1) * step + window_length
-    # (S, K, w, N) view of the windows (regions contiguous, so the reductions
-    # over time vectorise), then centred, unit-norm columns.
+    # (S, K, w, N) view of the windows (regions contiguous).
     windows = x64[:, start:stop].unfold(1, window_length, step).transpose(-1, -2)
-    centred, constant = normalize_windows(windows, dim=-2)
-    u = centred.to(dtype).reshape(s * (k1 - k0), window_length, n)
-    gram = torch.bmm(u.transpose(1, 2), u)  # (S*K, N, N)
-    vals = gram.reshape(s * (k1 - k0), n * n)[:, flat]  # (S*K, P)
-    return vals.reshape(s, k1 - k0, -1).transpose(1, 2), constant
+    u = torch.empty((s, k, window_length, n), dtype=dtype, device=x64.device)
+    torch.sub(windows, means[:, k0:k1, None, :], out=u)  # float64 arithmetic, one pass
+    u = u.reshape(s * k, window_length, n)
+    gram = torch.bmm(u.transpose(1, 2), u).reshape(s * k, n * n)  # (S*K, N*N)
+    squares = gram[:, :: n + 1]  # (S*K, N)
+    flags = constant[:, k0:k1].reshape(s * k, n) | (squares == 0)
+    inv = torch.where(flags, torch.full_like(squares, float("nan")), squares.rsqrt())
+    scaled = gram.view(s * k, n, n)
+    scaled *= inv[:, :, None]
+    scaled *= inv[:, None, :]
+    vals = torch.index_select(gram, 1, flat)  # (S*K, P)
+    return vals.reshape(s, k, -1).transpose(1, 2), flags.reshape(s, k, n)
 
 
 @fill_doc
@@ -306,10 +345,10 @@ def pairwise_dfc(
     pairs = np.stack([rows, cols], axis=1).astype(np.int64)
     flat = torch.as_tensor(rows * n_regions + cols, device=dev)
 
-    # Temporaries per (scan, window): the float64 centred window, U, the Gram
-    # matrix, the gathered pairs and their transposed copy.
-    per_item = 8 * n_regions * window_length + itemsize * (
-        n_regions * window_length + n_regions * n_regions + 2 * n_pair
+    # Temporaries per (scan, window): U, the Gram matrix, the inverse norms,
+    # the gathered pairs and their transposed copy.
+    per_item = itemsize * (
+        n_regions * window_length + n_regions * n_regions + 2 * n_regions + 2 * n_pair
     )
     # memory_limit also covers the result (on the device with as_tensor) and
     # the stacked copy of a list of scans, both in host memory on the CPU.
@@ -442,13 +481,17 @@ def _compute_group(
     sender = Sender(sink, dev, keep_staging=True)
 
     n_constant = torch.zeros((), dtype=torch.int64, device=dev)
+    onsets_t = torch.as_tensor(onsets, device=dev)
     for s0 in range(0, n_scans, scans_per):
         s1 = min(s0 + scans_per, n_scans)
         # Copy in the input's precision, widen on the device.
         x64 = torch.from_numpy(host[s0:s1]).to(dev).to(torch.float64)
+        means, constant_of = _window_stats(x64, window_length, onsets_t)
         for k0 in range(0, n_windows, windows_per):
             k1 = min(k0 + windows_per, n_windows)
-            values, constant = _pairs_chunk(x64, window_length, step, k0, k1, flat, tdtype)
+            values, constant = _pairs_chunk(
+                x64, means, constant_of, window_length, step, k0, k1, flat, tdtype
+            )
             n_constant += constant.sum()
             region = Region((slice(s0, s1), slice(None), slice(k0, k1)))
             sender.send(values.contiguous() if sender.cuda else values, region)
