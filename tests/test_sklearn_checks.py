@@ -58,7 +58,8 @@ DFCSTATES_EXPECTED_FAILURES = {
 }
 
 # What does not call fit(X, y) passes: parameters, clone, repr, tags,
-# unfitted state.
+# unfitted state; and check_fit1d (fit(X, y) with an X that is no
+# DiffusionData wants bvecs and streamlines too: a ValueError).
 LIFE_EXPECTED_FAILURES = dict.fromkeys(
     (
         "check_complex_data",
@@ -75,7 +76,6 @@ LIFE_EXPECTED_FAILURES = dict.fromkeys(
         "check_estimators_overwrite_params",
         "check_estimators_pickle",
         "check_f_contiguous_array_estimator",
-        "check_fit1d",
         "check_fit2d_1feature",
         "check_fit2d_1sample",
         "check_fit2d_predict1d",
@@ -90,8 +90,9 @@ LIFE_EXPECTED_FAILURES = dict.fromkeys(
         "check_positive_only_tag_during_fit",
         "check_readonly_memmap_input",
     ),
-    "fit takes a scan, its gradients and a tractogram (dwi, bvals, bvecs, streamlines), "
-    "not scikit-learn's (X, y): the check's fit(X, y) cannot run",
+    "fit takes a DiffusionData (a scan, its gradients and a tractogram, whose samples are the "
+    "diffusion-weighted directions) or (dwi, bvals, bvecs, streamlines), not a feature "
+    "matrix: the check's fit(X, y) cannot run",
 )
 
 _EXPECTED_FAILURES = {

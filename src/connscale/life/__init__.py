@@ -3,6 +3,7 @@ signal, on the CPU or a CUDA GPU (ENCODE model, SBB-NNLS solver)."""
 
 from connscale.io.streamlines import StreamlineArray, load_streamlines
 from connscale.life.api import (
+    DiffusionData,
     LiFE,
     LiFEFit,
     fit,
@@ -17,6 +18,7 @@ from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
 
 __all__ = [
+    "DiffusionData",
     "LiFE",
     "LiFEFit",
     "LiFEModel",

@@ -3,6 +3,7 @@ a tractogram to streamline weights (LiFE, or ReAl-LiFE with λ > 0)."""
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -29,9 +30,10 @@ from connscale._validation import (
 )
 from connscale.io.streamlines import StreamlineArray, load_streamlines
 from connscale.life._checkpoint import SolverCheckpoint, solver_key
-from connscale.life.encode import LiFEModel, build_model
+from connscale.life.encode import B0_THRESHOLD, LiFEModel, _check_gradients, build_model
 from connscale.life.evaluate import (
     cross_validated_rmse,
+    held_out_model,
     split_directions,
     strength_of_evidence,
     submodel,
@@ -164,6 +166,83 @@ def check_space(
             f"{dims} and voxel-to-RAS affine\n{np.round(vox2ras, 4)}\nbut the dMRI "
             f"has {tuple(shape)} and\n"
             f"{np.round(affine, 4)}.\nRegister the tractogram to the dMRI first."
+        )
+
+
+class DiffusionData:
+    """A dMRI scan, its gradients and a tractogram, indexed by direction.
+
+    Its samples are the diffusion-weighted directions: ``len`` and ``shape``
+    count them and indexing keeps some of them (with every b=0 volume, for
+    S₀), so that scikit-learn's splitters (``KFold``, ``GridSearchCV``,
+    ``cross_val_score``) cross-validate :class:`LiFE` over directions: fit
+    the weights on some, predict the signal of the others.
+
+    Parameters
+    ----------
+    dwi, bvals, bvecs, streamlines, affine, mask
+        As in :func:`fit`; read here once.
+
+    Attributes
+    ----------
+    dwi : ndarray of shape (X, Y, Z, n_volumes)
+    bvals : ndarray of shape (n_volumes,)
+    bvecs : ndarray of shape (n_volumes, 3)
+    streamlines : StreamlineArray
+    affine : ndarray of shape (4, 4)
+    mask : ndarray of shape (X, Y, Z) or None
+    shape : tuple of int
+        ``(n_directions,)``: the diffusion-weighted volumes (b > 50).
+    """
+
+    def __init__(
+        self,
+        dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
+        bvals: str | os.PathLike | npt.ArrayLike,
+        bvecs: str | os.PathLike | npt.ArrayLike,
+        streamlines: str
+        | os.PathLike
+        | StreamlineArray
+        | TractogramFile
+        | Tractogram
+        | ArraySequence
+        | Iterable[npt.ArrayLike],
+        *,
+        affine: npt.ArrayLike | None = None,
+        mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+    ) -> None:
+        self.dwi, self.affine, _ = load_dwi(dwi, affine=affine)
+        bvals, bvecs = load_gradients(bvals, bvecs)
+        self.bvals, self.bvecs = _check_gradients(bvals, bvecs, self.dwi.shape[3])
+        self.mask, _ = load_volume(mask, "mask")
+        self.streamlines = load_streamlines(streamlines)
+
+    @property
+    def shape(self) -> tuple[int]:
+        return (int(np.count_nonzero(self.bvals > B0_THRESHOLD)),)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: object) -> DiffusionData:
+        """The data at some diffusion-weighted directions (int, slice, integer
+        or boolean array over ``range(len(self))``) and every b=0 volume."""
+        if isinstance(key, tuple):  # scikit-learn's _safe_indexing: X[key, ...]
+            if len(key) != 2 or key[1] is not Ellipsis:
+                raise IndexError(f"DiffusionData takes one index (directions); got {key!r}.")
+            key = key[0]
+        directions = np.flatnonzero(self.bvals > B0_THRESHOLD)
+        volumes = np.union1d(np.flatnonzero(self.bvals <= B0_THRESHOLD), directions[key])
+        subset = copy.copy(self)
+        subset.dwi = np.take(self.dwi, volumes, axis=3)
+        subset.bvals, subset.bvecs = self.bvals[volumes], self.bvecs[volumes]
+        return subset
+
+    def __repr__(self) -> str:
+        return (
+            f"DiffusionData(n_directions={len(self)}, "
+            f"n_b0={int(np.count_nonzero(self.bvals <= B0_THRESHOLD))}, "
+            f"grid={self.dwi.shape[:3]}, n_streamlines={len(self.streamlines)})"
         )
 
 
@@ -879,9 +958,12 @@ class LiFE(BaseEstimator):
 
     Notes
     -----
-    ``fit`` takes a scan, its gradients and a tractogram, not scikit-learn's
-    ``(X, y)``: the estimator clones, sets parameters and reports fitted
-    state as scikit-learn's, but does not enter a ``Pipeline``.
+    ``fit`` takes a :class:`DiffusionData` (or a scan, its gradients and a
+    tractogram), not a feature matrix: its samples are the diffusion-weighted
+    directions, so ``GridSearchCV`` and ``cross_val_score`` cross-validate λ
+    over directions (fit on some, :meth:`score` the others). The estimator
+    clones, sets parameters and reports fitted state as scikit-learn's, but
+    does not enter a ``Pipeline``.
     """
 
     _parameter_constraints = {k: _PARAMETER_CONSTRAINTS[k] for k in _ESTIMATOR_PARAMETERS}
@@ -915,16 +997,17 @@ class LiFE(BaseEstimator):
 
     def fit(
         self,
-        dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
-        bvals: str | os.PathLike | npt.ArrayLike,
-        bvecs: str | os.PathLike | npt.ArrayLike,
+        X: DiffusionData | str | os.PathLike | SpatialImage | npt.ArrayLike,
+        y: str | os.PathLike | npt.ArrayLike | None = None,
+        bvecs: str | os.PathLike | npt.ArrayLike | None = None,
         streamlines: str
         | os.PathLike
         | StreamlineArray
         | TractogramFile
         | Tractogram
         | ArraySequence
-        | Iterable[npt.ArrayLike],
+        | Iterable[npt.ArrayLike]
+        | None = None,
         *,
         affine: npt.ArrayLike | None = None,
         mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
@@ -932,8 +1015,55 @@ class LiFE(BaseEstimator):
     ) -> LiFE:
         """Fit to a scan and a tractogram (see :func:`fit`); returns self.
 
-        ``checkpoint`` is a folder for the solver's state, from which an
-        interrupted fit resumes."""
+        Parameters
+        ----------
+        X : DiffusionData, or the dMRI scan (path, image or array)
+            A :class:`DiffusionData` (what scikit-learn's splitters index by
+            direction) carries everything; otherwise ``X`` is :func:`fit`'s
+            ``dwi`` and ``y``, ``bvecs`` and ``streamlines`` are needed.
+        y : bvals (path or array), or None
+            Ignored with a DiffusionData; the scan's b-values otherwise, as in
+            ``fit(dwi, bvals, bvecs, streamlines)``.
+        bvecs, streamlines, affine, mask
+            As in :func:`fit`, when ``X`` is the scan.
+        checkpoint : path or None, default=None
+            A folder for the solver's state, from which an interrupted fit
+            resumes.
+
+        Returns
+        -------
+        self : LiFE
+        """
+        if isinstance(X, DiffusionData):
+            extra = [
+                name
+                for name, value in (
+                    ("bvecs", bvecs),
+                    ("streamlines", streamlines),
+                    ("affine", affine),
+                    ("mask", mask),
+                )
+                if value is not None
+            ]
+            if extra:
+                raise ValueError(
+                    f"LiFE.fit takes a DiffusionData alone (it holds the gradients, "
+                    f"streamlines, affine and mask); got {', '.join(extra)} as well."
+                )
+            dwi, bvals, bvecs, streamlines = X.dwi, X.bvals, X.bvecs, X.streamlines
+            affine, mask = X.affine, X.mask
+        else:
+            missing = [
+                name
+                for name, value in (("bvals", y), ("bvecs", bvecs), ("streamlines", streamlines))
+                if value is None
+            ]
+            if missing:
+                raise ValueError(
+                    "LiFE.fit takes a DiffusionData, or a scan with its bvals, bvecs and "
+                    f"streamlines (dwi, bvals, bvecs, streamlines); got no {', '.join(missing)}."
+                )
+            dwi, bvals = X, y
         validate_estimator_params(self)
         max_iter = renamed(
             self.max_iter, self.n_iter, new="max_iter", old="n_iter", new_default=500
@@ -978,10 +1108,42 @@ class LiFE(BaseEstimator):
         return self.fit_.predict(bvals, bvecs)
 
     def score(
-        self, dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None
+        self,
+        X: DiffusionData | str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+        y: None = None,
     ) -> float:
-        """Minus the median voxel RMSE (against ``dwi_repeat`` when given)."""
+        """Minus the median voxel RMSE of the fit's prediction (higher is better).
+
+        Parameters
+        ----------
+        X : DiffusionData, second acquisition (path, image or array) or None
+            A :class:`DiffusionData` of directions held out of the fit (same
+            grid, b=0 volumes, streamlines and mask; e.g. a test fold): the
+            RMSE of the signal predicted for its directions, demeaned per
+            voxel, as :func:`split_rmse`. A second acquisition on the same
+            grid and volumes: the RMSE against it. None: against the fitted
+            signal.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        float
+        """
         check_is_fitted(self, "fit_")
-        if dwi_repeat is None:
+        if X is None:
             return -float(np.median(self.fit_.voxel_rmse))
-        return -float(np.median(self.fit_.cross_validate(dwi_repeat)["rmse"]))
+        if not isinstance(X, DiffusionData):
+            return -float(np.median(self.fit_.cross_validate(X)["rmse"]))
+        model = self.fit_.model
+        if not np.allclose(X.affine, model.affine, atol=1e-4) or (
+            len(X.streamlines) != model.n_streamlines
+        ):
+            raise ValueError(
+                "The held-out DiffusionData must share the fit's grid and streamlines: it has "
+                f"affine\n{np.round(X.affine, 4)}\nand {len(X.streamlines)} streamlines; the fit "
+                f"had\n{np.round(model.affine, 4)}\nand {model.n_streamlines}."
+            )
+        held_out = held_out_model(model, X.dwi, X.bvals, X.bvecs)
+        rmse = _held_out_rmse(model, LiFEOperator(held_out), held_out, self.fit_.weights_kept)
+        return -float(np.median(rmse))

@@ -41,6 +41,8 @@ STICK_DIFFUSIVITY = 1e-3
 #: Largest |norm - 1| accepted for a diffusion-weighted b-vector (dipy's
 #: gradient_table uses the same 1e-2); rounding in text files stays far below it.
 BVEC_NORM_TOL = 1e-2
+#: Volumes with a b-value at most this are b=0 volumes (S₀).
+B0_THRESHOLD = 50.0
 
 
 # --------------------------------------------------------------------------
@@ -368,7 +370,7 @@ def build_model(
     affine: npt.ArrayLike,
     mask: npt.ArrayLike | None = None,
     sphere: int | str | Sphere | npt.ArrayLike | None = None,
-    b0_threshold: float = 50.0,
+    b0_threshold: float = B0_THRESHOLD,
     formulation: str = "encode",
     device: str | torch.device | None = "auto",
     dtype: str | np.dtype | torch.dtype | type = "float32",

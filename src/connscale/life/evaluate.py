@@ -12,7 +12,7 @@ import numpy.typing as npt
 import torch
 
 from connscale._validation import check_random_state
-from connscale.life.encode import LiFEModel, canonical_dictionary
+from connscale.life.encode import B0_THRESHOLD, LiFEModel, canonical_dictionary
 from connscale.life.operators import LiFEOperator
 
 
@@ -111,23 +111,81 @@ def split_directions(
 def submodel(model: LiFEModel, directions: npt.ArrayLike) -> LiFEModel:
     """The model restricted to some directions (D rebuilt and de-medianed on them)."""
     directions = np.asarray(directions, dtype=np.int64)
-    D = canonical_dictionary(
-        model.bvals[directions],
-        model.bvecs[directions],
-        model.atoms,
-        centre="median" if model.formulation == "encode" else "mean",
-    )
     idx = torch.as_tensor(directions, device=model.device)
     raw = model.signal.index_select(1, idx).double() + model.signal_mean.double()[:, None]
+    return _with_directions(
+        model,
+        raw,
+        model.bvals[directions],
+        model.bvecs[directions],
+        model.volume_index[directions],
+    )
+
+
+def held_out_model(
+    model: LiFEModel, data: npt.ArrayLike, bvals: npt.ArrayLike, bvecs: npt.ArrayLike
+) -> LiFEModel:
+    """The model at the diffusion-weighted directions of another scan of its grid.
+
+    ``data`` (X, Y, Z, n_volumes) holds the same voxels, b=0 volumes,
+    streamlines and mask as the fitted scan but other diffusion-weighted
+    directions (those held out of the fit); Φ and S₀ are kept, D is built on
+    the new directions and the signal read at the model voxels, as
+    :func:`submodel` does on a subset of the model's own directions.
+
+    Parameters
+    ----------
+    model : LiFEModel
+    data : array of shape (X, Y, Z, n_volumes)
+    bvals : array of shape (n_volumes,)
+    bvecs : array of shape (n_volumes, 3)
+        Unit vectors for the diffusion-weighted volumes.
+    """
+    data = np.asarray(data)
+    if data.ndim != 4 or data.shape[:3] != tuple(model.shape):
+        raise ValueError(
+            f"The held-out scan must be a 4-D volume on the model's grid {tuple(model.shape)}; "
+            f"got shape {data.shape}."
+        )
+    dw = np.flatnonzero(np.asarray(bvals) > B0_THRESHOLD)
+    if dw.size < 2:
+        raise ValueError(
+            f"The held-out scan needs at least 2 diffusion-weighted volumes; got {dw.size}."
+        )
+    v = model.voxels
+    vals = data[v[:, 0], v[:, 1], v[:, 2]][:, dw].astype(np.float64)
+    vals /= model.signal_scale.double().cpu().numpy()[:, None]
+    bvecs = np.asarray(bvecs, dtype=np.float64)[dw]
+    return _with_directions(
+        model,
+        torch.as_tensor(vals, device=model.device),
+        np.asarray(bvals, dtype=np.float64)[dw],
+        bvecs / np.linalg.norm(bvecs, axis=1, keepdims=True),
+        dw,
+    )
+
+
+def _with_directions(
+    model: LiFEModel,
+    raw: torch.Tensor,
+    bvals: np.ndarray,
+    bvecs: np.ndarray,
+    volume_index: np.ndarray,
+) -> LiFEModel:
+    """``model`` with D rebuilt on (bvals, bvecs) and ``raw`` (float64, n_voxels
+    × n_directions, in signal / scale units) as its signal, demeaned per voxel."""
+    D = canonical_dictionary(
+        bvals, bvecs, model.atoms, centre="median" if model.formulation == "encode" else "mean"
+    )
     mean = raw.mean(dim=1)
     return dataclasses.replace(
         model,
         dictionary=torch.as_tensor(D, dtype=model.dtype, device=model.device),
         signal=(raw - mean[:, None]).to(model.dtype),
         signal_mean=mean.to(model.dtype),
-        bvals=model.bvals[directions],
-        bvecs=model.bvecs[directions],
-        volume_index=model.volume_index[directions],
+        bvals=bvals,
+        bvecs=bvecs,
+        volume_index=volume_index,
     )
 
 
