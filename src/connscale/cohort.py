@@ -358,35 +358,59 @@ def _load_item(path: Path, params: dict):
     raise ValueError(f"Cannot read {path.name}: expected NIfTI or {TIMESERIES_SUFFIXES}.")
 
 
-def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
+def compute_scan_pairs(
+    timeseries, window_length: int, step: int, *, threshold: float, device, dtype, memory_limit
+):
+    """Pair courses (:func:`~connscale.fc.pairs.pairwise_dfc`) and their summary
+    (:func:`~connscale.fc.pairs.pair_summary`) of one scan of shape (T, N)."""
     from connscale.fc.pairs import pair_summary, pairwise_dfc
-    from connscale.io._atomic import check_free_space
-    from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
 
     result = pairwise_dfc(
         timeseries[None],
+        window_length,
+        step,
+        device=device,
+        dtype=dtype,
+        memory_limit=memory_limit,
+    )
+    return result, pair_summary(result.courses, threshold=threshold)
+
+
+def write_scan_pairs(path: Path, result, summary, *, labels, attrs: dict, datasets=None) -> None:
+    """Write the ``_pairs.h5`` store of one scan's :func:`compute_scan_pairs`."""
+    from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
+
+    write_pairs_h5(
+        path,
+        courses=result.courses[0],
+        pairs=result.pairs,
+        window_onsets=result.window_starts,
+        window_length=result.window_length,
+        step=result.step,
+        summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
+        threshold=summary.threshold,
+        labels=labels,
+        n_constant=result.n_constant,
+        datasets=datasets,
+        attrs=attrs,
+    )
+
+
+def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
+    from connscale.io._atomic import check_free_space
+
+    result, summary = compute_scan_pairs(
+        timeseries,
         params["window_length"],
         params["step"],
+        threshold=params["threshold"],
         device=params["device"],
         dtype=params["dtype"],
         memory_limit=params["memory_limit"],
     )
-    summary = pair_summary(result.courses, threshold=params["threshold"])
     with OutputLock(output):
         check_free_space(output.parent, result.courses.nbytes, what=output.name)
-        write_pairs_h5(
-            output,
-            courses=result.courses[0],
-            pairs=result.pairs,
-            window_onsets=result.window_starts,
-            window_length=result.window_length,
-            step=result.step,
-            summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
-            threshold=summary.threshold,
-            labels=labels,
-            n_constant=result.n_constant,
-            attrs=attrs,
-        )
+        write_scan_pairs(output, result, summary, labels=labels, attrs=attrs)
     return {
         "n_regions": int(timeseries.shape[1]),
         "n_timepoints": int(timeseries.shape[0]),

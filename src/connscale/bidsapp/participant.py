@@ -626,34 +626,27 @@ def _windowed_store(measure, config, run, series, names, path: Path, volumes, ti
         add_datasets(path, {k: v for k, v in extra.items() if k != "window_onsets"}, attrs=attrs)
         timings["write"] += time.perf_counter() - tic
         return
-    from connscale.fc.pairs import pair_summary, pairwise_dfc
-    from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
+    from connscale.cohort import compute_scan_pairs, write_scan_pairs
 
     tic = time.perf_counter()
-    result = pairwise_dfc(
-        series[None],
+    result, summary = compute_scan_pairs(
+        series,
         config.window_length,
         config.step,
+        threshold=config.pairs_threshold,
         device=config.device,
         dtype=config.dtype,
         memory_limit=config.memory_limit,
     )
-    summary = pair_summary(result.courses, threshold=config.pairs_threshold)
     timings["compute"] += time.perf_counter() - tic
     tic = time.perf_counter()
-    write_pairs_h5(
+    write_scan_pairs(
         path,
-        courses=result.courses[0],
-        pairs=result.pairs,
-        window_onsets=result.window_starts,
-        window_length=result.window_length,
-        step=result.step,
-        summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
-        threshold=summary.threshold,
+        result,
+        summary,
         labels=names,
-        n_constant=result.n_constant,
-        datasets={k: v for k, v in extra.items() if k not in ("window_onsets", "labels")},
         attrs=attrs,
+        datasets={k: v for k, v in extra.items() if k not in ("window_onsets", "labels")},
     )
     timings["write"] += time.perf_counter() - tic
 

@@ -41,12 +41,16 @@ from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from dipy.core.sphere import Sphere
     from nibabel.nifti1 import Nifti1Image
     from nibabel.spatialimages import SpatialImage
-    from nibabel.streamlines.array_sequence import ArraySequence
-    from nibabel.streamlines.tractogram import Tractogram
-    from nibabel.streamlines.tractogram_file import TractogramFile
+
+    from connscale.io.streamlines import StreamlinesLike
+
+    #: A diffusion (or mask) image: a NIfTI path, a nibabel image or an array.
+    ImageLike: TypeAlias = str | os.PathLike | SpatialImage | npt.ArrayLike
 
 
 # --------------------------------------------------------------------------
@@ -57,7 +61,7 @@ def _is_path(x: object) -> bool:
 
 
 def load_dwi(
-    dwi: str | os.PathLike | SpatialImage | npt.ArrayLike, affine: npt.ArrayLike | None = None
+    dwi: ImageLike, affine: npt.ArrayLike | None = None
 ) -> tuple[np.ndarray, np.ndarray, SpatialImage | None]:
     """(data (X, Y, Z, n), affine, image or None) from a path, image or array."""
     image = None
@@ -117,9 +121,7 @@ def _read_table(path: str | os.PathLike, name: str, *, ndmin: int) -> np.ndarray
         raise ValueError(f"Cannot read '{name}' file {path} as numbers: {exc}") from exc
 
 
-def load_volume(
-    img: str | os.PathLike | SpatialImage | npt.ArrayLike | None, name: str
-) -> tuple[np.ndarray | None, np.ndarray | None]:
+def load_volume(img: ImageLike | None, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
     """A 3-D array from a path, image or array (mask, labels)."""
     if img is None:
         return None, None
@@ -361,7 +363,7 @@ class LiFEFit:
             random_state=random_state,
         )
 
-    def cross_validate(self, dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike) -> dict:
+    def cross_validate(self, dwi_repeat: ImageLike) -> dict:
         """Per-voxel RMSE against a second acquisition (array, image or path on
         the same grid); see :func:`connscale.life.evaluate.cross_validated_rmse`."""
         data, _, _ = load_dwi(dwi_repeat, affine=self.model.affine)
@@ -643,22 +645,16 @@ def lambda_sweep(
 @fill_doc
 @validate_params(_PARAMETER_CONSTRAINTS)
 def fit(
-    dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
+    dwi: ImageLike,
     bvals: str | os.PathLike | npt.ArrayLike,
     bvecs: str | os.PathLike | npt.ArrayLike,
-    streamlines: str
-    | os.PathLike
-    | StreamlineArray
-    | TractogramFile
-    | Tractogram
-    | ArraySequence
-    | Iterable[npt.ArrayLike],
+    streamlines: StreamlinesLike,
     *,
     affine: npt.ArrayLike | None = None,
-    mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+    mask: ImageLike | None = None,
     lam: float = 0.0,
     lambdas: Iterable[float] | None = None,
-    dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+    dwi_repeat: ImageLike | None = None,
     cross_validate: bool = False,
     max_iter: int = 500,
     tol: float | None = 1e-5,
@@ -915,19 +911,13 @@ class LiFE(BaseEstimator):
 
     def fit(
         self,
-        dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
+        dwi: ImageLike,
         bvals: str | os.PathLike | npt.ArrayLike,
         bvecs: str | os.PathLike | npt.ArrayLike,
-        streamlines: str
-        | os.PathLike
-        | StreamlineArray
-        | TractogramFile
-        | Tractogram
-        | ArraySequence
-        | Iterable[npt.ArrayLike],
+        streamlines: StreamlinesLike,
         *,
         affine: npt.ArrayLike | None = None,
-        mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+        mask: ImageLike | None = None,
         checkpoint: str | os.PathLike | None = None,
     ) -> LiFE:
         """Fit to a scan and a tractogram (see :func:`fit`); returns self.
@@ -977,9 +967,7 @@ class LiFE(BaseEstimator):
         check_is_fitted(self, "fit_")
         return self.fit_.predict(bvals, bvecs)
 
-    def score(
-        self, dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None
-    ) -> float:
+    def score(self, dwi_repeat: ImageLike | None = None) -> float:
         """Minus the median voxel RMSE (against ``dwi_repeat`` when given)."""
         check_is_fitted(self, "fit_")
         if dwi_repeat is None:
