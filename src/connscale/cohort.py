@@ -542,6 +542,15 @@ def _params_after_loading(params: dict, timeseries) -> dict:
     return {**params, "memory_limit": left}
 
 
+def failure_fields(exc: BaseException) -> dict:
+    """``status``, ``error`` (type and message) and ``traceback`` of a failed job's record."""
+    return {
+        "status": "error",
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": traceback.format_exc(),
+    }
+
+
 def run_task(task: CohortTask) -> dict:
     """Run one cohort task; never raises (errors come back as a record)."""
     import torch
@@ -569,9 +578,7 @@ def run_task(task: CohortTask) -> dict:
         details = _job_function(task.function)(timeseries, labels, params, task.output, attrs)
         record.update(status="ok", **details)
     except Exception as exc:  # noqa: BLE001 - reported per subject, not raised
-        record.update(
-            status="error", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
-        )
+        record.update(failure_fields(exc))
     finally:
         torch.set_num_threads(threads)
     record["seconds"] = round(time.perf_counter() - start, 6)
