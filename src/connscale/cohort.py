@@ -358,35 +358,59 @@ def _load_item(path: Path, params: dict):
     raise ValueError(f"Cannot read {path.name}: expected NIfTI or {TIMESERIES_SUFFIXES}.")
 
 
-def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
+def compute_scan_pairs(
+    timeseries, window_length: int, step: int, *, threshold: float, device, dtype, memory_limit
+):
+    """Pair courses (:func:`~connscale.fc.pairs.pairwise_dfc`) and their summary
+    (:func:`~connscale.fc.pairs.pair_summary`) of one scan of shape (T, N)."""
     from connscale.fc.pairs import pair_summary, pairwise_dfc
-    from connscale.io._atomic import check_free_space
-    from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
 
     result = pairwise_dfc(
         timeseries[None],
+        window_length,
+        step,
+        device=device,
+        dtype=dtype,
+        memory_limit=memory_limit,
+    )
+    return result, pair_summary(result.courses, threshold=threshold)
+
+
+def write_scan_pairs(path: Path, result, summary, *, labels, attrs: dict, datasets=None) -> None:
+    """Write the ``_pairs.h5`` store of one scan's :func:`compute_scan_pairs`."""
+    from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
+
+    write_pairs_h5(
+        path,
+        courses=result.courses[0],
+        pairs=result.pairs,
+        window_onsets=result.window_starts,
+        window_length=result.window_length,
+        step=result.step,
+        summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
+        threshold=summary.threshold,
+        labels=labels,
+        n_constant=result.n_constant,
+        datasets=datasets,
+        attrs=attrs,
+    )
+
+
+def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
+    from connscale.io._atomic import check_free_space
+
+    result, summary = compute_scan_pairs(
+        timeseries,
         params["window_length"],
         params["step"],
+        threshold=params["threshold"],
         device=params["device"],
         dtype=params["dtype"],
         memory_limit=params["memory_limit"],
     )
-    summary = pair_summary(result.courses, threshold=params["threshold"])
     with OutputLock(output):
         check_free_space(output.parent, result.courses.nbytes, what=output.name)
-        write_pairs_h5(
-            output,
-            courses=result.courses[0],
-            pairs=result.pairs,
-            window_onsets=result.window_starts,
-            window_length=result.window_length,
-            step=result.step,
-            summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
-            threshold=summary.threshold,
-            labels=labels,
-            n_constant=result.n_constant,
-            attrs=attrs,
-        )
+        write_scan_pairs(output, result, summary, labels=labels, attrs=attrs)
     return {
         "n_regions": int(timeseries.shape[1]),
         "n_timepoints": int(timeseries.shape[0]),
@@ -518,6 +542,15 @@ def _params_after_loading(params: dict, timeseries) -> dict:
     return {**params, "memory_limit": left}
 
 
+def failure_fields(exc: BaseException) -> dict:
+    """``status``, ``error`` (type and message) and ``traceback`` of a failed job's record."""
+    return {
+        "status": "error",
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": traceback.format_exc(),
+    }
+
+
 def run_task(task: CohortTask) -> dict:
     """Run one cohort task; never raises (errors come back as a record)."""
     import torch
@@ -545,9 +578,7 @@ def run_task(task: CohortTask) -> dict:
         details = _job_function(task.function)(timeseries, labels, params, task.output, attrs)
         record.update(status="ok", **details)
     except Exception as exc:  # noqa: BLE001 - reported per subject, not raised
-        record.update(
-            status="error", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
-        )
+        record.update(failure_fields(exc))
     finally:
         torch.set_num_threads(threads)
     record["seconds"] = round(time.perf_counter() - start, 6)

@@ -45,7 +45,6 @@ import csv
 import io
 import logging
 import time
-import traceback
 from dataclasses import asdict, dataclass, field
 from numbers import Integral, Real
 from pathlib import Path
@@ -63,6 +62,7 @@ from connscale._version import __version__
 from connscale.bidsapp.decode import load_masked_bold
 from connscale.bidsapp.layout import BoldRun, find_runs
 from connscale.bidsapp.report import framewise_displacement
+from connscale.cohort import compute_scan_pairs, failure_fields, write_scan_pairs
 from connscale.denoise import STRATEGIES
 from connscale.engines import ENGINES
 from connscale.io._atomic import write_json_atomic, write_text_atomic
@@ -339,9 +339,7 @@ def run_one(task: tuple) -> dict:
         record.update(_process(config, run, decoded))
         record["status"] = record.get("status", "ok")
     except Exception as exc:  # noqa: BLE001 - reported per run, never raised
-        record.update(
-            status="error", error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
-        )
+        record.update(failure_fields(exc))
     finally:
         torch.set_num_threads(threads)
     record["seconds"] = round(time.perf_counter() - start, 6)
@@ -626,34 +624,26 @@ def _windowed_store(measure, config, run, series, names, path: Path, volumes, ti
         add_datasets(path, {k: v for k, v in extra.items() if k != "window_onsets"}, attrs=attrs)
         timings["write"] += time.perf_counter() - tic
         return
-    from connscale.fc.pairs import pair_summary, pairwise_dfc
-    from connscale.io.pairs import PAIR_STATISTICS, write_pairs_h5
 
     tic = time.perf_counter()
-    result = pairwise_dfc(
-        series[None],
+    result, summary = compute_scan_pairs(
+        series,
         config.window_length,
         config.step,
+        threshold=config.pairs_threshold,
         device=config.device,
         dtype=config.dtype,
         memory_limit=config.memory_limit,
     )
-    summary = pair_summary(result.courses, threshold=config.pairs_threshold)
     timings["compute"] += time.perf_counter() - tic
     tic = time.perf_counter()
-    write_pairs_h5(
+    write_scan_pairs(
         path,
-        courses=result.courses[0],
-        pairs=result.pairs,
-        window_onsets=result.window_starts,
-        window_length=result.window_length,
-        step=result.step,
-        summary={stat: getattr(summary, stat)[0] for stat in PAIR_STATISTICS},
-        threshold=summary.threshold,
+        result,
+        summary,
         labels=names,
-        n_constant=result.n_constant,
-        datasets={k: v for k, v in extra.items() if k not in ("window_onsets", "labels")},
         attrs=attrs,
+        datasets={k: v for k, v in extra.items() if k not in ("window_onsets", "labels")},
     )
     timings["write"] += time.perf_counter() - tic
 

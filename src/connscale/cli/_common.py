@@ -68,6 +68,57 @@ def add_wait_argument(parser: argparse.ArgumentParser, *, overwrite: bool = True
         )
 
 
+def add_threshold_arguments(parser: argparse.ArgumentParser, *, threshold_help: str) -> None:
+    """--threshold (float, default None) and --absolute (keep |r| >= THRESHOLD)."""
+    parser.add_argument("--threshold", type=float, default=None, help=threshold_help)
+    parser.add_argument(
+        "--absolute", action="store_true", help="With --threshold, keep |r| >= THRESHOLD."
+    )
+
+
+def add_tf32_argument(parser: argparse.ArgumentParser) -> None:
+    """--allow-tf32."""
+    parser.add_argument(
+        "--allow-tf32",
+        action="store_true",
+        help="Allow TF32 matrix products on CUDA (faster, less exact).",
+    )
+
+
+def finish_parser(
+    parser: argparse.ArgumentParser, run, *, out: bool = True, wait: bool = True
+) -> argparse.ArgumentParser:
+    """Add --out (with ``out``), the compute options and --wait/--overwrite
+    (with ``wait``); ``run`` is the command's function. Returns ``parser``."""
+    if out:
+        parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    add_compute_arguments(parser)
+    if wait:
+        add_wait_argument(parser)
+    parser.set_defaults(func=run)
+    return parser
+
+
+def compute_options(args) -> dict:
+    """``device``, ``dtype`` and ``memory_limit`` of the compute options, as keywords."""
+    return {"device": args.device, "dtype": args.dtype, "memory_limit": args.memory_limit}
+
+
+def output_set(args, folder: Path, stem: str, *, command: str, fingerprint: dict):
+    """The :class:`~connscale.io._publish.OutputSet` of a run, honouring --wait
+    and --overwrite."""
+    from connscale.io._publish import OutputSet
+
+    return OutputSet(
+        folder,
+        stem,
+        command=command,
+        fingerprint=fingerprint,
+        wait=args.wait,
+        overwrite=args.overwrite,
+    )
+
+
 class DeprecatedAlias(argparse.Action):
     """A former option name, kept for one release: stores into the new
     option's ``dest`` and warns (FutureWarning) naming the new one."""

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
 from connscale.cli._common import (
     RunRecord,
-    add_compute_arguments,
-    add_wait_argument,
+    add_tf32_argument,
+    add_threshold_arguments,
+    compute_options,
     configure_logging,
+    finish_parser,
     input_files,
     logger,
+    output_set,
 )
 from connscale.cli._inputs import add_input_arguments, load_input, output_entities
 from connscale.cli._windows import add_window_arguments, resolve_window
@@ -42,12 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default=None,
         help="Stored form (default: sparse with --threshold, triu otherwise).",
     )
-    parser.add_argument(
-        "--threshold", type=float, default=None, help="Keep r >= THRESHOLD (kind sparse)."
-    )
-    parser.add_argument(
-        "--absolute", action="store_true", help="With --threshold, keep |r| >= THRESHOLD."
-    )
+    add_threshold_arguments(parser, threshold_help="Keep r >= THRESHOLD (kind sparse).")
     parser.add_argument(
         "--rank", type=int, default=None, help="Rank l (lowrank: required; factor: default exact)."
     )
@@ -66,23 +63,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help="lowrank/factor: record each window's MAE against the exact matrix.",
     )
-    parser.add_argument(
-        "--allow-tf32",
-        action="store_true",
-        help="Allow TF32 matrix products on CUDA (faster, less exact).",
-    )
-    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
-    add_compute_arguments(parser)
-    add_wait_argument(parser)
-    parser.set_defaults(func=run)
-    return parser
+    add_tf32_argument(parser)
+    return finish_parser(parser, run)
 
 
 def run(args) -> int:
     from connscale._compute import resolve_device
     from connscale.fc.dynamic import dynamic_correlation
     from connscale.io._fingerprint import run_fingerprint
-    from connscale.io._publish import OutputSet
     from connscale.io.bids import bids_name, derivative_path, write_dataset_description
 
     configure_logging(args.verbose)
@@ -120,14 +108,7 @@ def run(args) -> int:
     # The windows file, plots, log and report are one set, written in a hidden
     # staging folder under the set's lock (where an interrupted run's
     # unfinished windows file waits to be resumed) and published together.
-    with OutputSet(
-        folder,
-        stem,
-        command="dfc",
-        fingerprint=fingerprint,
-        wait=args.wait,
-        overwrite=args.overwrite,
-    ) as outputs:
+    with output_set(args, folder, stem, command="dfc", fingerprint=fingerprint) as outputs:
         if outputs.complete():
             print(
                 f"connscale dfc: {folder} holds the complete {stem} result for this "
@@ -154,9 +135,7 @@ def run(args) -> int:
                 method=args.method,
                 power_iterations=args.power_iterations,
                 random_state=args.seed,
-                device=args.device,
-                dtype=args.dtype,
-                memory_limit=args.memory_limit,
+                **compute_options(args),
                 out=outputs.path(name),
                 compute_error=args.error,
                 allow_tf32=args.allow_tf32,

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 
 from connscale.cli._common import (
     RunRecord,
-    add_compute_arguments,
-    add_wait_argument,
+    add_tf32_argument,
+    add_threshold_arguments,
+    compute_options,
     configure_logging,
+    finish_parser,
     input_files,
     logger,
+    output_set,
 )
 from connscale.cli._inputs import add_input_arguments, load_input, output_entities
 
@@ -33,37 +35,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_input_arguments(parser)
-    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     parser.add_argument(
         "--kind",
         choices=["dense", "triu", "sparse"],
         default=None,
         help=f"Output form (default: dense for up to {TSV_MAX_NODES} series, triu above).",
     )
-    parser.add_argument(
-        "--threshold",
-        type=float,
-        default=None,
-        help="Keep r >= THRESHOLD (sparse output; implies --kind sparse).",
+    add_threshold_arguments(
+        parser, threshold_help="Keep r >= THRESHOLD (sparse output; implies --kind sparse)."
     )
-    parser.add_argument(
-        "--absolute", action="store_true", help="With --threshold, keep |r| >= THRESHOLD."
-    )
-    parser.add_argument(
-        "--allow-tf32",
-        action="store_true",
-        help="Allow TF32 matrix products on CUDA (faster, less exact).",
-    )
-    add_compute_arguments(parser)
-    add_wait_argument(parser)
-    parser.set_defaults(func=run)
-    return parser
+    add_tf32_argument(parser)
+    return finish_parser(parser, run)
 
 
 def run(args) -> int:
     from connscale.fc.static import compute_correlation
     from connscale.io._fingerprint import run_fingerprint
-    from connscale.io._publish import OutputSet
     from connscale.io.bids import bids_name, derivative_path, write_dataset_description
     from connscale.io.hdf5 import load_relmat
     from connscale.io.relmat import sidecar, write_relmat_tsv, write_sidecar
@@ -90,14 +77,7 @@ def run(args) -> int:
     record = RunRecord("fc", args.out, vars(args))
     # The matrix, its sidecar, figure, log and report are one set: written in
     # a hidden staging folder under the set's lock, published together.
-    with OutputSet(
-        folder,
-        stem,
-        command="fc",
-        fingerprint=fingerprint,
-        wait=args.wait,
-        overwrite=args.overwrite,
-    ) as outputs:
+    with output_set(args, folder, stem, command="fc", fingerprint=fingerprint) as outputs:
         with record.timer("load"):
             timeseries, labels, nodes, _ = load_input(args)
         n_timepoints, n = timeseries.shape
@@ -113,9 +93,7 @@ def run(args) -> int:
                 kind=kind,
                 threshold=args.threshold,
                 absolute=args.absolute,
-                device=args.device,
-                dtype=args.dtype,
-                memory_limit=args.memory_limit,
+                **compute_options(args),
                 out=None if as_tsv else staged,
                 allow_tf32=args.allow_tf32,
                 verbose=args.verbose,

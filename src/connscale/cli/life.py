@@ -24,8 +24,10 @@ from connscale.cli._common import (
     RunRecord,
     add_compute_arguments,
     add_wait_argument,
+    compute_options,
     configure_logging,
     logger,
+    output_set,
 )
 from connscale.cli._sets import command_fingerprint, publish
 
@@ -161,19 +163,17 @@ def _check_arguments(args) -> list[Path]:
 
 
 def run(args) -> int:
-    from connscale.io._publish import OutputSet
     from connscale.io.relmat import source_entities
 
     configure_logging(args.verbose)
     inputs = _check_arguments(args)
     source = source_entities(args.dwi)
-    with OutputSet(
+    with output_set(
+        args,
         args.out,
         f"{source}_life",
         command="life",
         fingerprint=command_fingerprint(args, inputs),
-        wait=args.wait,
-        overwrite=args.overwrite,
     ) as outputs:
         if outputs.complete():
             print(
@@ -230,10 +230,8 @@ def _run(args, outputs, source: str) -> int:
             tol=args.tol if args.tol > 0 else None,
             sphere=sphere,
             formulation=args.formulation,
-            device=args.device,
-            dtype=args.dtype,
             random_state=args.seed,
-            memory_limit=args.memory_limit,
+            **compute_options(args),
             verbose=args.verbose,
             checkpoint=outputs.staging / "life_checkpoint",
             checkpoint_every=args.checkpoint_every,

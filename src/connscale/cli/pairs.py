@@ -9,10 +9,11 @@ import numpy as np
 
 from connscale.cli._common import (
     RunRecord,
-    add_compute_arguments,
-    add_wait_argument,
+    compute_options,
     configure_logging,
+    finish_parser,
     logger,
+    output_set,
 )
 
 
@@ -51,16 +52,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default="h5",
         help="Courses as one HDF5 file, or NPY + TSV tables.",
     )
-    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
-    add_compute_arguments(parser)
-    add_wait_argument(parser)
-    parser.set_defaults(func=run)
-    return parser
+    return finish_parser(parser, run)
 
 
 def run(args) -> int:
     from connscale.io._fingerprint import run_fingerprint
-    from connscale.io._publish import OutputSet
     from connscale.io.relmat import source_entities
 
     configure_logging(args.verbose)
@@ -85,14 +81,7 @@ def run(args) -> int:
     # Every file of the run (courses, tables, features, log, report) is one
     # set: written in a hidden staging folder under the set's lock, published
     # together with a manifest.
-    with OutputSet(
-        args.out,
-        "pairs",
-        command="pairs",
-        fingerprint=fingerprint,
-        wait=args.wait,
-        overwrite=args.overwrite,
-    ) as outputs:
+    with output_set(args, args.out, "pairs", command="pairs", fingerprint=fingerprint) as outputs:
         return _run(args, names, outputs)
 
 
@@ -122,9 +111,7 @@ def _run(args, names, outputs) -> int:
             scans,
             args.window,
             args.step,
-            device=args.device,
-            dtype=args.dtype,
-            memory_limit=args.memory_limit,
+            **compute_options(args),
         )
     with record.timer("summary"):
         summary = pair_summary(result.courses, threshold=args.threshold)

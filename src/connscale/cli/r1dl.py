@@ -35,7 +35,9 @@ from connscale.cli._common import (
     RunRecord,
     add_compute_arguments,
     add_wait_argument,
+    compute_options,
     configure_logging,
+    output_set,
 )
 from connscale.cli._sets import command_fingerprint, publish
 
@@ -206,21 +208,13 @@ def _check_space(args, outputs, S) -> None:
 
 
 def run(args) -> int:
-    from connscale.io._publish import OutputSet
     from connscale.networks._r1dl import r1dl
 
     configure_logging(args.verbose)
     _check_inputs(args)
     inputs = [p for p in (args.input, args.mask) if p is not None]
     fingerprint = command_fingerprint(args, inputs)
-    with OutputSet(
-        args.out,
-        "r1dl",
-        command="r1dl",
-        fingerprint=fingerprint,
-        wait=args.wait,
-        overwrite=args.overwrite,
-    ) as outputs:
+    with output_set(args, args.out, "r1dl", command="r1dl", fingerprint=fingerprint) as outputs:
         if outputs.complete():
             logger.info(
                 "r1dl: %s already holds this run's complete output (same input "
@@ -245,11 +239,9 @@ def run(args) -> int:
                 n_init=args.n_init,
                 backend=args.backend,
                 cluster=args.cluster,
-                device=args.device,
-                dtype=args.dtype,
                 random_state=args.seed,
                 block_size=args.block_size,
-                memory_limit=args.memory_limit,
+                **compute_options(args),
                 storage=args.storage,
                 checkpoint=outputs.staging / "r1dl_checkpoint",
                 verbose=args.verbose,

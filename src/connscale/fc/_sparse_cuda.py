@@ -109,25 +109,8 @@ class SparseWindowsCUDA:
         values = torch.empty(capacity, dtype=u.dtype, device=device)
         columns = torch.empty(capacity, dtype=torch.int32, device=device)
         row_counts = torch.empty(self.n, dtype=torch.int64, device=device)
-        if METHOD == "two-reads":
+        if METHOD in ("two-reads", "two-reads-side"):
             cursor = torch.zeros(1, dtype=torch.int64, device=device)
-            for r0 in range(0, self.n, self.tile_rows):
-                r1 = min(self.n, r0 + self.tile_rows)
-                tile = torch.mm(u[r0:r1], u[r0:].T)
-                compact_upper_tile(
-                    tile,
-                    r0,
-                    self.threshold,
-                    self.absolute,
-                    values,
-                    columns,
-                    row_counts[r0:r1],
-                    cursor,
-                )
-                del tile
-        elif METHOD == "two-reads-side":
-            cursor = torch.zeros(1, dtype=torch.int64, device=device)
-            self._block_buffers(u)
 
             def epilogue(tile, r0, r1):
                 compact_upper_tile(
@@ -141,7 +124,13 @@ class SparseWindowsCUDA:
                     cursor,
                 )
 
-            walk_row_blocks(u, self.block_rows, epilogue, buffers=self.buffers, side=self.side)
+            if METHOD == "two-reads":
+                for r0 in range(0, self.n, self.tile_rows):
+                    r1 = min(self.n, r0 + self.tile_rows)
+                    epilogue(torch.mm(u[r0:r1], u[r0:].T), r0, r1)
+            else:
+                self._block_buffers(u)
+                walk_row_blocks(u, self.block_rows, epilogue, buffers=self.buffers, side=self.side)
         elif METHOD == "lookback":
             self._block_buffers(u)
             cursor = compact_upper_triangle_lookback(

@@ -246,6 +246,22 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         )
 
     @triton.jit
+    def _load_upper_piece(tile_ptr, n, r0, r1, n_cols, BM: tl.constexpr, BN: tl.constexpr):
+        # One BM×BN piece of a stored row block (rows [r0, r1), columns [r0, N)):
+        # its values (NaN off the strict upper triangle), global rows and columns, mask.
+        local_rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        local_cols = tl.program_id(1) * BN + tl.arange(0, BN)
+        rows = r0 + local_rows
+        cols = r0 + local_cols
+        inside = (rows[:, None] < r1) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
+        values = tl.load(
+            tile_ptr + local_rows.to(tl.int64)[:, None] * n_cols + local_cols[None, :],
+            mask=inside,
+            other=float("nan"),
+        )
+        return values, rows, cols, inside
+
+    @triton.jit
     def _degree_block_kernel(
         tile_ptr,
         thr_ptr,
@@ -261,17 +277,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         BM: tl.constexpr,
         BN: tl.constexpr,
     ):
-        # One BM×BN piece of a stored row block (rows [r0, r1), columns [r0, N)).
-        local_rows = tl.program_id(0) * BM + tl.arange(0, BM)
-        local_cols = tl.program_id(1) * BN + tl.arange(0, BN)
-        rows = r0 + local_rows
-        cols = r0 + local_cols
-        inside = (rows[:, None] < r1) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
-        acc = tl.load(
-            tile_ptr + local_rows.to(tl.int64)[:, None] * n_cols + local_cols[None, :],
-            mask=inside,
-            other=float("nan"),
-        )
+        acc, rows, cols, inside = _load_upper_piece(tile_ptr, n, r0, r1, n_cols, BM, BN)
         row_ids = tl.where(rows < r1, rows, n)  # rows past the block: ignored as past N
         _degree_epilogue(
             acc, row_ids, cols, n, thr_ptr, count_ptr, sum_ptr, N_THRESH, ABSOLUTE, WEIGHTED
@@ -583,16 +589,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         BM: tl.constexpr,
         BN: tl.constexpr,
     ):
-        local_rows = tl.program_id(0) * BM + tl.arange(0, BM)
-        local_cols = tl.program_id(1) * BN + tl.arange(0, BN)
-        rows = r0 + local_rows
-        cols = r0 + local_cols
-        inside = (rows[:, None] < r1) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
-        values = tl.load(
-            tile_ptr + local_rows.to(tl.int64)[:, None] * n_cols + local_cols[None, :],
-            mask=inside,
-            other=float("nan"),
-        )
+        values, _, _, inside = _load_upper_piece(tile_ptr, n, r0, r1, n_cols, BM, BN)
         valid = inside & (values == values)
         bins = _bin_of(values, ABSOLUTE, N_BINS)
         tl.atomic_add(hist_ptr + bins, tl.full((BM, BN), 1, tl.int64), mask=valid)

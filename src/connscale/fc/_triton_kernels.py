@@ -86,15 +86,9 @@ if HAS_TRITON:  # pragma: no cover - GPU only
         return keep & inside  # NaN compares False: constant series drop out
 
     @triton.jit
-    def _sparse_count_kernel(
-        tile_ptr,
-        counts_ptr,
-        n_cols,
-        n_blocks,
-        threshold,
-        ABSOLUTE: tl.constexpr,
-        BLOCK: tl.constexpr,
-    ):
+    def _load_kept(tile_ptr, n_cols, threshold, ABSOLUTE: tl.constexpr, BLOCK: tl.constexpr):
+        # Row program_id(0), columns [program_id(1)·BLOCK, +BLOCK) of a tile:
+        # its values and which of them are kept (upper triangle, past the threshold).
         row = tl.program_id(0)
         block = tl.program_id(1)
         cols = block * BLOCK + tl.arange(0, BLOCK)
@@ -104,6 +98,19 @@ if HAS_TRITON:  # pragma: no cover - GPU only
             other=0.0,
         )
         keep = _keep(values, cols, row, n_cols, threshold, ABSOLUTE)
+        return row, block, cols, values, keep
+
+    @triton.jit
+    def _sparse_count_kernel(
+        tile_ptr,
+        counts_ptr,
+        n_cols,
+        n_blocks,
+        threshold,
+        ABSOLUTE: tl.constexpr,
+        BLOCK: tl.constexpr,
+    ):
+        row, block, cols, values, keep = _load_kept(tile_ptr, n_cols, threshold, ABSOLUTE, BLOCK)
         tl.store(
             counts_ptr + row.to(tl.int64) * n_blocks + block, tl.sum(keep.to(tl.int64), axis=0)
         )
@@ -122,15 +129,7 @@ if HAS_TRITON:  # pragma: no cover - GPU only
         ABSOLUTE: tl.constexpr,
         BLOCK: tl.constexpr,
     ):
-        row = tl.program_id(0)
-        block = tl.program_id(1)
-        cols = block * BLOCK + tl.arange(0, BLOCK)
-        values = tl.load(
-            tile_ptr + row.to(tl.int64) * n_cols + cols,
-            mask=(cols < n_cols) & (cols > row),
-            other=0.0,
-        )
-        keep = _keep(values, cols, row, n_cols, threshold, ABSOLUTE)
+        row, block, cols, values, keep = _load_kept(tile_ptr, n_cols, threshold, ABSOLUTE, BLOCK)
         position = tl.cumsum(keep.to(tl.int64), axis=0) - 1
         start = tl.load(offsets_ptr + row.to(tl.int64) * n_blocks + block)
         destination = start + position

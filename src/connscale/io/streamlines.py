@@ -18,6 +18,8 @@ import numpy as np
 import numpy.typing as npt
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from nibabel.streamlines.array_sequence import ArraySequence
     from nibabel.streamlines.tractogram import Tractogram
     from nibabel.streamlines.tractogram_file import TractogramFile
@@ -121,15 +123,20 @@ def _from_array_sequence(seq: ArraySequence) -> StreamlineArray:
     return StreamlineArray(points, offsets)
 
 
-def load_streamlines(
-    streamlines: str
-    | os.PathLike
-    | StreamlineArray
-    | TractogramFile
-    | Tractogram
-    | ArraySequence
-    | Iterable[npt.ArrayLike],
-) -> StreamlineArray:
+if TYPE_CHECKING:
+    #: What :func:`load_streamlines` (and so ``life.fit``) accepts as streamlines.
+    StreamlinesLike: TypeAlias = (
+        str
+        | os.PathLike
+        | StreamlineArray
+        | TractogramFile
+        | Tractogram
+        | ArraySequence
+        | Iterable[npt.ArrayLike]
+    )
+
+
+def load_streamlines(streamlines: StreamlinesLike) -> StreamlineArray:
     """Bring streamlines to a :class:`StreamlineArray` in RAS+ mm.
 
     Parameters

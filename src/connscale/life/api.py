@@ -43,12 +43,16 @@ from connscale.life.operators import LiFEOperator
 from connscale.life.sbb import sbb_nnls
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     from dipy.core.sphere import Sphere
     from nibabel.nifti1 import Nifti1Image
     from nibabel.spatialimages import SpatialImage
-    from nibabel.streamlines.array_sequence import ArraySequence
-    from nibabel.streamlines.tractogram import Tractogram
-    from nibabel.streamlines.tractogram_file import TractogramFile
+
+    from connscale.io.streamlines import StreamlinesLike
+
+    #: A diffusion (or mask) image: a NIfTI path, a nibabel image or an array.
+    ImageLike: TypeAlias = str | os.PathLike | SpatialImage | npt.ArrayLike
 
 
 # --------------------------------------------------------------------------
@@ -59,7 +63,7 @@ def _is_path(x: object) -> bool:
 
 
 def load_dwi(
-    dwi: str | os.PathLike | SpatialImage | npt.ArrayLike, affine: npt.ArrayLike | None = None
+    dwi: ImageLike, affine: npt.ArrayLike | None = None
 ) -> tuple[np.ndarray, np.ndarray, SpatialImage | None]:
     """(data (X, Y, Z, n), affine, image or None) from a path, image or array."""
     image = None
@@ -119,9 +123,7 @@ def _read_table(path: str | os.PathLike, name: str, *, ndmin: int) -> np.ndarray
         raise ValueError(f"Cannot read '{name}' file {path} as numbers: {exc}") from exc
 
 
-def load_volume(
-    img: str | os.PathLike | SpatialImage | npt.ArrayLike | None, name: str
-) -> tuple[np.ndarray | None, np.ndarray | None]:
+def load_volume(img: ImageLike | None, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
     """A 3-D array from a path, image or array (mask, labels)."""
     if img is None:
         return None, None
@@ -197,19 +199,13 @@ class DiffusionData:
 
     def __init__(
         self,
-        dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
+        dwi: ImageLike,
         bvals: str | os.PathLike | npt.ArrayLike,
         bvecs: str | os.PathLike | npt.ArrayLike,
-        streamlines: str
-        | os.PathLike
-        | StreamlineArray
-        | TractogramFile
-        | Tractogram
-        | ArraySequence
-        | Iterable[npt.ArrayLike],
+        streamlines: StreamlinesLike,
         *,
         affine: npt.ArrayLike | None = None,
-        mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+        mask: ImageLike | None = None,
     ) -> None:
         self.dwi, self.affine, _ = load_dwi(dwi, affine=affine)
         bvals, bvecs = load_gradients(bvals, bvecs)
@@ -440,7 +436,7 @@ class LiFEFit:
             random_state=random_state,
         )
 
-    def cross_validate(self, dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike) -> dict:
+    def cross_validate(self, dwi_repeat: ImageLike) -> dict:
         """Per-voxel RMSE against a second acquisition (array, image or path on
         the same grid); see :func:`connscale.life.evaluate.cross_validated_rmse`."""
         data, _, _ = load_dwi(dwi_repeat, affine=self.model.affine)
@@ -722,22 +718,16 @@ def lambda_sweep(
 @fill_doc
 @validate_params(_PARAMETER_CONSTRAINTS)
 def fit(
-    dwi: str | os.PathLike | SpatialImage | npt.ArrayLike,
+    dwi: ImageLike,
     bvals: str | os.PathLike | npt.ArrayLike,
     bvecs: str | os.PathLike | npt.ArrayLike,
-    streamlines: str
-    | os.PathLike
-    | StreamlineArray
-    | TractogramFile
-    | Tractogram
-    | ArraySequence
-    | Iterable[npt.ArrayLike],
+    streamlines: StreamlinesLike,
     *,
     affine: npt.ArrayLike | None = None,
-    mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+    mask: ImageLike | None = None,
     lam: float = 0.0,
     lambdas: Iterable[float] | None = None,
-    dwi_repeat: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+    dwi_repeat: ImageLike | None = None,
     cross_validate: bool = False,
     max_iter: int = 500,
     tol: float | None = 1e-5,
@@ -997,20 +987,13 @@ class LiFE(BaseEstimator):
 
     def fit(
         self,
-        X: DiffusionData | str | os.PathLike | SpatialImage | npt.ArrayLike,
+        X: DiffusionData | ImageLike,
         y: str | os.PathLike | npt.ArrayLike | None = None,
         bvecs: str | os.PathLike | npt.ArrayLike | None = None,
-        streamlines: str
-        | os.PathLike
-        | StreamlineArray
-        | TractogramFile
-        | Tractogram
-        | ArraySequence
-        | Iterable[npt.ArrayLike]
-        | None = None,
+        streamlines: StreamlinesLike | None = None,
         *,
         affine: npt.ArrayLike | None = None,
-        mask: str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+        mask: ImageLike | None = None,
         checkpoint: str | os.PathLike | None = None,
     ) -> LiFE:
         """Fit to a scan and a tractogram (see :func:`fit`); returns self.
@@ -1109,7 +1092,7 @@ class LiFE(BaseEstimator):
 
     def score(
         self,
-        X: DiffusionData | str | os.PathLike | SpatialImage | npt.ArrayLike | None = None,
+        X: DiffusionData | ImageLike | None = None,
         y: None = None,
     ) -> float:
         """Minus the median voxel RMSE of the fit's prediction (higher is better).
