@@ -139,11 +139,7 @@ def load_masked(
     # raw values inside the mask can be checked before the masker sees them.
     image = _in_memory(image, read_data(image, name="fMRI image"))
     if atlas is not None:
-        labels_img = load_image(atlas, name="atlas")
-        if labels_img.ndim != 3:
-            raise ValueError(f"The atlas must be a 3-D labels image; got shape {labels_img.shape}.")
-        check_same_space(image, labels_img, names=("fMRI image", "atlas"))
-        labels = read_data(labels_img, name="atlas")
+        labels_img, labels = _load_volume_on(image, atlas, name="atlas", kind="labels image")
         _check_labels(labels)
         labels_img = _in_memory(labels_img, labels)
         masker = NiftiLabelsMasker(
@@ -153,11 +149,7 @@ def load_masked(
     else:
         mask_img = None
         if mask is not None:
-            mask_img = load_image(mask, name="mask")
-            if mask_img.ndim != 3:
-                raise ValueError(f"The mask must be a 3-D image; got shape {mask_img.shape}.")
-            check_same_space(image, mask_img, names=("fMRI image", "mask"))
-            values = read_data(mask_img, name="mask")
+            mask_img, values = _load_volume_on(image, mask, name="mask", kind="image")
             if not np.any(values):
                 raise ValueError(
                     f"The mask selects no voxel: expected at least one non-zero voxel; got "
@@ -173,6 +165,17 @@ def load_masked(
     if timeseries.shape[1] == 0:
         raise ValueError("The mask or atlas selects no voxel of the image.")
     return np.asarray(timeseries), masker
+
+
+def _load_volume_on(
+    image: SpatialImage, volume: str | os.PathLike | SpatialImage, *, name: str, kind: str
+) -> tuple[SpatialImage, np.ndarray]:
+    """A 3-D mask or atlas on ``image``'s grid, and its values (clear errors otherwise)."""
+    volume_img = load_image(volume, name=name)
+    if volume_img.ndim != 3:
+        raise ValueError(f"The {name} must be a 3-D {kind}; got shape {volume_img.shape}.")
+    check_same_space(image, volume_img, names=("fMRI image", name))
+    return volume_img, read_data(volume_img, name=name)
 
 
 def _in_memory(image: SpatialImage, data: np.ndarray) -> SpatialImage:
