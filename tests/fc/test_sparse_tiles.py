@@ -1,9 +1,6 @@
 """The one-read threshold + compaction of sparse FC/DFC and the Triton
 sparsity passes: interpreted on the CPU, and on CUDA when present."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +13,8 @@ from connscale.fc.dynamic import dynamic_correlation
 from connscale.fc.normalize import normalize_series
 from connscale.fc.sparse import csr_from_parts, dense_thresholded
 
+from .._interpreted import run_interpreted
+
 CUDA = pytest.mark.skipif(
     not (torch.cuda.is_available() and _tiles.HAS_TRITON), reason="CUDA + Triton"
 )
@@ -24,21 +23,7 @@ CUDA = pytest.mark.skipif(
 def test_triton_compaction_and_sparsity_passes_interpreted_on_cpu():
     """The kernels themselves, run by Triton's interpreter, give the CSR and
     the histogram of the torch tiles over the same row blocks."""
-    pytest.importorskip("triton", minversion="3.9")
-    script = Path(__file__).with_name("_triton_sparse_interpreted.py")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("ok")
+    run_interpreted(Path(__file__).with_name("_triton_sparse_interpreted.py"))
 
 
 def _series(n=1500, t=60, seed=0):

@@ -1,9 +1,6 @@
 """The fused Triton degree kernel (interpreted on the CPU, and on CUDA when
 present) and the tile planner."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,26 +10,13 @@ import torch
 from connscale.fc import _tiles
 from connscale.fc.normalize import normalize_series
 
+from .._interpreted import run_interpreted
 from ._reference import check_counts, check_sums, reference_degree, simulated
 
 
 def test_triton_degree_kernel_interpreted_on_cpu():
     """The kernel itself, run by Triton's interpreter, equals the references."""
-    pytest.importorskip("triton", minversion="3.9")
-    script = Path(__file__).with_name("_triton_tiles_interpreted.py")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("ok")
+    run_interpreted(Path(__file__).with_name("_triton_tiles_interpreted.py"))
 
 
 @pytest.mark.skipif(not (torch.cuda.is_available() and _tiles.HAS_TRITON), reason="CUDA + Triton")

@@ -2,9 +2,6 @@
 against the block updater, the Triton kernels (interpreted on the CPU, on
 the GPU where there is one) and the storage plans."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +15,7 @@ from connscale.networks._operators import ResidentOperator, StreamedOperator
 from connscale.networks._select import order_keys, top_r_sorted, top_r_sorted_torch
 from connscale.networks._update import BlockUpdater, ResidentUpdater
 
+from .._interpreted import run_interpreted
 from ._triton_interpreted import assert_same_atoms, run_atoms
 from .conftest import SIZE
 
@@ -139,22 +137,7 @@ def test_updater_options_are_checked(planted):
 
 def test_triton_kernels_interpreted_on_cpu():
     """The Triton kernels themselves, run by Triton's interpreter, equal the torch path."""
-    # Older interpreters (3.6) cannot take loop bounds given at run time.
-    pytest.importorskip("triton", minversion="3.9")
-    script = Path(__file__).with_name("_triton_interpreted.py")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("ok")
+    run_interpreted(Path(__file__).with_name("_triton_interpreted.py"))
 
 
 # -- storage plans -------------------------------------------------------------

@@ -2,8 +2,6 @@
 (L1 with medians, correlation distance), the fused Triton kernels against the
 torch path (interpreted on the CPU, compiled on CUDA)."""
 
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +13,7 @@ from sklearn.cluster import KMeans
 
 from connscale.states import _kmeans as km
 
+from .._interpreted import run_interpreted
 from ..conftest import DEVICES
 
 N_ROWS, N_EDGES, K = 600, 120, 4
@@ -147,22 +146,7 @@ def test_correlation_rejects_constant_windows():
 
 def test_triton_kernels_interpreted_on_cpu():
     """The Triton kernels themselves, run by Triton's interpreter, equal the torch path."""
-    # Older interpreters (3.6) cannot take loop bounds given at run time.
-    pytest.importorskip("triton", minversion="3.9")
-    script = Path(__file__).with_name("_triton_interpreted.py")
-    env = dict(os.environ, TRITON_INTERPRET="1")
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    proc = subprocess.run(
-        [sys.executable, str(script)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.strip().endswith("ok")
+    run_interpreted(Path(__file__).with_name("_triton_interpreted.py"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
