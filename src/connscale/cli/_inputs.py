@@ -59,6 +59,20 @@ def output_entities(input_path, *, atlas=None, atlas_name: str | None = None) ->
     return entities
 
 
+def output_place(args, *, suffix: str, extension: str) -> tuple[Path, str]:
+    """Folder and file stem of a command's BIDS-named output made from
+    ``args.input`` (its entities, ``seg-`` from the atlas, ``meas-PearsonCorrelation``)."""
+    from connscale.io.bids import bids_name, derivative_path
+
+    entities = {
+        **output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
+        "meas": "PearsonCorrelation",
+    }
+    folder = derivative_path(args.out, entities, suffix=suffix, extension=extension).parent
+    stem = bids_name(entities, suffix=suffix, extension=extension)[: -len(extension)]
+    return folder, stem
+
+
 def load_input(args):
     """Series, node labels and a description of what was loaded.
 

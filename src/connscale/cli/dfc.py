@@ -17,7 +17,7 @@ from connscale.cli._common import (
     logger,
     output_set,
 )
-from connscale.cli._inputs import add_input_arguments, load_input, output_entities
+from connscale.cli._inputs import add_input_arguments, load_input, output_place
 from connscale.cli._windows import add_window_arguments, resolve_window
 from connscale.io._atomic import write_json_atomic
 
@@ -71,18 +71,13 @@ def run(args) -> int:
     from connscale._compute import resolve_device
     from connscale.fc.dynamic import dynamic_correlation
     from connscale.io._fingerprint import run_fingerprint
-    from connscale.io.bids import bids_name, derivative_path, write_dataset_description
+    from connscale.io.bids import write_dataset_description
 
     configure_logging(args.verbose)
     kind = args.kind or ("sparse" if args.threshold is not None else "triu")
     # The window, step, taper and kind are in the sidecar, not the name: a
-    # re-run with other parameters replaces the set (its manifest says which).
-    entities = {
-        **output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
-        "meas": "PearsonCorrelation",
-    }
-    folder = derivative_path(args.out, entities, suffix="dfc", extension=".h5").parent
-    stem = bids_name(entities, suffix="dfc", extension=".h5")[: -len(".h5")]
+    # result already there with other parameters is replaced only with --overwrite.
+    folder, stem = output_place(args, suffix="dfc", extension=".h5")
     fingerprint = run_fingerprint(
         input_files(args),
         {

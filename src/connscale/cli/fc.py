@@ -17,7 +17,7 @@ from connscale.cli._common import (
     logger,
     output_set,
 )
-from connscale.cli._inputs import add_input_arguments, load_input, output_entities
+from connscale.cli._inputs import add_input_arguments, load_input, output_place
 
 # Region matrices up to this size are written as TSV, larger ones as HDF5.
 TSV_MAX_NODES = 1000
@@ -51,18 +51,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def run(args) -> int:
     from connscale.fc.static import compute_correlation
     from connscale.io._fingerprint import run_fingerprint
-    from connscale.io.bids import bids_name, derivative_path, write_dataset_description
+    from connscale.io.bids import write_dataset_description
     from connscale.io.hdf5 import load_relmat
     from connscale.io.relmat import sidecar, write_relmat_tsv, write_sidecar
 
     configure_logging(args.verbose)
     kind = args.kind or ("sparse" if args.threshold is not None else None)
-    entities = {
-        **output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
-        "meas": "PearsonCorrelation",
-    }
-    folder = derivative_path(args.out, entities, suffix="relmat", extension=".tsv").parent
-    stem = bids_name(entities, suffix="relmat", extension=".tsv")[: -len(".tsv")]
+    folder, stem = output_place(args, suffix="relmat", extension=".tsv")
     fingerprint = run_fingerprint(
         input_files(args),
         {
