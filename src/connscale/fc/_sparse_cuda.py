@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 import torch
 
+from connscale.fc import _exact_triton
+from connscale.fc._exact import decision_margin_tensor
 from connscale.fc._tiles import (
     COMPACT_BLOCK_M,
     aligned_block_rows,
@@ -65,10 +67,28 @@ class SparseWindowsCUDA:
     submit : callable
         ``submit(index, values, columns, row_counts, constant)`` with device
         tensors sized to the window's entries; it queues the host copy.
+    precision : {"exact", "fp32", "tf32"}, default="fp32"
+        "exact": each window's tiles decided on TF32 tensor cores and
+        confirmed near θ in one fused kernel
+        (:func:`connscale.fc._exact_triton.compact_exact_triton`); else the
+        row blocks by cuBLAS (TF32 there when the caller enabled it) and
+        ``METHOD``'s compaction.
+    stats : torch.Tensor, optional
+        int64 device tensor of at least 2 elements: with "exact", the
+        confirmed entries and corrected tiles of every window are added to
+        it (and redone windows are counted again).
     """
 
     def __init__(
-        self, n: int, tile_rows: int, threshold: float, absolute: bool, submit: Callable
+        self,
+        n: int,
+        tile_rows: int,
+        threshold: float,
+        absolute: bool,
+        submit: Callable,
+        *,
+        precision: str = "fp32",
+        stats: torch.Tensor | None = None,
     ) -> None:
         self.n = n
         self.tile_rows = tile_rows
@@ -82,6 +102,8 @@ class SparseWindowsCUDA:
         self.threshold = threshold
         self.absolute = absolute
         self.submit = submit
+        self.precision = precision
+        self.stats = stats
         pairs = n * (n - 1) // 2
         self.capacity = max(1 << 20, int(pairs * _INITIAL_FRACTION))
         self.capacity = min(self.capacity, max(pairs, 1))
@@ -109,7 +131,9 @@ class SparseWindowsCUDA:
         values = torch.empty(capacity, dtype=u.dtype, device=device)
         columns = torch.empty(capacity, dtype=torch.int32, device=device)
         row_counts = torch.empty(self.n, dtype=torch.int64, device=device)
-        if METHOD in ("two-reads", "two-reads-side"):
+        if self.precision == "exact":
+            cursor = self._compact_exact(u, values, columns, row_counts, capacity)
+        elif METHOD in ("two-reads", "two-reads-side"):
             cursor = torch.zeros(1, dtype=torch.int64, device=device)
 
             def epilogue(tile, r0, r1):
@@ -161,11 +185,7 @@ class SparseWindowsCUDA:
 
     def _compact_one_read(self, u, values, columns, row_counts, capacity):
         self._block_buffers(u)
-        if self.staging is None or self.staging[0].numel() < capacity:
-            self.staging = (
-                torch.empty(capacity, dtype=u.dtype, device=u.device),
-                torch.empty(capacity, dtype=torch.int32, device=u.device),
-            )
+        self._staging(u, capacity)
         return compact_upper_triangle(
             u,
             self.threshold,
@@ -180,6 +200,30 @@ class SparseWindowsCUDA:
             side=self.side,
             **OPTIONS["one-read"],
         )
+
+    def _compact_exact(self, u, values, columns, row_counts, capacity):
+        self._staging(u, capacity)
+        if self.stats is None:
+            self.stats = torch.zeros(2, dtype=torch.int64, device=u.device)
+        return _exact_triton.compact_exact_triton(
+            u,
+            self.threshold,
+            absolute=self.absolute,
+            margin=decision_margin_tensor(u),
+            values=values,
+            columns=columns,
+            row_counts=row_counts,
+            staged_values=self.staging[0],
+            staged_columns=self.staging[1],
+            stats=self.stats,
+        )
+
+    def _staging(self, u, capacity):
+        if self.staging is None or self.staging[0].numel() < capacity:
+            self.staging = (
+                torch.empty(capacity, dtype=u.dtype, device=u.device),
+                torch.empty(capacity, dtype=torch.int32, device=u.device),
+            )
 
     def _finish(self, index, u, constant, values, columns, row_counts, nnz_host, ready):
         ready.synchronize()

@@ -1,0 +1,125 @@
+"""Run under TRITON_INTERPRET=1 by test_exact_triton.py (and directly on CUDA):
+the exact TF32 degree and compaction kernels against float64 references.
+Prints 'ok' when every check passes."""
+
+import math
+import sys
+
+import numpy as np
+import torch
+
+from connscale._compute.device import use_triton
+from connscale.fc import _exact_triton
+from connscale.fc._exact import decision_margin
+from connscale.fc.normalize import normalize_series
+
+try:
+    from ._exact_cases import check_degree, near_threshold_series, reference_r, upper_mask
+except ImportError:  # run as a script
+    from _exact_cases import check_degree, near_threshold_series, reference_r, upper_mask
+
+
+def csr_reference(r, threshold, upper, absolute):
+    v = np.abs(r) if absolute else r
+    keep = (v >= threshold) & (v < upper) & upper_mask(r.shape[0])
+    rows, cols = np.nonzero(keep)
+    return rows, cols, v[rows, cols]
+
+
+def check_compact(u, r, threshold, *, absolute, upper=math.inf):
+    n = u.shape[0]
+    margin = decision_margin(u)
+    capacity = n * (n - 1) // 2
+    dev = u.device
+    values = torch.empty(capacity, device=dev)
+    columns = torch.empty(capacity, dtype=torch.int32, device=dev)
+    row_counts = torch.empty(n, dtype=torch.int64, device=dev)
+    staged_v = torch.empty(capacity, device=dev)
+    staged_c = torch.empty(capacity, dtype=torch.int32, device=dev)
+    stats = torch.zeros(2, dtype=torch.int64, device=dev)
+    cursor = _exact_triton.compact_exact_triton(
+        u,
+        threshold,
+        absolute=absolute,
+        margin=margin,
+        values=values,
+        columns=columns,
+        row_counts=row_counts,
+        staged_values=staged_v,
+        staged_columns=staged_c,
+        stats=stats,
+        upper=upper,
+    )
+    nnz = int(cursor)
+    assert nnz == int(row_counts.sum())
+    rows = np.repeat(np.arange(n), row_counts.cpu().numpy())
+    cols = columns[:nnz].cpu().numpy()
+    vals = values[:nnz].cpu().numpy()
+    ref_rows, ref_cols, ref_vals = csr_reference(r, threshold, upper, absolute)
+    v = np.abs(r) if absolute else r
+    with np.errstate(invalid="ignore"):
+        near = (np.abs(v - threshold) <= 1e-6) | (np.abs(v - upper) <= 1e-6)
+    got = set(zip(rows.tolist(), cols.tolist()))
+    want = set(zip(ref_rows.tolist(), ref_cols.tolist()))
+    for i, j in got ^ want:
+        assert near[i, j], f"pair ({i}, {j}) r={r[i, j]!r} decided wrongly"
+    for a, b in zip(rows, cols):
+        assert b > a
+    order = np.lexsort((cols, rows))
+    assert np.array_equal(order, np.arange(nnz)), "not row-major"
+    np.testing.assert_allclose(vals, v[rows, cols], rtol=0, atol=2e-6)
+    return stats.cpu().numpy(), len(got ^ want), int(near[upper_mask(n)].sum())
+
+
+def main(device):
+    theta = 0.5
+    x = near_threshold_series(120, 75, theta, n_free=50, seed=3)  # T not a multiple of 32
+    x[:, 7] = 4.0  # a constant series: NaN row
+    u, constant = normalize_series(torch.from_numpy(x), dtype=torch.float32)
+    u = u.to(device)
+    assert use_triton(u, float32=True), "neither CUDA nor the interpreter"
+    keep = ~constant.numpy()
+    r = np.full((x.shape[1],) * 2, np.nan)
+    r[np.ix_(keep, keep)] = reference_r(x[:, keep])
+    margin = decision_margin(u)
+    # the bound: every r̃ = hi·hiᵀ within ε of float64 r
+    hi, lo = _exact_triton.padded_split(u)
+    n = u.shape[0]
+    approx = (hi[:n].double() @ hi[:n].double().T).cpu().numpy()
+    finite = np.isfinite(r)
+    assert np.max(np.abs(approx - r)[finite]) <= margin
+    for absolute in (False, True):
+        thresholds = [theta, 0.2] if not absolute else [theta]
+        stats = torch.zeros(2, dtype=torch.int64, device=u.device)
+        counts, sums = _exact_triton.degree_exact_triton(
+            u,
+            torch.tensor(thresholds),
+            absolute=absolute,
+            weighted=True,
+            margin=margin,
+            stats=stats,
+        )
+        assert counts.shape == (len(thresholds), n)
+        assert int(counts[:, 7].sum()) == 0
+        rk = np.where(finite, r, -np.inf if not absolute else 0.0)
+        for i, t in enumerate(thresholds):
+            check_degree(counts[i].cpu().numpy(), sums[i].cpu().numpy(), rk, t, absolute=absolute)
+        assert int(stats[0]) >= 100, "the planted pairs were not confirmed"
+        binary, _ = _exact_triton.degree_exact_triton(
+            u,
+            torch.tensor(thresholds),
+            absolute=absolute,
+            weighted=False,
+            margin=margin,
+            stats=torch.zeros(2, dtype=torch.int64, device=u.device),
+        )
+        assert torch.equal(binary, counts)
+        rk = np.where(finite, r, -np.inf)
+        stats, wrong, near = check_compact(u, rk, theta, absolute=absolute)
+        assert stats[0] >= 100
+        check_compact(u, rk, 0.3, absolute=absolute, upper=0.5005)
+    print("ok")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "cpu")
