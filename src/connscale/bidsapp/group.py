@@ -7,13 +7,23 @@ by name, and writes into ``<output>/group/``::
     seg-<atlas>_meas-PearsonCorrelation_stat-mean_desc-<strategy>_relmat.tsv / .json
     seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_features.tsv
     seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_classification.json  (with a target)
+    seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_report.html
 
 The group mean is the mean of the Fisher-z transformed correlations, taken
 back with tanh. The feature table has one row per participant (the mean of
 its runs' Fisher-z edges) and one column per edge ``<name_i>|<name_j>``, i < j
-in row-major order. With ``participants.tsv`` and a target column,
+in row-major order. When the runs have DFC (or states are asked for), the
+cohort's DFC states are computed (:mod:`connscale.bidsapp.group_states`) and
+each participant's state features (the mean over its runs) are further
+columns of the table. With ``participants.tsv`` and a target column,
 :func:`connscale.classify.cross_validate` runs on it (one sample per
 participant, so runs of one participant never sit on both sides of a fold).
+
+These files are one :class:`~connscale.io._publish.OutputSet`
+(``seg-<atlas>_desc-<strategy>_manifest.json``), fingerprinted by the
+participant outputs, the states and ``participants.tsv`` with the
+classification parameters: a re-run with the same ones resumes, one with
+other parameters is refused unless ``overwrite``.
 """
 
 from __future__ import annotations
@@ -21,19 +31,23 @@ from __future__ import annotations
 import logging
 import os
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Integral
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from connscale._validation import Interval, validate_params
+from connscale._validation import Interval, StrOptions, validate_params
 from connscale._version import __version__
-from connscale.io._atomic import write_json_atomic
+from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io._publish import read_manifest
 from connscale.io.bids import bids_name, parse_bids_name, read_participants
 
 __all__ = ["GroupResult", "find_participant_outputs", "run_group"]
+
+if TYPE_CHECKING:
+    from connscale.bidsapp.group_states import GroupStates
 
 logger = logging.getLogger("connscale")
 _MEASURE = "PearsonCorrelation"
@@ -52,6 +66,9 @@ class GroupResult:
     features: np.ndarray
     outputs: list[Path]
     classification: dict | None = None
+    feature_names: list[str] = field(default_factory=list)
+    states: GroupStates | None = None
+    resumed: bool = False
 
 
 def find_participant_outputs(
@@ -128,6 +145,11 @@ def _fisher(r: np.ndarray) -> np.ndarray:
         "folds": [Interval(Integral, 2, None, closed="left")],
         "repeats": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
+        "states": ["boolean", None],
+        "n_states": [Interval(Integral, 2, None, closed="left")],
+        "state_metric": [StrOptions({"l1", "correlation", "euclidean"})],
+        "device": ["device"],
+        "overwrite": ["boolean"],
     }
 )
 def run_group(
@@ -140,8 +162,13 @@ def run_group(
     folds: int = 5,
     repeats: int = 10,
     random_state: int | None = 0,
+    states: bool | None = None,
+    n_states: int = 5,
+    state_metric: str = "l1",
+    device: str = "cpu",
+    overwrite: bool = False,
 ) -> GroupResult:
-    """Group average, feature table and (with a target) classification.
+    """Group average, DFC states, feature table and (with a target) classification.
 
     Parameters
     ----------
@@ -153,14 +180,31 @@ def run_group(
         ``participants.tsv`` with ``participant_id`` and ``target``.
     target : str or None
         Column to classify (two classes).
-    folds, repeats, random_state
+    folds, repeats
         Of :func:`connscale.classify.cross_validate` (folds lowered to the
         smaller class size when needed).
+    random_state : int or None, default=0
+        Of the cross-validation and of the states' k-means.
+    states : bool or None, default=None
+        DFC states of the cohort (:mod:`connscale.bidsapp.group_states`):
+        True requires every run's DFC, None computes them when every run has
+        its DFC, False never.
+    n_states : int, default=5
+        Number of states k.
+    state_metric : {'l1', 'correlation', 'euclidean'}, default='l1'
+        Distance of the states' k-means (:class:`connscale.states.DFCStates`).
+    device : str, default='cpu'
+        Where the k-means runs.
+    overwrite : bool, default=False
+        Replace group outputs published with other parameters (else refused).
 
     Returns
     -------
     GroupResult
     """
+    from connscale.bidsapp.group_states import compute_states, plan_states
+    from connscale.io._fingerprint import run_fingerprint
+    from connscale.io._publish import OutputSet
     from connscale.io.relmat import read_relmat_tsv
 
     if (participants is None) != (target is None):
@@ -168,6 +212,14 @@ def run_group(
     output = Path(output)
     runs = find_participant_outputs(output, atlas_name=atlas_name, strategy=strategy)
     atlas_name, strategy = runs[0]["seg"], runs[0].get("desc")
+    plan = plan_states(
+        output,
+        runs,
+        required=states,
+        n_states=n_states,
+        metric=state_metric,
+        random_state=random_state,
+    )
     matrices, names = [], []
     for r in runs:
         matrix, labels = read_relmat_tsv(r["path"])
@@ -192,23 +244,95 @@ def run_group(
     mean = np.tanh(z.mean(axis=0))
     np.fill_diagonal(mean, 1.0)
     iu = np.triu_indices(len(common), 1)
-    by_subject = defaultdict(list)
-    for r, zi in zip(runs, z):
-        by_subject[r["sub"]].append(zi[iu])
-    subjects = sorted(by_subject)
-    features = np.stack([np.mean(by_subject[s], axis=0) for s in subjects])
 
     group = output / "group"
-    group.mkdir(parents=True, exist_ok=True)
     ents = {"seg": atlas_name, "meas": _MEASURE, "desc": strategy}
-    mean_path = group / bids_name(
-        {**ents, "stat": "mean"}, suffix="relmat", extension=".tsv", require_subject=False
+    inputs = [r["path"] for r in runs] + ([] if participants is None else [participants])
+    if plan is not None:
+        inputs.append({"states": plan.fingerprint["digest"]})
+    fingerprint = run_fingerprint(
+        inputs,
+        {"target": target, "folds": folds, "repeats": repeats, "random_state": random_state},
     )
+    with OutputSet(
+        group,
+        bids_name(
+            {"seg": atlas_name, "desc": strategy},
+            suffix="x",
+            extension=".json",
+            require_subject=False,
+        )[: -len("_x.json")],
+        command="bids group",
+        fingerprint=fingerprint,
+        overwrite=overwrite,
+    ) as out:
+        found = None if plan is None else compute_states(plan, device=device, overwrite=overwrite)
+        by_subject = defaultdict(list)
+        for i, (r, zi) in enumerate(zip(runs, z)):
+            row = zi[iu] if found is None else np.concatenate([zi[iu], found.run_features[i]])
+            by_subject[r["sub"]].append(row)
+        subjects = sorted(by_subject)
+        features = np.stack([np.mean(by_subject[s], axis=0) for s in subjects])
+        feature_names = [f"{common[i]}|{common[j]}" for i, j in zip(*iu)]
+        feature_names += [] if found is None else found.feature_names
+        result = GroupResult(
+            atlas_name,
+            strategy,
+            runs,
+            common,
+            mean,
+            subjects,
+            features,
+            [],
+            feature_names=feature_names,
+            states=found,
+        )
+        names = {
+            "mean": bids_name(
+                {**ents, "stat": "mean"}, suffix="relmat", extension=".tsv", require_subject=False
+            ),
+            "table": bids_name(ents, suffix="features", extension=".tsv", require_subject=False),
+            "classification": bids_name(
+                ents, suffix="classification", extension=".json", require_subject=False
+            ),
+        }
+        if out.complete():
+            result.resumed = True
+            result.outputs = [group / n for n in _published(group, out.prefix)]
+            if target is not None:
+                import json
+
+                result.classification = json.loads((group / names["classification"]).read_text())
+        else:
+            _write_group(result, out, output, names, z, iu, ents, participants, target)
+            if target is not None:
+                result.classification = _classify(
+                    result,
+                    Path(participants),
+                    target,
+                    folds=folds,
+                    repeats=repeats,
+                    random_state=random_state,
+                )
+                write_json_atomic(out.path(names["classification"]), result.classification)
+            out.commit()
+            result.outputs = list(out.published)
+    if found is not None:
+        result.outputs += found.outputs
+    return result
+
+
+def _published(folder: Path, prefix: str) -> list[str]:
+    return sorted(read_manifest(folder, prefix)["files"])
+
+
+def _write_group(result: GroupResult, out, output: Path, names, z, iu, ents, participants, target):
     from connscale.io.relmat import write_relmat_tsv
 
-    write_relmat_tsv(mean_path, mean, common)
+    runs, common = result.runs, result.labels
+    write_relmat_tsv(out.path(names["mean"]), result.mean, common)
     write_json_atomic(
-        mean_path.with_suffix(".json"),
+        out.path(names["mean"][:-4] + ".json"),
         {
             "Measure": "Pearson correlation",
             "MeasureDescription": "Group mean: tanh of the mean Fisher-z correlation over runs",
@@ -220,47 +344,27 @@ def run_group(
             "NodeNames": common,
             "NumberOfRuns": len(runs),
             "Sources": [str(r["path"].relative_to(output)) for r in runs],
-            "Atlas": atlas_name,
-            "DenoiseStrategy": strategy,
+            "Atlas": result.atlas_name,
+            "DenoiseStrategy": result.strategy,
             "SoftwareName": "connscale",
             "SoftwareVersion": __version__,
         },
     )
-    table = group / bids_name(ents, suffix="features", extension=".tsv", require_subject=False)
-    header = ["participant_id"] + [f"{common[i]}|{common[j]}" for i, j in zip(*iu)]
-    from connscale.io._atomic import atomic_path
-
-    with atomic_path(table) as tmp, open(tmp, "w") as fh:
-        fh.write("\t".join(header) + "\n")
-        for sub, row in zip(subjects, features):
-            fh.write(f"sub-{sub}\t" + "\t".join(f"{v:.8g}" for v in row) + "\n")
-    outputs = [mean_path, mean_path.with_suffix(".json"), table]
-    outputs.append(_group_report(output, group, runs, z, iu, mean, common, ents))
-    result = GroupResult(atlas_name, strategy, runs, common, mean, subjects, features, outputs)
-    if target is not None:
-        result.classification = _classify(
-            result,
-            Path(participants),
-            target,
-            folds=folds,
-            repeats=repeats,
-            random_state=random_state,
-        )
-        path = group / bids_name(
-            ents, suffix="classification", extension=".json", require_subject=False
-        )
-        write_json_atomic(path, result.classification)
-        outputs.append(path)
-    return result
+    lines = ["\t".join(["participant_id", *result.feature_names])]
+    for sub, row in zip(result.subjects, result.features):
+        lines.append(f"sub-{sub}\t" + "\t".join(f"{v:.8g}" for v in row))
+    write_text_atomic(out.path(names["table"]), "\n".join(lines) + "\n")
+    _group_report(out, output, runs, z, iu, result.mean, common, ents, result.states)
 
 
 def _group_report(
-    output: Path, group: Path, runs: list[dict], z: np.ndarray, iu, mean, names, ents
+    out, output: Path, runs: list[dict], z: np.ndarray, iu, mean, names, ents, states
 ) -> Path:
     import json
 
     from connscale.bidsapp.report import qc_fc, write_group_report
 
+    group = out.out_dir
     rows, mean_fd = [], []
     for r in runs:
         meta = json.loads(r["path"].with_suffix(".json").read_text())
@@ -283,15 +387,21 @@ def _group_report(
     if qcfc is not None:
         finite = qcfc[np.isfinite(qcfc)]
         results["QC-FC median |r|"] = float(np.median(np.abs(finite))) if finite.size else None
-    path = group / bids_name(ents, suffix="report", extension=".html", require_subject=False)
+    parameters = {"atlas": ents["seg"], "strategy": ents["desc"], "output": str(output)}
+    if states is not None:
+        parameters.update({"states": states.n_states, "state metric": states.metric})
+        results["fraction of windows per state"] = [round(float(f), 4) for f in states.fractions]
+        results["state-sequence example"] = rows[0]["name"]
+    name = bids_name(ents, suffix="report", extension=".html", require_subject=False)
     return write_group_report(
-        path,
+        out.path(name),
         mean=mean,
         names=names,
         runs=rows,
         qcfc=qcfc,
-        parameters={"atlas": ents["seg"], "strategy": ents["desc"], "output": str(output)},
+        parameters=parameters,
         results=results,
+        states=states,
     )
 
 
@@ -339,6 +449,8 @@ def _classify(
     summary.update(
         target=target,
         participants=[f"sub-{result.subjects[i]}" for i in keep],
-        features="Fisher-z edges, mean over each participant's runs",
+        features="Fisher-z edges"
+        + (", DFC state features" if result.states is not None else "")
+        + ", mean over each participant's runs",
     )
     return summary

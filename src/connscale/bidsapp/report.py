@@ -8,8 +8,9 @@ of the voxel series before and after denoising, framewise displacement with
 the censored volumes marked, the connectome with region names, and the
 distribution of region-pair correlations before and after denoising.
 Per group: the group-average connectome, QC-FC (across runs, the correlation
-of each edge with the run's mean framewise displacement) and a table linking
-every run's report.
+of each edge with the run's mean framewise displacement), with DFC states the
+state matrices, the first run's state sequence and the mean transition
+matrix, and a table linking every run's report.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import numpy as np
 __all__ = ["qc_fc", "run_figures", "write_group_report"]
 
 _MAX_CARPET_VOXELS = 2000
+#: State matrices are drawn up to this many regions.
+_MAX_STATE_NODES = 400
 
 
 def _plt():
@@ -168,10 +171,19 @@ def write_group_report(
     qcfc: np.ndarray | None,
     parameters: dict,
     results: dict,
+    states=None,
 ) -> Path:
-    """The group page: average connectome, QC-FC and every run linked."""
+    """The group page: average connectome, QC-FC, DFC states and every run linked.
+
+    ``states`` is a :class:`connscale.bidsapp.group_states.GroupStates` or None.
+    """
     from connscale.report import write_report
-    from connscale.report.plots import plot_correlation_matrix
+    from connscale.report.plots import (
+        plot_correlation_matrix,
+        plot_state_matrices,
+        plot_state_sequence,
+        plot_transition_matrix,
+    )
 
     plt = _plt()
     figures_dir = path.parent / f".{path.stem}_figures"
@@ -190,6 +202,33 @@ def write_group_report(
         ax.set_xlabel("QC-FC: correlation of edge with mean FD across runs")
         ax.set_ylabel("edges")
         figures.append(_save(fig, figures_dir / "qc_fc.png"))
+    if states is not None:
+        if len(states.names) <= _MAX_STATE_NODES:
+            figures.append(
+                plot_state_matrices(
+                    states.centres,
+                    figures_dir / "states.png",
+                    fractions=states.fractions,
+                    title=f"DFC states ({states.metric} k-means of every run's windows)",
+                )
+            )
+        example = states.sequences[0]
+        figures.append(
+            plot_state_sequence(
+                example["states"],
+                figures_dir / "state_sequence.png",
+                n_states=states.n_states,
+                window_times=example["onset_s"],
+                title=f"{runs[0]['name']}: DFC state of each window",
+            )
+        )
+        figures.append(
+            plot_transition_matrix(
+                states.transition_matrix,
+                figures_dir / "state_transitions.png",
+                title="State transition probabilities (mean over runs)",
+            )
+        )
     record = {
         "command": "bids group",
         "parameters": parameters,

@@ -6,6 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from connscale.cli._bids_states import add_state_arguments, group_options, participant_measures
 from connscale.cli._common import add_compute_arguments, configure_logging
 
 
@@ -63,7 +64,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "(atlas level, TSV), dfc (sliding-window FC of all region pairs) "
         "and pairs (each region pair's windowed course and summaries), "
         "HDF5; voxelfc: the voxel level, every pair of in-mask voxels "
-        "(_relmat.h5 with the mask and voxel coordinates).",
+        "(_relmat.h5 with the mask and voxel coordinates). states: participant, an "
+        "alias of dfc; group, requires every run's DFC and clusters it into --states "
+        "DFC states (done anyway when every run has DFC).",
     )
     atlas.add_argument(
         "--window-length",
@@ -114,6 +117,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     group.add_argument("--target", default=None, help="Column of participants.tsv to classify.")
     group.add_argument("--folds", type=int, default=5, help="Cross-validation folds.")
     group.add_argument("--repeats", type=int, default=10, help="Cross-validation repeats.")
+    add_state_arguments(group)
     execution = parser.add_argument_group("execution")
     execution.add_argument(
         "--backend",
@@ -176,7 +180,7 @@ def run(args) -> int:
         atlas_labels=args.atlas_labels,
         strategy=args.denoise,
         strategy_params=params,
-        measures=[m.strip() for m in args.measures.split(",") if m.strip()],
+        measures=participant_measures(args.measures),
         window_length=args.window_length,
         step=args.step,
         pairs_threshold=args.pairs_threshold,
@@ -223,6 +227,7 @@ def _group(args) -> int:
         target=args.target,
         folds=args.folds,
         repeats=args.repeats,
+        **group_options(args),
     )
     print(
         f"connscale bids group: {len(result.runs)} runs of {len(result.subjects)} "
@@ -232,6 +237,11 @@ def _group(args) -> int:
     if result.classification is not None:
         acc = result.classification["accuracy"]
         print(f"  accuracy {acc['mean']:.3f} [{acc['ci_low']:.3f}, {acc['ci_high']:.3f}]")
+    if result.states is not None:
+        print(
+            f"  {result.states.n_states} DFC states ({result.states.metric})"
+            + (", already published" if result.states.resumed else "")
+        )
     for path in result.outputs:
         print(f"  {path}")
     return 0

@@ -48,6 +48,7 @@ __all__ = [
     "open_dfc",
     "partial_path",
     "read_dfc_info",
+    "read_dfc_windows",
     "stored_shapes",
 ]
 
@@ -366,3 +367,51 @@ def read_dfc_info(path: str | os.PathLike) -> dict:
             "parameters": json.loads(h5.attrs.get("parameters", "{}")),
             "labels": list(h5["labels"].asstr()[()]) if "labels" in h5 else None,
         }
+
+
+def read_dfc_windows(path: str | os.PathLike) -> tuple[np.ndarray, dict]:
+    """Every window of a finished ``triu`` ``_dfc.h5`` store, read at once.
+
+    Parameters
+    ----------
+    path : str or path-like
+
+    Returns
+    -------
+    windows : ndarray of shape (n_windows, n_pairs)
+        Row ``w`` is window ``w``'s strictly-upper triangle, row-major.
+    info : dict
+        ``n_series``, ``window_length``, ``step``, ``window_starts``
+        (ndarray), ``labels`` (list of str or None), and, when the store
+        has them, ``window_onset_volumes``, ``window_onset_seconds``
+        (ndarrays) and ``repetition_time`` (float).
+
+    Raises
+    ------
+    IncompleteOutputError
+        An unfinished or unpublished store (see :func:`open_dfc`).
+    ValueError
+        A store of another kind than ``triu``.
+    """
+    backend, _ = open_dfc(path)
+    try:
+        if backend.kind != "triu":
+            raise ValueError(
+                f"{path} holds DFC of kind {backend.kind!r}; expected 'triu' (every pair)."
+            )
+        h5 = backend.file
+        info = {
+            "n_series": backend.n_series,
+            "window_length": int(h5.attrs["window_length"]),
+            "step": int(h5.attrs["step"]),
+            "window_starts": h5["window_starts"][()],
+            "labels": list(h5["labels"].asstr()[()]) if "labels" in h5 else None,
+        }
+        for name in ("window_onset_volumes", "window_onset_seconds"):
+            if name in h5:
+                info[name] = h5[name][()]
+        if "repetition_time" in h5.attrs:
+            info["repetition_time"] = float(h5.attrs["repetition_time"])
+        return h5["triu"][()], info
+    finally:
+        backend.close()

@@ -17,7 +17,12 @@ import numpy as np
 
 from connscale.io._atomic import write_text_atomic
 
-__all__ = ["write_state_features", "write_state_sequence"]
+__all__ = [
+    "read_state_features",
+    "read_state_sequence",
+    "write_state_features",
+    "write_state_sequence",
+]
 
 
 def write_state_sequence(
@@ -35,10 +40,50 @@ def write_state_sequence(
 
 
 def write_state_features(
-    path: str | os.PathLike, *, subjects: Sequence[str], X: np.ndarray, names: Sequence[str]
+    path: str | os.PathLike,
+    *,
+    subjects: Sequence[str],
+    X: np.ndarray,
+    names: Sequence[str],
+    digits: int = 6,
 ) -> Path:
-    """The state features of each subject (fractions, dwell times...)."""
+    """The state features of each subject (fractions, dwell times...), to ``digits``
+    significant digits."""
     lines = ["\t".join(["subject", *names])]
     for subject, row in zip(subjects, X):
-        lines.append("\t".join([subject] + [f"{v:.6g}" for v in row]))
+        lines.append("\t".join([subject] + [f"{v:.{digits}g}" for v in row]))
     return write_text_atomic(path, "\n".join(lines) + "\n")
+
+
+def read_state_sequence(path: str | os.PathLike) -> dict:
+    """A table of :func:`write_state_sequence` back: ``onset`` (int array),
+    ``onset_s`` (float array, or None without it) and ``states`` (counted from 0)."""
+    columns, rows = _read_table(path)
+    for needed in ("onset", "state"):
+        if needed not in columns:
+            raise ValueError(f"{path}: expected a '{needed}' column; got {columns}.")
+    return {
+        "onset": np.array([int(r["onset"]) for r in rows], dtype=np.int64),
+        "onset_s": (
+            np.array([float(r["onset_s"]) for r in rows]) if "onset_s" in columns else None
+        ),
+        "states": np.array([int(r["state"]) - 1 for r in rows], dtype=np.int64),
+    }
+
+
+def read_state_features(path: str | os.PathLike) -> tuple[list[str], np.ndarray, list[str]]:
+    """A table of :func:`write_state_features` back: subjects, X and feature names."""
+    columns, rows = _read_table(path)
+    if not columns or columns[0] != "subject":
+        raise ValueError(f"{path}: expected 'subject' as the first column; got {columns[:3]}.")
+    names = columns[1:]
+    X = np.array([[float(r[n]) for n in names] for r in rows], dtype=np.float64)
+    return [r["subject"] for r in rows], X.reshape(len(rows), len(names)), names
+
+
+def _read_table(path: str | os.PathLike) -> tuple[list[str], list[dict]]:
+    import csv
+
+    with open(path, newline="") as fh:
+        reader = csv.DictReader(fh, delimiter="\t")
+        return list(reader.fieldnames or []), list(reader)

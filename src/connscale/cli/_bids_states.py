@@ -1,0 +1,61 @@
+"""The DFC-states options of ``connscale bids`` (group level) and the ``states`` measure.
+
+``participant --measures states`` is an alias of ``dfc``: the participant level
+writes each run's DFC, and the group level clusters the DFC of every run into
+states (:mod:`connscale.bidsapp.group_states`).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+#: Measures of ``--measures`` that stand for participant-level ones.
+ALIASES = {"states": "dfc"}
+
+
+def add_state_arguments(group: argparse._ArgumentGroup) -> None:
+    """--states, --state-metric, --random-state and --overwrite of the group level."""
+    group.add_argument(
+        "--states",
+        type=int,
+        default=5,
+        metavar="K",
+        help="Number of DFC states, clustered from every run's DFC when the participant "
+        "outputs have DFC (or --measures states is given, which requires it).",
+    )
+    group.add_argument(
+        "--state-metric",
+        choices=["l1", "correlation", "euclidean"],
+        default="l1",
+        help="Distance of the states' k-means (l1: medians, as Allen et al. 2014).",
+    )
+    group.add_argument(
+        "--random-state",
+        type=int,
+        default=0,
+        help="Seed of the states' k-means and of the cross-validation.",
+    )
+    group.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace group outputs (states included) made with other parameters.",
+    )
+
+
+def participant_measures(text: str) -> list[str]:
+    """The measures of a ``--measures`` list, aliases replaced, duplicates dropped."""
+    measures = [ALIASES.get(m.strip(), m.strip()) for m in text.split(",") if m.strip()]
+    return list(dict.fromkeys(measures))
+
+
+def group_options(args: argparse.Namespace) -> dict:
+    """Keyword arguments of :func:`connscale.bidsapp.group.run_group` for the states."""
+    asked = "states" in [m.strip() for m in args.measures.split(",")]
+    return {
+        "states": True if asked else None,
+        "n_states": args.states,
+        "state_metric": args.state_metric,
+        "random_state": args.random_state,
+        "device": args.device,
+        "overwrite": args.overwrite,
+    }
