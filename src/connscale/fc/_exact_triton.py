@@ -49,7 +49,14 @@ BLOCK_M = 128
 BLOCK_N = 128
 BLOCK_K = 32
 NUM_WARPS = 8
-NUM_STAGES = 3
+# Pipeline stages of the degree kernel (long T) and of the compaction kernel
+# (a window's T). On an H100 (benchmarks/RESULTS.md, "Exact thresholds"):
+# degree at P = 204,492, T = 1,200 took 0.276 s with 4 stages, 0.306 s with
+# 3, 0.444 s with 2; the compaction of a Table II window (N = 30,697,
+# w = 150) 2.06 ms with 3 stages, 2.33 ms with 2 (the whole Table II run 0.280 s
+# with 4 stages, 0.300 s with 3); 4 warps spill registers.
+DEGREE_STAGES = 4
+COMPACT_STAGES = 4
 # Entries moved per step and row by the placing kernel, and its warps.
 PLACE_CHUNK = 16
 PLACE_WARPS = 4
@@ -96,37 +103,30 @@ def tiles_in(n: int) -> int:
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
 
     @triton.jit
-    def _tile_products(
-        hi_ptr,
-        lo_ptr,
-        rows,
-        cols,
-        k_padded,
-        CORRECT: tl.constexpr,
-        BM: tl.constexpr,
-        BN: tl.constexpr,
-        BK: tl.constexpr,
+    def _tile_dot(
+        x_ptr, y_ptr, rows, cols, k_padded, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
     ):
-        # hi·hiᵀ of the tile on the tensor cores; with CORRECT, lo·hiᵀ + hi·loᵀ.
+        # X[rows]·Y[cols]ᵀ over the padded K on the tensor cores (TF32 inputs).
         ks = tl.arange(0, BK)
         a_off = rows.to(tl.int64)[:, None] * k_padded + ks[None, :]
         b_off = cols.to(tl.int64)[:, None] * k_padded + ks[None, :]
         acc = tl.zeros((BM, BN), dtype=tl.float32)
         for _ in range(0, k_padded, BK):
-            if CORRECT:
-                a = tl.load(hi_ptr + a_off)
-                b = tl.load(hi_ptr + b_off)
-                a_lo = tl.load(lo_ptr + a_off)
-                b_lo = tl.load(lo_ptr + b_off)
-                acc = tl.dot(a_lo, tl.trans(b), acc, input_precision="tf32")
-                acc = tl.dot(a, tl.trans(b_lo), acc, input_precision="tf32")
-            else:
-                a = tl.load(hi_ptr + a_off)
-                b = tl.load(hi_ptr + b_off)
-                acc = tl.dot(a, tl.trans(b), acc, input_precision="tf32")
+            a = tl.load(x_ptr + a_off)
+            b = tl.load(y_ptr + b_off)
+            acc = tl.dot(a, tl.trans(b), acc, input_precision="tf32")
             a_off += BK
             b_off += BK
         return acc
+
+    @triton.jit
+    def _tile_correction(
+        hi_ptr, lo_ptr, rows, cols, k_padded, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+    ):
+        # lo·hiᵀ + hi·loᵀ: two loops of two operands each, so that the shared
+        # memory of the pipeline stays that of the main product.
+        acc = _tile_dot(lo_ptr, hi_ptr, rows, cols, k_padded, BM, BN, BK)
+        return acc + _tile_dot(hi_ptr, lo_ptr, rows, cols, k_padded, BM, BN, BK)
 
     @triton.jit
     def _exact_degree_kernel(
@@ -154,7 +154,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         bj = tl.load(pairs_ptr + 2 * pid + 1)
         rows = bi * BM + tl.arange(0, BM)
         cols = bj * BN + tl.arange(0, BN)
-        acc = _tile_products(hi_ptr, lo_ptr, rows, cols, k_padded, False, BM, BN, BK)
+        acc = _tile_dot(hi_ptr, hi_ptr, rows, cols, k_padded, BM, BN, BK)
         valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
         if ABSOLUTE:
             value = tl.abs(acc)
@@ -173,7 +173,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             for i in tl.static_range(N_THRESH):
                 near_i = valid & (tl.abs(value - tl.load(thr_ptr + i)) <= margin)
                 n_near += tl.sum(tl.sum(near_i.to(tl.int32), axis=1), axis=0)
-            acc += _tile_products(hi_ptr, lo_ptr, rows, cols, k_padded, True, BM, BN, BK)
+            acc += _tile_correction(hi_ptr, lo_ptr, rows, cols, k_padded, BM, BN, BK)
             tl.atomic_add(stats_ptr, n_near.to(tl.int64))
             tl.atomic_add(stats_ptr + 1, 1)
             if ABSOLUTE:
@@ -223,7 +223,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         bj = tl.load(pairs_ptr + 2 * pid + 1)
         rows = bi * BM + tl.arange(0, BM)
         cols = bj * BN + tl.arange(0, BN)
-        acc = _tile_products(hi_ptr, lo_ptr, rows, cols, k_padded, False, BM, BN, BK)
+        acc = _tile_dot(hi_ptr, hi_ptr, rows, cols, k_padded, BM, BN, BK)
         valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
         if ABSOLUTE:
             value = tl.abs(acc)
@@ -237,7 +237,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             if BOUNDED:
                 near = near | (valid & (tl.abs(value - upper) <= margin))
             n_near = tl.sum(tl.sum(near.to(tl.int32), axis=1), axis=0)
-            acc += _tile_products(hi_ptr, lo_ptr, rows, cols, k_padded, True, BM, BN, BK)
+            acc += _tile_correction(hi_ptr, lo_ptr, rows, cols, k_padded, BM, BN, BK)
             tl.atomic_add(stats_ptr, n_near.to(tl.int64))
             tl.atomic_add(stats_ptr + 1, 1)
             if ABSOLUTE:
@@ -275,8 +275,8 @@ def _margin_tensor(margin, device: torch.device) -> torch.Tensor:
     return torch.where(m32.double() < m, torch.nextafter(m32, m32 + 1), m32)
 
 
-def _launch_options(u: torch.Tensor) -> dict:
-    return {"num_warps": NUM_WARPS, "num_stages": NUM_STAGES} if u.is_cuda else {}
+def _launch_options(u: torch.Tensor, stages: int) -> dict:
+    return {"num_warps": NUM_WARPS, "num_stages": stages} if u.is_cuda else {}
 
 
 def degree_exact_triton(
@@ -339,7 +339,7 @@ def degree_exact_triton(
         BM=BLOCK_M,
         BN=BLOCK_N,
         BK=BLOCK_K,
-        **_launch_options(u),
+        **_launch_options(u, DEGREE_STAGES),
     )
     return counts.to(torch.int64), (sums if weighted else None)
 
@@ -414,7 +414,7 @@ def compact_exact_triton(
         BM=BLOCK_M,
         BN=BLOCK_N,
         BK=BLOCK_K,
-        **_launch_options(u),
+        **_launch_options(u, COMPACT_STAGES),
     )
     inclusive = torch.cumsum(counts, 1, dtype=torch.int32)
     row_counts.copy_(inclusive[:, -1])
