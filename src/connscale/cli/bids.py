@@ -86,7 +86,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     atlas.add_argument(
         "--degree-thresholds",
         type=_numbers,
-        default=[0.25],
+        default="0.25",
         metavar="R[,R...]",
         help="maps: degree centrality counts the voxels with r above each threshold.",
     )
