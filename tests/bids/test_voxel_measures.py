@@ -19,6 +19,7 @@ from connscale.io.bids import from_pybids, parse_bids_name, pybids_config
 from connscale.io.maps import threshold_label
 from connscale.io.timeseries import load_timeseries
 from connscale.networks import R1DL
+from tests.bids._browser import CHROMIUM, external_urls, images, render
 from tests.bids._fmriprep import T_R, atlas_img, make_fmriprep
 
 THRESHOLDS = (0.2, 0.5)
@@ -161,6 +162,19 @@ def test_reports_show_every_map(outputs):
     assert maps.count("data:image/png") == 2 * len(THRESHOLDS) + 2
     networks = Path(_named(record, stat="r1dl", suffix="report")).read_text()
     assert networks.count("data:image/png") == 1
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed")
+def test_reports_render_in_chromium(outputs, tmp_path):
+    record = outputs[2]
+    for i, stat in enumerate(("maps", "r1dl")):
+        page = Path(_named(record, stat=stat, suffix="report"))
+        scratch = tmp_path / f"browser{i}"
+        scratch.mkdir()
+        dom = render(page, scratch)
+        n_images = page.read_text().count("<img")
+        assert n_images >= 1 and images(dom) == ["yes"] * n_images, page
+        assert external_urls(dom) == [], page
 
 
 def test_group_level_reads_past_the_maps(outputs):
