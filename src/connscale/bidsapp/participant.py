@@ -21,6 +21,13 @@ not depend on the atlas, so a second atlas reuses it)::
 
     <source>_meas-PearsonCorrelation_desc-<strategy>_relmat.h5 / .json
 
+and, with the measures ``maps`` and ``networks``, voxel maps (degree,
+eigenvector centrality, global correlation) and r1DL networks of the
+cleaned voxel series, each its own set (:mod:`connscale.bidsapp.voxel_measures`)::
+
+    <source>_meas-r<θ>_stat-degree_desc-<strategy>_boldmap.nii.gz / .json (also ecm, gcor)
+    <source>_stat-r1dl_desc-<strategy>_components.nii.gz, _mixing.tsv / .json
+
 ``dfc`` is :func:`connscale.dynamic_correlation` of the cleaned region series
 (the HDF5 store of :mod:`connscale.fc.dynamic_result`), ``pairs`` is
 :func:`connscale.fc.pairwise_dfc` with :func:`connscale.fc.pair_summary`
