@@ -21,6 +21,13 @@ not depend on the atlas, so a second atlas reuses it)::
 
     <source>_meas-PearsonCorrelation_desc-<strategy>_relmat.h5 / .json
 
+and, with the measures ``maps`` and ``networks``, voxel maps (degree,
+eigenvector centrality, global correlation) and r1DL networks of the
+cleaned voxel series, each its own set (:mod:`connscale.bidsapp.voxel_measures`)::
+
+    <source>_meas-r<θ>_stat-degree_desc-<strategy>_boldmap.nii.gz / .json (also ecm, gcor)
+    <source>_stat-r1dl_desc-<strategy>_components.nii.gz, _mixing.tsv / .json
+
 ``dfc`` is :func:`connscale.dynamic_correlation` of the cleaned region series
 (the HDF5 store of :mod:`connscale.fc.dynamic_result`), ``pairs`` is
 :func:`connscale.fc.pairwise_dfc` with :func:`connscale.fc.pair_summary`
@@ -82,7 +89,9 @@ logger = logging.getLogger("connscale")
 #: What the participant level can write per run: atlas-level measures, then voxel-level ones.
 REGION_MEASURES = ("fc", "timeseries", "dfc", "pairs")
 VOXEL_MEASURES = ("voxelfc",)
-MEASURES = REGION_MEASURES + VOXEL_MEASURES
+#: Voxel maps and r1DL networks, each its own output set (connscale.bidsapp.voxel_measures).
+MAP_MEASURES = ("maps", "networks")
+MEASURES = REGION_MEASURES + VOXEL_MEASURES + MAP_MEASURES
 _MEASURE = "PearsonCorrelation"
 _WINDOWED = ("dfc", "pairs")
 DATASET_LINK = "preprocessed"
@@ -112,11 +121,23 @@ class ParticipantConfig:
     threads: int = 1
     memory_limit: str | int | None = None
     reports: bool = True
+    degree_thresholds: tuple = (0.25,)
+    n_atoms: int = 10
+    network_sparsity: int | float = 0.07
+    overwrite: bool = False
 
     def parameters(self) -> dict:
         """What changes a run's outputs (not where it ran)."""
         kept = asdict(self)
-        for key in ("derivatives", "output", "device", "threads", "memory_limit", "reports"):
+        for key in (
+            "derivatives",
+            "output",
+            "device",
+            "threads",
+            "memory_limit",
+            "reports",
+            "overwrite",
+        ):
             kept.pop(key)
         return kept
 
@@ -124,6 +145,8 @@ class ParticipantConfig:
         """What changes the run's atlas-level set."""
         kept = self.parameters()
         kept["measures"] = [m for m in self.measures if m in REGION_MEASURES]
+        for key in ("degree_thresholds", "n_atoms", "network_sparsity"):
+            kept.pop(key)
         if not any(m in _WINDOWED for m in self.measures):
             for key in ("window_length", "step", "pairs_threshold"):
                 kept.pop(key)
@@ -369,7 +392,8 @@ def _set_prefix(entities: dict, extra: dict) -> str:
 
 
 def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
-    """The run's output sets: ``{'region'|'voxel': (folder, prefix, fingerprint)}``."""
+    """The run's output sets: ``{'region'|'voxel'|'maps'|'networks': (folder, prefix,
+    fingerprint)}``."""
     from connscale.io._fingerprint import run_fingerprint
 
     entities = dict(run.entities)
@@ -391,6 +415,11 @@ def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
             _set_prefix(entities, {"desc": config.strategy}),
             run_fingerprint(bold_inputs, {**config.voxel_parameters(), "t_r": run.t_r}),
         )
+    maps = [m for m in MAP_MEASURES if m in config.measures]
+    if maps:
+        from connscale.bidsapp.voxel_measures import map_sets
+
+        sets.update(map_sets(config, run, folder, bold_inputs, maps))
     return sets
 
 
@@ -418,7 +447,13 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
         todo = {}
         for kind, (folder, prefix, fingerprint) in _output_sets(config, run).items():
             out = stack.enter_context(
-                OutputSet(folder, prefix, command="bids participant", fingerprint=fingerprint)
+                OutputSet(
+                    folder,
+                    prefix,
+                    command="bids participant",
+                    fingerprint=fingerprint,
+                    overwrite=config.overwrite,
+                )
             )
             if not out.complete():
                 todo[kind] = out
@@ -465,6 +500,13 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
         if "voxel" in todo:
             written = _voxel_set(config, run, decoded, todo["voxel"], context, timings)
             record["outputs"] += [str(todo["voxel"].out_dir / n) for n in written]
+        for measure in MAP_MEASURES:
+            if measure in todo:
+                from connscale.bidsapp import voxel_measures
+
+                write = getattr(voxel_measures, f"write_{measure}")
+                written = write(config, run, decoded, todo[measure], context, timings)
+                record["outputs"] += [str(todo[measure].out_dir / n) for n in written]
     record["timings"] = {k: round(v, 6) for k, v in timings.items()}
     return record
 
@@ -932,6 +974,12 @@ _POSITIVE = [Interval(Real, 0, None, closed="neither"), None]
         "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), None],
         "step": [Interval(Integral, 1, None, closed="left")],
         "pairs_threshold": [Interval(Real, -1, 1, closed="both")],
+        "degree_thresholds": [SequenceOf(Interval(Real, -1, 1, closed="both"))],
+        "n_atoms": [Interval(Integral, 1, None, closed="left")],
+        "network_sparsity": [
+            Interval(Integral, 1, None, closed="left"),
+            Interval(Real, 0, 1, closed="right"),
+        ],
         "t_r": _POSITIVE,
         "detrend": ["boolean"],
         "low_pass": _POSITIVE,
@@ -944,6 +992,7 @@ _POSITIVE = [Interval(Real, 0, None, closed="neither"), None]
         "memory_limit": ["memory", None],
         "work_dir": ["path", None],
         "reports": ["boolean"],
+        "overwrite": ["boolean"],
         "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     }
 )
@@ -960,6 +1009,9 @@ def run_participant(
     window_length: int | None = None,
     step: int = 1,
     pairs_threshold: float = 0.5,
+    degree_thresholds=(0.25,),
+    n_atoms: int = 10,
+    network_sparsity=0.07,
     participant_label=None,
     session_label=None,
     task=None,
@@ -979,6 +1031,7 @@ def run_participant(
     gpus=None,
     work_dir=None,
     reports: bool = True,
+    overwrite: bool = False,
     verbose: int = 1,
 ) -> ParticipantReport:
     """Denoised atlas connectivity of every matching fMRIPrep run, as BIDS derivatives.
@@ -1002,17 +1055,30 @@ def run_participant(
         The denoising strategy (the ``desc-`` entity).
     strategy_params : dict or None
         Extra parameters of ``load_confounds_strategy``.
-    measures : list or tuple of {'fc', 'timeseries', 'dfc', 'pairs', 'voxelfc'}
+    measures : list or tuple of {'fc', 'timeseries', 'dfc', 'pairs', 'voxelfc', \
+'maps', 'networks'}
         Atlas level: ``fc`` (``_relmat.tsv``), ``timeseries``, ``dfc``
         (sliding-window correlation of all region pairs, ``_dfc.h5``) and
         ``pairs`` (each pair's windowed course and summaries, ``_pairs.h5``);
         voxel level: ``voxelfc`` (every pair of in-mask voxels,
-        ``_relmat.h5`` with the mask and the voxel coordinates).
+        ``_relmat.h5`` with the mask and the voxel coordinates), ``maps``
+        (degree, eigenvector centrality and global correlation maps,
+        ``_boldmap.nii.gz``) and ``networks`` (r1DL spatial maps and time
+        courses, ``_components.nii.gz`` and ``_mixing.tsv``); see
+        :mod:`connscale.bidsapp.voxel_measures`.
     window_length, step : int
         Sliding windows of ``dfc`` and ``pairs``, in kept volumes
         (``window_length`` required for them).
     pairs_threshold : float, default=0.5
         ``pairs``: the threshold of the fraction-above summary.
+    degree_thresholds : sequence of float, default=(0.25,)
+        ``maps``: binary and weighted degree count the other voxels with
+        r above each threshold (one pass for all).
+    n_atoms : int, default=10
+        ``networks``: the number of r1DL networks.
+    network_sparsity : int or float, default=0.07
+        ``networks``: voxels per network, a count or a fraction of the
+        in-mask voxels (``connscale r1dl --sparsity``).
     participant_label, session_label, task, run, space, t_r
         Filters and TR fallback of :func:`connscale.bidsapp.find_runs`.
     detrend, standardize, low_pass, high_pass
@@ -1039,6 +1105,9 @@ def run_participant(
         Scratch folder (the pybids index).
     reports : bool, default=True
         Write each run's HTML report.
+    overwrite : bool, default=False
+        Replace a run's published set made with other parameters (without
+        it such a run fails, naming the parameters that differ).
     verbose : int, default=1
 
     Returns
@@ -1055,6 +1124,10 @@ def run_participant(
         )
     window_length = None if window_length is None else int(window_length)
     step, pairs_threshold = int(step), float(pairs_threshold)
+    if "maps" in measures:
+        from connscale.bidsapp.voxel_measures import check_degree_thresholds
+
+        degree_thresholds = check_degree_thresholds(degree_thresholds)
     _check_name({"sub": "x", "seg": atlas_name}, suffix="relmat", extension=".tsv")
     atlas = Path(atlas).resolve()
     if not atlas.is_file():
@@ -1102,6 +1175,10 @@ def run_participant(
         threads=threads_per_task,
         memory_limit=memory_limit,
         reports=reports,
+        degree_thresholds=tuple(float(v) for v in degree_thresholds),
+        n_atoms=int(n_atoms),
+        network_sparsity=network_sparsity,
+        overwrite=overwrite,
     )
     output.mkdir(parents=True, exist_ok=True)
     write_dataset_description(output, derivatives)

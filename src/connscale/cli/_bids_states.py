@@ -14,7 +14,7 @@ ALIASES = {"states": "dfc"}
 
 
 def add_state_arguments(group: argparse._ArgumentGroup) -> None:
-    """--states, --state-metric, --random-state and --overwrite of the group level."""
+    """--states, --state-metric and --random-state of the group level."""
     group.add_argument(
         "--states",
         type=int,
@@ -34,11 +34,6 @@ def add_state_arguments(group: argparse._ArgumentGroup) -> None:
         type=int,
         default=0,
         help="Seed of the states' k-means and of the cross-validation.",
-    )
-    group.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="Replace group outputs (states included) made with other parameters.",
     )
 
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from connscale.cli._bids_states import add_state_arguments, group_options, participant_measures
 from connscale.cli._common import add_compute_arguments, configure_logging
+from connscale.cli.maps import _numbers
+from connscale.cli.r1dl import _sparsity
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -64,7 +66,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "(atlas level, TSV), dfc (sliding-window FC of all region pairs) "
         "and pairs (each region pair's windowed course and summaries), "
         "HDF5; voxelfc: the voxel level, every pair of in-mask voxels "
-        "(_relmat.h5 with the mask and voxel coordinates). states: participant, an "
+        "(_relmat.h5 with the mask and voxel coordinates); maps: degree "
+        "(binary, weighted), eigenvector centrality and global correlation "
+        "maps of the voxels (_boldmap.nii.gz); networks: r1DL spatial maps "
+        "(_components.nii.gz) and time courses (_mixing.tsv). states: participant, an "
         "alias of dfc; group, requires every run's DFC and clusters it into --states "
         "DFC states (done anyway when every run has DFC).",
     )
@@ -80,6 +85,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         type=float,
         default=0.5,
         help="pairs: threshold of the fraction-of-windows-above summary.",
+    )
+    atlas.add_argument(
+        "--degree-thresholds",
+        type=_numbers,
+        default="0.25",
+        metavar="R[,R...]",
+        help="maps: degree centrality counts the voxels with r above each threshold.",
+    )
+    atlas.add_argument("--n-atoms", type=int, default=10, help="networks: number of r1DL networks.")
+    atlas.add_argument(
+        "--sparsity",
+        type=_sparsity,
+        default=0.07,
+        help="networks: voxels per network, a count (e.g. 500) or a fraction (e.g. 0.07).",
     )
     atlas.add_argument("--low-pass", type=float, default=None, help="Low-pass cutoff (Hz).")
     atlas.add_argument(
@@ -140,6 +159,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--no-reports", action="store_true", help="participant: skip the per-run HTML reports."
     )
     execution.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="Replace outputs made with other parameters: a run's (participant) or the "
+        "group's, states included (without it such a run fails, naming what differs).",
+    )
+    execution.add_argument(
         "--work-dir",
         type=Path,
         default=None,
@@ -184,6 +209,9 @@ def run(args) -> int:
         window_length=args.window_length,
         step=args.step,
         pairs_threshold=args.pairs_threshold,
+        degree_thresholds=args.degree_thresholds,
+        n_atoms=args.n_atoms,
+        network_sparsity=args.sparsity,
         participant_label=args.participant_label,
         session_label=args.session_label,
         task=args.task,
@@ -200,6 +228,7 @@ def run(args) -> int:
         memory_limit=args.memory_limit,
         work_dir=args.work_dir,
         reports=not args.no_reports,
+        overwrite=args.overwrite,
         verbose=args.verbose,
     )
     c = report.counts

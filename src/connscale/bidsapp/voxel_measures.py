@@ -1,0 +1,473 @@
+"""Voxel maps and r1DL networks of a run: the participant measures ``maps`` and ``networks``.
+
+Both start from the run's denoised voxel series inside its own brain mask
+(the cleaning of the ``voxelfc`` measure: :func:`connscale.denoise.clean_signals`
+with the run's operator) and write images through that mask, under the
+run's folder ``sub-<s>/[ses-<t>/]func/``, each with a JSON sidecar.
+
+``maps`` (:mod:`connscale.maps`): binary and weighted degree centrality at
+each threshold of ``degree_thresholds`` (one pass), eigenvector centrality
+(fastECM) and global correlation, one 3-D map each::
+
+    <source>_meas-r<θ>_stat-degree_desc-<strategy>_boldmap.nii.gz / .json
+    <source>_meas-r<θ>_stat-weighteddegree_desc-<strategy>_boldmap.nii.gz / .json
+    <source>_stat-ecm_desc-<strategy>_boldmap.nii.gz / .json
+    <source>_stat-gcor_desc-<strategy>_boldmap.nii.gz / .json
+    <source>_stat-maps_desc-<strategy>_report.html
+
+The threshold's label is that of ``connscale maps`` (0.25 gives ``r025``,
+:func:`connscale.io.maps.threshold_label`), in the ``meas-`` entity: ``stat-``
+names the map, ``desc-`` the strategy, as in every other output.
+
+``networks`` (:class:`connscale.networks.R1DL`, the defaults of
+``connscale r1dl``: tol 0.01, at most 100 updates per atom, magnitude
+selection, standardised columns, seed 0): the atoms' spatial maps as one
+4-D image (one volume per network) and their time courses over the kept
+volumes (one column per network), as tedana and fMRIPrep name ICA
+components and mixing matrices::
+
+    <source>_stat-r1dl_desc-<strategy>_components.nii.gz / .json
+    <source>_stat-r1dl_desc-<strategy>_mixing.tsv / .json
+    <source>_stat-r1dl_desc-<strategy>_report.html
+
+Each measure is its own output set (:class:`connscale.io._publish.OutputSet`,
+prefixes ``<source>_stat-maps_desc-<strategy>`` and
+``<source>_stat-r1dl_desc-<strategy>``): adding one to a run does not touch
+the run's other results, a set made with other parameters is refused without
+``overwrite``, and a replaced set's files that the new one does not name
+(the maps of other thresholds) are removed once it is published.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from connscale._version import __version__
+from connscale.bidsapp.participant import _bids_uri, _set_prefix, _sidecars
+from connscale.io._atomic import write_json_atomic
+from connscale.io.bids import bids_name
+
+__all__ = ["check_degree_thresholds", "map_sets", "write_maps", "write_networks"]
+
+#: The defaults of ``connscale r1dl`` that the participant level does not expose.
+R1DL_DEFAULTS = {
+    "tol": 0.01,
+    "max_iter": 100,
+    "selection": "magnitude",
+    "standardize": True,
+    "n_init": 1,
+    "random_state": 0,
+}
+_MAX_DRAWN_NETWORKS = 10
+_SET_STAT = {"maps": "maps", "networks": "r1dl"}
+_CLEANING = ("strategy", "strategy_params", "detrend", "standardize", "low_pass", "high_pass")
+
+
+def check_degree_thresholds(thresholds) -> tuple[float, ...]:
+    """The degree thresholds of ``maps``, sorted, each with its own name label.
+
+    Raises
+    ------
+    ValueError
+        No threshold, or two thresholds that the names cannot tell apart.
+    """
+    from connscale.io.maps import threshold_label
+
+    values = tuple(sorted({float(v) for v in thresholds}))
+    if not values:
+        raise ValueError("The measure maps needs at least one degree threshold.")
+    labels = [threshold_label(v) for v in values]
+    for i in range(1, len(values)):
+        if labels[i] == labels[i - 1]:
+            raise ValueError(
+                f"The degree thresholds {values[i - 1]!r} and {values[i]!r} both name their "
+                f"maps meas-{labels[i]}; give thresholds that differ within 6 digits."
+            )
+    return values
+
+
+def measure_parameters(config, measure: str) -> dict:
+    """What changes the outputs of ``measure`` ('maps' or 'networks') of a run."""
+    kept = {k: v for k, v in config.parameters().items() if k in (*_CLEANING, "dtype")}
+    if measure == "maps":
+        kept["degree_thresholds"] = [float(v) for v in config.degree_thresholds]
+    else:
+        kept.update(
+            n_atoms=int(config.n_atoms), network_sparsity=config.network_sparsity, **R1DL_DEFAULTS
+        )
+    return kept
+
+
+def map_sets(config, run, folder: Path, inputs: list, measures) -> dict:
+    """The output sets of the requested map measures: ``{measure: (folder, prefix,
+    fingerprint)}``, as :func:`connscale.bidsapp.participant._output_sets` lists them."""
+    from connscale.io._fingerprint import run_fingerprint
+
+    sets = {}
+    for measure in measures:
+        prefix = _set_prefix(
+            dict(run.entities), {"stat": _SET_STAT[measure], "desc": config.strategy}
+        )
+        fingerprint = run_fingerprint(
+            inputs, {**measure_parameters(config, measure), "measure": measure, "t_r": run.t_r}
+        )
+        sets[measure] = (folder, prefix, fingerprint)
+    return sets
+
+
+def _cleaned_voxels(config, run, decoded, context, timings) -> np.ndarray:
+    """The run's denoised in-mask series (n_kept, n_voxels), as ``voxelfc`` cleans them."""
+    from connscale.denoise import clean_signals
+
+    n = decoded.data.shape[1]
+    if n < 2:
+        raise ValueError(f"The mask of {run.bold.name} holds fewer than 2 voxels.")
+    tic = time.perf_counter()
+    voxels = clean_signals(
+        decoded.data,
+        context["operator"],
+        standardize=config.standardize,
+        device=config.device,
+        dtype=config.dtype,
+    )
+    timings["clean"] += time.perf_counter() - tic
+    return voxels
+
+
+def _image(values: np.ndarray, mask: np.ndarray, affine: np.ndarray):
+    """(..., n_voxels) values put back on the mask's grid (voxels in C order)."""
+    import nibabel as nib
+
+    values = np.asarray(values, dtype=np.float32)
+    volume = np.zeros(mask.shape + values.shape[:-1], dtype=np.float32)
+    volume[mask] = values.T
+    img = nib.Nifti1Image(volume, affine)
+    img.header.set_xyzt_units("mm")
+    return img
+
+
+def _mean_image(decoded):
+    """The run's mean BOLD inside its mask: the background of the report's maps."""
+    mask = decoded.mask
+    return _image(decoded.data.mean(axis=0), mask, np.asarray(decoded.img.affine))
+
+
+def _common_sidecar(config, run, decoded, context, n_voxels: int) -> dict:
+    """The keys every map shares: sources, denoising, volumes kept, software."""
+    _, meta = _sidecars(
+        config,
+        run,
+        [],
+        context["confounds"],
+        context["sample_mask"],
+        decoded.data.shape[0],
+        context["mean_fd"],
+    )
+    for key in ("Columns", "SamplingFrequency", "Atlas", "AtlasFile", "AtlasLabelsFile"):
+        meta.pop(key)
+    meta["NumberOfVoxels"] = int(n_voxels)
+    meta["Mask"] = _bids_uri(run.mask, Path(config.derivatives))
+    meta["Code"] = f"connscale {__version__}"
+    return meta
+
+
+def _publish(out, written: list[str], run) -> None:
+    """Commit the set, then remove what the set it replaced named and this one does not."""
+    from connscale.io._publish import IncompleteOutputError, read_manifest
+
+    try:
+        previous = set(read_manifest(out.out_dir, out.prefix, verify="none")["files"])
+    except IncompleteOutputError:
+        previous = set()
+    out.commit(extra={"run": run.name})
+    for name in sorted(previous - set(written)):
+        (out.out_dir / name).unlink(missing_ok=True)
+
+
+def _report(out, name: str, *, config, run, figures: list, results: dict, timings) -> None:
+    from connscale.report import write_report
+
+    record = {
+        "command": f"bids participant: {run.name}",
+        "parameters": {
+            "strategy": config.strategy,
+            "bold": str(run.bold),
+            "mask": str(run.mask),
+            "confounds": str(run.confounds),
+            "t_r": run.t_r,
+        },
+        "results": results,
+        "timings_s": dict(timings),
+        "figures": [str(f) for f in figures],
+    }
+    out.path(name)
+    write_report(record, out.staging, filename=name)
+
+
+def write_maps(config, run, decoded, out, context, timings) -> list[str]:
+    """Degree (binary, weighted), eigenvector centrality and global correlation maps.
+
+    Returns the names of the files published (in ``out.out_dir``).
+    """
+    from connscale.io.maps import map_sidecar, threshold_label, write_map
+    from connscale.maps import eigenvector_centrality, global_correlation
+    from connscale.maps.degree import compute_degree
+
+    entities = dict(run.entities)
+    mask, affine = decoded.mask, np.asarray(decoded.img.affine, dtype=np.float64)
+    n = int(mask.sum())
+    thresholds = [float(v) for v in config.degree_thresholds]
+    out.check_space(4 * mask.size * (2 * len(thresholds) + 2), what=f"the maps of {run.name}")
+    voxels = _cleaned_voxels(config, run, decoded, context, timings)
+    compute = {"device": config.device, "dtype": config.dtype}
+
+    tic = time.perf_counter()
+    (binary, weighted), info = compute_degree(
+        voxels, thresholds, memory_limit=config.memory_limit, both=True, **compute
+    )
+    ecm = eigenvector_centrality(voxels, **compute)
+    gcor = global_correlation(voxels, **compute)
+    del voxels
+    timings["compute"] += time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    common = _common_sidecar(config, run, decoded, context, n)
+    maps = []  # (entities, values, sidecar, title)
+    for theta, counts, sums in zip(thresholds, binary, weighted):
+        label = {"meas": threshold_label(theta)}
+        kept = f"r > {theta:.6g}"
+        maps.append(
+            (
+                {**label, "stat": "degree"},
+                counts,
+                map_sidecar(
+                    "Degree centrality",
+                    f"Number of other in-mask voxels with {kept} (denoised series)",
+                    n_nodes=n,
+                    Threshold=theta,
+                    Weighted=False,
+                    Method=info["method"],
+                ),
+                f"degree, r > {theta:.6g}",
+            )
+        )
+        maps.append(
+            (
+                {**label, "stat": "weighteddegree"},
+                sums,
+                map_sidecar(
+                    "Weighted degree centrality",
+                    f"Sum of r over the other in-mask voxels with {kept} (denoised series)",
+                    n_nodes=n,
+                    Threshold=theta,
+                    Weighted=True,
+                    Method=info["method"],
+                ),
+                f"weighted degree, r > {theta:.6g}",
+            )
+        )
+    maps.append(
+        (
+            {"stat": "ecm"},
+            ecm,
+            map_sidecar(
+                "Eigenvector centrality",
+                "Leading eigenvector of R + 1 (fastECM, Wink et al. 2012), unit norm",
+                n_nodes=n,
+            ),
+            "eigenvector centrality",
+        )
+    )
+    maps.append(
+        (
+            {"stat": "gcor"},
+            gcor,
+            map_sidecar("Global correlation", "Mean r to all other in-mask voxels", n_nodes=n),
+            "global correlation",
+        )
+    )
+    written, drawn = [], []
+    for extra, values, sidecar, title in maps:
+        name = bids_name(
+            {**entities, **extra, "desc": config.strategy}, suffix="boldmap", extension=".nii.gz"
+        )
+        meta = {**sidecar, **common, "Nodes": "voxels"}
+        write_map(out.path(name), _image(values, mask, affine), meta)
+        out.path(name[: -len(".nii.gz")] + ".json")
+        written += [name, name[: -len(".nii.gz")] + ".json"]
+        drawn.append((name, title))
+    timings["write"] += time.perf_counter() - tic
+
+    if config.reports:
+        tic = time.perf_counter()
+        figures = _map_figures(out, drawn, _mean_image(decoded))
+        name = bids_name(
+            {**entities, "stat": _SET_STAT["maps"], "desc": config.strategy},
+            suffix="report",
+            extension=".html",
+        )
+        _report(
+            out,
+            name,
+            config=config,
+            run=run,
+            figures=figures,
+            results={
+                "voxels in mask": n,
+                "volumes kept": int(context["operator"].volumes.size),
+                "degree thresholds": thresholds,
+                "degree method": info["method"],
+            },
+            timings=timings,
+        )
+        written.append(name)
+        timings["write"] += time.perf_counter() - tic
+    tic = time.perf_counter()
+    _publish(out, written, run)
+    timings["write"] += time.perf_counter() - tic
+    return written
+
+
+def _map_figures(out, drawn: list, background) -> list[Path]:
+    """One PNG per map over the run's mean image (in the staging folder, not published)."""
+    from connscale.report.maps import plot_stat_map
+
+    folder = out.staging / "figures"
+    folder.mkdir(parents=True, exist_ok=True)
+    return [
+        plot_stat_map(
+            out.staging / name,
+            folder / (name[: -len(".nii.gz")] + ".png"),
+            bg_img=background,
+            title=title,
+        )
+        for name, title in drawn
+    ]
+
+
+def write_networks(config, run, decoded, out, context, timings) -> list[str]:
+    """r1DL of the run's denoised voxel series: spatial maps and time courses.
+
+    Returns the names of the files published (in ``out.out_dir``).
+    """
+    from connscale.io.nifti import save_nifti_gz
+    from connscale.io.r1dl import network_names
+    from connscale.io.timeseries import save_timeseries
+    from connscale.networks import R1DL
+
+    entities = {**run.entities, "stat": _SET_STAT["networks"], "desc": config.strategy}
+    mask, affine = decoded.mask, np.asarray(decoded.img.affine, dtype=np.float64)
+    n = int(mask.sum())
+    if config.n_atoms > decoded.data.shape[0]:
+        raise ValueError(
+            f"--n-atoms {config.n_atoms} is more than the {decoded.data.shape[0]} volumes "
+            f"of {run.bold.name}."
+        )
+    out.check_space(
+        4 * mask.size * config.n_atoms + 16 * decoded.data.shape[0] * config.n_atoms,
+        what=f"the networks of {run.name}",
+    )
+    voxels = _cleaned_voxels(config, run, decoded, context, timings)
+
+    tic = time.perf_counter()
+    estimator = R1DL(
+        config.n_atoms,
+        config.network_sparsity,
+        device=config.device,
+        dtype=config.dtype,
+        memory_limit=config.memory_limit,
+        **R1DL_DEFAULTS,
+    )
+    estimator.fit(voxels, checkpoint=out.staging / "r1dl_checkpoint")
+    del voxels
+    timings["compute"] += time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    result = estimator.result_
+    names = network_names(config.n_atoms)
+    common = _common_sidecar(config, run, decoded, context, n)
+    parameters = {
+        "NumberOfAtoms": int(config.n_atoms),
+        "Sparsity": config.network_sparsity,
+        "VoxelsPerNetwork": int(result.sparsity),
+        "Tolerance": R1DL_DEFAULTS["tol"],
+        "MaxIterations": R1DL_DEFAULTS["max_iter"],
+        "Selection": R1DL_DEFAULTS["selection"],
+        "StandardizedColumns": R1DL_DEFAULTS["standardize"],
+        "RandomState": R1DL_DEFAULTS["random_state"],
+        "Iterations": result.n_iter.tolist(),
+        "Converged": result.converged.tolist(),
+    }
+    components = bids_name(entities, suffix="components", extension=".nii.gz")
+    maps_img = _image(estimator.components_.toarray(), mask, affine)
+    save_nifti_gz(out.path(components), maps_img)
+    write_json_atomic(
+        out.path(components[: -len(".nii.gz")] + ".json"),
+        {
+            "Measure": "r1DL spatial maps",
+            "MeasureDescription": "Sparse loadings of each rank-1 dictionary learning atom "
+            "(Li et al. 2016) on the denoised in-mask voxel series; volume k is the "
+            "network of column k of the mixing TSV",
+            "Columns": names,
+            **parameters,
+            **common,
+        },
+    )
+    mixing = bids_name(entities, suffix="mixing", extension=".tsv")
+    save_timeseries(out.path(mixing), estimator.dictionary_, names)
+    write_json_atomic(
+        out.path(mixing[:-4] + ".json"),
+        {
+            "Measure": "r1DL time courses",
+            "MeasureDescription": "Unit-norm time course of each r1DL atom over the kept "
+            "volumes (KeptVolumes), one column per network",
+            "SamplingFrequency": 1.0 / run.t_r,
+            "Columns": names,
+            **parameters,
+            **common,
+        },
+    )
+    written = [components, components[: -len(".nii.gz")] + ".json", mixing, mixing[:-4] + ".json"]
+    timings["write"] += time.perf_counter() - tic
+
+    if config.reports:
+        from connscale.report.plots import plot_networks
+
+        tic = time.perf_counter()
+        folder = out.staging / "figures"
+        folder.mkdir(parents=True, exist_ok=True)
+        figure = plot_networks(
+            estimator.dictionary_,
+            maps_img,
+            folder / "networks.png",
+            max_networks=_MAX_DRAWN_NETWORKS,
+            bg_img=_mean_image(decoded),
+            title=f"r1DL networks (the first {min(config.n_atoms, _MAX_DRAWN_NETWORKS)}): "
+            "time course and spatial map",
+        )
+        name = bids_name(entities, suffix="report", extension=".html")
+        _report(
+            out,
+            name,
+            config=config,
+            run=run,
+            figures=[figure],
+            results={
+                "voxels in mask": n,
+                "volumes kept": int(context["operator"].volumes.size),
+                "networks": int(config.n_atoms),
+                "voxels per network": int(result.sparsity),
+                "mean updates per atom": result.mean_iterations,
+                "atoms converged": int(result.converged.sum()),
+            },
+            timings=timings,
+        )
+        written.append(name)
+        timings["write"] += time.perf_counter() - tic
+    tic = time.perf_counter()
+    _publish(out, written, run)
+    timings["write"] += time.perf_counter() - tic
+    return written
