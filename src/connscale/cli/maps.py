@@ -142,8 +142,7 @@ def run(args) -> int:
         with record.timer(f"{option}"):
             (binary, weighted), info = compute_degree(
                 timeseries,
-                values if option == "degree" else None,
-                sparsity=values if option == "sparsity" else None,
+                **({"threshold": values} if option == "degree" else {"sparsity": values}),
                 absolute=args.absolute,
                 memory_limit=args.memory_limit,
                 both=True,

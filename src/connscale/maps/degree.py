@@ -13,7 +13,7 @@ import torch
 from connscale._compute import memory_budget
 from connscale._compute.device import use_triton as triton_runs
 from connscale._docs import fill_doc
-from connscale._validation import Interval, SequenceOf, validate_params
+from connscale._validation import Interval, SequenceOf, StrOptions, validate_params
 from connscale.fc import _tiles
 from connscale.maps._prepare import as_map, normalized_series
 
@@ -27,12 +27,15 @@ def _as_list(value) -> tuple[list[float], bool]:
     return [float(v) for v in value], False
 
 
+#: The threshold that ``threshold="auto"`` stands for when no ``sparsity`` is given.
+DEFAULT_THRESHOLD = 0.25
+
 _CORRELATION = Interval(Real, -1, 1, closed="both")
 _FRACTION = Interval(Real, 0, 1, closed="right")
 # Declared once for degree_centrality and compute_degree (the CLI's entry).
 _PARAMETER_CONSTRAINTS = {
     "timeseries": ["array-like"],
-    "threshold": [_CORRELATION, SequenceOf(_CORRELATION), None],
+    "threshold": [_CORRELATION, SequenceOf(_CORRELATION), StrOptions({"auto"}), None],
     "weighted": ["boolean"],
     "absolute": ["boolean"],
     "sparsity": [_FRACTION, SequenceOf(_FRACTION), None],
@@ -46,7 +49,7 @@ _PARAMETER_CONSTRAINTS = {
 @validate_params(_PARAMETER_CONSTRAINTS)
 def degree_centrality(
     timeseries,
-    threshold: float | Sequence[float] | None = 0.25,
+    threshold: float | Sequence[float] | str | None = "auto",
     *,
     weighted: bool = False,
     absolute: bool = False,
@@ -66,10 +69,11 @@ def degree_centrality(
     Parameters
     ----------
     %(timeseries)s
-    threshold : float or sequence of float, default=0.25
+    threshold : float, sequence of float or 'auto', default='auto'
         Count pairs with r > threshold (|r| > threshold with ``absolute``).
-        Several thresholds are computed in one pass. Not used when
-        ``sparsity`` is given (pass None then).
+        Several thresholds are computed in one pass. ``'auto'`` is 0.25
+        without ``sparsity`` and no fixed threshold with it; a number
+        together with ``sparsity`` is an error.
     weighted : bool, default=False
         Sum the kept correlations (|r| with ``absolute``) instead of counting
         them.
@@ -108,6 +112,8 @@ def degree_centrality(
     >>> x = np.random.default_rng(0).standard_normal((100, 50))
     >>> connscale.degree_centrality(x, [0.1, 0.2], device="cpu").shape
     (2, 50)
+    >>> connscale.degree_centrality(x, sparsity=0.05, device="cpu").shape
+    (50,)
     """
     maps, _ = compute_degree(
         timeseries,
@@ -125,7 +131,7 @@ def degree_centrality(
 @validate_params({**_PARAMETER_CONSTRAINTS, "both": ["boolean"]})
 def compute_degree(
     timeseries,
-    threshold=0.25,
+    threshold="auto",
     *,
     weighted=False,
     absolute=False,
@@ -141,12 +147,15 @@ def compute_degree(
     With ``both``, the maps are a pair (binary, weighted) from the same pass.
     """
     if sparsity is not None:
-        if threshold is not None:
+        if not (threshold is None or isinstance(threshold, str)):
             raise ValueError(
-                "Give a 'threshold' or a 'sparsity', not both (pass threshold=None with sparsity)."
+                f"Give a 'threshold' or a 'sparsity', not both; got threshold={threshold!r} "
+                f"and sparsity={sparsity!r}."
             )
         fractions, scalar = _as_list(sparsity)
     else:
+        if isinstance(threshold, str):  # "auto"
+            threshold = DEFAULT_THRESHOLD
         if threshold is None:
             raise ValueError("degree_centrality needs a 'threshold' or a 'sparsity'; got neither.")
         thresholds, scalar = _as_list(threshold)
