@@ -145,6 +145,7 @@ def run(args) -> int:
                 **({"threshold": values} if option == "degree" else {"sparsity": values}),
                 absolute=args.absolute,
                 memory_limit=args.memory_limit,
+                verbose=args.verbose,
                 both=True,
                 **compute,
             )
@@ -185,7 +186,7 @@ def run(args) -> int:
         from connscale.maps import eigenvector_centrality
 
         with record.timer("ecm"):
-            ecm = eigenvector_centrality(timeseries, **compute)
+            ecm = eigenvector_centrality(timeseries, verbose=args.verbose, **compute)
         emit(
             ecm,
             "ecm",

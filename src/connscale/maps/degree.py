@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from connscale._compute import memory_budget
 from connscale._compute.device import use_triton as triton_runs
@@ -42,6 +43,7 @@ _PARAMETER_CONSTRAINTS = {
     "device": ["device"],
     "dtype": ["dtype"],
     "memory_limit": ["memory", None],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
 }
 
 
@@ -57,6 +59,7 @@ def degree_centrality(
     device: str = "auto",
     dtype: str = "float32",
     memory_limit: int | str | None = None,
+    verbose: int = 0,
 ) -> np.ndarray:
     """Degree centrality of every series, without storing the correlation matrix.
 
@@ -88,6 +91,8 @@ def degree_centrality(
     %(device)s
     %(dtype)s
     %(memory_limit)s
+    %(verbose)s
+        The bar counts the rows of R (every pass with ``sparsity``).
 
     Returns
     -------
@@ -124,6 +129,7 @@ def degree_centrality(
         device=device,
         dtype=dtype,
         memory_limit=memory_limit,
+        verbose=verbose,
     )
     return maps
 
@@ -139,6 +145,7 @@ def compute_degree(
     device="auto",
     dtype="float32",
     memory_limit=None,
+    verbose=0,
     both=False,
 ):
     """:func:`degree_centrality`, also returning a dict with the thresholds
@@ -180,13 +187,23 @@ def compute_degree(
         block_rows = _tiles.plan_block_rows(
             n, resident, budget, item=item, device=u.device
         ).block_rows
-    with torch.no_grad():
+    # Rows of the histogram pass and the degree pass (top_threshold adds its collect passes).
+    passes = 2 if sparsity is not None else 1
+    progress = tqdm(
+        total=passes * n, desc="degree centrality", unit="row", disable=not verbose, leave=False
+    )
+    with torch.no_grad(), progress:
         if sparsity is not None:
             m = n - int(constant.sum())
             pairs = m * (m - 1) // 2
             kept = [max(1, min(pairs, round(p * pairs))) for p in fractions]
             exact = _tiles.top_threshold(
-                u, kept, absolute=absolute, block_rows=block_rows, use_triton=use_triton
+                u,
+                kept,
+                absolute=absolute,
+                block_rows=block_rows,
+                use_triton=use_triton,
+                progress=progress,
             )
             thresholds = exact
             cut = [_tiles.below(v, u.dtype) for v in exact]  # r > cut <=> r >= exact
@@ -197,9 +214,15 @@ def compute_degree(
             counts, sums = _tiles.degree_triton(
                 u, cut_t, absolute=absolute, weighted=weighted or both
             )
+            progress.update(n)  # one kernel: no blocks to count
         elif use_triton:
             counts, sums = _tiles.degree_blocks_triton(
-                u, cut_t, absolute=absolute, weighted=weighted or both, block_rows=block_rows
+                u,
+                cut_t,
+                absolute=absolute,
+                weighted=weighted or both,
+                block_rows=block_rows,
+                progress=progress,
             )
         else:
             counts, sums = _tiles.degree_torch(
@@ -208,6 +231,7 @@ def compute_degree(
                 absolute=absolute,
                 weighted=weighted or both,
                 block_rows=block_rows,
+                progress=progress,
             )
     method = f"triton-{_tiles.CUDA_METHOD}" if use_triton else "torch"
     info = {
