@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import connscale
-from connscale.maps.degree import compute_degree
+from connscale.maps.degree import DEFAULT_THRESHOLD, compute_degree
 
 from ._reference import check_counts, check_sums, reference_degree, simulated
 
@@ -67,7 +67,7 @@ def test_sparsity_picks_the_exact_global_quantile(device, absolute):
     r = np.corrcoef(x.T)[np.triu_indices(n, 1)]
     v = np.sort(np.abs(r) if absolute else r)[::-1]
     fractions = [0.01, 0.2]
-    maps, info = compute_degree(x, None, sparsity=fractions, absolute=absolute, device=device)
+    maps, info = compute_degree(x, sparsity=fractions, absolute=absolute, device=device)
     for i, p in enumerate(fractions):
         k = round(p * v.size)
         assert info["thresholds"][i] == pytest.approx(v[k - 1], abs=1e-6)
@@ -88,10 +88,24 @@ def test_constant_series_are_nan_and_left_out(device):
     check_sums(maps[keep], ref_sums, near, 0.2)
 
 
+def test_threshold_auto_is_the_default_or_steps_aside_for_sparsity():
+    x = simulated(seed=5, n_series=40)
+    np.testing.assert_array_equal(
+        connscale.degree_centrality(x, device="cpu"),
+        connscale.degree_centrality(x, DEFAULT_THRESHOLD, device="cpu"),
+    )
+    by_fraction = connscale.degree_centrality(x, sparsity=0.1, device="cpu")
+    np.testing.assert_array_equal(
+        by_fraction, connscale.degree_centrality(x, None, sparsity=0.1, device="cpu")
+    )
+    assert by_fraction.sum() == 2 * round(0.1 * 40 * 39 / 2)  # no ties in simulated data
+
+
 @pytest.mark.parametrize(
     "kwargs, match",
     [
         ({"threshold": 2.0}, "threshold"),
+        ({"threshold": DEFAULT_THRESHOLD, "sparsity": 0.1}, "not both; got threshold=0.25"),
         ({"threshold": None}, "needs a 'threshold' or a 'sparsity'"),
         ({"threshold": 0.2, "sparsity": 0.1}, "not both"),
         ({"threshold": None, "sparsity": 0.0}, "sparsity"),

@@ -17,7 +17,8 @@ X = np.random.default_rng(0).standard_normal((30, 6))
             lambda: connscale.degree_centrality(X, [0.1, 1.5], device="cpu"),
             r"The 'threshold' parameter of degree_centrality must be a float in the "
             r"range \[-1, 1\], "
-            r"a non-empty sequence, each a float in the range \[-1, 1\] or None. Got \[0.1, 1.5\]",
+            r"a non-empty sequence, each a float in the range \[-1, 1\], a str among \{'auto'\} "
+            r"or None. Got \[0.1, 1.5\]",
         ),
         (
             lambda: connscale.degree_centrality(X, None, sparsity=(0.1, 0.0), device="cpu"),
@@ -69,5 +70,5 @@ def test_bad_parameter_named_with_its_entry(call, message):
 def test_several_thresholds_and_fractions_still_accepted():
     maps = connscale.degree_centrality(X, np.array([0.1, 0.2]), device="cpu")
     assert maps.shape == (2, 6)
-    maps = connscale.degree_centrality(X, None, sparsity=(0.2, 1), device="cpu")
+    maps = connscale.degree_centrality(X, sparsity=(0.2, 1), device="cpu")
     assert maps.shape == (2, 6)

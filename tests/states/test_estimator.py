@@ -106,6 +106,32 @@ def test_fisher_z_and_exemplars(cohort):
     assert_array_equal(np.concatenate(z.labels_), np.concatenate(ref.labels_))
 
 
+@pytest.mark.parametrize("exemplars", [True, False])
+def test_verbose_counts_every_run_and_changes_nothing(cohort, monkeypatch, capsys, exemplars):
+    from tqdm.auto import tqdm
+
+    from connscale.states import estimator
+
+    made = []
+
+    class Kept(tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    monkeypatch.setattr(estimator, "tqdm", Kept)
+    arrays = [np.stack(list(w)) for w in cohort[1][:4]]
+    params = {"exemplars": exemplars, "n_init": 3, "random_state": 0, "device": "cpu"}
+    loud = DFCStates(3, verbose=1, **params).fit(arrays)
+    (bar,) = made
+    assert bar.n == bar.total == 3 + exemplars
+    assert "DFC states" in capsys.readouterr().err
+    quiet = DFCStates(3, **params).fit(arrays)
+    assert capsys.readouterr().err == ""
+    assert_array_equal(loud.cluster_centers_, quiet.cluster_centers_)
+    assert_array_equal(np.concatenate(loud.labels_), np.concatenate(quiet.labels_))
+
+
 def test_elbow_finds_three_states(cohort):
     _, windows = cohort
     curve = elbow(windows, range(2, 8), metric="euclidean", n_init=2, random_state=0, device="cpu")
@@ -137,6 +163,7 @@ def test_elbow_finds_three_states(cohort):
         ({"exemplars": "yes"}, None, "'exemplars' parameter of DFCStates.fit must be a bool"),
         ({"fisher_z": 1}, None, "'fisher_z' parameter of DFCStates.fit must be a bool"),
         ({"n_init": 0}, None, r"'n_init' parameter of DFCStates.fit must be an int"),
+        ({"verbose": -1}, None, r"'verbose' parameter of DFCStates.fit must be an int"),
         ({}, [np.zeros((3, 4)), np.zeros((3, 5))], "same number of edges"),
         ({}, [np.full((3, 4), np.nan)], "NaN or infinite"),
         ({}, [np.zeros(4)], r"shape \(n_windows, n_edges\)"),

@@ -73,6 +73,20 @@ def test_stop_on_tol_equals_sklearn(device):
     assert result.inertia == pytest.approx(sk.inertia_, rel=1e-5)
 
 
+def test_progress_hears_the_iterations_at_each_read():
+    x = np.random.default_rng(1).standard_normal((N_ROWS, N_EDGES)).astype(np.float32)
+    prepared = km.Prepared(torch.as_tensor(x), "euclidean")
+    start = prepared.to_prepared(torch.as_tensor(x[:K].copy()))  # unclustered: many iterations
+    seen = []
+    result = km.lloyd(prepared, start, max_iter=50, progress=seen.append)
+    assert result.converged and result.n_iter > km._CHECK_EVERY
+    assert seen[:-1] == [km._CHECK_EVERY * (i + 1) for i in range(len(seen) - 1)]
+    assert seen[-1] == result.n_iter
+    capped = []
+    km.lloyd(prepared, start, max_iter=3, progress=capped.append)
+    assert capped == [3]
+
+
 def _numpy_lloyd(x, init, metric, max_iter=50):
     """MATLAB kmeans' definitions, in float64 numpy."""
     x = x.astype(np.float64)

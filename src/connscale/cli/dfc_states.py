@@ -153,6 +153,7 @@ def run(args) -> int:
         fisher_z=args.fisher_z,
         random_state=args.seed,
         device=args.device,
+        verbose=args.verbose,
     )
     with record.timer("states"):
         estimator.fit([item["windows"] for item in loaded])

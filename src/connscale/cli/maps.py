@@ -142,10 +142,10 @@ def run(args) -> int:
         with record.timer(f"{option}"):
             (binary, weighted), info = compute_degree(
                 timeseries,
-                values if option == "degree" else None,
-                sparsity=values if option == "sparsity" else None,
+                **({"threshold": values} if option == "degree" else {"sparsity": values}),
                 absolute=args.absolute,
                 memory_limit=args.memory_limit,
+                verbose=args.verbose,
                 both=True,
                 **compute,
             )
@@ -186,7 +186,7 @@ def run(args) -> int:
         from connscale.maps import eigenvector_centrality
 
         with record.timer("ecm"):
-            ecm = eigenvector_centrality(timeseries, **compute)
+            ecm = eigenvector_centrality(timeseries, verbose=args.verbose, **compute)
         emit(
             ecm,
             "ecm",

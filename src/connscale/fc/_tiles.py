@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -43,6 +44,13 @@ from connscale._compute.memory import MemoryLimitError, MemoryPlan, MemoryPlanne
 if HAS_TRITON:  # pragma: no cover - exercised on GPU machines and by the interpreter test
     import triton
     import triton.language as tl
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+# Every walker over row blocks takes ``progress``: a tqdm bar (or None) that
+# each block advances by its rows once its epilogue is queued (on CUDA the
+# device may still be working on it).
 
 # Row blocks of the torch path hold at most this many tile elements, and at
 # least this many rows where the budget allows. On the CPU the tile and its
@@ -134,7 +142,13 @@ def _upper_values(u: torch.Tensor, r0: int, r1: int, absolute: bool):
 
 
 def degree_torch(
-    u: torch.Tensor, thresholds: torch.Tensor, *, absolute: bool, weighted: bool, block_rows: int
+    u: torch.Tensor,
+    thresholds: torch.Tensor,
+    *,
+    absolute: bool,
+    weighted: bool,
+    block_rows: int,
+    progress: tqdm | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Degree of every series at every threshold, by row blocks in torch.
 
@@ -148,6 +162,8 @@ def degree_torch(
         ``weighted`` also sums the kept r (|r| with ``absolute``).
     block_rows : int
         Rows per block (see :func:`plan_block_rows`).
+    progress : tqdm or None
+        Advanced by the rows of each block.
 
     Returns
     -------
@@ -172,6 +188,8 @@ def degree_torch(
                 del kept
             del keep
         del tile
+        if progress is not None:
+            progress.update(r1 - r0)
     return counts, sums
 
 
@@ -361,9 +379,11 @@ def walk_row_blocks(
     *,
     buffers: list[torch.Tensor] | None = None,
     side: torch.cuda.Stream | None = None,
+    progress: tqdm | None = None,
 ) -> None:
     """Row blocks ``[r0, r1)`` × ``[r0, N)`` of U·Uᵀ by the BLAS (cuBLAS on
-    CUDA) into device memory, each handed to ``epilogue(tile, r0, r1)``.
+    CUDA) into device memory, each handed to ``epilogue(tile, r0, r1)``
+    (and counted in ``progress``, a tqdm bar, when given).
 
     On CUDA two block buffers alternate: the epilogue of block k runs on a
     second stream (``side``) while the GEMM of block k + 1 runs on the
@@ -390,11 +410,13 @@ def walk_row_blocks(
         torch.mm(u[r0:r1], u[r0:].T, out=tile)
         if not u.is_cuda:
             epilogue(tile, r0, r1)
-            continue
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            epilogue(tile, r0, r1)
-            done[slot] = side.record_event()
+        else:
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                epilogue(tile, r0, r1)
+                done[slot] = side.record_event()
+        if progress is not None:
+            progress.update(r1 - r0)
     if u.is_cuda:
         main.wait_stream(side)
         if owned:
@@ -412,6 +434,7 @@ def degree_blocks_triton(
     block_m: int = 64,
     block_n: int = 128,
     num_warps: int = 4,
+    progress: tqdm | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`degree_torch` with the GEMM of each row block by the BLAS
     (cuBLAS) into device memory and the epilogue as one Triton kernel that
@@ -443,7 +466,7 @@ def degree_blocks_triton(
             **options,
         )
 
-    walk_row_blocks(u, block_rows, epilogue)
+    walk_row_blocks(u, block_rows, epilogue, progress=progress)
     return counts.to(torch.int64), (sums if weighted else None)
 
 
@@ -858,7 +881,12 @@ def compact_upper_triangle_lookback(
 
 
 def histogram_triton(
-    u: torch.Tensor, *, absolute: bool, block_rows: int, n_bins: int = HISTOGRAM_BINS
+    u: torch.Tensor,
+    *,
+    absolute: bool,
+    block_rows: int,
+    n_bins: int = HISTOGRAM_BINS,
+    progress: tqdm | None = None,
 ) -> torch.Tensor:
     """:func:`histogram_torch` by BLAS row blocks and a Triton epilogue."""
     n = u.shape[0]
@@ -882,7 +910,7 @@ def histogram_triton(
             **options,
         )
 
-    walk_row_blocks(u, block_rows, epilogue)
+    walk_row_blocks(u, block_rows, epilogue, progress=progress)
     return counts
 
 
@@ -894,6 +922,7 @@ def collect_bin_triton(
     absolute: bool,
     block_rows: int,
     n_bins: int = HISTOGRAM_BINS,
+    progress: tqdm | None = None,
 ) -> torch.Tensor:
     """:func:`collect_bin_torch` by BLAS row blocks and a Triton epilogue
     (``size``: the bin's count, from the histogram; the values in any order)."""
@@ -930,7 +959,7 @@ def collect_bin_triton(
             **options,
         )
 
-    walk_row_blocks(u, block_rows, epilogue)
+    walk_row_blocks(u, block_rows, epilogue, progress=progress)
     return found[: min(size, int(cursor))]
 
 
@@ -945,7 +974,12 @@ def _bin_index(values: torch.Tensor, absolute: bool, n_bins: int) -> torch.Tenso
 
 
 def histogram_torch(
-    u: torch.Tensor, *, absolute: bool, block_rows: int, n_bins: int = HISTOGRAM_BINS
+    u: torch.Tensor,
+    *,
+    absolute: bool,
+    block_rows: int,
+    n_bins: int = HISTOGRAM_BINS,
+    progress: tqdm | None = None,
 ) -> torch.Tensor:
     """Counts of the upper-triangle r (|r|) in ``n_bins`` uniform bins (int64)."""
     n = u.shape[0]
@@ -956,6 +990,8 @@ def histogram_torch(
         keep[:, : r1 - r0] &= upper
         counts += torch.bincount(_bin_index(tile[keep], absolute, n_bins), minlength=n_bins)
         del tile, keep
+        if progress is not None:
+            progress.update(r1 - r0)
     return counts
 
 
@@ -966,6 +1002,7 @@ def collect_bin_torch(
     absolute: bool,
     block_rows: int,
     n_bins: int = HISTOGRAM_BINS,
+    progress: tqdm | None = None,
 ) -> torch.Tensor:
     """The upper-triangle values that fall in bin ``bin_index`` (same binning
     as :func:`histogram_torch`)."""
@@ -978,6 +1015,8 @@ def collect_bin_torch(
         values = tile[keep]
         found.append(values[_bin_index(values, absolute, n_bins) == bin_index])
         del tile, keep, values
+        if progress is not None:
+            progress.update(r1 - r0)
     return torch.cat(found)
 
 
@@ -988,6 +1027,7 @@ def top_threshold(
     absolute: bool,
     block_rows: int,
     use_triton: bool = False,
+    progress: tqdm | None = None,
 ) -> list[float]:
     """For each k in ``n_kept``: the k-th largest upper-triangle r (|r|), exactly.
 
@@ -995,25 +1035,30 @@ def top_threshold(
     distinct bin collects that bin's values and selects in it. With
     ``use_triton`` (see :func:`connscale._compute.device.use_triton`) the passes are BLAS row blocks
     with Triton epilogues (``block_rows`` from :func:`plan_block_rows_stored`),
-    else torch row blocks (from :func:`plan_block_rows`).
+    else torch row blocks (from :func:`plan_block_rows`). ``progress`` (a
+    tqdm bar) counts the rows of every pass; the caller's total covers the
+    histogram pass, and N is added to it for each collect pass once their
+    number is known.
     """
+    walk = {"absolute": absolute, "block_rows": block_rows, "progress": progress}
     if use_triton:
-        hist = histogram_triton(u, absolute=absolute, block_rows=block_rows)
+        hist = histogram_triton(u, **walk)
     else:
-        hist = histogram_torch(u, absolute=absolute, block_rows=block_rows)
+        hist = histogram_torch(u, **walk)
     above = torch.flip(torch.cumsum(torch.flip(hist, [0]), 0), [0])  # count in bins >= b
+    bins = [int(torch.nonzero(above >= k).max()) for k in n_kept]
+    if progress is not None:
+        progress.total += u.shape[0] * len(set(bins))
+        progress.refresh()
     found = {}
     result = []
-    for k in n_kept:
-        b = int(torch.nonzero(above >= k).max())
+    for k, b in zip(n_kept, bins):
         higher = int(above[b + 1]) if b + 1 < hist.numel() else 0
         if b not in found:
             if use_triton:
-                values = collect_bin_triton(
-                    u, b, int(hist[b]), absolute=absolute, block_rows=block_rows
-                )
+                values = collect_bin_triton(u, b, int(hist[b]), **walk)
             else:
-                values = collect_bin_torch(u, b, absolute=absolute, block_rows=block_rows)
+                values = collect_bin_torch(u, b, **walk)
             found[b] = torch.sort(values, descending=True).values
         result.append(float(found[b][k - higher - 1]))
     return result

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from numbers import Real
+from numbers import Integral, Real
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from connscale._compute import memory_budget
 from connscale._compute.device import use_triton as triton_runs
 from connscale._docs import fill_doc
-from connscale._validation import Interval, SequenceOf, validate_params
+from connscale._validation import Interval, SequenceOf, StrOptions, validate_params
 from connscale.fc import _tiles
 from connscale.maps._prepare import as_map, normalized_series
 
@@ -27,18 +28,22 @@ def _as_list(value) -> tuple[list[float], bool]:
     return [float(v) for v in value], False
 
 
+#: The threshold that ``threshold="auto"`` stands for when no ``sparsity`` is given.
+DEFAULT_THRESHOLD = 0.25
+
 _CORRELATION = Interval(Real, -1, 1, closed="both")
 _FRACTION = Interval(Real, 0, 1, closed="right")
 # Declared once for degree_centrality and compute_degree (the CLI's entry).
 _PARAMETER_CONSTRAINTS = {
     "timeseries": ["array-like"],
-    "threshold": [_CORRELATION, SequenceOf(_CORRELATION), None],
+    "threshold": [_CORRELATION, SequenceOf(_CORRELATION), StrOptions({"auto"}), None],
     "weighted": ["boolean"],
     "absolute": ["boolean"],
     "sparsity": [_FRACTION, SequenceOf(_FRACTION), None],
     "device": ["device"],
     "dtype": ["dtype"],
     "memory_limit": ["memory", None],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
 }
 
 
@@ -46,7 +51,7 @@ _PARAMETER_CONSTRAINTS = {
 @validate_params(_PARAMETER_CONSTRAINTS)
 def degree_centrality(
     timeseries,
-    threshold: float | Sequence[float] | None = 0.25,
+    threshold: float | Sequence[float] | str | None = "auto",
     *,
     weighted: bool = False,
     absolute: bool = False,
@@ -54,6 +59,7 @@ def degree_centrality(
     device: str = "auto",
     dtype: str = "float32",
     memory_limit: int | str | None = None,
+    verbose: int = 0,
 ) -> np.ndarray:
     """Degree centrality of every series, without storing the correlation matrix.
 
@@ -66,10 +72,11 @@ def degree_centrality(
     Parameters
     ----------
     %(timeseries)s
-    threshold : float or sequence of float, default=0.25
+    threshold : float, sequence of float or 'auto', default='auto'
         Count pairs with r > threshold (|r| > threshold with ``absolute``).
-        Several thresholds are computed in one pass. Not used when
-        ``sparsity`` is given (pass None then).
+        Several thresholds are computed in one pass. ``'auto'`` is 0.25
+        without ``sparsity`` and no fixed threshold with it; a number
+        together with ``sparsity`` is an error.
     weighted : bool, default=False
         Sum the kept correlations (|r| with ``absolute``) instead of counting
         them.
@@ -84,6 +91,8 @@ def degree_centrality(
     %(device)s
     %(dtype)s
     %(memory_limit)s
+    %(verbose)s
+        The bar counts the rows of R (every pass with ``sparsity``).
 
     Returns
     -------
@@ -108,6 +117,8 @@ def degree_centrality(
     >>> x = np.random.default_rng(0).standard_normal((100, 50))
     >>> connscale.degree_centrality(x, [0.1, 0.2], device="cpu").shape
     (2, 50)
+    >>> connscale.degree_centrality(x, sparsity=0.05, device="cpu").shape
+    (50,)
     """
     maps, _ = compute_degree(
         timeseries,
@@ -118,6 +129,7 @@ def degree_centrality(
         device=device,
         dtype=dtype,
         memory_limit=memory_limit,
+        verbose=verbose,
     )
     return maps
 
@@ -125,7 +137,7 @@ def degree_centrality(
 @validate_params({**_PARAMETER_CONSTRAINTS, "both": ["boolean"]})
 def compute_degree(
     timeseries,
-    threshold=0.25,
+    threshold="auto",
     *,
     weighted=False,
     absolute=False,
@@ -133,6 +145,7 @@ def compute_degree(
     device="auto",
     dtype="float32",
     memory_limit=None,
+    verbose=0,
     both=False,
 ):
     """:func:`degree_centrality`, also returning a dict with the thresholds
@@ -141,12 +154,15 @@ def compute_degree(
     With ``both``, the maps are a pair (binary, weighted) from the same pass.
     """
     if sparsity is not None:
-        if threshold is not None:
+        if not (threshold is None or isinstance(threshold, str)):
             raise ValueError(
-                "Give a 'threshold' or a 'sparsity', not both (pass threshold=None with sparsity)."
+                f"Give a 'threshold' or a 'sparsity', not both; got threshold={threshold!r} "
+                f"and sparsity={sparsity!r}."
             )
         fractions, scalar = _as_list(sparsity)
     else:
+        if isinstance(threshold, str):  # "auto"
+            threshold = DEFAULT_THRESHOLD
         if threshold is None:
             raise ValueError("degree_centrality needs a 'threshold' or a 'sparsity'; got neither.")
         thresholds, scalar = _as_list(threshold)
@@ -171,13 +187,23 @@ def compute_degree(
         block_rows = _tiles.plan_block_rows(
             n, resident, budget, item=item, device=u.device
         ).block_rows
-    with torch.no_grad():
+    # Rows of the histogram pass and the degree pass (top_threshold adds its collect passes).
+    passes = 2 if sparsity is not None else 1
+    progress = tqdm(
+        total=passes * n, desc="degree centrality", unit="row", disable=not verbose, leave=False
+    )
+    with torch.no_grad(), progress:
         if sparsity is not None:
             m = n - int(constant.sum())
             pairs = m * (m - 1) // 2
             kept = [max(1, min(pairs, round(p * pairs))) for p in fractions]
             exact = _tiles.top_threshold(
-                u, kept, absolute=absolute, block_rows=block_rows, use_triton=use_triton
+                u,
+                kept,
+                absolute=absolute,
+                block_rows=block_rows,
+                use_triton=use_triton,
+                progress=progress,
             )
             thresholds = exact
             cut = [_tiles.below(v, u.dtype) for v in exact]  # r > cut <=> r >= exact
@@ -188,9 +214,15 @@ def compute_degree(
             counts, sums = _tiles.degree_triton(
                 u, cut_t, absolute=absolute, weighted=weighted or both
             )
+            progress.update(n)  # one kernel: no blocks to count
         elif use_triton:
             counts, sums = _tiles.degree_blocks_triton(
-                u, cut_t, absolute=absolute, weighted=weighted or both, block_rows=block_rows
+                u,
+                cut_t,
+                absolute=absolute,
+                weighted=weighted or both,
+                block_rows=block_rows,
+                progress=progress,
             )
         else:
             counts, sums = _tiles.degree_torch(
@@ -199,6 +231,7 @@ def compute_degree(
                 absolute=absolute,
                 weighted=weighted or both,
                 block_rows=block_rows,
+                progress=progress,
             )
     method = f"triton-{_tiles.CUDA_METHOD}" if use_triton else "torch"
     info = {

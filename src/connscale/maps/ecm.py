@@ -7,6 +7,7 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from connscale._docs import fill_doc
 from connscale._validation import Interval, user_stacklevel, validate_params
@@ -21,6 +22,7 @@ from connscale.maps._prepare import as_map, normalized_series
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "device": ["device"],
         "dtype": ["dtype"],
+        "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     }
 )
 def eigenvector_centrality(
@@ -30,6 +32,7 @@ def eigenvector_centrality(
     max_iter: int = 1000,
     device: str = "auto",
     dtype: str = "float32",
+    verbose: int = 0,
 ) -> np.ndarray:
     """Eigenvector centrality of every series (fastECM), matrix-free.
 
@@ -47,6 +50,8 @@ def eigenvector_centrality(
         Most iterations; a RuntimeWarning says when they ran out.
     %(device)s
     %(dtype)s
+    %(verbose)s
+        The bar counts iterations (up to ``max_iter``) and shows the last change.
 
     Returns
     -------
@@ -76,7 +81,16 @@ def eigenvector_centrality(
         m = z.shape[0]
         if m == 0:
             raise ValueError("eigenvector_centrality: every series is constant.")
-        x, n_iter, change = power_iteration(z, tol, max_iter)
+        with tqdm(
+            total=max_iter,
+            desc="eigenvector centrality",
+            unit="it",
+            disable=not verbose,
+            leave=False,
+        ) as progress:
+            x, n_iter, change = power_iteration(
+                z, tol, max_iter, progress=progress if verbose else None
+            )
         if change >= tol:
             warnings.warn(
                 f"eigenvector_centrality did not converge in {max_iter} iterations "
@@ -89,10 +103,13 @@ def eigenvector_centrality(
     return as_map(full, constant)
 
 
-def power_iteration(z: torch.Tensor, tol: float, max_iter: int) -> tuple[torch.Tensor, int, float]:
+def power_iteration(
+    z: torch.Tensor, tol: float, max_iter: int, *, progress: tqdm | None = None
+) -> tuple[torch.Tensor, int, float]:
     """Leading unit eigenvector of Z·Zᵀ + 1 by power iteration, matrix-free.
 
-    Returns the vector, the iterations run and the last change.
+    Returns the vector, the iterations run and the last change. ``progress``
+    (a tqdm bar) is advanced by each iteration and shows the change.
     """
     m = z.shape[0]
     x = torch.full((m,), 1.0 / np.sqrt(m), dtype=z.dtype, device=z.device)
@@ -102,6 +119,9 @@ def power_iteration(z: torch.Tensor, tol: float, max_iter: int) -> tuple[torch.T
         y /= torch.linalg.vector_norm(y)
         change = float(torch.linalg.vector_norm(y - x))
         x = y
+        if progress is not None:
+            progress.set_postfix(change=f"{change:.2e}", refresh=False)
+            progress.update()
         if change < tol:
             break
     return x, n_iter, change

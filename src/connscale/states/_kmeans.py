@@ -28,7 +28,7 @@ running those iterations again one at a time with the host-side re-seeding).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -455,6 +455,7 @@ def lloyd(
     tol: float = 0.0,
     use_triton: bool | None = None,
     check_convergence: bool = True,
+    progress: Callable[[int], object] | None = None,
 ) -> LloydResult:
     """Lloyd iterations from ``centres`` (k × E, prepared space), as
     scikit-learn's ``_kmeans_single_lloyd``: assign, update the centres,
@@ -468,7 +469,9 @@ def lloyd(
     past a stop on unchanged labels repeat the same fixed point, a stop on
     ``tol`` takes the centres saved at that iteration, and a run of
     iterations in which a centre got no row is run again one iteration at a
-    time, re-seeding empty centres as scikit-learn does."""
+    time, re-seeding empty centres as scikit-learn does. ``progress`` is
+    called with the number of iterations done at each of those reads (no
+    read is added for it)."""
     x = prepared.x
     k = centres.shape[0]
     if use_triton is None:
@@ -502,6 +505,8 @@ def lloyd(
                     run.centres = history[j]
                     break
         done += span
+        if progress is not None:
+            progress(stop[0] if stop is not None else done)
     n_iter, converged = stop if stop is not None else (max_iter, False)
     if not converged:
         labels, _ = run.assign(run.centres, torch.zeros(1, dtype=torch.int32, device=x.device))

@@ -22,6 +22,7 @@ import scipy.sparse as sp
 import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
+from tqdm.auto import tqdm
 
 from connscale._compute import resolve_device
 from connscale._docs import fill_doc
@@ -57,6 +58,7 @@ _PARAMETER_CONSTRAINTS = {
     "fisher_z": ["boolean"],
     "random_state": ["random_state"],
     "device": ["device"],
+    "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
 }
 
 
@@ -164,15 +166,45 @@ def _device_copy(array: np.ndarray, device: torch.device) -> tuple[torch.Tensor,
 
 
 def _best_of(
-    prepared: km.Prepared, k: int, n_init: int, rng, *, max_iter: int, tol: float
+    prepared: km.Prepared,
+    k: int,
+    n_init: int,
+    rng,
+    *,
+    max_iter: int,
+    tol: float,
+    progress: tqdm | None = None,
 ) -> km.LloydResult:
     best = None
     for _ in range(n_init):
         seeds = km.kmeans_plusplus(prepared, k, km.seed_generator(rng, prepared.x.device))
-        result = km.lloyd(prepared, seeds, max_iter=max_iter, tol=tol)
+        result = _run(prepared, seeds, max_iter=max_iter, tol=tol, progress=progress)
         if best is None or result.inertia < best.inertia:
             best = result
     return best
+
+
+def _run(
+    prepared: km.Prepared,
+    centres: torch.Tensor,
+    *,
+    max_iter: int,
+    tol: float,
+    progress: tqdm | None,
+) -> km.LloydResult:
+    """One Lloyd run, counted in ``progress`` (a bar over runs that shows
+    the run's iterations as they are read by the host)."""
+    if progress is None:
+        return km.lloyd(prepared, centres, max_iter=max_iter, tol=tol)
+
+    def show(n_iter: int) -> None:
+        progress.set_postfix(iteration=n_iter, refresh=False)
+        progress.update(0)  # redrawn at tqdm's own pace (mininterval)
+
+    result = km.lloyd(prepared, centres, max_iter=max_iter, tol=tol, progress=show)
+    progress.set_postfix(iteration=result.n_iter, inertia=f"{result.inertia:.6g}", refresh=False)
+    progress.update()
+    return result
 
 
 def _tolerance(x: torch.Tensor, tol: float) -> float:
@@ -202,9 +234,12 @@ def _cluster(
     max_iter: int,
     tol: float,
     rng,
+    verbose: int = 0,
 ):
     """k-means of all windows (optionally seeded from the exemplars'): the
-    result and the Prepared data it lives in."""
+    result and the Prepared data it lives in. With ``verbose``, a progress
+    bar over the k-means runs (the restarts, and the final run of all
+    windows after the exemplars')."""
     tol_abs = _tolerance(x, tol)
     if exemplars:
         chosen = np.concatenate([offsets[i] + exemplar_windows(a) for i, a in enumerate(arrays)])
@@ -216,16 +251,30 @@ def _cluster(
                 stacklevel=user_stacklevel(),
             )
             exemplars = False
-    if exemplars:
-        index = torch.as_tensor(chosen, device=x.device)
-        stage = km.Prepared(x[index], metric, owned=True)
-        first = _best_of(stage, n_states, n_init, rng, max_iter=max_iter, tol=tol_abs)
-        logger.info("exemplars: %d windows, inertia %.6g", chosen.size, first.inertia)
+    bar = tqdm(
+        total=n_init + int(exemplars),
+        desc="DFC states",
+        unit="run",
+        disable=not verbose,
+        leave=False,
+    )
+    progress = bar if verbose else None
+    with bar:
+        if exemplars:
+            index = torch.as_tensor(chosen, device=x.device)
+            stage = km.Prepared(x[index], metric, owned=True)
+            first = _best_of(
+                stage, n_states, n_init, rng, max_iter=max_iter, tol=tol_abs, progress=progress
+            )
+            logger.info("exemplars: %d windows, inertia %.6g", chosen.size, first.inertia)
+            prepared = km.Prepared(x, metric, owned=owned)
+            init = prepared.to_prepared(stage.from_prepared(first.centres))
+            return _run(prepared, init, max_iter=max_iter, tol=tol_abs, progress=progress), prepared
         prepared = km.Prepared(x, metric, owned=owned)
-        init = prepared.to_prepared(stage.from_prepared(first.centres))
-        return km.lloyd(prepared, init, max_iter=max_iter, tol=tol_abs), prepared
-    prepared = km.Prepared(x, metric, owned=owned)
-    return _best_of(prepared, n_states, n_init, rng, max_iter=max_iter, tol=tol_abs), prepared
+        best = _best_of(
+            prepared, n_states, n_init, rng, max_iter=max_iter, tol=tol_abs, progress=progress
+        )
+        return best, prepared
 
 
 @fill_doc
@@ -257,6 +306,10 @@ class DFCStates(BaseEstimator):
         Cluster arctanh of the correlations (clipped to ±(1 − 1e-7)).
     %(random_state)s
     %(device)s
+    %(verbose)s
+        The bar counts k-means runs (``n_init`` restarts, and the run of all
+        windows with ``exemplars``) and shows the Lloyd iteration of the
+        current run.
 
     Attributes
     ----------
@@ -305,6 +358,7 @@ class DFCStates(BaseEstimator):
         fisher_z: bool = False,
         random_state=None,
         device: str = "auto",
+        verbose: int = 0,
     ) -> None:
         self.n_states = n_states
         self.metric = metric
@@ -315,6 +369,7 @@ class DFCStates(BaseEstimator):
         self.fisher_z = fisher_z
         self.random_state = random_state
         self.device = device
+        self.verbose = verbose
 
     def _windows(self, windows):
         arrays, single = _subject_windows(windows)
@@ -365,6 +420,7 @@ class DFCStates(BaseEstimator):
                 max_iter=self.max_iter,
                 tol=float(self.tol),
                 rng=rng,
+                verbose=self.verbose,
             )
             centres = prepared.from_prepared(result.centres)
         labels = result.labels.cpu().numpy()
