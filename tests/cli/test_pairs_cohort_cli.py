@@ -113,7 +113,9 @@ def test_pairs_cli_npy(roi_files, tmp_path):
     assert [(int(p["i"]), int(p["j"])) for p in pairs][:3] == [(0, 1), (0, 2), (0, 3)]
     windows = _read_tsv(func / "sub-01_task-rest_meas-PearsonCorrelation_windows.tsv")
     assert (windows[-1]["onset"], windows[-1]["end"]) == ("20", "30")
-    columns = json.loads((func / "sub-01_task-rest_meas-PearsonCorrelation_windows.json").read_text())
+    columns = json.loads(
+        (func / "sub-01_task-rest_meas-PearsonCorrelation_windows.json").read_text()
+    )
     assert columns["onset"]["Units"] == "volumes"
 
 

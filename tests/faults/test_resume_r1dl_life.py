@@ -131,6 +131,14 @@ def _func(out: Path) -> Path:
     return out / "sub-S" / "func"
 
 
+def _checkpoints(out: Path) -> Path:
+    return _func(out) / f".{R1DL}_components.staging" / "r1dl_checkpoint"
+
+
+def _r1dl_log(out: Path) -> dict:
+    return _r1dl_log(out)
+
+
 @pytest.fixture(scope="module")
 def r1dl_input(tmp_path_factory):
     from connscale.datasets import simulate_networks
@@ -185,7 +193,7 @@ def test_r1dl_kill_resumes_from_last_atom(r1dl_input, tmp_path, capsys):
     assert _cli(_r1dl_args(r1dl_input, ref), tmp_path, "ref")[0] == 0
 
     proc = _start_stopping(_r1dl_args(r1dl_input, out), n_done, tmp_path, "killed")
-    atoms = sorted((_func(out) / f".{R1DL}_components.staging" / "r1dl_checkpoint").glob("atom_*.npz"))
+    atoms = sorted(_checkpoints(out).glob("atom_*.npz"))
     assert len(atoms) == n_done
     # While it holds the output, a second run fails at once, naming its pid.
     assert main(_r1dl_args(r1dl_input, out)) == 2
@@ -195,7 +203,7 @@ def test_r1dl_kill_resumes_from_last_atom(r1dl_input, tmp_path, capsys):
 
     rc, err = _cli(_r1dl_args(r1dl_input, out), tmp_path, "resumed")
     assert rc == 0, err
-    assert _log(_func(out) / f"{R1DL}_components_log.json")["results"]["resumed_atoms"] == n_done
+    assert _r1dl_log(out)["results"]["resumed_atoms"] == n_done
     _assert_same_r1dl(out, ref)
     assert not (_func(out) / f".{R1DL}_components.staging").exists()
 
@@ -231,7 +239,7 @@ def test_r1dl_changed_input_recomputes_complete_output_does_nothing(tmp_path, mo
     assert main(_r1dl_args(S, fresh)) == 0
     assert main(args) == 0
     assert manifest.stat().st_mtime_ns != stamp
-    assert _log(_func(out) / f"{R1DL}_components_log.json")["results"]["resumed_atoms"] == 0
+    assert _r1dl_log(out)["results"]["resumed_atoms"] == 0
     _assert_same_r1dl(out, fresh)
 
     # A run of the first data interrupted after two atoms: a run of the
@@ -249,10 +257,10 @@ def test_r1dl_changed_input_recomputes_complete_output_does_nothing(tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         main(_r1dl_args(S, stale))
     monkeypatch.setattr(_checkpoint.AtomCheckpoint, "save", save)
-    assert len(list((_func(stale) / f".{R1DL}_components.staging" / "r1dl_checkpoint").glob("atom_*"))) == 2
+    assert len(list(_checkpoints(stale).glob("atom_*"))) == 2
     replace_input(data_b)
     assert main(_r1dl_args(S, stale)) == 0
-    assert _log(_func(stale) / f"{R1DL}_components_log.json")["results"]["resumed_atoms"] == 0
+    assert _r1dl_log(stale)["results"]["resumed_atoms"] == 0
     _assert_same_r1dl(stale, fresh)
 
 
@@ -265,11 +273,12 @@ def test_r1dl_foreign_file_is_refused(r1dl_input, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"{R1DL}_mixing.tsv exists and is not part of" in err[0]
     assert foreign.read_text() == "my own notes\n"
-    assert not (_func(out) / f"{R1DL}_components_manifest.json").exists() and not (_func(out) / f"{R1DL}_components.npz").exists()
+    assert not (_func(out) / f"{R1DL}_components_manifest.json").exists()
+    assert not (_func(out) / f"{R1DL}_components.npz").exists()
     # Once it is moved away, the next run publishes the atoms it had learned.
     foreign.unlink()
     assert main(_r1dl_args(r1dl_input, out)) == 0
-    assert _log(_func(out) / f"{R1DL}_components_log.json")["results"]["resumed_atoms"] == K
+    assert _r1dl_log(out)["results"]["resumed_atoms"] == K
 
 
 def test_r1dl_wait_for_the_other_run(r1dl_input, tmp_path):
@@ -298,7 +307,7 @@ def test_r1dl_wait_for_the_other_run(r1dl_input, tmp_path):
     finally:
         _lock.time = real_time
     assert result["rc"] == 0
-    assert _log(_func(out) / f"{R1DL}_components_log.json")["results"]["resumed_atoms"] == 0  # the first's log
+    assert _r1dl_log(out)["results"]["resumed_atoms"] == 0  # the first's log
 
 
 # ---------------------------------------------------------------------------
