@@ -136,7 +136,7 @@ def _checkpoints(out: Path) -> Path:
 
 
 def _r1dl_log(out: Path) -> dict:
-    return _r1dl_log(out)
+    return _log(_func(out) / f"{R1DL}_components_log.json")
 
 
 @pytest.fixture(scope="module")
