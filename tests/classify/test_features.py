@@ -313,7 +313,7 @@ def test_pair_summary_as_connscale_pairs_writes_it(tmp_path):
         "0\t0\t1\tA\tB\t0.3\t0.1\t0.25",
         "1\t0\t2\tA\tC\t-0.1\t0.2\t0",
     ]
-    path = tmp_path / "sub-07_pairs-summary.tsv"
+    path = tmp_path / "sub-07_meas-PearsonCorrelation_pairs.tsv"
     path.write_text("\n".join(rows) + "\n")
     features = load_features([path], statistics=["mean", "fraction_above"])
     np.testing.assert_allclose(features.X, [[0.3, -0.1, 0.25, 0.0]])

@@ -55,26 +55,34 @@ def test_pairs_cli_h5(roi_files, tmp_path, capsys):
         )
         == 0
     )
-    assert "2 scan(s), 6 pairs" in capsys.readouterr().out
+    assert "2 scan(s) (2 computed), 6 pairs" in capsys.readouterr().out
     x = np.loadtxt(a, skiprows=1)
     expected = pairwise_dfc(x[None], 8, 3, device="cpu")
-    with h5py.File(out / "sub-01_task-rest_pairs.h5") as h5:
+    one = out / "sub-01" / "func" / "sub-01_task-rest_meas-PearsonCorrelation_pairs"
+    two = out / "sub-02" / "func" / "sub-02_task-rest_meas-PearsonCorrelation_pairs"
+    with h5py.File(f"{one}.h5") as h5:
         assert_allclose(h5["courses"][()], expected.courses[0], atol=1e-6)
         assert_array_equal(h5["pairs"][()], expected.pairs)
         assert_array_equal(h5["window_onsets"][()], expected.window_starts)
         assert list(h5["labels"].asstr()[()]) == ["DMN", "SMN", "VIS", "SAL"]
-    with h5py.File(out / "sub-02_task-rest_pairs.h5") as h5:
+    with h5py.File(f"{two}.h5") as h5:
         assert h5["courses"].shape == (6, (24 - 8) // 3 + 1)  # scans of different lengths
-    rows = _read_tsv(out / "sub-01_task-rest_pairs-summary.tsv")
+    rows = _read_tsv(f"{one}.tsv")
     summary = pair_summary(expected.courses, threshold=0.1)
     assert (rows[0]["label_i"], rows[0]["label_j"]) == ("DMN", "SMN")
     assert_allclose([float(r["mean"]) for r in rows], summary.mean[0], atol=1e-6)
     assert_allclose([float(r["fraction_above_0.1"]) for r in rows], summary.fraction_above[0])
-    features = _read_tsv(out / "pairs_features.tsv")
+    sidecar = json.loads(open(f"{one}.json").read())
+    assert (sidecar["WindowLength"], sidecar["WindowStep"], sidecar["Threshold"]) == (8, 3, 0.1)
+    assert sidecar["NumberOfWindows"] == 8 and sidecar["NodeNames"] == ["DMN", "SMN", "VIS", "SAL"]
+    group = out / "task-rest_meas-PearsonCorrelation_features"
+    features = _read_tsv(f"{group}.tsv")
     assert [f["scan"] for f in features] == ["sub-01_task-rest", "sub-02_task-rest"]
     assert len(features[0]) == 1 + 3 * 6
-    log = json.loads((out / "pairs_log.json").read_text())
+    assert json.loads(open(f"{group}.json").read())["Threshold"] == 0.1
+    log = json.loads(open(f"{group}_log.json").read())
     assert log["results"]["n_pairs"] == 6 and log["results"]["n_windows"] == [8, 6]
+    assert (out / "dataset_description.json").is_file()
 
 
 def test_pairs_cli_npy(roi_files, tmp_path):
@@ -98,12 +106,17 @@ def test_pairs_cli_npy(roi_files, tmp_path):
         )
         == 0
     )
-    courses = np.load(out / "sub-01_task-rest_pairs-courses.npy")
+    func = out / "sub-01" / "func"
+    courses = np.load(func / "sub-01_task-rest_meas-PearsonCorrelation_pairs.npy")
     assert courses.shape == (6, 21)
-    pairs = _read_tsv(out / "sub-01_task-rest_pairs.tsv")
+    pairs = _read_tsv(func / "sub-01_task-rest_meas-PearsonCorrelation_pairs.tsv")
     assert [(int(p["i"]), int(p["j"])) for p in pairs][:3] == [(0, 1), (0, 2), (0, 3)]
-    windows = _read_tsv(out / "sub-01_task-rest_windows.tsv")
+    windows = _read_tsv(func / "sub-01_task-rest_meas-PearsonCorrelation_windows.tsv")
     assert (windows[-1]["onset"], windows[-1]["end"]) == ("20", "30")
+    columns = json.loads(
+        (func / "sub-01_task-rest_meas-PearsonCorrelation_windows.json").read_text()
+    )
+    assert columns["onset"]["Units"] == "volumes"
 
 
 def test_pairs_cli_errors(roi_files, tmp_path, capsys):

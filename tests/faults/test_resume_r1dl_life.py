@@ -123,6 +123,20 @@ def _log(path: Path) -> dict:
 # ---------------------------------------------------------------------------
 
 K = 6
+#: The outputs of S.npy: sub-S/func/sub-S_meas-R1DL_<suffix>.
+R1DL = "sub-S_meas-R1DL"
+
+
+def _func(out: Path) -> Path:
+    return out / "sub-S" / "func"
+
+
+def _checkpoints(out: Path) -> Path:
+    return _func(out) / f".{R1DL}_components.staging" / "r1dl_checkpoint"
+
+
+def _r1dl_log(out: Path) -> dict:
+    return _log(_func(out) / f"{R1DL}_components_log.json")
 
 
 @pytest.fixture(scope="module")
@@ -155,13 +169,13 @@ def _r1dl_args(S, out, *extra):
 
 
 def _r1dl_outputs(out: Path) -> dict:
-    loadings = sp.load_npz(out / "r1dl_loadings.npz")
+    loadings = sp.load_npz(_func(out) / f"{R1DL}_components.npz")
     return {
         "indptr": loadings.indptr,
         "indices": loadings.indices,
         "data": loadings.data,
-        "timecourses": (out / "r1dl_timecourses.tsv").read_text(),
-        "iterations": (out / "r1dl_iterations.tsv").read_text(),
+        "timecourses": (_func(out) / f"{R1DL}_mixing.tsv").read_text(),
+        "iterations": (_func(out) / f"{R1DL}_iterations.tsv").read_text(),
     }
 
 
@@ -179,19 +193,19 @@ def test_r1dl_kill_resumes_from_last_atom(r1dl_input, tmp_path, capsys):
     assert _cli(_r1dl_args(r1dl_input, ref), tmp_path, "ref")[0] == 0
 
     proc = _start_stopping(_r1dl_args(r1dl_input, out), n_done, tmp_path, "killed")
-    atoms = sorted((out / ".r1dl.staging" / "r1dl_checkpoint").glob("atom_*.npz"))
+    atoms = sorted(_checkpoints(out).glob("atom_*.npz"))
     assert len(atoms) == n_done
     # While it holds the output, a second run fails at once, naming its pid.
     assert main(_r1dl_args(r1dl_input, out)) == 2
     assert f"pid {proc.pid}" in capsys.readouterr().err
     _kill(proc)
-    assert not (out / "r1dl_manifest.json").exists()
+    assert not (_func(out) / f"{R1DL}_components_manifest.json").exists()
 
     rc, err = _cli(_r1dl_args(r1dl_input, out), tmp_path, "resumed")
     assert rc == 0, err
-    assert _log(out / "r1dl_log.json")["results"]["resumed_atoms"] == n_done
+    assert _r1dl_log(out)["results"]["resumed_atoms"] == n_done
     _assert_same_r1dl(out, ref)
-    assert not (out / ".r1dl.staging").exists()
+    assert not (_func(out) / f".{R1DL}_components.staging").exists()
 
 
 def test_r1dl_changed_input_recomputes_complete_output_does_nothing(tmp_path, monkeypatch):
@@ -214,10 +228,10 @@ def test_r1dl_changed_input_recomputes_complete_output_does_nothing(tmp_path, mo
     out = tmp_path / "out"
     args = _r1dl_args(S, out)
     assert main(args) == 0
-    manifest = out / "r1dl_manifest.json"
-    stamps = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
+    manifest = _func(out) / f"{R1DL}_components_manifest.json"
+    stamps = {p.name: p.stat().st_mtime_ns for p in _func(out).iterdir()}
     assert main(args) == 0  # nothing to do
-    assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == stamps
+    assert {p.name: p.stat().st_mtime_ns for p in _func(out).iterdir()} == stamps
     stamp = manifest.stat().st_mtime_ns
 
     replace_input(data_b)
@@ -225,7 +239,7 @@ def test_r1dl_changed_input_recomputes_complete_output_does_nothing(tmp_path, mo
     assert main(_r1dl_args(S, fresh)) == 0
     assert main(args) == 0
     assert manifest.stat().st_mtime_ns != stamp
-    assert _log(out / "r1dl_log.json")["results"]["resumed_atoms"] == 0
+    assert _r1dl_log(out)["results"]["resumed_atoms"] == 0
     _assert_same_r1dl(out, fresh)
 
     # A run of the first data interrupted after two atoms: a run of the
@@ -243,27 +257,28 @@ def test_r1dl_changed_input_recomputes_complete_output_does_nothing(tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         main(_r1dl_args(S, stale))
     monkeypatch.setattr(_checkpoint.AtomCheckpoint, "save", save)
-    assert len(list((stale / ".r1dl.staging" / "r1dl_checkpoint").glob("atom_*"))) == 2
+    assert len(list(_checkpoints(stale).glob("atom_*"))) == 2
     replace_input(data_b)
     assert main(_r1dl_args(S, stale)) == 0
-    assert _log(stale / "r1dl_log.json")["results"]["resumed_atoms"] == 0
+    assert _r1dl_log(stale)["results"]["resumed_atoms"] == 0
     _assert_same_r1dl(stale, fresh)
 
 
 def test_r1dl_foreign_file_is_refused(r1dl_input, tmp_path, capsys):
     out = tmp_path / "out"
-    out.mkdir()
-    foreign = out / "r1dl_timecourses.tsv"
+    _func(out).mkdir(parents=True)
+    foreign = _func(out) / f"{R1DL}_mixing.tsv"
     foreign.write_text("my own notes\n")
     assert main(_r1dl_args(r1dl_input, out)) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "r1dl_timecourses.tsv exists and is not part of" in err[0]
+    assert len(err) == 1 and f"{R1DL}_mixing.tsv exists and is not part of" in err[0]
     assert foreign.read_text() == "my own notes\n"
-    assert not (out / "r1dl_manifest.json").exists() and not (out / "r1dl_loadings.npz").exists()
+    assert not (_func(out) / f"{R1DL}_components_manifest.json").exists()
+    assert not (_func(out) / f"{R1DL}_components.npz").exists()
     # Once it is moved away, the next run publishes the atoms it had learned.
     foreign.unlink()
     assert main(_r1dl_args(r1dl_input, out)) == 0
-    assert _log(out / "r1dl_log.json")["results"]["resumed_atoms"] == K
+    assert _r1dl_log(out)["results"]["resumed_atoms"] == K
 
 
 def test_r1dl_wait_for_the_other_run(r1dl_input, tmp_path):
@@ -292,7 +307,7 @@ def test_r1dl_wait_for_the_other_run(r1dl_input, tmp_path):
     finally:
         _lock.time = real_time
     assert result["rc"] == 0
-    assert _log(out / "r1dl_log.json")["results"]["resumed_atoms"] == 0  # the first's log
+    assert _r1dl_log(out)["results"]["resumed_atoms"] == 0  # the first's log
 
 
 # ---------------------------------------------------------------------------

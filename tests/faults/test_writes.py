@@ -343,13 +343,15 @@ def test_full_disk_pairs(tmp_path, small_disk):
     message = one_line_error(failed, "pairs")
     if small_disk.mounted:  # the size is known: refused before anything is computed
         assert "not enough free space" in message and "needed" in message
-    assert not (out / "sub-01_pairs.h5").exists() and not (out / "pairs_manifest.json").exists()
+    func, stem = out / "sub-01" / "func", "sub-01_meas-PearsonCorrelation_pairs"
+    assert not (func / f"{stem}.h5").exists() and not (func / f"{stem}_manifest.json").exists()
     small_disk.grow()
     assert main([str(a) for a in argv]) == 0
     from connscale.io._publish import read_manifest
 
-    manifest = read_manifest(out, "pairs", verify="full")
-    assert "sub-01_pairs.h5" in manifest["files"]
+    manifest = read_manifest(func, stem, verify="full")
+    assert f"{stem}.h5" in manifest["files"]
+    read_manifest(out, "meas-PearsonCorrelation_features", verify="full")
 
 
 def test_free_space_is_checked_up_front(tmp_path, monkeypatch):

@@ -88,7 +88,7 @@ def test_pairs_store_refuses_unfinished_and_foreign_files(tmp_path, rng):
 def test_pair_summary_round_trip(tmp_path, rng):
     _, pairs, summary = _pairs(rng)
     path = write_pair_summary(
-        tmp_path / "sub-01_pairs-summary.tsv",
+        tmp_path / "sub-01_meas-PearsonCorrelation_pairs.tsv",
         pairs=pairs,
         labels=["A", "B", "C", "D"],
         summary=summary,

@@ -21,6 +21,11 @@ def _run(argv):
     return args.func(args)
 
 
+def _file(out, subject, name):
+    """``<out>/sub-<subject>/func/sub-<subject>_meas-R1DL_<name>``."""
+    return out / f"sub-{subject}" / "func" / f"sub-{subject}_meas-R1DL_{name}"
+
+
 def test_cli_npy(planted, tmp_path):
     S = planted[0]
     np.save(tmp_path / "S.npy", S)
@@ -43,19 +48,19 @@ def test_cli_npy(planted, tmp_path):
         ]
     )
     assert rc == 0
-    loadings = sp.load_npz(out / "r1dl_loadings.npz")
+    loadings = sp.load_npz(_file(out, "S", "components.npz"))
     ref = r1dl(S, 3, 60, random_state=0, device="cpu")
     assert_allclose(loadings.toarray(), ref.loadings.toarray(), atol=1e-6)
-    tc = np.loadtxt(out / "r1dl_timecourses.tsv", skiprows=1, delimiter="\t")
+    tc = np.loadtxt(_file(out, "S", "mixing.tsv"), skiprows=1, delimiter="\t")
     assert_allclose(tc, ref.dictionary, atol=1e-6)
-    stats = json.loads((out / "r1dl_iterations.json").read_text())
+    stats = json.loads((_file(out, "S", "iterations.json")).read_text())
     assert stats["n_iter"] == ref.n_iter.tolist() and stats["sparsity"] == 60
-    assert (out / "r1dl_iterations.tsv").read_text().count("\n") == 4
-    assert (out / "r1dl_networks.png").stat().st_size > 1000
-    log = json.loads((out / "r1dl_log.json").read_text())
+    assert (_file(out, "S", "iterations.tsv")).read_text().count("\n") == 4
+    assert (_file(out, "S", "components.png")).stat().st_size > 1000
+    log = json.loads((_file(out, "S", "components_log.json")).read_text())
     assert log["command"] == "r1dl" and "r1dl" in log["timings_s"]
     assert log["results"]["mean_iterations"] == pytest.approx(ref.mean_iterations)
-    assert not list(out.glob(".*.tmp"))
+    assert not list(out.rglob(".*.tmp"))
 
 
 def test_cli_tsv_fraction(planted, tmp_path):
@@ -87,7 +92,7 @@ def test_cli_tsv_fraction(planted, tmp_path):
     )
     ref = r1dl(S, 2, 0.1, random_state=1, device="cpu", dtype="float64")
     assert_allclose(
-        sp.load_npz(out / "r1dl_loadings.npz").toarray(), ref.loadings.toarray(), atol=1e-7
+        sp.load_npz(_file(out, "S", "components.npz")).toarray(), ref.loadings.toarray(), atol=1e-7
     )
 
 
@@ -128,11 +133,11 @@ def test_cli_nifti(planted, tmp_path):
         )
         == 0
     )
-    maps = nib.load(out / "r1dl_maps.nii.gz")
+    maps = nib.load(_file(out, "bold", "components.nii.gz"))
     assert maps.shape == shape + (2,)
     ref = r1dl(S, 2, 15, random_state=0, device="cpu", dtype="float64")
     assert_allclose(maps.get_fdata()[mask].T, ref.loadings.toarray(), atol=1e-6)
-    assert (out / "r1dl_networks.png").exists()
+    assert _file(out, "bold", "components.png").exists()
 
 
 def test_cli_errors(tmp_path):
@@ -227,12 +232,12 @@ def test_cli_rerun_skips_complete_output(planted, tmp_path):
         "-q",
     ]
     assert _run(argv) == 0
-    stamp = (out / "r1dl_loadings.npz").stat().st_mtime_ns
+    stamp = (_file(out, "S", "components.npz")).stat().st_mtime_ns
     assert _run(argv) == 0
-    assert (out / "r1dl_loadings.npz").stat().st_mtime_ns == stamp  # not redone
+    assert (_file(out, "S", "components.npz")).stat().st_mtime_ns == stamp  # not redone
     # Other parameters: never replaced silently; computed again on request.
     with pytest.raises(FileExistsError, match=r"other parameters \(seed: 0 -> 1\)"):
         _run([a if a != "0" else "1" for a in argv])  # --seed 1
-    assert (out / "r1dl_loadings.npz").stat().st_mtime_ns == stamp
+    assert (_file(out, "S", "components.npz")).stat().st_mtime_ns == stamp
     assert _run([a if a != "0" else "1" for a in argv] + ["--overwrite"]) == 0
-    assert (out / "r1dl_loadings.npz").stat().st_mtime_ns != stamp
+    assert (_file(out, "S", "components.npz")).stat().st_mtime_ns != stamp

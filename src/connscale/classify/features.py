@@ -12,7 +12,7 @@ Each subject is one file whose name carries its BIDS subject entity
   ``"sparse"``} and ``N`` (or ``n``) on the root or the dataset, optional
   ``labels``; a sparse store's unstored pairs read as 0). Each matrix
   contributes its strictly-upper triangle, one feature per region pair;
-- DFC pair summaries written by ``connscale pairs``: a TSV with columns
+- DFC pair summaries written by ``connscale pairs`` (``_pairs.tsv``): a TSV with columns
   ``i``, ``j``, ``label_i``, ``label_j`` and any of ``mean``, ``std``,
   ``fraction_above``; each (statistic, pair) is one feature;
 - region-pair DFC stores ``_pairs.h5`` (``connscale pairs``, ``connscale

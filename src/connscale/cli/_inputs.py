@@ -59,18 +59,24 @@ def output_entities(input_path, *, atlas=None, atlas_name: str | None = None) ->
     return entities
 
 
+def bids_place(root: Path, entities: dict, *, suffix: str, extension: str) -> tuple[Path, str]:
+    """Folder (``<root>/sub-<s>/[ses-<t>/]func``) and file stem of the
+    BIDS-named output with ``entities``."""
+    from connscale.io.bids import bids_name, derivative_path
+
+    folder = derivative_path(root, entities, suffix=suffix, extension=extension).parent
+    stem = bids_name(entities, suffix=suffix, extension=extension)[: -len(extension)]
+    return folder, stem
+
+
 def output_place(args, *, suffix: str, extension: str) -> tuple[Path, str]:
     """Folder and file stem of a command's BIDS-named output made from
     ``args.input`` (its entities, ``seg-`` from the atlas, ``meas-PearsonCorrelation``)."""
-    from connscale.io.bids import bids_name, derivative_path
-
     entities = {
         **output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
         "meas": "PearsonCorrelation",
     }
-    folder = derivative_path(args.out, entities, suffix=suffix, extension=extension).parent
-    stem = bids_name(entities, suffix=suffix, extension=extension)[: -len(extension)]
-    return folder, stem
+    return bids_place(args.out, entities, suffix=suffix, extension=extension)
 
 
 def load_input(args):

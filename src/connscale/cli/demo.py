@@ -77,7 +77,7 @@ def run(args) -> int:
             raise RuntimeError(f"demo step '{title}' failed with exit status {status}")
         seconds = time.perf_counter() - start
         steps.append((title, seconds, folder))
-        for report in sorted(folder.glob("*report.html")):  # <prefix>_report.html or report.html
+        for report in sorted(folder.rglob("*report.html")):  # <prefix>_report.html or report.html
             record.add_output(report)
         record.timings[folder.name] = round(seconds, 3)
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+from contextlib import ExitStack
 from pathlib import Path
 
 import numpy as np
 
+from connscale._version import __version__
 from connscale.cli._common import (
     RunRecord,
     compute_options,
@@ -15,6 +17,7 @@ from connscale.cli._common import (
     logger,
     output_set,
 )
+from connscale.io._atomic import write_json_atomic
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -24,10 +27,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=(
             "For ROI time-series files (TSV/CSV/NPY, one column per region), computes "
             "the windowed correlation of every region pair in every window, all scans "
-            "batched together. Writes per input <name>_pairs.h5 (or .npy courses with "
-            "<name>_pairs.tsv and <name>_windows.tsv) and <name>_pairs-summary.tsv "
-            "(mean, std, fraction above threshold per pair), plus pairs_features.tsv "
-            "(one row of summary features per input) and a JSON log."
+            "batched together. Writes, as BIDS derivatives, per input "
+            "sub-<s>/[ses-<t>/]func/<entities>_meas-PearsonCorrelation_pairs.h5 (or "
+            "_pairs.npy courses with _windows.tsv), _pairs.tsv (mean, std, fraction "
+            "above threshold per pair) and a _pairs.json sidecar; at the root "
+            "[<entities>_]meas-PearsonCorrelation_features.tsv (one row of summary "
+            "features per input) with its sidecar, a JSON log, a report and "
+            "dataset_description.json. A re-run skips inputs already done with the "
+            "same parameters."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -57,44 +64,97 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     from connscale.io._fingerprint import run_fingerprint
-    from connscale.io.relmat import source_entities
+    from connscale.io.bids import write_dataset_description
 
     configure_logging(args.verbose)
-    names = [source_entities(p) for p in args.inputs]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError(f"Several inputs share the name(s) {duplicates}; outputs would collide.")
     missing = [p for p in args.inputs if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"No time-series file at {missing[0]}.")
-    fingerprint = run_fingerprint(
-        args.inputs,
-        {
-            "command": "pairs",
-            "window": args.window,
-            "step": args.step,
-            "threshold": args.threshold,
-            "format": args.format,
-            "dtype": args.dtype,
-        },
-    )
-    # Every file of the run (courses, tables, features, log, report) is one
-    # set: written in a hidden staging folder under the set's lock, published
-    # together with a manifest.
-    with output_set(args, args.out, "pairs", command="pairs", fingerprint=fingerprint) as outputs:
-        return _run(args, names, outputs)
+    places = [_scan_place(args.out, p) for p in args.inputs]
+    names = [stem for _, _, stem in places]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"Several inputs share the name(s) {duplicates}; outputs would collide.")
+    parameters = {
+        "command": "pairs",
+        "window": args.window,
+        "step": args.step,
+        "threshold": args.threshold,
+        "format": args.format,
+        "dtype": args.dtype,
+    }
+    group_stem = _group_stem([entities for entities, _, _ in places])
+    # One set per input, in its sub-<s>/[ses-<t>/]func folder, and one at the
+    # root for the feature table, the log and the report: each written in a
+    # hidden staging folder under its lock and published with its manifest.
+    # All are entered first, so a result of other parameters is refused
+    # before anything is computed.
+    with ExitStack() as stack:
+        scan_sets = [
+            stack.enter_context(
+                output_set(
+                    args,
+                    folder,
+                    stem,
+                    command="pairs",
+                    fingerprint=run_fingerprint([path], parameters),
+                )
+            )
+            for path, (_, folder, stem) in zip(args.inputs, places)
+        ]
+        group = stack.enter_context(
+            output_set(
+                args,
+                args.out,
+                group_stem,
+                command="pairs",
+                fingerprint=run_fingerprint(args.inputs, parameters),
+            )
+        )
+        if group.complete() and all(s.complete() for s in scan_sets):
+            print(
+                f"connscale pairs: {args.out} holds the complete result of these "
+                f"{len(args.inputs)} input(s) and parameters; nothing to do"
+            )
+            return 0
+        status = _run(args, places, scan_sets, group)
+    write_dataset_description(args.out)
+    return status
 
 
-def _run(args, names, outputs) -> int:
+def _scan_place(out: Path, path: Path) -> tuple[dict, Path, str]:
+    """Entities, folder and stem (``..._meas-PearsonCorrelation_pairs``) of an input's outputs."""
+    from connscale.cli._inputs import bids_place, output_entities
+
+    entities = {**output_entities(path), "meas": "PearsonCorrelation"}
+    folder, stem = bids_place(out, entities, suffix="pairs", extension=".h5")
+    return entities, folder, stem
+
+
+def _group_stem(entities: list[dict]) -> str:
+    """``[<entities every input shares but sub>_]meas-PearsonCorrelation_features``."""
+    from connscale.io.bids import bids_name
+
+    common = {
+        k: v for k, v in entities[0].items() if k != "sub" and all(e.get(k) == v for e in entities)
+    }
+    return bids_name(common, suffix="features", extension=".tsv", require_subject=False)[
+        : -len(".tsv")
+    ]
+
+
+def _scan_name(entities: dict) -> str:
+    """The source entities of an input, joined (``sub-01_task-rest``): its feature-table row."""
+    from connscale.io.bids import bids_name
+
+    source = {k: v for k, v in entities.items() if k != "meas"}
+    return bids_name(source, suffix="x", extension=".x")[: -len("_x.x")]
+
+
+def _run(args, places, scan_sets, group) -> int:
     from connscale._compute import resolve_device
-    from connscale.fc.pairs import pair_summary, pairwise_dfc
-    from connscale.io.pairs import (
-        PAIR_STATISTICS,
-        write_pair_features,
-        write_pair_summary,
-        write_pairs_h5,
-        write_pairs_npy,
-    )
+    from connscale.fc.pairs import PairSummary, pair_summary, pairwise_dfc
+    from connscale.io.pairs import PAIR_STATISTICS, read_pair_summary
     from connscale.io.timeseries import load_timeseries
 
     record = RunRecord("pairs", args.out, vars(args))
@@ -106,92 +166,210 @@ def _run(args, names, outputs) -> int:
         raise ValueError(
             f"All inputs must have the same number of regions; got {sorted(n_regions)}."
         )
-    with record.timer("pairwise_dfc"):
-        result = pairwise_dfc(
-            scans,
-            args.window,
-            args.step,
-            **compute_options(args),
-        )
-    with record.timer("summary"):
-        summary = pair_summary(result.courses, threshold=args.threshold)
+    n = scans[0].shape[1]
+    pairs = np.stack(np.triu_indices(n, 1), axis=1)
+    todo = [k for k, outputs in enumerate(scan_sets) if not outputs.complete()]
     record.device = str(resolve_device(args.device))
-
-    ragged = isinstance(result.window_starts, list)
-    courses_bytes = sum(np.asarray(c).nbytes for c in result.courses)
-    outputs.check_space(courses_bytes, what="the pair courses")
-
-    def output(name: str) -> Path:
-        record.add_output(args.out / name)
-        return outputs.path(name)
-
-    with record.timer("write"):
-        for s, (path, name, (_, labels)) in enumerate(zip(args.inputs, names, loaded)):
-            courses = result.courses[s]
-            onsets = result.window_starts[s] if ragged else result.window_starts
-            scan_summary = {stat: getattr(summary, stat)[s] for stat in PAIR_STATISTICS}
-            if args.format == "h5":
-                write_pairs_h5(
-                    output(f"{name}_pairs.h5"),
-                    courses=courses,
-                    pairs=result.pairs,
-                    window_onsets=onsets,
-                    window_length=args.window,
-                    step=args.step,
-                    summary=scan_summary,
-                    threshold=args.threshold,
-                    labels=labels,
-                    n_constant=result.n_constant if len(scans) == 1 else None,
-                    attrs={"source": str(path)},
-                )
-            else:
-                write_pairs_npy(
-                    output(f"{name}_pairs-courses.npy"),
-                    output(f"{name}_pairs.tsv"),
-                    output(f"{name}_windows.tsv"),
-                    courses=courses,
-                    pairs=result.pairs,
-                    labels=labels,
-                    window_onsets=onsets,
-                    window_length=args.window,
-                )
-            write_pair_summary(
-                output(f"{name}_pairs-summary.tsv"),
-                pairs=result.pairs,
-                labels=labels,
-                summary=scan_summary,
-                threshold=args.threshold,
+    stats: list = [None] * len(scans)
+    n_windows: list = [None] * len(scans)
+    seconds = n_constant = 0
+    if todo:
+        with record.timer("pairwise_dfc"):
+            result = pairwise_dfc(
+                [scans[k] for k in todo], args.window, args.step, **compute_options(args)
             )
-        write_pair_features(
-            output("pairs_features.tsv"),
-            scans=names,
-            features=summary.features(),
-            names=summary.feature_names(result.pairs),
+        with record.timer("summary"):
+            summary = pair_summary(result.courses, threshold=args.threshold)
+        seconds, n_constant = record.timings["pairwise_dfc"], result.n_constant
+        ragged = isinstance(result.window_starts, list)
+        group.check_space(
+            sum(np.asarray(c).nbytes for c in result.courses), what="the pair courses"
         )
-
-    n_windows = [len(o) for o in result.window_starts] if ragged else [len(result.window_starts)]
+        with record.timer("write"):
+            for t, k in enumerate(todo):
+                onsets = result.window_starts[t] if ragged else result.window_starts
+                stats[k] = {stat: getattr(summary, stat)[t] for stat in PAIR_STATISTICS}
+                n_windows[k] = len(onsets)
+                _write_scan(
+                    args,
+                    record,
+                    args.inputs[k],
+                    places[k],
+                    scan_sets[k],
+                    courses=result.courses[t],
+                    pairs=result.pairs,
+                    onsets=onsets,
+                    summary=stats[k],
+                    labels=loaded[k][1],
+                    n_constant=result.n_constant if len(todo) == 1 else None,
+                )
+    # The inputs an earlier run published: their summaries are read back.
+    for k in (k for k in range(len(scans)) if k not in todo):
+        _, folder, stem = places[k]
+        done = read_pair_summary(folder / f"{stem}.tsv")
+        stats[k] = {stat: done[stat] for stat in PAIR_STATISTICS}
+        n_windows[k] = (scans[k].shape[0] - args.window) // args.step + 1
+    n_corr = len(pairs) * sum(n_windows[k] for k in todo)
     record.results.update(
         {
             "n_scans": len(scans),
-            "n_regions": int(scans[0].shape[1]),
-            "n_pairs": result.n_pairs,
+            "n_computed": len(todo),
+            "n_regions": int(n),
+            "n_pairs": len(pairs),
             "n_windows": n_windows,
-            "n_constant_windows": result.n_constant,
+            "n_constant_windows": n_constant,
+            "correlations_per_second": n_corr / max(seconds, 1e-9),
         }
     )
-    seconds = record.timings["pairwise_dfc"]
-    n_corr = result.n_pairs * sum(
-        len(o) for o in (result.window_starts if ragged else [result.window_starts] * len(scans))
-    )
-    record.results["correlations_per_second"] = n_corr / max(seconds, 1e-9)
-    log = record.finish("pairs", outputs)
-    outputs.commit()
+    log = group.out_dir / f"{group.prefix}_log.json"
+    if not group.complete():  # else only inputs were missing: the log stays the first run's
+        every = PairSummary(
+            **{stat: np.stack([s[stat] for s in stats]) for stat in PAIR_STATISTICS},
+            threshold=args.threshold,
+        )
+        _write_group(args, record, [entities for entities, _, _ in places], group, every, pairs)
+        log = record.finish(group.prefix, group)
+        group.commit()
     logger.info("pairs: %d correlations in %.3f s", n_corr, seconds)
     print(
-        f"connscale pairs: {len(scans)} scan(s), {result.n_pairs} pairs, window "
-        f"{args.window}, step {args.step}: {n_corr} correlations on {record.device} "
+        f"connscale pairs: {len(scans)} scan(s) ({len(todo)} computed), {len(pairs)} pairs, "
+        f"window {args.window}, step {args.step}: {n_corr} correlations on {record.device} "
         f"in {seconds:.3f} s"
     )
     print(f"  wrote {args.out}")
     print(f"  log   {log}")
     return 0
+
+
+def _write_scan(
+    args, record, path, place, outputs, *, courses, pairs, onsets, summary, labels, n_constant
+) -> None:
+    """Write and publish the set of one input: its courses, summary and sidecars."""
+    from connscale.io.pairs import write_pair_summary, write_pairs_h5, write_pairs_npy
+
+    entities, folder, stem = place
+
+    def output(name: str) -> Path:
+        record.add_output(folder / name)
+        return outputs.path(name)
+
+    if args.format == "h5":
+        write_pairs_h5(
+            output(f"{stem}.h5"),
+            courses=courses,
+            pairs=pairs,
+            window_onsets=onsets,
+            window_length=args.window,
+            step=args.step,
+            summary=summary,
+            threshold=args.threshold,
+            labels=labels,
+            n_constant=n_constant,
+            attrs={"source": str(path)},
+        )
+    else:
+        windows = _stem(entities, "windows")
+        write_pairs_npy(
+            output(f"{stem}.npy"),
+            output(f"{windows}.tsv"),
+            courses=courses,
+            window_onsets=onsets,
+            window_length=args.window,
+        )
+        write_json_atomic(output(f"{windows}.json"), _windows_sidecar(args, path))
+    write_pair_summary(
+        output(f"{stem}.tsv"),
+        pairs=pairs,
+        labels=labels,
+        summary=summary,
+        threshold=args.threshold,
+    )
+    write_json_atomic(
+        output(f"{stem}.json"), _pairs_sidecar(args, path, labels=labels, n_windows=len(onsets))
+    )
+    outputs.commit()
+
+
+def _write_group(args, record, entities: list, group, summary, pairs) -> None:
+    """Write the feature table of every input and its sidecar into the root set."""
+    from connscale.io.pairs import write_pair_features
+
+    for name in (f"{group.prefix}.tsv", f"{group.prefix}.json"):
+        record.add_output(group.out_dir / name)
+    write_pair_features(
+        group.path(f"{group.prefix}.tsv"),
+        scans=[_scan_name(e) for e in entities],
+        features=summary.features(),
+        names=summary.feature_names(pairs),
+    )
+    write_json_atomic(group.path(f"{group.prefix}.json"), _features_sidecar(args))
+
+
+def _stem(entities: dict, suffix: str) -> str:
+    from connscale.io.bids import bids_name
+
+    return bids_name(entities, suffix=suffix, extension=".x")[: -len(".x")]
+
+
+def _common_sidecar(args) -> dict:
+    return {
+        "WindowLength": int(args.window),
+        "WindowStep": int(args.step),
+        "Threshold": float(args.threshold),
+        "DataType": str(args.dtype),
+    }
+
+
+def _pairs_sidecar(args, path: Path, *, labels: list, n_windows: int) -> dict:
+    """The JSON sidecar of an input's ``_pairs`` files (courses and summary)."""
+    courses = (
+        "HDF5: courses (pairs, windows), pairs (pairs, 2), window_onsets, summary/*, labels"
+        if args.format == "h5"
+        else ".npy: courses (pairs, windows); window onsets in the _windows.tsv"
+    )
+    return {
+        "Measure": "Pearson correlation",
+        "MeasureDescription": (
+            "Sliding-window Pearson correlation of every pair of regions; the .tsv holds "
+            "each pair's mean, standard deviation and fraction of windows with r > "
+            f"{args.threshold} over its finite windows"
+        ),
+        "Weighted": True,
+        "Directed": False,
+        "StorageFormat": courses,
+        "PairOrder": "row-major strictly-upper (i < j)",
+        **_common_sidecar(args),
+        "NumberOfWindows": int(n_windows),
+        "NumberOfNodes": len(labels),
+        "NodeNames": list(labels),
+        "Sources": [str(path)],
+        "Code": f"connscale {__version__}",
+    }
+
+
+def _windows_sidecar(args, path: Path) -> dict:
+    """The JSON sidecar of a ``_windows.tsv`` table (its columns)."""
+    return {
+        "window": {"Description": "Window index, from 0 (the column of the courses)"},
+        "onset": {"Description": "First time point of the window, from 0", "Units": "volumes"},
+        "end": {"Description": "One past the window's last time point", "Units": "volumes"},
+        "WindowLength": int(args.window),
+        "WindowStep": int(args.step),
+        "Sources": [str(path)],
+        "Code": f"connscale {__version__}",
+    }
+
+
+def _features_sidecar(args) -> dict:
+    """The JSON sidecar of the feature table of all inputs."""
+    return {
+        "scan": {"Description": "The input's BIDS entities (its outputs' folder and name)"},
+        "Description": (
+            "One row per input: mean_<i>-<j>, std_<i>-<j> and frac_above_<i>-<j> (fraction "
+            "of windows with r > Threshold) of the sliding-window Pearson correlation of "
+            "each region pair (i, j), i < j, in row-major order"
+        ),
+        **_common_sidecar(args),
+        "Sources": [str(p) for p in args.inputs],
+        "Code": f"connscale {__version__}",
+    }

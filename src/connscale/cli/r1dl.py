@@ -1,24 +1,30 @@
 """``connscale r1dl``: functional networks by rank-1 dictionary learning.
 
 Input: a 4-D NIfTI (with ``--mask``; without one nilearn computes a mask) or
-a T x P matrix as ``.npy`` (memory-mapped) or TSV/CSV. Outputs in ``--out``:
+a T x P matrix as ``.npy`` (memory-mapped) or TSV/CSV. Outputs, as BIDS
+derivatives in ``<out>/sub-<s>/[ses-<t>/]func/`` named after the input's
+entities (``<source>``, as ``connscale fc`` names them) with ``meas-R1DL``:
 
-* ``r1dl_maps.nii.gz`` (4-D, through the mask; NIfTI input only) and
-  ``r1dl_loadings.npz`` (scipy.sparse CSR, K x P) always;
-* ``r1dl_timecourses.tsv`` (T x K);
-* ``r1dl_iterations.tsv`` and ``r1dl_iterations.json`` (updates per atom);
-* ``r1dl_networks.png``, a figure of the first networks;
-* ``r1dl_log.json``, the run record;
-* ``r1dl_manifest.json``, the set's manifest (each file's size and SHA-256,
-  the fingerprint of the input and the parameters), written last.
+* ``<source>_meas-R1DL_components.nii.gz`` (4-D, through the mask; NIfTI
+  input only) and ``..._components.npz`` (scipy.sparse CSR, K x P) always,
+  with the sidecar ``..._components.json``;
+* ``..._mixing.tsv`` (T x K time courses) and its sidecar ``..._mixing.json``;
+* ``..._iterations.tsv`` and ``..._iterations.json`` (updates per atom);
+* ``..._components.png``, a figure of the first networks;
+* ``..._components_log.json`` and ``..._components_report.html``;
+* ``..._components_manifest.json``, the set's manifest (each file's size and
+  SHA-256, the fingerprint of the input and the parameters), written last;
+
+and ``dataset_description.json`` at ``<out>``.
 
 The files are published together (:class:`connscale.io._publish.OutputSet`):
-a run writes them in the hidden ``.r1dl.staging/`` folder under a lock on the
-output (a second run fails naming the first's pid, or waits with ``--wait``)
-and moves them into ``--out`` when all are written. Every learned atom is
-checkpointed there, so a killed run resumes from its last finished atom. A
-re-run over a published set of the same input content and parameters does
-nothing; a changed input is computed again.
+a run writes them in the hidden ``.<source>_meas-R1DL_components.staging/``
+folder under a lock on the output (a second run fails naming the first's
+pid, or waits with ``--wait``) and moves them into the folder when all are
+written. Every learned atom is checkpointed there, so a killed run resumes
+from its last finished atom. A re-run over a published set of the same input
+content and parameters does nothing; a changed input is computed again; a
+set made with other parameters is replaced only with ``--overwrite``.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale._version import __version__
 from connscale.cli._common import (
     SEED_HELP,
     DeprecatedAlias,
@@ -39,7 +46,8 @@ from connscale.cli._common import (
     configure_logging,
     output_set,
 )
-from connscale.cli._sets import command_fingerprint, publish
+from connscale.cli._sets import command_fingerprint
+from connscale.io._atomic import write_json_atomic
 
 logger = logging.getLogger("connscale")
 
@@ -135,13 +143,22 @@ def _load_input(args):
     return load_timeseries(path)[0], None, None  # .tsv, .csv, .txt (_check_inputs)
 
 
-def _write_outputs(args, record: RunRecord, result, masker, outputs):
+def _place(args) -> tuple[Path, str]:
+    """Folder and common stem (``<source>_meas-R1DL``) of the outputs."""
+    from connscale.cli._inputs import bids_place, output_entities
+
+    entities = {**output_entities(args.input), "meas": "R1DL"}
+    folder, stem = bids_place(args.out, entities, suffix="components", extension=".npz")
+    return folder, stem.removesuffix("_components")
+
+
+def _write_outputs(args, record: RunRecord, result, masker, outputs, base: str):
     """Write the outputs; return the 4-D maps image (None for matrix input)."""
     from connscale.io.r1dl import write_r1dl
 
     def write(name: str) -> Path:
-        record.add_output(args.out / name)
-        return outputs.path(name)
+        record.add_output(outputs.out_dir / f"{base}_{name}")
+        return outputs.path(f"{base}_{name}")
 
     maps = None if masker is None else masker.inverse_transform(result.loadings.toarray())
     summary = write_r1dl(
@@ -158,20 +175,66 @@ def _write_outputs(args, record: RunRecord, result, masker, outputs):
     record.results.update({k: summary[k] for k in ("n_atoms", "sparsity", "mean_iterations")})
     record.results["n_converged"] = int(result.converged.sum())
     record.results.update({f"info_{k}": v for k, v in result.info.items()})
+    n_atoms = result.dictionary.shape[1]
+    sources = [str(p) for p in (args.input, args.mask) if p is not None]
+    write_json_atomic(write("components.json"), _components_sidecar(args, summary, sources))
+    write_json_atomic(write("mixing.json"), _mixing_sidecar(n_atoms, sources))
     return maps
 
 
-def _figure(args, record: RunRecord, result, maps, background, outputs) -> None:
+def _components_sidecar(args, summary: dict, sources: list) -> dict:
+    """The JSON sidecar of the ``_components`` files (maps and loadings)."""
+    return {
+        "Measure": "Rank-1 dictionary learning (r1DL)",
+        "MeasureDescription": (
+            "Sparse spatial maps of functional networks: S (time points x voxels) ~ "
+            "D (the _mixing.tsv) x L, each row of L with at most Sparsity non-zero voxels"
+        ),
+        "StorageFormat": (
+            ".npz: scipy.sparse CSR (components, voxels in the mask's C order or the input's "
+            "columns); .nii.gz: 4-D image, one volume per component"
+        ),
+        "NumberOfComponents": int(summary["n_atoms"]),
+        "Sparsity": int(summary["sparsity"]),
+        "Selection": args.selection,
+        "Standardize": bool(args.standardize),
+        "Tolerance": float(args.tol),
+        "MaxIterations": int(args.max_iter),
+        "RandomStarts": int(args.n_init),
+        "RandomSeed": int(args.seed),
+        "DataType": str(args.dtype),
+        "Sources": sources,
+        "Code": f"connscale {__version__}",
+    }
+
+
+def _mixing_sidecar(n_atoms: int, sources: list) -> dict:
+    """The JSON sidecar of the ``_mixing.tsv`` table (its columns)."""
+    from connscale.io.r1dl import network_names
+
+    return {
+        "Description": "Time course of each network (the dictionary D), one row per time point",
+        **{
+            name: {"Description": f"Time course of network {k} (row {k} of the loadings)"}
+            for k, name in enumerate(network_names(n_atoms))
+        },
+        "Sources": sources,
+        "Code": f"connscale {__version__}",
+    }
+
+
+def _figure(record: RunRecord, result, maps, background, outputs, base: str) -> None:
     from connscale.report.plots import plot_networks
 
+    name = f"{base}_components.png"
     plot_networks(
         result.dictionary,
         maps if maps is not None else result.loadings,
-        outputs.path("r1dl_networks.png"),
+        outputs.path(name),
         max_networks=_N_FIGURE,
         bg_img=background,
     )
-    record.add_figure(args.out / "r1dl_networks.png")
+    record.add_figure(outputs.out_dir / name)
 
 
 def _check_inputs(args) -> None:
@@ -208,18 +271,21 @@ def _check_space(args, outputs, S) -> None:
 
 
 def run(args) -> int:
+    from connscale.io.bids import write_dataset_description
     from connscale.networks._r1dl import r1dl
 
     configure_logging(args.verbose)
     _check_inputs(args)
+    folder, base = _place(args)
+    prefix = f"{base}_components"
     inputs = [p for p in (args.input, args.mask) if p is not None]
     fingerprint = command_fingerprint(args, inputs)
-    with output_set(args, args.out, "r1dl", command="r1dl", fingerprint=fingerprint) as outputs:
+    with output_set(args, folder, prefix, command="r1dl", fingerprint=fingerprint) as outputs:
         if outputs.complete():
             logger.info(
                 "r1dl: %s already holds this run's complete output (same input "
                 "content and parameters); nothing to do.",
-                args.out,
+                folder,
             )
             return 0
         parameters = {k: v for k, v in vars(args).items() if k != "func"}
@@ -249,15 +315,17 @@ def run(args) -> int:
         record.device = result.info.get("device", result.info.get("backend"))
         record.results["resumed_atoms"] = result.info["resumed_atoms"]
         with record.timer("write"):
-            maps = _write_outputs(args, record, result, masker, outputs)
+            maps = _write_outputs(args, record, result, masker, outputs, base)
         with record.timer("figure"):
-            _figure(args, record, result, maps, background, outputs)
-        log = publish(outputs, record, "r1dl")
+            _figure(record, result, maps, background, outputs, base)
+        log = record.finish(prefix, outputs)
+        outputs.commit()
+    write_dataset_description(args.out)
     logger.info(
         "r1dl: %d networks, mean %.2f updates per atom; outputs in %s (%s)",
         result.dictionary.shape[1],
         result.mean_iterations,
-        args.out,
+        folder,
         log.name,
     )
     return 0

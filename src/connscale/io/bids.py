@@ -282,8 +282,10 @@ def pybids_config() -> dict:
     return {
         "name": "connscale",
         "entities": [
-            {"name": "meas", "pattern": "(?:^|_)meas-([a-zA-Z0-9+]+)"},
-            {"name": "stat", "pattern": "(?:^|_)stat-([a-zA-Z0-9+]+)"},
+            # After the start, a '_' or a folder separator (a group-level
+            # name at the output root may start with meas- or stat-).
+            {"name": "meas", "pattern": r"(?:^|[_/\\])meas-([a-zA-Z0-9+]+)"},
+            {"name": "stat", "pattern": r"(?:^|[_/\\])stat-([a-zA-Z0-9+]+)"},
         ],
     }
 

@@ -1,6 +1,20 @@
 """Region-pair DFC outputs: the ``_pairs.h5`` store, its NPY + TSV variant,
 the pair-summary TSV and the cohort's pair-feature table.
 
+``connscale pairs`` names them as BIDS derivatives, per input in
+``sub-<s>/[ses-<t>/]func/`` (``<source>`` its entities, see
+:mod:`connscale.io.bids`)::
+
+    <source>_meas-PearsonCorrelation_pairs.h5     the store (or, --format npy:
+    <source>_meas-PearsonCorrelation_pairs.npy    the courses and
+    <source>_meas-PearsonCorrelation_windows.tsv  the windows)
+    <source>_meas-PearsonCorrelation_pairs.tsv    the pair summary
+    <source>_meas-PearsonCorrelation_pairs.json   the sidecar
+
+and the feature table of all inputs at the output root
+(``[<common entities>_]meas-PearsonCorrelation_features.tsv``). Readers
+recognise each file by its content, not its name.
+
 ``_pairs.h5`` (``connscale pairs``, ``connscale cohort --job pairs``,
 ``connscale bids --measures pairs``; readable with h5py alone)::
 
@@ -207,27 +221,21 @@ def _pair_rows(pairs: np.ndarray, labels: Sequence[str]) -> list[list]:
 
 def write_pairs_npy(
     courses_path: str | os.PathLike,
-    pairs_path: str | os.PathLike,
     windows_path: str | os.PathLike,
     *,
     courses: np.ndarray,
-    pairs: np.ndarray,
-    labels: Sequence[str],
     window_onsets: np.ndarray,
     window_length: int,
 ) -> None:
     """The NPY + TSV variant of a ``_pairs.h5`` store, each file atomically.
 
     ``courses_path`` gets the (n_pairs, n_windows) courses (``.npy``),
-    ``pairs_path`` the pair table (``pair``, ``i``, ``j``, ``label_i``,
-    ``label_j``), ``windows_path`` the windows (``window``, ``onset``,
-    ``end``).
+    ``windows_path`` the windows (``window``, ``onset``, ``end``). The pairs
+    (``pair``, ``i``, ``j``, ``label_i``, ``label_j``) are the first columns
+    of the pair summary (:func:`write_pair_summary`).
     """
     with atomic_path(courses_path) as tmp, open(tmp, "wb") as fh:
         np.save(fh, courses)
-    write_text_atomic(
-        pairs_path, _tsv(_pair_rows(pairs, labels), ["pair", "i", "j", "label_i", "label_j"])
-    )
     write_text_atomic(
         windows_path,
         _tsv(

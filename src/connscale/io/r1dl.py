@@ -1,11 +1,15 @@
-"""The files of an r1DL run (``connscale r1dl``), each written atomically::
+"""The files of an r1DL run (``connscale r1dl``), each written atomically.
 
-r1dl_loadings.npz       sparse (n_atoms, n_voxels) loadings (scipy.sparse)
-r1dl_maps.nii.gz        the loadings as a 4-D image (image inputs only)
-r1dl_timecourses.tsv    the (n_timepoints, n_atoms) dictionary, one column
-                        per network (network_000, ...)
-r1dl_iterations.tsv     per network: updates, convergence, non-zero voxels
-r1dl_iterations.json    the run's summary (n_atoms, sparsity, iterations, info)
+Named by suffix and extension; ``connscale r1dl`` puts them in
+``sub-<s>/[ses-<t>/]func/`` as ``<source>_meas-R1DL_<suffix><extension>``
+(``<source>`` the input's BIDS entities, see :mod:`connscale.io.bids`)::
+
+components.npz      sparse (n_atoms, n_voxels) loadings (scipy.sparse CSR)
+components.nii.gz   the loadings as a 4-D image (image inputs only)
+mixing.tsv          the (n_timepoints, n_atoms) dictionary, one column
+                    per network (network_000, ...)
+iterations.tsv      per network: updates, convergence, non-zero voxels
+iterations.json     the run's summary (n_atoms, sparsity, iterations, info)
 """
 
 from __future__ import annotations
@@ -50,38 +54,39 @@ def write_r1dl(
     Parameters
     ----------
     path_of : callable
-        Maps a file name (``r1dl_loadings.npz``...) to the path to write it at.
+        Maps a file's suffix and extension (``components.npz``...) to the
+        path to write it at.
     loadings : scipy.sparse matrix of shape (n_atoms, n_voxels)
     dictionary : ndarray of shape (n_timepoints, n_atoms)
     n_iter, converged : ndarray of shape (n_atoms,)
     sparsity, mean_iterations, info
         The run's summary values.
     maps_img : nibabel image or None
-        The loadings as an image (written as ``r1dl_maps.nii.gz``).
+        The loadings as an image (written as ``components.nii.gz``).
 
     Returns
     -------
     dict
-        The summary written to ``r1dl_iterations.json``.
+        The summary written to ``iterations.json``.
     """
     import scipy.sparse as sp
 
     n_atoms = dictionary.shape[1]
     names = network_names(n_atoms)
-    with atomic_path(path_of("r1dl_loadings.npz")) as tmp, open(tmp, "wb") as fh:
+    with atomic_path(path_of("components.npz")) as tmp, open(tmp, "wb") as fh:
         sp.save_npz(fh, loadings)
     if maps_img is not None:
-        save_nifti_gz(path_of("r1dl_maps.nii.gz"), maps_img)
+        save_nifti_gz(path_of("components.nii.gz"), maps_img)
     buf = io.StringIO()
     np.savetxt(buf, dictionary, delimiter="\t", header="\t".join(names), comments="", fmt="%.8g")
-    write_text_atomic(path_of("r1dl_timecourses.tsv"), buf.getvalue())
+    write_text_atomic(path_of("mixing.tsv"), buf.getvalue())
     nnz = np.diff(loadings.indptr)
     lines = ["network\tn_iter\tconverged\tn_voxels"]
     lines += [
         f"{names[k]}\t{n_iter[k]}\t{str(bool(converged[k])).lower()}\t{nnz[k]}"
         for k in range(n_atoms)
     ]
-    write_text_atomic(path_of("r1dl_iterations.tsv"), "\n".join(lines) + "\n")
+    write_text_atomic(path_of("iterations.tsv"), "\n".join(lines) + "\n")
     summary = {
         "n_atoms": n_atoms,
         "sparsity": sparsity,
@@ -90,5 +95,5 @@ def write_r1dl(
         "converged": converged.tolist(),
         "info": info,
     }
-    write_text_atomic(path_of("r1dl_iterations.json"), json.dumps(summary, indent=2) + "\n")
+    write_text_atomic(path_of("iterations.json"), json.dumps(summary, indent=2) + "\n")
     return summary
