@@ -83,7 +83,7 @@ def run(args) -> int:
         path = folder / f"{stem}{'.tsv' if as_tsv else '.h5'}"
         staged = outputs.path(path.name)
         with record.timer("correlation"):
-            result, (plan, n_constant) = compute_correlation(
+            result, (plan, n_constant, confirmation) = compute_correlation(
                 timeseries,
                 kind=kind,
                 threshold=args.threshold,
