@@ -424,3 +424,37 @@ def test_confirmation_as_dict():
         "n_corrected_tiles": 1,
     }
     assert _exact.Confirmation(0, 0, 0, 0).fraction_confirmed == 0.0
+
+
+# --- CUDA (the GPU machine) ---------------------------------------------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@cuda
+@pytest.mark.parametrize("absolute", [False, True])
+def test_cuda_exact_equals_float64_except_ambiguous_pairs(absolute):
+    theta = 0.5
+    x = _near_threshold_series([theta, -theta] if absolute else [theta], n_pairs=300, seed=13)
+    reference = np.corrcoef(x.T)
+    upper = _upper(reference)
+    value = np.abs(reference) if absolute else reference
+    ambiguous = upper & (np.abs(value - theta) <= 1e-6)
+    result, (_, _, confirmation) = connscale.fc.static.compute_correlation(
+        x, kind="sparse", threshold=theta, absolute=absolute, device="cuda"
+    )
+    assert confirmation is not None and confirmation.n_confirmed >= 270
+    assert not (((result.toarray() != 0) != (upper & (value >= theta))) & ~ambiguous).any()
+    windows = connscale.dynamic_correlation(
+        x, x.shape[0], kind="sparse", threshold=theta, absolute=absolute, device="cuda"
+    )
+    assert windows.confirmation.n_confirmed >= 270
+    assert not (((windows[0].toarray() != 0) != (upper & (value >= theta))) & ~ambiguous).any()
+    counts, sums, degree_ambiguous = _reference_degree(reference, [theta], absolute)
+    (binary, weighted), info = compute_degree(
+        x, [theta], absolute=absolute, device="cuda", both=True
+    )
+    assert info["method"] == "exact-triton" and info["confirmation"]["n_confirmed"] >= 270
+    assert (np.abs(binary - counts) <= degree_ambiguous).all()
+    fp32, _ = compute_degree(x, [theta], absolute=absolute, device="cuda", precision="fp32")
+    assert (np.abs(binary[0] - fp32[0]) <= degree_ambiguous[0]).all()
