@@ -321,7 +321,7 @@ def table2(args, device, d2h, rows_out):
                         kind="sparse",
                         threshold=theta,
                         host_buffer=arena,
-                        allow_tf32=True,
+                        precision="tf32",
                     )
                     row["tf32_s"] = tf32_s
                     del tf32

@@ -91,6 +91,10 @@ def test_dfc_command_sparse_and_lowrank(tmp_path, roi_tsv):
     func = out / "sub-01" / "func"
     with load_dynamic(func / "sub-01_task-rest_meas-PearsonCorrelation_dfc.h5") as result:
         assert result.kind == "sparse" and result.parameters["absolute"] is True
+        assert result.parameters["precision"] == "exact"
+    log = json.loads((func / "sub-01_task-rest_meas-PearsonCorrelation_dfc_log.json").read_text())
+    assert log["results"]["precision"] == "exact"
+    assert log["results"]["confirmation"] is None  # the CPU computes 'exact' in fp32
     assert (
         main(
             [

@@ -176,3 +176,31 @@ def test_version_and_help():
         check=True,
     )
     assert "--memory-limit" in result.stdout and "--threshold" in result.stdout
+
+
+def test_fc_precision_flag_is_logged(tmp_path, rng, monkeypatch):
+    from connscale.fc import _exact
+
+    x = rng.standard_normal((40, 8))
+    src = tmp_path / "sub-03_timeseries.tsv"
+    np.savetxt(src, x, delimiter="\t", header="\t".join(f"r{i}" for i in range(8)), comments="")
+    argv = ["fc", str(src), "--threshold", "0.1", "--device", "cpu", "-q"]
+    func = "sub-03/func/sub-03_meas-PearsonCorrelation_relmat"
+    assert main([*argv, "--out", str(tmp_path / "a"), "--precision", "fp32"]) == 0
+    log = json.loads((tmp_path / "a" / f"{func}_log.json").read_text())
+    assert log["parameters"]["precision"] == "fp32"
+    assert log["results"]["precision"] == "fp32" and log["results"]["confirmation"] is None
+    monkeypatch.setattr(_exact, "FORCE_ON_CPU", True)  # the exact scheme's torch path
+    assert main([*argv, "--out", str(tmp_path / "b")]) == 0
+    log = json.loads((tmp_path / "b" / f"{func}_log.json").read_text())
+    confirmation = log["results"]["confirmation"]
+    assert log["results"]["precision"] == "exact" and confirmation["n_entries"] == 28
+    assert confirmation["n_tiles"] >= 1
+    exact, _ = load_relmat(tmp_path / "b" / f"{func}.h5")
+    fp32, _ = load_relmat(tmp_path / "a" / f"{func}.h5")
+    np.testing.assert_allclose(exact.toarray(), fp32.toarray(), atol=2e-6)
+    with pytest.warns(FutureWarning, match="--allow-tf32 was renamed --precision tf32"):
+        assert main([*argv, "--out", str(tmp_path / "c"), "--allow-tf32"]) == 0
+    log = json.loads((tmp_path / "c" / f"{func}_log.json").read_text())
+    assert log["parameters"]["precision"] == "tf32"
+    assert main([*argv, "--out", str(tmp_path / "d"), "--precision", "fp16"]) != 0

@@ -36,7 +36,7 @@ def check_compact(u, r, threshold, *, absolute, upper=math.inf):
     row_counts = torch.empty(n, dtype=torch.int64, device=dev)
     staged_v = torch.empty(capacity, device=dev)
     staged_c = torch.empty(capacity, dtype=torch.int32, device=dev)
-    stats = torch.zeros(2, dtype=torch.int64, device=dev)
+    stats = torch.zeros(3, dtype=torch.int64, device=dev)
     cursor = _exact_triton.compact_exact_triton(
         u,
         threshold,
@@ -90,7 +90,7 @@ def main(device):
     assert np.max(np.abs(approx - r)[finite]) <= margin
     for absolute in (False, True):
         thresholds = [theta, 0.2] if not absolute else [theta]
-        stats = torch.zeros(2, dtype=torch.int64, device=u.device)
+        stats = torch.zeros(3, dtype=torch.int64, device=u.device)
         counts, sums = _exact_triton.degree_exact_triton(
             u,
             torch.tensor(thresholds),
@@ -111,7 +111,7 @@ def main(device):
             absolute=absolute,
             weighted=False,
             margin=margin,
-            stats=torch.zeros(2, dtype=torch.int64, device=u.device),
+            stats=torch.zeros(3, dtype=torch.int64, device=u.device),
         )
         assert torch.equal(binary, counts)
         rk = np.where(finite, r, -np.inf)

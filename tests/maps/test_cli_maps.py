@@ -104,6 +104,7 @@ def test_maps_cli_on_nitime_fmri1(tmp_path):
     )
     log = json.loads((out / "fmri1_maps_log.json").read_text())
     assert len(log["figures"]) == 6 and "degree" in log["timings_s"]
+    assert log["results"]["precision"] == "exact" and log["results"]["degree_confirmation"] is None
     assert (out / "report.html").exists() and (out / "dataset_description.json").exists()
 
 

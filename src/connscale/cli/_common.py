@@ -76,12 +76,25 @@ def add_threshold_arguments(parser: argparse.ArgumentParser, *, threshold_help: 
     )
 
 
-def add_tf32_argument(parser: argparse.ArgumentParser) -> None:
-    """--allow-tf32."""
+def add_precision_argument(parser: argparse.ArgumentParser) -> None:
+    """--precision {exact,fp32,tf32} (the API's ``precision``), and the former
+    --allow-tf32 (= --precision tf32, deprecated)."""
+    parser.add_argument(
+        "--precision",
+        choices=["exact", "fp32", "tf32"],
+        default="exact",
+        help="Arithmetic of thresholded correlations on CUDA: 'exact' decides with TF32 "
+        "tensor cores and recomputes the pairs close to the threshold (the fp32 result, "
+        "faster), 'fp32' fp32 products, 'tf32' TF32 products (fastest, approximate near "
+        "the threshold). The CPU computes in fp32.",
+    )
     parser.add_argument(
         "--allow-tf32",
-        action="store_true",
-        help="Allow TF32 matrix products on CUDA (faster, less exact).",
+        dest="precision",
+        action=DeprecatedAlias,
+        new="--precision tf32",
+        nargs=0,
+        const="tf32",
     )
 
 
@@ -121,7 +134,8 @@ def output_set(args, folder: Path, stem: str, *, command: str, fingerprint: dict
 
 class DeprecatedAlias(argparse.Action):
     """A former option name, kept for one release: stores into the new
-    option's ``dest`` and warns (FutureWarning) naming the new one."""
+    option's ``dest`` (``const`` for a flag, ``nargs=0``) and warns
+    (FutureWarning) naming the new one."""
 
     def __init__(self, option_strings, dest, *, new: str, **kwargs) -> None:
         self.new = new
@@ -135,7 +149,7 @@ class DeprecatedAlias(argparse.Action):
             FutureWarning,
             stacklevel=2,
         )
-        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
 
 
 #: Help of every command's --seed. The CLI seeds 0 by default so that a

@@ -8,7 +8,7 @@ import numpy as np
 
 from connscale.cli._common import (
     RunRecord,
-    add_tf32_argument,
+    add_precision_argument,
     add_threshold_arguments,
     compute_options,
     configure_logging,
@@ -63,7 +63,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         action="store_true",
         help="lowrank/factor: record each window's MAE against the exact matrix.",
     )
-    add_tf32_argument(parser)
+    add_precision_argument(parser)
     return finish_parser(parser, run)
 
 
@@ -96,7 +96,7 @@ def run(args) -> int:
             "seed": args.seed,
             "error": args.error,
             "dtype": args.dtype,
-            "allow_tf32": args.allow_tf32,
+            "precision": args.precision,
         },
     )
     record = RunRecord("dfc", args.out, vars(args))
@@ -133,7 +133,7 @@ def run(args) -> int:
                 **compute_options(args),
                 out=outputs.path(name),
                 compute_error=args.error,
-                allow_tf32=args.allow_tf32,
+                precision=args.precision,
                 taper=args.taper,
                 taper_sigma=args.taper_sigma,
                 verbose=args.verbose,
@@ -164,6 +164,10 @@ def run(args) -> int:
                         "tile_rows": result.plan.block_rows,
                         "device_budget": result.plan.device_budget,
                     },
+                    "precision": args.precision,
+                    "confirmation": None
+                    if result.confirmation is None
+                    else result.confirmation.as_dict(),
                 }
             )
             if result.mae is not None:

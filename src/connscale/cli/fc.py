@@ -8,7 +8,7 @@ import numpy as np
 
 from connscale.cli._common import (
     RunRecord,
-    add_tf32_argument,
+    add_precision_argument,
     add_threshold_arguments,
     compute_options,
     configure_logging,
@@ -44,7 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_threshold_arguments(
         parser, threshold_help="Keep r >= THRESHOLD (sparse output; implies --kind sparse)."
     )
-    add_tf32_argument(parser)
+    add_precision_argument(parser)
     return finish_parser(parser, run)
 
 
@@ -66,7 +66,7 @@ def run(args) -> int:
             "threshold": args.threshold,
             "absolute": args.absolute,
             "dtype": args.dtype,
-            "allow_tf32": args.allow_tf32,
+            "precision": args.precision,
         },
     )
     record = RunRecord("fc", args.out, vars(args))
@@ -83,14 +83,14 @@ def run(args) -> int:
         path = folder / f"{stem}{'.tsv' if as_tsv else '.h5'}"
         staged = outputs.path(path.name)
         with record.timer("correlation"):
-            result, (plan, n_constant) = compute_correlation(
+            result, (plan, n_constant, confirmation) = compute_correlation(
                 timeseries,
                 kind=kind,
                 threshold=args.threshold,
                 absolute=args.absolute,
                 **compute_options(args),
                 out=None if as_tsv else staged,
-                allow_tf32=args.allow_tf32,
+                precision=args.precision,
                 verbose=args.verbose,
                 attrs={"source": str(args.input)},
             )
@@ -123,6 +123,8 @@ def run(args) -> int:
                 "kind": kind,
                 "n_constant_series": n_constant,
                 **plan.as_dict(),
+                "precision": args.precision,
+                "confirmation": None if confirmation is None else confirmation.as_dict(),
             }
         )
         seconds = record.timings["correlation"]

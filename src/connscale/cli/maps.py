@@ -5,7 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from connscale.cli._common import RunRecord, add_compute_arguments, configure_logging, logger
+from connscale.cli._common import (
+    RunRecord,
+    add_compute_arguments,
+    add_precision_argument,
+    configure_logging,
+    logger,
+)
 from connscale.cli._inputs import add_input_arguments, load_input
 
 
@@ -91,6 +97,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="Sphere radius in mm around --seed coordinates (default: one voxel).",
     )
     maps.add_argument("--fisher-z", action="store_true", help="Seed maps as Fisher z = arctanh(r).")
+    add_precision_argument(parser)
     add_compute_arguments(parser)
     parser.set_defaults(func=run)
     return parser
@@ -146,10 +153,13 @@ def run(args) -> int:
                 absolute=args.absolute,
                 memory_limit=args.memory_limit,
                 verbose=args.verbose,
+                precision=args.precision,
                 both=True,
                 **compute,
             )
         record.results[f"{option}_method"] = info["method"]
+        record.results["precision"] = info["precision"]
+        record.results[f"{option}_confirmation"] = info["confirmation"]
         for i, value in enumerate(values):
             theta = info["thresholds"][i]
             kept = f"{rule} >= {theta:.6g}" if option == "sparsity" else f"{rule} > {theta:.6g}"

@@ -1,35 +1,522 @@
-"""Exact decisions from TF32 products (provisional: superseded by the exact-api branch)."""
+"""Exact thresholded correlation: decide with TF32 products, confirm the close entries.
+
+Every thresholded job (sparse FC and DFC, degree centrality, the sparsity
+threshold search) only needs to know on which side of θ each correlation
+falls. TF32 tensor cores are ~9× faster than fp32 FMA on an H100 but round
+their inputs to 10 explicit mantissa bits; here they decide every entry
+whose side is certain and a cheap correction settles the rest.
+
+The scheme
+----------
+U (N×T, float32) holds the normalised series (unit rows; NaN rows for
+constant series). Split each value in two TF32 numbers (:func:`split_tf32`)::
+
+    hi = tf32(u),  lo = tf32(u − hi)
+
+(``tf32``: round to nearest, ties away from zero, at 10 explicit mantissa
+bits, as the ``cvt.rna.tf32.f32`` instruction). The approximate matrix is
+r̃ = hi·hiᵀ: the product of two TF32 numbers has at most 22 significant bits,
+so every product is exact in fp32 and only the accumulation rounds (on CUDA a
+TF32 tensor-core GEMM, on the CPU an fp32 GEMM of ``hi``: the same numbers).
+
+The bound ε (:func:`decision_margin`). For rows u, v and the real r = u·v,
+with |u − hi_u| ≤ 2⁻¹¹|u| and |hi_v| ≤ (1 + 2⁻¹¹)|v|::
+
+    u·v − hi_u·hi_v = (u − hi_u)·hi_v + u·(v − hi_v)
+    |u·v − Σ hi_u hi_v| ≤ Σ (|u − hi_u||hi_v| + |u||v − hi_v|)
+                        ≤ 2⁻¹¹(2 + 2⁻¹¹) Σ |u_t||v_t|
+                        ≤ 2⁻¹¹(2 + 2⁻¹¹) ‖u‖‖v‖ ≤ 2⁻¹¹(2 + 2⁻¹¹) s
+
+(Cauchy–Schwarz; s = max_i ‖u_i‖² over the rows that are not NaN, in
+float64: 1 up to rounding for normalised rows). Adding T exact products in
+fp32 in any order, with an error of up to 2 ulp per addition (so that tensor
+cores that truncate are covered), is off by at most γ(T) Σ|hi_u||hi_v| with
+γ(T) = (T − 1)·2⁻²³ / (1 − (T − 1)·2⁻²³), and Σ|hi_u||hi_v| ≤ (1 + 2⁻¹¹)² s.
+So |r̃ − r| ≤ ε with::
+
+    ε = s · [2⁻¹¹(2 + 2⁻¹¹) + γ(T)(1 + 2⁻¹¹)²]
+
+(≈ 1.0e-3 for T = 1,200). The bound is far from tight: it needs every
+product rounded the worst way and |u| ∝ |v|. An entry with |r̃ − θ| > ε is on
+the same side of θ as r. A *tile* (a block of rows × columns of the upper
+triangle; here, in torch, a row block) is **corrected** when one of its valid
+entries needs it: |r̃ − θ| ≤ ε for some threshold θ (|r̃| with ``absolute``),
+or, when kept values are wanted (weighted degree, sparse values, collect), r̃
+≥ θ_min − ε (|r̃|). A corrected tile's values are r̃ + lo·hiᵀ + hi·loᵀ (the
+3×TF32 emulation: the terms left out, lo·loᵀ and the rounding of lo, are
+below 2⁻²² s, so its error is about fp32's) and every decision and kept value
+of that tile uses them; other tiles decide on r̃.
+
+Counts (``stats``, an int64 device tensor of shape (3,), accumulated in place
+without synchronising): [entries within ε of at least one threshold (the
+"confirmed" entries), corrected tiles, tiles]; :class:`Confirmation` reads
+them at the end of a run.
+
+Where it runs (:func:`exact_method`): ``precision="exact"`` on CUDA calls the
+fused Triton kernels of :mod:`connscale.fc._exact_triton` (TF32 tensor cores,
+tiles in registers), or the torch functions here when Triton is absent; on
+the CPU fp32 is as fast as anything, so the plain fp32 path runs there (the
+torch functions here only when ``FORCE_ON_CPU`` is set, for tests).
+"""
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
+
+from connscale._compute import allow_tf32
+from connscale._compute.device import use_triton
+from connscale._deprecation import DEPRECATED, renamed
+from connscale.fc import _tiles
+from connscale.fc.sparse import compact_tile, keep_mask
+
+#: The ``precision`` of the thresholded functions: ``'exact'`` (TF32 decisions
+#: confirmed near θ: the fp32 results), ``'fp32'`` (fp32 products throughout)
+#: and ``'tf32'`` (TF32 products, approximate).
+PRECISIONS = ("exact", "fp32", "tf32")
+#: Run the torch exact functions on the CPU too (tests; the CPU runs fp32 otherwise).
+FORCE_ON_CPU = False
+
+_UNIT = 2.0**-11  # unit roundoff of TF32's 10 explicit mantissa bits
+_ACCUMULATE = 2.0**-23  # 2 ulp of fp32 per addition
+
+
+# --- numerics ---------------------------------------------------------------
 
 
 def tf32_round(x: torch.Tensor) -> torch.Tensor:
-    """float32 rounded to the nearest TF32 number (10 explicit mantissa bits)."""
+    """``x`` (float32) rounded to TF32: to nearest at 10 explicit mantissa bits,
+    ties away from zero, by integer operations on the bits; NaN and ±inf kept
+    (the result is float32)."""
+    if x.dtype != torch.float32:
+        raise TypeError(f"tf32_round needs a float32 tensor; got {x.dtype}.")
     bits = x.contiguous().view(torch.int32)
-    return ((bits + 0x1000) & -0x2000).view(torch.float32)
+    # Adding half of the 13 dropped bits rounds the magnitude (sign-magnitude
+    # encoding: the carry runs into the exponent, never into the sign).
+    rounded = ((bits + 0x1000) & -0x2000).view(torch.float32)
+    return torch.where(torch.isfinite(x), rounded, x)
 
 
 def split_tf32(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """hi = tf32(u), lo = tf32(u - hi)."""
+    """(hi, lo): hi = tf32(u), lo = tf32(u − hi); hi + lo is u to about 2⁻²² |u|."""
     hi = tf32_round(u)
     return hi, tf32_round(u - hi)
 
 
-def margin_factor(n_timepoints: int) -> float:
-    """ε / s for series of ``n_timepoints``."""
-    g = (n_timepoints - 1) * 2.0**-23
-    gamma = g / (1 - g)
-    return 2.0**-11 * (2 + 2.0**-11) + gamma * (1 + 2.0**-11) ** 2
+def accumulation_gamma(n_terms: int) -> float:
+    """γ(T) = (T − 1)·2⁻²³ / (1 − (T − 1)·2⁻²³): the relative error bound of
+    adding ``n_terms`` numbers in fp32 with up to 2 ulp per addition."""
+    n = max(n_terms - 1, 0) * _ACCUMULATE
+    if n >= 1:
+        raise ValueError(f"No fp32 accumulation bound for {n_terms} terms.")
+    return n / (1 - n)
 
 
 def decision_margin_tensor(u: torch.Tensor) -> torch.Tensor:
-    """ε as a float64 0-d tensor on ``u``'s device (no synchronisation)."""
-    norms = torch.nan_to_num(u.double().square().sum(1), nan=0.0)
-    return norms.max() * margin_factor(u.shape[1])
+    """:func:`decision_margin` as a float64 0-d tensor on ``u``'s device,
+    computed without synchronising with the host."""
+    norms = torch.nan_to_num(u.double().square().sum(-1), nan=0.0)
+    s = norms.max() if norms.numel() else norms.new_zeros(())
+    t = u.shape[-1]
+    return s * (_UNIT * (2 + _UNIT) + accumulation_gamma(t) * (1 + _UNIT) ** 2)
 
 
 def decision_margin(u: torch.Tensor) -> float:
-    """ε of the TF32 decision for unit rows of ``u`` (N, T)."""
+    """ε with |r̃ − u_i·u_j| ≤ ε for every pair of rows of ``u`` (N×T, or
+    B×N×T for a batch of windows, bounded together); see the module notes."""
     return float(decision_margin_tensor(u))
+
+
+def new_stats(device: torch.device | str) -> torch.Tensor:
+    """Zeroed counts [confirmed entries, corrected tiles, tiles] (int64, on ``device``)."""
+    return torch.zeros(3, dtype=torch.int64, device=device)
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    """How much of a run the exact scheme had to confirm.
+
+    Attributes
+    ----------
+    n_entries : int
+        Correlations compared (pairs of the upper triangle, all windows).
+    n_confirmed : int
+        Entries whose approximate value lay within ε of a threshold.
+    n_tiles : int
+        Tiles formed.
+    n_corrected_tiles : int
+        Tiles recomputed with the 3×TF32 correction.
+    """
+
+    n_entries: int
+    n_confirmed: int
+    n_tiles: int
+    n_corrected_tiles: int
+
+    @property
+    def fraction_confirmed(self) -> float:
+        """n_confirmed / n_entries (0 when nothing was compared)."""
+        return self.n_confirmed / self.n_entries if self.n_entries else 0.0
+
+    @classmethod
+    def from_stats(cls, stats: torch.Tensor, n_entries: int) -> Confirmation:
+        """From a ``stats`` tensor (:func:`new_stats`; one synchronisation)."""
+        confirmed, corrected, tiles = (int(v) for v in stats.tolist())
+        return cls(int(n_entries), confirmed, tiles, corrected)
+
+    def as_dict(self) -> dict:
+        """JSON-ready values, for plans and run logs."""
+        return {
+            "n_entries": self.n_entries,
+            "n_confirmed": self.n_confirmed,
+            "fraction_confirmed": self.fraction_confirmed,
+            "n_tiles": self.n_tiles,
+            "n_corrected_tiles": self.n_corrected_tiles,
+        }
+
+
+# --- the choice -------------------------------------------------------------
+
+
+def resolve_precision(precision: str, allow_tf32_value) -> str:
+    """``precision``, taking the former ``allow_tf32`` (True: ``'tf32'``; False:
+    the default, ``'exact'``) with a FutureWarning."""
+    if isinstance(allow_tf32_value, str) and allow_tf32_value == DEPRECATED:
+        return precision
+    old = "tf32" if allow_tf32_value else "exact"
+    return renamed(precision, old, new="precision", old="allow_tf32", new_default="exact")
+
+
+def exact_method(u: torch.Tensor, precision: str) -> str | None:
+    """How ``precision`` runs on ``u``: ``'triton'`` (the fused kernels of
+    :mod:`connscale.fc._exact_triton`), ``'torch'`` (the functions here) or
+    None (the plain path: fp32 or float64 products, TF32 when ``'tf32'``)."""
+    if precision != "exact" or u.dtype != torch.float32:
+        return None
+    if u.device.type == "cpu" and not FORCE_ON_CPU:
+        return None
+    if use_triton(u, float32=True):
+        return "triton"
+    return "torch"
+
+
+def products_in_tf32(precision: str, method: str | None) -> bool:
+    """Whether matrix products may use TF32: asked for (``'tf32'``), or in the
+    torch exact path (whose operands are TF32 numbers already: exact products)."""
+    return precision == "tf32" or method == "torch"
+
+
+# --- torch tiles ------------------------------------------------------------
+
+
+class Split:
+    """U's TF32 parts and its ε, made once per U (N×T or B×N×T)."""
+
+    def __init__(self, u: torch.Tensor) -> None:
+        self.hi, self.lo = split_tf32(u)
+        self.margin = decision_margin(u)
+
+
+def _strict_upper_(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` of a row block ([..., R, N − r0]) limited, in place, to the
+    strict upper triangle (only its first R columns hold entries on or below
+    the diagonal)."""
+    rows = mask.shape[-2]
+    mask[..., :rows] &= torch.ones((rows, rows), dtype=torch.bool, device=mask.device).triu_(1)
+    return mask
+
+
+def exact_block(
+    split: Split,
+    r0: int,
+    r1: int,
+    *,
+    thresholds: list[float],
+    absolute: bool,
+    lowest: float | None,
+    stats: torch.Tensor,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Rows [r0, r1) against columns [r0, N) of U·Uᵀ (signed), decided on r̃
+    and corrected where the scheme asks (see the module notes).
+
+    ``thresholds``: the θ whose close entries are confirmed; ``lowest``: keep
+    values from θ_min − ε on exact (None when only decisions are needed).
+    With a batch ``split`` (B×N×T) the block is B×R×(N − r0) and each window's
+    block is a tile. ``stats`` is updated in place.
+    """
+    hi, lo, margin = split.hi, split.lo, split.margin
+    rows_hi, cols_hi = hi[..., r0:r1, :], hi[..., r0:, :].transpose(-1, -2)
+    tile = torch.matmul(rows_hi, cols_hi, out=out)
+    values = tile.abs() if absolute else tile
+    near = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
+    for theta in thresholds:
+        near |= (values - theta).abs_() <= margin  # NaN compares False
+    _strict_upper_(near)
+    needs = near
+    if lowest is not None:
+        needs = _strict_upper_(values >= lowest - margin) | near
+    del values
+    flat = needs.reshape(-1, needs.shape[-2] * needs.shape[-1])
+    corrected = torch.nonzero(flat.any(1)).flatten().tolist()  # synchronises
+    stats[0] += near.sum()
+    stats[1] += len(corrected)
+    stats[2] += flat.shape[0]
+    del near, needs, flat
+    if tile.dim() == 2:
+        if corrected:
+            tile.addmm_(lo[r0:r1], hi[r0:].T).addmm_(hi[r0:r1], lo[r0:].T)
+        return tile
+    for b in corrected:
+        tile[b].addmm_(lo[b, r0:r1], hi[b, r0:].T).addmm_(hi[b, r0:r1], lo[b, r0:].T)
+    return tile
+
+
+def degree_exact_torch(
+    u: torch.Tensor,
+    thresholds: torch.Tensor,
+    *,
+    absolute: bool,
+    weighted: bool,
+    block_rows: int,
+    stats: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`connscale.fc._tiles.degree_torch` (r > θ) decided by the exact
+    scheme, by row blocks (float32 ``u``)."""
+    split = Split(u)
+    theta = [float(t) for t in thresholds.tolist()]
+    n = u.shape[0]
+    counts = torch.zeros((len(theta), n), dtype=torch.int64, device=u.device)
+    sums = torch.zeros((len(theta), n), dtype=torch.float64, device=u.device) if weighted else None
+    with allow_tf32(True):
+        for r0, r1 in _tiles._blocks(n, block_rows):
+            tile = exact_block(
+                split,
+                r0,
+                r1,
+                thresholds=theta,
+                absolute=absolute,
+                lowest=min(theta) if weighted else None,
+                stats=stats,
+            )
+            if absolute:
+                tile.abs_()
+            _tiles.accumulate_degree(tile, r0, r1, theta, counts, sums)
+            del tile
+    return counts, sums
+
+
+def compact_exact_torch(
+    u: torch.Tensor,
+    threshold: float,
+    *,
+    absolute: bool,
+    block_rows: int,
+    stats: torch.Tensor,
+    upper: float = math.inf,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The strict upper triangle's threshold <= r < upper (|r| with
+    ``absolute``) decided by the exact scheme: kept values (signed), int32
+    columns and per-row counts, as :func:`connscale.fc.sparse.compact_tile`."""
+    split = Split(u)
+    n = u.shape[0]
+    theta = [threshold] + ([upper] if math.isfinite(upper) else [])
+    values, columns, counts = [], [], []
+    with allow_tf32(True):
+        for r0, r1 in _tiles._blocks(n, block_rows):
+            tile = exact_block(
+                split, r0, r1, thresholds=theta, absolute=absolute, lowest=threshold, stats=stats
+            )
+            keep = keep_mask(tile, threshold, absolute=absolute)
+            if math.isfinite(upper):
+                keep &= (tile.abs() if absolute else tile) < upper
+            kept = compact_tile(tile, keep, r0)
+            for part, found in zip((values, columns, counts), kept):
+                part.append(found)
+            del tile, keep
+    return torch.cat(values), torch.cat(columns), torch.cat(counts)
+
+
+# --- dispatch ---------------------------------------------------------------
+
+
+def degree_exact(
+    u: torch.Tensor,
+    thresholds: torch.Tensor,
+    *,
+    absolute: bool,
+    weighted: bool,
+    block_rows: int,
+    stats: torch.Tensor,
+    method: str,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Degree counts (and sums) of r > θ by the exact scheme, on ``method``
+    (:func:`exact_method`): (K, N) int64 counts, (K, N) float64 sums or None."""
+    if method == "triton":
+        from connscale.fc._exact_triton import degree_exact_triton
+
+        return degree_exact_triton(
+            u,
+            thresholds.to(u.device),
+            absolute=absolute,
+            weighted=weighted,
+            margin=decision_margin(u),
+            stats=stats,
+        )
+    return degree_exact_torch(
+        u,
+        thresholds.to(u.device),
+        absolute=absolute,
+        weighted=weighted,
+        block_rows=block_rows,
+        stats=stats,
+    )
+
+
+def compact_exact(
+    u: torch.Tensor,
+    threshold: float,
+    *,
+    absolute: bool,
+    block_rows: int,
+    stats: torch.Tensor,
+    method: str,
+    capacity: int,
+    max_capacity: int | None = None,
+    upper: float = math.inf,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """Kept values, int32 columns and int64 row counts of threshold <= r <
+    upper (|r|) by the exact scheme, on the device.
+
+    With ``method='triton'`` the buffers hold ``capacity`` entries first and
+    are grown to the count on overflow (one synchronisation per try); None
+    when more than ``max_capacity`` entries would be needed (the caller then
+    runs row blocks with :func:`compact_exact_torch`).
+    """
+    if method != "triton":
+        return compact_exact_torch(
+            u, threshold, absolute=absolute, block_rows=block_rows, stats=stats, upper=upper
+        )
+    from connscale.fc._exact_triton import compact_exact_triton
+
+    n = u.shape[0]
+    margin = decision_margin(u)
+    capacity = max(1, capacity)
+    while True:
+        tried = stats.clone()
+        values = torch.empty(capacity, dtype=u.dtype, device=u.device)
+        columns = torch.empty(capacity, dtype=torch.int32, device=u.device)
+        staged_values = torch.empty_like(values)
+        staged_columns = torch.empty_like(columns)
+        row_counts = torch.zeros(n, dtype=torch.int64, device=u.device)
+        cursor = compact_exact_triton(
+            u,
+            threshold,
+            absolute=absolute,
+            margin=margin,
+            values=values,
+            columns=columns,
+            row_counts=row_counts,
+            staged_values=staged_values,
+            staged_columns=staged_columns,
+            stats=stats,
+            upper=upper,
+        )
+        nnz = int(cursor)
+        if nnz <= capacity:
+            return values[:nnz], columns[:nnz], row_counts
+        stats.copy_(tried)  # the retry counts again
+        if max_capacity is not None and nnz > max_capacity:
+            return None
+        capacity = nnz
+
+
+def top_threshold_exact(
+    u: torch.Tensor,
+    n_kept: list[int],
+    *,
+    absolute: bool,
+    block_rows: int,
+    stats: torch.Tensor,
+    method: str,
+    use_triton_histogram: bool = False,
+) -> tuple[list[float], int]:
+    """:func:`connscale.fc._tiles.top_threshold` by the exact scheme: for each
+    k, the k-th largest upper-triangle r (|r|) as the exact path gives it, and
+    the number of passes over the matrix that were decided by the scheme
+    (counted in ``stats``; the histogram pass is not).
+
+    The histogram is of r̃ (within ε of r). The k-th largest r̃ falls in bin b;
+    so the k-th largest r lies in [c_lo, c_hi) = [lower(b) − ε, upper(b) + ε):
+    the entries r >= c_hi are counted (decided, corrected near c_hi) and those
+    in [c_lo, c_hi) collected (corrected), and the k-th value selected there.
+    """
+    margin = decision_margin(u)
+    hi = tf32_round(u)
+    n_bins = _tiles.HISTOGRAM_BINS
+    with allow_tf32(True):
+        if use_triton_histogram:
+            hist = _tiles.histogram_triton(hi, absolute=absolute, block_rows=block_rows)
+        else:
+            hist = _tiles.histogram_torch(hi, absolute=absolute, block_rows=block_rows)
+    del hi
+    above = torch.flip(torch.cumsum(torch.flip(hist, [0]), 0), [0])  # count in bins >= b
+    low, width = (0.0, 1.0) if absolute else (-1.0, 2.0)
+    edge = width / n_bins
+    found: dict[int, tuple[int, torch.Tensor]] = {}
+    result = []
+    n_passes = 0
+    for k in n_kept:
+        b = int(torch.nonzero(above >= k).max())
+        if b not in found:
+            c_lo = -math.inf if b == 0 else low + b * edge - margin
+            c_hi = math.inf if b == n_bins - 1 else low + (b + 1) * edge + margin
+            found[b] = _bracket(
+                u, hist, c_lo, c_hi, absolute, block_rows, stats, method, margin, low, edge
+            )
+            n_passes += 1 + math.isfinite(c_hi)
+        higher, values = found[b]
+        if not higher < k <= higher + values.numel():
+            raise RuntimeError(
+                f"The exact sparsity threshold search lost the {k}-th value (bin {b}: "
+                f"{higher} above, {values.numel()} in the bin); use precision='fp32'."
+            )
+        result.append(float(values[k - higher - 1]))
+    return result, n_passes
+
+
+def _bracket(u, hist, c_lo, c_hi, absolute, block_rows, stats, method, margin, low, edge):
+    """Exact count of r >= c_hi and the sorted (descending) exact r in [c_lo, c_hi)."""
+    higher = 0
+    if math.isfinite(c_hi):
+        cut = torch.tensor([_tiles.below(c_hi, u.dtype)], dtype=u.dtype)
+        counts, _ = degree_exact(
+            u,
+            cut,
+            absolute=absolute,
+            weighted=False,
+            block_rows=block_rows,
+            stats=stats,
+            method=method,
+        )
+        higher = int(counts.sum()) // 2
+    # Capacity: the approximate values within ε of [c_lo, c_hi), and a bin more each side.
+    n_bins = hist.numel()
+    first = max(0, math.floor((max(c_lo, low) - margin - low) / edge) - 1)
+    last = min(n_bins - 1, math.floor((min(c_hi, low + n_bins * edge) + margin - low) / edge) + 1)
+    capacity = int(hist[first : last + 1].sum())
+    values, _, _ = compact_exact(
+        u,
+        c_lo if math.isfinite(c_lo) else -math.inf,
+        absolute=absolute,
+        block_rows=block_rows,
+        stats=stats,
+        method=method,
+        capacity=capacity,
+        upper=c_hi,
+    )
+    if absolute:
+        values = values.abs()
+    return higher, torch.sort(values, descending=True).values

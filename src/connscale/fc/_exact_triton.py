@@ -19,9 +19,10 @@ Two epilogues, each one kernel over the tiles of the upper triangle:
   CSR parts, staged by an atomic cursor with a (row, column tile) count
   table, then placed by :func:`connscale.fc._tiles` ``_place_kernel``.
 
-``stats`` (int64, (2,) or longer, on the device) accumulates in place the
-entries within ε of a threshold (confirmed) and the corrected tiles; the
-tiles in all are :func:`tiles_in`, known on the host.
+``stats`` (int64, (3,), on the device; :func:`connscale.fc._exact.new_stats`)
+accumulates in place the entries within ε of a threshold (confirmed), the
+corrected tiles and the tiles in all (:func:`tiles_in`), without
+synchronising.
 
 The kernels are checked on the CPU through Triton's interpreter, where the
 products of hi are exact in fp32 just as on the tensor cores.
@@ -303,9 +304,8 @@ def degree_exact_triton(
     margin : float or torch.Tensor
         ε of :func:`connscale.fc._exact.decision_margin` (a 0-d or 1-element
         device tensor is read by the kernel, without a host round trip).
-    stats : torch.Tensor of shape (>= 2,), int64, on the device
-        Confirmed entries and corrected tiles are added to its first two
-        elements.
+    stats : torch.Tensor of shape (3,), int64, on the device
+        Confirmed entries, corrected tiles and tiles are added to it.
     split : (hi, lo), optional
         :func:`padded_split` of ``u`` when the caller has it.
 
@@ -341,6 +341,7 @@ def degree_exact_triton(
         BK=BLOCK_K,
         **_launch_options(u, DEGREE_STAGES),
     )
+    stats[2] += tiles_in(n)
     return counts.to(torch.int64), (sums if weighted else None)
 
 
@@ -416,6 +417,7 @@ def compact_exact_triton(
         BK=BLOCK_K,
         **_launch_options(u, COMPACT_STAGES),
     )
+    stats[2] += tiles_in(n)
     inclusive = torch.cumsum(counts, 1, dtype=torch.int32)
     row_counts.copy_(inclusive[:, -1])
     row_offsets = torch.cumsum(row_counts, 0)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 import torch
 
 from connscale.fc import _exact_triton
-from connscale.fc._exact import decision_margin_tensor
+from connscale.fc._exact import decision_margin_tensor, new_stats
 from connscale.fc._tiles import (
     COMPACT_BLOCK_M,
     aligned_block_rows,
@@ -74,9 +74,9 @@ class SparseWindowsCUDA:
         row blocks by cuBLAS (TF32 there when the caller enabled it) and
         ``METHOD``'s compaction.
     stats : torch.Tensor, optional
-        int64 device tensor of at least 2 elements: with "exact", the
-        confirmed entries and corrected tiles of every window are added to
-        it (and redone windows are counted again).
+        The counts of :func:`connscale.fc._exact.new_stats`: with "exact",
+        every window's confirmed entries, corrected tiles and tiles are added
+        to it (a redone window is counted again).
     """
 
     def __init__(
@@ -204,7 +204,7 @@ class SparseWindowsCUDA:
     def _compact_exact(self, u, values, columns, row_counts, capacity):
         self._staging(u, capacity)
         if self.stats is None:
-            self.stats = torch.zeros(2, dtype=torch.int64, device=u.device)
+            self.stats = new_stats(u.device)
         return _exact_triton.compact_exact_triton(
             u,
             self.threshold,

@@ -175,22 +175,37 @@ def degree_torch(
     counts = torch.zeros((k, n), dtype=torch.int64, device=u.device)
     sums = torch.zeros((k, n), dtype=torch.float64, device=u.device) if weighted else None
     for r0, r1 in _blocks(n, block_rows):
-        tile, upper = _upper_values(u, r0, r1, absolute)
-        for i, theta in enumerate(thresholds.tolist()):
-            keep = tile > theta
-            keep[:, : r1 - r0] &= upper
-            counts[i, r0:r1] += keep.sum(1)
-            counts[i, r0:] += keep.sum(0)
-            if weighted:
-                kept = torch.where(keep, tile, 0)
-                sums[i, r0:r1] += kept.sum(1, dtype=torch.float64)
-                sums[i, r0:] += kept.sum(0, dtype=torch.float64)
-                del kept
-            del keep
+        tile, _ = _upper_values(u, r0, r1, absolute)
+        accumulate_degree(tile, r0, r1, thresholds.tolist(), counts, sums)
         del tile
         if progress is not None:
             progress.update(r1 - r0)
     return counts, sums
+
+
+def accumulate_degree(
+    tile: torch.Tensor,
+    r0: int,
+    r1: int,
+    thresholds: list[float],
+    counts: torch.Tensor,
+    sums: torch.Tensor | None,
+) -> None:
+    """Add the strict upper triangle's r > θ of the block ``tile`` (rows
+    [r0, r1) × columns [r0, N), |r| already taken with ``absolute``) to the
+    rows' and columns' ``counts`` (and ``sums`` unless None)."""
+    upper = torch.ones((r1 - r0, r1 - r0), dtype=torch.bool, device=tile.device).triu_(1)
+    for i, theta in enumerate(thresholds):
+        keep = tile > theta
+        keep[:, : r1 - r0] &= upper
+        counts[i, r0:r1] += keep.sum(1)
+        counts[i, r0:] += keep.sum(0)
+        if sums is not None:
+            kept = torch.where(keep, tile, 0)
+            sums[i, r0:r1] += kept.sum(1, dtype=torch.float64)
+            sums[i, r0:] += kept.sum(0, dtype=torch.float64)
+            del kept
+        del keep
 
 
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess

@@ -50,6 +50,7 @@ from connscale._compute.memory import (
     MemoryPlanner,
 )
 from connscale._compute.transfer import DeviceToHost
+from connscale._deprecation import DEPRECATED
 from connscale._docs import fill_doc
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
@@ -63,6 +64,7 @@ from connscale._validation import (
     user_stacklevel,
     validate_params,
 )
+from connscale.fc import _exact
 from connscale.fc._sinks import WindowFileSink
 from connscale.fc._sparse_cuda import SparseWindowsCUDA
 from connscale.fc.dynamic_result import (
@@ -295,10 +297,11 @@ def _triu_gather_index(n: int, r0: int, r1: int, device: torch.device) -> torch.
 
 
 def _plan(
-    planner, n, w, k, kind, itemsize, budget, width, compute_error, resident, **fields
+    planner, n, w, k, kind, itemsize, budget, width, compute_error, resident, split=False, **fields
 ) -> MemoryPlan:
     """Windows per batch and rows per tile that fit ``budget`` device bytes
-    (``resident`` of them kept throughout), as the planner's plan."""
+    (``resident`` of them kept throughout), as the planner's plan; ``split``:
+    each window's TF32 parts too (the exact scheme's torch path)."""
     free = budget - resident
 
     def plan(batch, tile_rows):
@@ -307,7 +310,7 @@ def _plan(
             batch=int(batch), block_rows=int(tile_rows), n_rounds=-(-k // int(batch)), **fields
         )
 
-    per_window_prep = 4 * w * n * 8 + n * w * itemsize
+    per_window_prep = 4 * w * n * 8 + n * w * itemsize * (3 if split else 1)
     if kind in ("lowrank", "factor"):
         per_window = per_window_prep + 6 * n * (width or w) * itemsize
         batch = max(1, min(k, _MAX_BATCH, free // max(per_window, 1) // 2))
@@ -387,7 +390,8 @@ def _runs(indices: list[int], size: int) -> list[list[int]]:
         "dtype": ["dtype"],
         "memory_limit": ["memory", None],
         "compute_error": ["boolean"],
-        "allow_tf32": ["boolean"],
+        "precision": [StrOptions(_exact.PRECISIONS)],
+        "allow_tf32": ["boolean", StrOptions({DEPRECATED})],
         "taper": [StrOptions(TAPERS)],
         "taper_sigma": [Interval(Real, 0, None, closed="neither")],
         "t_r": [Interval(Real, 0, None, closed="neither"), None],
@@ -413,7 +417,8 @@ def dynamic_correlation(
     out: str | os.PathLike | None = None,
     host_buffer=None,
     compute_error: bool = False,
-    allow_tf32: bool = False,
+    precision: str = "exact",
+    allow_tf32: bool | str = DEPRECATED,
     taper: str = "rectangular",
     taper_sigma: float = 3.0,
     t_r: float | None = None,
@@ -473,9 +478,17 @@ def dynamic_correlation(
     compute_error : bool, default=False
         For ``'lowrank'`` and ``'factor'``: each window's mean absolute error
         against the exact matrix over off-diagonal pairs (``result.mae``).
-    allow_tf32 : bool, default=False
-        Allow TF32 matrix products on CUDA: faster, but inputs are rounded to
-        10 mantissa bits, which can flip values that sit near a threshold.
+    precision : {'exact', 'fp32', 'tf32'}, default='exact'
+        Arithmetic of float32 products on CUDA. For ``kind='sparse'``,
+        ``'exact'`` decides with TF32 tensor cores every pair farther than a
+        proven bound from the threshold and recomputes the few closer ones and
+        the kept values to fp32 accuracy (the windows of ``'fp32'``, faster;
+        ``result.confirmation`` counts them); ``'fp32'`` uses fp32 products;
+        ``'tf32'`` TF32 products (inputs rounded to 10 mantissa bits: values
+        near the threshold can flip). Other kinds compute in fp32 unless
+        ``'tf32'``. The CPU computes in fp32 for ``'exact'``.
+    allow_tf32 : bool
+        Deprecated: ``allow_tf32=True`` is ``precision='tf32'``.
     taper : {'rectangular', 'gaussian'}, default='rectangular'
         ``'gaussian'``: Allen et al. (2014)'s tapered window, the rectangle
         of w time points convolved with a Gaussian of ``taper_sigma`` time
@@ -517,6 +530,7 @@ def dynamic_correlation(
     >>> len(dfc), dfc[0].shape
     (7, (15,))
     """
+    precision = _exact.resolve_precision(precision, allow_tf32)
     array = check_timeseries(timeseries, min_timepoints=MIN_WINDOW_LENGTH)
     check_not_all_constant(array)
     n_timepoints, n_series = array.shape
@@ -563,7 +577,7 @@ def dynamic_correlation(
         "power_iterations": checked["power_iterations"] if kind == "lowrank" else None,
         "random_state": _recorded_seed(random_state) if base_seed is not None else None,
         "dtype": np_dtype.name,
-        "allow_tf32": bool(allow_tf32),
+        "precision": precision,
     }
     if weights is not None:
         meta["taper"] = {
@@ -602,10 +616,10 @@ def dynamic_correlation(
         sink = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
         todo = list(range(k))
 
-    plan = None
+    plan = confirmation = None
     try:
         if todo:
-            plan = _compute(
+            plan, confirmation = _compute(
                 array,
                 starts,
                 todo,
@@ -622,7 +636,7 @@ def dynamic_correlation(
                 dtype=torch_dtype,
                 memory_limit=memory_limit,
                 compute_error=compute_error,
-                allow_tf32=bool(allow_tf32),
+                precision=precision,
                 verbose=verbose,
                 weights=weights,
                 planner=planner,
@@ -646,6 +660,7 @@ def dynamic_correlation(
         sink.abort()
         raise
     result.plan = plan
+    result.confirmation = confirmation
     return result
 
 
@@ -674,12 +689,13 @@ def _compute(
     dtype,
     memory_limit,
     compute_error,
-    allow_tf32,
+    precision,
     verbose,
     planner,
     weights=None,
-) -> MemoryPlan:
-    """Compute windows ``todo`` into ``backend``.
+) -> tuple[MemoryPlan, _exact.Confirmation | None]:
+    """Compute windows ``todo`` into ``backend``; the plan, and the exact
+    scheme's counts when it ran.
 
     ``memory_limit`` covers, on the CPU, the in-memory result (counted by
     ``planner`` already, or a sparse result counted as it grows, which gets
@@ -717,6 +733,9 @@ def _compute(
             f"Keeping the sparse windows of {n} series",
             "Pass out='file.h5' to stream them to disk, raise the threshold or raise memory_limit.",
         )
+    exact = None
+    if kind == "sparse":
+        exact = _exact.exact_method(torch.empty(0, dtype=dtype, device=device), precision)
     plan = _plan(
         planner,
         n,
@@ -728,13 +747,17 @@ def _compute(
         width,
         compute_error,
         resident,
+        split=exact == "torch",
         out_of_core=not in_memory,
     )
-    with _allow_tf32(allow_tf32), torch.no_grad():
+    stats = _exact.new_stats(device) if exact else None
+    with _allow_tf32(_exact.products_in_tf32(precision, exact)), torch.no_grad():
         x = torch.as_tensor(array).to(device)
         normalizer = _WindowNormalizer(x, starts, w, dtype, weights)
         del x
-        logger.debug("dynamic_correlation plan: %s", plan)
+        logger.debug(
+            "dynamic_correlation plan: %s (precision %s, exact: %s)", plan, precision, exact
+        )
         tile_rows = plan.block_rows
         copier = DeviceToHost(device, depth=2)
         full_index = None
@@ -746,7 +769,13 @@ def _compute(
         fused_sparse = None
         if kind == "sparse" and use_triton(device, interpreted=False):
             fused_sparse = SparseWindowsCUDA(
-                n, tile_rows, threshold, absolute, _sparse_submitter(backend, copier)
+                n,
+                tile_rows,
+                threshold,
+                absolute,
+                _sparse_submitter(backend, copier),
+                precision=precision,
+                stats=stats,
             )
         progress = tqdm(total=len(todo), desc="windows", unit="win", disable=not verbose)
         try:
@@ -761,7 +790,7 @@ def _compute(
                         fused_sparse.add(u[b], constant[b], index)
                 elif kind == "sparse":
                     _sparse_batch(
-                        u, constant, batch, backend, copier, tile_rows, threshold, absolute
+                        u, constant, batch, backend, copier, tile_rows, threshold, absolute, stats
                     )
                 else:
                     _compressed_batch(
@@ -796,7 +825,11 @@ def _compute(
             ConstantSeriesWarning,
             stacklevel=user_stacklevel(),
         )
-    return plan
+    confirmation = None
+    if stats is not None:
+        confirmation = _exact.Confirmation.from_stats(stats, len(todo) * n_pairs(n))
+        logger.debug("dynamic_correlation confirmation: %s", confirmation.as_dict())
+    return plan, confirmation
 
 
 def _write_batch(backend, batch, names):
@@ -840,8 +873,11 @@ def _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index):
     )
 
 
-def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, absolute):
+def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, absolute, stats=None):
+    """A batch of sparse windows by row tiles; with ``stats``, decided by the
+    exact scheme's torch path (:func:`connscale.fc._exact.exact_block`)."""
     n = u.shape[1]
+    split = _exact.Split(u) if stats is not None else None
     n_batch = len(batch)
     values: list[list[torch.Tensor]] = [[] for _ in batch]
     columns: list[list[torch.Tensor]] = [[] for _ in batch]
@@ -859,7 +895,18 @@ def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, abs
     pending = None
     for r0 in range(0, n, tile_rows):
         r1 = min(n, r0 + tile_rows)
-        tile = torch.bmm(u[:, r0:r1], u[:, r0:].transpose(1, 2))
+        if split is None:
+            tile = torch.bmm(u[:, r0:r1], u[:, r0:].transpose(1, 2))
+        else:
+            tile = _exact.exact_block(
+                split,
+                r0,
+                r1,
+                thresholds=[threshold],
+                absolute=absolute,
+                lowest=threshold,
+                stats=stats,
+            )
         keep = keep_mask(tile, threshold, absolute=absolute)
         if pending is not None:
             compact(*pending)

@@ -236,6 +236,10 @@ class DynamicConnectivity:
     plan : dict or None
         How the run was split (windows per batch, rows per tile, device
         budget); None when nothing had to be computed.
+    confirmation : Confirmation or None
+        With ``precision='exact'`` where the exact scheme ran: how many
+        entries and tiles it had to confirm
+        (:class:`connscale.fc._exact.Confirmation`); None otherwise.
     """
 
     def __init__(self, backend, meta: dict, path: Path | None = None) -> None:
@@ -250,6 +254,7 @@ class DynamicConnectivity:
         self.dtype = np.dtype(meta["dtype"])
         self.path = path
         self.plan: dict | None = None
+        self.confirmation = None
         self.constant = np.asarray(backend.constant)
         mae = np.asarray(backend.mae, dtype=np.float64)
         self.mae = None if np.all(np.isnan(mae)) else mae

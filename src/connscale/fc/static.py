@@ -32,6 +32,7 @@ from connscale._compute import (
     allow_tf32 as _allow_tf32,
 )
 from connscale._compute.device import numpy_dtype
+from connscale._deprecation import DEPRECATED
 from connscale._docs import fill_doc
 from connscale._validation import (
     Interval,
@@ -41,6 +42,7 @@ from connscale._validation import (
     check_timeseries,
     validate_params,
 )
+from connscale.fc import _exact
 from connscale.fc._sinks import Rows, Sender, Triangle, relmat_sink
 from connscale.fc.normalize import normalize_series, warn_constant
 from connscale.fc.sparse import tile_to_csr_parts
@@ -64,7 +66,8 @@ _PARAMETER_CONSTRAINTS = {
     "device": ["device", None],
     "dtype": ["dtype"],
     "memory_limit": ["memory", None],
-    "allow_tf32": ["boolean"],
+    "precision": [StrOptions(_exact.PRECISIONS)],
+    "allow_tf32": ["boolean", StrOptions({DEPRECATED})],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
 }
 
@@ -92,7 +95,8 @@ def correlation(
     dtype: str = "float32",
     memory_limit: int | str | None = None,
     out=None,
-    allow_tf32: bool = False,
+    precision: str = "exact",
+    allow_tf32: bool | str = DEPRECATED,
     verbose: int = 0,
 ):
     """Pearson correlation of every pair of series.
@@ -122,8 +126,17 @@ def correlation(
         host memory. An array or CPU tensor of the result's shape and dtype:
         fill it in place (a pinned tensor gives the fastest copies from a
         GPU). None: allocate the result.
-    allow_tf32 : bool, default=False
-        Let CUDA matrix products use TF32 (faster, ~3 decimal digits).
+    precision : {'exact', 'fp32', 'tf32'}, default='exact'
+        Arithmetic of float32 products on CUDA. For ``kind='sparse'``,
+        ``'exact'`` decides with TF32 tensor cores every pair farther than a
+        proven bound from the threshold and recomputes the few closer ones and
+        the kept values to fp32 accuracy (the result of ``'fp32'``, faster);
+        ``'fp32'`` uses fp32 products; ``'tf32'`` TF32 products (fastest, ~3
+        decimal digits: pairs within ~1e-3 of the threshold may be kept or
+        dropped wrongly). Other kinds compute in fp32 unless ``'tf32'``. The
+        CPU computes in fp32 for ``'exact'``.
+    allow_tf32 : bool
+        Deprecated: ``allow_tf32=True`` is ``precision='tf32'``.
     %(verbose)s
 
     Returns
@@ -169,6 +182,7 @@ def correlation(
         dtype=dtype,
         memory_limit=memory_limit,
         out=out,
+        precision=precision,
         allow_tf32=allow_tf32,
         verbose=verbose,
     )
@@ -186,12 +200,15 @@ def compute_correlation(
     dtype="float32",
     memory_limit=None,
     out=None,
-    allow_tf32=False,
+    precision="exact",
+    allow_tf32=DEPRECATED,
     verbose=0,
     attrs=None,
 ):
-    """:func:`correlation`, also returning the :class:`MemoryPlan` it followed
-    and the number of constant series (for logs and reports)."""
+    """:func:`correlation`, also returning the :class:`MemoryPlan` it followed,
+    the number of constant series and, when the exact scheme ran, its
+    :class:`~connscale.fc._exact.Confirmation` (else None), for logs and reports."""
+    precision = _exact.resolve_precision(precision, allow_tf32)
     if kind == "sparse":
         if threshold is None:
             raise ValueError("kind='sparse' needs a 'threshold' (e.g. 0.5).")
@@ -224,11 +241,22 @@ def compute_correlation(
         attrs,
         result_bytes=_result_bytes(n, kind, np_dtype.itemsize),
     )
+    exact = None
+    if kind == "sparse":
+        exact = _exact.exact_method(torch.empty(0, dtype=work_dtype, device=dev), precision)
     try:
         plan, rounds, columns = _plan_rounds(
-            n, n_timepoints, kind, dev, work_dtype, memory_limit, sink.in_memory, x.dtype.itemsize
+            n,
+            n_timepoints,
+            kind,
+            dev,
+            work_dtype,
+            memory_limit,
+            sink.in_memory,
+            x.dtype.itemsize,
+            split=exact == "torch",
         )
-        logger.debug("correlation plan: %s", plan)
+        logger.debug("correlation plan: %s (precision %s, exact: %s)", plan, precision, exact)
         if kind == "sparse" and sink.in_memory:
             sink.meter = MemoryMeter(
                 plan.host_budget,
@@ -237,17 +265,29 @@ def compute_correlation(
                 "Pass out='result_relmat.h5' to stream it to disk, raise the threshold or "
                 "raise memory_limit.",
             )
-        with _allow_tf32(allow_tf32), torch.no_grad():
+        stats = _exact.new_stats(dev) if exact else None
+        with _allow_tf32(_exact.products_in_tf32(precision, exact)), torch.no_grad():
             normalized, constant = _normalize(x, dev, work_dtype, columns)
             n_constant = warn_constant(constant)
-            _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose)
+            if exact != "triton" or not _run_exact_triton(
+                normalized, rounds, threshold, absolute, sink, stats
+            ):
+                _run_rounds(
+                    normalized, rounds, kind, threshold, absolute, dev, sink, verbose, stats=stats
+                )
+        confirmation = None
+        if stats is not None:
+            confirmation = _exact.Confirmation.from_stats(stats, n_pairs(n))
+            logger.debug("correlation confirmation: %s", confirmation.as_dict())
     except BaseException:
         sink.abort()
         raise
-    return sink.finish(), (plan, n_constant)
+    return sink.finish(), (plan, n_constant, confirmation)
 
 
-def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory, input_item):
+def _plan_rounds(
+    n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory, input_item, split=False
+):
     """Split the rows into rounds that fit the memory budget (Alg. 3).
 
     Counted against the budget: the normalised series, the float64
@@ -257,6 +297,9 @@ def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory
     result's size is known only as it grows: on the CPU the rounds get at
     most a quarter of what is left and the result the rest (``host_budget`` of
     the plan), checked as it grows.
+
+    With ``split``, the TF32 parts of the normalised series (the exact
+    scheme's torch path) are counted too.
 
     Returns the plan, the rounds and the columns normalised at a time.
     """
@@ -268,7 +311,7 @@ def _plan_rounds(n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory
         else "Raise memory_limit."
     )
     planner = MemoryPlanner(dev, memory_limit, hint=hint)
-    planner.reserve_device(n * n_timepoints * item)  # the normalised series
+    planner.reserve_device(n * n_timepoints * item * (3 if split else 1))  # the normalised series
     if in_memory:
         planner.reserve_host(_result_bytes(n, kind, item))  # pinned on CUDA
     # Normalising a column: its raw copy, four float64 temporaries, the cast.
@@ -355,8 +398,11 @@ def _result_bytes(n: int, kind: str, item: int) -> int:
     return 0  # sparse: unknown in advance, counted as it arrives
 
 
-def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose):
+def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose, stats=None):
+    """Each round's block formed and sent to ``sink``; with ``stats`` (sparse
+    only) decided by the exact scheme's torch path, counted there."""
     n = normalized.shape[0]
+    split = _exact.Split(normalized) if stats is not None else None
     offsets = triu_row_offsets(n)
     cuda = dev.type == "cuda"
     max_elements = max(r.n_rows * r.n_cols for r in rounds)
@@ -367,7 +413,19 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
         block = workspace[: rnd.n_rows * rnd.n_cols].view(rnd.n_rows, rnd.n_cols)
         rows = normalized[rnd.start : rnd.stop]
         cols = normalized if kind == "dense" else normalized[rnd.start :]
-        torch.mm(rows, cols.T, out=block)
+        if split is not None:
+            _exact.exact_block(
+                split,
+                rnd.start,
+                rnd.stop,
+                thresholds=[threshold],
+                absolute=absolute,
+                lowest=threshold,
+                stats=stats,
+                out=block,
+            )
+        else:
+            torch.mm(rows, cols.T, out=block)
         block.clamp_(-1.0, 1.0)
         if kind == "dense":
             diag = torch.arange(rnd.n_rows, device=dev)
@@ -386,6 +444,33 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
     del workspace
     if cuda:
         torch.cuda.empty_cache()
+
+
+def _run_exact_triton(normalized, rounds, threshold, absolute, sink, stats) -> bool:
+    """The sparse result by the exact scheme's fused Triton kernels in one
+    pass over the whole triangle, its buffers within the rounds' share of the
+    plan (16 bytes an entry, grown on overflow); False, with nothing sent,
+    when the kept entries do not fit there (the rounds then run)."""
+    n = normalized.shape[0]
+    largest = max(r.n_rows * r.n_cols for r in rounds)
+    room = largest * (2 + 28 + 2 * normalized.element_size()) // 16  # what the rounds would hold
+    found = _exact.compact_exact(
+        normalized,
+        threshold,
+        absolute=absolute,
+        block_rows=rounds[0].n_rows,
+        stats=stats,
+        method="triton",
+        capacity=min(n_pairs(n), max(1 << 20, n_pairs(n) // 16), room),
+        max_capacity=room,
+    )
+    if found is None:
+        stats.zero_()
+        return False
+    values, columns, counts = found
+    values = values.clamp_(-1.0, 1.0)
+    sink.append_sparse(counts.cpu().numpy(), columns.cpu().numpy(), values.cpu().numpy())
+    return True
 
 
 def _threshold_block(block, start, threshold, absolute):

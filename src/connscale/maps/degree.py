@@ -11,11 +11,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from connscale._compute import memory_budget
+from connscale._compute import allow_tf32, memory_budget
 from connscale._compute.device import use_triton as triton_runs
 from connscale._docs import fill_doc
 from connscale._validation import Interval, SequenceOf, StrOptions, validate_params
-from connscale.fc import _tiles
+from connscale.fc import _exact, _tiles
 from connscale.maps._prepare import as_map, normalized_series
 
 logger = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ _PARAMETER_CONSTRAINTS = {
     "dtype": ["dtype"],
     "memory_limit": ["memory", None],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
+    "precision": [StrOptions(_exact.PRECISIONS)],
 }
 
 
@@ -60,6 +61,7 @@ def degree_centrality(
     dtype: str = "float32",
     memory_limit: int | str | None = None,
     verbose: int = 0,
+    precision: str = "exact",
 ) -> np.ndarray:
     """Degree centrality of every series, without storing the correlation matrix.
 
@@ -93,6 +95,14 @@ def degree_centrality(
     %(memory_limit)s
     %(verbose)s
         The bar counts the rows of R (every pass with ``sparsity``).
+    precision : {'exact', 'fp32', 'tf32'}, default='exact'
+        Arithmetic of the correlations in float32 on CUDA. ``'exact'``: TF32
+        tensor cores decide every pair farther than a proven bound from the
+        threshold and the few closer ones are recomputed to fp32 accuracy (the
+        counts of ``'fp32'``, faster); ``'fp32'``: fp32 products throughout;
+        ``'tf32'``: TF32 products only (fastest; pairs within ~1e-3 of a
+        threshold may be miscounted). The CPU computes in fp32 for
+        ``'exact'``.
 
     Returns
     -------
@@ -130,6 +140,7 @@ def degree_centrality(
         dtype=dtype,
         memory_limit=memory_limit,
         verbose=verbose,
+        precision=precision,
     )
     return maps
 
@@ -146,10 +157,13 @@ def compute_degree(
     dtype="float32",
     memory_limit=None,
     verbose=0,
+    precision="exact",
     both=False,
 ):
     """:func:`degree_centrality`, also returning a dict with the thresholds
-    used (those found for ``sparsity``), the method and the block size.
+    used (those found for ``sparsity``), the method, the block size, the
+    precision and, when the exact scheme ran, its confirmation counts
+    (:meth:`connscale.fc._exact.Confirmation.as_dict`).
 
     With ``both``, the maps are a pair (binary, weighted) from the same pass.
     """
@@ -176,7 +190,10 @@ def compute_degree(
         raise ValueError(f"degree_centrality needs at least 2 series; got {n}.")
     item = u.element_size()
     n_maps = len(fractions) if sparsity is not None else len(thresholds)
+    exact = _exact.exact_method(u, precision)
     resident = n * t * item + n_maps * n * 16
+    if exact == "torch":
+        resident += 2 * n * t * item  # U's TF32 parts
     budget = memory_budget(u.device, memory_limit)
     use_triton = u.is_cuda and triton_runs(u, float32=True) and budget >= 2 * resident
     if use_triton:
@@ -187,40 +204,65 @@ def compute_degree(
         block_rows = _tiles.plan_block_rows(
             n, resident, budget, item=item, device=u.device
         ).block_rows
+    stats = _exact.new_stats(u.device) if exact else None
+    m = n - int(constant.sum())
+    pairs = m * (m - 1) // 2
+    n_passes = 1
     # Rows of the histogram pass and the degree pass (top_threshold adds its collect passes).
     passes = 2 if sparsity is not None else 1
     progress = tqdm(
         total=passes * n, desc="degree centrality", unit="row", disable=not verbose, leave=False
     )
-    with torch.no_grad(), progress:
+    with torch.no_grad(), progress, allow_tf32(precision == "tf32"):
         if sparsity is not None:
-            m = n - int(constant.sum())
-            pairs = m * (m - 1) // 2
             kept = [max(1, min(pairs, round(p * pairs))) for p in fractions]
-            exact = _tiles.top_threshold(
-                u,
-                kept,
-                absolute=absolute,
-                block_rows=block_rows,
-                use_triton=use_triton,
-                progress=progress,
-            )
-            thresholds = exact
-            cut = [_tiles.below(v, u.dtype) for v in exact]  # r > cut <=> r >= exact
+            if exact:
+                found, search_passes = _exact.top_threshold_exact(
+                    u,
+                    kept,
+                    absolute=absolute,
+                    block_rows=block_rows,
+                    stats=stats,
+                    method=exact,
+                    use_triton_histogram=use_triton,
+                )
+                n_passes += search_passes
+                progress.update(n)  # the search as one step of the bar
+            else:
+                found = _tiles.top_threshold(
+                    u,
+                    kept,
+                    absolute=absolute,
+                    block_rows=block_rows,
+                    use_triton=use_triton,
+                    progress=progress,
+                )
+            thresholds = found
+            cut = [_tiles.below(v, u.dtype) for v in found]  # r > cut <=> r >= found
         else:
             cut = thresholds
         cut_t = torch.tensor(cut, dtype=u.dtype)
-        if use_triton and _tiles.CUDA_METHOD == "fused":
-            counts, sums = _tiles.degree_triton(
-                u, cut_t, absolute=absolute, weighted=weighted or both
+        weigh = weighted or both
+        if exact:
+            counts, sums = _exact.degree_exact(
+                u,
+                cut_t,
+                absolute=absolute,
+                weighted=weigh,
+                block_rows=block_rows,
+                stats=stats,
+                method=exact,
             )
+            progress.update(n)  # one kernel (or its own blocks): counted at once
+        elif use_triton and _tiles.CUDA_METHOD == "fused":
+            counts, sums = _tiles.degree_triton(u, cut_t, absolute=absolute, weighted=weigh)
             progress.update(n)  # one kernel: no blocks to count
         elif use_triton:
             counts, sums = _tiles.degree_blocks_triton(
                 u,
                 cut_t,
                 absolute=absolute,
-                weighted=weighted or both,
+                weighted=weigh,
                 block_rows=block_rows,
                 progress=progress,
             )
@@ -229,16 +271,23 @@ def compute_degree(
                 u,
                 cut_t.to(u.device),
                 absolute=absolute,
-                weighted=weighted or both,
+                weighted=weigh,
                 block_rows=block_rows,
                 progress=progress,
             )
-    method = f"triton-{_tiles.CUDA_METHOD}" if use_triton else "torch"
+    if exact:
+        method = f"exact-{exact}"
+    else:
+        method = f"triton-{_tiles.CUDA_METHOD}" if use_triton else "torch"
     info = {
         "thresholds": thresholds,
         "method": method,
         "block_rows": block_rows,
         "n_constant": int(constant.sum()),
+        "precision": precision,
+        "confirmation": None
+        if stats is None
+        else _exact.Confirmation.from_stats(stats, pairs * n_passes).as_dict(),
     }
     logger.debug("degree_centrality: %s", info)
     if both:
