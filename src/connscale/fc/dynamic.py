@@ -774,7 +774,8 @@ def _compute(
                 threshold,
                 absolute,
                 _sparse_submitter(backend, copier),
-                precision=precision,
+                # The plain path otherwise (float64; TF32 there when asked, by the context)
+                precision="exact" if exact == "triton" else "fp32",
                 stats=stats,
             )
         progress = tqdm(total=len(todo), desc="windows", unit="win", disable=not verbose)
