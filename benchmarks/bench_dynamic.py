@@ -311,6 +311,29 @@ def table2(args, device, d2h, rows_out):
                         )
                     finally:
                         _sparse_cuda._BLOCK_ROWS = default
+                if cuda:  # the fp32 path (precision="fp32"), and the exact run's confirmations
+                    confirmation = result.confirmation
+                    if confirmation is not None:
+                        row["confirmed_fraction"] = confirmation.fraction_confirmed
+                        row["corrected_tiles_fraction"] = (
+                            confirmation.n_corrected_tiles / max(1, confirmation.n_tiles)
+                        )
+                    row["nnz_exact"] = int(sum(m.nnz for m in result))
+                    fp32_s, fp32 = time_run(
+                        x,
+                        w,
+                        1,
+                        device,
+                        args.repeats,
+                        kind="sparse",
+                        threshold=theta,
+                        host_buffer=arena,
+                        precision="fp32",
+                    )
+                    row["fp32_s"] = fp32_s
+                    row["nnz_fp32"] = int(sum(m.nnz for m in fp32))
+                    row["copy_floor_s"] = out_bytes / d2h
+                    del fp32
                 if cuda:  # opt-in TF32 (can flip values next to the threshold)
                     tf32_s, tf32 = time_run(
                         x,

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from connscale._compute import allow_tf32
-from connscale.fc import _tiles
+from connscale.fc import _exact, _exact_triton, _tiles
 from connscale.fc.normalize import normalize_series
 from connscale.maps.ecm import power_iteration
 
@@ -120,6 +120,74 @@ def numpy_ecm(z, tol=1e-6, max_iter=1000):
         if done:
             break
     return x, i + 1
+
+
+def exact_degree(u, thr, floor, reference, stored_rows, rows, args):
+    """precision='exact' (TF32 decisions confirmed near θ, connscale.fc._exact_triton)
+    against the fp32 counts (``reference``), and TF32 alone (the disagreement)."""
+    device = u.device
+
+    def run():
+        stats = _exact.new_stats(device)
+        split = _exact_triton.padded_split(u)
+        counts, sums = _exact_triton.degree_exact_triton(
+            u,
+            thr,
+            absolute=False,
+            weighted=True,
+            margin=_exact.decision_margin_tensor(u),
+            stats=stats,
+            split=split,
+        )
+        return counts, sums, stats
+
+    seconds, (counts, sums, stats) = timed(run, device, args.repeats)
+    binary_s, _ = timed(
+        lambda: _exact_triton.degree_exact_triton(
+            u,
+            thr,
+            absolute=False,
+            weighted=False,
+            margin=_exact.decision_margin(u),
+            stats=_exact.new_stats(device),
+        ),
+        device,
+        args.repeats,
+    )
+    pairs = args.n * (args.n - 1) // 2
+    confirmed, corrected, tiles = stats.tolist()
+    differ = int((counts != reference).sum())
+    rows.update(
+        exact_degree_s=seconds,
+        exact_binary_only_s=binary_s,
+        exact_counts_differ_from_fp32=differ,
+        exact_confirmed_entries=confirmed,
+        exact_confirmed_fraction=confirmed / pairs,
+        exact_corrected_tiles=corrected,
+        exact_tiles=tiles,
+    )
+    _print(
+        f"  exact (TF32 decide + confirm, one kernel), binary + weighted at {len(thr)} "
+        f"thresholds: {seconds:.3f} s ({seconds / floor:.2f}x the fp32 floor); binary only "
+        f"{binary_s:.3f} s; counts differing from fp32: {differ}; confirmed entries "
+        f"{confirmed} ({confirmed / pairs:.2e} of the pairs), corrected tiles {corrected} of "
+        f"{tiles}"
+    )
+    with allow_tf32(True):
+        seconds, (counts, _) = timed(
+            lambda: _tiles.degree_blocks_triton(
+                u, thr, absolute=False, weighted=True, block_rows=stored_rows
+            ),
+            device,
+            args.repeats,
+        )
+    differ = int((counts != reference).sum())
+    moved = int((counts - reference).abs().sum())
+    rows.update(tf32_degree_s=seconds, tf32_counts_differ=differ, tf32_count_moves=moved)
+    _print(
+        f"  TF32 alone (cuBLAS blocks): {seconds:.3f} s; {differ} of {reference.numel()} counts "
+        f"differ from fp32 (total |difference| {moved})"
+    )
 
 
 def main(argv=None):
@@ -235,6 +303,8 @@ def main(argv=None):
                     f"count difference to the first method {agree:.1e}; mean degree "
                     f"{counts.double().mean(1).tolist()}"
                 )
+        if device.type == "cuda" and _tiles.HAS_TRITON:
+            exact_degree(u, thr, floor, reference, stored_rows, rows, args)
         torch_rows = _tiles.plan_block_rows(args.n, 0, 8 << 30, item=4, device=device).block_rows
         seconds, (counts, sums) = timed(
             lambda: _tiles.degree_torch(
@@ -296,7 +366,9 @@ def main(argv=None):
         rows["numpy_ecm_s"] = time.perf_counter() - start
         rows["numpy_ecm_iterations"] = cpu_iter
         best = min(
-            v for k, v in rows.items() if k.startswith(("fused_", "blocks_", "torch_blocks"))
+            v
+            for k, v in rows.items()
+            if k.startswith(("fused_", "blocks_", "torch_blocks", "exact_degree_s"))
         )
         _print(
             f"  numpy blocked degree, {os.cpu_count()} cores: {cpu_degree:.2f} s at P={p}, "

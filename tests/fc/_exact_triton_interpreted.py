@@ -67,7 +67,7 @@ def check_compact(u, r, threshold, *, absolute, upper=math.inf):
         assert b > a
     order = np.lexsort((cols, rows))
     assert np.array_equal(order, np.arange(nnz)), "not row-major"
-    np.testing.assert_allclose(vals, v[rows, cols], rtol=0, atol=2e-6)
+    np.testing.assert_allclose(vals, r[rows, cols], rtol=0, atol=2e-6)  # signed values
     return stats.cpu().numpy(), len(got ^ want), int(near[upper_mask(n)].sum())
 
 

@@ -257,7 +257,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
                 within = tl.cumsum(kept, axis=1) - kept
                 position = base + (row_start[:, None] + within).to(tl.int64)
                 ok = keep & (position < capacity)
-                tl.store(staged_values_ptr + position, value, mask=ok)
+                tl.store(staged_values_ptr + position, acc, mask=ok)  # signed r
                 tl.store(
                     staged_columns_ptr + position,
                     tl.broadcast_to(cols[None, :], (BM, BN)),
