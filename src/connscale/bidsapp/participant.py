@@ -328,6 +328,7 @@ def run_one(task: tuple) -> dict:
         "session": run.entities.get("ses"),
         "bold": str(run.bold),
         "outputs": [],
+        "started": round(time.time(), 3),  # epoch seconds: when each worker took each run
     }
     start = time.perf_counter()
     threads = torch.get_num_threads()
