@@ -121,8 +121,13 @@ def _affine() -> np.ndarray:
 
 def _save_gz(img, path: Path) -> None:
     """``nibabel.save`` through ISA-L's gzip at level 1 (the tree is written faster)."""
-    from isal import igzip
+    try:
+        from isal import igzip
+    except ImportError:
+        import nibabel as nib
 
+        nib.save(img, path)
+        return
     with igzip.open(path, "wb", compresslevel=1) as fh:
         img.to_file_map(img.make_file_map({"image": fh}))
 
@@ -356,7 +361,8 @@ def main() -> None:
         "--readers",
         type=int,
         default=min(2, os.cpu_count() or 1),
-        help="connscale's threads reading runs ahead (serial backend's n_jobs).",
+        help="connscale's n_jobs: threads reading runs ahead (serial backend), or with "
+        "--gpus the threads (runs in flight) of each GPU worker.",
     )
     parser.add_argument(
         "--gpus",
@@ -452,7 +458,11 @@ def main() -> None:
         )
         if ours["notes"]:
             raise RuntimeError(f"--gpus {count}: {ours['notes'][0]}")
-        result[f"connscale_{count}gpu"] = {"gpus": count, **_summary(args.runs, ours)}
+        result[f"connscale_{count}gpu"] = {
+            "gpus": count,
+            "threads_per_gpu": args.readers,
+            **_summary(args.runs, ours),
+        }
         _print(f"connscale (--gpus {count})", args.runs, result[f"connscale_{count}gpu"])
     if len(gpu_counts) > 1:
         base = result[f"connscale_{gpu_counts[0]}gpu"]

@@ -1078,13 +1078,14 @@ def run_participant(
         computes (:func:`run_serial`).
     gpus : 'all', int or None
         Use every GPU of the node (or the first N): one Dask worker process
-        per GPU (:mod:`connscale.bidsapp.gpus`), ``device='cuda'`` in each;
-        ``backend`` and ``n_jobs`` are then not used. On a node without GPU
-        the report's ``notes`` say so and the runs go to ``backend`` on the
-        CPU.
+        per GPU (:mod:`connscale.bidsapp.gpus`), ``device='cuda'`` in each,
+        ``n_jobs`` threads (runs in flight) per worker; ``backend`` is then
+        not used. On a node without GPU the report's ``notes`` say so and the
+        runs go to ``backend`` on the CPU.
     n_jobs : int or None
         Workers (None: every core); with ``backend='serial'``, the threads
-        reading runs ahead (None: 1; at most ``n_jobs + 1`` runs in memory).
+        reading runs ahead (None: 1; at most ``n_jobs + 1`` runs in memory);
+        with ``gpus``, the threads of each GPU worker (None: 2).
     device : str, default='cpu'
         Device of each task's cleaning and correlation.
     dtype : {'float32', 'float64'}
@@ -1105,9 +1106,10 @@ def run_participant(
     from connscale.io.bids import bids_name as _check_name
 
     measures = tuple(dict.fromkeys(measures))
-    if backend == "serial" and n_jobs is not None and n_jobs < 1:
+    if (backend == "serial" or gpus is not None) and n_jobs is not None and n_jobs < 1:
         raise ValueError(
-            f"n_jobs (the reading threads of the serial backend) must be at least 1; got {n_jobs}."
+            "n_jobs (the reading threads of the serial backend, or the threads of each GPU "
+            f"worker) must be at least 1; got {n_jobs}."
         )
     if any(m in _WINDOWED for m in measures) and window_length is None:
         raise ValueError(
@@ -1167,9 +1169,13 @@ def run_participant(
     write_dataset_description(output, derivatives)
     start = time.perf_counter()
     if environments:
-        from connscale.bidsapp.gpus import gpu_cluster
+        from connscale.bidsapp.gpus import THREADS_PER_GPU_WORKER, gpu_cluster
 
-        with gpu_cluster(environments) as client, get_engine("dask", cluster=client) as engine:
+        threads = THREADS_PER_GPU_WORKER if n_jobs is None else n_jobs
+        with (
+            gpu_cluster(environments, threads=threads) as client,
+            get_engine("dask", cluster=client) as engine,
+        ):
             records = engine.map(run_one, [(config, r) for r in runs])
         backend = f"dask ({len(environments)} GPU workers)"
     elif backend == "serial":

@@ -126,7 +126,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="Worker processes (default: every core); with --backend serial, threads "
-        "reading the next runs (default 1).",
+        "reading the next runs (default 1); with --gpus, threads of each GPU worker "
+        "(default 2).",
     )
     execution.add_argument(
         "--gpus",
