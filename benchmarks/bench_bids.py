@@ -1,27 +1,37 @@
 """BIDS-App benchmark: fMRIPrep derivatives to denoised atlas connectivity.
 
 A synthetic fMRIPrep tree (``--runs`` runs, 2 mm MNI grid 97 x 115 x 97,
-~200k in-mask voxels, T = 400, float32 ``.nii.gz`` as fMRIPrep writes them,
+~244k in-mask voxels, T = 400, float32 ``.nii.gz`` as fMRIPrep writes them,
 each run with its own brain mask, BOLD sidecar and a confounds TSV with
-fMRIPrep's column names) is processed twice on the same cores:
+fMRIPrep's column names; written by ``--tree-jobs`` processes) is processed
+on the same machine by:
 
 * connscale: ``connscale bids ... participant --denoise simple --measures
-  fc,timeseries`` (``run_participant``, serial backend with the one-run-ahead
-  decode prefetch, reports off): runs per minute and the per-stage split
-  (decode, clean, compute, write) from each run's record;
+  fc,timeseries`` (``run_participant``, reports off). On the CPU: the serial
+  backend, ``--readers`` threads reading the next runs (BOLD decoded with
+  ISA-L, GIL released; confounds; cleaning operator) while the main thread
+  cleans, correlates and writes with ``--threads`` torch threads. With
+  ``--gpus N[,M..]``: one Dask worker per GPU (``connscale bids --gpus N``),
+  once per count, on the same tree. Reported: runs per minute over the whole
+  call (cluster start included) and over the runs' own span, and the
+  per-stage split (decode, clean, compute, write) summed over runs;
 * nilearn: the same pipeline as users write it: ``load_confounds_strategy(
   bold, 'simple')``, ``NiftiLabelsMasker(labels_img, mask_img, detrend=True,
   standardize='zscore_sample', t_r).fit_transform(bold, confounds,
   sample_mask)``, ``ConnectivityMeasure(kind='correlation',
-  cov_estimator=EmpiricalCovariance())``, matrix and series written as TSV.
+  cov_estimator=EmpiricalCovariance())``, matrix and series written as TSV;
+  one run after the other (the masker has no ``n_jobs`` for one image, and
+  ``MultiNiftiLabelsMasker``'s needs one mask for all runs), numpy's BLAS
+  threads as installed; ``--nilearn-jobs N`` runs the same per-run function
+  on N joblib processes instead.
 
 Both pipelines' matrices are compared (max |difference|). Both start warm
 (imports done before timing); connscale's time includes the pybids index. Voxel degree maps
-are not measured: ``connscale.degree_centrality`` is not in this tree.
+are not measured (``--measures maps`` is not in the participant level).
 
-    python benchmarks/bench_bids.py                      # 20 runs at full size
-    python benchmarks/bench_bids.py --quick --runs 4     # a small grid for a laptop
-    python benchmarks/bench_bids.py --device cuda
+    python benchmarks/bench_bids.py --quick --runs 20          # this laptop-size grid
+    python benchmarks/bench_bids.py --runs 20                  # 20 runs at 2 mm, T = 400
+    python benchmarks/bench_bids.py --gpus 1,2 --skip-nilearn  # one GPU, then two
 """
 
 from __future__ import annotations
@@ -103,19 +113,81 @@ def _confounds(t: int, rng) -> pd.DataFrame:  # noqa: F821
     return pd.DataFrame(columns)
 
 
-def make_tree(root: Path, n_runs: int, grid: dict, seed: int = 0) -> tuple[Path, Path]:
-    """The synthetic fMRIPrep tree and its atlas; returns (derivatives, atlas path)."""
-    import nibabel as nib
-
-    rng = np.random.default_rng(seed)
+def _affine() -> np.ndarray:
     affine = np.diag([2.0, 2.0, 2.0, 1.0])
     affine[:3, 3] = [-96.0, -132.0, -78.0]
+    return affine
+
+
+def _save_gz(img, path: Path) -> None:
+    """``nibabel.save`` through ISA-L's gzip at level 1 (the tree is written faster)."""
+    try:
+        from isal import igzip
+    except ImportError:
+        import nibabel as nib
+
+        nib.save(img, path)
+        return
+    with igzip.open(path, "wb", compresslevel=1) as fh:
+        img.to_file_map(img.make_file_map({"image": fh}))
+
+
+def _write_run(derivatives: Path, i: int, grid: dict, seed: int) -> None:
+    """One run's BOLD, mask, sidecar and confounds (its own generator: any order, any job)."""
+    import nibabel as nib
+
+    rng = np.random.default_rng([seed, i])
+    affine = _affine()
+    mask = _mask(grid["shape"], grid["radii"])
+    labels = _atlas(mask, grid["regions"])[mask]
+    n_regions = int(labels.max())
+    t = grid["t"]
+    func = derivatives / f"sub-{i + 1:02d}" / "func"
+    func.mkdir(parents=True, exist_ok=True)
+    stem = f"sub-{i + 1:02d}_task-rest"
+    run_mask = mask.copy()
+    run_mask[tuple(np.argwhere(mask)[rng.integers(0, mask.sum(), 50)].T)] = False
+    confounds = _confounds(t, rng)
+    regions = rng.standard_normal((t, n_regions)).astype(np.float32)
+    drift = confounds[["trans_x", "white_matter", "csf"]].to_numpy(np.float32)
+    drift = (drift - drift.mean(0)) / drift.std(0)
+    inside = 1000.0 + 8.0 * regions[:, labels - 1]
+    inside += drift @ rng.uniform(-3, 3, (3, labels.size)).astype(np.float32)
+    inside += 4.0 * rng.standard_normal((t, labels.size), dtype=np.float32)
+    data = np.zeros((*grid["shape"], t), dtype=np.float32)
+    data[mask] = inside.T
+    del inside
+    _save_gz(
+        nib.Nifti1Image(data, affine),
+        func / f"{stem}_space-MNI152NLin2009cAsym_res-2_desc-preproc_bold.nii.gz",
+    )
+    del data
+    nib.save(
+        nib.Nifti1Image(run_mask.astype(np.uint8), affine),
+        func / f"{stem}_space-MNI152NLin2009cAsym_res-2_desc-brain_mask.nii.gz",
+    )
+    (func / f"{stem}_space-MNI152NLin2009cAsym_res-2_desc-preproc_bold.json").write_text(
+        json.dumps({"RepetitionTime": T_R, "SkullStripped": False})
+    )
+    confounds.to_csv(
+        func / f"{stem}_desc-confounds_timeseries.tsv", sep="\t", index=False, na_rep="n/a"
+    )
+
+
+def make_tree(
+    root: Path, n_runs: int, grid: dict, seed: int = 0, *, jobs: int = 1
+) -> tuple[Path, Path]:
+    """The synthetic fMRIPrep tree and its atlas; returns (derivatives, atlas path)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    import nibabel as nib
+
     mask = _mask(grid["shape"], grid["radii"])
     atlas = _atlas(mask, grid["regions"])
     atlas_path = root / "atlas.nii.gz"
     derivatives = root / "fmriprep"
     derivatives.mkdir(parents=True, exist_ok=True)
-    nib.save(nib.Nifti1Image(atlas, affine[:]), atlas_path)
+    nib.save(nib.Nifti1Image(atlas, _affine()), atlas_path)
     (derivatives / "dataset_description.json").write_text(
         json.dumps(
             {
@@ -126,82 +198,88 @@ def make_tree(root: Path, n_runs: int, grid: dict, seed: int = 0) -> tuple[Path,
             }
         )
     )
-    t = grid["t"]
-    labels = atlas[mask]
-    n_regions = int(labels.max())
-    for i in range(n_runs):
-        func = derivatives / f"sub-{i + 1:02d}" / "func"
-        func.mkdir(parents=True, exist_ok=True)
-        stem = f"sub-{i + 1:02d}_task-rest"
-        run_mask = mask.copy()
-        run_mask[tuple(np.argwhere(mask)[rng.integers(0, mask.sum(), 50)].T)] = False
-        confounds = _confounds(t, rng)
-        regions = rng.standard_normal((t, n_regions)).astype(np.float32)
-        drift = confounds[["trans_x", "white_matter", "csf"]].to_numpy(np.float32)
-        drift = (drift - drift.mean(0)) / drift.std(0)
-        inside = (
-            1000.0
-            + 8.0 * regions[:, labels - 1]
-            + drift @ rng.uniform(-3, 3, (3, labels.size)).astype(np.float32)
-            + 4.0 * rng.standard_normal((t, labels.size), dtype=np.float32)
-        )
-        data = np.zeros((*grid["shape"], t), dtype=np.float32)
-        data[mask] = inside.T
-        nib.save(
-            nib.Nifti1Image(data, affine),
-            func / f"{stem}_space-MNI152NLin2009cAsym_res-2_desc-preproc_bold.nii.gz",
-        )
-        del data, inside
-        nib.save(
-            nib.Nifti1Image(run_mask.astype(np.uint8), affine),
-            func / f"{stem}_space-MNI152NLin2009cAsym_res-2_desc-brain_mask.nii.gz",
-        )
-        (func / f"{stem}_space-MNI152NLin2009cAsym_res-2_desc-preproc_bold.json").write_text(
-            json.dumps({"RepetitionTime": T_R, "SkullStripped": False})
-        )
-        confounds.to_csv(
-            func / f"{stem}_desc-confounds_timeseries.tsv", sep="\t", index=False, na_rep="n/a"
-        )
+    if jobs > 1:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            list(
+                pool.map(
+                    _write_run,
+                    [derivatives] * n_runs,
+                    range(n_runs),
+                    [grid] * n_runs,
+                    [seed] * n_runs,
+                )
+            )
+    else:
+        for i in range(n_runs):
+            _write_run(derivatives, i, grid, seed)
     return derivatives, atlas_path
 
 
-def run_nilearn(derivatives: Path, atlas: Path, out: Path) -> dict:
-    """The same pipeline written with nilearn, one run after the other."""
+def _nilearn_run(bold: Path, atlas: Path, out: Path) -> tuple[str, np.ndarray, float]:
+    """One run through the nilearn pipeline: (subject, FC, seconds)."""
     from nilearn.connectome import ConnectivityMeasure
     from nilearn.interfaces.fmriprep import load_confounds_strategy
     from nilearn.maskers import NiftiLabelsMasker
     from sklearn.covariance import EmpiricalCovariance
 
+    tic = time.perf_counter()
+    confounds, sample_mask = load_confounds_strategy(str(bold), denoise_strategy="simple")
+    masker = NiftiLabelsMasker(
+        labels_img=str(atlas),
+        mask_img=str(bold).replace("desc-preproc_bold", "desc-brain_mask"),
+        detrend=True,
+        standardize="zscore_sample",
+        t_r=T_R,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        series = masker.fit_transform(str(bold), confounds=confounds, sample_mask=sample_mask)
+    fc = ConnectivityMeasure(
+        kind="correlation", cov_estimator=EmpiricalCovariance(), standardize="zscore_sample"
+    ).fit_transform([series])[0]
+    name = bold.name.split("_space-")[0]
+    np.savetxt(out / f"{name}_relmat.tsv", fc, delimiter="\t", fmt="%.8g")
+    np.savetxt(out / f"{name}_timeseries.tsv", series, delimiter="\t", fmt="%.8g")
+    return name.split("_")[0].removeprefix("sub-"), fc, time.perf_counter() - tic
+
+
+def run_nilearn(derivatives: Path, atlas: Path, out: Path, *, jobs: int = 1, runs=None) -> dict:
+    """The same pipeline written with nilearn: one run after the other, or on joblib
+    processes (``jobs``); the first ``runs`` runs only when given."""
+    bolds = sorted(derivatives.glob("sub-*/func/*_desc-preproc_bold.nii.gz"))[:runs]
     out.mkdir(parents=True, exist_ok=True)
-    times, matrices = [], {}
-    for bold in sorted(derivatives.glob("sub-*/func/*_desc-preproc_bold.nii.gz")):
-        tic = time.perf_counter()
-        confounds, sample_mask = load_confounds_strategy(str(bold), denoise_strategy="simple")
-        masker = NiftiLabelsMasker(
-            labels_img=str(atlas),
-            mask_img=str(bold).replace("desc-preproc_bold", "desc-brain_mask"),
-            detrend=True,
-            standardize="zscore_sample",
-            t_r=T_R,
-        )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            series = masker.fit_transform(str(bold), confounds=confounds, sample_mask=sample_mask)
-        fc = ConnectivityMeasure(
-            kind="correlation", cov_estimator=EmpiricalCovariance(), standardize="zscore_sample"
-        ).fit_transform([series])[0]
-        name = bold.name.split("_space-")[0]
-        np.savetxt(out / f"{name}_relmat.tsv", fc, delimiter="\t", fmt="%.8g")
-        np.savetxt(out / f"{name}_timeseries.tsv", series, delimiter="\t", fmt="%.8g")
-        times.append(time.perf_counter() - tic)
-        matrices[name.split("_")[0].removeprefix("sub-")] = fc
-    return {"seconds": float(sum(times)), "per_run": times, "matrices": matrices}
+    tic = time.perf_counter()
+    if jobs == 1:
+        done = [_nilearn_run(bold, atlas, out) for bold in bolds]
+    else:
+        from joblib import Parallel, delayed
+
+        done = Parallel(n_jobs=jobs)(delayed(_nilearn_run)(b, atlas, out) for b in bolds)
+    seconds = time.perf_counter() - tic
+    return {
+        "seconds": seconds,
+        "runs": len(bolds),
+        "per_run": [d[2] for d in done],
+        "matrices": {d[0]: d[1] for d in done},
+    }
 
 
-def run_connscale(derivatives: Path, atlas: Path, out: Path, *, device: str, threads: int) -> dict:
+def run_connscale(
+    derivatives: Path,
+    atlas: Path,
+    out: Path,
+    *,
+    device: str,
+    threads: int,
+    readers: int,
+    gpus: int | None = None,
+) -> dict:
+    """connscale's participant level: serial with ``readers`` reading threads, or one Dask
+    worker per GPU for ``gpus``."""
     from connscale.bidsapp.participant import run_participant
     from connscale.io.relmat import read_relmat_tsv
 
+    shutil.rmtree(out, ignore_errors=True)
     tic = time.perf_counter()
     report = run_participant(
         derivatives,
@@ -211,6 +289,8 @@ def run_connscale(derivatives: Path, atlas: Path, out: Path, *, device: str, thr
         strategy="simple",
         measures=["fc", "timeseries"],
         backend="serial",
+        n_jobs=readers,
+        gpus=gpus,
         device=device,
         threads_per_task=threads,
         reports=False,
@@ -224,14 +304,39 @@ def run_connscale(derivatives: Path, atlas: Path, out: Path, *, device: str, thr
         k: float(sum(r["timings"][k] for r in report.records))
         for k in ("decode", "clean", "compute", "write")
     }
+    span = max(r["started"] + r["seconds"] for r in report.records) - min(
+        r["started"] for r in report.records
+    )
     matrices = {r["subject"]: read_relmat_tsv(r["outputs"][0])[0] for r in report.records}
     return {
         "seconds": seconds,
+        "span": span,
         "stages": stages,
         "matrices": matrices,
+        "notes": report.notes,
         "n_voxels": int(np.mean([r["n_voxels"] for r in report.records])),
         "n_regions": report.records[0]["n_regions"],
     }
+
+
+def _summary(runs: int, ours: dict) -> dict:
+    return {
+        "seconds": round(ours["seconds"], 2),
+        "runs_per_minute": round(runs / (ours["seconds"] / 60), 2),
+        "runs_span_seconds": round(ours["span"], 2),
+        "runs_per_minute_in_span": round(runs / (ours["span"] / 60), 2),
+        "stages_seconds": {k: round(v, 2) for k, v in ours["stages"].items()},
+    }
+
+
+def _print(label: str, runs: int, summary: dict) -> None:
+    print(
+        f"{label}: {runs} runs in {summary['seconds']:.1f} s = "
+        f"{summary['runs_per_minute']:.2f} runs/min ({summary['runs_per_minute_in_span']:.2f} "
+        f"over the runs' span of {summary['runs_span_seconds']:.1f} s); stages summed over "
+        "runs (s): " + ", ".join(f"{k} {v:.2f}" for k, v in summary["stages_seconds"].items()),
+        flush=True,
+    )
 
 
 def main() -> None:
@@ -244,15 +349,51 @@ def main() -> None:
         default=None,
         help="T of each run instead of the grid's (400 full, 200 quick).",
     )
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="connscale's device without --gpus.")
     parser.add_argument(
         "--threads",
         type=int,
-        default=os.cpu_count(),
-        help="Torch threads of connscale (nilearn uses numpy's BLAS threads).",
+        default=1,
+        help="Torch threads of connscale's compute (the region series are small; the "
+        "other cores read runs).",
     )
-    parser.add_argument("--work", type=Path, default=Path("/tmp/connscale_bench_bids"))
+    parser.add_argument(
+        "--readers",
+        type=int,
+        default=min(2, os.cpu_count() or 1),
+        help="connscale's n_jobs: threads reading runs ahead (serial backend), or with "
+        "--gpus the threads (runs in flight) of each GPU worker.",
+    )
+    parser.add_argument(
+        "--gpus",
+        default=None,
+        help="GPU counts to run connscale with, one after the other on the same tree "
+        "(e.g. '1,2'): one Dask worker per GPU, device cuda.",
+    )
+    parser.add_argument(
+        "--work",
+        "--work-dir",
+        dest="work",
+        type=Path,
+        default=Path("/tmp/connscale_bench_bids"),
+        help="Where the synthetic tree and the outputs go (a local disk).",
+    )
+    parser.add_argument(
+        "--tree-jobs",
+        type=int,
+        default=min(8, os.cpu_count() or 1),
+        help="Processes writing the synthetic tree.",
+    )
     parser.add_argument("--skip-nilearn", action="store_true")
+    parser.add_argument(
+        "--nilearn-jobs", type=int, default=1, help="joblib processes of the nilearn pipeline."
+    )
+    parser.add_argument(
+        "--nilearn-runs",
+        type=int,
+        default=None,
+        help="Time nilearn on the first N runs only (its runs/min from those).",
+    )
     parser.add_argument("--keep", action="store_true", help="Keep the synthetic tree.")
     parser.add_argument("--json", type=Path, default=None, help="Write the results here.")
     args = parser.parse_args()
@@ -271,54 +412,99 @@ def main() -> None:
     grid = dict(QUICK if args.quick else FULL)
     if args.volumes is not None:
         grid["t"] = args.volumes
+    gpu_counts = [] if args.gpus is None else [int(n) for n in str(args.gpus).split(",")]
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     tic = time.perf_counter()
-    derivatives, atlas = make_tree(args.work, args.runs, grid)
+    derivatives, atlas = make_tree(args.work, args.runs, grid, jobs=args.tree_jobs)
     print(
         f"tree: {args.runs} runs, grid {grid['shape']}, T = {grid['t']} "
-        f"({time.perf_counter() - tic:.0f} s to write)"
+        f"({time.perf_counter() - tic:.0f} s to write with {args.tree_jobs} processes)",
+        flush=True,
     )
-    ours = run_connscale(
-        derivatives, atlas, args.work / "connscale", device=args.device, threads=args.threads
-    )
-    minutes = ours["seconds"] / 60
     result = {
         "date": time.strftime("%Y-%m-%d"),
-        "device": args.device,
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "torch_threads": args.threads,
         "runs": args.runs,
         "grid": grid,
-        "voxels_in_mask": ours["n_voxels"],
-        "regions": ours["n_regions"],
-        "connscale": {
-            "seconds": round(ours["seconds"], 2),
-            "runs_per_minute": round(args.runs / minutes, 2),
-            "stages_seconds": {k: round(v, 2) for k, v in ours["stages"].items()},
-        },
     }
-    print(
-        f"connscale: {args.runs} runs in {ours['seconds']:.1f} s = "
-        f"{args.runs / minutes:.2f} runs/min; stages (s): "
-        + ", ".join(f"{k} {v:.2f}" for k, v in ours["stages"].items())
-    )
+    ours = None
+    if not gpu_counts:
+        ours = run_connscale(
+            derivatives,
+            atlas,
+            args.work / "connscale",
+            device=args.device,
+            threads=args.threads,
+            readers=args.readers,
+        )
+        result["connscale"] = {
+            "device": args.device,
+            "readers": args.readers,
+            **_summary(args.runs, ours),
+        }
+        _print(f"connscale ({args.device}, {args.readers} readers)", args.runs, result["connscale"])
+    for count in gpu_counts:
+        ours = run_connscale(
+            derivatives,
+            atlas,
+            args.work / f"connscale_{count}gpu",
+            device="cuda",
+            threads=args.threads,
+            readers=args.readers,
+            gpus=count,
+        )
+        if ours["notes"]:
+            raise RuntimeError(f"--gpus {count}: {ours['notes'][0]}")
+        result[f"connscale_{count}gpu"] = {
+            "gpus": count,
+            "threads_per_gpu": args.readers,
+            **_summary(args.runs, ours),
+        }
+        _print(f"connscale (--gpus {count})", args.runs, result[f"connscale_{count}gpu"])
+    if len(gpu_counts) > 1:
+        base = result[f"connscale_{gpu_counts[0]}gpu"]
+        for count in gpu_counts[1:]:
+            other = result[f"connscale_{count}gpu"]
+            result[f"scaling_{count}_vs_{gpu_counts[0]}"] = {
+                "whole_call": round(base["seconds"] / other["seconds"], 2),
+                "runs_span": round(base["runs_span_seconds"] / other["runs_span_seconds"], 2),
+            }
+            print(
+                f"--gpus {count} vs --gpus {gpu_counts[0]}: "
+                f"{result[f'scaling_{count}_vs_{gpu_counts[0]}']['whole_call']:.2f}x over the "
+                f"whole call, {result[f'scaling_{count}_vs_{gpu_counts[0]}']['runs_span']:.2f}x "
+                "over the runs' span"
+            )
+    result["voxels_in_mask"] = ours["n_voxels"]
+    result["regions"] = ours["n_regions"]
     if not args.skip_nilearn:
-        torch.set_num_threads(args.threads)
-        theirs = run_nilearn(derivatives, atlas, args.work / "nilearn")
+        torch.set_num_threads(os.cpu_count() or 1)
+        theirs = run_nilearn(
+            derivatives,
+            atlas,
+            args.work / "nilearn",
+            jobs=args.nilearn_jobs,
+            runs=args.nilearn_runs,
+        )
         diff = max(
             float(np.abs(ours["matrices"][s] - m).max()) for s, m in theirs["matrices"].items()
         )
+        per_minute = theirs["runs"] / (theirs["seconds"] / 60)
         result["nilearn"] = {
+            "jobs": args.nilearn_jobs,
+            "runs_timed": theirs["runs"],
             "seconds": round(theirs["seconds"], 2),
-            "runs_per_minute": round(args.runs / (theirs["seconds"] / 60), 2),
+            "runs_per_minute": round(per_minute, 2),
             "max_abs_difference": diff,
         }
-        result["speedup"] = round(theirs["seconds"] / ours["seconds"], 2)
+        ours_per_minute = args.runs / (ours["seconds"] / 60)
+        result["speedup"] = round(ours_per_minute / per_minute, 2)
         print(
-            f"nilearn:   {args.runs} runs in {theirs['seconds']:.1f} s = "
-            f"{result['nilearn']['runs_per_minute']:.2f} runs/min; connscale "
+            f"nilearn ({args.nilearn_jobs} job(s)): {theirs['runs']} runs in "
+            f"{theirs['seconds']:.1f} s = {per_minute:.2f} runs/min; connscale "
             f"{result['speedup']:.2f}x; max |FC difference| {diff:.2e}"
         )
     if args.json:

@@ -178,6 +178,7 @@ def cleaning_operator(
     float64 on the host, so every step and every default is nilearn's.
     """
     from nilearn.signal import clean
+    from threadpoolctl import threadpool_limits
 
     n_timepoints = int(n_timepoints)
     if n_timepoints < 2:
@@ -194,7 +195,9 @@ def cleaning_operator(
         if not np.isfinite(confounds).all():
             raise ValueError("The confounds hold NaN or infinite values.")
     indices = _sample_indices(sample_mask, n_timepoints)
-    with warnings.catch_warnings():
+    # A T x T problem: BLAS threads would only spin beside the caller's other work
+    # (OpenBLAS's idle threads busy-wait), so nilearn runs on one.
+    with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
         # Identity input: nilearn's per-signal warnings (e.g. on 1-D input) do not apply.
         warnings.simplefilter("ignore", category=UserWarning)
         matrix = clean(
@@ -249,7 +252,9 @@ def clean_signals(
         only centred).
     device : str, default='auto'
     dtype : {'float32', 'float64'}, default='float32'
-        Precision of the product and of the output.
+        Precision of the product and of the output. Series given in float64
+        (e.g. region means of raw BOLD values) are centred in float64 before
+        they are cast to it.
     return_tensor : bool, default=False
         Return the torch tensor on the device instead of a numpy array.
 
@@ -262,13 +267,18 @@ def clean_signals(
     _check_standardize(standardize)
     dev = resolve_device(device)
     work = resolve_dtype(dtype)
-    x = _as_tensor(signals, dev, work)
+    if isinstance(signals, torch.Tensor):
+        wide = signals.dtype == torch.float64
+    else:
+        signals = np.asarray(signals)
+        wide = signals.dtype == np.float64
+    x = _as_tensor(signals, dev, torch.float64 if wide else work)
     if x.ndim != 2 or x.shape[0] != operator.n_timepoints:
         raise ValueError(
             f"Expected series of shape ({operator.n_timepoints}, n_series); got {tuple(x.shape)}."
         )
-    mean = x.mean(dim=0, dtype=torch.float64).to(work)
-    out = _project(x - mean, mean.to(torch.float64), operator, standardize)
+    mean = x.mean(dim=0, dtype=torch.float64)
+    out = _project((x - mean.to(x.dtype)).to(work), mean, operator, standardize)
     return out if return_tensor else out.cpu().numpy()
 
 

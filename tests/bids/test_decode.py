@@ -1,4 +1,5 @@
-"""BOLD decoding: ISA-L equals nibabel; the serial runner decodes one run ahead, no more."""
+"""BOLD decoding: ISA-L equals nibabel, region means in the same pass; the serial runner
+reads ahead within its bound."""
 
 import threading
 
@@ -45,6 +46,35 @@ def test_masked_bold_equals_nibabel(tmp_path, dtype, slope, big_endian, use_isal
     np.testing.assert_array_equal(img.affine, np.diag([2.0, 2.0, 2.0, 1.0]))
 
 
+@pytest.mark.parametrize(
+    "dtype, slope, big_endian",
+    [(np.float32, None, False), (np.int16, (0.5, 10.0), False), (np.float32, None, True)],
+)
+@pytest.mark.parametrize("use_isal", [True, False])
+def test_region_means_and_voxels_in_one_pass(
+    tmp_path, monkeypatch, dtype, slope, big_endian, use_isal
+):
+    """Blocks of two volumes (the last one short): every block lands in its rows; the
+    region means equal float64 means of nibabel's data over each label's in-mask voxels."""
+    if use_isal and not decode.HAVE_ISAL:
+        pytest.skip("isal is not installed")
+    path, mask = _bold(tmp_path, dtype, slope=slope, big_endian=big_endian)
+    monkeypatch.setattr(decode, "_READ_BYTES", 2 * 7 * 6 * 5 * np.dtype(dtype).itemsize)
+    labels = np.zeros((7, 6, 5), dtype=np.int64)
+    labels[1:6, 1:5, 1:4] = np.arange(1, 6)[:, None, None] * 3  # labels 3, 6, .., 15
+    labels[1, 1, 1] = 0
+    full = np.asarray(nib.load(path).dataobj, dtype=np.float64)
+    read = decode.read_masked_bold(path, mask, labels=labels, use_isal=use_isal)
+    np.testing.assert_allclose(read.data, full[mask].T, rtol=1e-6)
+    present = np.unique(labels[mask & (labels > 0)])
+    assert read.regions.tolist() == present.tolist()
+    expected = np.stack([full[mask & (labels == r)].mean(axis=0) for r in present], axis=1)
+    np.testing.assert_allclose(read.region_means, expected, rtol=1e-12)
+    only = decode.read_masked_bold(path, mask, labels=labels, voxels=False, use_isal=use_isal)
+    assert only.data is None
+    np.testing.assert_array_equal(only.region_means, read.region_means)
+
+
 def test_uncompressed_and_errors(tmp_path):
     path, mask = _bold(tmp_path, np.float32, name="bold.nii")
     expected = np.asarray(nib.load(path).dataobj, dtype=np.float32)[mask].T
@@ -60,12 +90,16 @@ def test_uncompressed_and_errors(tmp_path):
         truncated.write_bytes(gzip.compress(raw[:-100]))
         with pytest.raises(ValueError, match="truncated"):
             decode.read_nifti_data(nib.load(gz), truncated, use_isal=True)
+        with pytest.raises(ValueError, match="truncated"):
+            decode.read_masked_bold(truncated, mask, use_isal=True)
 
 
-def test_serial_runner_decodes_one_run_ahead(monkeypatch):
-    """Run i's compute waits until run i+1's decode has started (they overlap), and run
-    i+2's decode never starts before run i is done (at most two runs in memory)."""
-    names = [f"r{i}" for i in range(4)]
+@pytest.mark.parametrize("readers", [1, 2])
+def test_serial_runner_reads_ahead_within_bounds(monkeypatch, readers):
+    """Run i's compute waits until run i+1's read has started (they overlap), and run
+    i+readers+1's read never starts before run i is done (at most readers+1 runs in
+    memory)."""
+    names = [f"r{i}" for i in range(5)]
     runs = [
         participant.BoldRun(bold=n, mask=None, confounds=None, confounds_json=None, t_r=2.0)
         for n in names
@@ -73,7 +107,7 @@ def test_serial_runner_decodes_one_run_ahead(monkeypatch):
     log, started = [], {n: threading.Event() for n in names}
     lock = threading.Lock()
 
-    def fake_decode(run):
+    def fake_decode(config, run):
         with lock:
             log.append(("decode", run.bold))
         started[run.bold].set()
@@ -83,7 +117,7 @@ def test_serial_runner_decodes_one_run_ahead(monkeypatch):
         assert decoded is not None
         i = names.index(run.bold)
         if i + 1 < len(names):
-            assert started[names[i + 1]].wait(timeout=60), "no decode ahead"
+            assert started[names[i + 1]].wait(timeout=60), "no read ahead"
         with lock:
             log.append(("done", run.bold))
         return {"status": "ok", "outputs": []}
@@ -92,7 +126,7 @@ def test_serial_runner_decodes_one_run_ahead(monkeypatch):
     monkeypatch.setattr(participant, "needs_decode", lambda config, run: True)
     monkeypatch.setattr(participant, "_process", fake_process)
     config = participant.ParticipantConfig("d", "o", "a", "A")
-    records = participant.run_serial(config, runs)
-    assert [r["status"] for r in records] == ["ok"] * 4
-    for i in range(len(names) - 2):
-        assert log.index(("done", names[i])) < log.index(("decode", names[i + 2]))
+    records = participant.run_serial(config, runs, readers=readers)
+    assert [r["status"] for r in records] == ["ok"] * len(names)
+    for i in range(len(names) - readers - 1):
+        assert log.index(("done", names[i])) < log.index(("decode", names[i + readers + 1]))

@@ -11,6 +11,7 @@ from nilearn.signal import clean
 from sklearn.covariance import EmpiricalCovariance
 
 from connscale import correlation
+from connscale.bidsapp.decode import read_masked_bold
 from connscale.denoise import (
     STRATEGIES,
     clean_regions,
@@ -105,6 +106,11 @@ def test_region_series_and_fc_equal_masker(runs, strategy, low_pass, high_pass):
     )
     ours = clean_regions(series, labels, op, device="cpu")
     ours64 = clean_regions(series, labels, op, device="cpu", dtype="float64")
+    # The participant level's path: float64 region means gathered while decoding, cleaned.
+    means = read_masked_bold(bold, mask, labels=np.asarray(atlas.dataobj), voxels=False)
+    assert means.data is None and means.regions.tolist() == [1, 2, 3, 4]
+    decoded = clean_signals(means.region_means, op, device="cpu")
+    decoded64 = clean_signals(means.region_means, op, device="cpu", dtype="float64")
     masker = NiftiLabelsMasker(
         labels_img=atlas,
         mask_img=mask_path,
@@ -123,6 +129,8 @@ def test_region_series_and_fc_equal_masker(runs, strategy, low_pass, high_pass):
         ref = masker.fit_transform(img64, confounds=confounds, sample_mask=sample_mask)
     np.testing.assert_allclose(ours, ref, atol=1e-5)
     np.testing.assert_allclose(ours64, ref, atol=1e-9)
+    np.testing.assert_allclose(decoded, ref, atol=1e-5)
+    np.testing.assert_allclose(decoded64, ref, atol=1e-9)
     fc_ref = ConnectivityMeasure(
         kind="correlation", cov_estimator=EmpiricalCovariance(), standardize="zscore_sample"
     ).fit_transform([ref])[0]

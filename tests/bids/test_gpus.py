@@ -1,6 +1,7 @@
 """--gpus: the plan of one worker per GPU, and the clear CPU fallback without a GPU."""
 
 import json
+from contextlib import contextmanager
 
 import nibabel as nib
 import pytest
@@ -112,3 +113,37 @@ def test_cli_gpus_without_gpu_falls_back_to_cpu(tmp_path, capsys, monkeypatch):
         == 2
     )
     assert "cannot pin GPUs to Spark" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("n_jobs, threads", [(None, gpus.THREADS_PER_GPU_WORKER), (3, 3)])
+def test_n_jobs_is_the_threads_of_each_gpu_worker(tmp_path, monkeypatch, n_jobs, threads):
+    from connscale.bidsapp.participant import run_participant
+
+    class Started(Exception):
+        pass
+
+    seen = {}
+
+    @contextmanager
+    def fake_cluster(environments, *, threads):
+        seen.update(environments=environments, threads=threads)
+        raise Started
+        yield
+
+    monkeypatch.setattr(gpus, "_cuda_count", lambda: 2)
+    monkeypatch.setattr(gpus, "gpu_cluster", fake_cluster)
+    root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", None)])
+    nib.save(atlas_img(), tmp_path / "atlas.nii.gz")
+    with pytest.raises(Started):
+        run_participant(
+            root,
+            tmp_path / "out",
+            atlas=tmp_path / "atlas.nii.gz",
+            atlas_name="Slab4",
+            gpus="all",
+            n_jobs=n_jobs,
+        )
+    assert seen == {
+        "environments": [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}],
+        "threads": threads,
+    }

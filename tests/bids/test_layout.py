@@ -76,6 +76,29 @@ def test_missing_companions_are_problems_not_failures(tmp_path):
     assert runs[1].problem.startswith("no confounds TSV for sub-01_ses-1_task-rest_run-2")
 
 
+def test_companions_match_space_resolution_and_every_run_entity(tmp_path):
+    """Masks are matched on the BOLD's space and resolution and on every run entity
+    (present or absent); confounds on the run entities alone; two masks are refused."""
+    from tests.bids._fmriprep import write_run
+
+    func = tmp_path / "d" / "sub-01" / "func"
+    write_run(func, "sub-01_task-rest", seed=0, space="MNI152NLin2009cAsym_res-2")
+    write_run(func, "sub-01_task-rest", seed=1, space="MNI152NLin2009cAsym_res-1")
+    write_run(func, "sub-01_task-rest_run-1", seed=2, space="T1w")
+    write_run(func, "sub-01_task-rest_acq-fast", seed=2, space="T1w")
+    runs = {r.name: r for r in find_runs(tmp_path / "d")}
+    assert len(runs) == 4
+    for name, r in runs.items():
+        assert r.problem is None, r.problem
+        assert r.mask.name == f"{name}_desc-brain_mask.nii.gz"
+        source = name.split("_space-")[0]
+        assert r.confounds.name == f"{source}_desc-confounds_timeseries.tsv"
+    twin = func / "sub-01_task-rest_run-1_space-T1w_desc-brain_mask.nii"
+    twin.write_bytes(b"")
+    run = {r.name: r for r in find_runs(tmp_path / "d")}["sub-01_task-rest_run-1_space-T1w"]
+    assert run.mask is None and run.problem.startswith("several brain mask files")
+
+
 def test_nilearn_fake_bids_dataset(tmp_path):
     from nilearn._utils.data_gen import create_fake_bids_dataset
 

@@ -1,21 +1,32 @@
 """Read a run's BOLD inside its mask, decoding ``.nii.gz`` with ISA-L when installed.
 
 Reading gzip bounds a cohort run on a GPU: a 2 mm MNI BOLD of 400 volumes
-is ~1.7 GB raw. :func:`load_masked_bold` parses the header with nibabel,
-then decompresses the data block straight into one preallocated array with
-``isal``'s igzip (the Intel ISA-L inflate, several times zlib's speed; see
-``benchmarks/RESULTS.md``), and falls back on nibabel's reader (zlib)
-without it. Nothing is cached: each call reads its file once.
+is ~1.7 GB raw. :func:`read_masked_bold` parses the header with nibabel,
+then decompresses the data block with ``isal``'s igzip (the Intel ISA-L
+inflate, several times zlib's speed, with the GIL released; see
+``benchmarks/RESULTS.md``) a few volumes at a time into one reused buffer,
+and gathers from each block what the run needs: the in-mask voxel series
+and/or the sums of the atlas regions (float64). The whole 4-D image is
+never held in memory, and no float64 copy of it is made. Without ISA-L (or
+for an uncompressed file) nibabel reads the array (zlib) and the same
+gathers follow. Nothing is cached: each call reads its file once.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["HAVE_ISAL", "load_masked_bold", "read_nifti_data"]
+__all__ = [
+    "HAVE_ISAL",
+    "MaskedBold",
+    "load_masked_bold",
+    "read_masked_bold",
+    "read_nifti_data",
+]
 
 try:
     from isal import igzip as _igzip
@@ -26,6 +37,37 @@ except ImportError:  # pragma: no cover - depends on the install
     HAVE_ISAL = False
 
 _READ_BYTES = 16 * 1024**2
+
+
+def _use_isal(path: Path, use_isal: bool | None) -> bool:
+    use_isal = HAVE_ISAL and path.name.endswith(".gz") if use_isal is None else use_isal
+    if use_isal and not HAVE_ISAL:
+        raise ImportError("Decoding with ISA-L needs the 'isal' package: pip install isal")
+    return use_isal
+
+
+def _skip_header(fh, offset: int) -> int:
+    skipped = 0
+    while skipped < offset:  # the header and extensions
+        chunk = fh.read(offset - skipped)
+        if not chunk:
+            break
+        skipped += len(chunk)
+    return skipped
+
+
+def _fill(fh, view: memoryview) -> int:
+    filled = 0
+    while filled < view.nbytes:
+        n = fh.readinto(view[filled : filled + _READ_BYTES])
+        if not n:
+            break
+        filled += n
+    return filled
+
+
+def _truncated(path: Path, got: int, expected: int) -> ValueError:
+    return ValueError(f"{path.name} is truncated: {got} bytes of {expected} after decompression.")
 
 
 def read_nifti_data(img, path: str | os.PathLike, *, use_isal: bool | None = None) -> np.ndarray:
@@ -46,35 +88,161 @@ def read_nifti_data(img, path: str | os.PathLike, *, use_isal: bool | None = Non
         The array as stored (scale factors not applied).
     """
     path = Path(path)
-    use_isal = HAVE_ISAL and path.name.endswith(".gz") if use_isal is None else use_isal
-    if not use_isal:
+    if not _use_isal(path, use_isal):
         return np.asanyarray(img.dataobj.get_unscaled())
-    if not HAVE_ISAL:
-        raise ImportError("Decoding with ISA-L needs the 'isal' package: pip install isal")
     proxy = img.dataobj  # the file's own offset, dtype and order
-    shape = tuple(int(n) for n in proxy.shape)
     offset = int(proxy.offset)
-    out = np.empty(shape, dtype=proxy.dtype, order=proxy.order)
+    out = np.empty(tuple(int(n) for n in proxy.shape), dtype=proxy.dtype, order=proxy.order)
     view = memoryview(out.reshape(-1, order="A").view(np.uint8))
     with _igzip.open(path, "rb") as fh:
-        skipped = 0
-        while skipped < offset:  # the header and extensions
-            chunk = fh.read(offset - skipped)
-            if not chunk:
-                break
-            skipped += len(chunk)
-        filled = 0
-        while filled < view.nbytes:
-            n = fh.readinto(view[filled : filled + _READ_BYTES])
-            if not n:
-                break
-            filled += n
+        skipped = _skip_header(fh, offset)
+        filled = _fill(fh, view) if skipped == offset else 0
     if skipped < offset or filled < view.nbytes:
-        raise ValueError(
-            f"{path.name} is truncated: {skipped + filled} bytes of "
-            f"{offset + view.nbytes} after decompression."
-        )
+        raise _truncated(path, skipped + filled, offset + view.nbytes)
     return out
+
+
+def _volume_blocks(img, path: Path, use_isal: bool):
+    """The data as ``(first volume, (n_volumes, n_voxels_3d) raw array)`` blocks.
+
+    Each block's row ``t`` is one volume in the file's (Fortran) voxel order.
+    With ISA-L, whole volumes are decompressed ~16 MB at a time into one
+    reused buffer; otherwise nibabel's array is one block.
+    """
+    proxy = img.dataobj
+    shape = tuple(int(n) for n in proxy.shape)
+    n_volumes = shape[3]
+    if not use_isal or proxy.order != "F":
+        raw = read_nifti_data(img, path, use_isal=use_isal)
+        order = "F" if raw.flags.f_contiguous else "C"
+        yield 0, raw.reshape((-1, n_volumes), order=order).T, order
+        return
+    volume_bytes = int(np.prod(shape[:3])) * proxy.dtype.itemsize
+    per_block = max(1, min(n_volumes, _READ_BYTES // max(volume_bytes, 1)))
+    buffer = np.empty((per_block, volume_bytes // proxy.dtype.itemsize), dtype=proxy.dtype)
+    offset = int(proxy.offset)
+    with _igzip.open(path, "rb") as fh:
+        got = _skip_header(fh, offset)
+        if got < offset:
+            raise _truncated(path, got, offset + n_volumes * volume_bytes)
+        for first in range(0, n_volumes, per_block):
+            block = buffer[: min(per_block, n_volumes - first)]
+            filled = _fill(fh, memoryview(block.reshape(-1).view(np.uint8)))
+            got += filled
+            if filled < block.nbytes:
+                raise _truncated(path, got, offset + n_volumes * volume_bytes)
+            yield first, block, "F"
+
+
+@dataclass
+class MaskedBold:
+    """What :func:`read_masked_bold` gathered from one BOLD.
+
+    Attributes
+    ----------
+    img : nibabel.Nifti1Image
+        The (lazy) image, for its affine and header.
+    data : ndarray of shape (n_volumes, n_voxels), float32, or None
+        The in-mask voxel series, in the C order of ``numpy.nonzero(mask)``.
+    region_means : ndarray of shape (n_volumes, n_regions), float64, or None
+        The mean series of each atlas region over its in-mask voxels.
+    regions : ndarray of int or None
+        The labels of ``region_means``' columns (sorted).
+    """
+
+    img: object
+    data: np.ndarray | None
+    region_means: np.ndarray | None = None
+    regions: np.ndarray | None = None
+
+
+def _flat(index: tuple, shape: tuple, order: str) -> np.ndarray:
+    return np.ravel_multi_index(index, shape, order=order)
+
+
+def read_masked_bold(
+    path: str | os.PathLike,
+    mask: np.ndarray,
+    *,
+    labels: np.ndarray | None = None,
+    voxels: bool = True,
+    use_isal: bool | None = None,
+) -> MaskedBold:
+    """A 4-D BOLD's in-mask voxel series and atlas region means, in one pass.
+
+    Parameters
+    ----------
+    path : path
+        The BOLD image.
+    mask : ndarray of bool of the image's 3-D shape
+        Voxels kept.
+    labels : ndarray of int of the image's 3-D shape, or None
+        An atlas on the BOLD grid (labels <= 0 are background): the mean
+        series of each positive label over its voxels inside ``mask`` (what
+        ``NiftiLabelsMasker`` extracts before cleaning), summed in float64.
+    voxels : bool, default=True
+        Return the in-mask voxel series (False: only the region means).
+    use_isal : bool or None
+        See :func:`read_nifti_data`.
+
+    Returns
+    -------
+    MaskedBold
+        Scaled as nibabel scales the data (``scl_slope``, ``scl_inter``).
+    """
+    import nibabel as nib
+
+    path = Path(path)
+    img = nib.load(path)
+    if img.ndim != 4:
+        raise ValueError(f"{path.name} is not a 4-D BOLD series (shape {img.shape}).")
+    shape = img.shape[:3]
+    if mask.shape != shape:
+        raise ValueError(f"The mask has shape {mask.shape}; {path.name} has {shape}.")
+    if labels is not None and labels.shape != shape:
+        raise ValueError(f"The atlas has shape {labels.shape} on the grid of {path.name} {shape}.")
+    if not voxels and labels is None:
+        raise ValueError("read_masked_bold needs voxels=True or labels.")
+    n_volumes = img.shape[3]
+    slope, inter = float(img.dataobj.slope), float(img.dataobj.inter)
+    inside = np.nonzero(mask)
+    data = np.empty((n_volumes, inside[0].size), dtype=np.float32) if voxels else None
+    if labels is not None:
+        labelled = mask & (labels > 0)
+        values = labels[labelled]
+        regions, starts, counts = np.unique(np.sort(values), return_index=True, return_counts=True)
+        where_labelled = np.nonzero(labelled)
+        sums = np.zeros((n_volumes, regions.size), dtype=np.float64)
+    indices = {}
+    for first, block, order in _volume_blocks(img, path, _use_isal(path, use_isal)):
+        if order not in indices:
+            sorted_where = None
+            if labels is not None:
+                # Each region's voxels together, in the block's memory order.
+                flat = _flat(where_labelled, shape, order)
+                sorted_where = flat[np.lexsort((flat, values))]
+            indices[order] = (_flat(inside, shape, order), sorted_where)
+        where, sorted_where = indices[order]
+        rows = slice(first, first + block.shape[0])
+        if data is not None:
+            # mode='clip': the indices are valid by construction, and numpy buffers
+            # `out` with the default mode.
+            if block.dtype == np.float32:
+                np.take(block, where, axis=1, out=data[rows], mode="clip")
+            else:
+                data[rows] = np.take(block, where, axis=1, mode="clip")
+        if labels is not None and regions.size:
+            gathered = np.take(block, sorted_where, axis=1, mode="clip")
+            sums[rows] = np.add.reduceat(gathered, starts, axis=1, dtype=np.float64)
+    if data is not None and (slope != 1.0 or inter != 0.0):
+        data *= np.float32(slope)
+        data += np.float32(inter)
+    if labels is None:
+        return MaskedBold(img, data)
+    means = sums / counts
+    if slope != 1.0 or inter != 0.0:
+        means = means * slope + inter
+    return MaskedBold(img, data, means, regions)
 
 
 def load_masked_bold(
@@ -98,29 +266,5 @@ def load_masked_bold(
     data : ndarray of shape (n_volumes, n_voxels), float32, C-contiguous
         Scaled as nibabel scales it (``scl_slope``, ``scl_inter``).
     """
-    import nibabel as nib
-
-    img = nib.load(path)
-    if img.ndim != 4:
-        raise ValueError(f"{Path(path).name} is not a 4-D BOLD series (shape {img.shape}).")
-    if mask.shape != img.shape[:3]:
-        raise ValueError(f"The mask has shape {mask.shape}; {Path(path).name} has {img.shape[:3]}.")
-    raw = read_nifti_data(img, path, use_isal=use_isal)
-    slope, inter = float(img.dataobj.slope), float(img.dataobj.inter)
-    # Volume by volume: each volume is contiguous in the file's (Fortran) order,
-    # so the in-mask voxels are gathered from 4 MB at a time into one row of
-    # the (T, V) result, in the C order of numpy.nonzero(mask).
-    volumes = raw.reshape((-1, raw.shape[3]), order="A")
-    order = "F" if raw.flags.f_contiguous else "C"
-    where = np.ravel_multi_index(np.nonzero(mask), mask.shape, order=order)
-    data = np.empty((raw.shape[3], where.size), dtype=np.float32)
-    if order == "F":
-        for t in range(raw.shape[3]):
-            data[t] = volumes[:, t].take(where)
-    else:
-        data[...] = volumes[where].T
-    del raw, volumes
-    if slope != 1.0 or inter != 0.0:
-        data *= np.float32(slope)
-        data += np.float32(inter)
-    return img, data
+    read = read_masked_bold(path, mask, use_isal=use_isal)
+    return read.img, read.data

@@ -49,8 +49,10 @@ others complete.
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import logging
+import os
 import time
 from dataclasses import asdict, dataclass, field
 from numbers import Integral, Real
@@ -66,7 +68,7 @@ from connscale._validation import (
     validate_params,
 )
 from connscale._version import __version__
-from connscale.bidsapp.decode import load_masked_bold
+from connscale.bidsapp.decode import read_masked_bold
 from connscale.bidsapp.layout import BoldRun, find_runs
 from connscale.bidsapp.report import framewise_displacement
 from connscale.cohort import compute_scan_pairs, failure_fields, write_scan_pairs
@@ -238,45 +240,43 @@ def _bids_uri(path: Path, root: Path) -> str:
     return f"bids:{DATASET_LINK}:{path.resolve().relative_to(root.resolve()).as_posix()}"
 
 
-def _atlas_on_grid(atlas_path: str, bold_img):
+def _atlas_on_grid(atlas_path: str, bold_img) -> np.ndarray:
+    """The atlas labels on the BOLD's grid (read-only; cached per grid, see below)."""
+    affine = np.asarray(bold_img.affine, dtype=np.float64)
+    return _atlas_for_grid(
+        str(atlas_path),
+        os.stat(atlas_path).st_mtime_ns,
+        tuple(int(n) for n in bold_img.shape[:3]),
+        affine.tobytes(),
+    )
+
+
+@functools.lru_cache(maxsize=4)
+def _atlas_for_grid(atlas_path: str, mtime_ns: int, shape: tuple, affine: bytes) -> np.ndarray:
+    """The atlas read (and resampled when the grids differ) once per grid: the runs of a
+    cohort share one or a few grids, so a task reads and resamples it once, not per run
+    (four grids at most are kept; a changed file is read again)."""
     import nibabel as nib
     from nilearn.image import resample_to_img
 
+    affine = np.frombuffer(affine, dtype=np.float64).reshape(4, 4)
     atlas = nib.load(atlas_path)
     if atlas.ndim != 3:
         raise ValueError(
             f"The atlas must be a 3-D labels image; {Path(atlas_path).name} has "
             f"{atlas.ndim} dimensions."
         )
-    if atlas.shape != bold_img.shape[:3] or not np.allclose(
-        atlas.affine, bold_img.affine, atol=1e-3
-    ):
-        ref = nib.Nifti1Image(np.zeros(bold_img.shape[:3], np.int8), bold_img.affine)
+    if atlas.shape != shape or not np.allclose(atlas.affine, affine, atol=1e-3):
+        ref = nib.Nifti1Image(np.zeros(shape, np.int8), affine)
         atlas = resample_to_img(
             atlas, ref, interpolation="nearest", copy_header=True, force_resample=True
         )
     data = np.asarray(atlas.dataobj)
     if not np.allclose(data, np.round(data)):
         raise ValueError(f"The atlas {Path(atlas_path).name} must hold integer labels.")
-    return np.round(data).astype(np.int64)
-
-
-def _load_run(run: BoldRun):
-    import nibabel as nib
-
-    img = nib.load(run.bold)
-    if img.ndim != 4:
-        raise ValueError(f"{run.bold.name} is not a 4-D BOLD series (shape {img.shape}).")
-    mask_img = nib.load(run.mask)
-    if mask_img.shape[:3] != img.shape[:3] or not np.allclose(
-        mask_img.affine, img.affine, atol=1e-3
-    ):
-        raise ValueError(f"The mask {run.mask.name} is not on the grid of {run.bold.name}.")
-    mask = np.asarray(mask_img.dataobj) > 0
-    _, data = load_masked_bold(run.bold, mask)  # (T, V), C-contiguous rows
-    if not np.isfinite(data).all():
-        raise ValueError(f"{run.bold.name} holds NaN or infinite values inside its mask.")
-    return img, mask, data
+    labels = np.round(data).astype(np.int64)
+    labels.setflags(write=False)
+    return labels
 
 
 def _sidecars(
@@ -351,6 +351,7 @@ def run_one(task: tuple) -> dict:
         "session": run.entities.get("ses"),
         "bold": str(run.bold),
         "outputs": [],
+        "started": round(time.time(), 3),  # epoch seconds: when each worker took each run
     }
     start = time.perf_counter()
     threads = torch.get_num_threads()
@@ -371,19 +372,96 @@ def run_one(task: tuple) -> dict:
 
 @dataclass
 class DecodedRun:
-    """A run's BOLD read into memory: what a task needs before any computation."""
+    """A run's inputs read into memory: what a task needs before its computation.
+
+    ``data`` (the (T, V) float32 in-mask voxel series, in C order) is read only
+    for the voxel-level measures and the report; ``region_means`` ((T, R)
+    float64, the mean of each atlas region ``regions[r]`` over its in-mask
+    voxels) only for the atlas-level measures, in the same pass over the file.
+    ``context`` holds the confounds, the sample mask, the cleaning operator and
+    the framewise displacement; ``seconds`` and ``clean_seconds`` time the
+    BOLD's reading (decode stage) and the operator's making (clean stage).
+    """
 
     img: object
     mask: np.ndarray
-    data: np.ndarray  # (T, V) float32, the in-mask voxels in C order
+    data: np.ndarray | None
     seconds: float
+    atlas: np.ndarray | None = None
+    region_means: np.ndarray | None = None
+    regions: np.ndarray | None = None
+    context: dict = field(default_factory=dict)
+    clean_seconds: float = 0.0
 
 
-def decode_run(run: BoldRun) -> DecodedRun:
-    """Read a run's BOLD inside its own mask (timed, for the decode stage)."""
+def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -> dict:
+    from connscale.denoise import cleaning_operator, load_confounds
+
+    confounds, sample_mask = load_confounds(run.bold, config.strategy, **config.strategy_params)
+    operator = cleaning_operator(
+        n_volumes,
+        confounds=None if confounds is None else confounds.to_numpy(),
+        sample_mask=sample_mask,
+        detrend=config.detrend,
+        low_pass=config.low_pass,
+        high_pass=config.high_pass,
+        t_r=run.t_r,
+    )
+    fd = None if run.confounds is None else framewise_displacement(run.confounds)
+    return {
+        "confounds": confounds,
+        "sample_mask": sample_mask,
+        "operator": operator,
+        "fd": fd,
+        "mean_fd": None if fd is None else float(fd.mean()),
+    }
+
+
+def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
+    """Read a run's inputs (timed: decode and clean stages).
+
+    One pass over the BOLD gathers what the run's measures need (see
+    :class:`DecodedRun`); the atlas is taken onto the run's grid once per grid.
+    The confounds are read and the run's cleaning operator is made here too,
+    so that the serial runner's prefetch thread does it ahead of the compute.
+    """
+    import nibabel as nib
+
     tic = time.perf_counter()
-    img, mask, data = _load_run(run)
-    return DecodedRun(img, mask, data, time.perf_counter() - tic)
+    img = nib.load(run.bold)
+    if img.ndim != 4:
+        raise ValueError(f"{run.bold.name} is not a 4-D BOLD series (shape {img.shape}).")
+    mask_img = nib.load(run.mask)
+    if mask_img.shape[:3] != img.shape[:3] or not np.allclose(
+        mask_img.affine, img.affine, atol=1e-3
+    ):
+        raise ValueError(f"The mask {run.mask.name} is not on the grid of {run.bold.name}.")
+    mask = np.asarray(mask_img.dataobj) > 0
+    regional = any(m in REGION_MEASURES for m in config.measures)
+    atlas = _atlas_on_grid(config.atlas, img) if regional else None
+    read = read_masked_bold(
+        run.bold,
+        mask,
+        labels=atlas,
+        voxels=config.reports or any(m in VOXEL_MEASURES for m in config.measures),
+    )
+    for values in (read.data, read.region_means):
+        if values is not None and not np.isfinite(values).all():
+            raise ValueError(f"{run.bold.name} holds NaN or infinite values inside its mask.")
+    seconds = time.perf_counter() - tic
+    tic = time.perf_counter()
+    context = _cleaning_context(config, run, int(img.shape[3]))
+    return DecodedRun(
+        img,
+        mask,
+        read.data,
+        seconds,
+        atlas=atlas,
+        region_means=read.region_means,
+        regions=read.regions,
+        context=context,
+        clean_seconds=time.perf_counter() - tic,
+    )
 
 
 def _set_prefix(entities: dict, extra: dict) -> str:
@@ -439,7 +517,6 @@ def needs_decode(config: ParticipantConfig, run: BoldRun) -> bool:
 def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None = None) -> dict:
     from contextlib import ExitStack
 
-    from connscale.denoise import cleaning_operator, load_confounds
     from connscale.io._publish import OutputSet
 
     timings = {"decode": 0.0, "clean": 0.0, "compute": 0.0, "write": 0.0}
@@ -460,38 +537,17 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
         if not todo:
             return {"status": "skipped", "outputs": []}
         if decoded is None:
-            decoded = decode_run(run)
+            decoded = decode_run(config, run)
         timings["decode"] = decoded.seconds
-        data = decoded.data
-
-        tic = time.perf_counter()
-        confounds, sample_mask = load_confounds(run.bold, config.strategy, **config.strategy_params)
-        operator = cleaning_operator(
-            data.shape[0],
-            confounds=None if confounds is None else confounds.to_numpy(),
-            sample_mask=sample_mask,
-            detrend=config.detrend,
-            low_pass=config.low_pass,
-            high_pass=config.high_pass,
-            t_r=run.t_r,
-        )
-        timings["clean"] += time.perf_counter() - tic
-        fd = None if run.confounds is None else framewise_displacement(run.confounds)
-        mean_fd = None if fd is None else float(fd.mean())
-        context = {
-            "confounds": confounds,
-            "sample_mask": sample_mask,
-            "operator": operator,
-            "fd": fd,
-            "mean_fd": mean_fd,
-        }
+        timings["clean"] = decoded.clean_seconds
+        context = decoded.context
         record = {
             "status": "ok",
             "outputs": [],
-            "mean_fd": mean_fd,
-            "n_volumes": int(data.shape[0]),
-            "n_kept": int(operator.volumes.size),
-            "n_voxels": int(data.shape[1]),
+            "mean_fd": context["mean_fd"],
+            "n_volumes": int(decoded.img.shape[3]),
+            "n_kept": int(context["operator"].volumes.size),
+            "n_voxels": int(decoded.mask.sum()),
         }
         if "region" in todo:
             written, n_regions = _region_set(config, run, decoded, todo["region"], context, timings)
@@ -512,7 +568,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
 
 
 def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str], int]:
-    from connscale.denoise import clean_regions
+    from connscale.denoise import clean_signals
     from connscale.fc.static import correlation
     from connscale.io.relmat import write_relmat_tsv
     from connscale.io.timeseries import save_timeseries
@@ -520,21 +576,16 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
     entities = dict(run.entities)
     seg = {"seg": config.atlas_name, "desc": config.strategy}
     operator = context["operator"]
-    img, mask, data = decoded.img, decoded.mask, decoded.data
-    tic = time.perf_counter()
-    atlas = _atlas_on_grid(config.atlas, img)
-    labels = atlas[mask]
-    regions = np.unique(labels[labels > 0])
+    img, mask, data, regions = decoded.img, decoded.mask, decoded.data, decoded.regions
     if regions.size < 2:
         raise ValueError(f"Fewer than 2 atlas regions inside the mask of {run.bold.name}.")
-    timings["decode"] += time.perf_counter() - tic
 
     tic = time.perf_counter()
-    series = clean_regions(
-        data,
-        labels,
+    # The region means were summed in float64 while decoding (NiftiLabelsMasker's
+    # extraction); cleaning them is NiftiLabelsMasker's signal.clean.
+    series = clean_signals(
+        decoded.region_means,
         operator,
-        regions=regions,
         standardize=config.standardize,
         device=config.device,
         dtype=config.dtype,
@@ -559,7 +610,7 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
         names,
         context["confounds"],
         context["sample_mask"],
-        data.shape[0],
+        int(img.shape[3]),
         context["mean_fd"],
     )
     measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.strategy}
@@ -597,9 +648,9 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
             run=run,
             img=img,
             mask=mask,
-            atlas=atlas,
+            atlas=decoded.atlas,
             data=data,
-            labels=labels,
+            labels=decoded.atlas[mask],
             regions=regions,
             operator=operator,
             fc=matrix,
@@ -934,27 +985,30 @@ def _gpu_plan(gpus, backend: str, notes: list[str]) -> list[dict]:
     return environments
 
 
-def run_serial(config: ParticipantConfig, runs: list[BoldRun]) -> list[dict]:
-    """The runs in order in this process, decoding the next run while this one computes.
+def run_serial(config: ParticipantConfig, runs: list[BoldRun], *, readers: int = 1) -> list[dict]:
+    """The runs in order in this process, reading the next ones while this one computes.
 
-    One background thread decodes (:func:`decode_run`) at most one run ahead,
-    so at most two runs are in memory; a run whose outputs are all published
+    ``readers`` background threads read runs (:func:`decode_run`: the BOLD,
+    decompressed with the GIL released, and the confounds) at most
+    ``readers`` runs ahead of the one being computed, so at most
+    ``readers + 1`` runs are in memory; a run whose outputs are all published
     is not read at all.
     """
+    from collections import deque
     from concurrent.futures import ThreadPoolExecutor
 
     def prefetch(run: BoldRun) -> DecodedRun | None:
-        return decode_run(run) if needs_decode(config, run) else None
+        return decode_run(config, run) if needs_decode(config, run) else None
 
     records = []
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="connscale-decode") as pool:
-        ahead = pool.submit(prefetch, runs[0]) if runs else None
+    with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="connscale-read") as pool:
+        ahead = deque(pool.submit(prefetch, run) for run in runs[:readers])
         for index, run in enumerate(runs):
-            current, ahead = (
-                ahead,
-                (pool.submit(prefetch, runs[index + 1]) if index + 1 < len(runs) else None),
-            )
+            current = ahead.popleft()
+            if index + readers < len(runs):
+                ahead.append(pool.submit(prefetch, runs[index + readers]))
             records.append(run_one((config, run, current)))
+            del current  # this run's data, before the next read is queued
     return records
 
 
@@ -1085,16 +1139,19 @@ def run_participant(
         Cleaning as in :func:`nilearn.signal.clean` (``t_r`` from each run).
     backend : {'serial', 'local', 'dask', 'spark'}, default='local'
         Where the run tasks execute (:func:`connscale.engines.get_engine`).
-        'serial' runs them in this process, decoding the next run's BOLD in
-        a background thread while this one computes (one run ahead).
+        'serial' runs them in this process, reading the next ``n_jobs``
+        runs (BOLD and confounds) in background threads while this one
+        computes (:func:`run_serial`).
     gpus : 'all', int or None
         Use every GPU of the node (or the first N): one Dask worker process
-        per GPU (:mod:`connscale.bidsapp.gpus`), ``device='cuda'`` in each;
-        ``backend`` and ``n_jobs`` are then not used. On a node without GPU
-        the report's ``notes`` say so and the runs go to ``backend`` on the
-        CPU.
+        per GPU (:mod:`connscale.bidsapp.gpus`), ``device='cuda'`` in each,
+        ``n_jobs`` threads (runs in flight) per worker; ``backend`` is then
+        not used. On a node without GPU the report's ``notes`` say so and the
+        runs go to ``backend`` on the CPU.
     n_jobs : int or None
-        Workers (None: every core).
+        Workers (None: every core); with ``backend='serial'``, the threads
+        reading runs ahead (None: 1; at most ``n_jobs + 1`` runs in memory);
+        with ``gpus``, the threads of each GPU worker (None: 2).
     device : str, default='cpu'
         Device of each task's cleaning and correlation.
     dtype : {'float32', 'float64'}
@@ -1118,6 +1175,11 @@ def run_participant(
     from connscale.io.bids import bids_name as _check_name
 
     measures = tuple(dict.fromkeys(measures))
+    if (backend == "serial" or gpus is not None) and n_jobs is not None and n_jobs < 1:
+        raise ValueError(
+            "n_jobs (the reading threads of the serial backend, or the threads of each GPU "
+            f"worker) must be at least 1; got {n_jobs}."
+        )
     if any(m in _WINDOWED for m in measures) and window_length is None:
         raise ValueError(
             "The measures dfc and pairs need a window length (--window-length, in volumes)."
@@ -1184,13 +1246,17 @@ def run_participant(
     write_dataset_description(output, derivatives)
     start = time.perf_counter()
     if environments:
-        from connscale.bidsapp.gpus import gpu_cluster
+        from connscale.bidsapp.gpus import THREADS_PER_GPU_WORKER, gpu_cluster
 
-        with gpu_cluster(environments) as client, get_engine("dask", cluster=client) as engine:
+        threads = THREADS_PER_GPU_WORKER if n_jobs is None else n_jobs
+        with (
+            gpu_cluster(environments, threads=threads) as client,
+            get_engine("dask", cluster=client) as engine,
+        ):
             records = engine.map(run_one, [(config, r) for r in runs])
         backend = f"dask ({len(environments)} GPU workers)"
     elif backend == "serial":
-        records = run_serial(config, runs)
+        records = run_serial(config, runs, readers=1 if n_jobs is None else n_jobs)
     else:
         with get_engine(backend, n_jobs=n_jobs) as engine:
             records = engine.map(run_one, [(config, r) for r in runs])

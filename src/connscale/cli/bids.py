@@ -145,7 +145,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="serial (this process), local (process pool), dask or spark.",
     )
     execution.add_argument(
-        "--n-jobs", type=int, default=None, help="Worker processes (default: every core)."
+        "--n-jobs",
+        type=int,
+        default=None,
+        help="Worker processes (default: every core); with --backend serial, threads "
+        "reading the next runs (default 1); with --gpus, threads of each GPU worker "
+        "(default 2).",
     )
     execution.add_argument(
         "--gpus",
