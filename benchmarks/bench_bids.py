@@ -26,8 +26,9 @@ on the same machine by:
   on N joblib processes instead.
 
 Both pipelines' matrices are compared (max |difference|). Both start warm
-(imports done before timing); connscale's time includes the pybids index. Voxel degree maps
-are not measured (``--measures maps`` is not in the participant level).
+(imports done before timing); connscale's time includes the pybids index.
+``--measures fc,timeseries,maps`` adds voxel degree (binary and weighted at
+0.25), eigenvector centrality and global correlation maps of every run.
 
     python benchmarks/bench_bids.py --quick --runs 20          # this laptop-size grid
     python benchmarks/bench_bids.py --runs 20                  # 20 runs at 2 mm, T = 400
@@ -273,6 +274,7 @@ def run_connscale(
     threads: int,
     readers: int,
     gpus: int | None = None,
+    measures: tuple[str, ...] = ("fc", "timeseries"),
 ) -> dict:
     """connscale's participant level: serial with ``readers`` reading threads, or one Dask
     worker per GPU for ``gpus``."""
@@ -287,7 +289,7 @@ def run_connscale(
         atlas=atlas,
         atlas_name="Blocks",
         strategy="simple",
-        measures=["fc", "timeseries"],
+        measures=list(measures),
         backend="serial",
         n_jobs=readers,
         gpus=gpus,
@@ -384,6 +386,12 @@ def main() -> None:
         default=min(8, os.cpu_count() or 1),
         help="Processes writing the synthetic tree.",
     )
+    parser.add_argument(
+        "--measures",
+        default="fc,timeseries",
+        help="connscale's --measures (e.g. fc,timeseries,maps: voxel degree, ECM and "
+        "global correlation maps too; nilearn computes fc and timeseries only).",
+    )
     parser.add_argument("--skip-nilearn", action="store_true")
     parser.add_argument(
         "--nilearn-jobs", type=int, default=1, help="joblib processes of the nilearn pipeline."
@@ -427,6 +435,7 @@ def main() -> None:
         "cpu": platform.processor() or platform.machine(),
         "cores": os.cpu_count(),
         "torch_threads": args.threads,
+        "measures": args.measures,
         "runs": args.runs,
         "grid": grid,
     }
@@ -439,6 +448,7 @@ def main() -> None:
             device=args.device,
             threads=args.threads,
             readers=args.readers,
+            measures=tuple(args.measures.split(",")),
         )
         result["connscale"] = {
             "device": args.device,
@@ -455,6 +465,7 @@ def main() -> None:
             threads=args.threads,
             readers=args.readers,
             gpus=count,
+            measures=tuple(args.measures.split(",")),
         )
         if ours["notes"]:
             raise RuntimeError(f"--gpus {count}: {ours['notes'][0]}")
