@@ -245,3 +245,27 @@ def test_thresholds_must_name_distinct_maps(outputs, tmp_path):
             measures=["maps"],
             degree_thresholds=[0.25, 0.2500000001],
         )
+
+
+def test_maps_without_reports_read_the_voxels(outputs, tmp_path):
+    """Without reports nothing else asks the decoder for the voxel series: the
+    maps measure must, and its maps equal those of the run with reports."""
+    tmp, root, record = outputs
+    report = run_participant(
+        root,
+        tmp_path / "out",
+        atlas=tmp / "atlas.nii.gz",
+        atlas_name="Slab4",
+        strategy="scrubbing",
+        strategy_params=STRATEGY,
+        measures=["maps"],
+        degree_thresholds=THRESHOLDS,
+        backend="serial",
+        reports=False,
+    )
+    assert report.counts == {"ok": 1, "skipped": 0, "error": 0}, report.records
+    again = _named(report.records[0], stat="ecm", extension=".nii.gz")
+    first = _named(record, stat="ecm", extension=".nii.gz")
+    np.testing.assert_allclose(
+        nib.load(again).get_fdata(), nib.load(first).get_fdata(), rtol=1e-5, atol=1e-7
+    )
