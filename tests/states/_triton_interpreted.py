@@ -326,6 +326,38 @@ def check_half_fallback(device="cpu"):
     assert km.Prepared(x.double(), "euclidean").half() is None
 
 
+def check_half_estimator(device="cpu"):
+    """With ``ASSIGN = 'half'`` the estimator fits the float32 path's states
+    and logs the confirmations of each run."""
+    import logging
+
+    import numpy as np
+
+    from connscale import DFCStates
+
+    x = clustered(90, 45, 3, seed=8).numpy()
+    params = dict(n_states=3, metric="euclidean", exemplars=False, n_init=2, random_state=0)
+    fp32 = DFCStates(**params, device=device).fit([x])
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    log = logging.getLogger("connscale")
+    log.addHandler(handler)
+    level = log.level
+    log.setLevel(logging.INFO)
+    km.ASSIGN = "half"
+    try:
+        half = DFCStates(**params, device=device).fit([x])
+    finally:
+        km.ASSIGN = "fp32"
+        log.removeHandler(handler)
+        log.setLevel(level)
+    assert np.array_equal(half.labels_[0], fp32.labels_[0])
+    assert half.inertia_ == fp32.inertia_
+    messages = [r.getMessage() for r in records if "confirmed in float32" in r.getMessage()]
+    assert len(messages) == 2, messages
+
+
 def main():
     assert kernels.usable(torch.zeros(2, 2), 5), "the interpreter is not active"
     check_kernels()
@@ -335,6 +367,7 @@ def main():
     check_half_bound()
     check_half_lloyd()
     check_half_fallback()
+    check_half_estimator()
     print("ok")
 
 

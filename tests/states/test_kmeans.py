@@ -190,6 +190,7 @@ def test_half_assignment_on_cuda():
     checks.check_half_bound("cuda")
     checks.check_half_lloyd("cuda")
     checks.check_half_fallback("cuda")
+    checks.check_half_estimator("cuda")
 
 
 def test_half_assignment_off_triton_is_the_torch_path():
