@@ -8,6 +8,10 @@ drawn around 5 planted states with noise.
 Rows of the table:
 
 * ``fused``: connscale's Lloyd loop with the fused Triton pass (CUDA);
+* ``half``: the same loop with the half-precision assignment (a float16
+  copy of the windows decides, the float32 pass confirms the near ties:
+  ``connscale.states._half``); its confirmed rows per iteration and whether
+  its labels equal ``fused``'s are reported;
 * ``torch``: the same loop through the pure-torch path (GEMM distances,
   ``min``, float64 ``index_add_``);
 * ``sklearn``: ``sklearn.cluster.KMeans(init=centres, n_init=1, tol=0,
@@ -24,7 +28,7 @@ bandwidth (an ``amax`` or ``sum`` over the same array). Labels are compared
 with scikit-learn's after the larger count of iterations from the same
 centres (identical labels and inertia within 1e-4 relative are required).
 
-    python benchmarks/bench_states.py --device cuda --tune        # H100: ~2 min
+    python benchmarks/bench_states.py --device cuda --tune        # H100: ~3 min
     python benchmarks/bench_states.py --device cpu --subjects 20 --regions 60
 """
 
@@ -87,8 +91,13 @@ def timed(fn, repeats=5):
 
 
 def one_pass(run, centres):
-    """One fused assignment pass (labels, scores, change count)."""
-    return run.assign(centres, torch.zeros(1, dtype=torch.int32, device=centres.device))
+    """One fused assignment pass (labels, scores, change count); the
+    half-precision pass when ``run`` has the float16 copy."""
+    return run.assign(
+        centres,
+        torch.zeros(1, dtype=torch.int32, device=centres.device),
+        distances=run.half is None,
+    )
 
 
 def dense_sums(prepared, labels, k):
@@ -108,7 +117,23 @@ def tune(prepared, centres, n_bytes):
     c32 = centres.to(torch.float32)
     gemm = timed(lambda: prepared.x @ c32.T)
     log(f"cuBLAS x @ C.T: {1e3 * gemm:.2f} ms = {n_bytes / gemm / 1e12:.2f} TB/s")
+    half = prepared.half()
+    half_run = km._Run(prepared, centres, use_triton=True, half=half)
     for key, configs, fn in (
+        (
+            "half",
+            [
+                (16, 128, 4, 1),
+                (32, 128, 4, 1),
+                (32, 128, 8, 1),
+                (32, 256, 8, 1),
+                (64, 128, 8, 1),
+                (16, 256, 4, 1),
+            ]
+            if half is not None
+            else [],
+            lambda: one_pass(half_run, centres),
+        ),
         (
             "assign",
             [
@@ -137,26 +162,44 @@ def tune(prepared, centres, n_bytes):
             lambda: dense_sums(prepared, labels, k),
         ),
     ):
+        if not configs:
+            continue
+        table = km._half.CONFIG if key == "half" else km.fused.CONFIG
         found = {}
         for config in configs:
-            km.fused.CONFIG[key] = config
+            table[key] = config
             try:
                 found[config] = timed(fn, 5)
             except Exception as exc:  # noqa: BLE001 - a configuration that does not compile
                 log(f"  {key} {config}: failed ({type(exc).__name__}: {exc})"[:300])
         for config, sec in sorted(found.items(), key=lambda item: item[1]):
             log(f"  {key} {config}: {1e3 * sec:.2f} ms = {n_bytes / sec / 1e12:.2f} TB/s")
-        km.fused.CONFIG[key] = min(found, key=found.get)
-    log(f"CONFIG = {km.fused.CONFIG}")
+        table[key] = min(found, key=found.get)
+    log(f"CONFIG = {km.fused.CONFIG}, half CONFIG = {km._half.CONFIG}")
 
 
-def time_lloyd(prepared, init, iters, use_triton):
-    km.lloyd(prepared, init, max_iter=2, use_triton=use_triton, check_convergence=False)  # warm
+def confirmation(result, fused):
+    """The half-precision run's confirmations and agreement with the fused run."""
+    if result.confirmed is None:
+        return ""
+    text = (
+        f"; {result.confirmed:,} rows confirmed in float32 over {result.half_passes} passes "
+        f"({result.confirmed / max(result.half_passes, 1):,.0f} per pass)"
+    )
+    if fused is not None:
+        text += (
+            f"; labels = fused {torch.equal(result.labels, fused.labels)}, inertia "
+            f"rel. diff {abs(result.inertia / fused.inertia - 1):.1e}"
+        )
+    return text
+
+
+def time_lloyd(prepared, init, iters, use_triton, assign="fp32"):
+    options = dict(use_triton=use_triton, assign=assign, check_convergence=False)
+    km.lloyd(prepared, init, max_iter=2, **options)  # warm (and the float16 copy, once)
     synchronize(prepared.x.device)
     start = time.perf_counter()
-    result = km.lloyd(
-        prepared, init, max_iter=iters, use_triton=use_triton, check_convergence=False
-    )
+    result = km.lloyd(prepared, init, max_iter=iters, **options)
     synchronize(prepared.x.device)
     return time.perf_counter() - start, result
 
@@ -245,29 +288,45 @@ def main():
     synchronize(device)
     log(f"prepare (centre the columns, row norms): {time.perf_counter() - start:.3f} s")
     init_p = prepared.to_prepared(init.to(device))
-    variants = [("torch", False)]
+    variants = [("torch", False, "fp32")]
     if km.fused.usable(prepared.x, k):
-        variants.insert(0, ("fused", True))
+        variants[:0] = [("fused", True, "fp32"), ("half", True, "half")]
+        start = time.perf_counter()
+        half = prepared.half()
+        synchronize(device)
+        log(
+            f"float16 copy of the windows: {time.perf_counter() - start:.3f} s"
+            if half is not None
+            else "no float16 copy (memory or range): the half rows run the float32 pass"
+        )
         if args.tune:
             tune(prepared, init_p, n_bytes)
     results = {}
-    for name, use_triton in variants:
-        seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton)
+    for name, use_triton, assign in variants:
+        seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton, assign)
         results[name] = result
-        rows.append(("planted", name, "euclidean", args.iters, seconds, floor))
+        rows.append(("planted", name, "euclidean", args.iters, seconds, floor, result))
         log(
             f"{name}: {args.iters} iterations in {seconds:.3f} s "
             f"({1e3 * seconds / args.iters:.2f} ms each), inertia {result.inertia:.6e}"
+            + confirmation(result, results.get("fused"))
         )
         if use_triton:
-            run = km._Run(prepared, result.centres, use_triton=True)
+            run = km._Run(
+                prepared, result.centres, use_triton=True, half=half if name == "half" else None
+            )
             one = timed(lambda r=run, c=result.centres: one_pass(r, c), 10)
-            log(f"one fused assignment pass: {1e3 * one:.2f} ms = {n_bytes / one / 1e12:.2f} TB/s")
+            log(
+                f"one {name} assignment pass: {1e3 * one:.2f} ms = "
+                f"{n_bytes / one / 1e12:.2f} TB/s of float32 windows"
+            )
+            if name == "half":
+                continue
             dense = timed(lambda r=result: dense_sums(prepared, r.labels, k), 5)
             log(
                 f"centre sums of all rows: {1e3 * dense:.2f} ms = {n_bytes / dense / 1e12:.2f} TB/s"
             )
-    if len(results) == 2:
+    if "fused" in results:
         same = torch.equal(results["fused"].labels, results["torch"].labels)
         log(
             f"fused vs torch after {args.iters} iterations: labels identical {same}, inertia "
@@ -302,12 +361,15 @@ def main():
     init_noise = noise[init_rows].to(torch.float64)
     prepared = km.Prepared(noise.to(device, copy=True), "euclidean", owned=True)
     init_p = prepared.to_prepared(init_noise.to(device))
-    for name, use_triton in variants:
-        seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton)
-        rows.append(("noise", name, "euclidean", args.iters, seconds, floor))
+    results = {}
+    for name, use_triton, assign in variants:
+        seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton, assign)
+        results[name] = result
+        rows.append(("noise", name, "euclidean", args.iters, seconds, floor, result))
         log(
             f"noise {name}: {args.iters} iterations in {seconds:.3f} s "
             f"({1e3 * seconds / args.iters:.2f} ms each)"
+            + confirmation(result, results.get("fused"))
         )
     sk_per_iter = None
     if not args.no_sklearn:
@@ -339,16 +401,19 @@ def main():
                     counts[1] - counts[0],
                     sk_per_iter * (counts[1] - counts[0]),
                     None,
+                    None,
                 )
             )
-    del prepared, noise
+    del prepared, noise, results
 
     prepared = km.Prepared(host.to(device, copy=True), "l1", owned=True)
     init_p = prepared.to_prepared(init.to(device))
     floor_l1 = args.l1_iters * n_bytes / bandwidth
-    for name, use_triton in variants:
+    for name, use_triton, _ in variants:
+        if name == "half":  # no half-precision pass for L1
+            continue
         seconds, result = time_lloyd(prepared, init_p, args.l1_iters, use_triton)
-        rows.append(("planted", name, "l1", args.l1_iters, seconds, floor_l1))
+        rows.append(("planted", name, "l1", args.l1_iters, seconds, floor_l1, result))
         log(f"l1 {name}: {args.l1_iters} iterations in {seconds:.3f} s")
         run = km._Run(prepared, init_p, use_triton=use_triton)
         one = timed(lambda r=run: one_pass(r, init_p), 3)
@@ -360,10 +425,12 @@ def main():
     log("")
     log(
         "| data | n × E | k | metric | device | path | iterations | time (s) | per iteration (ms) "
-        "| floor (s) | time / floor | speed-up vs sklearn per iteration |"
+        "| floor (s) | time / floor | speed-up vs sklearn per iteration "
+        "| confirmed rows per iteration | labels = fused |"
     )
-    log("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for data, name, metric, iters, seconds, fl in rows:
+    log("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    fused_labels = {(row[0], row[2]): row[6].labels for row in rows if row[1] == "fused"}
+    for data, name, metric, iters, seconds, fl, result in rows:
         per_iter = seconds / iters
         ratio = f"{seconds / fl:.2f}" if fl else ""
         speed = (
@@ -372,10 +439,21 @@ def main():
             else ""
         )
         where = "host" if name == "sklearn" else str(device.type)
+        confirmed = (
+            f"{result.confirmed / result.half_passes:,.0f}"
+            if result is not None and result.confirmed is not None
+            else ""
+        )
+        reference = fused_labels.get((data, metric))
+        same = (
+            str(torch.equal(result.labels, reference))
+            if result is not None and reference is not None and name != "fused"
+            else ""
+        )
         log(
             f"| {data} | {n:,} × {e:,} | {k} | {metric} | {where} | {name} | {iters} | "
             f"{seconds:.3f} | {1e3 * per_iter:.2f} | {fl if fl is None else round(fl, 3)} | "
-            f"{ratio} | {speed} |"
+            f"{ratio} | {speed} | {confirmed} | {same} |"
         )
 
 

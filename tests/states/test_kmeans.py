@@ -176,6 +176,37 @@ def test_triton_kernels_on_cuda():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_half_assignment_on_cuda():
+    """The half-precision pass compiled: labels of the float32 pass at near
+    ties, the bound on adversarial rows, whole runs bit for bit, fallbacks."""
+    pytest.importorskip("triton")
+    sys.path.insert(0, str(Path(__file__).parent))
+    try:
+        import _triton_interpreted as checks
+    finally:
+        sys.path.pop(0)
+    checks.check_half_near_ties("cuda")
+    checks.check_half_correlation_ties("cuda")
+    checks.check_half_bound("cuda")
+    checks.check_half_lloyd("cuda")
+    checks.check_half_fallback("cuda")
+    checks.check_half_estimator("cuda")
+
+
+def test_half_assignment_off_triton_is_the_torch_path():
+    """Off CUDA (no interpreter) assign='half' runs the torch path: no copy, no count."""
+    x, init = _clustered()
+    prepared = km.Prepared(torch.as_tensor(x), "euclidean")
+    init = prepared.to_prepared(torch.as_tensor(init))
+    a = km.lloyd(prepared, init, max_iter=5, use_triton=False)
+    b = km.lloyd(prepared, init, max_iter=5, use_triton=False, assign="half")
+    assert torch.equal(a.labels, b.labels) and a.inertia == b.inertia
+    assert b.confirmed is None and b.half_passes == 0
+    with pytest.raises(ValueError, match="assign must be one of"):
+        km.lloyd(prepared, init, assign="fp16")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("metric", km.METRICS)
 def test_fused_lloyd_equals_sklearn_and_torch_on_cuda(metric):
     pytest.importorskip("triton")

@@ -18,6 +18,11 @@ are accumulated in float64 (on CUDA, updated with the rows whose label
 changed only). Empty clusters are re-seeded with the windows farthest from
 their centres, as scikit-learn does.
 
+On CUDA the Euclidean and correlation assignments may read a float16 copy
+of the windows instead, deciding every row whose nearest centre is certain
+and confirming the near ties from the float32 rows (:mod:`._half`: the
+labels are the float32 pass's); ``ASSIGN`` picks the pass.
+
 An iteration needs no host synchronisation: the number of changed labels,
 the centre shift and an empty-cluster flag stay on the device and are read
 every few iterations; iterations run past a stop are harmless (a fixed point)
@@ -34,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from connscale.states import _half
 from connscale.states import _triton_kmeans as fused
 
 METRICS = ("l1", "correlation", "euclidean")
@@ -42,6 +48,13 @@ METRICS = ("l1", "correlation", "euclidean")
 _BLOCK_ELEMENTS = 1 << 25
 # Iterations between two reads of the stopping tests by the host.
 _CHECK_EVERY = 8
+#: The CUDA assignment pass of the Euclidean and correlation metrics:
+#: ``'fp32'`` (the fused float32 pass) or ``'half'`` (a float16 copy of the
+#: windows decides, the float32 pass confirms the near ties: the same labels,
+#: about half the bytes read; falls back to ``'fp32'`` when the copy does not
+#: fit in device memory or the values exceed float16's range).
+ASSIGN = "fp32"
+ASSIGNS = ("fp32", "half")
 
 
 @dataclass
@@ -53,6 +66,9 @@ class LloydResult:
     inertia: float
     n_iter: int
     converged: bool
+    # Rows confirmed in float32 over the half-precision passes (None: no such pass).
+    confirmed: int | None = None
+    half_passes: int = 0
 
 
 class Prepared:
@@ -80,6 +96,18 @@ class Prepared:
         self.row_term = None
         if metric == "euclidean":
             self.row_term = _row_sq_norms(self.x)
+        self._half: _half.HalfCopy | None | bool = False  # False: not made yet
+
+    def half(self) -> _half.HalfCopy | None:
+        """The float16 copy of the rows for the half-precision assignment,
+        made on first use (None where it cannot be made or is not used:
+        L1, the pure-torch path, not enough device memory, values beyond
+        float16's range)."""
+        if self._half is False:
+            self._half = None
+            if self.metric != "l1" and fused.usable(self.x, 1):
+                self._half = _half.half_copy(self.x, self.row_term)
+        return self._half
 
     def to_prepared(self, centres: torch.Tensor) -> torch.Tensor:
         """Centres given in input units, in the prepared space (float64)."""
@@ -329,11 +357,23 @@ class _Run:
     counts were made for) and one iteration, with no host synchronisation
     unless empty clusters are re-seeded."""
 
-    def __init__(self, prepared: Prepared, centres: torch.Tensor, use_triton: bool) -> None:
+    def __init__(
+        self,
+        prepared: Prepared,
+        centres: torch.Tensor,
+        use_triton: bool,
+        half: _half.HalfCopy | None = None,
+    ) -> None:
         x = prepared.x
         n, k = x.shape[0], centres.shape[0]
         device = x.device
         self.prepared, self.k, self.use_triton = prepared, k, use_triton
+        self.half = half if use_triton else None
+        self.half_passes = 0
+        if self.half is not None:
+            self.pending = torch.empty(n, dtype=torch.int32, device=device)
+            self.pending_count = torch.zeros(1, dtype=torch.int32, device=device)
+            self.confirmed = torch.zeros(1, dtype=torch.int64, device=device)
         self.mean = prepared.metric != "l1"
         self.centres = centres
         self.labels = torch.full((n,), -1, dtype=torch.int64, device=device)
@@ -355,11 +395,13 @@ class _Run:
         self.centres, self.labels, self.sums, self.counts = saved
 
     def assign(
-        self, centres: torch.Tensor, changed: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        self, centres: torch.Tensor, changed: torch.Tensor, *, distances: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Labels of every row for ``centres`` and their distances (float64);
         adds the number of labels that differ from the current ones to
-        ``changed`` (int32, one element, on the device)."""
+        ``changed`` (int32, one element, on the device). Without
+        ``distances`` the half-precision pass may run (same labels), and
+        the distances are None."""
         prepared = self.prepared
         if not self.use_triton:
             labels, dist = assign_torch(prepared, centres)
@@ -370,6 +412,23 @@ class _Run:
         if not l1:
             alpha, beta = (t.to(torch.float32) for t in _score_terms(prepared, centres))
         labels = torch.empty_like(self.labels)
+        if self.half is not None and not distances:
+            _half.assign(
+                prepared.x,
+                self.half,
+                centres.to(torch.float32),
+                alpha=alpha,
+                beta=beta,
+                old=self.labels,
+                labels=labels,
+                score=self.score,
+                changed=changed,
+                pending=self.pending,
+                count=self.pending_count,
+            )
+            self.confirmed += self.pending_count
+            self.half_passes += 1
+            return labels, None
         fused.assign(
             prepared.x,
             centres.to(torch.float32),
@@ -410,7 +469,7 @@ class _Run:
         shift and whether a centre got no row go to the device tensors
         ``changed``, ``shift`` and ``empty`` (one element each). With
         ``relocate`` empty centres are re-seeded (host synchronisations)."""
-        labels, dist = self.assign(self.centres, changed)
+        labels, dist = self.assign(self.centres, changed, distances=relocate)
         self.move(labels)
         if self.mean:
             sums, counts = self.sums, self.counts
@@ -454,6 +513,7 @@ def lloyd(
     max_iter: int = 300,
     tol: float = 0.0,
     use_triton: bool | None = None,
+    assign: str | None = None,
     check_convergence: bool = True,
     progress: Callable[[int], object] | None = None,
 ) -> LloydResult:
@@ -471,12 +531,19 @@ def lloyd(
     iterations in which a centre got no row is run again one iteration at a
     time, re-seeding empty centres as scikit-learn does. ``progress`` is
     called with the number of iterations done at each of those reads (no
-    read is added for it)."""
+    read is added for it). ``assign`` picks the fused pass of the
+    Euclidean and correlation metrics (``ASSIGN`` when None; see there);
+    the result's ``confirmed`` counts the rows the half-precision passes
+    left to the float32 pass."""
     x = prepared.x
     k = centres.shape[0]
     if use_triton is None:
         use_triton = fused.usable(x, k)
-    run = _Run(prepared, centres.to(torch.float64).clone(), use_triton)
+    assign = ASSIGN if assign is None else assign
+    if assign not in ASSIGNS:
+        raise ValueError(f"assign must be one of {ASSIGNS}; got {assign!r}.")
+    half = prepared.half() if use_triton and assign == "half" else None
+    run = _Run(prepared, centres.to(torch.float64).clone(), use_triton, half)
     changed = torch.zeros(max_iter, dtype=torch.int32, device=x.device)
     shift = torch.zeros(max_iter, dtype=torch.float64, device=x.device)
     empty = torch.zeros(max_iter, dtype=torch.bool, device=x.device)
@@ -509,7 +576,9 @@ def lloyd(
             progress(stop[0] if stop is not None else done)
     n_iter, converged = stop if stop is not None else (max_iter, False)
     if not converged:
-        labels, _ = run.assign(run.centres, torch.zeros(1, dtype=torch.int32, device=x.device))
+        labels, _ = run.assign(
+            run.centres, torch.zeros(1, dtype=torch.int32, device=x.device), distances=False
+        )
         run.move(labels)
     return LloydResult(
         centres=run.centres,
@@ -517,6 +586,8 @@ def lloyd(
         inertia=run.inertia(),
         n_iter=n_iter,
         converged=converged,
+        confirmed=None if run.half is None else int(run.confirmed),
+        half_passes=run.half_passes,
     )
 
 

@@ -108,6 +108,8 @@ if HAS_TRITON:
         labels_ptr,
         score_ptr,
         changed_ptr,
+        index_ptr,
+        count_ptr,
         n_rows,
         width,
         stride_x,
@@ -115,12 +117,21 @@ if HAS_TRITON:
         K: tl.constexpr,
         K_PAD: tl.constexpr,
         L1: tl.constexpr,
+        INDEXED: tl.constexpr,
         BLOCK_M: tl.constexpr,
         BLOCK_E: tl.constexpr,
     ):
         pid = tl.program_id(0)
-        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-        row_ok = rows < n_rows
+        if INDEXED:  # the rows index_ptr[:count]; programs past the count read nothing
+            i = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+            count = tl.load(count_ptr)
+            row_ok = i < count
+            rows = tl.load(index_ptr + i, mask=row_ok, other=0)
+            stop = tl.where(pid * BLOCK_M < count, width, 0)
+        else:
+            rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+            row_ok = rows < n_rows
+            stop = width
         base = rows.to(tl.int64) * stride_x
         a0 = _acc_init(0, K, BLOCK_M, BLOCK_E, tl.float32)
         a1 = _acc_init(1, K, BLOCK_M, BLOCK_E, tl.float32)
@@ -138,7 +149,7 @@ if HAS_TRITON:
         a13 = _acc_init(13, K, BLOCK_M, BLOCK_E, tl.float32)
         a14 = _acc_init(14, K, BLOCK_M, BLOCK_E, tl.float32)
         a15 = _acc_init(15, K, BLOCK_M, BLOCK_E, tl.float32)
-        for e0 in range(0, width, BLOCK_E):
+        for e0 in range(0, stop, BLOCK_E):
             cols = e0 + tl.arange(0, BLOCK_E)
             col_ok = cols < width
             x = tl.load(
@@ -299,6 +310,8 @@ def assign(
     labels: torch.Tensor,
     score: torch.Tensor,
     changed: torch.Tensor,
+    rows: torch.Tensor | None = None,
+    count: torch.Tensor | None = None,
 ) -> None:
     """Nearest centre of every row of ``x`` into ``labels`` (int64) and its
     score into ``score`` (float32); the number of labels that differ from
@@ -308,6 +321,12 @@ def assign(
     ``beta[j] + alpha[j] * <x, c_j>`` (float32 ``alpha``, ``beta``).
     ``centres`` are float32 (k × E). Columns of ``x`` from E up to
     :func:`read_width` are read and must be zero.
+
+    With ``rows`` (int32) and ``count`` (a one-element int32 device tensor),
+    only the rows ``rows[:count]`` are assigned (the other entries of
+    ``labels`` and ``score`` are left as they are), with the same arithmetic
+    per row as the full pass: the same program and launch configuration,
+    the rows' addresses read from the list.
     """
     n, e = x.shape
     k = centres.shape[0]
@@ -316,6 +335,7 @@ def assign(
     padded[:, :e] = centres
     block_m, block_e, warps, stages = CONFIG["assign"]
     grid = (triton.cdiv(n, block_m),)
+    indexed = rows is not None
     _assign_kernel[grid](
         x,
         padded,
@@ -325,6 +345,8 @@ def assign(
         labels,
         score,
         changed,
+        rows if indexed else labels,
+        count if indexed else changed,
         n,
         width,
         x.stride(0),
@@ -332,6 +354,7 @@ def assign(
         K=k,
         K_PAD=max(2, 1 << (k - 1).bit_length()),
         L1=l1,
+        INDEXED=indexed,
         BLOCK_M=block_m,
         BLOCK_E=block_e,
         num_warps=warps,

@@ -195,7 +195,7 @@ def _run(
     """One Lloyd run, counted in ``progress`` (a bar over runs that shows
     the run's iterations as they are read by the host)."""
     if progress is None:
-        return km.lloyd(prepared, centres, max_iter=max_iter, tol=tol)
+        return _logged(km.lloyd(prepared, centres, max_iter=max_iter, tol=tol))
 
     def show(n_iter: int) -> None:
         progress.set_postfix(iteration=n_iter, refresh=False)
@@ -204,6 +204,16 @@ def _run(
     result = km.lloyd(prepared, centres, max_iter=max_iter, tol=tol, progress=show)
     progress.set_postfix(iteration=result.n_iter, inertia=f"{result.inertia:.6g}", refresh=False)
     progress.update()
+    return _logged(result)
+
+
+def _logged(result: km.LloydResult) -> km.LloydResult:
+    if result.confirmed is not None:
+        logger.info(
+            "half-precision assignment: %d rows confirmed in float32 over %d passes",
+            result.confirmed,
+            result.half_passes,
+        )
     return result
 
 

@@ -1,0 +1,356 @@
+"""k-means assignment from a half-precision copy of the windows, confirmed in fp32.
+
+One Lloyd iteration on CUDA is bound by one read of the windows X (n × E,
+float32; :func:`connscale.states._triton_kmeans.assign`). Here the
+assignment reads X̃ = fp16(X) instead (half the bytes): every row whose
+nearest centre is certain from X̃ is **decided**; the others (near ties) go
+to a short list on the device and are **confirmed**: assigned again from
+their float32 rows by the float32 kernel itself, the same program and launch
+configuration (so with the same arithmetic per row). The labels are those of
+the float32 pass, row for row (the same "decide + confirm" scheme as
+:mod:`connscale.fc._exact`). Only the Euclidean and correlation metrics (dot
+products; L1 has no such bound here).
+
+The bound
+---------
+Both passes minimise the score d_j = β_j + α_j⟨x, c_j⟩ over the centres j
+(float32 α, β, c: Euclidean α = −2, β = ‖c‖²; correlation α = −1/‖c‖, β = 1).
+The float32 pass computes d_j = fl(β_j + fl(α_j ŝ_j)) with ŝ_j the float32
+sum of the products x_i c_ji; the half pass d̃_j the same way with s̃_j, the
+float32 sum of x̃_i c_ji (x̃ upcast in registers, exact). With S_j = Σ x_i c_ji
+and S̃_j = Σ x̃_i c_ji (exact reals):
+
+* fp16 rounding (round to nearest; :func:`half_copy` checks |x| ≤ 65504, so
+  nothing overflows): |x̃ − x| ≤ 2⁻¹¹|x| in the normal range and ≤ 2⁻²⁵
+  (half the subnormal spacing 2⁻²⁴) below it, so everywhere
+  |x̃ − x| ≤ 2⁻¹¹|x| + 2⁻²⁵ and::
+
+      |S̃_j − S_j| ≤ 2⁻¹¹ Σ|x||c_j| + 2⁻²⁵‖c_j‖₁ ≤ 2⁻¹¹ P_j + 2⁻²⁵‖c_j‖₁,
+
+  P_j = ‖x‖‖c_j‖ (Cauchy–Schwarz; ‖x‖ per row computed once in float64).
+* float32 accumulation: each product is rounded once (or not at all, FMA),
+  added sequentially into its lane over ⌈W/B⌉ column chunks (W the row
+  length read, B the kernel's BLOCK_E), then the B lanes are reduced by a
+  tree of depth ≤ B − 1. Every product thus goes through at most
+  D = ⌈W/B⌉ + B + 1 roundings; allowing 2 ulp per operation (η = 2⁻²²,
+  twice round-to-nearest's bound), Higham's bound gives
+  |ŝ_j − S_j| ≤ γ Σ|x||c_j| ≤ γ P_j and |s̃_j − S̃_j| ≤ γ P̃_j with
+  γ = Dη/(1 − Dη), D the larger of the two kernels', and
+  P̃_j = (1 + 2⁻¹¹)P_j + 2⁻²⁵‖c_j‖₁ ≥ Σ|x̃||c_j|.
+* the score's two roundings: |fl(β + fl(αs)) − (β + αs)| ≤
+  η(2 + η)|α||s| + η|β|, with |ŝ_j| ≤ (1 + γ)P_j, |s̃_j| ≤ (1 + γ)P̃_j.
+* fp32 underflow (products or sums below 2⁻¹²⁶, flushed or not): at most
+  2⁻¹²⁶ per operation, at most 4W + 4 operations per score.
+
+Summing, with t = γ + 3η(1 + γ)::
+
+    |d̃_j − d_j| ≤ ε_j = a_j ‖x‖ + b_j,
+    a_j = |α_j|‖c_j‖ · (2⁻¹¹ + t(2 + 2⁻¹¹)),
+    b_j = |α_j| 2⁻²⁵‖c_j‖₁ (1 + t) + 2η|β_j| + 2⁻¹²⁶(4W + 4)(|α_j| + 1)
+
+(:func:`margin_terms`; a_j ≈ 6.7e-4 |α_j|‖c_j‖ for W = 19,904, B = 64).
+A row with best b = argmin d̃ is decided when d̃_j − d̃_b > ε_j + ε_b for
+every other centre j: then d_j − d_b ≥ d̃_j − d̃_b − ε_j − ε_b > 0, so the
+float32 pass picks b too, ties included. The kernel evaluates the test in
+float32 (‖x‖ rounded to float32, a·‖x‖ + b, ε_j + ε_b and the difference
+of scores: at most 6 roundings of 2⁻²⁴ each); a_j and b_j are enlarged by
+the factor 1 + 2⁻¹⁶ to cover them. The bound is far from tight (it needs
+every rounding the worst way and |x| ∝ |c_j|): rows clearly nearer one
+centre are decided, near ties are confirmed.
+
+Counts: the number of confirmed rows of each pass is added, on the device,
+to a running total (:attr:`connscale.states._kmeans.LloydResult.confirmed`).
+Nothing is read by the host during an iteration. The scores of the half
+pass are not the float32 ones for decided rows; Lloyd uses this pass only
+where the scores are not needed (every iteration but those that re-seed an
+empty cluster, which use the float32 pass).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+import torch
+
+from connscale._compute.device import HAS_TRITON
+from connscale._compute.memory import memory_budget
+from connscale.states import _triton_kmeans as fused
+
+if HAS_TRITON:  # pragma: no cover - depends on the machine
+    import triton
+    import triton.language as tl
+
+    from connscale.states._triton_kmeans import _acc_centre, _acc_init, _score_centre
+
+logger = logging.getLogger(__name__)
+
+#: Largest finite float16 value: rows beyond it are not copied (float32 pass).
+HALF_MAX = 65504.0
+#: Launch configuration (BLOCK_M, BLOCK_E, num_warps, num_stages) of the half
+#: pass; ``benchmarks/bench_states.py --tune`` times others.
+CONFIG = {"half": (32, 128, 4, 1)}
+#: Relative error allowed per float32 operation (2 ulp).
+_ETA = 2.0**-22
+#: Enlargement of the margin for the float32 evaluation of the test.
+_TEST_SLACK = 1.0 + 2.0**-16
+
+
+@dataclass
+class HalfCopy:
+    """The float16 copy of prepared windows and what the decision needs."""
+
+    x: torch.Tensor  # (n, E) float16 view of a zero-padded (n, W) buffer
+    norms: torch.Tensor  # (n,) float32: ‖x‖ of the float32 rows (float64, rounded)
+
+
+def half_copy(x: torch.Tensor, row_sq_norms: torch.Tensor | None) -> HalfCopy | None:
+    """The float16 copy of prepared rows ``x`` (float32, padded as the fused
+    kernels read them), or None when it cannot stand in for them: a value
+    beyond float16's range, or not enough free memory on the device (logged).
+
+    ``row_sq_norms``: the rows' squared norms in float64 when known
+    (computed here otherwise)."""
+    n, e = x.shape
+    width = fused.read_width(x)
+    needed = n * width * 2 + n * (4 + 8)
+    budget = memory_budget(x.device)
+    if needed > budget:
+        logger.info(
+            "no float16 copy of the windows: needs %.3g GB, %.3g GB free; float32 pass",
+            needed / 1e9,
+            budget / 1e9,
+        )
+        return None
+    low, high = torch.aminmax(x)
+    largest = max(-float(low), float(high))
+    if not largest <= HALF_MAX:  # also catches NaN
+        logger.info("no float16 copy of the windows: |x| up to %.6g > %g", largest, HALF_MAX)
+        return None
+    buffer = torch.zeros((n, width), dtype=torch.float16, device=x.device)
+    buffer[:, :e].copy_(x)
+    if row_sq_norms is None:
+        row_sq_norms = torch.zeros(n, dtype=torch.float64, device=x.device)
+        rows = max(1, (1 << 25) // max(e, 1))
+        for start in range(0, n, rows):
+            block = x[start : start + rows].to(torch.float64)
+            row_sq_norms[start : start + rows] = (block * block).sum(dim=1)
+    return HalfCopy(x=buffer[:, :e], norms=row_sq_norms.sqrt().to(torch.float32))
+
+
+def _depth(width: int, block_e: int) -> int:
+    """Roundings a product goes through in a kernel's float32 dot product."""
+    return math.ceil(width / block_e) + block_e + 1
+
+
+def margin_terms(
+    alpha: torch.Tensor, beta: torch.Tensor, centres: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a, b), float32 (k,), of the bound ε_j = a_j‖x‖ + b_j on the
+    difference between a row's half-pass and float32-pass scores (see the
+    module's docstring), enlarged for the float32 evaluation of the test.
+
+    ``alpha``, ``beta`` (k,) and ``centres`` (k × E) are the float32 values
+    both passes use; ``width`` is the row length the kernels read."""
+    depth = max(
+        _depth(width, CONFIG["half"][1]),
+        _depth(width, fused.CONFIG["assign"][1]),
+    )
+    gamma = depth * _ETA / (1 - depth * _ETA)
+    t = gamma + 3 * _ETA * (1 + gamma)
+    c = centres.to(torch.float64)
+    abs_alpha = alpha.to(torch.float64).abs()
+    abs_beta = beta.to(torch.float64).abs()
+    a = abs_alpha * torch.linalg.vector_norm(c, dim=1) * (2.0**-11 + t * (2 + 2.0**-11))
+    b = (
+        abs_alpha * 2.0**-25 * c.abs().sum(dim=1) * (1 + t)
+        + 2 * _ETA * abs_beta
+        + 2.0**-126 * (4 * width + 4) * (abs_alpha + 1)
+    )
+    return (a * _TEST_SLACK).to(torch.float32), (b * _TEST_SLACK).to(torch.float32)
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _half_kernel(
+        xh_ptr,
+        c_ptr,
+        alpha_ptr,
+        beta_ptr,
+        a_ptr,
+        b_ptr,
+        norm_ptr,
+        old_ptr,
+        labels_ptr,
+        score_ptr,
+        changed_ptr,
+        pending_ptr,
+        count_ptr,
+        n_rows,
+        width,
+        stride_x,
+        stride_c,
+        K: tl.constexpr,
+        K_PAD: tl.constexpr,
+        BLOCK_M: tl.constexpr,
+        BLOCK_E: tl.constexpr,
+    ):
+        pid = tl.program_id(0)
+        rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+        row_ok = rows < n_rows
+        base = rows.to(tl.int64) * stride_x
+        a0 = _acc_init(0, K, BLOCK_M, BLOCK_E, tl.float32)
+        a1 = _acc_init(1, K, BLOCK_M, BLOCK_E, tl.float32)
+        a2 = _acc_init(2, K, BLOCK_M, BLOCK_E, tl.float32)
+        a3 = _acc_init(3, K, BLOCK_M, BLOCK_E, tl.float32)
+        a4 = _acc_init(4, K, BLOCK_M, BLOCK_E, tl.float32)
+        a5 = _acc_init(5, K, BLOCK_M, BLOCK_E, tl.float32)
+        a6 = _acc_init(6, K, BLOCK_M, BLOCK_E, tl.float32)
+        a7 = _acc_init(7, K, BLOCK_M, BLOCK_E, tl.float32)
+        a8 = _acc_init(8, K, BLOCK_M, BLOCK_E, tl.float32)
+        a9 = _acc_init(9, K, BLOCK_M, BLOCK_E, tl.float32)
+        a10 = _acc_init(10, K, BLOCK_M, BLOCK_E, tl.float32)
+        a11 = _acc_init(11, K, BLOCK_M, BLOCK_E, tl.float32)
+        a12 = _acc_init(12, K, BLOCK_M, BLOCK_E, tl.float32)
+        a13 = _acc_init(13, K, BLOCK_M, BLOCK_E, tl.float32)
+        a14 = _acc_init(14, K, BLOCK_M, BLOCK_E, tl.float32)
+        a15 = _acc_init(15, K, BLOCK_M, BLOCK_E, tl.float32)
+        for e0 in range(0, width, BLOCK_E):
+            cols = e0 + tl.arange(0, BLOCK_E)
+            col_ok = cols < width
+            x = tl.load(
+                xh_ptr + base[:, None] + cols[None, :],
+                mask=row_ok[:, None] & col_ok[None, :],
+                other=0.0,
+            ).to(tl.float32)
+            a0 = _acc_centre(a0, x, c_ptr, 0, K, stride_c, cols, col_ok, False)
+            a1 = _acc_centre(a1, x, c_ptr, 1, K, stride_c, cols, col_ok, False)
+            a2 = _acc_centre(a2, x, c_ptr, 2, K, stride_c, cols, col_ok, False)
+            a3 = _acc_centre(a3, x, c_ptr, 3, K, stride_c, cols, col_ok, False)
+            a4 = _acc_centre(a4, x, c_ptr, 4, K, stride_c, cols, col_ok, False)
+            a5 = _acc_centre(a5, x, c_ptr, 5, K, stride_c, cols, col_ok, False)
+            a6 = _acc_centre(a6, x, c_ptr, 6, K, stride_c, cols, col_ok, False)
+            a7 = _acc_centre(a7, x, c_ptr, 7, K, stride_c, cols, col_ok, False)
+            a8 = _acc_centre(a8, x, c_ptr, 8, K, stride_c, cols, col_ok, False)
+            a9 = _acc_centre(a9, x, c_ptr, 9, K, stride_c, cols, col_ok, False)
+            a10 = _acc_centre(a10, x, c_ptr, 10, K, stride_c, cols, col_ok, False)
+            a11 = _acc_centre(a11, x, c_ptr, 11, K, stride_c, cols, col_ok, False)
+            a12 = _acc_centre(a12, x, c_ptr, 12, K, stride_c, cols, col_ok, False)
+            a13 = _acc_centre(a13, x, c_ptr, 13, K, stride_c, cols, col_ok, False)
+            a14 = _acc_centre(a14, x, c_ptr, 14, K, stride_c, cols, col_ok, False)
+            a15 = _acc_centre(a15, x, c_ptr, 15, K, stride_c, cols, col_ok, False)
+        kk = tl.arange(0, K_PAD)
+        score = tl.full((BLOCK_M, K_PAD), float("inf"), dtype=tl.float32)
+        score = _score_centre(score, a0, alpha_ptr, beta_ptr, kk, 0, K, False)
+        score = _score_centre(score, a1, alpha_ptr, beta_ptr, kk, 1, K, False)
+        score = _score_centre(score, a2, alpha_ptr, beta_ptr, kk, 2, K, False)
+        score = _score_centre(score, a3, alpha_ptr, beta_ptr, kk, 3, K, False)
+        score = _score_centre(score, a4, alpha_ptr, beta_ptr, kk, 4, K, False)
+        score = _score_centre(score, a5, alpha_ptr, beta_ptr, kk, 5, K, False)
+        score = _score_centre(score, a6, alpha_ptr, beta_ptr, kk, 6, K, False)
+        score = _score_centre(score, a7, alpha_ptr, beta_ptr, kk, 7, K, False)
+        score = _score_centre(score, a8, alpha_ptr, beta_ptr, kk, 8, K, False)
+        score = _score_centre(score, a9, alpha_ptr, beta_ptr, kk, 9, K, False)
+        score = _score_centre(score, a10, alpha_ptr, beta_ptr, kk, 10, K, False)
+        score = _score_centre(score, a11, alpha_ptr, beta_ptr, kk, 11, K, False)
+        score = _score_centre(score, a12, alpha_ptr, beta_ptr, kk, 12, K, False)
+        score = _score_centre(score, a13, alpha_ptr, beta_ptr, kk, 13, K, False)
+        score = _score_centre(score, a14, alpha_ptr, beta_ptr, kk, 14, K, False)
+        score = _score_centre(score, a15, alpha_ptr, beta_ptr, kk, 15, K, False)
+        best = tl.argmin(score, axis=1)
+        low = tl.min(score, axis=1)
+        # eps[r, j] = a_j ‖x_r‖ + b_j (0 for the padding centres, whose score is inf)
+        k_ok = kk < K
+        a = tl.load(a_ptr + kk, mask=k_ok, other=0.0)
+        b = tl.load(b_ptr + kk, mask=k_ok, other=0.0)
+        norm = tl.load(norm_ptr + rows, mask=row_ok, other=0.0)
+        eps = a[None, :] * norm[:, None] + b[None, :]
+        is_best = kk[None, :] == best[:, None]
+        eps_best = tl.sum(tl.where(is_best, eps, 0.0), axis=1)
+        clear = is_best | ((score - low[:, None]) > (eps + eps_best[:, None]))
+        unsure = tl.min(clear.to(tl.int32), axis=1) == 0
+        decided = row_ok & (unsure == 0)
+        best = best.to(tl.int64)
+        tl.store(labels_ptr + rows, best, mask=decided)
+        tl.store(score_ptr + rows, low, mask=decided)
+        old = tl.load(old_ptr + rows, mask=row_ok, other=-1)
+        changed = (best != old) & decided
+        tl.atomic_add(changed_ptr, tl.sum(changed.to(tl.int32), axis=0))
+        # Rows not decided: appended to the list the float32 pass confirms.
+        pending = (row_ok & unsure).to(tl.int32)
+        start = tl.atomic_add(count_ptr, tl.sum(pending, axis=0))
+        slot = start + tl.cumsum(pending, axis=0) - 1
+        tl.store(pending_ptr + slot, rows, mask=pending == 1)
+
+
+def assign(
+    x: torch.Tensor,
+    half: HalfCopy,
+    centres: torch.Tensor,
+    *,
+    alpha: torch.Tensor,
+    beta: torch.Tensor,
+    old: torch.Tensor,
+    labels: torch.Tensor,
+    score: torch.Tensor,
+    changed: torch.Tensor,
+    pending: torch.Tensor,
+    count: torch.Tensor,
+) -> None:
+    """Labels of every row of ``x`` into ``labels`` (int64), equal to
+    :func:`connscale.states._triton_kmeans.assign`'s: decided from the
+    float16 copy ``half`` where the bound allows, the other rows listed in
+    ``pending`` (int32, n) and counted in ``count`` (one int32 element, set
+    to 0 here) and assigned again from ``x`` by the float32 pass. The number
+    of labels that differ from ``old`` is added to ``changed``. ``score``
+    (float32) gets the float32 pass's score for confirmed rows and the half
+    pass's for the others. ``centres``, ``alpha``, ``beta``: float32, as the
+    float32 pass takes them."""
+    n, e = x.shape
+    k = centres.shape[0]
+    width = fused.read_width(half.x)
+    padded = torch.zeros((k, width), dtype=torch.float32, device=x.device)
+    padded[:, :e] = centres
+    a, b = margin_terms(alpha, beta, centres, max(width, fused.read_width(x)))
+    count.zero_()
+    block_m, block_e, warps, stages = CONFIG["half"]
+    _half_kernel[(triton.cdiv(n, block_m),)](
+        half.x,
+        padded,
+        alpha,
+        beta,
+        a,
+        b,
+        half.norms,
+        old,
+        labels,
+        score,
+        changed,
+        pending,
+        count,
+        n,
+        width,
+        half.x.stride(0),
+        width,
+        K=k,
+        K_PAD=max(2, 1 << (k - 1).bit_length()),
+        BLOCK_M=block_m,
+        BLOCK_E=block_e,
+        num_warps=warps,
+        num_stages=stages,
+    )
+    fused.assign(
+        x,
+        centres,
+        l1=False,
+        alpha=alpha,
+        beta=beta,
+        old=old,
+        labels=labels,
+        score=score,
+        changed=changed,
+        rows=pending,
+        count=count,
+    )
