@@ -315,8 +315,8 @@ def table2(args, device, d2h, rows_out):
                     confirmation = result.confirmation
                     if confirmation is not None:
                         row["confirmed_fraction"] = confirmation.fraction_confirmed
-                        row["corrected_tiles_fraction"] = (
-                            confirmation.n_corrected_tiles / max(1, confirmation.n_tiles)
+                        row["corrected_tiles_fraction"] = confirmation.n_corrected_tiles / max(
+                            1, confirmation.n_tiles
                         )
                     row["nnz_exact"] = int(sum(m.nnz for m in result))
                     fp32_s, fp32 = time_run(
