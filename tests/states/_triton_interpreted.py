@@ -294,7 +294,9 @@ def check_half_lloyd(device="cpu"):
             prepared = km.Prepared(x, metric)
             seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
             for max_iter, tol in ((30, 0.0), (3, 0.0)):
-                a = km.lloyd(prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True)
+                a = km.lloyd(
+                    prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="fp32"
+                )
                 b = km.lloyd(
                     prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="half"
                 )
