@@ -225,6 +225,12 @@ def test_resume_skips_and_other_thresholds_need_overwrite(outputs, tmp_path, cap
     error = (out / "logs/participant_errors.tsv").read_text()
     assert "other parameters" in error and "--overwrite" in error
     assert sorted(p.name for p in folder.iterdir()) == first  # nothing replaced
+    # another precision is another result too
+    assert _cli(root, out, atlas, "--degree-thresholds", "0.2,0.5", "--precision", "tf32") == 1
+    assert sorted(p.name for p in folder.iterdir()) == first
+    sidecar = json.loads(next(folder.glob("*_meas-r02_stat-degree_*_boldmap.json")).read_text())
+    assert sidecar["Precision"] == "exact"
+    assert sidecar["Confirmation"] is None  # the CPU runs fp32: nothing to confirm
     assert _cli(root, out, atlas, "--degree-thresholds", "0.7", "--overwrite") == 0
     log = json.loads((out / "logs/participant_report.json").read_text())
     written = [parse_bids_name(p) for p in log["records"][0]["outputs"]]

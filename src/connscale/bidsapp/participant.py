@@ -124,6 +124,7 @@ class ParticipantConfig:
     memory_limit: str | int | None = None
     reports: bool = True
     degree_thresholds: tuple = (0.25,)
+    precision: str = "exact"
     n_atoms: int = 10
     network_sparsity: int | float = 0.07
     overwrite: bool = False
@@ -147,7 +148,7 @@ class ParticipantConfig:
         """What changes the run's atlas-level set."""
         kept = self.parameters()
         kept["measures"] = [m for m in self.measures if m in REGION_MEASURES]
-        for key in ("degree_thresholds", "n_atoms", "network_sparsity"):
+        for key in ("degree_thresholds", "precision", "n_atoms", "network_sparsity"):
             kept.pop(key)
         if not any(m in _WINDOWED for m in self.measures):
             for key in ("window_length", "step", "pairs_threshold"):
@@ -1029,6 +1030,7 @@ _POSITIVE = [Interval(Real, 0, None, closed="neither"), None]
         "step": [Interval(Integral, 1, None, closed="left")],
         "pairs_threshold": [Interval(Real, -1, 1, closed="both")],
         "degree_thresholds": [SequenceOf(Interval(Real, -1, 1, closed="both"))],
+        "precision": [StrOptions({"exact", "fp32", "tf32"})],
         "n_atoms": [Interval(Integral, 1, None, closed="left")],
         "network_sparsity": [
             Interval(Integral, 1, None, closed="left"),
@@ -1064,6 +1066,7 @@ def run_participant(
     step: int = 1,
     pairs_threshold: float = 0.5,
     degree_thresholds=(0.25,),
+    precision: str = "exact",
     n_atoms: int = 10,
     network_sparsity=0.07,
     participant_label=None,
@@ -1128,6 +1131,9 @@ def run_participant(
     degree_thresholds : sequence of float, default=(0.25,)
         ``maps``: binary and weighted degree count the other voxels with
         r above each threshold (one pass for all).
+    precision : {'exact', 'fp32', 'tf32'}, default='exact'
+        ``maps``: the arithmetic of the degree's thresholded correlations on
+        CUDA (see :func:`connscale.degree_centrality`).
     n_atoms : int, default=10
         ``networks``: the number of r1DL networks.
     network_sparsity : int or float, default=0.07
@@ -1238,6 +1244,7 @@ def run_participant(
         memory_limit=memory_limit,
         reports=reports,
         degree_thresholds=tuple(float(v) for v in degree_thresholds),
+        precision=precision,
         n_atoms=int(n_atoms),
         network_sparsity=network_sparsity,
         overwrite=overwrite,

@@ -94,6 +94,7 @@ def measure_parameters(config, measure: str) -> dict:
     kept = {k: v for k, v in config.parameters().items() if k in (*_CLEANING, "dtype")}
     if measure == "maps":
         kept["degree_thresholds"] = [float(v) for v in config.degree_thresholds]
+        kept["precision"] = config.precision
     else:
         kept.update(
             n_atoms=int(config.n_atoms), network_sparsity=config.network_sparsity, **R1DL_DEFAULTS
@@ -226,7 +227,12 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
 
     tic = time.perf_counter()
     (binary, weighted), info = compute_degree(
-        voxels, thresholds, memory_limit=config.memory_limit, both=True, **compute
+        voxels,
+        thresholds,
+        memory_limit=config.memory_limit,
+        precision=config.precision,
+        both=True,
+        **compute,
     )
     ecm = eigenvector_centrality(voxels, **compute)
     gcor = global_correlation(voxels, **compute)
@@ -250,6 +256,8 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
                     Threshold=theta,
                     Weighted=False,
                     Method=info["method"],
+                    Precision=config.precision,
+                    Confirmation=info["confirmation"],
                 ),
                 f"degree, r > {theta:.6g}",
             )
@@ -265,6 +273,8 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
                     Threshold=theta,
                     Weighted=True,
                     Method=info["method"],
+                    Precision=config.precision,
+                    Confirmation=info["confirmation"],
                 ),
                 f"weighted degree, r > {theta:.6g}",
             )

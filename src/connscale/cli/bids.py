@@ -93,6 +93,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         metavar="R[,R...]",
         help="maps: degree centrality counts the voxels with r above each threshold.",
     )
+    atlas.add_argument(
+        "--precision",
+        choices=["exact", "fp32", "tf32"],
+        default="exact",
+        help="maps: arithmetic of the degree's thresholded correlations on CUDA (exact: TF32 "
+        "tensor cores with the pairs near a threshold confirmed; the CPU computes in fp32).",
+    )
     atlas.add_argument("--n-atoms", type=int, default=10, help="networks: number of r1DL networks.")
     atlas.add_argument(
         "--sparsity",
@@ -215,6 +222,7 @@ def run(args) -> int:
         step=args.step,
         pairs_threshold=args.pairs_threshold,
         degree_thresholds=args.degree_thresholds,
+        precision=args.precision,
         n_atoms=args.n_atoms,
         network_sparsity=args.sparsity,
         participant_label=args.participant_label,
