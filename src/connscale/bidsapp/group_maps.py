@@ -194,7 +194,9 @@ def plan_maps(output, runs: list[dict], *, required: bool | None) -> MapsPlan | 
                 listed,
             )
         return None
-    kinds = sorted(set.intersection(*(set(f) for f in files)), key=lambda k: (str(k[0]), k[1]))
+    kinds = sorted(
+        set.intersection(*(set(f) for f in files)), key=lambda k: (k[0] is None, str(k[0]), k[1])
+    )
     if not kinds:
         raise ValueError("No voxel map (same meas- and stat-) is present in every run.")
     dropped = set().union(*(set(f) for f in files)) - set(kinds)
