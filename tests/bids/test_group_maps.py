@@ -176,7 +176,12 @@ def test_mask_from_the_maps_support_when_the_sidecar_mask_is_gone(cohort, tmp_pa
     assert len(runs) == len(RUNS)
     support = np.logical_and.reduce([np.logical_or.reduce(found) for found in runs.values()])
     np.testing.assert_array_equal(result.maps.mask, support)
-    assert not result.maps.resumed
+    assert not result.maps.resumed and result.maps.values is None
+    for kind in KINDS:  # the means without the features: the same maps
+        name = f"group/{_name(kind)}_boldmap.nii.gz"
+        np.testing.assert_allclose(
+            nib.load(copy / name).get_fdata(), nib.load(out / name).get_fdata(), rtol=1e-6
+        )
 
 
 def test_maps_on_another_grid_are_refused(cohort, tmp_path):

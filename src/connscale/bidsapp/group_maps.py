@@ -331,16 +331,22 @@ def compute_maps(plan: MapsPlan, *, features: bool, overwrite: bool = False) -> 
             values = None
         else:
             mask = _common_mask(plan)
-            values = np.empty((len(subjects), len(plan.kinds), int(mask.sum())))
+            # Only the features keep every participant's maps; the means need one row each.
+            shape = (len(plan.kinds), int(mask.sum()))
+            values = np.empty((len(subjects), *shape)) if features else None
+            total = np.zeros(shape)
             for s, sub in enumerate(subjects):
                 for j, kind in enumerate(plan.kinds):
                     runs = [plan.files[i][kind] for i in by_subject[sub]]
-                    values[s, j] = np.mean(
+                    row = np.mean(
                         [np.asarray(nib.load(p).dataobj, dtype=np.float64)[mask] for p in runs],
                         axis=0,
                     )
+                    total[j] += row
+                    if values is not None:
+                        values[s, j] = row
             if not resumed:
-                _publish(plan, out, names, mask, values.mean(axis=0), len(subjects))
+                _publish(plan, out, names, mask, total / len(subjects), len(subjects))
     feature_names = []
     if features:
         voxels = [",".join(map(str, ijk)) for ijk in np.argwhere(mask)]
