@@ -15,14 +15,19 @@ its runs' Fisher-z edges) and one column per edge ``<name_i>|<name_j>``, i < j
 in row-major order. When the runs have DFC (or states are asked for), the
 cohort's DFC states are computed (:mod:`connscale.bidsapp.group_states`) and
 each participant's state features (the mean over its runs) are further
-columns of the table. With ``participants.tsv`` and a target column,
+columns of the table. When every run has voxel maps (the participant measure
+``maps``), the cohort's mean maps are written
+(:mod:`connscale.bidsapp.group_maps`) and drawn in the report; with ``maps``
+in ``features`` each participant's maps (values inside the runs' common mask,
+one column per voxel and map: large) are further columns. With
+``participants.tsv`` and a target column,
 :func:`connscale.classify.cross_validate` runs on it (one sample per
 participant, so runs of one participant never sit on both sides of a fold).
 
 These files are one :class:`~connscale.io._publish.OutputSet`
 (``seg-<atlas>_desc-<strategy>_manifest.json``), fingerprinted by the
-participant outputs, the states and ``participants.tsv`` with the
-classification parameters: a re-run with the same ones resumes, one with
+participant outputs, the states, the maps and ``participants.tsv`` with the
+classification parameters and the feature kinds: a re-run with the same ones resumes, one with
 other parameters is refused unless ``overwrite``.
 """
 
@@ -47,10 +52,18 @@ from connscale.io.bids import bids_name, parse_bids_name, read_participants
 __all__ = ["GroupResult", "find_participant_outputs", "run_group"]
 
 if TYPE_CHECKING:
+    from connscale.bidsapp.group_maps import GroupMaps
     from connscale.bidsapp.group_states import GroupStates
 
 logger = logging.getLogger("connscale")
 _MEASURE = "PearsonCorrelation"
+#: The kinds of columns of the group feature table.
+FEATURES = ("edges", "states", "maps")
+_FEATURE_LABELS = {
+    "edges": "Fisher-z edges",
+    "states": "DFC state features",
+    "maps": "voxel maps in the common mask",
+}
 
 
 @dataclass
@@ -68,6 +81,8 @@ class GroupResult:
     classification: dict | None = None
     feature_names: list[str] = field(default_factory=list)
     states: GroupStates | None = None
+    maps: GroupMaps | None = None
+    feature_kinds: list[str] = field(default_factory=list)
     resumed: bool = False
 
 
@@ -148,6 +163,7 @@ def _fisher(r: np.ndarray) -> np.ndarray:
         "states": ["boolean", None],
         "n_states": [Interval(Integral, 2, None, closed="left")],
         "state_metric": [StrOptions({"l1", "correlation", "euclidean"})],
+        "features": [list, tuple],
         "device": ["device"],
         "overwrite": ["boolean"],
     }
@@ -165,6 +181,7 @@ def run_group(
     states: bool | None = None,
     n_states: int = 5,
     state_metric: str = "l1",
+    features=("edges", "states"),
     device: str = "cpu",
     overwrite: bool = False,
 ) -> GroupResult:
@@ -193,6 +210,10 @@ def run_group(
         Number of states k.
     state_metric : {'l1', 'correlation', 'euclidean'}, default='l1'
         Distance of the states' k-means (:class:`connscale.states.DFCStates`).
+    features : sequence of {'edges', 'states', 'maps'}, default=('edges', 'states')
+        The columns of the feature table: Fisher-z edges, DFC state features
+        (when states are computed), voxel maps inside the common mask
+        (requires every run's maps; one column per voxel and map).
     device : str, default='cpu'
         Where the k-means runs.
     overwrite : bool, default=False
@@ -202,6 +223,7 @@ def run_group(
     -------
     GroupResult
     """
+    from connscale.bidsapp.group_maps import compute_maps, plan_maps
     from connscale.bidsapp.group_states import compute_states, plan_states
     from connscale.io._fingerprint import run_fingerprint
     from connscale.io._publish import OutputSet
@@ -209,6 +231,7 @@ def run_group(
 
     if (participants is None) != (target is None):
         raise ValueError("Give both --participants and --target, or neither.")
+    features = _check_features(features)
     output = Path(output)
     runs = find_participant_outputs(output, atlas_name=atlas_name, strategy=strategy)
     atlas_name, strategy = runs[0]["seg"], runs[0].get("desc")
@@ -220,6 +243,7 @@ def run_group(
         metric=state_metric,
         random_state=random_state,
     )
+    maps_plan = plan_maps(output, runs, required=True if "maps" in features else None)
     matrices, names = [], []
     for r in runs:
         matrix, labels = read_relmat_tsv(r["path"])
@@ -250,9 +274,17 @@ def run_group(
     inputs = [r["path"] for r in runs] + ([] if participants is None else [participants])
     if plan is not None:
         inputs.append({"states": plan.fingerprint["digest"]})
+    if maps_plan is not None:
+        inputs.append({"maps": maps_plan.fingerprint["digest"]})
     fingerprint = run_fingerprint(
         inputs,
-        {"target": target, "folds": folds, "repeats": repeats, "random_state": random_state},
+        {
+            "target": target,
+            "folds": folds,
+            "repeats": repeats,
+            "random_state": random_state,
+            "features": list(features),
+        },
     )
     with OutputSet(
         group,
@@ -267,14 +299,30 @@ def run_group(
         overwrite=overwrite,
     ) as out:
         found = None if plan is None else compute_states(plan, device=device, overwrite=overwrite)
+        mean_maps = (
+            None
+            if maps_plan is None
+            else compute_maps(maps_plan, features="maps" in features, overwrite=overwrite)
+        )
+        use_states = found is not None and "states" in features
         by_subject = defaultdict(list)
         for i, (r, zi) in enumerate(zip(runs, z)):
-            row = zi[iu] if found is None else np.concatenate([zi[iu], found.run_features[i]])
-            by_subject[r["sub"]].append(row)
+            parts = [zi[iu]] if "edges" in features else []
+            parts += [found.run_features[i]] if use_states else []
+            by_subject[r["sub"]].append(np.concatenate(parts) if parts else np.empty(0))
         subjects = sorted(by_subject)
-        features = np.stack([np.mean(by_subject[s], axis=0) for s in subjects])
-        feature_names = [f"{common[i]}|{common[j]}" for i, j in zip(*iu)]
-        feature_names += [] if found is None else found.feature_names
+        table = np.stack([np.mean(by_subject[s], axis=0) for s in subjects])
+        feature_names = (
+            [f"{common[i]}|{common[j]}" for i, j in zip(*iu)] if "edges" in features else []
+        )
+        feature_names += found.feature_names if use_states else []
+        if "maps" in features:  # the same participants, sorted
+            table = np.concatenate([table, mean_maps.values], axis=1)
+            feature_names += mean_maps.feature_names
+        if not feature_names:
+            raise ValueError(
+                f"The feature table of {', '.join(features)} has no column (no DFC states)."
+            )
         result = GroupResult(
             atlas_name,
             strategy,
@@ -282,10 +330,12 @@ def run_group(
             common,
             mean,
             subjects,
-            features,
+            table,
             [],
             feature_names=feature_names,
             states=found,
+            maps=mean_maps,
+            feature_kinds=[k for k in features if k != "states" or use_states],
         )
         names = {
             "mean": bids_name(
@@ -319,7 +369,19 @@ def run_group(
             result.outputs = list(out.published)
     if found is not None:
         result.outputs += found.outputs
+    if mean_maps is not None:
+        result.outputs += mean_maps.outputs
     return result
+
+
+def _check_features(features) -> tuple[str, ...]:
+    chosen = tuple(dict.fromkeys(str(f).strip() for f in features if str(f).strip()))
+    unknown = [f for f in chosen if f not in FEATURES]
+    if unknown or not chosen:
+        raise ValueError(
+            f"Group features are among {', '.join(FEATURES)}; got {', '.join(chosen) or 'none'}."
+        )
+    return chosen
 
 
 def _published(folder: Path, prefix: str) -> list[str]:
@@ -354,11 +416,11 @@ def _write_group(result: GroupResult, out, output: Path, names, z, iu, ents, par
     for sub, row in zip(result.subjects, result.features):
         lines.append(f"sub-{sub}\t" + "\t".join(f"{v:.8g}" for v in row))
     write_text_atomic(out.path(names["table"]), "\n".join(lines) + "\n")
-    _group_report(out, output, runs, z, iu, result.mean, common, ents, result.states)
+    _group_report(out, output, runs, z, iu, result.mean, common, ents, result.states, result.maps)
 
 
 def _group_report(
-    out, output: Path, runs: list[dict], z: np.ndarray, iu, mean, names, ents, states
+    out, output: Path, runs: list[dict], z: np.ndarray, iu, mean, names, ents, states, maps
 ) -> Path:
     import json
 
@@ -392,6 +454,9 @@ def _group_report(
         parameters.update({"states": states.n_states, "state metric": states.metric})
         results["fraction of windows per state"] = [round(float(f), 4) for f in states.fractions]
         results["state-sequence example"] = rows[0]["name"]
+    if maps is not None:
+        results["group maps"] = maps.names
+        results["voxels in the common mask"] = int(maps.mask.sum())
     name = bids_name(ents, suffix="report", extension=".html", require_subject=False)
     return write_group_report(
         out.path(name),
@@ -402,7 +467,17 @@ def _group_report(
         parameters=parameters,
         results=results,
         states=states,
+        maps=None if maps is None else _map_figures(output, maps),
     )
+
+
+def _map_figures(output: Path, maps: GroupMaps) -> dict:
+    """The published mean maps, their titles and background, for the report."""
+    group = output / "group"
+    return {
+        "maps": [(group / name, title) for name, title in zip(maps.names, maps.titles)],
+        "background": maps.background,
+    }
 
 
 def _classify(
@@ -449,8 +524,7 @@ def _classify(
     summary.update(
         target=target,
         participants=[f"sub-{result.subjects[i]}" for i in keep],
-        features="Fisher-z edges"
-        + (", DFC state features" if result.states is not None else "")
+        features=", ".join(_FEATURE_LABELS[k] for k in result.feature_kinds)
         + ", mean over each participant's runs",
     )
     return summary

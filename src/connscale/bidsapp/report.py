@@ -10,7 +10,8 @@ distribution of region-pair correlations before and after denoising.
 Per group: the group-average connectome, QC-FC (across runs, the correlation
 of each edge with the run's mean framewise displacement), with DFC states the
 state matrices, the first run's state sequence and the mean transition
-matrix, and a table linking every run's report.
+matrix, with voxel maps each group mean map (nilearn's ``plot_stat_map``),
+and a table linking every run's report.
 """
 
 from __future__ import annotations
@@ -172,10 +173,13 @@ def write_group_report(
     parameters: dict,
     results: dict,
     states=None,
+    maps: dict | None = None,
 ) -> Path:
-    """The group page: average connectome, QC-FC, DFC states and every run linked.
+    """The group page: average connectome, QC-FC, DFC states, mean maps, every run linked.
 
-    ``states`` is a :class:`connscale.bidsapp.group_states.GroupStates` or None.
+    ``states`` is a :class:`connscale.bidsapp.group_states.GroupStates` or None;
+    ``maps`` None or ``{"maps": [(image path, title), ...], "background": image
+    or None}`` (None: nilearn's MNI template).
     """
     from connscale.report import write_report
     from connscale.report.plots import (
@@ -229,6 +233,18 @@ def write_group_report(
                 title="State transition probabilities (mean over runs)",
             )
         )
+    if maps is not None:
+        from connscale.report.maps import plot_stat_map
+
+        for k, (image, title) in enumerate(maps["maps"]):
+            figures.append(
+                plot_stat_map(
+                    image,
+                    figures_dir / f"map{k}.png",
+                    bg_img=maps["background"],
+                    title=f"group mean: {title}",
+                )
+            )
     record = {
         "command": "bids group",
         "parameters": parameters,

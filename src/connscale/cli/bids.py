@@ -143,6 +143,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     group.add_argument("--target", default=None, help="Column of participants.tsv to classify.")
     group.add_argument("--folds", type=int, default=5, help="Cross-validation folds.")
     group.add_argument("--repeats", type=int, default=10, help="Cross-validation repeats.")
+    group.add_argument(
+        "--group-features",
+        default="edges,states",
+        metavar="KIND[,KIND...]",
+        help="Columns of the group feature table (and of the classification), among "
+        "edges, states, maps: Fisher-z edges, DFC state features (when states are "
+        "computed), the voxel maps inside the runs' common mask (every run needs "
+        "--measures maps; one column per voxel and map, large).",
+    )
     add_state_arguments(group)
     execution = parser.add_argument_group("execution")
     execution.add_argument(
@@ -269,6 +278,7 @@ def _group(args) -> int:
         target=args.target,
         folds=args.folds,
         repeats=args.repeats,
+        features=args.group_features.split(","),
         **group_options(args),
     )
     print(
@@ -283,6 +293,12 @@ def _group(args) -> int:
         print(
             f"  {result.states.n_states} DFC states ({result.states.metric})"
             + (", already published" if result.states.resumed else "")
+        )
+    if result.maps is not None:
+        print(
+            f"  {len(result.maps.names)} group mean maps over "
+            f"{int(result.maps.mask.sum())} voxels"
+            + (", already published" if result.maps.resumed else "")
         )
     for path in result.outputs:
         print(f"  {path}")
