@@ -179,3 +179,42 @@ def test_states_need_every_runs_dfc(cohort, tmp_path):
     result = run_group(out)  # not asked for: no states (a warning says why)
     assert result.states is None and len(result.feature_names) == 6
     assert not list(out.rglob("*_dfcstates*"))
+
+
+def test_dfc_summaries_as_group_features(cohort, tmp_path):
+    """features=('edges', 'dfc'): each edge's mean and standard deviation of
+    Fisher z over a run's windows, runs averaged per participant, as read
+    from the participant's _dfc.h5 with numpy."""
+    from connscale.io.dfc import read_dfc_windows
+
+    tmp, out, _ = cohort
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    same = {"participants": tmp / "participants.tsv", "target": "dx", "folds": 2, "repeats": 2}
+    result = run_group(copy, features=("edges", "dfc"), overwrite=True, **same)
+    n_edges = 6
+    assert len(result.feature_names) == 3 * n_edges
+    assert result.feature_names[n_edges].endswith(":dfc_mean")
+    assert result.feature_names[-1].endswith(":dfc_std")
+    assert result.classification["n_features"] == 3 * n_edges
+    by_subject = {}
+    for path in _dfc_files(copy):
+        windows, _ = read_dfc_windows(path)
+        z = np.arctanh(np.clip(windows, -1 + 1e-7, 1 - 1e-7))
+        row = np.concatenate([z.mean(0), z.std(0)])
+        by_subject.setdefault(path.name.split("_")[0].removeprefix("sub-"), []).append(row)
+    for subject, row in zip(result.subjects, result.features):
+        np.testing.assert_allclose(
+            row[n_edges:], np.mean(by_subject[subject], axis=0), rtol=1e-5, atol=1e-6
+        )
+    assert result.features[:, n_edges:].std() > 0  # not a constant column
+
+
+def test_dfc_summaries_need_every_runs_dfc(cohort, tmp_path):
+    tmp, _, _ = cohort
+    out = tmp_path / "out"
+    common = {"atlas": tmp / "atlas.nii.gz", "atlas_name": "Slab4", "strategy": "none"}
+    common.update(backend="serial", reports=False)
+    run_participant(tmp / "fmriprep", out, measures=["fc"], participant_label="02", **common)
+    with pytest.raises(ValueError, match="'dfc' need every run's DFC"):
+        run_group(out, features=("edges", "dfc"))

@@ -58,9 +58,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger("connscale")
 _MEASURE = "PearsonCorrelation"
 #: The kinds of columns of the group feature table.
-FEATURES = ("edges", "states", "maps")
+FEATURES = ("edges", "dfc", "states", "maps")
 _FEATURE_LABELS = {
     "edges": "Fisher-z edges",
+    "dfc": "DFC summaries (each edge's mean and standard deviation of Fisher z over windows)",
     "states": "DFC state features",
     "maps": "voxel maps in the common mask",
 }
@@ -210,8 +211,10 @@ def run_group(
         Number of states k.
     state_metric : {'l1', 'correlation', 'euclidean'}, default='l1'
         Distance of the states' k-means (:class:`connscale.states.DFCStates`).
-    features : sequence of {'edges', 'states', 'maps'}, default=('edges', 'states')
-        The columns of the feature table: Fisher-z edges, DFC state features
+    features : sequence of {'edges', 'dfc', 'states', 'maps'}, default=('edges', 'states')
+        The columns of the feature table: Fisher-z edges, DFC summaries (each
+        edge's mean and standard deviation of Fisher z over the run's windows;
+        requires every run's DFC), DFC state features
         (when states are computed), voxel maps inside the common mask
         (requires every run's maps; one column per voxel and map).
     device : str, default='cpu'
@@ -305,9 +308,11 @@ def run_group(
             else compute_maps(maps_plan, features="maps" in features, overwrite=overwrite)
         )
         use_states = found is not None and "states" in features
+        summaries = _dfc_summaries(runs, common) if "dfc" in features else None
         by_subject = defaultdict(list)
         for i, (r, zi) in enumerate(zip(runs, z)):
             parts = [zi[iu]] if "edges" in features else []
+            parts += [summaries[i]] if summaries is not None else []
             parts += [found.run_features[i]] if use_states else []
             by_subject[r["sub"]].append(np.concatenate(parts) if parts else np.empty(0))
         subjects = sorted(by_subject)
@@ -315,6 +320,9 @@ def run_group(
         feature_names = (
             [f"{common[i]}|{common[j]}" for i, j in zip(*iu)] if "edges" in features else []
         )
+        if summaries is not None:
+            edges = [f"{common[i]}|{common[j]}" for i, j in zip(*iu)]
+            feature_names += [f"{e}:dfc_mean" for e in edges] + [f"{e}:dfc_std" for e in edges]
         feature_names += found.feature_names if use_states else []
         if "maps" in features:  # the same participants, sorted
             table = np.concatenate([table, mean_maps.values], axis=1)
@@ -372,6 +380,36 @@ def run_group(
     if mean_maps is not None:
         result.outputs += mean_maps.outputs
     return result
+
+
+def _dfc_summaries(runs: list[dict], common: list[str]) -> list[np.ndarray]:
+    """Each run's DFC summaries over the regions ``common`` (upper-triangle
+    order): every edge's mean, then standard deviation, of Fisher z over the
+    windows of the run's ``_dfc.h5``."""
+    from connscale.bidsapp.group_states import dfc_path
+    from connscale.io.dfc import read_dfc_windows
+
+    missing = [r["path"].name for r in runs if not dfc_path(r).exists()]
+    if missing:
+        raise ValueError(
+            f"Group features 'dfc' need every run's DFC (participant --measures dfc); "
+            f"missing for {', '.join(missing)}."
+        )
+    n = len(common)
+    iu = np.triu_indices(n, 1)
+    rows = []
+    for r in runs:
+        windows, info = read_dfc_windows(dfc_path(r))
+        labels = info["labels"] or [str(k) for k in range(info["n_series"])]
+        index = [labels.index(c) for c in common]
+        full = np.zeros((windows.shape[0], info["n_series"], info["n_series"]))
+        upper = np.triu_indices(info["n_series"], 1)
+        full[:, upper[0], upper[1]] = windows
+        full += full.transpose(0, 2, 1)
+        picked = full[:, index][:, :, index][:, iu[0], iu[1]]
+        z = _fisher(picked)
+        rows.append(np.concatenate([z.mean(axis=0), z.std(axis=0)]))
+    return rows
 
 
 def _check_features(features) -> tuple[str, ...]:

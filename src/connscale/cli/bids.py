@@ -148,7 +148,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default="edges,states",
         metavar="KIND[,KIND...]",
         help="Columns of the group feature table (and of the classification), among "
-        "edges, states, maps: Fisher-z edges, DFC state features (when states are "
+        "edges, dfc, states, maps: Fisher-z edges, DFC summaries (each edge's mean and "
+        "standard deviation of Fisher z over windows; every run needs --measures dfc), "
+        "DFC state features (when states are "
         "computed), the voxel maps inside the runs' common mask (every run needs "
         "--measures maps; one column per voxel and map, large).",
     )
