@@ -114,6 +114,15 @@ def main(device):
             stats=torch.zeros(3, dtype=torch.int64, device=u.device),
         )
         assert torch.equal(binary, counts)
+        # an entry within ε of two thresholds is confirmed once
+        counted = []
+        for pair in ([theta], [theta, theta + 1e-6]):
+            stats = torch.zeros(3, dtype=torch.int64, device=u.device)
+            _exact_triton.degree_exact_triton(
+                u, torch.tensor(pair), absolute=absolute, weighted=False, margin=margin, stats=stats
+            )
+            counted.append(int(stats[0]))
+        assert counted[0] >= 100 and counted[0] <= counted[1] <= counted[0] + 5, counted
         rk = np.where(finite, r, -np.inf)
         stats, wrong, near = check_compact(u, rk, theta, absolute=absolute)
         assert stats[0] >= 100

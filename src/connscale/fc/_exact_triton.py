@@ -169,11 +169,11 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             for i in tl.static_range(1, N_THRESH):
                 near = near | (valid & (tl.abs(value - tl.load(thr_ptr + i)) <= margin))
             correct = tl.max(tl.max(near.to(tl.int32), axis=1), axis=0) > 0
-        if correct:
-            n_near = tl.sum(tl.sum((valid & (value != value)).to(tl.int32), axis=1), axis=0)
-            for i in tl.static_range(N_THRESH):
-                near_i = valid & (tl.abs(value - tl.load(thr_ptr + i)) <= margin)
-                n_near += tl.sum(tl.sum(near_i.to(tl.int32), axis=1), axis=0)
+        if correct:  # count the entries within ε of any threshold (each once)
+            near = valid & (tl.abs(value - tl.load(thr_ptr)) <= margin)
+            for i in tl.static_range(1, N_THRESH):
+                near = near | (valid & (tl.abs(value - tl.load(thr_ptr + i)) <= margin))
+            n_near = tl.sum(tl.sum(near.to(tl.int32), axis=1), axis=0)
             acc += _tile_correction(hi_ptr, lo_ptr, rows, cols, k_padded, BM, BN, BK)
             tl.atomic_add(stats_ptr, n_near.to(tl.int64))
             tl.atomic_add(stats_ptr + 1, 1)
