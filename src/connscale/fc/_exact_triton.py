@@ -43,7 +43,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
     import triton
     import triton.language as tl
 
-    from connscale.fc._tiles import _place_kernel
+    from connscale.fc._tiles import _degree_epilogue, _place_kernel
 
 # Tile shape of the kernels (rows × columns) and the K step of the products.
 BLOCK_M = 128
@@ -130,6 +130,37 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         return acc + _tile_dot(hi_ptr, lo_ptr, rows, cols, k_padded, BM, BN, BK)
 
     @triton.jit
+    def _tile_start(
+        hi_ptr,
+        pairs_ptr,
+        n,
+        k_padded,
+        ABSOLUTE: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+    ):
+        # This program's tile of the upper triangle: its block indices, rows,
+        # columns, r̃ = hi·hiᵀ, the strict-upper mask and r̃ (|r̃| with ABSOLUTE).
+        pid = tl.program_id(0)
+        bi = tl.load(pairs_ptr + 2 * pid)
+        bj = tl.load(pairs_ptr + 2 * pid + 1)
+        rows = bi * BM + tl.arange(0, BM)
+        cols = bj * BN + tl.arange(0, BN)
+        acc = _tile_dot(hi_ptr, hi_ptr, rows, cols, k_padded, BM, BN, BK)
+        valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
+        value = _magnitude(acc, ABSOLUTE)
+        return bi, bj, rows, cols, acc, valid, value
+
+    @triton.jit
+    def _magnitude(acc, ABSOLUTE: tl.constexpr):
+        if ABSOLUTE:
+            value = tl.abs(acc)
+        else:
+            value = acc
+        return value
+
+    @triton.jit
     def _exact_degree_kernel(
         hi_ptr,
         lo_ptr,
@@ -150,17 +181,9 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         BK: tl.constexpr,
     ):
         margin = tl.load(margin_ptr)
-        pid = tl.program_id(0)
-        bi = tl.load(pairs_ptr + 2 * pid)
-        bj = tl.load(pairs_ptr + 2 * pid + 1)
-        rows = bi * BM + tl.arange(0, BM)
-        cols = bj * BN + tl.arange(0, BN)
-        acc = _tile_dot(hi_ptr, hi_ptr, rows, cols, k_padded, BM, BN, BK)
-        valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
-        if ABSOLUTE:
-            value = tl.abs(acc)
-        else:
-            value = acc
+        bi, bj, rows, cols, acc, valid, value = _tile_start(
+            hi_ptr, pairs_ptr, n, k_padded, ABSOLUTE, BM, BN, BK
+        )
         if WEIGHTED:  # kept values are returned: correct tiles with any r̃ >= θ_min − ε
             high = valid & (value >= theta_min - margin)
             correct = tl.max(tl.max(high.to(tl.int32), axis=1), axis=0) > 0
@@ -177,22 +200,10 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             acc += _tile_correction(hi_ptr, lo_ptr, rows, cols, k_padded, BM, BN, BK)
             tl.atomic_add(stats_ptr, n_near.to(tl.int64))
             tl.atomic_add(stats_ptr + 1, 1)
-            if ABSOLUTE:
-                value = tl.abs(acc)
-            else:
-                value = acc
-        row_ok = rows < n
-        col_ok = cols < n
-        for i in tl.static_range(N_THRESH):
-            theta = tl.load(thr_ptr + i)
-            keep = valid & (value > theta)
-            kept = keep.to(tl.int32)
-            tl.atomic_add(count_ptr + i * n + rows, tl.sum(kept, axis=1), mask=row_ok)
-            tl.atomic_add(count_ptr + i * n + cols, tl.sum(kept, axis=0), mask=col_ok)
-            if WEIGHTED:
-                w = tl.where(keep, value, 0.0)
-                tl.atomic_add(sum_ptr + i * n + rows, tl.sum(w, axis=1).to(tl.float64), mask=row_ok)
-                tl.atomic_add(sum_ptr + i * n + cols, tl.sum(w, axis=0).to(tl.float64), mask=col_ok)
+            value = _magnitude(acc, ABSOLUTE)
+        _degree_epilogue(
+            acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr, N_THRESH, ABSOLUTE, WEIGHTED
+        )
 
     @triton.jit
     def _exact_compact_kernel(
@@ -219,17 +230,9 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         BK: tl.constexpr,
     ):
         margin = tl.load(margin_ptr)
-        pid = tl.program_id(0)
-        bi = tl.load(pairs_ptr + 2 * pid)
-        bj = tl.load(pairs_ptr + 2 * pid + 1)
-        rows = bi * BM + tl.arange(0, BM)
-        cols = bj * BN + tl.arange(0, BN)
-        acc = _tile_dot(hi_ptr, hi_ptr, rows, cols, k_padded, BM, BN, BK)
-        valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
-        if ABSOLUTE:
-            value = tl.abs(acc)
-        else:
-            value = acc
+        bi, bj, rows, cols, acc, valid, value = _tile_start(
+            hi_ptr, pairs_ptr, n, k_padded, ABSOLUTE, BM, BN, BK
+        )
         high = valid & (value >= threshold - margin)
         if BOUNDED:
             high = high & (value < upper + margin)
@@ -241,10 +244,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             acc += _tile_correction(hi_ptr, lo_ptr, rows, cols, k_padded, BM, BN, BK)
             tl.atomic_add(stats_ptr, n_near.to(tl.int64))
             tl.atomic_add(stats_ptr + 1, 1)
-            if ABSOLUTE:
-                value = tl.abs(acc)
-            else:
-                value = acc
+            value = _magnitude(acc, ABSOLUTE)
             keep = valid & (value >= threshold)  # NaN compares False
             if BOUNDED:
                 keep = keep & (value < upper)
