@@ -81,7 +81,7 @@ Summing, with t = gγ + u² + 3ηg(1 + γ) (for 'fma': γ + 3η(1 + γ))::
     b_j = |α_j| 2⁻²⁵‖c_j‖₁ (1 + t) + 2η|β_j| + 2⁻¹²⁶(5W + 4)(|α_j| + 1)
           + [u > 0] |α_j| 2⁻¹⁴⁸W
 
-(:func:`margin_terms`; a_j ≈ 6.7e-4 |α_j|‖c_j‖ for 'fma', ≈ 7.1e-4 for
+(:func:`margin_terms`; a_j ≈ 6.7e-4 |α_j|‖c_j‖ for 'fma', ≈ 6.9e-4 for
 'dot' with W = 19,904, B = 128). A row with best b = argmin d̃ is decided
 when d̃_j − d̃_b > ε_j + ε_b for every other centre j: then
 d_j − d_b ≥ d̃_j − d̃_b − ε_j − ε_b > 0, so the float32 pass picks b too,
