@@ -449,7 +449,9 @@ if HAS_TRITON:
             at = kk[None, :] * stride_c + cols[:, None]  # (BLOCK_K, 16): the parts transposed
             hi = tl.load(hi_ptr + at, mask=col_ok[:, None], other=0.0)
             lo = tl.load(lo_ptr + at, mask=col_ok[:, None], other=0.0)
-            # The chunk's sum from zero (2·BLOCK_K products), then one addition.
+            # The chunk's sum from zero (2·BLOCK_K products), then one addition
+            # (the second dot takes the first's result, so Triton's rewrite of
+            # dot(a, b, 0) + acc into dot(a, b, acc) cannot lengthen the chain).
             part = tl.dot(x, hi, input_precision="tf32")
             part = tl.dot(x, lo, part, input_precision="tf32")
             acc += part
