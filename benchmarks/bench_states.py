@@ -10,8 +10,10 @@ Rows of the table:
 * ``fused``: connscale's Lloyd loop with the fused Triton pass (CUDA);
 * ``half``: the same loop with the half-precision assignment (a float16
   copy of the windows decides, the float32 pass confirms the near ties:
-  ``connscale.states._half``); its confirmed rows per iteration and whether
-  its labels equal ``fused``'s are reported;
+  ``connscale.states._half``, its 'fma' kernel); its confirmed rows per
+  iteration and whether its labels equal ``fused``'s are reported;
+* ``half-dot``: the same with the half pass's tensor-core kernel
+  (``_half.KERNEL = 'dot'``);
 * ``torch``: the same loop through the pure-torch path (GEMM distances,
   ``min``, float64 ``index_add_``);
 * ``sklearn``: ``sklearn.cluster.KMeans(init=centres, n_init=1, tol=0,
@@ -28,7 +30,7 @@ bandwidth (an ``amax`` or ``sum`` over the same array). Labels are compared
 with scikit-learn's after the larger count of iterations from the same
 centres (identical labels and inertia within 1e-4 relative are required).
 
-    python benchmarks/bench_states.py --device cuda --tune        # H100: ~3 min
+    python benchmarks/bench_states.py --device cuda --tune        # H100: ~5 min
     python benchmarks/bench_states.py --device cpu --subjects 20 --regions 60
 """
 
@@ -37,15 +39,30 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 
 from connscale.states import _kmeans as km
 
+#: The half pass's kernel of each half-precision row of the table.
+HALF_KERNELS = {"half": "fma", "half-dot": "dot"}
+
 
 def log(*args):
     print(*args, flush=True)
+
+
+@contextmanager
+def half_kernel(name):
+    """``_half.KERNEL`` set for the table's row ``name`` inside the block."""
+    saved = km._half.KERNEL
+    km._half.KERNEL = HALF_KERNELS.get(name, saved)
+    try:
+        yield
+    finally:
+        km._half.KERNEL = saved
 
 
 def synchronize(device):
@@ -119,7 +136,28 @@ def tune(prepared, centres, n_bytes):
     log(f"cuBLAS x @ C.T: {1e3 * gemm:.2f} ms = {n_bytes / gemm / 1e12:.2f} TB/s")
     half = prepared.half()
     half_run = km._Run(prepared, centres, use_triton=True, half=half)
+    half_bytes = n_bytes // 2
     for key, configs, fn in (
+        (
+            "dot",
+            [
+                (64, 64, 4, 3),
+                (64, 128, 4, 3),
+                (64, 128, 4, 4),
+                (64, 256, 4, 3),
+                (64, 128, 8, 3),
+                (64, 256, 8, 3),
+                (128, 64, 4, 4),
+                (128, 64, 8, 3),
+                (128, 128, 4, 3),
+                (128, 128, 8, 3),
+                (128, 128, 8, 4),
+                (128, 256, 8, 3),
+            ]
+            if half is not None
+            else [],
+            lambda: one_pass(half_run, centres),
+        ),
         (
             "half",
             [
@@ -164,16 +202,22 @@ def tune(prepared, centres, n_bytes):
     ):
         if not configs:
             continue
-        table = km._half.CONFIG if key == "half" else km.fused.CONFIG
+        half_pass = key in ("half", "dot")
+        table = km._half.CONFIG if half_pass else km.fused.CONFIG
         found = {}
-        for config in configs:
-            table[key] = config
-            try:
-                found[config] = timed(fn, 5)
-            except Exception as exc:  # noqa: BLE001 - a configuration that does not compile
-                log(f"  {key} {config}: failed ({type(exc).__name__}: {exc})"[:300])
+        with half_kernel("half-dot" if key == "dot" else "half"):
+            for config in configs:
+                table[key] = config
+                try:
+                    found[config] = timed(fn, 5)
+                except Exception as exc:  # noqa: BLE001 - a configuration that does not compile
+                    log(f"  {key} {config}: failed ({type(exc).__name__}: {exc})"[:300])
         for config, sec in sorted(found.items(), key=lambda item: item[1]):
-            log(f"  {key} {config}: {1e3 * sec:.2f} ms = {n_bytes / sec / 1e12:.2f} TB/s")
+            log(
+                f"  {key} {config}: {1e3 * sec:.2f} ms = {n_bytes / sec / 1e12:.2f} TB/s of "
+                "float32 windows"
+                + (f", {half_bytes / sec / 1e12:.2f} TB/s of float16" if half_pass else "")
+            )
         table[key] = min(found, key=found.get)
     log(f"CONFIG = {km.fused.CONFIG}, half CONFIG = {km._half.CONFIG}")
 
@@ -194,13 +238,14 @@ def confirmation(result, fused):
     return text
 
 
-def time_lloyd(prepared, init, iters, use_triton, assign="fp32"):
+def time_lloyd(prepared, init, iters, use_triton, assign="fp32", name=""):
     options = dict(use_triton=use_triton, assign=assign, check_convergence=False)
-    km.lloyd(prepared, init, max_iter=2, **options)  # warm (and the float16 copy, once)
-    synchronize(prepared.x.device)
-    start = time.perf_counter()
-    result = km.lloyd(prepared, init, max_iter=iters, **options)
-    synchronize(prepared.x.device)
+    with half_kernel(name):
+        km.lloyd(prepared, init, max_iter=2, **options)  # warm (and the float16 copy, once)
+        synchronize(prepared.x.device)
+        start = time.perf_counter()
+        result = km.lloyd(prepared, init, max_iter=iters, **options)
+        synchronize(prepared.x.device)
     return time.perf_counter() - start, result
 
 
@@ -290,7 +335,7 @@ def main():
     init_p = prepared.to_prepared(init.to(device))
     variants = [("torch", False, "fp32")]
     if km.fused.usable(prepared.x, k):
-        variants[:0] = [("fused", True, "fp32"), ("half", True, "half")]
+        variants[:0] = [("fused", True, "fp32"), ("half", True, "half"), ("half-dot", True, "half")]
         start = time.perf_counter()
         half = prepared.half()
         synchronize(device)
@@ -303,7 +348,7 @@ def main():
             tune(prepared, init_p, n_bytes)
     results = {}
     for name, use_triton, assign in variants:
-        seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton, assign)
+        seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton, assign, name)
         results[name] = result
         rows.append(("planted", name, "euclidean", args.iters, seconds, floor, result))
         log(
@@ -312,15 +357,16 @@ def main():
             + confirmation(result, results.get("fused"))
         )
         if use_triton:
-            run = km._Run(
-                prepared, result.centres, use_triton=True, half=half if name == "half" else None
-            )
-            one = timed(lambda r=run, c=result.centres: one_pass(r, c), 10)
+            is_half = name in HALF_KERNELS
+            run = km._Run(prepared, result.centres, use_triton=True, half=half if is_half else None)
+            with half_kernel(name):
+                one = timed(lambda r=run, c=result.centres: one_pass(r, c), 10)
             log(
                 f"one {name} assignment pass: {1e3 * one:.2f} ms = "
                 f"{n_bytes / one / 1e12:.2f} TB/s of float32 windows"
+                + (f", {n_bytes / 2 / one / 1e12:.2f} TB/s of float16" if is_half else "")
             )
-            if name == "half":
+            if is_half:
                 continue
             dense = timed(lambda r=result: dense_sums(prepared, r.labels, k), 5)
             log(
@@ -363,7 +409,7 @@ def main():
     init_p = prepared.to_prepared(init_noise.to(device))
     results = {}
     for name, use_triton, assign in variants:
-        seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton, assign)
+        seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton, assign, name)
         results[name] = result
         rows.append(("noise", name, "euclidean", args.iters, seconds, floor, result))
         log(
@@ -410,7 +456,7 @@ def main():
     init_p = prepared.to_prepared(init.to(device))
     floor_l1 = args.l1_iters * n_bytes / bandwidth
     for name, use_triton, _ in variants:
-        if name == "half":  # no half-precision pass for L1
+        if name in HALF_KERNELS:  # no half-precision pass for L1
             continue
         seconds, result = time_lloyd(prepared, init_p, args.l1_iters, use_triton)
         rows.append(("planted", name, "l1", args.l1_iters, seconds, floor_l1, result))

@@ -3,6 +3,8 @@ test): the fused k-means kernels, executed by Triton's interpreter on the
 CPU, against their pure-torch equivalents. Prints 'ok' when every check
 passes."""
 
+from contextlib import contextmanager
+
 import torch
 
 from connscale.states import _half as kernels_half
@@ -124,7 +126,28 @@ def _half_run(prepared, centres):
     return km._Run(prepared, centres, use_triton=True, half=prepared.half())
 
 
-def check_half_near_ties(device="cpu"):
+@contextmanager
+def half_kernel(kernel):
+    """The half pass runs ``kernel`` ('fma' or 'dot') inside the block."""
+    saved = kernels_half.KERNEL
+    kernels_half.KERNEL = kernel
+    try:
+        yield
+    finally:
+        kernels_half.KERNEL = saved
+
+
+def _margins(alpha, beta, centres, width):
+    depth, unit = kernels_half.accumulation(width)
+    return kernels_half.margin_terms(alpha, beta, centres, width, depth=depth, split_unit=unit)
+
+
+def check_half_near_ties(device="cpu", kernel="fma"):
+    with half_kernel(kernel):
+        return _check_half_near_ties(device)
+
+
+def _check_half_near_ties(device):
     """Exact and near ties: the half pass's labels are the float32 pass's and
     the torch path's, the ties are confirmed, the rows far from a tie are not."""
     x, centres, gap, near = grid_near_ties(device=device)
@@ -144,7 +167,7 @@ def check_half_near_ties(device="cpu"):
     assert int(changed) == x.shape[0]
     # Premise of the counts: near gaps are far below the margin, far ones above.
     alpha, beta = (t.to(torch.float32) for t in km._score_terms(prepared, centres))
-    a, b = kernels_half.margin_terms(alpha, beta, centres.float(), 112)
+    a, b = _margins(alpha, beta, centres.float(), 112)
     eps = (a.double()[None, :] * prepared.half().norms.double()[:, None] + b.double()).amax(1)
     step = 2.0**-14 * gap.abs().double()
     assert bool((step[near] < eps[near] / 10).all()) and bool((step[~near] > 10 * eps[~near]).all())
@@ -177,7 +200,12 @@ def near_tie_correlation(n=120, e=203, seed=4, device="cpu"):
     return rows.to(torch.float32).to(device), centres.to(device)
 
 
-def check_half_correlation_ties(device="cpu"):
+def check_half_correlation_ties(device="cpu", kernel="fma"):
+    with half_kernel(kernel):
+        return _check_half_correlation_ties(device)
+
+
+def _check_half_correlation_ties(device):
     x, centres = near_tie_correlation(device=device)
     prepared = km.Prepared(x, "correlation")
     centres = prepared.to_prepared(centres)
@@ -226,20 +254,35 @@ def adversarial_rows(e=1037, device="cpu"):
     return x.to(device)
 
 
-def check_half_bound(device="cpu"):
+def check_half_bound(device="cpu", kernel="fma"):
+    with half_kernel(kernel):
+        return _check_half_bound(device)
+
+
+def _check_half_bound(device):
     """|d̃_j − d_j| ≤ ε_j for every row and centre, d̃ and d the scores of the
     half and float32 kernels themselves (one centre at a time), on adversarial
     rows and centres: centres aligned with each row's float16 rounding error
-    (every error adds up), large, tiny and random ones."""
+    (every error adds up), large, tiny and random ones. Returns the largest
+    |d̃ − d| / ε of each metric."""
     x = adversarial_rows(device=device)
+    worst_ratio = {}
     for metric in ("euclidean", "correlation"):
         prepared = km.Prepared(x, metric)
         half = prepared.half()
         px = prepared.x.double()
         err_sign = (half.x.double() - px).sign()
+        # Centres whose TF32 residual c − h is nearly half h's spacing
+        # (h = 2^e(1 + 2⁻¹⁰)), its sign set so that a 'dot' pass dropping
+        # the low part would add that error to the float16 one.
+        hx = half.x.double()[:4]
+        base = torch.exp2(torch.floor(torch.log2(px[:4].abs().clamp(min=2.0**-60))))
+        side = torch.where(err_sign[:4] == 0, hx.sign(), err_sign[:4])
+        rest = -hx.sign() * side * 2.0**-11 * (1 - 2.0**-8)
         gen = torch.Generator().manual_seed(6)
         centres = torch.cat(
             [
+                side * base * (1 + 2.0**-10 + rest),
                 err_sign[:4] * px[:4].abs(),
                 err_sign[2:3] * 1e4,  # subnormal rows against a large centre
                 err_sign[3:4] * 1e-30,
@@ -276,16 +319,23 @@ def check_half_bound(device="cpu"):
                 **kw,
             )
             assert int(count) == 0  # one centre: every row decided
-            a, b = kernels_half.margin_terms(alpha, beta, c32, kernels.read_width(prepared.x))
+            a, b = _margins(alpha, beta, c32, kernels.read_width(prepared.x))
             eps = a.double() * half.norms.double() + b.double()
             ratio = ((d_half.double() - d.double()).abs() / eps).max()
             assert float(ratio) <= 1.0, (metric, float(ratio))
             worst = max(worst, float(ratio))
         # The aligned centres make the float16 errors add up: the bound is approached.
         assert worst > 0.2, (metric, worst)
+        worst_ratio[metric] = worst
+    return worst_ratio
 
 
-def check_half_lloyd(device="cpu"):
+def check_half_lloyd(device="cpu", kernel="fma"):
+    with half_kernel(kernel):
+        return _check_half_lloyd(device)
+
+
+def _check_half_lloyd(device):
     """Whole runs: the half pass's runs are the float32 pass's, bit for bit
     (same labels at every iteration), and the confirmations are counted."""
     near_x, _, _, _ = grid_near_ties(device=device)
@@ -304,6 +354,31 @@ def check_half_lloyd(device="cpu"):
                 assert torch.equal(a.centres, b.centres), metric
                 assert a.inertia == b.inertia and (a.n_iter, a.converged) == (b.n_iter, b.converged)
                 assert a.confirmed is None and b.confirmed is not None and b.half_passes >= 1
+
+
+def check_split_centres(device="cpu"):
+    """The 'dot' kernel's TF32 parts: both have 10 fraction bits (the low 13
+    bits of float32 are 0), h is c rounded to the nearest TF32 number (ties
+    to even; a float64 reference), and |c − h − l| ≤ 2⁻²²|c| + 2⁻¹³⁶ over
+    normal, tiny, subnormal, large and halfway values."""
+    import numpy as np
+
+    gen = torch.Generator().manual_seed(9)
+    mags = 10.0 ** torch.empty(4000).uniform_(-44, 4.8, generator=gen)
+    halfway = (torch.arange(1, 200, dtype=torch.int32) * 0x2000 + 0x3F801000).view(torch.float32)
+    c = torch.cat([mags * torch.randn(4000, generator=gen).sign(), halfway, -halfway])
+    c = torch.cat([c, torch.tensor([0.0, -0.0, 65504.0, -65504.0, 1e-45, 2.0**-126])])
+    c = c.to(torch.float32).to(device)
+    hi, lo = kernels_half.split_centres(c)
+    for part in (hi, lo):
+        assert int((part.view(torch.int32) & 0x1FFF).abs().max()) == 0
+    c_np = c.cpu().numpy().astype(np.float64)
+    spacing = np.ldexp(1.0, np.maximum(np.frexp(c_np)[1] - 11, -136))
+    assert np.array_equal(hi.cpu().numpy(), np.round(c_np / spacing) * spacing)
+    c64 = c.double()
+    residual = (c64 - hi.double() - lo.double()).abs()
+    assert bool((residual <= 2.0**-22 * c64.abs() + 2.0**-136).all())
+    assert float((residual / c64.abs().clamp(min=2.0**-100)).max()) > 2.0**-26  # not lossless
 
 
 def check_half_fallback(device="cpu"):
@@ -364,10 +439,13 @@ def main():
     assert kernels.usable(torch.zeros(2, 2), 5), "the interpreter is not active"
     check_kernels()
     check_lloyd()
-    check_half_near_ties()
-    check_half_correlation_ties()
-    check_half_bound()
-    check_half_lloyd()
+    check_split_centres()
+    for kernel in kernels_half.KERNELS:
+        check_half_near_ties(kernel=kernel)
+        check_half_correlation_ties(kernel=kernel)
+        worst = check_half_bound(kernel=kernel)
+        print(f"{kernel}: largest |half - fp32 score| / bound: {worst}")
+        check_half_lloyd(kernel=kernel)
     check_half_fallback()
     check_half_estimator()
     print("ok")

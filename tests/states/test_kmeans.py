@@ -177,18 +177,21 @@ def test_triton_kernels_on_cuda():
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_half_assignment_on_cuda():
-    """The half-precision pass compiled: labels of the float32 pass at near
-    ties, the bound on adversarial rows, whole runs bit for bit, fallbacks."""
+    """The half-precision pass compiled, both kernels: labels of the float32
+    pass at near ties, the bound on adversarial rows, whole runs bit for
+    bit, fallbacks."""
     pytest.importorskip("triton")
     sys.path.insert(0, str(Path(__file__).parent))
     try:
         import _triton_interpreted as checks
     finally:
         sys.path.pop(0)
-    checks.check_half_near_ties("cuda")
-    checks.check_half_correlation_ties("cuda")
-    checks.check_half_bound("cuda")
-    checks.check_half_lloyd("cuda")
+    checks.check_split_centres("cuda")
+    for kernel in km._half.KERNELS:
+        checks.check_half_near_ties("cuda", kernel)
+        checks.check_half_correlation_ties("cuda", kernel)
+        checks.check_half_bound("cuda", kernel)
+        checks.check_half_lloyd("cuda", kernel)
     checks.check_half_fallback("cuda")
     checks.check_half_estimator("cuda")
 

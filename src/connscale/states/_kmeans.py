@@ -56,6 +56,7 @@ _CHECK_EVERY = 8
 #: (benchmarks/RESULTS.md §8, 45,000 × 19,900, k = 5, 100 iterations) 'half'
 #: took 0.116 s against 0.186 s (planted states) and 0.157 s against 0.182 s
 #: (noise, where many labels move every iteration), labels identical.
+#: ``_half.KERNEL`` picks the half pass's kernel (CUDA or tensor cores).
 ASSIGN = "half"
 ASSIGNS = ("fp32", "half")
 
