@@ -66,3 +66,35 @@ def test_seed_correlation_wrong_length():
         connscale.seed_correlation(
             simulated(n_series=10), np.ones((7, 1)) + np.arange(7)[:, None], device="cpu"
         )
+
+
+def test_maps_share_one_normalisation():
+    """A NormalizedSeries (one validation, transfer and normalisation) gives
+    every map of the raw series, and the constant-series warning once."""
+    import warnings
+
+    from connscale.fc.normalize import ConstantSeriesWarning
+    from connscale.maps._prepare import normalize_once
+    from connscale.maps.degree import compute_degree
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((40, 30)) + rng.standard_normal((40, 1))
+    x[:, 3] = 1.0  # a constant series
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        series = normalize_once(x, device="cpu")
+        (binary, weighted), _ = compute_degree(series, [0.1, 0.3], both=True)
+        ecm = connscale.eigenvector_centrality(series)
+        gcor = connscale.global_correlation(series)
+    assert sum(issubclass(w.category, ConstantSeriesWarning) for w in caught) == 1
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConstantSeriesWarning)
+        (binary_raw, weighted_raw), _ = compute_degree(x, [0.1, 0.3], both=True, device="cpu")
+        np.testing.assert_array_equal(binary, binary_raw)
+        np.testing.assert_allclose(weighted, weighted_raw, rtol=1e-12, equal_nan=True)
+        np.testing.assert_allclose(
+            ecm, connscale.eigenvector_centrality(x, device="cpu"), rtol=1e-12, equal_nan=True
+        )
+        np.testing.assert_allclose(
+            gcor, connscale.global_correlation(x, device="cpu"), rtol=1e-12, equal_nan=True
+        )

@@ -215,6 +215,7 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
     """
     from connscale.io.maps import map_sidecar, threshold_label, write_map
     from connscale.maps import eigenvector_centrality, global_correlation
+    from connscale.maps._prepare import normalize_once
     from connscale.maps.degree import compute_degree
 
     entities = dict(run.entities)
@@ -223,20 +224,21 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
     thresholds = [float(v) for v in config.degree_thresholds]
     out.check_space(4 * mask.size * (2 * len(thresholds) + 2), what=f"the maps of {run.name}")
     voxels = _cleaned_voxels(config, run, decoded, context, timings)
-    compute = {"device": config.device, "dtype": config.dtype}
 
     tic = time.perf_counter()
+    # one transfer and normalisation for the three maps
+    series = normalize_once(voxels, device=config.device, dtype=config.dtype)
+    del voxels
     (binary, weighted), info = compute_degree(
-        voxels,
+        series,
         thresholds,
         memory_limit=config.memory_limit,
         precision=config.precision,
         both=True,
-        **compute,
     )
-    ecm = eigenvector_centrality(voxels, **compute)
-    gcor = global_correlation(voxels, **compute)
-    del voxels
+    ecm = eigenvector_centrality(series)
+    gcor = global_correlation(series)
+    del series
     timings["compute"] += time.perf_counter() - tic
 
     tic = time.perf_counter()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -10,8 +12,25 @@ from connscale._validation import check_timeseries
 from connscale.fc.normalize import normalize_series, warn_constant
 
 
+@dataclass(frozen=True)
+class NormalizedSeries:
+    """Series validated and normalised once (:func:`normalize_once`), taken by
+    every map function in place of the (T, N) series, so that several maps
+    of the same series share one transfer and one normalisation (their
+    ``device`` and ``dtype`` are then those of ``u``)."""
+
+    u: torch.Tensor
+    constant: torch.Tensor
+
+
+def normalize_once(timeseries, *, device="auto", dtype="float32") -> NormalizedSeries:
+    """:func:`normalized_series` as a :class:`NormalizedSeries`."""
+    return NormalizedSeries(*normalized_series(timeseries, device=device, dtype=dtype))
+
+
 def normalized_series(timeseries, *, device="auto", dtype="float32"):
-    """Validate ``timeseries`` (T, N) and normalise it on the device.
+    """Validate ``timeseries`` (T, N) and normalise it on the device (a
+    :class:`NormalizedSeries` is returned as it is).
 
     Returns
     -------
@@ -19,6 +38,8 @@ def normalized_series(timeseries, *, device="auto", dtype="float32"):
         Centred unit-norm rows, all NaN for constant series.
     constant : torch.Tensor of shape (N,), bool
     """
+    if isinstance(timeseries, NormalizedSeries):
+        return timeseries.u, timeseries.constant
     x = check_timeseries(timeseries)
     dev = resolve_device(device)
     work_dtype = resolve_dtype(dtype)

@@ -11,11 +11,13 @@ import torch
 from connscale._docs import fill_doc
 from connscale._validation import Interval, check_timeseries, validate_params
 from connscale.fc.normalize import normalize_series
-from connscale.maps._prepare import as_map, normalized_series
+from connscale.maps._prepare import NormalizedSeries, as_map, normalized_series
 
 
 @fill_doc
-@validate_params({"timeseries": ["array-like"], "device": ["device"], "dtype": ["dtype"]})
+@validate_params(
+    {"timeseries": ["array-like", NormalizedSeries], "device": ["device"], "dtype": ["dtype"]}
+)
 def global_correlation(timeseries, *, device: str = "auto", dtype: str = "float32") -> np.ndarray:
     """Each series' mean correlation with all other series, matrix-free.
 

@@ -16,7 +16,7 @@ from connscale._compute.device import use_triton as triton_runs
 from connscale._docs import fill_doc
 from connscale._validation import Interval, SequenceOf, StrOptions, validate_params
 from connscale.fc import _exact, _tiles
-from connscale.maps._prepare import as_map, normalized_series
+from connscale.maps._prepare import NormalizedSeries, as_map, normalized_series
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ _CORRELATION = Interval(Real, -1, 1, closed="both")
 _FRACTION = Interval(Real, 0, 1, closed="right")
 # Declared once for degree_centrality and compute_degree (the CLI's entry).
 _PARAMETER_CONSTRAINTS = {
-    "timeseries": ["array-like"],
+    "timeseries": ["array-like", NormalizedSeries],
     "threshold": [_CORRELATION, SequenceOf(_CORRELATION), StrOptions({"auto"}), None],
     "weighted": ["boolean"],
     "absolute": ["boolean"],

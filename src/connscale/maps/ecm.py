@@ -11,13 +11,13 @@ from tqdm.auto import tqdm
 
 from connscale._docs import fill_doc
 from connscale._validation import Interval, user_stacklevel, validate_params
-from connscale.maps._prepare import as_map, normalized_series
+from connscale.maps._prepare import NormalizedSeries, as_map, normalized_series
 
 
 @fill_doc
 @validate_params(
     {
-        "timeseries": ["array-like"],
+        "timeseries": ["array-like", NormalizedSeries],
         "tol": [Interval(Real, 0, None, closed="neither")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "device": ["device"],
