@@ -130,3 +130,29 @@ def test_serial_runner_reads_ahead_within_bounds(monkeypatch, readers):
     assert [r["status"] for r in records] == ["ok"] * len(names)
     for i in range(len(names) - readers - 1):
         assert log.index(("done", names[i])) < log.index(("decode", names[i + readers + 1]))
+
+
+def test_serial_runner_shows_progress(monkeypatch, capsys):
+    """With verbose the serial runner shows a bar over the runs, naming the last
+    run and its status; silent without."""
+    runs = [
+        participant.BoldRun(
+            bold=f"r{i}",
+            mask=None,
+            confounds=None,
+            confounds_json=None,
+            t_r=2.0,
+            entities={"sub": f"0{i}"},
+        )
+        for i in range(3)
+    ]
+    monkeypatch.setattr(participant, "needs_decode", lambda config, run: False)
+    monkeypatch.setattr(
+        participant, "_process", lambda config, run, decoded: {"status": "ok", "outputs": []}
+    )
+    config = participant.ParticipantConfig("d", "o", "a", "A")
+    participant.run_serial(config, runs, verbose=0)
+    assert "runs" not in capsys.readouterr().err
+    participant.run_serial(config, runs, verbose=1)
+    err = capsys.readouterr().err
+    assert "runs" in err and "3/3" in err and "sub-02: ok" in err

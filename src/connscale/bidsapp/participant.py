@@ -986,23 +986,30 @@ def _gpu_plan(gpus, backend: str, notes: list[str]) -> list[dict]:
     return environments
 
 
-def run_serial(config: ParticipantConfig, runs: list[BoldRun], *, readers: int = 1) -> list[dict]:
+def run_serial(
+    config: ParticipantConfig, runs: list[BoldRun], *, readers: int = 1, verbose: int = 0
+) -> list[dict]:
     """The runs in order in this process, reading the next ones while this one computes.
 
     ``readers`` background threads read runs (:func:`decode_run`: the BOLD,
     decompressed with the GIL released, and the confounds) at most
     ``readers`` runs ahead of the one being computed, so at most
     ``readers + 1`` runs are in memory; a run whose outputs are all published
-    is not read at all.
+    is not read at all. ``verbose``: a progress bar over the runs.
     """
     from collections import deque
     from concurrent.futures import ThreadPoolExecutor
+
+    from tqdm.auto import tqdm
 
     def prefetch(run: BoldRun) -> DecodedRun | None:
         return decode_run(config, run) if needs_decode(config, run) else None
 
     records = []
-    with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="connscale-read") as pool:
+    with (
+        ThreadPoolExecutor(max_workers=readers, thread_name_prefix="connscale-read") as pool,
+        tqdm(total=len(runs), desc="runs", unit="run", disable=not verbose) as progress,
+    ):
         ahead = deque(pool.submit(prefetch, run) for run in runs[:readers])
         for index, run in enumerate(runs):
             current = ahead.popleft()
@@ -1010,6 +1017,8 @@ def run_serial(config: ParticipantConfig, runs: list[BoldRun], *, readers: int =
                 ahead.append(pool.submit(prefetch, runs[index + readers]))
             records.append(run_one((config, run, current)))
             del current  # this run's data, before the next read is queued
+            progress.set_postfix_str(f"{run.name}: {records[-1]['status']}", refresh=False)
+            progress.update()
     return records
 
 
@@ -1263,7 +1272,7 @@ def run_participant(
             records = engine.map(run_one, [(config, r) for r in runs])
         backend = f"dask ({len(environments)} GPU workers)"
     elif backend == "serial":
-        records = run_serial(config, runs, readers=1 if n_jobs is None else n_jobs)
+        records = run_serial(config, runs, readers=1 if n_jobs is None else n_jobs, verbose=verbose)
     else:
         with get_engine(backend, n_jobs=n_jobs) as engine:
             records = engine.map(run_one, [(config, r) for r in runs])
