@@ -61,57 +61,21 @@ def test_cli_gpus_without_gpu_falls_back_to_cpu(tmp_path, capsys, monkeypatch):
     root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", None)])
     nib.save(atlas_img(), tmp_path / "atlas.nii.gz")
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "bids",
-                str(root),
-                str(out),
-                "participant",
-                "--atlas",
-                str(tmp_path / "atlas.nii.gz"),
-                "--atlas-name",
-                "Slab4",
-                "--denoise",
-                "none",
-                "--gpus",
-                "all",
-                "--backend",
-                "serial",
-                "--no-reports",
-                "-q",
-            ]
+
+    def bids(*extra):
+        return main(
+            ["bids", str(root), str(out), "participant", "--atlas", str(tmp_path / "atlas.nii.gz")]
+            + ["--atlas-name", "Slab4", "--denoise", "none", "--gpus", "all", "-q", *extra]
         )
-        == 0
-    )
+
+    assert bids("--backend", "serial", "--no-reports") == 0
     captured = capsys.readouterr()
     assert "--gpus all: no GPU on this node" in captured.err
     assert "running on the CPU with the serial backend" in captured.err
     report = json.loads((out / "logs" / "participant_report.json").read_text())
     assert report["counts"]["ok"] == 1 and report["device"] == "cpu"
     assert report["gpu_workers"] == [] and "no GPU" in report["notes"][0]
-    assert (
-        main(
-            [
-                "bids",
-                str(root),
-                str(out),
-                "participant",
-                "--atlas",
-                str(tmp_path / "atlas.nii.gz"),
-                "--atlas-name",
-                "Slab4",
-                "--denoise",
-                "none",
-                "--gpus",
-                "all",
-                "--backend",
-                "spark",
-                "-q",
-            ]
-        )
-        == 2
-    )
+    assert bids("--backend", "spark") == 2
     assert "cannot pin GPUs to Spark" in capsys.readouterr().err
 
 
