@@ -8,6 +8,7 @@ from contextlib import contextmanager
 import torch
 
 from connscale.states import _half as kernels_half
+from connscale.states import _int8 as kernels_int8
 from connscale.states import _kmeans as km
 from connscale.states import _triton_kmeans as kernels
 
@@ -123,7 +124,7 @@ def grid_near_ties(n_pairs=64, e=100, seed=3, device="cpu"):
 
 
 def _half_run(prepared, centres):
-    return km._Run(prepared, centres, use_triton=True, half=prepared.half())
+    return km._Run(prepared, centres, use_triton=True, coarse=("half", prepared.half()))
 
 
 @contextmanager
@@ -180,7 +181,7 @@ def _check_half_near_ties(device):
     changed.zero_()
     again, _ = run.assign(centres, changed, distances=False)
     assert torch.equal(again, labels) and int(changed) == 0
-    assert int(run.confirmed) == 2 * int(near.sum()) and run.half_passes == 2
+    assert int(run.confirmed) == 2 * int(near.sum()) and run.coarse_passes == 2
 
 
 def near_tie_correlation(n=120, e=203, seed=4, device="cpu"):
@@ -353,7 +354,7 @@ def _check_half_lloyd(device):
                 assert torch.equal(a.labels, b.labels), metric
                 assert torch.equal(a.centres, b.centres), metric
                 assert a.inertia == b.inertia and (a.n_iter, a.converged) == (b.n_iter, b.converged)
-                assert a.confirmed is None and b.confirmed is not None and b.half_passes >= 1
+                assert a.confirmed is None and b.confirmed is not None and b.coarse_passes >= 1
 
 
 def check_split_centres(device="cpu"):
@@ -392,7 +393,7 @@ def check_half_fallback(device="cpu"):
         prepared = km.Prepared(x, "euclidean")
         assert prepared.half() is None
         result = km.lloyd(prepared, prepared.to_prepared(seeds), assign="half", use_triton=True)
-        assert result.confirmed is None and result.half_passes == 0
+        assert result.confirmed is None and result.coarse_passes == 0
     finally:
         kernels_half.memory_budget = budget
     assert km.Prepared(x, "euclidean").half() is not None  # the same size fits otherwise
@@ -435,6 +436,226 @@ def check_half_estimator(device="cpu"):
     assert len(messages) == 2, messages
 
 
+# --------------------------------------------------------------------------
+# The int8 assignment (int8 copy with a scale per row decides, float32 confirms)
+# --------------------------------------------------------------------------
+
+
+def _int8_run(prepared, centres):
+    return km._Run(prepared, centres, use_triton=True, coarse=("int8", prepared.int8()))
+
+
+def _int8_margins(prepared, centres):
+    """(A, B, M) float64 of the int8 decision test for float64 ``centres``."""
+    alpha, beta = (t.to(torch.float32) for t in km._score_terms(prepared, centres))
+    c32 = centres.to(torch.float32)
+    copy = prepared.int8()
+    split = kernels_int8.split_centres(c32, copy.q.shape[1])
+    width = kernels.read_width(prepared.x)
+    depth = kernels_half._depth(width, kernels.CONFIG["assign"][1])
+    terms = kernels_int8.margin_terms(alpha, beta, c32, split, width, depth=depth)
+    return tuple(t.double() for t in terms)
+
+
+def check_int8_copy(device="cpu"):
+    """The copy: |q| ≤ 127, s = max|x|/127, a residual that bounds ‖x − s·q‖
+    (float64 reference) within 2⁻²⁰, zero rows, tiny rows, zero padding."""
+    x = adversarial_rows(device=device)
+    x = torch.cat([x, torch.zeros(1, x.shape[1], device=device)])
+    x[-1, 3] = 1e-44  # a subnormal row: s underflows to 0, then 1
+    prepared = km.Prepared(x, "euclidean")
+    copy = prepared.int8()
+    e = x.shape[1]
+    assert copy.q.dtype == torch.int8 and copy.q.shape[1] % kernels_int8.CONFIG[1] == 0
+    assert int(copy.q[:, e:].abs().max()) == 0 and int(copy.q.abs().max()) == 127
+    px = prepared.x[:, :e].double()
+    exact = torch.linalg.vector_norm(
+        px - copy.scale.double()[:, None] * copy.q[:, :e].double(), dim=1
+    )
+    residual = copy.residual.double()
+    assert bool((residual >= exact).all()) and bool(
+        (residual <= exact * (1 + 2.0**-20) + 1e-300).all()
+    )
+    top = px.abs().amax(dim=1)
+    # Rows of uniform or normal values lose well under 1 % of their norm.
+    plain = [2, 3, 4, 5, 8, 9, 10, 11]
+    assert bool((residual[plain] <= 0.01 * torch.linalg.vector_norm(px[plain], dim=1)).all())
+    zero = top == 0
+    if bool(zero.any()):
+        assert bool((copy.scale[zero] == 1).all()) and float(residual[zero].max()) == 0
+    assert torch.allclose(copy.norms.double(), torch.linalg.vector_norm(px, dim=1), rtol=1e-7)
+
+
+def check_int8_split(device="cpu"):
+    """The centres' two int8 parts: within [−127, 127], zero-padded, scale 1
+    for the padding; δ bounds ‖c − c̃‖ and is ~10⁻⁴‖c‖ or less."""
+    gen = torch.Generator().manual_seed(12)
+    mags = 10.0 ** torch.empty(3, 301).uniform_(-30, 4, generator=gen)
+    c = torch.cat([mags * torch.randn(3, 301, generator=gen), torch.zeros(1, 301)])
+    c[3, 5] = 1e-40
+    c = c.to(torch.float32).to(device)
+    split = kernels_int8.split_centres(c, 512)
+    parts = split.parts.reshape(512, 16, 2)
+    assert parts.dtype == torch.int8 and int(parts[301:].abs().max()) == 0
+    assert int(parts[:, 4:].abs().max()) == 0 and bool((split.scales.reshape(16, 2)[4:] == 1).all())
+    t = split.scales.reshape(16, 2)[:4].double()
+    approx = (
+        t[:, 0, None] * parts[:301, :4, 0].T.double()
+        + t[:, 1, None] * parts[:301, :4, 1].T.double()
+    )
+    c64 = c.double()
+    exact = torch.linalg.vector_norm(c64 - approx, dim=1)
+    norm = torch.linalg.vector_norm(c64, dim=1)
+    assert bool((split.error >= exact).all())
+    assert bool((split.error[:3] <= 1e-4 * norm[:3]).all())  # normal-range centres
+
+
+def check_int8_near_ties(device="cpu"):
+    """Exact and near ties: the int8 pass's labels are the float32 pass's and
+    the torch path's; the ties are confirmed, the rows far from a tie are not."""
+    x, centres, gap, near = grid_near_ties(device=device)
+    prepared = km.Prepared(x, "euclidean")
+    ref, _ = km.assign_torch(prepared, centres)
+    fp32, _ = km._Run(prepared, centres, use_triton=True).assign(
+        centres, torch.zeros(1, dtype=torch.int32, device=device)
+    )
+    run = _int8_run(prepared, centres)
+    changed = torch.zeros(1, dtype=torch.int32, device=device)
+    labels, dist = run.assign(centres, changed, distances=False)
+    assert dist is None
+    assert torch.equal(labels, fp32) and torch.equal(labels, ref)
+    assert bool((labels[gap == 0] % 2 == 0).all())  # exact ties: the lower index
+    assert int(changed) == x.shape[0]
+    # Premise of the counts: near gaps are far below the threshold, far ones above.
+    a, b, m = _int8_margins(prepared, centres)
+    copy = prepared.int8()
+    r, norm = copy.residual.double(), copy.norms.double()
+    best = torch.where(gap > 0, 0, 1) + 2 * (
+        torch.arange(x.shape[0], device=device) >= x.shape[0] // 2
+    )
+    other = best ^ 1
+    thr = r * m[best, other] + (a[best] + a[other]) * (norm + r) + b[best] + b[other]
+    step = 2.0**-14 * gap.abs().double()
+    assert bool((step[near] < thr[near] / 10).all()) and bool((step[~near] > 10 * thr[~near]).all())
+    assert int(run.confirmed) == int(near.sum())
+    assert torch.equal(
+        run.pending[: int(near.sum())].sort().values.long(), torch.nonzero(near)[:, 0]
+    )
+
+
+def check_int8_bound(device="cpu"):
+    """|d̃ − d| ≤ r‖w‖ + A(‖x‖ + r) + B for every row, d̃ and d the one-centre
+    scores of the int8 and float32 kernels themselves, on adversarial rows
+    and centres, among them each row's own quantisation error (which makes
+    the Cauchy–Schwarz step tight). Returns the largest ratio of each metric."""
+    x = adversarial_rows(device=device)
+    worst_ratio = {}
+    for metric in ("euclidean", "correlation"):
+        prepared = km.Prepared(x, metric)
+        copy = prepared.int8()
+        e = x.shape[1]
+        px = prepared.x[:, :e].double()
+        error = px - copy.scale.double()[:, None] * copy.q[:, :e].double()
+        gen = torch.Generator().manual_seed(13)
+        centres = torch.cat(
+            [
+                error[:6] / error[:6].abs().amax(dim=1, keepdim=True).clamp(min=1e-300),
+                error[:2] * 1e6,
+                px[:3],
+                error[2:3].sign() * 1e4,
+                torch.randn(2, e, generator=gen, dtype=torch.float64).to(device),
+            ]
+        )
+        worst = 0.0
+        for c in centres:
+            c = c[None, :]
+            alpha, beta = (t.to(torch.float32) for t in km._score_terms(prepared, c))
+            c32 = c.to(torch.float32)
+            n = x.shape[0]
+            kw = dict(alpha=alpha, beta=beta, old=torch.full((n,), -1, device=device))
+            d, d_int8 = (torch.empty(n, device=device) for _ in range(2))
+            kernels.assign(
+                prepared.x,
+                c32,
+                l1=False,
+                labels=torch.empty(n, dtype=torch.int64, device=device),
+                score=d,
+                changed=torch.zeros(1, dtype=torch.int32, device=device),
+                **kw,
+            )
+            count = torch.zeros(1, dtype=torch.int32, device=device)
+            kernels_int8.assign(
+                prepared.x,
+                copy,
+                c32,
+                labels=torch.empty(n, dtype=torch.int64, device=device),
+                score=d_int8,
+                changed=torch.zeros(1, dtype=torch.int32, device=device),
+                pending=torch.empty(n, dtype=torch.int32, device=device),
+                count=count,
+                **kw,
+            )
+            assert int(count) == 0  # one centre: every row decided
+            a, b, _ = _int8_margins(prepared, c)
+            w = float(alpha.double().abs()[0]) * torch.linalg.vector_norm(c32.double())
+            r, norm = copy.residual.double(), copy.norms.double()
+            bound = r * w + a[0] * (norm + r) + b[0]
+            ratio = ((d_int8.double() - d.double()).abs() / bound).max()
+            assert float(ratio) <= 1.0, (metric, float(ratio))
+            worst = max(worst, float(ratio))
+        # A centre along a row's own quantisation error: the bound is approached.
+        assert worst > 0.5, (metric, worst)
+        worst_ratio[metric] = worst
+    return worst_ratio
+
+
+def check_int8_lloyd(device="cpu"):
+    """Whole runs: the int8 pass's runs are the float32 pass's, bit for bit."""
+    near_x, _, _, _ = grid_near_ties(device=device)
+    for x in (clustered(160, 60, 4, seed=2, device=device), near_x):
+        for metric in ("euclidean", "correlation"):
+            prepared = km.Prepared(x, metric)
+            seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
+            for max_iter, tol in ((30, 0.0), (3, 0.0)):
+                a = km.lloyd(
+                    prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="fp32"
+                )
+                b = km.lloyd(
+                    prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="int8"
+                )
+                assert torch.equal(a.labels, b.labels), metric
+                assert torch.equal(a.centres, b.centres), metric
+                assert a.inertia == b.inertia and (a.n_iter, a.converged) == (b.n_iter, b.converged)
+                assert a.coarse is None and b.coarse == "int8" and b.coarse_passes >= 1
+
+
+def check_int8_fallback(device="cpu"):
+    """No int8 copy for rows too long for int32 sums, values beyond its range
+    or not enough memory: the float16 copy runs instead (then float32)."""
+    x = clustered(60, 40, 3, device=device)
+    seeds = x[:3].to(torch.float64)
+    longest = kernels_int8.MAX_WIDTH
+    kernels_int8.MAX_WIDTH = 255
+    try:
+        prepared = km.Prepared(x, "euclidean")
+        assert prepared.int8() is None
+        result = km.lloyd(prepared, prepared.to_prepared(seeds), assign="int8", use_triton=True)
+        assert result.coarse == "half" and result.coarse_passes >= 1
+    finally:
+        kernels_int8.MAX_WIDTH = longest
+    budget = kernels_int8.memory_budget
+    kernels_int8.memory_budget = lambda device: 1000
+    try:
+        assert km.Prepared(x, "euclidean").int8() is None
+    finally:
+        kernels_int8.memory_budget = budget
+    big = x.clone()
+    big[5, 7] = 2.0**61
+    assert km.Prepared(big, "euclidean").int8() is None
+    assert km.Prepared(x, "euclidean").int8() is not None
+    assert km.Prepared(x, "l1").int8() is None
+
+
 def main():
     assert kernels.usable(torch.zeros(2, 2), 5), "the interpreter is not active"
     check_kernels()
@@ -448,6 +669,12 @@ def main():
         check_half_lloyd(kernel=kernel)
     check_half_fallback()
     check_half_estimator()
+    check_int8_copy()
+    check_int8_split()
+    check_int8_near_ties()
+    print(f"int8: largest |int8 - fp32 score| / bound: {check_int8_bound()}")
+    check_int8_lloyd()
+    check_int8_fallback()
     print("ok")
 
 

@@ -196,6 +196,76 @@ def test_half_assignment_on_cuda():
     checks.check_half_estimator("cuda")
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_int8_assignment_on_cuda():
+    """The int8 pass compiled (integer tensor cores): the copy, the centres'
+    parts, labels of the float32 pass at near ties, the bound on adversarial
+    rows, whole runs bit for bit, fallbacks."""
+    pytest.importorskip("triton")
+    sys.path.insert(0, str(Path(__file__).parent))
+    try:
+        import _triton_interpreted as checks
+    finally:
+        sys.path.pop(0)
+    checks.check_int8_copy("cuda")
+    checks.check_int8_split("cuda")
+    checks.check_int8_near_ties("cuda")
+    checks.check_int8_bound("cuda")
+    checks.check_int8_lloyd("cuda")
+    checks.check_int8_fallback("cuda")
+
+
+def _empty_at_second_iteration(e=40, seed=0):
+    """Windows whose third seed loses all its rows at the second iteration:
+    two large groups at (0, 0) and (10, 0), two rows at (2, 0) and (8, 0),
+    seeds (−5, 0), (15, 0), (5, 3); the first iteration moves the two
+    outer seeds onto their groups, which then take the middle rows."""
+    rng = np.random.default_rng(seed)
+    x = 0.05 * rng.standard_normal((102, e))
+    x[50:100, 0] += 10
+    x[100, 0] += 2
+    x[101, 0] += 8
+    init = np.zeros((3, e))
+    init[:, 0] = (-5, 15, 5)
+    init[2, 1] = 3
+    return x.astype(np.float32), init.astype(np.float32)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("assign", km.ASSIGNS)
+def test_cuda_graph_iterations_equal_eager(assign, monkeypatch):
+    """Lloyd replayed from a CUDA graph of one iteration equals the eager
+    loop bit for bit: runs to convergence, stopped on tol, checked only at
+    the end, and a run whose third centre empties at the second iteration
+    (inside the graph's span: the span is undone and re-run with
+    re-seeding)."""
+    pytest.importorskip("triton")
+    x, init = _clustered(seed=3)
+    empty_x, empty_init = _empty_at_second_iteration()
+    cases = [
+        (x, init, "euclidean", dict(max_iter=50)),
+        (x, init, "correlation", dict(max_iter=50)),
+        (x, init, "euclidean", dict(max_iter=40, tol=1e-4)),
+        (x, init, "euclidean", dict(max_iter=21, check_convergence=False)),
+        (empty_x, empty_init, "euclidean", dict(max_iter=30)),
+    ]
+    for data, seeds, metric, options in cases:
+        prepared = km.Prepared(torch.as_tensor(data, device="cuda"), metric)
+        start = prepared.to_prepared(torch.as_tensor(seeds, device="cuda"))
+        runs = {}
+        for graphs in (False, True):
+            monkeypatch.setattr(km, "GRAPHS", graphs)
+            runs[graphs] = km.lloyd(prepared, start, use_triton=True, assign=assign, **options)
+        a, b = runs[False], runs[True]
+        assert torch.equal(a.labels, b.labels) and torch.equal(a.centres, b.centres)
+        assert a.inertia == b.inertia and (a.n_iter, a.converged) == (b.n_iter, b.converged)
+        assert (a.confirmed, a.coarse_passes) == (b.confirmed, b.coarse_passes)
+    # The empty centre was re-seeded (as scikit-learn does), graphs or not.
+    assert int(torch.bincount(b.labels, minlength=3).min()) > 0
+    sk = KMeans(3, init=empty_init, n_init=1, max_iter=30, tol=0.0, algorithm="lloyd")
+    assert_array_equal(b.labels.cpu().numpy(), sk.fit(empty_x).labels_)
+
+
 def test_half_assignment_off_triton_is_the_torch_path():
     """Off CUDA (no interpreter) assign='half' runs the torch path: no copy, no count."""
     x, init = _clustered()
@@ -204,7 +274,7 @@ def test_half_assignment_off_triton_is_the_torch_path():
     a = km.lloyd(prepared, init, max_iter=5, use_triton=False)
     b = km.lloyd(prepared, init, max_iter=5, use_triton=False, assign="half")
     assert torch.equal(a.labels, b.labels) and a.inertia == b.inertia
-    assert b.confirmed is None and b.half_passes == 0
+    assert b.confirmed is None and b.coarse_passes == 0
     with pytest.raises(ValueError, match="assign must be one of"):
         km.lloyd(prepared, init, assign="fp16")
 

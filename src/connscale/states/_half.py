@@ -265,6 +265,42 @@ def split_centres(centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 if HAS_TRITON:
 
     @triton.jit
+    def _settle(
+        score,
+        thr,
+        rows,
+        row_ok,
+        kk,
+        old_ptr,
+        labels_ptr,
+        score_ptr,
+        changed_ptr,
+        pending_ptr,
+        count_ptr,
+    ):
+        """Labels of the rows whose best centre b is certain from the
+        (rows × centres) coarse ``score``: d̃_j − d̃_b > ``thr``[r, j] for
+        every other centre j. The others are appended to the list the
+        float32 pass confirms. Shared with :mod:`._int8`."""
+        best = tl.argmin(score, axis=1)
+        low = tl.min(score, axis=1)
+        is_best = kk[None, :] == best[:, None]
+        clear = is_best | ((score - low[:, None]) > thr)
+        unsure = tl.min(clear.to(tl.int32), axis=1) == 0
+        decided = row_ok & (unsure == 0)
+        best = best.to(tl.int64)
+        tl.store(labels_ptr + rows, best, mask=decided)
+        tl.store(score_ptr + rows, low, mask=decided)
+        old = tl.load(old_ptr + rows, mask=row_ok, other=-1)
+        changed = (best != old) & decided
+        tl.atomic_add(changed_ptr, tl.sum(changed.to(tl.int32), axis=0))
+        # Rows not decided: appended to the list the float32 pass confirms.
+        pending = (row_ok & unsure).to(tl.int32)
+        start = tl.atomic_add(count_ptr, tl.sum(pending, axis=0))
+        slot = start + tl.cumsum(pending, axis=0) - 1
+        tl.store(pending_ptr + slot, rows, mask=pending == 1)
+
+    @triton.jit
     def _decide(
         score,
         rows,
@@ -281,10 +317,8 @@ if HAS_TRITON:
         pending_ptr,
         count_ptr,
     ):
-        """Labels of the rows whose best centre is certain from the
-        (rows × centres) half-pass ``score``; the others listed."""
+        """:func:`_settle` with the half pass's thresholds ε_j + ε_b."""
         best = tl.argmin(score, axis=1)
-        low = tl.min(score, axis=1)
         # eps[r, j] = a_j ‖x_r‖ + b_j (0 for the padding centres, whose score is inf)
         k_ok = kk < K
         a = tl.load(a_ptr + kk, mask=k_ok, other=0.0)
@@ -293,20 +327,19 @@ if HAS_TRITON:
         eps = a[None, :] * norm[:, None] + b[None, :]
         is_best = kk[None, :] == best[:, None]
         eps_best = tl.sum(tl.where(is_best, eps, 0.0), axis=1)
-        clear = is_best | ((score - low[:, None]) > (eps + eps_best[:, None]))
-        unsure = tl.min(clear.to(tl.int32), axis=1) == 0
-        decided = row_ok & (unsure == 0)
-        best = best.to(tl.int64)
-        tl.store(labels_ptr + rows, best, mask=decided)
-        tl.store(score_ptr + rows, low, mask=decided)
-        old = tl.load(old_ptr + rows, mask=row_ok, other=-1)
-        changed = (best != old) & decided
-        tl.atomic_add(changed_ptr, tl.sum(changed.to(tl.int32), axis=0))
-        # Rows not decided: appended to the list the float32 pass confirms.
-        pending = (row_ok & unsure).to(tl.int32)
-        start = tl.atomic_add(count_ptr, tl.sum(pending, axis=0))
-        slot = start + tl.cumsum(pending, axis=0) - 1
-        tl.store(pending_ptr + slot, rows, mask=pending == 1)
+        _settle(
+            score,
+            eps + eps_best[:, None],
+            rows,
+            row_ok,
+            kk,
+            old_ptr,
+            labels_ptr,
+            score_ptr,
+            changed_ptr,
+            pending_ptr,
+            count_ptr,
+        )
 
     @triton.jit
     def _half_kernel(

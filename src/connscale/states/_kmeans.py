@@ -18,10 +18,11 @@ are accumulated in float64 (on CUDA, updated with the rows whose label
 changed only). Empty clusters are re-seeded with the windows farthest from
 their centres, as scikit-learn does.
 
-On CUDA the Euclidean and correlation assignments may read a float16 copy
-of the windows instead, deciding every row whose nearest centre is certain
-and confirming the near ties from the float32 rows (:mod:`._half`: the
-labels are the float32 pass's); ``ASSIGN`` picks the pass.
+On CUDA the Euclidean and correlation assignments may read a coarse copy
+of the windows instead (int8 with a scale per row, :mod:`._int8`, or
+float16, :mod:`._half`), deciding every row whose nearest centre is certain
+and confirming the near ties from the float32 rows: the labels are the
+float32 pass's; ``ASSIGN`` picks the pass.
 
 An iteration needs no host synchronisation: the number of changed labels,
 the centre shift and an empty-cluster flag stay on the device and are read
@@ -39,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from connscale.states import _half
+from connscale.states import _half, _int8
 from connscale.states import _triton_kmeans as fused
 
 METRICS = ("l1", "correlation", "euclidean")
@@ -48,17 +49,29 @@ METRICS = ("l1", "correlation", "euclidean")
 _BLOCK_ELEMENTS = 1 << 25
 # Iterations between two reads of the stopping tests by the host.
 _CHECK_EVERY = 8
+#: Replay the Lloyd iterations of the mean metrics on CUDA from a CUDA graph
+#: of one iteration (captured after the first): the same kernels on the same
+#: tensors, without the ~1 ms of Python and launch work an iteration costs
+#: the host, which the GPU would otherwise wait for once the assignment pass
+#: reads the int8 copy (~0.35 ms on an H100).
+GRAPHS = True
 #: The CUDA assignment pass of the Euclidean and correlation metrics:
-#: ``'fp32'`` (the fused float32 pass) or ``'half'`` (a float16 copy of the
+#: ``'fp32'`` (the fused float32 pass), ``'half'`` (a float16 copy of the
 #: windows decides, the float32 pass confirms the near ties: the same labels,
-#: about half the bytes read; falls back to ``'fp32'`` when the copy does not
-#: fit in device memory or the values exceed float16's range). On an H100
-#: (benchmarks/RESULTS.md §8, 45,000 × 19,900, k = 5, 100 iterations) 'half'
-#: took 0.116 s against 0.186 s (planted states) and 0.157 s against 0.182 s
-#: (noise, where many labels move every iteration), labels identical.
+#: half the bytes read) or ``'int8'`` (the same from an int8 copy with a
+#: scale per row: a quarter of the bytes, exact integer dot products on the
+#: tensor cores). A copy that cannot be made (device memory, float16's range,
+#: rows too long for int32 sums) falls back to the next: int8, half, fp32.
+#: On an H100 (benchmarks/RESULTS.md §8, 45,000 × 19,900, k = 5, 100
+#: iterations, planted states) 'fp32' took 0.186 s and 'half' 0.116 s.
 #: ``_half.KERNEL`` picks the half pass's kernel (CUDA or tensor cores).
-ASSIGN = "half"
-ASSIGNS = ("fp32", "half")
+ASSIGN = "int8"
+ASSIGNS = ("fp32", "half", "int8")
+#: The coarse passes: the copy's maker and the pass.
+_COARSE = {
+    "half": (_half.half_copy, _half.assign),
+    "int8": (_int8.int8_copy, _int8.assign),
+}
 
 
 @dataclass
@@ -70,9 +83,10 @@ class LloydResult:
     inertia: float
     n_iter: int
     converged: bool
-    # Rows confirmed in float32 over the half-precision passes (None: no such pass).
+    # Rows confirmed in float32 over the coarse passes (None: no such pass).
     confirmed: int | None = None
-    half_passes: int = 0
+    coarse_passes: int = 0
+    coarse: str | None = None  # the coarse copy read ('int8', 'half'), None: float32 only
 
 
 class Prepared:
@@ -100,18 +114,26 @@ class Prepared:
         self.row_term = None
         if metric == "euclidean":
             self.row_term = _row_sq_norms(self.x)
-        self._half: _half.HalfCopy | None | bool = False  # False: not made yet
+        self._coarse: dict[str, _half.HalfCopy | _int8.Int8Copy | None] = {}
+
+    def coarse(self, kind: str) -> _half.HalfCopy | _int8.Int8Copy | None:
+        """The coarse copy ``kind`` (``'half'`` or ``'int8'``) of the rows
+        for the assignment, made on first use (None where it cannot be made
+        or is not used: L1, the pure-torch path, not enough device memory,
+        values out of the copy's range)."""
+        if kind not in self._coarse:
+            self._coarse[kind] = None
+            if self.metric != "l1" and fused.usable(self.x, 1):
+                self._coarse[kind] = _COARSE[kind][0](self.x, self.row_term)
+        return self._coarse[kind]
 
     def half(self) -> _half.HalfCopy | None:
-        """The float16 copy of the rows for the half-precision assignment,
-        made on first use (None where it cannot be made or is not used:
-        L1, the pure-torch path, not enough device memory, values beyond
-        float16's range)."""
-        if self._half is False:
-            self._half = None
-            if self.metric != "l1" and fused.usable(self.x, 1):
-                self._half = _half.half_copy(self.x, self.row_term)
-        return self._half
+        """The float16 copy (:meth:`coarse`)."""
+        return self.coarse("half")
+
+    def int8(self) -> _int8.Int8Copy | None:
+        """The int8 copy (:meth:`coarse`)."""
+        return self.coarse("int8")
 
     def to_prepared(self, centres: torch.Tensor) -> torch.Tensor:
         """Centres given in input units, in the prepared space (float64)."""
@@ -366,15 +388,19 @@ class _Run:
         prepared: Prepared,
         centres: torch.Tensor,
         use_triton: bool,
-        half: _half.HalfCopy | None = None,
+        *,
+        coarse: tuple[str, _half.HalfCopy | _int8.Int8Copy] | None = None,
     ) -> None:
         x = prepared.x
         n, k = x.shape[0], centres.shape[0]
         device = x.device
         self.prepared, self.k, self.use_triton = prepared, k, use_triton
-        self.half = half if use_triton else None
-        self.half_passes = 0
-        if self.half is not None:
+        # (kind, copy) of the coarse pass, or None
+        self.coarse = (
+            coarse if use_triton and coarse is not None and coarse[1] is not None else None
+        )
+        self.coarse_passes = 0
+        if self.coarse is not None:
             self.pending = torch.empty(n, dtype=torch.int32, device=device)
             self.pending_count = torch.zeros(1, dtype=torch.int32, device=device)
             self.confirmed = torch.zeros(1, dtype=torch.int64, device=device)
@@ -385,15 +411,17 @@ class _Run:
             torch.zeros((k, x.shape[1]), dtype=torch.float64, device=device) if self.mean else None
         )
         self.counts = torch.zeros(k, dtype=torch.int64, device=device)
-        self.ones = torch.ones(n, dtype=torch.int64, device=device)
+        self.centre_ids = torch.arange(k, device=device)
         if use_triton:
             self.score = torch.empty(n, dtype=torch.float32, device=device)
             self.rows = torch.arange(n, dtype=torch.int32, device=device)
             self.index = torch.empty(n + 1, dtype=torch.int32, device=device)
 
-    def snapshot(self) -> tuple:
-        # Iterations replace these tensors (never modify them in place).
-        return self.centres, self.labels, self.sums, self.counts
+    def snapshot(self, *, copy: bool = False) -> tuple:
+        """The state; eager iterations replace these tensors (never modify
+        them in place), a :class:`_StepGraph` does: ``copy`` them then."""
+        state = self.centres, self.labels, self.sums, self.counts
+        return tuple(t.clone() for t in state) if copy else state
 
     def restore(self, saved: tuple) -> None:
         self.centres, self.labels, self.sums, self.counts = saved
@@ -416,10 +444,11 @@ class _Run:
         if not l1:
             alpha, beta = (t.to(torch.float32) for t in _score_terms(prepared, centres))
         labels = torch.empty_like(self.labels)
-        if self.half is not None and not distances:
-            _half.assign(
+        if self.coarse is not None and not distances:
+            kind, copy = self.coarse
+            _COARSE[kind][1](
                 prepared.x,
-                self.half,
+                copy,
                 centres.to(torch.float32),
                 alpha=alpha,
                 beta=beta,
@@ -431,7 +460,7 @@ class _Run:
                 count=self.pending_count,
             )
             self.confirmed += self.pending_count
-            self.half_passes += 1
+            self.coarse_passes += 1
             return labels, None
         fused.assign(
             prepared.x,
@@ -453,7 +482,7 @@ class _Run:
         """Counts and sums follow the rows to ``labels``: on CUDA only the
         rows whose label changed are read (listed on the device)."""
         x, k = self.prepared.x, self.k
-        self.counts = torch.zeros_like(self.counts).index_add_(0, labels, self.ones)
+        self.counts = (labels == self.centre_ids[:, None]).sum(dim=1)
         if self.mean and self.use_triton:
             moved = labels != self.labels
             position = torch.cumsum(moved, 0, dtype=torch.int32)
@@ -482,6 +511,11 @@ class _Run:
                     self.prepared, sums, counts, dist, labels, self.centres
                 )
             new = sums / counts[:, None].to(torch.float64)
+            if not relocate:
+                # An empty centre stays where it was (not 0/0): the span it
+                # occurs in is undone and run again with re-seeding, and the
+                # iterations until then must not see NaN centres.
+                new = torch.where(counts[:, None] > 0, new, self.centres)
         else:
             new = medians(self.prepared.x, labels, self.k, self.centres)
             if relocate:
@@ -508,6 +542,65 @@ class _Run:
         norm = torch.linalg.vector_norm(c, dim=1)
         norm = torch.where(norm > 0, norm, torch.ones_like(norm))
         return float((self.counts.to(torch.float64) - dots / norm).sum())
+
+
+class _StepGraph:
+    """One iteration of a :class:`_Run` (mean metrics, CUDA, no re-seeding)
+    captured as a CUDA graph and replayed: the same kernels on the same
+    tensors as :meth:`_Run.step`, launched by one call.
+
+    The run's state (centres, labels, sums, counts) lives in static tensors
+    the graph reads and overwrites in place; a state the run was given
+    since (an eager iteration, a restore) is copied in before a replay.
+    Capture needs the kernels compiled: make one after an eager iteration.
+    """
+
+    @staticmethod
+    def usable(run: _Run) -> bool:
+        """Whether ``run``'s iterations can be captured."""
+        return run.use_triton and run.mean and run.prepared.x.is_cuda
+
+    def __init__(self, run: _Run) -> None:
+        self.run = run
+        device = run.prepared.x.device
+        self.changed = torch.zeros(1, dtype=torch.int32, device=device)
+        self.shift = torch.zeros(1, dtype=torch.float64, device=device)
+        self.empty = torch.zeros(1, dtype=torch.bool, device=device)
+        self.state = run.snapshot(copy=True)
+        run.restore(self.state)
+        passes = run.coarse_passes
+        self.graph = torch.cuda.CUDAGraph()
+        # Captured on a side stream, as torch.cuda.graph does, without its
+        # garbage collection and cache emptying (~10 ms a capture).
+        stream = torch.cuda.Stream(device)
+        stream.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(stream):
+            self.graph.capture_begin()
+            try:
+                self.changed.zero_()
+                run.step(self.changed, self.shift, self.empty, relocate=False)
+                for static, new in zip(self.state, run.snapshot(), strict=True):
+                    static.copy_(new)
+            finally:
+                self.graph.capture_end()
+        torch.cuda.current_stream(device).wait_stream(stream)
+        run.restore(self.state)
+        run.coarse_passes = passes  # the capture ran nothing
+
+    def step(self, changed: torch.Tensor, shift: torch.Tensor, empty: torch.Tensor) -> None:
+        """One iteration, its outputs copied to ``changed``, ``shift`` and
+        ``empty`` as :meth:`_Run.step` gives them."""
+        run = self.run
+        for static, current in zip(self.state, run.snapshot(), strict=True):
+            if current is not static:
+                static.copy_(current)
+        run.restore(self.state)
+        self.graph.replay()
+        changed.copy_(self.changed)
+        shift.copy_(self.shift)
+        empty.copy_(self.empty)
+        if run.coarse is not None:
+            run.coarse_passes += 1
 
 
 def lloyd(
@@ -537,8 +630,8 @@ def lloyd(
     called with the number of iterations done at each of those reads (no
     read is added for it). ``assign`` picks the fused pass of the
     Euclidean and correlation metrics (``ASSIGN`` when None; see there);
-    the result's ``confirmed`` counts the rows the half-precision passes
-    left to the float32 pass."""
+    the result's ``confirmed`` counts the rows the coarse passes left to
+    the float32 pass."""
     x = prepared.x
     k = centres.shape[0]
     if use_triton is None:
@@ -546,22 +639,28 @@ def lloyd(
     assign = ASSIGN if assign is None else assign
     if assign not in ASSIGNS:
         raise ValueError(f"assign must be one of {ASSIGNS}; got {assign!r}.")
-    half = prepared.half() if use_triton and assign == "half" else None
-    run = _Run(prepared, centres.to(torch.float64).clone(), use_triton, half)
+    coarse = _coarse_copy(prepared, assign) if use_triton else None
+    run = _Run(prepared, centres.to(torch.float64).clone(), use_triton, coarse=coarse)
     changed = torch.zeros(max_iter, dtype=torch.int32, device=x.device)
     shift = torch.zeros(max_iter, dtype=torch.float64, device=x.device)
     empty = torch.zeros(max_iter, dtype=torch.bool, device=x.device)
     done, careful, stop = 0, False, None
+    graphable, graph = GRAPHS and _StepGraph.usable(run), None
     while done < max_iter and stop is None:
         span = min(
             max_iter - done, 1 if careful else (_CHECK_EVERY if check_convergence else max_iter)
         )
-        saved = run.snapshot()
+        saved = run.snapshot(copy=graphable)
         history = []
         for i in range(done, done + span):
-            run.step(changed[i : i + 1], shift[i : i + 1], empty[i : i + 1], relocate=careful)
+            outputs = changed[i : i + 1], shift[i : i + 1], empty[i : i + 1]
+            if graphable and not careful and i > 0:
+                graph = graph or _StepGraph(run)
+                graph.step(*outputs)
+            else:
+                run.step(*outputs, relocate=careful)
             if check_convergence:
-                history.append(run.centres)
+                history.append(run.centres.clone() if graphable else run.centres)
         counts = changed[done : done + span].tolist()  # the one synchronisation of the span
         if not careful and bool(empty[done : done + span].any()):
             run.restore(saved)
@@ -590,9 +689,23 @@ def lloyd(
         inertia=run.inertia(),
         n_iter=n_iter,
         converged=converged,
-        confirmed=None if run.half is None else int(run.confirmed),
-        half_passes=run.half_passes,
+        confirmed=None if run.coarse is None else int(run.confirmed),
+        coarse_passes=run.coarse_passes,
+        coarse=None if run.coarse is None else run.coarse[0],
     )
+
+
+def _coarse_copy(
+    prepared: Prepared, assign: str
+) -> tuple[str, _half.HalfCopy | _int8.Int8Copy] | None:
+    """The coarse copy the pass ``assign`` reads, falling back from int8 to
+    float16 when a copy cannot be made; None for the float32 pass."""
+    order = ASSIGNS[ASSIGNS.index(assign) : 0 : -1]  # int8 → half, half → half
+    for kind in order:
+        copy = prepared.coarse(kind)
+        if copy is not None:
+            return kind, copy
+    return None
 
 
 def seed_generator(rng: np.random.Generator, device: torch.device) -> torch.Generator:

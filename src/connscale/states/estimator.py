@@ -210,9 +210,10 @@ def _run(
 def _logged(result: km.LloydResult) -> km.LloydResult:
     if result.confirmed is not None:
         logger.info(
-            "half-precision assignment: %d rows confirmed in float32 over %d passes",
+            "%s assignment: %d rows confirmed in float32 over %d passes",
+            result.coarse,
             result.confirmed,
-            result.half_passes,
+            result.coarse_passes,
         )
     return result
 
