@@ -12,7 +12,11 @@ Rows of the table:
   copy of the windows decides, the float32 pass confirms the near ties:
   ``connscale.states._half``, its 'fma' kernel); its confirmed rows per
   iteration and whether its labels equal ``fused``'s are reported;
-* ``half-dot``: the same with the half pass's tensor-core kernel
+* ``int8``: the same loop reading an int8 copy with a scale per row (exact
+  integer dot products on the tensor cores: ``connscale.states._int8``, the
+  default); ``int8-eager``: the same without the CUDA graph of an
+  iteration (``_kmeans.GRAPHS = False``: Python launches every kernel);
+  ``half-dot`` (with ``--half-dot``): the half pass's tensor-core kernel
   (``_half.KERNEL = 'dot'``);
 * ``torch``: the same loop through the pure-torch path (GEMM distances,
   ``min``, float64 ``index_add_``);
@@ -30,7 +34,7 @@ bandwidth (an ``amax`` or ``sum`` over the same array). Labels are compared
 with scikit-learn's after the larger count of iterations from the same
 centres (identical labels and inertia within 1e-4 relative are required).
 
-    python benchmarks/bench_states.py --device cuda --tune        # H100: ~5 min
+    python benchmarks/bench_states.py --device cuda               # H100: ~5 min
     python benchmarks/bench_states.py --device cpu --subjects 20 --regions 60
 """
 
@@ -48,6 +52,15 @@ from connscale.states import _kmeans as km
 
 #: The half pass's kernel of each half-precision row of the table.
 HALF_KERNELS = {"half": "fma", "half-dot": "dot"}
+#: Rows of the table: (name, use_triton, assign, CUDA graphs).
+VARIANTS = {
+    "fused": (True, "fp32", True),
+    "half": (True, "half", True),
+    "half-dot": (True, "half", True),
+    "int8": (True, "int8", True),
+    "int8-eager": (True, "int8", False),
+    "torch": (False, "fp32", False),
+}
 
 
 def log(*args):
@@ -56,13 +69,15 @@ def log(*args):
 
 @contextmanager
 def half_kernel(name):
-    """``_half.KERNEL`` set for the table's row ``name`` inside the block."""
-    saved = km._half.KERNEL
-    km._half.KERNEL = HALF_KERNELS.get(name, saved)
+    """``_half.KERNEL`` and ``_kmeans.GRAPHS`` set for the table's row
+    ``name`` inside the block."""
+    saved = km._half.KERNEL, km.GRAPHS
+    km._half.KERNEL = HALF_KERNELS.get(name, saved[0])
+    km.GRAPHS = VARIANTS.get(name, (None, None, saved[1]))[2]
     try:
         yield
     finally:
-        km._half.KERNEL = saved
+        km._half.KERNEL, km.GRAPHS = saved
 
 
 def synchronize(device):
@@ -108,13 +123,24 @@ def timed(fn, repeats=5):
 
 
 def one_pass(run, centres):
-    """One fused assignment pass (labels, scores, change count); the
-    half-precision pass when ``run`` has the float16 copy."""
+    """One fused assignment pass (labels, scores, change count); the coarse
+    pass (and its confirmations) when ``run`` has a coarse copy."""
     return run.assign(
         centres,
         torch.zeros(1, dtype=torch.int32, device=centres.device),
-        distances=run.half is None,
+        distances=run.coarse is None,
     )
+
+
+def replayed(run, repeats=50):
+    """Seconds of one Lloyd iteration of ``run`` replayed from its CUDA graph
+    (the state converged: no label moves), after an eager iteration."""
+    device = run.prepared.x.device
+    dtypes = (torch.int32, torch.float64, torch.bool)
+    outputs = tuple(torch.zeros(1, dtype=dtype, device=device) for dtype in dtypes)
+    run.step(*outputs, relocate=False)
+    graph = km._StepGraph(run)
+    return timed(lambda: graph.step(*outputs), repeats)
 
 
 def dense_sums(prepared, labels, k):
@@ -135,9 +161,25 @@ def tune(prepared, centres, n_bytes):
     gemm = timed(lambda: prepared.x @ c32.T)
     log(f"cuBLAS x @ C.T: {1e3 * gemm:.2f} ms = {n_bytes / gemm / 1e12:.2f} TB/s")
     half = prepared.half()
-    half_run = km._Run(prepared, centres, use_triton=True, half=half)
+    half_run = km._Run(prepared, centres, use_triton=True, coarse=("half", half))
+    int8 = prepared.int8()
+    int8_run = km._Run(prepared, centres, use_triton=True, coarse=("int8", int8))
     half_bytes = n_bytes // 2
     for key, configs, fn in (
+        (
+            "int8",
+            [
+                (128, 256, 8, 2),
+                (128, 256, 4, 2),
+                (128, 512, 8, 3),
+                (64, 512, 4, 3),
+                (64, 256, 4, 4),
+                (128, 128, 8, 3),
+            ]
+            if int8 is not None
+            else [],
+            lambda: one_pass(int8_run, centres),
+        ),
         (
             "dot",
             [
@@ -207,7 +249,10 @@ def tune(prepared, centres, n_bytes):
         found = {}
         with half_kernel("half-dot" if key == "dot" else "half"):
             for config in configs:
-                table[key] = config
+                if key == "int8":
+                    km._int8.CONFIG = config
+                else:
+                    table[key] = config
                 try:
                     found[config] = timed(fn, 5)
                 except Exception as exc:  # noqa: BLE001 - a configuration that does not compile
@@ -217,9 +262,16 @@ def tune(prepared, centres, n_bytes):
                 f"  {key} {config}: {1e3 * sec:.2f} ms = {n_bytes / sec / 1e12:.2f} TB/s of "
                 "float32 windows"
                 + (f", {half_bytes / sec / 1e12:.2f} TB/s of float16" if half_pass else "")
+                + (f", {n_bytes / 4 / sec / 1e12:.2f} TB/s of int8" if key == "int8" else "")
             )
-        table[key] = min(found, key=found.get)
-    log(f"CONFIG = {km.fused.CONFIG}, half CONFIG = {km._half.CONFIG}")
+        if key == "int8":
+            km._int8.CONFIG = min(found, key=found.get)
+        else:
+            table[key] = min(found, key=found.get)
+    log(
+        f"CONFIG = {km.fused.CONFIG}, half CONFIG = {km._half.CONFIG}, "
+        f"int8 CONFIG = {km._int8.CONFIG}"
+    )
 
 
 def confirmation(result, fused):
@@ -227,8 +279,9 @@ def confirmation(result, fused):
     if result.confirmed is None:
         return ""
     text = (
-        f"; {result.confirmed:,} rows confirmed in float32 over {result.half_passes} passes "
-        f"({result.confirmed / max(result.half_passes, 1):,.0f} per pass)"
+        f"; {result.coarse} copy, {result.confirmed:,} rows confirmed in float32 over "
+        f"{result.coarse_passes} passes "
+        f"({result.confirmed / max(result.coarse_passes, 1):,.0f} per pass)"
     )
     if fused is not None:
         text += (
@@ -293,6 +346,9 @@ def main():
     parser.add_argument("--l1-iters", type=int, default=3)
     parser.add_argument("--no-sklearn", action="store_true")
     parser.add_argument(
+        "--half-dot", action="store_true", help="Also time the half pass's tensor-core kernel."
+    )
+    parser.add_argument(
         "--tune",
         action="store_true",
         help="Time the fused kernels' launch configurations first; keep the best.",
@@ -333,19 +389,22 @@ def main():
     synchronize(device)
     log(f"prepare (centre the columns, row norms): {time.perf_counter() - start:.3f} s")
     init_p = prepared.to_prepared(init.to(device))
-    variants = [("torch", False, "fp32")]
+    names = ["torch"]
     if km.fused.usable(prepared.x, k):
-        variants[:0] = [("fused", True, "fp32"), ("half", True, "half"), ("half-dot", True, "half")]
-        start = time.perf_counter()
-        half = prepared.half()
-        synchronize(device)
-        log(
-            f"float16 copy of the windows: {time.perf_counter() - start:.3f} s"
-            if half is not None
-            else "no float16 copy (memory or range): the half rows run the float32 pass"
-        )
+        names[:0] = ["fused", "half"] + ["half-dot"] * args.half_dot + ["int8", "int8-eager"]
+        copies = {}
+        for kind in ("half", "int8"):
+            start = time.perf_counter()
+            copies[kind] = prepared.coarse(kind)
+            synchronize(device)
+            log(
+                f"{kind} copy of the windows: {time.perf_counter() - start:.3f} s"
+                if copies[kind] is not None
+                else f"no {kind} copy (memory or range): its rows fall back"
+            )
         if args.tune:
             tune(prepared, init_p, n_bytes)
+    variants = [(name, *VARIANTS[name][:2]) for name in names]
     results = {}
     for name, use_triton, assign in variants:
         seconds, result = time_lloyd(prepared, init_p, args.iters, use_triton, assign, name)
@@ -356,17 +415,23 @@ def main():
             f"({1e3 * seconds / args.iters:.2f} ms each), inertia {result.inertia:.6e}"
             + confirmation(result, results.get("fused"))
         )
-        if use_triton:
-            is_half = name in HALF_KERNELS
-            run = km._Run(prepared, result.centres, use_triton=True, half=half if is_half else None)
-            with half_kernel(name):
-                one = timed(lambda r=run, c=result.centres: one_pass(r, c), 10)
-            log(
-                f"one {name} assignment pass: {1e3 * one:.2f} ms = "
-                f"{n_bytes / one / 1e12:.2f} TB/s of float32 windows"
-                + (f", {n_bytes / 2 / one / 1e12:.2f} TB/s of float16" if is_half else "")
+        if use_triton and not name.endswith("-eager"):
+            kind = result.coarse
+            run = km._Run(
+                prepared,
+                result.centres,
+                use_triton=True,
+                coarse=None if kind is None else (kind, copies[kind]),
             )
-            if is_half:
+            with half_kernel(name):
+                if kind is None:
+                    one = timed(lambda r=run, c=result.centres: one_pass(r, c), 10)
+                    log(
+                        f"one {name} assignment pass: {1e3 * one:.2f} ms = "
+                        f"{n_bytes / one / 1e12:.2f} TB/s of float32 windows"
+                    )
+                log(f"one converged {name} iteration, replayed: {1e3 * replayed(run):.3f} ms")
+            if kind is not None:
                 continue
             dense = timed(lambda r=result: dense_sums(prepared, r.labels, k), 5)
             log(
@@ -455,8 +520,8 @@ def main():
     prepared = km.Prepared(host.to(device, copy=True), "l1", owned=True)
     init_p = prepared.to_prepared(init.to(device))
     floor_l1 = args.l1_iters * n_bytes / bandwidth
-    for name, use_triton, _ in variants:
-        if name in HALF_KERNELS:  # no half-precision pass for L1
+    for name, use_triton, assign in variants:
+        if assign != "fp32":  # no coarse pass for L1
             continue
         seconds, result = time_lloyd(prepared, init_p, args.l1_iters, use_triton)
         rows.append(("planted", name, "l1", args.l1_iters, seconds, floor_l1, result))
@@ -486,7 +551,7 @@ def main():
         )
         where = "host" if name == "sklearn" else str(device.type)
         confirmed = (
-            f"{result.confirmed / result.half_passes:,.0f}"
+            f"{result.confirmed / max(result.coarse_passes, 1):,.0f}"
             if result is not None and result.confirmed is not None
             else ""
         )
