@@ -260,6 +260,20 @@ def test_cuda_graph_iterations_equal_eager(assign, monkeypatch):
         assert torch.equal(a.labels, b.labels) and torch.equal(a.centres, b.centres)
         assert a.inertia == b.inertia and (a.n_iter, a.converged) == (b.n_iter, b.converged)
         assert (a.confirmed, a.coarse_passes) == (b.confirmed, b.coarse_passes)
+    if torch.cuda.device_count() > 1:  # a run on another device than the current one
+        prepared = km.Prepared(torch.as_tensor(x, device="cuda:1"), "euclidean")
+        start = prepared.to_prepared(torch.as_tensor(init, device="cuda:1"))
+        other = km.lloyd(prepared, start, use_triton=True, assign=assign, max_iter=50)
+        monkeypatch.setattr(km, "GRAPHS", False)
+        eager = km.lloyd(prepared, start, use_triton=True, assign=assign, max_iter=50)
+        assert torch.equal(other.labels, eager.labels) and other.inertia == eager.inertia
+        from connscale import DFCStates
+
+        fits = [
+            DFCStates(n_states=K, exemplars=False, n_init=2, random_state=0, device=d).fit([x])
+            for d in ("cuda:0", "cuda:1")
+        ]
+        assert_array_equal(fits[0].labels_[0], fits[1].labels_[0])
     # The empty centre was re-seeded (as scikit-learn does), graphs or not.
     assert int(torch.bincount(b.labels, minlength=3).min()) > 0
     sk = KMeans(3, init=empty_init, n_init=1, max_iter=30, tol=0.0, algorithm="lloyd")

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -575,18 +576,19 @@ class _StepGraph:
         self.graph = torch.cuda.CUDAGraph()
         # Captured on a side stream, as torch.cuda.graph does, without its
         # garbage collection and cache emptying (~10 ms a capture).
-        stream = torch.cuda.Stream(device)
-        stream.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(stream):
-            self.graph.capture_begin()
-            try:
-                self.changed.zero_()
-                run.step(self.changed, self.shift, self.empty, relocate=False)
-                for static, new in zip(self.state, run.snapshot(), strict=True):
-                    static.copy_(new)
-            finally:
-                self.graph.capture_end()
-        torch.cuda.current_stream(device).wait_stream(stream)
+        with torch.cuda.device(device):
+            stream = torch.cuda.Stream()
+            stream.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(stream):
+                self.graph.capture_begin()
+                try:
+                    self.changed.zero_()
+                    run.step(self.changed, self.shift, self.empty, relocate=False)
+                    for static, new in zip(self.state, run.snapshot(), strict=True):
+                        static.copy_(new)
+                finally:
+                    self.graph.capture_end()
+            torch.cuda.current_stream().wait_stream(stream)
         run.restore(self.state)
         run.coarse_passes = passes  # the capture ran nothing
 
@@ -598,7 +600,8 @@ class _StepGraph:
             if current is not static:
                 static.copy_(current)
         run.restore(self.state)
-        self.graph.replay()
+        with torch.cuda.device(run.prepared.x.device):
+            self.graph.replay()
         changed.copy_(self.changed)
         shift.copy_(self.shift)
         empty.copy_(self.empty)
@@ -642,6 +645,24 @@ def lloyd(
     assign = ASSIGN if assign is None else assign
     if assign not in ASSIGNS:
         raise ValueError(f"assign must be one of {ASSIGNS}; got {assign!r}.")
+    # Triton launches on the current CUDA device: make it x's (cuda:1 ...).
+    with torch.cuda.device(x.device) if x.is_cuda else nullcontext():
+        return _lloyd(
+            prepared, centres, max_iter, tol, use_triton, assign, check_convergence, progress
+        )
+
+
+def _lloyd(
+    prepared: Prepared,
+    centres: torch.Tensor,
+    max_iter: int,
+    tol: float,
+    use_triton: bool,
+    assign: str,
+    check_convergence: bool,
+    progress: Callable[[int], object] | None,
+) -> LloydResult:
+    x = prepared.x
     coarse = _coarse_copy(prepared, assign) if use_triton else None
     run = _Run(prepared, centres.to(torch.float64).clone(), use_triton, coarse=coarse)
     changed = torch.zeros(max_iter, dtype=torch.int32, device=x.device)
