@@ -585,6 +585,36 @@ def assign(
             num_warps=warps,
             num_stages=stages,
         )
+    confirm(
+        x,
+        centres,
+        alpha=alpha,
+        beta=beta,
+        old=old,
+        labels=labels,
+        score=score,
+        changed=changed,
+        pending=pending,
+        count=count,
+    )
+
+
+def confirm(
+    x: torch.Tensor,
+    centres: torch.Tensor,
+    *,
+    alpha: torch.Tensor,
+    beta: torch.Tensor,
+    old: torch.Tensor,
+    labels: torch.Tensor,
+    score: torch.Tensor,
+    changed: torch.Tensor,
+    pending: torch.Tensor,
+    count: torch.Tensor,
+) -> None:
+    """The rows a coarse pass listed (``pending[:count]``, on the device)
+    assigned again by the float32 pass itself, into ``labels`` and
+    ``score``; shared by the float16 and int8 passes."""
     fused.assign(
         x,
         centres,

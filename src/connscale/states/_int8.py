@@ -378,16 +378,15 @@ def assign(
         num_warps=warps,
         num_stages=stages,
     )
-    fused.assign(
+    _half.confirm(
         x,
         centres,
-        l1=False,
         alpha=alpha,
         beta=beta,
         old=old,
         labels=labels,
         score=score,
         changed=changed,
-        rows=pending,
+        pending=pending,
         count=count,
     )
