@@ -61,6 +61,32 @@ def test_seed_correlation_equals_corrcoef(device, fisher_z):
     assert one.shape == (1, 80)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_seed_correlation_fisher_z_is_infinite_at_one(device, dtype):
+    """Series equal to a seed (or its negative) have r = ±1 up to rounding:
+    their z is ±inf, or as large as numpy's where rounding leaves |r| < 1,
+    never NaN (rounding past 1 used to give arctanh's NaN); the rest is
+    numpy's float64 arctanh of corrcoef."""
+    x = simulated(n_series=40)
+    x[:, 10:20] = x[:, :10]
+    x[:, 20:30] = -x[:, :10]
+    seeds = x[:, :10]
+    z = connscale.seed_correlation(x, seeds, fisher_z=True, device=device, dtype=dtype)
+    reference = np.corrcoef(seeds.T, x.T)[:10, 10:]
+    with np.errstate(divide="ignore"):
+        expected = np.arctanh(reference)
+    assert not np.isnan(z).any()
+    same = np.abs(reference) > 1 - 1e-6
+    assert same.sum() == 30  # each seed with itself, its copy and its negative
+    large = 7.0 if dtype == "float32" else 15.0  # arctanh(1 - 10 eps), eps of the dtype
+    assert np.all(np.abs(z[same]) >= large)
+    assert np.all(np.sign(z[same]) == np.sign(expected[same]))
+    atol = 1e-5 if dtype == "float32" else 1e-10
+    np.testing.assert_allclose(z[~same], expected[~same], atol=atol)
+    r = connscale.seed_correlation(x, seeds, device=device, dtype=dtype)
+    assert np.array_equal(np.isinf(z), np.abs(r) >= 1.0)
+
+
 def test_seed_correlation_wrong_length():
     with pytest.raises(ValueError, match="one row per time point"):
         connscale.seed_correlation(

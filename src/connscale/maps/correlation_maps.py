@@ -92,8 +92,11 @@ def seed_correlation(
     radius : float or None
         Sphere radius in mm for coordinate seeds (None: the single voxel).
     fisher_z : bool, default=False
-        Return Fisher's z = arctanh(r) (infinite where r = ±1, e.g. a seed
-        voxel with itself).
+        Return Fisher's z = arctanh(r), of r clipped to [-1, 1] as
+        ``numpy.corrcoef`` clips it: ±inf where r is ±1, rounding past ±1
+        included (a seed voxel with itself), never NaN; where rounding leaves
+        |r| just below 1, z is large and finite (about 8 in float32, 18 in
+        float64), as numpy's float64 ``arctanh(corrcoef)`` is.
     %(device)s
     %(dtype)s
 
@@ -128,5 +131,5 @@ def seed_correlation(
         )
         r = v @ u.T
         if fisher_z:
-            r = torch.arctanh(r.double())
+            r = torch.arctanh(r.double().clamp(-1.0, 1.0))
     return as_map(r, constant)
