@@ -124,6 +124,23 @@ def test_relmat_h5_round_trip(tmp_path, rng, shape):
         assert list(h5["names"].asstr()[()]) == ["a", "b"] and h5.attrs["extra"] == 1
 
 
+def test_load_relmat_reads_tsv_and_refuses_other_formats(tmp_path, rng):
+    """connscale's relmat TSV reads back through load_relmat; a file of no
+    supported format is refused in one line naming it and the formats."""
+    matrix = np.corrcoef(rng.standard_normal((4, 30)))
+    path = write_relmat_tsv(tmp_path / "x_relmat.tsv", matrix, ["A", "B", "C", "D"])
+    stored, attrs = load_relmat(path)
+    np.testing.assert_allclose(stored, matrix, rtol=1e-6)
+    assert attrs == {"kind": "dense", "N": 4, "labels": ["A", "B", "C", "D"]}
+    for name in ("x_relmat.npy", "y_relmat.h5"):
+        (tmp_path / name).write_text("not a matrix\n")
+        with pytest.raises(ValueError) as info:
+            load_relmat(tmp_path / name)
+        message = str(info.value)
+        assert "\n" not in message and name in message
+        assert ".tsv" in message and "_relmat.h5" in message
+
+
 def test_relmat_tsv_reads_other_tools_layouts(tmp_path, rng):
     matrix = rng.standard_normal((3, 3))
     write_relmat_tsv(tmp_path / "a_relmat.tsv", matrix, ["A", "B", "C"], fmt="%.17g")

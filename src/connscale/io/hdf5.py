@@ -203,10 +203,13 @@ def load_relmat(
         ``kind``, ``N`` and ``complete`` on the root; a file of another tool
         may keep ``kind`` and ``N`` (or ``n``), ``labels`` on the dataset,
         and may leave ``kind`` out (then a group is 'sparse', a 2-D dataset
-        'dense', a 1-D one 'triu').
+        'dense', a 1-D one 'triu'). Or a ``_relmat.tsv`` (``.tsv.gz``), read
+        by :func:`connscale.io.read_relmat_tsv`: kind 'dense', its header's
+        node names as ``labels``.
     mmap : bool, default=False
         Return the open ``h5py.Dataset`` (sliceable without reading it all)
-        instead of an in-memory array; not for sparse stores.
+        instead of an in-memory array; not for sparse stores. A TSV is read
+        whole.
 
     Returns
     -------
@@ -221,9 +224,9 @@ def load_relmat(
     Raises
     ------
     ValueError
-        When the store is flagged incomplete (``complete`` False: the run
-        that wrote it did not finish), belongs to a file set whose
-        publication did not finish
+        When the file is neither a relmat TSV nor an HDF5 store, the store
+        is flagged incomplete (``complete`` False: the run that wrote it did
+        not finish), belongs to a file set whose publication did not finish
         (:class:`~connscale.io._publish.IncompleteOutputError`), or its
         layout does not match its attributes.
     """
@@ -234,6 +237,13 @@ def load_relmat(
     if not path.exists():
         raise FileNotFoundError(f"No connectivity store at {path}.")
     check_published(path)
+    if path.name.lower().endswith((".tsv", ".tsv.gz")):
+        return _load_relmat_tsv(path)
+    if not h5py.is_hdf5(path):
+        raise ValueError(
+            f"Cannot read {str(path)!r}: load_relmat reads a relmat TSV (.tsv, .tsv.gz) "
+            "or an HDF5 store (_relmat.h5)."
+        )
     handle = h5py.File(path, "r")
     try:
         if "relmat" not in handle:
@@ -286,6 +296,14 @@ def load_relmat(
     finally:
         if handle is not None:
             handle.close()
+
+
+def _load_relmat_tsv(path: Path) -> tuple[np.ndarray, dict]:
+    """A relmat TSV as :func:`load_relmat` returns a dense store."""
+    from connscale.io.relmat import read_relmat_tsv
+
+    matrix, labels = read_relmat_tsv(path)
+    return matrix, {"kind": "dense", "N": matrix.shape[0], "labels": labels}
 
 
 def _decoded(value: object) -> object:
