@@ -218,3 +218,32 @@ def test_dfc_summaries_need_every_runs_dfc(cohort, tmp_path):
     run_participant(tmp / "fmriprep", out, measures=["fc"], participant_label="02", **common)
     with pytest.raises(ValueError, match="'dfc' need every run's DFC"):
         run_group(out, features=("edges", "dfc"))
+
+
+def test_classify_reads_the_group_feature_table(cohort, tmp_path):
+    """The group level's feature table (edges and state features) loads as
+    it is written, and ``connscale classify`` runs on it."""
+    from connscale.classify import load_features
+
+    tmp, out, _ = cohort
+    table = out / "group" / "seg-Slab4_meas-PearsonCorrelation_desc-none_features.tsv"
+    rows = [line.split("\t") for line in table.read_text().splitlines()]
+    features = load_features(table)
+    assert features.subjects == ["01", "02", "03", "04"]
+    assert features.feature_names == rows[0][1:]
+    np.testing.assert_array_equal(features.X, np.array([r[1:] for r in rows[1:]], dtype=float))
+    assert features.statistic.count("edge") == 6 and features.region_labels == [
+        "label-1",
+        "label-2",
+        "label-3",
+        "label-4",
+    ]
+    with pytest.raises(ValueError, match="Fisher z already"):
+        load_features(table, fisher_z_transform=True)
+    classify = ["classify", str(table), "--participants", str(tmp / "participants.tsv")]
+    classify += ["--label", "dx", "--folds", "2", "--repeats", "2", "--out", str(tmp_path)]
+    assert main(classify + ["-q"]) == 0
+    metrics = json.loads((tmp_path / "classify_metrics.json").read_text())
+    assert metrics["n_subjects"] == 4 and metrics["n_features"] == len(rows[0]) - 1
+    top = (tmp_path / "classify_features.tsv").read_text().splitlines()[1:]
+    assert {line.split("\t")[2] for line in top} <= set(rows[0][1:])

@@ -4,6 +4,7 @@ import h5py
 import numpy as np
 import pytest
 
+from connscale.io.features import is_feature_table, read_feature_table, write_feature_table
 from connscale.io.hdf5 import add_datasets, load_relmat, write_relmat_h5
 from connscale.io.pairs import (
     PAIR_STATISTICS,
@@ -152,3 +153,18 @@ def test_relmat_tsv_reads_other_tools_layouts(tmp_path, rng):
     got, labels = read_relmat_tsv(tmp_path / "b_relmat.tsv")
     np.testing.assert_array_equal(got, [[1, np.nan], [0.5, 1]])
     assert labels == ["A", "B"]
+
+
+def test_feature_table_round_trip_and_bad_cells(tmp_path, rng):
+    X = rng.standard_normal((3, 4))
+    names = ["A|B", "A|C", "A|B:dfc_mean", "n_transitions"]
+    path = write_feature_table(tmp_path / "t_features.tsv", ["01", "02", "x3"], X, names)
+    assert is_feature_table(path)
+    subjects, got, got_names = read_feature_table(path)
+    assert subjects == ["01", "02", "x3"] and got_names == names
+    np.testing.assert_allclose(got, X, rtol=1e-7)
+    path.write_text("participant_id\tA|B\nsub-01\t0.5\nsub-02\tabc\n")
+    with pytest.raises(ValueError, match=r"t_features.tsv', row 3, column 'A\|B': not a number"):
+        read_feature_table(path)
+    path.write_text("subject\tA|B\nsub-01\t0.5\n")
+    assert not is_feature_table(path)

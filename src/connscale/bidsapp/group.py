@@ -45,7 +45,7 @@ import numpy as np
 
 from connscale._validation import Interval, StrOptions, validate_params
 from connscale._version import __version__
-from connscale.io._atomic import write_json_atomic, write_text_atomic
+from connscale.io._atomic import write_json_atomic
 from connscale.io._publish import read_manifest
 from connscale.io.bids import bids_name, parse_bids_name, read_participants
 
@@ -427,6 +427,7 @@ def _published(folder: Path, prefix: str) -> list[str]:
 
 
 def _write_group(result: GroupResult, out, output: Path, names, z, iu, ents, participants, target):
+    from connscale.io.features import write_feature_table
     from connscale.io.relmat import write_relmat_tsv
 
     runs, common = result.runs, result.labels
@@ -450,10 +451,9 @@ def _write_group(result: GroupResult, out, output: Path, names, z, iu, ents, par
             "SoftwareVersion": __version__,
         },
     )
-    lines = ["\t".join(["participant_id", *result.feature_names])]
-    for sub, row in zip(result.subjects, result.features):
-        lines.append(f"sub-{sub}\t" + "\t".join(f"{v:.8g}" for v in row))
-    write_text_atomic(out.path(names["table"]), "\n".join(lines) + "\n")
+    write_feature_table(
+        out.path(names["table"]), result.subjects, result.features, result.feature_names
+    )
     _group_report(out, output, runs, z, iu, result.mean, common, ents, result.states, result.maps)
 
 

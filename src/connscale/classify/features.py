@@ -23,7 +23,12 @@ Each subject is one file whose name carries its BIDS subject entity
   ``connscale-dfc-1``, any stored kind, read through
   :func:`connscale.load_dynamic`): each pair's mean and standard deviation
   over the windows (and the fraction of windows above the file's threshold
-  when it has one) are the pair-summary features.
+  when it has one) are the pair-summary features;
+- the group feature table of ``connscale bids ... group``
+  (``group/..._features.tsv``: a ``participant_id`` column, then one column
+  per feature, read by :func:`connscale.io.features.read_feature_table`):
+  one file for the whole cohort, its rows the participants, its columns the
+  features (:func:`load_feature_table`).
 
 All connscale outputs of one cohort are recognised by their content, not
 their names; :func:`load_features` dispatches. Every file is read by its one
@@ -47,6 +52,7 @@ import numpy.typing as npt
 from connscale._triu import matrix_to_vec, n_from_pairs, triu_pairs
 from connscale.io.bids import read_participants
 from connscale.io.dfc import read_dfc_info
+from connscale.io.features import is_feature_table, read_feature_table
 from connscale.io.hdf5 import load_relmat, store_kind
 from connscale.io.pairs import PAIR_STATISTICS, is_pair_summary, read_pair_summary, read_pairs_h5
 from connscale.io.relmat import read_relmat_npy, read_relmat_tsv
@@ -57,6 +63,7 @@ __all__ = [
     "file_kind",
     "fisher_z",
     "load_connectome_features",
+    "load_feature_table",
     "load_features",
     "load_pair_features",
     "read_pair_file",
@@ -81,10 +88,12 @@ class FeatureSet:
     subjects : list of str
         Subject labels (without ``sub-``), one per row.
     pair_i, pair_j : ndarray of int64, shape (n_features,)
-        Region pair of each feature (``i < j``).
+        Region pair of each feature (``i < j``; -1 for a feature of a group
+        feature table that is no region pair).
     statistic : list of str
         What each feature is: ``"edge"`` for matrix entries, or the DFC
-        summary statistic (``"mean"``, ``"std"``, ``"fraction_above"``).
+        summary statistic (``"mean"``, ``"std"``, ``"fraction_above"``; a
+        group feature table's ``dfc_mean``, ``dfc_std``, or ``"other"``).
     region_labels : list of str
         Names of the regions (``region_<k>`` when the files name none).
     files : list of str
@@ -93,6 +102,9 @@ class FeatureSet:
         Labels once aligned (see :func:`align_labels`): 0 negative, 1 positive.
     y_classes : list of str or None
         ``[negative, positive]`` label values once aligned.
+    names : list of str or None
+        The features' names as the file gives them (a group feature table's
+        columns); None: made from the pairs (see :attr:`feature_names`).
     """
 
     X: np.ndarray
@@ -104,6 +116,7 @@ class FeatureSet:
     files: list = field(default_factory=list)
     y: np.ndarray | None = None
     y_classes: list | None = None
+    names: list | None = None
 
     @property
     def n_features(self) -> int:
@@ -111,7 +124,10 @@ class FeatureSet:
 
     @property
     def feature_names(self) -> list:
-        """``"<label_i>--<label_j>"`` (prefixed by the statistic for DFC summaries)."""
+        """``"<label_i>--<label_j>"`` (prefixed by the statistic for DFC
+        summaries), or :attr:`names` when the file named the features."""
+        if self.names is not None:
+            return list(self.names)
         names = []
         for stat, i, j in zip(self.statistic, self.pair_i, self.pair_j):
             pair = f"{self.region_labels[i]}--{self.region_labels[j]}"
@@ -127,8 +143,8 @@ class FeatureSet:
                 "statistic": stat,
                 "i": int(i),
                 "j": int(j),
-                "label_i": self.region_labels[i],
-                "label_j": self.region_labels[j],
+                "label_i": self.region_labels[i] if i >= 0 else "",
+                "label_j": self.region_labels[j] if j >= 0 else "",
             }
             for k, (name, stat, i, j) in enumerate(
                 zip(self.feature_names, self.statistic, self.pair_i, self.pair_j)
@@ -148,6 +164,7 @@ class FeatureSet:
             files=[self.files[r] for r in rows] if self.files else [],
             y=None if self.y is None else self.y[rows],
             y_classes=self.y_classes,
+            names=self.names,
         )
 
 
@@ -312,11 +329,14 @@ def _read_dfc_h5(path: Path) -> dict:
 
 
 def file_kind(path: str | os.PathLike) -> str:
-    """What a feature file holds: 'relmat', 'pair_summary', 'pairs' or 'dfc'."""
+    """What a feature file holds: 'relmat', 'pair_summary', 'pairs', 'dfc'
+    or 'feature_table' (the BIDS-App's group feature table)."""
     path = Path(path)
     name = path.name.lower()
     if name.endswith((".h5", ".hdf5")):
         return store_kind(path)
+    if name.endswith(".tsv") and is_feature_table(path):
+        return "feature_table"
     return "pair_summary" if is_pair_summary(path) else "relmat"
 
 
@@ -548,6 +568,51 @@ def load_pair_features(
     )
 
 
+def load_feature_table(path: str | os.PathLike) -> FeatureSet:
+    """The group feature table of ``connscale bids ... group`` as a FeatureSet.
+
+    Parameters
+    ----------
+    path : str or path
+        ``group/seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_features.tsv``:
+        one row per participant (``participant_id``), one column per
+        feature. Columns ``<name_i>|<name_j>`` are Fisher-z edges,
+        ``<name_i>|<name_j>:dfc_mean`` (``:dfc_std``) DFC summaries of that
+        pair; the other columns (state features, voxel maps) are no pair.
+
+    Returns
+    -------
+    FeatureSet
+        ``names`` the table's columns; ``files`` the table, once per row.
+    """
+    path = Path(path)
+    subjects, X, names = read_feature_table(path)
+    _check_finite(X, subjects)
+    regions: dict[str, int] = {}
+    pair_i, pair_j, statistic = [], [], []
+    for name in names:
+        pair, _, stat = name.partition(":")
+        ends = pair.split("|")
+        if len(ends) == 2 and all(ends) and (not stat or stat.startswith("dfc_")):
+            i, j = (regions.setdefault(end, len(regions)) for end in ends)
+            statistic.append(stat or "edge")
+        else:
+            i = j = -1
+            statistic.append("other")
+        pair_i.append(i)
+        pair_j.append(j)
+    return FeatureSet(
+        X=X,
+        subjects=subjects,
+        pair_i=np.asarray(pair_i, dtype=np.int64),
+        pair_j=np.asarray(pair_j, dtype=np.int64),
+        statistic=statistic,
+        region_labels=list(regions),
+        files=[str(path)] * len(subjects),
+        names=list(names),
+    )
+
+
 def load_features(
     paths: str | Path | Iterable[str | os.PathLike],
     *,
@@ -560,7 +625,10 @@ def load_features(
     ``_pairs.h5`` and a ``_dfc.h5`` store are pair-level
     (:func:`load_pair_features`); matrices (``.npy``, ``_relmat.tsv``,
     ``_relmat.h5``) go to :func:`load_connectome_features`. All files must
-    be matrices, or all pair-level (see :func:`file_kind`).
+    be matrices, or all pair-level (see :func:`file_kind`). A group feature
+    table (``participant_id`` first in its header) holds the whole cohort:
+    it is given alone, without Fisher z (its edges are Fisher z already) and
+    read by :func:`load_feature_table`.
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -570,7 +638,21 @@ def load_features(
     for path in paths:
         if not path.is_file():
             raise FileNotFoundError(f"No such feature file: {str(path)!r}.")
-    kinds = {file_kind(p) != "relmat" for p in paths}
+    found = [file_kind(p) for p in paths]
+    if "feature_table" in found:
+        table = paths[found.index("feature_table")]
+        if len(paths) > 1:
+            raise ValueError(
+                f"{str(table)!r} is a group feature table (the whole cohort); give it alone, "
+                f"not with {len(paths) - 1} other file(s)."
+            )
+        if fisher_z_transform:
+            raise ValueError(
+                f"{str(table)!r} is a group feature table, its edges Fisher z already; "
+                "load it without the Fisher z transform."
+            )
+        return load_feature_table(table)
+    kinds = {kind != "relmat" for kind in found}
     if len(kinds) > 1:
         raise ValueError(
             "The feature files mix DFC pair summaries and connectome matrices; "

@@ -35,7 +35,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "Classify subjects (e.g. patients vs controls) from one connectome file per "
             "subject (.npy, _relmat.tsv, _relmat.h5, 'connscale pairs' summaries, or the "
             "_pairs.h5 and _dfc.h5 stores of pairs, dfc, cohort and bids, summarised per "
-            "region pair; the subject is read from 'sub-<label>' in the file name) with a "
+            "region pair; the subject is read from 'sub-<label>' in the file name), or from "
+            "the group feature table of 'bids ... group' (one row per participant), with a "
             "linear SVM or an "
             "MLP, fitted inside repeated stratified k-fold cross-validation. Writes "
             "metrics with Clopper-Pearson 95%% intervals, the top features as region "
@@ -47,7 +48,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         nargs="+",
         type=Path,
         metavar="FEATURES",
-        help="One connectome or pair-level file per subject.",
+        help="One connectome or pair-level file per subject, or the group feature table.",
     )
     parser.add_argument(
         "--participants",
