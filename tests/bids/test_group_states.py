@@ -247,3 +247,30 @@ def test_classify_reads_the_group_feature_table(cohort, tmp_path):
     assert metrics["n_subjects"] == 4 and metrics["n_features"] == len(rows[0]) - 1
     top = (tmp_path / "classify_features.tsv").read_text().splitlines()[1:]
     assert {line.split("\t")[2] for line in top} <= set(rows[0][1:])
+
+
+def test_folds_above_the_smaller_class_are_said_and_recorded(cohort, tmp_path, caplog):
+    """Two participants per class cannot fill 3 stratified folds: 2 are used,
+    with a warning line, and the classification JSON says so."""
+    tmp, out, _ = cohort
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    same = {"participants": tmp / "participants.tsv", "target": "dx", "repeats": 2}
+    with caplog.at_level("WARNING", logger="connscale"):
+        result = run_group(copy, folds=3, overwrite=True, **same)
+    said = [r.getMessage() for r in caplog.records if "folds" in r.getMessage()]
+    assert len(said) == 1 and "3 folds asked for" in said[0] and "2 folds used" in said[0]
+    recorded = json.loads(
+        (
+            copy / "group" / "seg-Slab4_meas-PearsonCorrelation_desc-none_classification.json"
+        ).read_text()
+    )
+    assert recorded == result.classification
+    assert recorded["folds"] == 2 and recorded["folds_requested"] == 3
+    assert recorded["notes"] == [said[0].removeprefix("group: ")]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="connscale"):
+        result = run_group(copy, folds=2, overwrite=True, **same)
+    assert not [r for r in caplog.records if "folds" in r.getMessage()]
+    assert result.classification["folds"] == result.classification["folds_requested"] == 2
+    assert result.classification["notes"] == []

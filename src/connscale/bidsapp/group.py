@@ -199,8 +199,11 @@ def run_group(
     target : str or None
         Column to classify (two classes).
     folds, repeats
-        Of :func:`connscale.classify.cross_validate` (folds lowered to the
-        smaller class size when needed).
+        Of :func:`connscale.classify.cross_validate`. Stratified folds need
+        ``folds`` participants in each class: with fewer in the smaller
+        class, its size is used instead, said in a warning and recorded in
+        the classification JSON (``folds``, ``folds_requested``, ``notes``)
+        and the group report.
     random_state : int or None, default=0
         Of the cross-validation and of the states' k-means.
     states : bool or None, default=None
@@ -535,14 +538,21 @@ def _classify(
             f"Classification needs two classes of {target!r}; got "
             f"{classes.tolist()} over {len(y)} participants with outputs."
         )
-    folds = min(folds, int(counts.min()))
-    if folds < 2:
+    sizes = dict(zip(classes.tolist(), counts.tolist()))
+    if counts.min() < 2:
         raise ValueError(
-            f"Each class of {target!r} needs at least 2 participants with outputs; "
-            f"got {dict(zip(classes.tolist(), counts.tolist()))}."
+            f"Each class of {target!r} needs at least 2 participants with outputs; got {sizes}."
         )
+    notes, used = [], min(folds, int(counts.min()))
+    if used < folds:
+        notes.append(
+            f"{folds} folds asked for, but the smaller class of {target!r} has "
+            f"{int(counts.min())} participants with outputs ({sizes}; stratified folds "
+            f"need one of each class per fold): {used} folds used"
+        )
+        logger.warning("group: %s", notes[-1])
     scores = cross_validate(
-        result.features[keep], y, folds=folds, repeats=repeats, random_state=random_state
+        result.features[keep], y, folds=used, repeats=repeats, random_state=random_state
     )
     summary = {
         k: scores[k]
@@ -560,6 +570,8 @@ def _classify(
         )
     }
     summary.update(
+        folds_requested=folds,
+        notes=notes,
         target=target,
         participants=[f"sub-{result.subjects[i]}" for i in keep],
         features=", ".join(_FEATURE_LABELS[k] for k in result.feature_kinds)
