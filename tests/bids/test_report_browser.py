@@ -1,10 +1,16 @@
-"""The BIDS-App's reports in a real headless browser: every image renders, no external URL."""
+"""The BIDS-App's reports in a real headless browser: every image renders, no
+external URL, and what the pages say (header, outputs, run links,
+classification) is what the runs did."""
 
+import html
+import json
+import re
 from pathlib import Path
 
 import nibabel as nib
 import pytest
 
+from connscale._version import __version__
 from connscale.bidsapp.group import run_group
 from connscale.bidsapp.participant import run_participant
 from tests.bids._browser import CHROMIUM, external_urls, images, render
@@ -12,13 +18,39 @@ from tests.bids._fmriprep import atlas_img, make_fmriprep
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed")
 
+RUNS = [("01", None, "rest", "1"), ("02", None, "rest", None)]
+RUNS += [("03", None, "rest", None), ("04", None, "rest", None)]
+
+
+def _section(dom: str, sid: str) -> str:
+    match = re.search(rf'<section id="{sid}">(.*?)</section>', dom, re.S)
+    assert match, f"no section {sid!r}"
+    return match.group(1)
+
+
+def _text(fragment: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", " ", fragment))
+
+
+def _check_header(dom: str) -> None:
+    header = _text(re.search(r"<header>(.*?)</header>", dom, re.S).group(1))
+    assert re.search(r"started \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", header), header
+    assert "device cpu" in header and f"connscale {__version__}" in header, header
+    assert "?" not in header and "n/a" not in header, header
+
+
+def _listed_outputs(dom: str) -> list[str]:
+    items = re.findall(r"<li>(.*?)</li>", _section(dom, "outputs"), re.S)
+    assert all("missing" not in item for item in items), items
+    return [_text(re.search(r"<code>(.*?)</code>", item).group(1)).strip() for item in items]
+
 
 def test_reports_render_in_chromium(tmp_path):
-    root = make_fmriprep(
-        tmp_path / "fmriprep", [("01", None, "rest", "1"), ("02", None, "rest", None)]
-    )
+    root = make_fmriprep(tmp_path / "fmriprep", RUNS)
     nib.save(atlas_img(), tmp_path / "atlas.nii.gz")
     (tmp_path / "labels.tsv").write_text("index\tname\n1\tV\n2\tM\n3\tD\n4\tL\n")
+    participants = tmp_path / "participants.tsv"
+    participants.write_text("participant_id\tdx\nsub-01\tA\nsub-02\tB\nsub-03\tA\nsub-04\tB\n")
     out = tmp_path / "out"
     report = run_participant(
         root,
@@ -30,17 +62,41 @@ def test_reports_render_in_chromium(tmp_path):
         strategy_params={"motion": "basic", "fd_threshold": 0.15, "scrub": 0},
         backend="serial",
     )
-    pages = [p for r in report.records for p in r["outputs"] if p.endswith("_report.html")]
-    pages += [str(p) for p in run_group(out).outputs if p.name.endswith("_report.html")]
-    assert len(pages) == 3
-    for i, page in enumerate(pages):
+    group = run_group(out, participants=participants, target="dx", folds=2, repeats=2)
+    runs = {}
+    for record in report.records:
+        page = next(Path(p) for p in record["outputs"] if p.endswith("_report.html"))
+        runs[page] = [Path(p).name for p in record["outputs"] if Path(p) != page]
+    (group_page,) = [p for p in group.outputs if p.name.endswith("_report.html")]
+    assert len(runs) == len(RUNS)
+    for i, page in enumerate([*runs, group_page]):
         scratch = tmp_path / f"browser{i}"
         scratch.mkdir()
         dom = render(Path(page), scratch)
         seen = images(dom)
-        assert len(seen) == Path(page).read_text().count("<img") >= (1 if i == 2 else 5), page
+        assert len(seen) == Path(page).read_text().count("<img") >= (1 if page == group_page else 5)
         assert set(seen) == {"yes"}, f"{seen.count('no')} image(s) did not render in {page}"
         assert external_urls(dom) == [], page
+        _check_header(dom)
+        listed = _listed_outputs(dom)
+        if page in runs:  # the run's published files, each found
+            assert sorted(listed) == sorted(runs[page]) and any(
+                name.endswith("_relmat.tsv") for name in listed
+            ), listed
+            continue
+        # The group page links every run's report, none marked missing.
+        links = re.findall(r'<a href="([^"]+)">', _section(dom, "runs"))
+        assert sorted((group_page.parent / link).resolve() for link in links) == sorted(
+            p.resolve() for p in runs
+        )
+        assert sorted(listed) == sorted(links)
+        # ... and shows the classification that was published beside it.
+        result = json.loads(next(group_page.parent.glob("*_classification.json")).read_text())
+        shown = _text(_section(dom, "results"))
+        assert "classification" in shown and "accuracy" in shown
+        for metric in ("accuracy", "sensitivity", "specificity"):
+            assert f"{result[metric]['mean']:.4g}" in shown, metric
+        assert f"{result['auc']['mean']:.4g}" in shown and "dx" in shown
 
 
 def test_the_check_sees_a_broken_image(tmp_path):

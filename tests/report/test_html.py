@@ -121,3 +121,19 @@ def test_nested_lists_render_as_tables(tmp_path):
     check_html(text)
     assert '<table><tr><td class="num">18</td><td class="num">2</td></tr>' in text
     assert "20 values: a.tsv, b.tsv, a.tsv, ..." in text
+
+
+def test_staged_report_lists_outputs_from_where_it_is_published(tmp_path):
+    """A report written into a staging folder names files outside its set
+    relative to the folder it is published in: found there, not 'missing'."""
+    published = tmp_path / "group"
+    staging = published / ".set.staging"
+    staging.mkdir(parents=True)
+    (tmp_path / "sub-01").mkdir()
+    (tmp_path / "sub-01" / "run_report.html").write_text("<html></html>")
+    record = {"command": "bids group", "outputs": ["../sub-01/run_report.html"]}
+    staged = render_report(record, staging)
+    assert "missing" in staged
+    text = render_report(record, staging, published_dir=published)
+    assert "missing" not in text and "13 bytes" in text
+    assert "<code>../sub-01/run_report.html</code>" in text

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from numbers import Integral
@@ -229,6 +230,7 @@ def run_group(
     -------
     GroupResult
     """
+    from connscale._compute import resolve_device
     from connscale.bidsapp.group_maps import compute_maps, plan_maps
     from connscale.bidsapp.group_states import compute_states, plan_states
     from connscale.io._fingerprint import run_fingerprint
@@ -237,6 +239,7 @@ def run_group(
 
     if (participants is None) != (target is None):
         raise ValueError("Give both --participants and --target, or neither.")
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     features = _check_features(features)
     output = Path(output)
     runs = find_participant_outputs(output, atlas_name=atlas_name, strategy=strategy)
@@ -376,6 +379,21 @@ def run_group(
                     random_state=random_state,
                 )
                 write_json_atomic(out.path(names["classification"]), result.classification)
+            _group_report(
+                out,
+                output,
+                runs,
+                z,
+                iu,
+                mean,
+                common,
+                ents,
+                found,
+                mean_maps,
+                classification=result.classification,
+                started=started,
+                device=str(resolve_device(device)),
+            )
             out.commit()
             result.outputs = list(out.published)
     if found is not None:
@@ -457,11 +475,23 @@ def _write_group(result: GroupResult, out, output: Path, names, z, iu, ents, par
     write_feature_table(
         out.path(names["table"]), result.subjects, result.features, result.feature_names
     )
-    _group_report(out, output, runs, z, iu, result.mean, common, ents, result.states, result.maps)
 
 
 def _group_report(
-    out, output: Path, runs: list[dict], z: np.ndarray, iu, mean, names, ents, states, maps
+    out,
+    output: Path,
+    runs: list[dict],
+    z: np.ndarray,
+    iu,
+    mean,
+    names,
+    ents,
+    states,
+    maps,
+    *,
+    classification: dict | None,
+    started: str,
+    device: str,
 ) -> Path:
     import json
 
@@ -509,6 +539,10 @@ def _group_report(
         results=results,
         states=states,
         maps=None if maps is None else _map_figures(output, maps),
+        classification=classification,
+        started=started,
+        device=device,
+        published_dir=group,
     )
 
 

@@ -381,7 +381,8 @@ class DecodedRun:
     voxels) only for the atlas-level measures, in the same pass over the file.
     ``context`` holds the confounds, the sample mask, the cleaning operator and
     the framewise displacement; ``seconds`` and ``clean_seconds`` time the
-    BOLD's reading (decode stage) and the operator's making (clean stage).
+    BOLD's reading (decode stage) and the operator's making (clean stage);
+    ``started`` is when the reading began (epoch seconds).
     """
 
     img: object
@@ -393,6 +394,7 @@ class DecodedRun:
     regions: np.ndarray | None = None
     context: dict = field(default_factory=dict)
     clean_seconds: float = 0.0
+    started: float | None = None
 
 
 def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -> dict:
@@ -428,6 +430,7 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
     """
     import nibabel as nib
 
+    started = time.time()
     tic = time.perf_counter()
     img = nib.load(run.bold)
     if img.ndim != 4:
@@ -462,6 +465,7 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
         regions=read.regions,
         context=context,
         clean_seconds=time.perf_counter() - tic,
+        started=started,
     )
 
 
@@ -658,6 +662,8 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
             names=names,
             fd=context["fd"],
             timings=timings,
+            outputs=list(written),
+            started=decoded.started,
         )
         written.append(name)
         timings["write"] += time.perf_counter() - tic
@@ -881,7 +887,14 @@ def _run_report(
     names,
     fd,
     timings,
+    outputs,
+    started,
 ) -> Path:
+    """The run's HTML report, written into ``staging`` beside ``outputs`` (the
+    names of the set's other files); ``started`` in epoch seconds."""
+    import platform
+
+    from connscale._compute import resolve_device
     from connscale.bidsapp.report import run_figures
     from connscale.denoise import clean_signals, region_signals
     from connscale.report import write_report
@@ -918,6 +931,9 @@ def _run_report(
     }
     record = {
         "command": f"bids participant: {run.name}",
+        "software": {"connscale": __version__, "python": platform.python_version()},
+        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "device": str(resolve_device(config.device)),
         "parameters": {
             "atlas": config.atlas_name,
             "strategy": config.strategy,
@@ -929,6 +945,7 @@ def _run_report(
         "results": results,
         "timings_s": dict(timings),
         "figures": [str(f) for f in figures],
+        "outputs": outputs,
     }
     return write_report(record, staging, filename=name)
 

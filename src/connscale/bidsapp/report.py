@@ -11,7 +11,8 @@ Per group: the group-average connectome, QC-FC (across runs, the correlation
 of each edge with the run's mean framewise displacement), with DFC states the
 state matrices, the first run's state sequence and the mean transition
 matrix, with voxel maps each group mean map (nilearn's ``plot_stat_map``),
-and a table linking every run's report.
+with a target the classification's result, and a table linking every run's
+report.
 """
 
 from __future__ import annotations
@@ -163,6 +164,26 @@ def qc_fc(edges: np.ndarray, mean_fd: np.ndarray) -> np.ndarray:
         return np.where(denom > 0, (f @ e) / denom, np.nan)
 
 
+def _classification_results(summary: dict) -> dict:
+    """What the group page shows of a classification JSON (:mod:`connscale.bidsapp.group`)."""
+    folds = f"{summary['folds']} folds × {summary['repeats']} repeats"
+    if summary.get("folds_requested", summary["folds"]) != summary["folds"]:
+        folds += f" ({summary['folds_requested']} folds asked for)"
+    shown = {
+        "target": summary["target"],
+        "classes (negative, positive)": summary["classes"],
+        "participants": summary["n_subjects"],
+        "features": f"{summary['n_features']}: {summary['features']}",
+        "model": summary["model"],
+        "cross-validation": folds,
+        **{name: summary[name] for name in ("accuracy", "sensitivity", "specificity")},
+        "AUC (mean, std over repeats)": [summary["auc"]["mean"], summary["auc"]["std"]],
+    }
+    if summary.get("notes"):
+        shown["notes"] = summary["notes"]
+    return shown
+
+
 def write_group_report(
     path: Path,
     *,
@@ -174,13 +195,24 @@ def write_group_report(
     results: dict,
     states=None,
     maps: dict | None = None,
+    classification: dict | None = None,
+    started: str | None = None,
+    device: str | None = None,
+    published_dir: Path | None = None,
 ) -> Path:
-    """The group page: average connectome, QC-FC, DFC states, mean maps, every run linked.
+    """The group page: average connectome, QC-FC, DFC states, mean maps,
+    classification, every run linked.
 
     ``states`` is a :class:`connscale.bidsapp.group_states.GroupStates` or None;
     ``maps`` None or ``{"maps": [(image path, title), ...], "background": image
-    or None}`` (None: nilearn's MNI template).
+    or None}`` (None: nilearn's MNI template); ``classification`` the
+    published classification JSON or None. ``runs[i]["report"]`` is the run's
+    report relative to ``published_dir``, the folder the page is published in
+    (default: ``path``'s, when it is not staged).
     """
+    import platform
+
+    from connscale._version import __version__
     from connscale.report import write_report
     from connscale.report.plots import (
         plot_correlation_matrix,
@@ -245,14 +277,19 @@ def write_group_report(
                     title=f"group mean: {title}",
                 )
             )
+    if classification is not None:
+        results = {**results, "classification": _classification_results(classification)}
     record = {
         "command": "bids group",
+        "software": {"connscale": __version__, "python": platform.python_version()},
+        "started": started,
+        "device": device,
         "parameters": parameters,
         "results": results,
         "figures": [str(f) for f in figures],
         "outputs": [r["report"] for r in runs if r.get("report")],
     }
-    report = write_report(record, path.parent, filename=path.name)
+    report = write_report(record, path.parent, filename=path.name, published_dir=published_dir)
     for figure in figures:
         figure.unlink(missing_ok=True)
     figures_dir.rmdir()

@@ -241,7 +241,12 @@ def _display_path(path: str | os.PathLike, out_dir: Path) -> str:
         return str(path)
 
 
-def render_report(record: RunRecord | dict, out_dir: str | os.PathLike) -> str:
+def render_report(
+    record: RunRecord | dict,
+    out_dir: str | os.PathLike,
+    *,
+    published_dir: str | os.PathLike | None = None,
+) -> str:
     """The HTML text of the report of ``record`` (see :func:`write_report`)."""
     if hasattr(record, "as_dict"):
         record = record.as_dict()
@@ -258,11 +263,12 @@ def render_report(record: RunRecord | dict, out_dir: str | os.PathLike) -> str:
     run_warnings = list(record.get("warnings") or []) + [f"report: {p}" for p in problems]
 
     outputs = []
+    base = out_dir if published_dir is None else Path(published_dir)
     for path in record.get("outputs") or []:
-        resolved = _resolve(path, out_dir)
+        resolved = _resolve(path, base)
         size = f"{resolved.stat().st_size:,} bytes" if resolved.is_file() else "missing"
         outputs.append(
-            f"<li><code>{_esc(_display_path(path, out_dir))}</code> "
+            f"<li><code>{_esc(_display_path(path, base))}</code> "
             f'<span class="muted">{_esc(size)}</span></li>'
         )
 
@@ -311,7 +317,11 @@ def render_report(record: RunRecord | dict, out_dir: str | os.PathLike) -> str:
 
 
 def write_report(
-    record: RunRecord | dict, out_dir: str | os.PathLike, *, filename: str = "report.html"
+    record: RunRecord | dict,
+    out_dir: str | os.PathLike,
+    *,
+    filename: str = "report.html",
+    published_dir: str | os.PathLike | None = None,
 ) -> Path:
     """Write the self-contained HTML report of a run.
 
@@ -324,6 +334,10 @@ def write_report(
     out_dir : str or path
         Folder of the report.
     filename : str, default="report.html"
+    published_dir : str, path or None
+        Where the report will be published when ``out_dir`` is a staging
+        folder: relative output paths (links out of the staged set) are then
+        taken relative to it. None: ``out_dir``.
 
     Returns
     -------
@@ -334,5 +348,5 @@ def write_report(
     from connscale.io._atomic import write_text_atomic
 
     out_dir = Path(out_dir)
-    text = render_report(record, out_dir)
+    text = render_report(record, out_dir, published_dir=published_dir)
     return write_text_atomic(out_dir / filename, text)
