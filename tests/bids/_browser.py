@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import subprocess
@@ -70,3 +71,39 @@ def external_urls(dom: str) -> list[str]:
     refs = re.findall(r'(?:src|href|action|poster)\s*=\s*"([^"]*)"', dom)
     refs += re.findall(r"url\(\s*['\"]?([^'\")]+)", dom)
     return [r for r in refs if r.strip().lower().startswith(("http:", "https:", "//", "ftp:"))]
+
+
+def text(fragment: str) -> str:
+    """The text of an HTML fragment: tags as spaces, entities decoded."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", fragment))
+
+
+def section(dom: str, sid: str) -> str:
+    """The inner HTML of ``<section id="sid">`` of a report (AssertionError if none)."""
+    match = re.search(rf'<section id="{sid}">(.*?)</section>', dom, re.S)
+    assert match, f"no section {sid!r}"
+    return match.group(1)
+
+
+def header(dom: str) -> str:
+    """The text of the report's header (title, start time, device, versions)."""
+    return text(re.search(r"<header>(.*?)</header>", dom, re.S).group(1))
+
+
+def listed_outputs(dom: str) -> list[tuple[str, str]]:
+    """(path, size or 'missing') of each file in the report's Outputs list."""
+    item = r"<li><code>(.*?)</code>\s*<span[^>]*>(.*?)</span></li>"
+    return [
+        (text(path).strip(), text(size).strip())
+        for path, size in re.findall(item, section(dom, "outputs"))
+    ]
+
+
+def assert_header(dom: str, *, device: str = "cpu") -> None:
+    """The report's header names its start time, ``device`` and connscale's version."""
+    from connscale._version import __version__
+
+    shown = header(dom)
+    assert re.search(r"started \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", shown), shown
+    assert f"device {device}" in shown and f"connscale {__version__}" in shown, shown
+    assert "?" not in shown and "n/a" not in shown, shown

@@ -2,7 +2,6 @@
 external URL, and what the pages say (header, outputs, run links,
 classification) is what the runs did."""
 
-import html
 import json
 import re
 from pathlib import Path
@@ -10,10 +9,18 @@ from pathlib import Path
 import nibabel as nib
 import pytest
 
-from connscale._version import __version__
 from connscale.bidsapp.group import run_group
 from connscale.bidsapp.participant import run_participant
-from tests.bids._browser import CHROMIUM, external_urls, images, render
+from tests.bids._browser import (
+    CHROMIUM,
+    assert_header,
+    external_urls,
+    images,
+    listed_outputs,
+    render,
+    section,
+    text,
+)
 from tests.bids._fmriprep import atlas_img, make_fmriprep
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed")
@@ -22,27 +29,11 @@ RUNS = [("01", None, "rest", "1"), ("02", None, "rest", None)]
 RUNS += [("03", None, "rest", None), ("04", None, "rest", None)]
 
 
-def _section(dom: str, sid: str) -> str:
-    match = re.search(rf'<section id="{sid}">(.*?)</section>', dom, re.S)
-    assert match, f"no section {sid!r}"
-    return match.group(1)
-
-
-def _text(fragment: str) -> str:
-    return html.unescape(re.sub(r"<[^>]+>", " ", fragment))
-
-
-def _check_header(dom: str) -> None:
-    header = _text(re.search(r"<header>(.*?)</header>", dom, re.S).group(1))
-    assert re.search(r"started \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", header), header
-    assert "device cpu" in header and f"connscale {__version__}" in header, header
-    assert "?" not in header and "n/a" not in header, header
-
-
-def _listed_outputs(dom: str) -> list[str]:
-    items = re.findall(r"<li>(.*?)</li>", _section(dom, "outputs"), re.S)
-    assert all("missing" not in item for item in items), items
-    return [_text(re.search(r"<code>(.*?)</code>", item).group(1)).strip() for item in items]
+def found_outputs(dom: str) -> list[str]:
+    """The files of the Outputs list, each found (its size shown, not 'missing')."""
+    listed = listed_outputs(dom)
+    assert listed and all(size.endswith(" bytes") for _, size in listed), listed
+    return [path for path, _ in listed]
 
 
 def test_reports_render_in_chromium(tmp_path):
@@ -77,22 +68,22 @@ def test_reports_render_in_chromium(tmp_path):
         assert len(seen) == Path(page).read_text().count("<img") >= (1 if page == group_page else 5)
         assert set(seen) == {"yes"}, f"{seen.count('no')} image(s) did not render in {page}"
         assert external_urls(dom) == [], page
-        _check_header(dom)
-        listed = _listed_outputs(dom)
+        assert_header(dom)
+        listed = found_outputs(dom)
         if page in runs:  # the run's published files, each found
             assert sorted(listed) == sorted(runs[page]) and any(
                 name.endswith("_relmat.tsv") for name in listed
             ), listed
             continue
         # The group page links every run's report, none marked missing.
-        links = re.findall(r'<a href="([^"]+)">', _section(dom, "runs"))
+        links = re.findall(r'<a href="([^"]+)">', section(dom, "runs"))
         assert sorted((group_page.parent / link).resolve() for link in links) == sorted(
             p.resolve() for p in runs
         )
         assert sorted(listed) == sorted(links)
         # ... and shows the classification that was published beside it.
         result = json.loads(next(group_page.parent.glob("*_classification.json")).read_text())
-        shown = _text(_section(dom, "results"))
+        shown = text(section(dom, "results"))
         assert "classification" in shown and "accuracy" in shown
         for metric in ("accuracy", "sensitivity", "specificity"):
             assert f"{result[metric]['mean']:.4g}" in shown, metric

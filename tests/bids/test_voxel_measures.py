@@ -20,7 +20,14 @@ from connscale.io.bids import from_pybids, parse_bids_name, pybids_config
 from connscale.io.maps import threshold_label
 from connscale.io.timeseries import load_timeseries
 from connscale.networks import R1DL
-from tests.bids._browser import CHROMIUM, external_urls, images, render
+from tests.bids._browser import (
+    CHROMIUM,
+    assert_header,
+    external_urls,
+    images,
+    listed_outputs,
+    render,
+)
 from tests.bids._fmriprep import T_R, atlas_img, make_fmriprep
 
 THRESHOLDS = (0.2, 0.5)
@@ -176,6 +183,13 @@ def test_reports_render_in_chromium(outputs, tmp_path):
         n_images = page.read_text().count("<img")
         assert n_images >= 1 and images(dom) == ["yes"] * n_images, page
         assert external_urls(dom) == [], page
+        assert_header(dom)
+        published = [Path(p) for p in record["outputs"] if Path(p).parent == page.parent]
+        in_set = json.loads(next(page.parent.glob(f"*stat-{stat}*_manifest.json")).read_text())
+        expected = sorted(p.name for p in published if p.name in in_set["files"] and p != page)
+        listed = listed_outputs(dom)
+        assert sorted(name for name, _ in listed) == expected and len(expected) >= 2, listed
+        assert all(size.endswith(" bytes") for _, size in listed), listed
 
 
 def test_group_level_reads_past_the_maps(outputs, tmp_path):

@@ -892,10 +892,7 @@ def _run_report(
 ) -> Path:
     """The run's HTML report, written into ``staging`` beside ``outputs`` (the
     names of the set's other files); ``started`` in epoch seconds."""
-    import platform
-
-    from connscale._compute import resolve_device
-    from connscale.bidsapp.report import run_figures
+    from connscale.bidsapp.report import run_figures, run_header
     from connscale.denoise import clean_signals, region_signals
     from connscale.report import write_report
 
@@ -931,9 +928,7 @@ def _run_report(
     }
     record = {
         "command": f"bids participant: {run.name}",
-        "software": {"connscale": __version__, "python": platform.python_version()},
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-        "device": str(resolve_device(config.device)),
+        **run_header(config.device, started),
         "parameters": {
             "atlas": config.atlas_name,
             "strategy": config.strategy,

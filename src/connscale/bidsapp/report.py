@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["qc_fc", "run_figures", "write_group_report"]
+__all__ = ["qc_fc", "run_figures", "run_header", "write_group_report"]
 
 _MAX_CARPET_VOXELS = 2000
 #: State matrices are drawn up to this many regions.
@@ -39,6 +39,25 @@ def _save(fig, path: Path) -> Path:
     from connscale.report.plots import _save as save
 
     return save(fig, path)
+
+
+def run_header(device: str, started: float | None) -> dict:
+    """The header fields of a run's report record: connscale and Python
+    versions, the start time (``started``, epoch seconds, as ISO 8601 local
+    time) and the torch device ``device`` resolves to."""
+    import platform
+    import time
+
+    from connscale._compute import resolve_device
+    from connscale._version import __version__
+
+    return {
+        "software": {"connscale": __version__, "python": platform.python_version()},
+        "started": None
+        if started is None
+        else time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+        "device": str(resolve_device(device)),
+    }
 
 
 def framewise_displacement(confounds_tsv) -> np.ndarray | None:

@@ -188,11 +188,16 @@ def _publish(out, written: list[str], run) -> None:
         (out.out_dir / name).unlink(missing_ok=True)
 
 
-def _report(out, name: str, *, config, run, figures: list, results: dict, timings) -> None:
+def _report(
+    out, name: str, *, config, run, figures: list, results: dict, timings, outputs, started
+) -> None:
+    """The set's report, beside ``outputs`` (the names of its other files)."""
+    from connscale.bidsapp.report import run_header
     from connscale.report import write_report
 
     record = {
         "command": f"bids participant: {run.name}",
+        **run_header(config.device, started),
         "parameters": {
             "strategy": config.strategy,
             "bold": str(run.bold),
@@ -203,6 +208,7 @@ def _report(out, name: str, *, config, run, figures: list, results: dict, timing
         "results": results,
         "timings_s": dict(timings),
         "figures": [str(f) for f in figures],
+        "outputs": outputs,
     }
     out.path(name)
     write_report(record, out.staging, filename=name)
@@ -334,6 +340,8 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
                 "degree method": info["method"],
             },
             timings=timings,
+            outputs=list(written),
+            started=decoded.started,
         )
         written.append(name)
         timings["write"] += time.perf_counter() - tic
@@ -476,6 +484,8 @@ def write_networks(config, run, decoded, out, context, timings) -> list[str]:
                 "atoms converged": int(result.converged.sum()),
             },
             timings=timings,
+            outputs=list(written),
+            started=decoded.started,
         )
         written.append(name)
         timings["write"] += time.perf_counter() - tic
