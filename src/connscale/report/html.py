@@ -275,7 +275,7 @@ def render_report(
     subtitle = " · ".join(
         _esc(x)
         for x in [
-            f"started {record.get('started', '?')}",
+            f"started {record.get('started') or '?'}",
             f"device {record.get('device') or 'n/a'}",
             f"connscale {software.get('connscale', '?')}",
             f"python {software.get('python', '?')}",
