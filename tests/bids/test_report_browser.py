@@ -8,7 +8,7 @@ import pytest
 from connscale.bidsapp.group import run_group
 from connscale.bidsapp.participant import run_participant
 from tests.bids._browser import CHROMIUM, external_urls, images, render
-from tests.bids._fmriprep import atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed")
 
@@ -17,13 +17,13 @@ def test_reports_render_in_chromium(tmp_path):
     root = make_fmriprep(
         tmp_path / "fmriprep", [("01", None, "rest", "1"), ("02", None, "rest", None)]
     )
-    nib.save(atlas_img(), tmp_path / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp_path / ATLAS)
     (tmp_path / "labels.tsv").write_text("index\tname\n1\tV\n2\tM\n3\tD\n4\tL\n")
     out = tmp_path / "out"
     report = run_participant(
         root,
         out,
-        atlas=tmp_path / "atlas.nii.gz",
+        atlas=tmp_path / ATLAS,
         atlas_name="Slab4",
         atlas_labels=tmp_path / "labels.tsv",
         strategy="scrubbing",
