@@ -147,7 +147,7 @@ def check_atlas(
             where = tuple(int(i[0]) for i in np.nonzero(data != rounded))
             raise ValueError(
                 f"The atlas {path.name} must hold integer labels; voxel {where} holds "
-                f"{data[where]!r}."
+                f"{data[where].item()!r}."
             )
     labels = np.unique(data[data > 0]).astype(np.int64)
     if labels.size == 0:
@@ -225,7 +225,7 @@ def _atlas_for_grid(
     if atlas.shape != shape or not np.allclose(atlas.affine, affine, atol=1e-3):
         ref = nib.Nifti1Image(np.zeros(shape, np.int8), affine)
         atlas = resample_to_img(
-            nib.Nifti1Image(source, atlas.affine),
+            atlas,
             ref,
             interpolation="nearest",
             copy_header=True,

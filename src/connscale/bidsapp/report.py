@@ -58,7 +58,7 @@ def _grid_text(grid: dict) -> str:
 def describe_resampling(resampling: dict) -> str:
     """One line saying how the atlas reached the run's grid (``AtlasResampling``)."""
     if not resampling["Resampled"]:
-        return f"on the run's grid ({_grid_text(resampling['To'])}), not resampled"
+        return f"not resampled (already on the run grid: {_grid_text(resampling['To'])})"
     lost = resampling["LabelsLost"]
     return (
         f"resampled by nearest neighbour from {_grid_text(resampling['From'])} to "
