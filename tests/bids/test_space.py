@@ -74,6 +74,8 @@ def test_atlas_space_option(tree, tmp_path):
     assert report.counts == {"ok": 3, "skipped": 0, "error": 0}
     sidecar = json.loads(next((tmp_path / "t1w").rglob("*_relmat.json")).read_text())
     assert sidecar["AtlasSpace"] == "T1w"
+    with pytest.raises(ValueError, match=r"--atlas-space must be a BIDS space label .* 'MNI_2'"):
+        _participant(tmp, root, tmp_path / "bad", atlas_space="MNI_2")
 
 
 def test_a_run_without_space_entity_is_native(tmp_path):

@@ -22,6 +22,7 @@ coarser grid lost, for the run's sidecars and report.
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import functools
@@ -121,12 +122,17 @@ def check_atlas(
     Raises
     ------
     ValueError
-        One line naming the file: no known space, unreadable, not 3-D, not
-        integer, no label above 0, labels missing from ``labels_file``.
+        One line naming the file: no known space (or not a BIDS label),
+        unreadable, not 3-D, not integer, no label above 0, labels missing
+        from ``labels_file``.
     """
     import nibabel as nib
 
     path = Path(path)
+    if space is not None and not (space.isascii() and space.replace("+", "").isalnum()):
+        raise ValueError(
+            f"--atlas-space must be a BIDS space label (letters, digits or '+'); got {space!r}."
+        )
     space = space or atlas_space(path)
     if space is None:
         raise ValueError(
@@ -199,12 +205,13 @@ def atlas_on_grid(atlas_path: str | os.PathLike, bold_img) -> tuple[np.ndarray, 
         grid).
     """
     affine = np.asarray(bold_img.affine, dtype=np.float64)
-    return _atlas_for_grid(
+    labels, resampling = _atlas_for_grid(
         str(atlas_path),
         os.stat(atlas_path).st_mtime_ns,
         tuple(int(n) for n in bold_img.shape[:3]),
         affine.tobytes(),
     )
+    return labels, copy.deepcopy(resampling)  # the cached one stays as it is
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,8 +1,10 @@
 """Participant level: each fMRIPrep run denoised and turned into BIDS connectivity derivatives.
 
-One task per run, on any :mod:`connscale.engines` engine. A task loads the
-run's BOLD and its own brain mask, takes the atlas onto the BOLD grid
-(nearest neighbour, as ``NiftiLabelsMasker(resampling_target='data')``),
+One task per run, on any :mod:`connscale.engines` engine. The atlas is
+checked once and each run's space against its own before any task
+(:mod:`connscale.bidsapp.atlas`). A task loads the run's BOLD and its own
+brain mask, takes the atlas onto the BOLD grid (nearest neighbour, as
+``NiftiLabelsMasker(resampling_target='data')``, recorded in the sidecars),
 builds the run's cleaning operator from its confounds
 (:mod:`connscale.denoise`), extracts and cleans the region series on the
 device, computes their Pearson correlation, and publishes, under the run's
@@ -229,7 +231,6 @@ def _sidecars(
     sample_mask,
     n_volumes: int,
     mean_fd: float | None,
-    atlas_resampling: dict | None = None,
 ) -> tuple[dict, dict]:
     root = Path(config.derivatives)
     sources = [_bids_uri(p, root) for p in (run.bold, run.mask, run.confounds) if p is not None]
@@ -239,8 +240,6 @@ def _sidecars(
         "Atlas": config.atlas_name,
         "AtlasFile": str(config.atlas),
         "AtlasLabelsFile": config.atlas_labels,
-        "AtlasSpace": config.atlas_space,
-        "AtlasResampling": atlas_resampling,
         "DenoiseStrategy": config.strategy,
         "DenoiseParameters": {
             **config.strategy_params,
@@ -563,8 +562,10 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
         context["sample_mask"],
         int(img.shape[3]),
         context["mean_fd"],
-        decoded.atlas_resampling,
     )
+    atlas_meta = {"AtlasSpace": config.atlas_space, "AtlasResampling": decoded.atlas_resampling}
+    relmat_meta.update(atlas_meta)
+    series_meta.update(atlas_meta)
     measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.strategy}
     written = []
     if "fc" in config.measures:
@@ -797,7 +798,7 @@ def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
         context["mean_fd"],
     )
     relmat_meta.pop("NodeNames")
-    for key in ("Atlas", "AtlasFile", "AtlasLabelsFile", "AtlasSpace", "AtlasResampling"):
+    for key in ("Atlas", "AtlasFile", "AtlasLabelsFile"):
         relmat_meta.pop(key)
     relmat_meta.update(
         {
@@ -1178,8 +1179,6 @@ def run_participant(
         atlas_labels = Path(atlas_labels).resolve()
     regional = any(m in REGION_MEASURES for m in measures)
     if regional:  # what would fail every run, found once
-        if atlas_space is not None:
-            _check_name({"sub": "x", "space": atlas_space}, suffix="bold", extension=".nii")
         atlas_space, _ = check_atlas(atlas, space=atlas_space, labels_file=atlas_labels)
     elif atlas_labels is not None:
         read_atlas_labels(atlas_labels)
