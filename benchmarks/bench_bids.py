@@ -185,7 +185,7 @@ def make_tree(
 
     mask = _mask(grid["shape"], grid["radii"])
     atlas = _atlas(mask, grid["regions"])
-    atlas_path = root / "atlas.nii.gz"
+    atlas_path = root / "tpl-MNI152NLin2009cAsym_res-2_atlas-Blocks_dseg.nii.gz"
     derivatives = root / "fmriprep"
     derivatives.mkdir(parents=True, exist_ok=True)
     nib.save(nib.Nifti1Image(atlas, _affine()), atlas_path)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 __all__ = [
     "STRATEGIES",
     "CleaningOperator",
+    "check_confounds_file",
     "clean_signals",
     "clean_regions",
     "cleaning_operator",
@@ -59,8 +61,75 @@ _STANDARDIZE = ("zscore_sample", None)
 _EPS64 = np.finfo(np.float64).eps
 
 
+def check_confounds_file(path: str | os.PathLike) -> None:
+    """Check that a confounds TSV is a UTF-8 table of numbers, as pandas reads it.
+
+    Parameters
+    ----------
+    path : path
+        fMRIPrep's ``*_desc-confounds_timeseries.tsv``.
+
+    Raises
+    ------
+    ValueError
+        One line naming the file (and the line, column and value): not
+        UTF-8, empty, not a table, no row, text in a column (``n/a`` is
+        fMRIPrep's missing value).
+    """
+    import pandas as pd
+
+    path = Path(path)
+    raw = path.read_bytes()
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ValueError(
+            f"{path.name} is not UTF-8 text: byte {raw[exc.start]:#04x} at line {line}."
+        ) from None
+    try:
+        table = pd.read_csv(path, sep="\t", encoding="utf-8")
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"{path.name} is empty: no header, no row.") from None
+    except pd.errors.ParserError as exc:
+        message = " ".join(str(exc).split())
+        raise ValueError(f"{path.name} is not a tab-separated table: {message}") from None
+    if table.shape[0] == 0:
+        raise ValueError(f"{path.name} has a header and no row.")
+    for column in table.columns:
+        values = table[column]
+        if pd.api.types.is_numeric_dtype(values):
+            continue
+        text = pd.to_numeric(values, errors="coerce").isna() & values.notna()
+        if text.any():
+            row = int(text.to_numpy().argmax())
+            raise ValueError(
+                f"{path.name}: column {column!r} holds {values.iloc[row]!r} at line {row + 2} "
+                f"(volume {row}), not a number."
+            )
+
+
+def _check_finite(confounds: pd.DataFrame, source: str) -> None:
+    """Name the first regressor with a missing or infinite value (nilearn fills only
+    the first volume, where fMRIPrep leaves derivatives and differences n/a)."""
+    values = confounds.to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        column = int(bad.any(axis=0).argmax())
+        row = int(bad[:, column].argmax())
+        raise ValueError(
+            f"{source}: regressor {str(confounds.columns[column])!r} is "
+            f"{'n/a' if np.isnan(values[row, column]) else values[row, column]} at line "
+            f"{row + 2} (volume {row}); only its first volume may be n/a."
+        )
+
+
 def load_confounds(
-    bold: str | os.PathLike, strategy: str, **kwargs
+    bold: str | os.PathLike,
+    strategy: str,
+    *,
+    confounds_file: str | os.PathLike | None = None,
+    **kwargs,
 ) -> tuple[pd.DataFrame | None, np.ndarray | None]:
     """Confounds and sample mask of one fMRIPrep run for a denoising strategy.
 
@@ -73,6 +142,9 @@ def load_confounds(
     strategy : {'simple', 'scrubbing', 'compcor', 'ica_aroma', 'none'}
         A preset of :func:`nilearn.interfaces.fmriprep.load_confounds_strategy`,
         or 'none' (no confound, no censoring).
+    confounds_file : path or None
+        The confounds TSV nilearn reads for ``bold``: checked first
+        (:func:`check_confounds_file`), and named in the errors.
     **kwargs
         Passed to ``load_confounds_strategy`` (e.g. ``fd_threshold``,
         ``global_signal``).
@@ -84,6 +156,13 @@ def load_confounds(
     sample_mask : ndarray of int or None
         Indices of the volumes kept (scrubbing, non-steady-state volumes), or
         None when every volume is kept.
+
+    Raises
+    ------
+    ValueError
+        One line naming the confounds file (or the BOLD): what nilearn
+        cannot read, or a regressor with a missing value after the first
+        volume (naming the regressor and the line).
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}.")
@@ -91,11 +170,23 @@ def load_confounds(
         if kwargs:
             raise ValueError(f"strategy 'none' takes no parameter; got {sorted(kwargs)}.")
         return None, None
+    import pandas as pd
     from nilearn.interfaces.fmriprep import load_confounds_strategy
 
-    confounds, sample_mask = load_confounds_strategy(str(bold), denoise_strategy=strategy, **kwargs)
+    source = Path(bold).name if confounds_file is None else Path(confounds_file).name
+    if confounds_file is not None:
+        check_confounds_file(confounds_file)
+    try:
+        confounds, sample_mask = load_confounds_strategy(
+            str(bold), denoise_strategy=strategy, **kwargs
+        )
+    except (ValueError, TypeError, KeyError, pd.errors.ParserError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        raise ValueError(f"{source}: nilearn cannot load the confounds: {message}") from exc
     if confounds is not None and confounds.shape[1] == 0:
         confounds = None
+    if confounds is not None:
+        _check_finite(confounds, source)
     return confounds, sample_mask
 
 

@@ -22,6 +22,8 @@ CONFOUNDS_JSON = DATA / "test_desc-confounds_regressors.json"
 SHAPE = (6, 6, 5)
 T_R = 2.0
 AFFINE = np.diag([3.0, 3.0, 3.0, 1.0])
+#: The atlas file name: TemplateFlow's, its tpl- entity the space of the runs.
+ATLAS = "tpl-MNI152NLin2009cAsym_atlas-Slab4_dseg.nii.gz"
 
 
 def atlas_img(n_regions: int = 4) -> nib.Nifti1Image:

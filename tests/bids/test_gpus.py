@@ -8,7 +8,7 @@ import pytest
 
 from connscale.bidsapp import gpus
 from connscale.cli.main import main
-from tests.bids._fmriprep import atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
 
 
 @pytest.mark.parametrize("value, expected", [("all", "all"), ("2", 2), (3, 3), (None, None)])
@@ -59,12 +59,12 @@ def test_worker_spec_pins_one_gpu_per_nanny():
 def test_cli_gpus_without_gpu_falls_back_to_cpu(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(gpus, "_cuda_count", lambda: 0)
     root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", None)])
-    nib.save(atlas_img(), tmp_path / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp_path / ATLAS)
     out = tmp_path / "out"
 
     def bids(*extra):
         return main(
-            ["bids", str(root), str(out), "participant", "--atlas", str(tmp_path / "atlas.nii.gz")]
+            ["bids", str(root), str(out), "participant", "--atlas", str(tmp_path / ATLAS)]
             + ["--atlas-name", "Slab4", "--denoise", "none", "--gpus", "all", "-q", *extra]
         )
 
@@ -97,12 +97,12 @@ def test_n_jobs_is_the_threads_of_each_gpu_worker(tmp_path, monkeypatch, n_jobs,
     monkeypatch.setattr(gpus, "_cuda_count", lambda: 2)
     monkeypatch.setattr(gpus, "gpu_cluster", fake_cluster)
     root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", None)])
-    nib.save(atlas_img(), tmp_path / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp_path / ATLAS)
     with pytest.raises(Started):
         run_participant(
             root,
             tmp_path / "out",
-            atlas=tmp_path / "atlas.nii.gz",
+            atlas=tmp_path / ATLAS,
             atlas_name="Slab4",
             gpus="all",
             n_jobs=n_jobs,

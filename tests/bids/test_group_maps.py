@@ -11,7 +11,7 @@ import pytest
 from connscale.bidsapp.group import run_group
 from connscale.cli.main import main
 from connscale.io.bids import from_pybids, parse_bids_name, pybids_config
-from tests.bids._fmriprep import atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
 
 RUNS = [("01", None, "rest", "1"), ("01", None, "rest", "2")] + [
     (s, None, "rest", None) for s in ("02", "03", "04")
@@ -32,9 +32,9 @@ TABLE = "group/seg-Slab4_meas-PearsonCorrelation_desc-none_features.tsv"
 def cohort(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("group_maps")
     root = make_fmriprep(tmp / "fmriprep", RUNS)
-    nib.save(atlas_img(), tmp / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp / ATLAS)
     out = tmp / "out"
-    participant = ["bids", str(root), str(out), "participant", "--atlas", str(tmp / "atlas.nii.gz")]
+    participant = ["bids", str(root), str(out), "participant", "--atlas", str(tmp / ATLAS)]
     participant += ["--atlas-name", "Slab4", "--denoise", "none", "--measures", "fc,maps"]
     participant += ["--degree-thresholds", "0.2,0.4", "--backend", "serial"]
     assert main(participant + ["--no-reports", "-q"]) == 0

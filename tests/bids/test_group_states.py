@@ -16,7 +16,7 @@ from connscale.io.bids import from_pybids, parse_bids_name, pybids_config
 from connscale.io.relmat import read_relmat_tsv
 from connscale.io.states import read_state_features, read_state_sequence
 from connscale.states import DFCStates
-from tests.bids._fmriprep import T_R, atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep
 
 K = 3
 WINDOW, STEP = 10, 2
@@ -29,9 +29,9 @@ RUNS = [("01", None, "rest", "1"), ("01", None, "rest", "2")] + [
 def cohort(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("states")
     root = make_fmriprep(tmp / "fmriprep", RUNS)
-    nib.save(atlas_img(), tmp / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp / ATLAS)
     out = tmp / "out"
-    participant = ["bids", str(root), str(out), "participant", "--atlas", str(tmp / "atlas.nii.gz")]
+    participant = ["bids", str(root), str(out), "participant", "--atlas", str(tmp / ATLAS)]
     participant += ["--atlas-name", "Slab4", "--denoise", "none", "--measures", "fc,states"]
     participant += ["--window-length", str(WINDOW), "--step", str(STEP), "--backend", "serial"]
     assert main(participant + ["--no-reports", "-q"]) == 0
@@ -169,7 +169,7 @@ def test_rerun_resumes_and_another_k_is_refused(cohort, tmp_path, capsys):
 def test_states_need_every_runs_dfc(cohort, tmp_path):
     tmp, _, _ = cohort
     out = tmp_path / "out"
-    common = {"atlas": tmp / "atlas.nii.gz", "atlas_name": "Slab4", "strategy": "none"}
+    common = {"atlas": tmp / ATLAS, "atlas_name": "Slab4", "strategy": "none"}
     common.update(backend="serial", reports=False, window_length=WINDOW, step=STEP)
     run_participant(tmp / "fmriprep", out, measures=["fc"], participant_label="02", **common)
     run_participant(tmp / "fmriprep", out, measures=["fc", "dfc"], participant_label="03", **common)
@@ -213,7 +213,7 @@ def test_dfc_summaries_as_group_features(cohort, tmp_path):
 def test_dfc_summaries_need_every_runs_dfc(cohort, tmp_path):
     tmp, _, _ = cohort
     out = tmp_path / "out"
-    common = {"atlas": tmp / "atlas.nii.gz", "atlas_name": "Slab4", "strategy": "none"}
+    common = {"atlas": tmp / ATLAS, "atlas_name": "Slab4", "strategy": "none"}
     common.update(backend="serial", reports=False)
     run_participant(tmp / "fmriprep", out, measures=["fc"], participant_label="02", **common)
     with pytest.raises(ValueError, match="'dfc' need every run's DFC"):

@@ -14,7 +14,7 @@ from connscale.denoise import clean_signals, cleaning_operator, load_confounds
 from connscale.fc import pairwise_dfc
 from connscale.io.bids import from_pybids, parse_bids_name, pybids_config
 from connscale.io.timeseries import load_timeseries
-from tests.bids._fmriprep import T_R, atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep
 
 WINDOW, STEP = 10, 5
 
@@ -23,11 +23,11 @@ WINDOW, STEP = 10, 5
 def outputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("measures")
     root = make_fmriprep(tmp / "fmriprep", [("01", "1", "rest", "1"), ("02", None, "rest", None)])
-    nib.save(atlas_img(), tmp / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp / ATLAS)
     report = run_participant(
         root,
         tmp / "out",
-        atlas=tmp / "atlas.nii.gz",
+        atlas=tmp / ATLAS,
         atlas_name="Slab4",
         strategy="scrubbing",
         strategy_params={"motion": "basic", "fd_threshold": 0.15, "scrub": 0},
@@ -148,7 +148,7 @@ def test_second_atlas_reuses_the_voxel_set(outputs, tmp_path):
     again = run_participant(
         root,
         tmp / "out",
-        atlas=tmp / "atlas.nii.gz",
+        atlas=tmp / ATLAS,
         atlas_name="Slab4",
         measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],
         window_length=WINDOW,
@@ -156,11 +156,11 @@ def test_second_atlas_reuses_the_voxel_set(outputs, tmp_path):
         **kwargs,
     )
     assert again.counts["skipped"] == 1
-    nib.save(atlas_img(3), tmp_path / "atlas3.nii.gz")
+    nib.save(atlas_img(3), tmp_path / "tpl-MNI152NLin2009cAsym_atlas-Slab3_dseg.nii.gz")
     other = run_participant(
         root,
         tmp / "out",
-        atlas=tmp_path / "atlas3.nii.gz",
+        atlas=tmp_path / "tpl-MNI152NLin2009cAsym_atlas-Slab3_dseg.nii.gz",
         atlas_name="Slab3",
         measures=["fc", "voxelfc"],
         **kwargs,
@@ -174,7 +174,7 @@ def test_second_atlas_reuses_the_voxel_set(outputs, tmp_path):
         run_participant(
             root,
             tmp / "out",
-            atlas=tmp / "atlas.nii.gz",
+            atlas=tmp / ATLAS,
             atlas_name="Slab4",
             measures=["dfc"],
             **kwargs,

@@ -17,7 +17,7 @@ from connscale.denoise import load_confounds
 from connscale.io.bids import from_pybids, parse_bids_name, pybids_config
 from connscale.io.relmat import read_relmat_tsv
 from connscale.io.timeseries import load_timeseries
-from tests.bids._fmriprep import T_R, atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep
 
 SUBJECTS = ["01", "02", "03", "04", "05", "06"]
 LABELS = "index\tname\n1\tVisual\n2\tMotor\n3\tDefault\n4\tLimbic\n"
@@ -29,7 +29,7 @@ def tree(tmp_path_factory):
     runs = [("01", None, "rest", "1"), ("01", None, "rest", "2")]
     runs += [(s, None, "rest", None) for s in SUBJECTS[1:]]
     root = make_fmriprep(tmp / "fmriprep", runs)
-    nib.save(atlas_img(), tmp / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp / ATLAS)
     (tmp / "labels.tsv").write_text(LABELS)
     return tmp, root
 
@@ -43,7 +43,7 @@ def test_region_series_and_fc_equal_nilearn(tree, tmp_path):
     report = run_participant(
         root,
         tmp_path / "out",
-        atlas=tmp / "atlas.nii.gz",
+        atlas=tmp / ATLAS,
         atlas_name="Slab4",
         atlas_labels=tmp / "labels.tsv",
         strategy="simple",
@@ -99,7 +99,7 @@ def test_cli_broken_run_names_resume_and_group(tree, tmp_path, capsys):
         str(out),
         "participant",
         "--atlas",
-        str(tmp / "atlas.nii.gz"),
+        str(tmp / ATLAS),
         "--atlas-name",
         "Slab4",
         "--atlas-labels",
@@ -229,7 +229,7 @@ def test_bad_arguments(tree, tmp_path, capsys):
                 str(tmp_path / "o"),
                 "participant",
                 "--atlas",
-                str(tmp / "atlas.nii.gz"),
+                str(tmp / ATLAS),
                 "--atlas-name",
                 "my_atlas",
                 "--denoise",
@@ -247,7 +247,7 @@ def test_bad_arguments(tree, tmp_path, capsys):
                 str(tmp_path / "o"),
                 "participant",
                 "--atlas",
-                str(tmp / "atlas.nii.gz"),
+                str(tmp / ATLAS),
                 "--atlas-name",
                 "A",
                 "--denoise",
@@ -277,7 +277,7 @@ def test_reports_are_self_contained(tree, tmp_path):
     report = run_participant(
         root,
         out,
-        atlas=tmp / "atlas.nii.gz",
+        atlas=tmp / ATLAS,
         atlas_name="Slab4",
         atlas_labels=tmp / "labels.tsv",
         strategy="scrubbing",
@@ -346,7 +346,7 @@ def test_participant_parameters_checked_before_the_first_run(tmp_path, params, m
         run_participant(
             tmp_path / "derivatives",
             out,
-            atlas=tmp_path / "atlas.nii.gz",
+            atlas=tmp_path / ATLAS,
             atlas_name="test",
             **params,
         )

@@ -21,7 +21,7 @@ from tests.bids._browser import (
     section,
     text,
 )
-from tests.bids._fmriprep import atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no chromium installed")
 
@@ -38,7 +38,7 @@ def found_outputs(dom: str) -> list[str]:
 
 def test_reports_render_in_chromium(tmp_path):
     root = make_fmriprep(tmp_path / "fmriprep", RUNS)
-    nib.save(atlas_img(), tmp_path / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp_path / ATLAS)
     (tmp_path / "labels.tsv").write_text("index\tname\n1\tV\n2\tM\n3\tD\n4\tL\n")
     participants = tmp_path / "participants.tsv"
     participants.write_text("participant_id\tdx\nsub-01\tA\nsub-02\tB\nsub-03\tA\nsub-04\tB\n")
@@ -46,7 +46,7 @@ def test_reports_render_in_chromium(tmp_path):
     report = run_participant(
         root,
         out,
-        atlas=tmp_path / "atlas.nii.gz",
+        atlas=tmp_path / ATLAS,
         atlas_name="Slab4",
         atlas_labels=tmp_path / "labels.tsv",
         strategy="scrubbing",

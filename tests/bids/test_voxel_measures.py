@@ -28,7 +28,7 @@ from tests.bids._browser import (
     listed_outputs,
     render,
 )
-from tests.bids._fmriprep import T_R, atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep
 
 THRESHOLDS = (0.2, 0.5)
 N_ATOMS = 3
@@ -39,11 +39,11 @@ STRATEGY = {"motion": "basic", "fd_threshold": 0.15, "scrub": 0}
 def outputs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("voxel_measures")
     root = make_fmriprep(tmp / "fmriprep", [("01", "1", "rest", "1")])
-    nib.save(atlas_img(), tmp / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp / ATLAS)
     report = run_participant(
         root,
         tmp / "out",
-        atlas=tmp / "atlas.nii.gz",
+        atlas=tmp / ATLAS,
         atlas_name="Slab4",
         strategy="scrubbing",
         strategy_params=STRATEGY,
@@ -231,7 +231,7 @@ def _cli(root, out, atlas, *extra):
 def test_resume_skips_and_other_thresholds_need_overwrite(outputs, tmp_path, capsys):
     tmp, root, _ = outputs
     out = tmp_path / "out"
-    atlas = tmp / "atlas.nii.gz"
+    atlas = tmp / ATLAS
     # nilearn's defaults for the other scrubbing options: motion 'full', scrub 5.
     assert _cli(root, out, atlas, "--degree-thresholds", "0.2,0.5") == 0
     folder = out / "sub-01/ses-1/func"
@@ -264,7 +264,7 @@ def test_thresholds_must_name_distinct_maps(outputs, tmp_path):
         run_participant(
             root,
             tmp_path / "out",
-            atlas=tmp / "atlas.nii.gz",
+            atlas=tmp / ATLAS,
             atlas_name="Slab4",
             measures=["maps"],
             degree_thresholds=[0.25, 0.2500000001],
@@ -278,7 +278,7 @@ def test_maps_without_reports_read_the_voxels(outputs, tmp_path):
     report = run_participant(
         root,
         tmp_path / "out",
-        atlas=tmp / "atlas.nii.gz",
+        atlas=tmp / ATLAS,
         atlas_name="Slab4",
         strategy="scrubbing",
         strategy_params=STRATEGY,

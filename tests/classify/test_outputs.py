@@ -128,16 +128,16 @@ def test_h5_that_is_no_store(tmp_path):
 
 def test_bids_app_outputs(tmp_path):
     from connscale.bidsapp.participant import run_participant
-    from tests.bids._fmriprep import atlas_img, make_fmriprep
+    from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
 
     root = make_fmriprep(
         tmp_path / "fmriprep", [("01", None, "rest", None), ("02", None, "rest", None)]
     )
-    nib.save(atlas_img(), tmp_path / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp_path / ATLAS)
     report = run_participant(
         root,
         tmp_path / "out",
-        atlas=tmp_path / "atlas.nii.gz",
+        atlas=tmp_path / ATLAS,
         atlas_name="Slab4",
         strategy="simple",
         measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],

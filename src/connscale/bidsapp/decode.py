@@ -14,7 +14,11 @@ gathers follow. Nothing is cached: each call reads its file once.
 
 from __future__ import annotations
 
+import gzip
 import os
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,15 +30,21 @@ __all__ = [
     "load_masked_bold",
     "read_masked_bold",
     "read_nifti_data",
+    "reading",
 ]
 
 try:
     from isal import igzip as _igzip
+    from isal.isal_zlib import error as _IsalError
 
     HAVE_ISAL = True
 except ImportError:  # pragma: no cover - depends on the install
     _igzip = None
+    _IsalError = zlib.error
     HAVE_ISAL = False
+
+#: What gzip, zlib and ISA-L raise on a damaged or cut ``.nii.gz``.
+_DAMAGED = (EOFError, zlib.error, gzip.BadGzipFile, _IsalError)
 
 _READ_BYTES = 16 * 1024**2
 
@@ -64,6 +74,31 @@ def _fill(fh, view: memoryview) -> int:
             break
         filled += n
     return filled
+
+
+@contextmanager
+def reading(path: str | os.PathLike) -> Iterator[None]:
+    """Turn what nibabel, gzip, zlib and ISA-L raise on a damaged image into one line.
+
+    Raises
+    ------
+    ValueError
+        ``path`` is not a NIfTI image nibabel can read, or its data are cut
+        short or corrupt; the message names the file.
+    """
+    from nibabel.filebasedimages import ImageFileError
+
+    name = Path(path).name
+    try:
+        yield
+    except ImageFileError as exc:
+        raise ValueError(f"{name} is not a readable NIfTI image ({_one_line(exc)}).") from exc
+    except _DAMAGED as exc:
+        raise ValueError(f"{name} is truncated or corrupt ({_one_line(exc)}).") from exc
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _truncated(path: Path, got: int, expected: int) -> ValueError:
@@ -134,6 +169,12 @@ def _volume_blocks(img, path: Path, use_isal: bool):
             yield first, block, "F"
 
 
+def _checked_blocks(blocks, path: Path):
+    """``blocks``, a damaged file's decompression error turned into one line naming it."""
+    with reading(path):
+        yield from blocks
+
+
 @dataclass
 class MaskedBold:
     """What :func:`read_masked_bold` gathered from one BOLD.
@@ -193,7 +234,8 @@ def read_masked_bold(
     import nibabel as nib
 
     path = Path(path)
-    img = nib.load(path)
+    with reading(path):
+        img = nib.load(path)
     if img.ndim != 4:
         raise ValueError(f"{path.name} is not a 4-D BOLD series (shape {img.shape}).")
     shape = img.shape[:3]
@@ -214,7 +256,8 @@ def read_masked_bold(
         where_labelled = np.nonzero(labelled)
         sums = np.zeros((n_volumes, regions.size), dtype=np.float64)
     indices = {}
-    for first, block, order in _volume_blocks(img, path, _use_isal(path, use_isal)):
+    blocks = _checked_blocks(_volume_blocks(img, path, _use_isal(path, use_isal)), path)
+    for first, block, order in blocks:
         if order not in indices:
             sorted_where = None
             if labels is not None:

@@ -11,6 +11,7 @@ file names here.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -153,6 +154,37 @@ def _by_entities(files, keys: tuple) -> dict[tuple, list]:
     return index
 
 
+def _repetition_time(meta: dict, bold: Path, t_r: float | None) -> tuple[float | None, str | None]:
+    """The run's TR in seconds, or why there is none (missing, not a number, not positive)."""
+    sidecar = bold.with_name(bold.name.split(".")[0] + ".json")
+    sidecar = sidecar.name if sidecar.is_file() else f"the JSON sidecars of {bold.name}"
+    if "RepetitionTime" not in meta:
+        if t_r is None:
+            return None, f"no RepetitionTime in the sidecar of {bold.name} (give --t-r)"
+        return float(t_r), None
+    value = meta["RepetitionTime"]
+    if isinstance(value, bool) or not isinstance(value, Real) or not math.isfinite(value):
+        return None, f"{sidecar}: RepetitionTime {value!r} is not a number of seconds"
+    if value <= 0:
+        return None, f"{sidecar}: RepetitionTime {value!r} must be positive (seconds)"
+    return float(value), None
+
+
+def _unique_bolds(bolds: list) -> tuple[list, dict]:
+    """One BOLD per run: a run stored twice (``.nii`` and ``.nii.gz``) is kept once, with
+    the names of both files (``{path: problem}``)."""
+    by_run: dict[tuple, list] = {}
+    for bold in sorted(bolds, key=lambda f: f.path):
+        ents = {k: v for k, v in bold.get_entities().items() if k != "extension"}
+        by_run.setdefault(tuple(sorted((k, str(v)) for k, v in ents.items())), []).append(bold)
+    problems = {}
+    for files in by_run.values():
+        if len(files) > 1:
+            names = " and ".join(Path(f.path).name for f in files)
+            problems[files[0].path] = f"the run is stored twice, as {names}: keep one"
+    return [files[0] for files in by_run.values()], problems
+
+
 def _one(files: list, what: str, bold_name: str) -> tuple[Path | None, str | None]:
     if len(files) == 1:
         return Path(files[0].path), None
@@ -246,11 +278,12 @@ def find_runs(
         layout.get(desc="confounds", suffix=["timeseries", "regressors"], extension=".tsv"),
         confounds_keys,
     )
+    bolds, twice = _unique_bolds(bolds)
     runs = []
-    for bold in sorted(bolds, key=lambda f: f.path):
+    for bold in bolds:
         ents = bold.get_entities()
         name = Path(bold.path).name
-        problems = []
+        problems = [twice[bold.path]] if bold.path in twice else []
         mask, why = _one(masks.get(_entity_key(ents, mask_keys), []), "brain mask", name)
         problems += [why] if why else []
         run_only = {k: v for k, v in ents.items() if k in _RUN_ENTITIES}
@@ -262,10 +295,8 @@ def find_runs(
         if confounds is not None:
             sidecar = confounds.with_name(confounds.name[: -len(".tsv")] + ".json")
             confounds_json = sidecar if sidecar.is_file() else None
-        meta = layout.get_metadata(bold.path)
-        run_t_r = meta.get("RepetitionTime", t_r)
-        if run_t_r is None:
-            problems.append(f"no RepetitionTime in the sidecar of {name} (give --t-r)")
+        run_t_r, why = _repetition_time(layout.get_metadata(bold.path), Path(bold.path), t_r)
+        problems += [why] if why else []
         source = from_pybids({k: ents[k] for k in _SOURCE_ENTITIES if k in ents})
         runs.append(
             BoldRun(
@@ -273,7 +304,7 @@ def find_runs(
                 mask=mask,
                 confounds=confounds,
                 confounds_json=confounds_json,
-                t_r=None if run_t_r is None else float(run_t_r),
+                t_r=run_t_r,
                 entities=source,
                 problem="; ".join(problems) or None,
             )

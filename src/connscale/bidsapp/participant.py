@@ -1,8 +1,10 @@
 """Participant level: each fMRIPrep run denoised and turned into BIDS connectivity derivatives.
 
-One task per run, on any :mod:`connscale.engines` engine. A task loads the
-run's BOLD and its own brain mask, takes the atlas onto the BOLD grid
-(nearest neighbour, as ``NiftiLabelsMasker(resampling_target='data')``),
+One task per run, on any :mod:`connscale.engines` engine. The atlas is
+checked once and each run's space against its own before any task
+(:mod:`connscale.bidsapp.atlas`). A task loads the run's BOLD and its own
+brain mask, takes the atlas onto the BOLD grid (nearest neighbour, as
+``NiftiLabelsMasker(resampling_target='data')``, recorded in the sidecars),
 builds the run's cleaning operator from its confounds
 (:mod:`connscale.denoise`), extracts and cleans the region series on the
 device, computes their Pearson correlation, and publishes, under the run's
@@ -49,10 +51,8 @@ others complete.
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import logging
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from numbers import Integral, Real
@@ -68,7 +68,13 @@ from connscale._validation import (
     validate_params,
 )
 from connscale._version import __version__
-from connscale.bidsapp.decode import read_masked_bold
+from connscale.bidsapp.atlas import (
+    atlas_on_grid,
+    check_atlas,
+    read_atlas_labels,
+    refuse_other_spaces,
+)
+from connscale.bidsapp.decode import read_masked_bold, reading
 from connscale.bidsapp.layout import BoldRun, find_runs
 from connscale.bidsapp.report import framewise_displacement
 from connscale.cohort import compute_scan_pairs, failure_fields, write_scan_pairs
@@ -108,6 +114,7 @@ class ParticipantConfig:
     atlas: str
     atlas_name: str
     atlas_labels: str | None = None
+    atlas_space: str | None = None
     strategy: str = "simple"
     strategy_params: dict = field(default_factory=dict)
     measures: tuple = ("fc", "timeseries")
@@ -194,31 +201,6 @@ class ParticipantReport:
         return self.counts["error"]
 
 
-def read_atlas_labels(path) -> dict[int, str]:
-    """Region names of an atlas from a BIDS ``dseg.tsv`` (``index`` and ``name`` columns).
-
-    A headerless two-column file (index, name) is read too.
-    """
-    path = Path(path)
-    with open(path, newline="") as fh:
-        rows = [r for r in csv.reader(fh, delimiter="\t") if r and any(c.strip() for c in r)]
-    if not rows:
-        raise ValueError(f"{path.name} holds no atlas label.")
-    header = [c.strip().lower() for c in rows[0]]
-    if "index" in header and "name" in header:
-        i, n = header.index("index"), header.index("name")
-        rows = rows[1:]
-    else:
-        i, n = 0, 1
-    labels = {}
-    for row in rows:
-        try:
-            labels[int(float(row[i]))] = row[n].strip()
-        except (ValueError, IndexError):
-            raise ValueError(f"{path.name}: expected 'index<TAB>name' rows; got {row!r}.") from None
-    return labels
-
-
 def write_dataset_description(output: Path, derivatives: Path) -> Path:
     """``dataset_description.json`` of the output, with ``GeneratedBy`` and the input's link.
 
@@ -239,45 +221,6 @@ def write_dataset_description(output: Path, derivatives: Path) -> Path:
 
 def _bids_uri(path: Path, root: Path) -> str:
     return f"bids:{DATASET_LINK}:{path.resolve().relative_to(root.resolve()).as_posix()}"
-
-
-def _atlas_on_grid(atlas_path: str, bold_img) -> np.ndarray:
-    """The atlas labels on the BOLD's grid (read-only; cached per grid, see below)."""
-    affine = np.asarray(bold_img.affine, dtype=np.float64)
-    return _atlas_for_grid(
-        str(atlas_path),
-        os.stat(atlas_path).st_mtime_ns,
-        tuple(int(n) for n in bold_img.shape[:3]),
-        affine.tobytes(),
-    )
-
-
-@functools.lru_cache(maxsize=4)
-def _atlas_for_grid(atlas_path: str, mtime_ns: int, shape: tuple, affine: bytes) -> np.ndarray:
-    """The atlas read (and resampled when the grids differ) once per grid: the runs of a
-    cohort share one or a few grids, so a task reads and resamples it once, not per run
-    (four grids at most are kept; a changed file is read again)."""
-    import nibabel as nib
-    from nilearn.image import resample_to_img
-
-    affine = np.frombuffer(affine, dtype=np.float64).reshape(4, 4)
-    atlas = nib.load(atlas_path)
-    if atlas.ndim != 3:
-        raise ValueError(
-            f"The atlas must be a 3-D labels image; {Path(atlas_path).name} has "
-            f"{atlas.ndim} dimensions."
-        )
-    if atlas.shape != shape or not np.allclose(atlas.affine, affine, atol=1e-3):
-        ref = nib.Nifti1Image(np.zeros(shape, np.int8), affine)
-        atlas = resample_to_img(
-            atlas, ref, interpolation="nearest", copy_header=True, force_resample=True
-        )
-    data = np.asarray(atlas.dataobj)
-    if not np.allclose(data, np.round(data)):
-        raise ValueError(f"The atlas {Path(atlas_path).name} must hold integer labels.")
-    labels = np.round(data).astype(np.int64)
-    labels.setflags(write=False)
-    return labels
 
 
 def _sidecars(
@@ -392,6 +335,7 @@ class DecodedRun:
     atlas: np.ndarray | None = None
     region_means: np.ndarray | None = None
     regions: np.ndarray | None = None
+    atlas_resampling: dict | None = None
     context: dict = field(default_factory=dict)
     clean_seconds: float = 0.0
     started: float | None = None
@@ -400,7 +344,9 @@ class DecodedRun:
 def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -> dict:
     from connscale.denoise import cleaning_operator, load_confounds
 
-    confounds, sample_mask = load_confounds(run.bold, config.strategy, **config.strategy_params)
+    confounds, sample_mask = load_confounds(
+        run.bold, config.strategy, confounds_file=run.confounds, **config.strategy_params
+    )
     operator = cleaning_operator(
         n_volumes,
         confounds=None if confounds is None else confounds.to_numpy(),
@@ -432,17 +378,19 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
 
     started = time.time()
     tic = time.perf_counter()
-    img = nib.load(run.bold)
+    with reading(run.bold):
+        img = nib.load(run.bold)
     if img.ndim != 4:
         raise ValueError(f"{run.bold.name} is not a 4-D BOLD series (shape {img.shape}).")
-    mask_img = nib.load(run.mask)
+    with reading(run.mask):
+        mask_img = nib.load(run.mask)
+        mask = np.asarray(mask_img.dataobj) > 0
     if mask_img.shape[:3] != img.shape[:3] or not np.allclose(
         mask_img.affine, img.affine, atol=1e-3
     ):
         raise ValueError(f"The mask {run.mask.name} is not on the grid of {run.bold.name}.")
-    mask = np.asarray(mask_img.dataobj) > 0
     regional = any(m in REGION_MEASURES for m in config.measures)
-    atlas = _atlas_on_grid(config.atlas, img) if regional else None
+    atlas, resampling = atlas_on_grid(config.atlas, img) if regional else (None, None)
     read = read_masked_bold(
         run.bold,
         mask,
@@ -463,6 +411,7 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
         atlas=atlas,
         region_means=read.region_means,
         regions=read.regions,
+        atlas_resampling=resampling,
         context=context,
         clean_seconds=time.perf_counter() - tic,
         started=started,
@@ -618,6 +567,9 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
         int(img.shape[3]),
         context["mean_fd"],
     )
+    atlas_meta = {"AtlasSpace": config.atlas_space, "AtlasResampling": decoded.atlas_resampling}
+    relmat_meta.update(atlas_meta)
+    series_meta.update(atlas_meta)
     measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.strategy}
     written = []
     if "fc" in config.measures:
@@ -654,6 +606,7 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
             img=img,
             mask=mask,
             atlas=decoded.atlas,
+            resampling=decoded.atlas_resampling,
             data=data,
             labels=decoded.atlas[mask],
             regions=regions,
@@ -879,6 +832,7 @@ def _run_report(
     img,
     mask,
     atlas,
+    resampling,
     data,
     labels,
     regions,
@@ -892,7 +846,7 @@ def _run_report(
 ) -> Path:
     """The run's HTML report, written into ``staging`` beside ``outputs`` (the
     names of the set's other files); ``started`` in epoch seconds."""
-    from connscale.bidsapp.report import run_figures, run_header
+    from connscale.bidsapp.report import describe_resampling, run_figures, run_header
     from connscale.denoise import clean_signals, region_signals
     from connscale.report import write_report
 
@@ -931,6 +885,8 @@ def _run_report(
         **run_header(config.device, started),
         "parameters": {
             "atlas": config.atlas_name,
+            "atlas space": config.atlas_space,
+            "atlas grid": describe_resampling(resampling),
             "strategy": config.strategy,
             "bold": str(run.bold),
             "mask": str(run.mask),
@@ -1044,6 +1000,7 @@ _POSITIVE = [Interval(Real, 0, None, closed="neither"), None]
         "atlas": ["path"],
         "atlas_name": [str],
         "atlas_labels": ["path", None],
+        "atlas_space": [str, None],
         "strategy": [StrOptions(STRATEGIES)],
         "strategy_params": [dict, None],
         "measures": [SequenceOf(StrOptions(MEASURES))],
@@ -1080,6 +1037,7 @@ def run_participant(
     atlas,
     atlas_name: str,
     atlas_labels=None,
+    atlas_space: str | None = None,
     strategy: str = "simple",
     strategy_params: dict | None = None,
     measures=("fc", "timeseries"),
@@ -1123,12 +1081,20 @@ def run_participant(
         its root, ``sub-*/[ses-*/]func/`` per run, ``logs/``).
     atlas : path
         3-D integer labels image (0 = background), resampled to each run's
-        grid by nearest neighbour when needed.
+        grid by nearest neighbour when needed (recorded in the sidecars'
+        ``AtlasResampling`` and the run's report). Checked once before any
+        run (:func:`connscale.bidsapp.atlas.check_atlas`).
     atlas_name : str
         The ``seg-`` entity of the outputs (letters and digits).
     atlas_labels : path or None
         Region names (BIDS ``dseg.tsv``: ``index``, ``name``), used as
         headers; without it the headers are ``label-<value>``.
+    atlas_space : str or None
+        The atlas's space (``MNI152NLin2009cAsym``, ``T1w``...; ``native``
+        for runs without a ``space-`` entity); None: the ``space-`` or
+        ``tpl-`` entity of its file name, and without one the call is
+        refused. A run in another space is refused (recorded, naming both
+        spaces); the others go on.
     strategy : {'simple', 'scrubbing', 'compcor', 'ica_aroma', 'none'}
         The denoising strategy (the ``desc-`` entity).
     strategy_params : dict or None
@@ -1223,6 +1189,10 @@ def run_participant(
         raise FileNotFoundError(f"No atlas image at {atlas}.")
     if atlas_labels is not None:
         atlas_labels = Path(atlas_labels).resolve()
+    regional = any(m in REGION_MEASURES for m in measures)
+    if regional:  # what would fail every run, found once
+        atlas_space, _ = check_atlas(atlas, space=atlas_space, labels_file=atlas_labels)
+    elif atlas_labels is not None:
         read_atlas_labels(atlas_labels)
     derivatives = Path(derivatives).resolve()
     output = Path(output).resolve()
@@ -1243,12 +1213,15 @@ def run_participant(
         t_r=t_r,
         work_dir=work_dir,
     )
+    if regional:
+        runs = refuse_other_spaces(runs, atlas_space)
     config = ParticipantConfig(
         derivatives=str(derivatives),
         output=str(output),
         atlas=str(atlas),
         atlas_name=atlas_name,
         atlas_labels=None if atlas_labels is None else str(atlas_labels),
+        atlas_space=atlas_space,
         strategy=strategy,
         strategy_params=dict(strategy_params or {}),
         measures=measures,

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["qc_fc", "run_figures", "run_header", "write_group_report"]
+__all__ = ["describe_resampling", "qc_fc", "run_figures", "run_header", "write_group_report"]
 
 _MAX_CARPET_VOXELS = 2000
 #: State matrices are drawn up to this many regions.
@@ -68,6 +68,23 @@ def framewise_displacement(confounds_tsv) -> np.ndarray | None:
     if "framewise_displacement" not in table:
         return None
     return table["framewise_displacement"].fillna(0.0).to_numpy(dtype=float)
+
+
+def _grid_text(grid: dict) -> str:
+    size = "×".join(f"{v:g}" for v in grid["VoxelSize"])
+    return f"{'×'.join(map(str, grid['Shape']))} voxels of {size} mm"
+
+
+def describe_resampling(resampling: dict) -> str:
+    """One line saying how the atlas reached the run's grid (``AtlasResampling``)."""
+    if not resampling["Resampled"]:
+        return f"not resampled (already on the run grid: {_grid_text(resampling['To'])})"
+    lost = resampling["LabelsLost"]
+    return (
+        f"resampled by nearest neighbour from {_grid_text(resampling['From'])} to "
+        f"{_grid_text(resampling['To'])}"
+        + (f"; label(s) {lost[:10]} lost on this grid" if lost else "")
+    )
 
 
 def run_figures(

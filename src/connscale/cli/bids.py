@@ -47,6 +47,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="The seg- entity of the outputs (letters and digits); group: which atlas to read.",
     )
     atlas.add_argument(
+        "--atlas-space",
+        default=None,
+        metavar="SPACE",
+        help="participant: the atlas's space (e.g. MNI152NLin2009cAsym, T1w; native for runs "
+        "without a space- entity); default: the space- or tpl- entity of its file name. Runs "
+        "in another space are refused.",
+    )
+    atlas.add_argument(
         "--atlas-labels",
         type=Path,
         default=None,
@@ -226,6 +234,7 @@ def run(args) -> int:
         atlas=args.atlas,
         atlas_name=args.atlas_name,
         atlas_labels=args.atlas_labels,
+        atlas_space=args.atlas_space,
         strategy=args.denoise,
         strategy_params=params,
         measures=participant_measures(args.measures),

@@ -67,7 +67,8 @@ def make_fmriprep_tree(
     Parameters
     ----------
     root : path
-        Created; holds ``fmriprep/``, ``atlas.nii.gz``, ``atlas_dseg.tsv``
+        Created; holds ``fmriprep/``, the atlas in the runs' space
+        (``tpl-MNI152NLin2009cAsym_atlas-Slab4_dseg.nii.gz``), its ``dseg.tsv``
         and ``participants.tsv``.
     n_subjects : int, default=6
         Half controls, half patients; patients' Visual-Motor coupling is
@@ -101,9 +102,9 @@ def make_fmriprep_tree(
     labels = np.zeros(_SHAPE, dtype=np.int16)
     for x in range(1, _SHAPE[0] - 1):
         labels[x, 1:-1, 1:-1] = 1 + (x - 1) * len(_REGIONS) // (_SHAPE[0] - 2)
-    atlas = root / "atlas.nii.gz"
+    atlas = root / "tpl-MNI152NLin2009cAsym_atlas-Slab4_dseg.nii.gz"
     nib.save(nib.Nifti1Image(labels, _AFFINE), atlas)
-    dseg = root / "atlas_dseg.tsv"
+    dseg = root / "tpl-MNI152NLin2009cAsym_atlas-Slab4_dseg.tsv"
     dseg.write_text(
         "index\tname\n" + "".join(f"{i}\t{n}\n" for i, n in enumerate(_REGIONS, start=1))
     )
