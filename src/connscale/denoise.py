@@ -277,8 +277,9 @@ def residual_dof(
         ``volumes`` (T), ``volumes_kept``, ``confounds`` (columns),
         ``confound_rank`` (independent confounds over the kept volumes, once
         detrended), ``detrend`` (1 or 0, the linear trend), ``mean`` (1),
-        ``filter`` (what is left to the filter's attenuation, effective),
-        ``regressors`` (``volumes_kept - dof``) and ``dof``, rounded to 0.01.
+        ``filter`` (the filter's share, effective: what the other parts
+        leave of ``volumes_kept - dof``), ``regressors`` (the sum of the
+        parts) and ``dof``, rounded to 0.01.
     """
     from threadpoolctl import threadpool_limits
 
@@ -292,8 +293,8 @@ def residual_dof(
     if confounds is not None:
         values = np.asarray(confounds, dtype=np.float64).reshape(operator.n_timepoints, -1)
         rank = _confound_rank(values[operator.volumes], detrend=detrend)
-    regressors = kept - dof
     fixed = 1 + int(bool(detrend)) + rank
+    regressors = max(float(fixed), kept - dof)
     return {
         "volumes": int(operator.n_timepoints),
         "volumes_kept": kept,
@@ -309,10 +310,7 @@ def residual_dof(
 
 def _confound_rank(confounds: np.ndarray, *, detrend: bool) -> int:
     """Independent confounds over the kept volumes once the mean (and trend) are
-    removed, with nilearn's tolerance (``|R_ii| > 100 eps`` of the pivoted QR of
-    the standardised confounds)."""
-    from scipy.linalg import qr
-
+    removed: the numerical rank of the standardised residual confounds."""
     n = confounds.shape[0]
     basis = [np.ones(n)] + ([np.arange(n, dtype=np.float64)] if detrend else [])
     basis = np.stack(basis, axis=1)
@@ -321,8 +319,7 @@ def _confound_rank(confounds: np.ndarray, *, detrend: bool) -> int:
     residual = residual[:, scale > _EPS64 * np.abs(confounds).max(axis=0).clip(1)]
     if residual.shape[1] == 0:
         return 0
-    r = qr(residual / residual.std(axis=0), mode="r", pivoting=True)[0]
-    return int((np.abs(np.diag(r)) > _EPS64 * 100.0).sum())
+    return int(np.linalg.matrix_rank(residual / residual.std(axis=0)))
 
 
 def _as_tensor(

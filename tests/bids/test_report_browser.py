@@ -27,7 +27,7 @@ def test_reports_render_in_chromium(tmp_path):
         atlas_name="Slab4",
         atlas_labels=tmp_path / "labels.tsv",
         strategy="scrubbing",
-        strategy_params={"motion": "basic", "fd_threshold": 0.15, "scrub": 0},
+        strategy_params={"motion": "basic", "wm_csf": "basic", "fd_threshold": 0.15, "scrub": 0},
         backend="serial",
     )
     pages = [p for r in report.records for p in r["outputs"] if p.endswith("_report.html")]

@@ -122,6 +122,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="scrubbing: framewise displacement threshold (mm).",
     )
     atlas.add_argument(
+        "--min-dof",
+        type=float,
+        default=10.0,
+        help="participant: a run with fewer residual degrees of freedom (kept volumes minus "
+        "the mean, trend, confounds and filter) is refused, not cleaned, and recorded in "
+        "logs/participant_errors.tsv with its numbers.",
+    )
+    atlas.add_argument(
         "--t-r",
         type=float,
         default=None,
@@ -242,6 +250,7 @@ def run(args) -> int:
         run=args.run,
         space=args.space,
         t_r=args.t_r,
+        min_dof=args.min_dof,
         low_pass=args.low_pass,
         high_pass=args.high_pass,
         backend=args.backend,
@@ -260,13 +269,14 @@ def run(args) -> int:
         print(f"connscale bids: {note}", file=sys.stderr)
     print(
         f"connscale bids participant: {len(report.records)} runs, backend={args.backend}: "
-        f"{c['ok']} done, {c['skipped']} already complete, {c['error']} failed "
-        f"({report.seconds:.2f} s)"
+        f"{c['ok']} done, {c['skipped']} already complete, {c['error']} failed"
+        + "".join(f", {c[s]} {s}" for s in ("partial", "refused") if s in c)
+        + f" ({report.seconds:.2f} s)"
     )
-    if c["error"]:
+    if report.n_failed:
         print(f"  errors {report.errors_path}")
     print(f"  report {report.report_path}")
-    return 1 if c["error"] else 0
+    return 1 if report.n_failed else 0
 
 
 def _group(args) -> int:
