@@ -174,12 +174,14 @@ def write_group_report(
     results: dict,
     states=None,
     maps: dict | None = None,
+    warnings=(),
 ) -> Path:
     """The group page: average connectome, QC-FC, DFC states, mean maps, every run linked.
 
     ``states`` is a :class:`connscale.bidsapp.group_states.GroupStates` or None;
     ``maps`` None or ``{"maps": [(image path, title), ...], "background": image
-    or None}`` (None: nilearn's MNI template).
+    or None}`` (None: nilearn's MNI template); ``warnings`` the page's
+    warnings (the runs and measures left out, and why).
     """
     from connscale.report import write_report
     from connscale.report.plots import (
@@ -251,6 +253,7 @@ def write_group_report(
         "results": results,
         "figures": [str(f) for f in figures],
         "outputs": [r["report"] for r in runs if r.get("report")],
+        "warnings": list(warnings),
     }
     report = write_report(record, path.parent, filename=path.name)
     for figure in figures:

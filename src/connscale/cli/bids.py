@@ -280,7 +280,7 @@ def run(args) -> int:
 
 
 def _group(args) -> int:
-    from connscale.bidsapp.group import run_group
+    from connscale.bidsapp.group import left_out_lines, run_group
 
     result = run_group(
         args.output,
@@ -314,4 +314,6 @@ def _group(args) -> int:
         )
     for path in result.outputs:
         print(f"  {path}")
+    for line in left_out_lines(result.left_out):
+        print(f"  {line}")
     return 0
