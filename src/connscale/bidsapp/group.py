@@ -228,23 +228,29 @@ def left_out_lines(left: list[dict]) -> list[str]:
 
 
 def _write_group_log(output: Path, result: GroupResult) -> Path:
-    """``logs/group_report.json``: what the group level read, wrote and left out."""
+    """``logs/group_report.json``: what the group level read, wrote and left out
+    (left as it is when a re-run has nothing new to say)."""
+    import json
+
     logs = output / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    return write_json_atomic(
-        logs / "group_report.json",
-        {
-            "command": "bids group",
-            "software": f"connscale {__version__}",
-            "atlas": result.atlas_name,
-            "strategy": result.strategy,
-            "runs": [r["path"].name.split("_seg-")[0] for r in result.runs],
-            "participants": [f"sub-{s}" for s in result.subjects],
-            "left_out": result.left_out,
-            "resumed": result.resumed,
-            "outputs": [str(p) for p in result.outputs],
-        },
-    )
+    path = logs / "group_report.json"
+    content = {
+        "command": "bids group",
+        "software": f"connscale {__version__}",
+        "atlas": result.atlas_name,
+        "strategy": result.strategy,
+        "runs": [r["path"].name.split("_seg-")[0] for r in result.runs],
+        "participants": [f"sub-{s}" for s in result.subjects],
+        "left_out": result.left_out,
+        "outputs": [Path(os.path.relpath(p, output)).as_posix() for p in result.outputs],
+    }
+    try:
+        if json.loads(path.read_text()) == content:
+            return path
+    except (OSError, ValueError):
+        pass
+    return write_json_atomic(path, content)
 
 
 def _fisher(r: np.ndarray) -> np.ndarray:
