@@ -50,9 +50,11 @@ def _high_motion_run(func, entities, *, n_volumes=120, kept=range(50, 62)):
     """A run of 120 volumes (nilearn's confounds repeated) whose framewise
     displacement is 1 mm except at the 12 volumes ``kept``."""
     bold = write_run(func, entities, seed=7)
-    confounds = pd.read_csv(CONFOUNDS_TSV, sep="\t")
-    confounds = pd.concat([confounds] * (n_volumes // len(confounds)), ignore_index=True)
+    first = pd.read_csv(CONFOUNDS_TSV, sep="\t")
+    repeats = [first] + [first.fillna(0)] * (n_volumes // len(first) - 1)  # n/a: first row only
+    confounds = pd.concat(repeats, ignore_index=True)
     confounds["non_steady_state_outlier00"] = (confounds.index == 0).astype(float)
+    confounds["std_dvars"] = 1.0
     fd = np.ones(n_volumes)
     fd[list(kept)] = 0.05
     confounds["framewise_displacement"] = fd
@@ -107,6 +109,16 @@ def test_runs_without_degrees_of_freedom_are_refused_with_their_numbers(tmp_path
     log = json.loads((out / "logs" / "participant_report.json").read_text())
     assert log["counts"] == {"ok": 1, "skipped": 0, "refused": 1, "error": 0}
     assert log["parameters"]["min_dof"] == 10
+    # The issue's case: nilearn's scrubbing preset, 36 regressors for 12 kept volumes
+    # (published as mean |r| = 1.0 before), and 36 for the 30-volume run.
+    out = tmp_path / "preset"
+    args = ["bids", str(root), str(out), "participant", "--atlas", str(tmp_path / "atlas.nii.gz")]
+    args += ["--atlas-name", "Slab4", "--denoise", "scrubbing", "--backend", "serial", "-q"]
+    assert main(args) == 1
+    rows = {r[0].split("_")[0]: r for r in _errors(out)}
+    assert rows["sub-02"][2] == "refused" and "12 of 120 volumes kept" in rows["sub-02"][4]
+    assert "of 36 confounds" in rows["sub-02"][4] and "of 36 confounds" in rows["sub-01"][4]
+    assert not [p for p in out.glob("sub-*/**/*") if p.is_file()]  # nothing published
 
 
 def test_the_30_volume_presets_are_refused_on_the_command_line(tmp_path, capsys):
