@@ -92,7 +92,7 @@ from connscale.bidsapp.decode import read_masked_bold
 from connscale.bidsapp.layout import BoldRun, find_runs
 from connscale.bidsapp.report import framewise_displacement
 from connscale.cohort import compute_scan_pairs, failure_fields, write_scan_pairs
-from connscale.denoise import STRATEGIES, residual_dof
+from connscale.denoise import STRATEGIES
 from connscale.engines import ENGINES
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io.bids import bids_name, derivative_path
@@ -448,7 +448,7 @@ class DecodedRun:
 
 
 def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -> dict:
-    from connscale.denoise import cleaning_operator, load_confounds
+    from connscale.denoise import cleaning_operator, load_confounds, residual_dof
 
     confounds, sample_mask = load_confounds(run.bold, config.strategy, **config.strategy_params)
     values = None if confounds is None else confounds.to_numpy()
@@ -619,7 +619,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".replace("\t", " ").replace("\n", " ")
 
 
-def recorded_failures(out_dir, prefix: str) -> dict:
+def _recorded_failures(out_dir, prefix: str) -> dict:
     """The measures that failed in a published set (its manifest's ``failed_measures``)."""
     from connscale.io._publish import IncompleteOutputError, read_manifest
 
@@ -633,7 +633,7 @@ def recorded_failures(out_dir, prefix: str) -> dict:
 def _done(out) -> bool:
     """A set published with the same fingerprint and no failed measure (a set with
     failed measures is computed again: the failure may have been transient)."""
-    return out.complete() and not recorded_failures(out.out_dir, out.prefix)
+    return out.complete() and not _recorded_failures(out.out_dir, out.prefix)
 
 
 def _set_measures(config: ParticipantConfig, kind: str) -> list[str]:
