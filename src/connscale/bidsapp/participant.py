@@ -216,7 +216,14 @@ class ParticipantConfig:
 
 @dataclass
 class ParticipantReport:
-    """What :func:`run_participant` did: one record per run, in run order."""
+    """What :func:`run_participant` did: one record per run, in run order.
+
+    Each record's ``status`` is one of :data:`STATUSES`: ``ok``, ``skipped``
+    (already published), ``partial`` (``failed_measures`` names the measures
+    that failed and why; the others are published), ``refused`` (the data
+    cannot support the run: ``error`` says why, ``dof`` holds the numbers) or
+    ``error``.
+    """
 
     records: list[dict]
     report_path: Path
