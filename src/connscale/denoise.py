@@ -24,6 +24,17 @@ tolerance because it *is* the same linear map.
 To keep float32 products accurate on raw BOLD values (means of ~10^4 and
 fluctuations of ~10), each series is centred before the product and its mean
 added back through ``M @ 1``, computed in float64.
+
+Two things the data may not support are decided here, not left to rounding:
+
+- :func:`residual_dof`: the residual degrees of freedom of a run, from the
+  operator itself (censoring, confounds, detrending, the mean and the filter
+  in one number), so a caller can refuse a run before computing anything.
+- Constant series: a series constant over time (its standard deviation at
+  most ``CONSTANT_RTOL`` of its mean) or with no variance left after cleaning
+  (at most ``CONSTANT_RTOL`` of its standard deviation before) comes out
+  exactly constant (0 when standardised), so every correlation with it is
+  NaN, instead of rounding noise scaled up to unit variance.
 """
 
 from __future__ import annotations
@@ -44,14 +55,17 @@ if TYPE_CHECKING:
     import pandas as pd
 
 __all__ = [
+    "CONSTANT_RTOL",
     "STRATEGIES",
     "CleaningOperator",
     "check_confounds_file",
     "clean_signals",
     "clean_regions",
     "cleaning_operator",
+    "constant_series",
     "load_confounds",
     "region_signals",
+    "residual_dof",
 ]
 
 #: Denoising strategies: nilearn's preset strategies (those giga-connectome
@@ -59,6 +73,15 @@ __all__ = [
 STRATEGIES = ("simple", "scrubbing", "compcor", "ica_aroma", "none")
 _STANDARDIZE = ("zscore_sample", None)
 _EPS64 = np.finfo(np.float64).eps
+#: Relative tolerance of "constant" per working precision: a series whose
+#: standard deviation is at most this fraction of its mean magnitude (before
+#: cleaning), or of its standard deviation before cleaning (after), is constant.
+#: About a hundred roundings of the precision: far below any real BOLD
+#: fluctuation (1e-4 to 1e-2 of the mean), far above what rounding leaves.
+CONSTANT_RTOL = {"float32": 1e-5, "float64": 1e-12}
+#: Singular values of the (centred) operator below this gain are rounding, not
+#: a degree of freedom (the gains of a kept component are of order 1).
+_GAIN_TOL = 1e-6
 
 
 def check_confounds_file(path: str | os.PathLike) -> None:
@@ -312,6 +335,84 @@ def cleaning_operator(
     return CleaningOperator(matrix=matrix, offset=matrix.sum(axis=1), volumes=volumes)
 
 
+def residual_dof(
+    operator: CleaningOperator,
+    *,
+    confounds: npt.ArrayLike | pd.DataFrame | None = None,
+    detrend: bool = True,
+) -> dict:
+    """Residual degrees of freedom of a run's cleaned series, and their parts.
+
+    The cleaned and z-scored series of a run are ``C M x``: ``M`` the run's
+    operator, ``C`` the removal of the mean over the kept volumes. With ``s``
+    the singular values of ``C M`` (the gains of what is left), the residual
+    degrees of freedom are ``(sum s^2)^2 / sum s^4``: the rank of ``C M`` when
+    it is a projection (no filter: kept volumes minus the mean, the trend and
+    the independent confounds, exactly), and the effective degrees of freedom
+    of a filtered series (Worsley & Friston 1995) when a band-pass filter
+    attenuates part of the spectrum. Censoring, confounds, detrending, the
+    mean and the filter are counted in this one number.
+
+    Parameters
+    ----------
+    operator : CleaningOperator
+        From :func:`cleaning_operator`.
+    confounds : array-like of shape (T, n_confounds), DataFrame or None
+        The confounds the operator was built with (for the parts only).
+    detrend : bool, default=True
+        Whether the operator detrends (for the parts only).
+
+    Returns
+    -------
+    dict
+        ``volumes`` (T), ``volumes_kept``, ``confounds`` (columns),
+        ``confound_rank`` (independent confounds over the kept volumes, once
+        detrended), ``detrend`` (1 or 0, the linear trend), ``mean`` (1),
+        ``filter`` (the filter's share, effective: what the other parts
+        leave of ``volumes_kept - dof``), ``regressors`` (the sum of the
+        parts) and ``dof``, rounded to 0.01.
+    """
+    from threadpoolctl import threadpool_limits
+
+    matrix = operator.matrix - operator.matrix.mean(axis=0)
+    with threadpool_limits(limits=1, user_api="blas"):
+        gains = np.linalg.eigvalsh(matrix @ matrix.T)  # s^2
+    gains = gains[gains > _GAIN_TOL**2]
+    dof = float(gains.sum() ** 2 / (gains**2).sum()) if gains.size else 0.0
+    kept = int(operator.volumes.size)
+    rank = 0
+    if confounds is not None:
+        values = np.asarray(confounds, dtype=np.float64).reshape(operator.n_timepoints, -1)
+        rank = _confound_rank(values[operator.volumes], detrend=detrend)
+    fixed = 1 + int(bool(detrend)) + rank
+    regressors = max(float(fixed), kept - dof)
+    return {
+        "volumes": int(operator.n_timepoints),
+        "volumes_kept": kept,
+        "confounds": 0 if confounds is None else int(np.shape(confounds)[1]),
+        "confound_rank": rank,
+        "detrend": int(bool(detrend)),
+        "mean": 1,
+        "filter": round(max(0.0, regressors - fixed), 2),
+        "regressors": round(regressors, 2),
+        "dof": round(dof, 2),
+    }
+
+
+def _confound_rank(confounds: np.ndarray, *, detrend: bool) -> int:
+    """Independent confounds over the kept volumes once the mean (and trend) are
+    removed: the numerical rank of the standardised residual confounds."""
+    n = confounds.shape[0]
+    basis = [np.ones(n)] + ([np.arange(n, dtype=np.float64)] if detrend else [])
+    basis = np.stack(basis, axis=1)
+    residual = confounds - basis @ np.linalg.lstsq(basis, confounds, rcond=None)[0]
+    scale = residual.std(axis=0)
+    residual = residual[:, scale > _EPS64 * np.abs(confounds).max(axis=0).clip(1)]
+    if residual.shape[1] == 0:
+        return 0
+    return int(np.linalg.matrix_rank(residual / residual.std(axis=0)))
+
+
 def _as_tensor(
     signals: npt.ArrayLike | torch.Tensor, dev: torch.device, dtype: torch.dtype
 ) -> torch.Tensor:
@@ -339,8 +440,10 @@ def clean_signals(
         From :func:`cleaning_operator` for this run.
     standardize : {'zscore_sample', None}, default='zscore_sample'
         As in :func:`nilearn.signal.clean`: z-score each cleaned series
-        (ddof=1; a series with standard deviation below float64 epsilon is
-        only centred).
+        (ddof=1). A series constant before cleaning, or with no variance left
+        after it (see the module's notes), is 0 (nilearn only centres a
+        series whose standard deviation is below float64 epsilon, so it
+        scales the rounding of such a series up to unit variance).
     device : str, default='auto'
     dtype : {'float32', 'float64'}, default='float32'
         Precision of the product and of the output. Series given in float64
@@ -424,20 +527,54 @@ def _check_standardize(standardize: str | None) -> None:
 def _project(
     centred: torch.Tensor, mean: torch.Tensor, operator: CleaningOperator, standardize: str | None
 ) -> torch.Tensor:
-    """``M @ (centred + 1 mean)``, then z-scored; ``mean`` is float64."""
+    """``M @ (centred + 1 mean)``, then z-scored; ``mean`` is float64. Constant
+    series (before or after cleaning, see :func:`constant_series`) come out
+    exactly constant: 0 when z-scored, their mean otherwise."""
     dev, work = centred.device, centred.dtype
+    rtol = CONSTANT_RTOL["float64" if work == torch.float64 else "float32"]
+    low, high = torch.aminmax(centred, dim=0)
+    magnitude = mean.abs() + torch.maximum(low.abs(), high.abs()).to(torch.float64)
+    raw_std = torch.linalg.vector_norm(centred, dim=0, dtype=torch.float64)
+    raw_std /= centred.shape[0] ** 0.5
     matrix = torch.as_tensor(operator.matrix, device=dev, dtype=work)
     out = matrix @ centred
     offset = torch.as_tensor(operator.offset, device=dev)
     if standardize is not None:
         offset = offset - offset.mean()  # the column mean is removed below
     out += (offset[:, None] * mean[None, :]).to(work)
+    centre = out.mean(dim=0)
+    out -= centre
+    spread = torch.linalg.vector_norm(out, dim=0, dtype=torch.float64) / out.shape[0] ** 0.5
+    constant = ((high - low).to(torch.float64) <= rtol * magnitude) | (spread <= rtol * raw_std)
     if standardize == "zscore_sample" and out.shape[0] > 1:
-        out -= out.mean(dim=0)
         std = out.std(dim=0, correction=1)
-        std = torch.where(std < _EPS64, torch.ones_like(std), std)
+        std = torch.where((std < _EPS64) | constant, torch.ones_like(std), std)
         out /= std
+        out[:, constant] = 0
+    else:
+        out += centre
+        out[:, constant] = centre[constant]
     return out
+
+
+def constant_series(signals: npt.ArrayLike, *, dtype: str = "float32") -> np.ndarray:
+    """Which (T, V) series are constant over time: their range is at most
+    ``CONSTANT_RTOL[dtype]`` of their magnitude (no exact-zero test).
+
+    Parameters
+    ----------
+    signals : array-like of shape (n_timepoints, n_series)
+        Raw series (e.g. region means or voxels), before cleaning.
+    dtype : {'float32', 'float64'}, default='float32'
+        The working precision the series are cleaned in.
+
+    Returns
+    -------
+    ndarray of bool, shape (n_series,)
+    """
+    x = np.asarray(signals)
+    high, low = x.max(axis=0).astype(np.float64), x.min(axis=0).astype(np.float64)
+    return (high - low) <= CONSTANT_RTOL[dtype] * np.maximum(np.abs(high), np.abs(low))
 
 
 def _region_parts(

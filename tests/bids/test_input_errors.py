@@ -92,6 +92,7 @@ def participant(tmp_path_factory):
         atlas=tmp / ATLAS,
         atlas_name="Slab4",
         strategy="simple",
+        strategy_params={"motion": "basic"},  # 30 volumes: the preset's 30 confounds leave no dof
         backend="serial",
         reports=False,
         verbose=0,

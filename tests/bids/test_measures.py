@@ -30,7 +30,7 @@ def outputs(tmp_path_factory):
         atlas=tmp / ATLAS,
         atlas_name="Slab4",
         strategy="scrubbing",
-        strategy_params={"motion": "basic", "fd_threshold": 0.15, "scrub": 0},
+        strategy_params={"motion": "basic", "wm_csf": "basic", "fd_threshold": 0.15, "scrub": 0},
         measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],
         window_length=WINDOW,
         step=STEP,
@@ -78,7 +78,7 @@ def _cleaned_voxels(root):
     )
     data = np.asarray(img.dataobj, dtype=np.float32)[mask].T
     confounds, sample_mask = load_confounds(
-        bold, "scrubbing", motion="basic", fd_threshold=0.15, scrub=0
+        bold, "scrubbing", motion="basic", wm_csf="basic", fd_threshold=0.15, scrub=0
     )
     operator = cleaning_operator(
         data.shape[0], confounds=confounds.to_numpy(), sample_mask=sample_mask, t_r=T_R
@@ -143,7 +143,7 @@ def test_second_atlas_reuses_the_voxel_set(outputs, tmp_path):
         "participant_label": "01",
         "backend": "serial",
         "reports": False,
-        "strategy_params": {"motion": "basic", "fd_threshold": 0.15, "scrub": 0},
+        "strategy_params": {"motion": "basic", "wm_csf": "basic", "fd_threshold": 0.15, "scrub": 0},
     }
     again = run_participant(
         root,

@@ -50,7 +50,7 @@ def test_reports_render_in_chromium(tmp_path):
         atlas_name="Slab4",
         atlas_labels=tmp_path / "labels.tsv",
         strategy="scrubbing",
-        strategy_params={"motion": "basic", "fd_threshold": 0.15, "scrub": 0},
+        strategy_params={"motion": "basic", "wm_csf": "basic", "fd_threshold": 0.15, "scrub": 0},
         backend="serial",
     )
     group = run_group(out, participants=participants, target="dx", folds=2, repeats=2)

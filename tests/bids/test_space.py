@@ -35,6 +35,7 @@ def tree(tmp_path_factory):
 
 def _participant(tmp, root, out, **kwargs):
     defaults = {"atlas": tmp / ATLAS, "atlas_name": "Slab4", "strategy": "simple"}
+    defaults["strategy_params"] = {"motion": "basic"}  # 30 volumes: enough dof
     defaults.update({"backend": "serial", "reports": False, "verbose": 0})
     return run_participant(root, out, **{**defaults, **kwargs})
 

@@ -140,6 +140,7 @@ def test_bids_app_outputs(tmp_path):
         atlas=tmp_path / ATLAS,
         atlas_name="Slab4",
         strategy="simple",
+        strategy_params={"motion": "basic"},
         measures=["fc", "timeseries", "dfc", "pairs", "voxelfc"],
         window_length=8,
         step=4,

@@ -24,6 +24,13 @@ one column per voxel and map: large) are further columns. With
 :func:`connscale.classify.cross_validate` runs on it (one sample per
 participant, so runs of one participant never sit on both sides of a fold).
 
+What is left out is said, not dropped: runs the participant level refused
+(too few degrees of freedom, constant BOLD) or failed, as its last log
+(``logs/participant_report.json``) records them for this atlas and strategy,
+and measures that failed in a published run (the ``failed_measures`` of its
+set's manifest) are listed in :attr:`GroupResult.left_out`, in the group
+report's warnings and in ``logs/group_report.json``.
+
 These files are one :class:`~connscale.io._publish.OutputSet`
 (``seg-<atlas>_desc-<strategy>_manifest.json``), fingerprinted by the
 participant outputs, the states, the maps and ``participants.tsv`` with the
@@ -50,7 +57,13 @@ from connscale.io._atomic import write_json_atomic
 from connscale.io._publish import read_manifest
 from connscale.io.bids import bids_name, parse_bids_name, read_participants
 
-__all__ = ["GroupResult", "find_participant_outputs", "run_group"]
+__all__ = [
+    "GroupResult",
+    "find_left_out",
+    "find_participant_outputs",
+    "left_out_lines",
+    "run_group",
+]
 
 if TYPE_CHECKING:
     from connscale.bidsapp.group_maps import GroupMaps
@@ -86,6 +99,7 @@ class GroupResult:
     maps: GroupMaps | None = None
     feature_kinds: list[str] = field(default_factory=list)
     resumed: bool = False
+    left_out: list[dict] = field(default_factory=list)
 
 
 def find_participant_outputs(
@@ -146,6 +160,98 @@ def find_participant_outputs(
         )[: -len("_bold.tsv")]
         read_manifest(f["path"].parent, prefix)
     return chosen
+
+
+def find_left_out(output, runs: list[dict], *, atlas_name: str, strategy: str) -> list[dict]:
+    """Runs and measures of this atlas and strategy that the group level does not have.
+
+    Parameters
+    ----------
+    output : path
+        The participant-level output folder.
+    runs : list of dict
+        :func:`find_participant_outputs` (the runs the group level reads).
+    atlas_name, strategy : str
+
+    Returns
+    -------
+    list of dict
+        ``run``, ``subject``, ``measure`` (empty: the whole run), ``status``
+        (``refused``, ``error`` or ``partial``) and ``reason``: every measure
+        recorded as failed in the manifest of a published run set, and every
+        run that the last participant log of this atlas and strategy records
+        as refused or failed and that has no published connectome.
+    """
+    import json
+
+    output = Path(output)
+    published = {r["path"].name.split("_seg-")[0] for r in runs}
+    left = []
+    for manifest in sorted(
+        output.glob(f"sub-*/**/func/*_seg-{atlas_name}_desc-{strategy}_manifest.json")
+    ):
+        try:
+            content = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        for measure, reason in (content.get("failed_measures") or {}).items():
+            name = content.get("run", manifest.name.split("_seg-")[0])
+            left.append(_left(name, measure, "partial", reason))
+    try:
+        log = json.loads((output / "logs" / "participant_report.json").read_text())
+    except (OSError, ValueError):
+        log = {}
+    parameters = log.get("parameters") or {}
+    if parameters.get("atlas_name") != atlas_name or parameters.get("strategy") != strategy:
+        return left
+    seen = {(e["run"], e["measure"]) for e in left}
+    for record in log.get("records", []):
+        if record.get("status") not in ("refused", "error") or record["name"] in published:
+            continue
+        failed = record.get("failed_measures") or {"": record.get("error", "")}
+        for measure, reason in failed.items():
+            if (record["name"], measure) not in seen:
+                left.append(_left(record["name"], measure, record["status"], reason))
+    return left
+
+
+def _left(name: str, measure: str, status: str, reason: str) -> dict:
+    subject = name.split("_")[0].removeprefix("sub-")
+    return {"run": name, "subject": subject, "measure": measure, "status": status, "reason": reason}
+
+
+def left_out_lines(left: list[dict]) -> list[str]:
+    """One line per entry of :func:`find_left_out`."""
+    return [
+        f"left out: {e['run']}, {e['measure'] or 'the whole run'} ({e['status']}): {e['reason']}"
+        for e in left
+    ]
+
+
+def _write_group_log(output: Path, result: GroupResult) -> Path:
+    """``logs/group_report.json``: what the group level read, wrote and left out
+    (left as it is when a re-run has nothing new to say)."""
+    import json
+
+    logs = output / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    path = logs / "group_report.json"
+    content = {
+        "command": "bids group",
+        "software": f"connscale {__version__}",
+        "atlas": result.atlas_name,
+        "strategy": result.strategy,
+        "runs": [r["path"].name.split("_seg-")[0] for r in result.runs],
+        "participants": [f"sub-{s}" for s in result.subjects],
+        "left_out": result.left_out,
+        "outputs": [Path(os.path.relpath(p, output)).as_posix() for p in result.outputs],
+    }
+    try:
+        if json.loads(path.read_text()) == content:
+            return path
+    except (OSError, ValueError):
+        pass
+    return write_json_atomic(path, content)
 
 
 def _fisher(r: np.ndarray) -> np.ndarray:
@@ -244,6 +350,9 @@ def run_group(
     output = Path(output)
     runs = find_participant_outputs(output, atlas_name=atlas_name, strategy=strategy)
     atlas_name, strategy = runs[0]["seg"], runs[0].get("desc")
+    left_out = find_left_out(output, runs, atlas_name=atlas_name, strategy=strategy)
+    for line in left_out_lines(left_out):
+        logger.warning("group: %s", line)
     plan = plan_states(
         output,
         runs,
@@ -350,6 +459,7 @@ def run_group(
             states=found,
             maps=mean_maps,
             feature_kinds=[k for k in features if k != "states" or use_states],
+            left_out=left_out,
         )
         names = {
             "mean": bids_name(
@@ -393,6 +503,7 @@ def run_group(
                 classification=result.classification,
                 started=started,
                 device=str(resolve_device(device)),
+                notes=left_out_lines(result.left_out),
             )
             out.commit()
             result.outputs = list(out.published)
@@ -400,6 +511,7 @@ def run_group(
         result.outputs += found.outputs
     if mean_maps is not None:
         result.outputs += mean_maps.outputs
+    _write_group_log(output, result)
     return result
 
 
@@ -492,6 +604,7 @@ def _group_report(
     classification: dict | None,
     started: str,
     device: str,
+    notes: list[str],
 ) -> Path:
     import json
 
@@ -543,6 +656,7 @@ def _group_report(
         started=started,
         device=device,
         published_dir=group,
+        warnings=notes,
     )
 
 

@@ -46,14 +46,35 @@ seconds.
 A run whose set is already published with the same inputs and parameters is
 skipped; a failing run is recorded (``logs/participant_errors.tsv``) and the
 others complete.
+
+What the data cannot support is decided before computing and recorded, never
+published as a number:
+
+- A run whose residual degrees of freedom (:func:`connscale.denoise.residual_dof`:
+  kept volumes minus the mean, the trend, the confounds and the filter's
+  attenuation) fall below ``min_dof`` is not cleaned: its record has status
+  ``refused`` with the numbers, and a row in the errors table. So is a run
+  whose BOLD is constant over time everywhere (in every region or voxel read).
+- A region or voxel constant over time, or with no variance left after
+  cleaning, has NaN correlations; the run gives one
+  :class:`~connscale.fc.normalize.ConstantSeriesWarning` (and one entry of its
+  record's ``warnings``), and the sidecars name the regions
+  (``ConstantRegions``) or count the voxels (``NumberOfConstantVoxels``).
+- A measure that fails (a window longer than the kept volumes, a full disk...)
+  is recorded with its reason (the record's ``failed_measures``, one row per
+  measure in the errors table, ``failed_measures`` in the manifest of its set)
+  and the run's other measures are published: the run's status is
+  ``partial``. A re-run tries the failed measures again.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import logging
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from numbers import Integral, Real
 from pathlib import Path
@@ -103,6 +124,23 @@ MEASURES = REGION_MEASURES + VOXEL_MEASURES + MAP_MEASURES
 _MEASURE = "PearsonCorrelation"
 _WINDOWED = ("dfc", "pairs")
 DATASET_LINK = "preprocessed"
+#: Statuses of a run record: every measure published, nothing to do, some measures
+#: failed (the others published), refused (the data cannot support it), failed.
+STATUSES = ("ok", "skipped", "partial", "refused", "error")
+
+
+class RunRefused(ValueError):
+    """A run the data cannot support (too few degrees of freedom, constant BOLD).
+
+    Attributes
+    ----------
+    details : dict
+        The numbers behind the decision (e.g. :func:`connscale.denoise.residual_dof`).
+    """
+
+    def __init__(self, message: str, details: dict | None = None) -> None:
+        super().__init__(message)
+        self.details = dict(details or {})
 
 
 @dataclass(frozen=True)
@@ -135,9 +173,10 @@ class ParticipantConfig:
     n_atoms: int = 10
     network_sparsity: int | float = 0.07
     overwrite: bool = False
+    min_dof: float = 10.0
 
     def parameters(self) -> dict:
-        """What changes a run's outputs (not where it ran)."""
+        """What changes a run's outputs (not where it ran, nor which runs are refused)."""
         kept = asdict(self)
         for key in (
             "derivatives",
@@ -147,6 +186,7 @@ class ParticipantConfig:
             "memory_limit",
             "reports",
             "overwrite",
+            "min_dof",
         ):
             kept.pop(key)
         return kept
@@ -184,7 +224,14 @@ class ParticipantConfig:
 
 @dataclass
 class ParticipantReport:
-    """What :func:`run_participant` did: one record per run, in run order."""
+    """What :func:`run_participant` did: one record per run, in run order.
+
+    Each record's ``status`` is one of :data:`STATUSES`: ``ok``, ``skipped``
+    (already published), ``partial`` (``failed_measures`` names the measures
+    that failed and why; the others are published), ``refused`` (the data
+    cannot support the run: ``error`` says why, ``dof`` holds the numbers) or
+    ``error``.
+    """
 
     records: list[dict]
     report_path: Path
@@ -194,11 +241,19 @@ class ParticipantReport:
 
     @property
     def counts(self) -> dict:
-        return {s: sum(r["status"] == s for r in self.records) for s in ("ok", "skipped", "error")}
+        """Runs per status: ``ok``, ``skipped`` and ``error`` always, ``partial`` and
+        ``refused`` when there are any."""
+        return _counts(self.records)
 
     @property
     def n_failed(self) -> int:
-        return self.counts["error"]
+        """Runs not fully published: failed, refused or partial."""
+        return sum(v for k, v in self.counts.items() if k not in ("ok", "skipped"))
+
+
+def _counts(records: list[dict]) -> dict:
+    counts = {s: sum(r["status"] == s for r in records) for s in STATUSES}
+    return {s: n for s, n in counts.items() if n or s in ("ok", "skipped", "error")}
 
 
 def write_dataset_description(output: Path, derivatives: Path) -> Path:
@@ -231,6 +286,7 @@ def _sidecars(
     sample_mask,
     n_volumes: int,
     mean_fd: float | None,
+    dof: dict | None = None,
 ) -> tuple[dict, dict]:
     root = Path(config.derivatives)
     sources = [_bids_uri(p, root) for p in (run.bold, run.mask, run.confounds) if p is not None]
@@ -253,6 +309,7 @@ def _sidecars(
         "NumberOfVolumesDiscarded": int(n_volumes - kept.size),
         "RepetitionTime": run.t_r,
         "MeanFramewiseDisplacement": mean_fd,
+        **({} if dof is None else {"ResidualDegreesOfFreedom": dof}),
         "SoftwareName": "connscale",
         "SoftwareVersion": __version__,
     }
@@ -306,6 +363,9 @@ def run_one(task: tuple) -> dict:
         decoded = None if prefetched is None else prefetched.result()
         record.update(_process(config, run, decoded))
         record["status"] = record.get("status", "ok")
+    except RunRefused as exc:
+        record.update(status="refused", error=str(exc), **exc.details)
+        logger.warning("%s refused: %s", run.name, exc)
     except Exception as exc:  # noqa: BLE001 - reported per run, never raised
         record.update(failure_fields(exc))
     finally:
@@ -342,14 +402,15 @@ class DecodedRun:
 
 
 def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -> dict:
-    from connscale.denoise import cleaning_operator, load_confounds
+    from connscale.denoise import cleaning_operator, load_confounds, residual_dof
 
     confounds, sample_mask = load_confounds(
         run.bold, config.strategy, confounds_file=run.confounds, **config.strategy_params
     )
+    values = None if confounds is None else confounds.to_numpy()
     operator = cleaning_operator(
         n_volumes,
-        confounds=None if confounds is None else confounds.to_numpy(),
+        confounds=values,
         sample_mask=sample_mask,
         detrend=config.detrend,
         low_pass=config.low_pass,
@@ -361,9 +422,46 @@ def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -
         "confounds": confounds,
         "sample_mask": sample_mask,
         "operator": operator,
+        "dof": residual_dof(operator, confounds=values, detrend=config.detrend),
         "fd": fd,
         "mean_fd": None if fd is None else float(fd.mean()),
     }
+
+
+def check_dof(config: ParticipantConfig, run: BoldRun, dof: dict) -> None:
+    """Refuse a run whose residual degrees of freedom fall below ``config.min_dof``.
+
+    Raises
+    ------
+    RunRefused
+        Naming the volumes kept, the regressors (and their parts) and the
+        degrees of freedom left; ``details`` holds them.
+    """
+    if round(dof["dof"], 6) >= config.min_dof:
+        return
+    parts = [f"{dof['confound_rank']} independent of {dof['confounds']} confounds"]
+    parts += ["the trend"] * dof["detrend"] + ["the mean"]
+    if dof["filter"]:
+        parts.append(f"{dof['filter']:g} for the filter")
+    raise RunRefused(
+        f"{run.bold.name}: {dof['volumes_kept']} of {dof['volumes']} volumes kept, "
+        f"{dof['regressors']:g} regressors ({', '.join(parts)}): {dof['dof']:g} residual "
+        f"degrees of freedom, fewer than --min-dof {config.min_dof:g}; not cleaned.",
+        {"dof": dof},
+    )
+
+
+def _check_varies(run: BoldRun, read, dtype: str) -> None:
+    """Refuse a run whose BOLD is constant over time in every region or voxel read."""
+    from connscale.denoise import constant_series
+
+    for values, what in ((read.region_means, "atlas region"), (read.data, "voxel of its mask")):
+        if values is not None and values.shape[1] and constant_series(values, dtype=dtype).all():
+            raise RunRefused(
+                f"{run.bold.name} is constant over time in every {what} "
+                f"({values.shape[1]}): no correlation can be computed.",
+                {"constant": what},
+            )
 
 
 def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
@@ -373,6 +471,13 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
     :class:`DecodedRun`); the atlas is taken onto the run's grid once per grid.
     The confounds are read and the run's cleaning operator is made here too,
     so that the serial runner's prefetch thread does it ahead of the compute.
+
+    Raises
+    ------
+    RunRefused
+        Before the BOLD's data are read, when the run's residual degrees of
+        freedom fall below ``config.min_dof`` (:func:`check_dof`); after, when
+        the BOLD is constant over time everywhere.
     """
     import nibabel as nib
 
@@ -389,6 +494,10 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
         mask_img.affine, img.affine, atol=1e-3
     ):
         raise ValueError(f"The mask {run.mask.name} is not on the grid of {run.bold.name}.")
+    made = time.perf_counter()
+    context = _cleaning_context(config, run, int(img.shape[3]))
+    check_dof(config, run, context["dof"])
+    clean_seconds = time.perf_counter() - made
     regional = any(m in REGION_MEASURES for m in config.measures)
     atlas, resampling = atlas_on_grid(config.atlas, img) if regional else (None, None)
     read = read_masked_bold(
@@ -400,9 +509,8 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
     for values in (read.data, read.region_means):
         if values is not None and not np.isfinite(values).all():
             raise ValueError(f"{run.bold.name} holds NaN or infinite values inside its mask.")
-    seconds = time.perf_counter() - tic
-    tic = time.perf_counter()
-    context = _cleaning_context(config, run, int(img.shape[3]))
+    _check_varies(run, read, config.dtype)
+    seconds = time.perf_counter() - tic - clean_seconds
     return DecodedRun(
         img,
         mask,
@@ -413,7 +521,7 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
         regions=read.regions,
         atlas_resampling=resampling,
         context=context,
-        clean_seconds=time.perf_counter() - tic,
+        clean_seconds=clean_seconds,
         started=started,
     )
 
@@ -463,19 +571,50 @@ def needs_decode(config: ParticipantConfig, run: BoldRun) -> bool:
         return False
     for folder, prefix, fingerprint in _output_sets(config, run).values():
         probe = OutputSet(folder, prefix, command="bids participant", fingerprint=fingerprint)
-        if not probe.complete():
+        if not _done(probe):
             return True
     return False
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".replace("\t", " ").replace("\n", " ")
+
+
+def _recorded_failures(out_dir, prefix: str) -> dict:
+    """The measures that failed in a published set (its manifest's ``failed_measures``)."""
+    from connscale.io._publish import IncompleteOutputError, read_manifest
+
+    try:
+        manifest = read_manifest(out_dir, prefix, verify="none")
+    except IncompleteOutputError:
+        return {}
+    return dict(manifest.get("failed_measures") or {})
+
+
+def _done(out) -> bool:
+    """A set published with the same fingerprint and no failed measure (a set with
+    failed measures is computed again: the failure may have been transient)."""
+    return out.complete() and not _recorded_failures(out.out_dir, out.prefix)
+
+
+def _set_measures(config: ParticipantConfig, kind: str) -> list[str]:
+    """The measures a set of the run holds."""
+    if kind == "region":
+        return [m for m in config.measures if m in REGION_MEASURES]
+    if kind == "voxel":
+        return [m for m in config.measures if m in VOXEL_MEASURES]
+    return [kind]
 
 
 def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None = None) -> dict:
     from contextlib import ExitStack
 
+    from connscale.fc.normalize import ConstantSeriesWarning
     from connscale.io._publish import OutputSet
 
     timings = {"decode": 0.0, "clean": 0.0, "compute": 0.0, "write": 0.0}
     with ExitStack() as stack:
-        todo = {}
+        todo, done = {}, 0
         for kind, (folder, prefix, fingerprint) in _output_sets(config, run).items():
             out = stack.enter_context(
                 OutputSet(
@@ -486,7 +625,9 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
                     overwrite=config.overwrite,
                 )
             )
-            if not out.complete():
+            if _done(out):
+                done += 1
+            else:
                 todo[kind] = out
         if not todo:
             return {"status": "skipped", "outputs": []}
@@ -494,7 +635,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
             decoded = decode_run(config, run)
         timings["decode"] = decoded.seconds
         timings["clean"] = decoded.clean_seconds
-        context = decoded.context
+        context = {**decoded.context, "warnings": []}
         record = {
             "status": "ok",
             "outputs": [],
@@ -502,27 +643,67 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
             "n_volumes": int(decoded.img.shape[3]),
             "n_kept": int(context["operator"].volumes.size),
             "n_voxels": int(decoded.mask.sum()),
+            "dof": context["dof"],
         }
-        if "region" in todo:
-            written, n_regions = _region_set(config, run, decoded, todo["region"], context, timings)
-            record["n_regions"] = n_regions
-            record["outputs"] += [str(todo["region"].out_dir / n) for n in written]
-        if "voxel" in todo:
-            written = _voxel_set(config, run, decoded, todo["voxel"], context, timings)
-            record["outputs"] += [str(todo["voxel"].out_dir / n) for n in written]
-        for measure in MAP_MEASURES:
-            if measure in todo:
-                from connscale.bidsapp import voxel_measures
-
-                write = getattr(voxel_measures, f"write_{measure}")
-                written = write(config, run, decoded, todo[measure], context, timings)
-                record["outputs"] += [str(todo[measure].out_dir / n) for n in written]
+        failed = {}
+        with warnings.catch_warnings():
+            # The run's constant series are reported once, below, not per measure.
+            warnings.simplefilter("ignore", ConstantSeriesWarning)
+            for kind, out in todo.items():
+                try:
+                    written, set_failed = _write_set(
+                        kind, config, run, decoded, out, context, timings
+                    )
+                except Exception as exc:  # noqa: BLE001 - recorded per measure
+                    failed.update(dict.fromkeys(_set_measures(config, kind), _reason(exc)))
+                    continue
+                failed.update(set_failed)
+                if kind == "region":
+                    record["n_regions"] = int(decoded.regions.size)
+                record["outputs"] += [str(out.out_dir / n) for n in written]
+    if failed:
+        record["failed_measures"] = failed
+        record["status"] = "partial" if record["outputs"] or done else "error"
+        if record["status"] == "error":
+            record["error"] = "; ".join(f"{m}: {reason}" for m, reason in failed.items())
+    messages = list(dict.fromkeys(context["warnings"]))
+    if messages:
+        record["warnings"] = messages
+        warnings.warn(" ".join(messages), ConstantSeriesWarning, stacklevel=2)
+        logger.warning("%s: %s", run.name, " ".join(messages))
     record["timings"] = {k: round(v, 6) for k, v in timings.items()}
     return record
 
 
-def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str], int]:
-    from connscale.denoise import clean_signals
+def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
+    """Compute and publish one set of the run: the names written and the measures
+    that failed (``{measure: reason}``; a set that fails as a whole raises)."""
+    if kind == "region":
+        return _region_set(config, run, decoded, out, context, timings)
+    if kind == "voxel":
+        return _voxel_set(config, run, decoded, out, context, timings), {}
+    from connscale.bidsapp import voxel_measures
+
+    write = getattr(voxel_measures, f"write_{kind}")
+    return write(config, run, decoded, out, context, timings), {}
+
+
+def constant_message(run: BoldRun, what: str, listed: str, n_constant: int, n_total: int) -> str:
+    """The run's one warning about its constant series."""
+    return (
+        f"{n_constant} of {n_total} {what} of {run.bold.name} are constant over time or have "
+        f"no variance left after cleaning ({listed}): their correlations are NaN."
+    )
+
+
+def constant_columns(series: np.ndarray) -> np.ndarray:
+    """Which columns of cleaned series are constant (cleaning makes such a series
+    exactly constant, see :mod:`connscale.denoise`)."""
+    return np.ptp(series, axis=0) == 0 if series.shape[0] else np.zeros(series.shape[1], bool)
+
+
+def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
+    from connscale.denoise import clean_signals, constant_series
     from connscale.fc.static import correlation
     from connscale.io.relmat import write_relmat_tsv
     from connscale.io.timeseries import save_timeseries
@@ -530,7 +711,7 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
     entities = dict(run.entities)
     seg = {"seg": config.atlas_name, "desc": config.strategy}
     operator = context["operator"]
-    img, mask, data, regions = decoded.img, decoded.mask, decoded.data, decoded.regions
+    img, regions = decoded.img, decoded.regions
     if regions.size < 2:
         raise ValueError(f"Fewer than 2 atlas regions inside the mask of {run.bold.name}.")
 
@@ -545,19 +726,10 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
         dtype=config.dtype,
     )
     timings["clean"] += time.perf_counter() - tic
-
-    tic = time.perf_counter()
-    matrix = (
-        correlation(
-            series, device=config.device, dtype=config.dtype, memory_limit=config.memory_limit
-        )
-        if "fc" in config.measures
-        else None
-    )
-    timings["compute"] += time.perf_counter() - tic
-
-    tic = time.perf_counter()
     names = _region_names(config, regions)
+    constant = constant_columns(series)
+    if constant.all():
+        raise ValueError(f"No atlas region of {run.bold.name} varies after cleaning.")
     relmat_meta, series_meta = _sidecars(
         config,
         run,
@@ -566,35 +738,56 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
         context["sample_mask"],
         int(img.shape[3]),
         context["mean_fd"],
+        dof=context["dof"],
     )
     atlas_meta = {"AtlasSpace": config.atlas_space, "AtlasResampling": decoded.atlas_resampling}
     relmat_meta.update(atlas_meta)
     series_meta.update(atlas_meta)
+    if constant.any():
+        raw = constant_series(decoded.region_means, dtype=config.dtype)
+        listed = [f"{n} (constant in the BOLD)" if r else n for n, r in zip(names, raw)]
+        listed = [entry for entry, c in zip(listed, constant) if c]
+        context["warnings"].append(
+            constant_message(run, "atlas regions", ", ".join(listed), len(listed), len(names))
+        )
+        for meta in (relmat_meta, series_meta):
+            meta["ConstantRegions"] = [n for n, c in zip(names, constant) if c]
     measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.strategy}
-    written = []
-    if "fc" in config.measures:
+    failed, results = {}, {"fc": None}
+
+    def write_fc() -> list[str]:
+        tic = time.perf_counter()
+        results["fc"] = correlation(
+            series, device=config.device, dtype=config.dtype, memory_limit=config.memory_limit
+        )
+        timings["compute"] += time.perf_counter() - tic
+        tic = time.perf_counter()
         stem = bids_name(measured, suffix="relmat", extension=".tsv")
-        write_relmat_tsv(out.path(stem), matrix, names, fmt="%.8g")
+        write_relmat_tsv(out.path(stem), results["fc"], names, fmt="%.8g")
         write_json_atomic(out.path(stem[:-4] + ".json"), relmat_meta)
-        written += [stem, stem[:-4] + ".json"]
-    if "timeseries" in config.measures:
+        timings["write"] += time.perf_counter() - tic
+        return [stem, stem[:-4] + ".json"]
+
+    def write_timeseries() -> list[str]:
+        tic = time.perf_counter()
         stem = bids_name({**entities, **seg}, suffix="timeseries", extension=".tsv")
         save_timeseries(out.path(stem), series, names)
         write_json_atomic(out.path(stem[:-4] + ".json"), series_meta)
-        written += [stem, stem[:-4] + ".json"]
-    timings["write"] += time.perf_counter() - tic
-    for measure in _WINDOWED:
-        if measure in config.measures:
-            name = bids_name(measured, suffix=measure, extension=".h5")
-            _windowed_store(
-                measure, config, run, series, names, out.path(name), operator.volumes, timings
-            )
-            write_json_atomic(
-                out.path(name[:-3] + ".json"),
-                _windowed_sidecar(measure, config, relmat_meta, series.shape[0]),
-            )
-            written += [name, name[:-3] + ".json"]
-    if config.reports:
+        timings["write"] += time.perf_counter() - tic
+        return [stem, stem[:-4] + ".json"]
+
+    def write_windowed(measure: str) -> list[str]:
+        name = bids_name(measured, suffix=measure, extension=".h5")
+        _windowed_store(
+            measure, config, run, series, names, out.path(name), operator.volumes, timings
+        )
+        write_json_atomic(
+            out.path(name[:-3] + ".json"),
+            _windowed_sidecar(measure, config, relmat_meta, series.shape[0]),
+        )
+        return [name, name[:-3] + ".json"]
+
+    def write_report() -> list[str]:
         tic = time.perf_counter()
         name = bids_name({**entities, **seg}, suffix="report", extension=".html")
         out.path(name)
@@ -604,26 +797,44 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
             config=config,
             run=run,
             img=img,
-            mask=mask,
+            mask=decoded.mask,
             atlas=decoded.atlas,
             resampling=decoded.atlas_resampling,
-            data=data,
-            labels=decoded.atlas[mask],
+            data=decoded.data,
+            labels=decoded.atlas[decoded.mask],
             regions=regions,
             operator=operator,
-            fc=matrix,
+            fc=results["fc"],
             names=names,
             fd=context["fd"],
             timings=timings,
             outputs=list(written),
             started=decoded.started,
+            notes=context["warnings"],
+            dof=context["dof"],
         )
-        written.append(name)
         timings["write"] += time.perf_counter() - tic
+        return [name]
+
+    jobs = {"fc": write_fc, "timeseries": write_timeseries}
+    jobs.update({m: functools.partial(write_windowed, m) for m in _WINDOWED})
+    written = []
+    for measure in [m for m in config.measures if m in REGION_MEASURES] + ["report"] * bool(
+        config.reports
+    ):
+        names_before = set(out.names)
+        try:
+            written += (write_report if measure == "report" else jobs[measure])()
+        except Exception as exc:  # noqa: BLE001 - recorded, the other measures go on
+            failed[measure] = _reason(exc)
+            for name in set(out.names) - names_before:
+                out.discard(name)
+    if not [n for n in written if not n.endswith("_report.html")]:
+        return [], failed  # nothing but a report: no set to publish
     tic = time.perf_counter()
-    out.commit(extra={"run": run.name})
+    out.commit(extra={"run": run.name, **({"failed_measures": failed} if failed else {})})
     timings["write"] += time.perf_counter() - tic
-    return written, int(regions.size)
+    return written, failed
 
 
 def _window_onsets(n_kept: int, config, volumes: np.ndarray, t_r: float) -> dict:
@@ -758,6 +969,7 @@ def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
         data, operator, standardize=config.standardize, device=config.device, dtype=config.dtype
     )
     timings["clean"] += time.perf_counter() - tic
+    constant = note_constant_voxels(run, voxels, context)
 
     tic = time.perf_counter()
     path = out.path(name)
@@ -802,6 +1014,7 @@ def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
         context["sample_mask"],
         data.shape[0],
         context["mean_fd"],
+        dof=context["dof"],
     )
     relmat_meta.pop("NodeNames")
     for key in ("Atlas", "AtlasFile", "AtlasLabelsFile"):
@@ -815,12 +1028,31 @@ def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
             "(i, j), i < j, at k = i*N - i*(i+1)/2 + j - i - 1; voxel i is "
             "voxels/ijk[i] (voxels/xyz[i] in mm) of /mask",
             "NumberOfVoxels": int(n),
+            "NumberOfConstantVoxels": int(constant.sum()),
+            "ConstantVoxels": np.flatnonzero(constant).tolist(),
         }
     )
     write_json_atomic(out.path(name[:-3] + ".json"), relmat_meta)
     out.commit(extra={"run": run.name})
     timings["write"] += time.perf_counter() - tic
     return [name, name[:-3] + ".json"]
+
+
+def note_constant_voxels(run: BoldRun, voxels: np.ndarray, context: dict) -> np.ndarray:
+    """Which cleaned voxel series are constant; the run's warning names how many."""
+    constant = constant_columns(voxels)
+    if constant.any():
+        first = np.flatnonzero(constant)[:5].tolist()
+        context["warnings"].append(
+            constant_message(
+                run,
+                "voxels of the mask",
+                f"the first in voxels/ijk order: {first}",
+                int(constant.sum()),
+                constant.size,
+            )
+        )
+    return constant
 
 
 def _run_report(
@@ -843,6 +1075,8 @@ def _run_report(
     timings,
     outputs,
     started,
+    notes=(),
+    dof=None,
 ) -> Path:
     """The run's HTML report, written into ``staging`` beside ``outputs`` (the
     names of the set's other files); ``started`` in epoch seconds."""
@@ -851,7 +1085,8 @@ def _run_report(
     from connscale.report import write_report
 
     raw = region_signals(data, labels, regions=regions, device=config.device)
-    raw_fc = np.corrcoef(raw.T)
+    with np.errstate(divide="ignore", invalid="ignore"):  # constant regions: NaN, warned once
+        raw_fc = np.corrcoef(raw.T)
     step = max(1, data.shape[1] // 2000)
     voxels = clean_signals(
         data[:, ::step], operator, standardize=config.standardize, device=config.device
@@ -880,6 +1115,8 @@ def _run_report(
         "regions": int(len(names)),
         "mean FD (mm)": None if fd is None else float(fd.mean()),
     }
+    if dof is not None:
+        results["residual degrees of freedom"] = dof["dof"]
     record = {
         "command": f"bids participant: {run.name}",
         **run_header(config.device, started),
@@ -897,6 +1134,7 @@ def _run_report(
         "timings_s": dict(timings),
         "figures": [str(f) for f in figures],
         "outputs": outputs,
+        "warnings": list(notes),
     }
     return write_report(record, staging, filename=name)
 
@@ -913,21 +1151,29 @@ def _region_names(config: ParticipantConfig, regions: np.ndarray) -> list[str]:
     return [table[int(r)] for r in regions]
 
 
+def error_rows(records: list[dict]) -> list[list[str]]:
+    """The errors table: ``name, bold, status, measure, error``; one row per failed
+    measure (``measure`` empty when the run failed or was refused as a whole)."""
+    rows = []
+    for r in records:
+        failed = r.get("failed_measures") or {}
+        if failed:
+            rows += [[r["name"], r["bold"], r["status"], m, why] for m, why in failed.items()]
+        elif r["status"] in ("error", "refused"):
+            rows.append([r["name"], r["bold"], r["status"], "", r["error"]])
+    return [[str(c).replace("\t", " ").replace("\n", " ") for c in row] for row in rows]
+
+
 def _write_logs(output: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
     logs = output / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    counts = {s: sum(r["status"] == s for r in records) for s in ("ok", "skipped", "error")}
     report = write_json_atomic(
-        logs / "participant_report.json", {**meta, "counts": counts, "records": records}
+        logs / "participant_report.json", {**meta, "counts": _counts(records), "records": records}
     )
     buffer = io.StringIO()
     writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
-    writer.writerow(["name", "bold", "error"])
-    for r in records:
-        if r["status"] == "error":
-            writer.writerow(
-                [r["name"], r["bold"], r["error"].replace("\t", " ").replace("\n", " ")]
-            )
+    writer.writerow(["name", "bold", "status", "measure", "error"])
+    writer.writerows(error_rows(records))
     return report, write_text_atomic(logs / "participant_errors.tsv", buffer.getvalue())
 
 
@@ -1015,6 +1261,7 @@ _POSITIVE = [Interval(Real, 0, None, closed="neither"), None]
             Interval(Real, 0, 1, closed="right"),
         ],
         "t_r": _POSITIVE,
+        "min_dof": [Interval(Real, 0, None, closed="left")],
         "detrend": ["boolean"],
         "low_pass": _POSITIVE,
         "high_pass": _POSITIVE,
@@ -1054,6 +1301,7 @@ def run_participant(
     run=None,
     space=None,
     t_r: float | None = None,
+    min_dof: float = 10,
     detrend: bool = True,
     standardize: str | None = "zscore_sample",
     low_pass: float | None = None,
@@ -1128,6 +1376,19 @@ def run_participant(
         in-mask voxels (``connscale r1dl --sparsity``).
     participant_label, session_label, task, run, space, t_r
         Filters and TR fallback of :func:`connscale.bidsapp.find_runs`.
+    min_dof : float, default=10
+        Fewest residual degrees of freedom a run may keep
+        (:func:`connscale.denoise.residual_dof`: kept volumes minus the
+        mean, the trend, the independent confounds and what the filter
+        removes); a run below it is refused before it is cleaned (status
+        ``refused``, the numbers in its record and the errors table). Why
+        10: the correlation of two unrelated series with ``d`` degrees of
+        freedom has standard deviation about ``1/sqrt(d)``, so at ``d = 10``
+        chance alone already reaches ``|r| = 0.6`` (two standard deviations),
+        and at ``d`` near 0 the cleaned series are rounding noise (|r| near 1
+        everywhere). It is a floor against degenerate runs (12 of 120 volumes
+        kept against 36 regressors), not a recommendation: connectomes want
+        far more (minutes of data after censoring).
     detrend, standardize, low_pass, high_pass
         Cleaning as in :func:`nilearn.signal.clean` (``t_r`` from each run).
     backend : {'serial', 'local', 'dask', 'spark'}, default='local'
@@ -1242,6 +1503,7 @@ def run_participant(
         n_atoms=int(n_atoms),
         network_sparsity=network_sparsity,
         overwrite=overwrite,
+        min_dof=float(min_dof),
     )
     output.mkdir(parents=True, exist_ok=True)
     write_dataset_description(output, derivatives)
@@ -1270,18 +1532,15 @@ def run_participant(
         "device": device,
         "gpu_workers": environments,
         "notes": notes,
-        "parameters": config.parameters(),
+        "parameters": {**config.parameters(), "min_dof": config.min_dof},
         "seconds": round(seconds, 3),
     }
     report_path, errors_path = _write_logs(output, records, meta)
     report = ParticipantReport(records, report_path, errors_path, seconds, notes)
     if verbose:
-        c = report.counts
         logger.info(
-            "bids participant: %d ok, %d skipped, %d failed in %.1f s",
-            c["ok"],
-            c["skipped"],
-            c["error"],
+            "bids participant: %s in %.1f s",
+            ", ".join(f"{n} {s}" for s, n in report.counts.items()),
             seconds,
         )
     return report

@@ -235,6 +235,7 @@ def write_group_report(
     started: str | None = None,
     device: str | None = None,
     published_dir: Path | None = None,
+    warnings=(),
 ) -> Path:
     """The group page: average connectome, QC-FC, DFC states, mean maps,
     classification, every run linked.
@@ -244,7 +245,8 @@ def write_group_report(
     or None}`` (None: nilearn's MNI template); ``classification`` the
     published classification JSON or None. ``runs[i]["report"]`` is the run's
     report relative to ``published_dir``, the folder the page is published in
-    (default: ``path``'s, when it is not staged).
+    (default: ``path``'s, when it is not staged); ``warnings`` the page's
+    warnings (the runs and measures left out, and why).
     """
     import platform
 
@@ -324,6 +326,7 @@ def write_group_report(
         "results": results,
         "figures": [str(f) for f in figures],
         "outputs": [r["report"] for r in runs if r.get("report")],
+        "warnings": list(warnings),
     }
     report = write_report(record, path.parent, filename=path.name, published_dir=published_dir)
     for figure in figures:

@@ -46,7 +46,12 @@ from pathlib import Path
 import numpy as np
 
 from connscale._version import __version__
-from connscale.bidsapp.participant import _bids_uri, _set_prefix, _sidecars
+from connscale.bidsapp.participant import (
+    _bids_uri,
+    _set_prefix,
+    _sidecars,
+    note_constant_voxels,
+)
 from connscale.io._atomic import write_json_atomic
 from connscale.io.bids import bids_name
 
@@ -120,7 +125,8 @@ def map_sets(config, run, folder: Path, inputs: list, measures) -> dict:
 
 
 def _cleaned_voxels(config, run, decoded, context, timings) -> np.ndarray:
-    """The run's denoised in-mask series (n_kept, n_voxels), as ``voxelfc`` cleans them."""
+    """The run's denoised in-mask series (n_kept, n_voxels), as ``voxelfc`` cleans them
+    (constant ones noted in ``context['constant']`` and the run's warning)."""
     from connscale.denoise import clean_signals
 
     n = decoded.data.shape[1]
@@ -135,6 +141,7 @@ def _cleaned_voxels(config, run, decoded, context, timings) -> np.ndarray:
         dtype=config.dtype,
     )
     timings["clean"] += time.perf_counter() - tic
+    context["constant"] = int(note_constant_voxels(run, voxels, context).sum())
     return voxels
 
 
@@ -166,10 +173,12 @@ def _common_sidecar(config, run, decoded, context, n_voxels: int) -> dict:
         context["sample_mask"],
         decoded.data.shape[0],
         context["mean_fd"],
+        dof=context["dof"],
     )
     for key in ("Columns", "SamplingFrequency", "Atlas", "AtlasFile", "AtlasLabelsFile"):
         meta.pop(key)
     meta["NumberOfVoxels"] = int(n_voxels)
+    meta["NumberOfConstantVoxels"] = context["constant"]
     meta["Mask"] = _bids_uri(run.mask, Path(config.derivatives))
     meta["Code"] = f"connscale {__version__}"
     return meta

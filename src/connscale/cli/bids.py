@@ -25,7 +25,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "nilearn does (load_confounds_strategy + signal.clean), extracts the atlas region "
             "series and writes BIDS derivatives (sub-*/[ses-*/]func/<source>_seg-<NAME>_meas-"
             "PearsonCorrelation_desc-<STRATEGY>_relmat.tsv, ..._timeseries.tsv, JSON "
-            "sidecars), one task per run; a failing run is reported in logs/participant_"
+            "sidecars), one task per run; a failing run, a run refused for too few degrees of "
+            "freedom (--min-dof) and a failing measure are reported in logs/participant_"
             "errors.tsv and the others complete (exit status 1). group: reads those outputs "
             "back, writes the group-average connectome and the feature table in group/, and "
             "classifies participants when --participants and --target are given."
@@ -128,6 +129,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="scrubbing: framewise displacement threshold (mm).",
+    )
+    atlas.add_argument(
+        "--min-dof",
+        type=float,
+        default=10.0,
+        help="participant: a run with fewer residual degrees of freedom (kept volumes minus "
+        "the mean, trend, confounds and filter) is refused, not cleaned, and recorded in "
+        "logs/participant_errors.tsv with its numbers.",
     )
     atlas.add_argument(
         "--t-r",
@@ -251,6 +260,7 @@ def run(args) -> int:
         run=args.run,
         space=args.space,
         t_r=args.t_r,
+        min_dof=args.min_dof,
         low_pass=args.low_pass,
         high_pass=args.high_pass,
         backend=args.backend,
@@ -269,17 +279,18 @@ def run(args) -> int:
         print(f"connscale bids: {note}", file=sys.stderr)
     print(
         f"connscale bids participant: {len(report.records)} runs, backend={args.backend}: "
-        f"{c['ok']} done, {c['skipped']} already complete, {c['error']} failed "
-        f"({report.seconds:.2f} s)"
+        f"{c['ok']} done, {c['skipped']} already complete, {c['error']} failed"
+        + "".join(f", {c[s]} {s}" for s in ("partial", "refused") if s in c)
+        + f" ({report.seconds:.2f} s)"
     )
-    if c["error"]:
+    if report.n_failed:
         print(f"  errors {report.errors_path}")
     print(f"  report {report.report_path}")
-    return 1 if c["error"] else 0
+    return 1 if report.n_failed else 0
 
 
 def _group(args) -> int:
-    from connscale.bidsapp.group import run_group
+    from connscale.bidsapp.group import left_out_lines, run_group
 
     result = run_group(
         args.output,
@@ -313,4 +324,6 @@ def _group(args) -> int:
         )
     for path in result.outputs:
         print(f"  {path}")
+    for line in left_out_lines(result.left_out):
+        print(f"  {line}")
     return 0

@@ -305,6 +305,8 @@ def _bids_app(folder: Path, args) -> Path:
 
     tree = make_fmriprep_tree(folder / "inputs", n_subjects=6, random_state=args.seed)
     output = folder / "connscale"
+    # 'none': nilearn's presets regress 30 or more confounds, which these 30-volume runs
+    # cannot support (the participant level refuses them below --min-dof).
     status = main(
         [
             "bids",
@@ -318,7 +320,7 @@ def _bids_app(folder: Path, args) -> Path:
             "--atlas-labels",
             str(tree.atlas_labels),
             "--denoise",
-            "simple",
+            "none",
             "--measures",
             "fc,timeseries,dfc,pairs",
             "--window-length",
