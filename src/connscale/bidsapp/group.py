@@ -47,7 +47,7 @@ from connscale._validation import Interval, StrOptions, validate_params
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io._publish import read_manifest
-from connscale.io.bids import bids_name, parse_bids_name, read_participants
+from connscale.io.bids import bids_name, bids_prefix, parse_bids_name, read_participants
 
 __all__ = ["GroupResult", "find_participant_outputs", "run_group"]
 
@@ -138,11 +138,9 @@ def find_participant_outputs(
             "with --atlas-name and --denoise."
         )
     for f in chosen:  # refuse half-written sets
-        prefix = bids_name(
-            {k: v for k, v in f.items() if k not in ("path", "meas", "suffix", "extension")},
-            suffix="bold",
-            extension=".tsv",
-        )[: -len("_bold.tsv")]
+        prefix = bids_prefix(
+            {k: v for k, v in f.items() if k not in ("path", "meas", "suffix", "extension")}
+        )
         read_manifest(f["path"].parent, prefix)
     return chosen
 
@@ -291,12 +289,7 @@ def run_group(
     )
     with OutputSet(
         group,
-        bids_name(
-            {"seg": atlas_name, "desc": strategy},
-            suffix="x",
-            extension=".json",
-            require_subject=False,
-        )[: -len("_x.json")],
+        bids_prefix({"seg": atlas_name, "desc": strategy}, require_subject=False),
         command="bids group",
         fingerprint=fingerprint,
         overwrite=overwrite,

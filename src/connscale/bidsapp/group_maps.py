@@ -33,7 +33,7 @@ import numpy as np
 
 from connscale._version import __version__
 from connscale.io._publish import OutputSet, read_manifest
-from connscale.io.bids import bids_name, parse_bids_name
+from connscale.io.bids import bids_name, bids_prefix, parse_bids_name
 
 __all__ = ["GroupMaps", "MapsPlan", "compute_maps", "plan_maps"]
 
@@ -120,10 +120,8 @@ def _run_maps(run: dict) -> dict:
             continue
         found[tuple(ents.get(k) for k in _KIND_ENTITIES)] = path
     if found:  # refuse half-written sets
-        prefix = bids_name(
-            {**source, "stat": "maps", "desc": run.get("desc")}, suffix="x", extension=".json"
-        )
-        read_manifest(run["path"].parent, prefix[: -len("_x.json")])
+        prefix = bids_prefix({**source, "stat": "maps", "desc": run.get("desc")})
+        read_manifest(run["path"].parent, prefix)
     return found
 
 
@@ -240,10 +238,7 @@ def plan_maps(output, runs: list[dict], *, required: bool | None) -> MapsPlan | 
 
 
 def _prefix(entities: dict) -> str:
-    name = bids_name(
-        {**entities, "stat": "maps"}, suffix="x", extension=".json", require_subject=False
-    )
-    return name[: -len("_x.json")]
+    return bids_prefix({**entities, "stat": "maps"}, require_subject=False)
 
 
 def _names(plan: MapsPlan) -> list[str]:

@@ -32,7 +32,7 @@ import numpy as np
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic
 from connscale.io._publish import OutputSet
-from connscale.io.bids import bids_name
+from connscale.io.bids import bids_name, bids_prefix
 
 __all__ = ["GroupStates", "StatesPlan", "compute_states", "plan_states"]
 
@@ -120,8 +120,7 @@ def dfc_path(run: dict) -> Path:
 
 
 def _prefix(entities: dict, *, group: bool = False) -> str:
-    name = bids_name(entities, suffix="x", extension=".json", require_subject=not group)
-    return name[: -len("_x.json")]
+    return bids_prefix(entities, require_subject=not group)
 
 
 def plan_states(

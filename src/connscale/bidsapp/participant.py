@@ -75,7 +75,7 @@ from connscale.cohort import compute_scan_pairs, failure_fields, write_scan_pair
 from connscale.denoise import STRATEGIES
 from connscale.engines import ENGINES
 from connscale.io._atomic import write_json_atomic, write_text_atomic
-from connscale.io.bids import bids_name, derivative_path
+from connscale.io.bids import bids_name, bids_prefix, derivative_path
 
 __all__ = [
     "MEASURES",
@@ -467,7 +467,7 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
 
 def _set_prefix(entities: dict, extra: dict) -> str:
     """A set's name: its outputs' common entities (its lock, staging folder and manifest)."""
-    return bids_name({**entities, **extra}, suffix="bold", extension=".tsv")[: -len("_bold.tsv")]
+    return bids_prefix({**entities, **extra})
 
 
 def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
@@ -476,7 +476,7 @@ def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
     from connscale.io._fingerprint import run_fingerprint
 
     entities = dict(run.entities)
-    folder = derivative_path(config.output, entities, suffix="bold", extension=".tsv").parent
+    folder = derivative_path(config.output, entities, suffix="relmat", extension=".tsv").parent
     bold_inputs = [
         p for p in (run.bold, run.mask, run.confounds, run.confounds_json) if p is not None
     ]

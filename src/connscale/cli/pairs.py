@@ -145,10 +145,9 @@ def _group_stem(entities: list[dict]) -> str:
 
 def _scan_name(entities: dict) -> str:
     """The source entities of an input, joined (``sub-01_task-rest``): its feature-table row."""
-    from connscale.io.bids import bids_name
+    from connscale.io.bids import bids_prefix
 
-    source = {k: v for k, v in entities.items() if k != "meas"}
-    return bids_name(source, suffix="x", extension=".x")[: -len("_x.x")]
+    return bids_prefix({k: v for k, v in entities.items() if k != "meas"})
 
 
 def _run(args, places, scan_sets, group) -> int:
@@ -308,7 +307,7 @@ def _write_group(args, record, entities: list, group, summary, pairs) -> None:
 def _stem(entities: dict, suffix: str) -> str:
     from connscale.io.bids import bids_name
 
-    return bids_name(entities, suffix=suffix, extension=".x")[: -len(".x")]
+    return bids_name(entities, suffix=suffix, extension=".tsv")[: -len(".tsv")]
 
 
 def _common_sidecar(args) -> dict:
