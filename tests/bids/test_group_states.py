@@ -17,6 +17,7 @@ from connscale.io.relmat import read_relmat_tsv
 from connscale.io.states import read_state_features, read_state_sequence
 from connscale.states import DFCStates
 from tests.bids._fmriprep import T_R, atlas_img, make_fmriprep
+from tests.bids._pybids import assert_pybids_reads
 
 K = 3
 WINDOW, STEP = 10, 2
@@ -218,3 +219,8 @@ def test_dfc_summaries_need_every_runs_dfc(cohort, tmp_path):
     run_participant(tmp / "fmriprep", out, measures=["fc"], participant_label="02", **common)
     with pytest.raises(ValueError, match="'dfc' need every run's DFC"):
         run_group(out, features=("edges", "dfc"))
+
+
+def test_pybids_indexes_the_participant_and_group_outputs(cohort):
+    tmp, out, _ = cohort
+    assert_pybids_reads(out, source=tmp / "fmriprep")

@@ -433,7 +433,7 @@ def _write_group(result: GroupResult, out, output: Path, names, z, iu, ents, par
             "Directed": False,
             "ValidDiagonal": True,
             "StorageFormat": "Full",
-            "NonNegative": "",
+            "NonNegative": False,
             "NodeNames": common,
             "NumberOfRuns": len(runs),
             "Sources": [str(r["path"].relative_to(output)) for r in runs],

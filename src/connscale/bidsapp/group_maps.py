@@ -33,7 +33,7 @@ import numpy as np
 
 from connscale._version import __version__
 from connscale.io._publish import OutputSet, read_manifest
-from connscale.io.bids import bids_name, bids_prefix, parse_bids_name
+from connscale.io.bids import bids_name, bids_prefix, dataset_relative, parse_bids_name
 
 __all__ = ["GroupMaps", "MapsPlan", "compute_maps", "plan_maps"]
 
@@ -133,7 +133,7 @@ def _mask_path(output: Path, sidecar: Path) -> Path | None:
     _, link, relative = uri.split(":", 2)
     try:
         links = json.loads((output / "dataset_description.json").read_text())["DatasetLinks"]
-        root = Path(links[link])
+        root = output / links[link]  # relative to the output root (or absolute)
     except (FileNotFoundError, KeyError, ValueError, TypeError):
         return None
     path = root / relative
@@ -369,7 +369,9 @@ def _publish(plan: MapsPlan, out: OutputSet, names, mask, means, n_subjects: int
 
     mask_name = _mask_name(plan)
     masks = [
-        str(m) if m is not None else f"non-zero voxels of {f[plan.kinds[0]].name}"
+        dataset_relative(m, plan.output)
+        if m is not None
+        else f"non-zero voxels of {f[plan.kinds[0]].name}"
         for f, m in zip(plan.files, plan.masks)
     ]
     img = nib.Nifti1Image(mask.astype(np.uint8), plan.affine)

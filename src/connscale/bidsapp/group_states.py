@@ -398,6 +398,7 @@ def _publish_run(plan, i, info, estimator, features, *, overwrite: bool) -> None
             X=features.X[i : i + 1],
             names=features.feature_names,
             digits=12,
+            id_column="source",
         )
         write_json_atomic(
             run_set.path(features_name[:-4] + ".json"),
@@ -405,7 +406,7 @@ def _publish_run(plan, i, info, estimator, features, *, overwrite: bool) -> None
                 "Description": "DFC state features of the run: fraction of windows in each "
                 "state, mean dwell time (in windows) in each state, number of state changes "
                 "and transition probabilities (row: from, column: to)",
-                "subject": {"Description": "The run (its source entities)"},
+                "source": {"Description": "The run (its source entities)"},
                 "Units": {"mean_dwell_time": "windows", "fraction_time": "fraction"},
                 "NumberOfStates": k,
                 "Sources": [source, summary],

@@ -75,7 +75,7 @@ from connscale.cohort import compute_scan_pairs, failure_fields, write_scan_pair
 from connscale.denoise import STRATEGIES
 from connscale.engines import ENGINES
 from connscale.io._atomic import write_json_atomic, write_text_atomic
-from connscale.io.bids import bids_name, bids_prefix, derivative_path
+from connscale.io.bids import bids_name, bids_prefix, dataset_relative, derivative_path
 
 __all__ = [
     "MEASURES",
@@ -232,7 +232,7 @@ def write_dataset_description(output: Path, derivatives: Path) -> Path:
     return write_description(
         output,
         name="connscale connectivity derivatives",
-        links={DATASET_LINK: str(derivatives)},
+        links={DATASET_LINK: dataset_relative(derivatives, output)},
         exclusive=True,
     )
 
@@ -295,8 +295,13 @@ def _sidecars(
     common = {
         "Sources": sources,
         "Atlas": config.atlas_name,
-        "AtlasFile": str(config.atlas),
-        "AtlasLabelsFile": config.atlas_labels,
+        # Relative to the output root: the atlas is outside both datasets.
+        "AtlasFile": dataset_relative(config.atlas, config.output),
+        "AtlasLabelsFile": (
+            None
+            if config.atlas_labels is None
+            else dataset_relative(config.atlas_labels, config.output)
+        ),
         "DenoiseStrategy": config.strategy,
         "DenoiseParameters": {
             **config.strategy_params,
@@ -321,7 +326,7 @@ def _sidecars(
         "Directed": False,
         "ValidDiagonal": True,
         "StorageFormat": "Full",
-        "NonNegative": "",
+        "NonNegative": False,
         "NodeNames": list(names),
         "Code": f"connscale {__version__}",
         **common,

@@ -18,6 +18,7 @@ from connscale.cli._common import (
     output_set,
 )
 from connscale.io._atomic import write_json_atomic
+from connscale.io.bids import dataset_relative
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -341,7 +342,7 @@ def _pairs_sidecar(args, path: Path, *, labels: list, n_windows: int) -> dict:
         "NumberOfWindows": int(n_windows),
         "NumberOfNodes": len(labels),
         "NodeNames": list(labels),
-        "Sources": [str(path)],
+        "Sources": [dataset_relative(path, args.out)],
         "Code": f"connscale {__version__}",
     }
 
@@ -354,7 +355,7 @@ def _windows_sidecar(args, path: Path) -> dict:
         "end": {"Description": "One past the window's last time point", "Units": "volumes"},
         "WindowLength": int(args.window),
         "WindowStep": int(args.step),
-        "Sources": [str(path)],
+        "Sources": [dataset_relative(path, args.out)],
         "Code": f"connscale {__version__}",
     }
 
@@ -369,6 +370,6 @@ def _features_sidecar(args) -> dict:
             "each region pair (i, j), i < j, in row-major order"
         ),
         **_common_sidecar(args),
-        "Sources": [str(p) for p in args.inputs],
+        "Sources": [dataset_relative(p, args.out) for p in args.inputs],
         "Code": f"connscale {__version__}",
     }

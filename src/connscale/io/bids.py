@@ -31,6 +31,7 @@ __all__ = [
     "ENTITY_ORDER",
     "bids_name",
     "bids_prefix",
+    "dataset_relative",
     "derivative_path",
     "from_pybids",
     "parse_bids_name",
@@ -226,6 +227,12 @@ def seg_label(atlas: str | os.PathLike) -> str:
     return label
 
 
+def dataset_relative(path: str | os.PathLike, root: str | os.PathLike) -> str:
+    """``path`` relative to the dataset root ``root`` (``'../fmriprep'``), as a
+    BIDS sidecar or ``DatasetLinks`` gives a file outside the dataset."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(root).resolve())).as_posix()
+
+
 def derivative_path(
     root: str | os.PathLike,
     entities: Mapping[str, object],
@@ -370,7 +377,8 @@ def write_dataset_description(
     out_dir : str or path
     name : str, default="connscale outputs"
     links : mapping or None
-        ``DatasetLinks`` (name -> location of the input dataset). Without
+        ``DatasetLinks`` (name -> location of the input dataset, a URI or a
+        path relative to ``out_dir``: see :func:`dataset_relative`). Without
         links, a description already in the folder is kept as it is.
     exclusive : bool, default=False
         Refuse a folder whose description names another generator.
@@ -384,7 +392,6 @@ def write_dataset_description(
     FileExistsError
         With ``exclusive``, when the folder is another tool's dataset.
     """
-    import json
 
     path = Path(out_dir) / "dataset_description.json"
     if path.exists():
