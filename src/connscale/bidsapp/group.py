@@ -47,7 +47,13 @@ from connscale._validation import Interval, StrOptions, validate_params
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic, write_text_atomic
 from connscale.io._publish import read_manifest
-from connscale.io.bids import bids_name, bids_prefix, parse_bids_name, read_participants
+from connscale.io.bids import (
+    bids_name,
+    bids_prefix,
+    parse_bids_name,
+    read_participants,
+    strategy_desc,
+)
 
 __all__ = ["GroupResult", "find_participant_outputs", "run_group"]
 
@@ -104,6 +110,7 @@ def find_participant_outputs(
         No output, or several atlases / strategies and none chosen.
     """
     output = Path(output)
+    desc = None if strategy is None else strategy_desc(strategy)
     found = []
     for path in sorted(output.glob("sub-*/**/func/*_relmat.tsv")):
         try:
@@ -123,14 +130,13 @@ def find_participant_outputs(
         f
         for f in found
         if (atlas_name is None or f.get("seg") == atlas_name)
-        and (strategy is None or f.get("desc") == strategy)
+        and (desc is None or f.get("desc") == desc)
     ]
     pairs = sorted({(f.get("seg"), f.get("desc")) for f in chosen}, key=str)
     listed = ", ".join(f"seg-{a} desc-{d}" for a, d in combos)
     if not chosen:
         raise ValueError(
-            f"No participant output with seg-{atlas_name} desc-{strategy} in "
-            f"{output}; found {listed}."
+            f"No participant output with seg-{atlas_name} desc-{desc} in {output}; found {listed}."
         )
     if len(pairs) > 1:
         raise ValueError(

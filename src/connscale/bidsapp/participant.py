@@ -75,7 +75,13 @@ from connscale.cohort import compute_scan_pairs, failure_fields, write_scan_pair
 from connscale.denoise import STRATEGIES
 from connscale.engines import ENGINES
 from connscale.io._atomic import write_json_atomic, write_text_atomic
-from connscale.io.bids import bids_name, bids_prefix, dataset_relative, derivative_path
+from connscale.io.bids import (
+    bids_name,
+    bids_prefix,
+    dataset_relative,
+    derivative_path,
+    strategy_desc,
+)
 
 __all__ = [
     "MEASURES",
@@ -128,6 +134,12 @@ class ParticipantConfig:
     n_atoms: int = 10
     network_sparsity: int | float = 0.07
     overwrite: bool = False
+
+    @property
+    def desc(self) -> str:
+        """The ``desc-`` label of the outputs: the strategy's
+        (:func:`connscale.io.bids.strategy_desc`; ``ica_aroma`` gives ``icaaroma``)."""
+        return strategy_desc(self.strategy)
 
     def parameters(self) -> dict:
         """What changes a run's outputs (not where it ran)."""
@@ -490,13 +502,13 @@ def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
         inputs = bold_inputs + [p for p in (config.atlas, config.atlas_labels) if p is not None]
         sets["region"] = (
             folder,
-            _set_prefix(entities, {"seg": config.atlas_name, "desc": config.strategy}),
+            _set_prefix(entities, {"seg": config.atlas_name, "desc": config.desc}),
             run_fingerprint(inputs, {**config.region_parameters(), "t_r": run.t_r}),
         )
     if any(m in VOXEL_MEASURES for m in config.measures):
         sets["voxel"] = (
             folder,
-            _set_prefix(entities, {"desc": config.strategy}),
+            _set_prefix(entities, {"desc": config.desc}),
             run_fingerprint(bold_inputs, {**config.voxel_parameters(), "t_r": run.t_r}),
         )
     maps = [m for m in MAP_MEASURES if m in config.measures]
@@ -580,7 +592,7 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
     from connscale.io.timeseries import save_timeseries
 
     entities = dict(run.entities)
-    seg = {"seg": config.atlas_name, "desc": config.strategy}
+    seg = {"seg": config.atlas_name, "desc": config.desc}
     operator = context["operator"]
     img, mask, data, regions = decoded.img, decoded.mask, decoded.data, decoded.regions
     if regions.size < 2:
@@ -619,7 +631,7 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
         int(img.shape[3]),
         context["mean_fd"],
     )
-    measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.strategy}
+    measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.desc}
     written = []
     if "fc" in config.measures:
         stem = bids_name(measured, suffix="relmat", extension=".tsv")
@@ -792,7 +804,7 @@ def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
     if n < 2:
         raise ValueError(f"The mask of {run.bold.name} holds fewer than 2 voxels.")
     name = bids_name(
-        {**entities, "meas": _MEASURE, "desc": config.strategy}, suffix="relmat", extension=".h5"
+        {**entities, "meas": _MEASURE, "desc": config.desc}, suffix="relmat", extension=".h5"
     )
     itemsize = 8 if config.dtype == "float64" else 4
     out.check_space(
