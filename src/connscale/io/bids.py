@@ -7,10 +7,14 @@ with giga-connectome's spelling of the connectivity entities (BEP017)::
         _seg-Schaefer100_meas-PearsonCorrelation_desc-simple_relmat.tsv
 
 ``seg`` (the atlas), ``meas`` (the measure) and ``stat`` come after the source
-entities and before ``desc``; nothing else is invented. :func:`parse_bids_name`
-reads a name back; :func:`pybids_config` gives pybids the two entities it does
-not know (``meas``, ``stat``), so ``BIDSLayout`` and ``parse_file_entities``
-read connscale outputs too.
+entities and before ``desc``; nothing else is invented. pybids builds the names
+(``build_path``) and reads them back (``parse_file_entities``, in
+:func:`parse_bids_name`) with one configuration, ``bids_config.json`` beside this
+module (:data:`CONFIG_PATH`: the entities and the path patterns of every suffix
+connscale writes); ``BIDSLayout(out, config=[CONFIG_PATH])`` reads the outputs
+alone, and :func:`pybids_config` gives pybids' own configurations the two
+entities they do not know (``meas``, ``stat``). pybids is imported when a name is
+built or read, never by the numerical core.
 """
 
 from __future__ import annotations
@@ -392,7 +396,6 @@ def write_dataset_description(
     FileExistsError
         With ``exclusive``, when the folder is another tool's dataset.
     """
-
     path = Path(out_dir) / "dataset_description.json"
     if path.exists():
         try:
