@@ -169,11 +169,9 @@ def _is_input(path: Path) -> bool:
 
 def _scan_name(path: Path, subject: str | None) -> str:
     """The source entities of a scan, joined (``sub-01_task-rest``): its outputs' stem."""
-    from connscale.io.bids import bids_name, source_entities
+    from connscale.io.bids import bids_prefix, source_entities
 
-    return bids_name(source_entities(path, subject=subject), suffix="x", extension=".x")[
-        : -len("_x.x")
-    ]
+    return bids_prefix(source_entities(path, subject=subject))
 
 
 def _subject(path: Path) -> str | None:
@@ -327,9 +325,9 @@ def check_job_params(job: str, params: dict | None) -> dict:
     if merged.get("threshold") is not None:
         merged["threshold"] = float(merged["threshold"])
     if merged["atlas_name"] is not None:
-        from connscale.io.bids import bids_name
+        from connscale.io.bids import bids_prefix
 
-        bids_name({"sub": "x", "seg": merged["atlas_name"]}, suffix="x", extension=".x")
+        bids_prefix({"sub": "x", "seg": merged["atlas_name"]})
     # Recorded in the report and the outputs' fingerprints: a name, not a dtype object.
     check_option(merged["dtype"], "dtype", {"float32", "float64"})
     for name in ("atlas", "mask"):

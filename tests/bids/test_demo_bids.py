@@ -1,12 +1,14 @@
 """The demo's BIDS-App step on the synthetic fMRIPrep tree of connscale.datasets.fmriprep."""
 
 import argparse
+import json
 
 import pytest
 
 from connscale.bidsapp.layout import find_runs
 from connscale.cli.demo import _bids_app
 from connscale.datasets.fmriprep import make_fmriprep_tree
+from tests.bids._pybids import assert_pybids_reads
 
 
 def test_synthetic_tree_is_read_by_pybids(tmp_path):
@@ -27,3 +29,7 @@ def test_demo_bids_step_writes_the_group_report(tmp_path):
     assert report.is_file() and report.parent.name == "group"
     assert len(list((tmp_path / "connscale").glob("sub-*/func/*_dfc.h5"))) == 6
     assert len(list((tmp_path / "connscale").glob("sub-*/func/*_report.html"))) == 6
+    # pybids indexes the demo's output, alone and as a derivative of its input dataset.
+    out = tmp_path / "connscale"
+    link = json.loads((out / "dataset_description.json").read_text())["DatasetLinks"]
+    assert_pybids_reads(out, source=out / link["preprocessed"])

@@ -12,6 +12,7 @@ from connscale.bidsapp.group import run_group
 from connscale.cli.main import main
 from connscale.io.bids import from_pybids, parse_bids_name, pybids_config
 from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
+from tests.bids._pybids import assert_pybids_reads
 
 RUNS = [("01", None, "rest", "1"), ("01", None, "rest", "2")] + [
     (s, None, "rest", None) for s in ("02", "03", "04")
@@ -135,9 +136,9 @@ def test_map_features_in_the_table_and_the_classification(cohort):
     assert page.count('<img src="data:image/png;base64,') == 2 + len(KINDS)
 
 
-def test_rerun_resumes_and_other_features_are_refused(cohort, tmp_path, capsys):
+def test_rerun_resumes_and_other_features_are_refused(cohort, capsys):
     tmp, _, out, group = cohort
-    copy = tmp_path / "out"
+    copy = out.with_name("rerun")  # beside the original: its DatasetLinks are relative
     shutil.copytree(out, copy)
     group = [str(copy) if a == str(out) else a for a in group]
     published = {p: p.stat().st_mtime_ns for p in copy.rglob("*") if p.is_file()}
@@ -200,3 +201,8 @@ def test_maps_on_another_grid_are_refused(cohort, tmp_path):
     assert {p.name for p in (copy / "group").iterdir()} == {
         p.name for p in (out / "group").iterdir()
     }
+
+
+def test_pybids_indexes_the_maps_outputs(cohort):
+    _, root, out, _ = cohort
+    assert_pybids_reads(out, source=root)

@@ -17,6 +17,7 @@ from connscale.io.relmat import read_relmat_tsv
 from connscale.io.states import read_state_features, read_state_sequence
 from connscale.states import DFCStates
 from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep
+from tests.bids._pybids import assert_pybids_reads
 
 K = 3
 WINDOW, STEP = 10, 2
@@ -274,3 +275,8 @@ def test_folds_above_the_smaller_class_are_said_and_recorded(cohort, tmp_path, c
     assert not [r for r in caplog.records if "folds" in r.getMessage()]
     assert result.classification["folds"] == result.classification["folds_requested"] == 2
     assert result.classification["notes"] == []
+
+
+def test_pybids_indexes_the_participant_and_group_outputs(cohort):
+    tmp, out, _ = cohort
+    assert_pybids_reads(out, source=tmp / "fmriprep")

@@ -65,3 +65,18 @@ def test_bad_names():
         parse_bids_name("sub-01_foo-1_bold.nii.gz")
     with pytest.raises(ValueError, match="not a BIDS name"):
         parse_bids_name("fmri1.nii.gz")
+
+
+def test_map_names_keep_one_desc(tmp_path):
+    from connscale.io.maps import map_path
+
+    # fMRIPrep's desc-preproc is the input's, not the map's: one desc-, in BIDS order.
+    path = map_path(tmp_path, "sub-01_task-rest_desc-preproc", "degree", desc="r025", seg="A")
+    assert path.name == "sub-01_task-rest_seg-A_stat-degree_desc-r025_boldmap.nii.gz"
+    assert parse_bids_name(path)["desc"] == "r025"
+    assert map_path(tmp_path, "fmri1", "gcor").name == "fmri1_stat-gcor_boldmap.nii.gz"
+
+
+def test_unknown_suffix_is_refused():
+    with pytest.raises(ValueError, match="connscale writes no '_bold.tsv' file; suffixes: relmat"):
+        bids_name({"sub": "01"}, suffix="bold", extension=".tsv")

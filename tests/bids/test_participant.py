@@ -2,6 +2,7 @@
 
 import json
 import warnings
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
@@ -82,7 +83,13 @@ def test_region_series_and_fc_equal_nilearn(tree, tmp_path):
     assert meta["NumberOfVolumesDiscarded"] == 1  # fMRIPrep's non-steady-state volume
     description = json.loads((tmp_path / "out" / "dataset_description.json").read_text())
     assert description["GeneratedBy"][0]["Name"] == "connscale"
-    assert description["DatasetLinks"]["preprocessed"] == str(root)
+    # Paths relative to the output root: the input dataset's link, the atlas and its labels.
+    out = tmp_path / "out"
+    link = description["DatasetLinks"]["preprocessed"]
+    assert not Path(link).is_absolute() and (out / link).resolve() == root.resolve()
+    assert (out / meta["AtlasFile"]).resolve() == (tmp / "atlas.nii.gz").resolve()
+    assert (out / meta["AtlasLabelsFile"]).resolve() == (tmp / "labels.tsv").resolve()
+    assert meta["NonNegative"] is False
 
 
 def test_cli_broken_run_names_resume_and_group(tree, tmp_path, capsys):

@@ -8,6 +8,7 @@ import pytest
 
 from connscale.cli.main import main
 from connscale.io.bids import from_pybids, pybids_config, seg_label, source_entities
+from tests.bids._pybids import assert_pybids_reads
 
 SOURCE = {"sub": "01", "ses": "2", "task": "rest", "run": "1", "space": "MNI152NLin2009cAsym"}
 
@@ -93,6 +94,7 @@ def test_fc_and_dfc_names_parse_back(tmp_path, bold):
     assert (sidecar["WindowLength"], sidecar["WindowStep"]) == (10, 5)
     description = json.loads((out / "dataset_description.json").read_text())
     assert description["GeneratedBy"][0]["Name"] == "connscale"
+    assert_pybids_reads(out)
 
 
 def test_cohort_names_parse_back(tmp_path, bold):
@@ -125,6 +127,7 @@ def test_cohort_names_parse_back(tmp_path, bold):
         ".h5",
     )
     assert (out / "dataset_description.json").is_file()
+    assert_pybids_reads(out)
     assert (
         main(
             [

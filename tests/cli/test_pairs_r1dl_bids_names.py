@@ -12,6 +12,7 @@ from connscale.cli.main import main
 from connscale.fc.pairs import pair_summary, pairwise_dfc
 from connscale.io.bids import from_pybids, pybids_config
 from connscale.io.timeseries import load_timeseries, save_timeseries
+from tests.bids._pybids import assert_pybids_reads
 
 SOURCE = {"ses": "2", "task": "rest", "run": "1", "desc": "simple"}
 PAIRS = ["--window", "8", "--step", "3", "--device", "cpu", "-q"]
@@ -78,6 +79,7 @@ def test_pairs_names_parse_back(series, tmp_path):
             assert suffix == ("pairs" if name.startswith("sub-") else "features"), name
     description = json.loads((out / "dataset_description.json").read_text())
     assert description["GeneratedBy"][0]["Name"] == "connscale"
+    assert_pybids_reads(out)
 
     # A plain name gets a sub- label from its letters and digits, as fc and dfc give it;
     # with nothing in common the root set has only meas-.
@@ -238,11 +240,15 @@ def test_r1dl_names_parse_back(bold, tmp_path, capsys):
         assert f"{suffix}{extension}" == name.rsplit("_", 1)[-1], name
     sidecar = json.loads((out / f"{func}_components.json").read_text())
     assert sidecar["NumberOfComponents"] == 2 and sidecar["Sparsity"] == 4
-    assert sidecar["Sources"] == [str(path), str(mask)]
+    assert sidecar["Sources"] == [
+        "../sub-01_ses-2_task-rest_run-1_space-MNI_desc-preproc_bold.nii.gz",
+        "../mask.nii.gz",
+    ]
     mixing = json.loads((out / f"{func}_mixing.json").read_text())
     header = (out / f"{func}_mixing.tsv").read_text().splitlines()[0].split("\t")
     assert header == ["network_000", "network_001"] and set(header) <= set(mixing)
     assert nib.load(out / f"{func}_components.nii.gz").shape == (5, 4, 3, 2)
+    assert_pybids_reads(out)
     # Other parameters: never replaced silently.
     capsys.readouterr()
     assert main([*argv, "--seed", "1"]) == 2

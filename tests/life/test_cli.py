@@ -7,6 +7,7 @@ import pytest
 
 from connscale.cli.main import main
 from connscale.datasets.phantom import simulate_life_phantom
+from tests.bids._pybids import assert_pybids_reads
 
 nib = pytest.importorskip("nibabel")
 
@@ -82,6 +83,7 @@ def test_cli_single_lambda(inputs, capsys):
     )
     counts = np.loadtxt(out / "sub-01_meas-LiFEStreamlineCount_relmat.tsv", skiprows=1)
     assert counts.shape == (4, 4) and np.allclose(counts, counts.T)
+    assert_pybids_reads(out)
 
 
 def test_cli_lambda_sweep(inputs):

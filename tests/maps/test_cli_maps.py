@@ -3,6 +3,7 @@
 functions' results."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ pytest.importorskip("nilearn")
 
 import connscale  # noqa: E402
 from connscale.cli.main import main  # noqa: E402
+from tests.bids._pybids import assert_pybids_reads  # noqa: E402
 
 # nilearn's MNI152 2 mm template grid.
 MNI_2MM = np.array([[-2.0, 0, 0, 90], [0, 2, 0, -126], [0, 0, 2, -72], [0, 0, 0, 1]])
@@ -96,7 +98,7 @@ def test_maps_cli_on_nitime_fmri1(tmp_path):
         np.testing.assert_allclose(_values(masker, img), values, rtol=1e-5, atol=1e-6)
         sidecar = json.loads((out / f"{stem}_boldmap.json").read_text())
         assert sidecar["NumberOfNodes"] == series.shape[1]
-        assert sidecar["Sources"] == [str(fmri)]
+        assert sidecar["Sources"] == [os.path.relpath(fmri, out)]
         assert (out / f"{stem}_boldmap.png").stat().st_size > 0
     assert (
         json.loads((out / "fmri1_stat-degree_desc-r05_boldmap.json").read_text())["Threshold"]
@@ -145,6 +147,7 @@ def test_maps_cli_on_an_mni_grid_scan(tmp_path, mni_scan):
         connscale.degree_centrality(series, 0.3, absolute=True, device="cpu"),
     )
     assert np.all(np.asarray(degree.dataobj)[np.asarray(nib.load(mask_path).dataobj) == 0] == 0)
+    assert_pybids_reads(out)
     sparse = _load(out / f"{stem}_stat-degree_desc-abssparsity005_boldmap.nii.gz")
     n = series.shape[1]
     assert _values(masker, sparse).sum() == pytest.approx(2 * round(0.05 * n * (n - 1) / 2), abs=4)

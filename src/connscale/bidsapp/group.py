@@ -55,7 +55,13 @@ from connscale._validation import Interval, StrOptions, validate_params
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic
 from connscale.io._publish import read_manifest
-from connscale.io.bids import bids_name, parse_bids_name, read_participants
+from connscale.io.bids import (
+    bids_name,
+    bids_prefix,
+    parse_bids_name,
+    read_participants,
+    strategy_desc,
+)
 
 __all__ = [
     "GroupResult",
@@ -119,6 +125,7 @@ def find_participant_outputs(
         No output, or several atlases / strategies and none chosen.
     """
     output = Path(output)
+    desc = None if strategy is None else strategy_desc(strategy)
     found = []
     for path in sorted(output.glob("sub-*/**/func/*_relmat.tsv")):
         try:
@@ -138,14 +145,13 @@ def find_participant_outputs(
         f
         for f in found
         if (atlas_name is None or f.get("seg") == atlas_name)
-        and (strategy is None or f.get("desc") == strategy)
+        and (desc is None or f.get("desc") == desc)
     ]
     pairs = sorted({(f.get("seg"), f.get("desc")) for f in chosen}, key=str)
     listed = ", ".join(f"seg-{a} desc-{d}" for a, d in combos)
     if not chosen:
         raise ValueError(
-            f"No participant output with seg-{atlas_name} desc-{strategy} in "
-            f"{output}; found {listed}."
+            f"No participant output with seg-{atlas_name} desc-{desc} in {output}; found {listed}."
         )
     if len(pairs) > 1:
         raise ValueError(
@@ -153,11 +159,9 @@ def find_participant_outputs(
             "with --atlas-name and --denoise."
         )
     for f in chosen:  # refuse half-written sets
-        prefix = bids_name(
-            {k: v for k, v in f.items() if k not in ("path", "meas", "suffix", "extension")},
-            suffix="bold",
-            extension=".tsv",
-        )[: -len("_bold.tsv")]
+        prefix = bids_prefix(
+            {k: v for k, v in f.items() if k not in ("path", "meas", "suffix", "extension")}
+        )
         read_manifest(f["path"].parent, prefix)
     return chosen
 
@@ -188,7 +192,9 @@ def find_left_out(output, runs: list[dict], *, atlas_name: str, strategy: str) -
     published = {r["path"].name.split("_seg-")[0] for r in runs}
     left = []
     for manifest in sorted(
-        output.glob(f"sub-*/**/func/*_seg-{atlas_name}_desc-{strategy}_manifest.json")
+        output.glob(
+            f"sub-*/**/func/*_seg-{atlas_name}_desc-{strategy_desc(strategy)}_manifest.json"
+        )
     ):
         try:
             content = json.loads(manifest.read_text())
@@ -406,12 +412,7 @@ def run_group(
     )
     with OutputSet(
         group,
-        bids_name(
-            {"seg": atlas_name, "desc": strategy},
-            suffix="x",
-            extension=".json",
-            require_subject=False,
-        )[: -len("_x.json")],
+        bids_prefix({"seg": atlas_name, "desc": strategy}, require_subject=False),
         command="bids group",
         fingerprint=fingerprint,
         overwrite=overwrite,
@@ -574,7 +575,7 @@ def _write_group(result: GroupResult, out, output: Path, names, z, iu, ents, par
             "Directed": False,
             "ValidDiagonal": True,
             "StorageFormat": "Full",
-            "NonNegative": "",
+            "NonNegative": False,
             "NodeNames": common,
             "NumberOfRuns": len(runs),
             "Sources": [str(r["path"].relative_to(output)) for r in runs],

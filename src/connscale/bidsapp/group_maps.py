@@ -33,7 +33,7 @@ import numpy as np
 
 from connscale._version import __version__
 from connscale.io._publish import OutputSet, read_manifest
-from connscale.io.bids import bids_name, parse_bids_name
+from connscale.io.bids import bids_name, bids_prefix, dataset_relative, parse_bids_name
 
 __all__ = ["GroupMaps", "MapsPlan", "compute_maps", "plan_maps"]
 
@@ -120,10 +120,8 @@ def _run_maps(run: dict) -> dict:
             continue
         found[tuple(ents.get(k) for k in _KIND_ENTITIES)] = path
     if found:  # refuse half-written sets
-        prefix = bids_name(
-            {**source, "stat": "maps", "desc": run.get("desc")}, suffix="x", extension=".json"
-        )
-        read_manifest(run["path"].parent, prefix[: -len("_x.json")])
+        prefix = bids_prefix({**source, "stat": "maps", "desc": run.get("desc")})
+        read_manifest(run["path"].parent, prefix)
     return found
 
 
@@ -135,7 +133,7 @@ def _mask_path(output: Path, sidecar: Path) -> Path | None:
     _, link, relative = uri.split(":", 2)
     try:
         links = json.loads((output / "dataset_description.json").read_text())["DatasetLinks"]
-        root = Path(links[link])
+        root = output / links[link]  # relative to the output root (or absolute)
     except (FileNotFoundError, KeyError, ValueError, TypeError):
         return None
     path = root / relative
@@ -240,10 +238,7 @@ def plan_maps(output, runs: list[dict], *, required: bool | None) -> MapsPlan | 
 
 
 def _prefix(entities: dict) -> str:
-    name = bids_name(
-        {**entities, "stat": "maps"}, suffix="x", extension=".json", require_subject=False
-    )
-    return name[: -len("_x.json")]
+    return bids_prefix({**entities, "stat": "maps"}, require_subject=False)
 
 
 def _names(plan: MapsPlan) -> list[str]:
@@ -374,7 +369,9 @@ def _publish(plan: MapsPlan, out: OutputSet, names, mask, means, n_subjects: int
 
     mask_name = _mask_name(plan)
     masks = [
-        str(m) if m is not None else f"non-zero voxels of {f[plan.kinds[0]].name}"
+        dataset_relative(m, plan.output)
+        if m is not None
+        else f"non-zero voxels of {f[plan.kinds[0]].name}"
         for f, m in zip(plan.files, plan.masks)
     ]
     img = nib.Nifti1Image(mask.astype(np.uint8), plan.affine)

@@ -32,7 +32,7 @@ import numpy as np
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic
 from connscale.io._publish import OutputSet
-from connscale.io.bids import bids_name
+from connscale.io.bids import bids_name, bids_prefix
 
 __all__ = ["GroupStates", "StatesPlan", "compute_states", "plan_states"]
 
@@ -120,8 +120,7 @@ def dfc_path(run: dict) -> Path:
 
 
 def _prefix(entities: dict, *, group: bool = False) -> str:
-    name = bids_name(entities, suffix="x", extension=".json", require_subject=not group)
-    return name[: -len("_x.json")]
+    return bids_prefix(entities, require_subject=not group)
 
 
 def plan_states(
@@ -399,6 +398,7 @@ def _publish_run(plan, i, info, estimator, features, *, overwrite: bool) -> None
             X=features.X[i : i + 1],
             names=features.feature_names,
             digits=12,
+            id_column="source",
         )
         write_json_atomic(
             run_set.path(features_name[:-4] + ".json"),
@@ -406,7 +406,7 @@ def _publish_run(plan, i, info, estimator, features, *, overwrite: bool) -> None
                 "Description": "DFC state features of the run: fraction of windows in each "
                 "state, mean dwell time (in windows) in each state, number of state changes "
                 "and transition probabilities (row: from, column: to)",
-                "subject": {"Description": "The run (its source entities)"},
+                "source": {"Description": "The run (its source entities)"},
                 "Units": {"mean_dwell_time": "windows", "fraction_time": "fraction"},
                 "NumberOfStates": k,
                 "Sources": [source, summary],

@@ -121,6 +121,13 @@ def _strip(values: list | None, prefix: str) -> list | None:
     return [v[len(prefix) :] if v.startswith(prefix) else v for v in values]
 
 
+# --denoise ica_aroma reads the BOLD that fMRIPrep denoised with ICA-AROMA.
+_AROMA_HINT = (
+    " (--denoise ica_aroma reads fMRIPrep's ICA-AROMA output, *_desc-smoothAROMAnonaggr_bold, "
+    "which fMRIPrep writes with --use-aroma, up to version 23.0)"
+)
+
+
 def _found(layout, desc: str) -> str:
     files = layout.get(suffix="bold", extension=[".nii.gz", ".nii"])
     if not files:
@@ -262,10 +269,13 @@ def find_runs(
         suffix="bold", desc=desc, extension=[".nii.gz", ".nii"], datatype="func", **query
     )
     if not bolds:
-        asked = ", ".join(f"{_FILTERS[k]}={v}" for k, v in query.items()) or "no filter"
+        asked = ", ".join(f"{_FILTERS[k]}={v}" for k, v in query.items())
         raise ValueError(
-            f"No preprocessed BOLD (desc-{desc}) in {derivatives} matches {asked}; "
-            f"found {_found(layout, desc)}."
+            f"No preprocessed BOLD (desc-{desc}) in {derivatives}"
+            + (f" matches {asked}" if asked else "")
+            + f"; found {_found(layout, desc)}"
+            + (_AROMA_HINT if strategy == "ica_aroma" else "")
+            + "."
         )
     # A run's mask has every run entity of its BOLD (and no other), its space and
     # resolution; its confounds the same run entities and no space.

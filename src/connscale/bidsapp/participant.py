@@ -102,7 +102,13 @@ from connscale.cohort import compute_scan_pairs, failure_fields, write_scan_pair
 from connscale.denoise import STRATEGIES
 from connscale.engines import ENGINES
 from connscale.io._atomic import write_json_atomic, write_text_atomic
-from connscale.io.bids import bids_name, derivative_path
+from connscale.io.bids import (
+    bids_name,
+    bids_prefix,
+    dataset_relative,
+    derivative_path,
+    strategy_desc,
+)
 
 __all__ = [
     "MEASURES",
@@ -174,6 +180,12 @@ class ParticipantConfig:
     network_sparsity: int | float = 0.07
     overwrite: bool = False
     min_dof: float = 10.0
+
+    @property
+    def desc(self) -> str:
+        """The ``desc-`` label of the outputs: the strategy's
+        (:func:`connscale.io.bids.strategy_desc`; ``ica_aroma`` gives ``icaaroma``)."""
+        return strategy_desc(self.strategy)
 
     def parameters(self) -> dict:
         """What changes a run's outputs (not where it ran, nor which runs are refused)."""
@@ -269,7 +281,7 @@ def write_dataset_description(output: Path, derivatives: Path) -> Path:
     return write_description(
         output,
         name="connscale connectivity derivatives",
-        links={DATASET_LINK: str(derivatives)},
+        links={DATASET_LINK: dataset_relative(derivatives, output)},
         exclusive=True,
     )
 
@@ -294,8 +306,13 @@ def _sidecars(
     common = {
         "Sources": sources,
         "Atlas": config.atlas_name,
-        "AtlasFile": str(config.atlas),
-        "AtlasLabelsFile": config.atlas_labels,
+        # Relative to the output root: the atlas is outside both datasets.
+        "AtlasFile": dataset_relative(config.atlas, config.output),
+        "AtlasLabelsFile": (
+            None
+            if config.atlas_labels is None
+            else dataset_relative(config.atlas_labels, config.output)
+        ),
         "DenoiseStrategy": config.strategy,
         "DenoiseParameters": {
             **config.strategy_params,
@@ -321,7 +338,7 @@ def _sidecars(
         "Directed": False,
         "ValidDiagonal": True,
         "StorageFormat": "Full",
-        "NonNegative": "",
+        "NonNegative": False,
         "NodeNames": list(names),
         "Code": f"connscale {__version__}",
         **common,
@@ -528,7 +545,7 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
 
 def _set_prefix(entities: dict, extra: dict) -> str:
     """A set's name: its outputs' common entities (its lock, staging folder and manifest)."""
-    return bids_name({**entities, **extra}, suffix="bold", extension=".tsv")[: -len("_bold.tsv")]
+    return bids_prefix({**entities, **extra})
 
 
 def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
@@ -537,7 +554,7 @@ def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
     from connscale.io._fingerprint import run_fingerprint
 
     entities = dict(run.entities)
-    folder = derivative_path(config.output, entities, suffix="bold", extension=".tsv").parent
+    folder = derivative_path(config.output, entities, suffix="relmat", extension=".tsv").parent
     bold_inputs = [
         p for p in (run.bold, run.mask, run.confounds, run.confounds_json) if p is not None
     ]
@@ -546,13 +563,13 @@ def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
         inputs = bold_inputs + [p for p in (config.atlas, config.atlas_labels) if p is not None]
         sets["region"] = (
             folder,
-            _set_prefix(entities, {"seg": config.atlas_name, "desc": config.strategy}),
+            _set_prefix(entities, {"seg": config.atlas_name, "desc": config.desc}),
             run_fingerprint(inputs, {**config.region_parameters(), "t_r": run.t_r}),
         )
     if any(m in VOXEL_MEASURES for m in config.measures):
         sets["voxel"] = (
             folder,
-            _set_prefix(entities, {"desc": config.strategy}),
+            _set_prefix(entities, {"desc": config.desc}),
             run_fingerprint(bold_inputs, {**config.voxel_parameters(), "t_r": run.t_r}),
         )
     maps = [m for m in MAP_MEASURES if m in config.measures]
@@ -709,7 +726,7 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
     from connscale.io.timeseries import save_timeseries
 
     entities = dict(run.entities)
-    seg = {"seg": config.atlas_name, "desc": config.strategy}
+    seg = {"seg": config.atlas_name, "desc": config.desc}
     operator = context["operator"]
     img, regions = decoded.img, decoded.regions
     if regions.size < 2:
@@ -752,7 +769,7 @@ def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str],
         )
         for meta in (relmat_meta, series_meta):
             meta["ConstantRegions"] = [n for n, c in zip(names, constant) if c]
-    measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.strategy}
+    measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.desc}
     failed, results = {}, {"fc": None}
 
     def write_fc() -> list[str]:
@@ -957,7 +974,7 @@ def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
     if n < 2:
         raise ValueError(f"The mask of {run.bold.name} holds fewer than 2 voxels.")
     name = bids_name(
-        {**entities, "meas": _MEASURE, "desc": config.strategy}, suffix="relmat", extension=".h5"
+        {**entities, "meas": _MEASURE, "desc": config.desc}, suffix="relmat", extension=".h5"
     )
     itemsize = 8 if config.dtype == "float64" else 4
     out.check_space(

@@ -114,9 +114,7 @@ def map_sets(config, run, folder: Path, inputs: list, measures) -> dict:
 
     sets = {}
     for measure in measures:
-        prefix = _set_prefix(
-            dict(run.entities), {"stat": _SET_STAT[measure], "desc": config.strategy}
-        )
+        prefix = _set_prefix(dict(run.entities), {"stat": _SET_STAT[measure], "desc": config.desc})
         fingerprint = run_fingerprint(
             inputs, {**measure_parameters(config, measure), "measure": measure, "t_r": run.t_r}
         )
@@ -319,7 +317,7 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
     written, drawn = [], []
     for extra, values, sidecar, title in maps:
         name = bids_name(
-            {**entities, **extra, "desc": config.strategy}, suffix="boldmap", extension=".nii.gz"
+            {**entities, **extra, "desc": config.desc}, suffix="boldmap", extension=".nii.gz"
         )
         meta = {**sidecar, **common, "Nodes": "voxels"}
         write_map(out.path(name), _image(values, mask, affine), meta)
@@ -332,7 +330,7 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
         tic = time.perf_counter()
         figures = _map_figures(out, drawn, _mean_image(decoded))
         name = bids_name(
-            {**entities, "stat": _SET_STAT["maps"], "desc": config.strategy},
+            {**entities, "stat": _SET_STAT["maps"], "desc": config.desc},
             suffix="report",
             extension=".html",
         )
@@ -387,7 +385,7 @@ def write_networks(config, run, decoded, out, context, timings) -> list[str]:
     from connscale.io.timeseries import save_timeseries
     from connscale.networks import R1DL
 
-    entities = {**run.entities, "stat": _SET_STAT["networks"], "desc": config.strategy}
+    entities = {**run.entities, "stat": _SET_STAT["networks"], "desc": config.desc}
     mask, affine = decoded.mask, np.asarray(decoded.img.affine, dtype=np.float64)
     n = int(mask.sum())
     if config.n_atoms > decoded.data.shape[0]:

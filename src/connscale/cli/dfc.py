@@ -20,6 +20,7 @@ from connscale.cli._common import (
 from connscale.cli._inputs import add_input_arguments, load_input, output_place
 from connscale.cli._windows import add_window_arguments, resolve_window
 from connscale.io._atomic import write_json_atomic
+from connscale.io.bids import dataset_relative
 
 # Plots of windows and edge time courses are drawn for at most this many series.
 PLOT_MAX_NODES = 200
@@ -250,6 +251,6 @@ def _sidecar(
         "RepetitionTime": t_r,
         "NumberOfNodes": int(n),
         "DataType": str(args.dtype),
-        "Sources": [str(args.input)],
+        "Sources": [dataset_relative(args.input, args.out)],
         "Code": f"connscale {__version__}",
     }

@@ -15,6 +15,7 @@ from connscale.cli._common import (
     logger,
 )
 from connscale.cli._windows import add_window_arguments, resolve_window
+from connscale.io.bids import dataset_relative
 
 #: States are written as TSV up to this many nodes, as HDF5 above.
 TSV_MAX_NODES = 1000
@@ -278,7 +279,7 @@ def _write_states(estimator, out: Path, labels, fractions, args) -> list[Path]:
                 ),
                 "State": j + 1,
                 "FractionOfWindows": float(fractions[j]),
-                "Sources": [str(p) for p in args.inputs],
+                "Sources": [dataset_relative(p, args.out) for p in args.inputs],
             }
         )
         written += [path, write_sidecar(path, metadata)]

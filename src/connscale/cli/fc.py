@@ -18,6 +18,7 @@ from connscale.cli._common import (
     output_set,
 )
 from connscale.cli._inputs import add_input_arguments, load_input, output_place
+from connscale.io.bids import dataset_relative
 
 # Region matrices up to this size are written as TSV, larger ones as HDF5.
 TSV_MAX_NODES = 1000
@@ -105,7 +106,7 @@ def run(args) -> int:
                 n,
                 threshold=args.threshold,
                 absolute=args.absolute,
-                source=args.input,
+                source=dataset_relative(args.input, args.out),
                 dtype=args.dtype,
                 nodes=nodes,
             ),

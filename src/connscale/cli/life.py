@@ -30,6 +30,7 @@ from connscale.cli._common import (
     output_set,
 )
 from connscale.cli._sets import command_fingerprint, publish
+from connscale.io.bids import dataset_relative
 
 
 def _floats(text: str) -> list[float]:
@@ -319,7 +320,10 @@ def _run(args, outputs, source: str) -> int:
                 outputs.staging,
                 source,
                 measure=args.measure,
-                metadata={"Sources": [str(args.dwi), str(args.tractogram)], "Lambda": fit.lam},
+                metadata={
+                    "Sources": [dataset_relative(p, args.out) for p in (args.dwi, args.tractogram)],
+                    "Lambda": fit.lam,
+                },
             ):
                 write(p.name)
             record.results["n_regions"] = len(regions)

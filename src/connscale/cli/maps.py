@@ -13,6 +13,7 @@ from connscale.cli._common import (
     logger,
 )
 from connscale.cli._inputs import add_input_arguments, load_input
+from connscale.io.bids import dataset_relative, seg_label
 
 
 def _numbers(text: str) -> list[float]:
@@ -122,10 +123,15 @@ def run(args) -> int:
     n_timepoints, n = timeseries.shape
     logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
     source = source_entities(args.input)
-    seg = Path(str(args.atlas.name).split(".")[0]).name if args.atlas is not None else None
+    seg = seg_label(args.atlas) if args.atlas is not None else None
     compute = {"device": args.device, "dtype": args.dtype}
     written = []  # (path, title, map values)
-    common = {"n_nodes": n, "source": args.input, "DataType": args.dtype, "Nodes": nodes}
+    common = {
+        "n_nodes": n,
+        "source": dataset_relative(args.input, args.out),
+        "DataType": args.dtype,
+        "Nodes": nodes,
+    }
 
     def emit(values, stat, desc, measure, description, **parameters):
         from connscale.io.maps import map_path, map_sidecar, write_map

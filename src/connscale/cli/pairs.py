@@ -18,6 +18,7 @@ from connscale.cli._common import (
     output_set,
 )
 from connscale.io._atomic import write_json_atomic
+from connscale.io.bids import dataset_relative
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -145,10 +146,9 @@ def _group_stem(entities: list[dict]) -> str:
 
 def _scan_name(entities: dict) -> str:
     """The source entities of an input, joined (``sub-01_task-rest``): its feature-table row."""
-    from connscale.io.bids import bids_name
+    from connscale.io.bids import bids_prefix
 
-    source = {k: v for k, v in entities.items() if k != "meas"}
-    return bids_name(source, suffix="x", extension=".x")[: -len("_x.x")]
+    return bids_prefix({k: v for k, v in entities.items() if k != "meas"})
 
 
 def _run(args, places, scan_sets, group) -> int:
@@ -308,7 +308,7 @@ def _write_group(args, record, entities: list, group, summary, pairs) -> None:
 def _stem(entities: dict, suffix: str) -> str:
     from connscale.io.bids import bids_name
 
-    return bids_name(entities, suffix=suffix, extension=".x")[: -len(".x")]
+    return bids_name(entities, suffix=suffix, extension=".tsv")[: -len(".tsv")]
 
 
 def _common_sidecar(args) -> dict:
@@ -342,7 +342,7 @@ def _pairs_sidecar(args, path: Path, *, labels: list, n_windows: int) -> dict:
         "NumberOfWindows": int(n_windows),
         "NumberOfNodes": len(labels),
         "NodeNames": list(labels),
-        "Sources": [str(path)],
+        "Sources": [dataset_relative(path, args.out)],
         "Code": f"connscale {__version__}",
     }
 
@@ -355,7 +355,7 @@ def _windows_sidecar(args, path: Path) -> dict:
         "end": {"Description": "One past the window's last time point", "Units": "volumes"},
         "WindowLength": int(args.window),
         "WindowStep": int(args.step),
-        "Sources": [str(path)],
+        "Sources": [dataset_relative(path, args.out)],
         "Code": f"connscale {__version__}",
     }
 
@@ -370,6 +370,6 @@ def _features_sidecar(args) -> dict:
             "each region pair (i, j), i < j, in row-major order"
         ),
         **_common_sidecar(args),
-        "Sources": [str(p) for p in args.inputs],
+        "Sources": [dataset_relative(p, args.out) for p in args.inputs],
         "Code": f"connscale {__version__}",
     }

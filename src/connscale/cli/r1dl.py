@@ -48,6 +48,7 @@ from connscale.cli._common import (
 )
 from connscale.cli._sets import command_fingerprint
 from connscale.io._atomic import write_json_atomic
+from connscale.io.bids import dataset_relative
 
 logger = logging.getLogger("connscale")
 
@@ -176,7 +177,7 @@ def _write_outputs(args, record: RunRecord, result, masker, outputs, base: str):
     record.results["n_converged"] = int(result.converged.sum())
     record.results.update({f"info_{k}": v for k, v in result.info.items()})
     n_atoms = result.dictionary.shape[1]
-    sources = [str(p) for p in (args.input, args.mask) if p is not None]
+    sources = [dataset_relative(p, args.out) for p in (args.input, args.mask) if p is not None]
     write_json_atomic(write("components.json"), _components_sidecar(args, summary, sources))
     write_json_atomic(write("mixing.json"), _mixing_sidecar(n_atoms, sources))
     return maps

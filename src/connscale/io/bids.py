@@ -7,26 +7,35 @@ with giga-connectome's spelling of the connectivity entities (BEP017)::
         _seg-Schaefer100_meas-PearsonCorrelation_desc-simple_relmat.tsv
 
 ``seg`` (the atlas), ``meas`` (the measure) and ``stat`` come after the source
-entities and before ``desc``; nothing else is invented. :func:`parse_bids_name`
-reads a name back; :func:`pybids_config` gives pybids the two entities it does
-not know (``meas``, ``stat``), so ``BIDSLayout`` and ``parse_file_entities``
-read connscale outputs too.
+entities and before ``desc``; nothing else is invented. pybids builds the names
+(``build_path``) and reads them back (``parse_file_entities``, in
+:func:`parse_bids_name`) with one configuration, ``bids_config.json`` beside this
+module (:data:`CONFIG_PATH`: the entities and the path patterns of every suffix
+connscale writes); ``BIDSLayout(out, config=[CONFIG_PATH])`` reads the outputs
+alone, and :func:`pybids_config` gives pybids' own configurations the two
+entities they do not know (``meas``, ``stat``). pybids is imported when a name is
+built or read, never by the numerical core.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
+import json
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic
 
 __all__ = [
+    "CONFIG_PATH",
     "ENTITY_ORDER",
     "bids_name",
+    "bids_prefix",
+    "dataset_relative",
     "derivative_path",
     "from_pybids",
     "parse_bids_name",
@@ -34,89 +43,46 @@ __all__ = [
     "read_participants",
     "seg_label",
     "source_entities",
+    "strategy_desc",
     "write_dataset_description",
 ]
 
-#: Entity keys in the order of the BIDS specification (derivatives included),
-#: with giga-connectome's ``meas`` and BEP017's ``stat`` before ``desc``.
-ENTITY_ORDER = (
-    "sub",
-    "ses",
-    "sample",
-    "task",
-    "tracksys",
-    "acq",
-    "nuc",
-    "voi",
-    "ce",
-    "trc",
-    "stain",
-    "rec",
-    "dir",
-    "run",
-    "mod",
-    "echo",
-    "flip",
-    "inv",
-    "mt",
-    "part",
-    "proc",
-    "hemi",
-    "space",
-    "split",
-    "recording",
-    "chunk",
-    "atlas",
-    "roi",
-    "seg",
-    "res",
-    "den",
-    "label",
-    "meas",
-    "stat",
-    "desc",
-)
+#: connscale's pybids configuration: every entity (pybids' name, BIDS key) and
+#: the path patterns of the files it writes (participant level, group level).
+CONFIG_PATH = Path(__file__).with_name("bids_config.json")
+
+
+@functools.lru_cache(maxsize=1)
+def _config() -> dict:
+    return json.loads(CONFIG_PATH.read_text())
+
+
+def _entity_keys() -> dict:
+    """pybids entity names -> BIDS keys, in the order of the configuration."""
+    keys = {}
+    for entity in _config()["entities"]:
+        match = re.search(r"([a-z]+)-\(", entity["pattern"])
+        if match:
+            keys[entity["name"]] = match.group(1)
+    return keys
+
 
 # pybids entity names -> BIDS keys.
-_PYBIDS = {
-    "subject": "sub",
-    "session": "ses",
-    "sample": "sample",
-    "task": "task",
-    "tracksys": "tracksys",
-    "acquisition": "acq",
-    "nucleus": "nuc",
-    "volume": "voi",
-    "ceagent": "ce",
-    "tracer": "trc",
-    "staining": "stain",
-    "reconstruction": "rec",
-    "direction": "dir",
-    "run": "run",
-    "modality": "mod",
-    "echo": "echo",
-    "flip": "flip",
-    "inv": "inv",
-    "mt": "mt",
-    "part": "part",
-    "proc": "proc",
-    "hemi": "hemi",
-    "space": "space",
-    "split": "split",
-    "recording": "recording",
-    "chunk": "chunk",
-    "atlas": "atlas",
-    "roi": "roi",
-    "segmentation": "seg",
-    "res": "res",
-    "den": "den",
-    "label": "label",
-    "meas": "meas",
-    "stat": "stat",
-    "desc": "desc",
-}
+_PYBIDS = _entity_keys()
+# BIDS keys -> pybids entity names.
+_NAMES = {key: name for name, key in _PYBIDS.items()}
+
+#: Entity keys in the order of the BIDS specification (derivatives included),
+#: with giga-connectome's ``meas`` and BEP017's ``stat`` before ``desc``.
+ENTITY_ORDER = tuple(_PYBIDS.values())
+
 _LABEL = re.compile(r"^[A-Za-z0-9+]+$")
-_SUFFIX = re.compile(r"^[A-Za-z0-9]+$")
+
+
+def _choices(placeholder: str) -> list[str]:
+    """The values a path pattern allows for ``{placeholder<a|b|...>}``."""
+    pattern = _config()["default_path_patterns"][0]
+    return re.search(r"\{" + placeholder + r"<([^>]+)>", pattern).group(1).split("|")
 
 
 def _check_label(key: str, value: object) -> str:
@@ -126,10 +92,56 @@ def _check_label(key: str, value: object) -> str:
     return text
 
 
+#: The ``desc-`` label of each denoising strategy whose name is not one:
+#: giga-connectome's strategy name for nilearn's ``ica_aroma`` preset.
+_STRATEGY_DESC = {"ica_aroma": "icaaroma"}
+
+
+def strategy_desc(strategy: str) -> str:
+    """The ``desc-`` label of a denoising strategy (``ica_aroma`` gives
+    ``icaaroma``, giga-connectome's name; the others are their own label).
+
+    Examples
+    --------
+    >>> strategy_desc("ica_aroma"), strategy_desc("scrubbing")
+    ('icaaroma', 'scrubbing')
+    """
+    return _check_label("desc", _STRATEGY_DESC.get(strategy, strategy))
+
+
+def _build(entities: Mapping[str, object], suffix: str, extension: str, **extra) -> str:
+    """The path of an output relative to its dataset root, by pybids' ``build_path``
+    with the patterns of :data:`CONFIG_PATH`."""
+    from bids.layout.writing import build_path
+
+    unknown = sorted(set(entities) - set(ENTITY_ORDER))
+    if unknown:
+        raise ValueError(f"Unknown BIDS entities {unknown}; known: {', '.join(ENTITY_ORDER)}.")
+    values = {
+        _NAMES[key]: _check_label(key, value)
+        for key, value in entities.items()
+        if value is not None
+    }
+    path = build_path(
+        {**values, "suffix": suffix, "extension": extension, **extra},
+        _config()["default_path_patterns"],
+        strict=True,
+    )
+    if path is None:
+        raise ValueError(
+            f"connscale writes no '_{suffix}{extension}' file; suffixes: "
+            f"{', '.join(_choices('suffix'))}; extensions: {', '.join(_choices('extension'))}."
+        )
+    return path
+
+
 def bids_name(
     entities: Mapping[str, object], *, suffix: str, extension: str, require_subject: bool = True
 ) -> str:
     """``<key>-<value>_..._<suffix><extension>`` with keys in BIDS order.
+
+    Built by pybids (``bids.layout.writing.build_path``) with the path
+    patterns of connscale's configuration (:data:`CONFIG_PATH`).
 
     Parameters
     ----------
@@ -138,7 +150,7 @@ def bids_name(
         ``meas``, ``desc``...; see :data:`ENTITY_ORDER`) to values; None
         values are left out.
     suffix : str
-        ``relmat``, ``timeseries``, ``report``...
+        ``relmat``, ``timeseries``, ``report``... (those of the configuration).
     extension : str
         With its dot: ``.tsv``, ``.json``, ``.h5``.
     require_subject : bool, default=True
@@ -148,21 +160,17 @@ def bids_name(
     -------
     str
     """
-    unknown = sorted(set(entities) - set(ENTITY_ORDER))
-    if unknown:
-        raise ValueError(f"Unknown BIDS entities {unknown}; known: {', '.join(ENTITY_ORDER)}.")
     if require_subject and entities.get("sub") is None:
         raise ValueError("A BIDS derivative name needs a subject ('sub').")
-    if not _SUFFIX.match(suffix):
-        raise ValueError(f"A BIDS suffix must be letters and digits; got {suffix!r}.")
-    if not extension.startswith("."):
-        raise ValueError(f"extension must start with a dot; got {extension!r}.")
-    parts = [
-        f"{key}-{_check_label(key, entities[key])}"
-        for key in ENTITY_ORDER
-        if entities.get(key) is not None
-    ]
-    return "_".join(parts) + f"_{suffix}{extension}"
+    return PurePosixPath(_build(entities, suffix, extension)).name
+
+
+def bids_prefix(entities: Mapping[str, object], *, require_subject: bool = True) -> str:
+    """The entities part of a name (``sub-01_task-rest_desc-simple``): the name of
+    an output set (its lock, staging folder and manifest)."""
+    return bids_name(
+        entities, suffix="relmat", extension=".tsv", require_subject=require_subject
+    ).removesuffix("_relmat.tsv")
 
 
 #: Entities connscale sets on its outputs rather than copying them from an input.
@@ -183,10 +191,11 @@ def source_entities(path: str | os.PathLike, *, subject: str | None = None) -> d
     >>> source_entities("sub-01_task-rest_space-MNI_desc-preproc_bold.nii.gz")
     {'sub': '01', 'task': 'rest', 'space': 'MNI'}
     """
-    stem = Path(path).name.split(".")[0]
+    stem, _, extension = Path(path).name.partition(".")
     try:
         # A name of entities only (sub-02.nii.gz) has no suffix: read it with one.
-        entities = parse_bids_name(stem + ("_x" if "-" in stem.split("_")[-1] else ""))
+        suffix = "_x" if "-" in stem.split("_")[-1] else ""
+        entities = parse_bids_name(f"{stem}{suffix}.{extension or 'x'}")
     except ValueError:
         entities = {}
     if entities.get("sub") is None:
@@ -222,6 +231,12 @@ def seg_label(atlas: str | os.PathLike) -> str:
     return label
 
 
+def dataset_relative(path: str | os.PathLike, root: str | os.PathLike) -> str:
+    """``path`` relative to the dataset root ``root`` (``'../fmriprep'``), as a
+    BIDS sidecar or ``DatasetLinks`` gives a file outside the dataset."""
+    return Path(os.path.relpath(Path(path).resolve(), Path(root).resolve())).as_posix()
+
+
 def derivative_path(
     root: str | os.PathLike,
     entities: Mapping[str, object],
@@ -230,16 +245,25 @@ def derivative_path(
     extension: str,
     datatype: str = "func",
 ) -> Path:
-    """``<root>/sub-<sub>/[ses-<ses>/]<datatype>/<bids_name(...)>``."""
-    name = bids_name(entities, suffix=suffix, extension=extension)
-    folder = Path(root) / f"sub-{entities['sub']}"
-    if entities.get("ses") is not None:
-        folder = folder / f"ses-{entities['ses']}"
-    return folder / datatype / name
+    """``<root>/sub-<sub>/[ses-<ses>/]<datatype>/<bids_name(...)>``, built by pybids."""
+    if entities.get("sub") is None:
+        raise ValueError("A BIDS derivative name needs a subject ('sub').")
+    return Path(root) / _build(entities, suffix, extension, datatype=datatype)
+
+
+@functools.lru_cache(maxsize=1)
+def _pybids_configuration():
+    from bids.layout.models import Config
+
+    return Config.load(str(CONFIG_PATH))
 
 
 def parse_bids_name(path: str | os.PathLike) -> dict:
     """Entities, ``suffix`` and ``extension`` of a BIDS file name.
+
+    Read by pybids (``bids.layout.parse_file_entities``) with connscale's
+    configuration (:data:`CONFIG_PATH`); every ``<key>-<value>`` part of the
+    name must be an entity it knows.
 
     Examples
     --------
@@ -247,20 +271,23 @@ def parse_bids_name(path: str | os.PathLike) -> dict:
     {'sub': '01', 'task': 'rest', 'seg': 'A', 'meas': 'PearsonCorrelation', \
 'suffix': 'relmat', 'extension': '.tsv'}
     """
+    from bids.layout import parse_file_entities
+
     name = Path(path).name
-    stem, dot, rest = name.partition(".")
-    extension = dot + rest
+    stem, dot, _ = name.partition(".")
     parts = stem.split("_")
-    if len(parts) < 2 or "-" in parts[-1]:
+    if len(parts) < 2 or "-" in parts[-1] or not dot:
         raise ValueError(f"{name} is not a BIDS name (<key>-<value>_..._<suffix>.<ext>).")
-    out: dict = {}
+    parsed = parse_file_entities(name, config=[_pybids_configuration()])
+    out = {_PYBIDS[k]: str(parsed[k]) for k in _PYBIDS if k in parsed}
+    found = {f"{key}-{value}" for key, value in out.items()}
     for part in parts[:-1]:
-        key, sep, value = part.partition("-")
-        if not sep or key not in ENTITY_ORDER or not _LABEL.match(value) or key in out:
+        if part not in found:
             raise ValueError(f"{name}: {part!r} is not a known BIDS entity.")
-        out[key] = value
-    out["suffix"] = parts[-1]
-    out["extension"] = extension
+    if len(parts) - 1 != len(found):
+        raise ValueError(f"{name}: an entity is given twice.")
+    out["suffix"] = parsed["suffix"]
+    out["extension"] = parsed["extension"]
     return out
 
 
@@ -277,10 +304,11 @@ def pybids_config() -> dict:
     """A pybids configuration adding ``meas`` and ``stat`` (pybids knows the rest).
 
     Use it with ``config=['bids', 'derivatives', pybids_config()]`` in
-    ``BIDSLayout`` or ``bids.layout.parse_file_entities``.
+    ``BIDSLayout`` or ``bids.layout.parse_file_entities``; connscale's own
+    configuration (:data:`CONFIG_PATH`) reads its outputs alone.
     """
     return {
-        "name": "connscale",
+        "name": "connscale-entities",
         "entities": [
             # After the start, a '_' or a folder separator (a group-level
             # name at the output root may start with meas- or stat-).
@@ -353,7 +381,8 @@ def write_dataset_description(
     out_dir : str or path
     name : str, default="connscale outputs"
     links : mapping or None
-        ``DatasetLinks`` (name -> location of the input dataset). Without
+        ``DatasetLinks`` (name -> location of the input dataset, a URI or a
+        path relative to ``out_dir``: see :func:`dataset_relative`). Without
         links, a description already in the folder is kept as it is.
     exclusive : bool, default=False
         Refuse a folder whose description names another generator.
@@ -367,8 +396,6 @@ def write_dataset_description(
     FileExistsError
         With ``exclusive``, when the folder is another tool's dataset.
     """
-    import json
-
     path = Path(out_dir) / "dataset_description.json"
     if path.exists():
         try:

@@ -31,7 +31,30 @@ def map_path(
     desc: str | None = None,
     seg: str | None = None,
 ) -> Path:
-    """``<out_dir>/<source>[_seg-<seg>]_stat-<stat>[_desc-<desc>]_boldmap.nii.gz``."""
+    """``<out_dir>/<source>[_seg-<seg>]_stat-<stat>[_desc-<desc>]_boldmap.nii.gz``.
+
+    A BIDS ``source`` (``sub-01_task-rest_desc-preproc``) keeps its entities but
+    ``meas``, ``stat`` and ``desc``, and the name is built by
+    :func:`connscale.io.bids.bids_name`; another is kept whole (``fmri1``).
+    """
+    from connscale.io.bids import bids_name, parse_bids_name
+
+    try:
+        entities = parse_bids_name(f"{source}_boldmap.nii.gz")
+    except ValueError:
+        entities = {}
+    if "sub" in entities:
+        kept = {
+            k: v
+            for k, v in entities.items()
+            if k not in ("meas", "stat", "desc", "suffix", "extension")
+        }
+        name = bids_name(
+            {**kept, "seg": seg, "stat": stat, "desc": desc or None},
+            suffix="boldmap",
+            extension=".nii.gz",
+        )
+        return Path(out_dir) / name
     stem = source if seg is None else f"{source}_seg-{seg}"
     stem += f"_stat-{stat}"
     if desc:

@@ -79,7 +79,7 @@ def sidecar(
         "Directed": False,
         "ValidDiagonal": kind == "dense",
         "StorageFormat": _STORAGE[kind],
-        "NonNegative": "",
+        "NonNegative": False,
         "Threshold": threshold,
         "AbsoluteThreshold": bool(absolute),
         "NumberOfNodes": int(n),

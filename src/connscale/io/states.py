@@ -24,6 +24,9 @@ __all__ = [
     "write_state_sequence",
 ]
 
+# The first column of a feature table: the subject, or the run's source entities.
+_ID_COLUMNS = ("subject", "source")
+
 
 def write_state_sequence(
     path: str | os.PathLike, *, starts: np.ndarray, states: np.ndarray, t_r: float | None = None
@@ -46,10 +49,14 @@ def write_state_features(
     X: np.ndarray,
     names: Sequence[str],
     digits: int = 6,
+    id_column: str = "subject",
 ) -> Path:
     """The state features of each subject (fractions, dwell times...), to ``digits``
-    significant digits."""
-    lines = ["\t".join(["subject", *names])]
+    significant digits; ``id_column`` names the first column, which names the rows
+    (``'source'`` in a run's table of the BIDS-App: ``subject`` is a BIDS entity)."""
+    if id_column not in _ID_COLUMNS:
+        raise ValueError(f"id_column must be one of {_ID_COLUMNS}; got {id_column!r}.")
+    lines = ["\t".join([id_column, *names])]
     for subject, row in zip(subjects, X):
         lines.append("\t".join([subject] + [f"{v:.{digits}g}" for v in row]))
     return write_text_atomic(path, "\n".join(lines) + "\n")
@@ -74,11 +81,14 @@ def read_state_sequence(path: str | os.PathLike) -> dict:
 def read_state_features(path: str | os.PathLike) -> tuple[list[str], np.ndarray, list[str]]:
     """A table of :func:`write_state_features` back: subjects, X and feature names."""
     columns, rows = _read_table(path)
-    if not columns or columns[0] != "subject":
-        raise ValueError(f"{path}: expected 'subject' as the first column; got {columns[:3]}.")
+    if not columns or columns[0] not in _ID_COLUMNS:
+        raise ValueError(
+            f"{path}: expected {' or '.join(map(repr, _ID_COLUMNS))} as the first column; "
+            f"got {columns[:3]}."
+        )
     names = columns[1:]
     X = np.array([[float(r[n]) for n in names] for r in rows], dtype=np.float64)
-    return [r["subject"] for r in rows], X.reshape(len(rows), len(names)), names
+    return [r[columns[0]] for r in rows], X.reshape(len(rows), len(names)), names
 
 
 def _read_table(path: str | os.PathLike) -> tuple[list[str], list[dict]]:
