@@ -13,7 +13,7 @@ from connscale.cli.main import main
 from connscale.denoise import STRATEGIES
 from connscale.io.bids import bids_name, parse_bids_name, strategy_desc
 from connscale.io.timeseries import load_timeseries
-from tests.bids._fmriprep import T_R, atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep
 from tests.bids._pybids import assert_pybids_reads
 
 RUNS = [("01", None, "rest", None), ("02", None, "rest", None)]
@@ -37,7 +37,7 @@ def _participant(root, out, atlas):
 
 def test_ica_aroma_runs_equal_nilearn_and_feed_the_group_level(tmp_path):
     root = make_fmriprep(tmp_path / "fmriprep", RUNS, desc="smoothAROMAnonaggr")
-    atlas = tmp_path / "atlas.nii.gz"
+    atlas = tmp_path / ATLAS
     nib.save(atlas_img(), atlas)
     out = tmp_path / "out"
     assert _participant(root, out, atlas) == 0
@@ -77,7 +77,7 @@ def test_ica_aroma_runs_equal_nilearn_and_feed_the_group_level(tmp_path):
 
 def test_ica_aroma_without_the_aroma_bold_is_one_line(tmp_path, capsys):
     root = make_fmriprep(tmp_path / "fmriprep", RUNS)  # desc-preproc only
-    atlas = tmp_path / "atlas.nii.gz"
+    atlas = tmp_path / ATLAS
     nib.save(atlas_img(), atlas)
     assert _participant(root, tmp_path / "out", atlas) == 2
     err = capsys.readouterr().err.strip()

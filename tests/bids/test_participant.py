@@ -87,7 +87,7 @@ def test_region_series_and_fc_equal_nilearn(tree, tmp_path):
     out = tmp_path / "out"
     link = description["DatasetLinks"]["preprocessed"]
     assert not Path(link).is_absolute() and (out / link).resolve() == root.resolve()
-    assert (out / meta["AtlasFile"]).resolve() == (tmp / "atlas.nii.gz").resolve()
+    assert (out / meta["AtlasFile"]).resolve() == (tmp / ATLAS).resolve()
     assert (out / meta["AtlasLabelsFile"]).resolve() == (tmp / "labels.tsv").resolve()
     assert meta["NonNegative"] is False
 
