@@ -191,6 +191,7 @@ def _states(args, outputs):
         fisher_z=args.fisher_z,
         random_state=args.seed,
         device=args.device,
+        memory_limit=args.memory_limit,
         verbose=args.verbose,
     )
     with record.timer("states"):
