@@ -260,3 +260,41 @@ def test_dfc_states_command_passes_the_limit_on(tmp_path, capsys):
     error = capsys.readouterr().err.strip()
     assert len(error.splitlines()) == 1 and "DFC states of 82 windows x 19900 edges" in error
     assert not list((tmp_path / "out").glob("*dfcstates*"))
+
+
+_MAPS_SETUP = """
+import nibabel as nib
+from connscale.cli.main import main
+rng = np.random.default_rng(0)
+nib.Nifti1Image(rng.standard_normal((6, 6, 5, 20)).astype(np.float32) + 100,
+                np.eye(4)).to_filename("warm_bold.nii")
+assert main(["maps", "warm_bold.nii", "--gcor", "--ecm", "--device", "cpu", "-q",
+             "--memory-limit", "50MB", "--out", "warm"]) == 0
+# 21,600 voxels x 300 volumes: 26 MB of float32 series
+data = rng.standard_normal((30, 30, 24, 300)).astype(np.float32) + 100
+nib.Nifti1Image(data, np.diag([3.0, 3.0, 3.0, 1.0])).to_filename("sub-01_bold.nii")
+del data
+"""
+
+
+def test_maps_command(tmp_path):
+    # Each map's own float64 normalisation took 5 copies of the series (130 MB).
+    limit = 100 * MB
+    call = f"""
+rc = main(["maps", "sub-01_bold.nii", "--gcor", "--ecm", "--device", "cpu", "-q",
+           "--memory-limit", "{limit}", "--out", "out"])
+assert rc == 0
+"""
+    result = _measure(_MAPS_SETUP, call, tmp_path)
+    _check(result, limit)
+
+
+def test_maps_command_too_small_a_limit_fails_up_front(tmp_path):
+    call = """
+rc = main(["maps", "sub-01_bold.nii", "--gcor", "--device", "cpu", "-q",
+           "--memory-limit", "20MB", "--out", "out"])
+assert rc == 2
+"""
+    result = _measure(_MAPS_SETUP, call, tmp_path)
+    assert result["growth"] <= MARGIN, result  # refused before the image is read
+    assert not list((tmp_path / "out").glob("*_boldmap*"))

@@ -153,12 +153,29 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
     """Compute the maps asked for into the staging folder of ``outputs``,
     then publish them with their figures and log; return the run's record,
     the maps written (staged path, title) and the log's path."""
+    from connscale._compute import parse_memory
+    from connscale.maps._prepare import normalize_once
+
     record = RunRecord("maps", args.out, vars(args))
+    _check_input_memory(args)
     with record.timer("load"):
         timeseries, _, nodes, masker = load_input(args)
     n_timepoints, n = timeseries.shape
     logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
     compute = {"device": args.device, "dtype": args.dtype}
+    # The matrix-free maps share one normalisation, planned under what
+    # --memory-limit leaves beside the series; these are kept only for seed maps.
+    series = None
+    if args.degree or args.sparsity or args.ecm or args.gcor:
+        limit = parse_memory(args.memory_limit)
+        with record.timer("normalize"):
+            series = normalize_once(
+                timeseries,
+                memory_limit=None if limit is None else max(limit - timeseries.nbytes, 1),
+                **compute,
+            )
+    if not (args.seed or args.seed_mask):
+        del timeseries
     written = []  # (staged path, title)
     common = {"n_nodes": n, "source": args.input, "DataType": args.dtype, "Nodes": nodes}
 
@@ -184,14 +201,13 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
 
         with record.timer(f"{option}"):
             (binary, weighted), info = compute_degree(
-                timeseries,
+                series,
                 **({"threshold": values} if option == "degree" else {"sparsity": values}),
                 absolute=args.absolute,
                 memory_limit=args.memory_limit,
                 verbose=args.verbose,
                 precision=args.precision,
                 both=True,
-                **compute,
             )
         record.results[f"{option}_method"] = info["method"]
         record.results["precision"] = info["precision"]
@@ -232,7 +248,7 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
         from connscale.maps import eigenvector_centrality
 
         with record.timer("ecm"):
-            ecm = eigenvector_centrality(timeseries, verbose=args.verbose, **compute)
+            ecm = eigenvector_centrality(series, verbose=args.verbose)
         emit(
             ecm,
             "ecm",
@@ -244,7 +260,7 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
         from connscale.maps import global_correlation
 
         with record.timer("gcor"):
-            gcor = global_correlation(timeseries, **compute)
+            gcor = global_correlation(series)
         emit(gcor, "gcor", None, "Global correlation", f"Mean r to all other {nodes}")
     if args.seed or args.seed_mask:
         from connscale.maps import seed_correlation
@@ -291,19 +307,54 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
     return record, written, log
 
 
+#: Bytes per value of the 4-D image that reading it takes: the image, the
+#: masked series and nilearn's temporaries (measured: about 3 float32 copies).
+_LOAD_BYTES_PER_VALUE = 12
+
+
+def _check_input_memory(args) -> None:
+    """Fail before reading INPUT when its 4-D image and series cannot fit
+    --memory-limit (the maps' own memory is planned as they run)."""
+    if args.memory_limit is None:
+        return
+    import numpy as np
+
+    from connscale._compute import MemoryPlanner, resolve_device
+    from connscale.io.nifti import load_image
+
+    shape = load_image(args.input, name="fMRI image").shape
+    planner = MemoryPlanner(
+        resolve_device(args.device),
+        args.memory_limit,
+        hint="Raise --memory-limit, or crop the image or cut its volumes first.",
+    )
+    planner.require(
+        _LOAD_BYTES_PER_VALUE * int(np.prod(shape)),
+        f"Reading {args.input.name} ({' x '.join(map(str, shape))} values) and its series",
+        on="host",
+    )
+
+
+def _mean_volume(path: Path):
+    """The mean of a 4-D image over time, read one volume at a time."""
+    import nibabel as nib
+    import numpy as np
+
+    img = nib.load(path, keep_file_open=True)
+    total = np.zeros(img.shape[:3])
+    for t in range(img.shape[3]):
+        total += np.asarray(img.dataobj[..., t], dtype=np.float64)
+    return nib.Nifti1Image(total / img.shape[3], img.affine)
+
+
 def _figures(record, written, args, outputs) -> None:
     """One PNG per map over the scan's mean image, in the set of ``outputs``
     (a failure is a warning)."""
     import warnings
 
-    from nilearn.image import mean_img
-
     from connscale.report.maps import plot_stat_map
 
-    try:
-        background = mean_img(str(args.input), copy_header=True)
-    except TypeError:  # nilearn before copy_header
-        background = mean_img(str(args.input))
+    background = _mean_volume(args.input)
     for path, title in written:
         png = outputs.path(path.name[: -len(".nii.gz")] + ".png")
         try:
