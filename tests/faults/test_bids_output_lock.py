@@ -12,6 +12,7 @@ import sys
 import nibabel as nib
 import pytest
 
+from connscale.cli.main import main
 from tests.bids._fmriprep import atlas_img, make_fmriprep
 from tests.faults.test_writes import ENV, finish, one_line_error, run_cli, start_paused
 
@@ -61,17 +62,18 @@ def test_a_planted_logs_link_is_refused_and_nothing_is_written_outside(tree, tmp
     assert not list(out.glob("sub-*"))  # refused before any run
 
 
-def test_a_second_participant_run_stops_naming_the_first_or_waits(tree, tmp_path):
+def test_a_second_participant_run_stops_naming_the_first_or_waits(tree, tmp_path, capsys):
     tmp, root = tree
     out = tmp_path / "out"
     argv = participant_argv(tmp, root, out)
     first = start_paused(argv, "connscale.bidsapp.participant:run_serial")
     try:
-        message = one_line_error(run_cli(argv), "bids")
-        assert f"pid {first.pid}" in message and "--wait" in message
-        # the group level does not read the outputs while they are written
-        group = run_cli(["bids", root, out, "group", "-q"])
-        assert f"pid {first.pid}" in one_line_error(group, "bids")
+        # a second run, and the group level (which reads the outputs being written)
+        for second in (argv, ["bids", root, out, "group", "-q"]):
+            assert main(list(map(str, second))) == 2
+            [message] = capsys.readouterr().err.strip().splitlines()
+            assert message.startswith("connscale bids: error: ")
+            assert f"pid {first.pid}" in message and "--wait" in message
         waiting = subprocess.Popen(
             [sys.executable, "-m", "connscale", *map(str, argv), "--wait"],
             env=ENV,

@@ -179,13 +179,13 @@ def test_full_disk_maps_publish_nothing_then_complete(tmp_path, tiny_disk):
 
 
 def test_full_disk_dfc_states_publish_nothing_then_complete(tmp_path, tiny_disk):
-    # 1100 regions: each state is written as HDF5 of 605k edges, 4.8 MB
+    # 300 regions: each state is a TSV matrix of 90,000 values, ~2 MB
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     paths = []
     for seed in (1, 2):
         path = inputs / f"sub-0{seed}_timeseries.npy"
-        np.save(path, np.random.default_rng(seed).standard_normal((24, 1100)).astype(np.float32))
+        np.save(path, np.random.default_rng(seed).standard_normal((24, 300)).astype(np.float32))
         paths.append(path)
     out = tiny_disk.path / "out"
     argv = states_argv(paths, out)
@@ -196,7 +196,7 @@ def test_full_disk_dfc_states_publish_nothing_then_complete(tmp_path, tiny_disk)
     tiny_disk.grow()
     assert main(list(map(str, argv))) == 0
     manifest = read_manifest(out, "dfcstates", verify="full")
-    assert "dfcstates_state-02_meas-PearsonCorrelation_relmat.h5" in manifest["files"]
+    assert "dfcstates_state-02_meas-PearsonCorrelation_relmat.tsv" in manifest["files"]
     assert hidden_leftovers(out) == []
 
 
