@@ -244,7 +244,7 @@ def _tolerance(x: torch.Tensor, tol: float) -> float:
 _BLOCK_BYTES_PER_ELEMENT = 40
 
 
-def plan_memory(
+def _plan_memory(
     sizes: np.ndarray,
     n_edges: int,
     itemsize: int,
@@ -486,7 +486,7 @@ class DFCStates(BaseEstimator):
                 f"n_states={self.n_states} needs at least as many windows; got {n_total}."
             )
         device = resolve_device(self.device)
-        elements = plan_memory(
+        elements = _plan_memory(
             sizes,
             arrays[0].shape[1],
             arrays[0].dtype.itemsize,
