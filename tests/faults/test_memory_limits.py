@@ -209,3 +209,92 @@ rc = main(["cohort", "sub-01_timeseries.npy", "-q", "--job", "fc", "--kind", "tr
 assert rc == 0, open("out/cohort_errors.tsv").read()
 """
     _check(_measure(setup, call, tmp_path), limit)
+
+
+_STATES_SETUP = """
+from connscale.states import DFCStates
+rng = np.random.default_rng(0)
+DFCStates(2, n_init=1, device="cpu", random_state=0).fit(
+    np.tanh(rng.standard_normal((20, 30))).astype(np.float32)
+)
+# two subjects' 150 windows of 19,900 edges (200 regions): 24 MB, the caller's
+w = [np.tanh(rng.standard_normal((150, 19900))).astype(np.float32) for _ in range(2)]
+"""
+
+
+@pytest.mark.parametrize("metric", ["l1", "euclidean"])
+def test_dfc_states(tmp_path, metric):
+    # Without a plan, one block of float64 temporaries (all 300 windows) takes 144 MB.
+    limit = 100 * MB
+    call = (
+        f"s = DFCStates(3, metric={metric!r}, n_init=2, max_iter=10, device='cpu',"
+        f" random_state=0, fisher_z=True, memory_limit={limit}).fit(w)"
+    )
+    result = _measure(_STATES_SETUP, call, tmp_path)
+    assert result["error"] is None, result["error"]
+    _check(result, limit)
+
+
+def test_dfc_states_too_small_a_limit_fails_up_front(tmp_path):
+    call = "s = DFCStates(3, device='cpu', random_state=0, memory_limit='1MB').fit(w)"
+    result = _measure(_STATES_SETUP, call, tmp_path)
+    _check(result, 1 * MB)
+    name, message = result["error"]
+    assert "DFC states of 300 windows x 19900 edges" in message, message
+
+
+def test_dfc_states_command_passes_the_limit_on(tmp_path, capsys):
+    import numpy as np
+
+    from connscale.cli.main import main
+
+    inputs = []
+    for seed in (1, 2):
+        path = tmp_path / f"sub-0{seed}_timeseries.npy"
+        np.save(path, np.random.default_rng(seed).standard_normal((60, 200)).astype(np.float32))
+        inputs.append(str(path))
+    # each subject's 41 windows (3.3 MB) fit the limit, the clustering of both does not
+    argv = ["dfc-states", *inputs, "--window", "20", "--states", "2", "--device", "cpu"]
+    argv += ["--memory-limit", "5MB", "--out", str(tmp_path / "out"), "-q"]
+    assert main(argv) == 2
+    error = capsys.readouterr().err.strip()
+    assert len(error.splitlines()) == 1 and "DFC states of 82 windows x 19900 edges" in error
+    assert not list((tmp_path / "out").glob("*dfcstates*"))
+
+
+_MAPS_SETUP = """
+import nibabel as nib
+from connscale.cli.main import main
+rng = np.random.default_rng(0)
+nib.Nifti1Image(rng.standard_normal((6, 6, 5, 20)).astype(np.float32) + 100,
+                np.eye(4)).to_filename("warm_bold.nii")
+assert main(["maps", "warm_bold.nii", "--gcor", "--ecm", "--device", "cpu", "-q",
+             "--memory-limit", "50MB", "--out", "warm"]) == 0
+# 21,600 voxels x 300 volumes: 26 MB of float32 series
+data = rng.standard_normal((30, 30, 24, 300)).astype(np.float32) + 100
+nib.Nifti1Image(data, np.diag([3.0, 3.0, 3.0, 1.0])).to_filename("sub-01_bold.nii")
+del data
+"""
+
+
+def test_maps_command(tmp_path):
+    # Each map's own float64 normalisation took 5 copies of the series (130 MB).
+    limit = 100 * MB
+    call = f"""
+rc = main(["maps", "sub-01_bold.nii", "--gcor", "--ecm", "--device", "cpu", "-q",
+           "--memory-limit", "{limit}", "--out", "out"])
+assert rc == 0
+"""
+    result = _measure(_MAPS_SETUP, call, tmp_path)
+    _check(result, limit)
+
+
+def test_maps_command_too_small_a_limit_fails_up_front(tmp_path):
+    call = """
+rc = main(["maps", "sub-01_bold.nii", "--gcor", "--device", "cpu", "-q",
+           "--memory-limit", "20MB", "--out", "out"])
+assert rc == 2
+"""
+    result = _measure(_MAPS_SETUP, call, tmp_path)
+    assert result["growth"] <= MARGIN, result  # refused before the image is read
+    assert not list((tmp_path / "out").glob("*_boldmap*"))

@@ -73,6 +73,8 @@ import csv
 import functools
 import io
 import logging
+import os
+import stat
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -1181,9 +1183,40 @@ def error_rows(records: list[dict]) -> list[list[str]]:
     return [[str(c).replace("\t", " ").replace("\n", " ") for c in row] for row in rows]
 
 
-def _write_logs(output: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
+def output_lock(output: Path, *, wait: bool = False):
+    """The lock of the BIDS-App on its output folder (``<output>/.bids.lock``).
+
+    The participant level holds it from its first write to its logs, the
+    group level while it reads the runs' outputs and writes its own: a
+    second run on the same output stops at once naming the first's pid, or
+    waits for it (``wait``), instead of counting the first's runs, locked,
+    as failures and replacing its logs.
+    """
+    from connscale.io._lock import OutputLock
+
+    return OutputLock(
+        Path(output) / "bids", wait=wait, label=f"The BIDS-App output folder {output}"
+    )
+
+
+def _logs_folder(output: Path) -> Path:
+    """``<output>/logs``, created or reused without following a link (one
+    planted there would send the logs outside the output)."""
     logs = output / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(logs)
+    except FileExistsError:
+        if not stat.S_ISDIR(os.lstat(logs).st_mode):
+            kind = "a symbolic link" if os.path.islink(logs) else "not a folder"
+            raise PermissionError(
+                f"{logs} is {kind}; connscale writes the participant logs there and does not "
+                "follow links. Remove it and run again."
+            ) from None
+    return logs
+
+
+def _write_logs(output: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
+    logs = _logs_folder(output)
     report = write_json_atomic(
         logs / "participant_report.json", {**meta, "counts": _counts(records), "records": records}
     )
@@ -1291,6 +1324,7 @@ _POSITIVE = [Interval(Real, 0, None, closed="neither"), None]
         "work_dir": ["path", None],
         "reports": ["boolean"],
         "overwrite": ["boolean"],
+        "wait": ["boolean"],
         "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     }
 )
@@ -1333,6 +1367,7 @@ def run_participant(
     work_dir=None,
     reports: bool = True,
     overwrite: bool = False,
+    wait: bool = False,
     verbose: int = 1,
 ) -> ParticipantReport:
     """Denoised atlas connectivity of every matching fMRIPrep run, as BIDS derivatives.
@@ -1436,6 +1471,10 @@ def run_participant(
     overwrite : bool, default=False
         Replace a run's published set made with other parameters (without
         it such a run fails, naming the parameters that differ).
+    wait : bool, default=False
+        When another participant or group run holds ``output``
+        (:func:`output_lock`), wait for it instead of failing with
+        :class:`connscale.io._lock.OutputLockedError` naming its pid.
     verbose : int, default=1
 
     Returns
@@ -1523,36 +1562,41 @@ def run_participant(
         min_dof=float(min_dof),
     )
     output.mkdir(parents=True, exist_ok=True)
-    write_dataset_description(output, derivatives)
-    start = time.perf_counter()
-    if environments:
-        from connscale.bidsapp.gpus import THREADS_PER_GPU_WORKER, gpu_cluster
+    # One participant run per output at a time, its logs checked up front.
+    with output_lock(output, wait=wait):
+        _logs_folder(output)
+        write_dataset_description(output, derivatives)
+        start = time.perf_counter()
+        if environments:
+            from connscale.bidsapp.gpus import THREADS_PER_GPU_WORKER, gpu_cluster
 
-        threads = THREADS_PER_GPU_WORKER if n_jobs is None else n_jobs
-        with (
-            gpu_cluster(environments, threads=threads) as client,
-            get_engine("dask", cluster=client) as engine,
-        ):
-            records = engine.map(run_one, [(config, r) for r in runs])
-        backend = f"dask ({len(environments)} GPU workers)"
-    elif backend == "serial":
-        records = run_serial(config, runs, readers=1 if n_jobs is None else n_jobs, verbose=verbose)
-    else:
-        with get_engine(backend, n_jobs=n_jobs) as engine:
-            records = engine.map(run_one, [(config, r) for r in runs])
-    seconds = time.perf_counter() - start
-    meta = {
-        "command": "bids participant",
-        "software": f"connscale {__version__}",
-        "derivatives": str(derivatives),
-        "backend": backend,
-        "device": device,
-        "gpu_workers": environments,
-        "notes": notes,
-        "parameters": {**config.parameters(), "min_dof": config.min_dof},
-        "seconds": round(seconds, 3),
-    }
-    report_path, errors_path = _write_logs(output, records, meta)
+            threads = THREADS_PER_GPU_WORKER if n_jobs is None else n_jobs
+            with (
+                gpu_cluster(environments, threads=threads) as client,
+                get_engine("dask", cluster=client) as engine,
+            ):
+                records = engine.map(run_one, [(config, r) for r in runs])
+            backend = f"dask ({len(environments)} GPU workers)"
+        elif backend == "serial":
+            records = run_serial(
+                config, runs, readers=1 if n_jobs is None else n_jobs, verbose=verbose
+            )
+        else:
+            with get_engine(backend, n_jobs=n_jobs) as engine:
+                records = engine.map(run_one, [(config, r) for r in runs])
+        seconds = time.perf_counter() - start
+        meta = {
+            "command": "bids participant",
+            "software": f"connscale {__version__}",
+            "derivatives": str(derivatives),
+            "backend": backend,
+            "device": device,
+            "gpu_workers": environments,
+            "notes": notes,
+            "parameters": {**config.parameters(), "min_dof": config.min_dof},
+            "seconds": round(seconds, 3),
+        }
+        report_path, errors_path = _write_logs(output, records, meta)
     report = ParticipantReport(records, report_path, errors_path, seconds, notes)
     if verbose:
         logger.info(

@@ -36,9 +36,23 @@ def command_fingerprint(args: argparse.Namespace, inputs: list) -> dict:
     return run_fingerprint(inputs, parameters)
 
 
+def _published_files(outputs) -> set[str]:
+    """Names of the files of the set of this prefix published before (none
+    when there is no complete one)."""
+    from connscale.io._publish import IncompleteOutputError, read_manifest
+
+    try:
+        return set(read_manifest(outputs.out_dir, outputs.prefix, verify="none")["files"])
+    except IncompleteOutputError:
+        return set()
+
+
 def publish(outputs, record, prefix: str) -> Path:
     """Write ``<prefix>_log.json`` into ``outputs``, publish the set, then
     write ``report.html`` in the output folder.
+
+    The files of a set it replaces (``--overwrite``) that it does not hold
+    (a map or a state no longer asked for) are removed with the old set.
 
     A report that fails is warned about (RuntimeWarning and the log) and
     never costs the published result. Returns the log's path.
@@ -46,7 +60,10 @@ def publish(outputs, record, prefix: str) -> Path:
     name = f"{prefix}_log.json"
     data = record.as_dict()
     write_json_atomic(outputs.path(name), data)
+    replaced = _published_files(outputs) - set(outputs.names)
     outputs.commit()
+    for stale in replaced:  # files of the set replaced that this one does not hold
+        (outputs.out_dir / stale).unlink(missing_ok=True)
     log = outputs.out_dir / name
     record.report_path = None
     try:

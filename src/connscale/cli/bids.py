@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from connscale.cli._bids_states import add_state_arguments, group_options, participant_measures
-from connscale.cli._common import add_compute_arguments, configure_logging
+from connscale.cli._common import add_compute_arguments, add_wait_argument, configure_logging
 from connscale.cli.maps import _numbers
 from connscale.cli.r1dl import _sparsity
 
@@ -211,6 +211,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="Scratch folder (the pybids index); default: none kept.",
     )
     add_compute_arguments(parser)
+    add_wait_argument(execution, overwrite=False)
     parser.set_defaults(func=run, device="cpu")
     return parser
 
@@ -272,6 +273,7 @@ def run(args) -> int:
         work_dir=args.work_dir,
         reports=not args.no_reports,
         overwrite=args.overwrite,
+        wait=args.wait,
         verbose=args.verbose,
     )
     c = report.counts
@@ -291,18 +293,21 @@ def run(args) -> int:
 
 def _group(args) -> int:
     from connscale.bidsapp.group import left_out_lines, run_group
+    from connscale.bidsapp.participant import output_lock
 
-    result = run_group(
-        args.output,
-        atlas_name=args.atlas_name,
-        strategy=args.denoise,
-        participants=args.participants,
-        target=args.target,
-        folds=args.folds,
-        repeats=args.repeats,
-        features=args.group_features.split(","),
-        **group_options(args),
-    )
+    # Not while a participant run writes the outputs the group level reads.
+    with output_lock(args.output, wait=args.wait):
+        result = run_group(
+            args.output,
+            atlas_name=args.atlas_name,
+            strategy=args.denoise,
+            participants=args.participants,
+            target=args.target,
+            folds=args.folds,
+            repeats=args.repeats,
+            features=args.group_features.split(","),
+            **group_options(args),
+        )
     print(
         f"connscale bids group: {len(result.runs)} runs of {len(result.subjects)} "
         f"participants, seg-{result.atlas_name} desc-{result.strategy}, "

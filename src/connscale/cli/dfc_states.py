@@ -11,9 +11,12 @@ import numpy as np
 from connscale.cli._common import (
     RunRecord,
     add_compute_arguments,
+    add_wait_argument,
     configure_logging,
     logger,
+    output_set,
 )
+from connscale.cli._sets import command_fingerprint, publish
 from connscale.cli._windows import add_window_arguments, resolve_window
 from connscale.io.bids import dataset_relative
 
@@ -71,6 +74,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--seed", type=int, default=0, help="Random seed.")
     parser.add_argument("--out", type=Path, required=True, help="Output folder.")
     add_compute_arguments(parser)
+    add_wait_argument(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -134,11 +138,45 @@ def _load_windows(args):
 
 
 def run(args) -> int:
+    configure_logging(args.verbose)
+    inputs = [*args.inputs, *([args.atlas] if args.atlas is not None else [])]
+    # The states, sequences, features, figures and log are one set: written in
+    # a hidden staging folder under the set's lock, published together with a
+    # manifest (dfcstates_manifest.json).
+    with output_set(
+        args,
+        args.out,
+        "dfcstates",
+        command="dfc-states",
+        fingerprint=command_fingerprint(args, inputs),
+    ) as outputs:
+        if outputs.complete():
+            print(
+                f"connscale dfc-states: {args.out} already holds this run's complete states "
+                "(same input contents and parameters); nothing to do."
+            )
+            return 0
+        record, fractions, log = _states(args, outputs)
+    seconds = record.timings["states"]
+    logger.info("states in %.3f s", seconds)
+    print(
+        f"connscale dfc-states: {record.results['n_subjects']} subjects, "
+        f"{record.results['n_windows']} windows, {args.states} states ({args.metric}) on "
+        f"{record.device} in {seconds:.3f} s"
+    )
+    print(f"  fractions of windows: {', '.join(f'{f:.2f}' for f in fractions)}")
+    print(f"  log   {log}")
+    return 0
+
+
+def _states(args, outputs):
+    """Fit the states and write every file into the staging folder of
+    ``outputs``, then publish the set; return the run's record, the
+    fractions of windows per state and the log's path."""
     from connscale._compute import resolve_device
     from connscale.io.states import write_state_features, write_state_sequence
     from connscale.states import DFCStates
 
-    configure_logging(args.verbose)
     record = RunRecord("dfc-states", args.out, vars(args))
     record.device = str(resolve_device(args.device))
     with record.timer("windows"):
@@ -154,30 +192,36 @@ def run(args) -> int:
         fisher_z=args.fisher_z,
         random_state=args.seed,
         device=args.device,
+        memory_limit=args.memory_limit,
         verbose=args.verbose,
     )
     with record.timer("states"):
         estimator.fit([item["windows"] for item in loaded])
     sources = [item["source"] for item in loaded]
-    out = Path(args.out)
+    staging = outputs.staging
+
+    def add(path: Path, *, figure: bool = False) -> None:
+        outputs.path(path.name)
+        (record.add_figure if figure else record.add_output)(args.out / path.name)
+
     with record.timer("write"):
         fractions = np.concatenate(estimator.labels_)
         fractions = np.bincount(fractions, minlength=args.states) / fractions.size
-        for path in _write_states(estimator, out, labels, fractions, args):
-            record.add_output(path)
+        for path in _write_states(estimator, staging, labels, fractions, args):
+            add(path)
         for item, sequence in zip(loaded, estimator.labels_):
-            record.add_output(
+            add(
                 write_state_sequence(
-                    out / f"{item['source']}_dfcstates.tsv",
+                    staging / f"{item['source']}_dfcstates.tsv",
                     starts=item["starts"],
                     states=sequence,
                     t_r=item["t_r"],
                 )
             )
         features = estimator.state_features(subjects=sources)
-        record.add_output(
+        add(
             write_state_features(
-                out / "dfcstates_features.tsv",
+                staging / "dfcstates_features.tsv",
                 subjects=features.subjects,
                 X=features.X,
                 names=features.feature_names,
@@ -191,28 +235,33 @@ def run(args) -> int:
         )
 
         if n <= PLOT_MAX_NODES:
-            record.add_figure(
+            add(
                 plot_state_matrices(
-                    estimator.state_matrices(), out / "dfcstates_states.png", fractions=fractions
-                )
+                    estimator.state_matrices(),
+                    staging / "dfcstates_states.png",
+                    fractions=fractions,
+                ),
+                figure=True,
             )
         first = loaded[0]
         times = None if first["t_r"] is None else first["starts"] * first["t_r"]
-        record.add_figure(
+        add(
             plot_state_sequence(
                 estimator.labels_[0],
-                out / f"{first['source']}_dfcstates_sequence.png",
+                staging / f"{first['source']}_dfcstates_sequence.png",
                 n_states=args.states,
                 window_times=times,
                 title=f"{first['source']}: states",
-            )
+            ),
+            figure=True,
         )
-        record.add_figure(
+        add(
             plot_transition_matrix(
                 estimator.transition_matrix_.mean(axis=0),
-                out / "dfcstates_transitions.png",
+                staging / "dfcstates_transitions.png",
                 title="Transition probabilities (mean over subjects)",
-            )
+            ),
+            figure=True,
         )
     record.results.update(
         {
@@ -228,16 +277,7 @@ def run(args) -> int:
             "mean_transitions": float(estimator.n_transitions_.mean()),
         }
     )
-    log = record.finish("dfcstates")
-    seconds = record.timings["states"]
-    logger.info("states in %.3f s", seconds)
-    print(
-        f"connscale dfc-states: {len(loaded)} subjects, {record.results['n_windows']} windows, "
-        f"{args.states} states ({args.metric}) on {record.device} in {seconds:.3f} s"
-    )
-    print(f"  fractions of windows: {', '.join(f'{f:.2f}' for f in fractions)}")
-    print(f"  log   {log}")
-    return 0
+    return record, fractions, publish(outputs, record, "dfcstates")
 
 
 def _write_states(estimator, out: Path, labels, fractions, args) -> list[Path]:

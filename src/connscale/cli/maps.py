@@ -9,10 +9,14 @@ from connscale.cli._common import (
     RunRecord,
     add_compute_arguments,
     add_precision_argument,
+    add_wait_argument,
     configure_logging,
+    input_files,
     logger,
+    output_set,
 )
 from connscale.cli._inputs import add_input_arguments, load_input
+from connscale.cli._sets import command_fingerprint, publish
 from connscale.io.bids import dataset_relative, seg_label
 
 
@@ -100,6 +104,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     maps.add_argument("--fisher-z", action="store_true", help="Seed maps as Fisher z = arctanh(r).")
     add_precision_argument(parser)
     add_compute_arguments(parser)
+    add_wait_argument(parser)
     parser.set_defaults(func=run)
     return parser
 
@@ -117,15 +122,62 @@ def run(args) -> int:
             f"connscale maps needs a 4-D NIfTI INPUT (maps are images); got {args.input.name}."
         )
     configure_logging(args.verbose)
+    source = source_entities(args.input)
+    seg = seg_label(args.atlas) if args.atlas is not None else None
+    prefix = f"{source}{'' if seg is None else f'_seg-{seg}'}_maps"
+    inputs = input_files(args) + ([args.seed_mask] if args.seed_mask is not None else [])
+    # The maps, sidecars, figures and log are one set: written in a hidden
+    # staging folder under the set's lock, published together with a manifest.
+    with output_set(
+        args, args.out, prefix, command="maps", fingerprint=command_fingerprint(args, inputs)
+    ) as outputs:
+        if outputs.complete():
+            print(
+                f"connscale maps: {args.out} already holds this run's complete maps (same "
+                "input contents and parameters); nothing to do."
+            )
+            return 0
+        record, written, log = _compute(args, outputs, prefix, source, seg)
+    write_dataset_description(args.out)
+    results = record.results
+    print(
+        f"connscale maps: {results['n_series']} {results['nodes']}, {results['n_timepoints']} "
+        f"time points, {len(written)} map(s) on {record.device}"
+    )
+    for path, _ in written:
+        print(f"  wrote {args.out / path.name}")
+    print(f"  log   {log}")
+    return 0
+
+
+def _compute(args, outputs, prefix: str, source: str, seg: str | None):
+    """Compute the maps asked for into the staging folder of ``outputs``,
+    then publish them with their figures and log; return the run's record,
+    the maps written (staged path, title) and the log's path."""
+    from connscale._compute import parse_memory
+    from connscale.maps._prepare import normalize_once
+
     record = RunRecord("maps", args.out, vars(args))
+    _check_input_memory(args)
     with record.timer("load"):
         timeseries, _, nodes, masker = load_input(args)
     n_timepoints, n = timeseries.shape
     logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
-    source = source_entities(args.input)
-    seg = seg_label(args.atlas) if args.atlas is not None else None
     compute = {"device": args.device, "dtype": args.dtype}
-    written = []  # (path, title, map values)
+    # The matrix-free maps share one normalisation, planned under what
+    # --memory-limit leaves beside the series; these are kept only for seed maps.
+    series = None
+    if args.degree or args.sparsity or args.ecm or args.gcor:
+        limit = parse_memory(args.memory_limit)
+        with record.timer("normalize"):
+            series = normalize_once(
+                timeseries,
+                memory_limit=None if limit is None else max(limit - timeseries.nbytes, 1),
+                **compute,
+            )
+    if not (args.seed or args.seed_mask):
+        del timeseries
+    written = []  # (staged path, title)
     common = {
         "n_nodes": n,
         "source": dataset_relative(args.input, args.out),
@@ -136,13 +188,14 @@ def run(args) -> int:
     def emit(values, stat, desc, measure, description, **parameters):
         from connscale.io.maps import map_path, map_sidecar, write_map
 
-        path = map_path(args.out, source, stat, desc=desc, seg=seg)
+        name = map_path(args.out, source, stat, desc=desc, seg=seg).name
         img = masker.inverse_transform(values)
         image_path, sidecar_path = write_map(
-            path, img, map_sidecar(measure, description, **parameters, **common)
+            outputs.path(name), img, map_sidecar(measure, description, **parameters, **common)
         )
-        record.add_output(image_path)
-        record.add_output(sidecar_path)
+        outputs.path(sidecar_path.name)
+        record.add_output(args.out / image_path.name)
+        record.add_output(args.out / sidecar_path.name)
         written.append((image_path, f"{measure} {desc or ''}".strip()))
 
     rule = "|r|" if args.absolute else "r"
@@ -154,14 +207,13 @@ def run(args) -> int:
 
         with record.timer(f"{option}"):
             (binary, weighted), info = compute_degree(
-                timeseries,
+                series,
                 **({"threshold": values} if option == "degree" else {"sparsity": values}),
                 absolute=args.absolute,
                 memory_limit=args.memory_limit,
                 verbose=args.verbose,
                 precision=args.precision,
                 both=True,
-                **compute,
             )
         record.results[f"{option}_method"] = info["method"]
         record.results["precision"] = info["precision"]
@@ -202,7 +254,7 @@ def run(args) -> int:
         from connscale.maps import eigenvector_centrality
 
         with record.timer("ecm"):
-            ecm = eigenvector_centrality(timeseries, verbose=args.verbose, **compute)
+            ecm = eigenvector_centrality(series, verbose=args.verbose)
         emit(
             ecm,
             "ecm",
@@ -214,7 +266,7 @@ def run(args) -> int:
         from connscale.maps import global_correlation
 
         with record.timer("gcor"):
-            gcor = global_correlation(timeseries, **compute)
+            gcor = global_correlation(series)
         emit(gcor, "gcor", None, "Global correlation", f"Mean r to all other {nodes}")
     if args.seed or args.seed_mask:
         from connscale.maps import seed_correlation
@@ -244,7 +296,6 @@ def run(args) -> int:
                 ("Fisher z of " if args.fisher_z else "") + f"r with {where}",
                 FisherZ=args.fisher_z,
             )
-    write_dataset_description(args.out)
     from connscale._compute import resolve_device
 
     record.device = str(resolve_device(args.device))
@@ -253,39 +304,70 @@ def run(args) -> int:
             "n_series": n,
             "n_timepoints": n_timepoints,
             "nodes": nodes,
-            "maps": [str(p) for p, _ in written],
+            "maps": [str(args.out / p.name) for p, _ in written],
         }
     )
     with record.timer("figures"):
-        _figures(record, written, args)
-    log = record.finish(f"{source}_maps")
-    print(
-        f"connscale maps: {n} {nodes}, {n_timepoints} time points, {len(written)} map(s) "
-        f"on {record.device}"
+        _figures(record, written, args, outputs)
+    log = publish(outputs, record, prefix)
+    return record, written, log
+
+
+#: Bytes per value of the 4-D image that reading it takes: the image, the
+#: masked series and nilearn's temporaries (measured: about 3 float32 copies).
+_LOAD_BYTES_PER_VALUE = 12
+
+
+def _check_input_memory(args) -> None:
+    """Fail before reading INPUT when its 4-D image and series cannot fit
+    --memory-limit (the maps' own memory is planned as they run)."""
+    if args.memory_limit is None:
+        return
+    import numpy as np
+
+    from connscale._compute import MemoryPlanner, resolve_device
+    from connscale.io.nifti import load_image
+
+    shape = load_image(args.input, name="fMRI image").shape
+    planner = MemoryPlanner(
+        resolve_device(args.device),
+        args.memory_limit,
+        hint="Raise --memory-limit, or crop the image or cut its volumes first.",
     )
-    for path, _ in written:
-        print(f"  wrote {path}")
-    print(f"  log   {log}")
-    return 0
+    planner.require(
+        _LOAD_BYTES_PER_VALUE * int(np.prod(shape)),
+        f"Reading {args.input.name} ({' x '.join(map(str, shape))} values) and its series",
+        on="host",
+    )
 
 
-def _figures(record, written, args) -> None:
-    """One PNG per map over the scan's mean image (a failure is a warning)."""
+def _mean_volume(path: Path):
+    """The mean of a 4-D image over time, read one volume at a time."""
+    import nibabel as nib
+    import numpy as np
+
+    img = nib.load(path, keep_file_open=True)
+    total = np.zeros(img.shape[:3])
+    for t in range(img.shape[3]):
+        total += np.asarray(img.dataobj[..., t], dtype=np.float64)
+    return nib.Nifti1Image(total / img.shape[3], img.affine)
+
+
+def _figures(record, written, args, outputs) -> None:
+    """One PNG per map over the scan's mean image, in the set of ``outputs``
+    (a failure is a warning)."""
     import warnings
-
-    from nilearn.image import mean_img
 
     from connscale.report.maps import plot_stat_map
 
-    try:
-        background = mean_img(str(args.input), copy_header=True)
-    except TypeError:  # nilearn before copy_header
-        background = mean_img(str(args.input))
+    background = _mean_volume(args.input)
     for path, title in written:
-        png = path.with_name(path.name[: -len(".nii.gz")] + ".png")
+        png = outputs.path(path.name[: -len(".nii.gz")] + ".png")
         try:
-            record.add_figure(plot_stat_map(path, png, bg_img=background, title=title))
+            plot_stat_map(path, png, bg_img=background, title=title)
+            record.add_figure(args.out / png.name)
         except Exception as exc:  # noqa: BLE001 - maps are written; say which figure failed
+            outputs.discard(png.name)
             warnings.warn(
                 f"The figure of {path.name} could not be drawn ({type(exc).__name__}: {exc}).",
                 RuntimeWarning,

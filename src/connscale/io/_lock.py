@@ -65,6 +65,8 @@ class OutputLock:
         Wait for another holder to finish instead of failing at once.
     timeout : float or None, default=None
         With ``wait``, the most seconds to wait (None: no limit).
+    label : str or None, default=None
+        What the error message calls the output (default: its path).
 
     Raises
     ------
@@ -79,9 +81,15 @@ class OutputLock:
     """
 
     def __init__(
-        self, target: str | os.PathLike, *, wait: bool = False, timeout: float | None = None
+        self,
+        target: str | os.PathLike,
+        *,
+        wait: bool = False,
+        timeout: float | None = None,
+        label: str | None = None,
     ) -> None:
         self.target = Path(target)
+        self.label = str(self.target) if label is None else label
         self.path = lock_path(self.target)
         self.wait = bool(wait)
         self.timeout = timeout
@@ -102,7 +110,7 @@ class OutputLock:
                 os.close(fd)
                 if not self.wait or (deadline is not None and time.monotonic() >= deadline):
                     raise OutputLockedError(
-                        f"{self.target} is being written by another connscale run ({holder}); "
+                        f"{self.label} is being written by another connscale run ({holder}); "
                         "wait for it to finish (--wait) or choose another output."
                     ) from None
                 time.sleep(0.1)

@@ -46,13 +46,33 @@ def global_correlation(timeseries, *, device: str = "auto", dtype: str = "float3
     """
     u, constant = normalized_series(timeseries, device=device, dtype=dtype)
     with torch.no_grad():
-        z = torch.where(constant[:, None], torch.zeros((), dtype=u.dtype, device=u.device), u)
         m = u.shape[0] - int(constant.sum())
         if m < 2:
             raise ValueError(f"global_correlation needs at least 2 non-constant series; got {m}.")
-        total = z.sum(0, dtype=torch.float64)
-        g = (z.double() @ total - 1.0) / (m - 1)
+        blocks = _row_blocks(*u.shape)
+        total = torch.zeros(u.shape[1], dtype=torch.float64, device=u.device)
+        for r0, r1 in blocks:
+            total += _float64_rows(u, constant, r0, r1).sum(0)
+        g = torch.empty(u.shape[0], dtype=torch.float64, device=u.device)
+        for r0, r1 in blocks:
+            g[r0:r1] = (_float64_rows(u, constant, r0, r1) @ total - 1.0) / (m - 1)
     return as_map(g, constant)
+
+
+#: Values per block of rows of the matrix-free maps' float64 temporaries (8 MB).
+_BLOCK_VALUES = 1 << 20
+
+
+def _row_blocks(n: int, width: int) -> list[tuple[int, int]]:
+    rows = max(1, _BLOCK_VALUES // max(width, 1))
+    return [(r0, min(n, r0 + rows)) for r0 in range(0, n, rows)]
+
+
+def _float64_rows(u: torch.Tensor, constant: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
+    """Rows ``r0:r1`` of ``u`` in float64, those of constant series zero."""
+    rows = u[r0:r1].to(torch.float64, copy=True)
+    rows[constant[r0:r1]] = 0.0
+    return rows
 
 
 @fill_doc

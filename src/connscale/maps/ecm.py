@@ -77,7 +77,7 @@ def eigenvector_centrality(
     """
     u, constant = normalized_series(timeseries, device=device, dtype=dtype)
     with torch.no_grad():
-        z = u[~constant]
+        z = u[~constant] if bool(constant.any()) else u  # no copy when none is constant
         m = z.shape[0]
         if m == 0:
             raise ValueError("eigenvector_centrality: every series is constant.")

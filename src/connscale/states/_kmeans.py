@@ -33,9 +33,10 @@ running those iterations again one at a time with the host-side re-seeding).
 
 from __future__ import annotations
 
+import contextvars
 import math
 from collections.abc import Callable, Iterator
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,11 @@ METRICS = ("l1", "correlation", "euclidean")
 # Rows per block of the torch path: at most this many elements of n_rows × E
 # (float64 copies of a block are made for the sums).
 _BLOCK_ELEMENTS = 1 << 25
+#: Elements per block of the blocked passes in this context (at most
+#: _BLOCK_ELEMENTS; fewer under a memory limit, see :func:`limited_blocks`).
+_block_elements: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "block_elements", default=_BLOCK_ELEMENTS
+)
 # Iterations between two reads of the stopping tests by the host.
 _CHECK_EVERY = 8
 #: Replay the Lloyd iterations of the mean metrics on CUDA from a CUDA graph
@@ -110,7 +116,7 @@ class Prepared:
         work = x if owned else x.clone()
         self.shift = None
         if metric == "euclidean":
-            self.shift = work.to(torch.float64).mean(dim=0)
+            self.shift = _column_means(work)
             work -= self.shift.to(work.dtype)
         elif metric == "correlation":
             normalise_rows_(work)
@@ -180,10 +186,35 @@ def normalise_rows_(x: torch.Tensor) -> torch.Tensor:
     return x
 
 
+@contextmanager
+def limited_blocks(elements: int) -> Iterator[None]:
+    """Run the blocked passes (distances, sums, medians, row statistics) in
+    blocks of at most ``elements`` values in this context (the float64
+    temporaries of a block scale with it)."""
+    token = _block_elements.set(max(1, min(int(elements), _BLOCK_ELEMENTS)))
+    try:
+        yield
+    finally:
+        _block_elements.reset(token)
+
+
+def block_elements() -> int:
+    """Elements per block of the blocked passes in this context."""
+    return _block_elements.get()
+
+
 def _blocks(n: int, width: int) -> Iterator[tuple[int, int]]:
-    rows = max(1, _BLOCK_ELEMENTS // max(width, 1))
+    rows = max(1, block_elements() // max(width, 1))
     for start in range(0, n, rows):
         yield start, min(n, start + rows)
+
+
+def _column_means(x: torch.Tensor) -> torch.Tensor:
+    """Mean of each column in float64, a block of rows at a time."""
+    total = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device)
+    for start, stop in _blocks(*x.shape):
+        total += x[start:stop].to(torch.float64).sum(dim=0)
+    return total / x.shape[0]
 
 
 def _row_sq_norms(x: torch.Tensor) -> torch.Tensor:
@@ -289,7 +320,7 @@ def medians(x: torch.Tensor, labels: torch.Tensor, k: int, previous: torch.Tenso
         start += m
         if m == 0:
             continue
-        width = max(1, _BLOCK_ELEMENTS // m)
+        width = max(1, block_elements() // m)
         low_rank = (m + 1) // 2
         for c0 in range(0, x.shape[1], width):
             block = x[rows, c0 : c0 + width].T.contiguous()  # (columns, members)

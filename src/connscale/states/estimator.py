@@ -24,7 +24,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
-from connscale._compute import resolve_device
+from connscale._compute import MemoryPlanner, resolve_device
 from connscale._docs import fill_doc
 from connscale._validation import (
     Interval,
@@ -58,6 +58,7 @@ _PARAMETER_CONSTRAINTS = {
     "fisher_z": ["boolean"],
     "random_state": ["random_state"],
     "device": ["device"],
+    "memory_limit": ["memory", None],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
 }
 
@@ -129,8 +130,10 @@ def _dfc_edges(result) -> np.ndarray:
 
 
 def _fisher_z(array: np.ndarray) -> np.ndarray:
+    """arctanh of the clipped correlations: one copy of ``array``."""
     bound = 1.0 - _FISHER_EPS
-    return np.arctanh(np.clip(array, -bound, bound)).astype(array.dtype, copy=False)
+    out = np.clip(array, -bound, bound)
+    return np.arctanh(out, out=out)
 
 
 def exemplar_windows(windows: np.ndarray) -> np.ndarray:
@@ -149,7 +152,14 @@ def exemplar_windows(windows: np.ndarray) -> np.ndarray:
     """
     from scipy.signal import find_peaks
 
-    variance = np.asarray(windows, dtype=np.float64).var(axis=1)
+    windows = np.asarray(windows)
+    rows = max(1, km.block_elements() // max(windows.shape[1], 1))
+    variance = np.concatenate(
+        [
+            windows[start : start + rows].astype(np.float64).var(axis=1)
+            for start in range(0, windows.shape[0], rows)
+        ]
+    )
     peaks, _ = find_peaks(variance)
     return peaks if peaks.size else np.array([int(np.argmax(variance))])
 
@@ -222,14 +232,68 @@ def _tolerance(x: torch.Tensor, tol: float) -> float:
     """scikit-learn's absolute tolerance: tol times the mean variance of the columns."""
     if tol == 0:
         return 0.0
-    mean = torch.zeros(x.shape[1], dtype=torch.float64, device=x.device)
-    for start, stop in km._blocks(*x.shape):
-        mean += x[start:stop].to(torch.float64).sum(dim=0)
-    mean /= x.shape[0]
+    mean = km._column_means(x)
     total = 0.0
     for start, stop in km._blocks(*x.shape):
         total += float(((x[start:stop].to(torch.float64) - mean) ** 2).sum())
     return total / x.numel() * tol
+
+
+#: Bytes per value of a block of the blocked passes: float64 temporaries
+#: (a copy, a difference, its square) or a median's gathered and sorted copies.
+_BLOCK_BYTES_PER_ELEMENT = 40
+
+
+def _plan_memory(
+    sizes: np.ndarray,
+    n_edges: int,
+    itemsize: int,
+    *,
+    n_states: int,
+    n_exemplars: int,
+    metric: str,
+    fisher_z: bool,
+    device: torch.device,
+    memory_limit,
+) -> int:
+    """Count what :meth:`DFCStates.fit` allocates against ``memory_limit``,
+    before any of it is; return the values per block of its blocked passes.
+
+    Counted: the pooled copy of the subjects' windows and their Fisher z,
+    the working copy the k-means reads (with, on CUDA, its aligned and
+    coarse int8/float16 copies), the exemplar windows, the per-window
+    labels and distances, the float64 centres of one convergence check's
+    iterations, and at least one row of windows per block.
+
+    Raises
+    ------
+    MemoryLimitError
+        Naming what does not fit, the budget and what to change.
+    """
+    n = int(np.sum(sizes))
+    window = n_edges * itemsize
+    planner = MemoryPlanner(
+        device,
+        memory_limit,
+        hint="Raise memory_limit, or cluster fewer windows (a longer step) or fewer "
+        "edges (a smaller atlas).",
+    )
+    planner.reserve_host((int(len(sizes) > 1) + int(fisher_z)) * n * window)
+    copies = 1  # the k-means' working copy (on the CPU, a clone of the pooled one)
+    if device.type == "cuda" and metric != "l1":
+        copies += 1 + 2 / itemsize  # the aligned copy, a float16 (or int8) copy
+    planner.reserve_device(int(copies * n * window) + n_exemplars * window)
+    trials = 2 + int(np.log(max(n_states, 1)))
+    planner.reserve_device(8 * n * (6 + 2 * trials))
+    planner.reserve_device(8 * n_states * n_edges * (km._CHECK_EVERY + 8))
+    what = f"DFC states of {n} windows x {n_edges} edges"
+    planner.require(0, what, on="host")
+    planner.require(0, what)
+    rows = planner.fit(
+        _BLOCK_BYTES_PER_ELEMENT * n_edges,
+        f"DFC states of {n} windows x {n_edges} edges (with one window per block)",
+    )
+    return min(rows * n_edges, km._BLOCK_ELEMENTS)
 
 
 def _cluster(
@@ -317,6 +381,12 @@ class DFCStates(BaseEstimator):
         Cluster arctanh of the correlations (clipped to ±(1 − 1e-7)).
     %(random_state)s
     %(device)s
+    memory_limit : int, str or None, default=None
+        Most memory :meth:`fit` may use (the pooled windows, the k-means'
+        copies, its blocks of float64 temporaries), in bytes or as a string
+        such as ``'8GB'``; a limit too small for the windows fails up front
+        with :class:`connscale.MemoryLimitError` naming what is needed. None
+        uses up to 80%% of what is free.
     %(verbose)s
         The bar counts k-means runs (``n_init`` restarts, and the run of all
         windows with ``exemplars``) and shows the Lloyd iteration of the
@@ -369,6 +439,7 @@ class DFCStates(BaseEstimator):
         fisher_z: bool = False,
         random_state=None,
         device: str = "auto",
+        memory_limit=None,
         verbose: int = 0,
     ) -> None:
         self.n_states = n_states
@@ -380,6 +451,7 @@ class DFCStates(BaseEstimator):
         self.fisher_z = fisher_z
         self.random_state = random_state
         self.device = device
+        self.memory_limit = memory_limit
         self.verbose = verbose
 
     def _windows(self, windows):
@@ -406,7 +478,7 @@ class DFCStates(BaseEstimator):
         """
         del y
         validate_estimator_params(self)
-        arrays, _ = self._windows(windows)
+        arrays, _ = _subject_windows(windows)
         sizes = np.array([a.shape[0] for a in arrays])
         n_total = int(sizes.sum())
         if n_total < self.n_states:
@@ -414,6 +486,24 @@ class DFCStates(BaseEstimator):
                 f"n_states={self.n_states} needs at least as many windows; got {n_total}."
             )
         device = resolve_device(self.device)
+        elements = _plan_memory(
+            sizes,
+            arrays[0].shape[1],
+            arrays[0].dtype.itemsize,
+            n_states=self.n_states,
+            n_exemplars=int(np.sum(sizes // 2 + 1)) if self.exemplars else 0,
+            metric=self.metric,
+            fisher_z=self.fisher_z,
+            device=device,
+            memory_limit=self.memory_limit,
+        )
+        with km.limited_blocks(elements):
+            return self._fit(arrays, sizes, device)
+
+    def _fit(self, arrays: list[np.ndarray], sizes: np.ndarray, device: torch.device):
+        """:meth:`fit` once its memory is planned (in its blocks' context)."""
+        if self.fisher_z:
+            arrays = [_fisher_z(a) for a in arrays]
         rng = check_random_state(self.random_state)
         data = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
         x, owned = _device_copy(data, device)
@@ -526,12 +616,17 @@ class DFCStates(BaseEstimator):
 
 
 def _state_means(data: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
-    means = np.zeros((k, data.shape[1]))
-    for j in range(k):
-        members = labels == j
-        if members.any():
-            means[j] = data[members].mean(axis=0, dtype=np.float64)
-    return means
+    """Mean window of each state (float64; zeros for an empty one), summed a
+    block of rows at a time."""
+    sums = np.zeros((k, data.shape[1]))
+    rows = max(1, km.block_elements() // max(data.shape[1], 1))
+    for start in range(0, data.shape[0], rows):
+        block = labels[start : start + rows]
+        onehot = np.zeros((k, block.size))
+        onehot[block, np.arange(block.size)] = 1.0
+        sums += onehot @ data[start : start + rows].astype(np.float64)
+    counts = np.bincount(labels, minlength=k)
+    return sums / np.maximum(counts, 1)[:, None]
 
 
 @validate_params(
