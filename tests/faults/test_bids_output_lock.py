@@ -13,7 +13,7 @@ import nibabel as nib
 import pytest
 
 from connscale.cli.main import main
-from tests.bids._fmriprep import atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
 from tests.faults.test_writes import ENV, finish, one_line_error, run_cli, start_paused
 
 pytestmark = pytest.mark.faults
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.faults
 def tree(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bids")
     root = make_fmriprep(tmp / "fmriprep", [("01", None, "rest", None), ("02", None, "rest", None)])
-    nib.save(atlas_img(), tmp / "atlas.nii.gz")
+    nib.save(atlas_img(), tmp / ATLAS)
     return tmp, root
 
 
@@ -34,7 +34,7 @@ def participant_argv(tmp, root, out):
         out,
         "participant",
         "--atlas",
-        tmp / "atlas.nii.gz",
+        tmp / ATLAS,
         "--atlas-name",
         "Slab4",
         "--denoise",
@@ -92,6 +92,6 @@ def test_a_second_participant_run_stops_naming_the_first_or_waits(tree, tmp_path
     report = json.loads((out / "logs" / "participant_report.json").read_text())
     assert report["counts"] == {"ok": 0, "skipped": 2, "error": 0}
     assert (out / "logs" / "participant_errors.tsv").read_text().splitlines() == [
-        "name\tbold\terror"
+        "name\tbold\tstatus\tmeasure\terror"
     ]
     assert not (out / ".bids.lock").exists()
