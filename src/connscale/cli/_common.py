@@ -32,6 +32,7 @@ API_ALIASES = {
     "n_features_to_select": ("n_features",),
     "timeseries": ("input", "inputs"),
     "S": ("input",),
+    "compute_error": ("error",),
     "img": ("input",),
     "engine": ("backend",),
 }
