@@ -1,5 +1,5 @@
 """The named choices of the API that the command line lists: denoising
-strategies, BIDS-App measures and cohort jobs.
+strategies, BIDS-App measures and group features, and cohort jobs.
 
 They live here, in a module that imports nothing, so that the ``connscale``
 parsers (and ``--help``) are built without importing the modules that
@@ -17,6 +17,9 @@ REGION_MEASURES = ("fc", "timeseries", "dfc", "pairs")
 VOXEL_MEASURES = ("voxelfc",)
 MAP_MEASURES = ("maps", "networks")
 MEASURES = REGION_MEASURES + VOXEL_MEASURES + MAP_MEASURES
+
+#: The kinds of columns of the BIDS-App's group feature table.
+GROUP_FEATURES = ("edges", "dfc", "states", "maps")
 
 #: Per-scan jobs of :func:`connscale.cohort.run_cohort` (``connscale.cohort.JOBS``).
 COHORT_JOBS = ("dfc", "fc", "pairs")

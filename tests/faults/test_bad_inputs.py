@@ -803,6 +803,11 @@ FLAG_CASES = [
     ("bids-pairs-thr", lambda d: _bids_ready(d, "--pairs-threshold", "2"), ["--pairs-threshold"]),
     ("bids-atlas-name", lambda d: _bids(d, "--atlas-name", "Schaefer_400"), ["'Schaefer_400'"]),
     ("bids-folds", lambda d: _bids(d, "--folds", "1", level="group"), ["--folds", "'1'", ">= 2"]),
+    (
+        "bids-group-features",
+        lambda d: _bids(d, "--group-features", "edges,nodes", level="group"),
+        ["--group-features", "nodes", "edges, dfc, states, maps"],
+    ),
     ("bids-repeats", lambda d: _bids(d, "--repeats", "0", level="group"), ["--repeats", "'0'"]),
     ("bids-states", lambda d: _bids(d, "--states", "0", level="group"), ["--states", "'0'"]),
     ("bids-seed", lambda d: _bids(d, "--random-state", "-1", level="group"), ["--random-state"]),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from connscale._choices import MEASURES, STRATEGIES
+from connscale._choices import GROUP_FEATURES, MEASURES, STRATEGIES
 from connscale.cli import _types
 from connscale.cli._bids_states import (
     ALIASES,
@@ -228,6 +228,12 @@ def check_arguments(args) -> None:
         raise ValueError(
             f"argument --measures: unknown measure(s) {', '.join(unknown)}; expected "
             f"some of {', '.join((*MEASURES, *ALIASES))}, separated by commas."
+        )
+    kinds = [k for k in args.group_features.split(",") if k not in GROUP_FEATURES]
+    if kinds:
+        raise ValueError(
+            f"argument --group-features: unknown kind(s) {', '.join(kinds)}; expected some of "
+            f"{', '.join(GROUP_FEATURES)}, separated by commas."
         )
     if args.level == "group":
         return
