@@ -238,7 +238,7 @@ def test_bad_arguments(tree, tmp_path, capsys):
         )
         == 2
     )
-    assert "seg- must be letters" in capsys.readouterr().err
+    assert "argument --atlas-name: expected letters, digits or '+'" in capsys.readouterr().err
     assert (
         main(
             [
