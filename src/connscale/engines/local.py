@@ -98,8 +98,9 @@ class LocalEngine(Engine):
         self.context = check_option(context, "context", {"spawn", "forkserver"})
         self._mp = multiprocessing.get_context(self.context)
         if self.context == "forkserver":
-            # Imported once in the server, inherited by every worker it forks.
-            self._mp.set_forkserver_preload(["__main__", "connscale.engines.local"])
+            # Imported once in the server, inherited by every worker it forks
+            # (torch named: import connscale alone does not import it).
+            self._mp.set_forkserver_preload(["__main__", "torch", "connscale.engines.local"])
         self._slots: list[ProcessPoolExecutor | None] = [None] * self.n_jobs
         self._partitions: list[ProcessPoolExecutor | None] = [None] * self.n_jobs
         self._loaders: dict[int, tuple[Callable, int]] = {}
