@@ -202,6 +202,82 @@ def check_positive(value, name: str) -> float:
     return float(value)
 
 
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+
+
+def parse_memory(memory_limit: int | float | str | None) -> int | None:
+    """Parse a memory size given as bytes or as a string such as ``"8GB"``.
+
+    Parameters
+    ----------
+    memory_limit : int, float, str or None
+        A number of bytes, or a number followed by a unit (``B``, ``KB``,
+        ``MB``, ``GB``, ``TB`` in powers of 1000; ``KiB``, ``MiB``, ``GiB``,
+        ``TiB`` in powers of 1024). None means no limit.
+
+    Returns
+    -------
+    int or None
+        The size in bytes.
+    """
+    if memory_limit is None:
+        return None
+    if isinstance(memory_limit, bool):
+        raise ValueError(
+            f"'memory_limit' must be bytes or a size like '8GB'; got {memory_limit!r}."
+        )
+    if isinstance(memory_limit, (int, float)):
+        value = int(memory_limit)
+    else:
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(memory_limit))
+        if match is None or match.group(2).lower() not in _UNITS:
+            raise ValueError(
+                "'memory_limit' must be a number of bytes or a size such as "
+                f"'512MB', '8GB' or '2GiB'; got {memory_limit!r}."
+            )
+        value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if value <= 0:
+        raise ValueError(f"'memory_limit' must be positive; got {memory_limit!r}.")
+    return value
+
+
+def resolve_n_jobs(n_jobs: int | None) -> int:
+    """The number of workers ``n_jobs`` stands for, as scikit-learn counts
+    them: a positive count, or -1 for every core, -2 for all but one, ...;
+    None is every core. 0, and fewer than -(cores), are errors.
+
+    Every ``n_jobs`` of connscale (engines, cohort, BIDS-App, classification)
+    and the command line's ``--n-jobs`` go through this one rule.
+    """
+    cpus = os.cpu_count() or 1
+    if n_jobs is None:
+        return cpus
+    if isinstance(n_jobs, (bool, np.bool_)) or not isinstance(n_jobs, (Integral, np.integer)):
+        raise ValueError(f"'n_jobs' must be an integer or None; got {n_jobs!r}.")
+    n_jobs = int(n_jobs)
+    if n_jobs == 0 or n_jobs < -cpus:
+        raise ValueError(
+            f"'n_jobs' must be a positive number of workers, or -1 for all {cpus} cores "
+            f"(-2 for all but one, ...); got {n_jobs}."
+        )
+    return n_jobs if n_jobs > 0 else cpus + 1 + n_jobs
+
+
 def check_window(
     window_length,
     step,
@@ -226,6 +302,32 @@ def check_window(
             f"'window_length' must be at most {where} ({n_timepoints}); got {window_length}."
         )
     return window_length, check_int(step, "step", minimum=1)
+
+
+def check_kind_options(kind: str, threshold, absolute, rank, compute_error=False) -> None:
+    """The rules between ``kind`` and the parameters that apply to some kinds
+    only (they do not depend on the data, so the cohort checks them before its
+    first scan): ``'sparse'`` needs a ``threshold`` (in (0, 1] with
+    ``absolute``), ``'lowrank'`` a ``rank``; ``rank`` is for ``'lowrank'`` and
+    ``'factor'``, ``compute_error`` too."""
+    if kind == "sparse":
+        if threshold is None:
+            raise ValueError("kind='sparse' needs a 'threshold' in [-1, 1]; got None.")
+        if absolute and threshold <= 0:
+            raise ValueError(
+                f"With absolute=True the threshold must be in (0, 1]; got {threshold}."
+            )
+    elif threshold is not None or absolute:
+        name = "threshold" if threshold is not None else "absolute"
+        raise ValueError(f"'{name}' applies to kind='sparse' only; got kind={kind!r}.")
+    if kind == "lowrank" and rank is None:
+        raise ValueError("kind='lowrank' needs a 'rank' (1 <= rank < n_series); got None.")
+    if kind in ("triu", "sparse") and rank is not None:
+        raise ValueError(f"'rank' applies to kind='lowrank' or 'factor'; got kind={kind!r}.")
+    if compute_error and kind not in ("lowrank", "factor"):
+        raise ValueError(
+            f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
+        )
 
 
 def check_threshold(threshold, name: str = "threshold") -> float:
@@ -367,6 +469,20 @@ class SequenceOf(_Constraint):
         return f"a non-empty sequence, each {self.item}"
 
 
+class Hidden(_Constraint):
+    """A constraint that holds but is not named in messages (scikit-learn's
+    ``Hidden``): the sentinel default of a renamed keyword, say."""
+
+    def __init__(self, constraint):
+        self.constraint = make_constraint(constraint)
+
+    def is_satisfied_by(self, value) -> bool:
+        return self.constraint.is_satisfied_by(value)
+
+    def __str__(self) -> str:
+        return str(self.constraint)
+
+
 class _InstanceOf(_Constraint):
     def __init__(self, kind):
         self.kind = kind
@@ -412,12 +528,11 @@ def _is_array_like(value) -> bool:
 
 
 def _is_memory(value) -> bool:
-    from connscale._compute.memory import parse_memory
-
     return value is not None and parse_memory(value) is not None
 
 
-_DEVICE_PATTERN = re.compile(r"(auto|cpu|cuda(:\d+)?)", re.IGNORECASE)
+#: The device names the API and the command line take.
+DEVICE_PATTERN = re.compile(r"(auto|cpu|cuda(:\d+)?)", re.IGNORECASE)
 
 
 def _is_device(value) -> bool:
@@ -425,7 +540,7 @@ def _is_device(value) -> bool:
 
     if isinstance(value, torch.device):
         return value.type in ("cpu", "cuda")
-    return isinstance(value, str) and _DEVICE_PATTERN.fullmatch(value.strip()) is not None
+    return isinstance(value, str) and DEVICE_PATTERN.fullmatch(value.strip()) is not None
 
 
 def _is_dtype(value) -> bool:
@@ -443,6 +558,13 @@ def _is_random_state(value) -> bool:
     )
 
 
+def _is_n_jobs(value) -> bool:
+    if value is None:
+        return False  # declared separately
+    resolve_n_jobs(value)
+    return True
+
+
 _NAMED = {
     "array-like": _Predicate(_is_array_like, "an array-like"),
     "boolean": _Predicate(lambda v: isinstance(v, (bool, np.bool_)), "a bool"),
@@ -454,6 +576,7 @@ _NAMED = {
     ),
     "device": _Predicate(_is_device, "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device"),
     "dtype": _Predicate(_is_dtype, "'float32' or 'float64' (or the numpy/torch dtype)"),
+    "n_jobs": _Predicate(_is_n_jobs, "a positive int, or -1 for every core (-2: all but one, ...)"),
     "path": _Predicate(lambda v: isinstance(v, (str, os.PathLike)), "a path"),
     "callable": _Predicate(callable, "a callable"),
 }
@@ -462,7 +585,8 @@ _NAMED = {
 def make_constraint(spec) -> _Constraint:
     """The constraint object of one declaration: a constraint, None, a type
     or one of the names ``'array-like'``, ``'boolean'``, ``'random_state'``,
-    ``'memory'``, ``'device'``, ``'dtype'``, ``'path'``, ``'callable'``."""
+    ``'memory'``, ``'device'``, ``'dtype'``, ``'n_jobs'``, ``'path'``,
+    ``'callable'``."""
     if isinstance(spec, _Constraint):
         return spec
     if spec is None:
@@ -480,7 +604,7 @@ def make_constraint(spec) -> _Constraint:
 
 
 def _describe(constraints: list[_Constraint]) -> str:
-    words = [str(c) for c in constraints if not isinstance(c, _NoneConstraint)]
+    words = [str(c) for c in constraints if not isinstance(c, (_NoneConstraint, Hidden))]
     if any(isinstance(c, _NoneConstraint) for c in constraints):
         words.append("None")
     if len(words) == 1:

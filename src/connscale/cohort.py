@@ -54,6 +54,7 @@ from connscale._compute.memory import limit_error, parse_memory
 from connscale._validation import (
     Interval,
     StrOptions,
+    check_kind_options,
     check_option,
     check_window,
     validate_parameter_values,
@@ -316,8 +317,6 @@ def check_job_params(job: str, params: dict | None) -> dict:
             merged["window_length"], merged["step"]
         )
     if job == "dfc":
-        from connscale.fc.dynamic import check_kind_options
-
         check_kind_options(merged["kind"], merged["threshold"], merged["absolute"], merged["rank"])
         merged["absolute"] = bool(merged["absolute"])
     elif job == "fc":
@@ -663,7 +662,7 @@ def _write_reports(out_dir: Path, records: list[dict], meta: dict) -> tuple[Path
         "job": [StrOptions(JOBS)],
         "params": [dict, None],
         "engine": [StrOptions(ENGINES), Engine],
-        "n_jobs": [Interval(Integral, 1, None, closed="left"), None],
+        "n_jobs": ["n_jobs", None],
         "retries": [Interval(Integral, 0, None, closed="left")],
         "threads_per_task": [Interval(Integral, 1, None, closed="left")],
         "batch_size": [Interval(Integral, 1, None, closed="left"), None],
@@ -720,7 +719,7 @@ def run_cohort(
         Dask scheduler address or Spark master URL (see
         :func:`connscale.engines.get_engine`).
     n_jobs : int or None
-        Worker processes / cores (None: all).
+        Worker processes / cores (None or -1: all; -2: all but one, ...).
     retries : int, default=1
         A scan whose worker process dies while running it (killed,
         segfault, out of memory) is tried ``1 + retries`` times, then

@@ -49,6 +49,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from connscale._choices import STRATEGIES
 from connscale._compute.device import resolve_device, resolve_dtype
 
 if TYPE_CHECKING:
@@ -70,7 +71,6 @@ __all__ = [
 
 #: Denoising strategies: nilearn's preset strategies (those giga-connectome
 #: offers) and 'none'.
-STRATEGIES = ("simple", "scrubbing", "compcor", "ica_aroma", "none")
 _STANDARDIZE = ("zscore_sample", None)
 _EPS64 = np.finfo(np.float64).eps
 #: Relative tolerance of "constant" per working precision: a series whose

@@ -260,7 +260,7 @@ def test_bad_arguments(tree, tmp_path, capsys):
         )
         == 2
     )
-    assert "seg- must be letters" in capsys.readouterr().err
+    assert "argument --atlas-name: expected letters, digits or '+'" in capsys.readouterr().err
     assert (
         main(
             [
@@ -359,7 +359,10 @@ def test_reports_are_self_contained(tree, tmp_path):
         ),
         ({"memory_limit": "a lot"}, "The 'memory_limit' parameter of run_participant"),
         ({"backend": "mpi"}, "The 'backend' parameter of run_participant"),
-        ({"backend": "serial", "n_jobs": 0}, "reading threads of the serial backend"),
+        (
+            {"backend": "serial", "n_jobs": 0},
+            r"The 'n_jobs' parameter of run_participant must be a positive int, or -1 for every",
+        ),
     ],
 )
 def test_participant_parameters_checked_before_the_first_run(tmp_path, params, message):

@@ -142,7 +142,7 @@ def test_dfc_command_bad_window(tmp_path, roi_tsv, capsys):
         ]
     )
     assert code == 2
-    assert "'window_length' must be at most the number of time points" in capsys.readouterr().err
+    assert "--window must be at most the number of time points" in capsys.readouterr().err
 
 
 def test_dfc_command_on_nifti_with_mask(tmp_path):

@@ -156,7 +156,7 @@ def test_fc_bad_input_clean_error(tmp_path, capsys, fmri):
     assert "does not match" in capsys.readouterr().err
     assert main(["fc", str(tmp_path / "missing.tsv"), "--out", str(tmp_path / "o"), "-q"]) == 2
     capsys.readouterr()
-    assert main(["fc", str(path), "--mask", "a", "--atlas", "b", "--out", "x"]) == 2
+    assert main(["fc", str(path), "--mask", str(path), "--atlas", str(path), "--out", "x"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "not allowed with argument" in err
 

@@ -236,7 +236,7 @@ def test_cohort_cli_errors(tmp_path, capsys):
         )
         == 2
     )
-    assert "The 'pairs' job needs 'window_length'" in capsys.readouterr().err
+    assert "--job pairs needs --window" in capsys.readouterr().err
     assert (
         main(
             [

@@ -54,9 +54,13 @@ def test_pairs_window_onsets_is_window_starts():
         ("life", "--iters", "--max-iter", "max_iter", 40),
     ],
 )
-def test_cli_former_flags(command, old, new, dest, value):
+def test_cli_former_flags(command, old, new, dest, value, tmp_path, monkeypatch):
     from connscale.cli import life as life_cli
     from connscale.cli import r1dl as r1dl_cli
+
+    monkeypatch.chdir(tmp_path)  # the parsers check that the inputs exist
+    for name in ("x.npy", "dwi.nii", "b", "v", "t.trk"):
+        (tmp_path / name).touch()
 
     parser = argparse.ArgumentParser(prog="connscale")
     sub = parser.add_subparsers(dest="command")

@@ -8,7 +8,12 @@ the CLI runs in-process (``connscale.cli.main.main``) so the table stays fast.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import h5py
 import nibabel as nib
@@ -593,6 +598,376 @@ def test_bad_input_exits_2_with_one_line(build, tmp_path, capsys):
     assert len(lines) == 1, captured.err
     assert lines[0].startswith(f"connscale {command}: error: "), lines[0]
     assert _complete_outputs(out) == []
+
+
+# --------------------------------------------------------------------------
+# Flags: a bad value, a missing or incompatible option, a missing input file
+# or an --out that is a file is refused at once, in one line that names the
+# flag (or INPUT) and the value typed and says what is allowed, before any
+# input is read: the inputs below are empty files, which would fail to load.
+# --------------------------------------------------------------------------
+
+
+def empty(d, name):
+    path = d / name
+    path.write_bytes(b"")
+    return str(path)
+
+
+def _fc(d, *extra):
+    return ["fc", empty(d, "sub-01_timeseries.tsv"), "--out", str(d / "out"), *extra]
+
+
+def _dfc(d, *extra):
+    return [
+        "dfc",
+        empty(d, "sub-01_timeseries.tsv"),
+        "--window",
+        "8",
+        "--out",
+        str(d / "o"),
+        *extra,
+    ]
+
+
+def _states(d, *extra):
+    return ["dfc-states", empty(d, "sub-01_timeseries.tsv"), "--out", str(d / "o"), *extra]
+
+
+def _pairs(d, *extra):
+    return [
+        "pairs",
+        empty(d, "sub-01_timeseries.tsv"),
+        "--window",
+        "8",
+        "--out",
+        str(d / "o"),
+        *extra,
+    ]
+
+
+def _cohort(d, *extra):
+    return ["cohort", empty(d, "sub-01_timeseries.tsv"), "--out", str(d / "o"), *extra]
+
+
+def _bids(d, *extra, level="participant"):
+    (d / "fmriprep").mkdir(exist_ok=True)
+    return ["bids", str(d / "fmriprep"), str(d / "o"), level, *extra]
+
+
+def _bids_ready(d, *extra):
+    atlas = empty(d, "atlas.nii.gz")
+    return _bids(d, "--atlas", atlas, "--atlas-name", "Schaefer", "--denoise", "simple", *extra)
+
+
+def _maps(d, *extra):
+    return ["maps", empty(d, "sub-01_bold.nii.gz"), "--out", str(d / "o"), *extra]
+
+
+def _r1dl(d, *extra):
+    return ["r1dl", empty(d, "S.npy"), "-k", "2", "--sparsity", "5", "--out", str(d / "o"), *extra]
+
+
+def _life(d, *extra):
+    files = [empty(d, n) for n in ("dwi.nii.gz", "dwi.bval", "dwi.bvec", "t.tck")]
+    return [
+        "life",
+        files[0],
+        "--bvals",
+        files[1],
+        "--bvecs",
+        files[2],
+        "--tractogram",
+        files[3],
+        "--out",
+        str(d / "o"),
+        *extra,
+    ]
+
+
+def _classify(d, *extra):
+    subjects = [empty(d, f"sub-0{i}_relmat.npy") for i in (1, 2)]
+    table = empty(d, "participants.tsv")
+    return ["classify", *subjects, "--participants", table, "--label", "g", "--out", str(d), *extra]
+
+
+# (id, builder(d) -> argv, what the one line must hold: the flag, the value, what is allowed)
+FLAG_CASES = [
+    ("fc-threshold", lambda d: _fc(d, "--threshold", "1.5"), ["--threshold", "'1.5'", "[-1, 1]"]),
+    ("fc-threshold-text", lambda d: _fc(d, "--threshold", "high"), ["--threshold", "'high'"]),
+    ("fc-kind", lambda d: _fc(d, "--kind", "full"), ["--kind", "'full'", "'dense'"]),
+    ("fc-dtype", lambda d: _fc(d, "--dtype", "float16"), ["--dtype", "'float16'", "'float32'"]),
+    ("fc-device", lambda d: _fc(d, "--device", "gpu"), ["--device", "'gpu'", "'cuda:N'"]),
+    ("fc-memory", lambda d: _fc(d, "--memory-limit", "8XB"), ["--memory-limit", "'8XB'", "8GB"]),
+    ("fc-memory-0", lambda d: _fc(d, "--memory-limit", "0"), ["--memory-limit", "'0'"]),
+    ("fc-precision", lambda d: _fc(d, "--precision", "fast"), ["--precision", "'fast'", "'exact'"]),
+    ("fc-atlas-name", lambda d: _fc(d, "--atlas-name", "a_b"), ["--atlas-name", "'a_b'", "digits"]),
+    (
+        "fc-threshold-with-triu",
+        lambda d: _fc(d, "--kind", "triu", "--threshold", "0.5"),
+        ["--threshold", "--kind triu", "sparse"],
+    ),
+    ("fc-mask-for-table", lambda d: _fc(d, "--mask", empty(d, "m.nii")), ["--mask", "NIfTI"]),
+    (
+        "fc-missing-input",
+        lambda d: ["fc", str(d / "nope.tsv"), "--out", str(d / "o")],
+        ["INPUT", "nope.tsv", "no such file"],
+    ),
+    (
+        "fc-input-is-folder",
+        lambda d: ["fc", str(d), "--out", str(d / "o")],
+        ["INPUT", "is a folder"],
+    ),
+    (
+        "fc-missing-atlas",
+        lambda d: _fc(d, "--atlas", str(d / "atlas.nii.gz")),
+        ["--atlas", "atlas.nii.gz", "no such file"],
+    ),
+    (
+        "fc-out-is-a-file",
+        lambda d: ["fc", empty(d, "sub-01_timeseries.tsv"), "--out", empty(d, "results")],
+        ["--out", "results", "is a file", "folder"],
+    ),
+    (
+        "fc-out-under-a-file",
+        lambda d: ["fc", empty(d, "sub-01_timeseries.tsv"), "--out", empty(d, "f") + "/sub"],
+        ["--out", "f/sub", "under the file"],
+    ),
+    ("fc-unknown-suffix", lambda d: ["fc", empty(d, "x.xyz"), "--out", str(d)], ["INPUT", "x.xyz"]),
+    ("dfc-window-2", lambda d: _dfc(d, "--window", "2"), ["--window", "'2'", ">= 3", "'44s'"]),
+    ("dfc-window-float", lambda d: _dfc(d, "--window", "8.5"), ["--window", "'8.5'", ">= 3"]),
+    ("dfc-window-seconds-0", lambda d: _dfc(d, "--window", "0s"), ["--window", "'0s'"]),
+    ("dfc-window-text", lambda d: _dfc(d, "--window", "long"), ["--window", "'long'"]),
+    ("dfc-step-0", lambda d: _dfc(d, "--step", "0"), ["--step", "'0'", ">= 1"]),
+    ("dfc-step-negative", lambda d: _dfc(d, "--step", "-2"), ["--step", "'-2'", ">= 1"]),
+    ("dfc-t-r-0", lambda d: _dfc(d, "--t-r", "0"), ["--t-r", "'0'", "> 0"]),
+    ("dfc-t-r-inf", lambda d: _dfc(d, "--t-r", "inf"), ["--t-r", "'inf'", "> 0"]),
+    ("dfc-taper", lambda d: _dfc(d, "--taper", "hann"), ["--taper", "'hann'", "'gaussian'"]),
+    ("dfc-taper-sigma", lambda d: _dfc(d, "--taper-sigma", "-1"), ["--taper-sigma", "'-1'"]),
+    ("dfc-rank-0", lambda d: _dfc(d, "--kind", "factor", "--rank", "0"), ["--rank", "'0'", ">= 1"]),
+    ("dfc-power-iter", lambda d: _dfc(d, "--power-iterations", "-1"), ["--power-iterations"]),
+    ("dfc-seed", lambda d: _dfc(d, "--seed", "-1"), ["--seed", "'-1'", ">= 0"]),
+    ("dfc-method", lambda d: _dfc(d, "--method", "qr"), ["--method", "'qr'", "'svd'"]),
+    ("dfc-lowrank-no-rank", lambda d: _dfc(d, "--kind", "lowrank"), ["--kind lowrank", "--rank"]),
+    ("dfc-sparse-no-threshold", lambda d: _dfc(d, "--kind", "sparse"), ["--kind sparse"]),
+    ("dfc-rank-with-triu", lambda d: _dfc(d, "--rank", "2"), ["--rank", "--kind triu"]),
+    ("dfc-error-with-triu", lambda d: _dfc(d, "--error"), ["--error", "--kind triu"]),
+    ("dfc-states-k-0", lambda d: _states(d, "--window", "8", "--states", "0"), ["--states", "'0'"]),
+    ("dfc-states-n-init", lambda d: _states(d, "--window", "8", "--n-init", "0"), ["--n-init"]),
+    ("dfc-states-max-iter", lambda d: _states(d, "--window", "8", "--max-iter", "x"), ["'x'"]),
+    ("dfc-states-metric", lambda d: _states(d, "--window", "8", "--metric", "cos"), ["--metric"]),
+    ("dfc-states-no-window", lambda d: _states(d), ["--window", "sub-01_timeseries.tsv"]),
+    ("pairs-window-2", lambda d: _pairs(d, "--window", "2"), ["--window", "'2'", ">= 3"]),
+    ("pairs-step-0", lambda d: _pairs(d, "--step", "0"), ["--step", "'0'", ">= 1"]),
+    ("pairs-threshold", lambda d: _pairs(d, "--threshold", "2"), ["--threshold", "'2'", "[-1, 1]"]),
+    (
+        "pairs-nifti-input",
+        lambda d: ["pairs", empty(d, "sub-01_bold.nii.gz"), "--window", "8", "--out", str(d)],
+        ["INPUT", "sub-01_bold.nii.gz", ".tsv"],
+    ),
+    ("cohort-n-jobs-0", lambda d: _cohort(d, "--job", "fc", "--n-jobs", "0"), ["--n-jobs", "'0'"]),
+    ("cohort-n-jobs-x", lambda d: _cohort(d, "--job", "fc", "--n-jobs", "all"), ["--n-jobs", "-1"]),
+    ("cohort-retries", lambda d: _cohort(d, "--job", "fc", "--retries", "-1"), ["--retries"]),
+    ("cohort-window-2", lambda d: _cohort(d, "--job", "dfc", "--window", "2"), ["--window", "'2'"]),
+    ("cohort-backend", lambda d: _cohort(d, "--job", "fc", "--backend", "ray"), ["--backend"]),
+    ("cohort-dfc-no-window", lambda d: _cohort(d, "--job", "dfc"), ["--job dfc", "--window"]),
+    ("cohort-fc-rank", lambda d: _cohort(d, "--job", "fc", "--rank", "2"), ["--rank", "--job fc"]),
+    (
+        "cohort-pairs-kind",
+        lambda d: _cohort(d, "--job", "pairs", "--window", "8", "--kind", "sparse"),
+        ["--kind", "--job"],
+    ),
+    (
+        "bids-missing-atlas-name",
+        lambda d: _bids(d, "--atlas", empty(d, "a.nii.gz"), "--denoise", "simple"),
+        ["--atlas-name"],
+    ),
+    ("bids-denoise", lambda d: _bids(d, "--denoise", "aggressive"), ["--denoise", "'aggressive'"]),
+    ("bids-measures", lambda d: _bids_ready(d, "--measures", "fc,bogus"), ["--measures", "bogus"]),
+    ("bids-fd-threshold", lambda d: _bids_ready(d, "--fd-threshold", "0.5"), ["--fd-threshold"]),
+    ("bids-fd-threshold-0", lambda d: _bids_ready(d, "--fd-threshold", "0"), ["'0'", "> 0"]),
+    ("bids-windowed", lambda d: _bids_ready(d, "--measures", "fc,dfc"), ["--window-length"]),
+    ("bids-window-2", lambda d: _bids_ready(d, "--window-length", "2"), ["--window-length", "'2'"]),
+    ("bids-step-0", lambda d: _bids_ready(d, "--step", "0"), ["--step", "'0'"]),
+    ("bids-n-jobs-0", lambda d: _bids_ready(d, "--n-jobs", "0"), ["--n-jobs", "'0'", "-1"]),
+    ("bids-gpus", lambda d: _bids_ready(d, "--gpus", "0"), ["--gpus", "'0'", "'all'"]),
+    ("bids-low-pass", lambda d: _bids_ready(d, "--low-pass", "0"), ["--low-pass", "'0'", "> 0"]),
+    ("bids-t-r", lambda d: _bids_ready(d, "--t-r", "-2"), ["--t-r", "'-2'", "> 0"]),
+    ("bids-sparsity", lambda d: _bids_ready(d, "--sparsity", "0"), ["--sparsity", "'0'"]),
+    ("bids-n-atoms", lambda d: _bids_ready(d, "--n-atoms", "0"), ["--n-atoms", "'0'"]),
+    (
+        "bids-degree-thresholds",
+        lambda d: _bids_ready(d, "--degree-thresholds", "0.2,1.5"),
+        ["--degree-thresholds", "'1.5'", "[-1, 1]"],
+    ),
+    ("bids-pairs-thr", lambda d: _bids_ready(d, "--pairs-threshold", "2"), ["--pairs-threshold"]),
+    ("bids-atlas-name", lambda d: _bids(d, "--atlas-name", "Schaefer_400"), ["'Schaefer_400'"]),
+    ("bids-folds", lambda d: _bids(d, "--folds", "1", level="group"), ["--folds", "'1'", ">= 2"]),
+    (
+        "bids-group-features",
+        lambda d: _bids(d, "--group-features", "edges,nodes", level="group"),
+        ["--group-features", "nodes", "edges, dfc, states, maps"],
+    ),
+    ("bids-repeats", lambda d: _bids(d, "--repeats", "0", level="group"), ["--repeats", "'0'"]),
+    ("bids-states", lambda d: _bids(d, "--states", "0", level="group"), ["--states", "'0'"]),
+    ("bids-seed", lambda d: _bids(d, "--random-state", "-1", level="group"), ["--random-state"]),
+    ("bids-level", lambda d: _bids(d, level="run"), ["level", "'run'", "'group'"]),
+    (
+        "bids-no-derivatives",
+        lambda d: ["bids", str(d / "nope"), str(d / "o"), "group"],
+        ["DERIVATIVES", "nope", "no such folder"],
+    ),
+    ("maps-no-map", lambda d: _maps(d), ["--degree", "--ecm"]),
+    ("maps-degree", lambda d: _maps(d, "--degree", "0.3,2"), ["--degree", "'2'", "[-1, 1]"]),
+    ("maps-sparsity", lambda d: _maps(d, "--sparsity", "0"), ["--sparsity", "'0'", "(0, 1]"]),
+    ("maps-seed", lambda d: _maps(d, "--seed", "1,2"), ["--seed", "'1,2'", "x,y,z"]),
+    ("maps-seed-radius", lambda d: _maps(d, "--seed=1,2,3", "--seed-radius", "0"), ["'0'", "> 0"]),
+    ("maps-radius-no-seed", lambda d: _maps(d, "--gcor", "--seed-radius", "6"), ["--seed-radius"]),
+    (
+        "maps-table-input",
+        lambda d: ["maps", empty(d, "sub-01_timeseries.tsv"), "--gcor", "--out", str(d)],
+        ["NIfTI", "sub-01_timeseries.tsv"],
+    ),
+    ("r1dl-k-0", lambda d: _r1dl(d, "-k", "0"), ["--n-components", "'0'", ">= 1"]),
+    ("r1dl-sparsity", lambda d: _r1dl(d, "--sparsity", "1.5"), ["--sparsity", "'1.5'", "(0, 1]"]),
+    ("r1dl-tol", lambda d: _r1dl(d, "--tol", "0"), ["--tol", "'0'", "> 0"]),
+    ("r1dl-max-iter", lambda d: _r1dl(d, "--max-iter", "0"), ["--max-iter", "'0'"]),
+    ("r1dl-n-init", lambda d: _r1dl(d, "--n-init", "0"), ["--n-init", "'0'"]),
+    ("r1dl-block-size", lambda d: _r1dl(d, "--block-size", "0"), ["--block-size", "'0'"]),
+    ("r1dl-storage", lambda d: _r1dl(d, "--storage", "ram"), ["--storage", "'ram'", "'host'"]),
+    ("r1dl-seed", lambda d: _r1dl(d, "--seed", "-3"), ["--seed", "'-3'"]),
+    ("r1dl-mask-for-npy", lambda d: _r1dl(d, "--mask", empty(d, "m.nii")), ["--mask", "NIfTI"]),
+    ("life-max-iter", lambda d: _life(d, "--max-iter", "0"), ["--max-iter", "'0'", ">= 1"]),
+    ("life-lambda", lambda d: _life(d, "--lambda", "-1"), ["--lambda", "'-1'", ">= 0"]),
+    ("life-sweep", lambda d: _life(d, "--lambda-sweep", "0.1,x"), ["--lambda-sweep", "'x'"]),
+    ("life-tol", lambda d: _life(d, "--tol", "-1"), ["--tol", "'-1'"]),
+    ("life-checkpoint", lambda d: _life(d, "--checkpoint-every", "0"), ["--checkpoint-every"]),
+    ("life-measure", lambda d: _life(d, "--measure", "fa"), ["--measure", "'fa'", "'weight'"]),
+    (
+        "life-missing-bvals",
+        lambda d: _life(d) + ["--bvals", str(d / "none.bval")],
+        ["--bvals", "none.bval", "no such file"],
+    ),
+    ("classify-folds", lambda d: _classify(d, "--folds", "1"), ["--folds", "'1'", ">= 2"]),
+    ("classify-repeats", lambda d: _classify(d, "--repeats", "0"), ["--repeats", "'0'"]),
+    ("classify-n-features", lambda d: _classify(d, "--n-features", "1.5"), ["'1.5'", "'cv'"]),
+    ("classify-permutations", lambda d: _classify(d, "--permutations", "-1"), ["--permutations"]),
+    ("classify-top", lambda d: _classify(d, "--top", "0"), ["--top", "'0'", ">= 1"]),
+    ("classify-n-jobs", lambda d: _classify(d, "--n-jobs", "0"), ["--n-jobs", "'0'"]),
+    ("classify-model", lambda d: _classify(d, "--model", "rf"), ["--model", "'rf'", "'svm'"]),
+    ("demo-n-voxels", lambda d: ["demo", "--n-voxels", "1", "--out", str(d)], ["--n-voxels"]),
+    ("demo-device", lambda d: ["demo", "--device", "tpu", "--out", str(d)], ["--device", "'tpu'"]),
+]
+
+
+def test_flag_catalogue_covers_every_command():
+    from connscale.cli.main import _COMMANDS
+
+    ids = [case_id for case_id, _, _ in FLAG_CASES]
+    assert len(set(ids)) == len(ids)
+    assert [c for c in _COMMANDS if not any(i.startswith(f"{c}-") for i in ids)] == []
+
+
+@pytest.mark.parametrize(
+    "build, expected", [c[1:] for c in FLAG_CASES], ids=[c[0] for c in FLAG_CASES]
+)
+def test_bad_flag_names_flag_value_and_what_is_allowed(build, expected, tmp_path, capsys):
+    argv = build(tmp_path)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    capsys.readouterr()
+    status = main(argv)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert status == 2, captured.err
+    assert len(lines) == 1, captured.err
+    assert lines[0].startswith(f"connscale {argv[0]}: error: "), lines[0]
+    for text in expected:
+        assert text in lines[0], (text, lines[0])
+    for internal in ("window_length", "n_jobs", "random_state", "parameter of", "a str", "int "):
+        assert internal not in lines[0], (internal, lines[0])
+    assert sorted(p for p in tmp_path.rglob("*")) == before  # nothing written, not even --out
+
+
+def test_flag_errors_come_before_any_heavy_import(tmp_path):
+    """Every case of FLAG_CASES, in one fresh interpreter: none imports torch,
+    nilearn, nibabel, pybids, matplotlib, h5py, scipy, sklearn, dask or pyspark."""
+    argvs = [build(tmp_path / case_id) for case_id, build, _ in _in_folders(FLAG_CASES, tmp_path)]
+    code = (
+        "import contextlib, io, json, sys\n"
+        "from connscale.cli.main import main\n"
+        f"argvs = json.loads({json.dumps(json.dumps(argvs))})\n"
+        "with contextlib.redirect_stderr(io.StringIO()):\n"
+        "    codes = [main(a) for a in argvs]\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "print(json.dumps({'codes': codes, 'heavy': heavy}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=_src_env(), check=True
+    )
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["codes"] == [2] * len(argvs)
+    assert report["heavy"] == []
+
+
+def _in_folders(cases, root):
+    for case in cases:
+        (root / case[0]).mkdir()
+        yield case
+
+
+HEAVY = (
+    "torch",
+    "nilearn",
+    "nibabel",
+    "bids",
+    "matplotlib",
+    "h5py",
+    "scipy",
+    "sklearn",
+    "dask",
+    "distributed",
+    "pyspark",
+    "pandas",
+)
+
+
+def _src_env() -> dict:
+    """The environment of a child interpreter that imports this checkout's connscale."""
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+
+
+def test_n_jobs_minus_one_is_every_core(tmp_path, capsys):
+    from connscale._validation import resolve_n_jobs, validate_parameter_values
+    from connscale.engines import LocalEngine
+
+    cpus = os.cpu_count() or 1
+    assert resolve_n_jobs(None) == resolve_n_jobs(-1) == cpus
+    assert resolve_n_jobs(-cpus) == 1 and resolve_n_jobs(3) == 3
+    for bad in (0, -cpus - 1, 1.5, True):
+        with pytest.raises(ValueError, match="'n_jobs' must be"):
+            resolve_n_jobs(bad)
+    assert LocalEngine(-1).n_jobs == cpus  # no worker starts before the first task
+    # One declared constraint wherever the API takes n_jobs.
+    from connscale.bidsapp.participant import run_participant
+    from connscale.classify.cross_validation import cross_validate
+    from connscale.cohort import run_cohort
+
+    for entry in (run_cohort, run_participant, cross_validate):
+        constraints = entry.parameter_constraints
+        validate_parameter_values(constraints, {"n_jobs": -1}, entry.__name__)
+        with pytest.raises(ValueError, match="-1 for every core"):
+            validate_parameter_values(constraints, {"n_jobs": 0}, entry.__name__)
+    # The command line: --n-jobs -1 runs (it exited 2), for every command taking it.
+    path = tsv(tmp_path)
+    argv = ["cohort", path, "--job", "fc", "--out", str(tmp_path / "o"), "--n-jobs", "-1"]
+    assert main([*argv, "--backend", "serial", "-q"]) == 0, capsys.readouterr().err
+    from connscale.cli.main import build_parser
+
+    parser = build_parser()
+    for command in ("cohort", "bids", "classify"):
+        actions = {a.dest: a for a in parser.subcommands[command]._actions}
+        assert actions["n_jobs"].type("-1") == -1 and actions["n_jobs"].type("-2") == -2
 
 
 # --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ def _run(argv):
     sub = parser.add_subparsers(dest="command")
     cli.add_parser(sub)
     args = parser.parse_args(argv)
+    cli.check_arguments(args)  # as connscale.cli.main.main does
     return args.func(args)
 
 
@@ -157,6 +158,7 @@ def test_cli_errors(tmp_path):
             ]
         )
     np.save(tmp_path / "S.npy", np.ones((5, 5)))
+    (tmp_path / "m.nii").touch()
     with pytest.raises(ValueError, match="--mask applies to NIfTI input only"):
         _run(
             [
@@ -173,7 +175,7 @@ def test_cli_errors(tmp_path):
                 "-q",
             ]
         )
-    with pytest.raises(FileNotFoundError, match="input not found"):
+    with pytest.raises(SystemExit):  # a missing INPUT is refused by the parser
         _run(
             [
                 "r1dl",

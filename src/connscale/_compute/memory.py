@@ -8,63 +8,11 @@ user ``memory_limit``, before anything large is allocated.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
 import torch
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
-
-
-def parse_memory(memory_limit: int | float | str | None) -> int | None:
-    """Parse a memory size given as bytes or as a string such as ``"8GB"``.
-
-    Parameters
-    ----------
-    memory_limit : int, float, str or None
-        A number of bytes, or a number followed by a unit (``B``, ``KB``,
-        ``MB``, ``GB``, ``TB`` in powers of 1000; ``KiB``, ``MiB``, ``GiB``,
-        ``TiB`` in powers of 1024). None means no limit.
-
-    Returns
-    -------
-    int or None
-        The size in bytes.
-    """
-    if memory_limit is None:
-        return None
-    if isinstance(memory_limit, bool):
-        raise ValueError(
-            f"'memory_limit' must be bytes or a size like '8GB'; got {memory_limit!r}."
-        )
-    if isinstance(memory_limit, (int, float)):
-        value = int(memory_limit)
-    else:
-        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*", str(memory_limit))
-        if match is None or match.group(2).lower() not in _UNITS:
-            raise ValueError(
-                "'memory_limit' must be a number of bytes or a size such as "
-                f"'512MB', '8GB' or '2GiB'; got {memory_limit!r}."
-            )
-        value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
-    if value <= 0:
-        raise ValueError(f"'memory_limit' must be positive; got {memory_limit!r}.")
-    return value
+from connscale._validation import parse_memory
 
 
 def format_bytes(n_bytes: float) -> str:

@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from connscale._choices import GROUP_FEATURES
 from connscale._validation import Interval, StrOptions, validate_params
 from connscale._version import __version__
 from connscale.io._atomic import write_json_atomic
@@ -77,8 +78,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("connscale")
 _MEASURE = "PearsonCorrelation"
-#: The kinds of columns of the group feature table.
-FEATURES = ("edges", "dfc", "states", "maps")
 _FEATURE_LABELS = {
     "edges": "Fisher-z edges",
     "dfc": "DFC summaries (each edge's mean and standard deviation of Fisher z over windows)",
@@ -548,10 +547,11 @@ def _dfc_summaries(runs: list[dict], common: list[str]) -> list[np.ndarray]:
 
 def _check_features(features) -> tuple[str, ...]:
     chosen = tuple(dict.fromkeys(str(f).strip() for f in features if str(f).strip()))
-    unknown = [f for f in chosen if f not in FEATURES]
+    unknown = [f for f in chosen if f not in GROUP_FEATURES]
     if unknown or not chosen:
         raise ValueError(
-            f"Group features are among {', '.join(FEATURES)}; got {', '.join(chosen) or 'none'}."
+            f"Group features are among {', '.join(GROUP_FEATURES)}; "
+            f"got {', '.join(chosen) or 'none'}."
         )
     return chosen
 

@@ -83,11 +83,13 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale._choices import MAP_MEASURES, MEASURES, REGION_MEASURES, VOXEL_MEASURES
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
     Interval,
     SequenceOf,
     StrOptions,
+    resolve_n_jobs,
     validate_params,
 )
 from connscale._version import __version__
@@ -123,12 +125,6 @@ __all__ = [
 
 logger = logging.getLogger("connscale")
 
-#: What the participant level can write per run: atlas-level measures, then voxel-level ones.
-REGION_MEASURES = ("fc", "timeseries", "dfc", "pairs")
-VOXEL_MEASURES = ("voxelfc",)
-#: Voxel maps and r1DL networks, each its own output set (connscale.bidsapp.voxel_measures).
-MAP_MEASURES = ("maps", "networks")
-MEASURES = REGION_MEASURES + VOXEL_MEASURES + MAP_MEASURES
 _MEASURE = "PearsonCorrelation"
 _WINDOWED = ("dfc", "pairs")
 DATASET_LINK = "preprocessed"
@@ -1316,7 +1312,7 @@ _POSITIVE = [Interval(Real, 0, None, closed="neither"), None]
         "low_pass": _POSITIVE,
         "high_pass": _POSITIVE,
         "backend": [StrOptions(ENGINES)],
-        "n_jobs": [Integral, None],
+        "n_jobs": ["n_jobs", None],
         "device": ["device"],
         "dtype": [StrOptions({"float32", "float64"})],
         "threads_per_task": [Interval(Integral, 1, None, closed="left")],
@@ -1455,9 +1451,10 @@ def run_participant(
         not used. On a node without GPU the report's ``notes`` say so and the
         runs go to ``backend`` on the CPU.
     n_jobs : int or None
-        Workers (None: every core); with ``backend='serial'``, the threads
-        reading runs ahead (None: 1; at most ``n_jobs + 1`` runs in memory);
-        with ``gpus``, the threads of each GPU worker (None: 2).
+        Workers (None or -1: every core; -2: all but one, ...); with
+        ``backend='serial'``, the threads reading runs ahead (None: 1; at most
+        ``n_jobs + 1`` runs in memory); with ``gpus``, the threads of each GPU
+        worker (None: 2).
     device : str, default='cpu'
         Device of each task's cleaning and correlation.
     dtype : {'float32', 'float64'}
@@ -1485,11 +1482,8 @@ def run_participant(
     from connscale.io.bids import bids_name as _check_name
 
     measures = tuple(dict.fromkeys(measures))
-    if (backend == "serial" or gpus is not None) and n_jobs is not None and n_jobs < 1:
-        raise ValueError(
-            "n_jobs (the reading threads of the serial backend, or the threads of each GPU "
-            f"worker) must be at least 1; got {n_jobs}."
-        )
+    if (backend == "serial" or gpus is not None) and n_jobs is not None:
+        n_jobs = resolve_n_jobs(n_jobs)  # -1: a reading thread (or GPU worker thread) per core
     if any(m in _WINDOWED for m in measures) and window_length is None:
         raise ValueError(
             "The measures dfc and pairs need a window length (--window-length, in volumes)."

@@ -324,7 +324,7 @@ def _seed(rng: np.random.Generator) -> int:
         "interval": [StrOptions({"subjects", "predictions"})],
         "confidence": _CONFIDENCE,
         "random_state": ["random_state"],
-        "n_jobs": [Integral, None],
+        "n_jobs": ["n_jobs", None],
     }
 )
 def cross_validate(
@@ -387,7 +387,8 @@ def cross_validate(
         Overrides of the classifier's parameters.
     %(random_state)s
     n_jobs : int or None, default=None
-        Folds fitted in parallel (joblib).
+        Folds fitted in parallel (joblib; None: one at a time, -1: every core,
+        -2: all but one, ...).
 
     Returns
     -------

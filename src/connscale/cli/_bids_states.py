@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 
+from connscale.cli import _types
+
 #: Measures of ``--measures`` that stand for participant-level ones.
 ALIASES = {"states": "dfc"}
 
@@ -17,7 +19,7 @@ def add_state_arguments(group: argparse._ArgumentGroup) -> None:
     """--states, --state-metric and --random-state of the group level."""
     group.add_argument(
         "--states",
-        type=int,
+        type=_types.count,
         default=5,
         metavar="K",
         help="Number of DFC states, clustered from every run's DFC when the participant "
@@ -31,7 +33,7 @@ def add_state_arguments(group: argparse._ArgumentGroup) -> None:
     )
     group.add_argument(
         "--random-state",
-        type=int,
+        type=_types.natural,
         default=0,
         help="Seed of the states' k-means and of the cross-validation.",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import platform
+import re
 import sys
 import time
 import warnings
@@ -12,22 +13,75 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from connscale._version import __version__
+from connscale.cli import _types
 from connscale.io._atomic import write_json_atomic
 
 logger = logging.getLogger("connscale")
+
+#: API parameter names that the command line spells otherwise: the
+#: destinations (argparse ``dest``) they may go by, first found wins.
+API_ALIASES = {
+    "window_length": ("window", "window_length"),
+    "random_state": ("seed", "random_state"),
+    "n_atoms": ("n_components", "n_atoms"),
+    "n_iter": ("max_iter",),
+    "strategy": ("denoise",),
+    "n_states": ("states",),
+    "network_sparsity": ("sparsity",),
+    "permutation_test": ("permutations",),
+    "n_features_to_select": ("n_features",),
+    "timeseries": ("input", "inputs"),
+    "S": ("input",),
+    "compute_error": ("error",),
+    "img": ("input",),
+    "engine": ("backend",),
+}
+_QUOTED = re.compile(r"'([A-Za-z_]\w*)'")
+_ASSIGNED = re.compile(r"\b([A-Za-z_]\w*)=('[^']*'|[^\s,;)]+)")
+
+
+def api_to_flags(message: str, parser: argparse.ArgumentParser) -> str:
+    """``message`` with the API's parameter names written as the flags of
+    ``parser`` (a sub-command's): ``'window_length'`` -> ``--window``,
+    ``kind='sparse'`` -> ``--kind sparse``, ``absolute=True`` -> ``--absolute``.
+    Names the command has no flag for are left as they are."""
+    flags = {}
+    for action in parser._actions:  # noqa: SLF001 - argparse has no public list
+        longest = max(action.option_strings, key=len, default=None)
+        flags.setdefault(action.dest, longest or action.metavar or action.dest.upper())
+
+    def flag(name: str) -> str | None:
+        return next(
+            (flags[d] for d in (*API_ALIASES.get(name, ()), name) if d in flags and d != "help"),
+            None,
+        )
+
+    def assigned(match: re.Match) -> str:
+        name, value = match.group(1), match.group(2).strip("'")
+        option = flag(name)
+        if option is None:
+            return match.group(0)
+        return option if value == "True" else f"{option} {value}"
+
+    message = _ASSIGNED.sub(assigned, message)
+    return _QUOTED.sub(lambda m: flag(m.group(1)) or m.group(0), message)
 
 
 def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
     """--device, --dtype, --memory-limit, -v/--verbose and -q/--quiet."""
     group = parser.add_argument_group("computation")
     group.add_argument(
-        "--device", default="auto", help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."
+        "--device",
+        type=_types.device,
+        default="auto",
+        help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.",
     )
     group.add_argument(
         "--dtype", default="float32", choices=["float32", "float64"], help="Working precision."
     )
     group.add_argument(
         "--memory-limit",
+        type=_types.memory,
         default=None,
         metavar="SIZE",
         help="Most memory to use, e.g. '8GB' (default: 80%% of free).",
@@ -70,7 +124,7 @@ def add_wait_argument(parser: argparse.ArgumentParser, *, overwrite: bool = True
 
 def add_threshold_arguments(parser: argparse.ArgumentParser, *, threshold_help: str) -> None:
     """--threshold (float, default None) and --absolute (keep |r| >= THRESHOLD)."""
-    parser.add_argument("--threshold", type=float, default=None, help=threshold_help)
+    parser.add_argument("--threshold", type=_types.correlation, default=None, help=threshold_help)
     parser.add_argument(
         "--absolute", action="store_true", help="With --threshold, keep |r| >= THRESHOLD."
     )
@@ -104,12 +158,17 @@ def finish_parser(
     """Add --out (with ``out``), the compute options and --wait/--overwrite
     (with ``wait``); ``run`` is the command's function. Returns ``parser``."""
     if out:
-        parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+        add_out_argument(parser)
     add_compute_arguments(parser)
     if wait:
         add_wait_argument(parser)
     parser.set_defaults(func=run)
     return parser
+
+
+def add_out_argument(parser: argparse.ArgumentParser) -> None:
+    """--out: the output folder (new, or an existing folder)."""
+    parser.add_argument("--out", type=_types.output_folder, required=True, help="Output folder.")
 
 
 def compute_options(args) -> dict:

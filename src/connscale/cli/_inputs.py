@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from connscale.cli import _types
 from connscale.io.timeseries import TIMESERIES_SUFFIXES, load_timeseries
 
 
@@ -11,21 +12,22 @@ def add_input_arguments(parser) -> None:
     """INPUT plus --mask/--atlas (mutually exclusive) and --t-r."""
     parser.add_argument(
         "input",
-        type=Path,
+        type=_types.input_file,
+        metavar="INPUT",
         help="4-D fMRI NIfTI (.nii/.nii.gz) or ROI time series "
         "(.tsv/.csv/.npy, one column per region).",
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--mask",
-        type=Path,
+        type=_types.input_file,
         default=None,
         help="Brain mask NIfTI on the fMRI grid (voxel-level series). "
         "Default for NIfTI input: computed from the image.",
     )
     group.add_argument(
         "--atlas",
-        type=Path,
+        type=_types.input_file,
         default=None,
         help="Labels NIfTI (0 = background): region-mean series.",
     )
@@ -36,6 +38,7 @@ def add_atlas_name_argument(parser) -> None:
     """--atlas-name: the seg- entity of the outputs."""
     parser.add_argument(
         "--atlas-name",
+        type=_types.bids_label,
         default=None,
         metavar="NAME",
         help="The atlas's name in output file names (seg-NAME; letters and "
@@ -43,6 +46,25 @@ def add_atlas_name_argument(parser) -> None:
         "letters and digits of its stem; for a _timeseries input, its "
         "own seg- entity.",
     )
+
+
+def check_input_arguments(args) -> None:
+    """--mask and --atlas go with a NIfTI INPUT, and INPUT is of a kind read
+    (told by its name: nothing is read here)."""
+    from connscale.io.nifti import is_nifti
+
+    if is_nifti(args.input):
+        return
+    if args.input.suffix.lower() not in TIMESERIES_SUFFIXES:
+        raise ValueError(_NOT_AN_INPUT.format(name=args.input.name))
+    if args.mask is not None or args.atlas is not None:
+        raise ValueError("--mask and --atlas apply to NIfTI input only.")
+
+
+_NOT_AN_INPUT = (
+    f"INPUT must be a NIfTI (.nii, .nii.gz) or a time-series table "
+    f"({', '.join(TIMESERIES_SUFFIXES)}); got {{name}}."
+)
 
 
 def output_entities(input_path, *, atlas=None, atlas_name: str | None = None) -> dict:
@@ -91,18 +113,12 @@ def load_input(args):
     """
     from connscale.io.nifti import is_nifti, load_masked, region_labels
 
+    check_input_arguments(args)
     path = args.input
     if is_nifti(path):
         timeseries, masker = load_masked(path, mask=args.mask, atlas=args.atlas)
         if args.atlas is not None:
             return timeseries, region_labels(masker) or None, "regions", masker
         return timeseries, None, "voxels", masker
-    if path.suffix.lower() in TIMESERIES_SUFFIXES:
-        if args.mask is not None or args.atlas is not None:
-            raise ValueError("--mask and --atlas apply to NIfTI input only.")
-        timeseries, labels = load_timeseries(path)
-        return timeseries, labels, "series", None
-    raise ValueError(
-        f"INPUT must be a NIfTI (.nii, .nii.gz) or a time-series table "
-        f"({', '.join(TIMESERIES_SUFFIXES)}); got {path.name}."
-    )
+    timeseries, labels = load_timeseries(path)
+    return timeseries, labels, "series", None

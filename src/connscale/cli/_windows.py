@@ -4,12 +4,14 @@ in time points or seconds, the repetition time, and the taper."""
 from __future__ import annotations
 
 from connscale._validation import to_timepoints
+from connscale.cli import _types
 
 
 def add_window_arguments(parser, *, required: bool = True) -> None:
     """--window, --step, --t-r, --taper and --taper-sigma."""
     parser.add_argument(
         "--window",
+        type=_types.window,
         required=required,
         metavar="W",
         help="Window length in time points (22) or seconds (44s; needs the "
@@ -17,13 +19,14 @@ def add_window_arguments(parser, *, required: bool = True) -> None:
     )
     parser.add_argument(
         "--step",
+        type=_types.step,
         default="1",
         metavar="S",
         help="Between window starts, in time points (1) or seconds (2s).",
     )
     parser.add_argument(
         "--t-r",
-        type=float,
+        type=_types.positive,
         default=None,
         metavar="SECONDS",
         help="Repetition time (default: from the NIfTI header).",
@@ -37,7 +40,7 @@ def add_window_arguments(parser, *, required: bool = True) -> None:
     )
     parser.add_argument(
         "--taper-sigma",
-        type=float,
+        type=_types.positive,
         default=3.0,
         metavar="TRS",
         help="Sigma of the Gaussian taper, in time points.",

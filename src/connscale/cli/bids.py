@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from connscale.cli._bids_states import add_state_arguments, group_options, participant_measures
+from connscale._choices import GROUP_FEATURES, MEASURES, STRATEGIES
+from connscale.cli import _types
+from connscale.cli._bids_states import (
+    ALIASES,
+    add_state_arguments,
+    group_options,
+    participant_measures,
+)
 from connscale.cli._common import add_compute_arguments, add_wait_argument, configure_logging
-from connscale.cli.maps import _numbers
-from connscale.cli.r1dl import _sparsity
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from connscale.bidsapp.participant import MEASURES
-    from connscale.denoise import STRATEGIES
     from connscale.engines import ENGINES
 
     parser = subparsers.add_parser(
@@ -34,21 +36,31 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     parser.add_argument(
-        "derivatives", type=Path, metavar="DERIVATIVES", help="fMRIPrep output folder."
+        "derivatives",
+        type=_types.input_folder,
+        metavar="DERIVATIVES",
+        help="fMRIPrep output folder.",
     )
-    parser.add_argument("output", type=Path, metavar="OUTPUT", help="Output folder.")
+    parser.add_argument(
+        "output", type=_types.output_folder, metavar="OUTPUT", help="Output folder."
+    )
     parser.add_argument("level", choices=["participant", "group"], help="Analysis level.")
     atlas = parser.add_argument_group("atlas and denoising")
     atlas.add_argument(
-        "--atlas", type=Path, default=None, help="participant: 3-D labels NIfTI (0 = background)."
+        "--atlas",
+        type=_types.input_file,
+        default=None,
+        help="participant: 3-D labels NIfTI (0 = background).",
     )
     atlas.add_argument(
         "--atlas-name",
+        type=_types.bids_label,
         default=None,
         help="The seg- entity of the outputs (letters and digits); group: which atlas to read.",
     )
     atlas.add_argument(
         "--atlas-space",
+        type=_types.bids_label,
         default=None,
         metavar="SPACE",
         help="participant: the atlas's space (e.g. MNI152NLin2009cAsym, T1w; native for runs "
@@ -57,7 +69,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     atlas.add_argument(
         "--atlas-labels",
-        type=Path,
+        type=_types.input_file,
         default=None,
         help="Region names, a BIDS dseg.tsv (index, name): matrix headers.",
     )
@@ -84,20 +96,22 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     atlas.add_argument(
         "--window-length",
-        type=int,
+        type=_types.window_length,
         default=None,
         help="dfc, pairs: window length in (kept) volumes.",
     )
-    atlas.add_argument("--step", type=int, default=1, help="dfc, pairs: window step (volumes).")
+    atlas.add_argument(
+        "--step", type=_types.count, default=1, help="dfc, pairs: window step (volumes)."
+    )
     atlas.add_argument(
         "--pairs-threshold",
-        type=float,
+        type=_types.correlation,
         default=0.5,
         help="pairs: threshold of the fraction-of-windows-above summary.",
     )
     atlas.add_argument(
         "--degree-thresholds",
-        type=_numbers,
+        type=_types.numbers(_types.correlation),
         default="0.25",
         metavar="R[,R...]",
         help="maps: degree centrality counts the voxels with r above each threshold.",
@@ -109,30 +123,34 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="maps: arithmetic of the degree's thresholded correlations on CUDA (exact: TF32 "
         "tensor cores with the pairs near a threshold confirmed; the CPU computes in fp32).",
     )
-    atlas.add_argument("--n-atoms", type=int, default=10, help="networks: number of r1DL networks.")
+    atlas.add_argument(
+        "--n-atoms", type=_types.count, default=10, help="networks: number of r1DL networks."
+    )
     atlas.add_argument(
         "--sparsity",
-        type=_sparsity,
+        type=_types.sparsity,
         default=0.07,
         help="networks: voxels per network, a count (e.g. 500) or a fraction (e.g. 0.07).",
     )
-    atlas.add_argument("--low-pass", type=float, default=None, help="Low-pass cutoff (Hz).")
+    atlas.add_argument(
+        "--low-pass", type=_types.positive, default=None, help="Low-pass cutoff (Hz)."
+    )
     atlas.add_argument(
         "--high-pass",
-        type=float,
+        type=_types.positive,
         default=None,
         help="High-pass cutoff (Hz), Butterworth (the presets already regress "
         "fMRIPrep's cosine drifts).",
     )
     atlas.add_argument(
         "--fd-threshold",
-        type=float,
+        type=_types.positive,
         default=None,
         help="scrubbing: framewise displacement threshold (mm).",
     )
     atlas.add_argument(
         "--min-dof",
-        type=float,
+        type=_types.number(0.0),
         default=10.0,
         help="participant: a run with fewer residual degrees of freedom (kept volumes minus "
         "the mean, trend, confounds and filter) is refused, not cleaned, and recorded in "
@@ -140,7 +158,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     atlas.add_argument(
         "--t-r",
-        type=float,
+        type=_types.positive,
         default=None,
         help="Repetition time (s) for runs whose sidecar has none.",
     )
@@ -153,13 +171,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     group = parser.add_argument_group("group level")
     group.add_argument(
         "--participants",
-        type=Path,
+        type=_types.input_file,
         default=None,
         help="participants.tsv (participant_id and the target column).",
     )
     group.add_argument("--target", default=None, help="Column of participants.tsv to classify.")
-    group.add_argument("--folds", type=int, default=5, help="Cross-validation folds.")
-    group.add_argument("--repeats", type=int, default=10, help="Cross-validation repeats.")
+    group.add_argument("--folds", type=_types.integer(2), default=5, help="Cross-validation folds.")
+    group.add_argument("--repeats", type=_types.count, default=10, help="Cross-validation repeats.")
     group.add_argument(
         "--group-features",
         default="edges,states",
@@ -181,14 +199,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     execution.add_argument(
         "--n-jobs",
-        type=int,
+        type=_types.n_jobs,
         default=None,
-        help="Worker processes (default: every core); with --backend serial, threads "
+        help="Worker processes (default: every core; -1: every core, -2: all but one, "
+        "...); with --backend serial, threads "
         "reading the next runs (default 1); with --gpus, threads of each GPU worker "
         "(default 2).",
     )
     execution.add_argument(
         "--gpus",
+        type=_types.gpus,
         default=None,
         metavar="all|N",
         help="participant: every GPU of the node (or the first N), one Dask "
@@ -206,7 +226,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     execution.add_argument(
         "--work-dir",
-        type=Path,
+        type=_types.output_folder,
         default=None,
         help="Scratch folder (the pybids index); default: none kept.",
     )
@@ -216,10 +236,26 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def run(args) -> int:
-    configure_logging(args.verbose)
+def check_arguments(args) -> None:
+    """What the level needs, and the options that go together."""
+    unknown = [
+        m.strip()
+        for m in args.measures.split(",")
+        if m.strip() and m.strip() not in (*MEASURES, *ALIASES)
+    ]
+    if unknown:
+        raise ValueError(
+            f"argument --measures: unknown measure(s) {', '.join(unknown)}; expected "
+            f"some of {', '.join((*MEASURES, *ALIASES))}, separated by commas."
+        )
+    kinds = [k for k in args.group_features.split(",") if k not in GROUP_FEATURES]
+    if kinds:
+        raise ValueError(
+            f"argument --group-features: unknown kind(s) {', '.join(kinds)}; expected some of "
+            f"{', '.join(GROUP_FEATURES)}, separated by commas."
+        )
     if args.level == "group":
-        return _group(args)
+        return
     missing = [
         opt
         for opt, value in (
@@ -231,12 +267,23 @@ def run(args) -> int:
     ]
     if missing:
         raise ValueError(f"The participant level needs {', '.join(missing)}.")
+    if args.fd_threshold is not None and args.denoise != "scrubbing":
+        raise ValueError("--fd-threshold applies to --denoise scrubbing only.")
+    windowed = [m for m in participant_measures(args.measures) if m in ("dfc", "pairs")]
+    if windowed and args.window_length is None:
+        raise ValueError(
+            f"--measures {','.join(windowed)} needs --window-length (in kept volumes)."
+        )
+
+
+def run(args) -> int:
+    configure_logging(args.verbose)
+    if args.level == "group":
+        return _group(args)
     from connscale.bidsapp.participant import run_participant
 
     params = {}
     if args.fd_threshold is not None:
-        if args.denoise != "scrubbing":
-            raise ValueError("--fd-threshold applies to --denoise scrubbing only.")
         params["fd_threshold"] = args.fd_threshold
     report = run_participant(
         args.derivatives,

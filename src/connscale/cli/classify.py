@@ -8,7 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.cli._common import SEED_HELP, RunRecord, configure_logging
+from connscale.cli import _types
+from connscale.cli._common import SEED_HELP, RunRecord, add_out_argument, configure_logging
 
 logger = logging.getLogger("connscale")
 
@@ -16,15 +17,19 @@ _PREFIX = "classify"
 
 
 def _n_features(value: str):
+    """A count >= 1, a fraction in (0, 1) or 'cv'."""
+    allowed = "a count >= 1, a fraction in (0, 1) or 'cv'"
     if value == "cv":
         return value
     try:
         number = float(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected a count, a fraction in (0, 1) or 'cv'; got {value!r}"
-        ) from None
-    return int(number) if number >= 1 and number.is_integer() else number
+        raise argparse.ArgumentTypeError(f"expected {allowed}; got {value!r}") from None
+    if number >= 1 and number.is_integer():
+        return int(number)
+    if 0 < number < 1:
+        return number
+    raise argparse.ArgumentTypeError(f"expected {allowed}; got {value!r}")
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -46,14 +51,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "features",
         nargs="+",
-        type=Path,
+        type=_types.input_file,
         metavar="FEATURES",
         help="One connectome or pair-level file per subject, or the group feature table.",
     )
     parser.add_argument(
         "--participants",
         required=True,
-        type=Path,
+        type=_types.input_file,
         help="BIDS participants.tsv with a participant_id column.",
     )
     parser.add_argument(
@@ -75,8 +80,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         choices=["svm", "mlp"],
         help="Linear SVM (C=1) or multi-layer perceptron.",
     )
-    parser.add_argument("--folds", type=int, default=5, help="Folds per repeat.")
-    parser.add_argument("--repeats", type=int, default=10, help="Repeats of the k-fold split.")
+    parser.add_argument("--folds", type=_types.integer(2), default=5, help="Folds per repeat.")
+    parser.add_argument(
+        "--repeats", type=_types.count, default=10, help="Repeats of the k-fold split."
+    )
     parser.add_argument(
         "--rfe", action="store_true", help="Recursive feature elimination inside each fold."
     )
@@ -100,7 +107,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--permutations",
-        type=int,
+        type=_types.natural,
         default=0,
         metavar="N",
         help="Label permutations for a p-value of the accuracy (0: none).",
@@ -113,11 +120,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "subjects (default) or all repeated predictions.",
     )
     parser.add_argument(
-        "--top", type=int, default=50, help="Features listed in classify_features.tsv."
+        "--top", type=_types.count, default=50, help="Features listed in classify_features.tsv."
     )
-    parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
-    parser.add_argument("--n-jobs", type=int, default=None, help="Folds fitted in parallel.")
-    parser.add_argument("--out", required=True, type=Path, help="Output folder.")
+    parser.add_argument("--seed", type=_types.natural, default=0, help=SEED_HELP)
+    parser.add_argument(
+        "--n-jobs",
+        type=_types.n_jobs,
+        default=None,
+        help="Folds fitted in parallel (default: one at a time; -1: every core, -2: all "
+        "but one, ...).",
+    )
+    add_out_argument(parser)
     parser.add_argument(
         "-v",
         "--verbose",

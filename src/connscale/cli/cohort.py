@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from connscale._choices import COHORT_JOBS
+from connscale._validation import check_kind_options
+from connscale.cli import _types
 from connscale.cli._common import (
     RunRecord,
     add_compute_arguments,
+    add_out_argument,
     add_wait_argument,
     configure_logging,
 )
@@ -15,7 +18,6 @@ from connscale.cli._inputs import add_atlas_name_argument
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from connscale.cohort import JOBS
     from connscale.engines import ENGINES
 
     parser = subparsers.add_parser(
@@ -38,19 +40,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         metavar="INPUT",
         help="Input files, folders, BIDS derivatives roots or quoted glob patterns.",
     )
-    parser.add_argument("--job", required=True, choices=sorted(JOBS), help="Per-scan job.")
-    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    parser.add_argument("--job", required=True, choices=COHORT_JOBS, help="Per-scan job.")
+    add_out_argument(parser)
     group = parser.add_argument_group("job options")
     group.add_argument(
         "--window",
-        type=int,
+        type=_types.window_length,
         default=None,
         help="pairs, dfc: window length in time points (required).",
     )
-    group.add_argument("--step", type=int, default=1, help="pairs, dfc: window step.")
+    group.add_argument("--step", type=_types.count, default=1, help="pairs, dfc: window step.")
     group.add_argument(
         "--threshold",
-        type=float,
+        type=_types.correlation,
         default=None,
         help="pairs: summary feature 'fraction of windows with r > THRESHOLD' "
         "(default 0.5); dfc: keep r >= THRESHOLD (--kind sparse).",
@@ -65,17 +67,25 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--absolute", action="store_true", help="dfc --kind sparse: keep |r| >= THRESHOLD."
     )
     group.add_argument(
-        "--rank", type=int, default=None, help="dfc --kind lowrank (required) or factor: the rank."
+        "--rank",
+        type=_types.count,
+        default=None,
+        help="dfc --kind lowrank (required) or factor: the rank.",
     )
-    group.add_argument("--seed", type=int, default=0, help="dfc --kind lowrank: random seed.")
+    group.add_argument(
+        "--seed", type=_types.natural, default=0, help="dfc --kind lowrank: random seed."
+    )
     group.add_argument(
         "--atlas",
-        type=Path,
+        type=_types.input_file,
         default=None,
         help="Labels NIfTI for NIfTI inputs (region-mean series).",
     )
     group.add_argument(
-        "--mask", type=Path, default=None, help="Brain mask NIfTI for NIfTI inputs (voxel series)."
+        "--mask",
+        type=_types.input_file,
+        default=None,
+        help="Brain mask NIfTI for NIfTI inputs (voxel series).",
     )
     add_atlas_name_argument(group)
     run_group = parser.add_argument_group("execution")
@@ -93,11 +103,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "master URL (default: local[N]).",
     )
     run_group.add_argument(
-        "--n-jobs", type=int, default=None, help="Worker processes / cores (default: all)."
+        "--n-jobs",
+        type=_types.n_jobs,
+        default=None,
+        help="Worker processes / cores (default: all; -1: all, -2: all but one, ...).",
     )
     run_group.add_argument(
         "--retries",
-        type=int,
+        type=_types.natural,
         default=1,
         help="A scan whose worker process dies is tried 1 + RETRIES "
         "times, then reported as failed (errors raised by the job "
@@ -146,10 +159,26 @@ def job_params(args) -> dict:
             random_state=args.seed,
         )
     else:
-        if args.threshold is not None:
-            raise ValueError("--threshold applies to --job pairs and dfc only.")
         params["kind"] = args.kind
     return params
+
+
+def check_arguments(args) -> None:
+    """The job options that go together (the job checks their values
+    against the data)."""
+    if args.job in ("pairs", "dfc") and args.window is None:
+        raise ValueError(f"--job {args.job} needs --window (in time points, e.g. 32).")
+    if args.job == "dfc":
+        check_kind_options(args.kind, args.threshold, args.absolute, args.rank)
+    elif args.absolute or args.rank is not None:
+        raise ValueError(f"--absolute and --rank apply to --job dfc only; got --job {args.job}.")
+    if args.job == "fc":
+        if args.threshold is not None:
+            raise ValueError("--threshold applies to --job pairs and dfc only.")
+        if args.kind not in ("triu", "dense"):
+            raise ValueError(f"--job fc writes --kind triu or dense; got --kind {args.kind}.")
+    elif args.job == "pairs" and args.kind != "triu":
+        raise ValueError(f"--kind applies to --job fc and dfc only; got --kind {args.kind}.")
 
 
 def run(args) -> int:

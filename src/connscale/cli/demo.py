@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale.cli import _types
+
 # Simulated cohort: GPU-DFC §V.C used 200 ROIs, T = 175 and rank l = 58;
 # this one is smaller so that the demo stays under five minutes on 2 cores.
 _COHORT = {
@@ -39,12 +41,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "the results and reports are.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("--out", type=Path, default=Path("demo_output"), help="Output folder.")
-    parser.add_argument("--device", default="auto", help="'auto', 'cpu' or 'cuda'.")
     parser.add_argument(
-        "--n-voxels", type=int, default=20000, help="Size of the simulated voxel-scale scan."
+        "--out", type=_types.output_folder, default=Path("demo_output"), help="Output folder."
     )
-    parser.add_argument("--seed", type=int, default=0, help="Seed of every simulation.")
+    parser.add_argument(
+        "--device", type=_types.device, default="auto", help="'auto', 'cpu' or 'cuda'."
+    )
+    parser.add_argument(
+        "--n-voxels",
+        type=_types.integer(2),
+        default=20000,
+        help="Size of the simulated voxel-scale scan.",
+    )
+    parser.add_argument("--seed", type=_types.natural, default=0, help="Seed of every simulation.")
     parser.set_defaults(func=run)
     return parser
 

@@ -6,6 +6,8 @@ import argparse
 
 import numpy as np
 
+from connscale._validation import check_kind_options
+from connscale.cli import _types
 from connscale.cli._common import (
     RunRecord,
     add_precision_argument,
@@ -17,7 +19,12 @@ from connscale.cli._common import (
     logger,
     output_set,
 )
-from connscale.cli._inputs import add_input_arguments, load_input, output_place
+from connscale.cli._inputs import (
+    add_input_arguments,
+    check_input_arguments,
+    load_input,
+    output_place,
+)
 from connscale.cli._windows import add_window_arguments, resolve_window
 from connscale.io._atomic import write_json_atomic
 from connscale.io.bids import dataset_relative
@@ -47,7 +54,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     add_threshold_arguments(parser, threshold_help="Keep r >= THRESHOLD (kind sparse).")
     parser.add_argument(
-        "--rank", type=int, default=None, help="Rank l (lowrank: required; factor: default exact)."
+        "--rank",
+        type=_types.count,
+        default=None,
+        help="Rank l (lowrank: required; factor: default exact).",
     )
     parser.add_argument(
         "--method",
@@ -56,9 +66,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="lowrank: GPU-DFC's randomized range finder or exact SVD.",
     )
     parser.add_argument(
-        "--power-iterations", type=int, default=0, help="lowrank randomized: power iterations."
+        "--power-iterations",
+        type=_types.natural,
+        default=0,
+        help="lowrank randomized: power iterations.",
     )
-    parser.add_argument("--seed", type=int, default=0, help="Random seed (lowrank).")
+    parser.add_argument("--seed", type=_types.natural, default=0, help="Random seed (lowrank).")
     parser.add_argument(
         "--error",
         action="store_true",
@@ -66,6 +79,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     add_precision_argument(parser)
     return finish_parser(parser, run)
+
+
+def check_arguments(args) -> None:
+    """The options of a --kind go together, and INPUT is of a kind read."""
+    check_input_arguments(args)
+    kind = args.kind or ("sparse" if args.threshold is not None else "triu")
+    check_kind_options(kind, args.threshold, args.absolute, args.rank, args.error)
 
 
 def run(args) -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale.cli import _types
 from connscale.cli._common import (
     RunRecord,
     add_compute_arguments,
@@ -41,19 +42,19 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "inputs",
         nargs="+",
-        type=Path,
+        type=_types.input_file,
         metavar="INPUT",
         help="ROI time series (.tsv/.csv/.npy), 4-D NIfTI with --atlas, or "
         "_dfc.h5 files of kind triu from 'connscale dfc'.",
     )
     parser.add_argument(
         "--atlas",
-        type=Path,
+        type=_types.input_file,
         default=None,
         help="Labels NIfTI for NIfTI inputs (region-mean series).",
     )
     add_window_arguments(parser, required=False)
-    parser.add_argument("--states", type=int, default=5, help="Number of states k.")
+    parser.add_argument("--states", type=_types.count, default=5, help="Number of states k.")
     parser.add_argument(
         "--metric",
         choices=["l1", "correlation", "euclidean"],
@@ -66,17 +67,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="Cluster all windows from k-means++ seeds directly (default: "
         "first the windows at local maxima of FC variance).",
     )
-    parser.add_argument("--n-init", type=int, default=10, help="k-means++ restarts.")
-    parser.add_argument("--max-iter", type=int, default=300, help="Most Lloyd iterations.")
+    parser.add_argument("--n-init", type=_types.count, default=10, help="k-means++ restarts.")
+    parser.add_argument("--max-iter", type=_types.count, default=300, help="Most Lloyd iterations.")
     parser.add_argument(
         "--fisher-z", action="store_true", help="Cluster arctanh of the correlations."
     )
-    parser.add_argument("--seed", type=int, default=0, help="Random seed.")
-    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    parser.add_argument("--seed", type=_types.natural, default=0, help="Random seed.")
+    parser.add_argument("--out", type=_types.output_folder, required=True, help="Output folder.")
     add_compute_arguments(parser)
     add_wait_argument(parser)
     parser.set_defaults(func=run)
     return parser
+
+
+def check_arguments(args) -> None:
+    """--window for time-series inputs; every input of a kind read."""
+    from connscale.cli._inputs import check_input_arguments
+
+    for path in args.inputs:
+        if not _is_dfc_file(path):
+            if args.window is None:
+                raise ValueError(f"--window is needed for the time-series input {path.name}.")
+            check_input_arguments(argparse.Namespace(input=path, mask=None, atlas=args.atlas))
+
+
+def _is_dfc_file(path: Path) -> bool:
+    return path.name.endswith("_dfc.h5") or path.suffix == ".h5"
 
 
 def _load_windows(args):
@@ -88,7 +104,7 @@ def _load_windows(args):
 
     loaded = []
     for path in args.inputs:
-        if path.name.endswith("_dfc.h5") or path.suffix == ".h5":
+        if _is_dfc_file(path):
             with load_dynamic(path) as result:
                 edges = _dfc_edges(result)
                 loaded.append(
@@ -104,8 +120,6 @@ def _load_windows(args):
                     }
                 )
             continue
-        if args.window is None:
-            raise ValueError(f"--window is needed for the time-series input {path.name}.")
         one = argparse.Namespace(input=path, mask=None, atlas=args.atlas)
         timeseries, labels, _, _ = load_input(one)
         window, step, t_r = resolve_window(args, path)

@@ -17,7 +17,12 @@ from connscale.cli._common import (
     logger,
     output_set,
 )
-from connscale.cli._inputs import add_input_arguments, load_input, output_place
+from connscale.cli._inputs import (
+    add_input_arguments,
+    check_input_arguments,
+    load_input,
+    output_place,
+)
 from connscale.io.bids import dataset_relative
 
 # Region matrices up to this size are written as TSV, larger ones as HDF5.
@@ -47,6 +52,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     add_precision_argument(parser)
     return finish_parser(parser, run)
+
+
+def check_arguments(args) -> None:
+    """The options that go together, and INPUT of a kind read."""
+    check_input_arguments(args)
+    if args.threshold is not None and args.kind not in (None, "sparse"):
+        raise ValueError(
+            f"--threshold gives a sparse result (--kind sparse); got --kind {args.kind}."
+        )
 
 
 def run(args) -> int:

@@ -18,11 +18,13 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale.cli import _types
 from connscale.cli._common import (
     SEED_HELP,
     DeprecatedAlias,
     RunRecord,
     add_compute_arguments,
+    add_out_argument,
     add_wait_argument,
     compute_options,
     configure_logging,
@@ -31,18 +33,6 @@ from connscale.cli._common import (
 )
 from connscale.cli._sets import command_fingerprint, publish
 from connscale.io.bids import dataset_relative
-
-
-def _floats(text: str) -> list[float]:
-    try:
-        values = [float(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one value")
-    return values
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -57,16 +47,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("dwi", type=Path, help="4-D diffusion NIfTI.")
-    parser.add_argument("--bvals", type=Path, required=True, help="FSL b-values file.")
-    parser.add_argument("--bvecs", type=Path, required=True, help="FSL b-vectors file.")
+    parser.add_argument("dwi", type=_types.input_file, metavar="DWI", help="4-D diffusion NIfTI.")
+    parser.add_argument("--bvals", type=_types.input_file, required=True, help="FSL b-values file.")
     parser.add_argument(
-        "--tractogram", type=Path, required=True, help=".trk or .tck in the dMRI's space."
+        "--bvecs", type=_types.input_file, required=True, help="FSL b-vectors file."
     )
-    parser.add_argument("--mask", type=Path, default=None, help="Brain / white-matter mask NIfTI.")
+    parser.add_argument(
+        "--tractogram",
+        type=_types.input_file,
+        required=True,
+        help=".trk or .tck in the dMRI's space.",
+    )
+    parser.add_argument(
+        "--mask", type=_types.input_file, default=None, help="Brain / white-matter mask NIfTI."
+    )
     parser.add_argument(
         "--labels",
-        type=Path,
+        type=_types.input_file,
         default=None,
         help="Region labels NIfTI: write a region x region connectome.",
     )
@@ -79,12 +76,16 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     lam = parser.add_mutually_exclusive_group()
     lam.add_argument(
-        "--lambda", dest="lam", type=float, default=0.0, help="ReAl-LiFE L1 weight (0: LiFE)."
+        "--lambda",
+        dest="lam",
+        type=_types.number(0.0),
+        default=0.0,
+        help="ReAl-LiFE L1 weight (0: LiFE).",
     )
     lam.add_argument(
         "--lambda-sweep",
         dest="lam_sweep",
-        type=_floats,
+        type=_types.numbers(_types.number(0.0)),
         default=None,
         metavar="L1,L2,...",
         help="Fit each λ; report weight sum, non-zero count and cross-validated "
@@ -92,21 +93,21 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--repeat",
-        type=Path,
+        type=_types.input_file,
         default=None,
         help="Second acquisition (same grid and volumes) for cross-validation; "
         "default: a gradient-direction split.",
     )
     iters = parser.add_mutually_exclusive_group()
     iters.add_argument(
-        "--max-iter", type=int, default=500, help="Most SBB iterations (reference maxit)."
+        "--max-iter", type=_types.count, default=500, help="Most SBB iterations (reference maxit)."
     )
     iters.add_argument(
-        "--iters", dest="max_iter", type=int, action=DeprecatedAlias, new="--max-iter"
+        "--iters", dest="max_iter", type=_types.count, action=DeprecatedAlias, new="--max-iter"
     )
     parser.add_argument(
         "--tol",
-        type=float,
+        type=_types.number(0.0),
         default=1e-5,
         help="Stop thresholds (projected gradient, objective change); 0: run all iterations.",
     )
@@ -121,53 +122,37 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         default="encode",
         help="ENCODE's model or dipy's / LiFE 1.0's.",
     )
-    parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
+    parser.add_argument("--seed", type=_types.natural, default=0, help=SEED_HELP)
     parser.add_argument(
         "--checkpoint-every",
-        type=int,
+        type=_types.count,
         default=50,
         metavar="N",
         help="Solver iterations between checkpoints of its state (kept in the "
         "output folder until the outputs are published; a killed run "
         "resumes from the last one).",
     )
-    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    add_out_argument(parser)
     add_wait_argument(parser)
     add_compute_arguments(parser)
     parser.set_defaults(func=run)
     return parser
 
 
-_INPUTS = (
-    ("dwi", "dMRI"),
-    ("bvals", "b-values"),
-    ("bvecs", "b-vectors"),
-    ("tractogram", "Tractogram"),
-    ("mask", "mask"),
-    ("labels", "labels"),
-    ("repeat", "repeat dMRI"),
-)
+_INPUTS = ("dwi", "bvals", "bvecs", "tractogram", "mask", "labels", "repeat")
 
 
-def _check_arguments(args) -> list[Path]:
-    """Check that every input file exists (before the output is locked and
-    the inputs fingerprinted; life.fit checks the numbers); return the input
-    files."""
-    inputs = []
-    for name, what in _INPUTS:
-        path = getattr(args, name)
-        if path is not None:
-            if not path.is_file():
-                raise FileNotFoundError(f"{what} file not found: '{path}'.")
-            inputs.append(path)
-    return inputs
+def _input_files(args) -> list[Path]:
+    """The input files of the run (the parser checked that they exist;
+    life.fit checks their contents)."""
+    return [getattr(args, name) for name in _INPUTS if getattr(args, name) is not None]
 
 
 def run(args) -> int:
     from connscale.io.relmat import source_entities
 
     configure_logging(args.verbose)
-    inputs = _check_arguments(args)
+    inputs = _input_files(args)
     source = source_entities(args.dwi)
     with output_set(
         args,

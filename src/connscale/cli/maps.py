@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from connscale.cli import _types
 from connscale.cli._common import (
     RunRecord,
     add_compute_arguments,
+    add_out_argument,
     add_precision_argument,
     add_wait_argument,
     configure_logging,
@@ -18,22 +20,6 @@ from connscale.cli._common import (
 from connscale.cli._inputs import add_input_arguments, load_input
 from connscale.cli._sets import command_fingerprint, publish
 from connscale.io.bids import dataset_relative, seg_label
-
-
-def _numbers(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(
-            f"expected numbers separated by commas; got {text!r}"
-        ) from exc
-
-
-def _coordinate(text: str) -> tuple[float, float, float]:
-    values = _numbers(text)
-    if len(values) != 3:
-        raise argparse.ArgumentTypeError(f"expected x,y,z in mm; got {text!r}")
-    return tuple(values)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -48,18 +34,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     add_input_arguments(parser)
-    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    add_out_argument(parser)
     maps = parser.add_argument_group("maps (at least one)")
     maps.add_argument(
         "--degree",
-        type=_numbers,
+        type=_types.numbers(_types.correlation),
         default=None,
         metavar="R[,R...]",
         help="Degree centrality at these thresholds: count r > R (one pass).",
     )
     maps.add_argument(
         "--sparsity",
-        type=_numbers,
+        type=_types.numbers(_types.number(0.0, 1.0, open_min=True)),
         default=None,
         metavar="P[,P...]",
         help="Degree centrality keeping the top fraction P of all edges "
@@ -82,7 +68,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     seeds = maps.add_mutually_exclusive_group()
     seeds.add_argument(
         "--seed",
-        type=_coordinate,
+        type=_types.coordinate,
         action="append",
         default=None,
         metavar="X,Y,Z",
@@ -91,13 +77,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     seeds.add_argument(
         "--seed-mask",
-        type=Path,
+        type=_types.input_file,
         default=None,
         help="Seed region: a binary mask NIfTI on the fMRI grid.",
     )
     maps.add_argument(
         "--seed-radius",
-        type=float,
+        type=_types.positive,
         default=None,
         help="Sphere radius in mm around --seed coordinates (default: one voxel).",
     )
@@ -109,9 +95,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def run(args) -> int:
+def check_arguments(args) -> None:
+    """At least one map, of a NIfTI INPUT."""
     from connscale.io.nifti import is_nifti
-    from connscale.io.relmat import source_entities, write_dataset_description
 
     if not (args.degree or args.sparsity or args.ecm or args.gcor or args.seed or args.seed_mask):
         raise ValueError(
@@ -121,6 +107,13 @@ def run(args) -> int:
         raise ValueError(
             f"connscale maps needs a 4-D NIfTI INPUT (maps are images); got {args.input.name}."
         )
+    if args.seed_radius is not None and not args.seed:
+        raise ValueError("--seed-radius applies to --seed coordinates.")
+
+
+def run(args) -> int:
+    from connscale.io.relmat import source_entities, write_dataset_description
+
     configure_logging(args.verbose)
     source = source_entities(args.input)
     seg = seg_label(args.atlas) if args.atlas is not None else None

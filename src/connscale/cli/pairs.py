@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from connscale._version import __version__
+from connscale.cli import _types
 from connscale.cli._common import (
     RunRecord,
     compute_options,
@@ -42,15 +43,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "inputs",
         nargs="+",
-        type=Path,
+        type=_types.input_file,
         metavar="INPUT",
         help="ROI time-series files (.tsv/.csv/.npy), (n_timepoints, n_regions).",
     )
-    parser.add_argument("--window", type=int, required=True, help="Window length (time points).")
-    parser.add_argument("--step", type=int, default=1, help="Window step (time points).")
+    parser.add_argument(
+        "--window", type=_types.window_length, required=True, help="Window length (time points)."
+    )
+    parser.add_argument("--step", type=_types.count, default=1, help="Window step (time points).")
     parser.add_argument(
         "--threshold",
-        type=float,
+        type=_types.correlation,
         default=0.5,
         help="Summary feature: fraction of windows with r > THRESHOLD.",
     )
@@ -63,14 +66,23 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return finish_parser(parser, run)
 
 
+def check_arguments(args) -> None:
+    """Every INPUT is a time-series table (told by its name)."""
+    from connscale.io.timeseries import TIMESERIES_SUFFIXES
+
+    for path in args.inputs:
+        if path.suffix.lower() not in TIMESERIES_SUFFIXES:
+            raise ValueError(
+                f"INPUT must be a region time-series table ({', '.join(TIMESERIES_SUFFIXES)}); "
+                f"got {path.name}."
+            )
+
+
 def run(args) -> int:
     from connscale.io._fingerprint import run_fingerprint
     from connscale.io.bids import write_dataset_description
 
     configure_logging(args.verbose)
-    missing = [p for p in args.inputs if not p.is_file()]
-    if missing:
-        raise FileNotFoundError(f"No time-series file at {missing[0]}.")
     places = [_scan_place(args.out, p) for p in args.inputs]
     names = [stem for _, _, stem in places]
     duplicates = sorted({n for n in names if names.count(n) > 1})

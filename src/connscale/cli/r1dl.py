@@ -29,18 +29,19 @@ set made with other parameters is replaced only with ``--overwrite``.
 
 from __future__ import annotations
 
-import argparse
 import logging
 from pathlib import Path
 
 import numpy as np
 
 from connscale._version import __version__
+from connscale.cli import _types
 from connscale.cli._common import (
     SEED_HELP,
     DeprecatedAlias,
     RunRecord,
     add_compute_arguments,
+    add_out_argument,
     add_wait_argument,
     compute_options,
     configure_logging,
@@ -56,17 +57,6 @@ _N_FIGURE = 4
 _TABLE_SUFFIXES = (".npy", ".tsv", ".csv", ".txt")
 
 
-def _sparsity(text: str):
-    """'0.07' -> 0.07 (a fraction), '500' -> 500 (a count)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if value.is_integer() and not any(c in text for c in ".eE"):
-        return int(value)
-    return value
-
-
 def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "r1dl",
@@ -78,21 +68,30 @@ def add_parser(subparsers) -> None:
             "or on a Dask or Spark cluster."
         ),
     )
-    parser.add_argument("input", type=Path, help="4-D NIfTI, or T x P .npy / .tsv / .csv.")
-    parser.add_argument("--mask", type=Path, default=None, help="Brain mask NIfTI.")
+    parser.add_argument(
+        "input",
+        type=_types.input_file,
+        metavar="INPUT",
+        help="4-D NIfTI, or T x P .npy / .tsv / .csv.",
+    )
+    parser.add_argument("--mask", type=_types.input_file, default=None, help="Brain mask NIfTI.")
     components = parser.add_mutually_exclusive_group(required=True)
-    components.add_argument("--n-components", "-k", type=int, help="Number of networks K.")
+    components.add_argument("--n-components", "-k", type=_types.count, help="Number of networks K.")
     components.add_argument(
-        "--atoms", dest="n_components", type=int, action=DeprecatedAlias, new="--n-components"
+        "--atoms",
+        dest="n_components",
+        type=_types.count,
+        action=DeprecatedAlias,
+        new="--n-components",
     )
     parser.add_argument(
         "--sparsity",
         "-r",
-        type=_sparsity,
+        type=_types.sparsity,
         required=True,
         help="Voxels per network: a count (e.g. 500) or a fraction (e.g. 0.07).",
     )
-    parser.add_argument("--out", type=Path, required=True, help="Output folder.")
+    add_out_argument(parser)
     parser.add_argument("--backend", default="local", choices=["local", "dask", "spark"])
     parser.add_argument(
         "--cluster",
@@ -100,9 +99,9 @@ def add_parser(subparsers) -> None:
         metavar="ADDRESS",
         help="Dask scheduler address or Spark master URL (default: local).",
     )
-    parser.add_argument("--seed", type=int, default=0, help=SEED_HELP)
-    parser.add_argument("--tol", type=float, default=0.01, help="Convergence tolerance.")
-    parser.add_argument("--max-iter", type=int, default=100, help="Most updates per atom.")
+    parser.add_argument("--seed", type=_types.natural, default=0, help=SEED_HELP)
+    parser.add_argument("--tol", type=_types.positive, default=0.01, help="Convergence tolerance.")
+    parser.add_argument("--max-iter", type=_types.count, default=100, help="Most updates per atom.")
     parser.add_argument("--selection", default="magnitude", choices=["magnitude", "signed"])
     parser.add_argument(
         "--no-standardize",
@@ -110,9 +109,9 @@ def add_parser(subparsers) -> None:
         action="store_false",
         help="Do not make voxel columns zero-mean, unit-norm.",
     )
-    parser.add_argument("--n-init", type=int, default=1, help="Random starts per atom.")
+    parser.add_argument("--n-init", type=_types.count, default=1, help="Random starts per atom.")
     parser.add_argument(
-        "--block-size", type=int, default=None, help="Voxels per streamed / cluster block."
+        "--block-size", type=_types.count, default=None, help="Voxels per streamed / cluster block."
     )
     parser.add_argument(
         "--storage",
@@ -141,7 +140,7 @@ def _load_input(args):
         return S, masker, mean_img(str(path))
     if path.suffix.lower() == ".npy":
         return str(path), None, None  # memory-mapped by r1dl, never loaded whole
-    return load_timeseries(path)[0], None, None  # .tsv, .csv, .txt (_check_inputs)
+    return load_timeseries(path)[0], None, None  # .tsv, .csv, .txt (check_arguments)
 
 
 def _place(args) -> tuple[Path, str]:
@@ -238,23 +237,18 @@ def _figure(record: RunRecord, result, maps, background, outputs, base: str) -> 
     record.add_figure(outputs.out_dir / name)
 
 
-def _check_inputs(args) -> None:
-    """The input and mask exist and are of a kind r1dl reads (checked before
-    the output is locked and the inputs fingerprinted)."""
+def check_arguments(args) -> None:
+    """INPUT is of a kind r1dl reads, and --mask goes with a NIfTI INPUT (told
+    by the names: nothing is read here)."""
     from connscale.io.nifti import is_nifti
 
-    if not args.input.exists():
-        raise FileNotFoundError(f"input not found: {args.input}")
     if not is_nifti(args.input) and args.input.suffix.lower() not in _TABLE_SUFFIXES:
         raise ValueError(
             f"INPUT must be a 4-D NIfTI (.nii/.nii.gz) or a T x P .npy, .tsv or .csv file; "
             f"got {args.input.name}."
         )
-    if args.mask is not None:
-        if not is_nifti(args.input):
-            raise ValueError(f"--mask applies to NIfTI input only; got {args.input.name}.")
-        if not args.mask.exists():
-            raise FileNotFoundError(f"mask not found: {args.mask}")
+    if args.mask is not None and not is_nifti(args.input):
+        raise ValueError(f"--mask applies to NIfTI input only; got {args.input.name}.")
 
 
 def _check_space(args, outputs, S) -> None:
@@ -263,7 +257,13 @@ def _check_space(args, outputs, S) -> None:
     text, a figure and the logs."""
     from connscale.networks._r1dl import _resolve_sparsity
 
-    shape = np.load(S, mmap_mode="r").shape if isinstance(S, str) else np.shape(S)
+    if isinstance(S, str):
+        try:
+            shape = np.load(S, mmap_mode="r").shape
+        except ValueError as exc:
+            raise ValueError(f"Cannot read {S} as a numeric .npy array: {exc}") from None
+    else:
+        shape = np.shape(S)
     if len(shape) != 2:
         return  # r1dl says what is wrong with it
     r = _resolve_sparsity(args.sparsity, shape[1])
@@ -276,7 +276,6 @@ def run(args) -> int:
     from connscale.networks._r1dl import r1dl
 
     configure_logging(args.verbose)
-    _check_inputs(args)
     folder, base = _place(args)
     prefix = f"{base}_components"
     inputs = [p for p in (args.input, args.mask) if p is not None]

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from connscale._validation import check_int
+from connscale._validation import check_int, resolve_n_jobs
 from connscale.engines.base import (
     BlockSet,
     Engine,
@@ -110,15 +110,13 @@ class DaskEngine(Engine):
     ) -> None:
         distributed = _import_distributed()
         self._distributed = distributed
-        from connscale.engines.local import _resolve_n_jobs
-
         self.retries = check_int(retries, "retries", minimum=0)
         self.client = None
         self._cluster = None
         self._config = None
         self._own_client = True
         if cluster is None:
-            self.n_jobs = _resolve_n_jobs(n_jobs)
+            self.n_jobs = resolve_n_jobs(n_jobs)
             import dask
 
             # While this engine runs: a worker that dies is restarted by its

@@ -34,14 +34,13 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import os
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from connscale._validation import check_int, check_option
+from connscale._validation import check_int, check_option, resolve_n_jobs
 from connscale.engines.base import (
     BlockSet,
     Engine,
@@ -70,19 +69,6 @@ def _drop_blocks(token: int) -> None:
     _STORE.pop(token, None)
 
 
-def _resolve_n_jobs(n_jobs: int | None) -> int:
-    cpus = os.cpu_count() or 1
-    if n_jobs is None:
-        return cpus
-    n_jobs = check_int(n_jobs, "n_jobs")
-    if n_jobs == 0 or n_jobs < -cpus:
-        raise ValueError(
-            f"'n_jobs' must be a positive number of processes, or -1 for all "
-            f"{cpus} cores (-2 for all but one, ...); got {n_jobs}."
-        )
-    return n_jobs if n_jobs > 0 else cpus + 1 + n_jobs
-
-
 class LocalEngine(Engine):
     """Run tasks in worker processes on this machine.
 
@@ -104,7 +90,7 @@ class LocalEngine(Engine):
     def __init__(
         self, n_jobs: int | None = None, *, retries: int = 1, context: str | None = None
     ) -> None:
-        self.n_jobs = _resolve_n_jobs(n_jobs)
+        self.n_jobs = resolve_n_jobs(n_jobs)
         self.retries = check_int(retries, "retries", minimum=0)
         if context is None:
             available = multiprocessing.get_all_start_methods()
@@ -112,8 +98,9 @@ class LocalEngine(Engine):
         self.context = check_option(context, "context", {"spawn", "forkserver"})
         self._mp = multiprocessing.get_context(self.context)
         if self.context == "forkserver":
-            # Imported once in the server, inherited by every worker it forks.
-            self._mp.set_forkserver_preload(["__main__", "connscale.engines.local"])
+            # Imported once in the server, inherited by every worker it forks
+            # (torch named: import connscale alone does not import it).
+            self._mp.set_forkserver_preload(["__main__", "torch", "connscale.engines.local"])
         self._slots: list[ProcessPoolExecutor | None] = [None] * self.n_jobs
         self._partitions: list[ProcessPoolExecutor | None] = [None] * self.n_jobs
         self._loaders: dict[int, tuple[Callable, int]] = {}

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from connscale._validation import check_int
+from connscale._validation import check_int, resolve_n_jobs
 from connscale.engines.base import (
     BlockSet,
     Engine,
@@ -143,9 +143,7 @@ class SparkEngine(Engine):
                 if n_jobs is None:
                     cluster = "local[*]"
                 else:
-                    from connscale.engines.local import _resolve_n_jobs
-
-                    cluster = f"local[{_resolve_n_jobs(n_jobs)}]"
+                    cluster = f"local[{resolve_n_jobs(n_jobs)}]"
             self.sc = self._start(pyspark, cluster, driver_memory)
         else:
             raise ValueError(

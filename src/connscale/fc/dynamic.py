@@ -54,8 +54,10 @@ from connscale._deprecation import DEPRECATED
 from connscale._docs import fill_doc
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
+    Hidden,
     Interval,
     StrOptions,
+    check_kind_options,
     check_not_all_constant,
     check_output_path,
     check_random_state,
@@ -104,32 +106,6 @@ def n_windows(n_timepoints: int, window_length: int, step: int = 1) -> int:
 def window_starts(n_timepoints: int, window_length: int, step: int = 1) -> np.ndarray:
     """First time point of every window."""
     return np.arange(n_windows(n_timepoints, window_length, step), dtype=np.int64) * step
-
-
-def check_kind_options(kind: str, threshold, absolute, rank, compute_error=False) -> None:
-    """The rules between ``kind`` and the parameters that apply to some kinds
-    only (they do not depend on the data, so the cohort checks them before its
-    first scan): ``'sparse'`` needs a ``threshold`` (in (0, 1] with
-    ``absolute``), ``'lowrank'`` a ``rank``; ``rank`` is for ``'lowrank'`` and
-    ``'factor'``, ``compute_error`` too."""
-    if kind == "sparse":
-        if threshold is None:
-            raise ValueError("kind='sparse' needs a 'threshold' in [-1, 1]; got None.")
-        if absolute and threshold <= 0:
-            raise ValueError(
-                f"With absolute=True the threshold must be in (0, 1]; got {threshold}."
-            )
-    elif threshold is not None or absolute:
-        name = "threshold" if threshold is not None else "absolute"
-        raise ValueError(f"'{name}' applies to kind='sparse' only; got kind={kind!r}.")
-    if kind == "lowrank" and rank is None:
-        raise ValueError("kind='lowrank' needs a 'rank' (1 <= rank < n_series); got None.")
-    if kind in ("triu", "sparse") and rank is not None:
-        raise ValueError(f"'rank' applies to kind='lowrank' or 'factor'; got kind={kind!r}.")
-    if compute_error and kind not in ("lowrank", "factor"):
-        raise ValueError(
-            f"'compute_error' applies to kind='lowrank' or 'factor'; got kind={kind!r}."
-        )
 
 
 def _check_parameters(
@@ -391,7 +367,7 @@ def _runs(indices: list[int], size: int) -> list[list[int]]:
         "memory_limit": ["memory", None],
         "compute_error": ["boolean"],
         "precision": [StrOptions(_exact.PRECISIONS)],
-        "allow_tf32": ["boolean", StrOptions({DEPRECATED})],
+        "allow_tf32": ["boolean", Hidden(StrOptions({DEPRECATED}))],
         "taper": [StrOptions(TAPERS)],
         "taper_sigma": [Interval(Real, 0, None, closed="neither")],
         "t_r": [Interval(Real, 0, None, closed="neither"), None],

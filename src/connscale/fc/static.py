@@ -35,6 +35,7 @@ from connscale._compute.device import numpy_dtype
 from connscale._deprecation import DEPRECATED
 from connscale._docs import fill_doc
 from connscale._validation import (
+    Hidden,
     Interval,
     StrOptions,
     check_not_all_constant,
@@ -67,7 +68,7 @@ _PARAMETER_CONSTRAINTS = {
     "dtype": ["dtype"],
     "memory_limit": ["memory", None],
     "precision": [StrOptions(_exact.PRECISIONS)],
-    "allow_tf32": ["boolean", StrOptions({DEPRECATED})],
+    "allow_tf32": ["boolean", Hidden(StrOptions({DEPRECATED}))],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
 }
 

@@ -21,6 +21,7 @@ from connscale._compute import limit_error, memory_budget, parse_memory, resolve
 from connscale._deprecation import DEPRECATED, renamed
 from connscale._docs import fill_doc
 from connscale._validation import (
+    Hidden,
     Interval,
     SequenceOf,
     StrOptions,
@@ -458,7 +459,7 @@ def lambda_max(model: LiFEModel) -> float:
 _PARAMETER_CONSTRAINTS = {
     "lam": [Interval(Real, 0, None, closed="left")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
-    "n_iter": [Interval(Integral, 1, None, closed="left"), StrOptions({DEPRECATED})],
+    "n_iter": [Interval(Integral, 1, None, closed="left"), Hidden(StrOptions({DEPRECATED}))],
     "tol": [Interval(Real, 0, None, closed="left"), None],
     "formulation": [StrOptions({"encode", "dipy"})],
     "device": ["device", None],

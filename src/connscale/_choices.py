@@ -1,0 +1,25 @@
+"""The named choices of the API that the command line lists: denoising
+strategies, BIDS-App measures and group features, and cohort jobs.
+
+They live here, in a module that imports nothing, so that the ``connscale``
+parsers (and ``--help``) are built without importing the modules that
+implement the choices (torch, nilearn, pybids); those modules import them
+from here.
+"""
+
+#: Denoising strategies of :mod:`connscale.denoise` (nilearn's presets, or none).
+STRATEGIES = ("simple", "scrubbing", "compcor", "ica_aroma", "none")
+
+#: What the BIDS-App's participant level can write per run: atlas-level measures,
+#: then voxel-level ones, then voxel maps and r1DL networks (each its own output
+#: set, :mod:`connscale.bidsapp.voxel_measures`).
+REGION_MEASURES = ("fc", "timeseries", "dfc", "pairs")
+VOXEL_MEASURES = ("voxelfc",)
+MAP_MEASURES = ("maps", "networks")
+MEASURES = REGION_MEASURES + VOXEL_MEASURES + MAP_MEASURES
+
+#: The kinds of columns of the BIDS-App's group feature table.
+GROUP_FEATURES = ("edges", "dfc", "states", "maps")
+
+#: Per-scan jobs of :func:`connscale.cohort.run_cohort` (``connscale.cohort.JOBS``).
+COHORT_JOBS = ("dfc", "fc", "pairs")
