@@ -189,12 +189,10 @@ def gpus(text: str) -> str:
 
 def bids_label(text: str) -> str:
     """A BIDS entity label (letters, digits or '+'), e.g. an atlas name."""
-    from connscale.io.bids import bids_name
+    from connscale.io.bids import is_label
 
-    try:
-        bids_name({"sub": "x", "seg": text}, suffix="x", extension=".x")
-    except ValueError:
-        raise _Error(f"expected letters, digits or '+' (a BIDS label); got {text!r}") from None
+    if not is_label(text):
+        raise _Error(f"expected letters, digits or '+' (a BIDS label); got {text!r}")
     return text
 
 

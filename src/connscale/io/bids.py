@@ -38,6 +38,7 @@ __all__ = [
     "dataset_relative",
     "derivative_path",
     "from_pybids",
+    "is_label",
     "parse_bids_name",
     "pybids_config",
     "read_participants",
@@ -85,9 +86,14 @@ def _choices(placeholder: str) -> list[str]:
     return re.search(r"\{" + placeholder + r"<([^>]+)>", pattern).group(1).split("|")
 
 
+def is_label(text: str) -> bool:
+    """Whether ``text`` is a BIDS entity label (letters, digits or '+')."""
+    return bool(_LABEL.match(text))
+
+
 def _check_label(key: str, value: object) -> str:
     text = str(value)
-    if not _LABEL.match(text):
+    if not is_label(text):
         raise ValueError(f"The BIDS entity {key}- must be letters, digits or '+'; got {text!r}.")
     return text
 
