@@ -136,6 +136,17 @@ def start_paused(argv, spec: str) -> subprocess.Popen:
     return proc
 
 
+def start_waiting(argv) -> subprocess.Popen:
+    """Start the CLI with ``--wait`` in a subprocess (it waits for a run holding the lock)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "connscale", *map(str, argv), "--wait"],
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def finish(proc: subprocess.Popen) -> tuple[int, str, str]:
     out, err = proc.communicate("go\n", timeout=120)
     return proc.returncode, out, err
@@ -572,13 +583,7 @@ def test_second_run_into_the_same_output_fails_naming_the_first(tmp_path, comman
         second = run_cli(argv)
         message = one_line_error(second, command)
         assert f"pid {first.pid}" in message and "--wait" in message
-        waiting = subprocess.Popen(
-            [sys.executable, "-m", "connscale", *map(str, argv), "--wait"],
-            env=ENV,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        waiting = start_waiting(argv)
     finally:
         code, _, err = finish(first)
     assert code == 0, err[-2000:]

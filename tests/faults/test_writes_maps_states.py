@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,7 +14,6 @@ import pytest
 from connscale.cli.main import main
 from connscale.io._publish import read_manifest
 from tests.faults.test_writes import (
-    ENV,
     SmallDisk,
     finish,
     hidden_leftovers,
@@ -25,6 +22,7 @@ from tests.faults.test_writes import (
     run_cli,
     run_killed,
     start_paused,
+    start_waiting,
 )
 
 nib = pytest.importorskip("nibabel")
@@ -218,13 +216,7 @@ def test_second_run_into_the_same_output_fails_naming_the_first(tmp_path, comman
     try:
         message = one_line_error(run_cli(argv), command)
         assert f"pid {first.pid}" in message and "--wait" in message
-        waiting = subprocess.Popen(
-            [sys.executable, "-m", "connscale", *map(str, argv), "--wait"],
-            env=ENV,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        waiting = start_waiting(argv)
     finally:
         code, _, err = finish(first)
     assert code == 0, err[-2000:]
