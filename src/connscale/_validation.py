@@ -22,8 +22,12 @@ import sys
 from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 # Fewest time points in a sliding window, everywhere (dynamic_correlation,
 # pairwise_dfc, the cohort jobs): with 2 points every Pearson r is +-1 (or
@@ -543,9 +547,37 @@ def _is_device(value) -> bool:
     return isinstance(value, str) and DEVICE_PATTERN.fullmatch(value.strip()) is not None
 
 
-def _is_dtype(value) -> bool:
-    from connscale._compute.device import resolve_dtype
+#: The floating dtypes connscale computes in, by the names numpy gives them.
+_DTYPES = {"float32": "float32", "float64": "float64", "single": "float32", "double": "float64"}
 
+
+def resolve_dtype(dtype: str | np.dtype | torch.dtype | type = "float32") -> torch.dtype:
+    """Turn a user's ``dtype`` argument into ``torch.float32`` or ``torch.float64``.
+
+    Parameters
+    ----------
+    dtype : {'float32', 'float64'}, numpy dtype or torch dtype, default='float32'
+
+    Returns
+    -------
+    torch.dtype
+    """
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        if dtype in (torch.float32, torch.float64):
+            return dtype
+    else:
+        try:
+            name = np.dtype(dtype).name
+        except TypeError:
+            name = str(dtype)
+        if name in _DTYPES:
+            return getattr(torch, _DTYPES[name])
+    raise ValueError(f"'dtype' must be 'float32' or 'float64'; got {dtype!r}.")
+
+
+def _is_dtype(value) -> bool:
     resolve_dtype(value)
     return True
 

@@ -61,9 +61,9 @@ from connscale._validation import (
     validate_params,
 )
 from connscale.engines import ENGINES, Engine, TaskFailure, get_engine
-from connscale.io._atomic import write_json_atomic, write_text_atomic
-from connscale.io._lock import OutputLock, is_locked
+from connscale.io.atomic import write_json_atomic, write_text_atomic
 from connscale.io.bids import write_dataset_description
+from connscale.io.lock import OutputLock, is_locked
 
 logger = logging.getLogger("connscale")
 
@@ -394,7 +394,7 @@ def write_scan_pairs(path: Path, result, summary, *, labels, attrs: dict, datase
 
 
 def _job_pairs(timeseries, labels, params: dict, output: Path, attrs: dict) -> dict:
-    from connscale.io._atomic import check_free_space
+    from connscale.io.atomic import check_free_space
 
     result, summary = compute_scan_pairs(
         timeseries,
@@ -475,7 +475,7 @@ def _task_fingerprint(item: CohortItem, job: str, params: dict) -> str:
     """Digest of what a scan's output depends on: its input file (and the
     atlas or mask), the job and the parameters that change the result, and
     the connscale version."""
-    from connscale.io._fingerprint import run_fingerprint
+    from connscale.io.fingerprint import run_fingerprint
 
     inputs = [item.path] + [params[name] for name in ("atlas", "mask") if params.get(name)]
     kept = {k: v for k, v in params.items() if k != "device"}

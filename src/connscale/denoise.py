@@ -50,7 +50,7 @@ import numpy.typing as npt
 import torch
 
 from connscale._choices import STRATEGIES
-from connscale._compute.device import resolve_device, resolve_dtype
+from connscale._compute import resolve_device, resolve_dtype
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -19,7 +19,7 @@ from connscale.bidsapp.participant import run_participant
 from connscale.cli.main import main
 from connscale.denoise import cleaning_operator, load_confounds, residual_dof
 from connscale.fc.normalize import ConstantSeriesWarning
-from connscale.io._publish import read_manifest
+from connscale.io.publish import read_manifest
 from connscale.io.relmat import read_relmat_tsv
 from connscale.io.timeseries import load_timeseries
 from tests.bids._fmriprep import (

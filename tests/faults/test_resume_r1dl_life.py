@@ -282,7 +282,7 @@ def test_r1dl_foreign_file_is_refused(r1dl_input, tmp_path, capsys):
 
 
 def test_r1dl_wait_for_the_other_run(r1dl_input, tmp_path):
-    from connscale.io import _lock
+    from connscale.io import lock as _lock
 
     out = tmp_path / "out"
     first = _start_stopping(_r1dl_args(r1dl_input, out), 1, tmp_path, "first")

@@ -324,7 +324,7 @@ def test_full_disk_fc_stops_cleanly_then_completes(tmp_path, small_disk):
     assert main([str(a) for a in argv]) == 0
     from connscale import correlation
     from connscale.io import load_relmat
-    from connscale.io._publish import read_manifest
+    from connscale.io.publish import read_manifest
 
     func = out / "sub-01" / "func"
     stored, attrs = load_relmat(func / "sub-01_meas-PearsonCorrelation_relmat.h5")
@@ -358,7 +358,7 @@ def test_full_disk_pairs(tmp_path, small_disk):
     assert not (func / f"{stem}.h5").exists() and not (func / f"{stem}_manifest.json").exists()
     small_disk.grow()
     assert main([str(a) for a in argv]) == 0
-    from connscale.io._publish import read_manifest
+    from connscale.io.publish import read_manifest
 
     manifest = read_manifest(func, stem, verify="full")
     assert f"{stem}.h5" in manifest["files"]
@@ -369,11 +369,11 @@ def test_free_space_is_checked_up_front(tmp_path, monkeypatch):
     import shutil as shutil_module
 
     from connscale import correlation, dynamic_correlation
-    from connscale.io._atomic import InsufficientSpaceError
+    from connscale.io.atomic import InsufficientSpaceError
 
     usage = shutil_module.disk_usage(tmp_path)
     monkeypatch.setattr(
-        "connscale.io._atomic.shutil.disk_usage", lambda path: usage._replace(free=1000)
+        "connscale.io.atomic.shutil.disk_usage", lambda path: usage._replace(free=1000)
     )
     x = np.random.default_rng(0).standard_normal((30, 50))
     for call, path in (
@@ -589,7 +589,7 @@ def test_second_run_into_the_same_output_fails_naming_the_first(tmp_path, comman
     assert code == 0, err[-2000:]
     _, err = waiting.communicate(timeout=120)
     assert waiting.returncode == 0, err[-2000:]
-    from connscale.io._publish import read_manifest
+    from connscale.io.publish import read_manifest
 
     prefix = "sub-01_meas-PearsonCorrelation_" + ("dfc" if command == "dfc" else "relmat")
     func = tmp_path / "out" / "sub-01" / "func"
@@ -628,7 +628,7 @@ def test_second_cohort_run_fails_and_sweeps_only_free_temporaries(tmp_path):
     assert code == 0, err[-2000:]
 
     from connscale.cohort import _remove_stale_temporaries
-    from connscale.io._lock import OutputLock
+    from connscale.io.lock import OutputLock
 
     output = tmp_path / "out" / "sub-01" / "func" / "sub-01_meas-PearsonCorrelation_pairs.h5"
     in_flight = output.with_name(f".{output.name}.abc123.tmp")
@@ -710,8 +710,8 @@ def test_fc_refuses_a_foreign_file_at_its_output_name(tmp_path, capsys):
 
 def test_load_dynamic_refuses_unfinished_windows(tmp_path, monkeypatch):
     from connscale import dynamic_correlation, load_dynamic
-    from connscale.io._publish import IncompleteOutputError
     from connscale.io.dfc import HDF5Backend, partial_path
+    from connscale.io.publish import IncompleteOutputError
 
     x = np.random.default_rng(0).standard_normal((40, 6))
     path = tmp_path / "dfc.h5"

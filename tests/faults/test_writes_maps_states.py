@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from connscale.cli.main import main
-from connscale.io._publish import read_manifest
+from connscale.io.publish import read_manifest
 from tests.faults.test_writes import (
     SmallDisk,
     finish,

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from connscale.io import load_timeseries, read_relmat_tsv, save_timeseries, write_relmat_tsv
-from connscale.io._atomic import atomic_path
+from connscale.io.atomic import atomic_path
 from connscale.io.nifti import load_masked
 from connscale.io.relmat import relmat_path, sidecar, source_entities, write_sidecar
 

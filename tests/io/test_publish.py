@@ -11,22 +11,22 @@ import textwrap
 import numpy as np
 import pytest
 
-from connscale.io._atomic import (
+from connscale.io.atomic import (
     InsufficientSpaceError,
     atomic_path,
     check_free_space,
     open_new,
     private_dir,
 )
-from connscale.io._fingerprint import array_fingerprint, file_fingerprint, run_fingerprint
-from connscale.io._lock import OutputLock, OutputLockedError, is_locked, lock_path
-from connscale.io._publish import IncompleteOutputError, OutputSet, read_manifest
+from connscale.io.fingerprint import array_fingerprint, file_fingerprint, run_fingerprint
+from connscale.io.lock import OutputLock, OutputLockedError, is_locked, lock_path
+from connscale.io.publish import IncompleteOutputError, OutputSet, read_manifest
 
 pytestmark = pytest.mark.faults
 
 _HOLD = textwrap.dedent("""
     import sys, time
-    from connscale.io._lock import OutputLock
+    from connscale.io.lock import OutputLock
     lock = OutputLock(sys.argv[1]).acquire()
     print("held", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -250,7 +250,7 @@ def test_output_set_needs_its_lock(tmp_path):
 
 
 def test_check_published_refuses_files_of_an_interrupted_publication(tmp_path):
-    from connscale.io._publish import check_published
+    from connscale.io.publish import check_published
 
     with OutputSet(tmp_path, "run", command="test") as outputs:
         outputs.path("a.txt").write_text("one")

@@ -100,8 +100,8 @@ def test_maps_share_one_normalisation():
     import warnings
 
     from connscale.fc.normalize import ConstantSeriesWarning
-    from connscale.maps._prepare import normalize_once
     from connscale.maps.degree import compute_degree
+    from connscale.maps.prepare import normalize_once
 
     rng = np.random.default_rng(4)
     x = rng.standard_normal((40, 30)) + rng.standard_normal((40, 1))

@@ -7,7 +7,6 @@ wherever torch runs.
 from connscale._compute.device import (
     allow_tf32,
     resolve_device,
-    resolve_dtype,
     synchronize,
 )
 from connscale._compute.memory import (
@@ -24,6 +23,7 @@ from connscale._compute.memory import (
     parse_memory,
 )
 from connscale._compute.transfer import DeviceToHost, HostToDevice, PinnedBufferPool
+from connscale._validation import resolve_dtype
 
 __all__ = [
     "MemoryLimitError",

@@ -1,5 +1,6 @@
-"""Resolve ``device`` and ``dtype`` arguments to torch objects, and choose
-between the Triton kernels and their pure-torch fallbacks (:func:`use_triton`)."""
+"""Resolve ``device`` arguments to torch devices, and choose between the Triton
+kernels and their pure-torch fallbacks (:func:`use_triton`). ``dtype`` arguments
+are resolved by :func:`connscale._validation.resolve_dtype`."""
 
 from __future__ import annotations
 
@@ -51,14 +52,6 @@ def use_triton(
     return interpreted and os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-_DTYPES = {
-    "float32": torch.float32,
-    "float64": torch.float64,
-    "single": torch.float32,
-    "double": torch.float64,
-}
-
-
 def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     """Turn a user's ``device`` argument into a :class:`torch.device`.
 
@@ -99,30 +92,6 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
     if dev.type != "cpu":
         raise ValueError(f"'device' must be 'auto', 'cpu' or a CUDA device; got {device!r}.")
     return dev
-
-
-def resolve_dtype(dtype: str | np.dtype | torch.dtype | type = "float32") -> torch.dtype:
-    """Turn a user's ``dtype`` argument into ``torch.float32`` or ``torch.float64``.
-
-    Parameters
-    ----------
-    dtype : {'float32', 'float64'}, numpy dtype or torch dtype, default='float32'
-
-    Returns
-    -------
-    torch.dtype
-    """
-    if isinstance(dtype, torch.dtype):
-        if dtype in (torch.float32, torch.float64):
-            return dtype
-    else:
-        try:
-            name = np.dtype(dtype).name
-        except TypeError:
-            name = str(dtype)
-        if name in _DTYPES:
-            return _DTYPES[name]
-    raise ValueError(f"'dtype' must be 'float32' or 'float64'; got {dtype!r}.")
 
 
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:

@@ -31,7 +31,7 @@ and measures that failed in a published run (the ``failed_measures`` of its
 set's manifest) are listed in :attr:`GroupResult.left_out`, in the group
 report's warnings and in ``logs/group_report.json``.
 
-These files are one :class:`~connscale.io._publish.OutputSet`
+These files are one :class:`~connscale.io.publish.OutputSet`
 (``seg-<atlas>_desc-<strategy>_manifest.json``), fingerprinted by the
 participant outputs, the states, the maps and ``participants.tsv`` with the
 classification parameters and the feature kinds: a re-run with the same ones resumes, one with
@@ -54,8 +54,7 @@ import numpy as np
 from connscale._choices import GROUP_FEATURES
 from connscale._validation import Interval, StrOptions, validate_params
 from connscale._version import __version__
-from connscale.io._atomic import write_json_atomic
-from connscale.io._publish import read_manifest
+from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import (
     bids_name,
     bids_prefix,
@@ -63,6 +62,7 @@ from connscale.io.bids import (
     read_participants,
     strategy_desc,
 )
+from connscale.io.publish import read_manifest
 
 __all__ = [
     "GroupResult",
@@ -344,8 +344,8 @@ def run_group(
     from connscale._compute import resolve_device
     from connscale.bidsapp.group_maps import compute_maps, plan_maps
     from connscale.bidsapp.group_states import compute_states, plan_states
-    from connscale.io._fingerprint import run_fingerprint
-    from connscale.io._publish import OutputSet
+    from connscale.io.fingerprint import run_fingerprint
+    from connscale.io.publish import OutputSet
     from connscale.io.relmat import read_relmat_tsv
 
     if (participants is None) != (target is None):

@@ -14,7 +14,7 @@ averaged first, then the participants; with ``<s> = desc-<strategy>`` and
     group/[space-<l>_]stat-ecm_<s>_boldmap.nii.gz / .json                (and gcor)
     group/[space-<l>_]<s>_mask.nii.gz / .json                           the common mask
 
-They form one :class:`~connscale.io._publish.OutputSet`
+They form one :class:`~connscale.io.publish.OutputSet`
 (``group/[space-<l>_]stat-maps_<s>_manifest.json``), fingerprinted by the
 runs' maps and masks: a re-run resumes, changed maps are averaged again. On
 request the participants' maps (values inside the common mask, voxels in C
@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from connscale._version import __version__
-from connscale.io._publish import OutputSet, read_manifest
 from connscale.io.bids import bids_name, bids_prefix, dataset_relative, parse_bids_name
+from connscale.io.publish import OutputSet, read_manifest
 
 __all__ = ["GroupMaps", "MapsPlan", "compute_maps", "plan_maps"]
 
@@ -170,7 +170,7 @@ def plan_maps(output, runs: list[dict], *, required: bool | None) -> MapsPlan | 
     """
     import nibabel as nib
 
-    from connscale.io._fingerprint import run_fingerprint
+    from connscale.io.fingerprint import run_fingerprint
 
     if required is False:
         return None

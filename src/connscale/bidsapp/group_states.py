@@ -13,7 +13,7 @@ number of transitions, transition probabilities). Files, with
     sub-*/[ses-*/]func/<source>_<e>_<s>_dfcstates.tsv / .json   the run's state per window
     sub-*/[ses-*/]func/<source>_<e>_<s>_features.tsv / .json    the run's state features
 
-The group files form one :class:`~connscale.io._publish.OutputSet`
+The group files form one :class:`~connscale.io.publish.OutputSet`
 (``group/<e>_<s>_manifest.json``), each run's two files another beside its
 DFC (``<source>_<e>_<s>_manifest.json``). Their fingerprints hold the DFC
 files and the clustering parameters: a re-run with the same ones resumes
@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from connscale._version import __version__
-from connscale.io._atomic import write_json_atomic
-from connscale.io._publish import OutputSet
+from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name, bids_prefix
+from connscale.io.publish import OutputSet
 
 __all__ = ["GroupStates", "StatesPlan", "compute_states", "plan_states"]
 
@@ -151,7 +151,7 @@ def plan_states(
     -------
     StatesPlan or None
     """
-    from connscale.io._fingerprint import run_fingerprint
+    from connscale.io.fingerprint import run_fingerprint
 
     if required is False:
         return None
@@ -270,7 +270,7 @@ def compute_states(
 
 
 def _previous_files(out: OutputSet) -> set[str]:
-    from connscale.io._publish import IncompleteOutputError, read_manifest
+    from connscale.io.publish import IncompleteOutputError, read_manifest
 
     try:
         return set(read_manifest(out.out_dir, out.prefix, verify="none")["files"])

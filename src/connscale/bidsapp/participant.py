@@ -9,7 +9,7 @@ builds the run's cleaning operator from its confounds
 (:mod:`connscale.denoise`), extracts and cleans the region series on the
 device, computes their Pearson correlation, and publishes, under the run's
 folder ``sub-<s>/[ses-<t>/]func/``, the files of its set through
-:class:`connscale.io._publish.OutputSet` (a lock, a staging folder, a
+:class:`connscale.io.publish.OutputSet` (a lock, a staging folder, a
 manifest)::
 
     <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_relmat.tsv / .json
@@ -70,18 +70,15 @@ published as a number:
 from __future__ import annotations
 
 import csv
-import functools
 import io
 import logging
 import os
 import stat
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from numbers import Integral, Real
 from pathlib import Path
-
-import numpy as np
 
 from connscale._choices import MAP_MEASURES, MEASURES, REGION_MEASURES, VOXEL_MEASURES
 from connscale._validation import (
@@ -94,24 +91,22 @@ from connscale._validation import (
 )
 from connscale._version import __version__
 from connscale.bidsapp.atlas import (
-    atlas_on_grid,
     check_atlas,
     read_atlas_labels,
     refuse_other_spaces,
 )
-from connscale.bidsapp.decode import read_masked_bold, reading
+from connscale.bidsapp.cleaning import DecodedRun, RunRefused, decode_run
+from connscale.bidsapp.config import WINDOWED, ParticipantConfig
 from connscale.bidsapp.layout import BoldRun, find_runs
-from connscale.bidsapp.report import framewise_displacement
-from connscale.cohort import compute_scan_pairs, failure_fields, write_scan_pairs
+from connscale.bidsapp.outputs import DATASET_LINK, failure_reason, set_prefix
+from connscale.bidsapp.region_measures import write_region
+from connscale.cohort import failure_fields
 from connscale.denoise import STRATEGIES
 from connscale.engines import ENGINES
-from connscale.io._atomic import write_json_atomic, write_text_atomic
+from connscale.io.atomic import write_json_atomic, write_text_atomic
 from connscale.io.bids import (
-    bids_name,
-    bids_prefix,
     dataset_relative,
     derivative_path,
-    strategy_desc,
 )
 
 __all__ = [
@@ -125,111 +120,9 @@ __all__ = [
 
 logger = logging.getLogger("connscale")
 
-_MEASURE = "PearsonCorrelation"
-_WINDOWED = ("dfc", "pairs")
-DATASET_LINK = "preprocessed"
 #: Statuses of a run record: every measure published, nothing to do, some measures
 #: failed (the others published), refused (the data cannot support it), failed.
 STATUSES = ("ok", "skipped", "partial", "refused", "error")
-
-
-class RunRefused(ValueError):
-    """A run the data cannot support (too few degrees of freedom, constant BOLD).
-
-    Attributes
-    ----------
-    details : dict
-        The numbers behind the decision (e.g. :func:`connscale.denoise.residual_dof`).
-    """
-
-    def __init__(self, message: str, details: dict | None = None) -> None:
-        super().__init__(message)
-        self.details = dict(details or {})
-
-
-@dataclass(frozen=True)
-class ParticipantConfig:
-    """What every run task needs (picklable; paths absolute)."""
-
-    derivatives: str
-    output: str
-    atlas: str
-    atlas_name: str
-    atlas_labels: str | None = None
-    atlas_space: str | None = None
-    strategy: str = "simple"
-    strategy_params: dict = field(default_factory=dict)
-    measures: tuple = ("fc", "timeseries")
-    window_length: int | None = None
-    step: int = 1
-    pairs_threshold: float = 0.5
-    detrend: bool = True
-    standardize: str | None = "zscore_sample"
-    low_pass: float | None = None
-    high_pass: float | None = None
-    device: str = "cpu"
-    dtype: str = "float32"
-    threads: int = 1
-    memory_limit: str | int | None = None
-    reports: bool = True
-    degree_thresholds: tuple = (0.25,)
-    precision: str = "exact"
-    n_atoms: int = 10
-    network_sparsity: int | float = 0.07
-    overwrite: bool = False
-    min_dof: float = 10.0
-
-    @property
-    def desc(self) -> str:
-        """The ``desc-`` label of the outputs: the strategy's
-        (:func:`connscale.io.bids.strategy_desc`; ``ica_aroma`` gives ``icaaroma``)."""
-        return strategy_desc(self.strategy)
-
-    def parameters(self) -> dict:
-        """What changes a run's outputs (not where it ran, nor which runs are refused)."""
-        kept = asdict(self)
-        for key in (
-            "derivatives",
-            "output",
-            "device",
-            "threads",
-            "memory_limit",
-            "reports",
-            "overwrite",
-            "min_dof",
-        ):
-            kept.pop(key)
-        return kept
-
-    def region_parameters(self) -> dict:
-        """What changes the run's atlas-level set."""
-        kept = self.parameters()
-        kept["measures"] = [m for m in self.measures if m in REGION_MEASURES]
-        for key in ("degree_thresholds", "precision", "n_atoms", "network_sparsity"):
-            kept.pop(key)
-        if not any(m in _WINDOWED for m in self.measures):
-            for key in ("window_length", "step", "pairs_threshold"):
-                kept.pop(key)
-        return kept
-
-    def voxel_parameters(self) -> dict:
-        """What changes the run's voxel-level set (not the atlas, not the windows)."""
-        kept = {
-            k: v
-            for k, v in self.parameters().items()
-            if k
-            in (
-                "strategy",
-                "strategy_params",
-                "detrend",
-                "standardize",
-                "low_pass",
-                "high_pass",
-                "dtype",
-            )
-        }
-        kept["measures"] = [m for m in self.measures if m in VOXEL_MEASURES]
-        return kept
 
 
 @dataclass
@@ -284,72 +177,6 @@ def write_dataset_description(output: Path, derivatives: Path) -> Path:
     )
 
 
-def _bids_uri(path: Path, root: Path) -> str:
-    return f"bids:{DATASET_LINK}:{path.resolve().relative_to(root.resolve()).as_posix()}"
-
-
-def _sidecars(
-    config: ParticipantConfig,
-    run: BoldRun,
-    names,
-    confounds,
-    sample_mask,
-    n_volumes: int,
-    mean_fd: float | None,
-    dof: dict | None = None,
-) -> tuple[dict, dict]:
-    root = Path(config.derivatives)
-    sources = [_bids_uri(p, root) for p in (run.bold, run.mask, run.confounds) if p is not None]
-    kept = np.arange(n_volumes) if sample_mask is None else np.asarray(sample_mask)
-    common = {
-        "Sources": sources,
-        "Atlas": config.atlas_name,
-        # Relative to the output root: the atlas is outside both datasets.
-        "AtlasFile": dataset_relative(config.atlas, config.output),
-        "AtlasLabelsFile": (
-            None
-            if config.atlas_labels is None
-            else dataset_relative(config.atlas_labels, config.output)
-        ),
-        "DenoiseStrategy": config.strategy,
-        "DenoiseParameters": {
-            **config.strategy_params,
-            "detrend": config.detrend,
-            "standardize": config.standardize,
-            "low_pass": config.low_pass,
-            "high_pass": config.high_pass,
-        },
-        "ConfoundRegressors": [] if confounds is None else list(map(str, confounds.columns)),
-        "NumberOfVolumes": int(n_volumes),
-        "NumberOfVolumesDiscarded": int(n_volumes - kept.size),
-        "RepetitionTime": run.t_r,
-        "MeanFramewiseDisplacement": mean_fd,
-        **({} if dof is None else {"ResidualDegreesOfFreedom": dof}),
-        "SoftwareName": "connscale",
-        "SoftwareVersion": __version__,
-    }
-    relmat = {
-        "Measure": "Pearson correlation",
-        "MeasureDescription": "Pearson correlation of the denoised mean time series of each "
-        "pair of atlas regions (no shrinkage)",
-        "Weighted": True,
-        "Directed": False,
-        "ValidDiagonal": True,
-        "StorageFormat": "Full",
-        "NonNegative": False,
-        "NodeNames": list(names),
-        "Code": f"connscale {__version__}",
-        **common,
-    }
-    timeseries = {
-        "SamplingFrequency": 1.0 / run.t_r,
-        "Columns": list(names),
-        "KeptVolumes": kept.tolist(),
-        **common,
-    }
-    return relmat, timeseries
-
-
 def run_one(task: tuple) -> dict:
     """Process one run; never raises (a failure comes back as an ``error`` record).
 
@@ -389,167 +216,10 @@ def run_one(task: tuple) -> dict:
     return record
 
 
-@dataclass
-class DecodedRun:
-    """A run's inputs read into memory: what a task needs before its computation.
-
-    ``data`` (the (T, V) float32 in-mask voxel series, in C order) is read only
-    for the voxel-level measures and the report; ``region_means`` ((T, R)
-    float64, the mean of each atlas region ``regions[r]`` over its in-mask
-    voxels) only for the atlas-level measures, in the same pass over the file.
-    ``context`` holds the confounds, the sample mask, the cleaning operator and
-    the framewise displacement; ``seconds`` and ``clean_seconds`` time the
-    BOLD's reading (decode stage) and the operator's making (clean stage);
-    ``started`` is when the reading began (epoch seconds).
-    """
-
-    img: object
-    mask: np.ndarray
-    data: np.ndarray | None
-    seconds: float
-    atlas: np.ndarray | None = None
-    region_means: np.ndarray | None = None
-    regions: np.ndarray | None = None
-    atlas_resampling: dict | None = None
-    context: dict = field(default_factory=dict)
-    clean_seconds: float = 0.0
-    started: float | None = None
-
-
-def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -> dict:
-    from connscale.denoise import cleaning_operator, load_confounds, residual_dof
-
-    confounds, sample_mask = load_confounds(
-        run.bold, config.strategy, confounds_file=run.confounds, **config.strategy_params
-    )
-    values = None if confounds is None else confounds.to_numpy()
-    operator = cleaning_operator(
-        n_volumes,
-        confounds=values,
-        sample_mask=sample_mask,
-        detrend=config.detrend,
-        low_pass=config.low_pass,
-        high_pass=config.high_pass,
-        t_r=run.t_r,
-    )
-    fd = None if run.confounds is None else framewise_displacement(run.confounds)
-    return {
-        "confounds": confounds,
-        "sample_mask": sample_mask,
-        "operator": operator,
-        "dof": residual_dof(operator, confounds=values, detrend=config.detrend),
-        "fd": fd,
-        "mean_fd": None if fd is None else float(fd.mean()),
-    }
-
-
-def check_dof(config: ParticipantConfig, run: BoldRun, dof: dict) -> None:
-    """Refuse a run whose residual degrees of freedom fall below ``config.min_dof``.
-
-    Raises
-    ------
-    RunRefused
-        Naming the volumes kept, the regressors (and their parts) and the
-        degrees of freedom left; ``details`` holds them.
-    """
-    if round(dof["dof"], 6) >= config.min_dof:
-        return
-    parts = [f"{dof['confound_rank']} independent of {dof['confounds']} confounds"]
-    parts += ["the trend"] * dof["detrend"] + ["the mean"]
-    if dof["filter"]:
-        parts.append(f"{dof['filter']:g} for the filter")
-    raise RunRefused(
-        f"{run.bold.name}: {dof['volumes_kept']} of {dof['volumes']} volumes kept, "
-        f"{dof['regressors']:g} regressors ({', '.join(parts)}): {dof['dof']:g} residual "
-        f"degrees of freedom, fewer than --min-dof {config.min_dof:g}; not cleaned.",
-        {"dof": dof},
-    )
-
-
-def _check_varies(run: BoldRun, read, dtype: str) -> None:
-    """Refuse a run whose BOLD is constant over time in every region or voxel read."""
-    from connscale.denoise import constant_series
-
-    for values, what in ((read.region_means, "atlas region"), (read.data, "voxel of its mask")):
-        if values is not None and values.shape[1] and constant_series(values, dtype=dtype).all():
-            raise RunRefused(
-                f"{run.bold.name} is constant over time in every {what} "
-                f"({values.shape[1]}): no correlation can be computed.",
-                {"constant": what},
-            )
-
-
-def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
-    """Read a run's inputs (timed: decode and clean stages).
-
-    One pass over the BOLD gathers what the run's measures need (see
-    :class:`DecodedRun`); the atlas is taken onto the run's grid once per grid.
-    The confounds are read and the run's cleaning operator is made here too,
-    so that the serial runner's prefetch thread does it ahead of the compute.
-
-    Raises
-    ------
-    RunRefused
-        Before the BOLD's data are read, when the run's residual degrees of
-        freedom fall below ``config.min_dof`` (:func:`check_dof`); after, when
-        the BOLD is constant over time everywhere.
-    """
-    import nibabel as nib
-
-    started = time.time()
-    tic = time.perf_counter()
-    with reading(run.bold):
-        img = nib.load(run.bold)
-    if img.ndim != 4:
-        raise ValueError(f"{run.bold.name} is not a 4-D BOLD series (shape {img.shape}).")
-    with reading(run.mask):
-        mask_img = nib.load(run.mask)
-        mask = np.asarray(mask_img.dataobj) > 0
-    if mask_img.shape[:3] != img.shape[:3] or not np.allclose(
-        mask_img.affine, img.affine, atol=1e-3
-    ):
-        raise ValueError(f"The mask {run.mask.name} is not on the grid of {run.bold.name}.")
-    made = time.perf_counter()
-    context = _cleaning_context(config, run, int(img.shape[3]))
-    check_dof(config, run, context["dof"])
-    clean_seconds = time.perf_counter() - made
-    regional = any(m in REGION_MEASURES for m in config.measures)
-    atlas, resampling = atlas_on_grid(config.atlas, img) if regional else (None, None)
-    read = read_masked_bold(
-        run.bold,
-        mask,
-        labels=atlas,
-        voxels=config.reports or any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures),
-    )
-    for values in (read.data, read.region_means):
-        if values is not None and not np.isfinite(values).all():
-            raise ValueError(f"{run.bold.name} holds NaN or infinite values inside its mask.")
-    _check_varies(run, read, config.dtype)
-    seconds = time.perf_counter() - tic - clean_seconds
-    return DecodedRun(
-        img,
-        mask,
-        read.data,
-        seconds,
-        atlas=atlas,
-        region_means=read.region_means,
-        regions=read.regions,
-        atlas_resampling=resampling,
-        context=context,
-        clean_seconds=clean_seconds,
-        started=started,
-    )
-
-
-def _set_prefix(entities: dict, extra: dict) -> str:
-    """A set's name: its outputs' common entities (its lock, staging folder and manifest)."""
-    return bids_prefix({**entities, **extra})
-
-
 def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
     """The run's output sets: ``{'region'|'voxel'|'maps'|'networks': (folder, prefix,
     fingerprint)}``."""
-    from connscale.io._fingerprint import run_fingerprint
+    from connscale.io.fingerprint import run_fingerprint
 
     entities = dict(run.entities)
     folder = derivative_path(config.output, entities, suffix="relmat", extension=".tsv").parent
@@ -561,13 +231,13 @@ def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
         inputs = bold_inputs + [p for p in (config.atlas, config.atlas_labels) if p is not None]
         sets["region"] = (
             folder,
-            _set_prefix(entities, {"seg": config.atlas_name, "desc": config.desc}),
+            set_prefix(entities, {"seg": config.atlas_name, "desc": config.desc}),
             run_fingerprint(inputs, {**config.region_parameters(), "t_r": run.t_r}),
         )
     if any(m in VOXEL_MEASURES for m in config.measures):
         sets["voxel"] = (
             folder,
-            _set_prefix(entities, {"desc": config.desc}),
+            set_prefix(entities, {"desc": config.desc}),
             run_fingerprint(bold_inputs, {**config.voxel_parameters(), "t_r": run.t_r}),
         )
     maps = [m for m in MAP_MEASURES if m in config.measures]
@@ -580,7 +250,7 @@ def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
 
 def needs_decode(config: ParticipantConfig, run: BoldRun) -> bool:
     """False when every output set of the run is already published (nothing to read)."""
-    from connscale.io._publish import OutputSet
+    from connscale.io.publish import OutputSet
 
     if run.problem:
         return False
@@ -591,13 +261,9 @@ def needs_decode(config: ParticipantConfig, run: BoldRun) -> bool:
     return False
 
 
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".replace("\t", " ").replace("\n", " ")
-
-
 def _recorded_failures(out_dir, prefix: str) -> dict:
     """The measures that failed in a published set (its manifest's ``failed_measures``)."""
-    from connscale.io._publish import IncompleteOutputError, read_manifest
+    from connscale.io.publish import IncompleteOutputError, read_manifest
 
     try:
         manifest = read_manifest(out_dir, prefix, verify="none")
@@ -625,7 +291,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
     from contextlib import ExitStack
 
     from connscale.fc.normalize import ConstantSeriesWarning
-    from connscale.io._publish import OutputSet
+    from connscale.io.publish import OutputSet
 
     timings = {"decode": 0.0, "clean": 0.0, "compute": 0.0, "write": 0.0}
     with ExitStack() as stack:
@@ -670,7 +336,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
                         kind, config, run, decoded, out, context, timings
                     )
                 except Exception as exc:  # noqa: BLE001 - recorded per measure
-                    failed.update(dict.fromkeys(_set_measures(config, kind), _reason(exc)))
+                    failed.update(dict.fromkeys(_set_measures(config, kind), failure_reason(exc)))
                     continue
                 failed.update(set_failed)
                 if kind == "region":
@@ -694,476 +360,11 @@ def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[
     """Compute and publish one set of the run: the names written and the measures
     that failed (``{measure: reason}``; a set that fails as a whole raises)."""
     if kind == "region":
-        return _region_set(config, run, decoded, out, context, timings)
-    if kind == "voxel":
-        return _voxel_set(config, run, decoded, out, context, timings), {}
+        return write_region(config, run, decoded, out, context, timings)
     from connscale.bidsapp import voxel_measures
 
     write = getattr(voxel_measures, f"write_{kind}")
     return write(config, run, decoded, out, context, timings), {}
-
-
-def constant_message(run: BoldRun, what: str, listed: str, n_constant: int, n_total: int) -> str:
-    """The run's one warning about its constant series."""
-    return (
-        f"{n_constant} of {n_total} {what} of {run.bold.name} are constant over time or have "
-        f"no variance left after cleaning ({listed}): their correlations are NaN."
-    )
-
-
-def constant_columns(series: np.ndarray) -> np.ndarray:
-    """Which columns of cleaned series are constant (cleaning makes such a series
-    exactly constant, see :mod:`connscale.denoise`)."""
-    return np.ptp(series, axis=0) == 0 if series.shape[0] else np.zeros(series.shape[1], bool)
-
-
-def _region_set(config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
-    from connscale.denoise import clean_signals, constant_series
-    from connscale.fc.static import correlation
-    from connscale.io.relmat import write_relmat_tsv
-    from connscale.io.timeseries import save_timeseries
-
-    entities = dict(run.entities)
-    seg = {"seg": config.atlas_name, "desc": config.desc}
-    operator = context["operator"]
-    img, regions = decoded.img, decoded.regions
-    if regions.size < 2:
-        raise ValueError(f"Fewer than 2 atlas regions inside the mask of {run.bold.name}.")
-
-    tic = time.perf_counter()
-    # The region means were summed in float64 while decoding (NiftiLabelsMasker's
-    # extraction); cleaning them is NiftiLabelsMasker's signal.clean.
-    series = clean_signals(
-        decoded.region_means,
-        operator,
-        standardize=config.standardize,
-        device=config.device,
-        dtype=config.dtype,
-    )
-    timings["clean"] += time.perf_counter() - tic
-    names = _region_names(config, regions)
-    constant = constant_columns(series)
-    if constant.all():
-        raise ValueError(f"No atlas region of {run.bold.name} varies after cleaning.")
-    relmat_meta, series_meta = _sidecars(
-        config,
-        run,
-        names,
-        context["confounds"],
-        context["sample_mask"],
-        int(img.shape[3]),
-        context["mean_fd"],
-        dof=context["dof"],
-    )
-    atlas_meta = {"AtlasSpace": config.atlas_space, "AtlasResampling": decoded.atlas_resampling}
-    relmat_meta.update(atlas_meta)
-    series_meta.update(atlas_meta)
-    if constant.any():
-        raw = constant_series(decoded.region_means, dtype=config.dtype)
-        listed = [f"{n} (constant in the BOLD)" if r else n for n, r in zip(names, raw)]
-        listed = [entry for entry, c in zip(listed, constant) if c]
-        context["warnings"].append(
-            constant_message(run, "atlas regions", ", ".join(listed), len(listed), len(names))
-        )
-        for meta in (relmat_meta, series_meta):
-            meta["ConstantRegions"] = [n for n, c in zip(names, constant) if c]
-    measured = {**entities, "seg": config.atlas_name, "meas": _MEASURE, "desc": config.desc}
-    failed, results = {}, {"fc": None}
-
-    def write_fc() -> list[str]:
-        tic = time.perf_counter()
-        results["fc"] = correlation(
-            series, device=config.device, dtype=config.dtype, memory_limit=config.memory_limit
-        )
-        timings["compute"] += time.perf_counter() - tic
-        tic = time.perf_counter()
-        stem = bids_name(measured, suffix="relmat", extension=".tsv")
-        write_relmat_tsv(out.path(stem), results["fc"], names, fmt="%.8g")
-        write_json_atomic(out.path(stem[:-4] + ".json"), relmat_meta)
-        timings["write"] += time.perf_counter() - tic
-        return [stem, stem[:-4] + ".json"]
-
-    def write_timeseries() -> list[str]:
-        tic = time.perf_counter()
-        stem = bids_name({**entities, **seg}, suffix="timeseries", extension=".tsv")
-        save_timeseries(out.path(stem), series, names)
-        write_json_atomic(out.path(stem[:-4] + ".json"), series_meta)
-        timings["write"] += time.perf_counter() - tic
-        return [stem, stem[:-4] + ".json"]
-
-    def write_windowed(measure: str) -> list[str]:
-        name = bids_name(measured, suffix=measure, extension=".h5")
-        _windowed_store(
-            measure, config, run, series, names, out.path(name), operator.volumes, timings
-        )
-        write_json_atomic(
-            out.path(name[:-3] + ".json"),
-            _windowed_sidecar(measure, config, relmat_meta, series.shape[0]),
-        )
-        return [name, name[:-3] + ".json"]
-
-    def write_report() -> list[str]:
-        tic = time.perf_counter()
-        name = bids_name({**entities, **seg}, suffix="report", extension=".html")
-        out.path(name)
-        _run_report(
-            out.staging,
-            name,
-            config=config,
-            run=run,
-            img=img,
-            mask=decoded.mask,
-            atlas=decoded.atlas,
-            resampling=decoded.atlas_resampling,
-            data=decoded.data,
-            labels=decoded.atlas[decoded.mask],
-            regions=regions,
-            operator=operator,
-            fc=results["fc"],
-            names=names,
-            fd=context["fd"],
-            timings=timings,
-            outputs=list(written),
-            started=decoded.started,
-            notes=context["warnings"],
-            dof=context["dof"],
-        )
-        timings["write"] += time.perf_counter() - tic
-        return [name]
-
-    jobs = {"fc": write_fc, "timeseries": write_timeseries}
-    jobs.update({m: functools.partial(write_windowed, m) for m in _WINDOWED})
-    written = []
-    for measure in [m for m in config.measures if m in REGION_MEASURES] + ["report"] * bool(
-        config.reports
-    ):
-        names_before = set(out.names)
-        try:
-            written += (write_report if measure == "report" else jobs[measure])()
-        except Exception as exc:  # noqa: BLE001 - recorded, the other measures go on
-            failed[measure] = _reason(exc)
-            for name in set(out.names) - names_before:
-                out.discard(name)
-    if not [n for n in written if not n.endswith("_report.html")]:
-        return [], failed  # nothing but a report: no set to publish
-    tic = time.perf_counter()
-    out.commit(extra={"run": run.name, **({"failed_measures": failed} if failed else {})})
-    timings["write"] += time.perf_counter() - tic
-    return written, failed
-
-
-def _window_onsets(n_kept: int, config, volumes: np.ndarray, t_r: float) -> dict:
-    from connscale.fc.dynamic import window_starts
-
-    starts = window_starts(n_kept, config.window_length, config.step)
-    return {
-        "window_onsets": starts,
-        "window_onset_volumes": volumes[starts],
-        "window_onset_seconds": volumes[starts] * float(t_r),
-    }
-
-
-def _windowed_store(measure, config, run, series, names, path: Path, volumes, timings) -> None:
-    """Write ``dfc`` (connscale.dynamic_correlation) or ``pairs`` (pairwise_dfc) of a run."""
-    from connscale.io.hdf5 import add_datasets
-
-    if series.shape[0] < config.window_length:
-        raise ValueError(
-            f"--window-length {config.window_length} is longer than the "
-            f"{series.shape[0]} volumes kept in {run.bold.name}."
-        )
-    onsets = _window_onsets(series.shape[0], config, volumes, run.t_r)
-    extra = {"kept_volumes": volumes, **onsets, "labels": np.asarray(names, dtype=object)}
-    attrs = {
-        "measure": _MEASURE,
-        "atlas": config.atlas_name,
-        "strategy": config.strategy,
-        "source": _bids_uri(run.bold, Path(config.derivatives)),
-        "software": f"connscale {__version__}",
-        "repetition_time": float(run.t_r),
-    }
-    path.unlink(missing_ok=True)  # an unpublished leftover of a failed attempt
-    if measure == "dfc":
-        from connscale.fc.dynamic import dynamic_correlation
-
-        tic = time.perf_counter()
-        result = dynamic_correlation(
-            series,
-            config.window_length,
-            config.step,
-            kind="triu",
-            device=config.device,
-            dtype=config.dtype,
-            memory_limit=config.memory_limit,
-            out=path,
-        )
-        result.close()
-        timings["compute"] += time.perf_counter() - tic
-        tic = time.perf_counter()
-        add_datasets(path, {k: v for k, v in extra.items() if k != "window_onsets"}, attrs=attrs)
-        timings["write"] += time.perf_counter() - tic
-        return
-
-    tic = time.perf_counter()
-    result, summary = compute_scan_pairs(
-        series,
-        config.window_length,
-        config.step,
-        threshold=config.pairs_threshold,
-        device=config.device,
-        dtype=config.dtype,
-        memory_limit=config.memory_limit,
-    )
-    timings["compute"] += time.perf_counter() - tic
-    tic = time.perf_counter()
-    write_scan_pairs(
-        path,
-        result,
-        summary,
-        labels=names,
-        attrs=attrs,
-        datasets={k: v for k, v in extra.items() if k not in ("window_onsets", "labels")},
-    )
-    timings["write"] += time.perf_counter() - tic
-
-
-def _windowed_sidecar(measure: str, config, relmat_meta: dict, n_kept: int) -> dict:
-    meta = {k: v for k, v in relmat_meta.items() if k not in ("StorageFormat", "ValidDiagonal")}
-    meta.update(
-        {
-            "MeasureDescription": (
-                "Sliding-window Pearson correlation of every pair of denoised atlas region "
-                "series"
-                + (
-                    ", with each pair's mean, standard deviation and fraction of "
-                    f"windows above {config.pairs_threshold}"
-                    if measure == "pairs"
-                    else ""
-                )
-            ),
-            "WindowLength": config.window_length,
-            "WindowStep": config.step,
-            "NumberOfWindows": (n_kept - config.window_length) // config.step + 1,
-            "WindowsSpan": "the kept volumes, in order (with censoring a window may span a gap; "
-            "window_onset_volumes and window_onset_seconds give each window's "
-            "first source volume)",
-            "StorageFormat": (
-                "HDF5 (connscale-dfc-1): triu (windows, pairs), row-major strictly-upper pairs"
-                if measure == "dfc"
-                else "HDF5: courses (pairs, windows), pairs (pairs, 2), summary/*"
-            ),
-        }
-    )
-    if measure == "pairs":
-        meta["Threshold"] = config.pairs_threshold
-    return meta
-
-
-def _voxel_set(config, run, decoded, out, context, timings) -> list[str]:
-    """Voxel-by-voxel correlation of the cleaned in-mask series, with the voxels' places."""
-    from connscale.denoise import clean_signals
-    from connscale.fc.static import compute_correlation
-    from connscale.io.hdf5 import add_datasets
-
-    entities = dict(run.entities)
-    operator = context["operator"]
-    mask, data = decoded.mask, decoded.data
-    n = data.shape[1]
-    if n < 2:
-        raise ValueError(f"The mask of {run.bold.name} holds fewer than 2 voxels.")
-    name = bids_name(
-        {**entities, "meas": _MEASURE, "desc": config.desc}, suffix="relmat", extension=".h5"
-    )
-    itemsize = 8 if config.dtype == "float64" else 4
-    out.check_space(
-        itemsize * n * (n - 1) // 2 + 32 * n + mask.size,
-        what=f"the voxel-level matrix of {run.bold.name} ({n} voxels)",
-    )
-    tic = time.perf_counter()
-    voxels = clean_signals(
-        data, operator, standardize=config.standardize, device=config.device, dtype=config.dtype
-    )
-    timings["clean"] += time.perf_counter() - tic
-    constant = note_constant_voxels(run, voxels, context)
-
-    tic = time.perf_counter()
-    path = out.path(name)
-    path.unlink(missing_ok=True)
-    source = _bids_uri(run.bold, Path(config.derivatives))
-    compute_correlation(
-        voxels,
-        kind="triu",
-        device=config.device,
-        dtype=config.dtype,
-        memory_limit=config.memory_limit,
-        out=path,
-        attrs={
-            "source": source,
-            "strategy": config.strategy,
-            "space": entities.get("space", "n/a"),
-        },
-    )
-    del voxels
-    timings["compute"] += time.perf_counter() - tic
-
-    tic = time.perf_counter()
-    ijk = np.argwhere(mask).astype(np.int32)  # the C order of data's columns
-    affine = np.asarray(decoded.img.affine, dtype=np.float64)
-    add_datasets(
-        path,
-        {
-            "mask": mask.astype(np.uint8),
-            "affine": affine,
-            "voxels/ijk": ijk,
-            "voxels/xyz": ijk @ affine[:3, :3].T + affine[:3, 3],
-            "kept_volumes": operator.volumes,
-        },
-        attrs={"mask_source": _bids_uri(run.mask, Path(config.derivatives))},
-        compress=("mask",),
-    )
-    relmat_meta, _ = _sidecars(
-        config,
-        run,
-        [],
-        context["confounds"],
-        context["sample_mask"],
-        data.shape[0],
-        context["mean_fd"],
-        dof=context["dof"],
-    )
-    relmat_meta.pop("NodeNames")
-    for key in ("Atlas", "AtlasFile", "AtlasLabelsFile"):
-        relmat_meta.pop(key)
-    relmat_meta.update(
-        {
-            "MeasureDescription": "Pearson correlation of the denoised series of each pair of "
-            "voxels of the run's brain mask (no shrinkage)",
-            "ValidDiagonal": False,
-            "StorageFormat": "HDF5 relmat (connscale.io.hdf5): strictly-upper triangle, pair "
-            "(i, j), i < j, at k = i*N - i*(i+1)/2 + j - i - 1; voxel i is "
-            "voxels/ijk[i] (voxels/xyz[i] in mm) of /mask",
-            "NumberOfVoxels": int(n),
-            "NumberOfConstantVoxels": int(constant.sum()),
-            "ConstantVoxels": np.flatnonzero(constant).tolist(),
-        }
-    )
-    write_json_atomic(out.path(name[:-3] + ".json"), relmat_meta)
-    out.commit(extra={"run": run.name})
-    timings["write"] += time.perf_counter() - tic
-    return [name, name[:-3] + ".json"]
-
-
-def note_constant_voxels(run: BoldRun, voxels: np.ndarray, context: dict) -> np.ndarray:
-    """Which cleaned voxel series are constant; the run's warning names how many."""
-    constant = constant_columns(voxels)
-    if constant.any():
-        first = np.flatnonzero(constant)[:5].tolist()
-        context["warnings"].append(
-            constant_message(
-                run,
-                "voxels of the mask",
-                f"the first in voxels/ijk order: {first}",
-                int(constant.sum()),
-                constant.size,
-            )
-        )
-    return constant
-
-
-def _run_report(
-    staging: Path,
-    name: str,
-    *,
-    config,
-    run,
-    img,
-    mask,
-    atlas,
-    resampling,
-    data,
-    labels,
-    regions,
-    operator,
-    fc,
-    names,
-    fd,
-    timings,
-    outputs,
-    started,
-    notes=(),
-    dof=None,
-) -> Path:
-    """The run's HTML report, written into ``staging`` beside ``outputs`` (the
-    names of the set's other files); ``started`` in epoch seconds."""
-    from connscale.bidsapp.report import describe_resampling, run_figures, run_header
-    from connscale.denoise import clean_signals, region_signals
-    from connscale.report import write_report
-
-    raw = region_signals(data, labels, regions=regions, device=config.device)
-    with np.errstate(divide="ignore", invalid="ignore"):  # constant regions: NaN, warned once
-        raw_fc = np.corrcoef(raw.T)
-    step = max(1, data.shape[1] // 2000)
-    voxels = clean_signals(
-        data[:, ::step], operator, standardize=config.standardize, device=config.device
-    )
-    if fc is None:
-        from connscale.fc.static import correlation
-
-        fc = correlation(clean_signals(raw, operator, device=config.device), device="cpu")
-    figures = run_figures(
-        staging / "figures",
-        img=img,
-        mask=mask,
-        atlas=atlas,
-        data=data,
-        cleaned_voxels=voxels,
-        raw_fc=raw_fc,
-        fc=fc,
-        names=names,
-        fd=fd,
-        kept=operator.volumes,
-    )
-    results = {
-        "volumes": int(data.shape[0]),
-        "volumes kept": int(operator.volumes.size),
-        "voxels in mask": int(data.shape[1]),
-        "regions": int(len(names)),
-        "mean FD (mm)": None if fd is None else float(fd.mean()),
-    }
-    if dof is not None:
-        results["residual degrees of freedom"] = dof["dof"]
-    record = {
-        "command": f"bids participant: {run.name}",
-        **run_header(config.device, started),
-        "parameters": {
-            "atlas": config.atlas_name,
-            "atlas space": config.atlas_space,
-            "atlas grid": describe_resampling(resampling),
-            "strategy": config.strategy,
-            "bold": str(run.bold),
-            "mask": str(run.mask),
-            "confounds": str(run.confounds),
-            "t_r": run.t_r,
-        },
-        "results": results,
-        "timings_s": dict(timings),
-        "figures": [str(f) for f in figures],
-        "outputs": outputs,
-        "warnings": list(notes),
-    }
-    return write_report(record, staging, filename=name)
-
-
-def _region_names(config: ParticipantConfig, regions: np.ndarray) -> list[str]:
-    """Region names from the labels file, else ``label-<value>`` (a header row of bare
-    numbers would read back as a row of data)."""
-    if config.atlas_labels is None:
-        return [f"label-{int(r)}" for r in regions]
-    table = read_atlas_labels(config.atlas_labels)
-    missing = [int(r) for r in regions if int(r) not in table]
-    if missing:
-        raise ValueError(f"The atlas labels file names no region for label(s) {missing[:10]}.")
-    return [table[int(r)] for r in regions]
 
 
 def error_rows(records: list[dict]) -> list[list[str]]:
@@ -1188,7 +389,7 @@ def output_lock(output: Path, *, wait: bool = False):
     waits for it (``wait``), instead of counting the first's runs, locked,
     as failures and replacing its logs.
     """
-    from connscale.io._lock import OutputLock
+    from connscale.io.lock import OutputLock
 
     return OutputLock(
         Path(output) / "bids", wait=wait, label=f"The BIDS-App output folder {output}"
@@ -1471,7 +672,7 @@ def run_participant(
     wait : bool, default=False
         When another participant or group run holds ``output``
         (:func:`output_lock`), wait for it instead of failing with
-        :class:`connscale.io._lock.OutputLockedError` naming its pid.
+        :class:`connscale.io.lock.OutputLockedError` naming its pid.
     verbose : int, default=1
 
     Returns
@@ -1484,7 +685,7 @@ def run_participant(
     measures = tuple(dict.fromkeys(measures))
     if (backend == "serial" or gpus is not None) and n_jobs is not None:
         n_jobs = resolve_n_jobs(n_jobs)  # -1: a reading thread (or GPU worker thread) per core
-    if any(m in _WINDOWED for m in measures) and window_length is None:
+    if any(m in WINDOWED for m in measures) and window_length is None:
         raise ValueError(
             "The measures dfc and pairs need a window length (--window-length, in volumes)."
         )

@@ -347,6 +347,6 @@ def write_group_report(
         f"<th>mean FD (mm)</th><th>volumes kept</th></tr>{rows}</table></section>"
     )
     text = report.read_text().replace("</main>", table + "</main>", 1)
-    from connscale.io._atomic import write_text_atomic
+    from connscale.io.atomic import write_text_atomic
 
     return write_text_atomic(report, text)

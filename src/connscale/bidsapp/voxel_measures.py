@@ -30,7 +30,7 @@ components and mixing matrices::
     <source>_stat-r1dl_desc-<strategy>_mixing.tsv / .json
     <source>_stat-r1dl_desc-<strategy>_report.html
 
-Each measure is its own output set (:class:`connscale.io._publish.OutputSet`,
+Each measure is its own output set (:class:`connscale.io.publish.OutputSet`,
 prefixes ``<source>_stat-maps_desc-<strategy>`` and
 ``<source>_stat-r1dl_desc-<strategy>``): adding one to a run does not touch
 the run's other results, a set made with other parameters is refused without
@@ -46,16 +46,23 @@ from pathlib import Path
 import numpy as np
 
 from connscale._version import __version__
-from connscale.bidsapp.participant import (
-    _bids_uri,
-    _set_prefix,
-    _sidecars,
+from connscale.bidsapp.outputs import (
+    MEASURE,
+    bids_uri,
     note_constant_voxels,
+    set_prefix,
+    sidecars,
 )
-from connscale.io._atomic import write_json_atomic
+from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
 
-__all__ = ["check_degree_thresholds", "map_sets", "write_maps", "write_networks"]
+__all__ = [
+    "check_degree_thresholds",
+    "map_sets",
+    "write_maps",
+    "write_networks",
+    "write_voxel",
+]
 
 #: The defaults of ``connscale r1dl`` that the participant level does not expose.
 R1DL_DEFAULTS = {
@@ -110,11 +117,11 @@ def measure_parameters(config, measure: str) -> dict:
 def map_sets(config, run, folder: Path, inputs: list, measures) -> dict:
     """The output sets of the requested map measures: ``{measure: (folder, prefix,
     fingerprint)}``, as :func:`connscale.bidsapp.participant._output_sets` lists them."""
-    from connscale.io._fingerprint import run_fingerprint
+    from connscale.io.fingerprint import run_fingerprint
 
     sets = {}
     for measure in measures:
-        prefix = _set_prefix(dict(run.entities), {"stat": _SET_STAT[measure], "desc": config.desc})
+        prefix = set_prefix(dict(run.entities), {"stat": _SET_STAT[measure], "desc": config.desc})
         fingerprint = run_fingerprint(
             inputs, {**measure_parameters(config, measure), "measure": measure, "t_r": run.t_r}
         )
@@ -163,7 +170,7 @@ def _mean_image(decoded):
 
 def _common_sidecar(config, run, decoded, context, n_voxels: int) -> dict:
     """The keys every map shares: sources, denoising, volumes kept, software."""
-    _, meta = _sidecars(
+    _, meta = sidecars(
         config,
         run,
         [],
@@ -177,14 +184,14 @@ def _common_sidecar(config, run, decoded, context, n_voxels: int) -> dict:
         meta.pop(key)
     meta["NumberOfVoxels"] = int(n_voxels)
     meta["NumberOfConstantVoxels"] = context["constant"]
-    meta["Mask"] = _bids_uri(run.mask, Path(config.derivatives))
+    meta["Mask"] = bids_uri(run.mask, Path(config.derivatives))
     meta["Code"] = f"connscale {__version__}"
     return meta
 
 
 def _publish(out, written: list[str], run) -> None:
     """Commit the set, then remove what the set it replaced named and this one does not."""
-    from connscale.io._publish import IncompleteOutputError, read_manifest
+    from connscale.io.publish import IncompleteOutputError, read_manifest
 
     try:
         previous = set(read_manifest(out.out_dir, out.prefix, verify="none")["files"])
@@ -228,8 +235,8 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
     """
     from connscale.io.maps import map_sidecar, threshold_label, write_map
     from connscale.maps import eigenvector_centrality, global_correlation
-    from connscale.maps._prepare import normalize_once
     from connscale.maps.degree import compute_degree
+    from connscale.maps.prepare import normalize_once
 
     entities = dict(run.entities)
     mask, affine = decoded.mask, np.asarray(decoded.img.affine, dtype=np.float64)
@@ -500,3 +507,97 @@ def write_networks(config, run, decoded, out, context, timings) -> list[str]:
     _publish(out, written, run)
     timings["write"] += time.perf_counter() - tic
     return written
+
+
+def write_voxel(config, run, decoded, out, context, timings) -> list[str]:
+    """Voxel-by-voxel correlation of the cleaned in-mask series, with the voxels' places."""
+    from connscale.denoise import clean_signals
+    from connscale.fc.static import compute_correlation
+    from connscale.io.hdf5 import add_datasets
+
+    entities = dict(run.entities)
+    operator = context["operator"]
+    mask, data = decoded.mask, decoded.data
+    n = data.shape[1]
+    if n < 2:
+        raise ValueError(f"The mask of {run.bold.name} holds fewer than 2 voxels.")
+    name = bids_name(
+        {**entities, "meas": MEASURE, "desc": config.desc}, suffix="relmat", extension=".h5"
+    )
+    itemsize = 8 if config.dtype == "float64" else 4
+    out.check_space(
+        itemsize * n * (n - 1) // 2 + 32 * n + mask.size,
+        what=f"the voxel-level matrix of {run.bold.name} ({n} voxels)",
+    )
+    tic = time.perf_counter()
+    voxels = clean_signals(
+        data, operator, standardize=config.standardize, device=config.device, dtype=config.dtype
+    )
+    timings["clean"] += time.perf_counter() - tic
+    constant = note_constant_voxels(run, voxels, context)
+
+    tic = time.perf_counter()
+    path = out.path(name)
+    path.unlink(missing_ok=True)
+    source = bids_uri(run.bold, Path(config.derivatives))
+    compute_correlation(
+        voxels,
+        kind="triu",
+        device=config.device,
+        dtype=config.dtype,
+        memory_limit=config.memory_limit,
+        out=path,
+        attrs={
+            "source": source,
+            "strategy": config.strategy,
+            "space": entities.get("space", "n/a"),
+        },
+    )
+    del voxels
+    timings["compute"] += time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    ijk = np.argwhere(mask).astype(np.int32)  # the C order of data's columns
+    affine = np.asarray(decoded.img.affine, dtype=np.float64)
+    add_datasets(
+        path,
+        {
+            "mask": mask.astype(np.uint8),
+            "affine": affine,
+            "voxels/ijk": ijk,
+            "voxels/xyz": ijk @ affine[:3, :3].T + affine[:3, 3],
+            "kept_volumes": operator.volumes,
+        },
+        attrs={"mask_source": bids_uri(run.mask, Path(config.derivatives))},
+        compress=("mask",),
+    )
+    relmat_meta, _ = sidecars(
+        config,
+        run,
+        [],
+        context["confounds"],
+        context["sample_mask"],
+        data.shape[0],
+        context["mean_fd"],
+        dof=context["dof"],
+    )
+    relmat_meta.pop("NodeNames")
+    for key in ("Atlas", "AtlasFile", "AtlasLabelsFile"):
+        relmat_meta.pop(key)
+    relmat_meta.update(
+        {
+            "MeasureDescription": "Pearson correlation of the denoised series of each pair of "
+            "voxels of the run's brain mask (no shrinkage)",
+            "ValidDiagonal": False,
+            "StorageFormat": "HDF5 relmat (connscale.io.hdf5): strictly-upper triangle, pair "
+            "(i, j), i < j, at k = i*N - i*(i+1)/2 + j - i - 1; voxel i is "
+            "voxels/ijk[i] (voxels/xyz[i] in mm) of /mask",
+            "NumberOfVoxels": int(n),
+            "NumberOfConstantVoxels": int(constant.sum()),
+            "ConstantVoxels": np.flatnonzero(constant).tolist(),
+        }
+    )
+    write_json_atomic(out.path(name[:-3] + ".json"), relmat_meta)
+    out.commit(extra={"run": run.name})
+    timings["write"] += time.perf_counter() - tic
+    return [name, name[:-3] + ".json"]

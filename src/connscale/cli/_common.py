@@ -14,7 +14,7 @@ from pathlib import Path
 
 from connscale._version import __version__
 from connscale.cli import _types
-from connscale.io._atomic import write_json_atomic
+from connscale.io.atomic import write_json_atomic
 
 logger = logging.getLogger("connscale")
 
@@ -177,9 +177,9 @@ def compute_options(args) -> dict:
 
 
 def output_set(args, folder: Path, stem: str, *, command: str, fingerprint: dict):
-    """The :class:`~connscale.io._publish.OutputSet` of a run, honouring --wait
+    """The :class:`~connscale.io.publish.OutputSet` of a run, honouring --wait
     and --overwrite."""
-    from connscale.io._publish import OutputSet
+    from connscale.io.publish import OutputSet
 
     return OutputSet(
         folder,
@@ -312,7 +312,7 @@ class RunRecord:
         """Write the run log ``<prefix>_log.json``, then the HTML report.
 
         Without ``outputs`` both go to ``out_dir`` (``report.html``). With an
-        :class:`~connscale.io._publish.OutputSet`, they are written into its
+        :class:`~connscale.io.publish.OutputSet`, they are written into its
         staging folder as ``<prefix>_log.json`` and ``<prefix>_report.html``
         and published with the set's other files (``outputs.commit()``);
         recorded outputs and figures of the set are read from the staging

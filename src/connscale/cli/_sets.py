@@ -1,7 +1,7 @@
 """A command's outputs published as one set, keyed on the inputs' identity.
 
 Commands whose result is several files (``r1dl``, ``life``) write them into
-the hidden staging folder of a :class:`connscale.io._publish.OutputSet`,
+the hidden staging folder of a :class:`connscale.io.publish.OutputSet`,
 with their resume state beside them; :func:`publish` adds the run log to the
 set, publishes it with its manifest, then writes ``report.html`` (shared by
 every command writing to the folder, so not part of the set).
@@ -14,8 +14,8 @@ import logging
 import warnings
 from pathlib import Path
 
-from connscale.io._atomic import write_json_atomic
-from connscale.io._fingerprint import run_fingerprint
+from connscale.io.atomic import write_json_atomic
+from connscale.io.fingerprint import run_fingerprint
 
 logger = logging.getLogger("connscale")
 
@@ -39,7 +39,7 @@ def command_fingerprint(args: argparse.Namespace, inputs: list) -> dict:
 def _published_files(outputs) -> set[str]:
     """Names of the files of the set of this prefix published before (none
     when there is no complete one)."""
-    from connscale.io._publish import IncompleteOutputError, read_manifest
+    from connscale.io.publish import IncompleteOutputError, read_manifest
 
     try:
         return set(read_manifest(outputs.out_dir, outputs.prefix, verify="none")["files"])

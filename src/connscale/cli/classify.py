@@ -146,7 +146,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _write_tsv(path: Path, header: list, rows: list) -> Path:
-    from connscale.io._atomic import write_text_atomic
+    from connscale.io.atomic import write_text_atomic
 
     def cell(value):
         if isinstance(value, float):
@@ -266,7 +266,7 @@ def run(args) -> int:
         }
         if "permutation" in result:
             metrics["permutation"] = result["permutation"]
-        from connscale.io._atomic import write_json_atomic
+        from connscale.io.atomic import write_json_atomic
 
         record.add_output(write_json_atomic(out / f"{_PREFIX}_metrics.json", metrics))
         record.add_output(

@@ -183,7 +183,7 @@ def check_arguments(args) -> None:
 
 def run(args) -> int:
     from connscale.cohort import run_cohort
-    from connscale.io._publish import OutputSet
+    from connscale.io.publish import OutputSet
 
     configure_logging(args.verbose)
     record = RunRecord("cohort", args.out, vars(args))

@@ -26,7 +26,7 @@ from connscale.cli._inputs import (
     output_place,
 )
 from connscale.cli._windows import add_window_arguments, resolve_window
-from connscale.io._atomic import write_json_atomic
+from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import dataset_relative
 
 # Plots of windows and edge time courses are drawn for at most this many series.
@@ -91,8 +91,8 @@ def check_arguments(args) -> None:
 def run(args) -> int:
     from connscale._compute import resolve_device
     from connscale.fc.dynamic import dynamic_correlation
-    from connscale.io._fingerprint import run_fingerprint
     from connscale.io.bids import write_dataset_description
+    from connscale.io.fingerprint import run_fingerprint
 
     configure_logging(args.verbose)
     kind = args.kind or ("sparse" if args.threshold is not None else "triu")

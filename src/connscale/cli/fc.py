@@ -65,8 +65,8 @@ def check_arguments(args) -> None:
 
 def run(args) -> int:
     from connscale.fc.static import compute_correlation
-    from connscale.io._fingerprint import run_fingerprint
     from connscale.io.bids import write_dataset_description
+    from connscale.io.fingerprint import run_fingerprint
     from connscale.io.hdf5 import load_relmat
     from connscale.io.relmat import sidecar, write_relmat_tsv, write_sidecar
 

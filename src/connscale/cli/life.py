@@ -2,7 +2,7 @@
 
 The outputs of a run (weights, pruned tractogram, RMSE map, connectome, λ
 sweep table, figures, log) are published together with a manifest
-``<source>_life_manifest.json`` (:class:`connscale.io._publish.OutputSet`):
+``<source>_life_manifest.json`` (:class:`connscale.io.publish.OutputSet`):
 written in the hidden ``.<source>_life.staging/`` folder under a lock on the
 output (a second run fails naming the first's pid, or waits with
 ``--wait``), then moved into ``--out``. The solver's state is checkpointed

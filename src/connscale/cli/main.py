@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 command.error(api_to_flags(str(exc), command))
     except SystemExit as exc:  # --help, --version or a usage error (already printed)
         return exc.code if isinstance(exc.code, int) else 2
-    from connscale.io._lock import OutputLockedError
+    from connscale.io.lock import OutputLockedError
 
     try:
         return int(args.func(args) or 0)

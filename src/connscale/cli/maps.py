@@ -148,7 +148,7 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
     then publish them with their figures and log; return the run's record,
     the maps written (staged path, title) and the log's path."""
     from connscale._compute import parse_memory
-    from connscale.maps._prepare import normalize_once
+    from connscale.maps.prepare import normalize_once
 
     record = RunRecord("maps", args.out, vars(args))
     _check_input_memory(args)

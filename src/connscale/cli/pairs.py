@@ -18,7 +18,7 @@ from connscale.cli._common import (
     logger,
     output_set,
 )
-from connscale.io._atomic import write_json_atomic
+from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import dataset_relative
 
 
@@ -79,8 +79,8 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
-    from connscale.io._fingerprint import run_fingerprint
     from connscale.io.bids import write_dataset_description
+    from connscale.io.fingerprint import run_fingerprint
 
     configure_logging(args.verbose)
     places = [_scan_place(args.out, p) for p in args.inputs]

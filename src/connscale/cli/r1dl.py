@@ -17,7 +17,7 @@ entities (``<source>``, as ``connscale fc`` names them) with ``meas-R1DL``:
 
 and ``dataset_description.json`` at ``<out>``.
 
-The files are published together (:class:`connscale.io._publish.OutputSet`):
+The files are published together (:class:`connscale.io.publish.OutputSet`):
 a run writes them in the hidden ``.<source>_meas-R1DL_components.staging/``
 folder under a lock on the output (a second run fails naming the first's
 pid, or waits with ``--wait``) and moves them into the folder when all are
@@ -48,7 +48,7 @@ from connscale.cli._common import (
     output_set,
 )
 from connscale.cli._sets import command_fingerprint
-from connscale.io._atomic import write_json_atomic
+from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import dataset_relative
 
 logger = logging.getLogger("connscale")
@@ -255,7 +255,7 @@ def _check_space(args, outputs, S) -> None:
     """Fail before learning when the output folder cannot take the result:
     loadings (and their maps, mostly zeros once compressed), time courses as
     text, a figure and the logs."""
-    from connscale.networks._r1dl import _resolve_sparsity
+    from connscale.networks import resolve_sparsity
 
     if isinstance(S, str):
         try:
@@ -266,14 +266,14 @@ def _check_space(args, outputs, S) -> None:
         shape = np.shape(S)
     if len(shape) != 2:
         return  # r1dl says what is wrong with it
-    r = _resolve_sparsity(args.sparsity, shape[1])
+    r = resolve_sparsity(args.sparsity, shape[1])
     nbytes = 2 * 12 * args.n_components * r + 16 * shape[0] * args.n_components + 4 * 1024**2
     outputs.check_space(nbytes, what="the r1dl outputs")
 
 
 def run(args) -> int:
     from connscale.io.bids import write_dataset_description
-    from connscale.networks._r1dl import r1dl
+    from connscale.networks import r1dl
 
     configure_logging(args.verbose)
     folder, base = _place(args)

@@ -83,7 +83,7 @@ class Cohort:
         dict
             ``"participants"``: its path; ``"timeseries"``: list of paths.
         """
-        from connscale.io._atomic import write_text_atomic
+        from connscale.io.atomic import write_text_atomic
 
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -42,12 +42,12 @@ from connscale.fc._triton_kernels import block_triu_size, extract_triu
 from connscale.fc.dynamic_result import DynamicConnectivity, load_dynamic
 from connscale.fc.sparse import csr_from_parts
 from connscale.fc.triu import n_pairs
-from connscale.io._atomic import atomic_path, check_free_space, fsync_path
-from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
-from connscale.io._lock import OutputLock
-from connscale.io._publish import IncompleteOutputError
+from connscale.io.atomic import atomic_path, check_free_space, fsync_path
 from connscale.io.dfc import HDF5Backend, partial_path
+from connscale.io.h5 import close_h5, create_h5, flush_h5, h5_errors
 from connscale.io.hdf5 import RelmatWriter
+from connscale.io.lock import OutputLock
+from connscale.io.publish import IncompleteOutputError
 
 logger = logging.getLogger(__name__)
 
@@ -263,7 +263,7 @@ class RelmatFileSink:
     pid), first removes what killed runs left (hidden ``.<name>.*.tmp``:
     no live run owns them while the lock is held), checks the free space a
     dense or triangle store needs (``nbytes``), and writes through
-    :mod:`connscale.io._h5` so that a failed write raises at once; the store
+    :mod:`connscale.io.h5` so that a failed write raises at once; the store
     is renamed only after it closed without error and its ``complete`` flag
     reads back.
     """

@@ -86,7 +86,7 @@ from connscale.fc.normalize import ConstantSeriesWarning, normalize_windows
 from connscale.fc.sparse import compact_tile, keep_mask
 from connscale.fc.triu import n_pairs
 from connscale.fc.windows import TAPERS, taper_weights, window_support
-from connscale.io._h5 import H5WriteError
+from connscale.io.h5 import H5WriteError
 
 logger = logging.getLogger("connscale")
 
@@ -442,7 +442,7 @@ def dynamic_correlation(
         with the same input and parameters keeps finished windows; the file
         appears under its name only when complete, after its windows are
         read back). One run writes a file at a time: another run on the same
-        ``out`` raises :class:`~connscale.io._lock.OutputLockedError` naming its
+        ``out`` raises :class:`~connscale.io.lock.OutputLockedError` naming its
         pid. The space the windows need is checked up front (not for
         ``'sparse'``, whose size is known only as it grows); a failed write
         raises an ``OSError`` and keeps the finished windows for a re-run.

@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
 from connscale._version import __version__
-from connscale.io._atomic import write_json_atomic
+from connscale.io.atomic import write_json_atomic
 
 __all__ = [
     "CONFIG_PATH",

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from connscale._triu import n_pairs
-from connscale.io._h5 import (
+from connscale.io.h5 import (
     close_h5,
     create_h5,
     early_dcpl,
@@ -38,7 +38,7 @@ from connscale.io._h5 import (
     h5_errors,
     open_h5_resume,
 )
-from connscale.io._publish import IncompleteOutputError, check_published
+from connscale.io.publish import IncompleteOutputError, check_published
 
 __all__ = [
     "FORMAT",

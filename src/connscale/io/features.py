@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.io._atomic import write_text_atomic
+from connscale.io.atomic import write_text_atomic
 
 __all__ = ["is_feature_table", "read_feature_table", "write_feature_table"]
 

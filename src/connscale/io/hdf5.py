@@ -13,7 +13,7 @@ Root attributes: ``N``, ``kind``, ``order``, ``dtype``, ``threshold``,
 under a temporary name and renamed once it closed without error, so an
 interrupted or failed run never leaves a file that looks finished. Dense and
 triangle stores are allocated when created (their size is known), so a full
-disk is found before the computation starts (see :mod:`connscale.io._h5`).
+disk is found before the computation starts (see :mod:`connscale.io.h5`).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import numpy.typing as npt
 
 from connscale._triu import n_from_pairs
 from connscale._version import __version__
-from connscale.io._atomic import atomic_path
-from connscale.io._h5 import close_h5, create_h5, early_dcpl, flush_h5, h5_errors
-from connscale.io._publish import check_published
+from connscale.io.atomic import atomic_path
+from connscale.io.h5 import close_h5, create_h5, early_dcpl, flush_h5, h5_errors
+from connscale.io.publish import check_published
 
 if TYPE_CHECKING:
     import h5py
@@ -227,7 +227,7 @@ def load_relmat(
         When the file is neither a relmat TSV nor an HDF5 store, the store
         is flagged incomplete (``complete`` False: the run that wrote it did
         not finish), belongs to a file set whose publication did not finish
-        (:class:`~connscale.io._publish.IncompleteOutputError`), or its
+        (:class:`~connscale.io.publish.IncompleteOutputError`), or its
         layout does not match its attributes.
     """
     import h5py
@@ -324,7 +324,7 @@ def add_datasets(
 ) -> None:
     """Add datasets (and root attributes) to a finished HDF5 store.
 
-    For the unpublished store of an :class:`~connscale.io._publish.OutputSet`
+    For the unpublished store of an :class:`~connscale.io.publish.OutputSet`
     (a relmat or DFC store), before the set is committed. Object arrays are
     stored as strings; the datasets named in ``compress`` are gzip-compressed.
     """

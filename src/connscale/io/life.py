@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from connscale.io._atomic import atomic_path, write_text_atomic
+from connscale.io.atomic import atomic_path, write_text_atomic
 
 __all__ = ["save_weights", "write_lambda_sweep"]
 

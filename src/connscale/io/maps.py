@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from connscale._version import __version__
-from connscale.io._atomic import write_json_atomic
+from connscale.io.atomic import write_json_atomic
 from connscale.io.nifti import save_nifti_gz
 
 if TYPE_CHECKING:

@@ -244,7 +244,7 @@ def save_nifti_gz(path: str | os.PathLike, img: SpatialImage) -> Path:
     """Write a nibabel image as gzipped NIfTI (``.nii.gz``), atomically."""
     import gzip
 
-    from connscale.io._atomic import atomic_path
+    from connscale.io.atomic import atomic_path
 
     path = Path(path)
     with atomic_path(path) as tmp:

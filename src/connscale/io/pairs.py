@@ -46,9 +46,9 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.io._atomic import atomic_path, write_text_atomic
-from connscale.io._h5 import close_h5, create_h5, flush_h5, h5_errors
-from connscale.io._publish import check_published
+from connscale.io.atomic import atomic_path, write_text_atomic
+from connscale.io.h5 import close_h5, create_h5, flush_h5, h5_errors
+from connscale.io.publish import check_published
 
 __all__ = [
     "PAIR_STATISTICS",

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from connscale.io._atomic import atomic_path, write_text_atomic
+from connscale.io.atomic import atomic_path, write_text_atomic
 from connscale.io.nifti import save_nifti_gz
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from connscale._version import __version__
-from connscale.io._atomic import atomic_path, write_json_atomic
+from connscale.io.atomic import atomic_path, write_json_atomic
 from connscale.io.bids import write_dataset_description  # noqa: F401 (for the CLI)
 
 _STORAGE = {

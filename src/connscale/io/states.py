@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.io._atomic import write_text_atomic
+from connscale.io.atomic import write_text_atomic
 
 __all__ = [
     "read_state_features",

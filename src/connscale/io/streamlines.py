@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nibabel.streamlines.tractogram import Tractogram
     from nibabel.streamlines.tractogram_file import TractogramFile
 
-from connscale.io._atomic import atomic_path
+from connscale.io.atomic import atomic_path
 
 _FORMATS = (".trk", ".tck")
 

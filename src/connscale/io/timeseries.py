@@ -86,7 +86,7 @@ def save_timeseries(
     path: str | os.PathLike, timeseries: np.ndarray, labels: list[str] | None = None
 ) -> Path:
     """Write (n_timepoints, n_regions) series as a TSV with a header, atomically."""
-    from connscale.io._atomic import atomic_path
+    from connscale.io.atomic import atomic_path
 
     timeseries = np.asarray(timeseries)
     labels = labels or [str(i) for i in range(timeseries.shape[1])]

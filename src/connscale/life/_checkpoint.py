@@ -20,8 +20,8 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
-from connscale.io._atomic import atomic_path
-from connscale.io._fingerprint import array_fingerprint, run_fingerprint
+from connscale.io.atomic import atomic_path
+from connscale.io.fingerprint import array_fingerprint, run_fingerprint
 
 __all__ = ["SolverCheckpoint", "solver_key"]
 

@@ -11,7 +11,7 @@ import torch
 from connscale._docs import fill_doc
 from connscale._validation import Interval, check_timeseries, validate_params
 from connscale.fc.normalize import normalize_series
-from connscale.maps._prepare import NormalizedSeries, as_map, normalized_series
+from connscale.maps.prepare import NormalizedSeries, as_map, normalized_series
 
 
 @fill_doc

@@ -16,7 +16,7 @@ from connscale._compute.device import use_triton as triton_runs
 from connscale._docs import fill_doc
 from connscale._validation import Interval, SequenceOf, StrOptions, validate_params
 from connscale.fc import _exact, _tiles
-from connscale.maps._prepare import NormalizedSeries, as_map, normalized_series
+from connscale.maps.prepare import NormalizedSeries, as_map, normalized_series
 
 logger = logging.getLogger(__name__)
 

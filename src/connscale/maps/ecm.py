@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from connscale._docs import fill_doc
 from connscale._validation import Interval, user_stacklevel, validate_params
-from connscale.maps._prepare import NormalizedSeries, as_map, normalized_series
+from connscale.maps.prepare import NormalizedSeries, as_map, normalized_series
 
 
 @fill_doc

@@ -1,7 +1,7 @@
 """Functional networks: rank-1 dictionary learning (r1DL / D-r1DL) and
 spatial similarity of network maps."""
 
-from connscale.networks._r1dl import R1DL, R1DLResult, r1dl
+from connscale.networks._r1dl import R1DL, R1DLResult, r1dl, resolve_sparsity
 from connscale.networks.similarity import match_networks, spatial_similarity
 
-__all__ = ["R1DL", "R1DLResult", "match_networks", "r1dl", "spatial_similarity"]
+__all__ = ["R1DL", "R1DLResult", "match_networks", "r1dl", "resolve_sparsity", "spatial_similarity"]

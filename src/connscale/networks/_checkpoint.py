@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.io._atomic import write_json_atomic
+from connscale.io.atomic import write_json_atomic
 
 __all__ = ["AtomCheckpoint"]
 
@@ -47,7 +47,7 @@ class AtomCheckpoint:
     folder : path
         Where the atom files live (created).
     fingerprint : dict
-        :func:`connscale.io._fingerprint.run_fingerprint` of the data and the
+        :func:`connscale.io.fingerprint.run_fingerprint` of the data and the
         parameters; atom files of another ``digest`` are never resumed from.
     """
 

@@ -30,13 +30,7 @@ import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
-from connscale._compute.device import (
-    numpy_dtype,
-    resolve_device,
-    resolve_dtype,
-    synchronize,
-    use_triton,
-)
+from connscale._compute.device import numpy_dtype, resolve_device, synchronize, use_triton
 from connscale._compute.memory import (
     MemoryPlan,
     MemoryPlanner,
@@ -50,6 +44,7 @@ from connscale._validation import (
     Interval,
     StrOptions,
     check_random_state,
+    resolve_dtype,
     skip_nested_validation,
     user_stacklevel,
     validate_estimator_params,
@@ -57,7 +52,7 @@ from connscale._validation import (
     validate_params,
 )
 from connscale.engines.base import Engine
-from connscale.io._fingerprint import (
+from connscale.io.fingerprint import (
     array_fingerprint,
     file_fingerprint,
     run_fingerprint,
@@ -152,8 +147,10 @@ _PARAMETER_CONSTRAINTS = {
 }
 
 
-def _resolve_sparsity(sparsity, n_voxels: int) -> int:
-    """r as a count: an int in [1, P], or a fraction in (0, 1] of P (the
+def resolve_sparsity(sparsity: int | float, n_voxels: int) -> int:
+    """The number of non-zero loadings per atom of :func:`r1dl`'s ``sparsity``.
+
+    r as a count: an int in [1, P], or a fraction in (0, 1] of P (the
     declared constraint); a count above P is refused here, where P is known."""
     if isinstance(sparsity, (Integral, np.integer)):
         r = int(sparsity)
@@ -645,7 +642,7 @@ def r1dl(
             f"'n_components' must be at most the number of time points ({n_timepoints}): each "
             f"atom is a time course of that length; got {n_atoms}."
         )
-    r = _resolve_sparsity(sparsity, n_voxels)
+    r = resolve_sparsity(sparsity, n_voxels)
     rng = check_random_state(random_state)
     if checkpoint is not None:
         checkpoint = _atom_checkpoint(

@@ -16,12 +16,17 @@ import os
 import warnings
 from numbers import Number
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from connscale.cli._common import RunRecord
+from typing import Protocol
 
 __all__ = ["render_report", "write_report"]
+
+
+class RunLog(Protocol):
+    """A run's record that gives the content of its log (the command line's ``RunRecord``)."""
+
+    def as_dict(self) -> dict:
+        """The record as written to ``<prefix>_log.json``."""
+
 
 _MIME = {
     ".png": "image/png",
@@ -242,7 +247,7 @@ def _display_path(path: str | os.PathLike, out_dir: Path) -> str:
 
 
 def render_report(
-    record: RunRecord | dict,
+    record: RunLog | dict,
     out_dir: str | os.PathLike,
     *,
     published_dir: str | os.PathLike | None = None,
@@ -317,7 +322,7 @@ def render_report(
 
 
 def write_report(
-    record: RunRecord | dict,
+    record: RunLog | dict,
     out_dir: str | os.PathLike,
     *,
     filename: str = "report.html",
@@ -327,8 +332,8 @@ def write_report(
 
     Parameters
     ----------
-    record : RunRecord or dict
-        A ``connscale.cli._common.RunRecord`` or its ``as_dict()`` (the
+    record : RunLog or dict
+        A run record with ``as_dict()`` (the command line's ``RunRecord``) or its dict (the
         content of ``<prefix>_log.json``). Relative figure and output paths are
         taken relative to ``out_dir``.
     out_dir : str or path
@@ -345,7 +350,7 @@ def write_report(
         The report. Figures that cannot be read are listed among the report's
         warnings and warned about (RuntimeWarning).
     """
-    from connscale.io._atomic import write_text_atomic
+    from connscale.io.atomic import write_text_atomic
 
     out_dir = Path(out_dir)
     text = render_report(record, out_dir, published_dir=published_dir)

@@ -61,7 +61,7 @@ def _pyplot() -> ModuleType:
 
 
 def _save(fig: Figure, out_path: str | os.PathLike) -> Path:
-    from connscale.io._atomic import atomic_path
+    from connscale.io.atomic import atomic_path
 
     plt = _pyplot()
     out_path = Path(out_path)

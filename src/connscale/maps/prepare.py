@@ -1,4 +1,5 @@
-"""Validation and normalisation shared by the voxel-wise maps."""
+"""Validation and normalisation shared by the voxel-wise maps (and by the callers that
+normalise once for several maps: the `maps` command and the BIDS-App)."""
 
 from __future__ import annotations
 

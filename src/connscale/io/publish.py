@@ -3,7 +3,7 @@
 A command that writes several files for one result (a matrix, its sidecar,
 its log, figures; r1DL's maps, loadings and time courses) writes them into a
 hidden staging folder ``<out>/.<prefix>.staging/`` under the output's lock
-(:class:`connscale.io._lock.OutputLock`). :meth:`OutputSet.commit` then
+(:class:`connscale.io.lock.OutputLock`). :meth:`OutputSet.commit` then
 
 1. flushes every file and records its size and SHA-256 in a manifest,
 2. removes the previous manifest of this prefix (so an old set is never
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 from connscale._version import __version__
-from connscale.io._atomic import check_free_space, fsync_path, private_dir, write_json_atomic
-from connscale.io._lock import OutputLock
+from connscale.io.atomic import check_free_space, fsync_path, private_dir, write_json_atomic
+from connscale.io.lock import OutputLock
 
 __all__ = [
     "IncompleteOutputError",
@@ -166,7 +166,7 @@ class OutputSet:
     command : str
         What wrote it (recorded in the manifest).
     fingerprint : dict or None
-        :func:`connscale.io._fingerprint.run_fingerprint` of the run,
+        :func:`connscale.io.fingerprint.run_fingerprint` of the run,
         recorded in the manifest; :meth:`complete` compares against it.
     wait : bool, default=False
         Wait for another run holding this output instead of failing.

@@ -1,0 +1,185 @@
+"""A run made ready for its measures: its cleaning operator built and checked
+(degrees of freedom, a BOLD that varies), its BOLD and confounds read and its
+region series cleaned - or the reason the data cannot support it."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from connscale._choices import MAP_MEASURES, REGION_MEASURES, VOXEL_MEASURES
+from connscale.bidsapp.atlas import atlas_on_grid
+from connscale.bidsapp.config import ParticipantConfig
+from connscale.bidsapp.decode import read_masked_bold, reading
+from connscale.bidsapp.layout import BoldRun
+from connscale.bidsapp.report import framewise_displacement
+
+__all__ = ["DecodedRun", "RunRefused", "check_dof", "decode_run"]
+
+
+class RunRefused(ValueError):
+    """A run the data cannot support (too few degrees of freedom, constant BOLD).
+
+    Attributes
+    ----------
+    details : dict
+        The numbers behind the decision (e.g. :func:`connscale.denoise.residual_dof`).
+    """
+
+    def __init__(self, message: str, details: dict | None = None) -> None:
+        super().__init__(message)
+        self.details = dict(details or {})
+
+
+@dataclass
+class DecodedRun:
+    """A run's inputs read into memory: what a task needs before its computation.
+
+    ``data`` (the (T, V) float32 in-mask voxel series, in C order) is read only
+    for the voxel-level measures and the report; ``region_means`` ((T, R)
+    float64, the mean of each atlas region ``regions[r]`` over its in-mask
+    voxels) only for the atlas-level measures, in the same pass over the file.
+    ``context`` holds the confounds, the sample mask, the cleaning operator and
+    the framewise displacement; ``seconds`` and ``clean_seconds`` time the
+    BOLD's reading (decode stage) and the operator's making (clean stage);
+    ``started`` is when the reading began (epoch seconds).
+    """
+
+    img: object
+    mask: np.ndarray
+    data: np.ndarray | None
+    seconds: float
+    atlas: np.ndarray | None = None
+    region_means: np.ndarray | None = None
+    regions: np.ndarray | None = None
+    atlas_resampling: dict | None = None
+    context: dict = field(default_factory=dict)
+    clean_seconds: float = 0.0
+    started: float | None = None
+
+
+def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -> dict:
+    from connscale.denoise import cleaning_operator, load_confounds, residual_dof
+
+    confounds, sample_mask = load_confounds(
+        run.bold, config.strategy, confounds_file=run.confounds, **config.strategy_params
+    )
+    values = None if confounds is None else confounds.to_numpy()
+    operator = cleaning_operator(
+        n_volumes,
+        confounds=values,
+        sample_mask=sample_mask,
+        detrend=config.detrend,
+        low_pass=config.low_pass,
+        high_pass=config.high_pass,
+        t_r=run.t_r,
+    )
+    fd = None if run.confounds is None else framewise_displacement(run.confounds)
+    return {
+        "confounds": confounds,
+        "sample_mask": sample_mask,
+        "operator": operator,
+        "dof": residual_dof(operator, confounds=values, detrend=config.detrend),
+        "fd": fd,
+        "mean_fd": None if fd is None else float(fd.mean()),
+    }
+
+
+def check_dof(config: ParticipantConfig, run: BoldRun, dof: dict) -> None:
+    """Refuse a run whose residual degrees of freedom fall below ``config.min_dof``.
+
+    Raises
+    ------
+    RunRefused
+        Naming the volumes kept, the regressors (and their parts) and the
+        degrees of freedom left; ``details`` holds them.
+    """
+    if round(dof["dof"], 6) >= config.min_dof:
+        return
+    parts = [f"{dof['confound_rank']} independent of {dof['confounds']} confounds"]
+    parts += ["the trend"] * dof["detrend"] + ["the mean"]
+    if dof["filter"]:
+        parts.append(f"{dof['filter']:g} for the filter")
+    raise RunRefused(
+        f"{run.bold.name}: {dof['volumes_kept']} of {dof['volumes']} volumes kept, "
+        f"{dof['regressors']:g} regressors ({', '.join(parts)}): {dof['dof']:g} residual "
+        f"degrees of freedom, fewer than --min-dof {config.min_dof:g}; not cleaned.",
+        {"dof": dof},
+    )
+
+
+def _check_varies(run: BoldRun, read, dtype: str) -> None:
+    """Refuse a run whose BOLD is constant over time in every region or voxel read."""
+    from connscale.denoise import constant_series
+
+    for values, what in ((read.region_means, "atlas region"), (read.data, "voxel of its mask")):
+        if values is not None and values.shape[1] and constant_series(values, dtype=dtype).all():
+            raise RunRefused(
+                f"{run.bold.name} is constant over time in every {what} "
+                f"({values.shape[1]}): no correlation can be computed.",
+                {"constant": what},
+            )
+
+
+def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
+    """Read a run's inputs (timed: decode and clean stages).
+
+    One pass over the BOLD gathers what the run's measures need (see
+    :class:`DecodedRun`); the atlas is taken onto the run's grid once per grid.
+    The confounds are read and the run's cleaning operator is made here too,
+    so that the serial runner's prefetch thread does it ahead of the compute.
+
+    Raises
+    ------
+    RunRefused
+        Before the BOLD's data are read, when the run's residual degrees of
+        freedom fall below ``config.min_dof`` (:func:`check_dof`); after, when
+        the BOLD is constant over time everywhere.
+    """
+    import nibabel as nib
+
+    started = time.time()
+    tic = time.perf_counter()
+    with reading(run.bold):
+        img = nib.load(run.bold)
+    if img.ndim != 4:
+        raise ValueError(f"{run.bold.name} is not a 4-D BOLD series (shape {img.shape}).")
+    with reading(run.mask):
+        mask_img = nib.load(run.mask)
+        mask = np.asarray(mask_img.dataobj) > 0
+    if mask_img.shape[:3] != img.shape[:3] or not np.allclose(
+        mask_img.affine, img.affine, atol=1e-3
+    ):
+        raise ValueError(f"The mask {run.mask.name} is not on the grid of {run.bold.name}.")
+    made = time.perf_counter()
+    context = _cleaning_context(config, run, int(img.shape[3]))
+    check_dof(config, run, context["dof"])
+    clean_seconds = time.perf_counter() - made
+    regional = any(m in REGION_MEASURES for m in config.measures)
+    atlas, resampling = atlas_on_grid(config.atlas, img) if regional else (None, None)
+    read = read_masked_bold(
+        run.bold,
+        mask,
+        labels=atlas,
+        voxels=config.reports or any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures),
+    )
+    for values in (read.data, read.region_means):
+        if values is not None and not np.isfinite(values).all():
+            raise ValueError(f"{run.bold.name} holds NaN or infinite values inside its mask.")
+    _check_varies(run, read, config.dtype)
+    seconds = time.perf_counter() - tic - clean_seconds
+    return DecodedRun(
+        img,
+        mask,
+        read.data,
+        seconds,
+        atlas=atlas,
+        region_means=read.region_means,
+        regions=read.regions,
+        atlas_resampling=resampling,
+        context=context,
+        clean_seconds=clean_seconds,
+        started=started,
+    )

@@ -1,0 +1,139 @@
+"""What the participant level writes beside each result: source URIs, set
+names, sidecars, and the one warning about constant series."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from connscale._version import __version__
+from connscale.bidsapp.config import ParticipantConfig
+from connscale.bidsapp.layout import BoldRun
+from connscale.io.bids import bids_prefix, dataset_relative
+
+__all__ = [
+    "DATASET_LINK",
+    "MEASURE",
+    "bids_uri",
+    "constant_columns",
+    "constant_message",
+    "failure_reason",
+    "note_constant_voxels",
+    "set_prefix",
+    "sidecars",
+]
+
+#: The name under which the outputs' ``DatasetLinks`` hold the fMRIPrep dataset.
+DATASET_LINK = "preprocessed"
+
+#: The ``meas-`` entity of every connectivity output.
+MEASURE = "PearsonCorrelation"
+
+
+def bids_uri(path: Path, root: Path) -> str:
+    """``path`` as a BIDS URI in the fMRIPrep dataset linked as :data:`DATASET_LINK`."""
+    return f"bids:{DATASET_LINK}:{path.resolve().relative_to(root.resolve()).as_posix()}"
+
+
+def sidecars(
+    config: ParticipantConfig,
+    run: BoldRun,
+    names,
+    confounds,
+    sample_mask,
+    n_volumes: int,
+    mean_fd: float | None,
+    dof: dict | None = None,
+) -> tuple[dict, dict]:
+    root = Path(config.derivatives)
+    sources = [bids_uri(p, root) for p in (run.bold, run.mask, run.confounds) if p is not None]
+    kept = np.arange(n_volumes) if sample_mask is None else np.asarray(sample_mask)
+    common = {
+        "Sources": sources,
+        "Atlas": config.atlas_name,
+        # Relative to the output root: the atlas is outside both datasets.
+        "AtlasFile": dataset_relative(config.atlas, config.output),
+        "AtlasLabelsFile": (
+            None
+            if config.atlas_labels is None
+            else dataset_relative(config.atlas_labels, config.output)
+        ),
+        "DenoiseStrategy": config.strategy,
+        "DenoiseParameters": {
+            **config.strategy_params,
+            "detrend": config.detrend,
+            "standardize": config.standardize,
+            "low_pass": config.low_pass,
+            "high_pass": config.high_pass,
+        },
+        "ConfoundRegressors": [] if confounds is None else list(map(str, confounds.columns)),
+        "NumberOfVolumes": int(n_volumes),
+        "NumberOfVolumesDiscarded": int(n_volumes - kept.size),
+        "RepetitionTime": run.t_r,
+        "MeanFramewiseDisplacement": mean_fd,
+        **({} if dof is None else {"ResidualDegreesOfFreedom": dof}),
+        "SoftwareName": "connscale",
+        "SoftwareVersion": __version__,
+    }
+    relmat = {
+        "Measure": "Pearson correlation",
+        "MeasureDescription": "Pearson correlation of the denoised mean time series of each "
+        "pair of atlas regions (no shrinkage)",
+        "Weighted": True,
+        "Directed": False,
+        "ValidDiagonal": True,
+        "StorageFormat": "Full",
+        "NonNegative": False,
+        "NodeNames": list(names),
+        "Code": f"connscale {__version__}",
+        **common,
+    }
+    timeseries = {
+        "SamplingFrequency": 1.0 / run.t_r,
+        "Columns": list(names),
+        "KeptVolumes": kept.tolist(),
+        **common,
+    }
+    return relmat, timeseries
+
+
+def set_prefix(entities: dict, extra: dict) -> str:
+    """A set's name: its outputs' common entities (its lock, staging folder and manifest)."""
+    return bids_prefix({**entities, **extra})
+
+
+def constant_message(run: BoldRun, what: str, listed: str, n_constant: int, n_total: int) -> str:
+    """The run's one warning about its constant series."""
+    return (
+        f"{n_constant} of {n_total} {what} of {run.bold.name} are constant over time or have "
+        f"no variance left after cleaning ({listed}): their correlations are NaN."
+    )
+
+
+def constant_columns(series: np.ndarray) -> np.ndarray:
+    """Which columns of cleaned series are constant (cleaning makes such a series
+    exactly constant, see :mod:`connscale.denoise`)."""
+    return np.ptp(series, axis=0) == 0 if series.shape[0] else np.zeros(series.shape[1], bool)
+
+
+def note_constant_voxels(run: BoldRun, voxels: np.ndarray, context: dict) -> np.ndarray:
+    """Which cleaned voxel series are constant; the run's warning names how many."""
+    constant = constant_columns(voxels)
+    if constant.any():
+        first = np.flatnonzero(constant)[:5].tolist()
+        context["warnings"].append(
+            constant_message(
+                run,
+                "voxels of the mask",
+                f"the first in voxels/ijk order: {first}",
+                int(constant.sum()),
+                constant.size,
+            )
+        )
+    return constant
+
+
+def failure_reason(exc: BaseException) -> str:
+    """``Type: message`` of a failure, on one line (for the errors table)."""
+    return f"{type(exc).__name__}: {exc}".replace("\t", " ").replace("\n", " ")
