@@ -21,6 +21,7 @@ from connscale._compute.memory import (
     limit_error,
     memory_budget,
     parse_memory,
+    planner_for,
 )
 from connscale._compute.transfer import DeviceToHost, HostToDevice, PinnedBufferPool
 from connscale._validation import resolve_dtype
@@ -41,6 +42,7 @@ __all__ = [
     "limit_error",
     "memory_budget",
     "parse_memory",
+    "planner_for",
     "resolve_device",
     "resolve_dtype",
     "synchronize",

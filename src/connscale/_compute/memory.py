@@ -356,3 +356,34 @@ class MemoryPlanner:
             host_bytes=int(self.host_bytes),
             **fields,
         )
+
+
+def planner_for(device, memory_limit=None, *, hint: str = "Raise memory_limit.") -> MemoryPlanner:
+    """Return the one :class:`MemoryPlanner` of a call.
+
+    A caller that counts a whole task against one budget (a cohort scan, a
+    BIDS run) passes its planner down as ``memory_limit``; the call then
+    counts what it allocates into that planner. Any other ``memory_limit``
+    (bytes, a string such as ``'4GB'``, or None) gives the call a planner of
+    its own, built here once.
+
+    Parameters
+    ----------
+    device : torch.device
+        The device the call computes on.
+    memory_limit : MemoryPlanner, int, str or None, default=None
+        The caller's planner, or the user's limit.
+    hint : str, default="Raise memory_limit."
+        What to do when something does not fit (for messages of a new planner).
+
+    Returns
+    -------
+    MemoryPlanner
+    """
+    if isinstance(memory_limit, MemoryPlanner):
+        if memory_limit.device != device:
+            raise ValueError(
+                f"The memory planner counts {memory_limit.device}; this call computes on {device}."
+            )
+        return memory_limit
+    return MemoryPlanner(device, memory_limit, hint=hint)
