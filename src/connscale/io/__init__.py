@@ -1,5 +1,7 @@
-"""Reading inputs and writing results: every file format connscale knows has
-its writer and its reader here, and nowhere else. Writes are atomic.
+"""Reading inputs and writing results.
+
+Every file format connscale knows has its writer and its reader here, and
+nowhere else. Writes are atomic.
 
 - :mod:`~connscale.io.timeseries`: region/voxel time-series tables;
   :mod:`~connscale.io.nifti`: NIfTI through nilearn's maskers, gzipped NIfTI;

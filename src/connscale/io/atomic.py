@@ -1,6 +1,6 @@
-"""Atomic writes: a temporary file in the target's folder, flushed to disk,
-then a rename, so a crash or a full disk never leaves a half-written file
-that looks complete.
+"""Atomic writes: a temporary file in the target's folder, flushed to disk, then a rename.
+
+A crash or a full disk never leaves a half-written file that looks complete.
 
 Temporaries are created with ``O_CREAT | O_EXCL | O_NOFOLLOW`` (through
 :func:`tempfile.mkstemp`), never opened through a symbolic link; a result's
@@ -157,7 +157,7 @@ def open_new(path: str | os.PathLike, mode: str = "wb") -> IO:
 
 
 def _umask() -> int:
-    """The process umask, read without changing it where Linux allows."""
+    """Return the process umask, read without changing it where Linux allows."""
     try:
         with open("/proc/self/status") as fh:
             for line in fh:

@@ -59,7 +59,7 @@ def _config() -> dict:
 
 
 def _entity_keys() -> dict:
-    """pybids entity names -> BIDS keys, in the order of the configuration."""
+    """Return pybids entity names -> BIDS keys, in the order of the configuration."""
     keys = {}
     for entity in _config()["entities"]:
         match = re.search(r"([a-z]+)-\(", entity["pattern"])
@@ -81,7 +81,7 @@ _LABEL = re.compile(r"^[A-Za-z0-9+]+$")
 
 
 def _choices(placeholder: str) -> list[str]:
-    """The values a path pattern allows for ``{placeholder<a|b|...>}``."""
+    """Return the values a path pattern allows for ``{placeholder<a|b|...>}``."""
     pattern = _config()["default_path_patterns"][0]
     return re.search(r"\{" + placeholder + r"<([^>]+)>", pattern).group(1).split("|")
 
@@ -104,8 +104,10 @@ _STRATEGY_DESC = {"ica_aroma": "icaaroma"}
 
 
 def strategy_desc(strategy: str) -> str:
-    """The ``desc-`` label of a denoising strategy (``ica_aroma`` gives
-    ``icaaroma``, giga-connectome's name; the others are their own label).
+    """Return the ``desc-`` label of a denoising strategy.
+
+    ``ica_aroma`` gives ``icaaroma``, giga-connectome's name; the others are their
+    own label.
 
     Examples
     --------
@@ -116,8 +118,10 @@ def strategy_desc(strategy: str) -> str:
 
 
 def _build(entities: Mapping[str, object], suffix: str, extension: str, **extra) -> str:
-    """The path of an output relative to its dataset root, by pybids' ``build_path``
-    with the patterns of :data:`CONFIG_PATH`."""
+    """Return the path of an output relative to its dataset root.
+
+    It is built by pybids' ``build_path`` with the patterns of :data:`CONFIG_PATH`.
+    """
     from bids.layout.writing import build_path
 
     unknown = sorted(set(entities) - set(ENTITY_ORDER))
@@ -172,8 +176,10 @@ def bids_name(
 
 
 def bids_prefix(entities: Mapping[str, object], *, require_subject: bool = True) -> str:
-    """The entities part of a name (``sub-01_task-rest_desc-simple``): the name of
-    an output set (its lock, staging folder and manifest)."""
+    """Return the entities part of a name (``sub-01_task-rest_desc-simple``).
+
+    It is the name of an output set (its lock, staging folder and manifest).
+    """
     return bids_name(
         entities, suffix="relmat", extension=".tsv", require_subject=require_subject
     ).removesuffix("_relmat.tsv")
@@ -184,7 +190,7 @@ _DERIVED = ("meas", "stat", "desc")
 
 
 def source_entities(path: str | os.PathLike, *, subject: str | None = None) -> dict:
-    """The entities of an input's BIDS name that an output of it keeps.
+    """Return the entities of an input's BIDS name that an output of it keeps.
 
     Everything but ``meas``, ``stat`` and ``desc`` is kept; ``desc`` is kept
     from a ``_timeseries`` input only (there it names the denoising strategy;
@@ -221,10 +227,13 @@ def source_entities(path: str | os.PathLike, *, subject: str | None = None) -> d
 
 
 def seg_label(atlas: str | os.PathLike) -> str:
-    """The ``seg-`` label of an atlas file: its BIDS ``atlas-`` value when it has
-    one (``tpl-MNI_atlas-Schaefer2018_desc-100Parcels_dseg.nii.gz`` gives
+    """Return the ``seg-`` label of an atlas file.
+
+    It is its BIDS ``atlas-`` value when it has one
+    (``tpl-MNI_atlas-Schaefer2018_desc-100Parcels_dseg.nii.gz`` gives
     ``Schaefer2018``), else the letters and digits of its stem
-    (``Schaefer_100.nii.gz`` gives ``Schaefer100``)."""
+    (``Schaefer_100.nii.gz`` gives ``Schaefer100``).
+    """
     match = re.search(r"(?:^|_)atlas-([A-Za-z0-9+]+)(?:_|\.|$)", Path(atlas).name)
     label = match.group(1) if match else None
     if label is None:
@@ -238,8 +247,10 @@ def seg_label(atlas: str | os.PathLike) -> str:
 
 
 def dataset_relative(path: str | os.PathLike, root: str | os.PathLike) -> str:
-    """``path`` relative to the dataset root ``root`` (``'../fmriprep'``), as a
-    BIDS sidecar or ``DatasetLinks`` gives a file outside the dataset."""
+    """Return ``path`` relative to the dataset root ``root`` (``'../fmriprep'``).
+
+    This is how a BIDS sidecar or ``DatasetLinks`` gives a file outside the dataset.
+    """
     return Path(os.path.relpath(Path(path).resolve(), Path(root).resolve())).as_posix()
 
 
@@ -298,7 +309,7 @@ def parse_bids_name(path: str | os.PathLike) -> dict:
 
 
 def from_pybids(entities: Mapping[str, object]) -> dict:
-    """pybids entities (``subject``, ``session``, ``run``...) as BIDS keys.
+    """Return pybids entities (``subject``, ``session``, ``run``...) as BIDS keys.
 
     Entities pybids adds that are not in a name (``datatype``, ``suffix``,
     ``extension``) are dropped; a run keeps its zero padding.
@@ -307,7 +318,7 @@ def from_pybids(entities: Mapping[str, object]) -> dict:
 
 
 def pybids_config() -> dict:
-    """A pybids configuration adding ``meas`` and ``stat`` (pybids knows the rest).
+    """Return a pybids configuration adding ``meas`` and ``stat`` (pybids knows the rest).
 
     Use it with ``config=['bids', 'derivatives', pybids_config()]`` in
     ``BIDSLayout`` or ``bids.layout.parse_file_entities``; connscale's own

@@ -57,7 +57,7 @@ KINDS = ("triu", "sparse", "lowrank", "factor")
 
 
 def partial_path(path: str | os.PathLike) -> Path:
-    """The hidden file an HDF5 result is built in before its final rename."""
+    """Return the hidden file an HDF5 result is built in before its final rename."""
     path = Path(path)
     return path.with_name(f".{path.name}.partial")
 
@@ -184,8 +184,11 @@ class HDF5Backend:
         return dataset
 
     def _unflag_broken_sparse_windows(self) -> None:
-        """A killed run may leave a sparse window flagged done whose group is
-        unreadable; such windows are recomputed."""
+        """Clear the ``done`` flag of sparse windows whose group is unreadable.
+
+        A killed run may leave a sparse window flagged done whose group is unreadable;
+        such windows are recomputed.
+        """
         done = self.done
         group = self.file["sparse"]
         for index in np.flatnonzero(done):
@@ -205,21 +208,26 @@ class HDF5Backend:
 
     @property
     def done(self) -> np.ndarray:
+        """Whether each window is written, ndarray of shape (n_windows,), bool."""
         return self.file["done"][...]
 
     @property
     def constant(self) -> np.ndarray:
+        """The series constant in each window, ndarray of shape (n_windows, n_series), bool."""
         return self.file["constant"][...]
 
     @property
     def mae(self) -> np.ndarray:
+        """Each window's mean absolute error, ndarray of shape (n_windows,) (NaN: not computed)."""
         return self.file["mae"][...]
 
     @property
     def nbytes(self) -> np.ndarray:
+        """The bytes stored for each window, ndarray of shape (n_windows,), int64."""
         return self.file["nbytes"][...]
 
     def matches(self, meta: dict, fingerprint: str) -> bool:
+        """Return whether the file holds the run of parameters ``meta`` on input ``fingerprint``."""
         attrs = self.file.attrs
         return (
             attrs.get("parameters") == json.dumps(meta, sort_keys=True)
@@ -227,8 +235,10 @@ class HDF5Backend:
         )
 
     def write(self, index: int, arrays: dict) -> None:
-        """Write window ``index`` (its stored arrays, ``constant`` and ``mae``);
-        flag it done only once its data are flushed."""
+        """Write window ``index``: its stored arrays, ``constant`` and ``mae``.
+
+        The window is flagged done only once its data are flushed.
+        """
         payload = dict(arrays)
         constant, mae = payload.pop("constant"), payload.pop("mae")
         fh = self.file
@@ -274,6 +284,14 @@ class HDF5Backend:
         close_h5(self.file, self.path)
 
     def read(self, index: int):
+        """Read window ``index`` as stored.
+
+        Returns
+        -------
+        tuple of ndarray or dict of str to ndarray
+            ``(data, indices, indptr)`` (CSR of the upper triangle) for a sparse file,
+            else the window's arrays by name (``triu``; ``q`` and ``b``; ``factor``).
+        """
         fh = self.file
         if self.kind == "sparse":
             window = fh["sparse"][str(index)]
@@ -341,12 +359,12 @@ def open_dfc(path: str | os.PathLike) -> tuple[HDF5Backend, dict]:
 
 
 def is_dfc_store(attrs) -> bool:
-    """True when HDF5 root attributes ``attrs`` are those of a ``_dfc.h5`` store."""
+    """Return whether HDF5 root attributes ``attrs`` are those of a ``_dfc.h5`` store."""
     return attrs.get("format") in (FORMAT, FORMAT.encode())
 
 
 def read_dfc_info(path: str | os.PathLike) -> dict:
-    """What a ``_dfc.h5`` store says about itself, without reading its windows.
+    """Read what a ``_dfc.h5`` store says about itself, without reading its windows.
 
     Returns
     -------

@@ -52,7 +52,7 @@ def is_feature_table(path: str | os.PathLike) -> bool:
 
 
 def read_feature_table(path: str | os.PathLike) -> tuple[list[str], np.ndarray, list[str]]:
-    """A table of :func:`write_feature_table` back.
+    """Read a table of :func:`write_feature_table` back.
 
     Returns
     -------

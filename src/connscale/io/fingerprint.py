@@ -72,7 +72,7 @@ def array_fingerprint(array: np.ndarray) -> str:
 def run_fingerprint(
     inputs: Iterable[str | os.PathLike | dict | np.ndarray], parameters: Mapping
 ) -> dict:
-    """The fingerprint of a run: its inputs, parameters and connscale version.
+    """Return the fingerprint of a run: its inputs, parameters and connscale version.
 
     Parameters
     ----------

@@ -299,7 +299,7 @@ def load_relmat(
 
 
 def _load_relmat_tsv(path: Path) -> tuple[np.ndarray, dict]:
-    """A relmat TSV as :func:`load_relmat` returns a dense store."""
+    """Load a relmat TSV as :func:`load_relmat` returns a dense store."""
     from connscale.io.relmat import read_relmat_tsv
 
     matrix, labels = read_relmat_tsv(path)
@@ -307,7 +307,7 @@ def _load_relmat_tsv(path: Path) -> tuple[np.ndarray, dict]:
 
 
 def _decoded(value: object) -> object:
-    """An HDF5 attribute with bytes (or arrays of bytes) decoded to str."""
+    """Return an HDF5 attribute with bytes (or arrays of bytes) decoded to str."""
     if isinstance(value, bytes):
         return value.decode()
     if isinstance(value, np.ndarray) and value.dtype.kind in "OS":

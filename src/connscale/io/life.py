@@ -1,6 +1,8 @@
-"""LiFE's files: streamline weights and the λ-sweep table (the pruned
-tractogram is :func:`connscale.io.streamlines.save_streamlines`, the RMSE map
-:func:`connscale.io.nifti.save_nifti_gz`, the connectome a relmat)."""
+"""LiFE's files: streamline weights and the λ-sweep table.
+
+The pruned tractogram is :func:`connscale.io.streamlines.save_streamlines`,
+the RMSE map :func:`connscale.io.nifti.save_nifti_gz`, the connectome a relmat.
+"""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ _SWEEP_COLUMNS = (
 
 
 def write_lambda_sweep(path: str | os.PathLike, rows: Iterable[Mapping]) -> Path:
-    """The rows of :func:`connscale.life.lambda_sweep` as a TSV, atomically."""
+    """Write the rows of :func:`connscale.life.lambda_sweep` as a TSV, atomically."""
     lines = ["\t".join(_SWEEP_COLUMNS)]
     lines += [
         f"{r['lam']:.9g}\t{r['weight_sum']:.9g}\t{r['n_nonzero']}\t"

@@ -26,7 +26,7 @@ class OutputLockedError(RuntimeError):
 
 
 def lock_path(target: str | os.PathLike) -> Path:
-    """The hidden lock file of ``target``: ``<folder>/.<name>.lock``."""
+    """Return the hidden lock file of ``target``: ``<folder>/.<name>.lock``."""
     target = Path(target)
     return target.parent / f".{target.name}.lock"
 
@@ -145,6 +145,7 @@ class OutputLock:
 
     @property
     def held(self) -> bool:
+        """Whether this object holds the lock now."""
         return self._fd is not None
 
     def __enter__(self) -> OutputLock:
@@ -155,7 +156,7 @@ class OutputLock:
 
 
 def is_locked(target: str | os.PathLike) -> bool:
-    """True when a live process holds the lock of ``target``."""
+    """Return whether a live process holds the lock of ``target``."""
     path = lock_path(target)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))

@@ -1,6 +1,7 @@
-"""Maps as NIfTI images named after BIDS derivatives (XCP-D's
-``<source>_stat-<stat>_boldmap.nii.gz``), with JSON sidecars, written
-atomically."""
+"""Maps as NIfTI images named after BIDS derivatives, with JSON sidecars, written atomically.
+
+The names follow XCP-D's ``<source>_stat-<stat>_boldmap.nii.gz``.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def threshold_label(value: float, prefix: str = "r") -> str:
-    """A BIDS label for a threshold: 0.25 gives 'r025', 0.5 'r05', 0.01 'r001'."""
+    """Return a BIDS label for a threshold: 0.25 gives 'r025', 0.5 'r05', 0.01 'r001'."""
     text = f"{value:.6g}".replace("-", "neg").replace(".", "")
     return re.sub(r"[^A-Za-z0-9]", "", prefix + text)
 
@@ -70,7 +71,7 @@ def map_sidecar(
     source: str | os.PathLike | None = None,
     **parameters,
 ) -> dict:
-    """The JSON sidecar of a map (keys after ECOSYSTEM.md's relmat sidecars)."""
+    """Return the JSON sidecar of a map (keys after ECOSYSTEM.md's relmat sidecars)."""
     return {
         "Measure": measure,
         "MeasureDescription": description,

@@ -24,7 +24,7 @@ NIFTI_SUFFIXES = (".nii", ".nii.gz")
 
 
 def is_nifti(path: str | os.PathLike) -> bool:
-    """True when ``path`` names a NIfTI file (``.nii`` or ``.nii.gz``)."""
+    """Return whether ``path`` names a NIfTI file (``.nii`` or ``.nii.gz``)."""
     name = str(path).lower()
     return name.endswith(NIFTI_SUFFIXES)
 
@@ -47,8 +47,11 @@ def load_image(img: str | os.PathLike | SpatialImage, *, name: str = "image") ->
 
 
 def read_data(image: SpatialImage, *, name: str = "image") -> np.ndarray:
-    """The voxel array of a loaded image, with a one-line error when the file is
-    truncated or corrupt (nibabel reads lazily, so this is where it shows)."""
+    """Read the voxel array of a loaded image.
+
+    The error is one line when the file is truncated or corrupt (nibabel reads lazily,
+    so this is where it shows).
+    """
     import zlib
 
     try:
@@ -170,7 +173,7 @@ def load_masked(
 def _load_volume_on(
     image: SpatialImage, volume: str | os.PathLike | SpatialImage, *, name: str, kind: str
 ) -> tuple[SpatialImage, np.ndarray]:
-    """A 3-D mask or atlas on ``image``'s grid, and its values (clear errors otherwise)."""
+    """Load a 3-D mask or atlas on ``image``'s grid, and its values (clear errors otherwise)."""
     volume_img = load_image(volume, name=name)
     if volume_img.ndim != 3:
         raise ValueError(f"The {name} must be a 3-D {kind}; got shape {volume_img.shape}.")
@@ -200,8 +203,10 @@ def _check_labels(labels: np.ndarray) -> None:
 
 
 def _check_finite_inside(data: np.ndarray, inside: np.ndarray, where: str) -> None:
-    """Raise when a voxel inside the mask has a NaN or infinite value in any
-    volume. Reads the volumes in slabs, so the check needs little memory."""
+    """Raise when a voxel inside the mask has a NaN or infinite value in any volume.
+
+    Reads the volumes in slabs, so the check needs little memory.
+    """
     if data.dtype.kind not in "fc":
         return  # integer data cannot hold NaN or inf
     n_inside = int(inside.sum())
@@ -219,8 +224,10 @@ def _check_finite_inside(data: np.ndarray, inside: np.ndarray, where: str) -> No
 
 
 def _no_standardize() -> bool | None:
-    """nilearn's spelling of 'no standardisation': None from 0.14 (where the
-    boolean False is deprecated), False before."""
+    """Return nilearn's spelling of 'no standardisation'.
+
+    None from 0.14 (where the boolean False is deprecated), False before.
+    """
     import nilearn
 
     major, minor = (int(part) for part in nilearn.__version__.split(".")[:2])

@@ -1,5 +1,7 @@
-"""Region-pair DFC outputs: the ``_pairs.h5`` store, its NPY + TSV variant,
-the pair-summary TSV and the cohort's pair-feature table.
+"""Region-pair DFC outputs.
+
+The ``_pairs.h5`` store, its NPY + TSV variant, the pair-summary TSV and the
+cohort's pair-feature table.
 
 ``connscale pairs`` names them as BIDS derivatives, per input in
 ``sub-<s>/[ses-<t>/]func/`` (``<source>`` its entities, see
@@ -227,7 +229,7 @@ def write_pairs_npy(
     window_onsets: np.ndarray,
     window_length: int,
 ) -> None:
-    """The NPY + TSV variant of a ``_pairs.h5`` store, each file atomically.
+    """Write the NPY + TSV variant of a ``_pairs.h5`` store, each file atomically.
 
     ``courses_path`` gets the (n_pairs, n_windows) courses (``.npy``),
     ``windows_path`` the windows (``window``, ``onset``, ``end``). The pairs
@@ -270,13 +272,16 @@ def write_pair_summary(
 def write_pair_features(
     path: str | os.PathLike, *, scans: Sequence[str], features: np.ndarray, names: Sequence[str]
 ) -> Path:
-    """The feature table of many scans: column ``scan``, then one column per feature."""
+    """Write the feature table of many scans: column ``scan``, then one column per feature."""
     rows = [[scan] + [_fmt(v) for v in row] for scan, row in zip(scans, features)]
     return write_text_atomic(path, _tsv(rows, ["scan", *names]))
 
 
 def is_pair_summary(path: str | os.PathLike) -> bool:
-    """True when ``path`` is a TSV whose header names ``i``, ``j``, ``label_i``, ``label_j``."""
+    """Return whether ``path`` is a pair-summary TSV.
+
+    That is, a TSV whose header names ``i``, ``j``, ``label_i`` and ``label_j``.
+    """
     path = Path(path)
     if not path.name.lower().endswith(".tsv"):
         return False

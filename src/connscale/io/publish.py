@@ -180,7 +180,7 @@ class OutputSet:
     Examples
     --------
     >>> outputs = OutputSet(out, "sub-01_fc", command="fc", fingerprint=fp)  # doctest: +SKIP
-    >>> with outputs:
+    >>> with outputs:  # doctest: +SKIP
     ...     if outputs.complete():
     ...         return                              # same inputs and parameters: done
     ...     np.save(outputs.path("sub-01_matrix.npy"), matrix)
@@ -229,8 +229,10 @@ class OutputSet:
         self.lock.release()
 
     def _refuse_other_parameters(self) -> None:
-        """Raise FileExistsError when a published set of this prefix was made
-        with other parameters (and ``overwrite`` was not given)."""
+        """Raise FileExistsError when a published set of this prefix has other parameters.
+
+        Nothing is raised when ``overwrite`` was given.
+        """
         if self.overwrite or self.fingerprint is None:
             return
         try:
@@ -275,8 +277,11 @@ class OutputSet:
             (self.staging / name).unlink(missing_ok=True)
 
     def _refuse_foreign(self, names: list[str]) -> None:
-        """Raise FileExistsError when a name of the set is taken by a file that
-        no manifest of this prefix lists (nor an interrupted publication)."""
+        """Raise FileExistsError when a name of the set is taken by a foreign file.
+
+        A foreign file is one that no manifest of this prefix lists (nor an interrupted
+        publication).
+        """
         try:
             previous = set(read_manifest(self.out_dir, self.prefix, verify="none")["files"])
         except IncompleteOutputError:
@@ -302,7 +307,7 @@ class OutputSet:
         check_free_space(self.out_dir, nbytes, what=what)
 
     def complete(self) -> bool:
-        """True when a published set with the same fingerprint is already there."""
+        """Return whether a published set with the same fingerprint is already there."""
         try:
             manifest = read_manifest(self.out_dir, self.prefix)
         except IncompleteOutputError:

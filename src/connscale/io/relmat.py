@@ -67,7 +67,7 @@ def sidecar(
     dtype: npt.DTypeLike = "float32",
     nodes: str = "voxels",
 ) -> dict:
-    """The JSON sidecar of a relmat file."""
+    """Return the JSON sidecar of a relmat file."""
     description = "Pearson correlation of the time series of each pair of " + nodes
     if kind == "sparse":
         rule = "|r|" if absolute else "r"
@@ -96,7 +96,7 @@ def write_relmat_tsv(
     *,
     fmt: str = "%.7g",
 ) -> Path:
-    """A square matrix as TSV with a header row of node names, atomically.
+    """Write a square matrix as TSV with a header row of node names, atomically.
 
     ``fmt`` is the number format (``%.7g``, float32's precision, by default).
     """
@@ -110,8 +110,11 @@ def write_relmat_tsv(
 
 
 def read_relmat_npy(path: str | os.PathLike) -> np.ndarray:
-    """Read a connectivity matrix saved with ``numpy.save``: a square matrix or
-    the 1-D row-major strictly-upper triangle (no pickles)."""
+    """Read a connectivity matrix saved with ``numpy.save``.
+
+    The file holds a square matrix or the 1-D row-major strictly-upper triangle
+    (no pickles).
+    """
     try:
         return np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:

@@ -31,7 +31,7 @@ _ID_COLUMNS = ("subject", "source")
 def write_state_sequence(
     path: str | os.PathLike, *, starts: np.ndarray, states: np.ndarray, t_r: float | None = None
 ) -> Path:
-    """The state of each window of one run (``states`` counted from 0)."""
+    """Write the state of each window of one run (``states`` counted from 0)."""
     header = ["window", "onset"] + (["onset_s"] if t_r else []) + ["state"]
     lines = ["\t".join(header)]
     for i, (start, state) in enumerate(zip(starts, states)):
@@ -51,9 +51,12 @@ def write_state_features(
     digits: int = 6,
     id_column: str = "subject",
 ) -> Path:
-    """The state features of each subject (fractions, dwell times...), to ``digits``
-    significant digits; ``id_column`` names the first column, which names the rows
-    (``'source'`` in a run's table of the BIDS-App: ``subject`` is a BIDS entity)."""
+    """Write the state features of each subject (fractions, dwell times...).
+
+    Values are written to ``digits`` significant digits; ``id_column`` names the first
+    column, which names the rows (``'source'`` in a run's table of the BIDS-App:
+    ``subject`` is a BIDS entity).
+    """
     if id_column not in _ID_COLUMNS:
         raise ValueError(f"id_column must be one of {_ID_COLUMNS}; got {id_column!r}.")
     lines = ["\t".join([id_column, *names])]
@@ -63,8 +66,11 @@ def write_state_features(
 
 
 def read_state_sequence(path: str | os.PathLike) -> dict:
-    """A table of :func:`write_state_sequence` back: ``onset`` (int array),
-    ``onset_s`` (float array, or None without it) and ``states`` (counted from 0)."""
+    """Read a table of :func:`write_state_sequence` back.
+
+    Returns a dict of ``onset`` (int array), ``onset_s`` (float array, or None without
+    it) and ``states`` (counted from 0).
+    """
     columns, rows = _read_table(path)
     for needed in ("onset", "state"):
         if needed not in columns:
@@ -79,7 +85,7 @@ def read_state_sequence(path: str | os.PathLike) -> dict:
 
 
 def read_state_features(path: str | os.PathLike) -> tuple[list[str], np.ndarray, list[str]]:
-    """A table of :func:`write_state_features` back: subjects, X and feature names."""
+    """Read a table of :func:`write_state_features` back: subjects, X and feature names."""
     columns, rows = _read_table(path)
     if not columns or columns[0] not in _ID_COLUMNS:
         raise ValueError(

@@ -1,6 +1,7 @@
-"""Streamlines as one flat array of points plus offsets (as nibabel's
-``ArraySequence``), the reader that brings paths, nibabel tractograms and
-lists of arrays to that form, and the .trk/.tck writer.
+"""Streamlines as one flat array of points plus offsets, their reader and writer.
+
+The form is that of nibabel's ``ArraySequence``; the reader brings paths, nibabel
+tractograms and lists of arrays to it, and the writer makes .trk/.tck files.
 
 Only numpy here; nibabel is imported inside :func:`load_streamlines` and
 :func:`save_streamlines`.
@@ -58,7 +59,7 @@ class StreamlineArray:
         return np.diff(self.offsets)
 
     def subset(self, index: npt.ArrayLike) -> StreamlineArray:
-        """The streamlines at ``index`` (integer indices or a boolean mask)."""
+        """Return the streamlines at ``index`` (integer indices or a boolean mask)."""
         index = np.asarray(index)
         if index.dtype == bool:
             index = np.flatnonzero(index)
