@@ -129,6 +129,7 @@ class SerialEngine(Engine):
     name = "serial"
 
     def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+        """Run ``func(item)`` for every item in this process, in order (see :meth:`Engine.map`)."""
         # No retries and no worker to lose: a task that kills its process
         # kills this one.
         if check_errors(errors) == "raise":
@@ -142,15 +143,19 @@ class SerialEngine(Engine):
         return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
+        """Call ``loader(i)`` for ``i < n_blocks`` here and keep the blocks in a list."""
         return BlockSet(n_blocks, [loader(i) for i in range(n_blocks)])
 
     def map_blocks(self, blocks: BlockSet, func: Callable, *args) -> list:
+        """Return ``[func(block, *args) for block in blocks]``, in block order."""
         return [func(block, *args) for block in blocks.handle]
 
     def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
+        """Return ``sum(func(block, *args) for block in blocks)``, by :func:`tree_sum`."""
         return tree_sum([func(block, *args) for block in blocks.handle])
 
     def release(self, blocks: BlockSet) -> None:
+        """Drop the blocks' list."""
         blocks.handle = []
 
 

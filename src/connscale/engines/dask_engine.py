@@ -215,6 +215,12 @@ class DaskEngine(Engine):
         return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
+        """Have the workers call ``loader(i)`` for ``i < n_blocks`` and keep the blocks.
+
+        Each block is a future held on the worker that loaded it; a load that raised is
+        tried again ``retries`` times. When one still fails, the blocks are released and
+        its error is raised.
+        """
         n_blocks = check_int(n_blocks, "n_blocks", minimum=1)
         futures = self.client.map(loader, range(n_blocks), pure=False, retries=self.retries)
         self._distributed.wait(futures)
@@ -239,6 +245,10 @@ class DaskEngine(Engine):
         return futures, args_future
 
     def map_blocks(self, blocks: BlockSet, func: Callable, *args) -> list:
+        """Return ``[func(block, *args) for block in blocks]``, in block order.
+
+        ``args`` go to the workers once, as one future, released with the results' futures.
+        """
         futures, args_future = self._submit_blocks(blocks, func, args)
         try:
             return self.client.gather(futures)
@@ -248,6 +258,11 @@ class DaskEngine(Engine):
             args_future.release()
 
     def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
+        """Return ``sum(func(block, *args) for block in blocks)``, by tree reduction on the workers.
+
+        Values are added in pairs on the cluster until one is left; the intermediate
+        futures and ``args`` are released after it.
+        """
         futures, args_future = self._submit_blocks(blocks, func, args)
         level = futures
         made = list(futures)
@@ -270,11 +285,16 @@ class DaskEngine(Engine):
             args_future.release()
 
     def release(self, blocks: BlockSet) -> None:
+        """Release the blocks' futures."""
         for future in blocks.handle or []:
             future.release()
         blocks.handle = []
 
     def close(self) -> None:
+        """Close the client and the LocalCluster started here; restore Dask's settings.
+
+        A ``distributed.Client`` the caller passed is left open.
+        """
         if self._own_client and getattr(self, "client", None) is not None:
             self.client.close()
         if self._cluster is not None:

@@ -215,6 +215,12 @@ class LocalEngine(Engine):
         return outputs
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
+        """Have the partition workers call ``loader(i)`` for ``i < n_blocks`` and keep the blocks.
+
+        Block ``i`` lives in partition ``i % n_partitions`` (one long-lived worker process
+        each). A partition whose loading failed is loaded again, at most ``retries`` times;
+        a dead worker is replaced first.
+        """
         n_blocks = check_int(n_blocks, "n_blocks", minimum=1)
         token = next(_TOKENS)
         n_part = self._n_partitions(n_blocks)
@@ -252,12 +258,24 @@ class LocalEngine(Engine):
         return ordered
 
     def map_blocks(self, blocks: BlockSet, func: Callable, *args) -> list:
+        """Return ``[func(block, *args) for block in blocks]``, in block order.
+
+        Each partition worker applies ``func`` to its own blocks; a partition that failed
+        is run again, at most ``retries`` times (when its worker died, the worker is
+        replaced and its blocks loaded again first).
+        """
         return self._block_results(blocks, func, args)
 
     def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
+        """Return ``sum(func(block, *args) for block in blocks)``, by tree reduction.
+
+        The values are computed as in :meth:`map_blocks` and summed here by
+        :func:`~connscale.engines.base.tree_sum`.
+        """
         return tree_sum(self._block_results(blocks, func, args))
 
     def release(self, blocks: BlockSet) -> None:
+        """Drop the blocks from the partition workers (nothing when already released)."""
         token = blocks.handle
         if self._loaders.pop(token, None) is None:
             return
@@ -269,6 +287,7 @@ class LocalEngine(Engine):
                     pass
 
     def close(self) -> None:
+        """Shut down the task and partition worker processes, waiting for them."""
         for s, executor in enumerate(self._slots):
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)

@@ -74,7 +74,7 @@ _WORKER_DIED = "Python worker exited unexpectedly"
 
 
 def _failure(error: BaseException, retries: int) -> TaskFailure:
-    """A one-line :class:`TaskFailure` from a failed job's error."""
+    """Return a one-line :class:`TaskFailure` from a failed job's error."""
     text = str(error)
     match = re.search(r"failed (\d+) times", text)
     attempts = int(match.group(1)) if match else retries + 1
@@ -218,6 +218,11 @@ class SparkEngine(Engine):
         return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
+        """Have the executors call ``loader(i)`` for ``i < n_blocks`` and keep the blocks.
+
+        The blocks are a cached RDD of ``n_blocks`` partitions (one block each), loaded
+        now rather than on first use.
+        """
         n_blocks = check_int(n_blocks, "n_blocks", minimum=1)
         rdd = self.sc.parallelize(range(n_blocks), n_blocks).map(loader).cache()
         rdd.count()
@@ -229,6 +234,10 @@ class SparkEngine(Engine):
         return blocks.handle
 
     def map_blocks(self, blocks: BlockSet, func: Callable, *args) -> list:
+        """Return ``[func(block, *args) for block in blocks]``, in block order.
+
+        ``args`` are broadcast once and unpersisted after the call.
+        """
         rdd = self._check(blocks)
         bc = self.sc.broadcast(args)
         try:
@@ -237,6 +246,11 @@ class SparkEngine(Engine):
             bc.unpersist()
 
     def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
+        """Return ``sum(func(block, *args) for block in blocks)``, by tree reduction.
+
+        Values are added in pairs on the executors (``reduceByKey``) until a few are left,
+        then summed on the driver by :func:`~connscale.engines.base.tree_sum`.
+        """
         rdd = self._check(blocks)
         bc = self.sc.broadcast(args)
         try:
@@ -256,11 +270,13 @@ class SparkEngine(Engine):
             bc.unpersist()
 
     def release(self, blocks: BlockSet) -> None:
+        """Unpersist the blocks' RDD."""
         if blocks.handle is not None:
             blocks.handle.unpersist()
             blocks.handle = None
 
     def close(self) -> None:
+        """Stop the SparkContext started here (a context the caller passed keeps running)."""
         if self._own and self.sc is not None:
             self.sc.stop()
         self.sc = None
