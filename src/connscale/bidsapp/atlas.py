@@ -74,8 +74,9 @@ def read_atlas_labels(path) -> dict[int, str]:
 
 
 def atlas_space(path: str | os.PathLike) -> str | None:
-    """The space of an atlas file from its name: its ``space-`` entity, else its ``tpl-``
-    one (TemplateFlow), else None.
+    """Return the space of an atlas file from its name.
+
+    The space is its ``space-`` entity, else its ``tpl-`` one (TemplateFlow), else None.
 
     Examples
     --------
@@ -94,7 +95,7 @@ def atlas_space(path: str | os.PathLike) -> str | None:
 
 
 def run_space(run: BoldRun) -> str:
-    """The space of a run's BOLD: its ``space-`` entity, else :data:`NATIVE`."""
+    """Return the space of a run's BOLD: its ``space-`` entity, else :data:`NATIVE`."""
     return run.entities.get("space", NATIVE)
 
 
@@ -170,7 +171,7 @@ def check_atlas(
 
 
 def refuse_other_spaces(runs: list[BoldRun], space: str) -> list[BoldRun]:
-    """The runs, those whose space is not ``space`` given a problem naming both spaces."""
+    """Return the runs, those whose space is not ``space`` given a problem naming both spaces."""
     refused = []
     for run in runs:
         if run_space(run) != space:
@@ -193,7 +194,7 @@ def _grid(shape: tuple, affine: np.ndarray) -> dict:
 
 
 def atlas_on_grid(atlas_path: str | os.PathLike, bold_img) -> tuple[np.ndarray, dict]:
-    """The atlas labels on the BOLD's grid (read-only), and how they got there.
+    """Return the atlas labels on the BOLD's grid (read-only), and how they got there.
 
     Returns
     -------
@@ -218,9 +219,11 @@ def atlas_on_grid(atlas_path: str | os.PathLike, bold_img) -> tuple[np.ndarray, 
 def _atlas_for_grid(
     atlas_path: str, mtime_ns: int, shape: tuple, affine: bytes
 ) -> tuple[np.ndarray, dict]:
-    """The atlas read (and resampled when the grids differ) once per grid: the runs of a
-    cohort share one or a few grids, so a task reads and resamples it once, not per run
-    (four grids at most are kept; a changed file is read again)."""
+    """Read the atlas (and resample it when the grids differ) once per grid.
+
+    The runs of a cohort share one or a few grids, so a task reads and resamples it once,
+    not per run (four grids at most are kept; a changed file is read again).
+    """
     import nibabel as nib
     from nilearn.image import resample_to_img
 

@@ -1,6 +1,8 @@
-"""A run made ready for its measures: its cleaning operator built and checked
-(degrees of freedom, a BOLD that varies), its BOLD and confounds read and its
-region series cleaned - or the reason the data cannot support it."""
+"""A run made ready for its measures, or the reason the data cannot support it.
+
+Its cleaning operator is built and checked (degrees of freedom, a BOLD that
+varies), its BOLD and confounds read and its region series cleaned.
+"""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def _truncated(path: Path, got: int, expected: int) -> ValueError:
 
 
 def read_nifti_data(img, path: str | os.PathLike, *, use_isal: bool | None = None) -> np.ndarray:
-    """The stored data array of a NIfTI file (raw dtype, unscaled, Fortran order).
+    """Read the stored data array of a NIfTI file (raw dtype, unscaled, Fortran order).
 
     Parameters
     ----------
@@ -138,7 +138,7 @@ def read_nifti_data(img, path: str | os.PathLike, *, use_isal: bool | None = Non
 
 
 def _volume_blocks(img, path: Path, use_isal: bool):
-    """The data as ``(first volume, (n_volumes, n_voxels_3d) raw array)`` blocks.
+    """Yield the data as ``(first volume, (n_volumes, n_voxels_3d) raw array)`` blocks.
 
     Each block's row ``t`` is one volume in the file's (Fortran) voxel order.
     With ISA-L, whole volumes are decompressed ~16 MB at a time into one
@@ -209,7 +209,7 @@ def read_masked_bold(
     voxels: bool = True,
     use_isal: bool | None = None,
 ) -> MaskedBold:
-    """A 4-D BOLD's in-mask voxel series and atlas region means, in one pass.
+    """Read a 4-D BOLD's in-mask voxel series and atlas region means, in one pass.
 
     Parameters
     ----------
@@ -291,7 +291,7 @@ def read_masked_bold(
 def load_masked_bold(
     path: str | os.PathLike, mask: np.ndarray, *, use_isal: bool | None = None
 ) -> tuple[object, np.ndarray]:
-    """A 4-D BOLD's in-mask voxel series as (T, V) float32, time along axis 0.
+    """Load a 4-D BOLD's in-mask voxel series as (T, V) float32, time along axis 0.
 
     Parameters
     ----------

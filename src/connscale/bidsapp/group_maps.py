@@ -126,7 +126,7 @@ def _run_maps(run: dict) -> dict:
 
 
 def _mask_path(output: Path, sidecar: Path) -> Path | None:
-    """The run's brain mask that the map's sidecar names, when the file is there."""
+    """Return the run's brain mask that the map's sidecar names, when the file is there."""
     uri = json.loads(sidecar.read_text()).get("Mask")
     if not isinstance(uri, str) or not uri.startswith("bids:"):
         return None
@@ -290,7 +290,7 @@ def _title(kind: tuple) -> str:
 
 
 def compute_maps(plan: MapsPlan, *, features: bool, overwrite: bool = False) -> GroupMaps:
-    """The cohort's mean maps, published in ``group/`` (or resumed).
+    """Compute the cohort's mean maps, published in ``group/`` (or resumed).
 
     Parameters
     ----------

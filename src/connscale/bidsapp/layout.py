@@ -85,7 +85,7 @@ class BoldRun:
 
 
 def load_layout(derivatives: str | os.PathLike, *, database_path=None):
-    """pybids ``BIDSLayout`` of a derivatives folder (not validated).
+    """Return the pybids ``BIDSLayout`` of a derivatives folder (not validated).
 
     ``database_path``: a folder where pybids keeps its index (rebuilt on
     every call, so it never describes an older tree).
@@ -153,8 +153,10 @@ def _entity_key(entities: dict, keys: tuple) -> tuple:
 
 
 def _by_entities(files, keys: tuple) -> dict[tuple, list]:
-    """Files grouped by their values of ``keys``: one query for every run, then a
-    lookup per run (a pybids query per run costs ~30 ms)."""
+    """Group files by their values of ``keys``.
+
+    One query for every run, then a lookup per run (a pybids query per run costs ~30 ms).
+    """
     index: dict[tuple, list] = {}
     for f in files:
         index.setdefault(_entity_key(f.get_entities(), keys), []).append(f)
@@ -162,7 +164,10 @@ def _by_entities(files, keys: tuple) -> dict[tuple, list]:
 
 
 def _repetition_time(meta: dict, bold: Path, t_r: float | None) -> tuple[float | None, str | None]:
-    """The run's TR in seconds, or why there is none (missing, not a number, not positive)."""
+    """Return the run's TR in seconds, or why there is none.
+
+    A TR is missing, not a number, or not positive.
+    """
     sidecar = bold.with_name(bold.name.split(".")[0] + ".json")
     sidecar = sidecar.name if sidecar.is_file() else f"the JSON sidecars of {bold.name}"
     if "RepetitionTime" not in meta:
@@ -178,8 +183,11 @@ def _repetition_time(meta: dict, bold: Path, t_r: float | None) -> tuple[float |
 
 
 def _unique_bolds(bolds: list) -> tuple[list, dict]:
-    """One BOLD per run: a run stored twice (``.nii`` and ``.nii.gz``) is kept once, with
-    the names of both files (``{path: problem}``)."""
+    """Keep one BOLD per run.
+
+    A run stored twice (``.nii`` and ``.nii.gz``) is kept once, with the names of both
+    files (``{path: problem}``).
+    """
     by_run: dict[tuple, list] = {}
     for bold in sorted(bolds, key=lambda f: f.path):
         ents = {k: v for k, v in bold.get_entities().items() if k != "extension"}
@@ -222,7 +230,7 @@ def find_runs(
     layout=None,
     work_dir=None,
 ) -> list[BoldRun]:
-    """The preprocessed runs of an fMRIPrep tree that match the filters.
+    """Find the preprocessed runs of an fMRIPrep tree that match the filters.
 
     Parameters
     ----------

@@ -1,5 +1,7 @@
-"""What the participant level writes beside each result: source URIs, set
-names, sidecars, and the one warning about constant series."""
+"""What the participant level writes beside each result.
+
+Source URIs, set names, sidecars, and the one warning about constant series.
+"""
 
 from __future__ import annotations
 
@@ -46,6 +48,34 @@ def sidecars(
     mean_fd: float | None,
     dof: dict | None = None,
 ) -> tuple[dict, dict]:
+    """Return the JSON sidecars of a run's connectivity matrix and of its region series.
+
+    Parameters
+    ----------
+    config : ParticipantConfig
+        The participant level's settings (atlas, denoising, output folder).
+    run : BoldRun
+        The run: its BOLD, mask and confounds become the ``Sources``.
+    names : sequence of str
+        The region names (``NodeNames``, ``Columns``).
+    confounds : pandas.DataFrame or None
+        The confounds regressed out (their columns are ``ConfoundRegressors``).
+    sample_mask : array-like of int or None
+        The volumes kept (None: all).
+    n_volumes : int
+        The number of volumes of the BOLD.
+    mean_fd : float or None
+        The run's mean framewise displacement.
+    dof : dict or None
+        The residual degrees of freedom (:func:`connscale.denoise.residual_dof`).
+
+    Returns
+    -------
+    relmat : dict
+        The sidecar of the ``_relmat.tsv``.
+    timeseries : dict
+        The sidecar of the ``_timeseries.tsv``.
+    """
     root = Path(config.derivatives)
     sources = [bids_uri(p, root) for p in (run.bold, run.mask, run.confounds) if p is not None]
     kept = np.arange(n_volumes) if sample_mask is None else np.asarray(sample_mask)
@@ -99,12 +129,12 @@ def sidecars(
 
 
 def set_prefix(entities: dict, extra: dict) -> str:
-    """A set's name: its outputs' common entities (its lock, staging folder and manifest)."""
+    """Return a set's name: its outputs' common entities (its lock, staging folder, manifest)."""
     return bids_prefix({**entities, **extra})
 
 
 def constant_message(run: BoldRun, what: str, listed: str, n_constant: int, n_total: int) -> str:
-    """The run's one warning about its constant series."""
+    """Return the run's one warning about its constant series."""
     return (
         f"{n_constant} of {n_total} {what} of {run.bold.name} are constant over time or have "
         f"no variance left after cleaning ({listed}): their correlations are NaN."
@@ -112,8 +142,10 @@ def constant_message(run: BoldRun, what: str, listed: str, n_constant: int, n_to
 
 
 def constant_columns(series: np.ndarray) -> np.ndarray:
-    """Which columns of cleaned series are constant (cleaning makes such a series
-    exactly constant, see :mod:`connscale.denoise`)."""
+    """Return which columns of cleaned series are constant.
+
+    Cleaning makes such a series exactly constant, see :mod:`connscale.denoise`.
+    """
     return np.ptp(series, axis=0) == 0 if series.shape[0] else np.zeros(series.shape[1], bool)
 
 
