@@ -1,0 +1,1 @@
+"""The ``connscale`` command line: one module per sub-command, dispatched by :mod:`.main`."""

@@ -49,8 +49,10 @@ def add_atlas_name_argument(parser) -> None:
 
 
 def check_input_arguments(args) -> None:
-    """--mask and --atlas go with a NIfTI INPUT, and INPUT is of a kind read
-    (told by its name: nothing is read here)."""
+    """Check that --mask and --atlas go with a NIfTI INPUT, and INPUT is of a kind read.
+
+    The kind is told by its name: nothing is read here.
+    """
     from connscale.io.nifti import is_nifti
 
     if is_nifti(args.input):
@@ -68,9 +70,11 @@ _NOT_AN_INPUT = (
 
 
 def output_entities(input_path, *, atlas=None, atlas_name: str | None = None) -> dict:
-    """The BIDS entities of the outputs made from ``input_path``: the source
-    entities of its name (:func:`connscale.io.bids.source_entities`) and
-    ``seg`` from ``atlas_name``, else from the ``atlas`` file's name."""
+    """Return the BIDS entities of the outputs made from ``input_path``.
+
+    These are the source entities of its name (:func:`connscale.io.bids.source_entities`)
+    and ``seg`` from ``atlas_name``, else from the ``atlas`` file's name.
+    """
     from connscale.io.bids import seg_label, source_entities
 
     entities = source_entities(input_path)
@@ -82,8 +86,10 @@ def output_entities(input_path, *, atlas=None, atlas_name: str | None = None) ->
 
 
 def bids_place(root: Path, entities: dict, *, suffix: str, extension: str) -> tuple[Path, str]:
-    """Folder (``<root>/sub-<s>/[ses-<t>/]func``) and file stem of the
-    BIDS-named output with ``entities``."""
+    """Return the folder and file stem of the BIDS-named output with ``entities``.
+
+    The folder is ``<root>/sub-<s>/[ses-<t>/]func``.
+    """
     from connscale.io.bids import bids_name, derivative_path
 
     folder = derivative_path(root, entities, suffix=suffix, extension=extension).parent
@@ -92,8 +98,10 @@ def bids_place(root: Path, entities: dict, *, suffix: str, extension: str) -> tu
 
 
 def output_place(args, *, suffix: str, extension: str) -> tuple[Path, str]:
-    """Folder and file stem of a command's BIDS-named output made from
-    ``args.input`` (its entities, ``seg-`` from the atlas, ``meas-PearsonCorrelation``)."""
+    """Return the folder and file stem of a command's BIDS-named output from ``args.input``.
+
+    The name holds its entities, ``seg-`` from the atlas, ``meas-PearsonCorrelation``.
+    """
     entities = {
         **output_entities(args.input, atlas=args.atlas, atlas_name=args.atlas_name),
         "meas": "PearsonCorrelation",

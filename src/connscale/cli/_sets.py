@@ -25,8 +25,11 @@ _NOT_PARAMETERS = ("func", "out", "verbose", "wait", "overwrite", "checkpoint_ev
 
 
 def command_fingerprint(args: argparse.Namespace, inputs: list) -> dict:
-    """The fingerprint of a command's run: its input files' contents and the
-    arguments that shape its result (input paths enter through their files)."""
+    """Return the fingerprint of a command's run.
+
+    It covers its input files' contents and the arguments that shape its result (input
+    paths enter through their files).
+    """
     paths = {Path(p) for p in inputs}
     parameters = {
         k: v
@@ -37,8 +40,10 @@ def command_fingerprint(args: argparse.Namespace, inputs: list) -> dict:
 
 
 def _published_files(outputs) -> set[str]:
-    """Names of the files of the set of this prefix published before (none
-    when there is no complete one)."""
+    """Return the names of the files of the set of this prefix published before.
+
+    The set is empty when there is no complete one.
+    """
     from connscale.io.publish import IncompleteOutputError, read_manifest
 
     try:
@@ -48,8 +53,9 @@ def _published_files(outputs) -> set[str]:
 
 
 def publish(outputs, record, prefix: str) -> Path:
-    """Write ``<prefix>_log.json`` into ``outputs``, publish the set, then
-    write ``report.html`` in the output folder.
+    """Write ``<prefix>_log.json`` into ``outputs``, publish the set, then ``report.html``.
+
+    ``report.html`` is written in the output folder.
 
     The files of a set it replaces (``--overwrite``) that it does not hold
     (a map or a state no longer asked for) are removed with the old set.

@@ -1,5 +1,7 @@
-"""Argument types of the ``connscale`` parsers: each checks the value the user
-typed, at parse time, before anything is imported or read.
+"""Argument types of the ``connscale`` parsers.
+
+Each checks the value the user typed, at parse time, before anything is
+imported or read.
 
 A bad value ends the command with argparse's one line, which names the flag,
 the value typed and what is allowed, e.g. ``connscale dfc: error: argument
@@ -33,7 +35,7 @@ def _bound(minimum, maximum, *, open_min: bool = False) -> str:
 
 
 def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], int]:
-    """A whole number in [minimum, maximum] (None: unbounded)."""
+    """Return the parser of a whole number in [minimum, maximum] (None: unbounded)."""
     allowed = " ".join(["a whole number", _bound(minimum, maximum)]).strip()
 
     def parse(text: str) -> int:
@@ -51,7 +53,7 @@ def integer(minimum: int | None = None, maximum: int | None = None) -> Callable[
 def number(
     minimum: float | None = None, maximum: float | None = None, *, open_min: bool = False
 ) -> Callable[[str], float]:
-    """A finite number in [minimum, maximum] (``open_min``: above minimum)."""
+    """Return the parser of a finite number in [minimum, maximum] (``open_min``: above minimum)."""
     allowed = " ".join(["a number", _bound(minimum, maximum, open_min=open_min)]).strip()
 
     def parse(text: str) -> float:
@@ -120,8 +122,11 @@ def sparsity(text: str) -> int | float:
 
 
 def _duration(minimum: int, what: str) -> Callable[[str], str]:
-    """Time points (a whole number >= minimum) or seconds ('44s', > 0); kept as
-    typed, converted once the repetition time is known."""
+    """Return the parser of a duration: time points (a whole number >= minimum) or seconds.
+
+    Seconds are written '44s' (> 0). The value is kept as typed, converted once the
+    repetition time is known.
+    """
     allowed = f"{what} in time points (a whole number >= {minimum}) or in seconds ('44s')"
 
     def parse(text: str) -> str:
@@ -149,8 +154,10 @@ window_length = integer(MIN_WINDOW_LENGTH)
 
 
 def n_jobs(text: str) -> int:
-    """A number of workers as scikit-learn's n_jobs: N > 0, or -1 for every
-    core, -2 for all but one, ... (0 is an error)."""
+    """Parse a number of workers as scikit-learn's n_jobs.
+
+    N > 0, or -1 for every core, -2 for all but one, ... (0 is an error).
+    """
     try:
         value = int(text)
         resolve_n_jobs(value)
@@ -170,7 +177,7 @@ def device(text: str) -> str:
 
 
 def memory(text: str) -> str:
-    """A size such as '8GB', '512MB' or '2GiB' (or bytes); kept as typed."""
+    """Check a size such as '8GB', '512MB' or '2GiB' (or bytes); keep it as typed."""
     try:
         parse_memory(text)
     except ValueError:
@@ -188,7 +195,7 @@ def gpus(text: str) -> str:
 
 
 def bids_label(text: str) -> str:
-    """A BIDS entity label (letters, digits or '+'), e.g. an atlas name."""
+    """Check a BIDS entity label (letters, digits or '+'), e.g. an atlas name."""
     from connscale.io.bids import is_label
 
     if not is_label(text):
@@ -197,7 +204,7 @@ def bids_label(text: str) -> str:
 
 
 def input_file(text: str) -> Path:
-    """An input file that exists (a folder or a missing path is refused)."""
+    """Check an input file that exists (a folder or a missing path is refused)."""
     path = Path(text)
     if not path.exists():
         raise _Error(f"no such file: {text!r}")
@@ -207,7 +214,7 @@ def input_file(text: str) -> Path:
 
 
 def input_folder(text: str) -> Path:
-    """An input folder that exists."""
+    """Check an input folder that exists."""
     path = Path(text)
     if not path.exists():
         raise _Error(f"no such folder: {text!r}")
@@ -217,7 +224,7 @@ def input_folder(text: str) -> Path:
 
 
 def output_folder(text: str) -> Path:
-    """An output folder: new, or an existing folder (never a file, nor under one)."""
+    """Check an output folder: new, or an existing folder (never a file, nor under one)."""
     path = Path(text)
     for place in (path, *path.parents):
         if place.exists():

@@ -1,5 +1,7 @@
-"""Window options shared by the commands that slide windows: length and step
-in time points or seconds, the repetition time, and the taper."""
+"""Window options shared by the commands that slide windows.
+
+Length and step in time points or seconds, the repetition time, and the taper.
+"""
 
 from __future__ import annotations
 
@@ -48,8 +50,10 @@ def add_window_arguments(parser, *, required: bool = True) -> None:
 
 
 def resolve_window(args, path) -> tuple[int, int, float | None]:
-    """(window, step) in time points and the repetition time used (or None);
-    dynamic_correlation checks them."""
+    """Return (window, step) in time points and the repetition time used (or None).
+
+    dynamic_correlation checks them.
+    """
     from connscale.fc.windows import repetition_time
 
     t_r = args.t_r if args.t_r is not None else repetition_time(path)

@@ -30,8 +30,10 @@ _COMMANDS = (
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose usage errors are one line on stderr (exit 2);
-    sub-command parsers inherit it."""
+    """An argument parser whose usage errors are one line on stderr (exit 2).
+
+    Sub-command parsers inherit it.
+    """
 
     subcommands: dict[str, argparse.ArgumentParser]  # set by build_parser
     checks: dict  # each command's check_arguments (or None), set by build_parser
@@ -42,7 +44,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of the ``connscale`` command."""
+    """Build the argument parser of the ``connscale`` command."""
     parser = _Parser(
         prog="connscale",
         description=(
@@ -98,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _message(exc: Exception, command: argparse.ArgumentParser) -> str:
-    """One line for an error: the API's parameter names as the command's
-    flags, and an OSError's file named."""
+    """Return one line for an error.
+
+    The API's parameter names become the command's flags, and an OSError's file is named.
+    """
     message = " ".join(str(exc).split()) or type(exc).__name__
     if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
         message = f"{exc.filename}: {exc.strerror}"
