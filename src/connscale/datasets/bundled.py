@@ -42,7 +42,7 @@ def nitime_roi_path() -> Path:
 
 
 def load_nitime_roi() -> tuple[np.ndarray, list[str]]:
-    """nitime's 250 × 31 ROI time series (TR 1.89 s).
+    """Load nitime's 250 × 31 ROI time series (TR 1.89 s).
 
     Returns
     -------
@@ -61,7 +61,7 @@ def nitime_fmri_path(run: int = 1) -> Path:
 
 
 def load_nitime_fmri(run: int = 1) -> SpatialImage:
-    """nitime's 4-D scan (10×10×18×40, TR 1.35 s) as a nibabel image."""
+    """Load nitime's 4-D scan (10×10×18×40, TR 1.35 s) as a nibabel image."""
     import nibabel as nib
 
     return nib.load(nitime_fmri_path(run))
@@ -73,14 +73,14 @@ def nibabel_functional_path() -> Path:
 
 
 def load_nibabel_functional() -> SpatialImage:
-    """nibabel's small 4-D test scan (17×21×3×20, TR 2 s)."""
+    """Load nibabel's small 4-D test scan (17×21×3×20, TR 2 s)."""
     import nibabel as nib
 
     return nib.load(nibabel_functional_path())
 
 
 def compute_brain_mask(img: str | os.PathLike | SpatialImage) -> Nifti1Image:
-    """A mask of a 4-D image's non-background voxels.
+    """Compute a mask of a 4-D image's non-background voxels.
 
     nilearn's ``compute_background_mask``: the bundled scans are crops of the
     brain, on which the EPI-intensity heuristic (``compute_epi_mask``) keeps

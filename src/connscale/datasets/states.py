@@ -45,10 +45,11 @@ class StateCohort:
 
     @property
     def n_states(self) -> int:
+        """The number of states."""
         return int(self.state_correlations.shape[0])
 
     def window_states(self, window_length: int, step: int = 1) -> list:
-        """The true state of every sliding window (the state at its centre).
+        """Return the true state of every sliding window (the state at its centre).
 
         Returns
         -------

@@ -25,7 +25,7 @@ class RunLog(Protocol):
     """A run's record that gives the content of its log (the command line's ``RunRecord``)."""
 
     def as_dict(self) -> dict:
-        """The record as written to ``<prefix>_log.json``."""
+        """Return the record as written to ``<prefix>_log.json``."""
 
 
 _MIME = {
@@ -83,7 +83,7 @@ def _fmt_number(value: float) -> str:
 
 
 def _to_plain(value: object) -> object:
-    """numpy scalars/arrays to Python objects, leaving the rest."""
+    """Convert numpy scalars/arrays to Python objects, leaving the rest."""
     if hasattr(value, "tolist") and not isinstance(value, (str, bytes)):
         try:
             return value.tolist()
@@ -252,7 +252,7 @@ def render_report(
     *,
     published_dir: str | os.PathLike | None = None,
 ) -> str:
-    """The HTML text of the report of ``record`` (see :func:`write_report`)."""
+    """Render the HTML text of the report of ``record`` (see :func:`write_report`)."""
     if hasattr(record, "as_dict"):
         record = record.as_dict()
     if not isinstance(record, dict):

@@ -684,8 +684,9 @@ def plot_weight_histogram(
 def plot_lambda_sweep(
     rows: Sequence[Mapping], out_path: str | os.PathLike, *, title: str | None = None
 ) -> Path:
-    """Weight sum, non-zero weights and cross-validated median RMSE against λ
-    (a ReAl-LiFE λ sweep).
+    """Plot weight sum, non-zero weights and cross-validated median RMSE against λ.
+
+    The rows are those of a ReAl-LiFE λ sweep.
 
     Parameters
     ----------
@@ -830,7 +831,7 @@ def plot_metric_comparison(
     chance: float | None = 0.5,
     title: str | None = None,
 ) -> Path:
-    """Grouped bars of cross-validated metrics with their 95% intervals.
+    """Plot grouped bars of cross-validated metrics with their 95% intervals.
 
     Parameters
     ----------
@@ -892,7 +893,7 @@ def plot_state_matrices(
     vmin: float | None = None,
     vmax: float | None = None,
 ) -> Path:
-    """The connectivity states side by side (DFC states).
+    """Plot the connectivity states side by side (DFC states).
 
     Parameters
     ----------
