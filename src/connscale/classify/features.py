@@ -120,12 +120,16 @@ class FeatureSet:
 
     @property
     def n_features(self) -> int:
+        """The number of features (columns of :attr:`X`)."""
         return int(self.X.shape[1])
 
     @property
     def feature_names(self) -> list:
-        """``"<label_i>--<label_j>"`` (prefixed by the statistic for DFC
-        summaries), or :attr:`names` when the file named the features."""
+        """The features' names: ``"<label_i>--<label_j>"`` or the file's own names.
+
+        A pair is prefixed by the statistic for DFC summaries; :attr:`names` is used when
+        the file named the features.
+        """
         if self.names is not None:
             return list(self.names)
         names = []
@@ -152,7 +156,7 @@ class FeatureSet:
         ]
 
     def subset(self, rows: npt.ArrayLike) -> FeatureSet:
-        """The subjects at ``rows`` (an index array), same features."""
+        """Return the subjects at ``rows`` (an index array), same features."""
         rows = np.asarray(rows, dtype=np.int64)
         return FeatureSet(
             X=self.X[rows],
@@ -174,7 +178,7 @@ class FeatureSet:
 
 
 def subject_id_from_path(path: str | os.PathLike) -> str:
-    """The subject label of a BIDS file name (``sub-01_...`` -> ``"01"``).
+    """Return the subject label of a BIDS file name (``sub-01_...`` -> ``"01"``).
 
     The last ``sub-<label>`` entity of the path is used, so a file inside
     ``sub-01/func/`` named ``sub-01_..._relmat.tsv`` gives ``"01"``.
@@ -329,8 +333,11 @@ def _read_dfc_h5(path: Path) -> dict:
 
 
 def file_kind(path: str | os.PathLike) -> str:
-    """What a feature file holds: 'relmat', 'pair_summary', 'pairs', 'dfc'
-    or 'feature_table' (the BIDS-App's group feature table)."""
+    """Return what a feature file holds.
+
+    One of 'relmat', 'pair_summary', 'pairs', 'dfc' or 'feature_table' (the BIDS-App's
+    group feature table).
+    """
     path = Path(path)
     name = path.name.lower()
     if name.endswith((".h5", ".hdf5")):
@@ -569,7 +576,7 @@ def load_pair_features(
 
 
 def load_feature_table(path: str | os.PathLike) -> FeatureSet:
-    """The group feature table of ``connscale bids ... group`` as a FeatureSet.
+    """Load the group feature table of ``connscale bids ... group`` as a FeatureSet.
 
     Parameters
     ----------

@@ -61,7 +61,7 @@ class AtomCheckpoint:
         return self.folder / f"atom_{k:05d}.npz"
 
     def load(self, n_atoms: int, n_timepoints: int, r: int) -> list[dict]:
-        """The atoms already learned by this run, in order (may be empty).
+        """Load the atoms already learned by this run, in order (may be empty).
 
         Each is a dict with ``u`` (T,), ``idx`` (r,), ``val`` (r,), ``n_iter``,
         ``converged`` and ``rng_state`` (the generator's state after it).

@@ -1,5 +1,7 @@
-"""A plain float64 numpy r1DL with explicit deflation (the paper's Eq. 1-3),
-the reference the backends are tested against. Not for large data."""
+"""A plain float64 numpy r1DL with explicit deflation (the paper's Eq. 1-3).
+
+It is the reference the backends are tested against. Not for large data.
+"""
 
 from __future__ import annotations
 

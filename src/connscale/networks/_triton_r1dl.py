@@ -425,9 +425,11 @@ def gather_block(n_cols: int) -> int:
 
 
 def gather_gemv(St, idx, values, partial, block_j: int | None = None):
-    """Partial sums (n_parts, T) of ``values @ St[idx]`` (sum them over rows),
-    reading only the chosen rows; ``partial`` is a float32 scratch of at least
-    ``ceil(r / gather_block(T)) * T`` elements."""
+    """Compute partial sums (n_parts, T) of ``values @ St[idx]`` (sum them over rows).
+
+    Only the chosen rows are read; ``partial`` is a float32 scratch of at least
+    ``ceil(r / gather_block(T)) * T`` elements.
+    """
     n_sel = idx.numel()
     n_cols = St.shape[1]
     block_j = gather_block(n_cols) if block_j is None else block_j
@@ -452,9 +454,11 @@ DOT_SPLITS = 8
 
 
 def atom_dots(dense, atom_idx, atom_val, partial, count):
-    """``partial[k, s]``: split s of ``Σⱼ atom_val[k, j] * dense[atom_idx[k, j]]``
-    for the rows k < ``count`` (a one-element int32 device tensor) of
-    ``atom_idx`` ((K, r)); 0 for the others. Sum over s for V v."""
+    """Compute ``partial[k, s]``: split s of ``Σⱼ atom_val[k, j] * dense[atom_idx[k, j]]``.
+
+    This is done for the rows k < ``count`` (a one-element int32 device tensor) of
+    ``atom_idx`` ((K, r)); 0 for the others. Sum over s for V v.
+    """
     n_atoms, r = atom_idx.shape
     _atom_dot_kernel[(n_atoms, DOT_SPLITS)](
         dense, atom_idx, atom_val, partial, count, r, SPLITS=DOT_SPLITS, BLOCK=1024, num_warps=4
@@ -472,10 +476,12 @@ def column_sum(partial, out):
 
 
 def finish(su, U, n_atoms, dots, u, u_prev, workspace, stats):
-    """Close an update on the device: ``su -= U[:, :n_atoms] (V v)`` (``V v``
-    summed from :func:`atom_dots`' splits), ``u_prev <- u``, ``u <- su / ‖su‖``,
-    ``stats = (‖su‖, ‖u_new - u‖, ‖v‖)`` (‖v‖ from the last
-    :func:`radix_top_r` on ``workspace``)."""
+    """Close an update on the device.
+
+    ``su -= U[:, :n_atoms] (V v)`` (``V v`` summed from :func:`atom_dots`' splits),
+    ``u_prev <- u``, ``u <- su / ‖su‖``, ``stats = (‖su‖, ‖u_new - u‖, ‖v‖)`` (‖v‖
+    from the last :func:`radix_top_r` on ``workspace``).
+    """
     n_cols = u.numel()
     block_t = _next_pow2(n_cols)
     _finish_kernel[(1,)](
