@@ -1,5 +1,7 @@
-"""Renamed keywords kept working for one release, with a FutureWarning
-(scikit-learn's deprecation style)."""
+"""Renamed keywords kept working for one release, with a FutureWarning.
+
+This follows scikit-learn's deprecation style.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ DEPRECATED = "deprecated"
 
 
 def renamed(new_value, old_value, *, new: str, old: str, new_default, removed_in: str = "0.2"):
-    """The value of keyword ``new``, taking ``old`` (its former name) with a FutureWarning.
+    """Return the value of keyword ``new``, taking ``old`` (its former name) with a FutureWarning.
 
     Parameters
     ----------

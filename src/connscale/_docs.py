@@ -1,5 +1,7 @@
-"""Shared parameter documentation, filled into docstrings by :func:`fill_doc`
-(as nilearn's ``@fill_doc`` and ``docdict``)."""
+"""Shared parameter documentation, filled into docstrings by :func:`fill_doc`.
+
+This works as nilearn's ``@fill_doc`` and ``docdict``.
+"""
 
 from __future__ import annotations
 

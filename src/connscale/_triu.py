@@ -30,7 +30,7 @@ __all__ = [
 
 
 def n_pairs(n: int) -> int:
-    """Number of strictly-upper-triangle pairs of an n×n matrix, n(n-1)/2."""
+    """Return the number of strictly-upper-triangle pairs of an n×n matrix, n(n-1)/2."""
     n = int(n)
     if n < 0:
         raise ValueError(f"'n' must be non-negative; got {n}.")
@@ -156,7 +156,7 @@ def matrix_to_vec(matrix: npt.ArrayLike) -> np.ndarray:
 
 
 def _nilearn_permutation(n: int) -> np.ndarray:
-    """perm such that nilearn_vec = our_vec[perm]."""
+    """Return ``perm`` such that ``nilearn_vec = our_vec[perm]``."""
     # nilearn: tril(k=-1) row-major = pairs (row a, col b) with b < a, a ascending.
     rows, cols = np.tril_indices(n, -1)
     # as upper-triangle pairs (i, j) = (b, a)
