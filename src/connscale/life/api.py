@@ -17,7 +17,7 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device
+from connscale._compute import MemoryPlanner, parse_memory, planner_for, resolve_device
 from connscale._deprecation import DEPRECATED, renamed
 from connscale._docs import fill_doc
 from connscale._validation import (
@@ -31,7 +31,13 @@ from connscale._validation import (
 )
 from connscale.io.streamlines import StreamlineArray, load_streamlines
 from connscale.life._checkpoint import SolverCheckpoint, solver_key
-from connscale.life.encode import B0_THRESHOLD, LiFEModel, _check_gradients, build_model
+from connscale.life.encode import (
+    B0_THRESHOLD,
+    MEMORY_HINT,
+    LiFEModel,
+    _check_gradients,
+    build_model,
+)
 from connscale.life.evaluate import (
     cross_validated_rmse,
     held_out_model,
@@ -256,7 +262,7 @@ _OPERATOR_BYTES_PER_ELEMENT = 64
 
 
 def plan_memory(
-    memory_limit: int | str | None,
+    memory_limit: int | str | MemoryPlanner | None,
     *,
     device: str | torch.device,
     n_points: int,
@@ -266,7 +272,9 @@ def plan_memory(
 
     Parameters
     ----------
-    memory_limit : int, str or None
+    memory_limit : int, str, MemoryPlanner or None
+        The user's limit, or the call's planner (counted into: the loaded
+        bytes are reserved in it).
     device : str or torch.device
     n_points : int
         Streamline points (nodes) of the tractogram.
@@ -285,23 +293,16 @@ def plan_memory(
     MemoryLimitError
         When the loaded inputs and the model's keys cannot fit, at worst.
     """
-    if parse_memory(memory_limit) is None:
+    planner = planner_for(resolve_device(device), memory_limit, hint=MEMORY_HINT)
+    planner.reserve_host(loaded_bytes)
+    if parse_memory(planner.memory_limit) is None:
         return 1 << 23, None
-    budget = memory_budget(resolve_device(device), memory_limit)
+    budget = planner.device_budget
     chunk_points = max(1 << 12, budget // (4 * _BUILD_BYTES_PER_POINT))
-    need = (
-        loaded_bytes
-        + _KEY_BYTES_PER_POINT * n_points
-        + _BUILD_BYTES_PER_POINT * min(chunk_points, n_points)
+    planner.require(
+        _KEY_BYTES_PER_POINT * n_points + _BUILD_BYTES_PER_POINT * min(chunk_points, n_points),
+        f"The LiFE model of {n_points} streamline points (at worst)",
     )
-    if need > budget:
-        raise limit_error(
-            f"The LiFE model of {n_points} streamline points (at worst)",
-            need,
-            budget,
-            memory_limit,
-            "Raise memory_limit, or fit fewer streamlines or a smaller mask.",
-        )
     return chunk_points, {"chunk_size": max(1 << 12, budget // (4 * _OPERATOR_BYTES_PER_ELEMENT))}
 
 
@@ -466,7 +467,7 @@ _PARAMETER_CONSTRAINTS = {
     "dtype": ["dtype"],
     "cross_validate": ["boolean"],
     "random_state": ["random_state"],
-    "memory_limit": ["memory", None],
+    "memory_limit": ["memory", MemoryPlanner, None],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
     "lambdas": [SequenceOf(Interval(Real, 0, None, closed="left")), None],
@@ -716,6 +717,180 @@ def lambda_sweep(
     return rows
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """The inputs of :func:`fit`, read once.
+
+    Attributes
+    ----------
+    data : ndarray of shape (X, Y, Z, n_volumes)
+    affine : ndarray of shape (4, 4)
+    bvals : ndarray of shape (n_volumes,)
+    bvecs : ndarray
+    mask : ndarray of shape (X, Y, Z) or None
+    streamlines : StreamlineArray
+    repeat : ndarray of shape (X, Y, Z, n_volumes) or None
+        The second acquisition (``dwi_repeat``).
+    loaded_bytes : int
+        Bytes of the volumes read from files here.
+    """
+
+    data: np.ndarray
+    affine: np.ndarray
+    bvals: np.ndarray
+    bvecs: np.ndarray
+    mask: np.ndarray | None
+    streamlines: StreamlineArray
+    repeat: np.ndarray | None
+    loaded_bytes: int
+
+
+def _load_inputs(
+    dwi: ImageLike,
+    bvals: str | os.PathLike | npt.ArrayLike,
+    bvecs: str | os.PathLike | npt.ArrayLike,
+    streamlines: StreamlinesLike,
+    *,
+    affine: npt.ArrayLike | None,
+    mask: ImageLike | None,
+    dwi_repeat: ImageLike | None,
+) -> _Inputs:
+    """Read the scan, gradients, mask, tractogram and repeat of :func:`fit`."""
+    data, affine, image = load_dwi(dwi, affine=affine)
+    bvals, bvecs = load_gradients(bvals, bvecs)
+    mask_data, _ = load_volume(mask, "mask")
+    sl = load_streamlines(streamlines)
+    check_space(sl, data.shape[:3], affine)
+    loaded = data.nbytes if image is not None else 0
+    repeat = None
+    if dwi_repeat is not None:
+        repeat, _, repeat_image = load_dwi(dwi_repeat, affine=affine)
+        loaded += repeat.nbytes if repeat_image is not None else 0
+    return _Inputs(data, affine, bvals, bvecs, mask_data, sl, repeat, loaded)
+
+
+def _build(
+    inputs: _Inputs,
+    planner: MemoryPlanner,
+    *,
+    sphere: int | str | Sphere | npt.ArrayLike | None,
+    formulation: str,
+    dtype: str | np.dtype | torch.dtype | type,
+) -> tuple[LiFEModel, dict | None]:
+    """Plan the build in ``planner``, build the model and return it with the operator options."""
+    chunk_points, ops = plan_memory(
+        planner,
+        device=planner.device,
+        n_points=int(inputs.streamlines.offsets[-1]),
+        loaded_bytes=inputs.loaded_bytes,
+    )
+    model = build_model(
+        inputs.data,
+        inputs.bvals,
+        inputs.bvecs,
+        inputs.streamlines,
+        affine=inputs.affine,
+        mask=inputs.mask,
+        sphere=sphere,
+        formulation=formulation,
+        device=planner.device,
+        dtype=dtype,
+        chunk_points=chunk_points,
+        memory_limit=planner,
+    )
+    return model, ops
+
+
+@dataclass(frozen=True)
+class _SolveOptions:
+    """The solver options :func:`fit` passes to each of its solves."""
+
+    max_iter: int
+    tol: float | None
+    random_state: int | np.random.Generator | None
+    verbose: int
+    operator_options: dict | None
+    checkpoint: str | os.PathLike | None
+    checkpoint_every: int
+
+    def saving(self) -> dict:
+        """The checkpoint keywords of :func:`solve`."""
+        return {"checkpoint": self.checkpoint, "checkpoint_every": self.checkpoint_every}
+
+
+def _check_sweep(lam: float, lambdas: Iterable[float] | None, x0: object) -> None:
+    if lambdas is not None and (float(lam) != 0.0 or x0 is not None):
+        raise ValueError(
+            "'lambdas' replaces 'lam' and 'x0' (the sweep warm-starts each λ "
+            f"from the previous one); got lam={lam} and x0 "
+            f"{'given' if x0 is not None else 'None'}."
+        )
+
+
+def _fit_sweep(
+    model: LiFEModel, inputs: _Inputs, lambdas: Iterable[float], options: _SolveOptions
+) -> LiFEFit:
+    """The fit of the λ with the lowest cross-validated RMSE, with the sweep's table."""
+    rows = lambda_sweep(
+        model,
+        lambdas,
+        data_repeat=inputs.repeat,
+        max_iter=options.max_iter,
+        tol=options.tol,
+        random_state=options.random_state,
+        verbose=options.verbose,
+        operator_options=options.operator_options,
+        **options.saving(),
+    )
+    result = min(rows, key=lambda row: row["cv_rmse_median"])["fit"]
+    result.lambda_sweep = [{k: v for k, v in row.items() if k != "fit"} for row in rows]
+    return result
+
+
+def _fit_one(
+    model: LiFEModel,
+    inputs: _Inputs,
+    lam: float,
+    x0: npt.ArrayLike | torch.Tensor | None,
+    options: _SolveOptions,
+) -> LiFEFit:
+    """The fit of one λ, warm-started from ``x0`` (one weight per input streamline)."""
+    x0k = None
+    if x0 is not None:
+        x0 = np.asarray(x0, dtype=np.float64)
+        n = len(inputs.streamlines)
+        if x0.shape != (n,):
+            raise ValueError(f"'x0' must have one weight per streamline ({n}); got {x0.shape}.")
+        x0k = x0[model.fibre_index]
+    return solve(
+        model,
+        lam=lam,
+        max_iter=options.max_iter,
+        tol=options.tol,
+        x0=x0k,
+        verbose=options.verbose,
+        operator_options=options.operator_options,
+        **options.saving(),
+    )
+
+
+def _cross_validated(
+    model: LiFEModel, result: LiFEFit, inputs: _Inputs, lam: float, options: _SolveOptions
+) -> np.ndarray:
+    """The cross-validated RMSE of ``result``: against the repeat, or a direction split."""
+    if inputs.repeat is not None:
+        return cross_validated_rmse(model, result.weights_kept, inputs.repeat)["rmse"]
+    return split_rmse(
+        model,
+        lam=lam,
+        max_iter=options.max_iter,
+        tol=options.tol,
+        random_state=options.random_state,
+        operator_options=options.operator_options,
+        **options.saving(),
+    )
+
+
 @fill_doc
 @validate_params(_PARAMETER_CONSTRAINTS)
 def fit(
@@ -738,7 +913,7 @@ def fit(
     dtype: str | np.dtype | torch.dtype | type = "float32",
     random_state: int | np.random.Generator | None = None,
     x0: npt.ArrayLike | torch.Tensor | None = None,
-    memory_limit: int | str | None = None,
+    memory_limit: int | str | MemoryPlanner | None = None,
     verbose: int = 0,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 50,
@@ -793,6 +968,8 @@ def fit(
         build's chunks, the model and the solver's copies; checked up front
         (at worst, from the number of streamline points) and again once the
         model's size is known, with a :class:`~connscale.MemoryLimitError`.
+        A caller's :class:`~connscale._compute.MemoryPlanner` (its task's
+        budget) is counted into instead.
     %(verbose)s
     checkpoint : path or None, default=None
         A folder for the solver's state, from which an interrupted fit
@@ -825,99 +1002,31 @@ def fit(
     (720,)
     """
     n_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
-    if lambdas is not None:
-        if float(lam) != 0.0 or x0 is not None:
-            raise ValueError(
-                "'lambdas' replaces 'lam' and 'x0' (the sweep warm-starts each λ "
-                f"from the previous one); got lam={lam} and x0 "
-                f"{'given' if x0 is not None else 'None'}."
-            )
+    _check_sweep(lam, lambdas, x0)
+    dev = resolve_device(device)
+    planner = planner_for(dev, memory_limit, hint=MEMORY_HINT)
     timings = {}
     start = time.perf_counter()
-    data, affine, image = load_dwi(dwi, affine=affine)
-    bvals, bvecs = load_gradients(bvals, bvecs)
-    mask_data, _ = load_volume(mask, "mask")
-    sl = load_streamlines(streamlines)
-    check_space(sl, data.shape[:3], affine)
-    loaded = data.nbytes if image is not None else 0
-    repeat = None
-    if dwi_repeat is not None:
-        repeat, _, repeat_image = load_dwi(dwi_repeat, affine=affine)
-        loaded += repeat.nbytes if repeat_image is not None else 0
+    inputs = _load_inputs(
+        dwi, bvals, bvecs, streamlines, affine=affine, mask=mask, dwi_repeat=dwi_repeat
+    )
     timings["load"] = time.perf_counter() - start
-    chunk_points, ops = plan_memory(
-        memory_limit, device=device, n_points=int(sl.offsets[-1]), loaded_bytes=loaded
-    )
     start = time.perf_counter()
-    model = build_model(
-        data,
-        bvals,
-        bvecs,
-        sl,
-        affine=affine,
-        mask=mask_data,
-        sphere=sphere,
-        formulation=formulation,
-        device=device,
-        dtype=dtype,
-        chunk_points=chunk_points,
-        memory_limit=memory_limit,
-        loaded_bytes=loaded,
-    )
+    model, ops = _build(inputs, planner, sphere=sphere, formulation=formulation, dtype=dtype)
     timings["build"] = time.perf_counter() - start
+    options = _SolveOptions(n_iter, tol, random_state, verbose, ops, checkpoint, checkpoint_every)
     start = time.perf_counter()
-    saving = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
     if lambdas is not None:
-        rows = lambda_sweep(
-            model,
-            lambdas,
-            data_repeat=repeat,
-            max_iter=n_iter,
-            tol=tol,
-            random_state=random_state,
-            verbose=verbose,
-            operator_options=ops,
-            **saving,
-        )
-        result = min(rows, key=lambda row: row["cv_rmse_median"])["fit"]
-        result.lambda_sweep = [{k: v for k, v in row.items() if k != "fit"} for row in rows]
-        result.streamlines = sl
+        result = _fit_sweep(model, inputs, lambdas, options)
+        result.streamlines = inputs.streamlines
         result.timings = {**timings, "lambda_sweep": time.perf_counter() - start}
         return result
-    x0k = None
-    if x0 is not None:
-        x0 = np.asarray(x0, dtype=np.float64)
-        if x0.shape != (len(sl),):
-            raise ValueError(
-                f"'x0' must have one weight per streamline ({len(sl)}); got {x0.shape}."
-            )
-        x0k = x0[model.fibre_index]
-    result = solve(
-        model,
-        lam=lam,
-        max_iter=n_iter,
-        tol=tol,
-        x0=x0k,
-        verbose=verbose,
-        operator_options=ops,
-        **saving,
-    )
-    result.streamlines = sl
+    result = _fit_one(model, inputs, lam, x0, options)
+    result.streamlines = inputs.streamlines
     timings["solve"] = time.perf_counter() - start
     start = time.perf_counter()
-    if repeat is not None:
-        result.cv_rmse = cross_validated_rmse(model, result.weights_kept, repeat)["rmse"]
-    elif cross_validate:
-        result.cv_rmse = split_rmse(
-            model,
-            lam=lam,
-            max_iter=n_iter,
-            tol=tol,
-            random_state=random_state,
-            operator_options=ops,
-            **saving,
-        )
-    if result.cv_rmse is not None:
+    if inputs.repeat is not None or cross_validate:
+        result.cv_rmse = _cross_validated(model, result, inputs, lam, options)
         timings["cross_validation"] = time.perf_counter() - start
     result.timings = timings
     return result
