@@ -36,6 +36,7 @@ from connscale.io.bids import dataset_relative
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``life`` command to ``subparsers`` and return its parser."""
     parser = subparsers.add_parser(
         "life",
         help="Streamline weights that explain the diffusion signal (LiFE, ReAl-LiFE).",
@@ -143,12 +144,15 @@ _INPUTS = ("dwi", "bvals", "bvecs", "tractogram", "mask", "labels", "repeat")
 
 
 def _input_files(args) -> list[Path]:
-    """The input files of the run (the parser checked that they exist;
-    life.fit checks their contents)."""
+    """Return the input files of the run.
+
+    The parser checked that they exist; life.fit checks their contents.
+    """
     return [getattr(args, name) for name in _INPUTS if getattr(args, name) is not None]
 
 
 def run(args) -> int:
+    """Run ``connscale life``; return the exit status."""
     from connscale.io.relmat import source_entities
 
     configure_logging(args.verbose)
@@ -218,8 +222,11 @@ def _run(args, outputs, source: str) -> int:
 
 
 def _fit(args, outputs):
-    """Fit LiFE as the arguments say; every solve of the run keeps its state
-    in the staging folder (one file per problem), from which a killed run resumes."""
+    """Fit LiFE as the arguments say.
+
+    Every solve of the run keeps its state in the staging folder (one file per
+    problem), from which a killed run resumes.
+    """
     from connscale import life
 
     sphere = args.sphere

@@ -1,6 +1,8 @@
-"""A tractography phantom with ground truth for LiFE: true streamlines in
-bundles (weights ~ U(0.5, 1.5)) plus false random straight segments
-(weight 0), and a dMRI signal generated from the true ones only.
+"""A tractography phantom with ground truth for LiFE.
+
+True streamlines in bundles (weights ~ U(0.5, 1.5)) plus false random
+straight segments (weight 0), and a dMRI signal generated from the true ones
+only.
 
 The generating kernel is a zeppelin (λ∥ = 1.7e-3, λ⊥ = 0.3e-3 mm²/s) at
 each node's exact tangent, averaged per (voxel, fibre) as ENCODE does, so a
@@ -139,7 +141,7 @@ def _fibre_curves(
     bundles: _Bundles,
     rng: np.random.Generator,
 ) -> _Curves:
-    """True fibres (bundle curve + offset) then false ones (random segments)."""
+    """Draw the true fibres (bundle curve + offset), then the false ones (random segments)."""
     dims = np.array(shape, dtype=np.float64)
     templates = _bundle_templates(shape, max(1, int(bundles.n_bundles)), rng)
     length = max(np.linalg.norm(p1 - p0) for p0, p1, _ in templates)
@@ -188,8 +190,11 @@ class _Kernel:
     lam_perp = 0.3e-3
 
     def add(self, sig: torch.Tensor, pts: torch.Tensor, tan: torch.Tensor, s: int) -> None:
-        """Add the signal of fibres ``s, s + 1, …`` (nodes ``pts``, unit
-        tangents ``tan``) to ``sig``, averaged per (voxel, fibre)."""
+        """Add the signal of fibres ``s, s + 1, …`` to ``sig``.
+
+        ``pts`` are their nodes and ``tan`` the unit tangents there; the
+        signal is averaged per (voxel, fibre).
+        """
         K, F = self.n_nodes, self.n_fibres
         ijk = torch.floor(pts + 0.5).long().reshape(-1, 3)
         inside = torch.all((ijk >= 0) & (ijk < self.dims), dim=1)
@@ -213,8 +218,11 @@ def _trace(
     bvecs: np.ndarray,
     dev: torch.device,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Node points (n_fibres, n_nodes, 3) of every fibre, and the summed
-    signal (n_voxels, n_volumes) of the true ones; chunked over fibres."""
+    """Trace the fibres and sum the signal of the true ones.
+
+    Return the node points (n_fibres, n_nodes, 3) of every fibre and the
+    summed signal (n_voxels, n_volumes) of the true ones, chunked over fibres.
+    """
     F, K, n_true = curves.n_fibres, curves.n_nodes, curves.n_true
     kernel = _Kernel(
         bvecs=torch.as_tensor(bvecs, dtype=torch.float32, device=dev),
@@ -261,7 +269,7 @@ def _rician(
 
 
 @fill_doc
-def simulate_life_phantom(
+def simulate_life_phantom(  # noqa: PLR0913 - its public keywords (one per phantom property)
     n_true: int = 360,
     n_false: int = 360,
     *,

@@ -1,5 +1,8 @@
-"""``connscale.life.fit`` and the ``LiFE`` estimator: from a dMRI scan and
-a tractogram to streamline weights (LiFE, or ReAl-LiFE with λ > 0)."""
+"""``connscale.life.fit`` and the ``LiFE`` estimator.
+
+From a dMRI scan and a tractogram to streamline weights (LiFE, or ReAl-LiFE
+with λ > 0).
+"""
 
 from __future__ import annotations
 
@@ -72,7 +75,7 @@ def _is_path(x: object) -> bool:
 def load_dwi(
     dwi: ImageLike, affine: npt.ArrayLike | None = None
 ) -> tuple[np.ndarray, np.ndarray, SpatialImage | None]:
-    """(data (X, Y, Z, n), affine, image or None) from a path, image or array."""
+    """Return (data (X, Y, Z, n), affine, image or None) from a path, image or array."""
     image = None
     if _is_path(dwi):
         from connscale.io.nifti import load_image
@@ -131,7 +134,7 @@ def _read_table(path: str | os.PathLike, name: str, *, ndmin: int) -> np.ndarray
 
 
 def load_volume(img: ImageLike | None, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """A 3-D array from a path, image or array (mask, labels)."""
+    """Return a 3-D array from a path, image or array (mask, labels)."""
     if img is None:
         return None, None
     affine = None
@@ -222,14 +225,19 @@ class DiffusionData:
 
     @property
     def shape(self) -> tuple[int]:
+        """The number of diffusion-weighted directions, as ``(n_directions,)``."""
         return (int(np.count_nonzero(self.bvals > B0_THRESHOLD)),)
 
     def __len__(self) -> int:
+        """Return the number of diffusion-weighted directions."""
         return self.shape[0]
 
     def __getitem__(self, key: object) -> DiffusionData:
-        """The data at some diffusion-weighted directions (int, slice, integer
-        or boolean array over ``range(len(self))``) and every b=0 volume."""
+        """Return the data at some diffusion-weighted directions and every b=0 volume.
+
+        ``key`` is an int, slice, integer or boolean array over
+        ``range(len(self))``.
+        """
         if isinstance(key, tuple):  # scikit-learn's _safe_indexing: X[key, ...]
             if len(key) != 2 or key[1] is not Ellipsis:
                 raise IndexError(f"DiffusionData takes one index (directions); got {key!r}.")
@@ -242,6 +250,7 @@ class DiffusionData:
         return subset
 
     def __repr__(self) -> str:
+        """Return the sizes of the data."""
         return (
             f"DiffusionData(n_directions={len(self)}, "
             f"n_b0={int(np.count_nonzero(self.bvals <= B0_THRESHOLD))}, "
@@ -368,14 +377,14 @@ class LiFEFit:
         return self._rmse
 
     def rmse_volume(self) -> np.ndarray:
-        """The voxel RMSE as a 3-D volume (NaN outside the model voxels)."""
+        """Return the voxel RMSE as a 3-D volume (NaN outside the model voxels)."""
         vol = np.full(self.model.shape, np.nan, dtype=np.float32)
         v = self.model.voxels
         vol[v[:, 0], v[:, 1], v[:, 2]] = self.voxel_rmse
         return vol
 
     def rmse_image(self) -> Nifti1Image:
-        """The voxel RMSE map as a nibabel NIfTI image."""
+        """Return the voxel RMSE map as a nibabel NIfTI image."""
         import nibabel as nib
 
         return nib.Nifti1Image(self.rmse_volume(), self.model.affine)
@@ -427,8 +436,11 @@ class LiFEFit:
         n_mc: int = 5,
         random_state: int | np.random.Generator | None = None,
     ) -> dict:
-        """Strength of evidence of the fascicle ``fibres`` (input indices or mask);
-        see :func:`connscale.life.evaluate.strength_of_evidence`."""
+        """Return the strength of evidence of the fascicle ``fibres``.
+
+        ``fibres`` are input indices or a mask; see
+        :func:`connscale.life.evaluate.strength_of_evidence`.
+        """
         return strength_of_evidence(
             self.model,
             self.weights_kept,
@@ -439,8 +451,11 @@ class LiFEFit:
         )
 
     def cross_validate(self, dwi_repeat: ImageLike) -> dict:
-        """Per-voxel RMSE against a second acquisition (array, image or path on
-        the same grid); see :func:`connscale.life.evaluate.cross_validated_rmse`."""
+        """Return the per-voxel RMSE against a second acquisition.
+
+        ``dwi_repeat`` is an array, image or path on the same grid; see
+        :func:`connscale.life.evaluate.cross_validated_rmse`.
+        """
         data, _, _ = load_dwi(dwi_repeat, affine=self.model.affine)
         return cross_validated_rmse(self.model, self.weights_kept, data)
 
@@ -598,8 +613,10 @@ def solve(
 def _held_out_rmse(
     model: LiFEModel, op_b: LiFEOperator, mb: LiFEModel, weights_kept: torch.Tensor
 ) -> np.ndarray:
-    """Per-voxel RMSE of the held-out half ``mb`` predicted from ``weights_kept``
-    (the prediction demeaned per voxel, as the held-out signal is)."""
+    """Return the per-voxel RMSE of the held-out half ``mb`` predicted from ``weights_kept``.
+
+    The prediction is demeaned per voxel, as the held-out signal is.
+    """
     pred = op_b.matvec(weights_kept)
     pred = pred - pred.mean(dim=1, keepdim=True)
     return (
@@ -658,8 +675,10 @@ def lambda_sweep(
     checkpoint_every: int = 50,
     n_iter: int | str = DEPRECATED,
 ) -> list[dict]:
-    """Fit each λ (warm-started from the previous one) and report the
-    weight sum, non-zero count, objective and cross-validated median RMSE.
+    """Fit each λ, warm-started from the previous one, and report each fit.
+
+    A row per λ: the weight sum, non-zero count, objective and
+    cross-validated median RMSE.
 
     Cross-validation uses ``data_repeat`` when given, otherwise a
     gradient-direction split (one split for all λ). ``checkpoint`` and
@@ -814,7 +833,7 @@ class _SolveOptions:
     checkpoint_every: int
 
     def saving(self) -> dict:
-        """The checkpoint keywords of :func:`solve`."""
+        """Return the checkpoint keywords of :func:`solve`."""
         return {"checkpoint": self.checkpoint, "checkpoint_every": self.checkpoint_every}
 
 
@@ -830,7 +849,7 @@ def _check_sweep(lam: float, lambdas: Iterable[float] | None, x0: object) -> Non
 def _fit_sweep(
     model: LiFEModel, inputs: _Inputs, lambdas: Iterable[float], options: _SolveOptions
 ) -> LiFEFit:
-    """The fit of the λ with the lowest cross-validated RMSE, with the sweep's table."""
+    """Fit each λ; return the fit with the lowest cross-validated RMSE, with the table."""
     rows = lambda_sweep(
         model,
         lambdas,
@@ -854,7 +873,7 @@ def _fit_one(
     x0: npt.ArrayLike | torch.Tensor | None,
     options: _SolveOptions,
 ) -> LiFEFit:
-    """The fit of one λ, warm-started from ``x0`` (one weight per input streamline)."""
+    """Fit one λ, warm-started from ``x0`` (one weight per input streamline)."""
     x0k = None
     if x0 is not None:
         x0 = np.asarray(x0, dtype=np.float64)
@@ -877,7 +896,7 @@ def _fit_one(
 def _cross_validated(
     model: LiFEModel, result: LiFEFit, inputs: _Inputs, lam: float, options: _SolveOptions
 ) -> np.ndarray:
-    """The cross-validated RMSE of ``result``: against the repeat, or a direction split."""
+    """Return the cross-validated RMSE of ``result`` (against the repeat, or a split)."""
     if inputs.repeat is not None:
         return cross_validated_rmse(model, result.weights_kept, inputs.repeat)["rmse"]
     return split_rmse(
@@ -893,7 +912,7 @@ def _cross_validated(
 
 @fill_doc
 @validate_params(_PARAMETER_CONSTRAINTS)
-def fit(
+def fit(  # noqa: PLR0913 - public keywords: the LiFE estimator's and the inputs'
     dwi: ImageLike,
     bvals: str | os.PathLike | npt.ArrayLike,
     bvecs: str | os.PathLike | npt.ArrayLike,

@@ -1,6 +1,8 @@
-"""The ENCODE model of LiFE: streamlines and a dMRI scan to the sparse
-tensor Φ (atom, voxel, fibre, value), the dictionary D of canonical stick
-signals, S₀ and the demeaned signal b (Caiafa & Pestilli 2017; encode's
+"""The ENCODE model of LiFE.
+
+Streamlines and a dMRI scan to the sparse tensor Φ (atom, voxel, fibre,
+value), the dictionary D of canonical stick signals, S₀ and the demeaned
+signal b (Caiafa & Pestilli 2017; encode's
 ``feConnectomeEncoding``/``feBuildDictionaries``).
 
 M is never formed: ``M[(v, θ), f] = Σ_a Φ(a, v, f) · D[θ, a]``.
@@ -273,30 +275,37 @@ class LiFEModel:
 
     @property
     def n_fibres(self) -> int:
+        """The number of kept fibres."""
         return len(self.fibre_index)
 
     @property
     def n_voxels(self) -> int:
+        """The number of model voxels."""
         return len(self.voxels)
 
     @property
     def n_directions(self) -> int:
+        """The number of diffusion-weighted directions."""
         return int(self.dictionary.shape[0])
 
     @property
     def n_atoms(self) -> int:
+        """The number of atoms (stick orientations)."""
         return int(self.dictionary.shape[1])
 
     @property
     def n_entries(self) -> int:
+        """The number of entries of Φ."""
         return int(self.entry_value.numel())
 
     @property
     def device(self) -> torch.device:
+        """The device of the model's tensors."""
         return self.entry_value.device
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of Φ's values, D and the signal."""
         return self.entry_value.dtype
 
     def entry_voxel(self) -> torch.Tensor:
@@ -351,10 +360,13 @@ def _check_gradients(
 def model_memory(
     n_entries: int, n_pairs: int, n_voxels: int, n_volumes: int, n_fibres: int, itemsize: int
 ) -> int:
-    """Bytes of a model and of fitting it: Φ (two int64 indices and a value per
-    entry), the (voxel, atom) tables and the voxel signals, plus the larger of
-    the float64 signal copies made while it is built and the solver's copies
-    (scaled Φ values, signal-sized residuals, fibre vectors)."""
+    """Return the bytes of a model and of fitting it.
+
+    Φ (two int64 indices and a value per entry), the (voxel, atom) tables and
+    the voxel signals, plus the larger of the float64 signal copies made while
+    it is built and the solver's copies (scaled Φ values, signal-sized
+    residuals, fibre vectors).
+    """
     signal = n_voxels * n_volumes
     model = n_entries * (16 + itemsize) + n_pairs * 24 + 3 * signal * itemsize
     work = max(5 * signal * 8, n_entries * itemsize + 6 * signal * 8 + 16 * n_fibres * 8)
@@ -413,7 +425,7 @@ def _check_affine(affine: npt.ArrayLike) -> np.ndarray:
 
 
 def _unit_gradients(bvecs: np.ndarray, dw: np.ndarray) -> np.ndarray:
-    """The unit directions of the diffusion-weighted volumes ``dw``."""
+    """Return the unit directions of the diffusion-weighted volumes ``dw``."""
     norms = np.linalg.norm(bvecs[dw], axis=1)
     if not np.all(np.isfinite(norms)) or np.any(norms < 1e-6):
         raise ValueError("Diffusion-weighted volumes need finite, non-zero 'bvecs'.")
@@ -486,7 +498,7 @@ class _Voxeliser:
     def create(
         cls, scan: _Scan, atoms: np.ndarray, too_short: np.ndarray, device: torch.device
     ) -> _Voxeliser:
-        """The voxeliser of ``scan`` (affine, grid, mask) and ``atoms``."""
+        """Return the voxeliser of ``scan`` (affine, grid, mask) and ``atoms``."""
         shape = scan.shape
         n_vox_total = int(np.prod(shape))
         F = len(too_short)
@@ -654,8 +666,11 @@ def _phi_entries(
 def _count_model(
     planner: MemoryPlanner, entries: _Entries, n_volumes: int, tdtype: torch.dtype
 ) -> None:
-    """Count the model and its fit in ``planner``, refused (with a limit) when
-    they do not fit, before the voxel signals are read."""
+    """Count the model and its fit in ``planner``.
+
+    With a limit, refuse them when they do not fit, before the voxel signals
+    are read.
+    """
     n_entries, n_voxels = entries.entry_fibre.numel(), entries.voxel_lin.numel()
     need = model_memory(
         n_entries,
@@ -722,7 +737,7 @@ def _assemble(
     formulation: str,
     tdtype: torch.dtype,
 ) -> dict:
-    """The tensors and tables of a :class:`LiFEModel` on the entries' device."""
+    """Return the tensors and tables of a :class:`LiFEModel` on the entries' device."""
     dev = entries.crow.device
     D = canonical_dictionary(
         scan.bvals[scan.dw],
@@ -758,7 +773,7 @@ def _assemble(
     }
 
 
-def build_model(
+def build_model(  # noqa: PLR0913 - its public keywords (the scan, model and compute options)
     data: npt.ArrayLike,
     bvals: npt.ArrayLike,
     bvecs: npt.ArrayLike,

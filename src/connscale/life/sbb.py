@@ -1,6 +1,7 @@
-"""Subspace Barzilai–Borwein NNLS (Kim, Sra & Dhillon 2013), step for step
-as encode's ``bbnnls.m`` and ReAl-LiFE's ``bbnnls_gpu.m`` run it, with the
-optional L1 term of ReAl-LiFE.
+"""Subspace Barzilai–Borwein NNLS (Kim, Sra & Dhillon 2013).
+
+Step for step as encode's ``bbnnls.m`` and ReAl-LiFE's ``bbnnls_gpu.m`` run
+it, with the optional L1 term of ReAl-LiFE.
 
 Minimises ``f(x) = ½‖Mx − b‖² + λ·1ᵀx`` over ``x ≥ 0``:
 
@@ -62,9 +63,11 @@ class DenseOperator:
         self.shape = tuple(self.M.shape)
 
     def matvec(self, x: torch.Tensor) -> torch.Tensor:
+        """Return M x."""
         return self.M @ x.to(self.device, self.dtype)
 
     def rmatvec(self, y: torch.Tensor) -> torch.Tensor:
+        """Return Mᵀ y in float64."""
         return self.M.T.double() @ y.to(self.device).double().reshape(-1)
 
 
@@ -109,7 +112,7 @@ class _Iterate:
     g_old: torch.Tensor
 
     def state(self, res: SBBResult, stop_reason: str = "") -> dict:
-        """The state given to ``save_state`` (see :func:`sbb_nnls`)."""
+        """Return the state given to ``save_state`` (see :func:`sbb_nnls`)."""
         return {
             "k": self.k,
             "x": self.x,
@@ -147,7 +150,7 @@ def _start(
 
 
 def _resume(op: LiFEOperator | DenseOperator, state: dict) -> tuple[_Iterate, SBBResult]:
-    """The iterate and result of a saved state (stopped: ``stop_reason`` set)."""
+    """Return the iterate and result of a saved state (stopped: ``stop_reason`` set)."""
     n = op.shape[1]
     k = int(state["k"])
     x, g, g_old = (
@@ -187,7 +190,7 @@ def _stop_reason(
 def _update(
     op: LiFEOperator | DenseOperator, b: torch.Tensor, lam: float, it: _Iterate
 ) -> float | None:
-    """Steps 2-4: update ``it`` in place; return ½‖r‖² (None: the step is undefined)."""
+    """Update ``it`` in place (steps 2-4); return ½‖r‖² (None: the step is undefined)."""
     B = (it.x == 0) & (it.g > 0)
     gh = it.g_old.masked_fill(B, 0.0)
     u = op.matvec(gh)
