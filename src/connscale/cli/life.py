@@ -36,6 +36,7 @@ from connscale.io.bids import dataset_relative
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``life`` command to ``subparsers`` and return its parser."""
     parser = subparsers.add_parser(
         "life",
         help="Streamline weights that explain the diffusion signal (LiFE, ReAl-LiFE).",
@@ -143,12 +144,15 @@ _INPUTS = ("dwi", "bvals", "bvecs", "tractogram", "mask", "labels", "repeat")
 
 
 def _input_files(args) -> list[Path]:
-    """The input files of the run (the parser checked that they exist;
-    life.fit checks their contents)."""
+    """Return the input files of the run.
+
+    The parser checked that they exist; life.fit checks their contents.
+    """
     return [getattr(args, name) for name in _INPUTS if getattr(args, name) is not None]
 
 
 def run(args) -> int:
+    """Run ``connscale life``; return the exit status."""
     from connscale.io.relmat import source_entities
 
     configure_logging(args.verbose)
@@ -171,27 +175,8 @@ def run(args) -> int:
 
 
 def _run(args, outputs, source: str) -> int:
-    from connscale import life
     from connscale._compute import resolve_device
-    from connscale.io.life import write_lambda_sweep
-    from connscale.io.nifti import save_nifti_gz
-    from connscale.io.relmat import write_dataset_description
-    from connscale.life.api import load_volume
-    from connscale.life.outputs import (
-        connectome,
-        save_pruned_tractogram,
-        save_weights,
-        write_relmat,
-    )
-    from connscale.report.plots import (
-        plot_lambda_sweep,
-        plot_rmse_map,
-        plot_weight_histogram,
-    )
 
-    sphere = args.sphere
-    if sphere is not None and sphere.isdigit():
-        sphere = int(sphere)
     record = RunRecord("life", args.out, vars(args))
     record.device = str(resolve_device(args.device))
 
@@ -199,32 +184,79 @@ def _run(args, outputs, source: str) -> int:
         record.add_output(args.out / name)
         return outputs.path(name)
 
-    # Every solve of the run keeps its state in the staging folder (one file
-    # per problem), from which a killed run resumes.
     with record.timer("fit"):  # split into fit's steps below
-        fit = life.fit(
-            args.dwi,
-            args.bvals,
-            args.bvecs,
-            args.tractogram,
-            mask=args.mask,
-            lam=args.lam,
-            lambdas=args.lam_sweep,
-            dwi_repeat=args.repeat,
-            cross_validate=True,
-            max_iter=args.max_iter,
-            tol=args.tol if args.tol > 0 else None,
-            sphere=sphere,
-            formulation=args.formulation,
-            random_state=args.seed,
-            **compute_options(args),
-            verbose=args.verbose,
-            checkpoint=outputs.staging / "life_checkpoint",
-            checkpoint_every=args.checkpoint_every,
-        )
+        fit = _fit(args, outputs)
     del record.timings["fit"]
     record.timings.update({k: round(v, 6) for k, v in fit.timings.items()})
-    model, streamlines, w = fit.model, fit.streamlines, fit.weights
+    _record_fit(record, fit)
+    outputs.check_space(
+        40 * len(fit.streamlines)
+        + args.tractogram.stat().st_size
+        + 4 * int(np.prod(fit.model.shape))
+        + 4 * 1024**2,
+        what="the LiFE outputs",
+    )
+    if fit.lambda_sweep is not None:
+        from connscale.io.life import write_lambda_sweep
+
+        write_lambda_sweep(write(f"{source}_desc-lambdasweep_table.tsv"), fit.lambda_sweep)
+    with record.timer("write"):
+        _write_outputs(args, outputs, source, fit, write)
+        if args.labels is not None:
+            record.results["n_regions"] = _write_connectome(args, outputs, source, fit, write)
+        from connscale.io.relmat import write_dataset_description
+
+        write_dataset_description(args.out)
+    with record.timer("figures"):
+        _write_figures(args, outputs, source, fit, record)
+    log = publish(outputs, record, f"{source}_life")
+    model, w = fit.model, fit.weights
+    print(
+        f"connscale life: {model.n_fibres}/{model.n_streamlines} streamlines in "
+        f"{model.n_voxels} voxels, "
+        f"λ={fit.lam:g}, {fit.n_iter} iterations ({fit.stop_reason}) on {record.device}; "
+        f"{int((w > 0).sum())} kept, median RMSE {np.median(fit.voxel_rmse):.4g}"
+    )
+    print(f"  log {log}")
+    return 0
+
+
+def _fit(args, outputs):
+    """Fit LiFE as the arguments say.
+
+    Every solve of the run keeps its state in the staging folder (one file per
+    problem), from which a killed run resumes.
+    """
+    from connscale import life
+
+    sphere = args.sphere
+    if sphere is not None and sphere.isdigit():
+        sphere = int(sphere)
+    return life.fit(
+        args.dwi,
+        args.bvals,
+        args.bvecs,
+        args.tractogram,
+        mask=args.mask,
+        lam=args.lam,
+        lambdas=args.lam_sweep,
+        dwi_repeat=args.repeat,
+        cross_validate=True,
+        max_iter=args.max_iter,
+        tol=args.tol if args.tol > 0 else None,
+        sphere=sphere,
+        formulation=args.formulation,
+        random_state=args.seed,
+        **compute_options(args),
+        verbose=args.verbose,
+        checkpoint=outputs.staging / "life_checkpoint",
+        checkpoint_every=args.checkpoint_every,
+    )
+
+
+def _record_fit(record: RunRecord, fit) -> None:
+    """Log the model's size and put the model and fit in the run's results."""
+    model, w = fit.model, fit.weights
     logger.info(
         "Model: %d fibres (%d dropped), %d voxels, %d directions, %d atoms, %d Φ entries",
         model.n_fibres,
@@ -246,18 +278,9 @@ def _run(args, outputs, source: str) -> int:
             "n_entries": model.n_entries,
         }
     )
-    # Weights (.npy and text), the pruned tractogram, the RMSE map, figures, logs.
-    outputs.check_space(
-        40 * len(streamlines)
-        + args.tractogram.stat().st_size
-        + 4 * int(np.prod(model.shape))
-        + 4 * 1024**2,
-        what="the LiFE outputs",
-    )
     if fit.lambda_sweep is not None:
         record.results["lambda_sweep"] = fit.lambda_sweep
         record.results["lambda_selected"] = fit.lam
-        write_lambda_sweep(write(f"{source}_desc-lambdasweep_table.tsv"), fit.lambda_sweep)
     else:
         record.results["cv_rmse_median"] = float(np.median(fit.cv_rmse))
     record.results.update(
@@ -274,73 +297,85 @@ def _run(args, outputs, source: str) -> int:
         }
     )
 
-    with record.timer("write"):
-        save_weights(w, write(f"{source}_desc-life_weights.npy"))
-        save_weights(w, write(f"{source}_desc-life_weights.tsv"))
-        ext = args.tractogram.suffix.lower()
-        save_pruned_tractogram(
-            streamlines,
-            w,
-            write(f"{source}_desc-pruned_tractogram{ext}"),
-            reference_affine=model.affine,
-            reference_shape=model.shape,
-        )
-        save_nifti_gz(write(f"{source}_desc-life_rmse.nii.gz"), fit.rmse_image())
-        if args.labels is not None:
-            labels, labels_affine = load_volume(args.labels, "labels")
-            if labels_affine is None:
-                labels_affine = model.affine
-            matrix, regions = connectome(
-                streamlines,
-                w,
-                labels,
-                labels_affine,
-                measure=args.measure,
-                fit=fit,
-                random_state=args.seed,
-            )
-            for p in write_relmat(
-                matrix,
-                regions,
-                outputs.staging,
-                source,
-                measure=args.measure,
-                metadata={
-                    "Sources": [dataset_relative(p, args.out) for p in (args.dwi, args.tractogram)],
-                    "Lambda": fit.lam,
-                },
-            ):
-                write(p.name)
-            record.results["n_regions"] = len(regions)
-        write_dataset_description(args.out)
-    with record.timer("figures"):
-        figures = [
-            (
-                f"{source}_desc-rmse_slice.png",
-                plot_rmse_map,
-                fit.rmse_volume(),
-                {"title": "LiFE voxel RMSE"},
-            ),
-            (
-                f"{source}_desc-weights_hist.png",
-                plot_weight_histogram,
-                w,
-                {"title": f"{int((w > 0).sum())} of {w.size} streamlines kept (λ={fit.lam:g})"},
-            ),
-        ]
-        if fit.lambda_sweep:
-            figures.append(
-                (f"{source}_desc-lambdasweep_plot.png", plot_lambda_sweep, fit.lambda_sweep, {})
-            )
-        for name, plot, data, options in figures:
-            plot(data, outputs.path(name), **options)
-            record.add_figure(args.out / name)
-    log = publish(outputs, record, f"{source}_life")
-    print(
-        f"connscale life: {model.n_fibres}/{model.n_streamlines} streamlines in "
-        f"{model.n_voxels} voxels, "
-        f"λ={fit.lam:g}, {fit.n_iter} iterations ({fit.stop_reason}) on {record.device}; "
-        f"{int((w > 0).sum())} kept, median RMSE {np.median(fit.voxel_rmse):.4g}"
+
+def _write_outputs(args, outputs, source: str, fit, write) -> None:
+    """Write the weights (.npy and text), the pruned tractogram and the RMSE map."""
+    from connscale.io.nifti import save_nifti_gz
+    from connscale.life.outputs import save_pruned_tractogram, save_weights
+
+    w, model = fit.weights, fit.model
+    save_weights(w, write(f"{source}_desc-life_weights.npy"))
+    save_weights(w, write(f"{source}_desc-life_weights.tsv"))
+    ext = args.tractogram.suffix.lower()
+    save_pruned_tractogram(
+        fit.streamlines,
+        w,
+        write(f"{source}_desc-pruned_tractogram{ext}"),
+        reference_affine=model.affine,
+        reference_shape=model.shape,
     )
-    print(f"  log {log}")
-    return 0
+    save_nifti_gz(write(f"{source}_desc-life_rmse.nii.gz"), fit.rmse_image())
+
+
+def _write_connectome(args, outputs, source: str, fit, write) -> int:
+    """Write the region x region connectome of ``--labels``; return its number of regions."""
+    from connscale.life.api import load_volume
+    from connscale.life.outputs import connectome, write_relmat
+
+    labels, labels_affine = load_volume(args.labels, "labels")
+    if labels_affine is None:
+        labels_affine = fit.model.affine
+    matrix, regions = connectome(
+        fit.streamlines,
+        fit.weights,
+        labels,
+        labels_affine,
+        measure=args.measure,
+        fit=fit,
+        random_state=args.seed,
+    )
+    for p in write_relmat(
+        matrix,
+        regions,
+        outputs.staging,
+        source,
+        measure=args.measure,
+        metadata={
+            "Sources": [dataset_relative(p, args.out) for p in (args.dwi, args.tractogram)],
+            "Lambda": fit.lam,
+        },
+    ):
+        write(p.name)
+    return len(regions)
+
+
+def _write_figures(args, outputs, source: str, fit, record: RunRecord) -> None:
+    """Plot the RMSE map, the weight histogram and the λ sweep."""
+    from connscale.report.plots import (
+        plot_lambda_sweep,
+        plot_rmse_map,
+        plot_weight_histogram,
+    )
+
+    w = fit.weights
+    figures = [
+        (
+            f"{source}_desc-rmse_slice.png",
+            plot_rmse_map,
+            fit.rmse_volume(),
+            {"title": "LiFE voxel RMSE"},
+        ),
+        (
+            f"{source}_desc-weights_hist.png",
+            plot_weight_histogram,
+            w,
+            {"title": f"{int((w > 0).sum())} of {w.size} streamlines kept (λ={fit.lam:g})"},
+        ),
+    ]
+    if fit.lambda_sweep:
+        figures.append(
+            (f"{source}_desc-lambdasweep_plot.png", plot_lambda_sweep, fit.lambda_sweep, {})
+        )
+    for name, plot, data, options in figures:
+        plot(data, outputs.path(name), **options)
+        record.add_figure(args.out / name)

@@ -1,5 +1,7 @@
-"""LiFE and ReAl-LiFE: streamline weights that best explain the diffusion
-signal, on the CPU or a CUDA GPU (ENCODE model, SBB-NNLS solver)."""
+"""LiFE and ReAl-LiFE: streamline weights that best explain the diffusion signal.
+
+On the CPU or a CUDA GPU (ENCODE model, SBB-NNLS solver).
+"""
 
 from connscale.io.streamlines import StreamlineArray, load_streamlines
 from connscale.life.api import (

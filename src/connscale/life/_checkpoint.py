@@ -67,7 +67,7 @@ class SolverCheckpoint:
         self.path = self.folder / f"sbb_{self.key[:32]}.npz"
 
     def load(self) -> dict | None:
-        """The saved state, or None when there is none (or it cannot be read)."""
+        """Return the saved state, or None when there is none (or it cannot be read)."""
         if not self.path.is_file() or self.path.is_symlink():
             return None
         try:

@@ -1,5 +1,8 @@
-"""``connscale.life.fit`` and the ``LiFE`` estimator: from a dMRI scan and
-a tractogram to streamline weights (LiFE, or ReAl-LiFE with λ > 0)."""
+"""``connscale.life.fit`` and the ``LiFE`` estimator.
+
+From a dMRI scan and a tractogram to streamline weights (LiFE, or ReAl-LiFE
+with λ > 0).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,7 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
-from connscale._compute import limit_error, memory_budget, parse_memory, resolve_device
+from connscale._compute import MemoryPlanner, parse_memory, planner_for, resolve_device
 from connscale._deprecation import DEPRECATED, renamed
 from connscale._docs import fill_doc
 from connscale._validation import (
@@ -31,7 +34,13 @@ from connscale._validation import (
 )
 from connscale.io.streamlines import StreamlineArray, load_streamlines
 from connscale.life._checkpoint import SolverCheckpoint, solver_key
-from connscale.life.encode import B0_THRESHOLD, LiFEModel, _check_gradients, build_model
+from connscale.life.encode import (
+    B0_THRESHOLD,
+    MEMORY_HINT,
+    LiFEModel,
+    _check_gradients,
+    build_model,
+)
 from connscale.life.evaluate import (
     cross_validated_rmse,
     held_out_model,
@@ -66,7 +75,7 @@ def _is_path(x: object) -> bool:
 def load_dwi(
     dwi: ImageLike, affine: npt.ArrayLike | None = None
 ) -> tuple[np.ndarray, np.ndarray, SpatialImage | None]:
-    """(data (X, Y, Z, n), affine, image or None) from a path, image or array."""
+    """Return (data (X, Y, Z, n), affine, image or None) from a path, image or array."""
     image = None
     if _is_path(dwi):
         from connscale.io.nifti import load_image
@@ -125,7 +134,7 @@ def _read_table(path: str | os.PathLike, name: str, *, ndmin: int) -> np.ndarray
 
 
 def load_volume(img: ImageLike | None, name: str) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """A 3-D array from a path, image or array (mask, labels)."""
+    """Return a 3-D array from a path, image or array (mask, labels)."""
     if img is None:
         return None, None
     affine = None
@@ -216,14 +225,19 @@ class DiffusionData:
 
     @property
     def shape(self) -> tuple[int]:
+        """The number of diffusion-weighted directions, as ``(n_directions,)``."""
         return (int(np.count_nonzero(self.bvals > B0_THRESHOLD)),)
 
     def __len__(self) -> int:
+        """Return the number of diffusion-weighted directions."""
         return self.shape[0]
 
     def __getitem__(self, key: object) -> DiffusionData:
-        """The data at some diffusion-weighted directions (int, slice, integer
-        or boolean array over ``range(len(self))``) and every b=0 volume."""
+        """Return the data at some diffusion-weighted directions and every b=0 volume.
+
+        ``key`` is an int, slice, integer or boolean array over
+        ``range(len(self))``.
+        """
         if isinstance(key, tuple):  # scikit-learn's _safe_indexing: X[key, ...]
             if len(key) != 2 or key[1] is not Ellipsis:
                 raise IndexError(f"DiffusionData takes one index (directions); got {key!r}.")
@@ -236,6 +250,7 @@ class DiffusionData:
         return subset
 
     def __repr__(self) -> str:
+        """Return the sizes of the data."""
         return (
             f"DiffusionData(n_directions={len(self)}, "
             f"n_b0={int(np.count_nonzero(self.bvals <= B0_THRESHOLD))}, "
@@ -256,7 +271,7 @@ _OPERATOR_BYTES_PER_ELEMENT = 64
 
 
 def plan_memory(
-    memory_limit: int | str | None,
+    memory_limit: int | str | MemoryPlanner | None,
     *,
     device: str | torch.device,
     n_points: int,
@@ -266,7 +281,9 @@ def plan_memory(
 
     Parameters
     ----------
-    memory_limit : int, str or None
+    memory_limit : int, str, MemoryPlanner or None
+        The user's limit, or the call's planner (counted into: the loaded
+        bytes are reserved in it).
     device : str or torch.device
     n_points : int
         Streamline points (nodes) of the tractogram.
@@ -285,23 +302,16 @@ def plan_memory(
     MemoryLimitError
         When the loaded inputs and the model's keys cannot fit, at worst.
     """
-    if parse_memory(memory_limit) is None:
+    planner = planner_for(resolve_device(device), memory_limit, hint=MEMORY_HINT)
+    planner.reserve_host(loaded_bytes)
+    if parse_memory(planner.memory_limit) is None:
         return 1 << 23, None
-    budget = memory_budget(resolve_device(device), memory_limit)
+    budget = planner.device_budget
     chunk_points = max(1 << 12, budget // (4 * _BUILD_BYTES_PER_POINT))
-    need = (
-        loaded_bytes
-        + _KEY_BYTES_PER_POINT * n_points
-        + _BUILD_BYTES_PER_POINT * min(chunk_points, n_points)
+    planner.require(
+        _KEY_BYTES_PER_POINT * n_points + _BUILD_BYTES_PER_POINT * min(chunk_points, n_points),
+        f"The LiFE model of {n_points} streamline points (at worst)",
     )
-    if need > budget:
-        raise limit_error(
-            f"The LiFE model of {n_points} streamline points (at worst)",
-            need,
-            budget,
-            memory_limit,
-            "Raise memory_limit, or fit fewer streamlines or a smaller mask.",
-        )
     return chunk_points, {"chunk_size": max(1 << 12, budget // (4 * _OPERATOR_BYTES_PER_ELEMENT))}
 
 
@@ -367,14 +377,14 @@ class LiFEFit:
         return self._rmse
 
     def rmse_volume(self) -> np.ndarray:
-        """The voxel RMSE as a 3-D volume (NaN outside the model voxels)."""
+        """Return the voxel RMSE as a 3-D volume (NaN outside the model voxels)."""
         vol = np.full(self.model.shape, np.nan, dtype=np.float32)
         v = self.model.voxels
         vol[v[:, 0], v[:, 1], v[:, 2]] = self.voxel_rmse
         return vol
 
     def rmse_image(self) -> Nifti1Image:
-        """The voxel RMSE map as a nibabel NIfTI image."""
+        """Return the voxel RMSE map as a nibabel NIfTI image."""
         import nibabel as nib
 
         return nib.Nifti1Image(self.rmse_volume(), self.model.affine)
@@ -426,8 +436,11 @@ class LiFEFit:
         n_mc: int = 5,
         random_state: int | np.random.Generator | None = None,
     ) -> dict:
-        """Strength of evidence of the fascicle ``fibres`` (input indices or mask);
-        see :func:`connscale.life.evaluate.strength_of_evidence`."""
+        """Return the strength of evidence of the fascicle ``fibres``.
+
+        ``fibres`` are input indices or a mask; see
+        :func:`connscale.life.evaluate.strength_of_evidence`.
+        """
         return strength_of_evidence(
             self.model,
             self.weights_kept,
@@ -438,8 +451,11 @@ class LiFEFit:
         )
 
     def cross_validate(self, dwi_repeat: ImageLike) -> dict:
-        """Per-voxel RMSE against a second acquisition (array, image or path on
-        the same grid); see :func:`connscale.life.evaluate.cross_validated_rmse`."""
+        """Return the per-voxel RMSE against a second acquisition.
+
+        ``dwi_repeat`` is an array, image or path on the same grid; see
+        :func:`connscale.life.evaluate.cross_validated_rmse`.
+        """
         data, _, _ = load_dwi(dwi_repeat, affine=self.model.affine)
         return cross_validated_rmse(self.model, self.weights_kept, data)
 
@@ -466,7 +482,7 @@ _PARAMETER_CONSTRAINTS = {
     "dtype": ["dtype"],
     "cross_validate": ["boolean"],
     "random_state": ["random_state"],
-    "memory_limit": ["memory", None],
+    "memory_limit": ["memory", MemoryPlanner, None],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
     "lambdas": [SequenceOf(Interval(Real, 0, None, closed="left")), None],
@@ -597,8 +613,10 @@ def solve(
 def _held_out_rmse(
     model: LiFEModel, op_b: LiFEOperator, mb: LiFEModel, weights_kept: torch.Tensor
 ) -> np.ndarray:
-    """Per-voxel RMSE of the held-out half ``mb`` predicted from ``weights_kept``
-    (the prediction demeaned per voxel, as the held-out signal is)."""
+    """Return the per-voxel RMSE of the held-out half ``mb`` predicted from ``weights_kept``.
+
+    The prediction is demeaned per voxel, as the held-out signal is.
+    """
     pred = op_b.matvec(weights_kept)
     pred = pred - pred.mean(dim=1, keepdim=True)
     return (
@@ -657,8 +675,10 @@ def lambda_sweep(
     checkpoint_every: int = 50,
     n_iter: int | str = DEPRECATED,
 ) -> list[dict]:
-    """Fit each λ (warm-started from the previous one) and report the
-    weight sum, non-zero count, objective and cross-validated median RMSE.
+    """Fit each λ, warm-started from the previous one, and report each fit.
+
+    A row per λ: the weight sum, non-zero count, objective and
+    cross-validated median RMSE.
 
     Cross-validation uses ``data_repeat`` when given, otherwise a
     gradient-direction split (one split for all λ). ``checkpoint`` and
@@ -716,9 +736,183 @@ def lambda_sweep(
     return rows
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """The inputs of :func:`fit`, read once.
+
+    Attributes
+    ----------
+    data : ndarray of shape (X, Y, Z, n_volumes)
+    affine : ndarray of shape (4, 4)
+    bvals : ndarray of shape (n_volumes,)
+    bvecs : ndarray
+    mask : ndarray of shape (X, Y, Z) or None
+    streamlines : StreamlineArray
+    repeat : ndarray of shape (X, Y, Z, n_volumes) or None
+        The second acquisition (``dwi_repeat``).
+    loaded_bytes : int
+        Bytes of the volumes read from files here.
+    """
+
+    data: np.ndarray
+    affine: np.ndarray
+    bvals: np.ndarray
+    bvecs: np.ndarray
+    mask: np.ndarray | None
+    streamlines: StreamlineArray
+    repeat: np.ndarray | None
+    loaded_bytes: int
+
+
+def _load_inputs(
+    dwi: ImageLike,
+    bvals: str | os.PathLike | npt.ArrayLike,
+    bvecs: str | os.PathLike | npt.ArrayLike,
+    streamlines: StreamlinesLike,
+    *,
+    affine: npt.ArrayLike | None,
+    mask: ImageLike | None,
+    dwi_repeat: ImageLike | None,
+) -> _Inputs:
+    """Read the scan, gradients, mask, tractogram and repeat of :func:`fit`."""
+    data, affine, image = load_dwi(dwi, affine=affine)
+    bvals, bvecs = load_gradients(bvals, bvecs)
+    mask_data, _ = load_volume(mask, "mask")
+    sl = load_streamlines(streamlines)
+    check_space(sl, data.shape[:3], affine)
+    loaded = data.nbytes if image is not None else 0
+    repeat = None
+    if dwi_repeat is not None:
+        repeat, _, repeat_image = load_dwi(dwi_repeat, affine=affine)
+        loaded += repeat.nbytes if repeat_image is not None else 0
+    return _Inputs(data, affine, bvals, bvecs, mask_data, sl, repeat, loaded)
+
+
+def _build(
+    inputs: _Inputs,
+    planner: MemoryPlanner,
+    *,
+    sphere: int | str | Sphere | npt.ArrayLike | None,
+    formulation: str,
+    dtype: str | np.dtype | torch.dtype | type,
+) -> tuple[LiFEModel, dict | None]:
+    """Plan the build in ``planner``, build the model and return it with the operator options."""
+    chunk_points, ops = plan_memory(
+        planner,
+        device=planner.device,
+        n_points=int(inputs.streamlines.offsets[-1]),
+        loaded_bytes=inputs.loaded_bytes,
+    )
+    model = build_model(
+        inputs.data,
+        inputs.bvals,
+        inputs.bvecs,
+        inputs.streamlines,
+        affine=inputs.affine,
+        mask=inputs.mask,
+        sphere=sphere,
+        formulation=formulation,
+        device=planner.device,
+        dtype=dtype,
+        chunk_points=chunk_points,
+        memory_limit=planner,
+    )
+    return model, ops
+
+
+@dataclass(frozen=True)
+class _SolveOptions:
+    """The solver options :func:`fit` passes to each of its solves."""
+
+    max_iter: int
+    tol: float | None
+    random_state: int | np.random.Generator | None
+    verbose: int
+    operator_options: dict | None
+    checkpoint: str | os.PathLike | None
+    checkpoint_every: int
+
+    def saving(self) -> dict:
+        """Return the checkpoint keywords of :func:`solve`."""
+        return {"checkpoint": self.checkpoint, "checkpoint_every": self.checkpoint_every}
+
+
+def _check_sweep(lam: float, lambdas: Iterable[float] | None, x0: object) -> None:
+    if lambdas is not None and (float(lam) != 0.0 or x0 is not None):
+        raise ValueError(
+            "'lambdas' replaces 'lam' and 'x0' (the sweep warm-starts each λ "
+            f"from the previous one); got lam={lam} and x0 "
+            f"{'given' if x0 is not None else 'None'}."
+        )
+
+
+def _fit_sweep(
+    model: LiFEModel, inputs: _Inputs, lambdas: Iterable[float], options: _SolveOptions
+) -> LiFEFit:
+    """Fit each λ; return the fit with the lowest cross-validated RMSE, with the table."""
+    rows = lambda_sweep(
+        model,
+        lambdas,
+        data_repeat=inputs.repeat,
+        max_iter=options.max_iter,
+        tol=options.tol,
+        random_state=options.random_state,
+        verbose=options.verbose,
+        operator_options=options.operator_options,
+        **options.saving(),
+    )
+    result = min(rows, key=lambda row: row["cv_rmse_median"])["fit"]
+    result.lambda_sweep = [{k: v for k, v in row.items() if k != "fit"} for row in rows]
+    return result
+
+
+def _fit_one(
+    model: LiFEModel,
+    inputs: _Inputs,
+    lam: float,
+    x0: npt.ArrayLike | torch.Tensor | None,
+    options: _SolveOptions,
+) -> LiFEFit:
+    """Fit one λ, warm-started from ``x0`` (one weight per input streamline)."""
+    x0k = None
+    if x0 is not None:
+        x0 = np.asarray(x0, dtype=np.float64)
+        n = len(inputs.streamlines)
+        if x0.shape != (n,):
+            raise ValueError(f"'x0' must have one weight per streamline ({n}); got {x0.shape}.")
+        x0k = x0[model.fibre_index]
+    return solve(
+        model,
+        lam=lam,
+        max_iter=options.max_iter,
+        tol=options.tol,
+        x0=x0k,
+        verbose=options.verbose,
+        operator_options=options.operator_options,
+        **options.saving(),
+    )
+
+
+def _cross_validated(
+    model: LiFEModel, result: LiFEFit, inputs: _Inputs, lam: float, options: _SolveOptions
+) -> np.ndarray:
+    """Return the cross-validated RMSE of ``result`` (against the repeat, or a split)."""
+    if inputs.repeat is not None:
+        return cross_validated_rmse(model, result.weights_kept, inputs.repeat)["rmse"]
+    return split_rmse(
+        model,
+        lam=lam,
+        max_iter=options.max_iter,
+        tol=options.tol,
+        random_state=options.random_state,
+        operator_options=options.operator_options,
+        **options.saving(),
+    )
+
+
 @fill_doc
 @validate_params(_PARAMETER_CONSTRAINTS)
-def fit(
+def fit(  # noqa: PLR0913 - public keywords: the LiFE estimator's and the inputs'
     dwi: ImageLike,
     bvals: str | os.PathLike | npt.ArrayLike,
     bvecs: str | os.PathLike | npt.ArrayLike,
@@ -738,7 +932,7 @@ def fit(
     dtype: str | np.dtype | torch.dtype | type = "float32",
     random_state: int | np.random.Generator | None = None,
     x0: npt.ArrayLike | torch.Tensor | None = None,
-    memory_limit: int | str | None = None,
+    memory_limit: int | str | MemoryPlanner | None = None,
     verbose: int = 0,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 50,
@@ -793,6 +987,8 @@ def fit(
         build's chunks, the model and the solver's copies; checked up front
         (at worst, from the number of streamline points) and again once the
         model's size is known, with a :class:`~connscale.MemoryLimitError`.
+        A caller's :class:`~connscale._compute.MemoryPlanner` (its task's
+        budget) is counted into instead.
     %(verbose)s
     checkpoint : path or None, default=None
         A folder for the solver's state, from which an interrupted fit
@@ -825,99 +1021,31 @@ def fit(
     (720,)
     """
     n_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
-    if lambdas is not None:
-        if float(lam) != 0.0 or x0 is not None:
-            raise ValueError(
-                "'lambdas' replaces 'lam' and 'x0' (the sweep warm-starts each λ "
-                f"from the previous one); got lam={lam} and x0 "
-                f"{'given' if x0 is not None else 'None'}."
-            )
+    _check_sweep(lam, lambdas, x0)
+    dev = resolve_device(device)
+    planner = planner_for(dev, memory_limit, hint=MEMORY_HINT)
     timings = {}
     start = time.perf_counter()
-    data, affine, image = load_dwi(dwi, affine=affine)
-    bvals, bvecs = load_gradients(bvals, bvecs)
-    mask_data, _ = load_volume(mask, "mask")
-    sl = load_streamlines(streamlines)
-    check_space(sl, data.shape[:3], affine)
-    loaded = data.nbytes if image is not None else 0
-    repeat = None
-    if dwi_repeat is not None:
-        repeat, _, repeat_image = load_dwi(dwi_repeat, affine=affine)
-        loaded += repeat.nbytes if repeat_image is not None else 0
+    inputs = _load_inputs(
+        dwi, bvals, bvecs, streamlines, affine=affine, mask=mask, dwi_repeat=dwi_repeat
+    )
     timings["load"] = time.perf_counter() - start
-    chunk_points, ops = plan_memory(
-        memory_limit, device=device, n_points=int(sl.offsets[-1]), loaded_bytes=loaded
-    )
     start = time.perf_counter()
-    model = build_model(
-        data,
-        bvals,
-        bvecs,
-        sl,
-        affine=affine,
-        mask=mask_data,
-        sphere=sphere,
-        formulation=formulation,
-        device=device,
-        dtype=dtype,
-        chunk_points=chunk_points,
-        memory_limit=memory_limit,
-        loaded_bytes=loaded,
-    )
+    model, ops = _build(inputs, planner, sphere=sphere, formulation=formulation, dtype=dtype)
     timings["build"] = time.perf_counter() - start
+    options = _SolveOptions(n_iter, tol, random_state, verbose, ops, checkpoint, checkpoint_every)
     start = time.perf_counter()
-    saving = {"checkpoint": checkpoint, "checkpoint_every": checkpoint_every}
     if lambdas is not None:
-        rows = lambda_sweep(
-            model,
-            lambdas,
-            data_repeat=repeat,
-            max_iter=n_iter,
-            tol=tol,
-            random_state=random_state,
-            verbose=verbose,
-            operator_options=ops,
-            **saving,
-        )
-        result = min(rows, key=lambda row: row["cv_rmse_median"])["fit"]
-        result.lambda_sweep = [{k: v for k, v in row.items() if k != "fit"} for row in rows]
-        result.streamlines = sl
+        result = _fit_sweep(model, inputs, lambdas, options)
+        result.streamlines = inputs.streamlines
         result.timings = {**timings, "lambda_sweep": time.perf_counter() - start}
         return result
-    x0k = None
-    if x0 is not None:
-        x0 = np.asarray(x0, dtype=np.float64)
-        if x0.shape != (len(sl),):
-            raise ValueError(
-                f"'x0' must have one weight per streamline ({len(sl)}); got {x0.shape}."
-            )
-        x0k = x0[model.fibre_index]
-    result = solve(
-        model,
-        lam=lam,
-        max_iter=n_iter,
-        tol=tol,
-        x0=x0k,
-        verbose=verbose,
-        operator_options=ops,
-        **saving,
-    )
-    result.streamlines = sl
+    result = _fit_one(model, inputs, lam, x0, options)
+    result.streamlines = inputs.streamlines
     timings["solve"] = time.perf_counter() - start
     start = time.perf_counter()
-    if repeat is not None:
-        result.cv_rmse = cross_validated_rmse(model, result.weights_kept, repeat)["rmse"]
-    elif cross_validate:
-        result.cv_rmse = split_rmse(
-            model,
-            lam=lam,
-            max_iter=n_iter,
-            tol=tol,
-            random_state=random_state,
-            operator_options=ops,
-            **saving,
-        )
-    if result.cv_rmse is not None:
+    if inputs.repeat is not None or cross_validate:
+        result.cv_rmse = _cross_validated(model, result, inputs, lam, options)
         timings["cross_validation"] = time.perf_counter() - start
     result.timings = timings
     return result

@@ -1,6 +1,8 @@
-"""The ENCODE model of LiFE: streamlines and a dMRI scan to the sparse
-tensor Φ (atom, voxel, fibre, value), the dictionary D of canonical stick
-signals, S₀ and the demeaned signal b (Caiafa & Pestilli 2017; encode's
+"""The ENCODE model of LiFE.
+
+Streamlines and a dMRI scan to the sparse tensor Φ (atom, voxel, fibre,
+value), the dictionary D of canonical stick signals, S₀ and the demeaned
+signal b (Caiafa & Pestilli 2017; encode's
 ``feConnectomeEncoding``/``feBuildDictionaries``).
 
 M is never formed: ``M[(v, θ), f] = Σ_a Φ(a, v, f) · D[θ, a]``.
@@ -22,9 +24,9 @@ import numpy.typing as npt
 import torch
 
 from connscale._compute import (
-    limit_error,
-    memory_budget,
+    MemoryPlanner,
     parse_memory,
+    planner_for,
     resolve_device,
     resolve_dtype,
 )
@@ -273,30 +275,37 @@ class LiFEModel:
 
     @property
     def n_fibres(self) -> int:
+        """The number of kept fibres."""
         return len(self.fibre_index)
 
     @property
     def n_voxels(self) -> int:
+        """The number of model voxels."""
         return len(self.voxels)
 
     @property
     def n_directions(self) -> int:
+        """The number of diffusion-weighted directions."""
         return int(self.dictionary.shape[0])
 
     @property
     def n_atoms(self) -> int:
+        """The number of atoms (stick orientations)."""
         return int(self.dictionary.shape[1])
 
     @property
     def n_entries(self) -> int:
+        """The number of entries of Φ."""
         return int(self.entry_value.numel())
 
     @property
     def device(self) -> torch.device:
+        """The device of the model's tensors."""
         return self.entry_value.device
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of Φ's values, D and the signal."""
         return self.entry_value.dtype
 
     def entry_voxel(self) -> torch.Tensor:
@@ -351,17 +360,420 @@ def _check_gradients(
 def model_memory(
     n_entries: int, n_pairs: int, n_voxels: int, n_volumes: int, n_fibres: int, itemsize: int
 ) -> int:
-    """Bytes of a model and of fitting it: Φ (two int64 indices and a value per
-    entry), the (voxel, atom) tables and the voxel signals, plus the larger of
-    the float64 signal copies made while it is built and the solver's copies
-    (scaled Φ values, signal-sized residuals, fibre vectors)."""
+    """Return the bytes of a model and of fitting it.
+
+    Φ (two int64 indices and a value per entry), the (voxel, atom) tables and
+    the voxel signals, plus the larger of the float64 signal copies made while
+    it is built and the solver's copies (scaled Φ values, signal-sized
+    residuals, fibre vectors).
+    """
     signal = n_voxels * n_volumes
     model = n_entries * (16 + itemsize) + n_pairs * 24 + 3 * signal * itemsize
     work = max(5 * signal * 8, n_entries * itemsize + 6 * signal * 8 + 16 * n_fibres * 8)
     return model + work
 
 
-def build_model(
+#: What to do when a LiFE model does not fit its memory budget.
+MEMORY_HINT = "Raise memory_limit, or fit fewer streamlines or a smaller mask."
+
+
+@dataclass(frozen=True)
+class _Scan:
+    """The checked scan of a build: volumes, gradients, affine and mask.
+
+    Attributes
+    ----------
+    data : ndarray of shape (X, Y, Z, n_volumes)
+    shape : tuple of 3 int
+    bvals : ndarray of shape (n_volumes,)
+    is_b0 : ndarray of shape (n_volumes,), bool
+    gradients : ndarray of shape (n_dw, 3)
+        Unit directions of the diffusion-weighted volumes.
+    affine : ndarray of shape (4, 4)
+    mask : ndarray of shape (X, Y, Z), bool, or None
+    """
+
+    data: np.ndarray
+    shape: tuple
+    bvals: np.ndarray
+    is_b0: np.ndarray
+    gradients: np.ndarray
+    affine: np.ndarray
+    mask: np.ndarray | None
+
+    @property
+    def dw(self) -> np.ndarray:
+        """Which volumes are diffusion-weighted."""
+        return ~self.is_b0
+
+    @property
+    def n_volumes(self) -> int:
+        return int(self.data.shape[3])
+
+
+def _check_affine(affine: npt.ArrayLike) -> np.ndarray:
+    affine = np.asarray(affine, dtype=np.float64)
+    if (
+        affine.shape != (4, 4)
+        or not np.all(np.isfinite(affine))
+        or abs(np.linalg.det(affine[:3, :3])) < 1e-12
+    ):
+        raise ValueError(
+            f"'affine' must be an invertible finite (4, 4) matrix; got shape {affine.shape}."
+        )
+    return affine
+
+
+def _unit_gradients(bvecs: np.ndarray, dw: np.ndarray) -> np.ndarray:
+    """Return the unit directions of the diffusion-weighted volumes ``dw``."""
+    norms = np.linalg.norm(bvecs[dw], axis=1)
+    if not np.all(np.isfinite(norms)) or np.any(norms < 1e-6):
+        raise ValueError("Diffusion-weighted volumes need finite, non-zero 'bvecs'.")
+    off = np.abs(norms - 1.0) > BVEC_NORM_TOL
+    if off.any():
+        first = int(np.flatnonzero(dw)[np.argmax(off)])
+        raise ValueError(
+            f"'bvecs' of diffusion-weighted volumes must be unit vectors (norm within "
+            f"{BVEC_NORM_TOL} of 1); got {int(off.sum())} that are not, e.g. volume {first} "
+            f"with norm {norms[np.argmax(off)]:.4g}. Check the file (a b-value scaled into "
+            "the vector is not supported)."
+        )
+    return bvecs[dw] / norms[:, None]
+
+
+def _check_scan(
+    data: npt.ArrayLike,
+    bvals: npt.ArrayLike,
+    bvecs: npt.ArrayLike,
+    affine: npt.ArrayLike,
+    mask: npt.ArrayLike | None,
+    b0_threshold: float,
+) -> _Scan:
+    """Check the scan, its gradients, affine and mask (one-line errors)."""
+    data = np.asarray(data)
+    if data.ndim != 4:
+        raise ValueError(
+            f"'dwi' must be a 4-D volume (X, Y, Z, n_volumes); got shape {data.shape}."
+        )
+    shape = tuple(int(s) for s in data.shape[:3])
+    bvals, bvecs = _check_gradients(bvals, bvecs, data.shape[3])
+    affine = _check_affine(affine)
+    is_b0 = bvals <= b0_threshold
+    if not is_b0.any():
+        raise ValueError(f"The scan has no b=0 volume (b ≤ {b0_threshold}); S₀ is needed.")
+    if is_b0.all():
+        raise ValueError("The scan has no diffusion-weighted volume (all b ≤ b0_threshold).")
+    g = _unit_gradients(bvecs, ~is_b0)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.shape != shape:
+            raise ValueError(
+                f"'mask' must have the spatial shape of the dMRI {shape}; got {mask.shape}."
+            )
+        mask = mask.astype(bool)
+    return _Scan(data, shape, bvals, is_b0, g, affine, mask)
+
+
+@dataclass(frozen=True)
+class _Voxeliser:
+    """What turns a chunk of streamline nodes into (voxel, atom, fibre) keys.
+
+    A key is ``(voxel · n_atoms + atom) · n_fibres + fibre`` over the whole
+    grid (linear voxel index) and the input streamlines.
+    """
+
+    rotation: torch.Tensor
+    translation: torch.Tensor
+    dims: torch.Tensor
+    strides: torch.Tensor
+    mask_flat: torch.Tensor | None
+    snap: _SnapTable
+    too_short: np.ndarray
+    n_atoms: int
+    n_fibres: int
+    n_vox_total: int
+    device: torch.device
+
+    @classmethod
+    def create(
+        cls, scan: _Scan, atoms: np.ndarray, too_short: np.ndarray, device: torch.device
+    ) -> _Voxeliser:
+        """Return the voxeliser of ``scan`` (affine, grid, mask) and ``atoms``."""
+        shape = scan.shape
+        n_vox_total = int(np.prod(shape))
+        F = len(too_short)
+        if n_vox_total * len(atoms) * max(F, 1) >= 2**62:
+            raise ValueError(
+                f"Model too large for 64-bit keys: {n_vox_total} voxels × {len(atoms)} atoms "
+                f"× {F} streamlines."
+            )
+        inv = torch.as_tensor(np.linalg.inv(scan.affine), dtype=torch.float64)
+        mask = scan.mask
+        return cls(
+            rotation=inv[:3, :3].to(device, torch.float32),
+            translation=inv[:3, 3].to(device, torch.float32),
+            dims=torch.tensor(shape, device=device),
+            strides=torch.tensor([shape[1] * shape[2], shape[2], 1], device=device),
+            mask_flat=torch.as_tensor(mask.ravel(), device=device) if mask is not None else None,
+            snap=_SnapTable(atoms, device),
+            too_short=too_short,
+            n_atoms=len(atoms),
+            n_fibres=F,
+            n_vox_total=n_vox_total,
+            device=device,
+        )
+
+    def chunk_keys(
+        self, streamlines: StreamlineArray, c0: int, c1: int
+    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Distinct keys of streamlines ``c0:c1`` and their node counts (None: no node)."""
+        dev = self.device
+        offsets = streamlines.offsets
+        p0, p1 = int(offsets[c0]), int(offsets[c1])
+        if p1 == p0:
+            return None
+        pts = torch.as_tensor(streamlines.points[p0:p1], dtype=torch.float32).to(dev)
+        lens = torch.as_tensor(np.diff(offsets[c0 : c1 + 1]), device=dev)
+        fib = torch.repeat_interleave(torch.arange(c0, c1, device=dev), lens)
+        vox = pts @ self.rotation.T + self.translation
+        del pts
+        n = vox.shape[0]
+        local_off = torch.as_tensor(offsets[c0 : c1 + 1] - p0, device=dev)
+        first = torch.zeros(n, dtype=torch.bool, device=dev)
+        last = torch.zeros(n, dtype=torch.bool, device=dev)
+        nonempty = lens > 0
+        first[local_off[:-1][nonempty]] = True
+        last[local_off[1:][nonempty] - 1] = True
+        nxt = torch.roll(vox, -1, 0)
+        prv = torch.roll(vox, 1, 0)
+        # numpy.gradient along each streamline: one-sided at the ends.
+        tang = torch.where(
+            first[:, None], nxt - vox, torch.where(last[:, None], vox - prv, 0.5 * (nxt - prv))
+        )
+        del nxt, prv
+        tnorm = torch.linalg.vector_norm(tang, dim=1)
+        ijk = torch.floor(vox + 0.5).long()
+        del vox
+        ok = (tnorm > 0) & torch.all((ijk >= 0) & (ijk < self.dims), dim=1)
+        ok &= ~torch.as_tensor(self.too_short[c0:c1], device=dev)[fib - c0]
+        lin = (ijk * self.strides).sum(1)
+        del ijk
+        if self.mask_flat is not None:
+            ok &= self.mask_flat[lin.clamp(0, self.n_vox_total - 1)]
+        idx = torch.nonzero(ok).squeeze(1)
+        if idx.numel() == 0:
+            return None
+        t = tang[idx] / tnorm[idx, None]
+        atom = self.snap(t)
+        key = (lin[idx] * self.n_atoms + atom) * self.n_fibres + fib[idx]
+        del tang, tnorm, lin, fib, t, atom, idx, ok
+        return torch.unique(key, sorted=True, return_counts=True)
+
+
+def _chunk_bounds(offsets: np.ndarray, n_fibres: int, chunk_points: int) -> list[int]:
+    """Streamline bounds of the build chunks (a streamline never spans two)."""
+    bounds = [0]
+    while bounds[-1] < n_fibres:
+        start = bounds[-1]
+        stop = int(np.searchsorted(offsets, offsets[start] + chunk_points, side="right")) - 1
+        bounds.append(min(n_fibres, max(stop, start + 1)))
+    return bounds
+
+
+def _node_keys(
+    voxeliser: _Voxeliser, streamlines: StreamlineArray, chunk_points: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sorted (voxel, atom, fibre) keys of every node and their node counts."""
+    keys_list, counts_list = [], []
+    bounds = _chunk_bounds(streamlines.offsets, voxeliser.n_fibres, chunk_points)
+    for c0, c1 in zip(bounds[:-1], bounds[1:]):
+        found = voxeliser.chunk_keys(streamlines, c0, c1)
+        if found is not None:
+            keys_list.append(found[0])
+            counts_list.append(found[1])
+    if not keys_list:
+        raise ValueError(
+            "No streamline has a node inside the dMRI volume"
+            + (" and mask" if voxeliser.mask_flat is not None else "")
+            + "; are the streamlines in RAS+ mm of this image (check the affine)?"
+        )
+    key = torch.cat(keys_list)
+    cnt = torch.cat(counts_list)
+    del keys_list, counts_list
+    key, order = torch.sort(key)
+    return key, cnt[order]
+
+
+@dataclass(frozen=True)
+class _Entries:
+    """The entries of Φ before their values are scaled (see :class:`LiFEModel`).
+
+    ``share`` is each entry's share of its (voxel, fibre) nodes ('encode') or
+    its node count ('dipy'), float64; ``voxel_lin`` the linear grid index of
+    each model voxel; ``kept`` the input index of each kept fibre.
+    """
+
+    share: torch.Tensor
+    entry_fibre: torch.Tensor
+    entry_av: torch.Tensor
+    av_voxel: torch.Tensor
+    av_atom: torch.Tensor
+    crow: torch.Tensor
+    voxel_lin: torch.Tensor
+    kept: torch.Tensor
+
+    @property
+    def n_pairs(self) -> int:
+        return int(self.av_voxel.numel())
+
+
+def _phi_entries(
+    voxeliser: _Voxeliser, streamlines: StreamlineArray, chunk_points: int, formulation: str
+) -> _Entries:
+    """Voxelise the streamlines and index the entries of Φ by (voxel, atom, fibre)."""
+    dev, F, n_atoms = voxeliser.device, voxeliser.n_fibres, voxeliser.n_atoms
+    key, cnt = _node_keys(voxeliser, streamlines, chunk_points)
+    fib = key % F
+    va = key // F
+    del key
+    lin = va // n_atoms
+    if formulation == "encode":
+        # Nodes of each (voxel, fibre): value = share of those nodes with this atom.
+        vf = lin * F + fib
+        _, vf_inv = torch.unique(vf, return_inverse=True)
+        del vf
+        n_vf = torch.zeros(int(vf_inv.max()) + 1, dtype=torch.int64, device=dev).index_add_(
+            0, vf_inv, cnt
+        )
+        share = cnt.double() / n_vf[vf_inv].double()
+        del vf_inv, n_vf
+    else:  # 'count': node signals summed, as dipy and LiFE 1.0
+        share = cnt.double()
+    del cnt
+    av_key, entry_av = torch.unique_consecutive(va, return_inverse=True)
+    del va
+    av_atom = av_key % n_atoms
+    av_lin = av_key // n_atoms
+    voxel_lin, av_voxel, per_voxel = torch.unique_consecutive(
+        av_lin, return_inverse=True, return_counts=True
+    )
+    crow = torch.zeros(len(voxel_lin) + 1, dtype=torch.int64, device=dev)
+    torch.cumsum(per_voxel, 0, out=crow[1:])
+    kept, entry_fibre = torch.unique(fib, return_inverse=True)
+    return _Entries(share, entry_fibre, entry_av, av_voxel, av_atom, crow, voxel_lin, kept)
+
+
+def _count_model(
+    planner: MemoryPlanner, entries: _Entries, n_volumes: int, tdtype: torch.dtype
+) -> None:
+    """Count the model and its fit in ``planner``.
+
+    With a limit, refuse them when they do not fit, before the voxel signals
+    are read.
+    """
+    n_entries, n_voxels = entries.entry_fibre.numel(), entries.voxel_lin.numel()
+    need = model_memory(
+        n_entries,
+        entries.n_pairs,
+        n_voxels,
+        n_volumes,
+        entries.kept.numel(),
+        torch.empty((), dtype=tdtype).element_size(),
+    )
+    if parse_memory(planner.memory_limit) is not None:
+        planner.require(
+            need,
+            f"The LiFE model ({n_entries} Φ entries, {n_voxels} voxels x "
+            f"{n_volumes} volumes) and its fit",
+        )
+    planner.reserve_device(need)
+
+
+@dataclass(frozen=True)
+class _VoxelSignal:
+    """The measured signal of the model voxels (see :class:`LiFEModel`)."""
+
+    voxels: np.ndarray
+    s0: np.ndarray
+    signal: np.ndarray
+    mean: np.ndarray
+    scale: np.ndarray
+
+
+def _voxel_signal(scan: _Scan, voxel_lin: torch.Tensor, formulation: str) -> _VoxelSignal:
+    """S₀ from the b=0 volumes and b, the signal demeaned per voxel."""
+    voxel_lin_np = voxel_lin.cpu().numpy()
+    voxels = np.stack(np.unravel_index(voxel_lin_np, scan.shape), axis=1).astype(np.int64)
+    vals = scan.data[voxels[:, 0], voxels[:, 1], voxels[:, 2]].astype(np.float64)
+    s0 = vals[:, scan.is_b0].mean(axis=1)
+    dwv = vals[:, scan.dw]
+    if formulation == "encode":
+        scale = np.ones_like(s0)
+    else:
+        scale = np.where(s0 > 0, s0, 1.0)
+        dwv = dwv / scale[:, None]
+    mean = dwv.mean(axis=1)
+    return _VoxelSignal(voxels, s0, dwv - mean[:, None], mean, scale)
+
+
+def _warn_dropped(n_streamlines: int, n_kept: int, n_short: int) -> int:
+    """Warn about dropped streamlines; return how many had no node inside."""
+    n_outside = n_streamlines - n_short - n_kept
+    if n_kept < n_streamlines:
+        warnings.warn(
+            f"{n_streamlines - n_kept} of {n_streamlines} streamlines dropped "
+            f"({n_short} with fewer than 2 points, {n_outside} with no node inside the "
+            "volume/mask); they get weight 0.",
+            stacklevel=user_stacklevel(),
+        )
+    return n_outside
+
+
+def _assemble(
+    scan: _Scan,
+    atoms: np.ndarray,
+    entries: _Entries,
+    measured: _VoxelSignal,
+    formulation: str,
+    tdtype: torch.dtype,
+) -> dict:
+    """Return the tensors and tables of a :class:`LiFEModel` on the entries' device."""
+    dev = entries.crow.device
+    D = canonical_dictionary(
+        scan.bvals[scan.dw],
+        scan.gradients,
+        atoms,
+        centre="median" if formulation == "encode" else "mean",
+    )
+    s0_t = torch.as_tensor(measured.s0, device=dev)
+    if formulation == "encode":
+        value = (entries.share * s0_t[entries.av_voxel[entries.entry_av]]).to(tdtype)
+    else:
+        value = entries.share.to(tdtype)
+    return {
+        "entry_fibre": entries.entry_fibre,
+        "entry_av": entries.entry_av,
+        "entry_value": value,
+        "av_voxel": entries.av_voxel,
+        "av_atom": entries.av_atom,
+        "crow": entries.crow,
+        "dictionary": torch.as_tensor(D, dtype=tdtype, device=dev),
+        "s0": s0_t.to(tdtype),
+        "signal": torch.as_tensor(measured.signal, dtype=tdtype, device=dev),
+        "signal_mean": torch.as_tensor(measured.mean, dtype=tdtype, device=dev),
+        "signal_scale": torch.as_tensor(measured.scale, dtype=tdtype, device=dev),
+        "formulation": formulation,
+        "voxels": measured.voxels,
+        "atoms": atoms,
+        "bvals": scan.bvals[scan.dw],
+        "bvecs": scan.gradients,
+        "volume_index": np.flatnonzero(scan.dw),
+        "shape": scan.shape,
+        "affine": scan.affine,
+    }
+
+
+def build_model(  # noqa: PLR0913 - its public keywords (the scan, model and compute options)
     data: npt.ArrayLike,
     bvals: npt.ArrayLike,
     bvecs: npt.ArrayLike,
@@ -375,7 +787,7 @@ def build_model(
     device: str | torch.device | None = "auto",
     dtype: str | np.dtype | torch.dtype | type = "float32",
     chunk_points: int = 1 << 23,
-    memory_limit: int | str | None = None,
+    memory_limit: int | str | MemoryPlanner | None = None,
     loaded_bytes: int = 0,
 ) -> LiFEModel:
     """Build the ENCODE model of a dMRI scan and a tractogram.
@@ -406,10 +818,12 @@ def build_model(
     device, dtype : see :func:`connscale.life.fit`
     chunk_points : int
         Points processed at once (memory bound of the build).
-    memory_limit : int, str or None
+    memory_limit : int, str, MemoryPlanner or None
         Once the model's size is known (before the voxel signals are read),
         raise :class:`~connscale.MemoryLimitError` when it and fitting it
-        (:func:`model_memory`), with ``loaded_bytes``, exceed this limit.
+        (:func:`model_memory`), with ``loaded_bytes``, exceed this limit. A
+        caller's :class:`~connscale._compute.MemoryPlanner` (its task's
+        budget) is counted into instead.
     loaded_bytes : int, default=0
         Bytes the caller's run already holds (its loaded dMRI volumes).
 
@@ -419,240 +833,24 @@ def build_model(
     """
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype)
+    planner = planner_for(dev, memory_limit, hint=MEMORY_HINT)
+    planner.reserve_host(loaded_bytes)
     if formulation not in ("encode", "dipy"):
         raise ValueError(f"'formulation' must be 'encode' or 'dipy'; got {formulation!r}.")
-    data = np.asarray(data)
-    if data.ndim != 4:
-        raise ValueError(
-            f"'dwi' must be a 4-D volume (X, Y, Z, n_volumes); got shape {data.shape}."
-        )
-    shape = tuple(int(s) for s in data.shape[:3])
-    n_vol = data.shape[3]
-    bvals, bvecs = _check_gradients(bvals, bvecs, n_vol)
-    affine = np.asarray(affine, dtype=np.float64)
-    if (
-        affine.shape != (4, 4)
-        or not np.all(np.isfinite(affine))
-        or abs(np.linalg.det(affine[:3, :3])) < 1e-12
-    ):
-        raise ValueError(
-            f"'affine' must be an invertible finite (4, 4) matrix; got shape {affine.shape}."
-        )
-    is_b0 = bvals <= b0_threshold
-    if not is_b0.any():
-        raise ValueError(f"The scan has no b=0 volume (b ≤ {b0_threshold}); S₀ is needed.")
-    if is_b0.all():
-        raise ValueError("The scan has no diffusion-weighted volume (all b ≤ b0_threshold).")
-    dw = ~is_b0
-    norms = np.linalg.norm(bvecs[dw], axis=1)
-    if not np.all(np.isfinite(norms)) or np.any(norms < 1e-6):
-        raise ValueError("Diffusion-weighted volumes need finite, non-zero 'bvecs'.")
-    off = np.abs(norms - 1.0) > BVEC_NORM_TOL
-    if off.any():
-        first = int(np.flatnonzero(dw)[np.argmax(off)])
-        raise ValueError(
-            f"'bvecs' of diffusion-weighted volumes must be unit vectors (norm within "
-            f"{BVEC_NORM_TOL} of 1); got {int(off.sum())} that are not, e.g. volume {first} "
-            f"with norm {norms[np.argmax(off)]:.4g}. Check the file (a b-value scaled into "
-            "the vector is not supported)."
-        )
-    g = bvecs[dw] / norms[:, None]
-    if mask is not None:
-        mask = np.asarray(mask)
-        if mask.shape != shape:
-            raise ValueError(
-                f"'mask' must have the spatial shape of the dMRI {shape}; got {mask.shape}."
-            )
-        mask = mask.astype(bool)
-
+    scan = _check_scan(data, bvals, bvecs, affine, mask, b0_threshold)
     atoms = resolve_sphere(sphere)
-    n_atoms = len(atoms)
-    D = canonical_dictionary(
-        bvals[dw], g, atoms, centre="median" if formulation == "encode" else "mean"
-    )
-
-    n_streamlines = len(streamlines)
-    lengths = streamlines.lengths
-    too_short = lengths < 2
-    n_vox_total = int(np.prod(shape))
-    F = n_streamlines
-    if n_vox_total * n_atoms * max(F, 1) >= 2**62:
-        raise ValueError(
-            f"Model too large for 64-bit keys: {n_vox_total} voxels × {n_atoms} atoms "
-            f"× {F} streamlines."
-        )
-
-    inv = torch.as_tensor(np.linalg.inv(affine), dtype=torch.float64)
-    R = inv[:3, :3].to(dev, torch.float32)
-    T = inv[:3, 3].to(dev, torch.float32)
-    dims = torch.tensor(shape, device=dev)
-    strides = torch.tensor([shape[1] * shape[2], shape[2], 1], device=dev)
-    mask_flat = torch.as_tensor(mask.ravel(), device=dev) if mask is not None else None
-    snap = _SnapTable(atoms, dev)
-
-    keys_list, counts_list = [], []
-    offsets = streamlines.offsets
-    # Chunk over whole streamlines (a streamline never spans two chunks).
-    bounds = [0]
-    while bounds[-1] < F:
-        start = bounds[-1]
-        stop = int(np.searchsorted(offsets, offsets[start] + chunk_points, side="right")) - 1
-        bounds.append(min(F, max(stop, start + 1)))
-    for c0, c1 in zip(bounds[:-1], bounds[1:]):
-        p0, p1 = int(offsets[c0]), int(offsets[c1])
-        if p1 == p0:
-            continue
-        pts = torch.as_tensor(streamlines.points[p0:p1], dtype=torch.float32).to(dev)
-        lens = torch.as_tensor(lengths[c0:c1], device=dev)
-        fib = torch.repeat_interleave(torch.arange(c0, c1, device=dev), lens)
-        vox = pts @ R.T + T
-        del pts
-        n = vox.shape[0]
-        local_off = torch.as_tensor(offsets[c0 : c1 + 1] - p0, device=dev)
-        first = torch.zeros(n, dtype=torch.bool, device=dev)
-        last = torch.zeros(n, dtype=torch.bool, device=dev)
-        nonempty = lens > 0
-        first[local_off[:-1][nonempty]] = True
-        last[local_off[1:][nonempty] - 1] = True
-        nxt = torch.roll(vox, -1, 0)
-        prv = torch.roll(vox, 1, 0)
-        # numpy.gradient along each streamline: one-sided at the ends.
-        tang = torch.where(
-            first[:, None], nxt - vox, torch.where(last[:, None], vox - prv, 0.5 * (nxt - prv))
-        )
-        del nxt, prv
-        tnorm = torch.linalg.vector_norm(tang, dim=1)
-        ijk = torch.floor(vox + 0.5).long()
-        del vox
-        ok = (tnorm > 0) & torch.all((ijk >= 0) & (ijk < dims), dim=1)
-        ok &= ~torch.as_tensor(too_short[c0:c1], device=dev)[fib - c0]
-        lin = (ijk * strides).sum(1)
-        del ijk
-        if mask_flat is not None:
-            ok &= mask_flat[lin.clamp(0, n_vox_total - 1)]
-        idx = torch.nonzero(ok).squeeze(1)
-        if idx.numel() == 0:
-            continue
-        t = tang[idx] / tnorm[idx, None]
-        atom = snap(t)
-        key = (lin[idx] * n_atoms + atom) * F + fib[idx]
-        del tang, tnorm, lin, fib, t, atom, idx, ok
-        ukey, cnt = torch.unique(key, sorted=True, return_counts=True)
-        keys_list.append(ukey)
-        counts_list.append(cnt)
-        del key
-
-    if not keys_list:
-        raise ValueError(
-            "No streamline has a node inside the dMRI volume"
-            + (" and mask" if mask is not None else "")
-            + "; are the streamlines in RAS+ mm of this image (check the affine)?"
-        )
-    key = torch.cat(keys_list)
-    cnt = torch.cat(counts_list)
-    del keys_list, counts_list
-    key, order = torch.sort(key)
-    cnt = cnt[order]
-    del order
-    fib = key % F
-    va = key // F
-    del key
-    lin = va // n_atoms
-    if formulation == "encode":
-        # Nodes of each (voxel, fibre): value = share of those nodes with this atom.
-        vf = lin * F + fib
-        _, vf_inv = torch.unique(vf, return_inverse=True)
-        del vf
-        n_vf = torch.zeros(int(vf_inv.max()) + 1, dtype=torch.int64, device=dev).index_add_(
-            0, vf_inv, cnt
-        )
-        share = cnt.double() / n_vf[vf_inv].double()
-        del vf_inv, n_vf
-    else:  # 'count': node signals summed, as dipy and LiFE 1.0
-        share = cnt.double()
-    del cnt
-    av_key, entry_av = torch.unique_consecutive(va, return_inverse=True)
-    del va
-    av_atom = av_key % n_atoms
-    av_lin = av_key // n_atoms
-    voxel_lin, av_voxel, per_voxel = torch.unique_consecutive(
-        av_lin, return_inverse=True, return_counts=True
-    )
-    crow = torch.zeros(len(voxel_lin) + 1, dtype=torch.int64, device=dev)
-    torch.cumsum(per_voxel, 0, out=crow[1:])
-    kept, entry_fibre = torch.unique(fib, return_inverse=True)
-    del fib
-    if parse_memory(memory_limit) is not None:
-        need = loaded_bytes + model_memory(
-            entry_fibre.numel(),
-            av_key.numel(),
-            voxel_lin.numel(),
-            n_vol,
-            kept.numel(),
-            torch.empty((), dtype=tdtype).element_size(),
-        )
-        budget = memory_budget(dev, memory_limit)
-        if need > budget:
-            raise limit_error(
-                f"The LiFE model ({entry_fibre.numel()} Φ entries, {voxel_lin.numel()} voxels x "
-                f"{n_vol} volumes) and its fit",
-                need,
-                budget,
-                memory_limit,
-                "Raise memory_limit, or fit fewer streamlines or a smaller mask.",
-            )
-
-    # Signal of the model voxels: S₀ from b=0 volumes, b demeaned per voxel.
-    voxel_lin_np = voxel_lin.cpu().numpy()
-    voxels = np.stack(np.unravel_index(voxel_lin_np, shape), axis=1).astype(np.int64)
-    vals = data[voxels[:, 0], voxels[:, 1], voxels[:, 2]].astype(np.float64)
-    s0 = vals[:, is_b0].mean(axis=1)
-    dwv = vals[:, dw]
-    if formulation == "encode":
-        scale = np.ones_like(s0)
-    else:
-        scale = np.where(s0 > 0, s0, 1.0)
-        dwv = dwv / scale[:, None]
-    mean = dwv.mean(axis=1)
-    b = dwv - mean[:, None]
-
-    s0_t = torch.as_tensor(s0, device=dev)
-    if formulation == "encode":
-        value = (share * s0_t[av_voxel[entry_av]]).to(tdtype)
-    else:
-        value = share.to(tdtype)
-    kept_np = kept.cpu().numpy()
+    too_short = streamlines.lengths < 2
+    voxeliser = _Voxeliser.create(scan, atoms, too_short, dev)
+    entries = _phi_entries(voxeliser, streamlines, chunk_points, formulation)
+    _count_model(planner, entries, scan.n_volumes, tdtype)
+    measured = _voxel_signal(scan, entries.voxel_lin, formulation)
+    kept_np = entries.kept.cpu().numpy()
     n_short = int(too_short.sum())
-    n_outside = n_streamlines - n_short - len(kept_np)
-    if len(kept_np) < n_streamlines:
-        warnings.warn(
-            f"{n_streamlines - len(kept_np)} of {n_streamlines} streamlines dropped "
-            f"({n_short} with fewer than 2 points, {n_outside} with no node inside the "
-            "volume/mask); they get weight 0.",
-            stacklevel=user_stacklevel(),
-        )
+    n_outside = _warn_dropped(len(streamlines), len(kept_np), n_short)
     return LiFEModel(
-        entry_fibre=entry_fibre,
-        entry_av=entry_av,
-        entry_value=value,
-        av_voxel=av_voxel,
-        av_atom=av_atom,
-        crow=crow,
-        dictionary=torch.as_tensor(D, dtype=tdtype, device=dev),
-        s0=s0_t.to(tdtype),
-        signal=torch.as_tensor(b, dtype=tdtype, device=dev),
-        signal_mean=torch.as_tensor(mean, dtype=tdtype, device=dev),
-        signal_scale=torch.as_tensor(scale, dtype=tdtype, device=dev),
-        formulation=formulation,
-        voxels=voxels,
+        **_assemble(scan, atoms, entries, measured, formulation, tdtype),
         fibre_index=kept_np,
-        atoms=atoms,
-        bvals=bvals[dw],
-        bvecs=g,
-        volume_index=np.flatnonzero(dw),
-        n_streamlines=n_streamlines,
+        n_streamlines=len(streamlines),
         n_dropped_short=n_short,
         n_dropped_outside=n_outside,
-        shape=shape,
-        affine=affine,
     )

@@ -1,7 +1,9 @@
-"""Evaluation of a LiFE fit: per-voxel RMSE, cross-validation against a
-second acquisition, the gradient-direction split, and strength of evidence
-by virtual lesion (the split's RMSE and the λ sweep, which solve, are in
-:mod:`connscale.life.api`)."""
+"""Evaluation of a LiFE fit.
+
+Per-voxel RMSE, cross-validation against a second acquisition, the
+gradient-direction split, and strength of evidence by virtual lesion (the
+split's RMSE and the λ sweep, which solve, are in :mod:`connscale.life.api`).
+"""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ def voxel_rmse(
 
 
 def repeat_signal(model: LiFEModel, data: npt.ArrayLike) -> torch.Tensor:
-    """A second acquisition's signal at the model voxels and directions, demeaned.
+    """Return a second acquisition's signal at the model voxels and directions, demeaned.
 
     ``data`` (X, Y, Z, n_volumes) must be on the model's grid with the same
     volumes (same b-values and directions, same order).
@@ -109,7 +111,7 @@ def split_directions(
 
 
 def submodel(model: LiFEModel, directions: npt.ArrayLike) -> LiFEModel:
-    """The model restricted to some directions (D rebuilt and de-medianed on them)."""
+    """Return the model restricted to some directions (D rebuilt and de-medianed on them)."""
     directions = np.asarray(directions, dtype=np.int64)
     idx = torch.as_tensor(directions, device=model.device)
     raw = model.signal.index_select(1, idx).double() + model.signal_mean.double()[:, None]
@@ -125,7 +127,7 @@ def submodel(model: LiFEModel, directions: npt.ArrayLike) -> LiFEModel:
 def held_out_model(
     model: LiFEModel, data: npt.ArrayLike, bvals: npt.ArrayLike, bvecs: npt.ArrayLike
 ) -> LiFEModel:
-    """The model at the diffusion-weighted directions of another scan of its grid.
+    """Return the model at the diffusion-weighted directions of another scan of its grid.
 
     ``data`` (X, Y, Z, n_volumes) holds the same voxels, b=0 volumes,
     streamlines and mask as the fitted scan but other diffusion-weighted
@@ -172,8 +174,11 @@ def _with_directions(
     bvecs: np.ndarray,
     volume_index: np.ndarray,
 ) -> LiFEModel:
-    """``model`` with D rebuilt on (bvals, bvecs) and ``raw`` (float64, n_voxels
-    × n_directions, in signal / scale units) as its signal, demeaned per voxel."""
+    """Return ``model`` with D rebuilt on (bvals, bvecs) and ``raw`` as its signal.
+
+    ``raw`` (float64, n_voxels × n_directions, in signal / scale units) is
+    demeaned per voxel.
+    """
     D = canonical_dictionary(
         bvals, bvecs, model.atoms, centre="median" if model.formulation == "encode" else "mean"
     )
@@ -198,8 +203,9 @@ def strength_of_evidence(
     n_mc: int = 5,
     random_state: int | np.random.Generator | None = None,
 ) -> dict:
-    """Strength of evidence of a fascicle by virtual lesion (encode's
-    ``feComputeVirtualLesion`` + ``feComputeEvidence``).
+    """Compute the strength of evidence of a fascicle by virtual lesion.
+
+    As encode's ``feComputeVirtualLesion`` + ``feComputeEvidence``.
 
     In the voxels the fascicle's kept fibres touch, the voxel RMSE with the
     weights and with the fascicle's weights set to 0 (no refit); ``n_mc``

@@ -225,7 +225,7 @@ class LiFEOperator:
         return dots
 
     def rmatvec(self, Y: torch.Tensor) -> torch.Tensor:
-        """x = Mᵀ y (n_fibres,), accumulated in float64."""
+        """Return x = Mᵀ y (n_fibres,), accumulated in float64."""
         dots = self.pair_dots(Y)
         if self.entry_method == "spmv":
             try:

@@ -1,7 +1,9 @@
-"""Outputs of a LiFE fit: weights (NPY/TSV), the pruned tractogram in the
-input's format, and a region × region connectome from a labels image as
-BIDS-named ``relmat`` TSV/HDF5 with a JSON sidecar. Every file is written
-atomically."""
+"""Outputs of a LiFE fit.
+
+Weights (NPY/TSV), the pruned tractogram in the input's format, and a region
+× region connectome from a labels image as BIDS-named ``relmat`` TSV/HDF5
+with a JSON sidecar. Every file is written atomically.
+"""
 
 from __future__ import annotations
 
@@ -30,8 +32,10 @@ def save_pruned_tractogram(
     reference_affine: npt.ArrayLike | None = None,
     reference_shape: npt.ArrayLike | None = None,
 ) -> Path:
-    """Write the streamlines with weight > 0, in the format of ``path``'s suffix
-    (.trk or .tck), reusing the input file's header when there was one.
+    """Write the streamlines with weight > 0.
+
+    In the format of ``path``'s suffix (.trk or .tck), reusing the input
+    file's header when there was one.
 
     Returns
     -------

@@ -1,6 +1,7 @@
-"""Subspace Barzilai–Borwein NNLS (Kim, Sra & Dhillon 2013), step for step
-as encode's ``bbnnls.m`` and ReAl-LiFE's ``bbnnls_gpu.m`` run it, with the
-optional L1 term of ReAl-LiFE.
+"""Subspace Barzilai–Borwein NNLS (Kim, Sra & Dhillon 2013).
+
+Step for step as encode's ``bbnnls.m`` and ReAl-LiFE's ``bbnnls_gpu.m`` run
+it, with the optional L1 term of ReAl-LiFE.
 
 Minimises ``f(x) = ½‖Mx − b‖² + λ·1ᵀx`` over ``x ≥ 0``:
 
@@ -62,9 +63,11 @@ class DenseOperator:
         self.shape = tuple(self.M.shape)
 
     def matvec(self, x: torch.Tensor) -> torch.Tensor:
+        """Return M x."""
         return self.M @ x.to(self.device, self.dtype)
 
     def rmatvec(self, y: torch.Tensor) -> torch.Tensor:
+        """Return Mᵀ y in float64."""
         return self.M.T.double() @ y.to(self.device).double().reshape(-1)
 
 
@@ -97,6 +100,113 @@ class SBBResult:
 
 def _sq(t: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(t, dtype=torch.float64) ** 2)
+
+
+@dataclass
+class _Iterate:
+    """The solver's iterate: counter k, x, its gradient g and the lagged g_old."""
+
+    k: int
+    x: torch.Tensor
+    g: torch.Tensor
+    g_old: torch.Tensor
+
+    def state(self, res: SBBResult, stop_reason: str = "") -> dict:
+        """Return the state given to ``save_state`` (see :func:`sbb_nnls`)."""
+        return {
+            "k": self.k,
+            "x": self.x,
+            "g": self.g,
+            "g_old": self.g_old,
+            "objective": res.objective,
+            "data_term": res.data_term,
+            "stop_reason": stop_reason,
+        }
+
+
+def _initial_x(
+    op: LiFEOperator | DenseOperator, x0: npt.ArrayLike | torch.Tensor | None
+) -> torch.Tensor:
+    """x₀ on the operator's device, float64, clipped at 0 (zeros when None)."""
+    n = op.shape[1]
+    if x0 is None:
+        return torch.zeros(n, dtype=torch.float64, device=op.device)
+    x = torch.as_tensor(np.asarray(x0) if not isinstance(x0, torch.Tensor) else x0)
+    x = x.to(op.device, torch.float64).clamp(min=0).clone()
+    if x.shape != (n,):
+        raise ValueError(f"'x0' must have shape ({n},); got {tuple(x.shape)}.")
+    return x
+
+
+def _start(
+    op: LiFEOperator | DenseOperator, b: torch.Tensor, lam: float, x: torch.Tensor
+) -> tuple[_Iterate, SBBResult]:
+    """Step 0: the residual, gradient and objective at x₀."""
+    r = op.matvec(x) - b
+    data = 0.5 * _sq(r)
+    g = op.rmatvec(r) + lam
+    res = SBBResult(x=x, objective=[data + lam * float(x.sum())], data_term=[data])
+    return _Iterate(0, x, g, g.clone()), res
+
+
+def _resume(op: LiFEOperator | DenseOperator, state: dict) -> tuple[_Iterate, SBBResult]:
+    """Return the iterate and result of a saved state (stopped: ``stop_reason`` set)."""
+    n = op.shape[1]
+    k = int(state["k"])
+    x, g, g_old = (
+        torch.as_tensor(state[name]).to(op.device, torch.float64).clone()
+        for name in ("x", "g", "g_old")
+    )
+    if x.shape != (n,):
+        raise ValueError(f"The saved solver state has {x.shape[0]} weights; the problem has {n}.")
+    res = SBBResult(x=x, objective=list(state["objective"]), data_term=list(state["data_term"]))
+    res.n_updates = len(res.data_term) - 1
+    if state.get("stop_reason"):
+        res.n_iter, res.stop_reason = k, str(state["stop_reason"])
+    return _Iterate(k, x, g, g_old), res
+
+
+def _stop_reason(
+    it: _Iterate,
+    objs: dict,
+    max_iter: int,
+    tol_grad: float | None,
+    tol_obj: float | None,
+) -> str:
+    """Step 1's checks, in the reference's order ('' to go on)."""
+    if tol_grad is not None:
+        P = (it.x != 0) | (it.g < 0)
+        pg = float(it.g[P].abs().max()) if bool(P.any()) else 0.0
+        if pg < tol_grad:
+            return "gradient"
+    k = it.k
+    if tol_obj is not None and k > 2 and abs(objs[k - 1] - objs[k - 2]) < tol_obj:
+        return "objective"
+    if k >= max_iter:
+        return "max_iter"
+    return ""
+
+
+def _update(
+    op: LiFEOperator | DenseOperator, b: torch.Tensor, lam: float, it: _Iterate
+) -> float | None:
+    """Update ``it`` in place (steps 2-4); return ½‖r‖² (None: the step is undefined)."""
+    B = (it.x == 0) & (it.g > 0)
+    gh = it.g_old.masked_fill(B, 0.0)
+    u = op.matvec(gh)
+    if it.k % 2 == 0:
+        num, den = _sq(gh), _sq(u)
+    else:
+        v = op.rmatvec(u).masked_fill_(B, 0.0)
+        num, den = _sq(u), _sq(v)
+    if den == 0.0 or num == 0.0 or not np.isfinite(num / den):
+        return None
+    alpha = num / den
+    it.g_old = it.g
+    it.x = (it.x - alpha * it.g).clamp_(min=0.0)
+    r = op.matvec(it.x) - b
+    it.g = op.rmatvec(r) + lam
+    return 0.5 * _sq(r)
 
 
 @validate_params(
@@ -159,52 +269,15 @@ def sbb_nnls(
     -------
     SBBResult
     """
-    dev = op.device
-    n = op.shape[1]
-    if x0 is None:
-        x = torch.zeros(n, dtype=torch.float64, device=dev)
-    else:
-        x = torch.as_tensor(np.asarray(x0) if not isinstance(x0, torch.Tensor) else x0)
-        x = x.to(dev, torch.float64).clamp(min=0).clone()
-        if x.shape != (n,):
-            raise ValueError(f"'x0' must have shape ({n},); got {tuple(x.shape)}.")
+    x = _initial_x(op, x0)
     if state is None:
-        r = op.matvec(x) - b
-        data = 0.5 * _sq(r)
-        g = op.rmatvec(r) + lam
-        g_old = g.clone()
-        res = SBBResult(x=x, objective=[data + lam * float(x.sum())], data_term=[data])
-        k = 0
+        it, res = _start(op, b, lam, x)
     else:
-        k = int(state["k"])
-        x, g, g_old = (
-            torch.as_tensor(state[name]).to(dev, torch.float64).clone()
-            for name in ("x", "g", "g_old")
-        )
-        if x.shape != (n,):
-            raise ValueError(
-                f"The saved solver state has {x.shape[0]} weights; the problem has {n}."
-            )
-        res = SBBResult(x=x, objective=list(state["objective"]), data_term=list(state["data_term"]))
-        res.n_updates = len(res.data_term) - 1
-        if state.get("stop_reason"):
-            res.n_iter, res.stop_reason = k, str(state["stop_reason"])
+        it, res = _resume(op, state)
+        if res.stop_reason:
             return res
     # obj_k of the reference, k ≥ 1 (the update of iteration k appended data_term[k]).
     objs = dict(enumerate(res.data_term[1:], start=1))
-
-    def saved(stop_reason: str = "") -> None:
-        save_state(
-            {
-                "k": k,
-                "x": x,
-                "g": g,
-                "g_old": g_old,
-                "objective": res.objective,
-                "data_term": res.data_term,
-                "stop_reason": stop_reason,
-            }
-        )
 
     from tqdm.auto import tqdm
 
@@ -217,52 +290,30 @@ def sbb_nnls(
     )
     try:
         while True:
-            k += 1
-            if tol_grad is not None:
-                P = (x != 0) | (g < 0)
-                pg = float(g[P].abs().max()) if bool(P.any()) else 0.0
-                if pg < tol_grad:
-                    res.stop_reason = "gradient"
-                    break
-            if tol_obj is not None and k > 2 and abs(objs[k - 1] - objs[k - 2]) < tol_obj:
-                res.stop_reason = "objective"
+            it.k += 1
+            res.stop_reason = _stop_reason(it, objs, max_iter, tol_grad, tol_obj)
+            if res.stop_reason:
                 break
-            if k >= max_iter:
-                res.stop_reason = "max_iter"
-                break
-            B = (x == 0) & (g > 0)
-            gh = g_old.masked_fill(B, 0.0)
-            u = op.matvec(gh)
-            if k % 2 == 0:
-                num, den = _sq(gh), _sq(u)
-            else:
-                v = op.rmatvec(u).masked_fill_(B, 0.0)
-                num, den = _sq(u), _sq(v)
-            if den == 0.0 or num == 0.0 or not np.isfinite(num / den):
+            data = _update(op, b, lam, it)
+            if data is None:
                 res.stop_reason = "stalled"
                 break
-            alpha = num / den
-            g_old = g
-            x = (x - alpha * g).clamp_(min=0.0)
-            r = op.matvec(x) - b
-            data = 0.5 * _sq(r)
-            objs[k] = data
-            g = op.rmatvec(r) + lam
+            objs[it.k] = data
             res.n_updates += 1
-            total = data + lam * float(x.sum())
+            total = data + lam * float(it.x.sum())
             res.data_term.append(data)
             res.objective.append(total)
             bar.update(1)
             if verbose:
                 bar.set_postfix(objective=f"{total:.6g}")
             if callback is not None:
-                callback(k, x, total)
+                callback(it.k, it.x, total)
             if save_state is not None and state_every and res.n_updates % state_every == 0:
-                saved()
+                save_state(it.state(res))
     finally:
         bar.close()
     if save_state is not None:
-        saved(res.stop_reason)
-    res.x = x
-    res.n_iter = k
+        save_state(it.state(res, res.stop_reason))
+    res.x = it.x
+    res.n_iter = it.k
     return res

@@ -1,5 +1,7 @@
-"""Streamlines for LiFE, re-exported from :mod:`connscale.io.streamlines`
-(the .trk/.tck reader and writer live in ``io``)."""
+"""Streamlines for LiFE, re-exported from :mod:`connscale.io.streamlines`.
+
+The .trk/.tck reader and writer live in ``io``.
+"""
 
 from connscale.io.streamlines import StreamlineArray, load_streamlines, save_streamlines
 
