@@ -1,6 +1,7 @@
 """The DFC-states options of ``connscale bids`` (group level) and the ``states`` measure.
 
-``participant --measures states`` is an alias of ``dfc``: the participant level
+``participant --measures states`` is an alias of ``dfc``
+(:data:`connscale.bidsapp.config.MEASURE_ALIASES`): the participant level
 writes each run's DFC, and the group level clusters the DFC of every run into
 states (:mod:`connscale.bidsapp.group_states`).
 """
@@ -10,9 +11,6 @@ from __future__ import annotations
 import argparse
 
 from connscale.cli import _types
-
-#: Measures of ``--measures`` that stand for participant-level ones.
-ALIASES = {"states": "dfc"}
 
 
 def add_state_arguments(group: argparse._ArgumentGroup) -> None:
@@ -37,12 +35,6 @@ def add_state_arguments(group: argparse._ArgumentGroup) -> None:
         default=0,
         help="Seed of the states' k-means and of the cross-validation.",
     )
-
-
-def participant_measures(text: str) -> list[str]:
-    """The measures of a ``--measures`` list, aliases replaced, duplicates dropped."""
-    measures = [ALIASES.get(m.strip(), m.strip()) for m in text.split(",") if m.strip()]
-    return list(dict.fromkeys(measures))
 
 
 def group_options(args: argparse.Namespace) -> dict:
