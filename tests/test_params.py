@@ -137,3 +137,18 @@ def test_docstring_types_and_defaults_are_derived():
     assert doc.splitlines()[0] == "source : path"
     assert "count : int, default=3\n    How many." in doc
     assert "mode : {'fast', 'slow'}, default='fast'\n    How." in doc
+
+
+def test_a_body_taking_keywords_must_match_the_declaration():
+    def count_only(source, *, count=3, mode="fast"):
+        """Return the count."""
+        return count
+
+    assert entry(Toy, keywords=True)(count_only)("x", count=4) == 4
+
+    def drifted(source, *, count=4, mode="fast"):
+        """Return the count."""
+        return count
+
+    with pytest.raises(TypeError, match="parameters differ from its declaration: count"):
+        entry(Toy, keywords=True)(drifted)

@@ -22,6 +22,9 @@ MEASURES = REGION_MEASURES + VOXEL_MEASURES + MAP_MEASURES
 #: The kinds of columns of the BIDS-App's group feature table.
 GROUP_FEATURES = ("edges", "dfc", "states", "maps")
 
+#: Distances of the DFC states' k-means (:class:`connscale.states.DFCStates`'s ``metric``).
+STATE_METRICS = ("l1", "correlation", "euclidean")
+
 #: Per-scan jobs of :func:`connscale.cohort.run_cohort` (``connscale.cohort.JOBS``).
 COHORT_JOBS = ("dfc", "fc", "pairs")
 

@@ -205,7 +205,7 @@ def parameters_doc(config: type) -> str:
     return "\n".join(entries)
 
 
-def entry(config: type) -> Callable:
+def entry(config: type, *, keywords: bool = False) -> Callable:
     """Decorate ``body(config)``: the entry takes the config, or its fields.
 
     The entry is called with a ``config`` instance alone, or with the fields
@@ -214,12 +214,22 @@ def entry(config: type) -> Callable:
     (:func:`~connscale._validation.validate_params`: the messages name the
     entry), and ``%(parameters)s`` in ``body``'s docstring becomes
     :func:`parameters_doc`, indented as the placeholder is.
+
+    With ``keywords``, ``body`` takes the fields as keywords instead of the
+    config; its parameters and defaults must be the declared ones (checked
+    here, so the two cannot drift).
     """
     sig = signature(config)
 
     def decorate(body: Callable) -> Callable:
+        if keywords:
+            _check_same_signature(body, sig)
+
         def from_keywords(*args, **kwargs):
-            return body(config(**sig.bind(*args, **kwargs).arguments))
+            given = config(**sig.bind(*args, **kwargs).arguments)
+            if keywords:
+                return body(**{name: getattr(given, name) for name in sig.parameters})
+            return body(given)
 
         from_keywords.__signature__ = sig
         from_keywords.__name__ = body.__name__
@@ -239,6 +249,17 @@ def entry(config: type) -> Callable:
         return call
 
     return decorate
+
+
+def _check_same_signature(body: Callable, sig: inspect.Signature) -> None:
+    """Raise TypeError unless ``body`` takes the declared parameters, defaults included."""
+    own = {n: p.default for n, p in inspect.signature(body).parameters.items()}
+    declared_ = {n: p.default for n, p in sig.parameters.items()}
+    if own != declared_:
+        differ = sorted(n for n in own.keys() | declared_.keys() if own.get(n) != declared_.get(n))
+        raise TypeError(
+            f"{body.__qualname__}'s parameters differ from its declaration: {', '.join(differ)}."
+        )
 
 
 def _fill(doc: str | None, parameters: str) -> str | None:

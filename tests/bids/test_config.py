@@ -14,7 +14,8 @@ import pytest
 
 from connscale._params import declared, flags_of, keywords_from_args
 from connscale._validation import InvalidParameterError
-from connscale.bidsapp.config import ParticipantConfig
+from connscale.bidsapp.config import GroupConfig, ParticipantConfig
+from connscale.bidsapp.group import run_group
 from connscale.bidsapp.participant import run_participant
 from connscale.cli.main import build_parser
 from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
@@ -40,7 +41,7 @@ def test_bids_help_is_unchanged(monkeypatch):
 def test_every_option_is_documented_once(monkeypatch):
     text = _bids_help(monkeypatch)
     listing = _words(text.split("\n\n", 2)[2])  # after the usage and the description
-    for name, flag, _ in flags_of(ParticipantConfig):
+    for name, flag, _ in [*flags_of(ParticipantConfig), *flags_of(GroupConfig)]:
         for option in flag.names:
             shown = option if option.startswith("-") else flag.metavar
             assert len(re.findall(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", listing)) >= 1
@@ -50,22 +51,52 @@ def test_every_option_is_documented_once(monkeypatch):
     assert len(options) == len(set(options))
 
 
-def test_every_field_is_a_keyword_a_checked_parameter_and_a_docstring_entry():
-    names = [f.name for f in fields(ParticipantConfig) if f.name in declared(ParticipantConfig)]
-    assert list(inspect.signature(run_participant).parameters) == names
-    unchecked = {
-        "gpus",
-        "standardize",
-        "participant_label",
-        "session_label",
-        "task",
-        "run",
-        "space",
-    }
-    assert set(run_participant.parameter_constraints) == set(names) - unchecked
+@pytest.mark.parametrize(
+    "function, config, unchecked",
+    [
+        (
+            run_participant,
+            ParticipantConfig,
+            {"gpus", "standardize", "participant_label", "session_label", "task", "run", "space"},
+        ),
+        (run_group, GroupConfig, set()),
+    ],
+)
+def test_every_field_is_a_keyword_a_checked_parameter_and_a_docstring_entry(
+    function, config, unchecked
+):
+    names = list(declared(config))
+    assert names == [f.name for f in fields(config) if f.name != "_"]
+    assert list(inspect.signature(function).parameters) == names
+    assert set(function.parameter_constraints) == set(names) - unchecked
     for name in names:
-        entries = re.findall(rf"^    {name} : ", run_participant.__doc__, flags=re.MULTILINE)
+        entries = re.findall(rf"^    {name} : ", function.__doc__, flags=re.MULTILINE)
         assert len(entries) == 1, name
+
+
+def test_group_command_line_gives_the_keywords(tmp_path):
+    argv = ["bids", str(tmp_path), str(tmp_path), "group", "--denoise", "simple", "-q"]
+    keywords = keywords_from_args(build_parser().parse_args(argv), GroupConfig)
+    assert keywords == {
+        "output": tmp_path,
+        "atlas_name": None,
+        "strategy": "simple",
+        "participants": None,
+        "target": None,
+        "folds": 5,
+        "repeats": 10,
+        "features": ["edges", "states"],
+        "n_states": 5,
+        "state_metric": "l1",
+        "random_state": 0,
+        "states": None,
+        "device": "cpu",
+        "overwrite": False,
+    }
+    argv += ["--measures", "fc,states", "--group-features", "edges,dfc", "--states", "3"]
+    keywords = keywords_from_args(build_parser().parse_args(argv), GroupConfig)
+    assert keywords["states"] is True and keywords["n_states"] == 3
+    assert keywords["features"] == ["edges", "dfc"]
 
 
 def test_keyword_defaults_are_kept():

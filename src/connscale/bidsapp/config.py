@@ -1,10 +1,14 @@
-"""The participant level's parameters, each declared once (:mod:`connscale._params`).
+"""The BIDS-App's parameters, each declared once (:mod:`connscale._params`).
 
-:class:`ParticipantConfig` is what :func:`connscale.bidsapp.run_participant`
+:class:`ParticipantConfig` is what :func:`connscale.bidsapp.participant.run_participant`
 takes and what every run task receives (picklable; paths absolute once the
-entry resolved them). Each field holds its default, its constraints, its
-documentation and its ``connscale bids`` flag: the entry's signature, checks
-and docstring and the command's options are derived from these fields.
+entry resolved them); :class:`GroupConfig` is what
+:func:`connscale.bidsapp.group.run_group` takes. Each field holds its
+default, its constraints, its documentation and its ``connscale bids`` flag:
+the entries' signatures, checks and docstrings and the command's options
+are derived from these fields. An option both levels read (``--atlas-name``,
+``--denoise``, ``--device``, ``--overwrite``) is declared once, by the
+participant level, and its flag reused by the group level's field.
 """
 
 from __future__ import annotations
@@ -15,17 +19,25 @@ from numbers import Integral, Real
 from connscale._choices import (
     DEFAULT_THRESHOLD,
     DTYPES,
+    GROUP_FEATURES,
     MEASURES,
     PRECISIONS,
     REGION_MEASURES,
+    STATE_METRICS,
     STRATEGIES,
     VOXEL_MEASURES,
 )
-from connscale._params import Flag, fingerprint_fields, param
+from connscale._params import Flag, declared, fingerprint_fields, param
 from connscale._validation import MIN_WINDOW_LENGTH, Interval, SequenceOf, StrOptions
 from connscale.engines import ENGINES
 
-__all__ = ["MEASURE_ALIASES", "WINDOWED", "ParticipantConfig", "participant_measures"]
+__all__ = [
+    "MEASURE_ALIASES",
+    "WINDOWED",
+    "GroupConfig",
+    "ParticipantConfig",
+    "participant_measures",
+]
 
 #: The region measures computed over sliding windows.
 WINDOWED = ("dfc", "pairs")
@@ -506,3 +518,139 @@ class ParticipantConfig:
         }
         kept["measures"] = [m for m in self.measures if m in VOXEL_MEASURES]
         return kept
+
+
+def _participant_flags(name: str) -> tuple[Flag, ...]:
+    """The flags of a participant-level field that the group level reads too."""
+    return declared(ParticipantConfig)[name][1].flags
+
+
+def _features(text: str) -> list[str]:
+    """``features`` of ``--group-features``."""
+    return text.split(",")
+
+
+def _states_asked(measures: str) -> bool | None:
+    """``states`` of ``--measures``: True when it names ``states`` (then every
+    run's DFC is required), None otherwise (states when every run has DFC)."""
+    return True if "states" in [m.strip() for m in measures.split(",")] else None
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """Every parameter of the group level (:func:`connscale.bidsapp.group.run_group`)."""
+
+    output: str = param(
+        positional=True,
+        constraints=["path"],
+        doc="The participant-level output folder; ``group/`` is written in it.",
+        flag=_participant_flags("output"),
+    )
+    atlas_name: str | None = param(
+        None,
+        constraints=[str, None],
+        doc="Which ``seg-`` outputs to read (needed when several).",
+        flag=_participant_flags("atlas_name"),
+    )
+    strategy: str | None = param(
+        None,
+        constraints=[str, None],
+        doc="Which ``desc-`` outputs to read (needed when several).",
+        flag=_participant_flags("strategy"),
+    )
+    participants: str | None = param(
+        None,
+        constraints=["path", None],
+        doc="``participants.tsv`` with ``participant_id`` and ``target``.",
+        flag=Flag(("--participants",), group=GROUP, type="input_file", levels=("group",),
+                  help="participants.tsv (participant_id and the target column)."),
+    )  # fmt: skip
+    target: str | None = param(
+        None,
+        constraints=[str, None],
+        doc="Column to classify (two classes).",
+        flag=Flag(("--target",), group=GROUP, levels=("group",),
+                  help="Column of participants.tsv to classify."),
+    )  # fmt: skip
+    folds: int = param(
+        5,
+        constraints=[Interval(Integral, 2, None, closed="left")],
+        doc="Folds of :func:`connscale.classify.cross_validate`. Stratified folds\n"
+        "need ``folds`` participants in each class: with fewer in the smaller\n"
+        "class, its size is used instead, said in a warning and recorded in\n"
+        "the classification JSON (``folds``, ``folds_requested``, ``notes``)\n"
+        "and the group report.",
+        flag=Flag(("--folds",), group=GROUP, type=("integer", 2), levels=("group",),
+                  help="Cross-validation folds."),
+    )  # fmt: skip
+    repeats: int = param(
+        10,
+        constraints=[_COUNT],
+        doc="Repeats of :func:`connscale.classify.cross_validate`.",
+        flag=Flag(("--repeats",), group=GROUP, type="count", levels=("group",),
+                  help="Cross-validation repeats."),
+    )  # fmt: skip
+    features: tuple = param(
+        ("edges", "states"),
+        constraints=[list, tuple],
+        doc_type="sequence of {" + ", ".join(repr(f) for f in GROUP_FEATURES) + "}",
+        doc="The columns of the feature table: Fisher-z edges, DFC summaries (each\n"
+        "edge's mean and standard deviation of Fisher z over the run's windows;\n"
+        "requires every run's DFC), DFC state features\n"
+        "(when states are computed), voxel maps inside the common mask\n"
+        "(requires every run's maps; one column per voxel and map).",
+        flag=Flag(("--group-features",), group=GROUP, metavar="KIND[,KIND...]",
+                  dest="group_features", convert=_features, levels=("group",),
+                  help="Columns of the group feature table (and of the classification), "
+                  "among edges, dfc, states, maps: Fisher-z edges, DFC summaries (each "
+                  "edge's mean and standard deviation of Fisher z over windows; every run "
+                  "needs --measures dfc), DFC state features (when states are computed), the "
+                  "voxel maps inside the runs' common mask (every run needs --measures maps; "
+                  "one column per voxel and map, large)."),
+    )  # fmt: skip
+    n_states: int = param(
+        5,
+        constraints=[Interval(Integral, 2, None, closed="left")],
+        doc="Number of states k.",
+        flag=Flag(("--states",), group=GROUP, type="count", metavar="K", dest="states",
+                  levels=("group",),
+                  help="Number of DFC states, clustered from every run's DFC when the "
+                  "participant outputs have DFC (or --measures states is given, which "
+                  "requires it)."),
+    )  # fmt: skip
+    state_metric: str = param(
+        "l1",
+        constraints=[StrOptions(STATE_METRICS)],
+        doc="Distance of the states' k-means (:class:`connscale.states.DFCStates`).",
+        flag=Flag(("--state-metric",), group=GROUP, choices=STATE_METRICS, levels=("group",),
+                  help="Distance of the states' k-means (l1: medians, as Allen et al. 2014)."),
+    )  # fmt: skip
+    random_state: int | None = param(
+        0,
+        constraints=["random_state"],
+        doc_type="int or None",
+        doc="Of the cross-validation and of the states' k-means.",
+        flag=Flag(("--random-state",), group=GROUP, type="natural", levels=("group",),
+                  help="Seed of the states' k-means and of the cross-validation."),
+    )  # fmt: skip
+    states: bool | None = param(
+        None,
+        constraints=["boolean", None],
+        doc="DFC states of the cohort (:mod:`connscale.bidsapp.group_states`):\n"
+        "True requires every run's DFC, None computes them when every run has\n"
+        "its DFC, False never.",
+        flag=Flag(("--measures",), group=ATLAS, dest="measures", convert=_states_asked,
+                  levels=("group",)),
+    )  # fmt: skip
+    device: str = param(
+        "cpu",
+        constraints=["device"],
+        doc="Where the k-means runs.",
+        flag=_participant_flags("device"),
+    )
+    overwrite: bool = param(
+        False,
+        constraints=["boolean"],
+        doc="Replace group outputs published with other parameters (else refused).",
+        flag=_participant_flags("overwrite"),
+    )

@@ -15,11 +15,11 @@ from connscale.bidsapp.config import (
     GROUP,
     MEASURE_ALIASES,
     WINDOWED,
+    GroupConfig,
     ParticipantConfig,
     participant_measures,
 )
 from connscale.cli import _types
-from connscale.cli._bids_states import add_state_arguments, group_options
 from connscale.cli._common import configure_logging
 
 
@@ -48,7 +48,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     add_arguments(parser, ParticipantConfig, {None: parser}, _types)
     parser.add_argument("level", choices=["participant", "group"], help="Analysis level.")
     add_arguments(parser, ParticipantConfig, _only(groups, ATLAS, FILTERS), _types)
-    _add_group_arguments(groups[GROUP])
+    add_arguments(parser, GroupConfig, _only(groups, GROUP), _types)
     add_arguments(parser, ParticipantConfig, _only(groups, EXECUTION, COMPUTATION), _types)
     parser.set_defaults(func=run)
     return parser
@@ -56,31 +56,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def _only(groups: dict, *titles: str) -> dict:
     return {title: groups[title] for title in titles}
-
-
-def _add_group_arguments(group: argparse._ArgumentGroup) -> None:
-    """The options of the group level only."""
-    group.add_argument(
-        "--participants",
-        type=_types.input_file,
-        default=None,
-        help="participants.tsv (participant_id and the target column).",
-    )
-    group.add_argument("--target", default=None, help="Column of participants.tsv to classify.")
-    group.add_argument("--folds", type=_types.integer(2), default=5, help="Cross-validation folds.")
-    group.add_argument("--repeats", type=_types.count, default=10, help="Cross-validation repeats.")
-    group.add_argument(
-        "--group-features",
-        default="edges,states",
-        metavar="KIND[,KIND...]",
-        help="Columns of the group feature table (and of the classification), among "
-        "edges, dfc, states, maps: Fisher-z edges, DFC summaries (each edge's mean and "
-        "standard deviation of Fisher z over windows; every run needs --measures dfc), "
-        "DFC state features (when states are "
-        "computed), the voxel maps inside the runs' common mask (every run needs "
-        "--measures maps; one column per voxel and map, large).",
-    )
-    add_state_arguments(group)
 
 
 def check_arguments(args) -> None:
@@ -151,17 +126,7 @@ def _group(args) -> int:
 
     # Not while a participant run writes the outputs the group level reads.
     with output_lock(args.output, wait=args.wait):
-        result = run_group(
-            args.output,
-            atlas_name=args.atlas_name,
-            strategy=args.strategy,
-            participants=args.participants,
-            target=args.target,
-            folds=args.folds,
-            repeats=args.repeats,
-            features=args.group_features.split(","),
-            **group_options(args),
-        )
+        result = run_group(**keywords_from_args(args, GroupConfig))
     print(
         f"connscale bids group: {len(result.runs)} runs of {len(result.subjects)} "
         f"participants, seg-{result.atlas_name} desc-{result.strategy}, "
