@@ -14,7 +14,7 @@ import pytest
 
 from connscale._params import declared, flags_of, keywords_from_args
 from connscale._validation import InvalidParameterError
-from connscale.bidsapp.config import GroupConfig, ParticipantConfig
+from connscale.bidsapp.config import GROUP, GroupConfig, ParticipantConfig
 from connscale.bidsapp.group import run_group
 from connscale.bidsapp.participant import run_participant
 from connscale.cli.main import build_parser
@@ -97,6 +97,16 @@ def test_group_command_line_gives_the_keywords(tmp_path):
     keywords = keywords_from_args(build_parser().parse_args(argv), GroupConfig)
     assert keywords["states"] is True and keywords["n_states"] == 3
     assert keywords["features"] == ["edges", "dfc"]
+
+
+def test_each_flag_names_the_levels_that_read_it():
+    participant = [flag for _, flag, _ in flags_of(ParticipantConfig)]
+    group = [flag for _, flag, _ in flags_of(GroupConfig)]
+    assert all("participant" in flag.levels for flag in participant)
+    assert all("group" in flag.levels for flag in group)
+    assert {f.names for f in participant if "group" in f.levels} >= {
+        f.names for f in group if f.group != GROUP
+    }
 
 
 def test_keyword_defaults_are_kept():

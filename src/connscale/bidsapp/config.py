@@ -86,6 +86,7 @@ class ParticipantConfig:
         constraints=["path"],
         doc="fMRIPrep's output folder.",
         flag=Flag(("derivatives",), type="input_folder", metavar="DERIVATIVES",
+                  levels=("participant",),
                   help="fMRIPrep output folder."),
     )  # fmt: skip
     output: str = param(
@@ -94,8 +95,9 @@ class ParticipantConfig:
         constraints=["path"],
         doc="The connscale derivatives folder (``dataset_description.json`` at\n"
         "its root, ``sub-*/[ses-*/]func/`` per run, ``logs/``).",
-        flag=Flag(("output",), type="output_folder", metavar="OUTPUT", help="Output folder."),
-    )
+        flag=Flag(("output",), type="output_folder", metavar="OUTPUT",
+                  levels=("participant", "group"), help="Output folder."),
+    )  # fmt: skip
     atlas: str = param(
         constraints=["path"],
         doc="3-D integer labels image (0 = background), resampled to each run's\n"
@@ -134,7 +136,7 @@ class ParticipantConfig:
         doc="Region names (BIDS ``dseg.tsv``: ``index``, ``name``), used as\n"
         "headers; without it the headers are ``label-<value>``.",
         flag=Flag(("--atlas-labels",), group=ATLAS, type="input_file",
-                  levels=("participant", "group"),
+                  levels=("participant",),
                   help="Region names, a BIDS dseg.tsv (index, name): matrix headers."),
     )  # fmt: skip
     strategy: str = param(
