@@ -20,7 +20,7 @@ from connscale.bidsapp.participant import run_participant
 from connscale.cli.main import build_parser
 from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
 
-HELP = Path(__file__).parents[1] / "cli" / "bids_help.txt"
+HELP = Path(__file__).parent / "bids_help.txt"
 
 
 def _bids_help(monkeypatch) -> str:
