@@ -1,5 +1,6 @@
-"""The named choices of the API that the command line lists: denoising
-strategies, BIDS-App measures and group features, and cohort jobs.
+"""The named choices and shared defaults of the API that the command line lists: denoising
+strategies, BIDS-App measures and group features, cohort jobs, precisions, dtypes,
+devices and the degree's default threshold.
 
 They live here, in a module that imports nothing, so that the ``connscale``
 parsers (and ``--help``) are built without importing the modules that
@@ -21,5 +22,24 @@ MEASURES = REGION_MEASURES + VOXEL_MEASURES + MAP_MEASURES
 #: The kinds of columns of the BIDS-App's group feature table.
 GROUP_FEATURES = ("edges", "dfc", "states", "maps")
 
+#: Distances of the DFC states' k-means (:class:`connscale.states.DFCStates`'s ``metric``).
+STATE_METRICS = ("l1", "correlation", "euclidean")
+
 #: Per-scan jobs of :func:`connscale.cohort.run_cohort` (``connscale.cohort.JOBS``).
 COHORT_JOBS = ("dfc", "fc", "pairs")
+
+#: Arithmetic of thresholded correlations on CUDA (:func:`connscale.correlation`'s
+#: ``precision``): TF32 decisions with the pairs near a threshold confirmed in fp32,
+#: fp32 products, or TF32 products.
+PRECISIONS = ("exact", "fp32", "tf32")
+
+#: The degree centrality's default correlation threshold (``connscale maps``, the
+#: BIDS-App's ``maps`` measure).
+DEFAULT_THRESHOLD = 0.25
+
+#: The floating dtypes connscale computes in, by the names numpy gives them.
+DTYPES = ("float32", "float64")
+
+#: The devices the API and the command line name (and ``'cuda:N'``, a CUDA device
+#: by index); ``'auto'`` is CUDA when present, the CPU otherwise.
+DEVICES = ("auto", "cpu", "cuda")

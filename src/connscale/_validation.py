@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from connscale._choices import DEVICES
+
 if TYPE_CHECKING:
     import torch
 
@@ -535,8 +537,8 @@ def _is_memory(value) -> bool:
     return value is not None and parse_memory(value) is not None
 
 
-#: The device names the API and the command line take.
-DEVICE_PATTERN = re.compile(r"(auto|cpu|cuda(:\d+)?)", re.IGNORECASE)
+#: The device names the API and the command line take (and ``cuda:N``).
+DEVICE_PATTERN = re.compile(rf"({'|'.join(DEVICES)}|cuda:\d+)", re.IGNORECASE)
 
 
 def _is_device(value) -> bool:

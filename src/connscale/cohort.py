@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from numbers import Integral
 from pathlib import Path
 
+from connscale._choices import DTYPES
 from connscale._compute.memory import limit_error, parse_memory
 from connscale._validation import (
     Interval,
@@ -328,7 +329,7 @@ def check_job_params(job: str, params: dict | None) -> dict:
 
         bids_prefix({"sub": "x", "seg": merged["atlas_name"]})
     # Recorded in the report and the outputs' fingerprints: a name, not a dtype object.
-    check_option(merged["dtype"], "dtype", {"float32", "float64"})
+    check_option(merged["dtype"], "dtype", DTYPES)
     for name in ("atlas", "mask"):
         if merged[name] is not None:
             merged[name] = str(Path(merged[name]).resolve())

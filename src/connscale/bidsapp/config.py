@@ -1,71 +1,495 @@
-"""The participant level's parameters: what every run task needs."""
+"""The BIDS-App's parameters, each declared once (:mod:`connscale._params`).
+
+:class:`ParticipantConfig` is what :func:`connscale.bidsapp.participant.run_participant`
+takes and what every run task receives (picklable; paths absolute once the
+entry resolved them); :class:`GroupConfig` is what
+:func:`connscale.bidsapp.group.run_group` takes. Each field holds its
+default, its constraints, its documentation and its ``connscale bids`` flag:
+the entries' signatures, checks and docstrings and the command's options
+are derived from these fields. An option both levels read (``--atlas-name``,
+``--denoise``, ``--device``, ``--overwrite``) is declared once, by the
+participant level, and its flag reused by the group level's field.
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import KW_ONLY, asdict, dataclass
+from numbers import Integral, Real
 
-from connscale._choices import REGION_MEASURES, VOXEL_MEASURES
-from connscale.io.bids import strategy_desc
+from connscale._choices import (
+    DEFAULT_THRESHOLD,
+    DTYPES,
+    GROUP_FEATURES,
+    MEASURES,
+    PRECISIONS,
+    REGION_MEASURES,
+    STATE_METRICS,
+    STRATEGIES,
+    VOXEL_MEASURES,
+)
+from connscale._params import Flag, declared, fingerprint_fields, param
+from connscale._validation import MIN_WINDOW_LENGTH, Interval, SequenceOf, StrOptions
+from connscale.engines import ENGINES
 
-__all__ = ["WINDOWED", "ParticipantConfig"]
+__all__ = [
+    "MEASURE_ALIASES",
+    "WINDOWED",
+    "GroupConfig",
+    "ParticipantConfig",
+    "participant_measures",
+]
 
 #: The region measures computed over sliding windows.
 WINDOWED = ("dfc", "pairs")
 
+#: Measures of ``--measures`` that stand for participant-level ones:
+#: ``states`` writes each run's DFC, which the group level clusters into states.
+MEASURE_ALIASES = {"states": "dfc"}
+
+#: The argument groups of ``connscale bids``, in the order ``--help`` shows them.
+ATLAS, FILTERS, GROUP, EXECUTION, COMPUTATION = (
+    "atlas and denoising",
+    "filters",
+    "group level",
+    "execution",
+    "computation",
+)
+
+_POSITIVE = (Interval(Real, 0, None, closed="neither"), None)
+_COUNT = Interval(Integral, 1, None, closed="left")
+_CORRELATION = Interval(Real, -1, 1, closed="both")
+
+
+def participant_measures(text: str) -> list[str]:
+    """The measures of a ``--measures`` list, aliases replaced, duplicates dropped."""
+    measures = [MEASURE_ALIASES.get(m.strip(), m.strip()) for m in text.split(",") if m.strip()]
+    return list(dict.fromkeys(measures))
+
+
+def _fd_params(fd_threshold: float | None) -> dict:
+    """``strategy_params`` of ``--fd-threshold``."""
+    return {} if fd_threshold is None else {"fd_threshold": fd_threshold}
+
+
+def _reports(no_reports: bool) -> bool:
+    """``reports`` of ``--no-reports``."""
+    return not no_reports
+
 
 @dataclass(frozen=True)
 class ParticipantConfig:
-    """What every run task needs (picklable; paths absolute)."""
+    """Every parameter of the participant level, as each run task needs it."""
 
-    derivatives: str
-    output: str
-    atlas: str
-    atlas_name: str
-    atlas_labels: str | None = None
-    atlas_space: str | None = None
-    strategy: str = "simple"
-    strategy_params: dict = field(default_factory=dict)
-    measures: tuple = ("fc", "timeseries")
-    window_length: int | None = None
-    step: int = 1
-    pairs_threshold: float = 0.5
-    detrend: bool = True
-    standardize: str | None = "zscore_sample"
-    low_pass: float | None = None
-    high_pass: float | None = None
-    device: str = "cpu"
-    dtype: str = "float32"
-    threads: int = 1
-    memory_limit: str | int | None = None
-    reports: bool = True
-    degree_thresholds: tuple = (0.25,)
-    precision: str = "exact"
-    n_atoms: int = 10
-    network_sparsity: int | float = 0.07
-    overwrite: bool = False
-    min_dof: float = 10.0
+    derivatives: str = param(
+        positional=True,
+        fingerprint=False,
+        constraints=["path"],
+        doc="fMRIPrep's output folder.",
+        flag=Flag(("derivatives",), type="input_folder", metavar="DERIVATIVES",
+                  levels=("participant",),
+                  help="fMRIPrep output folder."),
+    )  # fmt: skip
+    output: str = param(
+        positional=True,
+        fingerprint=False,
+        constraints=["path"],
+        doc="The connscale derivatives folder (``dataset_description.json`` at\n"
+        "its root, ``sub-*/[ses-*/]func/`` per run, ``logs/``).",
+        flag=Flag(("output",), type="output_folder", metavar="OUTPUT",
+                  levels=("participant", "group"), help="Output folder."),
+    )  # fmt: skip
+    atlas: str = param(
+        constraints=["path"],
+        doc="3-D integer labels image (0 = background), resampled to each run's\n"
+        "grid by nearest neighbour when needed (recorded in the sidecars'\n"
+        "``AtlasResampling`` and the run's report). Checked once before any\n"
+        "run (:func:`connscale.bidsapp.atlas.check_atlas`).",
+        flag=Flag(("--atlas",), group=ATLAS, type="input_file", levels=("participant",),
+                  help="participant: 3-D labels NIfTI (0 = background)."),
+    )  # fmt: skip
+    atlas_name: str = param(
+        constraints=[str],
+        doc="The ``seg-`` entity of the outputs (letters and digits).",
+        flag=Flag(("--atlas-name",), group=ATLAS, type="bids_label",
+                  levels=("participant", "group"),
+                  help="The seg- entity of the outputs (letters and digits); group: which "
+                  "atlas to read."),
+    )  # fmt: skip
+    _: KW_ONLY
+    atlas_space: str | None = param(
+        None,
+        constraints=[str, None],
+        doc="The atlas's space (``MNI152NLin2009cAsym``, ``T1w``...; ``native``\n"
+        "for runs without a ``space-`` entity); None: the ``space-`` or\n"
+        "``tpl-`` entity of its file name, and without one the call is\n"
+        "refused. A run in another space is refused (recorded, naming both\n"
+        "spaces); the others go on.",
+        flag=Flag(("--atlas-space",), group=ATLAS, type="bids_label", metavar="SPACE",
+                  levels=("participant",),
+                  help="participant: the atlas's space (e.g. MNI152NLin2009cAsym, T1w; native "
+                  "for runs without a space- entity); default: the space- or tpl- entity of its "
+                  "file name. Runs in another space are refused."),
+    )  # fmt: skip
+    atlas_labels: str | None = param(
+        None,
+        constraints=["path", None],
+        doc="Region names (BIDS ``dseg.tsv``: ``index``, ``name``), used as\n"
+        "headers; without it the headers are ``label-<value>``.",
+        flag=Flag(("--atlas-labels",), group=ATLAS, type="input_file",
+                  levels=("participant",),
+                  help="Region names, a BIDS dseg.tsv (index, name): matrix headers."),
+    )  # fmt: skip
+    strategy: str = param(
+        "simple",
+        constraints=[StrOptions(STRATEGIES)],
+        doc="The denoising strategy (the ``desc-`` entity).",
+        flag=Flag(("--denoise",), group=ATLAS, choices=STRATEGIES, default=None,
+                  levels=("participant", "group"),
+                  help="participant: denoising strategy (nilearn's presets, or none); "
+                  "group: which strategy to read."),
+    )  # fmt: skip
+    measures: tuple = param(
+        ("fc", "timeseries"),
+        constraints=[SequenceOf(StrOptions(MEASURES))],
+        doc_type="list or tuple of {" + ", ".join(repr(m) for m in MEASURES) + "}",
+        doc="Atlas level: ``fc`` (``_relmat.tsv``), ``timeseries``, ``dfc``\n"
+        "(sliding-window correlation of all region pairs, ``_dfc.h5``) and\n"
+        "``pairs`` (each pair's windowed course and summaries, ``_pairs.h5``);\n"
+        "voxel level: ``voxelfc`` (every pair of in-mask voxels,\n"
+        "``_relmat.h5`` with the mask and the voxel coordinates), ``maps``\n"
+        "(degree, eigenvector centrality and global correlation maps,\n"
+        "``_boldmap.nii.gz``) and ``networks`` (r1DL spatial maps and time\n"
+        "courses, ``_components.nii.gz`` and ``_mixing.tsv``); see\n"
+        ":mod:`connscale.bidsapp.voxel_measures`.",
+        flag=Flag(("--measures",), group=ATLAS, convert=participant_measures,
+                  levels=("participant", "group"),
+                  help=f"Comma-separated, among {', '.join(MEASURES)}: fc and timeseries "
+                  "(atlas level, TSV), dfc (sliding-window FC of all region pairs) "
+                  "and pairs (each region pair's windowed course and summaries), "
+                  "HDF5; voxelfc: the voxel level, every pair of in-mask voxels "
+                  "(_relmat.h5 with the mask and voxel coordinates); maps: degree "
+                  "(binary, weighted), eigenvector centrality and global correlation "
+                  "maps of the voxels (_boldmap.nii.gz); networks: r1DL spatial maps "
+                  "(_components.nii.gz) and time courses (_mixing.tsv). states: participant, "
+                  "an alias of dfc; group, requires every run's DFC and clusters it into "
+                  "--states DFC states (done anyway when every run has DFC)."),
+    )  # fmt: skip
+    window_length: int | None = param(
+        None,
+        constraints=[Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), None],
+        doc="``dfc`` and ``pairs``: the sliding windows' length in kept volumes\n"
+        "(required for them).",
+        flag=Flag(("--window-length",), group=ATLAS, type="window_length",
+                  levels=("participant",),
+                  help="dfc, pairs: window length in (kept) volumes."),
+    )  # fmt: skip
+    step: int = param(
+        1,
+        constraints=[_COUNT],
+        doc="``dfc`` and ``pairs``: the windows' step in kept volumes.",
+        flag=Flag(("--step",), group=ATLAS, type="count", levels=("participant",),
+                  help="dfc, pairs: window step (volumes)."),
+    )  # fmt: skip
+    pairs_threshold: float = param(
+        0.5,
+        constraints=[_CORRELATION],
+        doc="``pairs``: the threshold of the fraction-above summary.",
+        flag=Flag(("--pairs-threshold",), group=ATLAS, type="correlation",
+                  levels=("participant",),
+                  help="pairs: threshold of the fraction-of-windows-above summary."),
+    )  # fmt: skip
+    degree_thresholds: tuple = param(
+        (DEFAULT_THRESHOLD,),
+        constraints=[SequenceOf(_CORRELATION)],
+        doc="``maps``: binary and weighted degree count the other voxels with\n"
+        "r above each threshold (one pass for all).",
+        flag=Flag(("--degree-thresholds",), group=ATLAS, type=("numbers", "correlation"),
+                  metavar="R[,R...]", levels=("participant",),
+                  help="maps: degree centrality counts the voxels with r above each "
+                  "threshold."),
+    )  # fmt: skip
+    precision: str = param(
+        "exact",
+        constraints=[StrOptions(PRECISIONS)],
+        doc="``maps``: the arithmetic of the degree's thresholded correlations on\n"
+        "CUDA (see :func:`connscale.degree_centrality`).",
+        flag=Flag(("--precision",), group=ATLAS, choices=PRECISIONS, levels=("participant",),
+                  help="maps: arithmetic of the degree's thresholded correlations on CUDA "
+                  "(exact: TF32 tensor cores with the pairs near a threshold confirmed; the "
+                  "CPU computes in fp32)."),
+    )  # fmt: skip
+    n_atoms: int = param(
+        10,
+        constraints=[_COUNT],
+        doc="``networks``: the number of r1DL networks.",
+        flag=Flag(("--n-atoms",), group=ATLAS, type="count", levels=("participant",),
+                  help="networks: number of r1DL networks."),
+    )  # fmt: skip
+    network_sparsity: int | float = param(
+        0.07,
+        constraints=[_COUNT, Interval(Real, 0, 1, closed="right")],
+        doc="``networks``: voxels per network, a count or a fraction of the\n"
+        "in-mask voxels (``connscale r1dl --sparsity``).",
+        flag=Flag(("--sparsity",), group=ATLAS, type="sparsity", levels=("participant",),
+                  help="networks: voxels per network, a count (e.g. 500) or a fraction "
+                  "(e.g. 0.07)."),
+    )  # fmt: skip
+    low_pass: float | None = param(
+        None,
+        constraints=_POSITIVE,
+        doc="Low-pass cutoff (Hz), as :func:`nilearn.signal.clean` (``t_r``\nfrom each run).",
+        flag=Flag(("--low-pass",), group=ATLAS, type="positive", levels=("participant",),
+                  help="Low-pass cutoff (Hz)."),
+    )  # fmt: skip
+    high_pass: float | None = param(
+        None,
+        constraints=_POSITIVE,
+        doc="High-pass cutoff (Hz), as :func:`nilearn.signal.clean`.",
+        flag=Flag(("--high-pass",), group=ATLAS, type="positive", levels=("participant",),
+                  help="High-pass cutoff (Hz), Butterworth (the presets already regress "
+                  "fMRIPrep's cosine drifts)."),
+    )  # fmt: skip
+    strategy_params: dict | None = param(
+        None,
+        constraints=[dict, None],
+        doc="Extra parameters of ``load_confounds_strategy`` (``--fd-threshold``:\n"
+        "``{'fd_threshold': mm}``).",
+        flag=Flag(("--fd-threshold",), group=ATLAS, type="positive", default=None,
+                  dest="fd_threshold", convert=_fd_params, levels=("participant",),
+                  help="scrubbing: framewise displacement threshold (mm)."),
+    )  # fmt: skip
+    min_dof: float = param(
+        10.0,
+        fingerprint=False,
+        constraints=[Interval(Real, 0, None, closed="left")],
+        doc="Fewest residual degrees of freedom a run may keep\n"
+        "(:func:`connscale.denoise.residual_dof`: kept volumes minus the\n"
+        "mean, the trend, the independent confounds and what the filter\n"
+        "removes); a run below it is refused before it is cleaned (status\n"
+        "``refused``, the numbers in its record and the errors table). Why\n"
+        "10: the correlation of two unrelated series with ``d`` degrees of\n"
+        "freedom has standard deviation about ``1/sqrt(d)``, so at ``d = 10``\n"
+        "chance alone already reaches ``|r| = 0.6`` (two standard deviations),\n"
+        "and at ``d`` near 0 the cleaned series are rounding noise (|r| near 1\n"
+        "everywhere). It is a floor against degenerate runs (12 of 120 volumes\n"
+        "kept against 36 regressors), not a recommendation: connectomes want\n"
+        "far more (minutes of data after censoring).",
+        flag=Flag(("--min-dof",), group=ATLAS, type=("number", 0.0), levels=("participant",),
+                  help="participant: a run with fewer residual degrees of freedom (kept "
+                  "volumes minus the mean, trend, confounds and filter) is refused, not "
+                  "cleaned, and recorded in logs/participant_errors.tsv with its numbers."),
+    )  # fmt: skip
+    t_r: float | None = param(
+        None,
+        fingerprint=False,
+        constraints=_POSITIVE,
+        doc="Repetition time (s) of the runs whose sidecar has none\n"
+        "(:func:`connscale.bidsapp.find_runs`).",
+        flag=Flag(("--t-r",), group=ATLAS, type="positive", levels=("participant",),
+                  help="Repetition time (s) for runs whose sidecar has none."),
+    )  # fmt: skip
+    detrend: bool = param(
+        True,
+        constraints=["boolean"],
+        doc="Remove the linear trend, as :func:`nilearn.signal.clean`.",
+    )
+    standardize: str | None = param(
+        "zscore_sample",
+        doc_type="str or None",
+        doc="Standardization of the cleaned series, as :func:`nilearn.signal.clean`.",
+    )
+    participant_label: tuple | None = param(
+        None,
+        fingerprint=False,
+        doc_type="sequence of str or None",
+        doc="The participants to process (without ``sub-``); None: all\n"
+        "(:func:`connscale.bidsapp.find_runs`).",
+        flag=Flag(("--participant-label",), group=FILTERS, nargs="+", metavar="LABEL",
+                  default=None, levels=("participant",)),
+    )  # fmt: skip
+    session_label: tuple | None = param(
+        None,
+        fingerprint=False,
+        doc_type="sequence of str or None",
+        doc="The sessions to process (without ``ses-``); None: all.",
+        flag=Flag(("--session-label",), group=FILTERS, nargs="+", metavar="LABEL",
+                  default=None, levels=("participant",)),
+    )  # fmt: skip
+    task: tuple | None = param(
+        None,
+        fingerprint=False,
+        doc_type="sequence of str or None",
+        doc="The tasks to process; None: all.",
+        flag=Flag(("--task",), group=FILTERS, nargs="+", default=None,
+                  levels=("participant",)),
+    )  # fmt: skip
+    run: tuple | None = param(
+        None,
+        fingerprint=False,
+        doc_type="sequence of str or None",
+        doc="The runs to process; None: all.",
+        flag=Flag(("--run",), group=FILTERS, nargs="+", default=None, levels=("participant",)),
+    )
+    space: tuple | None = param(
+        None,
+        fingerprint=False,
+        doc_type="sequence of str or None",
+        doc="The spaces of the runs to process (``native``: runs without a\n"
+        "``space-`` entity); None: all.",
+        flag=Flag(("--space",), group=FILTERS, nargs="+", default=None,
+                  levels=("participant",)),
+    )  # fmt: skip
+    backend: str = param(
+        "local",
+        fingerprint=False,
+        constraints=[StrOptions(ENGINES)],
+        doc="Where the run tasks execute (:func:`connscale.engines.get_engine`).\n"
+        "'serial' runs them in this process, reading the next ``n_jobs``\n"
+        "runs (BOLD and confounds) in background threads while this one\n"
+        "computes (:func:`connscale.bidsapp.participant.run_serial`).",
+        flag=Flag(("--backend",), group=EXECUTION, choices=ENGINES, levels=("participant",),
+                  help="serial (this process), local (process pool), dask or spark."),
+    )  # fmt: skip
+    n_jobs: int | None = param(
+        None,
+        fingerprint=False,
+        constraints=["n_jobs", None],
+        doc="Workers (None or -1: every core; -2: all but one, ...); with\n"
+        "``backend='serial'``, the threads reading runs ahead (None: 1; at most\n"
+        "``n_jobs + 1`` runs in memory); with ``gpus``, the threads of each GPU\n"
+        "worker (None: 2).",
+        flag=Flag(("--n-jobs",), group=EXECUTION, type="n_jobs", levels=("participant",),
+                  help="Worker processes (default: every core; -1: every core, -2: all but "
+                  "one, ...); with --backend serial, threads reading the next runs (default "
+                  "1); with --gpus, threads of each GPU worker (default 2)."),
+    )  # fmt: skip
+    gpus: str | int | None = param(
+        None,
+        fingerprint=False,
+        doc_type="'all', int or None",
+        doc="Use every GPU of the node (or the first N): one Dask worker process\n"
+        "per GPU (:mod:`connscale.bidsapp.gpus`), ``device='cuda'`` in each,\n"
+        "``n_jobs`` threads (runs in flight) per worker; ``backend`` is then\n"
+        "not used. On a node without GPU the report's ``notes`` say so and the\n"
+        "runs go to ``backend`` on the CPU.",
+        flag=Flag(("--gpus",), group=EXECUTION, type="gpus", metavar="all|N",
+                  levels=("participant",),
+                  help="participant: every GPU of the node (or the first N), one Dask "
+                  "worker per GPU (CUDA_VISIBLE_DEVICES per worker); without a GPU the runs "
+                  "go to --backend on the CPU, with a note."),
+    )  # fmt: skip
+    reports: bool = param(
+        True,
+        fingerprint=False,
+        constraints=["boolean"],
+        doc="Write each run's HTML report.",
+        flag=Flag(("--no-reports",), group=EXECUTION, action="store_true", default=False,
+                  dest="no_reports", convert=_reports, levels=("participant",),
+                  help="participant: skip the per-run HTML reports."),
+    )  # fmt: skip
+    overwrite: bool = param(
+        False,
+        fingerprint=False,
+        constraints=["boolean"],
+        doc="Replace a run's published set made with other parameters (without\n"
+        "it such a run fails, naming the parameters that differ).",
+        flag=Flag(("--overwrite",), group=EXECUTION, action="store_true",
+                  levels=("participant", "group"),
+                  help="Replace outputs made with other parameters: a run's (participant) or "
+                  "the group's, states included (without it such a run fails, naming what "
+                  "differs)."),
+    )  # fmt: skip
+    work_dir: str | None = param(
+        None,
+        fingerprint=False,
+        constraints=["path", None],
+        doc="Scratch folder (the pybids index).",
+        flag=Flag(("--work-dir",), group=EXECUTION, type="output_folder",
+                  levels=("participant",),
+                  help="Scratch folder (the pybids index); default: none kept."),
+    )  # fmt: skip
+    device: str = param(
+        "cpu",
+        fingerprint=False,
+        constraints=["device"],
+        doc="Device of each task's cleaning and correlation.",
+        flag=Flag(("--device",), group=COMPUTATION, type="device",
+                  levels=("participant", "group"),
+                  help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."),
+    )  # fmt: skip
+    dtype: str = param(
+        "float32",
+        constraints=[StrOptions(DTYPES)],
+        doc="Working precision.",
+        flag=Flag(("--dtype",), group=COMPUTATION, choices=DTYPES, levels=("participant",),
+                  help="Working precision."),
+    )  # fmt: skip
+    threads_per_task: int = param(
+        1,
+        fingerprint=False,
+        constraints=[_COUNT],
+        doc="Torch threads of each run task.",
+    )
+    memory_limit: str | int | None = param(
+        None,
+        fingerprint=False,
+        constraints=["memory", None],
+        doc="Passed to :func:`connscale.correlation`.",
+        flag=Flag(("--memory-limit",), group=COMPUTATION, type="memory", metavar="SIZE",
+                  levels=("participant",),
+                  help="Most memory to use, e.g. '8GB' (default: 80%% of free)."),
+    )  # fmt: skip
+    verbose: int = param(
+        1,
+        fingerprint=False,
+        constraints=[Interval(Integral, 0, None, closed="left"), "boolean"],
+        doc="0: silent; 1: a progress bar and a summary; 2: also debug logs.",
+        flag=(
+            Flag(("-v", "--verbose"), group=COMPUTATION, action="count",
+                 levels=("participant", "group"),
+                 help="More output (-vv: debug log and tracebacks)."),
+            Flag(("-q", "--quiet"), group=COMPUTATION, action="store_const", const=0,
+                 dest="verbose", default=None, levels=("participant", "group"),
+                 help="No progress bars or messages."),
+        ),
+    )  # fmt: skip
+
+    # Last: --wait ends the usage line, as every command adds it.
+    wait: bool = param(
+        False,
+        fingerprint=False,
+        constraints=["boolean"],
+        doc="When another participant or group run holds ``output``\n"
+        "(:func:`connscale.bidsapp.participant.output_lock`), wait for it\n"
+        "instead of failing with :class:`connscale.io.lock.OutputLockedError`\n"
+        "naming its pid.",
+        flag=Flag(("--wait",), group=EXECUTION, action="store_true",
+                  levels=("participant", "group"),
+                  help="When another connscale run is writing the same output, wait for it "
+                  "to finish instead of stopping with an error naming its pid."),
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if self.strategy_params is None:  # the keyword's default: no extra parameters
+            object.__setattr__(self, "strategy_params", {})
+
+    @property
+    def threads(self) -> int:
+        """Torch threads of each run task (``threads_per_task``)."""
+        return self.threads_per_task
 
     @property
     def desc(self) -> str:
         """The ``desc-`` label of the outputs: the strategy's
         (:func:`connscale.io.bids.strategy_desc`; ``ica_aroma`` gives ``icaaroma``)."""
+        from connscale.io.bids import strategy_desc
+
         return strategy_desc(self.strategy)
 
     def parameters(self) -> dict:
         """What changes a run's outputs (not where it ran, nor which runs are refused)."""
         kept = asdict(self)
-        for key in (
-            "derivatives",
-            "output",
-            "device",
-            "threads",
-            "memory_limit",
-            "reports",
-            "overwrite",
-            "min_dof",
-        ):
-            kept.pop(key)
-        return kept
+        return {name: kept[name] for name in fingerprint_fields(type(self))}
 
     def region_parameters(self) -> dict:
         """What changes the run's atlas-level set."""
@@ -96,3 +520,139 @@ class ParticipantConfig:
         }
         kept["measures"] = [m for m in self.measures if m in VOXEL_MEASURES]
         return kept
+
+
+def _participant_flags(name: str) -> tuple[Flag, ...]:
+    """The flags of a participant-level field that the group level reads too."""
+    return declared(ParticipantConfig)[name][1].flags
+
+
+def _features(text: str) -> list[str]:
+    """``features`` of ``--group-features``."""
+    return text.split(",")
+
+
+def _states_asked(measures: str) -> bool | None:
+    """``states`` of ``--measures``: True when it names ``states`` (then every
+    run's DFC is required), None otherwise (states when every run has DFC)."""
+    return True if "states" in [m.strip() for m in measures.split(",")] else None
+
+
+@dataclass(frozen=True)
+class GroupConfig:
+    """Every parameter of the group level (:func:`connscale.bidsapp.group.run_group`)."""
+
+    output: str = param(
+        positional=True,
+        constraints=["path"],
+        doc="The participant-level output folder; ``group/`` is written in it.",
+        flag=_participant_flags("output"),
+    )
+    atlas_name: str | None = param(
+        None,
+        constraints=[str, None],
+        doc="Which ``seg-`` outputs to read (needed when several).",
+        flag=_participant_flags("atlas_name"),
+    )
+    strategy: str | None = param(
+        None,
+        constraints=[str, None],
+        doc="Which ``desc-`` outputs to read (needed when several).",
+        flag=_participant_flags("strategy"),
+    )
+    participants: str | None = param(
+        None,
+        constraints=["path", None],
+        doc="``participants.tsv`` with ``participant_id`` and ``target``.",
+        flag=Flag(("--participants",), group=GROUP, type="input_file", levels=("group",),
+                  help="participants.tsv (participant_id and the target column)."),
+    )  # fmt: skip
+    target: str | None = param(
+        None,
+        constraints=[str, None],
+        doc="Column to classify (two classes).",
+        flag=Flag(("--target",), group=GROUP, levels=("group",),
+                  help="Column of participants.tsv to classify."),
+    )  # fmt: skip
+    folds: int = param(
+        5,
+        constraints=[Interval(Integral, 2, None, closed="left")],
+        doc="Folds of :func:`connscale.classify.cross_validate`. Stratified folds\n"
+        "need ``folds`` participants in each class: with fewer in the smaller\n"
+        "class, its size is used instead, said in a warning and recorded in\n"
+        "the classification JSON (``folds``, ``folds_requested``, ``notes``)\n"
+        "and the group report.",
+        flag=Flag(("--folds",), group=GROUP, type=("integer", 2), levels=("group",),
+                  help="Cross-validation folds."),
+    )  # fmt: skip
+    repeats: int = param(
+        10,
+        constraints=[_COUNT],
+        doc="Repeats of :func:`connscale.classify.cross_validate`.",
+        flag=Flag(("--repeats",), group=GROUP, type="count", levels=("group",),
+                  help="Cross-validation repeats."),
+    )  # fmt: skip
+    features: tuple = param(
+        ("edges", "states"),
+        constraints=[list, tuple],
+        doc_type="sequence of {" + ", ".join(repr(f) for f in GROUP_FEATURES) + "}",
+        doc="The columns of the feature table: Fisher-z edges, DFC summaries (each\n"
+        "edge's mean and standard deviation of Fisher z over the run's windows;\n"
+        "requires every run's DFC), DFC state features\n"
+        "(when states are computed), voxel maps inside the common mask\n"
+        "(requires every run's maps; one column per voxel and map).",
+        flag=Flag(("--group-features",), group=GROUP, metavar="KIND[,KIND...]",
+                  dest="group_features", convert=_features, levels=("group",),
+                  help="Columns of the group feature table (and of the classification), "
+                  "among edges, dfc, states, maps: Fisher-z edges, DFC summaries (each "
+                  "edge's mean and standard deviation of Fisher z over windows; every run "
+                  "needs --measures dfc), DFC state features (when states are computed), the "
+                  "voxel maps inside the runs' common mask (every run needs --measures maps; "
+                  "one column per voxel and map, large)."),
+    )  # fmt: skip
+    n_states: int = param(
+        5,
+        constraints=[Interval(Integral, 2, None, closed="left")],
+        doc="Number of states k.",
+        flag=Flag(("--states",), group=GROUP, type="count", metavar="K", dest="states",
+                  levels=("group",),
+                  help="Number of DFC states, clustered from every run's DFC when the "
+                  "participant outputs have DFC (or --measures states is given, which "
+                  "requires it)."),
+    )  # fmt: skip
+    state_metric: str = param(
+        "l1",
+        constraints=[StrOptions(STATE_METRICS)],
+        doc="Distance of the states' k-means (:class:`connscale.states.DFCStates`).",
+        flag=Flag(("--state-metric",), group=GROUP, choices=STATE_METRICS, levels=("group",),
+                  help="Distance of the states' k-means (l1: medians, as Allen et al. 2014)."),
+    )  # fmt: skip
+    random_state: int | None = param(
+        0,
+        constraints=["random_state"],
+        doc_type="int or None",
+        doc="Of the cross-validation and of the states' k-means.",
+        flag=Flag(("--random-state",), group=GROUP, type="natural", levels=("group",),
+                  help="Seed of the states' k-means and of the cross-validation."),
+    )  # fmt: skip
+    states: bool | None = param(
+        None,
+        constraints=["boolean", None],
+        doc="DFC states of the cohort (:mod:`connscale.bidsapp.group_states`):\n"
+        "True requires every run's DFC, None computes them when every run has\n"
+        "its DFC, False never.",
+        flag=Flag(("--measures",), group=ATLAS, dest="measures", convert=_states_asked,
+                  levels=("group",)),
+    )  # fmt: skip
+    device: str = param(
+        "cpu",
+        constraints=["device"],
+        doc="Where the k-means runs.",
+        flag=_participant_flags("device"),
+    )
+    overwrite: bool = param(
+        False,
+        constraints=["boolean"],
+        doc="Replace group outputs published with other parameters (else refused).",
+        flag=_participant_flags("overwrite"),
+    )

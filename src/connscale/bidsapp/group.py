@@ -45,15 +45,15 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from numbers import Integral
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from connscale._choices import GROUP_FEATURES
-from connscale._validation import Interval, StrOptions, validate_params
+from connscale._params import entry
 from connscale._version import __version__
+from connscale.bidsapp.config import GroupConfig
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import (
     bids_name,
@@ -263,24 +263,7 @@ def _fisher(r: np.ndarray) -> np.ndarray:
     return np.arctanh(np.clip(r, -1 + 1e-7, 1 - 1e-7))
 
 
-@validate_params(
-    {
-        "output": ["path"],
-        "atlas_name": [str, None],
-        "strategy": [str, None],
-        "participants": ["path", None],
-        "target": [str, None],
-        "folds": [Interval(Integral, 2, None, closed="left")],
-        "repeats": [Interval(Integral, 1, None, closed="left")],
-        "random_state": ["random_state"],
-        "states": ["boolean", None],
-        "n_states": [Interval(Integral, 2, None, closed="left")],
-        "state_metric": [StrOptions({"l1", "correlation", "euclidean"})],
-        "features": [list, tuple],
-        "device": ["device"],
-        "overwrite": ["boolean"],
-    }
-)
+@entry(GroupConfig, keywords=True)
 def run_group(
     output,
     *,
@@ -300,42 +283,12 @@ def run_group(
 ) -> GroupResult:
     """Group average, DFC states, feature table and (with a target) classification.
 
+    Pass a :class:`~connscale.bidsapp.config.GroupConfig` alone, or its
+    fields as arguments; either way every value is checked first.
+
     Parameters
     ----------
-    output : path
-        The participant-level output folder; ``group/`` is written in it.
-    atlas_name, strategy : str or None
-        Which ``seg-`` / ``desc-`` outputs to read (needed when several).
-    participants : path or None
-        ``participants.tsv`` with ``participant_id`` and ``target``.
-    target : str or None
-        Column to classify (two classes).
-    folds, repeats
-        Of :func:`connscale.classify.cross_validate`. Stratified folds need
-        ``folds`` participants in each class: with fewer in the smaller
-        class, its size is used instead, said in a warning and recorded in
-        the classification JSON (``folds``, ``folds_requested``, ``notes``)
-        and the group report.
-    random_state : int or None, default=0
-        Of the cross-validation and of the states' k-means.
-    states : bool or None, default=None
-        DFC states of the cohort (:mod:`connscale.bidsapp.group_states`):
-        True requires every run's DFC, None computes them when every run has
-        its DFC, False never.
-    n_states : int, default=5
-        Number of states k.
-    state_metric : {'l1', 'correlation', 'euclidean'}, default='l1'
-        Distance of the states' k-means (:class:`connscale.states.DFCStates`).
-    features : sequence of {'edges', 'dfc', 'states', 'maps'}, default=('edges', 'states')
-        The columns of the feature table: Fisher-z edges, DFC summaries (each
-        edge's mean and standard deviation of Fisher z over the run's windows;
-        requires every run's DFC), DFC state features
-        (when states are computed), voxel maps inside the common mask
-        (requires every run's maps; one column per voxel and map).
-    device : str, default='cpu'
-        Where the k-means runs.
-    overwrite : bool, default=False
-        Replace group outputs published with other parameters (else refused).
+    %(parameters)s
 
     Returns
     -------

@@ -76,19 +76,12 @@ import os
 import stat
 import time
 import warnings
-from dataclasses import dataclass, field
-from numbers import Integral, Real
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from connscale._choices import MAP_MEASURES, MEASURES, REGION_MEASURES, VOXEL_MEASURES
-from connscale._validation import (
-    MIN_WINDOW_LENGTH,
-    Interval,
-    SequenceOf,
-    StrOptions,
-    resolve_n_jobs,
-    validate_params,
-)
+from connscale._params import entry
+from connscale._validation import resolve_n_jobs
 from connscale._version import __version__
 from connscale.bidsapp.atlas import (
     check_atlas,
@@ -101,8 +94,6 @@ from connscale.bidsapp.layout import BoldRun, find_runs
 from connscale.bidsapp.outputs import DATASET_LINK, failure_reason, set_prefix
 from connscale.bidsapp.region_measures import write_region
 from connscale.cohort import failure_fields
-from connscale.denoise import STRATEGIES
-from connscale.engines import ENGINES
 from connscale.io.atomic import write_json_atomic, write_text_atomic
 from connscale.io.bids import (
     dataset_relative,
@@ -483,197 +474,18 @@ def run_serial(
     return records
 
 
-_POSITIVE = [Interval(Real, 0, None, closed="neither"), None]
-
-
-@validate_params(
-    {
-        "derivatives": ["path"],
-        "output": ["path"],
-        "atlas": ["path"],
-        "atlas_name": [str],
-        "atlas_labels": ["path", None],
-        "atlas_space": [str, None],
-        "strategy": [StrOptions(STRATEGIES)],
-        "strategy_params": [dict, None],
-        "measures": [SequenceOf(StrOptions(MEASURES))],
-        "window_length": [Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left"), None],
-        "step": [Interval(Integral, 1, None, closed="left")],
-        "pairs_threshold": [Interval(Real, -1, 1, closed="both")],
-        "degree_thresholds": [SequenceOf(Interval(Real, -1, 1, closed="both"))],
-        "precision": [StrOptions({"exact", "fp32", "tf32"})],
-        "n_atoms": [Interval(Integral, 1, None, closed="left")],
-        "network_sparsity": [
-            Interval(Integral, 1, None, closed="left"),
-            Interval(Real, 0, 1, closed="right"),
-        ],
-        "t_r": _POSITIVE,
-        "min_dof": [Interval(Real, 0, None, closed="left")],
-        "detrend": ["boolean"],
-        "low_pass": _POSITIVE,
-        "high_pass": _POSITIVE,
-        "backend": [StrOptions(ENGINES)],
-        "n_jobs": ["n_jobs", None],
-        "device": ["device"],
-        "dtype": [StrOptions({"float32", "float64"})],
-        "threads_per_task": [Interval(Integral, 1, None, closed="left")],
-        "memory_limit": ["memory", None],
-        "work_dir": ["path", None],
-        "reports": ["boolean"],
-        "overwrite": ["boolean"],
-        "wait": ["boolean"],
-        "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
-    }
-)
-def run_participant(
-    derivatives,
-    output,
-    *,
-    atlas,
-    atlas_name: str,
-    atlas_labels=None,
-    atlas_space: str | None = None,
-    strategy: str = "simple",
-    strategy_params: dict | None = None,
-    measures=("fc", "timeseries"),
-    window_length: int | None = None,
-    step: int = 1,
-    pairs_threshold: float = 0.5,
-    degree_thresholds=(0.25,),
-    precision: str = "exact",
-    n_atoms: int = 10,
-    network_sparsity=0.07,
-    participant_label=None,
-    session_label=None,
-    task=None,
-    run=None,
-    space=None,
-    t_r: float | None = None,
-    min_dof: float = 10,
-    detrend: bool = True,
-    standardize: str | None = "zscore_sample",
-    low_pass: float | None = None,
-    high_pass: float | None = None,
-    backend: str = "local",
-    n_jobs: int | None = None,
-    device: str = "cpu",
-    dtype: str = "float32",
-    threads_per_task: int = 1,
-    memory_limit=None,
-    gpus=None,
-    work_dir=None,
-    reports: bool = True,
-    overwrite: bool = False,
-    wait: bool = False,
-    verbose: int = 1,
-) -> ParticipantReport:
+@entry(ParticipantConfig)
+def run_participant(config: ParticipantConfig) -> ParticipantReport:
     """Denoised atlas connectivity of every matching fMRIPrep run, as BIDS derivatives.
+
+    Pass a :class:`~connscale.bidsapp.config.ParticipantConfig` alone, or its
+    fields as arguments (``run_participant(derivatives, output, atlas=...,
+    atlas_name=..., ...)``); either way every value is checked before the
+    first run.
 
     Parameters
     ----------
-    derivatives : path
-        fMRIPrep's output folder.
-    output : path
-        The connscale derivatives folder (``dataset_description.json`` at
-        its root, ``sub-*/[ses-*/]func/`` per run, ``logs/``).
-    atlas : path
-        3-D integer labels image (0 = background), resampled to each run's
-        grid by nearest neighbour when needed (recorded in the sidecars'
-        ``AtlasResampling`` and the run's report). Checked once before any
-        run (:func:`connscale.bidsapp.atlas.check_atlas`).
-    atlas_name : str
-        The ``seg-`` entity of the outputs (letters and digits).
-    atlas_labels : path or None
-        Region names (BIDS ``dseg.tsv``: ``index``, ``name``), used as
-        headers; without it the headers are ``label-<value>``.
-    atlas_space : str or None
-        The atlas's space (``MNI152NLin2009cAsym``, ``T1w``...; ``native``
-        for runs without a ``space-`` entity); None: the ``space-`` or
-        ``tpl-`` entity of its file name, and without one the call is
-        refused. A run in another space is refused (recorded, naming both
-        spaces); the others go on.
-    strategy : {'simple', 'scrubbing', 'compcor', 'ica_aroma', 'none'}
-        The denoising strategy (the ``desc-`` entity).
-    strategy_params : dict or None
-        Extra parameters of ``load_confounds_strategy``.
-    measures : list or tuple of {'fc', 'timeseries', 'dfc', 'pairs', 'voxelfc', \
-'maps', 'networks'}
-        Atlas level: ``fc`` (``_relmat.tsv``), ``timeseries``, ``dfc``
-        (sliding-window correlation of all region pairs, ``_dfc.h5``) and
-        ``pairs`` (each pair's windowed course and summaries, ``_pairs.h5``);
-        voxel level: ``voxelfc`` (every pair of in-mask voxels,
-        ``_relmat.h5`` with the mask and the voxel coordinates), ``maps``
-        (degree, eigenvector centrality and global correlation maps,
-        ``_boldmap.nii.gz``) and ``networks`` (r1DL spatial maps and time
-        courses, ``_components.nii.gz`` and ``_mixing.tsv``); see
-        :mod:`connscale.bidsapp.voxel_measures`.
-    window_length, step : int
-        Sliding windows of ``dfc`` and ``pairs``, in kept volumes
-        (``window_length`` required for them).
-    pairs_threshold : float, default=0.5
-        ``pairs``: the threshold of the fraction-above summary.
-    degree_thresholds : sequence of float, default=(0.25,)
-        ``maps``: binary and weighted degree count the other voxels with
-        r above each threshold (one pass for all).
-    precision : {'exact', 'fp32', 'tf32'}, default='exact'
-        ``maps``: the arithmetic of the degree's thresholded correlations on
-        CUDA (see :func:`connscale.degree_centrality`).
-    n_atoms : int, default=10
-        ``networks``: the number of r1DL networks.
-    network_sparsity : int or float, default=0.07
-        ``networks``: voxels per network, a count or a fraction of the
-        in-mask voxels (``connscale r1dl --sparsity``).
-    participant_label, session_label, task, run, space, t_r
-        Filters and TR fallback of :func:`connscale.bidsapp.find_runs`.
-    min_dof : float, default=10
-        Fewest residual degrees of freedom a run may keep
-        (:func:`connscale.denoise.residual_dof`: kept volumes minus the
-        mean, the trend, the independent confounds and what the filter
-        removes); a run below it is refused before it is cleaned (status
-        ``refused``, the numbers in its record and the errors table). Why
-        10: the correlation of two unrelated series with ``d`` degrees of
-        freedom has standard deviation about ``1/sqrt(d)``, so at ``d = 10``
-        chance alone already reaches ``|r| = 0.6`` (two standard deviations),
-        and at ``d`` near 0 the cleaned series are rounding noise (|r| near 1
-        everywhere). It is a floor against degenerate runs (12 of 120 volumes
-        kept against 36 regressors), not a recommendation: connectomes want
-        far more (minutes of data after censoring).
-    detrend, standardize, low_pass, high_pass
-        Cleaning as in :func:`nilearn.signal.clean` (``t_r`` from each run).
-    backend : {'serial', 'local', 'dask', 'spark'}, default='local'
-        Where the run tasks execute (:func:`connscale.engines.get_engine`).
-        'serial' runs them in this process, reading the next ``n_jobs``
-        runs (BOLD and confounds) in background threads while this one
-        computes (:func:`run_serial`).
-    gpus : 'all', int or None
-        Use every GPU of the node (or the first N): one Dask worker process
-        per GPU (:mod:`connscale.bidsapp.gpus`), ``device='cuda'`` in each,
-        ``n_jobs`` threads (runs in flight) per worker; ``backend`` is then
-        not used. On a node without GPU the report's ``notes`` say so and the
-        runs go to ``backend`` on the CPU.
-    n_jobs : int or None
-        Workers (None or -1: every core; -2: all but one, ...); with
-        ``backend='serial'``, the threads reading runs ahead (None: 1; at most
-        ``n_jobs + 1`` runs in memory); with ``gpus``, the threads of each GPU
-        worker (None: 2).
-    device : str, default='cpu'
-        Device of each task's cleaning and correlation.
-    dtype : {'float32', 'float64'}
-    threads_per_task : int, default=1
-    memory_limit : int, str or None
-        Passed to :func:`connscale.correlation`.
-    work_dir : path or None
-        Scratch folder (the pybids index).
-    reports : bool, default=True
-        Write each run's HTML report.
-    overwrite : bool, default=False
-        Replace a run's published set made with other parameters (without
-        it such a run fails, naming the parameters that differ).
-    wait : bool, default=False
-        When another participant or group run holds ``output``
-        (:func:`output_lock`), wait for it instead of failing with
-        :class:`connscale.io.lock.OutputLockedError` naming its pid.
-    verbose : int, default=1
+    %(parameters)s
 
     Returns
     -------
@@ -682,79 +494,67 @@ def run_participant(
     from connscale.engines import get_engine
     from connscale.io.bids import bids_name as _check_name
 
-    measures = tuple(dict.fromkeys(measures))
+    backend, n_jobs, gpus = config.backend, config.n_jobs, config.gpus
+    wait, verbose = config.wait, config.verbose
+    measures = tuple(dict.fromkeys(config.measures))
     if (backend == "serial" or gpus is not None) and n_jobs is not None:
         n_jobs = resolve_n_jobs(n_jobs)  # -1: a reading thread (or GPU worker thread) per core
-    if any(m in WINDOWED for m in measures) and window_length is None:
+    if any(m in WINDOWED for m in measures) and config.window_length is None:
         raise ValueError(
             "The measures dfc and pairs need a window length (--window-length, in volumes)."
         )
-    window_length = None if window_length is None else int(window_length)
-    step, pairs_threshold = int(step), float(pairs_threshold)
+    degree_thresholds = config.degree_thresholds
     if "maps" in measures:
         from connscale.bidsapp.voxel_measures import check_degree_thresholds
 
         degree_thresholds = check_degree_thresholds(degree_thresholds)
-    _check_name({"sub": "x", "seg": atlas_name}, suffix="relmat", extension=".tsv")
-    atlas = Path(atlas).resolve()
+    _check_name({"sub": "x", "seg": config.atlas_name}, suffix="relmat", extension=".tsv")
+    atlas = Path(config.atlas).resolve()
     if not atlas.is_file():
         raise FileNotFoundError(f"No atlas image at {atlas}.")
-    if atlas_labels is not None:
-        atlas_labels = Path(atlas_labels).resolve()
+    atlas_labels = None if config.atlas_labels is None else Path(config.atlas_labels).resolve()
+    atlas_space = config.atlas_space
     regional = any(m in REGION_MEASURES for m in measures)
     if regional:  # what would fail every run, found once
         atlas_space, _ = check_atlas(atlas, space=atlas_space, labels_file=atlas_labels)
     elif atlas_labels is not None:
         read_atlas_labels(atlas_labels)
-    derivatives = Path(derivatives).resolve()
-    output = Path(output).resolve()
+    derivatives = Path(config.derivatives).resolve()
+    output = Path(config.output).resolve()
     if output == derivatives:
         raise ValueError("The output folder must not be the derivatives folder itself.")
     notes: list[str] = []
     environments = _gpu_plan(gpus, backend, notes)
-    if environments:
-        device = "cuda"
+    device = "cuda" if environments else config.device
     runs = find_runs(
         derivatives,
-        participant_label=participant_label,
-        session_label=session_label,
-        task=task,
-        run=run,
-        space=space,
-        strategy=strategy,
-        t_r=t_r,
-        work_dir=work_dir,
+        participant_label=config.participant_label,
+        session_label=config.session_label,
+        task=config.task,
+        run=config.run,
+        space=config.space,
+        strategy=config.strategy,
+        t_r=config.t_r,
+        work_dir=config.work_dir,
     )
     if regional:
         runs = refuse_other_spaces(runs, atlas_space)
-    config = ParticipantConfig(
+    config = replace(
+        config,
         derivatives=str(derivatives),
         output=str(output),
         atlas=str(atlas),
-        atlas_name=atlas_name,
         atlas_labels=None if atlas_labels is None else str(atlas_labels),
         atlas_space=atlas_space,
-        strategy=strategy,
-        strategy_params=dict(strategy_params or {}),
+        strategy_params=dict(config.strategy_params),
         measures=measures,
-        window_length=window_length,
-        step=step,
-        pairs_threshold=pairs_threshold,
-        detrend=detrend,
-        standardize=standardize,
-        low_pass=low_pass,
-        high_pass=high_pass,
+        window_length=None if config.window_length is None else int(config.window_length),
+        step=int(config.step),
+        pairs_threshold=float(config.pairs_threshold),
         device=device,
-        dtype=dtype,
-        threads=threads_per_task,
-        memory_limit=memory_limit,
-        reports=reports,
         degree_thresholds=tuple(float(v) for v in degree_thresholds),
-        precision=precision,
-        n_atoms=int(n_atoms),
-        network_sparsity=network_sparsity,
-        overwrite=overwrite,
-        min_dof=float(min_dof),
+        n_atoms=int(config.n_atoms),
+        min_dof=float(config.min_dof),
     )
     output.mkdir(parents=True, exist_ok=True)
     # One participant run per output at a time, its logs checked up front.

@@ -12,6 +12,7 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
+from connscale._choices import DTYPES, PRECISIONS
 from connscale._version import __version__
 from connscale.cli import _types
 from connscale.io.atomic import write_json_atomic
@@ -77,7 +78,7 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
         help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.",
     )
     group.add_argument(
-        "--dtype", default="float32", choices=["float32", "float64"], help="Working precision."
+        "--dtype", default="float32", choices=list(DTYPES), help="Working precision."
     )
     group.add_argument(
         "--memory-limit",
@@ -135,7 +136,7 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
     --allow-tf32 (= --precision tf32, deprecated)."""
     parser.add_argument(
         "--precision",
-        choices=["exact", "fp32", "tf32"],
+        choices=list(PRECISIONS),
         default="exact",
         help="Arithmetic of thresholded correlations on CUDA: 'exact' decides with TF32 "
         "tensor cores and recomputes the pairs close to the threshold (the fp32 result, "

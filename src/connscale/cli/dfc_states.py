@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale._choices import STATE_METRICS
 from connscale.cli import _types
 from connscale.cli._common import (
     RunRecord,
@@ -57,7 +58,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--states", type=_types.count, default=5, help="Number of states k.")
     parser.add_argument(
         "--metric",
-        choices=["l1", "correlation", "euclidean"],
+        choices=list(STATE_METRICS),
         default="l1",
         help="Distance between windows (l1: medians, as Allen et al.).",
     )

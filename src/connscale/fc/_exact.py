@@ -72,10 +72,6 @@ from connscale._deprecation import DEPRECATED, renamed
 from connscale.fc import _tiles
 from connscale.fc.sparse import compact_tile, keep_mask
 
-#: The ``precision`` of the thresholded functions: ``'exact'`` (TF32 decisions
-#: confirmed near θ: the fp32 results), ``'fp32'`` (fp32 products throughout)
-#: and ``'tf32'`` (TF32 products, approximate).
-PRECISIONS = ("exact", "fp32", "tf32")
 #: Run the torch exact functions on the CPU too (tests; the CPU runs fp32 otherwise).
 FORCE_ON_CPU = False
 

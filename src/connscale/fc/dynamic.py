@@ -41,6 +41,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
+from connscale._choices import PRECISIONS
 from connscale._compute import allow_tf32 as _allow_tf32
 from connscale._compute import resolve_device, resolve_dtype
 from connscale._compute.device import numpy_dtype, use_triton
@@ -366,7 +367,7 @@ def _runs(indices: list[int], size: int) -> list[list[int]]:
         "dtype": ["dtype"],
         "memory_limit": ["memory", None],
         "compute_error": ["boolean"],
-        "precision": [StrOptions(_exact.PRECISIONS)],
+        "precision": [StrOptions(PRECISIONS)],
         "allow_tf32": ["boolean", Hidden(StrOptions({DEPRECATED}))],
         "taper": [StrOptions(TAPERS)],
         "taper_sigma": [Interval(Real, 0, None, closed="neither")],

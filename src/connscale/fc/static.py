@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from connscale._choices import PRECISIONS
 from connscale._compute import (
     MemoryMeter,
     MemoryPlanner,
@@ -67,7 +68,7 @@ _PARAMETER_CONSTRAINTS = {
     "device": ["device", None],
     "dtype": ["dtype"],
     "memory_limit": ["memory", None],
-    "precision": [StrOptions(_exact.PRECISIONS)],
+    "precision": [StrOptions(PRECISIONS)],
     "allow_tf32": ["boolean", Hidden(StrOptions({DEPRECATED}))],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
 }

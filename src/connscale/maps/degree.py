@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from connscale._choices import DEFAULT_THRESHOLD, PRECISIONS
 from connscale._compute import allow_tf32, memory_budget
 from connscale._compute.device import use_triton as triton_runs
 from connscale._docs import fill_doc
@@ -28,9 +29,6 @@ def _as_list(value) -> tuple[list[float], bool]:
     return [float(v) for v in value], False
 
 
-#: The threshold that ``threshold="auto"`` stands for when no ``sparsity`` is given.
-DEFAULT_THRESHOLD = 0.25
-
 _CORRELATION = Interval(Real, -1, 1, closed="both")
 _FRACTION = Interval(Real, 0, 1, closed="right")
 # Declared once for degree_centrality and compute_degree (the CLI's entry).
@@ -44,7 +42,7 @@ _PARAMETER_CONSTRAINTS = {
     "dtype": ["dtype"],
     "memory_limit": ["memory", None],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
-    "precision": [StrOptions(_exact.PRECISIONS)],
+    "precision": [StrOptions(PRECISIONS)],
 }
 
 

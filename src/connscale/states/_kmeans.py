@@ -42,10 +42,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from connscale._choices import STATE_METRICS
 from connscale.states import _half, _int8
 from connscale.states import _triton_kmeans as fused
 
-METRICS = ("l1", "correlation", "euclidean")
+METRICS = STATE_METRICS
 # Rows per block of the torch path: at most this many elements of n_rows × E
 # (float64 copies of a block are made for the sums).
 _BLOCK_ELEMENTS = 1 << 25
