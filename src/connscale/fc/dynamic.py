@@ -101,12 +101,12 @@ _SPARSE_TILE_ROWS = 4096
 
 
 def n_windows(n_timepoints: int, window_length: int, step: int = 1) -> int:
-    """Number of windows, ⌊(T − w)/s⌋ + 1."""
+    """Return the number of windows, ⌊(T − w)/s⌋ + 1."""
     return (n_timepoints - window_length) // step + 1
 
 
 def window_starts(n_timepoints: int, window_length: int, step: int = 1) -> np.ndarray:
-    """First time point of every window."""
+    """Return the first time point of every window."""
     return np.arange(n_windows(n_timepoints, window_length, step), dtype=np.int64) * step
 
 
@@ -220,8 +220,11 @@ class _Engine:
 
 @dataclass(frozen=True)
 class _Output:
-    """Where the windows go: the checked ``out`` path (None: memory), the
-    file's extra root ``attrs`` and the caller's ``host_buffer``."""
+    """Where the windows go.
+
+    The checked ``out`` path (None: memory), the file's extra root ``attrs``
+    and the caller's ``host_buffer``.
+    """
 
     path: Path | None
     attrs: dict | None
@@ -355,15 +358,20 @@ def _fingerprint(array: np.ndarray) -> str:
 
 
 def _seed_of(random_state) -> int | None:
-    """One base seed from which every window's Ω is drawn (window-wise, so a
-    resumed run draws the same Ω as an uninterrupted one)."""
+    """Return one base seed from which every window's Ω is drawn.
+
+    Ω is drawn window-wise, so a resumed run draws the same Ω as an
+    uninterrupted one.
+    """
     rng = check_random_state(random_state)
     return int(rng.integers(0, 2**62))
 
 
 def _recorded_seed(random_state):
-    """The seed as recorded in parameters: an int, None, or a description
-    (a Generator's draws cannot be replayed, so such runs never resume)."""
+    """Return the seed as recorded in parameters: an int, None, or a description.
+
+    A Generator's draws cannot be replayed, so such runs never resume.
+    """
     if random_state is None or isinstance(random_state, (int, np.integer)):
         return None if random_state is None else int(random_state)
     return f"{type(random_state).__name__}@{id(random_state):x}"
@@ -437,8 +445,10 @@ class _WindowNormalizer:
 
 
 def _triu_gather_index(n: int, r0: int, r1: int, device: torch.device) -> torch.Tensor:
-    """Flat positions, in an (r1 − r0) × (n − r0) tile, of its strictly-upper
-    entries in row-major order."""
+    """Return the flat positions of the strictly-upper entries of a tile.
+
+    The tile is (r1 − r0) × (n − r0); the positions are in row-major order.
+    """
     width = n - r0
     rows = torch.arange(r1 - r0, device=device)
     counts = width - 1 - rows
@@ -452,9 +462,11 @@ def _triu_gather_index(n: int, r0: int, r1: int, device: torch.device) -> torch.
 def _plan(
     planner, n, w, k, kind, itemsize, budget, width, compute_error, resident, split=False, **fields
 ) -> MemoryPlan:
-    """Windows per batch and rows per tile that fit ``budget`` device bytes
-    (``resident`` of them kept throughout), as the planner's plan; ``split``:
-    each window's TF32 parts too (the exact scheme's torch path)."""
+    """Return the windows per batch and rows per tile that fit, as the planner's plan.
+
+    They fit ``budget`` device bytes, ``resident`` of them kept throughout;
+    ``split``: each window's TF32 parts too (the exact scheme's torch path).
+    """
     free = budget - resident
 
     def plan(batch, tile_rows):
@@ -786,8 +798,9 @@ def _compute(
     storage: _Storage,
     engine: _Engine,
 ) -> tuple[MemoryPlan, _exact.Confirmation | None]:
-    """Compute windows ``todo`` into ``backend``; the plan, and the exact
-    scheme's counts when it ran.
+    """Compute windows ``todo`` into ``backend``.
+
+    Returns the plan, and the exact scheme's counts when it ran.
 
     The planner's limit covers, on the CPU, the in-memory result (counted
     already, or a sparse result counted as it grows, which gets half of what
@@ -1008,8 +1021,11 @@ def _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index):
 
 
 def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, absolute, stats=None):
-    """A batch of sparse windows by row tiles; with ``stats``, decided by the
-    exact scheme's torch path (:func:`connscale.fc._exact.exact_block`)."""
+    """Compute a batch of sparse windows by row tiles and queue them for the host.
+
+    With ``stats``, the kept pairs are decided by the exact scheme's torch
+    path (:func:`connscale.fc._exact.exact_block`).
+    """
     n = u.shape[1]
     split = _exact.Split(u) if stats is not None else None
     n_batch = len(batch)
@@ -1057,8 +1073,11 @@ def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, abs
 
 
 def _sparse_submitter(backend, copier):
-    """Queue one sparse window's device arrays (values, int32 columns, row counts)
-    for the host: into the pinned result when it has room, else via staging."""
+    """Return a function queueing one sparse window's device arrays for the host.
+
+    The arrays (values, int32 columns, row counts) go into the pinned result
+    when it has room, else via staging.
+    """
 
     def submit(index, values, columns, row_counts, constant):
         destination = [None, None, None, None]
@@ -1086,7 +1105,10 @@ def _sparse_submitter(backend, copier):
 
 
 def _compressed_batch(u, constant, batch, backend, copier, storage: _Storage, tile_rows: int):
-    """A batch of ``'lowrank'`` or ``'factor'`` windows, with their errors when asked."""
+    """Compute a batch of ``'lowrank'`` or ``'factor'`` windows and queue them for the host.
+
+    With ``storage.compute_error``, each window's error too.
+    """
     kind, width, base_seed = storage.kind, storage.width, storage.base_seed
     nan_rows = constant[:, :, None]
     u0 = torch.where(nan_rows, torch.zeros((), dtype=u.dtype, device=u.device), u)

@@ -97,10 +97,12 @@ class PairwiseDFC:
 
     @property
     def n_scans(self) -> int:
+        """Number of scans."""
         return len(self.courses)
 
     @property
     def n_pairs(self) -> int:
+        """Number of region pairs (rows of each scan's courses)."""
         return int(self.pairs.shape[0])
 
 
@@ -217,8 +219,11 @@ def _check_scans(timeseries) -> tuple[list[np.ndarray], np.ndarray | None]:
 def _plan_chunks(
     planner: MemoryPlanner, n_scans: int, n_windows: int, per_item: int, budget: int
 ) -> MemoryPlan:
-    """Scans per chunk (``batch``) and windows per chunk (``windows_per_batch``)
-    so a chunk's temporaries (``per_item`` bytes a (scan, window)) fit ``budget``."""
+    """Return the scans and windows per chunk whose temporaries fit ``budget``.
+
+    The plan's ``batch`` holds the scans per chunk, ``windows_per_batch``
+    the windows per chunk; a (scan, window) takes ``per_item`` bytes.
+    """
     items = max(1, budget // max(per_item, 1))
     if items >= n_windows:
         scans_per, windows_per = max(1, min(n_scans, items // n_windows)), n_windows
@@ -233,8 +238,10 @@ def _plan_chunks(
 def _window_stats(
     x64: torch.Tensor, window_length: int, onsets: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Float64 window means (S, K, N) and constant flags (S, K, N) of (S, T, N)
-    float64 data, from running sums (O(T) per series, not O(K w)).
+    """Return the float64 window means (S, K, N) and constant flags (S, K, N).
+
+    The data are (S, T, N) float64; the means come from running sums (O(T)
+    per series, not O(K w)).
 
     The running sums are of the values less their scan mean, so a series far
     from zero keeps its digits. A window is constant when all its values are
@@ -263,8 +270,10 @@ def _pairs_chunk(
     flat: torch.Tensor,
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pair correlations (S, P, k1 - k0) of windows k0..k1-1 of (S, T, N) float64
-    data and the (S, K, N) series that are constant or of zero centred norm.
+    """Return the pair correlations of windows k0..k1-1 and the constant series.
+
+    The correlations are (S, P, k1 - k0), of (S, T, N) float64 data; the
+    (S, K, N) flags mark series that are constant or of zero centred norm.
 
     Each window is centred in float64 from the raw values by its float64 mean
     (:func:`_window_stats`), written once in ``dtype``; one batched GEMM gives
