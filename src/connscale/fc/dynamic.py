@@ -716,7 +716,9 @@ def dynamic_correlation(
     return _run(array, windows, storage, engine, output)
 
 
-def _open_sink(array, meta: dict, storage: _Storage, engine: _Engine, output: _Output):
+def _open_sink(
+    array, meta: dict, storage: _Storage, engine: _Engine, output: _Output
+) -> tuple[WindowFileSink | MemoryBackend, list[int] | None]:
     """Return where the windows go and the windows still to compute.
 
     The windows are None when ``output.path`` is a finished file of these
