@@ -36,14 +36,16 @@ import hashlib
 import logging
 import os
 import warnings
+from dataclasses import dataclass, replace
 from numbers import Integral, Real
+from pathlib import Path
 
 import numpy as np
 import torch
 
 from connscale._choices import PRECISIONS
 from connscale._compute import allow_tf32 as _allow_tf32
-from connscale._compute import resolve_device, resolve_dtype
+from connscale._compute import planner_for, resolve_device, resolve_dtype
 from connscale._compute.device import numpy_dtype, use_triton
 from connscale._compute.memory import (
     MemoryMeter,
@@ -100,32 +102,145 @@ _SPARSE_TILE_ROWS = 4096
 
 
 def n_windows(n_timepoints: int, window_length: int, step: int = 1) -> int:
-    """Number of windows, ⌊(T − w)/s⌋ + 1."""
+    """Return the number of windows, ⌊(T − w)/s⌋ + 1."""
     return (n_timepoints - window_length) // step + 1
 
 
 def window_starts(n_timepoints: int, window_length: int, step: int = 1) -> np.ndarray:
-    """First time point of every window."""
+    """Return the first time point of every window."""
     return np.arange(n_windows(n_timepoints, window_length, step), dtype=np.int64) * step
 
 
-def _check_parameters(
-    n_timepoints,
-    n_series,
-    window_length,
-    step,
-    kind,
-    threshold,
-    absolute,
-    rank,
-    method,
-    power_iterations,
-    compute_error,
-    *,
-    taper="rectangular",
-    taper_sigma=3.0,
-    t_r=None,
-) -> dict:
+@dataclass(frozen=True)
+class _Windows:
+    """The validated sliding windows of one call.
+
+    Attributes
+    ----------
+    length : int
+        The rectangle's width w in time points (the window size papers report).
+    support : int
+        Time points a window covers: w, or w + 2⌈3σ⌉ with the Gaussian taper.
+    step : int
+        Time points between window starts.
+    starts : ndarray of int64
+        First time point of every window.
+    taper : str
+        ``'rectangular'`` or ``'gaussian'``.
+    taper_sigma : float
+        σ of the Gaussian taper, in time points.
+    weights : ndarray or None
+        The taper's weights over the support; None for the rectangle.
+    """
+
+    length: int
+    support: int
+    step: int
+    starts: np.ndarray
+    taper: str
+    taper_sigma: float
+    weights: np.ndarray | None
+
+
+@dataclass(frozen=True)
+class _Storage:
+    """What each window stores, validated: the kind and that kind's options.
+
+    Attributes
+    ----------
+    kind : str
+        One of :data:`KINDS`.
+    threshold : float or None
+        ``'sparse'``: the kept correlations' bound.
+    absolute : bool
+        ``'sparse'``: keep ``|r| >= threshold``.
+    rank : int or None
+        The requested rank (``'lowrank'``, ``'factor'``).
+    width : int or None
+        Columns stored per window (``'lowrank'``, ``'factor'``), else None.
+    method : str
+        ``'lowrank'``: one of :data:`METHODS`.
+    power_iterations : int
+        ``'lowrank'``, randomized: power iterations.
+    compute_error : bool
+        Each window's mean absolute error (``'lowrank'``, ``'factor'``).
+    precision : str
+        Arithmetic of float32 products (:data:`connscale.fc._exact.PRECISIONS`).
+    base_seed : int or None
+        The seed every window's Ω is drawn from (randomized ``'lowrank'``).
+    recorded_seed : int, str or None
+        The seed as the result's parameters record it.
+    """
+
+    kind: str
+    threshold: float | None
+    absolute: bool
+    rank: int | None
+    width: int | None
+    method: str
+    power_iterations: int
+    compute_error: bool
+    precision: str
+    base_seed: int | None = None
+    recorded_seed: int | str | None = None
+
+    def seeded(self, random_state) -> _Storage:
+        """Return this storage with its base seed (randomized ``'lowrank'`` only)."""
+        if self.kind != "lowrank" or self.method != "randomized":
+            return self
+        return replace(
+            self, base_seed=_seed_of(random_state), recorded_seed=_recorded_seed(random_state)
+        )
+
+
+@dataclass(frozen=True)
+class _Engine:
+    """Where and how one call computes.
+
+    Attributes
+    ----------
+    device : torch.device
+    dtype : torch.dtype
+        Working precision of the normalised windows and their products.
+    planner : MemoryPlanner
+        The call's one memory planner (the caller's, or built from ``memory_limit``).
+    verbose : int
+        Progress bar over windows when nonzero.
+    """
+
+    device: torch.device
+    dtype: torch.dtype
+    planner: MemoryPlanner
+    verbose: int
+
+    @property
+    def np_dtype(self) -> np.dtype:
+        """The numpy dtype of :attr:`dtype`."""
+        return numpy_dtype(self.dtype)
+
+
+@dataclass(frozen=True)
+class _Output:
+    """Where the windows go.
+
+    The checked ``out`` path (None: memory), the file's extra root ``attrs``
+    and the caller's ``host_buffer``.
+    """
+
+    path: Path | None
+    attrs: dict | None
+    host_buffer: object
+
+
+def _check_series(timeseries) -> np.ndarray:
+    """Return the (n_timepoints, n_series) array, checked: not every series constant."""
+    array = check_timeseries(timeseries, min_timepoints=MIN_WINDOW_LENGTH)
+    check_not_all_constant(array)
+    return array
+
+
+def _check_windows(n_timepoints, window_length, step, taper, taper_sigma, t_r) -> _Windows:
+    """Return the windows over ``n_timepoints`` time points (seconds converted with ``t_r``)."""
     window_length, step = check_window(window_length, step, n_timepoints, t_r=t_r)
     support = window_support(window_length, taper, taper_sigma)
     if support > n_timepoints:
@@ -133,6 +248,25 @@ def _check_parameters(
             f"A {taper} window of {window_length} time points spans {support} (the taper adds "
             f"⌈3σ⌉ on each side) but the series have {n_timepoints}; use a shorter window."
         )
+    weights = taper_weights(window_length, taper_sigma) if taper == "gaussian" else None
+    starts = window_starts(n_timepoints, support, step)
+    return _Windows(window_length, support, step, starts, taper, float(taper_sigma), weights)
+
+
+def _check_storage(
+    n_series: int,
+    windows: _Windows,
+    *,
+    kind,
+    threshold,
+    absolute,
+    rank,
+    method,
+    power_iterations,
+    compute_error,
+    precision,
+) -> _Storage:
+    """Return the stored form of the windows of ``n_series`` series, checked."""
     check_kind_options(kind, threshold, absolute, rank, compute_error)
     if threshold is not None:
         threshold = float(threshold)
@@ -142,25 +276,71 @@ def _check_parameters(
             raise ValueError(
                 f"'rank' must be smaller than the number of series ({n_series}); got {rank}."
             )
-    if kind == "lowrank" and rank >= window_length:
+    if kind == "lowrank" and rank >= windows.length:
         warnings.warn(
-            f"'rank' ({rank}) >= 'window_length' ({window_length}): a window's correlation "
-            f"matrix has rank at most {window_length - 1}, so the extra columns store "
+            f"'rank' ({rank}) >= 'window_length' ({windows.length}): a window's correlation "
+            f"matrix has rank at most {windows.length - 1}, so the extra columns store "
             f"nothing ({2 * n_series * rank} numbers per window against "
             f"{n_series * (n_series - 1) // 2} for kind='triu'). Use rank < window_length, "
             "or kind='factor' (exact with window_length columns).",
             UserWarning,
             stacklevel=user_stacklevel(),
         )
-    return {
-        "window_length": window_length,
-        "step": step,
-        "support": support,
-        "threshold": threshold,
-        "rank": rank,
-        "power_iterations": int(power_iterations),
-        "absolute": bool(absolute),
+    return _Storage(
+        kind=kind,
+        threshold=threshold,
+        absolute=bool(absolute),
+        rank=rank,
+        width=_stored_width(kind, rank, windows.support),
+        method=method,
+        power_iterations=int(power_iterations),
+        compute_error=compute_error,
+        precision=precision,
+    )
+
+
+def _engine(device, dtype, memory_limit, verbose) -> _Engine:
+    """Return the device, the precision and the call's one memory planner."""
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype)
+    # One planner counts the run: the in-memory result, then the device work.
+    planner = planner_for(
+        torch_device,
+        memory_limit,
+        hint="Raise memory_limit, or pass out='file.h5' to keep the result out of memory.",
+    )
+    return _Engine(torch_device, torch_dtype, planner, verbose)
+
+
+def _metadata(shape, windows: _Windows, storage: _Storage, np_dtype: np.dtype) -> dict:
+    """Return the parameters a result records (and a resumed file must match)."""
+    n_timepoints, n_series = shape
+    lowrank = storage.kind == "lowrank"
+    meta = {
+        "kind": storage.kind,
+        "n_series": n_series,
+        "n_timepoints": n_timepoints,
+        "window_length": windows.support,
+        "step": windows.step,
+        "n_windows": int(windows.starts.size),
+        "window_starts": windows.starts.tolist(),
+        "threshold": storage.threshold,
+        "absolute": storage.absolute,
+        "rank": storage.rank,
+        "stored_width": storage.width,
+        "method": storage.method if lowrank else None,
+        "power_iterations": storage.power_iterations if lowrank else None,
+        "random_state": storage.recorded_seed,
+        "dtype": np_dtype.name,
+        "precision": storage.precision,
     }
+    if windows.weights is not None:
+        meta["taper"] = {
+            "kind": windows.taper,
+            "width": windows.length,
+            "sigma": windows.taper_sigma,
+        }
+    return meta
 
 
 def _stored_width(kind: str, rank: int | None, window_length: int) -> int | None:
@@ -179,15 +359,20 @@ def _fingerprint(array: np.ndarray) -> str:
 
 
 def _seed_of(random_state) -> int | None:
-    """One base seed from which every window's Ω is drawn (window-wise, so a
-    resumed run draws the same Ω as an uninterrupted one)."""
+    """Return one base seed from which every window's Ω is drawn.
+
+    Ω is drawn window-wise, so a resumed run draws the same Ω as an
+    uninterrupted one.
+    """
     rng = check_random_state(random_state)
     return int(rng.integers(0, 2**62))
 
 
 def _recorded_seed(random_state):
-    """The seed as recorded in parameters: an int, None, or a description
-    (a Generator's draws cannot be replayed, so such runs never resume)."""
+    """Return the seed as recorded in parameters: an int, None, or a description.
+
+    A Generator's draws cannot be replayed, so such runs never resume.
+    """
     if random_state is None or isinstance(random_state, (int, np.integer)):
         return None if random_state is None else int(random_state)
     return f"{type(random_state).__name__}@{id(random_state):x}"
@@ -261,8 +446,10 @@ class _WindowNormalizer:
 
 
 def _triu_gather_index(n: int, r0: int, r1: int, device: torch.device) -> torch.Tensor:
-    """Flat positions, in an (r1 − r0) × (n − r0) tile, of its strictly-upper
-    entries in row-major order."""
+    """Return the flat positions of the strictly-upper entries of a tile.
+
+    The tile is (r1 − r0) × (n − r0); the positions are in row-major order.
+    """
     width = n - r0
     rows = torch.arange(r1 - r0, device=device)
     counts = width - 1 - rows
@@ -276,9 +463,11 @@ def _triu_gather_index(n: int, r0: int, r1: int, device: torch.device) -> torch.
 def _plan(
     planner, n, w, k, kind, itemsize, budget, width, compute_error, resident, split=False, **fields
 ) -> MemoryPlan:
-    """Windows per batch and rows per tile that fit ``budget`` device bytes
-    (``resident`` of them kept throughout), as the planner's plan; ``split``:
-    each window's TF32 parts too (the exact scheme's torch path)."""
+    """Return the windows per batch and rows per tile that fit, as the planner's plan.
+
+    They fit ``budget`` device bytes, ``resident`` of them kept throughout;
+    ``split``: each window's TF32 parts too (the exact scheme's torch path).
+    """
     free = budget - resident
 
     def plan(batch, tile_rows):
@@ -508,125 +697,81 @@ def dynamic_correlation(
     (7, (15,))
     """
     precision = _exact.resolve_precision(precision, allow_tf32)
-    array = check_timeseries(timeseries, min_timepoints=MIN_WINDOW_LENGTH)
-    check_not_all_constant(array)
-    n_timepoints, n_series = array.shape
-    checked = _check_parameters(
-        n_timepoints,
-        n_series,
-        window_length,
-        step,
-        kind,
-        threshold,
-        absolute,
-        rank,
-        method,
-        power_iterations,
-        compute_error,
-        taper=taper,
-        taper_sigma=taper_sigma,
-        t_r=t_r,
+    array = _check_series(timeseries)
+    windows = _check_windows(array.shape[0], window_length, step, taper, taper_sigma, t_r)
+    storage = _check_storage(
+        array.shape[1],
+        windows,
+        kind=kind,
+        threshold=threshold,
+        absolute=absolute,
+        rank=rank,
+        method=method,
+        power_iterations=power_iterations,
+        compute_error=compute_error,
+        precision=precision,
     )
-    w, s, rank = checked["support"], checked["step"], checked["rank"]
-    weights = None
-    if taper == "gaussian":
-        weights = taper_weights(checked["window_length"], taper_sigma)
-    torch_device = resolve_device(device)
-    torch_dtype = resolve_dtype(dtype)
-    np_dtype = numpy_dtype(torch_dtype)
-    starts = window_starts(n_timepoints, w, s)
-    k = starts.size
-    width = _stored_width(kind, rank, w)
-    base_seed = _seed_of(random_state) if kind == "lowrank" and method == "randomized" else None
-    meta = {
-        "kind": kind,
-        "n_series": n_series,
-        "n_timepoints": n_timepoints,
-        "window_length": w,
-        "step": s,
-        "n_windows": int(k),
-        "window_starts": starts.tolist(),
-        "threshold": checked["threshold"],
-        "absolute": checked["absolute"],
-        "rank": rank,
-        "stored_width": width,
-        "method": method if kind == "lowrank" else None,
-        "power_iterations": checked["power_iterations"] if kind == "lowrank" else None,
-        "random_state": _recorded_seed(random_state) if base_seed is not None else None,
-        "dtype": np_dtype.name,
-        "precision": precision,
-    }
-    if weights is not None:
-        meta["taper"] = {
-            "kind": taper,
-            "width": checked["window_length"],
-            "sigma": float(taper_sigma),
-        }
+    engine = _engine(device, dtype, memory_limit, verbose)
+    storage = storage.seeded(random_state)
+    output = _Output(None if out is None else check_output_path(out), attrs, host_buffer)
+    return _run(array, windows, storage, engine, output)
 
-    # One planner counts the run: the in-memory result, then the device work.
-    planner = MemoryPlanner(
-        torch_device,
-        memory_limit,
-        hint=("Raise memory_limit, or pass out='file.h5' to keep the result out of memory."),
+
+def _open_sink(
+    array, meta: dict, storage: _Storage, engine: _Engine, output: _Output
+) -> tuple[WindowFileSink | MemoryBackend, list[int] | None]:
+    """Return where the windows go and the windows still to compute.
+
+    The windows are None when ``output.path`` is a finished file of these
+    windows (``sink.reused``). An in-memory result is counted by the planner.
+    """
+    if output.path is not None:
+        sink = WindowFileSink(output.path, meta, _fingerprint(array), storage.width)
+        return sink, (None if sink.reused is not None else sink.todo)
+    if output.attrs:
+        raise ValueError("'attrs' are written into the 'out' file; got out=None.")
+    kind, k, n_series, width = storage.kind, meta["n_windows"], meta["n_series"], storage.width
+    np_dtype = engine.np_dtype
+    values, kept = MemoryBackend.result_nbytes(kind, k, n_series, width, np_dtype.itemsize)
+    host_buffer = output.host_buffer
+    engine.planner.reserve_result(
+        values,
+        f"Keeping all {k} windows ({kind}, {n_series} series) in memory",
+        kept=kept,
+        preallocated=None if host_buffer is None else _buffer_nbytes(host_buffer),
+        hint="To keep them on disk pass out='file.h5'; or use kind='sparse', 'lowrank' "
+        "or 'factor'.",
     )
-    # Where the windows go.
-    final_path = None
-    if out is not None:
-        final_path = check_output_path(out)
-        sink = WindowFileSink(final_path, meta, _fingerprint(array), width)
-        if sink.reused is not None:
-            return sink.reused
-        todo = sink.todo
-    else:
-        if attrs:
-            raise ValueError("'attrs' are written into the 'out' file; got out=None.")
-        values, kept = MemoryBackend.result_nbytes(kind, k, n_series, width, np_dtype.itemsize)
-        planner.reserve_result(
-            values,
-            f"Keeping all {k} windows ({kind}, {n_series} series) in memory",
-            kept=kept,
-            preallocated=None if host_buffer is None else _buffer_nbytes(host_buffer),
-            hint="To keep them on disk pass out='file.h5'; or use kind='sparse', 'lowrank' "
-            "or 'factor'.",
-        )
-        arena = HostArena(host_buffer) if host_buffer is not None else None
-        sink = MemoryBackend(kind, k, n_series, np_dtype, width, arena)
-        todo = list(range(k))
+    arena = HostArena(host_buffer) if host_buffer is not None else None
+    return MemoryBackend(kind, k, n_series, np_dtype, width, arena), list(range(k))
 
+
+def _run(
+    array, windows: _Windows, storage: _Storage, engine: _Engine, output: _Output
+) -> DynamicConnectivity:
+    """Compute the windows still to do into their sink, then return the result.
+
+    An ``out`` file that holds these windows already is returned as it is.
+    On failure the sink is aborted; an ``out`` file keeps its finished
+    windows for a re-run, and a failed write raises :class:`H5WriteError`.
+    """
+    meta = _metadata(array.shape, windows, storage, engine.np_dtype)
+    sink, todo = _open_sink(array, meta, storage, engine, output)
+    if todo is None:  # ``out`` is a finished file of these windows
+        return sink.reused
     plan = confirmation = None
     try:
         if todo:
-            plan, confirmation = _compute(
-                array,
-                starts,
-                todo,
-                sink,
-                kind=kind,
-                w=w,
-                width=width,
-                threshold=checked["threshold"],
-                absolute=checked["absolute"],
-                method=method,
-                power_iterations=checked["power_iterations"],
-                base_seed=base_seed,
-                device=torch_device,
-                dtype=torch_dtype,
-                memory_limit=memory_limit,
-                compute_error=compute_error,
-                precision=precision,
-                verbose=verbose,
-                weights=weights,
-                planner=planner,
-            )
-        if final_path is not None:
-            if attrs:
-                sink.set_attrs(attrs)
+            plan, confirmation = _compute(array, todo, sink, windows, storage, engine)
+        if output.path is not None:
+            if output.attrs:
+                sink.set_attrs(output.attrs)
             result = sink.finish()
         else:
             result = DynamicConnectivity(sink, meta)
     except OSError as exc:
         sink.abort()
-        if final_path is None:
+        if output.path is None:
             raise
         raise H5WriteError(
             exc.errno or errno.EIO,
@@ -650,42 +795,60 @@ def _buffer_nbytes(host_buffer) -> int:
 
 def _compute(
     array,
-    starts,
-    todo,
+    todo: list[int],
     backend,
-    *,
-    kind,
-    w,
-    width,
-    threshold,
-    absolute,
-    method,
-    power_iterations,
-    base_seed,
-    device,
-    dtype,
-    memory_limit,
-    compute_error,
-    precision,
-    verbose,
-    planner,
-    weights=None,
+    windows: _Windows,
+    storage: _Storage,
+    engine: _Engine,
 ) -> tuple[MemoryPlan, _exact.Confirmation | None]:
-    """Compute windows ``todo`` into ``backend``; the plan, and the exact
-    scheme's counts when it ran.
+    """Compute windows ``todo`` into ``backend``.
 
-    ``memory_limit`` covers, on the CPU, the in-memory result (counted by
-    ``planner`` already, or a sparse result counted as it grows, which gets
-    half of what the series leave) beside the series in float64, their
-    window means and each batch's temporaries; on CUDA those are on the
-    device and the result in host memory, each within the limit.
+    Returns the plan, and the exact scheme's counts when it ran.
+
+    The planner's limit covers, on the CPU, the in-memory result (counted
+    already, or a sparse result counted as it grows, which gets half of what
+    the series leave) beside the series in float64, their window means and
+    each batch's temporaries; on CUDA those are on the device and the result
+    in host memory, each within the limit.
     """
-    from tqdm.auto import tqdm
+    plan, exact = _plan_windows(array, backend, windows, storage, engine)
+    stats = _exact.new_stats(engine.device) if exact else None
+    with _allow_tf32(_exact.products_in_tf32(storage.precision, exact)), torch.no_grad():
+        x = torch.as_tensor(array).to(engine.device)
+        normalizer = _WindowNormalizer(
+            x, windows.starts, windows.support, engine.dtype, windows.weights
+        )
+        del x
+        logger.debug(
+            "dynamic_correlation plan: %s (precision %s, exact: %s)",
+            plan,
+            storage.precision,
+            exact,
+        )
+        n_constant_windows, constant_any = _run_batches(
+            normalizer, todo, backend, plan, storage, engine, exact, stats
+        )
+    _warn_constant(int(n_constant_windows), constant_any, len(todo))
+    confirmation = None
+    if stats is not None:
+        confirmation = _exact.Confirmation.from_stats(stats, len(todo) * n_pairs(array.shape[1]))
+        logger.debug("dynamic_correlation confirmation: %s", confirmation.as_dict())
+    return plan, confirmation
 
+
+def _plan_windows(
+    array, backend, windows: _Windows, storage: _Storage, engine: _Engine
+) -> tuple[MemoryPlan, str | None]:
+    """Return the plan of the run and the exact scheme's path (``'sparse'`` only).
+
+    Counts the float64 series and window means, and meters a sparse result
+    kept in memory.
+    """
     n_timepoints, n = array.shape
-    k = starts.size
-    itemsize = torch.empty((), dtype=dtype).element_size()
-    cpu = device.type == "cpu"
+    k = windows.starts.size
+    planner = engine.planner
+    itemsize = torch.empty((), dtype=engine.dtype).element_size()
+    cpu = engine.device.type == "cpu"
     in_memory = backend.in_memory
     budget = planner.device_left
     # The series in float64 and the window means stay; while they are made,
@@ -698,7 +861,7 @@ def _compute(
         f"(and the means of {k} windows)",
     )
     plan_budget = budget
-    if kind == "sparse" and in_memory:
+    if storage.kind == "sparse" and in_memory:
         if cpu:
             plan_budget = resident + (budget - resident) // 2
             result_budget = budget - plan_budget
@@ -706,108 +869,117 @@ def _compute(
             result_budget = planner.host_budget
         backend.meter = MemoryMeter(
             result_budget,
-            memory_limit,
+            planner.memory_limit,
             f"Keeping the sparse windows of {n} series",
             "Pass out='file.h5' to stream them to disk, raise the threshold or raise memory_limit.",
         )
     exact = None
-    if kind == "sparse":
-        exact = _exact.exact_method(torch.empty(0, dtype=dtype, device=device), precision)
+    if storage.kind == "sparse":
+        probe = torch.empty(0, dtype=engine.dtype, device=engine.device)
+        exact = _exact.exact_method(probe, storage.precision)
     plan = _plan(
         planner,
         n,
-        w,
+        windows.support,
         k,
-        kind,
+        storage.kind,
         itemsize,
         plan_budget,
-        width,
-        compute_error,
+        storage.width,
+        storage.compute_error,
         resident,
         split=exact == "torch",
         out_of_core=not in_memory,
     )
-    stats = _exact.new_stats(device) if exact else None
-    with _allow_tf32(_exact.products_in_tf32(precision, exact)), torch.no_grad():
-        x = torch.as_tensor(array).to(device)
-        normalizer = _WindowNormalizer(x, starts, w, dtype, weights)
-        del x
-        logger.debug(
-            "dynamic_correlation plan: %s (precision %s, exact: %s)", plan, precision, exact
+    return plan, exact
+
+
+def _run_batches(
+    normalizer: _WindowNormalizer,
+    todo: list[int],
+    backend,
+    plan: MemoryPlan,
+    storage: _Storage,
+    engine: _Engine,
+    exact: str | None,
+    stats,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Compute and queue windows ``todo`` in the ``plan``'s batches and row tiles.
+
+    Returns the number of windows with a constant series and the (N,) mask
+    of series constant in some window, both on the device (counted there:
+    no host synchronisation per batch).
+    """
+    from tqdm.auto import tqdm
+
+    kind, device, tile_rows = storage.kind, engine.device, plan.block_rows
+    n = normalizer.x.shape[1]
+    copier = DeviceToHost(device, depth=2)
+    full_index = None
+    if kind == "triu" and tile_rows >= n:
+        full_index = _triu_gather_index(n, 0, n, device)
+    n_constant_windows = torch.zeros((), dtype=torch.int64, device=device)
+    constant_any = torch.zeros(n, dtype=torch.bool, device=device)
+    fused_sparse = None
+    if kind == "sparse" and use_triton(device, interpreted=False):
+        fused_sparse = SparseWindowsCUDA(
+            n,
+            tile_rows,
+            storage.threshold,
+            storage.absolute,
+            _sparse_submitter(backend, copier),
+            # The plain path otherwise (float64; TF32 there when asked, by the context)
+            precision="exact" if exact == "triton" else "fp32",
+            stats=stats,
         )
-        tile_rows = plan.block_rows
-        copier = DeviceToHost(device, depth=2)
-        full_index = None
-        if kind == "triu" and tile_rows >= n:
-            full_index = _triu_gather_index(n, 0, n, device)
-        # Counted on the device: no host synchronisation per batch.
-        n_constant_windows = torch.zeros((), dtype=torch.int64, device=device)
-        constant_any = torch.zeros(n, dtype=torch.bool, device=device)
-        fused_sparse = None
-        if kind == "sparse" and use_triton(device, interpreted=False):
-            fused_sparse = SparseWindowsCUDA(
-                n,
-                tile_rows,
-                threshold,
-                absolute,
-                _sparse_submitter(backend, copier),
-                # The plain path otherwise (float64; TF32 there when asked, by the context)
-                precision="exact" if exact == "triton" else "fp32",
-                stats=stats,
-            )
-        progress = tqdm(total=len(todo), desc="windows", unit="win", disable=not verbose)
-        try:
-            for batch in _runs(todo, plan.batch):
-                u, constant = normalizer(batch)
-                constant_any |= constant.any(dim=0)
-                n_constant_windows += constant.any(dim=1).sum()
-                if kind == "triu":
-                    _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index)
-                elif kind == "sparse" and fused_sparse is not None:
-                    for b, index in enumerate(batch):
-                        fused_sparse.add(u[b], constant[b], index)
-                elif kind == "sparse":
-                    _sparse_batch(
-                        u, constant, batch, backend, copier, tile_rows, threshold, absolute, stats
-                    )
-                else:
-                    _compressed_batch(
-                        u,
-                        constant,
-                        batch,
-                        backend,
-                        copier,
-                        kind,
-                        width,
-                        method,
-                        power_iterations,
-                        base_seed,
-                        compute_error,
-                        tile_rows,
-                    )
-                progress.update(len(batch))
-            if fused_sparse is not None:
-                fused_sparse.flush()
-            copier.flush()
-        finally:
-            progress.close()
-    n_constant_windows = int(n_constant_windows)
-    if n_constant_windows:
-        constant_any = constant_any.cpu().numpy()
-        first = np.flatnonzero(constant_any)[:5].tolist()
-        warnings.warn(
-            f"{int(constant_any.sum())} of {n} series are constant (zero variance) in at "
-            f"least one window ({n_constant_windows} of {len(todo)} windows affected; first "
-            f"columns: {first}); their correlations there are undefined: NaN in dense and "
-            "triangle output, left out of sparse output.",
-            ConstantSeriesWarning,
-            stacklevel=user_stacklevel(),
-        )
-    confirmation = None
-    if stats is not None:
-        confirmation = _exact.Confirmation.from_stats(stats, len(todo) * n_pairs(n))
-        logger.debug("dynamic_correlation confirmation: %s", confirmation.as_dict())
-    return plan, confirmation
+    progress = tqdm(total=len(todo), desc="windows", unit="win", disable=not engine.verbose)
+    try:
+        for batch in _runs(todo, plan.batch):
+            u, constant = normalizer(batch)
+            constant_any |= constant.any(dim=0)
+            n_constant_windows += constant.any(dim=1).sum()
+            if kind == "triu":
+                _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index)
+            elif kind == "sparse" and fused_sparse is not None:
+                for b, index in enumerate(batch):
+                    fused_sparse.add(u[b], constant[b], index)
+            elif kind == "sparse":
+                _sparse_batch(
+                    u,
+                    constant,
+                    batch,
+                    backend,
+                    copier,
+                    tile_rows,
+                    storage.threshold,
+                    storage.absolute,
+                    stats,
+                )
+            else:
+                _compressed_batch(u, constant, batch, backend, copier, storage, tile_rows)
+            progress.update(len(batch))
+        if fused_sparse is not None:
+            fused_sparse.flush()
+        copier.flush()
+    finally:
+        progress.close()
+    return n_constant_windows, constant_any
+
+
+def _warn_constant(n_constant_windows: int, constant_any: torch.Tensor, n_todo: int) -> None:
+    """Warn once when some series are constant in some of the ``n_todo`` windows."""
+    if not n_constant_windows:
+        return
+    constant_any = constant_any.cpu().numpy()
+    first = np.flatnonzero(constant_any)[:5].tolist()
+    warnings.warn(
+        f"{int(constant_any.sum())} of {constant_any.size} series are constant (zero variance) "
+        f"in at least one window ({n_constant_windows} of {n_todo} windows affected; first "
+        f"columns: {first}); their correlations there are undefined: NaN in dense and "
+        "triangle output, left out of sparse output.",
+        ConstantSeriesWarning,
+        stacklevel=user_stacklevel(),
+    )
 
 
 def _write_batch(backend, batch, names):
@@ -852,8 +1024,11 @@ def _triu_batch(u, constant, batch, backend, copier, tile_rows, full_index):
 
 
 def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, absolute, stats=None):
-    """A batch of sparse windows by row tiles; with ``stats``, decided by the
-    exact scheme's torch path (:func:`connscale.fc._exact.exact_block`)."""
+    """Compute a batch of sparse windows by row tiles and queue them for the host.
+
+    With ``stats``, the kept pairs are decided by the exact scheme's torch
+    path (:func:`connscale.fc._exact.exact_block`).
+    """
     n = u.shape[1]
     split = _exact.Split(u) if stats is not None else None
     n_batch = len(batch)
@@ -901,8 +1076,11 @@ def _sparse_batch(u, constant, batch, backend, copier, tile_rows, threshold, abs
 
 
 def _sparse_submitter(backend, copier):
-    """Queue one sparse window's device arrays (values, int32 columns, row counts)
-    for the host: into the pinned result when it has room, else via staging."""
+    """Return a function queueing one sparse window's device arrays for the host.
+
+    The arrays (values, int32 columns, row counts) go into the pinned result
+    when it has room, else via staging.
+    """
 
     def submit(index, values, columns, row_counts, constant):
         destination = [None, None, None, None]
@@ -929,25 +1107,17 @@ def _sparse_submitter(backend, copier):
     return submit
 
 
-def _compressed_batch(
-    u,
-    constant,
-    batch,
-    backend,
-    copier,
-    kind,
-    width,
-    method,
-    power_iterations,
-    base_seed,
-    compute_error,
-    tile_rows,
-):
+def _compressed_batch(u, constant, batch, backend, copier, storage: _Storage, tile_rows: int):
+    """Compute a batch of ``'lowrank'`` or ``'factor'`` windows and queue them for the host.
+
+    With ``storage.compute_error``, each window's error too.
+    """
+    kind, width, base_seed = storage.kind, storage.width, storage.base_seed
     nan_rows = constant[:, :, None]
     u0 = torch.where(nan_rows, torch.zeros((), dtype=u.dtype, device=u.device), u)
     mae = torch.full((len(batch),), float("nan"), dtype=torch.float64, device=u.device)
     if kind == "lowrank":
-        if method == "randomized":
+        if storage.method == "randomized":
             omega = torch.stack(
                 [
                     torch.randn(
@@ -959,17 +1129,17 @@ def _compressed_batch(
                     for i in batch
                 ]
             )
-            q, b = randomized_qb(u0, omega, power_iterations=power_iterations)
+            q, b = randomized_qb(u0, omega, power_iterations=storage.power_iterations)
         else:
             q, b = svd_qb(u0, width)
-        if compute_error:
+        if storage.compute_error:
             mae = reconstruction_mae(u0, q, b, tile_rows=tile_rows)
         q = q.masked_fill(nan_rows, float("nan"))
         b = b.masked_fill(constant[:, None, :], float("nan"))
         tensors, names = [q, b], ["q", "b"]
     else:
         factor = truncated_factor(u0, width)
-        if compute_error:
+        if storage.compute_error:
             mae = reconstruction_mae(u0, factor, factor.transpose(1, 2), tile_rows=tile_rows)
         factor = factor.masked_fill(nan_rows, float("nan"))
         tensors, names = [factor], ["factor"]

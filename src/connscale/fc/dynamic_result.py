@@ -69,10 +69,11 @@ class HostArena:
 
     @property
     def pinned(self) -> bool:
+        """Whether the arena's memory is pinned (page-locked)."""
         return bool(self.tensor.is_pinned())
 
     def take(self, shape: tuple[int, ...], dtype: np.dtype):
-        """A (numpy view, torch view) pair of ``shape``, or None when full."""
+        """Return a (numpy view, torch view) pair of ``shape``, or None when full."""
         import torch
 
         dtype = np.dtype(dtype)
@@ -93,9 +94,10 @@ class HostArena:
 
 
 class MemoryBackend:
-    """Windows held in host memory: a window sink of :mod:`connscale.fc._sinks`
-    (targets are window numbers; :meth:`destination` gives pinned views of a
-    named array when the caller's ``host_buffer`` holds it).
+    """Windows held in host memory: a window sink of :mod:`connscale.fc._sinks`.
+
+    Targets are window numbers; :meth:`destination` gives pinned views of a
+    named array when the caller's ``host_buffer`` holds it.
 
     ``meter`` (a :class:`connscale._compute.memory.MemoryMeter`, set by the
     caller) counts sparse windows as they arrive, before they are kept.
@@ -107,9 +109,11 @@ class MemoryBackend:
     def result_nbytes(
         kind: str, n_windows: int, n_series: int, width: int | None, itemsize: int
     ) -> tuple[int | None, int]:
-        """Bytes of the stored windows (None for sparse: counted as they
-        grow) and of the per-window flags kept beside them (constant, mae,
-        nbytes)."""
+        """Return the bytes of the stored windows and of the flags kept beside them.
+
+        The windows' bytes are None for sparse (counted as they grow); the
+        flags are each window's constant series, mae and nbytes.
+        """
         kept = n_windows * (n_series + 16)
         if kind == "sparse":
             return None, kept
@@ -195,20 +199,21 @@ class MemoryBackend:
         self.done[index] = True
 
     def finish(self) -> None:
-        pass
+        """Do nothing: the windows are complete in memory."""
 
     def abort(self) -> None:
-        pass
+        """Do nothing: memory holds nothing to remove."""
 
     # reading
     def read(self, index: int):
+        """Return window ``index`` in its stored form (sparse parts, or named arrays)."""
         if self.kind == "sparse":
             data, indices, indptr = self.sparse[index]
             return data, indices, indptr
         return {name: array[index] for name, array in self.arrays.items()}
 
     def close(self) -> None:
-        pass
+        """Do nothing: memory holds no file to close."""
 
 
 class DynamicConnectivity:
@@ -315,7 +320,7 @@ class DynamicConnectivity:
             yield self[i]
 
     def to_dense(self, index) -> np.ndarray:
-        """The (N, N) matrix of window ``index`` (reconstructed when compressed).
+        """Return the (N, N) matrix of window ``index`` (reconstructed when compressed).
 
         ``triu``: the correlation matrix, unit diagonal, NaN rows/columns for
         constant series. ``sparse``: the kept edges (both triangles), 0
@@ -360,6 +365,7 @@ class DynamicConnectivity:
 
     @property
     def nbytes_per_window(self) -> np.ndarray:
+        """Bytes of each stored window (values and indices)."""
         return self._nbytes.copy()
 
     @property

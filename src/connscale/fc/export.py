@@ -1,5 +1,7 @@
-"""A DFC result in the peers' containers: teneto's ``TemporalNetwork`` and an
-xarray ``DataArray``. Both packages are optional and imported only here."""
+"""A DFC result in the peers' containers: teneto's ``TemporalNetwork`` and xarray's ``DataArray``.
+
+Both packages are optional and imported only here.
+"""
 
 from __future__ import annotations
 
@@ -28,8 +30,9 @@ def _require(module: str, purpose: str):
 
 
 def _import_teneto():
-    """teneto, with ``nilearn.input_data`` standing for ``nilearn.maskers``
-    during its import only.
+    """Import teneto, with ``nilearn.input_data`` standing for ``nilearn.maskers`` meanwhile.
+
+    The alias exists during teneto's import only.
 
     teneto 0.5.3 (its last release) imports ``nilearn.input_data`` when it
     is imported, for a parcellation helper; nilearn moved the maskers to
@@ -54,8 +57,9 @@ def _import_teneto():
 
 
 def to_xarray(result, *, t_r: float | None = None, labels=None):
-    """The windows as an ``xarray.DataArray`` with dims (window, node_i, node_j)
-    (xarray needs distinct names for the two node axes).
+    """Return the windows as an ``xarray.DataArray`` with dims (window, node_i, node_j).
+
+    xarray needs distinct names for the two node axes.
 
     Parameters
     ----------
@@ -98,7 +102,7 @@ def to_xarray(result, *, t_r: float | None = None, labels=None):
 
 
 def to_teneto_network(result, *, t_r: float | None = None, labels=None):
-    """The windows as a teneto ``TemporalNetwork`` (nodes × nodes × windows).
+    """Return the windows as a teneto ``TemporalNetwork`` (nodes × nodes × windows).
 
     A weighted undirected network (``nettype='wu'``) with one time point per
     window, built by teneto from the dense (N, N, n_windows) array: teneto

@@ -56,7 +56,7 @@ def randomized_qb(
 
 
 def top_right_vectors(u: torch.Tensor, rank: int) -> torch.Tensor:
-    """The ``rank`` leading right singular vectors V_l of each U (B, N, w).
+    """Return the ``rank`` leading right singular vectors V_l of each U (B, N, w).
 
     From the eigendecomposition of the small Gram matrix UᵀU (w × w),
     accumulated in float64: far cheaper than an SVD of the tall U, and

@@ -100,8 +100,10 @@ def normalize_series(
 
 
 def warn_constant(constant: torch.Tensor | np.ndarray) -> int:
-    """Emit one :class:`ConstantSeriesWarning` naming how many series are constant
-    (pointing at the user's line)."""
+    """Emit one :class:`ConstantSeriesWarning` naming how many series are constant.
+
+    The warning points at the user's line.
+    """
     constant = np.asarray(constant.cpu() if isinstance(constant, torch.Tensor) else constant)
     n_constant = int(constant.sum())
     if n_constant:

@@ -30,7 +30,7 @@ from numbers import Integral, Real
 import numpy as np
 import torch
 
-from connscale._compute import resolve_device, resolve_dtype
+from connscale._compute import planner_for, resolve_device, resolve_dtype
 from connscale._compute.device import numpy_dtype
 from connscale._compute.memory import MemoryPlan, MemoryPlanner
 from connscale._docs import fill_doc
@@ -97,10 +97,12 @@ class PairwiseDFC:
 
     @property
     def n_scans(self) -> int:
+        """Number of scans."""
         return len(self.courses)
 
     @property
     def n_pairs(self) -> int:
+        """Number of region pairs (rows of each scan's courses)."""
         return int(self.pairs.shape[0])
 
 
@@ -134,6 +136,43 @@ class PairSummary:
             + [f"std_{n}" for n in names]
             + [f"frac_above_{n}" for n in names]
         )
+
+
+@dataclass(frozen=True)
+class _PairsRun:
+    """How the scans are computed: the windows, the device and the chunking.
+
+    Attributes
+    ----------
+    window_length, step : int
+        The validated windows.
+    device : torch.device
+    dtype : torch.dtype
+        Precision of the centred windows, their products and the courses.
+    pairs : ndarray of shape (n_pairs, 2), int64
+        Region indices (i, j), i < j, of each course.
+    flat : torch.Tensor
+        Their flat positions in an N x N matrix, on the device.
+    per_item : int
+        Temporary bytes per (scan, window).
+    budget : int
+        Bytes a chunk's temporaries may use.
+    as_tensor : bool
+        Keep the courses on the device.
+    planner : MemoryPlanner
+        The call's memory planner, the result counted.
+    """
+
+    window_length: int
+    step: int
+    device: torch.device
+    dtype: torch.dtype
+    pairs: np.ndarray
+    flat: torch.Tensor
+    per_item: int
+    budget: int
+    as_tensor: bool
+    planner: MemoryPlanner
 
 
 def _window_count(n_timepoints: int, window_length: int, step: int) -> int:
@@ -180,8 +219,11 @@ def _check_scans(timeseries) -> tuple[list[np.ndarray], np.ndarray | None]:
 def _plan_chunks(
     planner: MemoryPlanner, n_scans: int, n_windows: int, per_item: int, budget: int
 ) -> MemoryPlan:
-    """Scans per chunk (``batch``) and windows per chunk (``windows_per_batch``)
-    so a chunk's temporaries (``per_item`` bytes a (scan, window)) fit ``budget``."""
+    """Return the scans and windows per chunk whose temporaries fit ``budget``.
+
+    The plan's ``batch`` holds the scans per chunk, ``windows_per_batch``
+    the windows per chunk; a (scan, window) takes ``per_item`` bytes.
+    """
     items = max(1, budget // max(per_item, 1))
     if items >= n_windows:
         scans_per, windows_per = max(1, min(n_scans, items // n_windows)), n_windows
@@ -196,8 +238,10 @@ def _plan_chunks(
 def _window_stats(
     x64: torch.Tensor, window_length: int, onsets: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Float64 window means (S, K, N) and constant flags (S, K, N) of (S, T, N)
-    float64 data, from running sums (O(T) per series, not O(K w)).
+    """Return the float64 window means (S, K, N) and constant flags (S, K, N).
+
+    The data are (S, T, N) float64; the means come from running sums (O(T)
+    per series, not O(K w)).
 
     The running sums are of the values less their scan mean, so a series far
     from zero keeps its digits. A window is constant when all its values are
@@ -226,8 +270,10 @@ def _pairs_chunk(
     flat: torch.Tensor,
     dtype: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Pair correlations (S, P, k1 - k0) of windows k0..k1-1 of (S, T, N) float64
-    data and the (S, K, N) series that are constant or of zero centred norm.
+    """Return the pair correlations of windows k0..k1-1 and the constant series.
+
+    The correlations are (S, P, k1 - k0), of (S, T, N) float64 data; the
+    (S, K, N) flags mark series that are constant or of zero centred norm.
 
     Each window is centred in float64 from the raw values by its float64 mean
     (:func:`_window_stats`), written once in ``dtype``; one batched GEMM gives
@@ -327,19 +373,50 @@ def pairwise_dfc(
     ((3, 6, 7), [[0, 1], [0, 2]])
     """
     scans, stacked = _check_scans(timeseries)
-    n_regions = scans[0].shape[1]
     shortest = min(x.shape[0] for x in scans)
     window_length, step = check_window(
         window_length, step, shortest, where="the number of time points of the shortest scan"
     )
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype)
-    np_dtype = numpy_dtype(tdtype)
-    itemsize = np_dtype.itemsize
-    ragged = len({x.shape[0] for x in scans}) > 1
-    if as_tensor and ragged:
+    if as_tensor and len({x.shape[0] for x in scans}) > 1:
         raise ValueError("'as_tensor=True' needs scans of equal length; got ragged scans.")
+    planner = planner_for(
+        dev,
+        memory_limit,
+        hint="Pass fewer scans or regions at a time, a larger step, or raise memory_limit.",
+    )
+    run = _plan_pairs(
+        scans, stacked is not None, window_length, step, dev, tdtype, as_tensor, planner
+    )
+    courses, window_starts, n_constant = _run_groups(scans, stacked, run)
+    if n_constant:
+        warnings.warn(
+            f"{n_constant} (scan, window, region) series are constant (zero "
+            "variance within the window); the correlations of their pairs are "
+            "undefined and set to NaN in those windows.",
+            ConstantSeriesWarning,
+            stacklevel=user_stacklevel(),
+        )
+    return PairwiseDFC(courses, run.pairs, window_starts, window_length, step, n_constant)
 
+
+def _plan_pairs(
+    scans: list[np.ndarray],
+    stacked: bool,
+    window_length: int,
+    step: int,
+    dev: torch.device,
+    tdtype: torch.dtype,
+    as_tensor: bool,
+    planner: MemoryPlanner,
+) -> _PairsRun:
+    """Return how the scans are computed, their result counted by ``planner``.
+
+    ``stacked``: the scans are one 3-D array already (no stacked copy).
+    """
+    n_regions = scans[0].shape[1]
+    itemsize = numpy_dtype(tdtype).itemsize
     n_pair = n_pairs(n_regions)
     rows, cols = np.triu_indices(n_regions, 1)
     pairs = np.stack([rows, cols], axis=1).astype(np.int64)
@@ -355,13 +432,8 @@ def pairwise_dfc(
     result_bytes = (
         itemsize * n_pair * sum(_window_count(x.shape[0], window_length, step) for x in scans)
     )
-    stack_bytes = 0 if stacked is not None else sum(x.nbytes for x in scans)
+    stack_bytes = 0 if stacked else sum(x.nbytes for x in scans)
     host_bytes = stack_bytes + (0 if as_tensor and dev.type != "cpu" else result_bytes)
-    planner = MemoryPlanner(
-        dev,
-        memory_limit,
-        hint=("Pass fewer scans or regions at a time, a larger step, or raise memory_limit."),
-    )
     planner.reserve_host(host_bytes)
     planner.require(
         0,
@@ -374,33 +446,31 @@ def pairwise_dfc(
     budget = planner.device_left
     if dev.type == "cpu":
         budget = min(budget, _CPU_CHUNK_BYTES)
+    return _PairsRun(
+        window_length, step, dev, tdtype, pairs, flat, per_item, budget, as_tensor, planner
+    )
 
-    # Scans of equal length are batched together.
+
+def _run_groups(scans: list[np.ndarray], stacked: np.ndarray | None, run: _PairsRun):
+    """Return the courses, the window starts and the count of constant series.
+
+    Scans of equal length are batched together: the courses are one
+    (S, P, K) array (or tensor) when all scans have one length, else a list.
+    """
     groups: dict[int, list[int]] = {}
     for index, x in enumerate(scans):
         groups.setdefault(x.shape[0], []).append(index)
+    ragged = len(groups) > 1
 
     courses: list = [None] * len(scans)
     onsets_of: dict[int, np.ndarray] = {}
     n_constant = 0
     for n_timepoints, members in groups.items():
-        n_windows = _window_count(n_timepoints, window_length, step)
-        onsets = np.arange(n_windows, dtype=np.int64) * step
+        n_windows = _window_count(n_timepoints, run.window_length, run.step)
+        onsets = np.arange(n_windows, dtype=np.int64) * run.step
         onsets_of[n_timepoints] = onsets
         group_data = stacked if stacked is not None else [scans[i] for i in members]
-        group_out, n_const = _compute_group(
-            group_data,
-            window_length,
-            step,
-            onsets,
-            dev,
-            tdtype,
-            per_item,
-            budget,
-            flat,
-            as_tensor,
-            planner,
-        )
+        group_out, n_const = _compute_group(group_data, onsets, run)
         n_constant += n_const
         if not ragged:
             courses = group_out  # (S, P, K): the one group holds every scan
@@ -408,48 +478,31 @@ def pairwise_dfc(
         for position, index in enumerate(members):
             courses[index] = group_out[position]
 
-    if n_constant:
-        warnings.warn(
-            f"{n_constant} (scan, window, region) series are constant (zero "
-            "variance within the window); the correlations of their pairs are "
-            "undefined and set to NaN in those windows.",
-            ConstantSeriesWarning,
-            stacklevel=user_stacklevel(),
-        )
     if ragged:
         window_starts = [onsets_of[x.shape[0]] for x in scans]
     else:
         window_starts = onsets_of[scans[0].shape[0]]
-    return PairwiseDFC(courses, pairs, window_starts, window_length, step, n_constant)
+    return courses, window_starts, n_constant
 
 
-def _compute_group(
-    scans,
-    window_length: int,
-    step: int,
-    onsets: np.ndarray,
-    dev: torch.device,
-    tdtype: torch.dtype,
-    per_item: int,
-    budget: int,
-    flat: torch.Tensor,
-    as_tensor: bool,
-    planner: MemoryPlanner,
-):
+def _compute_group(scans, onsets: np.ndarray, run: _PairsRun):
     """Courses of scans of equal length: a (S, P, K) array or device tensor.
 
     Scans are processed in blocks (window statistics, then the windows in
     chunks), so device memory holds one block's data and one chunk's
-    temporaries whatever the cohort size; ``planner`` has counted the result.
+    temporaries whatever the cohort size; ``run.planner`` has counted the result.
     """
+    dev, tdtype, planner = run.device, run.dtype, run.planner
+    window_length, step, flat = run.window_length, run.step, run.flat
     host = scans if isinstance(scans, np.ndarray) else np.stack(scans)
     host = np.ascontiguousarray(host)
     n_scans, n_timepoints, n_regions = host.shape
     n_windows = onsets.size
     n_pair = flat.numel()
     # Window statistics: ~8 float64 (S, K, N) temporaries, plus the scan itself.
-    per_item += 64 * n_regions + 32 * n_regions * n_timepoints // n_windows
-    if dev.type == "cuda" and not as_tensor:
+    per_item = run.per_item + 64 * n_regions + 32 * n_regions * n_timepoints // n_windows
+    budget = run.budget
+    if dev.type == "cuda" and not run.as_tensor:
         out_item = n_pair * torch.tensor([], dtype=tdtype).element_size()
         budget = min(budget, per_item * max(1, _CUDA_CHUNK_OUT_BYTES // out_item))
     if per_item > budget:
@@ -464,7 +517,7 @@ def _compute_group(
     scans_per, windows_per = plan.batch, plan.windows_per_batch
 
     shape = (n_scans, n_pair, n_windows)
-    if as_tensor:
+    if run.as_tensor:
         sink = DeviceSink(shape, tdtype, dev)
     else:  # counted by ``planner`` above
         sink = ArraySink(

@@ -1,6 +1,8 @@
-"""Sliding-window shapes: rectangular, or tapered as Allen et al. (2014) —
-a rectangle of w time points convolved with a Gaussian of σ time points —
-and the repetition time that converts windows given in seconds."""
+"""Sliding-window shapes, and the repetition time that converts windows given in seconds.
+
+A window is rectangular, or tapered as Allen et al. (2014): a rectangle of
+w time points convolved with a Gaussian of σ time points.
+"""
 
 from __future__ import annotations
 
@@ -28,9 +30,11 @@ def window_support(window_length: int, taper: str = "rectangular", sigma: float 
 
 
 def taper_weights(window_length: int, sigma: float = 3.0) -> np.ndarray:
-    """Weights of a tapered window: a rectangle of ``window_length`` time
-    points convolved with a Gaussian of standard deviation ``sigma`` time
-    points, over the rectangle and ⌈3σ⌉ points on each side.
+    """Return the weights of a tapered window.
+
+    The window is a rectangle of ``window_length`` time points convolved
+    with a Gaussian of standard deviation ``sigma`` time points, over the
+    rectangle and ⌈3σ⌉ points on each side.
 
     Parameters
     ----------
@@ -61,8 +65,10 @@ def taper_weights(window_length: int, sigma: float = 3.0) -> np.ndarray:
 
 
 def repetition_time(path: str | os.PathLike) -> float | None:
-    """The repetition time, in seconds, in a 4-D NIfTI header (None when the
-    file is not NIfTI or the header holds none)."""
+    """Return the repetition time, in seconds, in a 4-D NIfTI header.
+
+    None when the file is not NIfTI or the header holds none.
+    """
     name = str(path).lower()
     if not name.endswith((".nii", ".nii.gz")):
         return None
