@@ -1,6 +1,7 @@
-"""The named choices and shared defaults of the API that the command line lists: denoising
-strategies, BIDS-App measures and group features, cohort jobs, precisions, dtypes,
-devices and the degree's default threshold.
+"""Named choices and shared defaults of the API that the command line lists.
+
+Denoising strategies, BIDS-App measures and group features, cohort jobs,
+precisions, dtypes, devices and the degree's default threshold.
 
 They live here, in a module that imports nothing, so that the ``connscale``
 parsers (and ``--help``) are built without importing the modules that

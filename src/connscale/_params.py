@@ -142,17 +142,17 @@ def param(
 
 
 def declared(config: type) -> dict[str, tuple[dataclasses.Field, Param]]:
-    """The declared fields of a config class, in order: ``{name: (field, Param)}``."""
+    """Return the declared fields of a config class, in order: ``{name: (field, Param)}``."""
     return {f.name: (f, f.metadata[KEY]) for f in dataclasses.fields(config) if KEY in f.metadata}
 
 
 def constraints(config: type) -> dict[str, list]:
-    """The ``validate_params`` constraints of the fields that declare some."""
+    """Return the ``validate_params`` constraints of the fields that declare some."""
     return {name: list(p.constraints) for name, (_, p) in declared(config).items() if p.constraints}
 
 
 def signature(config: type) -> inspect.Signature:
-    """The entry's signature: positional fields first, then keyword-only ones."""
+    """Return the entry's signature: positional fields first, then keyword-only ones."""
     kinds = {True: inspect.Parameter.POSITIONAL_OR_KEYWORD, False: inspect.Parameter.KEYWORD_ONLY}
     items = sorted(declared(config).items(), key=lambda item: not item[1][1].positional)
     return inspect.Signature(
@@ -168,7 +168,7 @@ def signature(config: type) -> inspect.Signature:
 
 
 def fingerprint_fields(config: type) -> tuple[str, ...]:
-    """The fields that change a run's outputs (``fingerprint=True``)."""
+    """Return the fields that change a run's outputs (``fingerprint=True``)."""
     return tuple(name for name, (_, p) in declared(config).items() if p.fingerprint)
 
 
@@ -198,7 +198,7 @@ def _doc_type(p: Param) -> str:
 
 
 def parameters_doc(config: type) -> str:
-    """The numpydoc entries of the declared fields (no heading, unindented)."""
+    """Return the numpydoc entries of the declared fields (no heading, unindented)."""
     entries = []
     for name, (f, p) in declared(config).items():
         head = f"{name} : {_doc_type(p)}"
@@ -280,7 +280,7 @@ def _fill(doc: str | None, parameters: str) -> str | None:
 
 
 def _resolve_type(spec, types) -> Callable | None:
-    """The argparse ``type`` named by ``spec`` among the functions of ``types``."""
+    """Return the argparse ``type`` named by ``spec`` among the functions of ``types``."""
     if spec is None:
         return None
     if isinstance(spec, str):
@@ -336,8 +336,11 @@ def add_arguments(parser, config: type, groups: Mapping, types) -> None:
 
 
 def keywords_from_args(args, config: type) -> dict:
-    """The entry's keywords that a parsed command line gives (one per field
-    with a flag; a field with several flags, such as -v and -q, is read once)."""
+    """Return the entry's keywords that a parsed command line gives.
+
+    One per field with a flag; a field with several flags, such as -v and
+    -q, is read once.
+    """
     keywords = {}
     for name, flag, _ in flags_of(config):
         if name in keywords:

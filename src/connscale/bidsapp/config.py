@@ -61,7 +61,7 @@ _CORRELATION = Interval(Real, -1, 1, closed="both")
 
 
 def participant_measures(text: str) -> list[str]:
-    """The measures of a ``--measures`` list, aliases replaced, duplicates dropped."""
+    """Parse a ``--measures`` list: aliases replaced, duplicates dropped."""
     measures = [MEASURE_ALIASES.get(m.strip(), m.strip()) for m in text.split(",") if m.strip()]
     return list(dict.fromkeys(measures))
 
@@ -72,7 +72,7 @@ def _fd_params(fd_threshold: float | None) -> dict:
 
 
 def _reports(no_reports: bool) -> bool:
-    """``reports`` of ``--no-reports``."""
+    """Return ``reports`` of ``--no-reports``."""
     return not no_reports
 
 
@@ -480,19 +480,21 @@ class ParticipantConfig:
 
     @property
     def desc(self) -> str:
-        """The ``desc-`` label of the outputs: the strategy's
-        (:func:`connscale.io.bids.strategy_desc`; ``ica_aroma`` gives ``icaaroma``)."""
+        """The ``desc-`` label of the outputs: the strategy's.
+
+        Made by :func:`connscale.io.bids.strategy_desc` (``ica_aroma`` gives ``icaaroma``).
+        """
         from connscale.io.bids import strategy_desc
 
         return strategy_desc(self.strategy)
 
     def parameters(self) -> dict:
-        """What changes a run's outputs (not where it ran, nor which runs are refused)."""
+        """Return what changes a run's outputs (not where it ran, nor which runs are refused)."""
         kept = asdict(self)
         return {name: kept[name] for name in fingerprint_fields(type(self))}
 
     def region_parameters(self) -> dict:
-        """What changes the run's atlas-level set."""
+        """Return what changes the run's atlas-level set."""
         kept = self.parameters()
         kept["measures"] = [m for m in self.measures if m in REGION_MEASURES]
         for key in ("degree_thresholds", "precision", "n_atoms", "network_sparsity"):
@@ -503,7 +505,7 @@ class ParticipantConfig:
         return kept
 
     def voxel_parameters(self) -> dict:
-        """What changes the run's voxel-level set (not the atlas, not the windows)."""
+        """Return what changes the run's voxel-level set (not the atlas, not the windows)."""
         kept = {
             k: v
             for k, v in self.parameters().items()
@@ -523,7 +525,7 @@ class ParticipantConfig:
 
 
 def _participant_flags(name: str) -> tuple[Flag, ...]:
-    """The flags of a participant-level field that the group level reads too."""
+    """Return the flags of a participant-level field that the group level reads too."""
     return declared(ParticipantConfig)[name][1].flags
 
 
@@ -533,8 +535,10 @@ def _features(text: str) -> list[str]:
 
 
 def _states_asked(measures: str) -> bool | None:
-    """``states`` of ``--measures``: True when it names ``states`` (then every
-    run's DFC is required), None otherwise (states when every run has DFC)."""
+    """``states`` of ``--measures``: True when it names ``states``, None otherwise.
+
+    True: every run's DFC is required; None: states when every run has DFC.
+    """
     return True if "states" in [m.strip() for m in measures.split(",")] else None
 
 

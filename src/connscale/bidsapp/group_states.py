@@ -115,7 +115,7 @@ def _run_entities(run: dict) -> dict:
 
 
 def dfc_path(run: dict) -> Path:
-    """The participant level's ``_dfc.h5`` beside a run's ``_relmat.tsv``."""
+    """Return the path of the participant level's ``_dfc.h5`` beside a run's ``_relmat.tsv``."""
     return run["path"].parent / bids_name(_run_entities(run), suffix="dfc", extension=".h5")
 
 
@@ -279,8 +279,10 @@ def _previous_files(out: OutputSet) -> set[str]:
 
 
 def _commit_replacing(out: OutputSet) -> None:
-    """Publish the set; files of the set it replaces that it does not hold (the
-    states beyond a smaller k) go with the old set."""
+    """Publish the set, deleting the files of the set it replaces that it does not hold.
+
+    Those files (the states beyond a smaller k) go with the old set.
+    """
     previous = _previous_files(out) - set(out.names)
     out.commit()
     for name in previous:

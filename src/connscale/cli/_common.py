@@ -42,10 +42,12 @@ _ASSIGNED = re.compile(r"\b([A-Za-z_]\w*)=('[^']*'|[^\s,;)]+)")
 
 
 def api_to_flags(message: str, parser: argparse.ArgumentParser) -> str:
-    """``message`` with the API's parameter names written as the flags of
-    ``parser`` (a sub-command's): ``'window_length'`` -> ``--window``,
+    """Return ``message`` with the API's parameter names written as the flags of ``parser``.
+
+    ``parser`` is a sub-command's: ``'window_length'`` -> ``--window``,
     ``kind='sparse'`` -> ``--kind sparse``, ``absolute=True`` -> ``--absolute``.
-    Names the command has no flag for are left as they are."""
+    Names the command has no flag for are left as they are.
+    """
     flags = {}
     for action in parser._actions:  # noqa: SLF001 - argparse has no public list
         longest = max(action.option_strings, key=len, default=None)
@@ -105,9 +107,11 @@ def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_wait_argument(parser: argparse.ArgumentParser, *, overwrite: bool = True) -> None:
-    """--wait (wait for another run writing the same output instead of
-    failing) and, unless ``overwrite`` is False, --overwrite (replace a
-    result published with other parameters)."""
+    """Add --wait and, unless ``overwrite`` is False, --overwrite to ``parser``.
+
+    --wait: wait for another run writing the same output instead of failing;
+    --overwrite: replace a result published with other parameters.
+    """
     parser.add_argument(
         "--wait",
         action="store_true",
@@ -132,8 +136,10 @@ def add_threshold_arguments(parser: argparse.ArgumentParser, *, threshold_help: 
 
 
 def add_precision_argument(parser: argparse.ArgumentParser) -> None:
-    """--precision {exact,fp32,tf32} (the API's ``precision``), and the former
-    --allow-tf32 (= --precision tf32, deprecated)."""
+    """Add --precision {exact,fp32,tf32} (the API's ``precision``) and the former --allow-tf32.
+
+    --allow-tf32 is --precision tf32, deprecated.
+    """
     parser.add_argument(
         "--precision",
         choices=list(PRECISIONS),
@@ -156,8 +162,11 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
 def finish_parser(
     parser: argparse.ArgumentParser, run, *, out: bool = True, wait: bool = True
 ) -> argparse.ArgumentParser:
-    """Add --out (with ``out``), the compute options and --wait/--overwrite
-    (with ``wait``); ``run`` is the command's function. Returns ``parser``."""
+    """Add --out, the compute options and --wait/--overwrite to ``parser``; return it.
+
+    --out only with ``out``, --wait/--overwrite only with ``wait``; ``run`` is
+    the command's function.
+    """
     if out:
         add_out_argument(parser)
     add_compute_arguments(parser)
@@ -178,8 +187,10 @@ def compute_options(args) -> dict:
 
 
 def output_set(args, folder: Path, stem: str, *, command: str, fingerprint: dict):
-    """The :class:`~connscale.io.publish.OutputSet` of a run, honouring --wait
-    and --overwrite."""
+    """Return the :class:`~connscale.io.publish.OutputSet` of a run.
+
+    It honours --wait and --overwrite.
+    """
     from connscale.io.publish import OutputSet
 
     return OutputSet(
@@ -193,9 +204,11 @@ def output_set(args, folder: Path, stem: str, *, command: str, fingerprint: dict
 
 
 class DeprecatedAlias(argparse.Action):
-    """A former option name, kept for one release: stores into the new
-    option's ``dest`` (``const`` for a flag, ``nargs=0``) and warns
-    (FutureWarning) naming the new one."""
+    """A former option name, kept for one release.
+
+    It stores into the new option's ``dest`` (``const`` for a flag,
+    ``nargs=0``) and warns (FutureWarning) naming the new one.
+    """
 
     def __init__(self, option_strings, dest, *, new: str, **kwargs) -> None:
         self.new = new
@@ -222,8 +235,10 @@ SEED_HELP = (
 
 
 def input_files(args) -> list[Path]:
-    """The input files a run reads (INPUT, and --mask / --atlas when given),
-    for the run's fingerprint."""
+    """Return the input files a run reads, for the run's fingerprint.
+
+    INPUT, and --mask / --atlas when given.
+    """
     return [
         p
         for p in (args.input, getattr(args, "mask", None), getattr(args, "atlas", None))

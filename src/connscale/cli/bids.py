@@ -24,6 +24,24 @@ from connscale.cli._common import configure_logging
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``bids`` command to ``subparsers`` and return its parser.
+
+    The options are the flags declared by the fields of
+    :class:`~connscale.bidsapp.config.ParticipantConfig` and
+    :class:`~connscale.bidsapp.config.GroupConfig`, in the argument groups
+    atlas and denoising, filters, group level, execution and computation;
+    the positional ``level`` chooses between participant and group.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-commands of the ``connscale`` parser.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``bids`` parser; its ``func`` default is :func:`run`.
+    """
     parser = subparsers.add_parser(
         "bids",
         help="BIDS-App: denoised atlas connectivity from fMRIPrep derivatives.",
@@ -59,7 +77,17 @@ def _only(groups: dict, *titles: str) -> dict:
 
 
 def check_arguments(args) -> None:
-    """What the level needs, and the options that go together."""
+    """Check what the level needs, and the options that go together.
+
+    Raises
+    ------
+    ValueError
+        On an unknown measure (``--measures``) or group feature
+        (``--group-features``); at the participant level, when --atlas,
+        --atlas-name or --denoise is missing, when --fd-threshold is given
+        without --denoise scrubbing, or a windowed measure without
+        --window-length.
+    """
     unknown = [
         m.strip()
         for m in args.measures.split(",")
@@ -99,6 +127,25 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
+    """Run ``connscale bids`` at the level ``args.level``; return the exit status.
+
+    The participant level calls
+    :func:`~connscale.bidsapp.participant.run_participant` with the parsed
+    options and prints the counts of its runs and where its report (and
+    errors) are; the group level runs :func:`~connscale.bidsapp.group.run_group`
+    under the output folder's lock (waiting for it with --wait) and prints
+    what it wrote.
+
+    Parameters
+    ----------
+    args : argparse.Namespace
+        The parsed command line.
+
+    Returns
+    -------
+    int
+        1 when a participant-level run failed, else 0.
+    """
     configure_logging(args.verbose)
     if args.level == "group":
         return _group(args)

@@ -1,5 +1,8 @@
-"""Functional connectivity: static (Fast-GPU-PCC) and dynamic (GPU-DFC)
-correlation and edge-vector index helpers."""
+"""Functional connectivity: static and dynamic correlation, edge-vector indices.
+
+Static correlation (Fast-GPU-PCC), dynamic correlation (GPU-DFC) and the
+edge-vector index helpers.
+"""
 
 from connscale.fc.dynamic import dynamic_correlation
 from connscale.fc.dynamic_result import DynamicConnectivity, load_dynamic

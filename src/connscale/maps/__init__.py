@@ -1,5 +1,7 @@
-"""Voxel-wise connectivity maps computed without storing the correlation
-matrix: degree and eigenvector centrality, global and seed correlation."""
+"""Voxel-wise connectivity maps computed without storing the correlation matrix.
+
+Degree and eigenvector centrality, global and seed correlation.
+"""
 
 from connscale.maps.correlation_maps import global_correlation, seed_correlation
 from connscale.maps.degree import degree_centrality

@@ -1,5 +1,7 @@
-"""Seed series from a 4-D image through nilearn's maskers (coordinates or a
-mask); nilearn and nibabel are imported here only."""
+"""Seed series from a 4-D image through nilearn's maskers (coordinates or a mask).
+
+nilearn and nibabel are imported here only.
+"""
 
 from __future__ import annotations
 

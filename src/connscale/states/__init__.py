@@ -1,6 +1,8 @@
-"""Recurring dynamic-FC states (Allen et al. 2014): k-means of a cohort's
-windowed FC on the device, and the per-subject features of the state
-sequences (fraction of time, dwell time, transitions)."""
+"""Recurring dynamic-FC states (Allen et al. 2014) and their per-subject features.
+
+k-means of a cohort's windowed FC on the device, and the per-subject
+features of the state sequences (fraction of time, dwell time, transitions).
+"""
 
 from connscale.states._features import (
     StateFeatures,

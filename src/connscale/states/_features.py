@@ -1,7 +1,9 @@
-"""What a subject's sequence of states is summarised by (Allen et al. 2014):
-the fraction of windows in each state, the mean dwell time (length of the
+"""Features that summarise a subject's sequence of states (Allen et al. 2014).
+
+The fraction of windows in each state, the mean dwell time (length of the
 runs of consecutive windows in one state), the number of transitions and
-the matrix of transitions between states."""
+the matrix of transitions between states.
+"""
 
 from __future__ import annotations
 
@@ -104,7 +106,7 @@ def mean_dwell_time(labels: npt.ArrayLike, n_states: int) -> np.ndarray:
 
 
 def n_transitions(labels: npt.ArrayLike) -> int:
-    """Number of changes of state between consecutive windows.
+    """Count the changes of state between consecutive windows.
 
     Examples
     --------
