@@ -147,28 +147,34 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
     """Compute the maps asked for into the staging folder of ``outputs``,
     then publish them with their figures and log; return the run's record,
     the maps written (staged path, title) and the log's path."""
-    from connscale._compute import parse_memory
+    from connscale._compute import planner_for, resolve_device
     from connscale.maps.prepare import normalize_once
 
     record = RunRecord("maps", args.out, vars(args))
-    _check_input_memory(args)
+    # One planner for the run: every map is counted into it while it runs.
+    planner = planner_for(
+        resolve_device(args.device),
+        args.memory_limit,
+        hint="Raise --memory-limit, or use fewer series (a coarser mask).",
+    )
+    _check_input_memory(args, planner)
     with record.timer("load"):
         timeseries, _, nodes, masker = load_input(args)
     n_timepoints, n = timeseries.shape
     logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
-    compute = {"device": args.device, "dtype": args.dtype}
-    # The matrix-free maps share one normalisation, planned under what
-    # --memory-limit leaves beside the series; these are kept only for seed maps.
+    compute = {"device": planner.device, "dtype": args.dtype, "memory_limit": planner}
+    # The matrix-free maps share one normalisation, planned beside the series;
+    # these are kept only for seed maps.
+    seeds = bool(args.seed or args.seed_mask)
+    if seeds:
+        planner.reserve_host(timeseries.nbytes)
     series = None
     if args.degree or args.sparsity or args.ecm or args.gcor:
-        limit = parse_memory(args.memory_limit)
-        with record.timer("normalize"):
-            series = normalize_once(
-                timeseries,
-                memory_limit=None if limit is None else max(limit - timeseries.nbytes, 1),
-                **compute,
-            )
-    if not (args.seed or args.seed_mask):
+        with record.timer("normalize"), planner.transient():
+            if not seeds:
+                planner.reserve_host(timeseries.nbytes)
+            series = normalize_once(timeseries, **compute)
+    if not seeds:
         del timeseries
     written = []  # (staged path, title)
     common = {
@@ -203,7 +209,7 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
                 series,
                 **({"threshold": values} if option == "degree" else {"sparsity": values}),
                 absolute=args.absolute,
-                memory_limit=args.memory_limit,
+                memory_limit=planner,
                 verbose=args.verbose,
                 precision=args.precision,
                 both=True,
@@ -247,7 +253,7 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
         from connscale.maps import eigenvector_centrality
 
         with record.timer("ecm"):
-            ecm = eigenvector_centrality(series, verbose=args.verbose)
+            ecm = eigenvector_centrality(series, memory_limit=planner, verbose=args.verbose)
         emit(
             ecm,
             "ecm",
@@ -259,7 +265,7 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
         from connscale.maps import global_correlation
 
         with record.timer("gcor"):
-            gcor = global_correlation(series)
+            gcor = global_correlation(series, memory_limit=planner)
         emit(gcor, "gcor", None, "Global correlation", f"Mean r to all other {nodes}")
     if args.seed or args.seed_mask:
         from connscale.maps import seed_correlation
@@ -289,9 +295,7 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
                 ("Fisher z of " if args.fisher_z else "") + f"r with {where}",
                 FisherZ=args.fisher_z,
             )
-    from connscale._compute import resolve_device
-
-    record.device = str(resolve_device(args.device))
+    record.device = str(planner.device)
     record.results.update(
         {
             "n_series": n,
@@ -311,26 +315,22 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
 _LOAD_BYTES_PER_VALUE = 12
 
 
-def _check_input_memory(args) -> None:
+def _check_input_memory(args, planner) -> None:
     """Fail before reading INPUT when its 4-D image and series cannot fit
-    --memory-limit (the maps' own memory is planned as they run)."""
+    --memory-limit (the run's ``planner``; the maps' own memory is planned as
+    they run)."""
     if args.memory_limit is None:
         return
     import numpy as np
 
-    from connscale._compute import MemoryPlanner, resolve_device
     from connscale.io.nifti import load_image
 
     shape = load_image(args.input, name="fMRI image").shape
-    planner = MemoryPlanner(
-        resolve_device(args.device),
-        args.memory_limit,
-        hint="Raise --memory-limit, or crop the image or cut its volumes first.",
-    )
     planner.require(
         _LOAD_BYTES_PER_VALUE * int(np.prod(shape)),
         f"Reading {args.input.name} ({' x '.join(map(str, shape))} values) and its series",
         on="host",
+        hint="Raise --memory-limit, or crop the image or cut its volumes first.",
     )
 
 
