@@ -197,58 +197,7 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
         record.add_output(args.out / sidecar_path.name)
         written.append((image_path, f"{measure} {desc or ''}".strip()))
 
-    rule = "|r|" if args.absolute else "r"
-    for option, values in (("degree", args.degree), ("sparsity", args.sparsity)):
-        if not values:
-            continue
-        from connscale.io.maps import threshold_label
-        from connscale.maps.degree import compute_degree
-
-        with record.timer(f"{option}"):
-            (binary, weighted), info = compute_degree(
-                series,
-                **({"threshold": values} if option == "degree" else {"sparsity": values}),
-                absolute=args.absolute,
-                memory_limit=planner,
-                verbose=args.verbose,
-                precision=args.precision,
-                both=True,
-            )
-        record.results[f"{option}_method"] = info["method"]
-        record.results["precision"] = info["precision"]
-        record.results[f"{option}_confirmation"] = info["confirmation"]
-        for i, value in enumerate(values):
-            theta = info["thresholds"][i]
-            kept = f"{rule} >= {theta:.6g}" if option == "sparsity" else f"{rule} > {theta:.6g}"
-            label = ("abs" if args.absolute else "") + (
-                threshold_label(value, "sparsity")
-                if option == "sparsity"
-                else threshold_label(value)
-            )
-            params = {
-                "Threshold": theta,
-                "AbsoluteThreshold": args.absolute,
-                "Sparsity": value if option == "sparsity" else None,
-            }
-            emit(
-                binary[i],
-                "degree",
-                label,
-                "Degree centrality",
-                f"Number of other {nodes} with {kept}",
-                Weighted=False,
-                **params,
-            )
-            if args.weighted:
-                emit(
-                    weighted[i],
-                    "weighteddegree",
-                    label,
-                    "Weighted degree centrality",
-                    f"Sum of {rule} over the other {nodes} with {kept}",
-                    Weighted=True,
-                    **params,
-                )
+    _degree_maps(args, series, planner, record, emit, nodes)
     if args.ecm:
         from connscale.maps import eigenvector_centrality
 
@@ -308,6 +257,65 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
         _figures(record, written, args, outputs)
     log = publish(outputs, record, prefix)
     return record, written, log
+
+
+def _degree_maps(args, series, planner, record, emit, nodes: str) -> None:
+    """The degree maps of --degree and --sparsity (binary, and weighted with
+    --weighted), each handed to ``emit``; their method and confirmation in
+    ``record``."""
+    from connscale.io.maps import threshold_label
+    from connscale.maps.degree import compute_degree
+
+    rule = "|r|" if args.absolute else "r"
+    for option, values in (("degree", args.degree), ("sparsity", args.sparsity)):
+        if not values:
+            continue
+
+        with record.timer(f"{option}"):
+            (binary, weighted), info = compute_degree(
+                series,
+                **({"threshold": values} if option == "degree" else {"sparsity": values}),
+                absolute=args.absolute,
+                memory_limit=planner,
+                verbose=args.verbose,
+                precision=args.precision,
+                both=True,
+            )
+        record.results[f"{option}_method"] = info["method"]
+        record.results["precision"] = info["precision"]
+        record.results[f"{option}_confirmation"] = info["confirmation"]
+        for i, value in enumerate(values):
+            theta = info["thresholds"][i]
+            kept = f"{rule} >= {theta:.6g}" if option == "sparsity" else f"{rule} > {theta:.6g}"
+            label = ("abs" if args.absolute else "") + (
+                threshold_label(value, "sparsity")
+                if option == "sparsity"
+                else threshold_label(value)
+            )
+            params = {
+                "Threshold": theta,
+                "AbsoluteThreshold": args.absolute,
+                "Sparsity": value if option == "sparsity" else None,
+            }
+            emit(
+                binary[i],
+                "degree",
+                label,
+                "Degree centrality",
+                f"Number of other {nodes} with {kept}",
+                Weighted=False,
+                **params,
+            )
+            if args.weighted:
+                emit(
+                    weighted[i],
+                    "weighteddegree",
+                    label,
+                    "Weighted degree centrality",
+                    f"Sum of {rule} over the other {nodes} with {kept}",
+                    Weighted=True,
+                    **params,
+                )
 
 
 #: Bytes per value of the 4-D image that reading it takes: the image, the
