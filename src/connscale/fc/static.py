@@ -121,7 +121,7 @@ def correlation(
     %(device)s
     %(dtype)s
     %(memory_limit)s
-        A :class:`connscale.MemoryPlanner` counts the call into a task's budget.
+        A :class:`connscale._compute.MemoryPlanner` counts the call into a task's budget.
     out : str, path, ndarray, torch.Tensor or None, default=None
         Where to put the result. A path (``.h5``): stream it into a chunked
         HDF5 store (written atomically; read it back with
