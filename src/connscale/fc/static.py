@@ -379,8 +379,10 @@ def _plan_rounds(n, n_timepoints, kind, work_dtype, planner, in_memory, input_it
     if not cpu and not in_memory and kind != "sparse":
         planner.reserve_host(2 * item * largest)
     result_budget = None
-    if kind == "sparse" and in_memory and cpu:
-        result_budget = available - largest * per_element
+    if kind == "sparse" and in_memory:
+        # What the growing result may reach: beside the rounds on the CPU; in
+        # host memory not yet counted (by this call or the task) on CUDA.
+        result_budget = available - largest * per_element if cpu else planner.host_left
     plan = planner.plan(
         host_budget=result_budget,
         block_rows=rounds[0].n_rows,
