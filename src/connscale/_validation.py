@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Mapping
 from numbers import Integral, Real
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -533,7 +533,23 @@ def _is_array_like(value) -> bool:
     )
 
 
+@runtime_checkable
+class MemoryCounter(Protocol):
+    """What a ``memory_limit`` may be besides a size: a memory planner that
+    counts a whole task (:class:`connscale._compute.MemoryPlanner`), passed
+    down so that the call counts its allocations into it."""
+
+    device_budget: int
+    host_budget: int
+
+    def reserve_device(self, nbytes: int) -> None: ...
+
+    def reserve_host(self, nbytes: int) -> None: ...
+
+
 def _is_memory(value) -> bool:
+    if isinstance(value, MemoryCounter):
+        return True
     return value is not None and parse_memory(value) is not None
 
 
@@ -606,7 +622,8 @@ _NAMED = {
         _is_random_state, "an int, a numpy Generator, a RandomState or None"
     ),
     "memory": _Predicate(
-        _is_memory, "a number of bytes or a size such as '512MB', '8GB' or '2GiB'"
+        _is_memory,
+        "a number of bytes, a size such as '512MB', '8GB' or '2GiB', or a MemoryPlanner",
     ),
     "device": _Predicate(_is_device, "'auto', 'cpu', 'cuda', 'cuda:N' or a torch.device"),
     "dtype": _Predicate(_is_dtype, "'float32' or 'float64' (or the numpy/torch dtype)"),

@@ -50,7 +50,7 @@ import numpy.typing as npt
 import torch
 
 from connscale._choices import STRATEGIES
-from connscale._compute import resolve_device, resolve_dtype
+from connscale._compute import MemoryPlanner, planner_for, resolve_device, resolve_dtype
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -82,6 +82,12 @@ CONSTANT_RTOL = {"float32": 1e-5, "float64": 1e-12}
 #: Singular values of the (centred) operator below this gain are rounding, not
 #: a degree of freedom (the gains of a kept component are of order 1).
 _GAIN_TOL = 1e-6
+#: Copies of the T x T float64 identity that nilearn's ``clean`` holds while
+#: the operator is built (measured: about 4.5 at T = 300 and 600, with 24
+#: confounds and a band-pass).
+_OPERATOR_COPIES = 6
+#: What to do when cleaning does not fit (for messages).
+_MEMORY_HINT = "Raise memory_limit, or clean fewer series at a time."
 
 
 def check_confounds_file(path: str | os.PathLike) -> None:
@@ -269,6 +275,7 @@ def cleaning_operator(
     high_pass: float | None = None,
     t_r: float | None = None,
     extrapolate: bool = False,
+    memory_limit: int | str | MemoryPlanner | None = None,
 ) -> CleaningOperator:
     """The (T', T) matrix of :func:`nilearn.signal.clean` without standardisation.
 
@@ -281,10 +288,18 @@ def cleaning_operator(
         Volumes to keep.
     detrend, standardize_confounds, filter, low_pass, high_pass, t_r, extrapolate
         As in :func:`nilearn.signal.clean` (same defaults).
+    memory_limit : int, str, MemoryPlanner or None, default=None
+        Most host memory the operator's construction may use (nilearn's
+        copies of the T x T identity), or the task's planner.
 
     Returns
     -------
     CleaningOperator
+
+    Raises
+    ------
+    MemoryLimitError
+        When the construction does not fit, before it starts.
 
     Notes
     -----
@@ -297,6 +312,11 @@ def cleaning_operator(
     n_timepoints = int(n_timepoints)
     if n_timepoints < 2:
         raise ValueError(f"A run needs at least 2 volumes to be cleaned; got {n_timepoints}.")
+    _host_planner(memory_limit).require(
+        _OPERATOR_COPIES * n_timepoints**2 * 8,
+        f"The cleaning operator of {n_timepoints} volumes",
+        on="host",
+    )
     if confounds is not None:
         confounds = np.asarray(confounds, dtype=np.float64)
         if confounds.ndim == 1:
@@ -429,6 +449,7 @@ def clean_signals(
     device: str = "auto",
     dtype: str = "float32",
     return_tensor: bool = False,
+    memory_limit: int | str | MemoryPlanner | None = None,
 ) -> np.ndarray | torch.Tensor:
     """Clean (T, V) series with a run's operator: one projection on the device.
 
@@ -451,12 +472,21 @@ def clean_signals(
         they are cast to it.
     return_tensor : bool, default=False
         Return the torch tensor on the device instead of a numpy array.
+    memory_limit : int, str, MemoryPlanner or None, default=None
+        Most memory the cleaning may use (the series' copies on the device,
+        the operator, the cleaned series), or the task's planner (the
+        cleaned series stay counted in it).
 
     Returns
     -------
     ndarray or torch.Tensor of shape (n_kept, n_series)
         Equal to ``nilearn.signal.clean(signals, ...)`` with the operator's
         arguments.
+
+    Raises
+    ------
+    MemoryLimitError
+        When the cleaning does not fit, before anything is allocated.
     """
     _check_standardize(standardize)
     dev = resolve_device(device)
@@ -466,14 +496,24 @@ def clean_signals(
     else:
         signals = np.asarray(signals)
         wide = signals.dtype == np.float64
-    x = _as_tensor(signals, dev, torch.float64 if wide else work)
-    if x.ndim != 2 or x.shape[0] != operator.n_timepoints:
+    if signals.ndim != 2 or signals.shape[0] != operator.n_timepoints:
         raise ValueError(
-            f"Expected series of shape ({operator.n_timepoints}, n_series); got {tuple(x.shape)}."
+            f"Expected series of shape ({operator.n_timepoints}, n_series); "
+            f"got {tuple(signals.shape)}."
         )
-    mean = x.mean(dim=0, dtype=torch.float64)
-    out = _project((x - mean.to(x.dtype)).to(work), mean, operator, standardize)
-    return out if return_tensor else out.cpu().numpy()
+    planner = planner_for(dev, memory_limit, hint=_MEMORY_HINT)
+    n_series = signals.shape[1]
+    item = torch.finfo(work).bits // 8
+    with planner.transient():
+        # The series on the device, centred (and cast from float64).
+        series = signals.shape[0] * n_series * (8 if wide else item)
+        planner.reserve_device(_copied(signals, dev, 8 if wide else item) * series)
+        planner.reserve_device(series + (signals.shape[0] * n_series * item if wide else 0))
+        _count_projection(planner, operator, n_series, item, return_tensor)
+        x = _as_tensor(signals, dev, torch.float64 if wide else work)
+        mean = x.mean(dim=0, dtype=torch.float64)
+        out = _project((x - mean.to(x.dtype)).to(work), mean, operator, standardize)
+    return _kept(planner, out, return_tensor)
 
 
 def clean_regions(
@@ -486,6 +526,7 @@ def clean_regions(
     device: str = "auto",
     dtype: str = "float32",
     return_tensor: bool = False,
+    memory_limit: int | str | MemoryPlanner | None = None,
 ) -> np.ndarray | torch.Tensor:
     """Region means of voxel series, cleaned: nilearn's ``NiftiLabelsMasker``.
 
@@ -499,7 +540,7 @@ def clean_regions(
     labels : array of int of shape (n_voxels,)
         Region label of each voxel; 0 is background.
     operator : CleaningOperator
-    regions, standardize, device, dtype, return_tensor
+    regions, standardize, device, dtype, return_tensor, memory_limit
         As in :func:`region_signals` and :func:`clean_signals`.
 
     Returns
@@ -509,14 +550,21 @@ def clean_regions(
     _check_standardize(standardize)
     dev = resolve_device(device)
     work = resolve_dtype(dtype)
-    x = _as_tensor(signals, dev, work)
-    if x.ndim != 2 or x.shape[0] != operator.n_timepoints:
+    if not isinstance(signals, torch.Tensor):
+        signals = np.asarray(signals)
+    if signals.ndim != 2 or signals.shape[0] != operator.n_timepoints:
         raise ValueError(
-            f"Expected series of shape ({operator.n_timepoints}, n_voxels); got {tuple(x.shape)}."
+            f"Expected series of shape ({operator.n_timepoints}, n_voxels); "
+            f"got {tuple(signals.shape)}."
         )
-    centred, mean = _region_parts(x, labels, regions)
-    out = _project(centred, mean, operator, standardize)
-    return out if return_tensor else out.cpu().numpy()
+    planner = planner_for(dev, memory_limit, hint=_MEMORY_HINT)
+    item = torch.finfo(work).bits // 8
+    with planner.transient():
+        n_regions = _count_regions(planner, signals, labels, regions, dev, item)
+        _count_projection(planner, operator, n_regions, item, return_tensor)
+        centred, mean = _region_parts(_as_tensor(signals, dev, work), labels, regions)
+        out = _project(centred, mean, operator, standardize)
+    return _kept(planner, out, return_tensor)
 
 
 def _check_standardize(standardize: str | None) -> None:
@@ -626,6 +674,7 @@ def region_signals(
     device: str = "auto",
     dtype: str = "float32",
     return_tensor: bool = False,
+    memory_limit: int | str | MemoryPlanner | None = None,
 ) -> np.ndarray | torch.Tensor:
     """Mean series of each region: what nilearn's ``NiftiLabelsMasker`` extracts.
 
@@ -637,14 +686,73 @@ def region_signals(
     regions : array of int or None
         Labels to extract, in output order (default: the sorted non-zero
         labels present).
-    device, dtype, return_tensor
+    device, dtype, return_tensor, memory_limit
         As in :func:`clean_signals`.
 
     Returns
     -------
     ndarray or torch.Tensor of shape (n_timepoints, n_regions)
     """
-    x = _as_tensor(signals, resolve_device(device), resolve_dtype(dtype))
-    centred, mean = _region_parts(x, labels, regions)
-    out = centred + mean.to(centred.dtype)
-    return out if return_tensor else out.cpu().numpy()
+    dev, work = resolve_device(device), resolve_dtype(dtype)
+    if not isinstance(signals, torch.Tensor):
+        signals = np.asarray(signals)
+    planner = planner_for(dev, memory_limit, hint=_MEMORY_HINT)
+    item = torch.finfo(work).bits // 8
+    with planner.transient():
+        n_regions = _count_regions(planner, signals, labels, regions, dev, item)
+        result = signals.shape[0] * n_regions * item
+        planner.require(result, f"The mean series of {n_regions} regions")
+        if not return_tensor and dev.type != "cpu":
+            planner.require(result, f"The mean series of {n_regions} regions", on="host")
+        centred, mean = _region_parts(_as_tensor(signals, dev, work), labels, regions)
+        out = centred + mean.to(centred.dtype)
+    return _kept(planner, out, return_tensor)
+
+
+def _host_planner(memory_limit) -> MemoryPlanner:
+    """The planner of a host-memory step: the task's (whatever its device),
+    or one of the CPU from the limit."""
+    dev = memory_limit.device if isinstance(memory_limit, MemoryPlanner) else torch.device("cpu")
+    return planner_for(dev, memory_limit, hint=_MEMORY_HINT)
+
+
+def _copied(signals: np.ndarray | torch.Tensor, dev: torch.device, item: int) -> bool:
+    """Whether putting ``signals`` on ``dev`` as ``item``-byte floats copies them."""
+    target = torch.float64 if item == 8 else torch.float32
+    if isinstance(signals, torch.Tensor):
+        return signals.device != dev or signals.dtype != target
+    return dev.type != "cpu" or signals.dtype != np.dtype(str(target).removeprefix("torch."))
+
+
+def _count_regions(planner, signals, labels, regions, dev, item) -> int:
+    """Count the region means' work (the series on the device, the copy of
+    the in-mask voxels, the sums and their centred means) into ``planner``;
+    return the number of regions."""
+    t, v = signals.shape if signals.ndim == 2 else (0, 0)  # refused by _region_parts
+    labels = np.asarray(labels).ravel()
+    n_regions = np.unique(labels[labels != 0]).size if regions is None else np.size(regions)
+    planner.reserve_device(_copied(signals, dev, item) * t * v * item)
+    planner.reserve_device(t * int(np.count_nonzero(labels)) * item + 2 * t * n_regions * item)
+    return int(n_regions)
+
+
+def _count_projection(planner, operator, n_series: int, item: int, to_tensor: bool) -> None:
+    """Count the operator on the device and require room for the cleaned
+    series (and their host copy unless they stay on the device)."""
+    n_kept = operator.matrix.shape[0]
+    planner.reserve_device(n_kept * operator.n_timepoints * item)
+    what = f"The cleaned series ({n_kept} volumes x {n_series} series)"
+    planner.require(n_kept * n_series * item, what)
+    if not to_tensor and planner.device.type != "cpu":
+        planner.require(n_kept * n_series * item, what, on="host")
+
+
+def _kept(planner, out: torch.Tensor, return_tensor: bool):
+    """The result, counted as kept in ``planner``: on the device as a tensor,
+    else in host memory as an array."""
+    nbytes = out.numel() * out.element_size()
+    if return_tensor:
+        planner.reserve_device(nbytes)
+        return out
+    planner.reserve_host(nbytes)
+    return out.cpu().numpy()

@@ -2,8 +2,10 @@
 
 import numpy as np
 import pytest
+import torch
 
 import connscale
+from connscale._compute import MemoryLimitError, MemoryPlanner
 from connscale.maps.degree import DEFAULT_THRESHOLD, compute_degree
 
 from ._reference import check_counts, check_sums, reference_degree, simulated
@@ -56,8 +58,25 @@ def test_small_memory_limit_equals_one_shot(device):
 
 
 def test_too_small_memory_limit_is_a_clear_error():
+    # The normalised series (72 KB) fit; not a row of correlations beside them.
     with pytest.raises(ValueError, match="'memory_limit' is too small"):
+        connscale.degree_centrality(simulated(), 0.3, device="cpu", memory_limit=80_000)
+
+
+def test_the_limit_bounds_the_normalisation_too():
+    with pytest.raises(MemoryLimitError, match=r"The normalised series \(300 series"):
         connscale.degree_centrality(simulated(), 0.3, device="cpu", memory_limit=1000)
+
+
+def test_a_planner_passed_in_bounds_the_call_and_gets_its_work_back():
+    planner = MemoryPlanner(torch.device("cpu"), "64MB")
+    planner.reserve_host(1000)  # what the task keeps already
+    maps = connscale.degree_centrality(simulated(), 0.3, device="cpu", memory_limit=planner)
+    np.testing.assert_array_equal(maps, connscale.degree_centrality(simulated(), 0.3, device="cpu"))
+    assert (planner.device_bytes, planner.host_bytes) == (1000, 1000)
+    planner.reserve_host(planner.host_left - 50_000)
+    with pytest.raises(MemoryLimitError):
+        connscale.degree_centrality(simulated(), 0.3, device="cpu", memory_limit=planner)
 
 
 @pytest.mark.parametrize("absolute", [False, True])

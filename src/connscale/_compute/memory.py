@@ -7,12 +7,19 @@ user ``memory_limit``, before anything large is allocated.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 
 from connscale._validation import parse_memory
+
+#: Shares of the free device memory and of the available host memory a
+#: computation may use when no ``memory_limit`` is smaller.
+DEVICE_FRACTION = 0.8
+HOST_FRACTION = 0.9
 
 
 def format_bytes(n_bytes: float) -> str:
@@ -53,29 +60,25 @@ def memory_budget(
     device: torch.device,
     memory_limit: int | str | None = None,
     *,
-    fraction: float = 0.8,
+    fraction: float = DEVICE_FRACTION,
 ) -> int:
     """Bytes a computation may allocate on ``device``.
 
     The smaller of ``fraction`` of the free memory and the user's
     ``memory_limit`` (which applies to host and device alike).
     """
-    budget = int(free_device_memory(device) * fraction)
-    limit = parse_memory(memory_limit)
-    if limit is not None:
-        budget = min(budget, limit)
-    return budget
+    return _capped(int(free_device_memory(device) * fraction), parse_memory(memory_limit))
 
 
-def host_budget(memory_limit: int | str | None = None, *, fraction: float = 0.9) -> int:
+def host_budget(memory_limit: int | str | None = None, *, fraction: float = HOST_FRACTION) -> int:
     """Bytes a computation may allocate in host memory: the smaller of
     ``fraction`` of the available host memory and ``memory_limit``."""
-    budget = int(available_host_memory() * fraction)
-    limit = parse_memory(memory_limit)
+    return _capped(int(available_host_memory() * fraction), parse_memory(memory_limit))
+
+
+def _capped(budget: int, limit: int | None) -> int:
+    """``budget``, or the parsed ``limit`` when it is smaller."""
     return budget if limit is None else min(budget, limit)
-
-
-_host_budget = host_budget  # MemoryPlanner's parameter of the same name shadows it
 
 
 class MemoryLimitError(ValueError, MemoryError):
@@ -231,10 +234,17 @@ class MemoryPlanner:
         self.device = device
         self.memory_limit = memory_limit
         self.hint = hint
+        limit = parse_memory(memory_limit) if device_budget is None or host_budget is None else None
         self.device_budget = int(
-            memory_budget(device, memory_limit) if device_budget is None else device_budget
+            _capped(int(free_device_memory(device) * DEVICE_FRACTION), limit)
+            if device_budget is None
+            else device_budget
         )
-        self.host_budget = int(_host_budget(memory_limit) if host_budget is None else host_budget)
+        self.host_budget = int(
+            _capped(int(available_host_memory() * HOST_FRACTION), limit)
+            if host_budget is None
+            else host_budget
+        )
         self.device_bytes = 0
         self.host_bytes = 0
 
@@ -278,16 +288,34 @@ class MemoryPlanner:
             self.hint if hint is None else hint,
         )
 
-    def require(self, nbytes: int, what: str, *, on: str = "device") -> None:
+    def require(
+        self, nbytes: int, what: str, *, on: str = "device", hint: str | None = None
+    ) -> None:
         """Raise :class:`MemoryLimitError` unless what is counted plus ``nbytes``
-        fits the device (``on='device'``) or host (``on='host'``) budget."""
+        fits the device (``on='device'``) or host (``on='host'``) budget
+        (the message ends with ``hint``, else the planner's)."""
         used, budget = (
             (self.device_bytes, self.device_budget)
             if on == "device"
             else (self.host_bytes, self.host_budget)
         )
         if used + nbytes > budget:
-            raise self.error(what, used + nbytes, budget=budget)
+            raise self.error(what, used + nbytes, budget=budget, hint=hint)
+
+    @contextlib.contextmanager
+    def transient(self) -> Iterator[MemoryPlanner]:
+        """Count, inside the block, allocations freed when it ends.
+
+        A call's work buffers (blocks, temporaries, copies of its input) are
+        counted inside; on exit the counts return to what they were before,
+        so that the next call of a task sharing this planner does not count
+        them again. What the call keeps (its result) is counted outside.
+        """
+        saved = self.device_bytes, self.host_bytes
+        try:
+            yield self
+        finally:
+            self.device_bytes, self.host_bytes = saved
 
     def reserve_result(
         self,

@@ -147,28 +147,34 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
     """Compute the maps asked for into the staging folder of ``outputs``,
     then publish them with their figures and log; return the run's record,
     the maps written (staged path, title) and the log's path."""
-    from connscale._compute import parse_memory
+    from connscale._compute import planner_for, resolve_device
     from connscale.maps.prepare import normalize_once
 
     record = RunRecord("maps", args.out, vars(args))
-    _check_input_memory(args)
+    # One planner for the run: every map is counted into it while it runs.
+    planner = planner_for(
+        resolve_device(args.device),
+        args.memory_limit,
+        hint="Raise --memory-limit, or use fewer series (a coarser mask).",
+    )
+    _check_input_memory(args, planner)
     with record.timer("load"):
         timeseries, _, nodes, masker = load_input(args)
     n_timepoints, n = timeseries.shape
     logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
-    compute = {"device": args.device, "dtype": args.dtype}
-    # The matrix-free maps share one normalisation, planned under what
-    # --memory-limit leaves beside the series; these are kept only for seed maps.
+    compute = {"device": planner.device, "dtype": args.dtype, "memory_limit": planner}
+    # The matrix-free maps share one normalisation, planned beside the series;
+    # these are kept only for seed maps.
+    seeds = bool(args.seed or args.seed_mask)
+    if seeds:
+        planner.reserve_host(timeseries.nbytes)
     series = None
     if args.degree or args.sparsity or args.ecm or args.gcor:
-        limit = parse_memory(args.memory_limit)
-        with record.timer("normalize"):
-            series = normalize_once(
-                timeseries,
-                memory_limit=None if limit is None else max(limit - timeseries.nbytes, 1),
-                **compute,
-            )
-    if not (args.seed or args.seed_mask):
+        with record.timer("normalize"), planner.transient():
+            if not seeds:
+                planner.reserve_host(timeseries.nbytes)
+            series = normalize_once(timeseries, **compute)
+    if not seeds:
         del timeseries
     written = []  # (staged path, title)
     common = {
@@ -191,19 +197,86 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
         record.add_output(args.out / sidecar_path.name)
         written.append((image_path, f"{measure} {desc or ''}".strip()))
 
+    _degree_maps(args, series, planner, record, emit, nodes)
+    if args.ecm:
+        from connscale.maps import eigenvector_centrality
+
+        with record.timer("ecm"):
+            ecm = eigenvector_centrality(series, memory_limit=planner, verbose=args.verbose)
+        emit(
+            ecm,
+            "ecm",
+            None,
+            "Eigenvector centrality",
+            "Leading eigenvector of R + 1 (fastECM, Wink et al. 2012), unit norm",
+        )
+    if args.gcor:
+        from connscale.maps import global_correlation
+
+        with record.timer("gcor"):
+            gcor = global_correlation(series, memory_limit=planner)
+        emit(gcor, "gcor", None, "Global correlation", f"Mean r to all other {nodes}")
+    if args.seed or args.seed_mask:
+        from connscale.maps import seed_correlation
+
+        seeds = args.seed if args.seed else args.seed_mask
+        with record.timer("seed"):
+            maps = seed_correlation(
+                timeseries,
+                seeds,
+                img=args.input,
+                radius=args.seed_radius,
+                fisher_z=args.fisher_z,
+                **compute,
+            )
+        names = [f"seed{i + 1}" for i in range(len(args.seed))] if args.seed else ["seedmask"]
+        for i, name in enumerate(names):
+            where = (
+                f"the sphere at {args.seed[i]} mm (radius {args.seed_radius} mm)"
+                if args.seed
+                else f"the mean of {args.seed_mask}"
+            )
+            emit(
+                maps[i],
+                "seedz" if args.fisher_z else "seedcorr",
+                name,
+                "Seed correlation",
+                ("Fisher z of " if args.fisher_z else "") + f"r with {where}",
+                FisherZ=args.fisher_z,
+            )
+    record.device = str(planner.device)
+    record.results.update(
+        {
+            "n_series": n,
+            "n_timepoints": n_timepoints,
+            "nodes": nodes,
+            "maps": [str(args.out / p.name) for p, _ in written],
+        }
+    )
+    with record.timer("figures"):
+        _figures(record, written, args, outputs)
+    log = publish(outputs, record, prefix)
+    return record, written, log
+
+
+def _degree_maps(args, series, planner, record, emit, nodes: str) -> None:
+    """The degree maps of --degree and --sparsity (binary, and weighted with
+    --weighted), each handed to ``emit``; their method and confirmation in
+    ``record``."""
+    from connscale.io.maps import threshold_label
+    from connscale.maps.degree import compute_degree
+
     rule = "|r|" if args.absolute else "r"
     for option, values in (("degree", args.degree), ("sparsity", args.sparsity)):
         if not values:
             continue
-        from connscale.io.maps import threshold_label
-        from connscale.maps.degree import compute_degree
 
         with record.timer(f"{option}"):
             (binary, weighted), info = compute_degree(
                 series,
                 **({"threshold": values} if option == "degree" else {"sparsity": values}),
                 absolute=args.absolute,
-                memory_limit=args.memory_limit,
+                memory_limit=planner,
                 verbose=args.verbose,
                 precision=args.precision,
                 both=True,
@@ -243,67 +316,6 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
                     Weighted=True,
                     **params,
                 )
-    if args.ecm:
-        from connscale.maps import eigenvector_centrality
-
-        with record.timer("ecm"):
-            ecm = eigenvector_centrality(series, verbose=args.verbose)
-        emit(
-            ecm,
-            "ecm",
-            None,
-            "Eigenvector centrality",
-            "Leading eigenvector of R + 1 (fastECM, Wink et al. 2012), unit norm",
-        )
-    if args.gcor:
-        from connscale.maps import global_correlation
-
-        with record.timer("gcor"):
-            gcor = global_correlation(series)
-        emit(gcor, "gcor", None, "Global correlation", f"Mean r to all other {nodes}")
-    if args.seed or args.seed_mask:
-        from connscale.maps import seed_correlation
-
-        seeds = args.seed if args.seed else args.seed_mask
-        with record.timer("seed"):
-            maps = seed_correlation(
-                timeseries,
-                seeds,
-                img=args.input,
-                radius=args.seed_radius,
-                fisher_z=args.fisher_z,
-                **compute,
-            )
-        names = [f"seed{i + 1}" for i in range(len(args.seed))] if args.seed else ["seedmask"]
-        for i, name in enumerate(names):
-            where = (
-                f"the sphere at {args.seed[i]} mm (radius {args.seed_radius} mm)"
-                if args.seed
-                else f"the mean of {args.seed_mask}"
-            )
-            emit(
-                maps[i],
-                "seedz" if args.fisher_z else "seedcorr",
-                name,
-                "Seed correlation",
-                ("Fisher z of " if args.fisher_z else "") + f"r with {where}",
-                FisherZ=args.fisher_z,
-            )
-    from connscale._compute import resolve_device
-
-    record.device = str(resolve_device(args.device))
-    record.results.update(
-        {
-            "n_series": n,
-            "n_timepoints": n_timepoints,
-            "nodes": nodes,
-            "maps": [str(args.out / p.name) for p, _ in written],
-        }
-    )
-    with record.timer("figures"):
-        _figures(record, written, args, outputs)
-    log = publish(outputs, record, prefix)
-    return record, written, log
 
 
 #: Bytes per value of the 4-D image that reading it takes: the image, the
@@ -311,26 +323,22 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
 _LOAD_BYTES_PER_VALUE = 12
 
 
-def _check_input_memory(args) -> None:
+def _check_input_memory(args, planner) -> None:
     """Fail before reading INPUT when its 4-D image and series cannot fit
-    --memory-limit (the maps' own memory is planned as they run)."""
+    --memory-limit (the run's ``planner``; the maps' own memory is planned as
+    they run)."""
     if args.memory_limit is None:
         return
     import numpy as np
 
-    from connscale._compute import MemoryPlanner, resolve_device
     from connscale.io.nifti import load_image
 
     shape = load_image(args.input, name="fMRI image").shape
-    planner = MemoryPlanner(
-        resolve_device(args.device),
-        args.memory_limit,
-        hint="Raise --memory-limit, or crop the image or cut its volumes first.",
-    )
     planner.require(
         _LOAD_BYTES_PER_VALUE * int(np.prod(shape)),
         f"Reading {args.input.name} ({' x '.join(map(str, shape))} values) and its series",
         on="host",
+        hint="Raise --memory-limit, or crop the image or cut its volumes first.",
     )
 
 

@@ -70,6 +70,7 @@ from connscale._compute import allow_tf32
 from connscale._compute.device import use_triton
 from connscale._deprecation import DEPRECATED, renamed
 from connscale.fc import _tiles
+from connscale.fc._kernel_helpers import split_tf32, tf32_round
 from connscale.fc.sparse import compact_tile, keep_mask
 
 #: Run the torch exact functions on the CPU too (tests; the CPU runs fp32 otherwise).
@@ -80,25 +81,6 @@ _ACCUMULATE = 2.0**-23  # 2 ulp of fp32 per addition
 
 
 # --- numerics ---------------------------------------------------------------
-
-
-def tf32_round(x: torch.Tensor) -> torch.Tensor:
-    """``x`` (float32) rounded to TF32: to nearest at 10 explicit mantissa bits,
-    ties away from zero, by integer operations on the bits; NaN and ±inf kept
-    (the result is float32)."""
-    if x.dtype != torch.float32:
-        raise TypeError(f"tf32_round needs a float32 tensor; got {x.dtype}.")
-    bits = x.contiguous().view(torch.int32)
-    # Adding half of the 13 dropped bits rounds the magnitude (sign-magnitude
-    # encoding: the carry runs into the exponent, never into the sign).
-    rounded = ((bits + 0x1000) & -0x2000).view(torch.float32)
-    return torch.where(torch.isfinite(x), rounded, x)
-
-
-def split_tf32(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(hi, lo): hi = tf32(u), lo = tf32(u − hi); hi + lo is u to about 2⁻²² |u|."""
-    hi = tf32_round(u)
-    return hi, tf32_round(u - hi)
 
 
 def accumulation_gamma(n_terms: int) -> float:

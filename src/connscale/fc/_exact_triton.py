@@ -17,7 +17,7 @@ Two epilogues, each one kernel over the tiles of the upper triangle:
   into per-row and per-column accumulators (a pair counts for both).
 - :func:`compact_exact_triton`: θ <= r < upper (|r| with ``absolute``) as
   CSR parts, staged by an atomic cursor with a (row, column tile) count
-  table, then placed by :func:`connscale.fc._tiles` ``_place_kernel``.
+  table, then placed by :func:`connscale.fc._kernel_helpers.place_kernel`.
 
 ``stats`` (int64, (3,), on the device; :func:`connscale.fc._exact.new_stats`)
 accumulates in place the entries within ε of a threshold (confirmed), the
@@ -37,13 +37,13 @@ import numpy as np
 import torch
 
 from connscale._compute.device import HAS_TRITON
-from connscale.fc._exact import split_tf32
+from connscale.fc._kernel_helpers import split_tf32
 
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
     import triton
     import triton.language as tl
 
-    from connscale.fc._tiles import _degree_epilogue, _place_kernel
+    from connscale.fc._kernel_helpers import degree_epilogue, place_kernel
 
 # Tile shape of the kernels (rows × columns) and the K step of the products.
 BLOCK_M = 128
@@ -64,7 +64,7 @@ PLACE_WARPS = 4
 
 
 def padded_split(u: torch.Tensor):
-    """hi and lo of ``u`` (see :func:`connscale.fc._exact.split_tf32`), padded
+    """hi and lo of ``u`` (see :func:`connscale.fc._kernel_helpers.split_tf32`), padded
     with zeros to whole tiles: rows to a multiple of both tile sides, columns
     to a multiple of ``BLOCK_K``."""
     n, t = u.shape
@@ -201,7 +201,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             tl.atomic_add(stats_ptr, n_near.to(tl.int64))
             tl.atomic_add(stats_ptr + 1, 1)
             value = _magnitude(acc, ABSOLUTE)
-        _degree_epilogue(
+        degree_epilogue(
             acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr, N_THRESH, ABSOLUTE, WEIGHTED
         )
 
@@ -422,7 +422,7 @@ def compact_exact_triton(
     row_counts.copy_(inclusive[:, -1])
     row_offsets = torch.cumsum(row_counts, 0)
     row_offsets -= row_counts
-    _place_kernel[(n_rb, n_cb)](
+    place_kernel[(n_rb, n_cb)](
         counts,
         inclusive,
         row_offsets,

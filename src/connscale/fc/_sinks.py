@@ -36,7 +36,7 @@ from typing import Protocol
 import numpy as np
 import torch
 
-from connscale._compute.memory import MemoryPlanner
+from connscale._compute.memory import planner_for
 from connscale._compute.transfer import DeviceToHost
 from connscale.fc._triton_kernels import block_triu_size, extract_triu
 from connscale.fc.dynamic_result import DynamicConnectivity, load_dynamic
@@ -138,7 +138,9 @@ class ArraySink(_DenseSink):
     np_dtype : numpy.dtype
     dev : torch.device
         The compute device (a new array is pinned for CUDA).
-    memory_limit : int, str or None
+    memory_limit : MemoryPlanner, int, str or None
+        The call's planner (:func:`connscale._compute.planner_for`), or the
+        user's limit.
     what : str
         What the result is, for the message when it does not fit.
     hint : str
@@ -166,7 +168,7 @@ class ArraySink(_DenseSink):
         nbytes = int(np.prod(shape)) * np_dtype.itemsize
         if out is None:
             if check:
-                MemoryPlanner(dev, memory_limit, hint=hint).require(nbytes, what, on="host")
+                planner_for(dev, memory_limit).require(nbytes, what, on="host", hint=hint)
             self.tensor = torch.empty(
                 shape, dtype=torch_dtype(np_dtype), pin_memory=dev.type == "cuda"
             )
@@ -540,11 +542,10 @@ def _publish_partial(tmp: Path, final_path: Path) -> None:
     fsync_path(final_path.parent)
 
 
-def relmat_sink(
-    out, kind, n, np_dtype, dev, memory_limit, threshold, absolute, attrs, *, result_bytes
-):
+def relmat_sink(out, kind, n, np_dtype, dev, planner, threshold, absolute, attrs, *, result_bytes):
     """The sink of :func:`connscale.correlation`'s ``out``: a relmat file for a
-    path, a CSR for ``kind='sparse'``, else a host array (new or the caller's)."""
+    path, a CSR for ``kind='sparse'``, else a host array (new or the caller's,
+    a new one checked against the host budget of ``planner``)."""
     if isinstance(out, (str, os.PathLike)):
         extra = {
             "threshold": "None" if threshold is None else threshold,
@@ -560,9 +561,7 @@ def relmat_sink(
             )
         return SparseSink(n)
     shape = (n, n) if kind == "dense" else (n_pairs(n),)
-    return ArraySink(
-        out, shape, np_dtype, dev, memory_limit, what=f"The {kind} result of {n} series"
-    )
+    return ArraySink(out, shape, np_dtype, dev, planner, what=f"The {kind} result of {n} series")
 
 
 def _remove_stale_temporaries(path: Path) -> None:

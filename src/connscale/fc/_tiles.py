@@ -40,10 +40,13 @@ import torch
 
 from connscale._compute.device import HAS_TRITON
 from connscale._compute.memory import MemoryLimitError, MemoryPlan, MemoryPlanner
+from connscale.fc._kernel_helpers import PLACE_CHUNK
 
 if HAS_TRITON:  # pragma: no cover - exercised on GPU machines and by the interpreter test
     import triton
     import triton.language as tl
+
+    from connscale.fc._kernel_helpers import degree_epilogue, place_kernel
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -211,38 +214,6 @@ def accumulate_degree(
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
 
     @triton.jit
-    def _degree_epilogue(
-        acc,
-        rows,
-        cols,
-        n,
-        thr_ptr,
-        count_ptr,
-        sum_ptr,
-        N_THRESH: tl.constexpr,
-        ABSOLUTE: tl.constexpr,
-        WEIGHTED: tl.constexpr,
-    ):
-        # Strict upper triangle, inside the matrix; NaN compares False.
-        valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
-        if ABSOLUTE:
-            value = tl.abs(acc)
-        else:
-            value = acc
-        row_ok = rows < n
-        col_ok = cols < n
-        for i in tl.static_range(N_THRESH):
-            theta = tl.load(thr_ptr + i)
-            keep = valid & (value > theta)
-            kept = keep.to(tl.int32)
-            tl.atomic_add(count_ptr + i * n + rows, tl.sum(kept, axis=1), mask=row_ok)
-            tl.atomic_add(count_ptr + i * n + cols, tl.sum(kept, axis=0), mask=col_ok)
-            if WEIGHTED:
-                w = tl.where(keep, value, 0.0)
-                tl.atomic_add(sum_ptr + i * n + rows, tl.sum(w, axis=1).to(tl.float64), mask=row_ok)
-                tl.atomic_add(sum_ptr + i * n + cols, tl.sum(w, axis=0).to(tl.float64), mask=col_ok)
-
-    @triton.jit
     def _degree_kernel(
         u_ptr,
         pairs_ptr,
@@ -274,7 +245,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             acc = tl.dot(a, tl.trans(b), acc, input_precision="ieee")
             a_ptrs += BK
             b_ptrs += BK
-        _degree_epilogue(
+        degree_epilogue(
             acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr, N_THRESH, ABSOLUTE, WEIGHTED
         )
 
@@ -312,7 +283,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
     ):
         acc, rows, cols, inside = _load_upper_piece(tile_ptr, n, r0, r1, n_cols, BM, BN)
         row_ids = tl.where(rows < r1, rows, n)  # rows past the block: ignored as past N
-        _degree_epilogue(
+        degree_epilogue(
             acc, row_ids, cols, n, thr_ptr, count_ptr, sum_ptr, N_THRESH, ABSOLUTE, WEIGHTED
         )
 
@@ -579,42 +550,6 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             tl.store(bases_ptr + (r0 // BM + tl.program_id(0)).to(tl.int64) * n_cb + cb, base)
 
     @triton.jit
-    def _place_kernel(
-        counts_ptr,
-        inclusive_ptr,
-        row_offsets_ptr,
-        bases_ptr,
-        staged_values_ptr,
-        staged_columns_ptr,
-        values_ptr,
-        columns_ptr,
-        n,
-        n_cb,
-        capacity,
-        BM: tl.constexpr,
-        CH: tl.constexpr,
-    ):
-        # The staged entries of piece (rows [pid0·BM, +BM), column block pid1)
-        # to their CSR places: row offset + entries of the row's earlier blocks.
-        rows = tl.program_id(0) * BM + tl.arange(0, BM)
-        cb = tl.program_id(1)
-        row_ok = rows < n
-        table = rows.to(tl.int64) * n_cb + cb
-        count = tl.load(counts_ptr + table, mask=row_ok, other=0)
-        base = tl.load(bases_ptr + tl.program_id(0).to(tl.int64) * n_cb + cb)
-        source = base + (tl.cumsum(count, axis=0) - count).to(tl.int64)
-        earlier = tl.load(inclusive_ptr + table, mask=row_ok, other=0) - count
-        target = tl.load(row_offsets_ptr + rows, mask=row_ok, other=0) + earlier.to(tl.int64)
-        longest = tl.max(count, axis=0)
-        for c in range(0, longest, CH):
-            lanes = c + tl.arange(0, CH)
-            src = source[:, None] + lanes[None, :]
-            dst = target[:, None] + lanes[None, :]
-            move = (lanes[None, :] < count[:, None]) & (src < capacity) & (dst < capacity)
-            tl.store(values_ptr + dst, tl.load(staged_values_ptr + src, mask=move), mask=move)
-            tl.store(columns_ptr + dst, tl.load(staged_columns_ptr + src, mask=move), mask=move)
-
-    @triton.jit
     def _histogram_block_kernel(
         tile_ptr,
         hist_ptr,
@@ -635,8 +570,6 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
 
 # Pieces of the compact, histogram and collect epilogues.
 COMPACT_BLOCK_M, COMPACT_BLOCK_N = 64, 128
-# Entries moved per step and row by the placing kernel.
-_PLACE_CHUNK = 16
 
 
 def aligned_block_rows(block_rows: int) -> int:
@@ -729,7 +662,7 @@ def compact_upper_triangle(
     row_counts.copy_(inclusive[:, -1])
     row_offsets = torch.cumsum(row_counts, 0)
     row_offsets -= row_counts
-    _place_kernel[(triton.cdiv(n, bm), n_cb)](
+    place_kernel[(triton.cdiv(n, bm), n_cb)](
         counts,
         inclusive,
         row_offsets,
@@ -742,7 +675,7 @@ def compact_upper_triangle(
         n_cb,
         capacity,
         BM=bm,
-        CH=_PLACE_CHUNK,
+        CH=PLACE_CHUNK,
         **options,
     )
     return cursor

@@ -165,7 +165,7 @@ class _Storage:
     compute_error : bool
         Each window's mean absolute error (``'lowrank'``, ``'factor'``).
     precision : str
-        Arithmetic of float32 products (:data:`connscale.fc._exact.PRECISIONS`).
+        Arithmetic of float32 products (:data:`connscale._choices.PRECISIONS`).
     base_seed : int or None
         The seed every window's Ω is drawn from (randomized ``'lowrank'``).
     recorded_seed : int, str or None

@@ -25,6 +25,7 @@ from connscale._choices import PRECISIONS
 from connscale._compute import (
     MemoryMeter,
     MemoryPlanner,
+    planner_for,
     resolve_device,
     resolve_dtype,
     synchronize,
@@ -95,7 +96,7 @@ def correlation(
     absolute: bool = False,
     device: str = "auto",
     dtype: str = "float32",
-    memory_limit: int | str | None = None,
+    memory_limit: int | str | MemoryPlanner | None = None,
     out=None,
     precision: str = "exact",
     allow_tf32: bool | str = DEPRECATED,
@@ -121,6 +122,7 @@ def correlation(
     %(device)s
     %(dtype)s
     %(memory_limit)s
+        A :class:`connscale._compute.MemoryPlanner` counts the call into a task's budget.
     out : str, path, ndarray, torch.Tensor or None, default=None
         Where to put the result. A path (``.h5``): stream it into a chunked
         HDF5 store (written atomically; read it back with
@@ -230,6 +232,8 @@ def compute_correlation(
     n_timepoints, n = x.shape
     if n < 2 and kind != "dense":
         raise ValueError(f"kind={kind!r} needs at least 2 series; got {n}.")
+    in_memory = not isinstance(out, (str, os.PathLike))
+    planner = planner_for(dev, memory_limit, hint=_memory_hint(in_memory))
 
     sink = relmat_sink(
         out,
@@ -237,7 +241,7 @@ def compute_correlation(
         n,
         np_dtype,
         dev,
-        memory_limit,
+        planner,
         threshold,
         absolute,
         attrs,
@@ -247,36 +251,46 @@ def compute_correlation(
     if kind == "sparse":
         exact = _exact.exact_method(torch.empty(0, dtype=work_dtype, device=dev), precision)
     try:
-        plan, rounds, columns = _plan_rounds(
-            n,
-            n_timepoints,
-            kind,
-            dev,
-            work_dtype,
-            memory_limit,
-            sink.in_memory,
-            x.dtype.itemsize,
-            split=exact == "torch",
-        )
-        logger.debug("correlation plan: %s (precision %s, exact: %s)", plan, precision, exact)
-        if kind == "sparse" and sink.in_memory:
-            sink.meter = MemoryMeter(
-                plan.host_budget,
-                memory_limit,
-                f"The sparse result of {n} series",
-                "Pass out='result_relmat.h5' to stream it to disk, raise the threshold or "
-                "raise memory_limit.",
+        if sink.in_memory:  # the result, kept (pinned on CUDA)
+            planner.reserve_host(_result_bytes(n, kind, torch.finfo(work_dtype).bits // 8))
+        with planner.transient():
+            plan, rounds, columns = _plan_rounds(
+                n,
+                n_timepoints,
+                kind,
+                work_dtype,
+                planner,
+                sink.in_memory,
+                x.dtype.itemsize,
+                split=exact == "torch",
             )
-        stats = _exact.new_stats(dev) if exact else None
-        with _allow_tf32(_exact.products_in_tf32(precision, exact)), torch.no_grad():
-            normalized, constant = _normalize(x, dev, work_dtype, columns)
-            n_constant = warn_constant(constant)
-            if exact != "triton" or not _run_exact_triton(
-                normalized, rounds, threshold, absolute, sink, stats
-            ):
-                _run_rounds(
-                    normalized, rounds, kind, threshold, absolute, dev, sink, verbose, stats=stats
+            logger.debug("correlation plan: %s (precision %s, exact: %s)", plan, precision, exact)
+            if kind == "sparse" and sink.in_memory:
+                sink.meter = MemoryMeter(
+                    plan.host_budget,
+                    planner.memory_limit,
+                    f"The sparse result of {n} series",
+                    "Pass out='result_relmat.h5' to stream it to disk, raise the threshold or "
+                    "raise memory_limit.",
                 )
+            stats = _exact.new_stats(dev) if exact else None
+            with _allow_tf32(_exact.products_in_tf32(precision, exact)), torch.no_grad():
+                normalized, constant = _normalize(x, dev, work_dtype, columns)
+                n_constant = warn_constant(constant)
+                if exact != "triton" or not _run_exact_triton(
+                    normalized, rounds, threshold, absolute, sink, stats
+                ):
+                    _run_rounds(
+                        normalized,
+                        rounds,
+                        kind,
+                        threshold,
+                        absolute,
+                        dev,
+                        sink,
+                        verbose,
+                        stats=stats,
+                    )
         confirmation = None
         if stats is not None:
             confirmation = _exact.Confirmation.from_stats(stats, n_pairs(n))
@@ -287,15 +301,23 @@ def compute_correlation(
     return sink.finish(), (plan, n_constant, confirmation)
 
 
-def _plan_rounds(
-    n, n_timepoints, kind, dev, work_dtype, memory_limit, in_memory, input_item, split=False
-):
+def _memory_hint(in_memory: bool) -> str:
+    """What to do when :func:`correlation` does not fit (for its messages)."""
+    if in_memory:
+        return (
+            "Raise memory_limit, or pass out='result_relmat.h5' to keep the result out of memory."
+        )
+    return "Raise memory_limit."
+
+
+def _plan_rounds(n, n_timepoints, kind, work_dtype, planner, in_memory, input_item, split=False):
     """Split the rows into rounds that fit the memory budget (Alg. 3).
 
-    Counted against the budget: the normalised series, the float64
-    temporaries of normalising them (in column chunks), each round's block
-    and its extraction, staging or thresholding buffers, and the result
-    (in the same memory on the CPU; pinned host memory on CUDA). A sparse
+    Counted into ``planner`` (the call's, with its in-memory result already
+    counted: in the same memory on the CPU; pinned host memory on CUDA):
+    the normalised series, the float64 temporaries of normalising them (in
+    column chunks), each round's block and its extraction, staging or
+    thresholding buffers. A sparse
     result's size is known only as it grows: on the CPU the rounds get at
     most a quarter of what is left and the result the rest (``host_budget`` of
     the plan), checked as it grows.
@@ -306,16 +328,9 @@ def _plan_rounds(
     Returns the plan, the rounds and the columns normalised at a time.
     """
     item = torch.finfo(work_dtype).bits // 8
+    dev = planner.device
     cpu = dev.type == "cpu"
-    hint = (
-        "Raise memory_limit, or pass out='result_relmat.h5' to keep the result out of memory."
-        if in_memory
-        else "Raise memory_limit."
-    )
-    planner = MemoryPlanner(dev, memory_limit, hint=hint)
     planner.reserve_device(n * n_timepoints * item * (3 if split else 1))  # the normalised series
-    if in_memory:
-        planner.reserve_host(_result_bytes(n, kind, item))  # pinned on CUDA
     # Normalising a column: its raw copy, four float64 temporaries, the cast.
     per_column = n_timepoints * (input_item + 4 * 8 + item)
     columns = planner.fit(
@@ -365,8 +380,10 @@ def _plan_rounds(
     if not cpu and not in_memory and kind != "sparse":
         planner.reserve_host(2 * item * largest)
     result_budget = None
-    if kind == "sparse" and in_memory and cpu:
-        result_budget = available - largest * per_element
+    if kind == "sparse" and in_memory:
+        # What the growing result may reach: beside the rounds on the CPU; in
+        # host memory not yet counted (by this call or the task) on CUDA.
+        result_budget = available - largest * per_element if cpu else planner.host_left
     plan = planner.plan(
         host_budget=result_budget,
         block_rows=rounds[0].n_rows,

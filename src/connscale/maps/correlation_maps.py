@@ -11,14 +11,21 @@ import torch
 from connscale._docs import fill_doc
 from connscale._validation import Interval, check_timeseries, validate_params
 from connscale.fc.normalize import normalize_series
-from connscale.maps.prepare import NormalizedSeries, as_map, normalized_series
+from connscale.maps.prepare import NormalizedSeries, as_map, map_planner, normalized_series
 
 
 @fill_doc
 @validate_params(
-    {"timeseries": ["array-like", NormalizedSeries], "device": ["device"], "dtype": ["dtype"]}
+    {
+        "timeseries": ["array-like", NormalizedSeries],
+        "device": ["device"],
+        "dtype": ["dtype"],
+        "memory_limit": ["memory", None],
+    }
 )
-def global_correlation(timeseries, *, device: str = "auto", dtype: str = "float32") -> np.ndarray:
+def global_correlation(
+    timeseries, *, device: str = "auto", dtype: str = "float32", memory_limit=None
+) -> np.ndarray:
     """Each series' mean correlation with all other series, matrix-free.
 
     With U the normalised series and s = Σⱼ uⱼ, the map is
@@ -29,6 +36,7 @@ def global_correlation(timeseries, *, device: str = "auto", dtype: str = "float3
     %(timeseries)s
     %(device)s
     %(dtype)s
+    %(memory_limit)s
 
     Returns
     -------
@@ -44,12 +52,22 @@ def global_correlation(timeseries, *, device: str = "auto", dtype: str = "float3
     >>> bool(np.allclose(g, (r.sum(1) - 1) / 4, atol=1e-6))
     True
     """
-    u, constant = normalized_series(timeseries, device=device, dtype=dtype)
-    with torch.no_grad():
-        m = u.shape[0] - int(constant.sum())
+    planner = map_planner(timeseries, device, memory_limit)
+    with planner.transient(), torch.no_grad():
+        u, constant = normalized_series(
+            timeseries, device=planner.device, dtype=dtype, memory_limit=planner
+        )
+        n, t = u.shape
+        m = n - int(constant.sum())
         if m < 2:
             raise ValueError(f"global_correlation needs at least 2 non-constant series; got {m}.")
-        blocks = _row_blocks(*u.shape)
+        planner.reserve_device(8 * (t + n))  # the sum of the rows, the float64 map
+        rows = planner.fit(
+            8 * (t + 1),  # a row in float64, its product
+            f"Global correlation of {n} series x {t} time points",
+            at_most=max(1, _BLOCK_VALUES // max(t, 1)),
+        )
+        blocks = [(r0, min(n, r0 + rows)) for r0 in range(0, n, rows)]
         total = torch.zeros(u.shape[1], dtype=torch.float64, device=u.device)
         for r0, r1 in blocks:
             total += _float64_rows(u, constant, r0, r1).sum(0)
@@ -61,11 +79,6 @@ def global_correlation(timeseries, *, device: str = "auto", dtype: str = "float3
 
 #: Values per block of rows of the matrix-free maps' float64 temporaries (8 MB).
 _BLOCK_VALUES = 1 << 20
-
-
-def _row_blocks(n: int, width: int) -> list[tuple[int, int]]:
-    rows = max(1, _BLOCK_VALUES // max(width, 1))
-    return [(r0, min(n, r0 + rows)) for r0 in range(0, n, rows)]
 
 
 def _float64_rows(u: torch.Tensor, constant: torch.Tensor, r0: int, r1: int) -> torch.Tensor:
@@ -83,6 +96,7 @@ def _float64_rows(u: torch.Tensor, constant: torch.Tensor, r0: int, r1: int) -> 
         "fisher_z": ["boolean"],
         "device": ["device"],
         "dtype": ["dtype"],
+        "memory_limit": ["memory", None],
     }
 )
 def seed_correlation(
@@ -94,6 +108,7 @@ def seed_correlation(
     fisher_z: bool = False,
     device: str = "auto",
     dtype: str = "float32",
+    memory_limit=None,
 ) -> np.ndarray:
     """Correlation of every series with one or several seeds.
 
@@ -119,6 +134,7 @@ def seed_correlation(
         float64), as numpy's float64 ``arctanh(corrcoef)`` is.
     %(device)s
     %(dtype)s
+    %(memory_limit)s
 
     Returns
     -------
@@ -140,12 +156,22 @@ def seed_correlation(
     if seed_array.ndim == 1:
         seed_array = seed_array[:, None]
     seed_array = check_timeseries(seed_array, name="seeds")
-    u, constant = normalized_series(timeseries, device=device, dtype=dtype)
-    if seed_array.shape[0] != u.shape[1]:
-        raise ValueError(
-            f"'seeds' must have one row per time point ({u.shape[1]}); got {seed_array.shape[0]}."
+    planner = map_planner(timeseries, device, memory_limit)
+    with planner.transient(), torch.no_grad():
+        u, constant = normalized_series(
+            timeseries, device=planner.device, dtype=dtype, memory_limit=planner
         )
-    with torch.no_grad():
+        if seed_array.shape[0] != u.shape[1]:
+            raise ValueError(
+                f"'seeds' must have one row per time point ({u.shape[1]}); "
+                f"got {seed_array.shape[0]}."
+            )
+        n_seeds, n = seed_array.shape[1], u.shape[0]
+        # The seeds' copy and float64 temporaries, the maps (float64 with fisher_z, twice).
+        planner.require(
+            seed_array.size * 48 + n_seeds * n * (u.element_size() + 16 * fisher_z),
+            f"Seed correlation of {n_seeds} seeds with {n} series",
+        )
         v, _ = normalize_series(
             torch.from_numpy(np.ascontiguousarray(seed_array)).to(u.device), dtype=u.dtype
         )

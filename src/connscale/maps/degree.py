@@ -12,12 +12,11 @@ import torch
 from tqdm.auto import tqdm
 
 from connscale._choices import DEFAULT_THRESHOLD, PRECISIONS
-from connscale._compute import allow_tf32, memory_budget
-from connscale._compute.device import use_triton as triton_runs
+from connscale._compute import allow_tf32
 from connscale._docs import fill_doc
 from connscale._validation import Interval, SequenceOf, StrOptions, validate_params
-from connscale.fc import _exact, _tiles
-from connscale.maps.prepare import NormalizedSeries, as_map, normalized_series
+from connscale.fc.degree import below, degree_counts, degree_kernel, top_threshold
+from connscale.maps.prepare import NormalizedSeries, as_map, map_planner, normalized_series
 
 logger = logging.getLogger(__name__)
 
@@ -182,110 +181,44 @@ def compute_degree(
             raise ValueError(
                 f"With absolute=True the thresholds must be in [0, 1]; got {min(thresholds)}."
             )
-    u, constant = normalized_series(timeseries, device=device, dtype=dtype)
-    n, t = u.shape
-    if n < 2:
-        raise ValueError(f"degree_centrality needs at least 2 series; got {n}.")
-    item = u.element_size()
-    n_maps = len(fractions) if sparsity is not None else len(thresholds)
-    exact = _exact.exact_method(u, precision)
-    resident = n * t * item + n_maps * n * 16
-    if exact == "torch":
-        resident += 2 * n * t * item  # U's TF32 parts
-    budget = memory_budget(u.device, memory_limit)
-    use_triton = u.is_cuda and triton_runs(u, float32=True) and budget >= 2 * resident
-    if use_triton:
-        block_rows = _tiles.plan_block_rows_stored(
-            n, resident, budget, item=item, device=u.device
-        ).block_rows
-    else:
-        block_rows = _tiles.plan_block_rows(
-            n, resident, budget, item=item, device=u.device
-        ).block_rows
-    stats = _exact.new_stats(u.device) if exact else None
-    m = n - int(constant.sum())
-    pairs = m * (m - 1) // 2
-    n_passes = 1
-    # Rows of the histogram pass and the degree pass (top_threshold adds its collect passes).
-    passes = 2 if sparsity is not None else 1
-    progress = tqdm(
-        total=passes * n, desc="degree centrality", unit="row", disable=not verbose, leave=False
-    )
-    with torch.no_grad(), progress, allow_tf32(precision == "tf32"):
-        if sparsity is not None:
-            kept = [max(1, min(pairs, round(p * pairs))) for p in fractions]
-            if exact:
-                found, search_passes = _exact.top_threshold_exact(
-                    u,
-                    kept,
-                    absolute=absolute,
-                    block_rows=block_rows,
-                    stats=stats,
-                    method=exact,
-                    use_triton_histogram=use_triton,
+    planner = map_planner(timeseries, device, memory_limit)
+    with planner.transient(), torch.no_grad():
+        u, constant = normalized_series(
+            timeseries, device=planner.device, dtype=dtype, memory_limit=planner
+        )
+        n = u.shape[0]
+        if n < 2:
+            raise ValueError(f"degree_centrality needs at least 2 series; got {n}.")
+        n_maps = len(fractions) if sparsity is not None else len(thresholds)
+        kernel = degree_kernel(u, n_maps, planner, precision=precision)
+        m = n - int(constant.sum())
+        pairs = m * (m - 1) // 2
+        # Rows of the histogram pass and the degree pass (top_threshold adds its collect passes).
+        passes = 2 if sparsity is not None else 1
+        progress = tqdm(
+            total=passes * n, desc="degree centrality", unit="row", disable=not verbose, leave=False
+        )
+        n_passes = 1
+        with progress, allow_tf32(precision == "tf32"):
+            if sparsity is not None:
+                kept = [max(1, min(pairs, round(p * pairs))) for p in fractions]
+                thresholds, search_passes = top_threshold(
+                    u, kept, kernel, absolute=absolute, progress=progress
                 )
                 n_passes += search_passes
-                progress.update(n)  # the search as one step of the bar
+                cut = [below(v, u.dtype) for v in thresholds]  # r > cut <=> r >= found
             else:
-                found = _tiles.top_threshold(
-                    u,
-                    kept,
-                    absolute=absolute,
-                    block_rows=block_rows,
-                    use_triton=use_triton,
-                    progress=progress,
-                )
-            thresholds = found
-            cut = [_tiles.below(v, u.dtype) for v in found]  # r > cut <=> r >= found
-        else:
-            cut = thresholds
-        cut_t = torch.tensor(cut, dtype=u.dtype)
-        weigh = weighted or both
-        if exact:
-            counts, sums = _exact.degree_exact(
-                u,
-                cut_t,
-                absolute=absolute,
-                weighted=weigh,
-                block_rows=block_rows,
-                stats=stats,
-                method=exact,
+                cut = thresholds
+            counts, sums = degree_counts(
+                u, cut, kernel, absolute=absolute, weighted=weighted or both, progress=progress
             )
-            progress.update(n)  # one kernel (or its own blocks): counted at once
-        elif use_triton and _tiles.CUDA_METHOD == "fused":
-            counts, sums = _tiles.degree_triton(u, cut_t, absolute=absolute, weighted=weigh)
-            progress.update(n)  # one kernel: no blocks to count
-        elif use_triton:
-            counts, sums = _tiles.degree_blocks_triton(
-                u,
-                cut_t,
-                absolute=absolute,
-                weighted=weigh,
-                block_rows=block_rows,
-                progress=progress,
-            )
-        else:
-            counts, sums = _tiles.degree_torch(
-                u,
-                cut_t.to(u.device),
-                absolute=absolute,
-                weighted=weigh,
-                block_rows=block_rows,
-                progress=progress,
-            )
-    if exact:
-        method = f"exact-{exact}"
-    else:
-        method = f"triton-{_tiles.CUDA_METHOD}" if use_triton else "torch"
     info = {
         "thresholds": thresholds,
-        "method": method,
-        "block_rows": block_rows,
+        "method": kernel.method,
+        "block_rows": kernel.block_rows,
         "n_constant": int(constant.sum()),
         "precision": precision,
-        "confirmation": None
-        if stats is None
-        else _exact.Confirmation.from_stats(stats, pairs * n_passes).as_dict(),
+        "confirmation": kernel.confirmation(pairs * n_passes),
     }
     logger.debug("degree_centrality: %s", info)
     if both:

@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from connscale._docs import fill_doc
 from connscale._validation import Interval, user_stacklevel, validate_params
-from connscale.maps.prepare import NormalizedSeries, as_map, normalized_series
+from connscale.maps.prepare import NormalizedSeries, as_map, map_planner, normalized_series
 
 
 @fill_doc
@@ -22,6 +22,7 @@ from connscale.maps.prepare import NormalizedSeries, as_map, normalized_series
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "device": ["device"],
         "dtype": ["dtype"],
+        "memory_limit": ["memory", None],
         "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     }
 )
@@ -32,6 +33,7 @@ def eigenvector_centrality(
     max_iter: int = 1000,
     device: str = "auto",
     dtype: str = "float32",
+    memory_limit=None,
     verbose: int = 0,
 ) -> np.ndarray:
     """Eigenvector centrality of every series (fastECM), matrix-free.
@@ -50,6 +52,7 @@ def eigenvector_centrality(
         Most iterations; a RuntimeWarning says when they ran out.
     %(device)s
     %(dtype)s
+    %(memory_limit)s
     %(verbose)s
         The bar counts iterations (up to ``max_iter``) and shows the last change.
 
@@ -75,12 +78,23 @@ def eigenvector_centrality(
     >>> round(float(np.linalg.norm(ecm)), 6)
     1.0
     """
-    u, constant = normalized_series(timeseries, device=device, dtype=dtype)
-    with torch.no_grad():
-        z = u[~constant] if bool(constant.any()) else u  # no copy when none is constant
-        m = z.shape[0]
+    planner = map_planner(timeseries, device, memory_limit)
+    with planner.transient(), torch.no_grad():
+        u, constant = normalized_series(
+            timeseries, device=planner.device, dtype=dtype, memory_limit=planner
+        )
+        n, t = u.shape
+        m = n - int(constant.sum())
         if m == 0:
             raise ValueError("eigenvector_centrality: every series is constant.")
+        if m < n:
+            planner.reserve_device(m * t * u.element_size())  # the non-constant rows
+        # The iterate, its update and their difference; Zᵀx; the float64 map.
+        planner.require(
+            (3 * m + t) * u.element_size() + 8 * n,
+            f"Eigenvector centrality of {n} series x {t} time points",
+        )
+        z = u[~constant] if m < n else u  # no copy when none is constant
         with tqdm(
             total=max_iter,
             desc="eigenvector centrality",

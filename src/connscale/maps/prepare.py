@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from connscale._compute import MemoryPlanner, resolve_device, resolve_dtype
+from connscale._compute import MemoryPlanner, planner_for, resolve_device, resolve_dtype
 from connscale._validation import check_timeseries
 from connscale.fc.normalize import warn_constant
 from connscale.fc.static import _normalize
@@ -30,13 +30,33 @@ class NormalizedSeries:
 _NORMALIZE_BYTES_PER_VALUE = 40
 
 
+#: What to do when a map does not fit (for messages).
+MEMORY_HINT = "Raise memory_limit, or use fewer series (a coarser mask)."
+
+
+def map_planner(timeseries, device, memory_limit) -> MemoryPlanner:
+    """The one :class:`MemoryPlanner` of a map call (:func:`planner_for`), on
+    the device of ``timeseries`` (that of ``u`` for a :class:`NormalizedSeries`)."""
+    dev = (
+        timeseries.u.device if isinstance(timeseries, NormalizedSeries) else resolve_device(device)
+    )
+    return planner_for(dev, memory_limit, hint=MEMORY_HINT)
+
+
 def normalize_once(
     timeseries, *, device="auto", dtype="float32", memory_limit=None
 ) -> NormalizedSeries:
-    """:func:`normalized_series` as a :class:`NormalizedSeries`."""
-    return NormalizedSeries(
-        *normalized_series(timeseries, device=device, dtype=dtype, memory_limit=memory_limit)
-    )
+    """:func:`normalized_series` as a :class:`NormalizedSeries`.
+
+    ``memory_limit`` (a limit, or the caller's planner) bounds the
+    normalisation; the series are not left counted in a caller's planner:
+    each map call that reads them counts them while it runs.
+    """
+    planner = map_planner(timeseries, device, memory_limit)
+    with planner.transient():
+        return NormalizedSeries(
+            *normalized_series(timeseries, device=planner.device, dtype=dtype, memory_limit=planner)
+        )
 
 
 def normalized_series(timeseries, *, device="auto", dtype="float32", memory_limit=None):
@@ -44,6 +64,11 @@ def normalized_series(timeseries, *, device="auto", dtype="float32", memory_limi
     :class:`NormalizedSeries` is returned as it is), a block of series at a
     time so that the float64 temporaries fit ``memory_limit`` beside the
     result.
+
+    ``memory_limit`` may be the call's planner (:func:`map_planner`): U is
+    then counted into it (for the call's release with
+    :meth:`MemoryPlanner.transient`), the normalised ones and those of a
+    :class:`NormalizedSeries` alike.
 
     Returns
     -------
@@ -57,14 +82,13 @@ def normalized_series(timeseries, *, device="auto", dtype="float32", memory_limi
         When the normalised series and one series' temporaries do not fit.
     """
     if isinstance(timeseries, NormalizedSeries):
+        if isinstance(memory_limit, MemoryPlanner):
+            memory_limit.reserve_device(timeseries.u.numel() * timeseries.u.element_size())
         return timeseries.u, timeseries.constant
     x = check_timeseries(timeseries)
-    dev = resolve_device(device)
+    planner = map_planner(x, device, memory_limit)
     work_dtype = resolve_dtype(dtype)
     n_timepoints, n = x.shape
-    planner = MemoryPlanner(
-        dev, memory_limit, hint="Raise memory_limit, or use fewer series (a coarser mask)."
-    )
     planner.reserve_device(n * n_timepoints * torch.empty((), dtype=work_dtype).element_size())
     columns = planner.fit(
         _NORMALIZE_BYTES_PER_VALUE * n_timepoints,
@@ -72,7 +96,7 @@ def normalized_series(timeseries, *, device="auto", dtype="float32", memory_limi
         at_most=n,
     )
     with torch.no_grad():
-        u, constant = _normalize(x, dev, work_dtype, columns)
+        u, constant = _normalize(x, planner.device, work_dtype, columns)
     warn_constant(constant)
     return u, constant
 

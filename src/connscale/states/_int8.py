@@ -64,9 +64,9 @@ from dataclasses import dataclass
 import torch
 
 from connscale._compute.device import HAS_TRITON
-from connscale._compute.memory import memory_budget
 from connscale.states import _half
 from connscale.states import _triton_kmeans as fused
+from connscale.states._budget import memory_budget
 
 if HAS_TRITON:  # pragma: no cover - depends on the machine
     import triton

@@ -24,7 +24,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 from tqdm.auto import tqdm
 
-from connscale._compute import MemoryPlanner, resolve_device
+from connscale._compute import MemoryPlanner, planner_for, resolve_device
 from connscale._docs import fill_doc
 from connscale._validation import (
     Interval,
@@ -37,6 +37,7 @@ from connscale._validation import (
     validate_params,
 )
 from connscale.states import _kmeans as km
+from connscale.states._budget import planning
 from connscale.states._features import StateFeatures, state_features
 
 logger = logging.getLogger("connscale")
@@ -239,6 +240,11 @@ def _tolerance(x: torch.Tensor, tol: float) -> float:
     return total / x.numel() * tol
 
 
+#: What to do when the states do not fit (for messages).
+_MEMORY_HINT = (
+    "Raise memory_limit, or cluster fewer windows (a longer step) or fewer edges (a smaller atlas)."
+)
+
 #: Bytes per value of a block of the blocked passes: float64 temporaries
 #: (a copy, a difference, its square) or a median's gathered and sorted copies.
 _BLOCK_BYTES_PER_ELEMENT = 40
@@ -253,11 +259,11 @@ def _plan_memory(
     n_exemplars: int,
     metric: str,
     fisher_z: bool,
-    device: torch.device,
-    memory_limit,
+    planner: MemoryPlanner,
 ) -> int:
-    """Count what :meth:`DFCStates.fit` allocates against ``memory_limit``,
-    before any of it is; return the values per block of its blocked passes.
+    """Count what :meth:`DFCStates.fit` allocates into ``planner`` (the fit's,
+    on its device), before any of it is; return the values per block of its
+    blocked passes.
 
     Counted: the pooled copy of the subjects' windows and their Fisher z,
     the working copy the k-means reads (with, on CUDA, its aligned and
@@ -272,12 +278,7 @@ def _plan_memory(
     """
     n = int(np.sum(sizes))
     window = n_edges * itemsize
-    planner = MemoryPlanner(
-        device,
-        memory_limit,
-        hint="Raise memory_limit, or cluster fewer windows (a longer step) or fewer "
-        "edges (a smaller atlas).",
-    )
+    device = planner.device
     planner.reserve_host((int(len(sizes) > 1) + int(fisher_z)) * n * window)
     copies = 1  # the k-means' working copy (on the CPU, a clone of the pooled one)
     if device.type == "cuda" and metric != "l1":
@@ -386,7 +387,8 @@ class DFCStates(BaseEstimator):
         copies, its blocks of float64 temporaries), in bytes or as a string
         such as ``'8GB'``; a limit too small for the windows fails up front
         with :class:`connscale.MemoryLimitError` naming what is needed. None
-        uses up to 80%% of what is free.
+        uses up to 80%% of what is free. A :class:`connscale._compute.MemoryPlanner`
+        counts the fit into a task's budget.
     %(verbose)s
         The bar counts k-means runs (``n_init`` restarts, and the run of all
         windows with ``exemplars``) and shows the Lloyd iteration of the
@@ -486,19 +488,20 @@ class DFCStates(BaseEstimator):
                 f"n_states={self.n_states} needs at least as many windows; got {n_total}."
             )
         device = resolve_device(self.device)
-        elements = _plan_memory(
-            sizes,
-            arrays[0].shape[1],
-            arrays[0].dtype.itemsize,
-            n_states=self.n_states,
-            n_exemplars=int(np.sum(sizes // 2 + 1)) if self.exemplars else 0,
-            metric=self.metric,
-            fisher_z=self.fisher_z,
-            device=device,
-            memory_limit=self.memory_limit,
-        )
-        with km.limited_blocks(elements):
-            return self._fit(arrays, sizes, device)
+        planner = planner_for(device, self.memory_limit, hint=_MEMORY_HINT)
+        with planner.transient():
+            elements = _plan_memory(
+                sizes,
+                arrays[0].shape[1],
+                arrays[0].dtype.itemsize,
+                n_states=self.n_states,
+                n_exemplars=int(np.sum(sizes // 2 + 1)) if self.exemplars else 0,
+                metric=self.metric,
+                fisher_z=self.fisher_z,
+                planner=planner,
+            )
+            with km.limited_blocks(elements), planning(planner):
+                return self._fit(arrays, sizes, device)
 
     def _fit(self, arrays: list[np.ndarray], sizes: np.ndarray, device: torch.device):
         """:meth:`fit` once its memory is planned (in its blocks' context)."""

@@ -1,0 +1,110 @@
+"""Pieces shared by fc's kernels: TF32 splitting, and the Triton epilogues of
+the degree kernels (:mod:`connscale.fc._tiles`, :mod:`connscale.fc._exact_triton`)
+and the placing kernel of their compaction to CSR.
+
+Every kernel module imports these from here, so that none imports another
+kernel module for them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from connscale._compute.device import HAS_TRITON
+
+if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
+    import triton
+    import triton.language as tl
+
+#: Entries moved per step and row by :func:`place_kernel`.
+PLACE_CHUNK = 16
+
+
+def tf32_round(x: torch.Tensor) -> torch.Tensor:
+    """``x`` (float32) rounded to TF32: to nearest at 10 explicit mantissa bits,
+    ties away from zero, by integer operations on the bits; NaN and ±inf kept
+    (the result is float32)."""
+    if x.dtype != torch.float32:
+        raise TypeError(f"tf32_round needs a float32 tensor; got {x.dtype}.")
+    bits = x.contiguous().view(torch.int32)
+    # Adding half of the 13 dropped bits rounds the magnitude (sign-magnitude
+    # encoding: the carry runs into the exponent, never into the sign).
+    rounded = ((bits + 0x1000) & -0x2000).view(torch.float32)
+    return torch.where(torch.isfinite(x), rounded, x)
+
+
+def split_tf32(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(hi, lo): hi = tf32(u), lo = tf32(u − hi); hi + lo is u to about 2⁻²² |u|."""
+    hi = tf32_round(u)
+    return hi, tf32_round(u - hi)
+
+
+if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
+
+    @triton.jit
+    def degree_epilogue(
+        acc,
+        rows,
+        cols,
+        n,
+        thr_ptr,
+        count_ptr,
+        sum_ptr,
+        N_THRESH: tl.constexpr,
+        ABSOLUTE: tl.constexpr,
+        WEIGHTED: tl.constexpr,
+    ):
+        # Strict upper triangle, inside the matrix; NaN compares False.
+        valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
+        if ABSOLUTE:
+            value = tl.abs(acc)
+        else:
+            value = acc
+        row_ok = rows < n
+        col_ok = cols < n
+        for i in tl.static_range(N_THRESH):
+            theta = tl.load(thr_ptr + i)
+            keep = valid & (value > theta)
+            kept = keep.to(tl.int32)
+            tl.atomic_add(count_ptr + i * n + rows, tl.sum(kept, axis=1), mask=row_ok)
+            tl.atomic_add(count_ptr + i * n + cols, tl.sum(kept, axis=0), mask=col_ok)
+            if WEIGHTED:
+                w = tl.where(keep, value, 0.0)
+                tl.atomic_add(sum_ptr + i * n + rows, tl.sum(w, axis=1).to(tl.float64), mask=row_ok)
+                tl.atomic_add(sum_ptr + i * n + cols, tl.sum(w, axis=0).to(tl.float64), mask=col_ok)
+
+    @triton.jit
+    def place_kernel(
+        counts_ptr,
+        inclusive_ptr,
+        row_offsets_ptr,
+        bases_ptr,
+        staged_values_ptr,
+        staged_columns_ptr,
+        values_ptr,
+        columns_ptr,
+        n,
+        n_cb,
+        capacity,
+        BM: tl.constexpr,
+        CH: tl.constexpr,
+    ):
+        # The staged entries of piece (rows [pid0·BM, +BM), column block pid1)
+        # to their CSR places: row offset + entries of the row's earlier blocks.
+        rows = tl.program_id(0) * BM + tl.arange(0, BM)
+        cb = tl.program_id(1)
+        row_ok = rows < n
+        table = rows.to(tl.int64) * n_cb + cb
+        count = tl.load(counts_ptr + table, mask=row_ok, other=0)
+        base = tl.load(bases_ptr + tl.program_id(0).to(tl.int64) * n_cb + cb)
+        source = base + (tl.cumsum(count, axis=0) - count).to(tl.int64)
+        earlier = tl.load(inclusive_ptr + table, mask=row_ok, other=0) - count
+        target = tl.load(row_offsets_ptr + rows, mask=row_ok, other=0) + earlier.to(tl.int64)
+        longest = tl.max(count, axis=0)
+        for c in range(0, longest, CH):
+            lanes = c + tl.arange(0, CH)
+            src = source[:, None] + lanes[None, :]
+            dst = target[:, None] + lanes[None, :]
+            move = (lanes[None, :] < count[:, None]) & (src < capacity) & (dst < capacity)
+            tl.store(values_ptr + dst, tl.load(staged_values_ptr + src, mask=move), mask=move)
+            tl.store(columns_ptr + dst, tl.load(staged_columns_ptr + src, mask=move), mask=move)
