@@ -36,7 +36,7 @@ from connscale.cohort import JOBS, CohortJob
 from connscale.datasets import simulate_networks
 from connscale.engines import SerialEngine, TaskFailure
 from connscale.networks import _blocks
-from connscale.networks._r1dl import _run_engine
+from connscale.networks._r1dl import _AtomSettings, _run_engine
 
 from ..conftest import RETRIES
 
@@ -162,13 +162,8 @@ def test_r1dl_on_dask_survives_losing_every_worker(dask_engine, tmp_path):
             S.shape,
             len(bounds) - 1,
             dtype=torch.float64,
-            n_atoms=2,
-            r=40,
-            tol=0.01,
-            max_iter=100,
-            selection="magnitude",
+            settings=_AtomSettings(n_atoms=2, r=40, tol=0.01, max_iter=100, selection="magnitude"),
             rng=np.random.default_rng(3),
-            verbose=0,
         )
         return out
 

@@ -7,7 +7,7 @@ from numpy.testing import assert_allclose
 
 from connscale.engines import SerialEngine
 from connscale.networks import _blocks, r1dl, spatial_similarity
-from connscale.networks._r1dl import _run_engine
+from connscale.networks._r1dl import _AtomSettings, _run_engine
 
 from .conftest import SIZE
 
@@ -87,13 +87,8 @@ def _run(engine, loader, S, n_blocks):
         S.shape,
         n_blocks,
         dtype=__import__("torch").float64,
-        n_atoms=K,
-        r=SIZE,
-        tol=0.01,
-        max_iter=100,
-        selection="magnitude",
+        settings=_AtomSettings(n_atoms=K, r=SIZE, tol=0.01, max_iter=100, selection="magnitude"),
         rng=np.random.default_rng(11),
-        verbose=0,
     )
     return out
 

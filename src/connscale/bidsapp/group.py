@@ -54,6 +54,7 @@ from connscale._choices import GROUP_FEATURES
 from connscale._params import entry
 from connscale._version import __version__
 from connscale.bidsapp.config import GroupConfig
+from connscale.bidsapp.outputs import MEASURE
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import (
     bids_name,
@@ -77,7 +78,6 @@ if TYPE_CHECKING:
     from connscale.bidsapp.group_states import GroupStates
 
 logger = logging.getLogger("connscale")
-_MEASURE = "PearsonCorrelation"
 _FEATURE_LABELS = {
     "edges": "Fisher-z edges",
     "dfc": "DFC summaries (each edge's mean and standard deviation of Fisher z over windows)",
@@ -131,12 +131,12 @@ def find_participant_outputs(
             ents = parse_bids_name(path)
         except ValueError:
             continue
-        if ents.get("meas") != _MEASURE or "sub" not in ents:
+        if ents.get("meas") != MEASURE or "sub" not in ents:
             continue
         found.append({"path": path, **ents})
     if not found:
         raise ValueError(
-            f"No participant output (*_meas-{_MEASURE}_relmat.tsv under sub-*/) in "
+            f"No participant output (*_meas-{MEASURE}_relmat.tsv under sub-*/) in "
             f"{output}; run the participant level first."
         )
     combos = sorted({(f.get("seg"), f.get("desc")) for f in found}, key=str)
@@ -263,6 +263,44 @@ def _fisher(r: np.ndarray) -> np.ndarray:
     return np.arctanh(np.clip(r, -1 + 1e-7, 1 - 1e-7))
 
 
+@dataclass(frozen=True)
+class _GroupOptions:
+    """What the group level's steps share of :func:`run_group`'s options."""
+
+    participants: str | os.PathLike | None
+    target: str | None
+    folds: int
+    repeats: int
+    random_state: int | None
+    features: tuple[str, ...]
+    device: str
+    overwrite: bool
+
+
+@dataclass(frozen=True)
+class _Connectomes:
+    """The runs' connectomes over the regions every run has.
+
+    ``z`` holds each run's Fisher-z matrix (n_runs, n_regions, n_regions),
+    ``mean`` the group mean (tanh of the mean z, unit diagonal).
+    """
+
+    runs: list[dict]
+    labels: list[str]
+    z: np.ndarray
+    mean: np.ndarray
+
+    @property
+    def upper(self) -> tuple[np.ndarray, np.ndarray]:
+        """The upper-triangle (i < j) indices of the regions, row-major."""
+        return np.triu_indices(len(self.labels), 1)
+
+    @property
+    def entities(self) -> dict:
+        """The BIDS entities of the group outputs (atlas, measure, strategy)."""
+        return {"seg": self.runs[0]["seg"], "meas": MEASURE, "desc": self.runs[0].get("desc")}
+
+
 @entry(GroupConfig, keywords=True)
 def run_group(
     output,
@@ -294,17 +332,22 @@ def run_group(
     -------
     GroupResult
     """
-    from connscale._compute import resolve_device
-    from connscale.bidsapp.group_maps import compute_maps, plan_maps
-    from connscale.bidsapp.group_states import compute_states, plan_states
-    from connscale.io.fingerprint import run_fingerprint
-    from connscale.io.publish import OutputSet
-    from connscale.io.relmat import read_relmat_tsv
+    from connscale.bidsapp.group_maps import plan_maps
+    from connscale.bidsapp.group_states import plan_states
 
     if (participants is None) != (target is None):
         raise ValueError("Give both --participants and --target, or neither.")
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    features = _check_features(features)
+    options = _GroupOptions(
+        participants=participants,
+        target=target,
+        folds=folds,
+        repeats=repeats,
+        random_state=random_state,
+        features=_check_features(features),
+        device=device,
+        overwrite=overwrite,
+    )
     output = Path(output)
     runs = find_participant_outputs(output, atlas_name=atlas_name, strategy=strategy)
     atlas_name, strategy = runs[0]["seg"], runs[0].get("desc")
@@ -319,7 +362,19 @@ def run_group(
         metric=state_metric,
         random_state=random_state,
     )
-    maps_plan = plan_maps(output, runs, required=True if "maps" in features else None)
+    maps_plan = plan_maps(output, runs, required=True if "maps" in options.features else None)
+    data = _read_connectomes(runs)
+    result = _publish_group(
+        output, data, options, (plan, maps_plan), started=started, left_out=left_out
+    )
+    _write_group_log(output, result)
+    return result
+
+
+def _read_connectomes(runs: list[dict]) -> _Connectomes:
+    """Read every run's connectome and align them on the regions all runs have."""
+    from connscale.io.relmat import read_relmat_tsv
+
     matrices, names = [], []
     for r in runs:
         matrix, labels = read_relmat_tsv(r["path"])
@@ -343,129 +398,185 @@ def run_group(
     z = _fisher(aligned)
     mean = np.tanh(z.mean(axis=0))
     np.fill_diagonal(mean, 1.0)
-    iu = np.triu_indices(len(common), 1)
+    return _Connectomes(runs, common, z, mean)
 
-    group = output / "group"
-    ents = {"seg": atlas_name, "meas": _MEASURE, "desc": strategy}
-    inputs = [r["path"] for r in runs] + ([] if participants is None else [participants])
+
+def _group_fingerprint(data: _Connectomes, options: _GroupOptions, plans) -> dict:
+    """Return the fingerprint of the group outputs: their inputs and parameters."""
+    from connscale.io.fingerprint import run_fingerprint
+
+    plan, maps_plan = plans
+    inputs = [r["path"] for r in data.runs]
+    inputs += [] if options.participants is None else [options.participants]
     if plan is not None:
         inputs.append({"states": plan.fingerprint["digest"]})
     if maps_plan is not None:
         inputs.append({"maps": maps_plan.fingerprint["digest"]})
-    fingerprint = run_fingerprint(
+    return run_fingerprint(
         inputs,
         {
-            "target": target,
-            "folds": folds,
-            "repeats": repeats,
-            "random_state": random_state,
-            "features": list(features),
+            "target": options.target,
+            "folds": options.folds,
+            "repeats": options.repeats,
+            "random_state": options.random_state,
+            "features": list(options.features),
         },
     )
+
+
+def _publish_group(
+    output: Path,
+    data: _Connectomes,
+    options: _GroupOptions,
+    plans,
+    *,
+    started: str,
+    left_out: list[dict],
+) -> GroupResult:
+    """Compute the states, maps and feature table; publish the group outputs.
+
+    Outputs published with the same fingerprint are resumed instead.
+    """
+    from connscale.bidsapp.group_maps import compute_maps
+    from connscale.bidsapp.group_states import compute_states
+    from connscale.io.publish import OutputSet
+
+    plan, maps_plan = plans
+    group = output / "group"
     with OutputSet(
         group,
-        bids_prefix({"seg": atlas_name, "desc": strategy}, require_subject=False),
+        bids_prefix(
+            {"seg": data.entities["seg"], "desc": data.entities["desc"]}, require_subject=False
+        ),
         command="bids group",
-        fingerprint=fingerprint,
-        overwrite=overwrite,
+        fingerprint=_group_fingerprint(data, options, plans),
+        overwrite=options.overwrite,
     ) as out:
-        found = None if plan is None else compute_states(plan, device=device, overwrite=overwrite)
+        found = (
+            None
+            if plan is None
+            else compute_states(plan, device=options.device, overwrite=options.overwrite)
+        )
         mean_maps = (
             None
             if maps_plan is None
-            else compute_maps(maps_plan, features="maps" in features, overwrite=overwrite)
-        )
-        use_states = found is not None and "states" in features
-        summaries = _dfc_summaries(runs, common) if "dfc" in features else None
-        by_subject = defaultdict(list)
-        for i, (r, zi) in enumerate(zip(runs, z)):
-            parts = [zi[iu]] if "edges" in features else []
-            parts += [summaries[i]] if summaries is not None else []
-            parts += [found.run_features[i]] if use_states else []
-            by_subject[r["sub"]].append(np.concatenate(parts) if parts else np.empty(0))
-        subjects = sorted(by_subject)
-        table = np.stack([np.mean(by_subject[s], axis=0) for s in subjects])
-        feature_names = (
-            [f"{common[i]}|{common[j]}" for i, j in zip(*iu)] if "edges" in features else []
-        )
-        if summaries is not None:
-            edges = [f"{common[i]}|{common[j]}" for i, j in zip(*iu)]
-            feature_names += [f"{e}:dfc_mean" for e in edges] + [f"{e}:dfc_std" for e in edges]
-        feature_names += found.feature_names if use_states else []
-        if "maps" in features:  # the same participants, sorted
-            table = np.concatenate([table, mean_maps.values], axis=1)
-            feature_names += mean_maps.feature_names
-        if not feature_names:
-            raise ValueError(
-                f"The feature table of {', '.join(features)} has no column (no DFC states)."
+            else compute_maps(
+                maps_plan, features="maps" in options.features, overwrite=options.overwrite
             )
-        result = GroupResult(
-            atlas_name,
-            strategy,
-            runs,
-            common,
-            mean,
-            subjects,
-            table,
-            [],
-            feature_names=feature_names,
-            states=found,
-            maps=mean_maps,
-            feature_kinds=[k for k in features if k != "states" or use_states],
-            left_out=left_out,
         )
-        names = {
-            "mean": bids_name(
-                {**ents, "stat": "mean"}, suffix="relmat", extension=".tsv", require_subject=False
-            ),
-            "table": bids_name(ents, suffix="features", extension=".tsv", require_subject=False),
-            "classification": bids_name(
-                ents, suffix="classification", extension=".json", require_subject=False
-            ),
-        }
+        result = _feature_table(data, options.features, found, mean_maps)
+        result.left_out = left_out
+        names = _output_names(data.entities)
         if out.complete():
             result.resumed = True
             result.outputs = [group / n for n in _published(group, out.prefix)]
-            if target is not None:
+            if options.target is not None:
                 import json
 
                 result.classification = json.loads((group / names["classification"]).read_text())
         else:
-            _write_group(result, out, output, names, z, iu, ents, participants, target)
-            if target is not None:
-                result.classification = _classify(
-                    result,
-                    Path(participants),
-                    target,
-                    folds=folds,
-                    repeats=repeats,
-                    random_state=random_state,
-                )
-                write_json_atomic(out.path(names["classification"]), result.classification)
-            _group_report(
-                out,
-                output,
-                runs,
-                z,
-                iu,
-                mean,
-                common,
-                ents,
-                found,
-                mean_maps,
-                classification=result.classification,
-                started=started,
-                device=str(resolve_device(device)),
-                notes=left_out_lines(result.left_out),
-            )
-            out.commit()
-            result.outputs = list(out.published)
+            _write_outputs(out, output, result, data, options, names=names, started=started)
     if found is not None:
         result.outputs += found.outputs
     if mean_maps is not None:
         result.outputs += mean_maps.outputs
-    _write_group_log(output, result)
     return result
+
+
+def _feature_table(data: _Connectomes, features: tuple[str, ...], found, mean_maps) -> GroupResult:
+    """Return the group result with its feature table.
+
+    One row per participant (the mean over its runs), the columns of ``features``.
+    """
+    runs, common, iu = data.runs, data.labels, data.upper
+    use_states = found is not None and "states" in features
+    summaries = _dfc_summaries(runs, common) if "dfc" in features else None
+    by_subject = defaultdict(list)
+    for i, (r, zi) in enumerate(zip(runs, data.z)):
+        parts = [zi[iu]] if "edges" in features else []
+        parts += [summaries[i]] if summaries is not None else []
+        parts += [found.run_features[i]] if use_states else []
+        by_subject[r["sub"]].append(np.concatenate(parts) if parts else np.empty(0))
+    subjects = sorted(by_subject)
+    table = np.stack([np.mean(by_subject[s], axis=0) for s in subjects])
+    feature_names = [f"{common[i]}|{common[j]}" for i, j in zip(*iu)] if "edges" in features else []
+    if summaries is not None:
+        edges = [f"{common[i]}|{common[j]}" for i, j in zip(*iu)]
+        feature_names += [f"{e}:dfc_mean" for e in edges] + [f"{e}:dfc_std" for e in edges]
+    feature_names += found.feature_names if use_states else []
+    if "maps" in features:  # the same participants, sorted
+        table = np.concatenate([table, mean_maps.values], axis=1)
+        feature_names += mean_maps.feature_names
+    if not feature_names:
+        raise ValueError(
+            f"The feature table of {', '.join(features)} has no column (no DFC states)."
+        )
+    return GroupResult(
+        data.entities["seg"],
+        data.entities["desc"],
+        runs,
+        common,
+        data.mean,
+        subjects,
+        table,
+        [],
+        feature_names=feature_names,
+        states=found,
+        maps=mean_maps,
+        feature_kinds=[k for k in features if k != "states" or use_states],
+    )
+
+
+def _output_names(ents: dict) -> dict:
+    """Return the file names of the group mean, the feature table and the classification."""
+    return {
+        "mean": bids_name(
+            {**ents, "stat": "mean"}, suffix="relmat", extension=".tsv", require_subject=False
+        ),
+        "table": bids_name(ents, suffix="features", extension=".tsv", require_subject=False),
+        "classification": bids_name(
+            ents, suffix="classification", extension=".json", require_subject=False
+        ),
+    }
+
+
+def _write_outputs(
+    out,
+    output: Path,
+    result: GroupResult,
+    data: _Connectomes,
+    options: _GroupOptions,
+    *,
+    names,
+    started,
+) -> None:
+    """Write the group mean, feature table, classification and report; commit ``out``."""
+    from connscale._compute import resolve_device
+
+    _write_group(result, out, output, names)
+    if options.target is not None:
+        result.classification = _classify(
+            result,
+            Path(options.participants),
+            options.target,
+            folds=options.folds,
+            repeats=options.repeats,
+            random_state=options.random_state,
+        )
+        write_json_atomic(out.path(names["classification"]), result.classification)
+    _group_report(
+        out,
+        output,
+        data,
+        result.states,
+        result.maps,
+        classification=result.classification,
+        started=started,
+        device=str(resolve_device(options.device)),
+        notes=left_out_lines(result.left_out),
+    )
+    out.commit()
+    result.outputs = list(out.published)
 
 
 def _dfc_summaries(runs: list[dict], common: list[str]) -> list[np.ndarray]:
@@ -513,7 +624,8 @@ def _published(folder: Path, prefix: str) -> list[str]:
     return sorted(read_manifest(folder, prefix)["files"])
 
 
-def _write_group(result: GroupResult, out, output: Path, names, z, iu, ents, participants, target):
+def _write_group(result: GroupResult, out, output: Path, names: dict) -> None:
+    """Write the group mean (TSV and its JSON sidecar) and the feature table."""
     from connscale.io.features import write_feature_table
     from connscale.io.relmat import write_relmat_tsv
 
@@ -543,15 +655,31 @@ def _write_group(result: GroupResult, out, output: Path, names, z, iu, ents, par
     )
 
 
+def _run_rows(runs: list[dict], group: Path) -> list[dict]:
+    """Return each run's row of the group report: name, report link, mean FD, volumes kept."""
+    import json
+
+    rows = []
+    for r in runs:
+        meta = json.loads(r["path"].with_suffix(".json").read_text())
+        fd = meta.get("MeanFramewiseDisplacement")
+        ents_run = {k: v for k, v in r.items() if k not in ("path", "meas", "suffix", "extension")}
+        report = r["path"].parent / bids_name(ents_run, suffix="report", extension=".html")
+        rows.append(
+            {
+                "name": r["path"].name.split("_seg-")[0],
+                "report": os.path.relpath(report, group) if report.is_file() else None,
+                "mean_fd": np.nan if fd is None else float(fd),
+                "n_kept": int(meta["NumberOfVolumes"] - meta["NumberOfVolumesDiscarded"]),
+            }
+        )
+    return rows
+
+
 def _group_report(
     out,
     output: Path,
-    runs: list[dict],
-    z: np.ndarray,
-    iu,
-    mean,
-    names,
-    ents,
+    data: _Connectomes,
     states,
     maps,
     *,
@@ -560,33 +688,20 @@ def _group_report(
     device: str,
     notes: list[str],
 ) -> Path:
-    import json
-
-    from connscale.bidsapp.report import qc_fc, write_group_report
+    """Write the group report: the mean connectome, QC-FC, states, maps, classification."""
+    from connscale.bidsapp.report import GroupPage, qc_fc, write_group_report
 
     group = out.out_dir
-    rows, mean_fd = [], []
-    for r in runs:
-        meta = json.loads(r["path"].with_suffix(".json").read_text())
-        fd = meta.get("MeanFramewiseDisplacement")
-        mean_fd.append(np.nan if fd is None else float(fd))
-        ents_run = {k: v for k, v in r.items() if k not in ("path", "meas", "suffix", "extension")}
-        report = r["path"].parent / bids_name(ents_run, suffix="report", extension=".html")
-        rows.append(
-            {
-                "name": r["path"].name.split("_seg-")[0],
-                "report": os.path.relpath(report, group) if report.is_file() else None,
-                "mean_fd": mean_fd[-1],
-                "n_kept": int(meta["NumberOfVolumes"] - meta["NumberOfVolumesDiscarded"]),
-            }
-        )
-    mean_fd = np.asarray(mean_fd)
-    edges = np.tanh(z[:, iu[0], iu[1]])
-    qcfc = qc_fc(edges, mean_fd) if np.isfinite(mean_fd).all() and len(runs) > 2 else None
-    results = {"runs": len(runs), "regions": len(names)}
+    rows = _run_rows(data.runs, group)
+    mean_fd = np.asarray([row["mean_fd"] for row in rows])
+    iu = data.upper
+    edges = np.tanh(data.z[:, iu[0], iu[1]])
+    qcfc = qc_fc(edges, mean_fd) if np.isfinite(mean_fd).all() and len(rows) > 2 else None
+    results = {"runs": len(rows), "regions": len(data.labels)}
     if qcfc is not None:
         finite = qcfc[np.isfinite(qcfc)]
         results["QC-FC median |r|"] = float(np.median(np.abs(finite))) if finite.size else None
+    ents = data.entities
     parameters = {"atlas": ents["seg"], "strategy": ents["desc"], "output": str(output)}
     if states is not None:
         parameters.update({"states": states.n_states, "state metric": states.metric})
@@ -595,11 +710,9 @@ def _group_report(
     if maps is not None:
         results["group maps"] = maps.names
         results["voxels in the common mask"] = int(maps.mask.sum())
-    name = bids_name(ents, suffix="report", extension=".html", require_subject=False)
-    return write_group_report(
-        out.path(name),
-        mean=mean,
-        names=names,
+    page = GroupPage(
+        mean=data.mean,
+        names=data.labels,
         runs=rows,
         qcfc=qcfc,
         parameters=parameters,
@@ -607,10 +720,11 @@ def _group_report(
         states=states,
         maps=None if maps is None else _map_figures(output, maps),
         classification=classification,
-        started=started,
-        device=device,
-        published_dir=group,
         warnings=notes,
+    )
+    name = bids_name(ents, suffix="report", extension=".html", require_subject=False)
+    return write_group_report(
+        out.path(name), page, started=started, device=device, published_dir=group
     )
 
 

@@ -18,11 +18,19 @@ report.
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["describe_resampling", "qc_fc", "run_figures", "run_header", "write_group_report"]
+__all__ = [
+    "GroupPage",
+    "describe_resampling",
+    "qc_fc",
+    "run_figures",
+    "run_header",
+    "write_group_report",
+]
 
 _MAX_CARPET_VOXELS = 2000
 #: State matrices are drawn up to this many regions.
@@ -220,38 +228,51 @@ def _classification_results(summary: dict) -> dict:
     return shown
 
 
-def write_group_report(
-    path: Path,
-    *,
-    mean: np.ndarray,
-    names: list[str],
-    runs: list[dict],
-    qcfc: np.ndarray | None,
-    parameters: dict,
-    results: dict,
-    states=None,
-    maps: dict | None = None,
-    classification: dict | None = None,
-    started: str | None = None,
-    device: str | None = None,
-    published_dir: Path | None = None,
-    warnings=(),
-) -> Path:
-    """The group page: average connectome, QC-FC, DFC states, mean maps,
-    classification, every run linked.
+@dataclass(frozen=True)
+class GroupPage:
+    """What the group page shows.
 
-    ``states`` is a :class:`connscale.bidsapp.group_states.GroupStates` or None;
-    ``maps`` None or ``{"maps": [(image path, title), ...], "background": image
-    or None}`` (None: nilearn's MNI template); ``classification`` the
-    published classification JSON or None. ``runs[i]["report"]`` is the run's
-    report relative to ``published_dir``, the folder the page is published in
-    (default: ``path``'s, when it is not staged); ``warnings`` the page's
-    warnings (the runs and measures left out, and why).
+    Attributes
+    ----------
+    mean : ndarray of shape (n_regions, n_regions)
+        The group-average connectome.
+    names : list of str
+        Its region names.
+    runs : list of dict
+        One row per run: ``name``, ``report`` (the run's report relative to
+        the folder the page is published in, or None), ``mean_fd``, ``n_kept``.
+    qcfc : ndarray of shape (n_edges,) or None
+        QC-FC of every edge (:func:`qc_fc`).
+    parameters, results : dict
+        The page's parameter and result tables.
+    states : GroupStates or None
+        A :class:`connscale.bidsapp.group_states.GroupStates`.
+    maps : dict or None
+        ``{"maps": [(image path, title), ...], "background": image or None}``
+        (None: nilearn's MNI template).
+    classification : dict or None
+        The published classification JSON.
+    warnings : sequence of str
+        The runs and measures left out, and why.
     """
-    import platform
 
-    from connscale._version import __version__
-    from connscale.report import write_report
+    mean: np.ndarray
+    names: list[str]
+    runs: list[dict]
+    qcfc: np.ndarray | None
+    parameters: dict
+    results: dict
+    states: object = None
+    maps: dict | None = None
+    classification: dict | None = None
+    warnings: tuple[str, ...] | list[str] = ()
+
+
+def _group_figures(page: GroupPage, figures_dir: Path) -> list[Path]:
+    """Draw the group page's figures into ``figures_dir``.
+
+    The mean connectome, QC-FC, the DFC states and the mean maps.
+    """
     from connscale.report.plots import (
         plot_correlation_matrix,
         plot_state_matrices,
@@ -260,16 +281,15 @@ def write_group_report(
     )
 
     plt = _plt()
-    figures_dir = path.parent / f".{path.stem}_figures"
-    figures_dir.mkdir(parents=True, exist_ok=True)
     figures = [
         plot_correlation_matrix(
-            mean,
+            page.mean,
             figures_dir / "group_connectome.png",
-            labels=names,
+            labels=page.names,
             title="group-average connectome",
         )
     ]
+    qcfc, states = page.qcfc, page.states
     if qcfc is not None and np.isfinite(qcfc).any():
         fig, ax = plt.subplots(figsize=(6, 3))
         ax.hist(qcfc[np.isfinite(qcfc)], bins=np.linspace(-1, 1, 41), color="#4c78a8")
@@ -293,7 +313,7 @@ def write_group_report(
                 figures_dir / "state_sequence.png",
                 n_states=states.n_states,
                 window_times=example["onset_s"],
-                title=f"{runs[0]['name']}: DFC state of each window",
+                title=f"{page.runs[0]['name']}: DFC state of each window",
             )
         )
         figures.append(
@@ -303,35 +323,23 @@ def write_group_report(
                 title="State transition probabilities (mean over runs)",
             )
         )
-    if maps is not None:
+    if page.maps is not None:
         from connscale.report.maps import plot_stat_map
 
-        for k, (image, title) in enumerate(maps["maps"]):
+        for k, (image, title) in enumerate(page.maps["maps"]):
             figures.append(
                 plot_stat_map(
                     image,
                     figures_dir / f"map{k}.png",
-                    bg_img=maps["background"],
+                    bg_img=page.maps["background"],
                     title=f"group mean: {title}",
                 )
             )
-    if classification is not None:
-        results = {**results, "classification": _classification_results(classification)}
-    record = {
-        "command": "bids group",
-        "software": {"connscale": __version__, "python": platform.python_version()},
-        "started": started,
-        "device": device,
-        "parameters": parameters,
-        "results": results,
-        "figures": [str(f) for f in figures],
-        "outputs": [r["report"] for r in runs if r.get("report")],
-        "warnings": list(warnings),
-    }
-    report = write_report(record, path.parent, filename=path.name, published_dir=published_dir)
-    for figure in figures:
-        figure.unlink(missing_ok=True)
-    figures_dir.rmdir()
+    return figures
+
+
+def _runs_table(runs: list[dict]) -> str:
+    """Return the page's HTML table linking every run's report."""
     rows = "".join(
         f'<tr><td><a href="{html.escape(r["report"])}">{html.escape(r["name"])}</a></td>'
         f'<td class="num">{r.get("mean_fd", float("nan")):.3f}</td>'
@@ -342,11 +350,68 @@ def write_group_report(
         "</td></tr>"
         for r in runs
     )
-    table = (
+    return (
         '<section id="runs"><h2>Runs</h2><table><tr><th>run (report)</th>'
         f"<th>mean FD (mm)</th><th>volumes kept</th></tr>{rows}</table></section>"
     )
-    text = report.read_text().replace("</main>", table + "</main>", 1)
-    from connscale.io.atomic import write_text_atomic
 
+
+def write_group_report(
+    path: Path,
+    page: GroupPage,
+    *,
+    started: str | None = None,
+    device: str | None = None,
+    published_dir: Path | None = None,
+) -> Path:
+    """Write the group page.
+
+    Average connectome, QC-FC, DFC states, mean maps, classification, every
+    run linked.
+
+    Parameters
+    ----------
+    path : Path
+        The page (its figures are drawn in a hidden folder beside it, then removed).
+    page : GroupPage
+        What the page shows.
+    started, device : str or None
+        When the group level started, and where it computed.
+    published_dir : Path or None
+        The folder the page is published in (default: ``path``'s, when it is
+        not staged); the runs' ``report`` links are relative to it.
+
+    Returns
+    -------
+    Path
+        The page.
+    """
+    import platform
+
+    from connscale._version import __version__
+    from connscale.io.atomic import write_text_atomic
+    from connscale.report import write_report
+
+    figures_dir = path.parent / f".{path.stem}_figures"
+    figures_dir.mkdir(parents=True, exist_ok=True)
+    figures = _group_figures(page, figures_dir)
+    results = page.results
+    if page.classification is not None:
+        results = {**results, "classification": _classification_results(page.classification)}
+    record = {
+        "command": "bids group",
+        "software": {"connscale": __version__, "python": platform.python_version()},
+        "started": started,
+        "device": device,
+        "parameters": page.parameters,
+        "results": results,
+        "figures": [str(f) for f in figures],
+        "outputs": [r["report"] for r in page.runs if r.get("report")],
+        "warnings": list(page.warnings),
+    }
+    report = write_report(record, path.parent, filename=path.name, published_dir=published_dir)
+    for figure in figures:
+        figure.unlink(missing_ok=True)
+    figures_dir.rmdir()
+    text = report.read_text().replace("</main>", _runs_table(page.runs) + "</main>", 1)
     return write_text_atomic(report, text)

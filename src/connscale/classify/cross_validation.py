@@ -312,6 +312,110 @@ def _seed(rng: np.random.Generator) -> int:
     return int(rng.integers(0, 2**31 - 1))
 
 
+def _pooled_metrics(counts, fold_scores: dict, *, divisor: int, confidence: float) -> dict:
+    """Return metric -> its pooled proportion, interval and fold summary.
+
+    ``counts`` are (tn, fp, fn, tp) pooled over every test set; k and n are
+    divided by ``divisor`` (the repeats for ``interval='subjects'``).
+    """
+    metrics = {}
+    for name, (k_all, n_all) in _metric_counts(*counts).items():
+        k, n = k_all / divisor, n_all / divisor
+        values = np.asarray(fold_scores[name], dtype=float)
+        finite = values[np.isfinite(values)]
+        low, high = (
+            clopper_pearson(k, n, confidence=confidence) if n > 0 else (float("nan"), float("nan"))
+        )
+        metrics[name] = {
+            "mean": _ratio(k, n),
+            "ci_low": low,
+            "ci_high": high,
+            "k": float(k),
+            "n": float(n),
+            "fold_mean": float(finite.mean()) if finite.size else float("nan"),
+            "fold_std": float(finite.std()) if finite.size else float("nan"),
+        }
+    return metrics
+
+
+def _summarise_folds(fits: list, y01, folds: int, *, divisor: int, confidence: float) -> dict:
+    """Return the summary of the fitted folds, in :func:`cross_validate`'s order.
+
+    The metrics, ROC AUC, per-fold scores, confusion matrix and out-of-fold scores.
+    """
+    from sklearn.metrics import roc_auc_score
+
+    fold_counts = np.array([_counts(y01[f["test"]], f["predicted"]) for f in fits])
+    fold_scores = {name: [] for name in METRICS}
+    for tn, fp, fn, tp in fold_counts:
+        for name, (k, n) in _metric_counts(tn, fp, fn, tp).items():
+            fold_scores[name].append(_ratio(k, n))
+    tn, fp, fn, tp = fold_counts.sum(axis=0)
+    summary = _pooled_metrics((tn, fp, fn, tp), fold_scores, divisor=divisor, confidence=confidence)
+    oof = np.full((len(fits) // folds, y01.shape[0]), np.nan)
+    for index, fit in enumerate(fits):
+        oof[index // folds, fit["test"]] = fit["score"]
+    aucs = np.array([roc_auc_score(y01, row) for row in oof])
+    summary["auc"] = {
+        "mean": float(aucs.mean()),
+        "std": float(aucs.std()),
+        "per_repeat": aucs.tolist(),
+    }
+    summary["fold_scores"] = {name: [float(v) for v in fold_scores[name]] for name in METRICS}
+    summary["confusion_matrix"] = [[int(tn), int(fp)], [int(fn), int(tp)]]
+    summary["oof_scores"] = oof
+    summary["y"] = y01
+    return summary
+
+
+def _feature_weights(fits: list, model: str) -> dict:
+    """Return the mean importance, mean SVM coef and selection frequency of each feature."""
+    return {
+        "importance": np.mean([f["importance"] for f in fits], axis=0),
+        "coef_mean": np.mean([f["coef"] for f in fits], axis=0) if model == "svm" else None,
+        "selected_frequency": np.mean([f["support"] for f in fits], axis=0),
+    }
+
+
+def _count_not_converged(fits: list, model: str) -> int:
+    """Return the number of folds whose fit did not converge (warned of)."""
+    n_not_converged = int(sum(not f["converged"] for f in fits))
+    if n_not_converged:
+        warnings.warn(
+            f"The {model} did not converge in {n_not_converged} of "
+            f"{len(fits)} folds; raise max_iter through model_params.",
+            RuntimeWarning,
+            stacklevel=user_stacklevel(),
+        )
+    return n_not_converged
+
+
+def _permutation(pipeline, X, y01, folds: int, n_permutations: int, *, seeds, n_jobs) -> dict:
+    """Return the permutation test of the accuracy on one shuffled stratified split.
+
+    ``seeds`` are (the split's, the permutations').
+    """
+    from sklearn.model_selection import StratifiedKFold, permutation_test_score
+
+    cv_seed, perm_seed = seeds
+    score, null_scores, p_value = permutation_test_score(
+        pipeline,
+        X,
+        y01,
+        cv=StratifiedKFold(folds, shuffle=True, random_state=cv_seed),
+        n_permutations=n_permutations,
+        random_state=perm_seed,
+        n_jobs=n_jobs,
+        scoring="accuracy",
+    )
+    return {
+        "score": float(score),
+        "p_value": float(p_value),
+        "n_permutations": n_permutations,
+        "null_scores": np.asarray(null_scores),
+    }
+
+
 @fill_doc
 @validate_params(
     {
@@ -429,7 +533,6 @@ def cross_validate(
     True
     """
     from joblib import Parallel, delayed
-    from sklearn.metrics import roc_auc_score
     from sklearn.model_selection import RepeatedStratifiedKFold
 
     folds, repeats, permutation_test = int(folds), int(repeats), int(permutation_test)
@@ -453,12 +556,6 @@ def cross_validate(
         delayed(_fit_fold)(pipeline, X, y01, train, test, model) for train, test in splits
     )
 
-    fold_counts = np.array([_counts(y01[f["test"]], f["predicted"]) for f in fits])
-    fold_scores = {name: [] for name in METRICS}
-    for tn, fp, fn, tp in fold_counts:
-        for name, (k, n) in _metric_counts(tn, fp, fn, tp).items():
-            fold_scores[name].append(_ratio(k, n))
-    tn, fp, fn, tp = fold_counts.sum(axis=0)
     result: dict = {
         "model": model,
         "folds": folds,
@@ -471,69 +568,13 @@ def cross_validate(
         "confidence": confidence,
     }
     divisor = repeats if interval == "subjects" else 1
-    for name, (k_all, n_all) in _metric_counts(tn, fp, fn, tp).items():
-        k, n = k_all / divisor, n_all / divisor
-        values = np.asarray(fold_scores[name], dtype=float)
-        finite = values[np.isfinite(values)]
-        low, high = (
-            clopper_pearson(k, n, confidence=confidence) if n > 0 else (float("nan"), float("nan"))
-        )
-        result[name] = {
-            "mean": _ratio(k, n),
-            "ci_low": low,
-            "ci_high": high,
-            "k": float(k),
-            "n": float(n),
-            "fold_mean": float(finite.mean()) if finite.size else float("nan"),
-            "fold_std": float(finite.std()) if finite.size else float("nan"),
-        }
-
-    oof = np.full((repeats, n_subjects), np.nan)
-    for index, fit in enumerate(fits):
-        oof[index // folds, fit["test"]] = fit["score"]
-    aucs = np.array([roc_auc_score(y01, row) for row in oof])
-    result["auc"] = {
-        "mean": float(aucs.mean()),
-        "std": float(aucs.std()),
-        "per_repeat": aucs.tolist(),
-    }
-    result["fold_scores"] = {name: [float(v) for v in fold_scores[name]] for name in METRICS}
-    result["confusion_matrix"] = [[int(tn), int(fp)], [int(fn), int(tp)]]
-    result["oof_scores"] = oof
-    result["y"] = y01
-    result["feature_weights"] = {
-        "importance": np.mean([f["importance"] for f in fits], axis=0),
-        "coef_mean": np.mean([f["coef"] for f in fits], axis=0) if model == "svm" else None,
-        "selected_frequency": np.mean([f["support"] for f in fits], axis=0),
-    }
-    result["n_not_converged"] = int(sum(not f["converged"] for f in fits))
-    if result["n_not_converged"]:
-        warnings.warn(
-            f"The {model} did not converge in {result['n_not_converged']} of "
-            f"{len(fits)} folds; raise max_iter through model_params.",
-            RuntimeWarning,
-            stacklevel=user_stacklevel(),
-        )
-
+    result.update(_summarise_folds(fits, y01, folds, divisor=divisor, confidence=confidence))
+    result["feature_weights"] = _feature_weights(fits, model)
+    result["n_not_converged"] = _count_not_converged(fits, model)
     if permutation_test:
-        from sklearn.model_selection import StratifiedKFold, permutation_test_score
-
-        score, null_scores, p_value = permutation_test_score(
-            pipeline,
-            X,
-            y01,
-            cv=StratifiedKFold(folds, shuffle=True, random_state=cv_seed),
-            n_permutations=permutation_test,
-            random_state=perm_seed,
-            n_jobs=n_jobs,
-            scoring="accuracy",
+        result["permutation"] = _permutation(
+            pipeline, X, y01, folds, permutation_test, seeds=(cv_seed, perm_seed), n_jobs=n_jobs
         )
-        result["permutation"] = {
-            "score": float(score),
-            "p_value": float(p_value),
-            "n_permutations": permutation_test,
-            "null_scores": np.asarray(null_scores),
-        }
     return result
 
 

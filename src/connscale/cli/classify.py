@@ -185,10 +185,184 @@ def _feature_rows(features, result, top: int) -> list:
     return rows
 
 
-def run(args) -> int:
-    from connscale.classify import align_labels, cross_validate, load_features
+_SUMMARY_KEYS = ("mean", "ci_low", "ci_high", "k", "n", "fold_mean", "fold_std")
+
+
+def _load(args):
+    """Return the features aligned with the labels (the positive class last)."""
+    from connscale.classify import align_labels, load_features
+
+    features = load_features(
+        args.features, fisher_z_transform=args.fisher_z, statistics=args.statistics
+    )
+    classes = None
+    if args.positive is not None:
+        from connscale.classify.features import read_participants
+
+        mapping = read_participants(args.participants, label=args.label)
+        values = sorted({mapping.get(s) for s in features.subjects} - {None})
+        if args.positive not in values:
+            raise ValueError(
+                f"--positive {args.positive!r} is not a value of column "
+                f"{args.label!r}; found {values}."
+            )
+        classes = [v for v in values if v != args.positive] + [args.positive]
+    return align_labels(features, args.participants, label=args.label, classes=classes)
+
+
+def _write_metrics(record: RunRecord, args, features, result: dict) -> dict:
+    """Write the metrics (JSON and TSV) and the per-fold scores; return the summary."""
     from connscale.classify.cross_validation import METRICS
+    from connscale.io.atomic import write_json_atomic
+
+    out = record.out_dir
+    negative, positive = features.y_classes
+    summary = {name: {k: result[name][k] for k in _SUMMARY_KEYS} for name in METRICS}
+    metrics = {
+        "classes": {"negative": negative, "positive": positive},
+        "n_subjects": result["n_subjects"],
+        "n_features": result["n_features"],
+        "model": args.model,
+        "folds": args.folds,
+        "repeats": args.repeats,
+        "interval": args.interval,
+        **summary,
+        "auc": result["auc"],
+        "confusion_matrix": result["confusion_matrix"],
+        "n_not_converged": result["n_not_converged"],
+        "fold_scores": result["fold_scores"],
+    }
+    if "permutation" in result:
+        metrics["permutation"] = result["permutation"]
+    record.add_output(write_json_atomic(out / f"{_PREFIX}_metrics.json", metrics))
+    record.add_output(
+        _write_tsv(
+            out / f"{_PREFIX}_metrics.tsv",
+            ["metric", *_SUMMARY_KEYS],
+            [[name] + [summary[name][k] for k in _SUMMARY_KEYS] for name in METRICS],
+        )
+    )
+    record.add_output(
+        _write_tsv(
+            out / f"{_PREFIX}_folds.tsv",
+            ["repeat", "fold", *METRICS],
+            [
+                [index // args.folds, index % args.folds]
+                + [result["fold_scores"][name][index] for name in METRICS]
+                for index in range(args.folds * args.repeats)
+            ],
+        )
+    )
+    return summary
+
+
+def _write_subjects(record: RunRecord, args, features, result: dict) -> list:
+    """Write the per-subject predictions and the top features; return the feature rows."""
+    out = record.out_dir
+    oof = np.asarray(result["oof_scores"])
+    predicted_positive = (oof > 0) if args.model == "svm" else (oof > 0.5)
+    correct = (predicted_positive == features.y[None, :].astype(bool)).mean(axis=0)
+    record.add_output(
+        _write_tsv(
+            out / f"{_PREFIX}_predictions.tsv",
+            ["participant_id", args.label, "mean_score", "fraction_correct"],
+            [
+                [
+                    f"sub-{s}",
+                    features.y_classes[features.y[r]],
+                    float(oof[:, r].mean()),
+                    float(correct[r]),
+                ]
+                for r, s in enumerate(features.subjects)
+            ],
+        )
+    )
+    rows = _feature_rows(features, result, args.top)
+    record.add_output(
+        _write_tsv(
+            out / f"{_PREFIX}_features.tsv",
+            [
+                "rank",
+                "feature",
+                "name",
+                "statistic",
+                "i",
+                "j",
+                "label_i",
+                "label_j",
+                "importance",
+                "coef_mean",
+                "selected_frequency",
+            ],
+            rows,
+        )
+    )
+    return rows
+
+
+def _write_figures(record: RunRecord, args, features, result: dict) -> None:
+    """Draw the confusion matrix, the ROC curves and the edges' importance."""
     from connscale.report import plots
+
+    out = record.out_dir
+    record.add_figure(
+        plots.plot_confusion_matrix(
+            result["confusion_matrix"],
+            out / f"{_PREFIX}_confusion.png",
+            class_names=tuple(features.y_classes),
+            title=f"Confusion matrix ({args.repeats} repeats pooled)",
+        )
+    )
+    oof = np.asarray(result["oof_scores"])
+    record.add_figure(plots.plot_roc(features.y, oof, out / f"{_PREFIX}_roc.png"))
+    edges = [k for k, s in enumerate(features.statistic) if s == "edge"]
+    if edges and len(features.region_labels) <= 400:
+        n = len(features.region_labels)
+        matrix = np.zeros((n, n))
+        importance = np.asarray(result["feature_weights"]["importance"])
+        matrix[features.pair_i[edges], features.pair_j[edges]] = importance[edges]
+        matrix = matrix + matrix.T
+        record.add_figure(
+            plots.plot_correlation_matrix(
+                matrix,
+                out / f"{_PREFIX}_feature_importance.png",
+                labels=features.region_labels,
+                vmin=0.0,
+                vmax=float(matrix.max() or 1.0),
+                cmap="viridis",
+                title=f"Feature importance ({args.model})",
+            )
+        )
+
+
+def _results(args, features, result: dict, summary: dict, rows: list) -> dict:
+    """Return the run log's results: metrics, interval, AUC and the top features."""
+    negative, positive = features.y_classes
+    results = {
+        "n_subjects": result["n_subjects"],
+        "n_features": result["n_features"],
+        "classes": f"{negative} (negative) vs {positive} (positive)",
+        "metrics": summary,
+        "interval": (
+            "Clopper-Pearson 95% on counts pooled over all test predictions"
+            + (
+                f", divided by the {args.repeats} repeats (one pass over the subjects)"
+                if args.interval == "subjects"
+                else ""
+            )
+        ),
+        "auc": {"mean": result["auc"]["mean"], "std": result["auc"]["std"]},
+        "confusion_matrix [[TN, FP], [FN, TP]]": result["confusion_matrix"],
+        "top_features": [f"{row[2]} ({row[8]:.3g})" for row in rows[:10]],
+    }
+    if "permutation" in result:
+        results["permutation_p_value"] = result["permutation"]["p_value"]
+    return results
+
+
+def run(args) -> int:
+    """Run ``connscale classify``: load, cross-validate, write tables, figures and the log."""
+    from connscale.classify import cross_validate
 
     configure_logging(args.verbose)
     if args.top < 1:
@@ -197,25 +371,9 @@ def run(args) -> int:
     parameters["features"] = [str(p) for p in args.features]
     record = RunRecord(_PREFIX, args.out, parameters)
     record.device = "cpu (scikit-learn)"
-    out = record.out_dir
 
     with record.timer("load"):
-        features = load_features(
-            args.features, fisher_z_transform=args.fisher_z, statistics=args.statistics
-        )
-        classes = None
-        if args.positive is not None:
-            from connscale.classify.features import read_participants
-
-            mapping = read_participants(args.participants, label=args.label)
-            values = sorted({mapping.get(s) for s in features.subjects} - {None})
-            if args.positive not in values:
-                raise ValueError(
-                    f"--positive {args.positive!r} is not a value of column "
-                    f"{args.label!r}; found {values}."
-                )
-            classes = [v for v in values if v != args.positive] + [args.positive]
-        features = align_labels(features, args.participants, label=args.label, classes=classes)
+        features = _load(args)
     negative, positive = features.y_classes
     logger.info(
         "%d subjects (%d %s, %d %s), %d features",
@@ -243,144 +401,12 @@ def run(args) -> int:
         )
 
     with record.timer("write"):
-        summary = {
-            name: {
-                k: result[name][k]
-                for k in ("mean", "ci_low", "ci_high", "k", "n", "fold_mean", "fold_std")
-            }
-            for name in METRICS
-        }
-        metrics = {
-            "classes": {"negative": negative, "positive": positive},
-            "n_subjects": result["n_subjects"],
-            "n_features": result["n_features"],
-            "model": args.model,
-            "folds": args.folds,
-            "repeats": args.repeats,
-            "interval": args.interval,
-            **summary,
-            "auc": result["auc"],
-            "confusion_matrix": result["confusion_matrix"],
-            "n_not_converged": result["n_not_converged"],
-            "fold_scores": result["fold_scores"],
-        }
-        if "permutation" in result:
-            metrics["permutation"] = result["permutation"]
-        from connscale.io.atomic import write_json_atomic
-
-        record.add_output(write_json_atomic(out / f"{_PREFIX}_metrics.json", metrics))
-        record.add_output(
-            _write_tsv(
-                out / f"{_PREFIX}_metrics.tsv",
-                ["metric", "mean", "ci_low", "ci_high", "k", "n", "fold_mean", "fold_std"],
-                [
-                    [name]
-                    + [
-                        summary[name][k]
-                        for k in ("mean", "ci_low", "ci_high", "k", "n", "fold_mean", "fold_std")
-                    ]
-                    for name in METRICS
-                ],
-            )
-        )
-        record.add_output(
-            _write_tsv(
-                out / f"{_PREFIX}_folds.tsv",
-                ["repeat", "fold", *METRICS],
-                [
-                    [index // args.folds, index % args.folds]
-                    + [result["fold_scores"][name][index] for name in METRICS]
-                    for index in range(args.folds * args.repeats)
-                ],
-            )
-        )
-        oof = np.asarray(result["oof_scores"])
-        predicted_positive = (oof > 0) if args.model == "svm" else (oof > 0.5)
-        correct = (predicted_positive == features.y[None, :].astype(bool)).mean(axis=0)
-        record.add_output(
-            _write_tsv(
-                out / f"{_PREFIX}_predictions.tsv",
-                ["participant_id", args.label, "mean_score", "fraction_correct"],
-                [
-                    [
-                        f"sub-{s}",
-                        features.y_classes[features.y[r]],
-                        float(oof[:, r].mean()),
-                        float(correct[r]),
-                    ]
-                    for r, s in enumerate(features.subjects)
-                ],
-            )
-        )
-        rows = _feature_rows(features, result, args.top)
-        record.add_output(
-            _write_tsv(
-                out / f"{_PREFIX}_features.tsv",
-                [
-                    "rank",
-                    "feature",
-                    "name",
-                    "statistic",
-                    "i",
-                    "j",
-                    "label_i",
-                    "label_j",
-                    "importance",
-                    "coef_mean",
-                    "selected_frequency",
-                ],
-                rows,
-            )
-        )
-
+        summary = _write_metrics(record, args, features, result)
+        rows = _write_subjects(record, args, features, result)
     with record.timer("figures"):
-        record.add_figure(
-            plots.plot_confusion_matrix(
-                result["confusion_matrix"],
-                out / f"{_PREFIX}_confusion.png",
-                class_names=(negative, positive),
-                title=f"Confusion matrix ({args.repeats} repeats pooled)",
-            )
-        )
-        record.add_figure(plots.plot_roc(features.y, oof, out / f"{_PREFIX}_roc.png"))
-        edges = [k for k, s in enumerate(features.statistic) if s == "edge"]
-        if edges and len(features.region_labels) <= 400:
-            n = len(features.region_labels)
-            matrix = np.zeros((n, n))
-            importance = np.asarray(result["feature_weights"]["importance"])
-            matrix[features.pair_i[edges], features.pair_j[edges]] = importance[edges]
-            matrix = matrix + matrix.T
-            record.add_figure(
-                plots.plot_correlation_matrix(
-                    matrix,
-                    out / f"{_PREFIX}_feature_importance.png",
-                    labels=features.region_labels,
-                    vmin=0.0,
-                    vmax=float(matrix.max() or 1.0),
-                    cmap="viridis",
-                    title=f"Feature importance ({args.model})",
-                )
-            )
+        _write_figures(record, args, features, result)
 
-    record.results = {
-        "n_subjects": result["n_subjects"],
-        "n_features": result["n_features"],
-        "classes": f"{negative} (negative) vs {positive} (positive)",
-        "metrics": summary,
-        "interval": (
-            "Clopper-Pearson 95% on counts pooled over all test predictions"
-            + (
-                f", divided by the {args.repeats} repeats (one pass over the subjects)"
-                if args.interval == "subjects"
-                else ""
-            )
-        ),
-        "auc": {"mean": result["auc"]["mean"], "std": result["auc"]["std"]},
-        "confusion_matrix [[TN, FP], [FN, TP]]": result["confusion_matrix"],
-        "top_features": [f"{row[2]} ({row[8]:.3g})" for row in rows[:10]],
-    }
-    if "permutation" in result:
-        record.results["permutation_p_value"] = result["permutation"]["p_value"]
+    record.results = _results(args, features, result, summary, rows)
     log = record.finish(_PREFIX)
     accuracy = summary["accuracy"]
     logger.info(

@@ -58,38 +58,68 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def run(args) -> int:
-    from connscale.cli._common import RunRecord
-    from connscale.cli.main import main
-    from connscale.datasets import (
-        compute_brain_mask,
-        load_nitime_fmri,
-        nibabel_functional_path,
-        nitime_fmri_path,
-        nitime_roi_path,
-        simulate_cohort,
-        simulate_timeseries,
-    )
+class _Steps:
+    """The demo's steps, each a ``connscale`` command run into its own folder.
 
-    out: Path = args.out
-    inputs = out / "inputs"
-    inputs.mkdir(parents=True, exist_ok=True)
-    record = RunRecord("demo", out, vars(args))
-    common = ["--device", args.device, "-q"]
-    steps: list[tuple[str, float, Path]] = []
+    Every step is timed, and its reports added to the demo's run record.
+    """
 
-    def step(title, argv, folder):
+    def __init__(self, record, args) -> None:
+        self.record = record
+        self.common = ["--device", args.device, "-q"]
+        self.done: list[tuple[str, float, Path]] = []
+
+    def add(self, title: str, seconds: float, folder: Path, key: str) -> None:
+        """Record a finished step: its title, its seconds and its folder."""
+        self.done.append((title, seconds, folder))
+        self.record.timings[key] = round(seconds, 3)
+
+    def __call__(self, title: str, argv: list[str], folder: Path) -> None:
+        """Run ``connscale <argv> --out <folder>``; raise if it fails."""
+        from connscale.cli.main import main
+
         print(f"\n== {title}", flush=True)
         start = time.perf_counter()
         status = main([*argv, "--out", str(folder)])
         if status:
             raise RuntimeError(f"demo step '{title}' failed with exit status {status}")
-        seconds = time.perf_counter() - start
-        steps.append((title, seconds, folder))
+        self.add(title, time.perf_counter() - start, folder, key=folder.name)
         for report in sorted(folder.rglob("*report.html")):  # <prefix>_report.html or report.html
-            record.add_output(report)
-        record.timings[folder.name] = round(seconds, 3)
+            self.record.add_output(report)
 
+
+def run(args) -> int:
+    """Run ``connscale demo``: every step in turn, then the overview report."""
+    from connscale._compute import resolve_device
+    from connscale.cli._common import RunRecord
+
+    out: Path = args.out
+    inputs = out / "inputs"
+    inputs.mkdir(parents=True, exist_ok=True)
+    record = RunRecord("demo", out, vars(args))
+    steps = _Steps(record, args)
+
+    bids_report = _bids_step(steps, out, args)
+    roi, fmri1, mask_path = _fc_steps(steps, out, inputs, args)
+    _dynamic_steps(steps, out, (roi, fmri1, mask_path), args)
+    _life_step(steps, out, args)
+    cohort = _cohort_steps(steps, out, inputs, args)
+    _table_iv_step(record, cohort, out, args)
+    record.results["steps"] = {folder.name: title for title, _, folder in steps.done}
+    record.device = str(resolve_device(args.device))
+    record.finish("demo")
+
+    print("\n== connscale demo finished")
+    print(f"BIDS-App report: {bids_report.resolve()}")
+    for title, seconds, folder in steps.done:
+        print(f"  {seconds:7.2f} s  {folder.name:<14} {title}")
+    print(f"Results, logs and reports of each step are in {out.resolve()}/<step>/")
+    print(f"Overview report: {(out / 'report.html').resolve()}")
+    return 0
+
+
+def _bids_step(steps: _Steps, out: Path, args) -> Path:
+    """Run the BIDS-App step; return its group report."""
     print(
         "\n== BIDS-App on a synthetic fMRIPrep tree (6 subjects, nilearn's real confounds): "
         "denoised atlas FC, DFC and region pairs per run, then the group level",
@@ -97,49 +127,65 @@ def run(args) -> int:
     )
     start = time.perf_counter()
     bids_report = _bids_app(out / "bids", args)
-    steps.append(
-        (
-            "BIDS-App: fMRIPrep -> denoised connectivity, group report",
-            time.perf_counter() - start,
-            out / "bids",
-        )
+    steps.add(
+        "BIDS-App: fMRIPrep -> denoised connectivity, group report",
+        time.perf_counter() - start,
+        out / "bids",
+        key="bids",
     )
-    record.add_output(bids_report)
-    record.timings["bids"] = round(steps[-1][1], 3)
+    steps.record.add_output(bids_report)
     print(f"BIDS-App report: {bids_report.resolve()}", flush=True)
+    return bids_report
+
+
+def _fc_steps(steps: _Steps, out: Path, inputs: Path, args) -> tuple[str, str, Path]:
+    """Run the static FC steps; return nitime's ROI series, its fmri1 scan and that scan's mask."""
+    from connscale.datasets import (
+        compute_brain_mask,
+        load_nitime_fmri,
+        nibabel_functional_path,
+        nitime_fmri_path,
+        nitime_roi_path,
+        simulate_timeseries,
+    )
 
     roi = str(nitime_roi_path())
-    step(
+    steps(
         "Static FC of nitime's 31 ROI series (250 time points)",
-        ["fc", roi, *common],
+        ["fc", roi, *steps.common],
         out / "fc_roi",
     )
 
     mask_path = inputs / "fmri1_brainmask.nii.gz"
     compute_brain_mask(load_nitime_fmri(1)).to_filename(mask_path)
     fmri1 = str(nitime_fmri_path(1))
-    step(
+    steps(
         "Voxel-level FC of nitime's fmri1 scan (1,800 voxels), sparse |r| >= 0.5",
-        ["fc", fmri1, "--mask", str(mask_path), "--threshold", "0.5", "--absolute", *common],
+        ["fc", fmri1, "--mask", str(mask_path), "--threshold", "0.5", "--absolute", *steps.common],
         out / "fc_voxels",
     )
-    step(
+    steps(
         "Voxel-level FC of nibabel's functional.nii (upper triangle, HDF5)",
-        ["fc", str(nibabel_functional_path()), "--kind", "triu", *common],
+        ["fc", str(nibabel_functional_path()), "--kind", "triu", *steps.common],
         out / "fc_nibabel",
     )
 
     simulated = inputs / f"sub-sim_desc-{args.n_voxels}voxels_timeseries.npy"
     data, _ = simulate_timeseries(257, args.n_voxels, random_state=args.seed)
     np.save(simulated, data)
-    step(
+    steps(
         f"Voxel-scale FC of a simulated scan ({args.n_voxels:,} series x 257), out of core "
         "under a 1 GB memory limit into HDF5",
-        ["fc", str(simulated), "--kind", "triu", "--memory-limit", "1GB", *common],
+        ["fc", str(simulated), "--kind", "triu", "--memory-limit", "1GB", *steps.common],
         out / "fc_simulated",
     )
+    return roi, fmri1, mask_path
 
-    step(
+
+def _dynamic_steps(steps: _Steps, out: Path, nitime: tuple[str, str, Path], args) -> None:
+    """Run the dynamic FC, region-pair and r1DL steps on nitime's (ROI series, fmri1, mask)."""
+    roi, fmri1, mask_path = nitime
+    steps(
         "Dynamic FC of nitime's ROI series: windows of 40, step 5, sparse |r| >= 0.5",
         [
             "dfc",
@@ -153,11 +199,11 @@ def run(args) -> int:
             "--threshold",
             "0.5",
             "--absolute",
-            *common,
+            *steps.common,
         ],
         out / "dfc_sparse",
     )
-    step(
+    steps(
         "Dynamic FC of nitime's fmri1 voxels: windows of 20, low-rank (rank 5) with errors",
         [
             "dfc",
@@ -175,16 +221,16 @@ def run(args) -> int:
             "--error",
             "--seed",
             str(args.seed),
-            *common,
+            *steps.common,
         ],
         out / "dfc_lowrank",
     )
-    step(
+    steps(
         "Region-pair DFC time courses of nitime's ROI series (w = 32, s = 4)",
-        ["pairs", roi, "--window", "32", "--step", "4", *common],
+        ["pairs", roi, "--window", "32", "--step", "4", *steps.common],
         out / "pairs",
     )
-    step(
+    steps(
         "r1DL functional networks of nitime's fmri1 scan (8 atoms, 10% of voxels each)",
         [
             "r1dl",
@@ -197,16 +243,19 @@ def run(args) -> int:
             "0.1",
             "--seed",
             str(args.seed),
-            *common,
+            *steps.common,
         ],
         out / "r1dl",
     )
 
+
+def _life_step(steps: _Steps, out: Path, args) -> None:
+    """Run LiFE on dipy's small_25 scan and tractogram."""
     from dipy.data import get_fnames
 
     dwi, bvals, bvecs = (str(p) for p in get_fnames(name="small_25"))
     tractogram = str(get_fnames(name="small_25_streamlines"))
-    step(
+    steps(
         "LiFE on dipy's small_25 scan and tractogram, ReAl-LiFE λ sweep (cross-validated)",
         [
             "life",
@@ -221,14 +270,19 @@ def run(args) -> int:
             "0,0.001,0.01",
             "--seed",
             str(args.seed),
-            *common,
+            *steps.common,
         ],
         out / "life",
     )
 
+
+def _cohort_steps(steps: _Steps, out: Path, inputs: Path, args):
+    """Run the cohort runner and the classification on a simulated cohort; return the cohort."""
+    from connscale.datasets import simulate_cohort
+
     cohort = simulate_cohort(**_COHORT, random_state=args.seed)
     written = cohort.write(inputs / "cohort")
-    step(
+    steps(
         f"Cohort of {_COHORT['n_subjects']} simulated subjects (planted group difference in "
         f"{_COHORT['effect_edges']} edges): per-subject FC with the cohort runner",
         [
@@ -249,7 +303,7 @@ def run(args) -> int:
         out / "cohort_fc",
     )
     relmats = sorted(str(p) for p in (out / "cohort_fc").rglob("*_relmat.h5"))
-    step(
+    steps(
         "Patients vs controls from the cohort's connectomes (linear SVM, 5-fold x 3)",
         [
             "classify",
@@ -267,6 +321,12 @@ def run(args) -> int:
         ],
         out / "classify",
     )
+    return cohort
+
+
+def _table_iv_step(record, cohort, out: Path, args) -> None:
+    """Compare classification from actual and low-rank reconstructed correlations."""
+    from connscale.report.plots import plot_metric_comparison
 
     print(
         "\n== GPU-DFC Table IV: classification from actual vs low-rank reconstructed correlations",
@@ -278,9 +338,6 @@ def run(args) -> int:
         name: {metric: result[metric] for metric in ("accuracy", "sensitivity", "specificity")}
         for name, result in comparison.items()
     }
-    record.results["steps"] = {folder.name: title for title, _, folder in steps}
-    from connscale.report.plots import plot_metric_comparison
-
     record.add_figure(
         plot_metric_comparison(
             comparison,
@@ -293,18 +350,6 @@ def run(args) -> int:
         print(
             f"  {name:>13}: accuracy {acc['mean']:.2f} [{acc['ci_low']:.2f}, {acc['ci_high']:.2f}]"
         )
-    from connscale._compute import resolve_device
-
-    record.device = str(resolve_device(args.device))
-    record.finish("demo")
-
-    print("\n== connscale demo finished")
-    print(f"BIDS-App report: {bids_report.resolve()}")
-    for title, seconds, folder in steps:
-        print(f"  {seconds:7.2f} s  {folder.name:<14} {title}")
-    print(f"Results, logs and reports of each step are in {out.resolve()}/<step>/")
-    print(f"Overview report: {(out / 'report.html').resolve()}")
-    return 0
 
 
 def _bids_app(folder: Path, args) -> Path:

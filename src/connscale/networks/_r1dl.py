@@ -162,6 +162,98 @@ def resolve_sparsity(sparsity: int | float, n_voxels: int) -> int:
     return max(1, min(n_voxels, int(round(float(sparsity) * n_voxels))))
 
 
+@dataclass(frozen=True)
+class _AtomSettings:
+    """What shapes the atoms, the same on every backend.
+
+    ``n_atoms`` atoms of ``r`` loadings each, chosen by ``selection``; an atom
+    stops at ``‖u_new - u‖ < tol`` or after ``max_iter`` updates, the best of
+    ``n_init`` random starts kept; ``verbose`` shows a progress bar.
+    """
+
+    n_atoms: int
+    r: int
+    tol: float
+    max_iter: int
+    selection: str
+    n_init: int = 1
+    verbose: int = 0
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """How S is read into blocks.
+
+    The compute ``dtype``, whether each voxel column is standardised on load,
+    and the voxels per block (None: planned from the memory budget).
+    """
+
+    dtype: torch.dtype
+    standardize: bool
+    block_size: int | None = None
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where the atoms are learned.
+
+    The ``backend`` (and the ``cluster`` of 'dask' or 'spark'); for the local
+    backend, the ``device``, its ``memory_limit`` and where S is kept
+    (``storage``).
+    """
+
+    backend: str | Engine
+    cluster: object
+    device: object
+    memory_limit: object
+    storage: str
+
+
+def _check_options(n_components, n_atoms, backend, cluster, storage: str) -> int:
+    """Return the number of atoms (``n_atoms`` is the deprecated name).
+
+    ``storage`` and ``cluster`` given to a backend that does not use them are refused.
+    """
+    if not (isinstance(n_atoms, str) and n_atoms == DEPRECATED):
+        validate_parameter_values(
+            {"n_atoms": _PARAMETER_CONSTRAINTS["n_components"]}, {"n_atoms": n_atoms}, "r1dl"
+        )
+    n_atoms = int(renamed(n_components, n_atoms, new="n_components", old="n_atoms", new_default=20))
+    if not isinstance(backend, Engine):
+        if backend != "local" and storage != "auto":
+            raise ValueError(
+                f"'storage' is only used by the 'local' backend; got storage={storage!r} "
+                f"with backend={backend!r} (workers keep their own blocks)."
+            )
+        if backend == "local" and cluster is not None:
+            raise ValueError(
+                "'cluster' is only used by the 'dask' and 'spark' backends; got "
+                f"cluster={cluster!r} with backend='local'."
+            )
+    return n_atoms
+
+
+def _atom_settings(
+    shape: tuple[int, int],
+    n_atoms: int,
+    sparsity,
+    tol: float,
+    max_iter: int,
+    selection: str,
+    n_init: int,
+    verbose: int,
+) -> _AtomSettings:
+    """Return the atoms' settings for S of ``shape`` (T, P); refuse more atoms than T."""
+    n_timepoints, n_voxels = shape
+    if n_atoms > n_timepoints:
+        raise ValueError(
+            f"'n_components' must be at most the number of time points ({n_timepoints}): each "
+            f"atom is a time course of that length; got {n_atoms}."
+        )
+    r = resolve_sparsity(sparsity, n_voxels)
+    return _AtomSettings(n_atoms, r, float(tol), int(max_iter), selection, int(n_init), verbose)
+
+
 # ---------------------------------------------------------------------------
 # The driver, shared by every backend
 # ---------------------------------------------------------------------------
@@ -169,19 +261,13 @@ def resolve_sparsity(sparsity: int | float, n_voxels: int) -> int:
 
 def _learn_atoms(
     op,
+    settings: _AtomSettings,
     *,
-    n_atoms: int,
-    r: int,
-    tol: float,
-    max_iter: int,
-    selection: str,
     rng: np.random.Generator,
-    n_init: int = 1,
-    verbose: int = 0,
     updater=None,
     checkpoint: AtomCheckpoint | None = None,
 ):
-    """Learn ``n_atoms`` rank-1 atoms against block operator ``op``.
+    """Learn ``settings.n_atoms`` rank-1 atoms against block operator ``op``.
 
     ``updater`` defaults to ``op.updater(...)``. With ``checkpoint``, the
     atoms it holds are committed again instead of learned (and ``rng`` set
@@ -191,6 +277,8 @@ def _learn_atoms(
     """
     from tqdm.auto import tqdm
 
+    n_atoms, r, tol, max_iter = settings.n_atoms, settings.r, settings.tol, settings.max_iter
+    selection, n_init = settings.selection, settings.n_init
     n_timepoints = op.shape[0]
     if updater is None:
         updater = op.updater(n_atoms=n_atoms, r=r, selection=selection)
@@ -216,7 +304,7 @@ def _learn_atoms(
         unit="atom",
         initial=len(restored),
         total=n_atoms,
-        disable=not verbose,
+        disable=not settings.verbose,
     ):
         best = None
         for _ in range(n_init):
@@ -407,9 +495,24 @@ def _plan_local_operator(
     return planner.plan(block_rows=block_size, n_rounds=-(-n_voxels // block_size), storage="file")
 
 
-def _atom_checkpoint(folder, source, rng, random_state, **parameters) -> AtomCheckpoint:
-    """The checkpoint of this run: keyed on S's fingerprint (its file's, or
-    its values') and the parameters that shape the atoms."""
+def _atom_checkpoint(
+    folder, source, rng, random_state, settings: _AtomSettings, reading: _Reading
+) -> AtomCheckpoint:
+    """Return the checkpoint of this run.
+
+    It is keyed on S's fingerprint (its file's, or its values') and the
+    parameters that shape the atoms.
+    """
+    parameters = dict(
+        n_atoms=settings.n_atoms,
+        r=settings.r,
+        tol=settings.tol,
+        max_iter=settings.max_iter,
+        selection=settings.selection,
+        standardize=bool(reading.standardize),
+        n_init=settings.n_init,
+        dtype=str(reading.dtype),
+    )
     if source.path is not None:
         data = {**file_fingerprint(source.path), "dataset": source.dataset}
     else:
@@ -429,16 +532,27 @@ def _make_engine(backend, cluster):
     return get_engine(backend, cluster=cluster)
 
 
-def _engine_result(engine, source, *, dtype, standardize, block_size, **kwargs):
+def _engine_result(engine, source, reading: _Reading, settings: _AtomSettings, *, rng, checkpoint):
+    """Learn the atoms on ``engine``'s workers, each keeping its voxel blocks of S."""
     n_timepoints, n_voxels = source.shape
+    block_size = reading.block_size
     if block_size is None:
         block_size = _default_block_size(n_timepoints, n_voxels, 8)
         # At least a few blocks so every worker has some.
         block_size = min(block_size, max(1, math.ceil(n_voxels / 4)))
     bounds = _blocks.block_bounds(n_voxels, block_size)
-    loader = source.loader(bounds, standardize=standardize, dtype=str(numpy_dtype(dtype)))
+    loader = source.loader(
+        bounds, standardize=reading.standardize, dtype=str(numpy_dtype(reading.dtype))
+    )
     return _run_engine(
-        engine, loader, (n_timepoints, n_voxels), len(bounds) - 1, dtype=dtype, **kwargs
+        engine,
+        loader,
+        (n_timepoints, n_voxels),
+        len(bounds) - 1,
+        dtype=reading.dtype,
+        settings=settings,
+        rng=rng,
+        checkpoint=checkpoint,
     )
 
 
@@ -449,32 +563,16 @@ def _run_engine(
     n_blocks,
     *,
     dtype,
-    n_atoms,
-    r,
-    tol,
-    max_iter,
-    selection,
+    settings: _AtomSettings,
     rng,
-    verbose,
-    n_init=1,
     checkpoint=None,
 ):
+    """Learn the atoms through an :class:`EngineOperator` over ``loader``'s blocks."""
     start = time.perf_counter()
     op = EngineOperator(engine, loader, shape, n_blocks, dtype=dtype)
     setup = time.perf_counter()
     try:
-        out = _learn_atoms(
-            op,
-            n_atoms=n_atoms,
-            r=r,
-            tol=tol,
-            max_iter=max_iter,
-            selection=selection,
-            rng=rng,
-            n_init=n_init,
-            verbose=verbose,
-            checkpoint=checkpoint,
-        )
+        out = _learn_atoms(op, settings, rng=rng, checkpoint=checkpoint)
     finally:
         op.close()
     end = time.perf_counter()
@@ -485,6 +583,94 @@ def _run_engine(
         "setup_s": setup - start,
         "learn_s": end - setup,
     }
+
+
+def _learn_local(source, reading: _Reading, settings: _AtomSettings, placement, *, rng, checkpoint):
+    """Learn the atoms with torch on ``placement.device`` (S where the plan keeps it)."""
+    dev = resolve_device(placement.device)
+    start = time.perf_counter()
+    # The update's state: the atoms' loadings atom-major and voxel-major.
+    state_bytes = settings.n_atoms * settings.r * 40
+    op = _local_operator(
+        source,
+        device=dev,
+        dtype=reading.dtype,
+        standardize=reading.standardize,
+        block_size=reading.block_size,
+        memory_limit=placement.memory_limit,
+        storage=placement.storage,
+        state_bytes=state_bytes,
+        verbose=settings.verbose,
+    )
+    synchronize(dev)
+    setup = time.perf_counter()
+    updater = op.updater(n_atoms=settings.n_atoms, r=settings.r, selection=settings.selection)
+    try:
+        out = _learn_atoms(op, settings, rng=rng, updater=updater, checkpoint=checkpoint)
+    finally:
+        op.close()
+    synchronize(dev)
+    return out, {
+        "backend": "local",
+        "device": str(dev),
+        "mode": op.mode,
+        "n_blocks": op.n_blocks,
+        "setup_s": setup - start,
+        "learn_s": time.perf_counter() - setup,
+        "graph_capture_s": getattr(updater, "capture_s", 0.0),
+    }
+
+
+def _learn(
+    placement: _Placement, source, reading: _Reading, settings: _AtomSettings, *, rng, checkpoint
+):
+    """Learn the atoms on ``placement``'s backend; return the driver's output and the run's info."""
+    backend = placement.backend
+    if backend == "local":
+        return _learn_local(source, reading, settings, placement, rng=rng, checkpoint=checkpoint)
+    if isinstance(backend, Engine):
+        out, info = _engine_result(
+            backend, source, reading, settings, rng=rng, checkpoint=checkpoint
+        )
+        info["backend"] = backend.name
+        return out, info
+    with _make_engine(backend, placement.cluster) as engine:
+        out, info = _engine_result(
+            engine, source, reading, settings, rng=rng, checkpoint=checkpoint
+        )
+    info["backend"] = backend
+    return out, info
+
+
+def _result(out, info: dict, settings: _AtomSettings, n_voxels: int, dtype) -> R1DLResult:
+    """Return the result of the driver's output; warn of unconverged or empty atoms."""
+    U, indices, values, n_iter, converged = out
+    n_atoms = settings.n_atoms
+    if not converged.all():
+        warnings.warn(
+            f"{int((~converged).sum())} of {n_atoms} atoms reached max_iter={settings.max_iter} "
+            f"before ‖u_new - u‖ < tol={settings.tol}.",
+            ConvergenceWarning,
+            stacklevel=user_stacklevel(),
+        )
+    n_empty = sum(int(torch.count_nonzero(v)) == 0 for v in values)
+    if n_empty:
+        warnings.warn(
+            f"{n_empty} of {n_atoms} atoms are empty (all loadings 0): nothing was left to "
+            "explain. S is all zeros (or, with standardize=True, only constant columns), "
+            "or the earlier atoms explain it fully; ask for fewer atoms.",
+            UserWarning,
+            stacklevel=user_stacklevel(),
+        )
+    np_dtype = numpy_dtype(dtype)
+    return R1DLResult(
+        dictionary=U.detach().cpu().numpy().astype(np_dtype, copy=False),
+        loadings=_to_csr(indices, values, n_atoms, n_voxels, np_dtype),
+        n_iter=n_iter,
+        converged=converged,
+        sparsity=settings.r,
+        info=info,
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -615,143 +801,20 @@ def r1dl(
     >>> res.dictionary.shape, res.loadings.shape
     ((60, 3), (3, 500))
     """
-    if not (isinstance(n_atoms, str) and n_atoms == DEPRECATED):
-        validate_parameter_values(
-            {"n_atoms": _PARAMETER_CONSTRAINTS["n_components"]}, {"n_atoms": n_atoms}, "r1dl"
-        )
-    n_atoms = int(renamed(n_components, n_atoms, new="n_components", old="n_atoms", new_default=20))
-    tol, max_iter, n_init = float(tol), int(max_iter), int(n_init)
-    if not isinstance(backend, Engine):
-        if backend != "local" and storage != "auto":
-            raise ValueError(
-                f"'storage' is only used by the 'local' backend; got storage={storage!r} "
-                f"with backend={backend!r} (workers keep their own blocks)."
-            )
-        if backend == "local" and cluster is not None:
-            raise ValueError(
-                "'cluster' is only used by the 'dask' and 'spark' backends; got "
-                f"cluster={cluster!r} with backend='local'."
-            )
-    torch_dtype = resolve_dtype(dtype)
-    if block_size is not None:
-        block_size = int(block_size)
+    n_atoms = _check_options(n_components, n_atoms, backend, cluster, storage)
+    block_size = None if block_size is None else int(block_size)
+    reading = _Reading(resolve_dtype(dtype), standardize, block_size)
     source = _blocks.open_source(S, name="S")
-    n_timepoints, n_voxels = source.shape
-    if n_atoms > n_timepoints:
-        raise ValueError(
-            f"'n_components' must be at most the number of time points ({n_timepoints}): each "
-            f"atom is a time course of that length; got {n_atoms}."
-        )
-    r = resolve_sparsity(sparsity, n_voxels)
+    settings = _atom_settings(
+        source.shape, n_atoms, sparsity, tol, max_iter, selection, n_init, verbose
+    )
     rng = check_random_state(random_state)
     if checkpoint is not None:
-        checkpoint = _atom_checkpoint(
-            checkpoint,
-            source,
-            rng,
-            random_state,
-            n_atoms=n_atoms,
-            r=r,
-            tol=tol,
-            max_iter=max_iter,
-            selection=selection,
-            standardize=bool(standardize),
-            n_init=n_init,
-            dtype=str(torch_dtype),
-        )
-    common = dict(
-        n_atoms=n_atoms,
-        r=r,
-        tol=tol,
-        max_iter=max_iter,
-        selection=selection,
-        rng=rng,
-        n_init=n_init,
-        verbose=verbose,
-        checkpoint=checkpoint,
-    )
-
-    if backend == "local":
-        dev = resolve_device(device)
-        start = time.perf_counter()
-        # The update's state: the atoms' loadings atom-major and voxel-major.
-        state_bytes = n_atoms * r * 40
-        op = _local_operator(
-            source,
-            device=dev,
-            dtype=torch_dtype,
-            standardize=standardize,
-            block_size=block_size,
-            memory_limit=memory_limit,
-            storage=storage,
-            state_bytes=state_bytes,
-            verbose=verbose,
-        )
-        synchronize(dev)
-        setup = time.perf_counter()
-        updater = op.updater(n_atoms=n_atoms, r=r, selection=selection)
-        try:
-            out = _learn_atoms(op, updater=updater, **common)
-        finally:
-            op.close()
-        synchronize(dev)
-        info = {
-            "backend": "local",
-            "device": str(dev),
-            "mode": op.mode,
-            "n_blocks": op.n_blocks,
-            "setup_s": setup - start,
-            "learn_s": time.perf_counter() - setup,
-            "graph_capture_s": getattr(updater, "capture_s", 0.0),
-        }
-    elif isinstance(backend, Engine):
-        out, info = _engine_result(
-            backend,
-            source,
-            dtype=torch_dtype,
-            standardize=standardize,
-            block_size=block_size,
-            **common,
-        )
-        info["backend"] = backend.name
-    else:
-        with _make_engine(backend, cluster) as engine:
-            out, info = _engine_result(
-                engine,
-                source,
-                dtype=torch_dtype,
-                standardize=standardize,
-                block_size=block_size,
-                **common,
-            )
-        info["backend"] = backend
-    U, indices, values, n_iter, converged = out
+        checkpoint = _atom_checkpoint(checkpoint, source, rng, random_state, settings, reading)
+    placement = _Placement(backend, cluster, device, memory_limit, storage)
+    out, info = _learn(placement, source, reading, settings, rng=rng, checkpoint=checkpoint)
     info["resumed_atoms"] = checkpoint.resumed_atoms if checkpoint is not None else 0
-    if not converged.all():
-        warnings.warn(
-            f"{int((~converged).sum())} of {n_atoms} atoms reached max_iter={max_iter} "
-            f"before ‖u_new - u‖ < tol={tol}.",
-            ConvergenceWarning,
-            stacklevel=user_stacklevel(),
-        )
-    n_empty = sum(int(torch.count_nonzero(v)) == 0 for v in values)
-    if n_empty:
-        warnings.warn(
-            f"{n_empty} of {n_atoms} atoms are empty (all loadings 0): nothing was left to "
-            "explain. S is all zeros (or, with standardize=True, only constant columns), "
-            "or the earlier atoms explain it fully; ask for fewer atoms.",
-            UserWarning,
-            stacklevel=user_stacklevel(),
-        )
-    np_dtype = numpy_dtype(torch_dtype)
-    return R1DLResult(
-        dictionary=U.detach().cpu().numpy().astype(np_dtype, copy=False),
-        loadings=_to_csr(indices, values, n_atoms, n_voxels, np_dtype),
-        n_iter=n_iter,
-        converged=converged,
-        sparsity=r,
-        info=info,
-    )
+    return _result(out, info, settings, source.shape[1], reading.dtype)
 
 
 # ---------------------------------------------------------------------------

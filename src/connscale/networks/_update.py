@@ -24,7 +24,7 @@ them through the copy engine.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
@@ -32,8 +32,30 @@ from connscale._compute.transfer import HostToDevice
 from connscale.networks import _triton_r1dl
 from connscale.networks._select import top_r_sorted
 
-if TYPE_CHECKING:
-    from connscale.networks._operators import EngineOperator, StreamedOperator
+
+class BlockOperator(Protocol):
+    """What :class:`BlockUpdater` needs of a block operator.
+
+    S's shape, where the update's tensors live, and the two passes over S;
+    the streamed and engine operators of :mod:`connscale.networks._operators`
+    provide them (a structural type: this module does not import them).
+    """
+
+    shape: tuple[int, int]
+    device: torch.device
+    dtype: torch.dtype
+
+    def top_r(
+        self,
+        u: torch.Tensor,
+        deflation: tuple[torch.Tensor, torch.Tensor] | None,
+        r: int,
+        selection: str,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Return the exact top-r of ``Sᵀu - Vᵀ(Uᵀu)`` (sorted indices, values)."""
+
+    def matvec(self, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Return ``Sv`` for the sparse v of loadings ``values`` at ``idx``."""
 
 
 class _Updater:
@@ -117,9 +139,7 @@ class _Updater:
 class BlockUpdater(_Updater):
     """Updates through a block operator's ``top_r`` and ``matvec``."""
 
-    def __init__(
-        self, op: StreamedOperator | EngineOperator, *, n_atoms: int, r: int, selection: str
-    ) -> None:
+    def __init__(self, op: BlockOperator, *, n_atoms: int, r: int, selection: str) -> None:
         super().__init__(
             *op.shape, n_atoms=n_atoms, r=r, selection=selection, device=op.device, dtype=op.dtype
         )
