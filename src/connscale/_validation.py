@@ -40,10 +40,12 @@ _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
 def user_stacklevel() -> int:
-    """The ``stacklevel`` of ``warnings.warn`` that names the first caller
-    outside connscale (pandas' ``find_stack_level``): a fixed level drifts
+    """Return the ``stacklevel`` of ``warnings.warn`` naming the first caller outside connscale.
+
+    As pandas' ``find_stack_level``: a fixed level drifts
     whenever a wrapper (:func:`validate_params`) or a helper adds a frame.
-    Call it in the argument list of ``warnings.warn``."""
+    Call it in the argument list of ``warnings.warn``.
+    """
     frame = sys._getframe(1)  # the function that warns: stacklevel 1
     level = 1
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
@@ -129,8 +131,10 @@ def check_real(array, name: str) -> None:
 
 
 def check_not_all_constant(array: np.ndarray, name: str = "timeseries") -> None:
-    """Raise when every series (column) of a finite 2-D array is constant:
-    every correlation would be undefined."""
+    """Raise when every series (column) of a finite 2-D array is constant.
+
+    Every correlation would be undefined.
+    """
     if array.shape[0] and bool((array == array[:1]).all()):
         raise ValueError(
             f"Every series of '{name}' is constant (zero variance; shape {array.shape}); "
@@ -139,7 +143,7 @@ def check_not_all_constant(array: np.ndarray, name: str = "timeseries") -> None:
 
 
 def check_output_path(out, name: str = "out") -> Path:
-    """An output file path that is not a directory and whose parent is not a file."""
+    """Return an output file path that is not a directory and whose parent is not a file."""
     path = Path(os.fspath(out))
     if path.is_dir():
         raise ValueError(f"'{name}' must be a file path; got {path}, which is a directory.")
@@ -166,9 +170,12 @@ def check_int(value, name: str, *, minimum: int | None = None, maximum: int | No
 
 
 def to_timepoints(value, name: str, *, t_r: float | None = None):
-    """A duration in time points: ints pass through; a string ending in ``s``
+    """Convert a duration to time points.
+
+    Ints pass through; a string ending in ``s``
     (``'44s'``) is seconds, divided by the repetition time ``t_r`` and
-    rounded to the nearest time point; other strings must be integers."""
+    rounded to the nearest time point; other strings must be integers.
+    """
     if not isinstance(value, str):
         return value
     text = value.strip().lower()
@@ -263,8 +270,9 @@ def parse_memory(memory_limit: int | float | str | None) -> int | None:
 
 
 def resolve_n_jobs(n_jobs: int | None) -> int:
-    """The number of workers ``n_jobs`` stands for, as scikit-learn counts
-    them: a positive count, or -1 for every core, -2 for all but one, ...;
+    """Return the number of workers ``n_jobs`` stands for, as scikit-learn counts them.
+
+    A positive count, or -1 for every core, -2 for all but one, ...;
     None is every core. 0, and fewer than -(cores), are errors.
 
     Every ``n_jobs`` of connscale (engines, cohort, BIDS-App, classification)
@@ -293,13 +301,16 @@ def check_window(
     where: str = "the number of time points",
     t_r: float | None = None,
 ) -> tuple[int, int]:
-    """Validate a sliding window: ``minimum <= window_length <= n_timepoints``
+    """Validate a sliding window's length and step.
+
+    Check ``minimum <= window_length <= n_timepoints``
     (no upper bound when ``n_timepoints`` is None) and ``step >= 1``.
     ``minimum`` defaults to :data:`MIN_WINDOW_LENGTH`, the one window minimum
     of every correlation window. ``where`` names what ``n_timepoints``
     counts, for the message. Either may be given in seconds (``'44s'``) with
     the repetition time ``t_r`` (see :func:`to_timepoints`). Returns
-    (window_length, step) as ints, in time points."""
+    (window_length, step) as ints, in time points.
+    """
     window_length = to_timepoints(window_length, "window_length", t_r=t_r)
     step = to_timepoints(step, "step", t_r=t_r)
     window_length = check_int(window_length, "window_length", minimum=minimum)
@@ -311,11 +322,13 @@ def check_window(
 
 
 def check_kind_options(kind: str, threshold, absolute, rank, compute_error=False) -> None:
-    """The rules between ``kind`` and the parameters that apply to some kinds
-    only (they do not depend on the data, so the cohort checks them before its
+    """Check the rules between ``kind`` and the parameters that apply to some kinds only.
+
+    They do not depend on the data, so the cohort checks them before its
     first scan): ``'sparse'`` needs a ``threshold`` (in (0, 1] with
     ``absolute``), ``'lowrank'`` a ``rank``; ``rank`` is for ``'lowrank'`` and
-    ``'factor'``, ``compute_error`` too."""
+    ``'factor'``, ``compute_error`` too.
+    """
     if kind == "sparse":
         if threshold is None:
             raise ValueError("kind='sparse' needs a 'threshold' in [-1, 1]; got None.")
@@ -370,9 +383,11 @@ def check_random_state(seed) -> np.random.Generator:
 
 
 class InvalidParameterError(ValueError, TypeError):
-    """A parameter of a public function or estimator breaks its declared
-    constraint. A ValueError (and a TypeError, as in scikit-learn), so the
-    CLI reports it in one line."""
+    """A parameter of a public function or estimator breaks its declared constraint.
+
+    A ValueError (and a TypeError, as in scikit-learn), so the
+    CLI reports it in one line.
+    """
 
 
 class _Constraint:
@@ -401,9 +416,12 @@ def _type_name(kind) -> str:
 
 
 class Interval(_Constraint):
-    """A number of type ``kind`` (``Integral`` or ``Real``) between ``left``
+    """A number of type ``kind`` in an interval.
+
+    A number of type ``kind`` (``Integral`` or ``Real``) between ``left``
     and ``right`` (None: unbounded); ``closed`` is ``'left'``, ``'right'``,
-    ``'both'`` or ``'neither'``. Booleans, NaN and infinities never match."""
+    ``'both'`` or ``'neither'``. Booleans, NaN and infinities never match.
+    """
 
     def __init__(self, kind, left, right, *, closed: str):
         if kind not in (Integral, Real):
@@ -460,8 +478,10 @@ class StrOptions(Options):
 
 
 class SequenceOf(_Constraint):
-    """A non-empty list, tuple or 1-D array whose every item satisfies
-    ``item`` (e.g. several thresholds computed in one pass)."""
+    """A non-empty list, tuple or 1-D array whose every item satisfies ``item``.
+
+    E.g. several thresholds computed in one pass.
+    """
 
     def __init__(self, item: _Constraint):
         self.item = item
@@ -476,8 +496,11 @@ class SequenceOf(_Constraint):
 
 
 class Hidden(_Constraint):
-    """A constraint that holds but is not named in messages (scikit-learn's
-    ``Hidden``): the sentinel default of a renamed keyword, say."""
+    """A constraint that holds but is not named in messages.
+
+    As scikit-learn's ``Hidden``: the sentinel default of a renamed keyword,
+    say.
+    """
 
     def __init__(self, constraint):
         self.constraint = make_constraint(constraint)
@@ -535,9 +558,12 @@ def _is_array_like(value) -> bool:
 
 @runtime_checkable
 class MemoryCounter(Protocol):
-    """What a ``memory_limit`` may be besides a size: a memory planner that
+    """What a ``memory_limit`` may be besides a size.
+
+    A memory planner that
     counts a whole task (:class:`connscale._compute.MemoryPlanner`), passed
-    down so that the call counts its allocations into it."""
+    down so that the call counts its allocations into it.
+    """
 
     device_budget: int
     host_budget: int
@@ -634,10 +660,13 @@ _NAMED = {
 
 
 def make_constraint(spec) -> _Constraint:
-    """The constraint object of one declaration: a constraint, None, a type
+    """Return the constraint object of one declaration.
+
+    The declaration is a constraint, None, a type
     or one of the names ``'array-like'``, ``'boolean'``, ``'random_state'``,
     ``'memory'``, ``'device'``, ``'dtype'``, ``'n_jobs'``, ``'path'``,
-    ``'callable'``."""
+    ``'callable'``.
+    """
     if isinstance(spec, _Constraint):
         return spec
     if spec is None:
@@ -666,8 +695,9 @@ def _describe(constraints: list[_Constraint]) -> str:
 def validate_parameter_values(
     constraints: Mapping[str, list], params: Mapping[str, object], caller: str
 ) -> None:
-    """Check each parameter of ``params`` named in ``constraints`` against
-    its declared constraints (any one must hold).
+    """Check each parameter of ``params`` named in ``constraints``.
+
+    Each is checked against its declared constraints (any one must hold).
 
     Raises
     ------
@@ -729,8 +759,11 @@ def validate_params(constraints: Mapping[str, list], *, prefer_skip_nested_valid
 
 
 def validate_estimator_params(estimator, method: str = "fit") -> None:
-    """Check an estimator's constructor parameters against its class's
-    ``_parameter_constraints`` (call at the top of ``fit``)."""
+    """Check an estimator's constructor parameters.
+
+    They are checked against its class's ``_parameter_constraints`` (call at
+    the top of ``fit``).
+    """
     constraints = type(estimator)._parameter_constraints
     params = {name: getattr(estimator, name) for name in constraints}
     validate_parameter_values(constraints, params, f"{type(estimator).__name__}.{method}")
@@ -738,8 +771,11 @@ def validate_estimator_params(estimator, method: str = "fit") -> None:
 
 @contextlib.contextmanager
 def skip_nested_validation():
-    """Calls inside this block skip their declared checks (for an entry, such
-    as an estimator's ``fit``, that validated its parameters itself)."""
+    """Make calls inside this block skip their declared checks.
+
+    For an entry, such as an estimator's ``fit``, that validated its
+    parameters itself.
+    """
     token = _SKIP_NESTED.set(True)
     try:
         yield

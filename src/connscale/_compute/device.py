@@ -1,6 +1,9 @@
-"""Resolve ``device`` arguments to torch devices, and choose between the Triton
-kernels and their pure-torch fallbacks (:func:`use_triton`). ``dtype`` arguments
-are resolved by :func:`connscale._validation.resolve_dtype`."""
+"""Resolve ``device`` arguments to torch devices and choose Triton or pure-torch kernels.
+
+:func:`use_triton` chooses between the Triton kernels and their pure-torch
+fallbacks. ``dtype`` arguments
+are resolved by :func:`connscale._validation.resolve_dtype`.
+"""
 
 from __future__ import annotations
 
@@ -23,8 +26,9 @@ except ImportError:  # pragma: no cover - CPU machines without triton
 def use_triton(
     where: torch.Tensor | torch.device, *, float32: bool = False, interpreted: bool = True
 ) -> bool:
-    """Whether a Triton kernel, rather than its pure-torch fallback, runs on
-    ``where``: the one place where connscale chooses.
+    """Return whether a Triton kernel, rather than its pure-torch fallback, runs on ``where``.
+
+    This is the one place where connscale chooses.
 
     Parameters
     ----------
@@ -95,7 +99,7 @@ def resolve_device(device: str | torch.device | None = "auto") -> torch.device:
 
 
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
-    """The numpy dtype matching a torch floating dtype."""
+    """Return the numpy dtype matching a torch floating dtype."""
     return np.dtype("float64" if dtype == torch.float64 else "float32")
 
 

@@ -47,8 +47,11 @@ def available_host_memory() -> int:
 
 
 def free_device_memory(device: torch.device) -> int:
-    """Bytes free on ``device``: CUDA free memory plus torch's cached blocks,
-    or available host memory for the CPU."""
+    """Return the bytes free on ``device``.
+
+    CUDA free memory plus torch's cached blocks, or available host memory for
+    the CPU.
+    """
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
@@ -71,8 +74,11 @@ def memory_budget(
 
 
 def host_budget(memory_limit: int | str | None = None, *, fraction: float = HOST_FRACTION) -> int:
-    """Bytes a computation may allocate in host memory: the smaller of
-    ``fraction`` of the available host memory and ``memory_limit``."""
+    """Return the bytes a computation may allocate in host memory.
+
+    The smaller of ``fraction`` of the available host memory and
+    ``memory_limit``.
+    """
     return _capped(int(available_host_memory() * fraction), parse_memory(memory_limit))
 
 
@@ -92,8 +98,11 @@ class MemoryLimitError(ValueError, MemoryError):
 
 
 def limit_error(what: str, needed: int, budget: int, memory_limit, hint: str) -> MemoryLimitError:
-    """A :class:`MemoryLimitError` naming what needs ``needed`` bytes, the
-    budget, the ``memory_limit`` it comes from, and what to do (``hint``)."""
+    """Build a :class:`MemoryLimitError` for ``what`` needing ``needed`` bytes.
+
+    The error names what needs ``needed`` bytes, the budget, the
+    ``memory_limit`` it comes from, and what to do (``hint``).
+    """
     source = (
         "memory_limit=None: a share of the free memory"
         if memory_limit is None
@@ -132,8 +141,11 @@ class MemoryMeter:
         return self.used + nbytes <= self.budget
 
     def add(self, nbytes: int) -> None:
-        """Count ``nbytes`` more; raise :class:`MemoryLimitError` (before they
-        are kept) when the total would exceed the budget."""
+        """Count ``nbytes`` more.
+
+        Raise :class:`MemoryLimitError` (before they are kept) when the total
+        would exceed the budget.
+        """
         if not self.fits(nbytes):
             raise limit_error(
                 f"{self.what} (so far)",
@@ -147,9 +159,11 @@ class MemoryMeter:
 
 @dataclass(frozen=True)
 class MemoryPlan:
-    """How a computation will be split: the one plan type of every planner
-    (static rounds, dynamic window batches, pair chunks, r1DL's operator,
-    the maps' row blocks), for the run, logs and reports.
+    """How a computation will be split.
+
+    The one plan type of every planner (static rounds, dynamic window
+    batches, pair chunks, r1DL's operator, the maps' row blocks), for the
+    run, logs and reports.
 
     Attributes
     ----------
@@ -187,7 +201,7 @@ class MemoryPlan:
     host_bytes: int = 0
 
     def as_dict(self) -> dict:
-        """The plan as JSON-ready values (the keys of the run logs)."""
+        """Return the plan as JSON-ready values (the keys of the run logs)."""
         return {
             "device_budget_bytes": self.device_budget,
             "host_budget_bytes": self.host_budget,
@@ -203,7 +217,9 @@ class MemoryPlan:
 
 
 class MemoryPlanner:
-    """The one memory planner: counts what a computation will allocate -
+    """The one memory planner of connscale.
+
+    It counts what a computation will allocate -
     on the device, in host memory (the result, pinned staging) - against
     the budgets that ``memory_limit`` gives, before it is allocated, and
     returns the :class:`MemoryPlan` it followed.
@@ -264,13 +280,17 @@ class MemoryPlanner:
         return self.host_budget - self.host_bytes
 
     def reserve_device(self, nbytes: int) -> None:
-        """Count ``nbytes`` that stay on the device (checked by :meth:`require`
-        and :meth:`fit`)."""
+        """Count ``nbytes`` that stay on the device.
+
+        They are checked by :meth:`require` and :meth:`fit`.
+        """
         self.device_bytes += int(nbytes)
 
     def reserve_host(self, nbytes: int) -> None:
-        """Count ``nbytes`` of host memory (the result, pinned buffers); on the
-        CPU they come out of the device budget as well."""
+        """Count ``nbytes`` of host memory (the result, pinned buffers).
+
+        On the CPU they come out of the device budget as well.
+        """
         self.host_bytes += int(nbytes)
         if self.shared:
             self.device_bytes += int(nbytes)
@@ -278,8 +298,10 @@ class MemoryPlanner:
     def error(
         self, what: str, needed: int, *, budget: int | None = None, hint: str | None = None
     ) -> MemoryLimitError:
-        """A :class:`MemoryLimitError`: ``what`` needs ``needed`` bytes of the
-        device budget (or ``budget``)."""
+        """Build a :class:`MemoryLimitError` for ``what`` needing ``needed`` bytes.
+
+        The bytes are counted against the device budget (or ``budget``).
+        """
         return limit_error(
             what,
             needed,
@@ -291,9 +313,12 @@ class MemoryPlanner:
     def require(
         self, nbytes: int, what: str, *, on: str = "device", hint: str | None = None
     ) -> None:
-        """Raise :class:`MemoryLimitError` unless what is counted plus ``nbytes``
-        fits the device (``on='device'``) or host (``on='host'``) budget
-        (the message ends with ``hint``, else the planner's)."""
+        """Raise :class:`MemoryLimitError` unless ``nbytes`` more fits the budget.
+
+        Raise unless what is counted plus ``nbytes`` fits the device
+        (``on='device'``) or host (``on='host'``) budget (the message ends
+        with ``hint``, else the planner's).
+        """
         used, budget = (
             (self.device_bytes, self.device_budget)
             if on == "device"
@@ -353,9 +378,12 @@ class MemoryPlanner:
     def fit(
         self, per_item: int, what: str, *, at_most: int | None = None, left: int | None = None
     ) -> int:
-        """How many items of ``per_item`` bytes fit in what is left of the
-        device budget (or in ``left`` bytes), at most ``at_most``; raise
-        :class:`MemoryLimitError` naming ``what`` when not even one does."""
+        """Return how many items of ``per_item`` bytes fit in what is left.
+
+        Items fit in what is left of the device budget (or in ``left``
+        bytes), at most ``at_most``; raise :class:`MemoryLimitError` naming
+        ``what`` when not even one does.
+        """
         room = self.device_left if left is None else left
         count = max(room, 0) // max(int(per_item), 1)
         if at_most is not None:
@@ -373,7 +401,7 @@ class MemoryPlanner:
         host_budget: int | None = None,
         **fields,
     ) -> MemoryPlan:
-        """The :class:`MemoryPlan` of this planner's budgets and counts."""
+        """Return the :class:`MemoryPlan` of this planner's budgets and counts."""
         return MemoryPlan(
             device_budget=int(self.device_budget),
             host_budget=int(self.host_budget if host_budget is None else host_budget),

@@ -120,7 +120,7 @@ class DeviceToHost:
         self.stream = torch.cuda.Stream(device) if self.cuda else None
 
     def scratch(self, n_elements: int, dtype: torch.dtype) -> torch.Tensor:
-        """A device buffer of at least ``n_elements`` for the next :meth:`submit`.
+        """Return a device buffer of at least ``n_elements`` for the next :meth:`submit`.
 
         On CUDA the compute stream waits (on the device) for the copy that
         last read this buffer; on the CPU there is one buffer.
