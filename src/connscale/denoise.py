@@ -139,8 +139,11 @@ def check_confounds_file(path: str | os.PathLike) -> None:
 
 
 def _check_finite(confounds: pd.DataFrame, source: str) -> None:
-    """Name the first regressor with a missing or infinite value (nilearn fills only
-    the first volume, where fMRIPrep leaves derivatives and differences n/a)."""
+    """Name the first regressor with a missing or infinite value.
+
+    Only the first volume is filled by nilearn, where fMRIPrep leaves
+    derivatives and differences n/a.
+    """
     values = confounds.to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values)
     if bad.any():
@@ -277,7 +280,7 @@ def cleaning_operator(
     extrapolate: bool = False,
     memory_limit: int | str | MemoryPlanner | None = None,
 ) -> CleaningOperator:
-    """The (T', T) matrix of :func:`nilearn.signal.clean` without standardisation.
+    """Return the (T', T) matrix of :func:`nilearn.signal.clean` without standardisation.
 
     Parameters
     ----------
@@ -420,8 +423,11 @@ def residual_dof(
 
 
 def _confound_rank(confounds: np.ndarray, *, detrend: bool) -> int:
-    """Independent confounds over the kept volumes once the mean (and trend) are
-    removed: the numerical rank of the standardised residual confounds."""
+    """Return the number of independent confounds over the kept volumes.
+
+    Counted once the mean (and trend) are removed: the numerical rank of the
+    standardised residual confounds.
+    """
     n = confounds.shape[0]
     basis = [np.ones(n)] + ([np.arange(n, dtype=np.float64)] if detrend else [])
     basis = np.stack(basis, axis=1)
@@ -575,9 +581,12 @@ def _check_standardize(standardize: str | None) -> None:
 def _project(
     centred: torch.Tensor, mean: torch.Tensor, operator: CleaningOperator, standardize: str | None
 ) -> torch.Tensor:
-    """``M @ (centred + 1 mean)``, then z-scored; ``mean`` is float64. Constant
+    """Compute ``M @ (centred + 1 mean)``, then z-score.
+
+    ``mean`` is float64. Constant
     series (before or after cleaning, see :func:`constant_series`) come out
-    exactly constant: 0 when z-scored, their mean otherwise."""
+    exactly constant: 0 when z-scored, their mean otherwise.
+    """
     dev, work = centred.device, centred.dtype
     rtol = CONSTANT_RTOL["float64" if work == torch.float64 else "float32"]
     low, high = torch.aminmax(centred, dim=0)
@@ -606,8 +615,10 @@ def _project(
 
 
 def constant_series(signals: npt.ArrayLike, *, dtype: str = "float32") -> np.ndarray:
-    """Which (T, V) series are constant over time: their range is at most
-    ``CONSTANT_RTOL[dtype]`` of their magnitude (no exact-zero test).
+    """Return which (T, V) series are constant over time.
+
+    A series is constant when its range is at most ``CONSTANT_RTOL[dtype]`` of
+    its magnitude (no exact-zero test).
 
     Parameters
     ----------
@@ -710,8 +721,10 @@ def region_signals(
 
 
 def _host_planner(memory_limit) -> MemoryPlanner:
-    """The planner of a host-memory step: the task's (whatever its device),
-    or one of the CPU from the limit."""
+    """Return the planner of a host-memory step.
+
+    The task's (whatever its device), or one of the CPU from the limit.
+    """
     dev = memory_limit.device if isinstance(memory_limit, MemoryPlanner) else torch.device("cpu")
     return planner_for(dev, memory_limit, hint=_MEMORY_HINT)
 
@@ -725,9 +738,11 @@ def _copied(signals: np.ndarray | torch.Tensor, dev: torch.device, item: int) ->
 
 
 def _count_regions(planner, signals, labels, regions, dev, item) -> int:
-    """Count the region means' work (the series on the device, the copy of
-    the in-mask voxels, the sums and their centred means) into ``planner``;
-    return the number of regions."""
+    """Count the region means' work into ``planner``; return the number of regions.
+
+    The work is the series on the device, the copy of the in-mask voxels, the
+    sums and their centred means.
+    """
     t, v = signals.shape if signals.ndim == 2 else (0, 0)  # refused by _region_parts
     labels = np.asarray(labels).ravel()
     n_regions = np.unique(labels[labels != 0]).size if regions is None else np.size(regions)
@@ -737,8 +752,10 @@ def _count_regions(planner, signals, labels, regions, dev, item) -> int:
 
 
 def _count_projection(planner, operator, n_series: int, item: int, to_tensor: bool) -> None:
-    """Count the operator on the device and require room for the cleaned
-    series (and their host copy unless they stay on the device)."""
+    """Count the operator on the device and require room for the cleaned series.
+
+    Room is also required for their host copy unless they stay on the device.
+    """
     n_kept = operator.matrix.shape[0]
     planner.reserve_device(n_kept * operator.n_timepoints * item)
     what = f"The cleaned series ({n_kept} volumes x {n_series} series)"
@@ -748,8 +765,10 @@ def _count_projection(planner, operator, n_series: int, item: int, to_tensor: bo
 
 
 def _kept(planner, out: torch.Tensor, return_tensor: bool):
-    """The result, counted as kept in ``planner``: on the device as a tensor,
-    else in host memory as an array."""
+    """Return the result, counted as kept in ``planner``.
+
+    On the device as a tensor, else in host memory as an array.
+    """
     nbytes = out.numel() * out.element_size()
     if return_tensor:
         planner.reserve_device(nbytes)
