@@ -84,7 +84,7 @@ class ColumnSource:
     def loader(
         self, bounds: Sequence[int] | np.ndarray, *, standardize: bool, dtype: str
     ) -> FileBlockLoader | ArrayBlockLoader:
-        """A picklable loader of block ``i`` = columns ``bounds[i]:bounds[i+1]``."""
+        """Return a picklable loader of block ``i`` = columns ``bounds[i]:bounds[i+1]``."""
         if self.kind in ("npy", "h5"):
             return FileBlockLoader(
                 self.path, bounds, standardize=standardize, dtype=dtype, dataset=self.dataset
@@ -235,8 +235,11 @@ def standardize_np(block: np.ndarray, dtype: npt.DTypeLike) -> np.ndarray:
 
 @dataclass
 class Block:
-    """One voxel block kept by a worker: columns ``start:stop`` of S, stored
-    transposed (voxels x time, C-contiguous) so both products read rows."""
+    """One voxel block kept by a worker: columns ``start:stop`` of S.
+
+    Stored transposed (voxels x time, C-contiguous) so both products read
+    rows.
+    """
 
     start: int
     data_t: np.ndarray
@@ -318,14 +321,14 @@ class ArrayBlockLoader:
 
 
 def selection_scores(values: np.ndarray, selection: str) -> np.ndarray:
-    """The quantity whose r largest entries are kept."""
+    """Return the quantity whose r largest entries are kept."""
     return np.abs(values) if selection == "magnitude" else values
 
 
 def block_candidates(
     block: Block, u: np.ndarray, corr_idx: np.ndarray, corr_val: np.ndarray, r: int, selection: str
 ) -> tuple[np.ndarray, np.ndarray]:
-    """A block's top-r candidates of ``Sᵀu - Vᵀ(Uᵀu)``.
+    """Return a block's top-r candidates of ``Sᵀu - Vᵀ(Uᵀu)``.
 
     Parameters
     ----------
@@ -360,7 +363,7 @@ def block_candidates(
 
 
 def block_matvec(block: Block, v_idx: np.ndarray, v_val: np.ndarray) -> np.ndarray:
-    """A block's part of ``Sv`` for a sparse v (sorted global indices), float64."""
+    """Return a block's part of ``Sv`` for a sparse v (sorted global indices), float64."""
     lo, hi = np.searchsorted(v_idx, [block.start, block.stop])
     if hi <= lo:
         return np.zeros(block.data_t.shape[1], dtype=np.float64)

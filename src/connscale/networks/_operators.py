@@ -77,11 +77,13 @@ def _check_finite(block: torch.Tensor, start: int) -> None:
 
 
 class ResidentOperator:
-    """Sᵀ (P x T, standardised) built block by block and kept where the
-    update reads it: in device memory, or (``pinned_host=True``, CUDA with
+    """Sᵀ (P x T, standardised) built block by block and kept where the update reads it.
+
+    It is kept in device memory, or (``pinned_host=True``, CUDA with
     Triton) in pinned host memory, streamed to the GPU by the copy engine
     each pass with no staging copies (S larger than the GPU, smaller than
-    host memory)."""
+    host memory).
+    """
 
     def __init__(
         self,
@@ -118,9 +120,11 @@ class ResidentOperator:
         self.n_blocks = len(bounds) - 1
 
     def _page_locked(self, shape: tuple[int, int], dtype: torch.dtype) -> torch.Tensor:
-        """A host array of exactly ``shape``, page-locked by cudaHostRegister
-        (torch's pinned allocator rounds sizes up to a power of two: up to
-        twice the memory for Sᵀ)."""
+        """Return a host array of exactly ``shape``, page-locked by cudaHostRegister.
+
+        The pinned allocator of torch rounds sizes up to a power of two: up to
+        twice the memory for Sᵀ.
+        """
         array = np.empty(shape, dtype=numpy_dtype(dtype))
         status = int(torch.cuda.cudart().cudaHostRegister(array.ctypes.data, array.nbytes, 0))
         if status != 0:  # pragma: no cover - depends on the machine
@@ -129,7 +133,7 @@ class ResidentOperator:
         return torch.from_numpy(array)
 
     def updater(self, *, n_atoms: int, r: int, selection: str) -> ResidentUpdater:
-        """The fused resident update (CUDA graphs and Triton kernels on CUDA)."""
+        """Return the fused resident update (CUDA graphs and Triton kernels on CUDA)."""
         return ResidentUpdater(
             self.St, n_atoms=n_atoms, r=r, selection=selection, device=self.device
         )
@@ -153,8 +157,10 @@ def _progress(bounds: np.ndarray, desc: str, verbose: int) -> Iterable[tuple[int
 def column_stats(
     source: _blocks.ColumnSource, bounds: np.ndarray, device: torch.device, verbose: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-voxel mean and 1 / centred norm (0 for constant voxels), float64,
-    from one pass over S in column blocks."""
+    """Return the per-voxel mean and 1 / centred norm (0 for constant voxels), float64.
+
+    Both come from one pass over S in column blocks.
+    """
     n_voxels = source.shape[1]
     mean = torch.empty(n_voxels, dtype=torch.float64, device=device)
     inv_norm = torch.empty(n_voxels, dtype=torch.float64, device=device)
@@ -249,9 +255,11 @@ class StreamedOperator:
         return lambda dst: self._copy_rows(dst, write)
 
     def _copy_rows(self, dst: np.ndarray, write: Callable[[slice, np.ndarray], None]) -> None:
-        """``write(rows, dst[rows])`` over row chunks, split over threads
-        (numpy releases the GIL while copying; reading a memory map is the
-        slow step)."""
+        """Call ``write(rows, dst[rows])`` over row chunks, split over threads.
+
+        The GIL is released by numpy while copying; reading a memory map is
+        the slow step.
+        """
 
         def copy(rows: np.ndarray) -> None:
             if rows.size:
@@ -279,8 +287,10 @@ class StreamedOperator:
     def _iterate(
         self, pieces: Sequence[tuple[slice | torch.Tensor, int, Callable[[np.ndarray], None]]]
     ) -> Iterator[tuple[slice | torch.Tensor, torch.Tensor]]:
-        """Yield (cols, block) for pieces = [(cols, width, fill)], overlapping
-        the next piece's read and copy with this one's compute on CUDA."""
+        """Yield (cols, block) for pieces = [(cols, width, fill)].
+
+        On CUDA the next piece's read and copy overlap this one's compute.
+        """
         if self.device.type == "cuda":
             yield from self._iterate_cuda(pieces)
             return
@@ -321,9 +331,12 @@ class StreamedOperator:
         return top_r_sorted(y, r, selection)
 
     def matvec(self, idx: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        """Sv reading only the r chosen columns (gathered from an array or
-        ``.npy`` in chunks of a block's width; HDF5 sources are read in full
-        column blocks, as fancy column reads there are slow)."""
+        """Return Sv, reading only the r chosen columns.
+
+        The columns are gathered from an array or ``.npy`` in chunks of a
+        block's width; HDF5 sources are read in full column blocks, as fancy
+        column reads there are slow.
+        """
         acc = torch.zeros(self.shape[0], dtype=torch.float64, device=self.device)
         if self.source.kind in ("npy", "array"):
             index = idx.cpu().numpy()

@@ -148,10 +148,11 @@ _PARAMETER_CONSTRAINTS = {
 
 
 def resolve_sparsity(sparsity: int | float, n_voxels: int) -> int:
-    """The number of non-zero loadings per atom of :func:`r1dl`'s ``sparsity``.
+    """Return the number of non-zero loadings per atom of :func:`r1dl`'s ``sparsity``.
 
     r as a count: an int in [1, P], or a fraction in (0, 1] of P (the
-    declared constraint); a count above P is refused here, where P is known."""
+    declared constraint); a count above P is refused here, where P is known.
+    """
     if isinstance(sparsity, (Integral, np.integer)):
         r = int(sparsity)
         if r > n_voxels:
@@ -382,7 +383,7 @@ def _local_operator(
     state_bytes=0,
     verbose=0,
 ):
-    """The operator of :func:`_plan_local_operator`'s plan."""
+    """Return the operator of :func:`_plan_local_operator`'s plan."""
     plan = _plan_local_operator(
         source,
         device=device,
@@ -1035,7 +1036,7 @@ class R1DL(TransformerMixin, BaseEstimator):
         return coef.T
 
     def inverse_transform(self, X):
-        """The data that time courses X give on the learned maps.
+        """Return the data that time courses X give on the learned maps.
 
         Parameters
         ----------

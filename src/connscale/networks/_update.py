@@ -59,10 +59,13 @@ class BlockOperator(Protocol):
 
 
 class _Updater:
-    """What every updater holds: U and the atoms' loadings (atom-major,
+    """What every updater holds.
+
+    U and the atoms' loadings (atom-major,
     (K, r)), the current u and its predecessor, the last selection and its
     statistics, all in preallocated tensors (a CUDA graph reads and writes
-    them in place)."""
+    them in place).
+    """
 
     def __init__(
         self,
@@ -90,8 +93,11 @@ class _Updater:
         self.k = 0
 
     def _close(self, su: torch.Tensor, k: int) -> None:
-        """From ``Sv`` of the selection in idx/val: ``su - U(Vv)``, its norm,
-        ``u <- su / ‖su‖`` (the old u kept for :meth:`revert`) and the stats."""
+        """Finish an update from ``Sv`` of the selection in idx/val.
+
+        Compute ``su - U(Vv)``, its norm, ``u <- su / ‖su‖`` (the old u kept
+        for :meth:`revert`) and the stats.
+        """
         if k:
             # V v, atom by atom: every atom holds r entries, so a reshape and
             # sum replaces a scatter of K·r values into K slots (atomics that
@@ -114,8 +120,10 @@ class _Updater:
         self.u.copy_(u)
 
     def step(self) -> tuple[float, float, float]:
-        """One update; u advances to u_new (see :meth:`revert`). Returns
-        ``(‖Sv - U(Vv)‖, ‖u_new - u‖, ‖v‖)``."""
+        """Run one update; u advances to u_new (see :meth:`revert`).
+
+        Returns ``(‖Sv - U(Vv)‖, ‖u_new - u‖, ‖v‖)``.
+        """
         self._update()
         stats = self.stats.tolist()
         return stats[0], stats[1], stats[2]
@@ -161,17 +169,23 @@ class BlockUpdater(_Updater):
 
 
 def _graph_atoms(k: int, n_atoms: int) -> int:
-    """Atoms a graph is built for: none for the first atom, all n_atoms after
-    (unlearned atoms are zero and add nothing; costs that grow with the
-    number of atoms are small next to a capture)."""
+    """Return the number of atoms a graph is built for.
+
+    None for the first atom, all n_atoms after (unlearned atoms are zero and
+    add nothing; costs that grow with the number of atoms are small next to
+    a capture).
+    """
     return 0 if k == 0 else n_atoms
 
 
 class _PinnedRows:
-    """``y = Sᵀu`` for Sᵀ in pinned host memory: row chunks are copied by the
+    """Compute ``y = Sᵀu`` for Sᵀ in pinned host memory.
+
+    Row chunks are copied by the
     copy engine into two device buffers while the GEMV of the previous chunk
     runs (the copy engine reaches the full PCIe bandwidth, which kernels
-    reading host memory directly do not on every machine)."""
+    reading host memory directly do not on every machine).
+    """
 
     def __init__(self, St: torch.Tensor, device: torch.device, chunk_bytes: int) -> None:
         n_rows, self.n_cols = St.shape
