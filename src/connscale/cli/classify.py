@@ -17,7 +17,7 @@ _PREFIX = "classify"
 
 
 def _n_features(value: str):
-    """A count >= 1, a fraction in (0, 1) or 'cv'."""
+    """Parse ``--n-features``: a count >= 1, a fraction in (0, 1) or 'cv'."""
     allowed = "a count >= 1, a fraction in (0, 1) or 'cv'"
     if value == "cv":
         return value
@@ -33,6 +33,7 @@ def _n_features(value: str):
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``classify`` command to ``subparsers`` and return its parser."""
     parser = subparsers.add_parser(
         "classify",
         help="Cross-validated classification of subjects from their connectomes.",

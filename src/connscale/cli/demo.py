@@ -34,6 +34,7 @@ _COHORT_RANK = 12
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``demo`` command to ``subparsers`` and return its parser."""
     parser = subparsers.add_parser(
         "demo",
         help="Run connscale end to end on bundled data (nitime, nibabel, dipy) and simulations.",

@@ -34,6 +34,7 @@ PLOT_MAX_NODES = 200
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``dfc`` command to ``subparsers`` and return its parser."""
     parser = subparsers.add_parser(
         "dfc",
         help="Dynamic functional connectivity (sliding-window correlation, GPU-DFC).",
@@ -82,13 +83,20 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def check_arguments(args) -> None:
-    """The options of a --kind go together, and INPUT is of a kind read."""
+    """Check that the options of a --kind go together, and INPUT is of a kind read."""
     check_input_arguments(args)
     kind = args.kind or ("sparse" if args.threshold is not None else "triu")
     check_kind_options(kind, args.threshold, args.absolute, args.rank, args.error)
 
 
 def run(args) -> int:
+    """Run ``connscale dfc``; return the exit status.
+
+    Compute the sliding-window correlations of INPUT into a resumable
+    ``_dfc.h5`` store with its JSON sidecar, plots, log and report, published
+    together as one set (nothing is done when the folder already holds the
+    complete result of this input and these parameters).
+    """
     from connscale._compute import resolve_device
     from connscale.fc.dynamic import dynamic_correlation
     from connscale.io.bids import write_dataset_description
@@ -249,7 +257,7 @@ def _sidecar(
     n_windows: int,
     window_support: int,
 ) -> dict:
-    """The JSON sidecar of a ``_dfc.h5`` store: the window parameters live here."""
+    """Return the JSON sidecar of a ``_dfc.h5`` store: the window parameters live here."""
     from connscale._version import __version__
 
     return {

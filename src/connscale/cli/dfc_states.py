@@ -1,5 +1,8 @@
-"""``connscale dfc-states``: recurring DFC states of a cohort, with dwell
-times, fractions of time and transitions (Allen et al. 2014)."""
+"""``connscale dfc-states``: recurring DFC states of a cohort.
+
+The states come with dwell times, fractions of time and transitions
+(Allen et al. 2014).
+"""
 
 from __future__ import annotations
 
@@ -29,6 +32,7 @@ PLOT_MAX_NODES = 400
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``dfc-states`` command to ``subparsers`` and return its parser."""
     parser = subparsers.add_parser(
         "dfc-states",
         help="Recurring DFC states of a cohort: k-means of the windows, dwell times, transitions.",
@@ -153,6 +157,12 @@ def _load_windows(args):
 
 
 def run(args) -> int:
+    """Run ``connscale dfc-states``; return the exit status.
+
+    Fit the states and publish them with the sequences, features, figures and
+    log as one set (nothing is done when the folder already holds this run's
+    complete states).
+    """
     configure_logging(args.verbose)
     inputs = [*args.inputs, *([args.atlas] if args.atlas is not None else [])]
     # The states, sequences, features, figures and log are one set: written in
@@ -185,9 +195,11 @@ def run(args) -> int:
 
 
 def _states(args, outputs):
-    """Fit the states and write every file into the staging folder of
-    ``outputs``, then publish the set; return the run's record, the
-    fractions of windows per state and the log's path."""
+    """Fit the states, write every file into the staging folder of ``outputs``, publish the set.
+
+    Return the run's record, the fractions of windows per state and the
+    log's path.
+    """
     from connscale._compute import resolve_device
     from connscale.io.states import write_state_features, write_state_sequence
     from connscale.states import DFCStates

@@ -30,6 +30,7 @@ TSV_MAX_NODES = 1000
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``fc`` command to ``subparsers`` and return its parser."""
     parser = subparsers.add_parser(
         "fc",
         help="Static functional connectivity (all-pairs Pearson correlation).",
@@ -55,7 +56,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def check_arguments(args) -> None:
-    """The options that go together, and INPUT of a kind read."""
+    """Check the options that go together, and that INPUT is of a kind read."""
     check_input_arguments(args)
     if args.threshold is not None and args.kind not in (None, "sparse"):
         raise ValueError(
@@ -64,6 +65,12 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
+    """Run ``connscale fc``; return the exit status.
+
+    Compute the correlation matrix of INPUT and publish it (a ``.tsv`` relmat
+    for small dense region matrices, ``.h5`` otherwise) with its sidecar,
+    figure, log and report as one set.
+    """
     from connscale.fc.static import compute_correlation
     from connscale.io.bids import write_dataset_description
     from connscale.io.fingerprint import run_fingerprint

@@ -23,6 +23,7 @@ from connscale.io.bids import dataset_relative, seg_label
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``maps`` command to ``subparsers`` and return its parser."""
     parser = subparsers.add_parser(
         "maps",
         help="Voxel-wise maps: degree and eigenvector centrality, global and seed correlation.",
@@ -112,6 +113,12 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
+    """Run ``connscale maps``; return the exit status.
+
+    Compute the maps asked for and publish them with their sidecars, figures
+    and log as one set (nothing is done when the folder already holds this
+    run's complete maps).
+    """
     from connscale.io.relmat import source_entities, write_dataset_description
 
     configure_logging(args.verbose)
@@ -144,9 +151,11 @@ def run(args) -> int:
 
 
 def _compute(args, outputs, prefix: str, source: str, seg: str | None):
-    """Compute the maps asked for into the staging folder of ``outputs``,
-    then publish them with their figures and log; return the run's record,
-    the maps written (staged path, title) and the log's path."""
+    """Compute the maps asked for into the staging folder of ``outputs`` and publish them.
+
+    They are published with their figures and log; return the run's record,
+    the maps written (staged path, title) and the log's path.
+    """
     from connscale._compute import planner_for, resolve_device
     from connscale.maps.prepare import normalize_once
 
@@ -260,9 +269,11 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
 
 
 def _degree_maps(args, series, planner, record, emit, nodes: str) -> None:
-    """The degree maps of --degree and --sparsity (binary, and weighted with
-    --weighted), each handed to ``emit``; their method and confirmation in
-    ``record``."""
+    """Compute the degree maps of --degree and --sparsity, each handed to ``emit``.
+
+    The maps are binary, and weighted with --weighted; their method and
+    confirmation go in ``record``.
+    """
     from connscale.io.maps import threshold_label
     from connscale.maps.degree import compute_degree
 
@@ -324,9 +335,11 @@ _LOAD_BYTES_PER_VALUE = 12
 
 
 def _check_input_memory(args, planner) -> None:
-    """Fail before reading INPUT when its 4-D image and series cannot fit
-    --memory-limit (the run's ``planner``; the maps' own memory is planned as
-    they run)."""
+    """Fail before reading INPUT when its 4-D image and series cannot fit --memory-limit.
+
+    The limit is the run's ``planner``; the maps' own memory is planned as
+    they run.
+    """
     if args.memory_limit is None:
         return
     import numpy as np
@@ -343,7 +356,7 @@ def _check_input_memory(args, planner) -> None:
 
 
 def _mean_volume(path: Path):
-    """The mean of a 4-D image over time, read one volume at a time."""
+    """Return the mean of a 4-D image over time, read one volume at a time."""
     import nibabel as nib
     import numpy as np
 
@@ -355,8 +368,10 @@ def _mean_volume(path: Path):
 
 
 def _figures(record, written, args, outputs) -> None:
-    """One PNG per map over the scan's mean image, in the set of ``outputs``
-    (a failure is a warning)."""
+    """Plot one PNG per map over the scan's mean image, in the set of ``outputs``.
+
+    A failure is a warning.
+    """
     import warnings
 
     from connscale.report.maps import plot_stat_map

@@ -23,6 +23,7 @@ from connscale.io.bids import dataset_relative
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``pairs`` command to ``subparsers`` and return its parser."""
     parser = subparsers.add_parser(
         "pairs",
         help="Sliding-window correlation course of every region pair of every scan.",
@@ -79,6 +80,18 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
+    """Run ``connscale pairs``; return the exit status.
+
+    Publish one set per input (its pair courses, summary and sidecar) and one
+    at the root (the feature table, log and report). All sets are entered
+    before anything is computed, so a result of other parameters is refused
+    first; nothing is done when every set is already complete.
+
+    Raises
+    ------
+    ValueError
+        Several inputs share a name, so their outputs would collide.
+    """
     from connscale.io.bids import write_dataset_description
     from connscale.io.fingerprint import run_fingerprint
 
@@ -157,7 +170,10 @@ def _group_stem(entities: list[dict]) -> str:
 
 
 def _scan_name(entities: dict) -> str:
-    """The source entities of an input, joined (``sub-01_task-rest``): its feature-table row."""
+    """Return the source entities of an input, joined (``sub-01_task-rest``).
+
+    This names its feature-table row.
+    """
     from connscale.io.bids import bids_prefix
 
     return bids_prefix({k: v for k, v in entities.items() if k != "meas"})
@@ -333,7 +349,7 @@ def _common_sidecar(args) -> dict:
 
 
 def _pairs_sidecar(args, path: Path, *, labels: list, n_windows: int) -> dict:
-    """The JSON sidecar of an input's ``_pairs`` files (courses and summary)."""
+    """Return the JSON sidecar of an input's ``_pairs`` files (courses and summary)."""
     courses = (
         "HDF5: courses (pairs, windows), pairs (pairs, 2), window_onsets, summary/*, labels"
         if args.format == "h5"
@@ -360,7 +376,7 @@ def _pairs_sidecar(args, path: Path, *, labels: list, n_windows: int) -> dict:
 
 
 def _windows_sidecar(args, path: Path) -> dict:
-    """The JSON sidecar of a ``_windows.tsv`` table (its columns)."""
+    """Return the JSON sidecar of a ``_windows.tsv`` table (its columns)."""
     return {
         "window": {"Description": "Window index, from 0 (the column of the courses)"},
         "onset": {"Description": "First time point of the window, from 0", "Units": "volumes"},
@@ -373,7 +389,7 @@ def _windows_sidecar(args, path: Path) -> dict:
 
 
 def _features_sidecar(args) -> dict:
-    """The JSON sidecar of the feature table of all inputs."""
+    """Return the JSON sidecar of the feature table of all inputs."""
     return {
         "scan": {"Description": "The input's BIDS entities (its outputs' folder and name)"},
         "Description": (

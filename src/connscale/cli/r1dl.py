@@ -58,6 +58,7 @@ _TABLE_SUFFIXES = (".npy", ".tsv", ".csv", ".txt")
 
 
 def add_parser(subparsers) -> None:
+    """Add the ``r1dl`` command to ``subparsers``."""
     parser = subparsers.add_parser(
         "r1dl",
         help="Functional networks by rank-1 dictionary learning (r1DL / D-r1DL).",
@@ -183,7 +184,7 @@ def _write_outputs(args, record: RunRecord, result, masker, outputs, base: str):
 
 
 def _components_sidecar(args, summary: dict, sources: list) -> dict:
-    """The JSON sidecar of the ``_components`` files (maps and loadings)."""
+    """Return the JSON sidecar of the ``_components`` files (maps and loadings)."""
     return {
         "Measure": "Rank-1 dictionary learning (r1DL)",
         "MeasureDescription": (
@@ -209,7 +210,7 @@ def _components_sidecar(args, summary: dict, sources: list) -> dict:
 
 
 def _mixing_sidecar(n_atoms: int, sources: list) -> dict:
-    """The JSON sidecar of the ``_mixing.tsv`` table (its columns)."""
+    """Return the JSON sidecar of the ``_mixing.tsv`` table (its columns)."""
     from connscale.io.r1dl import network_names
 
     return {
@@ -238,8 +239,10 @@ def _figure(record: RunRecord, result, maps, background, outputs, base: str) -> 
 
 
 def check_arguments(args) -> None:
-    """INPUT is of a kind r1dl reads, and --mask goes with a NIfTI INPUT (told
-    by the names: nothing is read here)."""
+    """Check that INPUT is of a kind r1dl reads, and --mask goes with a NIfTI INPUT.
+
+    Both are told by the names: nothing is read here.
+    """
     from connscale.io.nifti import is_nifti
 
     if not is_nifti(args.input) and args.input.suffix.lower() not in _TABLE_SUFFIXES:
@@ -252,9 +255,11 @@ def check_arguments(args) -> None:
 
 
 def _check_space(args, outputs, S) -> None:
-    """Fail before learning when the output folder cannot take the result:
-    loadings (and their maps, mostly zeros once compressed), time courses as
-    text, a figure and the logs."""
+    """Fail before learning when the output folder cannot take the result.
+
+    The result is the loadings (and their maps, mostly zeros once
+    compressed), time courses as text, a figure and the logs.
+    """
     from connscale.networks import resolve_sparsity
 
     if isinstance(S, str):
@@ -272,6 +277,13 @@ def _check_space(args, outputs, S) -> None:
 
 
 def run(args) -> int:
+    """Run ``connscale r1dl``; return the exit status.
+
+    Learn the networks of INPUT (resuming from the checkpoint in the staging
+    folder) and publish the components, mixing table, figure and log as one
+    set (nothing is done when the folder already holds this run's complete
+    output).
+    """
     from connscale.io.bids import write_dataset_description
     from connscale.networks import r1dl
 
