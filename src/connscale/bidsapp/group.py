@@ -110,7 +110,7 @@ class GroupResult:
 def find_participant_outputs(
     output, *, atlas_name: str | None = None, strategy: str | None = None
 ) -> list[dict]:
-    """Published participant relmat files of one atlas and strategy.
+    """Return the published participant relmat files of one atlas and strategy.
 
     Returns
     -------
@@ -166,7 +166,7 @@ def find_participant_outputs(
 
 
 def find_left_out(output, runs: list[dict], *, atlas_name: str, strategy: str) -> list[dict]:
-    """Runs and measures of this atlas and strategy that the group level does not have.
+    """Return the runs and measures of this atlas and strategy the group level lacks.
 
     Parameters
     ----------
@@ -234,8 +234,10 @@ def left_out_lines(left: list[dict]) -> list[str]:
 
 
 def _write_group_log(output: Path, result: GroupResult) -> Path:
-    """``logs/group_report.json``: what the group level read, wrote and left out
-    (left as it is when a re-run has nothing new to say)."""
+    """Write ``logs/group_report.json``: what the group level read, wrote and left out.
+
+    The file is left as it is when a re-run has nothing new to say.
+    """
     import json
 
     logs = output / "logs"
@@ -580,9 +582,11 @@ def _write_outputs(
 
 
 def _dfc_summaries(runs: list[dict], common: list[str]) -> list[np.ndarray]:
-    """Each run's DFC summaries over the regions ``common`` (upper-triangle
-    order): every edge's mean, then standard deviation, of Fisher z over the
-    windows of the run's ``_dfc.h5``."""
+    """Return each run's DFC summaries over the regions ``common`` (upper-triangle order).
+
+    Every edge's mean, then standard deviation, of Fisher z over the
+    windows of the run's ``_dfc.h5``.
+    """
     from connscale.bidsapp.group_states import dfc_path
     from connscale.io.dfc import read_dfc_windows
 
@@ -729,7 +733,7 @@ def _group_report(
 
 
 def _map_figures(output: Path, maps: GroupMaps) -> dict:
-    """The published mean maps, their titles and background, for the report."""
+    """Return the published mean maps, their titles and background, for the report."""
     group = output / "group"
     return {
         "maps": [(group / name, title) for name, title in zip(maps.names, maps.titles)],

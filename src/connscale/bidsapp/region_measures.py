@@ -1,5 +1,8 @@
-"""The atlas-level set of a run: its connectome and region series, the
-sliding-window stores (``dfc``, ``pairs``) and the run's HTML report."""
+"""The atlas-level set of a run.
+
+Its connectome and region series, the
+sliding-window stores (``dfc``, ``pairs``) and the run's HTML report.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +32,44 @@ __all__ = ["write_region"]
 
 
 def write_region(config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
+    """Compute and publish the atlas-level set of one run.
+
+    Clean the decoded region means, then write each requested region measure
+    (``fc`` relmat, ``timeseries``, the windowed ``dfc``/``pairs`` stores) and
+    the run's HTML report when ``config.reports``. A measure that fails is
+    recorded and its files discarded; the others go on. The set is committed
+    only when at least one file besides the report was written.
+
+    Parameters
+    ----------
+    config : ParticipantConfig
+        The participant-level settings.
+    run : BoldRun
+        The BOLD run.
+    decoded : DecodedRun
+        The run's decoded image, mask, atlas and region means.
+    out : OutputSet
+        The output set the files are staged into and committed from.
+    context : dict
+        Per-run values shared by the sets (``operator``, ``confounds``,
+        ``sample_mask``, ``mean_fd``, ``fd``, ``dof``, ``warnings``);
+        warnings about constant regions are appended to ``warnings``.
+    timings : dict
+        Seconds per step (``clean``, ``compute``, ``write``), added to.
+
+    Returns
+    -------
+    written : list of str
+        The names of the files written (empty when nothing was published).
+    failed : dict
+        ``{measure: reason}`` of the measures that failed.
+
+    Raises
+    ------
+    ValueError
+        Fewer than 2 atlas regions inside the mask, or no region varies after
+        cleaning.
+    """
     from connscale.denoise import clean_signals, constant_series
     from connscale.fc.static import correlation
     from connscale.io.relmat import write_relmat_tsv
@@ -293,8 +334,11 @@ def _run_report(
     notes=(),
     dof=None,
 ) -> Path:
-    """The run's HTML report, written into ``staging`` beside ``outputs`` (the
-    names of the set's other files); ``started`` in epoch seconds."""
+    """Write the run's HTML report into ``staging``.
+
+    The report is written beside ``outputs`` (the names of the set's other
+    files); ``started`` is in epoch seconds.
+    """
     from connscale.bidsapp.report import describe_resampling, run_figures, run_header
     from connscale.denoise import clean_signals, region_signals
     from connscale.report import write_report
@@ -355,8 +399,10 @@ def _run_report(
 
 
 def _region_names(config: ParticipantConfig, regions: np.ndarray) -> list[str]:
-    """Region names from the labels file, else ``label-<value>`` (a header row of bare
-    numbers would read back as a row of data)."""
+    """Return region names from the labels file, else ``label-<value>``.
+
+    A header row of bare numbers would read back as a row of data.
+    """
     if config.atlas_labels is None:
         return [f"label-{int(r)}" for r in regions]
     table = read_atlas_labels(config.atlas_labels)

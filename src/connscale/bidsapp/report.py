@@ -50,9 +50,12 @@ def _save(fig, path: Path) -> Path:
 
 
 def run_header(device: str, started: float | None) -> dict:
-    """The header fields of a run's report record: connscale and Python
-    versions, the start time (``started``, epoch seconds, as ISO 8601 local
-    time) and the torch device ``device`` resolves to."""
+    """Return the header fields of a run's report record.
+
+    The fields are the connscale and Python versions, the start time
+    (``started``, epoch seconds, as ISO 8601 local time) and the torch device
+    ``device`` resolves to.
+    """
     import platform
     import time
 
@@ -69,7 +72,7 @@ def run_header(device: str, started: float | None) -> dict:
 
 
 def framewise_displacement(confounds_tsv) -> np.ndarray | None:
-    """fMRIPrep's ``framewise_displacement`` column (first value 0), or None."""
+    """Return fMRIPrep's ``framewise_displacement`` column (first value 0), or None."""
     import pandas as pd
 
     table = pd.read_csv(confounds_tsv, sep="\t", na_values=["n/a"])
@@ -209,7 +212,10 @@ def qc_fc(edges: np.ndarray, mean_fd: np.ndarray) -> np.ndarray:
 
 
 def _classification_results(summary: dict) -> dict:
-    """What the group page shows of a classification JSON (:mod:`connscale.bidsapp.group`)."""
+    """Return what the group page shows of a classification JSON.
+
+    The JSON is written by :mod:`connscale.bidsapp.group`.
+    """
     folds = f"{summary['folds']} folds × {summary['repeats']} repeats"
     if summary.get("folds_requested", summary["folds"]) != summary["folds"]:
         folds += f" ({summary['folds_requested']} folds asked for)"
