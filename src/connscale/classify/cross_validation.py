@@ -94,7 +94,7 @@ def clopper_pearson(k, n, *, confidence: float = 0.95) -> tuple[float, float]:
 
 @functools.lru_cache(maxsize=1)
 def _linear_kernel_svc_class():
-    """The class, built once on first use (scikit-learn is imported lazily)."""
+    """Return the class, built once on first use (scikit-learn is imported lazily)."""
     from sklearn.base import BaseEstimator, ClassifierMixin
 
     class LinearKernelSVC(ClassifierMixin, BaseEstimator):
@@ -152,7 +152,7 @@ def build_pipeline(
     random_state: int | None = None,
     model_params: dict | None = None,
 ):
-    """The unfitted pipeline :func:`cross_validate` fits in every fold.
+    """Return the unfitted pipeline :func:`cross_validate` fits in every fold.
 
     Parameters
     ----------
