@@ -84,8 +84,11 @@ _ACCUMULATE = 2.0**-23  # 2 ulp of fp32 per addition
 
 
 def accumulation_gamma(n_terms: int) -> float:
-    """γ(T) = (T − 1)·2⁻²³ / (1 − (T − 1)·2⁻²³): the relative error bound of
-    adding ``n_terms`` numbers in fp32 with up to 2 ulp per addition."""
+    """Return γ(T), the relative error bound of a sum of ``n_terms`` fp32 numbers.
+
+    γ(T) = (T − 1)·2⁻²³ / (1 − (T − 1)·2⁻²³): the relative error bound of
+    adding ``n_terms`` numbers in fp32 with up to 2 ulp per addition.
+    """
     n = max(n_terms - 1, 0) * _ACCUMULATE
     if n >= 1:
         raise ValueError(f"No fp32 accumulation bound for {n_terms} terms.")
@@ -93,8 +96,11 @@ def accumulation_gamma(n_terms: int) -> float:
 
 
 def decision_margin_tensor(u: torch.Tensor) -> torch.Tensor:
-    """:func:`decision_margin` as a float64 0-d tensor on ``u``'s device,
-    computed without synchronising with the host."""
+    """Return :func:`decision_margin` as a device tensor, without a host sync.
+
+    The margin is a float64 0-d tensor on ``u``'s device, computed without
+    synchronising with the host.
+    """
     norms = torch.nan_to_num(u.double().square().sum(-1), nan=0.0)
     s = norms.max() if norms.numel() else norms.new_zeros(())
     t = u.shape[-1]
@@ -102,8 +108,11 @@ def decision_margin_tensor(u: torch.Tensor) -> torch.Tensor:
 
 
 def decision_margin(u: torch.Tensor) -> float:
-    """ε with |r̃ − u_i·u_j| ≤ ε for every pair of rows of ``u`` (N×T, or
-    B×N×T for a batch of windows, bounded together); see the module notes."""
+    """Return the decision margin ε of the rows of ``u``.
+
+    ε with |r̃ − u_i·u_j| ≤ ε for every pair of rows of ``u`` (N×T, or
+    B×N×T for a batch of windows, bounded together); see the module notes.
+    """
     return float(decision_margin_tensor(u))
 
 
@@ -159,8 +168,11 @@ class Confirmation:
 
 
 def resolve_precision(precision: str, allow_tf32_value) -> str:
-    """``precision``, taking the former ``allow_tf32`` (True: ``'tf32'``; False:
-    the default, ``'exact'``) with a FutureWarning."""
+    """Return ``precision``, resolving the deprecated ``allow_tf32``.
+
+    The former ``allow_tf32`` (True: ``'tf32'``; False: the default,
+    ``'exact'``) is taken with a FutureWarning.
+    """
     if isinstance(allow_tf32_value, str) and allow_tf32_value == DEPRECATED:
         return precision
     old = "tf32" if allow_tf32_value else "exact"
@@ -168,9 +180,12 @@ def resolve_precision(precision: str, allow_tf32_value) -> str:
 
 
 def exact_method(u: torch.Tensor, precision: str) -> str | None:
-    """How ``precision`` runs on ``u``: ``'triton'`` (the fused kernels of
-    :mod:`connscale.fc._exact_triton`), ``'torch'`` (the functions here) or
-    None (the plain path: fp32 or float64 products, TF32 when ``'tf32'``)."""
+    """Return how ``precision`` runs on ``u``: ``'triton'``, ``'torch'`` or None.
+
+    ``'triton'``: the fused kernels of :mod:`connscale.fc._exact_triton`;
+    ``'torch'``: the functions here; None: the plain path (fp32 or float64
+    products, TF32 when ``'tf32'``).
+    """
     if precision != "exact" or u.dtype != torch.float32:
         return None
     if u.device.type == "cpu" and not FORCE_ON_CPU:
@@ -181,8 +196,11 @@ def exact_method(u: torch.Tensor, precision: str) -> str | None:
 
 
 def products_in_tf32(precision: str, method: str | None) -> bool:
-    """Whether matrix products may use TF32: asked for (``'tf32'``), or in the
-    torch exact path (whose operands are TF32 numbers already: exact products)."""
+    """Return whether matrix products may use TF32.
+
+    They may when asked for (``'tf32'``), or in the torch exact path (whose
+    operands are TF32 numbers already: exact products).
+    """
     return precision == "tf32" or method == "torch"
 
 
@@ -198,9 +216,11 @@ class Split:
 
 
 def _strict_upper_(mask: torch.Tensor) -> torch.Tensor:
-    """``mask`` of a row block ([..., R, N − r0]) limited, in place, to the
-    strict upper triangle (only its first R columns hold entries on or below
-    the diagonal)."""
+    """Limit a row block's ``mask`` to the strict upper triangle, in place.
+
+    The row block is [..., R, N − r0]; only its first R columns hold entries
+    on or below the diagonal.
+    """
     rows = mask.shape[-2]
     mask[..., :rows] &= torch.ones((rows, rows), dtype=torch.bool, device=mask.device).triu_(1)
     return mask
@@ -217,7 +237,9 @@ def exact_block(
     stats: torch.Tensor,
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Rows [r0, r1) against columns [r0, N) of U·Uᵀ (signed), decided on r̃
+    """Compute a row block of U·Uᵀ decided by the exact scheme.
+
+    Rows [r0, r1) against columns [r0, N) of U·Uᵀ (signed), decided on r̃
     and corrected where the scheme asks (see the module notes).
 
     ``thresholds``: the θ whose close entries are confirmed; ``lowest``: keep
@@ -261,8 +283,11 @@ def degree_exact_torch(
     block_rows: int,
     stats: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`connscale.fc._tiles.degree_torch` (r > θ) decided by the exact
-    scheme, by row blocks (float32 ``u``)."""
+    """Count degrees (r > θ) by the exact scheme with torch, by row blocks.
+
+    :func:`connscale.fc._tiles.degree_torch` (r > θ) decided by the exact
+    scheme, by row blocks (float32 ``u``).
+    """
     split = Split(u)
     theta = [float(t) for t in thresholds.tolist()]
     n = u.shape[0]
@@ -295,9 +320,12 @@ def compact_exact_torch(
     stats: torch.Tensor,
     upper: float = math.inf,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The strict upper triangle's threshold <= r < upper (|r| with
+    """Return the kept upper-triangle entries decided by the exact scheme with torch.
+
+    The strict upper triangle's threshold <= r < upper (|r| with
     ``absolute``) decided by the exact scheme: kept values (signed), int32
-    columns and per-row counts, as :func:`connscale.fc.sparse.compact_tile`."""
+    columns and per-row counts, as :func:`connscale.fc.sparse.compact_tile`.
+    """
     split = Split(u)
     n = u.shape[0]
     theta = [threshold] + ([upper] if math.isfinite(upper) else [])
@@ -330,8 +358,11 @@ def degree_exact(
     stats: torch.Tensor,
     method: str,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Degree counts (and sums) of r > θ by the exact scheme, on ``method``
-    (:func:`exact_method`): (K, N) int64 counts, (K, N) float64 sums or None."""
+    """Count degrees (and sums) of r > θ by the exact scheme on ``method``.
+
+    ``method`` as :func:`exact_method` gives it. Returns (K, N) int64 counts
+    and (K, N) float64 sums or None.
+    """
     if method == "triton":
         from connscale.fc._exact_triton import degree_exact_triton
 
@@ -365,8 +396,10 @@ def compact_exact(
     max_capacity: int | None = None,
     upper: float = math.inf,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """Kept values, int32 columns and int64 row counts of threshold <= r <
-    upper (|r|) by the exact scheme, on the device.
+    """Compact the kept upper-triangle entries by the exact scheme, on the device.
+
+    Returns the kept values, int32 columns and int64 row counts of
+    threshold <= r < upper (|r|).
 
     With ``method='triton'`` the buffers hold ``capacity`` entries first and
     are grown to the count on overflow (one synchronisation per try); None
@@ -421,7 +454,9 @@ def top_threshold_exact(
     method: str,
     use_triton_histogram: bool = False,
 ) -> tuple[list[float], int]:
-    """:func:`connscale.fc._tiles.top_threshold` by the exact scheme: for each
+    """Return the k-th largest upper-triangle r for each k, by the exact scheme.
+
+    :func:`connscale.fc._tiles.top_threshold` by the exact scheme: for each
     k, the k-th largest upper-triangle r (|r|) as the exact path gives it, and
     the number of passes over the matrix that were decided by the scheme
     (counted in ``stats``; the histogram pass is not).

@@ -64,9 +64,12 @@ PLACE_WARPS = 4
 
 
 def padded_split(u: torch.Tensor):
-    """hi and lo of ``u`` (see :func:`connscale.fc._kernel_helpers.split_tf32`), padded
+    """Return the TF32 hi and lo parts of ``u``, zero-padded to whole tiles.
+
+    Hi and lo of ``u`` (see :func:`connscale.fc._kernel_helpers.split_tf32`), padded
     with zeros to whole tiles: rows to a multiple of both tile sides, columns
-    to a multiple of ``BLOCK_K``."""
+    to a multiple of ``BLOCK_K``.
+    """
     n, t = u.shape
     block = max(BLOCK_M, BLOCK_N)
     rows = -(-n // block) * block
@@ -81,10 +84,13 @@ def padded_split(u: torch.Tensor):
 
 @functools.lru_cache(maxsize=8)
 def upper_tiles(n: int, block_m: int, block_n: int, group: int = 8) -> torch.Tensor:
-    """(bi, bj) of the BM×BN tiles that meet the strict upper triangle of N
+    """Return the (bi, bj) table of the tiles that meet the strict upper triangle.
+
+    (bi, bj) of the BM×BN tiles that meet the strict upper triangle of N
     series, as a flat int32 table, in groups of ``group`` row tiles swept
     along the columns (the group's row tiles and each column tile are reused
-    from L2)."""
+    from L2).
+    """
     n_rows, n_cols = -(-n // block_m), -(-n // block_n)
     parts = []
     for g0 in range(0, n_rows, group):
@@ -268,8 +274,11 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
 
 
 def _margin_tensor(margin, device: torch.device) -> torch.Tensor:
-    """ε as a one-element float32 device tensor (a float, or a device tensor
-    computed without synchronising), rounded up so that it is never smaller."""
+    """Return ε as a one-element float32 device tensor, rounded up.
+
+    ``margin`` is a float, or a device tensor computed without synchronising;
+    it is rounded up so that ε is never smaller.
+    """
     # 2⁻¹⁶ more: the kernels compare fl(r̃ − θ) with ε, which rounds.
     m = torch.as_tensor(margin, dtype=torch.float64, device=device).reshape(1) * (1 + 2.0**-16)
     m32 = m.float()
@@ -290,7 +299,9 @@ def degree_exact_triton(
     stats: torch.Tensor,
     split: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Degree of every series at every threshold (r > θ, |r| > θ with
+    """Count the degree of every series at every threshold by the exact Triton kernels.
+
+    Degree of every series at every threshold (r > θ, |r| > θ with
     ``absolute``), decided on TF32 tensor cores and confirmed where within
     ``margin`` (see the module docstring).
 
@@ -366,7 +377,9 @@ def compact_exact_triton(
     upper: float = math.inf,
     split: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """The strict upper triangle's ``threshold`` <= r < ``upper`` (|r| with
+    """Compact the kept upper-triangle entries to CSR parts by the exact Triton kernels.
+
+    The strict upper triangle's ``threshold`` <= r < ``upper`` (|r| with
     ``absolute``) as CSR parts, decided on TF32 tensor cores and confirmed
     where within ``margin``; kept values from corrected tiles.
 

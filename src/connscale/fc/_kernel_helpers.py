@@ -1,6 +1,8 @@
-"""Pieces shared by fc's kernels: TF32 splitting, and the Triton epilogues of
-the degree kernels (:mod:`connscale.fc._tiles`, :mod:`connscale.fc._exact_triton`)
-and the placing kernel of their compaction to CSR.
+"""Pieces shared by fc's kernels: TF32 splitting, degree epilogues and CSR placing.
+
+The Triton epilogues are those of the degree kernels (:mod:`connscale.fc._tiles`,
+:mod:`connscale.fc._exact_triton`); the placing kernel is that of their compaction
+to CSR.
 
 Every kernel module imports these from here, so that none imports another
 kernel module for them.
@@ -21,9 +23,12 @@ PLACE_CHUNK = 16
 
 
 def tf32_round(x: torch.Tensor) -> torch.Tensor:
-    """``x`` (float32) rounded to TF32: to nearest at 10 explicit mantissa bits,
+    """Round float32 ``x`` to TF32 by integer operations on its bits.
+
+    ``x`` (float32) rounded to TF32: to nearest at 10 explicit mantissa bits,
     ties away from zero, by integer operations on the bits; NaN and ±inf kept
-    (the result is float32)."""
+    (the result is float32).
+    """
     if x.dtype != torch.float32:
         raise TypeError(f"tf32_round needs a float32 tensor; got {x.dtype}.")
     bits = x.contiguous().view(torch.int32)

@@ -389,8 +389,10 @@ class Sender:
         self.send(flat, target)
 
     def send_triu(self, block, target):
-        """Queue the strictly-upper triangle of ``block`` (rows of the matrix
-        from its diagonal on), extracted on the device."""
+        """Queue the strictly-upper triangle of ``block``, extracted on the device.
+
+        ``block`` holds rows of the matrix from its diagonal on.
+        """
         size = block_triu_size(*block.shape)
         if not self.cuda and self.sink.in_memory:
             extract_triu(block, self.sink.destination(target, size))
@@ -466,7 +468,7 @@ class WindowFileSink:
 
 
 def _reuse_finished(final_path: Path, meta: dict, fingerprint: str) -> DynamicConnectivity | None:
-    """The finished file of the same run, if ``final_path`` holds it."""
+    """Return the finished file of the same run, if ``final_path`` holds it."""
     if not final_path.exists():
         return None
     try:
@@ -543,9 +545,12 @@ def _publish_partial(tmp: Path, final_path: Path) -> None:
 
 
 def relmat_sink(out, kind, n, np_dtype, dev, planner, threshold, absolute, attrs, *, result_bytes):
-    """The sink of :func:`connscale.correlation`'s ``out``: a relmat file for a
-    path, a CSR for ``kind='sparse'``, else a host array (new or the caller's,
-    a new one checked against the host budget of ``planner``)."""
+    """Return the sink of :func:`connscale.correlation`'s ``out``.
+
+    A relmat file for a path, a CSR for ``kind='sparse'``, else a host array
+    (new or the caller's, a new one checked against the host budget of
+    ``planner``).
+    """
     if isinstance(out, (str, os.PathLike)):
         extra = {
             "threshold": "None" if threshold is None else threshold,
@@ -572,5 +577,5 @@ def _remove_stale_temporaries(path: Path) -> None:
 
 
 def torch_dtype(np_dtype) -> torch.dtype:
-    """The torch dtype of a float32 or float64 numpy dtype."""
+    """Return the torch dtype of a float32 or float64 numpy dtype."""
     return torch.float64 if np.dtype(np_dtype) == np.float64 else torch.float32

@@ -1,5 +1,6 @@
-"""Sparse windows on CUDA: fused threshold + compaction, one sync per window,
-deferred so that the device never waits for the host.
+"""Sparse windows on CUDA: fused threshold + compaction, one deferred sync per window.
+
+The sync is deferred so that the device never waits for the host.
 
 Window k's upper triangle is multiplied by row blocks (cuBLAS) and each block
 is thresholded and compacted by Triton kernels (``METHOD``) into device

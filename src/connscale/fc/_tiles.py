@@ -86,9 +86,11 @@ def _block_plan(
     device: torch.device,
     needed: str,
 ) -> MemoryPlan:
-    """The plan of row blocks of ``per_row`` bytes beside ``resident`` bytes
-    within ``budget``; a :class:`MemoryLimitError` naming the smallest budget
-    when not even one row fits."""
+    """Plan row blocks of ``per_row`` bytes beside ``resident`` bytes within ``budget``.
+
+    Raises a :class:`MemoryLimitError` naming the smallest budget when not
+    even one row fits.
+    """
     planner = MemoryPlanner(device, device_budget=budget, host_budget=0)
     planner.reserve_device(resident)
     if planner.device_left < per_row:
@@ -105,8 +107,9 @@ def _block_plan(
 def plan_block_rows(
     n: int, n_series_bytes: int, budget: int, *, item: int, device: torch.device
 ) -> MemoryPlan:
-    """Rows per block of the torch path that fit ``budget`` bytes (the
-    plan's ``block_rows``).
+    """Return the rows per block of the torch path that fit ``budget`` bytes.
+
+    The rows are the plan's ``block_rows``.
 
     ``n_series_bytes`` is what stays resident (U and the accumulators). Raises
     a ValueError naming the smallest budget when not even one row fits.
@@ -131,8 +134,11 @@ def _blocks(n: int, block_rows: int):
 
 
 def _upper_values(u: torch.Tensor, r0: int, r1: int, absolute: bool):
-    """Block of rows [r0, r1) against columns [r0, N) (|r| with ``absolute``)
-    and the mask of its strict upper triangle's diagonal square."""
+    """Return a row block of r against columns [r0, N) and its diagonal square's mask.
+
+    Block of rows [r0, r1) against columns [r0, N) (|r| with ``absolute``)
+    and the mask of its strict upper triangle's diagonal square.
+    """
     tile = u[r0:r1] @ u[r0:].T
     if absolute:
         tile.abs_()
@@ -194,9 +200,12 @@ def accumulate_degree(
     counts: torch.Tensor,
     sums: torch.Tensor | None,
 ) -> None:
-    """Add the strict upper triangle's r > θ of the block ``tile`` (rows
+    """Add the strict upper triangle's r > θ of ``tile`` to ``counts`` (and ``sums``).
+
+    Add the strict upper triangle's r > θ of the block ``tile`` (rows
     [r0, r1) × columns [r0, N), |r| already taken with ``absolute``) to the
-    rows' and columns' ``counts`` (and ``sums`` unless None)."""
+    rows' and columns' ``counts`` (and ``sums`` unless None).
+    """
     upper = torch.ones((r1 - r0, r1 - r0), dtype=torch.bool, device=tile.device).triu_(1)
     for i, theta in enumerate(thresholds):
         keep = tile > theta
@@ -290,9 +299,12 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
 
 @functools.lru_cache(maxsize=8)
 def tile_pairs(n_tiles: int, group: int = 8) -> torch.Tensor:
-    """(bi, bj), bi <= bj, of the upper-triangle tiles as a flat int32 table,
+    """Return the (bi, bj) table of the upper-triangle tiles, grouped for L2 reuse.
+
+    (bi, bj), bi <= bj, of the upper-triangle tiles as a flat int32 table,
     in groups of ``group`` row tiles swept along the columns (the group's row
-    tiles and each column tile are reused from L2)."""
+    tiles and each column tile are reused from L2).
+    """
     parts = []
     for g0 in range(0, n_tiles, group):
         bi = np.arange(g0, min(n_tiles, g0 + group))
@@ -351,7 +363,7 @@ def degree_triton(
 def block_buffers(
     n: int, block_rows: int, *, dtype: torch.dtype, device: torch.device
 ) -> list[torch.Tensor]:
-    """The block buffers of :func:`walk_row_blocks` (two on CUDA, one else)."""
+    """Return the block buffers of :func:`walk_row_blocks` (two on CUDA, one else)."""
     return [
         torch.empty(min(n, block_rows) * n, dtype=dtype, device=device)
         for _ in range(2 if device.type == "cuda" else 1)
@@ -367,7 +379,9 @@ def walk_row_blocks(
     side: torch.cuda.Stream | None = None,
     progress: tqdm | None = None,
 ) -> None:
-    """Row blocks ``[r0, r1)`` × ``[r0, N)`` of U·Uᵀ by the BLAS (cuBLAS on
+    """Compute row blocks of U·Uᵀ by the BLAS and hand each to ``epilogue``.
+
+    Row blocks ``[r0, r1)`` × ``[r0, N)`` of U·Uᵀ by the BLAS (cuBLAS on
     CUDA) into device memory, each handed to ``epilogue(tile, r0, r1)``
     (and counted in ``progress``, a tqdm bar, when given).
 
@@ -422,7 +436,9 @@ def degree_blocks_triton(
     num_warps: int = 4,
     progress: tqdm | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`degree_torch` with the GEMM of each row block by the BLAS
+    """Count degrees as :func:`degree_torch`, with BLAS row blocks and a Triton epilogue.
+
+    :func:`degree_torch` with the GEMM of each row block by the BLAS
     (cuBLAS) into device memory and the epilogue as one Triton kernel that
     reads the block once (float32 ``u``), overlapped (:func:`walk_row_blocks`).
     """
@@ -459,8 +475,10 @@ def degree_blocks_triton(
 def plan_block_rows_stored(
     n: int, resident: int, budget: int, *, item: int, device: torch.device | None = None
 ) -> MemoryPlan:
-    """Rows per block of :func:`degree_blocks_triton` (its two block buffers;
-    the plan's ``block_rows``)."""
+    """Return the rows per block of :func:`degree_blocks_triton`.
+
+    The rows (the plan's ``block_rows``) leave room for its two block buffers.
+    """
     return _block_plan(
         n,
         resident,
@@ -573,14 +591,19 @@ COMPACT_BLOCK_M, COMPACT_BLOCK_N = 64, 128
 
 
 def aligned_block_rows(block_rows: int) -> int:
-    """Rows per block of :func:`compact_upper_triangle`: a multiple of its
-    row pieces (so that pieces are aligned on the whole matrix)."""
+    """Return the rows per block of :func:`compact_upper_triangle`, aligned on its pieces.
+
+    A multiple of its row pieces, so that pieces are aligned on the whole
+    matrix.
+    """
     return max(COMPACT_BLOCK_M, block_rows // COMPACT_BLOCK_M * COMPACT_BLOCK_M)
 
 
 def compact_table_bytes(n: int, block_m: int = COMPACT_BLOCK_M) -> int:
-    """Device bytes of :func:`compact_upper_triangle`'s tables for N series
-    (pieces of ``block_m`` rows)."""
+    """Return the device bytes of :func:`compact_upper_triangle`'s tables for N series.
+
+    The tables are per piece of ``block_m`` rows.
+    """
     n_cb = -(-n // COMPACT_BLOCK_N)
     return n * n_cb * 8 + -(-n // block_m) * n_cb * 8 + n * 16
 
@@ -601,7 +624,9 @@ def compact_upper_triangle(
     block_m: int = COMPACT_BLOCK_M,
     num_warps: int = 4,
 ) -> torch.Tensor:
-    """The strict upper triangle's r >= θ (|r| >= θ with ``absolute``) of
+    """Compact the strict upper triangle's r >= θ of U·Uᵀ to CSR parts.
+
+    The strict upper triangle's r >= θ (|r| >= θ with ``absolute``) of
     U·Uᵀ as CSR parts, reading each stored row block once (float32 ``u``).
 
     Kept values go to ``values`` and their int32 columns to ``columns`` in
@@ -778,7 +803,9 @@ def compact_upper_triangle_lookback(
     num_warps: int = 4,
     max_spins: int = 1 << 22,
 ) -> torch.Tensor:
-    """As :func:`compact_upper_triangle`, in one pass over each stored row
+    """Compact as :func:`compact_upper_triangle`, in one pass with a decoupled look-back.
+
+    As :func:`compact_upper_triangle`, in one pass over each stored row
     block: every tile of ``chunk`` columns of one row finds where its kept
     entries go by a decoupled look-back and writes them there.
 
@@ -872,8 +899,11 @@ def collect_bin_triton(
     n_bins: int = HISTOGRAM_BINS,
     progress: tqdm | None = None,
 ) -> torch.Tensor:
-    """:func:`collect_bin_torch` by BLAS row blocks and a Triton epilogue
-    (``size``: the bin's count, from the histogram; the values in any order)."""
+    """Collect a bin's values as :func:`collect_bin_torch`, with a Triton epilogue.
+
+    :func:`collect_bin_torch` by BLAS row blocks and a Triton epilogue
+    (``size``: the bin's count, from the histogram; the values in any order).
+    """
     n = u.shape[0]
     bm, bn = COMPACT_BLOCK_M, COMPACT_BLOCK_N
     found = torch.empty(max(1, size), dtype=u.dtype, device=u.device)
@@ -929,7 +959,7 @@ def histogram_torch(
     n_bins: int = HISTOGRAM_BINS,
     progress: tqdm | None = None,
 ) -> torch.Tensor:
-    """Counts of the upper-triangle r (|r|) in ``n_bins`` uniform bins (int64)."""
+    """Count the upper-triangle r (|r|) in ``n_bins`` uniform bins (int64)."""
     n = u.shape[0]
     counts = torch.zeros(n_bins, dtype=torch.int64, device=u.device)
     for r0, r1 in _blocks(n, block_rows):
@@ -952,8 +982,10 @@ def collect_bin_torch(
     n_bins: int = HISTOGRAM_BINS,
     progress: tqdm | None = None,
 ) -> torch.Tensor:
-    """The upper-triangle values that fall in bin ``bin_index`` (same binning
-    as :func:`histogram_torch`)."""
+    """Return the upper-triangle values that fall in bin ``bin_index``.
+
+    Same binning as :func:`histogram_torch`.
+    """
     n = u.shape[0]
     found = []
     for r0, r1 in _blocks(n, block_rows):
@@ -1013,6 +1045,6 @@ def top_threshold(
 
 
 def below(value: float, dtype: torch.dtype) -> float:
-    """The largest ``dtype`` number below ``value``: r > below(θ) <=> r >= θ."""
+    """Return the largest ``dtype`` number below ``value``: r > below(θ) <=> r >= θ."""
     t = torch.tensor(value, dtype=dtype)
     return float(torch.nextafter(t, torch.tensor(-math.inf, dtype=dtype)))

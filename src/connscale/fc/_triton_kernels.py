@@ -1,5 +1,7 @@
-"""Triton kernels for CUDA: copy a block's strictly-upper triangle into a
-contiguous array in one coalesced pass (Fast-GPU-PCC Alg. 1-2).
+"""Triton kernels for CUDA: copy a block's strictly-upper triangle into an array.
+
+The array is contiguous and written in one coalesced pass (Fast-GPU-PCC
+Alg. 1-2).
 
 Used only on CUDA when Triton imports; :func:`extract_triu_torch` is the
 pure-torch equivalent that the CPU tests check against, and
@@ -31,14 +33,18 @@ if HAS_TRITON:  # pragma: no cover - exercised on GPU machines only
 
 
 def block_triu_size(n_rows: int, n_cols: int) -> int:
-    """Number of strictly-upper elements of an (n_rows, n_cols) block whose
-    first row sits on the diagonal."""
+    """Return the number of strictly-upper elements of a block starting on the diagonal.
+
+    The block is (n_rows, n_cols), its first row on the diagonal.
+    """
     return n_rows * n_cols - n_rows * (n_rows + 1) // 2
 
 
 def extract_triu_torch(block: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """Strictly-upper part of ``block`` (row b keeps columns > b), row-major,
-    into ``out[:size]``; pure torch."""
+    """Copy the strictly-upper part of ``block`` into ``out[:size]`` with torch.
+
+    Row b keeps columns > b, written row-major.
+    """
     n_rows, n_cols = block.shape
     size = block_triu_size(n_rows, n_cols)
     if block.device.type == "cpu":

@@ -58,15 +58,21 @@ class DegreeKernel:
 
     @property
     def method(self) -> str:
-        """The kernel's name, for logs: ``'exact-triton'``, ``'exact-torch'``,
-        ``'triton-fused'``, ``'triton-blocks'`` or ``'torch'``."""
+        """The kernel's name, for logs.
+
+        One of ``'exact-triton'``, ``'exact-torch'``, ``'triton-fused'``,
+        ``'triton-blocks'`` or ``'torch'``.
+        """
         if self.exact:
             return f"exact-{self.exact}"
         return f"triton-{_tiles.CUDA_METHOD}" if self.triton else "torch"
 
     def confirmation(self, n_entries: int) -> dict | None:
-        """The exact scheme's confirmation counts over ``n_entries`` compared
-        entries (:meth:`connscale.fc._exact.Confirmation.as_dict`), or None."""
+        """Return the exact scheme's confirmation counts, or None.
+
+        The counts are over ``n_entries`` compared entries, as
+        :meth:`connscale.fc._exact.Confirmation.as_dict` gives them.
+        """
         if self.stats is None:
             return None
         return _exact.Confirmation.from_stats(self.stats, n_entries).as_dict()
@@ -181,7 +187,9 @@ def top_threshold(
     absolute: bool,
     progress: tqdm | None = None,
 ) -> tuple[list[float], int]:
-    """For each k of ``n_kept``, the k-th largest upper-triangle r (|r| with
+    """Return the k-th largest upper-triangle r for each k of ``n_kept``, exactly.
+
+    For each k of ``n_kept``, the k-th largest upper-triangle r (|r| with
     ``absolute``), exactly, by the kernel's histogram and collect passes.
 
     Returns the thresholds and the passes over the triangle that the exact

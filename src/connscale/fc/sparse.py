@@ -90,7 +90,7 @@ def tile_to_csr_parts(
 
 
 def csr_from_parts(values, columns, counts, n: int) -> sp.csr_array:
-    """A ``scipy.sparse.csr_array`` (n×n) from kept values, columns and row counts.
+    """Build a ``scipy.sparse.csr_array`` (n×n) from kept values, columns and row counts.
 
     Each argument is an array or a list of per-tile pieces; lists are
     concatenated one at a time and emptied as they are (so at most one
@@ -116,7 +116,7 @@ def _joined(parts) -> np.ndarray:
 
 
 def dense_thresholded(matrix: np.ndarray, threshold: float, *, absolute: bool) -> np.ndarray:
-    """Reference: the symmetric matrix of kept edges, 0 elsewhere (numpy)."""
+    """Return the symmetric matrix of kept edges, 0 elsewhere (numpy reference)."""
     matrix = np.asarray(matrix)
     with np.errstate(invalid="ignore"):
         keep = np.abs(matrix) >= threshold if absolute else matrix >= threshold

@@ -209,9 +209,12 @@ def compute_correlation(
     verbose=0,
     attrs=None,
 ):
-    """:func:`correlation`, also returning the :class:`MemoryPlan` it followed,
+    """Compute :func:`correlation`, also returning its plan, constants and confirmation.
+
+    :func:`correlation`, also returning the :class:`MemoryPlan` it followed,
     the number of constant series and, when the exact scheme ran, its
-    :class:`~connscale.fc._exact.Confirmation` (else None), for logs and reports."""
+    :class:`~connscale.fc._exact.Confirmation` (else None), for logs and reports.
+    """
     precision = _exact.resolve_precision(precision, allow_tf32)
     if kind == "sparse":
         if threshold is None:
@@ -302,7 +305,7 @@ def compute_correlation(
 
 
 def _memory_hint(in_memory: bool) -> str:
-    """What to do when :func:`correlation` does not fit (for its messages)."""
+    """Return what to do when :func:`correlation` does not fit (for its messages)."""
     if in_memory:
         return (
             "Raise memory_limit, or pass out='result_relmat.h5' to keep the result out of memory."
@@ -394,8 +397,11 @@ def _plan_rounds(n, n_timepoints, kind, work_dtype, planner, in_memory, input_it
 
 
 def _normalize(x, dev, work_dtype, columns):
-    """:func:`normalize_series` of ``x`` (T, N) on ``dev``, ``columns`` series
-    at a time so that its float64 temporaries stay within the plan."""
+    """Normalise ``x`` on ``dev``, ``columns`` series at a time.
+
+    :func:`normalize_series` of ``x`` (T, N) on ``dev``, ``columns`` series
+    at a time so that its float64 temporaries stay within the plan.
+    """
     n_timepoints, n = x.shape
     if columns >= n:
         return normalize_series(torch.from_numpy(np.ascontiguousarray(x)).to(dev), dtype=work_dtype)
@@ -418,8 +424,11 @@ def _result_bytes(n: int, kind: str, item: int) -> int:
 
 
 def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbose, stats=None):
-    """Each round's block formed and sent to ``sink``; with ``stats`` (sparse
-    only) decided by the exact scheme's torch path, counted there."""
+    """Form each round's block and send it to ``sink``.
+
+    With ``stats`` (sparse only) the blocks are decided by the exact scheme's
+    torch path, counted there.
+    """
     n = normalized.shape[0]
     split = _exact.Split(normalized) if stats is not None else None
     offsets = triu_row_offsets(n)
@@ -466,10 +475,13 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
 
 
 def _run_exact_triton(normalized, rounds, threshold, absolute, sink, stats) -> bool:
-    """The sparse result by the exact scheme's fused Triton kernels in one
+    """Send the sparse result by the exact scheme's fused Triton kernels, if it fits.
+
+    The sparse result by the exact scheme's fused Triton kernels in one
     pass over the whole triangle, its buffers within the rounds' share of the
     plan (16 bytes an entry, grown on overflow); False, with nothing sent,
-    when the kept entries do not fit there (the rounds then run)."""
+    when the kept entries do not fit there (the rounds then run).
+    """
     n = normalized.shape[0]
     largest = max(r.n_rows * r.n_cols for r in rounds)
     room = largest * (2 + 28 + 2 * normalized.element_size()) // 16  # what the rounds would hold
@@ -493,8 +505,11 @@ def _run_exact_triton(normalized, rounds, threshold, absolute, sink, stats) -> b
 
 
 def _threshold_block(block, start, threshold, absolute):
-    """Kept upper-triangle entries of a block (:func:`tile_to_csr_parts`, on
-    the device): per-row counts, global column indices and values, on the host."""
+    """Return the kept upper-triangle entries of a block, on the host.
+
+    The entries are compacted on the device (:func:`tile_to_csr_parts`);
+    returned are per-row counts, global column indices and values.
+    """
     values, columns, counts = tile_to_csr_parts(
         block, threshold, absolute=absolute, row_offset=start
     )  # NaN compares False

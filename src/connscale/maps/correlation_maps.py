@@ -1,5 +1,7 @@
-"""Matrix-free correlation maps: global correlation and seed correlation
-(AFNI's ``3dTcorrMap -Mean`` and ``3dTcorr1D``, nilearn's seed-based maps)."""
+"""Matrix-free correlation maps: global correlation and seed correlation.
+
+As AFNI's ``3dTcorrMap -Mean`` and ``3dTcorr1D``, and nilearn's seed-based maps.
+"""
 
 from __future__ import annotations
 

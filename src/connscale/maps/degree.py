@@ -1,5 +1,7 @@
-"""Degree centrality of every voxel without storing the correlation matrix
-(AFNI's ``3dDegreeCentrality``, C-PAC's and DPABI's degree centrality)."""
+"""Degree centrality of every voxel without storing the correlation matrix.
+
+As AFNI's ``3dDegreeCentrality``, and C-PAC's and DPABI's degree centrality.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 
 def _as_list(value) -> tuple[list[float], bool]:
-    """A number or a sequence of numbers as a list, and whether it was a number."""
+    """Return a number or a sequence of numbers as a list, and whether it was a number."""
     if isinstance(value, Real):
         return [float(value)], True
     return [float(v) for v in value], False
@@ -157,7 +159,9 @@ def compute_degree(
     precision="exact",
     both=False,
 ):
-    """:func:`degree_centrality`, also returning a dict with the thresholds
+    """Compute :func:`degree_centrality`, also returning a dict of what was used.
+
+    :func:`degree_centrality`, also returning a dict with the thresholds
     used (those found for ``sparsity``), the method, the block size, the
     precision and, when the exact scheme ran, its confirmation counts
     (:meth:`connscale.fc._exact.Confirmation.as_dict`).

@@ -1,5 +1,8 @@
-"""Validation and normalisation shared by the voxel-wise maps (and by the callers that
-normalise once for several maps: the `maps` command and the BIDS-App)."""
+"""Validation and normalisation shared by the voxel-wise maps.
+
+Also used by the callers that normalise once for several maps: the `maps` command
+and the BIDS-App.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +19,13 @@ from connscale.fc.static import _normalize
 
 @dataclass(frozen=True)
 class NormalizedSeries:
-    """Series validated and normalised once (:func:`normalize_once`), taken by
+    """Series validated and normalised once, shared by several maps.
+
+    Series validated and normalised once (:func:`normalize_once`), taken by
     every map function in place of the (T, N) series, so that several maps
     of the same series share one transfer and one normalisation (their
-    ``device`` and ``dtype`` are then those of ``u``)."""
+    ``device`` and ``dtype`` are then those of ``u``).
+    """
 
     u: torch.Tensor
     constant: torch.Tensor
@@ -35,8 +41,11 @@ MEMORY_HINT = "Raise memory_limit, or use fewer series (a coarser mask)."
 
 
 def map_planner(timeseries, device, memory_limit) -> MemoryPlanner:
-    """The one :class:`MemoryPlanner` of a map call (:func:`planner_for`), on
-    the device of ``timeseries`` (that of ``u`` for a :class:`NormalizedSeries`)."""
+    """Return the one :class:`MemoryPlanner` of a map call.
+
+    Made by :func:`planner_for`, on the device of ``timeseries`` (that of ``u``
+    for a :class:`NormalizedSeries`).
+    """
     dev = (
         timeseries.u.device if isinstance(timeseries, NormalizedSeries) else resolve_device(device)
     )
@@ -60,10 +69,11 @@ def normalize_once(
 
 
 def normalized_series(timeseries, *, device="auto", dtype="float32", memory_limit=None):
-    """Validate ``timeseries`` (T, N) and normalise it on the device (a
-    :class:`NormalizedSeries` is returned as it is), a block of series at a
-    time so that the float64 temporaries fit ``memory_limit`` beside the
-    result.
+    """Validate ``timeseries`` (T, N) and normalise it on the device.
+
+    A :class:`NormalizedSeries` is returned as it is. The series are normalised
+    a block at a time so that the float64 temporaries fit ``memory_limit``
+    beside the result.
 
     ``memory_limit`` may be the call's planner (:func:`map_planner`): U is
     then counted into it (for the call's release with
@@ -102,7 +112,7 @@ def normalized_series(timeseries, *, device="auto", dtype="float32", memory_limi
 
 
 def as_map(values: torch.Tensor, constant: torch.Tensor) -> np.ndarray:
-    """A float64 numpy map (..., N) with NaN at constant series."""
+    """Return a float64 numpy map (..., N) with NaN at constant series."""
     out = values.to(torch.float64).cpu().numpy()
     out[..., constant.cpu().numpy()] = np.nan
     return out

@@ -37,8 +37,11 @@ def planning(planner: MemoryPlanner) -> Iterator[None]:
 
 
 def memory_budget(device: torch.device) -> int:
-    """Bytes a copy may take on ``device``: a share of the free memory, at
-    most the device budget of the planner in context (:func:`planning`)."""
+    """Return the bytes a copy may take on ``device``.
+
+    A share of the free memory, at most the device budget of the planner in
+    context (:func:`planning`).
+    """
     budget = free_budget(device)
     planner = _planner.get()
     return budget if planner is None else min(budget, planner.device_budget)

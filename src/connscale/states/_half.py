@@ -152,12 +152,15 @@ class HalfCopy:
 
 
 def half_copy(x: torch.Tensor, row_sq_norms: torch.Tensor | None) -> HalfCopy | None:
-    """The float16 copy of prepared rows ``x`` (float32, padded as the fused
+    """Return the float16 copy of prepared rows ``x``, or None when it cannot stand in.
+
+    The float16 copy of prepared rows ``x`` (float32, padded as the fused
     kernels read them), or None when it cannot stand in for them: a value
     beyond float16's range, or not enough free memory on the device (logged).
 
     ``row_sq_norms``: the rows' squared norms in float64 when known
-    (computed here otherwise)."""
+    (computed here otherwise).
+    """
     n, e = x.shape
     width = fused.read_width(x)
     needed = n * width * 2 + n * (4 + 8)
@@ -186,22 +189,30 @@ def half_copy(x: torch.Tensor, row_sq_norms: torch.Tensor | None) -> HalfCopy | 
 
 
 def _depth(width: int, block_e: int) -> int:
-    """Roundings a product goes through in a lane-wise kernel's float32 dot
-    product (the float32 pass, 'fma')."""
+    """Return the roundings of a product in a lane-wise kernel's float32 dot product.
+
+    The lane-wise kernel is the float32 pass, 'fma'.
+    """
     return math.ceil(width / block_e) + block_e + 1
 
 
 def _depth_dot(width: int, block_k: int) -> int:
-    """Operations a product goes through in the 'dot' kernel: 2·BLOCK_K in
-    a chunk's tensor-core sum, one addition per chunk into the running sum."""
+    """Return the operations a product goes through in the 'dot' kernel.
+
+    2·BLOCK_K in a chunk's tensor-core sum, one addition per chunk into the
+    running sum.
+    """
     return 2 * block_k + math.ceil(width / block_k) + 1
 
 
 def accumulation(width: int, kernel: str | None = None) -> tuple[int, float]:
-    """(depth, split_unit) of :func:`margin_terms` for rows of ``width``
+    """Return (depth, split_unit) of :func:`margin_terms` for rows of ``width``.
+
+    (depth, split_unit) of :func:`margin_terms` for rows of ``width``
     read by ``kernel`` (``KERNEL`` when None) and the float32 pass: the
     larger accumulation depth of the two, and the unit roundoff of the
-    centres' split (2⁻¹¹ for the TF32 parts of 'dot', 0 for 'fma')."""
+    centres' split (2⁻¹¹ for the TF32 parts of 'dot', 0 for 'fma').
+    """
     kernel = KERNEL if kernel is None else kernel
     fp32 = _depth(width, fused.CONFIG["assign"][1])
     if kernel == "dot":
@@ -218,7 +229,9 @@ def margin_terms(
     depth: int,
     split_unit: float = 0.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(a, b), float32 (k,), of the bound ε_j = a_j‖x‖ + b_j on the
+    """Return (a, b) of the bound on the half-pass and float32-pass score difference.
+
+    (a, b), float32 (k,), of the bound ε_j = a_j‖x‖ + b_j on the
     difference between a row's half-pass and float32-pass scores (see the
     module's docstring), enlarged for the float32 evaluation of the test.
 
@@ -227,7 +240,8 @@ def margin_terms(
     ``depth`` the operations a product goes through in the deeper of the
     two kernels' sums and ``split_unit`` the unit roundoff u of the half
     kernel's split of the centres (0: no split), as :func:`accumulation`
-    gives them."""
+    gives them.
+    """
     u = split_unit
     g = (1 + u) ** 2
     gamma = depth * _ETA / (1 - depth * _ETA)
@@ -248,16 +262,21 @@ def margin_terms(
 
 
 def _tf32(x: torch.Tensor) -> torch.Tensor:
-    """float32 ``x`` rounded to the nearest TF32 number (10 fraction bits,
-    ties to even; float32's exponent range), as float32."""
+    """Round float32 ``x`` to the nearest TF32 number, as float32.
+
+    TF32 has 10 fraction bits and float32's exponent range; ties go to even.
+    """
     bits = x.view(torch.int32)
     bias = ((bits >> 13) & 1) + 0xFFF
     return ((bits + bias) & -0x2000).view(torch.float32)
 
 
 def split_centres(centres: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """TF32 parts (h, l) of float32 ``centres`` (|c| ≤ 65504): h = rn(c),
-    l = rn(c − h), so |c − h − l| ≤ 2⁻²²|c| (+ 2⁻¹³⁶ for subnormal c − h)."""
+    """Split float32 ``centres`` into TF32 parts (h, l).
+
+    TF32 parts (h, l) of float32 ``centres`` (|c| ≤ 65504): h = rn(c),
+    l = rn(c − h), so |c − h − l| ≤ 2⁻²²|c| (+ 2⁻¹³⁶ for subnormal c − h).
+    """
     hi = _tf32(centres.contiguous())
     return hi, _tf32(centres - hi)
 
@@ -278,10 +297,13 @@ if HAS_TRITON:
         pending_ptr,
         count_ptr,
     ):
-        """Labels of the rows whose best centre b is certain from the
+        """Return the labels of the rows whose best centre is certain from ``score``.
+
+        Labels of the rows whose best centre b is certain from the
         (rows × centres) coarse ``score``: d̃_j − d̃_b > ``thr``[r, j] for
         every other centre j. The others are appended to the list the
-        float32 pass confirms. Shared with :mod:`._int8`."""
+        float32 pass confirms. Shared with :mod:`._int8`.
+        """
         best = tl.argmin(score, axis=1)
         low = tl.min(score, axis=1)
         is_best = kk[None, :] == best[:, None]
@@ -528,7 +550,9 @@ def assign(
     pending: torch.Tensor,
     count: torch.Tensor,
 ) -> None:
-    """Labels of every row of ``x`` into ``labels`` (int64), equal to
+    """Assign every row of ``x`` from the float16 copy, confirming the uncertain ones.
+
+    Labels of every row of ``x`` into ``labels`` (int64), equal to
     :func:`connscale.states._triton_kmeans.assign`'s: decided from the
     float16 copy ``half`` where the bound allows, the other rows listed in
     ``pending`` (int32, n) and counted in ``count`` (one int32 element, set
@@ -536,7 +560,8 @@ def assign(
     of labels that differ from ``old`` is added to ``changed``. ``score``
     (float32) gets the float32 pass's score for confirmed rows and the half
     pass's for the others. ``centres``, ``alpha``, ``beta``: float32, as the
-    float32 pass takes them."""
+    float32 pass takes them.
+    """
     n, e = x.shape
     k = centres.shape[0]
     width = fused.read_width(half.x)
@@ -612,9 +637,12 @@ def confirm(
     pending: torch.Tensor,
     count: torch.Tensor,
 ) -> None:
-    """The rows a coarse pass listed (``pending[:count]``, on the device)
+    """Assign the rows a coarse pass listed again by the float32 pass.
+
+    The rows a coarse pass listed (``pending[:count]``, on the device)
     assigned again by the float32 pass itself, into ``labels`` and
-    ``score``; shared by the float16 and int8 passes."""
+    ``score``; shared by the float16 and int8 passes.
+    """
     fused.assign(
         x,
         centres,

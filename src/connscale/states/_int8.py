@@ -107,17 +107,23 @@ def padded_width(e: int) -> int:
 
 
 def _round_up(values: torch.Tensor) -> torch.Tensor:
-    """Non-negative float64 ``values`` as float32 upper bounds (a float64
+    """Return non-negative float64 ``values`` as float32 upper bounds.
+
+    Non-negative float64 ``values`` as float32 upper bounds (a float64
     norm of at most 2²⁰ terms is within 2⁻³⁰ of the true value; then
-    rounded to float32 and up)."""
+    rounded to float32 and up).
+    """
     return (values * (1 + 2.0**-30)).to(torch.float32) * (1 + 2.0**-22)
 
 
 def _quantise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(scale (rows,) float32, q (rows, E), integers in [−127, 127] as float
+    """Quantise rows to a float32 scale and integers in [−127, 127].
+
+    (scale (rows,) float32, q (rows, E), integers in [−127, 127] as float
     values) of rows: s = max|x|/127 in float32 (1 where that is 0),
     q = rn(x/s) clamped. Any rounding here is harmless: the error of s·q is
-    measured afterwards."""
+    measured afterwards.
+    """
     scale = (x.abs().amax(dim=1) / 127).to(torch.float32)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     q = torch.round(x / scale.to(x.dtype)[:, None]).clamp_(-127, 127)
@@ -125,11 +131,14 @@ def _quantise(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def int8_copy(x: torch.Tensor, row_sq_norms: torch.Tensor | None) -> Int8Copy | None:
-    """The int8 copy of prepared rows ``x`` (float32, zero beyond E), or None
+    """Return the int8 copy of prepared rows ``x``, or None when it cannot stand in.
+
+    The int8 copy of prepared rows ``x`` (float32, zero beyond E), or None
     when it cannot stand in for them: rows too long for int32 dot products,
     values beyond :data:`LARGEST`, or not enough free device memory
     (logged). ``row_sq_norms``: the rows' squared norms in float64 when
-    known."""
+    known.
+    """
     n, e = x.shape
     width = padded_width(e)
     if width > MAX_WIDTH:
@@ -179,7 +188,9 @@ class SplitCentres:
 
 
 def split_centres(centres: torch.Tensor, width: int) -> SplitCentres:
-    """The int8 parts of float32 ``centres`` (k × E, k ≤ 16), padded to
+    """Split float32 ``centres`` into int8 parts, padded to ``width`` columns.
+
+    The int8 parts of float32 ``centres`` (k × E, k ≤ 16), padded to
     ``width`` columns.
 
     Both remainders are exact in float64: c − t·h has at most 32
@@ -219,11 +230,14 @@ def margin_terms(
     *,
     depth: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(A (16,), B (16,), M (16 × 16)), float32, of the decision test (see
+    """Return (A, B, M), float32, of the int8 pass's decision test.
+
+    (A (16,), B (16,), M (16 × 16)), float32, of the decision test (see
     the module's docstring), enlarged for its float32 evaluation and
     zero-padded to 16 centres. ``alpha``, ``beta`` (k,) and ``centres``
     (k × E): the float32 values both passes use; ``width``: the columns the
-    float32 pass reads; ``depth``: its accumulation depth."""
+    float32 pass reads; ``depth``: its accumulation depth.
+    """
     k = centres.shape[0]
     gamma = depth * _ETA / (1 - depth * _ETA)
     c = centres.to(torch.float64)
@@ -336,10 +350,13 @@ def assign(
     pending: torch.Tensor,
     count: torch.Tensor,
 ) -> None:
-    """Labels of every row of ``x`` into ``labels``, equal to the float32
+    """Assign every row of ``x`` from the int8 copy, confirming the uncertain ones.
+
+    Labels of every row of ``x`` into ``labels``, equal to the float32
     pass's: decided from the int8 ``copy`` where the bound allows, the other
     rows listed in ``pending`` (``count`` of them, set here) and assigned
-    again by the float32 pass. Arguments as :func:`connscale.states._half.assign`."""
+    again by the float32 pass. Arguments as :func:`connscale.states._half.assign`.
+    """
     n, _ = x.shape
     k = centres.shape[0]
     if k > _K_PAD:

@@ -128,10 +128,13 @@ class Prepared:
         self._coarse: dict[str, _half.HalfCopy | _int8.Int8Copy | None] = {}
 
     def coarse(self, kind: str) -> _half.HalfCopy | _int8.Int8Copy | None:
-        """The coarse copy ``kind`` (``'half'`` or ``'int8'``) of the rows
+        """Return the coarse copy ``kind`` of the rows, made on first use.
+
+        The coarse copy ``kind`` (``'half'`` or ``'int8'``) of the rows
         for the assignment, made on first use (None where it cannot be made
         or is not used: L1, the pure-torch path, not enough device memory,
-        values out of the copy's range)."""
+        values out of the copy's range).
+        """
         if kind not in self._coarse:
             self._coarse[kind] = None
             if self.metric != "l1" and fused.usable(self.x, 1):
@@ -139,11 +142,11 @@ class Prepared:
         return self._coarse[kind]
 
     def half(self) -> _half.HalfCopy | None:
-        """The float16 copy (:meth:`coarse`)."""
+        """Return the float16 copy (:meth:`coarse`)."""
         return self.coarse("half")
 
     def int8(self) -> _int8.Int8Copy | None:
-        """The int8 copy (:meth:`coarse`)."""
+        """Return the int8 copy (:meth:`coarse`)."""
         return self.coarse("int8")
 
     def to_prepared(self, centres: torch.Tensor) -> torch.Tensor:
@@ -161,9 +164,11 @@ class Prepared:
 
 
 def _aligned(work: torch.Tensor) -> torch.Tensor:
-    """``work`` with rows starting on 64-byte boundaries where the Triton
-    kernels may run (so their loads vectorise): a view of a zero-padded copy
-    when the row length is not a multiple of 16."""
+    """Return ``work`` with rows starting on 64-byte boundaries.
+
+    Only where the Triton kernels may run (so their loads vectorise): a view
+    of a zero-padded copy when the row length is not a multiple of 16.
+    """
     n, e = work.shape
     if not fused.runs_here(work) or e % 16 == 0:
         return work.contiguous()
@@ -189,9 +194,11 @@ def normalise_rows_(x: torch.Tensor) -> torch.Tensor:
 
 @contextmanager
 def limited_blocks(elements: int) -> Iterator[None]:
-    """Run the blocked passes (distances, sums, medians, row statistics) in
-    blocks of at most ``elements`` values in this context (the float64
-    temporaries of a block scale with it)."""
+    """Run the blocked passes in blocks of at most ``elements`` values.
+
+    The passes are distances, sums, medians and row statistics, in this
+    context; the float64 temporaries of a block scale with ``elements``.
+    """
     token = _block_elements.set(max(1, min(int(elements), _BLOCK_ELEMENTS)))
     try:
         yield
@@ -294,8 +301,11 @@ def exact_distances(
 
 
 def sums_torch(x: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
-    """Per-centre float64 sums of the rows (k × E): a one-hot (k × rows)
-    float64 product per block of rows (faster than ``index_add_`` on CPUs)."""
+    """Return the per-centre float64 sums of the rows (k × E).
+
+    A one-hot (k × rows) float64 product per block of rows (faster than
+    ``index_add_`` on CPUs).
+    """
     sums = torch.zeros((k, x.shape[1]), dtype=torch.float64, device=x.device)
     for start, stop in _blocks(*x.shape):
         onehot = torch.zeros((k, stop - start), dtype=torch.float64, device=x.device)
@@ -305,13 +315,16 @@ def sums_torch(x: torch.Tensor, labels: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def medians(x: torch.Tensor, labels: torch.Tensor, k: int, previous: torch.Tensor) -> torch.Tensor:
-    """Component-wise median of each centre's rows (float64; the mean of the
+    """Return the component-wise median of each centre's rows.
+
+    Component-wise median of each centre's rows (float64; the mean of the
     two middle values for an even count). Empty centres keep ``previous``.
 
     Each centre's rows are gathered a block of columns at a time, transposed
     so that every column is contiguous, and the lower middle value selected
     with ``torch.kthvalue``; the upper one (even counts) is the lower one when
-    it occurs often enough, else the smallest value above it."""
+    it occurs often enough, else the smallest value above it.
+    """
     out = previous.clone()
     order = torch.argsort(labels, stable=True)
     counts = torch.bincount(labels, minlength=k).tolist()
@@ -344,8 +357,11 @@ def _relocate_empty(
     labels: torch.Tensor,
     centres: torch.Tensor,
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
-    """scikit-learn's rule: each empty centre takes the row farthest from its
-    own centre (farthest first); that row leaves its old centre's sum."""
+    """Relocate empty centres by scikit-learn's rule.
+
+    scikit-learn's rule: each empty centre takes the row farthest from its
+    own centre (farthest first); that row leaves its old centre's sum.
+    """
     empty = torch.nonzero(counts == 0).squeeze(1).tolist()
     if not empty:
         return sums, counts, centres
@@ -370,9 +386,12 @@ def _relocate_empty(
 
 
 def kmeans_plusplus(prepared: Prepared, k: int, generator: torch.Generator) -> torch.Tensor:
-    """Greedy k-means++ seeds (as scikit-learn: 2 + ⌊ln k⌋ candidates per
+    """Return greedy k-means++ seeds, as scikit-learn's, for the metric.
+
+    Greedy k-means++ seeds (as scikit-learn: 2 + ⌊ln k⌋ candidates per
     step, the one lowering the total distance most is kept), the distance
-    being the metric's own. Returns (k, E) float64 centres."""
+    being the metric's own. Returns (k, E) float64 centres.
+    """
     x = prepared.x
     n = x.shape[0]
     device = x.device
@@ -415,9 +434,12 @@ def _point_distances(prepared: Prepared, points64: torch.Tensor) -> torch.Tensor
 
 
 class _Run:
-    """A Lloyd run on the device: its state (centres, the labels the sums and
-    counts were made for) and one iteration, with no host synchronisation
-    unless empty clusters are re-seeded."""
+    """A Lloyd run on the device: its state and one iteration.
+
+    The state is the centres and the labels the sums and counts were made
+    for; an iteration has no host synchronisation unless empty clusters are
+    re-seeded.
+    """
 
     def __init__(
         self,
@@ -454,8 +476,11 @@ class _Run:
             self.index = torch.empty(n + 1, dtype=torch.int32, device=device)
 
     def snapshot(self, *, copy: bool = False) -> tuple:
-        """The state; eager iterations replace these tensors (never modify
-        them in place), a :class:`_StepGraph` does: ``copy`` them then."""
+        """Return the run's state.
+
+        The state; eager iterations replace these tensors (never modify
+        them in place), a :class:`_StepGraph` does: ``copy`` them then.
+        """
         state = self.centres, self.labels, self.sums, self.counts
         return tuple(t.clone() for t in state) if copy else state
 
@@ -465,11 +490,14 @@ class _Run:
     def assign(
         self, centres: torch.Tensor, changed: torch.Tensor, *, distances: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Labels of every row for ``centres`` and their distances (float64);
+        """Return the labels of every row for ``centres`` and their distances.
+
+        Labels of every row for ``centres`` and their distances (float64);
         adds the number of labels that differ from the current ones to
         ``changed`` (int32, one element, on the device). Without
         ``distances`` the half-precision pass may run (same labels), and
-        the distances are None."""
+        the distances are None.
+        """
         prepared = self.prepared
         if not self.use_triton:
             labels, dist = assign_torch(prepared, centres)
@@ -515,8 +543,11 @@ class _Run:
         return labels, dist
 
     def move(self, labels: torch.Tensor) -> None:
-        """Counts and sums follow the rows to ``labels``: on CUDA only the
-        rows whose label changed are read (listed on the device)."""
+        """Move the counts and sums with the rows to ``labels``.
+
+        On CUDA only the rows whose label changed are read (listed on the
+        device).
+        """
         x, k = self.prepared.x, self.k
         self.counts = (labels == self.centre_ids[:, None]).sum(dim=1)
         if self.mean and self.use_triton:
@@ -534,10 +565,13 @@ class _Run:
     def step(
         self, changed: torch.Tensor, shift: torch.Tensor, empty: torch.Tensor, *, relocate: bool
     ) -> None:
-        """One iteration; the number of changed labels, the squared centre
+        """Run one iteration, its outputs to device tensors.
+
+        One iteration; the number of changed labels, the squared centre
         shift and whether a centre got no row go to the device tensors
         ``changed``, ``shift`` and ``empty`` (one element each). With
-        ``relocate`` empty centres are re-seeded (host synchronisations)."""
+        ``relocate`` empty centres are re-seeded (host synchronisations).
+        """
         labels, dist = self.assign(self.centres, changed, distances=relocate)
         self.move(labels)
         if self.mean:
@@ -562,8 +596,11 @@ class _Run:
         self.centres = new
 
     def inertia(self) -> float:
-        """Sum of the rows' distances to their centres, in float64: from the
-        float64 sums for the mean metrics (exact identities), directly for L1."""
+        """Return the sum of the rows' distances to their centres, in float64.
+
+        From the float64 sums for the mean metrics (exact identities), directly
+        for L1.
+        """
         prepared, c = self.prepared, self.centres
         if not self.mean:
             return float(exact_distances(prepared, c, self.labels).sum())
@@ -581,7 +618,9 @@ class _Run:
 
 
 class _StepGraph:
-    """One iteration of a :class:`_Run` (mean metrics, CUDA, no re-seeding)
+    """One iteration of a :class:`_Run` captured as a CUDA graph and replayed.
+
+    One iteration of a :class:`_Run` (mean metrics, CUDA, no re-seeding)
     captured as a CUDA graph and replayed: the same kernels on the same
     tensors as :meth:`_Run.step`, launched by one call.
 
@@ -625,8 +664,10 @@ class _StepGraph:
         run.coarse_passes = passes  # the capture ran nothing
 
     def step(self, changed: torch.Tensor, shift: torch.Tensor, empty: torch.Tensor) -> None:
-        """One iteration, its outputs copied to ``changed``, ``shift`` and
-        ``empty`` as :meth:`_Run.step` gives them."""
+        """Replay one iteration, its outputs copied to ``changed``, ``shift`` and ``empty``.
+
+        The outputs are those :meth:`_Run.step` gives.
+        """
         run = self.run
         for static, current in zip(self.state, run.snapshot(), strict=True):
             if current is not static:
@@ -652,7 +693,9 @@ def lloyd(
     check_convergence: bool = True,
     progress: Callable[[int], object] | None = None,
 ) -> LloydResult:
-    """Lloyd iterations from ``centres`` (k × E, prepared space), as
+    """Run Lloyd iterations from ``centres``, as scikit-learn's.
+
+    Lloyd iterations from ``centres`` (k × E, prepared space), as
     scikit-learn's ``_kmeans_single_lloyd``: assign, update the centres,
     stop when no label changed or the squared centre shift is at most
     ``tol``; when stopped on ``tol`` or ``max_iter`` the labels are
@@ -669,7 +712,8 @@ def lloyd(
     read is added for it). ``assign`` picks the fused pass of the
     Euclidean and correlation metrics (``ASSIGN`` when None; see there);
     the result's ``confirmed`` counts the rows the coarse passes left to
-    the float32 pass."""
+    the float32 pass.
+    """
     x = prepared.x
     k = centres.shape[0]
     if use_triton is None:
@@ -754,8 +798,11 @@ def _lloyd(
 def _coarse_copy(
     prepared: Prepared, assign: str
 ) -> tuple[str, _half.HalfCopy | _int8.Int8Copy] | None:
-    """The coarse copy the pass ``assign`` reads, falling back from int8 to
-    float16 when a copy cannot be made; None for the float32 pass."""
+    """Return the coarse copy the pass ``assign`` reads, or None.
+
+    Falls back from int8 to float16 when a copy cannot be made; None for the
+    float32 pass.
+    """
     order = ASSIGNS[ASSIGNS.index(assign) : 0 : -1]  # int8 → half, half → half
     for kind in order:
         copy = prepared.coarse(kind)
@@ -765,7 +812,7 @@ def _coarse_copy(
 
 
 def seed_generator(rng: np.random.Generator, device: torch.device) -> torch.Generator:
-    """A torch generator on ``device`` seeded from a numpy generator."""
+    """Return a torch generator on ``device`` seeded from a numpy generator."""
     generator = torch.Generator(device=device)
     generator.manual_seed(int(rng.integers(0, 2**62)))
     return generator

@@ -52,8 +52,11 @@ def runs_here(x: torch.Tensor) -> bool:
 
 
 def read_width(x: torch.Tensor) -> int:
-    """Columns the kernels read per row: the row length rounded up to 16 when
-    the row stride leaves room (the padding must hold zeros, as Prepared's does)."""
+    """Return the columns the kernels read per row.
+
+    The row length rounded up to 16 when the row stride leaves room (the
+    padding must hold zeros, as Prepared's does).
+    """
     e = x.shape[1]
     rounded = -(-e // 16) * 16
     return rounded if x.stride(0) >= rounded else e
@@ -313,7 +316,9 @@ def assign(
     rows: torch.Tensor | None = None,
     count: torch.Tensor | None = None,
 ) -> None:
-    """Nearest centre of every row of ``x`` into ``labels`` (int64) and its
+    """Assign every row of ``x`` its nearest centre and score.
+
+    Nearest centre of every row of ``x`` into ``labels`` (int64) and its
     score into ``score`` (float32); the number of labels that differ from
     ``old`` is added to ``changed`` (int32, one element).
 
@@ -370,10 +375,13 @@ def moved_sums(
     old: torch.Tensor,
     k: int,
 ) -> torch.Tensor:
-    """Change of the per-centre float64 sums (k × E) when the rows
+    """Compute the change of the per-centre sums when rows move between centres.
+
+    Change of the per-centre float64 sums (k × E) when the rows
     ``index[:count]`` (int32, ``count`` a one-element int32 device tensor)
     move from centre ``old[r]`` to ``new[r]`` (an old label of -1: no
-    centre, so the first call gives the sums themselves)."""
+    centre, so the first call gives the sums themselves).
+    """
     e = x.shape[1]
     block_m, block_e, warps, stages = CONFIG["sums"]
     col_blocks = triton.cdiv(e, block_e)

@@ -122,7 +122,7 @@ def _subject_windows(windows) -> tuple[list[np.ndarray], bool]:
 
 
 def _dfc_edges(result) -> np.ndarray:
-    """A DFC result's windows as (n_windows, n_pairs) edge vectors."""
+    """Return a DFC result's windows as (n_windows, n_pairs) edge vectors."""
     from connscale._triu import matrix_to_vec
 
     if result.kind == "triu":
@@ -131,7 +131,7 @@ def _dfc_edges(result) -> np.ndarray:
 
 
 def _fisher_z(array: np.ndarray) -> np.ndarray:
-    """arctanh of the clipped correlations: one copy of ``array``."""
+    """Return the arctanh of the clipped correlations: one copy of ``array``."""
     bound = 1.0 - _FISHER_EPS
     out = np.clip(array, -bound, bound)
     return np.arctanh(out, out=out)
@@ -203,8 +203,11 @@ def _run(
     tol: float,
     progress: tqdm | None,
 ) -> km.LloydResult:
-    """One Lloyd run, counted in ``progress`` (a bar over runs that shows
-    the run's iterations as they are read by the host)."""
+    """Run one Lloyd run, counted in ``progress``.
+
+    ``progress`` is a bar over runs that shows the run's iterations as they
+    are read by the host.
+    """
     if progress is None:
         return _logged(km.lloyd(prepared, centres, max_iter=max_iter, tol=tol))
 
@@ -261,9 +264,10 @@ def _plan_memory(
     fisher_z: bool,
     planner: MemoryPlanner,
 ) -> int:
-    """Count what :meth:`DFCStates.fit` allocates into ``planner`` (the fit's,
-    on its device), before any of it is; return the values per block of its
-    blocked passes.
+    """Count what :meth:`DFCStates.fit` allocates into ``planner``.
+
+    ``planner`` is the fit's, on its device; everything is counted before any
+    of it is allocated. Returns the values per block of its blocked passes.
 
     Counted: the pooled copy of the subjects' windows and their Fisher z,
     the working copy the k-means reads (with, on CUDA, its aligned and
@@ -312,10 +316,13 @@ def _cluster(
     rng,
     verbose: int = 0,
 ):
-    """k-means of all windows (optionally seeded from the exemplars'): the
+    """Cluster all windows by k-means, optionally seeded from the exemplars'.
+
+    k-means of all windows (optionally seeded from the exemplars'): the
     result and the Prepared data it lives in. With ``verbose``, a progress
     bar over the k-means runs (the restarts, and the final run of all
-    windows after the exemplars')."""
+    windows after the exemplars').
+    """
     tol_abs = _tolerance(x, tol)
     if exemplars:
         chosen = np.concatenate([offsets[i] + exemplar_windows(a) for i, a in enumerate(arrays)])
@@ -547,7 +554,7 @@ class DFCStates(BaseEstimator):
         return hasattr(self, "cluster_centers_")
 
     def predict(self, windows):
-        """The state of every window of new subjects (the nearest state).
+        """Return the state of every window of new subjects (the nearest state).
 
         Parameters
         ----------
@@ -604,7 +611,7 @@ class DFCStates(BaseEstimator):
 
     @validate_params({"which": [StrOptions({"centers", "means"})]})
     def state_matrices(self, *, which: str = "centers") -> np.ndarray:
-        """The states as (n_states, N, N) symmetric matrices (NaN diagonal).
+        """Return the states as (n_states, N, N) symmetric matrices (NaN diagonal).
 
         Parameters
         ----------
@@ -619,8 +626,10 @@ class DFCStates(BaseEstimator):
 
 
 def _state_means(data: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
-    """Mean window of each state (float64; zeros for an empty one), summed a
-    block of rows at a time."""
+    """Return the mean window of each state, a block of rows at a time.
+
+    Float64; zeros for an empty state.
+    """
     sums = np.zeros((k, data.shape[1]))
     rows = max(1, km.block_elements() // max(data.shape[1], 1))
     for start in range(0, data.shape[0], rows):
@@ -658,7 +667,7 @@ def elbow(
     random_state=None,
     device: str = "auto",
 ) -> dict:
-    """The elbow criterion for the number of states (GIFT's dFNC toolbox).
+    """Compute the elbow criterion for the number of states (GIFT's dFNC toolbox).
 
     For each k, k-means is run (on the exemplar windows with ``exemplars``,
     as GIFT does) and the ratio of the mean within-cluster distance (window
