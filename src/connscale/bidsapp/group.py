@@ -44,7 +44,7 @@ import logging
 import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -266,20 +266,6 @@ def _fisher(r: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class _GroupOptions:
-    """What the group level's steps share of :func:`run_group`'s options."""
-
-    participants: str | os.PathLike | None
-    target: str | None
-    folds: int
-    repeats: int
-    random_state: int | None
-    features: tuple[str, ...]
-    device: str
-    overwrite: bool
-
-
-@dataclass(frozen=True)
 class _Connectomes:
     """The runs' connectomes over the regions every run has.
 
@@ -303,24 +289,8 @@ class _Connectomes:
         return {"seg": self.runs[0]["seg"], "meas": MEASURE, "desc": self.runs[0].get("desc")}
 
 
-@entry(GroupConfig, keywords=True)
-def run_group(
-    output,
-    *,
-    atlas_name: str | None = None,
-    strategy: str | None = None,
-    participants=None,
-    target: str | None = None,
-    folds: int = 5,
-    repeats: int = 10,
-    random_state: int | None = 0,
-    states: bool | None = None,
-    n_states: int = 5,
-    state_metric: str = "l1",
-    features=("edges", "states"),
-    device: str = "cpu",
-    overwrite: bool = False,
-) -> GroupResult:
+@entry(GroupConfig)
+def run_group(config: GroupConfig) -> GroupResult:
     """Group average, DFC states, feature table and (with a target) classification.
 
     Pass a :class:`~connscale.bidsapp.config.GroupConfig` alone, or its
@@ -337,21 +307,12 @@ def run_group(
     from connscale.bidsapp.group_maps import plan_maps
     from connscale.bidsapp.group_states import plan_states
 
-    if (participants is None) != (target is None):
+    if (config.participants is None) != (config.target is None):
         raise ValueError("Give both --participants and --target, or neither.")
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    options = _GroupOptions(
-        participants=participants,
-        target=target,
-        folds=folds,
-        repeats=repeats,
-        random_state=random_state,
-        features=_check_features(features),
-        device=device,
-        overwrite=overwrite,
-    )
-    output = Path(output)
-    runs = find_participant_outputs(output, atlas_name=atlas_name, strategy=strategy)
+    options = replace(config, features=_check_features(config.features))
+    output = Path(config.output)
+    runs = find_participant_outputs(output, atlas_name=config.atlas_name, strategy=config.strategy)
     atlas_name, strategy = runs[0]["seg"], runs[0].get("desc")
     left_out = find_left_out(output, runs, atlas_name=atlas_name, strategy=strategy)
     for line in left_out_lines(left_out):
@@ -359,10 +320,10 @@ def run_group(
     plan = plan_states(
         output,
         runs,
-        required=states,
-        n_states=n_states,
-        metric=state_metric,
-        random_state=random_state,
+        required=config.states,
+        n_states=config.n_states,
+        metric=config.state_metric,
+        random_state=config.random_state,
     )
     maps_plan = plan_maps(output, runs, required=True if "maps" in options.features else None)
     data = _read_connectomes(runs)
@@ -403,7 +364,7 @@ def _read_connectomes(runs: list[dict]) -> _Connectomes:
     return _Connectomes(runs, common, z, mean)
 
 
-def _group_fingerprint(data: _Connectomes, options: _GroupOptions, plans) -> dict:
+def _group_fingerprint(data: _Connectomes, options: GroupConfig, plans) -> dict:
     """Return the fingerprint of the group outputs: their inputs and parameters."""
     from connscale.io.fingerprint import run_fingerprint
 
@@ -429,7 +390,7 @@ def _group_fingerprint(data: _Connectomes, options: _GroupOptions, plans) -> dic
 def _publish_group(
     output: Path,
     data: _Connectomes,
-    options: _GroupOptions,
+    options: GroupConfig,
     plans,
     *,
     started: str,
@@ -547,7 +508,7 @@ def _write_outputs(
     output: Path,
     result: GroupResult,
     data: _Connectomes,
-    options: _GroupOptions,
+    options: GroupConfig,
     *,
     names,
     started,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,9 @@ import numpy as np
 from connscale._choices import REGION_MEASURES
 from connscale._version import __version__
 from connscale.bidsapp.atlas import read_atlas_labels
+from connscale.bidsapp.cleaning import DecodedRun
 from connscale.bidsapp.config import WINDOWED, ParticipantConfig
+from connscale.bidsapp.layout import BoldRun
 from connscale.bidsapp.outputs import (
     MEASURE,
     bids_uri,
@@ -27,6 +30,7 @@ from connscale.bidsapp.outputs import (
 from connscale.cohort import compute_scan_pairs, write_scan_pairs
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
+from connscale.io.publish import OutputSet
 
 __all__ = ["write_region"]
 
@@ -70,24 +74,38 @@ def write_region(config, run, decoded, out, context, timings) -> tuple[list[str]
         Fewer than 2 atlas regions inside the mask, or no region varies after
         cleaning.
     """
-    from connscale.denoise import clean_signals, constant_series
-    from connscale.fc.static import correlation
-    from connscale.io.relmat import write_relmat_tsv
-    from connscale.io.timeseries import save_timeseries
+    prepared = _prepare(config, run, decoded, context, timings)
+    region_set = _RegionSet(config, run, decoded, out, context, timings, prepared)
+    return region_set.write()
 
-    entities = dict(run.entities)
-    seg = {"seg": config.atlas_name, "desc": config.desc}
-    operator = context["operator"]
-    img, regions = decoded.img, decoded.regions
+
+@dataclass(frozen=True)
+class _Prepared:
+    """A run's cleaned region series, their names and the sidecars of the set."""
+
+    series: np.ndarray
+    names: list[str]
+    relmat_meta: dict
+    series_meta: dict
+
+
+def _prepare(config, run, decoded, context, timings) -> _Prepared:
+    """Clean the decoded region means; name the regions; build the sidecars.
+
+    Constant regions are named in the sidecars (``ConstantRegions``) and in
+    the run's one warning (``context['warnings']``).
+    """
+    from connscale.denoise import clean_signals
+
+    regions = decoded.regions
     if regions.size < 2:
         raise ValueError(f"Fewer than 2 atlas regions inside the mask of {run.bold.name}.")
-
     tic = time.perf_counter()
     # The region means were summed in float64 while decoding (NiftiLabelsMasker's
     # extraction); cleaning them is NiftiLabelsMasker's signal.clean.
     series = clean_signals(
         decoded.region_means,
-        operator,
+        context["operator"],
         standardize=config.standardize,
         device=config.device,
         dtype=config.dtype,
@@ -103,7 +121,7 @@ def write_region(config, run, decoded, out, context, timings) -> tuple[list[str]
         names,
         context["confounds"],
         context["sample_mask"],
-        int(img.shape[3]),
+        int(decoded.img.shape[3]),
         context["mean_fd"],
         dof=context["dof"],
     )
@@ -111,97 +129,145 @@ def write_region(config, run, decoded, out, context, timings) -> tuple[list[str]
     relmat_meta.update(atlas_meta)
     series_meta.update(atlas_meta)
     if constant.any():
-        raw = constant_series(decoded.region_means, dtype=config.dtype)
-        listed = [f"{n} (constant in the BOLD)" if r else n for n, r in zip(names, raw)]
-        listed = [entry for entry, c in zip(listed, constant) if c]
-        context["warnings"].append(
-            constant_message(run, "atlas regions", ", ".join(listed), len(listed), len(names))
-        )
+        _note_constant_regions(config, run, decoded, context, names, constant)
         for meta in (relmat_meta, series_meta):
             meta["ConstantRegions"] = [n for n, c in zip(names, constant) if c]
-    measured = {**entities, "seg": config.atlas_name, "meas": MEASURE, "desc": config.desc}
-    failed, results = {}, {"fc": None}
+    return _Prepared(series, names, relmat_meta, series_meta)
 
-    def write_fc() -> list[str]:
+
+def _note_constant_regions(config, run, decoded, context, names, constant) -> None:
+    """Add the run's one warning naming its constant regions (and which were so in the BOLD)."""
+    from connscale.denoise import constant_series
+
+    raw = constant_series(decoded.region_means, dtype=config.dtype)
+    listed = [f"{n} (constant in the BOLD)" if r else n for n, r in zip(names, raw)]
+    listed = [entry for entry, c in zip(listed, constant) if c]
+    context["warnings"].append(
+        constant_message(run, "atlas regions", ", ".join(listed), len(listed), len(names))
+    )
+
+
+@dataclass
+class _RegionSet:
+    """The atlas-level set of one run, written measure by measure.
+
+    Each ``_write_<measure>`` stages its files in ``out`` and returns their
+    names; :meth:`write` runs the requested ones, records those that fail and
+    commits the set.
+    """
+
+    config: ParticipantConfig
+    run: BoldRun
+    decoded: DecodedRun
+    out: OutputSet
+    context: dict
+    timings: dict
+    prepared: _Prepared
+    fc: np.ndarray | None = None
+    written: list[str] = field(default_factory=list)
+
+    @property
+    def _measured(self) -> dict:
+        """Return the entities of the set's connectivity files."""
+        return {
+            **self.run.entities,
+            "seg": self.config.atlas_name,
+            "meas": MEASURE,
+            "desc": self.config.desc,
+        }
+
+    @property
+    def _labelled(self) -> dict:
+        """Return the entities of the set's series and report."""
+        return {**self.run.entities, "seg": self.config.atlas_name, "desc": self.config.desc}
+
+    def write(self) -> tuple[list[str], dict]:
+        """Write every requested measure, then the report; commit the set.
+
+        Returns the names written (empty when nothing but a report was) and
+        ``{measure: reason}`` of the measures that failed.
+        """
+        config, out = self.config, self.out
+        failed = {}
+        todo = [m for m in config.measures if m in REGION_MEASURES]
+        for measure in todo + ["report"] * bool(config.reports):
+            names_before = set(out.names)
+            try:
+                self.written += self._writer(measure)()
+            except Exception as exc:  # noqa: BLE001 - recorded, the other measures go on
+                failed[measure] = failure_reason(exc)
+                for name in set(out.names) - names_before:
+                    out.discard(name)
+        if not [n for n in self.written if not n.endswith("_report.html")]:
+            return [], failed  # nothing but a report: no set to publish
         tic = time.perf_counter()
-        results["fc"] = correlation(
-            series, device=config.device, dtype=config.dtype, memory_limit=config.memory_limit
+        out.commit(extra={"run": self.run.name, **({"failed_measures": failed} if failed else {})})
+        self.timings["write"] += time.perf_counter() - tic
+        return self.written, failed
+
+    def _writer(self, measure: str):
+        """Return the function that writes ``measure``."""
+        if measure in WINDOWED:
+            return functools.partial(self._write_windowed, measure)
+        return getattr(self, f"_write_{measure}")
+
+    def _write_fc(self) -> list[str]:
+        from connscale.fc.static import correlation
+        from connscale.io.relmat import write_relmat_tsv
+
+        config, prepared = self.config, self.prepared
+        tic = time.perf_counter()
+        self.fc = correlation(
+            prepared.series,
+            device=config.device,
+            dtype=config.dtype,
+            memory_limit=config.memory_limit,
         )
-        timings["compute"] += time.perf_counter() - tic
+        self.timings["compute"] += time.perf_counter() - tic
         tic = time.perf_counter()
-        stem = bids_name(measured, suffix="relmat", extension=".tsv")
-        write_relmat_tsv(out.path(stem), results["fc"], names, fmt="%.8g")
-        write_json_atomic(out.path(stem[:-4] + ".json"), relmat_meta)
-        timings["write"] += time.perf_counter() - tic
+        stem = bids_name(self._measured, suffix="relmat", extension=".tsv")
+        write_relmat_tsv(self.out.path(stem), self.fc, prepared.names, fmt="%.8g")
+        write_json_atomic(self.out.path(stem[:-4] + ".json"), prepared.relmat_meta)
+        self.timings["write"] += time.perf_counter() - tic
         return [stem, stem[:-4] + ".json"]
 
-    def write_timeseries() -> list[str]:
+    def _write_timeseries(self) -> list[str]:
+        from connscale.io.timeseries import save_timeseries
+
+        prepared = self.prepared
         tic = time.perf_counter()
-        stem = bids_name({**entities, **seg}, suffix="timeseries", extension=".tsv")
-        save_timeseries(out.path(stem), series, names)
-        write_json_atomic(out.path(stem[:-4] + ".json"), series_meta)
-        timings["write"] += time.perf_counter() - tic
+        stem = bids_name(self._labelled, suffix="timeseries", extension=".tsv")
+        save_timeseries(self.out.path(stem), prepared.series, prepared.names)
+        write_json_atomic(self.out.path(stem[:-4] + ".json"), prepared.series_meta)
+        self.timings["write"] += time.perf_counter() - tic
         return [stem, stem[:-4] + ".json"]
 
-    def write_windowed(measure: str) -> list[str]:
-        name = bids_name(measured, suffix=measure, extension=".h5")
+    def _write_windowed(self, measure: str) -> list[str]:
+        prepared = self.prepared
+        name = bids_name(self._measured, suffix=measure, extension=".h5")
         _windowed_store(
-            measure, config, run, series, names, out.path(name), operator.volumes, timings
+            measure,
+            self.config,
+            self.run,
+            prepared.series,
+            prepared.names,
+            self.out.path(name),
+            self.context["operator"].volumes,
+            self.timings,
         )
         write_json_atomic(
-            out.path(name[:-3] + ".json"),
-            _windowed_sidecar(measure, config, relmat_meta, series.shape[0]),
+            self.out.path(name[:-3] + ".json"),
+            _windowed_sidecar(measure, self.config, prepared.relmat_meta, prepared.series.shape[0]),
         )
         return [name, name[:-3] + ".json"]
 
-    def write_report() -> list[str]:
+    def _write_report(self) -> list[str]:
         tic = time.perf_counter()
-        name = bids_name({**entities, **seg}, suffix="report", extension=".html")
-        out.path(name)
-        _run_report(
-            out.staging,
-            name,
-            config=config,
-            run=run,
-            img=img,
-            mask=decoded.mask,
-            atlas=decoded.atlas,
-            resampling=decoded.atlas_resampling,
-            data=decoded.data,
-            labels=decoded.atlas[decoded.mask],
-            regions=regions,
-            operator=operator,
-            fc=results["fc"],
-            names=names,
-            fd=context["fd"],
-            timings=timings,
-            outputs=list(written),
-            started=decoded.started,
-            notes=context["warnings"],
-            dof=context["dof"],
-        )
-        timings["write"] += time.perf_counter() - tic
+        name = bids_name(self._labelled, suffix="report", extension=".html")
+        self.out.path(name)
+        _run_report(self, name)
+        self.timings["write"] += time.perf_counter() - tic
         return [name]
-
-    jobs = {"fc": write_fc, "timeseries": write_timeseries}
-    jobs.update({m: functools.partial(write_windowed, m) for m in WINDOWED})
-    written = []
-    for measure in [m for m in config.measures if m in REGION_MEASURES] + ["report"] * bool(
-        config.reports
-    ):
-        names_before = set(out.names)
-        try:
-            written += (write_report if measure == "report" else jobs[measure])()
-        except Exception as exc:  # noqa: BLE001 - recorded, the other measures go on
-            failed[measure] = failure_reason(exc)
-            for name in set(out.names) - names_before:
-                out.discard(name)
-    if not [n for n in written if not n.endswith("_report.html")]:
-        return [], failed  # nothing but a report: no set to publish
-    tic = time.perf_counter()
-    out.commit(extra={"run": run.name, **({"failed_measures": failed} if failed else {})})
-    timings["write"] += time.perf_counter() - tic
-    return written, failed
 
 
 def _window_onsets(n_kept: int, config, volumes: np.ndarray, t_r: float) -> dict:
@@ -311,54 +377,48 @@ def _windowed_sidecar(measure: str, config, relmat_meta: dict, n_kept: int) -> d
     return meta
 
 
-def _run_report(
-    staging: Path,
-    name: str,
-    *,
-    config,
-    run,
-    img,
-    mask,
-    atlas,
-    resampling,
-    data,
-    labels,
-    regions,
-    operator,
-    fc,
-    names,
-    fd,
-    timings,
-    outputs,
-    started,
-    notes=(),
-    dof=None,
-) -> Path:
-    """Write the run's HTML report into ``staging``.
+def _run_report(region_set: _RegionSet, name: str) -> Path:
+    """Write the run's HTML report into the set's staging folder.
 
-    The report is written beside ``outputs`` (the names of the set's other
-    files); ``started`` is in epoch seconds.
+    The report lists the set's other files written so far; its figures show
+    the BOLD, the mask and atlas, the cleaning and the connectome (computed
+    here from the cleaned region means when ``fc`` was not asked for).
     """
     from connscale.bidsapp.report import describe_resampling, run_figures, run_header
     from connscale.denoise import clean_signals, region_signals
     from connscale.report import write_report
 
-    raw = region_signals(data, labels, regions=regions, device=config.device)
+    config, run, decoded, context = (
+        region_set.config,
+        region_set.run,
+        region_set.decoded,
+        region_set.context,
+    )
+    data, operator, fd, names = (
+        decoded.data,
+        context["operator"],
+        context["fd"],
+        region_set.prepared.names,
+    )
+    labels = decoded.atlas[decoded.mask]
+    raw = region_signals(data, labels, regions=decoded.regions, device=config.device)
     with np.errstate(divide="ignore", invalid="ignore"):  # constant regions: NaN, warned once
         raw_fc = np.corrcoef(raw.T)
     step = max(1, data.shape[1] // 2000)
     voxels = clean_signals(
         data[:, ::step], operator, standardize=config.standardize, device=config.device
     )
+    fc = region_set.fc
     if fc is None:
         from connscale.fc.static import correlation
 
         fc = correlation(clean_signals(raw, operator, device=config.device), device="cpu")
+    staging = region_set.out.staging
     figures = run_figures(
         staging / "figures",
-        img=img,
-        mask=mask,
-        atlas=atlas,
+        img=decoded.img,
+        mask=decoded.mask,
+        atlas=decoded.atlas,
         data=data,
         cleaned_voxels=voxels,
         raw_fc=raw_fc,
@@ -374,15 +434,15 @@ def _run_report(
         "regions": int(len(names)),
         "mean FD (mm)": None if fd is None else float(fd.mean()),
     }
-    if dof is not None:
-        results["residual degrees of freedom"] = dof["dof"]
+    if context["dof"] is not None:
+        results["residual degrees of freedom"] = context["dof"]["dof"]
     record = {
         "command": f"bids participant: {run.name}",
-        **run_header(config.device, started),
+        **run_header(config.device, decoded.started),
         "parameters": {
             "atlas": config.atlas_name,
             "atlas space": config.atlas_space,
-            "atlas grid": describe_resampling(resampling),
+            "atlas grid": describe_resampling(decoded.atlas_resampling),
             "strategy": config.strategy,
             "bold": str(run.bold),
             "mask": str(run.mask),
@@ -390,10 +450,10 @@ def _run_report(
             "t_r": run.t_r,
         },
         "results": results,
-        "timings_s": dict(timings),
+        "timings_s": dict(region_set.timings),
         "figures": [str(f) for f in figures],
-        "outputs": outputs,
-        "warnings": list(notes),
+        "outputs": list(region_set.written),
+        "warnings": list(context["warnings"]),
     }
     return write_report(record, staging, filename=name)
 
