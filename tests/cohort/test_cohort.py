@@ -273,7 +273,8 @@ def test_corrupt_input_is_reported_and_others_kept(tmp_path):
     assert failed[0]["subject"] == "02" and "numeric" in failed[0]["error"]
     with open(report.errors_path, newline="") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
-    assert [(r["subject"], r["name"]) for r in rows] == [("02", "sub-02_task-rest")]
+    # the errors table of every batch (name, input, status, measure, error)
+    assert [(r["name"], r["status"]) for r in rows] == [("sub-02_task-rest", "error")]
     for sub in ("01", "03", "04"):
         assert (
             tmp_path
@@ -295,7 +296,7 @@ def test_corrupt_input_is_reported_and_others_kept(tmp_path):
         tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS, engine="serial", verbose=0
     )
     assert (again.n_ok, again.n_skipped, again.n_failed) == (1, 3, 0)
-    assert again.errors_path.read_text().splitlines() == ["subject\tname\tinput\terror"]
+    assert again.errors_path.read_text().splitlines() == ["name\tinput\tstatus\tmeasure\terror"]
 
 
 def test_resume_after_crash(tmp_path):

@@ -130,8 +130,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     add_compute_arguments(parser)
     add_wait_argument(parser, overwrite=False)  # cohort's own --overwrite is above
-    # Many workers share the machine: compute on the CPU unless told otherwise.
-    parser.set_defaults(func=run, device="cpu")
+    parser.set_defaults(func=run)
     return parser
 
 
@@ -203,7 +202,7 @@ def run(args) -> int:
             wait=args.wait,
             verbose=args.verbose,
         )
-    record.device = params["device"]
+    record.device = report.device
     record.results.update({"engine": report.engine, **report.counts})
     for r in report.records:
         if r["status"] == "ok":
