@@ -106,3 +106,17 @@ def fc_or_exit(timeseries, labels, params, output, attrs) -> dict:
         count_attempt(str(source.with_name(source.name + ".attempts")))
         os._exit(3)
     return _job_fc(timeseries, labels, params, output, attrs)
+
+
+def run_one_or_exit(task, prepared=None) -> dict:
+    """The BIDS participant level's run task, except that a run of task 'crash'
+    kills its worker; each attempt appends a line to ``<bold>.attempts``."""
+    import os
+
+    from connscale.bidsapp.participant import run_one
+
+    config, run = task
+    if "task-crash" in run.name:
+        count_attempt(str(run.bold) + ".attempts")
+        os._exit(3)
+    return run_one(task, prepared)
