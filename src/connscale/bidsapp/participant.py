@@ -43,9 +43,18 @@ so every value maps back to its pair of voxels. Every window-based store
 records its window onsets in the kept series, in source volumes and in
 seconds.
 
-A run whose set is already published with the same inputs and parameters is
-skipped; a failing run is recorded (``logs/participant_errors.tsv``) and the
-others complete.
+The runs go through the batch runner (:mod:`connscale.engines.batch`), as
+the cohort's scans do. A run whose sets are already published with the same
+inputs and parameters is skipped (:mod:`connscale.bidsapp.run_sets`); a
+failing run is recorded (``logs/participant_report.json``,
+``logs/participant_errors.tsv``: the logs of every batch) and the others
+complete, a run that kills its worker on every attempt included
+(``WorkerLost``). ``memory_limit`` covers a whole run: its measures get what
+the run's data (read and cleaned) leave of it, and a run whose data alone
+exceed it is recorded as a ``MemoryLimitError``. ``device='auto'`` is
+resolved once per call: CUDA when torch sees a GPU and one run per GPU
+computes at a time (the serial backend or ``gpus``), else the CPU; the
+report records it.
 
 What the data cannot support is decided before computing and recorded, never
 published as a number:
@@ -77,7 +86,7 @@ from dataclasses import dataclass, field, replace
 from numbers import Integral, Real
 from pathlib import Path
 
-from connscale._choices import MAP_MEASURES, MEASURES, REGION_MEASURES, VOXEL_MEASURES
+from connscale._choices import MEASURES, REGION_MEASURES
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
     Interval,
@@ -95,8 +104,9 @@ from connscale.bidsapp.cleaning import DecodedRun, RunRefused, decode_run
 from connscale.bidsapp.config import WINDOWED, ParticipantConfig
 from connscale.bidsapp.gpus import gpu_plan as _gpu_plan
 from connscale.bidsapp.layout import BoldRun, find_runs
-from connscale.bidsapp.outputs import DATASET_LINK, failure_reason, set_prefix
+from connscale.bidsapp.outputs import DATASET_LINK, failure_reason
 from connscale.bidsapp.region_measures import write_region
+from connscale.bidsapp.run_sets import is_published, needs_decode, output_sets, set_measures
 from connscale.denoise import STRATEGIES
 from connscale.engines import ENGINES
 from connscale.engines.batch import (
@@ -113,10 +123,7 @@ from connscale.engines.batch import (
     map_tasks,
     run_batch,
 )
-from connscale.io.bids import (
-    dataset_relative,
-    derivative_path,
-)
+from connscale.io.bids import dataset_relative
 
 __all__ = [
     "MEASURES",
@@ -232,77 +239,6 @@ def _held_bytes(config: ParticipantConfig, decoded: DecodedRun) -> int:
     return read + kept * max(widths, default=0) * np.dtype(config.dtype).itemsize
 
 
-def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
-    """The run's output sets: ``{'region'|'voxel'|'maps'|'networks': (folder, prefix,
-    fingerprint)}``."""
-    from connscale.io.fingerprint import run_fingerprint
-
-    entities = dict(run.entities)
-    folder = derivative_path(config.output, entities, suffix="relmat", extension=".tsv").parent
-    bold_inputs = [
-        p for p in (run.bold, run.mask, run.confounds, run.confounds_json) if p is not None
-    ]
-    sets = {}
-    if any(m in REGION_MEASURES for m in config.measures):
-        inputs = bold_inputs + [p for p in (config.atlas, config.atlas_labels) if p is not None]
-        sets["region"] = (
-            folder,
-            set_prefix(entities, {"seg": config.atlas_name, "desc": config.desc}),
-            run_fingerprint(inputs, {**config.region_parameters(), "t_r": run.t_r}),
-        )
-    if any(m in VOXEL_MEASURES for m in config.measures):
-        sets["voxel"] = (
-            folder,
-            set_prefix(entities, {"desc": config.desc}),
-            run_fingerprint(bold_inputs, {**config.voxel_parameters(), "t_r": run.t_r}),
-        )
-    maps = [m for m in MAP_MEASURES if m in config.measures]
-    if maps:
-        from connscale.bidsapp.voxel_measures import map_sets
-
-        sets.update(map_sets(config, run, folder, bold_inputs, maps))
-    return sets
-
-
-def needs_decode(config: ParticipantConfig, run: BoldRun) -> bool:
-    """False when every output set of the run is already published (nothing to read)."""
-    from connscale.io.publish import OutputSet
-
-    if run.problem:
-        return False
-    for folder, prefix, fingerprint in _output_sets(config, run).values():
-        probe = OutputSet(folder, prefix, command="bids participant", fingerprint=fingerprint)
-        if not _done(probe):
-            return True
-    return False
-
-
-def _recorded_failures(out_dir, prefix: str) -> dict:
-    """The measures that failed in a published set (its manifest's ``failed_measures``)."""
-    from connscale.io.publish import IncompleteOutputError, read_manifest
-
-    try:
-        manifest = read_manifest(out_dir, prefix, verify="none")
-    except IncompleteOutputError:
-        return {}
-    return dict(manifest.get("failed_measures") or {})
-
-
-def _done(out) -> bool:
-    """A set published with the same fingerprint and no failed measure (a set with
-    failed measures is computed again: the failure may have been transient)."""
-    return out.complete() and not _recorded_failures(out.out_dir, out.prefix)
-
-
-def _set_measures(config: ParticipantConfig, kind: str) -> list[str]:
-    """The measures a set of the run holds."""
-    if kind == "region":
-        return [m for m in config.measures if m in REGION_MEASURES]
-    if kind == "voxel":
-        return [m for m in config.measures if m in VOXEL_MEASURES]
-    return [kind]
-
-
 def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None = None) -> dict:
     from contextlib import ExitStack
 
@@ -312,7 +248,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
     timings = {"decode": 0.0, "clean": 0.0, "compute": 0.0, "write": 0.0}
     with ExitStack() as stack:
         todo, done = {}, 0
-        for kind, (folder, prefix, fingerprint) in _output_sets(config, run).items():
+        for kind, (folder, prefix, fingerprint) in output_sets(config, run).items():
             out = stack.enter_context(
                 OutputSet(
                     folder,
@@ -322,7 +258,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
                     overwrite=config.overwrite,
                 )
             )
-            if _done(out):
+            if is_published(out):
                 done += 1
             else:
                 todo[kind] = out
@@ -356,7 +292,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
                         kind, config, run, decoded, out, context, timings
                     )
                 except Exception as exc:  # noqa: BLE001 - recorded per measure
-                    failed.update(dict.fromkeys(_set_measures(config, kind), failure_reason(exc)))
+                    failed.update(dict.fromkeys(set_measures(config, kind), failure_reason(exc)))
                     continue
                 failed.update(set_failed)
                 if kind == "region":
