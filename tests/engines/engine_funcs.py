@@ -120,3 +120,18 @@ def run_one_or_exit(task, prepared=None) -> dict:
         count_attempt(str(run.bold) + ".attempts")
         os._exit(3)
     return run_one(task, prepared)
+
+
+def square_or_fail(payload, prepared=None) -> dict:
+    """A batch task: ``payload = (x, threads_log)``; x < 0 raises a two-line error.
+
+    Writes the torch threads it ran with to ``threads_log`` (when given).
+    """
+    import torch
+
+    x, log = payload
+    if log:
+        Path(log).write_text(str(torch.get_num_threads()))
+    if x < 0:
+        raise ValueError(f"negative input {x}\nsecond line")
+    return {"square": x * x}

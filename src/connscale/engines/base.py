@@ -172,6 +172,9 @@ class SerialEngine(Engine):
     def release(self, blocks: BlockSet) -> None:
         blocks.handle = []
 
+    def __repr__(self) -> str:
+        return "SerialEngine()"
+
 
 def tree_sum(values: list) -> Any:
     """Pairwise (tree) sum of a list, the order Spark's treeReduce uses."""
