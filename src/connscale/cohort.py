@@ -698,21 +698,24 @@ def run_cohort(
     params = check_job_params(job, params)  # before the first scan, and before any write
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    options = BatchOptions(
+        "cohort",
+        BatchLogs(out_dir, "cohort_report.json", "cohort_errors.tsv"),
+        desc=f"cohort {job}",
+        unit="scan",
+        threads=threads_per_task,
+        batch_size=batch_size,
+        per_worker=4,
+        verbose=verbose,
+    )
+    serial = engine == "serial" or isinstance(engine, SerialEngine)
+    params = {**params, "device": batch_device(params["device"], one_task_per_gpu=serial)}
+    open_engine = functools.partial(
+        _open_engine, engine, cluster, n_jobs, retries, dashboard_address
+    )
     with OutputLock(out_dir / "cohort_run", wait=wait):
         return _run_cohort(
-            inputs,
-            job,
-            out_dir,
-            params=params,
-            engine=engine,
-            cluster=cluster,
-            n_jobs=n_jobs,
-            retries=retries,
-            dashboard_address=dashboard_address,
-            threads_per_task=threads_per_task,
-            batch_size=batch_size,
-            overwrite=overwrite,
-            verbose=verbose,
+            find_inputs(inputs), job, out_dir, params, options, open_engine, overwrite
         )
 
 
@@ -734,51 +737,28 @@ def _open_engine(engine, cluster, n_jobs, retries, dashboard_address):
 
 
 def _run_cohort(
-    inputs,
+    items: list[CohortItem],
     job: str,
     out_dir: Path,
-    *,
-    params,
-    engine,
-    cluster,
-    n_jobs,
-    retries,
-    dashboard_address,
-    threads_per_task,
-    batch_size,
-    overwrite,
-    verbose,
+    params: dict,
+    options: BatchOptions,
+    open_engine,
+    overwrite: bool,
 ) -> CohortReport:
-    """:func:`run_cohort`, under the lock of ``out_dir``."""
-    items = find_inputs(inputs)
-    out_dir = Path(out_dir)
-    serial = engine == "serial" or isinstance(engine, SerialEngine)
-    params = {**params, "device": batch_device(params["device"], one_task_per_gpu=serial)}
+    """:func:`run_cohort`, under the lock of ``out_dir``: one task per scan."""
     key = _job_key(job, params)
     tasks = []
     for item in items:
         output = output_path(out_dir, item, job, seg=_seg(params))
         _remove_stale_temporaries(output)
-        scan = CohortTask(item, job, params, output, key, threads_per_task, JOBS[job].function)
+        scan = CohortTask(item, job, params, output, key, options.threads, JOBS[job].function)
         fields = {"output": str(output)}
         tasks.append(Task(item.name, item.subject, str(item.path), run_scan, scan, fields))
-    options = BatchOptions(
-        "cohort",
-        BatchLogs(out_dir, "cohort_report.json", "cohort_errors.tsv"),
-        desc=f"cohort {job}",
-        unit="scan",
-        threads=threads_per_task,
-        batch_size=batch_size,
-        per_worker=4,
-        verbose=verbose,
-    )
     result = run_batch(
         tasks,
         options,
         is_done=functools.partial(_scan_done, overwrite=overwrite),
-        open_engine=functools.partial(
-            _open_engine, engine, cluster, n_jobs, retries, dashboard_address
-        ),
+        open_engine=open_engine,
         meta={"job": job, "params": params, "device": params["device"], "n_inputs": len(items)},
     )
     write_dataset_description(out_dir)
