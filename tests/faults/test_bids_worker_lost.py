@@ -17,6 +17,7 @@ import pytest
 
 from connscale.bidsapp import participant
 from connscale.cli.main import main
+from connscale.engines.batch import ERROR_COLUMNS
 from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
 
 pytestmark = pytest.mark.faults
@@ -51,6 +52,7 @@ def test_a_run_that_kills_its_worker_is_recorded_and_the_others_published(
     assert records["02"]["attempts"] == 2  # 1 + the default retries
     assert len(attempts.read_text().splitlines()) == 2
     rows = (out / "logs" / "participant_errors.tsv").read_text().splitlines()
+    assert rows[0].split("\t") == list(ERROR_COLUMNS)  # the cohort's columns too
     assert len(rows) == 2 and rows[1].startswith("sub-02_task-crash")
     assert "WorkerLost" in rows[1]
     for sub in ("01", "03"):

@@ -30,7 +30,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "_meas-PearsonCorrelation_<relmat|pairs|dfc>.h5), skipping scans already done "
             "with the "
             "same parameters. Failures are reported in cohort_errors.tsv without "
-            "stopping the other scans (exit status 1 when any failed)."
+            "stopping the other scans (exit status 1 when any failed). --device auto "
+            "computes on CUDA only with --backend serial (one scan at a time); "
+            "--memory-limit covers each scan's task, the loaded scan included."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
