@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from connscale._compute.memory import limit_error, parse_memory
+from connscale._validation import parse_memory
 from connscale._version import __version__
 from connscale.engines.base import Engine, SerialEngine, TaskFailure
 from connscale.io.atomic import write_json_atomic, write_text_atomic
@@ -154,6 +154,8 @@ class TaskBudget:
         """
         self.held += int(nbytes)
         if self.limit is not None and self.held >= self.limit:
+            from connscale._compute.memory import limit_error
+
             raise limit_error(what, self.held, self.limit, self.memory_limit, self.hint)
 
     @property
