@@ -5,17 +5,20 @@ Inputs come from files, folders, glob patterns or a BIDS derivatives tree
 each input file (one scan) is one task, named after its BIDS entities
 (``sub-01_task-rest_run-1``) with the subject id taken from ``sub-XX``.
 
-Each task loads its own input where it runs, computes the job, writes one
-output file atomically (temporary name, then rename) and returns a record;
-an exception is caught in the task and returned as an error record, so a
-bad input never stops the others. A scan whose task kills its worker
-process (a segfault, the out-of-memory killer, ``os._exit``) is tried
-``1 + retries`` times on every engine, then recorded as failed
-(``WorkerLost: ...``) while the other scans go on. Outputs that exist and were made with the
-same job and parameters are skipped (resume after a crash); leftover
-temporary files of interrupted writes are removed. ``cohort_report.json``
-(every record) and ``cohort_errors.tsv`` (failures only) are rewritten
-after every batch of tasks.
+The scans run through the batch runner (:mod:`connscale.engines.batch`),
+as the BIDS-App's runs do. Each task loads its own input where it runs,
+computes the job and writes one output file atomically (temporary name,
+then rename); ``memory_limit`` covers the whole task (the job gets what the
+loaded scan leaves of it). An exception is recorded for its scan, so a bad
+input never stops the others. A scan whose task kills its worker process (a
+segfault, the out-of-memory killer, ``os._exit``) is tried ``1 + retries``
+times on every engine, then recorded as failed (``WorkerLost: ...``) while
+the other scans go on. Outputs that exist and were made with the same job
+and parameters are skipped (resume after a crash; the fingerprint is read
+from the output's attributes); leftover temporary files of interrupted
+writes are removed. ``cohort_report.json`` (every record) and
+``cohort_errors.tsv`` (failures only; the columns of every batch's errors
+table) are rewritten after every batch of tasks.
 
 Jobs (looked up lazily, so a job's dependencies load only when it runs):
 
@@ -35,23 +38,19 @@ Jobs (looked up lazily, so a job's dependencies load only when it runs):
 
 from __future__ import annotations
 
-import csv
+import functools
 import glob
 import importlib
-import io
 import json
-import logging
 import os
 import re
-import time
-import traceback
 from collections.abc import Iterable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from numbers import Integral
 from pathlib import Path
 
 from connscale._choices import DTYPES
-from connscale._compute.memory import limit_error, parse_memory
 from connscale._validation import (
     Interval,
     StrOptions,
@@ -61,12 +60,17 @@ from connscale._validation import (
     validate_parameter_values,
     validate_params,
 )
-from connscale.engines import ENGINES, Engine, TaskFailure, get_engine
-from connscale.io.atomic import write_json_atomic, write_text_atomic
+from connscale.engines import ENGINES, Engine, SerialEngine, get_engine
+from connscale.engines.batch import (
+    BatchLogs,
+    BatchOptions,
+    Task,
+    TaskBudget,
+    batch_device,
+    run_batch,
+)
 from connscale.io.bids import write_dataset_description
 from connscale.io.lock import OutputLock, is_locked
-
-logger = logging.getLogger("connscale")
 
 # Files a folder or BIDS tree is searched for, most specific first.
 BIDS_PATTERNS = ("*_bold.nii.gz", "*_bold.nii", "*_timeseries.tsv")
@@ -135,9 +139,12 @@ class CohortReport:
     records : list of dict
         One per input, in input order: ``name``, ``subject``, ``input``,
         ``output``, ``status`` ('ok', 'skipped' or 'error'), ``seconds``,
-        and ``error`` / ``traceback`` for failures.
+        and ``error`` / ``traceback`` for failures (the records of
+        :mod:`connscale.engines.batch`, as the BIDS-App's).
     report_path, errors_path : Path
         ``cohort_report.json`` and ``cohort_errors.tsv``.
+    device : str
+        The device the scans were computed on ('auto' resolved).
     """
 
     records: list[dict]
@@ -146,6 +153,7 @@ class CohortReport:
     engine: str = ""
     seconds: float = 0.0
     counts: dict = field(default_factory=dict)
+    device: str = ""
 
     @property
     def n_ok(self) -> int:
@@ -279,7 +287,7 @@ def check_job_params(job: str, params: dict | None) -> dict:
     check_option(job, "job", set(JOBS))
     params = dict(params or {})
     common = {
-        "device": "cpu",
+        "device": "auto",
         "dtype": "float32",
         "atlas": None,
         "atlas_name": None,
@@ -522,65 +530,29 @@ def _is_complete(output: Path, job: str, fingerprint: str) -> bool:
         raise foreign from None
 
 
-def _params_after_loading(params: dict, timeseries) -> dict:
-    """The job's parameters with what is left of ``memory_limit`` once the
-    scan is loaded (the limit covers the whole task)."""
-    limit = parse_memory(params.get("memory_limit"))
-    if limit is None:
-        return params
-    left = limit - timeseries.nbytes
-    if left <= 0:
-        raise limit_error(
-            f"Loading the scan ({timeseries.shape[0]} x {timeseries.shape[1]})",
-            timeseries.nbytes,
-            limit,
-            params["memory_limit"],
-            "Raise --memory-limit.",
-        )
-    return {**params, "memory_limit": left}
+def run_scan(task: CohortTask, prepared=None) -> dict:
+    """Load one scan, run its job and write its output; return the record's fields.
 
-
-def failure_fields(exc: BaseException) -> dict:
-    """``status``, ``error`` (type and message) and ``traceback`` of a failed job's record."""
-    return {
-        "status": "error",
-        "error": f"{type(exc).__name__}: {exc}",
-        "traceback": traceback.format_exc(),
+    ``memory_limit`` covers the whole task: the job gets what the loaded scan
+    leaves of it (:class:`~connscale.engines.batch.TaskBudget`). ``prepared``
+    is not used (the scan is read here, where the task runs).
+    """
+    # We get here only when the output is missing or was made otherwise:
+    # writers refuse to overwrite a different run, so clear it first.
+    task.output.unlink(missing_ok=True)
+    timeseries, labels = _load_item(task.item.path, task.params)
+    budget = TaskBudget(task.params.get("memory_limit"))
+    budget.hold(
+        timeseries.nbytes, f"Loading the scan ({timeseries.shape[0]} x {timeseries.shape[1]})"
+    )
+    params = task.params if budget.left is None else {**task.params, "memory_limit": budget.left}
+    attrs = {
+        "source": str(task.item.path),
+        "cohort_job": task.key,
+        "cohort_fingerprint": task.fingerprint,
     }
-
-
-def run_task(task: CohortTask) -> dict:
-    """Run one cohort task; never raises (errors come back as a record)."""
-    import torch
-
-    record = {
-        "name": task.item.name,
-        "subject": task.item.subject,
-        "input": str(task.item.path),
-        "output": str(task.output),
-    }
-    start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(task.threads)
-    try:
-        # We get here only when the output is missing or was made otherwise:
-        # writers refuse to overwrite a different run, so clear it first.
-        task.output.unlink(missing_ok=True)
-        timeseries, labels = _load_item(task.item.path, task.params)
-        attrs = {
-            "source": str(task.item.path),
-            "cohort_job": task.key,
-            "cohort_fingerprint": task.fingerprint,
-        }
-        params = _params_after_loading(task.params, timeseries)
-        details = _job_function(task.function)(timeseries, labels, params, task.output, attrs)
-        record.update(status="ok", **details)
-    except Exception as exc:  # noqa: BLE001 - reported per subject, not raised
-        record.update(failure_fields(exc))
-    finally:
-        torch.set_num_threads(threads)
-    record["seconds"] = round(time.perf_counter() - start, 6)
-    return record
+    details = _job_function(task.function)(timeseries, labels, params, task.output, attrs)
+    return {"status": "ok", **details}
 
 
 # --------------------------------------------------------------------------
@@ -618,44 +590,6 @@ def _remove_stale_temporaries(output: Path) -> int:
             tmp.unlink(missing_ok=True)
             removed += 1
     return removed
-
-
-def _lost_record(task: CohortTask, failure: TaskFailure) -> dict:
-    """The error record of a task that the engine gave up on (its worker died)."""
-    kind = "WorkerLost" if failure.worker_lost else "TaskFailed"
-    return {
-        "name": task.item.name,
-        "subject": task.item.subject,
-        "input": str(task.item.path),
-        "output": str(task.output),
-        "status": "error",
-        "error": f"{kind}: {failure.reason}",
-        "traceback": "",
-        "attempts": failure.attempts,
-        "seconds": None,
-    }
-
-
-def _write_reports(out_dir: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
-    counts = {s: sum(r.get("status") == s for r in records) for s in ("ok", "skipped", "error")}
-    report = write_json_atomic(
-        out_dir / "cohort_report.json", {**meta, "counts": counts, "records": records}
-    )
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
-    writer.writerow(["subject", "name", "input", "error"])
-    for r in records:
-        if r.get("status") == "error":
-            writer.writerow(
-                [
-                    r["subject"] or "n/a",
-                    r["name"],
-                    r["input"],
-                    r["error"].replace("\t", " ").replace("\n", " "),
-                ]
-            )
-    errors = write_text_atomic(out_dir / "cohort_errors.tsv", buffer.getvalue())
-    return report, errors
 
 
 @validate_params(
@@ -709,9 +643,11 @@ def run_cohort(
         per scan (:func:`output_path`), ``dataset_description.json``,
         ``cohort_report.json`` and ``cohort_errors.tsv``.
     params : dict or None
-        The job's parameters; also ``device`` (default 'cpu': many workers
-        share the machine), ``dtype``, ``memory_limit`` (of each task, i.e.
-        per worker: a worker runs one scan at a time), ``atlas`` /
+        The job's parameters; also ``device`` (default 'auto': 'cuda' with
+        ``engine='serial'`` on a machine with a GPU, else 'cpu', since many
+        workers share the machine; recorded in the report), ``dtype``,
+        ``memory_limit`` (of each task, covering the loaded scan, i.e. per
+        worker: a worker runs one scan at a time), ``atlas`` /
         ``mask`` for NIfTI inputs, and ``atlas_name`` (the outputs' ``seg-``
         label; default from the atlas file's name).
     engine : {'serial', 'local', 'dask', 'spark'} or Engine, default='local'
@@ -744,7 +680,7 @@ def run_cohort(
         When another run is writing into ``out_dir``, wait for it to finish
         instead of raising :class:`~connscale.io.OutputLockedError`.
     verbose : int, default=1
-        0 silent; 1 a progress bar over scans.
+        0 silent; 1 a progress bar over scans; 2 also each scan's outcome.
 
     Returns
     -------
@@ -763,142 +699,78 @@ def run_cohort(
     params = check_job_params(job, params)  # before the first scan, and before any write
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    options = BatchOptions(
+        "cohort",
+        BatchLogs(out_dir, "cohort_report.json", "cohort_errors.tsv"),
+        desc=f"cohort {job}",
+        unit="scan",
+        threads=threads_per_task,
+        batch_size=batch_size,
+        per_worker=4,
+        verbose=verbose,
+    )
+    serial = engine == "serial" or isinstance(engine, SerialEngine)
+    params = {**params, "device": batch_device(params["device"], one_task_per_gpu=serial)}
+    open_engine = functools.partial(
+        _open_engine, engine, cluster, n_jobs, retries, dashboard_address
+    )
     with OutputLock(out_dir / "cohort_run", wait=wait):
         return _run_cohort(
-            inputs,
-            job,
-            out_dir,
-            params=params,
-            engine=engine,
-            cluster=cluster,
-            n_jobs=n_jobs,
-            retries=retries,
-            dashboard_address=dashboard_address,
-            threads_per_task=threads_per_task,
-            batch_size=batch_size,
-            overwrite=overwrite,
-            verbose=verbose,
+            find_inputs(inputs), job, out_dir, params, options, open_engine, overwrite
         )
 
 
-def _run_cohort(
-    inputs,
-    job: str,
-    out_dir: Path,
-    *,
-    params,
-    engine,
-    cluster,
-    n_jobs,
-    retries,
-    dashboard_address,
-    threads_per_task,
-    batch_size,
-    overwrite,
-    verbose,
-) -> CohortReport:
-    """:func:`run_cohort`, under the lock of ``out_dir``."""
-    from tqdm.auto import tqdm
+def _scan_done(task: Task, *, overwrite: bool) -> bool:
+    """Whether the scan's output is complete (the runner's "is it done?" hook);
+    fills in the task's fingerprint, the one its output will record."""
+    scan = task.payload
+    scan.fingerprint = _task_fingerprint(scan.item, scan.job, scan.params)
+    return not overwrite and _is_complete(scan.output, scan.job, scan.fingerprint)
 
-    items = find_inputs(inputs)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    key = _job_key(job, params)
 
-    records: list[dict | None] = [None] * len(items)
-    todo: list[tuple[int, CohortTask]] = []
-    for index, item in enumerate(items):
-        output = output_path(out_dir, item, job, seg=_seg(params))
-        _remove_stale_temporaries(output)
-        base = {
-            "name": item.name,
-            "subject": item.subject,
-            "input": str(item.path),
-            "output": str(output),
-        }
-        try:
-            fingerprint = _task_fingerprint(item, job, params)
-            complete = not overwrite and _is_complete(output, job, fingerprint)
-        except (OSError, ValueError) as exc:  # unreadable input, or a foreign output
-            records[index] = {
-                **base,
-                "status": "error",
-                "seconds": 0.0,
-                "error": f"{type(exc).__name__}: {exc}",
-            }
-            continue
-        if complete:
-            records[index] = {**base, "status": "skipped", "seconds": 0.0}
-        else:
-            todo.append(
-                (
-                    index,
-                    CohortTask(
-                        item,
-                        job,
-                        params,
-                        output,
-                        key,
-                        threads_per_task,
-                        JOBS[job].function,
-                        fingerprint,
-                    ),
-                )
-            )
-    logger.info(
-        "cohort: %d scans, %d to run, %d complete", len(items), len(todo), len(items) - len(todo)
+def _open_engine(engine, cluster, n_jobs, retries, dashboard_address):
+    """The engine named by ``engine`` (closed after), or the caller's Engine (left open)."""
+    if isinstance(engine, Engine):
+        return nullcontext(engine)
+    return get_engine(
+        engine, cluster=cluster, n_jobs=n_jobs, retries=retries, dashboard_address=dashboard_address
     )
 
-    own_engine = not isinstance(engine, Engine)
-    start = time.perf_counter()
-    meta = {"job": job, "params": params, "engine": None, "n_inputs": len(items)}
-    active = None
-    try:
-        if todo:
-            active = (
-                get_engine(
-                    engine,
-                    cluster=cluster,
-                    n_jobs=n_jobs,
-                    retries=retries,
-                    dashboard_address=dashboard_address,
-                )
-                if own_engine
-                else engine
-            )
-            meta["engine"] = repr(active)
-            workers = getattr(active, "n_jobs", 1) or 1
-            size = batch_size or max(1, 4 * workers)
-            with tqdm(
-                total=len(items),
-                initial=len(items) - len(todo),
-                unit="scan",
-                desc=f"cohort {job}",
-                disable=not verbose,
-            ) as bar:
-                for first in range(0, len(todo), size):
-                    batch = todo[first : first + size]
-                    outcomes = active.map(run_task, [t for _, t in batch], errors="return")
-                    for (index, task), record in zip(batch, outcomes):
-                        if isinstance(record, TaskFailure):
-                            record = _lost_record(task, record)
-                        records[index] = record
-                        if record["status"] == "error":
-                            logger.warning("cohort: %s failed: %s", record["name"], record["error"])
-                    bar.update(len(batch))
-                    done = [r for r in records if r is not None]
-                    meta["seconds"] = round(time.perf_counter() - start, 6)
-                    _write_reports(out_dir, done, meta)
-    finally:
-        if own_engine and active is not None:
-            active.close()
-    meta["seconds"] = round(time.perf_counter() - start, 6)
-    final = [r for r in records if r is not None]
-    report_path, errors_path = _write_reports(out_dir, final, meta)
+
+def _run_cohort(
+    items: list[CohortItem],
+    job: str,
+    out_dir: Path,
+    params: dict,
+    options: BatchOptions,
+    open_engine,
+    overwrite: bool,
+) -> CohortReport:
+    """:func:`run_cohort`, under the lock of ``out_dir``: one task per scan."""
+    key = _job_key(job, params)
+    tasks = []
+    for item in items:
+        output = output_path(out_dir, item, job, seg=_seg(params))
+        _remove_stale_temporaries(output)
+        scan = CohortTask(item, job, params, output, key, options.threads, JOBS[job].function)
+        fields = {"output": str(output)}
+        tasks.append(Task(item.name, item.subject, str(item.path), run_scan, scan, fields))
+    result = run_batch(
+        tasks,
+        options,
+        is_done=functools.partial(_scan_done, overwrite=overwrite),
+        open_engine=open_engine,
+        meta={"job": job, "params": params, "device": params["device"], "n_inputs": len(items)},
+    )
     write_dataset_description(out_dir)
-    counts = {s: sum(r["status"] == s for r in final) for s in ("ok", "skipped", "error")}
     return CohortReport(
-        final, report_path, errors_path, meta["engine"] or "", meta["seconds"], counts
+        result.records,
+        result.report_path,
+        result.errors_path,
+        result.engine,
+        result.seconds,
+        result.counts,
+        params["device"],
     )
 
 
@@ -911,5 +783,5 @@ __all__ = [
     "find_inputs",
     "output_path",
     "run_cohort",
-    "run_task",
+    "run_scan",
 ]

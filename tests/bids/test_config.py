@@ -90,7 +90,7 @@ def test_group_command_line_gives_the_keywords(tmp_path):
         "state_metric": "l1",
         "random_state": 0,
         "states": None,
-        "device": "cpu",
+        "device": "auto",
         "overwrite": False,
     }
     argv += ["--measures", "fc,states", "--group-features", "edges,dfc", "--states", "3"]
@@ -144,7 +144,7 @@ def test_keyword_defaults_are_kept():
         "high_pass": None,
         "backend": "local",
         "n_jobs": None,
-        "device": "cpu",
+        "device": "auto",
         "dtype": "float32",
         "threads_per_task": 1,
         "memory_limit": None,
@@ -225,7 +225,7 @@ def test_command_line_gives_the_keywords(tmp_path):
     assert keywords["verbose"] == 0
     assert keywords["participant_label"] == ["01", "02"]
     assert keywords["degree_thresholds"] == [0.2, 0.4]
-    assert keywords["device"] == "cpu" and keywords["dtype"] == "float32"
+    assert keywords["device"] == "auto" and keywords["dtype"] == "float32"
     defaults = keywords_from_args(build_parser().parse_args(argv[:6]), ParticipantConfig)
     assert defaults["strategy_params"] == {} and defaults["reports"] is True
     assert defaults["measures"] == ["fc", "timeseries"] and defaults["degree_thresholds"] == [0.25]

@@ -50,7 +50,7 @@ def _atlas(tmp):
 
 def _errors(out):
     rows = (out / "logs" / "participant_errors.tsv").read_text().splitlines()
-    assert rows[0].split("\t") == ["name", "bold", "status", "measure", "error"]
+    assert rows[0].split("\t") == ["name", "input", "status", "measure", "error"]
     return [r.split("\t") for r in rows[1:]]
 
 

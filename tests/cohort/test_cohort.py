@@ -273,7 +273,8 @@ def test_corrupt_input_is_reported_and_others_kept(tmp_path):
     assert failed[0]["subject"] == "02" and "numeric" in failed[0]["error"]
     with open(report.errors_path, newline="") as fh:
         rows = list(csv.DictReader(fh, delimiter="\t"))
-    assert [(r["subject"], r["name"]) for r in rows] == [("02", "sub-02_task-rest")]
+    # the errors table of every batch (name, input, status, measure, error)
+    assert [(r["name"], r["status"]) for r in rows] == [("sub-02_task-rest", "error")]
     for sub in ("01", "03", "04"):
         assert (
             tmp_path
@@ -295,7 +296,7 @@ def test_corrupt_input_is_reported_and_others_kept(tmp_path):
         tmp_path / "deriv", "pairs", tmp_path / "out", params=PAIRS, engine="serial", verbose=0
     )
     assert (again.n_ok, again.n_skipped, again.n_failed) == (1, 3, 0)
-    assert again.errors_path.read_text().splitlines() == ["subject\tname\tinput\terror"]
+    assert again.errors_path.read_text().splitlines() == ["name\tinput\tstatus\tmeasure\terror"]
 
 
 def test_resume_after_crash(tmp_path):
@@ -353,3 +354,59 @@ def test_nifti_needs_atlas_or_mask(tmp_path):
     )
     assert report.records[0]["subject"] == "05"
     assert "give an 'atlas'" in report.records[0]["error"]
+
+
+@pytest.mark.parametrize(
+    "job, params",
+    [("fc", {}), ("pairs", PAIRS), ("dfc", {"window_length": 10, "step": 3})],
+)
+def test_outputs_made_before_are_read_back_not_recomputed(tmp_path, job, params):
+    # The outputs the current code writes are the "before" of any later
+    # runner: their in-file fingerprint (attrs) is read, they are skipped.
+    make_bids(tmp_path / "deriv", subjects=("01", "02"))
+    out = tmp_path / "out"
+    before = run_cohort(tmp_path / "deriv", job, out, params=params, engine="serial", verbose=0)
+    outputs = [r["output"] for r in before.records]
+    stamps = [os.stat(p).st_mtime_ns for p in outputs]
+    for path in outputs:
+        with h5py.File(path, "r") as h5:
+            assert "cohort_fingerprint" in h5.attrs and "cohort_job" in h5.attrs
+    again = run_cohort(
+        tmp_path / "deriv", job, out, params=params, engine="local", n_jobs=2, verbose=0
+    )
+    assert [r["status"] for r in again.records] == ["skipped", "skipped"]
+    assert [os.stat(p).st_mtime_ns for p in outputs] == stamps
+
+
+def test_an_output_without_fingerprint_is_refused_in_one_line_never_recomputed(tmp_path):
+    make_bids(tmp_path / "deriv", subjects=("01", "02"))
+    out = tmp_path / "out"
+    first = run_cohort(tmp_path / "deriv", "fc", out, engine="serial", verbose=0)
+    path = first.records[0]["output"]
+    with h5py.File(path, "r+") as h5:  # the attrs of an output no fingerprint was kept for
+        del h5.attrs["cohort_fingerprint"]
+    stamp = os.stat(path).st_mtime_ns
+    again = run_cohort(tmp_path / "deriv", "fc", out, engine="serial", verbose=0)
+    record = again.records[0]
+    assert [r["status"] for r in again.records] == ["error", "skipped"]
+    assert "\n" not in record["error"] and "--overwrite" in record["error"]
+    assert "records no input fingerprint" in record["error"]
+    assert os.stat(path).st_mtime_ns == stamp
+    replaced = run_cohort(tmp_path / "deriv", "fc", out, engine="serial", overwrite=True, verbose=0)
+    assert [r["status"] for r in replaced.records] == ["ok", "ok"]
+
+
+def test_device_auto_is_resolved_and_recorded(tmp_path):
+    make_bids(tmp_path / "deriv", subjects=("01",))
+    report = run_cohort(tmp_path / "deriv", "fc", tmp_path / "out", engine="local", verbose=0)
+    assert report.device == "cpu"  # many workers share the machine: never CUDA
+    log = json.loads(report.report_path.read_text())
+    assert log["device"] == log["params"]["device"] == "cpu"
+    serial = run_cohort(tmp_path / "deriv", "fc", tmp_path / "o2", engine="serial", verbose=0)
+    assert serial.device == ("cuda" if torch_cuda() else "cpu")
+
+
+def torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

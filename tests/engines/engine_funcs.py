@@ -106,3 +106,32 @@ def fc_or_exit(timeseries, labels, params, output, attrs) -> dict:
         count_attempt(str(source.with_name(source.name + ".attempts")))
         os._exit(3)
     return _job_fc(timeseries, labels, params, output, attrs)
+
+
+def run_one_or_exit(task, prepared=None) -> dict:
+    """The BIDS participant level's run task, except that a run of task 'crash'
+    kills its worker; each attempt appends a line to ``<bold>.attempts``."""
+    import os
+
+    from connscale.bidsapp.participant import run_one
+
+    config, run = task
+    if "task-crash" in run.name:
+        count_attempt(str(run.bold) + ".attempts")
+        os._exit(3)
+    return run_one(task, prepared)
+
+
+def square_or_fail(payload, prepared=None) -> dict:
+    """A batch task: ``payload = (x, threads_log)``; x < 0 raises a two-line error.
+
+    Writes the torch threads it ran with to ``threads_log`` (when given).
+    """
+    import torch
+
+    x, log = payload
+    if log:
+        Path(log).write_text(str(torch.get_num_threads()))
+    if x < 0:
+        raise ValueError(f"negative input {x}\nsecond line")
+    return {"square": x * x}

@@ -70,7 +70,7 @@ def test_a_second_participant_run_stops_naming_the_first_or_waits(tree, tmp_path
     tmp, root = tree
     out = tmp_path / "out"
     argv = participant_argv(tmp, root, out)
-    first = start_paused(argv, "connscale.bidsapp.participant:run_serial")
+    first = start_paused(argv, "connscale.bidsapp.participant:run_one")
     try:
         # a second run, and the group level (which reads the outputs being written)
         for second in (argv, ["bids", root, out, "group", "-q"]):
@@ -90,6 +90,6 @@ def test_a_second_participant_run_stops_naming_the_first_or_waits(tree, tmp_path
     report = json.loads((out / "logs" / "participant_report.json").read_text())
     assert report["counts"] == {"ok": 0, "skipped": 2, "error": 0}
     assert (out / "logs" / "participant_errors.tsv").read_text().splitlines() == [
-        "name\tbold\tstatus\tmeasure\terror"
+        "name\tinput\tstatus\tmeasure\terror"
     ]
     assert not (out / ".bids.lock").exists()

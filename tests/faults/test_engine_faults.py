@@ -35,6 +35,7 @@ from connscale.cli.main import main
 from connscale.cohort import JOBS, CohortJob
 from connscale.datasets import simulate_networks
 from connscale.engines import SerialEngine, TaskFailure
+from connscale.engines.batch import ERROR_COLUMNS
 from connscale.networks import _blocks
 from connscale.networks._r1dl import _AtomSettings, _run_engine
 
@@ -129,7 +130,8 @@ def test_cohort_scan_that_kills_its_worker(engine, tmp_path, monkeypatch, capsys
     assert _lines(attempts) == 1 + RETRIES
     with open(out / "cohort_errors.tsv", newline="") as f:
         rows = list(csv.DictReader(f, delimiter="\t"))
-    assert [(r["subject"], r["name"]) for r in rows] == [("02", "sub-02_task-crash")]
+    assert list(rows[0]) == list(ERROR_COLUMNS)  # the BIDS-App's columns too
+    assert [(r["name"], r["status"]) for r in rows] == [("sub-02_task-crash", "error")]
     assert rows[0]["error"].startswith("WorkerLost: the worker process died")
     report = json.loads((out / "cohort_report.json").read_text())
     by_subject = {r["subject"]: r for r in report["records"]}

@@ -298,3 +298,93 @@ assert rc == 2
     result = _measure(_MAPS_SETUP, call, tmp_path)
     assert result["growth"] <= MARGIN, result  # refused before the image is read
     assert not list((tmp_path / "out").glob("*_boldmap*"))
+
+
+def _bids_tree(tmp_path: Path, shape: tuple, n_volumes: int) -> Path:
+    """Two fMRIPrep runs: sub-01's BOLD replaced by ``shape`` x ``n_volumes`` of noise,
+    its mask every voxel; sub-02 the fixture's small run."""
+    import nibabel as nib
+    import numpy as np
+
+    from tests.bids._fmriprep import AFFINE, ATLAS, atlas_img, make_fmriprep
+
+    root = make_fmriprep(
+        tmp_path / "fmriprep", [("01", None, "rest", None), ("02", None, "rest", None)]
+    )
+    nib.save(atlas_img(), tmp_path / ATLAS)
+    func = root / "sub-01" / "func"
+    stem = "sub-01_task-rest_space-MNI152NLin2009cAsym"
+    data = np.random.default_rng(0).standard_normal((*shape, n_volumes), dtype=np.float32)
+    nib.save(nib.Nifti1Image(data + 100, AFFINE), func / f"{stem}_desc-preproc_bold.nii.gz")
+    mask = nib.Nifti1Image(np.ones(shape, np.uint8), AFFINE)
+    nib.save(mask, func / f"{stem}_desc-brain_mask.nii.gz")
+    return root
+
+
+def _bids_argv(tmp_path: Path, root: Path, out: str, *extra: str) -> list[str]:
+    from tests.bids._fmriprep import ATLAS
+
+    argv = ["bids", str(root), out, "participant", "--atlas", str(tmp_path / ATLAS)]
+    argv += ["--atlas-name", "Slab4", "--denoise", "none", "--backend", "serial"]
+    return argv + ["--no-reports", "-q", *extra]
+
+
+def test_bids_participant_measures_get_what_the_run_leaves(tmp_path, monkeypatch):
+    # The limit covers the whole run: its correlation gets the limit less the
+    # run's data (read and cleaned), not the whole limit again.
+    import connscale.fc.static as static
+    from connscale.cli.main import main
+
+    root = _bids_tree(tmp_path, (20, 20, 15), 30)
+    limits = []
+    correlation = static.compute_correlation
+
+    def recording(*args, **kwargs):
+        limits.append(kwargs["memory_limit"])
+        return correlation(*args, **kwargs)
+
+    monkeypatch.setattr(static, "compute_correlation", recording)
+    argv = _bids_argv(tmp_path, root, str(tmp_path / "out"), "--measures", "voxelfc")
+    assert main([*argv, "--participant-label", "01", "--memory-limit", "10MB"]) == 0
+    # sub-01: 6000 voxels x 30 volumes, read (float32) and cleaned (float32), and its mask
+    assert limits == [10 * MB - 2 * 6000 * 30 * 4 - 6000]
+
+
+def test_bids_participant_run_whose_data_exceed_the_limit_is_refused(tmp_path, capsys):
+    import json
+
+    from connscale.cli.main import main
+
+    root = _bids_tree(tmp_path, (20, 20, 15), 30)  # sub-01 holds 1.45 MB; sub-02 about 16 KB
+    out = tmp_path / "out"
+    argv = _bids_argv(tmp_path, root, str(out), "--measures", "voxelfc", "--memory-limit", "1MB")
+    assert main(argv) == 1
+    report = json.loads((out / "logs" / "participant_report.json").read_text())
+    first, second = report["records"]
+    assert first["status"] == "error" and "\n" not in first["error"]
+    assert first["error"].startswith("MemoryLimitError: The data of sub-01_task-rest")
+    assert "memory_limit='1MB'" in first["error"] and "Raise --memory-limit" in first["error"]
+    assert second["status"] == "ok" and len(second["outputs"]) == 2
+    assert not list(out.glob("sub-01/**/*_relmat.h5"))
+
+
+def test_bids_participant_run_passes_the_limit_on(tmp_path):
+    # 6000 voxels x 300 volumes: the voxel correlation's 72 MB triangle, which
+    # takes more than the limit without it.
+    limit = 100 * MB
+    setup = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})
+from connscale.cli.main import main
+from tests.faults.test_memory_limits import _bids_argv, _bids_tree
+from pathlib import Path
+root = _bids_tree(Path("."), (20, 20, 15), 300)
+argv = _bids_argv(Path("."), root, "warm", "--measures", "voxelfc", "--memory-limit", "50MB")
+assert main(argv + ["--participant-label", "02"]) == 0
+"""
+    call = f"""
+argv = _bids_argv(Path("."), root, "out", "--measures", "voxelfc", "--memory-limit", "{limit}")
+rc = main(argv + ["--participant-label", "01"])
+assert rc == 0, open("out/logs/participant_errors.tsv").read()
+"""
+    _check(_measure(setup, call, tmp_path), limit)

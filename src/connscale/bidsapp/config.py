@@ -409,10 +409,12 @@ class ParticipantConfig:
                   help="Scratch folder (the pybids index); default: none kept."),
     )  # fmt: skip
     device: str = param(
-        "cpu",
+        "auto",
         fingerprint=False,
         constraints=["device"],
-        doc="Device of each task's cleaning and correlation.",
+        doc="Device of each task's cleaning and correlation. 'auto' is resolved once for the "
+        "call: CUDA when present and one run per GPU computes at a time (the 'serial' backend, "
+        "or ``gpus``), else the CPU (worker processes sharing the machine); the log records it.",
         flag=Flag(("--device",), group=COMPUTATION, type="device",
                   levels=("participant", "group"),
                   help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."),
@@ -649,9 +651,9 @@ class GroupConfig:
                   levels=("group",)),
     )  # fmt: skip
     device: str = param(
-        "cpu",
+        "auto",
         constraints=["device"],
-        doc="Where the k-means runs.",
+        doc="Where the k-means runs ('auto': CUDA when present).",
         flag=_participant_flags("device"),
     )
     overwrite: bool = param(

@@ -19,7 +19,15 @@ import logging
 import os
 from contextlib import contextmanager
 
-__all__ = ["available_gpus", "gpu_cluster", "parse_gpus", "plan_gpu_workers", "worker_spec"]
+__all__ = [
+    "available_gpus",
+    "gpu_cluster",
+    "gpu_engine",
+    "gpu_plan",
+    "parse_gpus",
+    "plan_gpu_workers",
+    "worker_spec",
+]
 
 logger = logging.getLogger("connscale")
 
@@ -150,3 +158,36 @@ def gpu_cluster(environments: list[dict[str, str]], *, threads: int = THREADS_PE
     finally:
         client.close()
         cluster.close()
+
+
+@contextmanager
+def gpu_engine(environments: list[dict[str, str]], *, threads: int = THREADS_PER_GPU_WORKER):
+    """The Dask engine of :func:`gpu_cluster`'s workers, both closed on exit."""
+    from connscale.engines import get_engine
+
+    with (
+        gpu_cluster(environments, threads=threads) as client,
+        get_engine("dask", cluster=client) as engine,
+    ):
+        yield engine
+
+
+def gpu_plan(gpus, backend: str, notes: list[str]) -> list[dict]:
+    """Worker environments for ``--gpus`` (empty: no GPU, a note says so)."""
+    if gpus is None:
+        return []
+    gpus = parse_gpus(gpus)
+    if backend == "spark":
+        raise ValueError(
+            "--gpus starts one Dask worker per GPU; it cannot pin GPUs to Spark "
+            "executors (leave out --backend spark)."
+        )
+    environments = plan_gpu_workers(gpus, available_gpus())
+    if not environments:
+        note = (
+            f"--gpus {gpus}: no GPU on this node (torch sees no CUDA device); running "
+            f"on the CPU with the {backend} backend instead."
+        )
+        notes.append(note)
+        logger.warning(note)
+    return environments

@@ -43,9 +43,18 @@ so every value maps back to its pair of voxels. Every window-based store
 records its window onsets in the kept series, in source volumes and in
 seconds.
 
-A run whose set is already published with the same inputs and parameters is
-skipped; a failing run is recorded (``logs/participant_errors.tsv``) and the
-others complete.
+The runs go through the batch runner (:mod:`connscale.engines.batch`), as
+the cohort's scans do. A run whose sets are already published with the same
+inputs and parameters is skipped (:mod:`connscale.bidsapp.run_sets`); a
+failing run is recorded (``logs/participant_report.json``,
+``logs/participant_errors.tsv``: the logs of every batch) and the others
+complete, a run that kills its worker on every attempt included
+(``WorkerLost``). ``memory_limit`` covers a whole run: its measures get what
+the run's data (read and cleaned) leave of it, and a run whose data alone
+exceed it is recorded as a ``MemoryLimitError``. ``device='auto'`` is
+resolved once per call: CUDA when torch sees a GPU and one run per GPU
+computes at a time (the serial backend or ``gpus``), else the CPU; the
+report records it.
 
 What the data cannot support is decided before computing and recorded, never
 published as a number:
@@ -69,20 +78,18 @@ published as a number:
 
 from __future__ import annotations
 
-import csv
-import io
+import functools
 import logging
-import os
-import stat
-import time
 import warnings
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from connscale._choices import MAP_MEASURES, MEASURES, REGION_MEASURES, VOXEL_MEASURES
+from connscale._choices import MEASURES, REGION_MEASURES
 from connscale._params import entry
-from connscale._validation import resolve_n_jobs
-from connscale._version import __version__
+from connscale._validation import (
+    resolve_n_jobs,
+)
 from connscale.bidsapp.atlas import (
     check_atlas,
     read_atlas_labels,
@@ -90,18 +97,30 @@ from connscale.bidsapp.atlas import (
 )
 from connscale.bidsapp.cleaning import DecodedRun, RunRefused, decode_run
 from connscale.bidsapp.config import WINDOWED, ParticipantConfig
+from connscale.bidsapp.gpus import gpu_plan as _gpu_plan
 from connscale.bidsapp.layout import BoldRun, find_runs
-from connscale.bidsapp.outputs import DATASET_LINK, failure_reason, set_prefix
+from connscale.bidsapp.outputs import DATASET_LINK, failure_reason
 from connscale.bidsapp.region_measures import write_region
-from connscale.cohort import failure_fields
-from connscale.io.atomic import write_json_atomic, write_text_atomic
-from connscale.io.bids import (
-    dataset_relative,
-    derivative_path,
+from connscale.bidsapp.run_sets import is_published, needs_decode, output_sets, set_measures
+from connscale.engines.batch import (
+    STATUSES,
+    BatchLogs,
+    BatchOptions,
+    Progress,
+    ReadAheadEngine,
+    Task,
+    TaskBudget,
+    batch_device,
+    count_statuses,
+    logs_folder,
+    map_tasks,
+    run_batch,
 )
+from connscale.io.bids import dataset_relative
 
 __all__ = [
     "MEASURES",
+    "STATUSES",
     "ParticipantConfig",
     "ParticipantReport",
     "read_atlas_labels",
@@ -110,10 +129,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger("connscale")
-
-#: Statuses of a run record: every measure published, nothing to do, some measures
-#: failed (the others published), refused (the data cannot support it), failed.
-STATUSES = ("ok", "skipped", "partial", "refused", "error")
 
 
 @dataclass
@@ -137,17 +152,12 @@ class ParticipantReport:
     def counts(self) -> dict:
         """Runs per status: ``ok``, ``skipped`` and ``error`` always, ``partial`` and
         ``refused`` when there are any."""
-        return _counts(self.records)
+        return count_statuses(self.records)
 
     @property
     def n_failed(self) -> int:
         """Runs not fully published: failed, refused or partial."""
         return sum(v for k, v in self.counts.items() if k not in ("ok", "skipped"))
-
-
-def _counts(records: list[dict]) -> dict:
-    counts = {s: sum(r["status"] == s for r in records) for s in STATUSES}
-    return {s: n for s, n in counts.items() if n or s in ("ok", "skipped", "error")}
 
 
 def write_dataset_description(output: Path, derivatives: Path) -> Path:
@@ -168,114 +178,58 @@ def write_dataset_description(output: Path, derivatives: Path) -> Path:
     )
 
 
-def run_one(task: tuple) -> dict:
-    """Process one run; never raises (a failure comes back as an ``error`` record).
+def run_one(task: tuple, prepared: Future | None = None) -> dict:
+    """Process one run (``task`` is ``(config, run)``): its record's fields.
 
-    ``task`` is ``(config, run)``, or ``(config, run, decoded)`` where
-    ``decoded`` is a future of :func:`decode_run` started earlier (the
-    prefetch of :func:`run_serial`); its error is the run's error.
+    ``prepared`` is a future of :func:`prefetch` started ahead (the serial
+    engine's read-ahead); its error is the run's error. A run the data cannot
+    support comes back ``refused``; any other failure raises (the batch
+    runner records it).
     """
-    import torch
-
-    config, run = task[:2]
-    prefetched = task[2] if len(task) > 2 else None
-    record = {
-        "name": run.name,
-        "subject": run.entities.get("sub"),
-        "session": run.entities.get("ses"),
-        "bold": str(run.bold),
-        "outputs": [],
-        "started": round(time.time(), 3),  # epoch seconds: when each worker took each run
-    }
-    start = time.perf_counter()
-    threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
+    config, run = task
     try:
         if run.problem:
             raise ValueError(run.problem)
-        decoded = None if prefetched is None else prefetched.result()
-        record.update(_process(config, run, decoded))
-        record["status"] = record.get("status", "ok")
+        decoded = None if prepared is None else prepared.result()
+        return _process(config, run, decoded)
     except RunRefused as exc:
-        record.update(status="refused", error=str(exc), **exc.details)
         logger.warning("%s refused: %s", run.name, exc)
-    except Exception as exc:  # noqa: BLE001 - reported per run, never raised
-        record.update(failure_fields(exc))
-    finally:
-        torch.set_num_threads(threads)
-    record["seconds"] = round(time.perf_counter() - start, 6)
-    return record
+        return {"status": "refused", "error": str(exc), **exc.details}
 
 
-def _output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
-    """The run's output sets: ``{'region'|'voxel'|'maps'|'networks': (folder, prefix,
-    fingerprint)}``."""
-    from connscale.io.fingerprint import run_fingerprint
-
-    entities = dict(run.entities)
-    folder = derivative_path(config.output, entities, suffix="relmat", extension=".tsv").parent
-    bold_inputs = [
-        p for p in (run.bold, run.mask, run.confounds, run.confounds_json) if p is not None
-    ]
-    sets = {}
-    if any(m in REGION_MEASURES for m in config.measures):
-        inputs = bold_inputs + [p for p in (config.atlas, config.atlas_labels) if p is not None]
-        sets["region"] = (
-            folder,
-            set_prefix(entities, {"seg": config.atlas_name, "desc": config.desc}),
-            run_fingerprint(inputs, {**config.region_parameters(), "t_r": run.t_r}),
-        )
-    if any(m in VOXEL_MEASURES for m in config.measures):
-        sets["voxel"] = (
-            folder,
-            set_prefix(entities, {"desc": config.desc}),
-            run_fingerprint(bold_inputs, {**config.voxel_parameters(), "t_r": run.t_r}),
-        )
-    maps = [m for m in MAP_MEASURES if m in config.measures]
-    if maps:
-        from connscale.bidsapp.voxel_measures import map_sets
-
-        sets.update(map_sets(config, run, folder, bold_inputs, maps))
-    return sets
+def prefetch(task: tuple) -> DecodedRun | None:
+    """Read a run ahead of its task (:func:`decode_run`); None when its sets are all
+    published (nothing to read)."""
+    config, run = task
+    return decode_run(config, run) if needs_decode(config, run) else None
 
 
-def needs_decode(config: ParticipantConfig, run: BoldRun) -> bool:
-    """False when every output set of the run is already published (nothing to read)."""
-    from connscale.io.publish import OutputSet
-
-    if run.problem:
-        return False
-    for folder, prefix, fingerprint in _output_sets(config, run).values():
-        probe = OutputSet(folder, prefix, command="bids participant", fingerprint=fingerprint)
-        if not _done(probe):
-            return True
-    return False
+def _run_task(config: ParticipantConfig, run: BoldRun) -> Task:
+    """The batch runner's task of one run."""
+    fields = {"session": run.entities.get("ses"), "outputs": []}
+    return Task(
+        run.name, run.entities.get("sub"), str(run.bold), run_one, (config, run), fields, prefetch
+    )
 
 
-def _recorded_failures(out_dir, prefix: str) -> dict:
-    """The measures that failed in a published set (its manifest's ``failed_measures``)."""
-    from connscale.io.publish import IncompleteOutputError, read_manifest
-
-    try:
-        manifest = read_manifest(out_dir, prefix, verify="none")
-    except IncompleteOutputError:
-        return {}
-    return dict(manifest.get("failed_measures") or {})
+def _published(task: Task) -> bool:
+    """Whether every set of the run is published with its fingerprint (the batch
+    runner's "is it done?" hook)."""
+    config, run = task.payload
+    return not run.problem and not needs_decode(config, run)
 
 
-def _done(out) -> bool:
-    """A set published with the same fingerprint and no failed measure (a set with
-    failed measures is computed again: the failure may have been transient)."""
-    return out.complete() and not _recorded_failures(out.out_dir, out.prefix)
+def _held_bytes(config: ParticipantConfig, decoded: DecodedRun) -> int:
+    """Bytes a run holds through its task: what was read, and its widest cleaned series."""
+    import numpy as np
 
-
-def _set_measures(config: ParticipantConfig, kind: str) -> list[str]:
-    """The measures a set of the run holds."""
-    if kind == "region":
-        return [m for m in config.measures if m in REGION_MEASURES]
-    if kind == "voxel":
-        return [m for m in config.measures if m in VOXEL_MEASURES]
-    return [kind]
+    arrays = (decoded.data, decoded.region_means, decoded.mask, decoded.atlas)
+    read = sum(a.nbytes for a in arrays if a is not None)
+    widths = [] if decoded.region_means is None else [decoded.region_means.shape[1]]
+    if decoded.data is not None and any(m not in REGION_MEASURES for m in config.measures):
+        widths.append(decoded.data.shape[1])
+    kept = decoded.context["operator"].volumes.size
+    return read + kept * max(widths, default=0) * np.dtype(config.dtype).itemsize
 
 
 def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None = None) -> dict:
@@ -287,7 +241,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
     timings = {"decode": 0.0, "clean": 0.0, "compute": 0.0, "write": 0.0}
     with ExitStack() as stack:
         todo, done = {}, 0
-        for kind, (folder, prefix, fingerprint) in _output_sets(config, run).items():
+        for kind, (folder, prefix, fingerprint) in output_sets(config, run).items():
             out = stack.enter_context(
                 OutputSet(
                     folder,
@@ -297,7 +251,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
                     overwrite=config.overwrite,
                 )
             )
-            if _done(out):
+            if is_published(out):
                 done += 1
             else:
                 todo[kind] = out
@@ -305,6 +259,10 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
             return {"status": "skipped", "outputs": []}
         if decoded is None:
             decoded = decode_run(config, run)
+        # memory_limit covers the whole task: the measures get what the run's data leave.
+        budget = TaskBudget(config.memory_limit)
+        budget.hold(_held_bytes(config, decoded), f"The data of {run.name} (read and cleaned)")
+        config = replace(config, memory_limit=budget.left)
         timings["decode"] = decoded.seconds
         timings["clean"] = decoded.clean_seconds
         context = {**decoded.context, "warnings": []}
@@ -327,7 +285,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
                         kind, config, run, decoded, out, context, timings
                     )
                 except Exception as exc:  # noqa: BLE001 - recorded per measure
-                    failed.update(dict.fromkeys(_set_measures(config, kind), failure_reason(exc)))
+                    failed.update(dict.fromkeys(set_measures(config, kind), failure_reason(exc)))
                     continue
                 failed.update(set_failed)
                 if kind == "region":
@@ -358,19 +316,6 @@ def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[
     return write(config, run, decoded, out, context, timings), {}
 
 
-def error_rows(records: list[dict]) -> list[list[str]]:
-    """The errors table: ``name, bold, status, measure, error``; one row per failed
-    measure (``measure`` empty when the run failed or was refused as a whole)."""
-    rows = []
-    for r in records:
-        failed = r.get("failed_measures") or {}
-        if failed:
-            rows += [[r["name"], r["bold"], r["status"], m, why] for m, why in failed.items()]
-        elif r["status"] in ("error", "refused"):
-            rows.append([r["name"], r["bold"], r["status"], "", r["error"]])
-    return [[str(c).replace("\t", " ").replace("\n", " ") for c in row] for row in rows]
-
-
 def output_lock(output: Path, *, wait: bool = False):
     """The lock of the BIDS-App on its output folder (``<output>/.bids.lock``).
 
@@ -387,91 +332,39 @@ def output_lock(output: Path, *, wait: bool = False):
     )
 
 
-def _logs_folder(output: Path) -> Path:
-    """``<output>/logs``, created or reused without following a link (one
-    planted there would send the logs outside the output)."""
-    logs = output / "logs"
-    try:
-        os.mkdir(logs)
-    except FileExistsError:
-        if not stat.S_ISDIR(os.lstat(logs).st_mode):
-            kind = "a symbolic link" if os.path.islink(logs) else "not a folder"
-            raise PermissionError(
-                f"{logs} is {kind}; connscale writes the participant logs there and does not "
-                "follow links. Remove it and run again."
-            ) from None
-    return logs
-
-
-def _write_logs(output: Path, records: list[dict], meta: dict) -> tuple[Path, Path]:
-    logs = _logs_folder(output)
-    report = write_json_atomic(
-        logs / "participant_report.json", {**meta, "counts": _counts(records), "records": records}
-    )
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, delimiter="\t", lineterminator="\n")
-    writer.writerow(["name", "bold", "status", "measure", "error"])
-    writer.writerows(error_rows(records))
-    return report, write_text_atomic(logs / "participant_errors.tsv", buffer.getvalue())
-
-
-def _gpu_plan(gpus, backend: str, notes: list[str]) -> list[dict]:
-    """Worker environments for ``--gpus`` (empty: no GPU, a note says so)."""
-    if gpus is None:
-        return []
-    from connscale.bidsapp.gpus import available_gpus, parse_gpus, plan_gpu_workers
-
-    gpus = parse_gpus(gpus)
-    if backend == "spark":
-        raise ValueError(
-            "--gpus starts one Dask worker per GPU; it cannot pin GPUs to Spark "
-            "executors (leave out --backend spark)."
-        )
-    environments = plan_gpu_workers(gpus, available_gpus())
-    if not environments:
-        note = (
-            f"--gpus {gpus}: no GPU on this node (torch sees no CUDA device); running "
-            f"on the CPU with the {backend} backend instead."
-        )
-        notes.append(note)
-        logger.warning(note)
-    return environments
-
-
 def run_serial(
     config: ParticipantConfig, runs: list[BoldRun], *, readers: int = 1, verbose: int = 0
 ) -> list[dict]:
     """The runs in order in this process, reading the next ones while this one computes.
 
-    ``readers`` background threads read runs (:func:`decode_run`: the BOLD,
+    ``readers`` background threads read runs (:func:`prefetch`: the BOLD,
     decompressed with the GIL released, and the confounds) at most
-    ``readers`` runs ahead of the one being computed, so at most
+    ``readers`` runs ahead of the one being computed
+    (:class:`~connscale.engines.batch.ReadAheadEngine`), so at most
     ``readers + 1`` runs are in memory; a run whose outputs are all published
     is not read at all. ``verbose``: a progress bar over the runs.
     """
-    from collections import deque
-    from concurrent.futures import ThreadPoolExecutor
+    progress = Progress("bids participant", "runs", "run", len(runs), 0, verbose)
+    try:
+        tasks = [_run_task(config, run) for run in runs]
+        return map_tasks(ReadAheadEngine(readers), tasks, threads=config.threads, progress=progress)
+    finally:
+        progress.close()
 
-    from tqdm.auto import tqdm
 
-    def prefetch(run: BoldRun) -> DecodedRun | None:
-        return decode_run(config, run) if needs_decode(config, run) else None
+def _open_engine(environments: list[dict], backend: str, n_jobs: int | None):
+    """The engine of the runs: a Dask worker per GPU, the serial engine reading
+    ahead (``n_jobs`` readers), or ``backend``."""
+    from connscale.engines import get_engine
 
-    records = []
-    with (
-        ThreadPoolExecutor(max_workers=readers, thread_name_prefix="connscale-read") as pool,
-        tqdm(total=len(runs), desc="runs", unit="run", disable=not verbose) as progress,
-    ):
-        ahead = deque(pool.submit(prefetch, run) for run in runs[:readers])
-        for index, run in enumerate(runs):
-            current = ahead.popleft()
-            if index + readers < len(runs):
-                ahead.append(pool.submit(prefetch, runs[index + readers]))
-            records.append(run_one((config, run, current)))
-            del current  # this run's data, before the next read is queued
-            progress.set_postfix_str(f"{run.name}: {records[-1]['status']}", refresh=False)
-            progress.update()
-    return records
+    if environments:
+        from connscale.bidsapp.gpus import THREADS_PER_GPU_WORKER, gpu_engine
+
+        threads = THREADS_PER_GPU_WORKER if n_jobs is None else n_jobs
+        return gpu_engine(environments, threads=threads)
+    if backend == "serial":
+        return ReadAheadEngine(1 if n_jobs is None else n_jobs)
+    return get_engine(backend, n_jobs=n_jobs)
 
 
 @entry(ParticipantConfig)
@@ -491,7 +384,6 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
     -------
     ParticipantReport
     """
-    from connscale.engines import get_engine
     from connscale.io.bids import bids_name as _check_name
 
     backend, n_jobs, gpus = config.backend, config.n_jobs, config.gpus
@@ -559,44 +451,38 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
     output.mkdir(parents=True, exist_ok=True)
     # One participant run per output at a time, its logs checked up front.
     with output_lock(output, wait=wait):
-        _logs_folder(output)
+        logs = logs_folder(output / "logs")
         write_dataset_description(output, derivatives)
-        start = time.perf_counter()
-        if environments:
-            from connscale.bidsapp.gpus import THREADS_PER_GPU_WORKER, gpu_cluster
-
-            threads = THREADS_PER_GPU_WORKER if n_jobs is None else n_jobs
-            with (
-                gpu_cluster(environments, threads=threads) as client,
-                get_engine("dask", cluster=client) as engine,
-            ):
-                records = engine.map(run_one, [(config, r) for r in runs])
-            backend = f"dask ({len(environments)} GPU workers)"
-        elif backend == "serial":
-            records = run_serial(
-                config, runs, readers=1 if n_jobs is None else n_jobs, verbose=verbose
-            )
-        else:
-            with get_engine(backend, n_jobs=n_jobs) as engine:
-                records = engine.map(run_one, [(config, r) for r in runs])
-        seconds = time.perf_counter() - start
-        meta = {
-            "command": "bids participant",
-            "software": f"connscale {__version__}",
-            "derivatives": str(derivatives),
-            "backend": backend,
-            "device": device,
-            "gpu_workers": environments,
-            "notes": notes,
-            "parameters": {**config.parameters(), "min_dof": config.min_dof},
-            "seconds": round(seconds, 3),
-        }
-        report_path, errors_path = _write_logs(output, records, meta)
-    report = ParticipantReport(records, report_path, errors_path, seconds, notes)
+        one_per_gpu = backend == "serial" or bool(environments)
+        config = replace(config, device=batch_device(config.device, one_task_per_gpu=one_per_gpu))
+        result = run_batch(
+            [_run_task(config, r) for r in runs],
+            BatchOptions(
+                "bids participant",
+                BatchLogs(logs, "participant_report.json", "participant_errors.tsv"),
+                desc="runs",
+                unit="run",
+                threads=config.threads,
+                verbose=verbose,
+            ),
+            is_done=_published,
+            open_engine=functools.partial(_open_engine, environments, backend, n_jobs),
+            meta={
+                "derivatives": str(derivatives),
+                "backend": f"dask ({len(environments)} GPU workers)" if environments else backend,
+                "device": config.device,
+                "gpu_workers": environments,
+                "notes": notes,
+                "parameters": {**config.parameters(), "min_dof": config.min_dof},
+            },
+        )
+    report = ParticipantReport(
+        result.records, result.report_path, result.errors_path, result.seconds, notes
+    )
     if verbose:
         logger.info(
             "bids participant: %s in %.1f s",
             ", ".join(f"{n} {s}" for s, n in report.counts.items()),
-            seconds,
+            result.seconds,
         )
     return report

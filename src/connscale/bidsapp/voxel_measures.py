@@ -116,7 +116,7 @@ def measure_parameters(config, measure: str) -> dict:
 
 def map_sets(config, run, folder: Path, inputs: list, measures) -> dict:
     """The output sets of the requested map measures: ``{measure: (folder, prefix,
-    fingerprint)}``, as :func:`connscale.bidsapp.participant._output_sets` lists them."""
+    fingerprint)}``, as :func:`connscale.bidsapp.run_sets.output_sets` lists them."""
     from connscale.io.fingerprint import run_fingerprint
 
     sets = {}

@@ -30,7 +30,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "_meas-PearsonCorrelation_<relmat|pairs|dfc>.h5), skipping scans already done "
             "with the "
             "same parameters. Failures are reported in cohort_errors.tsv without "
-            "stopping the other scans (exit status 1 when any failed)."
+            "stopping the other scans (exit status 1 when any failed). --device auto "
+            "computes on CUDA only with --backend serial (one scan at a time); "
+            "--memory-limit covers each scan's task, the loaded scan included."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -130,8 +132,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     add_compute_arguments(parser)
     add_wait_argument(parser, overwrite=False)  # cohort's own --overwrite is above
-    # Many workers share the machine: compute on the CPU unless told otherwise.
-    parser.set_defaults(func=run, device="cpu")
+    parser.set_defaults(func=run)
     return parser
 
 
@@ -203,7 +204,7 @@ def run(args) -> int:
             wait=args.wait,
             verbose=args.verbose,
         )
-    record.device = params["device"]
+    record.device = report.device
     record.results.update({"engine": report.engine, **report.counts})
     for r in report.records:
         if r["status"] == "ok":

@@ -1,8 +1,9 @@
 """Execution engines: one small interface over a process pool, Dask and Spark.
 
-Two kinds of work run through it: one task per item (the cohort runner: one
-subject per task) and map/reduce over blocks that workers load and keep
-(r1DL: voxel blocks of S). See :class:`connscale.engines.base.Engine`.
+Two kinds of work run through it: one task per item (the batch runner of
+:mod:`connscale.engines.batch`: one scan or run per task, for the cohort and
+the BIDS-App) and map/reduce over blocks that workers load and keep (r1DL:
+voxel blocks of S). See :class:`connscale.engines.base.Engine`.
 
 Every engine returns the same results in the same order, and
 ``sum_blocks`` adds per-block values in the fixed pairwise order of
@@ -16,6 +17,14 @@ from typing import TYPE_CHECKING
 
 from connscale._validation import check_option
 from connscale.engines.base import BlockSet, Engine, SerialEngine, TaskFailure, tree_sum
+from connscale.engines.batch import (
+    BatchLogs,
+    BatchOptions,
+    BatchResult,
+    Task,
+    TaskBudget,
+    run_batch,
+)
 from connscale.engines.local import LocalEngine
 
 if TYPE_CHECKING:
@@ -114,13 +123,19 @@ def __getattr__(name: str) -> type[Engine]:
 
 __all__ = [
     "ENGINES",
+    "BatchLogs",
+    "BatchOptions",
+    "BatchResult",
     "BlockSet",
     "DaskEngine",
     "Engine",
     "LocalEngine",
     "SerialEngine",
     "SparkEngine",
+    "Task",
+    "TaskBudget",
     "TaskFailure",
     "get_engine",
+    "run_batch",
     "tree_sum",
 ]

@@ -89,13 +89,22 @@ class Engine(abc.ABC):
     name: str = "engine"
 
     @abc.abstractmethod
-    def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+    def map(
+        self,
+        func: Callable,
+        items: Sequence,
+        *,
+        errors: str = "raise",
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> list:
         """Run ``func(item)`` for every item, one task each; results in order.
 
         A task is tried at most ``1 + retries`` times, whether it raised or
         its worker died. ``errors='raise'`` raises the error of the first
         task (in input order) that failed every attempt; ``errors='return'``
         puts a :class:`TaskFailure` in that task's place and returns.
+        ``on_result(index, result)``, when given, is called in this process
+        as each task's result (or ``TaskFailure``) is final (progress).
         """
 
     @abc.abstractmethod
@@ -128,18 +137,28 @@ class SerialEngine(Engine):
 
     name = "serial"
 
-    def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+    def map(
+        self,
+        func: Callable,
+        items: Sequence,
+        *,
+        errors: str = "raise",
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> list:
         """Run ``func(item)`` for every item in this process, in order (see :meth:`Engine.map`)."""
         # No retries and no worker to lose: a task that kills its process
         # kills this one.
-        if check_errors(errors) == "raise":
-            return [func(item) for item in items]
+        raising = check_errors(errors) == "raise"
         results = []
-        for item in items:
+        for index, item in enumerate(items):
             try:
                 results.append(func(item))
-            except Exception as exc:  # noqa: BLE001 - returned as a TaskFailure
+            except Exception as exc:  # noqa: BLE001 - raised, or returned as a TaskFailure
+                if raising:
+                    raise
                 results.append(TaskFailure(one_line(f"{type(exc).__name__}: {exc}"), 1, False))
+            if on_result is not None:
+                on_result(index, results[-1])
         return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
@@ -157,6 +176,9 @@ class SerialEngine(Engine):
     def release(self, blocks: BlockSet) -> None:
         """Drop the blocks' list."""
         blocks.handle = []
+
+    def __repr__(self) -> str:
+        return "SerialEngine()"
 
 
 def tree_sum(values: list) -> Any:

@@ -164,7 +164,14 @@ class DaskEngine(Engine):
                 f"such as 'tcp://host:8786' or a distributed.Client; got {cluster!r}."
             )
 
-    def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+    def map(
+        self,
+        func: Callable,
+        items: Sequence,
+        *,
+        errors: str = "raise",
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> list:
         """Run ``func(item)`` for every item on the workers, in input order.
 
         A task that failed every attempt (``KilledWorker`` when its workers
@@ -194,6 +201,8 @@ class DaskEngine(Engine):
                     failed[i] = future.exception()
                 else:
                     results[i] = future.result()[0]
+                    if on_result is not None:
+                        on_result(i, results[i])
                 future.release()
         finally:
             for future in futures:
@@ -212,6 +221,8 @@ class DaskEngine(Engine):
                 results[i] = TaskFailure(
                     one_line(f"{type(error).__name__}: {error}"), self.retries + 1, False
                 )
+            if on_result is not None:
+                on_result(i, results[i])
         return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:

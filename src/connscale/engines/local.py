@@ -115,7 +115,14 @@ class LocalEngine(Engine):
         self._slots[s].shutdown(wait=False, cancel_futures=True)
         self._slots[s] = None
 
-    def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+    def map(
+        self,
+        func: Callable,
+        items: Sequence,
+        *,
+        errors: str = "raise",
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> list:
         """Run ``func(item)`` for every item on the worker processes.
 
         Each task is tried at most ``1 + retries`` times, whether it raised
@@ -146,6 +153,8 @@ class LocalEngine(Engine):
                 free.append(s)
                 try:
                     results[i] = future.result()
+                    if on_result is not None:
+                        on_result(i, results[i])
                     continue
                 except BrokenProcessPool as exc:
                     self._replace_slot(s)
@@ -167,6 +176,8 @@ class LocalEngine(Engine):
             else:
                 reason = one_line(f"{type(error).__name__}: {error}")
             results[i] = TaskFailure(reason, attempts[i], isinstance(error, BrokenProcessPool))
+            if on_result is not None:
+                on_result(i, results[i])
         return results
 
     # ---- blocks kept in long-lived partition workers ---------------------

@@ -35,7 +35,7 @@ import re
 import sys
 import warnings
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
@@ -192,7 +192,14 @@ class SparkEngine(Engine):
     def _run_one(self, func: Callable, item: Any) -> Any:
         return self.sc.parallelize([item], 1).map(func).collect()[0]
 
-    def map(self, func: Callable, items: Sequence, *, errors: str = "raise") -> list:
+    def map(
+        self,
+        func: Callable,
+        items: Sequence,
+        *,
+        errors: str = "raise",
+        on_result: Callable[[int, Any], None] | None = None,
+    ) -> list:
         """Run ``func(item)`` for every item, one Spark job each; results in order.
 
         A task that failed every attempt raises its job's error with
@@ -206,6 +213,10 @@ class SparkEngine(Engine):
             return []
         with ThreadPoolExecutor(max(1, min(len(items), self.n_jobs))) as pool:
             futures = [pool.submit(self._run_one, func, item) for item in items]
+            position = {future: i for i, future in enumerate(futures)}
+            for future in as_completed(futures):
+                if on_result is not None and future.exception() is None:
+                    on_result(position[future], future.result())
         results: list = []
         for future in futures:
             error = future.exception()
@@ -215,6 +226,8 @@ class SparkEngine(Engine):
                 raise error
             else:
                 results.append(_failure(error, self.retries))
+                if on_result is not None:
+                    on_result(len(results) - 1, results[-1])
         return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:

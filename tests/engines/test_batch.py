@@ -1,0 +1,152 @@
+"""The batch runner (connscale.engines.batch) on every engine: records, failures,
+progress, threads, resume, the logs' one schema, the memory budget, the device."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import engine_funcs as ef
+import pytest
+import torch
+
+from connscale import MemoryLimitError
+from connscale.engines import SerialEngine
+from connscale.engines import batch as batch_module
+from connscale.engines.batch import (
+    ERROR_COLUMNS,
+    BatchLogs,
+    BatchOptions,
+    Progress,
+    ReadAheadEngine,
+    Task,
+    TaskBudget,
+    batch_device,
+    map_tasks,
+    run_batch,
+)
+
+ENGINES = [
+    "serial",
+    "local_engine",
+    pytest.param("dask_engine", marks=pytest.mark.cluster),
+    pytest.param("spark_engine", marks=pytest.mark.cluster),
+]
+
+
+@pytest.fixture(params=ENGINES)
+def engine(request):
+    return SerialEngine() if request.param == "serial" else request.getfixturevalue(request.param)
+
+
+def _tasks(values, log=None):
+    return [
+        Task(f"sub-0{i}", f"0{i}", f"in{i}", ef.square_or_fail, (x, log))
+        for i, x in enumerate(values)
+    ]
+
+
+def test_records_failures_and_progress_on_every_engine(engine, capsys):
+    seen = []
+    records = map_tasks(engine, _tasks([2, -1, 3]), progress=seen.append)
+    assert [r["status"] for r in records] == ["ok", "error", "ok"]
+    assert [r.get("square") for r in records] == [4, None, 9]
+    failed = records[1]
+    assert failed["name"] == "sub-01" and failed["input"] == "in1" and failed["subject"] == "01"
+    assert failed["error"] == "ValueError: negative input -1 second line"  # one line
+    assert "Traceback" in failed["traceback"]
+    assert sorted(r["name"] for r in seen) == ["sub-00", "sub-01", "sub-02"]  # one call per task
+
+
+def test_one_bar_over_the_tasks_and_each_outcome_with_verbose_2(local_engine, capsys, caplog):
+    bar = Progress("cmd", "things", "thing", 3, 0, 1)
+    map_tasks(local_engine, _tasks([1, 2, 3]), progress=bar)
+    bar.close()
+    err = capsys.readouterr().err
+    assert "things" in err and "3/3" in err
+    caplog.set_level("INFO", logger="connscale")
+    quiet = Progress("cmd", "things", "thing", 2, 0, 0)
+    map_tasks(local_engine, _tasks([1, 2]), progress=quiet)
+    assert "things" not in capsys.readouterr().err and "sub-00 ok" not in caplog.text
+    detailed = Progress("cmd", "things", "thing", 2, 0, 2)
+    map_tasks(local_engine, _tasks([1, 2]), progress=detailed)
+    assert "cmd: sub-00 ok" in caplog.text and "cmd: sub-01 ok" in caplog.text
+
+
+def test_threads_per_task_and_restored(tmp_path):
+    before = torch.get_num_threads()
+    log = tmp_path / "threads"
+    map_tasks(SerialEngine(), _tasks([1], str(log)), threads=1)
+    assert log.read_text() == "1" and torch.get_num_threads() == before
+
+
+def test_run_batch_skips_what_is_done_and_writes_one_log_schema(tmp_path):
+    def is_done(task):
+        if task.name == "sub-02":
+            raise ValueError("foreign output\nsecond line")
+        return task.name == "sub-00"
+
+    opened = []
+
+    def open_engine():
+        opened.append(True)
+        return SerialEngine()
+
+    logs = BatchLogs(tmp_path, "x_report.json", "x_errors.tsv")
+    options = BatchOptions("x", logs, desc="x", unit="task", verbose=0)
+    result = run_batch(
+        _tasks([1, 2, 3, -4]), options, is_done=is_done, open_engine=open_engine, meta={"a": 1}
+    )
+    assert [r["status"] for r in result.records] == ["skipped", "ok", "error", "error"]
+    assert result.records[2]["error"] == "ValueError: foreign output second line"
+    assert result.counts == {"ok": 1, "skipped": 1, "error": 2} and opened == [True]
+    report = json.loads(result.report_path.read_text())
+    assert report["a"] == 1 and report["command"] == "x" and report["engine"] == "SerialEngine()"
+    assert report["counts"] == result.counts and len(report["records"]) == 4
+    with open(result.errors_path, newline="") as fh:
+        rows = list(csv.reader(fh, delimiter="\t"))
+    assert tuple(rows[0]) == ERROR_COLUMNS
+    assert [r[:3] for r in rows[1:]] == [["sub-02", "in2", "error"], ["sub-03", "in3", "error"]]
+    # nothing left to run: no engine is started
+    again = run_batch(
+        _tasks([1]), options, is_done=lambda task: True, open_engine=open_engine, meta={}
+    )
+    assert again.counts == {"ok": 0, "skipped": 1, "error": 0} and opened == [True]
+
+
+def test_read_ahead_engine_runs_tasks_without_prepare_as_serial():
+    records = map_tasks(ReadAheadEngine(2), _tasks([1, 2, 3]))
+    assert [r["square"] for r in records] == [1, 4, 9]
+
+
+def test_task_budget_covers_the_whole_task():
+    budget = TaskBudget("10MB")
+    budget.hold(4_000_000, "the scan")
+    assert budget.left == 6_000_000
+    with pytest.raises(
+        MemoryLimitError, match=r"the cleaned series needs .*\(memory_limit='10MB'\)"
+    ):
+        budget.hold(6_000_000, "the cleaned series")
+    assert TaskBudget(None).left is None
+
+
+def test_device_auto_is_resolved_once_per_batch(monkeypatch):
+    assert batch_device("cpu", one_task_per_gpu=True) == "cpu"
+    assert batch_device("cuda:1", one_task_per_gpu=False) == "cuda:1"
+    assert batch_device("auto", one_task_per_gpu=False) == "cpu"  # workers share the GPU
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert batch_device("auto", one_task_per_gpu=True) == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert batch_device("auto", one_task_per_gpu=True) == "cpu"
+
+
+def test_the_module_is_a_service():
+    # the runner serves the cohort and the BIDS-App: it imports neither
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(batch_module))
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {
+        m for m in imported if m and m.startswith(("connscale.cohort", "connscale.bidsapp"))
+    }
