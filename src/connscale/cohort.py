@@ -606,7 +606,7 @@ def _remove_stale_temporaries(output: Path) -> int:
         "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     }
 )
-def run_cohort(
+def run_cohort(  # noqa: PLR0913 - public keywords (the job, engine and resume options)
     inputs,
     job: str,
     out_dir,

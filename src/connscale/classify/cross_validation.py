@@ -431,7 +431,7 @@ def _permutation(pipeline, X, y01, folds: int, n_permutations: int, *, seeds, n_
         "n_jobs": ["n_jobs", None],
     }
 )
-def cross_validate(
+def cross_validate(  # noqa: PLR0913 - public keywords (scikit-learn-style cross-validation options)
     X,
     y,
     *,

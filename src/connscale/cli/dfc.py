@@ -107,27 +107,7 @@ def run(args) -> int:
     # The window, step, taper and kind are in the sidecar, not the name: a
     # result already there with other parameters is replaced only with --overwrite.
     folder, stem = output_place(args, suffix="dfc", extension=".h5")
-    fingerprint = run_fingerprint(
-        input_files(args),
-        {
-            "command": "dfc",
-            "window": args.window,
-            "step": args.step,
-            "t_r": args.t_r,
-            "taper": args.taper,
-            "taper_sigma": args.taper_sigma,
-            "kind": kind,
-            "threshold": args.threshold,
-            "absolute": args.absolute,
-            "rank": args.rank,
-            "method": args.method,
-            "power_iterations": args.power_iterations,
-            "seed": args.seed,
-            "error": args.error,
-            "dtype": args.dtype,
-            "precision": args.precision,
-        },
-    )
+    fingerprint = run_fingerprint(input_files(args), _parameters(args, kind))
     record = RunRecord("dfc", args.out, vars(args))
     # The windows file, plots, log and report are one set, written in a hidden
     # staging folder under the set's lock (where an interrupted run's
@@ -203,19 +183,7 @@ def run(args) -> int:
                 record.results["mae_mean"] = float(np.nanmean(result.mae))
                 record.results["mae_max"] = float(np.nanmax(result.mae))
             if n <= PLOT_MAX_NODES:
-                from connscale.report.plots import plot_dfc_windows, plot_edge_timecourses
-
-                with record.timer("plots"):
-                    plot_dfc_windows(result, outputs.path(f"{stem}_windows.png"))
-                    plot_edge_timecourses(
-                        result,
-                        outputs.path(f"{stem}_edges.png"),
-                        node_labels=labels,
-                        max_edges=6,
-                        title="Edges with the most variable correlation",
-                    )
-                    for figure in (f"{stem}_windows.png", f"{stem}_edges.png"):
-                        record.add_figure(folder / figure)
+                _plots(record, result, outputs, stem, labels)
             n_windows, nbytes, ratio = len(result), result.nbytes, result.compression_ratio
             write_json_atomic(
                 outputs.path(f"{stem}.json"),
@@ -243,6 +211,45 @@ def run(args) -> int:
     print(f"  wrote {path}")
     print(f"  log   {log}")
     return 0
+
+
+def _parameters(args, kind: str) -> dict:
+    """Return what the result depends on besides the input (the set's fingerprint)."""
+    return {
+        "command": "dfc",
+        "window": args.window,
+        "step": args.step,
+        "t_r": args.t_r,
+        "taper": args.taper,
+        "taper_sigma": args.taper_sigma,
+        "kind": kind,
+        "threshold": args.threshold,
+        "absolute": args.absolute,
+        "rank": args.rank,
+        "method": args.method,
+        "power_iterations": args.power_iterations,
+        "seed": args.seed,
+        "error": args.error,
+        "dtype": args.dtype,
+        "precision": args.precision,
+    }
+
+
+def _plots(record, result, outputs, stem: str, labels) -> None:
+    """Draw the windows and the most variable edges into the set, as the record's figures."""
+    from connscale.report.plots import plot_dfc_windows, plot_edge_timecourses
+
+    with record.timer("plots"):
+        plot_dfc_windows(result, outputs.path(f"{stem}_windows.png"))
+        plot_edge_timecourses(
+            result,
+            outputs.path(f"{stem}_edges.png"),
+            node_labels=labels,
+            max_edges=6,
+            title="Edges with the most variable correlation",
+        )
+        for figure in (f"{stem}_windows.png", f"{stem}_edges.png"):
+            record.add_figure(outputs.out_dir / figure)
 
 
 def _sidecar(

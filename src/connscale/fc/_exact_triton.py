@@ -167,7 +167,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         return value
 
     @triton.jit
-    def _exact_degree_kernel(
+    def _exact_degree_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         hi_ptr,
         lo_ptr,
         pairs_ptr,
@@ -212,7 +212,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         )
 
     @triton.jit
-    def _exact_compact_kernel(
+    def _exact_compact_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         hi_ptr,
         lo_ptr,
         pairs_ptr,

@@ -79,7 +79,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
                 tl.atomic_add(sum_ptr + i * n + cols, tl.sum(w, axis=0).to(tl.float64), mask=col_ok)
 
     @triton.jit
-    def place_kernel(
+    def place_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         counts_ptr,
         inclusive_ptr,
         row_offsets_ptr,

@@ -275,7 +275,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         return values, rows, cols, inside
 
     @triton.jit
-    def _degree_block_kernel(
+    def _degree_block_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         tile_ptr,
         thr_ptr,
         count_ptr,
@@ -513,7 +513,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         return tl.minimum(tl.maximum(scaled, 0.0), N_BINS - 1.0).to(tl.int32)
 
     @triton.jit
-    def _compact_block_kernel(
+    def _compact_block_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         tile_ptr,
         counts_ptr,
         bases_ptr,
@@ -608,7 +608,7 @@ def compact_table_bytes(n: int, block_m: int = COMPACT_BLOCK_M) -> int:
     return n * n_cb * 8 + -(-n // block_m) * n_cb * 8 + n * 16
 
 
-def compact_upper_triangle(
+def compact_upper_triangle(  # noqa: PLR0913 - launches the kernel with its tensors, sizes and options
     u: torch.Tensor,
     threshold: float,
     *,
@@ -726,7 +726,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
     _PREFIX = tl.constexpr(1 << 49)
 
     @triton.jit
-    def _lookback_compact_kernel(
+    def _lookback_compact_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         tile_ptr,
         status_ptr,
         ticket_ptr,
@@ -787,7 +787,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         tl.atomic_max(result_ptr + 1, (j >= 0).to(tl.int64))  # 1: gave up waiting
 
 
-def compact_upper_triangle_lookback(
+def compact_upper_triangle_lookback(  # noqa: PLR0913 - launches the kernel with its tensors, sizes and options
     u: torch.Tensor,
     threshold: float,
     *,

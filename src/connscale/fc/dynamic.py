@@ -565,7 +565,7 @@ def _runs(indices: list[int], size: int) -> list[list[int]]:
         "attrs": [dict, None],
     }
 )
-def dynamic_correlation(
+def dynamic_correlation(  # noqa: PLR0913 - public keywords (one per window, storage and compute option)
     timeseries,
     window_length: int | str,
     step: int | str = 1,

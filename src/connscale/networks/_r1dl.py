@@ -681,7 +681,7 @@ def _result(out, info: dict, settings: _AtomSettings, n_voxels: int, dtype) -> R
 
 @fill_doc
 @validate_params(_PARAMETER_CONSTRAINTS)
-def r1dl(
+def r1dl(  # noqa: PLR0913 - public keywords: the R1DL estimator's and the checkpoint
     S,
     n_components: int = 20,
     sparsity=0.07,
@@ -885,7 +885,7 @@ class R1DL(TransformerMixin, BaseEstimator):
 
     _parameter_constraints = {k: v for k, v in _PARAMETER_CONSTRAINTS.items() if k != "checkpoint"}
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - a scikit-learn estimator's parameters
         self,
         n_components: int = 20,
         sparsity=0.07,

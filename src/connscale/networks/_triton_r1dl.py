@@ -158,7 +158,7 @@ if HAS_TRITON:
         tl.store(counts_ptr + 2 * pid + 1, tl.sum((ok & (key == threshold)).to(tl.int32), axis=0))
 
     @triton.jit
-    def _select_write_kernel(
+    def _select_write_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         y_ptr,
         state_ptr,
         counts_ptr,
@@ -274,7 +274,7 @@ if HAS_TRITON:
         tl.store(out_ptr + cols, tl.sum(acc, axis=0), mask=col_ok)
 
     @triton.jit
-    def _finish_kernel(
+    def _finish_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         su_ptr,
         u_mat_ptr,
         ld_u,

@@ -259,7 +259,7 @@ def margin_terms(
 if HAS_TRITON:
 
     @triton.jit
-    def _int8_kernel(
+    def _int8_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         q_ptr,
         parts_ptr,
         scales_ptr,
