@@ -157,14 +157,17 @@ class CohortReport:
 
     @property
     def n_ok(self) -> int:
+        """Scans computed and written (status 'ok')."""
         return self.counts.get("ok", 0)
 
     @property
     def n_skipped(self) -> int:
+        """Scans skipped, their output already complete (status 'skipped')."""
         return self.counts.get("skipped", 0)
 
     @property
     def n_failed(self) -> int:
+        """Scans that failed (status 'error')."""
         return self.counts.get("error", 0)
 
 
@@ -178,7 +181,7 @@ def _is_input(path: Path) -> bool:
 
 
 def _scan_name(path: Path, subject: str | None) -> str:
-    """The source entities of a scan, joined (``sub-01_task-rest``): its outputs' stem."""
+    """Return the source entities of a scan, joined (``sub-01_task-rest``): its outputs' stem."""
     from connscale.io.bids import bids_prefix, source_entities
 
     return bids_prefix(source_entities(path, subject=subject))
@@ -261,8 +264,10 @@ def find_inputs(inputs: str | Path | Iterable[str | Path]) -> list[CohortItem]:
 
 
 def _job_entries(job: str) -> list:
-    """The public functions a job calls, whose declared constraints its
-    parameters must meet."""
+    """Return the public functions a job calls.
+
+    Its parameters must meet their declared constraints.
+    """
     if job == "pairs":
         from connscale.fc.pairs import pair_summary, pairwise_dfc
 
@@ -367,8 +372,11 @@ def _load_item(path: Path, params: dict):
 def compute_scan_pairs(
     timeseries, window_length: int, step: int, *, threshold: float, device, dtype, memory_limit
 ):
-    """Pair courses (:func:`~connscale.fc.pairs.pairwise_dfc`) and their summary
-    (:func:`~connscale.fc.pairs.pair_summary`) of one scan of shape (T, N)."""
+    """Compute the pair courses of one scan of shape (T, N) and their summary.
+
+    The pair courses are :func:`~connscale.fc.pairs.pairwise_dfc`'s, the
+    summary :func:`~connscale.fc.pairs.pair_summary`'s.
+    """
     from connscale.fc.pairs import pair_summary, pairwise_dfc
 
     result = pairwise_dfc(
@@ -474,16 +482,21 @@ def _job_function(function: str):
 
 
 def _job_key(job: str, params: dict) -> str:
-    """What makes an output reusable: the job and every parameter that changes
-    the result (not the device or memory limit it was computed under)."""
+    """Return what makes an output reusable.
+
+    The job and every parameter that changes the result (not the device or
+    memory limit it was computed under).
+    """
     kept = {k: v for k, v in params.items() if k not in ("device", "memory_limit")}
     return json.dumps({"job": job, "params": kept}, sort_keys=True)
 
 
 def _task_fingerprint(item: CohortItem, job: str, params: dict) -> str:
-    """Digest of what a scan's output depends on: its input file (and the
-    atlas or mask), the job and the parameters that change the result, and
-    the connscale version."""
+    """Return the digest of what a scan's output depends on.
+
+    Its input file (and the atlas or mask), the job and the parameters that
+    change the result, and the connscale version.
+    """
     from connscale.io.fingerprint import run_fingerprint
 
     inputs = [item.path] + [params[name] for name in ("atlas", "mask") if params.get(name)]
@@ -492,7 +505,7 @@ def _task_fingerprint(item: CohortItem, job: str, params: dict) -> str:
 
 
 def _is_complete(output: Path, job: str, fingerprint: str) -> bool:
-    """True when ``output`` is finished and records ``fingerprint``.
+    """Return True when ``output`` is finished and records ``fingerprint``.
 
     False when it is missing, unfinished, or made from other input or
     parameters (it is then redone).
@@ -561,8 +574,11 @@ def run_scan(task: CohortTask, prepared=None) -> dict:
 
 
 def output_path(out_dir: Path, item: CohortItem, job: str, *, seg: str | None = None) -> Path:
-    """``<out_dir>/sub-<id>/[ses-<id>/]func/<entities>[_seg-<seg>]_meas-PearsonCorrelation
-    _<suffix>.h5``: the scan's source entities (:func:`connscale.io.bids.source_entities`)."""
+    """Return the path of a scan's output, named by its source entities.
+
+    ``<out_dir>/sub-<id>/[ses-<id>/]func/<entities>[_seg-<seg>]_meas-PearsonCorrelation_<suffix>.h5``:
+    the scan's source entities (:func:`connscale.io.bids.source_entities`).
+    """
     from connscale.io.bids import derivative_path, source_entities
 
     entities = source_entities(item.path, subject=item.subject)
@@ -573,7 +589,7 @@ def output_path(out_dir: Path, item: CohortItem, job: str, *, seg: str | None = 
 
 
 def _seg(params: dict) -> str | None:
-    """The seg- label of the outputs: ``atlas_name``, else from the atlas file's name."""
+    """Return the seg- label of the outputs: ``atlas_name``, else from the atlas file's name."""
     from connscale.io.bids import seg_label
 
     if params.get("atlas_name") is not None:
@@ -582,8 +598,10 @@ def _seg(params: dict) -> str | None:
 
 
 def _remove_stale_temporaries(output: Path) -> int:
-    """Remove the hidden ``.<name>.*.tmp`` that killed runs left beside
-    ``output``, unless a live run holds the output's lock (they are its own)."""
+    """Remove the hidden ``.<name>.*.tmp`` that killed runs left beside ``output``.
+
+    Not when a live run holds the output's lock (they are its own).
+    """
     removed = 0
     if output.parent.exists() and not is_locked(output):
         for tmp in output.parent.glob(f".{glob.escape(output.name)}.*.tmp"):
@@ -721,15 +739,17 @@ def run_cohort(  # noqa: PLR0913 - public keywords (the job, engine and resume o
 
 
 def _scan_done(task: Task, *, overwrite: bool) -> bool:
-    """Whether the scan's output is complete (the runner's "is it done?" hook);
-    fills in the task's fingerprint, the one its output will record."""
+    """Return whether the scan's output is complete (the runner's "is it done?" hook).
+
+    Fills in the task's fingerprint, the one its output will record.
+    """
     scan = task.payload
     scan.fingerprint = _task_fingerprint(scan.item, scan.job, scan.params)
     return not overwrite and _is_complete(scan.output, scan.job, scan.fingerprint)
 
 
 def _open_engine(engine, cluster, n_jobs, retries, dashboard_address):
-    """The engine named by ``engine`` (closed after), or the caller's Engine (left open)."""
+    """Return the engine named by ``engine`` (closed after), or the caller's Engine (left open)."""
     if isinstance(engine, Engine):
         return nullcontext(engine)
     return get_engine(

@@ -436,7 +436,12 @@ class ParticipantConfig:
         None,
         fingerprint=False,
         constraints=["memory", None],
-        doc="Passed to :func:`connscale.correlation`.",
+        doc="Most memory a run may use, in bytes or as a string such as ``'8GB'``.\n"
+        "It covers the whole run: the decoded data and the cleaned series are\n"
+        "counted, and the measures get what is left\n"
+        "(:class:`~connscale.engines.batch.TaskBudget`); a run whose data alone\n"
+        "exceed it is recorded as a ``MemoryLimitError``. None: no limit on\n"
+        "the run, each computation uses up to 80% of what is free.",
         flag=Flag(("--memory-limit",), group=COMPUTATION, type="memory", metavar="SIZE",
                   levels=("participant",),
                   help="Most memory to use, e.g. '8GB' (default: 80%% of free)."),

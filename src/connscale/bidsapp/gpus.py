@@ -49,7 +49,7 @@ def parse_gpus(value) -> str | int | None:
 
 
 def available_gpus(environ=None) -> list[str]:
-    """The GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them.
+    """Return the GPUs this process may use, as ``CUDA_VISIBLE_DEVICES`` names them.
 
     With ``CUDA_VISIBLE_DEVICES`` set, its entries (indices or UUIDs; an
     empty value hides every GPU); otherwise ``0 .. n-1`` for the devices
@@ -114,7 +114,7 @@ def plan_gpu_workers(gpus, available: list[str]) -> list[dict[str, str]]:
 def worker_spec(
     environments: list[dict[str, str]], *, threads: int = THREADS_PER_GPU_WORKER
 ) -> dict:
-    """The ``SpecCluster`` worker specification: one ``Nanny`` per environment."""
+    """Return the ``SpecCluster`` worker specification: one ``Nanny`` per environment."""
     from distributed import Nanny
 
     return {
@@ -133,7 +133,7 @@ def worker_spec(
 
 @contextmanager
 def gpu_cluster(environments: list[dict[str, str]], *, threads: int = THREADS_PER_GPU_WORKER):
-    """A Dask client of one worker process per GPU, closed on exit.
+    """Yield a Dask client of one worker process per GPU, closed on exit.
 
     Yields
     ------
@@ -162,7 +162,7 @@ def gpu_cluster(environments: list[dict[str, str]], *, threads: int = THREADS_PE
 
 @contextmanager
 def gpu_engine(environments: list[dict[str, str]], *, threads: int = THREADS_PER_GPU_WORKER):
-    """The Dask engine of :func:`gpu_cluster`'s workers, both closed on exit."""
+    """Yield the Dask engine of :func:`gpu_cluster`'s workers, both closed on exit."""
     from connscale.engines import get_engine
 
     with (

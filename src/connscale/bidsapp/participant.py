@@ -150,8 +150,11 @@ class ParticipantReport:
 
     @property
     def counts(self) -> dict:
-        """Runs per status: ``ok``, ``skipped`` and ``error`` always, ``partial`` and
-        ``refused`` when there are any."""
+        """Runs per status.
+
+        ``ok``, ``skipped`` and ``error`` always, ``partial`` and ``refused``
+        when there are any.
+        """
         return count_statuses(self.records)
 
     @property
@@ -198,14 +201,16 @@ def run_one(task: tuple, prepared: Future | None = None) -> dict:
 
 
 def prefetch(task: tuple) -> DecodedRun | None:
-    """Read a run ahead of its task (:func:`decode_run`); None when its sets are all
-    published (nothing to read)."""
+    """Read a run ahead of its task (:func:`decode_run`).
+
+    Returns None when its sets are all published (nothing to read).
+    """
     config, run = task
     return decode_run(config, run) if needs_decode(config, run) else None
 
 
 def _run_task(config: ParticipantConfig, run: BoldRun) -> Task:
-    """The batch runner's task of one run."""
+    """Return the batch runner's task of one run."""
     fields = {"session": run.entities.get("ses"), "outputs": []}
     return Task(
         run.name, run.entities.get("sub"), str(run.bold), run_one, (config, run), fields, prefetch
@@ -213,8 +218,10 @@ def _run_task(config: ParticipantConfig, run: BoldRun) -> Task:
 
 
 def _published(task: Task) -> bool:
-    """Whether every set of the run is published with its fingerprint (the batch
-    runner's "is it done?" hook)."""
+    """Return whether every set of the run is published with its fingerprint.
+
+    The batch runner's "is it done?" hook.
+    """
     config, run = task.payload
     return not run.problem and not needs_decode(config, run)
 
@@ -306,8 +313,11 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
 
 
 def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
-    """Compute and publish one set of the run: the names written and the measures
-    that failed (``{measure: reason}``; a set that fails as a whole raises)."""
+    """Compute and publish one set of the run.
+
+    Returns the names written and the measures that failed
+    (``{measure: reason}``; a set that fails as a whole raises).
+    """
     if kind == "region":
         return write_region(config, run, decoded, out, context, timings)
     from connscale.bidsapp import voxel_measures
@@ -317,7 +327,7 @@ def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[
 
 
 def output_lock(output: Path, *, wait: bool = False):
-    """The lock of the BIDS-App on its output folder (``<output>/.bids.lock``).
+    """Return the lock of the BIDS-App on its output folder (``<output>/.bids.lock``).
 
     The participant level holds it from its first write to its logs, the
     group level while it reads the runs' outputs and writes its own: a
@@ -335,7 +345,7 @@ def output_lock(output: Path, *, wait: bool = False):
 def run_serial(
     config: ParticipantConfig, runs: list[BoldRun], *, readers: int = 1, verbose: int = 0
 ) -> list[dict]:
-    """The runs in order in this process, reading the next ones while this one computes.
+    """Process the runs in order in this process, reading the next ones while this one computes.
 
     ``readers`` background threads read runs (:func:`prefetch`: the BOLD,
     decompressed with the GIL released, and the confounds) at most
@@ -353,8 +363,11 @@ def run_serial(
 
 
 def _open_engine(environments: list[dict], backend: str, n_jobs: int | None):
-    """The engine of the runs: a Dask worker per GPU, the serial engine reading
-    ahead (``n_jobs`` readers), or ``backend``."""
+    """Return the engine of the runs.
+
+    A Dask worker per GPU, the serial engine reading ahead (``n_jobs``
+    readers), or ``backend``.
+    """
     from connscale.engines import get_engine
 
     if environments:

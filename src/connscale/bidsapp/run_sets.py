@@ -17,8 +17,10 @@ __all__ = ["is_published", "needs_decode", "output_sets", "recorded_failures", "
 
 
 def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
-    """The run's output sets: ``{'region'|'voxel'|'maps'|'networks': (folder, prefix,
-    fingerprint)}``."""
+    """Return the run's output sets.
+
+    ``{'region'|'voxel'|'maps'|'networks': (folder, prefix, fingerprint)}``.
+    """
     from connscale.io.fingerprint import run_fingerprint
 
     entities = dict(run.entities)
@@ -49,7 +51,7 @@ def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
 
 
 def needs_decode(config: ParticipantConfig, run: BoldRun) -> bool:
-    """False when every output set of the run is already published (nothing to read)."""
+    """Return False when every output set of the run is already published (nothing to read)."""
     from connscale.io.publish import OutputSet
 
     if run.problem:
@@ -62,7 +64,7 @@ def needs_decode(config: ParticipantConfig, run: BoldRun) -> bool:
 
 
 def recorded_failures(out_dir, prefix: str) -> dict:
-    """The measures that failed in a published set (its manifest's ``failed_measures``)."""
+    """Return the measures that failed in a published set (its manifest's ``failed_measures``)."""
     from connscale.io.publish import IncompleteOutputError, read_manifest
 
     try:
@@ -73,13 +75,16 @@ def recorded_failures(out_dir, prefix: str) -> dict:
 
 
 def is_published(out) -> bool:
-    """A set published with the same fingerprint and no failed measure (a set with
-    failed measures is computed again: the failure may have been transient)."""
+    """Return whether the set is published with the same fingerprint and no failed measure.
+
+    A set with failed measures is computed again: the failure may have been
+    transient.
+    """
     return out.complete() and not recorded_failures(out.out_dir, out.prefix)
 
 
 def set_measures(config: ParticipantConfig, kind: str) -> list[str]:
-    """The measures a set of the run holds."""
+    """Return the measures a set of the run holds."""
     if kind == "region":
         return [m for m in config.measures if m in REGION_MEASURES]
     if kind == "voxel":

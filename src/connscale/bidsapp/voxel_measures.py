@@ -79,7 +79,7 @@ _CLEANING = ("strategy", "strategy_params", "detrend", "standardize", "low_pass"
 
 
 def check_degree_thresholds(thresholds) -> tuple[float, ...]:
-    """The degree thresholds of ``maps``, sorted, each with its own name label.
+    """Return the degree thresholds of ``maps``, sorted, each with its own name label.
 
     Raises
     ------
@@ -102,7 +102,7 @@ def check_degree_thresholds(thresholds) -> tuple[float, ...]:
 
 
 def measure_parameters(config, measure: str) -> dict:
-    """What changes the outputs of ``measure`` ('maps' or 'networks') of a run."""
+    """Return what changes the outputs of ``measure`` ('maps' or 'networks') of a run."""
     kept = {k: v for k, v in config.parameters().items() if k in (*_CLEANING, "dtype")}
     if measure == "maps":
         kept["degree_thresholds"] = [float(v) for v in config.degree_thresholds]
@@ -115,8 +115,11 @@ def measure_parameters(config, measure: str) -> dict:
 
 
 def map_sets(config, run, folder: Path, inputs: list, measures) -> dict:
-    """The output sets of the requested map measures: ``{measure: (folder, prefix,
-    fingerprint)}``, as :func:`connscale.bidsapp.run_sets.output_sets` lists them."""
+    """Return the output sets of the requested map measures.
+
+    ``{measure: (folder, prefix, fingerprint)}``, as
+    :func:`connscale.bidsapp.run_sets.output_sets` lists them.
+    """
     from connscale.io.fingerprint import run_fingerprint
 
     sets = {}
@@ -130,8 +133,10 @@ def map_sets(config, run, folder: Path, inputs: list, measures) -> dict:
 
 
 def _cleaned_voxels(config, run, decoded, context, timings) -> np.ndarray:
-    """The run's denoised in-mask series (n_kept, n_voxels), as ``voxelfc`` cleans them
-    (constant ones noted in ``context['constant']`` and the run's warning)."""
+    """Return the run's denoised in-mask series (n_kept, n_voxels), as ``voxelfc`` cleans them.
+
+    Constant ones are noted in ``context['constant']`` and the run's warning.
+    """
     from connscale.denoise import clean_signals
 
     n = decoded.data.shape[1]
@@ -163,13 +168,13 @@ def _image(values: np.ndarray, mask: np.ndarray, affine: np.ndarray):
 
 
 def _mean_image(decoded):
-    """The run's mean BOLD inside its mask: the background of the report's maps."""
+    """Return the run's mean BOLD inside its mask: the background of the report's maps."""
     mask = decoded.mask
     return _image(decoded.data.mean(axis=0), mask, np.asarray(decoded.img.affine))
 
 
 def _common_sidecar(config, run, decoded, context, n_voxels: int) -> dict:
-    """The keys every map shares: sources, denoising, volumes kept, software."""
+    """Return the keys every map shares: sources, denoising, volumes kept, software."""
     _, meta = sidecars(
         config,
         run,
@@ -205,7 +210,7 @@ def _publish(out, written: list[str], run) -> None:
 def _report(
     out, name: str, *, config, run, figures: list, results: dict, timings, outputs, started
 ) -> None:
-    """The set's report, beside ``outputs`` (the names of its other files)."""
+    """Write the set's report, beside ``outputs`` (the names of its other files)."""
     from connscale.bidsapp.report import run_header
     from connscale.report import write_report
 

@@ -18,6 +18,23 @@ from connscale.cli._inputs import add_atlas_name_argument
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the ``cohort`` command to ``subparsers`` and return its parser.
+
+    The positional ``inputs`` and ``--job`` (fc, dfc or pairs) choose what
+    runs on which scans; the argument groups job options (window, threshold,
+    kind, atlas or mask...) and execution (backend, cluster, workers,
+    retries, overwrite) and the computation options complete it.
+
+    Parameters
+    ----------
+    subparsers : argparse._SubParsersAction
+        The sub-commands of the ``connscale`` parser.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+        The ``cohort`` parser; its ``func`` default is :func:`run`.
+    """
     from connscale.engines import ENGINES
 
     parser = subparsers.add_parser(
@@ -137,7 +154,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def job_params(args) -> dict:
-    """The job parameters named by the command-line options."""
+    """Return the job parameters named by the command-line options."""
     params = {
         "device": args.device,
         "dtype": args.dtype,
@@ -165,8 +182,16 @@ def job_params(args) -> dict:
 
 
 def check_arguments(args) -> None:
-    """The job options that go together (the job checks their values
-    against the data)."""
+    """Check that the job options go together.
+
+    The job checks their values against the data.
+
+    Raises
+    ------
+    ValueError
+        A missing ``--window``, an option the job (or the dfc ``--kind``)
+        does not take, or one that the dfc ``--kind`` needs and lacks.
+    """
     if args.job in ("pairs", "dfc") and args.window is None:
         raise ValueError(f"--job {args.job} needs --window (in time points, e.g. 32).")
     if args.job == "dfc":
@@ -183,6 +208,13 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
+    """Run ``connscale cohort``; return the exit status (1 when any scan failed).
+
+    Calls :func:`~connscale.cohort.run_cohort` with the job parameters of
+    :func:`job_params`, publishes the run's log with the cohort report and
+    errors table, and prints the counts of the scans and where the report,
+    errors and log are.
+    """
     from connscale.cohort import run_cohort
     from connscale.io.publish import OutputSet
 

@@ -109,7 +109,7 @@ class Task:
     prepare: Callable | None = None
 
     def record(self) -> dict:
-        """The record's fields known before the task runs."""
+        """Return the record's fields known before the task runs."""
         return {"name": self.name, "subject": self.subject, "input": self.input, **self.fields}
 
 
@@ -171,7 +171,7 @@ def failure_fields(exc: BaseException) -> dict:
 
 
 def lost_fields(failure: TaskFailure) -> dict:
-    """The failure fields of a task the engine gave up on (its worker died)."""
+    """Return the failure fields of a task the engine gave up on (its worker died)."""
     kind = "WorkerLost" if failure.worker_lost else "TaskFailed"
     return {
         "status": "error",
@@ -224,6 +224,13 @@ class ReadAheadEngine(SerialEngine):
         errors: str = "raise",
         on_result: Callable[[int, Any], None] | None = None,
     ) -> list:
+        """Run ``func(item)`` for every item in order, reading ahead (see :meth:`Engine.map`).
+
+        The :attr:`Task.prepare` of the next ``readers`` tasks runs in
+        background threads while ``func`` computes the current one, which
+        gets its future as :attr:`TaskCall.prepared`. Without any task to
+        prepare, this is :meth:`SerialEngine.map`.
+        """
         items = list(items)
         if not any(isinstance(i, TaskCall) and i.task.prepare for i in items):
             return super().map(func, items, errors=errors, on_result=on_result)
@@ -268,6 +275,11 @@ class Progress:
         )
 
     def __call__(self, record: dict) -> None:
+        """Advance the bar by one task, showing its name and status.
+
+        A failure is logged as a warning; with ``verbose > 1`` every other
+        outcome is logged too.
+        """
         name, status = record["name"], record["status"]
         if status == "error":
             logger.warning("%s: %s failed: %s", self.command, name, record["error"])
@@ -277,6 +289,7 @@ class Progress:
         self.bar.update()
 
     def close(self) -> None:
+        """Close the bar."""
         self.bar.close()
 
 
@@ -310,16 +323,21 @@ def map_tasks(
 
 
 def count_statuses(records: Sequence[dict]) -> dict:
-    """Tasks per status: ``ok``, ``skipped`` and ``error`` always, ``partial`` and
-    ``refused`` when there are any."""
+    """Count the tasks per status.
+
+    ``ok``, ``skipped`` and ``error`` always, ``partial`` and ``refused``
+    when there are any.
+    """
     counts = {s: sum(r["status"] == s for r in records) for s in STATUSES}
     return {s: n for s, n in counts.items() if n or s in ("ok", "skipped", "error")}
 
 
 def error_rows(records: Sequence[dict]) -> list[list[str]]:
-    """The errors table (:data:`ERROR_COLUMNS`): one row per failed measure of a
-    record (``failed_measures``), else one per failed or refused record
-    (``measure`` empty)."""
+    """Return the rows of the errors table (:data:`ERROR_COLUMNS`).
+
+    One row per failed measure of a record (``failed_measures``), else one
+    per failed or refused record (``measure`` empty).
+    """
     rows = []
     for r in records:
         failed = r.get("failed_measures") or {}
@@ -353,8 +371,15 @@ def write_logs(logs: BatchLogs, records: Sequence[dict], meta: dict) -> tuple[Pa
 
 
 def logs_folder(path: Path) -> Path:
-    """``path``, created or reused without following a link (one planted there
-    would send the logs outside the output)."""
+    """Return ``path``, created or reused without following a link.
+
+    One planted there would send the logs outside the output.
+
+    Raises
+    ------
+    PermissionError
+        ``path`` is a symbolic link or not a folder.
+    """
     path = Path(path)
     try:
         os.mkdir(path)
@@ -440,7 +465,7 @@ class BatchResult:
 
 
 def _resume(tasks: Sequence[Task], is_done: Callable[[Task], bool]) -> tuple[list, list]:
-    """The records of the tasks already done (or that cannot start), and those to run."""
+    """Return the records of the tasks already done (or that cannot start), and those to run."""
     records: list[dict | None] = [None] * len(tasks)
     todo = []
     for index, task in enumerate(tasks):
