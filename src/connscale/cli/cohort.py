@@ -4,17 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from connscale._choices import COHORT_JOBS
+from connscale._choices import DTYPES
+from connscale._params import add_arguments, keywords_from_args
 from connscale._validation import check_kind_options
 from connscale.cli import _types
-from connscale.cli._common import (
-    RunRecord,
-    add_compute_arguments,
-    add_out_argument,
-    add_wait_argument,
-    configure_logging,
-)
+from connscale.cli._common import RunRecord, configure_logging
 from connscale.cli._inputs import add_atlas_name_argument
+from connscale.cohort_config import COMPUTATION, EXECUTION, OPTIONS_LAST, CohortConfig
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -35,8 +31,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     argparse.ArgumentParser
         The ``cohort`` parser; its ``func`` default is :func:`run`.
     """
-    from connscale.engines import ENGINES
-
     parser = subparsers.add_parser(
         "cohort",
         help="Run a per-scan job (fc, dfc, pairs) over a cohort: local, Dask or Spark.",
@@ -53,14 +47,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "inputs",
-        nargs="+",
-        metavar="INPUT",
-        help="Input files, folders, BIDS derivatives roots or quoted glob patterns.",
-    )
-    parser.add_argument("--job", required=True, choices=COHORT_JOBS, help="Per-scan job.")
-    add_out_argument(parser)
+    add_arguments(parser, CohortConfig, {None: parser}, _types)
     group = parser.add_argument_group("job options")
     group.add_argument(
         "--window",
@@ -107,50 +94,33 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="Brain mask NIfTI for NIfTI inputs (voxel series).",
     )
     add_atlas_name_argument(group)
-    run_group = parser.add_argument_group("execution")
-    run_group.add_argument(
-        "--backend",
-        choices=list(ENGINES),
-        default="local",
-        help="serial (this process), local (process pool), dask or spark.",
-    )
-    run_group.add_argument(
-        "--cluster",
-        default=None,
-        metavar="ADDR",
-        help="Dask scheduler address (default: a LocalCluster) or Spark "
-        "master URL (default: local[N]).",
-    )
-    run_group.add_argument(
-        "--n-jobs",
-        type=_types.n_jobs,
-        default=None,
-        help="Worker processes / cores (default: all; -1: all, -2: all but one, ...).",
-    )
-    run_group.add_argument(
-        "--retries",
-        type=_types.natural,
-        default=1,
-        help="A scan whose worker process dies is tried 1 + RETRIES "
-        "times, then reported as failed (errors raised by the job "
-        "are reported at once).",
-    )
-    run_group.add_argument(
-        "--dashboard",
-        default=None,
-        metavar="ADDR",
-        help="dask without --cluster: start the LocalCluster's dashboard "
-        "at ADDR, e.g. 127.0.0.1:8787 (default: no dashboard).",
-    )
-    run_group.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="Redo scans whose output already exists, replacing files connscale did not write.",
-    )
-    add_compute_arguments(parser)
-    add_wait_argument(parser, overwrite=False)  # cohort's own --overwrite is above
+    add_arguments(parser, CohortConfig, {EXECUTION: parser.add_argument_group(EXECUTION)}, _types)
+    computation = parser.add_argument_group(COMPUTATION)
+    add_device_arguments(computation)
+    add_arguments(parser, CohortConfig, {COMPUTATION: computation}, _types)
+    add_arguments(parser, CohortConfig, {OPTIONS_LAST: parser}, _types)
     parser.set_defaults(func=run)
     return parser
+
+
+def add_device_arguments(group) -> None:
+    """Add --device, --dtype and --memory-limit (job parameters) to ``group``."""
+    group.add_argument(
+        "--device",
+        type=_types.device,
+        default="auto",
+        help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.",
+    )
+    group.add_argument(
+        "--dtype", default="float32", choices=list(DTYPES), help="Working precision."
+    )
+    group.add_argument(
+        "--memory-limit",
+        type=_types.memory,
+        default=None,
+        metavar="SIZE",
+        help="Most memory to use, e.g. '8GB' (default: 80%% of free).",
+    )
 
 
 def job_params(args) -> dict:
@@ -222,20 +192,7 @@ def run(args) -> int:
     record = RunRecord("cohort", args.out, vars(args))
     params = job_params(args)
     with record.timer("cohort"):
-        report = run_cohort(
-            [str(p) for p in args.inputs],
-            args.job,
-            args.out,
-            params=params,
-            engine=args.backend,
-            cluster=args.cluster,
-            n_jobs=args.n_jobs,
-            retries=args.retries,
-            dashboard_address=args.dashboard,
-            overwrite=args.overwrite,
-            wait=args.wait,
-            verbose=args.verbose,
-        )
+        report = run_cohort(**keywords_from_args(args, CohortConfig), params=params)
     record.device = report.device
     record.results.update({"engine": report.engine, **report.counts})
     for r in report.records:
