@@ -57,7 +57,7 @@ from connscale._validation import (
     check_window,
     validate_parameter_values,
 )
-from connscale.cohort_config import CohortConfig
+from connscale.cohort_config import CohortConfig, job_defaults
 from connscale.engines import Engine, SerialEngine, get_engine
 from connscale.engines.batch import (
     BatchLogs,
@@ -282,6 +282,8 @@ def _job_entries(job: str) -> list:
 def check_job_params(job: str, params: dict | None) -> dict:
     """Validate a job's parameters; return them with defaults filled in.
 
+    The parameters a job takes and their defaults are declared in
+    :mod:`connscale.cohort_config` (:func:`~connscale.cohort_config.job_defaults`).
     Every parameter is checked against the constraints declared by the
     public function the job calls (:func:`~connscale.fc.pairwise_dfc`,
     :func:`~connscale.fc.dynamic_correlation`, :func:`~connscale.correlation`),
@@ -289,29 +291,7 @@ def check_job_params(job: str, params: dict | None) -> dict:
     """
     check_option(job, "job", set(JOBS))
     params = dict(params or {})
-    common = {
-        "device": "auto",
-        "dtype": "float32",
-        "atlas": None,
-        "atlas_name": None,
-        "mask": None,
-        "memory_limit": None,
-    }
-    if job == "pairs":
-        allowed = {"window_length": None, "step": 1, "threshold": 0.5, **common}
-    elif job == "dfc":
-        allowed = {
-            "window_length": None,
-            "step": 1,
-            "kind": "triu",
-            "threshold": None,
-            "absolute": False,
-            "rank": None,
-            "random_state": 0,
-            **common,
-        }
-    else:
-        allowed = {"kind": "triu", **common}
+    allowed = job_defaults(job)
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ValueError(

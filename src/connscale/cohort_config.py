@@ -3,9 +3,12 @@
 :class:`CohortConfig` is what :func:`connscale.cohort.run_cohort` takes:
 each field holds its default, its constraints, its documentation and its
 ``connscale cohort`` flag, from which the entry's signature, checks and
-docstring and the command's options are derived. The job's own parameters
-(``params``: window, threshold, device ...) are checked by
-:func:`connscale.cohort.check_job_params`.
+docstring and the command's options are derived. :class:`CohortJobParams`
+declares the jobs' parameters (``run_cohort``'s ``params``): their defaults
+(:func:`job_defaults`, with :data:`JOB_PARAMS`: which job takes which),
+their documentation and their flags. Their values are checked against the
+constraints of the functions the job calls
+(:func:`connscale.cohort.check_job_params`).
 """
 
 from __future__ import annotations
@@ -13,15 +16,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from numbers import Integral
 
-from connscale._choices import COHORT_JOBS
-from connscale._params import Flag, param
+from connscale._choices import COHORT_JOBS, DTYPES
+from connscale._params import Flag, declared, param, parameters_doc
 from connscale._validation import Interval, StrOptions
 from connscale.engines import ENGINES, Engine
 
-__all__ = ["COMPUTATION", "EXECUTION", "OPTIONS_LAST", "CohortConfig"]
+__all__ = [
+    "COMPUTATION",
+    "EXECUTION",
+    "JOB_OPTIONS",
+    "JOB_PARAMS",
+    "OPTIONS_LAST",
+    "CohortConfig",
+    "CohortJobParams",
+    "job_defaults",
+]
 
-#: The ``connscale cohort`` argument groups of the config's flags, besides
+#: The ``connscale cohort`` argument groups of the declared flags, besides
 #: the parser's own (None: the positional INPUT, ``--job`` and ``--out``).
+JOB_OPTIONS = "job options"
 EXECUTION = "execution"
 COMPUTATION = "computation"
 #: The parser's own options added after the groups (``--wait`` ends the usage line).
@@ -29,6 +42,133 @@ OPTIONS_LAST = "options, last"
 
 _NATURAL = Interval(Integral, 0, None, closed="left")
 _COUNT = Interval(Integral, 1, None, closed="left")
+
+
+@dataclass(frozen=True)
+class CohortJobParams:
+    """The parameters of the cohort's jobs (``run_cohort``'s ``params``), declared once.
+
+    Their values are checked against the constraints of the functions the
+    job calls, so the fields declare none.
+    """
+
+    window_length: int | None = param(
+        None,
+        doc_type="int or None",
+        doc="pairs, dfc (required): window length in time points.",
+        flag=Flag(("--window",), group=JOB_OPTIONS, type="window_length", dest="window",
+                  help="pairs, dfc: window length in time points (required)."),
+    )  # fmt: skip
+    step: int = param(
+        1,
+        doc_type="int",
+        doc="pairs, dfc: window step.",
+        flag=Flag(("--step",), group=JOB_OPTIONS, type="count",
+                  help="pairs, dfc: window step."),
+    )  # fmt: skip
+    threshold: float | None = param(
+        None,
+        doc_type="float or None",
+        doc="pairs: the summary feature 'fraction of windows with r > threshold'\n"
+        "(pairs' default: 0.5); dfc: keep r >= threshold (``kind='sparse'``).",
+        flag=Flag(("--threshold",), group=JOB_OPTIONS, type="correlation",
+                  help="pairs: summary feature 'fraction of windows with r > THRESHOLD' "
+                  "(default 0.5); dfc: keep r >= THRESHOLD (--kind sparse)."),
+    )  # fmt: skip
+    kind: str = param(
+        "triu",
+        doc_type="{'triu', 'dense', 'sparse', 'lowrank', 'factor'}",
+        doc="fc: 'triu' or 'dense'; dfc: 'triu', 'sparse', 'lowrank' or 'factor'.",
+        flag=Flag(("--kind",), group=JOB_OPTIONS,
+                  choices=("triu", "dense", "sparse", "lowrank", "factor"),
+                  help="fc: 'triu' or 'dense'; dfc: 'triu', 'sparse', 'lowrank' or 'factor'."),
+    )  # fmt: skip
+    absolute: bool = param(
+        False,
+        doc_type="bool",
+        doc="dfc, ``kind='sparse'``: keep ``abs(r) >= threshold``.",
+        flag=Flag(("--absolute",), group=JOB_OPTIONS, action="store_true",
+                  help="dfc --kind sparse: keep |r| >= THRESHOLD."),
+    )  # fmt: skip
+    rank: int | None = param(
+        None,
+        doc_type="int or None",
+        doc="dfc, ``kind='lowrank'`` (required) or ``'factor'``: the rank.",
+        flag=Flag(("--rank",), group=JOB_OPTIONS, type="count",
+                  help="dfc --kind lowrank (required) or factor: the rank."),
+    )  # fmt: skip
+    random_state: int | None = param(
+        0,
+        doc_type="int or None",
+        doc="dfc, ``kind='lowrank'``: the random seed.",
+        flag=Flag(("--seed",), group=JOB_OPTIONS, type="natural", dest="seed",
+                  help="dfc --kind lowrank: random seed."),
+    )  # fmt: skip
+    atlas: str | None = param(
+        None,
+        doc_type="str, path or None",
+        doc="Labels NIfTI for NIfTI inputs (region-mean series).",
+        flag=Flag(("--atlas",), group=JOB_OPTIONS, type="input_file",
+                  help="Labels NIfTI for NIfTI inputs (region-mean series)."),
+    )  # fmt: skip
+    mask: str | None = param(
+        None,
+        doc_type="str, path or None",
+        doc="Brain mask NIfTI for NIfTI inputs (voxel series).",
+        flag=Flag(("--mask",), group=JOB_OPTIONS, type="input_file",
+                  help="Brain mask NIfTI for NIfTI inputs (voxel series)."),
+    )  # fmt: skip
+    atlas_name: str | None = param(
+        None,
+        doc_type="str or None",
+        doc="The outputs' ``seg-`` label; default from the atlas file's name.",
+        flag=Flag(("--atlas-name",), group=JOB_OPTIONS, type="bids_label", metavar="NAME",
+                  help="The atlas's name in output file names (seg-NAME; letters and "
+                  "digits). Default: the atlas file's atlas- entity, or the "
+                  "letters and digits of its stem; for a _timeseries input, its "
+                  "own seg- entity."),
+    )  # fmt: skip
+    device: str = param(
+        "auto",
+        doc_type="str",
+        doc="'auto': 'cuda' with ``engine='serial'`` on a machine with a GPU,\n"
+        "else 'cpu', since many workers share the machine; recorded in the report.",
+        flag=Flag(("--device",), group=COMPUTATION, type="device",
+                  help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."),
+    )  # fmt: skip
+    dtype: str = param(
+        "float32",
+        doc_type="{" + ", ".join(repr(d) for d in DTYPES) + "}",
+        doc="Working precision.",
+        flag=Flag(("--dtype",), group=COMPUTATION, choices=DTYPES, help="Working precision."),
+    )  # fmt: skip
+    memory_limit: str | int | None = param(
+        None,
+        doc_type="int, str or None",
+        doc="Of each task, covering the loaded scan, i.e. per worker: a worker\n"
+        "runs one scan at a time.",
+        flag=Flag(("--memory-limit",), group=COMPUTATION, type="memory", metavar="SIZE",
+                  help="Most memory to use, e.g. '8GB' (default: 80%% of free)."),
+    )  # fmt: skip
+
+
+_COMMON = ("device", "dtype", "atlas", "atlas_name", "mask", "memory_limit")
+#: The parameters each job takes.
+JOB_PARAMS = {
+    "pairs": ("window_length", "step", "threshold", *_COMMON),
+    "dfc": ("window_length", "step", "kind", "threshold", "absolute", "rank", "random_state",
+            *_COMMON),
+    "fc": ("kind", *_COMMON),
+}  # fmt: skip
+#: A job's own default, where it is not the field's.
+_JOB_DEFAULTS = {"pairs": {"threshold": 0.5}}
+
+
+def job_defaults(job: str) -> dict:
+    """Return the parameters ``job`` takes, with their defaults (in :data:`JOB_PARAMS`'s order)."""
+    fields = declared(CohortJobParams)
+    own = _JOB_DEFAULTS.get(job, {})
+    return {name: own.get(name, fields[name][0].default) for name in JOB_PARAMS[job]}
 
 
 @dataclass(frozen=True)
@@ -67,13 +207,9 @@ class CohortConfig:
     params: dict | None = param(
         None,
         constraints=[dict, None],
-        doc="The job's parameters; also ``device`` (default 'auto': 'cuda' with\n"
-        "``engine='serial'`` on a machine with a GPU, else 'cpu', since many\n"
-        "workers share the machine; recorded in the report), ``dtype``,\n"
-        "``memory_limit`` (of each task, covering the loaded scan, i.e. per\n"
-        "worker: a worker runs one scan at a time), ``atlas`` /\n"
-        "``mask`` for NIfTI inputs, and ``atlas_name`` (the outputs' ``seg-``\n"
-        "label; default from the atlas file's name).",
+        doc="The job's parameters (:class:`~connscale.cohort_config.CohortJobParams`;\n"
+        "each job takes those of :data:`~connscale.cohort_config.JOB_PARAMS`):\n\n"
+        + parameters_doc(CohortJobParams),
     )
     engine: str | Engine = param(
         "local",

@@ -13,9 +13,10 @@ import pytest
 
 from connscale._params import declared, flags_of, keywords_from_args
 from connscale._validation import InvalidParameterError
+from connscale.cli.cohort import job_params
 from connscale.cli.main import build_parser
-from connscale.cohort import run_cohort
-from connscale.cohort_config import CohortConfig
+from connscale.cohort import check_job_params, run_cohort
+from connscale.cohort_config import JOB_PARAMS, CohortConfig, CohortJobParams, job_defaults
 
 HELP = Path(__file__).parent / "cohort_help.txt"
 
@@ -37,7 +38,7 @@ def test_cohort_help_is_unchanged(monkeypatch):
 
 def test_every_option_is_documented_once(monkeypatch):
     listing = _words(_cohort_help(monkeypatch).split("\n\n", 2)[2])
-    for name, flag, _ in flags_of(CohortConfig):
+    for name, flag, _ in [*flags_of(CohortConfig), *flags_of(CohortJobParams)]:
         for option in flag.names:
             shown = option if option.startswith("-") else flag.metavar
             assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", listing), option
@@ -56,6 +57,12 @@ def test_every_field_is_a_keyword_a_checked_parameter_and_a_docstring_entry():
     for name in names:
         entries = re.findall(rf"^    {name} : ", run_cohort.__doc__, flags=re.MULTILINE)
         assert len(entries) == 1, name
+    for name in declared(CohortJobParams):  # under ``params``
+        entries = re.findall(rf"^        {name} : ", run_cohort.__doc__, flags=re.MULTILINE)
+        assert len(entries) == 1, name
+    assert sorted({n for names in JOB_PARAMS.values() for n in names}) == sorted(
+        declared(CohortJobParams)
+    )
 
 
 def test_keyword_defaults_are_kept():
@@ -106,3 +113,50 @@ def test_a_config_or_its_fields_are_checked_alike(tmp_path):
     with pytest.raises(InvalidParameterError, match="'job' parameter of run_cohort"):
         run_cohort([], "nope", tmp_path)
     assert not any(tmp_path.iterdir())
+
+
+def test_job_defaults_are_those_of_before():
+    common = {
+        "device": "auto",
+        "dtype": "float32",
+        "atlas": None,
+        "atlas_name": None,
+        "mask": None,
+        "memory_limit": None,
+    }
+    assert job_defaults("pairs") == {"window_length": None, "step": 1, "threshold": 0.5, **common}
+    assert job_defaults("dfc") == {
+        "window_length": None,
+        "step": 1,
+        "kind": "triu",
+        "threshold": None,
+        "absolute": False,
+        "rank": None,
+        "random_state": 0,
+        **common,
+    }
+    assert job_defaults("fc") == {"kind": "triu", **common}
+    assert check_job_params("fc", {"device": "cpu"}) == {**job_defaults("fc"), "device": "cpu"}
+
+
+@pytest.mark.parametrize("job", ["pairs", "dfc", "fc"])
+def test_command_line_gives_the_job_defaults(job, tmp_path):
+    argv = ["cohort", "a.tsv", "--job", job, "--out", str(tmp_path)]
+    assert job_params(build_parser().parse_args(argv)) == job_defaults(job)
+
+
+def test_command_line_gives_the_job_params(tmp_path):
+    argv = ["cohort", "a.tsv", "--job", "dfc", "--out", str(tmp_path), "--window", "20"]
+    argv += ["--kind", "lowrank", "--rank", "3", "--seed", "7", "--dtype", "float64"]
+    params = job_params(build_parser().parse_args(argv))
+    assert params == {
+        **job_defaults("dfc"),
+        "window_length": 20,
+        "kind": "lowrank",
+        "rank": 3,
+        "random_state": 7,
+        "dtype": "float64",
+    }
+    argv = ["cohort", "a.tsv", "--job", "pairs", "--out", str(tmp_path), "--window", "20"]
+    params = job_params(build_parser().parse_args([*argv, "--threshold", "0.3"]))
+    assert params["threshold"] == 0.3

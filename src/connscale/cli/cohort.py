@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from connscale._choices import DTYPES
 from connscale._params import add_arguments, keywords_from_args
 from connscale._validation import check_kind_options
 from connscale.cli import _types
 from connscale.cli._common import RunRecord, configure_logging
-from connscale.cli._inputs import add_atlas_name_argument
-from connscale.cohort_config import COMPUTATION, EXECUTION, OPTIONS_LAST, CohortConfig
+from connscale.cohort_config import (
+    COMPUTATION,
+    EXECUTION,
+    JOB_OPTIONS,
+    OPTIONS_LAST,
+    CohortConfig,
+    CohortJobParams,
+    job_defaults,
+)
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -19,7 +25,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     The positional ``inputs`` and ``--job`` (fc, dfc or pairs) choose what
     runs on which scans; the argument groups job options (window, threshold,
     kind, atlas or mask...) and execution (backend, cluster, workers,
-    retries, overwrite) and the computation options complete it.
+    retries, overwrite) and the computation options complete it. Every
+    option is derived from its field's declaration: the run's in
+    :class:`~connscale.cohort_config.CohortConfig`, the job's in
+    :class:`~connscale.cohort_config.CohortJobParams`.
 
     Parameters
     ----------
@@ -47,108 +56,34 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_arguments(parser, CohortConfig, {None: parser}, _types)
-    group = parser.add_argument_group("job options")
-    group.add_argument(
-        "--window",
-        type=_types.window_length,
-        default=None,
-        help="pairs, dfc: window length in time points (required).",
-    )
-    group.add_argument("--step", type=_types.count, default=1, help="pairs, dfc: window step.")
-    group.add_argument(
-        "--threshold",
-        type=_types.correlation,
-        default=None,
-        help="pairs: summary feature 'fraction of windows with r > THRESHOLD' "
-        "(default 0.5); dfc: keep r >= THRESHOLD (--kind sparse).",
-    )
-    group.add_argument(
-        "--kind",
-        choices=["triu", "dense", "sparse", "lowrank", "factor"],
-        default="triu",
-        help="fc: 'triu' or 'dense'; dfc: 'triu', 'sparse', 'lowrank' or 'factor'.",
-    )
-    group.add_argument(
-        "--absolute", action="store_true", help="dfc --kind sparse: keep |r| >= THRESHOLD."
-    )
-    group.add_argument(
-        "--rank",
-        type=_types.count,
-        default=None,
-        help="dfc --kind lowrank (required) or factor: the rank.",
-    )
-    group.add_argument(
-        "--seed", type=_types.natural, default=0, help="dfc --kind lowrank: random seed."
-    )
-    group.add_argument(
-        "--atlas",
-        type=_types.input_file,
-        default=None,
-        help="Labels NIfTI for NIfTI inputs (region-mean series).",
-    )
-    group.add_argument(
-        "--mask",
-        type=_types.input_file,
-        default=None,
-        help="Brain mask NIfTI for NIfTI inputs (voxel series).",
-    )
-    add_atlas_name_argument(group)
-    add_arguments(parser, CohortConfig, {EXECUTION: parser.add_argument_group(EXECUTION)}, _types)
-    computation = parser.add_argument_group(COMPUTATION)
-    add_device_arguments(computation)
-    add_arguments(parser, CohortConfig, {COMPUTATION: computation}, _types)
-    add_arguments(parser, CohortConfig, {OPTIONS_LAST: parser}, _types)
+    groups = {None: parser, OPTIONS_LAST: parser}
+    groups.update({t: parser.add_argument_group(t) for t in (JOB_OPTIONS, EXECUTION, COMPUTATION)})
+    # In the order of --help: positional INPUT, --job and --out; the job options;
+    # the execution; the job's then the run's computation options; --wait.
+    for config, title in [
+        (CohortConfig, None),
+        (CohortJobParams, JOB_OPTIONS),
+        (CohortConfig, EXECUTION),
+        (CohortJobParams, COMPUTATION),
+        (CohortConfig, COMPUTATION),
+        (CohortConfig, OPTIONS_LAST),
+    ]:
+        add_arguments(parser, config, {title: groups[title]}, _types)
     parser.set_defaults(func=run)
     return parser
 
 
-def add_device_arguments(group) -> None:
-    """Add --device, --dtype and --memory-limit (job parameters) to ``group``."""
-    group.add_argument(
-        "--device",
-        type=_types.device,
-        default="auto",
-        help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.",
-    )
-    group.add_argument(
-        "--dtype", default="float32", choices=list(DTYPES), help="Working precision."
-    )
-    group.add_argument(
-        "--memory-limit",
-        type=_types.memory,
-        default=None,
-        metavar="SIZE",
-        help="Most memory to use, e.g. '8GB' (default: 80%% of free).",
-    )
-
-
 def job_params(args) -> dict:
-    """Return the job parameters named by the command-line options."""
-    params = {
-        "device": args.device,
-        "dtype": args.dtype,
-        "memory_limit": args.memory_limit,
-        "atlas": args.atlas,
-        "atlas_name": args.atlas_name,
-        "mask": args.mask,
+    """Return the parameters of ``args.job`` named by the command-line options.
+
+    An option left out (None) takes the job's default (``--threshold``:
+    0.5 for pairs).
+    """
+    given = keywords_from_args(args, CohortJobParams)
+    return {
+        name: default if given[name] is None else given[name]
+        for name, default in job_defaults(args.job).items()
     }
-    if args.job == "pairs":
-        threshold = 0.5 if args.threshold is None else args.threshold
-        params.update(window_length=args.window, step=args.step, threshold=threshold)
-    elif args.job == "dfc":
-        params.update(
-            window_length=args.window,
-            step=args.step,
-            kind=args.kind,
-            threshold=args.threshold,
-            absolute=args.absolute,
-            rank=args.rank,
-            random_state=args.seed,
-        )
-    else:
-        params["kind"] = args.kind
-    return params
 
 
 def check_arguments(args) -> None:
