@@ -76,7 +76,7 @@ class Flag:
     unless given (``FIELD_DEFAULT``). ``dest`` is the field's name unless
     given; ``convert`` turns the parsed value into the field's (``--no-reports``
     into ``reports``). ``levels`` names the analysis levels the option
-    applies to.
+    applies to; ``required`` makes an option (``--out``) required.
     """
 
     names: tuple[str, ...]
@@ -92,6 +92,7 @@ class Flag:
     dest: str | None = None
     convert: Callable | None = None
     levels: tuple[str, ...] = ()
+    required: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,6 +331,8 @@ def add_arguments(parser, config: type, groups: Mapping, types) -> None:
         if flag.names[0].startswith("-"):
             words["dest"] = flag.dest or name
             words["default"] = _flag_default(flag, f)
+            if flag.required:
+                words["required"] = True
             if "metavar" not in words and "choices" not in words and "action" not in words:
                 words["metavar"] = flag.names[-1].lstrip("-").replace("-", "_").upper()
         target.add_argument(*flag.names, **words)

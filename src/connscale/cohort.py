@@ -47,20 +47,18 @@ import re
 from collections.abc import Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from numbers import Integral
 from pathlib import Path
 
+from connscale import _params
 from connscale._choices import DTYPES
 from connscale._validation import (
-    Interval,
-    StrOptions,
     check_kind_options,
     check_option,
     check_window,
     validate_parameter_values,
-    validate_params,
 )
-from connscale.engines import ENGINES, Engine, SerialEngine, get_engine
+from connscale.cohort_config import CohortConfig, job_defaults
+from connscale.engines import Engine, SerialEngine, get_engine
 from connscale.engines.batch import (
     BatchLogs,
     BatchOptions,
@@ -284,6 +282,8 @@ def _job_entries(job: str) -> list:
 def check_job_params(job: str, params: dict | None) -> dict:
     """Validate a job's parameters; return them with defaults filled in.
 
+    The parameters a job takes and their defaults are declared in
+    :mod:`connscale.cohort_config` (:func:`~connscale.cohort_config.job_defaults`).
     Every parameter is checked against the constraints declared by the
     public function the job calls (:func:`~connscale.fc.pairwise_dfc`,
     :func:`~connscale.fc.dynamic_correlation`, :func:`~connscale.correlation`),
@@ -291,29 +291,7 @@ def check_job_params(job: str, params: dict | None) -> dict:
     """
     check_option(job, "job", set(JOBS))
     params = dict(params or {})
-    common = {
-        "device": "auto",
-        "dtype": "float32",
-        "atlas": None,
-        "atlas_name": None,
-        "mask": None,
-        "memory_limit": None,
-    }
-    if job == "pairs":
-        allowed = {"window_length": None, "step": 1, "threshold": 0.5, **common}
-    elif job == "dfc":
-        allowed = {
-            "window_length": None,
-            "step": 1,
-            "kind": "triu",
-            "threshold": None,
-            "absolute": False,
-            "rank": None,
-            "random_state": 0,
-            **common,
-        }
-    else:
-        allowed = {"kind": "triu", **common}
+    allowed = job_defaults(job)
     unknown = sorted(set(params) - set(allowed))
     if unknown:
         raise ValueError(
@@ -610,95 +588,16 @@ def _remove_stale_temporaries(output: Path) -> int:
     return removed
 
 
-@validate_params(
-    {
-        "job": [StrOptions(JOBS)],
-        "params": [dict, None],
-        "engine": [StrOptions(ENGINES), Engine],
-        "n_jobs": ["n_jobs", None],
-        "retries": [Interval(Integral, 0, None, closed="left")],
-        "threads_per_task": [Interval(Integral, 1, None, closed="left")],
-        "batch_size": [Interval(Integral, 1, None, closed="left"), None],
-        "overwrite": ["boolean"],
-        "wait": ["boolean"],
-        "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
-    }
-)
-def run_cohort(  # noqa: PLR0913 - public keywords (the job, engine and resume options)
-    inputs,
-    job: str,
-    out_dir,
-    *,
-    params: dict | None = None,
-    engine: str | Engine = "local",
-    cluster=None,
-    n_jobs: int | None = None,
-    retries: int = 1,
-    dashboard_address: str | None = None,
-    threads_per_task: int = 1,
-    batch_size: int | None = None,
-    overwrite: bool = False,
-    wait: bool = False,
-    verbose: int = 1,
-) -> CohortReport:
+@_params.entry(CohortConfig)
+def run_cohort(config: CohortConfig) -> CohortReport:
     """Run a per-scan job over a cohort, one task per scan.
+
+    Takes a :class:`~connscale.cohort_config.CohortConfig`, or its fields as
+    arguments (``inputs``, ``job`` and ``out_dir`` positional).
 
     Parameters
     ----------
-    inputs : str, path or list of them
-        Files, folders, glob patterns or a BIDS derivatives tree (see
-        :func:`find_inputs`).
-    job : {'pairs', 'fc', 'dfc'}
-        ``'pairs'``: region-pair DFC courses + summary features
-        (``window_length`` required; ``step``, ``threshold``). ``'fc'``:
-        static correlation (``kind`` 'triu' or 'dense'). ``'dfc'``: dynamic
-        correlation of all pairs (``window_length`` required; ``step``,
-        ``kind`` 'triu'/'sparse'/'lowrank'/'factor', ``threshold``,
-        ``absolute``, ``rank``, ``random_state``).
-    out_dir : str or path
-        Output root, a BIDS derivatives folder: ``sub-<id>/[ses-<id>/]func/
-        <entities>[_seg-<atlas>]_meas-PearsonCorrelation_<relmat|pairs|dfc>.h5``
-        per scan (:func:`output_path`), ``dataset_description.json``,
-        ``cohort_report.json`` and ``cohort_errors.tsv``.
-    params : dict or None
-        The job's parameters; also ``device`` (default 'auto': 'cuda' with
-        ``engine='serial'`` on a machine with a GPU, else 'cpu', since many
-        workers share the machine; recorded in the report), ``dtype``,
-        ``memory_limit`` (of each task, covering the loaded scan, i.e. per
-        worker: a worker runs one scan at a time), ``atlas`` /
-        ``mask`` for NIfTI inputs, and ``atlas_name`` (the outputs' ``seg-``
-        label; default from the atlas file's name).
-    engine : {'serial', 'local', 'dask', 'spark'} or Engine, default='local'
-        Where tasks run. An Engine instance is used as is and left open.
-    cluster : str or None
-        Dask scheduler address or Spark master URL (see
-        :func:`connscale.engines.get_engine`).
-    n_jobs : int or None
-        Worker processes / cores (None or -1: all; -2: all but one, ...).
-    retries : int, default=1
-        A scan whose worker process dies while running it (killed,
-        segfault, out of memory) is tried ``1 + retries`` times, then
-        recorded as failed (``WorkerLost: ...``) and the others go on. An
-        exception raised by the job itself (a bad input, an invalid
-        parameter) is recorded at once and not retried: it is
-        deterministic, so a retry would redo the work to fail the same way.
-    dashboard_address : str or None, default=None
-        ``engine='dask'`` without ``cluster``: where the LocalCluster's
-        dashboard listens (e.g. ``'127.0.0.1:8787'``); None starts none.
-    threads_per_task : int, default=1
-        torch threads inside each task (also makes results independent of
-        the engine).
-    batch_size : int or None
-        Tasks handed to the engine at a time (progress and the report are
-        updated after each batch); None: 4 per worker.
-    overwrite : bool, default=False
-        Redo scans whose output already exists (replacing files that
-        connscale did not write, which are otherwise reported as errors).
-    wait : bool, default=False
-        When another run is writing into ``out_dir``, wait for it to finish
-        instead of raising :class:`~connscale.io.OutputLockedError`.
-    verbose : int, default=1
-        0 silent; 1 a progress bar over scans; 2 also each scan's outcome.
+    %(parameters)s
 
     Returns
     -------
@@ -714,27 +613,31 @@ def run_cohort(  # noqa: PLR0913 - public keywords (the job, engine and resume o
     with other data is recomputed. An output without a fingerprint was not
     written by connscale: that scan is reported as an error, not replaced.
     """
-    params = check_job_params(job, params)  # before the first scan, and before any write
-    out_dir = Path(out_dir)
+    job = config.job
+    params = check_job_params(job, config.params)  # before the first scan, and before any write
+    out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     options = BatchOptions(
         "cohort",
         BatchLogs(out_dir, "cohort_report.json", "cohort_errors.tsv"),
         desc=f"cohort {job}",
         unit="scan",
-        threads=threads_per_task,
-        batch_size=batch_size,
+        threads=config.threads_per_task,
+        batch_size=config.batch_size,
         per_worker=4,
-        verbose=verbose,
+        verbose=config.verbose,
     )
-    serial = engine == "serial" or isinstance(engine, SerialEngine)
+    serial = config.engine == "serial" or isinstance(config.engine, SerialEngine)
     params = {**params, "device": batch_device(params["device"], one_task_per_gpu=serial)}
-    open_engine = functools.partial(
-        _open_engine, engine, cluster, n_jobs, retries, dashboard_address
-    )
-    with OutputLock(out_dir / "cohort_run", wait=wait):
+    with OutputLock(out_dir / "cohort_run", wait=config.wait):
         return _run_cohort(
-            find_inputs(inputs), job, out_dir, params, options, open_engine, overwrite
+            find_inputs(config.inputs),
+            job,
+            out_dir,
+            params,
+            options,
+            functools.partial(_open_engine, config),
+            config.overwrite,
         )
 
 
@@ -748,12 +651,16 @@ def _scan_done(task: Task, *, overwrite: bool) -> bool:
     return not overwrite and _is_complete(scan.output, scan.job, scan.fingerprint)
 
 
-def _open_engine(engine, cluster, n_jobs, retries, dashboard_address):
-    """Return the engine named by ``engine`` (closed after), or the caller's Engine (left open)."""
-    if isinstance(engine, Engine):
-        return nullcontext(engine)
+def _open_engine(config: CohortConfig):
+    """Return the engine named by ``config.engine`` (closed after), or the caller's (left open)."""
+    if isinstance(config.engine, Engine):
+        return nullcontext(config.engine)
     return get_engine(
-        engine, cluster=cluster, n_jobs=n_jobs, retries=retries, dashboard_address=dashboard_address
+        config.engine,
+        cluster=config.cluster,
+        n_jobs=config.n_jobs,
+        retries=config.retries,
+        dashboard_address=config.dashboard_address,
     )
 
 

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import argparse
 
-from connscale._choices import COHORT_JOBS
+from connscale._params import add_arguments, keywords_from_args
 from connscale._validation import check_kind_options
 from connscale.cli import _types
-from connscale.cli._common import (
-    RunRecord,
-    add_compute_arguments,
-    add_out_argument,
-    add_wait_argument,
-    configure_logging,
+from connscale.cli._common import RunRecord, configure_logging
+from connscale.cohort_config import (
+    COMPUTATION,
+    EXECUTION,
+    JOB_OPTIONS,
+    OPTIONS_LAST,
+    CohortConfig,
+    CohortJobParams,
+    job_defaults,
 )
-from connscale.cli._inputs import add_atlas_name_argument
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -23,7 +25,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     The positional ``inputs`` and ``--job`` (fc, dfc or pairs) choose what
     runs on which scans; the argument groups job options (window, threshold,
     kind, atlas or mask...) and execution (backend, cluster, workers,
-    retries, overwrite) and the computation options complete it.
+    retries, overwrite) and the computation options complete it. Every
+    option is derived from its field's declaration: the run's in
+    :class:`~connscale.cohort_config.CohortConfig`, the job's in
+    :class:`~connscale.cohort_config.CohortJobParams`.
 
     Parameters
     ----------
@@ -35,8 +40,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     argparse.ArgumentParser
         The ``cohort`` parser; its ``func`` default is :func:`run`.
     """
-    from connscale.engines import ENGINES
-
     parser = subparsers.add_parser(
         "cohort",
         help="Run a per-scan job (fc, dfc, pairs) over a cohort: local, Dask or Spark.",
@@ -53,132 +56,34 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "inputs",
-        nargs="+",
-        metavar="INPUT",
-        help="Input files, folders, BIDS derivatives roots or quoted glob patterns.",
-    )
-    parser.add_argument("--job", required=True, choices=COHORT_JOBS, help="Per-scan job.")
-    add_out_argument(parser)
-    group = parser.add_argument_group("job options")
-    group.add_argument(
-        "--window",
-        type=_types.window_length,
-        default=None,
-        help="pairs, dfc: window length in time points (required).",
-    )
-    group.add_argument("--step", type=_types.count, default=1, help="pairs, dfc: window step.")
-    group.add_argument(
-        "--threshold",
-        type=_types.correlation,
-        default=None,
-        help="pairs: summary feature 'fraction of windows with r > THRESHOLD' "
-        "(default 0.5); dfc: keep r >= THRESHOLD (--kind sparse).",
-    )
-    group.add_argument(
-        "--kind",
-        choices=["triu", "dense", "sparse", "lowrank", "factor"],
-        default="triu",
-        help="fc: 'triu' or 'dense'; dfc: 'triu', 'sparse', 'lowrank' or 'factor'.",
-    )
-    group.add_argument(
-        "--absolute", action="store_true", help="dfc --kind sparse: keep |r| >= THRESHOLD."
-    )
-    group.add_argument(
-        "--rank",
-        type=_types.count,
-        default=None,
-        help="dfc --kind lowrank (required) or factor: the rank.",
-    )
-    group.add_argument(
-        "--seed", type=_types.natural, default=0, help="dfc --kind lowrank: random seed."
-    )
-    group.add_argument(
-        "--atlas",
-        type=_types.input_file,
-        default=None,
-        help="Labels NIfTI for NIfTI inputs (region-mean series).",
-    )
-    group.add_argument(
-        "--mask",
-        type=_types.input_file,
-        default=None,
-        help="Brain mask NIfTI for NIfTI inputs (voxel series).",
-    )
-    add_atlas_name_argument(group)
-    run_group = parser.add_argument_group("execution")
-    run_group.add_argument(
-        "--backend",
-        choices=list(ENGINES),
-        default="local",
-        help="serial (this process), local (process pool), dask or spark.",
-    )
-    run_group.add_argument(
-        "--cluster",
-        default=None,
-        metavar="ADDR",
-        help="Dask scheduler address (default: a LocalCluster) or Spark "
-        "master URL (default: local[N]).",
-    )
-    run_group.add_argument(
-        "--n-jobs",
-        type=_types.n_jobs,
-        default=None,
-        help="Worker processes / cores (default: all; -1: all, -2: all but one, ...).",
-    )
-    run_group.add_argument(
-        "--retries",
-        type=_types.natural,
-        default=1,
-        help="A scan whose worker process dies is tried 1 + RETRIES "
-        "times, then reported as failed (errors raised by the job "
-        "are reported at once).",
-    )
-    run_group.add_argument(
-        "--dashboard",
-        default=None,
-        metavar="ADDR",
-        help="dask without --cluster: start the LocalCluster's dashboard "
-        "at ADDR, e.g. 127.0.0.1:8787 (default: no dashboard).",
-    )
-    run_group.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="Redo scans whose output already exists, replacing files connscale did not write.",
-    )
-    add_compute_arguments(parser)
-    add_wait_argument(parser, overwrite=False)  # cohort's own --overwrite is above
+    groups = {None: parser, OPTIONS_LAST: parser}
+    groups.update({t: parser.add_argument_group(t) for t in (JOB_OPTIONS, EXECUTION, COMPUTATION)})
+    # In the order of --help: positional INPUT, --job and --out; the job options;
+    # the execution; the job's then the run's computation options; --wait.
+    for config, title in [
+        (CohortConfig, None),
+        (CohortJobParams, JOB_OPTIONS),
+        (CohortConfig, EXECUTION),
+        (CohortJobParams, COMPUTATION),
+        (CohortConfig, COMPUTATION),
+        (CohortConfig, OPTIONS_LAST),
+    ]:
+        add_arguments(parser, config, {title: groups[title]}, _types)
     parser.set_defaults(func=run)
     return parser
 
 
 def job_params(args) -> dict:
-    """Return the job parameters named by the command-line options."""
-    params = {
-        "device": args.device,
-        "dtype": args.dtype,
-        "memory_limit": args.memory_limit,
-        "atlas": args.atlas,
-        "atlas_name": args.atlas_name,
-        "mask": args.mask,
+    """Return the parameters of ``args.job`` named by the command-line options.
+
+    An option left out (None) takes the job's default (``--threshold``:
+    0.5 for pairs).
+    """
+    given = keywords_from_args(args, CohortJobParams)
+    return {
+        name: default if given[name] is None else given[name]
+        for name, default in job_defaults(args.job).items()
     }
-    if args.job == "pairs":
-        threshold = 0.5 if args.threshold is None else args.threshold
-        params.update(window_length=args.window, step=args.step, threshold=threshold)
-    elif args.job == "dfc":
-        params.update(
-            window_length=args.window,
-            step=args.step,
-            kind=args.kind,
-            threshold=args.threshold,
-            absolute=args.absolute,
-            rank=args.rank,
-            random_state=args.seed,
-        )
-    else:
-        params["kind"] = args.kind
-    return params
 
 
 def check_arguments(args) -> None:
@@ -222,20 +127,7 @@ def run(args) -> int:
     record = RunRecord("cohort", args.out, vars(args))
     params = job_params(args)
     with record.timer("cohort"):
-        report = run_cohort(
-            [str(p) for p in args.inputs],
-            args.job,
-            args.out,
-            params=params,
-            engine=args.backend,
-            cluster=args.cluster,
-            n_jobs=args.n_jobs,
-            retries=args.retries,
-            dashboard_address=args.dashboard,
-            overwrite=args.overwrite,
-            wait=args.wait,
-            verbose=args.verbose,
-        )
+        report = run_cohort(**keywords_from_args(args, CohortConfig), params=params)
     record.device = report.device
     record.results.update({"engine": report.engine, **report.counts})
     for r in report.records:
