@@ -4,6 +4,8 @@ sizes, and by decoupled look-back) and the sparsity passes (histogram,
 collect), executed by Triton's interpreter on the CPU, against the torch
 tiles computed from the same row blocks. Prints 'ok' when every check passes."""
 
+import sys
+
 import numpy as np
 import torch
 
@@ -66,7 +68,15 @@ def lookback_csr(u, threshold, absolute, block_rows, capacity, chunk):
     return int(result[0]), values, columns, row_counts
 
 
-def main():
+#: The (threshold, absolute, block_rows) cases, in two shares run side by side by
+#: test_sparse_tiles.py.
+GROUPS = {
+    "a": ((0.3, False, 64), (0.3, True, 128)),
+    "b": ((-0.2, False, 200), (0.5, True, 64)),
+}
+
+
+def main(groups=tuple(GROUPS)):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((40, 6)) @ rng.standard_normal((6, 200)) + rng.standard_normal(
         (40, 200)
@@ -75,12 +85,7 @@ def main():
     u, _ = normalize_series(torch.from_numpy(x), dtype=torch.float32)
     assert use_triton(u, float32=True), "the interpreter is not active"
     pairs = 200 * 199 // 2
-    for threshold, absolute, block_rows in (
-        (0.3, False, 64),
-        (0.3, True, 128),
-        (-0.2, False, 200),
-        (0.5, True, 64),
-    ):
+    for threshold, absolute, block_rows in [case for group in groups for case in GROUPS[group]]:
         # The compaction aligns its row blocks on its 64-row pieces (200 -> 192).
         aligned = block_rows // _tiles.COMPACT_BLOCK_M * _tiles.COMPACT_BLOCK_M
         ref_values, ref_columns, ref_counts = torch_csr(u, threshold, absolute, aligned)
@@ -137,4 +142,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:] or tuple(GROUPS))

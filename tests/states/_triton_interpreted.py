@@ -3,6 +3,7 @@ test): the fused k-means kernels, executed by Triton's interpreter on the
 CPU, against their pure-torch equivalents. Prints 'ok' when every check
 passes."""
 
+import sys
 from contextlib import contextmanager
 
 import torch
@@ -656,17 +657,27 @@ def check_int8_fallback(device="cpu"):
     assert km.Prepared(x, "l1").int8() is None
 
 
-def main():
-    assert kernels.usable(torch.zeros(2, 2), 5), "the interpreter is not active"
+def check_fp32_and_fma():
+    """The float32 pass, and the half pass with its first kernel."""
     check_kernels()
     check_lloyd()
     check_split_centres()
-    for kernel in kernels_half.KERNELS:
-        check_half_near_ties(kernel=kernel)
-        check_half_correlation_ties(kernel=kernel)
-        worst = check_half_bound(kernel=kernel)
-        print(f"{kernel}: largest |half - fp32 score| / bound: {worst}")
-        check_half_lloyd(kernel=kernel)
+    check_half(kernels_half.KERNELS[0])
+
+
+def check_half(kernel):
+    """The half pass with ``kernel``: near ties, the bound, whole runs."""
+    check_half_near_ties(kernel=kernel)
+    check_half_correlation_ties(kernel=kernel)
+    worst = check_half_bound(kernel=kernel)
+    print(f"{kernel}: largest |half - fp32 score| / bound: {worst}")
+    check_half_lloyd(kernel=kernel)
+
+
+def check_other_kernels_and_int8():
+    """The half pass with its other kernels, its fallbacks, and the int8 pass."""
+    for kernel in kernels_half.KERNELS[1:]:
+        check_half(kernel)
     check_half_fallback()
     check_half_estimator()
     check_int8_copy()
@@ -675,8 +686,18 @@ def main():
     print(f"int8: largest |int8 - fp32 score| / bound: {check_int8_bound()}")
     check_int8_lloyd()
     check_int8_fallback()
+
+
+#: The checks in two shares of similar cost, run side by side by test_kmeans.py.
+GROUPS = {"fp32": check_fp32_and_fma, "int8": check_other_kernels_and_int8}
+
+
+def main(groups=tuple(GROUPS)):
+    assert kernels.usable(torch.zeros(2, 2), 5), "the interpreter is not active"
+    for group in groups:
+        GROUPS[group]()
     print("ok")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:] or tuple(GROUPS))
