@@ -20,7 +20,6 @@ __all__ = [
     "bids_uri",
     "constant_columns",
     "constant_message",
-    "failure_reason",
     "note_constant_voxels",
     "set_prefix",
     "sidecars",
@@ -164,8 +163,3 @@ def note_constant_voxels(run: BoldRun, voxels: np.ndarray, context: dict) -> np.
             )
         )
     return constant
-
-
-def failure_reason(exc: BaseException) -> str:
-    """``Type: message`` of a failure, on one line (for the errors table)."""
-    return f"{type(exc).__name__}: {exc}".replace("\t", " ").replace("\n", " ")

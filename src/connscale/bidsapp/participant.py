@@ -99,7 +99,7 @@ from connscale.bidsapp.cleaning import DecodedRun, RunRefused, decode_run
 from connscale.bidsapp.config import WINDOWED, ParticipantConfig
 from connscale.bidsapp.gpus import gpu_plan as _gpu_plan
 from connscale.bidsapp.layout import BoldRun, find_runs
-from connscale.bidsapp.outputs import DATASET_LINK, failure_reason
+from connscale.bidsapp.outputs import DATASET_LINK
 from connscale.bidsapp.region_measures import write_region
 from connscale.bidsapp.run_sets import is_published, needs_decode, output_sets, set_measures
 from connscale.engines.batch import (
@@ -112,6 +112,7 @@ from connscale.engines.batch import (
     TaskBudget,
     batch_device,
     count_statuses,
+    error_text,
     logs_folder,
     map_tasks,
     run_batch,
@@ -292,7 +293,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
                         kind, config, run, decoded, out, context, timings
                     )
                 except Exception as exc:  # noqa: BLE001 - recorded per measure
-                    failed.update(dict.fromkeys(set_measures(config, kind), failure_reason(exc)))
+                    failed.update(dict.fromkeys(set_measures(config, kind), error_text(exc)))
                     continue
                 failed.update(set_failed)
                 if kind == "region":

@@ -24,10 +24,10 @@ from connscale.bidsapp.outputs import (
     bids_uri,
     constant_columns,
     constant_message,
-    failure_reason,
     sidecars,
 )
 from connscale.cohort import compute_scan_pairs, write_scan_pairs
+from connscale.engines.batch import error_text
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
 from connscale.io.publish import OutputSet
@@ -195,7 +195,7 @@ class _RegionSet:
             try:
                 self.written += self._writer(measure)()
             except Exception as exc:  # noqa: BLE001 - recorded, the other measures go on
-                failed[measure] = failure_reason(exc)
+                failed[measure] = error_text(exc)
                 for name in set(out.names) - names_before:
                     out.discard(name)
         if not [n for n in self.written if not n.endswith("_report.html")]:

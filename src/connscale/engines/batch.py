@@ -57,6 +57,7 @@ __all__ = [
     "batch_device",
     "count_statuses",
     "error_rows",
+    "error_text",
     "failure_fields",
     "logs_folder",
     "map_tasks",
@@ -164,10 +165,14 @@ class TaskBudget:
         return None if self.limit is None else self.limit - self.held
 
 
+def error_text(exc: BaseException) -> str:
+    """Return ``Type: message`` of a failure on one line (for the records and errors tables)."""
+    return " ".join(f"{type(exc).__name__}: {exc}".split())
+
+
 def failure_fields(exc: BaseException) -> dict:
     """``status`` 'error', a one-line ``error`` (type and message) and the ``traceback``."""
-    message = " ".join(f"{type(exc).__name__}: {exc}".split("\n"))
-    return {"status": "error", "error": message, "traceback": traceback.format_exc()}
+    return {"status": "error", "error": error_text(exc), "traceback": traceback.format_exc()}
 
 
 def lost_fields(failure: TaskFailure) -> dict:
@@ -387,7 +392,7 @@ def logs_folder(path: Path) -> Path:
         if not stat.S_ISDIR(os.lstat(path).st_mode):
             kind = "a symbolic link" if os.path.islink(path) else "not a folder"
             raise PermissionError(
-                f"{path} is {kind}; connscale writes the participant logs there and does not "
+                f"{path} is {kind}; connscale writes its logs there and does not "
                 "follow links. Remove it and run again."
             ) from None
     return path
@@ -472,8 +477,8 @@ def _resume(tasks: Sequence[Task], is_done: Callable[[Task], bool]) -> tuple[lis
         try:
             done = is_done(task)
         except (OSError, ValueError) as exc:  # an unreadable input, or a foreign output
-            records[index] = {**task.record(), "status": "error", "seconds": 0.0}
-            records[index]["error"] = " ".join(f"{type(exc).__name__}: {exc}".split("\n"))
+            records[index] = {**task.record(), "status": "error", "error": error_text(exc)}
+            records[index]["seconds"] = 0.0
             continue
         if done:
             records[index] = {**task.record(), "status": "skipped", "seconds": 0.0}
