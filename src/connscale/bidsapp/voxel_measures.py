@@ -132,10 +132,10 @@ def map_sets(config, run, folder: Path, inputs: list, measures) -> dict:
     return sets
 
 
-def _cleaned_voxels(config, run, decoded, context, timings) -> np.ndarray:
-    """Return the run's denoised in-mask series (n_kept, n_voxels), as ``voxelfc`` cleans them.
+def _cleaned_voxels(config, run, decoded, context, timings) -> tuple[np.ndarray, np.ndarray]:
+    """Return the run's denoised in-mask series (n_kept, n_voxels) and which are constant.
 
-    Constant ones are noted in ``context['constant']`` and the run's warning.
+    The constant ones are counted in ``context['constant']`` and named by the run's warning.
     """
     from connscale.denoise import clean_signals
 
@@ -151,8 +151,9 @@ def _cleaned_voxels(config, run, decoded, context, timings) -> np.ndarray:
         dtype=config.dtype,
     )
     timings["clean"] += time.perf_counter() - tic
-    context["constant"] = int(note_constant_voxels(run, voxels, context).sum())
-    return voxels
+    constant = note_constant_voxels(run, voxels, context)
+    context["constant"] = int(constant.sum())
+    return voxels, constant
 
 
 def _image(values: np.ndarray, mask: np.ndarray, affine: np.ndarray):
@@ -248,7 +249,7 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
     n = int(mask.sum())
     thresholds = [float(v) for v in config.degree_thresholds]
     out.check_space(4 * mask.size * (2 * len(thresholds) + 2), what=f"the maps of {run.name}")
-    voxels = _cleaned_voxels(config, run, decoded, context, timings)
+    voxels, _ = _cleaned_voxels(config, run, decoded, context, timings)
 
     tic = time.perf_counter()
     # one transfer and normalisation for the three maps
@@ -409,7 +410,7 @@ def write_networks(config, run, decoded, out, context, timings) -> list[str]:
         4 * mask.size * config.n_atoms + 16 * decoded.data.shape[0] * config.n_atoms,
         what=f"the networks of {run.name}",
     )
-    voxels = _cleaned_voxels(config, run, decoded, context, timings)
+    voxels, _ = _cleaned_voxels(config, run, decoded, context, timings)
 
     tic = time.perf_counter()
     estimator = R1DL(
@@ -516,7 +517,6 @@ def write_networks(config, run, decoded, out, context, timings) -> list[str]:
 
 def write_voxel(config, run, decoded, out, context, timings) -> list[str]:
     """Voxel-by-voxel correlation of the cleaned in-mask series, with the voxels' places."""
-    from connscale.denoise import clean_signals
     from connscale.fc.static import compute_correlation
     from connscale.io.hdf5 import add_datasets
 
@@ -524,8 +524,6 @@ def write_voxel(config, run, decoded, out, context, timings) -> list[str]:
     operator = context["operator"]
     mask, data = decoded.mask, decoded.data
     n = data.shape[1]
-    if n < 2:
-        raise ValueError(f"The mask of {run.bold.name} holds fewer than 2 voxels.")
     name = bids_name(
         {**entities, "meas": MEASURE, "desc": config.desc}, suffix="relmat", extension=".h5"
     )
@@ -534,12 +532,7 @@ def write_voxel(config, run, decoded, out, context, timings) -> list[str]:
         itemsize * n * (n - 1) // 2 + 32 * n + mask.size,
         what=f"the voxel-level matrix of {run.bold.name} ({n} voxels)",
     )
-    tic = time.perf_counter()
-    voxels = clean_signals(
-        data, operator, standardize=config.standardize, device=config.device, dtype=config.dtype
-    )
-    timings["clean"] += time.perf_counter() - tic
-    constant = note_constant_voxels(run, voxels, context)
+    voxels, constant = _cleaned_voxels(config, run, decoded, context, timings)
 
     tic = time.perf_counter()
     path = out.path(name)
