@@ -20,33 +20,30 @@ from connscale.bidsapp.participant import run_participant
 from connscale.cli.main import build_parser
 from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
 
+from .._command_help import command_help, words
+
 HELP = Path(__file__).parent / "bids_help.txt"
 
 
 def _bids_help(monkeypatch) -> str:
-    monkeypatch.setenv("COLUMNS", "100")
-    return build_parser().subcommands["bids"].format_help()
-
-
-def _words(text: str) -> str:
-    return " ".join(text.split())
+    return command_help(monkeypatch, "bids")
 
 
 def test_bids_help_is_unchanged(monkeypatch):
     """The options, their help, defaults and groups, as before the declaration
     (whitespace aside: the wrapping depends on the Python version)."""
-    assert _words(_bids_help(monkeypatch)) == _words(HELP.read_text())
+    assert words(_bids_help(monkeypatch)) == words(HELP.read_text())
 
 
 def test_every_option_is_documented_once(monkeypatch):
     text = _bids_help(monkeypatch)
-    listing = _words(text.split("\n\n", 2)[2])  # after the usage and the description
+    listing = words(text.split("\n\n", 2)[2])  # after the usage and the description
     for name, flag, _ in [*flags_of(ParticipantConfig), *flags_of(GroupConfig)]:
         for option in flag.names:
             shown = option if option.startswith("-") else flag.metavar
             assert len(re.findall(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", listing)) >= 1
         if flag.help:
-            assert listing.count(_words(flag.help.replace("%%", "%"))) == 1, name
+            assert listing.count(words(flag.help.replace("%%", "%"))) == 1, name
     options = [s for a in build_parser().subcommands["bids"]._actions for s in a.option_strings]
     assert len(options) == len(set(options))
 

@@ -18,32 +18,29 @@ from connscale.cli.main import build_parser
 from connscale.cohort import check_job_params, run_cohort
 from connscale.cohort_config import JOB_PARAMS, CohortConfig, CohortJobParams, job_defaults
 
+from .._command_help import command_help, words
+
 HELP = Path(__file__).parent / "cohort_help.txt"
 
 
 def _cohort_help(monkeypatch) -> str:
-    monkeypatch.setenv("COLUMNS", "100")
-    return build_parser().subcommands["cohort"].format_help()
-
-
-def _words(text: str) -> str:
-    return " ".join(text.split())
+    return command_help(monkeypatch, "cohort")
 
 
 def test_cohort_help_is_unchanged(monkeypatch):
     """The options, their help, defaults and groups, as before the declaration
     (whitespace aside: the wrapping depends on the Python version)."""
-    assert _words(_cohort_help(monkeypatch)) == _words(HELP.read_text())
+    assert words(_cohort_help(monkeypatch)) == words(HELP.read_text())
 
 
 def test_every_option_is_documented_once(monkeypatch):
-    listing = _words(_cohort_help(monkeypatch).split("\n\n", 2)[2])
+    listing = words(_cohort_help(monkeypatch).split("\n\n", 2)[2])
     for name, flag, _ in [*flags_of(CohortConfig), *flags_of(CohortJobParams)]:
         for option in flag.names:
             shown = option if option.startswith("-") else flag.metavar
             assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", listing), option
         if flag.help:
-            assert listing.count(_words(flag.help.replace("%%", "%"))) == 1, name
+            assert listing.count(words(flag.help.replace("%%", "%"))) == 1, name
     options = [s for a in build_parser().subcommands["cohort"]._actions for s in a.option_strings]
     assert len(options) == len(set(options))
 
