@@ -34,6 +34,9 @@ COHORT_JOBS = ("dfc", "fc", "pairs")
 #: fp32 products, or TF32 products.
 PRECISIONS = ("exact", "fp32", "tf32")
 
+#: The forms of a static correlation matrix (:func:`connscale.correlation`'s ``kind``).
+CORRELATION_KINDS = ("dense", "triu", "sparse")
+
 #: The degree centrality's default correlation threshold (``connscale maps``, the
 #: BIDS-App's ``maps`` measure).
 DEFAULT_THRESHOLD = 0.25

@@ -13,8 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from connscale._choices import DTYPES, PRECISIONS
+from connscale._fields import PRECISION_HELP
 from connscale._version import __version__
 from connscale.cli import _types
+from connscale.cli._types import DeprecatedAlias
 from connscale.io.atomic import write_json_atomic
 
 logger = logging.getLogger("connscale")
@@ -144,10 +146,7 @@ def add_precision_argument(parser: argparse.ArgumentParser) -> None:
         "--precision",
         choices=list(PRECISIONS),
         default="exact",
-        help="Arithmetic of thresholded correlations on CUDA: 'exact' decides with TF32 "
-        "tensor cores and recomputes the pairs close to the threshold (the fp32 result, "
-        "faster), 'fp32' fp32 products, 'tf32' TF32 products (fastest, approximate near "
-        "the threshold). The CPU computes in fp32.",
+        help=PRECISION_HELP,
     )
     parser.add_argument(
         "--allow-tf32",
@@ -201,37 +200,6 @@ def output_set(args, folder: Path, stem: str, *, command: str, fingerprint: dict
         wait=args.wait,
         overwrite=args.overwrite,
     )
-
-
-class DeprecatedAlias(argparse.Action):
-    """A former option name, kept for one release.
-
-    It stores into the new option's ``dest`` (``const`` for a flag,
-    ``nargs=0``) and warns (FutureWarning) naming the new one.
-    """
-
-    def __init__(self, option_strings, dest, *, new: str, **kwargs) -> None:
-        self.new = new
-        kwargs.setdefault("help", argparse.SUPPRESS)
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        warnings.warn(
-            f"{option_string} was renamed {self.new}; {option_string} will be "
-            f"removed in connscale 0.2. Pass {self.new} instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
-        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
-
-
-#: Help of every command's --seed. The CLI seeds 0 by default so that a
-#: command line, and the output set it publishes, is reproducible; the API's
-#: ``random_state`` defaults to None, as scikit-learn's.
-SEED_HELP = (
-    "Seed of the random steps (the API's random_state); default 0, so the "
-    "same command gives the same output."
-)
 
 
 def input_files(args) -> list[Path]:

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale._fields import SEED_HELP
 from connscale.cli import _types
-from connscale.cli._common import SEED_HELP, RunRecord, add_out_argument, configure_logging
+from connscale.cli._common import RunRecord, add_out_argument, configure_logging
 
 logger = logging.getLogger("connscale")
 

@@ -3,34 +3,68 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from connscale import _fields
+from connscale._choices import CORRELATION_KINDS
+from connscale._params import Flag, add_arguments, entry, keywords_from_args, param
+from connscale._validation import StrOptions
+from connscale.cli import _types
 from connscale.cli._common import (
     RunRecord,
-    add_precision_argument,
-    add_threshold_arguments,
-    compute_options,
     configure_logging,
-    finish_parser,
     input_files,
     logger,
     output_set,
 )
-from connscale.cli._inputs import (
-    add_input_arguments,
-    check_input_arguments,
-    load_input,
-    output_place,
-)
+from connscale.cli._inputs import check_input_arguments, load_input, output_place
 from connscale.io.bids import dataset_relative
 
 # Region matrices up to this size are written as TSV, larger ones as HDF5.
 TSV_MAX_NODES = 1000
 
 
+@dataclass(frozen=True, kw_only=True)
+class FcConfig:
+    """The options of ``connscale fc``, each declared once (:mod:`connscale._params`)."""
+
+    input: Path = _fields.input_file()
+    mask: Path | None = _fields.mask()
+    atlas: Path | None = _fields.atlas()
+    atlas_name: str | None = _fields.atlas_name()
+    kind: str | None = param(
+        None,
+        constraints=[StrOptions(set(CORRELATION_KINDS)), None],
+        doc="The output's form (:func:`connscale.correlation`'s ``kind``); None:\n"
+        f"``'dense'`` for up to {TSV_MAX_NODES} series, ``'triu'`` above, ``'sparse'``\n"
+        "with a ``threshold``.",
+        flag=Flag(("--kind",), choices=CORRELATION_KINDS,
+                  help=f"Output form (default: dense for up to {TSV_MAX_NODES} series, "
+                  "triu above)."),
+    )  # fmt: skip
+    threshold: float | None = _fields.threshold(
+        "Keep r >= threshold: a sparse result (``kind='sparse'``).",
+        flag_help="Keep r >= THRESHOLD (sparse output; implies --kind sparse).",
+    )
+    absolute: bool = _fields.absolute()
+    precision: str = _fields.precision()
+    out: Path = _fields.out()
+    device: str = _fields.device()
+    dtype: str = _fields.dtype()
+    memory_limit: str | int | None = _fields.memory_limit()
+    verbose: int = _fields.verbose()
+    wait: bool = _fields.wait()
+    overwrite: bool = _fields.overwrite()
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``fc`` command to ``subparsers`` and return its parser."""
+    """Add the ``fc`` command to ``subparsers`` and return its parser.
+
+    Its options are derived from :class:`FcConfig`'s fields.
+    """
     parser = subparsers.add_parser(
         "fc",
         help="Static functional connectivity (all-pairs Pearson correlation).",
@@ -41,18 +75,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_input_arguments(parser)
-    parser.add_argument(
-        "--kind",
-        choices=["dense", "triu", "sparse"],
-        default=None,
-        help=f"Output form (default: dense for up to {TSV_MAX_NODES} series, triu above).",
-    )
-    add_threshold_arguments(
-        parser, threshold_help="Keep r >= THRESHOLD (sparse output; implies --kind sparse)."
-    )
-    add_precision_argument(parser)
-    return finish_parser(parser, run)
+    groups = {
+        None: parser,
+        _fields.MASK_OR_ATLAS: parser.add_mutually_exclusive_group(),
+        _fields.COMPUTATION: parser.add_argument_group(_fields.COMPUTATION),
+    }
+    add_arguments(parser, FcConfig, groups, _types)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def check_arguments(args) -> None:
@@ -65,11 +95,25 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
-    """Run ``connscale fc``; return the exit status.
+    """Run ``connscale fc`` from its parsed command line; return the exit status."""
+    return run_fc(**keywords_from_args(args, FcConfig))
 
-    Compute the correlation matrix of INPUT and publish it (a ``.tsv`` relmat
-    for small dense region matrices, ``.h5`` otherwise) with its sidecar,
-    figure, log and report as one set.
+
+@entry(FcConfig)
+def run_fc(config: FcConfig) -> int:
+    """Compute the correlation matrix of INPUT and publish it; return 0.
+
+    The matrix (a ``.tsv`` relmat for small dense region matrices, ``.h5``
+    otherwise), its sidecar, figure, log and report are published as one set.
+
+    Parameters
+    ----------
+    %(parameters)s
+
+    Returns
+    -------
+    int
+        The exit status, 0.
     """
     from connscale.fc.static import compute_correlation
     from connscale.io.bids import write_dataset_description
@@ -77,30 +121,30 @@ def run(args) -> int:
     from connscale.io.hdf5 import load_relmat
     from connscale.io.relmat import sidecar, write_relmat_tsv, write_sidecar
 
-    configure_logging(args.verbose)
-    kind = args.kind or ("sparse" if args.threshold is not None else None)
-    folder, stem = output_place(args, suffix="relmat", extension=".tsv")
+    configure_logging(config.verbose)
+    kind = config.kind or ("sparse" if config.threshold is not None else None)
+    folder, stem = output_place(config, suffix="relmat", extension=".tsv")
     fingerprint = run_fingerprint(
-        input_files(args),
+        input_files(config),
         {
             "command": "fc",
-            "kind": args.kind,
-            "threshold": args.threshold,
-            "absolute": args.absolute,
-            "dtype": args.dtype,
-            "precision": args.precision,
+            "kind": config.kind,
+            "threshold": config.threshold,
+            "absolute": config.absolute,
+            "dtype": config.dtype,
+            "precision": config.precision,
         },
     )
-    record = RunRecord("fc", args.out, vars(args))
+    record = RunRecord("fc", config.out, vars(config))
     # The matrix, its sidecar, figure, log and report are one set: written in
     # a hidden staging folder under the set's lock, published together.
-    with output_set(args, folder, stem, command="fc", fingerprint=fingerprint) as outputs:
+    with output_set(config, folder, stem, command="fc", fingerprint=fingerprint) as outputs:
         with record.timer("load"):
-            timeseries, labels, nodes, _ = load_input(args)
+            timeseries, labels, nodes, _ = load_input(config)
         n_timepoints, n = timeseries.shape
         if kind is None:
             kind = "dense" if n <= TSV_MAX_NODES else "triu"
-        logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
+        logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, config.input)
         as_tsv = kind == "dense" and n <= TSV_MAX_NODES
         path = folder / f"{stem}{'.tsv' if as_tsv else '.h5'}"
         staged = outputs.path(path.name)
@@ -108,13 +152,15 @@ def run(args) -> int:
             result, (plan, n_constant, confirmation) = compute_correlation(
                 timeseries,
                 kind=kind,
-                threshold=args.threshold,
-                absolute=args.absolute,
-                **compute_options(args),
+                threshold=config.threshold,
+                absolute=config.absolute,
+                device=config.device,
+                dtype=config.dtype,
+                memory_limit=config.memory_limit,
                 out=None if as_tsv else staged,
-                precision=args.precision,
-                verbose=args.verbose,
-                attrs={"source": str(args.input)},
+                precision=config.precision,
+                verbose=config.verbose,
+                attrs={"source": str(config.input)},
             )
         if as_tsv:
             with record.timer("write"):
@@ -125,10 +171,10 @@ def run(args) -> int:
             sidecar(
                 kind,
                 n,
-                threshold=args.threshold,
-                absolute=args.absolute,
-                source=dataset_relative(args.input, args.out),
-                dtype=args.dtype,
+                threshold=config.threshold,
+                absolute=config.absolute,
+                source=dataset_relative(config.input, config.out),
+                dtype=config.dtype,
                 nodes=nodes,
             ),
         )
@@ -136,7 +182,7 @@ def run(args) -> int:
         record.add_output(folder / side.name)
         from connscale._compute import resolve_device
 
-        record.device = str(resolve_device(args.device))
+        record.device = str(resolve_device(config.device))
         record.results.update(
             {
                 "n_series": n,
@@ -145,7 +191,7 @@ def run(args) -> int:
                 "kind": kind,
                 "n_constant_series": n_constant,
                 **plan.as_dict(),
-                "precision": args.precision,
+                "precision": config.precision,
                 "confirmation": None if confirmation is None else confirmation.as_dict(),
             }
         )
@@ -165,7 +211,7 @@ def run(args) -> int:
             record.add_figure(folder / figure)
         log = record.finish(stem, outputs)
         outputs.commit()
-    write_dataset_description(args.out)
+    write_dataset_description(config.out)
     print(
         f"connscale fc: {n} {nodes}, {n_timepoints} time points, kind={kind}, "
         f"{plan.n_rounds} round(s) on {record.device} in {seconds:.3f} s"

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale._fields import SEED_HELP
 from connscale.cli import _types
 from connscale.cli._common import (
-    SEED_HELP,
     DeprecatedAlias,
     RunRecord,
     add_compute_arguments,

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from connscale._choices import PRECISIONS
+from connscale._choices import CORRELATION_KINDS, PRECISIONS
 from connscale._compute import (
     MemoryMeter,
     MemoryPlanner,
@@ -53,7 +53,7 @@ from connscale.fc.triu import n_pairs, triu_row_offsets
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("dense", "triu", "sparse")
+KINDS = CORRELATION_KINDS
 # Rounds on CUDA hold at most this many output elements, so that copies of
 # round r overlap the compute of round r + 1 and progress is visible.
 _MAX_ROUND_ELEMENTS_CUDA = 1 << 28

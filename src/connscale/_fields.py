@@ -1,0 +1,309 @@
+"""The parameters several commands share, each declared once.
+
+Every function here returns a config field (:func:`connscale._params.param`)
+with the one default, constraint and command-line flag (and its help) of a
+parameter that the commands and the API share: ``device``, ``dtype``,
+``memory_limit``, ``verbose`` (with ``-q``), ``precision``, the threshold
+options, ``--out``, ``--wait``, ``--overwrite``, the seed and a command's
+INPUT with ``--mask``, ``--atlas`` and ``--atlas-name``. A command's config
+declares its field with the function; what differs between commands (the
+documentation of what the parameter does there, the help of a threshold, the
+argument group, the BIDS-App's levels) is an argument.
+
+Like :mod:`connscale._choices`, it imports nothing heavy: the parsers are
+built from these fields without importing what computes.
+"""
+
+from __future__ import annotations
+
+from numbers import Integral, Real
+
+from connscale._choices import DTYPES, PRECISIONS
+from connscale._params import Flag, param
+from connscale._validation import Interval, StrOptions
+
+__all__ = [
+    "COMPUTATION",
+    "MASK_OR_ATLAS",
+    "absolute",
+    "atlas",
+    "atlas_name",
+    "device",
+    "dtype",
+    "input_file",
+    "mask",
+    "memory_limit",
+    "out",
+    "overwrite",
+    "precision",
+    "seed",
+    "threshold",
+    "verbose",
+    "wait",
+]
+
+#: The argument group of the compute options (``--device`` ... ``-q``).
+COMPUTATION = "computation"
+#: The mutually exclusive ``--mask`` / ``--atlas`` of a command's INPUT.
+MASK_OR_ATLAS = "mask or atlas"
+
+_NATURAL = Interval(Integral, 0, None, closed="left")
+_CORRELATION = Interval(Real, -1, 1, closed="both")
+
+DEVICE_HELP = "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."
+MEMORY_HELP = "Most memory to use, e.g. '8GB' (default: 80%% of free)."
+PRECISION_HELP = (
+    "Arithmetic of thresholded correlations on CUDA: 'exact' decides with TF32 "
+    "tensor cores and recomputes the pairs close to the threshold (the fp32 result, "
+    "faster), 'fp32' fp32 products, 'tf32' TF32 products (fastest, approximate near "
+    "the threshold). The CPU computes in fp32."
+)
+WAIT_HELP = (
+    "When another connscale run is writing the same output, wait for it to finish "
+    "instead of stopping with an error naming its pid."
+)
+#: Help of every command's --seed. The CLI seeds 0 by default so that a
+#: command line, and the output set it publishes, is reproducible; the API's
+#: ``random_state`` defaults to None, as scikit-learn's.
+SEED_HELP = (
+    "Seed of the random steps (the API's random_state); default 0, so the "
+    "same command gives the same output."
+)
+
+
+def device(
+    doc: str = "'auto': CUDA when present, else the CPU; recorded in the log.",
+    *,
+    group: str | None = COMPUTATION,
+    levels: tuple[str, ...] = (),
+    fingerprint: bool = False,
+):
+    """``device``, ``--device``: where to compute."""
+    return param(
+        "auto",
+        fingerprint=fingerprint,
+        constraints=["device"],
+        doc=doc,
+        flag=Flag(("--device",), group=group, type="device", levels=levels, help=DEVICE_HELP),
+    )
+
+
+def dtype(*, group: str | None = COMPUTATION, levels: tuple[str, ...] = ()):
+    """``dtype``, ``--dtype``: the working precision."""
+    return param(
+        "float32",
+        constraints=[StrOptions(DTYPES)],
+        doc="Working precision.",
+        flag=Flag(("--dtype",), group=group, choices=DTYPES, levels=levels,
+                  help="Working precision."),
+    )  # fmt: skip
+
+
+def memory_limit(
+    doc: str = "Most memory the run may use, in bytes or as a string such as ``'8GB'``;\n"
+    "None: up to 80% of what is free.",
+    *,
+    group: str | None = COMPUTATION,
+    levels: tuple[str, ...] = (),
+):
+    """``memory_limit``, ``--memory-limit``: the most memory to use."""
+    return param(
+        None,
+        fingerprint=False,
+        constraints=["memory", None],
+        doc=doc,
+        flag=Flag(("--memory-limit",), group=group, type="memory", metavar="SIZE",
+                  levels=levels, help=MEMORY_HELP),
+    )  # fmt: skip
+
+
+def verbose(
+    doc: str = "0: silent; 1: progress and a summary; 2: also debug logs and tracebacks.",
+    *,
+    group: str | None = COMPUTATION,
+    levels: tuple[str, ...] = (),
+):
+    """``verbose``: ``-v``/``--verbose`` counts up, ``-q``/``--quiet`` sets 0."""
+    return param(
+        1,
+        fingerprint=False,
+        constraints=[_NATURAL, "boolean"],
+        doc=doc,
+        flag=(
+            Flag(("-v", "--verbose"), group=group, action="count", levels=levels,
+                 help="More output (-vv: debug log and tracebacks)."),
+            Flag(("-q", "--quiet"), group=group, action="store_const", const=0,
+                 dest="verbose", default=None, levels=levels,
+                 help="No progress bars or messages."),
+        ),
+    )  # fmt: skip
+
+
+def precision(
+    doc: str = "Arithmetic of thresholded correlations on CUDA (see\n"
+    ":func:`connscale.correlation`).",
+    *,
+    flag_help: str = PRECISION_HELP,
+    group: str | None = None,
+    levels: tuple[str, ...] = (),
+    deprecated_alias: bool = True,
+):
+    """``precision``, ``--precision``, and the former ``--allow-tf32`` (deprecated)."""
+    flags = [Flag(("--precision",), group=group, choices=PRECISIONS, levels=levels, help=flag_help)]
+    if deprecated_alias:
+        flags.append(
+            Flag(("--allow-tf32",), group=group, dest="precision", const="tf32", nargs=0,
+                 action=("deprecated_alias", "--precision tf32"), levels=levels)
+        )  # fmt: skip
+    return param("exact", constraints=[StrOptions(PRECISIONS)], doc=doc, flag=tuple(flags))
+
+
+def threshold(
+    doc: str,
+    *,
+    flag_help: str,
+    default: float | None = None,
+    group: str | None = None,
+):
+    """``threshold``, ``--threshold``: a correlation in [-1, 1]."""
+    return param(
+        default,
+        constraints=[_CORRELATION] if default is not None else [_CORRELATION, None],
+        doc=doc,
+        flag=Flag(("--threshold",), group=group, type="correlation", help=flag_help),
+    )
+
+
+def absolute(
+    doc: str = "With a threshold, keep ``abs(r) >= threshold`` (strong negative\n"
+    "correlations too).",
+    *,
+    flag_help: str = "With --threshold, keep |r| >= THRESHOLD.",
+    group: str | None = None,
+):
+    """``absolute``, ``--absolute``: threshold ``|r|`` instead of ``r``."""
+    return param(
+        False,
+        constraints=["boolean"],
+        doc=doc,
+        flag=Flag(("--absolute",), group=group, action="store_true", help=flag_help),
+    )
+
+
+def seed(*, group: str | None = None):
+    """``seed``, ``--seed``: the random steps' seed (the API's ``random_state``)."""
+    return param(
+        0,
+        constraints=[_NATURAL],
+        doc="Seed of the random steps (the API's ``random_state``).",
+        flag=Flag(("--seed",), group=group, type="natural", help=SEED_HELP),
+    )
+
+
+def out(doc: str = "Output folder (new, or an existing folder).", *, group: str | None = None):
+    """``out``, ``--out`` (required): the output folder."""
+    return param(
+        constraints=["path"],
+        doc=doc,
+        flag=Flag(("--out",), group=group, type="output_folder", required=True,
+                  help="Output folder."),
+    )  # fmt: skip
+
+
+def wait(
+    doc: str = "When another run is writing the same output, wait for it to finish\n"
+    "instead of failing with :class:`~connscale.io.OutputLockedError` naming its pid.",
+    *,
+    group: str | None = None,
+    levels: tuple[str, ...] = (),
+):
+    """``wait``, ``--wait``: wait for the run holding the output's lock."""
+    return param(
+        False,
+        fingerprint=False,
+        constraints=["boolean"],
+        doc=doc,
+        flag=Flag(("--wait",), group=group, action="store_true", levels=levels, help=WAIT_HELP),
+    )
+
+
+def overwrite(
+    doc: str = "Replace a result published with other parameters (without it such a\n"
+    "run fails, naming the parameters that differ).",
+    *,
+    flag_help: str = "Replace a result already in the output folder that was made with "
+    "other parameters (never done without this flag).",
+    group: str | None = None,
+    levels: tuple[str, ...] = (),
+):
+    """``overwrite``, ``--overwrite``: replace outputs made with other parameters."""
+    return param(
+        False,
+        fingerprint=False,
+        constraints=["boolean"],
+        doc=doc,
+        flag=Flag(
+            ("--overwrite",), group=group, action="store_true", levels=levels, help=flag_help
+        ),
+    )
+
+
+def input_file(
+    doc: str = "A 4-D fMRI NIfTI (``.nii``/``.nii.gz``) or ROI time series\n"
+    "(``.tsv``/``.csv``/``.npy``, one column per region).",
+    *,
+    flag_help: str = "4-D fMRI NIfTI (.nii/.nii.gz) or ROI time series "
+    "(.tsv/.csv/.npy, one column per region).",
+):
+    """``input``, the positional INPUT: a scan or a table of series."""
+    return param(
+        constraints=["path"],
+        doc=doc,
+        flag=Flag(("input",), type="input_file", metavar="INPUT", help=flag_help),
+    )
+
+
+def mask(*, group: str | None = MASK_OR_ATLAS):
+    """``mask``, ``--mask``: voxel series of a NIfTI INPUT."""
+    return param(
+        None,
+        constraints=["path", None],
+        doc="Brain mask NIfTI on the fMRI grid (voxel-level series); None: computed\n"
+        "from the image.",
+        flag=Flag(("--mask",), group=group, type="input_file",
+                  help="Brain mask NIfTI on the fMRI grid (voxel-level series). "
+                  "Default for NIfTI input: computed from the image."),
+    )  # fmt: skip
+
+
+def atlas(*, group: str | None = MASK_OR_ATLAS):
+    """``atlas``, ``--atlas``: region-mean series of a NIfTI INPUT."""
+    return param(
+        None,
+        constraints=["path", None],
+        doc="Labels NIfTI (0 = background): region-mean series.",
+        flag=Flag(("--atlas",), group=group, type="input_file",
+                  help="Labels NIfTI (0 = background): region-mean series."),
+    )  # fmt: skip
+
+
+def atlas_name(
+    doc: str = "The outputs' ``seg-`` label; None: the atlas file's ``atlas-`` entity,\n"
+    "or the letters and digits of its stem (a ``_timeseries`` input: its own\n"
+    "``seg-``).",
+    *,
+    group: str | None = None,
+    levels: tuple[str, ...] = (),
+):
+    """``atlas_name``, ``--atlas-name``: the ``seg-`` entity of the outputs."""
+    return param(
+        None,
+        constraints=[str, None],
+        doc=doc,
+        flag=Flag(("--atlas-name",), group=group, type="bids_label", metavar="NAME",
+                  levels=levels,
+                  help="The atlas's name in output file names (seg-NAME; letters and "
+                  "digits). Default: the atlas file's atlas- entity, or the "
+                  "letters and digits of its stem; for a _timeseries input, its "
+                  "own seg- entity."),
+    )  # fmt: skip
