@@ -16,6 +16,7 @@ built from these fields without importing what computes.
 
 from __future__ import annotations
 
+import dataclasses
 from numbers import Integral, Real
 
 from connscale._choices import DTYPES, PRECISIONS
@@ -37,9 +38,14 @@ __all__ = [
     "overwrite",
     "precision",
     "seed",
+    "step",
+    "t_r",
+    "taper",
+    "taper_sigma",
     "threshold",
     "verbose",
     "wait",
+    "window",
 ]
 
 #: The argument group of the compute options (``--device`` ... ``-q``).
@@ -306,4 +312,67 @@ def atlas_name(
                   "digits). Default: the atlas file's atlas- entity, or the "
                   "letters and digits of its stem; for a _timeseries input, its "
                   "own seg- entity."),
+    )  # fmt: skip
+
+
+#: The window shapes of the commands that slide windows (``--taper``).
+TAPERS = ("rectangular", "gaussian")
+
+
+def window(*, required: bool = True, group: str | None = None):
+    """``window``, ``--window``: a window length in time points (``22``) or seconds (``44s``)."""
+    return param(
+        dataclasses.MISSING if required else None,
+        constraints=[str, Integral] if required else [str, Integral, None],
+        doc="Window length in time points (``'22'``) or seconds (``'44s'``, with the\n"
+        "repetition time); for the Gaussian taper, the rectangle's width.",
+        flag=Flag(("--window",), group=group, type="window", required=required, metavar="W",
+                  help="Window length in time points (22) or seconds (44s; needs the "
+                  "TR). For --taper gaussian, the rectangle's width."),
+    )  # fmt: skip
+
+
+def step(*, group: str | None = None):
+    """``step``, ``--step``: between window starts, in time points or seconds."""
+    return param(
+        "1",
+        constraints=[str, Integral],
+        doc="Between window starts, in time points (``'1'``) or seconds (``'2s'``).",
+        flag=Flag(("--step",), group=group, type="step", metavar="S",
+                  help="Between window starts, in time points (1) or seconds (2s)."),
+    )  # fmt: skip
+
+
+def t_r(*, group: str | None = None):
+    """``t_r``, ``--t-r``: the repetition time in seconds."""
+    return param(
+        None,
+        constraints=[Interval(Real, 0, None, closed="neither"), None],
+        doc="Repetition time in seconds; None: from the NIfTI header.",
+        flag=Flag(("--t-r",), group=group, type="positive", metavar="SECONDS",
+                  help="Repetition time (default: from the NIfTI header)."),
+    )  # fmt: skip
+
+
+def taper(*, group: str | None = None):
+    """``taper``, ``--taper``: the window's shape."""
+    return param(
+        "rectangular",
+        constraints=[StrOptions(set(TAPERS))],
+        doc="Window shape: ``'rectangular'``, or Allen et al. (2014)'s rectangle\n"
+        "convolved with a Gaussian (weighted Pearson).",
+        flag=Flag(("--taper",), group=group, choices=TAPERS,
+                  help="Window shape: rectangular, or Allen et al. (2014)'s rectangle "
+                  "convolved with a Gaussian (weighted Pearson)."),
+    )  # fmt: skip
+
+
+def taper_sigma(*, group: str | None = None):
+    """``taper_sigma``, ``--taper-sigma``: the Gaussian taper's sigma."""
+    return param(
+        3.0,
+        constraints=[Interval(Real, 0, None, closed="neither")],
+        doc="Sigma of the Gaussian taper, in time points.",
+        flag=Flag(("--taper-sigma",), group=group, type="positive", metavar="TRS",
+                  help="Sigma of the Gaussian taper, in time points."),
     )  # fmt: skip
