@@ -9,6 +9,7 @@ import pytest
 
 from connscale.bidsapp import decode, participant
 from connscale.bidsapp.decode import load_masked_bold
+from connscale.engines.batch import ReadAheadEngine
 
 
 def _bold(tmp_path, dtype, *, name="bold.nii.gz", slope=None, big_endian=False):
@@ -125,6 +126,8 @@ def test_serial_runner_reads_ahead_within_bounds(monkeypatch, readers):
     monkeypatch.setattr(participant, "decode_run", fake_decode)
     monkeypatch.setattr(participant, "needs_decode", lambda config, run: True)
     monkeypatch.setattr(participant, "_process", fake_process)
+    # Reader threads: the fakes are patched into this process only.
+    monkeypatch.setattr(participant, "_readers", ReadAheadEngine)
     config = participant.ParticipantConfig("d", "o", "a", "A")
     records = participant.run_serial(config, runs, readers=readers)
     assert [r["status"] for r in records] == ["ok"] * len(names)

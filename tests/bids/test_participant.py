@@ -388,3 +388,37 @@ def test_group_parameters_checked_before_any_output(tmp_path):
     with pytest.raises(ValueError, match="The 'repeats' parameter of run_group"):
         run_group(tmp_path, repeats=0)
     assert not (tmp_path / "group").exists()
+
+
+def test_reader_processes_give_the_outputs_of_a_reader_thread(tree, tmp_path):
+    """Several readers are processes (the voxel series through shared memory):
+    every output equals, bit for bit, what one reader thread gives."""
+    tmp, root = tree
+    outputs = {}
+    for readers in (1, 2):
+        report = run_participant(
+            root,
+            tmp_path / f"out{readers}",
+            atlas=tmp / ATLAS,
+            atlas_name="Slab4",
+            participant_label=["01", "02"],
+            strategy="simple",
+            strategy_params={"motion": "basic"},
+            measures=["fc", "timeseries", "voxelfc"],
+            backend="serial",
+            n_jobs=readers,
+            device="cpu",
+            reports=False,
+        )
+        assert report.counts == {"ok": 3, "skipped": 0, "error": 0}
+        outputs[readers] = sorted(p for r in report.records for p in r["outputs"])
+    assert [Path(p).name for p in outputs[1]] == [Path(p).name for p in outputs[2]]
+    for one, two in zip(outputs[1], outputs[2]):
+        assert Path(one).read_bytes() == Path(two).read_bytes() or Path(one).suffix == ".h5"
+        if Path(one).suffix == ".h5":
+            import h5py
+
+            with h5py.File(one) as a, h5py.File(two) as b:
+                for name in a:
+                    if isinstance(a[name], h5py.Dataset):
+                        np.testing.assert_array_equal(a[name][()], b[name][()])

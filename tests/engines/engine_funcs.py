@@ -135,3 +135,19 @@ def square_or_fail(payload, prepared=None) -> dict:
     if x < 0:
         raise ValueError(f"negative input {x}\nsecond line")
     return {"square": x * x}
+
+
+def big_block(i: int) -> np.ndarray:
+    """Block i as a reader process returns it: in shared memory when it is one."""
+    from connscale.engines.shared import empty
+
+    block = empty((512, 1024), np.float32)  # 2 MiB: over MIN_SHARED_BYTES
+    block[...] = np.random.default_rng(i).standard_normal(block.shape, dtype=np.float32)
+    return block
+
+
+def exit_always(item) -> None:
+    """Kill the worker process every time."""
+    import os
+
+    os._exit(5)

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale.engines.shared import empty
+
 __all__ = [
     "HAVE_ISAL",
     "MaskedBold",
@@ -175,6 +177,60 @@ def _checked_blocks(blocks, path: Path):
         yield from blocks
 
 
+class _Gather:
+    """Take a block of volumes' in-mask voxels and region sums, reading memory in order.
+
+    The voxels are read in the block's memory order (sorted flat indices: one
+    sequential pass over each volume), then put in the C order of
+    ``numpy.nonzero(mask)`` within the small gathered block, which stays in
+    cache; the region sums add each region's voxels in that same memory
+    order.
+    """
+
+    def __init__(self, mask: np.ndarray, labels: np.ndarray | None, voxels: bool) -> None:
+        self.shape = mask.shape
+        self.voxels = voxels
+        self.inside = np.nonzero(mask)
+        self.n_voxels = self.inside[0].size
+        self.labels = None if labels is None else labels[self.inside]
+        self.regions = np.empty(0, np.int64)
+        self.counts = np.empty(0, np.int64)
+        if labels is not None:
+            self.regions, self.counts = np.unique(self.labels[self.labels > 0], return_counts=True)
+        self._orders: dict[str, tuple] = {}
+
+    def _indices(self, order: str) -> tuple:
+        """(read, to_c, by_region, starts) of the blocks in ``order``."""
+        if order not in self._orders:
+            flat = np.ravel_multi_index(self.inside, self.shape, order=order)
+            read_order = np.argsort(flat, kind="stable")
+            if not self.voxels:  # only the labelled voxels are read
+                read_order = read_order[self.labels[read_order] > 0]
+            to_c = np.argsort(read_order, kind="stable") if self.voxels else None
+            by_region, starts = None, None
+            if self.labels is not None and self.regions.size:
+                values = self.labels[read_order]
+                labelled = np.nonzero(values > 0)[0]
+                by_region = labelled[np.argsort(values[labelled], kind="stable")]
+                starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
+            self._orders[order] = (flat[read_order], to_c, by_region, starts)
+        return self._orders[order]
+
+    def __call__(self, block, order: str, data, sums, rows: slice) -> None:
+        """Gather ``block`` (a few volumes) into ``data`` (its rows) and ``sums[rows]``."""
+        read, to_c, by_region, starts = self._indices(order)
+        # mode='clip': the indices are valid by construction, and numpy buffers
+        # ``out`` with the default mode.
+        taken = np.take(block, read, axis=1, mode="clip")
+        if data is not None and taken.dtype == data.dtype:
+            np.take(taken, to_c, axis=1, out=data, mode="clip")
+        elif data is not None:
+            data[...] = np.take(taken, to_c, axis=1, mode="clip")
+        if by_region is not None:
+            gathered = np.take(taken, by_region, axis=1, mode="clip")
+            sums[rows] = np.add.reduceat(gathered, starts, axis=1, dtype=np.float64)
+
+
 @dataclass
 class MaskedBold:
     """What :func:`read_masked_bold` gathered from one BOLD.
@@ -195,10 +251,6 @@ class MaskedBold:
     data: np.ndarray | None
     region_means: np.ndarray | None = None
     regions: np.ndarray | None = None
-
-
-def _flat(index: tuple, shape: tuple, order: str) -> np.ndarray:
-    return np.ravel_multi_index(index, shape, order=order)
 
 
 def read_masked_bold(
@@ -247,45 +299,22 @@ def read_masked_bold(
         raise ValueError("read_masked_bold needs voxels=True or labels.")
     n_volumes = img.shape[3]
     slope, inter = float(img.dataobj.slope), float(img.dataobj.inter)
-    inside = np.nonzero(mask)
-    data = np.empty((n_volumes, inside[0].size), dtype=np.float32) if voxels else None
-    if labels is not None:
-        labelled = mask & (labels > 0)
-        values = labels[labelled]
-        regions, starts, counts = np.unique(np.sort(values), return_index=True, return_counts=True)
-        where_labelled = np.nonzero(labelled)
-        sums = np.zeros((n_volumes, regions.size), dtype=np.float64)
-    indices = {}
+    gather = _Gather(mask, labels, voxels)
+    data = empty((n_volumes, gather.n_voxels), np.float32) if voxels else None
+    sums = np.zeros((n_volumes, gather.regions.size), np.float64) if labels is not None else None
     blocks = _checked_blocks(_volume_blocks(img, path, _use_isal(path, use_isal)), path)
     for first, block, order in blocks:
-        if order not in indices:
-            sorted_where = None
-            if labels is not None:
-                # Each region's voxels together, in the block's memory order.
-                flat = _flat(where_labelled, shape, order)
-                sorted_where = flat[np.lexsort((flat, values))]
-            indices[order] = (_flat(inside, shape, order), sorted_where)
-        where, sorted_where = indices[order]
         rows = slice(first, first + block.shape[0])
-        if data is not None:
-            # mode='clip': the indices are valid by construction, and numpy buffers
-            # `out` with the default mode.
-            if block.dtype == np.float32:
-                np.take(block, where, axis=1, out=data[rows], mode="clip")
-            else:
-                data[rows] = np.take(block, where, axis=1, mode="clip")
-        if labels is not None and regions.size:
-            gathered = np.take(block, sorted_where, axis=1, mode="clip")
-            sums[rows] = np.add.reduceat(gathered, starts, axis=1, dtype=np.float64)
+        gather(block, order, None if data is None else data[rows], sums, rows)
     if data is not None and (slope != 1.0 or inter != 0.0):
         data *= np.float32(slope)
         data += np.float32(inter)
     if labels is None:
         return MaskedBold(img, data)
-    means = sums / counts
+    means = sums / gather.counts
     if slope != 1.0 or inter != 0.0:
         means = means * slope + inter
-    return MaskedBold(img, data, means, regions)
+    return MaskedBold(img, data, means, gather.regions)
 
 
 def load_masked_bold(

@@ -358,9 +358,20 @@ def run_serial(
     progress = Progress("bids participant", "runs", "run", len(runs), 0, verbose)
     try:
         tasks = [_run_task(config, run) for run in runs]
-        return map_tasks(ReadAheadEngine(readers), tasks, threads=config.threads, progress=progress)
+        return map_tasks(_readers(readers), tasks, threads=config.threads, progress=progress)
     finally:
         progress.close()
+
+
+def _readers(readers: int) -> ReadAheadEngine:
+    """Return the serial engine with ``readers`` reading ahead: processes when several.
+
+    One reader is a thread (a process would cost its start for no gain: the
+    decompression releases the GIL); several are processes, which share no
+    GIL with one another nor with the process computing
+    (``benchmarks/profile_readers.py``).
+    """
+    return ReadAheadEngine(readers, processes=readers > 1)
 
 
 def _open_engine(environments: list[dict], backend: str, n_jobs: int | None):
@@ -377,7 +388,7 @@ def _open_engine(environments: list[dict], backend: str, n_jobs: int | None):
         threads = THREADS_PER_GPU_WORKER if n_jobs is None else n_jobs
         return gpu_engine(environments, threads=threads)
     if backend == "serial":
-        return ReadAheadEngine(1 if n_jobs is None else n_jobs)
+        return _readers(1 if n_jobs is None else n_jobs)
     return get_engine(backend, n_jobs=n_jobs)
 
 

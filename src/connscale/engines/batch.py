@@ -33,8 +33,8 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import AbstractContextManager
+from concurrent.futures import Future
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -210,16 +210,28 @@ def run_task(call: TaskCall) -> dict:
 class ReadAheadEngine(SerialEngine):
     """The serial engine, reading the next tasks' inputs while this one computes.
 
-    ``readers`` threads run the :attr:`Task.prepare` of at most ``readers``
-    tasks ahead of the one computing, so at most ``readers + 1`` tasks' inputs
-    are in memory. Items that are not :class:`TaskCall` of a task with a
-    ``prepare`` run as on :class:`SerialEngine`.
+    ``readers`` threads, or processes with ``processes=True``
+    (:class:`~connscale.engines.readers.ReaderPool`), run the
+    :attr:`Task.prepare` of at most ``readers`` tasks ahead of the one
+    computing, so at most ``readers + 1`` tasks' inputs are in memory. Items
+    that are not :class:`TaskCall` of a task with a ``prepare`` run as on
+    :class:`SerialEngine`.
+
+    Parameters
+    ----------
+    readers : int
+        Reads at once.
+    processes : bool
+        Read in processes (no GIL shared with the computing process; large
+        arrays come back through shared memory, :mod:`connscale.engines.shared`)
+        instead of threads.
     """
 
     name = "serial"
 
-    def __init__(self, readers: int = 1) -> None:
+    def __init__(self, readers: int = 1, *, processes: bool = False) -> None:
         self.readers = max(int(readers), 1)
+        self.processes = processes
 
     def map(
         self,
@@ -232,36 +244,51 @@ class ReadAheadEngine(SerialEngine):
         """Run ``func(item)`` for every item in order, reading ahead (see :meth:`Engine.map`).
 
         The :attr:`Task.prepare` of the next ``readers`` tasks runs in
-        background threads while ``func`` computes the current one, which
-        gets its future as :attr:`TaskCall.prepared`. Without any task to
-        prepare, this is :meth:`SerialEngine.map`.
+        the readers while ``func`` computes the current one, which gets its
+        future as :attr:`TaskCall.prepared`. Without any task to prepare,
+        this is :meth:`SerialEngine.map`.
         """
         items = list(items)
         if not any(isinstance(i, TaskCall) and i.task.prepare for i in items):
             return super().map(func, items, errors=errors, on_result=on_result)
+        with self._reader_pool() as pool:
+            return self._map_ahead(pool, func, items, errors, on_result)
 
+    @contextmanager
+    def _reader_pool(self):
+        from connscale.engines.readers import ReaderPool
+        from connscale.engines.shared import handoff_folder
+
+        with handoff_folder(self.processes) as folder:
+            pool = ReaderPool(self.readers, processes=self.processes, folder=folder)
+            try:
+                yield pool
+            finally:
+                pool.shutdown()
+
+    def _map_ahead(self, pool, func, items, errors, on_result) -> list:
         def ahead(item):
             if isinstance(item, TaskCall) and item.task.prepare is not None:
                 return pool.submit(item.task.prepare, item.task.payload)
             return None
 
         results = []
-        with ThreadPoolExecutor(self.readers, thread_name_prefix="connscale-read") as pool:
-            queued = deque(ahead(item) for item in items[: self.readers])
-            for index, item in enumerate(items):
-                current = queued.popleft()
-                if index + self.readers < len(items):
-                    queued.append(ahead(items[index + self.readers]))
-                if current is not None:
-                    item = replace(item, prepared=current)
-                results += super().map(func, [item], errors=errors)
-                del current, item  # this task's data, before the next read is queued
-                if on_result is not None:
-                    on_result(index, results[-1])
+        queued = deque(ahead(item) for item in items[: self.readers])
+        for index, item in enumerate(items):
+            current = queued.popleft()
+            if index + self.readers < len(items):
+                queued.append(ahead(items[index + self.readers]))
+            if current is not None:
+                item = replace(item, prepared=current)
+            results += super().map(func, [item], errors=errors)
+            del current, item  # this task's data, before the next read is queued
+            if on_result is not None:
+                on_result(index, results[-1])
         return results
 
     def __repr__(self) -> str:
-        return f"ReadAheadEngine(readers={self.readers})"
+        kind = "processes" if self.processes else "threads"
+        return f"ReadAheadEngine(readers={self.readers}, {kind})"
 
 
 class Progress:

@@ -1,0 +1,122 @@
+"""The readers of :class:`~connscale.engines.batch.ReadAheadEngine`: threads or processes.
+
+Threads share the computing process's interpreter: a reader's Python work
+(headers, confounds, the cleaning operator) and any C code that holds the
+GIL wait for one another and for the process feeding the GPU. Processes do
+not: each reader is a process of its own (a ``ProcessPoolExecutor`` of one
+worker, so that a reader that dies breaks only its own run), and the large
+arrays it returns come back through shared memory
+(:mod:`connscale.engines.shared`), not through the pipe.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+from connscale.engines.shared import share_into
+
+__all__ = ["ReaderLost", "ReaderPool"]
+
+
+class ReaderLost(RuntimeError):
+    """A reader process died (killed, out of memory, a crash) on every try of a run."""
+
+
+class ReaderPool:
+    """``readers`` threads, or ``readers`` processes each with its own pool of one.
+
+    Parameters
+    ----------
+    readers : int
+        How many reads run at once.
+    processes : bool
+        Processes (started with ``forkserver`` where available, else
+        ``spawn``: never ``fork``, which copies a CUDA context) instead of
+        threads.
+    retries : int
+        A read whose process died is tried ``1 + retries`` times (on a new
+        process), then fails with :class:`ReaderLost`.
+    folder : str or None
+        Where the reader processes put the arrays they return
+        (:func:`connscale.engines.shared.handoff_folder`); None: pickled.
+    """
+
+    def __init__(
+        self, readers: int, *, processes: bool, retries: int = 1, folder: str | None = None
+    ) -> None:
+        self.processes = processes
+        self.retries = retries
+        self.folder = folder
+        self._context = None
+        if processes:
+            methods = multiprocessing.get_all_start_methods()
+            self._context = multiprocessing.get_context(
+                "forkserver" if "forkserver" in methods else "spawn"
+            )
+            self._slots: list[Executor | None] = [None] * readers
+        else:
+            self._slots = [ThreadPoolExecutor(readers, thread_name_prefix="connscale-read")]
+        self._next = 0
+
+    def _slot(self, index: int) -> Executor:
+        if self._slots[index] is None:
+            self._slots[index] = ProcessPoolExecutor(
+                1, mp_context=self._context, initializer=share_into, initargs=(self.folder,)
+            )
+        return self._slots[index]
+
+    def submit(self, function: Callable, argument) -> Future:
+        """Start ``function(argument)`` on the next reader; return a future of its result.
+
+        A reader process that dies is replaced and the read tried again, up
+        to ``retries`` times; then the future raises :class:`ReaderLost`.
+        """
+        index = self._next
+        self._next = (self._next + 1) % len(self._slots)
+        if not self.processes:
+            return self._slots[0].submit(function, argument)
+        outcome: Future = Future()
+        self._start(index, function, argument, outcome, 1)
+        return outcome
+
+    def _start(self, index, function, argument, outcome: Future, attempt: int) -> None:
+        future = self._slot(index).submit(function, argument)
+
+        def done(finished: Future) -> None:
+            error = finished.exception()
+            if not isinstance(error, BrokenProcessPool):
+                _settle(outcome, finished)
+            elif attempt <= self.retries:
+                self._replace(index, self._slots[index])
+                self._start(index, function, argument, outcome, attempt + 1)
+            else:
+                outcome.set_exception(
+                    ReaderLost(
+                        f"the reader process died while reading it ({attempt} tries): killed, "
+                        "out of memory or crashed"
+                    )
+                )
+
+        future.add_done_callback(done)
+
+    def _replace(self, index: int, broken: Executor | None) -> None:
+        if broken is not None and self._slots[index] is broken:
+            broken.shutdown(wait=False, cancel_futures=True)
+            self._slots[index] = None
+
+    def shutdown(self) -> None:
+        """Stop the readers (the reads under way finish first)."""
+        for pool in self._slots:
+            if pool is not None:
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _settle(outcome: Future, finished: Future) -> None:
+    error = finished.exception()
+    if error is None:
+        outcome.set_result(finished.result())
+    else:
+        outcome.set_exception(error)

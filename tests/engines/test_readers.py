@@ -1,0 +1,96 @@
+"""Reader processes (connscale.engines.readers, .shared): what they read arrives
+whole, through shared memory, and a reader that dies is replaced and its read
+tried again, then reported, while the other reads complete."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from connscale.engines import shared
+from connscale.engines.batch import ReadAheadEngine, Task, TaskCall
+from connscale.engines.readers import ReaderLost, ReaderPool
+from tests.engines import engine_funcs
+
+
+@pytest.fixture
+def pool():
+    with shared.handoff_folder() as folder:
+        readers = ReaderPool(2, processes=True, folder=folder)
+        yield readers, folder
+        readers.shutdown()
+
+
+def test_large_arrays_come_back_through_shared_memory_and_are_freed(pool):
+    readers, folder = pool
+    if folder is None:
+        pytest.skip("no /dev/shm here: arrays come back through the pipe")
+    blocks = [readers.submit(engine_funcs.big_block, i).result() for i in range(3)]
+    for i, block in enumerate(blocks):
+        assert type(block) is np.ndarray and isinstance(block.base, np.memmap)
+        np.testing.assert_array_equal(block, engine_funcs.big_block(i))
+    assert os.listdir(folder) == []  # each name is removed as soon as it is mapped
+
+
+def test_small_arrays_and_other_processes_use_plain_memory():
+    assert type(shared.empty((4, 4), np.float64)) is np.ndarray
+    assert type(shared.empty((512, 1024), np.float32)) is np.ndarray  # not a reader
+
+
+def test_a_reader_killed_once_is_replaced_and_the_read_retried(pool, tmp_path):
+    readers, _ = pool
+    marker = str(tmp_path / "crash")
+    crashed = readers.submit(engine_funcs.exit_once, marker)
+    others = [readers.submit(engine_funcs.make_block, i) for i in range(3)]
+    assert crashed.result() == "crash"
+    for i, future in enumerate(others):
+        np.testing.assert_array_equal(future.result(), engine_funcs.make_block(i))
+
+
+def test_a_reader_killed_every_time_is_reported_and_the_others_complete(pool):
+    readers, _ = pool
+    doomed = readers.submit(engine_funcs.exit_always, None)
+    others = [readers.submit(engine_funcs.make_block, i) for i in range(4)]
+    with pytest.raises(ReaderLost, match=r"reader process died .*\(2 tries\)"):
+        doomed.result()
+    for i, future in enumerate(others):
+        np.testing.assert_array_equal(future.result(), engine_funcs.make_block(i))
+
+
+def _check_block(payload: int, prepared) -> dict:
+    np.testing.assert_array_equal(prepared.result(), engine_funcs.big_block(payload))
+    return {"status": "ok"}
+
+
+def test_the_engine_hands_each_task_its_read_and_removes_its_folder(monkeypatch):
+    folders = []
+    real = shared.handoff_folder
+
+    def spy(wanted=True):
+        context = real(wanted)
+        folder = context.__enter__()
+        folders.append(folder)
+
+        class Wrapped:
+            def __enter__(self):
+                return folder
+
+            def __exit__(self, *exc):
+                return context.__exit__(*exc)
+
+        return Wrapped()
+
+    monkeypatch.setattr(shared, "handoff_folder", spy)
+    tasks = [
+        Task(f"t{i}", None, None, _check_block, i, {}, engine_funcs.big_block) for i in range(5)
+    ]
+    engine = ReadAheadEngine(2, processes=True)
+    records = engine.map(
+        lambda call: call.task.function(call.task.payload, call.prepared),
+        [TaskCall(t) for t in tasks],
+    )
+    assert records == [{"status": "ok"}] * 5
+    assert folders and (folders[0] is None or not Path(folders[0]).exists())
