@@ -7,10 +7,11 @@ fMRIPrep's column names; written by ``--tree-jobs`` processes) is processed
 on the same machine by:
 
 * connscale: ``connscale bids ... participant --denoise simple --measures
-  fc,timeseries`` (``run_participant``, reports off). On the CPU: the serial
-  backend, ``--readers`` threads reading the next runs (BOLD decoded with
-  ISA-L, GIL released; confounds; cleaning operator) while the main thread
-  cleans, correlates and writes with ``--threads`` torch threads. With
+  fc,timeseries`` (``run_participant``, reports off), ``--device`` cpu or
+  cuda: the serial backend, ``--readers`` processes reading the next runs
+  (BOLD decoded with ISA-L and gathered; confounds; cleaning operator; the
+  voxel series back through shared memory) while the main process cleans,
+  correlates and writes with ``--threads`` torch threads. With
   ``--gpus N[,M..]``: one Dask worker per GPU (``connscale bids --gpus N``),
   once per count, on the same tree. Reported: runs per minute over the whole
   call (cluster start included) and over the runs' own span, and the
@@ -20,10 +21,11 @@ on the same machine by:
   standardize='zscore_sample', t_r).fit_transform(bold, confounds,
   sample_mask)``, ``ConnectivityMeasure(kind='correlation',
   cov_estimator=EmpiricalCovariance())``, matrix and series written as TSV;
-  one run after the other (the masker has no ``n_jobs`` for one image, and
-  ``MultiNiftiLabelsMasker``'s needs one mask for all runs), numpy's BLAS
-  threads as installed; ``--nilearn-jobs N`` runs the same per-run function
-  on N joblib processes instead.
+  one process per run on every core (``--nilearn-jobs``, default the host's
+  cores: the masker has no ``n_jobs`` for one image, and
+  ``MultiNiftiLabelsMasker``'s needs one mask for all runs);
+* the decode floor: every BOLD decoded with ISA-L, one process per core,
+  nothing else done (the rate no reader can pass on this host).
 
 Both pipelines' matrices are compared (max |difference|). Both start warm
 (imports done before timing); connscale's time includes the pybids index.
@@ -276,7 +278,7 @@ def run_connscale(
     gpus: int | None = None,
     measures: tuple[str, ...] = ("fc", "timeseries"),
 ) -> dict:
-    """connscale's participant level: serial with ``readers`` reading threads, or one Dask
+    """connscale's participant level: serial with ``readers`` readers, or one Dask
     worker per GPU for ``gpus``."""
     from connscale.bidsapp.participant import run_participant
     from connscale.io.relmat import read_relmat_tsv
@@ -321,6 +323,35 @@ def run_connscale(
     }
 
 
+def _inflate(path: str) -> int:
+    """Decode one ``.nii.gz`` whole with ISA-L; return the decoded bytes."""
+    from isal import igzip
+
+    total, buffer = 0, bytearray(16 * 1024**2)
+    with igzip.open(path, "rb") as fh:
+        while n := fh.readinto(buffer):
+            total += n
+    return total
+
+
+def run_decode_floor(derivatives: Path, *, jobs: int) -> dict:
+    """The decode floor: every BOLD decoded with ISA-L, one process per core, nothing else."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    bolds = sorted(str(p) for p in derivatives.rglob("*_desc-preproc_bold.nii.gz"))
+    with ProcessPoolExecutor(jobs) as pool:
+        list(pool.map(_inflate, bolds[:jobs]))  # the processes started and warm
+        tic = time.perf_counter()
+        decoded = sum(pool.map(_inflate, bolds))
+        seconds = time.perf_counter() - tic
+    return {
+        "jobs": jobs,
+        "seconds": round(seconds, 2),
+        "runs_per_minute": round(len(bolds) / seconds * 60, 2),
+        "decoded_gb_per_second": round(decoded / seconds / 1e9, 3),
+    }
+
+
 def _summary(runs: int, ours: dict) -> dict:
     return {
         "seconds": round(ours["seconds"], 2),
@@ -362,9 +393,10 @@ def main() -> None:
     parser.add_argument(
         "--readers",
         type=int,
-        default=min(2, os.cpu_count() or 1),
-        help="connscale's n_jobs: threads reading runs ahead (serial backend), or with "
-        "--gpus the threads (runs in flight) of each GPU worker.",
+        default=max((os.cpu_count() or 2) - 1, 1),
+        help="connscale's n_jobs: readers of the runs ahead (serial backend; processes when "
+        "more than one), or with --gpus the threads (runs in flight) of each GPU worker "
+        "(default: a reader per core but one, which computes).",
     )
     parser.add_argument(
         "--gpus",
@@ -394,7 +426,10 @@ def main() -> None:
     )
     parser.add_argument("--skip-nilearn", action="store_true")
     parser.add_argument(
-        "--nilearn-jobs", type=int, default=1, help="joblib processes of the nilearn pipeline."
+        "--nilearn-jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="joblib processes of the nilearn pipeline (default: one per core, as users run it).",
     )
     parser.add_argument(
         "--nilearn-runs",
@@ -489,6 +524,16 @@ def main() -> None:
                 f"whole call, {result[f'scaling_{count}_vs_{gpu_counts[0]}']['runs_span']:.2f}x "
                 "over the runs' span"
             )
+    floor = run_decode_floor(derivatives, jobs=os.cpu_count() or 1)
+    result["decode_floor"] = floor
+    ours_per_minute = args.runs / (ours["seconds"] / 60)
+    result["ratio_to_floor"] = round(ours_per_minute / floor["runs_per_minute"], 3)
+    print(
+        f"decode floor (ISA-L, {floor['jobs']} processes, nothing else): "
+        f"{floor['runs_per_minute']:.2f} runs/min, {floor['decoded_gb_per_second']:.2f} GB/s "
+        f"decoded; connscale at {result['ratio_to_floor']:.2f}x the floor",
+        flush=True,
+    )
     result["voxels_in_mask"] = ours["n_voxels"]
     result["regions"] = ours["n_regions"]
     if not args.skip_nilearn:
@@ -511,7 +556,6 @@ def main() -> None:
             "runs_per_minute": round(per_minute, 2),
             "max_abs_difference": diff,
         }
-        ours_per_minute = args.runs / (ours["seconds"] / 60)
         result["speedup"] = round(ours_per_minute / per_minute, 2)
         print(
             f"nilearn ({args.nilearn_jobs} job(s)): {theirs['runs']} runs in "

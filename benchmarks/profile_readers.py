@@ -27,7 +27,6 @@ from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
-
 from bench_bids import FULL, QUICK, make_tree
 
 
