@@ -37,6 +37,14 @@ PRECISIONS = ("exact", "fp32", "tf32")
 #: The forms of a static correlation matrix (:func:`connscale.correlation`'s ``kind``).
 CORRELATION_KINDS = ("dense", "triu", "sparse")
 
+#: The stored forms of sliding-window correlations (:func:`connscale.dynamic_correlation`'s
+#: ``kind``).
+DFC_KINDS = ("triu", "sparse", "lowrank", "factor")
+
+#: How ``kind='lowrank'`` finds each window's range (:func:`connscale.dynamic_correlation`'s
+#: ``method``): GPU-DFC's randomized range finder or an exact SVD.
+DFC_METHODS = ("randomized", "svd")
+
 #: The degree centrality's default correlation threshold (``connscale maps``, the
 #: BIDS-App's ``maps`` measure).
 DEFAULT_THRESHOLD = 0.25

@@ -23,6 +23,8 @@ HELP = Path(__file__).parent / "help"
 #: command -> (its module in connscale.cli, its config, its entry).
 COMMANDS = {
     "fc": ("fc", "FcConfig", "run_fc"),
+    "dfc": ("dfc", "DfcConfig", "run_dfc"),
+    "dfc-states": ("dfc_states", "DfcStatesConfig", "run_dfc_states"),
 }
 
 
@@ -85,3 +87,47 @@ def test_fc_entry_checks_its_fields(tmp_path):
     _, run_fc = _declaration("fc")
     with pytest.raises(InvalidParameterError, match="'kind' parameter of run_fc"):
         run_fc(input=tmp_path / "x.npy", out=tmp_path, kind="upper")
+
+
+def test_dfc_command_line_gives_the_keywords(tmp_path):
+    scan = tmp_path / "x.npy"
+    scan.touch()
+    argv = ["dfc", str(scan), "--out", str(tmp_path), "--window", "44s", "--kind", "lowrank"]
+    argv += ["--rank", "3", "--seed", "7", "--allow-tf32", "-q"]
+    with pytest.warns(FutureWarning, match="--precision tf32"):
+        args = build_parser().parse_args(argv)
+    config, _ = _declaration("dfc")
+    keywords = keywords_from_args(args, config)
+    assert keywords["window"] == "44s" and keywords["step"] == "1" and keywords["t_r"] is None
+    assert keywords["kind"] == "lowrank" and keywords["rank"] == 3 and keywords["seed"] == 7
+    assert keywords["precision"] == "tf32" and keywords["verbose"] == 0
+    assert keywords["method"] == "randomized" and keywords["taper_sigma"] == 3.0
+    assert config(**keywords).input == scan
+
+
+def test_dfc_entry_checks_its_fields(tmp_path):
+    _, run_dfc = _declaration("dfc")
+    with pytest.raises(InvalidParameterError, match="'method' parameter of run_dfc"):
+        run_dfc(input=tmp_path / "x.npy", out=tmp_path, window=22, method="qr")
+
+
+def test_dfc_states_command_line_gives_the_keywords(tmp_path):
+    scans = [tmp_path / "a.npy", tmp_path / "b_dfc.h5"]
+    for scan in scans:
+        scan.touch()
+    argv = ["dfc-states", *map(str, scans), "--out", str(tmp_path), "--states", "4"]
+    argv += ["--no-exemplars", "--taper", "gaussian", "--t-r", "2"]
+    args = build_parser().parse_args(argv)
+    config, _ = _declaration("dfc-states")
+    keywords = keywords_from_args(args, config)
+    assert keywords["inputs"] == scans and keywords["window"] is None
+    assert keywords["states"] == 4 and keywords["no_exemplars"] is True
+    assert keywords["taper"] == "gaussian" and keywords["t_r"] == 2.0
+    assert keywords["metric"] == "l1" and keywords["seed"] == 0 and keywords["verbose"] == 1
+    assert config(**keywords).atlas is None
+
+
+def test_dfc_states_entry_checks_its_fields(tmp_path):
+    _, run_dfc_states = _declaration("dfc-states")
+    with pytest.raises(InvalidParameterError, match="'states' parameter of run_dfc_states"):
+        run_dfc_states(inputs=[tmp_path / "a.npy"], out=tmp_path, window=22, states=0)

@@ -3,38 +3,113 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from numbers import Integral
+from pathlib import Path
 
 import numpy as np
 
-from connscale._validation import check_kind_options
+from connscale import _fields
+from connscale._choices import DFC_KINDS, DFC_METHODS
+from connscale._params import Flag, add_arguments, entry, keywords_from_args, param
+from connscale._validation import Interval, StrOptions, check_kind_options
 from connscale.cli import _types
 from connscale.cli._common import (
     RunRecord,
-    add_precision_argument,
-    add_threshold_arguments,
     compute_options,
     configure_logging,
-    finish_parser,
     input_files,
     logger,
     output_set,
 )
-from connscale.cli._inputs import (
-    add_input_arguments,
-    check_input_arguments,
-    load_input,
-    output_place,
-)
-from connscale.cli._windows import add_window_arguments, resolve_window
+from connscale.cli._inputs import check_input_arguments, load_input, output_place
+from connscale.cli._windows import resolve_window
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import dataset_relative
 
 # Plots of windows and edge time courses are drawn for at most this many series.
 PLOT_MAX_NODES = 200
 
+_NATURAL = Interval(Integral, 0, None, closed="left")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DfcConfig:
+    """The options of ``connscale dfc``, each declared once (:mod:`connscale._params`)."""
+
+    input: Path = _fields.input_file()
+    mask: Path | None = _fields.mask()
+    atlas: Path | None = _fields.atlas()
+    atlas_name: str | None = _fields.atlas_name()
+    window: str | int = _fields.window()
+    step: str | int = _fields.step()
+    t_r: float | None = _fields.t_r()
+    taper: str = _fields.taper()
+    taper_sigma: float = _fields.taper_sigma()
+    kind: str | None = param(
+        None,
+        constraints=[StrOptions(set(DFC_KINDS)), None],
+        doc="The stored form (:func:`connscale.dynamic_correlation`'s ``kind``);\n"
+        "None: ``'sparse'`` with a ``threshold``, ``'triu'`` otherwise.",
+        flag=Flag(("--kind",), choices=DFC_KINDS,
+                  help="Stored form (default: sparse with --threshold, triu otherwise)."),
+    )  # fmt: skip
+    threshold: float | None = _fields.threshold(
+        "Keep r >= threshold in each window (``kind='sparse'``).",
+        flag_help="Keep r >= THRESHOLD (kind sparse).",
+    )
+    absolute: bool = _fields.absolute()
+    rank: int | None = param(
+        None,
+        constraints=[Interval(Integral, 1, None, closed="left"), None],
+        doc="The rank l: required for ``kind='lowrank'``; for ``'factor'``, None\n"
+        "keeps the exact factorization.",
+        flag=Flag(("--rank",), type="count",
+                  help="Rank l (lowrank: required; factor: default exact)."),
+    )  # fmt: skip
+    method: str = param(
+        "randomized",
+        constraints=[StrOptions(set(DFC_METHODS))],
+        doc="``kind='lowrank'``: GPU-DFC's randomized range finder or an exact SVD.",
+        flag=Flag(("--method",), choices=DFC_METHODS,
+                  help="lowrank: GPU-DFC's randomized range finder or exact SVD."),
+    )  # fmt: skip
+    power_iterations: int = param(
+        0,
+        constraints=[_NATURAL],
+        doc="``kind='lowrank'``, ``method='randomized'``: the power iterations.",
+        flag=Flag(("--power-iterations",), type="natural",
+                  help="lowrank randomized: power iterations."),
+    )  # fmt: skip
+    seed: int = param(
+        0,
+        constraints=[_NATURAL],
+        doc="Seed of the randomized range finder (the API's ``random_state``).",
+        flag=Flag(("--seed",), type="natural", help="Random seed (lowrank)."),
+    )
+    error: bool = param(
+        False,
+        constraints=["boolean"],
+        doc="``kind='lowrank'`` or ``'factor'``: record each window's mean absolute\n"
+        "error against the exact matrix.",
+        flag=Flag(("--error",), action="store_true",
+                  help="lowrank/factor: record each window's MAE against the exact matrix."),
+    )  # fmt: skip
+    precision: str = _fields.precision()
+    out: Path = _fields.out()
+    device: str = _fields.device()
+    dtype: str = _fields.dtype()
+    memory_limit: str | int | None = _fields.memory_limit()
+    verbose: int = _fields.verbose()
+    wait: bool = _fields.wait()
+    overwrite: bool = _fields.overwrite()
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``dfc`` command to ``subparsers`` and return its parser."""
+    """Add the ``dfc`` command to ``subparsers`` and return its parser.
+
+    Its options are derived from :class:`DfcConfig`'s fields.
+    """
     parser = subparsers.add_parser(
         "dfc",
         help="Dynamic functional connectivity (sliding-window correlation, GPU-DFC).",
@@ -45,41 +120,14 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_input_arguments(parser)
-    add_window_arguments(parser)
-    parser.add_argument(
-        "--kind",
-        choices=["triu", "sparse", "lowrank", "factor"],
-        default=None,
-        help="Stored form (default: sparse with --threshold, triu otherwise).",
-    )
-    add_threshold_arguments(parser, threshold_help="Keep r >= THRESHOLD (kind sparse).")
-    parser.add_argument(
-        "--rank",
-        type=_types.count,
-        default=None,
-        help="Rank l (lowrank: required; factor: default exact).",
-    )
-    parser.add_argument(
-        "--method",
-        choices=["randomized", "svd"],
-        default="randomized",
-        help="lowrank: GPU-DFC's randomized range finder or exact SVD.",
-    )
-    parser.add_argument(
-        "--power-iterations",
-        type=_types.natural,
-        default=0,
-        help="lowrank randomized: power iterations.",
-    )
-    parser.add_argument("--seed", type=_types.natural, default=0, help="Random seed (lowrank).")
-    parser.add_argument(
-        "--error",
-        action="store_true",
-        help="lowrank/factor: record each window's MAE against the exact matrix.",
-    )
-    add_precision_argument(parser)
-    return finish_parser(parser, run)
+    groups = {
+        None: parser,
+        _fields.MASK_OR_ATLAS: parser.add_mutually_exclusive_group(),
+        _fields.COMPUTATION: parser.add_argument_group(_fields.COMPUTATION),
+    }
+    add_arguments(parser, DfcConfig, groups, _types)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def check_arguments(args) -> None:
@@ -90,29 +138,43 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
-    """Run ``connscale dfc``; return the exit status.
+    """Run ``connscale dfc`` from its parsed command line; return the exit status."""
+    return run_dfc(**keywords_from_args(args, DfcConfig))
 
-    Compute the sliding-window correlations of INPUT into a resumable
-    ``_dfc.h5`` store with its JSON sidecar, plots, log and report, published
-    together as one set (nothing is done when the folder already holds the
-    complete result of this input and these parameters).
+
+@entry(DfcConfig)
+def run_dfc(config: DfcConfig) -> int:
+    """Compute the sliding-window correlations of INPUT and publish them; return 0.
+
+    The resumable ``_dfc.h5`` store, its JSON sidecar, plots, log and report
+    are published together as one set (nothing is done when the folder
+    already holds the complete result of this input and these parameters).
+
+    Parameters
+    ----------
+    %(parameters)s
+
+    Returns
+    -------
+    int
+        The exit status, 0.
     """
     from connscale._compute import resolve_device
     from connscale.fc.dynamic import dynamic_correlation
     from connscale.io.bids import write_dataset_description
     from connscale.io.fingerprint import run_fingerprint
 
-    configure_logging(args.verbose)
-    kind = args.kind or ("sparse" if args.threshold is not None else "triu")
+    configure_logging(config.verbose)
+    kind = config.kind or ("sparse" if config.threshold is not None else "triu")
     # The window, step, taper and kind are in the sidecar, not the name: a
     # result already there with other parameters is replaced only with --overwrite.
-    folder, stem = output_place(args, suffix="dfc", extension=".h5")
-    fingerprint = run_fingerprint(input_files(args), _parameters(args, kind))
-    record = RunRecord("dfc", args.out, vars(args))
+    folder, stem = output_place(config, suffix="dfc", extension=".h5")
+    fingerprint = run_fingerprint(input_files(config), _parameters(config, kind))
+    record = RunRecord("dfc", config.out, vars(config))
     # The windows file, plots, log and report are one set, written in a hidden
     # staging folder under the set's lock (where an interrupted run's
     # unfinished windows file waits to be resumed) and published together.
-    with output_set(args, folder, stem, command="dfc", fingerprint=fingerprint) as outputs:
+    with output_set(config, folder, stem, command="dfc", fingerprint=fingerprint) as outputs:
         if outputs.complete():
             print(
                 f"connscale dfc: {folder} holds the complete {stem} result for this "
@@ -120,33 +182,33 @@ def run(args) -> int:
             )
             return 0
         with record.timer("load"):
-            timeseries, labels, nodes, _ = load_input(args)
+            timeseries, labels, nodes, _ = load_input(config)
         n_timepoints, n = timeseries.shape
-        logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
-        window, step, t_r = resolve_window(args, args.input)
+        logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, config.input)
+        window, step, t_r = resolve_window(config, config.input)
         name = f"{stem}.h5"
         path = folder / name
-        record.device = str(resolve_device(args.device))
+        record.device = str(resolve_device(config.device))
         with record.timer("dynamic_correlation"):
             result = dynamic_correlation(
                 timeseries,
                 window,
                 step,
                 kind=kind,
-                threshold=args.threshold,
-                absolute=args.absolute,
-                rank=args.rank,
-                method=args.method,
-                power_iterations=args.power_iterations,
-                random_state=args.seed,
-                **compute_options(args),
+                threshold=config.threshold,
+                absolute=config.absolute,
+                rank=config.rank,
+                method=config.method,
+                power_iterations=config.power_iterations,
+                random_state=config.seed,
+                **compute_options(config),
                 out=outputs.path(name),
-                compute_error=args.error,
-                precision=args.precision,
-                taper=args.taper,
-                taper_sigma=args.taper_sigma,
-                verbose=args.verbose,
-                attrs={"source": str(args.input)},
+                compute_error=config.error,
+                precision=config.precision,
+                taper=config.taper,
+                taper_sigma=config.taper_sigma,
+                verbose=config.verbose,
+                attrs={"source": str(config.input)},
             )
         with result:
             record.add_output(path)
@@ -173,7 +235,7 @@ def run(args) -> int:
                         "tile_rows": result.plan.block_rows,
                         "device_budget": result.plan.device_budget,
                     },
-                    "precision": args.precision,
+                    "precision": config.precision,
                     "confirmation": None
                     if result.confirmation is None
                     else result.confirmation.as_dict(),
@@ -188,7 +250,7 @@ def run(args) -> int:
             write_json_atomic(
                 outputs.path(f"{stem}.json"),
                 _sidecar(
-                    args,
+                    config,
                     kind=kind,
                     n=n,
                     nodes=nodes,
@@ -202,7 +264,7 @@ def run(args) -> int:
             record.add_output(folder / f"{stem}.json")
         log = record.finish(stem, outputs)
         outputs.commit()
-    write_dataset_description(args.out)
+    write_dataset_description(config.out)
     print(
         f"connscale dfc: {n} {nodes}, {n_timepoints} time points, {n_windows} windows "
         f"(w={window}, s={step}), kind={kind} on {record.device} in {seconds:.3f} s"
@@ -213,25 +275,25 @@ def run(args) -> int:
     return 0
 
 
-def _parameters(args, kind: str) -> dict:
+def _parameters(config: DfcConfig, kind: str) -> dict:
     """Return what the result depends on besides the input (the set's fingerprint)."""
     return {
         "command": "dfc",
-        "window": args.window,
-        "step": args.step,
-        "t_r": args.t_r,
-        "taper": args.taper,
-        "taper_sigma": args.taper_sigma,
+        "window": config.window,
+        "step": config.step,
+        "t_r": config.t_r,
+        "taper": config.taper,
+        "taper_sigma": config.taper_sigma,
         "kind": kind,
-        "threshold": args.threshold,
-        "absolute": args.absolute,
-        "rank": args.rank,
-        "method": args.method,
-        "power_iterations": args.power_iterations,
-        "seed": args.seed,
-        "error": args.error,
-        "dtype": args.dtype,
-        "precision": args.precision,
+        "threshold": config.threshold,
+        "absolute": config.absolute,
+        "rank": config.rank,
+        "method": config.method,
+        "power_iterations": config.power_iterations,
+        "seed": config.seed,
+        "error": config.error,
+        "dtype": config.dtype,
+        "precision": config.precision,
     }
 
 
@@ -253,7 +315,7 @@ def _plots(record, result, outputs, stem: str, labels) -> None:
 
 
 def _sidecar(
-    args,
+    config: DfcConfig,
     *,
     kind: str,
     n: int,
@@ -274,18 +336,18 @@ def _sidecar(
         "Directed": False,
         "StorageFormat": f"HDF5 (connscale-dfc-1), kind {kind}",
         "Kind": kind,
-        "Threshold": args.threshold,
-        "AbsoluteThreshold": bool(args.absolute),
-        "Rank": args.rank,
+        "Threshold": config.threshold,
+        "AbsoluteThreshold": bool(config.absolute),
+        "Rank": config.rank,
         "WindowLength": int(window),
         "WindowStep": int(step),
         "WindowSupport": int(window_support),
-        "Taper": args.taper,
-        "TaperSigma": args.taper_sigma,
+        "Taper": config.taper,
+        "TaperSigma": config.taper_sigma,
         "NumberOfWindows": int(n_windows),
         "RepetitionTime": t_r,
         "NumberOfNodes": int(n),
-        "DataType": str(args.dtype),
-        "Sources": [dataset_relative(args.input, args.out)],
+        "DataType": str(config.dtype),
+        "Sources": [dataset_relative(config.input, config.out)],
         "Code": f"connscale {__version__}",
     }

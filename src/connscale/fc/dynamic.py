@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from connscale._choices import PRECISIONS
+from connscale._choices import DFC_METHODS, PRECISIONS
 from connscale._compute import allow_tf32 as _allow_tf32
 from connscale._compute import planner_for, resolve_device, resolve_dtype
 from connscale._compute.device import numpy_dtype, use_triton
@@ -93,7 +93,7 @@ from connscale.io.h5 import H5WriteError
 
 logger = logging.getLogger("connscale")
 
-METHODS = ("randomized", "svd")
+METHODS = DFC_METHODS
 # Windows per batched GEMM: at most this many N×N elements in flight.
 _BATCH_ELEMENTS = 1 << 28
 _MAX_BATCH = 64

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale._choices import DFC_KINDS
 from connscale._triu import n_pairs
 from connscale.io.h5 import (
     close_h5,
@@ -53,7 +54,7 @@ __all__ = [
 ]
 
 FORMAT = "connscale-dfc-1"
-KINDS = ("triu", "sparse", "lowrank", "factor")
+KINDS = DFC_KINDS
 
 
 def partial_path(path: str | os.PathLike) -> Path:
