@@ -1,6 +1,7 @@
 """Named choices and shared defaults of the API that the command line lists.
 
 Denoising strategies, BIDS-App measures and group features, cohort jobs,
+r1DL's backends, storages and selections, LiFE's measures and formulations,
 precisions, dtypes, devices and the degree's default threshold.
 
 They live here, in a module that imports nothing, so that the ``connscale``
@@ -55,3 +56,18 @@ DTYPES = ("float32", "float64")
 #: The devices the API and the command line name (and ``'cuda:N'``, a CUDA device
 #: by index); ``'auto'`` is CUDA when present, the CPU otherwise.
 DEVICES = ("auto", "cpu", "cuda")
+
+#: Where r1DL learns (:func:`connscale.networks.r1dl`'s ``backend``, besides an engine).
+R1DL_BACKENDS = ("local", "dask", "spark")
+
+#: Where r1DL's local backend keeps S between passes (``storage``).
+R1DL_STORAGES = ("auto", "device", "host", "file")
+
+#: How r1DL picks an atom's loadings: by ``|y|`` or by ``y`` (``selection``).
+R1DL_SELECTIONS = ("magnitude", "signed")
+
+#: Edge values of a LiFE connectome (:func:`connscale.life.outputs.connectome`'s ``measure``).
+LIFE_MEASURES = ("weight", "count", "evidence")
+
+#: LiFE's signal models (:func:`connscale.life.fit`'s ``formulation``): ENCODE's or dipy's.
+LIFE_FORMULATIONS = ("encode", "dipy")

@@ -25,6 +25,8 @@ COMMANDS = {
     "fc": ("fc", "FcConfig", "run_fc"),
     "dfc": ("dfc", "DfcConfig", "run_dfc"),
     "dfc-states": ("dfc_states", "DfcStatesConfig", "run_dfc_states"),
+    "life": ("life", "LifeConfig", "run_life"),
+    "r1dl": ("r1dl", "R1dlConfig", "run_r1dl"),
 }
 
 
@@ -131,3 +133,64 @@ def test_dfc_states_entry_checks_its_fields(tmp_path):
     _, run_dfc_states = _declaration("dfc-states")
     with pytest.raises(InvalidParameterError, match="'states' parameter of run_dfc_states"):
         run_dfc_states(inputs=[tmp_path / "a.npy"], out=tmp_path, window=22, states=0)
+
+
+def _life_argv(tmp_path, *extra):
+    for name in ("dwi.nii.gz", "b.bval", "b.bvec", "t.trk"):
+        (tmp_path / name).touch()
+    files = ["--bvals", "b.bval", "--bvecs", "b.bvec", "--tractogram", "t.trk"]
+    return ["life", str(tmp_path / "dwi.nii.gz"), *files, "--out", str(tmp_path), *extra]
+
+
+def test_life_command_line_gives_the_keywords(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    argv = _life_argv(tmp_path, "--lambda-sweep", "0,0.5", "--iters", "40", "--sphere", "100")
+    with pytest.warns(FutureWarning, match="--iters was renamed --max-iter"):
+        args = build_parser().parse_args(argv)
+    config, _ = _declaration("life")
+    keywords = keywords_from_args(args, config)
+    assert keywords["max_iter"] == 40 and keywords["lam_sweep"] == [0.0, 0.5]
+    assert keywords["lam"] == 0.0 and keywords["sphere"] == "100" and keywords["mask"] is None
+    assert keywords["measure"] == "weight" and keywords["checkpoint_every"] == 50
+    assert config(**keywords).bvals == Path("b.bval")
+
+
+def test_life_entry_checks_its_fields(tmp_path):
+    _, run_life = _declaration("life")
+    files = {name: tmp_path / name for name in ("dwi", "bvals", "bvecs", "tractogram")}
+    with pytest.raises(InvalidParameterError, match="'measure' parameter of run_life"):
+        run_life(**files, out=tmp_path, measure="fa")
+
+
+def test_r1dl_command_line_gives_the_keywords(tmp_path):
+    scan = tmp_path / "x.npy"
+    scan.touch()
+    argv = ["r1dl", str(scan), "--atoms", "3", "-r", "0.07", "--out", str(tmp_path)]
+    with pytest.warns(FutureWarning, match="--atoms was renamed --n-components"):
+        args = build_parser().parse_args([*argv, "--no-standardize", "-q"])
+    config, _ = _declaration("r1dl")
+    keywords = keywords_from_args(args, config)
+    assert keywords["n_components"] == 3 and keywords["sparsity"] == 0.07
+    assert keywords["standardize"] is False and keywords["verbose"] == 0
+    assert keywords["backend"] == "local" and keywords["block_size"] is None
+    assert config(**keywords).input == scan
+
+
+def test_r1dl_entry_checks_its_fields(tmp_path):
+    _, run_r1dl = _declaration("r1dl")
+    with pytest.raises(InvalidParameterError, match="'sparsity' parameter of run_r1dl"):
+        run_r1dl(input=tmp_path / "x.npy", n_components=2, sparsity=1.5, out=tmp_path)
+
+
+@pytest.mark.parametrize("command", ["life", "r1dl"])
+def test_run_parameters_are_the_command_lines(tmp_path, monkeypatch, command):
+    """The log's parameters and the fingerprint of a set published before the
+    declaration are those of the parsed command line (less its function)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "x.npy").touch()
+    argv = _life_argv(tmp_path) if command == "life" else ["r1dl", "x.npy", "-k", "2", "-r", "5"]
+    args = build_parser().parse_args(argv if command == "life" else [*argv, "--out", "o"])
+    config, _ = _declaration(command)
+    module = importlib.import_module(f"connscale.cli.{command}")
+    parsed = {k: v for k, v in vars(args).items() if k != "func"}
+    assert module._parameters(config(**keywords_from_args(args, config))) == parsed

@@ -14,18 +14,20 @@ nothing, and a changed input is computed again.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from dataclasses import dataclass
+from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
 
-from connscale._fields import SEED_HELP
+from connscale import _fields
+from connscale._choices import LIFE_FORMULATIONS, LIFE_MEASURES
+from connscale._params import Flag, add_arguments, entry, keywords_from_args, param
+from connscale._validation import Interval, SequenceOf, StrOptions
 from connscale.cli import _types
 from connscale.cli._common import (
-    DeprecatedAlias,
     RunRecord,
-    add_compute_arguments,
-    add_out_argument,
-    add_wait_argument,
     compute_options,
     configure_logging,
     logger,
@@ -34,9 +36,144 @@ from connscale.cli._common import (
 from connscale.cli._sets import command_fingerprint, publish
 from connscale.io.bids import dataset_relative
 
+#: The mutually exclusive --lambda / --lambda-sweep.
+LAMBDA = "lambda"
+#: --max-iter and its former name --iters, mutually exclusive.
+ITERATIONS = "iterations"
+
+_NON_NEGATIVE = Interval(Real, 0, None, closed="left")
+_COUNT = Interval(Integral, 1, None, closed="left")
+
+
+def _input(names: tuple[str, ...], doc: str, flag_help: str, *, required: bool = False, **flag):
+    """Declare a file the fit reads: a positional argument or an option, required or None."""
+    return param(
+        dataclasses.MISSING if required else None,
+        constraints=["path"] if required else ["path", None],
+        doc=doc,
+        flag=Flag(names, type="input_file", required=required and names[0].startswith("-"),
+                  help=flag_help, **flag),
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class LifeConfig:
+    """The options of ``connscale life``, each declared once (:mod:`connscale._params`)."""
+
+    dwi: Path = _input(("dwi",), "4-D diffusion NIfTI.", "4-D diffusion NIfTI.",
+                       required=True, metavar="DWI")  # fmt: skip
+    bvals: Path = _input(("--bvals",), "FSL b-values file.", "FSL b-values file.", required=True)
+    bvecs: Path = _input(("--bvecs",), "FSL b-vectors file.", "FSL b-vectors file.", required=True)
+    tractogram: Path = _input(
+        ("--tractogram",),
+        "Tractogram (``.trk`` or ``.tck``) in the dMRI's space.",
+        ".trk or .tck in the dMRI's space.",
+        required=True,
+    )
+    mask: Path | None = _input(
+        ("--mask",),
+        "Brain / white-matter mask NIfTI: only the nodes inside enter the model;\nNone: all.",
+        "Brain / white-matter mask NIfTI.",
+    )
+    labels: Path | None = _input(
+        ("--labels",),
+        "Region labels NIfTI: also write a region x region connectome; None: none.",
+        "Region labels NIfTI: write a region x region connectome.",
+    )
+    measure: str = param(
+        "weight",
+        constraints=[StrOptions(set(LIFE_MEASURES))],
+        doc="The connectome's edge value: the weight sum, the count of surviving\n"
+        "streamlines, or the strength of evidence (with ``labels``).",
+        flag=Flag(("--measure",), choices=LIFE_MEASURES,
+                  help="Connectome edge value: weight sum, surviving streamline count, "
+                  "or strength of evidence."),
+    )  # fmt: skip
+    lam: float = param(
+        0.0,
+        constraints=[_NON_NEGATIVE],
+        doc="ReAl-LiFE's L1 weight λ (0: LiFE); unused with ``lam_sweep``.",
+        flag=Flag(("--lambda",), group=LAMBDA, type=("number", 0.0), metavar="LAM",
+                  help="ReAl-LiFE L1 weight (0: LiFE)."),
+    )  # fmt: skip
+    lam_sweep: list[float] | None = param(
+        None,
+        constraints=[SequenceOf(_NON_NEGATIVE), None],
+        doc="Fit each λ and report its weight sum, non-zero count and cross-validated\n"
+        "RMSE; the outputs are those of the λ with the lowest cross-validated RMSE.",
+        flag=Flag(("--lambda-sweep",), group=LAMBDA, type=("numbers", _types.number(0.0)),
+                  metavar="L1,L2,...",
+                  help="Fit each λ; report weight sum, non-zero count and cross-validated "
+                  "RMSE; outputs use the λ with the lowest cross-validated RMSE."),
+    )  # fmt: skip
+    repeat: Path | None = _input(
+        ("--repeat",),
+        "A second acquisition (same grid and volumes) for the cross-validation;\n"
+        "None: a split of the gradient directions.",
+        "Second acquisition (same grid and volumes) for cross-validation; "
+        "default: a gradient-direction split.",
+    )
+    max_iter: int = param(
+        500,
+        constraints=[_COUNT],
+        doc="Most SBB-NNLS iterations (the reference's ``maxit``).",
+        flag=(
+            Flag(("--max-iter",), group=ITERATIONS, type="count",
+                 help="Most SBB iterations (reference maxit)."),
+            Flag(("--iters",), group=ITERATIONS, type="count",
+                 action=("deprecated_alias", "--max-iter")),
+        ),
+    )  # fmt: skip
+    tol: float = param(
+        1e-5,
+        constraints=[_NON_NEGATIVE],
+        doc="Stop thresholds of the solver (projected gradient, objective change);\n"
+        "0: run all ``max_iter`` iterations.",
+        flag=Flag(("--tol",), type=("number", 0.0),
+                  help="Stop thresholds (projected gradient, objective change); "
+                  "0: run all iterations."),
+    )  # fmt: skip
+    sphere: str | None = param(
+        None,
+        constraints=[str, None],
+        doc="Atom orientations: a number of directions (``'100'``) or a dipy sphere\n"
+        "name; None: the fit's default.",
+        flag=Flag(("--sphere",),
+                  help="Atom orientations: a number of directions or a dipy sphere name."),
+    )  # fmt: skip
+    formulation: str = param(
+        "encode",
+        constraints=[StrOptions(set(LIFE_FORMULATIONS))],
+        doc="The signal model: ENCODE's, or dipy's / LiFE 1.0's.",
+        flag=Flag(("--formulation",), choices=LIFE_FORMULATIONS,
+                  help="ENCODE's model or dipy's / LiFE 1.0's."),
+    )  # fmt: skip
+    seed: int = _fields.seed()
+    checkpoint_every: int = param(
+        50,
+        fingerprint=False,
+        constraints=[_COUNT],
+        doc="Solver iterations between checkpoints of its state (in the staging\n"
+        "folder until the outputs are published; a killed run resumes from the last).",
+        flag=Flag(("--checkpoint-every",), type="count", metavar="N",
+                  help="Solver iterations between checkpoints of its state (kept in the "
+                  "output folder until the outputs are published; a killed run "
+                  "resumes from the last one)."),
+    )  # fmt: skip
+    out: Path = _fields.out()
+    wait: bool = _fields.wait()
+    overwrite: bool = _fields.overwrite()
+    device: str = _fields.device()
+    dtype: str = _fields.dtype()
+    memory_limit: str | int | None = _fields.memory_limit()
+    verbose: int = _fields.verbose()
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``life`` command to ``subparsers`` and return its parser."""
+    """Add the ``life`` command to ``subparsers`` and return its parser.
+
+    Its options are derived from :class:`LifeConfig`'s fields.
+    """
     parser = subparsers.add_parser(
         "life",
         help="Streamline weights that explain the diffusion signal (LiFE, ReAl-LiFE).",
@@ -48,94 +185,13 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument("dwi", type=_types.input_file, metavar="DWI", help="4-D diffusion NIfTI.")
-    parser.add_argument("--bvals", type=_types.input_file, required=True, help="FSL b-values file.")
-    parser.add_argument(
-        "--bvecs", type=_types.input_file, required=True, help="FSL b-vectors file."
-    )
-    parser.add_argument(
-        "--tractogram",
-        type=_types.input_file,
-        required=True,
-        help=".trk or .tck in the dMRI's space.",
-    )
-    parser.add_argument(
-        "--mask", type=_types.input_file, default=None, help="Brain / white-matter mask NIfTI."
-    )
-    parser.add_argument(
-        "--labels",
-        type=_types.input_file,
-        default=None,
-        help="Region labels NIfTI: write a region x region connectome.",
-    )
-    parser.add_argument(
-        "--measure",
-        choices=["weight", "count", "evidence"],
-        default="weight",
-        help="Connectome edge value: weight sum, surviving streamline count, "
-        "or strength of evidence.",
-    )
-    lam = parser.add_mutually_exclusive_group()
-    lam.add_argument(
-        "--lambda",
-        dest="lam",
-        type=_types.number(0.0),
-        default=0.0,
-        help="ReAl-LiFE L1 weight (0: LiFE).",
-    )
-    lam.add_argument(
-        "--lambda-sweep",
-        dest="lam_sweep",
-        type=_types.numbers(_types.number(0.0)),
-        default=None,
-        metavar="L1,L2,...",
-        help="Fit each λ; report weight sum, non-zero count and cross-validated "
-        "RMSE; outputs use the λ with the lowest cross-validated RMSE.",
-    )
-    parser.add_argument(
-        "--repeat",
-        type=_types.input_file,
-        default=None,
-        help="Second acquisition (same grid and volumes) for cross-validation; "
-        "default: a gradient-direction split.",
-    )
-    iters = parser.add_mutually_exclusive_group()
-    iters.add_argument(
-        "--max-iter", type=_types.count, default=500, help="Most SBB iterations (reference maxit)."
-    )
-    iters.add_argument(
-        "--iters", dest="max_iter", type=_types.count, action=DeprecatedAlias, new="--max-iter"
-    )
-    parser.add_argument(
-        "--tol",
-        type=_types.number(0.0),
-        default=1e-5,
-        help="Stop thresholds (projected gradient, objective change); 0: run all iterations.",
-    )
-    parser.add_argument(
-        "--sphere",
-        default=None,
-        help="Atom orientations: a number of directions or a dipy sphere name.",
-    )
-    parser.add_argument(
-        "--formulation",
-        choices=["encode", "dipy"],
-        default="encode",
-        help="ENCODE's model or dipy's / LiFE 1.0's.",
-    )
-    parser.add_argument("--seed", type=_types.natural, default=0, help=SEED_HELP)
-    parser.add_argument(
-        "--checkpoint-every",
-        type=_types.count,
-        default=50,
-        metavar="N",
-        help="Solver iterations between checkpoints of its state (kept in the "
-        "output folder until the outputs are published; a killed run "
-        "resumes from the last one).",
-    )
-    add_out_argument(parser)
-    add_wait_argument(parser)
-    add_compute_arguments(parser)
+    groups = {
+        None: parser,
+        LAMBDA: parser.add_mutually_exclusive_group(),
+        ITERATIONS: parser.add_mutually_exclusive_group(),
+        _fields.COMPUTATION: parser.add_argument_group(_fields.COMPUTATION),
+    }
+    add_arguments(parser, LifeConfig, groups, _types)
     parser.set_defaults(func=run)
     return parser
 
@@ -143,55 +199,77 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 _INPUTS = ("dwi", "bvals", "bvecs", "tractogram", "mask", "labels", "repeat")
 
 
-def _input_files(args) -> list[Path]:
+def _input_files(config: LifeConfig) -> list[Path]:
     """Return the input files of the run.
 
     The parser checked that they exist; life.fit checks their contents.
     """
-    return [getattr(args, name) for name in _INPUTS if getattr(args, name) is not None]
+    return [getattr(config, name) for name in _INPUTS if getattr(config, name) is not None]
+
+
+def _parameters(config: LifeConfig) -> dict:
+    """Return the run's parameters, as its log and fingerprint record them."""
+    return {"command": "life", **vars(config)}
 
 
 def run(args) -> int:
-    """Run ``connscale life``; return the exit status."""
+    """Run ``connscale life`` from its parsed command line; return the exit status."""
+    return run_life(**keywords_from_args(args, LifeConfig))
+
+
+@entry(LifeConfig)
+def run_life(config: LifeConfig) -> int:
+    """Fit LiFE to a dMRI scan and a tractogram and publish its outputs; return 0.
+
+    The weights, pruned tractogram, RMSE map, connectome (with ``labels``),
+    λ sweep table, figures and log are published as one set; nothing is done
+    when ``out`` already holds this run's complete output.
+
+    Parameters
+    ----------
+    %(parameters)s
+
+    Returns
+    -------
+    int
+        The exit status, 0.
+    """
     from connscale.io.relmat import source_entities
 
-    configure_logging(args.verbose)
-    inputs = _input_files(args)
-    source = source_entities(args.dwi)
+    configure_logging(config.verbose)
+    inputs = _input_files(config)
+    source = source_entities(config.dwi)
+    fingerprint = command_fingerprint(argparse.Namespace(**_parameters(config)), inputs)
     with output_set(
-        args,
-        args.out,
-        f"{source}_life",
-        command="life",
-        fingerprint=command_fingerprint(args, inputs),
+        config, config.out, f"{source}_life", command="life", fingerprint=fingerprint
     ) as outputs:
         if outputs.complete():
             print(
-                f"connscale life: {args.out} already holds this run's complete output (same "
+                f"connscale life: {config.out} already holds this run's complete output (same "
                 "input contents and parameters); nothing to do."
             )
             return 0
-        return _run(args, outputs, source)
+        return _run(config, outputs, source)
 
 
-def _run(args, outputs, source: str) -> int:
+def _run(config, outputs, source: str) -> int:
     from connscale._compute import resolve_device
 
-    record = RunRecord("life", args.out, vars(args))
-    record.device = str(resolve_device(args.device))
+    record = RunRecord("life", config.out, _parameters(config))
+    record.device = str(resolve_device(config.device))
 
     def write(name: str) -> Path:
-        record.add_output(args.out / name)
+        record.add_output(config.out / name)
         return outputs.path(name)
 
     with record.timer("fit"):  # split into fit's steps below
-        fit = _fit(args, outputs)
+        fit = _fit(config, outputs)
     del record.timings["fit"]
     record.timings.update({k: round(v, 6) for k, v in fit.timings.items()})
     _record_fit(record, fit)
     outputs.check_space(
         40 * len(fit.streamlines)
-        + args.tractogram.stat().st_size
+        + config.tractogram.stat().st_size
         + 4 * int(np.prod(fit.model.shape))
         + 4 * 1024**2,
         what="the LiFE outputs",
@@ -201,14 +279,14 @@ def _run(args, outputs, source: str) -> int:
 
         write_lambda_sweep(write(f"{source}_desc-lambdasweep_table.tsv"), fit.lambda_sweep)
     with record.timer("write"):
-        _write_outputs(args, outputs, source, fit, write)
-        if args.labels is not None:
-            record.results["n_regions"] = _write_connectome(args, outputs, source, fit, write)
+        _write_outputs(config, outputs, source, fit, write)
+        if config.labels is not None:
+            record.results["n_regions"] = _write_connectome(config, outputs, source, fit, write)
         from connscale.io.relmat import write_dataset_description
 
-        write_dataset_description(args.out)
+        write_dataset_description(config.out)
     with record.timer("figures"):
-        _write_figures(args, outputs, source, fit, record)
+        _write_figures(config, outputs, source, fit, record)
     log = publish(outputs, record, f"{source}_life")
     model, w = fit.model, fit.weights
     print(
@@ -221,36 +299,36 @@ def _run(args, outputs, source: str) -> int:
     return 0
 
 
-def _fit(args, outputs):
-    """Fit LiFE as the arguments say.
+def _fit(config, outputs):
+    """Fit LiFE as the config says.
 
     Every solve of the run keeps its state in the staging folder (one file per
     problem), from which a killed run resumes.
     """
     from connscale import life
 
-    sphere = args.sphere
+    sphere = config.sphere
     if sphere is not None and sphere.isdigit():
         sphere = int(sphere)
     return life.fit(
-        args.dwi,
-        args.bvals,
-        args.bvecs,
-        args.tractogram,
-        mask=args.mask,
-        lam=args.lam,
-        lambdas=args.lam_sweep,
-        dwi_repeat=args.repeat,
+        config.dwi,
+        config.bvals,
+        config.bvecs,
+        config.tractogram,
+        mask=config.mask,
+        lam=config.lam,
+        lambdas=config.lam_sweep,
+        dwi_repeat=config.repeat,
         cross_validate=True,
-        max_iter=args.max_iter,
-        tol=args.tol if args.tol > 0 else None,
+        max_iter=config.max_iter,
+        tol=config.tol if config.tol > 0 else None,
         sphere=sphere,
-        formulation=args.formulation,
-        random_state=args.seed,
-        **compute_options(args),
-        verbose=args.verbose,
+        formulation=config.formulation,
+        random_state=config.seed,
+        **compute_options(config),
+        verbose=config.verbose,
         checkpoint=outputs.staging / "life_checkpoint",
-        checkpoint_every=args.checkpoint_every,
+        checkpoint_every=config.checkpoint_every,
     )
 
 
@@ -298,7 +376,7 @@ def _record_fit(record: RunRecord, fit) -> None:
     )
 
 
-def _write_outputs(args, outputs, source: str, fit, write) -> None:
+def _write_outputs(config, outputs, source: str, fit, write) -> None:
     """Write the weights (.npy and text), the pruned tractogram and the RMSE map."""
     from connscale.io.nifti import save_nifti_gz
     from connscale.life.outputs import save_pruned_tractogram, save_weights
@@ -306,7 +384,7 @@ def _write_outputs(args, outputs, source: str, fit, write) -> None:
     w, model = fit.weights, fit.model
     save_weights(w, write(f"{source}_desc-life_weights.npy"))
     save_weights(w, write(f"{source}_desc-life_weights.tsv"))
-    ext = args.tractogram.suffix.lower()
+    ext = config.tractogram.suffix.lower()
     save_pruned_tractogram(
         fit.streamlines,
         w,
@@ -317,12 +395,12 @@ def _write_outputs(args, outputs, source: str, fit, write) -> None:
     save_nifti_gz(write(f"{source}_desc-life_rmse.nii.gz"), fit.rmse_image())
 
 
-def _write_connectome(args, outputs, source: str, fit, write) -> int:
+def _write_connectome(config, outputs, source: str, fit, write) -> int:
     """Write the region x region connectome of ``--labels``; return its number of regions."""
     from connscale.life.api import load_volume
     from connscale.life.outputs import connectome, write_relmat
 
-    labels, labels_affine = load_volume(args.labels, "labels")
+    labels, labels_affine = load_volume(config.labels, "labels")
     if labels_affine is None:
         labels_affine = fit.model.affine
     matrix, regions = connectome(
@@ -330,18 +408,18 @@ def _write_connectome(args, outputs, source: str, fit, write) -> int:
         fit.weights,
         labels,
         labels_affine,
-        measure=args.measure,
+        measure=config.measure,
         fit=fit,
-        random_state=args.seed,
+        random_state=config.seed,
     )
     for p in write_relmat(
         matrix,
         regions,
         outputs.staging,
         source,
-        measure=args.measure,
+        measure=config.measure,
         metadata={
-            "Sources": [dataset_relative(p, args.out) for p in (args.dwi, args.tractogram)],
+            "Sources": [dataset_relative(p, config.out) for p in (config.dwi, config.tractogram)],
             "Lambda": fit.lam,
         },
     ):
@@ -349,7 +427,7 @@ def _write_connectome(args, outputs, source: str, fit, write) -> int:
     return len(regions)
 
 
-def _write_figures(args, outputs, source: str, fit, record: RunRecord) -> None:
+def _write_figures(config, outputs, source: str, fit, record: RunRecord) -> None:
     """Plot the RMSE map, the weight histogram and the λ sweep."""
     from connscale.report.plots import (
         plot_lambda_sweep,
@@ -378,4 +456,4 @@ def _write_figures(args, outputs, source: str, fit, record: RunRecord) -> None:
         )
     for name, plot, data, options in figures:
         plot(data, outputs.path(name), **options)
-        record.add_figure(args.out / name)
+        record.add_figure(config.out / name)

@@ -20,6 +20,7 @@ import torch
 from sklearn.base import BaseEstimator
 from sklearn.utils.validation import check_is_fitted
 
+from connscale._choices import LIFE_FORMULATIONS
 from connscale._compute import MemoryPlanner, parse_memory, planner_for, resolve_device
 from connscale._deprecation import DEPRECATED, renamed
 from connscale._docs import fill_doc
@@ -477,7 +478,7 @@ _PARAMETER_CONSTRAINTS = {
     "max_iter": [Interval(Integral, 1, None, closed="left")],
     "n_iter": [Interval(Integral, 1, None, closed="left"), Hidden(StrOptions({DEPRECATED}))],
     "tol": [Interval(Real, 0, None, closed="left"), None],
-    "formulation": [StrOptions({"encode", "dipy"})],
+    "formulation": [StrOptions(set(LIFE_FORMULATIONS))],
     "device": ["device", None],
     "dtype": ["dtype"],
     "cross_validate": ["boolean"],

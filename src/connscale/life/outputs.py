@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
+from connscale._choices import LIFE_MEASURES
 from connscale.io.life import save_weights  # noqa: F401 (public here too)
 from connscale.io.streamlines import StreamlineArray, save_streamlines
 
 if TYPE_CHECKING:
     from connscale.life.api import LiFEFit
 
-_MEASURES = ("weight", "count", "evidence")
+_MEASURES = LIFE_MEASURES
 
 
 def save_pruned_tractogram(

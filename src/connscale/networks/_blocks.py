@@ -28,13 +28,14 @@ import numpy as np
 import numpy.typing as npt
 import scipy.sparse as sp
 
+from connscale._choices import R1DL_SELECTIONS
 from connscale._validation import check_real
 
 if TYPE_CHECKING:
     import h5py
     import torch
 
-_SELECTIONS = ("magnitude", "signed")
+_SELECTIONS = R1DL_SELECTIONS
 
 
 # ---------------------------------------------------------------------------

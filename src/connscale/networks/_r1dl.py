@@ -30,6 +30,7 @@ import torch
 from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils.validation import check_is_fitted
 
+from connscale._choices import R1DL_BACKENDS, R1DL_SELECTIONS, R1DL_STORAGES
 from connscale._compute.device import numpy_dtype, resolve_device, synchronize, use_triton
 from connscale._compute.memory import (
     MemoryPlan,
@@ -65,11 +66,11 @@ from connscale.networks._operators import (
     StreamedOperator,
 )
 
-_BACKENDS = ("local", "dask", "spark")
-_STORAGES = ("auto", "device", "host", "file")
+_BACKENDS = R1DL_BACKENDS
+_STORAGES = R1DL_STORAGES
 # Most of the available host memory that storage='auto' pins for Sᵀ.
 _HOST_FRACTION = 0.5
-_SELECTIONS = ("magnitude", "signed")
+_SELECTIONS = R1DL_SELECTIONS
 # Bytes per streamed or loaded block when block_size is not given.
 _BLOCK_BYTES = 64 * 1024**2
 # Streamed blocks ('file' storage) when block_size is not given: as large as
