@@ -23,6 +23,7 @@ HELP = Path(__file__).parent / "help"
 #: command -> (its module in connscale.cli, its config, its entry).
 COMMANDS = {
     "fc": ("fc", "FcConfig", "run_fc"),
+    "classify": ("classify", "ClassifyConfig", "run_classify"),
 }
 
 
@@ -40,6 +41,11 @@ def test_help_is_unchanged(monkeypatch, command):
     assert words(command_help(monkeypatch, command)) == words(expected)
 
 
+def _unbroken(text: str) -> str:
+    """``words(text)``, a word argparse wrapped at its hyphen rejoined ("cross- validation")."""
+    return words(text).replace("- ", "-")
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_is_documented_once(monkeypatch, command):
     config, _ = _declaration(command)
@@ -50,7 +56,7 @@ def test_every_option_is_documented_once(monkeypatch, command):
             if flag.help is not None:
                 assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", listing), option
         if flag.help:
-            assert listing.count(words(flag.help.replace("%%", "%"))) == 1, name
+            assert _unbroken(listing).count(_unbroken(flag.help.replace("%%", "%"))) == 1, name
     actions = build_parser().subcommands[command]._actions
     options = [s for a in actions for s in a.option_strings]
     assert len(options) == len(set(options))
@@ -85,3 +91,32 @@ def test_fc_entry_checks_its_fields(tmp_path):
     _, run_fc = _declaration("fc")
     with pytest.raises(InvalidParameterError, match="'kind' parameter of run_fc"):
         run_fc(input=tmp_path / "x.npy", out=tmp_path, kind="upper")
+
+
+def test_classify_command_line_gives_the_keywords(tmp_path):
+    files = [tmp_path / f"sub-0{i}_relmat.npy" for i in (1, 2)]
+    for path in [*files, tmp_path / "participants.tsv"]:
+        path.touch()
+    argv = ["classify", *map(str, files), "--participants", str(tmp_path / "participants.tsv")]
+    argv += ["--label", "group", "--out", str(tmp_path), "--n-features", "0.5", "-q"]
+    config, _ = _declaration("classify")
+    keywords = keywords_from_args(build_parser().parse_args(argv), config)
+    assert keywords["features"] == files and keywords["n_features"] == 0.5
+    assert keywords["statistics"] == ("mean", "std") and keywords["verbose"] == 0
+    assert keywords["seed"] == 0 and keywords["positive"] is None
+    argv += ["--statistics", "fraction_above", "--n-features", "cv", "-v"]
+    keywords = keywords_from_args(build_parser().parse_args(argv), config)
+    assert keywords["statistics"] == ["fraction_above"] and keywords["n_features"] == "cv"
+    assert config(**keywords).verbose == 1
+
+
+def test_classify_entry_checks_its_fields(tmp_path):
+    _, run_classify = _declaration("classify")
+    with pytest.raises(InvalidParameterError, match="'top' parameter of run_classify"):
+        run_classify(
+            features=[tmp_path / "sub-01_relmat.npy"],
+            participants=tmp_path / "participants.tsv",
+            label="group",
+            out=tmp_path,
+            top=0,
+        )
