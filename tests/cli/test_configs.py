@@ -24,6 +24,7 @@ HELP = Path(__file__).parent / "help"
 COMMANDS = {
     "fc": ("fc", "FcConfig", "run_fc"),
     "classify": ("classify", "ClassifyConfig", "run_classify"),
+    "demo": ("demo", "DemoConfig", "run_demo"),
 }
 
 
@@ -120,3 +121,19 @@ def test_classify_entry_checks_its_fields(tmp_path):
             out=tmp_path,
             top=0,
         )
+
+
+def test_demo_command_line_gives_the_keywords(tmp_path):
+    config, _ = _declaration("demo")
+    keywords = keywords_from_args(build_parser().parse_args(["demo"]), config)
+    assert keywords == {"out": Path("demo_output"), "device": "auto", "n_voxels": 20000, "seed": 0}
+    argv = ["demo", "--out", str(tmp_path), "--device", "cpu", "--n-voxels", "500", "--seed", "3"]
+    keywords = keywords_from_args(build_parser().parse_args(argv), config)
+    assert config(**keywords) == config(out=tmp_path, device="cpu", n_voxels=500, seed=3)
+
+
+def test_demo_entry_checks_its_fields(tmp_path):
+    _, run_demo = _declaration("demo")
+    with pytest.raises(InvalidParameterError, match="'n_voxels' parameter of run_demo"):
+        run_demo(out=tmp_path, n_voxels=1)
+    assert not any(tmp_path.iterdir())  # refused before any step
