@@ -2,7 +2,8 @@
 
 Denoising strategies, BIDS-App measures and group features, cohort jobs,
 r1DL's backends, storages and selections, LiFE's measures and formulations,
-precisions, dtypes, devices and the degree's default threshold.
+precisions, dtypes, devices, classifiers, the pair summaries, the DFC kinds
+and low-rank methods and the degree's default threshold.
 
 They live here, in a module that imports nothing, so that the ``connscale``
 parsers (and ``--help``) are built without importing the modules that
@@ -34,6 +35,18 @@ COHORT_JOBS = ("dfc", "fc", "pairs")
 #: ``precision``): TF32 decisions with the pairs near a threshold confirmed in fp32,
 #: fp32 products, or TF32 products.
 PRECISIONS = ("exact", "fp32", "tf32")
+
+#: The classifiers of :func:`connscale.classify.cross_validate` (``model``): a linear
+#: SVM or a multi-layer perceptron.
+CLASSIFIERS = ("svm", "mlp")
+
+#: The counts of :func:`connscale.classify.cross_validate`'s Clopper-Pearson interval
+#: (``interval``): one pass over the subjects, or all repeated predictions.
+CV_INTERVALS = ("subjects", "predictions")
+
+#: The summaries of a region pair's windowed correlation, in a store's order
+#: (:mod:`connscale.io.pairs`).
+PAIR_STATISTICS = ("mean", "std", "fraction_above")
 
 #: The forms of a static correlation matrix (:func:`connscale.correlation`'s ``kind``).
 CORRELATION_KINDS = ("dense", "triu", "sparse")

@@ -8,7 +8,9 @@ declares the jobs' parameters (``run_cohort``'s ``params``): their defaults
 (:func:`job_defaults`, with :data:`JOB_PARAMS`: which job takes which),
 their documentation and their flags. Their values are checked against the
 constraints of the functions the job calls
-(:func:`connscale.cohort.check_job_params`).
+(:func:`connscale.cohort.check_job_params`). The fields of the options
+other commands share too (``--device``, ``--threshold``, ``--wait``...) are
+made by :mod:`connscale._fields`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from numbers import Integral
 
-from connscale._choices import COHORT_JOBS, DTYPES
+from connscale import _fields
+from connscale._choices import COHORT_JOBS
 from connscale._params import Flag, declared, param, parameters_doc
 from connscale._validation import Interval, StrOptions
 from connscale.engines import ENGINES, Engine
@@ -49,7 +52,10 @@ class CohortJobParams:
     """The parameters of the cohort's jobs (``run_cohort``'s ``params``), declared once.
 
     Their values are checked against the constraints of the functions the
-    job calls, so the fields declare none.
+    job calls (:func:`connscale.cohort.check_job_params`), not against the
+    fields': those the commands share (``threshold``, ``absolute``,
+    ``atlas_name``, ``device``, ``dtype``, ``memory_limit``) come from
+    :mod:`connscale._fields` with theirs, the job's own fields declare none.
     """
 
     window_length: int | None = param(
@@ -66,15 +72,13 @@ class CohortJobParams:
         flag=Flag(("--step",), group=JOB_OPTIONS, type="count",
                   help="pairs, dfc: window step."),
     )  # fmt: skip
-    threshold: float | None = param(
-        None,
-        doc_type="float or None",
-        doc="pairs: the summary feature 'fraction of windows with r > threshold'\n"
+    threshold: float | None = _fields.threshold(
+        "pairs: the summary feature 'fraction of windows with r > threshold'\n"
         "(pairs' default: 0.5); dfc: keep r >= threshold (``kind='sparse'``).",
-        flag=Flag(("--threshold",), group=JOB_OPTIONS, type="correlation",
-                  help="pairs: summary feature 'fraction of windows with r > THRESHOLD' "
-                  "(default 0.5); dfc: keep r >= THRESHOLD (--kind sparse)."),
-    )  # fmt: skip
+        flag_help="pairs: summary feature 'fraction of windows with r > THRESHOLD' "
+        "(default 0.5); dfc: keep r >= THRESHOLD (--kind sparse).",
+        group=JOB_OPTIONS,
+    )
     kind: str = param(
         "triu",
         doc_type="{'triu', 'dense', 'sparse', 'lowrank', 'factor'}",
@@ -83,13 +87,11 @@ class CohortJobParams:
                   choices=("triu", "dense", "sparse", "lowrank", "factor"),
                   help="fc: 'triu' or 'dense'; dfc: 'triu', 'sparse', 'lowrank' or 'factor'."),
     )  # fmt: skip
-    absolute: bool = param(
-        False,
-        doc_type="bool",
-        doc="dfc, ``kind='sparse'``: keep ``abs(r) >= threshold``.",
-        flag=Flag(("--absolute",), group=JOB_OPTIONS, action="store_true",
-                  help="dfc --kind sparse: keep |r| >= THRESHOLD."),
-    )  # fmt: skip
+    absolute: bool = _fields.absolute(
+        "dfc, ``kind='sparse'``: keep ``abs(r) >= threshold``.",
+        flag_help="dfc --kind sparse: keep |r| >= THRESHOLD.",
+        group=JOB_OPTIONS,
+    )
     rank: int | None = param(
         None,
         doc_type="int or None",
@@ -118,38 +120,20 @@ class CohortJobParams:
         flag=Flag(("--mask",), group=JOB_OPTIONS, type="input_file",
                   help="Brain mask NIfTI for NIfTI inputs (voxel series)."),
     )  # fmt: skip
-    atlas_name: str | None = param(
-        None,
-        doc_type="str or None",
-        doc="The outputs' ``seg-`` label; default from the atlas file's name.",
-        flag=Flag(("--atlas-name",), group=JOB_OPTIONS, type="bids_label", metavar="NAME",
-                  help="The atlas's name in output file names (seg-NAME; letters and "
-                  "digits). Default: the atlas file's atlas- entity, or the "
-                  "letters and digits of its stem; for a _timeseries input, its "
-                  "own seg- entity."),
-    )  # fmt: skip
-    device: str = param(
-        "auto",
-        doc_type="str",
-        doc="'auto': 'cuda' with ``engine='serial'`` on a machine with a GPU,\n"
+    atlas_name: str | None = _fields.atlas_name(
+        "The outputs' ``seg-`` label; default from the atlas file's name.", group=JOB_OPTIONS
+    )
+    device: str = _fields.device(
+        "'auto': 'cuda' with ``engine='serial'`` on a machine with a GPU,\n"
         "else 'cpu', since many workers share the machine; recorded in the report.",
-        flag=Flag(("--device",), group=COMPUTATION, type="device",
-                  help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."),
-    )  # fmt: skip
-    dtype: str = param(
-        "float32",
-        doc_type="{" + ", ".join(repr(d) for d in DTYPES) + "}",
-        doc="Working precision.",
-        flag=Flag(("--dtype",), group=COMPUTATION, choices=DTYPES, help="Working precision."),
-    )  # fmt: skip
-    memory_limit: str | int | None = param(
-        None,
-        doc_type="int, str or None",
-        doc="Of each task, covering the loaded scan, i.e. per worker: a worker\n"
+        group=COMPUTATION,
+    )
+    dtype: str = _fields.dtype(group=COMPUTATION)
+    memory_limit: str | int | None = _fields.memory_limit(
+        "Of each task, covering the loaded scan, i.e. per worker: a worker\n"
         "runs one scan at a time.",
-        flag=Flag(("--memory-limit",), group=COMPUTATION, type="memory", metavar="SIZE",
-                  help="Most memory to use, e.g. '8GB' (default: 80%% of free)."),
-    )  # fmt: skip
+        group=COMPUTATION,
+    )
 
 
 _COMMON = ("device", "dtype", "atlas", "atlas_name", "mask", "memory_limit")
@@ -269,32 +253,19 @@ class CohortConfig:
         doc="Tasks handed to the engine at a time (progress and the report are\n"
         "updated after each batch); None: 4 per worker.",
     )
-    overwrite: bool = param(
-        False,
-        constraints=["boolean"],
-        doc="Redo scans whose output already exists (replacing files that\n"
+    overwrite: bool = _fields.overwrite(
+        "Redo scans whose output already exists (replacing files that\n"
         "connscale did not write, which are otherwise reported as errors).",
-        flag=Flag(("--overwrite",), group=EXECUTION, action="store_true",
-                  help="Redo scans whose output already exists, replacing files connscale "
-                  "did not write."),
-    )  # fmt: skip
-    wait: bool = param(
-        False,
-        constraints=["boolean"],
-        doc="When another run is writing into ``out_dir``, wait for it to finish\n"
+        flag_help="Redo scans whose output already exists, replacing files connscale "
+        "did not write.",
+        group=EXECUTION,
+    )
+    wait: bool = _fields.wait(
+        "When another run is writing into ``out_dir``, wait for it to finish\n"
         "instead of raising :class:`~connscale.io.OutputLockedError`.",
-        flag=Flag(("--wait",), group=OPTIONS_LAST, action="store_true",
-                  help="When another connscale run is writing the same output, wait for "
-                  "it to finish instead of stopping with an error naming its pid."),
-    )  # fmt: skip
-    verbose: int = param(
-        1,
-        constraints=[_NATURAL, "boolean"],
-        doc="0 silent; 1 a progress bar over scans; 2 also each scan's outcome.",
-        flag=(
-            Flag(("-v", "--verbose"), group=COMPUTATION, action="count",
-                 help="More output (-vv: debug log and tracebacks)."),
-            Flag(("-q", "--quiet"), group=COMPUTATION, action="store_const", const=0,
-                 dest="verbose", default=None, help="No progress bars or messages."),
-        ),
-    )  # fmt: skip
+        group=OPTIONS_LAST,
+    )
+    verbose: int = _fields.verbose(
+        "0 silent; 1 a progress bar over scans; 2 also each scan's outcome.",
+        group=COMPUTATION,
+    )

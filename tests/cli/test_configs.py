@@ -27,6 +27,8 @@ COMMANDS = {
     "dfc-states": ("dfc_states", "DfcStatesConfig", "run_dfc_states"),
     "life": ("life", "LifeConfig", "run_life"),
     "r1dl": ("r1dl", "R1dlConfig", "run_r1dl"),
+    "classify": ("classify", "ClassifyConfig", "run_classify"),
+    "demo": ("demo", "DemoConfig", "run_demo"),
 }
 
 
@@ -44,6 +46,11 @@ def test_help_is_unchanged(monkeypatch, command):
     assert words(command_help(monkeypatch, command)) == words(expected)
 
 
+def _unbroken(text: str) -> str:
+    """``words(text)``, a word argparse wrapped at its hyphen rejoined ("cross- validation")."""
+    return words(text).replace("- ", "-")
+
+
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_option_is_documented_once(monkeypatch, command):
     config, _ = _declaration(command)
@@ -54,7 +61,7 @@ def test_every_option_is_documented_once(monkeypatch, command):
             if flag.help is not None:
                 assert re.search(rf"(?<![\w-]){re.escape(shown)}(?![\w-])", listing), option
         if flag.help:
-            assert listing.count(words(flag.help.replace("%%", "%"))) == 1, name
+            assert _unbroken(listing).count(_unbroken(flag.help.replace("%%", "%"))) == 1, name
     actions = build_parser().subcommands[command]._actions
     options = [s for a in actions for s in a.option_strings]
     assert len(options) == len(set(options))
@@ -194,3 +201,48 @@ def test_run_parameters_are_the_command_lines(tmp_path, monkeypatch, command):
     module = importlib.import_module(f"connscale.cli.{command}")
     parsed = {k: v for k, v in vars(args).items() if k != "func"}
     assert module._parameters(config(**keywords_from_args(args, config))) == parsed
+
+
+def test_classify_command_line_gives_the_keywords(tmp_path):
+    files = [tmp_path / f"sub-0{i}_relmat.npy" for i in (1, 2)]
+    for path in [*files, tmp_path / "participants.tsv"]:
+        path.touch()
+    argv = ["classify", *map(str, files), "--participants", str(tmp_path / "participants.tsv")]
+    argv += ["--label", "group", "--out", str(tmp_path), "--n-features", "0.5", "-q"]
+    config, _ = _declaration("classify")
+    keywords = keywords_from_args(build_parser().parse_args(argv), config)
+    assert keywords["features"] == files and keywords["n_features"] == 0.5
+    assert keywords["statistics"] == ("mean", "std") and keywords["verbose"] == 0
+    assert keywords["seed"] == 0 and keywords["positive"] is None
+    argv += ["--statistics", "fraction_above", "--n-features", "cv", "-v"]
+    keywords = keywords_from_args(build_parser().parse_args(argv), config)
+    assert keywords["statistics"] == ["fraction_above"] and keywords["n_features"] == "cv"
+    assert config(**keywords).verbose == 1
+
+
+def test_classify_entry_checks_its_fields(tmp_path):
+    _, run_classify = _declaration("classify")
+    with pytest.raises(InvalidParameterError, match="'top' parameter of run_classify"):
+        run_classify(
+            features=[tmp_path / "sub-01_relmat.npy"],
+            participants=tmp_path / "participants.tsv",
+            label="group",
+            out=tmp_path,
+            top=0,
+        )
+
+
+def test_demo_command_line_gives_the_keywords(tmp_path):
+    config, _ = _declaration("demo")
+    keywords = keywords_from_args(build_parser().parse_args(["demo"]), config)
+    assert keywords == {"out": Path("demo_output"), "device": "auto", "n_voxels": 20000, "seed": 0}
+    argv = ["demo", "--out", str(tmp_path), "--device", "cpu", "--n-voxels", "500", "--seed", "3"]
+    keywords = keywords_from_args(build_parser().parse_args(argv), config)
+    assert config(**keywords) == config(out=tmp_path, device="cpu", n_voxels=500, seed=3)
+
+
+def test_demo_entry_checks_its_fields(tmp_path):
+    _, run_demo = _declaration("demo")
+    with pytest.raises(InvalidParameterError, match="'n_voxels' parameter of run_demo"):
+        run_demo(out=tmp_path, n_voxels=1)
+    assert not any(tmp_path.iterdir())  # refused before any step

@@ -8,7 +8,10 @@ default, its constraints, its documentation and its ``connscale bids`` flag:
 the entries' signatures, checks and docstrings and the command's options
 are derived from these fields. An option both levels read (``--atlas-name``,
 ``--denoise``, ``--device``, ``--overwrite``) is declared once, by the
-participant level, and its flag reused by the group level's field.
+participant level, and its flag reused by the group level's field. The
+fields of the options other commands share too (``--device``, ``--dtype``,
+``--memory-limit``, ``-v``/``-q``, ``--wait``, ``--overwrite``,
+``--precision``) are made by :mod:`connscale._fields`.
 """
 
 from __future__ import annotations
@@ -16,12 +19,11 @@ from __future__ import annotations
 from dataclasses import KW_ONLY, asdict, dataclass
 from numbers import Integral, Real
 
+from connscale import _fields
 from connscale._choices import (
     DEFAULT_THRESHOLD,
-    DTYPES,
     GROUP_FEATURES,
     MEASURES,
-    PRECISIONS,
     REGION_MEASURES,
     STATE_METRICS,
     STRATEGIES,
@@ -208,16 +210,16 @@ class ParticipantConfig:
                   help="maps: degree centrality counts the voxels with r above each "
                   "threshold."),
     )  # fmt: skip
-    precision: str = param(
-        "exact",
-        constraints=[StrOptions(PRECISIONS)],
-        doc="``maps``: the arithmetic of the degree's thresholded correlations on\n"
+    precision: str = _fields.precision(
+        "``maps``: the arithmetic of the degree's thresholded correlations on\n"
         "CUDA (see :func:`connscale.degree_centrality`).",
-        flag=Flag(("--precision",), group=ATLAS, choices=PRECISIONS, levels=("participant",),
-                  help="maps: arithmetic of the degree's thresholded correlations on CUDA "
-                  "(exact: TF32 tensor cores with the pairs near a threshold confirmed; the "
-                  "CPU computes in fp32)."),
-    )  # fmt: skip
+        flag_help="maps: arithmetic of the degree's thresholded correlations on CUDA "
+        "(exact: TF32 tensor cores with the pairs near a threshold confirmed; the "
+        "CPU computes in fp32).",
+        group=ATLAS,
+        levels=("participant",),
+        deprecated_alias=False,
+    )
     n_atoms: int = param(
         10,
         constraints=[_COUNT],
@@ -387,18 +389,15 @@ class ParticipantConfig:
                   dest="no_reports", convert=_reports, levels=("participant",),
                   help="participant: skip the per-run HTML reports."),
     )  # fmt: skip
-    overwrite: bool = param(
-        False,
-        fingerprint=False,
-        constraints=["boolean"],
-        doc="Replace a run's published set made with other parameters (without\n"
+    overwrite: bool = _fields.overwrite(
+        "Replace a run's published set made with other parameters (without\n"
         "it such a run fails, naming the parameters that differ).",
-        flag=Flag(("--overwrite",), group=EXECUTION, action="store_true",
-                  levels=("participant", "group"),
-                  help="Replace outputs made with other parameters: a run's (participant) or "
-                  "the group's, states included (without it such a run fails, naming what "
-                  "differs)."),
-    )  # fmt: skip
+        flag_help="Replace outputs made with other parameters: a run's (participant) or "
+        "the group's, states included (without it such a run fails, naming what "
+        "differs).",
+        group=EXECUTION,
+        levels=("participant", "group"),
+    )
     work_dir: str | None = param(
         None,
         fingerprint=False,
@@ -408,73 +407,45 @@ class ParticipantConfig:
                   levels=("participant",),
                   help="Scratch folder (the pybids index); default: none kept."),
     )  # fmt: skip
-    device: str = param(
-        "auto",
-        fingerprint=False,
-        constraints=["device"],
-        doc="Device of each task's cleaning and correlation. 'auto' is resolved once for the "
+    device: str = _fields.device(
+        "Device of each task's cleaning and correlation. 'auto' is resolved once for the "
         "call: CUDA when present and one run per GPU computes at a time (the 'serial' backend, "
         "or ``gpus``), else the CPU (worker processes sharing the machine); the log records it.",
-        flag=Flag(("--device",), group=COMPUTATION, type="device",
-                  levels=("participant", "group"),
-                  help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."),
-    )  # fmt: skip
-    dtype: str = param(
-        "float32",
-        constraints=[StrOptions(DTYPES)],
-        doc="Working precision.",
-        flag=Flag(("--dtype",), group=COMPUTATION, choices=DTYPES, levels=("participant",),
-                  help="Working precision."),
-    )  # fmt: skip
+        group=COMPUTATION,
+        levels=("participant", "group"),
+    )
+    dtype: str = _fields.dtype(group=COMPUTATION, levels=("participant",))
     threads_per_task: int = param(
         1,
         fingerprint=False,
         constraints=[_COUNT],
         doc="Torch threads of each run task.",
     )
-    memory_limit: str | int | None = param(
-        None,
-        fingerprint=False,
-        constraints=["memory", None],
-        doc="Most memory a run may use, in bytes or as a string such as ``'8GB'``.\n"
+    memory_limit: str | int | None = _fields.memory_limit(
+        "Most memory a run may use, in bytes or as a string such as ``'8GB'``.\n"
         "It covers the whole run: the decoded data and the cleaned series are\n"
         "counted, and the measures get what is left\n"
         "(:class:`~connscale.engines.batch.TaskBudget`); a run whose data alone\n"
         "exceed it is recorded as a ``MemoryLimitError``. None: no limit on\n"
         "the run, each computation uses up to 80% of what is free.",
-        flag=Flag(("--memory-limit",), group=COMPUTATION, type="memory", metavar="SIZE",
-                  levels=("participant",),
-                  help="Most memory to use, e.g. '8GB' (default: 80%% of free)."),
-    )  # fmt: skip
-    verbose: int = param(
-        1,
-        fingerprint=False,
-        constraints=[Interval(Integral, 0, None, closed="left"), "boolean"],
-        doc="0: silent; 1: a progress bar and a summary; 2: also debug logs.",
-        flag=(
-            Flag(("-v", "--verbose"), group=COMPUTATION, action="count",
-                 levels=("participant", "group"),
-                 help="More output (-vv: debug log and tracebacks)."),
-            Flag(("-q", "--quiet"), group=COMPUTATION, action="store_const", const=0,
-                 dest="verbose", default=None, levels=("participant", "group"),
-                 help="No progress bars or messages."),
-        ),
-    )  # fmt: skip
+        group=COMPUTATION,
+        levels=("participant",),
+    )
+    verbose: int = _fields.verbose(
+        "0: silent; 1: a progress bar and a summary; 2: also debug logs.",
+        group=COMPUTATION,
+        levels=("participant", "group"),
+    )
 
     # Last: --wait ends the usage line, as every command adds it.
-    wait: bool = param(
-        False,
-        fingerprint=False,
-        constraints=["boolean"],
-        doc="When another participant or group run holds ``output``\n"
+    wait: bool = _fields.wait(
+        "When another participant or group run holds ``output``\n"
         "(:func:`connscale.bidsapp.participant.output_lock`), wait for it\n"
         "instead of failing with :class:`connscale.io.lock.OutputLockedError`\n"
         "naming its pid.",
-        flag=Flag(("--wait",), group=EXECUTION, action="store_true",
-                  levels=("participant", "group"),
-                  help="When another connscale run is writing the same output, wait for it "
-                  "to finish instead of stopping with an error naming its pid."),
-    )  # fmt: skip
+        group=EXECUTION,
+        levels=("participant", "group"),
+    )
 
     def __post_init__(self) -> None:
         if self.strategy_params is None:  # the keyword's default: no extra parameters

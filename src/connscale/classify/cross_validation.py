@@ -26,6 +26,7 @@ from numbers import Integral, Real
 
 import numpy as np
 
+from connscale._choices import CLASSIFIERS, CV_INTERVALS
 from connscale._docs import fill_doc
 from connscale._validation import (
     Interval,
@@ -44,7 +45,7 @@ METRICS = ("accuracy", "sensitivity", "specificity", "precision", "recall")
 _CONFIDENCE = [Interval(Real, 0, 1, closed="neither")]
 # Declared once for build_pipeline and cross_validate.
 _MODEL_CONSTRAINTS = {
-    "model": [StrOptions({"svm", "mlp"})],
+    "model": [StrOptions(set(CLASSIFIERS))],
     "rfe": ["boolean"],
     "n_features_to_select": [
         Interval(Integral, 1, None, closed="left"),
@@ -425,7 +426,7 @@ def _permutation(pipeline, X, y01, folds: int, n_permutations: int, *, seeds, n_
         "folds": [Interval(Integral, 2, None, closed="left")],
         "repeats": [Interval(Integral, 1, None, closed="left")],
         "permutation_test": [Interval(Integral, 0, None, closed="left")],
-        "interval": [StrOptions({"subjects", "predictions"})],
+        "interval": [StrOptions(set(CV_INTERVALS))],
         "confidence": _CONFIDENCE,
         "random_state": ["random_state"],
         "n_jobs": ["n_jobs", None],

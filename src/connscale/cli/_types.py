@@ -122,6 +122,22 @@ def sparsity(text: str) -> int | float:
     raise _Error(f"expected {allowed}; got {text!r}")
 
 
+def n_features(text: str) -> int | float | str:
+    """Parse a number of features to keep: a count >= 1, a fraction in (0, 1) or 'cv'."""
+    allowed = "a count >= 1, a fraction in (0, 1) or 'cv'"
+    if text == "cv":
+        return text
+    try:
+        number = float(text)
+    except ValueError:
+        raise _Error(f"expected {allowed}; got {text!r}") from None
+    if number >= 1 and number.is_integer():
+        return int(number)
+    if 0 < number < 1:
+        return number
+    raise _Error(f"expected {allowed}; got {text!r}")
+
+
 def _duration(minimum: int, what: str) -> Callable[[str], str]:
     """Return the parser of a duration: time points (a whole number >= minimum) or seconds.
 

@@ -4,37 +4,169 @@ from __future__ import annotations
 
 import argparse
 import logging
+from dataclasses import dataclass
+from numbers import Integral, Real
 from pathlib import Path
 
 import numpy as np
 
-from connscale._fields import SEED_HELP
+from connscale import _fields
+from connscale._choices import CLASSIFIERS, CV_INTERVALS, PAIR_STATISTICS
+from connscale._params import Flag, add_arguments, entry, keywords_from_args, param
+from connscale._validation import Interval, SequenceOf, StrOptions, make_constraint
 from connscale.cli import _types
-from connscale.cli._common import RunRecord, add_out_argument, configure_logging
+from connscale.cli._common import RunRecord, configure_logging
 
 logger = logging.getLogger("connscale")
 
 _PREFIX = "classify"
+_COUNT = Interval(Integral, 1, None, closed="left")
 
 
-def _n_features(value: str):
-    """Parse ``--n-features``: a count >= 1, a fraction in (0, 1) or 'cv'."""
-    allowed = "a count >= 1, a fraction in (0, 1) or 'cv'"
-    if value == "cv":
-        return value
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {allowed}; got {value!r}") from None
-    if number >= 1 and number.is_integer():
-        return int(number)
-    if 0 < number < 1:
-        return number
-    raise argparse.ArgumentTypeError(f"expected {allowed}; got {value!r}")
+@dataclass(frozen=True, kw_only=True)
+class ClassifyConfig:
+    """The options of ``connscale classify``, each declared once (:mod:`connscale._params`)."""
+
+    features: tuple = param(
+        constraints=[SequenceOf(make_constraint("path"))],
+        doc_type="sequence of str or path",
+        doc="One connectome or pair-level file per subject (the subject read from\n"
+        "``sub-<label>`` in its name), or the group feature table of the\n"
+        "BIDS-App's group level alone (:func:`connscale.classify.load_features`).",
+        flag=Flag(("features",), type="input_file", metavar="FEATURES", nargs="+",
+                  help="One connectome or pair-level file per subject, or the group feature "
+                  "table."),
+    )  # fmt: skip
+    participants: Path = param(
+        constraints=["path"],
+        doc="BIDS ``participants.tsv`` with a ``participant_id`` column.",
+        flag=Flag(("--participants",), type="input_file", required=True,
+                  help="BIDS participants.tsv with a participant_id column."),
+    )  # fmt: skip
+    label: str = param(
+        constraints=[str],
+        doc="Column of the participants table holding the two classes.",
+        flag=Flag(("--label",), metavar="COLUMN", required=True,
+                  help="Column of the participants table holding the two classes."),
+    )  # fmt: skip
+    positive: str | None = param(
+        None,
+        constraints=[str, None],
+        doc="Value of ``label`` of the positive class (patients); None: the larger\n"
+        "of the two values in sorted order.",
+        flag=Flag(("--positive",), metavar="VALUE",
+                  help="Label value of the positive class (patients); default: the "
+                  "larger of the two values in sorted order."),
+    )  # fmt: skip
+    model: str = param(
+        "svm",
+        constraints=[StrOptions(set(CLASSIFIERS))],
+        doc="``'svm'``: a linear SVM (C=1); ``'mlp'``: a multi-layer perceptron.",
+        flag=Flag(("--model",), choices=CLASSIFIERS,
+                  help="Linear SVM (C=1) or multi-layer perceptron."),
+    )  # fmt: skip
+    folds: int = param(
+        5,
+        constraints=[Interval(Integral, 2, None, closed="left")],
+        doc="Folds of each repeat of the stratified k-fold split.",
+        flag=Flag(("--folds",), type=("integer", 2), help="Folds per repeat."),
+    )
+    repeats: int = param(
+        10,
+        constraints=[_COUNT],
+        doc="Repeats of the k-fold split.",
+        flag=Flag(("--repeats",), type="count", help="Repeats of the k-fold split."),
+    )
+    rfe: bool = param(
+        False,
+        constraints=["boolean"],
+        doc="Recursive feature elimination inside each fold.",
+        flag=Flag(("--rfe",), action="store_true",
+                  help="Recursive feature elimination inside each fold."),
+    )  # fmt: skip
+    n_features: int | float | str | None = param(
+        None,
+        constraints=[_COUNT, Interval(Real, 0, 1, closed="neither"), StrOptions({"cv"}), None],
+        doc="Features kept by RFE: a count, a fraction of them, or ``'cv'`` (chosen\n"
+        "by an inner cross-validation); None: half.",
+        flag=Flag(("--n-features",), type="n_features", metavar="K",
+                  help="Features kept by RFE: a count, a fraction, or 'cv' (inner "
+                  "cross-validation); default half."),
+    )  # fmt: skip
+    fisher_z: bool = param(
+        False,
+        constraints=["boolean"],
+        doc="Fisher z-transform the correlations (arctanh) first.",
+        flag=Flag(("--fisher-z",), action="store_true",
+                  help="Fisher z-transform correlations (arctanh) first."),
+    )  # fmt: skip
+    statistics: tuple = param(
+        ("mean", "std"),
+        constraints=[SequenceOf(StrOptions(set(PAIR_STATISTICS)))],
+        doc="The summaries used from pair-level files (pair summaries,\n"
+        "``_pairs.h5``, ``_dfc.h5``).",
+        flag=Flag(("--statistics",), nargs="+", choices=PAIR_STATISTICS,
+                  default=("mean", "std"),
+                  help="Summaries used from pair-level files (pair summaries, _pairs.h5, "
+                  "_dfc.h5)."),
+    )  # fmt: skip
+    permutations: int = param(
+        0,
+        constraints=[Interval(Integral, 0, None, closed="left")],
+        doc="Label permutations for a p-value of the accuracy (0: none).",
+        flag=Flag(("--permutations",), type="natural", metavar="N",
+                  help="Label permutations for a p-value of the accuracy (0: none)."),
+    )  # fmt: skip
+    interval: str = param(
+        "subjects",
+        constraints=[StrOptions(set(CV_INTERVALS))],
+        doc="Counts of the Clopper-Pearson interval: ``'subjects'``, one pass over\n"
+        "the subjects; ``'predictions'``, all repeated predictions.",
+        flag=Flag(("--interval",), choices=CV_INTERVALS,
+                  help="Counts of the Clopper-Pearson interval: one pass over the "
+                  "subjects (default) or all repeated predictions."),
+    )  # fmt: skip
+    top: int = param(
+        50,
+        constraints=[_COUNT],
+        doc="Features listed in ``classify_features.tsv``.",
+        flag=Flag(("--top",), type="count", help="Features listed in classify_features.tsv."),
+    )
+    seed: int = _fields.seed()
+    n_jobs: int | None = param(
+        None,
+        constraints=["n_jobs", None],
+        doc="Folds fitted in parallel (None: one at a time; -1: every core, -2:\n"
+        "all but one, ...).",
+        flag=Flag(("--n-jobs",), type="n_jobs",
+                  help="Folds fitted in parallel (default: one at a time; -1: every core, "
+                  "-2: all but one, ...)."),
+    )  # fmt: skip
+    out: Path = _fields.out(
+        "Output folder (new, or an existing folder): the metrics, predictions,\n"
+        "top features, figures, log and report are written in it."
+    )
+    # Not _fields.verbose: -q's help says "No messages." here (no progress bars).
+    verbose: int = param(
+        1,
+        fingerprint=False,
+        constraints=[Interval(Integral, 0, None, closed="left"), "boolean"],
+        doc="0: silent; 1: the subjects, classes and accuracy; 2: also debug logs\n"
+        "and tracebacks.",
+        flag=(
+            Flag(("-v", "--verbose"), action="count",
+                 help="More output (-vv: debug log and tracebacks)."),
+            Flag(("-q", "--quiet"), action="store_const", const=0, dest="verbose",
+                 default=None, help="No messages."),
+        ),
+    )  # fmt: skip
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``classify`` command to ``subparsers`` and return its parser."""
+    """Add the ``classify`` command to ``subparsers`` and return its parser.
+
+    Its options are derived from :class:`ClassifyConfig`'s fields.
+    """
     parser = subparsers.add_parser(
         "classify",
         help="Cross-validated classification of subjects from their connectomes.",
@@ -50,99 +182,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "pairs, a confusion matrix, ROC curves, a JSON log and report.html."
         ),
     )
-    parser.add_argument(
-        "features",
-        nargs="+",
-        type=_types.input_file,
-        metavar="FEATURES",
-        help="One connectome or pair-level file per subject, or the group feature table.",
-    )
-    parser.add_argument(
-        "--participants",
-        required=True,
-        type=_types.input_file,
-        help="BIDS participants.tsv with a participant_id column.",
-    )
-    parser.add_argument(
-        "--label",
-        required=True,
-        metavar="COLUMN",
-        help="Column of the participants table holding the two classes.",
-    )
-    parser.add_argument(
-        "--positive",
-        default=None,
-        metavar="VALUE",
-        help="Label value of the positive class (patients); default: the "
-        "larger of the two values in sorted order.",
-    )
-    parser.add_argument(
-        "--model",
-        default="svm",
-        choices=["svm", "mlp"],
-        help="Linear SVM (C=1) or multi-layer perceptron.",
-    )
-    parser.add_argument("--folds", type=_types.integer(2), default=5, help="Folds per repeat.")
-    parser.add_argument(
-        "--repeats", type=_types.count, default=10, help="Repeats of the k-fold split."
-    )
-    parser.add_argument(
-        "--rfe", action="store_true", help="Recursive feature elimination inside each fold."
-    )
-    parser.add_argument(
-        "--n-features",
-        type=_n_features,
-        default=None,
-        metavar="K",
-        help="Features kept by RFE: a count, a fraction, or 'cv' (inner "
-        "cross-validation); default half.",
-    )
-    parser.add_argument(
-        "--fisher-z", action="store_true", help="Fisher z-transform correlations (arctanh) first."
-    )
-    parser.add_argument(
-        "--statistics",
-        nargs="+",
-        default=["mean", "std"],
-        choices=["mean", "std", "fraction_above"],
-        help="Summaries used from pair-level files (pair summaries, _pairs.h5, _dfc.h5).",
-    )
-    parser.add_argument(
-        "--permutations",
-        type=_types.natural,
-        default=0,
-        metavar="N",
-        help="Label permutations for a p-value of the accuracy (0: none).",
-    )
-    parser.add_argument(
-        "--interval",
-        default="subjects",
-        choices=["subjects", "predictions"],
-        help="Counts of the Clopper-Pearson interval: one pass over the "
-        "subjects (default) or all repeated predictions.",
-    )
-    parser.add_argument(
-        "--top", type=_types.count, default=50, help="Features listed in classify_features.tsv."
-    )
-    parser.add_argument("--seed", type=_types.natural, default=0, help=SEED_HELP)
-    parser.add_argument(
-        "--n-jobs",
-        type=_types.n_jobs,
-        default=None,
-        help="Folds fitted in parallel (default: one at a time; -1: every core, -2: all "
-        "but one, ...).",
-    )
-    add_out_argument(parser)
-    parser.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=1,
-        help="More output (-vv: debug log and tracebacks).",
-    )
-    parser.add_argument(
-        "-q", "--quiet", action="store_const", const=0, dest="verbose", help="No messages."
-    )
+    add_arguments(parser, ClassifyConfig, {None: parser}, _types)
     parser.set_defaults(func=run)
     return parser
 
@@ -190,29 +230,29 @@ def _feature_rows(features, result, top: int) -> list:
 _SUMMARY_KEYS = ("mean", "ci_low", "ci_high", "k", "n", "fold_mean", "fold_std")
 
 
-def _load(args):
+def _load(config: ClassifyConfig):
     """Return the features aligned with the labels (the positive class last)."""
     from connscale.classify import align_labels, load_features
 
     features = load_features(
-        args.features, fisher_z_transform=args.fisher_z, statistics=args.statistics
+        config.features, fisher_z_transform=config.fisher_z, statistics=config.statistics
     )
     classes = None
-    if args.positive is not None:
+    if config.positive is not None:
         from connscale.classify.features import read_participants
 
-        mapping = read_participants(args.participants, label=args.label)
+        mapping = read_participants(config.participants, label=config.label)
         values = sorted({mapping.get(s) for s in features.subjects} - {None})
-        if args.positive not in values:
+        if config.positive not in values:
             raise ValueError(
-                f"--positive {args.positive!r} is not a value of column "
-                f"{args.label!r}; found {values}."
+                f"--positive {config.positive!r} is not a value of column "
+                f"{config.label!r}; found {values}."
             )
-        classes = [v for v in values if v != args.positive] + [args.positive]
-    return align_labels(features, args.participants, label=args.label, classes=classes)
+        classes = [v for v in values if v != config.positive] + [config.positive]
+    return align_labels(features, config.participants, label=config.label, classes=classes)
 
 
-def _write_metrics(record: RunRecord, args, features, result: dict) -> dict:
+def _write_metrics(record: RunRecord, config: ClassifyConfig, features, result: dict) -> dict:
     """Write the metrics (JSON and TSV) and the per-fold scores; return the summary."""
     from connscale.classify.cross_validation import METRICS
     from connscale.io.atomic import write_json_atomic
@@ -224,10 +264,10 @@ def _write_metrics(record: RunRecord, args, features, result: dict) -> dict:
         "classes": {"negative": negative, "positive": positive},
         "n_subjects": result["n_subjects"],
         "n_features": result["n_features"],
-        "model": args.model,
-        "folds": args.folds,
-        "repeats": args.repeats,
-        "interval": args.interval,
+        "model": config.model,
+        "folds": config.folds,
+        "repeats": config.repeats,
+        "interval": config.interval,
         **summary,
         "auc": result["auc"],
         "confusion_matrix": result["confusion_matrix"],
@@ -249,25 +289,25 @@ def _write_metrics(record: RunRecord, args, features, result: dict) -> dict:
             out / f"{_PREFIX}_folds.tsv",
             ["repeat", "fold", *METRICS],
             [
-                [index // args.folds, index % args.folds]
+                [index // config.folds, index % config.folds]
                 + [result["fold_scores"][name][index] for name in METRICS]
-                for index in range(args.folds * args.repeats)
+                for index in range(config.folds * config.repeats)
             ],
         )
     )
     return summary
 
 
-def _write_subjects(record: RunRecord, args, features, result: dict) -> list:
+def _write_subjects(record: RunRecord, config: ClassifyConfig, features, result: dict) -> list:
     """Write the per-subject predictions and the top features; return the feature rows."""
     out = record.out_dir
     oof = np.asarray(result["oof_scores"])
-    predicted_positive = (oof > 0) if args.model == "svm" else (oof > 0.5)
+    predicted_positive = (oof > 0) if config.model == "svm" else (oof > 0.5)
     correct = (predicted_positive == features.y[None, :].astype(bool)).mean(axis=0)
     record.add_output(
         _write_tsv(
             out / f"{_PREFIX}_predictions.tsv",
-            ["participant_id", args.label, "mean_score", "fraction_correct"],
+            ["participant_id", config.label, "mean_score", "fraction_correct"],
             [
                 [
                     f"sub-{s}",
@@ -279,7 +319,7 @@ def _write_subjects(record: RunRecord, args, features, result: dict) -> list:
             ],
         )
     )
-    rows = _feature_rows(features, result, args.top)
+    rows = _feature_rows(features, result, config.top)
     record.add_output(
         _write_tsv(
             out / f"{_PREFIX}_features.tsv",
@@ -302,7 +342,7 @@ def _write_subjects(record: RunRecord, args, features, result: dict) -> list:
     return rows
 
 
-def _write_figures(record: RunRecord, args, features, result: dict) -> None:
+def _write_figures(record: RunRecord, config: ClassifyConfig, features, result: dict) -> None:
     """Draw the confusion matrix, the ROC curves and the edges' importance."""
     from connscale.report import plots
 
@@ -312,7 +352,7 @@ def _write_figures(record: RunRecord, args, features, result: dict) -> None:
             result["confusion_matrix"],
             out / f"{_PREFIX}_confusion.png",
             class_names=tuple(features.y_classes),
-            title=f"Confusion matrix ({args.repeats} repeats pooled)",
+            title=f"Confusion matrix ({config.repeats} repeats pooled)",
         )
     )
     oof = np.asarray(result["oof_scores"])
@@ -332,12 +372,12 @@ def _write_figures(record: RunRecord, args, features, result: dict) -> None:
                 vmin=0.0,
                 vmax=float(matrix.max() or 1.0),
                 cmap="viridis",
-                title=f"Feature importance ({args.model})",
+                title=f"Feature importance ({config.model})",
             )
         )
 
 
-def _results(args, features, result: dict, summary: dict, rows: list) -> dict:
+def _results(config: ClassifyConfig, features, result: dict, summary: dict, rows: list) -> dict:
     """Return the run log's results: metrics, interval, AUC and the top features."""
     negative, positive = features.y_classes
     results = {
@@ -348,8 +388,8 @@ def _results(args, features, result: dict, summary: dict, rows: list) -> dict:
         "interval": (
             "Clopper-Pearson 95% on counts pooled over all test predictions"
             + (
-                f", divided by the {args.repeats} repeats (one pass over the subjects)"
-                if args.interval == "subjects"
+                f", divided by the {config.repeats} repeats (one pass over the subjects)"
+                if config.interval == "subjects"
                 else ""
             )
         ),
@@ -363,19 +403,37 @@ def _results(args, features, result: dict, summary: dict, rows: list) -> dict:
 
 
 def run(args) -> int:
-    """Run ``connscale classify``: load, cross-validate, write tables, figures and the log."""
+    """Run ``connscale classify`` from its parsed command line; return the exit status."""
+    return run_classify(**keywords_from_args(args, ClassifyConfig))
+
+
+@entry(ClassifyConfig)
+def run_classify(config: ClassifyConfig) -> int:
+    """Cross-validate a classifier of the subjects; write tables, figures and the log; return 0.
+
+    The features are aligned with the participants' labels (the positive class
+    last), cross-validated (:func:`connscale.classify.cross_validate`), and the
+    metrics, per-fold scores, predictions, top features, figures, log and
+    report written in ``out``.
+
+    Parameters
+    ----------
+    %(parameters)s
+
+    Returns
+    -------
+    int
+        The exit status, 0.
+    """
     from connscale.classify import cross_validate
 
-    configure_logging(args.verbose)
-    if args.top < 1:
-        raise ValueError(f"--top must be >= 1; got {args.top}.")
-    parameters = {key: value for key, value in vars(args).items() if key != "func"}
-    parameters["features"] = [str(p) for p in args.features]
-    record = RunRecord(_PREFIX, args.out, parameters)
+    configure_logging(config.verbose)
+    parameters = {**vars(config), "features": [str(p) for p in config.features]}
+    record = RunRecord(_PREFIX, config.out, parameters)
     record.device = "cpu (scikit-learn)"
 
     with record.timer("load"):
-        features = _load(args)
+        features = _load(config)
     negative, positive = features.y_classes
     logger.info(
         "%d subjects (%d %s, %d %s), %d features",
@@ -391,24 +449,24 @@ def run(args) -> int:
         result = cross_validate(
             features.X,
             features.y,
-            model=args.model,
-            folds=args.folds,
-            repeats=args.repeats,
-            rfe=args.rfe,
-            n_features_to_select=args.n_features,
-            permutation_test=args.permutations,
-            interval=args.interval,
-            random_state=args.seed,
-            n_jobs=args.n_jobs,
+            model=config.model,
+            folds=config.folds,
+            repeats=config.repeats,
+            rfe=config.rfe,
+            n_features_to_select=config.n_features,
+            permutation_test=config.permutations,
+            interval=config.interval,
+            random_state=config.seed,
+            n_jobs=config.n_jobs,
         )
 
     with record.timer("write"):
-        summary = _write_metrics(record, args, features, result)
-        rows = _write_subjects(record, args, features, result)
+        summary = _write_metrics(record, config, features, result)
+        rows = _write_subjects(record, config, features, result)
     with record.timer("figures"):
-        _write_figures(record, args, features, result)
+        _write_figures(record, config, features, result)
 
-    record.results = _results(args, features, result, summary, rows)
+    record.results = _results(config, features, result, summary, rows)
     log = record.finish(_PREFIX)
     accuracy = summary["accuracy"]
     logger.info(

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import dataclass
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
 
+from connscale._params import Flag, add_arguments, entry, keywords_from_args, param
+from connscale._validation import Interval
 from connscale.cli import _types
 
 # Simulated cohort: GPU-DFC §V.C used 200 ROIs, T = 175 and rank l = 58;
@@ -33,8 +37,47 @@ _COHORT = {
 _COHORT_RANK = 12
 
 
+@dataclass(frozen=True, kw_only=True)
+class DemoConfig:
+    """The options of ``connscale demo``, each declared once (:mod:`connscale._params`)."""
+
+    # Not _fields.out: optional here, with a default folder.
+    out: Path = param(
+        Path("demo_output"),
+        constraints=["path"],
+        doc="Output folder: each step writes its outputs, log and report in its own\n"
+        "folder under it, the demo its overview ``report.html``.",
+        flag=Flag(("--out",), type="output_folder", help="Output folder."),
+    )
+    # Not _fields.device: its help names the devices the demo is run on.
+    device: str = param(
+        "auto",
+        fingerprint=False,
+        constraints=["device"],
+        doc="Where every step computes ('auto': CUDA when present, else the CPU).",
+        flag=Flag(("--device",), type="device", help="'auto', 'cpu' or 'cuda'."),
+    )
+    n_voxels: int = param(
+        20000,
+        constraints=[Interval(Integral, 2, None, closed="left")],
+        doc="Series of the simulated voxel-scale scan (computed out of core).",
+        flag=Flag(("--n-voxels",), type=("integer", 2),
+                  help="Size of the simulated voxel-scale scan."),
+    )  # fmt: skip
+    # Not _fields.seed: it seeds the simulations too.
+    seed: int = param(
+        0,
+        constraints=[Interval(Integral, 0, None, closed="left")],
+        doc="Seed of every simulation and of the steps' random steps.",
+        flag=Flag(("--seed",), type="natural", help="Seed of every simulation."),
+    )
+
+
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``demo`` command to ``subparsers`` and return its parser."""
+    """Add the ``demo`` command to ``subparsers`` and return its parser.
+
+    Its options are derived from :class:`DemoConfig`'s fields.
+    """
     parser = subparsers.add_parser(
         "demo",
         help="Run connscale end to end on bundled data (nitime, nibabel, dipy) and simulations.",
@@ -42,19 +85,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "the results and reports are.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "--out", type=_types.output_folder, default=Path("demo_output"), help="Output folder."
-    )
-    parser.add_argument(
-        "--device", type=_types.device, default="auto", help="'auto', 'cpu' or 'cuda'."
-    )
-    parser.add_argument(
-        "--n-voxels",
-        type=_types.integer(2),
-        default=20000,
-        help="Size of the simulated voxel-scale scan.",
-    )
-    parser.add_argument("--seed", type=_types.natural, default=0, help="Seed of every simulation.")
+    add_arguments(parser, DemoConfig, {None: parser}, _types)
     parser.set_defaults(func=run)
     return parser
 
@@ -65,9 +96,9 @@ class _Steps:
     Every step is timed, and its reports added to the demo's run record.
     """
 
-    def __init__(self, record, args) -> None:
+    def __init__(self, record, config: DemoConfig) -> None:
         self.record = record
-        self.common = ["--device", args.device, "-q"]
+        self.common = ["--device", config.device, "-q"]
         self.done: list[tuple[str, float, Path]] = []
 
     def add(self, title: str, seconds: float, folder: Path, key: str) -> None:
@@ -90,24 +121,44 @@ class _Steps:
 
 
 def run(args) -> int:
-    """Run ``connscale demo``: every step in turn, then the overview report."""
+    """Run ``connscale demo`` from its parsed command line; return the exit status."""
+    return run_demo(**keywords_from_args(args, DemoConfig))
+
+
+@entry(DemoConfig)
+def run_demo(config: DemoConfig) -> int:
+    """Run every step in turn, then write the overview report; return 0.
+
+    Each step is a ``connscale`` command (or the BIDS-App's two levels) run
+    into its own folder under ``out``; the timings, the Table IV comparison
+    and the steps' reports are gathered in ``out/report.html``.
+
+    Parameters
+    ----------
+    %(parameters)s
+
+    Returns
+    -------
+    int
+        The exit status, 0.
+    """
     from connscale._compute import resolve_device
     from connscale.cli._common import RunRecord
 
-    out: Path = args.out
+    out: Path = config.out
     inputs = out / "inputs"
     inputs.mkdir(parents=True, exist_ok=True)
-    record = RunRecord("demo", out, vars(args))
-    steps = _Steps(record, args)
+    record = RunRecord("demo", out, vars(config))
+    steps = _Steps(record, config)
 
-    bids_report = _bids_step(steps, out, args)
-    roi, fmri1, mask_path = _fc_steps(steps, out, inputs, args)
-    _dynamic_steps(steps, out, (roi, fmri1, mask_path), args)
-    _life_step(steps, out, args)
-    cohort = _cohort_steps(steps, out, inputs, args)
-    _table_iv_step(record, cohort, out, args)
+    bids_report = _bids_step(steps, out, config)
+    roi, fmri1, mask_path = _fc_steps(steps, out, inputs, config)
+    _dynamic_steps(steps, out, (roi, fmri1, mask_path), config)
+    _life_step(steps, out, config)
+    cohort = _cohort_steps(steps, out, inputs, config)
+    _table_iv_step(record, cohort, out, config)
     record.results["steps"] = {folder.name: title for title, _, folder in steps.done}
-    record.device = str(resolve_device(args.device))
+    record.device = str(resolve_device(config.device))
     record.finish("demo")
 
     print("\n== connscale demo finished")
@@ -119,7 +170,7 @@ def run(args) -> int:
     return 0
 
 
-def _bids_step(steps: _Steps, out: Path, args) -> Path:
+def _bids_step(steps: _Steps, out: Path, config: DemoConfig) -> Path:
     """Run the BIDS-App step; return its group report."""
     print(
         "\n== BIDS-App on a synthetic fMRIPrep tree (6 subjects, nilearn's real confounds): "
@@ -127,7 +178,7 @@ def _bids_step(steps: _Steps, out: Path, args) -> Path:
         flush=True,
     )
     start = time.perf_counter()
-    bids_report = _bids_app(out / "bids", args)
+    bids_report = _bids_app(out / "bids", config)
     steps.add(
         "BIDS-App: fMRIPrep -> denoised connectivity, group report",
         time.perf_counter() - start,
@@ -139,7 +190,7 @@ def _bids_step(steps: _Steps, out: Path, args) -> Path:
     return bids_report
 
 
-def _fc_steps(steps: _Steps, out: Path, inputs: Path, args) -> tuple[str, str, Path]:
+def _fc_steps(steps: _Steps, out: Path, inputs: Path, config: DemoConfig) -> tuple[str, str, Path]:
     """Run the static FC steps; return nitime's ROI series, its fmri1 scan and that scan's mask."""
     from connscale.datasets import (
         compute_brain_mask,
@@ -171,11 +222,11 @@ def _fc_steps(steps: _Steps, out: Path, inputs: Path, args) -> tuple[str, str, P
         out / "fc_nibabel",
     )
 
-    simulated = inputs / f"sub-sim_desc-{args.n_voxels}voxels_timeseries.npy"
-    data, _ = simulate_timeseries(257, args.n_voxels, random_state=args.seed)
+    simulated = inputs / f"sub-sim_desc-{config.n_voxels}voxels_timeseries.npy"
+    data, _ = simulate_timeseries(257, config.n_voxels, random_state=config.seed)
     np.save(simulated, data)
     steps(
-        f"Voxel-scale FC of a simulated scan ({args.n_voxels:,} series x 257), out of core "
+        f"Voxel-scale FC of a simulated scan ({config.n_voxels:,} series x 257), out of core "
         "under a 1 GB memory limit into HDF5",
         ["fc", str(simulated), "--kind", "triu", "--memory-limit", "1GB", *steps.common],
         out / "fc_simulated",
@@ -183,7 +234,9 @@ def _fc_steps(steps: _Steps, out: Path, inputs: Path, args) -> tuple[str, str, P
     return roi, fmri1, mask_path
 
 
-def _dynamic_steps(steps: _Steps, out: Path, nitime: tuple[str, str, Path], args) -> None:
+def _dynamic_steps(
+    steps: _Steps, out: Path, nitime: tuple[str, str, Path], config: DemoConfig
+) -> None:
     """Run the dynamic FC, region-pair and r1DL steps on nitime's (ROI series, fmri1, mask)."""
     roi, fmri1, mask_path = nitime
     steps(
@@ -221,7 +274,7 @@ def _dynamic_steps(steps: _Steps, out: Path, nitime: tuple[str, str, Path], args
             "5",
             "--error",
             "--seed",
-            str(args.seed),
+            str(config.seed),
             *steps.common,
         ],
         out / "dfc_lowrank",
@@ -243,14 +296,14 @@ def _dynamic_steps(steps: _Steps, out: Path, nitime: tuple[str, str, Path], args
             "--sparsity",
             "0.1",
             "--seed",
-            str(args.seed),
+            str(config.seed),
             *steps.common,
         ],
         out / "r1dl",
     )
 
 
-def _life_step(steps: _Steps, out: Path, args) -> None:
+def _life_step(steps: _Steps, out: Path, config: DemoConfig) -> None:
     """Run LiFE on dipy's small_25 scan and tractogram."""
     from dipy.data import get_fnames
 
@@ -270,18 +323,18 @@ def _life_step(steps: _Steps, out: Path, args) -> None:
             "--lambda-sweep",
             "0,0.001,0.01",
             "--seed",
-            str(args.seed),
+            str(config.seed),
             *steps.common,
         ],
         out / "life",
     )
 
 
-def _cohort_steps(steps: _Steps, out: Path, inputs: Path, args):
+def _cohort_steps(steps: _Steps, out: Path, inputs: Path, config: DemoConfig):
     """Run the cohort runner and the classification on a simulated cohort; return the cohort."""
     from connscale.datasets import simulate_cohort
 
-    cohort = simulate_cohort(**_COHORT, random_state=args.seed)
+    cohort = simulate_cohort(**_COHORT, random_state=config.seed)
     written = cohort.write(inputs / "cohort")
     steps(
         f"Cohort of {_COHORT['n_subjects']} simulated subjects (planted group difference in "
@@ -298,7 +351,7 @@ def _cohort_steps(steps: _Steps, out: Path, inputs: Path, args):
             "--n-jobs",
             "2",
             "--device",
-            args.device,
+            config.device,
             "-q",
         ],
         out / "cohort_fc",
@@ -318,14 +371,14 @@ def _cohort_steps(steps: _Steps, out: Path, inputs: Path, args):
             "--repeats",
             "3",
             "--seed",
-            str(args.seed),
+            str(config.seed),
         ],
         out / "classify",
     )
     return cohort
 
 
-def _table_iv_step(record, cohort, out: Path, args) -> None:
+def _table_iv_step(record, cohort, out: Path, config: DemoConfig) -> None:
     """Compare classification from actual and low-rank reconstructed correlations."""
     from connscale.report.plots import plot_metric_comparison
 
@@ -334,7 +387,7 @@ def _table_iv_step(record, cohort, out: Path, args) -> None:
         flush=True,
     )
     with record.timer("table_iv"):
-        comparison = _table_iv(cohort, args, out / "table_iv")
+        comparison = _table_iv(cohort, config, out / "table_iv")
     record.results["table_iv"] = {
         name: {metric: result[metric] for metric in ("accuracy", "sensitivity", "specificity")}
         for name, result in comparison.items()
@@ -353,12 +406,12 @@ def _table_iv_step(record, cohort, out: Path, args) -> None:
         )
 
 
-def _bids_app(folder: Path, args) -> Path:
+def _bids_app(folder: Path, config: DemoConfig) -> Path:
     """``connscale bids`` participant and group levels on a synthetic fMRIPrep tree."""
     from connscale.cli.main import main
     from connscale.datasets.fmriprep import make_fmriprep_tree
 
-    tree = make_fmriprep_tree(folder / "inputs", n_subjects=6, random_state=args.seed)
+    tree = make_fmriprep_tree(folder / "inputs", n_subjects=6, random_state=config.seed)
     output = folder / "connscale"
     # 'none': nilearn's presets regress 30 or more confounds, which these 30-volume runs
     # cannot support (the participant level refuses them below --min-dof).
@@ -385,7 +438,7 @@ def _bids_app(folder: Path, args) -> Path:
             "--backend",
             "serial",
             "--device",
-            args.device,
+            config.device,
             "-q",
         ]
     )
@@ -413,7 +466,7 @@ def _bids_app(folder: Path, args) -> Path:
     return next((output / "group").glob("*_report.html"))
 
 
-def _table_iv(cohort, args, folder: Path) -> dict:
+def _table_iv(cohort, config: DemoConfig, folder: Path) -> dict:
     """Cross-validate an MLP on actual and on low-rank reconstructed correlations."""
     from connscale.classify import compare_features
     from connscale.fc import dynamic_correlation, matrix_to_vec
@@ -426,8 +479,8 @@ def _table_iv(cohort, args, folder: Path) -> dict:
             series.shape[0],
             kind="lowrank",
             rank=_COHORT_RANK,
-            random_state=args.seed,
-            device=args.device,
+            random_state=config.seed,
+            device=config.device,
         )
         actual.append(matrix_to_vec(np.corrcoef(series, rowvar=False)))
         reconstructed.append(matrix_to_vec(whole.to_dense(0)))
@@ -436,5 +489,5 @@ def _table_iv(cohort, args, folder: Path) -> dict:
         f"reconstructed (l={_COHORT_RANK})": np.vstack(reconstructed),
     }
     return compare_features(
-        features, cohort.y, model="mlp", folds=5, repeats=2, random_state=args.seed
+        features, cohort.y, model="mlp", folds=5, repeats=2, random_state=config.seed
     )

@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale._choices import PAIR_STATISTICS
 from connscale.io.atomic import atomic_path, write_text_atomic
 from connscale.io.h5 import close_h5, create_h5, flush_h5, h5_errors
 from connscale.io.publish import check_published
@@ -63,8 +64,6 @@ __all__ = [
     "write_pairs_npy",
 ]
 
-#: The per-pair summaries of a store, in file order.
-PAIR_STATISTICS = ("mean", "std", "fraction_above")
 _ORDER = "row-major strictly-upper"
 
 
