@@ -313,6 +313,7 @@ def run_connscale(
     )
     matrices = {r["subject"]: read_relmat_tsv(r["outputs"][0])[0] for r in report.records}
     return {
+        "timeline": _timeline(report.records),
         "seconds": seconds,
         "span": span,
         "stages": stages,
@@ -352,6 +353,23 @@ def run_decode_floor(derivatives: Path, *, jobs: int) -> dict:
     }
 
 
+def _timeline(records: list[dict]) -> dict:
+    """Where the computing process's time went: waiting for reads, or its own work."""
+    waited = own = 0.0
+    for r in records:
+        ready = r["read_started"] + r["timings"]["decode"] + r["timings"]["clean"]
+        end = r["started"] + r["seconds"]
+        waited += max(0.0, min(ready, end) - r["started"])
+        own += end - max(ready, r["started"])
+    first = min(r["started"] for r in records)
+    reads = min(r["read_started"] for r in records)
+    return {
+        "computing_process_waiting_s": round(waited, 2),
+        "computing_process_own_work_s": round(own, 2),
+        "first_read_started_after_first_task_s": round(reads - first, 2),
+    }
+
+
 def _summary(runs: int, ours: dict) -> dict:
     return {
         "seconds": round(ours["seconds"], 2),
@@ -359,6 +377,7 @@ def _summary(runs: int, ours: dict) -> dict:
         "runs_span_seconds": round(ours["span"], 2),
         "runs_per_minute_in_span": round(runs / (ours["span"] / 60), 2),
         "stages_seconds": {k: round(v, 2) for k, v in ours["stages"].items()},
+        "timeline": ours["timeline"],
     }
 
 
@@ -367,7 +386,10 @@ def _print(label: str, runs: int, summary: dict) -> None:
         f"{label}: {runs} runs in {summary['seconds']:.1f} s = "
         f"{summary['runs_per_minute']:.2f} runs/min ({summary['runs_per_minute_in_span']:.2f} "
         f"over the runs' span of {summary['runs_span_seconds']:.1f} s); stages summed over "
-        "runs (s): " + ", ".join(f"{k} {v:.2f}" for k, v in summary["stages_seconds"].items()),
+        "runs (s): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in summary["stages_seconds"].items())
+        + "; "
+        + ", ".join(f"{k} {v}" for k, v in summary["timeline"].items()),
         flush=True,
     )
 

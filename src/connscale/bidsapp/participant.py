@@ -277,6 +277,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
         record = {
             "status": "ok",
             "outputs": [],
+            "read_started": round(decoded.started, 3),  # epoch seconds, in its reader
             "mean_fd": context["mean_fd"],
             "n_volumes": int(decoded.img.shape[3]),
             "n_kept": int(context["operator"].volumes.size),
@@ -363,6 +364,10 @@ def run_serial(
         progress.close()
 
 
+#: What a reader process imports to read a run, once in the process it is forked from.
+READER_MODULES = ("connscale.bidsapp.participant", "nibabel", "nilearn.interfaces.fmriprep")
+
+
 def _readers(readers: int) -> ReadAheadEngine:
     """Return the serial engine with ``readers`` reading ahead: processes when several.
 
@@ -371,7 +376,7 @@ def _readers(readers: int) -> ReadAheadEngine:
     GIL with one another nor with the process computing
     (``benchmarks/profile_readers.py``).
     """
-    return ReadAheadEngine(readers, processes=readers > 1)
+    return ReadAheadEngine(readers, processes=readers > 1, preload=READER_MODULES)
 
 
 def _open_engine(environments: list[dict], backend: str, n_jobs: int | None):

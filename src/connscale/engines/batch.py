@@ -225,13 +225,19 @@ class ReadAheadEngine(SerialEngine):
         Read in processes (no GIL shared with the computing process; large
         arrays come back through shared memory, :mod:`connscale.engines.shared`)
         instead of threads.
+    preload : tuple of str
+        Modules the reader processes import before their first read, once
+        (see :class:`~connscale.engines.readers.ReaderPool`).
     """
 
     name = "serial"
 
-    def __init__(self, readers: int = 1, *, processes: bool = False) -> None:
+    def __init__(
+        self, readers: int = 1, *, processes: bool = False, preload: tuple[str, ...] = ()
+    ) -> None:
         self.readers = max(int(readers), 1)
         self.processes = processes
+        self.preload = preload
 
     def map(
         self,
@@ -260,7 +266,9 @@ class ReadAheadEngine(SerialEngine):
         from connscale.engines.shared import handoff_folder
 
         with handoff_folder(self.processes) as folder:
-            pool = ReaderPool(self.readers, processes=self.processes, folder=folder)
+            pool = ReaderPool(
+                self.readers, processes=self.processes, folder=folder, preload=self.preload
+            )
             try:
                 yield pool
             finally:

@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from connscale.engines.shared import share_into
 
-__all__ = ["ReaderLost", "ReaderPool"]
+__all__ = ["ReaderLost", "ReaderPool", "start_reader"]
 
 
 class ReaderLost(RuntimeError):
@@ -42,10 +42,21 @@ class ReaderPool:
     folder : str or None
         Where the reader processes put the arrays they return
         (:func:`connscale.engines.shared.handoff_folder`); None: pickled.
+    preload : tuple of str
+        Modules to import before the first read: once, in the fork server
+        the readers are forked from (with ``forkserver``, if this process
+        starts it), and in each reader as it starts. The readers start at
+        once, so that their imports overlap this process's own work.
     """
 
     def __init__(
-        self, readers: int, *, processes: bool, retries: int = 1, folder: str | None = None
+        self,
+        readers: int,
+        *,
+        processes: bool,
+        retries: int = 1,
+        folder: str | None = None,
+        preload: tuple[str, ...] = (),
     ) -> None:
         self.processes = processes
         self.retries = retries
@@ -56,7 +67,12 @@ class ReaderPool:
             self._context = multiprocessing.get_context(
                 "forkserver" if "forkserver" in methods else "spawn"
             )
+            if preload and self._context.get_start_method() == "forkserver":
+                self._context.set_forkserver_preload(list(preload))
+            self.preload = preload
             self._slots: list[Executor | None] = [None] * readers
+            for index in range(readers):
+                self._slot(index)
         else:
             self._slots = [ThreadPoolExecutor(readers, thread_name_prefix="connscale-read")]
         self._next = 0
@@ -64,8 +80,12 @@ class ReaderPool:
     def _slot(self, index: int) -> Executor:
         if self._slots[index] is None:
             self._slots[index] = ProcessPoolExecutor(
-                1, mp_context=self._context, initializer=share_into, initargs=(self.folder,)
+                1,
+                mp_context=self._context,
+                initializer=start_reader,
+                initargs=(self.folder, self.preload),
             )
+            self._slots[index].submit(int)  # start the process now, not at its first read
         return self._slots[index]
 
     def submit(self, function: Callable, argument) -> Future:
@@ -112,6 +132,15 @@ class ReaderPool:
         for pool in self._slots:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+
+
+def start_reader(folder: str | None, preload: tuple[str, ...]) -> None:
+    """Initialise a reader process: where its arrays go, and its imports."""
+    import importlib
+
+    share_into(folder)
+    for name in preload:
+        importlib.import_module(name)
 
 
 def _settle(outcome: Future, finished: Future) -> None:
