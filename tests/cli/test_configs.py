@@ -23,6 +23,8 @@ HELP = Path(__file__).parent / "help"
 #: command -> (its module in connscale.cli, its config, its entry).
 COMMANDS = {
     "fc": ("fc", "FcConfig", "run_fc"),
+    "maps": ("maps", "MapsConfig", "run_maps"),
+    "pairs": ("pairs", "PairsConfig", "run_pairs"),
 }
 
 
@@ -85,3 +87,45 @@ def test_fc_entry_checks_its_fields(tmp_path):
     _, run_fc = _declaration("fc")
     with pytest.raises(InvalidParameterError, match="'kind' parameter of run_fc"):
         run_fc(input=tmp_path / "x.npy", out=tmp_path, kind="upper")
+
+
+def test_maps_command_line_gives_the_keywords(tmp_path):
+    scan = tmp_path / "sub-01_bold.nii.gz"
+    scan.touch()
+    argv = ["maps", str(scan), "--out", str(tmp_path), "--degree", "0.2,0.3", "--sparsity",
+            "0.01", "--seed=-10,20,4", "--seed", "1,2,3", "--allow-tf32", "-q"]  # fmt: skip
+    with pytest.warns(FutureWarning, match="--precision tf32"):
+        args = build_parser().parse_args(argv)
+    config, _ = _declaration("maps")
+    keywords = keywords_from_args(args, config)
+    assert keywords["degree"] == [0.2, 0.3] and keywords["sparsity"] == [0.01]
+    assert keywords["seed"] == [(-10.0, 20.0, 4.0), (1.0, 2.0, 3.0)]
+    assert keywords["precision"] == "tf32" and keywords["verbose"] == 0
+    assert keywords["seed_mask"] is None and keywords["ecm"] is False
+    assert config(**keywords).input == scan
+
+
+def test_maps_entry_checks_its_fields(tmp_path):
+    _, run_maps = _declaration("maps")
+    with pytest.raises(InvalidParameterError, match="'sparsity' parameter of run_maps"):
+        run_maps(input=tmp_path / "x.nii.gz", out=tmp_path, sparsity=[0.0])
+
+
+def test_pairs_command_line_gives_the_keywords(tmp_path):
+    tables = [tmp_path / "sub-01_timeseries.tsv", tmp_path / "sub-02_timeseries.tsv"]
+    for table in tables:
+        table.touch()
+    argv = ["pairs", *map(str, tables), "--window", "8", "--out", str(tmp_path), "--format", "npy"]
+    args = build_parser().parse_args(argv)
+    config, _ = _declaration("pairs")
+    keywords = keywords_from_args(args, config)
+    assert keywords["inputs"] == tables and keywords["window"] == 8
+    assert keywords["step"] == 1 and keywords["threshold"] == 0.5
+    assert keywords["format"] == "npy" and keywords["device"] == "auto"
+    assert config(**keywords).out == tmp_path
+
+
+def test_pairs_entry_checks_its_fields(tmp_path):
+    _, run_pairs = _declaration("pairs")
+    with pytest.raises(InvalidParameterError, match="'window' parameter of run_pairs"):
+        run_pairs(inputs=[tmp_path / "x.tsv"], out=tmp_path, window=2)
