@@ -29,6 +29,8 @@ COMMANDS = {
     "r1dl": ("r1dl", "R1dlConfig", "run_r1dl"),
     "classify": ("classify", "ClassifyConfig", "run_classify"),
     "demo": ("demo", "DemoConfig", "run_demo"),
+    "maps": ("maps", "MapsConfig", "run_maps"),
+    "pairs": ("pairs", "PairsConfig", "run_pairs"),
 }
 
 
@@ -246,3 +248,45 @@ def test_demo_entry_checks_its_fields(tmp_path):
     with pytest.raises(InvalidParameterError, match="'n_voxels' parameter of run_demo"):
         run_demo(out=tmp_path, n_voxels=1)
     assert not any(tmp_path.iterdir())  # refused before any step
+
+
+def test_maps_command_line_gives_the_keywords(tmp_path):
+    scan = tmp_path / "sub-01_bold.nii.gz"
+    scan.touch()
+    argv = ["maps", str(scan), "--out", str(tmp_path), "--degree", "0.2,0.3", "--sparsity",
+            "0.01", "--seed=-10,20,4", "--seed", "1,2,3", "--allow-tf32", "-q"]  # fmt: skip
+    with pytest.warns(FutureWarning, match="--precision tf32"):
+        args = build_parser().parse_args(argv)
+    config, _ = _declaration("maps")
+    keywords = keywords_from_args(args, config)
+    assert keywords["degree"] == [0.2, 0.3] and keywords["sparsity"] == [0.01]
+    assert keywords["seed"] == [(-10.0, 20.0, 4.0), (1.0, 2.0, 3.0)]
+    assert keywords["precision"] == "tf32" and keywords["verbose"] == 0
+    assert keywords["seed_mask"] is None and keywords["ecm"] is False
+    assert config(**keywords).input == scan
+
+
+def test_maps_entry_checks_its_fields(tmp_path):
+    _, run_maps = _declaration("maps")
+    with pytest.raises(InvalidParameterError, match="'sparsity' parameter of run_maps"):
+        run_maps(input=tmp_path / "x.nii.gz", out=tmp_path, sparsity=[0.0])
+
+
+def test_pairs_command_line_gives_the_keywords(tmp_path):
+    tables = [tmp_path / "sub-01_timeseries.tsv", tmp_path / "sub-02_timeseries.tsv"]
+    for table in tables:
+        table.touch()
+    argv = ["pairs", *map(str, tables), "--window", "8", "--out", str(tmp_path), "--format", "npy"]
+    args = build_parser().parse_args(argv)
+    config, _ = _declaration("pairs")
+    keywords = keywords_from_args(args, config)
+    assert keywords["inputs"] == tables and keywords["window"] == 8
+    assert keywords["step"] == 1 and keywords["threshold"] == 0.5
+    assert keywords["format"] == "npy" and keywords["device"] == "auto"
+    assert config(**keywords).out == tmp_path
+
+
+def test_pairs_entry_checks_its_fields(tmp_path):
+    _, run_pairs = _declaration("pairs")
+    with pytest.raises(InvalidParameterError, match="'window' parameter of run_pairs"):
+        run_pairs(inputs=[tmp_path / "x.tsv"], out=tmp_path, window=2)

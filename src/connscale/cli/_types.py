@@ -75,6 +75,8 @@ def number(
 correlation = number(-1.0, 1.0)
 #: A duration, frequency or size: a number > 0.
 positive = number(0.0, open_min=True)
+#: A fraction in (0, 1] (the top fraction of edges maps' --sparsity keeps).
+fraction = number(0.0, 1.0, open_min=True)
 #: A whole number >= 1 (counts: components, folds, iterations, ...).
 count = integer(1)
 #: A whole number >= 0 (seeds, retries, permutations, ...).

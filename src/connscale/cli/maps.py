@@ -3,27 +3,137 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
+from numbers import Real
 from pathlib import Path
+from types import SimpleNamespace
 
+from connscale import _fields
+from connscale._params import Flag, add_arguments, entry, keywords_from_args, param
+from connscale._validation import Interval, SequenceOf
 from connscale.cli import _types
 from connscale.cli._common import (
     RunRecord,
-    add_compute_arguments,
-    add_out_argument,
-    add_precision_argument,
-    add_wait_argument,
     configure_logging,
     input_files,
     logger,
     output_set,
 )
-from connscale.cli._inputs import add_input_arguments, load_input
+from connscale.cli._inputs import load_input
 from connscale.cli._sets import command_fingerprint, publish
 from connscale.io.bids import dataset_relative, seg_label
 
+#: The argument group of the maps (at least one is asked for).
+MAPS = "maps (at least one)"
+#: The mutually exclusive --seed / --seed-mask, in the maps' group.
+SEEDS = "seed or seed mask"
+
+_CORRELATION = Interval(Real, -1, 1, closed="both")
+_FRACTION = Interval(Real, 0, 1, closed="right")
+
+
+def _switch(doc: str, flag: str, flag_help: str):
+    """Return a map's boolean field: ``flag`` (store_true) in the maps' group."""
+    return param(
+        False,
+        constraints=["boolean"],
+        doc=doc,
+        flag=Flag((flag,), group=MAPS, action="store_true", help=flag_help),
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class MapsConfig:
+    """The options of ``connscale maps``, each declared once (:mod:`connscale._params`)."""
+
+    input: Path = _fields.input_file("A 4-D fMRI NIfTI (``.nii``/``.nii.gz``): maps are images.")
+    mask: Path | None = _fields.mask()
+    atlas: Path | None = _fields.atlas()
+    atlas_name: str | None = _fields.atlas_name()
+    out: Path = _fields.out()
+    degree: tuple[float, ...] | None = param(
+        None,
+        constraints=[SequenceOf(_CORRELATION), None],
+        doc="Degree centrality at these thresholds, in one pass: the number of other\n"
+        "series with ``r > R`` (``abs(r)`` with ``absolute``); None: no degree map.",
+        flag=Flag(("--degree",), group=MAPS, type=("numbers", "correlation"),
+                  metavar="R[,R...]",
+                  help="Degree centrality at these thresholds: count r > R (one pass)."),
+    )  # fmt: skip
+    sparsity: tuple[float, ...] | None = param(
+        None,
+        constraints=[SequenceOf(_FRACTION), None],
+        doc="Degree centrality keeping the top fraction of all edges (``0.01``: 1%),\n"
+        "at the exact global threshold; None: no such map.",
+        flag=Flag(("--sparsity",), group=MAPS, type=("numbers", "fraction"),
+                  metavar="P[,P...]",
+                  help="Degree centrality keeping the top fraction P of all edges "
+                  "(0.01 = 1%%), at the exact global threshold."),
+    )  # fmt: skip
+    weighted: bool = _switch(
+        "Also write the weighted degree maps (the sum of the kept ``r``; same pass).",
+        "--weighted",
+        "Also write weighted degree (the sum of the kept r; same pass).",
+    )
+    absolute: bool = _fields.absolute(
+        "Threshold ``abs(r)`` instead of ``r`` (degree and sparsity).",
+        flag_help="Threshold |r| instead of r (degree and sparsity).",
+        group=MAPS,
+    )
+    ecm: bool = _switch(
+        "Write the eigenvector centrality map (fastECM).",
+        "--ecm",
+        "Eigenvector centrality (fastECM).",
+    )
+    gcor: bool = _switch(
+        "Write the global correlation map: each series' mean ``r`` to all others.",
+        "--gcor",
+        "Global correlation: each voxel's mean r to all others.",
+    )
+    seed: list[tuple[float, float, float]] | None = param(
+        None,
+        constraints=[list, tuple, None],
+        doc_type="list of (x, y, z) or None",
+        doc="Seeds at world coordinates in mm: one correlation map each; None: none.",
+        flag=Flag(("--seed",), group=SEEDS, type="coordinate", action="append",
+                  metavar="X,Y,Z",
+                  help="Seed at world coordinates in mm (repeatable; write "
+                  "--seed=-10,20,4 when X is negative)."),
+    )  # fmt: skip
+    seed_mask: Path | None = param(
+        None,
+        constraints=["path", None],
+        doc="Seed region: a binary mask NIfTI on the fMRI grid (its mean series);\n"
+        "None: none. Not with ``seed``.",
+        flag=Flag(("--seed-mask",), group=SEEDS, type="input_file",
+                  help="Seed region: a binary mask NIfTI on the fMRI grid."),
+    )  # fmt: skip
+    seed_radius: float | None = param(
+        None,
+        constraints=[Interval(Real, 0, None, closed="neither"), None],
+        doc="Sphere radius in mm around the ``seed`` coordinates; None: one voxel.",
+        flag=Flag(("--seed-radius",), group=MAPS, type="positive",
+                  help="Sphere radius in mm around --seed coordinates (default: one voxel)."),
+    )  # fmt: skip
+    fisher_z: bool = _switch(
+        "Write the seed maps as Fisher z, ``arctanh(r)``.",
+        "--fisher-z",
+        "Seed maps as Fisher z = arctanh(r).",
+    )
+    precision: str = _fields.precision()
+    device: str = _fields.device()
+    dtype: str = _fields.dtype()
+    memory_limit: str | int | None = _fields.memory_limit()
+    verbose: int = _fields.verbose()
+    wait: bool = _fields.wait()
+    overwrite: bool = _fields.overwrite()
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``maps`` command to ``subparsers`` and return its parser."""
+    """Add the ``maps`` command to ``subparsers`` and return its parser.
+
+    Its options are derived from :class:`MapsConfig`'s fields.
+    """
     parser = subparsers.add_parser(
         "maps",
         help="Voxel-wise maps: degree and eigenvector centrality, global and seed correlation.",
@@ -34,64 +144,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_input_arguments(parser)
-    add_out_argument(parser)
-    maps = parser.add_argument_group("maps (at least one)")
-    maps.add_argument(
-        "--degree",
-        type=_types.numbers(_types.correlation),
-        default=None,
-        metavar="R[,R...]",
-        help="Degree centrality at these thresholds: count r > R (one pass).",
-    )
-    maps.add_argument(
-        "--sparsity",
-        type=_types.numbers(_types.number(0.0, 1.0, open_min=True)),
-        default=None,
-        metavar="P[,P...]",
-        help="Degree centrality keeping the top fraction P of all edges "
-        "(0.01 = 1%%), at the exact global threshold.",
-    )
-    maps.add_argument(
-        "--weighted",
-        action="store_true",
-        help="Also write weighted degree (the sum of the kept r; same pass).",
-    )
-    maps.add_argument(
-        "--absolute", action="store_true", help="Threshold |r| instead of r (degree and sparsity)."
-    )
-    maps.add_argument("--ecm", action="store_true", help="Eigenvector centrality (fastECM).")
-    maps.add_argument(
-        "--gcor",
-        action="store_true",
-        help="Global correlation: each voxel's mean r to all others.",
-    )
-    seeds = maps.add_mutually_exclusive_group()
-    seeds.add_argument(
-        "--seed",
-        type=_types.coordinate,
-        action="append",
-        default=None,
-        metavar="X,Y,Z",
-        help="Seed at world coordinates in mm (repeatable; write "
-        "--seed=-10,20,4 when X is negative).",
-    )
-    seeds.add_argument(
-        "--seed-mask",
-        type=_types.input_file,
-        default=None,
-        help="Seed region: a binary mask NIfTI on the fMRI grid.",
-    )
-    maps.add_argument(
-        "--seed-radius",
-        type=_types.positive,
-        default=None,
-        help="Sphere radius in mm around --seed coordinates (default: one voxel).",
-    )
-    maps.add_argument("--fisher-z", action="store_true", help="Seed maps as Fisher z = arctanh(r).")
-    add_precision_argument(parser)
-    add_compute_arguments(parser)
-    add_wait_argument(parser)
+    maps = parser.add_argument_group(MAPS)
+    groups = {
+        None: parser,
+        _fields.MASK_OR_ATLAS: parser.add_mutually_exclusive_group(),
+        MAPS: maps,
+        SEEDS: maps.add_mutually_exclusive_group(),
+        _fields.COMPUTATION: parser.add_argument_group(_fields.COMPUTATION),
+    }
+    add_arguments(parser, MapsConfig, groups, _types)
     parser.set_defaults(func=run)
     return parser
 
@@ -113,44 +174,63 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
-    """Run ``connscale maps``; return the exit status.
+    """Run ``connscale maps`` from its parsed command line; return the exit status."""
+    return run_maps(**keywords_from_args(args, MapsConfig))
 
-    Compute the maps asked for and publish them with their sidecars, figures
-    and log as one set (nothing is done when the folder already holds this
-    run's complete maps).
+
+@entry(MapsConfig)
+def run_maps(config: MapsConfig) -> int:
+    """Compute the maps of INPUT asked for and publish them; return 0.
+
+    The maps, their sidecars, figures and log are published as one set
+    (nothing is done when the folder already holds this run's complete maps).
+
+    Parameters
+    ----------
+    %(parameters)s
+
+    Returns
+    -------
+    int
+        The exit status, 0.
     """
     from connscale.io.relmat import source_entities, write_dataset_description
 
-    configure_logging(args.verbose)
-    source = source_entities(args.input)
-    seg = seg_label(args.atlas) if args.atlas is not None else None
+    configure_logging(config.verbose)
+    source = source_entities(config.input)
+    seg = seg_label(config.atlas) if config.atlas is not None else None
     prefix = f"{source}{'' if seg is None else f'_seg-{seg}'}_maps"
-    inputs = input_files(args) + ([args.seed_mask] if args.seed_mask is not None else [])
+    inputs = input_files(config) + ([config.seed_mask] if config.seed_mask is not None else [])
     # The maps, sidecars, figures and log are one set: written in a hidden
     # staging folder under the set's lock, published together with a manifest.
     with output_set(
-        args, args.out, prefix, command="maps", fingerprint=command_fingerprint(args, inputs)
+        config, config.out, prefix, command="maps", fingerprint=_fingerprint(config, inputs)
     ) as outputs:
         if outputs.complete():
             print(
-                f"connscale maps: {args.out} already holds this run's complete maps (same "
+                f"connscale maps: {config.out} already holds this run's complete maps (same "
                 "input contents and parameters); nothing to do."
             )
             return 0
-        record, written, log = _compute(args, outputs, prefix, source, seg)
-    write_dataset_description(args.out)
+        record, written, log = _compute(config, outputs, prefix, source, seg)
+    write_dataset_description(config.out)
     results = record.results
     print(
         f"connscale maps: {results['n_series']} {results['nodes']}, {results['n_timepoints']} "
         f"time points, {len(written)} map(s) on {record.device}"
     )
     for path, _ in written:
-        print(f"  wrote {args.out / path.name}")
+        print(f"  wrote {config.out / path.name}")
     print(f"  log   {log}")
     return 0
 
 
-def _compute(args, outputs, prefix: str, source: str, seg: str | None):
+def _fingerprint(config: MapsConfig, inputs: list) -> dict:
+    """Return the run's fingerprint: that of its parsed command line (``command`` included)."""
+    return command_fingerprint(SimpleNamespace(command="maps", **vars(config)), inputs)
+
+
+def _compute(config, outputs, prefix: str, source: str, seg: str | None):
     """Compute the maps asked for into the staging folder of ``outputs`` and publish them.
 
     They are published with their figures and log; return the run's record,
@@ -159,26 +239,26 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
     from connscale._compute import planner_for, resolve_device
     from connscale.maps.prepare import normalize_once
 
-    record = RunRecord("maps", args.out, vars(args))
+    record = RunRecord("maps", config.out, vars(config))
     # One planner for the run: every map is counted into it while it runs.
     planner = planner_for(
-        resolve_device(args.device),
-        args.memory_limit,
+        resolve_device(config.device),
+        config.memory_limit,
         hint="Raise --memory-limit, or use fewer series (a coarser mask).",
     )
-    _check_input_memory(args, planner)
+    _check_input_memory(config, planner)
     with record.timer("load"):
-        timeseries, _, nodes, masker = load_input(args)
+        timeseries, _, nodes, masker = load_input(config)
     n_timepoints, n = timeseries.shape
-    logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, args.input)
-    compute = {"device": planner.device, "dtype": args.dtype, "memory_limit": planner}
+    logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, config.input)
+    compute = {"device": planner.device, "dtype": config.dtype, "memory_limit": planner}
     # The matrix-free maps share one normalisation, planned beside the series;
     # these are kept only for seed maps.
-    seeds = bool(args.seed or args.seed_mask)
+    seeds = bool(config.seed or config.seed_mask)
     if seeds:
         planner.reserve_host(timeseries.nbytes)
     series = None
-    if args.degree or args.sparsity or args.ecm or args.gcor:
+    if config.degree or config.sparsity or config.ecm or config.gcor:
         with record.timer("normalize"), planner.transient():
             if not seeds:
                 planner.reserve_host(timeseries.nbytes)
@@ -188,30 +268,30 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
     written = []  # (staged path, title)
     common = {
         "n_nodes": n,
-        "source": dataset_relative(args.input, args.out),
-        "DataType": args.dtype,
+        "source": dataset_relative(config.input, config.out),
+        "DataType": config.dtype,
         "Nodes": nodes,
     }
 
     def emit(values, stat, desc, measure, description, **parameters):
         from connscale.io.maps import map_path, map_sidecar, write_map
 
-        name = map_path(args.out, source, stat, desc=desc, seg=seg).name
+        name = map_path(config.out, source, stat, desc=desc, seg=seg).name
         img = masker.inverse_transform(values)
         image_path, sidecar_path = write_map(
             outputs.path(name), img, map_sidecar(measure, description, **parameters, **common)
         )
         outputs.path(sidecar_path.name)
-        record.add_output(args.out / image_path.name)
-        record.add_output(args.out / sidecar_path.name)
+        record.add_output(config.out / image_path.name)
+        record.add_output(config.out / sidecar_path.name)
         written.append((image_path, f"{measure} {desc or ''}".strip()))
 
-    _degree_maps(args, series, planner, record, emit, nodes)
-    if args.ecm:
+    _degree_maps(config, series, planner, record, emit, nodes)
+    if config.ecm:
         from connscale.maps import eigenvector_centrality
 
         with record.timer("ecm"):
-            ecm = eigenvector_centrality(series, memory_limit=planner, verbose=args.verbose)
+            ecm = eigenvector_centrality(series, memory_limit=planner, verbose=config.verbose)
         emit(
             ecm,
             "ecm",
@@ -219,39 +299,39 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
             "Eigenvector centrality",
             "Leading eigenvector of R + 1 (fastECM, Wink et al. 2012), unit norm",
         )
-    if args.gcor:
+    if config.gcor:
         from connscale.maps import global_correlation
 
         with record.timer("gcor"):
             gcor = global_correlation(series, memory_limit=planner)
         emit(gcor, "gcor", None, "Global correlation", f"Mean r to all other {nodes}")
-    if args.seed or args.seed_mask:
+    if config.seed or config.seed_mask:
         from connscale.maps import seed_correlation
 
-        seeds = args.seed if args.seed else args.seed_mask
+        seeds = config.seed if config.seed else config.seed_mask
         with record.timer("seed"):
             maps = seed_correlation(
                 timeseries,
                 seeds,
-                img=args.input,
-                radius=args.seed_radius,
-                fisher_z=args.fisher_z,
+                img=config.input,
+                radius=config.seed_radius,
+                fisher_z=config.fisher_z,
                 **compute,
             )
-        names = [f"seed{i + 1}" for i in range(len(args.seed))] if args.seed else ["seedmask"]
+        names = [f"seed{i + 1}" for i in range(len(config.seed))] if config.seed else ["seedmask"]
         for i, name in enumerate(names):
             where = (
-                f"the sphere at {args.seed[i]} mm (radius {args.seed_radius} mm)"
-                if args.seed
-                else f"the mean of {args.seed_mask}"
+                f"the sphere at {config.seed[i]} mm (radius {config.seed_radius} mm)"
+                if config.seed
+                else f"the mean of {config.seed_mask}"
             )
             emit(
                 maps[i],
-                "seedz" if args.fisher_z else "seedcorr",
+                "seedz" if config.fisher_z else "seedcorr",
                 name,
                 "Seed correlation",
-                ("Fisher z of " if args.fisher_z else "") + f"r with {where}",
-                FisherZ=args.fisher_z,
+                ("Fisher z of " if config.fisher_z else "") + f"r with {where}",
+                FisherZ=config.fisher_z,
             )
     record.device = str(planner.device)
     record.results.update(
@@ -259,16 +339,16 @@ def _compute(args, outputs, prefix: str, source: str, seg: str | None):
             "n_series": n,
             "n_timepoints": n_timepoints,
             "nodes": nodes,
-            "maps": [str(args.out / p.name) for p, _ in written],
+            "maps": [str(config.out / p.name) for p, _ in written],
         }
     )
     with record.timer("figures"):
-        _figures(record, written, args, outputs)
+        _figures(record, written, config, outputs)
     log = publish(outputs, record, prefix)
     return record, written, log
 
 
-def _degree_maps(args, series, planner, record, emit, nodes: str) -> None:
+def _degree_maps(config, series, planner, record, emit, nodes: str) -> None:
     """Compute the degree maps of --degree and --sparsity, each handed to ``emit``.
 
     The maps are binary, and weighted with --weighted; their method and
@@ -277,8 +357,8 @@ def _degree_maps(args, series, planner, record, emit, nodes: str) -> None:
     from connscale.io.maps import threshold_label
     from connscale.maps.degree import compute_degree
 
-    rule = "|r|" if args.absolute else "r"
-    for option, values in (("degree", args.degree), ("sparsity", args.sparsity)):
+    rule = "|r|" if config.absolute else "r"
+    for option, values in (("degree", config.degree), ("sparsity", config.sparsity)):
         if not values:
             continue
 
@@ -286,10 +366,10 @@ def _degree_maps(args, series, planner, record, emit, nodes: str) -> None:
             (binary, weighted), info = compute_degree(
                 series,
                 **({"threshold": values} if option == "degree" else {"sparsity": values}),
-                absolute=args.absolute,
+                absolute=config.absolute,
                 memory_limit=planner,
-                verbose=args.verbose,
-                precision=args.precision,
+                verbose=config.verbose,
+                precision=config.precision,
                 both=True,
             )
         record.results[f"{option}_method"] = info["method"]
@@ -298,14 +378,14 @@ def _degree_maps(args, series, planner, record, emit, nodes: str) -> None:
         for i, value in enumerate(values):
             theta = info["thresholds"][i]
             kept = f"{rule} >= {theta:.6g}" if option == "sparsity" else f"{rule} > {theta:.6g}"
-            label = ("abs" if args.absolute else "") + (
+            label = ("abs" if config.absolute else "") + (
                 threshold_label(value, "sparsity")
                 if option == "sparsity"
                 else threshold_label(value)
             )
             params = {
                 "Threshold": theta,
-                "AbsoluteThreshold": args.absolute,
+                "AbsoluteThreshold": config.absolute,
                 "Sparsity": value if option == "sparsity" else None,
             }
             emit(
@@ -317,7 +397,7 @@ def _degree_maps(args, series, planner, record, emit, nodes: str) -> None:
                 Weighted=False,
                 **params,
             )
-            if args.weighted:
+            if config.weighted:
                 emit(
                     weighted[i],
                     "weighteddegree",
@@ -334,22 +414,22 @@ def _degree_maps(args, series, planner, record, emit, nodes: str) -> None:
 _LOAD_BYTES_PER_VALUE = 12
 
 
-def _check_input_memory(args, planner) -> None:
+def _check_input_memory(config, planner) -> None:
     """Fail before reading INPUT when its 4-D image and series cannot fit --memory-limit.
 
     The limit is the run's ``planner``; the maps' own memory is planned as
     they run.
     """
-    if args.memory_limit is None:
+    if config.memory_limit is None:
         return
     import numpy as np
 
     from connscale.io.nifti import load_image
 
-    shape = load_image(args.input, name="fMRI image").shape
+    shape = load_image(config.input, name="fMRI image").shape
     planner.require(
         _LOAD_BYTES_PER_VALUE * int(np.prod(shape)),
-        f"Reading {args.input.name} ({' x '.join(map(str, shape))} values) and its series",
+        f"Reading {config.input.name} ({' x '.join(map(str, shape))} values) and its series",
         on="host",
         hint="Raise --memory-limit, or crop the image or cut its volumes first.",
     )
@@ -367,7 +447,7 @@ def _mean_volume(path: Path):
     return nib.Nifti1Image(total / img.shape[3], img.affine)
 
 
-def _figures(record, written, args, outputs) -> None:
+def _figures(record, written, config, outputs) -> None:
     """Plot one PNG per map over the scan's mean image, in the set of ``outputs``.
 
     A failure is a warning.
@@ -376,12 +456,12 @@ def _figures(record, written, args, outputs) -> None:
 
     from connscale.report.maps import plot_stat_map
 
-    background = _mean_volume(args.input)
+    background = _mean_volume(config.input)
     for path, title in written:
         png = outputs.path(path.name[: -len(".nii.gz")] + ".png")
         try:
             plot_stat_map(path, png, bg_img=background, title=title)
-            record.add_figure(args.out / png.name)
+            record.add_figure(config.out / png.name)
         except Exception as exc:  # noqa: BLE001 - maps are written; say which figure failed
             outputs.discard(png.name)
             warnings.warn(

@@ -4,26 +4,88 @@ from __future__ import annotations
 
 import argparse
 from contextlib import ExitStack
+from dataclasses import dataclass
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
 
+from connscale import _fields
+from connscale._params import Flag, add_arguments, entry, keywords_from_args, param
+from connscale._validation import (
+    MIN_WINDOW_LENGTH,
+    Interval,
+    SequenceOf,
+    StrOptions,
+    make_constraint,
+)
 from connscale._version import __version__
 from connscale.cli import _types
 from connscale.cli._common import (
     RunRecord,
     compute_options,
     configure_logging,
-    finish_parser,
     logger,
     output_set,
 )
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import dataset_relative
 
+#: How the pair courses are written (``--format``): one HDF5 store, or NPY + TSV tables.
+PAIR_FORMATS = ("h5", "npy")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PairsConfig:
+    """The options of ``connscale pairs``, each declared once (:mod:`connscale._params`)."""
+
+    inputs: tuple[Path, ...] = param(
+        constraints=[SequenceOf(make_constraint("path"))],
+        doc_type="sequence of path",
+        doc="ROI time-series tables (``.tsv``/``.csv``/``.npy``), each of shape\n"
+        "(n_timepoints, n_regions), all with the same regions: computed together.",
+        flag=Flag(("inputs",), type="input_file", metavar="INPUT", nargs="+",
+                  help="ROI time-series files (.tsv/.csv/.npy), (n_timepoints, n_regions)."),
+    )  # fmt: skip
+    window: int = param(
+        constraints=[Interval(Integral, MIN_WINDOW_LENGTH, None, closed="left")],
+        doc="Window length in time points.",
+        flag=Flag(("--window",), type="window_length", required=True,
+                  help="Window length (time points)."),
+    )  # fmt: skip
+    step: int = param(
+        1,
+        constraints=[Interval(Integral, 1, None, closed="left")],
+        doc="Between window starts, in time points.",
+        flag=Flag(("--step",), type="count", help="Window step (time points)."),
+    )
+    threshold: float = _fields.threshold(
+        "The summary's third statistic: each pair's fraction of windows with\n``r > threshold``.",
+        flag_help="Summary feature: fraction of windows with r > THRESHOLD.",
+        default=0.5,
+    )
+    format: str = param(
+        "h5",
+        constraints=[StrOptions(set(PAIR_FORMATS))],
+        doc="How an input's courses are written: ``'h5'``, one HDF5 store; ``'npy'``,\n"
+        "a ``.npy`` array with a ``_windows.tsv`` table of the window onsets.",
+        flag=Flag(("--format",), choices=PAIR_FORMATS,
+                  help="Courses as one HDF5 file, or NPY + TSV tables."),
+    )  # fmt: skip
+    out: Path = _fields.out()
+    device: str = _fields.device()
+    dtype: str = _fields.dtype()
+    memory_limit: str | int | None = _fields.memory_limit()
+    verbose: int = _fields.verbose()
+    wait: bool = _fields.wait()
+    overwrite: bool = _fields.overwrite()
+
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    """Add the ``pairs`` command to ``subparsers`` and return its parser."""
+    """Add the ``pairs`` command to ``subparsers`` and return its parser.
+
+    Its options are derived from :class:`PairsConfig`'s fields.
+    """
     parser = subparsers.add_parser(
         "pairs",
         help="Sliding-window correlation course of every region pair of every scan.",
@@ -41,30 +103,10 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    parser.add_argument(
-        "inputs",
-        nargs="+",
-        type=_types.input_file,
-        metavar="INPUT",
-        help="ROI time-series files (.tsv/.csv/.npy), (n_timepoints, n_regions).",
-    )
-    parser.add_argument(
-        "--window", type=_types.window_length, required=True, help="Window length (time points)."
-    )
-    parser.add_argument("--step", type=_types.count, default=1, help="Window step (time points).")
-    parser.add_argument(
-        "--threshold",
-        type=_types.correlation,
-        default=0.5,
-        help="Summary feature: fraction of windows with r > THRESHOLD.",
-    )
-    parser.add_argument(
-        "--format",
-        choices=["h5", "npy"],
-        default="h5",
-        help="Courses as one HDF5 file, or NPY + TSV tables.",
-    )
-    return finish_parser(parser, run)
+    groups = {None: parser, _fields.COMPUTATION: parser.add_argument_group(_fields.COMPUTATION)}
+    add_arguments(parser, PairsConfig, groups, _types)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def check_arguments(args) -> None:
@@ -80,12 +122,27 @@ def check_arguments(args) -> None:
 
 
 def run(args) -> int:
-    """Run ``connscale pairs``; return the exit status.
+    """Run ``connscale pairs`` from its parsed command line; return the exit status."""
+    return run_pairs(**keywords_from_args(args, PairsConfig))
+
+
+@entry(PairsConfig)
+def run_pairs(config: PairsConfig) -> int:
+    """Compute the pair courses of every input and publish them; return 0.
 
     Publish one set per input (its pair courses, summary and sidecar) and one
     at the root (the feature table, log and report). All sets are entered
     before anything is computed, so a result of other parameters is refused
     first; nothing is done when every set is already complete.
+
+    Parameters
+    ----------
+    %(parameters)s
+
+    Returns
+    -------
+    int
+        The exit status, 0.
 
     Raises
     ------
@@ -95,19 +152,19 @@ def run(args) -> int:
     from connscale.io.bids import write_dataset_description
     from connscale.io.fingerprint import run_fingerprint
 
-    configure_logging(args.verbose)
-    places = [_scan_place(args.out, p) for p in args.inputs]
+    configure_logging(config.verbose)
+    places = [_scan_place(config.out, p) for p in config.inputs]
     names = [stem for _, _, stem in places]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"Several inputs share the name(s) {duplicates}; outputs would collide.")
     parameters = {
         "command": "pairs",
-        "window": args.window,
-        "step": args.step,
-        "threshold": args.threshold,
-        "format": args.format,
-        "dtype": args.dtype,
+        "window": config.window,
+        "step": config.step,
+        "threshold": config.threshold,
+        "format": config.format,
+        "dtype": config.dtype,
     }
     group_stem = _group_stem([entities for entities, _, _ in places])
     # One set per input, in its sub-<s>/[ses-<t>/]func folder, and one at the
@@ -119,32 +176,32 @@ def run(args) -> int:
         scan_sets = [
             stack.enter_context(
                 output_set(
-                    args,
+                    config,
                     folder,
                     stem,
                     command="pairs",
                     fingerprint=run_fingerprint([path], parameters),
                 )
             )
-            for path, (_, folder, stem) in zip(args.inputs, places)
+            for path, (_, folder, stem) in zip(config.inputs, places)
         ]
         group = stack.enter_context(
             output_set(
-                args,
-                args.out,
+                config,
+                config.out,
                 group_stem,
                 command="pairs",
-                fingerprint=run_fingerprint(args.inputs, parameters),
+                fingerprint=run_fingerprint(config.inputs, parameters),
             )
         )
         if group.complete() and all(s.complete() for s in scan_sets):
             print(
-                f"connscale pairs: {args.out} holds the complete result of these "
-                f"{len(args.inputs)} input(s) and parameters; nothing to do"
+                f"connscale pairs: {config.out} holds the complete result of these "
+                f"{len(config.inputs)} input(s) and parameters; nothing to do"
             )
             return 0
-        status = _run(args, places, scan_sets, group)
-    write_dataset_description(args.out)
+        status = _run(config, places, scan_sets, group)
+    write_dataset_description(config.out)
     return status
 
 
@@ -179,15 +236,15 @@ def _scan_name(entities: dict) -> str:
     return bids_prefix({k: v for k, v in entities.items() if k != "meas"})
 
 
-def _run(args, places, scan_sets, group) -> int:
+def _run(config, places, scan_sets, group) -> int:
     from connscale._compute import resolve_device
     from connscale.fc.pairs import PairSummary, pair_summary, pairwise_dfc
     from connscale.io.pairs import PAIR_STATISTICS, read_pair_summary
     from connscale.io.timeseries import load_timeseries
 
-    record = RunRecord("pairs", args.out, vars(args))
+    record = RunRecord("pairs", config.out, vars(config))
     with record.timer("load"):
-        loaded = [load_timeseries(p) for p in args.inputs]
+        loaded = [load_timeseries(p) for p in config.inputs]
     scans = [x for x, _ in loaded]
     n_regions = {x.shape[1] for x in scans}
     if len(n_regions) > 1:
@@ -197,17 +254,17 @@ def _run(args, places, scan_sets, group) -> int:
     n = scans[0].shape[1]
     pairs = np.stack(np.triu_indices(n, 1), axis=1)
     todo = [k for k, outputs in enumerate(scan_sets) if not outputs.complete()]
-    record.device = str(resolve_device(args.device))
+    record.device = str(resolve_device(config.device))
     stats: list = [None] * len(scans)
     n_windows: list = [None] * len(scans)
     seconds = n_constant = 0
     if todo:
         with record.timer("pairwise_dfc"):
             result = pairwise_dfc(
-                [scans[k] for k in todo], args.window, args.step, **compute_options(args)
+                [scans[k] for k in todo], config.window, config.step, **compute_options(config)
             )
         with record.timer("summary"):
-            summary = pair_summary(result.courses, threshold=args.threshold)
+            summary = pair_summary(result.courses, threshold=config.threshold)
         seconds, n_constant = record.timings["pairwise_dfc"], result.n_constant
         ragged = isinstance(result.window_starts, list)
         group.check_space(
@@ -219,9 +276,9 @@ def _run(args, places, scan_sets, group) -> int:
                 stats[k] = {stat: getattr(summary, stat)[t] for stat in PAIR_STATISTICS}
                 n_windows[k] = len(onsets)
                 _write_scan(
-                    args,
+                    config,
                     record,
-                    args.inputs[k],
+                    config.inputs[k],
                     places[k],
                     scan_sets[k],
                     courses=result.courses[t],
@@ -236,7 +293,7 @@ def _run(args, places, scan_sets, group) -> int:
         _, folder, stem = places[k]
         done = read_pair_summary(folder / f"{stem}.tsv")
         stats[k] = {stat: done[stat] for stat in PAIR_STATISTICS}
-        n_windows[k] = (scans[k].shape[0] - args.window) // args.step + 1
+        n_windows[k] = (scans[k].shape[0] - config.window) // config.step + 1
     n_corr = len(pairs) * sum(n_windows[k] for k in todo)
     record.results.update(
         {
@@ -253,24 +310,24 @@ def _run(args, places, scan_sets, group) -> int:
     if not group.complete():  # else only inputs were missing: the log stays the first run's
         every = PairSummary(
             **{stat: np.stack([s[stat] for s in stats]) for stat in PAIR_STATISTICS},
-            threshold=args.threshold,
+            threshold=config.threshold,
         )
-        _write_group(args, record, [entities for entities, _, _ in places], group, every, pairs)
+        _write_group(config, record, [entities for entities, _, _ in places], group, every, pairs)
         log = record.finish(group.prefix, group)
         group.commit()
     logger.info("pairs: %d correlations in %.3f s", n_corr, seconds)
     print(
         f"connscale pairs: {len(scans)} scan(s) ({len(todo)} computed), {len(pairs)} pairs, "
-        f"window {args.window}, step {args.step}: {n_corr} correlations on {record.device} "
+        f"window {config.window}, step {config.step}: {n_corr} correlations on {record.device} "
         f"in {seconds:.3f} s"
     )
-    print(f"  wrote {args.out}")
+    print(f"  wrote {config.out}")
     print(f"  log   {log}")
     return 0
 
 
 def _write_scan(
-    args, record, path, place, outputs, *, courses, pairs, onsets, summary, labels, n_constant
+    config, record, path, place, outputs, *, courses, pairs, onsets, summary, labels, n_constant
 ) -> None:
     """Write and publish the set of one input: its courses, summary and sidecars."""
     from connscale.io.pairs import write_pair_summary, write_pairs_h5, write_pairs_npy
@@ -281,16 +338,16 @@ def _write_scan(
         record.add_output(folder / name)
         return outputs.path(name)
 
-    if args.format == "h5":
+    if config.format == "h5":
         write_pairs_h5(
             output(f"{stem}.h5"),
             courses=courses,
             pairs=pairs,
             window_onsets=onsets,
-            window_length=args.window,
-            step=args.step,
+            window_length=config.window,
+            step=config.step,
             summary=summary,
-            threshold=args.threshold,
+            threshold=config.threshold,
             labels=labels,
             n_constant=n_constant,
             attrs={"source": str(path)},
@@ -302,23 +359,23 @@ def _write_scan(
             output(f"{windows}.tsv"),
             courses=courses,
             window_onsets=onsets,
-            window_length=args.window,
+            window_length=config.window,
         )
-        write_json_atomic(output(f"{windows}.json"), _windows_sidecar(args, path))
+        write_json_atomic(output(f"{windows}.json"), _windows_sidecar(config, path))
     write_pair_summary(
         output(f"{stem}.tsv"),
         pairs=pairs,
         labels=labels,
         summary=summary,
-        threshold=args.threshold,
+        threshold=config.threshold,
     )
     write_json_atomic(
-        output(f"{stem}.json"), _pairs_sidecar(args, path, labels=labels, n_windows=len(onsets))
+        output(f"{stem}.json"), _pairs_sidecar(config, path, labels=labels, n_windows=len(onsets))
     )
     outputs.commit()
 
 
-def _write_group(args, record, entities: list, group, summary, pairs) -> None:
+def _write_group(config, record, entities: list, group, summary, pairs) -> None:
     """Write the feature table of every input and its sidecar into the root set."""
     from connscale.io.pairs import write_pair_features
 
@@ -330,7 +387,7 @@ def _write_group(args, record, entities: list, group, summary, pairs) -> None:
         features=summary.features(),
         names=summary.feature_names(pairs),
     )
-    write_json_atomic(group.path(f"{group.prefix}.json"), _features_sidecar(args))
+    write_json_atomic(group.path(f"{group.prefix}.json"), _features_sidecar(config))
 
 
 def _stem(entities: dict, suffix: str) -> str:
@@ -339,20 +396,20 @@ def _stem(entities: dict, suffix: str) -> str:
     return bids_name(entities, suffix=suffix, extension=".tsv")[: -len(".tsv")]
 
 
-def _common_sidecar(args) -> dict:
+def _common_sidecar(config) -> dict:
     return {
-        "WindowLength": int(args.window),
-        "WindowStep": int(args.step),
-        "Threshold": float(args.threshold),
-        "DataType": str(args.dtype),
+        "WindowLength": int(config.window),
+        "WindowStep": int(config.step),
+        "Threshold": float(config.threshold),
+        "DataType": str(config.dtype),
     }
 
 
-def _pairs_sidecar(args, path: Path, *, labels: list, n_windows: int) -> dict:
+def _pairs_sidecar(config, path: Path, *, labels: list, n_windows: int) -> dict:
     """Return the JSON sidecar of an input's ``_pairs`` files (courses and summary)."""
     courses = (
         "HDF5: courses (pairs, windows), pairs (pairs, 2), window_onsets, summary/*, labels"
-        if args.format == "h5"
+        if config.format == "h5"
         else ".npy: courses (pairs, windows); window onsets in the _windows.tsv"
     )
     return {
@@ -360,35 +417,35 @@ def _pairs_sidecar(args, path: Path, *, labels: list, n_windows: int) -> dict:
         "MeasureDescription": (
             "Sliding-window Pearson correlation of every pair of regions; the .tsv holds "
             "each pair's mean, standard deviation and fraction of windows with r > "
-            f"{args.threshold} over its finite windows"
+            f"{config.threshold} over its finite windows"
         ),
         "Weighted": True,
         "Directed": False,
         "StorageFormat": courses,
         "PairOrder": "row-major strictly-upper (i < j)",
-        **_common_sidecar(args),
+        **_common_sidecar(config),
         "NumberOfWindows": int(n_windows),
         "NumberOfNodes": len(labels),
         "NodeNames": list(labels),
-        "Sources": [dataset_relative(path, args.out)],
+        "Sources": [dataset_relative(path, config.out)],
         "Code": f"connscale {__version__}",
     }
 
 
-def _windows_sidecar(args, path: Path) -> dict:
+def _windows_sidecar(config, path: Path) -> dict:
     """Return the JSON sidecar of a ``_windows.tsv`` table (its columns)."""
     return {
         "window": {"Description": "Window index, from 0 (the column of the courses)"},
         "onset": {"Description": "First time point of the window, from 0", "Units": "volumes"},
         "end": {"Description": "One past the window's last time point", "Units": "volumes"},
-        "WindowLength": int(args.window),
-        "WindowStep": int(args.step),
-        "Sources": [dataset_relative(path, args.out)],
+        "WindowLength": int(config.window),
+        "WindowStep": int(config.step),
+        "Sources": [dataset_relative(path, config.out)],
         "Code": f"connscale {__version__}",
     }
 
 
-def _features_sidecar(args) -> dict:
+def _features_sidecar(config) -> dict:
     """Return the JSON sidecar of the feature table of all inputs."""
     return {
         "scan": {"Description": "The input's BIDS entities (its outputs' folder and name)"},
@@ -397,7 +454,7 @@ def _features_sidecar(args) -> dict:
             "of windows with r > Threshold) of the sliding-window Pearson correlation of "
             "each region pair (i, j), i < j, in row-major order"
         ),
-        **_common_sidecar(args),
-        "Sources": [dataset_relative(p, args.out) for p in args.inputs],
+        **_common_sidecar(config),
+        "Sources": [dataset_relative(p, config.out) for p in config.inputs],
         "Code": f"connscale {__version__}",
     }
