@@ -1,4 +1,4 @@
-"""What every sub-command shares: compute options, logging, the run record."""
+"""What every sub-command shares: errors in its flags' words, outputs, logging, the run record."""
 
 from __future__ import annotations
 
@@ -12,11 +12,7 @@ import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
-from connscale._choices import DTYPES, PRECISIONS
-from connscale._fields import PRECISION_HELP
 from connscale._version import __version__
-from connscale.cli import _types
-from connscale.cli._types import DeprecatedAlias
 from connscale.io.atomic import write_json_atomic
 
 logger = logging.getLogger("connscale")
@@ -70,114 +66,6 @@ def api_to_flags(message: str, parser: argparse.ArgumentParser) -> str:
 
     message = _ASSIGNED.sub(assigned, message)
     return _QUOTED.sub(lambda m: flag(m.group(1)) or m.group(0), message)
-
-
-def add_compute_arguments(parser: argparse.ArgumentParser) -> None:
-    """--device, --dtype, --memory-limit, -v/--verbose and -q/--quiet."""
-    group = parser.add_argument_group("computation")
-    group.add_argument(
-        "--device",
-        type=_types.device,
-        default="auto",
-        help="'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'.",
-    )
-    group.add_argument(
-        "--dtype", default="float32", choices=list(DTYPES), help="Working precision."
-    )
-    group.add_argument(
-        "--memory-limit",
-        type=_types.memory,
-        default=None,
-        metavar="SIZE",
-        help="Most memory to use, e.g. '8GB' (default: 80%% of free).",
-    )
-    group.add_argument(
-        "-v",
-        "--verbose",
-        action="count",
-        default=1,
-        help="More output (-vv: debug log and tracebacks).",
-    )
-    group.add_argument(
-        "-q",
-        "--quiet",
-        action="store_const",
-        const=0,
-        dest="verbose",
-        help="No progress bars or messages.",
-    )
-
-
-def add_wait_argument(parser: argparse.ArgumentParser, *, overwrite: bool = True) -> None:
-    """Add --wait and, unless ``overwrite`` is False, --overwrite to ``parser``.
-
-    --wait: wait for another run writing the same output instead of failing;
-    --overwrite: replace a result published with other parameters.
-    """
-    parser.add_argument(
-        "--wait",
-        action="store_true",
-        help="When another connscale run is writing the same output, wait for "
-        "it to finish instead of stopping with an error naming its pid.",
-    )
-    if overwrite:
-        parser.add_argument(
-            "--overwrite",
-            action="store_true",
-            help="Replace a result already in the output folder that was made "
-            "with other parameters (never done without this flag).",
-        )
-
-
-def add_threshold_arguments(parser: argparse.ArgumentParser, *, threshold_help: str) -> None:
-    """--threshold (float, default None) and --absolute (keep |r| >= THRESHOLD)."""
-    parser.add_argument("--threshold", type=_types.correlation, default=None, help=threshold_help)
-    parser.add_argument(
-        "--absolute", action="store_true", help="With --threshold, keep |r| >= THRESHOLD."
-    )
-
-
-def add_precision_argument(parser: argparse.ArgumentParser) -> None:
-    """Add --precision {exact,fp32,tf32} (the API's ``precision``) and the former --allow-tf32.
-
-    --allow-tf32 is --precision tf32, deprecated.
-    """
-    parser.add_argument(
-        "--precision",
-        choices=list(PRECISIONS),
-        default="exact",
-        help=PRECISION_HELP,
-    )
-    parser.add_argument(
-        "--allow-tf32",
-        dest="precision",
-        action=DeprecatedAlias,
-        new="--precision tf32",
-        nargs=0,
-        const="tf32",
-    )
-
-
-def finish_parser(
-    parser: argparse.ArgumentParser, run, *, out: bool = True, wait: bool = True
-) -> argparse.ArgumentParser:
-    """Add --out, the compute options and --wait/--overwrite to ``parser``; return it.
-
-    --out only with ``out``, --wait/--overwrite only with ``wait``; ``run`` is
-    the command's function.
-    """
-    if out:
-        add_out_argument(parser)
-    add_compute_arguments(parser)
-    if wait:
-        add_wait_argument(parser)
-    parser.set_defaults(func=run)
-    return parser
-
-
-def add_out_argument(parser: argparse.ArgumentParser) -> None:
-    """--out: the output folder (new, or an existing folder)."""
-    parser.add_argument("--out", type=_types.output_folder, required=True, help="Output folder.")
 
 
 def compute_options(args) -> dict:
@@ -243,9 +131,10 @@ class RunRecord:
         self.command = command
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        # "command" first, as the parsed command line's namespace gave it.
         self.parameters = {
             k: (str(v) if isinstance(v, Path) else v)
-            for k, v in parameters.items()
+            for k, v in {"command": command, **parameters}.items()
             if not callable(v)
         }
         self.timings: dict[str, float] = {}

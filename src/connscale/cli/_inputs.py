@@ -4,48 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from connscale.cli import _types
 from connscale.io.timeseries import TIMESERIES_SUFFIXES, load_timeseries
-
-
-def add_input_arguments(parser) -> None:
-    """INPUT plus --mask/--atlas (mutually exclusive) and --t-r."""
-    parser.add_argument(
-        "input",
-        type=_types.input_file,
-        metavar="INPUT",
-        help="4-D fMRI NIfTI (.nii/.nii.gz) or ROI time series "
-        "(.tsv/.csv/.npy, one column per region).",
-    )
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument(
-        "--mask",
-        type=_types.input_file,
-        default=None,
-        help="Brain mask NIfTI on the fMRI grid (voxel-level series). "
-        "Default for NIfTI input: computed from the image.",
-    )
-    group.add_argument(
-        "--atlas",
-        type=_types.input_file,
-        default=None,
-        help="Labels NIfTI (0 = background): region-mean series.",
-    )
-    add_atlas_name_argument(parser)
-
-
-def add_atlas_name_argument(parser) -> None:
-    """--atlas-name: the seg- entity of the outputs."""
-    parser.add_argument(
-        "--atlas-name",
-        type=_types.bids_label,
-        default=None,
-        metavar="NAME",
-        help="The atlas's name in output file names (seg-NAME; letters and "
-        "digits). Default: the atlas file's atlas- entity, or the "
-        "letters and digits of its stem; for a _timeseries input, its "
-        "own seg- entity.",
-    )
 
 
 def check_input_arguments(args) -> None:
