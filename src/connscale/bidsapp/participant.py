@@ -368,6 +368,11 @@ def run_serial(
 READER_MODULES = ("connscale.bidsapp.participant", "nibabel", "nilearn.interfaces.fmriprep")
 
 
+def _reads_in_processes(backend: str, n_jobs: int | None, environments: list) -> bool:
+    """Return whether the runs are read by reader processes (:func:`_readers`)."""
+    return backend == "serial" and not environments and n_jobs is not None and n_jobs > 1
+
+
 def _readers(readers: int) -> ReadAheadEngine:
     """Return the serial engine with ``readers`` reading ahead: processes when several.
 
@@ -448,6 +453,10 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
     notes: list[str] = []
     environments = _gpu_plan(gpus, backend, notes)
     device = "cuda" if environments else config.device
+    if _reads_in_processes(backend, n_jobs, environments):
+        from connscale.engines.readers import start_fork_server
+
+        start_fork_server(READER_MODULES)  # its imports overlap the layout's index
     runs = find_runs(
         derivatives,
         participant_label=config.participant_label,

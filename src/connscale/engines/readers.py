@@ -18,7 +18,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from connscale.engines.shared import share_into
 
-__all__ = ["ReaderLost", "ReaderPool", "start_reader"]
+__all__ = ["ReaderLost", "ReaderPool", "start_fork_server", "start_reader"]
 
 
 class ReaderLost(RuntimeError):
@@ -67,8 +67,7 @@ class ReaderPool:
             self._context = multiprocessing.get_context(
                 "forkserver" if "forkserver" in methods else "spawn"
             )
-            if preload and self._context.get_start_method() == "forkserver":
-                self._context.set_forkserver_preload(list(preload))
+            start_fork_server(preload)
             self.preload = preload
             self._slots: list[Executor | None] = [None] * readers
             for index in range(readers):
@@ -132,6 +131,24 @@ class ReaderPool:
         for pool in self._slots:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+
+
+def start_fork_server(preload: tuple[str, ...]) -> None:
+    """Start the fork server of reader processes now, importing ``preload`` once.
+
+    Its imports then overlap what this process does before the first read
+    (the BIDS layout's index); each reader is forked from it with them done.
+    Nothing to do where ``forkserver`` is not available (readers are spawned)
+    or when the server already runs.
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return
+    from multiprocessing import forkserver
+
+    context = multiprocessing.get_context("forkserver")
+    if preload:
+        context.set_forkserver_preload(list(preload))
+    forkserver.ensure_running()
 
 
 def start_reader(folder: str | None, preload: tuple[str, ...]) -> None:
