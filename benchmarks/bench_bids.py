@@ -326,11 +326,12 @@ def run_connscale(
 
 def _inflate(path: str) -> int:
     """Decode one ``.nii.gz`` whole with ISA-L; return the decoded bytes."""
-    from isal import igzip
+    from isal import igzip, isal_zlib
 
     total, buffer = 0, bytearray(16 * 1024**2)
-    with igzip.open(path, "rb") as fh:
-        while n := fh.readinto(buffer):
+    with open(path, "rb") as raw:  # ISA-L's C reader, straight into the buffer
+        reader = isal_zlib._GzipReader(raw, igzip.READ_BUFFER_SIZE)
+        while n := reader.readinto(buffer):
             total += n
     return total
 
