@@ -226,3 +226,17 @@ def test_other_public_entries_declare_their_constraints():
             r"in the range \[1, inf\). Got 0 instead.",
         ):
             call()
+
+
+def test_predict_compares_in_the_space_fitted_in():
+    """With fisher_z the states live in Fisher z: new windows are compared there
+    (once), as states fitted on arctanh(windows) compare arctanh(new windows).
+    Strong correlations, where z and r disagree on the nearest state."""
+    rng = np.random.default_rng(3)
+    arrays = [np.tanh(rng.normal(0, 1.5, (60, 20))) for _ in range(4)]
+    new = [np.tanh(rng.normal(0, 1.5, (60, 20))) for _ in range(2)]
+    params = {"n_init": 2, "random_state": 0, "device": "cpu", "exemplars": False}
+    z = DFCStates(3, fisher_z=True, **params).fit(arrays)
+    ref = DFCStates(3, **params).fit([np.arctanh(a) for a in arrays])
+    for ours, theirs in zip(z.predict(new), ref.predict([np.arctanh(a) for a in new])):
+        assert_array_equal(ours, theirs)

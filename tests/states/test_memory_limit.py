@@ -56,3 +56,22 @@ def test_the_copies_are_bounded_by_the_fit_planner(monkeypatch):
     with _budget.planning(MemoryPlanner(device, "1MB")):
         assert _budget.memory_budget(device) == 1_000_000
     assert _budget.memory_budget(device) == 5_000_000
+
+
+def test_predict_and_elbow_plan_their_memory_too(monkeypatch):
+    from connscale.states import elbow
+
+    fitted = _fit()
+    small = DFCStates(3, n_init=2, random_state=0, device="cpu", memory_limit="10KB")
+    small.set_params(memory_limit="10KB")
+    for name in ("cluster_centers_", "n_features_in_", "labels_"):
+        setattr(small, name, getattr(fitted, name))
+
+    def no_copy(*args, **kwargs):
+        raise AssertionError("the windows were copied to the device")
+
+    monkeypatch.setattr(estimator_module, "_device_copy", no_copy)
+    with pytest.raises(MemoryLimitError, match="DFC states of 40 windows x 66 edges"):
+        small.predict(_windows()[0])
+    with pytest.raises(MemoryLimitError, match="DFC states of 120 windows x 66 edges"):
+        elbow(_windows(), range(2, 5), exemplars=False, device="cpu", memory_limit="10KB")

@@ -463,12 +463,6 @@ class DFCStates(BaseEstimator):
         self.memory_limit = memory_limit
         self.verbose = verbose
 
-    def _windows(self, windows):
-        arrays, single = _subject_windows(windows)
-        if self.fisher_z:
-            arrays = [_fisher_z(a) for a in arrays]
-        return arrays, single
-
     def fit(self, windows, y=None):
         """Cluster the windows of every subject into ``n_states`` states.
 
@@ -567,7 +561,7 @@ class DFCStates(BaseEstimator):
         subject was given.
         """
         check_is_fitted(self)
-        arrays, single = self._windows(windows)
+        arrays, single = _subject_windows(windows)
         if arrays[0].shape[1] != self.n_features_in_:
             raise ValueError(
                 f"Windows must have {self.n_features_in_} edges as in fit; got "
@@ -575,15 +569,38 @@ class DFCStates(BaseEstimator):
             )
         device = resolve_device(self.device)
         sizes = np.array([a.shape[0] for a in arrays])
+        planner = planner_for(device, self.memory_limit, hint=_MEMORY_HINT)
+        with planner.transient():
+            elements = _plan_memory(
+                sizes,
+                arrays[0].shape[1],
+                arrays[0].dtype.itemsize,
+                n_states=self.n_states,
+                n_exemplars=0,
+                metric=self.metric,
+                fisher_z=self.fisher_z,
+                planner=planner,
+            )
+            with km.limited_blocks(elements), planning(planner):
+                labels = self._assign(arrays, device)
+        out = np.split(labels, np.cumsum(sizes)[:-1])
+        return out[0] if single else out
+
+    def _assign(self, arrays: list[np.ndarray], device: torch.device) -> np.ndarray:
+        """Return the nearest state of every window (:meth:`predict` once planned).
+
+        The windows are compared in the space the states were fitted in: their
+        Fisher z with ``fisher_z``.
+        """
+        if self.fisher_z:
+            arrays = [_fisher_z(a) for a in arrays]
         data = np.concatenate(arrays) if len(arrays) > 1 else arrays[0]
         x, owned = _device_copy(data, device)
         with torch.no_grad():
             prepared = km.Prepared(x, self.metric, owned=owned)
             centres = torch.as_tensor(self.cluster_centers_, device=device)
             labels, _ = km.assign_torch(prepared, prepared.to_prepared(centres))
-        labels = labels.cpu().numpy()
-        out = np.split(labels, np.cumsum(sizes)[:-1])
-        return out[0] if single else out
+        return labels.cpu().numpy()
 
     def fit_predict(self, windows, y=None):
         """:meth:`fit`, then the training subjects' ``labels_``."""
@@ -641,6 +658,23 @@ def _state_means(data: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
     return sums / np.maximum(counts, 1)[:, None]
 
 
+def _elbow_curve(data, ks, metric, n_init, max_iter, random_state, device):
+    """Return the mean within- and between-cluster distances of each k's k-means."""
+    rng = check_random_state(random_state)
+    x, owned = _device_copy(data, device)
+    within, between = [], []
+    with torch.no_grad():
+        prepared = km.Prepared(x, metric, owned=owned)
+        tol_abs = _tolerance(prepared.x, 1e-4)
+        for k in ks:
+            result = _best_of(prepared, k, n_init, rng, max_iter=max_iter, tol=tol_abs)
+            within.append(result.inertia / data.shape[0])
+            centres = km.Prepared(result.centres, metric)
+            pair = km._point_distances(centres, centres.x)
+            between.append(float(pair.sum()) / (k * (k - 1)))
+    return np.array(within), np.array(between)
+
+
 @validate_params(
     {
         name: _PARAMETER_CONSTRAINTS[name]
@@ -652,6 +686,7 @@ def _state_means(data: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
             "fisher_z",
             "random_state",
             "device",
+            "memory_limit",
         )
     }
 )
@@ -666,6 +701,7 @@ def elbow(
     fisher_z: bool = False,
     random_state=None,
     device: str = "auto",
+    memory_limit: int | str | MemoryPlanner | None = None,
 ) -> dict:
     """Compute the elbow criterion for the number of states (GIFT's dFNC toolbox).
 
@@ -681,8 +717,8 @@ def elbow(
         As for :meth:`DFCStates.fit`.
     n_states : iterable of int, default=range(2, 11)
         Values of k to try (at least 3, each >= 2).
-    metric, exemplars, n_init, max_iter, fisher_z, random_state, device
-        As for :class:`DFCStates`.
+    metric, exemplars, n_init, max_iter, fisher_z, random_state, device, memory_limit
+        As for :class:`DFCStates` (the memory of the largest k's k-means).
 
     Returns
     -------
@@ -702,19 +738,20 @@ def elbow(
     if data.shape[0] < max(ks):
         raise ValueError(f"k={max(ks)} needs at least {max(ks)} windows; got {data.shape[0]}.")
     device = resolve_device(device)
-    rng = check_random_state(random_state)
-    x, owned = _device_copy(data, device)
-    within, between = [], []
-    with torch.no_grad():
-        prepared = km.Prepared(x, metric, owned=owned)
-        tol_abs = _tolerance(prepared.x, 1e-4)
-        for k in ks:
-            result = _best_of(prepared, k, n_init, rng, max_iter=max_iter, tol=tol_abs)
-            within.append(result.inertia / data.shape[0])
-            centres = km.Prepared(result.centres, metric)
-            pair = km._point_distances(centres, centres.x)
-            between.append(float(pair.sum()) / (k * (k - 1)))
-    within, between = np.array(within), np.array(between)
+    planner = planner_for(device, memory_limit, hint=_MEMORY_HINT)
+    with planner.transient():
+        elements = _plan_memory(
+            np.array([data.shape[0]]),
+            data.shape[1],
+            data.dtype.itemsize,
+            n_states=max(ks),
+            n_exemplars=0,
+            metric=metric,
+            fisher_z=False,  # already applied
+            planner=planner,
+        )
+        with km.limited_blocks(elements), planning(planner):
+            within, between = _elbow_curve(data, ks, metric, n_init, max_iter, random_state, device)
     ratio = within / between
     span = np.array([ks[-1] - ks[0], ratio[-1] - ratio[0]], dtype=np.float64)
     scale = np.array([ks[-1] - ks[0], max(abs(ratio[0] - ratio[-1]), 1e-12)])
