@@ -7,7 +7,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from connscale.bidsapp import decode, participant
+from connscale.bidsapp import cleaning, decode, participant
 from connscale.bidsapp.decode import load_masked_bold
 from connscale.engines.batch import ReadAheadEngine
 
@@ -123,8 +123,9 @@ def test_serial_runner_reads_ahead_within_bounds(monkeypatch, readers):
             log.append(("done", run.bold))
         return {"status": "ok", "outputs": []}
 
-    monkeypatch.setattr(participant, "decode_run", fake_decode)
-    monkeypatch.setattr(participant, "needs_decode", lambda config, run: True)
+    # The reads run cleaning.prefetch (the module the reader processes import).
+    monkeypatch.setattr(cleaning, "decode_run", fake_decode)
+    monkeypatch.setattr(cleaning, "needs_decode", lambda config, run: True)
     monkeypatch.setattr(participant, "_process", fake_process)
     # Reader threads: the fakes are patched into this process only.
     monkeypatch.setattr(participant, "_readers", ReadAheadEngine)
@@ -150,6 +151,7 @@ def test_serial_runner_shows_progress(monkeypatch, capsys):
         for i in range(3)
     ]
     monkeypatch.setattr(participant, "needs_decode", lambda config, run: False)
+    monkeypatch.setattr(cleaning, "needs_decode", lambda config, run: False)  # its prefetch
     monkeypatch.setattr(
         participant, "_process", lambda config, run, decoded: {"status": "ok", "outputs": []}
     )

@@ -1,14 +1,15 @@
 """Device, dtype and memory handling shared by every numerical kernel.
 
 Everything here needs only numpy and torch, so the numerical core runs
-wherever torch runs.
+wherever torch runs. The memory planning imports no torch (only a CUDA
+device's free memory asks it): the device and transfer helpers are imported
+on first use, so that a process planning host memory only (a BIDS reader)
+does not load torch.
 """
 
-from connscale._compute.device import (
-    allow_tf32,
-    resolve_device,
-    synchronize,
-)
+import importlib
+from typing import TYPE_CHECKING
+
 from connscale._compute.memory import (
     MemoryLimitError,
     MemoryMeter,
@@ -23,8 +24,21 @@ from connscale._compute.memory import (
     parse_memory,
     planner_for,
 )
-from connscale._compute.transfer import DeviceToHost, HostToDevice, PinnedBufferPool
 from connscale._validation import resolve_dtype
+
+if TYPE_CHECKING:
+    from connscale._compute.device import allow_tf32, resolve_device, synchronize
+    from connscale._compute.transfer import DeviceToHost, HostToDevice, PinnedBufferPool
+
+#: The names of the modules that import torch, and the module of each.
+_TORCH_NAMES = {
+    "allow_tf32": "device",
+    "resolve_device": "device",
+    "synchronize": "device",
+    "DeviceToHost": "transfer",
+    "HostToDevice": "transfer",
+    "PinnedBufferPool": "transfer",
+}
 
 __all__ = [
     "MemoryLimitError",
@@ -47,3 +61,12 @@ __all__ = [
     "resolve_dtype",
     "synchronize",
 ]
+
+
+def __getattr__(name: str):
+    """Return a device or transfer helper, importing its module (and torch) on first use."""
+    if name not in _TORCH_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_TORCH_NAMES[name]}"), name)
+    globals()[name] = value
+    return value

@@ -11,10 +11,12 @@ import contextlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-
-import torch
+from typing import TYPE_CHECKING
 
 from connscale._validation import parse_memory
+
+if TYPE_CHECKING:
+    import torch
 
 #: Shares of the free device memory and of the available host memory a
 #: computation may use when no ``memory_limit`` is smaller.
@@ -53,6 +55,8 @@ def free_device_memory(device: torch.device) -> int:
     the CPU.
     """
     if device.type == "cuda":
+        import torch  # loaded already where a CUDA device is named; the host needs none
+
         free, _ = torch.cuda.mem_get_info(device)
         cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
         return int(free + cached)

@@ -12,13 +12,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from connscale._choices import MAP_MEASURES, REGION_MEASURES, VOXEL_MEASURES
+from connscale._operator import cleaning_operator, constant_series, load_confounds, residual_dof
 from connscale.bidsapp.atlas import atlas_on_grid
 from connscale.bidsapp.config import ParticipantConfig
 from connscale.bidsapp.decode import read_masked_bold, reading
 from connscale.bidsapp.layout import BoldRun
 from connscale.bidsapp.report import framewise_displacement
+from connscale.bidsapp.run_sets import needs_decode
 
-__all__ = ["DecodedRun", "RunRefused", "check_dof", "decode_run"]
+__all__ = ["DecodedRun", "RunRefused", "check_dof", "decode_run", "prefetch"]
 
 
 class RunRefused(ValueError):
@@ -63,8 +65,6 @@ class DecodedRun:
 
 
 def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -> dict:
-    from connscale.denoise import cleaning_operator, load_confounds, residual_dof
-
     confounds, sample_mask = load_confounds(
         run.bold, config.strategy, confounds_file=run.confounds, **config.strategy_params
     )
@@ -114,8 +114,6 @@ def check_dof(config: ParticipantConfig, run: BoldRun, dof: dict) -> None:
 
 def _check_varies(run: BoldRun, read, dtype: str) -> None:
     """Refuse a run whose BOLD is constant over time in every region or voxel read."""
-    from connscale.denoise import constant_series
-
     for values, what in ((read.region_means, "atlas region"), (read.data, "voxel of its mask")):
         if values is not None and values.shape[1] and constant_series(values, dtype=dtype).all():
             raise RunRefused(
@@ -185,3 +183,13 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
         clean_seconds=clean_seconds,
         started=started,
     )
+
+
+def prefetch(task: tuple) -> DecodedRun | None:
+    """Read a run ahead of its task (:func:`decode_run`).
+
+    Returns None when its sets are all published (nothing to read). What a
+    reader process runs: this module and its imports hold no torch.
+    """
+    config, run = task
+    return decode_run(config, run) if needs_decode(config, run) else None

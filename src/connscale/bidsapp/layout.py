@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
 
+from connscale._choices import STRATEGIES
 from connscale._validation import Interval, StrOptions, validate_params
-from connscale.denoise import STRATEGIES
 from connscale.io.bids import from_pybids
 
 __all__ = ["BoldRun", "find_runs", "load_layout"]

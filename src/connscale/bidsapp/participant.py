@@ -95,7 +95,7 @@ from connscale.bidsapp.atlas import (
     read_atlas_labels,
     refuse_other_spaces,
 )
-from connscale.bidsapp.cleaning import DecodedRun, RunRefused, decode_run
+from connscale.bidsapp.cleaning import DecodedRun, RunRefused, decode_run, prefetch
 from connscale.bidsapp.config import WINDOWED, ParticipantConfig
 from connscale.bidsapp.gpus import gpu_plan as _gpu_plan
 from connscale.bidsapp.layout import BoldRun, find_runs
@@ -199,15 +199,6 @@ def run_one(task: tuple, prepared: Future | None = None) -> dict:
     except RunRefused as exc:
         logger.warning("%s refused: %s", run.name, exc)
         return {"status": "refused", "error": str(exc), **exc.details}
-
-
-def prefetch(task: tuple) -> DecodedRun | None:
-    """Read a run ahead of its task (:func:`decode_run`).
-
-    Returns None when its sets are all published (nothing to read).
-    """
-    config, run = task
-    return decode_run(config, run) if needs_decode(config, run) else None
 
 
 def _run_task(config: ParticipantConfig, run: BoldRun) -> Task:
@@ -364,8 +355,14 @@ def run_serial(
         progress.close()
 
 
-#: What a reader process imports to read a run, once in the process it is forked from.
-READER_MODULES = ("connscale.bidsapp.participant", "nibabel", "nilearn.interfaces.fmriprep")
+#: What a reader process imports to read a run, once in the process it is forked from:
+#: no torch (tests/bids/test_reader_imports.py).
+READER_MODULES = (
+    "connscale.bidsapp.cleaning",
+    "nibabel",
+    "nilearn.interfaces.fmriprep",
+    "nilearn.signal",
+)
 
 
 def _reads_in_processes(backend: str, n_jobs: int | None, environments: list) -> bool:

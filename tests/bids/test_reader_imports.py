@@ -1,0 +1,59 @@
+"""The reader processes of the participant level import no torch.
+
+A reader imports ``READER_MODULES`` (in the fork server it is forked from)
+and the module of the function it runs; neither may load torch (seconds to
+start, and memory held in every reader). What is imported is checked, not
+how long it takes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from connscale.bidsapp.participant import READER_MODULES, _run_task
+
+
+def _python(code: str) -> subprocess.CompletedProcess:
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+    )
+
+
+def test_the_reader_modules_import_no_torch():
+    imports = "; ".join(f"import {name}" for name in READER_MODULES)
+    done = _python(f"{imports}; import sys; assert 'torch' not in sys.modules, 'torch'")
+    assert done.returncode == 0, done.stderr
+
+
+def test_what_a_reader_runs_is_in_its_modules(tmp_path):
+    from connscale.bidsapp.config import ParticipantConfig
+    from connscale.bidsapp.layout import BoldRun
+
+    bold = tmp_path / "sub-01_task-rest_bold.nii.gz"
+    run = BoldRun(bold, None, None, None, 2.0, {"sub": "01", "task": "rest"})
+    config = ParticipantConfig(tmp_path, tmp_path / "out", tmp_path / "atlas.nii.gz", "Slab")
+    task = _run_task(config, run)
+    assert task.prepare.__module__ in READER_MODULES
+
+
+def test_the_cleaning_operator_is_planned_without_torch():
+    done = _python(
+        "import sys\n"
+        "from connscale._operator import cleaning_operator, residual_dof\n"
+        "from connscale._compute import MemoryLimitError\n"
+        "try:\n"
+        "    cleaning_operator(50, memory_limit=10_000)\n"
+        "except MemoryLimitError as exc:\n"
+        "    assert 'The cleaning operator of 50 volumes' in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('no MemoryLimitError')\n"
+        "operator = cleaning_operator(50, memory_limit='1MB')\n"
+        "assert residual_dof(operator)['dof'] == 48  # 50 volumes, the mean and the trend\n"
+        "assert 'torch' not in sys.modules, 'torch'\n"
+    )
+    assert done.returncode == 0, done.stderr
