@@ -108,3 +108,12 @@ def make_fmriprep(
             entities += f"_run-{run}"
         write_run(func / "func", entities, seed=i, **kwargs)
     return root
+
+
+def participant_log(out: Path) -> tuple[dict, list[str]]:
+    """Return the report and the errors table's lines of the last participant call on ``out``."""
+    from connscale.bidsapp.participant_logs import participant_reports
+
+    report = participant_reports(out)[-1]
+    errors = report.with_name(report.name.replace("_report.json", "_errors.tsv"))
+    return json.loads(report.read_text()), errors.read_text().splitlines()

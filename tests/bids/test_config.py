@@ -129,6 +129,8 @@ def test_keyword_defaults_are_kept():
         "n_atoms": 10,
         "network_sparsity": 0.07,
         "participant_label": None,
+        "participant_label_file": None,
+        "array_index": None,
         "session_label": None,
         "task": None,
         "run": None,

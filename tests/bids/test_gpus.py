@@ -1,6 +1,5 @@
 """--gpus: the plan of one worker per GPU, and the clear CPU fallback without a GPU."""
 
-import json
 from contextlib import contextmanager
 
 import nibabel as nib
@@ -8,7 +7,7 @@ import pytest
 
 from connscale.bidsapp import gpus
 from connscale.cli.main import main
-from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep, participant_log
 
 
 @pytest.mark.parametrize("value, expected", [("all", "all"), ("2", 2), (3, 3), (None, None)])
@@ -72,7 +71,7 @@ def test_cli_gpus_without_gpu_falls_back_to_cpu(tmp_path, capsys, monkeypatch):
     captured = capsys.readouterr()
     assert "--gpus all: no GPU on this node" in captured.err
     assert "running on the CPU with the serial backend" in captured.err
-    report = json.loads((out / "logs" / "participant_report.json").read_text())
+    report, _ = participant_log(out)
     assert report["counts"]["ok"] == 1 and report["device"] == "cpu"
     assert report["gpu_workers"] == [] and "no GPU" in report["notes"][0]
     assert bids("--backend", "spark") == 2

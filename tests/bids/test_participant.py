@@ -18,7 +18,7 @@ from connscale.denoise import load_confounds
 from connscale.io.bids import from_pybids, parse_bids_name, pybids_config
 from connscale.io.relmat import read_relmat_tsv
 from connscale.io.timeseries import load_timeseries
-from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep, participant_log
 
 SUBJECTS = ["01", "02", "03", "04", "05", "06"]
 LABELS = "index\tname\n1\tVisual\n2\tMotor\n3\tDefault\n4\tLimbic\n"
@@ -118,9 +118,8 @@ def test_cli_broken_run_names_resume_and_group(tree, tmp_path, capsys):
         "-q",
     ]
     assert main(args) == 1
-    errors = (out / "logs" / "participant_errors.tsv").read_text().splitlines()
+    report, errors = participant_log(out)
     assert len(errors) == 2 and errors[1].startswith("sub-03_task-rest_space-")
-    report = json.loads((out / "logs" / "participant_report.json").read_text())
     assert report["counts"] == {"ok": 6, "skipped": 0, "error": 1}
 
     # Every output name parses back, with pybids, into the run's entities.
@@ -141,7 +140,7 @@ def test_cli_broken_run_names_resume_and_group(tree, tmp_path, capsys):
 
     # Re-run: the good runs are skipped; a second strategy writes other names.
     assert main(args) == 1
-    report = json.loads((out / "logs" / "participant_report.json").read_text())
+    report, _ = participant_log(out)
     assert report["counts"] == {"ok": 0, "skipped": 6, "error": 1}
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*desc-none_relmat.tsv")}
     second = run_participant(

@@ -29,6 +29,7 @@ from tests.bids._fmriprep import (
     T_R,
     atlas_img,
     make_fmriprep,
+    participant_log,
     write_run,
 )
 
@@ -49,7 +50,7 @@ def _atlas(tmp):
 
 
 def _errors(out):
-    rows = (out / "logs" / "participant_errors.tsv").read_text().splitlines()
+    _, rows = participant_log(out)
     assert rows[0].split("\t") == ["name", "input", "status", "measure", "error"]
     return [r.split("\t") for r in rows[1:]]
 
@@ -114,7 +115,7 @@ def test_runs_without_degrees_of_freedom_are_refused_with_their_numbers(tmp_path
     assert "12 of 120 volumes kept" in _errors(out)[0][4]
     sidecar = json.loads(next(out.glob("sub-01/func/*_relmat.json")).read_text())
     assert sidecar["ResidualDegreesOfFreedom"]["dof"] == pytest.approx(10)
-    log = json.loads((out / "logs" / "participant_report.json").read_text())
+    log, _ = participant_log(out)
     assert log["counts"] == {"ok": 1, "skipped": 0, "refused": 1, "error": 0}
     assert log["parameters"]["min_dof"] == 10
     # The case: nilearn's scrubbing preset, 36 regressors for 12 kept volumes

@@ -28,7 +28,7 @@ from tests.bids._browser import (
     listed_outputs,
     render,
 )
-from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep, participant_log
 
 THRESHOLDS = (0.2, 0.5)
 N_ATOMS = 3
@@ -238,7 +238,7 @@ def test_resume_skips_and_other_thresholds_need_overwrite(outputs, tmp_path, cap
     assert _cli(root, out, atlas, "--degree-thresholds", "0.5,0.2") == 0
     assert "0 done, 1 already complete" in capsys.readouterr().out
     assert _cli(root, out, atlas, "--degree-thresholds", "0.7") == 1
-    error = (out / "logs/participant_errors.tsv").read_text()
+    error = "\n".join(participant_log(out)[1])
     assert "other parameters" in error and "--overwrite" in error
     assert sorted(p.name for p in folder.iterdir()) == first  # nothing replaced
     # another precision is another result too
@@ -248,7 +248,7 @@ def test_resume_skips_and_other_thresholds_need_overwrite(outputs, tmp_path, cap
     assert sidecar["Precision"] == "exact"
     assert sidecar["Confirmation"] is None  # the CPU runs fp32: nothing to confirm
     assert _cli(root, out, atlas, "--degree-thresholds", "0.7", "--overwrite") == 0
-    log = json.loads((out / "logs/participant_report.json").read_text())
+    log, _ = participant_log(out)
     written = [parse_bids_name(p) for p in log["records"][0]["outputs"]]
     assert {w["stat"] for w in written} == {"degree", "weighteddegree", "ecm", "gcor"}
     maps = sorted(p.name for p in folder.glob("*_boldmap.nii.gz"))

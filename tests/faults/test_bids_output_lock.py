@@ -1,6 +1,6 @@
-"""The BIDS-App's output folder: one participant (or group) run at a time, and
-its ``logs`` folder never reached through a planted link (the harness of
-:mod:`tests.faults.test_writes`)."""
+"""The BIDS-App's output folder: participant calls side by side, the group level
+alone, and its ``logs`` folder never reached through a planted link (the
+harness of :mod:`tests.faults.test_writes`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import os
 import nibabel as nib
 import pytest
 
+from connscale.bidsapp.participant_logs import participant_reports
 from connscale.cli.main import main
-from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep, participant_log
 from tests.faults.test_writes import (
     finish,
     one_line_error,
@@ -66,30 +67,38 @@ def test_a_planted_logs_link_is_refused_and_nothing_is_written_outside(tree, tmp
     assert not list(out.glob("sub-*"))  # refused before any run
 
 
-def test_a_second_participant_run_stops_naming_the_first_or_waits(tree, tmp_path, capsys):
+def test_participant_calls_share_the_output_and_the_group_level_waits_for_them(
+    tree, tmp_path, capsys
+):
     tmp, root = tree
     out = tmp_path / "out"
     argv = participant_argv(tmp, root, out)
-    first = start_paused(argv, "connscale.bidsapp.participant:run_one")
+    # the first call pauses while it writes sub-01's set (its lock held)
+    first = start_paused(argv, "connscale.bidsapp.participant:_write_set")
     try:
-        # a second run, and the group level (which reads the outputs being written)
-        for second in (argv, ["bids", root, out, "group", "-q"]):
-            assert main(list(map(str, second))) == 2
-            [message] = capsys.readouterr().err.strip().splitlines()
-            assert message.startswith("connscale bids: error: ")
-            assert f"pid {first.pid}" in message and "--wait" in message
+        # the group level, which reads the outputs being written, stops
+        assert main(list(map(str, ["bids", root, out, "group", "-q"]))) == 2
+        [message] = capsys.readouterr().err.strip().splitlines()
+        assert message.startswith("connscale bids: error: ")
+        assert f"pid {first.pid}" in message and "--wait" in message
+        # a second participant call runs beside it: sub-01, being written, is its error
+        assert main(list(map(str, argv))) == 1
+        report, errors = participant_log(out)
+        assert report["counts"] == {"ok": 1, "skipped": 0, "error": 1}
+        [row] = errors[1:]
+        assert row.startswith("sub-01_") and f"pid {first.pid}" in row and "--wait" in row
+        # with --wait, a third call waits for sub-01 and finds it published
         waiting = start_waiting(argv)
     finally:
         code, _, err = finish(first)
     assert code == 0, err[-2000:]
-    # (the first run's own log may already be the waiting run's: it starts once the lock is free)
-    assert len(list(out.glob("sub-*/func/*_relmat.tsv"))) == 2
     _, err = waiting.communicate(timeout=300)
     assert waiting.returncode == 0, err[-2000:]
-    # the second run found the first's runs published, none of them failed
-    report = json.loads((out / "logs" / "participant_report.json").read_text())
-    assert report["counts"] == {"ok": 0, "skipped": 2, "error": 0}
-    assert (out / "logs" / "participant_errors.tsv").read_text().splitlines() == [
-        "name\tinput\tstatus\tmeasure\terror"
-    ]
+    assert len(list(out.glob("sub-*/func/*_relmat.tsv"))) == 2
+    # each call kept its own log: the first wrote sub-01, the second sub-02
+    logs = {p.name.split("-pid")[1].split("_")[0]: p for p in participant_reports(out)}
+    counts = {pid: json.loads(p.read_text())["counts"] for pid, p in logs.items()}
+    assert counts[str(first.pid)] == {"ok": 1, "skipped": 1, "error": 0}
+    assert counts[str(waiting.pid)] == {"ok": 0, "skipped": 2, "error": 0}
+    assert len(counts) == 3
     assert not (out / ".bids.lock").exists()

@@ -9,8 +9,6 @@ and the Dask backends (it used to raise out of ``run_participant``).
 
 from __future__ import annotations
 
-import json
-
 import engine_funcs as ef
 import nibabel as nib
 import pytest
@@ -18,7 +16,7 @@ import pytest
 from connscale.bidsapp import participant
 from connscale.cli.main import main
 from connscale.engines.batch import ERROR_COLUMNS
-from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
+from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep, participant_log
 
 pytestmark = pytest.mark.faults
 
@@ -45,13 +43,12 @@ def test_a_run_that_kills_its_worker_is_recorded_and_the_others_published(
     argv = ["bids", root, out, "participant", "--atlas", tmp / ATLAS, "--atlas-name", "Slab4"]
     argv += ["--denoise", "none", "--measures", "fc", "--no-reports", "--backend", backend]
     assert main([*map(str, argv), "--n-jobs", "2", "-q"]) == 1
-    report = json.loads((out / "logs" / "participant_report.json").read_text())
+    report, rows = participant_log(out)
     records = {r["subject"]: r for r in report["records"]}
     assert report["counts"] == {"ok": 2, "skipped": 0, "error": 1}
     assert records["02"]["error"].startswith("WorkerLost: the worker process died")
     assert records["02"]["attempts"] == 2  # 1 + the default retries
     assert len(attempts.read_text().splitlines()) == 2
-    rows = (out / "logs" / "participant_errors.tsv").read_text().splitlines()
     assert rows[0].split("\t") == list(ERROR_COLUMNS)  # the cohort's columns too
     assert len(rows) == 2 and rows[1].startswith("sub-02_task-crash")
     assert "WorkerLost" in rows[1]

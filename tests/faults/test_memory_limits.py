@@ -351,15 +351,14 @@ def test_bids_participant_measures_get_what_the_run_leaves(tmp_path, monkeypatch
 
 
 def test_bids_participant_run_whose_data_exceed_the_limit_is_refused(tmp_path, capsys):
-    import json
-
     from connscale.cli.main import main
+    from tests.bids._fmriprep import participant_log
 
     root = _bids_tree(tmp_path, (20, 20, 15), 30)  # sub-01 holds 1.45 MB; sub-02 about 16 KB
     out = tmp_path / "out"
     argv = _bids_argv(tmp_path, root, str(out), "--measures", "voxelfc", "--memory-limit", "1MB")
     assert main(argv) == 1
-    report = json.loads((out / "logs" / "participant_report.json").read_text())
+    report, _ = participant_log(out)
     first, second = report["records"]
     assert first["status"] == "error" and "\n" not in first["error"]
     assert first["error"].startswith("MemoryLimitError: The data of sub-01_task-rest")
@@ -385,6 +384,6 @@ assert main(argv + ["--participant-label", "02"]) == 0
     call = f"""
 argv = _bids_argv(Path("."), root, "out", "--measures", "voxelfc", "--memory-limit", "{limit}")
 rc = main(argv + ["--participant-label", "01"])
-assert rc == 0, open("out/logs/participant_errors.tsv").read()
+assert rc == 0, next(Path("out/logs").glob("participant_*_errors.tsv")).read_text()
 """
     _check(_measure(setup, call, tmp_path), limit)

@@ -279,7 +279,7 @@ class ParticipantConfig:
         flag=Flag(("--min-dof",), group=ATLAS, type=("number", 0.0), levels=("participant",),
                   help="participant: a run with fewer residual degrees of freedom (kept "
                   "volumes minus the mean, trend, confounds and filter) is refused, not "
-                  "cleaned, and recorded in logs/participant_errors.tsv with its numbers."),
+                  "cleaned, and recorded in logs/participant_*_errors.tsv with its numbers."),
     )  # fmt: skip
     t_r: float | None = param(
         None,
@@ -308,6 +308,32 @@ class ParticipantConfig:
         "(:func:`connscale.bidsapp.find_runs`).",
         flag=Flag(("--participant-label",), group=FILTERS, nargs="+", metavar="LABEL",
                   default=None, levels=("participant",)),
+    )  # fmt: skip
+    participant_label_file: str | None = param(
+        None,
+        fingerprint=False,
+        constraints=["path", None],
+        doc="A participants file instead of ``participant_label``: BIDS\n"
+        "``participants.tsv`` (its ``participant_id`` column) or one label a\n"
+        "line; the participant at ``array_index``, or all of them\n"
+        "(:func:`connscale.bidsapp.selection.select_participants`).",
+        flag=Flag(("--participant-label-file",), group=FILTERS, type="input_file",
+                  metavar="FILE", levels=("participant",),
+                  help="participants.tsv (participant_id) or one label a line: the "
+                  "participant at --array-index, else all of them."),
+    )  # fmt: skip
+    array_index: int | None = param(
+        None,
+        fingerprint=False,
+        constraints=[Interval(Integral, 0, None, closed="left"), None],
+        doc="Which participant of ``participant_label_file`` (from 0, in the\n"
+        "file's order); None: ``$SLURM_ARRAY_TASK_ID`` when set (an array\n"
+        "job's task), else all of the file's participants.",
+        flag=Flag(("--array-index",), group=FILTERS, type="natural", metavar="N",
+                  levels=("participant",),
+                  help="The participant of --participant-label-file to process, counted "
+                  "from 0; without it, $SLURM_ARRAY_TASK_ID when set (sbatch "
+                  "--array=0-<n-1>)."),
     )  # fmt: skip
     session_label: tuple | None = param(
         None,

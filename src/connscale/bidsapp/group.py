@@ -25,11 +25,12 @@ one column per voxel and map: large) are further columns. With
 participant, so runs of one participant never sit on both sides of a fold).
 
 What is left out is said, not dropped: runs the participant level refused
-(too few degrees of freedom, constant BOLD) or failed, as its last log
-(``logs/participant_report.json``) records them for this atlas and strategy,
-and measures that failed in a published run (the ``failed_measures`` of its
-set's manifest) are listed in :attr:`GroupResult.left_out`, in the group
-report's warnings and in ``logs/group_report.json``.
+(too few degrees of freedom, constant BOLD) or failed, as its logs
+(``logs/participant_*_report.json``, one per call; a run's newest record)
+record them for this atlas and strategy, and measures that failed in a
+published run (the ``failed_measures`` of its set's manifest) are listed in
+:attr:`GroupResult.left_out`, in the group report's warnings and in
+``logs/group_report.json``.
 
 These files are one :class:`~connscale.io.publish.OutputSet`
 (``seg-<atlas>_desc-<strategy>_manifest.json``), fingerprinted by the
@@ -182,8 +183,8 @@ def find_left_out(output, runs: list[dict], *, atlas_name: str, strategy: str) -
         ``run``, ``subject``, ``measure`` (empty: the whole run), ``status``
         (``refused``, ``error`` or ``partial``) and ``reason``: every measure
         recorded as failed in the manifest of a published run set, and every
-        run that the last participant log of this atlas and strategy records
-        as refused or failed and that has no published connectome.
+        run whose newest record in the participant logs of this atlas and
+        strategy says refused or failed and that has no published connectome.
     """
     import json
 
@@ -202,15 +203,8 @@ def find_left_out(output, runs: list[dict], *, atlas_name: str, strategy: str) -
         for measure, reason in (content.get("failed_measures") or {}).items():
             name = content.get("run", manifest.name.split("_seg-")[0])
             left.append(_left(name, measure, "partial", reason))
-    try:
-        log = json.loads((output / "logs" / "participant_report.json").read_text())
-    except (OSError, ValueError):
-        log = {}
-    parameters = log.get("parameters") or {}
-    if parameters.get("atlas_name") != atlas_name or parameters.get("strategy") != strategy:
-        return left
     seen = {(e["run"], e["measure"]) for e in left}
-    for record in log.get("records", []):
+    for record in _last_records(output, atlas_name, strategy):
         if record.get("status") not in ("refused", "error") or record["name"] in published:
             continue
         failed = record.get("failed_measures") or {"": record.get("error", "")}
@@ -218,6 +212,29 @@ def find_left_out(output, runs: list[dict], *, atlas_name: str, strategy: str) -
             if (record["name"], measure) not in seen:
                 left.append(_left(record["name"], measure, record["status"], reason))
     return left
+
+
+def _last_records(output: Path, atlas_name: str, strategy: str) -> list[dict]:
+    """Return each run's record in the newest participant log of this atlas and strategy.
+
+    Every participant call writes its own log
+    (:mod:`connscale.bidsapp.participant_logs`: an array job's tasks each
+    one); a run some of them recorded is taken from the newest of those.
+    """
+    import json
+
+    from connscale.bidsapp.participant_logs import participant_reports
+
+    last = {}
+    for path in participant_reports(output):  # oldest first: a newer record replaces it
+        try:
+            log = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        parameters = log.get("parameters") or {}
+        if parameters.get("atlas_name") == atlas_name and parameters.get("strategy") == strategy:
+            last.update((record["name"], record) for record in log.get("records", []))
+    return list(last.values())
 
 
 def _left(name: str, measure: str, status: str, reason: str) -> dict:

@@ -46,15 +46,24 @@ seconds.
 The runs go through the batch runner (:mod:`connscale.engines.batch`), as
 the cohort's scans do. A run whose sets are already published with the same
 inputs and parameters is skipped (:mod:`connscale.bidsapp.run_sets`); a
-failing run is recorded (``logs/participant_report.json``,
-``logs/participant_errors.tsv``: the logs of every batch) and the others
-complete, a run that kills its worker on every attempt included
+failing run is recorded (``logs/participant_<who>_<when>_report.json`` and
+``_errors.tsv``, one pair per call: :mod:`connscale.bidsapp.participant_logs`)
+and the others complete, a run that kills its worker on every attempt included
 (``WorkerLost``). ``memory_limit`` covers a whole run: its measures get what
 the run's data (read and cleaned) leave of it, and a run whose data alone
 exceed it is recorded as a ``MemoryLimitError``. ``device='auto'`` is
 resolved once per call: CUDA when torch sees a GPU and one run per GPU
 computes at a time (the serial backend or ``gpus``), else the CPU; the
 report records it.
+
+Calls on disjoint participants may run at the same time on one output (an
+array job's tasks: :mod:`connscale.bidsapp.selection` picks a task's
+participant from a participants file): each holds the output's lock shared
+(:func:`output_lock`), so the group level, which takes it exclusively, never
+reads while a participant call writes; each run's set has its own lock, so
+two calls that meet on a run do not both write it (the second records it as
+failed, naming the first's pid, or waits for it with ``wait`` and finds it
+published).
 
 What the data cannot support is decided before computing and recorded, never
 published as a number:
@@ -104,7 +113,6 @@ from connscale.bidsapp.region_measures import write_region
 from connscale.bidsapp.run_sets import is_published, needs_decode, output_sets, set_measures
 from connscale.engines.batch import (
     STATUSES,
-    BatchLogs,
     BatchOptions,
     Progress,
     ReadAheadEngine,
@@ -248,6 +256,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
                     command="bids participant",
                     fingerprint=fingerprint,
                     overwrite=config.overwrite,
+                    wait=config.wait,
                 )
             )
             if is_published(out):
@@ -319,19 +328,23 @@ def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[
     return write(config, run, decoded, out, context, timings), {}
 
 
-def output_lock(output: Path, *, wait: bool = False):
+def output_lock(output: Path, *, wait: bool = False, shared: bool = False):
     """Return the lock of the BIDS-App on its output folder (``<output>/.bids.lock``).
 
-    The participant level holds it from its first write to its logs, the
-    group level while it reads the runs' outputs and writes its own: a
-    second run on the same output stops at once naming the first's pid, or
-    waits for it (``wait``), instead of counting the first's runs, locked,
-    as failures and replacing its logs.
+    The participant level holds it ``shared`` from its first write to its
+    logs, so calls on other participants run beside it; the group level
+    holds it exclusively while it reads the runs' outputs and writes its
+    own: it stops at once naming a participant call's pid, or waits for
+    them all (``wait``), and a participant call stops (or waits) while the
+    group level runs.
     """
     from connscale.io.lock import OutputLock
 
     return OutputLock(
-        Path(output) / "bids", wait=wait, label=f"The BIDS-App output folder {output}"
+        Path(output) / "bids",
+        wait=wait,
+        shared=shared,
+        label=f"The BIDS-App output folder {output}",
     )
 
 
@@ -416,6 +429,8 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
     -------
     ParticipantReport
     """
+    from connscale.bidsapp.participant_logs import call_logs
+    from connscale.bidsapp.selection import select_participants
     from connscale.io.bids import bids_name as _check_name
 
     backend, n_jobs, gpus = config.backend, config.n_jobs, config.gpus
@@ -454,9 +469,12 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         from connscale.engines.readers import start_fork_server
 
         start_fork_server(READER_MODULES)  # its imports overlap the layout's index
+    participant_label = select_participants(
+        config.participant_label, config.participant_label_file, config.array_index
+    )
     runs = find_runs(
         derivatives,
-        participant_label=config.participant_label,
+        participant_label=participant_label,
         session_label=config.session_label,
         task=config.task,
         run=config.run,
@@ -474,6 +492,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         atlas=str(atlas),
         atlas_labels=None if atlas_labels is None else str(atlas_labels),
         atlas_space=atlas_space,
+        participant_label=participant_label,
         strategy_params=dict(config.strategy_params),
         measures=measures,
         window_length=None if config.window_length is None else int(config.window_length),
@@ -485,9 +504,9 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         min_dof=float(config.min_dof),
     )
     output.mkdir(parents=True, exist_ok=True)
-    # One participant run per output at a time, its logs checked up front.
-    with output_lock(output, wait=wait):
-        logs = logs_folder(output / "logs")
+    # Participant calls side by side, never beside the group level; the logs checked up front.
+    with output_lock(output, wait=wait, shared=True):
+        logs = call_logs(logs_folder(output / "logs"), participant_label)
         write_dataset_description(output, derivatives)
         one_per_gpu = backend == "serial" or bool(environments)
         config = replace(config, device=batch_device(config.device, one_task_per_gpu=one_per_gpu))
@@ -495,7 +514,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
             [_run_task(config, r) for r in runs],
             BatchOptions(
                 "bids participant",
-                BatchLogs(logs, "participant_report.json", "participant_errors.tsv"),
+                logs,
                 desc="runs",
                 unit="run",
                 threads=config.threads,

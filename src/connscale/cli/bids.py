@@ -51,7 +51,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
             "series and writes BIDS derivatives (sub-*/[ses-*/]func/<source>_seg-<NAME>_meas-"
             "PearsonCorrelation_desc-<STRATEGY>_relmat.tsv, ..._timeseries.tsv, JSON "
             "sidecars), one task per run; a failing run, a run refused for too few degrees of "
-            "freedom (--min-dof) and a failing measure are reported in logs/participant_"
+            "freedom (--min-dof) and a failing measure are reported in logs/participant_*_"
             "errors.tsv and the others complete (exit status 1). group: reads those outputs "
             "back, writes the group-average connectome and the feature table in group/, and "
             "classifies participants when --participants and --target are given."

@@ -412,13 +412,21 @@ def write_dataset_description(
     ------
     FileExistsError
         With ``exclusive``, when the folder is another tool's dataset.
+
+    Notes
+    -----
+    Calls racing on one folder (an array job's tasks) are safe: the file is
+    replaced atomically, so each call reads a whole description, and one
+    that already says what this call would write is left untouched.
     """
     path = Path(out_dir) / "dataset_description.json"
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except ValueError:
-            old = {}
+    try:
+        old = json.loads(path.read_text())
+    except FileNotFoundError:
+        old = None
+    except ValueError:
+        old = {}
+    if old is not None:
         names = [g.get("Name") for g in old.get("GeneratedBy", []) if isinstance(g, dict)]
         if exclusive and "connscale" not in names:
             raise FileExistsError(
@@ -441,4 +449,6 @@ def write_dataset_description(
     }
     if links:
         description["DatasetLinks"] = dict(links)
+    if old == description:
+        return path
     return write_json_atomic(path, description)

@@ -67,6 +67,10 @@ class OutputLock:
         With ``wait``, the most seconds to wait (None: no limit).
     label : str or None, default=None
         What the error message calls the output (default: its path).
+    shared : bool, default=False
+        Take it shared: shared holders run together and keep out an
+        exclusive one (and are kept out by it). The first shared holder
+        names itself in the file; the last one removes it.
 
     Raises
     ------
@@ -87,12 +91,14 @@ class OutputLock:
         wait: bool = False,
         timeout: float | None = None,
         label: str | None = None,
+        shared: bool = False,
     ) -> None:
         self.target = Path(target)
         self.label = str(self.target) if label is None else label
         self.path = lock_path(self.target)
         self.wait = bool(wait)
         self.timeout = timeout
+        self.shared = bool(shared)
         self._fd: int | None = None
 
     def acquire(self) -> OutputLock:
@@ -104,7 +110,7 @@ class OutputLock:
         while True:
             fd = _open_lock_file(self.path)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, (fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
             except BlockingIOError:
                 holder = _holder(fd)
                 os.close(fd)
@@ -124,8 +130,9 @@ class OutputLock:
             if not same:
                 os.close(fd)
                 continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode())
+            if not self.shared or os.fstat(fd).st_size == 0:
+                os.ftruncate(fd, 0)
+                os.write(fd, f"pid {os.getpid()} on {os.uname().nodename}\n".encode())
             self._fd = fd
             return self
 
@@ -134,6 +141,8 @@ class OutputLock:
         if self._fd is None:
             return
         try:
+            if self.shared and not _upgraded(self._fd):
+                return  # other shared holders: the file stays theirs
             try:
                 if os.path.samestat(os.fstat(self._fd), os.stat(self.path, follow_symlinks=False)):
                     self.path.unlink()
@@ -153,6 +162,15 @@ class OutputLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def _upgraded(fd: int) -> bool:
+    """Return whether the shared lock on ``fd`` became exclusive: no other holder is left."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def is_locked(target: str | os.PathLike) -> bool:
