@@ -383,13 +383,15 @@ class ParticipantConfig:
         fingerprint=False,
         constraints=["n_jobs", None],
         doc="Workers (None or -1: every core; -2: all but one, ...); with\n"
-        "``backend='serial'``, the threads reading runs ahead (None: 1; at most\n"
-        "``n_jobs + 1`` runs in memory); with ``gpus``, the threads of each GPU\n"
-        "worker (None: 2).",
+        "``backend='serial'``, the readers of the runs ahead (None: 1; at most\n"
+        "``n_jobs + 1`` runs in memory): one is a thread, several are processes\n"
+        "(:class:`~connscale.engines.readers.ReaderPool`); with ``gpus``, the\n"
+        "threads of each GPU worker (None: 2).",
         flag=Flag(("--n-jobs",), group=EXECUTION, type="n_jobs", levels=("participant",),
                   help="Worker processes (default: every core; -1: every core, -2: all but "
-                  "one, ...); with --backend serial, threads reading the next runs (default "
-                  "1); with --gpus, threads of each GPU worker (default 2)."),
+                  "one, ...); with --backend serial, readers of the next runs (default 1, a "
+                  "thread; several are processes); with --gpus, threads of each GPU worker "
+                  "(default 2)."),
     )  # fmt: skip
     gpus: str | int | None = param(
         None,
