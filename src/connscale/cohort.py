@@ -667,15 +667,15 @@ def _slurm_jobs(config: CohortConfig, *, out_dir: Path) -> SlurmJobs | None:
         named = [name for name, value in given.items() if value is not None]
         if named:
             raise ValueError(
-                f"{', '.join(named)} (--{' --'.join(n.replace('_', '-') for n in named)}) "
-                f"apply to cluster='slurm' (--cluster slurm) only; got cluster={config.cluster!r}."
+                f"{', '.join(repr(n) for n in named)} apply to cluster='slurm' only; "
+                f"got cluster={config.cluster!r}."
             )
         return None
     if config.engine != "dask":
         raise ValueError(f"cluster='slurm' needs engine='dask'; got engine={config.engine!r}.")
     if config.n_jobs is not None and config.n_jobs < 1:
         raise ValueError(
-            "With cluster='slurm', n_jobs (--n-jobs) is the most SLURM jobs at once "
+            "With cluster='slurm', 'n_jobs' is the most SLURM jobs at once "
             f"(>= 1, or None: one per scan left); got {config.n_jobs}."
         )
     import_jobqueue()  # its one-line ImportError before any write

@@ -8,6 +8,7 @@ it cannot start. The checks of the options run without it.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import threading
 import time
@@ -36,11 +37,8 @@ def test_jobs_are_scaled_to_the_tasks_left():
 
 
 def test_job_options_need_cluster_slurm_in_one_line(tmp_path):
-    with pytest.raises(
-        ValueError,
-        match=r"^walltime, gpus_per_job \(--walltime --gpus-per-job\) "
-        r"apply to cluster='slurm' \(--cluster slurm\) only; got cluster=None\.$",
-    ):
+    message = "'walltime', 'gpus_per_job' apply to cluster='slurm' only; got cluster=None."
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         run_cohort([], "fc", tmp_path / "out", walltime="02:00:00", gpus_per_job=1)
     with pytest.raises(
         ValueError, match="^cluster='slurm' needs engine='dask'; got engine='local'"
