@@ -50,7 +50,16 @@ class LocalSlurm:
         return self.command("squeue", "-h", "-t", "RUNNING", "-o", "%i").split()
 
     def stop(self) -> None:
-        """Stop the daemons (SIGTERM, then SIGKILL after 10 s)."""
+        """Cancel the jobs left, wait for them to end, then stop the daemons.
+
+        SIGTERM, then SIGKILL after 10 s; the jobs' step daemons would
+        outlive slurmd otherwise.
+        """
+        if self.processes and all(p.poll() is None for p in self.processes):
+            subprocess.run(["scancel", "--me"], env=self.env, capture_output=True, timeout=30)
+            deadline = time.monotonic() + 15
+            while self.command("squeue", "-h").strip() and time.monotonic() < deadline:
+                time.sleep(0.5)
         for process in reversed(self.processes):
             process.terminate()
         for process in reversed(self.processes):

@@ -108,6 +108,23 @@ def _kill_held_job(slurm, marker: Path, killed: list) -> None:
         slurm.command("scancel", killed[-1])
 
 
+@pytest.mark.cluster
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"queue": "nope"}, "invalid partition specified: nope"),
+        ({"walltime": "2h"}, "Invalid --time specification"),
+    ],
+)
+def test_options_slurm_refuses_fail_in_one_line_before_any_job(slurm, tmp_path, options, message):
+    with pytest.raises(ValueError, match=f"^SLURM refuses the jobs: .*{message}"):
+        run_cohort(
+            _cohort(tmp_path / "in"), "fc", tmp_path / "out", engine="dask", cluster="slurm",
+            verbose=0, **options,
+        )  # fmt: skip
+    assert slurm.command("squeue", "-h") == ""
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 @pytest.mark.faults

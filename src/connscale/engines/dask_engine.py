@@ -52,7 +52,7 @@ from connscale.engines.base import (
     check_errors,
     one_line,
 )
-from connscale.engines.slurm import JobKeeper, SlurmJobs, start_slurm_cluster
+from connscale.engines.slurm import JobKeeper, SlurmJobs, check_job_script, start_slurm_cluster
 
 # Every listener of a LocalCluster started here.
 _LOCAL_HOST = "127.0.0.1"
@@ -192,6 +192,7 @@ class DaskEngine(Engine):
         try:
             with dask.config.set(self._scheduler_settings()):
                 self._cluster = start_slurm_cluster(jobs)
+            check_job_script(self._cluster)  # a bad option fails here, not in the jobs
             self._keeper = JobKeeper(self._cluster)
             self.client = self._distributed.Client(self._cluster)
         except BaseException:

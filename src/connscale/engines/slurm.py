@@ -3,11 +3,12 @@
 :class:`SlurmJobs` holds what each job asks SLURM for (partition, walltime,
 cores, memory, GPUs) and how many jobs may run at once;
 :func:`start_slurm_cluster` starts the cluster (its scheduler in this
-process, no job yet) and :class:`JobKeeper` keeps it at the jobs the tasks
-left need (:meth:`SlurmJobs.jobs_for`): the Dask engine scales it before
-each ``map`` and resubmits a job that SLURM ended (killed, walltime
-reached) while tasks are left, so a cohort never waits on a cluster
-without workers. The workers run this process's Python
+process, no job yet), :func:`check_job_script` has SLURM check the jobs'
+options before any is submitted, and :class:`JobKeeper` keeps the cluster
+at the jobs the tasks left need (:meth:`SlurmJobs.jobs_for`): the Dask
+engine scales it before each ``map`` and the keeper resubmits a job that
+SLURM ended (killed, walltime reached) while tasks are left, so that a
+cohort does not wait on jobs that are gone. The workers run this process's Python
 (``sys.executable``) with its environment (``sbatch`` exports it, so
 ``PYTHONPATH`` reaches them).
 """
@@ -18,7 +19,9 @@ import logging
 import math
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -130,6 +133,33 @@ def start_slurm_cluster(jobs: SlurmJobs) -> Any:
     )
 
 
+def check_job_script(cluster: Any) -> None:
+    """Have SLURM check the cluster's job script without submitting it (``sbatch --test-only``).
+
+    Raises
+    ------
+    ValueError
+        SLURM refuses the job (an unknown partition, a malformed walltime,
+        more memory or GPUs than a node has), with sbatch's words.
+    OSError
+        No ``sbatch`` here.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        script = Path(folder) / "connscale-job.sh"
+        script.write_text(cluster.job_script())
+        try:
+            done = subprocess.run(
+                ["sbatch", "--test-only", str(script)], capture_output=True, text=True, timeout=60
+            )
+        except FileNotFoundError:
+            raise OSError(
+                "--cluster slurm submits jobs with sbatch, which is not found here"
+            ) from None
+    if done.returncode:
+        errors = [line for line in done.stderr.splitlines() if line.strip()]
+        raise ValueError(f"SLURM refuses the jobs: {'; '.join(errors) or 'sbatch failed'}")
+
+
 def _active_jobs() -> set[str]:
     """Return the ids of this user's SLURM jobs pending or running (``squeue``)."""
     done = subprocess.run(
@@ -161,7 +191,7 @@ class JobKeeper:
         self.cluster = cluster
         self.target = 0
         self._joined = Joined()
-        cluster.scheduler.add_plugin(self._joined)
+        cluster.loop.add_callback(cluster.scheduler.add_plugin, self._joined)
         self._callback = PeriodicCallback(self._check, KEEP_INTERVAL * 1000)
         cluster.loop.add_callback(self._callback.start)
 
@@ -199,4 +229,4 @@ class JobKeeper:
         self.cluster.loop.add_callback(self._callback.stop)
 
 
-__all__ = ["JobKeeper", "SlurmJobs", "import_jobqueue", "start_slurm_cluster"]
+__all__ = ["JobKeeper", "SlurmJobs", "check_job_script", "import_jobqueue", "start_slurm_cluster"]
