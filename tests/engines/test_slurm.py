@@ -108,6 +108,26 @@ def _kill_held_job(slurm, marker: Path, killed: list) -> None:
         slurm.command("scancel", killed[-1])
 
 
+def _within(seconds: float, func, *args, **kwargs):
+    """Return ``func(*args, **kwargs)``; fail the test if it runs past ``seconds``."""
+    outcome: dict = {}
+
+    def call():
+        try:
+            outcome["value"] = func(*args, **kwargs)
+        except BaseException as exc:  # re-raised in the test's thread
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"{func.__name__} still running after {seconds} s: a lost job not replaced?")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
 @pytest.mark.cluster
 @pytest.mark.parametrize(
     ("options", "message"),
@@ -143,7 +163,7 @@ def test_a_cohort_on_slurm_survives_a_killed_job_and_resumes(slurm, tmp_path):
         killer = threading.Thread(target=_kill_held_job, args=(slurm, marker, killed))
         killer.start()
         try:
-            first = run_cohort(inputs, "fc", out, engine=engine, verbose=0)
+            first = _within(240, run_cohort, inputs, "fc", out, engine=engine, verbose=0)
         finally:
             killer.join()
     assert len(killed) == 1 and killed[0].isdigit()
