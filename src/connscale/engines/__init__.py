@@ -26,6 +26,7 @@ from connscale.engines.batch import (
     run_batch,
 )
 from connscale.engines.local import LocalEngine
+from connscale.engines.slurm import SlurmJobs
 
 if TYPE_CHECKING:
     import distributed
@@ -39,6 +40,7 @@ def get_engine(
     name: str = "serial",
     *,
     cluster: str
+    | SlurmJobs
     | distributed.Client
     | pyspark.SparkContext
     | pyspark.sql.SparkSession
@@ -55,10 +57,12 @@ def get_engine(
         ``'serial'`` runs everything in this process, in order; ``'local'``
         a pool of ``n_jobs`` worker processes; ``'dask'`` a Dask
         distributed cluster; ``'spark'`` Apache Spark.
-    cluster : str or None, default=None
+    cluster : str, SlurmJobs or None, default=None
         Dask scheduler address (None: a LocalCluster of ``n_jobs`` worker
-        processes) or Spark master URL (None: ``local[n_jobs]``, or
-        ``local[*]``). Not used by 'serial' and 'local'.
+        processes; ``'slurm'`` or a :class:`~connscale.engines.slurm.SlurmJobs`:
+        workers in SLURM jobs, through ``dask-jobqueue``) or Spark master
+        URL (None: ``local[n_jobs]``, or ``local[*]``). Not used by 'serial'
+        and 'local'.
     n_jobs : int or None, default=None
         Worker processes (local, Dask LocalCluster) or cores (Spark local);
         None uses every core.
@@ -79,7 +83,8 @@ def get_engine(
     Raises
     ------
     ImportError
-        'dask' or 'spark' without the optional extra installed.
+        'dask' or 'spark' without the optional extra installed, or a SLURM
+        cluster without ``dask-jobqueue``.
     """
     check_option(name, "engine", set(ENGINES))
     if dashboard_address is not None and (name != "dask" or cluster is not None):
@@ -93,6 +98,8 @@ def get_engine(
             f"'cluster' is only used by the 'dask' and 'spark' engines; got "
             f"cluster={cluster!r} with engine {name!r}."
         )
+    if (cluster == "slurm" or isinstance(cluster, SlurmJobs)) and name != "dask":
+        raise ValueError(f"A SLURM cluster is used by the 'dask' engine only; got engine {name!r}.")
     if name == "serial":
         return SerialEngine()
     if name == "local":
@@ -131,6 +138,7 @@ __all__ = [
     "Engine",
     "LocalEngine",
     "SerialEngine",
+    "SlurmJobs",
     "SparkEngine",
     "Task",
     "TaskBudget",

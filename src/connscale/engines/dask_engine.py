@@ -26,6 +26,12 @@
   it has been tried ``1 + retries`` times (``allowed-failures = retries``),
   the rule of the other engines. An external scheduler applies its own
   ``distributed.scheduler.allowed-failures`` (default 3).
+* ``cluster='slurm'`` (or a :class:`~connscale.engines.slurm.SlurmJobs`)
+  starts a ``dask-jobqueue`` SLURMCluster whose scheduler runs here, with
+  the LocalCluster's ``allowed-failures`` and ``worker-saturation``:
+  ``map`` and ``load_blocks`` first scale it to the jobs their tasks need
+  (:meth:`~connscale.engines.slurm.SlurmJobs.jobs_for`), and a job that
+  SLURM ends is resubmitted (:class:`~connscale.engines.slurm.JobKeeper`).
 * The LocalCluster listens on 127.0.0.1 only (scheduler, workers,
   nannies) and starts no dashboard unless ``dashboard_address`` is given.
 """
@@ -46,6 +52,7 @@ from connscale.engines.base import (
     check_errors,
     one_line,
 )
+from connscale.engines.slurm import JobKeeper, SlurmJobs, check_job_script, start_slurm_cluster
 
 # Every listener of a LocalCluster started here.
 _LOCAL_HOST = "127.0.0.1"
@@ -83,16 +90,20 @@ class DaskEngine(Engine):
 
     Parameters
     ----------
-    cluster : str, distributed.Client or None, default=None
+    cluster : str, SlurmJobs, distributed.Client or None, default=None
         Scheduler address (``'tcp://host:8786'``) or an existing client.
         None starts a ``LocalCluster`` of ``n_jobs`` single-threaded worker
-        processes, closed again by :meth:`close`.
+        processes, ``'slurm'`` (the default jobs) or a
+        :class:`~connscale.engines.slurm.SlurmJobs` a SLURMCluster, closed
+        again by :meth:`close`.
     n_jobs : int or None, default=None
         Workers of the LocalCluster (None: every core); ignored with
-        ``cluster``.
+        ``cluster`` (with SLURM, :attr:`n_jobs` is the workers of
+        ``max_jobs`` jobs, None when unbounded).
     retries : int, default=1
-        A task that raised is run again this many times; on the LocalCluster
-        started here, so is a task whose worker died (``allowed-failures``).
+        A task that raised is run again this many times; on a cluster started
+        here (LocalCluster, SLURM), so is a task whose worker died
+        (``allowed-failures``).
     dashboard_address : str or None, default=None
         Address of the LocalCluster's dashboard, e.g. ``'127.0.0.1:8787'``
         (it listens where told); None starts none. Ignored with ``cluster``.
@@ -102,7 +113,7 @@ class DaskEngine(Engine):
 
     def __init__(
         self,
-        cluster: str | distributed.Client | None = None,
+        cluster: str | SlurmJobs | distributed.Client | None = None,
         *,
         n_jobs: int | None = None,
         retries: int = 1,
@@ -115,42 +126,11 @@ class DaskEngine(Engine):
         self._cluster = None
         self._config = None
         self._own_client = True
+        self._keeper = None
         if cluster is None:
-            self.n_jobs = resolve_n_jobs(n_jobs)
-            import dask
-
-            # While this engine runs: a worker that dies is restarted by its
-            # nanny, and the LocalCluster must not close that nanny for good
-            # when, ``lost-worker-timeout`` after an earlier death, it finds
-            # the worker down again (restarting after a later death): the
-            # cluster would be left without workers and every task waiting.
-            self._config = dask.config.set({"distributed.deploy.lost-worker-timeout": _NEVER})
-            try:
-                # The scheduler runs in this process and reads these when it starts.
-                with dask.config.set(
-                    {
-                        "distributed.scheduler.allowed-failures": self.retries,
-                        "distributed.scheduler.worker-saturation": 1.0,
-                    }
-                ):
-                    self._cluster = distributed.LocalCluster(
-                        n_workers=self.n_jobs,
-                        threads_per_worker=1,
-                        processes=True,
-                        host=_LOCAL_HOST,
-                        dashboard_address=dashboard_address,
-                        worker_dashboard_address=None,
-                        silence_logs=40,
-                        # Without a dashboard the scheduler still serves
-                        # /health and /metrics: on a free localhost port.
-                        scheduler_kwargs=None
-                        if dashboard_address
-                        else {"dashboard_address": f"{_LOCAL_HOST}:0"},
-                    )
-                self.client = distributed.Client(self._cluster)
-            except BaseException:
-                self.close()
-                raise
+            self._start_local(n_jobs, dashboard_address)
+        elif cluster == "slurm" or isinstance(cluster, SlurmJobs):
+            self._start_slurm(SlurmJobs() if cluster == "slurm" else cluster)
         elif isinstance(cluster, distributed.Client):
             self.client = cluster
             self._own_client = False
@@ -161,8 +141,69 @@ class DaskEngine(Engine):
         else:
             raise ValueError(
                 "'cluster' must be None (start a LocalCluster), a scheduler address "
-                f"such as 'tcp://host:8786' or a distributed.Client; got {cluster!r}."
+                "such as 'tcp://host:8786', 'slurm' or a SlurmJobs (start a SLURMCluster) "
+                f"or a distributed.Client; got {cluster!r}."
             )
+
+    def _start_local(self, n_jobs: int | None, dashboard_address: str | None) -> None:
+        """Start a LocalCluster of ``n_jobs`` single-threaded workers and its client."""
+        import dask
+
+        self.n_jobs = resolve_n_jobs(n_jobs)
+        # While this engine runs: a worker that dies is restarted by its
+        # nanny, and the LocalCluster must not close that nanny for good
+        # when, ``lost-worker-timeout`` after an earlier death, it finds
+        # the worker down again (restarting after a later death): the
+        # cluster would be left without workers and every task waiting.
+        self._config = dask.config.set({"distributed.deploy.lost-worker-timeout": _NEVER})
+        try:
+            # The scheduler runs in this process and reads these when it starts.
+            with dask.config.set(self._scheduler_settings()):
+                self._cluster = self._distributed.LocalCluster(
+                    n_workers=self.n_jobs,
+                    threads_per_worker=1,
+                    processes=True,
+                    host=_LOCAL_HOST,
+                    dashboard_address=dashboard_address,
+                    worker_dashboard_address=None,
+                    silence_logs=40,
+                    # Without a dashboard the scheduler still serves
+                    # /health and /metrics: on a free localhost port.
+                    scheduler_kwargs=None
+                    if dashboard_address
+                    else {"dashboard_address": f"{_LOCAL_HOST}:0"},
+                )
+            self.client = self._distributed.Client(self._cluster)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_slurm(self, jobs: SlurmJobs) -> None:
+        """Start a SLURMCluster of no job yet (``map`` scales it) and its client."""
+        import dask
+
+        self.slurm = jobs
+        # Workers when every job runs (None: as many as the tasks need).
+        self.n_jobs = None if jobs.max_jobs is None else jobs.max_jobs * jobs.workers_per_job
+        # The JobKeeper replaces a job that ended; the cluster must not also
+        # close, ``lost-worker-timeout`` after the first job's end, the job
+        # submitted in its place under the same name before it has started.
+        self._config = dask.config.set({"distributed.deploy.lost-worker-timeout": _NEVER})
+        try:
+            with dask.config.set(self._scheduler_settings()):
+                self._cluster = start_slurm_cluster(jobs)
+            check_job_script(self._cluster)  # a bad option fails here, not in the jobs
+            self._keeper = JobKeeper(self._cluster)
+            self.client = self._distributed.Client(self._cluster)
+        except BaseException:
+            self.close()
+            raise
+
+    def _scheduler_settings(self) -> dict:
+        return {
+            "distributed.scheduler.allowed-failures": self.retries,
+            "distributed.scheduler.worker-saturation": 1.0,
+        }
 
     def map(
         self,
@@ -185,6 +226,8 @@ class DaskEngine(Engine):
         items = list(items)
         if not items:
             return []
+        if self._keeper is not None:  # SLURM: the jobs these tasks need
+            self._keeper.scale(self.slurm.jobs_for(len(items)))
         bag = dask.bag.from_sequence(items, partition_size=1).map_partitions(
             _run_partition, func, token=f"connscale-map-{uuid.uuid4().hex}"
         )
@@ -233,6 +276,8 @@ class DaskEngine(Engine):
         its error is raised.
         """
         n_blocks = check_int(n_blocks, "n_blocks", minimum=1)
+        if self._keeper is not None:
+            self._keeper.scale(self.slurm.jobs_for(n_blocks))
         futures = self.client.map(loader, range(n_blocks), pure=False, retries=self.retries)
         self._distributed.wait(futures)
         errors = [f for f in futures if f.status == "error"]
@@ -308,6 +353,9 @@ class DaskEngine(Engine):
         """
         if self._own_client and getattr(self, "client", None) is not None:
             self.client.close()
+        if self._keeper is not None:
+            self._keeper.stop()
+            self._keeper = None
         if self._cluster is not None:
             self._cluster.close()
             self._cluster = None
@@ -317,4 +365,6 @@ class DaskEngine(Engine):
         self.client = None
 
     def __repr__(self) -> str:
+        if self._keeper is not None:
+            return f"DaskEngine(slurm={self.slurm!r}, retries={self.retries})"
         return f"DaskEngine(n_workers={self.n_jobs}, retries={self.retries})"
