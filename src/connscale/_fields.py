@@ -22,6 +22,7 @@ from numbers import Integral, Real
 from connscale._choices import DTYPES, PRECISIONS
 from connscale._params import Flag, param
 from connscale._validation import Interval, StrOptions
+from connscale.engines.slurm import SlurmJobs
 
 __all__ = [
     "COMPUTATION",
@@ -29,14 +30,19 @@ __all__ = [
     "absolute",
     "atlas",
     "atlas_name",
+    "cluster",
+    "cores_per_job",
     "device",
     "dtype",
+    "gpus_per_job",
     "input_file",
     "mask",
+    "mem_per_job",
     "memory_limit",
     "out",
     "overwrite",
     "precision",
+    "queue",
     "seed",
     "step",
     "t_r",
@@ -45,6 +51,7 @@ __all__ = [
     "threshold",
     "verbose",
     "wait",
+    "walltime",
     "window",
 ]
 
@@ -55,6 +62,9 @@ MASK_OR_ATLAS = "mask or atlas"
 
 _NATURAL = Interval(Integral, 0, None, closed="left")
 _CORRELATION = Interval(Real, -1, 1, closed="both")
+_COUNT = Interval(Integral, 1, None, closed="left")
+#: The SLURM jobs' defaults (a SLURM option left None takes its default).
+_JOBS = SlurmJobs()
 
 DEVICE_HELP = "'auto' (CUDA when present), 'cpu', 'cuda' or 'cuda:N'."
 MEMORY_HELP = "Most memory to use, e.g. '8GB' (default: 80%% of free)."
@@ -375,4 +385,97 @@ def taper_sigma(*, group: str | None = None):
         doc="Sigma of the Gaussian taper, in time points.",
         flag=Flag(("--taper-sigma",), group=group, type="positive", metavar="TRS",
                   help="Sigma of the Gaussian taper, in time points."),
+    )  # fmt: skip
+
+
+# The Dask engine's cluster and the SLURM jobs' options (``--cluster slurm``).
+# ``tasks`` names the command's tasks in the help: "scans", "runs".
+
+
+def cluster(*, tasks: str, group: str | None = None, levels: tuple[str, ...] = ()):
+    """``cluster``, ``--cluster``: a Dask scheduler, SLURM jobs or a Spark master."""
+    return param(
+        None,
+        fingerprint=False,
+        doc_type="str or None",
+        doc="Dask scheduler address, ``'slurm'`` (Dask workers in SLURM jobs, at\n"
+        f"most ``n_jobs`` jobs at once, as many as the {tasks} left need; see\n"
+        ":mod:`connscale.engines.slurm`) or Spark master URL (see\n"
+        ":func:`connscale.engines.get_engine`).",
+        flag=Flag(("--cluster",), group=group, metavar="ADDR", levels=levels,
+                  help="Dask scheduler address (default: a LocalCluster), 'slurm' "
+                  "(workers in SLURM jobs, needs dask-jobqueue) or Spark master URL "
+                  "(default: local[N])."),
+    )  # fmt: skip
+
+
+def queue(*, group: str | None = None, levels: tuple[str, ...] = ()):
+    """``queue``, ``--queue``: the SLURM jobs' partition."""
+    return param(
+        None,
+        fingerprint=False,
+        constraints=[str, None],
+        doc="``cluster='slurm'``: the jobs' partition (``sbatch -p``); None: the\n"
+        "cluster's default one.",
+        flag=Flag(("--queue",), group=group, metavar="PARTITION", levels=levels,
+                  help="--cluster slurm: the jobs' partition (default: the cluster's default)."),
+    )  # fmt: skip
+
+
+def walltime(*, tasks: str, group: str | None = None, levels: tuple[str, ...] = ()):
+    """``walltime``, ``--walltime``: each SLURM job's time limit."""
+    return param(
+        None,
+        fingerprint=False,
+        constraints=[str, None],
+        doc="``cluster='slurm'``: each job's time limit, as ``sbatch -t`` takes it\n"
+        f"(``'HH:MM:SS'``, ``'D-HH:MM:SS'``...); None: ``{_JOBS.walltime!r}``. A job that\n"
+        f"reaches it is resubmitted while {tasks} are left.",
+        flag=Flag(("--walltime",), group=group, metavar="TIME", levels=levels,
+                  help="--cluster slurm: each job's time limit, e.g. 02:00:00 (default: "
+                  f"{_JOBS.walltime}); a job ended by SLURM is resubmitted while {tasks} are "
+                  "left."),
+    )  # fmt: skip
+
+
+def cores_per_job(*, group: str | None = None, levels: tuple[str, ...] = ()):
+    """``cores_per_job``, ``--cores-per-job``: cores of each SLURM job."""
+    return param(
+        None,
+        fingerprint=False,
+        constraints=[_COUNT, None],
+        doc="``cluster='slurm'``: cores of each job, each running a worker process;\n"
+        f"None: {_JOBS.cores}.",
+        flag=Flag(("--cores-per-job",), group=group, type="count", metavar="N", levels=levels,
+                  help="--cluster slurm: cores of each job, one worker process each "
+                  f"(default: {_JOBS.cores})."),
+    )  # fmt: skip
+
+
+def mem_per_job(*, group: str | None = None, levels: tuple[str, ...] = ()):
+    """``mem_per_job``, ``--mem-per-job``: memory of each SLURM job."""
+    return param(
+        None,
+        fingerprint=False,
+        constraints=["memory", None],
+        doc="``cluster='slurm'``: memory of each job, shared by its workers; None:\n"
+        f"``{_JOBS.memory!r}``.",
+        flag=Flag(("--mem-per-job",), group=group, type="memory", metavar="SIZE",
+                  levels=levels,
+                  help="--cluster slurm: memory of each job, e.g. 16GB "
+                  f"(default: {_JOBS.memory})."),
+    )  # fmt: skip
+
+
+def gpus_per_job(*, group: str | None = None, levels: tuple[str, ...] = ()):
+    """``gpus_per_job``, ``--gpus-per-job``: GPUs of each SLURM job."""
+    return param(
+        None,
+        fingerprint=False,
+        constraints=[_NATURAL, None],
+        doc="``cluster='slurm'``: GPUs of each job (``--gres=gpu:N``); a job with\n"
+        f"GPUs runs one worker process (give ``device='cuda'``); None: {_JOBS.gpus}.",
+        flag=Flag(("--gpus-per-job",), group=group, type="natural", metavar="N", levels=levels,
+                  help="--cluster slurm: GPUs of each job; one worker per job then "
+                  f"(with --device cuda) (default: {_JOBS.gpus})."),
     )  # fmt: skip

@@ -67,7 +67,7 @@ from connscale.engines.batch import (
     batch_device,
     run_batch,
 )
-from connscale.engines.slurm import SlurmJobs, import_jobqueue
+from connscale.engines.slurm import SlurmJobs, slurm_jobs
 from connscale.io.bids import write_dataset_description
 from connscale.io.lock import OutputLock, is_locked
 
@@ -616,7 +616,7 @@ def run_cohort(config: CohortConfig) -> CohortReport:
     """
     job = config.job
     params = check_job_params(job, config.params)  # before the first scan, and before any write
-    slurm = _slurm_jobs(config, out_dir=Path(config.out_dir))
+    slurm = slurm_jobs(config, engine="engine", log_directory=Path(config.out_dir) / "logs")
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     options = BatchOptions(
@@ -652,38 +652,6 @@ def _scan_done(task: Task, *, overwrite: bool) -> bool:
     scan = task.payload
     scan.fingerprint = _task_fingerprint(scan.item, scan.job, scan.params)
     return not overwrite and _is_complete(scan.output, scan.job, scan.fingerprint)
-
-
-_SLURM_OPTIONS = ("queue", "walltime", "cores_per_job", "mem_per_job", "gpus_per_job")
-
-
-def _slurm_jobs(config: CohortConfig, *, out_dir: Path) -> SlurmJobs | None:
-    """Return the SLURM jobs that ``cluster='slurm'`` asks for (their logs in ``out_dir/logs``).
-
-    None without SLURM; a job option given then is an error.
-    """
-    given = {name: getattr(config, name) for name in _SLURM_OPTIONS}
-    if config.cluster != "slurm":
-        named = [name for name, value in given.items() if value is not None]
-        if named:
-            raise ValueError(
-                f"{', '.join(repr(n) for n in named)} apply to cluster='slurm' only; "
-                f"got cluster={config.cluster!r}."
-            )
-        return None
-    if config.engine != "dask":
-        raise ValueError(f"cluster='slurm' needs engine='dask'; got engine={config.engine!r}.")
-    if config.n_jobs is not None and config.n_jobs < 1:
-        raise ValueError(
-            "With cluster='slurm', 'n_jobs' is the most SLURM jobs at once "
-            f"(>= 1, or None: one per scan left); got {config.n_jobs}."
-        )
-    import_jobqueue()  # its one-line ImportError before any write
-    names = {"cores_per_job": "cores", "mem_per_job": "memory", "gpus_per_job": "gpus"}
-    chosen = {names.get(k, k): v for k, v in given.items() if v is not None}
-    if "memory" in chosen:
-        chosen["memory"] = str(chosen["memory"])
-    return SlurmJobs(**chosen, max_jobs=config.n_jobs, log_directory=str(out_dir / "logs"))
 
 
 def _open_engine(config: CohortConfig, slurm: SlurmJobs | None):

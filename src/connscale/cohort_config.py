@@ -23,7 +23,6 @@ from connscale._choices import COHORT_JOBS
 from connscale._params import Flag, declared, param, parameters_doc
 from connscale._validation import Interval, StrOptions
 from connscale.engines import ENGINES, Engine
-from connscale.engines.slurm import SlurmJobs
 
 __all__ = [
     "COMPUTATION",
@@ -46,8 +45,6 @@ OPTIONS_LAST = "options, last"
 
 _NATURAL = Interval(Integral, 0, None, closed="left")
 _COUNT = Interval(Integral, 1, None, closed="left")
-#: The SLURM jobs' defaults (a SLURM option left None takes its default).
-_JOBS = SlurmJobs()
 
 
 @dataclass(frozen=True)
@@ -206,18 +203,7 @@ class CohortConfig:
         flag=Flag(("--backend",), group=EXECUTION, choices=tuple(ENGINES), dest="backend",
                   help="serial (this process), local (process pool), dask or spark."),
     )  # fmt: skip
-    cluster: str | None = param(
-        None,
-        doc_type="str or None",
-        doc="Dask scheduler address, ``'slurm'`` (Dask workers in SLURM jobs, at\n"
-        "most ``n_jobs`` jobs at once, as many as the scans left need; see\n"
-        ":mod:`connscale.engines.slurm`) or Spark master URL (see\n"
-        ":func:`connscale.engines.get_engine`).",
-        flag=Flag(("--cluster",), group=EXECUTION, metavar="ADDR",
-                  help="Dask scheduler address (default: a LocalCluster), 'slurm' "
-                  "(workers in SLURM jobs, needs dask-jobqueue) or Spark master URL "
-                  "(default: local[N])."),
-    )  # fmt: skip
+    cluster: str | None = _fields.cluster(tasks="scans", group=EXECUTION)
     n_jobs: int | None = param(
         None,
         constraints=["n_jobs", None],
@@ -250,51 +236,11 @@ class CohortConfig:
                   help="dask without --cluster: start the LocalCluster's dashboard "
                   "at ADDR, e.g. 127.0.0.1:8787 (default: no dashboard)."),
     )  # fmt: skip
-    queue: str | None = param(
-        None,
-        constraints=[str, None],
-        doc="``cluster='slurm'``: the jobs' partition (``sbatch -p``); None: the\n"
-        "cluster's default one.",
-        flag=Flag(("--queue",), group=EXECUTION, metavar="PARTITION",
-                  help="--cluster slurm: the jobs' partition (default: the cluster's default)."),
-    )  # fmt: skip
-    walltime: str | None = param(
-        None,
-        constraints=[str, None],
-        doc="``cluster='slurm'``: each job's time limit, as ``sbatch -t`` takes it\n"
-        f"(``'HH:MM:SS'``, ``'D-HH:MM:SS'``...); None: ``{_JOBS.walltime!r}``. A job that\n"
-        "reaches it is resubmitted while scans are left.",
-        flag=Flag(("--walltime",), group=EXECUTION, metavar="TIME",
-                  help="--cluster slurm: each job's time limit, e.g. 02:00:00 (default: "
-                  f"{_JOBS.walltime}); a job ended by SLURM is resubmitted while scans are left."),
-    )  # fmt: skip
-    cores_per_job: int | None = param(
-        None,
-        constraints=[_COUNT, None],
-        doc="``cluster='slurm'``: cores of each job, each running a worker process;\n"
-        f"None: {_JOBS.cores}.",
-        flag=Flag(("--cores-per-job",), group=EXECUTION, type="count", metavar="N",
-                  help="--cluster slurm: cores of each job, one worker process each "
-                  f"(default: {_JOBS.cores})."),
-    )  # fmt: skip
-    mem_per_job: str | int | None = param(
-        None,
-        constraints=["memory", None],
-        doc="``cluster='slurm'``: memory of each job, shared by its workers; None:\n"
-        f"``{_JOBS.memory!r}``.",
-        flag=Flag(("--mem-per-job",), group=EXECUTION, type="memory", metavar="SIZE",
-                  help="--cluster slurm: memory of each job, e.g. 16GB "
-                  f"(default: {_JOBS.memory})."),
-    )  # fmt: skip
-    gpus_per_job: int | None = param(
-        None,
-        constraints=[_NATURAL, None],
-        doc="``cluster='slurm'``: GPUs of each job (``--gres=gpu:N``); a job with\n"
-        f"GPUs runs one worker process (give ``device='cuda'``); None: {_JOBS.gpus}.",
-        flag=Flag(("--gpus-per-job",), group=EXECUTION, type="natural", metavar="N",
-                  help="--cluster slurm: GPUs of each job; one worker per job then "
-                  f"(with --device cuda) (default: {_JOBS.gpus})."),
-    )  # fmt: skip
+    queue: str | None = _fields.queue(group=EXECUTION)
+    walltime: str | None = _fields.walltime(tasks="scans", group=EXECUTION)
+    cores_per_job: int | None = _fields.cores_per_job(group=EXECUTION)
+    mem_per_job: str | int | None = _fields.mem_per_job(group=EXECUTION)
+    gpus_per_job: int | None = _fields.gpus_per_job(group=EXECUTION)
     threads_per_task: int = param(
         1,
         constraints=[_COUNT],

@@ -57,6 +57,7 @@ ATLAS, FILTERS, GROUP, EXECUTION, COMPUTATION = (
     "computation",
 )
 
+_PARTICIPANT = ("participant",)
 _POSITIVE = (Interval(Real, 0, None, closed="neither"), None)
 _COUNT = Interval(Integral, 1, None, closed="left")
 _CORRELATION = Interval(Real, -1, 1, closed="both")
@@ -386,13 +387,21 @@ class ParticipantConfig:
         "``backend='serial'``, the readers of the runs ahead (None: 1; at most\n"
         "``n_jobs + 1`` runs in memory): one is a thread, several are processes\n"
         "(:class:`~connscale.engines.readers.ReaderPool`); with ``gpus``, the\n"
-        "threads of each GPU worker (None: 2).",
+        "threads of each GPU worker (None: 2); with ``cluster='slurm'``, SLURM jobs\n"
+        "at once (None: one per run left).",
         flag=Flag(("--n-jobs",), group=EXECUTION, type="n_jobs", levels=("participant",),
                   help="Worker processes (default: every core; -1: every core, -2: all but "
                   "one, ...); with --backend serial, readers of the next runs (default 1, a "
                   "thread; several are processes); with --gpus, threads of each GPU worker "
-                  "(default 2)."),
+                  "(default 2); with --cluster slurm, most jobs at once (default: one per run "
+                  "left)."),
     )  # fmt: skip
+    cluster: str | None = _fields.cluster(tasks="runs", group=EXECUTION, levels=_PARTICIPANT)
+    queue: str | None = _fields.queue(group=EXECUTION, levels=_PARTICIPANT)
+    walltime: str | None = _fields.walltime(tasks="runs", group=EXECUTION, levels=_PARTICIPANT)
+    cores_per_job: int | None = _fields.cores_per_job(group=EXECUTION, levels=_PARTICIPANT)
+    mem_per_job: str | int | None = _fields.mem_per_job(group=EXECUTION, levels=_PARTICIPANT)
+    gpus_per_job: int | None = _fields.gpus_per_job(group=EXECUTION, levels=_PARTICIPANT)
     gpus: str | int | None = param(
         None,
         fingerprint=False,

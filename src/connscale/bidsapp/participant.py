@@ -125,6 +125,7 @@ from connscale.engines.batch import (
     map_tasks,
     run_batch,
 )
+from connscale.engines.slurm import SlurmJobs, slurm_jobs
 from connscale.io.bids import dataset_relative
 
 __all__ = [
@@ -394,11 +395,33 @@ def _readers(readers: int) -> ReadAheadEngine:
     return ReadAheadEngine(readers, processes=readers > 1, preload=READER_MODULES)
 
 
-def _open_engine(environments: list[dict], backend: str, n_jobs: int | None):
+def _slurm_jobs(config: ParticipantConfig, output: Path) -> SlurmJobs | None:
+    """Return the SLURM jobs of ``cluster='slurm'`` (their logs in ``output/logs``), or None.
+
+    Checked before any write: the job options need ``cluster='slurm'``, which
+    needs ``backend='dask'`` and excludes ``gpus`` (this node's GPUs; the
+    jobs' are ``gpus_per_job``).
+    """
+    if config.cluster == "slurm" and config.gpus is not None:
+        raise ValueError(
+            "cluster='slurm' computes on the jobs' GPUs ('gpus_per_job'), not on this "
+            f"node's: drop 'gpus'; got gpus={config.gpus!r}."
+        )
+    return slurm_jobs(config, engine="backend", log_directory=output / "logs", tasks="run")
+
+
+def _open_engine(
+    environments: list[dict],
+    backend: str,
+    n_jobs: int | None,
+    cluster: str | SlurmJobs | None = None,
+):
     """Return the engine of the runs.
 
     A Dask worker per GPU, the serial engine reading ahead (``n_jobs``
-    readers), or ``backend``.
+    readers), or ``backend`` (on ``cluster``: a Dask scheduler's address,
+    SLURM jobs, a Spark master URL; with SLURM jobs ``n_jobs`` is their
+    most at once, which they hold).
     """
     from connscale.engines import get_engine
 
@@ -409,7 +432,9 @@ def _open_engine(environments: list[dict], backend: str, n_jobs: int | None):
         return gpu_engine(environments, threads=threads)
     if backend == "serial":
         return _readers(1 if n_jobs is None else n_jobs)
-    return get_engine(backend, n_jobs=n_jobs)
+    if isinstance(cluster, SlurmJobs):
+        return get_engine(backend, cluster=cluster)
+    return get_engine(backend, cluster=cluster, n_jobs=n_jobs)
 
 
 @entry(ParticipantConfig)
@@ -436,6 +461,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
     backend, n_jobs, gpus = config.backend, config.n_jobs, config.gpus
     wait, verbose = config.wait, config.verbose
     measures = tuple(dict.fromkeys(config.measures))
+    slurm = _slurm_jobs(config, Path(config.output).resolve())  # before any write
     if (backend == "serial" or gpus is not None) and n_jobs is not None:
         n_jobs = resolve_n_jobs(n_jobs)  # -1: a reading thread (or GPU worker thread) per core
     if any(m in WINDOWED for m in measures) and config.window_length is None:
@@ -521,7 +547,13 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
                 verbose=verbose,
             ),
             is_done=_published,
-            open_engine=functools.partial(_open_engine, environments, backend, n_jobs),
+            open_engine=functools.partial(
+                _open_engine,
+                environments,
+                backend,
+                n_jobs,
+                config.cluster if slurm is None else slurm,
+            ),
             meta={
                 "derivatives": str(derivatives),
                 "backend": f"dask ({len(environments)} GPU workers)" if environments else backend,

@@ -88,6 +88,47 @@ class SlurmJobs:
         return jobs if self.max_jobs is None else min(jobs, self.max_jobs)
 
 
+#: The options of the SLURM jobs, as the commands' configs name them.
+JOB_OPTIONS = ("queue", "walltime", "cores_per_job", "mem_per_job", "gpus_per_job")
+
+
+def slurm_jobs(
+    config: Any, *, engine: str, log_directory: Path, tasks: str = "scan"
+) -> SlurmJobs | None:
+    """Return the SLURM jobs that ``config.cluster == 'slurm'`` asks for, None without SLURM.
+
+    ``config`` holds ``cluster``, ``n_jobs`` (the most jobs at once) and the
+    :data:`JOB_OPTIONS`; ``engine`` names its engine's field (``'engine'``,
+    ``'backend'``) and ``tasks`` its tasks in the messages. Raise a one-line
+    ValueError for a job option without SLURM, SLURM without Dask, or a bad
+    ``n_jobs``, and ``dask-jobqueue``'s ImportError, before any write.
+    """
+    given = {name: getattr(config, name) for name in JOB_OPTIONS}
+    if config.cluster != "slurm":
+        named = [name for name, value in given.items() if value is not None]
+        if named:
+            raise ValueError(
+                f"{', '.join(repr(n) for n in named)} apply to cluster='slurm' only; "
+                f"got cluster={config.cluster!r}."
+            )
+        return None
+    if getattr(config, engine) != "dask":
+        raise ValueError(
+            f"cluster='slurm' needs {engine}='dask'; got {engine}={getattr(config, engine)!r}."
+        )
+    if config.n_jobs is not None and config.n_jobs < 1:
+        raise ValueError(
+            "With cluster='slurm', 'n_jobs' is the most SLURM jobs at once "
+            f"(>= 1, or None: one per {tasks} left); got {config.n_jobs}."
+        )
+    import_jobqueue()  # its one-line ImportError before any write
+    names = {"cores_per_job": "cores", "mem_per_job": "memory", "gpus_per_job": "gpus"}
+    chosen = {names.get(k, k): v for k, v in given.items() if v is not None}
+    if "memory" in chosen:
+        chosen["memory"] = str(chosen["memory"])
+    return SlurmJobs(**chosen, max_jobs=config.n_jobs, log_directory=str(log_directory))
+
+
 def import_jobqueue() -> ModuleType:
     """Return ``dask_jobqueue``, or raise a one-line ImportError saying how to install it."""
     try:
@@ -229,4 +270,12 @@ class JobKeeper:
         self.cluster.loop.add_callback(self._callback.stop)
 
 
-__all__ = ["JobKeeper", "SlurmJobs", "check_job_script", "import_jobqueue", "start_slurm_cluster"]
+__all__ = [
+    "JOB_OPTIONS",
+    "JobKeeper",
+    "SlurmJobs",
+    "check_job_script",
+    "import_jobqueue",
+    "slurm_jobs",
+    "start_slurm_cluster",
+]
