@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from distributed.diagnostics.plugin import WorkerPlugin
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
@@ -232,3 +233,25 @@ class HoldOneTask(WorkerPlugin):
         except FileExistsError:
             return
         time.sleep(self.seconds)  # the worker's event loop too: it is killed here
+
+
+@pytest.fixture(scope="module", name="slurm")
+def slurm_fixture(tmp_path_factory):
+    """A SLURM for a test module's tests (skip where it cannot start); ``SLURM_CONF`` set meanwhile.
+
+    A test module imports it (``from tests.engines._slurm import slurm_fixture``)
+    and takes the fixture ``slurm``.
+    """
+    pytest.importorskip("dask_jobqueue")
+    try:
+        running = start_slurm(tmp_path_factory.mktemp("slurm"))
+    except SlurmUnavailable as exc:
+        pytest.skip(f"no SLURM for the test: {exc}")
+    before = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = running.env["SLURM_CONF"]  # sbatch, squeue, scancel find it
+    yield running
+    if before is None:
+        del os.environ["SLURM_CONF"]
+    else:
+        os.environ["SLURM_CONF"] = before
+    running.stop()

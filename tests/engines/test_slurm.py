@@ -7,7 +7,6 @@ it cannot start. The checks of the options run without it.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 import threading
@@ -22,7 +21,7 @@ from connscale.cohort import run_cohort
 from connscale.engines import get_engine
 from connscale.engines.slurm import SlurmJobs
 
-from ._slurm import HoldOneTask, SlurmUnavailable, start_slurm
+from ._slurm import HoldOneTask, slurm_fixture  # noqa: F401 (the fixture slurm)
 
 SCANS = ("01", "02", "03", "04", "05", "06")
 
@@ -60,23 +59,6 @@ def test_without_dask_jobqueue_the_error_says_how_to_install_it(tmp_path, monkey
     ):
         run_cohort([], "fc", tmp_path / "out", engine="dask", cluster="slurm")
     assert not (tmp_path / "out").exists()
-
-
-@pytest.fixture(scope="module")
-def slurm(tmp_path_factory):
-    pytest.importorskip("dask_jobqueue")
-    try:
-        running = start_slurm(tmp_path_factory.mktemp("slurm"))
-    except SlurmUnavailable as exc:
-        pytest.skip(f"no SLURM for the test: {exc}")
-    before = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = running.env["SLURM_CONF"]  # sbatch, squeue, scancel find it
-    yield running
-    if before is None:
-        del os.environ["SLURM_CONF"]
-    else:
-        os.environ["SLURM_CONF"] = before
-    running.stop()
 
 
 def _cohort(root: Path) -> str:
