@@ -4,8 +4,9 @@ Every function here returns a config field (:func:`connscale._params.param`)
 with the one default, constraint and command-line flag (and its help) of a
 parameter that the commands and the API share: ``device``, ``dtype``,
 ``memory_limit``, ``verbose`` (with ``-q``), ``precision``, the threshold
-options, ``--out``, ``--wait``, ``--overwrite``, the seed and a command's
-INPUT with ``--mask``, ``--atlas`` and ``--atlas-name``. A command's config
+options, ``--out``, ``--wait``, ``--overwrite``, the seed, a command's
+INPUT with ``--mask``, ``--atlas`` and ``--atlas-name``, and ``--cluster``
+with the SLURM jobs' options (``connscale cohort`` and ``connscale bids``). A command's config
 declares its field with the function; what differs between commands (the
 documentation of what the parameter does there, the help of a threshold, the
 argument group, the BIDS-App's levels) is an argument.
