@@ -200,9 +200,21 @@ class DaskEngine(Engine):
             raise
 
     def _scheduler_settings(self) -> dict:
+        """Return the Dask settings the scheduler started here reads (set while it starts).
+
+        The HTTP routes are a copy: a scheduler with a dashboard but without
+        bokeh appends its "missing bokeh" page to the list Dask's configuration
+        holds (distributed's ``Scheduler.start_http_server``), which every
+        later scheduler of this process would serve.
+        """
+        import dask
+
         return {
             "distributed.scheduler.allowed-failures": self.retries,
             "distributed.scheduler.worker-saturation": 1.0,
+            "distributed.scheduler.http.routes": list(
+                dask.config.get("distributed.scheduler.http.routes")
+            ),
         }
 
     def map(
