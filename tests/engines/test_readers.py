@@ -94,3 +94,17 @@ def test_the_engine_hands_each_task_its_read_and_removes_its_folder(monkeypatch)
     )
     assert records == [{"status": "ok"}] * 5
     assert folders and (folders[0] is None or not Path(folders[0]).exists())
+
+
+def test_reads_queued_behind_a_dead_reader_all_complete(tmp_path):
+    """Every read queued on the reader that died is retried on one successor
+    (the slot is replaced once, not once per read)."""
+    readers = ReaderPool(1, processes=True)
+    try:
+        crashed = readers.submit(engine_funcs.exit_once, str(tmp_path / "crash"))
+        queued = [readers.submit(engine_funcs.make_block, i) for i in range(3)]
+        assert crashed.result(timeout=120) == "crash"
+        for i, future in enumerate(queued):
+            np.testing.assert_array_equal(future.result(timeout=120), engine_funcs.make_block(i))
+    finally:
+        readers.shutdown()

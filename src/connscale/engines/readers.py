@@ -12,6 +12,7 @@ arrays it returns come back through shared memory
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -58,6 +59,9 @@ class ReaderPool:
         folder: str | None = None,
         preload: tuple[str, ...] = (),
     ) -> None:
+        self._lock = threading.Lock()  # the slots, replaced from the futures' callbacks
+        self._queued: dict[Executor, list[Future]] = {}  # each pool's reads, oldest first
+        self._died_on: dict[Executor, Future] = {}  # the read a dead pool was running
         self.processes = processes
         self.retries = retries
         self.folder = folder
@@ -77,15 +81,16 @@ class ReaderPool:
         self._next = 0
 
     def _slot(self, index: int) -> Executor:
-        if self._slots[index] is None:
-            self._slots[index] = ProcessPoolExecutor(
-                1,
-                mp_context=self._context,
-                initializer=start_reader,
-                initargs=(self.folder, self.preload),
-            )
-            self._slots[index].submit(int)  # start the process now, not at its first read
-        return self._slots[index]
+        with self._lock:
+            if self._slots[index] is None:
+                self._slots[index] = ProcessPoolExecutor(
+                    1,
+                    mp_context=self._context,
+                    initializer=start_reader,
+                    initargs=(self.folder, self.preload),
+                )
+                self._slots[index].submit(int)  # start the process now, not at its first read
+            return self._slots[index]
 
     def submit(self, function: Callable, argument) -> Future:
         """Start ``function(argument)`` on the next reader; return a future of its result.
@@ -102,15 +107,29 @@ class ReaderPool:
         return outcome
 
     def _start(self, index, function, argument, outcome: Future, attempt: int) -> None:
-        future = self._slot(index).submit(function, argument)
+        pool = self._slot(index)
+        with self._lock:
+            future = pool.submit(function, argument)
+            self._queued.setdefault(pool, []).append(future)
 
         def done(finished: Future) -> None:
-            error = finished.exception()
-            if not isinstance(error, BrokenProcessPool):
+            lost = finished.cancelled() or isinstance(finished.exception(), BrokenProcessPool)
+            with self._lock:
+                queued = self._queued[pool]
+                # The reader ran its oldest read when it died: that read is charged
+                # with a try; those queued behind it are sent again for free.
+                if lost:
+                    self._died_on.setdefault(pool, queued[0])
+                charged = lost and self._died_on[pool] is finished
+                queued.remove(finished)
+                if not queued:
+                    self._queued.pop(pool)
+                    self._died_on.pop(pool, None)
+            if not lost:
                 _settle(outcome, finished)
-            elif attempt <= self.retries:
-                self._replace(index, self._slots[index])
-                self._start(index, function, argument, outcome, attempt + 1)
+            elif not charged or attempt <= self.retries:
+                self._replace(index, pool)
+                self._start(index, function, argument, outcome, attempt + int(charged))
             else:
                 outcome.set_exception(
                     ReaderLost(
@@ -121,10 +140,13 @@ class ReaderPool:
 
         future.add_done_callback(done)
 
-    def _replace(self, index: int, broken: Executor | None) -> None:
-        if broken is not None and self._slots[index] is broken:
-            broken.shutdown(wait=False, cancel_futures=True)
+    def _replace(self, index: int, broken: Executor) -> None:
+        """Drop ``broken`` from slot ``index`` unless it was already replaced."""
+        with self._lock:
+            if self._slots[index] is not broken:
+                return
             self._slots[index] = None
+        broken.shutdown(wait=False)
 
     def shutdown(self) -> None:
         """Stop the readers (the reads under way finish first)."""
