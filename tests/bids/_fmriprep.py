@@ -8,6 +8,7 @@ brain mask, and a BOLD JSON sidecar with the repetition time.
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 from pathlib import Path
@@ -117,3 +118,117 @@ def participant_log(out: Path) -> tuple[dict, list[str]]:
     report = participant_reports(out)[-1]
     errors = report.with_name(report.name.replace("_report.json", "_errors.tsv"))
     return json.loads(report.read_text()), errors.read_text().splitlines()
+
+
+# --- fMRIPrep's grayordinate runs (space-fsLR_den-91k_bold.dtseries.nii) ---
+
+#: The exact HCP 91,282-grayordinate brain model (tests/data/cifti, see its SOURCE.md).
+CIFTI_MODEL = Path(__file__).parents[1] / "data" / "cifti" / "ones.dscalar.nii"
+#: The fsLR atlas's file name (a dlabel on the 91k brain model).
+CIFTI_ATLAS = "tpl-fsLR_atlas-Struct10_den-91k_dseg.dlabel.nii"
+#: Its parcels: 4 per cortical hemisphere (runs of vertices), the cerebellum, the rest.
+CIFTI_PARCELS = 10
+
+
+@functools.lru_cache(maxsize=1)
+def brain_model_91k():
+    """Return the BrainModelAxis of the HCP 91k grayordinates (read once: its XML is slow)."""
+    return nib.load(CIFTI_MODEL).header.get_axis(1)
+
+
+def cifti_parcels(brain_model=None) -> np.ndarray:
+    """Return the parcel of each grayordinate (1..CIFTI_PARCELS; 0: unlabelled)."""
+    brain_model = brain_model_91k() if brain_model is None else brain_model
+    labels = np.zeros(len(brain_model), dtype=np.int32)
+    for name, part, model in brain_model.iter_structures():
+        n = len(model)
+        rows = np.arange(part.start, part.start + n)
+        if name == "CIFTI_STRUCTURE_CORTEX_LEFT":
+            labels[rows] = 1 + (4 * np.arange(n)) // n
+        elif name == "CIFTI_STRUCTURE_CORTEX_RIGHT":
+            labels[rows] = 5 + (4 * np.arange(n)) // n
+        elif name.startswith("CIFTI_STRUCTURE_CEREBELLUM"):
+            labels[rows] = 9
+        elif name != "CIFTI_STRUCTURE_BRAIN_STEM":  # the brain stem stays unlabelled
+            labels[rows] = 10
+    return labels
+
+
+def write_cifti_atlas(path: Path, brain_model=None, labels: np.ndarray | None = None) -> Path:
+    """Write a one-map ``.dlabel.nii`` of :func:`cifti_parcels` (or ``labels``)."""
+    brain_model = brain_model_91k() if brain_model is None else brain_model
+    labels = cifti_parcels(brain_model) if labels is None else labels
+    table = {0: ("???", (0.0, 0.0, 0.0, 0.0))}
+    for value in np.unique(labels[labels > 0]):
+        table[int(value)] = (f"parcel{int(value)}", (value / 10, 0.5, 1 - value / 10, 1.0))
+    axis = nib.cifti2.LabelAxis(["parcels"], [table])
+    nib.save(nib.Cifti2Image(labels[None].astype(np.float32), (axis, brain_model)), path)
+    return path
+
+
+def write_cifti_run(
+    func: Path,
+    entities: str,
+    *,
+    seed: int,
+    n_volumes: int | None = None,
+    t_r: float = T_R,
+    series_t_r: float | None = None,
+    brain_model=None,
+) -> Path:
+    """Write one run's fsLR dtseries, its sidecar and confounds; return the dtseries path.
+
+    Each grayordinate is its parcel's simulated signal
+    (:func:`connscale.datasets.simulate_timeseries`) plus confounds and noise;
+    ``series_t_r``: the dtseries' own TR (SeriesAxis step) when it should
+    differ from the sidecar's ``t_r``.
+    """
+    from connscale.datasets import simulate_timeseries
+
+    func.mkdir(parents=True, exist_ok=True)
+    brain_model = brain_model_91k() if brain_model is None else brain_model
+    confounds = pd.read_csv(CONFOUNDS_TSV, sep="\t")
+    if n_volumes is not None:
+        confounds = confounds.iloc[:n_volumes]
+    n = len(confounds)
+    rng = np.random.default_rng(seed)
+    motion = confounds[["trans_x", "trans_y", "rot_z", "white_matter"]].to_numpy()
+    motion = (motion - motion.mean(0)) / motion.std(0)
+    signals, _ = simulate_timeseries(
+        n, CIFTI_PARCELS + 1, n_blocks=2, dtype="float64", random_state=seed
+    )
+    parcels = cifti_parcels(brain_model)
+    data = 1000 + 10 * signals[:, parcels] + (motion @ rng.uniform(-5, 5, (4, 1)))
+    data += rng.standard_normal(data.shape)
+    series = nib.cifti2.SeriesAxis(0.0, t_r if series_t_r is None else series_t_r, n, "second")
+    bold = func / f"{entities}_space-fsLR_den-91k_bold.dtseries.nii"
+    nib.save(nib.Cifti2Image(data.astype(np.float32), (series, brain_model)), bold)
+    (func / f"{entities}_space-fsLR_den-91k_bold.json").write_text(
+        json.dumps({"RepetitionTime": t_r})
+    )
+    confounds.to_csv(
+        func / f"{entities}_desc-confounds_timeseries.tsv", sep="\t", index=False, na_rep="n/a"
+    )
+    shutil.copy(CONFOUNDS_JSON, func / f"{entities}_desc-confounds_timeseries.json")
+    return bold
+
+
+def make_fmriprep_cifti(
+    root: Path, runs: list[tuple[str, str | None, str, str | None]], **kwargs
+) -> Path:
+    """A derivatives tree of fsLR dtseries runs: one per (subject, session, task, run) tuple.
+
+    ``kwargs`` go to :func:`write_cifti_run` (``n_volumes=20``: the fast variant);
+    a tuple may carry a fifth item, a dict of keywords for that run alone.
+    """
+    make_fmriprep(root, [])
+    for i, (sub, ses, task, run, *own) in enumerate(runs):
+        func = root / f"sub-{sub}" / ("" if ses is None else f"ses-{ses}") / "func"
+        entities = "_".join(
+            [f"sub-{sub}"]
+            + ([] if ses is None else [f"ses-{ses}"])
+            + [f"task-{task}"]
+            + ([] if run is None else [f"run-{run}"])
+        )
+        write_cifti_run(func, entities, seed=i, **{**kwargs, **(own[0] if own else {})})
+    return root

@@ -34,12 +34,16 @@ from connscale._validation import MIN_WINDOW_LENGTH, Interval, SequenceOf, StrOp
 from connscale.engines import ENGINES
 
 __all__ = [
+    "FILE_FORMATS",
     "MEASURE_ALIASES",
     "WINDOWED",
     "GroupConfig",
     "ParticipantConfig",
     "participant_measures",
 ]
+
+#: The run formats of ``file_format``: volumes or grayordinates.
+FILE_FORMATS = ("nifti", "cifti")
 
 #: The region measures computed over sliding windows.
 WINDOWED = ("dfc", "pairs")
@@ -237,6 +241,18 @@ class ParticipantConfig:
                   help="networks: voxels per network, a count (e.g. 500) or a fraction "
                   "(e.g. 0.07)."),
     )  # fmt: skip
+    write_denoised: bool = param(
+        False,
+        fingerprint=False,
+        constraints=["boolean"],
+        doc="CIFTI runs: also publish the denoised grayordinate series\n"
+        "(``<source>_desc-<strategy>_bold.dtseries.nii``, the kept volumes\n"
+        "cleaned and standardized as the parcels are).",
+        flag=Flag(("--write-denoised",), group=ATLAS, action="store_true", default=False,
+                  levels=("participant",),
+                  help="CIFTI runs: also write the denoised dtseries (desc-<STRATEGY>_bold."
+                  "dtseries.nii)."),
+    )  # fmt: skip
     low_pass: float | None = param(
         None,
         constraints=_POSITIVE,
@@ -367,6 +383,32 @@ class ParticipantConfig:
         "``space-`` entity); None: all.",
         flag=Flag(("--space",), group=FILTERS, nargs="+", default=None,
                   levels=("participant",)),
+    )  # fmt: skip
+    den: tuple | None = param(
+        None,
+        fingerprint=False,
+        doc_type="sequence of str or None",
+        doc="The densities (``den-`` entity, e.g. ``91k``) of the CIFTI runs to\n"
+        "process; None: all. Giving it reads CIFTI runs (``file_format``).",
+        flag=Flag(("--den",), group=FILTERS, nargs="+", default=None, levels=("participant",),
+                  help="CIFTI runs of these densities (e.g. 91k): reads fMRIPrep's "
+                  "*_den-<den>_bold.dtseries.nii."),
+    )  # fmt: skip
+    file_format: str | None = param(
+        None,
+        fingerprint=False,
+        constraints=[StrOptions(FILE_FORMATS), None],
+        doc="Which runs to read: ``'nifti'`` (``*_desc-preproc_bold.nii[.gz]``,\n"
+        "a 3-D labels atlas) or ``'cifti'`` (fMRIPrep's grayordinates,\n"
+        "``*_bold.dtseries.nii``, a ``.dlabel.nii`` atlas on their brain\n"
+        "model: :mod:`connscale.bidsapp.cifti_runs`); None: ``'cifti'`` when\n"
+        "the atlas is a ``.dlabel.nii``, ``den`` is given or a ``space``\n"
+        "starts with ``fsLR``, else ``'nifti'``.",
+        flag=Flag(("--file-format",), group=FILTERS, choices=FILE_FORMATS,
+                  levels=("participant",),
+                  help="nifti (volume runs) or cifti (fMRIPrep's *_bold.dtseries.nii with a "
+                  ".dlabel.nii atlas); default: cifti when --atlas is a .dlabel.nii, --den is "
+                  "given or --space starts with fsLR."),
     )  # fmt: skip
     backend: str = param(
         "local",

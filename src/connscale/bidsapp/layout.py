@@ -1,7 +1,10 @@
 """The runs of an fMRIPrep derivatives tree, found with pybids.
 
 Each run is its preprocessed BOLD, its own brain mask, its confounds TSV and
-JSON, and the repetition time from the BOLD's JSON sidecar. pybids indexes
+JSON, and the repetition time from the BOLD's JSON sidecar. A CIFTI run
+(``file_format='cifti'``) is fMRIPrep's grayordinate series
+(``*_space-fsLR_den-91k_bold.dtseries.nii``, no ``desc-``) with its confounds
+and TR, and no mask (the brain model is the mask). pybids indexes
 the tree (``BIDSLayout(root, validate=False, config=['bids',
 'derivatives'])``: the folder itself is the derivatives dataset, with or
 without a ``dataset_description.json``); no regular expression is applied to
@@ -46,6 +49,7 @@ _FILTERS = {
     "task": "task",
     "run": "run",
     "space": "space",
+    "den": "den",
 }
 
 
@@ -75,6 +79,11 @@ class BoldRun:
     t_r: float | None
     entities: dict = field(default_factory=dict)
     problem: str | None = None
+
+    @property
+    def is_cifti(self) -> bool:
+        """Whether the run is a CIFTI dense series (``.dtseries.nii``)."""
+        return self.bold.name.endswith(".dtseries.nii")
 
     @property
     def name(self) -> str:
@@ -121,6 +130,9 @@ def _strip(values: list | None, prefix: str) -> list | None:
     return [v[len(prefix) :] if v.startswith(prefix) else v for v in values]
 
 
+#: The extension of fMRIPrep's grayordinate series.
+_CIFTI_EXTENSION = ".dtseries.nii"
+
 # --denoise ica_aroma reads the BOLD that fMRIPrep denoised with ICA-AROMA.
 _AROMA_HINT = (
     " (--denoise ica_aroma reads fMRIPrep's ICA-AROMA output, *_desc-smoothAROMAnonaggr_bold, "
@@ -128,10 +140,11 @@ _AROMA_HINT = (
 )
 
 
-def _found(layout, desc: str) -> str:
-    files = layout.get(suffix="bold", extension=[".nii.gz", ".nii"])
+def _found(layout, desc: str, cifti: bool = False) -> str:
+    extensions = _CIFTI_EXTENSION if cifti else [".nii.gz", ".nii"]
+    files = layout.get(suffix="bold", extension=extensions)
     if not files:
-        return "no *_bold.nii[.gz] file at all"
+        return f"no *_bold{'.dtseries.nii' if cifti else '.nii[.gz]'} file at all"
     seen: dict[str, set] = {}
     for f in files:
         ents = f.get_entities()
@@ -139,6 +152,8 @@ def _found(layout, desc: str) -> str:
             if key in ents:
                 seen.setdefault(key, set()).add(str(ents[key]))
     listed = "; ".join(f"{k} {', '.join(sorted(v))}" for k, v in seen.items())
+    if cifti:
+        return f"{len(files)} dtseries file(s) with {listed}"
     return f"{len(files)} BOLD file(s) with {listed} (runs need desc-{desc})"
 
 
@@ -215,6 +230,7 @@ def _one(files: list, what: str, bold_name: str) -> tuple[Path | None, str | Non
         "strategy": [StrOptions(STRATEGIES)],
         "t_r": [Interval(Real, 0, None, closed="neither"), None],
         "work_dir": ["path", None],
+        "file_format": [StrOptions({"nifti", "cifti"})],
     }
 )
 def find_runs(
@@ -229,6 +245,8 @@ def find_runs(
     t_r: float | None = None,
     layout=None,
     work_dir=None,
+    den: Iterable[str] | str | None = None,
+    file_format: str = "nifti",
 ) -> list[BoldRun]:
     """Find the preprocessed runs of an fMRIPrep tree that match the filters.
 
@@ -249,12 +267,16 @@ def find_runs(
         An already indexed layout of ``derivatives``.
     work_dir : path or None
         Where pybids keeps its index (``<work_dir>/pybids``); None: in memory.
+    den : str or list of str or None
+        CIFTI runs: their densities (``den-`` entity, e.g. ``91k``); None: all.
+    file_format : {'nifti', 'cifti'}, default='nifti'
+        'cifti': fMRIPrep's ``*_bold.dtseries.nii`` (any ``desc-``, no mask).
 
     Returns
     -------
     list of BoldRun
-        Sorted by BOLD path. A run missing its mask, confounds or TR is
-        returned with ``problem`` set.
+        Sorted by BOLD path. A run missing its mask (NIfTI), confounds or TR
+        is returned with ``problem`` set.
 
     Raises
     ------
@@ -271,18 +293,24 @@ def find_runs(
         "task": _strip(_as_list(task), "task-"),
         "run": None if run is None else [int(r) for r in _strip(_as_list(run), "run-")],
         "space": _as_list(space),
+        "den": _strip(_as_list(den), "den-"),
     }
     query = {k: v for k, v in filters.items() if v is not None}
-    bolds = layout.get(
-        suffix="bold", desc=desc, extension=[".nii.gz", ".nii"], datatype="func", **query
-    )
+    cifti = file_format == "cifti"
+    if cifti:
+        bolds = layout.get(suffix="bold", extension=_CIFTI_EXTENSION, datatype="func", **query)
+    else:
+        bolds = layout.get(
+            suffix="bold", desc=desc, extension=[".nii.gz", ".nii"], datatype="func", **query
+        )
     if not bolds:
         asked = ", ".join(f"{_FILTERS[k]}={v}" for k, v in query.items())
+        what = "CIFTI BOLD (*_bold.dtseries.nii)" if cifti else f"preprocessed BOLD (desc-{desc})"
         raise ValueError(
-            f"No preprocessed BOLD (desc-{desc}) in {derivatives}"
+            f"No {what} in {derivatives}"
             + (f" matches {asked}" if asked else "")
-            + f"; found {_found(layout, desc)}"
-            + (_AROMA_HINT if strategy == "ica_aroma" else "")
+            + f"; found {_found(layout, desc, cifti)}"
+            + (_AROMA_HINT if strategy == "ica_aroma" and not cifti else "")
             + "."
         )
     # A run's mask has every run entity of its BOLD (and no other), its space and
@@ -302,8 +330,10 @@ def find_runs(
         ents = bold.get_entities()
         name = Path(bold.path).name
         problems = [twice[bold.path]] if bold.path in twice else []
-        mask, why = _one(masks.get(_entity_key(ents, mask_keys), []), "brain mask", name)
-        problems += [why] if why else []
+        mask = None
+        if not cifti:  # a CIFTI run's brain model is its mask
+            mask, why = _one(masks.get(_entity_key(ents, mask_keys), []), "brain mask", name)
+            problems += [why] if why else []
         run_only = {k: v for k, v in ents.items() if k in _RUN_ENTITIES}
         confounds, why = _one(
             confounds_files.get(_entity_key(run_only, confounds_keys), []), "confounds TSV", name

@@ -104,6 +104,7 @@ from connscale.bidsapp.atlas import (
     read_atlas_labels,
     refuse_other_spaces,
 )
+from connscale.bidsapp.cifti_decode import decode_cifti_run, prefetch_cifti
 from connscale.bidsapp.cleaning import DecodedRun, RunRefused, decode_run, prefetch
 from connscale.bidsapp.config import WINDOWED, ParticipantConfig
 from connscale.bidsapp.gpus import gpu_plan as _gpu_plan
@@ -213,8 +214,9 @@ def run_one(task: tuple, prepared: Future | None = None) -> dict:
 def _run_task(config: ParticipantConfig, run: BoldRun) -> Task:
     """Return the batch runner's task of one run."""
     fields = {"session": run.entities.get("ses"), "outputs": []}
+    read = prefetch_cifti if run.is_cifti else prefetch
     return Task(
-        run.name, run.entities.get("sub"), str(run.bold), run_one, (config, run), fields, prefetch
+        run.name, run.entities.get("sub"), str(run.bold), run_one, (config, run), fields, read
     )
 
 
@@ -231,6 +233,10 @@ def _held_bytes(config: ParticipantConfig, decoded: DecodedRun) -> int:
     """Bytes a run holds through its task: what was read, and its widest cleaned series."""
     import numpy as np
 
+    if not isinstance(decoded, DecodedRun):
+        from connscale.bidsapp.cifti_decode import held_bytes
+
+        return held_bytes(config, decoded)
     arrays = (decoded.data, decoded.region_means, decoded.mask, decoded.atlas)
     read = sum(a.nbytes for a in arrays if a is not None)
     widths = [] if decoded.region_means is None else [decoded.region_means.shape[1]]
@@ -267,7 +273,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
         if not todo:
             return {"status": "skipped", "outputs": []}
         if decoded is None:
-            decoded = decode_run(config, run)
+            decoded = decode_cifti_run(config, run) if run.is_cifti else decode_run(config, run)
         # memory_limit covers the whole task: the measures get what the run's data leave.
         budget = TaskBudget(config.memory_limit)
         budget.hold(_held_bytes(config, decoded), f"The data of {run.name} (read and cleaned)")
@@ -280,9 +286,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
             "outputs": [],
             "read_started": round(decoded.started, 3),  # epoch seconds, in its reader
             "mean_fd": context["mean_fd"],
-            "n_volumes": int(decoded.img.shape[3]),
-            "n_kept": int(context["operator"].volumes.size),
-            "n_voxels": int(decoded.mask.sum()),
+            **_sizes(decoded),
             "dof": context["dof"],
         }
         failed = {}
@@ -315,12 +319,27 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
     return record
 
 
+def _sizes(decoded) -> dict:
+    """Return the run record's sizes: volumes, kept volumes, voxels (or grayordinates)."""
+    if not isinstance(decoded, DecodedRun):
+        return decoded.numbers()
+    return {
+        "n_volumes": int(decoded.img.shape[3]),
+        "n_kept": int(decoded.context["operator"].volumes.size),
+        "n_voxels": int(decoded.mask.sum()),
+    }
+
+
 def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
     """Compute and publish one set of the run.
 
     Returns the names written and the measures that failed
     (``{measure: reason}``; a set that fails as a whole raises).
     """
+    if run.is_cifti:
+        from connscale.bidsapp.cifti_measures import write_cifti_set
+
+        return write_cifti_set(kind, config, run, decoded, out, context, timings)
     if kind == "region":
         return write_region(config, run, decoded, out, context, timings)
     from connscale.bidsapp import voxel_measures
@@ -372,6 +391,7 @@ def run_serial(
 #: What a reader process imports to read a run, once in the process it is forked from:
 #: no torch (tests/bids/test_reader_imports.py).
 READER_MODULES = (
+    "connscale.bidsapp.cifti_decode",
     "connscale.bidsapp.cleaning",
     "nibabel",
     "nilearn.interfaces.fmriprep",
@@ -437,6 +457,55 @@ def _open_engine(
     return get_engine(backend, cluster=cluster, n_jobs=n_jobs)
 
 
+def _file_format(config: ParticipantConfig, atlas: Path) -> str:
+    """Return the runs' format: ``file_format``, else CIFTI for a dlabel atlas, ``den`` or fsLR."""
+    if config.file_format is not None:
+        return config.file_format
+    fs_lr = any(str(s).startswith("fsLR") for s in config.space or ())
+    cifti = atlas.name.endswith(".dlabel.nii") or config.den is not None or fs_lr
+    return "cifti" if cifti else "nifti"
+
+
+def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) -> str | None:
+    """Check, once, what would fail every run; return the atlas's space (volumes).
+
+    Raises
+    ------
+    ValueError
+        One line: an atlas of the other format, a measure or option the
+        format has not, an unreadable atlas (:func:`check_atlas`; a dlabel
+        with no parcel).
+    """
+    regional = any(m in REGION_MEASURES for m in measures)
+    if file_format == "nifti":
+        if config.write_denoised:
+            raise ValueError("--write-denoised writes CIFTI runs' denoised dtseries only.")
+        if atlas.name.endswith(".dlabel.nii"):
+            raise ValueError(
+                f"The atlas {atlas.name} is a CIFTI label file: it parcellates CIFTI runs "
+                "(--file-format cifti), not volumes."
+            )
+        if regional:  # what would fail every run, found once
+            return check_atlas(atlas, space=config.atlas_space, labels_file=atlas_labels)[0]
+        if atlas_labels is not None:
+            read_atlas_labels(atlas_labels)
+        return config.atlas_space
+    from connscale.bidsapp.cifti_decode import CIFTI_MEASURES, check_cifti_atlas
+
+    other = [m for m in measures if m not in CIFTI_MEASURES]
+    if other:
+        raise ValueError(
+            f"CIFTI runs have no measure {', '.join(other)}; their measures: "
+            f"{', '.join(CIFTI_MEASURES)} (and --write-denoised)."
+        )
+    if config.strategy == "ica_aroma":
+        raise ValueError("--denoise ica_aroma reads fMRIPrep's AROMA volumes, not CIFTI runs.")
+    if atlas_labels is not None:
+        raise ValueError("--atlas-labels: a .dlabel.nii atlas names its own parcels; drop it.")
+    check_cifti_atlas(atlas)
+    return config.atlas_space
+
+
 @entry(ParticipantConfig)
 def run_participant(config: ParticipantConfig) -> ParticipantReport:
     """Denoised atlas connectivity of every matching fMRIPrep run, as BIDS derivatives.
@@ -478,12 +547,9 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
     if not atlas.is_file():
         raise FileNotFoundError(f"No atlas image at {atlas}.")
     atlas_labels = None if config.atlas_labels is None else Path(config.atlas_labels).resolve()
-    atlas_space = config.atlas_space
     regional = any(m in REGION_MEASURES for m in measures)
-    if regional:  # what would fail every run, found once
-        atlas_space, _ = check_atlas(atlas, space=atlas_space, labels_file=atlas_labels)
-    elif atlas_labels is not None:
-        read_atlas_labels(atlas_labels)
+    file_format = _file_format(config, atlas)
+    atlas_space = _check_atlas(config, measures, file_format, atlas, atlas_labels)
     derivatives = Path(config.derivatives).resolve()
     output = Path(config.output).resolve()
     if output == derivatives:
@@ -508,8 +574,10 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         strategy=config.strategy,
         t_r=config.t_r,
         work_dir=config.work_dir,
+        den=config.den,
+        file_format=file_format,
     )
-    if regional:
+    if regional and file_format == "nifti":  # a CIFTI atlas is checked on each run's brain model
         runs = refuse_other_spaces(runs, atlas_space)
     config = replace(
         config,
@@ -518,6 +586,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         atlas=str(atlas),
         atlas_labels=None if atlas_labels is None else str(atlas_labels),
         atlas_space=atlas_space,
+        file_format=file_format,
         participant_label=participant_label,
         strategy_params=dict(config.strategy_params),
         measures=measures,

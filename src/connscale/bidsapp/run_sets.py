@@ -1,4 +1,4 @@
-"""A run's output sets (region, voxel, maps, networks) and whether they are published.
+"""A run's output sets (region, voxel, maps, networks, denoised) and whether they are published.
 
 Each set is published as one :class:`connscale.io.publish.OutputSet` whose
 manifest records the fingerprint of its inputs and parameters: the batch
@@ -19,7 +19,8 @@ __all__ = ["is_published", "needs_decode", "output_sets", "recorded_failures", "
 def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
     """Return the run's output sets.
 
-    ``{'region'|'voxel'|'maps'|'networks': (folder, prefix, fingerprint)}``.
+    ``{'region'|'voxel'|'maps'|'networks'|'denoised': (folder, prefix, fingerprint)}``
+    (``denoised``: a CIFTI run's denoised dtseries, with ``write_denoised``).
     """
     from connscale.io.fingerprint import run_fingerprint
 
@@ -41,6 +42,13 @@ def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
             folder,
             set_prefix(entities, {"desc": config.desc}),
             run_fingerprint(bold_inputs, {**config.voxel_parameters(), "t_r": run.t_r}),
+        )
+    if config.write_denoised and run.is_cifti:
+        cleaning = {k: v for k, v in config.voxel_parameters().items() if k != "measures"}
+        sets["denoised"] = (
+            folder,
+            set_prefix(entities, {"desc": config.desc}),
+            run_fingerprint(bold_inputs, {**cleaning, "t_r": run.t_r}),
         )
     maps = [m for m in MAP_MEASURES if m in config.measures]
     if maps:

@@ -1,0 +1,276 @@
+"""The outputs of a CIFTI run: its parcellated set and its denoised grayordinates.
+
+A CIFTI run (:mod:`connscale.bidsapp.cifti_decode`) is parcellated with
+:func:`connscale.cifti.parcellate` (the mean of each ``.dlabel.nii`` parcel's
+grayordinates that vary, as ``wb_command -cifti-parcellate``; the parcels
+without one are left out and have coverage 0), its parcel series cleaned
+with the run's operator as a volume run's region means are
+(:func:`connscale.denoise.clean_signals`: nilearn's ``signal.clean``), and
+its atlas-level set written as a volume run's, plus the CIFTI-2 twins in
+XCP-D's spelling (:mod:`connscale.io.cifti`)::
+
+    <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_relmat.tsv / .json (fc)
+    <source>_seg-<atlas>_stat-pearsoncorrelation_desc-<strategy>_boldmap.pconn.nii (fc)
+    <source>_seg-<atlas>_desc-<strategy>_timeseries.tsv / .json (timeseries)
+    <source>_seg-<atlas>_stat-mean_desc-<strategy>_timeseries.ptseries.nii (timeseries)
+    <source>_seg-<atlas>_stat-coverage_desc-<strategy>_boldmap.pscalar.nii
+    <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_dfc.h5 / _pairs.h5 (as volumes)
+    <source>_seg-<atlas>_desc-<strategy>_report.html
+
+where ``<source>`` keeps the run's ``space-`` and ``den-`` entities. With
+``write_denoised``, the cleaned grayordinate series are their own set::
+
+    <source>_desc-<strategy>_bold.dtseries.nii / .json
+
+The series axis of every written series holds the kept volumes only (the
+sidecars' ``KeptVolumes`` say which).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from connscale.bidsapp.outputs import constant_columns, constant_message, sidecars
+from connscale.bidsapp.region_measures import _Prepared, _RegionSet
+from connscale.io.atomic import write_json_atomic
+from connscale.io.bids import bids_name
+
+__all__ = ["write_cifti_set"]
+
+
+def write_cifti_set(kind, config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
+    """Compute and publish one set of a CIFTI run (``region`` or ``denoised``).
+
+    Returns the names written and ``{measure: reason}`` of the measures that failed.
+    """
+    if kind == "region":
+        prepared, parcels = _prepare(config, run, decoded, context, timings)
+        region_set = _CiftiRegionSet(
+            config, run, decoded, out, context, timings, prepared, parcels=parcels
+        )
+        return region_set.write()
+    if kind == "denoised":
+        return write_denoised(config, run, decoded, out, context, timings), {}
+    raise ValueError(f"A CIFTI run has no {kind} set.")
+
+
+@dataclass(frozen=True)
+class _Parcels:
+    """The parcels of a run: those written (with a grayordinate that varies) and their coverage.
+
+    ``axis`` is the ParcelsAxis of the written parcels, ``atlas_axis`` that
+    of every parcel of the atlas, ``coverage`` each atlas parcel's fraction
+    of grayordinates used.
+    """
+
+    axis: object
+    atlas_axis: object
+    coverage: np.ndarray
+
+
+def _parcels_axis(brain_model, labels: np.ndarray, keys, names: dict):
+    """Return the ParcelsAxis of the parcels ``keys`` (each its grayordinates of ``labels``)."""
+    from nibabel.cifti2 import ParcelsAxis
+
+    return ParcelsAxis.from_brain_models(
+        [(names[int(k)], brain_model[np.flatnonzero(labels == k)]) for k in keys]
+    )
+
+
+def _kept_series_axis(decoded):
+    """Return the SeriesAxis of the kept volumes (the run's start and step, their count)."""
+    from nibabel.cifti2 import SeriesAxis
+
+    series = decoded.cifti.series
+    kept = decoded.context["operator"].volumes
+    return SeriesAxis(series.start, series.step, int(kept.size), series.unit)
+
+
+def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcels]:
+    """Parcellate and clean the run; name the parcels; build the sidecars."""
+    from connscale.cifti import parcellate
+    from connscale.denoise import clean_signals
+    from connscale.io.cifti import brain_model_summary
+
+    atlas, keys = decoded.atlas, decoded.regions
+    tic = time.perf_counter()
+    parcellation = parcellate(
+        decoded.data,
+        atlas.labels,
+        keys=keys,
+        device=config.device,
+        memory_limit=config.memory_limit,
+    )
+    kept = parcellation.coverage > 0
+    if kept.sum() < 2:
+        raise ValueError(
+            f"Fewer than 2 parcels of the atlas hold a grayordinate that varies in {run.bold.name}."
+        )
+    series = clean_signals(
+        parcellation.series[:, kept],
+        context["operator"],
+        standardize=config.standardize,
+        device=config.device,
+        dtype=config.dtype,
+    )
+    timings["clean"] += time.perf_counter() - tic
+    names = [atlas.names[int(k)] for k in keys[kept]]
+    constant = constant_columns(series)
+    if constant.all():
+        raise ValueError(f"No parcel of {run.bold.name} varies after cleaning.")
+    relmat_meta, series_meta = sidecars(
+        config,
+        run,
+        names,
+        context["confounds"],
+        context["sample_mask"],
+        int(decoded.data.shape[0]),
+        context["mean_fd"],
+        dof=context["dof"],
+    )
+    extra = {
+        "AtlasMap": atlas.map_name,
+        "BrainModel": brain_model_summary(decoded.cifti.brain_model),
+        "ParcelMethod": "mean of the parcel's grayordinates that vary (wb_command "
+        "-cifti-parcellate -method MEAN); coverage: the fraction used",
+        "EmptyParcels": [atlas.names[int(k)] for k in keys[~kept]],
+    }
+    relmat_meta.update(extra)
+    series_meta.update(extra)
+    if decoded.constant.any():
+        context["warnings"].append(
+            f"{int(decoded.constant.sum())} of {decoded.constant.size} grayordinates of "
+            f"{run.bold.name} are constant over time: left out of their parcels' means "
+            "(the coverage map counts them out)."
+        )
+    if constant.any():
+        listed = [n for n, c in zip(names, constant) if c]
+        context["warnings"].append(
+            constant_message(run, "parcels", ", ".join(listed), len(listed), len(names))
+        )
+        for meta in (relmat_meta, series_meta):
+            meta["ConstantRegions"] = listed
+    brain_model = decoded.cifti.brain_model
+    parcels = _Parcels(
+        axis=_parcels_axis(brain_model, atlas.labels, keys[kept], atlas.names),
+        atlas_axis=_parcels_axis(brain_model, atlas.labels, keys, atlas.names),
+        coverage=parcellation.coverage,
+    )
+    return _Prepared(series, names, relmat_meta, series_meta), parcels
+
+
+@dataclass
+class _CiftiRegionSet(_RegionSet):
+    """The atlas-level set of a CIFTI run: a volume run's files and their CIFTI-2 twins."""
+
+    parcels: _Parcels | None = None
+
+    def _name(self, stat: str, suffix: str, extension: str) -> str:
+        entities = {**self._labelled, "stat": stat}
+        return bids_name(entities, suffix=suffix, extension=extension)
+
+    def _coverage(self) -> list[str]:
+        """Stage the coverage map once (again when the measure that staged it failed)."""
+        from connscale.io.cifti import write_pscalar
+
+        name = self._name("coverage", "boldmap", ".pscalar.nii")
+        if name in self.out.names:
+            return []
+        coverage = self.parcels.coverage[None].astype(np.float32)
+        write_pscalar(self.out.path(name), self.parcels.atlas_axis, ["coverage"], coverage)
+        return [name]
+
+    def _write_fc(self) -> list[str]:
+        from connscale.io.cifti import write_pconn
+
+        written = super()._write_fc()
+        tic = time.perf_counter()
+        name = self._name("pearsoncorrelation", "boldmap", ".pconn.nii")
+        write_pconn(self.out.path(name), self.parcels.axis, self.fc.astype(np.float32))
+        written += [name, *self._coverage()]
+        self.timings["write"] += time.perf_counter() - tic
+        return written
+
+    def _write_timeseries(self) -> list[str]:
+        from connscale.io.cifti import write_ptseries
+
+        written = super()._write_timeseries()
+        tic = time.perf_counter()
+        name = self._name("mean", "timeseries", ".ptseries.nii")
+        write_ptseries(
+            self.out.path(name),
+            self.parcels.axis,
+            _kept_series_axis(self.decoded),
+            self.prepared.series.astype(np.float32),
+        )
+        written += [name, *self._coverage()]
+        self.timings["write"] += time.perf_counter() - tic
+        return written
+
+    def _write_report(self) -> list[str]:
+        from connscale.bidsapp.cifti_report import write_cifti_report
+
+        tic = time.perf_counter()
+        name = bids_name(self._labelled, suffix="report", extension=".html")
+        self.out.path(name)
+        write_cifti_report(self, name)
+        self.timings["write"] += time.perf_counter() - tic
+        return [name]
+
+
+def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
+    """Publish the run's denoised grayordinate series (``_desc-<strategy>_bold.dtseries.nii``).
+
+    The kept volumes, cleaned and standardized as the parcel series are;
+    a grayordinate constant over time is 0 (counted in the sidecar and the
+    run's warning).
+    """
+    from connscale.denoise import clean_signals
+    from connscale.io.cifti import write_dtseries
+
+    kept = context["operator"].volumes.size
+    n = decoded.data.shape[1]
+    out.check_space(4 * kept * n, what=f"the denoised series of {run.name}")
+    tic = time.perf_counter()
+    cleaned = clean_signals(
+        decoded.data,
+        context["operator"],
+        standardize=config.standardize,
+        device=config.device,
+        dtype=config.dtype,
+        memory_limit=config.memory_limit,
+    )
+    timings["clean"] += time.perf_counter() - tic
+    constant = constant_columns(cleaned)
+    tic = time.perf_counter()
+    name = bids_name(
+        {**run.entities, "desc": config.desc}, suffix="bold", extension=".dtseries.nii"
+    )
+    write_dtseries(
+        out.path(name),
+        decoded.cifti.brain_model,
+        _kept_series_axis(decoded),
+        np.asarray(cleaned, dtype=np.float32),
+    )
+    _, meta = sidecars(
+        config,
+        run,
+        [],
+        context["confounds"],
+        context["sample_mask"],
+        n_volumes=int(decoded.data.shape[0]),
+        mean_fd=context["mean_fd"],
+        dof=context["dof"],
+    )
+    for key in ("Columns", "Atlas", "AtlasFile", "AtlasLabelsFile"):
+        meta.pop(key)
+    meta["NumberOfGrayordinates"] = int(n)
+    meta["NumberOfConstantGrayordinates"] = int(constant.sum())
+    sidecar = name[: -len(".dtseries.nii")] + ".json"
+    write_json_atomic(out.path(sidecar), meta)
+    out.commit(extra={"run": run.name})
+    timings["write"] += time.perf_counter() - tic
+    return [name, sidecar]

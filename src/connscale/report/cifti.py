@@ -1,0 +1,157 @@
+"""Figures of grayordinate data (CIFTI-2 brain models), saved as PNG files.
+
+No surface mesh is needed: the carpet plot stacks the grayordinates in
+their brain-model order, structure by structure, and the flat view draws
+each structure's values as one strip (its vertices or voxels in
+brain-model order), so a value's structure is seen but not its place on
+the cortex.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from connscale.report.plots import _pyplot, _save
+
+__all__ = ["FLAT_VIEW", "plot_grayordinate_carpet", "plot_structure_view"]
+
+#: What the report says of the maps it draws without a surface mesh.
+FLAT_VIEW = (
+    "flat per-structure view (no fs_LR surface mesh: each structure's grayordinates in "
+    "brain-model order)"
+)
+
+_STRUCTURE_PREFIX = "CIFTI_STRUCTURE_"
+
+
+def _structures(brain_model) -> list[tuple[str, slice]]:
+    """Return each structure's short name and its columns."""
+    return [
+        (str(name).removeprefix(_STRUCTURE_PREFIX).lower(), part)
+        for name, part, _ in brain_model.iter_structures()
+    ]
+
+
+def _groups(brain_model) -> list[tuple[str, int, int]]:
+    """Return (name, first, stop) of the left cortex, the right cortex and the volume part."""
+    groups: dict[str, list[int]] = {}
+    for name, part, model in brain_model.iter_structures():
+        stop = part.stop if part.stop is not None else len(brain_model)
+        label = str(name).removeprefix(_STRUCTURE_PREFIX).lower()
+        if not model.surface_mask.any():
+            label = "subcortical (volume)"
+        bounds = groups.setdefault(label, [part.start, stop])
+        bounds[0], bounds[1] = min(bounds[0], part.start), max(bounds[1], stop)
+    return [(name, lo, hi) for name, (lo, hi) in groups.items()]
+
+
+def plot_grayordinate_carpet(
+    data: npt.ArrayLike,
+    brain_model,
+    out_path: str | os.PathLike,
+    *,
+    times: npt.ArrayLike | None = None,
+    title: str | None = None,
+    max_rows: int = 2000,
+) -> Path:
+    """Draw a carpet plot of grayordinate series, structures separated.
+
+    Parameters
+    ----------
+    data : array-like of shape (n_timepoints, n_grayordinates)
+        The series, one column per grayordinate of ``brain_model``; each is
+        z-scored over time for the plot.
+    brain_model : nibabel.cifti2.BrainModelAxis
+    out_path : str or path
+        PNG to write.
+    times : array-like of int or None
+        The volume of each row of ``data`` (None: 0, 1, ...).
+    title : str or None
+    max_rows : int, default=2000
+        At most this many grayordinates are drawn (every k-th one).
+
+    Returns
+    -------
+    Path
+    """
+    x = np.asarray(data)
+    if x.ndim != 2 or x.shape[1] != len(brain_model):
+        raise ValueError(
+            f"Expected series of {len(brain_model)} grayordinates; got shape {x.shape}."
+        )
+    times = np.arange(x.shape[0]) if times is None else np.asarray(times)
+    step = max(1, x.shape[1] // max_rows)
+    values = np.asarray(x[:, ::step], dtype=np.float64)
+    values = values - values.mean(axis=0)
+    scale = values.std(axis=0)
+    values /= np.where(scale > 0, scale, 1.0)
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(10, 4))
+    ax.imshow(
+        values.T,
+        aspect="auto",
+        cmap="gray",
+        vmin=-2,
+        vmax=2,
+        interpolation="none",
+        extent=(times[0] - 0.5, times[-1] + 0.5, values.shape[1], 0),
+    )
+    for name, first, stop in _groups(brain_model):
+        ax.axhline(stop / step, color="#d62728", lw=0.8)
+        ax.text(times[-1] + 1, (first + stop) / 2 / step, name, va="center", fontsize=8)
+    ax.set_xlabel("volume")
+    ax.set_ylabel(f"grayordinates (1 in {step})")
+    ax.set_title(title or "grayordinates (z-scored)")
+    return _save(fig, out_path)
+
+
+def plot_structure_view(
+    values: npt.ArrayLike,
+    brain_model,
+    out_path: str | os.PathLike,
+    *,
+    title: str | None = None,
+    cmap: str = "viridis",
+) -> Path:
+    """Draw one value per grayordinate as a flat view: one strip per structure.
+
+    Parameters
+    ----------
+    values : array-like of shape (n_grayordinates,)
+        One value per grayordinate of ``brain_model`` (NaN: not drawn).
+    brain_model : nibabel.cifti2.BrainModelAxis
+    out_path : str or path
+        PNG to write.
+    title : str or None
+    cmap : str, default='viridis'
+
+    Returns
+    -------
+    Path
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size != len(brain_model):
+        raise ValueError(f"Expected {len(brain_model)} values; got {v.size}.")
+    structures = _structures(brain_model)
+    finite = v[np.isfinite(v)]
+    low, high = np.percentile(finite, [2, 98]) if finite.size else (0.0, 1.0)
+    plt = _pyplot()
+    fig, axes = plt.subplots(
+        len(structures), 1, figsize=(10, 0.32 * len(structures) + 0.8), squeeze=False
+    )
+    image = None
+    for ax, (name, part) in zip(axes[:, 0], structures):
+        strip = v[part][None, :]
+        image = ax.imshow(
+            strip, aspect="auto", cmap=cmap, vmin=low, vmax=high, interpolation="nearest"
+        )
+        ax.set_yticks([])
+        ax.set_xticks([])
+        ax.set_ylabel(f"{name} ({strip.shape[1]})", rotation=0, ha="right", va="center", fontsize=7)
+    fig.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.02, pad=0.01)
+    fig.suptitle(title or "grayordinate values", fontsize=10)
+    return _save(fig, out_path)
