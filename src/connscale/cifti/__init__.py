@@ -1,0 +1,13 @@
+"""Grayordinates (CIFTI-2): parcellation, maps and connectomes of dense series.
+
+The numerical work runs on the (n_timepoints, n_grayordinates) matrix; the
+brain model travels beside the result (:mod:`connscale.io.cifti` reads and
+writes the files).
+"""
+
+from connscale.cifti.parcellate import Parcellation, parcellate
+
+__all__ = [
+    "Parcellation",
+    "parcellate",
+]

@@ -1,0 +1,416 @@
+"""Parcel mean series of grayordinates, as ``wb_command -cifti-parcellate`` (mean method).
+
+Every label of the label table but the unlabeled one is a parcel, in
+ascending order of its key, kept when no grayordinate carries it (its series
+is then NaN). A parcel's series is the mean of its usable grayordinates'
+series; its coverage is the fraction of its grayordinates that are usable
+(XCP-D's coverage: the fraction of the parcel's vertices and voxels with
+data). Where every grayordinate is usable the series equal
+``wb_command -cifti-parcellate DTSERIES DLABEL COLUMN OUT -method MEAN``;
+otherwise they equal it with the usable grayordinates as ``-cifti-weights``,
+as XCP-D runs it.
+
+The reduction runs on torch (CPU or CUDA) a block of time points at a time;
+nibabel is imported where CIFTI files are read or built.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from numbers import Integral, Real
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from connscale._compute import planner_for, resolve_device
+from connscale._docs import fill_doc
+from connscale._validation import Interval, StrOptions, validate_params
+
+if TYPE_CHECKING:
+    from nibabel.cifti2 import BrainModelAxis, ParcelsAxis, SeriesAxis
+
+#: What to do when the parcellation does not fit (for messages).
+MEMORY_HINT = "Raise memory_limit (--memory-limit)."
+
+#: Device bytes per value of a block of time points: its copy in the input's
+#: dtype (at most 8), the float64 cast and the gathered parcel members.
+_BLOCK_BYTES_PER_VALUE = 24
+
+#: Device bytes per grayordinate: its parcel index, the running minimum and
+#: maximum (float64), finiteness and usability.
+_GRAYORDINATE_BYTES = 8 + 16 + 2
+
+
+@dataclass(frozen=True)
+class Parcellation:
+    """Parcel mean series and their coverage (:func:`parcellate`).
+
+    Attributes
+    ----------
+    series : ndarray of shape (n_timepoints, n_parcels), float64
+        Each parcel's mean series over its usable grayordinates; NaN for a
+        parcel with none, or with a coverage below ``min_coverage``.
+    coverage : ndarray of shape (n_parcels,), float64
+        The fraction of each parcel's grayordinates that are usable (0 for
+        an empty parcel).
+    keys : ndarray of shape (n_parcels,), int64
+        The label key of each parcel, ascending.
+    sizes : ndarray of shape (n_parcels,), int64
+        The number of grayordinates of each parcel.
+    """
+
+    series: np.ndarray
+    coverage: np.ndarray
+    keys: np.ndarray
+    sizes: np.ndarray
+
+
+@fill_doc
+@validate_params(
+    {
+        "series": ["array-like"],
+        "labels": ["array-like"],
+        "keys": ["array-like", None],
+        "method": [StrOptions({"mean"})],
+        "min_coverage": [Interval(Real, 0, 1, closed="both"), None],
+        "mask": ["array-like", None],
+        "device": ["device"],
+        "memory_limit": ["memory", None],
+    }
+)
+def parcellate(
+    series,
+    labels,
+    *,
+    keys=None,
+    method: str = "mean",
+    min_coverage: float | None = None,
+    mask=None,
+    device: str = "auto",
+    memory_limit=None,
+) -> Parcellation:
+    """Compute the parcel mean series of grayordinate series.
+
+    A grayordinate is usable when its series is finite at every time point,
+    is not constant (equal values throughout; judged from two time points on)
+    and, when ``mask`` is given, is in ``mask``. A parcel's series is the
+    mean of its usable grayordinates' series (``wb_command -cifti-parcellate
+    ... COLUMN -method MEAN`` when all are usable; with the usable ones as
+    ``-cifti-weights`` otherwise, as XCP-D runs it).
+
+    Parameters
+    ----------
+    series : array-like of shape (n_timepoints, n_grayordinates)
+        The series, one column per grayordinate (a memory map is read a
+        block of time points at a time). NaN and inf are allowed: such a
+        grayordinate is not usable.
+    labels : array-like of shape (n_grayordinates,), int
+        The label key of each grayordinate.
+    keys : array-like of int or None, default=None
+        The parcels' label keys (those of the label table but the unlabeled
+        key; a key no grayordinate carries gives an empty parcel). Sorted
+        ascending. None: the distinct nonzero ``labels``. Grayordinates
+        whose label is not among them belong to no parcel.
+    method : {'mean'}, default='mean'
+        The reduction: the mean of the usable grayordinates.
+    min_coverage : float in [0, 1] or None, default=None
+        Parcels whose coverage is below it get NaN series, as XCP-D's
+        ``--min-coverage``. None: only parcels without a usable grayordinate
+        are NaN.
+    mask : array-like of shape (n_grayordinates,), bool, or None
+        Grayordinates that may be used (e.g. those with data in the whole
+        run when ``series`` are part of it); None: all.
+    %(device)s
+    %(memory_limit)s
+
+    Returns
+    -------
+    Parcellation
+        ``series`` (n_timepoints, n_parcels), ``coverage``, ``keys`` and
+        ``sizes``, in the order of ``keys``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.cifti import parcellate
+    >>> x = np.arange(12.0).reshape(3, 4) ** 2
+    >>> p = parcellate(x, [1, 1, 2, 0], device="cpu")
+    >>> p.keys.tolist(), p.series[:, 0].tolist()
+    ([1, 2], [0.5, 20.5, 72.5])
+    """
+    x, index, keys, usable_mask = _check_inputs(series, labels, keys, mask)
+    n_timepoints, n = x.shape
+    planner = planner_for(resolve_device(device), memory_limit, hint=MEMORY_HINT)
+    planner.reserve_result(
+        n_timepoints * keys.size * 8, f"The parcel series ({n_timepoints} x {keys.size})"
+    )
+    with planner.transient(), torch.no_grad():
+        planner.reserve_device(_GRAYORDINATE_BYTES * n + 8 * n_timepoints * keys.size)
+        rows = planner.fit(
+            _BLOCK_BYTES_PER_VALUE * n + 8 * keys.size,
+            f"Parcellating {n} grayordinates x {n_timepoints} time points",
+            at_most=n_timepoints,
+        )
+        index_t = torch.from_numpy(index).to(planner.device)
+        usable = _usable(x, rows, planner.device)
+        if usable_mask is not None:
+            usable &= torch.from_numpy(usable_mask).to(planner.device)
+        sums, counts = _parcel_sums(x, index_t, usable, keys.size, rows)
+        sizes = torch.bincount(index_t[index_t >= 0], minlength=keys.size)
+        means = sums / counts.to(torch.float64)
+        means[:, counts == 0] = torch.nan
+        result = means.cpu().numpy()
+    sizes = sizes.cpu().numpy().astype(np.int64)
+    counts = counts.cpu().numpy()
+    coverage = np.divide(counts, sizes, out=np.zeros(keys.size), where=sizes > 0)
+    if min_coverage is not None:
+        result[:, coverage < min_coverage] = np.nan
+    return Parcellation(series=result, coverage=coverage, keys=keys, sizes=sizes)
+
+
+def _check_inputs(series, labels, keys, mask):
+    """Return the validated series, each grayordinate's parcel index, the keys and the mask.
+
+    The parcel index is -1 for a grayordinate in no parcel.
+    """
+    x = series if isinstance(series, np.ndarray) else np.asarray(series)
+    if x.ndim != 2 or not np.issubdtype(x.dtype, np.number):
+        raise ValueError(
+            "'series' must be a numeric array of shape (n_timepoints, n_grayordinates); "
+            f"got {x.dtype} of shape {x.shape}."
+        )
+    if np.iscomplexobj(x):
+        raise ValueError("'series' must be real; got complex values.")
+    n = x.shape[1]
+    labels = _integers(labels, "labels")
+    if labels.shape != (n,):
+        raise ValueError(
+            f"'labels' must hold one key per grayordinate ({n}); got shape {labels.shape}."
+        )
+    if keys is None:
+        keys = np.unique(labels[labels != 0])
+    else:
+        keys = _integers(keys, "keys")
+        if keys.ndim != 1 or np.any(np.diff(keys) <= 0):
+            raise ValueError("'keys' must be a 1-D array of distinct label keys, ascending.")
+    if keys.size == 0:
+        raise ValueError("No parcel: the labels hold no key other than 0 (unlabeled).")
+    position = np.searchsorted(keys, labels).clip(0, keys.size - 1)
+    index = np.where(keys[position] == labels, position, -1).astype(np.int64)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.shape != (n,) or mask.dtype != bool:
+            raise ValueError(
+                f"'mask' must be a boolean array of one value per grayordinate ({n}); "
+                f"got {mask.dtype} of shape {mask.shape}."
+            )
+    return x, index, keys, mask
+
+
+def _integers(values, name: str) -> np.ndarray:
+    """Return ``values`` as int64, refusing values that are not whole numbers."""
+    array = np.asarray(values)
+    if array.dtype == bool or not np.issubdtype(array.dtype, np.number):
+        raise ValueError(f"'{name}' must hold integer label keys; got {array.dtype}.")
+    as_int = array.astype(np.int64)
+    if not np.array_equal(as_int, array):
+        raise ValueError(f"'{name}' must hold integer label keys; got non-integer values.")
+    return as_int
+
+
+def _blocks(n_timepoints: int, rows: int):
+    """Yield the (start, stop) of each block of ``rows`` time points."""
+    for r0 in range(0, n_timepoints, rows):
+        yield r0, min(n_timepoints, r0 + rows)
+
+
+def _block(x: np.ndarray, r0: int, r1: int, device: torch.device) -> torch.Tensor:
+    """Return time points ``r0:r1`` of ``x`` as float64 on ``device``."""
+    return torch.from_numpy(np.ascontiguousarray(x[r0:r1])).to(device).to(torch.float64)
+
+
+def _usable(x: np.ndarray, rows: int, device: torch.device) -> torch.Tensor:
+    """Return which grayordinates are finite throughout and not constant (from 2 time points)."""
+    n = x.shape[1]
+    finite = torch.ones(n, dtype=torch.bool, device=device)
+    low = torch.full((n,), torch.inf, dtype=torch.float64, device=device)
+    high = torch.full((n,), -torch.inf, dtype=torch.float64, device=device)
+    for r0, r1 in _blocks(x.shape[0], rows):
+        block = _block(x, r0, r1, device)
+        finite &= torch.isfinite(block).all(0)
+        low = torch.minimum(low, block.amin(0))
+        high = torch.maximum(high, block.amax(0))
+    return finite & (high > low) if x.shape[0] > 1 else finite
+
+
+def _parcel_sums(x, index: torch.Tensor, usable: torch.Tensor, n_parcels: int, rows: int):
+    """Return the per-parcel sums (T, P) over the usable members, and their counts (P,)."""
+    members = torch.nonzero(usable & (index >= 0)).squeeze(1)
+    parcel = index[members]
+    sums = torch.zeros(x.shape[0], n_parcels, dtype=torch.float64, device=index.device)
+    for r0, r1 in _blocks(x.shape[0], rows):
+        sums[r0:r1].index_add_(1, parcel, _block(x, r0, r1, index.device)[:, members])
+    return sums, torch.bincount(parcel, minlength=n_parcels)
+
+
+@dataclass(frozen=True)
+class CiftiParcellation:
+    """A dense series parcellated by a label map (:func:`parcellate_cifti`).
+
+    Attributes
+    ----------
+    data : ndarray of shape (n_timepoints, n_parcels), float32
+        The parcel mean series (NaN as in :class:`Parcellation`).
+    coverage : ndarray of shape (n_parcels,), float64
+        The fraction of each parcel's grayordinates that are usable.
+    parcels : nibabel.cifti2.ParcelsAxis
+        The parcels, as ``wb_command -cifti-parcellate`` builds them.
+    series : nibabel.cifti2.SeriesAxis
+        The time axis of the dense series (TR carried over).
+    keys : ndarray of shape (n_parcels,), int64
+        The label key of each parcel, ascending.
+    """
+
+    data: np.ndarray
+    coverage: np.ndarray
+    parcels: ParcelsAxis
+    series: SeriesAxis
+    keys: np.ndarray
+
+    @property
+    def names(self) -> list[str]:
+        """The parcel names, in order."""
+        return [str(name) for name in self.parcels.name]
+
+
+@validate_params(
+    {
+        "dtseries": ["path"],
+        "dlabel": ["path"],
+        "map_index": [Interval(Integral, 0, None, closed="left"), str],
+        "min_coverage": [Interval(Real, 0, 1, closed="both"), None],
+        "mask": ["array-like", None],
+        "device": ["device"],
+        "memory_limit": ["memory", None],
+    }
+)
+def parcellate_cifti(
+    dtseries: str | os.PathLike,
+    dlabel: str | os.PathLike,
+    *,
+    map_index: int | str = 0,
+    min_coverage: float | None = None,
+    mask=None,
+    device: str = "auto",
+    memory_limit=None,
+) -> CiftiParcellation:
+    """Parcellate a ``.dtseries.nii`` by one label map of a ``.dlabel.nii``.
+
+    Equals ``wb_command -cifti-parcellate DTSERIES DLABEL COLUMN OUT -method
+    MEAN`` (the parcels, their names and order, their vertices and voxels,
+    and the series where every grayordinate is usable; see :func:`parcellate`
+    for the rest), on a label map of any index.
+
+    Parameters
+    ----------
+    dtseries : path
+        The dense series (a SeriesAxis by a BrainModelAxis).
+    dlabel : path
+        The label file, on the same brain model as ``dtseries``.
+    map_index : int or str, default=0
+        Which label map: its index (0 is the first) or its name.
+    min_coverage : float in [0, 1] or None, default=None
+        See :func:`parcellate`.
+    mask : array-like of shape (n_grayordinates,), bool, or None
+        See :func:`parcellate`.
+    device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
+        Where to compute.
+    memory_limit : int, str or None, default=None
+        Most memory the parcellation may use (the series are read a block of
+        time points at a time).
+
+    Returns
+    -------
+    CiftiParcellation
+
+    Raises
+    ------
+    ValueError
+        One line, when the label file is on another brain model than the
+        series (the message names both), or a file is not of its kind.
+    """
+    from connscale.io.cifti import check_same_brain_model, read_cifti_labels, read_cifti_series
+
+    dense = read_cifti_series(dtseries)
+    if type(dense.brain_model).__name__ != "BrainModelAxis":
+        raise ValueError(f"{dtseries} is parcellated already (a ParcelsAxis); give a .dtseries.nii.")
+    labels = read_cifti_labels(dlabel, map_index=map_index)
+    check_same_brain_model(dense, labels, what="The label file")
+    keys = np.array(sorted(labels.names), dtype=np.int64)
+    result = parcellate(
+        dense.data,
+        labels.labels,
+        keys=keys,
+        min_coverage=min_coverage,
+        mask=mask,
+        device=device,
+        memory_limit=memory_limit,
+    )
+    return CiftiParcellation(
+        data=result.series.astype(np.float32),
+        coverage=result.coverage,
+        parcels=parcels_axis(labels.labels, labels.names, labels.brain_model),
+        series=dense.series,
+        keys=keys,
+    )
+
+
+def parcels_axis(labels: np.ndarray, names: dict[int, str], brain_model: BrainModelAxis):
+    """Return the ParcelsAxis of a label map, as ``wb_command -cifti-parcellate`` builds it.
+
+    One parcel per key of ``names``, ascending, named after it (an empty one
+    included); a parcel's vertices are ascending per surface structure, its
+    voxels in the order of (k, j, i); every surface structure of
+    ``brain_model`` is declared with its vertex count, and the volume grid
+    when it has voxels.
+
+    Parameters
+    ----------
+    labels : ndarray of shape (n_grayordinates,), int
+        Each grayordinate's label key.
+    names : dict of int to str
+        The parcels' keys and names (the unlabeled key left out).
+    brain_model : nibabel.cifti2.BrainModelAxis
+        The grayordinates of ``labels``.
+
+    Returns
+    -------
+    nibabel.cifti2.ParcelsAxis
+    """
+    from nibabel.cifti2 import ParcelsAxis
+
+    keys = sorted(names)
+    labels = np.asarray(labels)
+    surface = brain_model.surface_mask
+    voxels, vertices = [], []
+    for key in keys:
+        members = np.flatnonzero(labels == key)
+        on_surface = members[surface[members]]
+        parcel_vertices = {}
+        for structure in dict.fromkeys(brain_model.name[on_surface]):
+            picked = on_surface[brain_model.name[on_surface] == structure]
+            parcel_vertices[str(structure)] = np.sort(brain_model.vertex[picked])
+        ijk = brain_model.voxel[members[~surface[members]]]
+        voxels.append(ijk[np.lexsort((ijk[:, 0], ijk[:, 1], ijk[:, 2]))].reshape(-1, 3))
+        vertices.append(parcel_vertices)
+    has_volume = bool(brain_model.volume_mask.any())
+    return ParcelsAxis(
+        np.array([names[key] for key in keys]),
+        voxels,
+        vertices,
+        affine=brain_model.affine if has_volume else None,
+        volume_shape=brain_model.volume_shape if has_volume else None,
+        nvertices=dict(brain_model.nvertices),
+    )
