@@ -71,15 +71,6 @@ class _Parcels:
     coverage: np.ndarray
 
 
-def _parcels_axis(brain_model, labels: np.ndarray, keys, names: dict):
-    """Return the ParcelsAxis of the parcels ``keys`` (each its grayordinates of ``labels``)."""
-    from nibabel.cifti2 import ParcelsAxis
-
-    return ParcelsAxis.from_brain_models(
-        [(names[int(k)], brain_model[np.flatnonzero(labels == k)]) for k in keys]
-    )
-
-
 def _kept_series_axis(decoded):
     """Return the SeriesAxis of the kept volumes (the run's start and step, their count)."""
     from nibabel.cifti2 import SeriesAxis
@@ -92,6 +83,7 @@ def _kept_series_axis(decoded):
 def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcels]:
     """Parcellate and clean the run; name the parcels; build the sidecars."""
     from connscale.cifti import parcellate
+    from connscale.cifti.parcellate import parcels_axis
     from connscale.denoise import clean_signals
     from connscale.io.cifti import brain_model_summary
 
@@ -154,9 +146,10 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
         for meta in (relmat_meta, series_meta):
             meta["ConstantRegions"] = listed
     brain_model = decoded.cifti.brain_model
+    written = {int(k): atlas.names[int(k)] for k in keys[kept]}
     parcels = _Parcels(
-        axis=_parcels_axis(brain_model, atlas.labels, keys[kept], atlas.names),
-        atlas_axis=_parcels_axis(brain_model, atlas.labels, keys, atlas.names),
+        axis=parcels_axis(atlas.labels, written, brain_model),
+        atlas_axis=parcels_axis(atlas.labels, atlas.names, brain_model),
         coverage=parcellation.coverage,
     )
     return _Prepared(series, names, relmat_meta, series_meta), parcels

@@ -109,6 +109,17 @@ def plot_grayordinate_carpet(
     return _save(fig, out_path)
 
 
+def _binned(values: np.ndarray, width: int) -> np.ndarray:
+    """Return ``values`` as ``width`` bins (the mean of each run of values; NaN left out)."""
+    edges = np.linspace(0, values.size, min(width, values.size) + 1).astype(int)
+    finite = np.isfinite(values)
+    sums = np.add.reduceat(np.where(finite, values, 0.0), edges[:-1])
+    counts = np.add.reduceat(finite.astype(np.int64), edges[:-1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        row = sums / counts
+    return np.interp(np.linspace(0, row.size - 1, width), np.arange(row.size), row)
+
+
 def plot_structure_view(
     values: npt.ArrayLike,
     brain_model,
@@ -116,18 +127,24 @@ def plot_structure_view(
     *,
     title: str | None = None,
     cmap: str = "viridis",
+    width: int = 400,
 ) -> Path:
     """Draw one value per grayordinate as a flat view: one strip per structure.
+
+    Each structure's values, in brain-model order, are averaged into
+    ``width`` bins and drawn as one row of an image.
 
     Parameters
     ----------
     values : array-like of shape (n_grayordinates,)
-        One value per grayordinate of ``brain_model`` (NaN: not drawn).
+        One value per grayordinate of ``brain_model`` (NaN: left out).
     brain_model : nibabel.cifti2.BrainModelAxis
     out_path : str or path
         PNG to write.
     title : str or None
     cmap : str, default='viridis'
+    width : int, default=400
+        Bins per structure.
 
     Returns
     -------
@@ -137,21 +154,22 @@ def plot_structure_view(
     if v.size != len(brain_model):
         raise ValueError(f"Expected {len(brain_model)} values; got {v.size}.")
     structures = _structures(brain_model)
-    finite = v[np.isfinite(v)]
+    image = np.stack([_binned(v[part], width) for _, part in structures])
+    finite = image[np.isfinite(image)]
     low, high = np.percentile(finite, [2, 98]) if finite.size else (0.0, 1.0)
     plt = _pyplot()
-    fig, axes = plt.subplots(
-        len(structures), 1, figsize=(10, 0.32 * len(structures) + 0.8), squeeze=False
-    )
-    image = None
-    for ax, (name, part) in zip(axes[:, 0], structures):
-        strip = v[part][None, :]
-        image = ax.imshow(
-            strip, aspect="auto", cmap=cmap, vmin=low, vmax=high, interpolation="nearest"
-        )
-        ax.set_yticks([])
-        ax.set_xticks([])
-        ax.set_ylabel(f"{name} ({strip.shape[1]})", rotation=0, ha="right", va="center", fontsize=7)
-    fig.colorbar(image, ax=axes[:, 0].tolist(), fraction=0.02, pad=0.01)
-    fig.suptitle(title or "grayordinate values", fontsize=10)
+    fig, ax = plt.subplots(figsize=(10, 0.25 * len(structures) + 1))
+    drawn = ax.imshow(image, aspect="auto", cmap=cmap, vmin=low, vmax=high, interpolation="nearest")
+    ax.set_yticks(np.arange(len(structures)))
+    ax.set_yticklabels([f"{name} ({_part_size(part, len(v))})" for name, part in structures])
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_xticks([])
+    ax.set_xlabel("grayordinates in brain-model order (binned)")
+    fig.colorbar(drawn, ax=ax, fraction=0.02, pad=0.01)
+    ax.set_title(title or "grayordinate values", fontsize=10)
     return _save(fig, out_path)
+
+
+def _part_size(part: slice, n: int) -> int:
+    """Return the number of grayordinates of a structure's slice."""
+    return len(range(*part.indices(n)))

@@ -1,0 +1,172 @@
+"""The BIDS-App on fMRIPrep's grayordinates: fsLR dtseries runs end to end."""
+
+import json
+
+import nibabel as nib
+import numpy as np
+import pytest
+from nilearn import signal
+
+from connscale.bidsapp.group import run_group
+from connscale.bidsapp.participant import run_participant
+from connscale.denoise import load_confounds
+from connscale.io.relmat import read_relmat_tsv
+from connscale.io.timeseries import load_timeseries
+from tests.bids._fmriprep import (
+    CIFTI_ATLAS,
+    T_R,
+    brain_model_91k,
+    cifti_parcels,
+    make_fmriprep_cifti,
+    participant_log,
+    write_cifti_atlas,
+)
+from tests.bids._pybids import assert_pybids_reads
+
+CORTEX = 59412  # the two cortical hemispheres of the 91k model: another brain model
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cifti")
+    root = make_fmriprep_cifti(
+        tmp / "fmriprep",
+        [
+            ("01", None, "rest", None),
+            ("02", None, "rest", None),
+            ("03", None, "rest", None, {"series_t_r": 1.0}),  # the dtseries says 1 s, the JSON 2 s
+            ("04", None, "rest", None, {"brain_model": brain_model_91k()[:CORTEX]}),
+        ],
+    )
+    write_cifti_atlas(tmp / CIFTI_ATLAS)
+    return tmp, root
+
+
+def _run(tree, out, **kwargs):
+    tmp, root = tree
+    options = {
+        "atlas": tmp / CIFTI_ATLAS,
+        "atlas_name": "Struct10",
+        "strategy": "simple",
+        "strategy_params": {"motion": "basic"},
+        "space": ["fsLR"],
+        "den": ["91k"],
+        "backend": "serial",
+        "device": "cpu",
+    }
+    return run_participant(root, out, **{**options, **kwargs})
+
+
+@pytest.fixture(scope="module")
+def published(tree, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cifti_out") / "out"
+    report = _run(tree, out, write_denoised=True, measures=["fc", "timeseries", "dfc"],
+                  window_length=10)  # fmt: skip
+    return out, report
+
+
+def _files(out, sub):
+    return sorted(p.name for p in (out / f"sub-{sub}" / "func").iterdir())
+
+
+def test_outputs_equal_nilearn_and_numpy(tree, published):
+    tmp, root = tree
+    out, report = published
+    prefix = "sub-01_task-rest_space-fsLR_seg-Struct10_den-91k"
+    func = out / "sub-01" / "func"
+    relmat_tsv = func / f"{prefix}_meas-PearsonCorrelation_desc-simple_relmat.tsv"
+    relmat, names = read_relmat_tsv(relmat_tsv)
+    series, header = load_timeseries(func / f"{prefix}_desc-simple_timeseries.tsv")
+    assert names == header == [f"parcel{k}" for k in range(1, 11)]
+    bold = root / "sub-01" / "func" / "sub-01_task-rest_space-fsLR_den-91k_bold.dtseries.nii"
+    data = np.asarray(nib.load(bold).get_fdata(), dtype=np.float64)
+    labels = cifti_parcels()
+    means = np.stack([data[:, labels == k].mean(axis=1) for k in range(1, 11)], axis=1)
+    confounds, sample_mask = load_confounds(bold, "simple", motion="basic")
+    ref = signal.clean(
+        means,
+        confounds=confounds,
+        sample_mask=sample_mask,
+        detrend=True,
+        standardize="zscore_sample",
+        t_r=T_R,
+    )
+    np.testing.assert_allclose(series, ref, atol=1e-5)
+    ptseries = nib.load(func / f"{prefix}_stat-mean_desc-simple_timeseries.ptseries.nii")
+    np.testing.assert_allclose(ptseries.get_fdata(), ref, atol=1e-5)
+    parcels = ptseries.header.get_axis(1)
+    assert list(parcels.name) == names
+    assert ptseries.header.get_axis(0).step == T_R
+    assert ptseries.shape[0] == len(sample_mask)  # the kept volumes
+    pconn = nib.load(func / f"{prefix}_stat-pearsoncorrelation_desc-simple_boldmap.pconn.nii")
+    expected = np.corrcoef(series.T)
+    np.testing.assert_allclose(pconn.get_fdata(), expected, atol=1e-6)
+    np.testing.assert_allclose(relmat, expected, atol=1e-6)
+    coverage = nib.load(func / f"{prefix}_stat-coverage_desc-simple_boldmap.pscalar.nii")
+    np.testing.assert_array_equal(coverage.get_fdata(), np.ones((1, 10)))
+    denoised = nib.load(func / "sub-01_task-rest_space-fsLR_den-91k_desc-simple_bold.dtseries.nii")
+    assert denoised.header.get_axis(1) == brain_model_91k()
+    cleaned = np.asarray(denoised.get_fdata())
+    grayordinate = np.flatnonzero(labels == 3)[:5]
+    np.testing.assert_allclose(
+        cleaned[:, grayordinate],
+        signal.clean(
+            data[:, grayordinate],
+            confounds=confounds,
+            sample_mask=sample_mask,
+            detrend=True,
+            standardize="zscore_sample",
+            t_r=T_R,
+        ),
+        atol=1e-4,
+    )
+    assert f"{prefix}_desc-simple_report.html" in _files(out, "01")
+    assert f"{prefix}_meas-PearsonCorrelation_desc-simple_dfc.h5" in _files(out, "01")
+    record = next(r for r in report.records if r["name"].startswith("sub-01"))
+    assert record["status"] == "ok" and record["n_grayordinates"] == 91282
+
+
+def test_bad_runs_are_refused_in_one_line(published):
+    out, report = published
+    assert report.counts == {"ok": 2, "skipped": 0, "error": 0, "refused": 2}
+    log, errors = participant_log(out)
+    reasons = {r["name"].split("_")[0]: r for r in log["records"] if r["status"] == "refused"}
+    assert (
+        "its series step (TR) is 1 s but the sidecar's RepetitionTime is 2 s"
+        in (reasons["sub-03"]["error"])
+    )
+    assert "on another brain model" in reasons["sub-04"]["error"]
+    for sub in ("03", "04"):
+        assert "\n" not in reasons[f"sub-{sub}"]["error"]
+        assert not (out / f"sub-{sub}").exists() or not any((out / f"sub-{sub}").rglob("*.nii"))
+    assert len(errors) == 3  # the header and one line per refused run
+    assert {line.split("\t")[0] for line in errors[1:]} >= {"sub-03", "sub-04"} or any(
+        "sub-03" in line for line in errors[1:]
+    )
+
+
+def test_pybids_reads_the_outputs(tree, published):
+    _, root = tree
+    out, _ = published
+    assert_pybids_reads(out, source=root)
+
+
+def test_resume_skips_and_group_reads_the_relmats(tree, published):
+    out, _ = published
+    again = _run(tree, out, write_denoised=True, measures=["fc", "timeseries", "dfc"],
+                 window_length=10, participant_label=["01", "02"])  # fmt: skip
+    assert again.counts["skipped"] == 2
+    result = run_group(out, atlas_name="Struct10", strategy="simple")
+    assert result.features.shape[0] == 2
+    mean = json.loads(next((out / "group").glob("*_relmat.json")).read_text())
+    assert mean["NodeNames"] == [f"parcel{k}" for k in range(1, 11)]
+
+
+def test_up_front_refusals(tree, tmp_path):
+    tmp, root = tree
+    with pytest.raises(ValueError, match="CIFTI runs have no measure voxelfc"):
+        _run(tree, tmp_path / "a", measures=["fc", "voxelfc"])
+    with pytest.raises(ValueError, match="--write-denoised writes CIFTI runs"):
+        _run(tree, tmp_path / "b", file_format="nifti", write_denoised=True)
+    with pytest.raises(ValueError, match="nibabel reads CIFTI-2 only|not .*CIFTI"):
+        _run(tree, tmp_path / "c", atlas=root / "dataset_description.json")
