@@ -110,9 +110,11 @@ class ParticipantConfig:
         doc="3-D integer labels image (0 = background), resampled to each run's\n"
         "grid by nearest neighbour when needed (recorded in the sidecars'\n"
         "``AtlasResampling`` and the run's report). Checked once before any\n"
-        "run (:func:`connscale.bidsapp.atlas.check_atlas`).",
+        "run (:func:`connscale.bidsapp.atlas.check_atlas`). CIFTI runs: a\n"
+        "``.dlabel.nii`` (its first label map) on the runs' brain model.",
         flag=Flag(("--atlas",), group=ATLAS, type="input_file", levels=("participant",),
-                  help="participant: 3-D labels NIfTI (0 = background)."),
+                  help="participant: 3-D labels NIfTI (0 = background); CIFTI runs: a "
+                  ".dlabel.nii on their grayordinates."),
     )  # fmt: skip
     atlas_name: str = param(
         constraints=[str],
@@ -387,7 +389,8 @@ class ParticipantConfig:
     den: tuple | None = param(
         None,
         fingerprint=False,
-        doc_type="sequence of str or None",
+        constraints=[str, list, tuple, None],
+        doc_type="str, sequence of str or None",
         doc="The densities (``den-`` entity, e.g. ``91k``) of the CIFTI runs to\n"
         "process; None: all. Giving it reads CIFTI runs (``file_format``).",
         flag=Flag(("--den",), group=FILTERS, nargs="+", default=None, levels=("participant",),
