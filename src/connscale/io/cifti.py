@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -417,7 +418,8 @@ class DconnWriter:
     On entry the free space for the whole file is checked and the
     NIfTI-2 header with the CIFTI-2 XML extension is written to a staging file
     beside ``path``; each block then goes to its offset in the uncompressed
-    data. On a clean exit every value must have been written exactly once;
+    data (``os.pwrite``: blocks may come in any order, from several
+    threads). On a clean exit every value must have been written exactly once;
     the file is then flushed, fsynced and renamed to ``path``. On an
     exception (or a missing value) nothing is published.
 
@@ -464,6 +466,7 @@ class DconnWriter:
         limit = parse_memory(memory_limit)
         self._buffer_bytes = _BUFFER_BYTES if limit is None else min(_BUFFER_BYTES, limit)
         self._coverage = _Coverage(*self.shape)
+        self._coverage_lock = threading.Lock()
         self._stack: contextlib.ExitStack | None = None
         self._fd = -1
 
@@ -503,11 +506,16 @@ class DconnWriter:
         """
         if self._stack is None:
             raise RuntimeError("DconnWriter writes only inside its 'with' block.")
+        row0, col0 = int(row0), int(col0)  # Python ints: offsets pass 2**31
         block = self._checked(row0, col0, block)
         n_rows, width = block.shape
-        self._coverage.add(row0, row0 + n_rows, col0, col0 + width)
+        with self._coverage_lock:
+            self._coverage.add(row0, row0 + n_rows, col0, col0 + width)
         itemsize = self.dtype.itemsize
-        step = max(1, self._buffer_bytes // max(1, width * itemsize))
+        if block.flags.c_contiguous:
+            step = max(1, n_rows)  # written from its own memory
+        else:  # copied through a buffer of at most self._buffer_bytes
+            step = max(1, self._buffer_bytes // max(1, width * itemsize))
         for start in range(0, n_rows, step):
             part = np.ascontiguousarray(block[start : start + step])
             offset = len(self._header) + ((row0 + start) * self.shape[1] + col0) * itemsize
@@ -527,7 +535,6 @@ class DconnWriter:
                 f"{self.path.name} stores {self.dtype}; got a {block.dtype} block "
                 f"(convert it first, e.g. block.astype(np.{self.dtype}))."
             )
-        row0, col0 = int(row0), int(col0)
         n_rows, n_cols = self.shape
         if row0 < 0 or col0 < 0 or row0 + block.shape[0] > n_rows or col0 + block.shape[1] > n_cols:
             raise ValueError(
