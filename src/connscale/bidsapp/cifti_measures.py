@@ -29,6 +29,8 @@ sidecars' ``KeptVolumes`` say which).
 from __future__ import annotations
 
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -38,7 +40,15 @@ from connscale.bidsapp.region_measures import _Prepared, _RegionSet
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
 
-__all__ = ["write_cifti_set"]
+__all__ = ["read_only_series", "write_cifti_set"]
+
+
+@contextmanager
+def read_only_series():
+    """Silence torch's warning on a read-only array: the memory-mapped series are only read."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        yield
 
 
 def write_cifti_set(kind, config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
@@ -89,13 +99,14 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
 
     atlas, keys = decoded.atlas, decoded.regions
     tic = time.perf_counter()
-    parcellation = parcellate(
-        decoded.data,
-        atlas.labels,
-        keys=keys,
-        device=config.device,
-        memory_limit=config.memory_limit,
-    )
+    with read_only_series():
+        parcellation = parcellate(
+            decoded.data,
+            atlas.labels,
+            keys=keys,
+            device=config.device,
+            memory_limit=config.memory_limit,
+        )
     kept = parcellation.coverage > 0
     if kept.sum() < 2:
         raise ValueError(
@@ -228,14 +239,15 @@ def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
     n = decoded.data.shape[1]
     out.check_space(4 * kept * n, what=f"the denoised series of {run.name}")
     tic = time.perf_counter()
-    cleaned = clean_signals(
-        decoded.data,
-        context["operator"],
-        standardize=config.standardize,
-        device=config.device,
-        dtype=config.dtype,
-        memory_limit=config.memory_limit,
-    )
+    with read_only_series():
+        cleaned = clean_signals(
+            decoded.data,
+            context["operator"],
+            standardize=config.standardize,
+            device=config.device,
+            dtype=config.dtype,
+            memory_limit=config.memory_limit,
+        )
     timings["clean"] += time.perf_counter() - tic
     constant = constant_columns(cleaned)
     tic = time.perf_counter()

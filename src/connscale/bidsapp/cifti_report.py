@@ -55,7 +55,7 @@ def _figures(region_set, folder: Path) -> list[Path]:
     ]
     step = max(1, data.shape[1] // _MAX_CARPET)
     cleaned = clean_signals(
-        np.asarray(data[:, ::step]), operator, standardize=config.standardize, device=config.device
+        np.array(data[:, ::step]), operator, standardize=config.standardize, device=config.device
     )
     figures.append(
         plot_grayordinate_carpet(
