@@ -173,3 +173,39 @@ def test_up_front_refusals(tree, tmp_path):
         _run(tree, tmp_path / "b", file_format="nifti", write_denoised=True)
     with pytest.raises(ValueError, match="nibabel reads CIFTI-2 only|not .*CIFTI"):
         _run(tree, tmp_path / "c", atlas=root / "dataset_description.json")
+
+
+def test_maps_on_grayordinates_equal_numpy(tmp_path):
+    # The first subcortical structures (accumbens, amygdala, brain stem): a small brain model.
+    small = brain_model_91k()[CORTEX : CORTEX + 4394]
+    root = make_fmriprep_cifti(
+        tmp_path / "fmriprep", [("01", None, "rest", None)], brain_model=small
+    )
+    write_cifti_atlas(tmp_path / CIFTI_ATLAS, brain_model=small)
+    out = tmp_path / "out"
+    report = _run((tmp_path, root), out, measures=["maps"], degree_thresholds=[0.25], reports=True)
+    assert report.counts["ok"] == 1, report.records
+    func = out / "sub-01" / "func"
+    bold = root / "sub-01" / "func" / "sub-01_task-rest_space-fsLR_den-91k_bold.dtseries.nii"
+    confounds, sample_mask = load_confounds(bold, "simple", motion="basic")
+    cleaned = signal.clean(
+        np.asarray(nib.load(bold).get_fdata(), dtype=np.float64),
+        confounds=confounds,
+        sample_mask=sample_mask,
+        detrend=True,
+        standardize="zscore_sample",
+        t_r=T_R,
+    )
+    r = np.corrcoef(cleaned.T)
+    np.fill_diagonal(r, np.nan)
+    source = "sub-01_task-rest_space-fsLR_den-91k"
+    gcor = nib.load(func / f"{source}_stat-gcor_desc-simple_boldmap.dscalar.nii")
+    assert gcor.header.get_axis(1) == small
+    np.testing.assert_allclose(gcor.get_fdata()[0], np.nanmean(r, axis=1), atol=1e-4)
+    degree = nib.load(func / f"{source}_meas-r025_stat-degree_desc-simple_boldmap.dscalar.nii")
+    expected = (r > 0.25).sum(axis=1)
+    assert np.abs(degree.get_fdata()[0] - expected).max() <= 1  # pairs at r = 0.25 in float32
+    meta = json.loads((func / f"{source}_stat-gcor_desc-simple_boldmap.json").read_text())
+    assert meta["Nodes"] == "grayordinates" and meta["NumberOfNodes"] == small.size
+    assert (func / f"{source}_stat-maps_desc-simple_report.html").is_file()
+    assert_pybids_reads(out, source=root)

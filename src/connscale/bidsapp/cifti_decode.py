@@ -34,8 +34,9 @@ __all__ = [
     "prefetch_cifti",
 ]
 
-#: The measures of a CIFTI run (the atlas level's; ``write_denoised`` adds its dtseries).
-CIFTI_MEASURES = REGION_MEASURES
+#: The measures of a CIFTI run: the atlas level's and the grayordinate maps
+#: (``write_denoised`` adds its dtseries).
+CIFTI_MEASURES = (*REGION_MEASURES, "maps")
 
 #: How far the dtseries' TR may be from the sidecar's (relative): rounding in either file.
 _TR_TOLERANCE = 1e-3
@@ -167,9 +168,12 @@ def decode_cifti_run(config: ParticipantConfig, run: BoldRun) -> CiftiDecoded:
 
 
 def held_bytes(config: ParticipantConfig, decoded: CiftiDecoded) -> int:
-    """Bytes a CIFTI run holds through its task: its series and their cleaned copy."""
+    """Bytes a CIFTI run holds through its task: its series and their widest cleaned copy."""
     kept = decoded.context["operator"].volumes.size
-    return decoded.data.nbytes + kept * decoded.data.shape[1] * np.dtype(config.dtype).itemsize
+    dense = config.write_denoised or "maps" in config.measures
+    regions = 0 if decoded.regions is None else decoded.regions.size
+    width = decoded.data.shape[1] if dense else regions
+    return decoded.data.nbytes + kept * width * np.dtype(config.dtype).itemsize
 
 
 def prefetch_cifti(task: tuple) -> CiftiDecoded | None:

@@ -22,8 +22,9 @@ where ``<source>`` keeps the run's ``space-`` and ``den-`` entities. With
 
     <source>_desc-<strategy>_bold.dtseries.nii / .json
 
-The series axis of every written series holds the kept volumes only (the
-sidecars' ``KeptVolumes`` say which).
+With the measure ``maps``, the grayordinate maps are their own set
+(:mod:`connscale.bidsapp.cifti_maps`). The series axis of every written
+series holds the kept volumes only (the sidecars' ``KeptVolumes`` say which).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def read_only_series():
 
 
 def write_cifti_set(kind, config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
-    """Compute and publish one set of a CIFTI run (``region`` or ``denoised``).
+    """Compute and publish one set of a CIFTI run (``region``, ``denoised`` or ``maps``).
 
     Returns the names written and ``{measure: reason}`` of the measures that failed.
     """
@@ -64,6 +65,10 @@ def write_cifti_set(kind, config, run, decoded, out, context, timings) -> tuple[
         return region_set.write()
     if kind == "denoised":
         return write_denoised(config, run, decoded, out, context, timings), {}
+    if kind == "maps":
+        from connscale.bidsapp.cifti_maps import write_cifti_maps
+
+        return write_cifti_maps(config, run, decoded, out, context, timings), {}
     raise ValueError(f"A CIFTI run has no {kind} set.")
 
 
