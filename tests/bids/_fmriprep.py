@@ -4,6 +4,10 @@ nilearn ships the confounds of real fMRIPrep runs (30 volumes) in
 ``nilearn/interfaces/fmriprep/data``; each fake run pairs them with a BOLD of
 30 volumes whose voxels mix region signals, confounds and noise, its own
 brain mask, and a BOLD JSON sidecar with the repetition time.
+:func:`make_fmriprep_cifti` makes fMRIPrep's grayordinate runs instead
+(``*_space-fsLR_den-91k_bold.dtseries.nii`` on the exact HCP 91k brain model
+of ``tests/data/cifti/ones.dscalar.nii``, simulated parcel signals plus the
+same confounds), with :func:`write_cifti_atlas` for a ``.dlabel.nii`` on it.
 """
 
 from __future__ import annotations

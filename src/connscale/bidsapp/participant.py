@@ -30,6 +30,11 @@ cleaned voxel series, each its own set (:mod:`connscale.bidsapp.voxel_measures`)
     <source>_meas-r<θ>_stat-degree_desc-<strategy>_boldmap.nii.gz / .json (also ecm, gcor)
     <source>_stat-r1dl_desc-<strategy>_components.nii.gz, _mixing.tsv / .json
 
+CIFTI runs (``file_format='cifti'``: fMRIPrep's ``*_bold.dtseries.nii`` with a
+``.dlabel.nii`` atlas) are read and checked by :mod:`connscale.bidsapp.cifti_decode`
+and their sets (the same TSVs and stores, their CIFTI-2 twins, the denoised
+dtseries, the dscalar maps) written by :mod:`connscale.bidsapp.cifti_measures`.
+
 ``dfc`` is :func:`connscale.dynamic_correlation` of the cleaned region series
 (the HDF5 store of :mod:`connscale.fc.dynamic_result`), ``pairs`` is
 :func:`connscale.fc.pairwise_dfc` with :func:`connscale.fc.pair_summary`
