@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import nibabel as nib
 import numpy as np
 import pytest
@@ -9,8 +11,10 @@ import torch
 from nibabel.cifti2 import Cifti2Image, ScalarAxis
 
 from connscale._compute import MemoryLimitError
-from connscale.cifti import parcellate, parcellate_cifti
-from connscale.io.cifti import read_cifti_labels, read_cifti_series
+from connscale.cifti import parcellate, parcellate_cifti, parcellated_names, write_parcellated
+from connscale.io.cifti import read_cifti_labels, read_cifti_scalars, read_cifti_series
+from connscale.io.publish import OutputSet
+from connscale.io.relmat import read_relmat_tsv
 from tests._workbench import CONTE69_DLABEL, CONTE69_DTSERIES, CONTE69_PTSERIES, run_wb
 from tests.cifti._models import brain_model, label_keys, save_dlabel, save_dtseries
 
@@ -147,14 +151,60 @@ def test_cuda_equals_cpu():
     np.testing.assert_array_equal(cuda.coverage, cpu.coverage)
 
 
+def test_written_outputs(small, tmp_path):
+    dtseries, dlabel, data = small
+    labels = read_cifti_labels(dlabel).labels
+    data[:, np.flatnonzero(labels == 1)[0]] = 0.0  # Alpha: 4 of 5 grayordinates with data
+    save_dtseries(dtseries, data, read_cifti_series(dtseries).brain_model)
+    result = parcellate_cifti(dtseries, dlabel, min_coverage=0.9, device="cpu")
+    out = tmp_path / "out"
+    out.mkdir()
+    stem = "sub-01_task-rest_space-fsLR_seg-small"
+    paths = write_parcellated(result, out, stem, source=dtseries)
+    assert sorted(p.name for p in out.iterdir()) == sorted(parcellated_names(stem).values())
+    assert paths["ptseries"].name == f"{stem}_stat-mean_timeseries.ptseries.nii"
+    missing = [0, 5]  # Alpha (coverage 0.8) and Empty (no grayordinate)
+    np.testing.assert_array_equal(result.coverage, [0.8, 1, 1, 1, 1, 0])
+    assert (
+        np.isnan(result.data[:, missing]).all()
+        and np.isfinite(np.delete(result.data, missing, 1)).all()
+    )
+    ptseries = read_cifti_series(paths["ptseries"])
+    assert ptseries.brain_model == result.parcels and ptseries.t_r == pytest.approx(0.8)
+    np.testing.assert_array_equal(ptseries.data, result.data)
+    columns = paths["timeseries"].read_text().splitlines()[0].split("\t")
+    assert columns == result.names
+    table = np.loadtxt(paths["timeseries"], delimiter="\t", skiprows=1)  # NaN as "nan"
+    np.testing.assert_allclose(table, result.data, rtol=1e-7)
+    pconn = nib.load(paths["pconn"])
+    assert pconn.header.get_axis(0) == result.parcels == pconn.header.get_axis(1)
+    matrix = np.asarray(pconn.dataobj)
+    kept = [1, 2, 3, 4]
+    np.testing.assert_allclose(
+        matrix[np.ix_(kept, kept)], np.corrcoef(result.data[:, kept].T), atol=1e-6
+    )
+    assert np.isnan(matrix[missing]).all() and np.isnan(matrix[:, missing]).all()
+    relmat, header = read_relmat_tsv(paths["relmat"])
+    assert header == result.names
+    np.testing.assert_allclose(relmat, matrix, rtol=1e-6)
+    assert json.loads(paths["relmat_sidecar"].read_text())["NumberOfNodes"] == 6
+    coverage, names, parcels = read_cifti_scalars(paths["coverage"])
+    assert names == ["coverage"] and parcels == result.parcels
+    np.testing.assert_allclose(coverage[0], result.coverage)
+    assert "Parcel" in run_wb("-file-information", paths["pconn"])
+
+
 def test_a_label_file_on_another_brain_model_is_refused(small, tmp_path):
     dtseries, _, _ = small
     other = brain_model(shift_vertex=True)
     dlabel = save_dlabel(tmp_path / "other.dlabel.nii", label_keys(len(other)), other)
-    with pytest.raises(ValueError, match="another brain model") as error:
-        parcellate_cifti(dtseries, dlabel, device="cpu")
+    out = tmp_path / "out"
+    with OutputSet(out, "sub-01", command="test") as outputs:
+        with pytest.raises(ValueError, match="another brain model") as error:
+            write_parcellated(parcellate_cifti(dtseries, dlabel, device="cpu"), outputs, "sub-01")
     message = str(error.value)
     assert "\n" not in message and "other.dlabel.nii" in message and "small.dtseries" in message
+    assert not [p for p in out.iterdir() if p.name.startswith("sub-01_")]
 
 
 @pytest.mark.parametrize(
