@@ -26,6 +26,7 @@ from connscale.io.cifti import (
     read_cifti_labels,
     read_cifti_scalars,
     read_cifti_series,
+    write_dlabel,
     write_dscalar,
     write_dtseries,
     write_pconn,
@@ -297,6 +298,30 @@ def test_every_type_round_trips_through_nibabel_and_workbench(tmp_path, small_mo
         np.testing.assert_array_equal(_wb_matrix(path, tmp_path).T, expected.astype(np.float32))
     names = [case[0] for case in _roundtrip_cases(small_model, small_parcels, rng)]
     assert _files_in(tmp_path) == sorted(names)
+
+
+def test_dlabel_round_trips_with_its_label_table(tmp_path, small_model):
+    labels = np.array([0, 1, 1, 2, 0, 7, 7, 2, 1, 0])
+    names = {1: "visual", 2: "motor", 7: "thalamus"}
+    colors = {1: (1.0, 0.0, 0.0, 1.0), 7: (0.0, 0.0, 1.0, 1.0)}
+    path = write_dlabel(
+        tmp_path / "a.dlabel.nii", small_model, labels, names, colors=colors, map_name="networks"
+    )
+    atlas = read_cifti_labels(path)
+    np.testing.assert_array_equal(atlas.labels, labels)
+    assert atlas.names == names and atlas.map_name == "networks"
+    assert atlas.colors[1] == (1.0, 0.0, 0.0, 1.0) and atlas.colors[7] == (0.0, 0.0, 1.0, 1.0)
+    assert atlas.colors[2] == (0.5, 0.5, 0.5, 1.0) and atlas.brain_model == small_model
+    axis = nib.load(path).header.get_axis(0)
+    assert isinstance(axis, LabelAxis) and axis.label[0][0][0] == "???"
+    info = _wb_info(path)
+    assert info["Type"] == "CIFTI - Dense Label" and int(info["Number of Rows"]) == 10
+    np.testing.assert_array_equal(_wb_matrix(path, tmp_path)[:, 0], labels)
+    with pytest.raises(ValueError, match=r"label keys \[3\] have no name"):
+        write_dlabel(tmp_path / "b.dlabel.nii", small_model, labels + (labels == 2), names)
+    with pytest.raises(ValueError, match="one integer key"):
+        write_dlabel(tmp_path / "b.dlabel.nii", small_model, labels + 0.5, names)
+    assert _files_in(tmp_path) == ["a.dlabel.nii"]
 
 
 def test_dtseries_of_the_91k_brain_model_reads_back(tmp_path, brain_model_91k):

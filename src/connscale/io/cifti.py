@@ -70,6 +70,7 @@ __all__ = [
     "read_cifti_labels",
     "read_cifti_scalars",
     "read_cifti_series",
+    "write_dlabel",
     "write_dscalar",
     "write_dtseries",
     "write_pconn",
@@ -624,6 +625,51 @@ def write_dscalar(
 ) -> Path:
     """Write named grayordinate maps (``.dscalar.nii``, (n_maps, n_grayordinates)) atomically."""
     return _write_matrix(path, _scalar_axis(names), brain_model, data, dtype=dtype)
+
+
+def write_dlabel(
+    path: str | os.PathLike,
+    brain_model: BrainModelAxis,
+    labels: npt.ArrayLike,
+    names: dict[int, str],
+    *,
+    colors: dict[int, tuple[float, float, float, float]] | None = None,
+    map_name: str = "labels",
+) -> Path:
+    """Write one label map (``.dlabel.nii``) atomically: what :func:`read_cifti_labels` reads.
+
+    Parameters
+    ----------
+    path : path
+        The file to publish.
+    brain_model : nibabel.cifti2.BrainModelAxis
+        The grayordinates.
+    labels : array-like of shape (n_grayordinates,), int
+        Each grayordinate's key; 0 is unlabeled.
+    names : dict of int to str
+        The name of each key used (key 0 is written as Workbench's ``"???"``
+        unless given).
+    colors : dict of int to tuple of 4 floats, optional
+        RGBA in [0, 1] per key; grey for the keys left out.
+    map_name : str, default="labels"
+        The name of the label map.
+    """
+    from nibabel.cifti2 import LabelAxis
+
+    keys = np.asarray(labels)
+    if keys.ndim != 1 or not np.array_equal(keys, np.round(keys)) or np.abs(keys).max() >= 2**24:
+        raise ValueError(
+            f"{Path(path).name}: labels must be one integer key (below 2**24) per grayordinate."
+        )
+    missing = sorted(set(np.unique(keys).astype(int).tolist()) - set(names) - {0})
+    if missing:
+        raise ValueError(f"{Path(path).name}: label keys {missing[:10]} have no name.")
+    colors = colors or {}
+    table = {0: ("???", (0.667, 0.667, 0.667, 0.0))}
+    for key, name in names.items():
+        table[int(key)] = (str(name), tuple(colors.get(key, (0.5, 0.5, 0.5, 1.0))))
+    axis = LabelAxis([map_name], [table])
+    return _write_matrix(path, axis, brain_model, keys[np.newaxis], dtype=np.float32)
 
 
 class _Coverage:
