@@ -126,5 +126,8 @@ def test_cli_refuses_bad_seeds_and_nifti_options_publishing_nothing(dense, tmp_p
     assert "--seed-radius applies to a NIfTI INPUT" in capsys.readouterr().err
     assert main([*common, "--seed-grayordinate", "CORTEX_LEFT-3"]) == 2
     assert "INDEX or STRUCTURE:VERTEX" in capsys.readouterr().err
+    assert main([*common, "--gcor", "--memory-limit", "4KB"]) == 2  # the series: 40 x 35 x 4 B
+    assert f"Reading {STEM}_bold.dtseries.nii" in capsys.readouterr().err
+    assert not list(out.glob("*.dscalar.nii"))
     assert main(["maps", str(CONTE69_DSCALAR), "--gcor", "--out", str(out), "-q"]) == 2
     assert "dense time series (.dtseries.nii)" in capsys.readouterr().err
