@@ -17,6 +17,7 @@ nibabel is imported where CIFTI files are read or built.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
 from pathlib import Path
@@ -37,8 +38,12 @@ if TYPE_CHECKING:
 MEMORY_HINT = "Raise memory_limit (--memory-limit)."
 
 #: Device bytes per value of a block of time points: its copy in the input's
-#: dtype (at most 8), the float64 cast and the gathered parcel members.
+#: dtype (at most 8), the gathered parcel members and their float64 cast.
 _BLOCK_BYTES_PER_VALUE = 24
+
+#: Most values in a block of time points (blocks of about 64 MB in float64
+#: stream through the caches as fast as larger ones, and allocate less).
+_BLOCK_VALUES = 1 << 23
 
 #: Device bytes per grayordinate: its parcel index, the running minimum and
 #: maximum (float64), finiteness and usability.
@@ -153,7 +158,7 @@ def parcellate(
         rows = planner.fit(
             _BLOCK_BYTES_PER_VALUE * n + 8 * keys.size,
             f"Parcellating {n} grayordinates x {n_timepoints} time points",
-            at_most=n_timepoints,
+            at_most=min(n_timepoints, max(1, _BLOCK_VALUES // max(n, 1))),
         )
         index_t = torch.from_numpy(index).to(planner.device)
         usable = _usable(x, rows, planner.device)
@@ -229,31 +234,42 @@ def _blocks(n_timepoints: int, rows: int):
 
 
 def _block(x: np.ndarray, r0: int, r1: int, device: torch.device) -> torch.Tensor:
-    """Return time points ``r0:r1`` of ``x`` as float64 on ``device``."""
-    return torch.from_numpy(np.ascontiguousarray(x[r0:r1])).to(device).to(torch.float64)
+    """Return time points ``r0:r1`` of ``x`` on ``device``, in their own dtype.
+
+    A read-only memory map is read without a copy on the CPU (never written).
+    """
+    block = np.ascontiguousarray(x[r0:r1])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        return torch.from_numpy(block).to(device)
 
 
 def _usable(x: np.ndarray, rows: int, device: torch.device) -> torch.Tensor:
-    """Return which grayordinates are finite throughout and not constant (from 2 time points)."""
-    n = x.shape[1]
-    finite = torch.ones(n, dtype=torch.bool, device=device)
-    low = torch.full((n,), torch.inf, dtype=torch.float64, device=device)
-    high = torch.full((n,), -torch.inf, dtype=torch.float64, device=device)
+    """Return which grayordinates are finite throughout and not constant (from 2 time points).
+
+    One pass of running minima and maxima (NaN propagates through them).
+    """
+    low = high = None
     for r0, r1 in _blocks(x.shape[0], rows):
         block = _block(x, r0, r1, device)
-        finite &= torch.isfinite(block).all(0)
-        low = torch.minimum(low, block.amin(0))
-        high = torch.maximum(high, block.amax(0))
+        block_low, block_high = block.amin(0), block.amax(0)
+        low = block_low if low is None else torch.minimum(low, block_low)
+        high = block_high if high is None else torch.maximum(high, block_high)
+    finite = torch.isfinite(low) & torch.isfinite(high)
     return finite & (high > low) if x.shape[0] > 1 else finite
 
 
 def _parcel_sums(x, index: torch.Tensor, usable: torch.Tensor, n_parcels: int, rows: int):
-    """Return the per-parcel sums (T, P) over the usable members, and their counts (P,)."""
+    """Return the per-parcel sums (T, P) over the usable members, and their counts (P,).
+
+    The members are gathered in the input's dtype and summed in float64.
+    """
     members = torch.nonzero(usable & (index >= 0)).squeeze(1)
     parcel = index[members]
     sums = torch.zeros(x.shape[0], n_parcels, dtype=torch.float64, device=index.device)
     for r0, r1 in _blocks(x.shape[0], rows):
-        sums[r0:r1].index_add_(1, parcel, _block(x, r0, r1, index.device)[:, members])
+        gathered = _block(x, r0, r1, index.device).index_select(1, members).to(torch.float64)
+        sums[r0:r1].index_add_(1, parcel, gathered)
     return sums, torch.bincount(parcel, minlength=n_parcels)
 
 
