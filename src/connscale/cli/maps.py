@@ -486,10 +486,15 @@ class _CiftiMaps:
     nodes = "grayordinates"
 
     def __init__(self, config, outputs, record, source, brain_model, common) -> None:
+        from connscale.cifti.maps import seed_indices
+
         self.config, self.outputs, self.record = config, outputs, record
         self.source, self.brain_model = source, brain_model
         self.common = {"n_nodes": len(brain_model), **common, "Nodes": self.nodes}
         self.maps = []  # (name, values, sidecar entry)
+        # The seeds are found before anything is computed (a seed outside stops at once).
+        self.given = list(config.seed or []) + list(config.seed_grayordinate or [])
+        self.columns = seed_indices(brain_model, self.given)
 
     @property
     def count(self) -> int:
@@ -508,15 +513,11 @@ class _CiftiMaps:
         """Return the seeds' series (T, n_seeds), no options, and each seed's description."""
         import numpy as np
 
-        from connscale.cifti.maps import seed_indices
-
-        given = list(self.config.seed or []) + list(self.config.seed_grayordinate or [])
-        columns = seed_indices(self.brain_model, given)
         where = [
             f"grayordinate {column} ({_grayordinate(self.brain_model, column)}; seed {seed})"
-            for column, seed in zip(columns, given)
+            for column, seed in zip(self.columns, self.given)
         ]
-        return np.asarray(timeseries[:, columns]), {}, where
+        return np.asarray(timeseries[:, self.columns]), {}, where
 
     def finish(self) -> list:
         """Write the dscalar of every map and its sidecar; return [(its staged path, title)]."""
