@@ -11,7 +11,7 @@ import pytest
 import connscale
 from connscale.cifti import parse_grayordinate, seed_index
 from connscale.cli.main import main
-from tests._workbench import CONTE69_DSCALAR
+from tests._workbench import CONTE69_DSCALAR, run_wb
 from tests.cifti._models import AFFINE, brain_model, save_dtseries
 
 N_TIMEPOINTS = 40
@@ -62,6 +62,7 @@ def test_dscalar_maps_equal_the_maps_of_the_array(dense, tmp_path):
     np.testing.assert_allclose(maps["stat-ecm"], ecm, rtol=1e-6, atol=1e-7)
     gcor = connscale.global_correlation(x, device="cpu")
     np.testing.assert_allclose(maps["stat-gcor"], gcor, rtol=1e-6, atol=1e-7)
+    assert "Dense Scalar" in run_wb("-file-information", out / f"{STEM}_boldmap.dscalar.nii")
     entries = sidecar["Maps"]
     assert [e["MapName"] for e in entries] == list(maps)
     assert entries[0]["Nodes"] == "grayordinates" and entries[0]["NumberOfNodes"] == len(model)

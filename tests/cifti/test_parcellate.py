@@ -191,7 +191,8 @@ def test_written_outputs(small, tmp_path):
     coverage, names, parcels = read_cifti_scalars(paths["coverage"])
     assert names == ["coverage"] and parcels == result.parcels
     np.testing.assert_allclose(coverage[0], result.coverage)
-    assert "Parcel" in run_wb("-file-information", paths["pconn"])
+    for kind, what in (("ptseries", "Parcel Series"), ("pconn", "Parcel"), ("coverage", "Parcel")):
+        assert what in run_wb("-file-information", paths[kind])  # Workbench reads them
 
 
 def test_a_label_file_on_another_brain_model_is_refused(small, tmp_path):
