@@ -341,7 +341,10 @@ def test_dconn_out_of_order_rows_and_tiles_equal_numpy(tmp_path, small_model):
     matrix = np.random.default_rng(3).standard_normal((n, n)).astype(np.float32)
     path = tmp_path / "sub-01.dconn.nii"
     with DconnWriter(path, small_model, small_model, memory_limit=64) as out:
-        out.write_rows(6, matrix[6:])  # rows 6..9, contiguous
+        out.write_rows(8, matrix[8:])  # rows 8..9, contiguous: one write
+        wide = np.zeros((n, n + 3), np.float32)
+        wide[:, :n] = matrix
+        out.write_rows(6, wide[6:8, :n])  # whole rows, strided: one write per row
         out.write_block(0, 3, np.asfortranarray(matrix[:6, 3:]))  # a non-contiguous tile
         out.write_block(2, 0, matrix[2:6, :3])
         out.write_block(0, 0, matrix[:2, :3].T.copy().T)

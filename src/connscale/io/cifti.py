@@ -499,6 +499,9 @@ class DconnWriter:
     def write_block(self, row0: int, col0: int, block: np.ndarray) -> None:
         """Write a tile at (``row0``, ``col0``), one segment per row at its offset.
 
+        Full-width blocks of rows (:meth:`write_rows`) are the fast path: a
+        tile costs one system call per row.
+
         Raises
         ------
         ValueError
@@ -513,19 +516,26 @@ class DconnWriter:
         with self._coverage_lock:
             self._coverage.add(row0, row0 + n_rows, col0, col0 + width)
         itemsize = self.dtype.itemsize
-        if block.flags.c_contiguous:
-            step = max(1, n_rows)  # written from its own memory
-        else:  # copied through a buffer of at most self._buffer_bytes
+        if block.flags.c_contiguous or block.strides[1] == itemsize:
+            step = max(1, n_rows)  # rows written from the block's own memory
+        else:  # a transposed tile: rows copied through a buffer of at most _buffer_bytes
             step = max(1, self._buffer_bytes // max(1, width * itemsize))
         for start in range(0, n_rows, step):
-            part = np.ascontiguousarray(block[start : start + step])
-            offset = len(self._header) + ((row0 + start) * self.shape[1] + col0) * itemsize
-            if width == self.shape[1]:
-                _pwrite_all(self._fd, part, offset)
-                continue
-            for row in part:
-                _pwrite_all(self._fd, row, offset)
-                offset += self.shape[1] * itemsize
+            part = block[start : start + step]
+            if step != n_rows:
+                part = np.ascontiguousarray(part)
+            self._write_part(row0 + start, col0, part)
+
+    def _write_part(self, row0: int, col0: int, part: np.ndarray) -> None:
+        """Write rows whose elements are contiguous: in one call when the rows are too."""
+        itemsize = self.dtype.itemsize
+        offset = len(self._header) + (row0 * self.shape[1] + col0) * itemsize
+        if part.shape[1] == self.shape[1] and part.flags.c_contiguous:
+            _pwrite_all(self._fd, part, offset)
+            return
+        for row in part:
+            _pwrite_all(self._fd, row, offset)
+            offset += self.shape[1] * itemsize
 
     def _checked(self, row0: int, col0: int, block: np.ndarray) -> np.ndarray:
         """Return ``block`` once its dtype, shape and place are valid."""
