@@ -82,7 +82,7 @@ def test_read_series_memory_maps_float32():
     series = read_cifti_series(CONTE69_DTSERIES)
     assert isinstance(series.data, np.memmap)
     assert series.data.dtype == np.float32 and series.data.shape == (2, 60951)
-    assert not series.data.flags.writeable
+    assert not series.data.flags.writeable and series.data.flags.f_contiguous
     assert isinstance(series.brain_model, BrainModelAxis) and isinstance(series.series, SeriesAxis)
     assert series.t_r == 1.0 and series.path == CONTE69_DTSERIES
     reference = nib.load(CONTE69_DTSERIES).get_fdata(dtype=np.float32)
