@@ -220,3 +220,8 @@ def test_a_label_file_on_another_brain_model_is_refused(small, tmp_path):
 def test_bad_labels_are_one_line_errors(labels, keys, match):
     with pytest.raises(ValueError, match=match):
         parcellate(np.ones((4, 3)), labels, keys=keys, device="cpu")
+
+
+def test_empty_series_are_refused():
+    with pytest.raises(ValueError, match="non-empty numeric array"):
+        parcellate(np.ones((0, 3)), [1, 1, 2], device="cpu")

@@ -183,9 +183,10 @@ def _check_inputs(series, labels, keys, mask):
     The parcel index is -1 for a grayordinate in no parcel.
     """
     x = series if isinstance(series, np.ndarray) else np.asarray(series)
-    if x.ndim != 2 or not np.issubdtype(x.dtype, np.number):
+    if x.ndim != 2 or 0 in x.shape or not np.issubdtype(x.dtype, np.number):
         raise ValueError(
-            "'series' must be a numeric array of shape (n_timepoints, n_grayordinates); "
+            "'series' must be a non-empty numeric array of shape (n_timepoints, "
+            "n_grayordinates); "
             f"got {x.dtype} of shape {x.shape}."
         )
     if np.iscomplexobj(x):
