@@ -139,6 +139,7 @@ def verbose(
     *,
     group: str | None = COMPUTATION,
     levels: tuple[str, ...] = (),
+    quiet_help: str = "No progress bars or messages.",
 ):
     """``verbose``: ``-v``/``--verbose`` counts up, ``-q``/``--quiet`` sets 0."""
     return param(
@@ -151,7 +152,7 @@ def verbose(
                  help="More output (-vv: debug log and tracebacks)."),
             Flag(("-q", "--quiet"), group=group, action="store_const", const=0,
                  dest="verbose", default=None, levels=levels,
-                 help="No progress bars or messages."),
+                 help=quiet_help),
         ),
     )  # fmt: skip
 
@@ -207,13 +208,18 @@ def absolute(
     )
 
 
-def seed(*, group: str | None = None):
+def seed(
+    doc: str = "Seed of the random steps (the API's ``random_state``).",
+    *,
+    group: str | None = None,
+    flag_help: str = SEED_HELP,
+):
     """``seed``, ``--seed``: the random steps' seed (the API's ``random_state``)."""
     return param(
         0,
         constraints=[_NATURAL],
-        doc="Seed of the random steps (the API's ``random_state``).",
-        flag=Flag(("--seed",), group=group, type="natural", help=SEED_HELP),
+        doc=doc,
+        flag=Flag(("--seed",), group=group, type="natural", help=flag_help),
     )
 
 

@@ -26,6 +26,7 @@ from connscale.io.cifti import (
     read_cifti_labels,
     read_cifti_scalars,
     read_cifti_series,
+    write_dlabel,
     write_dscalar,
     write_dtseries,
     write_pconn,
@@ -38,6 +39,7 @@ from tests._workbench import (
     CONTE69_DTSERIES,
     CONTE69_PTSERIES,
     ONES_DSCALAR,
+    requires_workbench,
     run_wb,
 )
 
@@ -80,7 +82,7 @@ def test_read_series_memory_maps_float32():
     series = read_cifti_series(CONTE69_DTSERIES)
     assert isinstance(series.data, np.memmap)
     assert series.data.dtype == np.float32 and series.data.shape == (2, 60951)
-    assert not series.data.flags.writeable
+    assert not series.data.flags.writeable and series.data.flags.f_contiguous
     assert isinstance(series.brain_model, BrainModelAxis) and isinstance(series.series, SeriesAxis)
     assert series.t_r == 1.0 and series.path == CONTE69_DTSERIES
     reference = nib.load(CONTE69_DTSERIES).get_fdata(dtype=np.float32)
@@ -232,16 +234,16 @@ def _files_in(folder):
     return sorted(p.name for p in folder.iterdir())
 
 
-def _wb_matrix(path, tmp_path):
+def _wb_matrix(path, tmp_path, n_rows):
     """The matrix Workbench reads from ``path`` (its rows: nibabel's transpose).
 
     Through ``-cifti-convert -to-nifti`` (full precision; rows in the first
-    three dimensions, columns in the fourth).
+    three dimensions, zero-padded past 32,767, columns in the fourth).
     """
     fake = tmp_path / f"{path.name}.fake.nii"
     run_wb("-cifti-convert", "-to-nifti", path, fake)
     image = nib.load(fake)
-    matrix = np.asarray(image.dataobj).reshape(-1, image.shape[3], order="F")
+    matrix = np.asarray(image.dataobj).reshape(-1, image.shape[3], order="F")[:n_rows]
     fake.unlink()
     return matrix
 
@@ -254,100 +256,149 @@ def _wb_info(path):
     return info
 
 
-def _roundtrip_cases(model, parcels, rng):
-    """(file name, writer, its arguments, the array nibabel must read, the axes, wb's type)."""
-    n, p = len(model), len(parcels)
-    series = SeriesAxis(start=2.0, step=0.72, size=99, unit="SECOND")  # size replaced by T
-    dense = rng.standard_normal((6, n))
-    par = rng.standard_normal((6, p))
-    pconn = rng.standard_normal((p, p))
-    names = ["degree", "gcor"]
-    return [
-        ("a.dtseries.nii", write_dtseries, (model, series, dense), dense, "Dense Data Series"),
-        ("a.ptseries.nii", write_ptseries, (parcels, series, par), par, "Parcel Series"),
-        ("a.dscalar.nii", write_dscalar, (model, names, dense[:2]), dense[:2], "Dense Scalar"),
-        ("a.pscalar.nii", write_pscalar, (parcels, names, par[:2]), par[:2], "Parcel Scalar"),
-        ("a.pconn.nii", write_pconn, (parcels, pconn), pconn, "Parcel"),
-    ]
+#: Each file the writers publish in ``written``: Workbench's name of its type.
+WB_TYPES = {
+    "a.dtseries.nii": "Dense Data Series",
+    "a.ptseries.nii": "Parcel Series",
+    "a.dscalar.nii": "Dense Scalar",
+    "a.pscalar.nii": "Parcel Scalar",
+    "a.pconn.nii": "Parcel",
+    "a.dlabel.nii": "Dense Label",
+    "tiles.dconn.nii": "Dense",
+    "roi.dconn.nii": "Dense",
+    "den-91k.dtseries.nii": "Dense Data Series",
+}
+SERIES = SeriesAxis(start=2.0, step=0.72, size=99, unit="SECOND")  # the size is the data's
+LABELS = np.array([0, 1, 1, 2, 0, 7, 7, 2, 1, 0])
 
 
-def test_every_type_round_trips_through_nibabel_and_workbench(tmp_path, small_model, small_parcels):
-    rng = np.random.default_rng(1)
-    for name, writer, args, expected, wb_type in _roundtrip_cases(small_model, small_parcels, rng):
-        path = writer(tmp_path / name, *args)
-        assert path == tmp_path / name and path.stat().st_size == cifti_nbytes(
-            *reversed([nib.load(path).header.get_axis(k) for k in (0, 1)])
-        )
-        image = nib.load(path)
-        assert image.shape == expected.shape and image.get_data_dtype() == np.float32
-        np.testing.assert_array_equal(image.get_fdata(), expected.astype(np.float32))
-        axes = [image.header.get_axis(k) for k in (0, 1)]
-        column = small_parcels if name.startswith("a.p") else small_model
-        assert axes[1] == column, name
-        if isinstance(axes[0], SeriesAxis):
-            assert (axes[0].start, axes[0].step, axes[0].size) == (2.0, 0.72, 6)
-            assert read_cifti_series(path).t_r == pytest.approx(0.72)
-        if isinstance(axes[0], ScalarAxis):
-            assert list(axes[0].name) == ["degree", "gcor"]
-            assert read_cifti_scalars(path)[1] == ["degree", "gcor"]
-        info = _wb_info(path)
-        assert info["Type"] == f"CIFTI - {wb_type}", (name, info["Type"])
-        assert int(info["Number of Rows"]) == expected.shape[1]
-        assert int(info["Number of Columns"]) == expected.shape[0]
-        np.testing.assert_array_equal(_wb_matrix(path, tmp_path).T, expected.astype(np.float32))
-    names = [case[0] for case in _roundtrip_cases(small_model, small_parcels, rng)]
-    assert _files_in(tmp_path) == sorted(names)
-
-
-def test_dtseries_of_the_91k_brain_model_reads_back(tmp_path, brain_model_91k):
-    data = np.random.default_rng(2).standard_normal((4, N_91K)).astype(np.float32)
-    path = write_dtseries(tmp_path / "sub-01_den-91k_bold.dtseries.nii", brain_model_91k, 2.0, data)
-    series = read_cifti_series(path)
-    assert series.brain_model == brain_model_91k and series.t_r == 2.0
-    np.testing.assert_array_equal(series.data, data)
-    check_same_brain_model(series, brain_model_91k)
-    info = _wb_info(path)
-    assert info["Type"] == "CIFTI - Dense Data Series"
-    assert (int(info["Number of Rows"]), int(info["Number of Columns"])) == (N_91K, 4)
-
-
-def test_dconn_out_of_order_rows_and_tiles_equal_numpy(tmp_path, small_model):
-    n = len(small_model)
-    matrix = np.random.default_rng(3).standard_normal((n, n)).astype(np.float32)
-    path = tmp_path / "sub-01.dconn.nii"
-    with DconnWriter(path, small_model, small_model, memory_limit=64) as out:
-        out.write_rows(6, matrix[6:])  # rows 6..9, contiguous
-        out.write_block(0, 3, np.asfortranarray(matrix[:6, 3:]))  # a non-contiguous tile
-        out.write_block(2, 0, matrix[2:6, :3])
+def _write_dconn_out_of_order(path, model, matrix):
+    """Write ``matrix`` as rows and tiles, out of order, through every write path."""
+    n = len(model)
+    with DconnWriter(path, model, model, memory_limit=64) as out:
+        out.write_rows(8, matrix[8:])  # rows 8..9, contiguous: one write
+        wide = np.zeros((n, n + 3), np.float32)
+        wide[:, :n] = matrix
+        out.write_rows(6, wide[6:8, :n])  # whole rows, strided: one write per row
+        out.write_block(0, 3, np.asfortranarray(matrix[:6, 3:]))  # transposed: through a buffer
+        out.write_block(2, 0, matrix[2:6, :3])  # rows contiguous: from its own memory
         out.write_block(0, 0, matrix[:2, :3].T.copy().T)
         assert not path.exists()
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory, small_model, small_parcels, brain_model_91k):
+    """Every file type written by connscale: name -> (path, the array nibabel must read)."""
+    folder = tmp_path_factory.mktemp("written")
+    rng = np.random.default_rng(1)
+    n, p = len(small_model), len(small_parcels)
+    dense, par = rng.standard_normal((6, n)), rng.standard_normal((6, p))
+    pconn, matrix = rng.standard_normal((p, p)), rng.standard_normal((n, n)).astype(np.float32)
+    roi_rows = rng.standard_normal((4, n)).astype(np.float32)
+    dense_91k = rng.standard_normal((4, N_91K)).astype(np.float32)
+    names = ["degree", "gcor"]
+    write_dtseries(folder / "a.dtseries.nii", small_model, SERIES, dense)
+    write_ptseries(folder / "a.ptseries.nii", small_parcels, SERIES, par)
+    write_dscalar(folder / "a.dscalar.nii", small_model, names, dense[:2])
+    write_pscalar(folder / "a.pscalar.nii", small_parcels, names, par[:2])
+    write_pconn(folder / "a.pconn.nii", small_parcels, pconn)
+    write_dlabel(
+        folder / "a.dlabel.nii",
+        small_model,
+        LABELS,
+        {1: "visual", 2: "motor", 7: "thalamus"},
+        colors={1: (1.0, 0.0, 0.0, 1.0), 7: (0.0, 0.0, 1.0, 1.0)},
+        map_name="networks",
+    )
+    _write_dconn_out_of_order(folder / "tiles.dconn.nii", small_model, matrix)
+    with DconnWriter(folder / "roi.dconn.nii", small_model[:4], small_model) as out:
+        out.write_rows(0, roi_rows)
+    write_dtseries(folder / "den-91k.dtseries.nii", brain_model_91k, 2.0, dense_91k)
+    expected = {
+        "a.dtseries.nii": dense,
+        "a.ptseries.nii": par,
+        "a.dscalar.nii": dense[:2],
+        "a.pscalar.nii": par[:2],
+        "a.pconn.nii": pconn,
+        "a.dlabel.nii": LABELS[np.newaxis],
+        "tiles.dconn.nii": matrix.T,  # nibabel's axis 1 holds Workbench's rows
+        "roi.dconn.nii": roi_rows.T,
+        "den-91k.dtseries.nii": dense_91k,
+    }
+    assert _files_in(folder) == sorted(WB_TYPES)  # no staging file left behind
+    return {name: (folder / name, array.astype(np.float32)) for name, array in expected.items()}
+
+
+@pytest.mark.parametrize("name", sorted(WB_TYPES))
+def test_every_type_round_trips_through_nibabel(written, name, small_model, small_parcels):
+    path, expected = written[name]
     image = nib.load(path)
-    np.testing.assert_array_equal(
-        image.get_fdata(), matrix.T
-    )  # nibabel: Workbench's rows are axis 1
-    assert path.stat().st_size == cifti_nbytes(small_model, small_model)
-    reference = Cifti2Image(matrix.T, header=(small_model, small_model))
+    assert image.shape == expected.shape and image.get_data_dtype() == np.float32
+    np.testing.assert_array_equal(np.asarray(image.dataobj), expected)
+    axes = [image.header.get_axis(k) for k in (0, 1)]
+    assert path.stat().st_size == cifti_nbytes(axes[1], axes[0])
+    if name.startswith("a."):
+        assert axes[1] == (small_parcels if name.startswith("a.p") else small_model)
+    if isinstance(axes[0], SeriesAxis):
+        series = read_cifti_series(path)
+        assert (axes[0].start, axes[0].size) == ((2.0, 6) if name.startswith("a.") else (0.0, 4))
+        assert series.t_r == pytest.approx(0.72 if name.startswith("a.") else 2.0)
+    if isinstance(axes[0], ScalarAxis):
+        assert read_cifti_scalars(path)[1] == ["degree", "gcor"]
+
+
+@requires_workbench
+@pytest.mark.parametrize("name", sorted(WB_TYPES))
+def test_workbench_reads_our_files(written, name, tmp_path):
+    path, expected = written[name]
+    info = _wb_info(path)
+    assert info["Type"] == f"CIFTI - {WB_TYPES[name]}"
+    rows_columns = (int(info["Number of Rows"]), int(info["Number of Columns"]))
+    assert rows_columns == expected.T.shape  # Workbench's rows: nibabel's axis 1
+    np.testing.assert_array_equal(_wb_matrix(path, tmp_path, rows_columns[0]), expected.T)
+
+
+def test_dlabel_round_trips_with_its_label_table(written, small_model, tmp_path):
+    atlas = read_cifti_labels(written["a.dlabel.nii"][0])
+    np.testing.assert_array_equal(atlas.labels, LABELS)
+    assert atlas.names == {1: "visual", 2: "motor", 7: "thalamus"}
+    assert atlas.map_name == "networks" and atlas.brain_model == small_model
+    assert atlas.colors[1] == (1.0, 0.0, 0.0, 1.0) and atlas.colors[7] == (0.0, 0.0, 1.0, 1.0)
+    assert atlas.colors[2] == (0.5, 0.5, 0.5, 1.0)
+    axis = nib.load(written["a.dlabel.nii"][0]).header.get_axis(0)
+    assert isinstance(axis, LabelAxis) and axis.label[0][0][0] == "???"
+    names = {1: "visual", 2: "motor", 7: "thalamus"}
+    with pytest.raises(ValueError, match=r"label keys \[3\] have no name"):
+        write_dlabel(tmp_path / "b.dlabel.nii", small_model, LABELS + (LABELS == 2), names)
+    with pytest.raises(ValueError, match="one integer key"):
+        write_dlabel(tmp_path / "b.dlabel.nii", small_model, LABELS + 0.5, names)
+    assert _files_in(tmp_path) == []
+
+
+def test_dtseries_of_the_91k_brain_model_reads_back(written, brain_model_91k):
+    path, expected = written["den-91k.dtseries.nii"]
+    series = read_cifti_series(path)
+    assert series.brain_model == brain_model_91k and series.t_r == 2.0
+    np.testing.assert_array_equal(series.data, expected)
+    check_same_brain_model(series, brain_model_91k)
+
+
+def test_dconn_out_of_order_rows_and_tiles_is_the_file_nibabel_writes(written, small_model):
+    path, expected = written["tiles.dconn.nii"]
+    reference = Cifti2Image(expected, header=(small_model, small_model))
     reference.nifti_header.set_intent("ConnDense", name="ConnDense")
-    reference.to_filename(tmp_path / "nibabel.dconn.nii")
-    assert path.read_bytes() == (tmp_path / "nibabel.dconn.nii").read_bytes()
-    info = _wb_info(path)
-    assert info["Type"] == "CIFTI - Dense" and int(info["Number of Rows"]) == n
-    np.testing.assert_array_equal(_wb_matrix(path, tmp_path), matrix)
+    reference_path = path.parent / "nibabel.dconn.nii"
+    reference.to_filename(reference_path)
+    assert path.read_bytes() == reference_path.read_bytes()
+    reference_path.unlink()
 
 
-def test_dconn_roi_rows_as_workbench(tmp_path, small_model):
+def test_dconn_roi_rows_as_workbench(written, small_model):
     """ROI rows (-roi-override): Workbench's rows are the ROI, nibabel's axis 1."""
-    roi = small_model[:4]
-    block = np.random.default_rng(4).standard_normal((4, len(small_model))).astype(np.float32)
-    path = tmp_path / "roi.dconn.nii"
-    with DconnWriter(path, roi, small_model) as out:
-        out.write_rows(0, block)
-    image = nib.load(path)
+    image = nib.load(written["roi.dconn.nii"][0])
     assert image.shape == (len(small_model), 4)
-    assert image.header.get_axis(0) == small_model and image.header.get_axis(1) == roi
-    np.testing.assert_array_equal(image.get_fdata(), block.T)
-    info = _wb_info(path)
-    assert (int(info["Number of Rows"]), int(info["Number of Columns"])) == (4, len(small_model))
+    assert image.header.get_axis(0) == small_model
+    assert image.header.get_axis(1) == small_model[:4]
 
 
 def test_dconn_refuses_bad_writes_and_publishes_nothing(tmp_path, small_model):

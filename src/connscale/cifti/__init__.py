@@ -5,9 +5,28 @@ brain model travels beside the result (:mod:`connscale.io.cifti` reads and
 writes the files).
 """
 
-from connscale.cifti.parcellate import Parcellation, parcellate
+from connscale.cifti.maps import parse_grayordinate, seed_index, seed_indices
+from connscale.cifti.parcellate import (
+    CiftiParcellation,
+    Parcellation,
+    parcel_correlation,
+    parcellate,
+    parcellate_cifti,
+    parcellated_names,
+    parcels_axis,
+    write_parcellated,
+)
 
 __all__ = [
+    "CiftiParcellation",
     "Parcellation",
+    "parcel_correlation",
+    "parse_grayordinate",
     "parcellate",
+    "parcellate_cifti",
+    "parcellated_names",
+    "parcels_axis",
+    "seed_index",
+    "seed_indices",
+    "write_parcellated",
 ]

@@ -17,8 +17,10 @@ nibabel is imported where CIFTI files are read or built.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,6 +29,7 @@ import torch
 from connscale._compute import planner_for, resolve_device
 from connscale._docs import fill_doc
 from connscale._validation import Interval, StrOptions, validate_params
+from connscale.io.cifti import CiftiLabels, CiftiSeries
 
 if TYPE_CHECKING:
     from nibabel.cifti2 import BrainModelAxis, ParcelsAxis, SeriesAxis
@@ -35,8 +38,12 @@ if TYPE_CHECKING:
 MEMORY_HINT = "Raise memory_limit (--memory-limit)."
 
 #: Device bytes per value of a block of time points: its copy in the input's
-#: dtype (at most 8), the float64 cast and the gathered parcel members.
+#: dtype (at most 8), the gathered parcel members and their float64 cast.
 _BLOCK_BYTES_PER_VALUE = 24
+
+#: Most values in a block of time points (blocks of about 64 MB in float64
+#: stream through the caches as fast as larger ones, and allocate less).
+_BLOCK_VALUES = 1 << 23
 
 #: Device bytes per grayordinate: its parcel index, the running minimum and
 #: maximum (float64), finiteness and usability.
@@ -151,7 +158,7 @@ def parcellate(
         rows = planner.fit(
             _BLOCK_BYTES_PER_VALUE * n + 8 * keys.size,
             f"Parcellating {n} grayordinates x {n_timepoints} time points",
-            at_most=n_timepoints,
+            at_most=min(n_timepoints, max(1, _BLOCK_VALUES // max(n, 1))),
         )
         index_t = torch.from_numpy(index).to(planner.device)
         usable = _usable(x, rows, planner.device)
@@ -176,9 +183,10 @@ def _check_inputs(series, labels, keys, mask):
     The parcel index is -1 for a grayordinate in no parcel.
     """
     x = series if isinstance(series, np.ndarray) else np.asarray(series)
-    if x.ndim != 2 or not np.issubdtype(x.dtype, np.number):
+    if x.ndim != 2 or 0 in x.shape or not np.issubdtype(x.dtype, np.number):
         raise ValueError(
-            "'series' must be a numeric array of shape (n_timepoints, n_grayordinates); "
+            "'series' must be a non-empty numeric array of shape (n_timepoints, "
+            "n_grayordinates); "
             f"got {x.dtype} of shape {x.shape}."
         )
     if np.iscomplexobj(x):
@@ -227,31 +235,42 @@ def _blocks(n_timepoints: int, rows: int):
 
 
 def _block(x: np.ndarray, r0: int, r1: int, device: torch.device) -> torch.Tensor:
-    """Return time points ``r0:r1`` of ``x`` as float64 on ``device``."""
-    return torch.from_numpy(np.ascontiguousarray(x[r0:r1])).to(device).to(torch.float64)
+    """Return time points ``r0:r1`` of ``x`` on ``device``, in their own dtype.
+
+    A read-only memory map is read without a copy on the CPU (never written).
+    """
+    block = np.ascontiguousarray(x[r0:r1])
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        return torch.from_numpy(block).to(device)
 
 
 def _usable(x: np.ndarray, rows: int, device: torch.device) -> torch.Tensor:
-    """Return which grayordinates are finite throughout and not constant (from 2 time points)."""
-    n = x.shape[1]
-    finite = torch.ones(n, dtype=torch.bool, device=device)
-    low = torch.full((n,), torch.inf, dtype=torch.float64, device=device)
-    high = torch.full((n,), -torch.inf, dtype=torch.float64, device=device)
+    """Return which grayordinates are finite throughout and not constant (from 2 time points).
+
+    One pass of running minima and maxima (NaN propagates through them).
+    """
+    low = high = None
     for r0, r1 in _blocks(x.shape[0], rows):
         block = _block(x, r0, r1, device)
-        finite &= torch.isfinite(block).all(0)
-        low = torch.minimum(low, block.amin(0))
-        high = torch.maximum(high, block.amax(0))
+        block_low, block_high = block.amin(0), block.amax(0)
+        low = block_low if low is None else torch.minimum(low, block_low)
+        high = block_high if high is None else torch.maximum(high, block_high)
+    finite = torch.isfinite(low) & torch.isfinite(high)
     return finite & (high > low) if x.shape[0] > 1 else finite
 
 
 def _parcel_sums(x, index: torch.Tensor, usable: torch.Tensor, n_parcels: int, rows: int):
-    """Return the per-parcel sums (T, P) over the usable members, and their counts (P,)."""
+    """Return the per-parcel sums (T, P) over the usable members, and their counts (P,).
+
+    The members are gathered in the input's dtype and summed in float64.
+    """
     members = torch.nonzero(usable & (index >= 0)).squeeze(1)
     parcel = index[members]
     sums = torch.zeros(x.shape[0], n_parcels, dtype=torch.float64, device=index.device)
     for r0, r1 in _blocks(x.shape[0], rows):
-        sums[r0:r1].index_add_(1, parcel, _block(x, r0, r1, index.device)[:, members])
+        gathered = _block(x, r0, r1, index.device).index_select(1, members).to(torch.float64)
+        sums[r0:r1].index_add_(1, parcel, gathered)
     return sums, torch.bincount(parcel, minlength=n_parcels)
 
 
@@ -287,8 +306,8 @@ class CiftiParcellation:
 
 @validate_params(
     {
-        "dtseries": ["path"],
-        "dlabel": ["path"],
+        "dtseries": ["path", CiftiSeries],
+        "dlabel": ["path", CiftiLabels],
         "map_index": [Interval(Integral, 0, None, closed="left"), str],
         "min_coverage": [Interval(Real, 0, 1, closed="both"), None],
         "mask": ["array-like", None],
@@ -297,8 +316,8 @@ class CiftiParcellation:
     }
 )
 def parcellate_cifti(
-    dtseries: str | os.PathLike,
-    dlabel: str | os.PathLike,
+    dtseries,
+    dlabel,
     *,
     map_index: int | str = 0,
     min_coverage: float | None = None,
@@ -306,7 +325,7 @@ def parcellate_cifti(
     device: str = "auto",
     memory_limit=None,
 ) -> CiftiParcellation:
-    """Parcellate a ``.dtseries.nii`` by one label map of a ``.dlabel.nii``.
+    """Parcellate a dense series by one label map of a ``.dlabel.nii``.
 
     Equals ``wb_command -cifti-parcellate DTSERIES DLABEL COLUMN OUT -method
     MEAN`` (the parcels, their names and order, their vertices and voxels,
@@ -315,12 +334,16 @@ def parcellate_cifti(
 
     Parameters
     ----------
-    dtseries : path
-        The dense series (a SeriesAxis by a BrainModelAxis).
-    dlabel : path
-        The label file, on the same brain model as ``dtseries``.
+    dtseries : path or CiftiSeries
+        The dense series (a SeriesAxis by a BrainModelAxis), as a file or as
+        read by :func:`connscale.io.cifti.read_cifti_series` (its ``data``
+        may be replaced, e.g. by denoised series).
+    dlabel : path or CiftiLabels
+        The label file, on the same brain model as ``dtseries``, or one of
+        its maps read by :func:`connscale.io.cifti.read_cifti_labels`.
     map_index : int or str, default=0
-        Which label map: its index (0 is the first) or its name.
+        Which label map of a ``dlabel`` path: its index (0 is the first) or
+        its name.
     min_coverage : float in [0, 1] or None, default=None
         See :func:`parcellate`.
     mask : array-like of shape (n_grayordinates,), bool, or None
@@ -343,10 +366,16 @@ def parcellate_cifti(
     """
     from connscale.io.cifti import check_same_brain_model, read_cifti_labels, read_cifti_series
 
-    dense = read_cifti_series(dtseries)
+    dense = read_cifti_series(dtseries) if isinstance(dtseries, (str, os.PathLike)) else dtseries
     if type(dense.brain_model).__name__ != "BrainModelAxis":
-        raise ValueError(f"{dtseries} is parcellated already (a ParcelsAxis); give a .dtseries.nii.")
-    labels = read_cifti_labels(dlabel, map_index=map_index)
+        raise ValueError(
+            f"{dense.path} is parcellated already (a ParcelsAxis); give a .dtseries.nii."
+        )
+    labels = (
+        read_cifti_labels(dlabel, map_index=map_index)
+        if isinstance(dlabel, (str, os.PathLike))
+        else dlabel
+    )
     check_same_brain_model(dense, labels, what="The label file")
     keys = np.array(sorted(labels.names), dtype=np.int64)
     result = parcellate(
@@ -414,3 +443,98 @@ def parcels_axis(labels: np.ndarray, names: dict[int, str], brain_model: BrainMo
         volume_shape=brain_model.volume_shape if has_volume else None,
         nvertices=dict(brain_model.nvertices),
     )
+
+
+def parcellated_names(stem: str) -> dict[str, str]:
+    """Return the file names of a run's parcellated outputs, in XCP-D's spelling.
+
+    ``stem`` holds the entities (``sub-01_task-rest_space-fsLR_seg-Glasser``);
+    the keys are those of :func:`write_parcellated`'s result.
+    """
+    return {
+        "ptseries": f"{stem}_stat-mean_timeseries.ptseries.nii",
+        "timeseries": f"{stem}_stat-mean_timeseries.tsv",
+        "pconn": f"{stem}_stat-pearsoncorrelation_boldmap.pconn.nii",
+        "relmat": f"{stem}_stat-pearsoncorrelation_relmat.tsv",
+        "relmat_sidecar": f"{stem}_stat-pearsoncorrelation_relmat.json",
+        "coverage": f"{stem}_stat-coverage_boldmap.pscalar.nii",
+    }
+
+
+def write_parcellated(
+    parcellation: CiftiParcellation,
+    out,
+    stem: str,
+    *,
+    source: str | os.PathLike | None = None,
+    device: str = "auto",
+    memory_limit=None,
+) -> dict[str, Path]:
+    """Write a run's parcellated outputs: series, connectome and coverage.
+
+    The parcel series as ``.ptseries.nii`` and ``timeseries.tsv`` (one column
+    per parcel, headed by its name), their Pearson correlation as
+    ``.pconn.nii`` and its relmat TSV twin (with a JSON sidecar), and the
+    coverage as ``.pscalar.nii`` (one map, ``coverage``); names from
+    :func:`parcellated_names`. A parcel whose series is NaN (empty, or below
+    the minimum coverage) has NaN rows and columns in the connectome. Each
+    file is written atomically.
+
+    Parameters
+    ----------
+    parcellation : CiftiParcellation
+        From :func:`parcellate_cifti`.
+    out : path or connscale.io.publish.OutputSet
+        The folder, or the output set whose staging folder takes the files.
+    stem : str
+        The names' entities (``<source>_seg-<atlas>``).
+    source : path or None
+        The dense series, named in the sidecar.
+    device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
+        Where the correlation is computed.
+    memory_limit : int, str or None, default=None
+        Most memory the correlation may use.
+
+    Returns
+    -------
+    dict of str to Path
+        The files written, by kind (the keys of :func:`parcellated_names`).
+    """
+    from connscale.io.cifti import write_pconn, write_pscalar, write_ptseries
+    from connscale.io.relmat import sidecar, write_relmat_tsv, write_sidecar
+    from connscale.io.timeseries import save_timeseries
+
+    where = out.path if hasattr(out, "path") else (lambda name: Path(out) / name)
+    paths = {kind: where(name) for kind, name in parcellated_names(stem).items()}
+    data, names = parcellation.data, parcellation.names
+    matrix = parcel_correlation(data, device=device, memory_limit=memory_limit)
+    write_ptseries(paths["ptseries"], parcellation.parcels, parcellation.series, data)
+    save_timeseries(paths["timeseries"], data, names)
+    write_pconn(paths["pconn"], parcellation.parcels, matrix)
+    write_relmat_tsv(paths["relmat"], matrix, names)
+    metadata = sidecar("dense", len(names), source=source, nodes="parcels")
+    write_sidecar(paths["relmat"], metadata)
+    write_pscalar(
+        paths["coverage"],
+        parcellation.parcels,
+        ["coverage"],
+        parcellation.coverage[None, :].astype(np.float32),
+    )
+    return paths
+
+
+def parcel_correlation(data: np.ndarray, *, device: str = "auto", memory_limit=None) -> np.ndarray:
+    """Return the Pearson correlation (P, P) of parcel series, NaN at parcels with NaN series.
+
+    The parcels with finite series are correlated with
+    :func:`connscale.fc.correlation` (a constant one gives NaN, with its
+    warning); the others' rows and columns are NaN.
+    """
+    from connscale.fc import correlation
+
+    kept = np.flatnonzero(np.isfinite(data).all(axis=0))
+    matrix = np.full((data.shape[1], data.shape[1]), np.nan, dtype=np.float32)
+    if kept.size:
+        r = correlation(data[:, kept], device=device, memory_limit=memory_limit)
+        matrix[np.ix_(kept, kept)] = r
+    return matrix

@@ -146,20 +146,11 @@ class ClassifyConfig:
         "Output folder (new, or an existing folder): the metrics, predictions,\n"
         "top features, figures, log and report are written in it."
     )
-    # Not _fields.verbose: -q's help says "No messages." here (no progress bars).
-    verbose: int = param(
-        1,
-        fingerprint=False,
-        constraints=[Interval(Integral, 0, None, closed="left"), "boolean"],
-        doc="0: silent; 1: the subjects, classes and accuracy; 2: also debug logs\n"
-        "and tracebacks.",
-        flag=(
-            Flag(("-v", "--verbose"), action="count",
-                 help="More output (-vv: debug log and tracebacks)."),
-            Flag(("-q", "--quiet"), action="store_const", const=0, dest="verbose",
-                 default=None, help="No messages."),
-        ),
-    )  # fmt: skip
+    verbose: int = _fields.verbose(
+        "0: silent; 1: the subjects, classes and accuracy; 2: also debug logs\nand tracebacks.",
+        group=None,
+        quiet_help="No messages.",
+    )
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:

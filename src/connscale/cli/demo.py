@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale import _fields
 from connscale._params import Flag, add_arguments, entry, keywords_from_args, param
 from connscale._validation import Interval
 from connscale.cli import _types
@@ -64,12 +65,9 @@ class DemoConfig:
         flag=Flag(("--n-voxels",), type=("integer", 2),
                   help="Size of the simulated voxel-scale scan."),
     )  # fmt: skip
-    # Not _fields.seed: it seeds the simulations too.
-    seed: int = param(
-        0,
-        constraints=[Interval(Integral, 0, None, closed="left")],
-        doc="Seed of every simulation and of the steps' random steps.",
-        flag=Flag(("--seed",), type="natural", help="Seed of every simulation."),
+    seed: int = _fields.seed(
+        "Seed of every simulation and of the steps' random steps.",
+        flag_help="Seed of every simulation.",
     )
 
 

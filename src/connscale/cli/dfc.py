@@ -81,11 +81,9 @@ class DfcConfig:
         flag=Flag(("--power-iterations",), type="natural",
                   help="lowrank randomized: power iterations."),
     )  # fmt: skip
-    seed: int = param(
-        0,
-        constraints=[_NATURAL],
-        doc="Seed of the randomized range finder (the API's ``random_state``).",
-        flag=Flag(("--seed",), type="natural", help="Random seed (lowrank)."),
+    seed: int = _fields.seed(
+        "Seed of the randomized range finder (the API's ``random_state``).",
+        flag_help="Random seed (lowrank).",
     )
     error: bool = param(
         False,

@@ -99,11 +99,9 @@ class DfcStatesConfig:
         flag=Flag(("--fisher-z",), action="store_true",
                   help="Cluster arctanh of the correlations."),
     )  # fmt: skip
-    seed: int = param(
-        0,
-        constraints=[Interval(Integral, 0, None, closed="left")],
-        doc="Seed of the k-means++ initializations (the API's ``random_state``).",
-        flag=Flag(("--seed",), type="natural", help="Random seed."),
+    seed: int = _fields.seed(
+        "Seed of the k-means++ initializations (the API's ``random_state``).",
+        flag_help="Random seed.",
     )
     out: Path = _fields.out()
     device: str = _fields.device()

@@ -46,7 +46,13 @@ def _switch(doc: str, flag: str, flag_help: str):
 class MapsConfig:
     """The options of ``connscale maps``, each declared once (:mod:`connscale._params`)."""
 
-    input: Path = _fields.input_file("A 4-D fMRI NIfTI (``.nii``/``.nii.gz``): maps are images.")
+    input: Path = _fields.input_file(
+        "A 4-D fMRI NIfTI (``.nii``/``.nii.gz``): maps are images; or a CIFTI-2\n"
+        "dense series (``.dtseries.nii``): maps on its grayordinates, in one\n"
+        "``.dscalar.nii``.",
+        flag_help="4-D fMRI NIfTI (.nii/.nii.gz), or CIFTI-2 dense time series "
+        "(.dtseries.nii): its maps go in one .dscalar.nii.",
+    )
     mask: Path | None = _fields.mask()
     atlas: Path | None = _fields.atlas()
     atlas_name: str | None = _fields.atlas_name()
@@ -94,11 +100,13 @@ class MapsConfig:
         None,
         constraints=[list, tuple, None],
         doc_type="list of (x, y, z) or None",
-        doc="Seeds at world coordinates in mm: one correlation map each; None: none.",
+        doc="Seeds at world coordinates in mm: one correlation map each (for a\n"
+        "CIFTI-2 INPUT, the nearest voxel of its volume part); None: none.",
         flag=Flag(("--seed",), group=SEEDS, type="coordinate", action="append",
                   metavar="X,Y,Z",
                   help="Seed at world coordinates in mm (repeatable; write "
-                  "--seed=-10,20,4 when X is negative)."),
+                  "--seed=-10,20,4 when X is negative). CIFTI-2 INPUT: the nearest "
+                  "voxel of its volume part."),
     )  # fmt: skip
     seed_mask: Path | None = param(
         None,
@@ -107,6 +115,18 @@ class MapsConfig:
         "None: none. Not with ``seed``.",
         flag=Flag(("--seed-mask",), group=SEEDS, type="input_file",
                   help="Seed region: a binary mask NIfTI on the fMRI grid."),
+    )  # fmt: skip
+    seed_grayordinate: list[str] | None = param(
+        None,
+        constraints=[list, tuple, None],
+        doc_type="list of str or None",
+        doc="Seeds of a CIFTI-2 INPUT: a grayordinate's index (``'1234'``) or a\n"
+        "vertex of a surface structure (``'CORTEX_LEFT:1234'``); one correlation\n"
+        "map each, after those of ``seed``; None: none.",
+        flag=Flag(("--seed-grayordinate",), group=MAPS, action="append",
+                  metavar="INDEX|STRUCTURE:VERTEX",
+                  help="Seed of a CIFTI-2 INPUT: a grayordinate index, or a vertex of "
+                  "a surface structure such as CORTEX_LEFT:1234 (repeatable)."),
     )  # fmt: skip
     seed_radius: float | None = param(
         None,
@@ -140,7 +160,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=(
             "One value per voxel (or region), computed without storing the correlation "
             "matrix. Writes BIDS-named maps (<source>_stat-<stat>[_desc-<desc>]_boldmap.nii.gz) "
-            "with JSON sidecars, a JSON log and a report showing each map over the mean image."
+            "with JSON sidecars, a JSON log and a report showing each map over the mean image; "
+            "for a CIFTI-2 dense series, one <source>_boldmap.dscalar.nii holding every map "
+            "(named stat-<stat>[_desc-<desc>]) and its JSON sidecar."
         ),
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
@@ -158,19 +180,80 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def check_arguments(args) -> None:
-    """At least one map, of a NIfTI INPUT."""
+    """At least one map, of a NIfTI INPUT or a CIFTI-2 dense series."""
     from connscale.io.nifti import is_nifti
 
-    if not (args.degree or args.sparsity or args.ecm or args.gcor or args.seed or args.seed_mask):
+    if not (
+        args.degree
+        or args.sparsity
+        or args.ecm
+        or args.gcor
+        or args.seed
+        or args.seed_mask
+        or args.seed_grayordinate
+    ):
         raise ValueError(
-            "Ask for at least one map: --degree, --sparsity, --ecm, --gcor, --seed or --seed-mask."
+            "Ask for at least one map: --degree, --sparsity, --ecm, --gcor, --seed, --seed-mask "
+            "or --seed-grayordinate."
         )
-    if not is_nifti(args.input):
+    if _is_cifti(args.input):
+        _check_cifti_arguments(args)
+    elif not is_nifti(args.input):
         raise ValueError(
             f"connscale maps needs a 4-D NIfTI INPUT (maps are images); got {args.input.name}."
         )
+    elif args.seed_grayordinate:
+        raise ValueError(
+            "--seed-grayordinate applies to a CIFTI-2 dense series INPUT (.dtseries.nii)."
+        )
     if args.seed_radius is not None and not args.seed:
         raise ValueError("--seed-radius applies to --seed coordinates.")
+
+
+#: The CIFTI-2 file suffixes (a dense series is the one maps are made of).
+_CIFTI_SUFFIXES = (
+    ".dtseries.nii",
+    ".ptseries.nii",
+    ".dscalar.nii",
+    ".pscalar.nii",
+    ".dconn.nii",
+    ".pconn.nii",
+    ".dlabel.nii",
+)
+
+
+def _is_cifti(path) -> bool:
+    """Return whether ``path`` is named as a CIFTI-2 file."""
+    return str(path).lower().endswith(_CIFTI_SUFFIXES)
+
+
+def _check_cifti_arguments(args) -> None:
+    """Refuse a CIFTI-2 INPUT other than a dense series, NIfTI-only options, bad seeds."""
+    import re
+
+    if not str(args.input).lower().endswith(".dtseries.nii"):
+        raise ValueError(
+            f"connscale maps reads a CIFTI-2 dense time series (.dtseries.nii); got "
+            f"{args.input.name}."
+        )
+    for option, value in (
+        ("--mask", args.mask),
+        ("--atlas", args.atlas),
+        ("--seed-mask", args.seed_mask),
+        ("--seed-radius", args.seed_radius),
+    ):
+        if value is not None:
+            raise ValueError(
+                f"{option} applies to a NIfTI INPUT; a CIFTI-2 series has its grayordinates "
+                "(seeds: --seed X,Y,Z or --seed-grayordinate INDEX|STRUCTURE:VERTEX)."
+            )
+    for seed in args.seed_grayordinate or ():
+        # As connscale.cifti.maps.GRAYORDINATE (not imported here: it loads torch).
+        if not re.match(r"^\s*(?:[A-Za-z_]+\s*:\s*)?\d+\s*$", seed):
+            raise ValueError(
+                "--seed-grayordinate is INDEX or STRUCTURE:VERTEX (e.g. 1234 or "
+                f"CORTEX_LEFT:1234); got {seed!r}."
+            )
 
 
 def run(args) -> int:
@@ -212,12 +295,12 @@ def run_maps(config: MapsConfig) -> int:
                 "input contents and parameters); nothing to do."
             )
             return 0
-        record, written, log = _compute(config, outputs, prefix, source, seg)
+        record, written, count, log = _compute(config, outputs, prefix, source, seg)
     write_dataset_description(config.out)
     results = record.results
     print(
         f"connscale maps: {results['n_series']} {results['nodes']}, {results['n_timepoints']} "
-        f"time points, {len(written)} map(s) on {record.device}"
+        f"time points, {count} map(s) on {record.device}"
     )
     for path, _ in written:
         print(f"  wrote {config.out / path.name}")
@@ -234,7 +317,7 @@ def _compute(config, outputs, prefix: str, source: str, seg: str | None):
     """Compute the maps asked for into the staging folder of ``outputs`` and publish them.
 
     They are published with their figures and log; return the run's record,
-    the maps written (staged path, title) and the log's path.
+    the files written (staged path, title), the number of maps and the log's path.
     """
     from connscale._compute import planner_for, resolve_device
     from connscale.maps.prepare import normalize_once
@@ -248,13 +331,14 @@ def _compute(config, outputs, prefix: str, source: str, seg: str | None):
     )
     _check_input_memory(config, planner)
     with record.timer("load"):
-        timeseries, _, nodes, masker = load_input(config)
+        timeseries, sink = _load(config, outputs, record, source, seg)
     n_timepoints, n = timeseries.shape
+    nodes = sink.nodes
     logger.info("Loaded %d %s x %d time points from %s", n, nodes, n_timepoints, config.input)
     compute = {"device": planner.device, "dtype": config.dtype, "memory_limit": planner}
     # The matrix-free maps share one normalisation, planned beside the series;
     # these are kept only for seed maps.
-    seeds = bool(config.seed or config.seed_mask)
+    seeds = bool(config.seed or config.seed_mask or config.seed_grayordinate)
     if seeds:
         planner.reserve_host(timeseries.nbytes)
     series = None
@@ -265,28 +349,48 @@ def _compute(config, outputs, prefix: str, source: str, seg: str | None):
             series = normalize_once(timeseries, **compute)
     if not seeds:
         del timeseries
-    written = []  # (staged path, title)
-    common = {
-        "n_nodes": n,
-        "source": dataset_relative(config.input, config.out),
-        "DataType": config.dtype,
-        "Nodes": nodes,
-    }
+    _degree_maps(config, series, planner, record, sink.emit, nodes)
+    _centrality_maps(config, series, planner, record, sink.emit, nodes)
+    if seeds:
+        _seed_maps(config, timeseries, compute, record, sink)
+    written = sink.finish()
+    record.device = str(planner.device)
+    record.results.update(
+        {
+            "n_series": n,
+            "n_timepoints": n_timepoints,
+            "nodes": nodes,
+            "maps": [str(config.out / p.name) for p, _ in written],
+        }
+    )
+    with record.timer("figures"):
+        sink.figures(written)
+    log = publish(outputs, record, prefix)
+    return record, written, sink.count, log
 
-    def emit(values, stat, desc, measure, description, **parameters):
-        from connscale.io.maps import map_path, map_sidecar, write_map
 
-        name = map_path(config.out, source, stat, desc=desc, seg=seg).name
-        img = masker.inverse_transform(values)
-        image_path, sidecar_path = write_map(
-            outputs.path(name), img, map_sidecar(measure, description, **parameters, **common)
-        )
-        outputs.path(sidecar_path.name)
-        record.add_output(config.out / image_path.name)
-        record.add_output(config.out / sidecar_path.name)
-        written.append((image_path, f"{measure} {desc or ''}".strip()))
+def _load(config, outputs, record, source: str, seg: str | None):
+    """Return INPUT's series (T, N) and the sink of its maps (NIfTI images or one dscalar)."""
+    common = {"source": dataset_relative(config.input, config.out), "DataType": config.dtype}
+    if _is_cifti(config.input):
+        from connscale.io.cifti import read_cifti_series
 
-    _degree_maps(config, series, planner, record, emit, nodes)
+        dense = read_cifti_series(config.input)
+        if type(dense.brain_model).__name__ != "BrainModelAxis":
+            raise ValueError(
+                f"connscale maps needs a dense series (.dtseries.nii); {config.input.name} "
+                "holds parcels."
+            )
+        sink = _CiftiMaps(config, outputs, record, source, dense.brain_model, common)
+        return dense.data, sink
+    timeseries, _, nodes, masker = load_input(config)
+    common = {"n_nodes": timeseries.shape[1], **common, "Nodes": nodes}
+    sink = _NiftiMaps(config, outputs, record, source, seg, masker, nodes, common)
+    return timeseries, sink
+
+
+def _centrality_maps(config, series, planner, record, emit, nodes: str) -> None:
+    """Compute the eigenvector centrality and global correlation maps asked for."""
     if config.ecm:
         from connscale.maps import eigenvector_centrality
 
@@ -305,47 +409,144 @@ def _compute(config, outputs, prefix: str, source: str, seg: str | None):
         with record.timer("gcor"):
             gcor = global_correlation(series, memory_limit=planner)
         emit(gcor, "gcor", None, "Global correlation", f"Mean r to all other {nodes}")
-    if config.seed or config.seed_mask:
-        from connscale.maps import seed_correlation
 
-        seeds = config.seed if config.seed else config.seed_mask
-        with record.timer("seed"):
-            maps = seed_correlation(
-                timeseries,
-                seeds,
-                img=config.input,
-                radius=config.seed_radius,
-                fisher_z=config.fisher_z,
-                **compute,
-            )
-        names = [f"seed{i + 1}" for i in range(len(config.seed))] if config.seed else ["seedmask"]
-        for i, name in enumerate(names):
-            where = (
-                f"the sphere at {config.seed[i]} mm (radius {config.seed_radius} mm)"
-                if config.seed
-                else f"the mean of {config.seed_mask}"
-            )
-            emit(
-                maps[i],
-                "seedz" if config.fisher_z else "seedcorr",
-                name,
-                "Seed correlation",
-                ("Fisher z of " if config.fisher_z else "") + f"r with {where}",
-                FisherZ=config.fisher_z,
-            )
-    record.device = str(planner.device)
-    record.results.update(
-        {
-            "n_series": n,
-            "n_timepoints": n_timepoints,
-            "nodes": nodes,
-            "maps": [str(config.out / p.name) for p, _ in written],
-        }
+
+def _seed_maps(config, timeseries, compute: dict, record, sink) -> None:
+    """Compute one seed correlation map per seed (or the seed mask's)."""
+    from connscale.maps import seed_correlation
+
+    seeds, options, where = sink.seeds(timeseries)
+    with record.timer("seed"):
+        maps = seed_correlation(timeseries, seeds, fisher_z=config.fisher_z, **options, **compute)
+    names = (
+        [f"seed{i + 1}" for i in range(len(where))] if config.seed_mask is None else ["seedmask"]
     )
-    with record.timer("figures"):
-        _figures(record, written, config, outputs)
-    log = publish(outputs, record, prefix)
-    return record, written, log
+    for i, name in enumerate(names):
+        sink.emit(
+            maps[i],
+            "seedz" if config.fisher_z else "seedcorr",
+            name,
+            "Seed correlation",
+            ("Fisher z of " if config.fisher_z else "") + f"r with {where[i]}",
+            FisherZ=config.fisher_z,
+        )
+
+
+class _NiftiMaps:
+    """The maps of a NIfTI INPUT: one ``.nii.gz`` and sidecar each, a figure each."""
+
+    def __init__(self, config, outputs, record, source, seg, masker, nodes, common) -> None:
+        self.config, self.outputs, self.record = config, outputs, record
+        self.source, self.seg, self.masker, self.nodes = source, seg, masker, nodes
+        self.common = common
+        self.written = []  # (staged path, title)
+
+    @property
+    def count(self) -> int:
+        """The number of maps written."""
+        return len(self.written)
+
+    def emit(self, values, stat, desc, measure, description, **parameters) -> None:
+        """Write one map and its sidecar into the set."""
+        from connscale.io.maps import map_path, map_sidecar, write_map
+
+        config = self.config
+        name = map_path(config.out, self.source, stat, desc=desc, seg=self.seg).name
+        img = self.masker.inverse_transform(values)
+        sidecar = map_sidecar(measure, description, **parameters, **self.common)
+        image_path, sidecar_path = write_map(self.outputs.path(name), img, sidecar)
+        self.outputs.path(sidecar_path.name)
+        self.record.add_output(config.out / image_path.name)
+        self.record.add_output(config.out / sidecar_path.name)
+        self.written.append((image_path, f"{measure} {desc or ''}".strip()))
+
+    def seeds(self, timeseries):
+        """Return the seeds for ``seed_correlation``, its options and each seed's description."""
+        config = self.config
+        options = {"img": config.input, "radius": config.seed_radius}
+        if config.seed:
+            where = [
+                f"the sphere at {seed} mm (radius {config.seed_radius} mm)" for seed in config.seed
+            ]
+            return config.seed, options, where
+        return config.seed_mask, options, [f"the mean of {config.seed_mask}"]
+
+    def finish(self) -> list:
+        """Return the files written (staged path, title)."""
+        return self.written
+
+    def figures(self, written) -> None:
+        """Plot each map over the scan's mean image."""
+        _figures(self.record, written, self.config, self.outputs)
+
+
+class _CiftiMaps:
+    """The maps of a CIFTI-2 dense series: one ``.dscalar.nii`` (a map a row) and its sidecar."""
+
+    nodes = "grayordinates"
+
+    def __init__(self, config, outputs, record, source, brain_model, common) -> None:
+        from connscale.cifti.maps import seed_indices
+
+        self.config, self.outputs, self.record = config, outputs, record
+        self.source, self.brain_model = source, brain_model
+        self.common = {"n_nodes": len(brain_model), **common, "Nodes": self.nodes}
+        self.maps = []  # (name, values, sidecar entry)
+        # The seeds are found before anything is computed (a seed outside stops at once).
+        self.given = list(config.seed or []) + list(config.seed_grayordinate or [])
+        self.columns = seed_indices(brain_model, self.given)
+
+    @property
+    def count(self) -> int:
+        """The number of maps written."""
+        return len(self.maps)
+
+    def emit(self, values, stat, desc, measure, description, **parameters) -> None:
+        """Keep one map for the dscalar, named ``stat-<stat>[_desc-<desc>]``."""
+        from connscale.io.maps import map_sidecar
+
+        name = f"stat-{stat}" + (f"_desc-{desc}" if desc else "")
+        entry = map_sidecar(measure, description, **parameters, **self.common)
+        self.maps.append((name, values, {"MapName": name, **entry}))
+
+    def seeds(self, timeseries):
+        """Return the seeds' series (T, n_seeds), no options, and each seed's description."""
+        import numpy as np
+
+        where = [
+            f"grayordinate {column} ({_grayordinate(self.brain_model, column)}; seed {seed})"
+            for column, seed in zip(self.columns, self.given)
+        ]
+        return np.asarray(timeseries[:, self.columns]), {}, where
+
+    def finish(self) -> list:
+        """Write the dscalar of every map and its sidecar; return [(its staged path, title)]."""
+        import numpy as np
+
+        from connscale.io.atomic import write_json_atomic
+        from connscale.io.cifti import write_dscalar
+
+        out = self.config.out
+        path = self.outputs.path(f"{self.source}_boldmap.dscalar.nii")
+        names = [name for name, _, _ in self.maps]
+        data = np.stack([values for _, values, _ in self.maps]).astype(np.float32)
+        write_dscalar(path, self.brain_model, names, data)
+        sidecar = self.outputs.path(f"{self.source}_boldmap.json")
+        write_json_atomic(sidecar, {"Maps": [entry for _, _, entry in self.maps]})
+        self.record.add_output(out / path.name)
+        self.record.add_output(out / sidecar.name)
+        return [(path, f"{len(names)} maps")]
+
+    def figures(self, written) -> None:
+        """Draw none: the maps are on grayordinates (a surface viewer shows them)."""
+
+
+def _grayordinate(brain_model, column: int) -> str:
+    """Describe grayordinate ``column``: a vertex of a structure or a voxel."""
+    structure = str(brain_model.name[column]).removeprefix("CIFTI_STRUCTURE_")
+    if brain_model.surface_mask[column]:
+        return f"{structure} vertex {int(brain_model.vertex[column])}"
+    return f"{structure} voxel {tuple(int(v) for v in brain_model.voxel[column])}"
 
 
 def _degree_maps(config, series, planner, record, emit, nodes: str) -> None:
@@ -415,20 +616,28 @@ _LOAD_BYTES_PER_VALUE = 12
 
 
 def _check_input_memory(config, planner) -> None:
-    """Fail before reading INPUT when its 4-D image and series cannot fit --memory-limit.
+    """Fail before reading INPUT when its series cannot fit --memory-limit.
 
-    The limit is the run's ``planner``; the maps' own memory is planned as
-    they run.
+    A NIfTI INPUT counts its 4-D image, the masked series and nilearn's
+    temporaries; a CIFTI-2 one its (T, N) float32 series. The limit is the
+    run's ``planner``; the maps' own memory is planned as they run.
     """
     if config.memory_limit is None:
         return
     import numpy as np
 
-    from connscale.io.nifti import load_image
+    if _is_cifti(config.input):
+        from connscale.io.cifti import read_cifti_series
 
-    shape = load_image(config.input, name="fMRI image").shape
+        shape = read_cifti_series(config.input).data.shape
+        needed = 4 * int(np.prod(shape))
+    else:
+        from connscale.io.nifti import load_image
+
+        shape = load_image(config.input, name="fMRI image").shape
+        needed = _LOAD_BYTES_PER_VALUE * int(np.prod(shape))
     planner.require(
-        _LOAD_BYTES_PER_VALUE * int(np.prod(shape)),
+        needed,
         f"Reading {config.input.name} ({' x '.join(map(str, shape))} values) and its series",
         on="host",
         hint="Raise --memory-limit, or crop the image or cut its volumes first.",

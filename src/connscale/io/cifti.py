@@ -1,29 +1,29 @@
 """CIFTI-2 files (grayordinates), read and written through nibabel's axes.
 
 A CIFTI-2 file is a NIfTI-2 file whose XML extension describes its two axes
-(:mod:`nibabel.cifti2`): a ``SeriesAxis`` (time points), ``ScalarAxis``
-(named maps), ``LabelAxis`` (label maps with their tables), ``BrainModelAxis``
+(:mod:`nibabel.cifti2`): a ``SeriesAxis`` (time points), ``ScalarAxis`` (named
+maps), ``LabelAxis`` (label maps with their tables), ``BrainModelAxis``
 (grayordinates: surface vertices and volume voxels, by structure) or
-``ParcelsAxis``. Arrays are read and taken in nibabel's orientation (axis 0 first: (T, N)
-for a time series); :class:`DconnWriter` alone speaks of Workbench's rows,
-the contiguous records on disk (nibabel's axis 1).
+``ParcelsAxis``. Arrays are read and taken in nibabel's orientation (axis 0
+first: (T, N) for a time series); :class:`DconnWriter` alone speaks of
+Workbench's rows, the records contiguous on disk (nibabel's axis 1).
 
 Read here: time series (``.dtseries.nii``, ``.ptseries.nii``), label maps
-(``.dlabel.nii``), scalar maps (``.dscalar.nii``, ``.pscalar.nii``). The
-data come as float32, memory-mapped when the file allows it (uncompressed,
-native float32, no scaling). nibabel reads CIFTI-2 only: a CIFTI-1 file, or
-a NIfTI file without the CIFTI-2 extension, gets a one-line error saying
-so and how to convert it.
+(``.dlabel.nii``), scalar maps (``.dscalar.nii``, ``.pscalar.nii``). The data
+come as float32, memory-mapped when the file allows it (uncompressed, native
+float32, no scaling). nibabel reads CIFTI-2 only: a CIFTI-1 file, or a NIfTI
+file without the CIFTI-2 extension, gets a one-line error saying so and how to
+convert it.
 
 Written here: connectomes (``.dconn.nii``, ``.pconn.nii``) through
 :class:`DconnWriter`, which writes the NIfTI-2 header and the CIFTI-2 XML
 extension (serialised by nibabel) first, then each block of rows or tile at
-its offset in the uncompressed file, so a 91,282-grayordinate connectome
-(33 GB as float32) never sits in memory; and time series and scalar maps
-(``write_ptseries``, ``write_dtseries``, ``write_pscalar``,
-``write_dscalar``), through the same writer. Every file is staged beside its
-path and published atomically (:mod:`connscale.io.atomic`), after a check
-of the free space for its known size.
+its offset in the uncompressed file, so a 91,282-grayordinate connectome (33
+GB as float32) never sits in memory; time series, scalar and label maps
+(``write_ptseries``, ``write_dtseries``, ``write_pscalar``, ``write_dscalar``,
+``write_dlabel``) through the same writer. Every file is staged beside its
+path and published atomically (:mod:`connscale.io.atomic`), after a check of
+the free space for its known size.
 
 nibabel is imported inside the functions, so the numerical core runs
 without it.
@@ -70,6 +70,7 @@ __all__ = [
     "read_cifti_labels",
     "read_cifti_scalars",
     "read_cifti_series",
+    "write_dlabel",
     "write_dscalar",
     "write_dtseries",
     "write_pconn",
@@ -80,7 +81,7 @@ __all__ = [
 #: How to turn a CIFTI-1 file into the CIFTI-2 that nibabel reads.
 CONVERT_HINT = "convert it with: wb_command -file-convert -cifti-version-convert IN 2 OUT"
 
-#: The CIFTI-2 file types: (row axis, column axis) -> (what it is, file suffix, NIfTI intent).
+#: The CIFTI-2 file types: (nibabel's axis 0, axis 1) -> (what it is, suffix, NIfTI intent).
 CIFTI_TYPES = {
     ("BrainModelAxis", "BrainModelAxis"): ("a dense connectome", ".dconn.nii", "ConnDense"),
     ("SeriesAxis", "BrainModelAxis"): ("a dense time series", ".dtseries.nii", "ConnDenseSeries"),
@@ -105,7 +106,9 @@ class CiftiSeries:
     Attributes
     ----------
     data : ndarray of shape (n_timepoints, n_grayordinates), float32
-        The series; a read-only memory map of the file where nibabel allows it.
+        The series; a read-only memory map of the file where nibabel allows
+        it, in the file's order (Fortran: each grayordinate's series is
+        contiguous).
     brain_model : nibabel.cifti2.BrainModelAxis or nibabel.cifti2.ParcelsAxis
         The column axis: the grayordinates (or parcels) of each column.
     series : nibabel.cifti2.SeriesAxis
@@ -327,7 +330,7 @@ def _load(path: str | os.PathLike, *, mmap: bool) -> tuple[Cifti2Image, tuple]:
     try:
         image = nib.load(path, mmap="r" if mmap else False)
     except ValueError as exc:
-        if "CIFTI-2" in str(exc):  # nibabel: "Only CIFTI-2 files are supported; found version 1"
+        if "Only CIFTI-2 files are supported" in str(exc):  # nibabel, on CIFTI-1
             raise ValueError(
                 f"{path} is a CIFTI-1 file ({exc}); nibabel reads CIFTI-2 only: {CONVERT_HINT}."
             ) from None
@@ -498,6 +501,9 @@ class DconnWriter:
     def write_block(self, row0: int, col0: int, block: np.ndarray) -> None:
         """Write a tile at (``row0``, ``col0``), one segment per row at its offset.
 
+        Full-width blocks of rows (:meth:`write_rows`) are the fast path: a
+        tile costs one system call per row.
+
         Raises
         ------
         ValueError
@@ -512,19 +518,26 @@ class DconnWriter:
         with self._coverage_lock:
             self._coverage.add(row0, row0 + n_rows, col0, col0 + width)
         itemsize = self.dtype.itemsize
-        if block.flags.c_contiguous:
-            step = max(1, n_rows)  # written from its own memory
-        else:  # copied through a buffer of at most self._buffer_bytes
+        if block.flags.c_contiguous or block.strides[1] == itemsize:
+            step = max(1, n_rows)  # rows written from the block's own memory
+        else:  # a transposed tile: rows copied through a buffer of at most _buffer_bytes
             step = max(1, self._buffer_bytes // max(1, width * itemsize))
         for start in range(0, n_rows, step):
-            part = np.ascontiguousarray(block[start : start + step])
-            offset = len(self._header) + ((row0 + start) * self.shape[1] + col0) * itemsize
-            if width == self.shape[1]:
-                _pwrite_all(self._fd, part, offset)
-                continue
-            for row in part:
-                _pwrite_all(self._fd, row, offset)
-                offset += self.shape[1] * itemsize
+            part = block[start : start + step]
+            if step != n_rows:
+                part = np.ascontiguousarray(part)
+            self._write_part(row0 + start, col0, part)
+
+    def _write_part(self, row0: int, col0: int, part: np.ndarray) -> None:
+        """Write rows whose elements are contiguous: in one call when the rows are too."""
+        itemsize = self.dtype.itemsize
+        offset = len(self._header) + (row0 * self.shape[1] + col0) * itemsize
+        if part.shape[1] == self.shape[1] and part.flags.c_contiguous:
+            _pwrite_all(self._fd, part, offset)
+            return
+        for row in part:
+            _pwrite_all(self._fd, row, offset)
+            offset += self.shape[1] * itemsize
 
     def _checked(self, row0: int, col0: int, block: np.ndarray) -> np.ndarray:
         """Return ``block`` once its dtype, shape and place are valid."""
@@ -624,6 +637,51 @@ def write_dscalar(
 ) -> Path:
     """Write named grayordinate maps (``.dscalar.nii``, (n_maps, n_grayordinates)) atomically."""
     return _write_matrix(path, _scalar_axis(names), brain_model, data, dtype=dtype)
+
+
+def write_dlabel(
+    path: str | os.PathLike,
+    brain_model: BrainModelAxis,
+    labels: npt.ArrayLike,
+    names: dict[int, str],
+    *,
+    colors: dict[int, tuple[float, float, float, float]] | None = None,
+    map_name: str = "labels",
+) -> Path:
+    """Write one label map (``.dlabel.nii``) atomically: what :func:`read_cifti_labels` reads.
+
+    Parameters
+    ----------
+    path : path
+        The file to publish.
+    brain_model : nibabel.cifti2.BrainModelAxis
+        The grayordinates.
+    labels : array-like of shape (n_grayordinates,), int
+        Each grayordinate's key; 0 is unlabeled.
+    names : dict of int to str
+        The name of each key used (key 0 is written as Workbench's ``"???"``
+        unless given).
+    colors : dict of int to tuple of 4 floats, optional
+        RGBA in [0, 1] per key; grey for the keys left out.
+    map_name : str, default="labels"
+        The name of the label map.
+    """
+    from nibabel.cifti2 import LabelAxis
+
+    keys = np.asarray(labels)
+    if keys.ndim != 1 or not np.array_equal(keys, np.round(keys)) or np.abs(keys).max() >= 2**24:
+        raise ValueError(
+            f"{Path(path).name}: labels must be one integer key (below 2**24) per grayordinate."
+        )
+    missing = sorted(set(np.unique(keys).astype(int).tolist()) - set(names) - {0})
+    if missing:
+        raise ValueError(f"{Path(path).name}: label keys {missing[:10]} have no name.")
+    colors = colors or {}
+    table = {0: ("???", (0.667, 0.667, 0.667, 0.0))}
+    for key, name in names.items():
+        table[int(key)] = (str(name), tuple(colors.get(key, (0.5, 0.5, 0.5, 1.0))))
+    axis = LabelAxis([map_name], [table])
+    return _write_matrix(path, axis, brain_model, keys[np.newaxis], dtype=np.float32)
 
 
 class _Coverage:
