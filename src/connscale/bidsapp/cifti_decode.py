@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +34,7 @@ __all__ = [
     "decode_cifti_run",
     "held_bytes",
     "prefetch_cifti",
+    "read_only_series",
 ]
 
 #: The measures of a CIFTI run: the atlas level's and the grayordinate maps
@@ -40,6 +43,14 @@ CIFTI_MEASURES = (*REGION_MEASURES, "maps")
 
 #: How far the dtseries' TR may be from the sidecar's (relative): rounding in either file.
 _TR_TOLERANCE = 1e-3
+
+
+@contextmanager
+def read_only_series():
+    """Silence torch's warning on a read-only array: the memory-mapped series are only read."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        yield
 
 
 @dataclass

@@ -29,7 +29,7 @@ __all__ = ["write_cifti_maps"]
 
 def _cleaned(config, run, decoded, context, timings) -> tuple[np.ndarray, int]:
     """Return the run's denoised grayordinate series and how many are constant (noted)."""
-    from connscale.bidsapp.cifti_measures import read_only_series
+    from connscale.bidsapp.cifti_decode import read_only_series
     from connscale.bidsapp.outputs import constant_columns
     from connscale.denoise import clean_signals
 

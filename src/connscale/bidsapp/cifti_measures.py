@@ -30,26 +30,17 @@ series holds the kept volumes only (the sidecars' ``KeptVolumes`` say which).
 from __future__ import annotations
 
 import time
-import warnings
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
+from connscale.bidsapp.cifti_decode import read_only_series
 from connscale.bidsapp.outputs import constant_columns, constant_message, sidecars
 from connscale.bidsapp.region_measures import _Prepared, _RegionSet
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
 
-__all__ = ["read_only_series", "write_cifti_set"]
-
-
-@contextmanager
-def read_only_series():
-    """Silence torch's warning on a read-only array: the memory-mapped series are only read."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        yield
+__all__ = ["write_cifti_set"]
 
 
 def write_cifti_set(kind, config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
