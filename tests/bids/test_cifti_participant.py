@@ -209,3 +209,16 @@ def test_maps_on_grayordinates_equal_numpy(tmp_path):
     assert meta["Nodes"] == "grayordinates" and meta["NumberOfNodes"] == small.size
     assert (func / f"{source}_stat-maps_desc-simple_report.html").is_file()
     assert_pybids_reads(out, source=root)
+
+
+def test_a_cifti_run_is_read_in_the_reader_modules(tmp_path):
+    from connscale.bidsapp.config import ParticipantConfig
+    from connscale.bidsapp.layout import BoldRun
+    from connscale.bidsapp.participant import READER_MODULES, _run_task
+
+    bold = tmp_path / "sub-01_task-rest_space-fsLR_den-91k_bold.dtseries.nii"
+    run = BoldRun(bold, None, None, None, 2.0, {"sub": "01", "task": "rest"})
+    config = ParticipantConfig(tmp_path, tmp_path / "out", tmp_path / CIFTI_ATLAS, "Struct10")
+    task = _run_task(config, run)
+    assert run.is_cifti and task.prepare.__name__ == "prefetch_cifti"
+    assert task.prepare.__module__ in READER_MODULES  # no torch (test_reader_imports.py)
