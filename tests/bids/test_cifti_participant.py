@@ -222,3 +222,24 @@ def test_a_cifti_run_is_read_in_the_reader_modules(tmp_path):
     task = _run_task(config, run)
     assert run.is_cifti and task.prepare.__name__ == "prefetch_cifti"
     assert task.prepare.__module__ in READER_MODULES  # no torch (test_reader_imports.py)
+
+
+def test_layout_finds_fmriprep_dtseries_only(tmp_path):
+    import shutil
+
+    from connscale.bidsapp.layout import find_runs
+    from tests.bids._fmriprep import make_fmriprep
+
+    root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", None)])
+    make_fmriprep_cifti(root, [("01", None, "rest", None)], n_volumes=10)
+    func = root / "sub-01" / "func"
+    bold = func / "sub-01_task-rest_space-fsLR_den-91k_bold.dtseries.nii"
+    shutil.copy(bold, func / "sub-01_task-rest_space-fsLR_den-91k_desc-denoised_bold.dtseries.nii")
+    [run] = find_runs(root, file_format="cifti", den="91k")
+    assert run.bold == bold and run.mask is None and run.problem is None and run.t_r == T_R
+    assert run.entities == {"sub": "01", "task": "rest", "space": "fsLR", "den": "91k"}
+    [volume] = find_runs(root)
+    assert not volume.is_cifti and volume.mask is not None
+    refused = r"No CIFTI BOLD .* matches den=\['170k'\]; found 2 .*; den 91k"
+    with pytest.raises(ValueError, match=refused):
+        find_runs(root, file_format="cifti", den="170k")

@@ -148,7 +148,7 @@ def _found(layout, desc: str, cifti: bool = False) -> str:
     seen: dict[str, set] = {}
     for f in files:
         ents = f.get_entities()
-        for key in ("subject", "session", "task", "run", "space", "desc"):
+        for key in ("subject", "session", "task", "run", "space", "den", "desc"):
             if key in ents:
                 seen.setdefault(key, set()).add(str(ents[key]))
     listed = "; ".join(f"{k} {', '.join(sorted(v))}" for k, v in seen.items())
@@ -270,7 +270,7 @@ def find_runs(
     den : str or list of str or None
         CIFTI runs: their densities (``den-`` entity, e.g. ``91k``); None: all.
     file_format : {'nifti', 'cifti'}, default='nifti'
-        'cifti': fMRIPrep's ``*_bold.dtseries.nii`` (any ``desc-``, no mask).
+        'cifti': fMRIPrep's ``*_bold.dtseries.nii`` (no ``desc-``, no mask).
 
     Returns
     -------
@@ -297,8 +297,12 @@ def find_runs(
     }
     query = {k: v for k, v in filters.items() if v is not None}
     cifti = file_format == "cifti"
-    if cifti:
-        bolds = layout.get(suffix="bold", extension=_CIFTI_EXTENSION, datatype="func", **query)
+    if cifti:  # fMRIPrep's dtseries has no desc- (a desc-denoised one is another tool's)
+        from bids.layout import Query
+
+        bolds = layout.get(
+            suffix="bold", desc=Query.NONE, extension=_CIFTI_EXTENSION, datatype="func", **query
+        )
     else:
         bolds = layout.get(
             suffix="bold", desc=desc, extension=[".nii.gz", ".nii"], datatype="func", **query
