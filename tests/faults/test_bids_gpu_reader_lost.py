@@ -25,7 +25,7 @@ def test_a_reader_killed_in_a_gpu_worker_costs_its_run_only(tmp_path, monkeypatc
     runs = [("01", None, "rest", None), ("02", None, "crash", None), ("03", None, "flaky", None)]
     root = make_fmriprep(tmp_path / "fmriprep", runs)
     nib.save(atlas_img(), tmp_path / ATLAS)
-    monkeypatch.setattr(gpus, "_cuda_count", lambda: 2)
+    monkeypatch.setattr(gpus, "_cuda_count", lambda: 1)
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setattr(participant, "prefetch", ef.prefetch_or_exit)
     out = tmp_path / "out"
