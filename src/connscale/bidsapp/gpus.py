@@ -47,7 +47,7 @@ __all__ = [
 
 logger = logging.getLogger("connscale")
 
-#: Threads per GPU worker without a reader plan: one run decoding while another computes.
+#: Threads of a GPU worker by default (:func:`gpu_engine` gives its reader plan's, readers + 1).
 THREADS_PER_GPU_WORKER = 2
 
 
@@ -269,7 +269,7 @@ def gpu_cluster(environments: list[dict[str, str]], *, threads: int = THREADS_PE
 def gpu_engine(
     environments: list[dict[str, str]],
     *,
-    threads: int = THREADS_PER_GPU_WORKER,
+    threads: int | None = None,
     readers: ReaderPlan | None = None,
     preload: tuple[str, ...] = (),
 ):
@@ -279,31 +279,23 @@ def gpu_engine(
     ----------
     environments : list of dict
         One worker per environment (:func:`plan_gpu_workers`).
-    threads : int, default=THREADS_PER_GPU_WORKER
-        Threads of each worker without ``readers`` (each reads its own run).
+    threads : int or None, default=None
+        Threads (runs in flight) of each worker; None: ``readers.threads``.
     readers : ReaderPlan or None, default=None
-        Each worker's readers (:func:`plan_readers`), its threads then
-        ``readers.threads``; their arrays go through a folder in shared
-        memory, removed on exit.
+        Each worker's readers (None: :func:`plan_readers` for this host);
+        their arrays go through a folder in shared memory, removed on exit.
     preload : tuple of str
         Modules the reader processes import before their first read.
     """
-    from connscale.engines import get_engine
-
-    if readers is None:
-        with (
-            gpu_cluster(environments, threads=threads) as client,
-            get_engine("dask", cluster=client) as engine,
-        ):
-            yield engine
-        return
     from connscale.engines.dask_engine import DaskEngine
     from connscale.engines.dask_readers import WorkerReaders
     from connscale.engines.shared import handoff_folder
 
+    readers = plan_readers(len(environments)) if readers is None else readers
+    threads = readers.threads if threads is None else threads
     with (
         handoff_folder(readers.processes) as folder,
-        gpu_cluster(environments, threads=readers.threads) as client,
+        gpu_cluster(environments, threads=threads) as client,
     ):
         plugin = WorkerReaders(
             readers.readers, processes=readers.processes, preload=preload, folder=folder
