@@ -12,9 +12,13 @@ on the same machine by:
   (BOLD decoded with ISA-L and gathered; confounds; cleaning operator; the
   voxel series back through shared memory) while the main process cleans,
   correlates and writes with ``--threads`` torch threads. With
-  ``--gpus N[,M..]``: one Dask worker per GPU (``connscale bids --gpus N``),
-  once per count, on the same tree. Reported: runs per minute over the whole
-  call (cluster start included) and over the runs' own span, and the
+  ``--gpus-sweep 1,2,4``: one Dask worker per GPU (``connscale bids --gpus
+  N``), once per count, on the same tree in the same call, each worker with
+  its share of the host's cores as reader processes (the plan of
+  ``connscale.bidsapp.gpus.plan_readers``, or ``--gpu-readers`` each): runs
+  per minute per count, its ratio to one GPU (to the smallest count when 1 is
+  not swept) and to the decode floor. Reported: runs per minute over the
+  whole call (cluster start included) and over the runs' own span, and the
   per-stage split (decode, clean, compute, write) summed over runs;
 * nilearn: the same pipeline as users write it: ``load_confounds_strategy(
   bold, 'simple')``, ``NiftiLabelsMasker(labels_img, mask_img, detrend=True,
@@ -34,7 +38,9 @@ Both pipelines' matrices are compared (max |difference|). Both start warm
 
     python benchmarks/bench_bids.py --quick --runs 20          # this laptop-size grid
     python benchmarks/bench_bids.py --runs 20                  # 20 runs at 2 mm, T = 400
-    python benchmarks/bench_bids.py --gpus 1,2 --skip-nilearn  # one GPU, then two
+    python benchmarks/bench_bids.py --gpus-sweep 1,2,4 --skip-nilearn  # 1, 2, then 4 GPUs
+    python benchmarks/bench_bids.py --gpus-sweep 1,2,4 --skip-nilearn --measures fc,timeseries,maps
+    python benchmarks/bench_bids.py --quick --runs 4 --gpus-sweep 1 --stand-in --skip-nilearn
 """
 
 from __future__ import annotations
@@ -274,7 +280,7 @@ def run_connscale(
     *,
     device: str,
     threads: int,
-    readers: int,
+    readers: int | None,
     gpus: int | None = None,
     measures: tuple[str, ...] = ("fc", "timeseries"),
 ) -> dict:
@@ -395,6 +401,74 @@ def _print(label: str, runs: int, summary: dict) -> None:
     )
 
 
+def run_gpu_sweep(args, derivatives: Path, atlas: Path, counts: list[int]) -> tuple[dict, dict]:
+    """connscale's participant level once per GPU count, on the same tree.
+
+    Returns the sweep's results (per count: runs/min, the reader plan, the
+    ratio to one GPU) and the last count's full result.
+    """
+    if args.stand_in:  # the node shows this many GPUs; the runs compute on the CPU
+        from connscale.bidsapp import gpus
+
+        gpus._cuda_count = lambda: max(counts)
+    device = "cpu" if args.stand_in else "cuda"
+    sweep: dict = {"device": device, "measures": args.measures, "counts": {}}
+    ours = None
+    for count in counts:
+        out = args.work / f"connscale_{count}gpu"
+        ours = run_connscale(
+            derivatives,
+            atlas,
+            out,
+            device=device,
+            threads=args.threads,
+            readers=args.gpu_readers,
+            gpus=count,
+            measures=tuple(args.measures.split(",")),
+        )
+        if ours["notes"]:
+            raise RuntimeError(f"--gpus {count}: {ours['notes'][0]}")
+        log = json.loads(sorted((out / "logs").glob("participant_*_report.json"))[-1].read_text())
+        # A GPU worker's run starts once read: its span begins with the first read.
+        records = log["records"]
+        ours["span"] = max(r["started"] + r["seconds"] for r in records) - min(
+            r["read_started"] for r in records
+        )
+        summary = {"gpus": count, **_summary(args.runs, ours)}
+        summary["timeline"] = {"span_from_first_read_s": round(ours["span"], 2)}
+        summary["readers"] = log["gpu_readers"]
+        sweep["counts"][str(count)] = summary
+        _print(
+            f"connscale (--gpus {count}, {summary['readers']['readers_per_worker']} readers "
+            "per GPU worker)",
+            args.runs,
+            summary,
+        )
+    base = 1 if 1 in counts else min(counts)
+    sweep["ratio_to"] = f"{base} GPU"
+    for count in counts:
+        this = sweep["counts"][str(count)]
+        one = sweep["counts"][str(base)]
+        this["ratio_to_base"] = round(this["runs_per_minute"] / one["runs_per_minute"], 2)
+        this["ratio_to_base_in_span"] = round(
+            this["runs_per_minute_in_span"] / one["runs_per_minute_in_span"], 2
+        )
+        print(
+            f"--gpus {count}: {this['runs_per_minute']:.2f} runs/min, "
+            f"{this['ratio_to_base']:.2f}x {base} GPU over the whole call, "
+            f"{this['ratio_to_base_in_span']:.2f}x over the runs' span",
+            flush=True,
+        )
+    return sweep, ours
+
+
+def _sweep_to_floor(sweep: dict, floor: dict) -> None:
+    """Add each GPU count's ratio to the decode floor, and print it."""
+    for count, this in sweep["counts"].items():
+        this["ratio_to_floor"] = round(this["runs_per_minute"] / floor["runs_per_minute"], 3)
+        print(f"--gpus {count}: {this['ratio_to_floor']:.2f}x the decode floor", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=20)
@@ -417,15 +491,33 @@ def main() -> None:
         "--readers",
         type=int,
         default=max((os.cpu_count() or 2) - 1, 1),
-        help="connscale's n_jobs: readers of the runs ahead (serial backend; processes when "
-        "more than one), or with --gpus the threads (runs in flight) of each GPU worker "
-        "(default: a reader per core but one, which computes).",
+        help="connscale's n_jobs without --gpus-sweep: readers of the runs ahead (serial "
+        "backend; processes when more than one) (default: a reader per core but one, which "
+        "computes).",
     )
     parser.add_argument(
+        "--gpus-sweep",
         "--gpus",
+        dest="gpus_sweep",
         default=None,
-        help="GPU counts to run connscale with, one after the other on the same tree "
-        "(e.g. '1,2'): one Dask worker per GPU, device cuda.",
+        metavar="N[,M...]",
+        help="GPU counts to run connscale's participant level with, one after the other on "
+        "the same tree in this call (e.g. '1,2,4'): one Dask worker per GPU, device cuda, "
+        "each worker's readers its share of the host's cores (--gpu-readers to fix them); "
+        "reports runs/min per count, the ratio to one GPU and to the decode floor.",
+    )
+    parser.add_argument(
+        "--gpu-readers",
+        type=int,
+        default=None,
+        help="With --gpus-sweep: reader processes of each GPU worker (default: the host's "
+        "cores less one per GPU, shared out among the GPUs).",
+    )
+    parser.add_argument(
+        "--stand-in",
+        action="store_true",
+        help="With --gpus-sweep: stand-in GPUs computing on the CPU (as many as the largest "
+        "count; the workers and their readers as on GPUs), to try the sweep without a GPU.",
     )
     parser.add_argument(
         "--work",
@@ -478,7 +570,7 @@ def main() -> None:
     grid = dict(QUICK if args.quick else FULL)
     if args.volumes is not None:
         grid["t"] = args.volumes
-    gpu_counts = [] if args.gpus is None else [int(n) for n in str(args.gpus).split(",")]
+    gpu_counts = [] if args.gpus_sweep is None else [int(n) for n in args.gpus_sweep.split(",")]
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     tic = time.perf_counter()
@@ -514,39 +606,8 @@ def main() -> None:
             **_summary(args.runs, ours),
         }
         _print(f"connscale ({args.device}, {args.readers} readers)", args.runs, result["connscale"])
-    for count in gpu_counts:
-        ours = run_connscale(
-            derivatives,
-            atlas,
-            args.work / f"connscale_{count}gpu",
-            device="cuda",
-            threads=args.threads,
-            readers=args.readers,
-            gpus=count,
-            measures=tuple(args.measures.split(",")),
-        )
-        if ours["notes"]:
-            raise RuntimeError(f"--gpus {count}: {ours['notes'][0]}")
-        result[f"connscale_{count}gpu"] = {
-            "gpus": count,
-            "threads_per_gpu": args.readers,
-            **_summary(args.runs, ours),
-        }
-        _print(f"connscale (--gpus {count})", args.runs, result[f"connscale_{count}gpu"])
-    if len(gpu_counts) > 1:
-        base = result[f"connscale_{gpu_counts[0]}gpu"]
-        for count in gpu_counts[1:]:
-            other = result[f"connscale_{count}gpu"]
-            result[f"scaling_{count}_vs_{gpu_counts[0]}"] = {
-                "whole_call": round(base["seconds"] / other["seconds"], 2),
-                "runs_span": round(base["runs_span_seconds"] / other["runs_span_seconds"], 2),
-            }
-            print(
-                f"--gpus {count} vs --gpus {gpu_counts[0]}: "
-                f"{result[f'scaling_{count}_vs_{gpu_counts[0]}']['whole_call']:.2f}x over the "
-                f"whole call, {result[f'scaling_{count}_vs_{gpu_counts[0]}']['runs_span']:.2f}x "
-                "over the runs' span"
-            )
+    if gpu_counts:
+        result["gpu_sweep"], ours = run_gpu_sweep(args, derivatives, atlas, gpu_counts)
     floor = run_decode_floor(derivatives, jobs=os.cpu_count() or 1)
     result["decode_floor"] = floor
     ours_per_minute = args.runs / (ours["seconds"] / 60)
@@ -557,6 +618,8 @@ def main() -> None:
         f"decoded; connscale at {result['ratio_to_floor']:.2f}x the floor",
         flush=True,
     )
+    if gpu_counts:
+        _sweep_to_floor(result["gpu_sweep"], floor)
     result["voxels_in_mask"] = ours["n_voxels"]
     result["regions"] = ours["n_regions"]
     if not args.skip_nilearn:

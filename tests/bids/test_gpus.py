@@ -78,8 +78,32 @@ def test_cli_gpus_without_gpu_falls_back_to_cpu(tmp_path, capsys, monkeypatch):
     assert "cannot pin GPUs to Spark" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("n_jobs, threads", [(None, gpus.THREADS_PER_GPU_WORKER), (3, 3)])
-def test_n_jobs_is_the_threads_of_each_gpu_worker(tmp_path, monkeypatch, n_jobs, threads):
+@pytest.mark.parametrize(
+    "cores, workers, readers",
+    [(16, 1, 15), (16, 2, 7), (16, 4, 3), (64, 4, 15), (5, 4, 1), (2, 4, 1)],
+)
+def test_plan_readers_shares_the_cores_left_among_the_gpu_workers(cores, workers, readers):
+    plan = gpus.plan_readers(workers, cores=cores)
+    assert (plan.workers, plan.cores, plan.readers) == (workers, cores, readers)
+    assert plan.threads == readers + 1  # a run per reader, and the one computing
+    assert plan.processes == (readers > 1)  # one reader is a thread, as on the serial path
+    assert gpus.plan_readers(workers, readers=5, cores=cores).readers == 5  # n_jobs
+
+
+def test_worker_device_is_cuda_unless_the_cpu_is_asked_for():
+    assert [gpus.worker_device(d) for d in ("auto", "cuda", "cuda:1", "cpu", "CPU")] == [
+        "cuda",
+        "cuda",
+        "cuda",
+        "cpu",
+        "cpu",
+    ]
+
+
+@pytest.mark.parametrize("n_jobs, readers", [(None, 3), (5, 5)])
+def test_n_jobs_is_the_readers_of_each_gpu_worker(tmp_path, monkeypatch, n_jobs, readers):
+    # Behaviour changed by issue 23: n_jobs was the threads of each GPU worker;
+    # it is now its readers (default: the host's cores shared out), threads = readers + 1.
     from connscale.bidsapp.participant import run_participant
 
     class Started(Exception):
@@ -94,6 +118,7 @@ def test_n_jobs_is_the_threads_of_each_gpu_worker(tmp_path, monkeypatch, n_jobs,
         yield
 
     monkeypatch.setattr(gpus, "_cuda_count", lambda: 2)
+    monkeypatch.setattr(gpus, "host_cores", lambda: 8)  # (8 - 2 GPUs) // 2 = 3 readers each
     monkeypatch.setattr(gpus, "gpu_cluster", fake_cluster)
     root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", None)])
     nib.save(atlas_img(), tmp_path / ATLAS)
@@ -108,5 +133,77 @@ def test_n_jobs_is_the_threads_of_each_gpu_worker(tmp_path, monkeypatch, n_jobs,
         )
     assert seen == {
         "environments": [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}],
-        "threads": threads,
+        "threads": readers + 1,
     }
+
+
+def test_the_report_records_the_readers_of_each_gpu_worker(tmp_path, monkeypatch):
+    from connscale.engines.base import SerialEngine
+
+    seen = {}
+
+    @contextmanager
+    def fake_engine(environments, *, readers, preload):
+        seen.update(environments=environments, readers=readers, preload=preload)
+        with SerialEngine() as engine:
+            yield engine
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5,6,7")
+    monkeypatch.setattr(gpus, "_cuda_count", lambda: 4)
+    monkeypatch.setattr(gpus, "host_cores", lambda: 16)
+    monkeypatch.setattr(gpus, "gpu_engine", fake_engine)
+    root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", None)])
+    nib.save(atlas_img(), tmp_path / ATLAS)
+    out = tmp_path / "out"
+    argv = ["bids", str(root), str(out), "participant", "--atlas", str(tmp_path / ATLAS)]
+    argv += ["--atlas-name", "Slab4", "--denoise", "none", "--no-reports", "--gpus", "3"]
+    assert main([*argv, "--device", "cpu", "-q"]) == 0
+    assert seen["environments"] == [{"CUDA_VISIBLE_DEVICES": g} for g in ("3", "5", "6")]
+    assert seen["readers"] == gpus.ReaderPlan(workers=3, cores=16, readers=4)
+    assert "connscale.bidsapp.cleaning" in seen["preload"]
+    report, _ = participant_log(out)
+    assert report["counts"]["ok"] == 1 and report["device"] == "cpu"
+    assert report["gpu_readers"] == {
+        "gpu_workers": 3,
+        "cores": 16,
+        "readers_per_worker": 4,
+        "readers_are": "processes",
+        "runs_in_flight_per_worker": 5,
+    }
+
+
+def _outputs(out):
+    """Every published matrix and series of a participant call (a header row each), by name."""
+    import pandas as pd
+
+    return {
+        p.name: pd.read_csv(p, sep="\t").to_numpy(float)
+        for p in sorted(out.rglob("sub-*/func/*.tsv"))
+    }
+
+
+@pytest.mark.cluster
+def test_gpu_workers_with_reader_processes_publish_what_the_serial_path_does(tmp_path, monkeypatch):
+    # Two stand-in GPUs computing on the CPU, each worker with two reader processes.
+    import numpy as np
+
+    from connscale.bidsapp.participant import run_participant
+
+    monkeypatch.setattr(gpus, "_cuda_count", lambda: 2)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    runs = [("01", None, "rest", None), ("02", None, "rest", None), ("03", None, "rest", "1")]
+    root = make_fmriprep(tmp_path / "fmriprep", runs)
+    nib.save(atlas_img(), tmp_path / ATLAS)
+    common = dict(atlas=tmp_path / ATLAS, atlas_name="Slab4", strategy="none", reports=False)
+    common.update(measures=["fc", "timeseries"], device="cpu", n_jobs=2, verbose=0)
+    serial = run_participant(root, tmp_path / "serial", backend="serial", **common)
+    on_gpus = run_participant(root, tmp_path / "gpus", gpus="all", **common)
+    assert serial.counts["ok"] == on_gpus.counts["ok"] == 3
+    report, _ = participant_log(tmp_path / "gpus")
+    assert report["engine"].endswith("readers=2 processes per worker)")
+    assert report["gpu_workers"] == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
+    assert report["gpu_readers"]["readers_per_worker"] == 2
+    expected, got = _outputs(tmp_path / "serial"), _outputs(tmp_path / "gpus")
+    assert sorted(got) == sorted(expected) and len(got) == 6
+    for name, values in expected.items():
+        np.testing.assert_allclose(got[name], values, rtol=0, atol=1e-6, err_msg=name)

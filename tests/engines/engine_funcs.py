@@ -151,3 +151,39 @@ def exit_always(item) -> None:
     import os
 
     os._exit(5)
+
+
+def prefetch_or_exit(task) -> object:
+    """The BIDS participant level's read of a run, except that it kills its reader
+    process for a run of task 'crash' (every time) or 'flaky' (the first time);
+    each attempt at those appends a line to ``<bold>.reads``."""
+    import os
+
+    from connscale.bidsapp.cleaning import prefetch
+
+    config, run = task
+    if "task-crash" in run.name or "task-flaky" in run.name:
+        attempt = count_attempt(str(run.bold) + ".reads")
+        if "task-crash" in run.name or attempt == 1:
+            os._exit(3)
+    return prefetch(task)
+
+
+def big_block_and_pid(i: int) -> tuple[np.ndarray, int]:
+    """Block i as a reader process returns it (:func:`big_block`), and that process's id."""
+    import os
+
+    return big_block(i), os.getpid()
+
+
+def check_shared_read(payload: int, prepared) -> dict:
+    """A task that checks its read arrived whole through shared memory, from another process."""
+    import os
+
+    block, reader = prepared.result()
+    np.testing.assert_array_equal(block, big_block(payload))
+    return {
+        "shared": isinstance(block.base, np.memmap),
+        "reader": reader,
+        "worker": os.getpid(),
+    }

@@ -432,14 +432,15 @@ class ParticipantConfig:
         "``backend='serial'``, the readers of the runs ahead (None: 1; at most\n"
         "``n_jobs + 1`` runs in memory): one is a thread, several are processes\n"
         "(:class:`~connscale.engines.readers.ReaderPool`); with ``gpus``, the\n"
-        "threads of each GPU worker (None: 2); with ``cluster='slurm'``, SLURM jobs\n"
+        "readers of each GPU worker (None: the cores the GPU workers leave, shared\n"
+        "out); with ``cluster='slurm'``, SLURM jobs\n"
         "at once (None: one per run left).",
         flag=Flag(("--n-jobs",), group=EXECUTION, type="n_jobs", levels=("participant",),
                   help="Worker processes (default: every core; -1: every core, -2: all but "
                   "one, ...); with --backend serial, readers of the next runs (default 1, a "
-                  "thread; several are processes); with --gpus, threads of each GPU worker "
-                  "(default 2); with --cluster slurm, most jobs at once (default: one per run "
-                  "left)."),
+                  "thread; several are processes); with --gpus, readers of each GPU worker "
+                  "(default: the cores left, shared out); with --cluster slurm, most jobs at "
+                  "once (default: one per run left)."),
     )  # fmt: skip
     cluster: str | None = _fields.cluster(tasks="runs", group=EXECUTION, levels=_PARTICIPANT)
     queue: str | None = _fields.queue(group=EXECUTION, levels=_PARTICIPANT)
@@ -452,8 +453,10 @@ class ParticipantConfig:
         fingerprint=False,
         doc_type="'all', int or None",
         doc="Use every GPU of the node (or the first N): one Dask worker process\n"
-        "per GPU (:mod:`connscale.bidsapp.gpus`), ``device='cuda'`` in each,\n"
-        "``n_jobs`` threads (runs in flight) per worker; ``backend`` is then\n"
+        "per GPU (:mod:`connscale.bidsapp.gpus`), ``device='cuda'`` in each\n"
+        "(``'cpu'``: CPU stand-ins), ``n_jobs`` readers per worker (None: the\n"
+        "host's cores shared out, :func:`~connscale.bidsapp.gpus.plan_readers`;\n"
+        "the report's ``gpu_readers``); ``backend`` is then\n"
         "not used. On a node without GPU the report's ``notes`` say so and the\n"
         "runs go to ``backend`` on the CPU.",
         flag=Flag(("--gpus",), group=EXECUTION, type="gpus", metavar="all|N",

@@ -6,8 +6,19 @@ index (or UUID) as the node lists it, so that inside the worker the GPU is
 ``cuda:0`` and no two workers share one. :func:`gpu_cluster` starts those
 workers as Dask ``Nanny`` processes of one ``SpecCluster`` (the same
 mechanism ``dask-cuda``'s ``LocalCUDACluster`` uses, without the extra
-dependency: the runs need nothing but the environment variable), each with
-two threads so one run's decode overlaps the other's compute on the GPU.
+dependency: the runs need nothing but the environment variable).
+
+The host's cores are shared out among the workers (:func:`plan_readers`):
+each worker computes in its own process and reads its runs in
+``(cores - workers) // workers`` reader processes of its own (at least one,
+a thread, as on the serial path), started inside the worker
+(:mod:`connscale.engines.dask_readers`). A worker has a thread per reader
+plus one, computes one run at a time on its GPU while its readers decode the
+next ones, and receives each decoded run from its reader through shared
+memory by name (``/dev/shm``, a folder per call removed when the cluster
+closes): the runs' arrays never travel through Dask. A reader that dies is
+charged its read alone: the run is read again on a new reader, then recorded
+as failed (``ReaderLost``), and the other runs complete.
 
 On a node without GPU the plan is empty: the participant level says so and
 runs on the CPU with worker processes, as without ``--gpus``.
@@ -18,21 +29,109 @@ from __future__ import annotations
 import logging
 import os
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 __all__ = [
+    "ReaderPlan",
     "available_gpus",
     "gpu_cluster",
     "gpu_engine",
     "gpu_plan",
+    "host_cores",
     "parse_gpus",
     "plan_gpu_workers",
+    "plan_readers",
+    "worker_device",
     "worker_spec",
 ]
 
 logger = logging.getLogger("connscale")
 
-#: Threads per GPU worker: one run decoding while another computes.
+#: Threads of a GPU worker by default (:func:`gpu_engine` gives its reader plan's, readers + 1).
 THREADS_PER_GPU_WORKER = 2
+
+
+@dataclass(frozen=True)
+class ReaderPlan:
+    """How the host's cores are shared out among the GPU workers.
+
+    Attributes
+    ----------
+    workers : int
+        GPU workers, one computing process each.
+    cores : int
+        The host's cores (:func:`host_cores`).
+    readers : int
+        Readers of each worker: processes when several, else a thread (the
+        serial path's rule).
+    """
+
+    workers: int
+    cores: int
+    readers: int
+
+    @property
+    def processes(self) -> bool:
+        """Return whether the readers are processes."""
+        return self.readers > 1
+
+    @property
+    def threads(self) -> int:
+        """Dask threads of each worker: a run per reader, and the one computing."""
+        return self.readers + 1
+
+    def record(self) -> dict:
+        """Return the plan as the participant report records it (``gpu_readers``)."""
+        return {
+            "gpu_workers": self.workers,
+            "cores": self.cores,
+            "readers_per_worker": self.readers,
+            "readers_are": "processes" if self.processes else "a thread",
+            "runs_in_flight_per_worker": self.threads,
+        }
+
+
+def host_cores() -> int:
+    """Return the cores this process may run on (its CPU affinity where the system has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+def plan_readers(
+    workers: int, *, readers: int | None = None, cores: int | None = None
+) -> ReaderPlan:
+    """Share the host's cores out as readers among ``workers`` GPU workers.
+
+    Parameters
+    ----------
+    workers : int
+        GPU workers; each computes in one process, on one core.
+    readers : int or None, default=None
+        Readers of each worker (``n_jobs``); None: the cores the computing
+        processes leave, shared out evenly, ``(cores - workers) // workers``,
+        at least one.
+    cores : int or None, default=None
+        The host's cores (None: :func:`host_cores`).
+
+    Returns
+    -------
+    ReaderPlan
+    """
+    cores = host_cores() if cores is None else int(cores)
+    if readers is None:
+        readers = max((cores - workers) // workers, 1)
+    return ReaderPlan(int(workers), cores, int(readers))
+
+
+def worker_device(device: str) -> str:
+    """Return the device of the GPU workers' runs.
+
+    'cuda' (each worker sees its one GPU as ``cuda:0``), or 'cpu' when asked:
+    the same workers and readers, computing on the CPU (a stand-in where no
+    GPU is at hand).
+    """
+    return "cpu" if str(device).lower() == "cpu" else "cuda"
 
 
 def parse_gpus(value) -> str | int | None:
@@ -135,41 +234,74 @@ def worker_spec(
 def gpu_cluster(environments: list[dict[str, str]], *, threads: int = THREADS_PER_GPU_WORKER):
     """Yield a Dask client of one worker process per GPU, closed on exit.
 
+    The workers may start processes of their own (their readers):
+    ``distributed.worker.daemon`` is False while the cluster runs, for the
+    workers its nannies start or restart.
+
     Yields
     ------
     distributed.Client
         Pass it to :func:`connscale.engines.get_engine` as ``cluster``.
     """
+    import dask
     from distributed import Client, Scheduler, SpecCluster
 
     scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}
-    cluster = SpecCluster(
-        workers=worker_spec(environments, threads=threads),
-        scheduler=scheduler,
-        silence_logs=logging.ERROR,
-    )
-    client = Client(cluster)
-    try:
-        logger.info(
-            "bids: one Dask worker per GPU (%s)",
-            ", ".join(e["CUDA_VISIBLE_DEVICES"] for e in environments),
+    with dask.config.set({"distributed.worker.daemon": False}):
+        cluster = SpecCluster(
+            workers=worker_spec(environments, threads=threads),
+            scheduler=scheduler,
+            silence_logs=logging.ERROR,
         )
-        yield client
-    finally:
-        client.close()
-        cluster.close()
+        client = Client(cluster)
+        try:
+            logger.info(
+                "bids: one Dask worker per GPU (%s)",
+                ", ".join(e["CUDA_VISIBLE_DEVICES"] for e in environments),
+            )
+            yield client
+        finally:
+            client.close()
+            cluster.close()
 
 
 @contextmanager
-def gpu_engine(environments: list[dict[str, str]], *, threads: int = THREADS_PER_GPU_WORKER):
-    """Yield the Dask engine of :func:`gpu_cluster`'s workers, both closed on exit."""
-    from connscale.engines import get_engine
+def gpu_engine(
+    environments: list[dict[str, str]],
+    *,
+    threads: int | None = None,
+    readers: ReaderPlan | None = None,
+    preload: tuple[str, ...] = (),
+):
+    """Yield the Dask engine of :func:`gpu_cluster`'s workers, both closed on exit.
 
+    Parameters
+    ----------
+    environments : list of dict
+        One worker per environment (:func:`plan_gpu_workers`).
+    threads : int or None, default=None
+        Threads (runs in flight) of each worker; None: ``readers.threads``.
+    readers : ReaderPlan or None, default=None
+        Each worker's readers (None: :func:`plan_readers` for this host);
+        their arrays go through a folder in shared memory, removed on exit.
+    preload : tuple of str
+        Modules the reader processes import before their first read.
+    """
+    from connscale.engines.dask_engine import DaskEngine
+    from connscale.engines.dask_readers import WorkerReaders
+    from connscale.engines.shared import handoff_folder
+
+    readers = plan_readers(len(environments)) if readers is None else readers
+    threads = readers.threads if threads is None else threads
     with (
+        handoff_folder(readers.processes) as folder,
         gpu_cluster(environments, threads=threads) as client,
-        get_engine("dask", cluster=client) as engine,
     ):
-        yield engine
+        plugin = WorkerReaders(
+            readers.readers, processes=readers.processes, preload=preload, folder=folder
+        )
+        with DaskEngine(client, readers=plugin) as engine:
+            yield engine
 
 
 def gpu_plan(gpus, backend: str, notes: list[str]) -> list[dict]:

@@ -112,6 +112,7 @@ from connscale.bidsapp.atlas import (
 from connscale.bidsapp.cifti_decode import decode_cifti_run, prefetch_cifti
 from connscale.bidsapp.cleaning import DecodedRun, RunRefused, decode_run, prefetch
 from connscale.bidsapp.config import WINDOWED, ParticipantConfig
+from connscale.bidsapp.gpus import ReaderPlan, plan_readers, worker_device
 from connscale.bidsapp.gpus import gpu_plan as _gpu_plan
 from connscale.bidsapp.layout import BoldRun, find_runs
 from connscale.bidsapp.outputs import DATASET_LINK
@@ -440,21 +441,21 @@ def _open_engine(
     backend: str,
     n_jobs: int | None,
     cluster: str | SlurmJobs | None = None,
+    readers: ReaderPlan | None = None,
 ):
     """Return the engine of the runs.
 
-    A Dask worker per GPU, the serial engine reading ahead (``n_jobs``
-    readers), or ``backend`` (on ``cluster``: a Dask scheduler's address,
-    SLURM jobs, a Spark master URL; with SLURM jobs ``n_jobs`` is their
-    most at once, which they hold).
+    A Dask worker per GPU (each with the ``readers`` of its plan), the
+    serial engine reading ahead (``n_jobs`` readers), or ``backend`` (on
+    ``cluster``: a Dask scheduler's address, SLURM jobs, a Spark master URL;
+    with SLURM jobs ``n_jobs`` is their most at once, which they hold).
     """
     from connscale.engines import get_engine
 
     if environments:
-        from connscale.bidsapp.gpus import THREADS_PER_GPU_WORKER, gpu_engine
+        from connscale.bidsapp.gpus import gpu_engine
 
-        threads = THREADS_PER_GPU_WORKER if n_jobs is None else n_jobs
-        return gpu_engine(environments, threads=threads)
+        return gpu_engine(environments, readers=readers, preload=READER_MODULES)
     if backend == "serial":
         return _readers(1 if n_jobs is None else n_jobs)
     if isinstance(cluster, SlurmJobs):
@@ -561,7 +562,9 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         raise ValueError("The output folder must not be the derivatives folder itself.")
     notes: list[str] = []
     environments = _gpu_plan(gpus, backend, notes)
-    device = "cuda" if environments else config.device
+    device = worker_device(config.device) if environments else config.device
+    # The host's cores shared out as each GPU worker's readers (n_jobs: readers per worker).
+    readers = plan_readers(len(environments), readers=n_jobs) if environments else None
     if _reads_in_processes(backend, n_jobs, environments):
         from connscale.engines.readers import start_fork_server
 
@@ -627,12 +630,14 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
                 backend,
                 n_jobs,
                 config.cluster if slurm is None else slurm,
+                readers,
             ),
             meta={
                 "derivatives": str(derivatives),
                 "backend": f"dask ({len(environments)} GPU workers)" if environments else backend,
                 "device": config.device,
                 "gpu_workers": environments,
+                "gpu_readers": None if readers is None else readers.record(),
                 "notes": notes,
                 "parameters": {**config.parameters(), "min_dof": config.min_dof},
             },

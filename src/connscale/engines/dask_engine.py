@@ -34,10 +34,17 @@
   SLURM ends is resubmitted (:class:`~connscale.engines.slurm.JobKeeper`).
 * The LocalCluster listens on 127.0.0.1 only (scheduler, workers,
   nannies) and starts no dashboard unless ``dashboard_address`` is given.
+* ``readers`` (a :class:`~connscale.engines.dask_readers.WorkerReaders`,
+  on a cluster of this host whose workers may have children, as
+  :func:`connscale.bidsapp.gpus.gpu_cluster` starts them): each worker reads
+  its tasks' inputs (:attr:`~connscale.engines.batch.Task.prepare`) in
+  reader processes of its own and computes one task at a time; the arrays
+  read reach the worker through shared memory, not through Dask.
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 import uuid
 from collections.abc import Callable, Sequence
@@ -61,6 +68,8 @@ _NEVER = "3650 days"
 
 if TYPE_CHECKING:
     import distributed
+
+    from connscale.engines.dask_readers import WorkerReaders
 
 
 def _import_distributed() -> ModuleType:
@@ -107,6 +116,11 @@ class DaskEngine(Engine):
     dashboard_address : str or None, default=None
         Address of the LocalCluster's dashboard, e.g. ``'127.0.0.1:8787'``
         (it listens where told); None starts none. Ignored with ``cluster``.
+    readers : WorkerReaders or None, default=None
+        Registered on every worker (those that join later too) and removed
+        by :meth:`close`: ``map`` then reads each task's inputs in the
+        worker's readers and computes one task at a time per worker
+        (:mod:`connscale.engines.dask_readers`).
     """
 
     name = "dask"
@@ -118,6 +132,7 @@ class DaskEngine(Engine):
         n_jobs: int | None = None,
         retries: int = 1,
         dashboard_address: str | None = None,
+        readers: WorkerReaders | None = None,
     ) -> None:
         distributed = _import_distributed()
         self._distributed = distributed
@@ -127,6 +142,7 @@ class DaskEngine(Engine):
         self._config = None
         self._own_client = True
         self._keeper = None
+        self._readers = None
         if cluster is None:
             self._start_local(n_jobs, dashboard_address)
         elif cluster == "slurm" or isinstance(cluster, SlurmJobs):
@@ -144,6 +160,17 @@ class DaskEngine(Engine):
                 "such as 'tcp://host:8786', 'slurm' or a SlurmJobs (start a SLURMCluster) "
                 f"or a distributed.Client; got {cluster!r}."
             )
+        if readers is not None:
+            self._register_readers(readers)
+
+    def _register_readers(self, readers: WorkerReaders) -> None:
+        """Register the readers plugin on the workers (closing the engine if that fails)."""
+        try:
+            self.client.register_plugin(readers)
+        except BaseException:
+            self.close()
+            raise
+        self._readers = readers
 
     def _start_local(self, n_jobs: int | None, dashboard_address: str | None) -> None:
         """Start a LocalCluster of ``n_jobs`` single-threaded workers and its client."""
@@ -240,6 +267,10 @@ class DaskEngine(Engine):
             return []
         if self._keeper is not None:  # SLURM: the jobs these tasks need
             self._keeper.scale(self.slurm.jobs_for(len(items)))
+        if self._readers is not None:
+            from connscale.engines.dask_readers import read_then_run
+
+            func = functools.partial(read_then_run, func)
         bag = dask.bag.from_sequence(items, partition_size=1).map_partitions(
             _run_partition, func, token=f"connscale-map-{uuid.uuid4().hex}"
         )
@@ -361,8 +392,18 @@ class DaskEngine(Engine):
     def close(self) -> None:
         """Close the client and the LocalCluster started here; restore Dask's settings.
 
-        A ``distributed.Client`` the caller passed is left open.
+        A ``distributed.Client`` the caller passed is left open; the readers
+        plugin registered here is removed from its workers.
         """
+        readers, self._readers = self._readers, None
+        try:
+            if readers is not None and getattr(self, "client", None) is not None:
+                self.client.unregister_worker_plugin(readers.name)
+        finally:
+            self._close_cluster()
+
+    def _close_cluster(self) -> None:
+        """Close the client and the cluster started here; restore Dask's settings."""
         if self._own_client and getattr(self, "client", None) is not None:
             self.client.close()
         if self._keeper is not None:
@@ -379,4 +420,10 @@ class DaskEngine(Engine):
     def __repr__(self) -> str:
         if self._keeper is not None:
             return f"DaskEngine(slurm={self.slurm!r}, retries={self.retries})"
+        if self._readers is not None:
+            kind = "processes" if self._readers.processes else "threads"
+            return (
+                f"DaskEngine(n_workers={self.n_jobs}, retries={self.retries}, "
+                f"readers={self._readers.readers} {kind} per worker)"
+            )
         return f"DaskEngine(n_workers={self.n_jobs}, retries={self.retries})"
