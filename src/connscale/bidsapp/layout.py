@@ -224,6 +224,37 @@ def _one(files: list, what: str, bold_name: str) -> tuple[Path | None, str | Non
     return None, f"several {what} files for {bold_name}: {names}"
 
 
+def _bold_files(layout, derivatives, query: dict, desc: str, *, cifti: bool, strategy: str):
+    """Return the BOLD files matching ``query``: ``desc``'s NIfTI, or fMRIPrep's dtseries.
+
+    Raises
+    ------
+    ValueError
+        Nothing matches; the message lists what the tree holds.
+    """
+    if cifti:  # fMRIPrep's dtseries has no desc- (a desc-denoised one is another tool's)
+        from bids.layout import Query
+
+        bolds = layout.get(
+            suffix="bold", desc=Query.NONE, extension=_CIFTI_EXTENSION, datatype="func", **query
+        )
+    else:
+        bolds = layout.get(
+            suffix="bold", desc=desc, extension=[".nii.gz", ".nii"], datatype="func", **query
+        )
+    if not bolds:
+        asked = ", ".join(f"{_FILTERS[k]}={v}" for k, v in query.items())
+        what = "CIFTI BOLD (*_bold.dtseries.nii)" if cifti else f"preprocessed BOLD (desc-{desc})"
+        raise ValueError(
+            f"No {what} in {derivatives}"
+            + (f" matches {asked}" if asked else "")
+            + f"; found {_found(layout, desc, cifti)}"
+            + (_AROMA_HINT if strategy == "ica_aroma" and not cifti else "")
+            + "."
+        )
+    return bolds
+
+
 @validate_params(
     {
         "derivatives": ["path"],
@@ -297,26 +328,7 @@ def find_runs(
     }
     query = {k: v for k, v in filters.items() if v is not None}
     cifti = file_format == "cifti"
-    if cifti:  # fMRIPrep's dtseries has no desc- (a desc-denoised one is another tool's)
-        from bids.layout import Query
-
-        bolds = layout.get(
-            suffix="bold", desc=Query.NONE, extension=_CIFTI_EXTENSION, datatype="func", **query
-        )
-    else:
-        bolds = layout.get(
-            suffix="bold", desc=desc, extension=[".nii.gz", ".nii"], datatype="func", **query
-        )
-    if not bolds:
-        asked = ", ".join(f"{_FILTERS[k]}={v}" for k, v in query.items())
-        what = "CIFTI BOLD (*_bold.dtseries.nii)" if cifti else f"preprocessed BOLD (desc-{desc})"
-        raise ValueError(
-            f"No {what} in {derivatives}"
-            + (f" matches {asked}" if asked else "")
-            + f"; found {_found(layout, desc, cifti)}"
-            + (_AROMA_HINT if strategy == "ica_aroma" and not cifti else "")
-            + "."
-        )
+    bolds = _bold_files(layout, derivatives, query, desc, cifti=cifti, strategy=strategy)
     # A run's mask has every run entity of its BOLD (and no other), its space and
     # resolution; its confounds the same run entities and no space.
     mask_keys = (*_RUN_ENTITIES, "space", "res")
