@@ -236,3 +236,29 @@ def make_fmriprep_cifti(
         )
         write_cifti_run(func, entities, seed=i, **{**kwargs, **(own[0] if own else {})})
     return root
+
+
+def write_surfaces(folder: Path, n_vertices: int = 32492) -> tuple[Path, Path]:
+    """Write two sphere meshes of ``n_vertices`` (fs_LR 32k's count) as GIFTI; return their paths.
+
+    Stand-ins for fs_LR 32k midthickness surfaces: random points on a sphere,
+    triangulated by their convex hull.
+    """
+    from scipy.spatial import ConvexHull
+
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, hemi in enumerate("LR"):
+        points = np.random.default_rng(i).standard_normal((n_vertices, 3))
+        points /= np.linalg.norm(points, axis=1, keepdims=True)
+        faces = ConvexHull(points).simplices.astype(np.int32)
+        image = nib.gifti.GiftiImage(
+            darrays=[
+                nib.gifti.GiftiDataArray((70 * points).astype(np.float32), "NIFTI_INTENT_POINTSET"),
+                nib.gifti.GiftiDataArray(faces, "NIFTI_INTENT_TRIANGLE"),
+            ]
+        )
+        path = folder / f"tpl-fsLR_den-32k_hemi-{hemi}_sphere.surf.gii"
+        nib.save(image, path)
+        paths.append(path)
+    return paths[0], paths[1]

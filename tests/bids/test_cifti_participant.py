@@ -20,6 +20,7 @@ from tests.bids._fmriprep import (
     make_fmriprep_cifti,
     participant_log,
     write_cifti_atlas,
+    write_surfaces,
 )
 from tests.bids._pybids import assert_pybids_reads
 
@@ -60,8 +61,9 @@ def _run(tree, out, **kwargs):
 @pytest.fixture(scope="module")
 def published(tree, tmp_path_factory):
     out = tmp_path_factory.mktemp("cifti_out") / "out"
+    surfaces = write_surfaces(out.parent / "surfaces")
     report = _run(tree, out, write_denoised=True, measures=["fc", "timeseries", "dfc"],
-                  window_length=10)  # fmt: skip
+                  window_length=10, surfaces=surfaces)  # fmt: skip
     return out, report
 
 
@@ -120,7 +122,8 @@ def test_outputs_equal_nilearn_and_numpy(tree, published):
         ),
         atol=1e-4,
     )
-    assert f"{prefix}_desc-simple_report.html" in _files(out, "01")
+    html = (func / f"{prefix}_desc-simple_report.html").read_text()
+    assert "cortical surfaces (tpl-fsLR_den-32k_hemi-L_sphere.surf.gii" in html
     assert f"{prefix}_meas-PearsonCorrelation_desc-simple_dfc.h5" in _files(out, "01")
     record = next(r for r in report.records if r["name"].startswith("sub-01"))
     assert record["status"] == "ok" and record["n_grayordinates"] == 91282
@@ -173,6 +176,11 @@ def test_up_front_refusals(tree, tmp_path):
         _run(tree, tmp_path / "b", file_format="nifti", write_denoised=True)
     with pytest.raises(ValueError, match="nibabel reads CIFTI-2 only|not .*CIFTI"):
         _run(tree, tmp_path / "c", atlas=root / "dataset_description.json")
+    with pytest.raises(ValueError, match="desc-confounds_timeseries.tsv is not a readable GIFTI"):
+        tsv = next(root.glob("sub-01/func/*_timeseries.tsv"))
+        _run(tree, tmp_path / "d", surfaces=[tsv, tsv])
+    with pytest.raises(ValueError, match="--surfaces draws CIFTI runs' maps"):
+        _run(tree, tmp_path / "e", file_format="nifti", surfaces=[tsv, tsv])
 
 
 def test_maps_on_grayordinates_equal_numpy(tmp_path):
@@ -207,7 +215,8 @@ def test_maps_on_grayordinates_equal_numpy(tmp_path):
     assert np.abs(degree.get_fdata()[0] - expected).max() <= 1  # pairs at r = 0.25 in float32
     meta = json.loads((func / f"{source}_stat-gcor_desc-simple_boldmap.json").read_text())
     assert meta["Nodes"] == "grayordinates" and meta["NumberOfNodes"] == small.size
-    assert (func / f"{source}_stat-maps_desc-simple_report.html").is_file()
+    html = (func / f"{source}_stat-maps_desc-simple_report.html").read_text()
+    assert "flat per-structure view" in html
     assert_pybids_reads(out, source=root)
 
 

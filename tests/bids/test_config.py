@@ -146,6 +146,7 @@ def test_keyword_defaults_are_kept():
         "space": None,
         "den": None,
         "file_format": None,
+        "surfaces": None,
         "write_denoised": False,
         "t_r": None,
         "min_dof": 10,

@@ -12,7 +12,8 @@ name in the ScalarAxis) with its JSON sidecar, under the volume maps' names::
     <source>_stat-gcor_desc-<strategy>_boldmap.dscalar.nii / .json
     <source>_stat-maps_desc-<strategy>_report.html
 
-The report draws each map in a flat per-structure view (no surface mesh).
+The report draws each map on the cortical surfaces given (``surfaces``) or in a
+flat per-structure view, and says which.
 """
 
 from __future__ import annotations
@@ -129,17 +130,18 @@ def write_cifti_maps(config, run, decoded, out, context, timings) -> list[str]:
 
 def _report(config, run, decoded, out, drawn: list, written: list, timings) -> str:
     """Write the maps' report (each map in a flat per-structure view); return its name."""
+    from connscale.bidsapp.cifti_report import draw_map
     from connscale.bidsapp.voxel_measures import _report as write_report
-    from connscale.report.cifti import FLAT_VIEW, plot_structure_view
 
     tic = time.perf_counter()
     folder = out.staging / "figures"
     folder.mkdir(parents=True, exist_ok=True)
     brain_model = decoded.cifti.brain_model
-    figures = [
-        plot_structure_view(values, brain_model, folder / f"{title}.png", title=title)
-        for values, title in drawn
-    ]
+    figures, how = [], None
+    for values, title in drawn:
+        path = folder / f"{title}.png"
+        figure, how = draw_map(values, brain_model, path, title=title, surfaces=config.surfaces)
+        figures.append(figure)
     name = bids_name(
         {**run.entities, "stat": "maps", "desc": config.desc}, suffix="report", extension=".html"
     )
@@ -153,7 +155,7 @@ def _report(config, run, decoded, out, drawn: list, written: list, timings) -> s
             "grayordinates": len(brain_model),
             "volumes kept": int(decoded.context["operator"].volumes.size),
             "degree thresholds": [float(v) for v in config.degree_thresholds],
-            "maps drawn as": FLAT_VIEW,
+            "maps drawn as": how,
         },
         timings=timings,
         outputs=list(written),

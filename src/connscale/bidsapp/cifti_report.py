@@ -2,9 +2,9 @@
 
 Its figures: the parcellated connectome, the grayordinates' carpet plot
 before and after denoising, and the raw
-series' temporal signal-to-noise ratio and the parcels' coverage in a flat
-per-structure view (:mod:`connscale.report.cifti`; no surface mesh is used,
-and the report says so).
+series' temporal signal-to-noise ratio and the parcels' coverage, on the
+cortical surfaces the user gives (``surfaces``) or in a flat per-structure
+view (:mod:`connscale.report.cifti`); the report says which.
 """
 
 from __future__ import annotations
@@ -15,9 +15,35 @@ import numpy as np
 
 from connscale.bidsapp.report import run_header
 
-__all__ = ["write_cifti_report"]
+__all__ = ["draw_map", "write_cifti_report"]
 
 _MAX_CARPET = 2000
+
+
+def draw_map(values, brain_model, path: Path, *, title: str, surfaces) -> tuple[Path, str]:
+    """Draw a grayordinate map: on ``surfaces`` (left, right meshes) when they fit, else flat.
+
+    Returns the figure and how it was drawn (what the report says).
+    """
+    from connscale.report.cifti import (
+        FLAT_VIEW,
+        load_surfaces,
+        plot_structure_view,
+        plot_surface_views,
+        surface_problem,
+    )
+
+    if surfaces is not None:
+        meshes = load_surfaces(*surfaces)
+        problem = surface_problem(brain_model, meshes)
+        if problem is None:
+            names = ", ".join(Path(s).name for s in surfaces)
+            drawn = f"cortical surfaces ({names}; nilearn plot_surf_stat_map, lateral views)"
+            return plot_surface_views(values, brain_model, meshes, path, title=title), drawn
+        return plot_structure_view(values, brain_model, path, title=title), (
+            f"{FLAT_VIEW}; the surfaces given do not fit: {problem}"
+        )
+    return plot_structure_view(values, brain_model, path, title=title), FLAT_VIEW
 
 
 def _tsnr(data: np.ndarray) -> np.ndarray:
@@ -28,11 +54,11 @@ def _tsnr(data: np.ndarray) -> np.ndarray:
         return np.where(std > 0, mean / std, np.nan)
 
 
-def _figures(region_set, folder: Path) -> list[Path]:
-    """Write the run's figures into ``folder``; return their paths."""
+def _figures(region_set, folder: Path) -> tuple[list[Path], str]:
+    """Write the run's figures into ``folder``; return their paths and how the maps were drawn."""
     from connscale.denoise import clean_signals
     from connscale.fc.static import correlation
-    from connscale.report.cifti import plot_grayordinate_carpet, plot_structure_view
+    from connscale.report.cifti import plot_grayordinate_carpet
     from connscale.report.plots import plot_correlation_matrix
 
     config, decoded, context = region_set.config, region_set.decoded, region_set.context
@@ -66,34 +92,31 @@ def _figures(region_set, folder: Path) -> list[Path]:
             title=f"grayordinates after denoising (kept volumes; 1 in {step})",
         )
     )
-    figures.append(
-        plot_structure_view(
-            _tsnr(data),
-            brain_model,
-            folder / "tsnr.png",
-            title="temporal SNR of the BOLD (mean / SD)",
-        )
+    tsnr, drawn = draw_map(
+        _tsnr(data),
+        brain_model,
+        folder / "tsnr.png",
+        title="temporal SNR of the BOLD (mean / SD)",
+        surfaces=config.surfaces,
     )
     coverage = np.full(len(brain_model), np.nan)
     labels = decoded.atlas.labels
     for key, value in zip(decoded.regions, region_set.parcels.coverage):
         coverage[labels == key] = value
-    figures.append(
-        plot_structure_view(
-            coverage,
-            brain_model,
-            folder / "coverage.png",
-            title="parcel coverage (unlabelled: blank)",
-        )
+    covered, _ = draw_map(
+        coverage,
+        brain_model,
+        folder / "coverage.png",
+        title="parcel coverage (unlabelled: blank)",
+        surfaces=config.surfaces,
     )
-    return figures
+    return [*figures, tsnr, covered], drawn
 
 
 def write_cifti_report(region_set, name: str) -> Path:
     """Write the CIFTI run's HTML report into the set's staging folder."""
     from connscale.io.cifti import brain_model_summary
     from connscale.report import write_report
-    from connscale.report.cifti import FLAT_VIEW
 
     config, run, decoded, context = (
         region_set.config,
@@ -102,7 +125,7 @@ def write_cifti_report(region_set, name: str) -> Path:
         region_set.context,
     )
     staging = region_set.out.staging
-    figures = _figures(region_set, staging / "figures")
+    figures, drawn = _figures(region_set, staging / "figures")
     fd = context["fd"]
     results = {
         "volumes": int(decoded.data.shape[0]),
@@ -120,7 +143,7 @@ def write_cifti_report(region_set, name: str) -> Path:
             "atlas": config.atlas_name,
             "atlas map": decoded.atlas.map_name,
             "brain model": brain_model_summary(decoded.cifti.brain_model),
-            "maps drawn as": FLAT_VIEW,
+            "maps drawn as": drawn,
             "strategy": config.strategy,
             "bold": str(run.bold),
             "confounds": str(run.confounds),

@@ -243,6 +243,20 @@ class ParticipantConfig:
                   help="networks: voxels per network, a count (e.g. 500) or a fraction "
                   "(e.g. 0.07)."),
     )  # fmt: skip
+    surfaces: tuple | None = param(
+        None,
+        fingerprint=False,
+        constraints=[list, tuple, None],
+        doc_type="pair of paths or None",
+        doc="CIFTI runs' reports: the left and right cortical surface meshes\n"
+        "(GIFTI, e.g. fs_LR 32k ``*.midthickness.surf.gii``) their maps are\n"
+        "drawn on (nilearn's ``plot_surf_stat_map``); None: a flat\n"
+        "per-structure view (:mod:`connscale.report.cifti`). The reports say which.",
+        flag=Flag(("--surfaces",), group=ATLAS, nargs=2, type="input_file",
+                  metavar="SURF_GII", levels=("participant",),
+                  help="CIFTI runs' reports: left and right surface meshes (GIFTI, e.g. fs_LR "
+                  "32k midthickness) to draw the maps on; default: a flat per-structure view."),
+    )  # fmt: skip
     write_denoised: bool = param(
         False,
         fingerprint=False,

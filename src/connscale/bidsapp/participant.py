@@ -463,6 +463,11 @@ def _open_engine(
     return get_engine(backend, cluster=cluster, n_jobs=n_jobs)
 
 
+def _absolute(paths) -> list[str]:
+    """Return ``paths`` resolved, as strings (what a run task receives)."""
+    return [str(Path(p).resolve()) for p in paths]
+
+
 def _file_format(config: ParticipantConfig, atlas: Path) -> str:
     """Return the runs' format: ``file_format``, else CIFTI for a dlabel atlas, ``den`` or fsLR."""
     if config.file_format is not None:
@@ -486,6 +491,8 @@ def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) 
     if file_format == "nifti":
         if config.write_denoised:
             raise ValueError("--write-denoised writes CIFTI runs' denoised dtseries only.")
+        if config.surfaces is not None:
+            raise ValueError("--surfaces draws CIFTI runs' maps; these runs are volumes.")
         if atlas.name.endswith(".dlabel.nii"):
             raise ValueError(
                 f"The atlas {atlas.name} is a CIFTI label file: it parcellates CIFTI runs "
@@ -509,6 +516,14 @@ def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) 
     if atlas_labels is not None:
         raise ValueError("--atlas-labels: a .dlabel.nii atlas names its own parcels; drop it.")
     check_cifti_atlas(atlas)
+    if config.surfaces is not None:
+        from connscale.report.cifti import load_surfaces
+
+        if len(config.surfaces) != 2:
+            raise ValueError(
+                f"--surfaces takes 2 meshes (left, right); got {len(config.surfaces)}."
+            )
+        load_surfaces(*config.surfaces)
     return config.atlas_space
 
 
@@ -593,6 +608,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         output=str(output),
         atlas=str(atlas),
         atlas_labels=None if atlas_labels is None else str(atlas_labels),
+        surfaces=None if config.surfaces is None else tuple(_absolute(config.surfaces)),
         atlas_space=atlas_space,
         file_format=file_format,
         participant_label=participant_label,
