@@ -12,7 +12,9 @@ reader process runs: this module and its imports hold no torch.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import time
 import warnings
 from contextlib import contextmanager
@@ -106,11 +108,20 @@ def _check_t_r(run: BoldRun, cifti) -> None:
         )
 
 
+@functools.lru_cache(maxsize=2)
+def _atlas_labels(path: str, stamp: tuple):
+    """Return the atlas's labels, read once per process while the file (``stamp``) is unchanged."""
+    from connscale.io.cifti import read_cifti_labels
+
+    return read_cifti_labels(path)
+
+
 def _read_atlas(config: ParticipantConfig, run: BoldRun, cifti):
     """Return the atlas's labels and keys, refusing it when it is on another brain model."""
-    from connscale.io.cifti import check_same_brain_model, read_cifti_labels
+    from connscale.io.cifti import check_same_brain_model
 
-    atlas = read_cifti_labels(config.atlas)
+    stat = os.stat(config.atlas)
+    atlas = _atlas_labels(str(config.atlas), (stat.st_mtime_ns, stat.st_size))
     try:
         check_same_brain_model(cifti, atlas, what=f"The atlas of {run.bold.name}")
     except ValueError as exc:
