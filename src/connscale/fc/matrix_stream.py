@@ -192,6 +192,10 @@ def _scale(timeseries, measure, dev, dtype, columns):
     for c0 in range(0, n, columns):
         c1 = min(n, c0 + columns)
         chunk = torch.from_numpy(np.ascontiguousarray(timeseries[:, c0:c1])).to(dev)
+        finite = torch.isfinite(chunk).all(dim=0)
+        if not bool(finite.all()):
+            bad = c0 + int(torch.nonzero(~finite)[0])
+            raise ValueError(f"Series {bad} holds NaN or infinite values; inputs must be finite.")
         scaled[c0:c1], constant[c0:c1] = scale_rows(chunk, measure, dtype=dtype)
         del chunk
     return scaled, constant
