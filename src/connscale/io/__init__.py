@@ -5,6 +5,7 @@ nowhere else. Writes are atomic.
 
 - :mod:`~connscale.io.timeseries`: region/voxel time-series tables;
   :mod:`~connscale.io.nifti`: NIfTI through nilearn's maskers, gzipped NIfTI;
+- :mod:`~connscale.io.cifti`: CIFTI-2 grayordinate files through nibabel's axes;
 - :mod:`~connscale.io.relmat` (TSV, NPY, names, sidecars) and
   :mod:`~connscale.io.hdf5` (``_relmat.h5``): connectivity matrices;
 - :mod:`~connscale.io.dfc`: the ``_dfc.h5`` store of windowed correlations;
