@@ -1,6 +1,8 @@
-"""Grayordinates (CIFTI-2): dense and parcellated connectomes, parcellation, maps.
+"""Grayordinates (CIFTI-2): parcellation, maps and connectomes of dense series.
 
-Each module's public functions are re-exported here.
+The numerical work runs on the (n_timepoints, n_grayordinates) matrix; the
+brain model travels beside the result (:mod:`connscale.io.cifti` reads and
+writes the files).
 """
 
 from connscale.cifti.correlation import (

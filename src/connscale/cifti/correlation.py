@@ -339,8 +339,9 @@ def _write_dconn(series, out_file, measure, rows, planner, work_dtype, verbose):
         what = "dense" if dense else "parcellated"
         raise ValueError(f"The {what} matrix of {series.path} is a {suffix}; got {out_file}.")
     row_axis = series.brain_model if rows is None else series.brain_model[rows]
-    with DconnWriter(out_file, row_axis, series.brain_model, dtype=numpy_dtype(work_dtype),
-                     memory_limit=planner) as writer:  # fmt: skip
+    # The blocks sent are contiguous: the writer needs no staging buffer for them.
+    dtype = numpy_dtype(work_dtype)
+    with DconnWriter(out_file, row_axis, series.brain_model, dtype=dtype) as writer:
         return stream_matrix(
             series.data,
             writer,

@@ -86,6 +86,7 @@ def stream_matrix(
     planner: MemoryPlanner,
     rows: np.ndarray | None = None,
     dtype: torch.dtype = torch.float32,
+    mirror: bool | None = None,
     verbose: int = 0,
 ) -> tuple[MemoryPlan, int]:
     """Write the matrix of ``measure`` between ``rows`` and all series to ``writer``.
@@ -104,6 +105,10 @@ def stream_matrix(
         The series of each output row, in order (None: all, in order).
     dtype : torch.dtype, default=torch.float32
         Working and output dtype.
+    mirror : bool or None, default=None
+        Compute the upper triangle and write it twice (True; all rows on the
+        CPU only), or full row blocks (False); None: the device's schedule
+        (module docstring).
     verbose : int, default=0
         Show a progress bar.
 
@@ -116,7 +121,9 @@ def stream_matrix(
     n_timepoints, n = timeseries.shape
     measure.check_length(n_timepoints)
     dev = planner.device
-    mirror = rows is None and dev.type == "cpu"
+    if mirror is None:
+        mirror = dev.type == "cpu"
+    mirror = mirror and rows is None and dev.type == "cpu"
     n_out = n if rows is None else len(rows)
     with planner.transient():
         plan, rounds, columns = _plan(n, n_out, measure.n_terms(n_timepoints), dtype, planner,
@@ -191,7 +198,7 @@ def _scale(timeseries, measure, dev, dtype, columns):
     constant = torch.empty(n, dtype=torch.bool, device=dev)
     for c0 in range(0, n, columns):
         c1 = min(n, c0 + columns)
-        chunk = torch.from_numpy(np.ascontiguousarray(timeseries[:, c0:c1])).to(dev)
+        chunk = torch.from_numpy(np.array(timeseries[:, c0:c1], order="C")).to(dev)  # a copy
         finite = torch.isfinite(chunk).all(dim=0)
         if not bool(finite.all()):
             bad = c0 + int(torch.nonzero(~finite)[0])

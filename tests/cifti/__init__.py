@@ -1,0 +1,1 @@
+"""Tests of connscale.cifti: parcellation, maps and connectomes of grayordinates."""
