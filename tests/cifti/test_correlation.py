@@ -93,25 +93,25 @@ def _read(path) -> np.ndarray:
 
 
 def _reference(x, *, weights=None, demean=True, covariance=False, fisher_z=False, rows=None):
-    """Workbench's formulas (fc.row_products' docstring) in float64 numpy."""
+    """Workbench's formulas (fc.row_products' docstring) in float64 numpy: ``rows`` x all."""
     x = x.astype(np.float64)
+    rows = np.arange(x.shape[1]) if rows is None else np.asarray(rows)
     w = np.ones(len(x)) if weights is None else np.asarray(weights, dtype=np.float64)
     keep = w > 0
     x, w = x[keep], w[keep]
     if demean:
         x = x - (w[:, None] * x).sum(0) / w.sum()
     u = np.sqrt(w)[:, None] * x
-    products = u.T @ u
+    products = u[:, rows].T @ u
     if covariance:
-        matrix = products / w.sum()
-    else:
-        norm = np.sqrt(np.diag(products))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            matrix = np.clip(products / np.outer(norm, norm), -1, 1)
-        np.fill_diagonal(matrix, 1.0)
-        if fisher_z:
-            matrix = np.arctanh(np.clip(matrix, -0.999999, 0.999999))
-    return matrix if rows is None else matrix[rows]
+        return products / w.sum()
+    norm = np.linalg.norm(u, axis=0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        matrix = np.clip(products / np.outer(norm[rows], norm), -1, 1)
+    matrix[np.arange(len(rows)), rows] = 1.0
+    if fisher_z:
+        matrix = np.arctanh(np.clip(matrix, -0.999999, 0.999999))
+    return matrix
 
 
 def _assert_same(ours, reference, *, rtol=0.0):
