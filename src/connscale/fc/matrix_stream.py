@@ -44,6 +44,10 @@ logger = logging.getLogger(__name__)
 # of 512 MB each in float32; CUDA: copies of a block overlap the next GEMM).
 _MAX_BLOCK_ELEMENTS_CPU = 1 << 27
 _MAX_BLOCK_ELEMENTS_CUDA = 1 << 28
+# The triangle is cut into at least this many row blocks: a block of B rows
+# computes columns from its first row on, so the GEMMs do 1/2 + B/(2N) of the
+# full matrix's products (53% here; one block would compute it all).
+_MIN_TRIANGLE_BLOCKS = 16
 
 
 class MatrixWriter(Protocol):
@@ -152,8 +156,8 @@ def _plan(n, n_out, n_terms, dtype, planner, *, mirror, fisher, input_item):
 
     Counted: the scaled series (N x K), the float64 temporaries of scaling
     them (in column chunks), and per block element the block, its transpose
-    (CPU triangle), a mask (Fisher z) and on CUDA the copy scratch buffers on
-    the device and two pinned staging buffers on the host.
+    (CPU triangle), a mask (Fisher z) and on CUDA the two copy scratch buffers
+    on the device and two pinned staging buffers on the host.
 
     Returns the plan, the rounds and the columns scaled at a time.
     """
@@ -166,16 +170,18 @@ def _plan(n, n_out, n_terms, dtype, planner, *, mirror, fisher, input_item):
         f"Not enough memory to scale {n} series of {n_terms} time points on {dev}",
         at_most=n,
     )
-    per_element = item * (2 if mirror or cuda else 1) + (1 if fisher else 0) + (item if cuda else 0)
+    # CPU triangle: a block and its transpose; CUDA: the block and two copy scratch buffers.
+    per_element = item * (2 if mirror else 3 if cuda else 1) + (1 if fisher else 0)
     cap = _MAX_BLOCK_ELEMENTS_CUDA if cuda else _MAX_BLOCK_ELEMENTS_CPU
     max_elements = min(cap, max(planner.device_left // per_element, 0))
     if cuda:
         max_elements = min(max_elements, max(planner.host_left // (2 * item), 0))
+    most_rows = -(-n // _MIN_TRIANGLE_BLOCKS) if mirror else n_out
     rounds = []
     start = 0
     while start < n_out:
         n_cols = n - start if mirror else n
-        count = min(n_out - start, max_elements // n_cols)
+        count = min(n_out - start, max_elements // n_cols, most_rows)
         if count < 1:
             raise planner.error(
                 f"Not enough memory for one row of the {n_out} x {n} matrix on {dev}",
