@@ -1,4 +1,4 @@
-"""Turn a command-line INPUT (NIfTI + mask/atlas, or ROI table) into series."""
+"""Turn a command-line INPUT (NIfTI + mask/atlas, ROI table, CIFTI-2 series) into series."""
 
 from __future__ import annotations
 
@@ -6,26 +6,44 @@ from pathlib import Path
 
 from connscale.io.timeseries import TIMESERIES_SUFFIXES, load_timeseries
 
+#: The CIFTI-2 series that ``connscale fc`` reads (a matrix of grayordinates or parcels).
+CIFTI_SERIES_SUFFIXES = (".dtseries.nii", ".ptseries.nii")
+_CIFTI_OTHER_SUFFIXES = (".dconn.nii", ".pconn.nii", ".dscalar.nii", ".pscalar.nii", ".dlabel.nii")
 
-def check_input_arguments(args) -> None:
+
+def is_cifti_series(path) -> bool:
+    """Return whether ``path`` names a CIFTI-2 series (by its name; nothing is read)."""
+    return Path(path).name.lower().endswith(CIFTI_SERIES_SUFFIXES)
+
+
+def check_input_arguments(args, *, cifti: bool = False) -> None:
     """Check that --mask and --atlas go with a NIfTI INPUT, and INPUT is of a kind read.
 
-    The kind is told by its name: nothing is read here.
+    The kind is told by its name: nothing is read here. A CIFTI-2 series is
+    read by the commands that pass ``cifti=True``.
     """
     from connscale.io.nifti import is_nifti
 
-    if is_nifti(args.input):
+    name = args.input.name.lower()
+    is_cifti = name.endswith(CIFTI_SERIES_SUFFIXES + _CIFTI_OTHER_SUFFIXES)
+    if is_cifti and not (cifti and is_cifti_series(name)):
+        raise ValueError(_not_an_input(args.input.name, cifti))
+    if is_nifti(args.input) and not is_cifti:
         return
-    if args.input.suffix.lower() not in TIMESERIES_SUFFIXES:
-        raise ValueError(_NOT_AN_INPUT.format(name=args.input.name))
+    if args.input.suffix.lower() not in TIMESERIES_SUFFIXES and not is_cifti:
+        raise ValueError(_not_an_input(args.input.name, cifti))
     if args.mask is not None or args.atlas is not None:
         raise ValueError("--mask and --atlas apply to NIfTI input only.")
 
 
-_NOT_AN_INPUT = (
-    f"INPUT must be a NIfTI (.nii, .nii.gz) or a time-series table "
-    f"({', '.join(TIMESERIES_SUFFIXES)}); got {{name}}."
-)
+def _not_an_input(name: str, cifti: bool) -> str:
+    tables = f"a time-series table ({', '.join(TIMESERIES_SUFFIXES)})"
+    if cifti:
+        return (
+            f"INPUT must be a NIfTI (.nii, .nii.gz), {tables} or a CIFTI-2 series "
+            f"({', '.join(CIFTI_SERIES_SUFFIXES)}); got {name}."
+        )
+    return f"INPUT must be a NIfTI (.nii, .nii.gz) or {tables}; got {name}."
 
 
 def output_entities(input_path, *, atlas=None, atlas_name: str | None = None) -> dict:
@@ -54,6 +72,24 @@ def bids_place(root: Path, entities: dict, *, suffix: str, extension: str) -> tu
     folder = derivative_path(root, entities, suffix=suffix, extension=extension).parent
     stem = bids_name(entities, suffix=suffix, extension=extension)[: -len(extension)]
     return folder, stem
+
+
+def cifti_output_place(args, *, stat: str, suffix: str) -> tuple[Path, str]:
+    """Return the folder and file stem of the output made from a CIFTI-2 series.
+
+    XCP-D's BIDS spelling when INPUT has BIDS entities
+    (``<source entities>_stat-<stat>_<suffix>``, e.g.
+    ``..._space-fsLR_den-91k_stat-pearsoncorrelation_boldmap``), else INPUT's
+    own stem in ``--out``.
+    """
+    from connscale.io.bids import source_entities
+
+    entities = source_entities(args.input)
+    name = Path(args.input).name
+    if f"sub-{entities['sub']}" not in name:
+        return Path(args.out), name[: -len(".dtseries.nii")]
+    # .nii.gz: a place-holder extension that the BIDS patterns know, for the stem.
+    return bids_place(args.out, {**entities, "stat": stat}, suffix=suffix, extension=".nii.gz")
 
 
 def output_place(args, *, suffix: str, extension: str) -> tuple[Path, str]:

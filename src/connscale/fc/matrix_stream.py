@@ -1,0 +1,253 @@
+"""Stream a dense matrix of row products (rows x all series) to a writer in blocks.
+
+The series are scaled once on the device (:func:`connscale.fc.row_products.scale_rows`)
+and the matrix is formed block by block by GEMM, each block handed to a
+:class:`MatrixWriter` (e.g. :class:`connscale.io.cifti.DconnWriter`) and
+forgotten: the whole matrix is never in memory, and ``memory_limit`` bounds
+the normalised series, the blocks and the copies together.
+
+Two schedules, chosen per device:
+
+* the CPU computes the symmetric matrix's upper triangle once - row block
+  [i0, i1) against columns [i0, N) - and writes each block twice: as it is, and
+  transposed into rows [i1, N) (:meth:`MatrixWriter.write_block`). That halves
+  the arithmetic, which binds on a CPU (a dot product of T values per pair
+  against ~4 bytes written);
+* CUDA computes full row blocks (all N columns) and writes them as contiguous
+  rows (:meth:`MatrixWriter.write_rows`), copied to pinned memory on a copy
+  stream while the next block is computed: the GEMM is much faster than the
+  disk there, so doubling it costs nothing, and one long sequential write per
+  block is what the disk writes fastest.
+
+Rows of a subset (Workbench's ``-roi-override``) are full row blocks on both
+devices (their matrix is not symmetric).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from connscale._compute import MemoryPlan, MemoryPlanner, synchronize
+from connscale.fc._sinks import Rows, Sender
+from connscale.fc.normalize import warn_constant
+from connscale.fc.row_products import RowMeasure, finish_block, scale_rows
+
+logger = logging.getLogger(__name__)
+
+# A block holds at most this many elements (CPU: one block and its transpose
+# of 512 MB each in float32; CUDA: copies of a block overlap the next GEMM).
+_MAX_BLOCK_ELEMENTS_CPU = 1 << 27
+_MAX_BLOCK_ELEMENTS_CUDA = 1 << 28
+# The triangle is cut into at least this many row blocks: a block of B rows
+# computes columns from its first row on, so the GEMMs do 1/2 + B/(2N) of the
+# full matrix's products (53% here; one block would compute it all).
+_MIN_TRIANGLE_BLOCKS = 16
+
+
+class MatrixWriter(Protocol):
+    """Where the blocks go: rows, or tiles, of an (n_rows, N) matrix."""
+
+    def write_rows(self, row0: int, block: np.ndarray) -> None:
+        """Write ``block`` as rows ``row0 ..`` (all columns)."""
+
+    def write_block(self, row0: int, col0: int, block: np.ndarray) -> None:
+        """Write ``block`` at rows ``row0 ..``, columns ``col0 ..``."""
+
+
+@dataclass(frozen=True)
+class _Round:
+    start: int  # first output row
+    stop: int  # one past the last
+    n_cols: int  # columns computed (N, or N - start for the triangle)
+
+
+class _RowsSink:
+    """A :class:`connscale.fc._sinks.Sender` sink that writes whole rows."""
+
+    in_memory = False
+
+    def __init__(self, writer: MatrixWriter) -> None:
+        self.writer = writer
+
+    def destination(self, target, size):
+        return None
+
+    def write(self, target: Rows, values) -> None:
+        self.writer.write_rows(target.start, values.reshape(target.n_rows, target.n_cols))
+
+
+def stream_matrix(
+    timeseries: np.ndarray,
+    writer: MatrixWriter,
+    *,
+    measure: RowMeasure,
+    planner: MemoryPlanner,
+    rows: np.ndarray | None = None,
+    dtype: torch.dtype = torch.float32,
+    mirror: bool | None = None,
+    verbose: int = 0,
+) -> tuple[MemoryPlan, int]:
+    """Write the matrix of ``measure`` between ``rows`` and all series to ``writer``.
+
+    Parameters
+    ----------
+    timeseries : ndarray of shape (n_timepoints, n_series)
+        May be a memory map; read in column chunks.
+    writer : MatrixWriter
+        Receives the (len(rows), n_series) matrix (all rows when ``rows`` is
+        None), each entry once.
+    measure : RowMeasure
+    planner : MemoryPlanner
+        The call's planner (its device is the compute device).
+    rows : ndarray of int or None
+        The series of each output row, in order (None: all, in order).
+    dtype : torch.dtype, default=torch.float32
+        Working and output dtype.
+    mirror : bool or None, default=None
+        Compute the upper triangle and write it twice (True; all rows on the
+        CPU only), or full row blocks (False); None: the device's schedule
+        (module docstring).
+    verbose : int, default=0
+        Show a progress bar.
+
+    Returns
+    -------
+    plan : MemoryPlan
+    n_constant : int
+        Series whose correlations are undefined (counted in one warning).
+    """
+    n_timepoints, n = timeseries.shape
+    measure.check_length(n_timepoints)
+    dev = planner.device
+    if mirror is None:
+        mirror = dev.type == "cpu"
+    mirror = mirror and rows is None and dev.type == "cpu"
+    n_out = n if rows is None else len(rows)
+    with planner.transient():
+        plan, rounds, columns = _plan(n, n_out, measure.n_terms(n_timepoints), dtype, planner,
+                                      mirror=mirror, fisher=measure.fisher_z,
+                                      input_item=timeseries.dtype.itemsize)  # fmt: skip
+        logger.debug("matrix plan: %s (mirror: %s)", plan, mirror)
+        with torch.no_grad():
+            scaled, constant = _scale(timeseries, measure, dev, dtype, columns)
+            n_constant = warn_constant(constant)
+            del constant
+            progress = tqdm(total=n_out, unit="row", disable=not verbose, leave=False)
+            if mirror:
+                _run_triangle(scaled, rounds, writer, measure, progress)
+            else:
+                row_ids = torch.arange(n) if rows is None else torch.as_tensor(rows)
+                _run_rows(scaled, row_ids.to(dev), rounds, writer, measure, progress)
+            progress.close()
+        del scaled
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return plan, n_constant
+
+
+def _plan(n, n_out, n_terms, dtype, planner, *, mirror, fisher, input_item):
+    """Split the output rows into rounds that fit the planner's budgets.
+
+    Counted: the scaled series (N x K), the float64 temporaries of scaling
+    them (in column chunks), and per block element the block, its transpose
+    (CPU triangle), a mask (Fisher z) and on CUDA the two copy scratch buffers
+    on the device and two pinned staging buffers on the host.
+
+    Returns the plan, the rounds and the columns scaled at a time.
+    """
+    item = torch.finfo(dtype).bits // 8
+    dev = planner.device
+    cuda = dev.type == "cuda"
+    planner.reserve_device(n * n_terms * item)
+    columns = planner.fit(
+        n_terms * (input_item + 4 * 8 + item),
+        f"Not enough memory to scale {n} series of {n_terms} time points on {dev}",
+        at_most=n,
+    )
+    # CPU triangle: a block and its transpose; CUDA: the block and two copy scratch buffers.
+    per_element = item * (2 if mirror else 3 if cuda else 1) + (1 if fisher else 0)
+    cap = _MAX_BLOCK_ELEMENTS_CUDA if cuda else _MAX_BLOCK_ELEMENTS_CPU
+    max_elements = min(cap, max(planner.device_left // per_element, 0))
+    if cuda:
+        max_elements = min(max_elements, max(planner.host_left // (2 * item), 0))
+    most_rows = -(-n // _MIN_TRIANGLE_BLOCKS) if mirror else n_out
+    rounds = []
+    start = 0
+    while start < n_out:
+        n_cols = n - start if mirror else n
+        count = min(n_out - start, max_elements // n_cols, most_rows)
+        if count < 1:
+            raise planner.error(
+                f"Not enough memory for one row of the {n_out} x {n} matrix on {dev}",
+                planner.device_bytes + per_element * n_cols,
+            )
+        rounds.append(_Round(start, start + count, n_cols))
+        start += count
+    largest = max(r.n_cols * (r.stop - r.start) for r in rounds)
+    planner.reserve_device(largest * per_element)
+    if cuda:
+        planner.reserve_host(2 * item * largest)
+    plan = planner.plan(block_rows=rounds[0].stop, n_rounds=len(rounds), out_of_core=True)
+    return plan, rounds, int(columns)
+
+
+def _scale(timeseries, measure, dev, dtype, columns):
+    """Scale the series on ``dev``, ``columns`` at a time; return rows and constants."""
+    n_timepoints, n = timeseries.shape
+    scaled = torch.empty((n, measure.n_terms(n_timepoints)), dtype=dtype, device=dev)
+    constant = torch.empty(n, dtype=torch.bool, device=dev)
+    for c0 in range(0, n, columns):
+        c1 = min(n, c0 + columns)
+        chunk = torch.from_numpy(np.array(timeseries[:, c0:c1], order="C")).to(dev)  # a copy
+        finite = torch.isfinite(chunk).all(dim=0)
+        if not bool(finite.all()):
+            bad = c0 + int(torch.nonzero(~finite)[0])
+            raise ValueError(f"Series {bad} holds NaN or infinite values; inputs must be finite.")
+        scaled[c0:c1], constant[c0:c1] = scale_rows(chunk, measure, dtype=dtype)
+        del chunk
+    return scaled, constant
+
+
+def _run_triangle(scaled, rounds, writer, measure, progress):
+    """Write the symmetric matrix from its upper triangle, each block also transposed."""
+    n = scaled.shape[0]
+    largest = max(r.n_cols * (r.stop - r.start) for r in rounds)
+    workspace = torch.empty(largest, dtype=scaled.dtype)
+    transposed = torch.empty(largest, dtype=scaled.dtype)
+    for rnd in rounds:
+        i0, i1 = rnd.start, rnd.stop
+        b = i1 - i0
+        block = workspace[: b * rnd.n_cols].view(b, rnd.n_cols)
+        torch.mm(scaled[i0:i1], scaled[i0:].T, out=block)
+        square = block[:, :b]
+        square.copy_(torch.triu(square) + torch.triu(square, 1).T)  # exactly symmetric
+        finish_block(block, measure, torch.arange(i0, i1), i0)
+        writer.write_block(i0, i0, block.numpy())
+        if i1 < n:
+            lower = transposed[: (n - i1) * b].view(n - i1, b)
+            lower.copy_(block[:, b:].T)
+            writer.write_block(i1, i0, lower.numpy())
+        progress.update(b)
+
+
+def _run_rows(scaled, row_ids, rounds, writer, measure, progress):
+    """Write full row blocks (rows ``row_ids`` against all series) in order."""
+    dev = scaled.device
+    largest = max(r.n_cols * (r.stop - r.start) for r in rounds)
+    workspace = torch.empty(largest, dtype=scaled.dtype, device=dev)
+    sender = Sender(_RowsSink(writer), dev, largest)
+    for rnd in rounds:
+        ids = row_ids[rnd.start : rnd.stop]
+        block = workspace[: ids.numel() * rnd.n_cols].view(ids.numel(), rnd.n_cols)
+        torch.mm(scaled[ids], scaled.T, out=block)
+        finish_block(block, measure, ids, 0)
+        sender.send_block(block.reshape(-1), Rows(rnd.start, ids.numel(), rnd.n_cols))
+        progress.update(ids.numel())
+    sender.flush()
+    synchronize(dev)
