@@ -10,6 +10,7 @@ from nilearn import signal
 from connscale.bidsapp.group import run_group
 from connscale.bidsapp.participant import run_participant
 from connscale.denoise import load_confounds
+from connscale.fc.normalize import ConstantSeriesWarning
 from connscale.io.relmat import read_relmat_tsv
 from connscale.io.timeseries import load_timeseries
 from tests.bids._fmriprep import (
@@ -252,3 +253,35 @@ def test_layout_finds_fmriprep_dtseries_only(tmp_path):
     refused = r"No CIFTI BOLD .* matches den=\['170k'\]; found 2 .*; den 91k"
     with pytest.raises(ValueError, match=refused):
         find_runs(root, file_format="cifti", den="170k")
+
+
+def test_constant_grayordinates_left_out_and_a_constant_run_refused(tmp_path):
+    from connscale.bidsapp.cifti_decode import decode_cifti_run
+    from connscale.bidsapp.cleaning import RunRefused
+    from connscale.bidsapp.config import ParticipantConfig
+    from connscale.bidsapp.layout import find_runs
+
+    small = brain_model_91k()[CORTEX : CORTEX + 4394]
+    root = make_fmriprep_cifti(
+        tmp_path / "fmriprep", [("01", None, "rest", None)], brain_model=small
+    )
+    labels = 1 + (3 * np.arange(len(small))) // len(small)  # 3 parcels
+    atlas = write_cifti_atlas(tmp_path / CIFTI_ATLAS, brain_model=small, labels=labels)
+    bold = root / "sub-01" / "func" / "sub-01_task-rest_space-fsLR_den-91k_bold.dtseries.nii"
+    image = nib.load(bold)
+    data = np.asarray(image.get_fdata(), dtype=np.float32)
+    data[:, :100] = 5.0  # 100 grayordinates of parcel 1 constant
+    nib.save(nib.Cifti2Image(data, image.header), bold)
+    with pytest.warns(ConstantSeriesWarning, match="left out of their parcels' means"):
+        report = _run((tmp_path, root), tmp_path / "out", strategy="none", strategy_params={})
+    [record] = report.records
+    assert record["status"] == "ok"
+    assert any("100 of 4394 grayordinates" in w for w in record["warnings"])
+    func = tmp_path / "out" / "sub-01" / "func"
+    coverage = nib.load(next(func.glob("*_stat-coverage_*.pscalar.nii"))).get_fdata()[0]
+    np.testing.assert_allclose(coverage, [1 - 100 / np.sum(labels == 1), 1, 1])
+    nib.save(nib.Cifti2Image(np.full_like(data, 7.0), image.header), bold)
+    [run] = find_runs(root, file_format="cifti")
+    config = ParticipantConfig(root, tmp_path / "out2", atlas, "Struct10", strategy="none")
+    with pytest.raises(RunRefused, match=r"constant over time in every grayordinate \(4394\)"):
+        decode_cifti_run(config, run)
