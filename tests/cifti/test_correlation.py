@@ -276,7 +276,9 @@ def test_many_blocks_give_the_same_file(tmp_path):
                                  **keywords)  # fmt: skip
         assert many.plan.n_rounds >= few.plan.n_rounds + 15
         assert nib.load(few.path).header.get_axis(0) == nib.load(many.path).header.get_axis(0)
-        np.testing.assert_allclose(_read(many.path), _read(few.path), atol=ATOL)
+        # rtol: a GEMM of other block shapes rounds r differently by an ulp, which
+        # artanh near the clamp turns into ~1e-6 (seen on CUDA).
+        np.testing.assert_allclose(_read(many.path), _read(few.path), atol=ATOL, rtol=1e-6)
         assert few.path.stat().st_size == many.path.stat().st_size
         few.path.unlink()
         many.path.unlink()
