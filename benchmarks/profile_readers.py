@@ -7,7 +7,10 @@ each stage of reading a run is timed alone, on ``--workers`` threads and on
 * ``inflate``: ISA-L decompression of the whole ``.nii.gz`` into one buffer
   (the decode floor: bytes of decoded data per second);
 * ``masked``: :func:`connscale.bidsapp.decode.read_masked_bold` (inflate, the
-  in-mask voxel gather and the region sums), what a reader does per run;
+  in-mask voxel gather and the region sums), what a reader does per run with
+  a voxel-level measure;
+* ``regions``: the same without the voxel series (the labelled voxels'
+  region sums only), what a reader does per run for fc + timeseries;
 * ``participant``: ``run_participant`` on the serial backend, ``--device``,
   with the reader threads it uses today, and its stage split.
 
@@ -51,6 +54,19 @@ def _masked(item) -> int:
     labels = np.asarray(nib.load(atlas).dataobj).astype(np.int32)
     read = read_masked_bold(path, mask, labels=labels, voxels=True)
     return read.data.nbytes
+
+
+def _regions(item) -> int:
+    import nibabel as nib
+
+    from connscale.bidsapp.decode import read_masked_bold
+
+    path, mask_path, atlas = item
+    mask = np.asarray(nib.load(mask_path).dataobj) > 0
+    labels = np.asarray(nib.load(atlas).dataobj).astype(np.int32)
+    read = read_masked_bold(path, mask, labels=labels, voxels=False)
+    # the bytes decoded, as the inflate stage counts them (no voxel series is returned)
+    return int(np.prod(read.img.shape)) * read.img.get_data_dtype().itemsize
 
 
 def _timed(pool_class, workers: int, func, items) -> dict:
@@ -114,12 +130,18 @@ def main() -> None:
     result = {"runs": len(bolds), "grid": grid, "cores": os.cpu_count()}
     one = _timed(ThreadPoolExecutor, 1, _inflate, bolds[:2])
     result["inflate_1_thread"] = one
-    for name, func, work in (("inflate", _inflate, bolds), ("masked", _masked, items)):
+    stages = (
+        ("inflate", _inflate, bolds),
+        ("masked", _masked, items),
+        ("regions", _regions, items),
+    )
+    for name, func, work in stages:
         for pool in (ThreadPoolExecutor, ProcessPoolExecutor):
             entry = _timed(pool, args.workers, func, work)
             result[f"{name}_{pool.__name__}"] = entry
             print(name, entry, flush=True)
     result["masked_1_thread"] = _timed(ThreadPoolExecutor, 1, _masked, items[:2])
+    result["regions_1_thread"] = _timed(ThreadPoolExecutor, 1, _regions, items[:2])
     for readers in (2, args.workers - 1):
         entry = _participant(derivatives, atlas, args.work / f"out{readers}", args.device, readers)
         result[f"participant_{readers}_readers"] = entry

@@ -11,6 +11,7 @@ reader processes build a run's operator without loading torch. Public through
 
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 from dataclasses import dataclass
@@ -274,7 +275,6 @@ def cleaning_operator(
     float64 on the host, so every step and every default is nilearn's.
     """
     from nilearn.signal import clean
-    from threadpoolctl import threadpool_limits
 
     n_timepoints = int(n_timepoints)
     if n_timepoints < 2:
@@ -298,7 +298,7 @@ def cleaning_operator(
     indices = _sample_indices(sample_mask, n_timepoints)
     # A T x T problem: BLAS threads would only spin beside the caller's other work
     # (OpenBLAS's idle threads busy-wait), so nilearn runs on one.
-    with threadpool_limits(limits=1, user_api="blas"), warnings.catch_warnings():
+    with _one_blas_thread(), warnings.catch_warnings():
         # Identity input: nilearn's per-signal warnings (e.g. on 1-D input) do not apply.
         warnings.simplefilter("ignore", category=UserWarning)
         matrix = clean(
@@ -320,6 +320,25 @@ def cleaning_operator(
             f"nilearn returned {matrix.shape[0]} volumes for {volumes.size} kept ones."
         )
     return CleaningOperator(matrix=matrix, offset=matrix.sum(axis=1), volumes=volumes)
+
+
+@functools.cache
+def _blas_controller():
+    """Return this process's :class:`threadpoolctl.ThreadpoolController`, made once.
+
+    Making one lists the loaded libraries (~5 ms): ``threadpool_limits`` does
+    it at every call. scipy's BLAS (nilearn's ``clean`` runs on it) is
+    loaded first, so that it is listed.
+    """
+    import scipy.linalg  # noqa: F401 - loads scipy's BLAS
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
+def _one_blas_thread():
+    """Return a context in which BLAS runs on one thread."""
+    return _blas_controller().limit(limits=1, user_api="blas")
 
 
 def residual_dof(
@@ -359,10 +378,8 @@ def residual_dof(
         leave of ``volumes_kept - dof``), ``regressors`` (the sum of the
         parts) and ``dof``, rounded to 0.01.
     """
-    from threadpoolctl import threadpool_limits
-
     matrix = operator.matrix - operator.matrix.mean(axis=0)
-    with threadpool_limits(limits=1, user_api="blas"):
+    with _one_blas_thread():
         gains = np.linalg.eigvalsh(matrix @ matrix.T)  # s^2
     gains = gains[gains > _GAIN_TOL**2]
     dof = float(gains.sum() ** 2 / (gains**2).sum()) if gains.size else 0.0

@@ -202,42 +202,72 @@ class _Gather:
     The voxels are read in the block's memory order (sorted flat indices: one
     sequential pass over each volume), then put in the C order of
     ``numpy.nonzero(mask)`` within the small gathered block, which stays in
-    cache; the region sums add each region's voxels in that same memory
-    order.
+    cache. The region sums add, in float64, each run of consecutive in-mask
+    voxels of one region (a segment, in memory order), then each region's
+    segments in memory order: from the gathered block, or, when no voxel
+    series is asked for, from a take of the labelled voxels only; the same
+    segments and the same order either way.
     """
 
     def __init__(self, mask: np.ndarray, labels: np.ndarray | None, voxels: bool) -> None:
-        self.shape = mask.shape
+        self.mask = mask
         self.voxels = voxels
-        self.inside = np.nonzero(mask)
-        self.n_voxels = self.inside[0].size
-        self.labels = None if labels is None else labels[self.inside]
+        self.n_voxels = int(np.count_nonzero(mask))
+        self.labels = None if labels is None else np.where(mask, labels, 0)
         self.regions = np.empty(0, np.int64)
         self.counts = np.empty(0, np.int64)
         if labels is not None:
-            self.regions, self.counts = np.unique(self.labels[self.labels > 0], return_counts=True)
+            inside = self.labels[self.labels > 0]
+            self.regions, self.counts = np.unique(inside, return_counts=True)
         self._orders: dict[str, tuple] = {}
 
     def _indices(self, order: str) -> tuple:
-        """(read, to_c, by_region, starts) of the blocks in ``order``."""
+        """(read, to_c, segments) of the blocks in ``order``.
+
+        ``read``: the flat indices taken from a block, in memory order (the
+        in-mask voxels, or the labelled ones only without voxel series);
+        ``to_c``: where each voxel of the C order sits in ``read``;
+        ``segments``: see :meth:`_segments` (None without an atlas).
+        """
         if order not in self._orders:
-            flat = np.ravel_multi_index(self.inside, self.shape, order=order)
-            read_order = np.argsort(flat, kind="stable")
-            if not self.voxels:  # only the labelled voxels are read
-                read_order = read_order[self.labels[read_order] > 0]
-            to_c = np.argsort(read_order, kind="stable") if self.voxels else None
-            by_region, starts = None, None
-            if self.labels is not None and self.regions.size:
-                values = self.labels[read_order]
-                labelled = np.nonzero(values > 0)[0]
-                by_region = labelled[np.argsort(values[labelled], kind="stable")]
-                starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]])
-            self._orders[order] = (flat[read_order], to_c, by_region, starts)
+            inside = self.mask.ravel(order=order)
+            rank = np.cumsum(inside, dtype=np.intp) - 1  # each voxel's place among the in-mask
+            labels = None if self.labels is None else self.labels.ravel(order=order)
+            to_c = segments = None
+            if self.voxels:
+                read = np.flatnonzero(inside)
+                to_c = rank.reshape(self.mask.shape, order=order)[self.mask]
+            else:  # only the labelled voxels are read
+                read = np.flatnonzero(labels > 0)
+            if labels is not None and self.regions.size:
+                segments = self._segments(labels[read], rank[read])
+            self._orders[order] = (read, to_c, segments)
         return self._orders[order]
+
+    def _segments(self, values: np.ndarray, rank: np.ndarray) -> tuple:
+        """Return (starts, by_region, region_starts) of the read voxels' segments.
+
+        A segment is a run of read voxels of one label that are consecutive
+        among the in-mask voxels (so that reading the unlabelled in-mask
+        voxels or not makes the same segments). ``starts``: where each
+        segment begins in ``read``; ``by_region``: the labelled segments,
+        region by region, each region's in memory order; ``region_starts``:
+        where each region's segments begin in ``by_region``.
+        """
+        new = np.ones(values.size, dtype=bool)
+        new[1:] = (values[1:] != values[:-1]) | (rank[1:] != rank[:-1] + 1)
+        starts = np.flatnonzero(new)
+        labelled = np.flatnonzero(values[starts] > 0)
+        segment_labels = values[starts][labelled]
+        # a stable sort keeps each region's segments in memory order
+        by_region = labelled[np.argsort(_compact(segment_labels), kind="stable")]
+        per_region = np.unique(segment_labels, return_counts=True)[1]
+        region_starts = np.concatenate([[0], np.cumsum(per_region)[:-1]])
+        return starts, by_region, region_starts
 
     def __call__(self, block, order: str, data, sums, rows: slice) -> None:
         """Gather ``block`` (a few volumes) into ``data`` (its rows) and ``sums[rows]``."""
-        read, to_c, by_region, starts = self._indices(order)
+        read, to_c, segments = self._indices(order)
         # mode='clip': the indices are valid by construction, and numpy buffers
         # ``out`` with the default mode.
         taken = np.take(block, read, axis=1, mode="clip")
@@ -245,9 +275,24 @@ class _Gather:
             np.take(taken, to_c, axis=1, out=data, mode="clip")
         elif data is not None:
             data[...] = np.take(taken, to_c, axis=1, mode="clip")
-        if by_region is not None:
-            gathered = np.take(taken, by_region, axis=1, mode="clip")
-            sums[rows] = np.add.reduceat(gathered, starts, axis=1, dtype=np.float64)
+        if segments is not None:
+            starts, by_region, region_starts = segments
+            parts = np.add.reduceat(taken, starts, axis=1, dtype=np.float64)
+            sums[rows] = np.add.reduceat(parts[:, by_region], region_starts, axis=1)
+
+
+def _compact(values: np.ndarray) -> np.ndarray:
+    """Return positive integer labels in the smallest unsigned type that holds them.
+
+    numpy sorts 8- and 16-bit integers with a radix sort (``kind='stable'``).
+    """
+    if values.dtype.kind not in "iu":
+        return values
+    top = int(values.max(initial=0))
+    for kind in (np.uint8, np.uint16):
+        if top <= np.iinfo(kind).max:
+            return values.astype(kind)
+    return values
 
 
 @dataclass

@@ -140,12 +140,17 @@ def constant_message(run: BoldRun, what: str, listed: str, n_constant: int, n_to
     )
 
 
-def constant_columns(series: np.ndarray) -> np.ndarray:
-    """Return which columns of cleaned series are constant.
+def constant_columns(series) -> np.ndarray:
+    """Return which columns of cleaned series (an array, or a tensor on its device) are constant.
 
     Cleaning makes such a series exactly constant, see :mod:`connscale.denoise`.
     """
-    return np.ptp(series, axis=0) == 0 if series.shape[0] else np.zeros(series.shape[1], bool)
+    if not series.shape[0]:
+        return np.zeros(series.shape[1], bool)
+    if not isinstance(series, np.ndarray):  # a torch tensor: checked where it lies
+        low, high = series.aminmax(dim=0)
+        return (low == high).cpu().numpy()
+    return np.ptp(series, axis=0) == 0
 
 
 def note_constant_voxels(run: BoldRun, voxels: np.ndarray, context: dict) -> np.ndarray:

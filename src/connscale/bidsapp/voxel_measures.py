@@ -132,10 +132,14 @@ def map_sets(config, run, folder: Path, inputs: list, measures) -> dict:
     return sets
 
 
-def _cleaned_voxels(config, run, decoded, context, timings) -> tuple[np.ndarray, np.ndarray]:
+def _cleaned_voxels(
+    config, run, decoded, context, timings, *, on_device: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """Return the run's denoised in-mask series (n_kept, n_voxels) and which are constant.
 
-    The constant ones are counted in ``context['constant']`` and named by the run's warning.
+    The constant ones are counted in ``context['constant']`` and named by the
+    run's warning. ``on_device``: the series as a tensor left on the device
+    (checked there), not copied to the host.
     """
     from connscale.denoise import clean_signals
 
@@ -149,6 +153,7 @@ def _cleaned_voxels(config, run, decoded, context, timings) -> tuple[np.ndarray,
         standardize=config.standardize,
         device=config.device,
         dtype=config.dtype,
+        return_tensor=on_device,
     )
     timings["clean"] += time.perf_counter() - tic
     constant = note_constant_voxels(run, voxels, context)
@@ -237,113 +242,42 @@ def _report(
 def write_maps(config, run, decoded, out, context, timings) -> list[str]:
     """Degree (binary, weighted), eigenvector centrality and global correlation maps.
 
+    The cleaned voxel series stay on the device from their cleaning to the
+    last map. Each map is written (compressed) by a thread of its own as
+    soon as it is computed, beside the computation of the next ones; the set
+    is published once every file is written.
+
     Returns the names of the files published (in ``out.out_dir``).
     """
-    from connscale.io.maps import map_sidecar, threshold_label, write_map
-    from connscale.maps import eigenvector_centrality, global_correlation
-    from connscale.maps.degree import compute_degree
+    from concurrent.futures import ThreadPoolExecutor
+
     from connscale.maps.prepare import normalize_once
 
-    entities = dict(run.entities)
-    mask, affine = decoded.mask, np.asarray(decoded.img.affine, dtype=np.float64)
+    mask = decoded.mask
     n = int(mask.sum())
     thresholds = [float(v) for v in config.degree_thresholds]
     out.check_space(4 * mask.size * (2 * len(thresholds) + 2), what=f"the maps of {run.name}")
-    voxels, _ = _cleaned_voxels(config, run, decoded, context, timings)
+    voxels, _ = _cleaned_voxels(config, run, decoded, context, timings, on_device=True)
 
     tic = time.perf_counter()
-    # one transfer and normalisation for the three maps
+    # one normalisation on the device for the three maps
     series = normalize_once(voxels, device=config.device, dtype=config.dtype)
     del voxels
-    (binary, weighted), info = compute_degree(
-        series,
-        thresholds,
-        memory_limit=config.memory_limit,
-        precision=config.precision,
-        both=True,
-    )
-    ecm = eigenvector_centrality(series)
-    gcor = global_correlation(series)
-    del series
-    timings["compute"] += time.perf_counter() - tic
-
-    tic = time.perf_counter()
     common = _common_sidecar(config, run, decoded, context, n)
-    maps = []  # (entities, values, sidecar, title)
-    for theta, counts, sums in zip(thresholds, binary, weighted):
-        label = {"meas": threshold_label(theta)}
-        kept = f"r > {theta:.6g}"
-        maps.append(
-            (
-                {**label, "stat": "degree"},
-                counts,
-                map_sidecar(
-                    "Degree centrality",
-                    f"Number of other in-mask voxels with {kept} (denoised series)",
-                    n_nodes=n,
-                    Threshold=theta,
-                    Weighted=False,
-                    Method=info["method"],
-                    Precision=config.precision,
-                    Confirmation=info["confirmation"],
-                ),
-                f"degree, r > {theta:.6g}",
-            )
-        )
-        maps.append(
-            (
-                {**label, "stat": "weighteddegree"},
-                sums,
-                map_sidecar(
-                    "Weighted degree centrality",
-                    f"Sum of r over the other in-mask voxels with {kept} (denoised series)",
-                    n_nodes=n,
-                    Threshold=theta,
-                    Weighted=True,
-                    Method=info["method"],
-                    Precision=config.precision,
-                    Confirmation=info["confirmation"],
-                ),
-                f"weighted degree, r > {theta:.6g}",
-            )
-        )
-    maps.append(
-        (
-            {"stat": "ecm"},
-            ecm,
-            map_sidecar(
-                "Eigenvector centrality",
-                "Leading eigenvector of R + 1 (fastECM, Wink et al. 2012), unit norm",
-                n_nodes=n,
-            ),
-            "eigenvector centrality",
-        )
-    )
-    maps.append(
-        (
-            {"stat": "gcor"},
-            gcor,
-            map_sidecar("Global correlation", "Mean r to all other in-mask voxels", n_nodes=n),
-            "global correlation",
-        )
-    )
-    written, drawn = [], []
-    for extra, values, sidecar, title in maps:
-        name = bids_name(
-            {**entities, **extra, "desc": config.desc}, suffix="boldmap", extension=".nii.gz"
-        )
-        meta = {**sidecar, **common, "Nodes": "voxels"}
-        write_map(out.path(name), _image(values, mask, affine), meta)
-        out.path(name[: -len(".nii.gz")] + ".json")
-        written += [name, name[: -len(".nii.gz")] + ".json"]
-        drawn.append((name, title))
-    timings["write"] += time.perf_counter() - tic
+    writer = _MapWriter(config, run, decoded, out, {**common, "Nodes": "voxels"})
+    with ThreadPoolExecutor(2 * len(thresholds) + 2, thread_name_prefix="connscale-map") as pool:
+        info = _compute_maps(series, config, thresholds, n, lambda *m: writer.submit(pool, *m))
+        del series
+        written, drawn = writer.result()
+    seconds = time.perf_counter() - tic
+    timings["compute"] += seconds - writer.waited
+    timings["write"] += writer.waited
 
     if config.reports:
         tic = time.perf_counter()
         figures = _map_figures(out, drawn, _mean_image(decoded))
         name = bids_name(
-            {**entities, "stat": _SET_STAT["maps"], "desc": config.desc},
+            {**run.entities, "stat": _SET_STAT["maps"], "desc": config.desc},
             suffix="report",
             extension=".html",
         )
@@ -369,6 +303,106 @@ def write_maps(config, run, decoded, out, context, timings) -> list[str]:
     _publish(out, written, run)
     timings["write"] += time.perf_counter() - tic
     return written
+
+
+def _compute_maps(series, config, thresholds: list[float], n: int, emit) -> dict:
+    """Compute the maps of normalised ``series``, handing each to ``emit`` as it comes.
+
+    ``emit(entities, values, sidecar, title)``; returns the degree's ``info``
+    (method, confirmation).
+    """
+    from connscale.io.maps import map_sidecar, threshold_label
+    from connscale.maps import eigenvector_centrality, global_correlation
+    from connscale.maps.degree import compute_degree
+
+    (binary, weighted), info = compute_degree(
+        series,
+        thresholds,
+        memory_limit=config.memory_limit,
+        precision=config.precision,
+        both=True,
+    )
+    for theta, counts, sums in zip(thresholds, binary, weighted):
+        label = {"meas": threshold_label(theta)}
+        kept = f"r > {theta:.6g}"
+        for weighted_map, values in ((False, counts), (True, sums)):
+            emit(
+                {**label, "stat": "weighteddegree" if weighted_map else "degree"},
+                values,
+                map_sidecar(
+                    "Weighted degree centrality" if weighted_map else "Degree centrality",
+                    (
+                        f"Sum of r over the other in-mask voxels with {kept} (denoised series)"
+                        if weighted_map
+                        else f"Number of other in-mask voxels with {kept} (denoised series)"
+                    ),
+                    n_nodes=n,
+                    Threshold=theta,
+                    Weighted=weighted_map,
+                    Method=info["method"],
+                    Precision=config.precision,
+                    Confirmation=info["confirmation"],
+                ),
+                f"{'weighted degree' if weighted_map else 'degree'}, r > {theta:.6g}",
+            )
+    emit(
+        {"stat": "ecm"},
+        eigenvector_centrality(series),
+        map_sidecar(
+            "Eigenvector centrality",
+            "Leading eigenvector of R + 1 (fastECM, Wink et al. 2012), unit norm",
+            n_nodes=n,
+        ),
+        "eigenvector centrality",
+    )
+    emit(
+        {"stat": "gcor"},
+        global_correlation(series),
+        map_sidecar("Global correlation", "Mean r to all other in-mask voxels", n_nodes=n),
+        "global correlation",
+    )
+    return info
+
+
+class _MapWriter:
+    """Write a run's maps on threads as they are computed; their names in order at the end.
+
+    ``waited``: the seconds the computing thread spent waiting for the writes.
+    """
+
+    def __init__(self, config, run, decoded, out, common: dict) -> None:
+        self.config, self.run, self.out, self.common = config, run, out, common
+        self.mask = decoded.mask
+        self.affine = np.asarray(decoded.img.affine, dtype=np.float64)
+        self.pending: list[tuple] = []  # (future, name, title)
+        self.waited = 0.0
+
+    def submit(self, pool, extra: dict, values, sidecar: dict, title: str) -> None:
+        """Queue the write of one map (its image and sidecar) on ``pool``."""
+        from connscale.io.maps import write_map
+
+        name = bids_name(
+            {**self.run.entities, **extra, "desc": self.config.desc},
+            suffix="boldmap",
+            extension=".nii.gz",
+        )
+        path = self.out.path(name)
+        self.out.path(name[: -len(".nii.gz")] + ".json")
+        image = _image(values, self.mask, self.affine)  # on the host, here
+        future = pool.submit(write_map, path, image, {**sidecar, **self.common})
+        self.pending.append((future, name, title))
+
+    def result(self) -> tuple[list[str], list[tuple[str, str]]]:
+        """Wait for every write (the first failure raises); return (names written, drawn)."""
+        tic = time.perf_counter()
+        for future, _, _ in self.pending:
+            future.result()
+        self.waited = time.perf_counter() - tic
+        written, drawn = [], []
+        for _, name, title in self.pending:
+            written += [name, name[: -len(".nii.gz")] + ".json"]
+            drawn.append((name, title))
+        return written, drawn
 
 
 def _map_figures(out, drawn: list, background) -> list[Path]:

@@ -13,7 +13,7 @@ import torch
 
 from connscale._compute import MemoryPlanner, planner_for, resolve_device, resolve_dtype
 from connscale._validation import check_timeseries
-from connscale.fc.normalize import warn_constant
+from connscale.fc.normalize import normalize_series, warn_constant
 from connscale.fc.static import _normalize
 
 
@@ -73,7 +73,8 @@ def normalized_series(timeseries, *, device="auto", dtype="float32", memory_limi
 
     A :class:`NormalizedSeries` is returned as it is. The series are normalised
     a block at a time so that the float64 temporaries fit ``memory_limit``
-    beside the result.
+    beside the result. A tensor is checked and normalised where it lies (the
+    cleaned series of a run stay on the GPU), no copy through the host.
 
     ``memory_limit`` may be the call's planner (:func:`map_planner`): U is
     then counted into it (for the call's release with
@@ -95,7 +96,7 @@ def normalized_series(timeseries, *, device="auto", dtype="float32", memory_limi
         if isinstance(memory_limit, MemoryPlanner):
             memory_limit.reserve_device(timeseries.u.numel() * timeseries.u.element_size())
         return timeseries.u, timeseries.constant
-    x = check_timeseries(timeseries)
+    x = _checked(timeseries)
     planner = map_planner(x, device, memory_limit)
     work_dtype = resolve_dtype(dtype)
     n_timepoints, n = x.shape
@@ -105,10 +106,46 @@ def normalized_series(timeseries, *, device="auto", dtype="float32", memory_limi
         f"The normalised series ({n} series x {n_timepoints} time points)",
         at_most=n,
     )
+    normalize = _normalize_tensor if isinstance(x, torch.Tensor) else _normalize
     with torch.no_grad():
-        u, constant = _normalize(x, planner.device, work_dtype, columns)
+        u, constant = normalize(x, planner.device, work_dtype, columns)
     warn_constant(constant)
     return u, constant
+
+
+def _checked(timeseries):
+    """Return ``timeseries`` validated: a float tensor stays on its device.
+
+    A tensor that is not a finite (T >= 3, N >= 1) float32/float64 matrix is
+    checked by :func:`check_timeseries` on the host, which names the fault
+    (or casts it, as it casts any array).
+    """
+    if isinstance(timeseries, torch.Tensor):
+        x = timeseries.detach()
+        if (
+            x.ndim == 2
+            and x.dtype in (torch.float32, torch.float64)
+            and x.shape[0] >= 3
+            and x.shape[1] >= 1
+            and bool(torch.isfinite(x).all())
+        ):
+            return x
+    return check_timeseries(timeseries)
+
+
+def _normalize_tensor(x: torch.Tensor, dev, work_dtype, columns: int):
+    """:func:`connscale.fc.static._normalize` of a tensor, without a trip through the host."""
+    n_timepoints, n = x.shape
+    if columns >= n:
+        return normalize_series(x.contiguous().to(dev), dtype=work_dtype)
+    normalized = torch.empty((n, n_timepoints), dtype=work_dtype, device=dev)
+    constant = torch.empty(n, dtype=torch.bool, device=dev)
+    for c0 in range(0, n, columns):
+        c1 = min(n, c0 + columns)
+        chunk = x[:, c0:c1].contiguous().to(dev)
+        normalized[c0:c1], constant[c0:c1] = normalize_series(chunk, dtype=work_dtype)
+        del chunk
+    return normalized, constant
 
 
 def as_map(values: torch.Tensor, constant: torch.Tensor) -> np.ndarray:
