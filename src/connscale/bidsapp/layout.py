@@ -83,7 +83,7 @@ class BoldRun:
     @property
     def is_cifti(self) -> bool:
         """Whether the run is a CIFTI dense series (``.dtseries.nii``)."""
-        return self.bold.name.endswith(".dtseries.nii")
+        return str(self.bold).endswith(".dtseries.nii")
 
     @property
     def name(self) -> str:
