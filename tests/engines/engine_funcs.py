@@ -6,6 +6,7 @@ live in a module of their own that conftest.py puts on PYTHONPATH.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -187,3 +188,8 @@ def check_shared_read(payload: int, prepared) -> dict:
         "reader": reader,
         "worker": os.getpid(),
     }
+
+
+def reader_pid(_) -> int:
+    """The process id of the reader that runs this."""
+    return os.getpid()

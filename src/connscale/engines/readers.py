@@ -12,7 +12,9 @@ arrays it returns come back through shared memory
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -87,7 +89,7 @@ class ReaderPool:
                     1,
                     mp_context=self._context,
                     initializer=start_reader,
-                    initargs=(self.folder, self.preload),
+                    initargs=(self.folder, self.preload, os.getpid()),
                 )
                 self._slots[index].submit(int)  # start the process now, not at its first read
             return self._slots[index]
@@ -173,13 +175,33 @@ def start_fork_server(preload: tuple[str, ...]) -> None:
     forkserver.ensure_running()
 
 
-def start_reader(folder: str | None, preload: tuple[str, ...]) -> None:
-    """Initialise a reader process: where its arrays go, and its imports."""
+def start_reader(folder: str | None, preload: tuple[str, ...], owner: int | None = None) -> None:
+    """Initialise a reader process: where its arrays go, its imports, its owner.
+
+    A reader forked from the fork server is not the child of the process
+    that owns its pool (``owner``), so it would outlive that process if it
+    were killed (a GPU worker, the participant call), blocked on its queue
+    for ever: a watcher thread ends it once the owner is gone.
+    """
     import importlib
 
     share_into(folder)
     for name in preload:
         importlib.import_module(name)
+    if owner is not None:
+        threading.Thread(target=_exit_without, args=(owner,), daemon=True).start()
+
+
+def _exit_without(owner: int, every: float = 1.0) -> None:
+    """End this process once process ``owner`` no longer exists."""
+    while True:
+        time.sleep(every)
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except PermissionError:  # it exists (as another user): keep waiting
+            continue
 
 
 def _settle(outcome: Future, finished: Future) -> None:
