@@ -282,6 +282,49 @@ def test_many_blocks_give_the_same_file(tmp_path):
         many.path.unlink()
 
 
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_assembled_rows_give_the_tiles_file(tmp_path, monkeypatch, backend):
+    """The triangle's two ways of mirroring, chosen by memory_limit: same file, numpy's values.
+
+    2 MB holds the transposed strips (< N²/2 values) and whole-row blocks: one write per
+    block (write_rows); 400 kB does not: tiles, one write per row of each (write_block).
+    """
+    from connscale.fc import matrix_stream
+    from connscale.io import cifti as io_cifti
+
+    gemm = matrix_stream.gemm_nt
+    monkeypatch.setattr(
+        matrix_stream, "gemm_nt", lambda a, b, out: gemm(a, b, out, backend=backend)
+    )
+    calls = {"write_rows": 0, "write_block": 0}
+    for name in calls:
+        original = getattr(io_cifti.DconnWriter, name)
+
+        def counted(self, *args, _name=name, _original=original):
+            calls[_name] += 1
+            return _original(self, *args)
+
+        monkeypatch.setattr(io_cifti.DconnWriter, name, counted)
+    bm = nib.load(ONES_DSCALAR).header.get_axis(1)[:600]
+    path = tmp_path / "left.dtseries.nii"
+    x = _series(600, seed=6)
+    Cifti2Image(x, header=(SeriesAxis(0, 0.8, N_TIMEPOINTS, unit="SECOND"), bm)).to_filename(path)
+    files = {}
+    for way, limit in (("rows", 2_000_000), ("tiles", 400_000)):
+        before = dict(calls)
+        files[way] = cifti_correlation(path, tmp_path / f"{way}.dconn.nii", fisher_z=True,
+                                       memory_limit=limit).path  # fmt: skip
+        rows, tiles = (calls[k] - before[k] for k in ("write_rows", "write_block"))
+        # write_rows goes through write_block; the tiles: 16 blocks and 15 transposed ones.
+        assert (rows, tiles) == ((16, 16) if way == "rows" else (0, 31))
+    ours = _read(files["rows"])
+    np.testing.assert_allclose(ours, _read(files["tiles"]), atol=ATOL)
+    np.testing.assert_array_equal(ours, ours.T)
+    _assert_same(ours, _reference(x, fisher_z=True), rtol=2e-6)  # artanh: up to 3x r's error
+    assert files["rows"].stat().st_size == files["tiles"].stat().st_size
+    assert nib.load(files["rows"]).header.get_axis(0) == nib.load(files["tiles"]).header.get_axis(0)
+
+
 @pytest.mark.parametrize("mirror", [True, False])
 def test_schedules_agree_with_numpy(monkeypatch, mirror):
     """The CPU's triangle (mirrored) and the CUDA schedule (full rows, copies overlapped)."""
