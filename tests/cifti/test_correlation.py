@@ -325,6 +325,28 @@ def test_assembled_rows_give_the_tiles_file(tmp_path, monkeypatch, backend):
     assert nib.load(files["rows"]).header.get_axis(0) == nib.load(files["tiles"]).header.get_axis(0)
 
 
+def test_non_finite_series_are_named_and_huge_finite_ones_pass():
+    """Series are tested through their float64 sums first: one that overflows is tested exactly."""
+
+    class Null:
+        def write_rows(self, row0, block):
+            pass
+
+        def write_block(self, row0, col0, block):
+            pass
+
+    planner = planner_for(torch.device("cpu"))
+    x = _series(20, seed=7).astype(np.float64)
+    x[:, 11] = np.linspace(1e307, 1.7e308, N_TIMEPOINTS)  # finite; its sum is inf
+    stream_matrix(x, Null(), measure=RowMeasure(covariance=True), planner=planner,
+                  dtype=torch.float64)  # fmt: skip
+    for bad in (np.nan, np.inf):
+        y = x.copy()
+        y[5, 7] = bad
+        with pytest.raises(ValueError, match="Series 7 holds NaN or infinite values"):
+            stream_matrix(y, Null(), measure=RowMeasure(), planner=planner)
+
+
 @pytest.mark.parametrize("mirror", [True, False])
 def test_schedules_agree_with_numpy(monkeypatch, mirror):
     """The CPU's triangle (mirrored) and the CUDA schedule (full rows, copies overlapped)."""

@@ -15,12 +15,12 @@ Two schedules, chosen per device:
   ways, chosen by the call's :class:`MemoryPlanner`:
 
   - *row assembly*, when the budget holds half the matrix (the strips below
-    the blocks, kept until their rows come) besides one block of full rows:
+    the blocks, kept until their rows come) besides two blocks of full rows:
     each upper block is computed into its rows' buffer, the part right of its
     diagonal block is kept transposed (one copy), the rows' left part is
     copied from the earlier strips, and each row block leaves complete, as
-    one contiguous write (:meth:`MatrixWriter.write_rows`) - the disk's
-    fastest;
+    one contiguous write (:meth:`MatrixWriter.write_rows`, by a thread while
+    the next block is computed) - the disk's fastest;
   - *tiles*, otherwise (e.g. the 91k dconn, 16.7 GB of strips, under
     ``memory_limit='2GB'``): each block is written as it is and transposed
     into rows [i1, N) (:meth:`MatrixWriter.write_block`: one system call per
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -148,7 +149,7 @@ def stream_matrix(
     with planner.transient():
         plan, rounds, columns, assemble = _plan(
             n, n_out, measure.n_terms(n_timepoints), dtype, planner,
-            mirror=mirror, fisher=measure.fisher_z, input_item=timeseries.dtype.itemsize,
+            mirror=mirror, fisher=measure.fisher_z,
         )  # fmt: skip
         logger.debug("matrix plan: %s (mirror: %s, rows assembled: %s)", plan, mirror, assemble)
         with torch.no_grad():
@@ -170,7 +171,7 @@ def stream_matrix(
     return plan, n_constant
 
 
-def _plan(n, n_out, n_terms, dtype, planner, *, mirror, fisher, input_item):
+def _plan(n, n_out, n_terms, dtype, planner, *, mirror, fisher):
     """Split the output rows into rounds that fit the planner's budgets.
 
     Counted: the scaled series (N x K), the float64 temporaries of scaling
@@ -178,7 +179,7 @@ def _plan(n, n_out, n_terms, dtype, planner, *, mirror, fisher, input_item):
     (CPU tiles), a mask (Fisher z) and on CUDA the two copy scratch buffers
     on the device and two pinned staging buffers on the host. The CPU
     triangle assembles whole rows (module docstring) when the mirrored tiles
-    kept for later rows (< N²/2 elements) fit besides a block of full
+    kept for later rows (< N²/2 elements) fit besides two blocks of full
     rows: that buys one contiguous write per block instead of one per row
     of every transposed tile, for memory only.
 
@@ -190,20 +191,20 @@ def _plan(n, n_out, n_terms, dtype, planner, *, mirror, fisher, input_item):
     cuda = dev.type == "cuda"
     planner.reserve_device(n * n_terms * item)
     columns = planner.fit(
-        n_terms * (input_item + 4 * 8 + item),
+        n_terms * (8 + 4 * 8 + item),
         f"Not enough memory to scale {n} series of {n_terms} time points on {dev}",
         at_most=n,
     )
     mask = 1 if fisher else 0
     kept_tiles = item * (n * n // 2 + n)  # the transposed strips, < N²/2 elements
-    # Assembled rows: one buffer of full rows, a block at a time, beside the strips.
-    assemble = mirror and planner.device_left - kept_tiles >= (item + mask) * n * max(
+    # Assembled rows: two buffers of full rows (one being written), beside the strips;
+    # tiles: a block and its transpose; CUDA: the block and two copy scratch buffers.
+    per_element = item * (2 if mirror else 3 if cuda else 1) + mask
+    assemble = mirror and planner.device_left - kept_tiles >= per_element * n * max(
         1, -(-n // _MIN_TRIANGLE_BLOCKS)
     )
     if assemble:
         planner.reserve_device(kept_tiles)
-    # CPU tiles: a block and its transpose; CUDA: the block and two copy scratch buffers.
-    per_element = item * (1 if assemble else 2 if mirror else 3 if cuda else 1) + mask
     rounds = _rounds(n, n_out, planner, per_element, item, mirror=mirror, full_rows=assemble)
     largest = max((n if assemble else r.n_cols) * (r.stop - r.start) for r in rounds)
     planner.reserve_device(largest * per_element)
@@ -249,8 +250,11 @@ def _scale(timeseries, measure, dev, dtype, columns):
     constant = torch.empty(n, dtype=torch.bool, device=dev)
     for c0 in range(0, n, columns):
         c1 = min(n, c0 + columns)
-        chunk = torch.from_numpy(np.array(timeseries[:, c0:c1], order="C")).to(dev)  # a copy
-        finite = torch.isfinite(chunk).all(dim=0)
+        chunk = np.array(timeseries[:, c0:c1], dtype=np.float64, order="C")  # one copy
+        chunk = torch.from_numpy(chunk).to(dev)
+        finite = torch.isfinite(chunk.sum(dim=0))  # all finite: so are the values (cheaper)
+        if not bool(finite.all()):
+            finite = torch.isfinite(chunk).all(dim=0)  # a sum may overflow: test each value
         if not bool(finite.all()):
             bad = c0 + int(torch.nonzero(~finite)[0])
             raise ValueError(f"Series {bad} holds NaN or infinite values; inputs must be finite.")
@@ -287,31 +291,43 @@ def _run_assembled_triangle(scaled, rounds, writer, measure, progress):
     and its part right of the diagonal block, transposed, is kept as strip k
     (rows [i1, N), one transposed copy into storage allocated once); the left
     part of the rows is then copied from the earlier strips, and the complete
-    rows are written at once.
+    rows are written at once, by a thread, while the next block is computed
+    into the other of two row buffers.
     """
     n = scaled.shape[0]
-    workspace = torch.empty(max(r.stop - r.start for r in rounds) * n, dtype=scaled.dtype)
+    most = max(r.stop - r.start for r in rounds) * n
+    buffers = torch.empty(2, most, dtype=scaled.dtype)
     storage = torch.empty(_strip_elements(rounds, n), dtype=scaled.dtype)
     strips: list[np.ndarray] = []  # strip j: rows [stop_j, N) x columns [start_j, stop_j)
-    offset = 0
-    for rnd in rounds:
-        i0, i1 = rnd.start, rnd.stop
-        b = i1 - i0
-        rows = workspace[: b * n].view(b, n)
-        upper = rows[:, i0:]
-        gemm_nt(scaled[i0:i1], scaled[i0:], upper)
-        finish_block(upper, measure, torch.arange(i0, i1), i0)
-        _symmetrize(upper[:, :b])  # after: torch's vector and scalar atanh may differ by 1 ulp
-        # numpy's copies (one thread): torch's strided copies ran 2-10x slower on 2 busy cores.
-        values = rows.numpy()
-        for done, strip in zip(rounds, strips):
-            np.copyto(values[:, done.start : done.stop], strip[i0 - done.stop : i1 - done.stop])
-        strip = storage[offset : offset + (n - i1) * b].view(n - i1, b).numpy()
-        np.copyto(strip, values[:, i1:].T)
-        strips.append(strip)
-        offset += strip.size
-        writer.write_rows(i0, values)
-        progress.update(b)
+    pending = [None, None]  # the write of each buffer, in flight
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="connscale-rows") as pool:
+        for k, rnd in enumerate(rounds):
+            if pending[k % 2] is not None:
+                pending[k % 2].result()  # its rows are on their way to disk: reuse it
+            rows = buffers[k % 2, : (rnd.stop - rnd.start) * n].view(-1, n)
+            _assemble_rows(scaled, rnd, rows, strips, rounds, measure)
+            strip = storage[sum(s.size for s in strips) :][: (n - rnd.stop) * rows.shape[0]]
+            strip = strip.view(n - rnd.stop, rows.shape[0]).numpy()
+            np.copyto(strip, rows.numpy()[:, rnd.stop :].T)
+            strips.append(strip)
+            pending[k % 2] = pool.submit(writer.write_rows, rnd.start, rows.numpy())
+            progress.update(rows.shape[0])
+        for future in pending:
+            if future is not None:
+                future.result()
+
+
+def _assemble_rows(scaled, rnd, rows, strips, rounds, measure):
+    """Compute a block's upper part into ``rows`` and copy its left part from the strips."""
+    i0, i1 = rnd.start, rnd.stop
+    upper = rows[:, i0:]
+    gemm_nt(scaled[i0:i1], scaled[i0:], upper)
+    finish_block(upper, measure, torch.arange(i0, i1), i0)
+    _symmetrize(upper[:, : i1 - i0])  # after: torch's vector and scalar atanh may differ by 1 ulp
+    # numpy's copies (one thread): torch's strided copies ran 2-10x slower on 2 busy cores.
+    values = rows.numpy()
+    for done, strip in zip(rounds, strips):
+        np.copyto(values[:, done.start : done.stop], strip[i0 - done.stop : i1 - done.stop])
 
 
 def _strip_elements(rounds, n: int) -> int:
