@@ -284,6 +284,71 @@ def test_many_blocks_give_the_same_file(tmp_path):
         many.path.unlink()
 
 
+@pytest.mark.parametrize("backend", ["torch", "numpy"])
+def test_assembled_rows_give_the_tiles_file(tmp_path, monkeypatch, backend):
+    """The triangle's two ways of mirroring, chosen by memory_limit: same file, numpy's values.
+
+    2 MB holds the transposed strips (< N²/2 values) and whole-row blocks: one write per
+    block (write_rows); 400 kB does not: tiles, one write per row of each (write_block).
+    """
+    from connscale.fc import matrix_stream
+    from connscale.io import cifti as io_cifti
+
+    gemm = matrix_stream.gemm_nt
+    monkeypatch.setattr(
+        matrix_stream, "gemm_nt", lambda a, b, out: gemm(a, b, out, backend=backend)
+    )
+    calls = {"write_rows": 0, "write_block": 0}
+    for name in calls:
+        original = getattr(io_cifti.DconnWriter, name)
+
+        def counted(self, *args, _name=name, _original=original):
+            calls[_name] += 1
+            return _original(self, *args)
+
+        monkeypatch.setattr(io_cifti.DconnWriter, name, counted)
+    bm = nib.load(ONES_DSCALAR).header.get_axis(1)[:600]
+    path = tmp_path / "left.dtseries.nii"
+    x = _series(600, seed=6)
+    Cifti2Image(x, header=(SeriesAxis(0, 0.8, N_TIMEPOINTS, unit="SECOND"), bm)).to_filename(path)
+    files = {}
+    for way, limit in (("rows", 2_000_000), ("tiles", 400_000)):
+        before = dict(calls)
+        files[way] = cifti_correlation(path, tmp_path / f"{way}.dconn.nii", fisher_z=True,
+                                       memory_limit=limit).path  # fmt: skip
+        rows, tiles = (calls[k] - before[k] for k in ("write_rows", "write_block"))
+        # write_rows goes through write_block; the tiles: 16 blocks and 15 transposed ones.
+        assert (rows, tiles) == ((16, 16) if way == "rows" else (0, 31))
+    ours = _read(files["rows"])
+    np.testing.assert_allclose(ours, _read(files["tiles"]), atol=ATOL)
+    np.testing.assert_array_equal(ours, ours.T)
+    _assert_same(ours, _reference(x, fisher_z=True), rtol=2e-6)  # artanh: up to 3x r's error
+    assert files["rows"].stat().st_size == files["tiles"].stat().st_size
+    assert nib.load(files["rows"]).header.get_axis(0) == nib.load(files["tiles"]).header.get_axis(0)
+
+
+def test_non_finite_series_are_named_and_huge_finite_ones_pass():
+    """Series are tested through their float64 sums first: one that overflows is tested exactly."""
+
+    class Null:
+        def write_rows(self, row0, block):
+            pass
+
+        def write_block(self, row0, col0, block):
+            pass
+
+    planner = planner_for(torch.device("cpu"))
+    x = _series(20, seed=7).astype(np.float64)
+    x[:, 11] = np.linspace(1e307, 1.7e308, N_TIMEPOINTS)  # finite; its sum is inf
+    stream_matrix(x, Null(), measure=RowMeasure(covariance=True), planner=planner,
+                  dtype=torch.float64)  # fmt: skip
+    for bad in (np.nan, np.inf):
+        y = x.copy()
+        y[5, 7] = bad
+        with pytest.raises(ValueError, match="Series 7 holds NaN or infinite values"):
+            stream_matrix(y, Null(), measure=RowMeasure(), planner=planner)
+
+
 @pytest.mark.parametrize("mirror", [True, False])
 def test_schedules_agree_with_numpy(monkeypatch, mirror):
     """The CPU's triangle (mirrored) and the CUDA schedule (full rows, copies overlapped)."""
