@@ -129,15 +129,38 @@ def test_coverage_counts_and_min_coverage():
     np.testing.assert_allclose(masked.series[:, 2], x[:, 7:9].mean(1), atol=1e-12)
 
 
-def test_blocks_of_time_points_under_a_memory_limit():
+def test_blocks_of_grayordinates_under_a_memory_limit():
     rng = np.random.default_rng(3)
     x = rng.standard_normal((50, 1000)).astype(np.float32)
+    x[7, 5] = np.nan
     labels = rng.integers(0, 6, 1000)
     whole = parcellate(x, labels, device="cpu")
-    blocks = parcellate(x, labels, device="cpu", memory_limit="100KB")  # 3 time points a block
+    blocks = parcellate(x, labels, device="cpu", memory_limit="100KB")  # ~100 grayordinates a block
     np.testing.assert_allclose(blocks.series, whole.series, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(blocks.coverage, whole.coverage)
     with pytest.raises(MemoryLimitError):
-        parcellate(x, labels, device="cpu", memory_limit="30KB")
+        parcellate(x, labels, device="cpu", memory_limit="12KB")
+
+
+def test_fortran_and_c_ordered_series_agree(tmp_path):
+    """Series stored grayordinate by grayordinate (as CIFTI files) or time point by time point."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((40, 600)).astype(np.float32)
+    x[:, 3] = 1.0
+    x[11, 9] = np.inf
+    labels = rng.integers(0, 8, 600)
+    stored = np.lib.format.open_memmap(tmp_path / "x.npy", "w+", np.float32, x.shape, True)
+    stored[:] = x
+    stored.flush()
+    fortran = np.load(tmp_path / "x.npy", mmap_mode="r")
+    assert fortran.flags.f_contiguous and not fortran.flags.writeable
+    c_order = parcellate(x, labels, device="cpu", memory_limit="100KB")
+    for series in (np.asfortranarray(x), fortran):
+        result = parcellate(series, labels, device="cpu", memory_limit="100KB")
+        np.testing.assert_allclose(result.series, c_order.series, rtol=0, atol=1e-12)
+        np.testing.assert_array_equal(result.coverage, c_order.coverage)
+    usable = (labels == 1) & np.isfinite(x).all(0) & (np.ptp(x, axis=0) > 0)
+    np.testing.assert_allclose(c_order.series[:, 0], x[:, usable].mean(1), atol=1e-6)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -10,8 +10,11 @@ data). Where every grayordinate is usable the series equal
 otherwise they equal it with the usable grayordinates as ``-cifti-weights``,
 as XCP-D runs it.
 
-The reduction runs on torch (CPU or CUDA) a block of time points at a time;
-nibabel is imported where CIFTI files are read or built.
+The reduction runs on torch (CPU or CUDA) in one pass over blocks of
+grayordinates (each with all its time points): a series read from a
+``.dtseries.nii`` is stored one grayordinate after another, so such a block
+is one contiguous read. nibabel is imported where CIFTI files are read or
+built.
 """
 
 from __future__ import annotations
@@ -37,17 +40,21 @@ if TYPE_CHECKING:
 #: What to do when the parcellation does not fit (for messages).
 MEMORY_HINT = "Raise memory_limit (--memory-limit)."
 
-#: Device bytes per value of a block of time points: its copy in the input's
-#: dtype (at most 8), the gathered parcel members and their float64 cast.
-_BLOCK_BYTES_PER_VALUE = 24
+#: Device bytes per value of a block of grayordinates: its contiguous copy in
+#: the input's dtype (at most 8) and its float64 cast.
+_BLOCK_BYTES_PER_VALUE = 16
 
-#: Most values in a block of time points (blocks of about 64 MB in float64
+#: Device bytes per grayordinate of a block: its minimum and maximum
+#: (float64), usability and the parcel index it is summed into.
+_BLOCK_BYTES_PER_GRAYORDINATE = 16 + 1 + 8
+
+#: Most values in a block of grayordinates (blocks of about 64 MB in float64
 #: stream through the caches as fast as larger ones, and allocate less).
 _BLOCK_VALUES = 1 << 23
 
-#: Device bytes per grayordinate: its parcel index, the running minimum and
-#: maximum (float64), finiteness and usability.
-_GRAYORDINATE_BYTES = 8 + 16 + 2
+#: Device bytes per grayordinate kept through the pass: its parcel index,
+#: usability and mask.
+_GRAYORDINATE_BYTES = 8 + 1 + 1
 
 
 @dataclass(frozen=True)
@@ -154,19 +161,18 @@ def parcellate(
         n_timepoints * keys.size * 8, f"The parcel series ({n_timepoints} x {keys.size})"
     )
     with planner.transient(), torch.no_grad():
-        planner.reserve_device(_GRAYORDINATE_BYTES * n + 8 * n_timepoints * keys.size)
-        rows = planner.fit(
-            _BLOCK_BYTES_PER_VALUE * n + 8 * keys.size,
+        planner.reserve_device(_GRAYORDINATE_BYTES * n + 8 * n_timepoints * (keys.size + 1))
+        columns = planner.fit(
+            _BLOCK_BYTES_PER_VALUE * n_timepoints + _BLOCK_BYTES_PER_GRAYORDINATE,
             f"Parcellating {n} grayordinates x {n_timepoints} time points",
-            at_most=min(n_timepoints, max(1, _BLOCK_VALUES // max(n, 1))),
+            at_most=min(n, max(1, _BLOCK_VALUES // n_timepoints)),
         )
         index_t = torch.from_numpy(index).to(planner.device)
-        usable = _usable(x, rows, planner.device)
-        if usable_mask is not None:
-            usable &= torch.from_numpy(usable_mask).to(planner.device)
-        sums, counts = _parcel_sums(x, index_t, usable, keys.size, rows)
+        mask_t = None if usable_mask is None else torch.from_numpy(usable_mask).to(planner.device)
+        sums, usable = _parcel_sums(x, index_t, mask_t, keys.size, columns)
+        counts = torch.bincount(index_t[usable & (index_t >= 0)], minlength=keys.size)
         sizes = torch.bincount(index_t[index_t >= 0], minlength=keys.size)
-        means = sums / counts.to(torch.float64)
+        means = sums.T / counts.to(torch.float64)
         means[:, counts == 0] = torch.nan
         result = means.cpu().numpy()
     sizes = sizes.cpu().numpy().astype(np.int64)
@@ -228,50 +234,50 @@ def _integers(values, name: str) -> np.ndarray:
     return as_int
 
 
-def _blocks(n_timepoints: int, rows: int):
-    """Yield the (start, stop) of each block of ``rows`` time points."""
-    for r0 in range(0, n_timepoints, rows):
-        yield r0, min(n_timepoints, r0 + rows)
+def _block(x: np.ndarray, c0: int, c1: int, device: torch.device) -> torch.Tensor:
+    """Return grayordinates ``c0:c1`` of ``x`` (T, N) as a contiguous (c1 - c0, T) tensor.
 
-
-def _block(x: np.ndarray, r0: int, r1: int, device: torch.device) -> torch.Tensor:
-    """Return time points ``r0:r1`` of ``x`` on ``device``, in their own dtype.
-
-    A read-only memory map is read without a copy on the CPU (never written).
+    In the input's dtype, on ``device``. A series stored one grayordinate
+    after another (Fortran order, as CIFTI files are) is read without a copy
+    on the CPU (never written); another one is copied into that order.
     """
-    block = np.ascontiguousarray(x[r0:r1])
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "The given NumPy array is not writable")
-        return torch.from_numpy(block).to(device)
+        block = torch.from_numpy(x[:, c0:c1].T)
+    return block.contiguous().to(device)
 
 
-def _usable(x: np.ndarray, rows: int, device: torch.device) -> torch.Tensor:
-    """Return which grayordinates are finite throughout and not constant (from 2 time points).
+def _usable(block: torch.Tensor) -> torch.Tensor:
+    """Return which rows are finite throughout and not constant (judged from 2 time points).
 
-    One pass of running minima and maxima (NaN propagates through them).
+    From each row's minimum and maximum (NaN propagates through them).
     """
-    low = high = None
-    for r0, r1 in _blocks(x.shape[0], rows):
-        block = _block(x, r0, r1, device)
-        block_low, block_high = block.amin(0), block.amax(0)
-        low = block_low if low is None else torch.minimum(low, block_low)
-        high = block_high if high is None else torch.maximum(high, block_high)
+    low, high = block.amin(1), block.amax(1)
     finite = torch.isfinite(low) & torch.isfinite(high)
-    return finite & (high > low) if x.shape[0] > 1 else finite
+    return finite & (high > low) if block.shape[1] > 1 else finite
 
 
-def _parcel_sums(x, index: torch.Tensor, usable: torch.Tensor, n_parcels: int, rows: int):
-    """Return the per-parcel sums (T, P) over the usable members, and their counts (P,).
+def _parcel_sums(x, index: torch.Tensor, mask, n_parcels: int, columns: int):
+    """Return the per-parcel sums (P, T) over the usable members, and the usable grayordinates.
 
-    The members are gathered in the input's dtype and summed in float64.
+    One pass over blocks of ``columns`` grayordinates: each block's
+    usability, then its usable members added to their parcel's sum in
+    float64 (the others to a discarded extra row).
     """
-    members = torch.nonzero(usable & (index >= 0)).squeeze(1)
-    parcel = index[members]
-    sums = torch.zeros(x.shape[0], n_parcels, dtype=torch.float64, device=index.device)
-    for r0, r1 in _blocks(x.shape[0], rows):
-        gathered = _block(x, r0, r1, index.device).index_select(1, members).to(torch.float64)
-        sums[r0:r1].index_add_(1, parcel, gathered)
-    return sums, torch.bincount(parcel, minlength=n_parcels)
+    n_timepoints, n = x.shape
+    sums = torch.zeros(n_parcels + 1, n_timepoints, dtype=torch.float64, device=index.device)
+    usable = torch.empty(n, dtype=torch.bool, device=index.device)
+    cast = torch.empty(min(n, columns), n_timepoints, dtype=torch.float64, device=index.device)
+    for c0 in range(0, n, columns):
+        c1 = min(n, c0 + columns)
+        block = _block(x, c0, c1, index.device)
+        usable[c0:c1] = _usable(block)
+        if mask is not None:
+            usable[c0:c1] &= mask[c0:c1]
+        parcel = index[c0:c1]
+        parcel = torch.where(usable[c0:c1] & (parcel >= 0), parcel, n_parcels)
+        sums.index_add_(0, parcel, cast[: c1 - c0].copy_(block))
+    return sums[:n_parcels], usable
 
 
 @dataclass(frozen=True)
@@ -420,21 +426,40 @@ def parcels_axis(labels: np.ndarray, names: dict[int, str], brain_model: BrainMo
     """
     from nibabel.cifti2 import ParcelsAxis
 
-    keys = sorted(names)
+    keys = np.array(sorted(names), dtype=np.int64)
     labels = np.asarray(labels)
-    surface = brain_model.surface_mask
-    voxels, vertices = [], []
-    for key in keys:
-        members = np.flatnonzero(labels == key)
-        on_surface = members[surface[members]]
-        parcel_vertices = {}
-        for structure in dict.fromkeys(brain_model.name[on_surface]):
-            picked = on_surface[brain_model.name[on_surface] == structure]
-            parcel_vertices[str(structure)] = np.sort(brain_model.vertex[picked])
-        ijk = brain_model.voxel[members[~surface[members]]]
-        voxels.append(ijk[np.lexsort((ijk[:, 0], ijk[:, 1], ijk[:, 2]))].reshape(-1, 3))
-        vertices.append(parcel_vertices)
-    has_volume = bool(brain_model.volume_mask.any())
+    position = np.searchsorted(keys, labels).clip(0, keys.size - 1)
+    parcel = np.where(keys[position] == labels, position, -1)
+    structures, first, structure = np.unique(
+        brain_model.name, return_index=True, return_inverse=True
+    )
+    surface = np.isin(brain_model.name, list(brain_model.nvertices))
+    # Structures in the order the brain model holds them (each is one run of it).
+    rank = np.argsort(np.argsort(first))[structure]
+    on_surface = np.flatnonzero(surface & (parcel >= 0))
+    on_surface = on_surface[
+        np.lexsort((brain_model.vertex[on_surface], rank[on_surface], parcel[on_surface]))
+    ]
+    in_volume = np.flatnonzero(~surface & (parcel >= 0))
+    ijk = brain_model.voxel[in_volume]
+    in_volume = in_volume[np.lexsort((ijk[:, 0], ijk[:, 1], ijk[:, 2], parcel[in_volume]))]
+    surface_bounds = np.searchsorted(parcel[on_surface], np.arange(keys.size + 1))
+    volume_bounds = np.searchsorted(parcel[in_volume], np.arange(keys.size + 1))
+    vertices = []
+    for members in np.split(on_surface, surface_bounds[1:-1]):
+        runs = np.flatnonzero(np.diff(structure[members])) + 1
+        vertices.append(
+            {
+                str(structures[structure[run[0]]]): brain_model.vertex[run]
+                for run in np.split(members, runs)
+                if run.size
+            }
+        )
+    voxels = [
+        brain_model.voxel[members].reshape(-1, 3)
+        for members in np.split(in_volume, volume_bounds[1:-1])
+    ]
+    has_volume = bool((~surface).any())
     return ParcelsAxis(
         np.array([names[key] for key in keys]),
         voxels,
