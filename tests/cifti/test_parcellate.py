@@ -159,6 +159,8 @@ def test_fortran_and_c_ordered_series_agree(tmp_path):
         result = parcellate(series, labels, device="cpu", memory_limit="100KB")
         np.testing.assert_allclose(result.series, c_order.series, rtol=0, atol=1e-12)
         np.testing.assert_array_equal(result.coverage, c_order.coverage)
+    reversed_ = parcellate(x[::-1], labels, device="cpu")  # a view torch cannot take
+    np.testing.assert_allclose(reversed_.series, c_order.series[::-1], rtol=0, atol=1e-12)
     usable = (labels == 1) & np.isfinite(x).all(0) & (np.ptp(x, axis=0) > 0)
     np.testing.assert_allclose(c_order.series[:, 0], x[:, usable].mean(1), atol=1e-6)
 

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 #: What to do when the parcellation does not fit (for messages).
 MEMORY_HINT = "Raise memory_limit (--memory-limit)."
 
-#: Device bytes per value of a block of grayordinates: its contiguous copy in
-#: the input's dtype (at most 8) and its float64 cast.
+#: Device bytes per value of a block of grayordinates: its copy in the input's
+#: dtype (at most 8; none on the CPU) and its float64 cast.
 _BLOCK_BYTES_PER_VALUE = 16
 
 #: Device bytes per grayordinate of a block: its minimum and maximum
@@ -172,7 +172,7 @@ def parcellate(
         sums, usable = _parcel_sums(x, index_t, mask_t, keys.size, columns)
         counts = torch.bincount(index_t[usable & (index_t >= 0)], minlength=keys.size)
         sizes = torch.bincount(index_t[index_t >= 0], minlength=keys.size)
-        means = sums.T / counts.to(torch.float64)
+        means = sums / counts.to(torch.float64)
         means[:, counts == 0] = torch.nan
         result = means.cpu().numpy()
     sizes = sizes.cpu().numpy().astype(np.int64)
@@ -197,6 +197,8 @@ def _check_inputs(series, labels, keys, mask):
         )
     if np.iscomplexobj(x):
         raise ValueError("'series' must be real; got complex values.")
+    if min(x.strides) < 0:  # torch reads no reversed view
+        x = np.ascontiguousarray(x)
     n = x.shape[1]
     labels = _integers(labels, "labels")
     if labels.shape != (n,):
@@ -234,50 +236,56 @@ def _integers(values, name: str) -> np.ndarray:
     return as_int
 
 
-def _block(x: np.ndarray, c0: int, c1: int, device: torch.device) -> torch.Tensor:
-    """Return grayordinates ``c0:c1`` of ``x`` (T, N) as a contiguous (c1 - c0, T) tensor.
+def _block(x: np.ndarray, c0: int, c1: int, axis: int, device: torch.device) -> torch.Tensor:
+    """Return grayordinates ``c0:c1`` of ``x`` (T, N) on ``device``, in its memory order.
 
-    In the input's dtype, on ``device``. A series stored one grayordinate
-    after another (Fortran order, as CIFTI files are) is read without a copy
-    on the CPU (never written); another one is copied into that order.
+    ``axis`` is that of the grayordinates: 0 gives a (c1 - c0, T) tensor (a
+    series stored grayordinate by grayordinate, as in CIFTI files), 1 a
+    (T, c1 - c0) one. On the CPU it is a view (never written).
     """
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "The given NumPy array is not writable")
-        block = torch.from_numpy(x[:, c0:c1].T)
-    return block.contiguous().to(device)
+        block = torch.from_numpy(x[:, c0:c1])
+    return (block.T if axis == 0 else block).to(device)
 
 
-def _usable(block: torch.Tensor) -> torch.Tensor:
-    """Return which rows are finite throughout and not constant (judged from 2 time points).
+def _usable(block: torch.Tensor, axis: int) -> torch.Tensor:
+    """Return which grayordinates (along ``axis``) are finite throughout and not constant.
 
-    From each row's minimum and maximum (NaN propagates through them).
+    From each one's minimum and maximum over time (NaN propagates through
+    them); constant is judged from two time points on.
     """
-    low, high = block.amin(1), block.amax(1)
+    low, high = block.amin(1 - axis), block.amax(1 - axis)
     finite = torch.isfinite(low) & torch.isfinite(high)
-    return finite & (high > low) if block.shape[1] > 1 else finite
+    return finite & (high > low) if block.shape[1 - axis] > 1 else finite
 
 
 def _parcel_sums(x, index: torch.Tensor, mask, n_parcels: int, columns: int):
-    """Return the per-parcel sums (P, T) over the usable members, and the usable grayordinates.
+    """Return the per-parcel sums (T, P) over the usable members, and the usable grayordinates.
 
-    One pass over blocks of ``columns`` grayordinates: each block's
-    usability, then its usable members added to their parcel's sum in
-    float64 (the others to a discarded extra row).
+    One pass over blocks of ``columns`` grayordinates, each in the memory
+    order of ``x``: its usability, then its usable members added to their
+    parcel's sum in float64 (the others to a discarded extra parcel).
     """
     n_timepoints, n = x.shape
-    sums = torch.zeros(n_parcels + 1, n_timepoints, dtype=torch.float64, device=index.device)
+    axis = 0 if x.strides[0] < x.strides[1] else 1  # the grayordinates' axis
+
+    def shape(count: int) -> tuple[int, int]:
+        return (count, n_timepoints) if axis == 0 else (n_timepoints, count)
+
+    sums = torch.zeros(shape(n_parcels + 1), dtype=torch.float64, device=index.device)
+    cast = torch.empty(shape(min(n, columns)), dtype=torch.float64, device=index.device)
     usable = torch.empty(n, dtype=torch.bool, device=index.device)
-    cast = torch.empty(min(n, columns), n_timepoints, dtype=torch.float64, device=index.device)
     for c0 in range(0, n, columns):
         c1 = min(n, c0 + columns)
-        block = _block(x, c0, c1, index.device)
-        usable[c0:c1] = _usable(block)
+        block = _block(x, c0, c1, axis, index.device)
+        usable[c0:c1] = _usable(block, axis)
         if mask is not None:
             usable[c0:c1] &= mask[c0:c1]
-        parcel = index[c0:c1]
-        parcel = torch.where(usable[c0:c1] & (parcel >= 0), parcel, n_parcels)
-        sums.index_add_(0, parcel, cast[: c1 - c0].copy_(block))
-    return sums[:n_parcels], usable
+        parcel = torch.where(usable[c0:c1] & (index[c0:c1] >= 0), index[c0:c1], n_parcels)
+        sums.index_add_(axis, parcel, cast.narrow(axis, 0, c1 - c0).copy_(block))
+    sums = sums.narrow(axis, 0, n_parcels)
+    return (sums.T if axis == 0 else sums), usable
 
 
 @dataclass(frozen=True)
