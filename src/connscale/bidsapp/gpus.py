@@ -216,6 +216,8 @@ def worker_spec(
     """Return the ``SpecCluster`` worker specification: one ``Nanny`` per environment."""
     from distributed import Nanny
 
+    from connscale.engines.dask_engine import LOCAL_SCHEDULER
+
     return {
         f"gpu-{env['CUDA_VISIBLE_DEVICES']}": {
             "cls": Nanny,
@@ -223,6 +225,7 @@ def worker_spec(
                 "nthreads": threads,
                 "env": dict(env),
                 "memory_limit": 0,
+                "host": LOCAL_SCHEDULER["host"],
                 "silence_logs": logging.ERROR,
             },
         }
@@ -246,8 +249,10 @@ def gpu_cluster(environments: list[dict[str, str]], *, threads: int = THREADS_PE
     import dask
     from distributed import Client, Scheduler, SpecCluster
 
-    scheduler = {"cls": Scheduler, "options": {"dashboard_address": ":0"}}
-    with dask.config.set({"distributed.worker.daemon": False}):
+    from connscale.engines.dask_engine import LOCAL_SCHEDULER, http_routes_copy
+
+    scheduler = {"cls": Scheduler, "options": dict(LOCAL_SCHEDULER)}
+    with dask.config.set({"distributed.worker.daemon": False, **http_routes_copy()}):
         cluster = SpecCluster(
             workers=worker_spec(environments, threads=threads),
             scheduler=scheduler,

@@ -63,6 +63,27 @@ from connscale.engines.slurm import JobKeeper, SlurmJobs, check_job_script, star
 
 # Every listener of a LocalCluster started here.
 _LOCAL_HOST = "127.0.0.1"
+#: Where a scheduler started here listens, and its HTTP server (``/health``).
+LOCAL_SCHEDULER = {"host": _LOCAL_HOST, "dashboard_address": f"{_LOCAL_HOST}:0"}
+
+
+def http_routes_copy() -> dict:
+    """Return Dask settings giving a scheduler about to start its own list of HTTP routes.
+
+    A scheduler with a dashboard but without bokeh appends its "missing
+    bokeh" page to the list Dask's configuration holds (distributed's
+    ``Scheduler.start_http_server``), which every later scheduler of this
+    process would then serve: set these while a scheduler starts.
+    """
+    import dask
+
+    return {
+        "distributed.scheduler.http.routes": list(
+            dask.config.get("distributed.scheduler.http.routes")
+        )
+    }
+
+
 _NEVER = "3650 days"
 
 
@@ -227,21 +248,11 @@ class DaskEngine(Engine):
             raise
 
     def _scheduler_settings(self) -> dict:
-        """Return the Dask settings the scheduler started here reads (set while it starts).
-
-        The HTTP routes are a copy: a scheduler with a dashboard but without
-        bokeh appends its "missing bokeh" page to the list Dask's configuration
-        holds (distributed's ``Scheduler.start_http_server``), which every
-        later scheduler of this process would serve.
-        """
-        import dask
-
+        """Return the Dask settings the scheduler started here reads (set while it starts)."""
         return {
             "distributed.scheduler.allowed-failures": self.retries,
             "distributed.scheduler.worker-saturation": 1.0,
-            "distributed.scheduler.http.routes": list(
-                dask.config.get("distributed.scheduler.http.routes")
-            ),
+            **http_routes_copy(),
         }
 
     def map(
