@@ -387,3 +387,81 @@ rc = main(argv + ["--participant-label", "01"])
 assert rc == 0, next(Path("out/logs").glob("participant_*_errors.tsv")).read_text()
 """
     _check(_measure(setup, call, tmp_path), limit)
+
+
+def _equal_runs_tree(tmp_path: Path, n_runs: int) -> Path:
+    """``n_runs`` fMRIPrep runs of 20 x 20 x 15 voxels (all in the mask) and 30 volumes."""
+    import nibabel as nib
+    import numpy as np
+
+    from tests.bids._fmriprep import AFFINE, ATLAS, atlas_img, make_fmriprep
+
+    subjects = [f"{i:02d}" for i in range(1, n_runs + 1)]
+    root = make_fmriprep(tmp_path / "fmriprep", [(s, None, "rest", None) for s in subjects])
+    nib.save(atlas_img(), tmp_path / ATLAS)
+    rng = np.random.default_rng(0)
+    for sub in subjects:
+        func = root / f"sub-{sub}" / "func"
+        stem = f"sub-{sub}_task-rest_space-MNI152NLin2009cAsym"
+        data = rng.standard_normal((20, 20, 15, 30), dtype=np.float32) + 100
+        nib.save(nib.Nifti1Image(data, AFFINE), func / f"{stem}_desc-preproc_bold.nii.gz")
+        mask = nib.Nifti1Image(np.ones((20, 20, 15), np.uint8), AFFINE)
+        nib.save(mask, func / f"{stem}_desc-brain_mask.nii.gz")
+    return root
+
+
+#: What each run of :func:`_equal_runs_tree` holds for voxelfc: 6000 voxels x 30
+#: volumes read (float32) and cleaned (float32), and its mask.
+_HELD = 2 * 6000 * 30 * 4 + 6000
+
+
+@pytest.mark.parametrize(
+    ("limit", "readers"),
+    [(5 * MB, 1), (8 * MB, 2), (2_800_000, 0)],
+    ids=["one-fits", "two-fit", "none-fits"],
+)
+def test_bids_participant_counts_the_runs_read_ahead(tmp_path, monkeypatch, limit, readers):
+    # --memory-limit is the call's: the runs read ahead are held at the largest
+    # run's size, no more read ahead than fit in half the limit, and each run's
+    # measures get the limit less those runs and its own data.
+    import connscale.fc.static as static
+    from connscale.cli.main import main
+    from tests.bids._fmriprep import participant_log
+
+    root = _equal_runs_tree(tmp_path, 4)
+    limits = []
+    correlation = static.compute_correlation
+
+    def recording(*args, **kwargs):
+        limits.append(kwargs["memory_limit"])
+        return correlation(*args, **kwargs)
+
+    monkeypatch.setattr(static, "compute_correlation", recording)
+    out = tmp_path / "out"
+    argv = _bids_argv(tmp_path, root, str(out), "--measures", "voxelfc", "--n-jobs", "3")
+    assert main([*argv, "--memory-limit", str(limit)]) == 0
+    report, _ = participant_log(out)
+    assert report["memory"] == {
+        "memory_limit": limit,
+        "run_limit": limit - readers * _HELD,
+        "largest_run_bytes": _HELD,
+        "readers_asked": 3,
+        "readers": readers,
+    }
+    assert any(f"{readers} run(s) read ahead instead of 3" in n for n in report["notes"])
+    assert [r["status"] for r in report["records"]] == ["ok"] * 4
+    assert limits == [limit - readers * _HELD - _HELD] * 4
+
+
+def test_bids_participant_reads_ahead_as_asked_when_the_runs_fit(tmp_path):
+    from connscale.cli.main import main
+    from tests.bids._fmriprep import participant_log
+
+    root = _equal_runs_tree(tmp_path, 3)
+    out = tmp_path / "out"
+    argv = _bids_argv(tmp_path, root, str(out), "--measures", "voxelfc", "--n-jobs", "2")
+    assert main([*argv, "--memory-limit", "100MB"]) == 0
+    report, _ = participant_log(out)
+    memory = report["memory"]
+    assert memory["readers"] == 2 and memory["run_limit"] == 100 * MB - 2 * _HELD
+    assert not any("read ahead instead" in n for n in report["notes"])

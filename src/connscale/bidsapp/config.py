@@ -521,12 +521,17 @@ class ParticipantConfig:
         doc="Torch threads of each run task.",
     )
     memory_limit: str | int | None = _fields.memory_limit(
-        "Most memory a run may use, in bytes or as a string such as ``'8GB'``.\n"
-        "It covers the whole run: the decoded data and the cleaned series are\n"
-        "counted, and the measures get what is left\n"
+        "Most memory the call may use, in bytes or as a string such as ``'8GB'``.\n"
+        "It is shared out among the runs computing at once (one per GPU\n"
+        "worker, or per job of a local engine) and the runs read ahead, held\n"
+        "at the largest run's size; fewer are read ahead when they would take\n"
+        "more than half (:mod:`~connscale.bidsapp.read_budget`). Each run's\n"
+        "share covers the whole run: the decoded data and the cleaned series\n"
+        "are counted, and the measures get what is left\n"
         "(:class:`~connscale.engines.batch.TaskBudget`); a run whose data alone\n"
-        "exceed it is recorded as a ``MemoryLimitError``. None: no limit on\n"
-        "the run, each computation uses up to 80% of what is free.",
+        "exceed it is recorded as a ``MemoryLimitError``. On a cluster\n"
+        "(``cluster``) it is each run's. None: no limit, each computation uses\n"
+        "up to 80% of what is free.",
         group=COMPUTATION,
         levels=("participant",),
     )

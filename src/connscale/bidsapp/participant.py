@@ -101,9 +101,7 @@ from pathlib import Path
 
 from connscale._choices import MEASURES, REGION_MEASURES
 from connscale._params import entry
-from connscale._validation import (
-    resolve_n_jobs,
-)
+from connscale._validation import parse_memory, resolve_n_jobs
 from connscale.bidsapp.atlas import (
     check_atlas,
     read_atlas_labels,
@@ -116,8 +114,10 @@ from connscale.bidsapp.gpus import ReaderPlan, plan_readers, worker_device
 from connscale.bidsapp.gpus import gpu_plan as _gpu_plan
 from connscale.bidsapp.layout import BoldRun, find_runs
 from connscale.bidsapp.outputs import DATASET_LINK
+from connscale.bidsapp.read_budget import ReadAhead, plan_read_ahead
 from connscale.bidsapp.region_measures import write_region
 from connscale.bidsapp.run_sets import is_published, needs_decode, output_sets, set_measures
+from connscale.engines.base import SerialEngine
 from connscale.engines.batch import (
     STATUSES,
     BatchOptions,
@@ -410,15 +410,45 @@ def _reads_in_processes(backend: str, n_jobs: int | None, environments: list) ->
     return backend == "serial" and not environments and n_jobs is not None and n_jobs > 1
 
 
-def _readers(readers: int) -> ReadAheadEngine:
+def _readers(readers: int) -> ReadAheadEngine | SerialEngine:
     """Return the serial engine with ``readers`` reading ahead: processes when several.
 
     One reader is a thread (a process would cost its start for no gain: the
     decompression releases the GIL); several are processes, which share no
     GIL with one another nor with the process computing
-    (``benchmarks/profile_readers.py``).
+    (``benchmarks/profile_readers.py``). None (``memory_limit`` holds no run
+    beside the one computing, :mod:`~connscale.bidsapp.read_budget`): each
+    run is read in its own task.
     """
+    if readers == 0:
+        return SerialEngine()
     return ReadAheadEngine(readers, processes=readers > 1, preload=READER_MODULES)
+
+
+def _share_memory(
+    config: ParticipantConfig,
+    runs: list[BoldRun],
+    environments: list,
+    n_jobs: int | None,
+    readers: ReaderPlan | None,
+    remote: bool,
+) -> tuple[ReadAhead, int | None, ReaderPlan | None]:
+    """Share the call's ``memory_limit`` out among its runs (:func:`plan_read_ahead`).
+
+    Returns the plan, the serial path's readers (``n_jobs``) and the GPU
+    workers' reader plan, both lowered where the limit asks it. A cluster's
+    jobs (``remote``) have their own memory: the limit stays each run's.
+    """
+    if remote or config.memory_limit is None:
+        return ReadAhead(0, None, 0, 0), n_jobs, readers
+    if environments:
+        plan = plan_read_ahead(config, runs, readers=readers.readers, computing=len(environments))
+        return plan, n_jobs, replace(readers, readers=max(plan.readers, 1))
+    if config.backend == "serial":
+        plan = plan_read_ahead(config, runs, readers=1 if n_jobs is None else n_jobs)
+        return plan, plan.readers, readers
+    computing = resolve_n_jobs(-1 if n_jobs is None else n_jobs)
+    return plan_read_ahead(config, runs, readers=0, computing=computing), n_jobs, readers
 
 
 def _slurm_jobs(config: ParticipantConfig, output: Path) -> SlurmJobs | None:
@@ -628,6 +658,12 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         logs = call_logs(logs_folder(output / "logs"), participant_label)
         write_dataset_description(output, derivatives)
         one_per_gpu = backend == "serial" or bool(environments)
+        remote = slurm is not None or config.cluster is not None
+        memory, n_jobs, readers = _share_memory(config, runs, environments, n_jobs, readers, remote)
+        notes += [memory.note()] if memory.note() else []
+        call_limit = config.memory_limit
+        if memory.run_limit is not None and memory.run_limit != parse_memory(call_limit):
+            config = replace(config, memory_limit=memory.run_limit)  # each run's share
         config = replace(config, device=batch_device(config.device, one_task_per_gpu=one_per_gpu))
         result = run_batch(
             [_run_task(config, r) for r in runs],
@@ -654,6 +690,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
                 "device": config.device,
                 "gpu_workers": environments,
                 "gpu_readers": None if readers is None else readers.record(),
+                "memory": memory.record(call_limit),
                 "notes": notes,
                 "parameters": {**config.parameters(), "min_dof": config.min_dof},
             },
