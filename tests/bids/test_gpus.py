@@ -207,3 +207,40 @@ def test_gpu_workers_with_reader_processes_publish_what_the_serial_path_does(tmp
     assert sorted(got) == sorted(expected) and len(got) == 6
     for name, values in expected.items():
         np.testing.assert_allclose(got[name], values, rtol=0, atol=1e-6, err_msg=name)
+
+
+def test_the_memory_limit_is_shared_among_the_gpu_workers_and_their_readers(tmp_path, monkeypatch):
+    # The call's limit split over 3 workers; each worker reads ahead only the runs
+    # that fit in half its share, and at least one.
+    from connscale.engines.base import SerialEngine
+
+    seen = {}
+
+    @contextmanager
+    def fake_engine(environments, *, readers, preload):
+        seen.update(readers=readers)
+        with SerialEngine() as engine:
+            yield engine
+
+    monkeypatch.setattr(gpus, "_cuda_count", lambda: 3)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(gpus, "host_cores", lambda: 16)
+    monkeypatch.setattr(gpus, "gpu_engine", fake_engine)
+    subjects = [(f"0{i}", None, "rest", None) for i in range(1, 7)]
+    root = make_fmriprep(tmp_path / "fmriprep", subjects)
+    nib.save(atlas_img(), tmp_path / ATLAS)
+    argv = ["bids", str(root), "", "participant", "--atlas", str(tmp_path / ATLAS)]
+    argv += ["--atlas-name", "Slab4", "--denoise", "none", "--measures", "voxelfc", "--gpus", "all"]
+    argv += ["--device", "cpu", "-q"]
+    for limit, expected in ((12_000_000, None), (120_000, 1)):
+        out = tmp_path / f"out{limit}"
+        argv[2] = str(out)
+        assert main([*argv, "--memory-limit", str(limit)]) == 0
+        memory = participant_log(out)[0]["memory"]
+        run_bytes = memory["largest_run_bytes"]
+        if expected is None:  # 2 MB per worker, runs of about 0.1 MB: the 4 readers fit
+            assert (limit // 3 // 2) // run_bytes >= 4
+            expected = 4
+        assert seen["readers"] == gpus.ReaderPlan(workers=3, cores=16, readers=expected)
+        assert memory["readers"] == expected
+        assert memory["run_limit"] == limit // 3 - expected * run_bytes

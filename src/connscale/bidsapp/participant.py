@@ -443,7 +443,9 @@ def _share_memory(
         return ReadAhead(0, None, 0, 0), n_jobs, readers
     if environments:
         plan = plan_read_ahead(config, runs, readers=readers.readers, computing=len(environments))
-        return plan, n_jobs, replace(readers, readers=max(plan.readers, 1))
+        if plan.readers == 0:  # a GPU worker keeps one reader, counted
+            plan = replace(plan, readers=1, run_limit=plan.run_limit - plan.run_bytes)
+        return plan, n_jobs, replace(readers, readers=plan.readers)
     if config.backend == "serial":
         plan = plan_read_ahead(config, runs, readers=1 if n_jobs is None else n_jobs)
         return plan, plan.readers, readers
