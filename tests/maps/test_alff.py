@@ -138,7 +138,9 @@ def test_several_batches_give_the_same_maps(censored, monkeypatch):
         return batch_maps(series, *args)
 
     monkeypatch.setattr(alff_module, "_batch_maps", counted)
-    limit = 60_000 + (80 * 100 * 8 if censored else 0)  # ~7 series a batch, and the basis
+    # ~6 series a batch (about 10 kB each); censored, the basis's host temporaries
+    # (8 x 80 kept x 50 frequencies x 8 bytes) and ~20 series a batch.
+    limit = 260_000 if censored else 60_000
     batched = connscale.alff(
         x, 2.0, sample_mask=kept, device="cpu", dtype="float64", memory_limit=limit
     )
@@ -180,6 +182,11 @@ def test_normalize_divides_by_the_mean_over_non_constant_series():
     np.testing.assert_allclose(m_falff, falff / falff[1:].mean(), rtol=1e-12)
     np.testing.assert_allclose([m_alff[1:].mean(), m_falff[1:].mean()], 1.0, rtol=1e-12)
     assert m_alff[0] == 0
+
+
+def test_normalize_needs_a_varying_series():
+    with pytest.raises(ValueError, match="normalize=True divides ALFF by its mean over the non"):
+        connscale.alff(np.ones((50, 3)), 2.0, normalize=True, device="cpu")
 
 
 X = random_walks(100, 3)

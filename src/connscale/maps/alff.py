@@ -24,27 +24,30 @@ from connscale.maps.prepare import _checked, map_planner
 #: Fewest kept volumes whose spectrum is computed (as every series' minimum length).
 MIN_KEPT_VOLUMES = 3
 
+#: Float64 arrays of (kept volumes x frequencies) alive at once while the basis is built.
+_BASIS_TEMPORARIES = 8
+
 
 @dataclass(frozen=True)
 class _Spectrum:
-    """The frequency grid of a call: its band and, with censoring, the Lomb-Scargle basis.
+    """The spectrum a call computes: its band and, with censoring, the Lomb-Scargle basis.
 
     Attributes
     ----------
     band : slice
         Indices of the band's frequencies in the amplitude spectrum.
-    kept : ndarray of int or None
-        The kept volumes (None: every volume, the periodogram).
-    basis : ndarray of shape (n_kept, 2 * n_frequencies) or None
-        The Lomb-Scargle cosines then sines at the kept times, each column
-        scaled so that the squared products with the centred kept values,
-        summed over the pair of a frequency, give its normalised power times
-        the mean square of those values.
+    kept : torch.Tensor of int or None
+        The kept volumes, on the device (None: every volume, the periodogram).
+    basis : torch.Tensor of shape (n_kept, 2 * n_frequencies) or None
+        The Lomb-Scargle cosines then sines at the kept times, in the working
+        dtype on the device, each column scaled so that the squared products
+        with the centred kept values, summed over the pair of a frequency,
+        give its normalised power times the mean square of those values.
     """
 
     band: slice
-    kept: np.ndarray | None = None
-    basis: np.ndarray | None = None
+    kept: torch.Tensor | None = None
+    basis: torch.Tensor | None = None
 
 
 def _kept_volumes(sample_mask, n_timepoints: int) -> np.ndarray | None:
@@ -113,8 +116,8 @@ def _check_band(t_r: float, low_pass: float, high_pass: float) -> None:
         )
 
 
-def _spectrum(n_timepoints: int, t_r: float, low_pass: float, high_pass: float, kept):
-    """Return the :class:`_Spectrum` of a call, its frequencies as XCP-D draws them.
+def _frequencies(n_timepoints: int, t_r: float, *, censored: bool) -> np.ndarray:
+    """Return the frequencies (Hz) of the amplitude spectrum, as XCP-D draws them.
 
     Without censoring, the periodogram's (``scipy.signal.periodogram``):
     k / (T t_r) for k = 0 ... T // 2. With it, the Lomb-Scargle grid XCP-D
@@ -122,13 +125,39 @@ def _spectrum(n_timepoints: int, t_r: float, low_pass: float, high_pass: float, 
     without 0, T the number of volumes before censoring.
     """
     fs = 1.0 / t_r
+    if not censored:
+        return np.fft.rfftfreq(n_timepoints, 1.0 / fs)
+    return np.linspace(0.0, 0.5 * fs, n_timepoints // 2 + 1)[1:]
+
+
+def _spectrum(
+    planner: MemoryPlanner,
+    kept: np.ndarray | None,
+    frequencies: np.ndarray,
+    band: slice,
+    t_r: float,
+    work_dtype: torch.dtype,
+) -> _Spectrum:
+    """Return the call's :class:`_Spectrum`, its Lomb-Scargle basis counted on the device.
+
+    The basis is built on the host in float64 (its temporaries counted too).
+    """
     if kept is None:
-        frequencies = np.fft.rfftfreq(n_timepoints, 1.0 / fs)
-        return _Spectrum(_band(frequencies, low_pass, high_pass, t_r))
-    frequencies = np.linspace(0.0, 0.5 * fs, n_timepoints // 2 + 1)[1:]
-    band = _band(frequencies, low_pass, high_pass, t_r)
-    times = np.arange(n_timepoints) * t_r
-    return _Spectrum(band, kept, _lombscargle_basis(times[kept], 2.0 * np.pi * frequencies))
+        return _Spectrum(band)
+    n_values = kept.size * frequencies.size
+    work_size = torch.empty((), dtype=work_dtype).element_size()
+    planner.require(
+        8 * _BASIS_TEMPORARIES * n_values,
+        f"The Lomb-Scargle basis of {kept.size} kept volumes x {frequencies.size} frequencies",
+        on="host",
+    )
+    planner.reserve_device(2 * n_values * work_size)
+    times = kept * t_r
+    basis = _lombscargle_basis(times, 2.0 * np.pi * frequencies)
+    device = planner.device
+    return _Spectrum(
+        band, torch.from_numpy(kept).to(device), torch.from_numpy(basis).to(device, work_dtype)
+    )
 
 
 def _lombscargle_basis(times: np.ndarray, angular: np.ndarray) -> np.ndarray:
@@ -177,14 +206,12 @@ def _periodogram_amplitude(centred: torch.Tensor, work_dtype: torch.dtype) -> to
     return spectrum
 
 
-def _lombscargle_amplitude(
-    centred: torch.Tensor, spectrum: _Spectrum, basis: torch.Tensor
-) -> torch.Tensor:
+def _lombscargle_amplitude(centred: torch.Tensor, spectrum: _Spectrum) -> torch.Tensor:
     """Return sqrt of the normalised Lomb-Scargle power of the kept volumes times the series' SD."""
     scale = centred.square().mean(dim=1, keepdim=True).sqrt()  # SD over every volume
-    kept, constant = _centred(centred[:, torch.from_numpy(spectrum.kept).to(centred.device)])
+    kept, constant = _centred(centred[:, spectrum.kept])
     mean_square = kept.square().mean(dim=1, keepdim=True)
-    products = (kept.to(basis.dtype) @ basis).to(torch.float64).square()
+    products = (kept.to(spectrum.basis.dtype) @ spectrum.basis).to(torch.float64).square()
     n_frequencies = products.shape[1] // 2
     power = (products[:, :n_frequencies] + products[:, n_frequencies:]) / mean_square
     amplitude = power.sqrt() * scale
@@ -192,13 +219,13 @@ def _lombscargle_amplitude(
     return amplitude
 
 
-def _batch_maps(series: torch.Tensor, spectrum: _Spectrum, basis, work_dtype):
+def _batch_maps(series: torch.Tensor, spectrum: _Spectrum, work_dtype: torch.dtype):
     """ALFF, fALFF (float64) and which series are constant, of a (B, T) float64 batch."""
     centred, constant = _centred(series)
-    if basis is None:
+    if spectrum.basis is None:
         amplitude = _periodogram_amplitude(centred, work_dtype)
     else:
-        amplitude = _lombscargle_amplitude(centred, spectrum, basis)
+        amplitude = _lombscargle_amplitude(centred, spectrum)
     amplitude[constant] = 0.0
     in_band = amplitude[:, spectrum.band].sum(dim=1)
     total = amplitude.sum(dim=1)
@@ -216,16 +243,15 @@ def _device_batch(x, start: int, stop: int, device: torch.device) -> torch.Tenso
     return block.to(torch.float64).contiguous()
 
 
-def _series_per_batch(planner: MemoryPlanner, x, spectrum: _Spectrum, work_dtype) -> int:
-    """Count the basis and the maps, and return how many series fit a batch."""
+def _series_per_batch(planner: MemoryPlanner, x, work_dtype: torch.dtype) -> int:
+    """Return how many series fit a batch in what is left of the device budget."""
     n_timepoints, n_series = x.shape
     work_size = torch.empty((), dtype=work_dtype).element_size()
     item_size = x.element_size() if isinstance(x, torch.Tensor) else x.itemsize
-    if spectrum.basis is not None:
-        planner.reserve_device(spectrum.basis.size * work_size)
-    # The batch as read (host copy, device copy), its float64 copy and centred
-    # values, the cast, the transform and the float64 amplitudes.
-    per_series = n_timepoints * (2 * item_size + 32 + 4 * work_size) + 64
+    # The batch as read (host copy, device copy); in float64 its copy, the
+    # centred values, the kept ones twice, the power and the amplitudes; in
+    # the working dtype the cast and the transform.
+    per_series = n_timepoints * (2 * item_size + 48 + 4 * work_size) + 64
     return planner.fit(
         per_series,
         f"ALFF of {n_series} series x {n_timepoints} time points",
@@ -369,23 +395,20 @@ def alff(
     n_timepoints, n_series = x.shape
     _check_band(float(t_r), float(low_pass), float(high_pass))
     kept = _kept_volumes(sample_mask, n_timepoints)
-    spectrum = _spectrum(n_timepoints, float(t_r), float(low_pass), float(high_pass), kept)
+    frequencies = _frequencies(n_timepoints, float(t_r), censored=kept is not None)
+    band = _band(frequencies, float(low_pass), float(high_pass), float(t_r))
     work_dtype = resolve_dtype(dtype)
     planner = map_planner(x, device, memory_limit)
     planner.reserve_result(16 * n_series, f"The ALFF and fALFF maps of {n_series} series")
     maps = np.empty((2, n_series))
     constant = np.empty(n_series, dtype=bool)
     with planner.transient(), torch.no_grad():
-        columns = _series_per_batch(planner, x, spectrum, work_dtype)
-        basis = None
-        if spectrum.basis is not None:
-            basis = torch.from_numpy(spectrum.basis).to(planner.device, work_dtype)
+        spectrum = _spectrum(planner, kept, frequencies, band, float(t_r), work_dtype)
+        columns = _series_per_batch(planner, x, work_dtype)
         for start in range(0, n_series, columns):
             stop = min(n_series, start + columns)
             batch = _device_batch(x, start, stop, planner.device)
-            batch_alff, batch_falff, batch_constant = _batch_maps(
-                batch, spectrum, basis, work_dtype
-            )
+            batch_alff, batch_falff, batch_constant = _batch_maps(batch, spectrum, work_dtype)
             maps[0, start:stop] = batch_alff.cpu().numpy()
             maps[1, start:stop] = batch_falff.cpu().numpy()
             constant[start:stop] = batch_constant.cpu().numpy()
