@@ -235,7 +235,7 @@ def _batch_maps(series: torch.Tensor, spectrum: _Spectrum, work_dtype: torch.dty
 
 
 def _device_batch(x, start: int, stop: int, device: torch.device) -> torch.Tensor:
-    """Return columns ``start:stop`` of the (T, N) series as a (B, T) float64 tensor on ``device``."""
+    """Return columns ``start:stop`` of the (T, N) series, (B, T) float64 on ``device``."""
     if isinstance(x, torch.Tensor):
         block = x[:, start:stop].T.to(device)
     else:
