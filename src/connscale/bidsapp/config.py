@@ -150,6 +150,7 @@ class ParticipantConfig:
     )  # fmt: skip
     atlas_desc: str | None = param(
         None,
+        fingerprint=False,  # the file it selects is the run's atlas, fingerprinted
         constraints=[str, None],
         doc="The ``desc-`` entity of a TemplateFlow atlas named by ``atlas``\n"
         "(``400Parcels7Networks``, ``256dimensions``); needed when it has\n"
