@@ -8,7 +8,9 @@ region series as nilearn's ``NiftiMapsMasker`` does (a least-squares fit of
 the maps to each volume).
 """
 
+import json
 import warnings
+from pathlib import Path
 
 import nibabel as nib
 import numpy as np
@@ -25,6 +27,7 @@ from connscale.io.templateflow import get_atlas  # noqa: E402
 from connscale.io.timeseries import load_timeseries  # noqa: E402
 from tests.bids._fmriprep import T_R, make_fmriprep, write_run  # noqa: E402
 from tests.bids._templateflow import TEMPLATE, make_templateflow  # noqa: E402
+from tests.conftest import DEVICES  # noqa: E402
 
 FOLDER = f"tpl-{TEMPLATE}"
 
@@ -122,8 +125,13 @@ def test_the_command_line_refuses_an_unknown_desc_in_one_line(tree, tmp_path, ca
 
 
 def _participant(tree, out, **kwargs):
-    kwargs = {"strategy": "simple", "strategy_params": {"motion": "basic"}, **kwargs}
-    return run_participant(tree, out, backend="serial", reports=False, verbose=0, **kwargs)
+    kwargs = {
+        "strategy": "simple",
+        "strategy_params": {"motion": "basic"},
+        "reports": False,
+        **kwargs,
+    }
+    return run_participant(tree, out, backend="serial", verbose=0, **kwargs)
 
 
 def _reference(bold, masker):
@@ -157,6 +165,9 @@ def test_a_bids_run_with_an_atlas_by_name(tree, home, tmp_path):
         series_path = next(p for p in record["outputs"] if p.endswith("_timeseries.tsv"))
         series, names = load_timeseries(series_path)
         assert names == [f"Parcel{i}of4" for i in range(1, 5)]  # TemplateFlow's .tsv
+        meta = json.loads(Path(series_path.replace(".tsv", ".json")).read_text())
+        assert (tmp_path / "out" / meta["AtlasFile"]).resolve() == image.resolve()
+        assert meta["AtlasSpace"] == TEMPLATE
         bold = next(tree.glob(f"{sub}/func/*_desc-preproc_bold.nii.gz"))
         masker = NiftiLabelsMasker(labels_img=image, resampling_target="data", **_cleaning(bold))
         np.testing.assert_allclose(series, _reference(bold, masker), atol=1e-5)
@@ -164,9 +175,11 @@ def test_a_bids_run_with_an_atlas_by_name(tree, home, tmp_path):
 
 def test_probabilistic_maps_equal_nifti_maps_masker(tree, home, tmp_path):
     report = _participant(tree, tmp_path / "out", atlas="TestMaps", atlas_name="Maps3",
-                          participant_label="01")  # fmt: skip
+                          participant_label="01", reports=True)  # fmt: skip
     (record,) = report.records
     assert record["status"] == "ok", record.get("error")
+    page = next(p for p in record["outputs"] if p.endswith("_report.html"))
+    assert "resampled by linear interpolation from 9×9×8 voxels of 2×2×2 mm" in open(page).read()
     series_path = next(p for p in record["outputs"] if p.endswith("_timeseries.tsv"))
     series, names = load_timeseries(series_path)
     assert names == ["Map 1 LH", "Map 2 LH", "Map 3 LH"]  # DiFuMo's Difumo_names column
@@ -176,7 +189,9 @@ def test_probabilistic_maps_equal_nifti_maps_masker(tree, home, tmp_path):
     np.testing.assert_allclose(series, _reference(bold, masker), atol=1e-5)
 
 
-def test_map_signals_is_the_least_squares_fit():
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("memory_limit", [None, 10_000])  # 10 kB: the voxels in 2 blocks
+def test_map_signals_is_the_least_squares_fit(device, memory_limit):
     """Against scipy's lstsq (nilearn's), overlapping maps, a voxel outside every map."""
     from scipy.linalg import lstsq
 
@@ -186,7 +201,9 @@ def test_map_signals_is_the_least_squares_fit():
     data = rng.standard_normal((20, 60)) + 100
     columns = rng.choice(60, 50, replace=False)
     expected = lstsq(weights, data[:, columns].T)[0].T
-    got = map_signals(data.astype(np.float32), weights, columns=columns, device="cpu")
+    got = map_signals(
+        data.astype(np.float32), weights, columns=columns, device=device, memory_limit=memory_limit
+    )
     expected32 = lstsq(weights, data[:, columns].T.astype(np.float32).astype(np.float64))[0].T
     np.testing.assert_allclose(got, expected32, rtol=1e-9, atol=1e-9)
     assert np.abs(got - expected).max() < 1e-3  # only the float32 input differs

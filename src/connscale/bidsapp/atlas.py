@@ -350,7 +350,7 @@ def maps_on_grid(atlas_path: str | os.PathLike, bold_img) -> tuple[GridMaps, dic
     maps : GridMaps
     resampling : dict
         As :func:`atlas_on_grid`'s, with ``Interpolation`` 'linear' and
-        ``MapsLost`` (the maps, 1-based, left all zero on the run's grid).
+        ``LabelsLost`` the maps (1-based) left all zero on the run's grid.
     """
     affine = np.asarray(bold_img.affine, dtype=np.float64)
     maps, resampling = _maps_for_grid(
@@ -385,7 +385,9 @@ def _maps_for_grid(atlas_path: str, mtime_ns: int, shape: tuple, affine: bytes) 
         )
         data = np.asanyarray(resampled.dataobj)
         lost = np.flatnonzero(source.any(axis=(0, 1, 2)) & ~data.any(axis=(0, 1, 2))) + 1
-        resampling.update({"Resampled": True, "Interpolation": "linear", "MapsLost": lost.tolist()})
+        resampling.update(
+            {"Resampled": True, "Interpolation": "linear", "LabelsLost": lost.tolist()}
+        )
     data = np.nan_to_num(data, nan=0.0, posinf=0.0, neginf=0.0)
     support = (data != 0).any(axis=3)
     weights = data[support].astype(np.result_type(data.dtype, np.float32))
