@@ -388,9 +388,9 @@ def _maps_for_grid(atlas_path: str, mtime_ns: int, shape: tuple, affine: bytes) 
         resampling.update(
             {"Resampled": True, "Interpolation": "linear", "LabelsLost": lost.tolist()}
         )
-    data = np.nan_to_num(data, nan=0.0, posinf=0.0, neginf=0.0)
-    support = (data != 0).any(axis=3)
+    support = data.any(axis=3)  # (a voxel of NaN only: a row of zeros, which fits nothing)
     weights = data[support].astype(np.result_type(data.dtype, np.float32))
+    np.nan_to_num(weights, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
     labels = np.zeros(shape, dtype=np.int64)
     labels[support] = np.argmax(np.abs(weights), axis=1) + 1
     resampling["To"] = _grid(shape, affine)
