@@ -69,6 +69,7 @@ __all__ = [
     "cleaning_operator",
     "constant_series",
     "load_confounds",
+    "map_signals",
     "region_signals",
     "residual_dof",
 ]
@@ -382,3 +383,64 @@ def _kept(planner, out: torch.Tensor, return_tensor: bool):
         return out
     planner.reserve_host(nbytes)
     return out.cpu().numpy()
+
+
+def map_signals(
+    signals: npt.ArrayLike | torch.Tensor,
+    weights: npt.ArrayLike,
+    *,
+    columns: npt.ArrayLike | None = None,
+    device: str = "auto",
+    return_tensor: bool = False,
+    memory_limit: int | str | MemoryPlanner | None = None,
+) -> np.ndarray | torch.Tensor:
+    """Region series of probabilistic maps: what nilearn's ``NiftiMapsMasker`` extracts.
+
+    nilearn fits the maps to each volume by least squares
+    (``img_to_signals_maps`` in ``nilearn/regions/signal_extraction.py``:
+    ``scipy.linalg.lstsq(maps, data)`` over the voxels of the mask), not a
+    weighted mean. That is one linear map of the series,
+    ``signals[:, columns] @ pinv(weights).T``, computed here on the device in
+    float64 as ``(signals[:, columns] @ weights) @ pinv(weights.T @ weights)``,
+    the voxels in blocks (the same minimum-norm solution:
+    ``pinv(A) = pinv(AᵀA) Aᵀ``; a voxel whose weights are all zero changes
+    neither factor).
+
+    Parameters
+    ----------
+    signals : ndarray or torch.Tensor of shape (n_timepoints, n_voxels)
+    weights : array of shape (n_columns, n_maps)
+        The maps at the voxels ``columns`` of ``signals``; each map non-zero
+        somewhere (nilearn drops the maps empty inside the mask).
+    columns : array of int of shape (n_columns,) or None
+        The voxels the maps cover (None: all, in order).
+    device, return_tensor, memory_limit
+        As in :func:`clean_signals`.
+
+    Returns
+    -------
+    ndarray or torch.Tensor of shape (n_timepoints, n_maps), float64
+    """
+    dev = resolve_device(device)
+    if not isinstance(signals, torch.Tensor):
+        signals = np.asarray(signals)
+    weights = np.asarray(weights)
+    n_times, n_maps = signals.shape[0], weights.shape[1]
+    columns = np.arange(signals.shape[1]) if columns is None else np.asarray(columns)
+    if weights.shape[0] != columns.size:
+        raise ValueError(f"weights has {weights.shape[0]} rows for {columns.size} voxels.")
+    planner = planner_for(dev, memory_limit, hint=_MEMORY_HINT)
+    with planner.transient():
+        planner.reserve_device(2 * n_maps * (n_times + n_maps) * 8)  # X·A, AᵀA and its pinv
+        per_voxel = n_times * (8 + signals.dtype.itemsize) + n_maps * 16
+        block = planner.fit(per_voxel, "A block of voxels", at_most=max(columns.size, 1))
+        projected = torch.zeros((n_times, n_maps), dtype=torch.float64, device=dev)
+        gram = torch.zeros((n_maps, n_maps), dtype=torch.float64, device=dev)
+        for start in range(0, columns.size, block):
+            part = columns[start : start + block]
+            maps = torch.as_tensor(weights[start : start + block], device=dev).double()
+            voxels = _as_tensor(signals[:, part], dev, torch.float64)
+            projected += voxels @ maps
+            gram += maps.T @ maps
+        out = projected @ torch.linalg.pinv(gram, hermitian=True)
+    return _kept(planner, out, return_tensor)

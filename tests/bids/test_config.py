@@ -127,6 +127,7 @@ def test_keyword_defaults_are_kept():
     assert defaults == {
         "atlas_labels": None,
         "atlas_space": None,
+        "atlas_desc": None,
         "strategy": "simple",
         "strategy_params": None,
         "measures": ("fc", "timeseries"),

@@ -36,9 +36,13 @@ from connscale.bidsapp.layout import BoldRun
 
 __all__ = [
     "NATIVE",
+    "GridMaps",
     "atlas_on_grid",
     "atlas_space",
     "check_atlas",
+    "is_probabilistic",
+    "maps_on_grid",
+    "maps_region_series",
     "read_atlas_labels",
     "refuse_other_spaces",
     "run_space",
@@ -48,10 +52,18 @@ __all__ = [
 NATIVE = "native"
 
 
+#: The index and name columns of a labels table: BIDS's ``dseg.tsv``, then
+#: TemplateFlow's DiFuMo ``probseg.tsv`` (its maps numbered from 1).
+_INDEX_COLUMNS = ("index", "component")
+_NAME_COLUMNS = ("name", "difumo_names")
+
+
 def read_atlas_labels(path) -> dict[int, str]:
     """Region names of an atlas from a BIDS ``dseg.tsv`` (``index`` and ``name`` columns).
 
-    A headerless two-column file (index, name) is read too.
+    A headerless two-column file (index, name) is read too, and TemplateFlow's
+    DiFuMo tables (``Component``, ``Difumo_names``: map ``k`` of the 4-D image
+    is region ``k + 1``).
     """
     path = Path(path)
     with open(path, newline="") as fh:
@@ -59,8 +71,10 @@ def read_atlas_labels(path) -> dict[int, str]:
     if not rows:
         raise ValueError(f"{path.name} holds no atlas label.")
     header = [c.strip().lower() for c in rows[0]]
-    if "index" in header and "name" in header:
-        i, n = header.index("index"), header.index("name")
+    index = next((c for c in _INDEX_COLUMNS if c in header), None)
+    name = next((c for c in _NAME_COLUMNS if c in header), None)
+    if index is not None and name is not None:
+        i, n = header.index(index), header.index(name)
         rows = rows[1:]
     else:
         i, n = 0, 1
@@ -107,7 +121,9 @@ def check_atlas(
     Parameters
     ----------
     path : path
-        The atlas image.
+        The atlas image: 3-D labels, or 4-D probabilistic maps (one map per
+        volume, region ``k + 1`` the ``k``-th; a 4-D ``_dseg`` is refused:
+        BIDS's discrete segmentations are 3-D).
     space : str or None
         The atlas's space as declared (``--atlas-space``); None: from its name
         (:func:`atlas_space`).
@@ -118,14 +134,14 @@ def check_atlas(
     -------
     space : str
     labels : ndarray of int
-        The sorted labels above 0.
+        The sorted labels above 0 (maps: 1..R).
 
     Raises
     ------
     ValueError
         One line naming the file: no known space (or not a BIDS label),
         unreadable, not 3-D, not integer, no label above 0, labels missing
-        from ``labels_file``.
+        from ``labels_file``; maps not finite or all zero.
     """
     import nibabel as nib
 
@@ -144,6 +160,37 @@ def check_atlas(
     with reading(path):
         img = nib.load(path)
         data = np.asarray(img.dataobj)
+    if data.ndim == 4 and not _is_dseg(path):
+        labels = _check_maps(path, data)
+    else:
+        labels = _check_labels(path, data)
+    if labels_file is not None:
+        table = read_atlas_labels(labels_file)
+        missing = [int(v) for v in labels if int(v) not in table]
+        if missing:
+            raise ValueError(
+                f"{Path(labels_file).name} names no region for label(s) {missing[:10]} of "
+                f"the atlas {path.name}."
+            )
+    return space, labels
+
+
+def _is_dseg(path: Path) -> bool:
+    """Whether the name says a discrete segmentation (BIDS ``_dseg``): a labels image."""
+    return path.name.split(".", 1)[0].endswith("_dseg")
+
+
+def _check_maps(path: Path, data: np.ndarray) -> np.ndarray:
+    """Check probabilistic maps (4-D, finite, some map non-zero); return their labels 1..R."""
+    if not np.issubdtype(data.dtype, np.number) or not np.isfinite(data).all():
+        raise ValueError(f"The probabilistic atlas {path.name} holds NaN or infinite weights.")
+    if not data.any():
+        raise ValueError(f"The probabilistic atlas {path.name} holds no map (all zero).")
+    return np.arange(1, data.shape[3] + 1, dtype=np.int64)
+
+
+def _check_labels(path: Path, data: np.ndarray) -> np.ndarray:
+    """Check a labels image (3-D, integer, some label above 0); return its sorted labels."""
     if data.ndim != 3:
         raise ValueError(
             f"The atlas must be a 3-D labels image; {path.name} has shape {data.shape}."
@@ -159,15 +206,7 @@ def check_atlas(
     labels = np.unique(data[data > 0]).astype(np.int64)
     if labels.size == 0:
         raise ValueError(f"The atlas {path.name} holds no label above 0 (all background).")
-    if labels_file is not None:
-        table = read_atlas_labels(labels_file)
-        missing = [int(v) for v in labels if int(v) not in table]
-        if missing:
-            raise ValueError(
-                f"{Path(labels_file).name} names no region for label(s) {missing[:10]} of "
-                f"the atlas {path.name}."
-            )
-    return space, labels
+    return labels
 
 
 def refuse_other_spaces(runs: list[BoldRun], space: str) -> list[BoldRun]:
@@ -251,3 +290,158 @@ def _atlas_for_grid(
     resampling["To"] = _grid(shape, affine)
     labels.setflags(write=False)
     return labels, resampling
+
+
+@dataclasses.dataclass(frozen=True)
+class GridMaps:
+    """Probabilistic maps on a run's grid, kept where any map is non-zero.
+
+    Attributes
+    ----------
+    support : ndarray of bool, the grid's 3-D shape
+        The voxels where some map is non-zero.
+    weights : ndarray of shape (n_support, n_maps), float
+        The maps' weights at those voxels, in the C order of ``numpy.nonzero(support)``.
+    labels : ndarray of int64, the grid's 3-D shape
+        Each voxel's strongest map (1-based; 0 outside the support): the
+        parcellation the run's report draws.
+    """
+
+    support: np.ndarray
+    weights: np.ndarray
+    labels: np.ndarray
+
+    def on_mask(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Return the masked series' columns inside the support and their weights.
+
+        ``mask`` orders the columns as :func:`~connscale.bidsapp.decode.read_masked_bold`
+        does (the C order of ``numpy.nonzero(mask)``); the weights are
+        (n_columns, n_maps).
+        """
+        index = np.full(mask.shape, -1, dtype=np.intp)
+        index[self.support] = np.arange(self.weights.shape[0])
+        rows = index[mask]
+        columns = np.flatnonzero(rows >= 0)
+        return columns, self.weights[rows[columns]]
+
+
+def is_probabilistic(path: str | os.PathLike) -> bool:
+    """Return whether an atlas file holds probabilistic maps (4-D, not a ``_dseg``)."""
+    return _ndim(str(path), os.stat(path).st_mtime_ns) == 4 and not _is_dseg(Path(path))
+
+
+@functools.lru_cache(maxsize=8)
+def _ndim(path: str, mtime_ns: int) -> int:
+    import nibabel as nib
+
+    with reading(path):
+        return len(nib.load(path).shape)
+
+
+def maps_on_grid(atlas_path: str | os.PathLike, bold_img) -> tuple[GridMaps, dict]:
+    """Return probabilistic maps on the BOLD's grid, and how they got there.
+
+    Resampled, when the grids differ, as ``NiftiMapsMasker(resampling_target='data')``
+    does (nilearn's ``resample_img``, linear interpolation); non-finite
+    weights read as 0 (nilearn's ``safe_get_data(ensure_finite=True)``).
+
+    Returns
+    -------
+    maps : GridMaps
+    resampling : dict
+        As :func:`atlas_on_grid`'s, with ``Interpolation`` 'linear' and
+        ``LabelsLost`` the maps (1-based) left all zero on the run's grid.
+    """
+    affine = np.asarray(bold_img.affine, dtype=np.float64)
+    maps, resampling = _maps_for_grid(
+        str(atlas_path),
+        os.stat(atlas_path).st_mtime_ns,
+        tuple(int(n) for n in bold_img.shape[:3]),
+        affine.tobytes(),
+    )
+    return maps, copy.deepcopy(resampling)
+
+
+@functools.lru_cache(maxsize=2)
+def _maps_for_grid(atlas_path: str, mtime_ns: int, shape: tuple, affine: bytes) -> tuple:
+    """Read the maps (and resample them when the grids differ) once per grid."""
+    import nibabel as nib
+    from nilearn.image import resample_img
+
+    affine = np.frombuffer(affine, dtype=np.float64).reshape(4, 4)
+    with reading(atlas_path):
+        atlas = nib.load(atlas_path)
+        source = np.asanyarray(atlas.dataobj)
+    resampling = {"Resampled": False, "From": _grid(atlas.shape, atlas.affine)}
+    data = source
+    if atlas.shape[:3] != shape or not np.allclose(atlas.affine, affine, atol=1e-3):
+        resampled = resample_img(
+            atlas,
+            interpolation="linear",
+            target_shape=shape,
+            target_affine=affine,
+            copy_header=True,
+            force_resample=True,
+        )
+        data = np.asanyarray(resampled.dataobj)
+        lost = np.flatnonzero(source.any(axis=(0, 1, 2)) & ~data.any(axis=(0, 1, 2))) + 1
+        resampling.update(
+            {"Resampled": True, "Interpolation": "linear", "LabelsLost": lost.tolist()}
+        )
+    support = data.any(axis=3)  # (a voxel of NaN only: a row of zeros, which fits nothing)
+    weights = data[support].astype(np.result_type(data.dtype, np.float32))
+    np.nan_to_num(weights, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    labels = np.zeros(shape, dtype=np.int64)
+    labels[support] = np.argmax(np.abs(weights), axis=1) + 1
+    resampling["To"] = _grid(shape, affine)
+    for array in (support, weights, labels):
+        array.setflags(write=False)
+    return GridMaps(support, weights, labels), resampling
+
+
+def maps_region_series(
+    atlas_path: str | os.PathLike, img, mask: np.ndarray, data, *, device: str = "auto"
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict]:
+    """Return the region series of probabilistic maps over a run's masked voxel series.
+
+    What ``NiftiMapsMasker(maps, mask_img=mask, resampling_target='data')``
+    extracts before cleaning: the maps on the run's grid (:func:`maps_on_grid`),
+    those with no weight inside the mask dropped (nilearn's ``_trim_maps``),
+    fitted to each volume by least squares on the device
+    (:func:`connscale.denoise.map_signals`).
+
+    Parameters
+    ----------
+    atlas_path : path
+    img : nibabel image
+        The BOLD (its grid).
+    mask : ndarray of bool
+        The run's mask; ``data``'s columns are its voxels in C order.
+    data : ndarray of shape (n_volumes, n_voxels)
+    device : str
+
+    Returns
+    -------
+    series : ndarray of shape (n_volumes, n_regions), float64
+    regions : ndarray of int
+        The maps kept (1-based).
+    labels : ndarray of int64
+        Each voxel's strongest map (for the report's figure).
+    resampling : dict
+        :func:`maps_on_grid`'s, with ``MapsOutsideMask`` (the maps dropped).
+
+    Raises
+    ------
+    ValueError
+        No map has a weight inside the mask.
+    """
+    from connscale.denoise import map_signals
+
+    maps, resampling = maps_on_grid(atlas_path, img)
+    columns, weights = maps.on_mask(mask)
+    inside = np.abs(weights).sum(axis=0) > 0
+    if not inside.any():
+        raise ValueError(f"No map of the atlas {Path(atlas_path).name} overlaps the run's mask.")
+    resampling["MapsOutsideMask"] = (np.flatnonzero(~inside) + 1).tolist()
+    series = map_signals(data, weights[:, inside], columns=columns, device=device)
+    return series, np.flatnonzero(inside) + 1, maps.labels, resampling

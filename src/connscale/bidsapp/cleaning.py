@@ -13,7 +13,7 @@ import numpy as np
 
 from connscale._choices import MAP_MEASURES, REGION_MEASURES, VOXEL_MEASURES
 from connscale._operator import cleaning_operator, constant_series, load_confounds, residual_dof
-from connscale.bidsapp.atlas import atlas_on_grid
+from connscale.bidsapp.atlas import atlas_on_grid, is_probabilistic
 from connscale.bidsapp.config import ParticipantConfig
 from connscale.bidsapp.decode import read_masked_bold, reading
 from connscale.bidsapp.layout import BoldRun
@@ -158,12 +158,17 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
     check_dof(config, run, context["dof"])
     clean_seconds = time.perf_counter() - made
     regional = any(m in REGION_MEASURES for m in config.measures)
-    atlas, resampling = atlas_on_grid(config.atlas, img) if regional else (None, None)
+    # Probabilistic maps: the voxels are read, their region series computed on the device.
+    maps = regional and is_probabilistic(config.atlas)
+    labelled = regional and not maps
+    atlas, resampling = atlas_on_grid(config.atlas, img) if labelled else (None, None)
     read = read_masked_bold(
         run.bold,
         mask,
         labels=atlas,
-        voxels=config.reports or any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures),
+        voxels=maps
+        or config.reports
+        or any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures),
     )
     for values in (read.data, read.region_means):
         if values is not None and not np.isfinite(values).all():

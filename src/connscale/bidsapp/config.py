@@ -109,12 +109,21 @@ class ParticipantConfig:
         constraints=["path"],
         doc="3-D integer labels image (0 = background), resampled to each run's\n"
         "grid by nearest neighbour when needed (recorded in the sidecars'\n"
-        "``AtlasResampling`` and the run's report). Checked once before any\n"
-        "run (:func:`connscale.bidsapp.atlas.check_atlas`). CIFTI runs: a\n"
-        "``.dlabel.nii`` (its first label map) on the runs' brain model.",
-        flag=Flag(("--atlas",), group=ATLAS, type="input_file", levels=("participant",),
-                  help="participant: 3-D labels NIfTI (0 = background); CIFTI runs: a "
-                  ".dlabel.nii on their grayordinates."),
+        "``AtlasResampling`` and the run's report), or 4-D probabilistic maps\n"
+        "(one map per volume, resampled linearly; region series as nilearn's\n"
+        "``NiftiMapsMasker``: :func:`connscale.denoise.map_signals`). Checked\n"
+        "once before any run (:func:`connscale.bidsapp.atlas.check_atlas`).\n"
+        "Or the name of a TemplateFlow atlas (``Schaefer2018``, ``DiFuMo``:\n"
+        "letters and digits, not an existing file), taken in each run's space\n"
+        "and resolution with its ``.tsv`` of region names\n"
+        "(:mod:`connscale.bidsapp.named_atlas`; its first use downloads it into\n"
+        "``TEMPLATEFLOW_HOME``). CIFTI runs: a ``.dlabel.nii`` (its first label\n"
+        "map) on the runs' brain model.",
+        flag=Flag(("--atlas",), group=ATLAS, type="atlas_input", levels=("participant",),
+                  help="participant: 3-D labels NIfTI (0 = background) or 4-D probabilistic "
+                  "maps, or a TemplateFlow atlas name (e.g. Schaefer2018, DiFuMo; downloaded "
+                  "into TEMPLATEFLOW_HOME on first use) taken in each run's space; CIFTI runs: "
+                  "a .dlabel.nii on their grayordinates."),
     )  # fmt: skip
     atlas_name: str = param(
         constraints=[str],
@@ -138,6 +147,18 @@ class ParticipantConfig:
                   help="participant: the atlas's space (e.g. MNI152NLin2009cAsym, T1w; native "
                   "for runs without a space- entity); default: the space- or tpl- entity of its "
                   "file name. Runs in another space are refused."),
+    )  # fmt: skip
+    atlas_desc: str | None = param(
+        None,
+        fingerprint=False,  # the file it selects is the run's atlas, fingerprinted
+        constraints=[str, None],
+        doc="The ``desc-`` entity of a TemplateFlow atlas named by ``atlas``\n"
+        "(``400Parcels7Networks``, ``256dimensions``); needed when it has\n"
+        "several versions.",
+        flag=Flag(("--atlas-desc",), group=ATLAS, type="bids_label", metavar="DESC",
+                  levels=("participant",),
+                  help="participant: the desc- of a TemplateFlow atlas named by --atlas "
+                  "(e.g. 400Parcels7Networks)."),
     )  # fmt: skip
     atlas_labels: str | None = param(
         None,

@@ -113,6 +113,7 @@ from connscale.bidsapp.config import WINDOWED, ParticipantConfig
 from connscale.bidsapp.gpus import ReaderPlan, plan_readers, worker_device
 from connscale.bidsapp.gpus import gpu_plan as _gpu_plan
 from connscale.bidsapp.layout import BoldRun, find_runs
+from connscale.bidsapp.named_atlas import check_named_atlas, is_atlas_name, run_atlases
 from connscale.bidsapp.outputs import DATASET_LINK
 from connscale.bidsapp.read_budget import ReadAhead, plan_read_ahead
 from connscale.bidsapp.region_measures import write_region
@@ -520,6 +521,9 @@ def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) 
         with no parcel).
     """
     regional = any(m in REGION_MEASURES for m in measures)
+    if is_atlas_name(config.atlas):  # TemplateFlow's, taken in each run's space
+        check_named_atlas(config, file_format)
+        return None
     if file_format == "nifti":
         if config.write_denoised:
             raise ValueError("--write-denoised writes CIFTI runs' denoised dtseries only.")
@@ -596,9 +600,12 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
 
         degree_thresholds = check_degree_thresholds(degree_thresholds)
     _check_name({"sub": "x", "seg": config.atlas_name}, suffix="relmat", extension=".tsv")
-    atlas = Path(config.atlas).resolve()
-    if not atlas.is_file():
+    named = is_atlas_name(config.atlas)
+    atlas = Path(config.atlas) if named else Path(config.atlas).resolve()
+    if not named and not atlas.is_file():
         raise FileNotFoundError(f"No atlas image at {atlas}.")
+    if not named and config.atlas_desc is not None:
+        raise ValueError(f"--atlas-desc: it selects a TemplateFlow atlas; {atlas.name} is a file.")
     atlas_labels = None if config.atlas_labels is None else Path(config.atlas_labels).resolve()
     regional = any(m in REGION_MEASURES for m in measures)
     file_format = _file_format(config, atlas)
@@ -632,7 +639,10 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         den=config.den,
         file_format=file_format,
     )
-    if regional and file_format == "nifti":  # a CIFTI atlas is checked on each run's brain model
+    atlas_fields = {}  # a TemplateFlow atlas: each run's file, in its space and resolution
+    if regional and named:
+        runs, atlas_fields = run_atlases(config, runs)
+    elif regional and file_format == "nifti":  # a CIFTI atlas is checked on each run's brain model
         runs = refuse_other_spaces(runs, atlas_space)
     config = replace(
         config,
@@ -668,7 +678,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
             config = replace(config, memory_limit=memory.run_limit)  # each run's share
         config = replace(config, device=batch_device(config.device, one_task_per_gpu=one_per_gpu))
         result = run_batch(
-            [_run_task(config, r) for r in runs],
+            [_run_task(replace(config, **atlas_fields.get(r.name, {})), r) for r in runs],
             BatchOptions(
                 "bids participant",
                 logs,

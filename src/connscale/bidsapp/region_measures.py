@@ -15,7 +15,7 @@ import numpy as np
 
 from connscale._choices import REGION_MEASURES
 from connscale._version import __version__
-from connscale.bidsapp.atlas import read_atlas_labels
+from connscale.bidsapp.atlas import is_probabilistic, maps_region_series, read_atlas_labels
 from connscale.bidsapp.cleaning import DecodedRun
 from connscale.bidsapp.config import WINDOWED, ParticipantConfig
 from connscale.bidsapp.layout import BoldRun
@@ -97,6 +97,14 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
     """
     from connscale.denoise import clean_signals
 
+    if decoded.region_means is None:  # probabilistic maps: their series, from the voxels
+        tic = time.perf_counter()
+        decoded.region_means, decoded.regions, decoded.atlas, decoded.atlas_resampling = (
+            maps_region_series(
+                config.atlas, decoded.img, decoded.mask, decoded.data, device=config.device
+            )
+        )
+        timings["compute"] += time.perf_counter() - tic
     regions = decoded.regions
     if regions.size < 2:
         raise ValueError(f"Fewer than 2 atlas regions inside the mask of {run.bold.name}.")
@@ -400,8 +408,11 @@ def _run_report(region_set: _RegionSet, name: str) -> Path:
         context["fd"],
         region_set.prepared.names,
     )
-    labels = decoded.atlas[decoded.mask]
-    raw = region_signals(data, labels, regions=decoded.regions, device=config.device)
+    if is_probabilistic(config.atlas):  # the maps' series, as extracted
+        raw = decoded.region_means
+    else:
+        labels = decoded.atlas[decoded.mask]
+        raw = region_signals(data, labels, regions=decoded.regions, device=config.device)
     with np.errstate(divide="ignore", invalid="ignore"):  # constant regions: NaN, warned once
         raw_fc = np.corrcoef(raw.T)
     step = max(1, data.shape[1] // 2000)

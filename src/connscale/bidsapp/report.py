@@ -86,13 +86,18 @@ def _grid_text(grid: dict) -> str:
     return f"{'×'.join(map(str, grid['Shape']))} voxels of {size} mm"
 
 
+#: How ``AtlasResampling``'s interpolations read (labels; probabilistic maps).
+_INTERPOLATIONS = {"nearest": "nearest neighbour", "linear": "linear interpolation"}
+
+
 def describe_resampling(resampling: dict) -> str:
     """One line saying how the atlas reached the run's grid (``AtlasResampling``)."""
     if not resampling["Resampled"]:
         return f"not resampled (already on the run grid: {_grid_text(resampling['To'])})"
     lost = resampling["LabelsLost"]
     return (
-        f"resampled by nearest neighbour from {_grid_text(resampling['From'])} to "
+        f"resampled by {_INTERPOLATIONS[resampling['Interpolation']]} from "
+        f"{_grid_text(resampling['From'])} to "
         f"{_grid_text(resampling['To'])}"
         + (f"; label(s) {lost[:10]} lost on this grid" if lost else "")
     )

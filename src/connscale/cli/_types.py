@@ -232,6 +232,13 @@ def input_file(text: str) -> Path:
     return path
 
 
+def atlas_input(text: str) -> Path | str:
+    """Check an atlas: a file that exists, or a TemplateFlow atlas name (letters and digits)."""
+    if Path(text).exists() or not (text.isascii() and text.isalnum()):
+        return input_file(text)
+    return text
+
+
 def input_folder(text: str) -> Path:
     """Check an input folder that exists."""
     path = Path(text)
