@@ -426,9 +426,17 @@ def _readers(readers: int) -> ReadAheadEngine | SerialEngine:
     return ReadAheadEngine(readers, processes=readers > 1, preload=READER_MODULES)
 
 
+def _task_fields(config: ParticipantConfig, memory: ReadAhead, one_per_gpu: bool) -> dict:
+    """Return what every run task's config takes from the call: its device, its memory share."""
+    fields = {"device": batch_device(config.device, one_task_per_gpu=one_per_gpu)}
+    if memory.run_limit is not None and memory.run_limit != parse_memory(config.memory_limit):
+        fields["memory_limit"] = memory.run_limit  # each run's share
+    return fields
+
+
 def _share_memory(
     config: ParticipantConfig,
-    runs: list[BoldRun],
+    tasks: list[tuple[ParticipantConfig, BoldRun]],
     environments: list,
     n_jobs: int | None,
     readers: ReaderPlan | None,
@@ -443,15 +451,18 @@ def _share_memory(
     if remote or config.memory_limit is None:
         return ReadAhead(0, None, 0, 0), n_jobs, readers
     if environments:
-        plan = plan_read_ahead(config, runs, readers=readers.readers, computing=len(environments))
+        plan = plan_read_ahead(
+            tasks, config.memory_limit, readers=readers.readers, computing=len(environments)
+        )
         if plan.readers == 0:  # a GPU worker keeps one reader, counted
             plan = replace(plan, readers=1, run_limit=plan.run_limit - plan.run_bytes)
         return plan, n_jobs, replace(readers, readers=plan.readers)
     if config.backend == "serial":
-        plan = plan_read_ahead(config, runs, readers=1 if n_jobs is None else n_jobs)
+        plan = plan_read_ahead(tasks, config.memory_limit, readers=1 if n_jobs is None else n_jobs)
         return plan, plan.readers, readers
     computing = resolve_n_jobs(-1 if n_jobs is None else n_jobs)
-    return plan_read_ahead(config, runs, readers=0, computing=computing), n_jobs, readers
+    plan = plan_read_ahead(tasks, config.memory_limit, readers=0, computing=computing)
+    return plan, n_jobs, readers
 
 
 def _slurm_jobs(config: ParticipantConfig, output: Path) -> SlurmJobs | None:
@@ -671,14 +682,14 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         write_dataset_description(output, derivatives)
         one_per_gpu = backend == "serial" or bool(environments)
         remote = slurm is not None or config.cluster is not None
-        memory, n_jobs, readers = _share_memory(config, runs, environments, n_jobs, readers, remote)
+        tasks = [(replace(config, **atlas_fields.get(r.name, {})), r) for r in runs]
+        memory, n_jobs, readers = _share_memory(
+            config, tasks, environments, n_jobs, readers, remote
+        )
         notes += [memory.note()] if memory.note() else []
-        call_limit = config.memory_limit
-        if memory.run_limit is not None and memory.run_limit != parse_memory(call_limit):
-            config = replace(config, memory_limit=memory.run_limit)  # each run's share
-        config = replace(config, device=batch_device(config.device, one_task_per_gpu=one_per_gpu))
+        shared = _task_fields(config, memory, one_per_gpu)
         result = run_batch(
-            [_run_task(replace(config, **atlas_fields.get(r.name, {})), r) for r in runs],
+            [_run_task(replace(c, **shared), r) for c, r in tasks],
             BatchOptions(
                 "bids participant",
                 logs,
@@ -699,10 +710,10 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
             meta={
                 "derivatives": str(derivatives),
                 "backend": f"dask ({len(environments)} GPU workers)" if environments else backend,
-                "device": config.device,
+                "device": shared["device"],
                 "gpu_workers": environments,
                 "gpu_readers": None if readers is None else readers.record(),
-                "memory": memory.record(call_limit),
+                "memory": memory.record(config.memory_limit),
                 "notes": notes,
                 "parameters": {**config.parameters(), "min_dof": config.min_dof},
             },

@@ -82,20 +82,26 @@ class ReadAhead:
         )
 
 
-def reads_voxels(config: ParticipantConfig) -> bool:
-    """Return whether the runs' in-mask voxel series are read (not only region means)."""
-    return bool(config.reports) or any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures)
-
-
-def _n_regions(config: ParticipantConfig) -> int:
-    """Return the atlas's labels (an upper bound of a run's regions)."""
+def _atlas_sizes(atlas: str) -> tuple[int, bool]:
+    """Return an atlas's regions (an upper bound of a run's) and whether it is probabilistic."""
     import nibabel as nib
 
-    labels = np.asarray(nib.load(config.atlas).dataobj)
-    return int(np.unique(labels[labels > 0]).size)
+    img = nib.load(atlas)
+    if img.ndim == 4:  # maps: one region per volume
+        return int(img.shape[3]), True
+    labels = np.asarray(img.dataobj)
+    return int(np.unique(labels[labels > 0]).size), False
 
 
-def expected_held_bytes(config: ParticipantConfig, run: BoldRun, n_regions: int) -> int:
+def reads_voxels(config: ParticipantConfig, *, probabilistic: bool = False) -> bool:
+    """Return whether a run's in-mask voxel series are read (not only region means)."""
+    voxel_measures = any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures)
+    return probabilistic or bool(config.reports) or voxel_measures
+
+
+def expected_held_bytes(
+    config: ParticipantConfig, run: BoldRun, n_regions: int, *, probabilistic: bool = False
+) -> int:
     """Return the bytes a run will hold once read, from its header and mask.
 
     What :func:`~connscale.bidsapp.participant._held_bytes` counts after the
@@ -112,8 +118,8 @@ def expected_held_bytes(config: ParticipantConfig, run: BoldRun, n_regions: int)
         return n_volumes * n_series * (4 + itemsize)
     n_volumes, grid = int(img.shape[3]), int(np.prod(img.shape[:3]))
     n_voxels = int(np.count_nonzero(np.asarray(nib.load(run.mask).dataobj))) if run.mask else grid
-    voxels = reads_voxels(config)
-    regional = any(m in REGION_MEASURES for m in config.measures)
+    voxels = reads_voxels(config, probabilistic=probabilistic)
+    regional = n_regions > 0
     held = grid + (grid * 4 if regional else 0)  # the mask; the atlas on the grid
     held += n_volumes * n_voxels * 4 if voxels else 0
     held += n_volumes * n_regions * 8 if regional else 0
@@ -123,17 +129,37 @@ def expected_held_bytes(config: ParticipantConfig, run: BoldRun, n_regions: int)
     return held + n_volumes * max(widths, default=0) * itemsize
 
 
+def _run_bytes(tasks: list[tuple[ParticipantConfig, BoldRun]]) -> int:
+    """Return the largest expected held bytes of the tasks' runs still to read."""
+    sizes, largest = {}, 0
+    for config, run in tasks:
+        if run.problem or not needs_decode(config, run):
+            continue
+        regional = any(m in REGION_MEASURES for m in config.measures)
+        if regional and config.file_format == "nifti" and config.atlas not in sizes:
+            sizes[config.atlas] = _atlas_sizes(config.atlas)
+        n_regions, probabilistic = sizes.get(config.atlas, (0, False)) if regional else (0, False)
+        held = expected_held_bytes(config, run, n_regions, probabilistic=probabilistic)
+        largest = max(largest, held)
+    return largest
+
+
 def plan_read_ahead(
-    config: ParticipantConfig, runs: list[BoldRun], *, readers: int, computing: int = 1
+    tasks: list[tuple[ParticipantConfig, BoldRun]],
+    memory_limit: int | str | None,
+    *,
+    readers: int,
+    computing: int = 1,
 ) -> ReadAhead:
-    """Share ``config.memory_limit`` out among the runs computing and those read ahead.
+    """Share ``memory_limit`` out among the runs computing and those read ahead.
 
     Parameters
     ----------
-    config : ParticipantConfig
-        The call's (its atlas, measures and ``memory_limit``).
-    runs : list of BoldRun
-        The call's runs; those already published are not read, so not counted.
+    tasks : list of (ParticipantConfig, BoldRun)
+        The call's runs with their tasks' configs (atlas, measures); those
+        already published are not read, so not counted.
+    memory_limit : int, str or None
+        The call's limit.
     readers : int
         Runs read ahead of each computing one, as asked.
     computing : int, default=1
@@ -144,14 +170,12 @@ def plan_read_ahead(
     ReadAhead
         The readers unchanged and no run limit when ``memory_limit`` is None.
     """
-    limit = parse_memory(config.memory_limit)
+    limit = parse_memory(memory_limit)
     if limit is None:
         return ReadAhead(readers, None, 0, readers)
     share = limit // max(computing, 1)
-    todo = [r for r in runs if not r.problem and needs_decode(config, r)]
-    regional = any(m in REGION_MEASURES for m in config.measures)
-    n_regions = _n_regions(config) if todo and regional and config.file_format == "nifti" else 0
-    run_bytes = max((expected_held_bytes(config, r, n_regions) for r in todo), default=0)
+    todo = [(c, r) for c, r in tasks if not r.problem and needs_decode(c, r)]
+    run_bytes = _run_bytes(todo)
     waiting = min(readers, max(len(todo) - 1, 0))  # runs that can ever wait beside one
     fit = waiting if run_bytes == 0 else min(waiting, (share // 2) // run_bytes)
     return ReadAhead(fit, share - fit * run_bytes, run_bytes, readers)
