@@ -149,13 +149,14 @@ def grayordinate_neighbours(
     neighbourhood = check_neighbourhood(neighbourhood)
     axis = _brain_model_axis(brain_model)
     blocks: list[tuple[np.ndarray, np.ndarray]] = []  # (grayordinates, their neighbour rows)
+    surface, names = axis.surface_mask, axis.name  # each computed per element by nibabel
     for name, n_vertices in axis.nvertices.items():  # the surface structures
-        members = np.flatnonzero(axis.surface_mask & (axis.name == name))
+        members = np.flatnonzero(surface & (names == name))
         faces = _surface_faces(name, n_vertices, surfaces)
         local = _mesh_neighbours(faces, axis.vertex[members], n_vertices)
         blocks.append((members, np.where(local >= 0, members[np.maximum(local, 0)], -1)))
-    if axis.volume_mask.any():
-        members = np.flatnonzero(axis.volume_mask)
+    if not surface.all():
+        members = np.flatnonzero(~surface)  # the voxels
         index = np.full(axis.volume_shape, -1, dtype=np.int64)
         coords = axis.voxel[members]
         index[tuple(coords.T)] = members
