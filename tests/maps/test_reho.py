@@ -5,6 +5,7 @@ from pathlib import Path
 import nibabel as nib
 import numpy as np
 import pytest
+import torch
 from scipy import sparse
 from scipy.stats import rankdata
 
@@ -135,6 +136,16 @@ def test_identical_block_has_w_one(device):
     assert w[3, 3, 2] == pytest.approx(1.0, abs=1e-12)
     # Its corner voxels' neighbourhoods reach outside the block: W < 1.
     assert w[2, 2, 1] < 0.9
+
+
+def test_tensor_input_is_ranked_where_it_lies(device):
+    x = np.random.default_rng(11).standard_normal((15, 8))
+    neighbours = np.array([[i, (i + 1) % 8] for i in range(8)])
+    np.testing.assert_allclose(
+        reho_series(torch.from_numpy(x).to(device), neighbours, device="cpu"),
+        reho_series(x, neighbours, device=device),
+        atol=1e-12,
+    )
 
 
 def test_constant_neighbourhood_is_nan(device):

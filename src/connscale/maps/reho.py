@@ -46,8 +46,9 @@ import torch
 
 from connscale._compute import MemoryPlanner, planner_for, resolve_device
 from connscale._docs import fill_doc
-from connscale._validation import Options, check_timeseries, validate_params
+from connscale._validation import Options, validate_params
 from connscale.maps.neighbours import check_neighbourhood, voxel_neighbours
+from connscale.maps.prepare import _checked
 
 #: Device bytes per value of a block of series being ranked: the block in
 #: float64, its sorted copy, the sort's int64 order, the run starts and ends
@@ -76,6 +77,7 @@ def reho_series(timeseries, neighbours, *, device: str = "auto", memory_limit=No
     Parameters
     ----------
     %(timeseries)s
+        A torch tensor is ranked on its own device (``device`` is then unused).
     neighbours : array-like of int, shape (n_series, K)
         Row ``i``: the series of ``i``'s neighbourhood, ``i`` itself among
         them, padded with -1 (as :func:`voxel_neighbours` and
@@ -105,9 +107,10 @@ def reho_series(timeseries, neighbours, *, device: str = "auto", memory_limit=No
     >>> reho_series(np.c_[x[:, :1], x[:, :1]], [[0, 1], [1, 0]], device="cpu")
     array([1., 1.])
     """
-    x = check_timeseries(timeseries)
+    x = _checked(timeseries)  # a tensor stays where it lies
     neighbours = _checked_neighbours(neighbours, x.shape[1])
-    planner = planner_for(resolve_device(device), memory_limit, hint=_HINT)
+    dev = x.device if isinstance(x, torch.Tensor) else resolve_device(device)
+    planner = planner_for(dev, memory_limit, hint=_HINT)
     with planner.transient(), torch.no_grad():
         w = _reho(x, neighbours, planner)
     return w.cpu().numpy()
