@@ -33,7 +33,7 @@ time per series, in column blocks planned by the call's
 of neighbourhoods are gathered, one neighbour column at a time. Ranks are
 multiples of 1/2, so R_t - M(T + 1)/2 is exact in float32 (for T < 2²³) and its
 squares are summed in float64: W is exact to float64 rounding whatever the
-input's precision.
+input's precision. Only the series with ties go through the tie bookkeeping.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ from connscale.maps.prepare import _checked
 _RANK_BYTES_PER_VALUE = 96
 
 #: Device bytes per time point of a neighbourhood of the W pass: the rank sums
-#: and one gathered neighbour row (float32), their centred float64 copy and its
-#: squares.
+#: and one gathered neighbour row (float64 at most), and room for the norm's
+#: float64 cast.
 _W_BYTES_PER_TIMEPOINT = 24
 
 _HINT = "Raise memory_limit, or use fewer series (a coarser mask)."
@@ -252,21 +252,38 @@ def _column_block(x, c0: int, c1: int, device) -> torch.Tensor:
 
 
 def _average_ranks(block: torch.Tensor, rank_dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ranks of each row of ``block`` (ties averaged) and Σ (t³ - t) of its ties."""
-    n_timepoints = block.shape[1]
+    """Ranks of each row of ``block`` (ties averaged) and Σ (t³ - t) of its ties.
+
+    Ranks 1..T are scattered to every row, then the few rows with ties (any
+    two equal values) are ranked again with their groups averaged.
+    """
+    n_rows, n_timepoints = block.shape
     values, order = torch.sort(block, dim=1, stable=True)
-    position = torch.arange(n_timepoints, device=block.device).expand_as(order)
-    new = torch.ones_like(values, dtype=torch.bool)
-    new[:, 1:] = values[:, 1:] != values[:, :-1]  # a group of equal values starts
+    tied = values[:, 1:] == values[:, :-1]  # equal to the value before
     del values
+    steps = torch.arange(1, n_timepoints + 1, dtype=rank_dtype, device=block.device)
+    ranks = torch.empty(block.shape, dtype=rank_dtype, device=block.device)
+    ranks.scatter_(1, order, steps.expand(n_rows, n_timepoints))
+    ties = torch.zeros(n_rows, dtype=torch.float64, device=block.device)
+    rows = torch.nonzero(tied.any(dim=1)).flatten()
+    if len(rows):
+        ranks[rows], ties[rows] = _tied_ranks(tied[rows], order[rows], rank_dtype)
+    return ranks, ties
+
+
+def _tied_ranks(tied: torch.Tensor, order: torch.Tensor, rank_dtype):
+    """Average ranks and Σ (t³ - t) of rows with ties, from their sort order and tie flags."""
+    n_timepoints = order.shape[1]
+    position = torch.arange(n_timepoints, device=order.device).expand_as(order)
+    new = torch.ones_like(order, dtype=torch.bool)
+    new[:, 1:] = ~tied  # a group of equal values starts
     start = torch.where(new, position, 0).cummax(dim=1).values
     last = torch.ones_like(new)
     last[:, :-1] = new[:, 1:]  # a group ends
     end = torch.where(last, position, n_timepoints).flip(1).cummin(dim=1).values.flip(1)
-    del new, last
     length = (end - start + 1).to(torch.float64)
     ties = (length * length - 1).sum(dim=1)  # each of t tied values adds t² - 1
-    ranks = torch.empty(block.shape, dtype=rank_dtype, device=block.device)
+    ranks = torch.empty(order.shape, dtype=rank_dtype, device=order.device)
     ranks.scatter_(1, order, ((start + end).to(rank_dtype) + 2) / 2)
     return ranks, ties
 
@@ -294,13 +311,15 @@ def kendall_w(
         block = torch.from_numpy(neighbours[r0 : r0 + rows]).to(ranks.device)
         block = torch.where(block < 0, pad, block)
         sums = ranks.index_select(0, block[:, 0])
+        row = torch.empty_like(sums)
         for j in range(1, k):
-            sums += ranks.index_select(0, block[:, j])
-        members = (block != pad).sum(dim=1).to(torch.float64)
-        centred = sums.to(torch.float64) - (members * (n_timepoints + 1) / 2)[:, None]
+            sums += torch.index_select(ranks, 0, block[:, j], out=row)
+        del row
+        members = (block != pad).sum(dim=1)
+        sums -= (members.to(ranks.dtype) * (n_timepoints + 1) / 2)[:, None]  # exact
+        spread = torch.linalg.vector_norm(sums, dim=1, dtype=torch.float64) ** 2
         del sums
-        spread = torch.einsum("bt,bt->b", centred, centred)
-        del centred
+        members = members.to(torch.float64)
         tied = ties.index_select(0, block.reshape(-1)).view(block.shape).sum(dim=1)
         denominator = members * members * (n_timepoints**3 - n_timepoints) - members * tied
         w[r0 : r0 + rows] = torch.where(denominator > 0, 12 * spread / denominator, torch.nan)
