@@ -30,7 +30,8 @@ series has ties.
 The computation: every series is ranked once on the device (one sort over
 time per series, in column blocks planned by the call's
 :class:`~connscale._compute.MemoryPlanner`), then the rank sums R_t of a block
-of neighbourhoods are gathered, one neighbour column at a time. Ranks are
+of neighbourhoods are one sparse-dense product (the block's 0/1 membership
+matrix times the ranks). Ranks are
 multiples of 1/2, so R_t - M(T + 1)/2 is exact in float32 (for T < 2²³) and its
 squares are summed in float64: W is exact to float64 rounding whatever the
 input's precision. Only the series with ties go through the tie bookkeeping.
@@ -39,6 +40,7 @@ input's precision. Only the series with ties go through the tie bookkeeping.
 from __future__ import annotations
 
 import os
+import warnings
 from numbers import Integral
 
 import numpy as np
@@ -56,8 +58,7 @@ from connscale.maps.prepare import _checked
 _RANK_BYTES_PER_VALUE = 96
 
 #: Device bytes per time point of a neighbourhood of the W pass: the rank sums
-#: and one gathered neighbour row (float64 at most), and room for the norm's
-#: float64 cast.
+#: (float64 at most) and room for the norm's float64 cast.
 _W_BYTES_PER_TIMEPOINT = 24
 
 _HINT = "Raise memory_limit, or use fewer series (a coarser mask)."
@@ -209,7 +210,7 @@ def _checked_neighbours(neighbours, n_series: int) -> np.ndarray:
 
 
 def _reho(x: np.ndarray, neighbours: np.ndarray, planner: MemoryPlanner) -> torch.Tensor:
-    """Kendall's W of every neighbourhood, float64 on the device."""
+    """Return Kendall's W of every neighbourhood, float64 on the device."""
     ranks, ties = rank_series(x, planner)
     return kendall_w(ranks, ties, neighbours, planner)
 
@@ -252,7 +253,7 @@ def _column_block(x, c0: int, c1: int, device) -> torch.Tensor:
 
 
 def _average_ranks(block: torch.Tensor, rank_dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ranks of each row of ``block`` (ties averaged) and Σ (t³ - t) of its ties.
+    """Return the ranks of each row of ``block`` (ties averaged) and Σ (t³ - t) of its ties.
 
     Ranks 1..T are scattered to every row, then the few rows with ties (any
     two equal values) are ranked again with their groups averaged.
@@ -272,7 +273,7 @@ def _average_ranks(block: torch.Tensor, rank_dtype) -> tuple[torch.Tensor, torch
 
 
 def _tied_ranks(tied: torch.Tensor, order: torch.Tensor, rank_dtype):
-    """Average ranks and Σ (t³ - t) of rows with ties, from their sort order and tie flags."""
+    """Return the average ranks and Σ (t³ - t) of rows with ties from their order and tie flags."""
     n_timepoints = order.shape[1]
     position = torch.arange(n_timepoints, device=order.device).expand_as(order)
     new = torch.ones_like(order, dtype=torch.bool)
@@ -291,36 +292,48 @@ def _tied_ranks(tied: torch.Tensor, order: torch.Tensor, rank_dtype):
 def kendall_w(
     ranks: torch.Tensor, ties: torch.Tensor, neighbours: np.ndarray, planner: MemoryPlanner
 ) -> torch.Tensor:
-    """Kendall's W of each neighbourhood, from :func:`rank_series`'s ranks.
+    """Return Kendall's W of each neighbourhood from :func:`rank_series`'s ranks.
 
-    Neighbourhoods are taken in blocks that fit what is left of the
-    planner's device budget. Returns float64 (n_series,), NaN where the
-    denominator is 0 (every member constant).
+    The rank sums of a block of neighbourhoods are one sparse-dense product:
+    the block's 0/1 membership matrix (CSR) times the ranks. Blocks fit what
+    is left of the planner's device budget. Returns float64 (n_series,), NaN
+    where the denominator is 0 (every member constant).
     """
     n, k = neighbours.shape
     n_timepoints = ranks.shape[1]
     planner.reserve_device(8 * n)  # the map
     rows = planner.fit(
-        _W_BYTES_PER_TIMEPOINT * n_timepoints + 16 * k,
+        _W_BYTES_PER_TIMEPOINT * n_timepoints + 32 * k,
         f"Kendall's W of {n} neighbourhoods x {n_timepoints} time points",
         at_most=n,
     )
     w = torch.empty(n, dtype=torch.float64, device=ranks.device)
-    pad = ranks.shape[0] - 1  # the row of zeros
     for r0 in range(0, n, rows):
-        block = torch.from_numpy(neighbours[r0 : r0 + rows]).to(ranks.device)
-        block = torch.where(block < 0, pad, block)
-        sums = ranks.index_select(0, block[:, 0])
-        row = torch.empty_like(sums)
-        for j in range(1, k):
-            sums += torch.index_select(ranks, 0, block[:, j], out=row)
-        del row
-        members = (block != pad).sum(dim=1)
+        block = neighbours[r0 : r0 + rows]
+        membership, members = _membership(block, ranks)
+        sums = membership @ ranks  # (rows, T): R_t of each neighbourhood
+        del membership
         sums -= (members.to(ranks.dtype) * (n_timepoints + 1) / 2)[:, None]  # exact
         spread = torch.linalg.vector_norm(sums, dim=1, dtype=torch.float64) ** 2
         del sums
+        padded = torch.from_numpy(np.where(block < 0, len(ties) - 1, block)).to(ranks.device)
+        tied = ties[padded].sum(dim=1)  # the last entry of ties is 0
         members = members.to(torch.float64)
-        tied = ties.index_select(0, block.reshape(-1)).view(block.shape).sum(dim=1)
         denominator = members * members * (n_timepoints**3 - n_timepoints) - members * tied
         w[r0 : r0 + rows] = torch.where(denominator > 0, 12 * spread / denominator, torch.nan)
     return w
+
+
+def _membership(block: np.ndarray, ranks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the CSR 0/1 matrix (rows, N + 1) of a block of neighbour lists and its row sizes."""
+    valid = block >= 0
+    counts = valid.sum(axis=1)
+    crow = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]))
+    columns = torch.from_numpy(block[valid])
+    ones = torch.ones(len(columns), dtype=ranks.dtype)
+    with warnings.catch_warnings():  # torch's notice that CSR support is in beta
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support", category=UserWarning)
+        membership = torch.sparse_csr_tensor(
+            crow, columns, ones, size=(len(block), ranks.shape[0]), check_invariants=False
+        ).to(ranks.device)
+    return membership, torch.from_numpy(counts).to(ranks.device)
