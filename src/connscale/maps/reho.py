@@ -302,6 +302,8 @@ def kendall_w(
     n, k = neighbours.shape
     n_timepoints = ranks.shape[1]
     planner.reserve_device(8 * n)  # the map
+    if ranks.device.type == "cuda":  # cuSPARSE may take a column-major copy of the ranks
+        planner.reserve_device(ranks.numel() * ranks.element_size())
     rows = planner.fit(
         _W_BYTES_PER_TIMEPOINT * n_timepoints + 32 * k,
         f"Kendall's W of {n} neighbourhoods x {n_timepoints} time points",
