@@ -109,11 +109,10 @@ def reho_series(timeseries, neighbours, *, device: str = "auto", memory_limit=No
     array([1., 1.])
     """
     x = _checked(timeseries)  # a tensor stays where it lies
-    neighbours = _checked_neighbours(neighbours, x.shape[1])
     dev = x.device if isinstance(x, torch.Tensor) else resolve_device(device)
     planner = planner_for(dev, memory_limit, hint=_HINT)
     with planner.transient(), torch.no_grad():
-        w = _reho(x, neighbours, planner)
+        w = _reho(x, _checked_neighbours(neighbours, x.shape[1], planner), planner)
     return w.cpu().numpy()
 
 
@@ -182,34 +181,51 @@ def _load(img, name: str):
     return img
 
 
-def _checked_neighbours(neighbours, n_series: int) -> np.ndarray:
-    """Return ``neighbours`` as int64 (n_series, K), each row holding its own index once."""
-    nb = np.asarray(neighbours)
-    if nb.ndim != 2 or nb.shape[0] != n_series or not np.issubdtype(nb.dtype, np.integer):
+def _checked_neighbours(neighbours, n_series: int, planner: MemoryPlanner) -> torch.Tensor:
+    """Return ``neighbours`` as int64 (n_series, K) on the device, checked there.
+
+    Each row must hold its own index, once, and no index twice.
+    """
+    nb = torch.as_tensor(neighbours)
+    if (
+        nb.ndim != 2
+        or nb.shape[0] != n_series
+        or nb.dtype == torch.bool
+        or nb.is_floating_point()
+        or nb.is_complex()
+    ):
         raise ValueError(
             f"'neighbours' must be an integer array of shape (n_series={n_series}, K); got "
-            f"dtype {nb.dtype}, shape {nb.shape}."
+            f"dtype {nb.dtype}, shape {tuple(nb.shape)}."
         )
-    nb = nb.astype(np.int64, copy=False)
-    if nb.size and (nb.min() < -1 or nb.max() >= n_series):
+    planner.reserve_device(8 * nb.numel())
+    planner.require(17 * nb.numel(), f"Checking the neighbour lists ({tuple(nb.shape)})")
+    nb = nb.to(device=planner.device, dtype=torch.int64)
+    low, high = (int(v) for v in torch.aminmax(nb)) if nb.numel() else (0, 0)
+    if low < -1 or high >= n_series:
         raise ValueError(
             f"'neighbours' must hold series indices 0..{n_series - 1} or -1 (none); got values "
-            f"{nb.min()}..{nb.max()}."
+            f"{low}..{high}."
         )
-    rows = np.sort(nb, axis=1)
-    repeated = ((rows[:, 1:] == rows[:, :-1]) & (rows[:, 1:] >= 0)).any(axis=1)
-    missing_self = ~(nb == np.arange(n_series)[:, None]).any(axis=1)
-    for bad, what in ((missing_self, "does not hold its own index"), (repeated, "repeats a")):
-        if bad.any():
-            first = int(np.flatnonzero(bad)[0])
+    rows = torch.sort(nb, dim=1).values
+    repeated = ((rows[:, 1:] == rows[:, :-1]) & (rows[:, 1:] >= 0)).any(dim=1)
+    del rows
+    own = torch.arange(n_series, device=nb.device)[:, None]
+    for bad, what in (
+        (~(nb == own).any(dim=1), "does not hold its own index"),
+        (repeated, "repeats a"),
+    ):
+        count = int(bad.sum())
+        if count:
+            first = int(torch.nonzero(bad)[0, 0])
             raise ValueError(
-                f"Row {first} of 'neighbours' {what} series ({int(bad.sum())} rows): each row "
+                f"Row {first} of 'neighbours' {what} series ({count} rows): each row "
                 "lists the series of one neighbourhood, itself included, once each."
             )
     return nb
 
 
-def _reho(x: np.ndarray, neighbours: np.ndarray, planner: MemoryPlanner) -> torch.Tensor:
+def _reho(x, neighbours: torch.Tensor, planner: MemoryPlanner) -> torch.Tensor:
     """Return Kendall's W of every neighbourhood, float64 on the device."""
     ranks, ties = rank_series(x, planner)
     return kendall_w(ranks, ties, neighbours, planner)
@@ -290,7 +306,7 @@ def _tied_ranks(tied: torch.Tensor, order: torch.Tensor, rank_dtype):
 
 
 def kendall_w(
-    ranks: torch.Tensor, ties: torch.Tensor, neighbours: np.ndarray, planner: MemoryPlanner
+    ranks: torch.Tensor, ties: torch.Tensor, neighbours: torch.Tensor, planner: MemoryPlanner
 ) -> torch.Tensor:
     """Return Kendall's W of each neighbourhood from :func:`rank_series`'s ranks.
 
@@ -318,24 +334,24 @@ def kendall_w(
         sums -= (members.to(ranks.dtype) * (n_timepoints + 1) / 2)[:, None]  # exact
         spread = torch.linalg.vector_norm(sums, dim=1, dtype=torch.float64) ** 2
         del sums
-        padded = torch.from_numpy(np.where(block < 0, len(ties) - 1, block)).to(ranks.device)
-        tied = ties[padded].sum(dim=1)  # the last entry of ties is 0
+        tied = ties[torch.where(block < 0, len(ties) - 1, block)].sum(dim=1)  # ties[-1] = 0
         members = members.to(torch.float64)
         denominator = members * members * (n_timepoints**3 - n_timepoints) - members * tied
         w[r0 : r0 + rows] = torch.where(denominator > 0, 12 * spread / denominator, torch.nan)
     return w
 
 
-def _membership(block: np.ndarray, ranks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _membership(block: torch.Tensor, ranks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Return the CSR 0/1 matrix (rows, N + 1) of a block of neighbour lists and its row sizes."""
     valid = block >= 0
-    counts = valid.sum(axis=1)
-    crow = torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]))
-    columns = torch.from_numpy(block[valid])
-    ones = torch.ones(len(columns), dtype=ranks.dtype)
+    counts = valid.sum(dim=1)
+    crow = torch.zeros(len(block) + 1, dtype=torch.int64, device=block.device)
+    torch.cumsum(counts, dim=0, out=crow[1:])
+    columns = block[valid]
+    ones = torch.ones(len(columns), dtype=ranks.dtype, device=block.device)
     with warnings.catch_warnings():  # torch's notice that CSR support is in beta
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support", category=UserWarning)
         membership = torch.sparse_csr_tensor(
             crow, columns, ones, size=(len(block), ranks.shape[0]), check_invariants=False
-        ).to(ranks.device)
-    return membership, torch.from_numpy(counts).to(ranks.device)
+        )
+    return membership, counts
