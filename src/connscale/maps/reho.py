@@ -31,10 +31,11 @@ The computation: every series is ranked once on the device (one sort over
 time per series, in column blocks planned by the call's
 :class:`~connscale._compute.MemoryPlanner`), then the rank sums R_t of a block
 of neighbourhoods are one sparse-dense product (the block's 0/1 membership
-matrix times the ranks). Ranks are
-multiples of 1/2, so R_t - M(T + 1)/2 is exact in float32 (for T < 2²³) and its
-squares are summed in float64: W is exact to float64 rounding whatever the
-input's precision. Only the series with ties go through the tie bookkeeping.
+matrix times the ranks). Ranks are multiples of 1/2, so R_t - M(T + 1)/2 is
+exact in float32 while 2 K T < 2²⁴ (K the largest neighbourhood; float64 ranks
+beyond) and its squares are summed in float64: W is exact to float64 rounding
+whatever the input's precision. Only the series with ties go through the tie
+bookkeeping.
 """
 
 from __future__ import annotations
@@ -226,24 +227,30 @@ def _checked_neighbours(neighbours, n_series: int, planner: MemoryPlanner) -> to
 
 
 def _reho(x, neighbours: torch.Tensor, planner: MemoryPlanner) -> torch.Tensor:
-    """Return Kendall's W of every neighbourhood, float64 on the device."""
-    ranks, ties = rank_series(x, planner)
+    """Return Kendall's W of every neighbourhood, float64 on the device.
+
+    Ranks are float32 while every rank sum (a multiple of 1/2 below K·T) is
+    exact in it, float64 beyond.
+    """
+    exact_in_float32 = 2 * neighbours.shape[1] * x.shape[0] < 2**24
+    ranks, ties = rank_series(x, planner, torch.float32 if exact_in_float32 else torch.float64)
     return kendall_w(ranks, ties, neighbours, planner)
 
 
-def rank_series(x, planner: MemoryPlanner) -> tuple[torch.Tensor, torch.Tensor]:
+def rank_series(
+    x, planner: MemoryPlanner, rank_dtype: torch.dtype = torch.float64
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank each series of ``x`` (T, N) over time on the planner's device.
 
     Returns
     -------
-    ranks : torch.Tensor of shape (N + 1, T)
+    ranks : torch.Tensor of shape (N + 1, T), ``rank_dtype``
         Ranks 1..T, ties given their average; a last row of zeros (the -1 of
-        the neighbour lists). float32 while T < 2**23, float64 beyond.
+        the neighbour lists).
     ties : torch.Tensor of shape (N + 1,), float64
         Σ_g (t_g³ - t_g) over each series' groups of ties; 0 in the last row.
     """
     n_timepoints, n = x.shape
-    rank_dtype = torch.float32 if n_timepoints < 2**23 else torch.float64
     itemsize = torch.empty((), dtype=rank_dtype).element_size()
     planner.reserve_device((n + 1) * (n_timepoints * itemsize + 8))
     columns = planner.fit(
