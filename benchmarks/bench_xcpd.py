@@ -241,6 +241,7 @@ def main() -> None:
     args = parser.parse_args()
 
     grid = QUICK if args.quick else FULL
+    load_at_start = [round(v, 2) for v in os.getloadavg()]
     start = time.perf_counter()
     mask, x = make_run(grid)
     n_timepoints, n = x.shape
@@ -250,7 +251,11 @@ def main() -> None:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "device": ours["device_name"],
-        "host": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
+        "host": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "load_average_at_start": load_at_start,
+        },
         "sizes": {"voxels": n, "timepoints": n_timepoints, "grid": grid["shape"], "t_r": T_R},
         "connscale_seconds": ours["seconds"],
         "peak_device_bytes": ours["peak_device_bytes"],
@@ -280,6 +285,7 @@ def main() -> None:
         f"{ours['seconds']['neighbours_host']:.2f} s on the host, series copy "
         f"{ours['seconds']['copy_to_device']:.2f} s; reference: {args.processes} processes)"
     )
+    result["host"]["load_average_at_end"] = [round(v, 2) for v in os.getloadavg()]
     text = json.dumps(result, indent=2)
     _print(text)
     if args.json:
