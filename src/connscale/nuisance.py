@@ -434,7 +434,11 @@ def load_nuisance(
 
     run = Path(bold).name
     if confounds_file is None:
-        confounds_file = get_confounds_file(str(bold), flag_full_aroma=False, flag_tedana=False)
+        aroma = bold_desc(strategy) != "preproc"
+        try:
+            confounds_file = get_confounds_file(str(bold), flag_full_aroma=aroma, flag_tedana=False)
+        except ValueError as exc:
+            raise NuisanceError(f"{run}: nilearn finds no confounds file: {exc}") from exc
     source = Path(confounds_file).name
     if strategy in SET_PARAMETERS:
         header = pd.read_csv(confounds_file, sep="\t", nrows=0).columns
