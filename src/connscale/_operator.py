@@ -165,7 +165,10 @@ def load_confounds(
     ValueError
         One line naming the confounds file (or the BOLD): what nilearn
         cannot read, or a regressor with a missing value after the first
-        volume (naming the regressor and the line).
+        volume (naming the regressor and the line). A nuisance set's
+        column missing from the confounds file, or a nuisance file's
+        pattern that matches no column: one line naming the BOLD and the
+        column or pattern (:class:`connscale.nuisance.NuisanceError`).
     """
     preset = strategy in STRATEGIES and strategy not in NUISANCE_SETS
     if not preset and not (strategy in NUISANCE_SETS or is_nuisance_file(strategy)):

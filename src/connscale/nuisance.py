@@ -179,7 +179,7 @@ class NuisanceFile:
 
 
 def is_nuisance_file(strategy: object) -> bool:
-    """Whether ``strategy`` names a custom nuisance file (an existing .yml, .yaml or .json)."""
+    """Return whether ``strategy`` is a custom nuisance file (an existing .yml, .yaml or .json)."""
     if not isinstance(strategy, (str, os.PathLike)) or str(strategy) in STRATEGIES:
         return False
     path = Path(strategy)
@@ -193,7 +193,7 @@ class StrategyOptions(StrOptions):
         super().__init__(STRATEGIES)
 
     def is_satisfied_by(self, value) -> bool:
-        """Whether ``value`` is a strategy's name or a nuisance file's path."""
+        """Return whether ``value`` is a strategy's name or a nuisance file's path."""
         return super().is_satisfied_by(value) or is_nuisance_file(value)
 
     def __str__(self) -> str:
@@ -289,20 +289,33 @@ def _entries(content: dict, path: Path) -> list:
     if "columns" in content and "confounds" in content:
         raise NuisanceError(f"{path.name}: give 'columns' or 'confounds', not both.")
     if "columns" in content:
-        return list(content["columns"] or [])
+        return _listed(content["columns"], "columns", path)
     confounds = content.get("confounds")
     if not isinstance(confounds, dict) or not confounds:
         raise NuisanceError(f"{path.name} names no column: no 'columns' list, no 'confounds'.")
     entries = []
     for key, entry in confounds.items():
-        dataset = entry.get("dataset", "preprocessed") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict):
+            raise NuisanceError(f"{path.name}: confounds entry {key!r} must be a mapping.")
+        dataset = entry.get("dataset", "preprocessed")
         if dataset != "preprocessed" or "columns" not in entry:
             raise NuisanceError(
-                f"{path.name}: confounds entry {key!r} reads dataset {dataset!r}; connscale "
-                "reads the columns of fMRIPrep's confounds TSV only (dataset: preprocessed)."
+                f"{path.name}: confounds entry {key!r} reads dataset {dataset!r}"
+                + ("" if "columns" in entry else " and names no columns")
+                + "; connscale reads columns of fMRIPrep's confounds TSV only (dataset: "
+                "preprocessed)."
             )
-        entries.extend(entry["columns"] or [])
+        entries.extend(_listed(entry["columns"], f"confounds entry {key!r}'s columns", path))
     return entries
+
+
+def _listed(columns, what: str, path: Path) -> list:
+    """Return a file's list of columns (None: none)."""
+    if columns is None:
+        return []
+    if not isinstance(columns, list):
+        raise NuisanceError(f"{path.name}: {what} must be a list; got {columns!r}.")
+    return columns
 
 
 def read_nuisance_file(path: str | os.PathLike) -> NuisanceFile:

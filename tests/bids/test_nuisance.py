@@ -443,6 +443,8 @@ def test_acompcor_without_components_is_one_line(long_runs, tmp_path):
         ("description: nothing\n", "names no column"),
         ("colums: [csf]\n", "unknown key"),
         ("columns: [csf, 3]\n", "names or patterns"),
+        ("columns: csf\n", "columns must be a list"),
+        ("confounds:\n  preproc: [csf]\n", "must be a mapping"),
         ("columns: ['^csf[']\n", "bad pattern"),
         ("desc: my-set\ncolumns: [csf]\n", "letters and digits"),
         ("- csf\n", "mapping"),
