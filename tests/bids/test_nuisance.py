@@ -22,6 +22,7 @@ from nilearn.maskers import NiftiLabelsMasker
 from nilearn.signal import clean
 
 from connscale._choices import NUISANCE_SETS, STRATEGIES
+from connscale.bidsapp.participant import run_participant
 from connscale.cli.main import main
 from connscale.denoise import clean_signals, cleaning_operator, load_confounds
 from connscale.io.bids import strategy_desc
@@ -33,7 +34,19 @@ from connscale.nuisance import (
     read_nuisance_file,
     set_columns,
 )
-from tests.bids._fmriprep import AFFINE, ATLAS, DATA, SHAPE, T_R, atlas_img, participant_log
+from tests.bids._fmriprep import (
+    AFFINE,
+    ATLAS,
+    CIFTI_ATLAS,
+    DATA,
+    SHAPE,
+    T_R,
+    atlas_img,
+    brain_model_91k,
+    make_fmriprep_cifti,
+    participant_log,
+    write_cifti_atlas,
+)
 
 _MOTION = ["trans_x", "trans_y", "trans_z", "rot_x", "rot_y", "rot_z"]
 _24P = [f"{m}{s}" for m in _MOTION for s in ("", "_derivative1", "_derivative1_power2", "_power2")]
@@ -579,3 +592,19 @@ def test_bids_denoise_refuses_a_bad_file_before_any_run(tmp_path, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "bad.yml names no column" in err
+
+
+def test_cifti_runs_take_the_sets_but_not_aroma(tmp_path):
+    small = brain_model_91k()[:600]
+    root = make_fmriprep_cifti(
+        tmp_path / "fmriprep", [("01", None, "rest", None)], brain_model=small
+    )
+    labels = 1 + (3 * np.arange(len(small))) // len(small)
+    atlas = write_cifti_atlas(tmp_path / CIFTI_ATLAS, brain_model=small, labels=labels)
+    options = {"atlas": atlas, "atlas_name": "Struct10", "backend": "serial", "verbose": 0}
+    report = run_participant(root, tmp_path / "out", strategy="gsr_only", reports=False, **options)
+    [record] = report.records
+    assert record["status"] == "ok"
+    assert list((tmp_path / "out").glob("sub-01/func/*_desc-gsronly_timeseries.tsv"))
+    with pytest.raises(ValueError, match="--denoise aroma reads fMRIPrep's AROMA volumes"):
+        run_participant(root, tmp_path / "out2", strategy="aroma", **options)
