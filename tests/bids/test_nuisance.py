@@ -608,3 +608,20 @@ def test_cifti_runs_take_the_sets_but_not_aroma(tmp_path):
     assert list((tmp_path / "out").glob("sub-01/func/*_desc-gsronly_timeseries.tsv"))
     with pytest.raises(ValueError, match="--denoise aroma reads fMRIPrep's AROMA volumes"):
         run_participant(root, tmp_path / "out2", strategy="aroma", **options)
+
+
+def test_the_group_level_lists_a_run_its_set_failed(tmp_path):
+    """Read back by its label (acompcorgsr), the set's failed run is named at the group level."""
+    from connscale.bidsapp.group import run_group
+
+    root = make_tree(tmp_path / "fmriprep", ["01", "02", "03"])
+    tsv = root / "sub-03" / "func" / "sub-03_task-rest_desc-confounds_timeseries.tsv"
+    pd.read_csv(tsv, sep="\t").drop(columns=["global_signal"]).to_csv(
+        tsv, sep="\t", index=False, na_rep="n/a"
+    )
+    nib.save(atlas_img(), tmp_path / ATLAS)
+    out = tmp_path / "out"
+    assert _participant(root, out, tmp_path / ATLAS, ["--denoise", "acompcor_gsr"]) == 1
+    result = run_group(out, atlas_name="Slab4", strategy="acompcor_gsr")
+    assert [(e["subject"], e["status"]) for e in result.left_out] == [("03", "error")]
+    assert "needs column(s) global_signal" in result.left_out[0]["reason"]
