@@ -11,8 +11,13 @@ implement the choices (torch, nilearn, pybids); those modules import them
 from here.
 """
 
-#: Denoising strategies of :mod:`connscale.denoise` (nilearn's presets, or none).
-STRATEGIES = ("simple", "scrubbing", "compcor", "ica_aroma", "none")
+#: XCP-D's nuisance regressor sets (``xcp_d/data/nuisance/<name>.yml``), selected through
+#: nilearn's ``load_confounds`` (:mod:`connscale.nuisance`).
+NUISANCE_SETS = ("24P", "27P", "36P", "acompcor", "acompcor_gsr", "aroma", "aroma_gsr", "gsr_only")
+
+#: Denoising strategies of :mod:`connscale.denoise` (nilearn's presets, or none), then
+#: XCP-D's nuisance sets.
+STRATEGIES = ("simple", "scrubbing", "compcor", "ica_aroma", "none", *NUISANCE_SETS)
 
 #: What the BIDS-App's participant level can write per run: atlas-level measures,
 #: then voxel-level ones, then voxel maps and r1DL networks (each its own output

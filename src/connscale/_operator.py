@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from connscale._choices import STRATEGIES
+from connscale._choices import NUISANCE_SETS, STRATEGIES
 from connscale._compute.memory import MemoryPlanner, host_budget, limit_error
+from connscale.nuisance import is_nuisance_file, load_nuisance
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -134,17 +135,22 @@ def load_confounds(
     ----------
     bold : path
         The run's preprocessed BOLD (``*_desc-preproc_bold.nii.gz``, or
-        ``*_desc-smoothAROMAnonaggr_bold.nii.gz`` for 'ica_aroma'); its
-        confounds TSV and JSON sit beside it, as fMRIPrep writes them.
-    strategy : {'simple', 'scrubbing', 'compcor', 'ica_aroma', 'none'}
-        A preset of :func:`nilearn.interfaces.fmriprep.load_confounds_strategy`,
-        or 'none' (no confound, no censoring).
+        ``*_desc-smoothAROMAnonaggr_bold.nii.gz`` for 'ica_aroma', 'aroma'
+        and 'aroma_gsr'); its confounds TSV and JSON sit beside it, as
+        fMRIPrep writes them.
+    strategy : str or path
+        A preset of :func:`nilearn.interfaces.fmriprep.load_confounds_strategy`
+        ('simple', 'scrubbing', 'compcor', 'ica_aroma'), 'none' (no
+        confound, no censoring), one of XCP-D's nuisance sets ('24P', '27P',
+        '36P', 'acompcor', 'acompcor_gsr', 'aroma', 'aroma_gsr', 'gsr_only')
+        or a custom nuisance file (.yml, .yaml, .json): see
+        :mod:`connscale.nuisance`.
     confounds_file : path or None
         The confounds TSV nilearn reads for ``bold``: checked first
         (:func:`check_confounds_file`), and named in the errors.
     **kwargs
         Passed to ``load_confounds_strategy`` (e.g. ``fd_threshold``,
-        ``global_signal``).
+        ``global_signal``); the nuisance sets and files take none.
 
     Returns
     -------
@@ -159,13 +165,20 @@ def load_confounds(
     ValueError
         One line naming the confounds file (or the BOLD): what nilearn
         cannot read, or a regressor with a missing value after the first
-        volume (naming the regressor and the line).
+        volume (naming the regressor and the line). A nuisance set's
+        column missing from the confounds file, or a nuisance file's
+        pattern that matches no column: one line naming the BOLD and the
+        column or pattern (:class:`connscale.nuisance.NuisanceError`).
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}; got {strategy!r}.")
+    preset = strategy in STRATEGIES and strategy not in NUISANCE_SETS
+    if not preset and not (strategy in NUISANCE_SETS or is_nuisance_file(strategy)):
+        raise ValueError(
+            f"strategy must be one of {', '.join(STRATEGIES)}, or a .yml, .yaml or .json "
+            f"nuisance file; got {strategy!r}."
+        )
+    if (strategy == "none" or not preset) and kwargs:
+        raise ValueError(f"strategy {str(strategy)!r} takes no parameter; got {sorted(kwargs)}.")
     if strategy == "none":
-        if kwargs:
-            raise ValueError(f"strategy 'none' takes no parameter; got {sorted(kwargs)}.")
         return None, None
     import pandas as pd
     from nilearn.interfaces.fmriprep import load_confounds_strategy
@@ -173,13 +186,16 @@ def load_confounds(
     source = Path(bold).name if confounds_file is None else Path(confounds_file).name
     if confounds_file is not None:
         check_confounds_file(confounds_file)
-    try:
-        confounds, sample_mask = load_confounds_strategy(
-            str(bold), denoise_strategy=strategy, **kwargs
-        )
-    except (ValueError, TypeError, KeyError, pd.errors.ParserError) as exc:
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        raise ValueError(f"{source}: nilearn cannot load the confounds: {message}") from exc
+    if not preset:
+        confounds, sample_mask = load_nuisance(bold, strategy, confounds_file=confounds_file)
+    else:
+        try:
+            confounds, sample_mask = load_confounds_strategy(
+                str(bold), denoise_strategy=strategy, **kwargs
+            )
+        except (ValueError, TypeError, KeyError, pd.errors.ParserError) as exc:
+            message = " ".join(str(exc).split()) or type(exc).__name__
+            raise ValueError(f"{source}: nilearn cannot load the confounds: {message}") from exc
     if confounds is not None and confounds.shape[1] == 0:
         confounds = None
     if confounds is not None:

@@ -3,7 +3,9 @@
 Confounds and sample masks come from nilearn's
 :func:`~nilearn.interfaces.fmriprep.load_confounds_strategy` (the preset
 strategies giga-connectome offers: ``'simple'``, ``'scrubbing'``,
-``'compcor'``, ``'ica_aroma'``; ``'none'`` removes nothing). Cleaning follows
+``'compcor'``, ``'ica_aroma'``; ``'none'`` removes nothing), or from its
+``load_confounds`` for XCP-D's nuisance sets (``'24P'``, ``'36P'``...) and
+custom YAML/JSON sets (:mod:`connscale.nuisance`). Cleaning follows
 :func:`nilearn.signal.clean` step for step: interpolation of censored volumes
 (Butterworth filtering only), detrending, Butterworth band-pass of signals
 *and* confounds (so the regression is orthogonal to the filter), censoring,

@@ -31,6 +31,8 @@ PARAMS = {
     "ica_aroma": {},
     "none": {},
 }
+#: nilearn's presets (XCP-D's nuisance sets: tests/bids/test_nuisance.py).
+PRESETS = tuple(PARAMS)
 FILTERS = [(None, None), (0.2, None)]  # a 30-volume run is too short for a band-pass
 
 
@@ -56,7 +58,7 @@ def _masked(bold):
 
 
 @pytest.mark.parametrize("low_pass, high_pass", FILTERS)
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", PRESETS)
 def test_voxel_cleaning_equals_signal_clean(runs, strategy, low_pass, high_pass):
     confounds, sample_mask = load_confounds(runs[strategy], strategy, **PARAMS[strategy])
     if strategy == "scrubbing":
@@ -89,7 +91,7 @@ def test_voxel_cleaning_equals_signal_clean(runs, strategy, low_pass, high_pass)
 
 
 @pytest.mark.parametrize("low_pass, high_pass", FILTERS)
-@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("strategy", PRESETS)
 def test_region_series_and_fc_equal_masker(runs, strategy, low_pass, high_pass):
     bold = runs[strategy]
     confounds, sample_mask = load_confounds(bold, strategy, **PARAMS[strategy])

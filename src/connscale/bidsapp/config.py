@@ -32,6 +32,7 @@ from connscale._choices import (
 from connscale._params import Flag, declared, fingerprint_fields, param
 from connscale._validation import MIN_WINDOW_LENGTH, Interval, SequenceOf, StrOptions
 from connscale.engines import ENGINES
+from connscale.nuisance import StrategyOptions, strategy_fingerprint
 
 __all__ = [
     "FILE_FORMATS",
@@ -171,12 +172,23 @@ class ParticipantConfig:
     )  # fmt: skip
     strategy: str = param(
         "simple",
-        constraints=[StrOptions(STRATEGIES)],
-        doc="The denoising strategy (the ``desc-`` entity).",
-        flag=Flag(("--denoise",), group=ATLAS, choices=STRATEGIES, default=None,
+        constraints=[StrategyOptions()],
+        doc_type="str or path",
+        doc="The denoising strategy (its label is the ``desc-`` entity,\n"
+        ":func:`connscale.io.bids.strategy_desc`): one of nilearn's presets\n"
+        "(``simple``, ``scrubbing``, ``compcor``, ``ica_aroma``), ``none``,\n"
+        "one of XCP-D's nuisance sets (``24P``, ``27P``, ``36P``,\n"
+        "``acompcor``, ``acompcor_gsr``, ``aroma``, ``aroma_gsr``,\n"
+        "``gsr_only``) or a custom nuisance file (YAML or JSON: columns by\n"
+        "name or pattern, as XCP-D's ``--nuisance-regressors`` file); see\n"
+        ":mod:`connscale.nuisance`.",
+        flag=Flag(("--denoise", "--nuisance-regressors"), group=ATLAS, type="nuisance",
+                  default=None, metavar="STRATEGY",
                   levels=("participant", "group"),
-                  help="participant: denoising strategy (nilearn's presets, or none); "
-                  "group: which strategy to read."),
+                  help=f"participant: denoising strategy, one of {', '.join(STRATEGIES)} "
+                  "(nilearn's presets, none, XCP-D's nuisance sets), or a .yml/.yaml/.json file "
+                  "of confounds columns (names, ^patterns, _derivative1/_power2 expansions; "
+                  "XCP-D's --nuisance-regressors format); group: which strategy to read."),
     )  # fmt: skip
     measures: tuple = param(
         ("fc", "timeseries"),
@@ -594,6 +606,7 @@ class ParticipantConfig:
     def parameters(self) -> dict:
         """Return what changes a run's outputs (not where it ran, nor which runs are refused)."""
         kept = asdict(self)
+        kept["strategy"] = strategy_fingerprint(self.strategy)  # a file: its columns too
         return {name: kept[name] for name in fingerprint_fields(type(self))}
 
     def region_parameters(self) -> dict:

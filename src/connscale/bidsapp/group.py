@@ -225,16 +225,27 @@ def _last_records(output: Path, atlas_name: str, strategy: str) -> list[dict]:
 
     from connscale.bidsapp.participant_logs import participant_reports
 
-    last = {}
+    desc, last = strategy_desc(strategy), {}
     for path in participant_reports(output):  # oldest first: a newer record replaces it
         try:
             log = json.loads(path.read_text())
         except (OSError, ValueError):
             continue
         parameters = log.get("parameters") or {}
-        if parameters.get("atlas_name") == atlas_name and parameters.get("strategy") == strategy:
+        if parameters.get("atlas_name") == atlas_name and _logged_desc(parameters) == desc:
             last.update((record["name"], record) for record in log.get("records", []))
     return list(last.values())
+
+
+def _logged_desc(parameters: dict) -> str | None:
+    """Return the ``desc-`` label of a participant log's strategy (a nuisance file: its own)."""
+    strategy = parameters.get("strategy")
+    if isinstance(strategy, dict):  # a nuisance file's fingerprint
+        return strategy.get("desc")
+    try:
+        return None if strategy is None else strategy_desc(strategy)
+    except ValueError:  # not a label: another tool's log
+        return None
 
 
 def _left(name: str, measure: str, status: str, reason: str) -> dict:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
 
-from connscale._choices import STRATEGIES
 from connscale._validation import Interval, StrOptions, validate_params
 from connscale.io.bids import from_pybids
+from connscale.nuisance import AROMA_STRATEGIES, StrategyOptions, bold_desc
 
 __all__ = ["BoldRun", "find_runs", "load_layout"]
 
@@ -133,9 +133,9 @@ def _strip(values: list | None, prefix: str) -> list | None:
 #: The extension of fMRIPrep's grayordinate series.
 _CIFTI_EXTENSION = ".dtseries.nii"
 
-# --denoise ica_aroma reads the BOLD that fMRIPrep denoised with ICA-AROMA.
+# --denoise ica_aroma (aroma, aroma_gsr) reads the BOLD that fMRIPrep denoised with ICA-AROMA.
 _AROMA_HINT = (
-    " (--denoise ica_aroma reads fMRIPrep's ICA-AROMA output, *_desc-smoothAROMAnonaggr_bold, "
+    " (--denoise {} reads fMRIPrep's ICA-AROMA output, *_desc-smoothAROMAnonaggr_bold, "
     "which fMRIPrep writes with --use-aroma, up to version 23.0)"
 )
 
@@ -249,7 +249,7 @@ def _bold_files(layout, derivatives, query: dict, desc: str, *, cifti: bool, str
             f"No {what} in {derivatives}"
             + (f" matches {asked}" if asked else "")
             + f"; found {_found(layout, desc, cifti)}"
-            + (_AROMA_HINT if strategy == "ica_aroma" and not cifti else "")
+            + (_AROMA_HINT.format(strategy) if strategy in AROMA_STRATEGIES and not cifti else "")
             + "."
         )
     return bolds
@@ -258,7 +258,7 @@ def _bold_files(layout, derivatives, query: dict, desc: str, *, cifti: bool, str
 @validate_params(
     {
         "derivatives": ["path"],
-        "strategy": [StrOptions(STRATEGIES)],
+        "strategy": [StrategyOptions()],
         "t_r": [Interval(Real, 0, None, closed="neither"), None],
         "work_dir": ["path", None],
         "file_format": [StrOptions({"nifti", "cifti"})],
@@ -290,8 +290,9 @@ def find_runs(
     task, run, space : str or list or None
         Other filters (None: all).
     strategy : str, default='simple'
-        The denoising strategy: 'ica_aroma' reads the AROMA-denoised BOLD
-        (``desc-smoothAROMAnonaggr``), the others ``desc-preproc``.
+        The denoising strategy: 'ica_aroma', 'aroma' and 'aroma_gsr' read the
+        AROMA-denoised BOLD (``desc-smoothAROMAnonaggr``), the others (and a
+        nuisance file) ``desc-preproc``.
     t_r : float or None
         Repetition time to use when a run's sidecar has none.
     layout : bids.BIDSLayout or None
@@ -317,7 +318,7 @@ def find_runs(
     if layout is None:
         database = None if work_dir is None else Path(work_dir) / "pybids"
         layout = load_layout(derivatives, database_path=database)
-    desc = "smoothAROMAnonaggr" if strategy == "ica_aroma" else "preproc"
+    desc = bold_desc(strategy)
     filters = {
         "subject": _strip(_as_list(participant_label), "sub-"),
         "session": _strip(_as_list(session_label), "ses-"),

@@ -135,6 +135,7 @@ from connscale.engines.batch import (
 )
 from connscale.engines.slurm import SlurmJobs, slurm_jobs
 from connscale.io.bids import dataset_relative
+from connscale.nuisance import AROMA_STRATEGIES, check_strategy
 
 __all__ = [
     "MEASURES",
@@ -558,8 +559,10 @@ def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) 
             f"CIFTI runs have no measure {', '.join(other)}; their measures: "
             f"{', '.join(CIFTI_MEASURES)} (and --write-denoised)."
         )
-    if config.strategy == "ica_aroma":
-        raise ValueError("--denoise ica_aroma reads fMRIPrep's AROMA volumes, not CIFTI runs.")
+    if config.strategy in AROMA_STRATEGIES:
+        raise ValueError(
+            f"--denoise {config.strategy} reads fMRIPrep's AROMA volumes, not CIFTI runs."
+        )
     if atlas_labels is not None:
         raise ValueError("--atlas-labels: a .dlabel.nii atlas names its own parcels; drop it.")
     check_cifti_atlas(atlas)
@@ -611,6 +614,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
 
         degree_thresholds = check_degree_thresholds(degree_thresholds)
     _check_name({"sub": "x", "seg": config.atlas_name}, suffix="relmat", extension=".tsv")
+    strategy = check_strategy(config.strategy)  # a nuisance file: read, its absolute path
     named = is_atlas_name(config.atlas)
     atlas = Path(config.atlas) if named else Path(config.atlas).resolve()
     if not named and not atlas.is_file():
@@ -644,7 +648,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         task=config.task,
         run=config.run,
         space=config.space,
-        strategy=config.strategy,
+        strategy=strategy,
         t_r=config.t_r,
         work_dir=config.work_dir,
         den=config.den,
@@ -665,6 +669,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         atlas_space=atlas_space,
         file_format=file_format,
         participant_label=participant_label,
+        strategy=strategy,
         strategy_params=dict(config.strategy_params),
         measures=measures,
         window_length=None if config.window_length is None else int(config.window_length),

@@ -222,6 +222,26 @@ def bids_label(text: str) -> str:
     return text
 
 
+def nuisance(text: str) -> str:
+    """Check a denoising strategy: a name, or a nuisance file (.yml, .yaml, .json) read.
+
+    Return the name, or the file's absolute path (:func:`connscale.nuisance.check_strategy`).
+    """
+    from connscale._choices import STRATEGIES
+
+    if text in STRATEGIES:
+        return text
+    if Path(text).suffix.lower() not in (".yml", ".yaml", ".json"):
+        raise _Error(f"expected one of {', '.join(STRATEGIES)} or a .yml/.json file; got {text!r}")
+    input_file(text)
+    from connscale.nuisance import check_strategy
+
+    try:
+        return check_strategy(text)
+    except ValueError as exc:
+        raise _Error(str(exc)) from None
+
+
 def input_file(text: str) -> Path:
     """Check an input file that exists (a folder or a missing path is refused)."""
     path = Path(text)

@@ -27,6 +27,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
+from connscale._choices import STRATEGIES
 from connscale._version import __version__
 from connscale.io.atomic import write_json_atomic
 
@@ -98,23 +99,28 @@ def _check_label(key: str, value: object) -> str:
     return text
 
 
-#: The ``desc-`` label of each denoising strategy whose name is not one:
-#: giga-connectome's strategy name for nilearn's ``ica_aroma`` preset.
-_STRATEGY_DESC = {"ica_aroma": "icaaroma"}
-
-
-def strategy_desc(strategy: str) -> str:
+def strategy_desc(strategy: str | os.PathLike) -> str:
     """Return the ``desc-`` label of a denoising strategy.
 
-    ``ica_aroma`` gives ``icaaroma``, giga-connectome's name; the others are their
-    own label.
+    A named strategy without its underscores: ``ica_aroma`` gives
+    ``icaaroma`` (giga-connectome's name), ``acompcor_gsr`` gives
+    ``acompcorgsr``, ``36P`` is its own label. A custom nuisance file
+    (:mod:`connscale.nuisance`) gives its ``desc`` key, else its file name
+    without the extension, letters and digits only (``my_model.yml`` gives
+    ``mymodel``). Any other label is returned as is (the group level reads
+    outputs by their label).
 
     Examples
     --------
-    >>> strategy_desc("ica_aroma"), strategy_desc("scrubbing")
-    ('icaaroma', 'scrubbing')
+    >>> strategy_desc("ica_aroma"), strategy_desc("scrubbing"), strategy_desc("acompcor_gsr")
+    ('icaaroma', 'scrubbing', 'acompcorgsr')
     """
-    return _check_label("desc", _STRATEGY_DESC.get(strategy, strategy))
+    from connscale.nuisance import is_nuisance_file, read_nuisance_file
+
+    if is_nuisance_file(strategy):
+        return _check_label("desc", read_nuisance_file(strategy).desc)
+    strategy = str(strategy)
+    return _check_label("desc", strategy.replace("_", "") if strategy in STRATEGIES else strategy)
 
 
 def _build(entities: Mapping[str, object], suffix: str, extension: str, **extra) -> str:
