@@ -57,6 +57,7 @@ from connscale._operator import (  # the host part, torch-free (the BIDS readers
     constant_series,
     load_confounds,
     residual_dof,
+    xcpd_operator,
 )
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "load_confounds",
     "region_signals",
     "residual_dof",
+    "xcpd_operator",
 ]
 
 _STANDARDIZE = ("zscore_sample", None)
