@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from connscale._choices import STRATEGIES
+from connscale._choices import OUTPUT_TYPES, STRATEGIES
 from connscale._compute.memory import MemoryPlanner, host_budget, limit_error
 from connscale._xcpd_clean import xcpd_clean_matrix
 
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CONSTANT_RTOL",
-    "OUTPUT_TYPES",
     "CleaningOperator",
     "check_confounds_file",
     "cleaning_operator",
@@ -243,10 +242,6 @@ def _sample_indices(sample_mask: npt.ArrayLike | None, n_timepoints: int) -> np.
     if mask.size == 0:
         raise ValueError("sample_mask removes every volume.")
     return mask
-
-
-#: The rows of :func:`xcpd_operator` (XCP-D's ``--output-type``).
-OUTPUT_TYPES = ("censored", "interpolated")
 
 
 def cleaning_operator(

@@ -21,6 +21,8 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from connscale._choices import MOTION_FILTERS
+
 __all__ = [
     "MOTION_COLUMNS",
     "MOTION_FILTERS",
@@ -33,8 +35,6 @@ __all__ = [
 
 #: fMRIPrep's six motion parameters (mm, then radians), in the order FD reads them.
 MOTION_COLUMNS = ("trans_x", "trans_y", "trans_z", "rot_x", "rot_y", "rot_z")
-#: The motion filters (XCP-D's ``--motion-filter-type``).
-MOTION_FILTERS = ("lp", "notch")
 #: The prefix of fMRIPrep's non-steady-state volume columns.
 _NON_STEADY = "non_steady_state_outlier"
 
