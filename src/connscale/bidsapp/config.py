@@ -285,20 +285,19 @@ class ParticipantConfig:
         constraints=_POSITIVE,
         doc="Low-pass cutoff (Hz), as :func:`nilearn.signal.clean` (``t_r``\nfrom each run); "
         "below the runs' Nyquist frequency (else the run fails).",
-        flag=Flag(("--low-pass", "--upper-bpf"), group=ATLAS, type="positive",
+        flag=Flag(("--low-pass", "--upper-bpf"), group=ATLAS, type="positive", metavar="HZ",
                   levels=("participant",),
                   help="Low-pass cutoff (Hz) of the Butterworth filter, below Nyquist "
-                  "(--upper-bpf: XCP-D's name; XCP-D's default 0.08, here none)."),
+                  "(XCP-D's default: 0.08)."),
     )  # fmt: skip
     high_pass: float | None = param(
         None,
         constraints=_POSITIVE,
         doc="High-pass cutoff (Hz), as :func:`nilearn.signal.clean`.",
-        flag=Flag(("--high-pass", "--lower-bpf"), group=ATLAS, type="positive",
+        flag=Flag(("--high-pass", "--lower-bpf"), group=ATLAS, type="positive", metavar="HZ",
                   levels=("participant",),
                   help="High-pass cutoff (Hz), Butterworth (the presets already regress "
-                  "fMRIPrep's cosine drifts; --lower-bpf: XCP-D's name; XCP-D's default "
-                  "0.01, here none)."),
+                  "fMRIPrep's cosine drifts; XCP-D's default: 0.01)."),
     )  # fmt: skip
     bpf_order: int | None = param(
         None,
@@ -309,9 +308,9 @@ class ParticipantConfig:
         ":func:`~nilearn.signal.clean` (order 5), or XCP-D's order 2 when\n"
         "``fd_thresh`` or ``output_type='interpolated'`` asks for XCP-D's cleaning.",
         flag=Flag(("--bpf-order",), group=ATLAS, type="count", levels=("participant",),
-                  help="Butterworth order of XCP-D's band-pass (XCP-D's default 2); giving it "
-                  "cleans with XCP-D's steps. Default: nilearn's clean (order 5), or 2 when "
-                  "--fd-thresh or --output-type interpolated selects XCP-D's cleaning."),
+                  help="Butterworth order of XCP-D's band-pass; giving it cleans with XCP-D's "
+                  "steps. Default: nilearn's clean (order 5), or XCP-D's 2 when --fd-thresh or "
+                  "--output-type interpolated selects XCP-D's cleaning."),
     )  # fmt: skip
     strategy_params: dict | None = param(
         None,
@@ -332,7 +331,7 @@ class ParticipantConfig:
         flag=Flag(("--dummy-scans",), group=ATLAS, type="dummy_scans", metavar="N|auto",
                   levels=("participant",),
                   help="Volumes to drop at the start of each run (auto: fMRIPrep's "
-                  "non_steady_state_outlier_XX columns, 0 without them). Default 0, as XCP-D."),
+                  "non_steady_state_outlier_XX columns, 0 without them); XCP-D's default: 0."),
     )  # fmt: skip
     motion_filter_type: str | None = param(
         None,
@@ -344,7 +343,7 @@ class ParticipantConfig:
         flag=Flag(("--motion-filter-type",), group=ATLAS, choices=MOTION_FILTERS,
                   levels=("participant",),
                   help="Filter respiration out of the motion parameters before FD: lp or "
-                  "notch (default none, as XCP-D)."),
+                  "notch (XCP-D's default: none)."),
     )  # fmt: skip
     band_stop_min: float | None = param(
         None,
@@ -372,17 +371,20 @@ class ParticipantConfig:
         flag=Flag(("--motion-filter-order",), group=ATLAS, type="count",
                   levels=("participant",),
                   help="Motion filter order: lp, twice the Butterworth order; notch, four times "
-                  "the passes (default 4, as XCP-D)."),
+                  "the passes (XCP-D's default: 4)."),
     )  # fmt: skip
     head_radius: float = param(
         50.0,
         constraints=[Interval(Real, 0, None, closed="neither")],
         doc="Head radius (mm) turning rotations into displacements in the FD\n"
-        "(XCP-D's default 50: adults; 35 for infants).",
+        "(XCP-D's default 50: adults; 35 for infants). FD is recomputed from\n"
+        "the six motion parameters (:func:`connscale.motion.framewise_displacement`)\n"
+        "with ``fd_thresh``, a motion filter or another radius; otherwise it is\n"
+        "fMRIPrep's ``framewise_displacement`` column (50 mm).",
         flag=Flag(("--head-radius",), group=ATLAS, type="positive", metavar="MM",
                   levels=("participant",),
-                  help="Head radius (mm) of the framewise displacement (default 50, as XCP-D; "
-                  "35 for infants)."),
+                  help="Head radius (mm) of the framewise displacement, recomputed from the "
+                  "motion parameters (XCP-D's default: 50; 35 for infants)."),
     )  # fmt: skip
     fd_thresh: float | None = param(
         None,
@@ -393,10 +395,10 @@ class ParticipantConfig:
         "'scrubbing''s ``fd_threshold``. None: no censoring (XCP-D's default\n"
         "depends on its mode: 0.3 or none).",
         flag=Flag(("--fd-thresh", "--fd-threshold"), group=ATLAS, type="positive",
-                  levels=("participant",),
+                  metavar="MM", levels=("participant",),
                   help="Censor volumes with framewise displacement above it (mm), any "
                   "--denoise, with XCP-D's cleaning; scrubbing: also nilearn's fd_threshold. "
-                  "Default: no censoring (XCP-D: 0.3 or none, by mode)."),
+                  "Default: no censoring (XCP-D's: 0.3 or none, by mode)."),
     )  # fmt: skip
     min_time: float = param(
         240.0,
@@ -409,7 +411,7 @@ class ParticipantConfig:
         flag=Flag(("--min-time",), group=ATLAS, type=("number", 0.0), metavar="SECONDS",
                   levels=("participant",),
                   help="With --fd-thresh: seconds of low-motion volumes a run must keep, else it "
-                  "is refused (default 240, as XCP-D; 0: none)."),
+                  "is refused; 0: no minimum (XCP-D's default: 240)."),
     )  # fmt: skip
     output_type: str = param(
         "censored",
@@ -697,9 +699,18 @@ class ParticipantConfig:
         return strategy_desc(self.strategy)
 
     def parameters(self) -> dict:
-        """Return what changes a run's outputs (not where it ran, nor which runs are refused)."""
+        """Return what changes a run's outputs (not where it ran, nor which runs are refused).
+
+        The temporal steps at their defaults (none asked) are left out: the
+        fingerprints of the outputs made before them stay the same.
+        """
         kept = asdict(self)
-        return {name: kept[name] for name in fingerprint_fields(type(self))}
+        fields = declared(type(self))
+        return {
+            name: kept[name]
+            for name in fingerprint_fields(type(self))
+            if name not in TEMPORAL_FIELDS or kept[name] != fields[name][0].default
+        }
 
     def region_parameters(self) -> dict:
         """Return what changes the run's atlas-level set."""
