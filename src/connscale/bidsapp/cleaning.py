@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from connscale._choices import MAP_MEASURES, REGION_MEASURES, VOXEL_MEASURES
+from connscale._compute.memory import MemoryLimitError
 from connscale._operator import (
     cleaning_operator,
     constant_series,
@@ -113,7 +114,9 @@ def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -
     values = None if confounds is None else confounds.to_numpy()
     try:
         series_operator = _operator(config, run, n_volumes, values, plan)
-    except ValueError as exc:
+    except MemoryLimitError:
+        raise
+    except ValueError as exc:  # a band at or above Nyquist: named with its run
         raise ValueError(f"{run.bold.name}: {exc}") from None
     operator = series_operator.low_motion()
     fd = plan.fd
