@@ -201,3 +201,14 @@ def test_the_temporal_steps_enter_the_fingerprint_only_when_asked():
     censored = ParticipantConfig("d", "o", "a", "A", fd_thresh=0.3, dummy_scans="auto")
     assert censored.parameters()["fd_thresh"] == 0.3
     assert censored.voxel_parameters()["dummy_scans"] == "auto"
+
+
+def test_cifti_runs_refuse_the_interpolated_output(tmp_path):
+    atlas = tmp_path / "tpl-fsLR_atlas-X_den-91k_dseg.dlabel.nii"
+    atlas.write_bytes(b"")  # refused before the atlas is read
+    (tmp_path / "fmriprep").mkdir()
+    with pytest.raises(ValueError, match="--output-type interpolated: CIFTI runs publish"):
+        run_participant(
+            tmp_path / "fmriprep", tmp_path / "out", atlas=atlas, atlas_name="X",
+            output_type="interpolated",
+        )  # fmt: skip
