@@ -89,3 +89,11 @@ LIFE_MEASURES = ("weight", "count", "evidence")
 
 #: LiFE's signal models (:func:`connscale.life.fit`'s ``formulation``): ENCODE's or dipy's.
 LIFE_FORMULATIONS = ("encode", "dipy")
+
+#: The series a censored run publishes (XCP-D's ``--output-type``): the kept
+#: volumes, or every volume after the dummy scans with the censored ones interpolated.
+OUTPUT_TYPES = ("censored", "interpolated")
+
+#: The filters of the motion parameters (XCP-D's ``--motion-filter-type``):
+#: low-pass or notch (:func:`connscale.motion.filter_motion`).
+MOTION_FILTERS = ("lp", "notch")

@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from connscale._choices import NUISANCE_SETS, STRATEGIES
+from connscale._choices import NUISANCE_SETS, OUTPUT_TYPES, STRATEGIES
 from connscale._compute.memory import MemoryPlanner, host_budget, limit_error
+from connscale._xcpd_clean import xcpd_clean_matrix
 from connscale.nuisance import is_nuisance_file, load_nuisance
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ __all__ = [
     "constant_series",
     "load_confounds",
     "residual_dof",
+    "xcpd_operator",
 ]
 
 _EPS64 = np.finfo(np.float64).eps
@@ -215,16 +217,27 @@ class CleaningOperator:
         ``matrix @ ones(T)``: what a constant series becomes.
     volumes : ndarray of int, shape (n_kept,)
         The input volume behind each output row.
+    interpolated : ndarray of bool, shape (n_kept,), or None
+        Which output rows are censored volumes, interpolated (XCP-D's
+        ``interpolated`` output); None: none is.
     """
 
     matrix: np.ndarray
     offset: np.ndarray
     volumes: np.ndarray
+    interpolated: np.ndarray | None = None
 
     @property
     def n_timepoints(self) -> int:
         """T, the number of input volumes."""
         return self.matrix.shape[1]
+
+    def low_motion(self) -> CleaningOperator:
+        """Return the operator of the kept (not interpolated) rows: what correlations use."""
+        if self.interpolated is None:
+            return self
+        rows = ~self.interpolated
+        return CleaningOperator(self.matrix[rows], self.offset[rows], self.volumes[rows])
 
 
 def _sample_indices(sample_mask: npt.ArrayLike | None, n_timepoints: int) -> np.ndarray | None:
@@ -269,7 +282,9 @@ def cleaning_operator(
         T, the number of volumes of the run.
     confounds : array-like of shape (T, n_confounds), DataFrame or None
     sample_mask : array of int indices or of T booleans, or None
-        Volumes to keep.
+        Volumes to keep. Volumes removed before the first kept one (dummy
+        scans, non-steady-state volumes) take no part in any step when
+        ``extrapolate`` is False: nilearn drops them first.
     detrend, standardize_confounds, filter, low_pass, high_pass, t_r, extrapolate
         As in :func:`nilearn.signal.clean` (same defaults).
     memory_limit : int, str, MemoryPlanner or None, default=None
@@ -284,6 +299,9 @@ def cleaning_operator(
     ------
     MemoryLimitError
         When the construction does not fit, before it starts.
+    ValueError
+        A Butterworth cutoff at or above the Nyquist frequency (nilearn
+        would lower it with a warning).
 
     Notes
     -----
@@ -292,26 +310,9 @@ def cleaning_operator(
     """
     from nilearn.signal import clean
 
-    n_timepoints = int(n_timepoints)
-    if n_timepoints < 2:
-        raise ValueError(f"A run needs at least 2 volumes to be cleaned; got {n_timepoints}.")
-    _require_host(
-        _OPERATOR_COPIES * n_timepoints**2 * 8,
-        f"The cleaning operator of {n_timepoints} volumes",
-        memory_limit,
-    )
-    if confounds is not None:
-        confounds = np.asarray(confounds, dtype=np.float64)
-        if confounds.ndim == 1:
-            confounds = confounds[:, None]
-        if confounds.shape[0] != n_timepoints:
-            raise ValueError(
-                f"The confounds have {confounds.shape[0]} rows but the run has "
-                f"{n_timepoints} volumes."
-            )
-        if not np.isfinite(confounds).all():
-            raise ValueError("The confounds hold NaN or infinite values.")
-    indices = _sample_indices(sample_mask, n_timepoints)
+    n_timepoints, confounds, indices = _prepare(n_timepoints, confounds, sample_mask, memory_limit)
+    if filter == "butterworth":
+        _check_band(low_pass, high_pass, t_r)
     # A T x T problem: BLAS threads would only spin beside the caller's other work
     # (OpenBLAS's idle threads busy-wait), so nilearn runs on one.
     with _one_blas_thread(), warnings.catch_warnings():
@@ -336,6 +337,142 @@ def cleaning_operator(
             f"nilearn returned {matrix.shape[0]} volumes for {volumes.size} kept ones."
         )
     return CleaningOperator(matrix=matrix, offset=matrix.sum(axis=1), volumes=volumes)
+
+
+def xcpd_operator(
+    n_timepoints: int,
+    *,
+    confounds: npt.ArrayLike | pd.DataFrame | None = None,
+    sample_mask: npt.ArrayLike | None = None,
+    dummy_scans: int = 0,
+    detrend: bool = True,
+    low_pass: float | None = None,
+    high_pass: float | None = None,
+    t_r: float | None = None,
+    filter_order: int = 2,
+    output_type: str = "censored",
+    memory_limit: int | str | MemoryPlanner | None = None,
+) -> CleaningOperator:
+    """Return the (T', T) matrix of XCP-D's denoising of a censored run.
+
+    XCP-D's ``denoise_with_nilearn`` (:mod:`connscale._xcpd_clean`), on the
+    volumes after the dummy scans: the censored volumes interpolated (cubic
+    spline, the edges held at the nearest kept volume), detrended,
+    band-passed (Butterworth padded with the edge values), the confounds
+    fit on the kept volumes and removed from every volume.
+
+    Parameters
+    ----------
+    n_timepoints : int
+        T, the number of volumes of the run.
+    confounds : array-like of shape (T, n_confounds), DataFrame or None
+    sample_mask : array of int indices or of T booleans, or None
+        The low-motion volumes; the others are censored (interpolated).
+    dummy_scans : int, default=0
+        Volumes dropped at the start before any step (XCP-D's
+        ``--dummy-scans``): their columns are 0 and no row is theirs.
+    detrend : bool, default=True
+        Remove the mean and linear trend (XCP-D does with confounds).
+    low_pass, high_pass : float or None
+        The Butterworth band (Hz); None: no such cutoff.
+    t_r : float or None
+        The repetition time (s), needed to interpolate or filter.
+    filter_order : int, default=2
+        The Butterworth order (XCP-D's ``--bpf-order``).
+    output_type : {'censored', 'interpolated'}, default='censored'
+        The rows: the kept volumes, or every volume after the dummy scans
+        (the censored ones interpolated, marked in
+        :attr:`CleaningOperator.interpolated`; its
+        :meth:`~CleaningOperator.low_motion` rows are the censored output).
+    memory_limit : int, str, MemoryPlanner or None, default=None
+        As :func:`cleaning_operator`.
+
+    Returns
+    -------
+    CleaningOperator
+    """
+    if output_type not in OUTPUT_TYPES:
+        raise ValueError(
+            f"output_type must be one of {', '.join(OUTPUT_TYPES)}; got {output_type!r}."
+        )
+    n_timepoints, confounds, indices = _prepare(n_timepoints, confounds, sample_mask, memory_limit)
+    dummy_scans = int(dummy_scans)
+    if not 0 <= dummy_scans <= n_timepoints - 2:
+        raise ValueError(
+            f"dummy_scans must leave at least 2 of the {n_timepoints} volumes; got {dummy_scans}."
+        )
+    kept = np.ones(n_timepoints, dtype=bool)
+    if indices is not None:
+        kept[:] = False
+        kept[indices] = True
+    kept = kept[dummy_scans:]
+    if not kept.any():
+        raise ValueError("sample_mask removes every volume after the dummy scans.")
+    if (not kept.all() or low_pass is not None or high_pass is not None) and t_r is None:
+        raise ValueError("Interpolating censored volumes or filtering needs t_r.")
+    _check_band(low_pass, high_pass, t_r)
+    with _one_blas_thread():
+        matrix = xcpd_clean_matrix(
+            kept,
+            confounds=None if confounds is None else confounds[dummy_scans:],
+            detrend=detrend,
+            low_pass=low_pass,
+            high_pass=high_pass,
+            t_r=t_r,
+            order=int(filter_order),
+        )
+    rows = np.arange(kept.size) if output_type == "interpolated" else np.flatnonzero(kept)
+    matrix = np.concatenate([np.zeros((rows.size, dummy_scans)), matrix[rows]], axis=1)
+    interpolated = ~kept[rows] if output_type == "interpolated" and not kept.all() else None
+    return CleaningOperator(
+        matrix=matrix,
+        offset=matrix.sum(axis=1),
+        volumes=rows + dummy_scans,
+        interpolated=interpolated,
+    )
+
+
+def _prepare(n_timepoints, confounds, sample_mask, memory_limit):
+    """Check a run's length, confounds and sample mask; require the operator's memory."""
+    n_timepoints = int(n_timepoints)
+    if n_timepoints < 2:
+        raise ValueError(f"A run needs at least 2 volumes to be cleaned; got {n_timepoints}.")
+    _require_host(
+        _OPERATOR_COPIES * n_timepoints**2 * 8,
+        f"The cleaning operator of {n_timepoints} volumes",
+        memory_limit,
+    )
+    confounds = _checked_confounds(confounds, n_timepoints)
+    return n_timepoints, confounds, _sample_indices(sample_mask, n_timepoints)
+
+
+def _checked_confounds(confounds, n_timepoints: int) -> np.ndarray | None:
+    """Return the confounds as a finite (T, n) float64 array (or None)."""
+    if confounds is None:
+        return None
+    confounds = np.asarray(confounds, dtype=np.float64)
+    if confounds.ndim == 1:
+        confounds = confounds[:, None]
+    if confounds.shape[0] != n_timepoints:
+        raise ValueError(
+            f"The confounds have {confounds.shape[0]} rows but the run has {n_timepoints} volumes."
+        )
+    if not np.isfinite(confounds).all():
+        raise ValueError("The confounds hold NaN or infinite values.")
+    return confounds
+
+
+def _check_band(low_pass: float | None, high_pass: float | None, t_r: float | None) -> None:
+    """Refuse a Butterworth cutoff at or above the Nyquist frequency of ``t_r``."""
+    if t_r is None:
+        return
+    nyquist = 0.5 / t_r
+    for name, value in (("high_pass", high_pass), ("low_pass", low_pass)):
+        if value is not None and value >= nyquist:
+            raise ValueError(
+                f"{name} {value:g} Hz is at or above the Nyquist frequency of a TR of "
+                f"{t_r:g} s ({nyquist:g} Hz)."
+            )
 
 
 @functools.cache
@@ -373,12 +510,18 @@ def residual_dof(
     the independent confounds, exactly), and the effective degrees of freedom
     of a filtered series (Worsley & Friston 1995) when a band-pass filter
     attenuates part of the spectrum. Censoring, confounds, detrending, the
-    mean and the filter are counted in this one number.
+    mean and the filter are counted in this one number. A gain above 1
+    counts as 1: detrending over interpolated volumes (nilearn and XCP-D
+    both interpolate censored volumes before it) turns an oscillation at a
+    gap's edges into a trend of the kept ones, amplified; the series keep
+    that dimension, it is not worth more than one. The interpolated rows of
+    an XCP-D operator are not counted (:meth:`CleaningOperator.low_motion`).
 
     Parameters
     ----------
     operator : CleaningOperator
-        From :func:`cleaning_operator`.
+        From :func:`cleaning_operator` or :func:`xcpd_operator` (its
+        interpolated rows are not counted).
     confounds : array-like of shape (T, n_confounds), DataFrame or None
         The confounds the operator was built with (for the parts only).
     detrend : bool, default=True
@@ -394,10 +537,11 @@ def residual_dof(
         leave of ``volumes_kept - dof``), ``regressors`` (the sum of the
         parts) and ``dof``, rounded to 0.01.
     """
+    operator = operator.low_motion()  # the interpolated volumes are no data
     matrix = operator.matrix - operator.matrix.mean(axis=0)
     with _one_blas_thread():
         gains = np.linalg.eigvalsh(matrix @ matrix.T)  # s^2
-    gains = gains[gains > _GAIN_TOL**2]
+    gains = np.minimum(gains[gains > _GAIN_TOL**2], 1.0)
     dof = float(gains.sum() ** 2 / (gains**2).sum()) if gains.size else 0.0
     kept = int(operator.volumes.size)
     rank = 0

@@ -59,6 +59,7 @@ from connscale._operator import (  # the host part, torch-free (the BIDS readers
     constant_series,
     load_confounds,
     residual_dof,
+    xcpd_operator,
 )
 
 __all__ = [
@@ -74,6 +75,7 @@ __all__ = [
     "map_signals",
     "region_signals",
     "residual_dof",
+    "xcpd_operator",
 ]
 
 _STANDARDIZE = ("zscore_sample", None)

@@ -155,6 +155,16 @@ def test_keyword_defaults_are_kept():
         "standardize": "zscore_sample",
         "low_pass": None,
         "high_pass": None,
+        "bpf_order": None,
+        "dummy_scans": 0,
+        "motion_filter_type": None,
+        "band_stop_min": None,
+        "band_stop_max": None,
+        "motion_filter_order": 4,
+        "head_radius": 50.0,
+        "fd_thresh": None,
+        "min_time": 240.0,
+        "output_type": "censored",
         "backend": "local",
         "n_jobs": None,
         "cluster": None,
@@ -233,11 +243,12 @@ def test_command_line_gives_the_keywords(tmp_path):
     assert set(keywords) == set(inspect.signature(run_participant).parameters) - {
         "detrend",
         "standardize",
+        "strategy_params",
         "threads_per_task",
     }
     assert keywords["derivatives"] == tmp_path
     assert keywords["strategy"] == "scrubbing"
-    assert keywords["strategy_params"] == {"fd_threshold": 0.3}
+    assert keywords["fd_thresh"] == 0.3  # --fd-threshold: an alias of --fd-thresh
     assert keywords["reports"] is False
     assert keywords["measures"] == ["dfc", "fc"]
     assert keywords["network_sparsity"] == 500
@@ -246,7 +257,7 @@ def test_command_line_gives_the_keywords(tmp_path):
     assert keywords["degree_thresholds"] == [0.2, 0.4]
     assert keywords["device"] == "auto" and keywords["dtype"] == "float32"
     defaults = keywords_from_args(build_parser().parse_args(argv[:6]), ParticipantConfig)
-    assert defaults["strategy_params"] == {} and defaults["reports"] is True
+    assert defaults["fd_thresh"] is None and defaults["reports"] is True
     assert defaults["measures"] == ["fc", "timeseries"] and defaults["degree_thresholds"] == [0.25]
     assert defaults["verbose"] == 1 and defaults["min_dof"] == 10.0
 

@@ -784,7 +784,7 @@ FLAG_CASES = [
     ),
     ("bids-denoise", lambda d: _bids(d, "--denoise", "aggressive"), ["--denoise", "'aggressive'"]),
     ("bids-measures", lambda d: _bids_ready(d, "--measures", "fc,bogus"), ["--measures", "bogus"]),
-    ("bids-fd-threshold", lambda d: _bids_ready(d, "--fd-threshold", "0.5"), ["--fd-threshold"]),
+    ("bids-dummy-scans", lambda d: _bids_ready(d, "--dummy-scans", "x"), ["--dummy-scans", "auto"]),
     ("bids-fd-threshold-0", lambda d: _bids_ready(d, "--fd-threshold", "0"), ["'0'", "> 0"]),
     ("bids-windowed", lambda d: _bids_ready(d, "--measures", "fc,dfc"), ["--window-length"]),
     ("bids-window-2", lambda d: _bids_ready(d, "--window-length", "2"), ["--window-length", "'2'"]),

@@ -129,6 +129,7 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
         int(decoded.data.shape[0]),
         context["mean_fd"],
         dof=context["dof"],
+        temporal=context.get("temporal"),
     )
     extra = {
         "AtlasMap": atlas.map_name,
@@ -265,6 +266,7 @@ def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
         n_volumes=int(decoded.data.shape[0]),
         mean_fd=context["mean_fd"],
         dof=context["dof"],
+        temporal=context.get("temporal"),
     )
     for key in ("Columns", "Atlas", "AtlasFile", "AtlasLabelsFile"):
         meta.pop(key)

@@ -1,7 +1,9 @@
 """A run made ready for its measures, or the reason the data cannot support it.
 
-Its cleaning operator is built and checked (degrees of freedom, a BOLD that
-varies), its BOLD and confounds read and its region series cleaned.
+Its temporal steps are planned (:mod:`connscale.bidsapp.temporal`: dummy
+scans, motion filter, FD, censoring, ``--min-time``), its cleaning operator
+is built and checked (degrees of freedom, a BOLD that varies), its BOLD and
+confounds read and its region series cleaned.
 """
 
 from __future__ import annotations
@@ -12,15 +14,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from connscale._choices import MAP_MEASURES, REGION_MEASURES, VOXEL_MEASURES
-from connscale._operator import cleaning_operator, constant_series, load_confounds, residual_dof
+from connscale._compute.memory import MemoryLimitError
+from connscale._operator import (
+    cleaning_operator,
+    constant_series,
+    load_confounds,
+    residual_dof,
+    xcpd_operator,
+)
 from connscale.bidsapp.atlas import atlas_on_grid, is_probabilistic
 from connscale.bidsapp.config import ParticipantConfig
 from connscale.bidsapp.decode import read_masked_bold, reading
 from connscale.bidsapp.layout import BoldRun
-from connscale.bidsapp.report import framewise_displacement
 from connscale.bidsapp.run_sets import needs_decode
+from connscale.bidsapp.temporal import bpf_order, plan_temporal, uses_xcpd
 
-__all__ = ["DecodedRun", "RunRefused", "check_dof", "decode_run", "prefetch"]
+__all__ = ["DecodedRun", "RunRefused", "check_dof", "check_min_time", "decode_run", "prefetch"]
 
 
 class RunRefused(ValueError):
@@ -64,29 +73,125 @@ class DecodedRun:
     started: float | None = None
 
 
+def _nilearn_params(config: ParticipantConfig) -> dict:
+    """Return ``load_confounds_strategy``'s extra parameters: ``fd_thresh`` is 'scrubbing''s."""
+    params = dict(config.strategy_params)
+    if config.fd_thresh is None or config.strategy != "scrubbing":
+        return params
+    given = params.setdefault("fd_threshold", config.fd_thresh)
+    if given != config.fd_thresh:
+        raise ValueError(
+            f"fd_thresh={config.fd_thresh:g} and strategy_params' fd_threshold={given:g} "
+            "differ; give one."
+        )
+    return params
+
+
 def _cleaning_context(config: ParticipantConfig, run: BoldRun, n_volumes: int) -> dict:
+    """Return a run's cleaning context (see :class:`DecodedRun`).
+
+    Keys: ``confounds``, ``sample_mask`` (the kept volume indices, None:
+    all), ``operator`` (its rows: the kept volumes), ``series_operator``
+    (the published series' rows: ``operator``, or with ``--output-type
+    interpolated`` every volume after the dummy scans), ``dof``, ``fd`` (the
+    FD the censoring used, over every volume), ``mean_fd``, ``motion`` (the
+    filtered motion parameters, (T, 6), or None), ``dummy_scans``,
+    ``fd_thresh``, ``t_r`` and ``temporal`` (the sidecars' ``TemporalSteps``).
+
+    Raises
+    ------
+    RunRefused
+        Fewer than ``--min-time`` seconds of low-motion volumes.
+    ValueError
+        One line naming the run: what the confounds lack, a band at or above
+        Nyquist, ``--min-time`` longer than the run.
+    """
     confounds, sample_mask = load_confounds(
-        run.bold, config.strategy, confounds_file=run.confounds, **config.strategy_params
+        run.bold, config.strategy, confounds_file=run.confounds, **_nilearn_params(config)
     )
+    plan = plan_temporal(config, run, n_volumes, sample_mask)
+    check_min_time(config, run, plan)
     values = None if confounds is None else confounds.to_numpy()
-    operator = cleaning_operator(
-        n_volumes,
-        confounds=values,
-        sample_mask=sample_mask,
-        detrend=config.detrend,
-        low_pass=config.low_pass,
-        high_pass=config.high_pass,
-        t_r=run.t_r,
-    )
-    fd = None if run.confounds is None else framewise_displacement(run.confounds)
+    try:
+        series_operator = _operator(config, run, n_volumes, values, plan)
+    except MemoryLimitError:
+        raise
+    except ValueError as exc:  # a band at or above Nyquist: named with its run
+        raise ValueError(f"{run.bold.name}: {exc}") from None
+    operator = series_operator.low_motion()
+    fd = plan.fd
     return {
         "confounds": confounds,
-        "sample_mask": sample_mask,
+        "sample_mask": plan.sample_mask,
         "operator": operator,
+        "series_operator": series_operator,
         "dof": residual_dof(operator, confounds=values, detrend=config.detrend),
         "fd": fd,
         "mean_fd": None if fd is None else float(fd.mean()),
+        "motion": plan.motion,
+        "dummy_scans": plan.dummy_scans,
+        "fd_thresh": config.fd_thresh,
+        "t_r": run.t_r,
+        "temporal": plan.record,
     }
+
+
+def _operator(config: ParticipantConfig, run: BoldRun, n_volumes: int, values, plan):
+    """Return the run's cleaning operator: XCP-D's steps or nilearn's ``clean``."""
+    band = {"low_pass": config.low_pass, "high_pass": config.high_pass, "t_r": run.t_r}
+    if not uses_xcpd(config):
+        return cleaning_operator(
+            n_volumes,
+            confounds=values,
+            sample_mask=plan.sample_mask,
+            detrend=config.detrend,
+            **band,
+        )
+    return xcpd_operator(
+        n_volumes,
+        confounds=values,
+        sample_mask=plan.kept,
+        dummy_scans=plan.dummy_scans,
+        detrend=config.detrend,
+        filter_order=bpf_order(config),
+        output_type=config.output_type,
+        **band,
+    )
+
+
+def check_min_time(config: ParticipantConfig, run: BoldRun, plan) -> None:
+    """Refuse a censored run left with fewer than ``config.min_time`` seconds of kept volumes.
+
+    XCP-D's ``flag_bad_run``: the seconds of the volumes kept after the dummy
+    scans (here also after nilearn's sample mask). Only with ``--fd-thresh``.
+
+    Raises
+    ------
+    ValueError
+        ``--min-time`` is longer than the run after its dummy scans.
+    RunRefused
+        Fewer seconds kept (or fewer than 2 volumes); ``details['censoring']``
+        holds the numbers.
+    """
+    if config.fd_thresh is None:
+        return
+    left = int(plan.kept.size - plan.dummy_scans)
+    duration = left * run.t_r
+    if config.min_time > duration:
+        raise ValueError(
+            f"{run.bold.name}: --min-time {config.min_time:g} s is longer than the run "
+            f"({left} volumes of {run.t_r:g} s after {plan.dummy_scans} dummy scans: "
+            f"{duration:g} s)."
+        )
+    n_kept = int(plan.kept.sum())
+    if plan.record["LowMotionSeconds"] >= config.min_time and n_kept >= 2:
+        return
+    raise RunRefused(
+        f"{run.bold.name}: {n_kept} of {left} volumes kept with FD <= {config.fd_thresh:g} mm "
+        f"({plan.record['LowMotionSeconds']:g} s), fewer than --min-time {config.min_time:g} s"
+        f"{'' if n_kept >= 2 else ' (or 2 volumes)'}; not cleaned.",
+        {"censoring": plan.record},
+    )
 
 
 def check_dof(config: ParticipantConfig, run: BoldRun, dof: dict) -> None:

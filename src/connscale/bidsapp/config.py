@@ -24,6 +24,8 @@ from connscale._choices import (
     DEFAULT_THRESHOLD,
     GROUP_FEATURES,
     MEASURES,
+    MOTION_FILTERS,
+    OUTPUT_TYPES,
     REGION_MEASURES,
     STATE_METRICS,
     STRATEGIES,
@@ -37,6 +39,7 @@ from connscale.nuisance import StrategyOptions, strategy_fingerprint
 __all__ = [
     "FILE_FORMATS",
     "MEASURE_ALIASES",
+    "TEMPORAL_FIELDS",
     "WINDOWED",
     "GroupConfig",
     "ParticipantConfig",
@@ -52,6 +55,19 @@ WINDOWED = ("dfc", "pairs")
 #: Measures of ``--measures`` that stand for participant-level ones:
 #: ``states`` writes each run's DFC, which the group level clusters into states.
 MEASURE_ALIASES = {"states": "dfc"}
+
+#: The fields of the temporal steps (:mod:`connscale.bidsapp.cleaning`): they change every set.
+TEMPORAL_FIELDS = (
+    "bpf_order",
+    "dummy_scans",
+    "motion_filter_type",
+    "band_stop_min",
+    "band_stop_max",
+    "motion_filter_order",
+    "head_radius",
+    "fd_thresh",
+    "output_type",
+)
 
 #: The argument groups of ``connscale bids``, in the order ``--help`` shows them.
 ATLAS, FILTERS, GROUP, EXECUTION, COMPUTATION = (
@@ -72,11 +88,6 @@ def participant_measures(text: str) -> list[str]:
     """Parse a ``--measures`` list: aliases replaced, duplicates dropped."""
     measures = [MEASURE_ALIASES.get(m.strip(), m.strip()) for m in text.split(",") if m.strip()]
     return list(dict.fromkeys(measures))
-
-
-def _fd_params(fd_threshold: float | None) -> dict:
-    """``strategy_params`` of ``--fd-threshold``."""
-    return {} if fd_threshold is None else {"fd_threshold": fd_threshold}
 
 
 def _reports(no_reports: bool) -> bool:
@@ -305,26 +316,148 @@ class ParticipantConfig:
     low_pass: float | None = param(
         None,
         constraints=_POSITIVE,
-        doc="Low-pass cutoff (Hz), as :func:`nilearn.signal.clean` (``t_r``\nfrom each run).",
-        flag=Flag(("--low-pass",), group=ATLAS, type="positive", levels=("participant",),
-                  help="Low-pass cutoff (Hz)."),
+        doc="Low-pass cutoff (Hz), as :func:`nilearn.signal.clean` (``t_r``\nfrom each run); "
+        "below the runs' Nyquist frequency (else the run fails).",
+        flag=Flag(("--low-pass", "--upper-bpf"), group=ATLAS, type="positive", metavar="HZ",
+                  levels=("participant",),
+                  help="Low-pass cutoff (Hz) of the Butterworth filter, below Nyquist "
+                  "(XCP-D's default: 0.08)."),
     )  # fmt: skip
     high_pass: float | None = param(
         None,
         constraints=_POSITIVE,
         doc="High-pass cutoff (Hz), as :func:`nilearn.signal.clean`.",
-        flag=Flag(("--high-pass",), group=ATLAS, type="positive", levels=("participant",),
+        flag=Flag(("--high-pass", "--lower-bpf"), group=ATLAS, type="positive", metavar="HZ",
+                  levels=("participant",),
                   help="High-pass cutoff (Hz), Butterworth (the presets already regress "
-                  "fMRIPrep's cosine drifts)."),
+                  "fMRIPrep's cosine drifts; XCP-D's default: 0.01)."),
+    )  # fmt: skip
+    bpf_order: int | None = param(
+        None,
+        constraints=[_COUNT, None],
+        doc="The Butterworth filter's order with XCP-D's cleaning\n"
+        "(:func:`connscale.denoise.xcpd_operator`). Giving it cleans with\n"
+        "XCP-D's steps, as ``fd_thresh`` does; None: nilearn's\n"
+        ":func:`~nilearn.signal.clean` (order 5), or XCP-D's order 2 when\n"
+        "``fd_thresh`` or ``output_type='interpolated'`` asks for XCP-D's cleaning.",
+        flag=Flag(("--bpf-order",), group=ATLAS, type="count", levels=("participant",),
+                  help="Butterworth order of XCP-D's band-pass; giving it cleans with XCP-D's "
+                  "steps. Default: nilearn's clean (order 5), or XCP-D's 2 when --fd-thresh or "
+                  "--output-type interpolated selects XCP-D's cleaning."),
     )  # fmt: skip
     strategy_params: dict | None = param(
         None,
         constraints=[dict, None],
-        doc="Extra parameters of ``load_confounds_strategy`` (``--fd-threshold``:\n"
-        "``{'fd_threshold': mm}``).",
-        flag=Flag(("--fd-threshold",), group=ATLAS, type="positive", default=None,
-                  dest="fd_threshold", convert=_fd_params, levels=("participant",),
-                  help="scrubbing: framewise displacement threshold (mm)."),
+        doc="Extra parameters of ``load_confounds_strategy`` (e.g.\n"
+        "``{'fd_threshold': mm, 'scrub': 0}`` of 'scrubbing'; ``fd_thresh`` gives\n"
+        "'scrubbing' its ``fd_threshold``).",
+    )
+    dummy_scans: int | str = param(
+        0,
+        constraints=[Interval(Integral, 0, None, closed="left"), StrOptions({"auto"})],
+        doc_type="int or 'auto'",
+        doc="Volumes dropped at the start of each run before any step (XCP-D's\n"
+        "``--dummy-scans``, default 0 there too); 'auto': one past the last\n"
+        "volume fMRIPrep's ``non_steady_state_outlier_XX`` columns flag, 0\n"
+        "without such columns (:func:`connscale.motion.dummy_scans`). nilearn's\n"
+        "presets already leave those volumes out of the sample mask.",
+        flag=Flag(("--dummy-scans",), group=ATLAS, type="dummy_scans", metavar="N|auto",
+                  levels=("participant",),
+                  help="Volumes to drop at the start of each run (auto: fMRIPrep's "
+                  "non_steady_state_outlier_XX columns, 0 without them); XCP-D's default: 0."),
+    )  # fmt: skip
+    motion_filter_type: str | None = param(
+        None,
+        constraints=[StrOptions(set(MOTION_FILTERS)), None],
+        doc="Filter of the six motion parameters before FD\n"
+        "(:func:`connscale.motion.filter_motion`): 'lp' (low-pass at\n"
+        "``band_stop_min``) or 'notch' (``band_stop_min`` to ``band_stop_max``);\n"
+        "None: none (XCP-D's default too).",
+        flag=Flag(("--motion-filter-type",), group=ATLAS, choices=MOTION_FILTERS,
+                  levels=("participant",),
+                  help="Filter respiration out of the motion parameters before FD: lp or "
+                  "notch (XCP-D's default: none)."),
+    )  # fmt: skip
+    band_stop_min: float | None = param(
+        None,
+        constraints=_POSITIVE,
+        doc="The motion filter's stop band's lower edge (breaths per minute);\n"
+        "'lp': its cutoff.",
+        flag=Flag(("--band-stop-min",), group=ATLAS, type="positive", metavar="BPM",
+                  levels=("participant",),
+                  help="Motion filter: lower edge of the stop band (breaths per minute); lp: the "
+                  "cutoff (e.g. 6, Gratton et al. 2020)."),
+    )  # fmt: skip
+    band_stop_max: float | None = param(
+        None,
+        constraints=_POSITIVE,
+        doc="The notch motion filter's stop band's upper edge (breaths per minute).",
+        flag=Flag(("--band-stop-max",), group=ATLAS, type="positive", metavar="BPM",
+                  levels=("participant",),
+                  help="Notch motion filter: upper edge of the stop band (breaths per minute)."),
+    )  # fmt: skip
+    motion_filter_order: int = param(
+        4,
+        constraints=[_COUNT],
+        doc="XCP-D's ``--motion-filter-order`` (default 4 there too): twice the\n"
+        "low-pass Butterworth order, four times the notch passes.",
+        flag=Flag(("--motion-filter-order",), group=ATLAS, type="count",
+                  levels=("participant",),
+                  help="Motion filter order: lp, twice the Butterworth order; notch, four times "
+                  "the passes (XCP-D's default: 4)."),
+    )  # fmt: skip
+    head_radius: float = param(
+        50.0,
+        constraints=[Interval(Real, 0, None, closed="neither")],
+        doc="Head radius (mm) turning rotations into displacements in the FD\n"
+        "(XCP-D's default 50: adults; 35 for infants). FD is recomputed from\n"
+        "the six motion parameters (:func:`connscale.motion.framewise_displacement`)\n"
+        "with ``fd_thresh``, a motion filter or another radius; otherwise it is\n"
+        "fMRIPrep's ``framewise_displacement`` column (50 mm).",
+        flag=Flag(("--head-radius",), group=ATLAS, type="positive", metavar="MM",
+                  levels=("participant",),
+                  help="Head radius (mm) of the framewise displacement, recomputed from the "
+                  "motion parameters (XCP-D's default: 50; 35 for infants)."),
+    )  # fmt: skip
+    fd_thresh: float | None = param(
+        None,
+        constraints=_POSITIVE,
+        doc="Censor the volumes whose FD (from the filtered motion, with\n"
+        "``head_radius``) is above it (mm), for every nuisance set, with\n"
+        "XCP-D's cleaning (:func:`connscale.denoise.xcpd_operator`); also\n"
+        "'scrubbing''s ``fd_threshold``. None: no censoring (XCP-D's default\n"
+        "depends on its mode: 0.3 or none).",
+        flag=Flag(("--fd-thresh", "--fd-threshold"), group=ATLAS, type="positive",
+                  metavar="MM", levels=("participant",),
+                  help="Censor volumes with framewise displacement above it (mm), any "
+                  "--denoise, with XCP-D's cleaning; scrubbing: also nilearn's fd_threshold. "
+                  "Default: no censoring (XCP-D's: 0.3 or none, by mode)."),
+    )  # fmt: skip
+    min_time: float = param(
+        240.0,
+        fingerprint=False,
+        constraints=[Interval(Real, 0, None, closed="left")],
+        doc="With ``fd_thresh``: the seconds of kept volumes a run must keep\n"
+        "(XCP-D's default 240); fewer and the run is refused (status\n"
+        "``refused``, recorded with the numbers); longer than the run (after\n"
+        "its dummy scans), it fails. 0: no minimum.",
+        flag=Flag(("--min-time",), group=ATLAS, type=("number", 0.0), metavar="SECONDS",
+                  levels=("participant",),
+                  help="With --fd-thresh: seconds of low-motion volumes a run must keep, else it "
+                  "is refused; 0: no minimum (XCP-D's default: 240)."),
+    )  # fmt: skip
+    output_type: str = param(
+        "censored",
+        constraints=[StrOptions(set(OUTPUT_TYPES))],
+        doc="The published series ('timeseries'): the kept volumes\n"
+        "('censored'), or every volume after the dummy scans, the censored\n"
+        "ones interpolated ('interpolated', with XCP-D's cleaning). The\n"
+        "correlations use the kept volumes either way.",
+        flag=Flag(("--output-type",), group=ATLAS, choices=OUTPUT_TYPES,
+                  levels=("participant",),
+                  help="Series published: censored (kept volumes) or interpolated (every volume "
+                  "after the dummy scans, censored ones interpolated); correlations use the kept "
+                  "volumes. XCP-D's default depends on its mode."),
     )  # fmt: skip
     min_dof: float = param(
         10.0,
@@ -604,10 +737,19 @@ class ParticipantConfig:
         return strategy_desc(self.strategy)
 
     def parameters(self) -> dict:
-        """Return what changes a run's outputs (not where it ran, nor which runs are refused)."""
+        """Return what changes a run's outputs (not where it ran, nor which runs are refused).
+
+        The temporal steps at their defaults (none asked) are left out: the
+        fingerprints of the outputs made before them stay the same.
+        """
         kept = asdict(self)
         kept["strategy"] = strategy_fingerprint(self.strategy)  # a file: its columns too
-        return {name: kept[name] for name in fingerprint_fields(type(self))}
+        fields = declared(type(self))
+        return {
+            name: kept[name]
+            for name in fingerprint_fields(type(self))
+            if name not in TEMPORAL_FIELDS or kept[name] != fields[name][0].default
+        }
 
     def region_parameters(self) -> dict:
         """Return what changes the run's atlas-level set."""
@@ -634,6 +776,7 @@ class ParticipantConfig:
                 "low_pass",
                 "high_pass",
                 "dtype",
+                *TEMPORAL_FIELDS,
             )
         }
         kept["measures"] = [m for m in self.measures if m in VOXEL_MEASURES]

@@ -46,6 +46,7 @@ def sidecars(
     n_volumes: int,
     mean_fd: float | None,
     dof: dict | None = None,
+    temporal: dict | None = None,
 ) -> tuple[dict, dict]:
     """Return the JSON sidecars of a run's connectivity matrix and of its region series.
 
@@ -67,6 +68,10 @@ def sidecars(
         The run's mean framewise displacement.
     dof : dict or None
         The residual degrees of freedom (:func:`connscale.denoise.residual_dof`).
+    temporal : dict or None
+        What the temporal steps did (``TemporalSteps``: dummy scans, motion
+        filter, FD threshold, volumes censored, seconds kept, output type;
+        :mod:`connscale.bidsapp.temporal`).
 
     Returns
     -------
@@ -102,6 +107,7 @@ def sidecars(
         "RepetitionTime": run.t_r,
         "MeanFramewiseDisplacement": mean_fd,
         **({} if dof is None else {"ResidualDegreesOfFreedom": dof}),
+        **({} if temporal is None else {"TemporalSteps": temporal}),
         "SoftwareName": "connscale",
         "SoftwareVersion": __version__,
     }

@@ -563,6 +563,8 @@ def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) 
         raise ValueError(
             f"--denoise {config.strategy} reads fMRIPrep's AROMA volumes, not CIFTI runs."
         )
+    if config.output_type == "interpolated":
+        raise ValueError("--output-type interpolated: CIFTI runs publish their kept volumes only.")
     if atlas_labels is not None:
         raise ValueError("--atlas-labels: a .dlabel.nii atlas names its own parcels; drop it.")
     check_cifti_atlas(atlas)
@@ -575,6 +577,34 @@ def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) 
             )
         load_surfaces(*config.surfaces)
     return config.atlas_space
+
+
+def _check_measures(config: ParticipantConfig, measures: tuple[str, ...]) -> tuple[float, ...]:
+    """Check what the measures need (a window, thresholds, a BIDS name); return the thresholds."""
+    from connscale.io.bids import bids_name
+
+    if any(m in WINDOWED for m in measures) and config.window_length is None:
+        raise ValueError(
+            "The measures dfc and pairs need a window length (--window-length, in volumes)."
+        )
+    degree_thresholds = config.degree_thresholds
+    if "maps" in measures:
+        from connscale.bidsapp.voxel_measures import check_degree_thresholds
+
+        degree_thresholds = check_degree_thresholds(degree_thresholds)
+    bids_name({"sub": "x", "seg": config.atlas_name}, suffix="relmat", extension=".tsv")
+    return degree_thresholds
+
+
+def _atlas_path(config: ParticipantConfig) -> tuple[bool, Path]:
+    """Return whether the atlas is a TemplateFlow name, and its path (a file: checked, absolute)."""
+    named = is_atlas_name(config.atlas)
+    atlas = Path(config.atlas) if named else Path(config.atlas).resolve()
+    if not named and not atlas.is_file():
+        raise FileNotFoundError(f"No atlas image at {atlas}.")
+    if not named and config.atlas_desc is not None:
+        raise ValueError(f"--atlas-desc: it selects a TemplateFlow atlas; {atlas.name} is a file.")
+    return named, atlas
 
 
 @entry(ParticipantConfig)
@@ -596,7 +626,6 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
     """
     from connscale.bidsapp.participant_logs import call_logs
     from connscale.bidsapp.selection import select_participants
-    from connscale.io.bids import bids_name as _check_name
 
     backend, n_jobs, gpus = config.backend, config.n_jobs, config.gpus
     wait, verbose = config.wait, config.verbose
@@ -604,23 +633,9 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
     slurm = _slurm_jobs(config, Path(config.output).resolve())  # before any write
     if (backend == "serial" or gpus is not None) and n_jobs is not None:
         n_jobs = resolve_n_jobs(n_jobs)  # -1: a reading thread (or GPU worker thread) per core
-    if any(m in WINDOWED for m in measures) and config.window_length is None:
-        raise ValueError(
-            "The measures dfc and pairs need a window length (--window-length, in volumes)."
-        )
-    degree_thresholds = config.degree_thresholds
-    if "maps" in measures:
-        from connscale.bidsapp.voxel_measures import check_degree_thresholds
-
-        degree_thresholds = check_degree_thresholds(degree_thresholds)
-    _check_name({"sub": "x", "seg": config.atlas_name}, suffix="relmat", extension=".tsv")
+    degree_thresholds = _check_measures(config, measures)
     strategy = check_strategy(config.strategy)  # a nuisance file: read, its absolute path
-    named = is_atlas_name(config.atlas)
-    atlas = Path(config.atlas) if named else Path(config.atlas).resolve()
-    if not named and not atlas.is_file():
-        raise FileNotFoundError(f"No atlas image at {atlas}.")
-    if not named and config.atlas_desc is not None:
-        raise ValueError(f"--atlas-desc: it selects a TemplateFlow atlas; {atlas.name} is a file.")
+    named, atlas = _atlas_path(config)
     atlas_labels = None if config.atlas_labels is None else Path(config.atlas_labels).resolve()
     regional = any(m in REGION_MEASURES for m in measures)
     file_format = _file_format(config, atlas)

@@ -132,6 +132,7 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
         int(decoded.img.shape[3]),
         context["mean_fd"],
         dof=context["dof"],
+        temporal=context.get("temporal"),
     )
     atlas_meta = {"AtlasSpace": config.atlas_space, "AtlasResampling": decoded.atlas_resampling}
     relmat_meta.update(atlas_meta)
@@ -243,10 +244,11 @@ class _RegionSet:
         from connscale.io.timeseries import save_timeseries
 
         prepared = self.prepared
+        series, meta = _published_series(self)
         tic = time.perf_counter()
         stem = bids_name(self._labelled, suffix="timeseries", extension=".tsv")
-        save_timeseries(self.out.path(stem), prepared.series, prepared.names)
-        write_json_atomic(self.out.path(stem[:-4] + ".json"), prepared.series_meta)
+        save_timeseries(self.out.path(stem), series, prepared.names)
+        write_json_atomic(self.out.path(stem[:-4] + ".json"), meta)
         self.timings["write"] += time.perf_counter() - tic
         return [stem, stem[:-4] + ".json"]
 
@@ -276,6 +278,37 @@ class _RegionSet:
         _run_report(self, name)
         self.timings["write"] += time.perf_counter() - tic
         return [name]
+
+
+def _published_series(region_set: _RegionSet) -> tuple[np.ndarray, dict]:
+    """Return the region series to publish and their sidecar.
+
+    The cleaned kept volumes; with ``--output-type interpolated`` and a
+    censored volume, every volume after the dummy scans (the run's
+    ``series_operator``: XCP-D's interpolated output, standardised over
+    them), the interpolated ones named in ``InterpolatedVolumes``.
+    """
+    from connscale.denoise import clean_signals
+
+    config, context, prepared = region_set.config, region_set.context, region_set.prepared
+    operator = context.get("series_operator", context["operator"])
+    if operator.interpolated is None:
+        return prepared.series, prepared.series_meta
+    tic = time.perf_counter()
+    series = clean_signals(
+        region_set.decoded.region_means,
+        operator,
+        standardize=config.standardize,
+        device=config.device,
+        dtype=config.dtype,
+    )
+    region_set.timings["clean"] += time.perf_counter() - tic
+    meta = {
+        **prepared.series_meta,
+        "KeptVolumes": operator.volumes.tolist(),
+        "InterpolatedVolumes": operator.volumes[operator.interpolated].tolist(),
+    }
+    return series, meta
 
 
 def _window_onsets(n_kept: int, config, volumes: np.ndarray, t_r: float) -> dict:

@@ -190,6 +190,7 @@ def _common_sidecar(config, run, decoded, context, n_voxels: int) -> dict:
         decoded.data.shape[0],
         context["mean_fd"],
         dof=context["dof"],
+        temporal=context.get("temporal"),
     )
     for key in ("Columns", "SamplingFrequency", "Atlas", "AtlasFile", "AtlasLabelsFile"):
         meta.pop(key)
@@ -612,6 +613,7 @@ def write_voxel(config, run, decoded, out, context, timings) -> list[str]:
         data.shape[0],
         context["mean_fd"],
         dof=context["dof"],
+        temporal=context.get("temporal"),
     )
     relmat_meta.pop("NodeNames")
     for key in ("Atlas", "AtlasFile", "AtlasLabelsFile"):

@@ -317,3 +317,13 @@ def _alias_init(new: str):
         DeprecatedAlias.__init__(self, option_strings, dest, new=new, **kwargs)
 
     return __init__
+
+
+def dummy_scans(text: str) -> int | str:
+    """'auto' or a whole number >= 0 (``--dummy-scans``)."""
+    if text == "auto":
+        return text
+    try:
+        return natural(text)
+    except _Error:
+        raise _Error(f"expected 'auto' or a whole number >= 0; got {text!r}") from None

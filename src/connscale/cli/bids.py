@@ -84,8 +84,7 @@ def check_arguments(args) -> None:
     ValueError
         On an unknown measure (``--measures``) or group feature
         (``--group-features``); at the participant level, when --atlas,
-        --atlas-name or --denoise is missing, when --fd-threshold is given
-        without --denoise scrubbing, or a windowed measure without
+        --atlas-name or --denoise is missing, or a windowed measure without
         --window-length.
     """
     unknown = [
@@ -117,8 +116,6 @@ def check_arguments(args) -> None:
     ]
     if missing:
         raise ValueError(f"The participant level needs {', '.join(missing)}.")
-    if args.fd_threshold is not None and args.strategy != "scrubbing":
-        raise ValueError("--fd-threshold applies to --denoise scrubbing only.")
     windowed = [m for m in participant_measures(args.measures) if m in WINDOWED]
     if windowed and args.window_length is None:
         raise ValueError(
