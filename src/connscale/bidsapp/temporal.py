@@ -100,6 +100,8 @@ def _motion(config: ParticipantConfig, run: BoldRun, table, n_volumes: int):
             )
         return None
     motion = table[list(MOTION_COLUMNS)].to_numpy(dtype=np.float64)
+    if motion.shape[0] != n_volumes and not needed:  # used for nothing but the report's FD
+        return None
     if motion.shape[0] != n_volumes:
         raise ValueError(
             f"{run.bold.name}: the confounds have {motion.shape[0]} rows for {n_volumes} volumes."
@@ -123,10 +125,11 @@ def _recomputes_fd(config: ParticipantConfig) -> bool:
     )
 
 
-def _framewise_displacement(config: ParticipantConfig, table, motion):
+def _framewise_displacement(config: ParticipantConfig, table, motion, n_volumes: int):
+    """Return the run's FD (None without it, or from a confounds file of another length)."""
     if _recomputes_fd(config) and motion is not None:
         return framewise_displacement(motion, config.head_radius)
-    if table is None or "framewise_displacement" not in table:
+    if table is None or "framewise_displacement" not in table or len(table) != n_volumes:
         return None
     return table["framewise_displacement"].fillna(0.0).to_numpy(dtype=float)
 
@@ -161,7 +164,7 @@ def plan_temporal(
             f"{n_volumes - dummies} of its {n_volumes} volumes; at least 2 are needed."
         )
     motion = _motion(config, run, table, n_volumes)
-    fd = _framewise_displacement(config, table, motion)
+    fd = _framewise_displacement(config, table, motion, n_volumes)
     kept = np.zeros(n_volumes, dtype=bool)
     kept[np.arange(n_volumes) if sample_mask is None else np.asarray(sample_mask)] = True
     kept[:dummies] = False
