@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale.qc import qc_fc
+
 __all__ = [
     "GroupPage",
     "describe_resampling",
@@ -189,26 +191,6 @@ def run_figures(
     ax.legend()
     figures.append(_save(fig, folder / "fc_distribution.png"))
     return figures
-
-
-def qc_fc(edges: np.ndarray, mean_fd: np.ndarray) -> np.ndarray:
-    """Across runs, the Pearson correlation of each edge with mean FD.
-
-    Parameters
-    ----------
-    edges : ndarray of shape (n_runs, n_edges)
-    mean_fd : ndarray of shape (n_runs,)
-
-    Returns
-    -------
-    ndarray of shape (n_edges,)
-        NaN where an edge or FD does not vary.
-    """
-    e = edges - edges.mean(axis=0)
-    f = mean_fd - mean_fd.mean()
-    denom = np.sqrt((e**2).sum(axis=0) * (f**2).sum())
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denom > 0, (f @ e) / denom, np.nan)
 
 
 def _classification_results(summary: dict) -> dict:
