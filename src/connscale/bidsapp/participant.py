@@ -287,6 +287,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
         timings["decode"] = decoded.seconds
         timings["clean"] = decoded.clean_seconds
         context = {**decoded.context, "warnings": []}
+        decoded = _despike_and_measure(config, decoded, context, timings, "qc" in todo)
         record = {
             "status": "ok",
             "outputs": [],
@@ -325,6 +326,20 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
     return record
 
 
+def _despike_and_measure(config, decoded, context: dict, timings: dict, qc: bool):
+    """Return the run despiked with ``--despike``; first, its initial DVARS for the QC table.
+
+    A CIFTI run is returned as it is.
+    """
+    if not isinstance(decoded, DecodedRun):
+        return decoded
+    from connscale.bidsapp.qc_outputs import despike_run, initial_dvars
+
+    if qc:
+        context["dvars_initial"] = initial_dvars(config, decoded, context)
+    return despike_run(config, decoded, context, timings) if config.despike else decoded
+
+
 def _sizes(decoded) -> dict:
     """Return the run record's sizes: volumes, kept volumes, voxels (or grayordinates)."""
     if not isinstance(decoded, DecodedRun):
@@ -348,6 +363,10 @@ def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[
         return write_cifti_set(kind, config, run, decoded, out, context, timings)
     if kind == "region":
         return write_region(config, run, decoded, out, context, timings)
+    if kind == "qc":
+        from connscale.bidsapp.qc_outputs import write_qc
+
+        return write_qc(config, run, decoded, out, context, timings), {}
     from connscale.bidsapp import voxel_measures
 
     write = getattr(voxel_measures, f"write_{kind}")
@@ -658,6 +677,10 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
                 "parameters": {**config.parameters(), "min_dof": config.min_dof},
             },
         )
+        if file_format == "nifti":
+            from connscale.bidsapp.qc_outputs import write_dataset_qc
+
+            write_dataset_qc(output, config.desc)
     report = ParticipantReport(
         result.records, result.report_path, result.errors_path, result.seconds, notes
     )
