@@ -7,15 +7,18 @@ import nibabel as nib
 import numpy as np
 import pandas as pd
 import pytest
+from scipy.stats import spearmanr
 
 from connscale.bidsapp.cleaning import decode_run
 from connscale.bidsapp.config import ParticipantConfig
+from connscale.bidsapp.group import run_group
 from connscale.bidsapp.layout import find_runs
 from connscale.bidsapp.participant import run_participant
 from connscale.bidsapp.qc_outputs import despike_run
+from connscale.io.relmat import read_relmat_tsv
 from connscale.io.timeseries import load_timeseries
 from connscale.qc import QC_COLUMNS
-from tests.bids._fmriprep import ATLAS, T_R, atlas_img, make_fmriprep
+from tests.bids._fmriprep import AFFINE, ATLAS, T_R, atlas_img, make_fmriprep
 from tests.qc.test_despike import _reference as despike_reference
 from tests.qc.test_qc import _xcpd_dvars
 
@@ -23,7 +26,13 @@ from tests.qc.test_qc import _xcpd_dvars
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("bids")
-    root = make_fmriprep(tmp / "fmriprep", [("01", None, "rest", None), ("02", None, "rest", None)])
+    runs = [(sub, None, "rest", None) for sub in ("01", "02", "03", "04")]
+    root = make_fmriprep(tmp / "fmriprep", runs)
+    for k, (sub, *_) in enumerate(runs):  # each run its own motion (the same file otherwise)
+        path = next(root.glob(f"sub-{sub}/func/*_desc-confounds_timeseries.tsv"))
+        confounds = pd.read_csv(path, sep="\t")
+        confounds["framewise_displacement"] *= 1 + k**1.5 / 2
+        confounds.to_csv(path, sep="\t", index=False, na_rep="n/a")
     nib.save(atlas_img(), tmp / ATLAS)
     return tmp, root
 
@@ -52,7 +61,7 @@ def _fd(root, sub):
 def test_qc_tables_without_voxels_leave_dvars_na(tree, tmp_path):
     _, root = tree
     out = tmp_path / "out"
-    report = _run(tree, out, measures=("fc", "timeseries"))
+    report = _run(tree, out, measures=("fc", "timeseries"), participant_label=["01", "02"])
     assert report.counts["ok"] == 2
     for sub in ("01", "02"):
         name = f"sub-{sub}_task-rest_space-MNI152NLin2009cAsym_desc-simple_qc.tsv"
@@ -124,3 +133,39 @@ def test_despiked_region_means_are_means_of_despiked_voxels(tree, tmp_path):
     expected = np.stack([voxels[:, labels == r].mean(axis=1) for r in decoded.regions], axis=1)
     np.testing.assert_allclose(result.region_means, expected, rtol=1e-5)
     assert abs(result.data[5, 0] - data[5, 0]) > 100  # the planted spike is squashed
+
+
+def test_group_qc_fc_and_its_distance_dependence(tree, tmp_path):
+    out = tmp_path / "out"
+    _run(tree, out, measures=("fc",))
+    run_group(out, strategy="simple", features=("edges",), device="cpu")
+    relmats = sorted(out.glob("sub-*/func/*_relmat.tsv"))
+    assert len(relmats) == 4
+    edges, mean_fd = [], []
+    for path in relmats:
+        matrix, names = read_relmat_tsv(path)
+        edges.append(matrix[np.triu_indices(len(names), 1)])
+        mean_fd.append(
+            json.loads(path.with_suffix(".json").read_text())["MeanFramewiseDisplacement"]
+        )
+    edges, mean_fd = np.tanh(np.arctanh(np.clip(edges, -1 + 1e-7, 1 - 1e-7))), np.array(mean_fd)
+    table = pd.read_csv(
+        out / "group/seg-Slab4_meas-PearsonCorrelation_stat-qcfc_desc-simple_qc.tsv", sep="\t"
+    )
+    assert np.ptp(mean_fd) > 0.01
+    expected = [np.corrcoef(edges[:, k], mean_fd)[0, 1] for k in range(edges.shape[1])]
+    assert np.isfinite(expected).all()
+    np.testing.assert_allclose(table["qcfc"], expected, rtol=1e-6)
+    # The slab atlas: region r spans x = 1 + r (voxels), y and z 1..4; 3 mm voxels.
+    labels = np.asarray(atlas_img().dataobj)
+    centroids = np.array([np.argwhere(labels == r).mean(axis=0) for r in (1, 2, 3, 4)])
+    centroids = centroids * np.diag(AFFINE)[:3]
+    i, j = np.triu_indices(4, 1)
+    np.testing.assert_allclose(
+        table["distance_mm"], np.linalg.norm(centroids[i] - centroids[j], axis=1)
+    )
+    meta = json.loads(
+        (out / "group/seg-Slab4_meas-PearsonCorrelation_stat-qcfc_desc-simple_qc.json").read_text()
+    )
+    rho = spearmanr(table["qcfc"], table["distance_mm"]).statistic
+    assert meta["DistanceDependence"] == pytest.approx(rho)

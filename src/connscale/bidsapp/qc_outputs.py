@@ -37,11 +37,13 @@ from connscale.qc import QC_COLUMNS
 
 __all__ = [
     "QC_METADATA",
+    "atlas_centroids",
     "despike_run",
     "initial_dvars",
     "qc_name",
     "qc_set",
     "write_dataset_qc",
+    "write_group_qc_fc",
     "write_qc",
 ]
 
@@ -302,3 +304,88 @@ def write_dataset_qc(output: Path, desc: str) -> Path | None:
         },
     )
     return path
+
+
+def atlas_centroids(output: Path, relmat_sidecar: dict, names: list[str]) -> np.ndarray | None:
+    """Return the centroid (mm) of each region ``names`` of the runs' atlas, or None.
+
+    The atlas and its labels file are those the run's relmat sidecar names
+    (``AtlasFile``, ``AtlasLabelsFile``, relative to the output); None when
+    the atlas is not a 3-D label image there (a CIFTI ``.dlabel.nii``, a
+    moved file).
+    """
+    import nibabel as nib
+
+    from connscale.bidsapp.atlas import read_atlas_labels
+    from connscale.qc import region_centroids
+
+    atlas_file = relmat_sidecar.get("AtlasFile")
+    if atlas_file is None or not (Path(output) / atlas_file).is_file():
+        return None
+    if not str(atlas_file).endswith((".nii", ".nii.gz")):
+        return None
+    img = nib.load(Path(output) / atlas_file)
+    if img.ndim != 3:
+        return None
+    labels_file = relmat_sidecar.get("AtlasLabelsFile")
+    if labels_file is not None:
+        value_of = {
+            name: value for value, name in read_atlas_labels(Path(output) / labels_file).items()
+        }
+    else:
+        value_of = {f"label-{v}": v for v in np.unique(np.asarray(img.dataobj)).astype(int)}
+    if any(name not in value_of for name in names):
+        return None
+    atlas = np.asarray(img.dataobj).astype(np.int64)
+    return region_centroids(atlas, img.affine, [value_of[n] for n in names])
+
+
+def write_group_qc_fc(
+    out, output: Path, data, qcfc: np.ndarray, results: dict
+) -> np.ndarray | None:
+    """Write the group's QC-FC table (one row per edge, with its length) into the set ``out``.
+
+    ``<seg>_meas-PearsonCorrelation_stat-qcfc_desc-<strategy>_qc.tsv`` (and
+    its sidecar, with the distance dependence: Spearman's ρ of QC-FC with
+    the distance between the region centroids, Ciric et al. 2017). Adds the
+    distance dependence to ``results`` (the page's table). Returns the edges'
+    distances (mm), or None when the atlas's centroids are not known.
+    """
+    import json
+
+    from connscale.qc import edge_distances, qc_fc_distance
+
+    sidecar = json.loads(data.runs[0]["path"].with_suffix(".json").read_text())
+    centroids = atlas_centroids(output, sidecar, data.labels)
+    distances = None if centroids is None else edge_distances(centroids)
+    rho = math.nan if distances is None else qc_fc_distance(qcfc, distances)
+    if distances is not None:
+        results["QC-FC distance dependence (Spearman rho)"] = None if math.isnan(rho) else rho
+    i, j = np.triu_indices(len(data.labels), 1)
+    rows = [
+        {
+            "node_from": data.labels[a],
+            "node_to": data.labels[b],
+            "qcfc": float(qcfc[k]),
+            "distance_mm": math.nan if distances is None else float(distances[k]),
+        }
+        for k, (a, b) in enumerate(zip(i, j))
+    ]
+    ents = {**data.entities, "stat": "qcfc"}
+    name = bids_name(ents, suffix="qc", extension=".tsv", require_subject=False)
+    write_text_atomic(out.path(name), _table(rows))
+    write_json_atomic(
+        out.path(name[:-4] + ".json"),
+        {
+            "Description": "QC-FC: across runs, the Pearson correlation of each edge's "
+            "correlation with the run's mean framewise displacement; distance_mm: the "
+            "Euclidean distance between the centroids of the edge's two regions in the atlas.",
+            "DistanceDependence": None if math.isnan(rho) else rho,
+            "DistanceDependenceDescription": "Spearman's rank correlation of QC-FC with "
+            "distance_mm over the edges (Ciric et al. 2017); n/a without the atlas's centroids.",
+            "NumberOfRuns": len(data.runs),
+            "SoftwareName": "connscale",
+            "SoftwareVersion": __version__,
+        },
+    )
+    return distances
