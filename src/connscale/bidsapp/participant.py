@@ -18,6 +18,11 @@ manifest)::
     <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_dfc.h5 / .json    ('dfc')
     <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_pairs.h5 / .json  ('pairs')
 
+and, for every volume run, its QC table, its own set (:mod:`connscale.bidsapp.qc_outputs`;
+the dataset's table of all runs is rewritten at the call's end)::
+
+    <source>_desc-<strategy>_qc.tsv / .json
+
 and, with the measure ``voxelfc``, the voxel-level set of the run (it does
 not depend on the atlas, so a second atlas reuses it)::
 
