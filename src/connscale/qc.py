@@ -142,9 +142,19 @@ def _dvars_block(block, variance_tol: float) -> tuple[object, float, int]:
 def _correlation(x: np.ndarray, y: np.ndarray) -> float:
     """Return Pearson's r of the pairs where both are finite (NaN when either is constant)."""
     both = np.isfinite(x) & np.isfinite(y)
+    if both.sum() < 2:
+        return math.nan
     x, y = x[both] - x[both].mean(), y[both] - y[both].mean()
     denominator = math.sqrt(float(x @ x) * float(y @ y))
     return float(x @ y) / denominator if denominator > 0 else math.nan
+
+
+def _finite_stat(stat, values: np.ndarray | None) -> float:
+    """Return ``stat`` of the finite values (NaN when there is none, or no values)."""
+    if values is None:
+        return math.nan
+    finite = values[np.isfinite(values)]
+    return float(stat(finite)) if finite.size else math.nan
 
 
 def qc_row(
@@ -197,11 +207,13 @@ def qc_row(
         raise ValueError(f"{kept.size} volumes are kept, the final DVARS has {dvars_final.size}.")
     nan = math.nan
     return {
-        "mean_fd": float(np.nanmean(after_dummy)),
-        "max_fd": float(np.nanmax(after_dummy)),
-        "mean_fd_post_censoring": float(np.nanmean(fd[kept])) if kept.size else nan,
-        "mean_dvars_initial": nan if dvars_initial is None else float(np.nanmean(dvars_initial)),
-        "mean_dvars_final": nan if dvars_final is None else float(np.nanmean(dvars_final)),
+        "mean_fd": _finite_stat(np.mean, after_dummy),
+        "max_fd": _finite_stat(np.max, after_dummy),
+        "mean_fd_post_censoring": _finite_stat(np.mean, fd[kept]),
+        "mean_dvars_initial": nan
+        if dvars_initial is None
+        else _finite_stat(np.mean, dvars_initial),
+        "mean_dvars_final": nan if dvars_final is None else _finite_stat(np.mean, dvars_final),
         "num_dummy_volumes": int(dummy_scans),
         "num_censored_volumes": int(after_dummy.size - np.count_nonzero(kept >= dummy_scans)),
         "num_retained_volumes": int(kept.size),

@@ -173,12 +173,16 @@ def test_the_report_records_the_readers_of_each_gpu_worker(tmp_path, monkeypatch
 
 
 def _outputs(out):
-    """Every published matrix and series of a participant call (a header row each), by name."""
+    """Every published matrix and series of a participant call (a header row each), by name.
+
+    The QC tables, whose first columns are the run's entities, as their numbers.
+    """
     import pandas as pd
 
+    tables = {p.name: pd.read_csv(p, sep="\t") for p in sorted(out.rglob("sub-*/func/*.tsv"))}
     return {
-        p.name: pd.read_csv(p, sep="\t").to_numpy(float)
-        for p in sorted(out.rglob("sub-*/func/*.tsv"))
+        name: (table.select_dtypes("number") if name.endswith("_qc.tsv") else table).to_numpy(float)
+        for name, table in tables.items()
     }
 
 

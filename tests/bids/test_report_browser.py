@@ -65,7 +65,7 @@ def test_reports_render_in_chromium(tmp_path):
         scratch.mkdir()
         dom = render(Path(page), scratch)
         seen = images(dom)
-        assert len(seen) == Path(page).read_text().count("<img") >= (1 if page == group_page else 5)
+        assert len(seen) == Path(page).read_text().count("<img") >= (1 if page == group_page else 4)
         assert set(seen) == {"yes"}, f"{seen.count('no')} image(s) did not render in {page}"
         assert external_urls(dom) == [], page
         assert_header(dom)

@@ -1,6 +1,7 @@
 """connscale.qc against numpy transcriptions of XCP-D's QC and of QC-FC (Ciric 2017)."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -94,6 +95,12 @@ def test_qc_row_without_dvars_leaves_its_columns_nan():
         "fd_dvars_correlation_final",
     ):
         assert math.isnan(row[key])
+    # No FD (no column, or one of another length): its columns are NaN, without a warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        row = qc_row(np.full(3, np.nan), [0, 2], 1.0, dvars_initial=np.ones(3))
+    assert math.isnan(row["mean_fd"]) and math.isnan(row["max_fd"])
+    assert math.isnan(row["fd_dvars_correlation_initial"]) and row["mean_dvars_initial"] == 1
     with pytest.raises(ValueError, match="after the dummy scans"):
         qc_row(np.zeros(5), [1, 2], 1.0, dummy_scans=1, dvars_initial=np.zeros(5))
 

@@ -537,6 +537,8 @@ def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) 
         )
     if config.strategy == "ica_aroma":
         raise ValueError("--denoise ica_aroma reads fMRIPrep's AROMA volumes, not CIFTI runs.")
+    if config.despike:
+        raise ValueError("--despike despikes volume runs' voxels; CIFTI runs are not despiked.")
     if atlas_labels is not None:
         raise ValueError("--atlas-labels: a .dlabel.nii atlas names its own parcels; drop it.")
     check_cifti_atlas(atlas)

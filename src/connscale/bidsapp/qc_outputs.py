@@ -122,25 +122,19 @@ def qc_set(config, run, folder: Path, inputs: list) -> tuple:
     """Return the run's QC set: ``(folder, prefix, fingerprint)``.
 
     Its fingerprint holds the inputs and what changes the row: the cleaning
-    (the final DVARS, the kept volumes), despiking, and whether the voxel
-    series are read (DVARS or n/a).
+    (the final DVARS, the kept volumes) and despiking. Not whether the voxel
+    series are read: a table published with DVARS n/a stays so when the
+    run's other sets are made again with the reports on (``--overwrite``
+    makes it again), as the reports' switch moves no other set.
     """
     from connscale.io.fingerprint import run_fingerprint
 
     parameters = {
         k: v for k, v in config.voxel_parameters().items() if k not in ("measures", "standardize")
     }
-    parameters.update({"voxels_read": reads_voxels(config), "t_r": run.t_r, "measure": "qc"})
+    parameters.update({"t_r": run.t_r, "measure": "qc"})
     prefix = set_prefix(dict(run.entities), {"stat": _SET_STAT, "desc": config.desc})
     return folder, prefix, run_fingerprint(inputs, parameters)
-
-
-def reads_voxels(config) -> bool:
-    """Return whether a run's voxel series are read (the reports, a voxel measure, despiking)."""
-    from connscale._choices import MAP_MEASURES, VOXEL_MEASURES
-
-    measures = VOXEL_MEASURES + MAP_MEASURES
-    return bool(config.reports or config.despike or any(m in measures for m in config.measures))
 
 
 def _dummy_scans(context: dict) -> int:
@@ -233,6 +227,12 @@ def write_qc(config, run, decoded, out, context: dict, timings: dict) -> list[st
     tic = time.perf_counter()
     n_volumes = int(decoded.img.shape[3])
     fd = context["fd"]
+    if fd is not None and fd.size != n_volumes:
+        context["qc_notes"] = [
+            f"The FD columns are n/a: the confounds file has {fd.size} rows, the BOLD "
+            f"{n_volumes} volumes."
+        ]
+        fd = None
     row = qc_row(
         np.full(n_volumes, np.nan) if fd is None else fd,
         context["operator"].volumes,
@@ -245,12 +245,12 @@ def write_qc(config, run, decoded, out, context: dict, timings: dict) -> list[st
     entities = {k: v for k, v in run.entities.items() if v is not None}
     name = qc_name({**entities, "desc": config.desc})
     write_text_atomic(out.path(name), _table([{**entities, **row}]))
-    write_json_atomic(out.path(name[:-4] + ".json"), _sidecar(config, run, decoded, fd))
+    write_json_atomic(out.path(name[:-4] + ".json"), _sidecar(config, run, decoded, fd, context))
     out.commit(extra={"run": run.name})
     return [name, name[:-4] + ".json"]
 
 
-def _sidecar(config, run, decoded, fd) -> dict:
+def _sidecar(config, run, decoded, fd, context: dict) -> dict:
     """Return the sidecar of a run's QC table: what each column is, and what is n/a and why."""
     sources = [p for p in (run.bold, run.mask, run.confounds) if p is not None]
     meta = {
@@ -262,14 +262,15 @@ def _sidecar(config, run, decoded, fd) -> dict:
         "SoftwareName": "connscale",
         "SoftwareVersion": __version__,
     }
-    notes = []
+    notes = list(context.get("qc_notes", []))
+    if fd is None and not notes:
+        notes.append("The FD columns are n/a: the confounds file has no framewise_displacement.")
     if decoded.data is None:
         notes.append(
             "The DVARS columns are n/a: the run's voxel series were not read (no report, "
-            "no voxel measure, no despiking); run with the reports on to have them."
+            "no voxel measure, no despiking); run with the reports on (and --overwrite "
+            "once published) to have them."
         )
-    if fd is None:
-        notes.append("The FD columns are n/a: the confounds file has no framewise_displacement.")
     if notes:
         meta["Notes"] = notes
     return meta
