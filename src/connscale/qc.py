@@ -210,10 +210,8 @@ def qc_row(
         "mean_fd": _finite_stat(np.mean, after_dummy),
         "max_fd": _finite_stat(np.max, after_dummy),
         "mean_fd_post_censoring": _finite_stat(np.mean, fd[kept]),
-        "mean_dvars_initial": nan
-        if dvars_initial is None
-        else _finite_stat(np.mean, dvars_initial),
-        "mean_dvars_final": nan if dvars_final is None else _finite_stat(np.mean, dvars_final),
+        "mean_dvars_initial": _finite_stat(np.mean, dvars_initial),
+        "mean_dvars_final": _finite_stat(np.mean, dvars_final),
         "num_dummy_volumes": int(dummy_scans),
         "num_censored_volumes": int(after_dummy.size - np.count_nonzero(kept >= dummy_scans)),
         "num_retained_volumes": int(kept.size),
