@@ -208,6 +208,6 @@ def test_gpu_workers_with_reader_processes_publish_what_the_serial_path_does(tmp
     assert report["gpu_workers"] == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
     assert report["gpu_readers"]["readers_per_worker"] == 2
     expected, got = _outputs(tmp_path / "serial"), _outputs(tmp_path / "gpus")
-    assert sorted(got) == sorted(expected) and len(got) == 6
+    assert sorted(got) == sorted(expected) and len(got) == 9  # relmat, series, QC table
     for name, values in expected.items():
         np.testing.assert_allclose(got[name], values, rtol=0, atol=1e-6, err_msg=name)

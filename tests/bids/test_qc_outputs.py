@@ -169,3 +169,18 @@ def test_group_qc_fc_and_its_distance_dependence(tree, tmp_path):
     )
     rho = spearmanr(table["qcfc"], table["distance_mm"]).statistic
     assert meta["DistanceDependence"] == pytest.approx(rho)
+
+
+def test_a_failing_qc_table_keeps_the_run_s_other_sets(tree, tmp_path, monkeypatch):
+    import connscale.qc
+
+    def broken(*args, **kwargs):
+        raise ValueError("DVARS broke")
+
+    monkeypatch.setattr(connscale.qc, "dvars", broken)
+    report = _run(tree, tmp_path / "out", measures=("fc",), participant_label="01", despike=True)
+    (record,) = report.records
+    assert record["status"] == "partial"
+    assert record["failed_measures"] == {"qc": "ValueError: DVARS broke"}
+    assert [p for p in record["outputs"] if p.endswith("_relmat.tsv")]
+    assert not list((tmp_path / "out").glob("sub-01/func/*_qc.tsv"))

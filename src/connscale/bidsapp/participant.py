@@ -341,7 +341,10 @@ def _despike_and_measure(config, decoded, context: dict, timings: dict, qc: bool
     from connscale.bidsapp.qc_outputs import despike_run, initial_dvars
 
     if qc:
-        context["dvars_initial"] = initial_dvars(config, decoded, context)
+        try:
+            context["dvars_initial"] = initial_dvars(config, decoded, context)
+        except Exception as exc:  # noqa: BLE001 - the QC set fails with it, the others go on
+            context["qc_error"] = exc
     return despike_run(config, decoded, context, timings) if config.despike else decoded
 
 

@@ -224,6 +224,8 @@ def write_qc(config, run, decoded, out, context: dict, timings: dict) -> list[st
     """Compute and publish the run's QC table (one row) and its sidecar; commit the set."""
     from connscale.qc import qc_row
 
+    if "qc_error" in context:  # the initial DVARS, computed before despiking, failed
+        raise context["qc_error"]
     tic = time.perf_counter()
     n_volumes = int(decoded.img.shape[3])
     fd = context["fd"]
