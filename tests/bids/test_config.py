@@ -150,6 +150,7 @@ def test_keyword_defaults_are_kept():
         "surfaces": None,
         "write_denoised": False,
         "t_r": None,
+        "despike": False,
         "min_dof": 10,
         "detrend": True,
         "standardize": "zscore_sample",

@@ -173,12 +173,16 @@ def test_the_report_records_the_readers_of_each_gpu_worker(tmp_path, monkeypatch
 
 
 def _outputs(out):
-    """Every published matrix and series of a participant call (a header row each), by name."""
+    """Every published matrix and series of a participant call (a header row each), by name.
+
+    The QC tables, whose first columns are the run's entities, as their numbers.
+    """
     import pandas as pd
 
+    tables = {p.name: pd.read_csv(p, sep="\t") for p in sorted(out.rglob("sub-*/func/*.tsv"))}
     return {
-        p.name: pd.read_csv(p, sep="\t").to_numpy(float)
-        for p in sorted(out.rglob("sub-*/func/*.tsv"))
+        name: (table.select_dtypes("number") if name.endswith("_qc.tsv") else table).to_numpy(float)
+        for name, table in tables.items()
     }
 
 
@@ -204,7 +208,7 @@ def test_gpu_workers_with_reader_processes_publish_what_the_serial_path_does(tmp
     assert report["gpu_workers"] == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
     assert report["gpu_readers"]["readers_per_worker"] == 2
     expected, got = _outputs(tmp_path / "serial"), _outputs(tmp_path / "gpus")
-    assert sorted(got) == sorted(expected) and len(got) == 6
+    assert sorted(got) == sorted(expected) and len(got) == 9  # relmat, series, QC table
     for name, values in expected.items():
         np.testing.assert_allclose(got[name], values, rtol=0, atol=1e-6, err_msg=name)
 

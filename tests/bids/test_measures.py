@@ -52,7 +52,7 @@ def test_names_parse_back_with_pybids(outputs):
     from bids import BIDSLayout
 
     tmp, _, record = outputs
-    assert len(record["outputs"]) == 10
+    assert len(record["outputs"]) == 12  # the QC table and its sidecar among them
     layout = BIDSLayout(
         tmp / "out", validate=False, config=["bids", "derivatives", pybids_config()]
     )
@@ -65,7 +65,7 @@ def test_names_parse_back_with_pybids(outputs):
         assert expected["desc"] == "scrubbing"
         assert set(expected) <= {"sub", "ses", "task", "run", "space", "seg", "meas", "desc"}
         suffixes.add(parse_bids_name(path)["suffix"])
-    assert suffixes == {"relmat", "timeseries", "dfc", "pairs"}
+    assert suffixes == {"relmat", "timeseries", "dfc", "pairs", "qc"}
     voxel = _one(record, "_relmat.h5")
     assert "seg-" not in voxel and "_meas-PearsonCorrelation_desc-scrubbing_" in voxel
 

@@ -135,7 +135,11 @@ def test_cli_broken_run_names_resume_and_group(tree, tmp_path, capsys):
             }
             entities = layout.get_file(path).get_entities()
             assert from_pybids(entities) == expected
-            assert expected["seg"] == "Slab4" and expected["desc"] == "none"
+            # The run's QC table is not the atlas's: no seg-.
+            assert expected.get("seg", "qc") == (
+                "qc" if path.endswith(("_qc.tsv", "_qc.json")) else "Slab4"
+            )
+            assert expected["desc"] == "none"
             assert set(expected) >= {"sub", "task", "space"}
 
     # Re-run: the good runs are skipped; a second strategy writes other names.
@@ -315,7 +319,7 @@ def test_reports_are_self_contained(tree, tmp_path):
             .replace("_relmat.tsv", "_report.html")
         ]
         sources, links = _images(open(page[0]).read())
-        assert len(sources) == 5  # atlas/mask, carpet, FD, connectome, FC hist
+        assert len(sources) == 4  # atlas/mask, FD trace over the carpets, connectome, FC hist
         assert all(s.startswith("data:image/png;base64,") for s in sources)
         assert not any(link.startswith(("http:", "https:", "//")) for link in links)
         assert record["mean_fd"] > 0

@@ -86,7 +86,9 @@ def test_outputs_exist_and_parse_back_with_pybids(outputs):
     layout = BIDSLayout(
         tmp / "out", validate=False, config=["bids", "derivatives", pybids_config()]
     )
-    voxel = [p for p in record["outputs"] if "seg-" not in Path(p).name]
+    qc = [p for p in record["outputs"] if Path(p).name.endswith(("_qc.tsv", "_qc.json"))]
+    assert len(qc) == 2  # the run's QC table and its sidecar
+    voxel = [p for p in record["outputs"] if "seg-" not in Path(p).name and p not in qc]
     # 4 degree maps, ECM, gcor (+ sidecars), the maps report; components, mixing
     # (+ sidecars), the networks report.
     assert len(voxel) == 2 * (2 * len(THRESHOLDS) + 2) + 1 + 4 + 1

@@ -363,7 +363,8 @@ def test_bids_participant_run_whose_data_exceed_the_limit_is_refused(tmp_path, c
     assert first["status"] == "error" and "\n" not in first["error"]
     assert first["error"].startswith("MemoryLimitError: The data of sub-01_task-rest")
     assert "memory_limit='1MB'" in first["error"] and "Raise --memory-limit" in first["error"]
-    assert second["status"] == "ok" and len(second["outputs"]) == 2
+    # the voxel relmat and the QC table, each with its sidecar
+    assert second["status"] == "ok" and len(second["outputs"]) == 4
     assert not list(out.glob("sub-01/**/*_relmat.h5"))
 
 

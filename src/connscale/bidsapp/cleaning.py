@@ -273,6 +273,7 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
         labels=atlas,
         voxels=maps
         or config.reports
+        or config.despike
         or any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures),
     )
     for values in (read.data, read.region_means):

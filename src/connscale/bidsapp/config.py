@@ -459,6 +459,18 @@ class ParticipantConfig:
                   "after the dummy scans, censored ones interpolated); correlations use the kept "
                   "volumes. XCP-D's default depends on its mode."),
     )  # fmt: skip
+    despike: bool = param(
+        False,
+        fingerprint=False,  # in the sets' parameters when on (the others' fingerprints stay)
+        constraints=["boolean"],
+        doc="Despike the voxel series before denoising, as XCP-D's ``--despike``\n"
+        "(AFNI ``3dDespike -NEW -nomask``: :func:`connscale.despike.despike`, on\n"
+        "the device); the region series are then the means of the despiked\n"
+        "voxels, so the voxels are read.",
+        flag=Flag(("--despike",), group=ATLAS, action="store_true", default=False,
+                  levels=("participant",),
+                  help="Despike the BOLD before denoising (AFNI 3dDespike -NEW, as XCP-D)."),
+    )  # fmt: skip
     min_dof: float = param(
         10.0,
         fingerprint=False,
@@ -760,6 +772,8 @@ class ParticipantConfig:
         if not any(m in WINDOWED for m in self.measures):
             for key in ("window_length", "step", "pairs_threshold"):
                 kept.pop(key)
+        if self.despike:
+            kept["despike"] = True
         return kept
 
     def voxel_parameters(self) -> dict:
@@ -780,6 +794,8 @@ class ParticipantConfig:
             )
         }
         kept["measures"] = [m for m in self.measures if m in VOXEL_MEASURES]
+        if self.despike:
+            kept["despike"] = True
         return kept
 
 

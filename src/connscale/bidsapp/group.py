@@ -691,9 +691,13 @@ def _group_report(
     edges = np.tanh(data.z[:, iu[0], iu[1]])
     qcfc = qc_fc(edges, mean_fd) if np.isfinite(mean_fd).all() and len(rows) > 2 else None
     results = {"runs": len(rows), "regions": len(data.labels)}
+    distances = None
     if qcfc is not None:
+        from connscale.bidsapp.qc_outputs import write_group_qc_fc
+
         finite = qcfc[np.isfinite(qcfc)]
         results["QC-FC median |r|"] = float(np.median(np.abs(finite))) if finite.size else None
+        distances = write_group_qc_fc(out, output, data, qcfc, results)
     ents = data.entities
     parameters = {"atlas": ents["seg"], "strategy": ents["desc"], "output": str(output)}
     if states is not None:
@@ -708,6 +712,7 @@ def _group_report(
         names=data.labels,
         runs=rows,
         qcfc=qcfc,
+        qcfc_distances=distances,
         parameters=parameters,
         results=results,
         states=states,

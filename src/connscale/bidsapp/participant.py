@@ -18,6 +18,11 @@ manifest)::
     <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_dfc.h5 / .json    ('dfc')
     <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_pairs.h5 / .json  ('pairs')
 
+and, for every volume run, its QC table, its own set (:mod:`connscale.bidsapp.qc_outputs`;
+the dataset's table of all runs is rewritten at the call's end)::
+
+    <source>_desc-<strategy>_qc.tsv / .json
+
 and, with the measure ``voxelfc``, the voxel-level set of the run (it does
 not depend on the atlas, so a second atlas reuses it)::
 
@@ -289,6 +294,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
         timings["decode"] = decoded.seconds
         timings["clean"] = decoded.clean_seconds
         context = {**decoded.context, "warnings": []}
+        decoded = _despike_and_measure(config, decoded, context, timings, "qc" in todo)
         record = {
             "status": "ok",
             "outputs": [],
@@ -327,6 +333,23 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
     return record
 
 
+def _despike_and_measure(config, decoded, context: dict, timings: dict, qc: bool):
+    """Return the run despiked with ``--despike``; first, its initial DVARS for the QC table.
+
+    A CIFTI run is returned as it is.
+    """
+    if not isinstance(decoded, DecodedRun):
+        return decoded
+    from connscale.bidsapp.qc_outputs import despike_run, initial_dvars
+
+    if qc:
+        try:
+            context["dvars_initial"] = initial_dvars(config, decoded, context)
+        except Exception as exc:  # noqa: BLE001 - the QC set fails with it, the others go on
+            context["qc_error"] = exc
+    return despike_run(config, decoded, context, timings) if config.despike else decoded
+
+
 def _sizes(decoded) -> dict:
     """Return the run record's sizes: volumes, kept volumes, voxels (or grayordinates)."""
     if not isinstance(decoded, DecodedRun):
@@ -350,6 +373,10 @@ def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[
         return write_cifti_set(kind, config, run, decoded, out, context, timings)
     if kind == "region":
         return write_region(config, run, decoded, out, context, timings)
+    if kind == "qc":
+        from connscale.bidsapp.qc_outputs import write_qc
+
+        return write_qc(config, run, decoded, out, context, timings), {}
     from connscale.bidsapp import voxel_measures
 
     write = getattr(voxel_measures, f"write_{kind}")
@@ -565,6 +592,8 @@ def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) 
         )
     if config.output_type == "interpolated":
         raise ValueError("--output-type interpolated: CIFTI runs publish their kept volumes only.")
+    if config.despike:
+        raise ValueError("--despike despikes volume runs' voxels; CIFTI runs are not despiked.")
     if atlas_labels is not None:
         raise ValueError("--atlas-labels: a .dlabel.nii atlas names its own parcels; drop it.")
     check_cifti_atlas(atlas)
@@ -738,6 +767,10 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
                 "parameters": {**config.parameters(), "min_dof": config.min_dof},
             },
         )
+        if file_format == "nifti":
+            from connscale.bidsapp.qc_outputs import write_dataset_qc
+
+            write_dataset_qc(output, config.desc)
     report = ParticipantReport(
         result.records, result.report_path, result.errors_path, result.seconds, notes
     )

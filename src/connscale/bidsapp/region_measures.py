@@ -470,6 +470,7 @@ def _run_report(region_set: _RegionSet, name: str) -> Path:
         names=names,
         fd=fd,
         kept=operator.volumes,
+        dvars=context.get("dvars_initial"),
     )
     results = {
         "volumes": int(data.shape[0]),

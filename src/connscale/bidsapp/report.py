@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from connscale.qc import qc_fc
+
 __all__ = [
     "GroupPage",
     "describe_resampling",
@@ -81,6 +83,68 @@ def framewise_displacement(confounds_tsv) -> np.ndarray | None:
     return table["framewise_displacement"].fillna(0.0).to_numpy(dtype=float)
 
 
+def _motion_carpet(
+    path: Path,
+    data: np.ndarray,
+    cleaned_voxels: np.ndarray,
+    *,
+    fd: np.ndarray | None,
+    kept: np.ndarray,
+    dvars: np.ndarray | None,
+) -> Path:
+    """Draw the motion and censoring trace over the carpet plots, as XCP-D's executive summary.
+
+    Top row: framewise displacement of every volume (the censored ones in
+    red) and the standardised DVARS of the
+    BOLD (``dvars``, over the last volumes: after the dummy scans), then of
+    the kept volumes only; below, the carpet of the voxel series before
+    denoising (z-scored) and after (the kept volumes).
+    """
+    plt = _plt()
+    step = max(1, data.shape[1] // _MAX_CARPET_VOXELS)
+    raw = data[:, ::step] - data[:, ::step].mean(axis=0)
+    raw /= np.where(raw.std(axis=0) > 0, raw.std(axis=0), 1.0)
+    fig, axes = plt.subplots(
+        2,
+        2,
+        figsize=(11, 5.5),
+        sharex="col",
+        gridspec_kw={"height_ratios": [1, 2.5]},
+        layout="constrained",
+    )
+    volumes = np.arange(data.shape[0])
+    censored = np.setdiff1d(volumes, kept)
+    for ax, times in ((axes[0, 0], volumes), (axes[0, 1], kept)):
+        if fd is not None:
+            ax.plot(times, fd[times], color="#1f3a5f", lw=1, label="FD (mm)")
+        if dvars is not None and times is volumes:
+            dv = ax.twinx()
+            dv.plot(volumes[-dvars.size :], dvars, color="#ff7f0e", lw=0.8)
+            dv.set_ylabel("std. DVARS", color="#ff7f0e")
+        ax.set_ylabel("FD (mm)")
+    for volume in censored:
+        axes[0, 0].axvspan(volume - 0.5, volume + 0.5, color="#d62728", alpha=0.3, lw=0)
+    axes[0, 0].set_title(f"motion: {censored.size} of {volumes.size} volumes censored")
+    axes[0, 1].set_title(f"kept volumes ({kept.size})")
+    for ax, values, title, times in (
+        (axes[1, 0], raw, "before denoising (z-scored)", volumes),
+        (axes[1, 1], cleaned_voxels[:, ::step], "after denoising", kept),
+    ):
+        ax.imshow(
+            values.T,
+            aspect="auto",
+            cmap="gray",
+            vmin=-2,
+            vmax=2,
+            interpolation="none",
+            extent=(times[0] - 0.5, times[-1] + 0.5, values.shape[1], 0),
+        )
+        ax.set_title(title)
+        ax.set_xlabel("volume")
+    axes[1, 0].set_ylabel(f"voxels (1 in {step})")
+    return _save(fig, path)
+
+
 def _grid_text(grid: dict) -> str:
     size = "×".join(f"{v:g}" for v in grid["VoxelSize"])
     return f"{'×'.join(map(str, grid['Shape']))} voxels of {size} mm"
@@ -116,8 +180,14 @@ def run_figures(
     names: list[str],
     fd: np.ndarray | None,
     kept: np.ndarray,
+    dvars: np.ndarray | None = None,
 ) -> list[Path]:
-    """Write the PNG figures of one run into ``folder``; return their paths."""
+    """Write the PNG figures of one run into ``folder``; return their paths.
+
+    The atlas and mask over the mean image, the motion and censoring trace
+    over the carpet plots (:func:`_motion_carpet`), the connectome and the
+    distribution of its correlations before and after denoising.
+    """
     import nibabel as nib
     from nilearn import plotting
 
@@ -144,41 +214,16 @@ def run_figures(
     )
     figures.append(_save(fig, folder / "atlas_mask.png"))
 
-    step = max(1, data.shape[1] // _MAX_CARPET_VOXELS)
-    raw = data[:, ::step] - data[:, ::step].mean(axis=0)
-    raw /= np.where(raw.std(axis=0) > 0, raw.std(axis=0), 1.0)
-    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5), sharey=True)
-    for ax, values, title, times in (
-        (axes[0], raw, "before denoising (z-scored)", np.arange(data.shape[0])),
-        (axes[1], cleaned_voxels[:, ::step], "after denoising", kept),
-    ):
-        ax.imshow(
-            values.T,
-            aspect="auto",
-            cmap="gray",
-            vmin=-2,
-            vmax=2,
-            interpolation="none",
-            extent=(times[0] - 0.5, times[-1] + 0.5, values.shape[1], 0),
+    figures.append(
+        _motion_carpet(
+            folder / "carpet.png",
+            data,
+            cleaned_voxels,
+            fd=fd,
+            kept=kept,
+            dvars=dvars,
         )
-        ax.set_title(title)
-        ax.set_xlabel("volume")
-    axes[0].set_ylabel(f"voxels (1 in {step})")
-    figures.append(_save(fig, folder / "carpet.png"))
-
-    if fd is not None:
-        fig, ax = plt.subplots(figsize=(10, 2.5))
-        ax.plot(np.arange(fd.size), fd, color="#1f3a5f", lw=1)
-        censored = np.setdiff1d(np.arange(fd.size), kept)
-        ax.scatter(
-            censored, fd[censored], color="#d62728", zorder=3, label=f"censored ({censored.size})"
-        )
-        ax.set_xlabel("volume")
-        ax.set_ylabel("FD (mm)")
-        ax.set_title(f"framewise displacement, mean {fd.mean():.3f} mm")
-        ax.legend(loc="upper right")
-        figures.append(_save(fig, folder / "framewise_displacement.png"))
-
+    )
     figures.append(
         plot_correlation_matrix(
             fc, folder / "connectome.png", labels=names, title="denoised connectome (Pearson r)"
@@ -194,26 +239,6 @@ def run_figures(
     ax.legend()
     figures.append(_save(fig, folder / "fc_distribution.png"))
     return figures
-
-
-def qc_fc(edges: np.ndarray, mean_fd: np.ndarray) -> np.ndarray:
-    """Across runs, the Pearson correlation of each edge with mean FD.
-
-    Parameters
-    ----------
-    edges : ndarray of shape (n_runs, n_edges)
-    mean_fd : ndarray of shape (n_runs,)
-
-    Returns
-    -------
-    ndarray of shape (n_edges,)
-        NaN where an edge or FD does not vary.
-    """
-    e = edges - edges.mean(axis=0)
-    f = mean_fd - mean_fd.mean()
-    denom = np.sqrt((e**2).sum(axis=0) * (f**2).sum())
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(denom > 0, (f @ e) / denom, np.nan)
 
 
 def _classification_results(summary: dict) -> dict:
@@ -265,6 +290,8 @@ class GroupPage:
         The published classification JSON.
     warnings : sequence of str
         The runs and measures left out, and why.
+    qcfc_distances : ndarray of shape (n_edges,) or None
+        The length (mm) of each edge of ``qcfc``, for its distance dependence.
     """
 
     mean: np.ndarray
@@ -277,6 +304,7 @@ class GroupPage:
     maps: dict | None = None
     classification: dict | None = None
     warnings: tuple[str, ...] | list[str] = ()
+    qcfc_distances: np.ndarray | None = None
 
 
 def _group_figures(page: GroupPage, figures_dir: Path) -> list[Path]:
@@ -291,7 +319,7 @@ def _group_figures(page: GroupPage, figures_dir: Path) -> list[Path]:
         plot_transition_matrix,
     )
 
-    plt = _plt()
+    _plt()  # the non-interactive backend, before any figure
     figures = [
         plot_correlation_matrix(
             page.mean,
@@ -302,11 +330,7 @@ def _group_figures(page: GroupPage, figures_dir: Path) -> list[Path]:
     ]
     qcfc, states = page.qcfc, page.states
     if qcfc is not None and np.isfinite(qcfc).any():
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.hist(qcfc[np.isfinite(qcfc)], bins=np.linspace(-1, 1, 41), color="#4c78a8")
-        ax.set_xlabel("QC-FC: correlation of edge with mean FD across runs")
-        ax.set_ylabel("edges")
-        figures.append(_save(fig, figures_dir / "qc_fc.png"))
+        figures.append(_qc_fc_figure(qcfc, page.qcfc_distances, figures_dir / "qc_fc.png"))
     if states is not None:
         if len(states.names) <= _MAX_STATE_NODES:
             figures.append(
@@ -347,6 +371,25 @@ def _group_figures(page: GroupPage, figures_dir: Path) -> list[Path]:
                 )
             )
     return figures
+
+
+def _qc_fc_figure(qcfc: np.ndarray, distances: np.ndarray | None, path: Path) -> Path:
+    """Draw QC-FC's distribution and, with the edges' lengths, QC-FC against distance."""
+    plt = _plt()
+    finite = np.isfinite(qcfc)
+    fig, axes = plt.subplots(
+        1, 1 if distances is None else 2, figsize=(6 if distances is None else 11, 3)
+    )
+    hist = axes if distances is None else axes[0]
+    hist.hist(qcfc[finite], bins=np.linspace(-1, 1, 41), color="#4c78a8")
+    hist.set_xlabel("QC-FC: correlation of edge with mean FD across runs")
+    hist.set_ylabel("edges")
+    if distances is not None:
+        axes[1].scatter(distances[finite], qcfc[finite], s=4, alpha=0.5, color="#4c78a8")
+        axes[1].set_xlabel("distance between region centroids (mm)")
+        axes[1].set_ylabel("QC-FC")
+        axes[1].set_title("distance dependence of QC-FC")
+    return _save(fig, path)
 
 
 def _runs_table(runs: list[dict]) -> str:

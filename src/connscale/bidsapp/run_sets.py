@@ -19,8 +19,9 @@ __all__ = ["is_published", "needs_decode", "output_sets", "recorded_failures", "
 def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
     """Return the run's output sets.
 
-    ``{'region'|'voxel'|'maps'|'networks'|'denoised': (folder, prefix, fingerprint)}``
-    (``denoised``: a CIFTI run's denoised dtseries, with ``write_denoised``).
+    ``{'region'|'voxel'|'maps'|'networks'|'denoised'|'qc': (folder, prefix, fingerprint)}``
+    (``denoised``: a CIFTI run's denoised dtseries, with ``write_denoised``; ``qc``:
+    a volume run's QC table, :mod:`connscale.bidsapp.qc_outputs`).
     """
     from connscale.io.fingerprint import run_fingerprint
 
@@ -55,6 +56,10 @@ def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
         from connscale.bidsapp.voxel_measures import map_sets
 
         sets.update(map_sets(config, run, folder, bold_inputs, maps))
+    if not run.is_cifti:
+        from connscale.bidsapp.qc_outputs import qc_set
+
+        sets["qc"] = qc_set(config, run, folder, bold_inputs)
     return sets
 
 

@@ -111,6 +111,8 @@ def measure_parameters(config, measure: str) -> dict:
         kept.update(
             n_atoms=int(config.n_atoms), network_sparsity=config.network_sparsity, **R1DL_DEFAULTS
         )
+    if config.despike:
+        kept["despike"] = True
     return kept
 
 
