@@ -96,7 +96,7 @@ def _atlas_sizes(atlas: str) -> tuple[int, bool]:
 def reads_voxels(config: ParticipantConfig, *, probabilistic: bool = False) -> bool:
     """Return whether a run's in-mask voxel series are read (not only region means)."""
     voxel_measures = any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures)
-    return probabilistic or bool(config.reports) or voxel_measures
+    return probabilistic or bool(config.reports) or bool(config.despike) or voxel_measures
 
 
 def expected_held_bytes(
