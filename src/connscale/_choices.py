@@ -22,6 +22,10 @@ VOXEL_MEASURES = ("voxelfc",)
 MAP_MEASURES = ("maps", "networks")
 MEASURES = REGION_MEASURES + VOXEL_MEASURES + MAP_MEASURES
 
+#: How the BIDS-App spells its output names: connscale's (giga-connectome's
+#: entities) or XCP-D's (:mod:`connscale.bidsapp.xcpd_names`).
+OUTPUT_SPELLINGS = ("giga", "xcpd")
+
 #: The kinds of columns of the BIDS-App's group feature table.
 GROUP_FEATURES = ("edges", "dfc", "states", "maps")
 

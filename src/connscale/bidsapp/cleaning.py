@@ -163,7 +163,9 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
         run.bold,
         mask,
         labels=atlas,
-        voxels=config.reports or any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures),
+        voxels=config.reports
+        or config.write_denoised
+        or any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures),
     )
     for values in (read.data, read.region_means):
         if values is not None and not np.isfinite(values).all():

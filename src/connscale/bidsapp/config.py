@@ -24,6 +24,7 @@ from connscale._choices import (
     DEFAULT_THRESHOLD,
     GROUP_FEATURES,
     MEASURES,
+    OUTPUT_SPELLINGS,
     REGION_MEASURES,
     STATE_METRICS,
     STRATEGIES,
@@ -261,13 +262,40 @@ class ParticipantConfig:
         False,
         fingerprint=False,
         constraints=["boolean"],
-        doc="CIFTI runs: also publish the denoised grayordinate series\n"
-        "(``<source>_desc-<strategy>_bold.dtseries.nii``, the kept volumes\n"
-        "cleaned and standardized as the parcels are).",
+        doc="Also publish the denoised BOLD (``<source>_desc-<strategy>_bold.nii.gz``,\n"
+        "through the run's mask, 0 outside; on CIFTI runs the grayordinate series,\n"
+        "``_bold.dtseries.nii``): the kept volumes cleaned and standardized as the\n"
+        "regions are.",
         flag=Flag(("--write-denoised",), group=ATLAS, action="store_true", default=False,
                   levels=("participant",),
-                  help="CIFTI runs: also write the denoised dtseries (desc-<STRATEGY>_bold."
-                  "dtseries.nii)."),
+                  help="Also write the denoised BOLD (desc-<STRATEGY>_bold.nii.gz through the "
+                  "mask; .dtseries.nii for CIFTI runs)."),
+    )  # fmt: skip
+    min_coverage: float = param(
+        0.5,
+        constraints=[Interval(Real, 0, 1, closed="both")],
+        doc="Atlas-level measures: a parcel with less than this fraction of its atlas\n"
+        "voxels inside the run's mask (of its grayordinates used, on CIFTI runs) is\n"
+        "NaN in the region series and the connectome, as XCP-D's ``--min-coverage``;\n"
+        "each parcel's coverage is written beside them\n"
+        "(:mod:`connscale.bidsapp.coverage`).",
+        flag=Flag(("--min-coverage",), group=ATLAS, type=("number", 0.0, 1.0),
+                  levels=("participant",),
+                  help="Parcels with less of their voxels (grayordinates) inside the run's "
+                  "mask are NaN in the region series and relmats (XCP-D's rule)."),
+    )  # fmt: skip
+    output_spelling: str = param(
+        "giga",
+        constraints=[StrOptions(set(OUTPUT_SPELLINGS))],
+        doc="The output names: ``'giga'`` (giga-connectome's entities, the\n"
+        "strategy in ``desc-``) or ``'xcpd'`` (XCP-D's names: ``atlas-``,\n"
+        "``stat-pearsoncorrelation_relmat``, ``stat-mean_timeseries``,\n"
+        "``desc-denoised_bold``, no strategy; one strategy per output folder).\n"
+        "See :mod:`connscale.bidsapp.xcpd_names`.",
+        flag=Flag(("--output-spelling",), group=ATLAS, choices=OUTPUT_SPELLINGS,
+                  levels=("participant",),
+                  help="Output names: connscale's (giga-connectome's entities) or XCP-D's, so "
+                  "that scripts written for XCP-D outputs read them."),
     )  # fmt: skip
     low_pass: float | None = param(
         None,

@@ -87,6 +87,17 @@ class _Prepared:
     names: list[str]
     relmat_meta: dict
     series_meta: dict
+    low_coverage: np.ndarray | None = None
+    coverage: tuple | None = None
+
+    @property
+    def written_series(self) -> np.ndarray:
+        """Return the region series as written: NaN in the parcels below ``min_coverage``."""
+        if self.low_coverage is None or not self.low_coverage.any():
+            return self.series
+        series = np.array(self.series, dtype=np.float64)
+        series[:, self.low_coverage] = np.nan
+        return series
 
 
 def _prepare(config, run, decoded, context, timings) -> _Prepared:
@@ -112,9 +123,13 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
     )
     timings["clean"] += time.perf_counter() - tic
     names = _region_names(config, regions)
-    constant = constant_columns(series)
-    if constant.all():
-        raise ValueError(f"No atlas region of {run.bold.name} varies after cleaning.")
+    coverage, low = _coverage(config, decoded, series)
+    constant = constant_columns(series) & ~low
+    if (constant | low).all():
+        raise ValueError(
+            f"No atlas region of {run.bold.name} varies after cleaning"
+            + (f" with --min-coverage {config.min_coverage:g}." if low.any() else ".")
+        )
     relmat_meta, series_meta = sidecars(
         config,
         run,
@@ -132,7 +147,33 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
         _note_constant_regions(config, run, decoded, context, names, constant)
         for meta in (relmat_meta, series_meta):
             meta["ConstantRegions"] = [n for n, c in zip(names, constant) if c]
-    return _Prepared(series, names, relmat_meta, series_meta)
+    if coverage is not None:
+        from connscale.bidsapp.coverage import coverage_sidecar
+
+        by_name = dict(zip(_region_names(config, coverage[0]), coverage[1]))
+        covered = coverage_sidecar(names, [by_name[n] for n in names], low, config.min_coverage)
+        relmat_meta.update(covered)
+        series_meta.update(covered)
+        coverage = (list(by_name), coverage[1])
+    return _Prepared(series, names, relmat_meta, series_meta, low, coverage)
+
+
+def _coverage(config, decoded, series: np.ndarray) -> tuple[tuple | None, np.ndarray]:
+    """Return every atlas label's coverage of the run's mask and the regions below the minimum.
+
+    Their cleaned series are zeroed (:func:`connscale.bidsapp.coverage.apply_min_coverage`).
+    A 4-D (probabilistic) atlas has no coverage: nothing is set to NaN.
+    """
+    from connscale.bidsapp.coverage import apply_min_coverage, volume_coverage
+
+    if decoded.atlas is None or decoded.atlas.ndim != 3:
+        return None, np.zeros(series.shape[1], bool)
+    labels, fractions = volume_coverage(decoded.atlas, decoded.mask)
+    by_label = dict(zip(labels.tolist(), fractions))
+    low = apply_min_coverage(
+        series, np.array([by_label[int(r)] for r in decoded.regions]), config.min_coverage
+    )
+    return (labels, fractions), low
 
 
 def _note_constant_regions(config, run, decoded, context, names, constant) -> None:
@@ -229,7 +270,7 @@ class _RegionSet:
         write_relmat_tsv(self.out.path(stem), self.fc, prepared.names, fmt="%.8g")
         write_json_atomic(self.out.path(stem[:-4] + ".json"), prepared.relmat_meta)
         self.timings["write"] += time.perf_counter() - tic
-        return [stem, stem[:-4] + ".json"]
+        return [stem, stem[:-4] + ".json", *self._coverage()]
 
     def _write_timeseries(self) -> list[str]:
         from connscale.io.timeseries import save_timeseries
@@ -237,10 +278,32 @@ class _RegionSet:
         prepared = self.prepared
         tic = time.perf_counter()
         stem = bids_name(self._labelled, suffix="timeseries", extension=".tsv")
-        save_timeseries(self.out.path(stem), prepared.series, prepared.names)
+        save_timeseries(self.out.path(stem), prepared.written_series, prepared.names)
         write_json_atomic(self.out.path(stem[:-4] + ".json"), prepared.series_meta)
         self.timings["write"] += time.perf_counter() - tic
-        return [stem, stem[:-4] + ".json"]
+        return [stem, stem[:-4] + ".json", *self._coverage()]
+
+    def _coverage(self) -> list[str]:
+        """Stage the coverage table once (again when the measure that staged it failed)."""
+        from connscale.bidsapp.coverage import write_coverage_tsv
+
+        if self.prepared.coverage is None:
+            return []
+        name = bids_name({**self._labelled, "stat": "coverage"}, suffix="bold", extension=".tsv")
+        if name in self.out.names:
+            return []
+        write_coverage_tsv(self.out.path(name), *self.prepared.coverage)
+        meta = {
+            "Description": "Each atlas parcel's fraction of voxels (grayordinates) inside the "
+            "run's mask",
+            **{
+                k: v
+                for k, v in self.prepared.series_meta.items()
+                if k in ("Sources", "Atlas", "AtlasFile", "MinimumCoverage", "LowCoverageRegions")
+            },
+        }
+        write_json_atomic(self.out.path(name[:-4] + ".json"), meta)
+        return [name, name[:-4] + ".json"]
 
     def _write_windowed(self, measure: str) -> list[str]:
         prepared = self.prepared

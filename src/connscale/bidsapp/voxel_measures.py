@@ -36,6 +36,11 @@ prefixes ``<source>_stat-maps_desc-<strategy>`` and
 the run's other results, a set made with other parameters is refused without
 ``overwrite``, and a replaced set's files that the new one does not name
 (the maps of other thresholds) are removed once it is published.
+
+With ``write_denoised``, the denoised BOLD (the kept volumes, through the
+mask) is its own set too::
+
+    <source>_desc-<strategy>_bold.nii.gz / .json
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from connscale.io.bids import bids_name
 __all__ = [
     "check_degree_thresholds",
     "map_sets",
+    "write_denoised",
     "write_maps",
     "write_networks",
     "write_voxel",
@@ -633,3 +639,36 @@ def write_voxel(config, run, decoded, out, context, timings) -> list[str]:
     out.commit(extra={"run": run.name})
     timings["write"] += time.perf_counter() - tic
     return [name, name[:-3] + ".json"]
+
+
+def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
+    """Publish the run's denoised BOLD through its mask (``_desc-<strategy>_bold.nii.gz``).
+
+    The kept volumes of the in-mask series, cleaned and standardized as every
+    voxel measure's are, float32, 0 outside the mask (a voxel constant over
+    time is 0 too: counted in the sidecar and the run's warning); the
+    image's fourth zoom is the repetition time.
+    """
+    from connscale.io.nifti import save_nifti_gz
+
+    mask = decoded.mask
+    n_kept = int(context["operator"].volumes.size)
+    out.check_space(4 * mask.size * n_kept, what=f"the denoised BOLD of {run.name}")
+    voxels, _ = _cleaned_voxels(config, run, decoded, context, timings)
+    tic = time.perf_counter()
+    img = _image(np.asarray(voxels), mask, np.asarray(decoded.img.affine, dtype=np.float64))
+    del voxels
+    img.header.set_zooms((*decoded.img.header.get_zooms()[:3], float(run.t_r)))
+    img.header.set_xyzt_units("mm", "sec")
+    name = bids_name({**run.entities, "desc": config.desc}, suffix="bold", extension=".nii.gz")
+    save_nifti_gz(out.path(name), img)
+    meta = _common_sidecar(config, run, decoded, context, int(mask.sum()))
+    meta["Description"] = (
+        "The run's denoised BOLD: the kept volumes (KeptVolumes) of its in-mask voxel series, "
+        "cleaned with the run's confounds and filter; 0 outside the mask"
+    )
+    sidecar = name[: -len(".nii.gz")] + ".json"
+    write_json_atomic(out.path(sidecar), meta)
+    _publish(out, [name, sidecar], run)
+    timings["write"] += time.perf_counter() - tic
+    return [name, sidecar]
