@@ -1,13 +1,15 @@
 """Voxel-wise connectivity maps computed without storing the correlation matrix.
 
-Degree and eigenvector centrality, global and seed correlation.
+Degree and eigenvector centrality, global and seed correlation; ALFF and fALFF.
 """
 
+from connscale.maps.alff import alff
 from connscale.maps.correlation_maps import global_correlation, seed_correlation
 from connscale.maps.degree import degree_centrality
 from connscale.maps.ecm import eigenvector_centrality
 
 __all__ = [
+    "alff",
     "degree_centrality",
     "eigenvector_centrality",
     "global_correlation",
