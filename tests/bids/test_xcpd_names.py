@@ -15,7 +15,7 @@ OPTIONS = {
     "atlas_name": "Slab4",
     "strategy": "simple",
     "strategy_params": {"motion": "basic", "wm_csf": "basic"},
-    "measures": ["fc", "timeseries"],
+    "measures": ["fc", "timeseries", "alff", "reho"],
     "write_denoised": True,
     "backend": "serial",
     "device": "cpu",
@@ -48,6 +48,12 @@ def test_xcpd_spelling_writes_xcpds_names(trees):
         f"{SOURCE}_atlas-Slab4_stat-mean_timeseries.tsv",
         f"{SOURCE}_atlas-Slab4_stat-pearsoncorrelation_relmat.tsv",
         f"{SOURCE}_desc-denoised_bold.nii.gz",
+        f"{SOURCE}_stat-alff_boldmap.nii.gz",
+        f"{SOURCE}_stat-falff_boldmap.nii.gz",
+        f"{SOURCE}_stat-reho_boldmap.nii.gz",
+        f"{SOURCE}_atlas-Slab4_stat-alff_bold.tsv",
+        f"{SOURCE}_atlas-Slab4_stat-falff_bold.tsv",
+        f"{SOURCE}_atlas-Slab4_stat-reho_bold.tsv",
     ]
     sidecars = [n.split(".")[0] + ".json" for n in expected]
     manifests = [n for n in names if n.endswith("_manifest.json")]

@@ -62,6 +62,10 @@ def write_cifti_set(kind, config, run, decoded, out, context, timings) -> tuple[
         from connscale.bidsapp.cifti_maps import write_cifti_maps
 
         return write_cifti_maps(config, run, decoded, out, context, timings), {}
+    if kind in ("alff", "reho"):
+        from connscale.bidsapp.local_maps import write_local_maps
+
+        return write_local_maps(kind, config, run, decoded, out, context, timings), {}
     raise ValueError(f"A CIFTI run has no {kind} set.")
 
 
@@ -168,7 +172,13 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
     )
     all_names = [atlas.names[int(k)] for k in keys]
     prepared = _Prepared(
-        series, names, relmat_meta, series_meta, low, (all_names, parcellation.coverage)
+        series,
+        names,
+        relmat_meta,
+        series_meta,
+        low,
+        (all_names, parcellation.coverage),
+        keys[kept],
     )
     return prepared, parcels
 

@@ -25,6 +25,7 @@ from connscale._choices import (
     GROUP_FEATURES,
     MEASURES,
     OUTPUT_SPELLINGS,
+    PARCELLATED_MAPS,
     REGION_MEASURES,
     STATE_METRICS,
     STRATEGIES,
@@ -170,17 +171,21 @@ class ParticipantConfig:
         "(degree, eigenvector centrality and global correlation maps,\n"
         "``_boldmap.nii.gz``) and ``networks`` (r1DL spatial maps and time\n"
         "courses, ``_components.nii.gz`` and ``_mixing.tsv``); see\n"
-        ":mod:`connscale.bidsapp.voxel_measures`.",
+        ":mod:`connscale.bidsapp.voxel_measures`; ``alff`` (ALFF and fALFF) and\n"
+        "``reho`` (ReHo) maps, XCP-D's, with their parcel means in the atlas-level\n"
+        "set (:mod:`connscale.bidsapp.local_maps`).",
         flag=Flag(("--measures",), group=ATLAS, convert=participant_measures,
                   levels=("participant", "group"),
                   help=f"Comma-separated, among {', '.join(MEASURES)}: fc and timeseries "
-                  "(atlas level, TSV), dfc (sliding-window FC of all region pairs) "
+                  "(atlas level, TSV), dfc (sliding window FC of all region pairs) "
                   "and pairs (each region pair's windowed course and summaries), "
-                  "HDF5; voxelfc: the voxel level, every pair of in-mask voxels "
+                  "HDF5; voxelfc: the voxel level, every pair of voxels in the mask "
                   "(_relmat.h5 with the mask and voxel coordinates); maps: degree "
                   "(binary, weighted), eigenvector centrality and global correlation "
                   "maps of the voxels (_boldmap.nii.gz); networks: r1DL spatial maps "
-                  "(_components.nii.gz) and time courses (_mixing.tsv). states: participant, "
+                  "(_components.nii.gz) and time courses (_mixing.tsv); alff (ALFF, fALFF) "
+                  "and reho (ReHo): XCP-D's maps, and their parcel means beside the region "
+                  "series. states: participant, "
                   "an alias of dfc; group, requires every run's DFC and clusters it into "
                   "--states DFC states (done anyway when every run has DFC)."),
     )  # fmt: skip
@@ -601,7 +606,7 @@ class ParticipantConfig:
     def region_parameters(self) -> dict:
         """Return what changes the run's atlas-level set."""
         kept = self.parameters()
-        kept["measures"] = [m for m in self.measures if m in REGION_MEASURES]
+        kept["measures"] = [m for m in self.measures if m in REGION_MEASURES + PARCELLATED_MAPS]
         for key in ("degree_thresholds", "precision", "n_atoms", "network_sparsity"):
             kept.pop(key)
         if not any(m in WINDOWED for m in self.measures):

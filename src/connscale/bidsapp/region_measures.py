@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale._choices import REGION_MEASURES
+from connscale._choices import PARCELLATED_MAPS, REGION_MEASURES
 from connscale._version import __version__
 from connscale.bidsapp.atlas import read_atlas_labels
 from connscale.bidsapp.cleaning import DecodedRun
@@ -89,6 +89,7 @@ class _Prepared:
     series_meta: dict
     low_coverage: np.ndarray | None = None
     coverage: tuple | None = None
+    keys: np.ndarray | None = None
 
     @property
     def written_series(self) -> np.ndarray:
@@ -155,7 +156,7 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
         relmat_meta.update(covered)
         series_meta.update(covered)
         coverage = (list(by_name), coverage[1])
-    return _Prepared(series, names, relmat_meta, series_meta, low, coverage)
+    return _Prepared(series, names, relmat_meta, series_meta, low, coverage, decoded.regions)
 
 
 def _coverage(config, decoded, series: np.ndarray) -> tuple[tuple | None, np.ndarray]:
@@ -230,7 +231,7 @@ class _RegionSet:
         """
         config, out = self.config, self.out
         failed = {}
-        todo = [m for m in config.measures if m in REGION_MEASURES]
+        todo = [m for m in config.measures if m in REGION_MEASURES + PARCELLATED_MAPS]
         for measure in todo + ["report"] * bool(config.reports):
             names_before = set(out.names)
             try:
@@ -250,6 +251,10 @@ class _RegionSet:
         """Return the function that writes ``measure``."""
         if measure in WINDOWED:
             return functools.partial(self._write_windowed, measure)
+        if measure in PARCELLATED_MAPS:
+            from connscale.bidsapp.local_maps import parcel_tables
+
+            return functools.partial(parcel_tables, measure, self)
         return getattr(self, f"_write_{measure}")
 
     def _write_fc(self) -> list[str]:

@@ -64,9 +64,11 @@ from connscale.io.bids import bids_name
 __all__ = [
     "check_degree_thresholds",
     "map_sets",
+    "write_alff",
     "write_denoised",
     "write_maps",
     "write_networks",
+    "write_reho",
     "write_voxel",
 ]
 
@@ -80,7 +82,7 @@ R1DL_DEFAULTS = {
     "random_state": 0,
 }
 _MAX_DRAWN_NETWORKS = 10
-_SET_STAT = {"maps": "maps", "networks": "r1dl"}
+_SET_STAT = {"maps": "maps", "networks": "r1dl", "alff": "alff", "reho": "reho"}
 _CLEANING = ("strategy", "strategy_params", "detrend", "standardize", "low_pass", "high_pass")
 
 
@@ -108,11 +110,17 @@ def check_degree_thresholds(thresholds) -> tuple[float, ...]:
 
 
 def measure_parameters(config, measure: str) -> dict:
-    """Return what changes the outputs of ``measure`` ('maps' or 'networks') of a run."""
+    """Return what changes the outputs of a map measure ('maps', 'networks', 'alff', 'reho')."""
     kept = {k: v for k, v in config.parameters().items() if k in (*_CLEANING, "dtype")}
     if measure == "maps":
         kept["degree_thresholds"] = [float(v) for v in config.degree_thresholds]
         kept["precision"] = config.precision
+    elif measure in ("alff", "reho"):
+        from connscale.bidsapp.local_maps import NEIGHBOURHOOD, alff_band
+
+        kept["band"] = list(alff_band(config)) if measure == "alff" else None
+        kept["neighbourhood"] = NEIGHBOURHOOD if measure == "reho" else None
+        kept["surfaces"] = None if config.surfaces is None else [str(s) for s in config.surfaces]
     else:
         kept.update(
             n_atoms=int(config.n_atoms), network_sparsity=config.network_sparsity, **R1DL_DEFAULTS
@@ -639,6 +647,20 @@ def write_voxel(config, run, decoded, out, context, timings) -> list[str]:
     out.commit(extra={"run": run.name})
     timings["write"] += time.perf_counter() - tic
     return [name, name[:-3] + ".json"]
+
+
+def write_alff(config, run, decoded, out, context, timings) -> list[str]:
+    """Write the ALFF and fALFF maps of the run (:mod:`connscale.bidsapp.local_maps`)."""
+    from connscale.bidsapp.local_maps import write_local_maps
+
+    return write_local_maps("alff", config, run, decoded, out, context, timings)
+
+
+def write_reho(config, run, decoded, out, context, timings) -> list[str]:
+    """Write the ReHo map of the run (:mod:`connscale.bidsapp.local_maps`)."""
+    from connscale.bidsapp.local_maps import write_local_maps
+
+    return write_local_maps("reho", config, run, decoded, out, context, timings)
 
 
 def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
