@@ -32,31 +32,20 @@ kept volumes beside it; the sidecars say so. ReHo's neighbourhood: 27 voxels
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 
+from connscale.bidsapp.voxel_measures import NEIGHBOURHOOD, alff_band
 from connscale.io.atomic import atomic_path, write_json_atomic
 from connscale.io.bids import bids_name
 
-__all__ = ["MAPS", "alff_band", "local_maps", "parcel_tables", "write_local_maps"]
+__all__ = ["MAPS", "local_maps", "parcel_tables", "write_alff", "write_local_maps", "write_reho"]
 
 #: The maps of each measure.
 MAPS = {"alff": ("alff", "falff"), "reho": ("reho",)}
 
-#: XCP-D's band-pass defaults (``--lower-bpf``, ``--upper-bpf``): ALFF's band without a filter.
-_DEFAULT_BAND = (0.01, 0.08)
-
-#: ReHo's neighbourhood (AFNI ``3dReHo -nneigh``), XCP-D's.
-NEIGHBOURHOOD = 27
-
 _TITLES = {"alff": "ALFF", "falff": "fALFF", "reho": "ReHo"}
-
-
-def alff_band(config) -> tuple[float, float]:
-    """Return ALFF's band (high_pass, low_pass) in Hz: the run's filter, else XCP-D's default."""
-    high = _DEFAULT_BAND[0] if config.high_pass is None else config.high_pass
-    low = _DEFAULT_BAND[1] if config.low_pass is None else config.low_pass
-    return float(high), float(low)
 
 
 def _all_volumes(series: np.ndarray, kept: np.ndarray, n_volumes: int) -> np.ndarray:
@@ -95,7 +84,6 @@ def local_maps(config, run, decoded, context, timings) -> dict:
     other sets of the run (the atlas-level tables). ``'constant'`` counts the
     series constant after cleaning.
     """
-    from connscale.bidsapp.cifti_decode import read_only_series
     from connscale.bidsapp.outputs import constant_columns
     from connscale.denoise import clean_signals
     from connscale.maps import alff, reho_series
@@ -104,7 +92,8 @@ def local_maps(config, run, decoded, context, timings) -> dict:
         return context["local_maps"]
     operator = context["operator"]
     tic = time.perf_counter()
-    with read_only_series():
+    with warnings.catch_warnings():  # a CIFTI run's memory-mapped series are only read
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         series = clean_signals(
             decoded.data,
             operator,
@@ -349,3 +338,13 @@ def _node_labels(decoded) -> np.ndarray:
 def _nanmean(values: np.ndarray) -> float:
     finite = values[~np.isnan(values)]
     return float(finite.mean()) if finite.size else float("nan")
+
+
+def write_alff(config, run, decoded, out, context, timings) -> list[str]:
+    """Write the ALFF and fALFF maps of the run (:func:`write_local_maps`)."""
+    return write_local_maps("alff", config, run, decoded, out, context, timings)
+
+
+def write_reho(config, run, decoded, out, context, timings) -> list[str]:
+    """Write the ReHo map of the run (:func:`write_local_maps`)."""
+    return write_local_maps("reho", config, run, decoded, out, context, timings)

@@ -351,9 +351,10 @@ def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[
         return write_cifti_set(kind, config, run, decoded, out, context, timings)
     if kind == "region":
         return write_region(config, run, decoded, out, context, timings)
-    from connscale.bidsapp import voxel_measures
+    from connscale.bidsapp import local_maps, voxel_measures
 
-    write = getattr(voxel_measures, f"write_{kind}")
+    module = local_maps if kind in local_maps.MAPS else voxel_measures
+    write = getattr(module, f"write_{kind}")
     return write(config, run, decoded, out, context, timings), {}
 
 

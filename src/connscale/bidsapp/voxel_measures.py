@@ -62,13 +62,13 @@ from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
 
 __all__ = [
+    "NEIGHBOURHOOD",
+    "alff_band",
     "check_degree_thresholds",
     "map_sets",
-    "write_alff",
     "write_denoised",
     "write_maps",
     "write_networks",
-    "write_reho",
     "write_voxel",
 ]
 
@@ -83,7 +83,20 @@ R1DL_DEFAULTS = {
 }
 _MAX_DRAWN_NETWORKS = 10
 _SET_STAT = {"maps": "maps", "networks": "r1dl", "alff": "alff", "reho": "reho"}
+#: XCP-D's band-pass defaults (``--lower-bpf``, ``--upper-bpf``): ALFF's band without a filter.
+_DEFAULT_BAND = (0.01, 0.08)
+
+#: ReHo's neighbourhood (AFNI ``3dReHo -nneigh``), XCP-D's.
+NEIGHBOURHOOD = 27
+
 _CLEANING = ("strategy", "strategy_params", "detrend", "standardize", "low_pass", "high_pass")
+
+
+def alff_band(config) -> tuple[float, float]:
+    """Return ALFF's band (high_pass, low_pass) in Hz: the run's filter, else XCP-D's default."""
+    high = _DEFAULT_BAND[0] if config.high_pass is None else config.high_pass
+    low = _DEFAULT_BAND[1] if config.low_pass is None else config.low_pass
+    return float(high), float(low)
 
 
 def check_degree_thresholds(thresholds) -> tuple[float, ...]:
@@ -116,8 +129,6 @@ def measure_parameters(config, measure: str) -> dict:
         kept["degree_thresholds"] = [float(v) for v in config.degree_thresholds]
         kept["precision"] = config.precision
     elif measure in ("alff", "reho"):
-        from connscale.bidsapp.local_maps import NEIGHBOURHOOD, alff_band
-
         kept["band"] = list(alff_band(config)) if measure == "alff" else None
         kept["neighbourhood"] = NEIGHBOURHOOD if measure == "reho" else None
         kept["surfaces"] = None if config.surfaces is None else [str(s) for s in config.surfaces]
@@ -647,20 +658,6 @@ def write_voxel(config, run, decoded, out, context, timings) -> list[str]:
     out.commit(extra={"run": run.name})
     timings["write"] += time.perf_counter() - tic
     return [name, name[:-3] + ".json"]
-
-
-def write_alff(config, run, decoded, out, context, timings) -> list[str]:
-    """Write the ALFF and fALFF maps of the run (:mod:`connscale.bidsapp.local_maps`)."""
-    from connscale.bidsapp.local_maps import write_local_maps
-
-    return write_local_maps("alff", config, run, decoded, out, context, timings)
-
-
-def write_reho(config, run, decoded, out, context, timings) -> list[str]:
-    """Write the ReHo map of the run (:mod:`connscale.bidsapp.local_maps`)."""
-    from connscale.bidsapp.local_maps import write_local_maps
-
-    return write_local_maps("reho", config, run, decoded, out, context, timings)
 
 
 def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
