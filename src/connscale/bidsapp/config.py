@@ -714,15 +714,17 @@ class GroupConfig:
         "edge's mean and standard deviation of Fisher z over the run's windows;\n"
         "requires every run's DFC), DFC state features\n"
         "(when states are computed), voxel maps inside the common mask\n"
-        "(requires every run's maps; one column per voxel and map).",
+        "(requires every run's maps; one column per voxel and map): ``maps``\n"
+        "(degree, ECM, GCOR), ``alff`` (ALFF, fALFF), ``reho``.",
         flag=Flag(("--group-features",), group=GROUP, metavar="KIND[,KIND...]",
                   dest="group_features", convert=_features, levels=("group",),
                   help="Columns of the group feature table (and of the classification), "
-                  "among edges, dfc, states, maps: Fisher-z edges, DFC summaries (each "
+                  "among edges, dfc, states, maps, alff, reho: Fisher-z edges, DFC summaries (each "
                   "edge's mean and standard deviation of Fisher z over windows; every run "
                   "needs --measures dfc), DFC state features (when states are computed), the "
                   "voxel maps inside the runs' common mask (every run needs --measures maps; "
-                  "one column per voxel and map, large)."),
+                  "one column per voxel and map, large); alff, reho: the ALFF and fALFF, ReHo "
+                  "maps so (every run needs --measures alff, reho)."),
     )  # fmt: skip
     n_states: int = param(
         5,

@@ -192,8 +192,15 @@ def _common_sidecar(config, run, decoded, context, n_constant: int) -> dict:
     for key in ("Columns", "SamplingFrequency", "Atlas", "AtlasFile", "AtlasLabelsFile"):
         meta.pop(key)
     meta["DenoiseParameters"]["standardize"] = None  # the maps' series are not standardised
-    key = "NumberOfConstantGrayordinates" if _is_cifti(decoded) else "NumberOfConstantVoxels"
-    meta[key] = n_constant
+    if _is_cifti(decoded):
+        meta["NumberOfConstantGrayordinates"] = n_constant
+    else:
+        from pathlib import Path
+
+        from connscale.bidsapp.outputs import bids_uri
+
+        meta["NumberOfConstantVoxels"] = n_constant
+        meta["Mask"] = bids_uri(run.mask, Path(config.derivatives))  # the group's common mask
     return meta
 
 
