@@ -18,6 +18,7 @@ from tests.bids._fmriprep import (
     T_R,
     atlas_img,
     brain_model_91k,
+    cifti_parcels,
     make_fmriprep,
     make_fmriprep_cifti,
     write_cifti_atlas,
@@ -139,3 +140,26 @@ def test_cifti_maps_on_grayordinates(tmp_path):
     n = nib.load(bold).shape[0]
     kept = np.arange(n) if sample_mask is None else np.asarray(sample_mask)
     np.testing.assert_allclose(alff, _expected_alff(cleaned, kept, n)[0], rtol=1e-4)
+
+
+def test_cifti_parcel_tables_in_xcpds_names(tmp_path):
+    root = make_fmriprep_cifti(tmp_path / "fmriprep", [("01", None, "rest", None)], n_volumes=20)
+    write_cifti_atlas(tmp_path / CIFTI_ATLAS)
+    report = run_participant(
+        root, tmp_path / "out", atlas=tmp_path / CIFTI_ATLAS, atlas_name="Struct10",
+        strategy="simple", strategy_params={"motion": "basic"}, space=["fsLR"], den=["91k"],
+        measures=["fc", "alff"], output_spelling="xcpd", backend="serial", device="cpu",
+        reports=False, min_dof=0,
+    )  # fmt: skip
+    assert report.counts["ok"] == 1, report.records
+    out = report.records[0]["outputs"]
+    source = "sub-01_task-rest_space-fsLR"
+    alff = nib.load(_one(out, f"{source}_den-91k_stat-alff_boldmap.dscalar.nii")).get_fdata()[0]
+    labels = cifti_parcels()
+    table = pd.read_csv(_one(out, f"{source}_atlas-Struct10_stat-alff_bold.tsv"), sep="\t")
+    assert list(table.columns) == [f"parcel{k}" for k in range(1, 11)]
+    expected = [alff[labels == k].mean() for k in range(1, 11)]
+    np.testing.assert_allclose(table.to_numpy()[0], expected, rtol=1e-5)
+    _one(out, f"{source}_atlas-Struct10_den-91k_stat-pearsoncorrelation_boldmap.pconn.nii")
+    _one(out, f"{source}_atlas-Struct10_stat-pearsoncorrelation_relmat.tsv")
+    _one(out, f"{source}_atlas-Struct10_stat-coverage_bold.tsv")
