@@ -193,16 +193,16 @@ class _CiftiRegionSet(_RegionSet):
         entities = {**self._labelled, "stat": stat}
         return bids_name(entities, suffix=suffix, extension=extension)
 
-    def _coverage(self) -> list[str]:
-        """Stage the coverage table and map once (again when the measure that staged failed)."""
+    def _write_coverage(self) -> list[str]:
+        """Stage the coverage table and map beside the set's region files."""
         from connscale.io.cifti import write_pscalar
 
-        name = self._name("coverage", "boldmap", ".pscalar.nii")
-        if name in self.out.names:
+        if not self.written:
             return []
+        name = self._name("coverage", "boldmap", ".pscalar.nii")
         coverage = self.parcels.coverage[None].astype(np.float32)
         write_pscalar(self.out.path(name), self.parcels.atlas_axis, ["coverage"], coverage)
-        return [*super()._coverage(), name]
+        return [*super()._write_coverage(), name]
 
     def _write_fc(self) -> list[str]:
         from connscale.io.cifti import write_pconn

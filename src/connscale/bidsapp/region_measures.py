@@ -224,7 +224,7 @@ class _RegionSet:
         return {**self.run.entities, "seg": self.config.atlas_name, "desc": self.config.desc}
 
     def write(self) -> tuple[list[str], dict]:
-        """Write every requested measure, then the report; commit the set.
+        """Write every requested measure, the coverage table, then the report; commit the set.
 
         Returns the names written (empty when nothing but a report was) and
         ``{measure: reason}`` of the measures that failed.
@@ -232,7 +232,7 @@ class _RegionSet:
         config, out = self.config, self.out
         failed = {}
         todo = [m for m in config.measures if m in REGION_MEASURES + PARCELLATED_MAPS]
-        for measure in todo + ["report"] * bool(config.reports):
+        for measure in todo + ["coverage"] + ["report"] * bool(config.reports):
             names_before = set(out.names)
             try:
                 self.written += self._writer(measure)()
@@ -275,7 +275,7 @@ class _RegionSet:
         write_relmat_tsv(self.out.path(stem), self.fc, prepared.names, fmt="%.8g")
         write_json_atomic(self.out.path(stem[:-4] + ".json"), prepared.relmat_meta)
         self.timings["write"] += time.perf_counter() - tic
-        return [stem, stem[:-4] + ".json", *self._coverage()]
+        return [stem, stem[:-4] + ".json"]
 
     def _write_timeseries(self) -> list[str]:
         from connscale.io.timeseries import save_timeseries
@@ -286,17 +286,15 @@ class _RegionSet:
         save_timeseries(self.out.path(stem), prepared.written_series, prepared.names)
         write_json_atomic(self.out.path(stem[:-4] + ".json"), prepared.series_meta)
         self.timings["write"] += time.perf_counter() - tic
-        return [stem, stem[:-4] + ".json", *self._coverage()]
+        return [stem, stem[:-4] + ".json"]
 
-    def _coverage(self) -> list[str]:
-        """Stage the coverage table once (again when the measure that staged it failed)."""
+    def _write_coverage(self) -> list[str]:
+        """Stage the coverage table beside the set's region files (none written: nothing)."""
         from connscale.bidsapp.coverage import write_coverage_tsv
 
-        if self.prepared.coverage is None:
+        if self.prepared.coverage is None or not self.written:
             return []
         name = bids_name({**self._labelled, "stat": "coverage"}, suffix="bold", extension=".tsv")
-        if name in self.out.names:
-            return []
         write_coverage_tsv(self.out.path(name), *self.prepared.coverage)
         meta = {
             "Description": "Each atlas parcel's fraction of voxels (grayordinates) inside the "
