@@ -127,7 +127,7 @@ def local_maps(config, run, decoded, context, timings) -> dict:
     return maps
 
 
-def _map_sidecar(stat: str, config, run, context, n_nodes: int, cifti: bool) -> dict:
+def _map_sidecar(stat: str, config, context, n_nodes: int, cifti: bool) -> dict:
     """Return what a map's sidecar says of its measure."""
     from connscale.io.maps import map_sidecar
 
@@ -236,7 +236,7 @@ def write_local_maps(measure, config, run, decoded, out, context, timings) -> li
 
             affine = np.asarray(decoded.img.affine, dtype=np.float64)
             save_nifti_gz(out.path(name), _image(values, decoded.mask, affine))
-        meta = {**_map_sidecar(stat, config, run, context, n_nodes, cifti), **common}
+        meta = {**_map_sidecar(stat, config, context, n_nodes, cifti), **common}
         sidecar = name[: -len(extension)] + ".json"
         write_json_atomic(out.path(sidecar), meta)
         written += [name, sidecar]

@@ -148,14 +148,15 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
         _note_constant_regions(config, run, decoded, context, names, constant)
         for meta in (relmat_meta, series_meta):
             meta["ConstantRegions"] = [n for n, c in zip(names, constant) if c]
-    if coverage is not None:
+    if coverage is not None:  # every atlas label's coverage: (names, fractions)
         from connscale.bidsapp.coverage import coverage_sidecar
 
-        by_name = dict(zip(_region_names(config, coverage[0]), coverage[1]))
+        labels, fractions = coverage
+        coverage = (_region_names(config, labels), fractions)
+        by_name = dict(zip(*coverage))
         covered = coverage_sidecar(names, [by_name[n] for n in names], low, config.min_coverage)
         relmat_meta.update(covered)
         series_meta.update(covered)
-        coverage = (list(by_name), coverage[1])
     return _Prepared(series, names, relmat_meta, series_meta, low, coverage, decoded.regions)
 
 
