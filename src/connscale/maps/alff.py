@@ -220,7 +220,7 @@ def _lombscargle_amplitude(centred: torch.Tensor, spectrum: _Spectrum) -> torch.
 
 
 def _batch_maps(series: torch.Tensor, spectrum: _Spectrum, work_dtype: torch.dtype):
-    """ALFF, fALFF (float64) and which series are constant, of a (B, T) float64 batch."""
+    """Return ALFF, fALFF (float64) and which series are constant, of a (B, T) float64 batch."""
     centred, constant = _centred(series)
     if spectrum.basis is None:
         amplitude = _periodogram_amplitude(centred, work_dtype)
@@ -235,7 +235,7 @@ def _batch_maps(series: torch.Tensor, spectrum: _Spectrum, work_dtype: torch.dty
 
 
 def _device_batch(x, start: int, stop: int, device: torch.device) -> torch.Tensor:
-    """Columns ``start:stop`` of the (T, N) series as a (B, T) float64 tensor on ``device``."""
+    """Return columns ``start:stop`` of the (T, N) series, (B, T) float64 on ``device``."""
     if isinstance(x, torch.Tensor):
         block = x[:, start:stop].T.to(device)
     else:
