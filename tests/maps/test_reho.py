@@ -1,5 +1,6 @@
 """ReHo against a plain numpy Kendall's W with AFNI 3dReHo's neighbourhoods and tie rule."""
 
+import importlib
 from pathlib import Path
 
 import nibabel as nib
@@ -14,6 +15,8 @@ from connscale._compute import MemoryLimitError
 from connscale.maps import grayordinate_neighbours, reho_series, voxel_neighbours
 from connscale.maps.neighbours import FSLR32K_FACES
 
+# The module (connscale.maps.reho is the function).
+reho_module = importlib.import_module("connscale.maps.reho")
 CIFTI_91K = Path(__file__).resolve().parents[1] / "data" / "cifti" / "ones.dscalar.nii"
 SHAPE = (6, 7, 5)
 N_TIMEPOINTS = 24
@@ -28,11 +31,11 @@ def irregular_mask(seed=0):
 
 
 def simulated(mask, *, ties=False, seed=1):
-    """A 4-D image: smooth-ish random series; with ``ties``, values on a coarse grid."""
+    """A 4-D image of random series; with ``ties``, every other x-slice on a coarse grid."""
     rng = np.random.default_rng(seed)
     data = rng.standard_normal((*SHAPE, N_TIMEPOINTS)) + rng.standard_normal(N_TIMEPOINTS)
-    if ties:
-        data = np.round(data * 2) / 2  # multiples of 0.5: many tied values per series
+    if ties:  # multiples of 0.5: many tied values in these series, none in the others
+        data[::2] = np.round(data[::2] * 2) / 2
     data[~mask] = 0
     return data
 
@@ -157,7 +160,8 @@ def test_constant_neighbourhood_is_nan(device):
 
 def test_float32_and_float64_images_agree(device):
     mask = irregular_mask(seed=2)
-    data = simulated(mask, ties=True, seed=9)  # multiples of 0.5: exact in float32
+    data = simulated(mask, ties=True, seed=9)
+    data[1::2] = np.round(data[1::2] * 8) / 8  # every value exact in float32
     w32 = connscale.reho(*images(data, mask, np.float32), device=device).get_fdata()
     w64 = connscale.reho(*images(data, mask, np.float64), device=device).get_fdata()
     np.testing.assert_allclose(w32, w64, atol=1e-12, rtol=0)
@@ -170,14 +174,24 @@ def test_float32_and_float64_images_agree(device):
     )
 
 
-def test_small_memory_limit_gives_the_same_map(device):
+def test_small_memory_limit_gives_the_same_map(device, monkeypatch):
     mask = irregular_mask(seed=3)
     data = simulated(mask, ties=True, seed=10)
     x, neighbours = data[mask].T, voxel_neighbours(mask)
     one_shot = reho_series(x, neighbours, device=device)
-    batched = reho_series(x, neighbours, device=device, memory_limit=30_000)
+    calls = {"_average_ranks": 0, "_membership": 0}
+    for name in calls:
+        original = getattr(reho_module, name)
+
+        def counted(*args, _original=original, _name=name):
+            calls[_name] += 1
+            return _original(*args)
+
+        monkeypatch.setattr(reho_module, name, counted)
+    batched = reho_series(x, neighbours, device=device, memory_limit=110_000)
+    assert calls["_average_ranks"] > 1 and calls["_membership"] > 1
     np.testing.assert_allclose(batched, one_shot, atol=1e-12, rtol=0)
-    with pytest.raises(MemoryLimitError, match="ranks"):
+    with pytest.raises(MemoryLimitError, match="neighbour lists"):
         reho_series(x, neighbours, device=device, memory_limit=2_000)
 
 

@@ -30,15 +30,18 @@ series has ties.
 The computation: every series is ranked once on the device (one sort over
 time per series, in column blocks planned by the call's
 :class:`~connscale._compute.MemoryPlanner`), then the rank sums R_t of a block
-of neighbourhoods are gathered, one neighbour column at a time. Ranks are
-multiples of 1/2, so R_t - M(T + 1)/2 is exact in float32 (for T < 2²³) and its
-squares are summed in float64: W is exact to float64 rounding whatever the
-input's precision.
+of neighbourhoods are one sparse-dense product (the block's 0/1 membership
+matrix times the ranks). Ranks are multiples of 1/2, so R_t - M(T + 1)/2 is
+exact in float32 while 2 K T < 2²⁴ (K the largest neighbourhood; float64 ranks
+beyond) and its squares are summed in float64: W is exact to float64 rounding
+whatever the input's precision. Only the series with ties go through the tie
+bookkeeping.
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from numbers import Integral
 
 import numpy as np
@@ -56,8 +59,7 @@ from connscale.maps.prepare import _checked
 _RANK_BYTES_PER_VALUE = 96
 
 #: Device bytes per time point of a neighbourhood of the W pass: the rank sums
-#: and one gathered neighbour row (float32), their centred float64 copy and its
-#: squares.
+#: (float64 at most) and room for the norm's float64 cast.
 _W_BYTES_PER_TIMEPOINT = 24
 
 _HINT = "Raise memory_limit, or use fewer series (a coarser mask)."
@@ -108,11 +110,10 @@ def reho_series(timeseries, neighbours, *, device: str = "auto", memory_limit=No
     array([1., 1.])
     """
     x = _checked(timeseries)  # a tensor stays where it lies
-    neighbours = _checked_neighbours(neighbours, x.shape[1])
     dev = x.device if isinstance(x, torch.Tensor) else resolve_device(device)
     planner = planner_for(dev, memory_limit, hint=_HINT)
     with planner.transient(), torch.no_grad():
-        w = _reho(x, neighbours, planner)
+        w = _reho(x, _checked_neighbours(neighbours, x.shape[1], planner), planner)
     return w.cpu().numpy()
 
 
@@ -181,52 +182,75 @@ def _load(img, name: str):
     return img
 
 
-def _checked_neighbours(neighbours, n_series: int) -> np.ndarray:
-    """Return ``neighbours`` as int64 (n_series, K), each row holding its own index once."""
-    nb = np.asarray(neighbours)
-    if nb.ndim != 2 or nb.shape[0] != n_series or not np.issubdtype(nb.dtype, np.integer):
+def _checked_neighbours(neighbours, n_series: int, planner: MemoryPlanner) -> torch.Tensor:
+    """Return ``neighbours`` as int64 (n_series, K) on the device, checked there.
+
+    Each row must hold its own index, once, and no index twice.
+    """
+    nb = torch.as_tensor(neighbours)
+    if (
+        nb.ndim != 2
+        or nb.shape[0] != n_series
+        or nb.dtype == torch.bool
+        or nb.is_floating_point()
+        or nb.is_complex()
+    ):
         raise ValueError(
             f"'neighbours' must be an integer array of shape (n_series={n_series}, K); got "
-            f"dtype {nb.dtype}, shape {nb.shape}."
+            f"dtype {nb.dtype}, shape {tuple(nb.shape)}."
         )
-    nb = nb.astype(np.int64, copy=False)
-    if nb.size and (nb.min() < -1 or nb.max() >= n_series):
+    planner.reserve_device(8 * nb.numel())
+    planner.require(17 * nb.numel(), f"Checking the neighbour lists ({tuple(nb.shape)})")
+    nb = nb.to(device=planner.device, dtype=torch.int64)
+    low, high = (int(v) for v in torch.aminmax(nb)) if nb.numel() else (0, 0)
+    if low < -1 or high >= n_series:
         raise ValueError(
             f"'neighbours' must hold series indices 0..{n_series - 1} or -1 (none); got values "
-            f"{nb.min()}..{nb.max()}."
+            f"{low}..{high}."
         )
-    rows = np.sort(nb, axis=1)
-    repeated = ((rows[:, 1:] == rows[:, :-1]) & (rows[:, 1:] >= 0)).any(axis=1)
-    missing_self = ~(nb == np.arange(n_series)[:, None]).any(axis=1)
-    for bad, what in ((missing_self, "does not hold its own index"), (repeated, "repeats a")):
-        if bad.any():
-            first = int(np.flatnonzero(bad)[0])
+    rows = torch.sort(nb, dim=1).values
+    repeated = ((rows[:, 1:] == rows[:, :-1]) & (rows[:, 1:] >= 0)).any(dim=1)
+    del rows
+    own = torch.arange(n_series, device=nb.device)[:, None]
+    for bad, what in (
+        (~(nb == own).any(dim=1), "does not hold its own index"),
+        (repeated, "repeats a"),
+    ):
+        count = int(bad.sum())
+        if count:
+            first = int(torch.nonzero(bad)[0, 0])
             raise ValueError(
-                f"Row {first} of 'neighbours' {what} series ({int(bad.sum())} rows): each row "
+                f"Row {first} of 'neighbours' {what} series ({count} rows): each row "
                 "lists the series of one neighbourhood, itself included, once each."
             )
     return nb
 
 
-def _reho(x: np.ndarray, neighbours: np.ndarray, planner: MemoryPlanner) -> torch.Tensor:
-    """Kendall's W of every neighbourhood, float64 on the device."""
-    ranks, ties = rank_series(x, planner)
+def _reho(x, neighbours: torch.Tensor, planner: MemoryPlanner) -> torch.Tensor:
+    """Return Kendall's W of every neighbourhood, float64 on the device.
+
+    Ranks are float32 while every rank sum (a multiple of 1/2 below K·T) is
+    exact in it, float64 beyond.
+    """
+    exact_in_float32 = 2 * neighbours.shape[1] * x.shape[0] < 2**24
+    ranks, ties = rank_series(x, planner, torch.float32 if exact_in_float32 else torch.float64)
     return kendall_w(ranks, ties, neighbours, planner)
 
 
-def rank_series(x, planner: MemoryPlanner) -> tuple[torch.Tensor, torch.Tensor]:
+def rank_series(
+    x, planner: MemoryPlanner, rank_dtype: torch.dtype = torch.float64
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Rank each series of ``x`` (T, N) over time on the planner's device.
 
     Returns
     -------
-    ranks : torch.Tensor of shape (N + 1, T)
+    ranks : torch.Tensor of shape (N + 1, T), ``rank_dtype``
         Ranks 1..T, ties given their average; a last row of zeros (the -1 of
-        the neighbour lists). float32 while T < 2**23, float64 beyond.
+        the neighbour lists).
     ties : torch.Tensor of shape (N + 1,), float64
         Σ_g (t_g³ - t_g) over each series' groups of ties; 0 in the last row.
     """
     n_timepoints, n = x.shape
-    rank_dtype = torch.float32 if n_timepoints < 2**23 else torch.float64
     itemsize = torch.empty((), dtype=rank_dtype).element_size()
     planner.reserve_device((n + 1) * (n_timepoints * itemsize + 8))
     columns = planner.fit(
@@ -252,56 +276,89 @@ def _column_block(x, c0: int, c1: int, device) -> torch.Tensor:
 
 
 def _average_ranks(block: torch.Tensor, rank_dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """Ranks of each row of ``block`` (ties averaged) and Σ (t³ - t) of its ties."""
-    n_timepoints = block.shape[1]
+    """Return the ranks of each row of ``block`` (ties averaged) and Σ (t³ - t) of its ties.
+
+    Ranks 1..T are scattered to every row, then the few rows with ties (any
+    two equal values) are ranked again with their groups averaged.
+    """
+    n_rows, n_timepoints = block.shape
     values, order = torch.sort(block, dim=1, stable=True)
-    position = torch.arange(n_timepoints, device=block.device).expand_as(order)
-    new = torch.ones_like(values, dtype=torch.bool)
-    new[:, 1:] = values[:, 1:] != values[:, :-1]  # a group of equal values starts
+    tied = values[:, 1:] == values[:, :-1]  # equal to the value before
     del values
+    steps = torch.arange(1, n_timepoints + 1, dtype=rank_dtype, device=block.device)
+    ranks = torch.empty(block.shape, dtype=rank_dtype, device=block.device)
+    ranks.scatter_(1, order, steps.expand(n_rows, n_timepoints))
+    ties = torch.zeros(n_rows, dtype=torch.float64, device=block.device)
+    rows = torch.nonzero(tied.any(dim=1)).flatten()
+    if len(rows):
+        ranks[rows], ties[rows] = _tied_ranks(tied[rows], order[rows], rank_dtype)
+    return ranks, ties
+
+
+def _tied_ranks(tied: torch.Tensor, order: torch.Tensor, rank_dtype):
+    """Return the average ranks and Σ (t³ - t) of rows with ties from their order and tie flags."""
+    n_timepoints = order.shape[1]
+    position = torch.arange(n_timepoints, device=order.device).expand_as(order)
+    new = torch.ones_like(order, dtype=torch.bool)
+    new[:, 1:] = ~tied  # a group of equal values starts
     start = torch.where(new, position, 0).cummax(dim=1).values
     last = torch.ones_like(new)
     last[:, :-1] = new[:, 1:]  # a group ends
     end = torch.where(last, position, n_timepoints).flip(1).cummin(dim=1).values.flip(1)
-    del new, last
     length = (end - start + 1).to(torch.float64)
     ties = (length * length - 1).sum(dim=1)  # each of t tied values adds t² - 1
-    ranks = torch.empty(block.shape, dtype=rank_dtype, device=block.device)
+    ranks = torch.empty(order.shape, dtype=rank_dtype, device=order.device)
     ranks.scatter_(1, order, ((start + end).to(rank_dtype) + 2) / 2)
     return ranks, ties
 
 
 def kendall_w(
-    ranks: torch.Tensor, ties: torch.Tensor, neighbours: np.ndarray, planner: MemoryPlanner
+    ranks: torch.Tensor, ties: torch.Tensor, neighbours: torch.Tensor, planner: MemoryPlanner
 ) -> torch.Tensor:
-    """Kendall's W of each neighbourhood, from :func:`rank_series`'s ranks.
+    """Return Kendall's W of each neighbourhood from :func:`rank_series`'s ranks.
 
-    Neighbourhoods are taken in blocks that fit what is left of the
-    planner's device budget. Returns float64 (n_series,), NaN where the
-    denominator is 0 (every member constant).
+    The rank sums of a block of neighbourhoods are one sparse-dense product:
+    the block's 0/1 membership matrix (CSR) times the ranks. Blocks fit what
+    is left of the planner's device budget. Returns float64 (n_series,), NaN
+    where the denominator is 0 (every member constant).
     """
     n, k = neighbours.shape
     n_timepoints = ranks.shape[1]
     planner.reserve_device(8 * n)  # the map
+    if ranks.device.type == "cuda":  # cuSPARSE may take a column-major copy of the ranks
+        planner.reserve_device(ranks.numel() * ranks.element_size())
     rows = planner.fit(
-        _W_BYTES_PER_TIMEPOINT * n_timepoints + 16 * k,
+        _W_BYTES_PER_TIMEPOINT * n_timepoints + 32 * k,
         f"Kendall's W of {n} neighbourhoods x {n_timepoints} time points",
         at_most=n,
     )
     w = torch.empty(n, dtype=torch.float64, device=ranks.device)
-    pad = ranks.shape[0] - 1  # the row of zeros
     for r0 in range(0, n, rows):
-        block = torch.from_numpy(neighbours[r0 : r0 + rows]).to(ranks.device)
-        block = torch.where(block < 0, pad, block)
-        sums = ranks.index_select(0, block[:, 0])
-        for j in range(1, k):
-            sums += ranks.index_select(0, block[:, j])
-        members = (block != pad).sum(dim=1).to(torch.float64)
-        centred = sums.to(torch.float64) - (members * (n_timepoints + 1) / 2)[:, None]
+        block = neighbours[r0 : r0 + rows]
+        membership, members = _membership(block, ranks)
+        sums = membership @ ranks  # (rows, T): R_t of each neighbourhood
+        del membership
+        sums -= (members.to(ranks.dtype) * (n_timepoints + 1) / 2)[:, None]  # exact
+        spread = torch.linalg.vector_norm(sums, dim=1, dtype=torch.float64) ** 2
         del sums
-        spread = torch.einsum("bt,bt->b", centred, centred)
-        del centred
-        tied = ties.index_select(0, block.reshape(-1)).view(block.shape).sum(dim=1)
+        tied = ties[torch.where(block < 0, len(ties) - 1, block)].sum(dim=1)  # ties[-1] = 0
+        members = members.to(torch.float64)
         denominator = members * members * (n_timepoints**3 - n_timepoints) - members * tied
         w[r0 : r0 + rows] = torch.where(denominator > 0, 12 * spread / denominator, torch.nan)
     return w
+
+
+def _membership(block: torch.Tensor, ranks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Return the CSR 0/1 matrix (rows, N + 1) of a block of neighbour lists and its row sizes."""
+    valid = block >= 0
+    counts = valid.sum(dim=1)
+    crow = torch.zeros(len(block) + 1, dtype=torch.int64, device=block.device)
+    torch.cumsum(counts, dim=0, out=crow[1:])
+    columns = block[valid]
+    ones = torch.ones(len(columns), dtype=ranks.dtype, device=block.device)
+    with warnings.catch_warnings():  # torch's notice that CSR support is in beta
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support", category=UserWarning)
+        membership = torch.sparse_csr_tensor(
+            crow, columns, ones, size=(len(block), ranks.shape[0]), check_invariants=False
+        )
+    return membership, counts
