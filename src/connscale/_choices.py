@@ -24,11 +24,17 @@ STRATEGIES = ("simple", "scrubbing", "compcor", "ica_aroma", "none", *NUISANCE_S
 #: set, :mod:`connscale.bidsapp.voxel_measures`).
 REGION_MEASURES = ("fc", "timeseries", "dfc", "pairs")
 VOXEL_MEASURES = ("voxelfc",)
-MAP_MEASURES = ("maps", "networks")
+MAP_MEASURES = ("maps", "networks", "alff", "reho")
+#: The maps also averaged over each atlas parcel in the atlas-level set.
+PARCELLATED_MAPS = ("alff", "reho")
 MEASURES = REGION_MEASURES + VOXEL_MEASURES + MAP_MEASURES
 
+#: How the BIDS-App spells its output names: connscale's (giga-connectome's
+#: entities) or XCP-D's (:mod:`connscale.bidsapp.xcpd_names`).
+OUTPUT_SPELLINGS = ("giga", "xcpd")
+
 #: The kinds of columns of the BIDS-App's group feature table.
-GROUP_FEATURES = ("edges", "dfc", "states", "maps")
+GROUP_FEATURES = ("edges", "dfc", "states", "maps", "alff", "reho")
 
 #: Distances of the DFC states' k-means (:class:`connscale.states.DFCStates`'s ``metric``).
 STATE_METRICS = ("l1", "correlation", "euclidean")

@@ -173,8 +173,6 @@ def test_up_front_refusals(tree, tmp_path):
     tmp, root = tree
     with pytest.raises(ValueError, match="CIFTI runs have no measure voxelfc"):
         _run(tree, tmp_path / "a", measures=["fc", "voxelfc"])
-    with pytest.raises(ValueError, match="--write-denoised writes CIFTI runs"):
-        _run(tree, tmp_path / "b", file_format="nifti", write_denoised=True)
     with pytest.raises(ValueError, match="nibabel reads CIFTI-2 only|not .*CIFTI"):
         _run(tree, tmp_path / "c", atlas=root / "dataset_description.json")
     with pytest.raises(ValueError, match="desc-confounds_timeseries.tsv is not a readable GIFTI"):

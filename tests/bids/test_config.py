@@ -149,6 +149,8 @@ def test_keyword_defaults_are_kept():
         "file_format": None,
         "surfaces": None,
         "write_denoised": False,
+        "min_coverage": 0.5,
+        "output_spelling": "giga",
         "t_r": None,
         "despike": False,
         "min_dof": 10,
@@ -210,6 +212,8 @@ def test_output_parameters_are_those_of_before():
         "precision": "exact",
         "n_atoms": 10,
         "network_sparsity": 0.07,
+        "min_coverage": 0.5,  # issue 25: the region outputs' coverage rule and names
+        "output_spelling": "giga",
     }
     assert set(config.region_parameters()) == set(config.parameters()) - {
         "degree_thresholds",

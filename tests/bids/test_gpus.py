@@ -173,17 +173,11 @@ def test_the_report_records_the_readers_of_each_gpu_worker(tmp_path, monkeypatch
 
 
 def _outputs(out):
-    """Every published matrix and series of a participant call (a header row each), by name.
-
-    The QC tables, whose first columns are the run's entities, as their numbers.
-    """
+    """Every published table of a participant call (its numbers; a header row each), by name."""
     import pandas as pd
 
     tables = {p.name: pd.read_csv(p, sep="\t") for p in sorted(out.rglob("sub-*/func/*.tsv"))}
-    return {
-        name: (table.select_dtypes("number") if name.endswith("_qc.tsv") else table).to_numpy(float)
-        for name, table in tables.items()
-    }
+    return {name: table.select_dtypes("number").to_numpy(float) for name, table in tables.items()}
 
 
 @pytest.mark.cluster
@@ -208,7 +202,7 @@ def test_gpu_workers_with_reader_processes_publish_what_the_serial_path_does(tmp
     assert report["gpu_workers"] == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
     assert report["gpu_readers"]["readers_per_worker"] == 2
     expected, got = _outputs(tmp_path / "serial"), _outputs(tmp_path / "gpus")
-    assert sorted(got) == sorted(expected) and len(got) == 9  # relmat, series, QC table
+    assert sorted(got) == sorted(expected) and len(got) == 12  # relmat, series, QC, coverage
     for name, values in expected.items():
         np.testing.assert_allclose(got[name], values, rtol=0, atol=1e-6, err_msg=name)
 

@@ -114,8 +114,8 @@ def test_one_line_naming_the_file_recorded(participant, case):
 def test_the_other_runs_go_on(participant):
     records, errors_path = participant
     assert len(records) == len(CASES) + 1  # a run stored twice is one run
-    # relmat, timeseries and the QC table, each with its sidecar
-    assert records[GOOD]["status"] == "ok" and len(records[GOOD]["outputs"]) == 6
+    # relmat, timeseries, the QC table and (issue 25) the coverage table, each with its sidecar
+    assert records[GOOD]["status"] == "ok" and len(records[GOOD]["outputs"]) == 8
     assert len(pd.read_csv(errors_path, sep="\t")) == len(CASES)
 
 

@@ -52,7 +52,7 @@ def test_names_parse_back_with_pybids(outputs):
     from bids import BIDSLayout
 
     tmp, _, record = outputs
-    assert len(record["outputs"]) == 12  # the QC table and its sidecar among them
+    assert len(record["outputs"]) == 14  # the QC and coverage tables and their sidecars among them
     layout = BIDSLayout(
         tmp / "out", validate=False, config=["bids", "derivatives", pybids_config()]
     )
@@ -63,9 +63,19 @@ def test_names_parse_back_with_pybids(outputs):
         }
         assert from_pybids(layout.get_file(path).get_entities()) == expected
         assert expected["desc"] == "scrubbing"
-        assert set(expected) <= {"sub", "ses", "task", "run", "space", "seg", "meas", "desc"}
+        assert set(expected) <= {
+            "sub",
+            "ses",
+            "task",
+            "run",
+            "space",
+            "seg",
+            "meas",
+            "stat",
+            "desc",
+        }
         suffixes.add(parse_bids_name(path)["suffix"])
-    assert suffixes == {"relmat", "timeseries", "dfc", "pairs", "qc"}
+    assert suffixes == {"relmat", "timeseries", "dfc", "pairs", "qc", "bold"}
     voxel = _one(record, "_relmat.h5")
     assert "seg-" not in voxel and "_meas-PearsonCorrelation_desc-scrubbing_" in voxel
 
@@ -169,7 +179,9 @@ def test_second_atlas_reuses_the_voxel_set(outputs, tmp_path):
     assert [parse_bids_name(p)["suffix"] for p in other.records[0]["outputs"]] == [
         "relmat",
         "relmat",
-    ]  # only the new atlas's relmat and sidecar
+        "bold",
+        "bold",
+    ]  # only the new atlas's relmat, its coverage table and their sidecars
     with pytest.raises(ValueError, match="need a window length"):
         run_participant(
             root,

@@ -78,5 +78,6 @@ def test_map_names_keep_one_desc(tmp_path):
 
 
 def test_unknown_suffix_is_refused():
-    with pytest.raises(ValueError, match="connscale writes no '_bold.tsv' file; suffixes: relmat"):
-        bids_name({"sub": "01"}, suffix="bold", extension=".tsv")
+    # (issue 25: '_bold.tsv' is now written, the coverage table as XCP-D names it)
+    with pytest.raises(ValueError, match="connscale writes no '_bold.h5' file; suffixes: relmat"):
+        bids_name({"sub": "01"}, suffix="bold", extension=".h5")

@@ -41,7 +41,7 @@ __all__ = [
 
 #: The measures of a CIFTI run: the atlas level's and the grayordinate maps
 #: (``write_denoised`` adds its dtseries).
-CIFTI_MEASURES = (*REGION_MEASURES, "maps")
+CIFTI_MEASURES = (*REGION_MEASURES, "maps", "alff", "reho")
 
 #: How far the dtseries' TR may be from the sidecar's (relative): rounding in either file.
 _TR_TOLERANCE = 1e-3
@@ -192,7 +192,7 @@ def decode_cifti_run(config: ParticipantConfig, run: BoldRun) -> CiftiDecoded:
 def held_bytes(config: ParticipantConfig, decoded: CiftiDecoded) -> int:
     """Bytes a CIFTI run holds through its task: its series and their widest cleaned copy."""
     kept = decoded.context["operator"].volumes.size
-    dense = config.write_denoised or "maps" in config.measures
+    dense = config.write_denoised or {"maps", "alff", "reho"} & set(config.measures)
     regions = 0 if decoded.regions is None else decoded.regions.size
     width = decoded.data.shape[1] if dense else regions
     return decoded.data.nbytes + kept * width * np.dtype(config.dtype).itemsize

@@ -25,25 +25,42 @@ import numpy as np
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
 
-__all__ = ["write_cifti_maps"]
+__all__ = ["cleaned_grayordinates", "write_cifti_maps"]
+
+
+def cleaned_grayordinates(config, decoded, context, timings) -> np.ndarray:
+    """Return the run's denoised grayordinate series (n_kept, n_grayordinates), cleaned once.
+
+    The first set of the run that needs them (``write_denoised``, ``maps``)
+    cleans them within ``memory_limit``; the others read them from
+    ``context['cleaned_grayordinates']`` (the run's budget counts them once,
+    see :func:`connscale.bidsapp.cifti_decode.held_bytes`).
+    """
+    from connscale.bidsapp.cifti_decode import read_only_series
+    from connscale.denoise import clean_signals
+
+    cleaned = context.get("cleaned_grayordinates")
+    if cleaned is None:
+        tic = time.perf_counter()
+        with read_only_series():
+            cleaned = clean_signals(
+                decoded.data,
+                context["operator"],
+                standardize=config.standardize,
+                device=config.device,
+                dtype=config.dtype,
+                memory_limit=config.memory_limit,
+            )
+        timings["clean"] += time.perf_counter() - tic
+        context["cleaned_grayordinates"] = cleaned
+    return cleaned
 
 
 def _cleaned(config, run, decoded, context, timings) -> tuple[np.ndarray, int]:
     """Return the run's denoised grayordinate series and how many are constant (noted)."""
-    from connscale.bidsapp.cifti_decode import read_only_series
     from connscale.bidsapp.outputs import constant_columns
-    from connscale.denoise import clean_signals
 
-    tic = time.perf_counter()
-    with read_only_series():
-        series = clean_signals(
-            decoded.data,
-            context["operator"],
-            standardize=config.standardize,
-            device=config.device,
-            dtype=config.dtype,
-        )
-    timings["clean"] += time.perf_counter() - tic
+    series = cleaned_grayordinates(config, decoded, context, timings)
     n_constant = int(constant_columns(series).sum())
     if n_constant:
         context["warnings"].append(
@@ -110,7 +127,7 @@ def write_cifti_maps(config, run, decoded, out, context, timings) -> list[str]:
     for extra, values, sidecar in maps:
         entities = {**run.entities, **extra, "desc": config.desc}
         name = bids_name(entities, suffix="boldmap", extension=".dscalar.nii")
-        title = name.split("_desc-")[0].split("_", 1)[-1]
+        title = name.split("_desc-")[0].split("_boldmap.")[0].split("_", 1)[-1]
         write_dscalar(out.path(name), brain_model, [title], np.asarray(values)[None])
         meta = {**sidecar, "Nodes": "grayordinates", "NumberOfConstantGrayordinates": n_constant}
         meta["RepetitionTime"] = run.t_r

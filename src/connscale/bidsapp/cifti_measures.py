@@ -14,6 +14,7 @@ XCP-D's spelling (:mod:`connscale.io.cifti`)::
     <source>_seg-<atlas>_desc-<strategy>_timeseries.tsv / .json (timeseries)
     <source>_seg-<atlas>_stat-mean_desc-<strategy>_timeseries.ptseries.nii (timeseries)
     <source>_seg-<atlas>_stat-coverage_desc-<strategy>_boldmap.pscalar.nii
+    <source>_seg-<atlas>_stat-coverage_desc-<strategy>_bold.tsv / .json
     <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_dfc.h5 / _pairs.h5 (as volumes)
     <source>_seg-<atlas>_desc-<strategy>_report.html
 
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from connscale.bidsapp.cifti_decode import read_only_series
+from connscale.bidsapp.coverage import apply_min_coverage, coverage_sidecar
 from connscale.bidsapp.outputs import constant_columns, constant_message, sidecars
 from connscale.bidsapp.region_measures import _Prepared, _RegionSet
 from connscale.io.atomic import write_json_atomic
@@ -60,6 +62,10 @@ def write_cifti_set(kind, config, run, decoded, out, context, timings) -> tuple[
         from connscale.bidsapp.cifti_maps import write_cifti_maps
 
         return write_cifti_maps(config, run, decoded, out, context, timings), {}
+    if kind in ("alff", "reho"):
+        from connscale.bidsapp.local_maps import write_local_maps
+
+        return write_local_maps(kind, config, run, decoded, out, context, timings), {}
     raise ValueError(f"A CIFTI run has no {kind} set.")
 
 
@@ -117,9 +123,13 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
     )
     timings["clean"] += time.perf_counter() - tic
     names = [atlas.names[int(k)] for k in keys[kept]]
-    constant = constant_columns(series)
-    if constant.all():
-        raise ValueError(f"No parcel of {run.bold.name} varies after cleaning.")
+    low = apply_min_coverage(series, parcellation.coverage[kept], config.min_coverage)
+    constant = constant_columns(series) & ~low
+    if (constant | low).all():
+        raise ValueError(
+            f"No parcel of {run.bold.name} varies after cleaning"
+            + (f" with --min-coverage {config.min_coverage:g}." if low.any() else ".")
+        )
     relmat_meta, series_meta = sidecars(
         config,
         run,
@@ -138,6 +148,7 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
         "-cifti-parcellate -method MEAN); coverage: the fraction used",
         "EmptyParcels": [atlas.names[int(k)] for k in keys[~kept]],
     }
+    extra.update(coverage_sidecar(names, parcellation.coverage[kept], low, config.min_coverage))
     relmat_meta.update(extra)
     series_meta.update(extra)
     if decoded.constant.any():
@@ -160,7 +171,17 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
         atlas_axis=parcels_axis(atlas.labels, atlas.names, brain_model),
         coverage=parcellation.coverage,
     )
-    return _Prepared(series, names, relmat_meta, series_meta), parcels
+    all_names = [atlas.names[int(k)] for k in keys]
+    prepared = _Prepared(
+        series,
+        names,
+        relmat_meta,
+        series_meta,
+        low,
+        (all_names, parcellation.coverage),
+        keys[kept],
+    )
+    return prepared, parcels
 
 
 @dataclass
@@ -173,16 +194,16 @@ class _CiftiRegionSet(_RegionSet):
         entities = {**self._labelled, "stat": stat}
         return bids_name(entities, suffix=suffix, extension=extension)
 
-    def _coverage(self) -> list[str]:
-        """Stage the coverage map once (again when the measure that staged it failed)."""
+    def _write_coverage(self) -> list[str]:
+        """Stage the coverage table and map beside the set's region files."""
         from connscale.io.cifti import write_pscalar
 
-        name = self._name("coverage", "boldmap", ".pscalar.nii")
-        if name in self.out.names:
+        if not self.written:
             return []
+        name = self._name("coverage", "boldmap", ".pscalar.nii")
         coverage = self.parcels.coverage[None].astype(np.float32)
         write_pscalar(self.out.path(name), self.parcels.atlas_axis, ["coverage"], coverage)
-        return [name]
+        return [*super()._write_coverage(), name]
 
     def _write_fc(self) -> list[str]:
         from connscale.io.cifti import write_pconn
@@ -191,7 +212,7 @@ class _CiftiRegionSet(_RegionSet):
         tic = time.perf_counter()
         name = self._name("pearsoncorrelation", "boldmap", ".pconn.nii")
         write_pconn(self.out.path(name), self.parcels.axis, self.fc.astype(np.float32))
-        written += [name, *self._coverage()]
+        written.append(name)
         self.timings["write"] += time.perf_counter() - tic
         return written
 
@@ -205,9 +226,9 @@ class _CiftiRegionSet(_RegionSet):
             self.out.path(name),
             self.parcels.axis,
             _kept_series_axis(self.decoded),
-            self.prepared.series.astype(np.float32),
+            self.prepared.written_series.astype(np.float32),
         )
-        written += [name, *self._coverage()]
+        written.append(name)
         self.timings["write"] += time.perf_counter() - tic
         return written
 
@@ -229,23 +250,13 @@ def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
     a grayordinate constant over time is 0 (counted in the sidecar and the
     run's warning).
     """
-    from connscale.denoise import clean_signals
+    from connscale.bidsapp.cifti_maps import cleaned_grayordinates
     from connscale.io.cifti import write_dtseries
 
     kept = context["operator"].volumes.size
     n = decoded.data.shape[1]
     out.check_space(4 * kept * n, what=f"the denoised series of {run.name}")
-    tic = time.perf_counter()
-    with read_only_series():
-        cleaned = clean_signals(
-            decoded.data,
-            context["operator"],
-            standardize=config.standardize,
-            device=config.device,
-            dtype=config.dtype,
-            memory_limit=config.memory_limit,
-        )
-    timings["clean"] += time.perf_counter() - tic
+    cleaned = cleaned_grayordinates(config, decoded, context, timings)
     constant = constant_columns(cleaned)
     tic = time.perf_counter()
     name = bids_name(

@@ -274,6 +274,7 @@ def decode_run(config: ParticipantConfig, run: BoldRun) -> DecodedRun:
         voxels=maps
         or config.reports
         or config.despike
+        or config.write_denoised
         or any(m in VOXEL_MEASURES + MAP_MEASURES for m in config.measures),
     )
     for values in (read.data, read.region_means):

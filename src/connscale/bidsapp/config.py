@@ -25,7 +25,9 @@ from connscale._choices import (
     GROUP_FEATURES,
     MEASURES,
     MOTION_FILTERS,
+    OUTPUT_SPELLINGS,
     OUTPUT_TYPES,
+    PARCELLATED_MAPS,
     REGION_MEASURES,
     STATE_METRICS,
     STRATEGIES,
@@ -213,17 +215,21 @@ class ParticipantConfig:
         "(degree, eigenvector centrality and global correlation maps,\n"
         "``_boldmap.nii.gz``) and ``networks`` (r1DL spatial maps and time\n"
         "courses, ``_components.nii.gz`` and ``_mixing.tsv``); see\n"
-        ":mod:`connscale.bidsapp.voxel_measures`.",
+        ":mod:`connscale.bidsapp.voxel_measures`; ``alff`` (ALFF and fALFF) and\n"
+        "``reho`` (ReHo) maps, XCP-D's, with their parcel means in the atlas-level\n"
+        "set (:mod:`connscale.bidsapp.local_maps`).",
         flag=Flag(("--measures",), group=ATLAS, convert=participant_measures,
                   levels=("participant", "group"),
                   help=f"Comma-separated, among {', '.join(MEASURES)}: fc and timeseries "
-                  "(atlas level, TSV), dfc (sliding-window FC of all region pairs) "
+                  "(atlas level, TSV), dfc (sliding window FC of all region pairs) "
                   "and pairs (each region pair's windowed course and summaries), "
-                  "HDF5; voxelfc: the voxel level, every pair of in-mask voxels "
+                  "HDF5; voxelfc: the voxel level, every pair of voxels in the mask "
                   "(_relmat.h5 with the mask and voxel coordinates); maps: degree "
                   "(binary, weighted), eigenvector centrality and global correlation "
                   "maps of the voxels (_boldmap.nii.gz); networks: r1DL spatial maps "
-                  "(_components.nii.gz) and time courses (_mixing.tsv). states: participant, "
+                  "(_components.nii.gz) and time courses (_mixing.tsv); alff (ALFF, fALFF) "
+                  "and reho (ReHo): XCP-D's maps, and their parcel means beside the region "
+                  "series. states: participant, "
                   "an alias of dfc; group, requires every run's DFC and clusters it into "
                   "--states DFC states (done anyway when every run has DFC)."),
     )  # fmt: skip
@@ -305,13 +311,40 @@ class ParticipantConfig:
         False,
         fingerprint=False,
         constraints=["boolean"],
-        doc="CIFTI runs: also publish the denoised grayordinate series\n"
-        "(``<source>_desc-<strategy>_bold.dtseries.nii``, the kept volumes\n"
-        "cleaned and standardized as the parcels are).",
+        doc="Also publish the denoised BOLD (``<source>_desc-<strategy>_bold.nii.gz``,\n"
+        "through the run's mask, 0 outside; on CIFTI runs the grayordinate series,\n"
+        "``_bold.dtseries.nii``): the kept volumes cleaned and standardized as the\n"
+        "regions are.",
         flag=Flag(("--write-denoised",), group=ATLAS, action="store_true", default=False,
                   levels=("participant",),
-                  help="CIFTI runs: also write the denoised dtseries (desc-<STRATEGY>_bold."
-                  "dtseries.nii)."),
+                  help="Also write the denoised BOLD (desc-<STRATEGY>_bold.nii.gz through the "
+                  "mask; .dtseries.nii for CIFTI runs)."),
+    )  # fmt: skip
+    min_coverage: float = param(
+        0.5,
+        constraints=[Interval(Real, 0, 1, closed="both")],
+        doc="Atlas-level measures: a parcel with less than this fraction of its atlas\n"
+        "voxels inside the run's mask (of its grayordinates used, on CIFTI runs) is\n"
+        "NaN in the region series and the connectome, as XCP-D's ``--min-coverage``;\n"
+        "each parcel's coverage is written beside them\n"
+        "(:mod:`connscale.bidsapp.coverage`).",
+        flag=Flag(("--min-coverage",), group=ATLAS, type=("number", 0.0, 1.0),
+                  levels=("participant",),
+                  help="Parcels with less of their voxels (grayordinates) inside the run's "
+                  "mask are NaN in the region series and relmats (XCP-D's rule)."),
+    )  # fmt: skip
+    output_spelling: str = param(
+        "giga",
+        constraints=[StrOptions(set(OUTPUT_SPELLINGS))],
+        doc="The output names: ``'giga'`` (giga-connectome's entities, the\n"
+        "strategy in ``desc-``) or ``'xcpd'`` (XCP-D's names: ``atlas-``,\n"
+        "``stat-pearsoncorrelation_relmat``, ``stat-mean_timeseries``,\n"
+        "``desc-denoised_bold``, no strategy; one strategy per output folder).\n"
+        "See :mod:`connscale.bidsapp.xcpd_names`.",
+        flag=Flag(("--output-spelling",), group=ATLAS, choices=OUTPUT_SPELLINGS,
+                  levels=("participant",),
+                  help="Output names: connscale's (giga-connectome's entities) or XCP-D's, so "
+                  "that scripts written for XCP-D outputs read them."),
     )  # fmt: skip
     low_pass: float | None = param(
         None,
@@ -766,7 +799,7 @@ class ParticipantConfig:
     def region_parameters(self) -> dict:
         """Return what changes the run's atlas-level set."""
         kept = self.parameters()
-        kept["measures"] = [m for m in self.measures if m in REGION_MEASURES]
+        kept["measures"] = [m for m in self.measures if m in REGION_MEASURES + PARCELLATED_MAPS]
         for key in ("degree_thresholds", "precision", "n_atoms", "network_sparsity"):
             kept.pop(key)
         if not any(m in WINDOWED for m in self.measures):
@@ -879,15 +912,17 @@ class GroupConfig:
         "edge's mean and standard deviation of Fisher z over the run's windows;\n"
         "requires every run's DFC), DFC state features\n"
         "(when states are computed), voxel maps inside the common mask\n"
-        "(requires every run's maps; one column per voxel and map).",
+        "(requires every run's maps; one column per voxel and map): ``maps``\n"
+        "(degree, ECM, GCOR), ``alff`` (ALFF, fALFF), ``reho``.",
         flag=Flag(("--group-features",), group=GROUP, metavar="KIND[,KIND...]",
                   dest="group_features", convert=_features, levels=("group",),
                   help="Columns of the group feature table (and of the classification), "
-                  "among edges, dfc, states, maps: Fisher-z edges, DFC summaries (each "
+                  "among edges, dfc, states, maps, alff, reho: Fisher-z edges, DFC summaries (each "
                   "edge's mean and standard deviation of Fisher z over windows; every run "
                   "needs --measures dfc), DFC state features (when states are computed), the "
                   "voxel maps inside the runs' common mask (every run needs --measures maps; "
-                  "one column per voxel and map, large)."),
+                  "one column per voxel and map, large); alff, reho: the ALFF and fALFF, ReHo "
+                  "maps so (every run needs --measures alff, reho)."),
     )  # fmt: skip
     n_states: int = param(
         5,

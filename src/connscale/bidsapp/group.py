@@ -84,6 +84,8 @@ _FEATURE_LABELS = {
     "dfc": "DFC summaries (each edge's mean and standard deviation of Fisher z over windows)",
     "states": "DFC state features",
     "maps": "voxel maps in the common mask",
+    "alff": "ALFF and fALFF maps in the common mask",
+    "reho": "ReHo maps in the common mask",
 }
 
 
@@ -332,7 +334,7 @@ def run_group(config: GroupConfig) -> GroupResult:
     -------
     GroupResult
     """
-    from connscale.bidsapp.group_maps import plan_maps
+    from connscale.bidsapp.group_maps import MAP_FEATURES, plan_maps
     from connscale.bidsapp.group_states import plan_states
 
     if (config.participants is None) != (config.target is None):
@@ -353,7 +355,8 @@ def run_group(config: GroupConfig) -> GroupResult:
         metric=config.state_metric,
         random_state=config.random_state,
     )
-    maps_plan = plan_maps(output, runs, required=True if "maps" in options.features else None)
+    map_features = [f for f in options.features if f in MAP_FEATURES]
+    maps_plan = plan_maps(output, runs, required=True if map_features else None)
     data = _read_connectomes(runs)
     result = _publish_group(
         output, data, options, (plan, maps_plan), started=started, left_out=left_out
@@ -428,7 +431,7 @@ def _publish_group(
 
     Outputs published with the same fingerprint are resumed instead.
     """
-    from connscale.bidsapp.group_maps import compute_maps
+    from connscale.bidsapp.group_maps import MAP_FEATURES, compute_maps
     from connscale.bidsapp.group_states import compute_states
     from connscale.io.publish import OutputSet
 
@@ -452,7 +455,9 @@ def _publish_group(
             None
             if maps_plan is None
             else compute_maps(
-                maps_plan, features="maps" in options.features, overwrite=options.overwrite
+                maps_plan,
+                features=any(f in MAP_FEATURES for f in options.features),
+                overwrite=options.overwrite,
             )
         )
         result = _feature_table(data, options.features, found, mean_maps)
@@ -479,6 +484,8 @@ def _feature_table(data: _Connectomes, features: tuple[str, ...], found, mean_ma
 
     One row per participant (the mean over its runs), the columns of ``features``.
     """
+    from connscale.bidsapp.group_maps import MAP_FEATURES
+
     runs, common, iu = data.runs, data.labels, data.upper
     use_states = found is not None and "states" in features
     summaries = _dfc_summaries(runs, common) if "dfc" in features else None
@@ -495,9 +502,11 @@ def _feature_table(data: _Connectomes, features: tuple[str, ...], found, mean_ma
         edges = [f"{common[i]}|{common[j]}" for i, j in zip(*iu)]
         feature_names += [f"{e}:dfc_mean" for e in edges] + [f"{e}:dfc_std" for e in edges]
     feature_names += found.feature_names if use_states else []
-    if "maps" in features:  # the same participants, sorted
-        table = np.concatenate([table, mean_maps.values], axis=1)
-        feature_names += mean_maps.feature_names
+    map_kinds = [f for f in features if f in MAP_FEATURES]
+    if map_kinds:  # the same participants, sorted
+        values, names = mean_maps.columns(map_kinds)
+        table = np.concatenate([table, values], axis=1)
+        feature_names += names
     if not feature_names:
         raise ValueError(
             f"The feature table of {', '.join(features)} has no column (no DFC states)."

@@ -1,7 +1,8 @@
-"""Group level: the cohort's mean voxel maps (degree, weighted degree, ECM, GCOR).
+"""Group level: the cohort's mean voxel maps (degree, weighted degree, ECM, GCOR, ALFF, ReHo).
 
-Every run's maps (the participant measure ``maps``,
-:mod:`connscale.bidsapp.voxel_measures`) are read back with nibabel; all must
+Every run's maps (the participant measures ``maps``,
+:mod:`connscale.bidsapp.voxel_measures`, and ``alff``, ``reho``,
+:mod:`connscale.bidsapp.local_maps`) are read back with nibabel; all must
 lie on one grid (shape and affine). The common mask is the intersection of
 the runs' brain masks: the mask each map's sidecar records (``Mask``, a BIDS
 URI into the input derivatives named in the output's
@@ -19,7 +20,8 @@ They form one :class:`~connscale.io.publish.OutputSet`
 runs' maps and masks: a re-run resumes, changed maps are averaged again. On
 request the participants' maps (values inside the common mask, voxels in C
 order) are columns of the group feature table, named
-``<entities>@i,j,k`` after the voxel's indices.
+``<entities>@i,j,k`` after the voxel's indices: feature kind ``maps`` (degree,
+ECM, GCOR), ``alff`` (ALFF, fALFF) and ``reho``.
 """
 
 from __future__ import annotations
@@ -35,13 +37,20 @@ from connscale._version import __version__
 from connscale.io.bids import bids_name, bids_prefix, dataset_relative, parse_bids_name
 from connscale.io.publish import OutputSet, read_manifest
 
-__all__ = ["GroupMaps", "MapsPlan", "compute_maps", "plan_maps"]
+__all__ = ["MAP_FEATURES", "GroupMaps", "MapsPlan", "compute_maps", "feature_kind", "plan_maps"]
 
 logger = logging.getLogger("connscale")
 
 _KIND_ENTITIES = ("meas", "stat")
 _SOURCE_SKIP = ("path", "seg", "meas", "stat", "desc", "suffix", "extension")
+#: The participant set (and group feature kind) of each map's ``stat-`` (others: ``maps``).
+_STAT_SETS = {"alff": "alff", "falff": "alff", "reho": "reho"}
+#: The group feature kinds made of voxel maps.
+MAP_FEATURES = ("maps", "alff", "reho")
 _TITLES = {
+    "alff": "ALFF",
+    "falff": "fALFF",
+    "reho": "ReHo",
     "degree": "degree",
     "weighteddegree": "weighted degree",
     "ecm": "eigenvector centrality",
@@ -103,6 +112,31 @@ class GroupMaps:
     outputs: list
     resumed: bool
 
+    def columns(self, kinds) -> tuple[np.ndarray, list[str]]:
+        """Return the feature columns of the feature kinds ``kinds`` and their names.
+
+        Raises
+        ------
+        ValueError
+            A kind with no map common to every run (e.g. ``alff`` without
+            every run's ALFF maps).
+        """
+        n_voxels = int(self.mask.sum())
+        chosen = [j for j, kind in enumerate(self.kinds) if feature_kind(kind) in kinds]
+        lacking = [k for k in kinds if k not in {feature_kind(self.kinds[j]) for j in chosen}]
+        if lacking:
+            raise ValueError(
+                f"The feature kind(s) {', '.join(lacking)} need every run's maps of that "
+                f"measure; run the participant level with --measures {','.join(lacking)}."
+            )
+        index = np.concatenate([np.arange(j * n_voxels, (j + 1) * n_voxels) for j in chosen])
+        return self.values[:, index], [self.feature_names[i] for i in index]
+
+
+def feature_kind(kind: tuple) -> str:
+    """Return the group feature kind of a map ``(meas, stat)``: 'alff', 'reho' or 'maps'."""
+    return _STAT_SETS.get(kind[1], "maps")
+
 
 def _source(run: dict) -> dict:
     return {k: v for k, v in run.items() if k not in _SOURCE_SKIP}
@@ -119,8 +153,8 @@ def _run_maps(run: dict) -> dict:
         if ents.get("desc") != run.get("desc") or "seg" in ents or _source(ents) != source:
             continue
         found[tuple(ents.get(k) for k in _KIND_ENTITIES)] = path
-    if found:  # refuse half-written sets
-        prefix = bids_prefix({**source, "stat": "maps", "desc": run.get("desc")})
+    for stat in sorted({feature_kind(kind) for kind in found}):  # refuse half-written sets
+        prefix = bids_prefix({**source, "stat": stat, "desc": run.get("desc")})
         read_manifest(run["path"].parent, prefix)
     return found
 
@@ -182,7 +216,8 @@ def plan_maps(output, runs: list[dict], *, required: bool | None) -> MapsPlan | 
         if required:
             raise ValueError(
                 f"Map features need every run's voxel maps; {len(missing)} of {len(runs)} runs "
-                f"have none ({listed}). Run the participant level with --measures maps."
+                f"have none ({listed}). Run the participant level with --measures maps "
+                "(alff, reho)."
             )
         if len(missing) < len(runs):
             logger.warning(

@@ -12,7 +12,7 @@ import numpy as np
 from connscale._version import __version__
 from connscale.bidsapp.config import ParticipantConfig
 from connscale.bidsapp.layout import BoldRun
-from connscale.io.bids import bids_prefix, dataset_relative
+from connscale.io.bids import bids_prefix, dataset_relative, spelling
 
 __all__ = [
     "DATASET_LINK",
@@ -134,8 +134,13 @@ def sidecars(
 
 
 def set_prefix(entities: dict, extra: dict) -> str:
-    """Return a set's name: its outputs' common entities (its lock, staging folder, manifest)."""
-    return bids_prefix({**entities, **extra})
+    """Return a set's name: its outputs' common entities (its lock, staging folder, manifest).
+
+    It is spelled connscale's way whichever spelling names the set's files
+    (:mod:`connscale.bidsapp.xcpd_names`), so that resume finds it the same way.
+    """
+    with spelling(None):
+        return bids_prefix({**entities, **extra})
 
 
 def constant_message(run: BoldRun, what: str, listed: str, n_constant: int, n_total: int) -> str:

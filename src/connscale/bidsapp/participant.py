@@ -253,7 +253,8 @@ def _held_bytes(config: ParticipantConfig, decoded: DecodedRun) -> int:
     arrays = (decoded.data, decoded.region_means, decoded.mask, decoded.atlas)
     read = sum(a.nbytes for a in arrays if a is not None)
     widths = [] if decoded.region_means is None else [decoded.region_means.shape[1]]
-    if decoded.data is not None and any(m not in REGION_MEASURES for m in config.measures):
+    voxel_sets = config.write_denoised or any(m not in REGION_MEASURES for m in config.measures)
+    if decoded.data is not None and voxel_sets:
         widths.append(decoded.data.shape[1])
     kept = decoded.context["operator"].volumes.size
     return read + kept * max(widths, default=0) * np.dtype(config.dtype).itemsize
@@ -262,11 +263,13 @@ def _held_bytes(config: ParticipantConfig, decoded: DecodedRun) -> int:
 def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None = None) -> dict:
     from contextlib import ExitStack
 
+    from connscale.bidsapp.xcpd_names import output_spelling
     from connscale.fc.normalize import ConstantSeriesWarning
     from connscale.io.publish import OutputSet
 
     timings = {"decode": 0.0, "clean": 0.0, "compute": 0.0, "write": 0.0}
     with ExitStack() as stack:
+        stack.enter_context(output_spelling(config.output_spelling))  # the files' names
         todo, done = {}, 0
         for kind, (folder, prefix, fingerprint) in output_sets(config, run).items():
             out = stack.enter_context(
@@ -377,9 +380,10 @@ def _write_set(kind, config, run, decoded, out, context, timings) -> tuple[list[
         from connscale.bidsapp.qc_outputs import write_qc
 
         return write_qc(config, run, decoded, out, context, timings), {}
-    from connscale.bidsapp import voxel_measures
+    from connscale.bidsapp import local_maps, voxel_measures
 
-    write = getattr(voxel_measures, f"write_{kind}")
+    module = local_maps if kind in local_maps.MAPS else voxel_measures
+    write = getattr(module, f"write_{kind}")
     return write(config, run, decoded, out, context, timings), {}
 
 
@@ -564,8 +568,6 @@ def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) 
         check_named_atlas(config, file_format)
         return None
     if file_format == "nifti":
-        if config.write_denoised:
-            raise ValueError("--write-denoised writes CIFTI runs' denoised dtseries only.")
         if config.surfaces is not None:
             raise ValueError("--surfaces draws CIFTI runs' maps; these runs are volumes.")
         if atlas.name.endswith(".dlabel.nii"):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale._choices import REGION_MEASURES
+from connscale._choices import PARCELLATED_MAPS, REGION_MEASURES
 from connscale._version import __version__
 from connscale.bidsapp.atlas import is_probabilistic, maps_region_series, read_atlas_labels
 from connscale.bidsapp.cleaning import DecodedRun
@@ -87,6 +87,18 @@ class _Prepared:
     names: list[str]
     relmat_meta: dict
     series_meta: dict
+    low_coverage: np.ndarray | None = None
+    coverage: tuple | None = None
+    keys: np.ndarray | None = None
+
+    @property
+    def written_series(self) -> np.ndarray:
+        """Return the region series as written: NaN in the parcels below ``min_coverage``."""
+        if self.low_coverage is None or not self.low_coverage.any():
+            return self.series
+        series = np.array(self.series, dtype=np.float64)
+        series[:, self.low_coverage] = np.nan
+        return series
 
 
 def _prepare(config, run, decoded, context, timings) -> _Prepared:
@@ -120,9 +132,13 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
     )
     timings["clean"] += time.perf_counter() - tic
     names = _region_names(config, regions)
-    constant = constant_columns(series)
-    if constant.all():
-        raise ValueError(f"No atlas region of {run.bold.name} varies after cleaning.")
+    coverage, low = _coverage(config, decoded, series)
+    constant = constant_columns(series) & ~low
+    if (constant | low).all():
+        raise ValueError(
+            f"No atlas region of {run.bold.name} varies after cleaning"
+            + (f" with --min-coverage {config.min_coverage:g}." if low.any() else ".")
+        )
     relmat_meta, series_meta = sidecars(
         config,
         run,
@@ -141,7 +157,34 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
         _note_constant_regions(config, run, decoded, context, names, constant)
         for meta in (relmat_meta, series_meta):
             meta["ConstantRegions"] = [n for n, c in zip(names, constant) if c]
-    return _Prepared(series, names, relmat_meta, series_meta)
+    if coverage is not None:  # every atlas label's coverage: (names, fractions)
+        from connscale.bidsapp.coverage import coverage_sidecar
+
+        labels, fractions = coverage
+        coverage = (_region_names(config, labels), fractions)
+        by_name = dict(zip(*coverage))
+        covered = coverage_sidecar(names, [by_name[n] for n in names], low, config.min_coverage)
+        relmat_meta.update(covered)
+        series_meta.update(covered)
+    return _Prepared(series, names, relmat_meta, series_meta, low, coverage, decoded.regions)
+
+
+def _coverage(config, decoded, series: np.ndarray) -> tuple[tuple | None, np.ndarray]:
+    """Return every atlas label's coverage of the run's mask and the regions below the minimum.
+
+    Their cleaned series are zeroed (:func:`connscale.bidsapp.coverage.apply_min_coverage`).
+    A 4-D (probabilistic) atlas has no coverage: nothing is set to NaN.
+    """
+    from connscale.bidsapp.coverage import apply_min_coverage, volume_coverage
+
+    if decoded.atlas is None or decoded.atlas.ndim != 3:
+        return None, np.zeros(series.shape[1], bool)
+    labels, fractions = volume_coverage(decoded.atlas, decoded.mask)
+    by_label = dict(zip(labels.tolist(), fractions))
+    low = apply_min_coverage(
+        series, np.array([by_label[int(r)] for r in decoded.regions]), config.min_coverage
+    )
+    return (labels, fractions), low
 
 
 def _note_constant_regions(config, run, decoded, context, names, constant) -> None:
@@ -191,15 +234,15 @@ class _RegionSet:
         return {**self.run.entities, "seg": self.config.atlas_name, "desc": self.config.desc}
 
     def write(self) -> tuple[list[str], dict]:
-        """Write every requested measure, then the report; commit the set.
+        """Write every requested measure, the coverage table, then the report; commit the set.
 
         Returns the names written (empty when nothing but a report was) and
         ``{measure: reason}`` of the measures that failed.
         """
         config, out = self.config, self.out
         failed = {}
-        todo = [m for m in config.measures if m in REGION_MEASURES]
-        for measure in todo + ["report"] * bool(config.reports):
+        todo = [m for m in config.measures if m in REGION_MEASURES + PARCELLATED_MAPS]
+        for measure in todo + ["coverage"] + ["report"] * bool(config.reports):
             names_before = set(out.names)
             try:
                 self.written += self._writer(measure)()
@@ -218,6 +261,10 @@ class _RegionSet:
         """Return the function that writes ``measure``."""
         if measure in WINDOWED:
             return functools.partial(self._write_windowed, measure)
+        if measure in PARCELLATED_MAPS:
+            from connscale.bidsapp.local_maps import parcel_tables
+
+            return functools.partial(parcel_tables, measure, self)
         return getattr(self, f"_write_{measure}")
 
     def _write_fc(self) -> list[str]:
@@ -252,6 +299,26 @@ class _RegionSet:
         self.timings["write"] += time.perf_counter() - tic
         return [stem, stem[:-4] + ".json"]
 
+    def _write_coverage(self) -> list[str]:
+        """Stage the coverage table beside the set's region files (none written: nothing)."""
+        from connscale.bidsapp.coverage import write_coverage_tsv
+
+        if self.prepared.coverage is None or not self.written:
+            return []
+        name = bids_name({**self._labelled, "stat": "coverage"}, suffix="bold", extension=".tsv")
+        write_coverage_tsv(self.out.path(name), *self.prepared.coverage)
+        meta = {
+            "Description": "Each atlas parcel's fraction of voxels (grayordinates) inside the "
+            "run's mask",
+            **{
+                k: v
+                for k, v in self.prepared.series_meta.items()
+                if k in ("Sources", "Atlas", "AtlasFile", "MinimumCoverage", "LowCoverageRegions")
+            },
+        }
+        write_json_atomic(self.out.path(name[:-4] + ".json"), meta)
+        return [name, name[:-4] + ".json"]
+
     def _write_windowed(self, measure: str) -> list[str]:
         prepared = self.prepared
         name = bids_name(self._measured, suffix=measure, extension=".h5")
@@ -283,7 +350,8 @@ class _RegionSet:
 def _published_series(region_set: _RegionSet) -> tuple[np.ndarray, dict]:
     """Return the region series to publish and their sidecar.
 
-    The cleaned kept volumes; with ``--output-type interpolated`` and a
+    The cleaned kept volumes (NaN in the parcels below ``min_coverage``);
+    with ``--output-type interpolated`` and a
     censored volume, every volume after the dummy scans (the run's
     ``series_operator``: XCP-D's interpolated output, standardised over
     them), the interpolated ones named in ``InterpolatedVolumes``.
@@ -293,7 +361,7 @@ def _published_series(region_set: _RegionSet) -> tuple[np.ndarray, dict]:
     config, context, prepared = region_set.config, region_set.context, region_set.prepared
     operator = context.get("series_operator", context["operator"])
     if operator.interpolated is None:
-        return prepared.series, prepared.series_meta
+        return prepared.written_series, prepared.series_meta
     tic = time.perf_counter()
     series = clean_signals(
         region_set.decoded.region_means,
@@ -303,6 +371,9 @@ def _published_series(region_set: _RegionSet) -> tuple[np.ndarray, dict]:
         dtype=config.dtype,
     )
     region_set.timings["clean"] += time.perf_counter() - tic
+    if prepared.low_coverage is not None and prepared.low_coverage.any():
+        series = np.array(series, dtype=np.float64)
+        series[:, prepared.low_coverage] = np.nan  # below --min-coverage, as the kept volumes
     meta = {
         **prepared.series_meta,
         "KeptVolumes": operator.volumes.tolist(),

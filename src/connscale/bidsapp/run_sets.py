@@ -20,7 +20,7 @@ def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
     """Return the run's output sets.
 
     ``{'region'|'voxel'|'maps'|'networks'|'denoised'|'qc': (folder, prefix, fingerprint)}``
-    (``denoised``: a CIFTI run's denoised dtseries, with ``write_denoised``; ``qc``:
+    (``denoised``: the run's denoised BOLD or dtseries, with ``write_denoised``; ``qc``:
     a volume run's QC table, :mod:`connscale.bidsapp.qc_outputs`).
     """
     from connscale.io.fingerprint import run_fingerprint
@@ -44,7 +44,7 @@ def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
             set_prefix(entities, {"desc": config.desc}),
             run_fingerprint(bold_inputs, {**config.voxel_parameters(), "t_r": run.t_r}),
         )
-    if config.write_denoised and run.is_cifti:
+    if config.write_denoised:
         cleaning = {k: v for k, v in config.voxel_parameters().items() if k != "measures"}
         sets["denoised"] = (
             folder,

@@ -36,6 +36,11 @@ prefixes ``<source>_stat-maps_desc-<strategy>`` and
 the run's other results, a set made with other parameters is refused without
 ``overwrite``, and a replaced set's files that the new one does not name
 (the maps of other thresholds) are removed once it is published.
+
+With ``write_denoised``, the denoised BOLD (the kept volumes, through the
+mask) is its own set too::
+
+    <source>_desc-<strategy>_bold.nii.gz / .json
 """
 
 from __future__ import annotations
@@ -57,8 +62,11 @@ from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
 
 __all__ = [
+    "NEIGHBOURHOOD",
+    "alff_band",
     "check_degree_thresholds",
     "map_sets",
+    "write_denoised",
     "write_maps",
     "write_networks",
     "write_voxel",
@@ -74,8 +82,21 @@ R1DL_DEFAULTS = {
     "random_state": 0,
 }
 _MAX_DRAWN_NETWORKS = 10
-_SET_STAT = {"maps": "maps", "networks": "r1dl"}
+_SET_STAT = {"maps": "maps", "networks": "r1dl", "alff": "alff", "reho": "reho"}
+#: XCP-D's band-pass defaults (``--lower-bpf``, ``--upper-bpf``): ALFF's band without a filter.
+_DEFAULT_BAND = (0.01, 0.08)
+
+#: ReHo's neighbourhood (AFNI ``3dReHo -nneigh``), XCP-D's.
+NEIGHBOURHOOD = 27
+
 _CLEANING = ("strategy", "strategy_params", "detrend", "standardize", "low_pass", "high_pass")
+
+
+def alff_band(config) -> tuple[float, float]:
+    """Return ALFF's band (high_pass, low_pass) in Hz: the run's filter, else XCP-D's default."""
+    high = _DEFAULT_BAND[0] if config.high_pass is None else config.high_pass
+    low = _DEFAULT_BAND[1] if config.low_pass is None else config.low_pass
+    return float(high), float(low)
 
 
 def check_degree_thresholds(thresholds) -> tuple[float, ...]:
@@ -102,11 +123,15 @@ def check_degree_thresholds(thresholds) -> tuple[float, ...]:
 
 
 def measure_parameters(config, measure: str) -> dict:
-    """Return what changes the outputs of ``measure`` ('maps' or 'networks') of a run."""
+    """Return what changes the outputs of a map measure ('maps', 'networks', 'alff', 'reho')."""
     kept = {k: v for k, v in config.parameters().items() if k in (*_CLEANING, "dtype")}
     if measure == "maps":
         kept["degree_thresholds"] = [float(v) for v in config.degree_thresholds]
         kept["precision"] = config.precision
+    elif measure in ("alff", "reho"):
+        kept["band"] = list(alff_band(config)) if measure == "alff" else None
+        kept["neighbourhood"] = NEIGHBOURHOOD if measure == "reho" else None
+        kept["surfaces"] = None if config.surfaces is None else [str(s) for s in config.surfaces]
     else:
         kept.update(
             n_atoms=int(config.n_atoms), network_sparsity=config.network_sparsity, **R1DL_DEFAULTS
@@ -637,3 +662,36 @@ def write_voxel(config, run, decoded, out, context, timings) -> list[str]:
     out.commit(extra={"run": run.name})
     timings["write"] += time.perf_counter() - tic
     return [name, name[:-3] + ".json"]
+
+
+def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
+    """Publish the run's denoised BOLD through its mask (``_desc-<strategy>_bold.nii.gz``).
+
+    The kept volumes of the in-mask series, cleaned and standardized as every
+    voxel measure's are, float32, 0 outside the mask (a voxel constant over
+    time is 0 too: counted in the sidecar and the run's warning); the
+    image's fourth zoom is the repetition time.
+    """
+    from connscale.io.nifti import save_nifti_gz
+
+    mask = decoded.mask
+    n_kept = int(context["operator"].volumes.size)
+    out.check_space(4 * mask.size * n_kept, what=f"the denoised BOLD of {run.name}")
+    voxels, _ = _cleaned_voxels(config, run, decoded, context, timings)
+    tic = time.perf_counter()
+    img = _image(np.asarray(voxels), mask, np.asarray(decoded.img.affine, dtype=np.float64))
+    del voxels
+    img.header.set_zooms((*decoded.img.header.get_zooms()[:3], float(run.t_r)))
+    img.header.set_xyzt_units("mm", "sec")
+    name = bids_name({**run.entities, "desc": config.desc}, suffix="bold", extension=".nii.gz")
+    save_nifti_gz(out.path(name), img)
+    meta = _common_sidecar(config, run, decoded, context, int(mask.sum()))
+    meta["Description"] = (
+        "The run's denoised BOLD: the kept volumes (KeptVolumes) of its in-mask voxel series, "
+        "cleaned with the run's confounds and filter; 0 outside the mask"
+    )
+    sidecar = name[: -len(".nii.gz")] + ".json"
+    write_json_atomic(out.path(sidecar), meta)
+    _publish(out, [name, sidecar], run)
+    timings["write"] += time.perf_counter() - tic
+    return [name, sidecar]

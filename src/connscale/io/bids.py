@@ -19,6 +19,8 @@ built or read, never by the numerical core.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import csv
 import functools
 import json
@@ -45,6 +47,7 @@ __all__ = [
     "read_participants",
     "seg_label",
     "source_entities",
+    "spelling",
     "strategy_desc",
     "write_dataset_description",
 ]
@@ -123,13 +126,37 @@ def strategy_desc(strategy: str | os.PathLike) -> str:
     return _check_label("desc", strategy.replace("_", "") if strategy in STRATEGIES else strategy)
 
 
+#: The rewrite of every name built here, ``(entities, suffix, extension) ->
+#: (entities, suffix)``, in the current context (None: connscale's spelling).
+_SPELLING: contextvars.ContextVar = contextvars.ContextVar("connscale_spelling", default=None)
+
+
+@contextlib.contextmanager
+def spelling(rewrite):
+    """Build every name inside the block through ``rewrite`` (None: connscale's own names).
+
+    ``rewrite(entities, suffix, extension)`` returns the entities and suffix
+    to name the file with (:mod:`connscale.bidsapp.xcpd_names`: XCP-D's
+    spelling). It holds in the current thread (a :mod:`contextvars` value).
+    """
+    token = _SPELLING.set(rewrite)
+    try:
+        yield
+    finally:
+        _SPELLING.reset(token)
+
+
 def _build(entities: Mapping[str, object], suffix: str, extension: str, **extra) -> str:
     """Return the path of an output relative to its dataset root.
 
-    It is built by pybids' ``build_path`` with the patterns of :data:`CONFIG_PATH`.
+    It is built by pybids' ``build_path`` with the patterns of :data:`CONFIG_PATH`,
+    after the :func:`spelling` in effect.
     """
     from bids.layout.writing import build_path
 
+    rewrite = _SPELLING.get()
+    if rewrite is not None:
+        entities, suffix = rewrite(dict(entities), suffix, extension)
     unknown = sorted(set(entities) - set(ENTITY_ORDER))
     if unknown:
         raise ValueError(f"Unknown BIDS entities {unknown}; known: {', '.join(ENTITY_ORDER)}.")
