@@ -230,7 +230,7 @@ def test_the_memory_limit_is_shared_among_the_gpu_workers_and_their_readers(tmp_
     argv = ["bids", str(root), "", "participant", "--atlas", str(tmp_path / ATLAS)]
     argv += ["--atlas-name", "Slab4", "--denoise", "none", "--measures", "voxelfc", "--gpus", "all"]
     argv += ["--device", "cpu", "-q"]
-    for limit, expected in ((12_000_000, None), (120_000, 1)):
+    for limit, expected in ((12_000_000, None), (170_000, 1)):
         out = tmp_path / f"out{limit}"
         argv[2] = str(out)
         assert main([*argv, "--memory-limit", str(limit)]) == 0

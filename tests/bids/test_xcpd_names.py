@@ -54,6 +54,7 @@ def test_xcpd_spelling_writes_xcpds_names(trees):
         f"{SOURCE}_atlas-Slab4_stat-alff_bold.tsv",
         f"{SOURCE}_atlas-Slab4_stat-falff_bold.tsv",
         f"{SOURCE}_atlas-Slab4_stat-reho_bold.tsv",
+        f"{SOURCE}_desc-linc_qc.tsv",  # the run's QC table (issue 25, item 6)
     ]
     sidecars = [n.split(".")[0] + ".json" for n in expected]
     manifests = [n for n in names if n.endswith("_manifest.json")]
