@@ -212,3 +212,43 @@ def test_cifti_runs_refuse_the_interpolated_output(tmp_path):
             tmp_path / "fmriprep", tmp_path / "out", atlas=atlas, atlas_name="X",
             output_type="interpolated",
         )  # fmt: skip
+
+
+@pytest.mark.parametrize("output_type", ["interpolated", "censored"])
+def test_alff_of_a_censored_run_uses_xcpds_interpolated_series(tree, tmp_path, output_type):
+    # XCP-D's ALFF: Lomb-Scargle on the kept volumes, the series' scale over every
+    # volume after the dummy scans — XCP-D's interpolated ones where the run has them
+    # (--output-type interpolated), else the kept ones linearly interpolated.
+    from connscale.bidsapp.cleaning import _cleaning_context
+    from connscale.bidsapp.config import ParticipantConfig
+    from connscale.bidsapp.layout import find_runs
+    from connscale.bidsapp.local_maps import _all_volumes
+    from connscale.denoise import clean_signals
+    from connscale.maps import alff
+
+    tmp, root, _ = tree
+    options = dict(fd_thresh=THRESH, min_time=0, dummy_scans=3, output_type=output_type)
+    out = tmp_path / "out"
+    report = run_participant(
+        root, out, participant_label=["01"], measures=["alff"], **options, **_kwargs(tmp)
+    )
+    assert report.records[0]["status"] == "ok", report.records
+    run = next(r for r in find_runs(root, participant_label=["01"]) if r.name.startswith("sub-01"))
+    config = ParticipantConfig(root, out, **options, **_kwargs(tmp), measures=["alff"])
+    context = _cleaning_context(config, run, N_VOLUMES)
+    img = nib.load(run.bold)
+    mask = np.asarray(nib.load(run.mask).dataobj) > 0
+    voxels = np.asarray(img.dataobj, dtype=np.float32)[mask].T
+    kept = context["operator"].volumes
+    if output_type == "interpolated":
+        every = clean_signals(voxels, context["series_operator"], standardize=None, device="cpu")
+        assert context["series_operator"].volumes.tolist() == list(range(3, N_VOLUMES))
+    else:
+        cleaned = clean_signals(voxels, context["operator"], standardize=None, device="cpu")
+        every = _all_volumes(cleaned, kept - 3, N_VOLUMES - 3)
+    expected, _ = alff(every, T_R, sample_mask=kept - 3, device="cpu")
+    path = next(out.glob("sub-01/func/*_stat-alff_*boldmap.nii.gz"))
+    np.testing.assert_allclose(np.asarray(nib.load(path).dataobj)[mask], expected, rtol=1e-4)
+    meta = json.loads(path.with_name(path.name.replace(".nii.gz", ".json")).read_text())
+    assert meta["Periodogram"] == "Lomb-Scargle of the kept volumes"
+    assert ("XCP-D's interpolated" in meta["CensoredVolumes"]) == (output_type == "interpolated")

@@ -23,10 +23,12 @@ default band, 0.01-0.08 Hz. XCP-D computes ALFF on its interpolated denoised
 BOLD with the temporal mask (Lomb-Scargle on the kept volumes, the censored
 ones entering only the series' standard deviation) and ReHo on the censored
 one: here the kept volumes are the cleaned series, and a censored volume's value
-(for the standard deviation alone) is the linear interpolation in time of the
-kept volumes beside it; the sidecars say so. ReHo's neighbourhood: 27 voxels
-(AFNI ``3dReHo -nneigh 27``, XCP-D's); on grayordinates, the cortical mesh's
-(``surfaces``, or the package's fs_LR 32k triangles) and 27 voxels for the rest.
+(for the standard deviation alone) is XCP-D's interpolated one with
+``--output-type interpolated``, else the linear interpolation in time of the
+kept volumes beside it; the sidecars say which. Dummy scans are left out.
+ReHo's neighbourhood: 27 voxels (AFNI ``3dReHo -nneigh 27``, XCP-D's); on
+grayordinates, the cortical mesh's (``surfaces``, or the package's fs_LR 32k
+triangles) and 27 voxels for the rest.
 """
 
 from __future__ import annotations
@@ -60,6 +62,36 @@ def _all_volumes(series: np.ndarray, kept: np.ndarray, n_volumes: int) -> np.nda
     weight = np.clip(weight, 0, 1).astype(series.dtype)[:, None]
     full[censored] = (1 - weight) * series[before] + weight * series[after]
     return full
+
+
+def _alff_series(config, decoded, context, series) -> tuple[np.ndarray, np.ndarray | None]:
+    """Return ALFF's series over every volume after the dummy scans, and the kept ones among them.
+
+    No volume censored: the cleaned series and None. Censored, with XCP-D's
+    interpolated series (``--output-type interpolated``): those, cleaned by
+    the run's ``series_operator``; otherwise the kept volumes with the censored
+    ones linearly interpolated (:func:`_all_volumes`).
+    """
+    from connscale.denoise import clean_signals
+
+    operator = context["operator"]
+    every = context.get("series_operator", operator)
+    if every.interpolated is not None:  # XCP-D's interpolated denoised BOLD
+        full = clean_signals(
+            decoded.data,
+            every,
+            standardize=None,
+            device=config.device,
+            dtype=config.dtype,
+            memory_limit=config.memory_limit,
+        )
+        return full, np.searchsorted(every.volumes, operator.volumes)
+    first = int(context.get("dummy_scans") or 0)
+    n_volumes = decoded.data.shape[0] - first
+    if operator.volumes.size == n_volumes:
+        return series, None
+    kept = operator.volumes - first
+    return _all_volumes(series, kept, n_volumes), kept
 
 
 def _neighbours(config, decoded) -> np.ndarray:
@@ -107,18 +139,18 @@ def local_maps(config, run, decoded, context, timings) -> dict:
     maps = {"constant": int(constant_columns(series).sum())}
     compute = {"device": config.device, "memory_limit": config.memory_limit}
     if "alff" in config.measures:
-        n_volumes = decoded.data.shape[0]
-        censored = operator.volumes.size < n_volumes
         high, low = alff_band(config)
+        every, kept = _alff_series(config, decoded, context, series)
         maps["alff"], maps["falff"] = alff(
-            _all_volumes(series, operator.volumes, n_volumes) if censored else series,
+            every,
             run.t_r,
             low_pass=low,
             high_pass=high,
-            sample_mask=operator.volumes if censored else None,
+            sample_mask=kept,
             dtype=config.dtype,
             **compute,
         )
+        del every
     if "reho" in config.measures:
         maps["reho"] = reho_series(series, _neighbours(config, decoded), **compute)
     del series
@@ -147,16 +179,21 @@ def _map_sidecar(stat: str, config, context, n_nodes: int, cifti: bool) -> dict:
         )
     high, low = alff_band(config)
     kept = context["operator"].volumes.size
-    censored = kept < context["operator"].n_timepoints
+    censored = kept < context["operator"].n_timepoints - int(context.get("dummy_scans") or 0)
     extra = {
         "HighPass": high,
         "LowPass": low,
         "Periodogram": "Lomb-Scargle of the kept volumes" if censored else "periodogram",
     }
     if censored:
+        interpolated = context.get("series_operator", context["operator"]).interpolated
         extra["CensoredVolumes"] = (
-            "entering only the series' standard deviation (XCP-D's scale), as the linear "
-            "interpolation in time of the cleaned kept volumes"
+            "entering only the series' standard deviation (XCP-D's scale), "
+            + (
+                "as XCP-D's interpolated denoised volumes"
+                if interpolated is not None
+                else "as the linear interpolation in time of the cleaned kept volumes"
+            )
         )
     if stat == "alff":
         return map_sidecar(
