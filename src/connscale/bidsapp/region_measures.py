@@ -175,10 +175,11 @@ def _coverage(config, decoded, series: np.ndarray) -> tuple[tuple | None, np.nda
     Their cleaned series are zeroed (:func:`connscale.bidsapp.coverage.apply_min_coverage`).
     A 4-D (probabilistic) atlas has no coverage: nothing is set to NaN.
     """
+    from connscale.bidsapp.atlas import is_probabilistic
     from connscale.bidsapp.coverage import apply_min_coverage, volume_coverage
 
-    if decoded.atlas is None or decoded.atlas.ndim != 3:
-        return None, np.zeros(series.shape[1], bool)
+    if decoded.atlas is None or decoded.atlas.ndim != 3 or is_probabilistic(config.atlas):
+        return None, np.zeros(series.shape[1], bool)  # maps: their strongest labels are no parcels
     labels, fractions = volume_coverage(decoded.atlas, decoded.mask)
     by_label = dict(zip(labels.tolist(), fractions))
     low = apply_min_coverage(
