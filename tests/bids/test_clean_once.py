@@ -88,3 +88,24 @@ def test_volume_denoised_bold_equals_nilearn_through_the_mask(tmp_path):
     meta = json.loads(open(path.replace(".nii.gz", ".json")).read())
     assert meta["KeptVolumes"] == np.asarray(sample_mask).tolist()
     assert meta["NumberOfVoxels"] == mask.sum() and meta["Mask"].startswith("bids:")
+
+
+def test_volume_qc_and_local_maps_clean_the_voxels_once(tmp_path, monkeypatch):
+    # The QC table's final DVARS and the ALFF and ReHo maps share the run's one
+    # unstandardised cleaning of its voxels.
+    from connscale.bidsapp.participant import run_participant
+
+    root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", None)])
+    nib.save(atlas_img(), tmp_path / ATLAS)
+    mask = next(root.rglob("*_desc-brain_mask.nii.gz"))
+    calls = _counting(monkeypatch, int(np.count_nonzero(nib.load(mask).get_fdata())))
+    report = run_participant(
+        root, tmp_path / "out", atlas=tmp_path / ATLAS, atlas_name="Slab4", strategy="simple",
+        strategy_params={"motion": "basic"}, backend="serial", device="cpu",
+        measures=["fc", "alff", "reho"], reports=False, memory_limit="4GB",
+    )  # fmt: skip
+    assert report.counts["ok"] == 1, report.records
+    outputs = report.records[0]["outputs"]
+    assert any(p.endswith("_qc.tsv") for p in outputs)
+    assert any(p.endswith("_stat-reho_desc-simple_boldmap.nii.gz") for p in outputs)
+    assert len(calls) == 1 and calls[0] is not None  # once, within the run's budget

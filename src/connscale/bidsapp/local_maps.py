@@ -91,7 +91,7 @@ def _alff_series(config, decoded, context, series) -> tuple[np.ndarray, np.ndarr
     if operator.volumes.size == n_volumes:
         return series, None
     kept = operator.volumes - first
-    return _all_volumes(series, kept, n_volumes), kept
+    return _all_volumes(series.cpu().numpy(), kept, n_volumes), kept
 
 
 def _neighbours(config, decoded) -> np.ndarray:
@@ -111,29 +111,22 @@ def _neighbours(config, decoded) -> np.ndarray:
 def local_maps(config, run, decoded, context, timings) -> dict:
     """Return the run's ALFF, fALFF and ReHo values (those asked for), computed once per run.
 
-    The unstandardised cleaned series are made here and dropped once the
-    maps are computed; the maps stay in ``context['local_maps']`` for the
+    The unstandardised cleaned series are the run's one copy
+    (:func:`~connscale.bidsapp.cleaned_voxels.unstandardised_series`, shared
+    with the QC table); the maps stay in ``context['local_maps']`` for the
     other sets of the run (the atlas-level tables). ``'constant'`` counts the
     series constant after cleaning.
     """
+    from connscale.bidsapp.cleaned_voxels import unstandardised_series
     from connscale.bidsapp.outputs import constant_columns
-    from connscale.denoise import clean_signals
     from connscale.maps import alff, reho_series
 
     if "local_maps" in context:
         return context["local_maps"]
-    operator = context["operator"]
     tic = time.perf_counter()
     with warnings.catch_warnings():  # a CIFTI run's memory-mapped series are only read
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        series = clean_signals(
-            decoded.data,
-            operator,
-            standardize=None,
-            device=config.device,
-            dtype=config.dtype,
-            memory_limit=config.memory_limit,
-        )
+        series = unstandardised_series(config, decoded, context)
     timings["clean"] += time.perf_counter() - tic
     tic = time.perf_counter()
     maps = {"constant": int(constant_columns(series).sum())}

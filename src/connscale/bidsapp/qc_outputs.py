@@ -189,20 +189,12 @@ def despike_run(config, decoded, context: dict, timings: dict):
 
 def _final_dvars(config, decoded, context: dict) -> np.ndarray | None:
     """Return the standardised DVARS of the denoised kept volumes (None: voxels not read)."""
-    from connscale.denoise import clean_signals
+    from connscale.bidsapp.cleaned_voxels import unstandardised_series
     from connscale.qc import dvars
 
     if decoded.data is None:
         return None
-    cleaned = clean_signals(
-        decoded.data,
-        context["operator"],
-        standardize=None,
-        device=config.device,
-        dtype=config.dtype,
-        return_tensor=True,
-        memory_limit=config.memory_limit,
-    )
+    cleaned = unstandardised_series(config, decoded, context)
     return dvars(cleaned, dtype=config.dtype, memory_limit=config.memory_limit)[1]
 
 
