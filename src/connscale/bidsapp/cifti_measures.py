@@ -25,7 +25,11 @@ where ``<source>`` keeps the run's ``space-`` and ``den-`` entities. With
 
 With the measure ``maps``, the grayordinate maps are their own set
 (:mod:`connscale.bidsapp.cifti_maps`). The series axis of every written
-series holds the kept volumes only (the sidecars' ``KeptVolumes`` say which).
+series holds the kept volumes (the sidecars' ``KeptVolumes`` say which); with
+``--output-type interpolated`` and a censored volume, the parcel series and the
+denoised dtseries hold every volume after the dummy scans, the censored ones
+interpolated (``InterpolatedVolumes``), as XCP-D's; the correlations are of
+the kept volumes. The run's QC table is :mod:`connscale.bidsapp.qc_outputs`'s.
 """
 
 from __future__ import annotations
