@@ -207,7 +207,8 @@ def despike_cifti_run(config, decoded, context: dict, timings: dict):
 
     tic = time.perf_counter()
     start = _dummy_scans(context)
-    data = np.array(decoded.data, dtype=np.float32)  # a copy: the file's map stays read-only
+    data = np.empty(decoded.data.shape, dtype=np.float32)  # the file's map stays read-only
+    data[:start] = decoded.data[:start]
     data[start:] = despike(
         decoded.data[start:],
         device=config.device,
