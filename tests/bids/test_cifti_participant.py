@@ -180,8 +180,6 @@ def test_up_front_refusals(tree, tmp_path):
         _run(tree, tmp_path / "d", surfaces=[tsv, tsv])
     with pytest.raises(ValueError, match="--surfaces draws CIFTI runs' maps"):
         _run(tree, tmp_path / "e", file_format="nifti", surfaces=[tsv, tsv])
-    with pytest.raises(ValueError, match="CIFTI runs are not despiked"):
-        _run(tree, tmp_path / "f", despike=True)
 
 
 def test_maps_on_grayordinates_equal_numpy(tmp_path):

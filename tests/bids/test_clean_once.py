@@ -22,12 +22,13 @@ from tests.bids._fmriprep import (
 CORTEX = 59412
 
 
-def _counting(monkeypatch, width: int) -> list:
+def _counting(monkeypatch, width: int, *, standardized: bool = False) -> list:
+    # standardized: count only the z-scored cleanings (not the QC table's unstandardised one).
     calls = []
     clean = connscale.denoise.clean_signals
 
     def counted(signals, *args, **kwargs):
-        if signals.shape[1] == width:
+        if signals.shape[1] == width and not (standardized and kwargs["standardize"] is None):
             calls.append(kwargs.get("memory_limit"))
         return clean(signals, *args, **kwargs)
 
@@ -43,7 +44,7 @@ def test_cifti_maps_and_denoised_clean_the_grayordinates_once(tmp_path, monkeypa
         tmp_path / "fmriprep", [("01", None, "rest", None)], brain_model=small
     )
     write_cifti_atlas(tmp_path / CIFTI_ATLAS, brain_model=small)
-    calls = _counting(monkeypatch, small.size)
+    calls = _counting(monkeypatch, small.size, standardized=True)
     report = run_participant(
         root, tmp_path / "out", atlas=tmp_path / CIFTI_ATLAS, atlas_name="Struct10",
         strategy="simple", strategy_params={"motion": "basic"}, space=["fsLR"], den=["91k"],

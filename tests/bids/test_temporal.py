@@ -203,17 +203,6 @@ def test_the_temporal_steps_enter_the_fingerprint_only_when_asked():
     assert censored.voxel_parameters()["dummy_scans"] == "auto"
 
 
-def test_cifti_runs_refuse_the_interpolated_output(tmp_path):
-    atlas = tmp_path / "tpl-fsLR_atlas-X_den-91k_dseg.dlabel.nii"
-    atlas.write_bytes(b"")  # refused before the atlas is read
-    (tmp_path / "fmriprep").mkdir()
-    with pytest.raises(ValueError, match="--output-type interpolated: CIFTI runs publish"):
-        run_participant(
-            tmp_path / "fmriprep", tmp_path / "out", atlas=atlas, atlas_name="X",
-            output_type="interpolated",
-        )  # fmt: skip
-
-
 @pytest.mark.parametrize("output_type", ["interpolated", "censored"])
 def test_alff_of_a_censored_run_uses_xcpds_interpolated_series(tree, tmp_path, output_type):
     # XCP-D's ALFF: Lomb-Scargle on the kept volumes, the series' scale over every

@@ -190,12 +190,23 @@ def decode_cifti_run(config: ParticipantConfig, run: BoldRun) -> CiftiDecoded:
 
 
 def held_bytes(config: ParticipantConfig, decoded: CiftiDecoded) -> int:
-    """Bytes a CIFTI run holds through its task: its series and their widest cleaned copy."""
+    """Bytes a CIFTI run holds through its task.
+
+    Its series (and, with ``despike``, their despiked copy) and their cleaned
+    copies: the unstandardised one of the QC table's final DVARS (and the
+    ALFF and ReHo maps), the standardised one of ``write_denoised`` and
+    ``maps``, and with ``write_denoised`` and ``output_type='interpolated'``
+    one of every published volume.
+    """
     kept = decoded.context["operator"].volumes.size
-    dense = config.write_denoised or {"maps", "alff", "reho"} & set(config.measures)
-    regions = 0 if decoded.regions is None else decoded.regions.size
-    width = decoded.data.shape[1] if dense else regions
-    return decoded.data.nbytes + kept * width * np.dtype(config.dtype).itemsize
+    rows = kept
+    if config.write_denoised or "maps" in config.measures:
+        rows += kept
+    every = decoded.context.get("series_operator", decoded.context["operator"])
+    if config.write_denoised and every.interpolated is not None:
+        rows += every.volumes.size
+    read = decoded.data.nbytes * (2 if config.despike else 1)
+    return read + rows * decoded.data.shape[1] * np.dtype(config.dtype).itemsize
 
 
 def prefetch_cifti(task: tuple) -> CiftiDecoded | None:

@@ -25,7 +25,11 @@ where ``<source>`` keeps the run's ``space-`` and ``den-`` entities. With
 
 With the measure ``maps``, the grayordinate maps are their own set
 (:mod:`connscale.bidsapp.cifti_maps`). The series axis of every written
-series holds the kept volumes only (the sidecars' ``KeptVolumes`` say which).
+series holds the kept volumes (the sidecars' ``KeptVolumes`` say which); with
+``--output-type interpolated`` and a censored volume, the parcel series and the
+denoised dtseries hold every volume after the dummy scans, the censored ones
+interpolated (``InterpolatedVolumes``), as XCP-D's; the correlations are of
+the kept volumes. The run's QC table is :mod:`connscale.bidsapp.qc_outputs`'s.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ __all__ = ["write_cifti_set"]
 
 
 def write_cifti_set(kind, config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
-    """Compute and publish one set of a CIFTI run (``region``, ``denoised`` or ``maps``).
+    """Compute and publish one set of a CIFTI run (``region``, ``denoised``, ``maps``, ``qc``...).
 
     Returns the names written and ``{measure: reason}`` of the measures that failed.
     """
@@ -62,6 +66,11 @@ def write_cifti_set(kind, config, run, decoded, out, context, timings) -> tuple[
         from connscale.bidsapp.cifti_maps import write_cifti_maps
 
         return write_cifti_maps(config, run, decoded, out, context, timings), {}
+    if kind == "qc":
+        from connscale.bidsapp.qc_outputs import write_qc
+
+        with read_only_series():  # the final DVARS cleans the memory-mapped series
+            return write_qc(config, run, decoded, out, context, timings), {}
     if kind in ("alff", "reho"):
         from connscale.bidsapp.local_maps import write_local_maps
 
@@ -75,21 +84,27 @@ class _Parcels:
 
     ``axis`` is the ParcelsAxis of the written parcels, ``atlas_axis`` that
     of every parcel of the atlas, ``coverage`` each atlas parcel's fraction
-    of grayordinates used.
+    of grayordinates used, ``means`` the written parcels' means of every
+    volume before cleaning.
     """
 
     axis: object
     atlas_axis: object
     coverage: np.ndarray
+    means: np.ndarray
 
 
-def _kept_series_axis(decoded):
-    """Return the SeriesAxis of the kept volumes (the run's start and step, their count)."""
+def _kept_series_axis(decoded, n_rows: int | None = None):
+    """Return the SeriesAxis of the published volumes (the run's start and step, their count).
+
+    ``n_rows``: their count, when not the kept volumes' (``--output-type interpolated``).
+    """
     from nibabel.cifti2 import SeriesAxis
 
     series = decoded.cifti.series
-    kept = decoded.context["operator"].volumes
-    return SeriesAxis(series.start, series.step, int(kept.size), series.unit)
+    if n_rows is None:
+        n_rows = decoded.context["operator"].volumes.size
+    return SeriesAxis(series.start, series.step, int(n_rows), series.unit)
 
 
 def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcels]:
@@ -170,6 +185,7 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
         axis=parcels_axis(atlas.labels, written, brain_model),
         atlas_axis=parcels_axis(atlas.labels, atlas.names, brain_model),
         coverage=parcellation.coverage,
+        means=parcellation.series[:, kept],
     )
     all_names = [atlas.names[int(k)] for k in keys]
     prepared = _Prepared(
@@ -216,17 +232,22 @@ class _CiftiRegionSet(_RegionSet):
         self.timings["write"] += time.perf_counter() - tic
         return written
 
+    def _region_means(self) -> np.ndarray:
+        return self.parcels.means
+
     def _write_timeseries(self) -> list[str]:
+        from connscale.bidsapp.region_measures import _published_series
         from connscale.io.cifti import write_ptseries
 
         written = super()._write_timeseries()
+        series, _ = _published_series(self)  # the TSV's rows: kept, or interpolated
         tic = time.perf_counter()
         name = self._name("mean", "timeseries", ".ptseries.nii")
         write_ptseries(
             self.out.path(name),
             self.parcels.axis,
-            _kept_series_axis(self.decoded),
-            self.prepared.written_series.astype(np.float32),
+            _kept_series_axis(self.decoded, series.shape[0]),
+            np.asarray(series, dtype=np.float32),
         )
         written.append(name)
         self.timings["write"] += time.perf_counter() - tic
@@ -246,17 +267,22 @@ class _CiftiRegionSet(_RegionSet):
 def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
     """Publish the run's denoised grayordinate series (``_desc-<strategy>_bold.dtseries.nii``).
 
-    The kept volumes, cleaned and standardized as the parcel series are;
-    a grayordinate constant over time is 0 (counted in the sidecar and the
+    The kept volumes, cleaned and standardized as the parcel series are
+    (with ``--output-type interpolated`` and a censored volume, every volume
+    after the dummy scans, as the parcel series, :func:`_interpolated`); a
+    grayordinate constant over time is 0 (counted in the sidecar and the
     run's warning).
     """
     from connscale.bidsapp.cifti_maps import cleaned_grayordinates
     from connscale.io.cifti import write_dtseries
 
-    kept = context["operator"].volumes.size
+    every = context.get("series_operator", context["operator"])
     n = decoded.data.shape[1]
-    out.check_space(4 * kept * n, what=f"the denoised series of {run.name}")
-    cleaned = cleaned_grayordinates(config, decoded, context, timings)
+    out.check_space(4 * every.volumes.size * n, what=f"the denoised series of {run.name}")
+    if every.interpolated is None:
+        cleaned = cleaned_grayordinates(config, decoded, context, timings)
+    else:
+        cleaned = _interpolated(config, decoded, every, timings)
     constant = constant_columns(cleaned)
     tic = time.perf_counter()
     name = bids_name(
@@ -265,7 +291,7 @@ def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
     write_dtseries(
         out.path(name),
         decoded.cifti.brain_model,
-        _kept_series_axis(decoded),
+        _kept_series_axis(decoded, cleaned.shape[0]),
         np.asarray(cleaned, dtype=np.float32),
     )
     _, meta = sidecars(
@@ -281,6 +307,9 @@ def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
     )
     for key in ("Columns", "Atlas", "AtlasFile", "AtlasLabelsFile"):
         meta.pop(key)
+    if every.interpolated is not None:
+        meta["KeptVolumes"] = every.volumes.tolist()
+        meta["InterpolatedVolumes"] = every.volumes[every.interpolated].tolist()
     meta["NumberOfGrayordinates"] = int(n)
     meta["NumberOfConstantGrayordinates"] = int(constant.sum())
     sidecar = name[: -len(".dtseries.nii")] + ".json"
@@ -288,3 +317,26 @@ def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
     out.commit(extra={"run": run.name})
     timings["write"] += time.perf_counter() - tic
     return [name, sidecar]
+
+
+def _interpolated(config, decoded, operator, timings) -> np.ndarray:
+    """Return the grayordinates cleaned by the run's ``series_operator`` (XCP-D's interpolated).
+
+    Every volume after the dummy scans, the censored ones interpolated before
+    the filter, standardized over them as the parcel series are
+    (:func:`connscale.bidsapp.region_measures._published_series`).
+    """
+    from connscale.denoise import clean_signals
+
+    tic = time.perf_counter()
+    with read_only_series():
+        cleaned = clean_signals(
+            decoded.data,
+            operator,
+            standardize=config.standardize,
+            device=config.device,
+            dtype=config.dtype,
+            memory_limit=config.memory_limit,
+        )
+    timings["clean"] += time.perf_counter() - tic
+    return cleaned

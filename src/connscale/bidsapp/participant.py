@@ -18,8 +18,9 @@ manifest)::
     <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_dfc.h5 / .json    ('dfc')
     <source>_seg-<atlas>_meas-PearsonCorrelation_desc-<strategy>_pairs.h5 / .json  ('pairs')
 
-and, for every volume run, its QC table, its own set (:mod:`connscale.bidsapp.qc_outputs`;
-the dataset's table of all runs is rewritten at the call's end)::
+and, for every run (volume or CIFTI), its QC table, its own set
+(:mod:`connscale.bidsapp.qc_outputs`; the dataset's table of all runs is
+rewritten at the call's end)::
 
     <source>_desc-<strategy>_qc.tsv / .json
 
@@ -339,18 +340,21 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
 def _despike_and_measure(config, decoded, context: dict, timings: dict, qc: bool):
     """Return the run despiked with ``--despike``; first, its initial DVARS for the QC table.
 
-    A CIFTI run is returned as it is.
+    A CIFTI run's grayordinates are despiked into a copy (:func:`despike_cifti_run`).
     """
-    if not isinstance(decoded, DecodedRun):
-        return decoded
-    from connscale.bidsapp.qc_outputs import despike_run, initial_dvars
+    from connscale.bidsapp.cifti_decode import read_only_series
+    from connscale.bidsapp.qc_outputs import despike_cifti_run, despike_run, initial_dvars
 
-    if qc:
-        try:
-            context["dvars_initial"] = initial_dvars(config, decoded, context)
-        except Exception as exc:  # noqa: BLE001 - the QC set fails with it, the others go on
-            context["qc_error"] = exc
-    return despike_run(config, decoded, context, timings) if config.despike else decoded
+    with read_only_series():  # a CIFTI run's series are memory-mapped
+        if qc:
+            try:
+                context["dvars_initial"] = initial_dvars(config, decoded, context)
+            except Exception as exc:  # noqa: BLE001 - the QC set fails with it, the others go on
+                context["qc_error"] = exc
+        if not config.despike:
+            return decoded
+        despiked = despike_run if isinstance(decoded, DecodedRun) else despike_cifti_run
+        return despiked(config, decoded, context, timings)
 
 
 def _sizes(decoded) -> dict:
@@ -592,10 +596,6 @@ def _check_atlas(config, measures, file_format: str, atlas: Path, atlas_labels) 
         raise ValueError(
             f"--denoise {config.strategy} reads fMRIPrep's AROMA volumes, not CIFTI runs."
         )
-    if config.output_type == "interpolated":
-        raise ValueError("--output-type interpolated: CIFTI runs publish their kept volumes only.")
-    if config.despike:
-        raise ValueError("--despike despikes volume runs' voxels; CIFTI runs are not despiked.")
     if atlas_labels is not None:
         raise ValueError("--atlas-labels: a .dlabel.nii atlas names its own parcels; drop it.")
     check_cifti_atlas(atlas)
@@ -769,10 +769,9 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
                 "parameters": {**config.parameters(), "min_dof": config.min_dof},
             },
         )
-        if file_format == "nifti":
-            from connscale.bidsapp.qc_outputs import write_dataset_qc
+        from connscale.bidsapp.qc_outputs import write_dataset_qc
 
-            write_dataset_qc(output, config.desc)
+        write_dataset_qc(output, config.desc)
     report = ParticipantReport(
         result.records, result.report_path, result.errors_path, result.seconds, notes
     )

@@ -18,6 +18,12 @@ measure are on; otherwise the DVARS columns are n/a and the sidecar says why
 denoising, so the voxel series are despiked (:func:`connscale.despike.despike`,
 on the device) and the region means recomputed from them; the decoder's
 region sums, made without torch, are of the raw voxels.
+
+A CIFTI run's table is the same, its DVARS of the grayordinate series (always
+read). ``--despike`` despikes its grayordinates (:func:`despike_cifti_run`,
+as XCP-D does for CIFTI: ``3dDespike`` per grayordinate, in
+``xcp_d/workflows/bold/postprocessing.py``) into a copy (the memory-mapped
+file is never written to); its parcel means are made from that copy.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from connscale.qc import QC_COLUMNS
 __all__ = [
     "QC_METADATA",
     "atlas_centroids",
+    "despike_cifti_run",
     "despike_run",
     "initial_dvars",
     "qc_name",
@@ -187,6 +194,31 @@ def despike_run(config, decoded, context: dict, timings: dict):
     return replace(decoded, data=data, region_means=means)
 
 
+def despike_cifti_run(config, decoded, context: dict, timings: dict):
+    """Return the CIFTI run with a despiked copy of its grayordinate series.
+
+    The volumes after the dummy scans are despiked, the dummy scans copied as
+    read; the memory-mapped series are left untouched. The parcel means of
+    the run's region set are made from the copy
+    (:func:`connscale.cifti.parcellate`). Called within
+    :func:`~connscale.bidsapp.cifti_decode.read_only_series`.
+    """
+    from connscale.despike import despike
+
+    tic = time.perf_counter()
+    start = _dummy_scans(context)
+    data = np.empty(decoded.data.shape, dtype=np.float32)  # the file's map stays read-only
+    data[:start] = decoded.data[:start]
+    data[start:] = despike(
+        decoded.data[start:],
+        device=config.device,
+        dtype=config.dtype,
+        memory_limit=config.memory_limit,
+    )
+    timings["clean"] += time.perf_counter() - tic
+    return replace(decoded, cifti=replace(decoded.cifti, data=data))
+
+
 def _final_dvars(config, decoded, context: dict) -> np.ndarray | None:
     """Return the standardised DVARS of the denoised kept volumes (None: voxels not read)."""
     from connscale.bidsapp.cleaned_voxels import unstandardised_series
@@ -219,7 +251,7 @@ def write_qc(config, run, decoded, out, context: dict, timings: dict) -> list[st
     if "qc_error" in context:  # the initial DVARS, computed before despiking, failed
         raise context["qc_error"]
     tic = time.perf_counter()
-    n_volumes = int(decoded.img.shape[3])
+    n_volumes = int(decoded.data.shape[0]) if run.is_cifti else int(decoded.img.shape[3])
     fd = context["fd"]
     if fd is not None and fd.size != n_volumes:
         context["qc_notes"] = [

@@ -234,6 +234,10 @@ class _RegionSet:
         """Return the entities of the set's series and report."""
         return {**self.run.entities, "seg": self.config.atlas_name, "desc": self.config.desc}
 
+    def _region_means(self) -> np.ndarray:
+        """Return the region means of every volume, before cleaning."""
+        return self.decoded.region_means
+
     def write(self) -> tuple[list[str], dict]:
         """Write every requested measure, the coverage table, then the report; commit the set.
 
@@ -365,7 +369,7 @@ def _published_series(region_set: _RegionSet) -> tuple[np.ndarray, dict]:
         return prepared.written_series, prepared.series_meta
     tic = time.perf_counter()
     series = clean_signals(
-        region_set.decoded.region_means,
+        region_set._region_means(),
         operator,
         standardize=config.standardize,
         device=config.device,

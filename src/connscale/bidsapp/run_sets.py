@@ -21,7 +21,7 @@ def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
 
     ``{'region'|'voxel'|'maps'|'networks'|'denoised'|'qc': (folder, prefix, fingerprint)}``
     (``denoised``: the run's denoised BOLD or dtseries, with ``write_denoised``; ``qc``:
-    a volume run's QC table, :mod:`connscale.bidsapp.qc_outputs`).
+    the run's QC table, :mod:`connscale.bidsapp.qc_outputs`).
     """
     from connscale.io.fingerprint import run_fingerprint
 
@@ -56,10 +56,9 @@ def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
         from connscale.bidsapp.voxel_measures import map_sets
 
         sets.update(map_sets(config, run, folder, bold_inputs, maps))
-    if not run.is_cifti:
-        from connscale.bidsapp.qc_outputs import qc_set
+    from connscale.bidsapp.qc_outputs import qc_set
 
-        sets["qc"] = qc_set(config, run, folder, bold_inputs)
+    sets["qc"] = qc_set(config, run, folder, bold_inputs)
     return sets
 
 
