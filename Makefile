@@ -21,8 +21,10 @@ install: $(VENV)/.installed
 demo: install
 	$(VENV)/bin/connscale demo --out demo_output
 
+# pytest-xdist: one worker per core, at most 4 (the suite's heaviest tests use a few
+# GB each); the slowest tests are listed at the end (--durations in pyproject.toml).
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto --maxprocesses 4
 
 # ruff (rules and formatting in pyproject.toml) and the import-layer contract
 # (import-linter, also in pyproject.toml; ARCHITECTURE.md explains the layers).
