@@ -41,7 +41,7 @@ import numpy as np
 
 from connscale.bidsapp.cifti_decode import read_only_series
 from connscale.bidsapp.coverage import apply_min_coverage, coverage_sidecar
-from connscale.bidsapp.outputs import constant_columns, constant_message, sidecars
+from connscale.bidsapp.outputs import constant_columns, constant_message, run_sidecars
 from connscale.bidsapp.region_measures import _Prepared, _RegionSet
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
@@ -145,17 +145,7 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
             f"No parcel of {run.bold.name} varies after cleaning"
             + (f" with --min-coverage {config.min_coverage:g}." if low.any() else ".")
         )
-    relmat_meta, series_meta = sidecars(
-        config,
-        run,
-        names,
-        context["confounds"],
-        context["sample_mask"],
-        int(decoded.data.shape[0]),
-        context["mean_fd"],
-        dof=context["dof"],
-        temporal=context.get("temporal"),
-    )
+    relmat_meta, series_meta = run_sidecars(config, run, names, context, int(decoded.data.shape[0]))
     extra = {
         "AtlasMap": atlas.map_name,
         "BrainModel": brain_model_summary(decoded.cifti.brain_model),
@@ -294,17 +284,7 @@ def write_denoised(config, run, decoded, out, context, timings) -> list[str]:
         _kept_series_axis(decoded, cleaned.shape[0]),
         np.asarray(cleaned, dtype=np.float32),
     )
-    _, meta = sidecars(
-        config,
-        run,
-        [],
-        context["confounds"],
-        context["sample_mask"],
-        n_volumes=int(decoded.data.shape[0]),
-        mean_fd=context["mean_fd"],
-        dof=context["dof"],
-        temporal=context.get("temporal"),
-    )
+    _, meta = run_sidecars(config, run, [], context, decoded.data.shape[0])
     for key in ("Columns", "Atlas", "AtlasFile", "AtlasLabelsFile"):
         meta.pop(key)
     if every.interpolated is not None:

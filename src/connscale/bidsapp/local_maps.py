@@ -207,18 +207,9 @@ def _map_sidecar(stat: str, config, context, n_nodes: int, cifti: bool) -> dict:
 
 def _common_sidecar(config, run, decoded, context, n_constant: int) -> dict:
     """Return the keys every map of the run shares (sources, denoising, volumes kept)."""
-    from connscale.bidsapp.outputs import sidecars
+    from connscale.bidsapp.outputs import run_sidecars
 
-    _, meta = sidecars(
-        config,
-        run,
-        [],
-        context["confounds"],
-        context["sample_mask"],
-        decoded.data.shape[0],
-        context["mean_fd"],
-        dof=context["dof"],
-    )
+    _, meta = run_sidecars(config, run, [], context, decoded.data.shape[0])
     for key in ("Columns", "SamplingFrequency", "Atlas", "AtlasFile", "AtlasLabelsFile"):
         meta.pop(key)
     meta["DenoiseParameters"]["standardize"] = None  # the maps' series are not standardised

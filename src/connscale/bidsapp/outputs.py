@@ -18,6 +18,7 @@ __all__ = [
     "DATASET_LINK",
     "MEASURE",
     "bids_uri",
+    "run_sidecars",
     "constant_columns",
     "constant_message",
     "note_constant_voxels",
@@ -131,6 +132,23 @@ def sidecars(
         **common,
     }
     return relmat, timeseries
+
+
+def run_sidecars(
+    config: ParticipantConfig, run: BoldRun, names, context: dict, n_volumes: int
+) -> tuple[dict, dict]:
+    """Return :func:`sidecars` of a run from its context (confounds, kept volumes, FD, dof)."""
+    return sidecars(
+        config,
+        run,
+        names,
+        context["confounds"],
+        context["sample_mask"],
+        int(n_volumes),
+        context["mean_fd"],
+        dof=context["dof"],
+        temporal=context.get("temporal"),
+    )
 
 
 def set_prefix(entities: dict, extra: dict) -> str:

@@ -24,7 +24,7 @@ from connscale.bidsapp.outputs import (
     bids_uri,
     constant_columns,
     constant_message,
-    sidecars,
+    run_sidecars,
 )
 from connscale.cohort import compute_scan_pairs, write_scan_pairs
 from connscale.engines.batch import error_text
@@ -139,17 +139,7 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
             f"No atlas region of {run.bold.name} varies after cleaning"
             + (f" with --min-coverage {config.min_coverage:g}." if low.any() else ".")
         )
-    relmat_meta, series_meta = sidecars(
-        config,
-        run,
-        names,
-        context["confounds"],
-        context["sample_mask"],
-        int(decoded.img.shape[3]),
-        context["mean_fd"],
-        dof=context["dof"],
-        temporal=context.get("temporal"),
-    )
+    relmat_meta, series_meta = run_sidecars(config, run, names, context, int(decoded.img.shape[3]))
     atlas_meta = {"AtlasSpace": config.atlas_space, "AtlasResampling": decoded.atlas_resampling}
     relmat_meta.update(atlas_meta)
     series_meta.update(atlas_meta)

@@ -55,8 +55,8 @@ from connscale.bidsapp.outputs import (
     MEASURE,
     bids_uri,
     note_constant_voxels,
+    run_sidecars,
     set_prefix,
-    sidecars,
 )
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
@@ -208,17 +208,7 @@ def _mean_image(decoded):
 
 def _common_sidecar(config, run, decoded, context, n_voxels: int) -> dict:
     """Return the keys every map shares: sources, denoising, volumes kept, software."""
-    _, meta = sidecars(
-        config,
-        run,
-        [],
-        context["confounds"],
-        context["sample_mask"],
-        decoded.data.shape[0],
-        context["mean_fd"],
-        dof=context["dof"],
-        temporal=context.get("temporal"),
-    )
+    _, meta = run_sidecars(config, run, [], context, decoded.data.shape[0])
     for key in ("Columns", "SamplingFrequency", "Atlas", "AtlasFile", "AtlasLabelsFile"):
         meta.pop(key)
     meta["NumberOfVoxels"] = int(n_voxels)
@@ -631,17 +621,7 @@ def write_voxel(config, run, decoded, out, context, timings) -> list[str]:
         attrs={"mask_source": bids_uri(run.mask, Path(config.derivatives))},
         compress=("mask",),
     )
-    relmat_meta, _ = sidecars(
-        config,
-        run,
-        [],
-        context["confounds"],
-        context["sample_mask"],
-        data.shape[0],
-        context["mean_fd"],
-        dof=context["dof"],
-        temporal=context.get("temporal"),
-    )
+    relmat_meta, _ = run_sidecars(config, run, [], context, data.shape[0])
     relmat_meta.pop("NodeNames")
     for key in ("Atlas", "AtlasFile", "AtlasLabelsFile"):
         relmat_meta.pop(key)
