@@ -200,20 +200,20 @@ def pattern_keys(matrix, perm: np.ndarray | None = None, device="cpu"):
     return keys, values
 
 
-def compare_patterns(block_keys, block_values, keys, values, *, atol: float) -> dict:
-    """Two windows' kept pairs (:func:`pattern_keys`): pattern and values."""
-    in_other = torch.isin(block_keys, keys)
-    in_block = torch.isin(keys, block_keys)
-    differ = (block_values[in_other].double() - values[in_block].double()).abs()
+def compare_patterns(reference_keys, reference_values, keys, values, *, atol: float) -> dict:
+    """Two runs' kept pairs of a window (:func:`pattern_keys`): pattern and values."""
+    in_other = torch.isin(reference_keys, keys)
+    in_reference = torch.isin(keys, reference_keys)
+    differ = (reference_values[in_other].double() - values[in_reference].double()).abs()
     max_diff = float(differ.max()) if differ.numel() else 0.0
-    only_block, only_other = int((~in_other).sum()), int((~in_block).sum())
+    only_reference, only_this = int((~in_other).sum()), int((~in_reference).sum())
     return {
-        "nnz_block": int(block_keys.numel()),
+        "nnz_reference": int(reference_keys.numel()),
         "nnz": int(keys.numel()),
-        "only_in_block": only_block,
-        "only_in_this": only_other,
+        "only_in_reference": only_reference,
+        "only_in_this": only_this,
         "max_abs_value_difference": max_diff,
-        "agree": only_block == 0 and only_other == 0 and max_diff <= atol,
+        "agree": only_reference == 0 and only_this == 0 and max_diff <= atol,
     }
 
 
