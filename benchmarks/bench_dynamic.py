@@ -26,7 +26,8 @@ reports the exact run's confirmation counts, and checks a few windows
 r >= θ (pairs dropped and added, and how far from θ), fp32's against
 exact's, and ``permuted``'s, mapped back, against ``block``'s.
 
-    python benchmarks/bench_dynamic.py --device cuda          # full sizes, H100: < 8 min
+    python benchmarks/bench_dynamic.py --device cuda          # full sizes, H100
+    python benchmarks/bench_dynamic.py --device cuda --tables 2 --cases 150:0.5  # issue 26
     python benchmarks/bench_dynamic.py --device cpu --quick   # reduced sizes
 """
 

@@ -496,7 +496,8 @@ def main(argv=None):
         for layout in sorted(args.layout, key=LAYOUTS.index):  # block before permuted
             if layout == "permuted" and block is None:  # block's series and maps, untimed
                 block = layout_series("block", args, device)
-                block_found = {p: degree_maps(block.u, p)[0] for p in args.precisions}
+                if "layouts" in args.parts:
+                    block_found = {p: degree_maps(block.u, p)[0] for p in args.precisions}
             series = layout_series(layout, args, device, block)
             n = series.u.shape[0]
             rate = rate or gemm_rate(series.u, device)
