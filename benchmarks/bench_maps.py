@@ -422,7 +422,7 @@ def _csv(choices):
     return parse
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -481,6 +481,11 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         args.n, args.t, args.cpu_n = 3000, 300, 3000
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
     device = torch.device(args.device)
     common = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -509,17 +514,19 @@ def main(argv=None):
             )
             if "layouts" in args.parts:
                 found = layout_part(series, row, args, block_found)
-                if layout == "block":
-                    block, block_found = series, found
+                block_found = found if layout == "block" else block_found
+            block = series if layout == "block" else block
             if "methods" in args.parts:
                 methods_part(series.u, row, args)
             if "reference" in args.parts and not rows:
                 reference_part(series.u, row, args)
             rows.append(row)
+            if layout == "permuted":  # the last layout that needs block's
+                block = block_found = None
             del series
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(rows, fh, indent=2)
+            if args.json:  # after each layout: a run cut short keeps what it measured
+                with open(args.json, "w") as fh:
+                    json.dump(rows, fh, indent=2)
 
 
 if __name__ == "__main__":
