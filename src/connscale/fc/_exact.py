@@ -340,14 +340,26 @@ def _confirm_entries(
     if not found.numel():
         return 0
     rows, cols = found[:, -2] + r0, found[:, -1] + r0
-    u = split.u
     if tile.dim() == 2:
-        left, right = u[rows], u[cols]
-    else:
-        left, right = u[found[:, 0], rows], u[found[:, 0], cols]
-    exact = (left.double() * right.double()).sum(-1)
+        exact = exact_products(split.u, rows, cols)
+    else:  # an entry of window b
+        windows = found[:, 0]
+        exact = (split.u[windows, rows].double() * split.u[windows, cols].double()).sum(-1)
     tile[tuple(found.T)] = rounded_as_decided(exact, thresholds, absolute=absolute)
     return found.shape[0]
+
+
+def exact_products(u: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Return U[rows[k]]·U[cols[k]] for every k in float64 (exact products of the float32 rows).
+
+    By chunks of entries, so that the gathered rows stay small.
+    """
+    chunk = max(1, (1 << 24) // max(u.shape[-1], 1))
+    out = torch.empty(rows.numel(), dtype=torch.float64, device=u.device)
+    for start in range(0, rows.numel(), chunk):
+        part = slice(start, start + chunk)
+        out[part] = (u[rows[part]].double() * u[cols[part]].double()).sum(-1)
+    return out
 
 
 def rounded_as_decided(exact: torch.Tensor, thresholds: list[float], *, absolute: bool):
@@ -619,7 +631,7 @@ def _bracket(u, hist, c_lo, c_hi, absolute, block_rows, stats, method, margin, l
     first = max(0, math.floor((max(c_lo, low) - margin - low) / edge) - 1)
     last = min(n_bins - 1, math.floor((min(c_hi, low + n_bins * edge) + margin - low) / edge) + 1)
     capacity = int(hist[first : last + 1].sum())
-    values, _, _ = compact_exact(
+    values, columns, row_counts = compact_exact(
         u,
         c_lo if math.isfinite(c_lo) else -math.inf,
         absolute=absolute,
@@ -629,6 +641,10 @@ def _bracket(u, hist, c_lo, c_hi, absolute, block_rows, stats, method, margin, l
         capacity=capacity,
         upper=c_hi,
     )
+    # The k-th value is returned as a threshold whose degree is then counted:
+    # take the collected entries' float64 values, as the counts decide close ones.
+    rows = torch.repeat_interleave(torch.arange(u.shape[0], device=u.device), row_counts)
+    values = exact_products(u, rows, columns.long())
     if absolute:
         values = values.abs()
     return higher, torch.sort(values, descending=True).values

@@ -81,6 +81,14 @@ PLACE_WARPS = 4
 # Entries a program of the confirming kernel recomputes, and its step along T.
 CONFIRM_ENTRIES = 64
 CONFIRM_K = 64
+#: Add each K step's product rounding to nearest on CUDA (False: chained in the
+#: tensor cores' accumulator, which rounds toward zero; for measurements only).
+ROUND_NEAREST_ON_CUDA = True
+#: Form every tile's r₃ in one loop (three products a K step) for the jobs that
+#: return kept values, instead of r̃ first and the correction where a tile holds
+#: one: chosen from the measured rates (benchmarks/RESULTS.md, issue 26).
+DEGREE_ONE_PASS = True
+COMPACT_ONE_PASS = True
 #: log2 of the scale of A (hi and lo times 2¹⁵ stay below fp16's 65,504 for |u| <= 1).
 SCALE_BITS = 15
 
@@ -212,23 +220,61 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         return acc
 
     @triton.jit
+    def _tile_product(a_ptr, rows, cols, a_start, b_start, k_half, acc, BK: tl.constexpr):
+        # acc + A[rows, a_start:a_start + k]·A[cols, b_start:b_start + k]ᵀ, chained.
+        ks = tl.arange(0, BK)
+        width = 2 * k_half
+        a_off = rows.to(tl.int64)[:, None] * width + a_start + ks[None, :]
+        b_off = cols.to(tl.int64)[:, None] * width + b_start + ks[None, :]
+        for _ in range(0, k_half, BK):
+            acc = tl.dot(tl.load(a_ptr + a_off), tl.trans(tl.load(a_ptr + b_off)), acc)
+            a_off += BK
+            b_off += BK
+        return acc
+
+    @triton.jit
     def _tile_cross(
         a_ptr, rows, cols, k_half, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
     ):
-        # 2³⁰·(lo·hiᵀ + hi·loᵀ) as one product over 2k: A's rows [lo | hi]
-        # against A's columns with the halves swapped, [hi | lo]. The terms
-        # are ~2⁻¹¹ of r: their own rounding is far below fp32's at r.
+        # 2³⁰·(lo·hiᵀ + hi·loᵀ): two loops of two operands each (A's lo half
+        # against its hi half, then the other way), so that the pipeline's
+        # shared memory stays that of r̃'s. The terms are ~2⁻¹¹ of r: their
+        # own rounding is far below fp32's at r.
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        acc = _tile_product(a_ptr, rows, cols, 0, k_half, k_half, acc, BK)
+        return _tile_product(a_ptr, rows, cols, k_half, 0, k_half, acc, BK)
+
+    @triton.jit
+    def _tile_r3(
+        a_ptr,
+        rows,
+        cols,
+        k_half,
+        ROUND_NEAREST: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+    ):
+        # 2³⁰·r₃ in one loop: each K step loads lo and hi of the rows and the
+        # columns and runs the three products, hi·hiᵀ added rounding to
+        # nearest, the two cross terms chained in their own accumulator.
         ks = tl.arange(0, BK)
         width = 2 * k_half
-        a_base = rows.to(tl.int64)[:, None] * width + ks[None, :]
-        b_base = cols.to(tl.int64)[:, None] * width + ks[None, :]
+        a_off = rows.to(tl.int64)[:, None] * width + ks[None, :]
+        b_off = cols.to(tl.int64)[:, None] * width + ks[None, :]
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for step in range(0, width, BK):
-            swapped = (step + k_half) % width
-            a = tl.load(a_ptr + a_base + step)
-            b = tl.load(a_ptr + b_base + swapped)
-            acc = tl.dot(a, tl.trans(b), acc)
-        return acc
+        cross = tl.zeros((BM, BN), dtype=tl.float32)
+        for _ in range(0, k_half, BK):
+            lo_a = tl.load(a_ptr + a_off)
+            hi_a = tl.load(a_ptr + a_off + k_half)
+            lo_b = tl.trans(tl.load(a_ptr + b_off))
+            hi_b = tl.trans(tl.load(a_ptr + b_off + k_half))
+            acc = _add_rn(acc, tl.dot(hi_a, hi_b), ROUND_NEAREST)
+            cross = tl.dot(lo_a, hi_b, cross)
+            cross = tl.dot(hi_a, lo_b, cross)
+            a_off += BK
+            b_off += BK
+        return acc + cross
 
     @triton.jit
     def _tile_fp64(
@@ -246,7 +292,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             k_ok = (k0 + ks < t)[None, :]
             a = tl.load(a_base + k0 + ks[None, :], mask=row_ok & k_ok, other=0.0)
             b = tl.load(b_base + k0 + ks[None, :], mask=col_ok & k_ok, other=0.0)
-            acc = tl.dot(a.to(tl.float64), tl.trans(b.to(tl.float64)), acc)
+            acc = tl.dot(a.to(tl.float64), tl.trans(b.to(tl.float64)), acc, out_dtype=tl.float64)
         return acc
 
     @triton.jit
@@ -270,18 +316,23 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         inverse_scale,
         ABSOLUTE: tl.constexpr,
         ROUND_NEAREST: tl.constexpr,
+        ONE_PASS: tl.constexpr,
         BM: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
     ):
         # This program's tile of the upper triangle: its block indices, rows,
-        # columns, r̃ = hi·hiᵀ, the strict-upper mask and r̃ (|r̃| with ABSOLUTE).
+        # columns, r̃ = hi·hiᵀ (r₃ with ONE_PASS), the strict-upper mask and
+        # the value compared (|r| with ABSOLUTE).
         pid = tl.program_id(0)
         bi = tl.load(pairs_ptr + 2 * pid)
         bj = tl.load(pairs_ptr + 2 * pid + 1)
         rows = bi * BM + tl.arange(0, BM)
         cols = bj * BN + tl.arange(0, BN)
-        acc = _tile_hi(a_ptr, rows, cols, k_half, ROUND_NEAREST, BM, BN, BK) * inverse_scale
+        if ONE_PASS:
+            acc = _tile_r3(a_ptr, rows, cols, k_half, ROUND_NEAREST, BM, BN, BK) * inverse_scale
+        else:
+            acc = _tile_hi(a_ptr, rows, cols, k_half, ROUND_NEAREST, BM, BN, BK) * inverse_scale
         valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
         value = _magnitude(acc, ABSOLUTE)
         return bi, bj, rows, cols, acc, valid, value
@@ -330,16 +381,30 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         ABSOLUTE: tl.constexpr,
         WEIGHTED: tl.constexpr,
         ROUND_NEAREST: tl.constexpr,
+        ONE_PASS: tl.constexpr,
         BM: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
     ):
         margin = tl.load(margin_ptr)
         bi, bj, rows, cols, acc, valid, value = _tile_start(
-            a_ptr, pairs_ptr, n, k_half, inverse_scale, ABSOLUTE, ROUND_NEAREST, BM, BN, BK
+            a_ptr,
+            pairs_ptr,
+            n,
+            k_half,
+            inverse_scale,
+            ABSOLUTE,
+            ROUND_NEAREST,
+            ONE_PASS,
+            BM,
+            BN,
+            BK,
         )
         bound = margin
-        if WEIGHTED:  # kept values are summed: correct tiles with any r̃ >= θ_min − ε
+        if ONE_PASS:  # every tile corrected
+            bound = tl.load(margin_ptr + 1)
+            tl.atomic_add(stats_ptr + 1, 1)
+        elif WEIGHTED:  # kept values are summed: correct tiles with any r̃ >= θ_min − ε
             if _any(valid & (value >= theta_min - margin)):
                 acc = acc + _tile_cross(a_ptr, rows, cols, k_half, BM, BN, BK) * inverse_scale
                 value = _magnitude(acc, ABSOLUTE)
@@ -436,6 +501,46 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
             tl.store(bases_ptr + bi.to(tl.int64) * n_cb + bj, base)
 
     @triton.jit
+    def _decide_and_stage(  # noqa: PLR0913 - a Triton function: the tile and its outputs
+        acc,
+        value,
+        valid,
+        rows,
+        cols,
+        bi,
+        bj,
+        bounds,
+        geometry,
+        out_ptrs,
+        ABSOLUTE: tl.constexpr,
+        BOUNDED: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BKF: tl.constexpr,
+    ):
+        # A corrected tile: its entries within ε₃ of a bound recomputed from U
+        # in float64 and decided there, then its kept entries staged.
+        threshold, upper, bound = bounds
+        u_ptr, stride, n, t, n_cb, capacity, stats_ptr = geometry
+        keep = valid & (value >= threshold)  # NaN compares False
+        if BOUNDED:
+            keep = keep & (value < upper)
+        near = valid & (tl.abs(value - threshold) <= bound)
+        if BOUNDED:
+            near = near | (valid & (tl.abs(value - upper) <= bound))
+        if _any(near):
+            exact = _tile_fp64(u_ptr, stride, rows, cols, n, t, BM, BN, BKF)
+            magnitude = _magnitude(exact, ABSOLUTE)
+            decided = valid & (magnitude >= threshold)
+            if BOUNDED:
+                decided = decided & (magnitude < upper)
+            keep = tl.where(near, decided, keep)
+            acc = tl.where(near, exact.to(tl.float32), acc)
+            n_near = tl.sum(tl.sum(near.to(tl.int32), axis=1), axis=0)
+            tl.atomic_add(stats_ptr, n_near.to(tl.int64))
+        _stage_kept(keep, acc, rows, cols, bi, bj, n, n_cb, capacity, out_ptrs, BM, BN)
+
+    @triton.jit
     def _exact_compact_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         a_ptr,
         u_ptr,
@@ -459,6 +564,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         ABSOLUTE: tl.constexpr,
         BOUNDED: tl.constexpr,
         ROUND_NEAREST: tl.constexpr,
+        ONE_PASS: tl.constexpr,
         BM: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
@@ -466,46 +572,65 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
     ):
         margin = tl.load(margin_ptr)
         bi, bj, rows, cols, acc, valid, value = _tile_start(
-            a_ptr, pairs_ptr, n, k_half, inverse_scale, ABSOLUTE, ROUND_NEAREST, BM, BN, BK
+            a_ptr,
+            pairs_ptr,
+            n,
+            k_half,
+            inverse_scale,
+            ABSOLUTE,
+            ROUND_NEAREST,
+            ONE_PASS,
+            BM,
+            BN,
+            BK,
         )
-        high = valid & (value >= threshold - margin)
-        if BOUNDED:
-            high = high & (value < upper + margin)
-        if _any(high):
-            acc = acc + _tile_cross(a_ptr, rows, cols, k_half, BM, BN, BK) * inverse_scale
+        bounds = (threshold, upper, tl.load(margin_ptr + 1))
+        geometry = (u_ptr, stride, n, t, n_cb, capacity, stats_ptr)
+        out_ptrs = (counts_ptr, bases_ptr, staged_values_ptr, staged_columns_ptr, cursor_ptr)
+        if ONE_PASS:
             tl.atomic_add(stats_ptr + 1, 1)
-            value = _magnitude(acc, ABSOLUTE)
-            keep = valid & (value >= threshold)  # NaN compares False
-            if BOUNDED:
-                keep = keep & (value < upper)
-            bound = tl.load(margin_ptr + 1)
-            near = valid & (tl.abs(value - threshold) <= bound)
-            if BOUNDED:
-                near = near | (valid & (tl.abs(value - upper) <= bound))
-            if _any(near):  # recompute those entries, decide them on float64
-                exact = _tile_fp64(u_ptr, stride, rows, cols, n, t, BM, BN, BKF)
-                magnitude = _magnitude(exact, ABSOLUTE)
-                decided = valid & (magnitude >= threshold)
-                if BOUNDED:
-                    decided = decided & (magnitude < upper)
-                keep = tl.where(near, decided, keep)
-                acc = tl.where(near, exact.to(tl.float32), acc)
-                n_near = tl.sum(tl.sum(near.to(tl.int32), axis=1), axis=0)
-                tl.atomic_add(stats_ptr, n_near.to(tl.int64))
-            _stage_kept(
-                keep,
+            _decide_and_stage(
                 acc,
+                value,
+                valid,
                 rows,
                 cols,
                 bi,
                 bj,
-                n,
-                n_cb,
-                capacity,
-                (counts_ptr, bases_ptr, staged_values_ptr, staged_columns_ptr, cursor_ptr),
+                bounds,
+                geometry,
+                out_ptrs,
+                ABSOLUTE,
+                BOUNDED,
                 BM,
                 BN,
+                BKF,
             )
+        else:
+            high = valid & (value >= threshold - margin)
+            if BOUNDED:
+                high = high & (value < upper + margin)
+            if _any(high):
+                acc = acc + _tile_cross(a_ptr, rows, cols, k_half, BM, BN, BK) * inverse_scale
+                tl.atomic_add(stats_ptr + 1, 1)
+                value = _magnitude(acc, ABSOLUTE)
+                _decide_and_stage(
+                    acc,
+                    value,
+                    valid,
+                    rows,
+                    cols,
+                    bi,
+                    bj,
+                    bounds,
+                    geometry,
+                    out_ptrs,
+                    ABSOLUTE,
+                    BOUNDED,
+                    BM,
+                    BN,
+                    BKF,
+                )
 
 
 def _margins(u: torch.Tensor, margin) -> torch.Tensor:
@@ -610,7 +735,8 @@ def degree_exact_triton(
             N_THRESH=k,
             ABSOLUTE=bool(absolute),
             WEIGHTED=bool(weighted),
-            ROUND_NEAREST=u.is_cuda,
+            ROUND_NEAREST=u.is_cuda and ROUND_NEAREST_ON_CUDA,
+            ONE_PASS=bool(weighted) and DEGREE_ONE_PASS,
             BM=BLOCK_M,
             BN=BLOCK_N,
             BK=ops.block_k,
@@ -718,7 +844,8 @@ def compact_exact_triton(
         _margins(u, margin),
         ABSOLUTE=bool(absolute),
         BOUNDED=bounded,
-        ROUND_NEAREST=u.is_cuda,
+        ROUND_NEAREST=u.is_cuda and ROUND_NEAREST_ON_CUDA,
+        ONE_PASS=COMPACT_ONE_PASS,
         BM=BLOCK_M,
         BN=BLOCK_N,
         BK=ops.block_k,
