@@ -86,9 +86,13 @@ CONFIRM_K = 64
 ROUND_NEAREST_ON_CUDA = True
 #: Form every tile's r₃ in one loop (three products a K step) for the jobs that
 #: return kept values, instead of r̃ first and the correction where a tile holds
-#: one: chosen from the measured rates (benchmarks/RESULTS.md, issue 26).
+#: one. Chosen from the rates measured on realistic (permuted) order on an H100
+#: (benchmarks/RESULTS.md, issue 26): weighted degree, P = 204,492, T = 1,200,
+#: one pass 0.436 s, two passes 0.470 s; GPU-DFC's Table II (w = 150), one pass
+#: 0.762 s, two passes 0.742 s (there every tile holds kept values either way,
+#: and the two passes are faster on favourable orders).
 DEGREE_ONE_PASS = True
-COMPACT_ONE_PASS = True
+COMPACT_ONE_PASS = False
 #: log2 of the scale of A (hi and lo times 2¹⁵ stay below fp16's 65,504 for |u| <= 1).
 SCALE_BITS = 15
 
@@ -740,7 +744,7 @@ def degree_exact_triton(
             BM=BLOCK_M,
             BN=BLOCK_N,
             BK=ops.block_k,
-            **_launch_options(u, DEGREE_STAGES),
+            **_launch_options(u, DEGREE_STAGES - (bool(weighted) and DEGREE_ONE_PASS)),
         )
         n_near = int(cursor)  # synchronises: the second kernel's grid
         if n_near <= capacity:
