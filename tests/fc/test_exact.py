@@ -425,6 +425,7 @@ def test_confirmation_as_dict():
         "fraction_confirmed": 0.01,
         "n_tiles": 4,
         "n_corrected_tiles": 1,
+        "fraction_corrected_tiles": 0.25,
     }
     assert _exact.Confirmation(0, 0, 0, 0).fraction_confirmed == 0.0
 

@@ -186,6 +186,11 @@ class Confirmation:
     n_corrected_tiles: int
 
     @property
+    def fraction_corrected_tiles(self) -> float:
+        """Return n_corrected_tiles / n_tiles (0 when no tile was formed)."""
+        return self.n_corrected_tiles / self.n_tiles if self.n_tiles else 0.0
+
+    @property
     def fraction_confirmed(self) -> float:
         """n_confirmed / n_entries (0 when nothing was compared)."""
         return self.n_confirmed / self.n_entries if self.n_entries else 0.0
@@ -204,6 +209,7 @@ class Confirmation:
             "fraction_confirmed": self.fraction_confirmed,
             "n_tiles": self.n_tiles,
             "n_corrected_tiles": self.n_corrected_tiles,
+            "fraction_corrected_tiles": self.fraction_corrected_tiles,
         }
 
 

@@ -72,7 +72,8 @@ SHORT_K = 32
 SHORT_SERIES = 256
 # K step of the float64 recomputation of a compaction tile.
 FP64_K = 16
-# Pipeline stages of the degree and compaction kernels.
+# Pipeline stages of the degree and compaction kernels (one fewer in one pass:
+# its four operands a stage would not fit in shared memory at 4).
 DEGREE_STAGES = 4
 COMPACT_STAGES = 4
 # Entries moved per step and row by the placing kernel, and its warps.
@@ -854,7 +855,7 @@ def compact_exact_triton(
         BN=BLOCK_N,
         BK=ops.block_k,
         BKF=FP64_K,
-        **_launch_options(u, COMPACT_STAGES),
+        **_launch_options(u, COMPACT_STAGES - COMPACT_ONE_PASS),
     )
     stats[2] += tiles_in(n)
     inclusive = torch.cumsum(counts, 1, dtype=torch.int32)
