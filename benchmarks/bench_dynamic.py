@@ -15,7 +15,19 @@ headline cases. Each case runs once to warm up, then ``--repeats`` times
 block-factor structure, 20 networks, 76 % of the series in networks, so that
 ~2.9 % of pairs have r >= 0.5 at w = 150 (as in shared/PERFORMANCE.md).
 
-    python benchmarks/bench_dynamic.py --device cuda          # full sizes, H100: < 6 min
+Table II (thresholded) runs on each layout of ``--layout`` (``_layouts.py``):
+``block``, the simulation's order (networks in contiguous index blocks,
+favourable to the exact scheme), and ``permuted``, the same array with its
+series permuted by a fixed seed (as real masks spread every network over
+the index range); every row names its layout. Its w = 150, θ = 0.5 case
+also times fp32 (and TF32 on CUDA) beside the default ``precision='exact'``,
+reports the exact run's confirmation counts, and checks a few windows
+(``--check-windows``, not timed): each path's kept pairs against float64's
+r >= θ (pairs dropped and added, and how far from θ), fp32's against
+exact's, and ``permuted``'s, mapped back, against ``block``'s.
+
+    python benchmarks/bench_dynamic.py --device cuda          # full sizes, H100
+    python benchmarks/bench_dynamic.py --device cuda --tables 2 --cases 150:0.5  # issue 26
     python benchmarks/bench_dynamic.py --device cpu --quick   # reduced sizes
 """
 
@@ -26,7 +38,9 @@ import json
 import os
 import tempfile
 import time
+from dataclasses import dataclass, field
 
+import _layouts
 import numpy as np
 import torch
 from _measure import copy_bandwidth
@@ -233,140 +247,222 @@ def table1(args, device, d2h, rows_out):
     rows_out.extend(rows)
 
 
+@dataclass
+class Table2Run:
+    """What the cases of Table II share: the host buffer and the layouts' checks."""
+
+    args: argparse.Namespace
+    device: str
+    d2h: float | None
+    arena: torch.Tensor
+    x: np.ndarray  # the block layout
+    perm: np.ndarray  # permuted series a is block series perm[a]
+    references: dict = field(default_factory=dict)  # (w, θ, start) -> float64 keys, U
+    snapshots: dict = field(default_factory=dict)  # (w, θ, layout, precision) -> kept pairs
+
+    def layout_series(self, layout):
+        return self.x if layout == "block" else np.ascontiguousarray(self.x[:, self.perm])
+
+
+def check_windows(k, count):
+    """``count`` windows spread over the run (first and last included)."""
+    return sorted({int(v) for v in np.linspace(0, k - 1, max(1, min(count, k))).round()})
+
+
+def record_run(run, layout, precision, w, theta, result, row):
+    """Check a run's kept pairs before the host buffer is reused (not timed).
+
+    The pairs of a few windows (``--check-windows``) are mapped to block
+    order and compared with float64's r ≥ θ (entries dropped and added, and
+    how far from θ), with the exact path's on the same layout and, for
+    ``permuted``, with ``block``'s of the same precision.
+    """
+    perm = run.perm if layout == "permuted" else None
+    k = len(result)
+    windows = check_windows(k, run.args.check_windows)
+    kept = [_layouts.pattern_keys(result[i], perm, run.device) for i in windows]
+    run.snapshots[(w, theta, layout, precision)] = kept
+    errors = []
+    for i, (keys, _) in zip(windows, kept):
+        start = int(result.window_starts[i])
+        if (w, theta, start) not in run.references:
+            run.references[(w, theta, start)] = _layouts.float64_keys(
+                run.x[start : start + w], theta, run.device
+            )
+        reference, u64 = run.references[(w, theta, start)]
+        errors.append({"window": i, **_layouts.errors_against_float64(reference, u64, keys, theta)})
+    row[f"{precision}_vs_float64"] = errors
+    _print(f"  [{layout}] {precision} vs float64 (r >= θ), windows {windows}: {json.dumps(errors)}")
+    comparisons = []  # (name, row key, the other run's kept pairs)
+    if precision != "exact":
+        exact = run.snapshots.get((w, theta, layout, "exact"))
+        comparisons.append(("exact", f"{precision}_vs_exact", exact))
+    if layout != "block":
+        block = run.snapshots.get((w, theta, "block", precision))
+        comparisons.append(("block", "check_vs_block", block))
+    for other, key, against in comparisons:
+        if against is None:
+            continue
+        found = [_layouts.compare_patterns(*a, *b, atol=1e-5) for a, b in zip(against, kept)]
+        if other == "exact":
+            row[key] = found
+        else:
+            row.setdefault(key, {})[precision] = found
+        verdict = "agree" if all(f["agree"] for f in found) else "DIFFER"
+        _print(f"  [{layout}] {precision} vs {other}: {verdict} {json.dumps(found)}")
+
+
+def side_by_side(run, layout, x, w, theta, result, row):
+    """The headline case's exact run checked, then fp32 (and TF32 on CUDA) timed beside it."""
+    cuda = run.device.startswith("cuda")
+    row["nnz_exact"] = int(sum(m.nnz for m in result))
+    record_run(run, layout, "exact", w, theta, result, row)
+    del result
+    precisions = ("fp32", "tf32") if cuda else ("fp32",)
+    for precision in precisions:  # tf32: opt-in (can flip values next to the threshold)
+        seconds, other = time_run(
+            x,
+            w,
+            1,
+            run.device,
+            run.args.repeats,
+            kind="sparse",
+            threshold=theta,
+            host_buffer=run.arena,
+            precision=precision,
+        )
+        row[f"{precision}_s"] = seconds
+        row[f"nnz_{precision}"] = int(sum(m.nnz for m in other))
+        record_run(run, layout, precision, w, theta, other, row)
+        del other
+    if cuda:
+        row["copy_floor_s"] = row["out_GB"] * 1e9 / run.d2h
+
+
+def headline_extras(run, layout, x, w, theta, row):
+    """HDF5 ``out=`` and GEMM block-row variants of the w = 150, θ = 0.5 case."""
+    cuda = run.device.startswith("cuda")
+    if not run.args.skip_out:
+        row["out_h5_s"], _ = time_out_variant(x, w, 1, run.device, kind="sparse", threshold=theta)
+    for block_rows in run.args.sparse_block_rows if cuda else ():
+        default = _sparse_cuda._BLOCK_ROWS
+        _sparse_cuda._BLOCK_ROWS = block_rows
+        try:
+            row[f"block_rows_{block_rows}_s"], _ = time_run(
+                x,
+                w,
+                1,
+                run.device,
+                run.args.repeats,
+                kind="sparse",
+                threshold=theta,
+                host_buffer=run.arena,
+            )
+        finally:
+            _sparse_cuda._BLOCK_ROWS = default
+
+
+def table2_case(run, layout, w, theta, rate):
+    """One (layout, w, θ) row of Table II."""
+    cuda = run.device.startswith("cuda")
+    x = run.layout_series(layout)
+    t, n = x.shape
+    k = t - w + 1
+    seconds, result = time_run(
+        x, w, 1, run.device, run.args.repeats, kind="sparse", threshold=theta, host_buffer=run.arena
+    )
+    out_bytes = result.nbytes
+    gemm_s = k * n * n * w / rate  # upper triangle: half of 2·N²·w
+    floor = max(gemm_s, out_bytes / run.d2h) if cuda else gemm_s
+    row = {
+        "table": "II",
+        "layout": layout,
+        "N": n,
+        "T": t,
+        "w": w,
+        "theta": theta,
+        "windows": k,
+        "kept_fraction": float((out_bytes - k * (n + 1) * 8) / 8 / (k * n_pairs(n))),
+        "out_GB": out_bytes / 1e9,
+        "seconds": seconds,
+        "floor_s": floor,
+        "ratio_to_floor": seconds / floor,
+        "gemm_TFLOPs": rate / 1e12,
+        "tile_rows": result.plan.block_rows,
+        "sparse_method": _sparse_cuda.METHOD,
+        # False: the buffer was too small, later windows went to fresh arrays
+        "all_in_host_buffer": bool(
+            np.shares_memory(result._backend.sparse[-1][0], run.arena.numpy())
+        ),
+        "paper_K40_s": PAPER_TABLE2.get((w, theta)) if n == 30697 else None,
+    }
+    # What the exact path had to confirm, under whatever names the result gives them.
+    row["exact_confirmation"] = _layouts.confirmation_counts(getattr(result, "confirmation", None))
+    _print(f"  [{layout}] w={w} θ={theta} exact confirmation: {row['exact_confirmation']}")
+    peer = PEER_H100.get(("sparse", w, theta))
+    if peer and cuda and n == 30697:
+        row["peer_H100_s"] = peer
+        row["speedup_vs_peer"] = peer / seconds
+    if w == 150 and theta == 0.5:
+        side_by_side(run, layout, x, w, theta, result, row)
+        headline_extras(run, layout, x, w, theta, row)
+    return row
+
+
 def table2(args, device, d2h, rows_out):
-    cuda = device.startswith("cuda")
     n = args.voxels or (30697 if not args.quick else 1000)
     t = 257
     cases = args.cases or [(w, theta) for w in (50, 100, 150) for theta in (0.3, 0.5, 0.7)]
-    windows = sorted({w for w, _ in cases})
     x = simulate(t, n)
     # Size the host buffer from one window per case (+20 % margin).
     needed = 0
-    kept = {}
     for w, theta in cases:
         probe = connscale.dynamic_correlation(
             x[:w], w, 1, kind="sparse", threshold=theta, device=device
         )
-        kept[(w, theta)] = probe[0].nnz / n_pairs(n)
-        k = t - w + 1
-        needed = max(needed, int(1.2 * k * (probe[0].nnz * 8 + 4096)))
+        needed = max(needed, int(1.2 * (t - w + 1) * (probe[0].nnz * 8 + 4096)))
     arena = allocate_arena(min(needed, 0.45 * available_host_memory()), device)
+    run = Table2Run(args, device, d2h, arena, x, _layouts.permutation(n))
     _print(
-        f"\n## Table II: voxel DFC, N={n:,}, T={t}, s=1, kind='sparse' (r >= θ), device={device}"
+        f"\n## Table II: voxel DFC, N={n:,}, T={t}, s=1, kind='sparse' (r >= θ), device={device}, "
+        f"layouts {', '.join(args.layout)}"
     )
     rows = []
-    for w in windows:
-        k = t - w + 1
-        rate = measure_gemm_rate(device, n, w, batch=1)
-        for theta in [theta for case_w, theta in cases if case_w == w]:
-            seconds, result = time_run(
-                x, w, 1, device, args.repeats, kind="sparse", threshold=theta, host_buffer=arena
-            )
-            out_bytes = result.nbytes
-            gemm_s = k * n * n * w / rate  # upper triangle: half of 2·N²·w
-            floor = max(gemm_s, out_bytes / d2h) if cuda else gemm_s
-            row = {
-                "table": "II",
-                "N": n,
-                "T": t,
-                "w": w,
-                "theta": theta,
-                "windows": k,
-                "kept_fraction": float((out_bytes - k * (n + 1) * 8) / 8 / (k * n_pairs(n))),
-                "out_GB": out_bytes / 1e9,
-                "seconds": seconds,
-                "floor_s": floor,
-                "ratio_to_floor": seconds / floor,
-                "gemm_TFLOPs": rate / 1e12,
-                "tile_rows": result.plan.block_rows,
-                "sparse_method": _sparse_cuda.METHOD,
-                # False: the buffer was too small, later windows went to fresh arrays
-                "all_in_host_buffer": bool(
-                    np.shares_memory(result._backend.sparse[-1][0], arena.numpy())
-                ),
-                "paper_K40_s": PAPER_TABLE2.get((w, theta)) if n == 30697 else None,
-            }
-            peer = PEER_H100.get(("sparse", w, theta))
-            if peer and cuda and n == 30697:
-                row["peer_H100_s"] = peer
-                row["speedup_vs_peer"] = peer / seconds
-            if w == 150 and theta == 0.5:
-                if not args.skip_out:
-                    row["out_h5_s"], _ = time_out_variant(
-                        x, w, 1, device, kind="sparse", threshold=theta
-                    )
-                for block_rows in args.sparse_block_rows if cuda else ():
-                    default = _sparse_cuda._BLOCK_ROWS
-                    _sparse_cuda._BLOCK_ROWS = block_rows
-                    try:
-                        row[f"block_rows_{block_rows}_s"], _ = time_run(
-                            x,
-                            w,
-                            1,
-                            device,
-                            args.repeats,
-                            kind="sparse",
-                            threshold=theta,
-                            host_buffer=arena,
-                        )
-                    finally:
-                        _sparse_cuda._BLOCK_ROWS = default
-                if cuda:  # the fp32 path (precision="fp32"), and the exact run's confirmations
-                    confirmation = result.confirmation
-                    if confirmation is not None:
-                        row["confirmed_fraction"] = confirmation.fraction_confirmed
-                        row["corrected_tiles_fraction"] = confirmation.n_corrected_tiles / max(
-                            1, confirmation.n_tiles
-                        )
-                    row["nnz_exact"] = int(sum(m.nnz for m in result))
-                    fp32_s, fp32 = time_run(
-                        x,
-                        w,
-                        1,
-                        device,
-                        args.repeats,
-                        kind="sparse",
-                        threshold=theta,
-                        host_buffer=arena,
-                        precision="fp32",
-                    )
-                    row["fp32_s"] = fp32_s
-                    row["nnz_fp32"] = int(sum(m.nnz for m in fp32))
-                    row["copy_floor_s"] = out_bytes / d2h
-                    del fp32
-                if cuda:  # opt-in TF32 (can flip values next to the threshold)
-                    tf32_s, tf32 = time_run(
-                        x,
-                        w,
-                        1,
-                        device,
-                        args.repeats,
-                        kind="sparse",
-                        threshold=theta,
-                        host_buffer=arena,
-                        precision="tf32",
-                    )
-                    row["tf32_s"] = tf32_s
-                    del tf32
-            del result
+    rates = {}
+    for layout in args.layout:
+        for w, theta in cases:
+            if w not in rates:
+                rates[w] = measure_gemm_rate(device, n, w, batch=1)
+            row = table2_case(run, layout, w, theta, rates[w])
             rows.append(row)
             _print(json.dumps(row))
-    del arena
+    del arena, run
     _print(
-        "\n| w | θ | windows | kept % | output GB | time (s) | floor (s) | time / floor "
-        "| paper K40 (s) | GPU-DFC on H100 (s) | speed-up vs peer | out= HDF5 (s) "
-        "| TF32 opt-in (s) |"
+        "\n| layout | w | θ | windows | kept % | output GB | time (s) | floor (s) | time / floor "
+        "| fp32 (s) | confirmation | paper K40 (s) | GPU-DFC on H100 (s) | speed-up vs peer "
+        "| out= HDF5 (s) | TF32 opt-in (s) |"
     )
-    _print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    _print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         _print(
-            f"| {r['w']} | {r['theta']} | {r['windows']} | {100 * r['kept_fraction']:.2f} "
-            f"| {r['out_GB']:.2f} | {r['seconds']:.3f} | {r['floor_s']:.3f} "
-            f"| {r['ratio_to_floor']:.2f} | {_fmt(r['paper_K40_s'])} "
+            f"| {r['layout']} | {r['w']} | {r['theta']} | {r['windows']} "
+            f"| {100 * r['kept_fraction']:.2f} | {r['out_GB']:.2f} | {r['seconds']:.3f} "
+            f"| {r['floor_s']:.3f} | {r['ratio_to_floor']:.2f} | {_fmt(r.get('fp32_s'))} "
+            f"| {_confirmed(r.get('exact_confirmation'))} | {_fmt(r['paper_K40_s'])} "
             f"| {_fmt(r.get('peer_H100_s'))} | {_fmt(r.get('speedup_vs_peer'), 'x')} "
             f"| {_fmt(r.get('out_h5_s'))} | {_fmt(r.get('tf32_s'))} |"
         )
     rows_out.extend(rows)
+
+
+def _confirmed(counts):
+    """A confirmation dict in a table cell: its fractions (whatever the names)."""
+    if not counts:
+        return ""
+    shares = {k: v for k, v in counts.items() if "fraction" in k or "share" in k}
+    if counts.get("n_tiles"):
+        shares["corrected tiles"] = counts.get("n_corrected_tiles", 0) / counts["n_tiles"]
+    return ", ".join(f"{k} {v:.2e}" for k, v in (shares or counts).items())
 
 
 def table3_and_5(args, device, d2h, rows_out):
@@ -507,6 +603,18 @@ def main(argv=None):
         default=[],
         type=lambda s: [int(v) for v in s.split(",")],
         help="Also time the w=150, θ=0.5 case with these GEMM block rows (one-read method).",
+    )
+    parser.add_argument(
+        "--layout",
+        default="all",
+        type=lambda s: _layouts.parse_layouts(s, ("block", "permuted")),
+        help="Table II's layouts: block, permuted (its series permuted) or all (default).",
+    )
+    parser.add_argument(
+        "--check-windows",
+        type=int,
+        default=1,
+        help="Windows of the w=150, θ=0.5 case checked against float64 and across layouts.",
     )
     parser.add_argument("--skip-out", action="store_true", help="Skip the HDF5 out= timings.")
     parser.add_argument("--json", default=None, help="Also write every row as JSON here.")

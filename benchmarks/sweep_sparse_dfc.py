@@ -2,10 +2,13 @@
 ``connscale.fc._sparse_cuda`` per window (CUDA events), checked against the
 two-read kernels entry for entry on one window, then end to end.
 
-``python benchmarks/sweep_sparse_dfc.py [--methods NAME ...] [--full]``
+``python benchmarks/sweep_sparse_dfc.py [--methods NAME ...] [--full] [--layout L]``
 (N = 30,697, T = 257, w = 150, θ = 0.5; ``--voxels`` for less). Variants:
 ``two-reads``, ``two-reads-side``, ``one-read:BM:WARPS``,
-``lookback:CHUNK:WARPS:LOOK``.
+``lookback:CHUNK:WARPS:LOOK``. Each layout of ``--layout`` (``block``: the
+simulation's order; ``permuted``: its series permuted by a fixed seed; default
+both, see ``_layouts.py``) is swept in turn; every row names its layout, and
+whole runs (``--full``) report the exact path's confirmation counts.
 """
 
 import argparse
@@ -14,9 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _layouts  # noqa: E402
 import bench_dynamic  # noqa: E402
 
 from connscale.fc import _sparse_cuda, _tiles  # noqa: E402
@@ -94,15 +99,31 @@ def main():
     parser.add_argument("--full", action="store_true", help="Also time whole runs.")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--max-spins", type=int, default=1 << 16)
+    parser.add_argument(
+        "--layout",
+        default="all",
+        type=lambda s: _layouts.parse_layouts(s, ("block", "permuted")),
+        help="block, permuted (the series permuted by a fixed seed) or all (default).",
+    )
     args = parser.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
-    n, t, w, theta = args.voxels, 257, 150, 0.5
-    x = bench_dynamic.simulate(t, n)
+    x = bench_dynamic.simulate(257, args.voxels)
+    perm = _layouts.permutation(args.voxels)
+    for layout in args.layout:
+        series = x if layout == "block" else np.ascontiguousarray(x[:, perm])
+        sweep(series, layout, args)
+
+
+def sweep(x, layout, args):
+    """Every variant on one window, then (``--full``) whole runs, of one layout."""
+    t, n = x.shape
+    w, theta = 150, 0.5
     u, _ = normalize_series(torch.from_numpy(x[:w]).cuda(), dtype=torch.float32)
     tile_rows = 4096
     print(
         json.dumps(
             {
+                "layout": layout,
                 "gemm_only_ms_2048": gemm_only(u, 2048, args.reps),
                 "gemm_only_ms_4096": gemm_only(u, 4096, args.reps),
             }
@@ -114,7 +135,10 @@ def main():
         try:
             ms, csr = one_window(u, variant, tile_rows, theta, args.reps, args.max_spins)
         except Exception as exc:  # report and go on with the others
-            print(json.dumps({"variant": variant, "error": repr(exc)[:300]}), flush=True)
+            print(
+                json.dumps({"layout": layout, "variant": variant, "error": repr(exc)[:300]}),
+                flush=True,
+            )
             continue
         if reference is None:
             reference = csr
@@ -122,6 +146,7 @@ def main():
         print(
             json.dumps(
                 {
+                    "layout": layout,
                     "variant": variant,
                     "window_ms": round(ms, 3),
                     "nnz": csr[0].numel(),
@@ -143,11 +168,16 @@ def main():
                 x, w, 1, "cuda", 1, kind="sparse", threshold=theta, host_buffer=arena
             )
         except Exception as exc:
-            print(json.dumps({"variant": variant, "error": repr(exc)[:300]}), flush=True)
+            print(
+                json.dumps({"layout": layout, "variant": variant, "error": repr(exc)[:300]}),
+                flush=True,
+            )
             continue
+        confirmation = getattr(result, "confirmation", None)
         print(
             json.dumps(
                 {
+                    "layout": layout,
                     "variant": variant,
                     "seconds": round(seconds, 4),
                     "floor_s": round(floor, 4),
@@ -156,6 +186,7 @@ def main():
                     "windows": k,
                     "nnz_last": result[k - 1].nnz,
                     "tile_rows": result.plan.block_rows,
+                    "exact_confirmation": _layouts.confirmation_counts(confirmation),
                 }
             ),
             flush=True,

@@ -11,12 +11,29 @@ import torch
 from connscale._compute.device import use_triton
 from connscale.fc import _exact_triton
 from connscale.fc._exact import decision_margin
+from connscale.fc._kernel_helpers import split_tf32
 from connscale.fc.normalize import normalize_series
 
 try:
-    from ._exact_cases import check_degree, near_threshold_series, reference_r, upper_mask
+    from ._exact_cases import (
+        assert_unbiased,
+        check_degree,
+        near_threshold_series,
+        planted_flips,
+        planted_pairs,
+        reference_r,
+        upper_mask,
+    )
 except ImportError:  # run as a script
-    from _exact_cases import check_degree, near_threshold_series, reference_r, upper_mask
+    from _exact_cases import (
+        assert_unbiased,
+        check_degree,
+        near_threshold_series,
+        planted_flips,
+        planted_pairs,
+        reference_r,
+        upper_mask,
+    )
 
 
 def csr_reference(r, threshold, upper, absolute):
@@ -83,11 +100,18 @@ def main(device):
     r[np.ix_(keep, keep)] = reference_r(x[:, keep])
     margin = decision_margin(u)
     # the bound: every r̃ = hi·hiᵀ within ε of float64 r
-    hi, lo = _exact_triton.padded_split(u)
-    n = u.shape[0]
-    approx = (hi[:n].double() @ hi[:n].double().T).cpu().numpy()
+    hi, lo = split_tf32(u)
+    n, t = u.shape
+    approx = (hi.double() @ hi.double().T).cpu().numpy()
     finite = np.isfinite(r)
     assert np.max(np.abs(approx - r)[finite]) <= margin
+    # the fp16 operands hold hi and lo exactly, scaled by 2¹⁵
+    ops = _exact_triton.padded_split(u)
+    k = ops.k_half
+    for part, half in ((hi, ops.a[:n, k : k + t]), (lo, ops.a[:n, :t])):
+        torch.testing.assert_close(half.float(), part * 2.0**15, rtol=0, atol=0, equal_nan=True)
+    # the pairs within 1e-6 of θ: recomputed from their rows whatever the margin
+    must = int((np.abs(r - theta) <= 1e-6)[finite & upper_mask(n)].sum())
     for absolute in (False, True):
         thresholds = [theta, 0.2] if not absolute else [theta]
         stats = torch.zeros(3, dtype=torch.int64, device=u.device)
@@ -104,7 +128,7 @@ def main(device):
         rk = np.where(finite, r, -np.inf if not absolute else 0.0)
         for i, t in enumerate(thresholds):
             check_degree(counts[i].cpu().numpy(), sums[i].cpu().numpy(), rk, t, absolute=absolute)
-        assert int(stats[0]) >= 100, "the planted pairs were not confirmed"
+        assert int(stats[0]) >= must, "the planted pairs were not confirmed"
         binary, _ = _exact_triton.degree_exact_triton(
             u,
             torch.tensor(thresholds),
@@ -125,9 +149,43 @@ def main(device):
         assert counted[0] >= 100 and counted[0] <= counted[1] <= counted[0] + 5, counted
         rk = np.where(finite, r, -np.inf)
         stats, wrong, near = check_compact(u, rk, theta, absolute=absolute)
-        assert stats[0] >= 100
+        assert stats[0] >= must
         check_compact(u, rk, 0.3, absolute=absolute, upper=0.5005)
+    check_planted(device)
+    # the other tiles: one pass (r₃ at once) where the default is two (r̃ first, the
+    # correction where a tile holds kept values), and two where it is one
+    one_pass = _exact_triton.DEGREE_ONE_PASS, _exact_triton.COMPACT_ONE_PASS
+    _exact_triton.DEGREE_ONE_PASS = not one_pass[0]
+    _exact_triton.COMPACT_ONE_PASS = not one_pass[1]
+    try:
+        check_planted(device)
+    finally:
+        _exact_triton.DEGREE_ONE_PASS, _exact_triton.COMPACT_ONE_PASS = one_pass
     print("ok")
+
+
+def check_planted(device):
+    """Pairs planted at θ ± 5e-7 over the index: kept above θ, dropped below (issue 26)."""
+    theta = 0.25
+    u, first, second, r = planted_pairs(100, 300, theta, seed=4)
+    u = torch.from_numpy(u).to(device)
+    n = u.shape[0]
+    stats = torch.zeros(3, dtype=torch.int64, device=device)
+    counts, _ = _exact_triton.degree_exact_triton(
+        u,
+        torch.tensor([theta]),
+        absolute=False,
+        weighted=False,
+        margin=decision_margin(u),
+        stats=stats,
+    )
+    kept = counts[0].cpu().numpy()[first] == 1
+    assert_unbiased(*planted_flips(kept, r, theta, inclusive=False), 100)
+    assert int(stats[0]) >= 100  # every planted pair is within ε of θ: recomputed
+    rk = (u.double() @ u.double().T).cpu().numpy()
+    _, wrong, _ = check_compact(u, rk, theta, absolute=False)
+    assert wrong == 0, wrong
+    assert n == 200
 
 
 if __name__ == "__main__":

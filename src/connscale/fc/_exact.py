@@ -1,10 +1,10 @@
-"""Exact thresholded correlation: decide with TF32 products, confirm the close entries.
+"""Exact thresholded correlation: decide on tensor cores, confirm the close entries.
 
 Every thresholded job (sparse FC and DFC, degree centrality, the sparsity
 threshold search) only needs to know on which side of θ each correlation
-falls. TF32 tensor cores are ~9× faster than fp32 FMA on an H100 but round
-their inputs to 10 explicit mantissa bits; here they decide every entry
-whose side is certain and a cheap correction settles the rest.
+falls. Tensor-core products are 9–18× faster than fp32 FMA on an H100 but
+take their inputs at 11 significant bits; here they decide every entry whose
+side is certain, and the close entries are recomputed one by one.
 
 The scheme
 ----------
@@ -15,9 +15,11 @@ constant series). Split each value in two TF32 numbers (:func:`split_tf32`)::
 
 (``tf32``: round to nearest, ties away from zero, at 10 explicit mantissa
 bits, as the ``cvt.rna.tf32.f32`` instruction). The approximate matrix is
-r̃ = hi·hiᵀ: the product of two TF32 numbers has at most 22 significant bits,
-so every product is exact in fp32 and only the accumulation rounds (on CUDA a
-TF32 tensor-core GEMM, on the CPU an fp32 GEMM of ``hi``: the same numbers).
+r̃ = hi·hiᵀ: the product of two such numbers has at most 22 significant
+bits, so every product is exact in fp32 and only the accumulation rounds (on
+CUDA the fp16 tensor cores, the operands scaled by 2¹⁵ —
+:mod:`connscale.fc._exact_triton`; on the CPU an fp32 GEMM of ``hi``: the
+same numbers).
 
 The bound ε (:func:`decision_margin`). For rows u, v and the real r = u·v,
 with |u − hi_u| ≤ 2⁻¹¹|u| and |hi_v| ≤ (1 + 2⁻¹¹)|v|::
@@ -36,27 +38,43 @@ So |r̃ − r| ≤ ε with::
 
     ε = s · [2⁻¹¹(2 + 2⁻¹¹) + γ(T)(1 + 2⁻¹¹)²]
 
-(≈ 1.0e-3 for T = 1,200). The bound is far from tight: it needs every
-product rounded the worst way and |u| ∝ |v|. An entry with |r̃ − θ| > ε is on
-the same side of θ as r. A *tile* (a block of rows × columns of the upper
-triangle; here, in torch, a row block) is **corrected** when one of its valid
-entries needs it: |r̃ − θ| ≤ ε for some threshold θ (|r̃| with ``absolute``),
-or, when kept values are wanted (weighted degree, sparse values, collect), r̃
-≥ θ_min − ε (|r̃|). A corrected tile's values are r̃ + lo·hiᵀ + hi·loᵀ (the
-3×TF32 emulation: the terms left out, lo·loᵀ and the rounding of lo, are
-below 2⁻²² s, so its error is about fp32's) and every decision and kept value
-of that tile uses them; other tiles decide on r̃.
+(≈ 1.1e-3 for T = 1,200). An entry with |r̃ − θ| > ε is on the same side of θ
+as r. The bound is far from tight: it needs every product rounded the worst
+way and |u| ∝ |v|.
+
+Kept values (weighted degree, sparse values) need fp32's accuracy: a *tile*
+holding one (r̃ ≥ θ_min − ε) is **corrected**, r₃ = r̃ + (lo·hiᵀ + hi·loᵀ)
+(3 products of TF32 numbers), with the bound ε₃ (:func:`correction_margin`)::
+
+    ε₃ = s · [3·2⁻²²(1 + 2⁻¹⁰) + γ(T)(1 + 2⁻¹¹)² + γ(2T)·2⁻¹⁰(1 + 2⁻¹¹)² + 2⁻²³]
+
+(u = hi + lo + d exactly with |d| ≤ 2⁻²²|u|, so r − (hi·hi + lo·hi + hi·lo)
+= lo·lo + d_u·v + (hi + lo)_u·d_v; then the two sums' accumulation and the
+final addition): 1.4e-4 at T = 1,200, 1.8e-5 at T = 150.
+
+**Confirmation, entry by entry.** An entry within ε of a threshold (ε₃ in a
+corrected tile) is not decided by the tensor cores: it is recomputed from
+its two rows of U in float64 (exact products of float32 numbers; a list
+and a second kernel for degree counts, in place in the compaction kernel and
+the torch path here) and decided there with the fp32 path's comparison (r > θ
+for degree, r ≥ θ for sparse output); its float32 value is its nearest
+(:func:`rounded_as_decided` in the torch path, so that later comparisons agree). Only
+those entries are recomputed, so the cost does not depend on how the
+networks are ordered in the index (issue 26: every tile of a raster-ordered
+mask holds one). The decisions' errors against float64 are then those of
+U's own float32 rounding: two-sided. Before, a tile holding a close entry
+was corrected and decided on r₃ whose tensor-core sums had been rounded
+toward zero step after step, which dropped entries up to ~2e-6 above θ.
 
 Counts (``stats``, an int64 device tensor of shape (3,), accumulated in place
-without synchronising): [entries within ε of at least one threshold (the
-"confirmed" entries), corrected tiles, tiles]; :class:`Confirmation` reads
-them at the end of a run.
+without synchronising): [entries recomputed, corrected tiles, tiles];
+:class:`Confirmation` reads them at the end of a run.
 
 Where it runs (:func:`exact_method`): ``precision="exact"`` on CUDA calls the
-fused Triton kernels of :mod:`connscale.fc._exact_triton` (TF32 tensor cores,
-tiles in registers), or the torch functions here when Triton is absent; on
-the CPU fp32 is as fast as anything, so the plain fp32 path runs there (the
-torch functions here only when ``FORCE_ON_CPU`` is set, for tests).
+fused Triton kernels of :mod:`connscale.fc._exact_triton`, or the torch
+functions here when Triton is absent; on the CPU fp32 is as fast as anything,
+so the plain fp32 path runs there (the torch functions here only when
+``FORCE_ON_CPU`` is set, for tests).
 """
 
 from __future__ import annotations
@@ -107,6 +125,30 @@ def decision_margin_tensor(u: torch.Tensor) -> torch.Tensor:
     return s * (_UNIT * (2 + _UNIT) + accumulation_gamma(t) * (1 + _UNIT) ** 2)
 
 
+def correction_margin_tensor(u: torch.Tensor) -> torch.Tensor:
+    """Return :func:`correction_margin` as a device tensor, without a host sync.
+
+    ε₃ with |r₃ − u_i·u_j| ≤ ε₃ for a corrected entry (see the module notes),
+    a float64 0-d tensor on ``u``'s device.
+    """
+    norms = torch.nan_to_num(u.double().square().sum(-1), nan=0.0)
+    s = norms.max() if norms.numel() else norms.new_zeros(())
+    t = u.shape[-1]
+    grow = (1 + _UNIT) ** 2
+    products = 3 * _UNIT**2 * (1 + 2 * _UNIT)
+    sums = accumulation_gamma(t) * grow + accumulation_gamma(2 * t) * 2 * _UNIT * grow
+    return s * (products + sums + _ACCUMULATE)
+
+
+def correction_margin(u: torch.Tensor) -> float:
+    """Return the bound ε₃ of a corrected value r₃ of the rows of ``u``.
+
+    ε₃ with |r₃ − u_i·u_j| ≤ ε₃ for r₃ = hi·hiᵀ + lo·hiᵀ + hi·loᵀ summed in
+    fp32 (N×T, or B×N×T bounded together); see the module notes.
+    """
+    return float(correction_margin_tensor(u))
+
+
 def decision_margin(u: torch.Tensor) -> float:
     """Return the decision margin ε of the rows of ``u``.
 
@@ -117,7 +159,7 @@ def decision_margin(u: torch.Tensor) -> float:
 
 
 def new_stats(device: torch.device | str) -> torch.Tensor:
-    """Zeroed counts [confirmed entries, corrected tiles, tiles] (int64, on ``device``)."""
+    """Zeroed counts [recomputed entries, corrected tiles, tiles] (int64, on ``device``)."""
     return torch.zeros(3, dtype=torch.int64, device=device)
 
 
@@ -130,7 +172,8 @@ class Confirmation:
     n_entries : int
         Correlations compared (pairs of the upper triangle, all windows).
     n_confirmed : int
-        Entries whose approximate value lay within ε of a threshold.
+        Entries recomputed from their two rows (their tensor-core value lay
+        within ε, or within ε₃ once corrected, of a threshold).
     n_tiles : int
         Tiles formed.
     n_corrected_tiles : int
@@ -141,6 +184,11 @@ class Confirmation:
     n_confirmed: int
     n_tiles: int
     n_corrected_tiles: int
+
+    @property
+    def fraction_corrected_tiles(self) -> float:
+        """Return n_corrected_tiles / n_tiles (0 when no tile was formed)."""
+        return self.n_corrected_tiles / self.n_tiles if self.n_tiles else 0.0
 
     @property
     def fraction_confirmed(self) -> float:
@@ -161,6 +209,7 @@ class Confirmation:
             "fraction_confirmed": self.fraction_confirmed,
             "n_tiles": self.n_tiles,
             "n_corrected_tiles": self.n_corrected_tiles,
+            "fraction_corrected_tiles": self.fraction_corrected_tiles,
         }
 
 
@@ -208,11 +257,13 @@ def products_in_tf32(precision: str, method: str | None) -> bool:
 
 
 class Split:
-    """U's TF32 parts and its ε, made once per U (N×T or B×N×T)."""
+    """U, its TF32 parts and its bounds ε and ε₃, made once per U (N×T or B×N×T)."""
 
     def __init__(self, u: torch.Tensor) -> None:
+        self.u = u
         self.hi, self.lo = split_tf32(u)
         self.margin = decision_margin(u)
+        self.correction_margin = correction_margin(u)
 
 
 def _strict_upper_(mask: torch.Tensor) -> torch.Tensor:
@@ -239,39 +290,105 @@ def exact_block(
 ) -> torch.Tensor:
     """Compute a row block of U·Uᵀ decided by the exact scheme.
 
-    Rows [r0, r1) against columns [r0, N) of U·Uᵀ (signed), decided on r̃
-    and corrected where the scheme asks (see the module notes).
+    Rows [r0, r1) against columns [r0, N) of U·Uᵀ (signed), decided on r̃,
+    corrected where the scheme asks and the entries close to a threshold
+    recomputed in float64 (see the module notes).
 
     ``thresholds``: the θ whose close entries are confirmed; ``lowest``: keep
     values from θ_min − ε on exact (None when only decisions are needed).
     With a batch ``split`` (B×N×T) the block is B×R×(N − r0) and each window's
     block is a tile. ``stats`` is updated in place.
     """
-    hi, lo, margin = split.hi, split.lo, split.margin
+    hi, lo = split.hi, split.lo
     rows_hi, cols_hi = hi[..., r0:r1, :], hi[..., r0:, :].transpose(-1, -2)
     tile = torch.matmul(rows_hi, cols_hi, out=out)
+    needs = _near(tile, thresholds, split.margin, absolute)
+    if lowest is not None:
+        needs |= _strict_upper_((tile.abs() if absolute else tile) >= lowest - split.margin)
+    flat = needs.reshape(-1, needs.shape[-2] * needs.shape[-1])
+    corrected = torch.nonzero(flat.any(1)).flatten().tolist()  # synchronises
+    stats[1] += len(corrected)
+    stats[2] += flat.shape[0]
+    del needs, flat
+    if tile.dim() == 2:
+        if corrected:
+            tile.addmm_(lo[r0:r1], hi[r0:].T).addmm_(hi[r0:r1], lo[r0:].T)
+            stats[0] += _confirm_entries(split, tile, r0, thresholds, absolute)
+        return tile
+    for b in corrected:
+        tile[b].addmm_(lo[b, r0:r1], hi[b, r0:].T).addmm_(hi[b, r0:r1], lo[b, r0:].T)
+    if corrected:
+        stats[0] += _confirm_entries(split, tile, r0, thresholds, absolute)
+    return tile
+
+
+def _near(tile: torch.Tensor, thresholds: list[float], margin: float, absolute: bool):
+    """Return the strict-upper entries of a row block within ``margin`` of a threshold."""
     values = tile.abs() if absolute else tile
     near = torch.zeros(values.shape, dtype=torch.bool, device=values.device)
     for theta in thresholds:
         near |= (values - theta).abs_() <= margin  # NaN compares False
-    _strict_upper_(near)
-    needs = near
-    if lowest is not None:
-        needs = _strict_upper_(values >= lowest - margin) | near
-    del values
-    flat = needs.reshape(-1, needs.shape[-2] * needs.shape[-1])
-    corrected = torch.nonzero(flat.any(1)).flatten().tolist()  # synchronises
-    stats[0] += near.sum()
-    stats[1] += len(corrected)
-    stats[2] += flat.shape[0]
-    del near, needs, flat
+    return _strict_upper_(near)
+
+
+def _confirm_entries(
+    split: Split, tile: torch.Tensor, r0: int, thresholds: list[float], absolute: bool
+) -> int:
+    """Recompute in float64 the entries of a corrected row block within ε₃ of a threshold.
+
+    Their value in ``tile`` becomes U[i]·U[j] summed in float64 (exact
+    products of the float32 rows), rounded to the tile's dtype, so that they
+    are decided as the fp32 path decides them. Entries of uncorrected windows
+    are farther than ε from every threshold and are never within ε₃. Returns
+    their number. Their float32 value is :func:`rounded_as_decided`.
+    """
+    found = torch.nonzero(_near(tile, thresholds, split.correction_margin, absolute))
+    if not found.numel():
+        return 0
+    rows, cols = found[:, -2] + r0, found[:, -1] + r0
     if tile.dim() == 2:
-        if corrected:
-            tile.addmm_(lo[r0:r1], hi[r0:].T).addmm_(hi[r0:r1], lo[r0:].T)
-        return tile
-    for b in corrected:
-        tile[b].addmm_(lo[b, r0:r1], hi[b, r0:].T).addmm_(hi[b, r0:r1], lo[b, r0:].T)
-    return tile
+        exact = exact_products(split.u, rows, cols)
+    else:  # an entry of window b
+        windows = found[:, 0]
+        exact = (split.u[windows, rows].double() * split.u[windows, cols].double()).sum(-1)
+    tile[tuple(found.T)] = rounded_as_decided(exact, thresholds, absolute=absolute)
+    return found.shape[0]
+
+
+def exact_products(u: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """Return U[rows[k]]·U[cols[k]] for every k in float64 (exact products of the float32 rows).
+
+    By chunks of entries, so that the gathered rows stay small.
+    """
+    chunk = max(1, (1 << 24) // max(u.shape[-1], 1))
+    out = torch.empty(rows.numel(), dtype=torch.float64, device=u.device)
+    for start in range(0, rows.numel(), chunk):
+        part = slice(start, start + chunk)
+        out[part] = (u[rows[part]].double() * u[cols[part]].double()).sum(-1)
+    return out
+
+
+def rounded_as_decided(exact: torch.Tensor, thresholds: list[float], *, absolute: bool):
+    """Return float64 ``exact`` as float32 values that compare with every θ as ``exact`` does.
+
+    Rounded to nearest, then moved to the float32 neighbour of θ where the
+    rounding crossed it: a value above θ (in float64) stays above it, one
+    below stays below, one equal becomes θ. So ``>`` and ``>=`` decide on the
+    float32 value as on the float64 one.
+    """
+    magnitude = exact.abs() if absolute else exact
+    value = magnitude.float()
+    for theta in thresholds:
+        t32 = torch.tensor(theta, dtype=torch.float32)
+        t = float(t32)
+        value = torch.where(
+            magnitude > t, torch.maximum(value, torch.nextafter(t32, t32 + 1)), value
+        )
+        value = torch.where(
+            magnitude < t, torch.minimum(value, torch.nextafter(t32, t32 - 1)), value
+        )
+        value = torch.where(magnitude == t, t32, value)
+    return torch.where(exact < 0, -value, value) if absolute else value
 
 
 def degree_exact_torch(
@@ -520,7 +637,7 @@ def _bracket(u, hist, c_lo, c_hi, absolute, block_rows, stats, method, margin, l
     first = max(0, math.floor((max(c_lo, low) - margin - low) / edge) - 1)
     last = min(n_bins - 1, math.floor((min(c_hi, low + n_bins * edge) + margin - low) / edge) + 1)
     capacity = int(hist[first : last + 1].sum())
-    values, _, _ = compact_exact(
+    values, columns, row_counts = compact_exact(
         u,
         c_lo if math.isfinite(c_lo) else -math.inf,
         absolute=absolute,
@@ -530,6 +647,10 @@ def _bracket(u, hist, c_lo, c_hi, absolute, block_rows, stats, method, margin, l
         capacity=capacity,
         upper=c_hi,
     )
+    # The k-th value is returned as a threshold whose degree is then counted:
+    # take the collected entries' float64 values, as the counts decide close ones.
+    rows = torch.repeat_interleave(torch.arange(u.shape[0], device=u.device), row_counts)
+    values = exact_products(u, rows, columns.long())
     if absolute:
         values = values.abs()
     return higher, torch.sort(values, descending=True).values

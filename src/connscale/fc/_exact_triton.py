@@ -1,37 +1,51 @@
-"""Exact thresholded correlation tiles on TF32 tensor cores (CUDA, Triton).
+"""Exact thresholded correlation tiles on tensor cores (CUDA, Triton).
 
-The scheme and its error bound are those of :mod:`connscale.fc._exact`:
-U (N×T, float32, unit rows) is split into hi = tf32(U) and lo = tf32(U − hi).
-Each upper-triangle tile of R is formed as r̃ = hi·hiᵀ on the tensor cores
-(every product exact, fp32 accumulation) and decided there: an entry farther
-than the margin ε from every threshold is on the side r̃ says. A tile that
-holds an entry within ε of a threshold, or (when kept values are returned:
-weighted degree, sparse output) an entry at or above θ − ε, is *corrected*
-in the same program: r̃ + lo·hiᵀ + hi·loᵀ (3×TF32, an error about fp32's),
-and all its decisions and kept values then use the corrected values. Nothing
-of R reaches device memory except the kept entries.
+The scheme and its error bounds are those of :mod:`connscale.fc._exact`:
+U (N×T, float32, unit rows) is split into hi = tf32(U) and lo = tf32(U − hi)
+(11 significant bits each). Both are exact in IEEE half precision once scaled
+by 2¹⁵ (only values below 2⁻²⁹ fall to fp16's subnormals; their error is in
+the bounds), so the products run on the fp16 tensor cores, twice TF32's rate,
+with every product exact and fp32 accumulation. The operands are one fp16
+matrix A = 2¹⁵·[lo | hi] (:func:`padded_split`).
 
-Two epilogues, each one kernel over the tiles of the upper triangle:
+Each upper-triangle tile of R is formed as r̃ = hi·hiᵀ and decided there: an
+entry farther than the margin ε from every threshold is on the side r̃ says.
+Tensor cores round the sums of their accumulator toward zero: chained over
+the K steps, r̃ drifts toward zero by ~1 ulp a step (−2.7e-6 at T = 1,200 on
+an H100, every entry low), which made entries just above θ fall below it.
+Here each K step's product is added to the running sum with a
+round-to-nearest add (``add.rn.f32``), which leaves the error two-sided. A
+tile that holds kept values (weighted degree, sparse output) is *corrected*
+in the same program: r₃ = r̃ + (lo·hiᵀ + hi·loᵀ), the second term one product
+of A's rows with A's columns halves swapped (an error about fp32's, bounded
+by ε₃). What is decided is then confirmed *entry by entry*:
 
-- :func:`degree_exact_triton`: counts (and sums) of r > θ for several θ
-  into per-row and per-column accumulators (a pair counts for both).
-- :func:`compact_exact_triton`: θ <= r < upper (|r| with ``absolute``) as
-  CSR parts, staged by an atomic cursor with a (row, column tile) count
-  table, then placed by :func:`connscale.fc._kernel_helpers.place_kernel`.
+- degree (:func:`degree_exact_triton`): the entries within ε of a threshold
+  (ε₃ in a corrected tile) are left out of the tile's counts and compacted,
+  (i, j), into a list; a second kernel recomputes each from its two rows of U
+  in float64 (exact products of float32 numbers) and counts it;
+- compaction (:func:`compact_exact_triton`): a tile with an entry within ε₃
+  of a bound recomputes those entries in place from U in float64 and
+  decides them there (their value kept as its nearest float32), then stages its kept
+  entries by an atomic cursor with a (row, column tile) count table; they
+  are placed by :func:`connscale.fc._kernel_helpers.place_kernel`.
 
-``stats`` (int64, (3,), on the device; :func:`connscale.fc._exact.new_stats`)
-accumulates in place the entries within ε of a threshold (confirmed), the
-corrected tiles and the tiles in all (:func:`tiles_in`), without
-synchronising.
+Nothing of R reaches device memory except the kept entries (and the short
+list of entries to confirm). ``stats`` (int64, (3,), on the device;
+:func:`connscale.fc._exact.new_stats`) accumulates in place the entries
+recomputed, the corrected tiles and the tiles in all (:func:`tiles_in`),
+without synchronising.
 
-The kernels are checked on the CPU through Triton's interpreter, where the
-products of hi are exact in fp32 just as on the tensor cores.
+The kernels are checked on the CPU through Triton's interpreter, whose fp16
+products are exact in fp32 as on the tensor cores (the round-to-nearest add
+is a plain add there: numpy's sums round to nearest).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -45,41 +59,100 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
 
     from connscale.fc._kernel_helpers import degree_epilogue, place_kernel
 
-# Tile shape of the kernels (rows × columns) and the K step of the products.
+# Tile shape of the kernels (rows × columns).
 BLOCK_M = 128
 BLOCK_N = 128
-BLOCK_K = 32
 NUM_WARPS = 8
-# Pipeline stages of the degree kernel (long T) and of the compaction kernel
-# (a window's T). On an H100 (benchmarks/RESULTS.md, "Exact thresholds"):
-# degree at P = 204,492, T = 1,200 took 0.276 s with 4 stages, 0.306 s with
-# 3, 0.444 s with 2; the compaction of a Table II window (N = 30,697,
-# w = 150) 2.06 ms with 3 stages, 2.33 ms with 2 (the whole Table II run 0.280 s
-# with 4 stages, 0.300 s with 3); 4 warps spill registers.
+# K step of the fp16 products: 64 for long series, 32 for short ones (a
+# window of 150 pads to 160, not 192). On an H100 (issue 26's diagnosis, N =
+# 32,768 full grid): T = 1,200 hi·hiᵀ 7.47 ms with 64 (14.1 ms for the former
+# TF32 tiles), T = 160: 1.94 ms with 64 and 2.07 ms with 32.
+LONG_K = 64
+SHORT_K = 32
+SHORT_SERIES = 256
+# K step of the float64 recomputation of a compaction tile.
+FP64_K = 16
+# Pipeline stages of the degree and compaction kernels (one fewer in one pass:
+# its four operands a stage would not fit in shared memory at 4).
 DEGREE_STAGES = 4
 COMPACT_STAGES = 4
 # Entries moved per step and row by the placing kernel, and its warps.
 PLACE_CHUNK = 16
 PLACE_WARPS = 4
+# Entries a program of the confirming kernel recomputes, and its step along T.
+CONFIRM_ENTRIES = 64
+CONFIRM_K = 64
+#: Add each K step's product rounding to nearest on CUDA (False: chained in the
+#: tensor cores' accumulator, which rounds toward zero; for measurements only).
+ROUND_NEAREST_ON_CUDA = True
+#: Form every tile's r₃ in one loop (three products a K step) for the jobs that
+#: return kept values, instead of r̃ first and the correction where a tile holds
+#: one. Chosen from the rates measured on realistic (permuted) order on an H100
+#: (benchmarks/RESULTS.md, issue 26): weighted degree, P = 204,492, T = 1,200,
+#: one pass 0.436 s, two passes 0.470 s; GPU-DFC's Table II (w = 150), one pass
+#: 0.762 s, two passes 0.742 s (there every tile holds kept values either way,
+#: and the two passes are faster on favourable orders).
+DEGREE_ONE_PASS = True
+COMPACT_ONE_PASS = False
+#: log2 of the scale of A (hi and lo times 2¹⁵ stay below fp16's 65,504 for |u| <= 1).
+SCALE_BITS = 15
 
 
-def padded_split(u: torch.Tensor):
-    """Return the TF32 hi and lo parts of ``u``, zero-padded to whole tiles.
+@dataclass(frozen=True)
+class Operands:
+    """The fp16 operands of the kernels for one U.
 
-    Hi and lo of ``u`` (see :func:`connscale.fc._kernel_helpers.split_tf32`), padded
-    with zeros to whole tiles: rows to a multiple of both tile sides, columns
-    to a multiple of ``BLOCK_K``.
+    Attributes
+    ----------
+    a : torch.Tensor of shape (rows, 2 * k_half), float16
+        2¹⁵·[lo | hi], rows padded with zeros to whole tiles, each half's
+        columns to a multiple of ``block_k``.
+    k_half : int
+        Columns of each half.
+    block_k : int
+        K step of the products.
+    """
+
+    a: torch.Tensor
+    k_half: int
+    block_k: int
+
+    @property
+    def inverse_scale(self) -> float:
+        """Return the factor that brings a product of two operands back to r (2⁻³⁰)."""
+        return 2.0 ** (-2 * SCALE_BITS)
+
+
+def padded_split(u: torch.Tensor) -> Operands:
+    """Return the fp16 operands 2¹⁵·[lo | hi] of ``u``, zero-padded to whole tiles.
+
+    ``u`` holds unit rows (|u| <= 1; NaN rows stay NaN). hi = tf32(u) and
+    lo = tf32(u − hi) (:func:`connscale.fc._kernel_helpers.split_tf32`) have
+    11 significant bits, so 2¹⁵·hi and 2¹⁵·lo are exact in fp16 but for values
+    below 2⁻²⁹ (fp16's subnormals; their error is part of the bounds).
     """
     n, t = u.shape
+    block_k = LONG_K if t > SHORT_SERIES else SHORT_K
     block = max(BLOCK_M, BLOCK_N)
     rows = -(-n // block) * block
-    cols = -(-t // BLOCK_K) * BLOCK_K
-    hi = torch.zeros((rows, cols), dtype=torch.float32, device=u.device)
-    lo = torch.zeros_like(hi)
-    h, low = split_tf32(u.float())
-    hi[:n, :t] = h
-    lo[:n, :t] = low
-    return hi, lo
+    k_half = -(-t // block_k) * block_k
+    a = torch.zeros((rows, 2 * k_half), dtype=torch.float16, device=u.device)
+    hi, lo = split_tf32(u.float())
+    scale = 2.0**SCALE_BITS
+    a[:n, :t] = (lo * scale).half()
+    a[:n, k_half : k_half + t] = (hi * scale).half()
+    return Operands(a, k_half, block_k)
+
+
+def fp16_margin(n_timepoints: int) -> float:
+    """Return the bound of the error that fp16's subnormals add to a product of rows.
+
+    A scaled value below fp16's smallest normal (2⁻¹⁴) is off by at most
+    2⁻²⁵ (scaled), 2⁻⁴⁰ of U; over T terms of rows of norm <= 1 the product
+    of two rows moves by at most 2·2⁻⁴⁰·√T for hi·hiᵀ and as much for each
+    correction term: 2⁻³⁷·√T covers them all.
+    """
+    return 2.0**-37 * math.sqrt(max(n_timepoints, 1))
 
 
 @functools.lru_cache(maxsize=8)
@@ -110,53 +183,122 @@ def tiles_in(n: int) -> int:
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
 
     @triton.jit
-    def _tile_dot(
-        x_ptr, y_ptr, rows, cols, k_padded, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+    def _add_rn(acc, part, ROUND_NEAREST: tl.constexpr):
+        # acc + part rounded to nearest, never fused into the tensor cores'
+        # truncating accumulation (on CUDA); a plain add in the interpreter.
+        if ROUND_NEAREST:
+            total = tl.inline_asm_elementwise(
+                "add.rn.f32 $0, $1, $2;",
+                "=f,f,f",
+                [acc, part],
+                dtype=tl.float32,
+                is_pure=True,
+                pack=1,
+            )
+        else:
+            total = acc + part
+        return total
+
+    @triton.jit
+    def _tile_hi(
+        a_ptr,
+        rows,
+        cols,
+        k_half,
+        ROUND_NEAREST: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
     ):
-        # X[rows]·Y[cols]ᵀ over the padded K on the tensor cores (TF32 inputs).
+        # 2³⁰·hi[rows]·hi[cols]ᵀ: the hi halves of A, each K step's product
+        # added to the sum rounding to nearest.
         ks = tl.arange(0, BK)
-        a_off = rows.to(tl.int64)[:, None] * k_padded + ks[None, :]
-        b_off = cols.to(tl.int64)[:, None] * k_padded + ks[None, :]
+        width = 2 * k_half
+        a_off = rows.to(tl.int64)[:, None] * width + k_half + ks[None, :]
+        b_off = cols.to(tl.int64)[:, None] * width + k_half + ks[None, :]
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        for _ in range(0, k_padded, BK):
-            a = tl.load(x_ptr + a_off)
-            b = tl.load(y_ptr + b_off)
-            acc = tl.dot(a, tl.trans(b), acc, input_precision="tf32")
+        for _ in range(0, k_half, BK):
+            part = tl.dot(tl.load(a_ptr + a_off), tl.trans(tl.load(a_ptr + b_off)))
+            acc = _add_rn(acc, part, ROUND_NEAREST)
             a_off += BK
             b_off += BK
         return acc
 
     @triton.jit
-    def _tile_correction(
-        hi_ptr, lo_ptr, rows, cols, k_padded, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
-    ):
-        # lo·hiᵀ + hi·loᵀ: two loops of two operands each, so that the shared
-        # memory of the pipeline stays that of the main product.
-        acc = _tile_dot(lo_ptr, hi_ptr, rows, cols, k_padded, BM, BN, BK)
-        return acc + _tile_dot(hi_ptr, lo_ptr, rows, cols, k_padded, BM, BN, BK)
+    def _tile_product(a_ptr, rows, cols, a_start, b_start, k_half, acc, BK: tl.constexpr):
+        # acc + A[rows, a_start:a_start + k]·A[cols, b_start:b_start + k]ᵀ, chained.
+        ks = tl.arange(0, BK)
+        width = 2 * k_half
+        a_off = rows.to(tl.int64)[:, None] * width + a_start + ks[None, :]
+        b_off = cols.to(tl.int64)[:, None] * width + b_start + ks[None, :]
+        for _ in range(0, k_half, BK):
+            acc = tl.dot(tl.load(a_ptr + a_off), tl.trans(tl.load(a_ptr + b_off)), acc)
+            a_off += BK
+            b_off += BK
+        return acc
 
     @triton.jit
-    def _tile_start(
-        hi_ptr,
-        pairs_ptr,
-        n,
-        k_padded,
-        ABSOLUTE: tl.constexpr,
+    def _tile_cross(
+        a_ptr, rows, cols, k_half, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+    ):
+        # 2³⁰·(lo·hiᵀ + hi·loᵀ): two loops of two operands each (A's lo half
+        # against its hi half, then the other way), so that the pipeline's
+        # shared memory stays that of r̃'s. The terms are ~2⁻¹¹ of r: their
+        # own rounding is far below fp32's at r.
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        acc = _tile_product(a_ptr, rows, cols, 0, k_half, k_half, acc, BK)
+        return _tile_product(a_ptr, rows, cols, k_half, 0, k_half, acc, BK)
+
+    @triton.jit
+    def _tile_r3(
+        a_ptr,
+        rows,
+        cols,
+        k_half,
+        ROUND_NEAREST: tl.constexpr,
         BM: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
     ):
-        # This program's tile of the upper triangle: its block indices, rows,
-        # columns, r̃ = hi·hiᵀ, the strict-upper mask and r̃ (|r̃| with ABSOLUTE).
-        pid = tl.program_id(0)
-        bi = tl.load(pairs_ptr + 2 * pid)
-        bj = tl.load(pairs_ptr + 2 * pid + 1)
-        rows = bi * BM + tl.arange(0, BM)
-        cols = bj * BN + tl.arange(0, BN)
-        acc = _tile_dot(hi_ptr, hi_ptr, rows, cols, k_padded, BM, BN, BK)
-        valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
-        value = _magnitude(acc, ABSOLUTE)
-        return bi, bj, rows, cols, acc, valid, value
+        # 2³⁰·r₃ in one loop: each K step loads lo and hi of the rows and the
+        # columns and runs the three products, hi·hiᵀ added rounding to
+        # nearest, the two cross terms chained in their own accumulator.
+        ks = tl.arange(0, BK)
+        width = 2 * k_half
+        a_off = rows.to(tl.int64)[:, None] * width + ks[None, :]
+        b_off = cols.to(tl.int64)[:, None] * width + ks[None, :]
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        cross = tl.zeros((BM, BN), dtype=tl.float32)
+        for _ in range(0, k_half, BK):
+            lo_a = tl.load(a_ptr + a_off)
+            hi_a = tl.load(a_ptr + a_off + k_half)
+            lo_b = tl.trans(tl.load(a_ptr + b_off))
+            hi_b = tl.trans(tl.load(a_ptr + b_off + k_half))
+            acc = _add_rn(acc, tl.dot(hi_a, hi_b), ROUND_NEAREST)
+            cross = tl.dot(lo_a, hi_b, cross)
+            cross = tl.dot(hi_a, lo_b, cross)
+            a_off += BK
+            b_off += BK
+        return acc + cross
+
+    @triton.jit
+    def _tile_fp64(
+        u_ptr, stride, rows, cols, n, t, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+    ):
+        # U[rows]·U[cols]ᵀ in float64 from U itself: the products of float32
+        # numbers are exact there, the sum rounds at 2⁻⁵³.
+        ks = tl.arange(0, BK)
+        row_ok = (rows < n)[:, None]
+        col_ok = (cols < n)[:, None]
+        a_base = u_ptr + rows.to(tl.int64)[:, None] * stride
+        b_base = u_ptr + cols.to(tl.int64)[:, None] * stride
+        acc = tl.zeros((BM, BN), dtype=tl.float64)
+        for k0 in range(0, t, BK):
+            k_ok = (k0 + ks < t)[None, :]
+            a = tl.load(a_base + k0 + ks[None, :], mask=row_ok & k_ok, other=0.0)
+            b = tl.load(b_base + k0 + ks[None, :], mask=col_ok & k_ok, other=0.0)
+            acc = tl.dot(a.to(tl.float64), tl.trans(b.to(tl.float64)), acc, out_dtype=tl.float64)
+        return acc
 
     @triton.jit
     def _magnitude(acc, ABSOLUTE: tl.constexpr):
@@ -167,54 +309,247 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         return value
 
     @triton.jit
+    def _any(mask):
+        return tl.max(tl.max(mask.to(tl.int32), axis=1), axis=0) > 0
+
+    @triton.jit
+    def _tile_start(
+        a_ptr,
+        pairs_ptr,
+        n,
+        k_half,
+        inverse_scale,
+        ABSOLUTE: tl.constexpr,
+        ROUND_NEAREST: tl.constexpr,
+        ONE_PASS: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BK: tl.constexpr,
+    ):
+        # This program's tile of the upper triangle: its block indices, rows,
+        # columns, r̃ = hi·hiᵀ (r₃ with ONE_PASS), the strict-upper mask and
+        # the value compared (|r| with ABSOLUTE).
+        pid = tl.program_id(0)
+        bi = tl.load(pairs_ptr + 2 * pid)
+        bj = tl.load(pairs_ptr + 2 * pid + 1)
+        rows = bi * BM + tl.arange(0, BM)
+        cols = bj * BN + tl.arange(0, BN)
+        if ONE_PASS:
+            acc = _tile_r3(a_ptr, rows, cols, k_half, ROUND_NEAREST, BM, BN, BK) * inverse_scale
+        else:
+            acc = _tile_hi(a_ptr, rows, cols, k_half, ROUND_NEAREST, BM, BN, BK) * inverse_scale
+        valid = (rows[:, None] < n) & (cols[None, :] < n) & (cols[None, :] > rows[:, None])
+        value = _magnitude(acc, ABSOLUTE)
+        return bi, bj, rows, cols, acc, valid, value
+
+    @triton.jit
+    def _near_any(value, valid, thr_ptr, bound, N_THRESH: tl.constexpr):
+        near = valid & (tl.abs(value - tl.load(thr_ptr)) <= bound)
+        for i in tl.static_range(1, N_THRESH):
+            near = near | (valid & (tl.abs(value - tl.load(thr_ptr + i)) <= bound))
+        return near
+
+    @triton.jit
+    def _append_pairs(near, rows, cols, BM: tl.constexpr, BN: tl.constexpr, list_ptrs):
+        # Compact the (row, column) of the ``near`` entries to the list at an
+        # atomic cursor; entries past its capacity are counted, not stored.
+        rows_ptr, cols_ptr, cursor_ptr, capacity = list_ptrs
+        flags = near.to(tl.int32)
+        row_counts = tl.sum(flags, axis=1)
+        total = tl.sum(row_counts, axis=0)
+        base = tl.atomic_add(cursor_ptr, total.to(tl.int64))
+        row_start = tl.cumsum(row_counts, axis=0) - row_counts
+        position = base + (row_start[:, None] + tl.cumsum(flags, axis=1) - flags).to(tl.int64)
+        ok = near & (position < capacity)
+        tl.store(rows_ptr + position, tl.broadcast_to(rows[:, None], (BM, BN)), mask=ok)
+        tl.store(cols_ptr + position, tl.broadcast_to(cols[None, :], (BM, BN)), mask=ok)
+        return total
+
+    @triton.jit
     def _exact_degree_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
-        hi_ptr,
-        lo_ptr,
+        a_ptr,
         pairs_ptr,
         thr_ptr,
         count_ptr,
         sum_ptr,
         stats_ptr,
+        near_rows_ptr,
+        near_cols_ptr,
+        cursor_ptr,
+        capacity,
         n,
-        k_padded,
+        k_half,
+        inverse_scale,
         margin_ptr,
         theta_min,
         N_THRESH: tl.constexpr,
         ABSOLUTE: tl.constexpr,
         WEIGHTED: tl.constexpr,
+        ROUND_NEAREST: tl.constexpr,
+        ONE_PASS: tl.constexpr,
         BM: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
     ):
         margin = tl.load(margin_ptr)
         bi, bj, rows, cols, acc, valid, value = _tile_start(
-            hi_ptr, pairs_ptr, n, k_padded, ABSOLUTE, BM, BN, BK
+            a_ptr,
+            pairs_ptr,
+            n,
+            k_half,
+            inverse_scale,
+            ABSOLUTE,
+            ROUND_NEAREST,
+            ONE_PASS,
+            BM,
+            BN,
+            BK,
         )
-        if WEIGHTED:  # kept values are returned: correct tiles with any r̃ >= θ_min − ε
-            high = valid & (value >= theta_min - margin)
-            correct = tl.max(tl.max(high.to(tl.int32), axis=1), axis=0) > 0
-        else:  # correct tiles with an entry within ε of a threshold
-            near = valid & (tl.abs(value - tl.load(thr_ptr)) <= margin)
-            for i in tl.static_range(1, N_THRESH):
-                near = near | (valid & (tl.abs(value - tl.load(thr_ptr + i)) <= margin))
-            correct = tl.max(tl.max(near.to(tl.int32), axis=1), axis=0) > 0
-        if correct:  # count the entries within ε of any threshold (each once)
-            near = valid & (tl.abs(value - tl.load(thr_ptr)) <= margin)
-            for i in tl.static_range(1, N_THRESH):
-                near = near | (valid & (tl.abs(value - tl.load(thr_ptr + i)) <= margin))
-            n_near = tl.sum(tl.sum(near.to(tl.int32), axis=1), axis=0)
-            acc += _tile_correction(hi_ptr, lo_ptr, rows, cols, k_padded, BM, BN, BK)
-            tl.atomic_add(stats_ptr, n_near.to(tl.int64))
+        bound = margin
+        if ONE_PASS:  # every tile corrected
+            bound = tl.load(margin_ptr + 1)
             tl.atomic_add(stats_ptr + 1, 1)
-            value = _magnitude(acc, ABSOLUTE)
+        elif WEIGHTED:  # kept values are summed: correct tiles with any r̃ >= θ_min − ε
+            if _any(valid & (value >= theta_min - margin)):
+                acc = acc + _tile_cross(a_ptr, rows, cols, k_half, BM, BN, BK) * inverse_scale
+                value = _magnitude(acc, ABSOLUTE)
+                bound = tl.load(margin_ptr + 1)
+                tl.atomic_add(stats_ptr + 1, 1)
+        near = _near_any(value, valid, thr_ptr, bound, N_THRESH)
+        if _any(near):  # confirmed by _confirm_degree_kernel, not counted here
+            total = _append_pairs(
+                near, rows, cols, BM, BN, (near_rows_ptr, near_cols_ptr, cursor_ptr, capacity)
+            )
+            tl.atomic_add(stats_ptr, total.to(tl.int64))
+            acc = tl.where(near, float("nan"), acc)
         degree_epilogue(
             acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr, N_THRESH, ABSOLUTE, WEIGHTED
         )
 
     @triton.jit
+    def _confirm_degree_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
+        u_ptr,
+        stride,
+        near_rows_ptr,
+        near_cols_ptr,
+        n_near,
+        thr_ptr,
+        count_ptr,
+        sum_ptr,
+        n,
+        t,
+        N_THRESH: tl.constexpr,
+        ABSOLUTE: tl.constexpr,
+        WEIGHTED: tl.constexpr,
+        BE: tl.constexpr,
+        BT: tl.constexpr,
+    ):
+        # Each listed (i, j): r = U[i]·U[j] in float64 (exact products of
+        # float32 numbers), decided with the fp32 path's comparison r > θ.
+        entries = tl.program_id(0) * BE + tl.arange(0, BE)
+        ok = entries < n_near
+        i = tl.load(near_rows_ptr + entries, mask=ok, other=0)
+        j = tl.load(near_cols_ptr + entries, mask=ok, other=0)
+        ts = tl.arange(0, BT)
+        a_base = u_ptr + i.to(tl.int64)[:, None] * stride
+        b_base = u_ptr + j.to(tl.int64)[:, None] * stride
+        acc = tl.zeros((BE,), dtype=tl.float64)
+        for t0 in range(0, t, BT):
+            mask = ok[:, None] & (t0 + ts < t)[None, :]
+            a = tl.load(a_base + t0 + ts[None, :], mask=mask, other=0.0).to(tl.float64)
+            b = tl.load(b_base + t0 + ts[None, :], mask=mask, other=0.0).to(tl.float64)
+            acc += tl.sum(a * b, axis=1)
+        value = _magnitude(acc, ABSOLUTE)
+        for k in tl.static_range(N_THRESH):
+            keep = ok & (value > tl.load(thr_ptr + k).to(tl.float64))
+            tl.atomic_add(count_ptr + k * n + i, keep.to(tl.int32), mask=ok)
+            tl.atomic_add(count_ptr + k * n + j, keep.to(tl.int32), mask=ok)
+            if WEIGHTED:
+                kept = tl.where(keep, value, 0.0)
+                tl.atomic_add(sum_ptr + k * n + i, kept, mask=ok)
+                tl.atomic_add(sum_ptr + k * n + j, kept, mask=ok)
+
+    @triton.jit
+    def _stage_kept(
+        keep,
+        acc,
+        rows,
+        cols,
+        bi,
+        bj,
+        n,
+        n_cb,
+        capacity,
+        out_ptrs,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+    ):
+        # Stage a tile's kept entries at an atomic cursor, row-major, with its
+        # (row, column tile) counts and its base for the placing kernel.
+        counts_ptr, bases_ptr, staged_values_ptr, staged_columns_ptr, cursor_ptr = out_ptrs
+        kept = keep.to(tl.int32)
+        row_counts = tl.sum(kept, axis=1)
+        total = tl.sum(row_counts, axis=0)
+        if total > 0:
+            base = tl.atomic_add(cursor_ptr, total.to(tl.int64))
+            row_start = tl.cumsum(row_counts, axis=0) - row_counts
+            within = tl.cumsum(kept, axis=1) - kept
+            position = base + (row_start[:, None] + within).to(tl.int64)
+            ok = keep & (position < capacity)
+            tl.store(staged_values_ptr + position, acc, mask=ok)  # signed r
+            tl.store(
+                staged_columns_ptr + position,
+                tl.broadcast_to(cols[None, :], (BM, BN)),
+                mask=ok,
+            )
+            tl.store(counts_ptr + rows.to(tl.int64) * n_cb + bj, row_counts, mask=rows < n)
+            tl.store(bases_ptr + bi.to(tl.int64) * n_cb + bj, base)
+
+    @triton.jit
+    def _decide_and_stage(  # noqa: PLR0913 - a Triton function: the tile and its outputs
+        acc,
+        value,
+        valid,
+        rows,
+        cols,
+        bi,
+        bj,
+        bounds,
+        geometry,
+        out_ptrs,
+        ABSOLUTE: tl.constexpr,
+        BOUNDED: tl.constexpr,
+        BM: tl.constexpr,
+        BN: tl.constexpr,
+        BKF: tl.constexpr,
+    ):
+        # A corrected tile: its entries within ε₃ of a bound recomputed from U
+        # in float64 and decided there, then its kept entries staged.
+        threshold, upper, bound = bounds
+        u_ptr, stride, n, t, n_cb, capacity, stats_ptr = geometry
+        keep = valid & (value >= threshold)  # NaN compares False
+        if BOUNDED:
+            keep = keep & (value < upper)
+        near = valid & (tl.abs(value - threshold) <= bound)
+        if BOUNDED:
+            near = near | (valid & (tl.abs(value - upper) <= bound))
+        if _any(near):
+            exact = _tile_fp64(u_ptr, stride, rows, cols, n, t, BM, BN, BKF)
+            magnitude = _magnitude(exact, ABSOLUTE)
+            decided = valid & (magnitude >= threshold)
+            if BOUNDED:
+                decided = decided & (magnitude < upper)
+            keep = tl.where(near, decided, keep)
+            acc = tl.where(near, exact.to(tl.float32), acc)
+            n_near = tl.sum(tl.sum(near.to(tl.int32), axis=1), axis=0)
+            tl.atomic_add(stats_ptr, n_near.to(tl.int64))
+        _stage_kept(keep, acc, rows, cols, bi, bj, n, n_cb, capacity, out_ptrs, BM, BN)
+
+    @triton.jit
     def _exact_compact_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
-        hi_ptr,
-        lo_ptr,
+        a_ptr,
+        u_ptr,
+        stride,
         pairs_ptr,
         counts_ptr,
         bases_ptr,
@@ -223,7 +558,9 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         cursor_ptr,
         stats_ptr,
         n,
-        k_padded,
+        t,
+        k_half,
+        inverse_scale,
         n_cb,
         capacity,
         threshold,
@@ -231,62 +568,107 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         margin_ptr,
         ABSOLUTE: tl.constexpr,
         BOUNDED: tl.constexpr,
+        ROUND_NEAREST: tl.constexpr,
+        ONE_PASS: tl.constexpr,
         BM: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
+        BKF: tl.constexpr,
     ):
         margin = tl.load(margin_ptr)
         bi, bj, rows, cols, acc, valid, value = _tile_start(
-            hi_ptr, pairs_ptr, n, k_padded, ABSOLUTE, BM, BN, BK
+            a_ptr,
+            pairs_ptr,
+            n,
+            k_half,
+            inverse_scale,
+            ABSOLUTE,
+            ROUND_NEAREST,
+            ONE_PASS,
+            BM,
+            BN,
+            BK,
         )
-        high = valid & (value >= threshold - margin)
-        if BOUNDED:
-            high = high & (value < upper + margin)
-        if tl.max(tl.max(high.to(tl.int32), axis=1), axis=0) > 0:
-            near = valid & (tl.abs(value - threshold) <= margin)
-            if BOUNDED:
-                near = near | (valid & (tl.abs(value - upper) <= margin))
-            n_near = tl.sum(tl.sum(near.to(tl.int32), axis=1), axis=0)
-            acc += _tile_correction(hi_ptr, lo_ptr, rows, cols, k_padded, BM, BN, BK)
-            tl.atomic_add(stats_ptr, n_near.to(tl.int64))
+        bounds = (threshold, upper, tl.load(margin_ptr + 1))
+        geometry = (u_ptr, stride, n, t, n_cb, capacity, stats_ptr)
+        out_ptrs = (counts_ptr, bases_ptr, staged_values_ptr, staged_columns_ptr, cursor_ptr)
+        if ONE_PASS:
             tl.atomic_add(stats_ptr + 1, 1)
-            value = _magnitude(acc, ABSOLUTE)
-            keep = valid & (value >= threshold)  # NaN compares False
+            _decide_and_stage(
+                acc,
+                value,
+                valid,
+                rows,
+                cols,
+                bi,
+                bj,
+                bounds,
+                geometry,
+                out_ptrs,
+                ABSOLUTE,
+                BOUNDED,
+                BM,
+                BN,
+                BKF,
+            )
+        else:
+            high = valid & (value >= threshold - margin)
             if BOUNDED:
-                keep = keep & (value < upper)
-            kept = keep.to(tl.int32)
-            row_counts = tl.sum(kept, axis=1)
-            total = tl.sum(row_counts, axis=0)
-            if total > 0:
-                base = tl.atomic_add(cursor_ptr, total.to(tl.int64))
-                row_start = tl.cumsum(row_counts, axis=0) - row_counts
-                within = tl.cumsum(kept, axis=1) - kept
-                position = base + (row_start[:, None] + within).to(tl.int64)
-                ok = keep & (position < capacity)
-                tl.store(staged_values_ptr + position, acc, mask=ok)  # signed r
-                tl.store(
-                    staged_columns_ptr + position,
-                    tl.broadcast_to(cols[None, :], (BM, BN)),
-                    mask=ok,
+                high = high & (value < upper + margin)
+            if _any(high):
+                acc = acc + _tile_cross(a_ptr, rows, cols, k_half, BM, BN, BK) * inverse_scale
+                tl.atomic_add(stats_ptr + 1, 1)
+                value = _magnitude(acc, ABSOLUTE)
+                _decide_and_stage(
+                    acc,
+                    value,
+                    valid,
+                    rows,
+                    cols,
+                    bi,
+                    bj,
+                    bounds,
+                    geometry,
+                    out_ptrs,
+                    ABSOLUTE,
+                    BOUNDED,
+                    BM,
+                    BN,
+                    BKF,
                 )
-                tl.store(counts_ptr + rows.to(tl.int64) * n_cb + bj, row_counts, mask=rows < n)
-                tl.store(bases_ptr + bi.to(tl.int64) * n_cb + bj, base)
 
 
-def _margin_tensor(margin, device: torch.device) -> torch.Tensor:
-    """Return ε as a one-element float32 device tensor, rounded up.
+def _margins(u: torch.Tensor, margin) -> torch.Tensor:
+    """Return [ε, ε₃] as a two-element float32 device tensor, rounded up.
 
-    ``margin`` is a float, or a device tensor computed without synchronising;
-    it is rounded up so that ε is never smaller.
+    ``margin`` (ε of r̃) is a float, or a device tensor computed without
+    synchronising; ε₃ (of a corrected tile) is computed here from ``u``.
+    Both get fp16's subnormal term and are rounded up so that neither is
+    ever smaller.
     """
-    # 2⁻¹⁶ more: the kernels compare fl(r̃ − θ) with ε, which rounds.
-    m = torch.as_tensor(margin, dtype=torch.float64, device=device).reshape(1) * (1 + 2.0**-16)
-    m32 = m.float()
-    return torch.where(m32.double() < m, torch.nextafter(m32, m32 + 1), m32)
+    from connscale.fc._exact import correction_margin_tensor
+
+    extra = fp16_margin(u.shape[-1])
+    eps = torch.as_tensor(margin, dtype=torch.float64, device=u.device).reshape(1)
+    both = torch.cat([eps, correction_margin_tensor(u).reshape(1)]) + extra
+    # 2⁻¹⁶ more: the kernels compare fl(r − θ) with the bound, which rounds.
+    both = both * (1 + 2.0**-16)
+    b32 = both.float()
+    return torch.where(b32.double() < both, torch.nextafter(b32, b32 + 1), b32)
 
 
 def _launch_options(u: torch.Tensor, stages: int) -> dict:
     return {"num_warps": NUM_WARPS, "num_stages": stages} if u.is_cuda else {}
+
+
+def confirm_capacity(n: int) -> int:
+    """Return the first size of the degree kernel's list of entries to confirm.
+
+    2.4·10⁻⁴ of the pairs, at least 2²⁰ entries (8 MB): issue 26 measured
+    1.5·10⁻⁴ of the pairs within ε of a threshold on realistic data; a run
+    with more is redone once with the list sized to its count.
+    """
+    return max(1 << 20, n * (n - 1) // 2 // 4096)
 
 
 def degree_exact_triton(
@@ -297,13 +679,13 @@ def degree_exact_triton(
     weighted: bool,
     margin: float,
     stats: torch.Tensor,
-    split: tuple[torch.Tensor, torch.Tensor] | None = None,
+    split: Operands | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Count the degree of every series at every threshold by the exact Triton kernels.
 
     Degree of every series at every threshold (r > θ, |r| > θ with
-    ``absolute``), decided on TF32 tensor cores and confirmed where within
-    ``margin`` (see the module docstring).
+    ``absolute``), decided on the tensor cores, the entries within the
+    margins of a threshold recomputed in float64 (see the module docstring).
 
     Parameters
     ----------
@@ -311,13 +693,13 @@ def degree_exact_triton(
         Normalised series (rows of constant series all NaN: never counted).
     thresholds : torch.Tensor of shape (K,)
     absolute, weighted : bool
-        ``weighted`` also sums the kept r (|r|), from corrected values.
+        ``weighted`` also sums the kept r (|r|), from corrected or recomputed values.
     margin : float or torch.Tensor
         ε of :func:`connscale.fc._exact.decision_margin` (a 0-d or 1-element
         device tensor is read by the kernel, without a host round trip).
     stats : torch.Tensor of shape (3,), int64, on the device
-        Confirmed entries, corrected tiles and tiles are added to it.
-    split : (hi, lo), optional
+        Recomputed entries, corrected tiles and tiles are added to it.
+    split : Operands, optional
         :func:`padded_split` of ``u`` when the caller has it.
 
     Returns
@@ -325,33 +707,70 @@ def degree_exact_triton(
     counts : torch.Tensor of shape (K, N), int64
     sums : torch.Tensor of shape (K, N), float64, or None
     """
-    n = u.shape[0]
-    hi, lo = padded_split(u) if split is None else split
+    u = u if u.stride(-1) == 1 else u.contiguous()
+    n, t = u.shape
+    ops = padded_split(u) if split is None else split
     k = thresholds.numel()
     thr = thresholds.to(device=u.device, dtype=torch.float32).contiguous()
-    counts = torch.zeros((k, n), dtype=torch.int32, device=u.device)
-    sums = torch.zeros((k, n) if weighted else (1,), dtype=torch.float64, device=u.device)
+    margins = _margins(u, margin)
     pairs = upper_tiles(n, BLOCK_M, BLOCK_N).to(u.device)
-    _exact_degree_kernel[(pairs.numel() // 2,)](
-        hi,
-        lo,
-        pairs,
-        thr,
-        counts,
-        sums,
-        stats,
-        n,
-        hi.shape[1],
-        _margin_tensor(margin, u.device),
-        float(thr.min()) if k else 0.0,
-        N_THRESH=k,
-        ABSOLUTE=bool(absolute),
-        WEIGHTED=bool(weighted),
-        BM=BLOCK_M,
-        BN=BLOCK_N,
-        BK=BLOCK_K,
-        **_launch_options(u, DEGREE_STAGES),
-    )
+    capacity = confirm_capacity(n)
+    before = stats.clone()
+    while True:
+        counts = torch.zeros((k, n), dtype=torch.int32, device=u.device)
+        sums = torch.zeros((k, n) if weighted else (1,), dtype=torch.float64, device=u.device)
+        near = torch.empty((2, capacity), dtype=torch.int32, device=u.device)
+        cursor = torch.zeros(1, dtype=torch.int64, device=u.device)
+        _exact_degree_kernel[(pairs.numel() // 2,)](
+            ops.a,
+            pairs,
+            thr,
+            counts,
+            sums,
+            stats,
+            near[0],
+            near[1],
+            cursor,
+            capacity,
+            n,
+            ops.k_half,
+            ops.inverse_scale,
+            margins,
+            float(thr.min()) if k else 0.0,
+            N_THRESH=k,
+            ABSOLUTE=bool(absolute),
+            WEIGHTED=bool(weighted),
+            ROUND_NEAREST=u.is_cuda and ROUND_NEAREST_ON_CUDA,
+            ONE_PASS=bool(weighted) and DEGREE_ONE_PASS,
+            BM=BLOCK_M,
+            BN=BLOCK_N,
+            BK=ops.block_k,
+            **_launch_options(u, DEGREE_STAGES - (bool(weighted) and DEGREE_ONE_PASS)),
+        )
+        n_near = int(cursor)  # synchronises: the second kernel's grid
+        if n_near <= capacity:
+            break
+        stats.copy_(before)  # the retry counts again
+        capacity = n_near
+    if n_near:
+        _confirm_degree_kernel[(-(-n_near // CONFIRM_ENTRIES),)](
+            u,
+            u.stride(0),
+            near[0],
+            near[1],
+            n_near,
+            thr,
+            counts,
+            sums,
+            n,
+            t,
+            N_THRESH=k,
+            ABSOLUTE=bool(absolute),
+            WEIGHTED=bool(weighted),
+            BE=CONFIRM_ENTRIES,
+            BT=CONFIRM_K,
+            **({"num_warps": 4} if u.is_cuda else {}),
+        )
     stats[2] += tiles_in(n)
     return counts.to(torch.int64), (sums if weighted else None)
 
@@ -375,13 +794,14 @@ def compact_exact_triton(
     staged_columns: torch.Tensor,
     stats: torch.Tensor,
     upper: float = math.inf,
-    split: tuple[torch.Tensor, torch.Tensor] | None = None,
+    split: Operands | None = None,
 ) -> torch.Tensor:
     """Compact the kept upper-triangle entries to CSR parts by the exact Triton kernels.
 
     The strict upper triangle's ``threshold`` <= r < ``upper`` (|r| with
-    ``absolute``) as CSR parts, decided on TF32 tensor cores and confirmed
-    where within ``margin``; kept values from corrected tiles.
+    ``absolute``) as CSR parts, decided on the tensor cores and confirmed
+    where within the margins; kept values from corrected tiles, the entries
+    within ε₃ of a bound recomputed in float64.
 
     Same contract as :func:`connscale.fc._tiles.compact_upper_triangle`:
     kept values to ``values``, their int32 columns to ``columns`` (row-major),
@@ -397,8 +817,9 @@ def compact_exact_triton(
         The number of entries kept (larger than the capacity when entries
         were dropped: redo with larger buffers).
     """
-    n = u.shape[0]
-    hi, lo = padded_split(u) if split is None else split
+    u = u if u.stride(-1) == 1 else u.contiguous()
+    n, t = u.shape
+    ops = padded_split(u) if split is None else split
     n_rb, n_cb = -(-n // BLOCK_M), -(-n // BLOCK_N)
     capacity = values.numel()
     counts = torch.zeros((n, n_cb), dtype=torch.int32, device=u.device)
@@ -407,8 +828,9 @@ def compact_exact_triton(
     pairs = upper_tiles(n, BLOCK_M, BLOCK_N).to(u.device)
     bounded = math.isfinite(upper)
     _exact_compact_kernel[(pairs.numel() // 2,)](
-        hi,
-        lo,
+        ops.a,
+        u,
+        u.stride(0),
         pairs,
         counts,
         bases,
@@ -417,18 +839,23 @@ def compact_exact_triton(
         cursor,
         stats,
         n,
-        hi.shape[1],
+        t,
+        ops.k_half,
+        ops.inverse_scale,
         n_cb,
         capacity,
         float(threshold),
         float(upper) if bounded else 0.0,
-        _margin_tensor(margin, u.device),
+        _margins(u, margin),
         ABSOLUTE=bool(absolute),
         BOUNDED=bounded,
+        ROUND_NEAREST=u.is_cuda and ROUND_NEAREST_ON_CUDA,
+        ONE_PASS=COMPACT_ONE_PASS,
         BM=BLOCK_M,
         BN=BLOCK_N,
-        BK=BLOCK_K,
-        **_launch_options(u, COMPACT_STAGES),
+        BK=ops.block_k,
+        BKF=FP64_K,
+        **_launch_options(u, COMPACT_STAGES - COMPACT_ONE_PASS),
     )
     stats[2] += tiles_in(n)
     inclusive = torch.cumsum(counts, 1, dtype=torch.int32)
@@ -457,6 +884,8 @@ def compact_exact_triton(
 __all__ = [
     "BLOCK_M",
     "BLOCK_N",
+    "Operands",
+    "confirm_capacity",
     "compact_exact_triton",
     "compact_table_bytes",
     "degree_exact_triton",
