@@ -73,7 +73,8 @@ def _version(dist) -> str:
     return re.match(r"connscale-([^-]+)-py3-none-any\.whl", next(dist.glob("*.whl")).name)[1]
 
 
-def test_sdist_and_wheel_hold_the_package_and_its_data(dist):
+def _check_archives(dist) -> None:
+    """The sdist and the wheel hold the package and its data; the version is git's."""
     version = _version(dist)
     assert version != "0+unknown" and not version.startswith("0.0")
     described = subprocess.run(
@@ -99,7 +100,8 @@ def test_sdist_and_wheel_hold_the_package_and_its_data(dist):
     assert {f"src/connscale/{name}" for name in PACKAGE_DATA} <= members
 
 
-def test_wheel_installs_and_runs_in_a_fresh_venv(dist, venv, tmp_path):
+def _check_fresh_venv(dist, venv, tmp_path) -> None:
+    """The wheel installed in a fresh venv imports, finds its data and runs."""
     python, command = venv / "bin" / "python", venv / "bin" / "connscale"
     check = (
         "import importlib.metadata as md, importlib.resources as res, json, sys, connscale\n"
@@ -143,3 +145,9 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(dist, venv, tmp_path):
     np.testing.assert_allclose(np.load(tmp_path / "r.npy"), np.corrcoef(x.T), atol=1e-5)
     log = json.loads(Path(f"{stem}_log.json").read_text())
     assert log["device"] == "cpu" and log["software"]["connscale"] == _version(dist)
+
+
+# One test, so that the pytest-xdist workers build the wheel once.
+def test_built_sdist_and_wheel_install_and_run(dist, venv, tmp_path):
+    _check_archives(dist)
+    _check_fresh_venv(dist, venv, tmp_path)
