@@ -22,7 +22,8 @@ page cache, as the decode floor of ``bench_bids.py`` reads them):
 Three ways of spending the host's N cores:
 
 (i) **one file at a time** (one process; rapidgzip on 1, 2, 4 … N threads,
-    the others on their one thread): the latency of one reader;
+    the others on their one thread; the first ``--latency-files`` files):
+    the latency of one reader;
 (ii) **a process per core** over all files, one thread each: the throughput
     (the decode floor of ``bench_bids.py`` is the ``isal`` row);
 (iii) **rapidgzip, k files at once with c threads each** (k processes, k x c
@@ -168,8 +169,11 @@ def _thread_counts(cores: int) -> list[int]:
     return [*counts, cores]
 
 
-def run_all(files: list[str], names: list[str], cores: int) -> list[dict]:
-    """The three ways of spending ``cores`` cores, for every decoder in ``names``."""
+def run_all(files: list[str], names: list[str], cores: int, latency_files: int) -> list[dict]:
+    """The three ways of spending ``cores`` cores, for every decoder in ``names``.
+
+    One file at a time decodes the first ``latency_files`` files only.
+    """
     rows = []
 
     def add(row: dict) -> None:
@@ -178,7 +182,7 @@ def run_all(files: list[str], names: list[str], cores: int) -> list[dict]:
 
     for name in names:  # (i)
         for threads in _thread_counts(cores) if name == "rapidgzip" else [1]:
-            add(one_at_a_time(name, files, threads))
+            add(one_at_a_time(name, files[:latency_files], threads))
     for name in names:  # (ii)
         add(in_processes(name, files, cores, 1, "a process per core"))
     if "rapidgzip" in names:  # (iii)
@@ -225,6 +229,12 @@ def main() -> None:
     parser.add_argument("--volumes", type=int, default=None, help="T of each run (400 full).")
     parser.add_argument("--cores", type=int, default=os.cpu_count() or 1)
     parser.add_argument(
+        "--latency-files",
+        type=int,
+        default=4,
+        help="Files decoded one at a time by each decoder in (i) (all files in (ii), (iii)).",
+    )
+    parser.add_argument(
         "--decoders",
         default=",".join(DECODERS),
         help="Comma-separated, of: " + ", ".join(DECODERS) + " (those not installed are skipped).",
@@ -232,19 +242,24 @@ def main() -> None:
     parser.add_argument("--tree-jobs", type=int, default=min(8, os.cpu_count() or 1))
     parser.add_argument("--work", type=Path, default=Path("/tmp/connscale_bench_decode"))
     parser.add_argument("--keep", action="store_true", help="Keep the synthetic tree.")
+    parser.add_argument(
+        "--reuse", action="store_true", help="Decode the tree kept in --work (--keep) as it is."
+    )
     parser.add_argument("--json", type=Path, default=None, help="Write the results here.")
     args = parser.parse_args()
     grid = dict(QUICK if args.quick else FULL)
     if args.volumes is not None:
         grid["t"] = args.volumes
     names = _available(args.decoders.split(","))
-    shutil.rmtree(args.work, ignore_errors=True)
-    args.work.mkdir(parents=True)
-    derivatives, _ = make_tree(args.work, args.runs, grid, jobs=args.tree_jobs)
+    derivatives = args.work / "fmriprep"
+    if not args.reuse:
+        shutil.rmtree(args.work, ignore_errors=True)
+        args.work.mkdir(parents=True)
+        derivatives, _ = make_tree(args.work, args.runs, grid, jobs=args.tree_jobs)
     files = sorted(str(p) for p in derivatives.rglob("*_desc-preproc_bold.nii.gz"))
     compressed = sum(os.path.getsize(p) for p in files)
     load_before = os.getloadavg()
-    rows = run_all(files, names, args.cores)
+    rows = run_all(files, names, args.cores, args.latency_files)
     load_after = os.getloadavg()
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
