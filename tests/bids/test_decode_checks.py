@@ -45,11 +45,11 @@ def isal():
 
 @pytest.mark.parametrize("voxels", [True, False])
 def test_a_stream_failing_its_crc_is_refused(tmp_path, monkeypatch, isal, voxels):
-    """Data that inflate but fail the gzip CRC (read in blocks, or whole) are refused,
-    not returned (where nibabel reads through indexed_gzip, its header read meets the
-    CRC first)."""
+    """A stream that inflates past the image's bytes (as damaged deflate data may) and
+    fails its CRC is refused, read in blocks or whole: the reads go on to the stream's
+    end. The same stream with its CRC right (bytes after the image) is read."""
     path, _, mask = _image(tmp_path)
-    raw = path.read_bytes()
+    raw = path.read_bytes() + bytes(5000)
     good = tmp_path / "good.nii.gz"
     good.write_bytes(_gzip_with_crc(raw, zlib.crc32(raw)))
     bad = tmp_path / "bad.nii.gz"
@@ -61,6 +61,7 @@ def test_a_stream_failing_its_crc_is_refused(tmp_path, monkeypatch, isal, voxels
     message = _one_line_error(
         lambda: decode.read_masked_bold(bad, mask, labels=labels, voxels=voxels, use_isal=True)
     )
+    # where nibabel reads through indexed_gzip, its header read meets the CRC first
     assert message.startswith(("bad.nii.gz is truncated or corrupt", "bad.nii.gz is not a"))
     with pytest.raises(gzip.BadGzipFile):
         decode.read_nifti_data(nib.load(good), bad, use_isal=True)
