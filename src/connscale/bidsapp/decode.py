@@ -9,7 +9,9 @@ and gathers from each block what the run needs: the in-mask voxel series
 and/or the sums of the atlas regions (float64). The whole 4-D image is
 never held in memory, and no float64 copy of it is made. Without ISA-L (or
 for an uncompressed file) nibabel reads the array (zlib) and the same
-gathers follow. Nothing is cached: each call reads its file once.
+gathers follow. Nothing is cached: each call reads its file once. With
+ISA-L the stream is inflated to its end, so that its CRC is checked; a
+damaged or cut file is refused in one line naming it (:func:`reading`).
 """
 
 from __future__ import annotations
@@ -97,6 +99,18 @@ def _fill(fh, view: memoryview) -> int:
     return filled
 
 
+def _check_end(fh) -> None:
+    """Inflate to the end of the gzip stream, so that its CRC and length are checked.
+
+    The data were read without reaching the stream's trailer: a damaged
+    stream that still inflates would otherwise give garbage without an
+    error. Bytes after the data (none in a file nibabel writes) are dropped.
+    """
+    scratch = memoryview(bytearray(1 << 16))
+    while fh.readinto(scratch):
+        pass
+
+
 @contextmanager
 def reading(path: str | os.PathLike) -> Iterator[None]:
     """Turn what nibabel, gzip, zlib and ISA-L raise on a damaged image into one line.
@@ -115,6 +129,11 @@ def reading(path: str | os.PathLike) -> Iterator[None]:
     except ImageFileError as exc:
         raise ValueError(f"{name} is not a readable NIfTI image ({_one_line(exc)}).") from exc
     except _DAMAGED as exc:
+        raise ValueError(f"{name} is truncated or corrupt ({_one_line(exc)}).") from exc
+    except OSError as exc:
+        if exc.errno is not None:  # the system's (missing file, permissions, I/O): as is
+            raise
+        # nibabel's short read ("could the file be damaged?"), indexed_gzip's ZranError
         raise ValueError(f"{name} is truncated or corrupt ({_one_line(exc)}).") from exc
 
 
@@ -153,8 +172,9 @@ def read_nifti_data(img, path: str | os.PathLike, *, use_isal: bool | None = Non
     with _inflating(path) as fh:
         skipped = _skip_header(fh, offset)
         filled = _fill(fh, view) if skipped == offset else 0
-    if skipped < offset or filled < view.nbytes:
-        raise _truncated(path, skipped + filled, offset + view.nbytes)
+        if skipped < offset or filled < view.nbytes:
+            raise _truncated(path, skipped + filled, offset + view.nbytes)
+        _check_end(fh)
     return out
 
 
@@ -188,6 +208,7 @@ def _volume_blocks(img, path: Path, use_isal: bool):
             if filled < block.nbytes:
                 raise _truncated(path, got, offset + n_volumes * volume_bytes)
             yield first, block, "F"
+        _check_end(fh)
 
 
 def _checked_blocks(blocks, path: Path):
