@@ -43,7 +43,8 @@ for path in sorted((tree.derivatives / "sub-01").rglob("*")):
 # the measures: the region series, their correlation matrix and its
 # sliding-window DFC. ``--backend serial`` runs one run after the other in
 # this process (``local``, the default, starts a pool of processes; ``dask``
-# and ``spark`` run on clusters).
+# and ``spark`` run on clusters); ``--no-report`` leaves out each run's HTML
+# report (its figures take most of the time of these tiny runs).
 output = root / "connscale"
 status = connscale_cli(
     [
@@ -52,7 +53,7 @@ status = connscale_cli(
         "--atlas-labels", str(tree.atlas_labels),
         "--denoise", "none", "--measures", "fc,timeseries,dfc",
         "--window-length", "10", "--step", "5",
-        "--backend", "serial", "--device", "auto", "-q",
+        "--backend", "serial", "--device", "auto", "--no-report", "-q",
     ]
 )  # fmt: skip
 assert status == 0
