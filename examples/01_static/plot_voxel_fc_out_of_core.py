@@ -15,6 +15,7 @@ the edges take.
 # ----------------------
 # :func:`connscale.datasets.simulate_timeseries` plants networks whose
 # series correlate by 0.6; half the series belong to none.
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -81,3 +82,7 @@ fig, ax = plt.subplots(figsize=(5, 4.5))
 image = ax.imshow(corner, vmin=-1, vmax=1, cmap="RdBu_r")
 fig.colorbar(image, label="Pearson r")
 ax.set_title(f"series 0-{m - 1} of {n_series:,}, read from the HDF5 store")
+
+# %%
+# The files were written to a temporary folder; remove it.
+shutil.rmtree(folder)

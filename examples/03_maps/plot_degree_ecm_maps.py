@@ -14,6 +14,7 @@ back into the scan's space with nilearn's masker and are plotted with
 # %%
 # The in-brain voxels
 # -------------------
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -79,3 +80,7 @@ for ax, (name, values) in zip(axes, maps.items()):
         cmap="inferno",
         symmetric_cbar=False,
     )
+
+# %%
+# The files were written to a temporary folder; remove it.
+shutil.rmtree(folder)

@@ -16,6 +16,7 @@ and :func:`connscale.classify.align_labels` attaches each subject's group from
 # -------------------------
 # 30 simulated subjects, 10 regions, 200 time points, two edges stronger in
 # patients; one ``sub-XX_timeseries.tsv`` per subject and ``participants.tsv``.
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -83,3 +84,7 @@ ax.set_xlabel("region pair (mean r over windows)")
 ax.set_ylabel("mean |SVM weight|")
 ax.legend()
 fig.tight_layout()
+
+# %%
+# The files were written to a temporary folder; remove it.
+shutil.rmtree(root)

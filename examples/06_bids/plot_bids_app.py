@@ -17,6 +17,7 @@ patients have a stronger Visual-Motor coupling.
 # subject, a BOLD run (30 volumes on an 8 x 8 x 6 grid), its mask, its
 # sidecar and nilearn's fMRIPrep confounds, plus a 4-region atlas and
 # ``participants.tsv``.
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -106,3 +107,7 @@ fig.colorbar(image, ax=axes[0])
 axes[1].boxplot(list(by_group.values()), tick_labels=list(by_group))
 axes[1].set_ylabel("Visual-Motor r")
 fig.tight_layout()
+
+# %%
+# The files were written to a temporary folder; remove it.
+shutil.rmtree(root)

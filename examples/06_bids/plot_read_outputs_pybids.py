@@ -17,6 +17,7 @@ by any entity, and the sidecars come back as metadata.
 # The participant level of ``connscale bids`` on a small synthetic fMRIPrep
 # tree (see the previous example), with the atlas series, their connectome
 # and the voxel maps of each run.
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -94,3 +95,7 @@ ax.set_xticks(range(len(r)), attrs["labels"], rotation=45)
 ax.set_yticks(range(len(r)), attrs["labels"])
 ax.set_title("sub-01, read back")
 fig.tight_layout()
+
+# %%
+# The files were written to a temporary folder; remove it.
+shutil.rmtree(root)

@@ -17,6 +17,7 @@ vertices of each fs_LR 32k hemisphere and a block of thalamic voxels.
 # %%
 # A small brain model and its series
 # ----------------------------------
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -105,3 +106,7 @@ axes[1].set_xticks(range(len(labels)), labels, rotation=45, ha="right")
 axes[1].set_yticks(range(len(labels)), labels)
 axes[1].set_title("parcellated")
 fig.colorbar(image, ax=axes, label="Pearson r", shrink=0.8)
+
+# %%
+# The files were written to a temporary folder; remove it.
+shutil.rmtree(folder)
