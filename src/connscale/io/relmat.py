@@ -175,7 +175,7 @@ def read_relmat_npy(path: str | os.PathLike) -> np.ndarray:
 
 
 def read_relmat_tsv(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
-    """Read a square relmat TSV (:func:`write_relmat_tsv`, or another tool's).
+    r"""Read a square relmat TSV (:func:`write_relmat_tsv`, or another tool's).
 
     Parameters
     ----------
@@ -197,7 +197,8 @@ def read_relmat_tsv(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
     >>> from connscale.io import read_relmat_tsv
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     path = Path(tmp) / "relmat.tsv"
-    ...     _ = path.write_text("\\tA\\tB\\nA\\t1\\tn/a\\nB\\t0.5\\t1\\n")  # row names, a missing value
+    ...     # A first column of row names, and a missing value:
+    ...     _ = path.write_text("\tA\tB\nA\t1\tn/a\nB\t0.5\t1\n")
     ...     matrix, labels = read_relmat_tsv(path)
     >>> matrix
     array([[1. , nan],
