@@ -636,6 +636,38 @@ def load_features(
     table (``participant_id`` first in its header) holds the whole cohort:
     it is given alone, without Fisher z (its edges are Fisher z already) and
     read by :func:`load_feature_table`.
+
+    Parameters
+    ----------
+    paths : str, path or iterable of them
+        One file per subject (``sub-<label>`` in each name), or one group feature table.
+    fisher_z_transform : bool, default=False
+        Apply :func:`fisher_z` to the correlations (not to a group feature table).
+    statistics : sequence of str, default=('mean', 'std')
+        Pair-level files: the summary statistics kept (``'mean'``, ``'std'``,
+        ``'fraction_above'``).
+
+    Returns
+    -------
+    FeatureSet
+        One row per subject.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> import connscale
+    >>> rng = np.random.default_rng(0)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     paths = []
+    ...     for subject in ("01", "02", "03"):
+    ...         r = np.corrcoef(rng.standard_normal((4, 30)))
+    ...         paths.append(Path(tmp) / f"sub-{subject}_relmat.npy")
+    ...         np.save(paths[-1], r)
+    ...     features = connscale.load_features(paths, fisher_z_transform=True)
+    >>> features.X.shape, features.subjects
+    ((3, 6), ['01', '02', '03'])
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]

@@ -882,6 +882,15 @@ class R1DL(TransformerMixin, BaseEstimator):
     Every ``fit`` starts from an unfitted estimator: attributes of an
     earlier fit (``masker_`` and ``components_img_`` of an image) do not
     survive a fit on an array.
+
+    Examples
+    --------
+    >>> from connscale import R1DL
+    >>> from connscale.datasets import simulate_networks
+    >>> S, _, _ = simulate_networks(60, 300, 2, sparsity=0.05, noise=0.1, random_state=0)
+    >>> model = R1DL(2, 15, random_state=0, device="cpu").fit(S)
+    >>> model.components_.shape, model.dictionary_.shape
+    ((2, 300), (60, 2))
     """
 
     _parameter_constraints = {k: v for k, v in _PARAMETER_CONSTRAINTS.items() if k != "checkpoint"}
@@ -942,6 +951,15 @@ class R1DL(TransformerMixin, BaseEstimator):
         Returns
         -------
         self
+
+        Examples
+        --------
+        >>> from connscale import R1DL
+        >>> from connscale.datasets import simulate_networks
+        >>> S, _, _ = simulate_networks(60, 300, 2, sparsity=0.05, noise=0.1, random_state=0)
+        >>> model = R1DL(2, 15, random_state=0, device="cpu")
+        >>> int(model.fit(S).components_.nnz) <= 2 * 15
+        True
         """
         del y
         validate_estimator_params(self)
@@ -1014,6 +1032,15 @@ class R1DL(TransformerMixin, BaseEstimator):
         ndarray of shape (n_timepoints, n_components)
             ``argmin_C ‖X - C V‖`` for the maps V (``components_``), X
             standardized first when ``standardize``.
+
+        Examples
+        --------
+        >>> from connscale import R1DL
+        >>> from connscale.datasets import simulate_networks
+        >>> S, _, _ = simulate_networks(60, 300, 2, sparsity=0.05, noise=0.1, random_state=0)
+        >>> model = R1DL(2, 15, random_state=0, device="cpu")
+        >>> model.fit(S).transform(S).shape
+        (60, 2)
         """
         check_is_fitted(self)
         if _is_image(X):
@@ -1049,6 +1076,16 @@ class R1DL(TransformerMixin, BaseEstimator):
         ndarray of shape (n_timepoints, n_voxels)
             ``X V`` for the maps V (``components_``): standardized data when
             ``standardize``. ``masker_.inverse_transform`` makes it an image.
+
+        Examples
+        --------
+        >>> from connscale import R1DL
+        >>> from connscale.datasets import simulate_networks
+        >>> S, _, _ = simulate_networks(60, 300, 2, sparsity=0.05, noise=0.1, random_state=0)
+        >>> model = R1DL(2, 15, random_state=0, device="cpu")
+        >>> courses = model.fit(S).transform(S)
+        >>> model.inverse_transform(courses).shape
+        (60, 300)
         """
         check_is_fitted(self)
         C = np.asarray(X, dtype=np.float64)
