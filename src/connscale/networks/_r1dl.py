@@ -106,6 +106,15 @@ class R1DLResult:
         S onto the device or the workers) and learning (``learn_s``, which
         includes ``graph_capture_s``, the one-off capture of the CUDA graphs
         of an update, local CUDA backend).
+
+    Examples
+    --------
+    >>> from connscale import r1dl
+    >>> from connscale.datasets import simulate_networks
+    >>> S, _, _ = simulate_networks(60, 300, 2, sparsity=0.05, noise=0.1, random_state=0)
+    >>> result = r1dl(S, 2, 15, random_state=0, device="cpu")
+    >>> result.sparsity, result.loadings.shape, result.dictionary.shape
+    (15, (2, 300), (60, 2))
     """
 
     dictionary: np.ndarray
@@ -152,6 +161,24 @@ def resolve_sparsity(sparsity: int | float, n_voxels: int) -> int:
 
     r as a count: an int in [1, P], or a fraction in (0, 1] of P (the
     declared constraint); a count above P is refused here, where P is known.
+
+    Parameters
+    ----------
+    sparsity : int or float
+        A count in [1, P], or a fraction in (0, 1] of P.
+    n_voxels : int
+        P, the number of columns of the data.
+
+    Returns
+    -------
+    int
+        r, in [1, P].
+
+    Examples
+    --------
+    >>> from connscale.networks import resolve_sparsity
+    >>> resolve_sparsity(0.07, 1000), resolve_sparsity(25, 1000)
+    (70, 25)
     """
     if isinstance(sparsity, (Integral, np.integer)):
         r = int(sparsity)

@@ -150,6 +150,15 @@ def exemplar_windows(windows: np.ndarray) -> np.ndarray:
     ndarray of int
         Indices of the exemplar windows (the window of largest variance when
         the variance has no interior local maximum).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.states import exemplar_windows
+    >>> spread = np.array([1.0, 3.0, 1.0, 1.0, 4.0, 2.0])  # FC variance of each window
+    >>> windows = np.random.default_rng(0).standard_normal((6, 10)) * spread[:, None]
+    >>> exemplar_windows(windows)
+    array([1, 4])
     """
     from scipy.signal import find_peaks
 
@@ -790,6 +799,17 @@ def elbow(
     dict
         ``n_states``, ``within``, ``between``, ``ratio`` (arrays, one value
         per k) and ``best`` (the elbow's k).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.states import elbow
+    >>> rng = np.random.default_rng(0)
+    >>> windows = [rng.standard_normal((30, 6)) for _ in range(2)]
+    >>> curve = elbow(windows, range(2, 5), exemplars=False, n_init=2, random_state=0,
+    ...               device="cpu")
+    >>> curve["n_states"].tolist(), curve["ratio"].shape, curve["best"] in (2, 3, 4)
+    ([2, 3, 4], (3,), True)
     """
     ks = [check_int(k, "n_states", minimum=2) for k in n_states]
     if len(ks) < 3:
