@@ -164,7 +164,8 @@ class FeatureSet:
         ...                       pair_i=np.array([0, 0, 1]), pair_j=np.array([1, 2, 2]),
         ...                       statistic=["edge"] * 3, region_labels=["V1", "M1", "PCC"])
         >>> features.feature_table()[2]
-        {'feature': 2, 'name': 'M1--PCC', 'statistic': 'edge', 'i': 1, 'j': 2, 'label_i': 'M1', 'label_j': 'PCC'}
+        {'feature': 2, 'name': 'M1--PCC', 'statistic': 'edge', 'i': 1, 'j': 2,
+         'label_i': 'M1', 'label_j': 'PCC'}
         """
         return [
             {
@@ -726,7 +727,8 @@ def load_feature_table(path: str | os.PathLike) -> FeatureSet:
     >>> import tempfile
     >>> from pathlib import Path
     >>> from connscale.classify import load_feature_table
-    >>> table = "participant_id\tV1|M1\tV1|M1:dfc_mean\tfd\nsub-01\t0.5\t0.4\t0.1\nsub-02\t0.2\t0.3\t0.2\n"
+    >>> table = ("participant_id\tV1|M1\tV1|M1:dfc_mean\tfd\n"
+    ...          "sub-01\t0.5\t0.4\t0.1\nsub-02\t0.2\t0.3\t0.2\n")
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     path = Path(tmp) / "seg-toy_meas-PearsonCorrelation_desc-36P_features.tsv"
     ...     _ = path.write_text(table)

@@ -400,7 +400,8 @@ def read_participants(path: str | os.PathLike, *, label: str) -> dict:
     >>> from connscale.classify import read_participants
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     path = Path(tmp) / "participants.tsv"
-    ...     _ = path.write_text("participant_id\tgroup\nsub-01\tpatient\nsub-02\tn/a\n03\tcontrol\n")
+    ...     rows = ["participant_id\tgroup", "sub-01\tpatient", "sub-02\tn/a", "03\tcontrol"]
+    ...     _ = path.write_text("\n".join(rows) + "\n")
     ...     groups = read_participants(path, label="group")
     >>> groups
     {'01': 'patient', '03': 'control'}
