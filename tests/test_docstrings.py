@@ -118,7 +118,8 @@ def test_the_walk_finds_the_package_api():
     names = {name for name, _ in CALLABLES}
     assert "connscale.correlation" in names
     assert "connscale.DFCStates.fit" in names
-    assert "connscale.io.load_timeseries" in names
+    assert "connscale.io.save_timeseries" in names
+    assert "connscale.engines.SerialEngine.map" in names
     assert len(CALLABLES) > 100
 
 
