@@ -31,18 +31,15 @@ PUBLIC_MODULES = [
     "connscale.report",
     "connscale.states",
 ]
-# connscale.engines: get_engine and the interface it returns, which a user drives. The other
-# engines (process pool, Dask, Spark, SLURM jobs) take the same calls, and their examples would
-# start worker processes or clusters (seconds each); the batch runner's records (BatchOptions,
-# Task, TaskBudget, ...) serve connscale's own commands.
+# connscale.engines: get_engine, the interface it returns, the serial engine and the batch runner.
+# The process-pool, Dask and Spark engines take the same calls (Engine's methods, documented
+# there); their own examples would start worker processes or a cluster (seconds each).
+_WORKER_ENGINES = {"DaskEngine", "LocalEngine", "SparkEngine"}
 PUBLIC_NAMES = {
     "connscale.engines": [
-        "BlockSet",
-        "Engine",
-        "SerialEngine",
-        "TaskFailure",
-        "get_engine",
-        "tree_sum",
+        name
+        for name in importlib.import_module("connscale.engines").__all__
+        if name not in _WORKER_ENGINES
     ],
 }
 
