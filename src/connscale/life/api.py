@@ -209,10 +209,10 @@ class DiffusionData:
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> data = life.DiffusionData(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine)
     >>> data.dwi.shape, len(data.streamlines)
-    ((10, 10, 10, 17), 60)
+    ((8, 8, 8, 13), 30)
     """
 
     def __init__(
@@ -364,11 +364,11 @@ class LiFEFit:
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
     ...                device="cpu")
     >>> fit.weights.shape, fit.stop_reason in ("gradient", "objective", "max_iter", "stalled")
-    ((60,), True)
+    ((30,), True)
     """
 
     model: LiFEModel
@@ -406,13 +406,13 @@ class LiFEFit:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
         ...                device="cpu")
         >>> import numpy as np
         >>> volume = fit.rmse_volume()
         >>> volume.shape, int(np.isfinite(volume).sum())
-        ((10, 10, 10), 363)
+        ((8, 8, 8), 166)
         """
         vol = np.full(self.model.shape, np.nan, dtype=np.float32)
         v = self.model.voxels
@@ -431,11 +431,11 @@ class LiFEFit:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
         ...                device="cpu")
         >>> fit.rmse_image().shape
-        (10, 10, 10)
+        (8, 8, 8)
         """
         import nibabel as nib
 
@@ -467,11 +467,11 @@ class LiFEFit:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
         ...                device="cpu")
         >>> fit.predict().shape  # (model voxels, diffusion-weighted directions)
-        (363, 16)
+        (166, 12)
         """
         D = None
         if bvals is not None or bvecs is not None:
@@ -519,7 +519,7 @@ class LiFEFit:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
         ...                device="cpu")
         >>> evidence = fit.strength_of_evidence(range(10), n_boot=200, random_state=0)
@@ -557,7 +557,7 @@ class LiFEFit:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
         ...                device="cpu")
         >>> sorted(fit.cross_validate(ph.dwi_repeat))
@@ -587,7 +587,7 @@ def lambda_max(model: LiFEModel) -> float:
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
     ...                          device="cpu")
     >>> lam = life.lambda_max(model)
@@ -686,12 +686,12 @@ def solve(
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
     ...                          device="cpu")
     >>> fit = life.solve(model, lam=0.01, max_iter=100)
     >>> fit.weights.shape, bool((fit.weights >= 0).all())
-    ((60,), True)
+    ((30,), True)
     """
     lam = float(lam)
     base = LiFEOperator(model, **(operator_options or {}))
@@ -797,11 +797,11 @@ def split_rmse(
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
     ...                          device="cpu")
     >>> life.split_rmse(model, lam=0.01, max_iter=50, random_state=0).shape
-    (363,)
+    (166,)
     """
     da, db = split_directions(model, random_state=random_state)
     ma, mb = submodel(model, da), submodel(model, db)
@@ -866,10 +866,10 @@ def lambda_sweep(
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
     ...                          device="cpu")
-    >>> rows = life.lambda_sweep(model, [0.0, 0.05], max_iter=50, random_state=0)
+    >>> rows = life.lambda_sweep(model, [0.0, 0.05], max_iter=20, random_state=0)
     >>> [row["lam"] for row in rows], rows[1]["n_nonzero"] <= rows[0]["n_nonzero"]
     ([0.0, 0.05], True)
     """
@@ -1198,11 +1198,11 @@ def fit(  # noqa: PLR0913 - public keywords: the LiFE estimator's and the inputs
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> result = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines,
     ...                   affine=ph.affine, lam=0.01, device="cpu")
     >>> result.weights.shape
-    (60,)
+    (30,)
     """
     _check_sweep(lam, lambdas, x0)
     dev = resolve_device(device)
@@ -1269,11 +1269,11 @@ class LiFE(BaseEstimator):
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> data = life.DiffusionData(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine)
     >>> estimator = life.LiFE(0.01, device="cpu").fit(data)
     >>> estimator.weights_.shape
-    (60,)
+    (30,)
     """
 
     _parameter_constraints = {k: _PARAMETER_CONSTRAINTS[k] for k in _ESTIMATOR_PARAMETERS}
@@ -1339,7 +1339,7 @@ class LiFE(BaseEstimator):
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> estimator = life.LiFE(0.01, device="cpu")
         >>> estimator.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine).n_iter_ > 0
         True
@@ -1426,10 +1426,10 @@ class LiFE(BaseEstimator):
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> data = life.DiffusionData(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine)
         >>> life.LiFE(0.01, device="cpu").fit(data).predict().shape
-        (363, 16)
+        (166, 12)
         """
         check_is_fitted(self, "fit_")
         return self.fit_.predict(bvals, bvecs)
@@ -1461,7 +1461,7 @@ class LiFE(BaseEstimator):
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> data = life.DiffusionData(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine)
         >>> life.LiFE(0.01, device="cpu").fit(data).score() < 0
         True

@@ -252,11 +252,11 @@ class LiFEModel:
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
     ...                          device="cpu")
     >>> model.to_dense().shape  # (voxels x directions, streamlines)
-    (5808, 60)
+    (1992, 30)
     """
 
     entry_fibre: torch.Tensor
@@ -329,10 +329,10 @@ class LiFEModel:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
         ...                          device="cpu")
-        >>> int(model.entry_voxel().max()) < 363  # the model's voxels
+        >>> int(model.entry_voxel().max()) < 166  # the model's voxels
         True
         """
         return self.av_voxel[self.entry_av]
@@ -348,7 +348,7 @@ class LiFEModel:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
         ...                          device="cpu")
         >>> model.entry_atom().shape == model.entry_voxel().shape
@@ -367,11 +367,11 @@ class LiFEModel:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
         ...                          device="cpu")
         >>> model.to_dense().shape
-        (5808, 60)
+        (1992, 30)
         """
         n_dir = self.n_directions
         M = np.zeros((self.n_voxels * n_dir, self.n_fibres))
@@ -403,11 +403,11 @@ class LiFEModel:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
         ...                          device="cpu")
         >>> tuple(model.dictionary_for(ph.bvals, ph.bvecs).shape)
-        (17, 2000)
+        (13, 2000)
         """
         D = canonical_dictionary(
             bvals, bvecs, self.atoms, centre="median" if self.formulation == "encode" else "mean"
@@ -913,11 +913,11 @@ def build_model(  # noqa: PLR0913 - its public keywords (the scan, model and com
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
     ...                          device="cpu")
     >>> tuple(model.signal.shape)  # (voxels, diffusion-weighted directions)
-    (363, 16)
+    (166, 12)
     """
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype)

@@ -94,12 +94,12 @@ def cross_validated_rmse(
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
     ...                device="cpu")
     >>> rmse = life.cross_validated_rmse(fit.model, fit.weights_kept, ph.dwi_repeat)
     >>> rmse["rrmse"].shape
-    (363,)
+    (166,)
     """
     b2 = repeat_signal(model, data_repeat)
     rmse = voxel_rmse(model, weights_kept, signal=b2)
@@ -249,7 +249,7 @@ def strength_of_evidence(
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
     ...                device="cpu")
     >>> evidence = life.strength_of_evidence(fit.model, fit.weights_kept, range(10), n_boot=200,

@@ -53,13 +53,13 @@ class LiFEOperator:
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
     ...                          device="cpu")
     >>> import torch
     >>> op = life.LiFEOperator(model)
-    >>> op.shape, tuple(op.matvec(torch.ones(60)).shape)
-    ((5808, 60), (363, 16))
+    >>> op.shape, tuple(op.matvec(torch.ones(30)).shape)
+    ((1992, 30), (166, 12))
     """
 
     def __init__(
@@ -188,12 +188,12 @@ class LiFEOperator:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
         ...                          device="cpu")
         >>> import torch
         >>> op = life.LiFEOperator(model)
-        >>> op.pair_weights(torch.zeros(60)).abs().max().item()
+        >>> op.pair_weights(torch.zeros(30)).abs().max().item()
         0.0
         """
         x = x.to(self.device, self.dtype)
@@ -228,12 +228,12 @@ class LiFEOperator:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
         ...                          device="cpu")
         >>> import torch
-        >>> tuple(life.LiFEOperator(model).matvec(torch.ones(60)).shape)
-        (363, 16)
+        >>> tuple(life.LiFEOperator(model).matvec(torch.ones(30)).shape)
+        (166, 12)
         """
         return self._spmm(self.pair_weights(x))
 
@@ -257,12 +257,12 @@ class LiFEOperator:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
         ...                          device="cpu")
         >>> import torch
         >>> op = life.LiFEOperator(model)
-        >>> op.pair_dots(op.matvec(torch.ones(60))).dim()
+        >>> op.pair_dots(op.matvec(torch.ones(30))).dim()
         1
         """
         Y = Y.to(self.device, self.dtype).reshape(self.n_voxels, self.n_directions)
@@ -316,11 +316,11 @@ class LiFEOperator:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
         ...                          device="cpu")
         >>> tuple(life.LiFEOperator(model).rmatvec(model.signal).shape)
-        (60,)
+        (30,)
         """
         dots = self.pair_dots(Y)
         if self.entry_method == "spmv":
@@ -351,12 +351,12 @@ class LiFEOperator:
         --------
         >>> from connscale import life
         >>> from connscale.datasets import simulate_life_phantom
-        >>> ph = simulate_life_phantom(40, 20, shape=(10, 10, 10), n_directions=16, random_state=0)
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
         >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
         ...                          device="cpu")
         >>> h = life.LiFEOperator(model).column_norms_sq()
         >>> tuple(h.shape), bool((h > 0).all())
-        ((60,), True)
+        ((30,), True)
         """
         m = self.model
         dnorm = (self.D.double() ** 2).sum(dim=0)
