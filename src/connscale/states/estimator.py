@@ -436,12 +436,12 @@ class DFCStates(BaseEstimator):
     --------
     >>> from connscale.datasets import simulate_states
     >>> from connscale import dynamic_correlation
-    >>> cohort = simulate_states(3, 8, 200, random_state=0)
+    >>> cohort = simulate_states(2, 6, 150, random_state=0)
     >>> windows = [dynamic_correlation(ts, 30, 5, device="cpu") for ts in cohort.timeseries]
     >>> states = DFCStates(3, metric="euclidean", n_init=2, random_state=0, device="cpu")
     >>> states = states.fit(windows)
     >>> states.cluster_centers_.shape, len(states.labels_)
-    ((3, 28), 3)
+    ((3, 15), 2)
     """
 
     _parameter_constraints = _PARAMETER_CONSTRAINTS
