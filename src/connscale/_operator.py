@@ -59,7 +59,7 @@ _MEMORY_HINT = "Raise memory_limit, or clean fewer series at a time."
 
 
 def check_confounds_file(path: str | os.PathLike) -> None:
-    """Check that a confounds TSV is a UTF-8 table of numbers, as pandas reads it.
+    r"""Check that a confounds TSV is a UTF-8 table of numbers, as pandas reads it.
 
     Parameters
     ----------
@@ -72,6 +72,19 @@ def check_confounds_file(path: str | os.PathLike) -> None:
         One line naming the file (and the line, column and value): not
         UTF-8, empty, not a table, no row, text in a column (``n/a`` is
         fMRIPrep's missing value).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.denoise import check_confounds_file
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "sub-01_desc-confounds_timeseries.tsv"
+    ...     _ = path.write_text("trans_x\tcsf\n0.1\tn/a\n0.2\thigh\n")
+    ...     check_confounds_file(path)
+    Traceback (most recent call last):
+    ...
+    ValueError: sub-01_desc-confounds_timeseries.tsv: column 'csf' holds 'high' at line 3 ...
     """
     import pandas as pd
 
@@ -171,6 +184,19 @@ def load_confounds(
         column missing from the confounds file, or a nuisance file's
         pattern that matches no column: one line naming the BOLD and the
         column or pattern (:class:`connscale.nuisance.NuisanceError`).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.datasets.fmriprep import make_fmriprep_tree
+    >>> from connscale.denoise import load_confounds
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     tree = make_fmriprep_tree(tmp, n_subjects=2)
+    ...     bold = next(Path(tree.derivatives).glob("sub-01/func/*_desc-preproc_bold.nii.gz"))
+    ...     confounds, sample_mask = load_confounds(bold, "24P")
+    >>> confounds.shape, int(sample_mask[0])  # volume 0 is a non-steady-state volume
+    ((30, 24), 1)
     """
     preset = strategy in STRATEGIES and strategy not in NUISANCE_SETS
     if not preset and not (strategy in NUISANCE_SETS or is_nuisance_file(strategy)):
@@ -220,6 +246,13 @@ class CleaningOperator:
     interpolated : ndarray of bool, shape (n_kept,), or None
         Which output rows are censored volumes, interpolated (XCP-D's
         ``interpolated`` output); None: none is.
+
+    Examples
+    --------
+    >>> from connscale.denoise import cleaning_operator
+    >>> operator = cleaning_operator(40, sample_mask=list(range(2, 40)))
+    >>> operator.matrix.shape, operator.n_timepoints, int(operator.volumes[0])
+    ((38, 40), 40, 2)
     """
 
     matrix: np.ndarray
@@ -233,7 +266,23 @@ class CleaningOperator:
         return self.matrix.shape[1]
 
     def low_motion(self) -> CleaningOperator:
-        """Return the operator of the kept (not interpolated) rows: what correlations use."""
+        """Return the operator of the kept (not interpolated) rows: what correlations use.
+
+        Returns
+        -------
+        CleaningOperator
+            Without the interpolated rows (``self`` when there are none).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from connscale.denoise import xcpd_operator
+        >>> kept = np.ones(40, dtype=bool)
+        >>> kept[[10, 11]] = False  # two censored volumes
+        >>> operator = xcpd_operator(40, sample_mask=kept, t_r=2.0, output_type="interpolated")
+        >>> operator.matrix.shape, operator.low_motion().matrix.shape
+        ((40, 40), (38, 40))
+        """
         if self.interpolated is None:
             return self
         rows = ~self.interpolated
@@ -307,6 +356,18 @@ def cleaning_operator(
     -----
     Built by running ``nilearn.signal.clean`` on the T x T identity in
     float64 on the host, so every step and every default is nilearn's.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nilearn.signal import clean
+    >>> from connscale.denoise import cleaning_operator
+    >>> rng = np.random.default_rng(0)
+    >>> x, confounds = rng.standard_normal((60, 3)), rng.standard_normal((60, 2))
+    >>> operator = cleaning_operator(60, confounds=confounds, high_pass=0.01, t_r=2.0)
+    >>> expected = clean(x, confounds=confounds, high_pass=0.01, t_r=2.0, standardize=None)
+    >>> bool(np.allclose(operator.matrix @ x, expected))
+    True
     """
     from nilearn.signal import clean
 
@@ -390,6 +451,17 @@ def xcpd_operator(
     Returns
     -------
     CleaningOperator
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.denoise import xcpd_operator
+    >>> kept = np.ones(50, dtype=bool)
+    >>> kept[20:23] = False  # three high-motion volumes
+    >>> operator = xcpd_operator(50, sample_mask=kept, dummy_scans=2, t_r=2.0,
+    ...                          low_pass=0.08, high_pass=0.01)
+    >>> operator.matrix.shape, int(operator.volumes[0])
+    ((45, 50), 2)
     """
     if output_type not in OUTPUT_TYPES:
         raise ValueError(
@@ -536,6 +608,16 @@ def residual_dof(
         ``filter`` (the filter's share, effective: what the other parts
         leave of ``volumes_kept - dof``), ``regressors`` (the sum of the
         parts) and ``dof``, rounded to 0.01.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.denoise import cleaning_operator, residual_dof
+    >>> confounds = np.random.default_rng(0).standard_normal((40, 3))
+    >>> operator = cleaning_operator(40, confounds=confounds, sample_mask=list(range(4, 40)))
+    >>> parts = residual_dof(operator, confounds=confounds)
+    >>> parts["volumes_kept"], parts["confound_rank"], parts["dof"]
+    (36, 3, 31.0)
     """
     operator = operator.low_motion()  # the interpolated volumes are no data
     matrix = operator.matrix - operator.matrix.mean(axis=0)
@@ -596,6 +678,14 @@ def constant_series(signals: npt.ArrayLike, *, dtype: str = "float32") -> np.nda
     Returns
     -------
     ndarray of bool, shape (n_series,)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.denoise import constant_series
+    >>> x = np.c_[np.full(10, 1000.0), np.arange(10.0), np.zeros(10)]
+    >>> constant_series(x)
+    array([ True, False,  True])
     """
     x = np.asarray(signals)
     high, low = x.max(axis=0).astype(np.float64), x.min(axis=0).astype(np.float64)

@@ -30,7 +30,23 @@ __all__ = [
 
 
 def n_pairs(n: int) -> int:
-    """Return the number of strictly-upper-triangle pairs of an n×n matrix, n(n-1)/2."""
+    """Return the number of strictly-upper-triangle pairs of an n×n matrix, n(n-1)/2.
+
+    Parameters
+    ----------
+    n : int
+        Matrix size (non-negative).
+
+    Returns
+    -------
+    int
+        ``n * (n - 1) // 2``.
+
+    Examples
+    --------
+    >>> n_pairs(4), n_pairs(91282)
+    (6, 4166156121)
+    """
     n = int(n)
     if n < 0:
         raise ValueError(f"'n' must be non-negative; got {n}.")
@@ -131,6 +147,18 @@ def vec_to_matrix(vec: npt.ArrayLike, n: int | None = None, *, diagonal: float =
         Matrix size (inferred from the length when None).
     diagonal : float, default=1.0
         Value put on the diagonal.
+
+    Returns
+    -------
+    ndarray of shape (n, n)
+        The symmetric matrix (float; the vector's dtype when it is floating-point).
+
+    Examples
+    --------
+    >>> vec_to_matrix([0.5, 0.2, -0.1])
+    array([[ 1. ,  0.5,  0.2],
+           [ 0.5,  1. , -0.1],
+           [ 0.2, -0.1,  1. ]])
     """
     vec = np.asarray(vec)
     if n is None:
@@ -148,7 +176,24 @@ def vec_to_matrix(vec: npt.ArrayLike, n: int | None = None, *, diagonal: float =
 
 
 def matrix_to_vec(matrix: npt.ArrayLike) -> np.ndarray:
-    """Row-major strictly-upper vector of a square matrix."""
+    """Return the row-major strictly-upper vector of a square matrix.
+
+    Parameters
+    ----------
+    matrix : array-like of shape (n, n)
+        A square matrix (only its strictly upper triangle is read).
+
+    Returns
+    -------
+    ndarray of shape (n(n-1)/2,)
+        ``matrix[np.triu_indices(n, 1)]``, the order of connscale's edge vectors.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> matrix_to_vec(np.arange(9).reshape(3, 3))
+    array([1, 2, 5])
+    """
     matrix = np.asarray(matrix)
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"Expected a square matrix; got an array of shape {matrix.shape}.")
@@ -168,6 +213,23 @@ def to_nilearn_vec(vec: npt.ArrayLike, n: int | None = None) -> np.ndarray:
 
     The result equals ``nilearn.connectome.sym_matrix_to_vec(matrix,
     discard_diagonal=True)`` of the matching symmetric matrix.
+
+    Parameters
+    ----------
+    vec : array-like of shape (..., n(n-1)/2)
+        Edge vectors in connscale's row-major strictly-upper order (last axis).
+    n : int or None, default=None
+        Matrix size (inferred from the last axis' length when None).
+
+    Returns
+    -------
+    ndarray of shape (..., n(n-1)/2)
+        The same values in nilearn's order (the upper triangle column by column).
+
+    Examples
+    --------
+    >>> to_nilearn_vec([1, 2, 3, 4, 5, 6])  # pairs (0,1) (0,2) (0,3) (1,2) (1,3) (2,3)
+    array([1, 2, 4, 3, 5, 6])
     """
     vec = np.asarray(vec)
     n = _infer_n(vec.shape[-1]) if n is None else n
@@ -175,7 +237,28 @@ def to_nilearn_vec(vec: npt.ArrayLike, n: int | None = None) -> np.ndarray:
 
 
 def from_nilearn_vec(vec: npt.ArrayLike, n: int | None = None) -> np.ndarray:
-    """Reorder a nilearn ``discard_diagonal=True`` vector (…, n_pairs) to ours."""
+    """Reorder a nilearn ``discard_diagonal=True`` vector (…, n_pairs) to connscale's order.
+
+    The inverse of :func:`to_nilearn_vec`.
+
+    Parameters
+    ----------
+    vec : array-like of shape (..., n(n-1)/2)
+        Edge vectors in nilearn's order (last axis), as ``sym_matrix_to_vec(matrix,
+        discard_diagonal=True)`` returns them.
+    n : int or None, default=None
+        Matrix size (inferred from the last axis' length when None).
+
+    Returns
+    -------
+    ndarray of shape (..., n(n-1)/2)
+        The same values in connscale's row-major strictly-upper order.
+
+    Examples
+    --------
+    >>> from_nilearn_vec([1, 2, 4, 3, 5, 6])
+    array([1, 2, 3, 4, 5, 6])
+    """
     vec = np.asarray(vec)
     n = _infer_n(vec.shape[-1]) if n is None else n
     out = np.empty_like(vec)

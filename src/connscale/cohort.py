@@ -613,6 +613,22 @@ def run_cohort(config: CohortConfig) -> CohortReport:
     the job, its parameters and the connscale version; an input overwritten
     with other data is recomputed. An output without a fingerprint was not
     written by connscale: that scan is reported as an error, not replaced.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> import connscale
+    >>> rng = np.random.default_rng(0)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     for subject in ("01", "02"):
+    ...         np.save(Path(tmp) / f"sub-{subject}_task-rest_timeseries.npy",
+    ...                 rng.standard_normal((60, 4)))
+    ...     report = connscale.run_cohort(tmp, "fc", Path(tmp) / "out", engine="serial",
+    ...                                   params={"device": "cpu"})
+    ...     print(report.n_ok, [r["status"] for r in report.records])
+    2 ['ok', 'ok']
     """
     job = config.job
     params = check_job_params(job, config.params)  # before the first scan, and before any write

@@ -136,6 +136,18 @@ def clean_signals(
     ------
     MemoryLimitError
         When the cleaning does not fit, before anything is allocated.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nilearn.signal import clean
+    >>> from connscale.denoise import clean_signals, cleaning_operator
+    >>> rng = np.random.default_rng(0)
+    >>> x, confounds = rng.standard_normal((60, 3)), rng.standard_normal((60, 2))
+    >>> operator = cleaning_operator(60, confounds=confounds)
+    >>> cleaned = clean_signals(x, operator, device="cpu", dtype="float64")
+    >>> bool(np.allclose(cleaned, clean(x, confounds=confounds, standardize="zscore_sample")))
+    True
     """
     _check_standardize(standardize)
     dev = resolve_device(device)
@@ -195,6 +207,16 @@ def clean_regions(
     Returns
     -------
     ndarray or torch.Tensor of shape (n_kept, n_regions)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.denoise import clean_regions, cleaning_operator
+    >>> x = 1000 + np.random.default_rng(0).standard_normal((40, 6))  # 6 voxels
+    >>> labels = np.array([1, 1, 2, 2, 0, 3])  # voxel 4 is background
+    >>> cleaned = clean_regions(x, labels, cleaning_operator(40), device="cpu")
+    >>> cleaned.shape, round(float(cleaned[:, 0].std(ddof=1)), 3)
+    ((40, 3), 1.0)
     """
     _check_standardize(standardize)
     dev = resolve_device(device)
@@ -324,6 +346,15 @@ def region_signals(
     Returns
     -------
     ndarray or torch.Tensor of shape (n_timepoints, n_regions)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.denoise import region_signals
+    >>> x = np.array([[1.0, 3.0, 10.0], [2.0, 4.0, 20.0]])  # 2 time points, 3 voxels
+    >>> region_signals(x, [1, 1, 2], device="cpu")
+    array([[ 2., 10.],
+           [ 3., 20.]], dtype=float32)
     """
     dev, work = resolve_device(device), resolve_dtype(dtype)
     if not isinstance(signals, torch.Tensor):
@@ -424,6 +455,17 @@ def map_signals(
     Returns
     -------
     ndarray or torch.Tensor of shape (n_timepoints, n_maps), float64
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.denoise import map_signals
+    >>> rng = np.random.default_rng(0)
+    >>> weights = rng.uniform(size=(5, 2))  # 2 maps over 5 voxels
+    >>> courses = rng.standard_normal((30, 2))
+    >>> x = courses @ weights.T  # series made of the maps exactly
+    >>> bool(np.allclose(map_signals(x, weights, device="cpu"), courses))
+    True
     """
     dev = resolve_device(device)
     if not isinstance(signals, torch.Tensor):

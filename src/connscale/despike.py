@@ -39,9 +39,21 @@ def despike_basis(n_timepoints: int) -> np.ndarray:
     and cos(2πkt/T) for k = 1 … L, L = rint(T/30) (``-corder``'s default;
     ``-NEW`` does not cap it at 50).
 
+    Parameters
+    ----------
+    n_timepoints : int
+        T, the series' length.
+
     Returns
     -------
     ndarray of shape (n_timepoints, 2 * L + 3), float64
+
+    Examples
+    --------
+    >>> from connscale.despike import despike_basis
+    >>> basis = despike_basis(90)  # L = 3
+    >>> basis.shape, basis[:2, :3].round(3).tolist()
+    ((90, 9), [[1.0, -0.989, 0.978], [1.0, -0.967, 0.934]])
     """
     t = np.arange(n_timepoints, dtype=np.float64)
     u = (t - 0.5 * (n_timepoints - 1.0)) * (2.0 / n_timepoints)

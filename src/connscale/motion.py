@@ -66,6 +66,15 @@ def check_motion_filter(
         One line naming the value: a missing or non-positive band edge,
         ``band_stop_min >= band_stop_max``, an edge at or above the Nyquist
         frequency, an order that filters nothing.
+
+    Examples
+    --------
+    >>> from connscale.motion import check_motion_filter
+    >>> check_motion_filter("notch", 0.8, 12.0, 18.0)  # a valid filter: no error
+    >>> check_motion_filter("lp", 2.0, 20.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: --band-stop-min 20 bpm is at or above the Nyquist frequency of a TR of 2 s (15 bpm).
     """
     if filter_type not in MOTION_FILTERS:
         raise ValueError(f"--motion-filter-type must be lp or notch; got {filter_type!r}.")
@@ -131,6 +140,17 @@ def filter_motion(
     Returns
     -------
     ndarray of shape (T, n_parameters), float64
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.motion import filter_motion
+    >>> t = np.arange(200) * 0.8  # seconds
+    >>> breathing = 0.1 * np.sin(2 * np.pi * 0.25 * t)  # 15 breaths per minute
+    >>> motion = np.c_[breathing, np.zeros((200, 5))]
+    >>> filtered = filter_motion(motion, 0.8, "notch", 12.0, 18.0)
+    >>> filtered.shape, bool(np.abs(filtered[50:150, 0]).max() < 0.02)
+    ((200, 6), True)
     """
     from scipy.signal import butter, filtfilt, iirnotch
 
@@ -169,6 +189,13 @@ def framewise_displacement(motion: npt.ArrayLike, head_radius: float = 50.0) -> 
     Returns
     -------
     ndarray of shape (T,)
+
+    Examples
+    --------
+    >>> from connscale.motion import framewise_displacement
+    >>> motion = [[0, 0, 0, 0, 0, 0], [0.1, 0, -0.2, 0.002, 0, 0]]  # mm, radians
+    >>> framewise_displacement(motion).round(3)
+    array([0. , 0.4])
     """
     values = np.nan_to_num(np.asarray(motion, dtype=np.float64), nan=0.0)
     if values.ndim != 2 or values.shape[1] != 6:
@@ -192,6 +219,12 @@ def low_motion(fd: npt.ArrayLike, fd_thresh: float | None) -> np.ndarray:
     Returns
     -------
     ndarray of bool, shape (T,)
+
+    Examples
+    --------
+    >>> from connscale.motion import low_motion
+    >>> low_motion([0.0, 0.2, 0.6, 0.3], 0.5)
+    array([ True,  True, False,  True])
     """
     fd = np.asarray(fd, dtype=np.float64)
     if fd_thresh is None or fd_thresh <= 0:
@@ -214,6 +247,15 @@ def dummy_scans(value: int | str, confounds) -> int:
     Returns
     -------
     int
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from connscale.motion import dummy_scans
+    >>> confounds = pd.DataFrame({"non_steady_state_outlier00": [1, 0, 0, 0],
+    ...                           "non_steady_state_outlier01": [0, 1, 0, 0]})
+    >>> dummy_scans("auto", confounds), dummy_scans(3, confounds)
+    (2, 3)
     """
     if value != "auto":
         return int(value)

@@ -171,6 +171,12 @@ class NuisanceFile:
         without the extension, letters and digits only.
     columns : tuple of str
         Column names and regular expressions (``^...``), in the file's order.
+
+    Examples
+    --------
+    >>> from connscale.nuisance import NuisanceFile
+    >>> NuisanceFile("/data/motion.yml", "motion", ("trans_x", "^rot_.*$")).desc
+    'motion'
     """
 
     path: str
@@ -179,7 +185,29 @@ class NuisanceFile:
 
 
 def is_nuisance_file(strategy: object) -> bool:
-    """Return whether ``strategy`` is a custom nuisance file (an existing .yml, .yaml or .json)."""
+    """Return whether ``strategy`` is a custom nuisance file (an existing .yml, .yaml or .json).
+
+    Parameters
+    ----------
+    strategy : object
+        A strategy's name or a path.
+
+    Returns
+    -------
+    bool
+
+    Examples
+    --------
+    >>> import json
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.nuisance import is_nuisance_file
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "motion.json"
+    ...     _ = path.write_text(json.dumps({"columns": ["trans_x"]}))
+    ...     print(is_nuisance_file(path), is_nuisance_file("36P"))
+    True False
+    """
     if not isinstance(strategy, (str, os.PathLike)) or str(strategy) in STRATEGIES:
         return False
     path = Path(strategy)
@@ -187,13 +215,38 @@ def is_nuisance_file(strategy: object) -> bool:
 
 
 class StrategyOptions(StrOptions):
-    """A denoising strategy of ``STRATEGIES``, or the path of a nuisance file."""
+    """A denoising strategy of ``STRATEGIES``, or the path of a nuisance file.
+
+    The parameter constraint of a ``strategy`` argument.
+
+    Examples
+    --------
+    >>> from connscale.nuisance import StrategyOptions
+    >>> StrategyOptions().is_satisfied_by("acompcor")
+    True
+    """
 
     def __init__(self) -> None:
         super().__init__(STRATEGIES)
 
     def is_satisfied_by(self, value) -> bool:
-        """Return whether ``value`` is a strategy's name or a nuisance file's path."""
+        """Return whether ``value`` is a strategy's name or a nuisance file's path.
+
+        Parameters
+        ----------
+        value : object
+            The argument given.
+
+        Returns
+        -------
+        bool
+
+        Examples
+        --------
+        >>> from connscale.nuisance import StrategyOptions
+        >>> StrategyOptions().is_satisfied_by("24P"), StrategyOptions().is_satisfied_by("42P")
+        (True, False)
+        """
         return super().is_satisfied_by(value) or is_nuisance_file(value)
 
     def __str__(self) -> str:
@@ -203,11 +256,31 @@ class StrategyOptions(StrOptions):
 def check_strategy(strategy: str | os.PathLike) -> str:
     """Return a strategy name as is, or a nuisance file's absolute path once it is read.
 
+    Parameters
+    ----------
+    strategy : str or path
+        A name of ``STRATEGIES``, or a nuisance file.
+
+    Returns
+    -------
+    str
+        The name, or the file's absolute path.
+
     Raises
     ------
     ValueError
         One line: neither a strategy nor an existing nuisance file, or a
         file :func:`read_nuisance_file` refuses.
+
+    Examples
+    --------
+    >>> from connscale.nuisance import check_strategy
+    >>> check_strategy("36P")
+    '36P'
+    >>> check_strategy("36p")
+    Traceback (most recent call last):
+    ...
+    ValueError: strategy must be one of ...
     """
     if isinstance(strategy, str) and strategy in STRATEGIES:
         return strategy
@@ -224,6 +297,21 @@ def bold_desc(strategy: str) -> str:
 
     ``smoothAROMAnonaggr`` (fMRIPrep's ICA-AROMA output) for
     :data:`AROMA_STRATEGIES`, ``preproc`` otherwise (custom files included).
+
+    Parameters
+    ----------
+    strategy : str
+        A strategy's name, or a nuisance file's path.
+
+    Returns
+    -------
+    str
+
+    Examples
+    --------
+    >>> from connscale.nuisance import bold_desc
+    >>> bold_desc("aroma"), bold_desc("36P")
+    ('smoothAROMAnonaggr', 'preproc')
     """
     return "smoothAROMAnonaggr" if strategy in AROMA_STRATEGIES else "preproc"
 
@@ -233,6 +321,16 @@ def set_columns(name: str) -> list[str]:
 
     Its aCompCor components and cosines are counted by nilearn from the
     confounds JSON and TSV; they are not listed.
+
+    Parameters
+    ----------
+    name : str
+        A name of :data:`SET_PARAMETERS`.
+
+    Returns
+    -------
+    list of str
+        fMRIPrep's column names.
 
     Examples
     --------
@@ -328,6 +426,28 @@ def read_nuisance_file(path: str | os.PathLike) -> NuisanceFile:
         key, no column, a column that is not a string, a bad regular
         expression, an entry of another dataset than fMRIPrep's, a ``desc``
         that is not letters and digits.
+
+    Parameters
+    ----------
+    path : str or path
+        A ``.yml``, ``.yaml`` or ``.json`` file.
+
+    Returns
+    -------
+    NuisanceFile
+
+    Examples
+    --------
+    >>> import json
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.nuisance import read_nuisance_file
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "motion_wm.json"
+    ...     _ = path.write_text(json.dumps({"columns": ["trans_x", "^rot_.$", "white_matter"]}))
+    ...     spec = read_nuisance_file(path)
+    >>> spec.desc, spec.columns
+    ('motionwm', ('trans_x', '^rot_.$', 'white_matter'))
     """
     path = Path(path).resolve()
     content = _load_mapping(path)
@@ -354,6 +474,31 @@ def strategy_fingerprint(strategy: str) -> str | dict:
 
     A file's path, label and columns, so that editing the file changes the
     fingerprint of the outputs made with it.
+
+    Parameters
+    ----------
+    strategy : str
+        A strategy's name, or a nuisance file's path.
+
+    Returns
+    -------
+    str or dict
+        The name, or ``{"file", "desc", "columns"}`` of the file.
+
+    Examples
+    --------
+    >>> import json
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.nuisance import strategy_fingerprint
+    >>> strategy_fingerprint("27P")
+    '27P'
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "gs.json"
+    ...     _ = path.write_text(json.dumps({"desc": "gs", "columns": ["global_signal"]}))
+    ...     fingerprint = strategy_fingerprint(str(path))
+    >>> fingerprint["desc"], fingerprint["columns"]
+    ('gs', ['global_signal'])
     """
     if not is_nuisance_file(strategy):
         return strategy
@@ -441,6 +586,19 @@ def load_nuisance(
         One line naming the run: a named set's column(s) missing from the
         confounds file, a file's pattern that matches no column or column
         that is absent, what nilearn cannot load.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.datasets.fmriprep import make_fmriprep_tree
+    >>> from connscale.nuisance import load_nuisance
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     tree = make_fmriprep_tree(tmp, n_subjects=2)
+    ...     bold = next(Path(tree.derivatives).glob("sub-01/func/*_desc-preproc_bold.nii.gz"))
+    ...     confounds, sample_mask = load_nuisance(bold, "27P")
+    >>> sorted(confounds.columns)[:3]
+    ['csf', 'global_signal', 'rot_x']
     """
     import pandas as pd
     from nilearn.interfaces.fmriprep.load_confounds_utils import get_confounds_file

@@ -88,6 +88,16 @@ def dvars(
     ------
     ValueError
         Fewer than 2 time points, or no voxel varies.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.qc import dvars
+    >>> x = np.random.default_rng(0).standard_normal((50, 200))
+    >>> x[20:] += 3.0  # a jump at volume 20
+    >>> plain, standardised = dvars(x, device="cpu")
+    >>> plain.shape, int(np.argmax(plain)), float(plain[0])
+    ((50,), 20, 0.0)
     """
     import torch
 
@@ -195,6 +205,15 @@ def qc_row(
         the dummy scans, not kept), ``retained_seconds`` (kept volumes ×
         ``t_r``) and the correlations of FD with DVARS (initial: the volumes
         after the dummy scans; final: the kept ones).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.qc import qc_row
+    >>> fd = np.array([0.0, 0.1, 0.2, 0.9, 0.1, 0.2])
+    >>> row = qc_row(fd, [1, 2, 4, 5], 2.0, dummy_scans=1)
+    >>> round(row["mean_fd"], 3), row["num_censored_volumes"], row["retained_seconds"]
+    (0.3, 1, 8.0)
     """
     fd = np.asarray(fd, dtype=np.float64)
     kept = np.asarray(sample_mask, dtype=np.int64)
@@ -237,6 +256,15 @@ def qc_fc(edges: np.ndarray, mean_fd: np.ndarray) -> np.ndarray:
     -------
     ndarray of shape (n_edges,)
         NaN where an edge or FD does not vary.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.qc import qc_fc
+    >>> mean_fd = np.array([0.1, 0.2, 0.3, 0.4])
+    >>> edges = np.c_[mean_fd * 2, -mean_fd, np.ones(4)]  # 3 edges over 4 runs
+    >>> qc_fc(edges, mean_fd)
+    array([ 1., -1., nan])
     """
     e = edges - edges.mean(axis=0)
     f = mean_fd - mean_fd.mean()
@@ -259,6 +287,17 @@ def region_centroids(atlas: np.ndarray, affine: np.ndarray, regions) -> np.ndarr
     -------
     ndarray of shape (n_regions, 3)
         NaN for a label with no voxel.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.qc import region_centroids
+    >>> atlas = np.zeros((4, 4, 4), dtype=int)
+    >>> atlas[0, 0, 0], atlas[2:4, 0, 0] = 1, 2
+    >>> region_centroids(atlas, np.diag([2.0, 2.0, 2.0, 1.0]), [1, 2, 3])
+    array([[ 0.,  0.,  0.],
+           [ 5.,  0.,  0.],
+           [nan, nan, nan]])
     """
     ijk = np.argwhere(atlas > 0)
     labels = atlas[tuple(ijk.T)]
@@ -271,7 +310,25 @@ def region_centroids(atlas: np.ndarray, affine: np.ndarray, regions) -> np.ndarr
 
 
 def edge_distances(centroids: np.ndarray) -> np.ndarray:
-    """Return the Euclidean distance of each pair of regions (i < j, row-major), as QC-FC's."""
+    """Return the Euclidean distance of each pair of regions (i < j, row-major), as QC-FC's.
+
+    Parameters
+    ----------
+    centroids : ndarray of shape (n_regions, 3)
+        The regions' centroids (mm), e.g. from :func:`region_centroids`.
+
+    Returns
+    -------
+    ndarray of shape (n_regions * (n_regions - 1) / 2,)
+        In the order of connscale's edge vectors.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.qc import edge_distances
+    >>> edge_distances(np.array([[0.0, 0, 0], [3, 4, 0], [0, 0, 1]]))
+    array([5.        , 1.        , 5.09901951])
+    """
     i, j = np.triu_indices(len(centroids), 1)
     return np.linalg.norm(centroids[i] - centroids[j], axis=1)
 
@@ -282,6 +339,25 @@ def qc_fc_distance(qcfc: np.ndarray, distances: np.ndarray) -> float:
     As Ciric et al. 2017: a negative value means motion inflates short-range
     connections more than long-range ones. Edges whose QC-FC or distance is
     not finite are left out; NaN when fewer than 3 remain.
+
+    Parameters
+    ----------
+    qcfc : ndarray of shape (n_edges,)
+        QC-FC of each edge (:func:`qc_fc`).
+    distances : ndarray of shape (n_edges,)
+        Each edge's length (:func:`edge_distances`).
+
+    Returns
+    -------
+    float
+        Spearman's ρ.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.qc import qc_fc_distance
+    >>> qc_fc_distance(np.array([0.3, 0.2, 0.1, np.nan]), np.array([10.0, 20.0, 40.0, 5.0]))
+    -1.0
     """
     from scipy.stats import rankdata
 

@@ -90,6 +90,23 @@ class CiftiCorrelation:
         Series whose correlations are undefined.
     nodes : str
         ``'grayordinates'`` or ``'parcels'``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from nibabel.cifti2 import BrainModelAxis
+    >>> from connscale.io.cifti import write_dtseries
+    >>> model = BrainModelAxis.from_surface(np.arange(6), 6, "CortexLeft")
+    >>> x = np.random.default_rng(0).standard_normal((20, 6))
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> dtseries = write_dtseries(Path(tmp.name) / "run.dtseries.nii", model, 2.0, x)
+    >>> from connscale.cifti import cifti_correlation
+    >>> done = cifti_correlation(dtseries, Path(tmp.name) / "run.dconn.nii", device="cpu")
+    >>> done.n_rows, done.n_columns, done.n_timepoints, done.nodes
+    (6, 6, 20, 'grayordinates')
+    >>> tmp.cleanup()
     """
 
     path: Path
@@ -168,6 +185,25 @@ def cifti_correlation(  # noqa: PLR0913 - public keywords: wb_command -cifti-cor
     -------
     CiftiCorrelation
         The published file (``.path``) and what was done.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from nibabel.cifti2 import BrainModelAxis
+    >>> from connscale.io.cifti import write_dtseries
+    >>> model = BrainModelAxis.from_surface(np.arange(6), 6, "CortexLeft")
+    >>> x = np.random.default_rng(0).standard_normal((20, 6))
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> dtseries = write_dtseries(Path(tmp.name) / "run.dtseries.nii", model, 2.0, x)
+    >>> import nibabel as nib
+    >>> from connscale.cifti import cifti_correlation
+    >>> done = cifti_correlation(dtseries, Path(tmp.name) / "run.dconn.nii", device="cpu")
+    >>> dconn = nib.load(done.path).get_fdata()
+    >>> bool(np.allclose(dconn, np.corrcoef(x.T), atol=1e-6))
+    True
+    >>> tmp.cleanup()
     """
     from connscale.io.cifti import read_cifti_series
 
@@ -410,6 +446,23 @@ def read_relmat_brain_model(path: str | os.PathLike):
     Returns
     -------
     nibabel.cifti2.BrainModelAxis or nibabel.cifti2.ParcelsAxis
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from nibabel.cifti2 import BrainModelAxis
+    >>> from connscale.io.cifti import write_dtseries
+    >>> model = BrainModelAxis.from_surface(np.arange(6), 6, "CortexLeft")
+    >>> x = np.random.default_rng(0).standard_normal((20, 6))
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> dtseries = write_dtseries(Path(tmp.name) / "run.dtseries.nii", model, 2.0, x)
+    >>> from connscale.cifti import cifti_correlation, read_relmat_brain_model
+    >>> done = cifti_correlation(dtseries, Path(tmp.name) / "r.h5", kind="triu", device="cpu")
+    >>> read_relmat_brain_model(done.path) == model
+    True
+    >>> tmp.cleanup()
     """
     import h5py
     from nibabel.cifti2.parse_cifti2 import Cifti2Extension

@@ -25,10 +25,25 @@ GRAYORDINATE = re.compile(r"^\s*(?:(?P<structure>[A-Za-z_]+)\s*:\s*)?(?P<number>
 def parse_grayordinate(text: str) -> int | tuple[str, int]:
     """Return the seed written ``INDEX`` (an int) or ``STRUCTURE:VERTEX`` (a pair).
 
+    Parameters
+    ----------
+    text : str
+        ``"1234"`` or ``"CORTEX_LEFT:1234"``.
+
+    Returns
+    -------
+    int or tuple of (str, int)
+
     Raises
     ------
     ValueError
         One line, when ``text`` is neither.
+
+    Examples
+    --------
+    >>> from connscale.cifti import parse_grayordinate
+    >>> parse_grayordinate("1234"), parse_grayordinate("CORTEX_LEFT:17")
+    (1234, ('CORTEX_LEFT', 17))
     """
     match = GRAYORDINATE.match(text)
     if match is None:
@@ -62,6 +77,15 @@ def seed_index(brain_model: BrainModelAxis, seed) -> int:
     ------
     ValueError
         One line, when the seed is not in the brain model.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nibabel.cifti2 import BrainModelAxis
+    >>> from connscale.cifti import seed_index
+    >>> model = BrainModelAxis.from_surface(np.array([0, 2, 5]), 6, "CortexRight")
+    >>> seed_index(model, "CORTEX_RIGHT:5"), seed_index(model, 1)
+    (2, 1)
     """
     if isinstance(seed, str):
         seed = parse_grayordinate(seed)
@@ -80,7 +104,28 @@ def seed_index(brain_model: BrainModelAxis, seed) -> int:
 
 
 def seed_indices(brain_model: BrainModelAxis, seeds: Sequence) -> list[int]:
-    """Return the grayordinate of each seed (:func:`seed_index`), in order."""
+    """Return the grayordinate of each seed (:func:`seed_index`), in order.
+
+    Parameters
+    ----------
+    brain_model : nibabel.cifti2.BrainModelAxis
+        The grayordinates of the series.
+    seeds : sequence
+        Seeds as :func:`seed_index` takes them.
+
+    Returns
+    -------
+    list of int
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nibabel.cifti2 import BrainModelAxis
+    >>> from connscale.cifti import seed_indices
+    >>> model = BrainModelAxis.from_surface(np.array([0, 2, 5]), 6, "CortexRight")
+    >>> seed_indices(model, [("CortexRight", 2), "0"])
+    [1, 0]
+    """
     return [seed_index(brain_model, seed) for seed in seeds]
 
 

@@ -73,6 +73,16 @@ class Parcellation:
         The label key of each parcel, ascending.
     sizes : ndarray of shape (n_parcels,), int64
         The number of grayordinates of each parcel.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.cifti import parcellate
+    >>> x = np.random.default_rng(0).standard_normal((5, 4))
+    >>> x[:, 1] = 0.0  # a constant grayordinate is not usable
+    >>> p = parcellate(x, [1, 1, 2, 0], keys=[1, 2, 3], device="cpu")
+    >>> p.sizes.tolist(), p.coverage.tolist(), bool(np.isnan(p.series[0, 2]))
+    ([2, 1, 0], [0.5, 1.0, 0.0], True)
     """
 
     series: np.ndarray
@@ -304,6 +314,20 @@ class CiftiParcellation:
         The time axis of the dense series (TR carried over).
     keys : ndarray of shape (n_parcels,), int64
         The label key of each parcel, ascending.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nibabel.cifti2 import BrainModelAxis, SeriesAxis
+    >>> from connscale.cifti import parcellate_cifti
+    >>> from connscale.io.cifti import CiftiLabels, CiftiSeries
+    >>> model = BrainModelAxis.from_surface(np.arange(6), 6, "CortexLeft")
+    >>> x = np.random.default_rng(0).standard_normal((20, 6))
+    >>> dense = CiftiSeries(x, model, SeriesAxis(0.0, 2.0, 20), t_r=2.0)
+    >>> atlas = CiftiLabels(np.array([1, 1, 1, 2, 2, 0]), {1: "A", 2: "B"}, {}, model, "atlas")
+    >>> parcellated = parcellate_cifti(dense, atlas, device="cpu")
+    >>> parcellated.data.shape, parcellated.names, parcellated.series.step
+    ((20, 2), ['A', 'B'], 2.0)
     """
 
     data: np.ndarray
@@ -372,6 +396,20 @@ def parcellate_cifti(
     -------
     CiftiParcellation
 
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nibabel.cifti2 import BrainModelAxis, SeriesAxis
+    >>> from connscale.cifti import parcellate_cifti
+    >>> from connscale.io.cifti import CiftiLabels, CiftiSeries
+    >>> model = BrainModelAxis.from_surface(np.arange(6), 6, "CortexLeft")
+    >>> x = np.random.default_rng(0).standard_normal((20, 6))
+    >>> dense = CiftiSeries(x, model, SeriesAxis(0.0, 2.0, 20), t_r=2.0)
+    >>> atlas = CiftiLabels(np.array([1, 1, 1, 2, 2, 0]), {1: "A", 2: "B"}, {}, model, "atlas")
+    >>> parcellated = parcellate_cifti(dense, atlas, device="cpu")
+    >>> bool(np.allclose(parcellated.data[:, 1], x[:, 3:5].mean(axis=1)))
+    True
+
     Raises
     ------
     ValueError
@@ -431,6 +469,16 @@ def parcels_axis(labels: np.ndarray, names: dict[int, str], brain_model: BrainMo
     Returns
     -------
     nibabel.cifti2.ParcelsAxis
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nibabel.cifti2 import BrainModelAxis
+    >>> from connscale.cifti import parcels_axis
+    >>> model = BrainModelAxis.from_surface(np.arange(5), 5, "CortexLeft")
+    >>> parcels = parcels_axis(np.array([2, 1, 1, 0, 2]), {1: "A", 2: "B"}, model)
+    >>> parcels.name.tolist(), parcels.vertices[1]["CIFTI_STRUCTURE_CORTEX_LEFT"].tolist()
+    (['A', 'B'], [0, 4])
     """
     from nibabel.cifti2 import ParcelsAxis
 
@@ -481,8 +529,21 @@ def parcels_axis(labels: np.ndarray, names: dict[int, str], brain_model: BrainMo
 def parcellated_names(stem: str) -> dict[str, str]:
     """Return the file names of a run's parcellated outputs, in XCP-D's spelling.
 
-    ``stem`` holds the entities (``sub-01_task-rest_space-fsLR_seg-Glasser``);
-    the keys are those of :func:`write_parcellated`'s result.
+    Parameters
+    ----------
+    stem : str
+        The entities (``sub-01_task-rest_space-fsLR_seg-Glasser``).
+
+    Returns
+    -------
+    dict of str to str
+        The file name of each output, by kind: the keys of :func:`write_parcellated`'s result.
+
+    Examples
+    --------
+    >>> from connscale.cifti import parcellated_names
+    >>> parcellated_names("sub-01_task-rest_space-fsLR_seg-Glasser")["pconn"]
+    'sub-01_task-rest_space-fsLR_seg-Glasser_stat-pearsoncorrelation_boldmap.pconn.nii'
     """
     return {
         "ptseries": f"{stem}_stat-mean_timeseries.ptseries.nii",
@@ -532,6 +593,23 @@ def write_parcellated(
     -------
     dict of str to Path
         The files written, by kind (the keys of :func:`parcellated_names`).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> import numpy as np
+    >>> from nibabel.cifti2 import BrainModelAxis, SeriesAxis
+    >>> from connscale.cifti import parcellate_cifti
+    >>> from connscale.io.cifti import CiftiLabels, CiftiSeries
+    >>> model = BrainModelAxis.from_surface(np.arange(6), 6, "CortexLeft")
+    >>> x = np.random.default_rng(0).standard_normal((20, 6))
+    >>> dense = CiftiSeries(x, model, SeriesAxis(0.0, 2.0, 20), t_r=2.0)
+    >>> atlas = CiftiLabels(np.array([1, 1, 1, 2, 2, 0]), {1: "A", 2: "B"}, {}, model, "atlas")
+    >>> parcellated = parcellate_cifti(dense, atlas, device="cpu")
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     paths = write_parcellated(parcellated, tmp, "sub-01_seg-toy", device="cpu")
+    ...     print(sorted(paths))
+    ['coverage', 'pconn', 'ptseries', 'relmat', 'relmat_sidecar', 'timeseries']
     """
     from connscale.io.cifti import write_pconn, write_pscalar, write_ptseries
     from connscale.io.relmat import sidecar, write_relmat_tsv, write_sidecar
@@ -562,6 +640,29 @@ def parcel_correlation(data: np.ndarray, *, device: str = "auto", memory_limit=N
     The parcels with finite series are correlated with
     :func:`connscale.fc.correlation` (a constant one gives NaN, with its
     warning); the others' rows and columns are NaN.
+
+    Parameters
+    ----------
+    data : ndarray of shape (n_timepoints, n_parcels)
+        Parcel series, NaN for a parcel without one (:class:`Parcellation`).
+    device : {'auto', 'cpu', 'cuda', 'cuda:N'}, default='auto'
+        Where the correlation is computed.
+    memory_limit : int, str or None, default=None
+        Most memory the correlation may use.
+
+    Returns
+    -------
+    ndarray of shape (n_parcels, n_parcels), float32
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.cifti import parcel_correlation
+    >>> x = np.random.default_rng(0).standard_normal((30, 3))
+    >>> x[:, 2] = np.nan  # an empty parcel
+    >>> r = parcel_correlation(x, device="cpu")
+    >>> r.shape, float(r[0, 0]), bool(np.isnan(r[2]).all())
+    ((3, 3), 1.0, True)
     """
     from connscale.fc import correlation
 

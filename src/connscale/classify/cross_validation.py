@@ -79,6 +79,13 @@ def clopper_pearson(k, n, *, confidence: float = 0.95) -> tuple[float, float]:
     Returns
     -------
     (low, high) : tuple of float
+
+    Examples
+    --------
+    >>> from connscale.classify import clopper_pearson
+    >>> low, high = clopper_pearson(18, 20)
+    >>> round(low, 3), round(high, 3)
+    (0.683, 0.988)
     """
     from scipy import stats
 
@@ -179,6 +186,12 @@ def build_pipeline(
     -------
     sklearn.pipeline.Pipeline
         Steps ``"scale"`` (StandardScaler), optionally ``"rfe"``, ``"model"``.
+
+    Examples
+    --------
+    >>> from connscale.classify import build_pipeline
+    >>> [name for name, _ in build_pipeline("svm", rfe=True, n_features_to_select=10).steps]
+    ['scale', 'rfe', 'model']
     """
     from sklearn.feature_selection import RFE, RFECV
     from sklearn.model_selection import StratifiedKFold
@@ -605,6 +618,18 @@ def compare_features(feature_sets: dict, y, *, random_state=0, **kwargs) -> dict
     -------
     dict of str -> dict
         The :func:`cross_validate` result of each feature set, in order.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.classify import compare_features
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.repeat([0, 1], 10)
+    >>> informative = rng.standard_normal((20, 5)) + 2.0 * y[:, None]
+    >>> noise = rng.standard_normal((20, 5))
+    >>> results = compare_features({"informative": informative, "noise": noise}, y, folds=5)
+    >>> list(results), results["informative"]["accuracy"]["mean"] > 0.9
+    (['informative', 'noise'], True)
     """
     if not feature_sets:
         raise ValueError("'feature_sets' is empty; give at least one named matrix.")

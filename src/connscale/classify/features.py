@@ -105,6 +105,16 @@ class FeatureSet:
     names : list of str or None
         The features' names as the file gives them (a group feature table's
         columns); None: made from the pairs (see :attr:`feature_names`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.classify import FeatureSet
+    >>> features = FeatureSet(X=np.arange(6.0).reshape(2, 3), subjects=["01", "02"],
+    ...                       pair_i=np.array([0, 0, 1]), pair_j=np.array([1, 2, 2]),
+    ...                       statistic=["edge"] * 3, region_labels=["V1", "M1", "PCC"])
+    >>> features.n_features, features.feature_names
+    (3, ['V1--M1', 'V1--PCC', 'M1--PCC'])
     """
 
     X: np.ndarray
@@ -139,7 +149,24 @@ class FeatureSet:
         return names
 
     def feature_table(self) -> list:
-        """One dict per feature: index, name, statistic, i, j, label_i, label_j."""
+        """Return one dict per feature: index, name, statistic, i, j, label_i, label_j.
+
+        Returns
+        -------
+        list of dict
+            One per feature, in column order.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from connscale.classify import FeatureSet
+        >>> features = FeatureSet(X=np.arange(6.0).reshape(2, 3), subjects=["01", "02"],
+        ...                       pair_i=np.array([0, 0, 1]), pair_j=np.array([1, 2, 2]),
+        ...                       statistic=["edge"] * 3, region_labels=["V1", "M1", "PCC"])
+        >>> features.feature_table()[2]
+        {'feature': 2, 'name': 'M1--PCC', 'statistic': 'edge', 'i': 1, 'j': 2,
+         'label_i': 'M1', 'label_j': 'PCC'}
+        """
         return [
             {
                 "feature": k,
@@ -156,7 +183,28 @@ class FeatureSet:
         ]
 
     def subset(self, rows: npt.ArrayLike) -> FeatureSet:
-        """Return the subjects at ``rows`` (an index array), same features."""
+        """Return the subjects at ``rows`` (an index array), same features.
+
+        Parameters
+        ----------
+        rows : array-like of int
+            Row indices.
+
+        Returns
+        -------
+        FeatureSet
+            Those subjects' rows (and labels, once aligned).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from connscale.classify import FeatureSet
+        >>> features = FeatureSet(X=np.arange(6.0).reshape(2, 3), subjects=["01", "02"],
+        ...                       pair_i=np.array([0, 0, 1]), pair_j=np.array([1, 2, 2]),
+        ...                       statistic=["edge"] * 3, region_labels=["V1", "M1", "PCC"])
+        >>> features.subset([1]).subjects, features.subset([1]).X.tolist()
+        (['02'], [[3.0, 4.0, 5.0]])
+        """
         rows = np.asarray(rows, dtype=np.int64)
         return FeatureSet(
             X=self.X[rows],
@@ -182,6 +230,22 @@ def subject_id_from_path(path: str | os.PathLike) -> str:
 
     The last ``sub-<label>`` entity of the path is used, so a file inside
     ``sub-01/func/`` named ``sub-01_..._relmat.tsv`` gives ``"01"``.
+
+    Parameters
+    ----------
+    path : str or path
+        A file of a BIDS tree.
+
+    Returns
+    -------
+    str
+        The subject label, without ``sub-``.
+
+    Examples
+    --------
+    >>> from connscale.classify import subject_id_from_path
+    >>> subject_id_from_path("out/sub-01/func/sub-01_task-rest_relmat.tsv")
+    '01'
     """
     matches = _SUBJECT.findall(str(path))
     if not matches:
@@ -217,6 +281,18 @@ def read_relmat(path: str | os.PathLike) -> tuple[np.ndarray, list | None]:
         Row-major strictly-upper triangle, float64.
     labels : list of str or None
         Region labels when the file has them.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale.classify import read_relmat
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     np.save(Path(tmp) / "r.npy", np.array([[1, 0.2, 0.3], [0.2, 1, 0.4], [0.3, 0.4, 1]]))
+    ...     vector, labels = read_relmat(Path(tmp) / "r.npy")
+    >>> vector, labels
+    (array([0.2, 0.3, 0.4]), None)
     """
     path = Path(path)
     if not path.is_file():
@@ -383,6 +459,22 @@ def fisher_z(r: npt.ArrayLike) -> np.ndarray:
     Values are clipped to ``[-1 + 1e-7, 1 - 1e-7]`` first so that perfect
     correlations map to a large finite z (about ±8.4) rather than infinity.
     NaN stays NaN. Values outside [-1, 1] are not correlations: ValueError.
+
+    Parameters
+    ----------
+    r : array-like
+        Correlations in [-1, 1].
+
+    Returns
+    -------
+    ndarray, float64
+        The same shape as ``r``.
+
+    Examples
+    --------
+    >>> from connscale.classify import fisher_z
+    >>> fisher_z([0.0, 0.5, 1.0, float("nan")]).round(3)
+    array([0.   , 0.549, 8.406,   nan])
     """
     r = np.asarray(r, dtype=np.float64)
     finite = r[np.isfinite(r)]
@@ -452,6 +544,22 @@ def load_connectome_features(
     -------
     FeatureSet
         One feature per region pair (``statistic == "edge"``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> paths = [Path(tmp.name) / f"sub-0{s}_relmat.npy" for s in (1, 2, 3, 4)]
+    >>> for path in paths:
+    ...     np.save(path, np.corrcoef(rng.standard_normal((4, 30))))
+    >>> from connscale.classify import load_connectome_features
+    >>> features = load_connectome_features(paths, region_labels=["A", "B", "C", "D"])
+    >>> features.X.shape, features.feature_names[:2]
+    ((4, 6), ['A--B', 'A--C'])
+    >>> tmp.cleanup()
     """
     paths, subjects = _check_paths(paths)
     vectors, file_labels = [], None
@@ -525,6 +633,28 @@ def load_pair_features(
     -------
     FeatureSet
         Features ordered statistic by statistic, pairs in file order.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import pair_summary, pairwise_dfc
+    >>> from connscale.io.pairs import write_pair_summary
+    >>> x = np.random.default_rng(0).standard_normal((3, 40, 3))  # 3 subjects, 3 regions
+    >>> dfc = pairwise_dfc(x, 10, 5, device="cpu")
+    >>> summary = pair_summary(dfc)
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> paths = [write_pair_summary(Path(tmp.name) / f"sub-0{s + 1}_pairs.tsv", pairs=dfc.pairs,
+    ...                             labels=["V1", "M1", "PCC"], threshold=0.5,
+    ...                             summary={"mean": summary.mean[s], "std": summary.std[s],
+    ...                                      "fraction_above": summary.fraction_above[s]})
+    ...          for s in range(3)]
+    >>> from connscale.classify import load_pair_features
+    >>> features = load_pair_features(paths, statistics=["mean"])
+    >>> features.X.shape, features.feature_names
+    ((3, 3), ['mean:V1--M1', 'mean:V1--PCC', 'mean:M1--PCC'])
+    >>> tmp.cleanup()
     """
     paths, subjects = _check_paths(paths)
     statistics = list(statistics)
@@ -576,7 +706,7 @@ def load_pair_features(
 
 
 def load_feature_table(path: str | os.PathLike) -> FeatureSet:
-    """Load the group feature table of ``connscale bids ... group`` as a FeatureSet.
+    r"""Load the group feature table of ``connscale bids ... group`` as a FeatureSet.
 
     Parameters
     ----------
@@ -591,6 +721,20 @@ def load_feature_table(path: str | os.PathLike) -> FeatureSet:
     -------
     FeatureSet
         ``names`` the table's columns; ``files`` the table, once per row.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.classify import load_feature_table
+    >>> table = ("participant_id\tV1|M1\tV1|M1:dfc_mean\tfd\n"
+    ...          "sub-01\t0.5\t0.4\t0.1\nsub-02\t0.2\t0.3\t0.2\n")
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "seg-toy_meas-PearsonCorrelation_desc-36P_features.tsv"
+    ...     _ = path.write_text(table)
+    ...     features = load_feature_table(path)
+    >>> features.subjects, features.statistic, features.region_labels
+    (['01', '02'], ['edge', 'dfc_mean', 'other'], ['V1', 'M1'])
     """
     path = Path(path)
     subjects, X, names = read_feature_table(path)
@@ -636,6 +780,38 @@ def load_features(
     table (``participant_id`` first in its header) holds the whole cohort:
     it is given alone, without Fisher z (its edges are Fisher z already) and
     read by :func:`load_feature_table`.
+
+    Parameters
+    ----------
+    paths : str, path or iterable of them
+        One file per subject (``sub-<label>`` in each name), or one group feature table.
+    fisher_z_transform : bool, default=False
+        Apply :func:`fisher_z` to the correlations (not to a group feature table).
+    statistics : sequence of str, default=('mean', 'std')
+        Pair-level files: the summary statistics kept (``'mean'``, ``'std'``,
+        ``'fraction_above'``).
+
+    Returns
+    -------
+    FeatureSet
+        One row per subject.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> import connscale
+    >>> rng = np.random.default_rng(0)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     paths = []
+    ...     for subject in ("01", "02", "03"):
+    ...         r = np.corrcoef(rng.standard_normal((4, 30)))
+    ...         paths.append(Path(tmp) / f"sub-{subject}_relmat.npy")
+    ...         np.save(paths[-1], r)
+    ...     features = connscale.load_features(paths, fisher_z_transform=True)
+    >>> features.X.shape, features.subjects
+    ((3, 6), ['01', '02', '03'])
     """
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -703,6 +879,18 @@ def align_labels(
     FeatureSet
         A copy with ``y`` (int: 0 negative, 1 positive) and
         ``y_classes == [negative, positive]``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.classify import FeatureSet
+    >>> features = FeatureSet(X=np.arange(6.0).reshape(2, 3), subjects=["01", "02"],
+    ...                       pair_i=np.array([0, 0, 1]), pair_j=np.array([1, 2, 2]),
+    ...                       statistic=["edge"] * 3, region_labels=["V1", "M1", "PCC"])
+    >>> from connscale.classify import align_labels
+    >>> labelled = align_labels(features, {"01": "patient", "02": "control"}, label="group")
+    >>> labelled.y.tolist(), labelled.y_classes
+    ([1, 0], ['control', 'patient'])
     """
     mapping = (
         participants

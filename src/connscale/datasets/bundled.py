@@ -37,7 +37,19 @@ def _package_file(package: str, *parts: str, extra: str) -> Path:
 
 
 def nitime_roi_path() -> Path:
-    """Path of nitime's ``fmri_timeseries.csv``."""
+    """Return the path of nitime's ``fmri_timeseries.csv``.
+
+    Returns
+    -------
+    Path
+        Inside the installed nitime (the ``data`` extra).
+
+    Examples
+    --------
+    >>> from connscale.datasets import nitime_roi_path
+    >>> nitime_roi_path().name
+    'fmri_timeseries.csv'
+    """
     return _package_file("nitime", "data", "fmri_timeseries.csv", extra="data")
 
 
@@ -49,31 +61,96 @@ def load_nitime_roi() -> tuple[np.ndarray, list[str]]:
     timeseries : ndarray of shape (250, 31)
     labels : list of str
         Region names (``'WM'``, ``'Vent'``, ``'Brain'``, ``'LCau'``, ...).
+
+    Examples
+    --------
+    >>> from connscale.datasets import load_nitime_roi
+    >>> timeseries, labels = load_nitime_roi()
+    >>> timeseries.shape, labels[:4]
+    ((250, 31), ['WM', 'Vent', 'Brain', 'LCau'])
     """
     return load_timeseries(nitime_roi_path())
 
 
 def nitime_fmri_path(run: int = 1) -> Path:
-    """Path of nitime's ``fmri1.nii.gz`` (run=1) or ``fmri2.nii.gz`` (run=2)."""
+    """Return the path of nitime's ``fmri1.nii.gz`` (run=1) or ``fmri2.nii.gz`` (run=2).
+
+    Parameters
+    ----------
+    run : {1, 2}, default=1
+        Which scan.
+
+    Returns
+    -------
+    Path
+        Inside the installed nitime (the ``data`` extra).
+
+    Examples
+    --------
+    >>> from connscale.datasets import nitime_fmri_path
+    >>> nitime_fmri_path(2).name
+    'fmri2.nii.gz'
+    """
     if run not in (1, 2):
         raise ValueError(f"'run' must be 1 or 2; got {run!r}.")
     return _package_file("nitime", "data", f"fmri{run}.nii.gz", extra="data")
 
 
 def load_nitime_fmri(run: int = 1) -> SpatialImage:
-    """Load nitime's 4-D scan (10×10×18×40, TR 1.35 s) as a nibabel image."""
+    """Load nitime's 4-D scan (10×10×18×40, TR 1.35 s) as a nibabel image.
+
+    Parameters
+    ----------
+    run : {1, 2}, default=1
+        Which scan (their content differs: never concatenate them).
+
+    Returns
+    -------
+    nibabel image
+        Read on access.
+
+    Examples
+    --------
+    >>> from connscale.datasets import load_nitime_fmri
+    >>> load_nitime_fmri().shape
+    (10, 10, 18, 40)
+    """
     import nibabel as nib
 
     return nib.load(nitime_fmri_path(run))
 
 
 def nibabel_functional_path() -> Path:
-    """Path of nibabel's ``tests/data/functional.nii``."""
+    """Return the path of nibabel's ``tests/data/functional.nii``.
+
+    Returns
+    -------
+    Path
+        Inside the installed nibabel.
+
+    Examples
+    --------
+    >>> from connscale.datasets import nibabel_functional_path
+    >>> nibabel_functional_path().name
+    'functional.nii'
+    """
     return _package_file("nibabel", "tests", "data", "functional.nii", extra="data")
 
 
 def load_nibabel_functional() -> SpatialImage:
-    """Load nibabel's small 4-D test scan (17×21×3×20, TR 2 s)."""
+    """Load nibabel's small 4-D test scan (17×21×3×20, TR 2 s).
+
+    Returns
+    -------
+    nibabel image
+        Read on access.
+
+    Examples
+    --------
+    >>> from connscale.datasets import load_nibabel_functional
+    >>> load_nibabel_functional().shape
+    (17, 21, 3, 20)
+    """
     import nibabel as nib
 
     return nib.load(nibabel_functional_path())
@@ -85,6 +162,23 @@ def compute_brain_mask(img: str | os.PathLike | SpatialImage) -> Nifti1Image:
     nilearn's ``compute_background_mask``: the bundled scans are crops of the
     brain, on which the EPI-intensity heuristic (``compute_epi_mask``) keeps
     almost nothing.
+
+    Parameters
+    ----------
+    img : str, path or nibabel image
+        A 4-D image.
+
+    Returns
+    -------
+    nibabel.Nifti1Image
+        3-D, 1 inside the mask.
+
+    Examples
+    --------
+    >>> from connscale.datasets import compute_brain_mask, load_nitime_fmri
+    >>> mask = compute_brain_mask(load_nitime_fmri())
+    >>> mask.shape, int(mask.get_fdata().sum()) > 0
+    ((10, 10, 18), True)
     """
     from nilearn.masking import compute_background_mask
 

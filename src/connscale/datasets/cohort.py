@@ -49,6 +49,13 @@ class Cohort:
         The planted region pairs (i < j).
     effect_size : float
     region_labels : list of str
+
+    Examples
+    --------
+    >>> from connscale.datasets import simulate_cohort
+    >>> cohort = simulate_cohort(4, 5, 60, effect_edges=[(0, 1)], random_state=0)
+    >>> sorted(cohort.groups), cohort.effect_features
+    (['control', 'control', 'patient', 'patient'], array([0]))
     """
 
     timeseries: list
@@ -66,22 +73,63 @@ class Cohort:
         return np.asarray(triu_index(self.effect_edges[:, 0], self.effect_edges[:, 1], n))
 
     def participants(self) -> list:
-        """Rows of a BIDS participants table (``participant_id``, ``group``)."""
+        """Return the rows of a BIDS participants table (``participant_id``, ``group``).
+
+        Returns
+        -------
+        list of dict
+            One per subject.
+
+        Examples
+        --------
+        >>> from connscale.datasets import simulate_cohort
+        >>> cohort = simulate_cohort(4, 5, 60, random_state=0)
+        >>> [row["participant_id"] for row in cohort.participants()]
+        ['sub-01', 'sub-02', 'sub-03', 'sub-04']
+        """
         return [
             {"participant_id": f"sub-{s}", "group": g} for s, g in zip(self.subjects, self.groups)
         ]
 
     def features(self) -> np.ndarray:
-        """Pearson correlations of every subject, (n_subjects, n_pairs), row-major triu."""
+        """Return the Pearson correlations of every subject, row-major upper triangle.
+
+        Returns
+        -------
+        ndarray of shape (n_subjects, n_regions * (n_regions - 1) / 2)
+            One row per subject.
+
+        Examples
+        --------
+        >>> from connscale.datasets import simulate_cohort
+        >>> cohort = simulate_cohort(4, 5, 60, random_state=0)
+        >>> cohort.features().shape
+        (4, 10)
+        """
         return np.vstack([matrix_to_vec(np.corrcoef(ts, rowvar=False)) for ts in self.timeseries])
 
     def write(self, out_dir: str | os.PathLike) -> dict:
         """Write ``participants.tsv`` and ``sub-<label>_timeseries.tsv`` files.
 
+        Parameters
+        ----------
+        out_dir : str or path
+            Created if needed.
+
         Returns
         -------
         dict
             ``"participants"``: its path; ``"timeseries"``: list of paths.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from connscale.datasets import simulate_cohort
+        >>> cohort = simulate_cohort(4, 5, 60, random_state=0)
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     paths = cohort.write(tmp)
+        ...     print(paths["participants"].name, paths["timeseries"][0].name)
+        participants.tsv sub-01_timeseries.tsv
         """
         from connscale.io.atomic import write_text_atomic
 

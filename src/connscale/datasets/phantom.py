@@ -43,6 +43,13 @@ class LiFEPhantom:
     weights_true : ndarray of shape (n_streamlines,)
         Generating weights (0 for false streamlines).
     is_true : ndarray of shape (n_streamlines,), bool
+
+    Examples
+    --------
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> phantom = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> phantom.dwi.shape, int(phantom.is_true.sum()), len(phantom.weights_true)
+    ((8, 8, 8, 13), 20, 30)
     """
 
     dwi: np.ndarray
@@ -316,6 +323,13 @@ def simulate_life_phantom(  # noqa: PLR0913 - its public keywords (one per phant
     Returns
     -------
     LiFEPhantom
+
+    Examples
+    --------
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> phantom = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> phantom.bvals.tolist()[:3], phantom.bvecs.shape
+    ([0.0, 1000.0, 1000.0], (13, 3))
     """
     from connscale.io.streamlines import StreamlineArray
 

@@ -41,6 +41,17 @@ def simulate_timeseries(
     timeseries : ndarray of shape (n_timepoints, n_series)
     block_labels : ndarray of shape (n_series,), int
         Network of each series, -1 for none.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.datasets import simulate_timeseries
+    >>> x, blocks = simulate_timeseries(2000, 6, n_blocks=1, fraction_in_blocks=0.5,
+    ...                                 random_state=0)
+    >>> blocks
+    array([ 0,  0,  0, -1, -1, -1])
+    >>> round(float(np.corrcoef(x[:, :2].T)[0, 1]), 1)
+    0.6
     """
     n_timepoints = check_int(n_timepoints, "n_timepoints", minimum=3)
     n_series = check_int(n_series, "n_series", minimum=1)

@@ -35,6 +35,13 @@ class StateCohort:
     state_correlations : ndarray of shape (n_states, n_regions, n_regions)
     subjects : list of str
     region_labels : list of str
+
+    Examples
+    --------
+    >>> from connscale.datasets import simulate_states
+    >>> cohort = simulate_states(2, 4, 100, random_state=0)
+    >>> cohort.n_states, cohort.states[0].shape, cohort.subjects
+    (3, (100,), ['01', '02'])
     """
 
     timeseries: list
@@ -51,9 +58,24 @@ class StateCohort:
     def window_states(self, window_length: int, step: int = 1) -> list:
         """Return the true state of every sliding window (the state at its centre).
 
+        Parameters
+        ----------
+        window_length : int
+            Window length in time points.
+        step : int, default=1
+            Window step.
+
         Returns
         -------
         list of ndarray of shape (n_windows,), int
+
+        Examples
+        --------
+        >>> from connscale.datasets import simulate_states
+        >>> cohort = simulate_states(1, 4, 100, random_state=0)
+        >>> truth = cohort.window_states(20, 10)
+        >>> truth[0].shape
+        (9,)
         """
         out = []
         for states in self.states:
@@ -63,11 +85,26 @@ class StateCohort:
         return out
 
     def pure_windows(self, window_length: int, step: int = 1) -> list:
-        """Which sliding windows lie inside one segment (one state throughout).
+        """Return which sliding windows lie inside one segment (one state throughout).
+
+        Parameters
+        ----------
+        window_length : int
+            Window length in time points.
+        step : int, default=1
+            Window step.
 
         Returns
         -------
         list of ndarray of shape (n_windows,), bool
+
+        Examples
+        --------
+        >>> from connscale.datasets import simulate_states
+        >>> cohort = simulate_states(1, 4, 100, random_state=0)
+        >>> pure = cohort.pure_windows(20, 10)[0]
+        >>> pure.shape, pure.dtype
+        ((9,), dtype('bool'))
         """
         out = []
         for states in self.states:

@@ -85,6 +85,13 @@ def get_engine(
     ImportError
         'dask' or 'spark' without the optional extra installed, or a SLURM
         cluster without ``dask-jobqueue``.
+
+    Examples
+    --------
+    >>> from connscale.engines import get_engine
+    >>> with get_engine("serial") as engine:
+    ...     engine.map(abs, [-2, 3, -5])
+    [2, 3, 5]
     """
     check_option(name, "engine", set(ENGINES))
     if dashboard_address is not None and (name != "dask" or cluster is not None):

@@ -42,6 +42,15 @@ class BlockSet:
         Number of blocks.
     handle : object
         Engine-specific reference (a list, Dask futures, a cached RDD).
+
+    Examples
+    --------
+    >>> import math
+    >>> from connscale.engines import get_engine
+    >>> engine = get_engine("serial")
+    >>> blocks = engine.load_blocks(lambda i: [float(i)] * 3, 4)  # 4 blocks of 3 values
+    >>> blocks.n_blocks
+    4
     """
 
     n_blocks: int
@@ -62,6 +71,15 @@ class TaskFailure:
         True when the worker process running it died (killed by a signal,
         ``os._exit``, a segfault, the out-of-memory killer) instead of the
         task raising an exception.
+
+    Examples
+    --------
+    >>> import math
+    >>> from connscale.engines import get_engine
+    >>> with get_engine("serial") as engine:
+    ...     results = engine.map(math.sqrt, [4.0, -1.0], errors="return")
+    >>> results[0], results[1].reason, results[1].worker_lost
+    (2.0, 'ValueError: math domain error', False)
     """
 
     reason: str
@@ -84,7 +102,15 @@ def one_line(text: str, limit: int = 300) -> str:
 
 
 class Engine(abc.ABC):
-    """Abstract execution engine (see the module docstring)."""
+    """Abstract execution engine (see the module docstring).
+
+    Examples
+    --------
+    >>> from connscale.engines import Engine, get_engine
+    >>> with get_engine("serial") as engine:
+    ...     print(isinstance(engine, Engine), engine.name)
+    True serial
+    """
 
     name: str = "engine"
 
@@ -105,25 +131,140 @@ class Engine(abc.ABC):
         puts a :class:`TaskFailure` in that task's place and returns.
         ``on_result(index, result)``, when given, is called in this process
         as each task's result (or ``TaskFailure``) is final (progress).
+
+        Parameters
+        ----------
+        func : callable
+            A picklable (module-level) function of one item.
+        items : sequence
+            One task per item.
+        errors : {'raise', 'return'}, default='raise'
+            Raise the first failure, or return a :class:`TaskFailure` in its place.
+        on_result : callable or None, default=None
+            Called as ``on_result(index, result)`` as each task's result is final.
+
+        Returns
+        -------
+        list
+            The results (or :class:`TaskFailure`) in input order.
+
+        Examples
+        --------
+        >>> from connscale.engines import get_engine
+        >>> with get_engine("serial") as engine:
+        ...     engine.map(len, ["a", "bcd"])
+        [1, 3]
         """
 
     @abc.abstractmethod
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
-        """Have workers call ``loader(i)`` for ``i < n_blocks`` and keep the blocks."""
+        """Have workers call ``loader(i)`` for ``i < n_blocks`` and keep the blocks.
+
+        Parameters
+        ----------
+        loader : callable
+            A picklable function: ``loader(i)`` builds block ``i``.
+        n_blocks : int
+            The number of blocks.
+
+        Returns
+        -------
+        BlockSet
+            The handle on the blocks, for :meth:`map_blocks`, :meth:`sum_blocks`
+            and :meth:`release`.
+
+        Examples
+        --------
+        >>> import math
+        >>> from connscale.engines import get_engine
+        >>> engine = get_engine("serial")
+        >>> blocks = engine.load_blocks(lambda i: [float(i)] * 3, 4)  # 4 blocks of 3 values
+        >>> blocks.n_blocks
+        4
+        """
 
     @abc.abstractmethod
     def map_blocks(self, blocks: BlockSet, func: Callable, *args) -> list:
-        """``[func(block, *args) for block in blocks]``, in block order."""
+        """``[func(block, *args) for block in blocks]``, in block order.
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+        func : callable
+            A picklable function ``func(block, *args)``.
+        *args
+            Sent to the workers once for the call.
+
+        Returns
+        -------
+        list
+            One result per block, in block order.
+
+        Examples
+        --------
+        >>> import math
+        >>> from connscale.engines import get_engine
+        >>> engine = get_engine("serial")
+        >>> blocks = engine.load_blocks(lambda i: [float(i)] * 3, 4)  # 4 blocks of 3 values
+        >>> engine.map_blocks(blocks, sum)
+        [0.0, 3.0, 6.0, 9.0]
+        """
 
     @abc.abstractmethod
     def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
-        """``sum(func(block, *args) for block in blocks)``, by tree reduction."""
+        """``sum(func(block, *args) for block in blocks)``, by tree reduction.
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+        func : callable
+            A picklable function ``func(block, *args)``.
+        *args
+            Sent to the workers once for the call.
+
+        Returns
+        -------
+        object
+            The sum of the blocks' results (:func:`tree_sum`'s order).
+
+        Examples
+        --------
+        >>> import math
+        >>> from connscale.engines import get_engine
+        >>> engine = get_engine("serial")
+        >>> blocks = engine.load_blocks(lambda i: [float(i)] * 3, 4)  # 4 blocks of 3 values
+        >>> engine.sum_blocks(blocks, sum)
+        18.0
+        """
 
     def release(self, blocks: BlockSet) -> None:  # noqa: B027 - optional hook
-        """Free the blocks held for ``blocks`` (nothing, where none are held)."""
+        """Free the blocks held for ``blocks`` (nothing, where none are held).
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+
+        Examples
+        --------
+        >>> import math
+        >>> from connscale.engines import get_engine
+        >>> engine = get_engine("serial")
+        >>> blocks = engine.load_blocks(lambda i: [float(i)] * 3, 4)  # 4 blocks of 3 values
+        >>> engine.release(blocks)
+        """
 
     def close(self) -> None:  # noqa: B027 - optional hook
-        """Release what the engine started (pools, clusters, contexts)."""
+        """Release what the engine started (pools, clusters, contexts).
+
+        Examples
+        --------
+        >>> from connscale.engines import get_engine
+        >>> engine = get_engine("serial")
+        >>> engine.close()  # or use the engine as a context manager
+        """
 
     def __enter__(self) -> Engine:
         return self
@@ -133,7 +274,14 @@ class Engine(abc.ABC):
 
 
 class SerialEngine(Engine):
-    """Everything in this process, in order: the reference for the others."""
+    """Everything in this process, in order: the reference for the others.
+
+    Examples
+    --------
+    >>> from connscale.engines import SerialEngine
+    >>> SerialEngine().map(abs, [-1, 2])
+    [1, 2]
+    """
 
     name = "serial"
 
@@ -145,7 +293,33 @@ class SerialEngine(Engine):
         errors: str = "raise",
         on_result: Callable[[int, Any], None] | None = None,
     ) -> list:
-        """Run ``func(item)`` for every item in this process, in order (see :meth:`Engine.map`)."""
+        """Run ``func(item)`` for every item in this process, in order (see :meth:`Engine.map`).
+
+        Parameters
+        ----------
+        func : callable
+            A picklable (module-level) function of one item.
+        items : sequence
+            One task per item.
+        errors : {'raise', 'return'}, default='raise'
+            Raise the first failure, or return a :class:`TaskFailure` in its place.
+        on_result : callable or None, default=None
+            Called as ``on_result(index, result)`` as each task's result is final.
+
+        Returns
+        -------
+        list
+            The results (or :class:`TaskFailure`) in input order.
+
+        Examples
+        --------
+        >>> from connscale.engines import SerialEngine
+        >>> seen = []
+        >>> SerialEngine().map(abs, [-1, -2], on_result=lambda i, r: seen.append((i, r)))
+        [1, 2]
+        >>> seen
+        [(0, 1), (1, 2)]
+        """
         # No retries and no worker to lose: a task that kills its process
         # kills this one.
         raising = check_errors(errors) == "raise"
@@ -162,19 +336,96 @@ class SerialEngine(Engine):
         return results
 
     def load_blocks(self, loader: Callable[[int], Any], n_blocks: int) -> BlockSet:
-        """Call ``loader(i)`` for ``i < n_blocks`` here and keep the blocks in a list."""
+        """Call ``loader(i)`` for ``i < n_blocks`` here and keep the blocks in a list.
+
+        Parameters
+        ----------
+        loader : callable
+            A picklable function: ``loader(i)`` builds block ``i``.
+        n_blocks : int
+            The number of blocks.
+
+        Returns
+        -------
+        BlockSet
+            The handle on the blocks, for :meth:`map_blocks`, :meth:`sum_blocks`
+            and :meth:`release`.
+
+        Examples
+        --------
+        >>> from connscale.engines import SerialEngine
+        >>> SerialEngine().load_blocks(lambda i: i * 10, 3).handle
+        [0, 10, 20]
+        """
         return BlockSet(n_blocks, [loader(i) for i in range(n_blocks)])
 
     def map_blocks(self, blocks: BlockSet, func: Callable, *args) -> list:
-        """Return ``[func(block, *args) for block in blocks]``, in block order."""
+        """Return ``[func(block, *args) for block in blocks]``, in block order.
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+        func : callable
+            A picklable function ``func(block, *args)``.
+        *args
+            Sent to the workers once for the call.
+
+        Returns
+        -------
+        list
+
+        Examples
+        --------
+        >>> from connscale.engines import SerialEngine
+        >>> engine = SerialEngine()
+        >>> engine.map_blocks(engine.load_blocks(lambda i: i, 3), pow, 2)
+        [0, 1, 4]
+        """
         return [func(block, *args) for block in blocks.handle]
 
     def sum_blocks(self, blocks: BlockSet, func: Callable, *args) -> Any:
-        """Return ``sum(func(block, *args) for block in blocks)``, by :func:`tree_sum`."""
+        """Return ``sum(func(block, *args) for block in blocks)``, by :func:`tree_sum`.
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+        func : callable
+            A picklable function ``func(block, *args)``.
+        *args
+            Sent to the workers once for the call.
+
+        Returns
+        -------
+        object
+
+        Examples
+        --------
+        >>> from connscale.engines import SerialEngine
+        >>> engine = SerialEngine()
+        >>> engine.sum_blocks(engine.load_blocks(lambda i: i, 4), pow, 2)
+        14
+        """
         return tree_sum([func(block, *args) for block in blocks.handle])
 
     def release(self, blocks: BlockSet) -> None:
-        """Drop the blocks' list."""
+        """Drop the blocks' list.
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+
+        Examples
+        --------
+        >>> from connscale.engines import SerialEngine
+        >>> engine = SerialEngine()
+        >>> blocks = engine.load_blocks(lambda i: i, 2)
+        >>> engine.release(blocks)
+        >>> blocks.handle
+        []
+        """
         blocks.handle = []
 
     def __repr__(self) -> str:
@@ -182,7 +433,24 @@ class SerialEngine(Engine):
 
 
 def tree_sum(values: list) -> Any:
-    """Pairwise (tree) sum of a list, the order Spark's treeReduce uses."""
+    """Pairwise (tree) sum of a list, the order Spark's treeReduce uses.
+
+    Parameters
+    ----------
+    values : list
+        Values that support ``+`` (numbers, arrays, tensors).
+
+    Returns
+    -------
+    object
+        ``((v0 + v1) + (v2 + v3)) + ...``.
+
+    Examples
+    --------
+    >>> from connscale.engines import tree_sum
+    >>> tree_sum([1, 2, 3, 4, 5])
+    15
+    """
     if not values:
         raise ValueError("Cannot sum an empty list of blocks.")
     values = list(values)

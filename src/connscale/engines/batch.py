@@ -99,6 +99,12 @@ class Task:
     prepare : callable or None
         A module-level ``prepare(payload)``: the task's reading, which the
         serial engine may run ahead of the task (its error is the task's).
+
+    Examples
+    --------
+    >>> from connscale.engines import Task
+    >>> Task("sub-01_task-rest", "01", "sub-01_bold.nii.gz", print, {"out": "x.h5"}).subject
+    '01'
     """
 
     name: str
@@ -110,7 +116,20 @@ class Task:
     prepare: Callable | None = None
 
     def record(self) -> dict:
-        """Return the record's fields known before the task runs."""
+        """Return the record's fields known before the task runs.
+
+        Returns
+        -------
+        dict
+            ``name``, ``subject``, ``input`` and :attr:`fields`.
+
+        Examples
+        --------
+        >>> from connscale.engines import Task
+        >>> task = Task("sub-01_task-rest", "01", "sub-01_bold.nii.gz", print, None, {"ses": "1"})
+        >>> task.record()
+        {'name': 'sub-01_task-rest', 'subject': '01', 'input': 'sub-01_bold.nii.gz', 'ses': '1'}
+        """
         return {"name": self.name, "subject": self.subject, "input": self.input, **self.fields}
 
 
@@ -137,6 +156,14 @@ class TaskBudget:
         The task's limit (None: no limit; :attr:`left` is then None).
     hint : str, default='Raise --memory-limit.'
         What to do when the task's data alone exceed the limit.
+
+    Examples
+    --------
+    >>> from connscale.engines import TaskBudget
+    >>> budget = TaskBudget("1GB")
+    >>> budget.hold(400 * 1000**2, "the run's series")
+    >>> budget.held
+    400000000
     """
 
     def __init__(self, memory_limit, *, hint: str = "Raise --memory-limit.") -> None:
@@ -152,6 +179,22 @@ class TaskBudget:
         ------
         MemoryLimitError
             When they leave nothing of the limit (naming ``what``).
+
+        Parameters
+        ----------
+        nbytes : int
+            The bytes held.
+        what : str
+            What they are, for the error's message.
+
+        Examples
+        --------
+        >>> from connscale.engines import TaskBudget
+        >>> budget = TaskBudget("1MB")
+        >>> budget.hold(2 * 1000**2, "the scan")
+        Traceback (most recent call last):
+        ...
+        connscale._compute.memory.MemoryLimitError: ...
         """
         self.held += int(nbytes)
         if self.limit is not None and self.held >= self.limit:
@@ -390,7 +433,24 @@ def error_rows(records: Sequence[dict]) -> list[list[str]]:
 
 @dataclass(frozen=True)
 class BatchLogs:
-    """Where a batch writes its logs: ``folder/report`` (JSON) and ``folder/errors`` (TSV)."""
+    """Where a batch writes its logs: ``folder/report`` (JSON) and ``folder/errors`` (TSV).
+
+    Parameters
+    ----------
+    folder : Path
+        Where the logs go.
+    report : str
+        The JSON report's file name.
+    errors : str
+        The errors table's file name.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from connscale.engines import BatchLogs
+    >>> BatchLogs(Path("out"), "cohort_report.json", "cohort_errors.tsv").report
+    'cohort_report.json'
+    """
 
     folder: Path
     report: str
@@ -468,6 +528,15 @@ class BatchOptions:
     per_worker : int or None
     verbose : int, default=1
         0 silent; 1 the bar; 2 also each task's outcome.
+
+    Examples
+    --------
+    >>> from pathlib import Path
+    >>> from connscale.engines import BatchLogs, BatchOptions
+    >>> options = BatchOptions("cohort", BatchLogs(Path("out"), "report.json", "errors.tsv"),
+    ...                        "cohort fc", "scan", per_worker=4)
+    >>> options.threads, options.verbose
+    (1, 1)
     """
 
     command: str
@@ -480,7 +549,29 @@ class BatchOptions:
     verbose: int = 1
 
     def size(self, engine: Engine, n_tasks: int) -> int:
-        """Tasks per batch on ``engine``."""
+        """Tasks per batch on ``engine``.
+
+        Parameters
+        ----------
+        engine : Engine
+            The engine the batch runs on (its ``n_jobs`` workers, if any).
+        n_tasks : int
+            The tasks left.
+
+        Returns
+        -------
+        int
+
+        Examples
+        --------
+        >>> from pathlib import Path
+        >>> from connscale.engines import BatchLogs, BatchOptions, SerialEngine
+        >>> logs = BatchLogs(Path("out"), "report.json", "errors.tsv")
+        >>> BatchOptions("cohort", logs, "cohort", "scan", per_worker=4).size(SerialEngine(), 10)
+        4
+        >>> BatchOptions("cohort", logs, "cohort", "scan").size(SerialEngine(), 10)
+        10
+        """
         if self.batch_size is not None:
             return self.batch_size
         if self.per_worker is not None:
@@ -490,7 +581,36 @@ class BatchOptions:
 
 @dataclass
 class BatchResult:
-    """What :func:`run_batch` did: one record per task, in task order."""
+    """What :func:`run_batch` did: one record per task, in task order.
+
+    Parameters
+    ----------
+    records : list of dict
+        One per task, in task order (``status``: 'ok', 'skipped' or 'error').
+    report_path, errors_path : Path
+        The JSON report and the errors table written.
+    engine : str, default=''
+        The engine's name.
+    seconds : float, default=0.0
+        The batch's duration.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.engines import BatchLogs, BatchOptions, SerialEngine, Task, run_batch
+    >>> def square(payload, prepared):  # a task: compute, write, return its record's fields
+    ...     return {"value": payload**2}
+    >>> tasks = [Task(f"task-{k}", None, f"input-{k}", square, k) for k in range(3)]
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> options = BatchOptions("demo", BatchLogs(Path(tmp.name), "report.json", "errors.tsv"),
+    ...                        "demo", "task", verbose=0)
+    >>> result = run_batch(tasks, options, is_done=lambda task: task.payload == 0,
+    ...                    open_engine=SerialEngine, meta={})
+    >>> result.counts
+    {'ok': 2, 'skipped': 1, 'error': 0}
+    >>> tmp.cleanup()
+    """
 
     records: list[dict]
     report_path: Path
@@ -550,6 +670,25 @@ def run_batch(
     Returns
     -------
     BatchResult
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.engines import BatchLogs, BatchOptions, SerialEngine, Task, run_batch
+    >>> def square(payload, prepared):  # a task: compute, write, return its record's fields
+    ...     return {"value": payload**2}
+    >>> tasks = [Task(f"task-{k}", None, f"input-{k}", square, k) for k in range(3)]
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> options = BatchOptions("demo", BatchLogs(Path(tmp.name), "report.json", "errors.tsv"),
+    ...                        "demo", "task", verbose=0)
+    >>> result = run_batch(tasks, options, is_done=lambda task: task.payload == 0,
+    ...                    open_engine=SerialEngine, meta={})
+    >>> [record["status"] for record in result.records], result.records[2]["value"]
+    (['skipped', 'ok', 'ok'], 4)
+    >>> result.report_path.name
+    'report.json'
+    >>> tmp.cleanup()
     """
     tasks = list(tasks)
     start = time.perf_counter()

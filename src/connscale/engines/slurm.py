@@ -61,6 +61,13 @@ class SlurmJobs:
     log_directory : str or None, default=None
         Where the jobs' output and error files go; None: the directory
         ``sbatch`` is called from.
+
+    Examples
+    --------
+    >>> from connscale.engines import SlurmJobs
+    >>> jobs = SlurmJobs(queue="gpu", cores=4, max_jobs=10)
+    >>> jobs.workers_per_job, jobs.jobs_for(100)
+    (4, 10)
     """
 
     queue: str | None = None
@@ -83,7 +90,23 @@ class SlurmJobs:
         return 1 if self.gpus else self.cores
 
     def jobs_for(self, n_tasks: int) -> int:
-        """Return the jobs that ``n_tasks`` tasks need, at most ``max_jobs``."""
+        """Return the jobs that ``n_tasks`` tasks need, at most ``max_jobs``.
+
+        Parameters
+        ----------
+        n_tasks : int
+            The tasks left.
+
+        Returns
+        -------
+        int
+
+        Examples
+        --------
+        >>> from connscale.engines import SlurmJobs
+        >>> SlurmJobs(cores=4).jobs_for(10), SlurmJobs(gpus=1).jobs_for(10)
+        (3, 10)
+        """
         jobs = math.ceil(n_tasks / self.workers_per_job)
         return jobs if self.max_jobs is None else min(jobs, self.max_jobs)
 

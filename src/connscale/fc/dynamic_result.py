@@ -245,6 +245,27 @@ class DynamicConnectivity:
         With ``precision='exact'`` where the exact scheme ran: how many
         entries and tiles it had to confirm
         (:class:`connscale.fc._exact.Confirmation`); None otherwise.
+
+    Parameters
+    ----------
+    backend : object
+        Where the windows live: in memory, or the HDF5 file's reader.
+    meta : dict
+        The run's parameters and the windows' layout (``kind``, ``n_series``,
+        ``n_timepoints``, ``window_length``, ``step``, ``window_starts``, ``dtype``).
+    path : Path or None, default=None
+        The HDF5 file behind ``backend``, if any.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import connscale
+    >>> x = np.random.default_rng(0).standard_normal((40, 6))
+    >>> dfc = connscale.dynamic_correlation(x, 10, 5, device="cpu")
+    >>> dfc
+    DynamicConnectivity(kind='triu', n_windows=7, n_series=6, window_length=10, step=5)
+    >>> dfc.window_starts
+    array([ 0,  5, 10, 15, 20, 25, 30])
     """
 
     def __init__(self, backend, meta: dict, path: Path | None = None) -> None:
@@ -283,7 +304,16 @@ class DynamicConnectivity:
         self.close()
 
     def close(self) -> None:
-        """Close the HDF5 file behind the result (no-op in memory)."""
+        """Close the HDF5 file behind the result (no-op in memory).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import connscale
+        >>> x = np.random.default_rng(0).standard_normal((40, 6))
+        >>> dfc = connscale.dynamic_correlation(x, 10, 5, device="cpu")
+        >>> dfc.close()
+        """
         self._backend.close()
 
     def _index(self, index) -> int:
@@ -325,6 +355,28 @@ class DynamicConnectivity:
         ``triu``: the correlation matrix, unit diagonal, NaN rows/columns for
         constant series. ``sparse``: the kept edges (both triangles), 0
         elsewhere and on the diagonal. ``lowrank``: Q·B. ``factor``: F·Fᵀ.
+
+        Parameters
+        ----------
+        index : int
+            Window number (negative counts from the end).
+
+        Returns
+        -------
+        ndarray of shape (n_series, n_series)
+            The window's matrix.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import connscale
+        >>> x = np.random.default_rng(0).standard_normal((40, 6))
+        >>> dfc = connscale.dynamic_correlation(x, 10, 5, device="cpu")
+        >>> r = dfc.to_dense(-1)
+        >>> r.shape, float(r[2, 2])
+        ((6, 6), 1.0)
+        >>> bool(np.allclose(r[0, 1], np.corrcoef(x[30:40].T)[0, 1], atol=1e-5))
+        True
         """
         i = self._index(index)
         stored = self[i]
@@ -345,6 +397,19 @@ class DynamicConnectivity:
         """All windows as one dense (N, N, n_windows) array (teneto's layout).
 
         Only for small N: refuses to build more than 2 GB.
+
+        Returns
+        -------
+        ndarray of shape (n_series, n_series, n_windows)
+            ``out[:, :, i]`` is :meth:`to_dense` of window ``i``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> import connscale
+        >>> x = np.random.default_rng(0).standard_normal((40, 6))
+        >>> connscale.dynamic_correlation(x, 10, 5, device="cpu").to_teneto().shape
+        (6, 6, 7)
         """
         n, k = self.n_series, len(self)
         size = n * n * k * self.dtype.itemsize
@@ -396,6 +461,20 @@ def load_dynamic(path: str | os.PathLike) -> DynamicConnectivity:
     IncompleteOutputError
         As :func:`connscale.io.dfc.open_dfc`: an unfinished or damaged file,
         or one of a file set whose publication did not finish.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> import connscale
+    >>> x = np.random.default_rng(0).standard_normal((40, 6))
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     out = Path(tmp) / "dfc.h5"
+    ...     connscale.dynamic_correlation(x, 10, 5, device="cpu", out=out).close()
+    ...     with connscale.load_dynamic(out) as dfc:
+    ...         print(len(dfc), dfc[0].shape)
+    7 (15,)
     """
     backend, meta = open_dfc(path)
     return DynamicConnectivity(backend, meta, path=Path(path))

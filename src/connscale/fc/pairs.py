@@ -74,6 +74,14 @@ class PairwiseDFC:
     step : int
     n_constant : int
         Number of (scan, window, region) series that were constant.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).standard_normal((3, 40, 4))
+    >>> result = pairwise_dfc(x, 10, 5, device="cpu")
+    >>> result.n_scans, result.n_pairs, result.window_length, result.step
+    (3, 6, 10, 5)
     """
 
     courses: object
@@ -105,6 +113,14 @@ class PairSummary:
         r > threshold, over each course's finite windows (NaN when a course
         has none).
     threshold : float
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.random.default_rng(0).standard_normal((3, 40, 4))
+    >>> summary = pair_summary(pairwise_dfc(x, 10, 5, device="cpu"), threshold=0.3)
+    >>> summary.mean.shape, summary.threshold
+    ((3, 6), 0.3)
     """
 
     mean: np.ndarray
@@ -113,11 +129,43 @@ class PairSummary:
     threshold: float
 
     def features(self) -> np.ndarray:
-        """(n_scans, 3 * n_pairs) matrix: all means, then stds, then fractions."""
+        """Return the (n_scans, 3 * n_pairs) matrix: all means, then stds, then fractions.
+
+        Returns
+        -------
+        ndarray of shape (n_scans, 3 * n_pairs)
+            One row of features per scan, for classification.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> x = np.random.default_rng(0).standard_normal((3, 40, 4))
+        >>> pair_summary(pairwise_dfc(x, 10, 5, device="cpu")).features().shape
+        (3, 18)
+        """
         return np.concatenate([self.mean, self.std, self.fraction_above], axis=1)
 
     def feature_names(self, pairs: np.ndarray) -> list[str]:
-        """Column names of :meth:`features` for the pair table ``pairs``."""
+        """Return the column names of :meth:`features` for the pair table ``pairs``.
+
+        Parameters
+        ----------
+        pairs : array-like of shape (n_pairs, 2)
+            Region indices (i, j) of each pair, as :attr:`PairwiseDFC.pairs`.
+
+        Returns
+        -------
+        list of str
+            ``mean_i-j`` for every pair, then ``std_i-j``, then ``frac_above_i-j``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> x = np.random.default_rng(0).standard_normal((2, 30, 3))
+        >>> result = pairwise_dfc(x, 10, 5, device="cpu")
+        >>> pair_summary(result).feature_names(result.pairs)[:4]
+        ['mean_0-1', 'mean_0-2', 'mean_1-2', 'std_0-1']
+        """
         names = [f"{i}-{j}" for i, j in np.asarray(pairs)]
         return (
             [f"mean_{n}" for n in names]
@@ -561,6 +609,14 @@ def pair_summary(courses, *, threshold: float = 0.5) -> PairSummary:
     PairSummary
         ``mean``, ``std``, ``fraction_above`` of shape (n_scans, n_pairs) and
         :meth:`PairSummary.features` for classification.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> courses = np.array([[[0.2, 0.6, 0.8, np.nan]]])  # 1 scan, 1 pair, 4 windows
+    >>> summary = pair_summary(courses, threshold=0.5)
+    >>> round(float(summary.mean[0, 0]), 3), round(float(summary.fraction_above[0, 0]), 3)
+    (0.533, 0.667)
     """
     threshold = float(threshold)
     if isinstance(courses, PairwiseDFC):

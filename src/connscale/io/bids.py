@@ -378,7 +378,7 @@ def _read_tsv(path: Path, what: str) -> tuple[list, list]:
 
 
 def read_participants(path: str | os.PathLike, *, label: str) -> dict:
-    """Map subject label -> value of column ``label`` in a participants TSV.
+    r"""Map subject label -> value of column ``label`` in a participants TSV.
 
     Parameters
     ----------
@@ -392,6 +392,19 @@ def read_participants(path: str | os.PathLike, *, label: str) -> dict:
     -------
     dict of str -> str
         Subjects whose value is empty or ``n/a`` are left out.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.classify import read_participants
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "participants.tsv"
+    ...     rows = ["participant_id\tgroup", "sub-01\tpatient", "sub-02\tn/a", "03\tcontrol"]
+    ...     _ = path.write_text("\n".join(rows) + "\n")
+    ...     groups = read_participants(path, label="group")
+    >>> groups
+    {'01': 'patient', '03': 'control'}
     """
     path = Path(path)
     columns, rows = _read_tsv(path, "participants")

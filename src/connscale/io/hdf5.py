@@ -229,6 +229,19 @@ def load_relmat(
         not finish), belongs to a file set whose publication did not finish
         (:class:`~connscale.io.publish.IncompleteOutputError`), or its
         layout does not match its attributes.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> import connscale
+    >>> x = np.random.default_rng(0).standard_normal((100, 5))
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = connscale.correlation(x, kind="triu", device="cpu", out=Path(tmp) / "r.h5")
+    ...     relmat, attrs = connscale.load_relmat(path)
+    >>> relmat.shape, attrs["kind"], int(attrs["N"])
+    ((10,), 'triu', 5)
     """
     import h5py
     import scipy.sparse as sp

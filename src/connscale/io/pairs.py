@@ -305,6 +305,28 @@ def read_pair_summary(path: str | os.PathLike) -> dict:
     dict
         ``"i"``, ``"j"`` (int64 arrays), ``"label_i"``, ``"label_j"`` (lists)
         and one float64 array per statistic present.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import pair_summary, pairwise_dfc
+    >>> from connscale.io.pairs import write_pair_summary
+    >>> x = np.random.default_rng(0).standard_normal((3, 40, 3))  # 3 subjects, 3 regions
+    >>> dfc = pairwise_dfc(x, 10, 5, device="cpu")
+    >>> summary = pair_summary(dfc)
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> paths = [write_pair_summary(Path(tmp.name) / f"sub-0{s + 1}_pairs.tsv", pairs=dfc.pairs,
+    ...                             labels=["V1", "M1", "PCC"], threshold=0.5,
+    ...                             summary={"mean": summary.mean[s], "std": summary.std[s],
+    ...                                      "fraction_above": summary.fraction_above[s]})
+    ...          for s in range(3)]
+    >>> from connscale.classify import read_pair_summary
+    >>> table = read_pair_summary(paths[0])
+    >>> table["label_i"], table["j"].tolist(), table["mean"].shape
+    (['V1', 'V1', 'M1'], [1, 2, 2], (3,))
+    >>> tmp.cleanup()
     """
     path = Path(path)
     if not path.is_file():

@@ -52,7 +52,32 @@ def relmat_path(
     seg: str | None = None,
     measure: str = "PearsonCorrelation",
 ) -> Path:
-    """``<out_dir>/<source>[_seg-<seg>]_meas-<measure>_relmat<extension>``."""
+    """Return ``<out_dir>/<source>[_seg-<seg>]_meas-<measure>_relmat<extension>``.
+
+    Parameters
+    ----------
+    out_dir : str or path
+        The output folder.
+    source : str
+        The input's BIDS entities (see :func:`source_entities`).
+    extension : str
+        ``'.h5'``, ``'.tsv'``, ...
+    seg : str or None, default=None
+        The atlas' name (the ``seg-`` entity), when the nodes are regions.
+    measure : str, default='PearsonCorrelation'
+        The ``meas-`` entity.
+
+    Returns
+    -------
+    Path
+        The relmat file's path.
+
+    Examples
+    --------
+    >>> from connscale.io import relmat_path
+    >>> relmat_path("out", "sub-01_task-rest", extension=".tsv", seg="Schaefer100").name
+    'sub-01_task-rest_seg-Schaefer100_meas-PearsonCorrelation_relmat.tsv'
+    """
     stem = source if seg is None else f"{source}_seg-{seg}"
     return Path(out_dir) / f"{stem}_meas-{measure}_relmat{extension}"
 
@@ -98,7 +123,35 @@ def write_relmat_tsv(
 ) -> Path:
     """Write a square matrix as TSV with a header row of node names, atomically.
 
-    ``fmt`` is the number format (``%.7g``, float32's precision, by default).
+    Parameters
+    ----------
+    path : str or path
+        The TSV file to write (replaced atomically when it exists).
+    matrix : ndarray of shape (n, n)
+        The connectivity matrix.
+    labels : list of str or None, default=None
+        Node names of the header row (``'0', '1', ...`` when None).
+    fmt : str, default='%.7g'
+        The number format (float32's precision by default).
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale.io import read_relmat_tsv, write_relmat_tsv
+    >>> r = np.array([[1.0, 0.25], [0.25, 1.0]])
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = write_relmat_tsv(Path(tmp) / "relmat.tsv", r, ["A", "B"])
+    ...     print(path.read_text())
+    A B
+    1 0.25
+    0.25 1
     """
     matrix = np.asarray(matrix)
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
@@ -122,7 +175,7 @@ def read_relmat_npy(path: str | os.PathLike) -> np.ndarray:
 
 
 def read_relmat_tsv(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
-    """Read a square relmat TSV (:func:`write_relmat_tsv`, or another tool's).
+    r"""Read a square relmat TSV (:func:`write_relmat_tsv`, or another tool's).
 
     Parameters
     ----------
@@ -136,6 +189,22 @@ def read_relmat_tsv(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
     -------
     matrix : ndarray of shape (n, n), float64
     labels : list of str
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> from connscale.io import read_relmat_tsv
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = Path(tmp) / "relmat.tsv"
+    ...     # A first column of row names, and a missing value:
+    ...     _ = path.write_text("\tA\tB\nA\t1\tn/a\nB\t0.5\t1\n")
+    ...     matrix, labels = read_relmat_tsv(path)
+    >>> matrix
+    array([[1. , nan],
+           [0.5, 1. ]])
+    >>> labels
+    ['A', 'B']
     """
     import csv
     import gzip

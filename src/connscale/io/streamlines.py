@@ -36,6 +36,25 @@ class StreamlineArray:
 
     Streamline ``i`` is ``points[offsets[i]:offsets[i + 1]]``. Behaves as a
     read-only sequence of (n_points_i, 3) arrays.
+
+    Parameters
+    ----------
+    points : ndarray of shape (n_points, 3)
+        Every streamline's points, one after the other.
+    offsets : ndarray of shape (n_streamlines + 1,), int64
+        Where each streamline starts in ``points`` (and the end).
+    source : object, default=None
+        The nibabel tractogram read, if any.
+    path : str or None, default=None
+        The file read, if any.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.life import StreamlineArray
+    >>> streamlines = StreamlineArray(np.zeros((5, 3)), np.array([0, 2, 5]))
+    >>> len(streamlines), streamlines.lengths.tolist(), streamlines[1].shape
+    (2, [2, 3], (3, 3))
     """
 
     points: np.ndarray
@@ -59,7 +78,26 @@ class StreamlineArray:
         return np.diff(self.offsets)
 
     def subset(self, index: npt.ArrayLike) -> StreamlineArray:
-        """Return the streamlines at ``index`` (integer indices or a boolean mask)."""
+        """Return the streamlines at ``index`` (integer indices or a boolean mask).
+
+        Parameters
+        ----------
+        index : array-like of int or bool
+            Streamline indices, or a mask of ``len(self)`` booleans.
+
+        Returns
+        -------
+        StreamlineArray
+            Those streamlines, in the order of ``index``.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from connscale.life import StreamlineArray
+        >>> streamlines = StreamlineArray.from_list([np.zeros((2, 3)), np.ones((4, 3))])
+        >>> streamlines.subset([1]).lengths.tolist(), len(streamlines.subset([False, False]))
+        ([4], 0)
+        """
         index = np.asarray(index)
         if index.dtype == bool:
             index = np.flatnonzero(index)
@@ -74,7 +112,24 @@ class StreamlineArray:
 
     @classmethod
     def from_list(cls, streamlines: Iterable[npt.ArrayLike]) -> StreamlineArray:
-        """Concatenate a sequence of (n_points, 3) arrays, validating each."""
+        """Concatenate a sequence of (n_points, 3) arrays, validating each.
+
+        Parameters
+        ----------
+        streamlines : iterable of array-like of shape (n_points, 3)
+            The streamlines' points.
+
+        Returns
+        -------
+        StreamlineArray
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from connscale.life import StreamlineArray
+        >>> StreamlineArray.from_list([np.zeros((2, 3)), np.ones((4, 3))]).offsets
+        array([0, 2, 6])
+        """
         arrays = []
         for i, s in enumerate(streamlines):
             try:
@@ -151,6 +206,14 @@ def load_streamlines(streamlines: StreamlinesLike) -> StreamlineArray:
     -------
     StreamlineArray
         With ``source`` set to the nibabel file object when read from disk.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.life import load_streamlines
+    >>> streamlines = load_streamlines([np.zeros((3, 3)), np.ones((2, 3))])
+    >>> len(streamlines), streamlines.points.shape
+    (2, (5, 3))
     """
     if isinstance(streamlines, StreamlineArray):
         out = streamlines

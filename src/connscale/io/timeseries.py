@@ -29,6 +29,19 @@ def load_timeseries(path: str | os.PathLike) -> tuple[np.ndarray, list[str]]:
     timeseries : ndarray of shape (n_timepoints, n_regions)
     labels : list of str
         Region labels (from the header, or ``'0', '1', ...``).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale.io import load_timeseries, save_timeseries
+    >>> x = np.random.default_rng(0).standard_normal((50, 3))
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = save_timeseries(Path(tmp) / "roi_timeseries.tsv", x, ["V1", "V2", "MT"])
+    ...     series, labels = load_timeseries(path)
+    >>> series.shape, labels
+    ((50, 3), ['V1', 'V2', 'MT'])
     """
     path = Path(path)
     if not path.exists():
@@ -85,7 +98,35 @@ def _is_number(text: str) -> bool:
 def save_timeseries(
     path: str | os.PathLike, timeseries: np.ndarray, labels: list[str] | None = None
 ) -> Path:
-    """Write (n_timepoints, n_regions) series as a TSV with a header, atomically."""
+    """Write (n_timepoints, n_regions) series as a TSV with a header, atomically.
+
+    Parameters
+    ----------
+    path : str or path
+        The TSV file to write (replaced atomically when it exists).
+    timeseries : ndarray of shape (n_timepoints, n_regions)
+        One column per region, written with 8 significant digits.
+    labels : list of str or None, default=None
+        Region labels of the header row (``'0', '1', ...`` when None).
+
+    Returns
+    -------
+    Path
+        ``path``.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale.io import save_timeseries
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = save_timeseries(Path(tmp) / "ts.tsv", np.eye(3)[:2])
+    ...     print(path.read_text())
+    0 1 2
+    1 0 0
+    0 1 0
+    """
     from connscale.io.atomic import atomic_path
 
     timeseries = np.asarray(timeseries)

@@ -204,6 +204,15 @@ class DiffusionData:
     mask : ndarray of shape (X, Y, Z) or None
     shape : tuple of int
         ``(n_directions,)``: the diffusion-weighted volumes (b > 50).
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> data = life.DiffusionData(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine)
+    >>> data.dwi.shape, len(data.streamlines)
+    ((8, 8, 8, 13), 30)
     """
 
     def __init__(
@@ -350,6 +359,16 @@ class LiFEFit:
     timings : dict
         Seconds spent by :func:`fit` in each step (``load``, ``build``,
         ``solve``, ``cross_validation`` or ``lambda_sweep``).
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
+    ...                device="cpu")
+    >>> fit.weights.shape, fit.stop_reason in ("gradient", "objective", "max_iter", "stalled")
+    ((30,), True)
     """
 
     model: LiFEModel
@@ -376,14 +395,48 @@ class LiFEFit:
         return self._rmse
 
     def rmse_volume(self) -> np.ndarray:
-        """Return the voxel RMSE as a 3-D volume (NaN outside the model voxels)."""
+        """Return the voxel RMSE as a 3-D volume (NaN outside the model voxels).
+
+        Returns
+        -------
+        ndarray of shape (X, Y, Z)
+            Each model voxel's RMSE; NaN elsewhere.
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
+        ...                device="cpu")
+        >>> import numpy as np
+        >>> volume = fit.rmse_volume()
+        >>> volume.shape, int(np.isfinite(volume).sum())
+        ((8, 8, 8), 166)
+        """
         vol = np.full(self.model.shape, np.nan, dtype=np.float32)
         v = self.model.voxels
         vol[v[:, 0], v[:, 1], v[:, 2]] = self.voxel_rmse
         return vol
 
     def rmse_image(self) -> Nifti1Image:
-        """Return the voxel RMSE map as a nibabel NIfTI image."""
+        """Return the voxel RMSE map as a nibabel NIfTI image.
+
+        Returns
+        -------
+        nibabel.Nifti1Image
+            :meth:`rmse_volume` on the scan's grid and affine.
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
+        ...                device="cpu")
+        >>> fit.rmse_image().shape
+        (8, 8, 8)
+        """
         import nibabel as nib
 
         return nib.Nifti1Image(self.rmse_volume(), self.model.affine)
@@ -409,6 +462,16 @@ class LiFEFit:
         Returns
         -------
         ndarray of shape (n_voxels, n_directions)
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
+        ...                device="cpu")
+        >>> fit.predict().shape  # (model voxels, diffusion-weighted directions)
+        (166, 12)
         """
         D = None
         if bvals is not None or bvecs is not None:
@@ -439,6 +502,29 @@ class LiFEFit:
 
         ``fibres`` are input indices or a mask; see
         :func:`connscale.life.evaluate.strength_of_evidence`.
+
+        Parameters
+        ----------
+        fibres : array-like of int or bool
+            The fascicle's streamlines (indices or a mask).
+        n_boot, n_mc, random_state
+            As :func:`connscale.life.strength_of_evidence`.
+
+        Returns
+        -------
+        dict
+            As :func:`connscale.life.strength_of_evidence`.
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
+        ...                device="cpu")
+        >>> evidence = fit.strength_of_evidence(range(10), n_boot=200, random_state=0)
+        >>> sorted(evidence)
+        ['n_voxels', 'rmse_lesion', 'rmse_nolesion', 'strength']
         """
         return strength_of_evidence(
             self.model,
@@ -454,6 +540,28 @@ class LiFEFit:
 
         ``dwi_repeat`` is an array, image or path on the same grid; see
         :func:`connscale.life.evaluate.cross_validated_rmse`.
+
+        Parameters
+        ----------
+        dwi_repeat : str, path, nibabel image or array
+            A second acquisition of the same scan (same grid and directions).
+
+        Returns
+        -------
+        dict
+            ``rmse`` (the fit's prediction against the repeat), ``rmse_data``
+            (the scan against its repeat) and ``rrmse`` (their ratio), one value
+            per model voxel.
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
+        ...                device="cpu")
+        >>> sorted(fit.cross_validate(ph.dwi_repeat))
+        ['rmse', 'rmse_data', 'rrmse']
         """
         data, _, _ = load_dwi(dwi_repeat, affine=self.model.affine)
         return cross_validated_rmse(self.model, self.weights_kept, data)
@@ -463,7 +571,29 @@ class LiFEFit:
 # Solve and fit
 # --------------------------------------------------------------------------
 def lambda_max(model: LiFEModel) -> float:
-    """Smallest λ whose solution is all zeros: max_f (M'ᵀ b)_f (preconditioned)."""
+    """Smallest λ whose solution is all zeros: max_f (M'ᵀ b)_f (preconditioned).
+
+    Parameters
+    ----------
+    model : LiFEModel
+        From :func:`build_model`.
+
+    Returns
+    -------
+    float
+        The λ at and above which :func:`solve` returns zero weights.
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+    ...                          device="cpu")
+    >>> lam = life.lambda_max(model)
+    >>> float(life.solve(model, lam=lam, max_iter=50).weights.max())
+    0.0
+    """
     op = LiFEOperator(model)
     h = op.column_norms_sq()
     g = LiFEOperator(model, column_scale=h).rmatvec(model.signal)
@@ -551,6 +681,17 @@ def solve(
     Returns
     -------
     LiFEFit
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+    ...                          device="cpu")
+    >>> fit = life.solve(model, lam=0.01, max_iter=100)
+    >>> fit.weights.shape, bool((fit.weights >= 0).all())
+    ((30,), True)
     """
     lam = float(lam)
     base = LiFEOperator(model, **(operator_options or {}))
@@ -635,6 +776,32 @@ def split_rmse(
     Fits on one half of the directions and predicts the other half (the
     prediction demeaned per voxel, as the held-out signal is). ``checkpoint``
     and ``checkpoint_every`` are passed to :func:`connscale.life.solve`.
+
+    Parameters
+    ----------
+    model : LiFEModel
+        From :func:`build_model`.
+    lam, max_iter, tol, checkpoint, checkpoint_every
+        As :func:`solve`.
+    random_state : int, Generator or None
+        The split of the gradient directions.
+    operator_options : dict or None
+        Passed to :class:`LiFEOperator`.
+
+    Returns
+    -------
+    ndarray of shape (n_voxels,)
+        The held-out half's RMSE in each model voxel.
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+    ...                          device="cpu")
+    >>> life.split_rmse(model, lam=0.01, max_iter=50, random_state=0).shape
+    (166,)
     """
     da, db = split_directions(model, random_state=random_state)
     ma, mb = submodel(model, da), submodel(model, db)
@@ -672,6 +839,39 @@ def lambda_sweep(
     Cross-validation uses ``data_repeat`` when given, otherwise a
     gradient-direction split (one split for all λ). ``checkpoint`` and
     ``checkpoint_every`` are passed to every :func:`connscale.life.solve`.
+
+    Parameters
+    ----------
+    model : LiFEModel
+        From :func:`build_model`.
+    lams : iterable of float
+        The λ values, fitted in order.
+    data_repeat : array-like of shape (X, Y, Z, n_volumes) or None
+        A second acquisition for the cross-validated RMSE (None: a split of
+        the gradient directions).
+    max_iter, tol, verbose, checkpoint, checkpoint_every
+        As :func:`solve`.
+    random_state : int, Generator or None
+        The gradient-direction split.
+    operator_options : dict or None
+        Passed to :class:`LiFEOperator`.
+
+    Returns
+    -------
+    list of dict
+        One per λ: ``lam``, ``weight_sum``, ``n_nonzero``, ``cv_rmse_median``,
+        ``rmse_median``, ``objective``, ``n_iter`` and ``fit`` (the :class:`LiFEFit`).
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+    ...                          device="cpu")
+    >>> rows = life.lambda_sweep(model, [0.0, 0.05], max_iter=20, random_state=0)
+    >>> [row["lam"] for row in rows], rows[1]["n_nonzero"] <= rows[0]["n_nonzero"]
+    ([0.0, 0.05], True)
     """
     lams = [float(x) for x in lams]
     if data_repeat is None:
@@ -998,11 +1198,11 @@ def fit(  # noqa: PLR0913 - public keywords: the LiFE estimator's and the inputs
     --------
     >>> from connscale import life
     >>> from connscale.datasets import simulate_life_phantom
-    >>> ph = simulate_life_phantom(random_state=0)
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
     >>> result = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines,
     ...                   affine=ph.affine, lam=0.01, device="cpu")
     >>> result.weights.shape
-    (720,)
+    (30,)
     """
     _check_sweep(lam, lambdas, x0)
     dev = resolve_device(device)
@@ -1064,6 +1264,16 @@ class LiFE(BaseEstimator):
     over directions (fit on some, :meth:`score` the others). The estimator
     clones, sets parameters and reports fitted state as scikit-learn's, but
     does not enter a ``Pipeline``.
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> data = life.DiffusionData(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine)
+    >>> estimator = life.LiFE(0.01, device="cpu").fit(data)
+    >>> estimator.weights_.shape
+    (30,)
     """
 
     _parameter_constraints = {k: _PARAMETER_CONSTRAINTS[k] for k in _ESTIMATOR_PARAMETERS}
@@ -1124,6 +1334,15 @@ class LiFE(BaseEstimator):
         Returns
         -------
         self : LiFE
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> estimator = life.LiFE(0.01, device="cpu")
+        >>> estimator.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine).n_iter_ > 0
+        True
         """
         if isinstance(X, DiffusionData):
             extra = [
@@ -1191,7 +1410,27 @@ class LiFE(BaseEstimator):
         bvals: str | os.PathLike | npt.ArrayLike | None = None,
         bvecs: str | os.PathLike | npt.ArrayLike | None = None,
     ) -> np.ndarray:
-        """Predicted signal at the model voxels (see :meth:`LiFEFit.predict`)."""
+        """Predicted signal at the model voxels (see :meth:`LiFEFit.predict`).
+
+        Parameters
+        ----------
+        bvals, bvecs : str, path, array-like or None
+            Other gradient directions to predict (None: the fitted scan's).
+
+        Returns
+        -------
+        ndarray of shape (n_voxels, n_directions)
+            The predicted signal, as :meth:`LiFEFit.predict`.
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> data = life.DiffusionData(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine)
+        >>> life.LiFE(0.01, device="cpu").fit(data).predict().shape
+        (166, 12)
+        """
         check_is_fitted(self, "fit_")
         return self.fit_.predict(bvals, bvecs)
 
@@ -1217,6 +1456,15 @@ class LiFE(BaseEstimator):
         Returns
         -------
         float
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> data = life.DiffusionData(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine)
+        >>> life.LiFE(0.01, device="cpu").fit(data).score() < 0
+        True
         """
         check_is_fitted(self, "fit_")
         if X is None:

@@ -247,6 +247,16 @@ class LiFEModel:
     shape : tuple of int
         Spatial shape of the dMRI volume.
     affine : ndarray of shape (4, 4)
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+    ...                          device="cpu")
+    >>> model.to_dense().shape  # (voxels x directions, streamlines)
+    (1992, 30)
     """
 
     entry_fibre: torch.Tensor
@@ -309,15 +319,60 @@ class LiFEModel:
         return self.entry_value.dtype
 
     def entry_voxel(self) -> torch.Tensor:
-        """Voxel (compact) of each Φ entry."""
+        """Voxel (compact) of each Φ entry.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_entries,), int64
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+        ...                          device="cpu")
+        >>> int(model.entry_voxel().max()) < 166  # the model's voxels
+        True
+        """
         return self.av_voxel[self.entry_av]
 
     def entry_atom(self) -> torch.Tensor:
-        """Atom of each Φ entry."""
+        """Atom of each Φ entry.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_entries,), int64
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+        ...                          device="cpu")
+        >>> model.entry_atom().shape == model.entry_voxel().shape
+        True
+        """
         return self.av_atom[self.entry_av]
 
     def to_dense(self) -> np.ndarray:
-        """M as a dense float64 array (n_voxels·n_directions, n_fibres); tests only."""
+        """M as a dense float64 array (n_voxels·n_directions, n_fibres); tests only.
+
+        Returns
+        -------
+        ndarray of shape (n_voxels * n_directions, n_fibres), float64
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+        ...                          device="cpu")
+        >>> model.to_dense().shape
+        (1992, 30)
+        """
         n_dir = self.n_directions
         M = np.zeros((self.n_voxels * n_dir, self.n_fibres))
         D = self.dictionary.double().cpu().numpy()
@@ -330,7 +385,30 @@ class LiFEModel:
         return M
 
     def dictionary_for(self, bvals: npt.ArrayLike, bvecs: npt.ArrayLike) -> torch.Tensor:
-        """D for other gradient directions with this model's atoms."""
+        """D for other gradient directions with this model's atoms.
+
+        Parameters
+        ----------
+        bvals : array-like of shape (n_volumes,)
+            The b-values.
+        bvecs : array-like of shape (n_volumes, 3)
+            The gradient directions.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_volumes, n_atoms)
+            The dictionary D of those directions, one row per volume given.
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+        ...                          device="cpu")
+        >>> tuple(model.dictionary_for(ph.bvals, ph.bvecs).shape)
+        (13, 2000)
+        """
         D = canonical_dictionary(
             bvals, bvecs, self.atoms, centre="median" if self.formulation == "encode" else "mean"
         )
@@ -830,6 +908,16 @@ def build_model(  # noqa: PLR0913 - its public keywords (the scan, model and com
     Returns
     -------
     LiFEModel
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+    ...                          device="cpu")
+    >>> tuple(model.signal.shape)  # (voxels, diffusion-weighted directions)
+    (166, 12)
     """
     dev = resolve_device(device)
     tdtype = resolve_dtype(dtype)

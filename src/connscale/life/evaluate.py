@@ -75,11 +75,31 @@ def cross_validated_rmse(
 ) -> dict:
     """Per-voxel RMSE of the fit against a second acquisition.
 
+    Parameters
+    ----------
+    model : LiFEModel
+        From :func:`connscale.life.build_model`.
+    weights_kept : array-like or torch.Tensor of shape (n_fibres,)
+        The fit's weights (:attr:`LiFEFit.weights_kept`).
+    data_repeat : array-like of shape (X, Y, Z, n_volumes)
+        The second acquisition, on the scan's grid and directions.
+
     Returns
     -------
     dict with ``rmse`` (model vs repeat), ``rmse_data`` (scan vs repeat) and
     ``rrmse`` (their ratio, encode's Rrmse; < 1: the model predicts the
     repeat better than the scan itself), each of shape (n_voxels,).
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
+    ...                device="cpu")
+    >>> rmse = life.cross_validated_rmse(fit.model, fit.weights_kept, ph.dwi_repeat)
+    >>> rmse["rrmse"].shape
+    (166,)
     """
     b2 = repeat_signal(model, data_repeat)
     rmse = voxel_rmse(model, weights_kept, signal=b2)
@@ -224,6 +244,18 @@ def strength_of_evidence(
     -------
     dict with ``strength`` (S), ``rmse_lesion``, ``rmse_nolesion``
     (per touched voxel) and ``n_voxels``.
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> fit = life.fit(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine, lam=0.01,
+    ...                device="cpu")
+    >>> evidence = life.strength_of_evidence(fit.model, fit.weights_kept, range(10), n_boot=200,
+    ...                                      random_state=0)
+    >>> evidence["n_voxels"] > 0
+    True
     """
     rng = check_random_state(random_state)
     fibres = np.asarray(fibres)

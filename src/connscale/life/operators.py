@@ -48,6 +48,18 @@ class LiFEOperator:
         (``index_add_``, float64 accumulator for Mᵀy), default on the CPU.
         'spmv' falls back to 'scatter' where torch lacks it; it holds Pᵀ as
         an extra copy of the entries (~16 bytes each).
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+    ...                          device="cpu")
+    >>> import torch
+    >>> op = life.LiFEOperator(model)
+    >>> op.shape, tuple(op.matvec(torch.ones(30)).shape)
+    ((1992, 30), (166, 12))
     """
 
     def __init__(
@@ -161,7 +173,29 @@ class LiFEOperator:
         return self._P
 
     def pair_weights(self, x: torch.Tensor) -> torch.Tensor:
-        """W (n_pairs,): Σ_f Φ(a, v, f) x_f for every (voxel, atom) pair."""
+        """W (n_pairs,): Σ_f Φ(a, v, f) x_f for every (voxel, atom) pair.
+
+        Parameters
+        ----------
+        x : torch.Tensor of shape (n_fibres,)
+            The streamlines' weights.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_pairs,)
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+        ...                          device="cpu")
+        >>> import torch
+        >>> op = life.LiFEOperator(model)
+        >>> op.pair_weights(torch.zeros(30)).abs().max().item()
+        0.0
+        """
         x = x.to(self.device, self.dtype)
         if self.entry_method == "spmv":
             try:
@@ -179,7 +213,28 @@ class LiFEOperator:
         return W
 
     def matvec(self, x: torch.Tensor) -> torch.Tensor:
-        """Y = M x as an (n_voxels, n_directions) tensor."""
+        """Y = M x as an (n_voxels, n_directions) tensor.
+
+        Parameters
+        ----------
+        x : torch.Tensor of shape (n_fibres,)
+            The streamlines' weights.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_voxels, n_directions)
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+        ...                          device="cpu")
+        >>> import torch
+        >>> tuple(life.LiFEOperator(model).matvec(torch.ones(30)).shape)
+        (166, 12)
+        """
         return self._spmm(self.pair_weights(x))
 
     def pair_dots(self, Y: torch.Tensor) -> torch.Tensor:
@@ -188,6 +243,27 @@ class LiFEOperator:
         One sampled dense-dense product (SDDMM: ``Y · D`` evaluated only at
         the (voxel, atom) pattern, cuSPARSE on CUDA) where torch supports it;
         otherwise a chunked gather-dot.
+
+        Parameters
+        ----------
+        Y : torch.Tensor of shape (n_voxels, n_directions)
+            A signal at the model's voxels.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_pairs,)
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+        ...                          device="cpu")
+        >>> import torch
+        >>> op = life.LiFEOperator(model)
+        >>> op.pair_dots(op.matvec(torch.ones(30))).dim()
+        1
         """
         Y = Y.to(self.device, self.dtype).reshape(self.n_voxels, self.n_directions)
         if self.pair_method == "sddmm":
@@ -225,7 +301,27 @@ class LiFEOperator:
         return dots
 
     def rmatvec(self, Y: torch.Tensor) -> torch.Tensor:
-        """Return x = Mᵀ y (n_fibres,), accumulated in float64."""
+        """Return x = Mᵀ y (n_fibres,), accumulated in float64.
+
+        Parameters
+        ----------
+        Y : torch.Tensor of shape (n_voxels, n_directions)
+            A signal at the model's voxels.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_fibres,), float64
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+        ...                          device="cpu")
+        >>> tuple(life.LiFEOperator(model).rmatvec(model.signal).shape)
+        (30,)
+        """
         dots = self.pair_dots(Y)
         if self.entry_method == "spmv":
             try:
@@ -245,7 +341,23 @@ class LiFEOperator:
         return out
 
     def column_norms_sq(self) -> torch.Tensor:
-        """h_f = Σ_entries val² ‖D[:, a]‖² (≈ ‖M_f‖²; cross terms ignored), float64."""
+        """h_f = Σ_entries val² ‖D[:, a]‖² (≈ ‖M_f‖²; cross terms ignored), float64.
+
+        Returns
+        -------
+        torch.Tensor of shape (n_fibres,), float64
+
+        Examples
+        --------
+        >>> from connscale import life
+        >>> from connscale.datasets import simulate_life_phantom
+        >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+        >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+        ...                          device="cpu")
+        >>> h = life.LiFEOperator(model).column_norms_sq()
+        >>> tuple(h.shape), bool((h > 0).all())
+        ((30,), True)
+        """
         m = self.model
         dnorm = (self.D.double() ** 2).sum(dim=0)
         out = torch.zeros(self.n_fibres, dtype=torch.float64, device=self.device)

@@ -268,6 +268,18 @@ def sbb_nnls(
     Returns
     -------
     SBBResult
+
+    Examples
+    --------
+    >>> from connscale import life
+    >>> from connscale.datasets import simulate_life_phantom
+    >>> ph = simulate_life_phantom(20, 10, shape=(8, 8, 8), n_directions=12, random_state=0)
+    >>> model = life.build_model(ph.dwi, ph.bvals, ph.bvecs, ph.streamlines, affine=ph.affine,
+    ...                          device="cpu")
+    >>> op = life.LiFEOperator(model)
+    >>> result = life.sbb_nnls(op, model.signal.double(), lam=0.01, max_iter=20)
+    >>> tuple(result.x.shape), bool((result.x >= 0).all())
+    ((30,), True)
     """
     x = _initial_x(op, x0)
     if state is None:

@@ -145,6 +145,24 @@ def grayordinate_neighbours(
         share a triangle with it; a voxel's, the voxels of the brain model in
         its neighbourhood, whatever their structure. No edge joins a vertex and
         a voxel.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from nibabel.cifti2 import BrainModelAxis
+    >>> from connscale.maps import grayordinate_neighbours
+    >>> cortex = BrainModelAxis.from_surface(np.arange(4), 4, "CortexLeft")
+    >>> mask = np.zeros((2, 2, 2), bool)
+    >>> mask[0, 0, :] = True
+    >>> voxels = BrainModelAxis.from_mask(mask, name="thalamus_left", affine=np.eye(4))
+    >>> triangles = np.array([[0, 1, 2], [1, 2, 3]])
+    >>> grayordinate_neighbours(cortex + voxels, {"left": triangles}, neighbourhood=7)
+    array([[ 0,  1,  2, -1],
+           [ 1,  0,  2,  3],
+           [ 2,  0,  1,  3],
+           [ 3,  1,  2, -1],
+           [ 4,  5, -1, -1],
+           [ 5,  4, -1, -1]])
     """
     neighbourhood = check_neighbourhood(neighbourhood)
     axis = _brain_model_axis(brain_model)

@@ -142,6 +142,18 @@ def reho(img, mask_img, *, neighbourhood: int = 27, device: str = "auto", memory
     nibabel.Nifti1Image
         3-D float32 map on ``img``'s grid: W inside the mask, 0 outside, NaN
         where every series of the neighbourhood is constant.
+
+    Examples
+    --------
+    >>> import nibabel as nib
+    >>> import numpy as np
+    >>> import connscale
+    >>> data = np.random.default_rng(0).standard_normal((4, 4, 4, 30)).astype("float32")
+    >>> img = nib.Nifti1Image(data, np.eye(4))
+    >>> mask = nib.Nifti1Image(np.ones((4, 4, 4), dtype="uint8"), np.eye(4))
+    >>> w = connscale.reho(img, mask, neighbourhood=7, device="cpu").get_fdata()
+    >>> w.shape, bool(np.all((w > 0) & (w < 1)))
+    ((4, 4, 4), True)
     """
     import nibabel
 

@@ -106,6 +106,15 @@ class R1DLResult:
         S onto the device or the workers) and learning (``learn_s``, which
         includes ``graph_capture_s``, the one-off capture of the CUDA graphs
         of an update, local CUDA backend).
+
+    Examples
+    --------
+    >>> from connscale import r1dl
+    >>> from connscale.datasets import simulate_networks
+    >>> S, _, _ = simulate_networks(60, 300, 2, sparsity=0.05, noise=0.1, random_state=0)
+    >>> result = r1dl(S, 2, 15, random_state=0, device="cpu")
+    >>> result.sparsity, result.loadings.shape, result.dictionary.shape
+    (15, (2, 300), (60, 2))
     """
 
     dictionary: np.ndarray
@@ -152,6 +161,24 @@ def resolve_sparsity(sparsity: int | float, n_voxels: int) -> int:
 
     r as a count: an int in [1, P], or a fraction in (0, 1] of P (the
     declared constraint); a count above P is refused here, where P is known.
+
+    Parameters
+    ----------
+    sparsity : int or float
+        A count in [1, P], or a fraction in (0, 1] of P.
+    n_voxels : int
+        P, the number of columns of the data.
+
+    Returns
+    -------
+    int
+        r, in [1, P].
+
+    Examples
+    --------
+    >>> from connscale.networks import resolve_sparsity
+    >>> resolve_sparsity(0.07, 1000), resolve_sparsity(25, 1000)
+    (70, 25)
     """
     if isinstance(sparsity, (Integral, np.integer)):
         r = int(sparsity)
@@ -870,6 +897,15 @@ class R1DL(TransformerMixin, BaseEstimator):
     Every ``fit`` starts from an unfitted estimator: attributes of an
     earlier fit (``masker_`` and ``components_img_`` of an image) do not
     survive a fit on an array.
+
+    Examples
+    --------
+    >>> from connscale import R1DL
+    >>> from connscale.datasets import simulate_networks
+    >>> S, _, _ = simulate_networks(60, 300, 2, sparsity=0.05, noise=0.1, random_state=0)
+    >>> model = R1DL(2, 15, random_state=0, device="cpu").fit(S)
+    >>> model.components_.shape, model.dictionary_.shape
+    ((2, 300), (60, 2))
     """
 
     _parameter_constraints = {k: v for k, v in _PARAMETER_CONSTRAINTS.items() if k != "checkpoint"}
@@ -930,6 +966,15 @@ class R1DL(TransformerMixin, BaseEstimator):
         Returns
         -------
         self
+
+        Examples
+        --------
+        >>> from connscale import R1DL
+        >>> from connscale.datasets import simulate_networks
+        >>> S, _, _ = simulate_networks(60, 300, 2, sparsity=0.05, noise=0.1, random_state=0)
+        >>> model = R1DL(2, 15, random_state=0, device="cpu")
+        >>> int(model.fit(S).components_.nnz) <= 2 * 15
+        True
         """
         del y
         validate_estimator_params(self)
@@ -1002,6 +1047,15 @@ class R1DL(TransformerMixin, BaseEstimator):
         ndarray of shape (n_timepoints, n_components)
             ``argmin_C ‖X - C V‖`` for the maps V (``components_``), X
             standardized first when ``standardize``.
+
+        Examples
+        --------
+        >>> from connscale import R1DL
+        >>> from connscale.datasets import simulate_networks
+        >>> S, _, _ = simulate_networks(60, 300, 2, sparsity=0.05, noise=0.1, random_state=0)
+        >>> model = R1DL(2, 15, random_state=0, device="cpu")
+        >>> model.fit(S).transform(S).shape
+        (60, 2)
         """
         check_is_fitted(self)
         if _is_image(X):
@@ -1037,6 +1091,16 @@ class R1DL(TransformerMixin, BaseEstimator):
         ndarray of shape (n_timepoints, n_voxels)
             ``X V`` for the maps V (``components_``): standardized data when
             ``standardize``. ``masker_.inverse_transform`` makes it an image.
+
+        Examples
+        --------
+        >>> from connscale import R1DL
+        >>> from connscale.datasets import simulate_networks
+        >>> S, _, _ = simulate_networks(60, 300, 2, sparsity=0.05, noise=0.1, random_state=0)
+        >>> model = R1DL(2, 15, random_state=0, device="cpu")
+        >>> courses = model.fit(S).transform(S)
+        >>> model.inverse_transform(courses).shape
+        (60, 300)
         """
         check_is_fitted(self)
         C = np.asarray(X, dtype=np.float64)

@@ -252,7 +252,30 @@ def render_report(
     *,
     published_dir: str | os.PathLike | None = None,
 ) -> str:
-    """Render the HTML text of the report of ``record`` (see :func:`write_report`)."""
+    """Render the HTML text of the report of ``record`` (see :func:`write_report`).
+
+    Parameters
+    ----------
+    record : RunLog or dict
+        As :func:`write_report`.
+    out_dir : str or path
+        Folder of the report (relative figure and output paths are taken from it).
+    published_dir : str, path or None
+        As :func:`write_report`.
+
+    Returns
+    -------
+    str
+        The self-contained HTML document.
+
+    Examples
+    --------
+    >>> from connscale.report import render_report
+    >>> record = {"command": "fc", "parameters": {"kind": "triu"}, "timings_s": {"compute": 0.5}}
+    >>> html = render_report(record, ".")
+    >>> html.startswith("<!DOCTYPE html>"), "<h1>connscale fc</h1>" in html
+    (True, True)
+    """
     if hasattr(record, "as_dict"):
         record = record.as_dict()
     if not isinstance(record, dict):
@@ -349,6 +372,16 @@ def write_report(
     Path
         The report. Figures that cannot be read are listed among the report's
         warnings and warned about (RuntimeWarning).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from connscale.report import write_report
+    >>> record = {"command": "fc", "parameters": {"kind": "triu"}, "results": {"n_regions": 4}}
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = write_report(record, tmp)
+    ...     print(path.name, "connscale fc" in path.read_text())
+    report.html True
     """
     from connscale.io.atomic import write_text_atomic
 

@@ -128,6 +128,20 @@ def plot_correlation_matrix(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> r = np.corrcoef(rng.standard_normal((4, 40)))
+    >>> path = report.plot_correlation_matrix(r, Path(tmp.name) / "fc.png", labels=list("ABCD"))
+    >>> path.stat().st_size > 0
+    True
+    >>> tmp.cleanup()
     """
     from nilearn import plotting
 
@@ -179,6 +193,20 @@ def plot_connectome(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> coords = rng.uniform(-60, 60, (5, 3))  # MNI mm
+    >>> r = np.corrcoef(rng.standard_normal((5, 40)))
+    >>> report.plot_connectome(r, coords, Path(tmp.name) / "connectome.png").suffix
+    '.png'
+    >>> tmp.cleanup()
     """
     from nilearn import plotting
 
@@ -236,6 +264,19 @@ def plot_edge_timecourses(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> courses = np.tanh(rng.standard_normal((3, 20)))  # 3 edges, 20 windows
+    >>> report.plot_edge_timecourses(courses, Path(tmp.name) / "edges.png").name
+    'edges.png'
+    >>> tmp.cleanup()
     """
     x_label = "window" if window_times is None else "time (s)"
     if hasattr(timecourses, "to_teneto"):  # a DynamicFCResult
@@ -329,6 +370,16 @@ def window_similarity(windows: npt.ArrayLike) -> np.ndarray:
     Returns
     -------
     ndarray of shape (n_windows, n_windows)
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.report import window_similarity
+    >>> windows = np.array([[1.0, 2.0, 3.0], [2.0, 4.0, 6.1], [3.0, 2.0, 1.0]])
+    >>> window_similarity(windows).round(2)
+    array([[ 1.,  1., -1.],
+           [ 1.,  1., -1.],
+           [-1., -1.,  1.]])
     """
     windows = np.asarray(windows, dtype=np.float64)
     if windows.ndim != 2 or windows.shape[0] < 2:
@@ -365,6 +416,19 @@ def plot_window_similarity(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> windows = rng.standard_normal((12, 45))  # 12 windows of 45 edges
+    >>> report.plot_window_similarity(windows, Path(tmp.name) / "similarity.png").name
+    'similarity.png'
+    >>> tmp.cleanup()
     """
     similarity = (
         np.asarray(windows, dtype=np.float64) if precomputed else window_similarity(windows)
@@ -422,6 +486,19 @@ def plot_network_maps(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> loadings = rng.standard_normal((2, 100)) * (rng.uniform(size=(2, 100)) < 0.1)
+    >>> report.plot_network_maps(loadings, Path(tmp.name) / "maps.png").name
+    'maps.png'
+    >>> tmp.cleanup()
     """
     plt = _pyplot()
     if _is_img(maps):
@@ -501,6 +578,19 @@ def plot_network_timecourses(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> U = rng.standard_normal((50, 3))
+    >>> report.plot_network_timecourses(U, Path(tmp.name) / "courses.png", t_r=2.0).name
+    'courses.png'
+    >>> tmp.cleanup()
     """
     courses = np.asarray(timecourses, dtype=np.float64)
     if courses.ndim == 1:
@@ -613,6 +703,19 @@ def plot_rmse_map(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> rmse = rng.uniform(0, 10, (8, 8, 8))
+    >>> report.plot_rmse_map(rmse, Path(tmp.name) / "rmse.png", n_slices=4).name
+    'rmse.png'
+    >>> tmp.cleanup()
     """
     data = _load_img(rmse).get_fdata() if _is_img(rmse) else np.asarray(rmse, float)
     if data.ndim != 3:
@@ -661,6 +764,19 @@ def plot_weight_histogram(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> weights = np.where(rng.uniform(size=200) < 0.5, 0.0, rng.exponential(size=200))
+    >>> report.plot_weight_histogram(weights, Path(tmp.name) / "weights.png").name
+    'weights.png'
+    >>> tmp.cleanup()
     """
     weights = np.ravel(np.asarray(weights, dtype=np.float64))
     if weights.size == 0:
@@ -742,6 +858,18 @@ def plot_confusion_matrix(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> report.plot_confusion_matrix([[8, 2], [1, 9]], Path(tmp.name) / "confusion.png").name
+    'confusion.png'
+    >>> tmp.cleanup()
     """
     matrix = np.asarray(matrix, dtype=np.float64)
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
@@ -792,6 +920,20 @@ def plot_roc(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.repeat([0, 1], 10)
+    >>> scores = y + rng.standard_normal(20)
+    >>> report.plot_roc(y, scores, Path(tmp.name) / "roc.png").name
+    'roc.png'
+    >>> tmp.cleanup()
     """
     from sklearn.metrics import roc_auc_score, roc_curve
 
@@ -848,6 +990,22 @@ def plot_metric_comparison(
     Returns
     -------
     Path
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from pathlib import Path
+    >>> import numpy as np
+    >>> from connscale import report
+    >>> tmp = tempfile.TemporaryDirectory()
+    >>> rng = np.random.default_rng(0)
+    >>> results = {"static": {"accuracy": {"mean": 0.8, "ci_low": 0.7, "ci_high": 0.9}},
+    ...            "dynamic": {"accuracy": {"mean": 0.7, "ci_low": 0.55, "ci_high": 0.82}}}
+    >>> path = report.plot_metric_comparison(results, Path(tmp.name) / "metrics.png",
+    ...                                      metrics=["accuracy"])
+    >>> path.name
+    'metrics.png'
+    >>> tmp.cleanup()
     """
     if not results:
         raise ValueError("'results' is empty.")

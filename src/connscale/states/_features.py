@@ -108,6 +108,15 @@ def mean_dwell_time(labels: npt.ArrayLike, n_states: int) -> np.ndarray:
 def n_transitions(labels: npt.ArrayLike) -> int:
     """Count the changes of state between consecutive windows.
 
+    Parameters
+    ----------
+    labels : array-like of int, shape (n_windows,)
+        One subject's state sequence.
+
+    Returns
+    -------
+    int
+
     Examples
     --------
     >>> n_transitions([0, 0, 1, 1, 1, 0])
@@ -169,6 +178,13 @@ class StateFeatures:
         ``n_transitions``, ``transition_state-1_to_state-2``, ... (states
         numbered from 1 in names).
     subjects : list of str
+
+    Examples
+    --------
+    >>> from connscale.states import state_features
+    >>> features = state_features([[0, 0, 1, 1], [1, 1, 1, 0]], 2, subjects=["01", "02"])
+    >>> features.X.shape, features.feature_names[4]
+    ((2, 9), 'n_transitions')
     """
 
     X: np.ndarray
@@ -176,7 +192,20 @@ class StateFeatures:
     subjects: list
 
     def rows(self) -> list[dict]:
-        """One dict per subject (``subject`` then every feature), for a TSV."""
+        """Return one dict per subject (``subject`` then every feature), for a TSV.
+
+        Returns
+        -------
+        list of dict
+            One per subject, in order.
+
+        Examples
+        --------
+        >>> from connscale.states import state_features
+        >>> row = state_features([[0, 0, 1, 1]], 2, subjects=["01"]).rows()[0]
+        >>> row["subject"], row["fraction_time_state-1"], row["n_transitions"]
+        ('01', 0.5, 1.0)
+        """
         return [
             {"subject": s, **dict(zip(self.feature_names, row.tolist()))}
             for s, row in zip(self.subjects, self.X)
@@ -200,6 +229,13 @@ def state_features(
     Returns
     -------
     StateFeatures
+
+    Examples
+    --------
+    >>> from connscale.states import state_features
+    >>> features = state_features([[0, 0, 1, 1], [1, 1, 1, 0]], 2)
+    >>> features.subjects, features.X[:, :2].tolist()
+    (['0', '1'], [[0.5, 0.5], [0.25, 0.75]])
     """
     sequences = list(sequences)
     subjects = [str(i) for i in range(len(sequences))] if subjects is None else list(subjects)

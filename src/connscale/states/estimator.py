@@ -150,6 +150,15 @@ def exemplar_windows(windows: np.ndarray) -> np.ndarray:
     ndarray of int
         Indices of the exemplar windows (the window of largest variance when
         the variance has no interior local maximum).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.states import exemplar_windows
+    >>> spread = np.array([1.0, 3.0, 1.0, 1.0, 4.0, 2.0])  # FC variance of each window
+    >>> windows = np.random.default_rng(0).standard_normal((6, 10)) * spread[:, None]
+    >>> exemplar_windows(windows)
+    array([1, 4])
     """
     from scipy.signal import find_peaks
 
@@ -427,11 +436,12 @@ class DFCStates(BaseEstimator):
     --------
     >>> from connscale.datasets import simulate_states
     >>> from connscale import dynamic_correlation
-    >>> cohort = simulate_states(4, 8, 300, random_state=0)
+    >>> cohort = simulate_states(2, 6, 150, random_state=0)
     >>> windows = [dynamic_correlation(ts, 30, 5, device="cpu") for ts in cohort.timeseries]
-    >>> states = DFCStates(3, metric="euclidean", random_state=0, device="cpu").fit(windows)
+    >>> states = DFCStates(3, metric="euclidean", n_init=2, random_state=0, device="cpu")
+    >>> states = states.fit(windows)
     >>> states.cluster_centers_.shape, len(states.labels_)
-    ((3, 28), 4)
+    ((3, 15), 2)
     """
 
     _parameter_constraints = _PARAMETER_CONSTRAINTS
@@ -478,6 +488,15 @@ class DFCStates(BaseEstimator):
         Returns
         -------
         self
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> windows = [rng.standard_normal((20, 6)) for _ in range(3)]  # 3 subjects
+        >>> states = DFCStates(2, n_init=2, random_state=0, device="cpu")
+        >>> states.fit(windows).cluster_centers_.shape
+        (2, 6)
         """
         del y
         validate_estimator_params(self)
@@ -559,6 +578,15 @@ class DFCStates(BaseEstimator):
         -------
         list of ndarray of shape (n_windows,), or one such array when one
         subject was given.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> windows = [rng.standard_normal((20, 6)) for _ in range(3)]  # 3 subjects
+        >>> states = DFCStates(2, n_init=2, random_state=0, device="cpu")
+        >>> states.fit(windows).predict(rng.standard_normal((5, 6))).shape
+        (5,)
         """
         check_is_fitted(self)
         arrays, single = _subject_windows(windows)
@@ -603,7 +631,29 @@ class DFCStates(BaseEstimator):
         return labels.cpu().numpy()
 
     def fit_predict(self, windows, y=None):
-        """:meth:`fit`, then the training subjects' ``labels_``."""
+        """Fit, then return the training subjects' ``labels_``.
+
+        Parameters
+        ----------
+        windows : list of DynamicConnectivity or array-like of shape (n_windows, n_edges)
+            As for :meth:`fit`.
+        y : None
+            Ignored.
+
+        Returns
+        -------
+        list of ndarray of shape (n_windows,)
+            Each subject's state sequence.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> windows = [rng.standard_normal((20, 6)) for _ in range(3)]  # 3 subjects
+        >>> states = DFCStates(2, n_init=2, random_state=0, device="cpu")
+        >>> [labels.shape for labels in states.fit_predict(windows)]
+        [(20,), (20,), (20,)]
+        """
         return self.fit(windows, y).labels_
 
     def state_features(self, labels=None, *, subjects=None) -> StateFeatures:
@@ -621,6 +671,16 @@ class DFCStates(BaseEstimator):
         StateFeatures
             ``X`` (n_subjects, n_features) and ``feature_names``, ready for
             :func:`connscale.cross_validate`.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> windows = [rng.standard_normal((20, 6)) for _ in range(3)]  # 3 subjects
+        >>> states = DFCStates(2, n_init=2, random_state=0, device="cpu")
+        >>> features = states.fit(windows).state_features()
+        >>> features.X.shape, features.feature_names[:3]
+        ((3, 9), ['fraction_time_state-1', 'fraction_time_state-2', 'mean_dwell_time_state-1'])
         """
         check_is_fitted(self)
         sequences = self.labels_ if labels is None else labels
@@ -634,6 +694,20 @@ class DFCStates(BaseEstimator):
         ----------
         which : {'centers', 'means'}, default='centers'
             ``cluster_centers_`` or ``state_means_``.
+
+        Returns
+        -------
+        ndarray of shape (n_states, N, N)
+            Each state's edge vector as a symmetric matrix (N(N-1)/2 = n_edges).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> rng = np.random.default_rng(0)
+        >>> windows = [rng.standard_normal((20, 6)) for _ in range(3)]  # 3 subjects
+        >>> states = DFCStates(2, n_init=2, random_state=0, device="cpu")
+        >>> states.fit(windows).state_matrices(which="means").shape
+        (2, 4, 4)
         """
         from connscale._triu import vec_to_matrix
 
@@ -725,6 +799,17 @@ def elbow(
     dict
         ``n_states``, ``within``, ``between``, ``ratio`` (arrays, one value
         per k) and ``best`` (the elbow's k).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from connscale.states import elbow
+    >>> rng = np.random.default_rng(0)
+    >>> windows = [rng.standard_normal((30, 6)) for _ in range(2)]
+    >>> curve = elbow(windows, range(2, 5), exemplars=False, n_init=2, random_state=0,
+    ...               device="cpu")
+    >>> curve["n_states"].tolist(), curve["ratio"].shape, curve["best"] in (2, 3, 4)
+    ([2, 3, 4], (3,), True)
     """
     ks = [check_int(k, "n_states", minimum=2) for k in n_states]
     if len(ks) < 3:
