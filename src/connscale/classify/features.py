@@ -576,7 +576,7 @@ def load_pair_features(
 
 
 def load_feature_table(path: str | os.PathLike) -> FeatureSet:
-    """Load the group feature table of ``connscale bids ... group`` as a FeatureSet.
+    """Load the group feature table of ``connscale bids`` (group level) as a FeatureSet.
 
     Parameters
     ----------
