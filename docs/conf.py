@@ -18,8 +18,9 @@ DOCS = Path(__file__).resolve().parent
 sys.path.insert(0, str(DOCS.parent / "src"))  # document this checkout's connscale
 sys.path.insert(0, str(DOCS))  # the api_pages helper
 
-import connscale  # noqa: E402
 from _api_pages import write_api_pages  # noqa: E402
+
+import connscale  # noqa: E402
 
 project = "connscale"
 author = "connscale developers"

@@ -23,9 +23,10 @@ import nibabel as nib
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep  # noqa: E402
+
 from connscale.bidsapp.group import run_group  # noqa: E402
 from connscale.bidsapp.participant import run_participant  # noqa: E402
-from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep  # noqa: E402
 
 RUNS = [("01", None, "rest", None), ("02", None, "rest", None), ("03", None, "rest", None)]
 RUNS += [("04", None, "rest", None)]
@@ -37,7 +38,7 @@ _GENERIC = [
     (r"space-MNI152NLin2009cAsym", "space-<space>"),
     (r"seg-Slab4", "seg-<atlas>"),
     (r"atlas-Slab4", "atlas-<atlas>"),
-    (r"desc-simple", "desc-<strategy>"),
+    (r"desc-scrubbing", "desc-<strategy>"),
     (r"_\d{8}T\d{6}Z?", "_<when>"),
     (r"pid\d+", "pid<pid>"),
     (r"state\d+", "state<j>"),
@@ -51,7 +52,7 @@ def _generic(name: str) -> str:
 
 
 def _run(folder: Path, spelling: str) -> Path:
-    tree = make_fmriprep(folder / "fmriprep", RUNS, n_volumes=60)
+    tree = make_fmriprep(folder / "fmriprep", RUNS)
     nib.save(atlas_img(), folder / ATLAS)
     participants = folder / "participants.tsv"
     participants.write_text("participant_id\tdx\nsub-01\tA\nsub-02\tB\nsub-03\tA\nsub-04\tB\n")
@@ -61,17 +62,25 @@ def _run(folder: Path, spelling: str) -> Path:
         out,
         atlas=folder / ATLAS,
         atlas_name="Slab4",
-        strategy="simple",
+        strategy="scrubbing",
+        strategy_params={"motion": "basic", "wm_csf": "basic", "fd_threshold": 0.5, "scrub": 0},
         measures=MEASURES,
         window_length=20,
         n_atoms=2,
-        write_denoised=True,
         output_spelling=spelling,
         backend="serial",
     )
     if spelling == "giga":
-        run_group(out, atlas_name="Slab4", strategy="simple", participants=participants,
-                  target="dx", folds=2, repeats=1, n_states=2)
+        run_group(
+            out,
+            atlas_name="Slab4",
+            strategy="scrubbing",
+            participants=participants,
+            target="dx",
+            folds=2,
+            repeats=1,
+            n_states=2,
+        )
     return out
 
 
@@ -98,6 +107,7 @@ def _table(rows: dict[str, list[str]]) -> str:
 
 
 def main() -> None:
+    """Print the tables of both spellings."""
     warnings.simplefilter("ignore")
     with tempfile.TemporaryDirectory() as tmp:
         for spelling in ("giga", "xcpd"):

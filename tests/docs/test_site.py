@@ -80,7 +80,9 @@ def test_no_internal_link_is_dead():
 def test_link_check_sees_a_dead_link(tmp_path):
     page = tmp_path / "page.html"
     (tmp_path / "there.html").write_text('<p id="a">x</p>')
-    page.write_text('<a href="there.html#a">ok</a><a href="gone.html">dead</a><a href="https://x.org">ext</a>')
+    page.write_text(
+        '<a href="there.html#a">ok</a><a href="gone.html">dead</a><a href="https://x.org">ext</a>'
+    )
     missing = [link for link, target, _ in internal_links(page) if not target.exists()]
     assert missing == ["gone.html"]
 
