@@ -59,7 +59,7 @@ default_role = "py:obj"
 # Docstrings and examples write absolute values and set sizes as |r|, which
 # reStructuredText reads as a substitution: each one used is defined here as
 # its own text (a new one fails the build, "Undefined substitution").
-_ABSOLUTE = ("r", "coef", "weight", "X_k", "P₁ ∩ P₂", "P₂")
+_ABSOLUTE = ("r", "coef", "weight", "X_k", "P₁ ∩ P₂", "P₂", "P1 ∩ P2", "P2")
 rst_prolog = "\n".join(f".. |{t}| replace:: \\|{t}\\|" for t in _ABSOLUTE) + "\n"
 
 # The user guide is Markdown (MyST): its pages came from README.md's sections.
