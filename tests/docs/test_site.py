@@ -93,14 +93,12 @@ def gallery_pages() -> list[Path]:
     return sorted(pages, key=lambda p: "sphx-glr-single-img" not in p.read_text(encoding="utf-8"))
 
 
-def render_in_site(page: Path, scratch: Path) -> str:
+def render_in_site(page: Path, copy: Path, scratch: Path) -> str:
     """The DOM of a site page after Chromium loaded it with no network.
 
-    The site is copied into ``scratch`` (its relative links resolve as built),
-    and the page's copy marks each <img> rendered or not once loaded.
+    ``copy`` is a copy of the site (its relative links resolve as built), in
+    which the page is changed to mark each <img> rendered or not once loaded.
     """
-    copy = scratch / "site"
-    shutil.copytree(SITE, copy, symlinks=False)
     marked = copy / page.relative_to(SITE)
     text = marked.read_text(encoding="utf-8")
     marked.write_text(text.replace("</body>", _MARKER + "</body>"), encoding="utf-8")
@@ -136,9 +134,11 @@ def test_pages_render_with_their_figures(tmp_path):
         "correlation": SITE / "api" / "generated" / "connscale.correlation.html",
         **{f"example {p.stem}": p for p in examples[:2]},
     }
+    copy = tmp_path / "site"
+    shutil.copytree(SITE, copy)
     for what, page in pages.items():
         assert page.is_file(), f"{what}: {page} not built"
-        dom = render_in_site(page, tmp_path / what.replace(" ", "_"))
+        dom = render_in_site(page, copy, tmp_path / what.replace(" ", "_"))
         rendered = images(dom)
         assert "no" not in rendered, f"{what}: an image did not load ({rendered})"
         if what == "correlation":
