@@ -164,16 +164,10 @@ def precision(
     flag_help: str = PRECISION_HELP,
     group: str | None = None,
     levels: tuple[str, ...] = (),
-    deprecated_alias: bool = True,
 ):
-    """``precision``, ``--precision``, and the former ``--allow-tf32`` (deprecated)."""
-    flags = [Flag(("--precision",), group=group, choices=PRECISIONS, levels=levels, help=flag_help)]
-    if deprecated_alias:
-        flags.append(
-            Flag(("--allow-tf32",), group=group, dest="precision", const="tf32", nargs=0,
-                 action=("deprecated_alias", "--precision tf32"), levels=levels)
-        )  # fmt: skip
-    return param("exact", constraints=[StrOptions(PRECISIONS)], doc=doc, flag=tuple(flags))
+    """``precision`` and its ``--precision``."""
+    flag = Flag(("--precision",), group=group, choices=PRECISIONS, levels=levels, help=flag_help)
+    return param("exact", constraints=[StrOptions(PRECISIONS)], doc=doc, flag=flag)
 
 
 def threshold(

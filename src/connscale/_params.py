@@ -75,10 +75,9 @@ class Flag:
     argument group (None: the parser's own). ``default`` is the field's
     unless given (``FIELD_DEFAULT``). ``dest`` is the field's name unless
     given; ``convert`` turns the parsed value into the field's (``--no-reports``
-    into ``reports``). ``action`` is argparse's (``"store_true"``) or, as a
-    tuple, a factory of ``connscale.cli._types`` and its arguments
-    (``("deprecated_alias", "--precision tf32")``). ``levels`` names the analysis levels the option
-    applies to; ``required`` makes an option (``--out``) required.
+    into ``reports``). ``action`` is argparse's (``"store_true"``). ``levels``
+    names the analysis levels the option applies to; ``required`` makes an
+    option (``--out``) required.
     """
 
     names: tuple[str, ...]
@@ -88,7 +87,7 @@ class Flag:
     metavar: str | None = None
     choices: tuple | None = None
     default: object = FIELD_DEFAULT
-    action: str | tuple | None = None
+    action: str | None = None
     nargs: str | int | None = None
     const: object = None
     dest: str | None = None
@@ -292,14 +291,6 @@ def _resolve_type(spec, types) -> Callable | None:
     return getattr(types, factory)(*(getattr(types, a) if isinstance(a, str) else a for a in args))
 
 
-def _resolve_action(spec, types):
-    """Return argparse's ``action``: its own name, or a factory of ``types`` called."""
-    if spec is None or isinstance(spec, str):
-        return spec
-    factory, *args = spec
-    return getattr(types, factory)(*args)
-
-
 def _flag_default(flag: Flag, f: dataclasses.Field):
     if flag.default is not FIELD_DEFAULT:
         return flag.default
@@ -332,7 +323,7 @@ def add_arguments(parser, config: type, groups: Mapping, types) -> None:
             "type": _resolve_type(flag.type, types),
             "metavar": flag.metavar,
             "choices": None if flag.choices is None else list(flag.choices),
-            "action": _resolve_action(flag.action, types),
+            "action": flag.action,
             "nargs": flag.nargs,
             "const": flag.const,
             "help": flag.help,

@@ -495,23 +495,6 @@ class SequenceOf(_Constraint):
         return f"a non-empty sequence, each {self.item}"
 
 
-class Hidden(_Constraint):
-    """A constraint that holds but is not named in messages.
-
-    As scikit-learn's ``Hidden``: the sentinel default of a renamed keyword,
-    say.
-    """
-
-    def __init__(self, constraint):
-        self.constraint = make_constraint(constraint)
-
-    def is_satisfied_by(self, value) -> bool:
-        return self.constraint.is_satisfied_by(value)
-
-    def __str__(self) -> str:
-        return str(self.constraint)
-
-
 class _InstanceOf(_Constraint):
     def __init__(self, kind):
         self.kind = kind
@@ -684,7 +667,7 @@ def make_constraint(spec) -> _Constraint:
 
 
 def _describe(constraints: list[_Constraint]) -> str:
-    words = [str(c) for c in constraints if not isinstance(c, (_NoneConstraint, Hidden))]
+    words = [str(c) for c in constraints if not isinstance(c, _NoneConstraint)]
     if any(isinstance(c, _NoneConstraint) for c in constraints):
         words.append("None")
     if len(words) == 1:

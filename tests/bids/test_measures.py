@@ -138,7 +138,7 @@ def test_dfc_and_pairs_equal_the_api(outputs):
         assert [x.decode() for x in h5["labels"][()]] == names
         kept = h5["kept_volumes"][()]
         onsets = h5["window_onsets"][()]
-        np.testing.assert_array_equal(onsets, pairs.window_onsets)
+        np.testing.assert_array_equal(onsets, pairs.window_starts)
         np.testing.assert_array_equal(h5["window_onset_volumes"][()], kept[onsets])
         np.testing.assert_allclose(h5["window_onset_seconds"][()], kept[onsets] * T_R)
         assert kept.size == series.shape[0] < 30  # scrubbing censored volumes

@@ -84,9 +84,8 @@ def test_every_field_is_a_keyword_a_checked_parameter_and_a_docstring_entry(comm
 def test_fc_command_line_gives_the_keywords(tmp_path):
     scan = tmp_path / "x.npy"
     scan.touch()
-    argv = ["fc", str(scan), "--out", str(tmp_path), "--threshold", "0.3", "--allow-tf32"]
-    with pytest.warns(FutureWarning, match="--precision tf32"):
-        args = build_parser().parse_args(argv)
+    argv = ["fc", str(scan), "--out", str(tmp_path), "--threshold", "0.3", "--precision", "tf32"]
+    args = build_parser().parse_args(argv)
     config, _ = _declaration("fc")
     keywords = keywords_from_args(args, config)
     assert keywords["threshold"] == 0.3 and keywords["precision"] == "tf32"
@@ -104,9 +103,8 @@ def test_dfc_command_line_gives_the_keywords(tmp_path):
     scan = tmp_path / "x.npy"
     scan.touch()
     argv = ["dfc", str(scan), "--out", str(tmp_path), "--window", "44s", "--kind", "lowrank"]
-    argv += ["--rank", "3", "--seed", "7", "--allow-tf32", "-q"]
-    with pytest.warns(FutureWarning, match="--precision tf32"):
-        args = build_parser().parse_args(argv)
+    argv += ["--rank", "3", "--seed", "7", "--precision", "tf32", "-q"]
+    args = build_parser().parse_args(argv)
     config, _ = _declaration("dfc")
     keywords = keywords_from_args(args, config)
     assert keywords["window"] == "44s" and keywords["step"] == "1" and keywords["t_r"] is None
@@ -153,9 +151,8 @@ def _life_argv(tmp_path, *extra):
 
 def test_life_command_line_gives_the_keywords(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    argv = _life_argv(tmp_path, "--lambda-sweep", "0,0.5", "--iters", "40", "--sphere", "100")
-    with pytest.warns(FutureWarning, match="--iters was renamed --max-iter"):
-        args = build_parser().parse_args(argv)
+    argv = _life_argv(tmp_path, "--lambda-sweep", "0,0.5", "--max-iter", "40", "--sphere", "100")
+    args = build_parser().parse_args(argv)
     config, _ = _declaration("life")
     keywords = keywords_from_args(args, config)
     assert keywords["max_iter"] == 40 and keywords["lam_sweep"] == [0.0, 0.5]
@@ -174,9 +171,8 @@ def test_life_entry_checks_its_fields(tmp_path):
 def test_r1dl_command_line_gives_the_keywords(tmp_path):
     scan = tmp_path / "x.npy"
     scan.touch()
-    argv = ["r1dl", str(scan), "--atoms", "3", "-r", "0.07", "--out", str(tmp_path)]
-    with pytest.warns(FutureWarning, match="--atoms was renamed --n-components"):
-        args = build_parser().parse_args([*argv, "--no-standardize", "-q"])
+    argv = ["r1dl", str(scan), "--n-components", "3", "-r", "0.07", "--out", str(tmp_path)]
+    args = build_parser().parse_args([*argv, "--no-standardize", "-q"])
     config, _ = _declaration("r1dl")
     keywords = keywords_from_args(args, config)
     assert keywords["n_components"] == 3 and keywords["sparsity"] == 0.07
@@ -254,9 +250,8 @@ def test_maps_command_line_gives_the_keywords(tmp_path):
     scan = tmp_path / "sub-01_bold.nii.gz"
     scan.touch()
     argv = ["maps", str(scan), "--out", str(tmp_path), "--degree", "0.2,0.3", "--sparsity",
-            "0.01", "--seed=-10,20,4", "--seed", "1,2,3", "--allow-tf32", "-q"]  # fmt: skip
-    with pytest.warns(FutureWarning, match="--precision tf32"):
-        args = build_parser().parse_args(argv)
+            "0.01", "--seed=-10,20,4", "--seed", "1,2,3", "--precision", "tf32", "-q"]  # fmt: skip
+    args = build_parser().parse_args(argv)
     config, _ = _declaration("maps")
     keywords = keywords_from_args(args, config)
     assert keywords["degree"] == [0.2, 0.3] and keywords["sparsity"] == [0.01]

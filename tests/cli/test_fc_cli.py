@@ -199,8 +199,7 @@ def test_fc_precision_flag_is_logged(tmp_path, rng, monkeypatch):
     exact, _ = load_relmat(tmp_path / "b" / f"{func}.h5")
     fp32, _ = load_relmat(tmp_path / "a" / f"{func}.h5")
     np.testing.assert_allclose(exact.toarray(), fp32.toarray(), atol=2e-6)
-    with pytest.warns(FutureWarning, match="--allow-tf32 was renamed --precision tf32"):
-        assert main([*argv, "--out", str(tmp_path / "c"), "--allow-tf32"]) == 0
+    assert main([*argv, "--out", str(tmp_path / "c"), "--precision", "tf32"]) == 0
     log = json.loads((tmp_path / "c" / f"{func}_log.json").read_text())
     assert log["parameters"]["precision"] == "tf32"
     assert main([*argv, "--out", str(tmp_path / "d"), "--precision", "fp16"]) != 0

@@ -10,13 +10,11 @@ import json
 import os
 import subprocess
 import sys
-from numbers import Integral
 from pathlib import Path
 
 import pytest
 
 import connscale
-from connscale._validation import InvalidParameterError, validate_parameter_values
 from connscale.cli.main import _COMMANDS, _message, build_parser
 
 #: Top-level packages that must not be imported to start.
@@ -146,16 +144,3 @@ def test_os_errors_name_the_file():
     assert _message(error, parser.subcommands["fc"]) == (
         "a.tmp: Invalid cross-device link (-> b.h5)"
     )
-
-
-def test_hidden_constraint_is_not_named():
-    from connscale._deprecation import DEPRECATED
-    from connscale._validation import Hidden, Interval, StrOptions
-
-    constraints = {
-        "n_iter": [Interval(Integral, 1, None, closed="left"), Hidden(StrOptions({DEPRECATED}))]
-    }
-    validate_parameter_values(constraints, {"n_iter": DEPRECATED}, "f")
-    with pytest.raises(InvalidParameterError) as info:
-        validate_parameter_values(constraints, {"n_iter": 0}, "f")
-    assert "deprecated" not in str(info.value) and "str" not in str(info.value)

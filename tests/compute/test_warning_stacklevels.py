@@ -80,17 +80,6 @@ CALLS = [
         lambda: connscale.r1dl(np.zeros((20, 10)), 2, 3, random_state=0, device="cpu"),
     ),
     (
-        "r1dl n_atoms renamed",
-        FutureWarning,
-        lambda: connscale.r1dl(
-            np.random.default_rng(4).standard_normal((20, 15)),
-            n_atoms=1,
-            sparsity=3,
-            random_state=0,
-            device="cpu",
-        ),
-    ),
-    (
         "R1DL.fit",
         ConvergenceWarning,
         lambda: connscale.R1DL(2, 3, max_iter=1, tol=1e-12, random_state=0, device="cpu").fit(

@@ -333,8 +333,8 @@ def test_host_buffer_receives_results():
         assert_allclose(result[i], plain[i], atol=ATOL["float32"], rtol=0)
 
 
-def test_allow_tf32_is_recorded_and_harmless_on_cpu():
-    result = dynamic_correlation(X, 10, 3, device="cpu", allow_tf32=True)
+def test_precision_tf32_is_recorded_and_harmless_on_cpu():
+    result = dynamic_correlation(X, 10, 3, device="cpu", precision="tf32")
     plain = dynamic_correlation(X, 10, 3, device="cpu")
     assert result.parameters["precision"] == "tf32"
     assert_array_equal(result[4], plain[4])

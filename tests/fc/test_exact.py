@@ -395,16 +395,12 @@ def test_precision_is_validated(call):
         call(x)
 
 
-def test_allow_tf32_is_precision_tf32():
+def test_precision_tf32_warns_nothing():
     x = np.random.default_rng(0).standard_normal((30, 5))
-    with pytest.warns(FutureWarning, match="'allow_tf32' was renamed 'precision'"):
-        result = connscale.dynamic_correlation(x, 10, device="cpu", allow_tf32=True)
+    result = connscale.dynamic_correlation(x, 10, device="cpu", precision="tf32")
     assert result.parameters["precision"] == "tf32"
-    with pytest.warns(FutureWarning):
-        result = connscale.dynamic_correlation(x, 10, device="cpu", allow_tf32=False)
+    result = connscale.dynamic_correlation(x, 10, device="cpu")
     assert result.parameters["precision"] == "exact"
-    with pytest.raises(ValueError, match="pass only 'precision'"):
-        connscale.correlation(x, device="cpu", allow_tf32=True, precision="fp32")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         dense = connscale.correlation(x, device="cpu", precision="tf32")

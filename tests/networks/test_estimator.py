@@ -119,10 +119,3 @@ def test_fit_validates_its_parameters_once_before_any_work(params, message, monk
         np.random.default_rng(0).standard_normal((20, 15))
     )
     assert calls == ["R1DL.fit", "R1DL.fit"]  # its parameters and checkpoint; not r1dl's
-
-
-def test_r1dl_checks_the_deprecated_n_atoms_as_n_components():
-    from connscale.networks import r1dl
-
-    with pytest.raises(ValueError, match=r"The 'n_atoms' parameter of r1dl must be an int"):
-        r1dl(np.ones((10, 5)), n_atoms=0, sparsity=2)

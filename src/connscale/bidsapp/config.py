@@ -275,7 +275,6 @@ class ParticipantConfig:
         "CPU computes in fp32).",
         group=ATLAS,
         levels=("participant",),
-        deprecated_alias=False,
     )
     n_atoms: int = param(
         10,

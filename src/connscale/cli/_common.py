@@ -22,8 +22,6 @@ logger = logging.getLogger("connscale")
 API_ALIASES = {
     "window_length": ("window", "window_length"),
     "random_state": ("seed", "random_state"),
-    "n_atoms": ("n_components", "n_atoms"),
-    "n_iter": ("max_iter",),
     "strategy": ("denoise",),
     "n_states": ("states",),
     "network_sparsity": ("sparsity",),

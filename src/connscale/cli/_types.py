@@ -15,7 +15,6 @@ import argparse
 import math
 import os
 import re
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -279,44 +278,6 @@ def output_folder(text: str) -> Path:
                 raise _Error(f"{text!r} {where}; expected a folder (new or existing)")
             break
     return path
-
-
-class DeprecatedAlias(argparse.Action):
-    """A former option name, kept for one release.
-
-    It stores into the new option's ``dest`` (``const`` for a flag,
-    ``nargs=0``) and warns (FutureWarning) naming the new one.
-    """
-
-    def __init__(self, option_strings, dest, *, new: str, **kwargs) -> None:
-        self.new = new
-        kwargs.setdefault("help", argparse.SUPPRESS)
-        super().__init__(option_strings, dest, **kwargs)
-
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
-        warnings.warn(
-            f"{option_string} was renamed {self.new}; {option_string} will be "
-            f"removed in connscale 0.2. Pass {self.new} instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
-        setattr(namespace, self.dest, self.const if self.nargs == 0 else values)
-
-
-def deprecated_alias(new: str) -> type[DeprecatedAlias]:
-    """Return the argparse action of a former option that ``new`` replaces.
-
-    A :class:`DeprecatedAlias` whose ``new`` is given, for a flag declared
-    by its field (:class:`connscale._params.Flag`'s ``action``).
-    """
-    return type("DeprecatedAlias", (DeprecatedAlias,), {"__init__": _alias_init(new)})
-
-
-def _alias_init(new: str):
-    def __init__(self, option_strings, dest, **kwargs) -> None:  # noqa: N807 - a method
-        DeprecatedAlias.__init__(self, option_strings, dest, new=new, **kwargs)
-
-    return __init__
 
 
 def dummy_scans(text: str) -> int | str:

@@ -38,8 +38,6 @@ from connscale.io.bids import dataset_relative
 
 #: The mutually exclusive --lambda / --lambda-sweep.
 LAMBDA = "lambda"
-#: --max-iter and its former name --iters, mutually exclusive.
-ITERATIONS = "iterations"
 
 _NON_NEGATIVE = Interval(Real, 0, None, closed="left")
 _COUNT = Interval(Integral, 1, None, closed="left")
@@ -117,13 +115,8 @@ class LifeConfig:
         500,
         constraints=[_COUNT],
         doc="Most SBB-NNLS iterations (the reference's ``maxit``).",
-        flag=(
-            Flag(("--max-iter",), group=ITERATIONS, type="count",
-                 help="Most SBB iterations (reference maxit)."),
-            Flag(("--iters",), group=ITERATIONS, type="count",
-                 action=("deprecated_alias", "--max-iter")),
-        ),
-    )  # fmt: skip
+        flag=Flag(("--max-iter",), type="count", help="Most SBB iterations (reference maxit)."),
+    )
     tol: float = param(
         1e-5,
         constraints=[_NON_NEGATIVE],
@@ -188,7 +181,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     groups = {
         None: parser,
         LAMBDA: parser.add_mutually_exclusive_group(),
-        ITERATIONS: parser.add_mutually_exclusive_group(),
         _fields.COMPUTATION: parser.add_argument_group(_fields.COMPUTATION),
     }
     add_arguments(parser, LifeConfig, groups, _types)

@@ -58,8 +58,6 @@ logger = logging.getLogger("connscale")
 _N_FIGURE = 4
 _TABLE_SUFFIXES = (".npy", ".tsv", ".csv", ".txt")
 _COUNT = Interval(Integral, 1, None, closed="left")
-#: --n-components and its former name --atoms, mutually exclusive, one required.
-COMPONENTS = "components"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,12 +78,8 @@ class R1dlConfig:
     n_components: int = param(
         constraints=[_COUNT],
         doc="Number of networks K.",
-        flag=(
-            Flag(("--n-components", "-k"), group=COMPONENTS, type="count",
-                 metavar="N_COMPONENTS", help="Number of networks K."),
-            Flag(("--atoms",), group=COMPONENTS, type="count",
-                 action=("deprecated_alias", "--n-components")),
-        ),
+        flag=Flag(("--n-components", "-k"), type="count", metavar="N_COMPONENTS", required=True,
+                  help="Number of networks K."),
     )  # fmt: skip
     sparsity: int | float = param(
         constraints=[_COUNT, Interval(Real, 0, 1, closed="right")],
@@ -185,7 +179,6 @@ def add_parser(subparsers) -> None:
     )
     groups = {
         None: parser,
-        COMPONENTS: parser.add_mutually_exclusive_group(required=True),
         _fields.COMPUTATION: parser.add_argument_group(_fields.COMPUTATION),
     }
     add_arguments(parser, R1dlConfig, groups, _types)

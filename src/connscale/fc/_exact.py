@@ -68,7 +68,6 @@ import torch
 
 from connscale._compute import allow_tf32
 from connscale._compute.device import use_triton
-from connscale._deprecation import DEPRECATED, renamed
 from connscale.fc import _tiles
 from connscale.fc._kernel_helpers import split_tf32, tf32_round
 from connscale.fc.sparse import compact_tile, keep_mask
@@ -165,18 +164,6 @@ class Confirmation:
 
 
 # --- the choice -------------------------------------------------------------
-
-
-def resolve_precision(precision: str, allow_tf32_value) -> str:
-    """Return ``precision``, resolving the deprecated ``allow_tf32``.
-
-    The former ``allow_tf32`` (True: ``'tf32'``; False: the default,
-    ``'exact'``) is taken with a FutureWarning.
-    """
-    if isinstance(allow_tf32_value, str) and allow_tf32_value == DEPRECATED:
-        return precision
-    old = "tf32" if allow_tf32_value else "exact"
-    return renamed(precision, old, new="precision", old="allow_tf32", new_default="exact")
 
 
 def exact_method(u: torch.Tensor, precision: str) -> str | None:

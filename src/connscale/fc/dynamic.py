@@ -53,11 +53,9 @@ from connscale._compute.memory import (
     MemoryPlanner,
 )
 from connscale._compute.transfer import DeviceToHost
-from connscale._deprecation import DEPRECATED
 from connscale._docs import fill_doc
 from connscale._validation import (
     MIN_WINDOW_LENGTH,
-    Hidden,
     Interval,
     StrOptions,
     check_kind_options,
@@ -557,7 +555,6 @@ def _runs(indices: list[int], size: int) -> list[list[int]]:
         "memory_limit": ["memory", None],
         "compute_error": ["boolean"],
         "precision": [StrOptions(PRECISIONS)],
-        "allow_tf32": ["boolean", Hidden(StrOptions({DEPRECATED}))],
         "taper": [StrOptions(TAPERS)],
         "taper_sigma": [Interval(Real, 0, None, closed="neither")],
         "t_r": [Interval(Real, 0, None, closed="neither"), None],
@@ -584,7 +581,6 @@ def dynamic_correlation(  # noqa: PLR0913 - public keywords (one per window, sto
     host_buffer=None,
     compute_error: bool = False,
     precision: str = "exact",
-    allow_tf32: bool | str = DEPRECATED,
     taper: str = "rectangular",
     taper_sigma: float = 3.0,
     t_r: float | None = None,
@@ -653,8 +649,6 @@ def dynamic_correlation(  # noqa: PLR0913 - public keywords (one per window, sto
         ``'tf32'`` TF32 products (inputs rounded to 10 mantissa bits: values
         near the threshold can flip). Other kinds compute in fp32 unless
         ``'tf32'``. The CPU computes in fp32 for ``'exact'``.
-    allow_tf32 : bool
-        Deprecated: ``allow_tf32=True`` is ``precision='tf32'``.
     taper : {'rectangular', 'gaussian'}, default='rectangular'
         ``'gaussian'``: Allen et al. (2014)'s tapered window, the rectangle
         of w time points convolved with a Gaussian of ``taper_sigma`` time
@@ -696,7 +690,6 @@ def dynamic_correlation(  # noqa: PLR0913 - public keywords (one per window, sto
     >>> len(dfc), dfc[0].shape
     (7, (15,))
     """
-    precision = _exact.resolve_precision(precision, allow_tf32)
     array = _check_series(timeseries)
     windows = _check_windows(array.shape[0], window_length, step, taper, taper_sigma, t_r)
     storage = _check_storage(

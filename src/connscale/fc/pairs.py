@@ -70,7 +70,6 @@ class PairwiseDFC:
     window_starts : ndarray of int64 or list of ndarray
         First time point of each window (a list, one per scan, when the
         scans differ in length), as :attr:`DynamicConnectivity.window_starts`.
-        ``window_onsets`` is its deprecated former name.
     window_length : int
     step : int
     n_constant : int
@@ -83,17 +82,6 @@ class PairwiseDFC:
     window_length: int
     step: int
     n_constant: int = 0
-
-    @property
-    def window_onsets(self):
-        """Deprecated former name of ``window_starts`` (removed in 0.2)."""
-        warnings.warn(
-            "'window_onsets' was renamed 'window_starts'; 'window_onsets' will be "
-            "removed in connscale 0.2. Use 'window_starts' instead.",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return self.window_starts
 
     @property
     def n_scans(self) -> int:

@@ -34,10 +34,8 @@ from connscale._compute import (
     allow_tf32 as _allow_tf32,
 )
 from connscale._compute.device import numpy_dtype
-from connscale._deprecation import DEPRECATED
 from connscale._docs import fill_doc
 from connscale._validation import (
-    Hidden,
     Interval,
     StrOptions,
     check_not_all_constant,
@@ -70,7 +68,6 @@ _PARAMETER_CONSTRAINTS = {
     "dtype": ["dtype"],
     "memory_limit": ["memory", None],
     "precision": [StrOptions(PRECISIONS)],
-    "allow_tf32": ["boolean", Hidden(StrOptions({DEPRECATED}))],
     "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
 }
 
@@ -99,7 +96,6 @@ def correlation(
     memory_limit: int | str | MemoryPlanner | None = None,
     out=None,
     precision: str = "exact",
-    allow_tf32: bool | str = DEPRECATED,
     verbose: int = 0,
 ):
     """Pearson correlation of every pair of series.
@@ -139,8 +135,6 @@ def correlation(
         decimal digits: pairs within ~1e-3 of the threshold may be kept or
         dropped wrongly). Other kinds compute in fp32 unless ``'tf32'``. The
         CPU computes in fp32 for ``'exact'``.
-    allow_tf32 : bool
-        Deprecated: ``allow_tf32=True`` is ``precision='tf32'``.
     %(verbose)s
 
     Returns
@@ -187,7 +181,6 @@ def correlation(
         memory_limit=memory_limit,
         out=out,
         precision=precision,
-        allow_tf32=allow_tf32,
         verbose=verbose,
     )
     return result
@@ -205,7 +198,6 @@ def compute_correlation(
     memory_limit=None,
     out=None,
     precision="exact",
-    allow_tf32=DEPRECATED,
     verbose=0,
     attrs=None,
 ):
@@ -215,7 +207,6 @@ def compute_correlation(
     the number of constant series and, when the exact scheme ran, its
     :class:`~connscale.fc._exact.Confirmation` (else None), for logs and reports.
     """
-    precision = _exact.resolve_precision(precision, allow_tf32)
     if kind == "sparse":
         if threshold is None:
             raise ValueError("kind='sparse' needs a 'threshold' (e.g. 0.5).")

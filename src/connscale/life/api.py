@@ -22,10 +22,8 @@ from sklearn.utils.validation import check_is_fitted
 
 from connscale._choices import LIFE_FORMULATIONS
 from connscale._compute import MemoryPlanner, parse_memory, planner_for, resolve_device
-from connscale._deprecation import DEPRECATED, renamed
 from connscale._docs import fill_doc
 from connscale._validation import (
-    Hidden,
     Interval,
     SequenceOf,
     StrOptions,
@@ -476,7 +474,6 @@ def lambda_max(model: LiFEModel) -> float:
 _PARAMETER_CONSTRAINTS = {
     "lam": [Interval(Real, 0, None, closed="left")],
     "max_iter": [Interval(Integral, 1, None, closed="left")],
-    "n_iter": [Interval(Integral, 1, None, closed="left"), Hidden(StrOptions({DEPRECATED}))],
     "tol": [Interval(Real, 0, None, closed="left"), None],
     "formulation": [StrOptions(set(LIFE_FORMULATIONS))],
     "device": ["device", None],
@@ -488,11 +485,10 @@ _PARAMETER_CONSTRAINTS = {
     "checkpoint_every": [Interval(Integral, 1, None, closed="left")],
     "lambdas": [SequenceOf(Interval(Real, 0, None, closed="left")), None],
 }
-_SOLVE_PARAMETERS = ("lam", "max_iter", "n_iter", "tol", "verbose", "checkpoint_every")
+_SOLVE_PARAMETERS = ("lam", "max_iter", "tol", "verbose", "checkpoint_every")
 _ESTIMATOR_PARAMETERS = (
     "lam",
     "max_iter",
-    "n_iter",
     "tol",
     "formulation",
     "device",
@@ -516,7 +512,6 @@ def solve(
     operator_options: dict | None = None,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 50,
-    n_iter: int | str = DEPRECATED,
 ) -> LiFEFit:
     """Weights of a built model by preconditioned SBB-NNLS.
 
@@ -552,14 +547,11 @@ def solve(
         once. Several solves can share a folder.
     checkpoint_every : int, default=50
         Updates between checkpoints.
-    n_iter : int
-        Former name of ``max_iter``; deprecated, removed in 0.2.
 
     Returns
     -------
     LiFEFit
     """
-    n_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     lam = float(lam)
     base = LiFEOperator(model, **(operator_options or {}))
     h = base.column_norms_sq()
@@ -577,14 +569,14 @@ def solve(
     state = saver = None
     if checkpoint is not None:
         saved = SolverCheckpoint(
-            checkpoint, solver_key(model.signal, h, x0=xp0, lam=lam, n_iter=int(n_iter), tol=tol)
+            checkpoint, solver_key(model.signal, h, x0=xp0, lam=lam, n_iter=int(max_iter), tol=tol)
         )
         state, saver = saved.load(), saved.save
     res = sbb_nnls(
         op,
         model.signal,
         lam=lam,
-        max_iter=int(n_iter),
+        max_iter=int(max_iter),
         tol_grad=tol,
         tol_obj=tol,
         x0=xp0,
@@ -637,16 +629,13 @@ def split_rmse(
     operator_options: dict | None = None,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 50,
-    n_iter: int | str = DEPRECATED,
 ) -> np.ndarray:
     """Cross-validated per-voxel RMSE by a gradient-direction split.
 
     Fits on one half of the directions and predicts the other half (the
     prediction demeaned per voxel, as the held-out signal is). ``checkpoint``
-    and ``checkpoint_every`` are passed to :func:`connscale.life.solve`;
-    ``n_iter`` is the deprecated former name of ``max_iter``.
+    and ``checkpoint_every`` are passed to :func:`connscale.life.solve`.
     """
-    max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     da, db = split_directions(model, random_state=random_state)
     ma, mb = submodel(model, da), submodel(model, db)
     fa = solve(
@@ -674,7 +663,6 @@ def lambda_sweep(
     operator_options: dict | None = None,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 50,
-    n_iter: int | str = DEPRECATED,
 ) -> list[dict]:
     """Fit each λ, warm-started from the previous one, and report each fit.
 
@@ -683,10 +671,8 @@ def lambda_sweep(
 
     Cross-validation uses ``data_repeat`` when given, otherwise a
     gradient-direction split (one split for all λ). ``checkpoint`` and
-    ``checkpoint_every`` are passed to every :func:`connscale.life.solve`;
-    ``n_iter`` is the deprecated former name of ``max_iter``.
+    ``checkpoint_every`` are passed to every :func:`connscale.life.solve`.
     """
-    max_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     lams = [float(x) for x in lams]
     if data_repeat is None:
         da, db = split_directions(model, random_state=random_state)
@@ -937,7 +923,6 @@ def fit(  # noqa: PLR0913 - public keywords: the LiFE estimator's and the inputs
     verbose: int = 0,
     checkpoint: str | os.PathLike | None = None,
     checkpoint_every: int = 50,
-    n_iter: int | str = DEPRECATED,
 ) -> LiFEFit:
     """Fit LiFE (λ = 0) or ReAl-LiFE (λ > 0) to a dMRI scan and a tractogram.
 
@@ -996,8 +981,6 @@ def fit(  # noqa: PLR0913 - public keywords: the LiFE estimator's and the inputs
         resumes (see :func:`solve`).
     checkpoint_every : int, default=50
         Updates between checkpoints.
-    n_iter : int
-        Former name of ``max_iter``; deprecated, removed in 0.2.
 
     Returns
     -------
@@ -1021,7 +1004,6 @@ def fit(  # noqa: PLR0913 - public keywords: the LiFE estimator's and the inputs
     >>> result.weights.shape
     (720,)
     """
-    n_iter = renamed(max_iter, n_iter, new="max_iter", old="n_iter", new_default=500)
     _check_sweep(lam, lambdas, x0)
     dev = resolve_device(device)
     planner = planner_for(dev, memory_limit, hint=MEMORY_HINT)
@@ -1034,7 +1016,7 @@ def fit(  # noqa: PLR0913 - public keywords: the LiFE estimator's and the inputs
     start = time.perf_counter()
     model, ops = _build(inputs, planner, sphere=sphere, formulation=formulation, dtype=dtype)
     timings["build"] = time.perf_counter() - start
-    options = _SolveOptions(n_iter, tol, random_state, verbose, ops, checkpoint, checkpoint_every)
+    options = _SolveOptions(max_iter, tol, random_state, verbose, ops, checkpoint, checkpoint_every)
     start = time.perf_counter()
     if lambdas is not None:
         result = _fit_sweep(model, inputs, lambdas, options)
@@ -1063,8 +1045,6 @@ class LiFE(BaseEstimator):
         Cross-validate the fit by a gradient-direction split (``cv_rmse_``).
     random_state : int, Generator or None, default=None
         Draws that split.
-    n_iter : int
-        Former name of ``max_iter``; deprecated, removed in 0.2.
 
     Attributes
     ----------
@@ -1101,7 +1081,6 @@ class LiFE(BaseEstimator):
         cross_validate: bool = False,
         random_state: int | np.random.Generator | None = None,
         verbose: int = 0,
-        n_iter: int | str = DEPRECATED,
     ) -> None:
         self.lam = lam
         self.max_iter = max_iter
@@ -1113,7 +1092,6 @@ class LiFE(BaseEstimator):
         self.cross_validate = cross_validate
         self.random_state = random_state
         self.verbose = verbose
-        self.n_iter = n_iter
 
     def fit(
         self,
@@ -1178,9 +1156,6 @@ class LiFE(BaseEstimator):
                 )
             dwi, bvals = X, y
         validate_estimator_params(self)
-        max_iter = renamed(
-            self.max_iter, self.n_iter, new="max_iter", old="n_iter", new_default=500
-        )
         for name in ("fit_", "weights_", "objective_", "n_iter_", "voxel_rmse_", "cv_rmse_"):
             self.__dict__.pop(name, None)
         with skip_nested_validation():
@@ -1192,7 +1167,7 @@ class LiFE(BaseEstimator):
                 affine=affine,
                 mask=mask,
                 lam=self.lam,
-                max_iter=max_iter,
+                max_iter=self.max_iter,
                 tol=self.tol,
                 sphere=self.sphere,
                 formulation=self.formulation,

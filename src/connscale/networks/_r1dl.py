@@ -39,7 +39,6 @@ from connscale._compute.memory import (
     format_bytes,
     memory_budget,
 )
-from connscale._deprecation import DEPRECATED, renamed
 from connscale._docs import fill_doc
 from connscale._validation import (
     Interval,
@@ -211,16 +210,8 @@ class _Placement:
     storage: str
 
 
-def _check_options(n_components, n_atoms, backend, cluster, storage: str) -> int:
-    """Return the number of atoms (``n_atoms`` is the deprecated name).
-
-    ``storage`` and ``cluster`` given to a backend that does not use them are refused.
-    """
-    if not (isinstance(n_atoms, str) and n_atoms == DEPRECATED):
-        validate_parameter_values(
-            {"n_atoms": _PARAMETER_CONSTRAINTS["n_components"]}, {"n_atoms": n_atoms}, "r1dl"
-        )
-    n_atoms = int(renamed(n_components, n_atoms, new="n_components", old="n_atoms", new_default=20))
+def _check_options(backend, cluster, storage: str) -> None:
+    """Refuse ``storage`` and ``cluster`` given to a backend that does not use them."""
     if not isinstance(backend, Engine):
         if backend != "local" and storage != "auto":
             raise ValueError(
@@ -232,7 +223,6 @@ def _check_options(n_components, n_atoms, backend, cluster, storage: str) -> int
                 "'cluster' is only used by the 'dask' and 'spark' backends; got "
                 f"cluster={cluster!r} with backend='local'."
             )
-    return n_atoms
 
 
 def _atom_settings(
@@ -702,7 +692,6 @@ def r1dl(  # noqa: PLR0913 - public keywords: the R1DL estimator's and the check
     storage: str = "auto",
     checkpoint=None,
     verbose: int = 0,
-    n_atoms=DEPRECATED,
 ) -> R1DLResult:
     """Learn sparse functional networks by rank-1 dictionary learning.
 
@@ -772,8 +761,6 @@ def r1dl(  # noqa: PLR0913 - public keywords: the R1DL estimator's and the check
         backend, device and thread count). Atoms of another run are
         replaced. The folder is kept after the run.
     %(verbose)s
-    n_atoms : int
-        Former name of ``n_components``; deprecated, removed in 0.2.
 
     Returns
     -------
@@ -803,7 +790,8 @@ def r1dl(  # noqa: PLR0913 - public keywords: the R1DL estimator's and the check
     >>> res.dictionary.shape, res.loadings.shape
     ((60, 3), (3, 500))
     """
-    n_atoms = _check_options(n_components, n_atoms, backend, cluster, storage)
+    _check_options(backend, cluster, storage)
+    n_atoms = int(n_components)
     block_size = None if block_size is None else int(block_size)
     reading = _Reading(resolve_dtype(dtype), standardize, block_size)
     source = _blocks.open_source(S, name="S")
