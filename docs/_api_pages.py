@@ -72,6 +72,7 @@ def module_page(module_name: str, title: str, top: set[str]) -> str:
     shared = [n for n in classes + functions if module_name != "connscale" and n in top]
     heading = f"``{module_name}``: {title}"
     lines = [f".. _api-{module_name}:", "", heading, "=" * len(heading), ""]
+    lines += [f".. module:: {module_name}", ""]
     lines += [f".. currentmodule:: {module_name}", ""]
     summary = (inspect.getdoc(module) or "").split("\n\n")
     lines += [summary[0], ""]
@@ -82,9 +83,13 @@ def module_page(module_name: str, title: str, top: set[str]) -> str:
     if own_functions:
         lines += ["Functions", "---------", "", *_table(module_name, own_functions)]
     if shared:
-        refs = ", ".join(f":obj:`connscale.{n}`" for n in shared)
         lines += ["Also here", "---------", ""]
-        lines += [f"Documented at the top level, importable from here too: {refs}.", ""]
+        lines += ["Documented at the top level, importable from here too:", ""]
+        for name in shared:
+            kind = "class" if name in classes else "function"
+            lines += [f".. py:{kind}:: {name}", "   :no-index-entry:", ""]
+            role = "class" if kind == "class" else "func"
+            lines += [f"   The same object as :{role}:`connscale.{name}`.", ""]
     constants = [n for n in other if not inspect.ismodule(getattr(module, n))]
     if constants:
         lines += ["Constants", "---------", ""]
