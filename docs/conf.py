@@ -45,7 +45,6 @@ write_api_pages(DOCS / "api")
 
 exclude_patterns = ["_build", "tools", "Thumbs.db", ".DS_Store", "auto_examples/*.ipynb"]
 templates_path = ["_templates"]
-html_static_path = ["_static"]
 
 # Cross-references: every reference to connscale's own objects must resolve
 # (nitpicky). References into other projects (numpy, torch, nibabel, nilearn,
