@@ -18,7 +18,8 @@ true states are known.
 # between the states in segments of 40-80 time points.
 import matplotlib.pyplot as plt
 import numpy as np
-from sklearn.metrics import adjusted_rand_score
+from scipy.optimize import linear_sum_assignment
+from sklearn.metrics import adjusted_rand_score, confusion_matrix
 
 import connscale
 from connscale.datasets import simulate_states
@@ -48,18 +49,25 @@ assert ari > 0.5
 # %%
 # The states and one subject's sequence
 # -------------------------------------
+# Each found state is named after the true state it overlaps most (Hungarian
+# assignment on the confusion matrix), to draw the two sequences together.
+found_to_true = dict(zip(*linear_sum_assignment(-confusion_matrix(found, truth))))
 n = cohort.timeseries[0].shape[1]
 fig, axes = plt.subplots(1, 4, figsize=(12, 3), gridspec_kw={"width_ratios": [1, 1, 1, 2]})
 for k, ax in enumerate(axes[:3]):
     ax.imshow(connscale.vec_to_matrix(states.state_means_[k], n), vmin=-1, vmax=1, cmap="RdBu_r")
-    ax.set_title(f"state {k}: {states.fraction_time_[:, k].mean():.0%} of the time")
+    ax.set_title(
+        f"state {k} (true {found_to_true[k]}): {states.fraction_time_[:, k].mean():.0%} of windows",
+        fontsize=9,
+    )
     ax.axis("off")
+renamed = [found_to_true[label] for label in states.labels_[0]]
 first = windows[0].window_starts
-axes[3].step(first, states.labels_[0], where="post", label="found")
+axes[3].step(first, renamed, where="post", label="found")
 axes[3].step(first, cohort.window_states(window, step)[0], where="post", ls="--", label="true")
 axes[3].set_xlabel("window onset")
 axes[3].set_yticks(range(3))
-axes[3].set_title("subject 0's sequence (labels up to a permutation)")
+axes[3].set_title("subject 0's state sequence")
 axes[3].legend(fontsize=7)
 fig.tight_layout()
 

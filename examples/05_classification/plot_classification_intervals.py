@@ -47,22 +47,23 @@ assert result["accuracy"]["ci_low"] > 0.5
 narrow = connscale.cross_validate(
     X, cohort.y, folds=5, repeats=10, interval="predictions", random_state=0
 )
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+fig, ax = plt.subplots(figsize=(7, 2.5))
 intervals = {"subjects": result, "predictions": narrow}
 for row, (name, res) in enumerate(intervals.items()):
     acc = res["accuracy"]
     print(f"interval={name!r}: [{acc['ci_low']:.2f}, {acc['ci_high']:.2f}]")
-    axes[0].errorbar(
+    ax.errorbar(
         acc["mean"],
         row,
         xerr=[[acc["mean"] - acc["ci_low"]], [acc["ci_high"] - acc["mean"]]],
         fmt="o",
         capsize=4,
     )
-axes[0].set_yticks([0, 1], [f"interval={name!r}" for name in intervals])
-axes[0].set_ylim(-0.5, 1.5)
-axes[0].axvline(0.5, color="gray", ls=":")
-axes[0].set_xlabel("accuracy, 95% Clopper-Pearson interval")
+ax.set_yticks([0, 1], [f"interval={name!r}" for name in intervals])
+ax.set_ylim(-0.5, 1.5)
+ax.axvline(0.5, color="gray", ls=":")
+ax.set_xlabel("accuracy, 95% Clopper-Pearson interval")
+fig.tight_layout()
 
 # %%
 # Which edges carry the difference
@@ -71,11 +72,12 @@ axes[0].set_xlabel("accuracy, 95% Clopper-Pearson interval")
 # are marked.
 importance = result["feature_weights"]["importance"]
 planted = cohort.effect_features
-axes[1].plot(importance, lw=0.8, color="gray")
-axes[1].plot(planted, importance[planted], "o", color="C3", label="planted edges")
-axes[1].set_xlabel("edge (row-major upper triangle)")
-axes[1].set_ylabel("mean |SVM weight|")
-axes[1].legend()
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.plot(importance, lw=0.8, color="gray")
+ax.plot(planted, importance[planted], "o", color="C3", label="planted edges")
+ax.set_xlabel("edge (row-major upper triangle)")
+ax.set_ylabel("mean |SVM weight|")
+ax.legend()
 fig.tight_layout()
 top = np.argsort(importance)[::-1][: len(planted)]
 print(f"{len(set(top) & set(planted))} of the {len(planted)} planted edges rank in the top six")
