@@ -24,6 +24,7 @@ MODULES = (
     ("connscale.cifti", "Grayordinates: CIFTI-2 connectomes, parcellation, maps"),
     ("connscale.io", "Reading inputs and writing results"),
     ("connscale.io.cifti", "CIFTI-2 files"),
+    ("connscale.io.bids", "BIDS names of the outputs"),
     ("connscale.denoise", "Confound removal"),
     ("connscale.nuisance", "Nuisance regressor sets"),
     ("connscale.motion", "Head motion"),
@@ -32,7 +33,9 @@ MODULES = (
     ("connscale.cohort", "Cohort runner"),
     ("connscale.engines", "Execution engines"),
     ("connscale.bidsapp", "The BIDS-App"),
+    ("connscale.bidsapp.xcpd_names", "XCP-D's spelling of the output names"),
     ("connscale.datasets", "Data sets and simulators"),
+    ("connscale.datasets.fmriprep", "A synthetic fMRIPrep derivatives tree"),
     ("connscale.report", "Figures and HTML reports"),
 )
 

@@ -57,7 +57,7 @@ nitpicky = True
 _EXTERNAL = (
     "numpy|np|scipy|torch|nibabel|nilearn|sklearn|pandas|h5py|dask|distributed|dask_jobqueue"
     "|pyspark|matplotlib|bids|dipy|templateflow|xarray|teneto|triton|yaml|tqdm|isal|threadpoolctl"
-    "|abc|argparse|collections|concurrent|contextlib|dataclasses|enum|io|json|logging|multiprocessing"
+    "|abc|argparse|collections|concurrent|contextlib|contextvars|dataclasses|enum|io|json|logging|multiprocessing"
     "|os|pathlib|subprocess|tempfile|threading|types|typing|warnings"
 )
 nitpick_ignore_regex = [(r"py:.*", rf"({_EXTERNAL})(\..*)?")]
