@@ -7,7 +7,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_CPU ?= torch==2.13.0
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test lint bench clean docs
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv --system-site-packages $(VENV)
@@ -33,8 +33,18 @@ lint: install
 	$(VENV)/bin/ruff format --check src tests benchmarks
 	$(VENV)/bin/lint-imports
 
+# The documentation site (docs/_build/html): the API reference, the user guide,
+# the gallery (every example in examples/ runs), the CLI and BIDS outputs
+# references. Warnings are errors; offline (no intersphinx).
+$(VENV)/.docs-installed: $(VENV)/.installed
+	$(PY) -m pip install --quiet -e ".[docs]"
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	$(PY) -m sphinx -b html -W --keep-going docs docs/_build/html
+
 bench: install
 	$(PY) benchmarks/bench_static.py --device cpu --quick
 
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache
+	rm -rf $(VENV) demo_output .pytest_cache docs/_build docs/api docs/auto_examples

@@ -706,7 +706,7 @@ def load_pair_features(
 
 
 def load_feature_table(path: str | os.PathLike) -> FeatureSet:
-    r"""Load the group feature table of ``connscale bids ... group`` as a FeatureSet.
+    r"""Load the group feature table of ``connscale bids`` (group level) as a FeatureSet.
 
     Parameters
     ----------
