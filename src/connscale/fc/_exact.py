@@ -87,56 +87,16 @@ import torch
 from connscale._compute import allow_tf32
 from connscale._compute.device import use_triton
 from connscale.fc import _tiles
-from connscale.fc._kernel_helpers import split_tf32, tf32_round
+from connscale.fc._kernel_helpers import (
+    correction_margin_tensor,
+    decision_margin_tensor,
+    split_tf32,
+    tf32_round,
+)
 from connscale.fc.sparse import compact_tile, keep_mask
 
 #: Run the torch exact functions on the CPU too (tests; the CPU runs fp32 otherwise).
 FORCE_ON_CPU = False
-
-_UNIT = 2.0**-11  # unit roundoff of TF32's 10 explicit mantissa bits
-_ACCUMULATE = 2.0**-23  # 2 ulp of fp32 per addition
-
-
-# --- numerics ---------------------------------------------------------------
-
-
-def accumulation_gamma(n_terms: int) -> float:
-    """Return γ(T), the relative error bound of a sum of ``n_terms`` fp32 numbers.
-
-    γ(T) = (T − 1)·2⁻²³ / (1 − (T − 1)·2⁻²³): the relative error bound of
-    adding ``n_terms`` numbers in fp32 with up to 2 ulp per addition.
-    """
-    n = max(n_terms - 1, 0) * _ACCUMULATE
-    if n >= 1:
-        raise ValueError(f"No fp32 accumulation bound for {n_terms} terms.")
-    return n / (1 - n)
-
-
-def decision_margin_tensor(u: torch.Tensor) -> torch.Tensor:
-    """Return :func:`decision_margin` as a device tensor, without a host sync.
-
-    The margin is a float64 0-d tensor on ``u``'s device, computed without
-    synchronising with the host.
-    """
-    norms = torch.nan_to_num(u.double().square().sum(-1), nan=0.0)
-    s = norms.max() if norms.numel() else norms.new_zeros(())
-    t = u.shape[-1]
-    return s * (_UNIT * (2 + _UNIT) + accumulation_gamma(t) * (1 + _UNIT) ** 2)
-
-
-def correction_margin_tensor(u: torch.Tensor) -> torch.Tensor:
-    """Return :func:`correction_margin` as a device tensor, without a host sync.
-
-    ε₃ with |r₃ − u_i·u_j| ≤ ε₃ for a corrected entry (see the module notes),
-    a float64 0-d tensor on ``u``'s device.
-    """
-    norms = torch.nan_to_num(u.double().square().sum(-1), nan=0.0)
-    s = norms.max() if norms.numel() else norms.new_zeros(())
-    t = u.shape[-1]
-    grow = (1 + _UNIT) ** 2
-    products = 3 * _UNIT**2 * (1 + 2 * _UNIT)
-    sums = accumulation_gamma(t) * grow + accumulation_gamma(2 * t) * 2 * _UNIT * grow
-    return s * (products + sums + _ACCUMULATE)
 
 
 def correction_margin(u: torch.Tensor) -> float:

@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from connscale._compute.device import HAS_TRITON
-from connscale.fc._kernel_helpers import split_tf32
+from connscale.fc._kernel_helpers import correction_margin_tensor, split_tf32
 
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
     import triton
@@ -646,8 +646,6 @@ def _margins(u: torch.Tensor, margin) -> torch.Tensor:
     Both get fp16's subnormal term and are rounded up so that neither is
     ever smaller.
     """
-    from connscale.fc._exact import correction_margin_tensor
-
     extra = fp16_margin(u.shape[-1])
     eps = torch.as_tensor(margin, dtype=torch.float64, device=u.device).reshape(1)
     both = torch.cat([eps, correction_margin_tensor(u).reshape(1)]) + extra

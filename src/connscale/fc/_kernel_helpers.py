@@ -1,4 +1,4 @@
-"""Pieces shared by fc's kernels: TF32 splitting, degree epilogues and CSR placing.
+"""Pieces shared by fc's kernels: TF32 splitting, exact bounds, degree epilogues, CSR placing.
 
 The Triton epilogues are those of the degree kernels (:mod:`connscale.fc._tiles`,
 :mod:`connscale.fc._exact_triton`); the placing kernel is that of their compaction
@@ -42,6 +42,51 @@ def split_tf32(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(hi, lo): hi = tf32(u), lo = tf32(u − hi); hi + lo is u to about 2⁻²² |u|."""
     hi = tf32_round(u)
     return hi, tf32_round(u - hi)
+
+
+# --- the bounds of the exact scheme (derived in connscale.fc._exact) --------------
+
+_UNIT = 2.0**-11  # unit roundoff of TF32's 10 explicit mantissa bits
+_ACCUMULATE = 2.0**-23  # 2 ulp of fp32 per addition
+
+
+def accumulation_gamma(n_terms: int) -> float:
+    """Return γ(T), the relative error bound of a sum of ``n_terms`` fp32 numbers.
+
+    γ(T) = (T − 1)·2⁻²³ / (1 − (T − 1)·2⁻²³): the relative error bound of
+    adding ``n_terms`` numbers in fp32 with up to 2 ulp per addition.
+    """
+    n = max(n_terms - 1, 0) * _ACCUMULATE
+    if n >= 1:
+        raise ValueError(f"No fp32 accumulation bound for {n_terms} terms.")
+    return n / (1 - n)
+
+
+def decision_margin_tensor(u: torch.Tensor) -> torch.Tensor:
+    """Return :func:`decision_margin` as a device tensor, without a host sync.
+
+    The margin is a float64 0-d tensor on ``u``'s device, computed without
+    synchronising with the host.
+    """
+    norms = torch.nan_to_num(u.double().square().sum(-1), nan=0.0)
+    s = norms.max() if norms.numel() else norms.new_zeros(())
+    t = u.shape[-1]
+    return s * (_UNIT * (2 + _UNIT) + accumulation_gamma(t) * (1 + _UNIT) ** 2)
+
+
+def correction_margin_tensor(u: torch.Tensor) -> torch.Tensor:
+    """Return :func:`correction_margin` as a device tensor, without a host sync.
+
+    ε₃ with |r₃ − u_i·u_j| ≤ ε₃ for a corrected entry (derived in :mod:`connscale.fc._exact`),
+    a float64 0-d tensor on ``u``'s device.
+    """
+    norms = torch.nan_to_num(u.double().square().sum(-1), nan=0.0)
+    s = norms.max() if norms.numel() else norms.new_zeros(())
+    t = u.shape[-1]
+    grow = (1 + _UNIT) ** 2
+    products = 3 * _UNIT**2 * (1 + 2 * _UNIT)
+    sums = accumulation_gamma(t) * grow + accumulation_gamma(2 * t) * 2 * _UNIT * grow
+    return s * (products + sums + _ACCUMULATE)
 
 
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess

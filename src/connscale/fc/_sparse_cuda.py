@@ -18,7 +18,8 @@ from collections.abc import Callable
 import torch
 
 from connscale.fc import _exact_triton
-from connscale.fc._exact import decision_margin_tensor, new_stats
+from connscale.fc._exact import new_stats
+from connscale.fc._kernel_helpers import decision_margin_tensor
 from connscale.fc._tiles import (
     COMPACT_BLOCK_M,
     aligned_block_rows,
