@@ -53,23 +53,6 @@ def pytest_configure(config):
     )
 
 
-def pytest_collection_modifyitems(config, items):
-    """Put the modules that hold a test marked ``slow`` first, their slow tests first.
-
-    pytest-xdist hands the tests out in this order, so the longest start early
-    rather than keep one worker busy alone at the end. A module stays in one
-    piece: its module-scoped fixtures are still set up once.
-    """
-    modules = [item.nodeid.split("::")[0] for item in items]
-    slow = [m for m, item in zip(modules, items) if item.get_closest_marker("slow")]
-    rank = {m: k for k, m in enumerate(dict.fromkeys(slow))}
-    keys = {
-        id(item): (0, rank[m], item.get_closest_marker("slow") is None) if m in rank else (1,)
-        for m, item in zip(modules, items)
-    }
-    items.sort(key=lambda item: keys[id(item)])
-
-
 @pytest.fixture
 def rng():
     return np.random.default_rng(42)

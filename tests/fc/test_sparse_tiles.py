@@ -20,7 +20,6 @@ CUDA = pytest.mark.skipif(
 )
 
 
-@pytest.mark.slow
 def test_triton_compaction_and_sparsity_passes_interpreted_on_cpu():
     """The kernels themselves, run by Triton's interpreter, give the CSR and
     the histogram of the torch tiles over the same row blocks."""

@@ -135,7 +135,6 @@ def test_updater_options_are_checked(planted):
         ResidentUpdater(St, n_atoms=1, r=10, selection="magnitude", use_graphs=True)
 
 
-@pytest.mark.slow
 def test_triton_kernels_interpreted_on_cpu():
     """The Triton kernels themselves, run by Triton's interpreter, equal the torch path."""
     run_interpreted(Path(__file__).with_name("_triton_interpreted.py"))

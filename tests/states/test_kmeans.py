@@ -158,7 +158,6 @@ def test_correlation_rejects_constant_windows():
         km.Prepared(torch.as_tensor(x), "correlation")
 
 
-@pytest.mark.slow
 def test_triton_kernels_interpreted_on_cpu():
     """The Triton kernels themselves, run by Triton's interpreter, equal the torch path."""
     run_interpreted(Path(__file__).with_name("_triton_interpreted.py"), groups=("fp32", "int8"))
