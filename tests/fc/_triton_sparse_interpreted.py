@@ -72,21 +72,22 @@ def lookback_csr(u, threshold, absolute, block_rows, capacity, chunk):
 #: test_sparse_tiles.py.
 GROUPS = {
     "a": ((0.3, False, 64), (0.3, True, 128)),
-    "b": ((-0.2, False, 200), (0.5, True, 64)),
+    "b": ((-0.2, False, 100), (0.5, True, 64)),
 }
+
+#: Series: 136 = two 64-row pieces and 8 rows, two 128-column pieces (the second partial).
+N = 136
 
 
 def main(groups=tuple(GROUPS)):
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((40, 6)) @ rng.standard_normal((6, 200)) + rng.standard_normal(
-        (40, 200)
-    )
+    x = rng.standard_normal((40, 6)) @ rng.standard_normal((6, N)) + rng.standard_normal((40, N))
     x[:, 17] = 1.5  # a constant series: NaN row and column, never kept
     u, _ = normalize_series(torch.from_numpy(x), dtype=torch.float32)
     assert use_triton(u, float32=True), "the interpreter is not active"
-    pairs = 200 * 199 // 2
+    pairs = N * (N - 1) // 2
     for threshold, absolute, block_rows in [case for group in groups for case in GROUPS[group]]:
-        # The compaction aligns its row blocks on its 64-row pieces (200 -> 192).
+        # The compaction aligns its row blocks on its 64-row pieces (100 -> 64).
         aligned = block_rows // _tiles.COMPACT_BLOCK_M * _tiles.COMPACT_BLOCK_M
         ref_values, ref_columns, ref_counts = torch_csr(u, threshold, absolute, aligned)
         nnz = ref_values.numel()
@@ -102,7 +103,9 @@ def main(groups=tuple(GROUPS)):
         got, values, columns, _ = fused_csr(u, threshold, absolute, block_rows, nnz // 3)
         assert got == nnz
         # Smaller pieces, and the look-back kernel (its blocks need no alignment;
-        # the same GEMM shapes as the reference where block_rows is aligned).
+        # the same GEMM shapes as the reference where block_rows is aligned), its
+        # tiles of 128 columns (two to a row of the first block, one past 128 columns)
+        # and, with too small a capacity, of 64.
         for variant in ("pieces", "lookback"):
             if variant == "pieces":
                 got, values, columns, row_counts = fused_csr(
@@ -110,14 +113,14 @@ def main(groups=tuple(GROUPS)):
                 )
             else:
                 got, values, columns, row_counts = lookback_csr(
-                    u, threshold, absolute, aligned, pairs, chunk=64
+                    u, threshold, absolute, aligned, pairs, chunk=128
                 )
             assert got == nnz, (variant, got, nnz)
             assert torch.equal(row_counts, ref_counts), variant
             assert torch.equal(columns[:nnz], ref_columns), variant
             assert torch.equal(values[:nnz], ref_values), variant
             assert bool((values[nnz:] == -9.0).all()), variant
-        got, values, _, _ = lookback_csr(u, threshold, absolute, aligned, nnz // 3, chunk=32)
+        got, values, _, _ = lookback_csr(u, threshold, absolute, aligned, nnz // 3, chunk=64)
         assert got == nnz and bool(torch.equal(values[: nnz // 3], ref_values[: nnz // 3]))
         # The sparsity passes: same histogram, same exact thresholds.
         hist = _tiles.histogram_triton(u, absolute=absolute, block_rows=block_rows)
@@ -134,7 +137,7 @@ def main(groups=tuple(GROUPS)):
                 _tiles.collect_bin_torch(u, b, absolute=absolute, block_rows=block_rows)
             ).values,
         )
-        kept = [1, 37, pairs // 3, 199 * 198 // 2]
+        kept = [1, 37, pairs // 3, (N - 1) * (N - 2) // 2]
         assert _tiles.top_threshold(
             u, kept, absolute=absolute, block_rows=block_rows, use_triton=True
         ) == _tiles.top_threshold(u, kept, absolute=absolute, block_rows=block_rows)

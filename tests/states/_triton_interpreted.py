@@ -58,7 +58,7 @@ def check_kernels(device="cpu"):
 def check_lloyd(device="cpu"):
     """Whole runs, fused and torch, from the same seeds: same labels, centres and
     inertia, stopped on unchanged labels, on tol and at max_iter."""
-    x = clustered(400, 150, 4, seed=2, device=device)
+    x = clustered(100, 150, 4, seed=2, device=device)  # 100 rows: 3 blocks of 32 and 4
     for metric in km.METRICS:
         prepared = km.Prepared(x, metric)
         seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
@@ -340,22 +340,35 @@ def check_half_lloyd(device="cpu", kernel="fma"):
 def _check_half_lloyd(device):
     """Whole runs: the half pass's runs are the float32 pass's, bit for bit
     (same labels at every iteration), and the confirmations are counted."""
+    for a, b in _runs_against_fp32("half", device):
+        assert a.confirmed is None and b.confirmed is not None and b.coarse_passes >= 1
+
+
+def _runs_against_fp32(assign, device):
+    """Yield whole runs of the float32 pass and of the ``assign`` pass, after
+    checking they are the same, bit for bit.
+
+    One metric a data set (the pass is the same for both, whose scores the
+    checks above compare): the clusters by correlation, the near ties by
+    distance (their grid is exact for it)."""
     near_x, _, _, _ = grid_near_ties(device=device)
-    for x in (clustered(160, 60, 4, seed=2, device=device), near_x):
-        for metric in ("euclidean", "correlation"):
-            prepared = km.Prepared(x, metric)
-            seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
-            for max_iter, tol in ((30, 0.0), (3, 0.0)):
-                a = km.lloyd(
-                    prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="fp32"
-                )
-                b = km.lloyd(
-                    prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="half"
-                )
-                assert torch.equal(a.labels, b.labels), metric
-                assert torch.equal(a.centres, b.centres), metric
-                assert a.inertia == b.inertia and (a.n_iter, a.converged) == (b.n_iter, b.converged)
-                assert a.confirmed is None and b.confirmed is not None and b.coarse_passes >= 1
+    for x, metric in (
+        (clustered(160, 60, 4, seed=2, device=device), "correlation"),
+        (near_x, "euclidean"),
+    ):
+        prepared = km.Prepared(x, metric)
+        seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
+        for max_iter, tol in ((30, 0.0), (3, 0.0)):
+            a = km.lloyd(
+                prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="fp32"
+            )
+            b = km.lloyd(
+                prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign=assign
+            )
+            assert torch.equal(a.labels, b.labels), metric
+            assert torch.equal(a.centres, b.centres), metric
+            assert a.inertia == b.inertia and (a.n_iter, a.converged) == (b.n_iter, b.converged)
+            yield a, b
 
 
 def check_split_centres(device="cpu"):
@@ -612,22 +625,8 @@ def check_int8_bound(device="cpu"):
 
 def check_int8_lloyd(device="cpu"):
     """Whole runs: the int8 pass's runs are the float32 pass's, bit for bit."""
-    near_x, _, _, _ = grid_near_ties(device=device)
-    for x in (clustered(160, 60, 4, seed=2, device=device), near_x):
-        for metric in ("euclidean", "correlation"):
-            prepared = km.Prepared(x, metric)
-            seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
-            for max_iter, tol in ((30, 0.0), (3, 0.0)):
-                a = km.lloyd(
-                    prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="fp32"
-                )
-                b = km.lloyd(
-                    prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="int8"
-                )
-                assert torch.equal(a.labels, b.labels), metric
-                assert torch.equal(a.centres, b.centres), metric
-                assert a.inertia == b.inertia and (a.n_iter, a.converged) == (b.n_iter, b.converged)
-                assert a.coarse is None and b.coarse == "int8" and b.coarse_passes >= 1
+    for a, b in _runs_against_fp32("int8", device):
+        assert a.coarse is None and b.coarse == "int8" and b.coarse_passes >= 1
 
 
 def check_int8_fallback(device="cpu"):

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from connscale.bidsapp.cifti_decode import read_only_series
-from connscale.bidsapp.coverage import apply_min_coverage, coverage_sidecar
+from connscale.bidsapp.coverage import coverage_sidecar
 from connscale.bidsapp.outputs import constant_columns, constant_message, run_sidecars
-from connscale.bidsapp.region_measures import _Prepared, _RegionSet
+from connscale.bidsapp.region_measures import _clean_regions, _Prepared, _RegionSet
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
 
@@ -111,7 +111,6 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
     """Parcellate and clean the run; name the parcels; build the sidecars."""
     from connscale.cifti import parcellate
     from connscale.cifti.parcellate import parcels_axis
-    from connscale.denoise import clean_signals
     from connscale.io.cifti import brain_model_summary
 
     atlas, keys = decoded.atlas, decoded.regions
@@ -124,38 +123,36 @@ def _prepare(config, run, decoded, context, timings) -> tuple[_Prepared, _Parcel
             device=config.device,
             memory_limit=config.memory_limit,
         )
+    timings["clean"] += time.perf_counter() - tic
     kept = parcellation.coverage > 0
     if kept.sum() < 2:
         raise ValueError(
             f"Fewer than 2 parcels of the atlas hold a grayordinate that varies in {run.bold.name}."
         )
-    series = clean_signals(
-        parcellation.series[:, kept],
-        context["operator"],
-        standardize=config.standardize,
-        device=config.device,
-        dtype=config.dtype,
-    )
-    timings["clean"] += time.perf_counter() - tic
     names = [atlas.names[int(k)] for k in keys[kept]]
-    low = apply_min_coverage(series, parcellation.coverage[kept], config.min_coverage)
-    constant = constant_columns(series) & ~low
-    if (constant | low).all():
-        raise ValueError(
-            f"No parcel of {run.bold.name} varies after cleaning"
-            + (f" with --min-coverage {config.min_coverage:g}." if low.any() else ".")
-        )
-    relmat_meta, series_meta = run_sidecars(config, run, names, context, int(decoded.data.shape[0]))
-    extra = {
-        "AtlasMap": atlas.map_name,
-        "BrainModel": brain_model_summary(decoded.cifti.brain_model),
-        "ParcelMethod": "mean of the parcel's grayordinates that vary (wb_command "
-        "-cifti-parcellate -method MEAN); coverage: the fraction used",
-        "EmptyParcels": [atlas.names[int(k)] for k in keys[~kept]],
-    }
-    extra.update(coverage_sidecar(names, parcellation.coverage[kept], low, config.min_coverage))
-    relmat_meta.update(extra)
-    series_meta.update(extra)
+    cleaned = _clean_regions(
+        config,
+        run,
+        context,
+        timings,
+        parcellation.series[:, kept],
+        names,
+        what="parcel",
+        coverage=parcellation.coverage[kept],
+        n_volumes=int(decoded.data.shape[0]),
+        extra={
+            "AtlasMap": atlas.map_name,
+            "BrainModel": brain_model_summary(decoded.cifti.brain_model),
+            "ParcelMethod": "mean of the parcel's grayordinates that vary (wb_command "
+            "-cifti-parcellate -method MEAN); coverage: the fraction used",
+            "EmptyParcels": [atlas.names[int(k)] for k in keys[~kept]],
+        },
+    )
+    series, low, constant = cleaned.series, cleaned.low, cleaned.constant
+    relmat_meta, series_meta = cleaned.relmat_meta, cleaned.series_meta
+    covered = coverage_sidecar(names, parcellation.coverage[kept], low, config.min_coverage)
+    relmat_meta.update(covered)
+    series_meta.update(covered)
     if decoded.constant.any():
         context["warnings"].append(
             f"{int(decoded.constant.sum())} of {decoded.constant.size} grayordinates of "

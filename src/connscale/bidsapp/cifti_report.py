@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from connscale.bidsapp.report import run_header
+from connscale.bidsapp.report import write_run_report
 
 __all__ = ["draw_map", "write_cifti_report"]
 
@@ -116,30 +116,14 @@ def _figures(region_set, folder: Path) -> tuple[list[Path], str]:
 def write_cifti_report(region_set, name: str) -> Path:
     """Write the CIFTI run's HTML report into the set's staging folder."""
     from connscale.io.cifti import brain_model_summary
-    from connscale.report import write_report
 
-    config, run, decoded, context = (
-        region_set.config,
-        region_set.run,
-        region_set.decoded,
-        region_set.context,
-    )
-    staging = region_set.out.staging
-    figures, drawn = _figures(region_set, staging / "figures")
-    fd = context["fd"]
-    results = {
-        "volumes": int(decoded.data.shape[0]),
-        "volumes kept": int(context["operator"].volumes.size),
-        "grayordinates": int(decoded.data.shape[1]),
-        "parcels": len(region_set.prepared.names),
-        "mean FD (mm)": None if fd is None else float(fd.mean()),
-    }
-    if context["dof"] is not None:
-        results["residual degrees of freedom"] = context["dof"]["dof"]
-    record = {
-        "command": f"bids participant: {run.name}",
-        **run_header(config.device, decoded.started),
-        "parameters": {
+    config, run, decoded = region_set.config, region_set.run, region_set.decoded
+    figures, drawn = _figures(region_set, region_set.out.staging / "figures")
+    return write_run_report(
+        region_set,
+        name,
+        figures=figures,
+        parameters={
             "atlas": config.atlas_name,
             "atlas map": decoded.atlas.map_name,
             "brain model": brain_model_summary(decoded.cifti.brain_model),
@@ -149,10 +133,8 @@ def write_cifti_report(region_set, name: str) -> Path:
             "confounds": str(run.confounds),
             "t_r": run.t_r,
         },
-        "results": results,
-        "timings_s": dict(region_set.timings),
-        "figures": [str(f) for f in figures],
-        "outputs": list(region_set.written),
-        "warnings": list(context["warnings"]),
-    }
-    return write_report(record, staging, filename=name)
+        counts={
+            "grayordinates": int(decoded.data.shape[1]),
+            "parcels": len(region_set.prepared.names),
+        },
+    )

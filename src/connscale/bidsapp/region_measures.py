@@ -107,8 +107,6 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
     Constant regions are named in the sidecars (``ConstantRegions``) and in
     the run's one warning (``context['warnings']``).
     """
-    from connscale.denoise import clean_signals
-
     if decoded.region_means is None:  # probabilistic maps: their series, from the voxels
         tic = time.perf_counter()
         decoded.region_means, decoded.regions, decoded.atlas, decoded.atlas_resampling = (
@@ -120,29 +118,24 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
     regions = decoded.regions
     if regions.size < 2:
         raise ValueError(f"Fewer than 2 atlas regions inside the mask of {run.bold.name}.")
-    tic = time.perf_counter()
+    names = _region_names(config, regions)
+    coverage, region_coverage = _coverage(config, decoded)
     # The region means were summed in float64 while decoding (NiftiLabelsMasker's
     # extraction); cleaning them is NiftiLabelsMasker's signal.clean.
-    series = clean_signals(
+    cleaned = _clean_regions(
+        config,
+        run,
+        context,
+        timings,
         decoded.region_means,
-        context["operator"],
-        standardize=config.standardize,
-        device=config.device,
-        dtype=config.dtype,
+        names,
+        what="atlas region",
+        coverage=region_coverage,
+        n_volumes=int(decoded.img.shape[3]),
+        extra={"AtlasSpace": config.atlas_space, "AtlasResampling": decoded.atlas_resampling},
     )
-    timings["clean"] += time.perf_counter() - tic
-    names = _region_names(config, regions)
-    coverage, low = _coverage(config, decoded, series)
-    constant = constant_columns(series) & ~low
-    if (constant | low).all():
-        raise ValueError(
-            f"No atlas region of {run.bold.name} varies after cleaning"
-            + (f" with --min-coverage {config.min_coverage:g}." if low.any() else ".")
-        )
-    relmat_meta, series_meta = run_sidecars(config, run, names, context, int(decoded.img.shape[3]))
-    atlas_meta = {"AtlasSpace": config.atlas_space, "AtlasResampling": decoded.atlas_resampling}
-    relmat_meta.update(atlas_meta)
-    series_meta.update(atlas_meta)
+    series, low, constant = cleaned.series, cleaned.low, cleaned.constant
+    relmat_meta, series_meta = cleaned.relmat_meta, cleaned.series_meta
     if constant.any():
         _note_constant_regions(config, run, decoded, context, names, constant)
         for meta in (relmat_meta, series_meta):
@@ -159,23 +152,92 @@ def _prepare(config, run, decoded, context, timings) -> _Prepared:
     return _Prepared(series, names, relmat_meta, series_meta, low, coverage, decoded.regions)
 
 
-def _coverage(config, decoded, series: np.ndarray) -> tuple[tuple | None, np.ndarray]:
-    """Return every atlas label's coverage of the run's mask and the regions below the minimum.
+@dataclass(frozen=True)
+class _Cleaned:
+    """A run's cleaned region series, those below the minimum coverage or constant, the sidecars."""
 
-    Their cleaned series are zeroed (:func:`connscale.bidsapp.coverage.apply_min_coverage`).
-    A 4-D (probabilistic) atlas has no coverage: nothing is set to NaN.
+    series: np.ndarray
+    low: np.ndarray
+    constant: np.ndarray
+    relmat_meta: dict
+    series_meta: dict
+
+
+def _clean_regions(
+    config: ParticipantConfig,
+    run: BoldRun,
+    context: dict,
+    timings: dict,
+    means: np.ndarray,
+    names: list[str],
+    *,
+    what: str,
+    coverage: np.ndarray | None,
+    n_volumes: int,
+    extra: dict,
+) -> _Cleaned:
+    """Clean a run's region means; refuse the run when none varies; build the set's sidecars.
+
+    ``context`` gives the cleaning's ``operator``; the seconds spent are added to
+    ``timings['clean']``.
+
+    Parameters
+    ----------
+    means : ndarray of shape (n_volumes, n_regions)
+        The region (parcel) means, before cleaning.
+    names : list of str
+        The regions' names.
+    what : str
+        What a region is called in the refusal (``"parcel"``, ``"atlas region"``).
+    coverage : ndarray of shape (n_regions,) or None
+        Each region's coverage: the series of those below ``config.min_coverage``
+        are zeroed (:func:`connscale.bidsapp.coverage.apply_min_coverage`); None: none is.
+    n_volumes : int
+        The run's volumes (the sidecars').
+    extra : dict
+        Keys added to both sidecars.
+    """
+    from connscale.bidsapp.coverage import apply_min_coverage
+    from connscale.denoise import clean_signals
+
+    tic = time.perf_counter()
+    series = clean_signals(
+        means,
+        context["operator"],
+        standardize=config.standardize,
+        device=config.device,
+        dtype=config.dtype,
+    )
+    timings["clean"] += time.perf_counter() - tic
+    if coverage is None:
+        low = np.zeros(series.shape[1], bool)
+    else:
+        low = apply_min_coverage(series, coverage, config.min_coverage)
+    constant = constant_columns(series) & ~low
+    if (constant | low).all():
+        raise ValueError(
+            f"No {what} of {run.bold.name} varies after cleaning"
+            + (f" with --min-coverage {config.min_coverage:g}." if low.any() else ".")
+        )
+    relmat_meta, series_meta = run_sidecars(config, run, names, context, n_volumes)
+    relmat_meta.update(extra)
+    series_meta.update(extra)
+    return _Cleaned(series, low, constant, relmat_meta, series_meta)
+
+
+def _coverage(config, decoded) -> tuple[tuple | None, np.ndarray | None]:
+    """Return every atlas label's coverage of the run's mask, and each region's.
+
+    A 4-D (probabilistic) atlas has no coverage (None, None): no series is set to NaN.
     """
     from connscale.bidsapp.atlas import is_probabilistic
-    from connscale.bidsapp.coverage import apply_min_coverage, volume_coverage
+    from connscale.bidsapp.coverage import volume_coverage
 
     if decoded.atlas is None or decoded.atlas.ndim != 3 or is_probabilistic(config.atlas):
-        return None, np.zeros(series.shape[1], bool)  # maps: their strongest labels are no parcels
+        return None, None  # maps: their strongest labels are no parcels
     labels, fractions = volume_coverage(decoded.atlas, decoded.mask)
     by_label = dict(zip(labels.tolist(), fractions))
-    low = apply_min_coverage(
-        series, np.array([by_label[int(r)] for r in decoded.regions]), config.min_coverage
-    )
-    return (labels, fractions), low
+    return (labels, fractions), np.array([by_label[int(r)] for r in decoded.regions])
 
 
 def _note_constant_regions(config, run, decoded, context, names, constant) -> None:
@@ -491,9 +553,8 @@ def _run_report(region_set: _RegionSet, name: str) -> Path:
     the BOLD, the mask and atlas, the cleaning and the connectome (computed
     here from the cleaned region means when ``fc`` was not asked for).
     """
-    from connscale.bidsapp.report import describe_resampling, run_figures, run_header
+    from connscale.bidsapp.report import describe_resampling, run_figures, write_run_report
     from connscale.denoise import clean_signals, region_signals
-    from connscale.report import write_report
 
     config, run, decoded, context = (
         region_set.config,
@@ -538,19 +599,11 @@ def _run_report(region_set: _RegionSet, name: str) -> Path:
         kept=operator.volumes,
         dvars=context.get("dvars_initial"),
     )
-    results = {
-        "volumes": int(data.shape[0]),
-        "volumes kept": int(operator.volumes.size),
-        "voxels in mask": int(data.shape[1]),
-        "regions": int(len(names)),
-        "mean FD (mm)": None if fd is None else float(fd.mean()),
-    }
-    if context["dof"] is not None:
-        results["residual degrees of freedom"] = context["dof"]["dof"]
-    record = {
-        "command": f"bids participant: {run.name}",
-        **run_header(config.device, decoded.started),
-        "parameters": {
+    return write_run_report(
+        region_set,
+        name,
+        figures=figures,
+        parameters={
             "atlas": config.atlas_name,
             "atlas space": config.atlas_space,
             "atlas grid": describe_resampling(decoded.atlas_resampling),
@@ -560,13 +613,8 @@ def _run_report(region_set: _RegionSet, name: str) -> Path:
             "confounds": str(run.confounds),
             "t_r": run.t_r,
         },
-        "results": results,
-        "timings_s": dict(region_set.timings),
-        "figures": [str(f) for f in figures],
-        "outputs": list(region_set.written),
-        "warnings": list(context["warnings"]),
-    }
-    return write_report(record, staging, filename=name)
+        counts={"voxels in mask": int(data.shape[1]), "regions": int(len(names))},
+    )
 
 
 def _region_names(config: ParticipantConfig, regions: np.ndarray) -> list[str]:

@@ -32,6 +32,7 @@ __all__ = [
     "run_figures",
     "run_header",
     "write_group_report",
+    "write_run_report",
 ]
 
 _MAX_CARPET_VOXELS = 2000
@@ -73,6 +74,59 @@ def run_header(device: str, started: float | None) -> dict:
     }
 
 
+def write_run_report(
+    region_set, name: str, *, figures: list[Path], parameters: dict, counts: dict
+) -> Path:
+    """Write the HTML report of a run's atlas-level set into the set's staging folder.
+
+    Parameters
+    ----------
+    region_set : connscale.bidsapp.region_measures._RegionSet
+        The set (its run, settings, decoded data, context, timings and files written).
+    name : str
+        The report's file name.
+    figures : list of Path
+        The run's figures.
+    parameters : dict
+        The report's parameter table.
+    counts : dict
+        The results shown after the volumes (the grayordinates or voxels, the parcels or regions).
+
+    Returns
+    -------
+    Path
+        The report.
+    """
+    from connscale.report import write_report
+
+    config, run, decoded, context = (
+        region_set.config,
+        region_set.run,
+        region_set.decoded,
+        region_set.context,
+    )
+    fd = context["fd"]
+    results = {
+        "volumes": int(decoded.data.shape[0]),
+        "volumes kept": int(context["operator"].volumes.size),
+        **counts,
+        "mean FD (mm)": None if fd is None else float(fd.mean()),
+    }
+    if context["dof"] is not None:
+        results["residual degrees of freedom"] = context["dof"]["dof"]
+    record = {
+        "command": f"bids participant: {run.name}",
+        **run_header(config.device, decoded.started),
+        "parameters": parameters,
+        "results": results,
+        "timings_s": dict(region_set.timings),
+        "figures": [str(f) for f in figures],
+        "outputs": list(region_set.written),
+        "warnings": list(context["warnings"]),
+    }
+    return write_report(record, region_set.out.staging, filename=name)
+
+
 def framewise_displacement(confounds_tsv) -> np.ndarray | None:
     """Return fMRIPrep's ``framewise_displacement`` column (first value 0), or None."""
     import pandas as pd
@@ -101,9 +155,9 @@ def _motion_carpet(
     denoising (z-scored) and after (the kept volumes).
     """
     plt = _plt()
+    from connscale.report.plots import _draw_carpet
+
     step = max(1, data.shape[1] // _MAX_CARPET_VOXELS)
-    raw = data[:, ::step] - data[:, ::step].mean(axis=0)
-    raw /= np.where(raw.std(axis=0) > 0, raw.std(axis=0), 1.0)
     fig, axes = plt.subplots(
         2,
         2,
@@ -126,19 +180,11 @@ def _motion_carpet(
         axes[0, 0].axvspan(volume - 0.5, volume + 0.5, color="#d62728", alpha=0.3, lw=0)
     axes[0, 0].set_title(f"motion: {censored.size} of {volumes.size} volumes censored")
     axes[0, 1].set_title(f"kept volumes ({kept.size})")
-    for ax, values, title, times in (
-        (axes[1, 0], raw, "before denoising (z-scored)", volumes),
-        (axes[1, 1], cleaned_voxels[:, ::step], "after denoising", kept),
+    for ax, values, zscore, title, times in (
+        (axes[1, 0], data[:, ::step], True, "before denoising (z-scored)", volumes),
+        (axes[1, 1], cleaned_voxels[:, ::step], False, "after denoising", kept),
     ):
-        ax.imshow(
-            values.T,
-            aspect="auto",
-            cmap="gray",
-            vmin=-2,
-            vmax=2,
-            interpolation="none",
-            extent=(times[0] - 0.5, times[-1] + 0.5, values.shape[1], 0),
-        )
+        _draw_carpet(ax, values, times, zscore=zscore)
         ax.set_title(title)
         ax.set_xlabel("volume")
     axes[1, 0].set_ylabel(f"voxels (1 in {step})")

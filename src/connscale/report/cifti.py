@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from connscale.report.plots import _pyplot, _save
+from connscale.report.plots import _draw_carpet, _pyplot, _save
 
 __all__ = [
     "FLAT_VIEW",
@@ -99,21 +99,9 @@ def plot_grayordinate_carpet(
         )
     times = np.arange(x.shape[0]) if times is None else np.asarray(times)
     step = max(1, x.shape[1] // max_rows)
-    values = np.asarray(x[:, ::step], dtype=np.float64)
-    values = values - values.mean(axis=0)
-    scale = values.std(axis=0)
-    values /= np.where(scale > 0, scale, 1.0)
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10, 4))
-    ax.imshow(
-        values.T,
-        aspect="auto",
-        cmap="gray",
-        vmin=-2,
-        vmax=2,
-        interpolation="none",
-        extent=(times[0] - 0.5, times[-1] + 0.5, values.shape[1], 0),
-    )
+    _draw_carpet(ax, np.asarray(x[:, ::step], dtype=np.float64), times)
     for name, first, stop in _groups(brain_model):
         ax.axhline(stop / step, color="#d62728", lw=0.8)
         ax.text(times[-1] + 1, (first + stop) / 2 / step, name, va="center", fontsize=8)

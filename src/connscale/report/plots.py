@@ -75,6 +75,28 @@ def _save(fig: Figure, out_path: str | os.PathLike) -> Path:
     return out_path
 
 
+def _draw_carpet(ax, values: np.ndarray, times: np.ndarray, *, zscore: bool = True) -> None:
+    """Draw series as a carpet plot on ``ax``: one grey row per series, from -2 to 2.
+
+    ``values`` (n_times, n_series) are drawn at the volumes ``times``; with
+    ``zscore``, each series is centred and scaled to unit standard deviation
+    first (a constant one is left at 0).
+    """
+    if zscore:
+        values = values - values.mean(axis=0)
+        scale = values.std(axis=0)
+        values /= np.where(scale > 0, scale, 1.0)
+    ax.imshow(
+        values.T,
+        aspect="auto",
+        cmap="gray",
+        vmin=-2,
+        vmax=2,
+        interpolation="none",
+        extent=(times[0] - 0.5, times[-1] + 0.5, values.shape[1], 0),
+    )
+
+
 def _as_square(matrix: npt.ArrayLike | sp.spmatrix | sp.sparray) -> np.ndarray:
     from connscale._triu import vec_to_matrix
 
