@@ -4,26 +4,23 @@ Only ``src/connscale`` is collected this way: ``--doctest-modules`` would also i
 module under ``tests/``, whose interpreted-Triton helpers set the interpreter's environment
 at import. This file sits at the repository's root so that it does not ship in the wheel.
 
-The Examples of the worker engines (``connscale.engines.local``, ``dask_engine``,
-``spark_engine``) run on a started engine of their module, named ``engine`` in their
-namespace: each is started once per session (per xdist worker), when the first doctest of
-its module runs, and closed at the session's end.
+The Examples of a worker engine's module (``connscale.engines.local``, ``dask_engine``,
+``spark_engine``) run on one engine of that kind, started for them and named ``engine``
+in their namespace. Each of these modules is collected as one item, so that its doctests
+run in one pytest-xdist worker and start one engine (worker processes, a Dask cluster, a
+Spark JVM: seconds each), closed when they are done.
 """
 
+import doctest
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from _pytest.doctest import DoctestItem, DoctestModule
+from _pytest.doctest import DoctestItem, DoctestModule, MultipleDoctestFailures
 
 _PACKAGE = Path(__file__).resolve().parent / "src" / "connscale"
-# The worker engines' modules and the session fixture giving their doctests an engine.
-_ENGINE_DOCTESTS = {
-    "local.py": "_local_doctest_engine",
-    "dask_engine.py": "_dask_doctest_engine",
-    "spark_engine.py": "_spark_doctest_engine",
-}
-_CLUSTER_DOCTESTS = {"dask_engine.py", "spark_engine.py"}
+_ENGINES = _PACKAGE / "engines"
 
 
 def pytest_collect_file(file_path: Path, parent):
@@ -36,35 +33,76 @@ def pytest_collect_file(file_path: Path, parent):
         and file_path.name != "__main__.py"
         and not parent.config.option.doctestmodules
     ):
+        if file_path.parent == _ENGINES and file_path.name in _ENGINE_DOCTESTS:
+            return _EngineDoctestModule.from_parent(parent, path=file_path)
         return DoctestModule.from_parent(parent, path=file_path)
     return None
 
 
-def _engine_module(item) -> str | None:
-    """Return the file name of the worker-engine module whose doctest ``item`` is, or None."""
-    if isinstance(item, DoctestItem) and item.path.parent == _PACKAGE / "engines":
-        if item.path.name in _ENGINE_DOCTESTS:
-            return item.path.name
-    return None
+class _EngineDoctests(DoctestItem):
+    """Every doctest of a worker engine's module, run in turn as one item."""
+
+    tests: list[doctest.DocTest]
+
+    def setup(self) -> None:
+        self._request._fillfixtures()
+        namespace = dict(getfixture=self._request.getfixturevalue)
+        namespace.update(self._request.getfixturevalue("doctest_namespace"))
+        for test in self.tests:
+            test.globs.update(namespace)
+
+    def runtest(self) -> None:
+        failures: list[doctest.DocTestFailure] = []
+        for test in self.tests:
+            if not all(example.options.get(doctest.SKIP) for example in test.examples):
+                self.runner.run(test, out=failures)
+        if failures:
+            raise MultipleDoctestFailures(failures)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Mark the Dask and Spark engines' doctests as the tests starting a cluster are."""
-    for item in items:
-        if _engine_module(item) in _CLUSTER_DOCTESTS:
-            item.add_marker(pytest.mark.cluster)
+class _EngineDoctestModule(DoctestModule):
+    """Collect the doctests of a worker engine's module as one item."""
+
+    def collect(self):
+        items = list(super().collect())
+        if items:
+            name = f"connscale.engines.{self.path.stem}"
+            item = _EngineDoctests.from_parent(
+                self, name=name, runner=items[0].runner, dtest=items[0].dtest
+            )
+            item.tests = [each.dtest for each in items]
+            if self.path.name in _CLUSTER_DOCTESTS:
+                item.add_marker(pytest.mark.cluster)
+            yield item
 
 
-@pytest.fixture(autouse=True)
-def _doctest_engine(request, doctest_namespace):
-    """Name a started engine ``engine`` in the namespace of a worker engine's doctests."""
-    module = _engine_module(request.node)
-    if module is None:
-        yield
-        return
-    doctest_namespace["engine"] = request.getfixturevalue(_ENGINE_DOCTESTS[module])
-    yield
-    del doctest_namespace["engine"]
+@contextmanager
+def _local_engine():
+    from connscale.engines import LocalEngine
+
+    with LocalEngine(n_jobs=2) as engine:
+        yield engine
+
+
+@contextmanager
+def _dask_engine():
+    pytest.importorskip("distributed")
+    from connscale.engines import DaskEngine
+
+    with DaskEngine(n_jobs=2) as engine:
+        yield engine
+
+
+@contextmanager
+def _spark_engine():
+    # tests/conftest.py's spark_engine settings: a process has one SparkContext, which an
+    # engine started while it runs uses (its retries included).
+    pytest.importorskip("pyspark")
+    _workers_import_this_checkout()
+    from connscale.engines import SparkEngine
+
+    with SparkEngine("local[2]", retries=2) as engine:
+        yield engine
 
 
 def _workers_import_this_checkout() -> None:
@@ -77,30 +115,24 @@ def _workers_import_this_checkout() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([source, *paths])
 
 
-@pytest.fixture(scope="session")
-def _local_doctest_engine():
-    from connscale.engines import LocalEngine
-
-    with LocalEngine(n_jobs=2) as engine:
-        yield engine
-
-
-@pytest.fixture(scope="session")
-def _dask_doctest_engine():
-    pytest.importorskip("distributed")
-    from connscale.engines import DaskEngine
-
-    with DaskEngine(n_jobs=2) as engine:
-        yield engine
+# The worker engines' modules and the engine their doctests run on.
+_ENGINE_DOCTESTS = {
+    "local.py": _local_engine,
+    "dask_engine.py": _dask_engine,
+    "spark_engine.py": _spark_engine,
+}
+_CLUSTER_DOCTESTS = {"dask_engine.py", "spark_engine.py"}
 
 
-@pytest.fixture(scope="session")
-def _spark_doctest_engine():
-    # The settings of tests/conftest.py's spark_engine: a process has one SparkContext,
-    # which the engine started second reuses, so both ask for the same (retries included).
-    pytest.importorskip("pyspark")
-    _workers_import_this_checkout()
-    from connscale.engines import SparkEngine
-
-    with SparkEngine("local[2]", retries=2) as engine:
-        yield engine
+@pytest.fixture(autouse=True)
+def _doctest_engine(request, doctest_namespace):
+    """Name a started engine ``engine`` in the namespace of a worker engine's doctests."""
+    if not isinstance(request.node, _EngineDoctests):
+        yield
+        return
+    with _ENGINE_DOCTESTS[request.node.path.name]() as engine:
+        doctest_namespace["engine"] = engine
+        try:
+            yield
+        finally:
+            del doctest_namespace["engine"]
