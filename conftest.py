@@ -93,26 +93,27 @@ def _dask_engine():
         yield engine
 
 
+# A JVM for a few small jobs: the quick JIT compiler only and one garbage-collector
+# thread (about a third less CPU to start Spark and run them).
+_SMALL_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 @contextmanager
 def _spark_engine():
     # tests/conftest.py's spark_engine settings: a process has one SparkContext, which an
     # engine started while it runs uses (its retries included).
     pytest.importorskip("pyspark")
-    _workers_import_this_checkout()
     from connscale.engines import SparkEngine
 
-    with SparkEngine("local[2]", retries=2) as engine:
+    # Read by the JVM when it starts (the first context of the process): its options, and
+    # the path of its Python workers, which then import this checkout's connscale as this
+    # process does (pool and Dask workers start with this process's sys.path).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("JAVA_TOOL_OPTIONS", _SMALL_JVM, prepend=" ")
+        patch.setenv("PYTHONPATH", str(_PACKAGE.parent), prepend=os.pathsep)
+        engine = SparkEngine("local[2]", retries=2)
+    with engine:
         yield engine
-
-
-def _workers_import_this_checkout() -> None:
-    """Have Spark's Python workers import this checkout's connscale (as this process does)."""
-    # Pool and Dask workers start with this process's sys.path; Spark's, started by the
-    # JVM, with its PYTHONPATH.
-    source = str(_PACKAGE.parent)
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if source not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([source, *paths])
 
 
 # The worker engines' modules and the engine their doctests run on.
