@@ -128,10 +128,16 @@ _CLUSTER_DOCTESTS = {"dask_engine.py", "spark_engine.py"}
 @pytest.fixture(autouse=True)
 def _doctest_engine(request, doctest_namespace):
     """Name a started engine ``engine`` in the namespace of a worker engine's doctests."""
-    if not isinstance(request.node, _EngineDoctests):
+    # One item per module, as collected here; one per docstring with --doctest-modules.
+    node = request.node
+    if not (
+        isinstance(node, DoctestItem)
+        and node.path.parent == _ENGINES
+        and node.path.name in _ENGINE_DOCTESTS
+    ):
         yield
         return
-    with _ENGINE_DOCTESTS[request.node.path.name]() as engine:
+    with _ENGINE_DOCTESTS[node.path.name]() as engine:
         doctest_namespace["engine"] = engine
         try:
             yield
