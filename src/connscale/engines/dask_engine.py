@@ -142,6 +142,33 @@ class DaskEngine(Engine):
         by :meth:`close`: ``map`` then reads each task's inputs in the
         worker's readers and computes one task at a time per worker
         (:mod:`connscale.engines.dask_readers`).
+
+    Attributes
+    ----------
+    client : distributed.Client
+        The client of the cluster (None once closed).
+    n_jobs : int or None
+        Number of workers (with SLURM, of ``max_jobs`` jobs; None when unbounded).
+    retries : int
+        How many times a failed task is run again.
+
+    Examples
+    --------
+    A LocalCluster of two single-threaded worker processes (it takes a few
+    seconds to start), closed on leaving the block:
+
+    >>> import math
+    >>> from connscale.engines import DaskEngine
+    >>> with DaskEngine(n_jobs=2) as engine:  # doctest: +SKIP
+    ...     engine.map(math.sqrt, [4.0, 9.0, 16.0])
+    [2.0, 3.0, 4.0]
+
+    The examples of the methods use such an ``engine``:
+
+    >>> engine
+    DaskEngine(n_workers=2, retries=1)
+    >>> engine.map(math.sqrt, [4.0, 9.0, 16.0])
+    [2.0, 3.0, 4.0]
     """
 
     name = "dask"
@@ -269,6 +296,41 @@ class DaskEngine(Engine):
         died) raises with ``errors='raise'``, after the others are done, or
         is a :class:`~connscale.engines.base.TaskFailure` with
         ``errors='return'``.
+
+        Parameters
+        ----------
+        func : callable
+            A picklable (module-level) function of one item.
+        items : sequence
+            One task per item.
+        errors : {'raise', 'return'}, default='raise'
+            Raise the first failure, or return a
+            :class:`~connscale.engines.base.TaskFailure` in its place.
+        on_result : callable or None, default=None
+            Called in this process as ``on_result(index, result)`` as each
+            task's result is final (in the order the tasks finish).
+
+        Returns
+        -------
+        list
+            The results (or :class:`~connscale.engines.base.TaskFailure`) in
+            input order.
+
+        Examples
+        --------
+        >>> import math
+        >>> from connscale.engines import DaskEngine
+        >>> engine = DaskEngine(n_jobs=2)  # doctest: +SKIP
+        >>> engine.map(math.sqrt, [4.0, 9.0, 16.0])
+        [2.0, 3.0, 4.0]
+        >>> results = engine.map(math.sqrt, [4.0, -1.0], errors="return")
+        >>> results[1]  # tried 1 + retries times
+        TaskFailure(reason='ValueError: math domain error', attempts=2, worker_lost=False)
+        >>> finished = []
+        >>> engine.map(abs, [-1, -2], on_result=lambda i, r: finished.append(i))
+        [1, 2]
+        >>> sorted(finished)
+        [0, 1]
         """
         import dask.bag
 
@@ -328,6 +390,28 @@ class DaskEngine(Engine):
         Each block is a future held on the worker that loaded it; a load that raised is
         tried again ``retries`` times. When one still fails, the blocks are released and
         its error is raised.
+
+        Parameters
+        ----------
+        loader : callable
+            A picklable function: ``loader(i)`` builds block ``i``.
+        n_blocks : int
+            The number of blocks.
+
+        Returns
+        -------
+        BlockSet
+            The handle on the blocks (their futures), for :meth:`map_blocks`,
+            :meth:`sum_blocks` and :meth:`release`.
+
+        Examples
+        --------
+        >>> from connscale.engines import DaskEngine
+        >>> engine = DaskEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)  # block i is float(i)
+        >>> blocks.n_blocks
+        4
+        >>> engine.release(blocks)
         """
         n_blocks = check_int(n_blocks, "n_blocks", minimum=1)
         if self._keeper is not None:
@@ -358,6 +442,29 @@ class DaskEngine(Engine):
         """Return ``[func(block, *args) for block in blocks]``, in block order.
 
         ``args`` go to the workers once, as one future, released with the results' futures.
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+        func : callable
+            A picklable function ``func(block, *args)``.
+        *args
+            Sent to the workers once for the call.
+
+        Returns
+        -------
+        list
+            One result per block, in block order.
+
+        Examples
+        --------
+        >>> from connscale.engines import DaskEngine
+        >>> engine = DaskEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)  # block i is float(i)
+        >>> engine.map_blocks(blocks, pow, 2)
+        [0.0, 1.0, 4.0, 9.0]
+        >>> engine.release(blocks)
         """
         futures, args_future = self._submit_blocks(blocks, func, args)
         try:
@@ -372,6 +479,29 @@ class DaskEngine(Engine):
 
         Values are added in pairs on the cluster until one is left; the intermediate
         futures and ``args`` are released after it.
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+        func : callable
+            A picklable function ``func(block, *args)``.
+        *args
+            Sent to the workers once for the call.
+
+        Returns
+        -------
+        object
+            The sum of the blocks' results, bitwise the serial engine's.
+
+        Examples
+        --------
+        >>> from connscale.engines import DaskEngine
+        >>> engine = DaskEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)  # block i is float(i)
+        >>> engine.sum_blocks(blocks, pow, 2)
+        14.0
+        >>> engine.release(blocks)
         """
         futures, args_future = self._submit_blocks(blocks, func, args)
         level = futures
@@ -395,7 +525,24 @@ class DaskEngine(Engine):
             args_future.release()
 
     def release(self, blocks: BlockSet) -> None:
-        """Release the blocks' futures."""
+        """Release the blocks' futures (nothing when already released).
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+
+        Examples
+        --------
+        >>> from connscale.engines import DaskEngine
+        >>> engine = DaskEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)
+        >>> engine.release(blocks)
+        >>> engine.map_blocks(blocks, pow, 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: These blocks were released.
+        """
         for future in blocks.handle or []:
             future.release()
         blocks.handle = []
@@ -405,6 +552,16 @@ class DaskEngine(Engine):
 
         A ``distributed.Client`` the caller passed is left open; the readers
         plugin registered here is removed from its workers.
+
+        Examples
+        --------
+        >>> from connscale.engines import DaskEngine
+        >>> engine = DaskEngine(n_jobs=2)  # doctest: +SKIP
+        >>> borrowed = DaskEngine(engine.client)  # on the caller's client
+        >>> borrowed.close()
+        >>> engine.client.status  # left open
+        'running'
+        >>> engine.close()  # doctest: +SKIP
         """
         readers, self._readers = self._readers, None
         try:

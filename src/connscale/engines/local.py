@@ -83,6 +83,23 @@ class LocalEngine(Engine):
         How worker processes start; None picks 'forkserver' where the
         platform has it, else 'spawn' (never ``fork``: unsafe with CUDA and
         threads).
+
+    Attributes
+    ----------
+    n_jobs : int
+        Number of worker processes (every core resolved to a number).
+    retries : int
+        How many times a failed task is run again.
+    context : str
+        How worker processes start: 'forkserver' or 'spawn'.
+
+    Examples
+    --------
+    >>> import math
+    >>> from connscale.engines import LocalEngine
+    >>> with LocalEngine(n_jobs=2) as engine:
+    ...     engine.map(math.sqrt, [4.0, 9.0, 16.0])
+    [2.0, 3.0, 4.0]
     """
 
     name = "local"
@@ -131,6 +148,41 @@ class LocalEngine(Engine):
         attempt raises its last error (``BrokenProcessPool`` for a worker
         that died) once the running tasks are done; with ``errors='return'``
         it is a :class:`~connscale.engines.base.TaskFailure` in the results.
+
+        Parameters
+        ----------
+        func : callable
+            A picklable (module-level) function of one item.
+        items : sequence
+            One task per item.
+        errors : {'raise', 'return'}, default='raise'
+            Raise the first failure, or return a
+            :class:`~connscale.engines.base.TaskFailure` in its place.
+        on_result : callable or None, default=None
+            Called in this process as ``on_result(index, result)`` as each
+            task's result is final (in the order the tasks finish).
+
+        Returns
+        -------
+        list
+            The results (or :class:`~connscale.engines.base.TaskFailure`) in
+            input order.
+
+        Examples
+        --------
+        >>> import math
+        >>> from connscale.engines import LocalEngine
+        >>> engine = LocalEngine(n_jobs=2)  # doctest: +SKIP
+        >>> engine.map(math.sqrt, [4.0, 9.0, 16.0])
+        [2.0, 3.0, 4.0]
+        >>> results = engine.map(math.sqrt, [4.0, -1.0], errors="return")
+        >>> results[1]  # tried 1 + retries times
+        TaskFailure(reason='ValueError: math domain error', attempts=2, worker_lost=False)
+        >>> finished = []
+        >>> engine.map(abs, [-1, -2], on_result=lambda i, r: finished.append(i))
+        [1, 2]
+        >>> sorted(finished)
+        [0, 1]
         """
         errors = check_errors(errors)
         items = list(items)
@@ -231,6 +283,28 @@ class LocalEngine(Engine):
         Block ``i`` lives in partition ``i % n_partitions`` (one long-lived worker process
         each). A partition whose loading failed is loaded again, at most ``retries`` times;
         a dead worker is replaced first.
+
+        Parameters
+        ----------
+        loader : callable
+            A picklable function: ``loader(i)`` builds block ``i``.
+        n_blocks : int
+            The number of blocks.
+
+        Returns
+        -------
+        BlockSet
+            The handle on the blocks, for :meth:`map_blocks`, :meth:`sum_blocks`
+            and :meth:`release`.
+
+        Examples
+        --------
+        >>> from connscale.engines import LocalEngine
+        >>> engine = LocalEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)  # block i is float(i)
+        >>> blocks.n_blocks
+        4
+        >>> engine.release(blocks)
         """
         n_blocks = check_int(n_blocks, "n_blocks", minimum=1)
         token = next(_TOKENS)
@@ -274,6 +348,29 @@ class LocalEngine(Engine):
         Each partition worker applies ``func`` to its own blocks; a partition that failed
         is run again, at most ``retries`` times (when its worker died, the worker is
         replaced and its blocks loaded again first).
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+        func : callable
+            A picklable function ``func(block, *args)``.
+        *args
+            Sent to each partition worker once for the call.
+
+        Returns
+        -------
+        list
+            One result per block, in block order.
+
+        Examples
+        --------
+        >>> from connscale.engines import LocalEngine
+        >>> engine = LocalEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)  # block i is float(i)
+        >>> engine.map_blocks(blocks, pow, 2)
+        [0.0, 1.0, 4.0, 9.0]
+        >>> engine.release(blocks)
         """
         return self._block_results(blocks, func, args)
 
@@ -282,11 +379,51 @@ class LocalEngine(Engine):
 
         The values are computed as in :meth:`map_blocks` and summed here by
         :func:`~connscale.engines.base.tree_sum`.
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+        func : callable
+            A picklable function ``func(block, *args)``.
+        *args
+            Sent to each partition worker once for the call.
+
+        Returns
+        -------
+        object
+            The sum of the blocks' results, bitwise the serial engine's.
+
+        Examples
+        --------
+        >>> from connscale.engines import LocalEngine
+        >>> engine = LocalEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)  # block i is float(i)
+        >>> engine.sum_blocks(blocks, pow, 2)
+        14.0
+        >>> engine.release(blocks)
         """
         return tree_sum(self._block_results(blocks, func, args))
 
     def release(self, blocks: BlockSet) -> None:
-        """Drop the blocks from the partition workers (nothing when already released)."""
+        """Drop the blocks from the partition workers (nothing when already released).
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+
+        Examples
+        --------
+        >>> from connscale.engines import LocalEngine
+        >>> engine = LocalEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)
+        >>> engine.release(blocks)
+        >>> engine.map_blocks(blocks, pow, 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: These blocks were released or belong to another engine.
+        """
         token = blocks.handle
         if self._loaders.pop(token, None) is None:
             return
@@ -298,7 +435,18 @@ class LocalEngine(Engine):
                     pass
 
     def close(self) -> None:
-        """Shut down the task and partition worker processes, waiting for them."""
+        """Shut down the task and partition worker processes, waiting for them.
+
+        The blocks the workers held are gone; a later call starts new workers.
+
+        Examples
+        --------
+        >>> from connscale.engines import LocalEngine
+        >>> engine = LocalEngine(n_jobs=2)
+        >>> engine.map(abs, [-1, -2])
+        [1, 2]
+        >>> engine.close()  # or use the engine as a context manager
+        """
         for s, executor in enumerate(self._slots):
             if executor is not None:
                 executor.shutdown(wait=True, cancel_futures=True)

@@ -119,6 +119,28 @@ class SparkEngine(Engine):
         Spark re-runs a failed task this many times (``spark.task.maxFailures``).
     driver_memory : str, default='1g'
         ``spark.driver.memory`` of a context started here.
+
+    Attributes
+    ----------
+    sc : pyspark.SparkContext
+        The context the tasks run on (None once closed).
+    master : str
+        Its master URL, with the retries of a local master
+        (``'local[2,2]'``).
+    retries : int
+        How many times a failed task is run again.
+
+    Examples
+    --------
+    A ``local[2]`` master, stopped on leaving the block (Spark's JVM takes
+    seconds to start; a process has one SparkContext, which an engine
+    started while it runs uses and leaves running):
+
+    >>> import math
+    >>> from connscale.engines import SparkEngine
+    >>> with SparkEngine(n_jobs=2) as engine:
+    ...     engine.map(math.sqrt, [4.0, 9.0])
+    [2.0, 3.0]
     """
 
     name = "spark"
@@ -154,7 +176,15 @@ class SparkEngine(Engine):
 
     @property
     def n_jobs(self) -> int:
-        """Task slots Spark runs at once (``defaultParallelism``)."""
+        """Task slots Spark runs at once (``defaultParallelism``).
+
+        Examples
+        --------
+        >>> from connscale.engines import SparkEngine
+        >>> engine = SparkEngine(n_jobs=2)  # doctest: +SKIP
+        >>> engine.n_jobs
+        2
+        """
         return int(self.sc.defaultParallelism)
 
     def _start(self, pyspark: ModuleType, master: str, driver_memory: str) -> pyspark.SparkContext:
@@ -206,6 +236,39 @@ class SparkEngine(Engine):
         ``errors='raise'`` (after the other jobs are done), or is a
         :class:`~connscale.engines.base.TaskFailure` with
         ``errors='return'``.
+
+        Parameters
+        ----------
+        func : callable
+            A picklable function of one item.
+        items : sequence
+            One task per item.
+        errors : {'raise', 'return'}, default='raise'
+            Raise the first failure, or return a
+            :class:`~connscale.engines.base.TaskFailure` in its place.
+        on_result : callable or None, default=None
+            Called in this process as ``on_result(index, result)`` as each
+            task's result is final (in the order the jobs finish).
+
+        Returns
+        -------
+        list
+            The results (or :class:`~connscale.engines.base.TaskFailure`) in
+            input order.
+
+        Examples
+        --------
+        >>> import math
+        >>> from connscale.engines import SparkEngine
+        >>> engine = SparkEngine(n_jobs=2)  # doctest: +SKIP
+        >>> finished = []
+        >>> engine.map(math.sqrt, [4.0, 9.0], on_result=lambda i, r: finished.append(i))
+        [2.0, 3.0]
+        >>> sorted(finished)
+        [0, 1]
+        >>> results = engine.map(math.sqrt, [4.0, -1.0], errors="return")
+        >>> results[1].reason, results[1].worker_lost
+        ('ValueError: math domain error', False)
         """
         errors = check_errors(errors)
         items = list(items)
@@ -235,6 +298,28 @@ class SparkEngine(Engine):
 
         The blocks are a cached RDD of ``n_blocks`` partitions (one block each), loaded
         now rather than on first use.
+
+        Parameters
+        ----------
+        loader : callable
+            A picklable function: ``loader(i)`` builds block ``i``.
+        n_blocks : int
+            The number of blocks.
+
+        Returns
+        -------
+        BlockSet
+            The handle on the blocks (their RDD), for :meth:`map_blocks`,
+            :meth:`sum_blocks` and :meth:`release`.
+
+        Examples
+        --------
+        >>> from connscale.engines import SparkEngine
+        >>> engine = SparkEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)  # block i is float(i)
+        >>> blocks.n_blocks
+        4
+        >>> engine.release(blocks)
         """
         n_blocks = check_int(n_blocks, "n_blocks", minimum=1)
         rdd = self.sc.parallelize(range(n_blocks), n_blocks).map(loader).cache()
@@ -250,6 +335,29 @@ class SparkEngine(Engine):
         """Return ``[func(block, *args) for block in blocks]``, in block order.
 
         ``args`` are broadcast once and unpersisted after the call.
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+        func : callable
+            A picklable function ``func(block, *args)``.
+        *args
+            Sent to the executors once for the call.
+
+        Returns
+        -------
+        list
+            One result per block, in block order.
+
+        Examples
+        --------
+        >>> from connscale.engines import SparkEngine
+        >>> engine = SparkEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)  # block i is float(i)
+        >>> engine.map_blocks(blocks, pow, 2)
+        [0.0, 1.0, 4.0, 9.0]
+        >>> engine.release(blocks)
         """
         rdd = self._check(blocks)
         bc = self.sc.broadcast(args)
@@ -263,6 +371,29 @@ class SparkEngine(Engine):
 
         Values are added in pairs on the executors (``reduceByKey``) until a few are left,
         then summed on the driver by :func:`~connscale.engines.base.tree_sum`.
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+        func : callable
+            A picklable function ``func(block, *args)``.
+        *args
+            Sent to the executors once for the call.
+
+        Returns
+        -------
+        object
+            The sum of the blocks' results, bitwise the serial engine's.
+
+        Examples
+        --------
+        >>> from connscale.engines import SparkEngine
+        >>> engine = SparkEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)  # block i is float(i)
+        >>> engine.sum_blocks(blocks, pow, 2)
+        14.0
+        >>> engine.release(blocks)
         """
         rdd = self._check(blocks)
         bc = self.sc.broadcast(args)
@@ -283,13 +414,41 @@ class SparkEngine(Engine):
             bc.unpersist()
 
     def release(self, blocks: BlockSet) -> None:
-        """Unpersist the blocks' RDD."""
+        """Unpersist the blocks' RDD (nothing when already released).
+
+        Parameters
+        ----------
+        blocks : BlockSet
+            From :meth:`load_blocks`.
+
+        Examples
+        --------
+        >>> from connscale.engines import SparkEngine
+        >>> engine = SparkEngine(n_jobs=2)  # doctest: +SKIP
+        >>> blocks = engine.load_blocks(float, 4)
+        >>> engine.release(blocks)
+        >>> engine.map_blocks(blocks, pow, 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: These blocks were released.
+        """
         if blocks.handle is not None:
             blocks.handle.unpersist()
             blocks.handle = None
 
     def close(self) -> None:
-        """Stop the SparkContext started here (a context the caller passed keeps running)."""
+        """Stop the SparkContext started here (a context the caller passed keeps running).
+
+        Examples
+        --------
+        >>> from connscale.engines import SparkEngine
+        >>> engine = SparkEngine(n_jobs=2)  # doctest: +SKIP
+        >>> borrowed = SparkEngine(engine.sc)  # on the caller's context
+        >>> borrowed.close()
+        >>> engine.map(abs, [-1])  # still running
+        [1]
+        >>> engine.close()  # doctest: +SKIP
+        """
         if self._own and self.sc is not None:
             self.sc.stop()
         self.sc = None
