@@ -47,7 +47,6 @@ from typing import Protocol
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from connscale._compute import MemoryPlan, MemoryPlanner, synchronize
 from connscale._compute.gemm import gemm_nt
@@ -156,6 +155,8 @@ def stream_matrix(
             scaled, constant = _scale(timeseries, measure, dev, dtype, columns)
             n_constant = warn_constant(constant)
             del constant
+            from tqdm.auto import tqdm  # the progress bar only (the numerical core imports none)
+
             progress = tqdm(total=n_out, unit="row", disable=not verbose, leave=False)
             if assemble:
                 _run_assembled_triangle(scaled, rounds, writer, measure, progress)

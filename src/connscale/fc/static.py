@@ -19,7 +19,6 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from connscale._choices import CORRELATION_KINDS, PRECISIONS
 from connscale._compute import (
@@ -427,6 +426,8 @@ def _run_rounds(normalized, rounds, kind, threshold, absolute, dev, sink, verbos
     max_elements = max(r.n_rows * r.n_cols for r in rounds)
     workspace = torch.empty(max_elements, dtype=normalized.dtype, device=dev)
     sender = Sender(sink, dev, max_elements) if kind != "sparse" else None
+    from tqdm.auto import tqdm  # the progress bar only (the numerical core imports none)
+
     progress = tqdm(total=n, unit="row", desc="correlation", disable=not verbose, leave=False)
     for rnd in rounds:
         block = workspace[: rnd.n_rows * rnd.n_cols].view(rnd.n_rows, rnd.n_cols)

@@ -11,7 +11,6 @@ from numbers import Integral, Real
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from connscale._choices import DEFAULT_THRESHOLD, PRECISIONS
 from connscale._compute import allow_tf32
@@ -199,6 +198,8 @@ def compute_degree(
         pairs = m * (m - 1) // 2
         # Rows of the histogram pass and the degree pass (top_threshold adds its collect passes).
         passes = 2 if sparsity is not None else 1
+        from tqdm.auto import tqdm  # the progress bar only (the numerical core imports none)
+
         progress = tqdm(
             total=passes * n, desc="degree centrality", unit="row", disable=not verbose, leave=False
         )

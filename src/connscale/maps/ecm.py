@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import warnings
 from numbers import Integral, Real
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
 from connscale._docs import fill_doc
 from connscale._validation import Interval, user_stacklevel, validate_params
 from connscale.maps.prepare import NormalizedSeries, as_map, map_planner, normalized_series
+
+if TYPE_CHECKING:
+    from tqdm.auto import tqdm
 
 
 @fill_doc
@@ -95,6 +98,8 @@ def eigenvector_centrality(
             f"Eigenvector centrality of {n} series x {t} time points",
         )
         z = u[~constant] if m < n else u  # no copy when none is constant
+        from tqdm.auto import tqdm
+
         with tqdm(
             total=max_iter,
             desc="eigenvector centrality",
