@@ -34,6 +34,11 @@ def render(page: Path, scratch: Path) -> str:
     for other in page.parent.iterdir():  # relative links resolve as beside the page
         if other.name != page.name and not (scratch / other.name).exists():
             (scratch / other.name).symlink_to(other.resolve())
+    return dump_dom(marked, scratch / ".profile")
+
+
+def dump_dom(marked: Path, profile: Path) -> str:
+    """The DOM of a page carrying ``_MARKER`` after Chromium loaded it with no network."""
     result = subprocess.run(
         [
             CHROMIUM,
@@ -43,7 +48,7 @@ def render(page: Path, scratch: Path) -> str:
             "--disable-dev-shm-usage",
             "--no-first-run",
             "--host-resolver-rules=MAP * ~NOTFOUND",  # no network at all
-            f"--user-data-dir={scratch / '.profile'}",
+            f"--user-data-dir={profile}",
             "--virtual-time-budget=10000",
             "--dump-dom",
             marked.resolve().as_uri(),
@@ -55,7 +60,7 @@ def render(page: Path, scratch: Path) -> str:
     )
     if result.returncode != 0 or 'data-checked="yes"' not in result.stdout:
         raise RuntimeError(
-            f"chromium did not render {page.name} (exit {result.returncode}): "
+            f"chromium did not render {marked.name} (exit {result.returncode}): "
             f"{result.stderr[-2000:]}"
         )
     return result.stdout
