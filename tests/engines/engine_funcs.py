@@ -193,3 +193,19 @@ def check_shared_read(payload: int, prepared) -> dict:
 def reader_pid(_) -> int:
     """The process id of the reader that runs this."""
     return os.getpid()
+
+
+def wait_for_file(path: str, timeout: float = 60.0) -> str:
+    """Return ``path`` once the file exists (a read held back until a test lets it go).
+
+    Raises TimeoutError after ``timeout`` seconds, so that a test whose
+    release never comes fails instead of hanging.
+    """
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not Path(path).exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.01)
+    return path

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+from pathlib import Path
 
 import engine_funcs as ef
 import pytest
@@ -21,6 +22,7 @@ from connscale.engines.batch import (
     ReadAheadEngine,
     Task,
     TaskBudget,
+    TaskCall,
     batch_device,
     map_tasks,
     run_batch,
@@ -117,6 +119,45 @@ def test_run_batch_skips_what_is_done_and_writes_one_log_schema(tmp_path):
 def test_read_ahead_engine_runs_tasks_without_prepare_as_serial():
     records = map_tasks(ReadAheadEngine(2), _tasks([1, 2, 3]))
     assert [r["square"] for r in records] == [1, 4, 9]
+
+
+def _release_then_square(payload, prepared) -> dict:
+    """Compute a task: touch the file its payload names, if any (a held read's release)."""
+    value, release = payload
+    if release is not None:
+        Path(release).touch()
+    return {"square": value * value, "read": prepared.result()}
+
+
+def test_read_ahead_engine_computes_a_task_as_soon_as_its_read_ends(tmp_path):
+    """Task 0's read is held until task 2 computes: tasks compute as their reads end,
+    not in order (in order, task 0's read would hold every later task: it never ends).
+    Results still come back in task order."""
+    release = str(tmp_path / "release")
+    payloads = [(1, None), (2, None), (3, release), (4, None)]
+    reads = [(ef.wait_for_file, release)] + [(str, i) for i in range(1, 4)]
+    tasks = [
+        Task(f"t{i}", None, None, _release_then_square, payload, {}, _ReadOf(*reads[i]))
+        for i, payload in enumerate(payloads)
+    ]
+    order = []
+    results = ReadAheadEngine(2).map(
+        lambda call: call.task.function(call.task.payload, call.prepared),
+        [TaskCall(t) for t in tasks],
+        on_result=lambda index, _: order.append(index),
+    )
+    assert [r["square"] for r in results] == [1, 4, 9, 16]
+    assert results[0]["read"] == release and order.index(2) < order.index(0)
+
+
+class _ReadOf:
+    """A task's read: ``function(argument)``, whatever the task's payload."""
+
+    def __init__(self, function, argument) -> None:
+        self.function, self.argument = function, argument
+
+    def __call__(self, _payload):
+        return self.function(self.argument)
 
 
 def test_task_budget_covers_the_whole_task():

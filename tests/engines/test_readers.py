@@ -108,3 +108,17 @@ def test_reads_queued_behind_a_dead_reader_all_complete(tmp_path):
             np.testing.assert_array_equal(future.result(timeout=120), engine_funcs.make_block(i))
     finally:
         readers.shutdown()
+
+
+def test_a_read_goes_to_an_idle_reader_not_behind_a_busy_one(pool, tmp_path):
+    """Two readers, one held on a read: the next reads all go to the other one and
+    complete while the first is still held (in turn, one would queue behind it)."""
+    readers, _ = pool
+    release = tmp_path / "release"
+    held = readers.submit(engine_funcs.wait_for_file, str(release))
+    for i in range(3):  # each submitted once the previous one is done
+        block = readers.submit(engine_funcs.make_block, i).result(timeout=120)
+        np.testing.assert_array_equal(block, engine_funcs.make_block(i))
+    assert not held.done()
+    release.touch()
+    assert held.result(timeout=120) == str(release)

@@ -31,9 +31,8 @@ import os
 import stat
 import time
 import traceback
-from collections import deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -318,23 +317,42 @@ class ReadAheadEngine(SerialEngine):
                 pool.shutdown()
 
     def _map_ahead(self, pool, func, items, errors, on_result) -> list:
-        def ahead(item):
-            if isinstance(item, TaskCall) and item.task.prepare is not None:
-                return pool.submit(item.task.prepare, item.task.payload)
-            return None
+        """Compute each task as soon as its read is done, in whatever order reads end.
 
-        results = []
-        queued = deque(ahead(item) for item in items[: self.readers])
-        for index, item in enumerate(items):
-            current = queued.popleft()
-            if index + self.readers < len(items):
-                queued.append(ahead(items[index + self.readers]))
-            if current is not None:
-                item = replace(item, prepared=current)
-            results += super().map(func, [item], errors=errors)
-            del current, item  # this task's data, before the next read is queued
+        ``readers`` reads are under way at any time: when one ends, the next
+        task's read starts, then the task whose read ended computes (the
+        earliest in order among those ready). A slow read holds up its own
+        task only, not the readers that finished after it (they would idle
+        until it ends if tasks computed in order). At most ``readers + 1``
+        tasks' inputs are in memory. Items without a read compute first.
+        """
+        results: list = [None] * len(items)
+        reading: dict[Future, int] = {}  # each read under way -> its item's index
+        upcoming = iter(range(len(items)))
+
+        def read_next() -> None:
+            """Start the read of the next item that has one."""
+            for index in upcoming:
+                item = items[index]
+                if isinstance(item, TaskCall) and item.task.prepare is not None:
+                    reading[pool.submit(item.task.prepare, item.task.payload)] = index
+                    return
+                compute(index, item)
+
+        def compute(index: int, item) -> None:
+            results[index] = super(ReadAheadEngine, self).map(func, [item], errors=errors)[0]
             if on_result is not None:
-                on_result(index, results[-1])
+                on_result(index, results[index])
+
+        for _ in range(self.readers):
+            read_next()
+        while reading:
+            done, _ = wait(reading, return_when=FIRST_COMPLETED)
+            current = min(done, key=reading.__getitem__)
+            index = reading.pop(current)
+            read_next()  # its reader is free: the next read starts before this task computes
+            compute(index, replace(items[index], prepared=current))
+            del current, done  # this task's data, before the next read ends
         return results
 
     def __repr__(self) -> str:

@@ -62,6 +62,7 @@ class ReaderPool:
         preload: tuple[str, ...] = (),
     ) -> None:
         self._lock = threading.Lock()  # the slots, replaced from the futures' callbacks
+        self._submitting = threading.Lock()  # a reader picked and its read queued, at once
         self._queued: dict[Executor, list[Future]] = {}  # each pool's reads, oldest first
         self._died_on: dict[Executor, Future] = {}  # the read a dead pool was running
         self.processes = processes
@@ -95,18 +96,28 @@ class ReaderPool:
             return self._slots[index]
 
     def submit(self, function: Callable, argument) -> Future:
-        """Start ``function(argument)`` on the next reader; return a future of its result.
+        """Start ``function(argument)`` on the least busy reader; return a future of its result.
 
+        The reader with the fewest reads queued takes it (the next in turn
+        among those): a read never waits behind another while a reader idles.
         A reader process that dies is replaced and the read tried again, up
         to ``retries`` times; then the future raises :class:`ReaderLost`.
         """
-        index = self._next
-        self._next = (self._next + 1) % len(self._slots)
         if not self.processes:
             return self._slots[0].submit(function, argument)
         outcome: Future = Future()
-        self._start(index, function, argument, outcome, 1)
+        with self._submitting:  # threads submitting at once pick different readers
+            self._start(self._least_busy(), function, argument, outcome, 1)
         return outcome
+
+    def _least_busy(self) -> int:
+        """Return the slot with the fewest reads queued, the next in turn among equals."""
+        count = len(self._slots)
+        with self._lock:
+            turn = [(self._next + step) % count for step in range(count)]
+            index = min(turn, key=lambda i: len(self._queued.get(self._slots[i], ())))
+        self._next = (index + 1) % count
+        return index
 
     def _start(self, index, function, argument, outcome: Future, attempt: int) -> None:
         pool = self._slot(index)
