@@ -60,7 +60,7 @@ def test_region_means_and_voxels_in_one_pass(
     if use_isal and not decode.HAVE_ISAL:
         pytest.skip("isal is not installed")
     path, mask = _bold(tmp_path, dtype, slope=slope, big_endian=big_endian)
-    monkeypatch.setattr(decode, "_READ_BYTES", 2 * 7 * 6 * 5 * np.dtype(dtype).itemsize)
+    monkeypatch.setattr(decode, "_BLOCK_BYTES", 2 * 7 * 6 * 5 * np.dtype(dtype).itemsize)
     labels = np.zeros((7, 6, 5), dtype=np.int64)
     labels[1:6, 1:5, 1:4] = np.arange(1, 6)[:, None, None] * 3  # labels 3, 6, .., 15
     labels[1, 1, 1] = 0
@@ -87,7 +87,7 @@ def test_region_sums_do_not_depend_on_the_voxel_gather(tmp_path, monkeypatch):
     nib.save(nib.Nifti1Image(data, np.eye(4)), path)
     mask = rng.random(shape[:3]) > 0.2
     labels = rng.integers(0, 4, shape[:3]) * 7  # 0 (unlabelled), 7, 14, 21, interleaved
-    monkeypatch.setattr(decode, "_READ_BYTES", 3 * 9 * 7 * 6 * 4)
+    monkeypatch.setattr(decode, "_BLOCK_BYTES", 3 * 9 * 7 * 6 * 4)
     for use_isal in [False] + [True] * decode.HAVE_ISAL:
         both = decode.read_masked_bold(path, mask, labels=labels, use_isal=use_isal)
         only = decode.read_masked_bold(path, mask, labels=labels, voxels=False, use_isal=use_isal)

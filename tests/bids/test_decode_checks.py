@@ -55,7 +55,7 @@ def test_a_stream_failing_its_crc_is_refused(tmp_path, monkeypatch, isal, voxels
     bad = tmp_path / "bad.nii.gz"
     bad.write_bytes(_gzip_with_crc(raw, (zlib.crc32(raw) + 1) & 0xFFFFFFFF))
     labels = np.where(mask, 1, 0)
-    monkeypatch.setattr(decode, "_READ_BYTES", 2 * 6 * 5 * 4 * 4)
+    monkeypatch.setattr(decode, "_BLOCK_BYTES", 2 * 6 * 5 * 4 * 4)
     read = decode.read_masked_bold(good, mask, labels=labels, voxels=voxels, use_isal=True)
     assert read.region_means.shape == (7, 1)
     message = _one_line_error(
@@ -71,7 +71,7 @@ def test_a_file_cut_mid_read_is_one_line(tmp_path, monkeypatch, isal):
     path, _, mask = _image(tmp_path, "bold.nii.gz", n_volumes=40)
     cut = tmp_path / "cut.nii.gz"
     cut.write_bytes(path.read_bytes()[: path.stat().st_size * 2 // 3])
-    monkeypatch.setattr(decode, "_READ_BYTES", 3 * 6 * 5 * 4 * 4)
+    monkeypatch.setattr(decode, "_BLOCK_BYTES", 3 * 6 * 5 * 4 * 4)
     message = _one_line_error(lambda: decode.read_masked_bold(cut, mask, use_isal=True))
     assert message.startswith("cut.nii.gz is truncated or corrupt")
 
@@ -96,7 +96,7 @@ def test_blocks_are_the_files(tmp_path, monkeypatch, isal, per_block):
     labels = np.zeros(mask.shape, dtype=np.int16)
     labels[1:5, 1:4, :] = np.arange(1, 5)[None, None, :]
     whole = decode.read_masked_bold(path, mask, labels=labels, use_isal=True)
-    monkeypatch.setattr(decode, "_READ_BYTES", per_block * 6 * 5 * 4 * 4)
+    monkeypatch.setattr(decode, "_BLOCK_BYTES", per_block * 6 * 5 * 4 * 4)
     read = decode.read_masked_bold(path, mask, labels=labels, use_isal=True)
     np.testing.assert_array_equal(read.data, data[mask].T)
     np.testing.assert_array_equal(read.region_means, whole.region_means)
