@@ -85,3 +85,26 @@ def test_low_coverage_parcels_are_nan_and_named(published):
         assert meta["LowCoverageRegions"] == {"label-4": 0.25}
         assert "MinimumCoverage" in meta["LowCoverageDescription"]
     assert json.loads(open(_one(everything, "_relmat.json")).read())["LowCoverageRegions"] == {}
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.int64, np.float32])
+def test_coverage_counted_by_value_equals_the_sorted_count(dtype):
+    """Small non-negative integer labels are counted by value, others sorted: the same
+    labels and fractions either way (gaps in the labels, a label outside the mask)."""
+    from connscale.bidsapp import coverage
+
+    rng = np.random.default_rng(3)
+    atlas = rng.choice([0, 2, 5, 7, 200], size=(9, 8, 7)).astype(dtype)
+    atlas[0, 0, 0] = 9  # a label wholly outside the mask
+    mask = rng.random(atlas.shape) > 0.3
+    mask[0, 0, 0] = False
+    labels, fractions = coverage.volume_coverage(atlas, mask)
+    assert labels.tolist() == [2, 5, 7, 9, 200]
+    expected = [
+        np.count_nonzero(mask & (atlas == v)) / np.count_nonzero(atlas == v) for v in labels
+    ]
+    np.testing.assert_array_equal(fractions, expected)
+    assert coverage._small_labels(atlas) == (np.dtype(dtype).kind in "iu")
+    negative = atlas.astype(np.int16)
+    negative[0, 0, 0] = -1
+    assert not coverage._small_labels(negative)

@@ -37,11 +37,32 @@ def volume_coverage(atlas: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np
     coverage : ndarray of float
         For each, its voxels inside the mask over its voxels.
     """
-    keys, index = np.unique(np.asarray(atlas).ravel(), return_inverse=True)
+    atlas = np.asarray(atlas)
+    mask = np.asarray(mask, bool)
+    if _small_labels(atlas):  # counted by label value: no sort of the grid (a run's ~50 ms)
+        total = np.bincount(atlas.ravel())
+        inside = np.bincount(atlas[mask], minlength=total.size)
+        keys = np.flatnonzero(total)
+        kept = keys != 0
+        keys = keys[kept]
+        return keys.astype(int), inside[keys] / total[keys]
+    keys, index = np.unique(atlas.ravel(), return_inverse=True)
     total = np.bincount(index, minlength=keys.size)
-    inside = np.bincount(index, weights=np.asarray(mask, bool).ravel(), minlength=keys.size)
+    inside = np.bincount(index, weights=mask.ravel(), minlength=keys.size)
     kept = keys != 0
     return keys[kept].astype(int), inside[kept] / total[kept]
+
+
+#: The largest label counted by value (:func:`volume_coverage`); larger ones are sorted.
+_MAX_COUNTED_LABEL = 1 << 20
+
+
+def _small_labels(atlas: np.ndarray) -> bool:
+    """Return whether ``atlas`` holds non-negative integer labels small enough to count."""
+    if atlas.dtype.kind not in "iu" or atlas.size == 0:
+        return False
+    low, high = int(atlas.min()), int(atlas.max())
+    return low >= 0 and high <= _MAX_COUNTED_LABEL
 
 
 def apply_min_coverage(series: np.ndarray, coverage: np.ndarray, min_coverage: float) -> np.ndarray:
