@@ -2,8 +2,9 @@
 
 A reader imports ``READER_MODULES`` (in the fork server it is forked from)
 and the module of the function it runs; neither may load torch (seconds to
-start, and memory held in every reader). What is imported is checked, not
-how long it takes.
+start, and memory held in every reader), and its first read imports no
+package they do not (each reader would import it again). What is imported
+is checked, not how long it takes.
 """
 
 from __future__ import annotations
@@ -16,11 +17,12 @@ from pathlib import Path
 from connscale.bidsapp.participant import READER_MODULES, _run_task
 
 
-def _python(code: str) -> subprocess.CompletedProcess:
-    src = str(Path(__file__).resolve().parents[2] / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
+def _python(code: str, *args: str) -> subprocess.CompletedProcess:
+    root = Path(__file__).resolve().parents[2]
+    path = [str(root / "src"), str(root), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
     return subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, check=False
     )
 
 
@@ -55,5 +57,45 @@ def test_the_cleaning_operator_is_planned_without_torch():
         "operator = cleaning_operator(50, memory_limit='1MB')\n"
         "assert residual_dof(operator)['dof'] == 48  # 50 volumes, the mean and the trend\n"
         "assert 'torch' not in sys.modules, 'torch'\n"
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_first_read_imports_no_package_the_reader_modules_do_not(tmp_path):
+    """Whether a run is published (pybids' output names) and its read: every package
+    they use is among the reader modules' imports, so the fork server imports it once."""
+    import pickle
+
+    import nibabel as nib
+
+    from connscale.bidsapp.config import ParticipantConfig
+    from connscale.bidsapp.layout import find_runs
+    from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
+
+    root = make_fmriprep(tmp_path / "fmriprep", [("01", None, "rest", None)])
+    nib.save(atlas_img(), tmp_path / ATLAS)
+    config = ParticipantConfig(
+        root,
+        tmp_path / "out",
+        tmp_path / ATLAS,
+        "Slab",
+        strategy="simple",
+        strategy_params={"motion": "basic", "wm_csf": "basic"},
+        reports=False,
+    )
+    task = tmp_path / "task.pickle"
+    task.write_bytes(pickle.dumps((config, find_runs(root, strategy="simple")[0])))
+    imports = "; ".join(f"import {name}" for name in READER_MODULES)
+    done = _python(
+        f"{imports}\n"
+        "import pickle, sys\n"
+        "from connscale.bidsapp.cleaning import prefetch\n"
+        "with open(sys.argv[1], 'rb') as fh:\n"
+        "    task = pickle.load(fh)\n"
+        "before = {name.split('.')[0] for name in sys.modules}\n"
+        "assert prefetch(task) is not None\n"
+        "new = {name.split('.')[0] for name in sys.modules} - before\n"
+        "assert not new, sorted(new)\n",
+        str(task),
     )
     assert done.returncode == 0, done.stderr
