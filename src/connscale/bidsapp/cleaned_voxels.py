@@ -7,11 +7,61 @@ in the run's context (``context['cleaned_voxels']``), so that a run is moved
 to the device and cleaned once, not once per set. The run's
 :class:`~connscale.engines.batch.TaskBudget` already counts one cleaned copy
 of its widest series; the tensor goes with the run's context.
+
+On a GPU without ``memory_limit``, the decoded series themselves are copied to
+the device once per run (:func:`device_series`: ~50 ms for a 2 mm MNI run of
+400 volumes), for the initial DVARS, this cleaning and the maps' cleaning,
+instead of once for each.
 """
 
 from __future__ import annotations
 
-__all__ = ["unstandardised_series"]
+__all__ = ["device_series", "unstandardised_series"]
+
+
+def device_series(config, decoded, context: dict):
+    """Return the run's decoded series where its sets compute: on the GPU, copied once.
+
+    On a CUDA device without ``memory_limit``, the first call copies
+    ``decoded.data`` to the device and keeps the tensor in ``context``
+    (``context['series_on_device']``, with the array it copies); later calls
+    return it while ``decoded.data`` is that array (a despiked run's new
+    array is copied anew). Elsewhere (the CPU, or a limit that counts each
+    copy where it is made) ``decoded.data`` as it is.
+
+    Parameters
+    ----------
+    config : ParticipantConfig
+        The run's (device, memory limit).
+    decoded : DecodedRun or CiftiDecoded
+        Its decoded series (``data``, time along axis 0).
+    context : dict
+        The run's context: the tensor is kept there.
+
+    Returns
+    -------
+    ndarray or torch.Tensor
+    """
+    from connscale._compute import resolve_device
+
+    data = decoded.data
+    if not _copied_once(config):
+        return data
+    source, tensor = context.get("series_on_device", (None, None))
+    if source is not data:
+        import numpy as np
+        import torch
+
+        tensor = torch.as_tensor(np.asarray(data), device=resolve_device(config.device))
+        context["series_on_device"] = (data, tensor)
+    return tensor
+
+
+def _copied_once(config) -> bool:
+    """Return whether a run's series are copied to its device once (a GPU, no memory limit)."""
+    from connscale._compute import resolve_device
+
+    return config.memory_limit is None and resolve_device(config.device).type == "cuda"
 
 
 def unstandardised_series(config, decoded, context: dict):
@@ -34,7 +84,7 @@ def unstandardised_series(config, decoded, context: dict):
 
     if "cleaned_voxels" not in context:
         context["cleaned_voxels"] = clean_signals(
-            decoded.data,
+            device_series(config, decoded, context),
             context["operator"],
             standardize=None,
             device=config.device,

@@ -153,11 +153,12 @@ def initial_dvars(config, decoded, context: dict) -> np.ndarray | None:
 
     Called before despiking: the initial DVARS is of the BOLD as fMRIPrep wrote it.
     """
+    from connscale.bidsapp.cleaned_voxels import device_series
     from connscale.qc import dvars
 
     if decoded.data is None:
         return None
-    data = decoded.data[_dummy_scans(context) :]
+    data = device_series(config, decoded, context)[_dummy_scans(context) :]
     limit = config.memory_limit
     return dvars(data, device=config.device, dtype=config.dtype, memory_limit=limit)[1]
 

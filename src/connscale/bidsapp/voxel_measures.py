@@ -168,6 +168,7 @@ def _cleaned_voxels(
     run's warning. ``on_device``: the series as a tensor left on the device
     (checked there), not copied to the host.
     """
+    from connscale.bidsapp.cleaned_voxels import device_series
     from connscale.denoise import clean_signals
 
     n = decoded.data.shape[1]
@@ -175,7 +176,7 @@ def _cleaned_voxels(
         raise ValueError(f"The mask of {run.bold.name} holds fewer than 2 voxels.")
     tic = time.perf_counter()
     voxels = clean_signals(
-        decoded.data,
+        device_series(config, decoded, context),
         context["operator"],
         standardize=config.standardize,
         device=config.device,
