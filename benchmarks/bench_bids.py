@@ -224,6 +224,20 @@ def make_tree(
     return derivatives, atlas_path
 
 
+def _existing_tree(work: Path, n_runs: int, grid: dict) -> tuple[Path, Path] | None:
+    """Return (derivatives, atlas) of the tree left in ``work`` if it has ``n_runs`` of ``grid``."""
+    import nibabel as nib
+
+    derivatives = work / "fmriprep"
+    atlases = sorted(work.glob("*_dseg.nii.gz"))
+    bolds = sorted(derivatives.rglob("*_desc-preproc_bold.nii.gz"))
+    if len(bolds) != n_runs or not atlases:
+        return None
+    if nib.load(bolds[0]).shape != (*grid["shape"], grid["t"]):
+        return None
+    return derivatives, atlases[0]
+
+
 def _nilearn_run(bold: Path, atlas: Path, out: Path) -> tuple[str, np.ndarray, float]:
     """One run through the nilearn pipeline: (subject, FC, seconds)."""
     from nilearn.connectome import ConnectivityMeasure
@@ -553,6 +567,12 @@ def main() -> None:
         help="Time nilearn on the first N runs only (its runs/min from those).",
     )
     parser.add_argument("--keep", action="store_true", help="Keep the synthetic tree.")
+    parser.add_argument(
+        "--reuse-tree",
+        action="store_true",
+        help="Use the tree an earlier call left in --work (--keep) when it holds --runs runs "
+        "of this grid and T (two commands then time the same files); else write one.",
+    )
     parser.add_argument("--json", type=Path, default=None, help="Write the results here.")
     args = parser.parse_args()
     # Both pipelines start warm: the imports (nilearn, pybids, torch) are not timed.
@@ -571,15 +591,17 @@ def main() -> None:
     if args.volumes is not None:
         grid["t"] = args.volumes
     gpu_counts = [] if args.gpus_sweep is None else [int(n) for n in args.gpus_sweep.split(",")]
-    shutil.rmtree(args.work, ignore_errors=True)
-    args.work.mkdir(parents=True)
     tic = time.perf_counter()
-    derivatives, atlas = make_tree(args.work, args.runs, grid, jobs=args.tree_jobs)
-    print(
-        f"tree: {args.runs} runs, grid {grid['shape']}, T = {grid['t']} "
-        f"({time.perf_counter() - tic:.0f} s to write with {args.tree_jobs} processes)",
-        flush=True,
-    )
+    tree = _existing_tree(args.work, args.runs, grid) if args.reuse_tree else None
+    if tree is None:
+        shutil.rmtree(args.work, ignore_errors=True)
+        args.work.mkdir(parents=True)
+        tree = make_tree(args.work, args.runs, grid, jobs=args.tree_jobs)
+        how = f"{time.perf_counter() - tic:.0f} s to write with {args.tree_jobs} processes"
+    else:
+        how = "reused"
+    derivatives, atlas = tree
+    print(f"tree: {args.runs} runs, grid {grid['shape']}, T = {grid['t']} ({how})", flush=True)
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "cpu": platform.processor() or platform.machine(),
