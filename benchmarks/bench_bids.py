@@ -304,6 +304,7 @@ def run_connscale(
     from connscale.io.relmat import read_relmat_tsv
 
     shutil.rmtree(out, ignore_errors=True)
+    called = time.time()  # epoch seconds, as the records' times
     tic = time.perf_counter()
     report = run_participant(
         derivatives,
@@ -333,7 +334,7 @@ def run_connscale(
     )
     matrices = {r["subject"]: read_relmat_tsv(r["outputs"][0])[0] for r in report.records}
     return {
-        "timeline": _timeline(report.records),
+        "timeline": _timeline(report.records, called),
         "seconds": seconds,
         "span": span,
         "stages": stages,
@@ -374,8 +375,10 @@ def run_decode_floor(derivatives: Path, *, jobs: int) -> dict:
     }
 
 
-def _timeline(records: list[dict]) -> dict:
-    """Where the computing process's time went: waiting for reads, or its own work."""
+def _timeline(records: list[dict], called: float) -> dict:
+    """Where the computing process's time went: waiting for reads, or its own work; and
+    when, after the call began (``called``, epoch seconds), the first read started and the
+    last run ended (before the first read: the layout's index and the readers' start)."""
     waited = own = 0.0
     for r in records:
         ready = r["read_started"] + r["timings"]["decode"] + r["timings"]["clean"]
@@ -384,10 +387,13 @@ def _timeline(records: list[dict]) -> dict:
         own += end - max(ready, r["started"])
     first = min(r["started"] for r in records)
     reads = min(r["read_started"] for r in records)
+    last = max(r["started"] + r["seconds"] for r in records)
     return {
         "computing_process_waiting_s": round(waited, 2),
         "computing_process_own_work_s": round(own, 2),
         "first_read_started_after_first_task_s": round(reads - first, 2),
+        "first_read_after_call_start_s": round(reads - called, 2),
+        "last_run_ended_after_call_start_s": round(last - called, 2),
     }
 
 
