@@ -209,3 +209,10 @@ def wait_for_file(path: str, timeout: float = 60.0) -> str:
             raise TimeoutError(f"{path} never appeared")
         time.sleep(0.01)
     return path
+
+
+def has_module(name: str) -> bool:
+    """Return whether module ``name`` is imported in this process (a reader's inheritance)."""
+    import sys
+
+    return name in sys.modules

@@ -5,6 +5,8 @@ tried again, then reported, while the other reads complete."""
 from __future__ import annotations
 
 import os
+import sys
+import types
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +14,7 @@ import pytest
 
 from connscale.engines import shared
 from connscale.engines.batch import ReadAheadEngine, Task, TaskCall
-from connscale.engines.readers import ReaderLost, ReaderPool
+from connscale.engines.readers import ReaderLost, ReaderPool, forks_here
 from tests.engines import engine_funcs
 
 
@@ -122,3 +124,37 @@ def test_a_read_goes_to_an_idle_reader_not_behind_a_busy_one(pool, tmp_path):
     assert not held.done()
     release.touch()
     assert held.result(timeout=120) == str(release)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="readers fork on Linux only")
+def test_readers_fork_from_this_process_once_it_has_their_modules(tmp_path):
+    """With every preload module imported here, a reader is forked from this process: it
+    has what this process imported (a module no fresh process has); one that dies is
+    replaced (forked again) and its read retried."""
+    marker = "connscale_test_marker_module"
+    sys.modules[marker] = types.ModuleType(marker)
+    try:
+        readers = ReaderPool(2, processes=True, preload=("json",), fork_here=True)
+        try:
+            assert readers._context.get_start_method() == "fork"
+            assert readers.submit(engine_funcs.has_module, marker).result(timeout=120)
+            crashed = readers.submit(engine_funcs.exit_once, str(tmp_path / "crash"))
+            assert crashed.result(timeout=120) == "crash"
+        finally:
+            readers.shutdown()
+    finally:
+        del sys.modules[marker]
+
+
+def test_readers_start_from_the_fork_server_while_a_module_is_missing(monkeypatch):
+    """A preload module not imported here yet: the fork server imports it (beside this
+    process's work) and the readers fork from there."""
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)
+    assert not forks_here(("json", "colorsys"))
+    assert forks_here(("json",)) == sys.platform.startswith("linux")
+    readers = ReaderPool(1, processes=True, preload=("colorsys",), fork_here=True)
+    try:
+        assert readers._context.get_start_method() in ("forkserver", "spawn")
+        assert readers.submit(engine_funcs.has_module, "colorsys").result(timeout=120)
+    finally:
+        readers.shutdown()

@@ -684,9 +684,10 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
     # The host's cores shared out as each GPU worker's readers (n_jobs: readers per worker).
     readers = plan_readers(len(environments), readers=n_jobs) if environments else None
     if _reads_in_processes(backend, n_jobs, environments):
-        from connscale.engines.readers import start_fork_server
+        from connscale.engines.readers import forks_here, start_fork_server
 
-        start_fork_server(READER_MODULES)  # its imports overlap the layout's index
+        if not forks_here(READER_MODULES):  # else the readers fork from this process
+            start_fork_server(READER_MODULES)  # its imports overlap the layout's index
     participant_label = select_participants(
         config.participant_label, config.participant_label_file, config.array_index
     )

@@ -266,7 +266,9 @@ class ReadAheadEngine(SerialEngine):
     processes : bool
         Read in processes (no GIL shared with the computing process; large
         arrays come back through shared memory, :mod:`connscale.engines.shared`)
-        instead of threads.
+        instead of threads: forked from this process when it has imported
+        ``preload`` already (Linux), else from the fork server
+        (:class:`~connscale.engines.readers.ReaderPool`'s ``fork_here``).
     preload : tuple of str
         Modules the reader processes import before their first read, once
         (see :class:`~connscale.engines.readers.ReaderPool`).
@@ -309,7 +311,11 @@ class ReadAheadEngine(SerialEngine):
 
         with handoff_folder(self.processes) as folder:
             pool = ReaderPool(
-                self.readers, processes=self.processes, folder=folder, preload=self.preload
+                self.readers,
+                processes=self.processes,
+                folder=folder,
+                preload=self.preload,
+                fork_here=True,
             )
             try:
                 yield pool

@@ -21,7 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 from connscale.engines.shared import share_into
 
-__all__ = ["ReaderLost", "ReaderPool", "start_fork_server", "start_reader"]
+__all__ = ["ReaderLost", "ReaderPool", "forks_here", "start_fork_server", "start_reader"]
 
 
 class ReaderLost(RuntimeError):
@@ -36,9 +36,9 @@ class ReaderPool:
     readers : int
         How many reads run at once.
     processes : bool
-        Processes (started with ``forkserver`` where available, else
-        ``spawn``: never ``fork``, which copies a CUDA context) instead of
-        threads.
+        Processes instead of threads: forked from the fork server (with
+        ``forkserver`` where available, else ``spawn``), or from this process
+        with ``fork_here`` when it may (:func:`forks_here`).
     retries : int
         A read whose process died is tried ``1 + retries`` times (on a new
         process), then fails with :class:`ReaderLost`.
@@ -50,6 +50,12 @@ class ReaderPool:
         the readers are forked from (with ``forkserver``, if this process
         starts it), and in each reader as it starts. The readers start at
         once, so that their imports overlap this process's own work.
+    fork_here : bool, default=False
+        Fork the readers from this process when it has imported every
+        ``preload`` module already, on Linux (:func:`forks_here`): they start
+        at once, with nothing to import (the fork server's imports take
+        seconds). As PyTorch's ``DataLoader`` workers, they never use the
+        CUDA context or the threads of the process they are forked from.
     """
 
     def __init__(
@@ -60,6 +66,7 @@ class ReaderPool:
         retries: int = 1,
         folder: str | None = None,
         preload: tuple[str, ...] = (),
+        fork_here: bool = False,
     ) -> None:
         self._lock = threading.Lock()  # the slots, replaced from the futures' callbacks
         self._submitting = threading.Lock()  # a reader picked and its read queued, at once
@@ -70,11 +77,9 @@ class ReaderPool:
         self.folder = folder
         self._context = None
         if processes:
-            methods = multiprocessing.get_all_start_methods()
-            self._context = multiprocessing.get_context(
-                "forkserver" if "forkserver" in methods else "spawn"
-            )
-            start_fork_server(preload)
+            self._context = multiprocessing.get_context(_start_method(preload, fork_here))
+            if self._context.get_start_method() == "forkserver":
+                start_fork_server(preload)
             self.preload = preload
             self._slots: list[Executor | None] = [None] * readers
             for index in range(readers):
@@ -166,6 +171,25 @@ class ReaderPool:
         for pool in self._slots:
             if pool is not None:
                 pool.shutdown(wait=True, cancel_futures=True)
+
+
+def forks_here(preload: tuple[str, ...]) -> bool:
+    """Return whether readers may be forked from this process: Linux, ``preload`` imported.
+
+    Where a module is not imported yet, the fork server (started when the
+    call began, its imports beside the call's own work) starts them sooner
+    than this process importing it first.
+    """
+    import sys
+
+    return sys.platform.startswith("linux") and all(name in sys.modules for name in preload)
+
+
+def _start_method(preload: tuple[str, ...], fork_here: bool) -> str:
+    """Return how reader processes start: fork, the fork server, else spawn."""
+    if fork_here and forks_here(preload):
+        return "fork"
+    return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
 def start_fork_server(preload: tuple[str, ...]) -> None:
