@@ -16,7 +16,7 @@ from connscale.bidsapp.cleaned_voxels import device_series
 def test_the_series_are_copied_once_and_anew_when_they_change(monkeypatch):
     """The copy is kept in the run's context while ``decoded.data`` is the array it copies;
     a despiked run (a new array) is copied anew; with a memory limit, nothing is kept."""
-    monkeypatch.setattr(cleaned_voxels, "_copied_once", lambda config: True)
+    monkeypatch.setattr(cleaned_voxels, "_copied_once", lambda config, nbytes: True)
     config = SimpleNamespace(device="cpu", memory_limit=None)
     decoded = SimpleNamespace(data=np.arange(12, dtype=np.float32).reshape(4, 3))
     context: dict = {}
@@ -40,6 +40,18 @@ def test_the_cpu_and_a_memory_limit_keep_the_decoded_array():
         assert device_series(config, decoded, context) is decoded.data and not context
 
 
+def test_series_held_on_the_gpu_take_at_most_an_eighth_of_it(monkeypatch):
+    """The rule alone (a GPU of 8 GiB stood in for): 1 GiB of series is held, more is not."""
+    import connscale._compute as compute
+
+    monkeypatch.setattr(compute, "resolve_device", lambda device: torch.device("cuda"))
+    props = SimpleNamespace(total_memory=8 * 1024**3)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
+    config = SimpleNamespace(device="cuda", memory_limit=None)
+    assert cleaned_voxels._copied_once(config, 1024**3)
+    assert not cleaned_voxels._copied_once(config, 1024**3 + 1)
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_on_a_gpu_the_sets_read_the_one_copy(monkeypatch):
     """QC's initial DVARS and the cleanings read one device copy: the same values as
@@ -52,5 +64,7 @@ def test_on_a_gpu_the_sets_read_the_one_copy(monkeypatch):
     context = {"dummy_scans": 2}
     copied = initial_dvars(config, decoded, context)
     assert context["series_on_device"][1].device.type == "cuda"
-    monkeypatch.setattr(cleaned_voxels, "_copied_once", lambda config: False)
+    huge = torch.cuda.get_device_properties(0).total_memory // 4
+    assert not cleaned_voxels._copied_once(config, huge)  # held through the run: too large
+    monkeypatch.setattr(cleaned_voxels, "_copied_once", lambda config, nbytes: False)
     np.testing.assert_allclose(initial_dvars(config, decoded, {"dummy_scans": 2}), copied)
