@@ -16,7 +16,7 @@ from connscale.bidsapp.cleaned_voxels import device_series
 def test_the_series_are_copied_once_and_anew_when_they_change(monkeypatch):
     """The copy is kept in the run's context while ``decoded.data`` is the array it copies;
     a despiked run (a new array) is copied anew; with a memory limit, nothing is kept."""
-    monkeypatch.setattr(cleaned_voxels, "_copied_once", lambda config, nbytes: True)
+    monkeypatch.setattr(cleaned_voxels, "_held_on", lambda config, nbytes: torch.device("cpu"))
     config = SimpleNamespace(device="cpu", memory_limit=None)
     decoded = SimpleNamespace(data=np.arange(12, dtype=np.float32).reshape(4, 3))
     context: dict = {}
@@ -48,8 +48,8 @@ def test_series_held_on_the_gpu_take_at_most_an_eighth_of_it(monkeypatch):
     props = SimpleNamespace(total_memory=8 * 1024**3)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda device: props)
     config = SimpleNamespace(device="cuda", memory_limit=None)
-    assert cleaned_voxels._copied_once(config, 1024**3)
-    assert not cleaned_voxels._copied_once(config, 1024**3 + 1)
+    assert cleaned_voxels._held_on(config, 1024**3) == torch.device("cuda")
+    assert cleaned_voxels._held_on(config, 1024**3 + 1) is None
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -65,6 +65,6 @@ def test_on_a_gpu_the_sets_read_the_one_copy(monkeypatch):
     copied = initial_dvars(config, decoded, context)
     assert context["series_on_device"][1].device.type == "cuda"
     huge = torch.cuda.get_device_properties(0).total_memory // 4
-    assert not cleaned_voxels._copied_once(config, huge)  # held through the run: too large
-    monkeypatch.setattr(cleaned_voxels, "_copied_once", lambda config, nbytes: False)
+    assert cleaned_voxels._held_on(config, huge) is None  # held through the run: too large
+    monkeypatch.setattr(cleaned_voxels, "_held_on", lambda config, nbytes: None)
     np.testing.assert_allclose(initial_dvars(config, decoded, {"dummy_scans": 2}), copied)

@@ -43,17 +43,16 @@ def device_series(config, decoded, context: dict):
     -------
     ndarray or torch.Tensor
     """
-    from connscale._compute import resolve_device
-
     data = decoded.data
-    if not _copied_once(config, data.nbytes):
+    device = _held_on(config, data.nbytes)
+    if device is None:
         return data
     source, tensor = context.get("series_on_device", (None, None))
     if source is not data:
         import numpy as np
         import torch
 
-        tensor = torch.as_tensor(np.asarray(data), device=resolve_device(config.device))
+        tensor = torch.as_tensor(np.asarray(data), device=device)
         context["series_on_device"] = (data, tensor)
     return tensor
 
@@ -62,10 +61,10 @@ def device_series(config, decoded, context: dict):
 _HELD_SHARE = 1 / 8
 
 
-def _copied_once(config, nbytes: int) -> bool:
-    """Return whether a run's series (``nbytes``) are copied to its device once.
+def _held_on(config, nbytes: int):
+    """Return the GPU a run's series (``nbytes``) are copied to once, or None.
 
-    On a GPU, without a memory limit, when they take at most
+    A GPU, without a memory limit, when they take at most
     :data:`_HELD_SHARE` of its memory.
     """
     import torch
@@ -73,11 +72,12 @@ def _copied_once(config, nbytes: int) -> bool:
     from connscale._compute import resolve_device
 
     if config.memory_limit is not None:
-        return False
+        return None
     device = resolve_device(config.device)
     if device.type != "cuda":
-        return False
-    return nbytes <= torch.cuda.get_device_properties(device).total_memory * _HELD_SHARE
+        return None
+    held = nbytes <= torch.cuda.get_device_properties(device).total_memory * _HELD_SHARE
+    return device if held else None
 
 
 def unstandardised_series(config, decoded, context: dict):

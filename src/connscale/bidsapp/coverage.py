@@ -42,9 +42,7 @@ def volume_coverage(atlas: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np
     if _small_labels(atlas):  # counted by label value: no sort of the grid (a run's ~50 ms)
         total = np.bincount(atlas.ravel())
         inside = np.bincount(atlas[mask], minlength=total.size)
-        keys = np.flatnonzero(total)
-        kept = keys != 0
-        keys = keys[kept]
+        keys = np.flatnonzero(total[1:]) + 1  # the labels present, 0 left out
         return keys.astype(int), inside[keys] / total[keys]
     keys, index = np.unique(atlas.ravel(), return_inverse=True)
     total = np.bincount(index, minlength=keys.size)
