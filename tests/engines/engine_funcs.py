@@ -216,3 +216,13 @@ def has_module(name: str) -> bool:
     import sys
 
     return name in sys.modules
+
+
+def native_threads(_=None) -> list[int]:
+    """The thread counts of this process's BLAS and OpenMP pools, after a BLAS product."""
+    import numpy as np
+    from threadpoolctl import threadpool_info
+
+    matrix = np.ones((300, 300))
+    matrix @ matrix
+    return [info["num_threads"] for info in threadpool_info()]

@@ -158,3 +158,15 @@ def test_readers_start_from_the_fork_server_while_a_module_is_missing(monkeypatc
         assert readers.submit(engine_funcs.has_module, "colorsys").result(timeout=120)
     finally:
         readers.shutdown()
+
+
+@pytest.mark.parametrize("fork_here", [True, False])
+def test_a_reader_runs_its_blas_on_one_thread(fork_here):
+    """Each reader is one core's work: its BLAS pools (numpy's, scipy's) have one thread
+    whether forked here or from the fork server, whatever this process's pools have."""
+    readers = ReaderPool(1, processes=True, preload=("numpy", "scipy.linalg"), fork_here=fork_here)
+    try:
+        threads = readers.submit(engine_funcs.native_threads, None).result(timeout=120)
+    finally:
+        readers.shutdown()
+    assert threads and set(threads) == {1}

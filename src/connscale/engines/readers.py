@@ -211,7 +211,11 @@ def start_fork_server(preload: tuple[str, ...]) -> None:
 
 
 def start_reader(folder: str | None, preload: tuple[str, ...], owner: int | None = None) -> None:
-    """Initialise a reader process: where its arrays go, its imports, its owner.
+    """Initialise a reader process: where its arrays go, its imports, its owner, one thread.
+
+    A reader is one core's work: its BLAS and OpenMP pools run on one thread
+    (a pool per reader of one thread per core, whose idle threads busy-wait in
+    OpenBLAS, would take the cores of the other readers' decode).
 
     A reader forked from the fork server is not the child of the process
     that owns its pool (``owner``), so it would outlive that process if it
@@ -220,9 +224,12 @@ def start_reader(folder: str | None, preload: tuple[str, ...], owner: int | None
     """
     import importlib
 
+    from threadpoolctl import threadpool_limits
+
     share_into(folder)
     for name in preload:
         importlib.import_module(name)
+    threadpool_limits(1)  # the libraries loaded by now: numpy's and scipy's BLAS
     if owner is not None:
         threading.Thread(target=_exit_without, args=(owner,), daemon=True).start()
 
