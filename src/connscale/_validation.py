@@ -567,11 +567,12 @@ DEVICE_PATTERN = re.compile(rf"({'|'.join(DEVICES)}|cuda:\d+)", re.IGNORECASE)
 
 
 def _is_device(value) -> bool:
-    import torch
-
-    if isinstance(value, torch.device):
-        return value.type in ("cpu", "cuda")
-    return isinstance(value, str) and DEVICE_PATTERN.fullmatch(value.strip()) is not None
+    if isinstance(value, str):
+        return DEVICE_PATTERN.fullmatch(value.strip()) is not None
+    # A torch.device exists only once torch is imported: a name is checked without it
+    # (importing torch takes seconds, which a call's readers need not wait for).
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(value, torch.device) and value.type in ("cpu", "cuda")
 
 
 #: The floating dtypes connscale computes in, by the names numpy gives them.

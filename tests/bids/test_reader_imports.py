@@ -99,3 +99,19 @@ def test_a_first_read_imports_no_package_the_reader_modules_do_not(tmp_path):
         str(task),
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_device_name_is_checked_without_torch():
+    """The call's parameters are checked before its readers start: a device given by
+    name imports no torch (seconds the readers need not wait for); a torch.device is
+    taken once torch is imported."""
+    done = _python(
+        "import sys\n"
+        "from connscale._validation import _is_device\n"
+        "assert _is_device('cuda:1') and _is_device('auto') and not _is_device('gpu')\n"
+        "assert not _is_device(3)\n"
+        "assert 'torch' not in sys.modules, 'torch'\n"
+        "import torch\n"
+        "assert _is_device(torch.device('cuda', 0)) and not _is_device(torch.device('meta'))\n"
+    )
+    assert done.returncode == 0, done.stderr
