@@ -7,13 +7,22 @@ runner skips a run whose sets are all published with theirs.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from connscale._choices import MAP_MEASURES, REGION_MEASURES, VOXEL_MEASURES
 from connscale.bidsapp.config import ParticipantConfig
 from connscale.bidsapp.layout import BoldRun
 from connscale.bidsapp.outputs import set_prefix
 from connscale.io.bids import derivative_path
 
-__all__ = ["is_published", "needs_decode", "output_sets", "recorded_failures", "set_measures"]
+__all__ = [
+    "is_published",
+    "needs_decode",
+    "output_sets",
+    "run_folder",
+    "recorded_failures",
+    "set_measures",
+]
 
 
 def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
@@ -21,18 +30,22 @@ def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
 
     ``{'region'|'voxel'|'maps'|'networks'|'denoised'|'qc': (folder, prefix, fingerprint)}``
     (``denoised``: the run's denoised BOLD or dtseries, with ``write_denoised``; ``qc``:
-    the run's QC table, :mod:`connscale.bidsapp.qc_outputs`).
+    the run's QC table, :mod:`connscale.bidsapp.qc_outputs`). Each input file is
+    fingerprinted once, for every set.
     """
-    from connscale.io.fingerprint import run_fingerprint
+    from connscale.io.fingerprint import file_fingerprint, run_fingerprint
 
     entities = dict(run.entities)
-    folder = derivative_path(config.output, entities, suffix="relmat", extension=".tsv").parent
+    folder = run_folder(config, run)
     bold_inputs = [
-        p for p in (run.bold, run.mask, run.confounds, run.confounds_json) if p is not None
+        file_fingerprint(p)
+        for p in (run.bold, run.mask, run.confounds, run.confounds_json)
+        if p is not None
     ]
     sets = {}
     if any(m in REGION_MEASURES for m in config.measures):
-        inputs = bold_inputs + [p for p in (config.atlas, config.atlas_labels) if p is not None]
+        atlas = [p for p in (config.atlas, config.atlas_labels) if p is not None]
+        inputs = bold_inputs + [file_fingerprint(p) for p in atlas]
         sets["region"] = (
             folder,
             set_prefix(entities, {"seg": config.atlas_name, "desc": config.desc}),
@@ -62,12 +75,24 @@ def output_sets(config: ParticipantConfig, run: BoldRun) -> dict:
     return sets
 
 
+def run_folder(config: ParticipantConfig, run: BoldRun) -> Path:
+    """Return the folder of the run's output sets (``sub-<s>/[ses-<t>/]func``)."""
+    entities = dict(run.entities)
+    return derivative_path(config.output, entities, suffix="relmat", extension=".tsv").parent
+
+
 def needs_decode(config: ParticipantConfig, run: BoldRun) -> bool:
-    """Return False when every output set of the run is already published (nothing to read)."""
+    """Return False when every output set of the run is already published (nothing to read).
+
+    Without the run's output folder no set is published, and no input is
+    fingerprinted (a new cohort's runs start at once).
+    """
     from connscale.io.publish import OutputSet
 
     if run.problem:
         return False
+    if not run_folder(config, run).is_dir():
+        return True
     for folder, prefix, fingerprint in output_sets(config, run).values():
         probe = OutputSet(folder, prefix, command="bids participant", fingerprint=fingerprint)
         if not is_published(probe):
