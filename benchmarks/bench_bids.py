@@ -297,9 +297,13 @@ def run_connscale(
     readers: int | None,
     gpus: int | None = None,
     measures: tuple[str, ...] = ("fc", "timeseries"),
+    reports: bool = False,
+    workers: int | None = None,
 ) -> dict:
     """connscale's participant level: serial with ``readers`` readers, or one Dask
-    worker per GPU for ``gpus``."""
+    worker per GPU for ``gpus``; with ``reports``, each run's HTML report and figures
+    (the command line's default). ``workers``: that many Dask workers compute runs
+    side by side instead (``--backend dask --n-jobs``), each reading its own."""
     from connscale.bidsapp.participant import run_participant
     from connscale.io.relmat import read_relmat_tsv
 
@@ -313,12 +317,12 @@ def run_connscale(
         atlas_name="Blocks",
         strategy="simple",
         measures=list(measures),
-        backend="serial",
-        n_jobs=readers,
+        backend="serial" if workers is None else "dask",
+        n_jobs=readers if workers is None else workers,
         gpus=gpus,
         device=device,
         threads_per_task=threads,
-        reports=False,
+        reports=reports,
         verbose=0,
     )
     seconds = time.perf_counter() - tic
@@ -559,6 +563,19 @@ def main() -> None:
         help="connscale's --measures (e.g. fc,timeseries,maps: voxel degree, ECM and "
         "global correlation maps too; nilearn computes fc and timeseries only).",
     )
+    parser.add_argument(
+        "--reports",
+        action="store_true",
+        help="Write each run's report and figures, as the command line does by default "
+        "(off: the measures alone).",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="Dask workers computing runs side by side (--backend dask --n-jobs N), "
+        "instead of one computing process with --readers reading ahead.",
+    )
     parser.add_argument("--skip-nilearn", action="store_true")
     parser.add_argument(
         "--nilearn-jobs",
@@ -614,6 +631,8 @@ def main() -> None:
         "cores": os.cpu_count(),
         "torch_threads": args.threads,
         "measures": args.measures,
+        "reports": args.reports,
+        "workers": args.workers,
         "runs": args.runs,
         "grid": grid,
     }
@@ -627,6 +646,8 @@ def main() -> None:
             threads=args.threads,
             readers=args.readers,
             measures=tuple(args.measures.split(",")),
+            reports=args.reports,
+            workers=args.workers,
         )
         result["connscale"] = {
             "device": args.device,
