@@ -344,31 +344,44 @@ def _check_half_lloyd(device):
         assert a.confirmed is None and b.confirmed is not None and b.coarse_passes >= 1
 
 
-def _runs_against_fp32(assign, device):
-    """Yield whole runs of the float32 pass and of the ``assign`` pass, after
-    checking they are the same, bit for bit.
+def _fp32_runs(device):
+    """The float32 pass's whole runs that :func:`_runs_against_fp32` compares with,
+    made once per device (the same for every coarse pass):
+    ``[(metric, prepared, seeds, max_iter, tol, run)]``.
 
     One metric a data set (the pass is the same for both, whose scores the
     checks above compare): the clusters by correlation, the near ties by
     distance (their grid is exact for it)."""
-    near_x, _, _, _ = grid_near_ties(device=device)
-    for x, metric in (
-        (clustered(160, 60, 4, seed=2, device=device), "correlation"),
-        (near_x, "euclidean"),
-    ):
-        prepared = km.Prepared(x, metric)
-        seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
-        for max_iter, tol in ((30, 0.0), (3, 0.0)):
-            a = km.lloyd(
-                prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="fp32"
-            )
-            b = km.lloyd(
-                prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign=assign
-            )
-            assert torch.equal(a.labels, b.labels), metric
-            assert torch.equal(a.centres, b.centres), metric
-            assert a.inertia == b.inertia and (a.n_iter, a.converged) == (b.n_iter, b.converged)
-            yield a, b
+    if device not in _FP32_RUNS:
+        near_x, _, _, _ = grid_near_ties(device=device)
+        runs = []
+        for x, metric in (
+            (clustered(160, 60, 4, seed=2, device=device), "correlation"),
+            (near_x, "euclidean"),
+        ):
+            prepared = km.Prepared(x, metric)
+            seeds = prepared.x[[0, 1, 2, 3]].to(torch.float64)
+            for max_iter, tol in ((30, 0.0), (3, 0.0)):
+                run = km.lloyd(
+                    prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign="fp32"
+                )
+                runs.append((metric, prepared, seeds, max_iter, tol, run))
+        _FP32_RUNS[device] = runs
+    return _FP32_RUNS[device]
+
+
+_FP32_RUNS: dict = {}
+
+
+def _runs_against_fp32(assign, device):
+    """Yield whole runs of the float32 pass and of the ``assign`` pass, after
+    checking they are the same, bit for bit (:func:`_fp32_runs`)."""
+    for metric, prepared, seeds, max_iter, tol, a in _fp32_runs(device):
+        b = km.lloyd(prepared, seeds, max_iter=max_iter, tol=tol, use_triton=True, assign=assign)
+        assert torch.equal(a.labels, b.labels), metric
+        assert torch.equal(a.centres, b.centres), metric
+        assert a.inertia == b.inertia and (a.n_iter, a.converged) == (b.n_iter, b.converged)
+        yield a, b
 
 
 def check_split_centres(device="cpu"):
