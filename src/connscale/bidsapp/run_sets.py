@@ -19,8 +19,8 @@ __all__ = [
     "is_published",
     "needs_decode",
     "output_sets",
-    "run_folder",
     "recorded_failures",
+    "run_folder",
     "set_measures",
 ]
 
