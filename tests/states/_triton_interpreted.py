@@ -344,6 +344,10 @@ def _check_half_lloyd(device):
         assert a.confirmed is None and b.confirmed is not None and b.coarse_passes >= 1
 
 
+#: The float32 pass's runs of :func:`_fp32_runs`, by device.
+_FP32_RUNS: dict = {}
+
+
 def _fp32_runs(device):
     """The float32 pass's whole runs that :func:`_runs_against_fp32` compares with,
     made once per device (the same for every coarse pass):
@@ -368,9 +372,6 @@ def _fp32_runs(device):
                 runs.append((metric, prepared, seeds, max_iter, tol, run))
         _FP32_RUNS[device] = runs
     return _FP32_RUNS[device]
-
-
-_FP32_RUNS: dict = {}
 
 
 def _runs_against_fp32(assign, device):
