@@ -651,10 +651,11 @@ def main() -> None:
         )
         result["connscale"] = {
             "device": args.device,
-            "readers": args.readers,
+            "readers": args.readers if args.workers is None else None,
             **_summary(args.runs, ours),
         }
-        _print(f"connscale ({args.device}, {args.readers} readers)", args.runs, result["connscale"])
+        who = f"{args.readers} readers" if args.workers is None else f"{args.workers} Dask workers"
+        _print(f"connscale ({args.device}, {who})", args.runs, result["connscale"])
     if gpu_counts:
         result["gpu_sweep"], ours = run_gpu_sweep(args, derivatives, atlas, gpu_counts)
     floor = run_decode_floor(derivatives, jobs=os.cpu_count() or 1)
