@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import threading
 from pathlib import Path
 
 import engine_funcs as ef
@@ -18,6 +19,7 @@ from connscale.engines.batch import (
     ERROR_COLUMNS,
     BatchLogs,
     BatchOptions,
+    Later,
     Progress,
     ReadAheadEngine,
     Task,
@@ -158,6 +160,62 @@ class _ReadOf:
 
     def __call__(self, _payload):
         return self.function(self.argument)
+
+
+class _Deferred:
+    """Tasks whose records are finished later: each once its event is set.
+
+    ``release[v]``: the events task ``v`` sets as it computes (a float: set
+    one by a timer after that many seconds); ``seen[v]``: the tasks finished
+    when task ``v`` computed.
+    """
+
+    def __init__(self, release: dict) -> None:
+        self.release = release
+        self.events = {v: threading.Event() for v in range(1, 6)}
+        self.finished: list[int] = []
+        self.seen: dict[int, list[int]] = {}
+
+    def __call__(self, value, prepared) -> Later:
+        self.seen[value] = list(self.finished)
+        for other in self.release.get(value, ()):
+            if isinstance(other, tuple):  # (task, seconds): set by a timer
+                threading.Timer(other[1], self.events[other[0]].set).start()
+            else:
+                self.events[other].set()
+
+        def finish() -> dict:
+            self.events[value].wait()
+            self.finished.append(value)
+            if value == 3:
+                raise OSError("the report could not be written")
+            return {"square": value * value}
+
+        return Later(self.events[value].is_set, finish)
+
+
+def test_read_ahead_engine_finishes_later_tasks_in_order_holding_at_most_readers():
+    """A task that returns a Later is finished once ready, in order, while the
+    next tasks compute; when more wait than there are readers, the oldest is
+    waited for. A failure as it finishes is the task's record."""
+    deferred = _Deferred({2: [(1, 0.2)], 3: [2], 4: [3, 4], 5: [5]})
+    tasks = [Task(f"t{i}", None, None, deferred, i, {}, _ReadOf(str, i)) for i in range(1, 6)]
+    records = map_tasks(ReadAheadEngine(1), tasks)
+    assert [r["name"] for r in records] == ["t1", "t2", "t3", "t4", "t5"]
+    assert deferred.finished == [1, 2, 3, 4, 5]
+    # Task 2 computed while task 1 waited; task 3 only once task 1 was finished (two
+    # waited, one reader); task 4 after task 2 was, as soon as it was ready.
+    assert deferred.seen == {1: [], 2: [], 3: [1], 4: [1, 2], 5: [1, 2, 3, 4]}
+    assert [r.get("square") for r in records] == [1, 4, None, 16, 25]
+    assert records[2]["status"] == "error" and "could not be written" in records[2]["error"]
+    assert all(r["status"] == "ok" for i, r in enumerate(records) if i != 2)
+
+
+def test_a_later_task_on_an_engine_that_does_not_wait_is_finished_at_once():
+    deferred = _Deferred({1: [1], 2: [2]})
+    tasks = [Task(f"t{i}", None, None, deferred, i) for i in (1, 2)]
+    records = map_tasks(SerialEngine(), tasks)
+    assert [r["square"] for r in records] == [1, 4] and deferred.finished == [1, 2]
 
 
 def test_task_budget_covers_the_whole_task():

@@ -19,18 +19,23 @@ runner does the rest, the same way for every command:
   with ``verbose > 1``;
 * the memory budget of a task: :class:`TaskBudget`, the task's
   ``memory_limit`` less what it holds (the scan or run it read, its cleaned
-  series), so that the limit covers the whole task.
+  series), so that the limit covers the whole task;
+* tasks finished later: on :class:`ReadAheadEngine`, a task whose outputs
+  wait for work beside this process (a run's report drawn by a drawing
+  process) returns a :class:`Later`; the next tasks compute meanwhile.
 """
 
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import logging
 import os
 import stat
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from contextlib import AbstractContextManager, contextmanager
@@ -49,6 +54,7 @@ __all__ = [
     "BatchLogs",
     "BatchOptions",
     "BatchResult",
+    "Later",
     "Progress",
     "ReadAheadEngine",
     "Task",
@@ -130,6 +136,29 @@ class Task:
         {'name': 'sub-01_task-rest', 'subject': '01', 'input': 'sub-01_bold.nii.gz', 'ses': '1'}
         """
         return {"name": self.name, "subject": self.subject, "input": self.input, **self.fields}
+
+
+@dataclass(frozen=True)
+class Later:
+    """What a task finishes later: ``finish()`` once ``ready()``, in the process that made it.
+
+    A task's function returns one (in place of its record's fields) when its
+    outputs wait for work running beside this process; the serial engine
+    reading ahead computes the next tasks meanwhile and calls ``finish()``
+    (which returns the fields) once ``ready()``, or at once when it holds as
+    many as it has readers. The same pair tells when a part of a task (one
+    of a run's output sets) is ready to publish.
+
+    Attributes
+    ----------
+    ready : callable
+        ``ready() -> bool``, never blocking.
+    finish : callable
+        ``finish()``: waits for what is left, then completes the task (or part).
+    """
+
+    ready: Callable[[], bool]
+    finish: Callable[[], Any]
 
 
 @dataclass(frozen=True)
@@ -229,8 +258,11 @@ def lost_fields(failure: TaskFailure) -> dict:
     }
 
 
-def run_task(call: TaskCall) -> dict:
-    """Run one task where the engine put it; never raises (a failure is its record)."""
+def run_task(call: TaskCall) -> dict | Later:
+    """Run one task where the engine put it; never raises (a failure is its record).
+
+    A task that returns a :class:`Later` gives a :class:`Later` of its record.
+    """
     import torch
 
     task = call.task
@@ -239,13 +271,32 @@ def run_task(call: TaskCall) -> dict:
     threads = torch.get_num_threads()
     torch.set_num_threads(call.threads)
     try:
-        record.update(task.function(task.payload, call.prepared))
+        fields = task.function(task.payload, call.prepared)
+        if isinstance(fields, Later):
+            seconds = time.perf_counter() - start
+            return Later(fields.ready, functools.partial(_finish, record, seconds, fields.finish))
+        record.update(fields)
         record.setdefault("status", "ok")
     except Exception as exc:  # noqa: BLE001 - recorded per task, never raised
         record.update(failure_fields(exc))
     finally:
         torch.set_num_threads(threads)
     record["seconds"] = round(time.perf_counter() - start, 6)
+    return record
+
+
+def _finish(record: dict, seconds: float, finish: Callable[[], dict]) -> dict:
+    """Complete the record of a task that returned a :class:`Later`; never raises.
+
+    Its ``seconds``: the task's own time and its finishing, not the time between.
+    """
+    start = time.perf_counter()
+    try:
+        record.update(finish())
+        record.setdefault("status", "ok")
+    except Exception as exc:  # noqa: BLE001 - recorded per task, never raised
+        record.update(failure_fields(exc))
+    record["seconds"] = round(seconds + time.perf_counter() - start, 6)
     return record
 
 
@@ -334,6 +385,7 @@ class ReadAheadEngine(SerialEngine):
         """
         results: list = [None] * len(items)
         reading: dict[Future, int] = {}  # each read under way -> its item's index
+        later: deque[tuple[int, Later]] = deque()  # tasks to finish, oldest first
         upcoming = iter(range(len(items)))
 
         def read_next() -> None:
@@ -346,9 +398,23 @@ class ReadAheadEngine(SerialEngine):
                 compute(index, item)
 
         def compute(index: int, item) -> None:
-            results[index] = super(ReadAheadEngine, self).map(func, [item], errors=errors)[0]
+            result = super(ReadAheadEngine, self).map(func, [item], errors=errors)[0]
+            if isinstance(result, Later):
+                later.append((index, result))
+            else:
+                finished(index, result)
+            settle(self.readers)
+
+        def settle(held: int) -> None:
+            """Finish the ready tasks in order, and the oldest while more than ``held`` wait."""
+            while later and (len(later) > held or later[0][1].ready()):
+                index, pending = later.popleft()
+                finished(index, pending.finish())
+
+        def finished(index: int, result) -> None:
+            results[index] = result
             if on_result is not None:
-                on_result(index, results[index])
+                on_result(index, result)
 
         for _ in range(self.readers):
             read_next()
@@ -359,6 +425,7 @@ class ReadAheadEngine(SerialEngine):
             read_next()  # its reader is free: the next read starts before this task computes
             compute(index, replace(items[index], prepared=current))
             del current, done  # this task's data, before the next read ends
+        settle(0)
         return results
 
     def __repr__(self) -> str:
@@ -416,6 +483,8 @@ def map_tasks(
     records: list[dict | None] = [None] * len(calls)
 
     def done(index: int, outcome) -> None:
+        if isinstance(outcome, Later):  # an engine that does not finish tasks later
+            outcome = outcome.finish()
         if isinstance(outcome, TaskFailure):
             outcome = {**tasks[index].record(), **lost_fields(outcome)}
         records[index] = outcome
