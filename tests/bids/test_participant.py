@@ -2,6 +2,7 @@
 
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import nibabel as nib
@@ -331,6 +332,63 @@ def test_reports_are_self_contained(tree, tmp_path):
     assert len(sources) == 2 and all(s.startswith("data:image/png") for s in sources)
     run_links = [link for link in links if link.endswith("_report.html")]
     assert len(run_links) == 5 and all((page.parent / link).is_file() for link in run_links)
+
+
+def test_reports_drawn_beside_the_computing_process(tree, tmp_path, monkeypatch):
+    """With reader processes the reports are drawn by drawing processes: each
+    run's page is published with its set, its carpets show the same voxels
+    before and after denoising; a page that cannot be drawn is a failed
+    measure, the set's other files published."""
+    from connscale.bidsapp import drawing, region_measures
+
+    tmp, root = tree
+    used, reports = [], []
+    real_drawers, real_report = drawing.drawers, region_measures._run_report
+
+    def drawers(count):
+        used.append(count)
+        return real_drawers(count)
+
+    def run_report(region_set, name):
+        report = real_report(region_set, name)
+        reports.append(report)
+        if region_set.run.name.startswith("sub-02"):  # a page that cannot be drawn
+            figures = replace(report.figures, names=report.figures.names[:-1])
+            return replace(report, figures=figures)
+        return report
+
+    monkeypatch.setattr(drawing, "drawers", drawers)
+    monkeypatch.setattr(region_measures, "_run_report", run_report)
+    kwargs = {"atlas": tmp / ATLAS, "atlas_name": "Slab4", "backend": "serial"}
+    kwargs |= {"strategy": "simple", "strategy_params": {"motion": "basic"}}
+    result = run_participant(
+        root, tmp_path / "out", participant_label=["01", "02"], n_jobs=2, device="cpu", **kwargs
+    )
+    assert used == [1] and len(reports) == 3
+    for report in reports:
+        figures = report.figures
+        assert figures.cleaned_carpet.shape == (figures.kept.size, figures.carpet.shape[1])
+        assert figures.carpet.shape[1] == int(figures.mask.sum()) // figures.step + (
+            int(figures.mask.sum()) % figures.step > 0
+        )
+    for record in result.records:
+        pages = [p for p in record["outputs"] if p.endswith("_report.html")]
+        folder = Path(record["outputs"][0]).parent
+        listed = [
+            name
+            for manifest in folder.glob(f"{record['name']}*_manifest.json")
+            for name in json.loads(manifest.read_text())["files"]
+        ]
+        if record["name"].startswith("sub-02"):
+            assert record["status"] == "partial" and pages == []
+            assert "Expected" in record["failed_measures"]["report"]
+            assert not [name for name in listed if name.endswith("_report.html")]
+            continue
+        assert record["status"] == "ok" and len(pages) == 1
+        assert Path(pages[0]).name in listed
+        sources, _ = _images(Path(pages[0]).read_text())
+        assert len(sources) == 4
+    assert not list((tmp_path / "out").rglob("*.staging"))
 
 
 @pytest.mark.parametrize(

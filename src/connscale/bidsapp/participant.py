@@ -102,6 +102,7 @@ import functools
 import logging
 import warnings
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -128,6 +129,7 @@ from connscale.engines.base import SerialEngine
 from connscale.engines.batch import (
     STATUSES,
     BatchOptions,
+    Later,
     Progress,
     ReadAheadEngine,
     Task,
@@ -261,7 +263,15 @@ def _held_bytes(config: ParticipantConfig, decoded: DecodedRun) -> int:
     return read + kept * max(widths, default=0) * np.dtype(config.dtype).itemsize
 
 
-def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None = None) -> dict:
+def _process(
+    config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None = None
+) -> dict | Later:
+    """Compute and publish the run's sets not published yet; return its record's fields.
+
+    A :class:`~connscale.engines.batch.Later` of them while a set waits for
+    its report, drawn by a drawing process (:mod:`connscale.bidsapp.drawing`):
+    the sets' locks are held until they are published.
+    """
     from contextlib import ExitStack
 
     from connscale.bidsapp.xcpd_names import output_spelling
@@ -269,8 +279,7 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
     from connscale.io.publish import OutputSet
 
     timings = {"decode": 0.0, "clean": 0.0, "compute": 0.0, "write": 0.0}
-    with ExitStack() as stack:
-        stack.enter_context(output_spelling(config.output_spelling))  # the files' names
+    with ExitStack() as stack, output_spelling(config.output_spelling):  # the files' names
         todo, done = {}, 0
         for kind, (folder, prefix, fingerprint) in output_sets(config, run).items():
             out = stack.enter_context(
@@ -307,22 +316,57 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
             **_sizes(decoded),
             "dof": context["dof"],
         }
-        failed = {}
+        outcomes = {}
         with warnings.catch_warnings():
             # The run's constant series are reported once, below, not per measure.
             warnings.simplefilter("ignore", ConstantSeriesWarning)
             for kind, out in todo.items():
                 try:
-                    written, set_failed = _write_set(
-                        kind, config, run, decoded, out, context, timings
-                    )
+                    outcomes[kind] = _write_set(kind, config, run, decoded, out, context, timings)
                 except Exception as exc:  # noqa: BLE001 - recorded per measure
-                    failed.update(dict.fromkeys(set_measures(config, kind), error_text(exc)))
-                    continue
-                failed.update(set_failed)
-                if kind == "region":
-                    record["n_regions"] = int(decoded.regions.size)
-                record["outputs"] += [str(out.out_dir / n) for n in written]
+                    outcomes[kind] = exc
+        # (a probabilistic atlas's regions are known once its series are extracted)
+        n_regions = None if decoded.regions is None else int(decoded.regions.size)
+        conclude = functools.partial(
+            _conclude, config, run.name, record, todo, outcomes, done, context, timings, n_regions
+        )
+        waiting = [o for o in outcomes.values() if isinstance(o, Later)]
+        if waiting:
+            return Later(
+                lambda: all(o.ready() for o in waiting),
+                functools.partial(_conclude_held, stack.pop_all(), conclude),
+            )
+    return conclude()
+
+
+def _conclude_held(held, conclude) -> dict:
+    """Publish the sets that waited for their reports, then release their locks (``held``)."""
+    with held:
+        return conclude()
+
+
+def _conclude(config, name, record, todo, outcomes, done, context, timings, n_regions) -> dict:
+    """Return the run's record: each set's outcome merged, a set that waited published first.
+
+    ``outcomes``: each set's names written and failed measures, its
+    exception, or a :class:`~connscale.engines.batch.Later` of them;
+    ``n_regions`` is recorded once the region set is published.
+    """
+    failed = {}
+    for kind, outcome in outcomes.items():
+        if isinstance(outcome, Later):
+            try:
+                outcome = outcome.finish()
+            except Exception as exc:  # noqa: BLE001 - recorded per measure
+                outcome = exc
+        if isinstance(outcome, Exception):
+            failed.update(dict.fromkeys(set_measures(config, kind), error_text(outcome)))
+            continue
+        written, set_failed = outcome
+        failed.update(set_failed)
+        if kind == "region":
+            record["n_regions"] = n_regions
+        record["outputs"] += [str(todo[kind].out_dir / n) for n in written]
     if failed:
         record["failed_measures"] = failed
         record["status"] = "partial" if record["outputs"] or done else "error"
@@ -330,9 +374,11 @@ def _process(config: ParticipantConfig, run: BoldRun, decoded: DecodedRun | None
             record["error"] = "; ".join(f"{m}: {reason}" for m, reason in failed.items())
     messages = list(dict.fromkeys(context["warnings"]))
     if messages:
+        from connscale.fc.normalize import ConstantSeriesWarning
+
         record["warnings"] = messages
         warnings.warn(" ".join(messages), ConstantSeriesWarning, stacklevel=2)
-        logger.warning("%s: %s", run.name, " ".join(messages))
+        logger.warning("%s: %s", name, " ".join(messages))
     record["timings"] = {k: round(v, 6) for k, v in timings.items()}
     return record
 
@@ -465,6 +511,26 @@ def _readers(readers: int) -> ReadAheadEngine | SerialEngine:
     return ReadAheadEngine(readers, processes=readers > 1, preload=READER_MODULES)
 
 
+@contextmanager
+def _reading_and_drawing(readers: int, reports: bool):
+    """Yield the serial engine with ``readers``; with reader processes and ``reports``, drawers.
+
+    The runs' reports are then drawn by half as many processes as there are
+    readers (:func:`connscale.bidsapp.drawing.drawers`): a run's figures
+    cost about as much of a core as its read (~3 s on an H100 host), and
+    the process feeding the device goes on to the next run meanwhile.
+    """
+    engine = _readers(readers)
+    if not (reports and _reads_in_processes("serial", readers, [])):
+        with engine:
+            yield engine
+        return
+    from connscale.bidsapp.drawing import drawers
+
+    with drawers(max(1, readers // 2)), engine:
+        yield engine
+
+
 def _task_fields(config: ParticipantConfig, memory: ReadAhead, one_per_gpu: bool) -> dict:
     """Return what every run task's config takes from the call: its device, its memory share."""
     fields = {"device": batch_device(config.device, one_task_per_gpu=one_per_gpu)}
@@ -525,13 +591,16 @@ def _open_engine(
     n_jobs: int | None,
     cluster: str | SlurmJobs | None = None,
     readers: ReaderPlan | None = None,
+    reports: bool = False,
 ):
     """Return the engine of the runs.
 
     A Dask worker per GPU (each with the ``readers`` of its plan), the
-    serial engine reading ahead (``n_jobs`` readers), or ``backend`` (on
-    ``cluster``: a Dask scheduler's address, SLURM jobs, a Spark master URL;
-    with SLURM jobs ``n_jobs`` is their most at once, which they hold).
+    serial engine reading ahead (``n_jobs`` readers; with ``reports``,
+    drawing processes beside them, :func:`_reading_and_drawing`), or
+    ``backend`` (on ``cluster``: a Dask scheduler's address, SLURM jobs, a
+    Spark master URL; with SLURM jobs ``n_jobs`` is their most at once,
+    which they hold).
     """
     from connscale.engines import get_engine
 
@@ -540,7 +609,7 @@ def _open_engine(
 
         return gpu_engine(environments, readers=readers, preload=READER_MODULES)
     if backend == "serial":
-        return _readers(1 if n_jobs is None else n_jobs)
+        return _reading_and_drawing(1 if n_jobs is None else n_jobs, reports)
     if isinstance(cluster, SlurmJobs):
         return get_engine(backend, cluster=cluster)
     return get_engine(backend, cluster=cluster, n_jobs=n_jobs)
@@ -761,6 +830,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
                 n_jobs,
                 config.cluster if slurm is None else slurm,
                 readers,
+                config.reports,
             ),
             meta={
                 "derivatives": str(derivatives),

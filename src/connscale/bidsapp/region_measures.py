@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import functools
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from connscale._choices import PARCELLATED_MAPS, REGION_MEASURES
 from connscale._version import __version__
-from connscale.bidsapp.atlas import is_probabilistic, maps_region_series, read_atlas_labels
+from connscale.bidsapp.atlas import maps_region_series, read_atlas_labels
 from connscale.bidsapp.cleaning import DecodedRun
 from connscale.bidsapp.config import WINDOWED, ParticipantConfig
 from connscale.bidsapp.layout import BoldRun
@@ -27,10 +29,13 @@ from connscale.bidsapp.outputs import (
     run_sidecars,
 )
 from connscale.cohort import compute_scan_pairs, write_scan_pairs
-from connscale.engines.batch import error_text
+from connscale.engines.batch import Later, error_text
 from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import bids_name
 from connscale.io.publish import OutputSet
+
+if TYPE_CHECKING:
+    from connscale.bidsapp.report import RunFigures, RunReport
 
 __all__ = ["write_region"]
 
@@ -270,6 +275,7 @@ class _RegionSet:
     prepared: _Prepared
     fc: np.ndarray | None = None
     written: list[str] = field(default_factory=list)
+    report: Future | None = None  # the report's page, drawn here or by a drawing process
 
     @property
     def _measured(self) -> dict:
@@ -290,11 +296,14 @@ class _RegionSet:
         """Return the region means of every volume, before cleaning."""
         return self.decoded.region_means
 
-    def write(self) -> tuple[list[str], dict]:
+    def write(self) -> tuple[list[str], dict] | Later:
         """Write every requested measure, the coverage table, then the report; commit the set.
 
         Returns the names written (empty when nothing but a report was) and
-        ``{measure: reason}`` of the measures that failed.
+        ``{measure: reason}`` of the measures that failed; while the report
+        is drawn in a drawing process (:mod:`connscale.bidsapp.drawing`), a
+        :class:`~connscale.engines.batch.Later` of them: the set is committed
+        once its page is written.
         """
         config, out = self.config, self.out
         failed = {}
@@ -307,12 +316,12 @@ class _RegionSet:
                 failed[measure] = error_text(exc)
                 for name in set(out.names) - names_before:
                     out.discard(name)
-        if not [n for n in self.written if not n.endswith("_report.html")]:
-            return [], failed  # nothing but a report: no set to publish
-        tic = time.perf_counter()
-        out.commit(extra={"run": self.run.name, **({"failed_measures": failed} if failed else {})})
-        self.timings["write"] += time.perf_counter() - tic
-        return self.written, failed
+        publish = functools.partial(
+            _commit, out, self.written, failed, self.report, self.run.name, self.timings
+        )
+        if self.report is not None and not self.report.done():
+            return Later(self.report.done, publish)
+        return publish()
 
     def _writer(self, measure: str):
         """Return the function that writes ``measure``."""
@@ -396,12 +405,41 @@ class _RegionSet:
         return [name, name[:-3] + ".json"]
 
     def _write_report(self) -> list[str]:
+        from connscale.bidsapp.drawing import draw
+        from connscale.bidsapp.report import draw_run_report
+
         tic = time.perf_counter()
         name = bids_name(self._labelled, suffix="report", extension=".html")
         self.out.path(name)
-        _run_report(self, name)
+        self.report = draw(draw_run_report, _run_report(self, name))
         self.timings["write"] += time.perf_counter() - tic
         return [name]
+
+
+def _commit(
+    out: OutputSet,
+    written: list[str],
+    failed: dict,
+    report: Future | None,
+    run_name: str,
+    timings: dict,
+) -> tuple[list[str], dict]:
+    """Commit the set once its report is written (or left out, its failure recorded).
+
+    Returns the names published (none when nothing but a report was written:
+    no set is published) and ``{measure: reason}`` of the measures that failed.
+    """
+    if report is not None and report.exception() is not None:
+        failed["report"] = error_text(report.exception())
+        for name in [n for n in written if n.endswith("_report.html")]:
+            written.remove(name)
+            out.discard(name)
+    if not [n for n in written if not n.endswith("_report.html")]:
+        return [], failed  # nothing but a report: no set to publish
+    tic = time.perf_counter()
+    out.commit(extra={"run": run_name, **({"failed_measures": failed} if failed else {})})
+    timings["write"] += time.perf_counter() - tic
+    return written, failed
 
 
 def _published_series(region_set: _RegionSet) -> tuple[np.ndarray, dict]:
@@ -546,63 +584,19 @@ def _windowed_sidecar(measure: str, config, relmat_meta: dict, n_kept: int) -> d
     return meta
 
 
-def _run_report(region_set: _RegionSet, name: str) -> Path:
-    """Write the run's HTML report into the set's staging folder.
+def _run_report(region_set: _RegionSet, name: str) -> RunReport:
+    """Return the run's report to draw into the set's staging folder.
 
     The report lists the set's other files written so far; its figures show
     the BOLD, the mask and atlas, the cleaning and the connectome (computed
     here from the cleaned region means when ``fc`` was not asked for).
     """
-    from connscale.bidsapp.report import describe_resampling, run_figures, write_run_report
-    from connscale.denoise import clean_signals, region_signals
+    from connscale.bidsapp.report import RunReport, describe_resampling, run_record
 
-    config, run, decoded, context = (
-        region_set.config,
-        region_set.run,
-        region_set.decoded,
-        region_set.context,
-    )
-    data, operator, fd, names = (
-        decoded.data,
-        context["operator"],
-        context["fd"],
-        region_set.prepared.names,
-    )
-    if is_probabilistic(config.atlas):  # the maps' series, as extracted
-        raw = decoded.region_means
-    else:
-        labels = decoded.atlas[decoded.mask]
-        raw = region_signals(data, labels, regions=decoded.regions, device=config.device)
-    with np.errstate(divide="ignore", invalid="ignore"):  # constant regions: NaN, warned once
-        raw_fc = np.corrcoef(raw.T)
-    step = max(1, data.shape[1] // 2000)
-    voxels = clean_signals(
-        data[:, ::step], operator, standardize=config.standardize, device=config.device
-    )
-    fc = region_set.fc
-    if fc is None:
-        from connscale.fc.static import correlation
-
-        fc = correlation(clean_signals(raw, operator, device=config.device), device="cpu")
-    staging = region_set.out.staging
-    figures = run_figures(
-        staging / "figures",
-        img=decoded.img,
-        mask=decoded.mask,
-        atlas=decoded.atlas,
-        data=data,
-        cleaned_voxels=voxels,
-        raw_fc=raw_fc,
-        fc=fc,
-        names=names,
-        fd=fd,
-        kept=operator.volumes,
-        dvars=context.get("dvars_initial"),
-    )
-    return write_run_report(
+    config, run, decoded = region_set.config, region_set.run, region_set.decoded
+    names = region_set.prepared.names
+    record = run_record(
         region_set,
-        name,
-        figures=figures,
         parameters={
             "atlas": config.atlas_name,
             "atlas space": config.atlas_space,
@@ -613,7 +607,45 @@ def _run_report(region_set: _RegionSet, name: str) -> Path:
             "confounds": str(run.confounds),
             "t_r": run.t_r,
         },
-        counts={"voxels in mask": int(data.shape[1]), "regions": int(len(names))},
+        counts={"voxels in mask": int(decoded.data.shape[1]), "regions": int(len(names))},
+    )
+    return RunReport(region_set.out.staging, name, record, _run_figures(region_set))
+
+
+def _run_figures(region_set: _RegionSet) -> RunFigures:
+    """Return what the run's figures show (copies: nothing of the run's data is held)."""
+    from connscale.bidsapp.report import RunFigures, carpet_step
+    from connscale.denoise import clean_signals
+
+    config, decoded, context = region_set.config, region_set.decoded, region_set.context
+    data, mask, operator = decoded.data, decoded.mask, context["operator"]
+    raw = region_set._region_means()  # as read (and despiked): the series the set cleans
+    with np.errstate(divide="ignore", invalid="ignore"):  # constant regions: NaN, warned once
+        raw_fc = np.corrcoef(raw.T)
+    step = carpet_step(data.shape[1])
+    carpet = np.ascontiguousarray(data[:, ::step])
+    cleaned = clean_signals(carpet, operator, standardize=config.standardize, device=config.device)
+    fc = region_set.fc
+    if fc is None:
+        from connscale.fc.static import correlation
+
+        fc = correlation(clean_signals(raw, operator, device=config.device), device="cpu")
+    mean = np.zeros(mask.shape, np.float32)
+    mean[mask] = data.mean(axis=0)
+    return RunFigures(
+        affine=decoded.img.affine,
+        mean=mean,
+        regions=np.where(mask, decoded.atlas, 0).astype(np.int32),
+        mask=np.array(mask, dtype=bool),
+        carpet=carpet,
+        cleaned_carpet=np.asarray(cleaned),
+        step=step,
+        raw_fc=raw_fc,
+        fc=np.asarray(fc),
+        names=list(region_set.prepared.names),
+        fd=context["fd"],
+        kept=operator.volumes,
+        dvars=context.get("dvars_initial"),
     )
 
 

@@ -27,10 +27,15 @@ from connscale.qc import qc_fc
 
 __all__ = [
     "GroupPage",
+    "RunFigures",
+    "RunReport",
+    "carpet_step",
     "describe_resampling",
+    "draw_run_report",
     "qc_fc",
     "run_figures",
     "run_header",
+    "run_record",
     "write_group_report",
     "write_run_report",
 ]
@@ -74,19 +79,13 @@ def run_header(device: str, started: float | None) -> dict:
     }
 
 
-def write_run_report(
-    region_set, name: str, *, figures: list[Path], parameters: dict, counts: dict
-) -> Path:
-    """Write the HTML report of a run's atlas-level set into the set's staging folder.
+def run_record(region_set, *, parameters: dict, counts: dict) -> dict:
+    """Return the record of a run's report: what it says besides its figures.
 
     Parameters
     ----------
     region_set : connscale.bidsapp.region_measures._RegionSet
         The set (its run, settings, decoded data, context, timings and files written).
-    name : str
-        The report's file name.
-    figures : list of Path
-        The run's figures.
     parameters : dict
         The report's parameter table.
     counts : dict
@@ -94,11 +93,9 @@ def write_run_report(
 
     Returns
     -------
-    Path
-        The report.
+    dict
+        The fields of :func:`connscale.report.write_report`'s record but ``figures``.
     """
-    from connscale.report import write_report
-
     config, run, decoded, context = (
         region_set.config,
         region_set.run,
@@ -114,16 +111,42 @@ def write_run_report(
     }
     if context["dof"] is not None:
         results["residual degrees of freedom"] = context["dof"]["dof"]
-    record = {
+    return {
         "command": f"bids participant: {run.name}",
         **run_header(config.device, decoded.started),
         "parameters": parameters,
         "results": results,
         "timings_s": dict(region_set.timings),
-        "figures": [str(f) for f in figures],
         "outputs": list(region_set.written),
         "warnings": list(context["warnings"]),
     }
+
+
+def write_run_report(
+    region_set, name: str, *, figures: list[Path], parameters: dict, counts: dict
+) -> Path:
+    """Write the HTML report of a run's atlas-level set into the set's staging folder.
+
+    Parameters
+    ----------
+    region_set : connscale.bidsapp.region_measures._RegionSet
+        The set (its run, settings, decoded data, context, timings and files written).
+    name : str
+        The report's file name.
+    figures : list of Path
+        The run's figures.
+    parameters, counts : dict
+        As :func:`run_record` takes them.
+
+    Returns
+    -------
+    Path
+        The report.
+    """
+    from connscale.report import write_report
+
+    record = run_record(region_set, parameters=parameters, counts=counts)
+    record["figures"] = [str(f) for f in figures]
     return write_report(record, region_set.out.staging, filename=name)
 
 
@@ -137,27 +160,19 @@ def framewise_displacement(confounds_tsv) -> np.ndarray | None:
     return table["framewise_displacement"].fillna(0.0).to_numpy(dtype=float)
 
 
-def _motion_carpet(
-    path: Path,
-    data: np.ndarray,
-    cleaned_voxels: np.ndarray,
-    *,
-    fd: np.ndarray | None,
-    kept: np.ndarray,
-    dvars: np.ndarray | None,
-) -> Path:
+def _motion_carpet(path: Path, figures: RunFigures) -> Path:
     """Draw the motion and censoring trace over the carpet plots, as XCP-D's executive summary.
 
     Top row: framewise displacement of every volume (the censored ones in
     red) and the standardised DVARS of the
-    BOLD (``dvars``, over the last volumes: after the dummy scans), then of
-    the kept volumes only; below, the carpet of the voxel series before
-    denoising (z-scored) and after (the kept volumes).
+    BOLD (over the last volumes: after the dummy scans), then of
+    the kept volumes only; below, the carpet of the same voxels' series
+    before denoising (z-scored) and after (the kept volumes).
     """
     plt = _plt()
     from connscale.report.plots import _draw_carpet
 
-    step = max(1, data.shape[1] // _MAX_CARPET_VOXELS)
+    fd, kept, dvars = figures.fd, figures.kept, figures.dvars
     fig, axes = plt.subplots(
         2,
         2,
@@ -166,7 +181,7 @@ def _motion_carpet(
         gridspec_kw={"height_ratios": [1, 2.5]},
         layout="constrained",
     )
-    volumes = np.arange(data.shape[0])
+    volumes = np.arange(figures.carpet.shape[0])
     censored = np.setdiff1d(volumes, kept)
     for ax, times in ((axes[0, 0], volumes), (axes[0, 1], kept)):
         if fd is not None:
@@ -181,13 +196,13 @@ def _motion_carpet(
     axes[0, 0].set_title(f"motion: {censored.size} of {volumes.size} volumes censored")
     axes[0, 1].set_title(f"kept volumes ({kept.size})")
     for ax, values, zscore, title, times in (
-        (axes[1, 0], data[:, ::step], True, "before denoising (z-scored)", volumes),
-        (axes[1, 1], cleaned_voxels[:, ::step], False, "after denoising", kept),
+        (axes[1, 0], figures.carpet, True, "before denoising (z-scored)", volumes),
+        (axes[1, 1], figures.cleaned_carpet, False, "after denoising", kept),
     ):
         _draw_carpet(ax, values, times, zscore=zscore)
         ax.set_title(title)
         ax.set_xlabel("volume")
-    axes[1, 0].set_ylabel(f"voxels (1 in {step})")
+    axes[1, 0].set_ylabel(f"voxels (1 in {figures.step})")
     return _save(fig, path)
 
 
@@ -213,21 +228,56 @@ def describe_resampling(resampling: dict) -> str:
     )
 
 
-def run_figures(
-    folder: Path,
-    *,
-    img,
-    mask: np.ndarray,
-    atlas: np.ndarray,
-    data: np.ndarray,
-    cleaned_voxels: np.ndarray,
-    raw_fc: np.ndarray,
-    fc: np.ndarray,
-    names: list[str],
-    fd: np.ndarray | None,
-    kept: np.ndarray,
-    dvars: np.ndarray | None = None,
-) -> list[Path]:
+@dataclass(frozen=True)
+class RunFigures:
+    """What a run's figures show: small arrays, cheap to send to a drawing process.
+
+    Attributes
+    ----------
+    affine : ndarray of shape (4, 4)
+        The run's grid.
+    mean : ndarray of shape (x, y, z)
+        The mean image in the mask, 0 outside.
+    regions : ndarray of shape (x, y, z)
+        The atlas labels in the mask, 0 outside.
+    mask : ndarray of shape (x, y, z)
+        The brain mask.
+    carpet, cleaned_carpet : ndarray of shape (n_volumes, n_shown), (n_kept, n_shown)
+        The series of every ``step``-th voxel in the mask, before and after denoising.
+    step : int
+    raw_fc, fc : ndarray of shape (n_regions, n_regions)
+        The connectome of the region means before and after denoising.
+    names : list of str
+        The regions' names.
+    fd : ndarray of shape (n_volumes,) or None
+        Framewise displacement.
+    kept : ndarray of int
+        The kept volumes.
+    dvars : ndarray or None
+        The standardised DVARS of the volumes after the dummy scans.
+    """
+
+    affine: np.ndarray
+    mean: np.ndarray
+    regions: np.ndarray
+    mask: np.ndarray
+    carpet: np.ndarray
+    cleaned_carpet: np.ndarray
+    step: int
+    raw_fc: np.ndarray
+    fc: np.ndarray
+    names: list[str]
+    fd: np.ndarray | None
+    kept: np.ndarray
+    dvars: np.ndarray | None = None
+
+
+def carpet_step(n_voxels: int) -> int:
+    """Return the carpet plots' stride over the voxels: at most about 2,000 are drawn."""
+    return max(1, n_voxels // _MAX_CARPET_VOXELS)
+
+
+def run_figures(folder: Path, figures: RunFigures) -> list[Path]:
     """Write the PNG figures of one run into ``folder``; return their paths.
 
     The atlas and mask over the mean image, the motion and censoring trace
@@ -241,14 +291,11 @@ def run_figures(
 
     plt = _plt()
     folder.mkdir(parents=True, exist_ok=True)
-    figures = []
-    mean = np.zeros(mask.shape, np.float32)
-    mean[mask] = data.mean(axis=0)
-    mean_img = nib.Nifti1Image(mean, img.affine)
+    drawn = []
     fig = plt.figure(figsize=(9, 3))
     display = plotting.plot_roi(
-        nib.Nifti1Image(np.where(mask, atlas, 0).astype(np.int32), img.affine),
-        bg_img=mean_img,
+        nib.Nifti1Image(figures.regions, figures.affine),
+        bg_img=nib.Nifti1Image(figures.mean, figures.affine),
         figure=fig,
         alpha=0.5,
         cmap="tab20",
@@ -256,35 +303,63 @@ def run_figures(
         draw_cross=False,
     )
     display.add_contours(
-        nib.Nifti1Image(mask.astype(np.int8), img.affine), levels=[0.5], colors="r"
+        nib.Nifti1Image(figures.mask.astype(np.int8), figures.affine), levels=[0.5], colors="r"
     )
-    figures.append(_save(fig, folder / "atlas_mask.png"))
-
-    figures.append(
-        _motion_carpet(
-            folder / "carpet.png",
-            data,
-            cleaned_voxels,
-            fd=fd,
-            kept=kept,
-            dvars=dvars,
-        )
-    )
-    figures.append(
+    drawn.append(_save(fig, folder / "atlas_mask.png"))
+    drawn.append(_motion_carpet(folder / "carpet.png", figures))
+    fc = figures.fc
+    drawn.append(
         plot_correlation_matrix(
-            fc, folder / "connectome.png", labels=names, title="denoised connectome (Pearson r)"
+            fc,
+            folder / "connectome.png",
+            labels=figures.names,
+            title="denoised connectome (Pearson r)",
         )
     )
     iu = np.triu_indices(fc.shape[0], 1)
     fig, ax = plt.subplots(figsize=(6, 3))
     bins = np.linspace(-1, 1, 41)
-    ax.hist(raw_fc[iu], bins=bins, alpha=0.6, label="before denoising")
+    ax.hist(figures.raw_fc[iu], bins=bins, alpha=0.6, label="before denoising")
     ax.hist(fc[iu], bins=bins, alpha=0.6, label="after denoising")
     ax.set_xlabel("region-pair correlation")
     ax.set_ylabel("pairs")
     ax.legend()
-    figures.append(_save(fig, folder / "fc_distribution.png"))
-    return figures
+    drawn.append(_save(fig, folder / "fc_distribution.png"))
+    return drawn
+
+
+@dataclass(frozen=True)
+class RunReport:
+    """A run's report to draw and write: where, its record, its figures' data.
+
+    Attributes
+    ----------
+    folder : Path
+        The set's staging folder (the page goes there, its figures in ``figures/``).
+    name : str
+        The page's file name.
+    record : dict
+        The page's record (:func:`run_record`).
+    figures : RunFigures
+    """
+
+    folder: Path
+    name: str
+    record: dict
+    figures: RunFigures
+
+
+def draw_run_report(report: RunReport) -> Path:
+    """Draw the run's figures and write its page; return the page.
+
+    A module-level function of picklable data: it runs in this process or in
+    a drawing process (:mod:`connscale.bidsapp.drawing`).
+    """
+    from connscale.report import write_report
+
+    figures = run_figures(report.folder / "figures", report.figures)
+    record = {**report.record, "figures": [str(f) for f in figures]}
+    return write_report(record, report.folder, filename=report.name)
 
 
 def _classification_results(summary: dict) -> dict:
