@@ -513,15 +513,17 @@ def _readers(readers: int) -> ReadAheadEngine | SerialEngine:
 
 @contextmanager
 def _reading_and_drawing(readers: int, reports: bool):
-    """Yield the serial engine with ``readers``; with reader processes and ``reports``, drawers.
+    """Yield the serial engine with ``readers``; with ``reports``, drawing processes beside them.
 
-    The runs' reports are then drawn by half as many processes as there are
-    readers (:func:`connscale.bidsapp.drawing.drawers`): a run's figures
-    cost about as much of a core as its read (~3 s on an H100 host), and
-    the process feeding the device goes on to the next run meanwhile.
+    The runs' reports are drawn by half as many processes as there are
+    readers, at least one (:func:`connscale.bidsapp.drawing.drawers`): a
+    run's figures cost about as much of a core as its read (~3 s on an H100
+    host), and the process feeding the device goes on to the next run
+    meanwhile. Without reading ahead (``readers`` 0: ``memory_limit`` holds
+    no run beside the one computing) the computing process draws them.
     """
     engine = _readers(readers)
-    if not (reports and _reads_in_processes("serial", readers, [])):
+    if not (reports and readers > 0):
         with engine:
             yield engine
         return
