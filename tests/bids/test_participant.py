@@ -2,7 +2,7 @@
 
 import json
 import warnings
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import nibabel as nib
@@ -340,6 +340,7 @@ def test_reports_drawn_beside_the_computing_process(tree, tmp_path, monkeypatch)
     before and after denoising; a page that cannot be drawn is a failed
     measure, the set's other files published."""
     from connscale.bidsapp import drawing, region_measures
+    from connscale.bidsapp.report import figures_bytes
 
     tmp, root = tree
     used, reports = [], []
@@ -368,6 +369,14 @@ def test_reports_drawn_beside_the_computing_process(tree, tmp_path, monkeypatch)
     for report in reports:
         figures = report.figures
         assert figures.cleaned_carpet.shape == (figures.kept.size, figures.carpet.shape[1])
+        arrays = [getattr(figures, f.name) for f in fields(figures)]
+        held = sum(a.nbytes for a in arrays if isinstance(a, np.ndarray) and a.ndim > 1)
+        planned = figures_bytes(
+            figures.carpet.shape[0], int(figures.mask.sum()), figures.mask.size, len(figures.fc)
+        )  # what --memory-limit's plan counts for each run's report
+        censored = (figures.carpet.shape[0] - figures.kept.size) * figures.carpet.shape[1] * 4
+        all_kept = held - figures.affine.nbytes + censored
+        assert 0 <= planned - all_kept <= figures.fc.size * 4  # its connectome: float32 or 64
         assert figures.carpet.shape[1] == int(figures.mask.sum()) // figures.step + (
             int(figures.mask.sum()) % figures.step > 0
         )

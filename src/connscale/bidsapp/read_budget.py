@@ -107,7 +107,10 @@ def expected_held_bytes(
     What :func:`~connscale.bidsapp.participant._held_bytes` counts after the
     read, with all volumes kept (an upper bound): the voxel series (float32)
     when they are read, the region means (float64), the mask and the atlas
-    on the grid, and the widest cleaned series in ``config.dtype``.
+    on the grid, and the widest cleaned series in ``config.dtype``; with
+    ``reports``, the data of its report's figures too, which wait for a
+    drawing process after the run is computed
+    (:func:`~connscale.bidsapp.report.figures_bytes`).
     """
     import nibabel as nib
 
@@ -126,6 +129,10 @@ def expected_held_bytes(
     widths = [n_regions] if regional else []
     if voxels and any(m not in REGION_MEASURES for m in config.measures):
         widths.append(n_voxels)
+    if config.reports and regional:
+        from connscale.bidsapp.report import figures_bytes
+
+        held += figures_bytes(n_volumes, n_voxels, grid, n_regions)
     return held + n_volumes * max(widths, default=0) * itemsize
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "carpet_step",
     "describe_resampling",
     "draw_run_report",
+    "figures_bytes",
     "qc_fc",
     "run_figures",
     "run_header",
@@ -275,6 +276,17 @@ class RunFigures:
 def carpet_step(n_voxels: int) -> int:
     """Return the carpet plots' stride over the voxels: at most about 2,000 are drawn."""
     return max(1, n_voxels // _MAX_CARPET_VOXELS)
+
+
+def figures_bytes(n_volumes: int, n_voxels: int, grid: int, n_regions: int) -> int:
+    """Return the bytes of a run's :class:`RunFigures` (at most; all volumes kept).
+
+    The mean image and the atlas (4 bytes a grid point), the mask (1), both
+    carpets (float32, at most ``n_volumes`` rows each) and both connectomes (float64).
+    """
+    step = carpet_step(n_voxels)
+    shown = -(-n_voxels // step)
+    return grid * 9 + 2 * n_volumes * shown * 4 + 2 * n_regions * n_regions * 8
 
 
 def run_figures(folder: Path, figures: RunFigures) -> list[Path]:
