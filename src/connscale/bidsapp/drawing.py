@@ -41,7 +41,7 @@ def drawers(count: int) -> Iterator[None]:
     global _active  # noqa: PLW0603 - one pool per call, in the process computing its runs
     from connscale.engines.readers import ReaderPool
 
-    pool = ReaderPool(count, processes=True, fork_here=True)
+    pool = ReaderPool(count, processes=True, fork_here=True, role="drawing")
     for _ in range(count):  # one each: the least busy drawer takes the next
         pool.submit(_import_all, DRAWER_MODULES)
     _active = pool

@@ -56,6 +56,9 @@ class ReaderPool:
         at once, with nothing to import (the fork server's imports take
         seconds). As PyTorch's ``DataLoader`` workers, they never use the
         CUDA context or the threads of the process they are forked from.
+    role : str, default='reader'
+        What the processes are, in :class:`ReaderLost`'s message ('drawing':
+        :mod:`connscale.bidsapp.drawing`).
     """
 
     def __init__(
@@ -67,7 +70,9 @@ class ReaderPool:
         folder: str | None = None,
         preload: tuple[str, ...] = (),
         fork_here: bool = False,
+        role: str = "reader",
     ) -> None:
+        self.role = role
         self._lock = threading.Lock()  # the slots, replaced from the futures' callbacks
         self._submitting = threading.Lock()  # a reader picked and its read queued, at once
         self._queued: dict[Executor, list[Future]] = {}  # each pool's reads, oldest first
@@ -151,7 +156,7 @@ class ReaderPool:
             else:
                 outcome.set_exception(
                     ReaderLost(
-                        f"the reader process died while reading it ({attempt} tries): killed, "
+                        f"the {self.role} process died on it ({attempt} tries): killed, "
                         "out of memory or crashed"
                     )
                 )
