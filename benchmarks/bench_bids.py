@@ -449,6 +449,7 @@ def run_gpu_sweep(args, derivatives: Path, atlas: Path, counts: list[int]) -> tu
             readers=args.gpu_readers,
             gpus=count,
             measures=tuple(args.measures.split(",")),
+            reports=args.reports,
         )
         if ours["notes"]:
             raise RuntimeError(f"--gpus {count}: {ours['notes'][0]}")

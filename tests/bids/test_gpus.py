@@ -1,6 +1,7 @@
 """--gpus: the plan of one worker per GPU, and the clear CPU fallback without a GPU."""
 
 from contextlib import contextmanager
+from pathlib import Path
 
 import nibabel as nib
 import pytest
@@ -182,7 +183,8 @@ def _outputs(out):
 
 @pytest.mark.cluster
 def test_gpu_workers_with_reader_processes_publish_what_the_serial_path_does(tmp_path, monkeypatch):
-    # Two stand-in GPUs computing on the CPU, each worker with two reader processes.
+    # Two stand-in GPUs computing on the CPU, each worker with two reader processes,
+    # which also draw its runs' reports.
     import numpy as np
 
     from connscale.bidsapp.participant import run_participant
@@ -192,7 +194,7 @@ def test_gpu_workers_with_reader_processes_publish_what_the_serial_path_does(tmp
     runs = [("01", None, "rest", None), ("02", None, "rest", None), ("03", None, "rest", "1")]
     root = make_fmriprep(tmp_path / "fmriprep", runs)
     nib.save(atlas_img(), tmp_path / ATLAS)
-    common = dict(atlas=tmp_path / ATLAS, atlas_name="Slab4", strategy="none", reports=False)
+    common = dict(atlas=tmp_path / ATLAS, atlas_name="Slab4", strategy="none", reports=True)
     common.update(measures=["fc", "timeseries"], device="cpu", n_jobs=2, verbose=0)
     serial = run_participant(root, tmp_path / "serial", backend="serial", **common)
     on_gpus = run_participant(root, tmp_path / "gpus", gpus="all", **common)
@@ -201,6 +203,10 @@ def test_gpu_workers_with_reader_processes_publish_what_the_serial_path_does(tmp
     assert report["engine"].endswith("readers=2 processes per worker)")
     assert report["gpu_workers"] == [{"CUDA_VISIBLE_DEVICES": "0"}, {"CUDA_VISIBLE_DEVICES": "1"}]
     assert report["gpu_readers"]["readers_per_worker"] == 2
+    for result in (serial, on_gpus):
+        pages = [p for r in result.records for p in r["outputs"] if p.endswith("_report.html")]
+        assert len(pages) == 3
+        assert all(Path(page).read_text().count("data:image/png") == 4 for page in pages)
     expected, got = _outputs(tmp_path / "serial"), _outputs(tmp_path / "gpus")
     assert sorted(got) == sorted(expected) and len(got) == 12  # relmat, series, QC, coverage
     for name, values in expected.items():

@@ -3,17 +3,20 @@
 A run's report costs seconds of matplotlib in the process that feeds the
 GPU (the connectome with its region names, the carpet plots, the atlas over
 the mean image: ~3 s a run on an H100 host, ten times the run's compute;
-``benchmarks/RESULTS.md`` §24). With reader processes, the participant
-level draws them in ``drawers`` processes of their own instead
+``benchmarks/RESULTS.md`` §24). On the serial backend the participant
+level draws them in drawing processes of their own instead
 (:func:`drawers`): the computing process hands each a
 :class:`~connscale.bidsapp.report.RunReport` (small arrays) and goes on to
 the next run; the run's set is published once its page is written
-(:class:`~connscale.engines.batch.Later`). Without drawers, :func:`draw`
-draws in this process, as before.
+(:class:`~connscale.engines.batch.Later`). In a Dask GPU worker
+(``--gpus``) the worker's reader processes draw them between their reads,
+the worker computing its next run meanwhile. Elsewhere :func:`draw` draws
+in this process.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from contextlib import contextmanager
@@ -52,6 +55,19 @@ def drawers(count: int) -> Iterator[None]:
         pool.shutdown()
 
 
+def _worker_processes():
+    """Return the reader processes of the Dask GPU worker this runs in, if any.
+
+    A GPU worker's readers draw its runs' reports between their reads
+    (:func:`connscale.engines.dask_readers.worker_processes`).
+    """
+    if "distributed" not in sys.modules:  # not in a Dask worker
+        return None
+    from connscale.engines.dask_readers import worker_processes
+
+    return worker_processes()
+
+
 def _import_all(modules: tuple[str, ...]) -> None:
     import importlib
 
@@ -65,8 +81,9 @@ def draw(function: Callable, job) -> Future:
     Without drawing processes the future is done when this returns (its
     exception set, if ``function`` raised).
     """
-    if _active is not None:
-        return _active.submit(function, job)
+    pool = _active if _active is not None else _worker_processes()
+    if pool is not None:
+        return pool.submit(function, job)
     future: Future = Future()
     try:
         future.set_result(function(job))

@@ -39,10 +39,10 @@ from typing import Any
 
 from distributed import WorkerPlugin, get_worker
 
-from connscale.engines.batch import TaskCall
+from connscale.engines.batch import Later, TaskCall
 from connscale.engines.readers import ReaderPool
 
-__all__ = ["READERS_PLUGIN", "WorkerReaders", "read_then_run"]
+__all__ = ["READERS_PLUGIN", "WorkerReaders", "read_then_run", "worker_processes"]
 
 #: The plugin's name on every worker.
 READERS_PLUGIN = "connscale-readers"
@@ -119,13 +119,20 @@ class WorkerReaders(WorkerPlugin):
             return self._pool
 
     def run(self, func: Callable, item: Any) -> Any:
-        """Read ``item``'s task in a reader, then run ``func`` on it alone in this worker."""
+        """Read ``item``'s task in a reader, then run ``func`` on it alone in this worker.
+
+        A :class:`~connscale.engines.batch.Later` it returns (its outputs wait
+        for work in a process beside: a report drawn by this worker's readers)
+        is finished after the worker's lock is released: the worker's next
+        task computes meanwhile.
+        """
         if isinstance(item, TaskCall) and item.task.prepare is not None:
             read = self.pool().submit(item.task.prepare, item.task.payload)
             wait([read])  # its error, if any, is the task's (raised by ``func``)
             item = replace(item, prepared=read)
         with self._compute_lock:
-            return func(item)
+            result = func(item)
+        return result.finish() if isinstance(result, Later) else result
 
     def teardown(self, worker) -> None:
         """Stop the readers and remove the worker's folder."""
@@ -153,3 +160,21 @@ def read_then_run(func: Callable, item: Any) -> Any:
             "registers it on every worker."
         )
     return plugin.run(func, item)
+
+
+def worker_processes() -> ReaderPool | None:
+    """Return the reader processes of the Dask worker this runs in (None: none).
+
+    None outside a Dask worker, in a worker without a :class:`WorkerReaders`
+    plugin, or whose reader is a thread. A task may hand them work of its
+    own besides its read (its report's figures:
+    :mod:`connscale.bidsapp.drawing`).
+    """
+    try:
+        worker = get_worker()
+    except ValueError:  # not in a worker
+        return None
+    plugin = worker.plugins.get(READERS_PLUGIN)
+    if plugin is None or not plugin.processes:
+        return None
+    return plugin.pool()
