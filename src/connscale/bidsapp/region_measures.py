@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["write_region"]
 
 
-def write_region(config, run, decoded, out, context, timings) -> tuple[list[str], dict]:
+def write_region(config, run, decoded, out, context, timings) -> tuple[list[str], dict] | Later:
     """Compute and publish the atlas-level set of one run.
 
     Clean the decoded region means, then write each requested region measure
@@ -72,6 +72,10 @@ def write_region(config, run, decoded, out, context, timings) -> tuple[list[str]
         The names of the files written (empty when nothing was published).
     failed : dict
         ``{measure: reason}`` of the measures that failed.
+
+    Both in a :class:`~connscale.engines.batch.Later` while the report is
+    drawn by a drawing process (:mod:`connscale.bidsapp.drawing`): the set is
+    committed once the page is written.
 
     Raises
     ------
