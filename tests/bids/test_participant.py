@@ -400,6 +400,44 @@ def test_reports_drawn_beside_the_computing_process(tree, tmp_path, monkeypatch)
     assert not list((tmp_path / "out").rglob("*.staging"))
 
 
+def test_a_run_waiting_for_its_report_holds_none_of_its_data(tree, tmp_path, monkeypatch):
+    """While a run's report is drawn its set waits to be published, holding no
+    array of the run (at most the runs read ahead are in memory)."""
+    import gc
+    import weakref
+
+    from connscale.bidsapp import participant, region_measures
+
+    tmp, root = tree
+    data, unheld = {}, []
+    real_measure, real_commit = participant._despike_and_measure, region_measures._commit
+
+    def measure(config, decoded, context, timings, qc):
+        decoded = real_measure(config, decoded, context, timings, qc)
+        data[Path(decoded.img.get_filename()).name.split("_desc-")[0]] = weakref.ref(decoded.data)
+        return decoded
+
+    def commit(out, written, failed, report, run_name, timings):
+        gc.collect()
+        unheld.append(data[run_name]() is None)
+        return real_commit(out, written, failed, report, run_name, timings)
+
+    monkeypatch.setattr(participant, "_despike_and_measure", measure)
+    monkeypatch.setattr(region_measures, "_commit", commit)
+    result = run_participant(
+        root,
+        tmp_path / "out",
+        atlas=tmp / ATLAS,
+        atlas_name="Slab4",
+        participant_label=["01", "02"],
+        strategy="simple",
+        strategy_params={"motion": "basic"},
+        backend="serial",
+        device="cpu",
+    )
+    assert result.counts["ok"] == 3 and unheld == [True] * 3
+
+
 @pytest.mark.parametrize(
     "params, message",
     [

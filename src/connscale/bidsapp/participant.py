@@ -326,9 +326,10 @@ def _process(
                 except Exception as exc:  # noqa: BLE001 - recorded per measure
                     outcomes[kind] = exc
         # (a probabilistic atlas's regions are known once its series are extracted)
-        n_regions = None if decoded.regions is None else int(decoded.regions.size)
+        record["n_regions"] = None if decoded.regions is None else int(decoded.regions.size)
+        # Nothing of the run's data (the context holds its voxel series) waits with it.
         conclude = functools.partial(
-            _conclude, config, run.name, record, todo, outcomes, done, context, timings, n_regions
+            _conclude, config, run.name, record, todo, outcomes, done, context["warnings"], timings
         )
         waiting = [o for o in outcomes.values() if isinstance(o, Later)]
         if waiting:
@@ -345,14 +346,16 @@ def _conclude_held(held, conclude) -> dict:
         return conclude()
 
 
-def _conclude(config, name, record, todo, outcomes, done, context, timings, n_regions) -> dict:
+def _conclude(config, name, record, todo, outcomes, done, messages, timings) -> dict:
     """Return the run's record: each set's outcome merged, a set that waited published first.
 
     ``outcomes``: each set's names written and failed measures, its
     exception, or a :class:`~connscale.engines.batch.Later` of them;
-    ``n_regions`` is recorded once the region set is published.
+    ``record['n_regions']`` is kept once the region set is published;
+    ``messages``: the run's warnings.
     """
     failed = {}
+    n_regions = record.pop("n_regions")
     for kind, outcome in outcomes.items():
         if isinstance(outcome, Later):
             try:
@@ -372,7 +375,7 @@ def _conclude(config, name, record, todo, outcomes, done, context, timings, n_re
         record["status"] = "partial" if record["outputs"] or done else "error"
         if record["status"] == "error":
             record["error"] = "; ".join(f"{m}: {reason}" for m, reason in failed.items())
-    messages = list(dict.fromkeys(context["warnings"]))
+    messages = list(dict.fromkeys(messages))
     if messages:
         from connscale.fc.normalize import ConstantSeriesWarning
 

@@ -627,7 +627,7 @@ def _run_figures(region_set: _RegionSet) -> RunFigures:
     with np.errstate(divide="ignore", invalid="ignore"):  # constant regions: NaN, warned once
         raw_fc = np.corrcoef(raw.T)
     step = carpet_step(data.shape[1])
-    carpet = np.ascontiguousarray(data[:, ::step])
+    carpet = np.array(data[:, ::step])  # a copy, whatever the step
     cleaned = clean_signals(carpet, operator, standardize=config.standardize, device=config.device)
     fc = region_set.fc
     if fc is None:
