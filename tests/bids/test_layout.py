@@ -65,6 +65,22 @@ def test_no_match_lists_what_was_found(tree):
         find_runs(tree, strategy="ica_aroma")
 
 
+def test_a_participant_call_indexes_only_its_participants(tmp_path):
+    """pybids indexes only the folders of the participants asked for (a SLURM
+    array job of a large cohort does not index the whole tree): ``sub-01``
+    is not ``sub-010``; the runs found are those of the whole tree's index."""
+    from connscale.bidsapp.layout import load_layout
+
+    subjects = [(label, None, "rest", None) for label in ("01", "010", "02")]
+    root = make_fmriprep(tmp_path / "d", subjects)
+    assert load_layout(root, participants=["01"]).get_subjects() == ["01"]
+    assert load_layout(root, participants=["01", "010"]).get_subjects() == ["01", "010"]
+    assert sorted(load_layout(root).get_subjects()) == ["01", "010", "02"]
+    assert [r.name for r in find_runs(root, participant_label="sub-01")] == [
+        "sub-01_task-rest_space-MNI152NLin2009cAsym"
+    ]
+
+
 def test_missing_companions_are_problems_not_failures(tmp_path):
     root = make_fmriprep(tmp_path / "d", RUNS[:2])
     next(root.rglob("*run-2_desc-confounds_timeseries.tsv")).unlink()

@@ -93,11 +93,17 @@ class BoldRun:
         return "_".join(f"{k}-{self.entities[k]}" for k in ENTITY_ORDER if k in self.entities)
 
 
-def load_layout(derivatives: str | os.PathLike, *, database_path=None):
+def load_layout(
+    derivatives: str | os.PathLike, *, database_path=None, participants: list[str] | None = None
+):
     """Return the pybids ``BIDSLayout`` of a derivatives folder (not validated).
 
     ``database_path``: a folder where pybids keeps its index (rebuilt on
-    every call, so it never describes an older tree).
+    every call, so it never describes an older tree). ``participants``
+    (labels without ``sub-``): index only their folders (pybids' ``ignore``
+    for every other ``sub-*``), so that a call for one participant of a
+    large cohort (a SLURM array job) does not index the whole tree: ~20 ms
+    a run otherwise.
     """
     root = Path(derivatives)
     if not root.is_dir():
@@ -108,12 +114,27 @@ def load_layout(derivatives: str | os.PathLike, *, database_path=None):
         raise ImportError("Reading BIDS derivatives needs pybids: pip install pybids") from exc
     import warnings
 
+    kwargs = {}
+    if database_path is not None:
+        kwargs = {"database_path": str(database_path), "reset_database": True}
+    if participants:
+        from bids.layout.index import BIDSLayoutIndexer
+
+        ignore = _other_participants(participants)
+        kwargs["indexer"] = BIDSLayoutIndexer(validate=False, ignore=ignore)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a missing dataset_description.json is fine here
-        kwargs = {}
-        if database_path is not None:
-            kwargs = {"database_path": str(database_path), "reset_database": True}
         return BIDSLayout(root, validate=False, config=["bids", "derivatives"], **kwargs)
+
+
+def _other_participants(participants: list[str]) -> list:
+    """Return pybids' ``ignore`` patterns: its defaults, and the ``sub-*`` not listed."""
+    import re
+
+    from bids.layout.validation import DEFAULT_LOCATIONS_TO_IGNORE
+
+    kept = "|".join(re.escape(label) for label in participants)
+    return [*DEFAULT_LOCATIONS_TO_IGNORE, re.compile(rf"^/sub-(?!(?:{kept})(?:/|$))")]
 
 
 def _as_list(values) -> list | None:
@@ -245,6 +266,8 @@ def _bold_files(layout, derivatives, query: dict, desc: str, *, cifti: bool, str
     if not bolds:
         asked = ", ".join(f"{_FILTERS[k]}={v}" for k, v in query.items())
         what = "CIFTI BOLD (*_bold.dtseries.nii)" if cifti else f"preprocessed BOLD (desc-{desc})"
+        if "subject" in query:  # the layout holds the participants asked for only
+            layout = load_layout(derivatives)
         raise ValueError(
             f"No {what} in {derivatives}"
             + (f" matches {asked}" if asked else "")
@@ -315,9 +338,6 @@ def find_runs(
     ValueError
         Nothing matches; the message lists what the tree holds.
     """
-    if layout is None:
-        database = None if work_dir is None else Path(work_dir) / "pybids"
-        layout = load_layout(derivatives, database_path=database)
     desc = bold_desc(strategy)
     filters = {
         "subject": _strip(_as_list(participant_label), "sub-"),
@@ -328,6 +348,9 @@ def find_runs(
         "den": _strip(_as_list(den), "den-"),
     }
     query = {k: v for k, v in filters.items() if v is not None}
+    if layout is None:
+        database = None if work_dir is None else Path(work_dir) / "pybids"
+        layout = load_layout(derivatives, database_path=database, participants=filters["subject"])
     cifti = file_format == "cifti"
     bolds = _bold_files(layout, derivatives, query, desc, cifti=cifti, strategy=strategy)
     # A run's mask has every run entity of its BOLD (and no other), its space and
