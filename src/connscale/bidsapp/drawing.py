@@ -23,8 +23,9 @@ from contextlib import contextmanager
 
 __all__ = ["DRAWER_MODULES", "draw", "drawers"]
 
-#: What a drawing process imports in its first task.
-DRAWER_MODULES = ("connscale.bidsapp.report", "matplotlib.pyplot", "nilearn.plotting")
+#: What a drawing process imports in its first task (matplotlib on its non-interactive
+#: backend first: a drawing process shows nothing).
+DRAWER_MODULES = ("connscale.bidsapp.report", "nilearn.plotting")
 
 _active = None  # the call's drawing processes (a ReaderPool), while :func:`drawers` holds them
 
@@ -69,8 +70,12 @@ def _worker_processes():
 
 
 def _import_all(modules: tuple[str, ...]) -> None:
+    """Import ``modules``, pyplot on matplotlib's non-interactive backend first."""
     import importlib
 
+    from connscale.bidsapp.report import _plt
+
+    _plt()
     for name in modules:
         importlib.import_module(name)
 

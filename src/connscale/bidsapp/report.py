@@ -297,11 +297,12 @@ def run_figures(folder: Path, figures: RunFigures) -> list[Path]:
     distribution of its correlations before and after denoising.
     """
     import nibabel as nib
+
+    plt = _plt()  # the non-interactive backend, before nilearn's plotting imports pyplot
     from nilearn import plotting
 
     from connscale.report.plots import plot_correlation_matrix
 
-    plt = _plt()
     folder.mkdir(parents=True, exist_ok=True)
     drawn = []
     fig = plt.figure(figsize=(9, 3))
