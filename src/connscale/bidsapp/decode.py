@@ -229,11 +229,12 @@ class _Gather:
     The voxels are read in the block's memory order (sorted flat indices: one
     sequential pass over each volume), then put in the C order of
     ``numpy.nonzero(mask)`` within the small gathered block, which stays in
-    cache. The region sums add, in float64, each run of consecutive in-mask
-    voxels of one region (a segment, in memory order), then each region's
-    segments in memory order: from the gathered block, or, when no voxel
-    series is asked for, from a take of the labelled voxels only; the same
-    segments and the same order either way.
+    cache. A region's sum adds its in-mask voxels in memory order, in
+    float64, in one reduction over the labelled voxels laid out region by
+    region: taken so from the block when no voxel series is asked for, else
+    from the gathered block. The same values in the same order either way,
+    so the same sums; the cost does not depend on how an atlas's regions
+    interleave in memory (a reduction per run of voxels cost 3× as much).
     """
 
     def __init__(self, mask: np.ndarray, labels: np.ndarray | None, voxels: bool) -> None:
@@ -246,55 +247,42 @@ class _Gather:
         if labels is not None:
             inside = self.labels[self.labels > 0]
             self.regions, self.counts = np.unique(inside, return_counts=True)
+        #: Where each region's voxels begin among the labelled voxels, region by region.
+        self.region_starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(np.intp)
         self._orders: dict[str, tuple] = {}
 
     def _indices(self, order: str) -> tuple:
-        """(read, to_c, segments) of the blocks in ``order``.
+        """(read, to_c, by_region) of the blocks in ``order``.
 
-        ``read``: the flat indices taken from a block, in memory order (the
-        in-mask voxels, or the labelled ones only without voxel series);
-        ``to_c``: where each voxel of the C order sits in ``read``;
-        ``segments``: see :meth:`_segments` (None without an atlas).
+        ``read``: the flat indices taken from a block (the in-mask voxels in
+        memory order; without voxel series, the labelled ones region by
+        region); ``to_c``: where each voxel of the C order sits in ``read``;
+        ``by_region``: where the labelled voxels sit in ``read``, region by
+        region, each region's in memory order (None: ``read`` is so already,
+        or there is no region).
         """
         if order not in self._orders:
-            inside = self.mask.ravel(order=order)
-            rank = np.cumsum(inside, dtype=np.intp) - 1  # each voxel's place among the in-mask
-            labels = None if self.labels is None else self.labels.ravel(order=order)
-            to_c = segments = None
+            read = np.flatnonzero(self.mask.ravel(order=order))
+            to_c = by_region = None
             if self.voxels:
-                read = np.flatnonzero(inside)
-                to_c = rank.reshape(self.mask.shape, order=order)[self.mask]
-            else:  # only the labelled voxels are read
-                read = np.flatnonzero(labels > 0)
-            if labels is not None and self.regions.size:
-                segments = self._segments(labels[read], rank[read])
-            self._orders[order] = (read, to_c, segments)
+                place = np.empty(self.mask.size, dtype=np.intp)  # each voxel's place in ``read``
+                place[read] = np.arange(read.size)
+                to_c = place.reshape(self.mask.shape, order=order)[self.mask]
+            if self.regions.size:
+                labels = self.labels.ravel(order=order)
+                labelled = np.flatnonzero(labels > 0)
+                # a stable sort keeps each region's voxels in memory order
+                labelled = labelled[np.argsort(_compact(labels[labelled]), kind="stable")]
+                if self.voxels:
+                    by_region = place[labelled]
+                else:
+                    read = labelled
+            self._orders[order] = (read, to_c, by_region)
         return self._orders[order]
-
-    def _segments(self, values: np.ndarray, rank: np.ndarray) -> tuple:
-        """Return (starts, by_region, region_starts) of the read voxels' segments.
-
-        A segment is a run of read voxels of one label that are consecutive
-        among the in-mask voxels (so that reading the unlabelled in-mask
-        voxels or not makes the same segments). ``starts``: where each
-        segment begins in ``read``; ``by_region``: the labelled segments,
-        region by region, each region's in memory order; ``region_starts``:
-        where each region's segments begin in ``by_region``.
-        """
-        new = np.ones(values.size, dtype=bool)
-        new[1:] = (values[1:] != values[:-1]) | (rank[1:] != rank[:-1] + 1)
-        starts = np.flatnonzero(new)
-        labelled = np.flatnonzero(values[starts] > 0)
-        segment_labels = values[starts][labelled]
-        # a stable sort keeps each region's segments in memory order
-        by_region = labelled[np.argsort(_compact(segment_labels), kind="stable")]
-        per_region = np.unique(segment_labels, return_counts=True)[1]
-        region_starts = np.concatenate([[0], np.cumsum(per_region)[:-1]])
-        return starts, by_region, region_starts
 
     def __call__(self, block, order: str, data, sums, rows: slice) -> None:
         """Gather ``block`` (a few volumes) into ``data`` (its rows) and ``sums[rows]``."""
-        read, to_c, segments = self._indices(order)
+        read, to_c, by_region = self._indices(order)
         # mode='clip': the indices are valid by construction, and numpy buffers
         # ``out`` with the default mode.
         taken = np.take(block, read, axis=1, mode="clip")
@@ -302,10 +290,11 @@ class _Gather:
             np.take(taken, to_c, axis=1, out=data, mode="clip")
         elif data is not None:
             data[...] = np.take(taken, to_c, axis=1, mode="clip")
-        if segments is not None:
-            starts, by_region, region_starts = segments
-            parts = np.add.reduceat(taken, starts, axis=1, dtype=np.float64)
-            sums[rows] = np.add.reduceat(parts[:, by_region], region_starts, axis=1)
+        if self.regions.size:
+            labelled = taken
+            if by_region is not None:
+                labelled = np.take(taken, by_region, axis=1, mode="clip")
+            sums[rows] = np.add.reduceat(labelled, self.region_starts, axis=1, dtype=np.float64)
 
 
 def _compact(values: np.ndarray) -> np.ndarray:
