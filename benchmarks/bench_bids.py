@@ -2,7 +2,9 @@
 
 A synthetic fMRIPrep tree (``--runs`` runs, 2 mm MNI grid 97 x 115 x 97,
 ~244k in-mask voxels, T = 400, float32 ``.nii.gz`` as fMRIPrep writes them,
-each run with its own brain mask, BOLD sidecar and a confounds TSV with
+the region signals of ``--atlas`` (100 blocks, favourable to the region sums,
+or 400 compact parcels interleaved in memory as real atlases are), each run
+with its own brain mask, BOLD sidecar and a confounds TSV with
 fMRIPrep's column names; written by ``--tree-jobs`` processes) is processed
 on the same machine by:
 
@@ -68,8 +70,23 @@ def _mask(shape, radii) -> np.ndarray:
     return inside <= 1.0
 
 
-def _atlas(mask: np.ndarray, blocks) -> np.ndarray:
-    """Labels 1..n: the mask's bounding box cut into blocks (empty blocks dropped)."""
+#: The benchmark's atlases, by ``--atlas``: their name in the tree (``atlas-<name>``).
+ATLASES = {"blocks": "Blocks", "parcels": "Parcels400"}
+
+
+def _atlas(mask: np.ndarray, grid: dict) -> np.ndarray:
+    """The atlas of ``grid["atlas"]`` on ``mask``: labels 1..n (int16), 0 outside."""
+    if grid["atlas"] == "parcels":
+        return parcels_atlas(mask, 400)
+    return _blocks(mask, grid["regions"])
+
+
+def _blocks(mask: np.ndarray, blocks) -> np.ndarray:
+    """Labels 1..n: the mask's bounding box cut into blocks (empty blocks dropped).
+
+    A favourable layout for the region sums: each block is a few long runs of
+    consecutive voxels in memory.
+    """
     idx = np.argwhere(mask)
     lo, hi = idx.min(0), idx.max(0) + 1
     cell = [
@@ -82,6 +99,22 @@ def _atlas(mask: np.ndarray, blocks) -> np.ndarray:
     labels = np.where(mask, block + 1, 0)
     _, dense = np.unique(labels, return_inverse=True)
     return dense.reshape(mask.shape).astype(np.int16)
+
+
+def parcels_atlas(mask: np.ndarray, n_parcels: int, seed: int = 0) -> np.ndarray:
+    """Labels 1..n: ``n_parcels`` compact parcels (the Voronoi cells of random in-mask voxels).
+
+    A stand-in for a cortical parcellation such as Schaefer's 400 (TemplateFlow
+    is not reachable here): parcels of ~600 voxels at 2 mm, each crossing
+    hundreds of rows of the grid, interleaved in memory as real atlases are.
+    """
+    from scipy.spatial import cKDTree
+
+    voxels = np.argwhere(mask)
+    seeds = voxels[np.random.default_rng(seed).choice(len(voxels), n_parcels, replace=False)]
+    labels = np.zeros(mask.shape, dtype=np.int16)
+    labels[tuple(voxels.T)] = cKDTree(seeds).query(voxels)[1] + 1
+    return labels
 
 
 def _confounds(t: int, rng) -> pd.DataFrame:  # noqa: F821
@@ -148,7 +181,7 @@ def _write_run(derivatives: Path, i: int, grid: dict, seed: int) -> None:
     rng = np.random.default_rng([seed, i])
     affine = _affine()
     mask = _mask(grid["shape"], grid["radii"])
-    labels = _atlas(mask, grid["regions"])[mask]
+    labels = _atlas(mask, grid)[mask]
     n_regions = int(labels.max())
     t = grid["t"]
     func = derivatives / f"sub-{i + 1:02d}" / "func"
@@ -192,8 +225,8 @@ def make_tree(
     import nibabel as nib
 
     mask = _mask(grid["shape"], grid["radii"])
-    atlas = _atlas(mask, grid["regions"])
-    atlas_path = root / "tpl-MNI152NLin2009cAsym_res-2_atlas-Blocks_dseg.nii.gz"
+    atlas = _atlas(mask, grid)
+    atlas_path = root / _atlas_file(grid)
     derivatives = root / "fmriprep"
     derivatives.mkdir(parents=True, exist_ok=True)
     nib.save(nib.Nifti1Image(atlas, _affine()), atlas_path)
@@ -224,18 +257,22 @@ def make_tree(
     return derivatives, atlas_path
 
 
+def _atlas_file(grid: dict) -> str:
+    return f"tpl-MNI152NLin2009cAsym_res-2_atlas-{ATLASES[grid['atlas']]}_dseg.nii.gz"
+
+
 def _existing_tree(work: Path, n_runs: int, grid: dict) -> tuple[Path, Path] | None:
     """Return (derivatives, atlas) of the tree left in ``work`` if it has ``n_runs`` of ``grid``."""
     import nibabel as nib
 
     derivatives = work / "fmriprep"
-    atlases = sorted(work.glob("*_dseg.nii.gz"))
+    atlas = work / _atlas_file(grid)  # the runs' signals follow their atlas
     bolds = sorted(derivatives.rglob("*_desc-preproc_bold.nii.gz"))
-    if len(bolds) != n_runs or not atlases:
+    if len(bolds) != n_runs or not atlas.exists():
         return None
     if nib.load(bolds[0]).shape != (*grid["shape"], grid["t"]):
         return None
-    return derivatives, atlases[0]
+    return derivatives, atlas
 
 
 def _nilearn_run(bold: Path, atlas: Path, out: Path) -> tuple[str, np.ndarray, float]:
@@ -314,7 +351,7 @@ def run_connscale(
         derivatives,
         out,
         atlas=atlas,
-        atlas_name="Blocks",
+        atlas_name=atlas.name.split("atlas-")[1].split("_")[0],
         strategy="simple",
         measures=list(measures),
         backend="serial" if workers is None else "dask",
@@ -559,6 +596,15 @@ def main() -> None:
         help="Processes writing the synthetic tree.",
     )
     parser.add_argument(
+        "--atlas",
+        choices=sorted(ATLASES),
+        default="blocks",
+        help="The atlas of the tree (the runs' signals follow it): 'blocks', the mask's "
+        "bounding box cut into 100 blocks (favourable to the region sums: a few long runs of "
+        "voxels each), or 'parcels', 400 compact parcels interleaved in memory as a "
+        "cortical parcellation's are (the realistic layout).",
+    )
+    parser.add_argument(
         "--measures",
         default="fc,timeseries",
         help="connscale's --measures (e.g. fc,timeseries,maps: voxel degree, ECM and "
@@ -614,6 +660,7 @@ def main() -> None:
     grid = dict(QUICK if args.quick else FULL)
     if args.volumes is not None:
         grid["t"] = args.volumes
+    grid["atlas"] = args.atlas
     gpu_counts = [] if args.gpus_sweep is None else [int(n) for n in args.gpus_sweep.split(",")]
     tic = time.perf_counter()
     tree = _existing_tree(args.work, args.runs, grid) if args.reuse_tree else None
