@@ -14,7 +14,6 @@ iterations.json     the run's summary (n_atoms, sparsity, iterations, info)
 
 from __future__ import annotations
 
-import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +23,7 @@ import numpy as np
 
 from connscale.io.atomic import atomic_path, write_text_atomic
 from connscale.io.nifti import save_nifti_gz
+from connscale.io.tables import write_float_table
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -77,9 +77,7 @@ def write_r1dl(
         sp.save_npz(fh, loadings)
     if maps_img is not None:
         save_nifti_gz(path_of("components.nii.gz"), maps_img)
-    buf = io.StringIO()
-    np.savetxt(buf, dictionary, delimiter="\t", header="\t".join(names), comments="", fmt="%.8g")
-    write_text_atomic(path_of("mixing.tsv"), buf.getvalue())
+    write_float_table(path_of("mixing.tsv"), dictionary, names, fmt="%.8g")
     nnz = np.diff(loadings.indptr)
     lines = ["network\tn_iter\tconverged\tn_voxels"]
     lines += [

@@ -17,8 +17,9 @@ import numpy as np
 import numpy.typing as npt
 
 from connscale._version import __version__
-from connscale.io.atomic import atomic_path, write_json_atomic
+from connscale.io.atomic import write_json_atomic
 from connscale.io.bids import write_dataset_description  # noqa: F401 (for the CLI)
+from connscale.io.tables import write_float_table
 
 _STORAGE = {
     "dense": "Full",
@@ -157,9 +158,7 @@ def write_relmat_tsv(
     if matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
         raise ValueError(f"Expected a square matrix; got an array of shape {matrix.shape}.")
     labels = labels or [str(i) for i in range(matrix.shape[0])]
-    with atomic_path(path) as tmp:
-        np.savetxt(tmp, matrix, delimiter="\t", header="\t".join(labels), comments="", fmt=fmt)
-    return Path(path)
+    return write_float_table(path, matrix, labels, fmt=fmt)
 
 
 def read_relmat_npy(path: str | os.PathLike) -> np.ndarray:

@@ -127,12 +127,8 @@ def save_timeseries(
     1 0 0
     0 1 0
     """
-    from connscale.io.atomic import atomic_path
+    from connscale.io.tables import write_float_table
 
     timeseries = np.asarray(timeseries)
     labels = labels or [str(i) for i in range(timeseries.shape[1])]
-    with atomic_path(path) as tmp:
-        np.savetxt(
-            tmp, timeseries, delimiter="\t", header="\t".join(labels), comments="", fmt="%.8g"
-        )
-    return Path(path)
+    return write_float_table(path, timeseries, labels, fmt="%.8g")
