@@ -218,6 +218,19 @@ def test_a_later_task_on_an_engine_that_does_not_wait_is_finished_at_once():
     assert [r["square"] for r in records] == [1, 4] and deferred.finished == [1, 2]
 
 
+def test_a_later_whose_finish_defers_again_is_a_failed_record():
+    """A finish must give the record's fields: a second Later is the task's error, not an
+    unfinished record."""
+
+    def deferring(value, prepared) -> Later:
+        return Later(lambda: True, lambda: Later(lambda: True, dict))
+
+    records = map_tasks(SerialEngine(), [Task("t1", None, None, deferring, 1)])
+    assert records[0]["status"] == "error"
+    assert "finish returned another Later" in records[0]["error"]
+    assert records[0]["seconds"] >= 0
+
+
 def test_task_budget_covers_the_whole_task():
     budget = TaskBudget("10MB")
     budget.hold(4_000_000, "the scan")

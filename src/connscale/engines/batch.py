@@ -271,18 +271,30 @@ def run_task(call: TaskCall) -> dict | Later:
     threads = torch.get_num_threads()
     torch.set_num_threads(call.threads)
     try:
-        fields = task.function(task.payload, call.prepared)
+        later = _merge(record, functools.partial(task.function, task.payload, call.prepared))
+    finally:
+        torch.set_num_threads(threads)
+    seconds = time.perf_counter() - start
+    if later is not None:
+        return Later(later.ready, functools.partial(_finish, record, seconds, later.finish))
+    record["seconds"] = round(seconds, 6)
+    return record
+
+
+def _merge(record: dict, produce: Callable[[], dict | Later]) -> Later | None:
+    """Merge the fields ``produce`` returns, or its failure, into ``record``; never raises.
+
+    A :class:`Later` it returns is given back instead, not merged.
+    """
+    try:
+        fields = produce()
         if isinstance(fields, Later):
-            seconds = time.perf_counter() - start
-            return Later(fields.ready, functools.partial(_finish, record, seconds, fields.finish))
+            return fields
         record.update(fields)
         record.setdefault("status", "ok")
     except Exception as exc:  # noqa: BLE001 - recorded per task, never raised
         record.update(failure_fields(exc))
-    finally:
-        torch.set_num_threads(threads)
-    record["seconds"] = round(time.perf_counter() - start, 6)
-    return record
+    return None
 
 
 def _finish(record: dict, seconds: float, finish: Callable[[], dict]) -> dict:
@@ -291,11 +303,8 @@ def _finish(record: dict, seconds: float, finish: Callable[[], dict]) -> dict:
     Its ``seconds``: the task's own time and its finishing, not the time between.
     """
     start = time.perf_counter()
-    try:
-        record.update(finish())
-        record.setdefault("status", "ok")
-    except Exception as exc:  # noqa: BLE001 - recorded per task, never raised
-        record.update(failure_fields(exc))
+    if _merge(record, finish) is not None:
+        record.update(failure_fields(TypeError("A Later's finish returned another Later.")))
     record["seconds"] = round(seconds + time.perf_counter() - start, 6)
     return record
 
