@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import types
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import numpy as np
@@ -109,6 +110,35 @@ def test_reads_queued_behind_a_dead_reader_all_complete(tmp_path):
         for i, future in enumerate(queued):
             np.testing.assert_array_equal(future.result(timeout=120), engine_funcs.make_block(i))
     finally:
+        readers.shutdown()
+
+
+class _DeadPool:
+    """A reader's pool whose process has just died: broken, its reads' callbacks not yet run."""
+
+    def __init__(self) -> None:
+        self.shut = False
+
+    def submit(self, function, *args):
+        raise BrokenProcessPool("A child process terminated abruptly")
+
+    def shutdown(self, wait=True, cancel_futures=False):
+        self.shut = True
+
+
+def test_a_read_sent_to_a_reader_that_just_died_goes_to_a_new_one():
+    """Between a reader's death and its reads' callbacks, its pool refuses new reads: a
+    read submitted then (another run, another report) starts a new process instead of
+    failing."""
+    readers = ReaderPool(1, processes=True)
+    started, dead = readers._slots[0], _DeadPool()
+    readers._slots[0] = dead
+    try:
+        future = readers.submit(engine_funcs.make_block, 2)
+        np.testing.assert_array_equal(future.result(timeout=120), engine_funcs.make_block(2))
+        assert dead.shut and readers._slots[0] not in (dead, started)
+    finally:
+        started.shutdown()
         readers.shutdown()
 
 

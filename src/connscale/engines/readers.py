@@ -87,23 +87,38 @@ class ReaderPool:
                 start_fork_server(preload)
             self.preload = preload
             self._slots: list[Executor | None] = [None] * readers
-            for index in range(readers):
-                self._slot(index)
+            with self._lock:
+                for index in range(readers):
+                    self._slot(index)
         else:
             self._slots = [ThreadPoolExecutor(readers, thread_name_prefix="connscale-read")]
         self._next = 0
 
     def _slot(self, index: int) -> Executor:
-        with self._lock:
-            if self._slots[index] is None:
-                self._slots[index] = ProcessPoolExecutor(
-                    1,
-                    mp_context=self._context,
-                    initializer=start_reader,
-                    initargs=(self.folder, self.preload, os.getpid()),
-                )
-                self._slots[index].submit(int)  # start the process now, not at its first read
-            return self._slots[index]
+        """Return slot ``index``'s pool, started if it has none (the lock held)."""
+        if self._slots[index] is None:
+            self._slots[index] = ProcessPoolExecutor(
+                1,
+                mp_context=self._context,
+                initializer=start_reader,
+                initargs=(self.folder, self.preload, os.getpid()),
+            )
+            self._slots[index].submit(int)  # start the process now, not at its first read
+        return self._slots[index]
+
+    def _queue(self, index: int, function: Callable, argument) -> tuple[Executor, Future]:
+        """Queue ``function(argument)`` on slot ``index`` (the lock held); return the pool.
+
+        A pool whose process died is broken at once, before its reads'
+        callbacks replace it: a read sent to it then goes to a new process.
+        """
+        while True:
+            pool = self._slot(index)
+            try:
+                return pool, pool.submit(function, argument)
+            except BrokenProcessPool:
+                self._slots[index] = None
+                pool.shutdown(wait=False)
 
     def submit(self, function: Callable, argument) -> Future:
         """Start ``function(argument)`` on the least busy reader; return a future of its result.
@@ -130,9 +145,8 @@ class ReaderPool:
         return index
 
     def _start(self, index, function, argument, outcome: Future, attempt: int) -> None:
-        pool = self._slot(index)
         with self._lock:
-            future = pool.submit(function, argument)
+            pool, future = self._queue(index, function, argument)
             self._queued.setdefault(pool, []).append(future)
 
         def done(finished: Future) -> None:
