@@ -129,6 +129,21 @@ def main(device):
         for i, t in enumerate(thresholds):
             check_degree(counts[i].cpu().numpy(), sums[i].cpu().numpy(), rk, t, absolute=absolute)
         assert int(stats[0]) >= must, "the planted pairs were not confirmed"
+        # a Triton without host tensor descriptors: the weighted tiles in two passes
+        descriptor, _exact_triton.TensorDescriptor = _exact_triton.TensorDescriptor, None
+        try:
+            two_pass = _exact_triton.degree_exact_triton(
+                u,
+                torch.tensor(thresholds),
+                absolute=absolute,
+                weighted=True,
+                margin=margin,
+                stats=torch.zeros(3, dtype=torch.int64, device=u.device),
+            )
+        finally:
+            _exact_triton.TensorDescriptor = descriptor
+        assert torch.equal(two_pass[0], counts)
+        torch.testing.assert_close(two_pass[1], sums, rtol=1e-6, atol=1e-6)
         binary, _ = _exact_triton.degree_exact_triton(
             u,
             torch.tensor(thresholds),

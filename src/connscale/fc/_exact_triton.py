@@ -56,7 +56,11 @@ from connscale.fc._kernel_helpers import correction_margin_tensor, split_tf32
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
     import triton
     import triton.language as tl
-    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:  # an older Triton: the tiles that need it take two passes
+        TensorDescriptor = None
 
     from connscale.fc._kernel_helpers import degree_epilogue, place_kernel
 
@@ -654,6 +658,11 @@ def _margins(u: torch.Tensor, margin) -> torch.Tensor:
     return torch.where(b32.double() < both, torch.nextafter(b32, b32 + 1), b32)
 
 
+def _one_pass(asked: bool) -> bool:
+    """Return whether a job forms its tiles in one pass: when asked and Triton has descriptors."""
+    return asked and TensorDescriptor is not None
+
+
 def _operand(ops: Operands, one_pass: bool) -> torch.Tensor | TensorDescriptor:
     """Return what the kernels read A through: its tensor descriptor in one pass, else A.
 
@@ -722,7 +731,7 @@ def degree_exact_triton(
     margins = _margins(u, margin)
     pairs = upper_tiles(n, BLOCK_M, BLOCK_N).to(u.device)
     capacity = confirm_capacity(n)
-    one_pass = bool(weighted) and DEGREE_ONE_PASS
+    one_pass = _one_pass(bool(weighted) and DEGREE_ONE_PASS)
     a = _operand(ops, one_pass)
     before = stats.clone()
     while True:
@@ -836,8 +845,9 @@ def compact_exact_triton(
     cursor = torch.zeros(1, dtype=torch.int64, device=u.device)
     pairs = upper_tiles(n, BLOCK_M, BLOCK_N).to(u.device)
     bounded = math.isfinite(upper)
+    one_pass = _one_pass(COMPACT_ONE_PASS)
     _exact_compact_kernel[(pairs.numel() // 2,)](
-        _operand(ops, COMPACT_ONE_PASS),
+        _operand(ops, one_pass),
         u,
         u.stride(0),
         pairs,
@@ -859,12 +869,12 @@ def compact_exact_triton(
         ABSOLUTE=bool(absolute),
         BOUNDED=bounded,
         ROUND_NEAREST=u.is_cuda and ROUND_NEAREST_ON_CUDA,
-        ONE_PASS=COMPACT_ONE_PASS,
+        ONE_PASS=one_pass,
         BM=BLOCK_M,
         BN=BLOCK_N,
         BK=ops.block_k,
         BKF=FP64_K,
-        **_launch_options(u, COMPACT_STAGES - COMPACT_ONE_PASS),
+        **_launch_options(u, COMPACT_STAGES - one_pass),
     )
     stats[2] += tiles_in(n)
     inclusive = torch.cumsum(counts, 1, dtype=torch.int32)
