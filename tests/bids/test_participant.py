@@ -335,20 +335,20 @@ def test_reports_are_self_contained(tree, tmp_path):
 
 
 def test_reports_drawn_beside_the_computing_process(tree, tmp_path, monkeypatch):
-    """With reader processes the reports are drawn by drawing processes: each
+    """With reader processes the reports are drawn by helper processes: each
     run's page is published with its set, its carpets show the same voxels
     before and after denoising; a page that cannot be drawn is a failed
     measure, the set's other files published."""
-    from connscale.bidsapp import drawing, region_measures
+    from connscale.bidsapp import beside, region_measures
     from connscale.bidsapp.report import figures_bytes
 
     tmp, root = tree
     used, reports = [], []
-    real_drawers, real_report = drawing.drawers, region_measures._run_report
+    real_helpers, real_report = beside.helpers, region_measures._run_report
 
-    def drawers(count):
-        used.append(count)
-        return real_drawers(count)
+    def helpers(count, *, drawing):
+        used.append((count, drawing))
+        return real_helpers(count, drawing=drawing)
 
     def run_report(region_set, name):
         report = real_report(region_set, name)
@@ -358,14 +358,14 @@ def test_reports_drawn_beside_the_computing_process(tree, tmp_path, monkeypatch)
             return replace(report, figures=figures)
         return report
 
-    monkeypatch.setattr(drawing, "drawers", drawers)
+    monkeypatch.setattr(beside, "helpers", helpers)
     monkeypatch.setattr(region_measures, "_run_report", run_report)
     kwargs = {"atlas": tmp / ATLAS, "atlas_name": "Slab4", "backend": "serial"}
     kwargs |= {"strategy": "simple", "strategy_params": {"motion": "basic"}}
     result = run_participant(
         root, tmp_path / "out", participant_label=["01", "02"], n_jobs=2, device="cpu", **kwargs
     )
-    assert used == [1] and len(reports) == 3
+    assert used == [(1, True)] and len(reports) == 3
     for report in reports:
         figures = report.figures
         assert figures.cleaned_carpet.shape == (figures.kept.size, figures.carpet.shape[1])
@@ -417,10 +417,10 @@ def test_a_run_waiting_for_its_report_holds_none_of_its_data(tree, tmp_path, mon
         data[Path(decoded.img.get_filename()).name.split("_desc-")[0]] = weakref.ref(decoded.data)
         return decoded
 
-    def commit(out, written, failed, report, run_name, timings):
+    def commit(out, written, failed, pending, auxiliary, run_name, timings):
         gc.collect()
         unheld.append(data[run_name]() is None)
-        return real_commit(out, written, failed, report, run_name, timings)
+        return real_commit(out, written, failed, pending, auxiliary, run_name, timings)
 
     monkeypatch.setattr(participant, "_despike_and_measure", measure)
     monkeypatch.setattr(region_measures, "_commit", commit)
@@ -498,11 +498,20 @@ def test_group_parameters_checked_before_any_output(tmp_path):
     assert not (tmp_path / "group").exists()
 
 
-def test_reader_processes_give_the_outputs_of_a_reader_thread(tree, tmp_path):
-    """Several readers are processes (the voxel series through shared memory):
-    every output equals, bit for bit, what one reader thread gives."""
+def test_reader_processes_give_the_outputs_of_a_reader_thread(tree, tmp_path, monkeypatch):
+    """Several readers are processes (the voxel series through shared memory),
+    a helper process writes the tables: every output equals, bit for bit, what
+    one reader thread, writing its own tables, gives."""
+    from connscale.bidsapp import beside
+
     tmp, root = tree
-    outputs = {}
+    outputs, used, real_helpers = {}, [], beside.helpers
+
+    def helpers(count, *, drawing):
+        used.append((count, drawing))
+        return real_helpers(count, drawing=drawing)
+
+    monkeypatch.setattr(beside, "helpers", helpers)
     for readers in (1, 2):
         report = run_participant(
             root,
@@ -520,6 +529,7 @@ def test_reader_processes_give_the_outputs_of_a_reader_thread(tree, tmp_path):
         )
         assert report.counts == {"ok": 3, "skipped": 0, "error": 0}
         outputs[readers] = sorted(p for r in report.records for p in r["outputs"])
+    assert used == [(1, False)]  # none beside one reader thread
     assert [Path(p).name for p in outputs[1]] == [Path(p).name for p in outputs[2]]
     for one, two in zip(outputs[1], outputs[2]):
         assert Path(one).read_bytes() == Path(two).read_bytes() or Path(one).suffix == ".h5"

@@ -229,7 +229,7 @@ def native_threads(_=None) -> list[int]:
 
 
 class ExitWhenLoaded:
-    """Kills the process that unpickles it (a drawing process given a report), after
+    """Kills the process that unpickles it (a helper process given a report or a table), after
     counting the attempt in ``log``: every time, or only the first with ``once``."""
 
     def __init__(self, log: str, once: bool) -> None:
@@ -246,3 +246,8 @@ def exit_on_attempt(log: str, once: bool) -> str:
     if count_attempt(log) == 1 or not once:
         os._exit(3)
     return "loaded"
+
+
+def call_after(_loaded: object, call):
+    """Return ``call()``: a call handed over with something to unpickle first (``_loaded``)."""
+    return call()

@@ -269,7 +269,7 @@ def _process(
     """Compute and publish the run's sets not published yet; return its record's fields.
 
     A :class:`~connscale.engines.batch.Later` of them while a set waits for
-    its report, drawn by a drawing process (:mod:`connscale.bidsapp.drawing`):
+    its report or its tables, in a helper process (:mod:`connscale.bidsapp.beside`):
     the sets' locks are held until they are published.
     """
     from contextlib import ExitStack
@@ -515,25 +515,38 @@ def _readers(readers: int) -> ReadAheadEngine | SerialEngine:
 
 
 @contextmanager
-def _reading_and_drawing(readers: int, reports: bool):
-    """Yield the serial engine with ``readers``; with ``reports``, drawing processes beside them.
+def _reading_beside(readers: int, reports: bool):
+    """Yield the serial engine with ``readers``, and helper processes beside them.
 
-    The runs' reports are drawn by half as many processes as there are
-    readers, at least one (:func:`connscale.bidsapp.drawing.drawers`): a
-    run's figures cost about as much of a core as its read (~3 s on an H100
-    host), and the process feeding the device goes on to the next run
-    meanwhile. Without reading ahead (``readers`` 0: ``memory_limit`` holds
-    no run beside the one computing) the computing process draws them.
+    The helpers (:func:`connscale.bidsapp.beside.helpers`) draw the runs'
+    reports and write their region sets' tables while the computing process
+    goes on to the next run: with ``reports``, half as many as there are
+    readers, at least one (a run's figures cost about as much of a core as
+    its read, ~3 s on an H100 host); with reader processes and no reports,
+    one for every 8 readers, at least one (its tables ~70 ms, against the
+    read's ~2.5 s). Without reading ahead (``readers`` 0: ``memory_limit``
+    holds no run beside the one computing) or with one reading thread and no
+    reports, the computing process does that work itself.
     """
     engine = _readers(readers)
-    if not (reports and readers > 0):
+    count = _helper_count(readers, reports)
+    if not count:
         with engine:
             yield engine
         return
-    from connscale.bidsapp.drawing import drawers
+    from connscale.bidsapp.beside import helpers
 
-    with drawers(max(1, readers // 2)), engine:
+    with helpers(count, drawing=reports), engine:
         yield engine
+
+
+def _helper_count(readers: int, reports: bool) -> int:
+    """Return the helper processes beside ``readers`` readers (:func:`_reading_beside`)."""
+    if readers == 0:
+        return 0
+    if reports:
+        return max(1, readers // 2)
+    return max(1, readers // 8) if readers > 1 else 0
 
 
 def _task_fields(config: ParticipantConfig, memory: ReadAhead, one_per_gpu: bool) -> dict:
@@ -601,8 +614,8 @@ def _open_engine(
     """Return the engine of the runs.
 
     A Dask worker per GPU (each with the ``readers`` of its plan), the
-    serial engine reading ahead (``n_jobs`` readers; with ``reports``,
-    drawing processes beside them, :func:`_reading_and_drawing`), or
+    serial engine reading ahead (``n_jobs`` readers, helper processes
+    beside them: :func:`_reading_beside`), or
     ``backend`` (on ``cluster``: a Dask scheduler's address, SLURM jobs, a
     Spark master URL; with SLURM jobs ``n_jobs`` is their most at once,
     which they hold).
@@ -614,7 +627,7 @@ def _open_engine(
 
         return gpu_engine(environments, readers=readers, preload=READER_MODULES)
     if backend == "serial":
-        return _reading_and_drawing(1 if n_jobs is None else n_jobs, reports)
+        return _reading_beside(1 if n_jobs is None else n_jobs, reports)
     if isinstance(cluster, SlurmJobs):
         return get_engine(backend, cluster=cluster)
     return get_engine(backend, cluster=cluster, n_jobs=n_jobs)

@@ -109,8 +109,10 @@ def expected_held_bytes(
     when they are read, the region means (float64), the mask and the atlas
     on the grid, and the widest cleaned series in ``config.dtype``; with
     ``reports``, the data of its report's figures too, which wait for a
-    drawing process after the run is computed
-    (:func:`~connscale.bidsapp.report.figures_bytes`).
+    helper process after the run is computed
+    (:func:`~connscale.bidsapp.report.figures_bytes`), and with regions
+    the copies of its connectome and region series handed to a helper
+    process to be written (:func:`connscale.bidsapp.beside.write`).
     """
     import nibabel as nib
 
@@ -129,6 +131,8 @@ def expected_held_bytes(
     widths = [n_regions] if regional else []
     if voxels and any(m not in REGION_MEASURES for m in config.measures):
         widths.append(n_voxels)
+    if regional:  # the tables handed to a helper process
+        held += (n_regions + n_volumes) * n_regions * itemsize
     if config.reports and regional:
         from connscale.bidsapp.report import figures_bytes
 

@@ -74,8 +74,9 @@ def write_region(config, run, decoded, out, context, timings) -> tuple[list[str]
         ``{measure: reason}`` of the measures that failed.
 
     Both in a :class:`~connscale.engines.batch.Later` while the report is
-    drawn by a drawing process (:mod:`connscale.bidsapp.drawing`): the set is
-    committed once the page is written.
+    drawn or the tables are written by a helper process
+    (:mod:`connscale.bidsapp.beside`): the set is committed once its files are
+    written.
 
     Raises
     ------
@@ -279,7 +280,9 @@ class _RegionSet:
     prepared: _Prepared
     fc: np.ndarray | None = None
     written: list[str] = field(default_factory=list)
-    report: Future | None = None  # the report's page, drawn here or by a drawing process
+    # Files written here or by a helper process: (measure, the measure's names, the future).
+    pending: list[tuple[str, list[str], Future]] = field(default_factory=list)
+    auxiliary: set[str] = field(default_factory=set)  # the report's and coverage's names
 
     @property
     def _measured(self) -> dict:
@@ -303,11 +306,11 @@ class _RegionSet:
     def write(self) -> tuple[list[str], dict] | Later:
         """Write every requested measure, the coverage table, then the report; commit the set.
 
-        Returns the names written (empty when nothing but a report was) and
-        ``{measure: reason}`` of the measures that failed; while the report
-        is drawn in a drawing process (:mod:`connscale.bidsapp.drawing`), a
-        :class:`~connscale.engines.batch.Later` of them: the set is committed
-        once its page is written.
+        Returns the names written (empty when nothing but a report and the
+        coverage table was) and ``{measure: reason}`` of the measures that
+        failed; while a helper process (:mod:`connscale.bidsapp.beside`) draws
+        the report or writes a table, a :class:`~connscale.engines.batch.Later`
+        of them: the set is committed once its files are written.
         """
         config, out = self.config, self.out
         failed = {}
@@ -315,16 +318,27 @@ class _RegionSet:
         for measure in todo + ["coverage"] + ["report"] * bool(config.reports):
             names_before = set(out.names)
             try:
-                self.written += self._writer(measure)()
+                names = self._writer(measure)()
+                self.written += names
+                if measure in ("coverage", "report"):
+                    self.auxiliary.update(names)
             except Exception as exc:  # noqa: BLE001 - recorded, the other measures go on
                 failed[measure] = error_text(exc)
                 for name in set(out.names) - names_before:
                     out.discard(name)
         publish = functools.partial(
-            _commit, out, self.written, failed, self.report, self.run.name, self.timings
+            _commit,
+            out,
+            self.written,
+            failed,
+            self.pending,
+            self.auxiliary,
+            self.run.name,
+            self.timings,
         )
-        if self.report is not None and not self.report.done():
-            return Later(self.report.done, publish)
+        futures = [future for _, _, future in self.pending]
+        if not all(future.done() for future in futures):
+            return Later(lambda: all(future.done() for future in futures), publish)
         return publish()
 
     def _writer(self, measure: str):
@@ -338,6 +352,7 @@ class _RegionSet:
         return getattr(self, f"_write_{measure}")
 
     def _write_fc(self) -> list[str]:
+        from connscale.bidsapp.beside import write
         from connscale.fc.static import correlation
         from connscale.io.relmat import write_relmat_tsv
 
@@ -352,20 +367,25 @@ class _RegionSet:
         self.timings["compute"] += time.perf_counter() - tic
         tic = time.perf_counter()
         stem = bids_name(self._measured, suffix="relmat", extension=".tsv")
-        write_relmat_tsv(self.out.path(stem), self.fc, prepared.names, fmt="%.8g")
+        table = functools.partial(
+            write_relmat_tsv, self.out.path(stem), self.fc, prepared.names, fmt="%.8g"
+        )
         write_json_atomic(self.out.path(stem[:-4] + ".json"), prepared.relmat_meta)
+        self.pending.append(("fc", [stem, stem[:-4] + ".json"], write(table)))
         self.timings["write"] += time.perf_counter() - tic
         return [stem, stem[:-4] + ".json"]
 
     def _write_timeseries(self) -> list[str]:
+        from connscale.bidsapp.beside import write
         from connscale.io.timeseries import save_timeseries
 
         prepared = self.prepared
         series, meta = _published_series(self)
         tic = time.perf_counter()
         stem = bids_name(self._labelled, suffix="timeseries", extension=".tsv")
-        save_timeseries(self.out.path(stem), series, prepared.names)
+        table = functools.partial(save_timeseries, self.out.path(stem), series, prepared.names)
         write_json_atomic(self.out.path(stem[:-4] + ".json"), meta)
+        self.pending.append(("timeseries", [stem, stem[:-4] + ".json"], write(table)))
         self.timings["write"] += time.perf_counter() - tic
         return [stem, stem[:-4] + ".json"]
 
@@ -409,13 +429,14 @@ class _RegionSet:
         return [name, name[:-3] + ".json"]
 
     def _write_report(self) -> list[str]:
-        from connscale.bidsapp.drawing import draw
+        from connscale.bidsapp.beside import draw
         from connscale.bidsapp.report import draw_run_report
 
         tic = time.perf_counter()
         name = bids_name(self._labelled, suffix="report", extension=".html")
         self.out.path(name)
-        self.report = draw(draw_run_report, _run_report(self, name))
+        page = draw(functools.partial(draw_run_report, _run_report(self, name)))
+        self.pending.append(("report", [name], page))
         self.timings["write"] += time.perf_counter() - tic
         return [name]
 
@@ -424,22 +445,31 @@ def _commit(
     out: OutputSet,
     written: list[str],
     failed: dict,
-    report: Future | None,
+    pending: list[tuple[str, list[str], Future]],
+    auxiliary: set[str],
     run_name: str,
     timings: dict,
 ) -> tuple[list[str], dict]:
-    """Commit the set once its report is written (or left out, its failure recorded).
+    """Commit the set once its pending files are written (or left out, their failure recorded).
 
-    Returns the names published (none when nothing but a report was written:
-    no set is published) and ``{measure: reason}`` of the measures that failed.
+    ``pending``: each measure written here or by a helper process, its
+    names and the future of its writing; a measure whose writing failed is
+    recorded in ``failed`` and its files discarded. Returns the names
+    published (none when nothing but a report and the coverage table was
+    written: no set is published) and ``{measure: reason}`` of the measures
+    that failed. ``auxiliary``: the names of the report and the coverage
+    table, which are not published alone.
     """
-    if report is not None and report.exception() is not None:
-        failed["report"] = error_text(report.exception())
-        for name in [n for n in written if n.endswith("_report.html")]:
-            written.remove(name)
+    for measure, names, future in pending:
+        if future.exception() is not None:
+            failed[measure] = error_text(future.exception())
+            for name in names:
+                written.remove(name)
+                out.discard(name)
+    if set(written) <= auxiliary:
+        for name in written:
             out.discard(name)
-    if not [n for n in written if not n.endswith("_report.html")]:
-        return [], failed  # nothing but a report: no set to publish
+        return [], failed
     tic = time.perf_counter()
     out.commit(extra={"run": run_name, **({"failed_measures": failed} if failed else {})})
     timings["write"] += time.perf_counter() - tic

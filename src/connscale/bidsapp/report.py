@@ -231,7 +231,7 @@ def describe_resampling(resampling: dict) -> str:
 
 @dataclass(frozen=True)
 class RunFigures:
-    """What a run's figures show: small arrays, cheap to send to a drawing process.
+    """What a run's figures show: small arrays, cheap to send to a helper process.
 
     Attributes
     ----------
@@ -366,7 +366,7 @@ def draw_run_report(report: RunReport) -> Path:
     """Draw the run's figures and write its page; return the page.
 
     A module-level function of picklable data: it runs in this process or in
-    a drawing process (:mod:`connscale.bidsapp.drawing`).
+    a helper process (:mod:`connscale.bidsapp.beside`).
     """
     from connscale.report import write_report
 

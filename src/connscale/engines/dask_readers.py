@@ -168,7 +168,7 @@ def worker_processes() -> ReaderPool | None:
     None outside a Dask worker, in a worker without a :class:`WorkerReaders`
     plugin, or whose reader is a thread. A task may hand them work of its
     own besides its read (its report's figures:
-    :mod:`connscale.bidsapp.drawing`).
+    :mod:`connscale.bidsapp.beside`).
     """
     try:
         worker = get_worker()

@@ -57,8 +57,8 @@ class ReaderPool:
         seconds). As PyTorch's ``DataLoader`` workers, they never use the
         CUDA context or the threads of the process they are forked from.
     role : str, default='reader'
-        What the processes are, in :class:`ReaderLost`'s message ('drawing':
-        :mod:`connscale.bidsapp.drawing`).
+        What the processes are, in :class:`ReaderLost`'s message ('helper':
+        :mod:`connscale.bidsapp.beside`).
     """
 
     def __init__(
