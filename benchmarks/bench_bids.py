@@ -5,7 +5,11 @@ A synthetic fMRIPrep tree (``--runs`` runs, 2 mm MNI grid 97 x 115 x 97,
 the region signals of ``--atlas`` (100 blocks, favourable to the region sums,
 or 400 compact parcels interleaved in memory as real atlases are), each run
 with its own brain mask, BOLD sidecar and a confounds TSV with
-fMRIPrep's column names; written by ``--tree-jobs`` processes) is processed
+fMRIPrep's column names, each participant with fMRIPrep's other outputs
+(``anat``, ``figures``, ``log``, the confounds' sidecar with an entry per
+column and CompCor component: the files a real tree adds to the index the
+participant level builds, empty but the sidecars); written by
+``--tree-jobs`` processes) is processed
 on the same machine by:
 
 * connscale: ``connscale bids ... participant --denoise simple --measures
@@ -175,7 +179,8 @@ def _save_gz(img, path: Path) -> None:
 
 
 def _write_run(derivatives: Path, i: int, grid: dict, seed: int) -> None:
-    """One run's BOLD, mask, sidecar and confounds (its own generator: any order, any job)."""
+    """One run's BOLD, mask, sidecar and confounds, and fMRIPrep's other outputs of its
+    participant (its own generator: any order, any job)."""
     import nibabel as nib
 
     rng = np.random.default_rng([seed, i])
@@ -214,6 +219,101 @@ def _write_run(derivatives: Path, i: int, grid: dict, seed: int) -> None:
     confounds.to_csv(
         func / f"{stem}_desc-confounds_timeseries.tsv", sep="\t", index=False, na_rep="n/a"
     )
+    _other_outputs(derivatives, f"sub-{i + 1:02d}", confounds)
+
+
+#: fMRIPrep's other outputs of a participant (23.x names; ``{s}`` its label), as
+#: empty files: what a real tree adds to the index that the participant level builds.
+_ANAT = [
+    "{s}_desc-preproc_T1w.nii.gz",
+    "{s}_desc-preproc_T1w.json",
+    "{s}_desc-brain_mask.nii.gz",
+    "{s}_desc-brain_mask.json",
+    "{s}_dseg.nii.gz",
+    *(f"{{s}}_label-{t}_probseg.nii.gz" for t in ("CSF", "GM", "WM")),
+    "{s}_space-MNI152NLin2009cAsym_res-2_desc-preproc_T1w.nii.gz",
+    "{s}_space-MNI152NLin2009cAsym_res-2_desc-preproc_T1w.json",
+    "{s}_space-MNI152NLin2009cAsym_res-2_desc-brain_mask.nii.gz",
+    "{s}_space-MNI152NLin2009cAsym_res-2_dseg.nii.gz",
+    "{s}_from-MNI152NLin2009cAsym_to-T1w_mode-image_xfm.h5",
+    "{s}_from-T1w_to-MNI152NLin2009cAsym_mode-image_xfm.h5",
+    "{s}_from-T1w_to-fsnative_mode-image_xfm.txt",
+    "{s}_from-fsnative_to-T1w_mode-image_xfm.txt",
+    *(
+        f"{{s}}_hemi-{h}_{k}"
+        for h in "LR"
+        for k in (
+            "pial.surf.gii",
+            "white.surf.gii",
+            "midthickness.surf.gii",
+            "inflated.surf.gii",
+            "thickness.shape.gii",
+            "curv.shape.gii",
+            "sulc.shape.gii",
+        )
+    ),
+]
+_FUNC = [
+    "{s}_task-rest_desc-coreg_boldref.nii.gz",
+    "{s}_task-rest_desc-hmc_boldref.nii.gz",
+    "{s}_task-rest_from-boldref_to-T1w_mode-image_desc-coreg_xfm.txt",
+    "{s}_task-rest_from-orig_to-boldref_mode-image_desc-hmc_xfm.txt",
+    "{s}_task-rest_space-MNI152NLin2009cAsym_res-2_boldref.nii.gz",
+    "{s}_task-rest_space-MNI152NLin2009cAsym_res-2_desc-aparcaseg_dseg.nii.gz",
+    "{s}_task-rest_space-MNI152NLin2009cAsym_res-2_desc-aseg_dseg.nii.gz",
+    "{s}_task-rest_hemi-L_space-fsaverage5_bold.func.gii",
+    "{s}_task-rest_hemi-R_space-fsaverage5_bold.func.gii",
+]
+_FIGURES = [
+    "{s}_desc-about_T1w.html",
+    "{s}_desc-conform_T1w.html",
+    "{s}_desc-reconall_T1w.svg",
+    "{s}_desc-summary_T1w.html",
+    "{s}_dseg.svg",
+    "{s}_space-MNI152NLin2009cAsym_T1w.svg",
+    *(
+        f"{{s}}_task-rest_desc-{d}_bold.{e}"
+        for d, e in (
+            ("carpetplot", "svg"),
+            ("compcorvar", "svg"),
+            ("confoundcorr", "svg"),
+            ("coreg", "svg"),
+            ("rois", "svg"),
+            ("summary", "html"),
+            ("validation", "html"),
+        )
+    ),
+]
+
+
+def _confounds_sidecar(confounds) -> dict:
+    """fMRIPrep's confounds sidecar: an entry per column and per CompCor component
+    (fMRIPrep lists the components it did not keep too)."""
+    sidecar = {c: {"Method": "fmriprep"} for c in confounds.columns}
+    for kind, mask in (("a", "combined"), ("c", "CSF"), ("w", "WM"), ("t", None)):
+        for k in range(60):
+            sidecar[f"{kind}_comp_cor_{k:02d}"] = {
+                "Method": "aCompCor" if kind != "t" else "tCompCor",
+                **({"Mask": mask} if mask else {}),
+                "Retained": k < 10,
+                "SingularValue": 100.0 / (k + 1),
+                "VarianceExplained": 0.1 / (k + 1),
+                "CumulativeVarianceExplained": min(1.0, 0.05 * (k + 1)),
+            }
+    return sidecar
+
+
+def _other_outputs(derivatives: Path, subject: str, confounds) -> None:
+    """Write ``subject``'s other fMRIPrep outputs (empty files but the sidecars)."""
+    for folder, names in (("anat", _ANAT), ("func", _FUNC), ("figures", _FIGURES)):
+        (derivatives / subject / folder).mkdir(parents=True, exist_ok=True)
+        for name in names:
+            path = derivatives / subject / folder / name.format(s=subject)
+            path.write_text("{}" if name.endswith(".json") else "")
+    sidecar = derivatives / subject / "func" / f"{subject}_task-rest_desc-confounds_timeseries.json"
+    sidecar.write_text(json.dumps(_confounds_sidecar(confounds), indent=2))
+    (derivatives / subject / "log").mkdir(exist_ok=True)
+    (derivatives / subject / "log" / "citation.md").write_text("")
 
 
 def make_tree(
@@ -262,8 +362,12 @@ def _atlas_file(grid: dict) -> str:
 
 
 def _existing_tree(work: Path, n_runs: int, grid: dict) -> tuple[Path, Path] | None:
-    """Return (derivatives, atlas) of the tree left in ``work`` if it has ``n_runs`` of ``grid``."""
+    """Return (derivatives, atlas) of the tree left in ``work`` if it has ``n_runs`` of ``grid``.
+
+    An older tree without fMRIPrep's other outputs gets them.
+    """
     import nibabel as nib
+    import pandas as pd
 
     derivatives = work / "fmriprep"
     atlas = work / _atlas_file(grid)  # the runs' signals follow their atlas
@@ -272,6 +376,10 @@ def _existing_tree(work: Path, n_runs: int, grid: dict) -> tuple[Path, Path] | N
         return None
     if nib.load(bolds[0]).shape != (*grid["shape"], grid["t"]):
         return None
+    for confounds in derivatives.rglob("*_desc-confounds_timeseries.tsv"):  # an older tree's
+        if not confounds.with_suffix(".json").exists():
+            subject = confounds.name.split("_")[0]
+            _other_outputs(derivatives, subject, pd.read_csv(confounds, sep="\t", nrows=1))
     return derivatives, atlas
 
 

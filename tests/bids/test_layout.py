@@ -92,6 +92,37 @@ def test_missing_companions_are_problems_not_failures(tmp_path):
     assert runs[1].problem.startswith("no confounds TSV for sub-01_ses-1_task-rest_run-2")
 
 
+def test_repetition_time_inherited_from_a_dataset_sidecar(tmp_path):
+    """A TR given once for the task at the dataset's root (BIDS inheritance) is
+    every run's; a run's own sidecar overrides it."""
+    root = make_fmriprep(tmp_path / "d", RUNS)
+    for sidecar in root.rglob("*_bold.json"):
+        sidecar.write_text(json.dumps({"SkullStripped": False}))
+    (root / "task-rest_bold.json").write_text(json.dumps({"RepetitionTime": 0.8}))
+    next(root.rglob("*run-2_*_bold.json")).write_text(json.dumps({"RepetitionTime": 1.5}))
+    runs = {r.name.split("_space")[0]: r for r in find_runs(root)}
+    assert runs["sub-01_ses-1_task-rest_run-1"].t_r == 0.8
+    assert runs["sub-01_ses-1_task-rest_run-2"].t_r == 1.5
+    assert runs["sub-02_task-rest"].t_r == 0.8
+    assert "no RepetitionTime" in runs["sub-01_ses-2_task-nback"].problem
+
+
+def test_only_the_runs_folders_are_indexed(tmp_path):
+    """anat, figures and log folders (most of an fMRIPrep tree) are not indexed;
+    sessions' func folders and the files at the dataset's root are."""
+    from connscale.bidsapp.layout import load_layout
+
+    root = make_fmriprep(tmp_path / "d", RUNS)
+    for folder in ("sub-01/anat", "sub-01/ses-1/anat", "sub-01/figures", "sub-02/log"):
+        (root / folder).mkdir(parents=True)
+        (root / folder / f"{folder.split('/')[0]}_desc-preproc_T1w.nii.gz").write_bytes(b"")
+    paths = {Path(p).relative_to(root).parts[:3] for p in load_layout(root).get(return_type="file")}
+    assert {p[1] for p in paths if len(p) > 2} == {"func", "ses-1", "ses-2"}
+    assert {p[2] for p in paths if len(p) > 2 and p[1].startswith("ses-")} == {"func"}
+    assert ("dataset_description.json",) in paths
+    assert len(find_runs(root)) == len(RUNS)
+
+
 def test_companions_match_space_resolution_and_every_run_entity(tmp_path):
     """Masks are matched on the BOLD's space and resolution and on every run entity
     (present or absent); confounds on the run entities alone; two masks are refused."""

@@ -98,12 +98,15 @@ def load_layout(
 ):
     """Return the pybids ``BIDSLayout`` of a derivatives folder (not validated).
 
+    What the participant level reads, only: the participants' ``func``
+    folders and the files outside ``sub-*`` (sidecars that BIDS inheritance
+    applies to every run), and the metadata of the BOLD files alone
+    (pybids' ``get_metadata`` of another file gives nothing).
+    ``participants`` (labels without ``sub-``): index only their folders, so
+    that a call for one participant of a large cohort (a SLURM array job)
+    does not index the whole tree: ~20 ms a run otherwise.
     ``database_path``: a folder where pybids keeps its index (rebuilt on
-    every call, so it never describes an older tree). ``participants``
-    (labels without ``sub-``): index only their folders (pybids' ``ignore``
-    for every other ``sub-*``), so that a call for one participant of a
-    large cohort (a SLURM array job) does not index the whole tree: ~20 ms
-    a run otherwise.
+    every call, so it never describes an older tree).
     """
     root = Path(derivatives)
     if not root.is_dir():
@@ -114,27 +117,45 @@ def load_layout(
         raise ImportError("Reading BIDS derivatives needs pybids: pip install pybids") from exc
     import warnings
 
+    from bids.layout.index import BIDSLayoutIndexer
+
     kwargs = {}
     if database_path is not None:
         kwargs = {"database_path": str(database_path), "reset_database": True}
-    if participants:
-        from bids.layout.index import BIDSLayoutIndexer
-
-        ignore = _other_participants(participants)
-        kwargs["indexer"] = BIDSLayoutIndexer(validate=False, ignore=ignore)
+    # The BOLD sidecars' metadata only (their RepetitionTime): the confounds'
+    # sidecars describe every column, hundreds of keys that pybids would index.
+    indexer = BIDSLayoutIndexer(validate=False, ignore=_ignored(participants), suffix="bold")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a missing dataset_description.json is fine here
-        return BIDSLayout(root, validate=False, config=["bids", "derivatives"], **kwargs)
+        return BIDSLayout(
+            root,
+            validate=False,
+            config=["bids", "derivatives"],
+            indexer=indexer,
+            **kwargs,
+        )
 
 
-def _other_participants(participants: list[str]) -> list:
-    """Return pybids' ``ignore`` patterns: its defaults, and the ``sub-*`` not listed."""
+def _ignored(participants: list[str] | None) -> list:
+    """Return pybids' ``ignore`` patterns: its defaults, what is not a run's, other participants.
+
+    A participant's folders other than ``func`` (``anat``, ``figures``,
+    ``log``: most of an fMRIPrep tree's files) are never read by the
+    participant level; with ``participants`` (labels without ``sub-``), every
+    other ``sub-*`` folder too.
+    """
     import re
 
     from bids.layout.validation import DEFAULT_LOCATIONS_TO_IGNORE
 
-    kept = "|".join(re.escape(label) for label in participants)
-    return [*DEFAULT_LOCATIONS_TO_IGNORE, re.compile(rf"^/sub-(?!(?:{kept})(?:/|$))")]
+    ignored = [
+        *DEFAULT_LOCATIONS_TO_IGNORE,
+        re.compile(r"^/sub-[^/]+/(?:ses-[^/]+/)?(?!func(?:/|$)|ses-)"),
+    ]
+    if participants:
+        kept = "|".join(re.escape(label) for label in participants)
+        ignored.append(re.compile(rf"^/sub-(?!(?:{kept})(?:/|$))"))
+    return ignored
 
 
 def _as_list(values) -> list | None:
