@@ -108,15 +108,21 @@ def test_repetition_time_inherited_from_a_dataset_sidecar(tmp_path):
 
 
 def test_only_the_runs_folders_are_indexed(tmp_path):
-    """anat, figures and log folders (most of an fMRIPrep tree) are not indexed;
-    sessions' func folders and the files at the dataset's root are."""
+    """anat, figures and log folders and the func files that are not read (most
+    of an fMRIPrep tree) are not indexed; sessions' func folders and the files
+    at the dataset's root are."""
     from connscale.bidsapp.layout import load_layout
 
     root = make_fmriprep(tmp_path / "d", RUNS)
     for folder in ("sub-01/anat", "sub-01/ses-1/anat", "sub-01/figures", "sub-02/log"):
         (root / folder).mkdir(parents=True)
         (root / folder / f"{folder.split('/')[0]}_desc-preproc_T1w.nii.gz").write_bytes(b"")
-    paths = {Path(p).relative_to(root).parts[:3] for p in load_layout(root).get(return_type="file")}
+    func = next(root.rglob("func"))
+    for name in ("sub-01_task-rest_desc-coreg_boldref.nii.gz", "sub-01_from-T1w_xfm.txt"):
+        (func / name).write_bytes(b"")
+    indexed = load_layout(root).get(return_type="file")
+    assert not [p for p in indexed if "boldref" in p or "xfm" in p or "T1w" in p]
+    paths = {Path(p).relative_to(root).parts[:3] for p in indexed}
     assert {p[1] for p in paths if len(p) > 2} == {"func", "ses-1", "ses-2"}
     assert {p[2] for p in paths if len(p) > 2 and p[1].startswith("ses-")} == {"func"}
     assert ("dataset_description.json",) in paths

@@ -98,9 +98,10 @@ def load_layout(
 ):
     """Return the pybids ``BIDSLayout`` of a derivatives folder (not validated).
 
-    What the participant level reads, only: the participants' ``func``
-    folders and the files outside ``sub-*`` (sidecars that BIDS inheritance
-    applies to every run), and the metadata of the BOLD files alone
+    What the participant level reads, only: the BOLD series, masks and
+    confounds of the participants' ``func`` folders with their sidecars, the
+    files outside ``sub-*`` (sidecars that BIDS inheritance applies to every
+    run), and the metadata of the BOLD files alone
     (pybids' ``get_metadata`` of another file gives nothing).
     ``participants`` (labels without ``sub-``): index only their folders, so
     that a call for one participant of a large cohort (a SLURM array job)
@@ -136,13 +137,23 @@ def load_layout(
         )
 
 
+#: The names of a ``func`` folder's files that the participant level reads: BOLD series
+#: (NIfTI, CIFTI) and their sidecars, brain masks, confounds and their sidecars.
+_READ = (
+    r"_(?:bold\.(?:nii|nii\.gz|json|dtseries\.nii|dtseries\.json)|mask\.(?:nii|nii\.gz)"
+    r"|(?:timeseries|regressors)\.(?:tsv|json))$"
+)
+
+
 def _ignored(participants: list[str] | None) -> list:
-    """Return pybids' ``ignore`` patterns: its defaults, what is not a run's, other participants.
+    """Return pybids' ``ignore`` patterns: its defaults, what is not read, other participants.
 
     A participant's folders other than ``func`` (``anat``, ``figures``,
-    ``log``: most of an fMRIPrep tree's files) are never read by the
-    participant level; with ``participants`` (labels without ``sub-``), every
-    other ``sub-*`` folder too.
+    ``log``) and the ``func`` files other than BOLD series, masks, confounds
+    and their sidecars (references, transforms, segmentations, surfaces):
+    most of an fMRIPrep tree's files, never read by the participant level.
+    With ``participants`` (labels without ``sub-``), every other ``sub-*``
+    folder too.
     """
     import re
 
@@ -151,6 +162,7 @@ def _ignored(participants: list[str] | None) -> list:
     ignored = [
         *DEFAULT_LOCATIONS_TO_IGNORE,
         re.compile(r"^/sub-[^/]+/(?:ses-[^/]+/)?(?!func(?:/|$)|ses-)"),
+        re.compile(rf"^/sub-[^/]+/(?:ses-[^/]+/)?func/(?!.*{_READ})"),
     ]
     if participants:
         kept = "|".join(re.escape(label) for label in participants)
