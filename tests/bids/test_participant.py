@@ -501,11 +501,13 @@ def test_group_parameters_checked_before_any_output(tmp_path):
 def test_reader_processes_give_the_outputs_of_a_reader_thread(tree, tmp_path, monkeypatch):
     """Several readers are processes (the voxel series through shared memory),
     a helper process writes the tables: every output equals, bit for bit, what
-    one reader thread, writing its own tables, gives."""
-    from connscale.bidsapp import beside
+    one reader thread, writing its own tables, gives. Either way the device is
+    started once the first reads are under way."""
+    from connscale.bidsapp import beside, participant
 
     tmp, root = tree
-    outputs, used, real_helpers = {}, [], beside.helpers
+    outputs, used, real_helpers, started = {}, [], beside.helpers, []
+    monkeypatch.setattr(participant, "_start_device", started.append)
 
     def helpers(count, *, drawing):
         used.append((count, drawing))
@@ -530,6 +532,7 @@ def test_reader_processes_give_the_outputs_of_a_reader_thread(tree, tmp_path, mo
         assert report.counts == {"ok": 3, "skipped": 0, "error": 0}
         outputs[readers] = sorted(p for r in report.records for p in r["outputs"])
     assert used == [(1, False)]  # none beside one reader thread
+    assert started == ["cpu", "cpu"]  # the device started while the first reads ran
     assert [Path(p).name for p in outputs[1]] == [Path(p).name for p in outputs[2]]
     for one, two in zip(outputs[1], outputs[2]):
         assert Path(one).read_bytes() == Path(two).read_bytes() or Path(one).suffix == ".h5"

@@ -78,6 +78,19 @@ def test_cuda_requested_without_cuda():
         resolve_device("cuda")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+def test_a_device_that_cannot_start_is_left_to_the_runs():
+    """start_device raises resolve_device's error; the participant level's start
+    logs it and goes on (each run records the error itself)."""
+    from connscale._compute.device import start_device
+    from connscale.bidsapp.participant import _start_device
+
+    start_device("cpu")
+    with pytest.raises(ValueError, match="CUDA is not available"):
+        start_device("cuda")
+    _start_device("cuda")
+
+
 def test_allow_tf32_restores():
     before = torch.backends.cuda.matmul.allow_tf32
     with allow_tf32(True):

@@ -152,6 +152,33 @@ def test_read_ahead_engine_computes_a_task_as_soon_as_its_read_ends(tmp_path):
     assert results[0]["read"] == release and order.index(2) < order.index(0)
 
 
+def test_read_ahead_engine_warms_up_while_the_first_reads_run(tmp_path):
+    """``warm`` runs once, in this process, after the first reads started (it
+    waits for task 1's read) and before the first task computes (task 0's read
+    waits for a file that only ``warm`` writes)."""
+    release, read_one = tmp_path / "release", tmp_path / "read_one"
+    events = []
+
+    def warm():
+        ef.wait_for_file(str(read_one))
+        events.append("warm")
+        release.write_text("")
+
+    reads = [(ef.wait_for_file, str(release)), (ef.count_attempt, str(read_one)), (str, 2)]
+    tasks = [
+        Task(f"t{i}", None, None, _release_then_square, (i + 1, None), {}, _ReadOf(*reads[i]))
+        for i in range(3)
+    ]
+
+    def compute(call):
+        events.append(call.task.name)
+        return call.task.function(call.task.payload, call.prepared)
+
+    results = ReadAheadEngine(2, warm=warm).map(compute, [TaskCall(t) for t in tasks])
+    assert [r["square"] for r in results] == [1, 4, 9]
+    assert events[0] == "warm" and events.count("warm") == 1
+
+
 class _ReadOf:
     """A task's read: ``function(argument)``, whatever the task's payload."""
 

@@ -499,7 +499,7 @@ def _reads_in_processes(backend: str, n_jobs: int | None, environments: list) ->
     return backend == "serial" and not environments and n_jobs is not None and n_jobs > 1
 
 
-def _readers(readers: int) -> ReadAheadEngine | SerialEngine:
+def _readers(readers: int, device: str | None = None) -> ReadAheadEngine | SerialEngine:
     """Return the serial engine with ``readers`` reading ahead: processes when several.
 
     One reader is a thread (a process would cost its start for no gain: the
@@ -507,15 +507,30 @@ def _readers(readers: int) -> ReadAheadEngine | SerialEngine:
     GIL with one another nor with the process computing
     (``benchmarks/profile_readers.py``). None (``memory_limit`` holds no run
     beside the one computing, :mod:`~connscale.bidsapp.read_budget`): each
-    run is read in its own task.
+    run is read in its own task. ``device``: the runs' device, started
+    while the first reads run (:func:`_start_device`).
     """
     if readers == 0:
         return SerialEngine()
-    return ReadAheadEngine(readers, processes=readers > 1, preload=READER_MODULES)
+    warm = None if device is None else functools.partial(_start_device, device)
+    return ReadAheadEngine(readers, processes=readers > 1, preload=READER_MODULES, warm=warm)
+
+
+def _start_device(device: str) -> None:
+    """Start the runs' device (a GPU's context) in this process, if it can.
+
+    A device that cannot start is left to the runs, which record why.
+    """
+    from connscale._compute.device import start_device
+
+    try:
+        start_device(device)
+    except Exception:  # noqa: BLE001 - the runs' own error, recorded with each of them
+        logger.debug("The device %s did not start before the first run.", device, exc_info=True)
 
 
 @contextmanager
-def _reading_beside(readers: int, reports: bool):
+def _reading_beside(readers: int, reports: bool, device: str | None = None):
     """Yield the serial engine with ``readers``, and helper processes beside them.
 
     The helpers (:func:`connscale.bidsapp.beside.helpers`) draw the runs'
@@ -528,7 +543,7 @@ def _reading_beside(readers: int, reports: bool):
     holds no run beside the one computing) or with one reading thread and no
     reports, the computing process does that work itself.
     """
-    engine = _readers(readers)
+    engine = _readers(readers, device)
     count = _helper_count(readers, reports)
     if not count:
         with engine:
@@ -610,12 +625,14 @@ def _open_engine(
     cluster: str | SlurmJobs | None = None,
     readers: ReaderPlan | None = None,
     reports: bool = False,
+    device: str | None = None,
 ):
     """Return the engine of the runs.
 
     A Dask worker per GPU (each with the ``readers`` of its plan), the
     serial engine reading ahead (``n_jobs`` readers, helper processes
-    beside them: :func:`_reading_beside`), or
+    beside them: :func:`_reading_beside`; ``device`` started while the first
+    reads run), or
     ``backend`` (on ``cluster``: a Dask scheduler's address, SLURM jobs, a
     Spark master URL; with SLURM jobs ``n_jobs`` is their most at once,
     which they hold).
@@ -627,7 +644,7 @@ def _open_engine(
 
         return gpu_engine(environments, readers=readers, preload=READER_MODULES)
     if backend == "serial":
-        return _reading_beside(1 if n_jobs is None else n_jobs, reports)
+        return _reading_beside(1 if n_jobs is None else n_jobs, reports, device)
     if isinstance(cluster, SlurmJobs):
         return get_engine(backend, cluster=cluster)
     return get_engine(backend, cluster=cluster, n_jobs=n_jobs)
@@ -849,6 +866,7 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
                 config.cluster if slurm is None else slurm,
                 readers,
                 config.reports,
+                shared["device"],
             ),
             meta={
                 "derivatives": str(derivatives),

@@ -332,16 +332,26 @@ class ReadAheadEngine(SerialEngine):
     preload : tuple of str
         Modules the reader processes import before their first read, once
         (see :class:`~connscale.engines.readers.ReaderPool`).
+    warm : callable or None
+        Called in this process once the first reads are under way (a GPU's
+        context started), so that the first task does not pay it after its
+        read while the readers wait for their next.
     """
 
     name = "serial"
 
     def __init__(
-        self, readers: int = 1, *, processes: bool = False, preload: tuple[str, ...] = ()
+        self,
+        readers: int = 1,
+        *,
+        processes: bool = False,
+        preload: tuple[str, ...] = (),
+        warm: Callable[[], None] | None = None,
     ) -> None:
         self.readers = max(int(readers), 1)
         self.processes = processes
         self.preload = preload
+        self.warm = warm
 
     def map(
         self,
@@ -427,6 +437,8 @@ class ReadAheadEngine(SerialEngine):
 
         for _ in range(self.readers):
             read_next()
+        if self.warm is not None:
+            self.warm()
         while reading:
             done, _ = wait(reading, return_when=FIRST_COMPLETED)
             current = min(done, key=reading.__getitem__)
