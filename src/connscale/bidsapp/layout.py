@@ -201,7 +201,7 @@ def _found(layout, desc: str, cifti: bool = False) -> str:
         return f"no *_bold{'.dtseries.nii' if cifti else '.nii[.gz]'} file at all"
     seen: dict[str, set] = {}
     for f in files:
-        ents = f.get_entities()
+        ents = _name_entities(layout, f)
         for key in ("subject", "session", "task", "run", "space", "den", "desc"):
             if key in ents:
                 seen.setdefault(key, set()).add(str(ents[key]))
@@ -221,15 +221,23 @@ def _entity_key(entities: dict, keys: tuple) -> tuple:
     )
 
 
-def _by_entities(files, keys: tuple) -> dict[tuple, list]:
+def _by_entities(layout, files, keys: tuple) -> dict[tuple, list]:
     """Group files by their values of ``keys``.
 
     One query for every run, then a lookup per run (a pybids query per run costs ~30 ms).
     """
     index: dict[tuple, list] = {}
     for f in files:
-        index.setdefault(_entity_key(f.get_entities(), keys), []).append(f)
+        index.setdefault(_entity_key(_name_entities(layout, f), keys), []).append(f)
     return index
+
+
+def _name_entities(layout, file) -> dict:
+    """Return the entities of ``file``'s name, parsed by the layout's configs.
+
+    What ``file.get_entities()`` gives without its database query (~0.5 ms a file).
+    """
+    return layout.parse_file_entities(file.path)
 
 
 def _repetition_time(meta: dict, bold: Path, t_r: float | None) -> tuple[float | None, str | None]:
@@ -251,7 +259,7 @@ def _repetition_time(meta: dict, bold: Path, t_r: float | None) -> tuple[float |
     return float(value), None
 
 
-def _unique_bolds(bolds: list) -> tuple[list, dict]:
+def _unique_bolds(layout, bolds: list) -> tuple[list, dict]:
     """Keep one BOLD per run.
 
     A run stored twice (``.nii`` and ``.nii.gz``) is kept once, with the names of both
@@ -259,7 +267,7 @@ def _unique_bolds(bolds: list) -> tuple[list, dict]:
     """
     by_run: dict[tuple, list] = {}
     for bold in sorted(bolds, key=lambda f: f.path):
-        ents = {k: v for k, v in bold.get_entities().items() if k != "extension"}
+        ents = {k: v for k, v in _name_entities(layout, bold).items() if k != "extension"}
         by_run.setdefault(tuple(sorted((k, str(v)) for k, v in ents.items())), []).append(bold)
     problems = {}
     for files in by_run.values():
@@ -390,17 +398,18 @@ def find_runs(
     # resolution; its confounds the same run entities and no space.
     mask_keys = (*_RUN_ENTITIES, "space", "res")
     masks = _by_entities(
-        layout.get(suffix="mask", desc="brain", extension=[".nii.gz", ".nii"]), mask_keys
+        layout, layout.get(suffix="mask", desc="brain", extension=[".nii.gz", ".nii"]), mask_keys
     )
     confounds_keys = (*_RUN_ENTITIES, "space")
     confounds_files = _by_entities(
+        layout,
         layout.get(desc="confounds", suffix=["timeseries", "regressors"], extension=".tsv"),
         confounds_keys,
     )
-    bolds, twice = _unique_bolds(bolds)
+    bolds, twice = _unique_bolds(layout, bolds)
     runs = []
     for bold in bolds:
-        ents = bold.get_entities()
+        ents = _name_entities(layout, bold)
         name = Path(bold.path).name
         problems = [twice[bold.path]] if bold.path in twice else []
         mask = None
