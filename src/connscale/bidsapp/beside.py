@@ -4,8 +4,8 @@ A run's report costs seconds of matplotlib in the process that feeds the
 GPU (the connectome with its region names, the carpet plots, the atlas over
 the mean image: ~3 s a run on an H100 host, ten times the run's compute;
 ``benchmarks/RESULTS.md`` §24), and its region set's tables (the connectome
-and the series as text) ~70 ms of Python formatting: with 400 regions and
-16 readers that process is what bounds a cohort (§27). On the serial
+and the series as text) ~70 ms of Python formatting, half of that
+process's own work with 400 regions (§27). On the serial
 backend with reader processes the participant level hands that work to
 helper processes of its own (:func:`helpers`): the computing process gives
 each a call of small arrays and goes on to the next run; the run's set is
