@@ -70,7 +70,11 @@ def test_a_helper_process_killed_costs_its_report_only(tmp_path, monkeypatch):
     assert not list((tmp_path / "out").rglob("*.staging"))
 
 
-def test_a_helper_process_killed_on_a_table_costs_its_measure_only(tmp_path, monkeypatch):
+@pytest.mark.parametrize("measures", [["fc", "timeseries"], ["fc"]])
+def test_a_helper_process_killed_on_a_table_costs_its_measure_only(tmp_path, monkeypatch, measures):
+    """With the series too, the 'crash' run's atlas-level set is published without its
+    connectome; with the connectome alone, not at all (its coverage table is not
+    published alone; the run's QC set is)."""
     runs = [("01", None, "rest", None), ("02", None, "crash", None), ("03", None, "flaky", None)]
     root = make_fmriprep(tmp_path / "fmriprep", runs)
     nib.save(atlas_img(), tmp_path / ATLAS)
@@ -92,7 +96,7 @@ def test_a_helper_process_killed_on_a_table_costs_its_measure_only(tmp_path, mon
         atlas_name="Slab4",
         strategy="simple",
         strategy_params={"motion": "basic"},
-        measures=["fc", "timeseries"],
+        measures=measures,
         backend="serial",
         n_jobs=2,  # reader processes: a helper process writes the tables
         device="cpu",
@@ -105,7 +109,9 @@ def test_a_helper_process_killed_on_a_table_costs_its_measure_only(tmp_path, mon
     assert failure["fc"].startswith("ReaderLost: the helper process died on it (2 tries)")
     names = {t: [Path(p).name for p in r["outputs"]] for t, r in records.items()}
     assert not any("_relmat" in n for n in names["crash"])
-    assert sum(n.endswith("_timeseries.tsv") for n in names["crash"]) == 1
+    assert sum(n.endswith("_timeseries.tsv") for n in names["crash"]) == len(measures) - 1
+    region_set = [p.name for p in (tmp_path / "out").rglob("*task-crash*_seg-Slab4_*")]
+    assert bool(region_set) == ("timeseries" in measures)  # no coverage table alone
     for task in ("rest", "flaky"):
         assert sum(n.endswith("_relmat.tsv") for n in names[task]) == 1
     assert len(logs["crash"].read_text().split()) == 2  # two tries
