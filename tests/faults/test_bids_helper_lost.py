@@ -26,11 +26,35 @@ from tests.bids._fmriprep import ATLAS, atlas_img, make_fmriprep
 
 pytestmark = [pytest.mark.faults]
 
+#: The runs: 'rest' left alone, 'crash' killing its helper every time, 'flaky' once.
+RUNS = [("01", None, "rest", None), ("02", None, "crash", None), ("03", None, "flaky", None)]
+
+
+def _killer(tmp_path, task: str, logs: dict):
+    """Return what kills the helper unpickling it, its attempts counted in ``logs[task]``."""
+    logs[task] = tmp_path / f"{task}.attempts"
+    return ef.ExitWhenLoaded(str(logs[task]), once=task == "flaky")
+
+
+def _participant(tmp_path, **kwargs) -> dict:
+    """Run the participant level on :data:`RUNS`; return each task's record."""
+    root = make_fmriprep(tmp_path / "fmriprep", RUNS)
+    nib.save(atlas_img(), tmp_path / ATLAS)
+    result = run_participant(
+        root,
+        tmp_path / "out",
+        atlas=tmp_path / ATLAS,
+        atlas_name="Slab4",
+        strategy="simple",
+        strategy_params={"motion": "basic"},
+        backend="serial",
+        device="cpu",
+        **kwargs,
+    )
+    return {r["input"].split("task-")[1].split("_")[0]: r for r in result.records}
+
 
 def test_a_helper_process_killed_costs_its_report_only(tmp_path, monkeypatch):
-    runs = [("01", None, "rest", None), ("02", None, "crash", None), ("03", None, "flaky", None)]
-    root = make_fmriprep(tmp_path / "fmriprep", runs)
-    nib.save(atlas_img(), tmp_path / ATLAS)
     real_report = region_measures._run_report
     logs = {}
 
@@ -39,23 +63,11 @@ def test_a_helper_process_killed_costs_its_report_only(tmp_path, monkeypatch):
         task = region_set.run.entities["task"]
         if task == "rest":
             return report
-        logs[task] = tmp_path / f"{task}.draws"
-        killer = ef.ExitWhenLoaded(str(logs[task]), once=task == "flaky")
+        killer = _killer(tmp_path, task, logs)
         return replace(report, record={**report.record, "killer": killer})
 
     monkeypatch.setattr(region_measures, "_run_report", run_report)
-    result = run_participant(
-        root,
-        tmp_path / "out",
-        atlas=tmp_path / ATLAS,
-        atlas_name="Slab4",
-        strategy="simple",
-        strategy_params={"motion": "basic"},
-        measures=["fc"],
-        backend="serial",
-        device="cpu",
-    )
-    records = {r["input"].split("task-")[1].split("_")[0]: r for r in result.records}
+    records = _participant(tmp_path, measures=["fc"])
     assert [records[t]["status"] for t in ("rest", "crash", "flaky")] == ["ok", "partial", "ok"]
     failure = records["crash"]["failed_measures"]
     assert list(failure) == ["report"]
@@ -75,34 +87,18 @@ def test_a_helper_process_killed_on_a_table_costs_its_measure_only(tmp_path, mon
     """With the series too, the 'crash' run's atlas-level set is published without its
     connectome; with the connectome alone, not at all (its coverage table is not
     published alone; the run's QC set is)."""
-    runs = [("01", None, "rest", None), ("02", None, "crash", None), ("03", None, "flaky", None)]
-    root = make_fmriprep(tmp_path / "fmriprep", runs)
-    nib.save(atlas_img(), tmp_path / ATLAS)
     real_write, logs = beside.write, {}
 
     def write(call):
         task = Path(call.args[0]).name.split("task-")[1].split("_")[0]
         if task == "rest" or call.func is not write_relmat_tsv:
             return real_write(call)
-        logs[task] = tmp_path / f"{task}.writes"
-        killer = ef.ExitWhenLoaded(str(logs[task]), once=task == "flaky")
+        killer = _killer(tmp_path, task, logs)
         return real_write(functools.partial(ef.call_after, killer, call))
 
     monkeypatch.setattr(beside, "write", write)
-    result = run_participant(
-        root,
-        tmp_path / "out",
-        atlas=tmp_path / ATLAS,
-        atlas_name="Slab4",
-        strategy="simple",
-        strategy_params={"motion": "basic"},
-        measures=measures,
-        backend="serial",
-        n_jobs=2,  # reader processes: a helper process writes the tables
-        device="cpu",
-        reports=False,
-    )
-    records = {r["input"].split("task-")[1].split("_")[0]: r for r in result.records}
+    # reader processes: a helper process writes the tables
+    records = _participant(tmp_path, measures=measures, n_jobs=2, reports=False)
     assert [records[t]["status"] for t in ("rest", "crash", "flaky")] == ["ok", "partial", "ok"]
     failure = records["crash"]["failed_measures"]
     assert list(failure) == ["fc"]
