@@ -25,10 +25,12 @@ by ε₃). What is decided is then confirmed *entry by entry*:
   (i, j), into a list; a second kernel recomputes each from its two rows of U
   in float64 (exact products of float32 numbers) and counts it;
 - compaction (:func:`compact_exact_triton`): a tile with an entry within ε₃
-  of a bound recomputes those entries in place from U in float64 and
-  decides them there (their value kept as its nearest float32), then stages its kept
-  entries by an atomic cursor with a (row, column tile) count table; they
-  are placed by :func:`connscale.fc._kernel_helpers.place_kernel`.
+  of a bound recomputes those entries in place from U in float64, a row of
+  the tile at a time, and decides them there (their value kept as its
+  nearest float32), then stages its kept entries by an atomic cursor with a
+  (row, column tile) count table, each entry's place in its row counted
+  from the row's flags packed into 32-bit words; they are placed by
+  :func:`connscale.fc._kernel_helpers.place_kernel`.
 
 Nothing of R reaches device memory except the kept entries (and the short
 list of entries to confirm). ``stats`` (int64, (3,), on the device;
@@ -75,12 +77,17 @@ NUM_WARPS = 8
 LONG_K = 64
 SHORT_K = 32
 SHORT_SERIES = 256
-# K step of the float64 recomputation of a compaction tile.
-FP64_K = 16
+# K step of the float64 recomputation of a compaction tile's row.
+FP64_K = 32
 # Pipeline stages of the degree and compaction kernels (one fewer in one pass:
 # its four operands a stage would not fit in shared memory at 4).
 DEGREE_STAGES = 4
 COMPACT_STAGES = 4
+# Rows of a compaction tile, and its warps. Table II's permuted case on an H100
+# (issue 26, same call): 64 rows and 4 warps 0.637 s; 128 and 8 (the degree
+# kernel's) 0.688 s; 64 and 8 0.741 s; 32 and 4 0.774 s; 64 and 2 2.10 s.
+COMPACT_BLOCK_M = 64
+COMPACT_WARPS = 4
 # Entries moved per step and row by the placing kernel, and its warps.
 PLACE_CHUNK = 16
 PLACE_WARPS = 4
@@ -180,9 +187,9 @@ def upper_tiles(n: int, block_m: int, block_n: int, group: int = 8) -> torch.Ten
     return torch.from_numpy(np.concatenate(parts).astype(np.int32).reshape(-1))
 
 
-def tiles_in(n: int) -> int:
-    """Tiles of the kernels over the upper triangle of N series."""
-    return upper_tiles(n, BLOCK_M, BLOCK_N).numel() // 2
+def tiles_in(n: int, block_m: int = BLOCK_M) -> int:
+    """Tiles of ``block_m`` rows over the upper triangle of N series (the compaction's: 64)."""
+    return upper_tiles(n, block_m, BLOCK_N).numel() // 2
 
 
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
@@ -283,22 +290,19 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         return acc + cross
 
     @triton.jit
-    def _tile_fp64(
-        u_ptr, stride, rows, cols, n, t, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
-    ):
-        # U[rows]·U[cols]ᵀ in float64 from U itself: the products of float32
-        # numbers are exact there, the sum rounds at 2⁻⁵³.
-        ks = tl.arange(0, BK)
-        row_ok = (rows < n)[:, None]
+    def _row_fp64(u_ptr, stride, row, cols, n, t, BN: tl.constexpr, BKF: tl.constexpr):
+        # U[row]·U[cols]ᵀ in float64 from U itself, one row of a tile: the
+        # products of float32 numbers are exact there, the sums round at 2⁻⁵³.
+        ks = tl.arange(0, BKF)
         col_ok = (cols < n)[:, None]
-        a_base = u_ptr + rows.to(tl.int64)[:, None] * stride
+        a_base = u_ptr + row.to(tl.int64) * stride
         b_base = u_ptr + cols.to(tl.int64)[:, None] * stride
-        acc = tl.zeros((BM, BN), dtype=tl.float64)
-        for k0 in range(0, t, BK):
-            k_ok = (k0 + ks < t)[None, :]
-            a = tl.load(a_base + k0 + ks[None, :], mask=row_ok & k_ok, other=0.0)
-            b = tl.load(b_base + k0 + ks[None, :], mask=col_ok & k_ok, other=0.0)
-            acc = tl.dot(a.to(tl.float64), tl.trans(b.to(tl.float64)), acc, out_dtype=tl.float64)
+        acc = tl.zeros((BN,), dtype=tl.float64)
+        for k0 in range(0, t, BKF):
+            k_ok = k0 + ks < t
+            a = tl.load(a_base + k0 + ks, mask=k_ok, other=0.0).to(tl.float64)
+            b = tl.load(b_base + k0 + ks[None, :], mask=col_ok & k_ok[None, :], other=0.0)
+            acc += tl.sum(a[None, :] * b.to(tl.float64), axis=1)
         return acc
 
     @triton.jit
@@ -473,7 +477,44 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
                 tl.atomic_add(sum_ptr + k * n + j, kept, mask=ok)
 
     @triton.jit
-    def _stage_kept(
+    def _popcount(x, NATIVE: tl.constexpr):
+        # The set bits of each uint32: the GPU's popc, else a SWAR count.
+        if NATIVE:
+            count = tl.inline_asm_elementwise(
+                "popc.b32 $0, $1;", "=r,r", [x], dtype=tl.int32, is_pure=True, pack=1
+            )
+        else:
+            x = x - ((x >> 1) & 0x55555555)
+            x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
+            x = (x + (x >> 4)) & 0x0F0F0F0F
+            count = ((x * 0x01010101) >> 24).to(tl.int32)
+        return count
+
+    @triton.jit
+    def _kept_before(keep, BN: tl.constexpr, NATIVE: tl.constexpr):
+        # The entries kept before each one in its row, and each row's count:
+        # the row's flags packed into 32-bit words (a row reduction each),
+        # then a popcount of the word's lower bits plus the earlier words'.
+        # Cheaper than a scan along the rows (tl.cumsum): Table II's
+        # compaction kernel 448 → 423 ms over 108 windows on an H100.
+        tl.static_assert(BN % 32 == 0)
+        lane = tl.arange(0, BN)
+        bit = (lane % 32).to(tl.uint32)
+        flags = keep.to(tl.uint32) << bit[None, :]
+        below = (tl.full((BN,), 1, tl.uint32) << bit) - 1
+        word = tl.zeros(keep.shape, dtype=tl.uint32)
+        earlier = tl.zeros(keep.shape, dtype=tl.int32)
+        count = tl.zeros((keep.shape[0],), dtype=tl.int32)
+        for w in tl.static_range(BN // 32):
+            in_word = (lane // 32 == w)[None, :]
+            bits = tl.sum(tl.where(in_word, flags, 0), axis=1)  # distinct bits: a sum is an or
+            word = tl.where(in_word, bits[:, None], word)
+            earlier = tl.where(in_word, count[:, None], earlier)
+            count += _popcount(bits, NATIVE)
+        return earlier + _popcount(word & below[None, :], NATIVE), count
+
+    @triton.jit
+    def _stage_kept(  # noqa: PLR0913 - a Triton function: the tile and its outputs
         keep,
         acc,
         rows,
@@ -486,17 +527,16 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         out_ptrs,
         BM: tl.constexpr,
         BN: tl.constexpr,
+        NATIVE: tl.constexpr,
     ):
         # Stage a tile's kept entries at an atomic cursor, row-major, with its
         # (row, column tile) counts and its base for the placing kernel.
         counts_ptr, bases_ptr, staged_values_ptr, staged_columns_ptr, cursor_ptr = out_ptrs
-        kept = keep.to(tl.int32)
-        row_counts = tl.sum(kept, axis=1)
+        within, row_counts = _kept_before(keep, BN, NATIVE)
         total = tl.sum(row_counts, axis=0)
         if total > 0:
             base = tl.atomic_add(cursor_ptr, total.to(tl.int64))
             row_start = tl.cumsum(row_counts, axis=0) - row_counts
-            within = tl.cumsum(kept, axis=1) - kept
             position = base + (row_start[:, None] + within).to(tl.int64)
             ok = keep & (position < capacity)
             tl.store(staged_values_ptr + position, acc, mask=ok)  # signed r
@@ -522,6 +562,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         out_ptrs,
         ABSOLUTE: tl.constexpr,
         BOUNDED: tl.constexpr,
+        NATIVE: tl.constexpr,
         BM: tl.constexpr,
         BN: tl.constexpr,
         BKF: tl.constexpr,
@@ -537,16 +578,24 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         if BOUNDED:
             near = near | (valid & (tl.abs(value - upper) <= bound))
         if _any(near):
-            exact = _tile_fp64(u_ptr, stride, rows, cols, n, t, BM, BN, BKF)
-            magnitude = _magnitude(exact, ABSOLUTE)
-            decided = valid & (magnitude >= threshold)
-            if BOUNDED:
-                decided = decided & (magnitude < upper)
-            keep = tl.where(near, decided, keep)
-            acc = tl.where(near, exact.to(tl.float32), acc)
+            # Row by row (a tile holds ~0.02 such entries on real data): a
+            # float64 tile's registers held every tile to one block an SM.
+            lane = tl.arange(0, BM)
+            waiting = tl.max(near.to(tl.int32), axis=1) > 0
+            while tl.max(waiting.to(tl.int32), axis=0) > 0:
+                i = tl.min(tl.where(waiting, lane, BM), axis=0)
+                exact = _row_fp64(u_ptr, stride, bi * BM + i, cols, n, t, BN, BKF)
+                magnitude = _magnitude(exact, ABSOLUTE)
+                decided = magnitude >= threshold
+                if BOUNDED:
+                    decided = decided & (magnitude < upper)
+                here = near & (lane == i)[:, None]
+                keep = tl.where(here, decided[None, :], keep)
+                acc = tl.where(here, exact.to(tl.float32)[None, :], acc)
+                waiting = waiting & (lane != i)
             n_near = tl.sum(tl.sum(near.to(tl.int32), axis=1), axis=0)
             tl.atomic_add(stats_ptr, n_near.to(tl.int64))
-        _stage_kept(keep, acc, rows, cols, bi, bj, n, n_cb, capacity, out_ptrs, BM, BN)
+        _stage_kept(keep, acc, rows, cols, bi, bj, n, n_cb, capacity, out_ptrs, BM, BN, NATIVE)
 
     @triton.jit
     def _exact_compact_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
@@ -573,6 +622,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         BOUNDED: tl.constexpr,
         ROUND_NEAREST: tl.constexpr,
         ONE_PASS: tl.constexpr,
+        NATIVE: tl.constexpr,
         BM: tl.constexpr,
         BN: tl.constexpr,
         BK: tl.constexpr,
@@ -610,6 +660,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
                 out_ptrs,
                 ABSOLUTE,
                 BOUNDED,
+                NATIVE,
                 BM,
                 BN,
                 BKF,
@@ -635,6 +686,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
                     out_ptrs,
                     ABSOLUTE,
                     BOUNDED,
+                    NATIVE,
                     BM,
                     BN,
                     BKF,
@@ -673,8 +725,8 @@ def _operand(ops: Operands, one_pass: bool) -> torch.Tensor | TensorDescriptor:
     return TensorDescriptor.from_tensor(ops.a, [BLOCK_M, ops.block_k]) if one_pass else ops.a
 
 
-def _launch_options(u: torch.Tensor, stages: int) -> dict:
-    return {"num_warps": NUM_WARPS, "num_stages": stages} if u.is_cuda else {}
+def _launch_options(u: torch.Tensor, stages: int, warps: int = NUM_WARPS) -> dict:
+    return {"num_warps": warps, "num_stages": stages} if u.is_cuda else {}
 
 
 def confirm_capacity(n: int) -> int:
@@ -793,12 +845,6 @@ def degree_exact_triton(
     return counts.to(torch.int64), (sums if weighted else None)
 
 
-def compact_table_bytes(n: int) -> int:
-    """Device bytes of :func:`compact_exact_triton`'s tables for N series."""
-    n_cb = -(-n // BLOCK_N)
-    return n * n_cb * 4 * 2 + -(-n // BLOCK_M) * n_cb * 8 + n * 16
-
-
 def compact_exact_triton(
     u: torch.Tensor,
     threshold: float,
@@ -838,14 +884,15 @@ def compact_exact_triton(
     u = u if u.stride(-1) == 1 else u.contiguous()
     n, t = u.shape
     ops = padded_split(u) if split is None else split
-    n_rb, n_cb = -(-n // BLOCK_M), -(-n // BLOCK_N)
+    n_rb, n_cb = -(-n // COMPACT_BLOCK_M), -(-n // BLOCK_N)
     capacity = values.numel()
     counts = torch.zeros((n, n_cb), dtype=torch.int32, device=u.device)
     bases = torch.zeros((n_rb, n_cb), dtype=torch.int64, device=u.device)
     cursor = torch.zeros(1, dtype=torch.int64, device=u.device)
-    pairs = upper_tiles(n, BLOCK_M, BLOCK_N).to(u.device)
+    pairs = upper_tiles(n, COMPACT_BLOCK_M, BLOCK_N).to(u.device)
     bounded = math.isfinite(upper)
-    one_pass = _one_pass(COMPACT_ONE_PASS)
+    # one pass reads rows and columns through one descriptor: square tiles only
+    one_pass = _one_pass(COMPACT_ONE_PASS and COMPACT_BLOCK_M == BLOCK_N)
     _exact_compact_kernel[(pairs.numel() // 2,)](
         _operand(ops, one_pass),
         u,
@@ -870,13 +917,14 @@ def compact_exact_triton(
         BOUNDED=bounded,
         ROUND_NEAREST=u.is_cuda and ROUND_NEAREST_ON_CUDA,
         ONE_PASS=one_pass,
-        BM=BLOCK_M,
+        NATIVE=u.is_cuda,
+        BM=COMPACT_BLOCK_M,
         BN=BLOCK_N,
         BK=ops.block_k,
         BKF=FP64_K,
-        **_launch_options(u, COMPACT_STAGES - one_pass),
+        **_launch_options(u, COMPACT_STAGES - one_pass, COMPACT_WARPS),
     )
-    stats[2] += tiles_in(n)
+    stats[2] += tiles_in(n, COMPACT_BLOCK_M)
     inclusive = torch.cumsum(counts, 1, dtype=torch.int32)
     row_counts.copy_(inclusive[:, -1])
     row_offsets = torch.cumsum(row_counts, 0)
@@ -893,7 +941,7 @@ def compact_exact_triton(
         n,
         n_cb,
         capacity,
-        BM=BLOCK_M,
+        BM=COMPACT_BLOCK_M,
         CH=PLACE_CHUNK,
         **({"num_warps": PLACE_WARPS} if u.is_cuda else {}),
     )
@@ -906,7 +954,6 @@ __all__ = [
     "Operands",
     "confirm_capacity",
     "compact_exact_triton",
-    "compact_table_bytes",
     "degree_exact_triton",
     "padded_split",
     "tiles_in",
