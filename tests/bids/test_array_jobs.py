@@ -135,6 +135,32 @@ def test_the_array_task_index_picks_its_participant(tree, tmp_path, monkeypatch)
     assert len(participant_reports(out)) == 2  # the same job's second call: its own log
 
 
+def test_a_task_takes_its_k_participants(tree, tmp_path, monkeypatch):
+    tmp, root = tree
+    listing = str(tmp / "participants.tsv")
+    assert select_participants(None, listing, 0, 2) == ("01", "02")
+    assert select_participants(None, listing, 1, 2) == ("03",)  # the last task: fewer
+    assert select_participants(None, listing, 0, 5) == SUBJECTS
+    with pytest.raises(
+        ValueError,
+        match=r"3 participants, 2 a task, are indexed 0 to 1 "
+        r"\(sbatch --array=0-1\)",
+    ):
+        select_participants(None, listing, 2, 2)
+    with pytest.raises(ValueError, match="--participants-per-task needs --participant-label-file"):
+        select_participants(None, None, None, 2)
+    # an array task of the command line, its index from SLURM: one call, two participants
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
+    out = tmp_path / "out"
+    argv = ["bids", root, out, "participant", "--atlas", tmp / ATLAS, "--atlas-name", "Slab4"]
+    argv += ["--denoise", "none", "--measures", "fc", "--backend", "serial", "--no-reports"]
+    argv += ["--participant-label-file", listing, "--participants-per-task", "2", "-q"]
+    assert main(list(map(str, argv))) == 0
+    assert _subjects(out) == ["sub-01", "sub-02"]
+    (report,) = participant_reports(out)
+    assert report.name.startswith("participant_sub-01+1_")  # the first and one more
+
+
 def test_without_an_index_the_file_gives_all_its_participants(tree, monkeypatch):
     tmp, _ = tree
     assert select_participants(None, str(tmp / "participants.tsv"), None) == SUBJECTS

@@ -141,6 +141,7 @@ def test_keyword_defaults_are_kept():
         "participant_label": None,
         "participant_label_file": None,
         "array_index": None,
+        "participants_per_task": 1,
         "session_label": None,
         "task": None,
         "run": None,

@@ -578,6 +578,19 @@ class ParticipantConfig:
                   "from 0; without it, $SLURM_ARRAY_TASK_ID when set (sbatch "
                   "--array=0-<n-1>)."),
     )  # fmt: skip
+    participants_per_task: int = param(
+        1,
+        fingerprint=False,
+        constraints=[_COUNT],
+        doc="Participants of ``participant_label_file`` an array task takes:\n"
+        "task i the participants i·K to i·K + K − 1 (the last one fewer), so\n"
+        "that each call's start (the interpreter, the imports, the readers)\n"
+        "is paid once for K participants.",
+        flag=Flag(("--participants-per-task",), group=FILTERS, type="natural", metavar="K",
+                  levels=("participant",),
+                  help="With --participant-label-file and an array index: task i "
+                  "processes participants i*K to i*K+K-1 (sbatch --array=0-<ceil(n/K)-1>)."),
+    )  # fmt: skip
     session_label: tuple | None = param(
         None,
         fingerprint=False,

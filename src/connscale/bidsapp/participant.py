@@ -793,7 +793,10 @@ def run_participant(config: ParticipantConfig) -> ParticipantReport:
         if not forks_here(READER_MODULES):  # else the readers fork from this process
             start_fork_server(READER_MODULES)  # its imports overlap the layout's index
     participant_label = select_participants(
-        config.participant_label, config.participant_label_file, config.array_index
+        config.participant_label,
+        config.participant_label_file,
+        config.array_index,
+        config.participants_per_task,
     )
     runs = find_runs(
         derivatives,

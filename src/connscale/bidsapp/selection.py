@@ -1,10 +1,12 @@
 """The participants of one call: a participants file and an array job's index.
 
-An array job (SLURM's ``--array``) runs one call per participant of a file:
-:func:`select_participants` reads the file (BIDS ``participants.tsv``, its
-``participant_id`` column, or a plain list, one label per line) and keeps the
-participant at the task's index (``--array-index``, by default
-``$SLURM_ARRAY_TASK_ID``), counted from 0 in the file's order.
+An array job (SLURM's ``--array``) runs one call per participant of a file,
+or per K of them: :func:`select_participants` reads the file (BIDS
+``participants.tsv``, its ``participant_id`` column, or a plain list, one
+label per line) and keeps the participants of the task's index
+(``--array-index``, by default ``$SLURM_ARRAY_TASK_ID``, counted from 0):
+task i takes the file's participants i·K to i·K + K − 1 in its order
+(``--participants-per-task K``, default 1).
 """
 
 from __future__ import annotations
@@ -53,25 +55,31 @@ def read_participants_file(path: str | os.PathLike) -> list[str]:
 
 
 def select_participants(
-    participant_label: tuple | None, label_file: str | None, array_index: int | None
+    participant_label: tuple | None,
+    label_file: str | None,
+    array_index: int | None,
+    per_task: int = 1,
 ) -> tuple | None:
     """Return the ``participant_label`` of a call: given, read from a file, or the array task's.
 
-    With ``label_file``: the participant at ``array_index`` (None: the
-    integer in ``$SLURM_ARRAY_TASK_ID`` when set), or all of the file's
-    participants when there is no index.
+    With ``label_file``: the ``per_task`` participants of task ``array_index``
+    (None: the integer in ``$SLURM_ARRAY_TASK_ID`` when set), or all of the
+    file's participants when there is no index.
 
     Raises
     ------
     ValueError
-        Both a label and a file, an index without a file, an index outside
-        the file, or ``$SLURM_ARRAY_TASK_ID`` not an integer.
+        Both a label and a file, an index (or ``per_task`` > 1) without a
+        file, an index past the file, or ``$SLURM_ARRAY_TASK_ID`` not an
+        integer.
     FileNotFoundError
         No such participants file.
     """
     if label_file is None:
         if array_index is not None:
             raise ValueError("--array-index needs --participant-label-file (the list it indexes).")
+        if per_task != 1:
+            raise ValueError("--participants-per-task needs --participant-label-file.")
         return participant_label
     if participant_label is not None:
         raise ValueError("Give --participant-label or --participant-label-file, not both.")
@@ -86,9 +94,11 @@ def select_participants(
             raise ValueError(
                 f"${ARRAY_INDEX_VARIABLE} is {value!r}, not an array index (an integer)."
             ) from None
-    if not 0 <= array_index < len(labels):
+    tasks = -(-len(labels) // per_task)
+    if not 0 <= array_index < tasks:
+        each = "" if per_task == 1 else f", {per_task} a task,"
         raise ValueError(
-            f"Array index {array_index} is outside {label_file}: its {len(labels)} participants "
-            f"are indexed 0 to {len(labels) - 1} (sbatch --array=0-{len(labels) - 1})."
+            f"Array index {array_index} is outside {label_file}: its {len(labels)} participants"
+            f"{each} are indexed 0 to {tasks - 1} (sbatch --array=0-{tasks - 1})."
         )
-    return (labels[array_index],)
+    return tuple(labels[array_index * per_task : (array_index + 1) * per_task])
