@@ -437,6 +437,11 @@ def run_nilearn(derivatives: Path, atlas: Path, out: Path, *, jobs: int = 1, run
     }
 
 
+def _atlas_name(atlas: Path) -> str:
+    """Return the ``atlas-`` label of a TemplateFlow-named atlas file (the outputs' ``seg-``)."""
+    return atlas.name.split("atlas-")[1].split("_")[0]
+
+
 def run_connscale(
     derivatives: Path,
     atlas: Path,
@@ -464,7 +469,7 @@ def run_connscale(
         derivatives,
         out,
         atlas=atlas,
-        atlas_name=atlas.name.split("atlas-")[1].split("_")[0],
+        atlas_name=_atlas_name(atlas),
         strategy="simple",
         measures=list(measures),
         backend="serial" if workers is None else "dask",
@@ -516,7 +521,7 @@ def run_cold(
     exit: the interpreter, every import and the fork server's included.
     """
     shutil.rmtree(out, ignore_errors=True)
-    name = atlas.name.split("atlas-")[1].split("_")[0]
+    name = _atlas_name(atlas)
     command = [sys.executable, "-m", "connscale.cli.main", "bids", str(derivatives), str(out)]
     command += ["participant", "--atlas", str(atlas), "--atlas-name", name, "--denoise", "simple"]
     command += ["--measures", ",".join(measures), "--backend", "serial", "--n-jobs", str(readers)]
@@ -609,6 +614,8 @@ def _time_cold(args, derivatives: Path, atlas: Path, result: dict) -> None:
     """Add the command line's cold rate to ``result`` and print it beside the floor."""
     if args.gpus_sweep is not None or args.workers is not None:
         raise SystemExit("--cold times the serial backend only (no --gpus-sweep, --workers).")
+    if args.threads != 1:
+        raise SystemExit("--cold runs the command line, one torch thread a run: give --threads 1.")
     cold = run_cold(
         derivatives,
         atlas,

@@ -352,7 +352,6 @@ class _RegionSet:
         return getattr(self, f"_write_{measure}")
 
     def _write_fc(self) -> list[str]:
-        from connscale.bidsapp.beside import write
         from connscale.fc.static import correlation
         from connscale.io.relmat import write_relmat_tsv
 
@@ -365,29 +364,33 @@ class _RegionSet:
             memory_limit=config.memory_limit,
         )
         self.timings["compute"] += time.perf_counter() - tic
-        tic = time.perf_counter()
         stem = bids_name(self._measured, suffix="relmat", extension=".tsv")
         table = functools.partial(
             write_relmat_tsv, self.out.path(stem), self.fc, prepared.names, fmt="%.8g"
         )
-        write_json_atomic(self.out.path(stem[:-4] + ".json"), prepared.relmat_meta)
-        self.pending.append(("fc", [stem, stem[:-4] + ".json"], write(table)))
-        self.timings["write"] += time.perf_counter() - tic
-        return [stem, stem[:-4] + ".json"]
+        return self._hand_table("fc", stem, table, prepared.relmat_meta)
 
     def _write_timeseries(self) -> list[str]:
-        from connscale.bidsapp.beside import write
         from connscale.io.timeseries import save_timeseries
 
-        prepared = self.prepared
         series, meta = _published_series(self)
-        tic = time.perf_counter()
         stem = bids_name(self._labelled, suffix="timeseries", extension=".tsv")
-        table = functools.partial(save_timeseries, self.out.path(stem), series, prepared.names)
-        write_json_atomic(self.out.path(stem[:-4] + ".json"), meta)
-        self.pending.append(("timeseries", [stem, stem[:-4] + ".json"], write(table)))
+        table = functools.partial(save_timeseries, self.out.path(stem), series, self.prepared.names)
+        return self._hand_table("timeseries", stem, table, meta)
+
+    def _hand_table(self, measure: str, stem: str, table, meta: dict) -> list[str]:
+        """Write ``measure``'s sidecar here and hand its TSV (``table()``) to a helper process.
+
+        Returns the measure's names; the set waits for the table (``pending``).
+        """
+        from connscale.bidsapp.beside import write
+
+        tic = time.perf_counter()
+        names = [stem, stem[:-4] + ".json"]
+        write_json_atomic(self.out.path(names[1]), meta)
+        self.pending.append((measure, names, write(table)))
         self.timings["write"] += time.perf_counter() - tic
-        return [stem, stem[:-4] + ".json"]
+        return names
 
     def _write_coverage(self) -> list[str]:
         """Stage the coverage table beside the set's region files (none written: nothing)."""
