@@ -169,17 +169,13 @@ def main(device):
     check_planted(device)
     # the other tiles: one pass (r₃ at once) where the default is two (r̃ first, the
     # correction where a tile holds kept values), and two where it is one
-    # (one pass reads through one descriptor: the compaction's tiles made square for it)
     one_pass = _exact_triton.DEGREE_ONE_PASS, _exact_triton.COMPACT_ONE_PASS
-    rows = _exact_triton.COMPACT_BLOCK_M
     _exact_triton.DEGREE_ONE_PASS = not one_pass[0]
     _exact_triton.COMPACT_ONE_PASS = not one_pass[1]
-    _exact_triton.COMPACT_BLOCK_M = _exact_triton.BLOCK_N
     try:
         check_planted(device)
     finally:
         _exact_triton.DEGREE_ONE_PASS, _exact_triton.COMPACT_ONE_PASS = one_pass
-        _exact_triton.COMPACT_BLOCK_M = rows
     print("ok")
 
 

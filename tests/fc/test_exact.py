@@ -114,6 +114,30 @@ def test_margin_formula():
     assert _exact.decision_margin(u) == pytest.approx(expected, rel=1e-15)
 
 
+@pytest.mark.parametrize("t", [20, 40, 150, 1200])
+def test_correction_margin_counts_chained_additions(t):
+    from connscale.fc._kernel_helpers import accumulation_gamma, correction_margin_tensor
+
+    u = torch.nn.functional.normalize(torch.randn(4, t, dtype=torch.float64), dim=1)
+    block_k = 32
+    steps = -(-t // block_k)
+    hi_terms, cross_terms = max(t, block_k + steps), max(2 * t, 3 * block_k + steps - 1)
+    s = float(u.square().sum(1).max())
+    grow = (1 + 2.0**-11) ** 2
+    expected = s * (
+        3 * 2.0**-22 * (1 + 2.0**-10)
+        + accumulation_gamma(hi_terms) * grow
+        + accumulation_gamma(cross_terms) * 2.0**-10 * grow
+        + 2.0**-23
+    )
+    chained = float(correction_margin_tensor(u, block_k))
+    assert chained == pytest.approx(expected, rel=1e-12)
+    # never below the separate chains' bound; above it only for short series
+    plain = float(correction_margin_tensor(u))
+    assert chained >= plain
+    assert (chained > plain) == (t < 48)
+
+
 # --- data next to θ ------------------------------------------------------------
 
 

@@ -50,7 +50,11 @@ holding one (r̃ ≥ θ_min − ε) is **corrected**, r₃ = r̃ + (lo·hiᵀ + 
 
 (u = hi + lo + d exactly with |d| ≤ 2⁻²²|u|, so r − (hi·hi + lo·hi + hi·lo)
 = lo·lo + d_u·v + (hi + lo)_u·d_v; then the two sums' accumulation and the
-final addition): 1.4e-4 at T = 1,200, 1.8e-5 at T = 150.
+final addition): 1.4e-4 at T = 1,200, 1.8e-5 at T = 150. Tiles that chain
+each K step's three products in one accumulator before adding them to the sum
+(the one-pass Triton tiles) count, instead of T and 2T, the additions each
+term passes through where those are more (short series only:
+:func:`connscale.fc._kernel_helpers.correction_margin_tensor`).
 
 **Confirmation, entry by entry.** An entry within ε of a threshold (ε₃ in a
 corrected tile) is not decided by the tensor cores: it is recomputed from

@@ -16,9 +16,11 @@ an H100, every entry low), which made entries just above θ fall below it.
 Here each K step's product is added to the running sum with a
 round-to-nearest add (``add.rn.f32``), which leaves the error two-sided. A
 tile that holds kept values (weighted degree, sparse output) is *corrected*
-in the same program: r₃ = r̃ + (lo·hiᵀ + hi·loᵀ), the second term one product
-of A's rows with A's columns halves swapped (an error about fp32's, bounded
-by ε₃). What is decided is then confirmed *entry by entry*:
+in the same program: r₃ = r̃ + (lo·hiᵀ + hi·loᵀ) (an error about fp32's,
+bounded by ε₃). The jobs that return kept values form r₃ in one pass
+instead: each K step chains lo·hiᵀ, hi·loᵀ and then hi·hiᵀ in one
+accumulator, added to the sum rounding to nearest (ε₃ counts the additions
+each term passes through). What is decided is then confirmed *entry by entry*:
 
 - degree (:func:`degree_exact_triton`): the entries within ε of a threshold
   (ε₃ in a corrected tile) are left out of the tile's counts and compacted,
@@ -33,7 +35,10 @@ by ε₃). What is decided is then confirmed *entry by entry*:
   :func:`connscale.fc._kernel_helpers.place_kernel`.
 
 Nothing of R reaches device memory except the kept entries (and the short
-list of entries to confirm). ``stats`` (int64, (3,), on the device;
+list of entries to confirm). The kernels' atomics are relaxed: what they add
+up is read after the kernel, and acquire-release ones fenced every add (an L1
+invalidation and an error barrier each, 5 % of the degree kernel's stall
+samples on an H200). ``stats`` (int64, (3,), on the device;
 :func:`connscale.fc._exact.new_stats`) accumulates in place the entries
 recomputed, the corrected tiles and the tiles in all (:func:`tiles_in`),
 without synchronising.
@@ -99,13 +104,13 @@ CONFIRM_K = 64
 ROUND_NEAREST_ON_CUDA = True
 #: Form every tile's r₃ in one loop (three products a K step) for the jobs that
 #: return kept values, instead of r̃ first and the correction where a tile holds
-#: one. Chosen from the rates measured on realistic (permuted) order on an H100
+#: one. Chosen from the rates measured on realistic (permuted) order
 #: (benchmarks/RESULTS.md, issue 26): weighted degree, P = 204,492, T = 1,200,
-#: one pass 0.436 s, two passes 0.470 s; GPU-DFC's Table II (w = 150), one pass
-#: 0.762 s, two passes 0.742 s (there every tile holds kept values either way,
-#: and the two passes are faster on favourable orders).
+#: one pass 0.436 s, two passes 0.470 s (H100); GPU-DFC's Table II (w = 150)
+#: once a step's three products were chained in one accumulator, one pass
+#: 0.577 / 0.607 s, two passes 0.589 / 0.620 s (H200, two calls of one host).
 DEGREE_ONE_PASS = True
-COMPACT_ONE_PASS = False
+COMPACT_ONE_PASS = True
 #: log2 of the scale of A (hi and lo times 2¹⁵ stay below fp16's 65,504 for |u| <= 1).
 SCALE_BITS = 15
 
@@ -264,6 +269,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
     @triton.jit
     def _tile_r3(
         a_desc,
+        b_desc,
         row0,
         col0,
         k_half,
@@ -273,21 +279,22 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         BK: tl.constexpr,
     ):
         # 2³⁰·r₃ in one loop: each K step loads lo and hi of the rows (``row0``
-        # on) and the columns (``col0`` on) through A's tensor descriptor (TMA
-        # on Hopper; its block is BM × BK, BM == BN) and runs the three
-        # products, hi·hiᵀ added rounding to nearest, the two cross terms
-        # chained in their own accumulator.
+        # on, A's descriptor of BM × BK blocks) and of the columns (``col0``
+        # on, its BN × BK one; TMA on Hopper) and chains the step's three
+        # products in one accumulator, the small cross terms first, then adds
+        # it to the sum rounding to nearest. One [BM, BN] accumulator fewer
+        # than a separate chain of the cross terms.
         acc = tl.zeros((BM, BN), dtype=tl.float32)
-        cross = tl.zeros((BM, BN), dtype=tl.float32)
         for k in range(0, k_half, BK):
             lo_a = a_desc.load([row0, k])
             hi_a = a_desc.load([row0, k + k_half])
-            lo_b = tl.trans(a_desc.load([col0, k]))
-            hi_b = tl.trans(a_desc.load([col0, k + k_half]))
-            acc = _add_rn(acc, tl.dot(hi_a, hi_b), ROUND_NEAREST)
-            cross = tl.dot(lo_a, hi_b, cross)
-            cross = tl.dot(hi_a, lo_b, cross)
-        return acc + cross
+            lo_b = tl.trans(b_desc.load([col0, k]))
+            hi_b = tl.trans(b_desc.load([col0, k + k_half]))
+            part = tl.dot(lo_a, hi_b)
+            part = tl.dot(hi_a, lo_b, part)
+            part = tl.dot(hi_a, hi_b, part)
+            acc = _add_rn(acc, part, ROUND_NEAREST)
+        return acc
 
     @triton.jit
     def _row_fp64(u_ptr, stride, row, cols, n, t, BN: tl.constexpr, BKF: tl.constexpr):
@@ -320,6 +327,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
     @triton.jit
     def _tile_start(
         a_ptr,
+        b_ptr,
         pairs_ptr,
         n,
         k_half,
@@ -333,7 +341,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
     ):
         # This program's tile of the upper triangle: its block indices, rows,
         # columns, r̃ = hi·hiᵀ (r₃ with ONE_PASS, where ``a_ptr`` is A's tensor
-        # descriptor: :func:`_operand`), the strict-upper mask and the value
+        # descriptors: :func:`_operands`), the strict-upper mask and the value
         # compared (|r| with ABSOLUTE).
         pid = tl.program_id(0)
         bi = tl.load(pairs_ptr + 2 * pid)
@@ -341,7 +349,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         rows = bi * BM + tl.arange(0, BM)
         cols = bj * BN + tl.arange(0, BN)
         if ONE_PASS:
-            acc = _tile_r3(a_ptr, bi * BM, bj * BN, k_half, ROUND_NEAREST, BM, BN, BK)
+            acc = _tile_r3(a_ptr, b_ptr, bi * BM, bj * BN, k_half, ROUND_NEAREST, BM, BN, BK)
             acc = acc * inverse_scale
         else:
             acc = _tile_hi(a_ptr, rows, cols, k_half, ROUND_NEAREST, BM, BN, BK) * inverse_scale
@@ -357,24 +365,30 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         return near
 
     @triton.jit
-    def _append_pairs(near, rows, cols, BM: tl.constexpr, BN: tl.constexpr, list_ptrs):
-        # Compact the (row, column) of the ``near`` entries to the list at an
-        # atomic cursor; entries past its capacity are counted, not stored.
+    def _append_pairs(near, rows, cols, list_ptrs):
+        # Append the (row, column) of the ``near`` entries to the list at an
+        # atomic cursor, a row of the tile at a time (a tile holds ~10⁻⁴ of
+        # them on real data: a scan of the whole tile spilled 266 registers a
+        # thread in every tile); entries past the capacity are counted, not stored.
         rows_ptr, cols_ptr, cursor_ptr, capacity = list_ptrs
         flags = near.to(tl.int32)
         row_counts = tl.sum(flags, axis=1)
-        total = tl.sum(row_counts, axis=0)
-        base = tl.atomic_add(cursor_ptr, total.to(tl.int64))
-        row_start = tl.cumsum(row_counts, axis=0) - row_counts
-        position = base + (row_start[:, None] + tl.cumsum(flags, axis=1) - flags).to(tl.int64)
-        ok = near & (position < capacity)
-        tl.store(rows_ptr + position, tl.broadcast_to(rows[:, None], (BM, BN)), mask=ok)
-        tl.store(cols_ptr + position, tl.broadcast_to(cols[None, :], (BM, BN)), mask=ok)
-        return total
+        waiting = row_counts > 0
+        while tl.max(waiting.to(tl.int32), axis=0) > 0:
+            row = tl.min(tl.where(waiting, rows, 2147483647), axis=0)
+            here = tl.sum(tl.where((rows == row)[:, None], flags, 0), axis=0)
+            base = tl.atomic_add(cursor_ptr, tl.sum(here, axis=0).to(tl.int64), sem="relaxed")
+            position = base + (tl.cumsum(here, axis=0) - here).to(tl.int64)
+            ok = (here > 0) & (position < capacity)
+            tl.store(rows_ptr + position, tl.zeros_like(here) + row, mask=ok)
+            tl.store(cols_ptr + position, cols, mask=ok)
+            waiting = waiting & (rows != row)
+        return tl.sum(row_counts, axis=0)
 
     @triton.jit
     def _exact_degree_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         a_ptr,
+        b_ptr,
         pairs_ptr,
         thr_ptr,
         count_ptr,
@@ -401,6 +415,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         margin = tl.load(margin_ptr)
         bi, bj, rows, cols, acc, valid, value = _tile_start(
             a_ptr,
+            b_ptr,
             pairs_ptr,
             n,
             k_half,
@@ -415,19 +430,19 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         bound = margin
         if ONE_PASS:  # every tile corrected
             bound = tl.load(margin_ptr + 1)
-            tl.atomic_add(stats_ptr + 1, 1)
+            tl.atomic_add(stats_ptr + 1, 1, sem="relaxed")
         elif WEIGHTED:  # kept values are summed: correct tiles with any r̃ >= θ_min − ε
             if _any(valid & (value >= theta_min - margin)):
                 acc = acc + _tile_cross(a_ptr, rows, cols, k_half, BM, BN, BK) * inverse_scale
                 value = _magnitude(acc, ABSOLUTE)
                 bound = tl.load(margin_ptr + 1)
-                tl.atomic_add(stats_ptr + 1, 1)
+                tl.atomic_add(stats_ptr + 1, 1, sem="relaxed")
         near = _near_any(value, valid, thr_ptr, bound, N_THRESH)
         if _any(near):  # confirmed by _confirm_degree_kernel, not counted here
             total = _append_pairs(
-                near, rows, cols, BM, BN, (near_rows_ptr, near_cols_ptr, cursor_ptr, capacity)
+                near, rows, cols, (near_rows_ptr, near_cols_ptr, cursor_ptr, capacity)
             )
-            tl.atomic_add(stats_ptr, total.to(tl.int64))
+            tl.atomic_add(stats_ptr, total.to(tl.int64), sem="relaxed")
             acc = tl.where(near, float("nan"), acc)
         degree_epilogue(
             acc, rows, cols, n, thr_ptr, count_ptr, sum_ptr, N_THRESH, ABSOLUTE, WEIGHTED
@@ -469,12 +484,12 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         value = _magnitude(acc, ABSOLUTE)
         for k in tl.static_range(N_THRESH):
             keep = ok & (value > tl.load(thr_ptr + k).to(tl.float64))
-            tl.atomic_add(count_ptr + k * n + i, keep.to(tl.int32), mask=ok)
-            tl.atomic_add(count_ptr + k * n + j, keep.to(tl.int32), mask=ok)
+            tl.atomic_add(count_ptr + k * n + i, keep.to(tl.int32), mask=ok, sem="relaxed")
+            tl.atomic_add(count_ptr + k * n + j, keep.to(tl.int32), mask=ok, sem="relaxed")
             if WEIGHTED:
                 kept = tl.where(keep, value, 0.0)
-                tl.atomic_add(sum_ptr + k * n + i, kept, mask=ok)
-                tl.atomic_add(sum_ptr + k * n + j, kept, mask=ok)
+                tl.atomic_add(sum_ptr + k * n + i, kept, mask=ok, sem="relaxed")
+                tl.atomic_add(sum_ptr + k * n + j, kept, mask=ok, sem="relaxed")
 
     @triton.jit
     def _popcount(x, NATIVE: tl.constexpr):
@@ -535,7 +550,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         within, row_counts = _kept_before(keep, BN, NATIVE)
         total = tl.sum(row_counts, axis=0)
         if total > 0:
-            base = tl.atomic_add(cursor_ptr, total.to(tl.int64))
+            base = tl.atomic_add(cursor_ptr, total.to(tl.int64), sem="relaxed")
             row_start = tl.cumsum(row_counts, axis=0) - row_counts
             position = base + (row_start[:, None] + within).to(tl.int64)
             ok = keep & (position < capacity)
@@ -594,12 +609,13 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
                 acc = tl.where(here, exact.to(tl.float32)[None, :], acc)
                 waiting = waiting & (lane != i)
             n_near = tl.sum(tl.sum(near.to(tl.int32), axis=1), axis=0)
-            tl.atomic_add(stats_ptr, n_near.to(tl.int64))
+            tl.atomic_add(stats_ptr, n_near.to(tl.int64), sem="relaxed")
         _stage_kept(keep, acc, rows, cols, bi, bj, n, n_cb, capacity, out_ptrs, BM, BN, NATIVE)
 
     @triton.jit
     def _exact_compact_kernel(  # noqa: PLR0913 - a Triton kernel: its tensors, strides and block sizes
         a_ptr,
+        b_ptr,
         u_ptr,
         stride,
         pairs_ptr,
@@ -631,6 +647,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         margin = tl.load(margin_ptr)
         bi, bj, rows, cols, acc, valid, value = _tile_start(
             a_ptr,
+            b_ptr,
             pairs_ptr,
             n,
             k_half,
@@ -646,7 +663,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         geometry = (u_ptr, stride, n, t, n_cb, capacity, stats_ptr)
         out_ptrs = (counts_ptr, bases_ptr, staged_values_ptr, staged_columns_ptr, cursor_ptr)
         if ONE_PASS:
-            tl.atomic_add(stats_ptr + 1, 1)
+            tl.atomic_add(stats_ptr + 1, 1, sem="relaxed")
             _decide_and_stage(
                 acc,
                 value,
@@ -671,7 +688,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
                 high = high & (value < upper + margin)
             if _any(high):
                 acc = acc + _tile_cross(a_ptr, rows, cols, k_half, BM, BN, BK) * inverse_scale
-                tl.atomic_add(stats_ptr + 1, 1)
+                tl.atomic_add(stats_ptr + 1, 1, sem="relaxed")
                 value = _magnitude(acc, ABSOLUTE)
                 _decide_and_stage(
                     acc,
@@ -693,17 +710,19 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
                 )
 
 
-def _margins(u: torch.Tensor, margin) -> torch.Tensor:
+def _margins(u: torch.Tensor, margin, chain_k: int | None = None) -> torch.Tensor:
     """Return [ε, ε₃] as a two-element float32 device tensor, rounded up.
 
     ``margin`` (ε of r̃) is a float, or a device tensor computed without
-    synchronising; ε₃ (of a corrected tile) is computed here from ``u``.
+    synchronising; ε₃ (of a corrected tile) is computed here from ``u``
+    (``chain_k``: the K step of one-pass tiles, which chain a step's three
+    products: :func:`connscale.fc._kernel_helpers.correction_margin_tensor`).
     Both get fp16's subnormal term and are rounded up so that neither is
     ever smaller.
     """
     extra = fp16_margin(u.shape[-1])
     eps = torch.as_tensor(margin, dtype=torch.float64, device=u.device).reshape(1)
-    both = torch.cat([eps, correction_margin_tensor(u).reshape(1)]) + extra
+    both = torch.cat([eps, correction_margin_tensor(u, chain_k).reshape(1)]) + extra
     # 2⁻¹⁶ more: the kernels compare fl(r − θ) with the bound, which rounds.
     both = both * (1 + 2.0**-16)
     b32 = both.float()
@@ -715,14 +734,22 @@ def _one_pass(asked: bool) -> bool:
     return asked and TensorDescriptor is not None
 
 
-def _operand(ops: Operands, one_pass: bool) -> torch.Tensor | TensorDescriptor:
-    """Return what the kernels read A through: its tensor descriptor in one pass, else A.
+def _operands(ops: Operands, one_pass: bool, block_m: int) -> tuple:
+    """Return what the kernels read A's rows and columns through.
 
-    The one-pass tiles load four blocks a K step; through a descriptor (TMA
-    on Hopper) the weighted degree of P = 204,492, T = 1,200 took 0.446 s
-    against 0.458 s with pointer loads, the same bits (H100, issue 26).
+    In one pass, A's tensor descriptors of ``block_m`` × BK and BLOCK_N × BK
+    blocks; else A itself, twice. The one-pass tiles load four blocks a K
+    step; through descriptors (TMA on Hopper) the weighted degree of
+    P = 204,492, T = 1,200 took 0.446 s against 0.458 s with pointer loads,
+    the same bits (H100, issue 26).
     """
-    return TensorDescriptor.from_tensor(ops.a, [BLOCK_M, ops.block_k]) if one_pass else ops.a
+    if not one_pass:
+        return ops.a, ops.a
+    rows = TensorDescriptor.from_tensor(ops.a, [block_m, ops.block_k])
+    cols = (
+        rows if block_m == BLOCK_N else TensorDescriptor.from_tensor(ops.a, [BLOCK_N, ops.block_k])
+    )
+    return rows, cols
 
 
 def _launch_options(u: torch.Tensor, stages: int, warps: int = NUM_WARPS) -> dict:
@@ -780,11 +807,11 @@ def degree_exact_triton(
     ops = padded_split(u) if split is None else split
     k = thresholds.numel()
     thr = thresholds.to(device=u.device, dtype=torch.float32).contiguous()
-    margins = _margins(u, margin)
     pairs = upper_tiles(n, BLOCK_M, BLOCK_N).to(u.device)
     capacity = confirm_capacity(n)
     one_pass = _one_pass(bool(weighted) and DEGREE_ONE_PASS)
-    a = _operand(ops, one_pass)
+    margins = _margins(u, margin, ops.block_k if one_pass else None)
+    a, b = _operands(ops, one_pass, BLOCK_M)
     before = stats.clone()
     while True:
         counts = torch.zeros((k, n), dtype=torch.int32, device=u.device)
@@ -793,6 +820,7 @@ def degree_exact_triton(
         cursor = torch.zeros(1, dtype=torch.int64, device=u.device)
         _exact_degree_kernel[(pairs.numel() // 2,)](
             a,
+            b,
             pairs,
             thr,
             counts,
@@ -891,10 +919,9 @@ def compact_exact_triton(
     cursor = torch.zeros(1, dtype=torch.int64, device=u.device)
     pairs = upper_tiles(n, COMPACT_BLOCK_M, BLOCK_N).to(u.device)
     bounded = math.isfinite(upper)
-    # one pass reads rows and columns through one descriptor: square tiles only
-    one_pass = _one_pass(COMPACT_ONE_PASS and COMPACT_BLOCK_M == BLOCK_N)
+    one_pass = _one_pass(COMPACT_ONE_PASS)
     _exact_compact_kernel[(pairs.numel() // 2,)](
-        _operand(ops, one_pass),
+        *_operands(ops, one_pass, COMPACT_BLOCK_M),
         u,
         u.stride(0),
         pairs,
@@ -912,7 +939,7 @@ def compact_exact_triton(
         capacity,
         float(threshold),
         float(upper) if bounded else 0.0,
-        _margins(u, margin),
+        _margins(u, margin, ops.block_k if one_pass else None),
         ABSOLUTE=bool(absolute),
         BOUNDED=bounded,
         ROUND_NEAREST=u.is_cuda and ROUND_NEAREST_ON_CUDA,

@@ -554,7 +554,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         kept = keep.to(tl.int32)
         row_counts = tl.sum(kept, axis=1)
         total = tl.sum(row_counts, axis=0)
-        base = tl.atomic_add(cursor_ptr, total.to(tl.int64), mask=total > 0)
+        base = tl.atomic_add(cursor_ptr, total.to(tl.int64), mask=total > 0, sem="relaxed")
         row_start = tl.cumsum(row_counts, axis=0) - row_counts
         within = tl.cumsum(kept, axis=1) - kept
         position = base + (row_start[:, None] + within).to(tl.int64)
@@ -583,7 +583,7 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         values, _, _, inside = _load_upper_piece(tile_ptr, n, r0, r1, n_cols, BM, BN)
         valid = inside & (values == values)
         bins = _bin_of(values, ABSOLUTE, N_BINS)
-        tl.atomic_add(hist_ptr + bins, tl.full((BM, BN), 1, tl.int64), mask=valid)
+        tl.atomic_add(hist_ptr + bins, tl.full((BM, BN), 1, tl.int64), mask=valid, sem="relaxed")
 
 
 # Pieces of the compact, histogram and collect epilogues.
