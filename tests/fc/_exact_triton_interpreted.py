@@ -43,7 +43,7 @@ def csr_reference(r, threshold, upper, absolute):
     return rows, cols, v[rows, cols]
 
 
-def check_compact(u, r, threshold, *, absolute, upper=math.inf):
+def check_compact(u, r, threshold, *, absolute, upper=math.inf, overflow=False):
     n = u.shape[0]
     margin = decision_margin(u)
     capacity = n * (n - 1) // 2
@@ -85,7 +85,35 @@ def check_compact(u, r, threshold, *, absolute, upper=math.inf):
     order = np.lexsort((cols, rows))
     assert np.array_equal(order, np.arange(nnz)), "not row-major"
     np.testing.assert_allclose(vals, r[rows, cols], rtol=0, atol=2e-6)  # signed values
+    if overflow:
+        check_overflow(u, threshold, absolute=absolute, upper=upper, nnz=nnz)
     return stats.cpu().numpy(), len(got ^ want), int(near[upper_mask(n)].sum())
+
+
+def check_overflow(u, threshold, *, absolute, upper, nnz):
+    """Buffers for half the kept entries: the count is still returned, nothing written past them."""
+    n, dev = u.shape[0], u.device
+    capacity, guard = nnz // 2, 64
+    staged_v = torch.full((capacity + guard,), 7.0, device=dev)
+    staged_c = torch.full((capacity + guard,), -7, dtype=torch.int32, device=dev)
+    values = torch.full((capacity + guard,), 7.0, device=dev)
+    columns = torch.full((capacity + guard,), -7, dtype=torch.int32, device=dev)
+    cursor = _exact_triton.compact_exact_triton(
+        u,
+        threshold,
+        absolute=absolute,
+        margin=decision_margin(u),
+        values=values[:capacity],
+        columns=columns[:capacity],
+        row_counts=torch.empty(n, dtype=torch.int64, device=dev),
+        staged_values=staged_v[:capacity],
+        staged_columns=staged_c[:capacity],
+        stats=torch.zeros(3, dtype=torch.int64, device=dev),
+        upper=upper,
+    )
+    assert int(cursor) == nnz
+    for buffer, fill in ((staged_v, 7.0), (values, 7.0), (staged_c, -7), (columns, -7)):
+        assert bool((buffer[capacity:] == fill).all()), "written past the capacity"
 
 
 def main(device):
@@ -165,7 +193,7 @@ def main(device):
         rk = np.where(finite, r, -np.inf)
         stats, wrong, near = check_compact(u, rk, theta, absolute=absolute)
         assert stats[0] >= must
-        check_compact(u, rk, 0.3, absolute=absolute, upper=0.5005)
+        check_compact(u, rk, 0.3, absolute=absolute, upper=0.5005, overflow=not absolute)
     check_planted(device)
     # the other tiles: one pass (r₃ at once) where the default is two (r̃ first, the
     # correction where a tile holds kept values), and two where it is one

@@ -551,12 +551,15 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         total = tl.sum(row_counts, axis=0)
         if total > 0:
             base = tl.atomic_add(cursor_ptr, total.to(tl.int64), sem="relaxed")
+            # Places from the tile's base in int32 (int64 places held two
+            # registers an entry of the tile).
             row_start = tl.cumsum(row_counts, axis=0) - row_counts
-            position = base + (row_start[:, None] + within).to(tl.int64)
-            ok = keep & (position < capacity)
-            tl.store(staged_values_ptr + position, acc, mask=ok)  # signed r
+            place = row_start[:, None] + within
+            room = tl.maximum(tl.minimum(capacity - base, BM * BN), 0).to(tl.int32)
+            ok = keep & (place < room)
+            tl.store(staged_values_ptr + base + place, acc, mask=ok)  # signed r
             tl.store(
-                staged_columns_ptr + position,
+                staged_columns_ptr + base + place,
                 tl.broadcast_to(cols[None, :], (BM, BN)),
                 mask=ok,
             )
