@@ -125,6 +125,8 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         # The counts of four thresholds reduced at once, a byte each (a tile's
         # row or column holds at most 128 < 256): P = 204,492, T = 1,200,
         # weighted at two thresholds 0.401 → 0.386 s on an H200 (issue 26).
+        # The int32 sums wrap (no overflow flags): a fourth byte of 128 sets
+        # the sign bit, and the shift and mask read it back.
         tl.static_assert(rows.shape[0] < 256 and cols.shape[0] < 256)
         for g in tl.static_range(0, N_THRESH, 4):
             packed = tl.zeros(value.shape, dtype=tl.int32)
