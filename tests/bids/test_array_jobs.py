@@ -149,6 +149,9 @@ def test_a_task_takes_its_k_participants(tree, tmp_path, monkeypatch):
         select_participants(None, listing, 2, 2)
     with pytest.raises(ValueError, match="--participants-per-task needs --participant-label-file"):
         select_participants(None, None, None, 2)
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID", raising=False)
+    with pytest.raises(ValueError, match=r"needs an array task's index: --array-index, or \$SLURM"):
+        select_participants(None, listing, None, 2)  # K would go unused: the whole file
     # an array task of the command line, its index from SLURM: one call, two participants
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "0")
     out = tmp_path / "out"

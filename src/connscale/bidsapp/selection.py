@@ -70,8 +70,8 @@ def select_participants(
     ------
     ValueError
         Both a label and a file, an index (or ``per_task`` > 1) without a
-        file, an index past the file, or ``$SLURM_ARRAY_TASK_ID`` not an
-        integer.
+        file, ``per_task`` > 1 without an index, an index past the file, or
+        ``$SLURM_ARRAY_TASK_ID`` not an integer.
     FileNotFoundError
         No such participants file.
     """
@@ -86,6 +86,11 @@ def select_participants(
     labels = read_participants_file(label_file)
     if array_index is None:
         value = os.environ.get(ARRAY_INDEX_VARIABLE)
+        if value is None and per_task != 1:
+            raise ValueError(
+                "--participants-per-task needs an array task's index: --array-index, or "
+                f"${ARRAY_INDEX_VARIABLE} in an array job."
+            )
         if value is None:
             return tuple(labels)
         try:
