@@ -205,7 +205,7 @@ def test_an_index_needs_a_file():
         select_participants(None, None, 0)
 
 
-def test_a_participant_the_tree_lacks_is_a_one_line_error(tree, tmp_path, capsys):
+def test_a_participant_the_tree_lacks_is_a_one_line_error(tree, tmp_path, capsys, monkeypatch):
     tmp, root = tree
     labels = tmp_path / "subjects.txt"
     labels.write_text("01\n07\n")
@@ -219,6 +219,10 @@ def test_a_participant_the_tree_lacks_is_a_one_line_error(tree, tmp_path, capsys
     assert main(list(map(str, [*argv, "--array-index", "2"]))) == 2
     [message] = capsys.readouterr().err.strip().splitlines()
     assert message.startswith("connscale bids: error: Array index 2 is outside")
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID", raising=False)
+    assert main(list(map(str, [*argv, "--participants-per-task", "2"]))) == 2
+    [message] = capsys.readouterr().err.strip().splitlines()
+    assert message.startswith("connscale bids: error: --participants-per-task needs an array")
     assert not (tmp_path / "out").exists()  # refused before any write
 
 
