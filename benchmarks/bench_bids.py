@@ -610,21 +610,23 @@ def _print(label: str, runs: int, summary: dict) -> None:
     )
 
 
+def _call_options(args) -> dict:
+    """The options that the warm call and the cold command line share."""
+    return {
+        "device": args.device,
+        "readers": args.readers,
+        "measures": tuple(args.measures.split(",")),
+        "reports": args.reports,
+    }
+
+
 def _time_cold(args, derivatives: Path, atlas: Path, result: dict) -> None:
     """Add the command line's cold rate to ``result`` and print it beside the floor."""
     if args.gpus_sweep is not None or args.workers is not None:
         raise SystemExit("--cold times the serial backend only (no --gpus-sweep, --workers).")
     if args.threads != 1:
         raise SystemExit("--cold runs the command line, one torch thread a run: give --threads 1.")
-    cold = run_cold(
-        derivatives,
-        atlas,
-        args.work / "connscale_cold",
-        device=args.device,
-        readers=args.readers,
-        measures=tuple(args.measures.split(",")),
-        reports=args.reports,
-    )
+    cold = run_cold(derivatives, atlas, args.work / "connscale_cold", **_call_options(args))
     cold["runs_per_minute"] = round(args.runs / (cold["seconds"] / 60), 2)
     cold["ratio_to_floor"] = round(
         cold["runs_per_minute"] / result["decode_floor"]["runs_per_minute"], 3
@@ -873,12 +875,9 @@ def main() -> None:
             derivatives,
             atlas,
             args.work / "connscale",
-            device=args.device,
             threads=args.threads,
-            readers=args.readers,
-            measures=tuple(args.measures.split(",")),
-            reports=args.reports,
             workers=args.workers,
+            **_call_options(args),
         )
         result["connscale"] = {
             "device": args.device,

@@ -86,12 +86,12 @@ def select_participants(
     labels = read_participants_file(label_file)
     if array_index is None:
         value = os.environ.get(ARRAY_INDEX_VARIABLE)
-        if value is None and per_task != 1:
-            raise ValueError(
-                "--participants-per-task needs an array task's index: --array-index, or "
-                f"${ARRAY_INDEX_VARIABLE} in an array job."
-            )
         if value is None:
+            if per_task != 1:
+                raise ValueError(
+                    "--participants-per-task needs an array task's index: --array-index, or "
+                    f"${ARRAY_INDEX_VARIABLE} in an array job."
+                )
             return tuple(labels)
         try:
             array_index = int(value)
