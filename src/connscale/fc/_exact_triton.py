@@ -58,7 +58,7 @@ import numpy as np
 import torch
 
 from connscale._compute.device import HAS_TRITON
-from connscale.fc._kernel_helpers import correction_margin_tensor, split_tf32
+from connscale.fc._kernel_helpers import PLACE_CHUNK, correction_margin_tensor, split_tf32
 
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
     import triton
@@ -82,8 +82,12 @@ NUM_WARPS = 8
 LONG_K = 64
 SHORT_K = 32
 SHORT_SERIES = 256
-# K step of the float64 recomputation of a compaction tile's row.
-FP64_K = 32
+# K step of the float64 recomputation of a compaction tile's row: its
+# [BLOCK_N, FP64_K] loads set the kernel's registers (255, spilling), though
+# ~1 % of the tiles take that branch. Table II's permuted case (H200, same
+# call): compaction kernel 355 ms over 108 windows with 32, 327 with 16, 300
+# with 8 or 4.
+FP64_K = 8
 # Pipeline stages of the degree and compaction kernels (one fewer in one pass:
 # its four operands a stage would not fit in shared memory at 4).
 DEGREE_STAGES = 4
@@ -93,8 +97,7 @@ COMPACT_STAGES = 4
 # kernel's) 0.688 s; 64 and 8 0.741 s; 32 and 4 0.774 s; 64 and 2 2.10 s.
 COMPACT_BLOCK_M = 64
 COMPACT_WARPS = 4
-# Entries moved per step and row by the placing kernel, and its warps.
-PLACE_CHUNK = 16
+# Warps of the placing kernel.
 PLACE_WARPS = 4
 # Entries a program of the confirming kernel recomputes, and its step along T.
 CONFIRM_ENTRIES = 64
