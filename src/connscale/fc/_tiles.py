@@ -312,7 +312,9 @@ def tile_pairs(n_tiles: int, group: int = 8) -> torch.Tensor:
         grid_j, grid_i = np.meshgrid(bj, bi, indexing="ij")  # column-major sweep
         upper = grid_i <= grid_j
         parts.append(np.stack([grid_i[upper], grid_j[upper]], axis=1))
-    return torch.from_numpy(np.concatenate(parts).astype(np.int32).reshape(-1))
+    table = torch.from_numpy(np.concatenate(parts).astype(np.int32).reshape(-1))
+    # Pinned on a CUDA host: copied to the device without a host sync.
+    return table.pin_memory() if torch.cuda.is_available() else table
 
 
 def degree_triton(
@@ -339,7 +341,7 @@ def degree_triton(
     thr = thresholds.to(device=u.device, dtype=torch.float32).contiguous()
     counts = torch.zeros((k, n), dtype=torch.int32, device=u.device)
     sums = torch.zeros((k, n) if weighted else (1,), dtype=torch.float64, device=u.device)
-    pairs = tile_pairs(n_tiles).to(u.device)
+    pairs = tile_pairs(n_tiles).to(u.device, non_blocking=True)
     grid = (pairs.numel() // 2,)
     options = {} if not u.is_cuda else {"num_warps": num_warps, "num_stages": num_stages}
     _degree_kernel[grid](
