@@ -26,9 +26,10 @@ def test_exact_kernels_cuda():  # pragma: no cover - GPU machines
 @pytest.mark.parametrize(("n", "block_m"), [(2, 64), (130, 64), (300, 128), (257, 64)])
 def test_tiles_table_lists_each_tile_of_the_strict_upper_triangle_once(n, block_m):
     from connscale.fc import _exact_triton
+    from connscale.fc._kernel_helpers import tiles_on
 
-    table = _exact_triton.tiles_on(n, block_m, torch.device("cpu")).reshape(-1, 2).tolist()
     bn = _exact_triton.BLOCK_N
+    table = tiles_on(n, block_m, bn, torch.device("cpu")).reshape(-1, 2).tolist()
     rows, cols = torch.triu_indices(n, n, offset=1)
     expected = {(int(i) // block_m, int(j) // bn) for i, j in zip(rows, cols)}
     listed = {tuple(p) for p in table}
@@ -38,8 +39,7 @@ def test_tiles_table_lists_each_tile_of_the_strict_upper_triangle_once(n, block_
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_tiles_tables_are_pinned_for_copies_without_a_host_sync():  # pragma: no cover - GPU
-    from connscale.fc import _exact_triton, _tiles
+def test_tiles_table_is_pinned_for_copies_without_a_host_sync():  # pragma: no cover - GPU
+    from connscale.fc._kernel_helpers import upper_tiles
 
-    assert _exact_triton.upper_tiles(300, 64, _exact_triton.BLOCK_N).is_pinned()
-    assert _tiles.tile_pairs(5).is_pinned()
+    assert upper_tiles(300, 64, 128).is_pinned()

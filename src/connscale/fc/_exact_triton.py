@@ -50,15 +50,19 @@ is a plain add there: numpy's sums round to nearest).
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from connscale._compute.device import HAS_TRITON
-from connscale.fc._kernel_helpers import PLACE_CHUNK, correction_margin_tensor, split_tf32
+from connscale.fc._kernel_helpers import (
+    PLACE_CHUNK,
+    correction_margin_tensor,
+    split_tf32,
+    tiles_on,
+    upper_tiles,
+)
 
 if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subprocess
     import triton
@@ -173,38 +177,6 @@ def fp16_margin(n_timepoints: int) -> float:
     correction term: 2⁻³⁷·√T covers them all.
     """
     return 2.0**-37 * math.sqrt(max(n_timepoints, 1))
-
-
-@functools.lru_cache(maxsize=8)
-def upper_tiles(n: int, block_m: int, block_n: int, group: int = 8) -> torch.Tensor:
-    """Return the (bi, bj) table of the tiles that meet the strict upper triangle.
-
-    (bi, bj) of the BM×BN tiles that meet the strict upper triangle of N
-    series, as a flat int32 table, in groups of ``group`` row tiles swept
-    along the columns (the group's row tiles and each column tile are reused
-    from L2).
-    """
-    n_rows, n_cols = -(-n // block_m), -(-n // block_n)
-    parts = []
-    for g0 in range(0, n_rows, group):
-        bi = np.arange(g0, min(n_rows, g0 + group))
-        bj = np.arange(n_cols)
-        grid_j, grid_i = np.meshgrid(bj, bi, indexing="ij")  # column-major sweep
-        upper = (grid_j + 1) * block_n - 1 > grid_i * block_m  # a column past the first row
-        parts.append(np.stack([grid_i[upper], grid_j[upper]], axis=1))
-    table = torch.from_numpy(np.concatenate(parts).astype(np.int32).reshape(-1))
-    return table.pin_memory() if torch.cuda.is_available() else table
-
-
-def tiles_on(n: int, block_m: int, device: torch.device) -> torch.Tensor:
-    """Return :func:`upper_tiles`' table on ``device``, copied without a host sync.
-
-    The cached table is pinned on a CUDA host and copied without blocking: a
-    pageable copy waits for the device to drain its queue, which left the
-    device idle while each window's next kernels were launched (one such
-    wait a window: Table II 0.47 → 0.44 s on an H200).
-    """
-    return upper_tiles(n, block_m, BLOCK_N).to(device, non_blocking=True)
 
 
 def tiles_in(n: int, block_m: int = BLOCK_M) -> int:
@@ -825,7 +797,7 @@ def degree_exact_triton(
     ops = padded_split(u) if split is None else split
     k = thresholds.numel()
     thr = thresholds.to(device=u.device, dtype=torch.float32).contiguous()
-    pairs = tiles_on(n, BLOCK_M, u.device)
+    pairs = tiles_on(n, BLOCK_M, BLOCK_N, u.device)
     capacity = confirm_capacity(n)
     one_pass = _one_pass(bool(weighted) and DEGREE_ONE_PASS)
     margins = _margins(u, margin, ops.block_k if one_pass else None)
@@ -935,7 +907,7 @@ def compact_exact_triton(
     counts = torch.zeros((n, n_cb), dtype=torch.int32, device=u.device)
     bases = torch.zeros((n_rb, n_cb), dtype=torch.int64, device=u.device)
     cursor = torch.zeros(1, dtype=torch.int64, device=u.device)
-    pairs = tiles_on(n, COMPACT_BLOCK_M, u.device)
+    pairs = tiles_on(n, COMPACT_BLOCK_M, BLOCK_N, u.device)
     bounded = math.isfinite(upper)
     one_pass = _one_pass(COMPACT_ONE_PASS)
     _exact_compact_kernel[(pairs.numel() // 2,)](
@@ -1002,5 +974,4 @@ __all__ = [
     "degree_exact_triton",
     "padded_split",
     "tiles_in",
-    "upper_tiles",
 ]

@@ -31,7 +31,6 @@ The Triton kernels are checked on the CPU through Triton's interpreter
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -40,7 +39,7 @@ import torch
 
 from connscale._compute.device import HAS_TRITON
 from connscale._compute.memory import MemoryLimitError, MemoryPlan, MemoryPlanner
-from connscale.fc._kernel_helpers import PLACE_CHUNK
+from connscale.fc._kernel_helpers import PLACE_CHUNK, tiles_on
 
 if HAS_TRITON:  # pragma: no cover - exercised on GPU machines and by the interpreter test
     import triton
@@ -297,26 +296,6 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         )
 
 
-@functools.lru_cache(maxsize=8)
-def tile_pairs(n_tiles: int, group: int = 8) -> torch.Tensor:
-    """Return the (bi, bj) table of the upper-triangle tiles, grouped for L2 reuse.
-
-    (bi, bj), bi <= bj, of the upper-triangle tiles as a flat int32 table,
-    in groups of ``group`` row tiles swept along the columns (the group's row
-    tiles and each column tile are reused from L2).
-    """
-    parts = []
-    for g0 in range(0, n_tiles, group):
-        bi = np.arange(g0, min(n_tiles, g0 + group))
-        bj = np.arange(g0, n_tiles)
-        grid_j, grid_i = np.meshgrid(bj, bi, indexing="ij")  # column-major sweep
-        upper = grid_i <= grid_j
-        parts.append(np.stack([grid_i[upper], grid_j[upper]], axis=1))
-    table = torch.from_numpy(np.concatenate(parts).astype(np.int32).reshape(-1))
-    # Pinned on a CUDA host: copied to the device without a host sync.
-    return table.pin_memory() if torch.cuda.is_available() else table
-
-
 def degree_triton(
     u: torch.Tensor,
     thresholds: torch.Tensor,
@@ -341,7 +320,7 @@ def degree_triton(
     thr = thresholds.to(device=u.device, dtype=torch.float32).contiguous()
     counts = torch.zeros((k, n), dtype=torch.int32, device=u.device)
     sums = torch.zeros((k, n) if weighted else (1,), dtype=torch.float64, device=u.device)
-    pairs = tile_pairs(n_tiles).to(u.device, non_blocking=True)
+    pairs = tiles_on(n, block, block, u.device)
     grid = (pairs.numel() // 2,)
     options = {} if not u.is_cuda else {"num_warps": num_warps, "num_stages": num_stages}
     _degree_kernel[grid](
