@@ -45,7 +45,6 @@ def csr_reference(r, threshold, upper, absolute):
 
 def check_compact(u, r, threshold, *, absolute, upper=math.inf, overflow=False):
     n = u.shape[0]
-    margin = decision_margin(u)
     capacity = n * (n - 1) // 2
     dev = u.device
     values = torch.empty(capacity, device=dev)
@@ -58,7 +57,6 @@ def check_compact(u, r, threshold, *, absolute, upper=math.inf, overflow=False):
         u,
         threshold,
         absolute=absolute,
-        margin=margin,
         values=values,
         columns=columns,
         row_counts=row_counts,
@@ -102,7 +100,6 @@ def check_overflow(u, threshold, *, absolute, upper, nnz):
         u,
         threshold,
         absolute=absolute,
-        margin=decision_margin(u),
         values=values[:capacity],
         columns=columns[:capacity],
         row_counts=torch.empty(n, dtype=torch.int64, device=dev),

@@ -327,7 +327,6 @@ def fake_triton(monkeypatch):
         threshold,
         *,
         absolute,
-        margin,
         values,
         columns,
         row_counts,

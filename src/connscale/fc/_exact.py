@@ -481,7 +481,6 @@ def compact_exact(
     from connscale.fc._exact_triton import compact_exact_triton
 
     n = u.shape[0]
-    margin = decision_margin(u)
     capacity = max(1, capacity)
     while True:
         tried = stats.clone()
@@ -494,7 +493,6 @@ def compact_exact(
             u,
             threshold,
             absolute=absolute,
-            margin=margin,
             values=values,
             columns=columns,
             row_counts=row_counts,

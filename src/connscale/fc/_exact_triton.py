@@ -59,6 +59,7 @@ from connscale._compute.device import HAS_TRITON
 from connscale.fc._kernel_helpers import (
     PLACE_CHUNK,
     correction_margin_tensor,
+    decision_margin_tensor,
     split_tf32,
     tiles_on,
     upper_tiles,
@@ -868,7 +869,6 @@ def compact_exact_triton(
     threshold: float,
     *,
     absolute: bool,
-    margin: float,
     values: torch.Tensor,
     columns: torch.Tensor,
     row_counts: torch.Tensor,
@@ -910,6 +910,8 @@ def compact_exact_triton(
     pairs = tiles_on(n, COMPACT_BLOCK_M, BLOCK_N, u.device)
     bounded = math.isfinite(upper)
     one_pass = _one_pass(COMPACT_ONE_PASS)
+    # ε (of r̃) is read by the two-pass tiles only: one pass decides from r₃ (ε₃).
+    margin = 0.0 if one_pass else decision_margin_tensor(u)
     _exact_compact_kernel[(pairs.numel() // 2,)](
         *_operands(ops, one_pass, COMPACT_BLOCK_M),
         u,

@@ -19,7 +19,6 @@ import torch
 
 from connscale.fc import _exact_triton
 from connscale.fc._exact import new_stats
-from connscale.fc._kernel_helpers import decision_margin_tensor
 from connscale.fc._tiles import (
     COMPACT_BLOCK_M,
     aligned_block_rows,
@@ -211,7 +210,6 @@ class SparseWindowsCUDA:
             u,
             self.threshold,
             absolute=self.absolute,
-            margin=decision_margin_tensor(u),
             values=values,
             columns=columns,
             row_counts=row_counts,
