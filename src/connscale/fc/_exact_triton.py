@@ -655,24 +655,21 @@ if HAS_TRITON:  # pragma: no cover - GPU, or the interpreter test in a subproces
         out_ptrs = (counts_ptr, bases_ptr, staged_values_ptr, staged_columns_ptr, cursor_ptr)
         if ONE_PASS:
             tl.atomic_add(stats_ptr + 1, 1, sem="relaxed")
-            _decide_and_stage(
-                acc,
-                value,
-                valid,
-                rows,
-                cols,
-                bi,
-                bj,
-                bounds,
-                geometry,
-                out_ptrs,
-                ABSOLUTE,
-                BOUNDED,
-                NATIVE,
-                BM,
-                BN,
-                BKF,
-            )
+            # A tile wholly above the diagonal and inside the matrix has every
+            # entry valid: a second copy of the epilogue, compiled without the
+            # mask's logic, serves it (a phi of the mask would not fold; Table
+            # II on an H200: the kernel 301 -> 271 ms over 108 windows).
+            if (bj * BN >= (bi + 1) * BM) & ((bj + 1) * BN <= n):
+                all_valid = tl.full((BM, BN), True, tl.int1)
+                _decide_and_stage(
+                    acc, value, all_valid, rows, cols, bi, bj, bounds, geometry, out_ptrs,
+                    ABSOLUTE, BOUNDED, NATIVE, BM, BN, BKF,
+                )  # fmt: skip
+            else:
+                _decide_and_stage(
+                    acc, value, valid, rows, cols, bi, bj, bounds, geometry, out_ptrs,
+                    ABSOLUTE, BOUNDED, NATIVE, BM, BN, BKF,
+                )  # fmt: skip
         else:
             high = valid & (value >= threshold - margin)
             if BOUNDED:
