@@ -248,3 +248,24 @@ def test_the_memory_limit_is_shared_among_the_gpu_workers_and_their_readers(tmp_
         assert seen["readers"] == gpus.ReaderPlan(workers=3, cores=16, readers=expected)
         assert memory["readers"] == expected
         assert memory["run_limit"] == limit // 3 - expected * run_bytes
+
+
+@pytest.mark.cluster
+def test_gpu_workers_get_dasks_environment_without_its_malloc_trim_threshold():
+    # Dask's nannies set MALLOC_TRIM_THRESHOLD_ in their workers (and in this
+    # process): every array over 128 kB then faults its pages in one by one.
+    import os
+
+    names = ("MALLOC_TRIM_THRESHOLD_", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+    before = {name: os.environ.pop(name, None) for name in names}
+    try:
+        with gpus.gpu_cluster([{"CUDA_VISIBLE_DEVICES": ""}], threads=1) as client:
+            trim = client.run(os.environ.get, "MALLOC_TRIM_THRESHOLD_")
+            omp = client.run(os.environ.get, "OMP_NUM_THREADS")
+        assert list(trim.values()) == [None] and "MALLOC_TRIM_THRESHOLD_" not in os.environ
+        assert list(omp.values()) == ["1"]  # the rest of Dask's settings kept
+    finally:
+        for name, value in before.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value

@@ -165,3 +165,13 @@ def test_spark_engine_on_a_running_context(spark_engine):
     assert spark_engine.map(ef.item_stats, [np.ones(2)]) == [(2.0, 2)]
     with pytest.raises(ValueError, match="'cluster' must be None, a Spark master URL"):
         SparkEngine(42)
+
+
+def test_nanny_environ_is_dasks_without_malloc_trim_threshold():
+    import dask
+
+    from connscale.engines.dask_engine import nanny_environ
+
+    environ = {"MALLOC_TRIM_THRESHOLD_": 65536, "OMP_NUM_THREADS": 1}
+    with dask.config.set({"distributed.nanny.pre-spawn-environ": environ}):
+        assert nanny_environ() == {"distributed.nanny.pre-spawn-environ": {"OMP_NUM_THREADS": 1}}

@@ -239,7 +239,8 @@ def gpu_cluster(environments: list[dict[str, str]], *, threads: int = THREADS_PE
 
     The workers may start processes of their own (their readers):
     ``distributed.worker.daemon`` is False while the cluster runs, for the
-    workers its nannies start or restart.
+    workers its nannies start or restart; their environment is Dask's without
+    ``MALLOC_TRIM_THRESHOLD_`` (:func:`~connscale.engines.dask_engine.nanny_environ`).
 
     Yields
     ------
@@ -249,10 +250,11 @@ def gpu_cluster(environments: list[dict[str, str]], *, threads: int = THREADS_PE
     import dask
     from distributed import Client, Scheduler, SpecCluster
 
-    from connscale.engines.dask_engine import LOCAL_SCHEDULER, http_routes_copy
+    from connscale.engines.dask_engine import LOCAL_SCHEDULER, http_routes_copy, nanny_environ
 
     scheduler = {"cls": Scheduler, "options": dict(LOCAL_SCHEDULER)}
-    with dask.config.set({"distributed.worker.daemon": False, **http_routes_copy()}):
+    settings = {"distributed.worker.daemon": False, **http_routes_copy(), **nanny_environ()}
+    with dask.config.set(settings):
         cluster = SpecCluster(
             workers=worker_spec(environments, threads=threads),
             scheduler=scheduler,

@@ -84,6 +84,31 @@ def http_routes_copy() -> dict:
     }
 
 
+#: What Dask's nannies would set in a worker's environment (and in this process's:
+#: a nanny updates ``os.environ`` before it spawns) that the runs must not have.
+#: ``MALLOC_TRIM_THRESHOLD_`` (Dask's default 65,536) turns off glibc's dynamic mmap
+#: threshold, so every block over 128 kB (a volume, a run's array) is a fresh
+#: ``mmap`` whose pages fault in one by one: 400 volume-sized arrays take 48× the
+#: page faults, 0.2–0.8 → 1.5–1.9 s on the 2-core machine; a GPU worker's reader
+#: processes inherit it (RESULTS §32).
+NANNY_ENVIRON_DROPPED = ("MALLOC_TRIM_THRESHOLD_",)
+
+
+def nanny_environ() -> dict:
+    """Return Dask settings giving the nannies started here their environment for the runs.
+
+    Dask's ``distributed.nanny.pre-spawn-environ`` without
+    :data:`NANNY_ENVIRON_DROPPED` (its one-thread BLAS settings are kept: the
+    workers' cores are their readers'); set while a local cluster starts. A
+    variable the caller's own environment sets is inherited as before.
+    """
+    import dask
+
+    environ = dask.config.get("distributed.nanny.pre-spawn-environ", default={}) or {}
+    kept = {k: v for k, v in environ.items() if k not in NANNY_ENVIRON_DROPPED}
+    return {"distributed.nanny.pre-spawn-environ": kept}
+
+
 _NEVER = "3650 days"
 
 
@@ -232,8 +257,9 @@ class DaskEngine(Engine):
         # cluster would be left without workers and every task waiting.
         self._config = dask.config.set({"distributed.deploy.lost-worker-timeout": _NEVER})
         try:
-            # The scheduler runs in this process and reads these when it starts.
-            with dask.config.set(self._scheduler_settings()):
+            # The scheduler runs in this process and reads these when it starts,
+            # the nannies theirs.
+            with dask.config.set({**self._scheduler_settings(), **nanny_environ()}):
                 self._cluster = self._distributed.LocalCluster(
                     n_workers=self.n_jobs,
                     threads_per_worker=1,
